@@ -1,0 +1,174 @@
+"""The one header table: every protocol header in wire order, big-endian.
+
+A :class:`Header` is declared once as an ordered list of ``(name, bits)`` fields exactly as they
+appear on the wire (first field first, each field most-significant bit first, network byte
+order). From that single declaration come
+
+* :attr:`Header.layout`, an :class:`amaranth.lib.data.StructLayout` whose fields hold the *values*
+  (for example ``ipv4.total_length`` is a 16-bit number, ``eth.dst`` the 48-bit MAC address with
+  the first byte on the wire as its most significant byte);
+* :meth:`Header.to_lanes` and :meth:`Header.from_lanes`, which convert between such a view and
+  the ``8 * length`` bit vector holding the header bytes in stream lane order (byte 0 in bits
+  7:0, as on AXI-Stream). Gateware never slices header bits by hand: it calls these;
+* :meth:`Header.pack` and :meth:`Header.unpack`, the same conversion for Python ``bytes`` and
+  ``dict``, used by the reference models and the tests.
+"""
+
+from amaranth.hdl import Cat, Const, Value
+from amaranth.lib import data
+
+__all__ = [
+    "Header", "ETH", "VLAN", "ETH_VLAN", "ARP", "IPV4", "ICMP", "UDP",
+    "ETHERTYPE_IPV4", "ETHERTYPE_ARP", "ETHERTYPE_VLAN",
+    "IP_PROTO_ICMP", "IP_PROTO_UDP",
+]
+
+
+class Header:
+    """A protocol header: ordered ``(name, bits)`` fields, big-endian, in wire order.
+
+    Parameters
+    ----------
+    name : str
+        Identifier used as a field name when the header is carried as packet metadata.
+    fields : list of (str, int)
+        Field names and widths in bits, in the order they appear on the wire. The widths must add
+        up to a whole number of bytes.
+    """
+
+    def __init__(self, name, fields):
+        if not name.isidentifier():
+            raise ValueError(f"header name must be an identifier, not {name!r}")
+        seen = set()
+        offsets = {}
+        pos = 0
+        for fname, bits in fields:
+            if not isinstance(fname, str) or not fname.isidentifier():
+                raise ValueError(f"{name}: field name must be an identifier, not {fname!r}")
+            if fname in seen:
+                raise ValueError(f"{name}: field {fname!r} declared twice")
+            if not isinstance(bits, int) or bits <= 0:
+                raise ValueError(f"{name}.{fname}: width must be a positive integer, not {bits!r}")
+            seen.add(fname)
+            offsets[fname] = (pos, bits)
+            pos += bits
+        if pos % 8:
+            raise ValueError(f"{name}: fields add up to {pos} bits, not a whole number of bytes")
+        self.name = name
+        self.fields = list(fields)
+        self.length = pos // 8
+        self._offsets = offsets
+        self.layout = data.StructLayout({fname: bits for fname, bits in fields})
+
+    def __repr__(self):
+        return f"Header({self.name!r}, {self.length} bytes)"
+
+    def offset(self, field):
+        """Byte offset and width in bits of ``field`` (offset of its first bit, rounded down)."""
+        pos, bits = self._offsets[field]
+        return pos // 8, bits
+
+    # ---- bit-position bookkeeping shared by the gateware and Python conversions ----
+
+    def _chunks(self):
+        """Yield ``(lane_bit, field, field_bit, count)`` runs: ``count`` bits of ``field`` starting
+        at bit ``field_bit`` (LSB = 0) sit at bits ``lane_bit ...`` of the lane vector."""
+        for fname, bits in self.fields:
+            pos, _ = self._offsets[fname]
+            # walk the field from its least significant bit (last on the wire) upwards
+            fbit = 0
+            while fbit < bits:
+                wire = pos + bits - 1 - fbit            # wire position, 0 = MSB of byte 0
+                byte, bit_in_byte = wire // 8, 7 - wire % 8
+                count = min(8 - bit_in_byte, bits - fbit)
+                yield byte * 8 + bit_in_byte, fname, fbit, count
+                fbit += count
+
+    # ---- gateware ----
+
+    def to_lanes(self, view):
+        """Header value (a view of :attr:`layout`) -> ``8 * length`` bits in lane order."""
+        parts = sorted(self._chunks())
+        pieces = []
+        for lane_bit, fname, fbit, count in parts:
+            pieces.append(Value.cast(getattr(view, fname))[fbit:fbit + count])
+        return Cat(*pieces)
+
+    def from_lanes(self, lanes):
+        """``8 * length`` bits in lane order -> a view of :attr:`layout`."""
+        lanes = Value.cast(lanes)
+        if len(lanes) < 8 * self.length:
+            raise ValueError(f"{self.name}: need {8 * self.length} bits of lanes, got {len(lanes)}")
+        per_field = {fname: [] for fname, _ in self.fields}
+        for lane_bit, fname, fbit, count in self._chunks():
+            per_field[fname].append((fbit, lanes[lane_bit:lane_bit + count]))
+        value = Cat(*(Cat(*(v for _, v in sorted(per_field[fname], key=lambda p: p[0])))
+                      for fname, _ in self.fields))
+        return data.View(self.layout, value)
+
+    def const(self, **values):
+        """A constant of :attr:`layout` (missing fields are zero)."""
+        self._check_names(values)
+        return self.layout.const(values)
+
+    # ---- Python ----
+
+    def _check_names(self, values):
+        unknown = set(values) - set(self._offsets)
+        if unknown:
+            raise KeyError(f"{self.name}: no field(s) {sorted(unknown)}")
+
+    def pack(self, **values):
+        """Field values -> ``bytes`` of :attr:`length` (missing fields are zero)."""
+        self._check_names(values)
+        acc = 0
+        for fname, bits in self.fields:
+            v = int(values.get(fname, 0))
+            if v < 0 or v >> bits:
+                raise ValueError(f"{self.name}.{fname}: {v} does not fit in {bits} bits")
+            acc = (acc << bits) | v
+        return acc.to_bytes(self.length, "big")
+
+    def unpack(self, raw):
+        """``bytes`` (at least :attr:`length`) -> ``dict`` of field values."""
+        if len(raw) < self.length:
+            raise ValueError(f"{self.name}: need {self.length} bytes, got {len(raw)}")
+        acc = int.from_bytes(bytes(raw[:self.length]), "big")
+        out = {}
+        shift = self.length * 8
+        for fname, bits in self.fields:
+            shift -= bits
+            out[fname] = (acc >> shift) & ((1 << bits) - 1)
+        return out
+
+    def lanes_value(self, **values):
+        """Field values -> the integer that :meth:`to_lanes` would produce (byte 0 lowest)."""
+        return int.from_bytes(self.pack(**values), "little")
+
+
+ETHERTYPE_IPV4 = 0x0800
+ETHERTYPE_ARP = 0x0806
+ETHERTYPE_VLAN = 0x8100
+IP_PROTO_ICMP = 1
+IP_PROTO_UDP = 17
+
+ETH = Header("eth", [("dst", 48), ("src", 48), ("ethertype", 16)])
+
+VLAN = Header("vlan", [("pcp", 3), ("dei", 1), ("vid", 12), ("ethertype", 16)])
+
+ETH_VLAN = Header("eth", [("dst", 48), ("src", 48), ("tpid", 16),
+                          ("pcp", 3), ("dei", 1), ("vid", 12), ("ethertype", 16)])
+
+ARP = Header("arp", [("htype", 16), ("ptype", 16), ("hlen", 8), ("plen", 8), ("oper", 16),
+                     ("sha", 48), ("spa", 32), ("tha", 48), ("tpa", 32)])
+
+IPV4 = Header("ipv4", [("version", 4), ("ihl", 4), ("dscp", 6), ("ecn", 2),
+                       ("total_length", 16), ("identification", 16),
+                       ("reserved", 1), ("df", 1), ("mf", 1), ("frag_offset", 13),
+                       ("ttl", 8), ("protocol", 8), ("checksum", 16),
+                       ("src", 32), ("dst", 32)])
+
+ICMP = Header("icmp", [("type", 8), ("code", 8), ("checksum", 16),
+                       ("identifier", 16), ("sequence", 16)])
+
+UDP = Header("udp", [("src_port", 16), ("dst_port", 16), ("length", 16), ("checksum", 16)])

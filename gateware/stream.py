@@ -1,0 +1,90 @@
+"""The packet stream: the one stream type every block of rocegen speaks.
+
+A packet stream is an :class:`amaranth.lib.stream.Signature` whose payload is
+:func:`packet_layout`:
+
+``data`` (W bits)
+    Byte ``i`` of the beat is ``data[8*i : 8*i+8]``; byte 0 of a packet is in the low lane of its
+    first beat, as on AXI-Stream.
+``keep`` (W/8 bits)
+    Which bytes of the beat are part of the packet. Always a *thermometer* code: every beat but
+    the last is full (all ones), the last beat has its ``n`` bytes in lanes ``0 .. n-1``. A
+    packet with no bytes at all is one beat with ``keep == 0`` and ``last == 1``.
+``last``
+    Marks the final beat of a packet.
+``error``
+    Meaningful on the last beat: the packet is damaged (bad FCS, truncated, failed a check made
+    at its end) and must be discarded by whoever acts on it. Stages that drop whole packets treat
+    ``error`` as a drop request.
+``meta``
+    Sideband fields describing the packet (parsed headers on receive, headers to build on
+    transmit). Constant over all beats of a packet.
+
+W is a power of two from 64 to 512 bits. Handshake as in :mod:`amaranth.lib.stream`: a beat moves
+when ``valid`` and ``ready`` are both high; ``valid`` never waits for ``ready``.
+"""
+
+from amaranth.hdl import Cat, Const, Mux, Value, unsigned
+from amaranth.lib import data, stream
+
+__all__ = ["WIDTHS", "check_width", "packet_layout", "PacketSignature", "keep_mask",
+           "keep_count", "empty_meta"]
+
+WIDTHS = (64, 128, 256, 512)
+
+
+def check_width(width, *, what="width", allowed=WIDTHS):
+    """Validate a data width, raising a precise error."""
+    if not isinstance(width, int) or isinstance(width, bool):
+        raise TypeError(f"{what} must be an integer number of bits, not {width!r}")
+    if width not in allowed:
+        raise ValueError(f"{what} must be one of {', '.join(map(str, allowed))} bits, not {width}")
+    return width
+
+
+def empty_meta():
+    return data.StructLayout({})
+
+
+def packet_layout(width, meta=None):
+    """Payload layout of a packet stream ``width`` bits wide with ``meta`` sideband."""
+    check_width(width)
+    return data.StructLayout({
+        "data": unsigned(width),
+        "keep": unsigned(width // 8),
+        "last": unsigned(1),
+        "error": unsigned(1),
+        "meta": empty_meta() if meta is None else meta,
+    })
+
+
+def PacketSignature(width, meta=None, **kwargs):
+    """:class:`amaranth.lib.stream.Signature` of a packet stream."""
+    return stream.Signature(packet_layout(width, meta), **kwargs)
+
+
+def keep_mask(count, lanes):
+    """Thermometer ``keep`` with the low ``count`` of ``lanes`` bits set (``count`` may be a Value
+    from 0 to ``lanes``)."""
+    if isinstance(count, int):
+        if not 0 <= count <= lanes:
+            raise ValueError(f"count {count} out of 0..{lanes}")
+        return Const((1 << count) - 1, lanes)
+    count = Value.cast(count)
+    return Cat(*(count > i for i in range(lanes)))
+
+
+def keep_count(keep):
+    """Number of bytes in a thermometer ``keep``, as a Value of ``range(lanes + 1)``.
+
+    Finds the one-hot boundary ``keep[i] & ~keep[i+1]`` and encodes it with OR trees, so the
+    logic depth is logarithmic in the lane count (not a ripple count)."""
+    keep = Value.cast(keep)
+    lanes = len(keep)
+    edge = [keep[i] & (~keep[i + 1] if i + 1 < lanes else 1) for i in range(lanes)]
+    nbits = unsigned(lanes).width
+    bits = []
+    for b in range(nbits):
+        terms = [edge[i] for i in range(lanes) if ((i + 1) >> b) & 1]
+        bits.append(Cat(*terms).any() if terms else Const(0, 1))
+    return Cat(*bits)

@@ -1,0 +1,79 @@
+"""Drive and collect packet streams in the Amaranth simulator, with random idle cycles and
+random backpressure."""
+
+import random
+
+from amaranth.lib import data
+
+from .packets import Packet, from_beats, to_beats
+
+__all__ = ["StreamDriver", "StreamCollector", "meta_dict"]
+
+
+def meta_dict(value):
+    """A sampled ``data.Const`` of a StructLayout -> nested ``dict`` of ints."""
+    if isinstance(value, data.Const):
+        return {name: meta_dict(value[name]) for name in value.shape().members}
+    return int(value)
+
+
+class StreamDriver:
+    """Sends :class:`Packet` s on a packet stream. ``idle`` is the chance of an idle cycle
+    before each beat."""
+
+    def __init__(self, stream, width, *, idle=0.0, seed=0):
+        self.stream = stream
+        self.width = width
+        self.idle = idle
+        self.rng = random.Random(seed)
+
+    async def send(self, ctx, packets):
+        for pkt in packets:
+            beats = to_beats(pkt.data, self.width)
+            for n, (d, keep, last) in enumerate(beats):
+                while self.idle and self.rng.random() < self.idle:
+                    ctx.set(self.stream.valid, 0)
+                    await ctx.tick()
+                ctx.set(self.stream.payload, {
+                    "data": d, "keep": keep, "last": last,
+                    "error": int(pkt.error and bool(last)), "meta": pkt.meta,
+                })
+                ctx.set(self.stream.valid, 1)
+                await ctx.tick().until(self.stream.ready)
+        ctx.set(self.stream.valid, 0)
+
+
+class StreamCollector:
+    """Receives packets from a packet stream; ``backpressure`` is the chance that ``ready`` is
+    low in a cycle. Records the cycle of every accepted beat in ``beat_cycles``."""
+
+    def __init__(self, stream, width, *, backpressure=0.0, seed=1):
+        self.stream = stream
+        self.width = width
+        self.backpressure = backpressure
+        self.rng = random.Random(seed)
+        self.packets = []
+        self.beat_cycles = []
+        self.cycle = 0
+        self._beats = []
+        self._meta = None
+
+    async def run(self, ctx):
+        s = self.stream
+        while True:
+            ready = not (self.backpressure and self.rng.random() < self.backpressure)
+            ctx.set(s.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(s.valid, s.payload)
+            self.cycle += 1
+            if not (valid and ready):
+                continue
+            self.beat_cycles.append(self.cycle)
+            meta = meta_dict(payload.meta)
+            if self._beats and meta != self._meta:
+                raise AssertionError(f"meta changed inside a packet: {self._meta} -> {meta}")
+            self._meta = meta
+            self._beats.append((payload.data, payload.keep, payload.last))
+            if payload.last:
+                self.packets.append(Packet(from_beats(self._beats, self.width), meta,
+                                           bool(payload.error)))
+                self._beats = []
