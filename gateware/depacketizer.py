@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Const, Signal, Module
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -14,7 +14,7 @@ order). From that single declaration come
   ``dict``, used by the reference models and the tests.
 """
 
-from amaranth.hdl import Cat, Const, Value
+from amaranth.hdl import Cat, Value
 from amaranth.lib import data
 
 __all__ = [
@@ -90,7 +90,7 @@ class Header:
         """Header value (a view of :attr:`layout`) -> ``8 * length`` bits in lane order."""
         parts = sorted(self._chunks())
         pieces = []
-        for lane_bit, fname, fbit, count in parts:
+        for _, fname, fbit, count in parts:
             pieces.append(Value.cast(getattr(view, fname))[fbit:fbit + count])
         return Cat(*pieces)
 

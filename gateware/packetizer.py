@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Const, Mux, Signal, Module
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -24,11 +24,11 @@ W is a power of two from 64 to 512 bits. Handshake as in :mod:`amaranth.lib.stre
 when ``valid`` and ``ready`` are both high; ``valid`` never waits for ``ready``.
 """
 
-from amaranth.hdl import Cat, Const, Mux, Value, unsigned
+from amaranth.hdl import Cat, Const, Signal, Value, unsigned
 from amaranth.lib import data, stream
 
 __all__ = ["WIDTHS", "check_width", "packet_layout", "PacketSignature", "keep_mask",
-           "keep_count", "empty_meta"]
+           "keep_count", "empty_meta", "first_beat"]
 
 WIDTHS = (64, 128, 256, 512)
 
@@ -88,3 +88,12 @@ def keep_count(keep):
         terms = [edge[i] for i in range(lanes) if ((i + 1) >> b) & 1]
         bits.append(Cat(*terms).any() if terms else Const(0, 1))
     return Cat(*bits)
+
+
+def first_beat(m, s):
+    """A signal that is high while the beat offered on packet stream ``s`` is the first of its
+    packet (one register, updated in module ``m``'s sync domain)."""
+    in_packet = Signal()
+    with m.If(s.valid & s.ready):
+        m.d.sync += in_packet.eq(~s.payload.last)
+    return ~in_packet

@@ -30,7 +30,7 @@ class StreamDriver:
     async def send(self, ctx, packets):
         for pkt in packets:
             beats = to_beats(pkt.data, self.width)
-            for n, (d, keep, last) in enumerate(beats):
+            for d, keep, last in beats:
                 while self.idle and self.rng.random() < self.idle:
                     ctx.set(self.stream.valid, 0)
                     await ctx.tick()
