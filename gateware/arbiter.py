@@ -1,0 +1,108 @@
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .stream import PacketSignature, check_width
+
+__all__ = ["PacketArbiter", "check_count"]
+
+
+def check_count(n, *, what="n"):
+    """Validate a number of ports, raising a precise error."""
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise TypeError(f"{what} must be an integer number of ports, not {n!r}")
+    if n < 1:
+        raise ValueError(f"{what} must be at least 1, not {n}")
+    return n
+
+
+class PacketArbiter(wiring.Component):
+    """Round-robin merge of ``n`` packet streams into one, a whole packet at a time.
+
+    Parameters
+    ----------
+    width : int
+        Data width W in bits (64..512, power of two).
+    meta : StructLayout or None
+        Metadata of all the streams (the same on every input and on the output).
+    n : int
+        Number of inputs (at least 1; with 1 the arbiter is a plain pass-through).
+
+    Ports
+    -----
+    i : ``In(PacketSignature(width, meta)).array(n)``
+        The inputs, ``i[0]`` .. ``i[n-1]``: a list member, so each element is an ordinary packet
+        stream interface and composes with ``wiring.connect(m, source.o, arb.i[k])``.
+    o : ``Out(PacketSignature(width, meta))``
+        The merged stream.
+
+    Behaviour
+    ---------
+    * Packet granularity: once the first beat of a packet is offered on ``o``, the arbiter stays
+      with that input until the packet's last beat has moved. Packets are never interleaved and
+      leave unchanged (data, keep, error and meta are those of the input).
+    * Round robin: when no packet is in progress, the input chosen is the first one with
+      ``valid`` high in the order ``p, p+1, .., n-1, 0, .., p-1``, where ``p`` is one past the
+      input that sent the previous packet (0 after reset). With every input always holding a
+      packet, they take one packet each in turn; an input waiting for a grant sees at most
+      ``n - 1`` packets of other inputs start before its own.
+    * Latency: zero cycles. ``o.valid`` and ``o.payload`` are a multiplexer of the inputs, and
+      ``i[k].ready`` is ``o.ready`` for the granted input (0 for the others), all combinational.
+      The next grant is decided combinationally in the cycle after a last beat has moved, so a
+      new packet follows the previous one with no idle cycle, and a single-beat packet can move
+      every cycle. Put a register slice behind ``o`` where the path must be broken.
+    * Stability: the grant is held from the first cycle a beat is offered on ``o`` until it
+      moves, so an offer is never withdrawn or changed while ``o.ready`` is low (AXI-Stream
+      rule), provided the inputs keep to that rule too.
+    """
+
+    def __init__(self, width, meta=None, n=2):
+        check_width(width)
+        check_count(n)
+        self.width = width
+        self.meta = meta
+        self.n = n
+        super().__init__({
+            "i": In(PacketSignature(width, meta)).array(n),
+            "o": Out(PacketSignature(width, meta)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.n
+        o = self.o
+
+        locked = Signal()                   # a packet (or its first beat's offer) is in progress
+        owner = Signal(range(n))            # the input holding the grant while locked
+        prio = Signal(range(n))             # round-robin pointer: first input to consider
+
+        req = Cat(*(self.i[k].valid for k in range(n)))
+        req_hi = Cat(*(self.i[k].valid & (prio <= k) for k in range(n)))
+        pick = Signal(range(n))
+        # lowest requesting input at or above prio, else the lowest requesting input at all
+        # (later assignments win, so walk from the highest index down)
+        for k in reversed(range(n)):
+            with m.If(req[k]):
+                m.d.comb += pick.eq(k)
+        for k in reversed(range(n)):
+            with m.If(req_hi[k]):
+                m.d.comb += pick.eq(k)
+
+        grant = Signal(range(n))
+        m.d.comb += grant.eq(Mux(locked, owner, pick))
+
+        with m.Switch(grant):
+            for k in range(n):
+                with m.Case(k):
+                    m.d.comb += [
+                        o.valid.eq(self.i[k].valid),
+                        o.payload.eq(self.i[k].payload),
+                        self.i[k].ready.eq(o.ready),
+                    ]
+
+        nxt = grant + 1 if (n & (n - 1)) == 0 else Mux(grant == n - 1, 0, grant + 1)
+        with m.If(o.valid & o.ready & o.payload.last):
+            m.d.sync += [locked.eq(0), prio.eq(nxt)]
+        with m.Elif(o.valid):
+            m.d.sync += [locked.eq(1), owner.eq(grant)]
+        return m

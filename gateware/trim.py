@@ -1,0 +1,128 @@
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .stream import PacketSignature, check_width
+
+__all__ = ["Trim"]
+
+
+class Trim(wiring.Component):
+    """Cut every packet to exactly ``length`` bytes.
+
+    Used to remove Ethernet padding (``length`` from the IPv4 total length) and to check that a
+    packet to transmit has the length its headers claim.
+
+    Parameters
+    ----------
+    width : int
+        Data width W in bits (64..512, power of two).
+    meta : StructLayout or None
+        Metadata of the streams, passed through.
+
+    Ports
+    -----
+    i : ``In(PacketSignature(width, meta))``
+    o : ``Out(PacketSignature(width, meta))``
+    length : ``In(16)``
+        Wanted length in bytes, driven combinationally by the parent (normally from
+        ``i.payload.meta``); sampled with the first beat of each packet (in the cycle it is
+        offered) and held for the rest of the packet.
+    short : ``Out(1)``
+        High for one cycle, in the cycle the last beat of a packet shorter than ``length`` moves
+        on ``o``.
+    long : ``Out(1)``
+        High for one cycle, in the cycle the beat that reaches ``length`` bytes is consumed, when
+        the packet has bytes beyond it.
+
+    Behaviour
+    ---------
+    * A packet of ``length`` bytes or more leaves with exactly its first ``length`` bytes: the
+      beat in which the count reaches ``length`` becomes the last one, with ``keep`` cut to the
+      remaining bytes (``length == 0`` gives an empty packet, one beat with ``keep == 0``); the
+      input beats after it are consumed and discarded. ``error`` of the output's last beat is
+      the ``error`` of the input's last beat, so a damaged frame stays marked as damaged.
+    * A packet shorter than ``length`` passes whole, with ``error`` set on its last beat.
+    * Latency: zero cycles (``o`` is combinational from ``i``, ``i.ready`` from ``o.ready``),
+      with one exception: when bytes are cut and the beat that reaches ``length`` is not the
+      input's last, that beat is taken into a register (when ``o.ready`` is high) while the rest
+      of the input packet is discarded (one input beat per cycle, whatever ``o.ready``), and
+      leaves in the cycle the input's last beat is consumed, carrying that beat's ``error``.
+      Every output beat thus moves in the same cycle as an input beat.
+    * Throughput: one input beat per cycle, sustained across back-to-back packets.
+    * Timing: the output ``keep`` is ``i.keep`` masked with ``remaining > j`` for each lane
+      ``j``, where ``remaining`` is ``length`` minus the bytes already passed (a register
+      decremented by W/8 per beat): comparisons with constants, no shifter on the data path.
+      ``i.ready`` depends only on ``o.ready``, ``i.payload.last`` and state.
+    """
+
+    def __init__(self, width, meta=None):
+        check_width(width)
+        self.width = width
+        self.meta = meta
+        super().__init__({
+            "i": In(PacketSignature(width, meta)),
+            "o": Out(PacketSignature(width, meta)),
+            "length": In(16),
+            "short": Out(1),
+            "long": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.width // 8
+        i, o = self.i, self.o
+
+        first = Signal(init=1)             # the next input beat is a packet's first
+        rem_r = Signal(16)                 # bytes still to pass, for a beat other than the first
+        hold = Signal()                    # the cut last beat waits in h_* while the rest drains
+        h_data = Signal(self.width)
+        h_keep = Signal(B)
+
+        rem = Signal(16)
+        m.d.comb += rem.eq(Mux(first, self.length, rem_r))
+        lane = Signal(B)                   # lanes still within length
+        m.d.comb += lane.eq(Cat(*(rem > j for j in range(B))))
+        fits = Signal()                    # this beat reaches length
+        m.d.comb += fits.eq(rem <= B)
+        keep_out = i.payload.keep & lane
+        beyond = (i.payload.keep & ~lane).any()
+        cut = Signal()                     # bytes beyond length: this beat ends the output
+        m.d.comb += cut.eq(fits & (~i.payload.last | beyond))
+        short = Signal()
+        m.d.comb += short.eq(i.payload.last & (~fits | (lane & ~i.payload.keep).any()))
+
+        m.d.comb += o.payload.meta.eq(i.payload.meta)
+        with m.If(hold):
+            m.d.comb += [
+                o.payload.data.eq(h_data),
+                o.payload.keep.eq(h_keep),
+                o.payload.last.eq(1),
+                o.payload.error.eq(i.payload.error),
+            ]
+            with m.If(i.payload.last):
+                m.d.comb += [o.valid.eq(i.valid), i.ready.eq(o.ready)]
+                with m.If(i.valid & o.ready):
+                    m.d.sync += [hold.eq(0), first.eq(1)]
+            with m.Else():
+                m.d.comb += i.ready.eq(1)  # discard
+        with m.Else():
+            m.d.comb += i.ready.eq(o.ready)
+            with m.If(cut & ~i.payload.last):
+                # keep the new last beat until the input's last beat brings its error flag
+                with m.If(i.valid & o.ready):
+                    m.d.sync += [hold.eq(1), first.eq(0),
+                                 h_data.eq(i.payload.data), h_keep.eq(keep_out)]
+                    m.d.comb += self.long.eq(1)
+            with m.Else():
+                m.d.comb += [
+                    o.valid.eq(i.valid),
+                    o.payload.data.eq(i.payload.data),
+                    o.payload.keep.eq(keep_out),
+                    o.payload.last.eq(i.payload.last),
+                    o.payload.error.eq(i.payload.error | short),
+                ]
+                with m.If(i.valid & o.ready):
+                    m.d.sync += [first.eq(i.payload.last), rem_r.eq(rem - B)]
+                    m.d.comb += [self.long.eq(cut), self.short.eq(short)]
+        return m
