@@ -1,0 +1,99 @@
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from .checksum import PacketChecksum
+from .fifo import PacketFifo
+from .gate import PacketGate
+from .stream import PacketSignature, check_width, first_beat
+
+__all__ = ["ChecksumCheckedFifo"]
+
+
+class ChecksumCheckedFifo(wiring.Component):
+    """Store-and-forward FIFO that releases only packets whose Internet checksum is right.
+
+    The one's complement sum of each packet (plus ``seed``, e.g. a pseudo-header) is computed
+    while the packet is written (:class:`~rocegen.gateware.checksum.PacketChecksum`); a packet is
+    good when the sum is 0xFFFF or when ``skip`` was high with its first beat (UDP's "no
+    checksum"). Packets with ``error`` set are discarded by the FIFO; bad checksums are
+    discarded at the output (:class:`~rocegen.gateware.gate.PacketGate`) and pulse
+    ``drop_checksum``.
+
+    ``seed`` and ``skip`` are driven combinationally by the parent from ``i.payload`` and sampled
+    with the first beat of each packet. Packets longer than ``depth`` beats cannot be stored and
+    are dropped (``drop_overflow``); the input is held while the FIFO is full.
+
+    Latency: a packet can leave once its last beat is stored and its verdict is known,
+    ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest. Throughput: one
+    beat per cycle in and out.
+    """
+
+    def __init__(self, width, depth, meta=None):
+        check_width(width)
+        self.width = width
+        self.depth = depth
+        self.meta = meta
+        super().__init__({
+            "i": In(PacketSignature(width, meta)),
+            "o": Out(PacketSignature(width, meta)),
+            "seed": In(16),
+            "skip": In(1),
+            "drop_checksum": Out(1),
+            "drop_error": Out(1),
+            "drop_overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        store = m.submodules.store = PacketFifo(W, self.depth, self.meta, store_and_forward=True,
+                                                drop_errors=True, overflow="wait")
+        wiring.connect(m, wiring.flipped(self.i), store.i)
+        m.d.comb += [self.drop_error.eq(store.drop_error),
+                     self.drop_overflow.eq(store.drop_overflow)]
+
+        cs = m.submodules.checksum = PacketChecksum(W, self.meta)
+        m.d.comb += cs.observe(store.i)
+        m.d.comb += cs.seed.eq(self.seed)
+
+        # the per-packet skip flag and "will the FIFO keep it" travel beside the checksum
+        # pipeline, so that they meet the packet's sum exactly `latency` cycles after its end
+        i = store.i
+        first = first_beat(m, i)
+        skip_reg = Signal()
+        with m.If(i.valid & i.ready & first):
+            m.d.sync += skip_reg.eq(self.skip)
+        skip_now = Signal()
+        m.d.comb += skip_now.eq(first & self.skip | ~first & skip_reg)
+        ends = i.valid & i.ready & i.payload.last
+        # in "wait" mode the FIFO drops exactly the packets longer than its memory
+        beats = Signal(range(self.depth + 2))
+        with m.If(i.valid & i.ready):
+            with m.If(i.payload.last):
+                m.d.sync += beats.eq(0)
+            with m.Elif(beats <= self.depth):
+                m.d.sync += beats.eq(beats + 1)
+        kept = ends & ~i.payload.error & (beats < self.depth)
+        pipe_kept = Signal(cs.latency)
+        pipe_skip = Signal(cs.latency)
+        m.d.sync += [
+            pipe_kept.eq(Cat(kept, pipe_kept)),
+            pipe_skip.eq(Cat(skip_now, pipe_skip)),
+        ]
+        verdicts = m.submodules.verdicts = fifo.SyncFIFOBuffered(width=1, depth=self.depth + 2)
+        m.d.comb += [
+            verdicts.w_en.eq(cs.o.valid & pipe_kept[-1]),
+            verdicts.w_data.eq(pipe_skip[-1] | (cs.o.payload == 0xFFFF)),
+        ]
+
+        gate = m.submodules.gate = PacketGate(W, self.meta)
+        wiring.connect(m, store.o, gate.i)
+        m.d.comb += [
+            gate.verdict.valid.eq(verdicts.r_rdy),
+            gate.verdict.payload.eq(verdicts.r_data),
+            verdicts.r_en.eq(gate.verdict.ready),
+            self.drop_checksum.eq(gate.dropped),
+        ]
+        wiring.connect(m, gate.o, wiring.flipped(self.o))
+        return m

@@ -1,0 +1,59 @@
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["StatsBlock"]
+
+
+class StatsBlock(wiring.Component):
+    """A bank of event counters with a read port: the statistics block of a design.
+
+    Parameters
+    ----------
+    names : list of str
+        One counter per name, at address ``names.index(name)``.
+    counter_width : int
+        Bits per counter (8..64); counters saturate at their maximum instead of wrapping.
+
+    Ports
+    -----
+    ``inc`` : one input bit per counter (``inc[k]`` adds one in the cycle it is high).
+    ``addr`` / ``data`` : read port, ``data`` is the counter at ``addr`` one cycle later.
+    ``clear`` : sets every counter to zero.
+    """
+
+    def __init__(self, names, counter_width=32):
+        names = list(names)
+        if len(set(names)) != len(names):
+            dup = sorted({n for n in names if names.count(n) > 1})
+            raise ValueError(f"statistics names must be unique, repeated: {dup}")
+        if not names:
+            raise ValueError("statistics block needs at least one counter")
+        if not 8 <= counter_width <= 64:
+            raise ValueError(f"counter_width must be 8..64, not {counter_width}")
+        self.names = names
+        self.counter_width = counter_width
+        super().__init__({
+            "inc": In(len(names)),
+            "addr": In(range(len(names))),
+            "data": Out(counter_width),
+            "clear": In(1),
+        })
+
+    def address(self, name):
+        return self.names.index(name)
+
+    def elaborate(self, platform):
+        m = Module()
+        top = (1 << self.counter_width) - 1
+        counters = [Signal(self.counter_width, name=f"count_{n}") for n in self.names]
+        for k, c in enumerate(counters):
+            with m.If(self.clear):
+                m.d.sync += c.eq(0)
+            with m.Elif(self.inc[k] & (c != top)):
+                m.d.sync += c.eq(c + 1)
+        with m.Switch(self.addr):
+            for k, c in enumerate(counters):
+                with m.Case(k):
+                    m.d.sync += self.data.eq(c)
+        return m
