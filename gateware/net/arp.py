@@ -1,0 +1,179 @@
+from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..depacketizer import Depacketizer
+from ..headers import ARP, ETH, ETHERTYPE_ARP, ETHERTYPE_IPV4
+from ..packetizer import Packetizer
+from ..stream import PacketSignature, check_width
+from .layouts import ETH_META
+
+__all__ = ["Arp"]
+
+BROADCAST = (1 << 48) - 1
+OPER_REQUEST, OPER_REPLY = 1, 2
+
+
+class Arp(wiring.Component):
+    """ARP for IPv4 over Ethernet: responder, cache and resolver.
+
+    Receive (``i``: ARP payloads with the Ethernet header in ``meta.eth``):
+
+    * a packet that is not Ethernet/IPv4 ARP (htype 1, ptype 0x0800, hlen 6, plen 4, oper 1 or
+      2), is shorter than 28 bytes, or has ``error`` set is dropped and pulses ``drop_bad``;
+    * a request for ``local_ip`` is answered (``tx_reply``);
+    * the sender is learned when we are the target (RFC 826 merge), and refreshed whenever an
+      entry for its address exists.
+
+    Cache: ``entries`` fully associative entries, replaced round robin; entries do not expire
+    (a changed MAC is learned from the peer's next request or reply).
+
+    Resolver (for the IPv4 transmitter): ``lookup_ip`` -> ``lookup_hit`` / ``lookup_mac``
+    combinationally. Holding ``resolve`` high for an address that misses sends a request, then
+    repeats it every ``retry_cycles`` up to ``retries`` times; if no answer came,
+    ``resolve_failed`` pulses for one cycle (the transmitter drops its packet) and the resolver
+    is free again.
+
+    Transmit (``o``): replies and requests as 28-byte ARP payloads with ``meta.eth`` set; the
+    Ethernet transmitter pads them. Replies go first.
+
+    Latency: a reply leaves 2 cycles after the request's last beat at the earliest. Backpressure:
+    while a reply is still waiting to leave, the next packet is held at its last beat.
+    """
+
+    def __init__(self, width, *, entries=4, retry_cycles=100_000, retries=3):
+        check_width(width)
+        if not isinstance(entries, int) or not 1 <= entries <= 64:
+            raise ValueError(f"ARP cache entries must be 1..64, not {entries!r}")
+        if not isinstance(retry_cycles, int) or retry_cycles < 16:
+            raise ValueError(f"retry_cycles must be an integer >= 16, not {retry_cycles!r}")
+        if not isinstance(retries, int) or not 0 <= retries <= 255:
+            raise ValueError(f"retries must be 0..255, not {retries!r}")
+        self.width = width
+        self.entries = entries
+        self.retry_cycles = retry_cycles
+        self.retries = retries
+        super().__init__({
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "i": In(PacketSignature(width, ETH_META)),
+            "o": Out(PacketSignature(width, ETH_META)),
+            "lookup_ip": In(32),
+            "lookup_hit": Out(1),
+            "lookup_mac": Out(48),
+            "resolve": In(1),
+            "resolve_failed": Out(1),
+            "drop_bad": Out(1),
+            "rx_request": Out(1),
+            "rx_reply": Out(1),
+            "tx_reply": Out(1),
+            "tx_request": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+
+        # ---- cache ----
+        valid = Array(Signal(name=f"valid{k}") for k in range(self.entries))
+        ips = Array(Signal(32, name=f"ip{k}") for k in range(self.entries))
+        macs = Array(Signal(48, name=f"mac{k}") for k in range(self.entries))
+        victim = Signal(range(self.entries))
+
+        def match(ip):
+            hits = [valid[k] & (ips[k] == ip) for k in range(self.entries)]
+            index = Signal(range(self.entries))
+            for k in reversed(range(self.entries)):
+                with m.If(hits[k]):
+                    m.d.comb += index.eq(k)
+            hit = Signal()
+            m.d.comb += hit.eq(sum(h << k for k, h in enumerate(hits)) != 0)
+            return hit, index
+
+        hit, index = match(self.lookup_ip)
+        m.d.comb += [self.lookup_hit.eq(hit), self.lookup_mac.eq(macs[index])]
+
+        # ---- receive ----
+        rx = m.submodules.rx = Depacketizer(ARP, W, ETH_META)
+        wiring.connect(m, wiring.flipped(self.i), rx.i)
+        arp = rx.o.payload.meta.arp
+        well_formed = ((arp.htype == 1) & (arp.ptype == ETHERTYPE_IPV4) & (arp.hlen == 6) &
+                       (arp.plen == 4) & ((arp.oper == OPER_REQUEST) | (arp.oper == OPER_REPLY)))
+        reply_pending = Signal()
+        reply_mac = Signal(48)
+        reply_ip = Signal(32)
+        end = rx.o.valid & rx.o.payload.last
+        for_us = arp.tpa == self.local_ip
+        is_request = arp.oper == OPER_REQUEST
+        m.d.comb += rx.o.ready.eq(~(end & reply_pending))
+        m.d.comb += self.drop_bad.eq(rx.runt | (end & rx.o.ready & (rx.o.payload.error | ~well_formed)))
+
+        s_hit, s_index = match(arp.spa)
+        with m.If(end & rx.o.ready & ~rx.o.payload.error & well_formed):
+            m.d.comb += [self.rx_request.eq(is_request), self.rx_reply.eq(~is_request)]
+            with m.If(s_hit):
+                m.d.sync += macs[s_index].eq(arp.sha)
+            with m.Elif(for_us):
+                m.d.sync += [valid[victim].eq(1), ips[victim].eq(arp.spa), macs[victim].eq(arp.sha),
+                             victim.eq(Mux(victim == self.entries - 1, 0, victim + 1))]
+            with m.If(for_us & is_request):
+                m.d.sync += [reply_pending.eq(1), reply_mac.eq(arp.sha), reply_ip.eq(arp.spa)]
+
+        # ---- resolver ----
+        busy = Signal()
+        target = Signal(32)
+        timer = Signal(range(self.retry_cycles + 1))
+        tries = Signal(range(self.retries + 2))
+        request_pending = Signal()
+        with m.If(~busy):
+            with m.If(self.resolve & ~hit):
+                m.d.sync += [busy.eq(1), target.eq(self.lookup_ip), request_pending.eq(1),
+                             tries.eq(0), timer.eq(self.retry_cycles)]
+        with m.Else():
+            t_hit, _ = match(target)
+            with m.If(t_hit):
+                m.d.sync += [busy.eq(0), request_pending.eq(0)]
+            with m.Elif(~request_pending):
+                with m.If(timer == 0):
+                    with m.If(tries == self.retries):
+                        m.d.sync += busy.eq(0)
+                        m.d.comb += self.resolve_failed.eq(1)
+                    with m.Else():
+                        m.d.sync += [request_pending.eq(1), tries.eq(tries + 1),
+                                     timer.eq(self.retry_cycles)]
+                with m.Else():
+                    m.d.sync += timer.eq(timer - 1)
+
+        # ---- transmit ----
+        tx_meta = data.StructLayout({"eth": ETH.layout, "arp": ARP.layout})
+        tx = m.submodules.tx = Packetizer(ARP, W, tx_meta)
+        wiring.connect(m, tx.o, wiring.flipped(self.o))
+        pm = tx.i.payload.meta
+        m.d.comb += [
+            tx.i.payload.keep.eq(0),           # empty payload: the packet is the ARP header
+            tx.i.payload.last.eq(1),
+            pm.eth.src.eq(self.local_mac),
+            pm.eth.ethertype.eq(ETHERTYPE_ARP),
+            pm.arp.htype.eq(1), pm.arp.ptype.eq(ETHERTYPE_IPV4),
+            pm.arp.hlen.eq(6), pm.arp.plen.eq(4),
+            pm.arp.sha.eq(self.local_mac), pm.arp.spa.eq(self.local_ip),
+        ]
+        with m.If(reply_pending):
+            m.d.comb += [
+                tx.i.valid.eq(1),
+                pm.eth.dst.eq(reply_mac),
+                pm.arp.oper.eq(OPER_REPLY), pm.arp.tha.eq(reply_mac), pm.arp.tpa.eq(reply_ip),
+            ]
+            with m.If(tx.i.ready):
+                m.d.sync += reply_pending.eq(0)
+                m.d.comb += self.tx_reply.eq(1)
+        with m.Elif(request_pending & busy):
+            m.d.comb += [
+                tx.i.valid.eq(1),
+                pm.eth.dst.eq(BROADCAST),
+                pm.arp.oper.eq(OPER_REQUEST), pm.arp.tha.eq(0), pm.arp.tpa.eq(target),
+            ]
+            with m.If(tx.i.ready):
+                m.d.sync += request_pending.eq(0)
+                m.d.comb += self.tx_request.eq(1)
+        return m

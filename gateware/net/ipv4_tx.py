@@ -1,0 +1,118 @@
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..checksum import be_words, ones_complement_sum
+from ..headers import ETH, ETHERTYPE_IPV4, IPV4
+from ..packetizer import Packetizer
+from ..stream import PacketSignature, check_width
+from .layouts import ETH_META, IP_TX
+
+__all__ = ["Ipv4Tx"]
+
+IP_TX_META = data.StructLayout({"ip": IP_TX})
+
+
+class Ipv4Tx(wiring.Component):
+    """IPv4 transmit: next-hop MAC through ARP, header generation with checksum, insertion.
+
+    ``i`` carries IP payloads with ``meta.ip`` (:data:`~rocegen.gateware.net.layouts.IP_TX`);
+    ``o`` carries the IP packets with ``meta.eth`` ready for the Ethernet transmitter. The header
+    has version 4, IHL 5, the given DSCP/ECN, DF set, TTL ``ttl``, a per-packet incrementing
+    identification, source ``local_ip`` and a correct checksum.
+
+    The destination MAC is ``meta.ip.mac`` when ``mac_known`` is set (replies to a sender whose
+    address came with its request), else the ARP cache's answer; on a miss the packet waits at the
+    input while ``resolve`` asks ARP, and is dropped whole (``drop_unresolved``) if ARP gives up.
+    Packets behind it wait (no reordering).
+
+    Latency 0 when the MAC is known or cached (the first beat passes in the cycle it arrives).
+    Backpressure: ``i.ready`` follows ``o.ready`` through the packetizer.
+    """
+
+    def __init__(self, width, *, ttl=64):
+        check_width(width)
+        if not isinstance(ttl, int) or not 1 <= ttl <= 255:
+            raise ValueError(f"TTL must be 1..255, not {ttl!r}")
+        self.width = width
+        self.ttl = ttl
+        super().__init__({
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "i": In(PacketSignature(width, IP_TX_META)),
+            "o": Out(PacketSignature(width, ETH_META)),
+            "lookup_ip": Out(32),
+            "lookup_hit": In(1),
+            "lookup_mac": In(48),
+            "resolve": Out(1),
+            "resolve_failed": In(1),
+            "drop_unresolved": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        i = self.i
+        ip = i.payload.meta.ip
+        hdr_meta = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout})
+        pk = m.submodules.packetizer = Packetizer(IPV4, W, hdr_meta)
+        wiring.connect(m, pk.o, wiring.flipped(self.o))
+
+        # ---- next hop ----
+        passing = Signal()          # rest of a packet whose MAC is settled
+        dropping = Signal()
+        mac_reg = Signal(48)
+        ident = Signal(16)
+        m.d.comb += self.lookup_ip.eq(ip.dst)
+        mac_now = Mux(ip.mac_known, ip.mac, self.lookup_mac)
+        settled = ip.mac_known | self.lookup_hit
+        mac = Mux(passing, mac_reg, mac_now)
+
+        forward = Signal()
+        with m.If(dropping):
+            m.d.comb += i.ready.eq(1)
+            with m.If(i.valid & i.payload.last):
+                m.d.sync += dropping.eq(0)
+        with m.Elif(passing):
+            m.d.comb += forward.eq(1)
+        with m.Else():
+            with m.If(i.valid):
+                with m.If(settled):
+                    m.d.comb += forward.eq(1)
+                    with m.If(pk.i.ready & ~i.payload.last):
+                        m.d.sync += [passing.eq(1), mac_reg.eq(mac_now)]
+                with m.Else():
+                    m.d.comb += self.resolve.eq(1)
+                    with m.If(self.resolve_failed):
+                        m.d.comb += self.drop_unresolved.eq(1)
+                        m.d.comb += i.ready.eq(1)
+                        with m.If(~i.payload.last):
+                            m.d.sync += dropping.eq(1)
+        with m.If(forward):
+            m.d.comb += [
+                pk.i.valid.eq(i.valid),
+                i.ready.eq(pk.i.ready),
+            ]
+            with m.If(passing & i.valid & pk.i.ready & i.payload.last):
+                m.d.sync += passing.eq(0)
+            with m.If(i.valid & pk.i.ready & i.payload.last):
+                m.d.sync += ident.eq(ident + 1)
+
+        # ---- headers ----
+        pm = pk.i.payload.meta
+        m.d.comb += [
+            pk.i.payload.data.eq(i.payload.data), pk.i.payload.keep.eq(i.payload.keep),
+            pk.i.payload.last.eq(i.payload.last), pk.i.payload.error.eq(i.payload.error),
+            pm.eth.dst.eq(mac), pm.eth.src.eq(self.local_mac),
+            pm.eth.ethertype.eq(ETHERTYPE_IPV4),
+        ]
+        hdr = Signal(IPV4.layout)
+        m.d.comb += [
+            hdr.version.eq(4), hdr.ihl.eq(5), hdr.dscp.eq(ip.dscp), hdr.ecn.eq(ip.ecn),
+            hdr.total_length.eq(ip.length + IPV4.length), hdr.identification.eq(ident),
+            hdr.df.eq(1), hdr.ttl.eq(self.ttl), hdr.protocol.eq(ip.protocol),
+            hdr.src.eq(self.local_ip), hdr.dst.eq(ip.dst),
+        ]
+        m.d.comb += pm.ipv4.eq(hdr)
+        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum(be_words(IPV4.to_lanes(hdr))))
+        return m

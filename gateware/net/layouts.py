@@ -1,0 +1,33 @@
+"""Metadata layouts of the network stack's internal streams (sideband, not wire headers: the
+wire headers are in :mod:`rocegen.gateware.headers`)."""
+
+from amaranth.lib import data
+
+from ..headers import ETH, IPV4, UDP
+
+__all__ = ["IP_TX", "UDP_TX", "ETH_META", "IP_RX_META", "UDP_RX_META"]
+
+#: A packet handed to the IPv4 transmitter: its payload is the IP payload.
+IP_TX = data.StructLayout({
+    "dst": 32,            # destination IPv4 address
+    "protocol": 8,
+    "dscp": 6,
+    "ecn": 2,
+    "length": 16,         # IP payload length in bytes
+    "mac_known": 1,       # 1: send to `mac` without asking ARP (replies to a known sender)
+    "mac": 48,
+})
+
+#: A datagram handed to a UDP transmit port: its payload is the UDP payload.
+UDP_TX = data.StructLayout({
+    "dst_ip": 32,
+    "src_port": 16,
+    "dst_port": 16,
+    "length": 16,         # UDP payload length in bytes
+    "dscp": 6,
+    "ecn": 2,
+})
+
+ETH_META = data.StructLayout({"eth": ETH.layout})
+IP_RX_META = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout})
+UDP_RX_META = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "udp": UDP.layout})

@@ -1,0 +1,181 @@
+from amaranth.hdl import Cat, Module
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arbiter import PacketArbiter
+from ..fifo import PacketFifo
+from ..stats import StatsBlock
+from ..stream import PacketSignature, check_width
+from .arp import Arp
+from .eth_rx import EthRx
+from .eth_tx import EthTx
+from .icmp import IcmpEcho
+from .ipv4_rx import Ipv4Rx
+from .ipv4_tx import Ipv4Tx
+from .layouts import ETH_META, IP_TX, UDP_RX_META
+from .udp_rx import UdpRx
+from .udp_tx import UDP_TX_META, UdpTx
+
+__all__ = ["NetStack", "STATS"]
+
+#: Counter names of the statistics block, in address order.
+STATS = [
+    "rx_frames", "rx_bad_frame", "rx_overflow",
+    "eth_runt", "eth_drop_addr", "eth_drop_ethertype",
+    "arp_drop_bad", "arp_rx_request", "arp_rx_reply", "arp_tx_reply", "arp_tx_request",
+    "arp_resolve_failed",
+    "ip_runt", "ip_truncated", "ip_drop_header", "ip_drop_options", "ip_drop_fragment",
+    "ip_drop_addr", "ip_drop_protocol", "ip_tx_unresolved",
+    "icmp_echo_reply", "icmp_drop_type", "icmp_drop_checksum", "icmp_drop_error",
+    "udp_runt", "udp_drop_checksum", "udp_drop_length", "udp_drop_port", "udp_drop_error",
+    "udp_tx_length_mismatch", "tx_frames",
+]
+
+
+class NetStack(wiring.Component):
+    """Ethernet / ARP / IPv4 / ICMP echo / UDP endpoint with ``len(udp_ports)`` UDP ports.
+
+    Parameters
+    ----------
+    width : int
+        Data width W of every stream (64..512).
+    udp_ports : sequence of int
+        Local UDP port numbers; port ``udp_ports[k]`` is ``udp_rx[k]`` / ``udp_tx[k]``.
+    mtu : int
+        Largest IPv4 packet taken or sent (576..9000).
+    vlan : int or None
+        802.1Q VLAN ID to send and accept (untagged when None).
+    rx_fifo_beats : int or None
+        Depth of the receive FIFO behind the MAC (a power of two; default: two maximum frames).
+    arp_entries, arp_retry_cycles, arp_retries
+        ARP cache size, request repeat interval in cycles and number of repeats.
+
+    Ports
+    -----
+    ``local_mac``, ``local_ip``: our addresses (tie to constants or registers).
+    ``mac_rx``: frames from the MAC without FCS, ``error`` set on a frame with a bad FCS; the
+    stack never stalls it (``ready`` is always 1): a frame that finds no room is dropped whole
+    and counted (``rx_overflow``), as are bad frames (``rx_bad_frame``).
+    ``mac_tx``: frames to the MAC without FCS, padded to 60 bytes; ``error`` on the last beat
+    asks the MAC to abort the frame.
+    ``udp_rx[k]``: datagram payloads with ``meta.eth``, ``meta.ipv4`` and ``meta.udp``.
+    ``udp_tx[k]``: datagram payloads with ``meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`).
+    ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS`.
+    """
+
+    def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, rx_fifo_beats=None,
+                 arp_entries=4, arp_retry_cycles=100_000, arp_retries=3):
+        check_width(width)
+        B = width // 8
+        if rx_fifo_beats is None:
+            frame_beats = -(-(mtu + 18) // B)
+            rx_fifo_beats = 1 << (2 * frame_beats - 1).bit_length()
+        self.width = width
+        self.udp_ports = tuple(udp_ports)
+        self.mtu = mtu
+        self.vlan = vlan
+        self.rx_fifo_beats = rx_fifo_beats
+        self.arp_args = dict(entries=arp_entries, retry_cycles=arp_retry_cycles,
+                             retries=arp_retries)
+        # validate here so that errors name the stack's parameters
+        self._udp_rx = UdpRx(width, self.udp_ports, mtu=mtu)
+        self._ip_rx = Ipv4Rx(width, mtu=mtu)
+        self._arp = Arp(width, **self.arp_args)
+        self._eth_rx = EthRx(width, vlan=vlan)
+        self._eth_tx = EthTx(width, vlan=vlan)
+        self._stats = StatsBlock(STATS)
+        n = len(self.udp_ports)
+        super().__init__({
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "mac_rx": In(PacketSignature(width)),
+            "mac_tx": Out(PacketSignature(width)),
+            "udp_rx": Out(PacketSignature(width, UDP_RX_META)).array(n),
+            "udp_tx": In(PacketSignature(width, UDP_TX_META)).array(n),
+            "stats_addr": In(range(len(STATS))),
+            "stats_data": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        n = len(self.udp_ports)
+        ev = {}
+
+        # ---- receive ----
+        rx_fifo = m.submodules.rx_fifo = PacketFifo(W, self.rx_fifo_beats, store_and_forward=True,
+                                                    drop_errors=True, overflow="drop")
+        wiring.connect(m, wiring.flipped(self.mac_rx), rx_fifo.i)
+        ev["rx_frames"] = self.mac_rx.valid & self.mac_rx.ready & self.mac_rx.payload.last
+        ev["rx_bad_frame"] = rx_fifo.drop_error
+        ev["rx_overflow"] = rx_fifo.drop_overflow
+
+        eth_rx = m.submodules.eth_rx = self._eth_rx
+        wiring.connect(m, rx_fifo.o, eth_rx.i)
+        m.d.comb += eth_rx.local_mac.eq(self.local_mac)
+        ev.update(eth_runt=eth_rx.runt, eth_drop_addr=eth_rx.drop_addr,
+                  eth_drop_ethertype=eth_rx.drop_ethertype)
+
+        arp = m.submodules.arp = self._arp
+        m.d.comb += [arp.local_mac.eq(self.local_mac), arp.local_ip.eq(self.local_ip)]
+        wiring.connect(m, eth_rx.arp, arp.i)
+        ev.update(arp_drop_bad=arp.drop_bad, arp_rx_request=arp.rx_request,
+                  arp_rx_reply=arp.rx_reply, arp_tx_reply=arp.tx_reply,
+                  arp_tx_request=arp.tx_request, arp_resolve_failed=arp.resolve_failed)
+
+        ip_rx = m.submodules.ip_rx = self._ip_rx
+        m.d.comb += ip_rx.local_ip.eq(self.local_ip)
+        wiring.connect(m, eth_rx.ipv4, ip_rx.i)
+        ev.update(ip_runt=ip_rx.runt, ip_truncated=ip_rx.truncated,
+                  ip_drop_header=ip_rx.drop_header, ip_drop_options=ip_rx.drop_options,
+                  ip_drop_fragment=ip_rx.drop_fragment, ip_drop_addr=ip_rx.drop_addr,
+                  ip_drop_protocol=ip_rx.drop_protocol)
+
+        icmp = m.submodules.icmp = IcmpEcho(W, mtu=self.mtu)
+        wiring.connect(m, ip_rx.icmp, icmp.i)
+        ev.update(icmp_echo_reply=icmp.reply, icmp_drop_type=icmp.drop_type,
+                  icmp_drop_checksum=icmp.drop_checksum, icmp_drop_error=icmp.drop_error)
+
+        udp_rx = m.submodules.udp_rx = self._udp_rx
+        wiring.connect(m, ip_rx.udp, udp_rx.i)
+        for k in range(n):
+            wiring.connect(m, udp_rx.o[k], wiring.flipped(self.udp_rx[k]))
+        ev.update(udp_runt=udp_rx.runt, udp_drop_checksum=udp_rx.drop_checksum,
+                  udp_drop_length=udp_rx.drop_length, udp_drop_port=udp_rx.drop_port,
+                  udp_drop_error=udp_rx.drop_error)
+
+        # ---- transmit ----
+        udp_tx = m.submodules.udp_tx = UdpTx(W, n)
+        for k in range(n):
+            wiring.connect(m, wiring.flipped(self.udp_tx[k]), udp_tx.i[k])
+        ev["udp_tx_length_mismatch"] = udp_tx.length_mismatch
+
+        ip_meta = data.StructLayout({"ip": IP_TX})
+        ip_arb = m.submodules.ip_arbiter = PacketArbiter(W, ip_meta, 2)
+        wiring.connect(m, icmp.o, ip_arb.i[0])
+        wiring.connect(m, udp_tx.o, ip_arb.i[1])
+        ip_tx = m.submodules.ip_tx = Ipv4Tx(W)
+        wiring.connect(m, ip_arb.o, ip_tx.i)
+        m.d.comb += [
+            ip_tx.local_mac.eq(self.local_mac), ip_tx.local_ip.eq(self.local_ip),
+            arp.lookup_ip.eq(ip_tx.lookup_ip), ip_tx.lookup_hit.eq(arp.lookup_hit),
+            ip_tx.lookup_mac.eq(arp.lookup_mac), arp.resolve.eq(ip_tx.resolve),
+            ip_tx.resolve_failed.eq(arp.resolve_failed),
+        ]
+        ev["ip_tx_unresolved"] = ip_tx.drop_unresolved
+
+        eth_arb = m.submodules.eth_arbiter = PacketArbiter(W, ETH_META, 2)
+        wiring.connect(m, arp.o, eth_arb.i[0])
+        wiring.connect(m, ip_tx.o, eth_arb.i[1])
+        eth_tx = m.submodules.eth_tx = self._eth_tx
+        wiring.connect(m, eth_arb.o, eth_tx.i)
+        wiring.connect(m, eth_tx.o, wiring.flipped(self.mac_tx))
+        ev["tx_frames"] = self.mac_tx.valid & self.mac_tx.ready & self.mac_tx.payload.last
+
+        # ---- statistics ----
+        stats = m.submodules.stats = self._stats
+        missing = set(STATS) ^ set(ev)
+        assert not missing, f"statistics and events disagree: {sorted(missing)}"
+        m.d.comb += [stats.inc.eq(Cat(*(ev[name] for name in STATS))),
+                     stats.addr.eq(self.stats_addr), self.stats_data.eq(stats.data)]
+        return m

@@ -1,0 +1,93 @@
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..checked_fifo import ChecksumCheckedFifo
+from ..checksum import be_words, ones_complement_sum
+from ..demux import PacketDemux
+from ..depacketizer import Depacketizer
+from ..headers import IP_PROTO_UDP, IPV4, UDP
+from ..stream import PacketSignature, check_width, first_beat
+from .layouts import IP_RX_META, UDP_RX_META
+
+__all__ = ["UdpRx"]
+
+
+class UdpRx(wiring.Component):
+    """UDP receive: checksum verification, header removal and dispatch by destination port.
+
+    ``i`` carries UDP datagrams (IPv4 payloads). Each is stored whole while its checksum over
+    the pseudo-header and datagram is computed; a datagram with a non-zero checksum field that
+    does not verify pulses ``drop_checksum`` (checksum 0 means "none" and is accepted). Then the
+    header is removed and the datagram leaves on ``o[k]`` where ``ports[k]`` is its destination
+    port, with ``meta.eth``/``meta.ipv4``/``meta.udp``. Drops: ``runt`` (shorter than 8 bytes),
+    ``drop_length`` (UDP length disagrees with the IP payload length), ``drop_port``
+    (no such port), ``drop_error`` (damaged on the way in, or longer than the store).
+
+    Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat.
+    Backpressure: from the addressed port; the input is held while the store is full.
+    """
+
+    def __init__(self, width, ports, *, mtu=1500):
+        check_width(width)
+        ports = tuple(ports)
+        if not ports:
+            raise ValueError("UDP receive needs at least one port")
+        for p in ports:
+            if not isinstance(p, int) or not 1 <= p <= 0xFFFF:
+                raise ValueError(f"UDP port must be 1..65535, not {p!r}")
+        if len(set(ports)) != len(ports):
+            raise ValueError(f"UDP ports must be distinct, got {ports}")
+        self.width = width
+        self.ports = ports
+        B = width // 8
+        beats = -(-(mtu - IPV4.length) // B)
+        self.depth = 1 << max(1, beats.bit_length())
+        super().__init__({
+            "i": In(PacketSignature(width, IP_RX_META)),
+            "o": Out(PacketSignature(width, UDP_RX_META)).array(len(ports)),
+            "runt": Out(1),
+            "drop_checksum": Out(1),
+            "drop_length": Out(1),
+            "drop_port": Out(1),
+            "drop_error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META)
+        wiring.connect(m, wiring.flipped(self.i), store.i)
+        ip = self.i.payload.meta.ipv4
+        udp_length = ip.total_length - IPV4.length
+        pseudo = be_words(IPV4.to_lanes(ip))[6:10]            # source and destination address
+        first_hdr = UDP.from_lanes(self.i.payload.data[:8 * UDP.length])
+        m.d.comb += [
+            store.seed.eq(ones_complement_sum(pseudo + [IP_PROTO_UDP, udp_length[:16]])),
+            store.skip.eq(first_hdr.checksum == 0),
+            self.drop_checksum.eq(store.drop_checksum),
+            self.drop_error.eq(store.drop_error | store.drop_overflow),
+        ]
+
+        dp = m.submodules.depacketizer = Depacketizer(UDP, W, IP_RX_META)
+        wiring.connect(m, store.o, dp.i)
+        m.d.comb += self.runt.eq(dp.runt)
+        n = len(self.ports)
+        dm = m.submodules.demux = PacketDemux(W, UDP_RX_META, n)
+        wiring.connect(m, dp.o, dm.i)
+        meta = dm.i.payload.meta
+        length_ok = meta.udp.length == meta.ipv4.total_length - IPV4.length
+        hits = [meta.udp.dst_port == p for p in self.ports]
+        known = hits[0]
+        for h in hits[1:]:
+            known = known | h
+        for k in reversed(range(n)):
+            with m.If(hits[k]):
+                m.d.comb += dm.select.eq(k)
+        m.d.comb += dm.drop.eq(~length_ok | ~known)
+        first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
+        m.d.comb += [self.drop_length.eq(first & ~length_ok),
+                     self.drop_port.eq(first & length_ok & ~known)]
+        for k in range(n):
+            wiring.connect(m, dm.o[k], wiring.flipped(self.o[k]))
+        return m

@@ -1,0 +1,70 @@
+from amaranth.hdl import Module
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arbiter import PacketArbiter
+from ..headers import IP_PROTO_UDP, UDP
+from ..mapmeta import MapMeta
+from ..packetizer import Packetizer
+from ..stream import PacketSignature, check_width
+from ..trim import Trim
+from .layouts import IP_TX, UDP_TX
+
+__all__ = ["UdpTx", "UDP_TX_META"]
+
+UDP_TX_META = data.StructLayout({"udp": UDP_TX})
+IP_TX_META = data.StructLayout({"ip": IP_TX})
+
+
+class UdpTx(wiring.Component):
+    """UDP transmit: ``n`` ports merged round robin, UDP header insertion, to IPv4.
+
+    Each ``i[k]`` carries UDP payloads with ``meta.udp``
+    (:data:`~rocegen.gateware.net.layouts.UDP_TX`). The length in the metadata is trusted for the
+    headers and checked against the payload: a payload shorter than announced leaves with
+    ``error`` set (the MAC then aborts the frame), a longer one is cut; both pulse
+    ``length_mismatch``. The UDP checksum is sent as 0 (allowed for IPv4).
+
+    Latency 0 (combinational arbiter, trimmer and packetizer). Backpressure from ``o``.
+    """
+
+    def __init__(self, width, n):
+        check_width(width)
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"number of UDP transmit ports must be at least 1, not {n!r}")
+        self.width = width
+        self.n = n
+        super().__init__({
+            "i": In(PacketSignature(width, UDP_TX_META)).array(n),
+            "o": Out(PacketSignature(width, IP_TX_META)),
+            "length_mismatch": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        arb = m.submodules.arbiter = PacketArbiter(W, UDP_TX_META, self.n)
+        for k in range(self.n):
+            wiring.connect(m, wiring.flipped(self.i[k]), arb.i[k])
+        trim = m.submodules.trim = Trim(W, UDP_TX_META)
+        wiring.connect(m, arb.o, trim.i)
+        m.d.comb += [trim.length.eq(trim.i.payload.meta.udp.length),
+                     self.length_mismatch.eq(trim.short | trim.long)]
+
+        hdr_meta = data.StructLayout({"ip": IP_TX, "udp": UDP.layout})
+
+        def headers(m_, src, dst):
+            u = src.udp
+            m_.d.comb += [
+                dst.ip.dst.eq(u.dst_ip), dst.ip.protocol.eq(IP_PROTO_UDP),
+                dst.ip.dscp.eq(u.dscp), dst.ip.ecn.eq(u.ecn),
+                dst.ip.length.eq(u.length + UDP.length), dst.ip.mac_known.eq(0),
+                dst.udp.src_port.eq(u.src_port), dst.udp.dst_port.eq(u.dst_port),
+                dst.udp.length.eq(u.length + UDP.length), dst.udp.checksum.eq(0),
+            ]
+        mm = m.submodules.headers = MapMeta(W, UDP_TX_META, hdr_meta, headers)
+        wiring.connect(m, trim.o, mm.i)
+        pk = m.submodules.packetizer = Packetizer(UDP, W, hdr_meta)
+        wiring.connect(m, mm.o, pk.i)
+        wiring.connect(m, pk.o, wiring.flipped(self.o))
+        return m

@@ -1,0 +1,87 @@
+"""Top levels with AXI-Stream port names: the network stack on a CMAC-shaped port."""
+
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axis import axis_members, connect_axis
+from .fifo import PacketFifo
+from .mapmeta import MapMeta
+from .net.layouts import UDP_RX_META
+from .net.stack import STATS, NetStack
+from .net.udp_tx import UDP_TX_META
+from .stream import check_width
+
+__all__ = ["StackTop", "parse_ip", "parse_mac"]
+
+
+def parse_ip(text):
+    parts = str(text).split(".")
+    if len(parts) != 4 or not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
+        raise ValueError(f"not an IPv4 address: {text!r}")
+    return int.from_bytes(bytes(int(p) for p in parts), "big")
+
+
+def parse_mac(text):
+    parts = str(text).split(":")
+    if len(parts) != 6 or not all(len(p) == 2 for p in parts):
+        raise ValueError(f"not a MAC address (aa:bb:cc:dd:ee:ff): {text!r}")
+    try:
+        return int.from_bytes(bytes(int(p, 16) for p in parts), "big")
+    except ValueError:
+        raise ValueError(f"not a MAC address (aa:bb:cc:dd:ee:ff): {text!r}") from None
+
+
+class StackTop(wiring.Component):
+    """The network stack with a UDP echo service, for simulation and bring-up.
+
+    Ports: ``s_axis_*`` frames from the MAC (``tuser`` = bad FCS), ``m_axis_*`` frames to the
+    MAC (``tuser`` = abort), ``stats_addr``/``stats_data`` the counters of
+    :data:`~rocegen.gateware.net.stack.STATS`. Datagrams to ``echo_port`` are sent back to their
+    source.
+    """
+
+    def __init__(self, width=512, mac="02:00:00:00:00:01", ip="10.0.0.2", echo_port=7,
+                 udp_ports=(17185,), arp_retry_cycles=2000, **stack_args):
+        check_width(width)
+        self.width = width
+        self.mac = parse_mac(mac)
+        self.ip = parse_ip(ip)
+        self.echo_port = echo_port
+        self.stack = NetStack(width, (echo_port, *udp_ports), arp_retry_cycles=arp_retry_cycles,
+                              **stack_args)
+        super().__init__({
+            **axis_members("s_axis", width, sink=True),
+            **axis_members("m_axis", width, sink=False),
+            "stats_addr": In(range(len(STATS))),
+            "stats_data": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        st = m.submodules.stack = self.stack
+        m.d.comb += [st.local_mac.eq(self.mac), st.local_ip.eq(self.ip),
+                     st.stats_addr.eq(self.stats_addr), self.stats_data.eq(st.stats_data)]
+        connect_axis(m, self, "s_axis", st.mac_rx, sink=True)
+        connect_axis(m, self, "m_axis", st.mac_tx, sink=False)
+
+        # echo service on udp port index 0: a FIFO decouples it from the receive path
+        buf = m.submodules.echo_fifo = PacketFifo(W, 256 if W == 64 else 64, UDP_RX_META,
+                                                  store_and_forward=False, drop_errors=False,
+                                                  overflow="wait")
+        wiring.connect(m, st.udp_rx[0], buf.i)
+
+        def turn_around(m_, s, d):
+            m_.d.comb += [
+                d.udp.dst_ip.eq(s.ipv4.src), d.udp.src_port.eq(s.udp.dst_port),
+                d.udp.dst_port.eq(s.udp.src_port), d.udp.length.eq(s.udp.length - 8),
+                d.udp.dscp.eq(s.ipv4.dscp), d.udp.ecn.eq(0),
+            ]
+        echo = m.submodules.echo = MapMeta(W, UDP_RX_META, UDP_TX_META, turn_around)
+        wiring.connect(m, buf.o, echo.i)
+        wiring.connect(m, echo.o, st.udp_tx[0])
+        for k in range(1, len(st.udp_rx)):
+            # other ports are left to the user's logic; here they are drained
+            m.d.comb += st.udp_rx[k].ready.eq(1)
+        return m
