@@ -2,7 +2,6 @@
 
 from amaranth.hdl import Module
 from amaranth.lib import data, wiring
-
 from rocegen.gateware.axis import axis_members, connect_axis
 from rocegen.gateware.depacketizer import Depacketizer
 from rocegen.gateware.headers import Header

@@ -1,5 +1,4 @@
 import pytest
-
 from rocegen.sim.cocotb_runner import SimConfig, run_cocotb
 
 

@@ -29,6 +29,16 @@ new_enough() {  # $1 >= MIN ?
     [ -n "$1" ] && [ "$(printf '%s\n%s\n' "$MIN" "$1" | sort -V | head -n1)" = "$MIN" ]
 }
 
+# Verilator's generated makefiles use ccache when it is installed; make sure it is.
+if ! command -v ccache >/dev/null 2>&1 && [ -f /etc/debian_version ] && command -v apt-get >/dev/null 2>&1 \
+        && { [ "$(id -u)" = 0 ] || command -v sudo >/dev/null 2>&1; }; then
+    log "installing ccache"
+    if [ "$(id -u)" = 0 ]; then sudo_=""; else sudo_=sudo; fi
+    $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache >&2 \
+        || { $sudo_ apt-get update -qq >&2 && $sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ccache >&2; } \
+        || log "ccache not installed; Verilator builds will not be cached"
+fi
+
 # 1. PATH
 if command -v verilator >/dev/null 2>&1; then
     v=$(version_of "$(command -v verilator)")

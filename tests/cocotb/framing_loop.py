@@ -41,8 +41,8 @@ async def loop_every_alignment(dut):
     expected = [f for f in frames if len(f) >= hlen]
     for exp in expected:
         got = await sink.recv()
-        data = bytes(b for b, k in zip(got.tdata, itertools.chain(got.tkeep or [], itertools.repeat(1))) if k) \
-            if got.tkeep else bytes(got.tdata)
+        keep = itertools.chain(got.tkeep or [], itertools.repeat(1))
+        data = bytes(b for b, k in zip(got.tdata, keep) if k) if got.tkeep else bytes(got.tdata)
         assert data == exp, f"frame of {len(exp)} bytes came back as {len(data)} bytes"
     await ClockCycles(dut.clk, 10)
     assert sink.empty()

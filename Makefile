@@ -1,0 +1,45 @@
+# rocegen: every target sets itself up (virtual environment, Python packages, Verilator >= 5.036).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.rocegen-installed
+VL_PATH_FILE := $(VENV)/verilator-bin
+WITH_VL = PATH="$$(cat $(VL_PATH_FILE)):$$PATH"
+JOBS ?= auto
+WIDTH ?= 512
+BOARD ?= vcu118
+
+.PHONY: setup verilator demo test test-unit lint bench verilog clean
+
+setup: $(STAMP) verilator
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rocegen needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	@touch $@
+
+verilator: $(STAMP)
+	@bash tools/verilator.sh > $(VL_PATH_FILE).tmp && mv $(VL_PATH_FILE).tmp $(VL_PATH_FILE)
+
+demo: setup
+	$(WITH_VL) $(VENV)/bin/rocegen sim demo --width $(WIDTH)
+
+test: setup lint
+	$(WITH_VL) $(PY) -m pytest -n $(JOBS) -q
+
+test-unit: setup
+	$(PY) -m pytest -n $(JOBS) -q tests/unit
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	$(PY) -m bench.bench_framing
+
+verilog: setup
+	$(VENV)/bin/rocegen verilog --width $(WIDTH) -o build/rocegen_stack_w$(WIDTH).v
+
+clean:
+	rm -rf build .pytest_cache
