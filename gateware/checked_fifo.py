@@ -83,8 +83,8 @@ class ChecksumCheckedFifo(wiring.Component):
         ]
         verdicts = m.submodules.verdicts = fifo.SyncFIFOBuffered(width=1, depth=self.depth + 2)
         m.d.comb += [
-            verdicts.w_en.eq(cs.o.valid & pipe_kept[-1]),
-            verdicts.w_data.eq(pipe_skip[-1] | (cs.o.payload == 0xFFFF)),
+            verdicts.w_en.eq(cs.done & pipe_kept[-1]),
+            verdicts.w_data.eq(pipe_skip[-1] | (cs.sum == 0xFFFF)),
         ]
 
         gate = m.submodules.gate = PacketGate(W, self.meta)

@@ -9,7 +9,7 @@ multiple of 0xFFFF comes out as 0xFFFF). :mod:`rocegen.sim.models.checksum` comp
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .stream import check_width, packet_layout
@@ -95,7 +95,8 @@ def _sum_bounded(ops):
 
 
 class PacketChecksum(wiring.Component):
-    """Internet checksum sum of every packet of a stream, observed without touching it.
+    """Internet checksum: the one's complement sum of every packet of a stream, observed
+    without touching it.
 
     Parameters
     ----------
@@ -113,15 +114,16 @@ class PacketChecksum(wiring.Component):
     seed : ``In(16)``
         Initial value of the sum, sampled with the first beat of each packet (in the cycle it
         moves), for example the sum of the UDP pseudo-header; 0 for a plain sum.
-    o : ``Out(stream.Signature(16, always_ready=True))``
-        One result per packet: ``o.valid`` is high for one cycle with ``o.payload`` the one's
-        complement sum of ``seed`` and all bytes of the packet (big-endian words, an odd final
-        byte padded with zero, bytes outside ``keep`` ignored). It cannot be held off.
+    done : ``Out(1)``; sum : ``Out(16)``
+        One result per packet: ``done`` is high for one cycle with ``sum`` the one's complement
+        sum of ``seed`` and all bytes of the packet (big-endian words, an odd final byte padded
+        with zero, bytes outside ``keep`` ignored). Results cannot be held off (a stream with
+        ``always_ready`` would say the same but cannot be a port of a top-level design).
 
     Behaviour
     ---------
     * Latency: :attr:`latency` cycles, fixed: if the last beat of a packet moves in cycle ``t``,
-      ``o.valid`` is high in cycle ``t + latency``. ``latency`` is 4 at 64 and 128 bits and 5 at
+      ``done`` is high in cycle ``t + latency``. ``latency`` is 4 at 64 and 128 bits and 5 at
       256 and 512 bits.
     * Throughput: every beat of every packet, one per cycle; results of back-to-back packets
       (even single-beat packets on consecutive cycles) leave on consecutive cycles.
@@ -150,7 +152,8 @@ class PacketChecksum(wiring.Component):
             "ready": In(1),
             "payload": In(packet_layout(width, meta)),
             "seed": In(16),
-            "o": Out(stream.Signature(16, always_ready=True)),
+            "done": Out(1),
+            "sum": Out(16),
         })
 
     def observe(self, stream):
@@ -220,5 +223,5 @@ class PacketChecksum(wiring.Component):
         result = Signal(16)
         out_valid = Signal()
         m.d.sync += [result.eq(_fold(acc, (1 << acc_bits) - 1, 16)), out_valid.eq(done)]
-        m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.eq(result)]
+        m.d.comb += [self.done.eq(out_valid), self.sum.eq(result)]
         return m

@@ -92,6 +92,11 @@ class Trim(wiring.Component):
         short = Signal()
         m.d.comb += short.eq(i.payload.last & (~fits | (lane & ~i.payload.keep).any()))
 
+        # h_* follow the input until hold is set, so the wide registers do not wait for the
+        # cut decision (no enable from the keep logic)
+        with m.If(~hold):
+            m.d.sync += [h_data.eq(i.payload.data), h_keep.eq(keep_out)]
+
         m.d.comb += o.payload.meta.eq(i.payload.meta)
         with m.If(hold):
             m.d.comb += [
@@ -111,8 +116,7 @@ class Trim(wiring.Component):
             with m.If(cut & ~i.payload.last):
                 # keep the new last beat until the input's last beat brings its error flag
                 with m.If(i.valid & o.ready):
-                    m.d.sync += [hold.eq(1), first.eq(0),
-                                 h_data.eq(i.payload.data), h_keep.eq(keep_out)]
+                    m.d.sync += [hold.eq(1), first.eq(0)]
                     m.d.comb += self.long.eq(1)
             with m.Else():
                 m.d.comb += [

@@ -5,6 +5,7 @@ import warnings
 import pytest
 from amaranth.hdl import Fragment, Module, UnusedElaboratable
 from amaranth.lib import data, wiring
+
 from rocegen.gateware.arbiter import PacketArbiter
 from rocegen.gateware.stream import PacketSignature
 from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver, meta_dict
@@ -172,3 +173,23 @@ def test_parameters_are_checked():
     raises(ValueError, "at least 1, not 0", lambda: PacketArbiter(64, META, 0))
     raises(TypeError, "integer number of ports", lambda: PacketArbiter(64, META, 2.0))
     raises(ValueError, "width must be one of", lambda: PacketArbiter(96, META, 2))
+
+
+def test_model_checks_reject_bad_orders():
+    a = [Packet(b"a0", {"src": 0, "seq": 0}), Packet(b"a1", {"src": 0, "seq": 1})]
+    b = [Packet(b"b0", {"src": 1, "seq": 0})]
+    src = lambda p: p.meta["src"]  # noqa: E731
+    check_merge([a, b], [a[0], b[0], a[1]], src)
+    with pytest.raises(AssertionError, match="expected packet 0 of input 0"):
+        check_merge([a, b], [a[1], a[0], b[0]], src)
+    with pytest.raises(AssertionError, match="missing"):
+        check_merge([a, b], [a[0], b[0]], src)
+    with pytest.raises(AssertionError, match="sent only"):
+        check_merge([a, b], [a[0], b[0], a[1], b[0]], src)
+    # input 1 offered from cycle 1 on: it may wait for input 0's packet in progress, but not
+    # for the next one too (n = 2)
+    waits = {(0, 0): 1, (0, 1): 2, (1, 0): 1}
+    check_bounded_wait(2, waits, [(1, 0, 0), (3, 1, 0), (4, 0, 1)])
+    with pytest.raises(AssertionError, match="waited for 2 packets"):
+        check_bounded_wait(2, waits, [(1, 0, 0), (3, 0, 1), (4, 1, 0)])
+    assert [k for k, _ in round_robin([[1, 2, 3], [], [4]], start=0)] == [0, 2, 0, 0]

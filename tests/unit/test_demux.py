@@ -5,6 +5,7 @@ import warnings
 import pytest
 from amaranth.hdl import Module, Mux, Signal, UnusedElaboratable
 from amaranth.lib import data
+
 from rocegen.gateware.demux import PacketDemux
 from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.harness import run_sim
@@ -60,6 +61,7 @@ def run_demux(width, n, packets, *, idle, backpressure, seed):
     routes = [expected_route(p, n) for p in packets]
     want = sum(r is not None for r in routes)
     dropped, stalls = [], []
+    sent = [0]                         # input packets consumed
     B = width // 8
     deadline = 20 * sum(max(1, -(-len(p.data) // B)) for p in packets) + 200
 
@@ -73,19 +75,25 @@ def run_demux(width, n, packets, *, idle, backpressure, seed):
                 stalls.append(index)
             if v and r and last:
                 index += 1
+                sent[0] = index
 
-    async def tb(ctx):
+    async def send(ctx):
         await drv.send(ctx, packets)
+
+    async def watchdog(ctx):
+        # a separate testbench, so that a stuck input fails the test instead of hanging it
         for _ in range(deadline):
-            if sum(len(c.packets) for c in cols) >= want:
+            if sum(len(c.packets) for c in cols) >= want and sent[0] == len(packets):
                 break
             await ctx.tick()
         else:
-            raise AssertionError("packets missing at the outputs")
+            raise AssertionError(f"{sent[0]} of {len(packets)} packets sent, "
+                                 f"{sum(len(c.packets) for c in cols)} of {want} received "
+                                 f"after {deadline} cycles")
         for _ in range(5):
             await ctx.tick()
 
-    run_sim(m, testbenches=[tb], processes=[c.run for c in cols] + [monitor])
+    run_sim(m, testbenches=[send, watchdog], processes=[c.run for c in cols] + [monitor])
     expected = [[p for p, r in zip(packets, routes, strict=True) if r == k] for k in range(n)]
     return cols, expected, dropped, stalls, [s for s, r in enumerate(routes) if r is None]
 
