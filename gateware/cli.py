@@ -9,12 +9,11 @@ __all__ = ["main"]
 
 
 def _verilog(args):
-    from amaranth.back import verilog
-
+    from .emit import to_verilog
     from .top import StackTop
     t0 = time.perf_counter()
     top = StackTop(width=args.width, mac=args.mac, ip=args.ip, udp_ports=tuple(args.port))
-    text = verilog.convert(top, name=args.name, emit_src=False)
+    text = to_verilog(top, name=args.name)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

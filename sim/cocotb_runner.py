@@ -16,12 +16,17 @@ import os
 import sys
 from pathlib import Path
 
-from amaranth.back import verilog
+from rocegen.gateware.emit import to_verilog
 
 __all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested"]
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("ROCEGEN_BUILD", ROOT / "build"))
+
+
+#: Verilator options of every build (part of the build's identity).
+BUILD_ARGS = os.environ.get(
+    "ROCEGEN_VERILATOR_ARGS", "-Wno-fatal -O3 --x-assign fast --x-initial fast --noassert").split()
 
 
 def waves_requested():
@@ -42,7 +47,8 @@ class SimConfig:
         self.toplevel = toplevel
         self.params = params
         self.waves = waves_requested()
-        key = json.dumps({"f": factory, "p": params, "w": self.waves}, sort_keys=True, default=str)
+        key = json.dumps({"f": factory, "p": params, "w": self.waves, "a": BUILD_ARGS},
+                         sort_keys=True, default=str)
         self.build_dir = BUILD / "cocotb" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
     def build(self):
@@ -50,7 +56,7 @@ class SimConfig:
         with open(self.build_dir / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             design = _factory(self.factory)(**self.params)
-            text = verilog.convert(design, name=self.toplevel, emit_src=False)
+            text = to_verilog(design, name=self.toplevel)
             digest = hashlib.sha1(text.encode()).hexdigest()
             stamp = self.build_dir / ".built"
             if stamp.exists() and stamp.read_text() == digest:
@@ -63,8 +69,7 @@ class SimConfig:
                 sources=[src],
                 hdl_toplevel=self.toplevel,
                 build_dir=self.build_dir,
-                build_args=["-Wno-fatal", "-O3", "--x-assign", "fast", "--x-initial", "fast",
-                            "--noassert"],
+                build_args=BUILD_ARGS,
                 waves=self.waves,
                 timescale=("1ns", "1ps"),
                 log_file=self.build_dir / "build.log",

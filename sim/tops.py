@@ -2,12 +2,13 @@
 
 from amaranth.hdl import Module
 from amaranth.lib import data, wiring
+
 from rocegen.gateware.axis import axis_members, connect_axis
 from rocegen.gateware.depacketizer import Depacketizer
 from rocegen.gateware.headers import Header
 from rocegen.gateware.packetizer import Packetizer
 
-__all__ = ["FramingLoopTop", "framing_header"]
+__all__ = ["FramingLoopTop", "ConstSliceTop", "framing_header"]
 
 
 def framing_header(length):
@@ -38,4 +39,22 @@ class FramingLoopTop(wiring.Component):
         connect_axis(m, self, "m_axis", pk.o, sink=False)
         with m.If(dp.runt):
             m.d.sync += self.runts.eq(self.runts + 1)
+        return m
+
+
+class ConstSliceTop(wiring.Component):
+    """Constant, port-driven and conditional assignments to slices of one output: the pattern
+    whose Verilog needed :func:`rocegen.gateware.emit.repair_constant_blocks`."""
+
+    def __init__(self):
+        super().__init__({
+            "x": wiring.In(1), "y": wiring.In(8), "c": wiring.In(8),
+            "o": wiring.Out(data.StructLayout({"a": 8, "b": 8, "d": 8})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.o.a.eq(self.c), self.o.d.eq(0x5A)]
+        with m.If(self.x):
+            m.d.comb += self.o.b.eq(self.y)
         return m
