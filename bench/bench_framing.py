@@ -8,6 +8,7 @@ Run: python -m bench.bench_framing
 import random
 
 from amaranth.lib import data
+
 from rocegen.gateware.depacketizer import Depacketizer
 from rocegen.gateware.headers import ETH, IPV4, UDP, Header
 from rocegen.gateware.packetizer import Packetizer

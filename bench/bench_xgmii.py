@@ -15,6 +15,7 @@ import argparse
 import random
 
 from amaranth.sim import Simulator
+
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
 from rocegen.sim.models import xgmii as X

@@ -1,4 +1,5 @@
 import pytest
+
 from rocegen.sim.cocotb_runner import SimConfig, run_cocotb
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from rocegen.sim.cocotb_runner import SimConfig, run_cocotb
 
 TESTS = ["rx_frames_from_xgmii_source", "rx_flags_bad_frames", "tx_frames_to_xgmii_sink",

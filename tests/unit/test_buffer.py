@@ -5,6 +5,7 @@ import pytest
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 from amaranth.lib.wiring import In, Out
+
 from rocegen.gateware.buffer import RegisterSlice, StreamRegisterSlice
 from rocegen.gateware.stream import PacketSignature
 from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver

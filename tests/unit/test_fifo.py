@@ -3,6 +3,7 @@ import random
 
 import pytest
 from amaranth.lib import data
+
 from rocegen.gateware.fifo import PacketFifo
 from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver, meta_dict
 from rocegen.sim.harness import run_sim

@@ -2,6 +2,7 @@ import random
 
 import pytest
 from amaranth.hdl import Module
+
 from rocegen.gateware.depacketizer import Depacketizer
 from rocegen.gateware.headers import Header
 from rocegen.gateware.packetizer import Packetizer

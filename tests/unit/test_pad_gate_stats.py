@@ -2,6 +2,7 @@ import random
 
 import pytest
 from amaranth.lib import data
+
 from rocegen.gateware.gate import PacketGate
 from rocegen.gateware.pad import Pad
 from rocegen.gateware.stats import StatsBlock

@@ -9,6 +9,10 @@ import pytest
 from amaranth.hdl import Cat, Module, Signal, UnusedElaboratable
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.sim import Simulator
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
 from rocegen.gateware.mac.xgmii import Crc32
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
@@ -16,9 +20,6 @@ from rocegen.sim.amaranth_streams import StreamDriver
 from rocegen.sim.harness import run_sim
 from rocegen.sim.models import xgmii as X
 from rocegen.sim.packets import Packet, from_beats, to_beats
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-from scapy.packet import Raw
 
 STROBES = ("rx_fcs_error", "rx_runt", "rx_too_long", "rx_bad_code")
 STATUS_OF = {"rx_fcs_error": X.FCS_ERROR, "rx_runt": X.RUNT, "rx_too_long": X.TOO_LONG,
