@@ -22,18 +22,25 @@ def _verilog(args):
 
 
 def _sim_demo(args):
-    import pytest
-    Path("build").mkdir(exist_ok=True)
-    for w in sorted({64, args.width}):
-        _verilog(argparse.Namespace(width=w, mac=args.mac, ip=args.ip, port=[17185],
-                                    name="rocegen_stack", output=f"build/rocegen_stack_w{w}.v"))
-    print("running the header insertion/removal loop bench under Verilator "
-          "(cocotbext-axi source and sink, random idle cycles and backpressure)")
-    root = Path(__file__).resolve().parent.parent
-    code = pytest.main(["-q", "-p", "no:cacheprovider", str(root / "tests" / "test_cocotb_framing.py")])
-    print(f"framing benches: {'passed' if code == 0 else 'FAILED'}; "
-          f"logs in build/cocotb/framing-*/runs/")
-    return int(code)
+    from rocegen.sim.cocotb_runner import BUILD, SimConfig, run_cocotb
+
+    out = Path(args.output)
+    _verilog(argparse.Namespace(width=args.width, mac=args.mac, ip=args.ip, port=[17185],
+                                name="rocegen_stack", output=out / f"rocegen_stack_w{args.width}.v"))
+    print(f"building the simulator (Verilator; the first build of a width takes a few minutes, "
+          f"then it is cached under {BUILD / 'cocotb'})")
+    cfg = SimConfig("stack", "rocegen.gateware.top:StackTop", width=args.width)
+    pcap = (out / f"demo_w{args.width}.pcap").resolve()
+    report = (out / f"demo_w{args.width}.txt").resolve()
+    try:
+        run_cocotb(cfg, "rocegen.sim.demo_bench", label=f"demo-{args.width}",
+                   env={"PCAP": pcap, "DEMO_REPORT": report})
+    except AssertionError as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(report.read_text(), end="")
+    print(f"every frame is in {pcap} (open it with Wireshark)")
+    return 0
 
 
 def main(argv=None):
@@ -55,6 +62,7 @@ def main(argv=None):
     d.add_argument("--width", type=int, default=512)
     d.add_argument("--mac", default="02:00:00:00:00:01")
     d.add_argument("--ip", default="10.0.0.2")
+    d.add_argument("-o", "--output", default="build/demo", help="folder for Verilog, pcap, report")
 
     args = p.parse_args(argv)
     try:

@@ -85,6 +85,11 @@ class NetStack(wiring.Component):
         self._eth_tx = EthTx(width, vlan=vlan)
         self._stats = StatsBlock(STATS)
         n = len(self.udp_ports)
+        self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=True,
+                                   drop_errors=True, overflow="drop")
+        self._icmp = IcmpEcho(width, mtu=mtu)
+        self._udp_tx = UdpTx(width, n)
+        self._ip_tx = Ipv4Tx(width)
         super().__init__({
             "local_mac": In(48),
             "local_ip": In(32),
@@ -96,6 +101,25 @@ class NetStack(wiring.Component):
             "stats_data": Out(32),
         })
 
+    def probes(self):
+        """The internal streams between the layers, by name, in receive then transmit order:
+        for benches and tests that observe the stack (read-only use)."""
+        return {
+            "mac_rx": self.mac_rx,
+            "rx_fifo.o": self._rx_fifo.o,
+            "eth_rx.ipv4": self._eth_rx.ipv4,
+            "eth_rx.arp": self._eth_rx.arp,
+            "ip_rx.udp": self._ip_rx.udp,
+            "ip_rx.icmp": self._ip_rx.icmp,
+            "udp_rx.o0": self._udp_rx.o[0],
+            "udp_tx.i0": self._udp_tx.i[0],
+            "udp_tx.o": self._udp_tx.o,
+            "icmp.o": self._icmp.o,
+            "ip_tx.o": self._ip_tx.o,
+            "arp.o": self._arp.o,
+            "mac_tx": self.mac_tx,
+        }
+
     def elaborate(self, platform):
         m = Module()
         W = self.width
@@ -103,8 +127,7 @@ class NetStack(wiring.Component):
         ev = {}
 
         # ---- receive ----
-        rx_fifo = m.submodules.rx_fifo = PacketFifo(W, self.rx_fifo_beats, store_and_forward=True,
-                                                    drop_errors=True, overflow="drop")
+        rx_fifo = m.submodules.rx_fifo = self._rx_fifo
         wiring.connect(m, wiring.flipped(self.mac_rx), rx_fifo.i)
         ev["rx_frames"] = self.mac_rx.valid & self.mac_rx.ready & self.mac_rx.payload.last
         ev["rx_bad_frame"] = rx_fifo.drop_error
@@ -131,7 +154,7 @@ class NetStack(wiring.Component):
                   ip_drop_fragment=ip_rx.drop_fragment, ip_drop_addr=ip_rx.drop_addr,
                   ip_drop_protocol=ip_rx.drop_protocol)
 
-        icmp = m.submodules.icmp = IcmpEcho(W, mtu=self.mtu)
+        icmp = m.submodules.icmp = self._icmp
         wiring.connect(m, ip_rx.icmp, icmp.i)
         ev.update(icmp_echo_reply=icmp.reply, icmp_drop_type=icmp.drop_type,
                   icmp_drop_checksum=icmp.drop_checksum, icmp_drop_error=icmp.drop_error)
@@ -145,7 +168,7 @@ class NetStack(wiring.Component):
                   udp_drop_error=udp_rx.drop_error)
 
         # ---- transmit ----
-        udp_tx = m.submodules.udp_tx = UdpTx(W, n)
+        udp_tx = m.submodules.udp_tx = self._udp_tx
         for k in range(n):
             wiring.connect(m, wiring.flipped(self.udp_tx[k]), udp_tx.i[k])
         ev["udp_tx_length_mismatch"] = udp_tx.length_mismatch
@@ -154,7 +177,7 @@ class NetStack(wiring.Component):
         ip_arb = m.submodules.ip_arbiter = PacketArbiter(W, ip_meta, 2)
         wiring.connect(m, icmp.o, ip_arb.i[0])
         wiring.connect(m, udp_tx.o, ip_arb.i[1])
-        ip_tx = m.submodules.ip_tx = Ipv4Tx(W)
+        ip_tx = m.submodules.ip_tx = self._ip_tx
         wiring.connect(m, ip_arb.o, ip_tx.i)
         m.d.comb += [
             ip_tx.local_mac.eq(self.local_mac), ip_tx.local_ip.eq(self.local_ip),
