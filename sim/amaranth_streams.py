@@ -19,19 +19,24 @@ def meta_dict(value):
 
 class StreamDriver:
     """Sends :class:`Packet` s on a packet stream. ``idle`` is the chance of an idle cycle
-    before each beat."""
+    before each beat (``gaps="anywhere"``) or only before each packet's first beat
+    (``gaps="between"``, for sinks such as a MAC transmitter that must not starve mid-packet)."""
 
-    def __init__(self, stream, width, *, idle=0.0, seed=0):
+    def __init__(self, stream, width, *, idle=0.0, seed=0, gaps="anywhere"):
+        if gaps not in ("anywhere", "between"):
+            raise ValueError(f"gaps must be 'anywhere' or 'between', not {gaps!r}")
         self.stream = stream
         self.width = width
         self.idle = idle
+        self.gaps = gaps
         self.rng = random.Random(seed)
 
     async def send(self, ctx, packets):
         for pkt in packets:
             beats = to_beats(pkt.data, self.width)
-            for d, keep, last in beats:
-                while self.idle and self.rng.random() < self.idle:
+            for n, (d, keep, last) in enumerate(beats):
+                may_idle = n == 0 or self.gaps == "anywhere"
+                while may_idle and self.idle and self.rng.random() < self.idle:
                     ctx.set(self.stream.valid, 0)
                     await ctx.tick()
                 ctx.set(self.stream.payload, {

@@ -1,14 +1,25 @@
 """Small helpers to run Amaranth-simulator benches."""
 
+import os
+
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import Simulator
 
-__all__ = ["run_sim"]
+__all__ = ["run_sim", "SimulationHang", "DEFAULT_DEADLINE"]
+
+#: Cycles after which a simulation is declared hung, unless a test asks for more.
+DEFAULT_DEADLINE = 2_000_000
 
 
-def run_sim(dut, *, testbenches=(), processes=(), vcd=None, deadline_cycles=None):
-    """Simulate ``dut`` with a 1-unit clock. ``testbenches`` end the run when all return;
-    ``processes`` run in the background. Waveforms are written only when ``vcd`` is a path."""
+class SimulationHang(AssertionError):
+    """The design (or the bench) stopped making progress: the run reached its cycle deadline."""
+
+
+def run_sim(dut, *, testbenches=(), processes=(), vcd=None, deadline_cycles=DEFAULT_DEADLINE):
+    """Simulate ``dut`` with a 10 ns clock. ``testbenches`` end the run when all return;
+    ``processes`` run in the background. A run still going after ``deadline_cycles`` clock
+    cycles fails with :class:`SimulationHang` (``None``: no deadline). Waveforms are written
+    only when ``vcd`` is a path, or to ``$WAVES_DIR/<name>.vcd`` when ``WAVES=1``."""
     top = Module()
     top.domains.sync = ClockDomain()     # present even for purely combinational designs
     top.submodules.dut = dut
@@ -18,6 +29,18 @@ def run_sim(dut, *, testbenches=(), processes=(), vcd=None, deadline_cycles=None
         sim.add_testbench(tb)
     for p in processes:
         sim.add_process(p)
+    if deadline_cycles is not None:
+        async def watchdog(ctx):
+            for _ in range(deadline_cycles):
+                await ctx.tick()
+            raise SimulationHang(f"no end after {deadline_cycles} cycles: the design or the "
+                                 f"bench is stuck")
+        sim.add_process(watchdog)
+    if vcd is None and os.environ.get("WAVES", "0") not in ("", "0"):
+        wave_dir = os.environ.get("WAVES_DIR", "build/waves")
+        os.makedirs(wave_dir, exist_ok=True)
+        test = os.environ.get("PYTEST_CURRENT_TEST", type(dut).__name__).split(" ")[0]
+        vcd = os.path.join(wave_dir, "".join(c if c.isalnum() else "_" for c in test) + ".vcd")
     if vcd:
         with sim.write_vcd(vcd):
             sim.run()
