@@ -56,7 +56,9 @@ class NetStack(wiring.Component):
     ``mac_rx``: frames from the MAC without FCS, ``error`` set on a frame with a bad FCS; the
     stack never stalls it (``ready`` is always 1): a frame that finds no room is dropped whole
     and counted (``rx_overflow``), as are bad frames (``rx_bad_frame``).
-    ``mac_tx``: frames to the MAC without FCS, padded to 60 bytes; ``error`` on the last beat
+    ``mac_tx``: frames to the MAC without FCS, padded to 60 bytes, each sent whole from a
+    store-and-forward FIFO so that ``valid`` never drops inside a frame (the CMAC and the XGMII
+    MAC both require this); ``error`` on the last beat
     asks the MAC to abort the frame.
     ``udp_rx[k]``: datagram payloads with ``meta.eth``, ``meta.ipv4`` and ``meta.udp``.
     ``udp_tx[k]``: datagram payloads with ``meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`).
@@ -68,13 +70,15 @@ class NetStack(wiring.Component):
         check_width(width)
         B = width // 8
         if rx_fifo_beats is None:
-            frame_beats = -(-(mtu + 18) // B)
+            frame_beats = -(-(mtu + 22) // B)
             rx_fifo_beats = 1 << (2 * frame_beats - 1).bit_length()
         self.width = width
         self.udp_ports = tuple(udp_ports)
         self.mtu = mtu
         self.vlan = vlan
         self.rx_fifo_beats = rx_fifo_beats
+        # transmit FIFO: two maximum frames, so one can fill while the other leaves
+        self.tx_fifo_beats = 1 << (2 * -(-(mtu + 22) // B) - 1).bit_length()
         self.arp_args = dict(entries=arp_entries, retry_cycles=arp_retry_cycles,
                              retries=arp_retries)
         # validate here so that errors name the stack's parameters
@@ -87,6 +91,8 @@ class NetStack(wiring.Component):
         n = len(self.udp_ports)
         self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=True,
                                    drop_errors=True, overflow="drop")
+        self._tx_fifo = PacketFifo(width, self.tx_fifo_beats, store_and_forward=True,
+                                   drop_errors=False, overflow="wait")
         self._icmp = IcmpEcho(width, mtu=mtu)
         self._udp_tx = UdpTx(width, n)
         self._ip_tx = Ipv4Tx(width)
@@ -117,6 +123,7 @@ class NetStack(wiring.Component):
             "icmp.o": self._icmp.o,
             "ip_tx.o": self._ip_tx.o,
             "arp.o": self._arp.o,
+            "eth_tx.o": self._eth_tx.o,
             "mac_tx": self.mac_tx,
         }
 
@@ -192,7 +199,9 @@ class NetStack(wiring.Component):
         wiring.connect(m, ip_tx.o, eth_arb.i[1])
         eth_tx = m.submodules.eth_tx = self._eth_tx
         wiring.connect(m, eth_arb.o, eth_tx.i)
-        wiring.connect(m, eth_tx.o, wiring.flipped(self.mac_tx))
+        tx_fifo = m.submodules.tx_fifo = self._tx_fifo
+        wiring.connect(m, eth_tx.o, tx_fifo.i)
+        wiring.connect(m, tx_fifo.o, wiring.flipped(self.mac_tx))
         ev["tx_frames"] = self.mac_tx.valid & self.mac_tx.ready & self.mac_tx.payload.last
 
         # ---- statistics ----

@@ -34,6 +34,17 @@ def test_stack_against_model(width):
     drv = StreamDriver(dut.mac_rx, width, idle=0.2, seed=1)
     col = StreamCollector(dut.mac_tx, width, backpressure=0.3, seed=2)
     got_counts = {}
+    gaps = []
+
+    async def no_gap_inside_frames(ctx):
+        # the MAC side must never see valid drop inside a frame
+        inside = False
+        async for _, _, v, r, last in ctx.tick().sample(dut.mac_tx.valid, dut.mac_tx.ready,
+                                                         dut.mac_tx.payload.last):
+            if inside and not v:
+                gaps.append(1)
+            if v and r:
+                inside = not last
 
     async def echo(ctx):
         # the UDP echo service of StackTop, as a testbench process on port index 0
@@ -70,7 +81,8 @@ def test_stack_against_model(width):
             await ctx.tick()
             got_counts[name] = ctx.get(dut.stats_data)
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, echo])
+    run_sim(dut, testbenches=[tb], processes=[col.run, echo, no_gap_inside_frames])
+    assert not gaps, f"valid dropped inside a transmitted frame {len(gaps)} times"
     got = [normalise(p.data) for p in col.packets]
     exp = [normalise(x) for x in expected]
     for k in {kind(x) for x in exp + got}:
