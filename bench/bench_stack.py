@@ -23,9 +23,9 @@ from rocegen.sim.packets import Packet
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
 UDP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.ipv4", "ip_rx.udp", "udp_rx.o0", "udp_tx.i0",
-            "udp_tx.o", "ip_tx.o", "mac_tx"]
-ICMP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.ipv4", "ip_rx.icmp", "icmp.o", "ip_tx.o", "mac_tx"]
-ARP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.arp", "arp.o", "mac_tx"]
+            "udp_tx.o", "ip_tx.o", "eth_tx.o", "mac_tx"]
+ICMP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.ipv4", "ip_rx.icmp", "icmp.o", "ip_tx.o", "eth_tx.o", "mac_tx"]
+ARP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.arp", "arp.o", "eth_tx.o", "mac_tx"]
 
 
 def measure(width, size):
