@@ -12,7 +12,7 @@ from .net.stack import STATS, NetStack
 from .net.udp_tx import UDP_TX_META
 from .stream import check_width
 
-__all__ = ["StackTop", "parse_ip", "parse_mac"]
+__all__ = ["StackTop", "add_echo_service", "parse_ip", "parse_mac"]
 
 
 def parse_ip(text):
@@ -30,6 +30,40 @@ def parse_mac(text):
         return int.from_bytes(bytes(int(p, 16) for p in parts), "big")
     except ValueError:
         raise ValueError(f"not a MAC address (aa:bb:cc:dd:ee:ff): {text!r}") from None
+
+
+def add_echo_service(m, stack):
+    """Serve UDP echo on port index 0 of ``stack`` (a :class:`NetStack` elaborated in ``m``).
+
+    Adds submodules ``echo_fifo`` and ``echo`` to module ``m``: datagrams arriving on
+    ``stack.udp_rx[0]`` go through a cut-through FIFO (256 beats at W=64, 64 beats wider; it
+    decouples the echo from the receive path) and are sent back on ``stack.udp_tx[0]`` to their
+    source address and port, from the port they came to, with their DSCP and ECN 0. Payload bytes
+    are untouched (byte order as received). Latency: the FIFO's two cycles plus the stack's
+    transmit path; backpressure from ``udp_tx[0]`` fills the FIFO, then stalls ``udp_rx[0]``.
+    Every other port ``udp_rx[k]`` (k >= 1) is drained (``ready`` tied high): that is where the
+    user's logic would go.
+
+    Shared by :class:`StackTop` and :class:`~rocegen.gateware.xgmii_top.XgmiiStackTop`.
+    """
+    W = stack.width
+    buf = m.submodules.echo_fifo = PacketFifo(W, 256 if W == 64 else 64, UDP_RX_META,
+                                              store_and_forward=False, drop_errors=False,
+                                              overflow="wait")
+    wiring.connect(m, stack.udp_rx[0], buf.i)
+
+    def turn_around(m_, s, d):
+        m_.d.comb += [
+            d.udp.dst_ip.eq(s.ipv4.src), d.udp.src_port.eq(s.udp.dst_port),
+            d.udp.dst_port.eq(s.udp.src_port), d.udp.length.eq(s.udp.length - 8),
+            d.udp.dscp.eq(s.ipv4.dscp), d.udp.ecn.eq(0),
+        ]
+    echo = m.submodules.echo = MapMeta(W, UDP_RX_META, UDP_TX_META, turn_around)
+    wiring.connect(m, buf.o, echo.i)
+    wiring.connect(m, echo.o, stack.udp_tx[0])
+    for k in range(1, len(stack.udp_rx)):
+        # other ports are left to the user's logic; here they are drained
+        m.d.comb += stack.udp_rx[k].ready.eq(1)
 
 
 class StackTop(wiring.Component):
@@ -59,29 +93,10 @@ class StackTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W = self.width
         st = m.submodules.stack = self.stack
         m.d.comb += [st.local_mac.eq(self.mac), st.local_ip.eq(self.ip),
                      st.stats_addr.eq(self.stats_addr), self.stats_data.eq(st.stats_data)]
         connect_axis(m, self, "s_axis", st.mac_rx, sink=True)
         connect_axis(m, self, "m_axis", st.mac_tx, sink=False)
-
-        # echo service on udp port index 0: a FIFO decouples it from the receive path
-        buf = m.submodules.echo_fifo = PacketFifo(W, 256 if W == 64 else 64, UDP_RX_META,
-                                                  store_and_forward=False, drop_errors=False,
-                                                  overflow="wait")
-        wiring.connect(m, st.udp_rx[0], buf.i)
-
-        def turn_around(m_, s, d):
-            m_.d.comb += [
-                d.udp.dst_ip.eq(s.ipv4.src), d.udp.src_port.eq(s.udp.dst_port),
-                d.udp.dst_port.eq(s.udp.src_port), d.udp.length.eq(s.udp.length - 8),
-                d.udp.dscp.eq(s.ipv4.dscp), d.udp.ecn.eq(0),
-            ]
-        echo = m.submodules.echo = MapMeta(W, UDP_RX_META, UDP_TX_META, turn_around)
-        wiring.connect(m, buf.o, echo.i)
-        wiring.connect(m, echo.o, st.udp_tx[0])
-        for k in range(1, len(st.udp_rx)):
-            # other ports are left to the user's logic; here they are drained
-            m.d.comb += st.udp_rx[k].ready.eq(1)
+        add_echo_service(m, st)
         return m
