@@ -11,8 +11,10 @@ __all__ = ["main"]
 def _verilog(args):
     from .emit import to_verilog
     from .top import StackTop
+    from .xgmii_top import XgmiiStackTop
     t0 = time.perf_counter()
-    top = StackTop(width=args.width, mac=args.mac, ip=args.ip, udp_ports=tuple(args.port))
+    kind = XgmiiStackTop if getattr(args, "phy", "axis") == "xgmii" else StackTop
+    top = kind(width=args.width, mac=args.mac, ip=args.ip, udp_ports=tuple(args.port))
     text = to_verilog(top, name=args.name)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +50,10 @@ def main(argv=None):
     sub = p.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("verilog", help="emit the portable endpoint core as Verilog")
-    v.add_argument("--width", type=int, default=512, help="datapath width in bits (64..512)")
+    v.add_argument("--width", type=int, default=None,
+                   help="datapath width in bits (64..512; default 512, 64 with --phy xgmii)")
+    v.add_argument("--phy", choices=["axis", "xgmii"], default="axis",
+                   help="MAC side: a CMAC-shaped AXI-Stream port, or the built-in 10/25G XGMII MAC")
     v.add_argument("--mac", default="02:00:00:00:00:01", help="our MAC address")
     v.add_argument("--ip", default="10.0.0.2", help="our IPv4 address")
     v.add_argument("--port", type=int, action="append", default=None,
@@ -68,6 +73,8 @@ def main(argv=None):
     try:
         if args.command == "verilog":
             args.port = args.port or [17185]
+            if args.width is None:
+                args.width = 64 if args.phy == "xgmii" else 512
             return _verilog(args)
         if args.command == "sim" and args.sim_command == "demo":
             return _sim_demo(args)
