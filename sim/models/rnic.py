@@ -1,0 +1,913 @@
+"""Reference model of the host RNIC (the ConnectX NIC the FPGA talks to) playing the RoCEv2 RC
+*responder*: the FPGA is the requester and RDMA-WRITEs and SENDs into the host memory this model
+exposes. Written with scapy and independent of the gateware.
+
+Everything is Ethernet frames without FCS: :meth:`Rnic.receive` takes one frame from the wire and
+returns the frames the RNIC sends in answer (ARP replies, ACK/NAK), so the model can sit on any
+simulated MAC port. Nothing depends on wall-clock time: the model is a pure function of the
+frames it is given and of the calls made on it (``post_recv``, ``rnr_for``...).
+
+What it models (``/work/shared/spec/roce-wire.md``, "Responder rules"):
+
+* ARP: answers requests for its IP, learns the senders (and replies to ``arp_request``).
+* QPs (:meth:`Rnic.create_qp`), memory regions backed by bytearrays (:meth:`Rnic.register_mr`),
+  a receive queue per QP (:meth:`Rnic.post_recv`) and one completion queue (:attr:`Rnic.cq`).
+* The RC responder on UDP 4791: ePSN with 24-bit modular comparison, in-order execution of
+  RDMA WRITE FIRST/MIDDLE/LAST/ONLY (+ WITH_IMMEDIATE) and SEND FIRST/MIDDLE/LAST/ONLY
+  (+ WITH_IMMEDIATE), MSN counting, ACK on AckReq (optionally only every ``ack_coalesce``-th),
+  one PSN-sequence-error NAK per gap then silence, duplicates re-ACKed with ePSN - 1 and not
+  executed, RNR NAK, remote access error, invalid request, silent drops -- every event counted
+  in :attr:`Rnic.counters`.
+
+``strict=True`` turns every *malformed* frame or *protocol violation by the requester* into an
+``AssertionError`` with a precise message (a testbench fails on it). Conditions a correct
+requester can legitimately meet -- lost packets (PSN gaps), duplicates after a retransmission,
+RNR, a bad R_Key or an out-of-region address chosen by the test, a SEND longer than the buffer
+the test posted, packets arriving at a QP already in the error state -- never raise: they are
+handled as a ConnectX does and counted. See :data:`STRICT_CHECKS` for the list of what raises.
+
+Decisions where the spec is silent (and which follow rxe / the IBTA as noted):
+
+* Errors NAKed with invalid request / remote access error / remote operational error are
+  IBTA "class C": after sending the NAK the responder QP goes to the error state; later packets
+  to it are dropped silently (``drop_qp_error``), its posted receive WQEs complete with
+  ``WR_FLUSH_ERR``, and a receive WQE being filled by a SEND completes with an error status.
+  The QP must be destroyed and created again (as with verbs).
+* A SEND longer than the posted receive buffer: NAK *invalid request* (0x61) and completion
+  ``LOC_LEN_ERR`` on the responder. This is what ConnectX (requester sees
+  ``IBV_WC_REM_INV_REQ_ERR``, receiver ``IBV_WC_LOC_LEN_ERR``) and rxe (``RESPST_ERR_LENGTH``)
+  do; *remote operational error* is reserved for malformed receive WQEs, which the model
+  cannot have.
+* Length errors (FIRST/MIDDLE payload != PMTU, LAST payload 0 or > PMTU, ONLY > PMTU, PadCnt on
+  a FIRST/MIDDLE packet, WRITE total != RETH DMA length) are NAK invalid request (rxe, IBTA).
+* Zero-length RDMA WRITE: the R_Key and address are not checked (IBTA; rxe and ConnectX agree).
+* Check order for a packet with PSN == ePSN (rxe's): opcode sequence / unsupported opcode,
+  then receive-WQE availability (RNR), then length, then R_Key/access/bounds, then execute.
+* An RNR NAK arms the same "one NAK then silence" state as a PSN-sequence NAK: packets ahead of
+  the refused PSN that were already in flight are dropped silently until the requester resends
+  the refused PSN, so a sequence NAK cannot cut the requester's RNR wait short.
+* Duplicates are ACKed (PSN = ePSN - 1) whatever their AckReq bit and ``ack_coalesce``.
+* RDMA READ and atomics are not supported: NAK invalid request. Response opcodes
+  (READ responses, ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE) sent to this responder-only model are
+  dropped (``drop_response``). CNPs are counted (``cnp_rx``) and otherwise ignored.
+* IPv4 only (the ICRC helper also handles IPv6). UDP datagrams to other ports listed in
+  ``udp_ports`` are collected in :attr:`Rnic.udp_rx` (for the out-of-band connection manager).
+* Outgoing frames: IPv4 DF, TTL 64, identification counting from 1, UDP checksum 0, UDP source
+  port per QP in 0xC000..0xFFFF (hashed from the QP numbers unless given), BTH MigReq 1 (what
+  ConnectX sends; ``migreq=0`` for rxe), destination MAC from ``peer_mac``, else the ARP cache,
+  else the source MAC of the frame being answered.
+
+The ICRC is computed by the private :func:`_icrc` (to be replaced by an import from
+``rocegen.sim.models.icrc`` once that reference exists).
+"""
+
+import enum
+import struct
+import zlib
+from collections import deque
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import ARP, Dot1Q, Ether
+from scapy.utils import checksum
+
+__all__ = [
+    "Rnic", "QueuePair", "MemoryRegion", "RecvWqe", "Completion", "Access", "WcOpcode", "WcStatus",
+    "Op", "psn_diff", "COUNTERS", "STRICT_CHECKS", "ROCE_PORT", "PMTUS",
+    "SYN_ACK", "SYN_RNR", "NAK_PSN_SEQ", "NAK_INV_REQ", "NAK_REM_ACCESS", "NAK_REM_OP",
+]
+
+ROCE_PORT = 4791
+PMTUS = (256, 512, 1024, 2048, 4096)
+PSN_MASK = 0xFFFFFF
+BROADCAST = b"\xff" * 6
+MIN_FRAME = 60
+
+# AETH syndromes
+SYN_ACK = 0x1F          # ACK, no credit limit
+SYN_RNR = 0x20          # | RNR timer code
+NAK_PSN_SEQ = 0x60
+NAK_INV_REQ = 0x61
+NAK_REM_ACCESS = 0x62
+NAK_REM_OP = 0x63
+
+
+class Op(enum.IntEnum):
+    """RC BTH opcodes (and the CNP)."""
+    SEND_FIRST = 0x00
+    SEND_MIDDLE = 0x01
+    SEND_LAST = 0x02
+    SEND_LAST_WITH_IMMEDIATE = 0x03
+    SEND_ONLY = 0x04
+    SEND_ONLY_WITH_IMMEDIATE = 0x05
+    RDMA_WRITE_FIRST = 0x06
+    RDMA_WRITE_MIDDLE = 0x07
+    RDMA_WRITE_LAST = 0x08
+    RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09
+    RDMA_WRITE_ONLY = 0x0A
+    RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0B
+    RDMA_READ_REQUEST = 0x0C
+    RDMA_READ_RESPONSE_FIRST = 0x0D
+    RDMA_READ_RESPONSE_MIDDLE = 0x0E
+    RDMA_READ_RESPONSE_LAST = 0x0F
+    RDMA_READ_RESPONSE_ONLY = 0x10
+    ACKNOWLEDGE = 0x11
+    ATOMIC_ACKNOWLEDGE = 0x12
+    COMPARE_SWAP = 0x13
+    FETCH_ADD = 0x14
+    CNP = 0x81
+
+
+class Access(enum.IntFlag):
+    """Memory region access flags (values of ``ibv_access_flags``)."""
+    LOCAL_WRITE = 1
+    REMOTE_WRITE = 2
+    REMOTE_READ = 4
+    REMOTE_ATOMIC = 8
+
+
+class WcOpcode(enum.StrEnum):
+    RECV = "RECV"                                   # a SEND (with or without immediate)
+    RECV_RDMA_WITH_IMM = "RECV_RDMA_WITH_IMM"       # an RDMA WRITE with immediate
+
+
+class WcStatus(enum.StrEnum):
+    SUCCESS = "SUCCESS"
+    LOC_LEN_ERR = "LOC_LEN_ERR"              # SEND longer than the receive buffer
+    REM_INV_REQ_ERR = "REM_INV_REQ_ERR"      # a SEND in progress ended by an invalid request
+    WR_FLUSH_ERR = "WR_FLUSH_ERR"            # flushed: the QP went to the error state
+
+
+class Completion(NamedTuple):
+    """A receive completion: ``wr_id, opcode, byte_len, imm, status`` (+ ``qpn`` and, for a
+    SEND, the received bytes in ``data``; ``imm`` is None without immediate data)."""
+    wr_id: int
+    opcode: WcOpcode
+    byte_len: int
+    imm: int | None
+    status: WcStatus
+    qpn: int = 0
+    data: bytes | None = None
+
+
+@dataclass(eq=False)
+class MemoryRegion:
+    addr: int
+    length: int
+    rkey: int
+    access: Access
+    buf: bytearray
+
+    def contains(self, addr, length):
+        return self.addr <= addr and addr + length <= self.addr + self.length
+
+
+@dataclass
+class RecvWqe:
+    wr_id: int
+    length: int
+    addr: int | None        # None: a private buffer (``buf``); else a local address in an MR
+    buf: bytearray | None
+
+
+@dataclass
+class QueuePair:
+    """Responder state of one RC QP (read it freely in tests; change it through :class:`Rnic`)."""
+    qpn: int
+    peer_qpn: int
+    peer_ip: str
+    peer_mac: str | None
+    epsn: int
+    pmtu: int
+    pkey: int
+    min_rnr_timer: int
+    udp_sport: int
+    tos: int
+    state: str = "RTR"                  # "RTR" (receiving) or "ERR"
+    msn: int = 0
+    nak_pending: bool = False           # a sequence or RNR NAK was sent; silence until ePSN
+    in_msg: str | None = None           # "SEND" / "WRITE" while a multi-packet message runs
+    # RDMA WRITE in progress
+    wr_va: int = 0
+    wr_len: int = 0
+    wr_remaining: int = 0
+    wr_mr: MemoryRegion | None = None
+    # SEND in progress
+    recv: RecvWqe | None = None
+    recv_off: int = 0
+    rq: deque = field(default_factory=deque)
+    rnr_refuse: int = 0
+    ackreq_seen: int = 0
+    peer_sport: int | None = None       # UDP source port of the requester, once seen
+    cnp_rx: int = 0
+
+
+def psn_diff(a, b):
+    """``a - b`` as a signed 24-bit number (PSN comparison modulo 2^24)."""
+    d = (a - b) & PSN_MASK
+    return d - (1 << 24) if d & 0x800000 else d
+
+
+def _icrc(datagram):
+    """ICRC of a RoCEv2 IP datagram given *without* its 4 ICRC bytes (IP header through pad),
+    IPv4 or IPv6: the 4 bytes as they go on the wire (least-significant byte first).
+
+    CRC-32 (zlib) over 8 x 0xFF then the datagram with IPv4 TOS, TTL and header checksum (IPv6:
+    traffic class, flow label, hop limit), the UDP checksum and BTH byte 4 replaced by 0xFF.
+    (Private: to be replaced by the shared ICRC reference, ``rocegen.sim.models.icrc``.)
+    """
+    d = bytearray(datagram)
+    version = d[0] >> 4
+    if version == 4:
+        udp = (d[0] & 0x0F) * 4
+        d[1] = 0xFF                       # TOS
+        d[8] = 0xFF                       # TTL
+        d[10:12] = b"\xff\xff"            # header checksum
+    elif version == 6:
+        udp = 40
+        d[0] |= 0x0F                      # traffic class, high nibble
+        d[1:4] = b"\xff\xff\xff"          # traffic class low nibble, flow label
+        d[7] = 0xFF                       # hop limit
+    else:
+        raise ValueError(f"not an IP datagram (version {version})")
+    if len(d) < udp + 8 + 12:
+        raise ValueError(f"datagram of {len(d)} bytes too short for UDP + BTH")
+    d[udp + 6:udp + 8] = b"\xff\xff"      # UDP checksum
+    d[udp + 8 + 4] = 0xFF                 # BTH: FECN, BECN, reserved
+    return zlib.crc32(b"\xff" * 8 + bytes(d)).to_bytes(4, "little")
+
+
+# (kind, position, RETH, ImmDt) of the request opcodes the responder executes
+FIRST, MIDDLE, LAST, ONLY = "FIRST", "MIDDLE", "LAST", "ONLY"
+_REQ = {
+    Op.SEND_FIRST: ("SEND", FIRST, False, False),
+    Op.SEND_MIDDLE: ("SEND", MIDDLE, False, False),
+    Op.SEND_LAST: ("SEND", LAST, False, False),
+    Op.SEND_LAST_WITH_IMMEDIATE: ("SEND", LAST, False, True),
+    Op.SEND_ONLY: ("SEND", ONLY, False, False),
+    Op.SEND_ONLY_WITH_IMMEDIATE: ("SEND", ONLY, False, True),
+    Op.RDMA_WRITE_FIRST: ("WRITE", FIRST, True, False),
+    Op.RDMA_WRITE_MIDDLE: ("WRITE", MIDDLE, False, False),
+    Op.RDMA_WRITE_LAST: ("WRITE", LAST, False, False),
+    Op.RDMA_WRITE_LAST_WITH_IMMEDIATE: ("WRITE", LAST, False, True),
+    Op.RDMA_WRITE_ONLY: ("WRITE", ONLY, True, False),
+    Op.RDMA_WRITE_ONLY_WITH_IMMEDIATE: ("WRITE", ONLY, True, True),
+}
+# extension header bytes of the other RC opcodes (for the packet length check)
+_OTHER_HDR = {
+    Op.RDMA_READ_REQUEST: 16, Op.RDMA_READ_RESPONSE_FIRST: 4, Op.RDMA_READ_RESPONSE_MIDDLE: 0,
+    Op.RDMA_READ_RESPONSE_LAST: 4, Op.RDMA_READ_RESPONSE_ONLY: 4, Op.ACKNOWLEDGE: 4,
+    Op.ATOMIC_ACKNOWLEDGE: 12, Op.COMPARE_SWAP: 28, Op.FETCH_ADD: 28,
+}
+_RESPONSES = range(Op.RDMA_READ_RESPONSE_FIRST, Op.ATOMIC_ACKNOWLEDGE + 1)
+
+COUNTERS = (
+    "rx_frames", "tx_frames",
+    # Ethernet / ARP
+    "eth_drop_runt", "eth_drop_addr", "eth_drop_vlan", "eth_drop_ethertype",
+    "arp_rx_request", "arp_rx_reply", "arp_tx_reply", "arp_drop_bad",
+    # IPv4 / UDP
+    "ip_drop_header", "ip_drop_checksum", "ip_drop_length", "ip_drop_options", "ip_drop_fragment",
+    "ip_drop_addr", "ip_drop_protocol", "udp_drop_length", "udp_drop_checksum", "udp_drop_port",
+    "udp_rx",
+    # RoCEv2 silent drops
+    "roce_rx", "drop_short", "drop_icrc", "drop_tver", "drop_transport", "drop_dest_qp",
+    "drop_src_ip", "drop_pkey", "drop_malformed", "drop_response", "drop_qp_error", "cnp_rx",
+    # responder
+    "executed", "duplicate", "seq_drop", "ack_coalesced", "write_msgs", "write_bytes",
+    "send_msgs", "send_bytes", "completions",
+    "ack_tx", "nak_seq_tx", "rnr_nak_tx", "nak_inv_req_tx", "nak_rem_access_tx", "nak_rem_op_tx",
+    "err_opcode_seq", "err_unsupported", "err_length", "err_rkey", "err_access", "err_bounds",
+    "err_recv_len",
+    # deviations from the wire conventions that a receiver tolerates (strict mode raises)
+    "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
+    "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",
+)
+
+#: Counters whose events raise in strict mode (everything else is a legitimate situation).
+STRICT_CHECKS = frozenset({
+    "eth_drop_runt", "eth_drop_addr", "eth_drop_vlan", "eth_drop_ethertype", "arp_drop_bad",
+    "ip_drop_header", "ip_drop_checksum", "ip_drop_length", "ip_drop_options", "ip_drop_fragment",
+    "ip_drop_addr", "ip_drop_protocol", "udp_drop_length", "udp_drop_checksum", "udp_drop_port",
+    "drop_short", "drop_icrc", "drop_tver", "drop_transport", "drop_dest_qp", "drop_src_ip",
+    "drop_pkey", "drop_malformed", "drop_response",
+    "err_opcode_seq", "err_unsupported", "err_length",
+    "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
+    "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",
+})
+
+
+def _mac_str(raw):
+    return ":".join(f"{b:02x}" for b in bytes(raw))
+
+
+def _ip_str(raw):
+    return ".".join(str(b) for b in bytes(raw))
+
+
+def _ip_bytes(ip):
+    return bytes(int(x) for x in ip.split("."))
+
+
+def _pad(frame):
+    return bytes(frame).ljust(MIN_FRAME, b"\0")
+
+
+def _opname(op):
+    try:
+        return Op(op).name
+    except ValueError:
+        return f"opcode {op:#04x}"
+
+
+def _segmentation_error(kind, pos, n, padcnt, pmtu):
+    """Why a request packet with ``n`` payload bytes breaks the PMTU segmentation, or None."""
+    if pos in (FIRST, MIDDLE):
+        if padcnt:
+            return f"PadCnt {padcnt} on a {kind}_{pos} packet (only the last packet has pad)"
+        if n != pmtu:
+            return f"{kind}_{pos} carries {n} payload bytes, not the PMTU ({pmtu})"
+    elif pos == LAST:
+        if n == 0 or n > pmtu:
+            return f"{kind}_LAST carries {n} payload bytes (must be 1..PMTU={pmtu})"
+    elif n > pmtu:
+        return f"{kind}_ONLY carries {n} payload bytes, more than the PMTU ({pmtu})"
+    if padcnt != (-n) & 3:
+        return f"PadCnt {padcnt} but {n} payload bytes need {(-n) & 3}"
+    return None
+
+
+class _Fatal(Exception):
+    """A class C responder error: NAK ``syndrome``, then the QP goes to the error state."""
+
+    def __init__(self, syndrome, counter, message, status=None):
+        super().__init__(message)
+        self.syndrome, self.counter, self.message, self.status = syndrome, counter, message, status
+
+
+class Rnic:
+    """The host RNIC on one Ethernet port: ARP + the RoCEv2 RC responder on UDP 4791.
+
+    ``mac``/``ip``: the NIC's addresses. ``strict``: raise AssertionError on malformed frames
+    and requester protocol violations (:data:`STRICT_CHECKS`). ``ack_coalesce``: ACK only every
+    N-th AckReq packet of a QP. ``vlan``/``pcp``: only frames tagged with that VLAN ID are taken,
+    answers are tagged. ``udp_ports``: other UDP ports whose datagrams are collected in
+    :attr:`udp_rx`. ``migreq``/``ttl``: header fields of the frames sent.
+    """
+
+    def __init__(self, mac, ip, *, strict=False, ack_coalesce=1, vlan=None, pcp=0, migreq=1,
+                 ttl=64, udp_ports=()):
+        if ack_coalesce < 1:
+            raise ValueError("ack_coalesce must be >= 1")
+        self.mac = mac.lower()
+        self.ip = ip
+        self._mac_b = bytes.fromhex(self.mac.replace(":", ""))
+        self._ip_b = _ip_bytes(ip)
+        self.strict = strict
+        self.ack_coalesce = ack_coalesce
+        self.vlan = vlan
+        self.pcp = pcp
+        self.migreq = migreq
+        self.ttl = ttl
+        self.udp_ports = tuple(udp_ports)
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        #: every drop / NAK cause, in order, as a message (for debugging a failing bench)
+        self.log = []
+        self.qps = {}
+        self.mrs = []
+        self.cq = []
+        #: IP -> MAC learned from ARP
+        self.arp_cache = {}
+        #: ``(src_ip, src_port, dst_port, payload)`` of datagrams to ``udp_ports``
+        self.udp_rx = []
+        self._rnr_refuse = 0
+        self._ip_id = 0
+
+    # ------------------------------------------------------------------ verbs-like setup
+
+    def create_qp(self, qpn, *, peer_qpn, peer_ip, peer_mac=None, epsn, pmtu, pkey=0xFFFF,
+                  min_rnr_timer=1, udp_sport=None, dscp=0, ecn=0):
+        """An RC QP ready to receive (RTR) from ``peer_qpn`` at ``peer_ip``, expecting PSN
+        ``epsn`` first. ``min_rnr_timer``: the timer code sent in RNR NAKs (default 1 = 10 us,
+        short for simulations). ``udp_sport``: source port of the ACKs (default: hashed from the
+        QP numbers into 0xC000..0xFFFF). ``dscp``/``ecn``: IPv4 TOS of the ACKs."""
+        if not 2 <= qpn <= PSN_MASK:
+            raise ValueError(f"QPN {qpn:#x} out of range (2..0xFFFFFF; 0 and 1 are special)")
+        if qpn in self.qps:
+            raise ValueError(f"QP {qpn:#x} exists")
+        if not 0 <= peer_qpn <= PSN_MASK or not 0 <= epsn <= PSN_MASK:
+            raise ValueError("peer_qpn and epsn are 24-bit numbers")
+        if pmtu not in PMTUS:
+            raise ValueError(f"PMTU {pmtu} is not one of {PMTUS}")
+        if not 0 <= min_rnr_timer <= 31:
+            raise ValueError("min_rnr_timer is a 5-bit code")
+        if udp_sport is None:
+            h = (qpn * 0x9E3779B1 ^ peer_qpn * 0x85EBCA6B) & 0xFFFFFFFF
+            udp_sport = 0xC000 | ((h ^ (h >> 14) ^ (h >> 28)) & 0x3FFF)
+        qp = QueuePair(qpn=qpn, peer_qpn=peer_qpn, peer_ip=peer_ip,
+                       peer_mac=peer_mac.lower() if peer_mac else None, epsn=epsn, pmtu=pmtu,
+                       pkey=pkey, min_rnr_timer=min_rnr_timer, udp_sport=udp_sport,
+                       tos=(dscp << 2) | ecn)
+        self.qps[qpn] = qp
+        return qp
+
+    def destroy_qp(self, qpn):
+        """Remove a QP (its receive WQEs disappear without completions, as ibv_destroy_qp)."""
+        del self.qps[qpn]
+
+    def register_mr(self, addr, length, rkey, access=Access.LOCAL_WRITE | Access.REMOTE_WRITE, *,
+                    fill=0):
+        """A memory region of ``length`` bytes at virtual address ``addr``, every byte ``fill``.
+        Regions must not overlap (each has its own backing bytearray) and R_Keys are unique."""
+        if length < 0 or addr < 0 or addr + length > 1 << 64:
+            raise ValueError("bad address range")
+        for mr in self.mrs:
+            if mr.rkey == rkey:
+                raise ValueError(f"R_Key {rkey:#x} already registered")
+            if addr < mr.addr + mr.length and mr.addr < addr + length:
+                raise ValueError(f"[{addr:#x}, +{length:#x}) overlaps the region at {mr.addr:#x}")
+        mr = MemoryRegion(addr, length, rkey & 0xFFFFFFFF, Access(access),
+                          bytearray([fill]) * length)
+        self.mrs.append(mr)
+        return mr
+
+    def deregister_mr(self, rkey):
+        self.mrs = [mr for mr in self.mrs if mr.rkey != rkey]
+
+    def post_recv(self, qpn, buffer_len, wr_id, *, addr=None):
+        """Post a receive WQE of ``buffer_len`` bytes: a private buffer (its contents end up in
+        the completion's ``data``), or ``addr`` inside a region with LOCAL_WRITE access. On a
+        QP in the error state the WQE completes at once with WR_FLUSH_ERR."""
+        qp = self.qps[qpn]
+        if addr is not None:
+            mr = self._mr_at(addr, buffer_len)
+            if mr is None or not mr.access & Access.LOCAL_WRITE:
+                raise ValueError(f"receive buffer [{addr:#x}, +{buffer_len}) is not in a region "
+                                 "with LOCAL_WRITE access")
+        wqe = RecvWqe(wr_id, buffer_len, addr, None if addr is not None else bytearray(buffer_len))
+        if qp.state == "ERR":
+            self._complete(qp, wqe, WcOpcode.RECV, 0, None, WcStatus.WR_FLUSH_ERR)
+        else:
+            qp.rq.append(wqe)
+
+    def rnr_for(self, n, qpn=None):
+        """Refuse (RNR NAK) the next ``n`` packets that would consume a receive WQE (SEND
+        FIRST/ONLY, the last packet of an RDMA WRITE with immediate), even with WQEs posted:
+        on any QP, or only on ``qpn``. A retry of a refused packet counts as a new one."""
+        if qpn is None:
+            self._rnr_refuse = n
+        else:
+            self.qps[qpn].rnr_refuse = n
+
+    # ------------------------------------------------------------------ read-back helpers
+
+    def expected_psn(self, qpn):
+        return self.qps[qpn].epsn
+
+    def msn(self, qpn):
+        return self.qps[qpn].msn
+
+    def qp_state(self, qpn):
+        return self.qps[qpn].state
+
+    def read_mem(self, addr, length):
+        mr = self._mr_at(addr, length)
+        if mr is None:
+            raise ValueError(f"[{addr:#x}, +{length}) is not inside one memory region")
+        off = addr - mr.addr
+        return bytes(mr.buf[off:off + length])
+
+    def write_mem(self, addr, data):
+        data = bytes(data)
+        mr = self._mr_at(addr, len(data))
+        if mr is None:
+            raise ValueError(f"[{addr:#x}, +{len(data)}) is not inside one memory region")
+        off = addr - mr.addr
+        mr.buf[off:off + len(data)] = data
+
+    def poll_cq(self, max_entries=None):
+        """Remove and return the oldest completions (all of them by default)."""
+        n = len(self.cq) if max_entries is None else min(max_entries, len(self.cq))
+        out, self.cq = self.cq[:n], self.cq[n:]
+        return out
+
+    # ------------------------------------------------------------------ frames the RNIC sends
+
+    def arp_request(self, ip):
+        """The ARP request the RNIC broadcasts to resolve ``ip`` (the reply fills arp_cache)."""
+        return _pad(self._l2("ff:ff:ff:ff:ff:ff") / ARP(
+            op=1, hwsrc=self.mac, psrc=self.ip, hwdst="00:00:00:00:00:00", pdst=ip))
+
+    def udp_frame(self, dst_ip, sport, dport, payload, *, dst_mac=None):
+        """A plain UDP datagram from the host (e.g. a connection-manager request), with a valid
+        UDP checksum. ``dst_mac`` defaults to the ARP cache entry of ``dst_ip``."""
+        dst_mac = dst_mac or self.arp_cache.get(dst_ip)
+        if dst_mac is None:
+            raise ValueError(f"no MAC known for {dst_ip}: give dst_mac or resolve it by ARP")
+        return _pad(self._l2(dst_mac) / IP(src=self.ip, dst=dst_ip, ttl=self.ttl, flags="DF",
+                                          id=self._next_id()) / UDP(sport=sport, dport=dport)
+                    / bytes(payload))
+
+    def _l2(self, dst):
+        eth = Ether(dst=dst, src=self.mac)
+        if self.vlan is not None:
+            eth = eth / Dot1Q(vlan=self.vlan, prio=self.pcp, dei=0)
+        return eth
+
+    def _next_id(self):
+        self._ip_id = self._ip_id % 0xFFFF + 1
+        return self._ip_id
+
+    def ack_frame(self, qpn, syndrome, psn, *, msn=None):
+        """An ACKNOWLEDGE frame from QP ``qpn`` with any AETH ``syndrome``, ``psn`` and ``msn``
+        (default: the QP's MSN), for a testbench to inject (e.g. a remote operational error or a
+        stale ACK). Changes no responder state and counts nothing."""
+        qp = self.qps[qpn]
+        dst = qp.peer_mac or self.arp_cache.get(qp.peer_ip)
+        if dst is None:
+            raise ValueError(f"no MAC known for {qp.peer_ip}: give peer_mac or resolve it by ARP")
+        return self._ack_frame(qp, syndrome, psn, dst, msn=msn)
+
+    def _ack_frame(self, qp, syndrome, psn, src_mac, *, msn=None):
+        dst = qp.peer_mac or self.arp_cache.get(qp.peer_ip) or src_mac
+        pkt = (self._l2(dst)
+               / IP(src=self.ip, dst=qp.peer_ip, ttl=self.ttl, flags="DF", tos=qp.tos,
+                    id=self._next_id(), proto=17)
+               / UDP(sport=qp.udp_sport, dport=ROCE_PORT, chksum=0)
+               / BTH(opcode=Op.ACKNOWLEDGE, migreq=self.migreq, pkey=qp.pkey, dqpn=qp.peer_qpn,
+                     psn=psn & PSN_MASK)
+               / AETH(syndrome=syndrome, msn=qp.msn if msn is None else msn))
+        return _pad(pkt)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _event(self, counter, message):
+        """Count ``counter``; in strict mode raise if it is a strict check."""
+        self.counters[counter] += 1
+        self.log.append(f"{counter}: {message}")
+        if self.strict and counter in STRICT_CHECKS:
+            raise AssertionError(f"RNIC {self.ip}: {message} [{counter}]")
+
+    def _drop(self, counter, message):
+        self._event(counter, message)
+        return []
+
+    def _mr_at(self, addr, length):
+        for mr in self.mrs:
+            if mr.contains(addr, length):
+                return mr
+        return None
+
+    def _mr_by_rkey(self, rkey):
+        for mr in self.mrs:
+            if mr.rkey == rkey:
+                return mr
+        return None
+
+    def _complete(self, qp, wqe, opcode, byte_len, imm, status, data=None):
+        self.cq.append(Completion(wqe.wr_id, opcode, byte_len, imm, status, qp.qpn, data))
+        self.counters["completions"] += 1
+
+    # ------------------------------------------------------------------ receive path
+
+    def receive(self, frame):
+        """Take one Ethernet frame (without FCS); return the frames sent in answer."""
+        frame = bytes(frame)
+        self.counters["rx_frames"] += 1
+        out = self._ethernet(frame)
+        self.counters["tx_frames"] += len(out)
+        return out
+
+    def _ethernet(self, frame):
+        hlen = 14 if self.vlan is None else 18
+        if len(frame) < hlen:
+            return self._drop("eth_drop_runt", f"frame of {len(frame)} bytes")
+        dst = frame[0:6]
+        if dst not in (self._mac_b, BROADCAST):
+            return self._drop("eth_drop_addr", f"frame to {_mac_str(dst)}, which is neither "
+                              f"our MAC ({self.mac}) nor broadcast")
+        if self.vlan is not None:
+            tpid, tci = struct.unpack(">HH", frame[12:16])
+            if tpid != 0x8100 or (tci & 0xFFF) != self.vlan:
+                return self._drop("eth_drop_vlan", f"frame not tagged with VLAN {self.vlan} "
+                                  f"(TPID {tpid:#06x}, TCI {tci:#06x})")
+        etype = int.from_bytes(frame[hlen - 2:hlen], "big")
+        src_mac = _mac_str(frame[6:12])
+        body = frame[hlen:]
+        if etype == 0x0806:
+            return self._arp(body)
+        if etype != 0x0800:
+            return self._drop("eth_drop_ethertype", f"EtherType {etype:#06x} (only ARP and IPv4 "
+                              "are expected)")
+        if dst == BROADCAST:
+            self._event("warn_eth_bcast", "IPv4 frame sent to the broadcast MAC")
+        return self._ipv4(src_mac, body, len(frame) - (hlen - 14))
+
+    def _arp(self, body):
+        if len(body) < 28:
+            return self._drop("arp_drop_bad", f"ARP message of {len(body)} bytes")
+        htype, ptype, hlen, plen, op = struct.unpack(">HHBBH", body[:8])
+        if (htype, ptype, hlen, plen) != (1, 0x0800, 6, 4) or op not in (1, 2):
+            return self._drop("arp_drop_bad", f"ARP htype {htype} ptype {ptype:#x} hlen {hlen} "
+                              f"plen {plen} op {op}")
+        sha, spa, tpa = _mac_str(body[8:14]), _ip_str(body[14:18]), _ip_str(body[24:28])
+        for_us = tpa == self.ip
+        if spa in self.arp_cache or for_us:
+            self.arp_cache[spa] = sha
+        if op == 2:
+            self.counters["arp_rx_reply"] += 1
+            return []
+        self.counters["arp_rx_request"] += 1
+        if not for_us:
+            return []
+        self.counters["arp_tx_reply"] += 1
+        return [_pad(self._l2(sha) / ARP(op=2, hwsrc=self.mac, psrc=self.ip, hwdst=sha,
+                                         pdst=spa))]
+
+    def _ipv4(self, src_mac, body, frame_len):
+        # frame_len does not count an 802.1Q tag: a MAC may pad a frame to 60 bytes before
+        # inserting the tag
+        if len(body) < 20:
+            return self._drop("ip_drop_header", f"IPv4 header truncated ({len(body)} bytes)")
+        version, ihl = body[0] >> 4, body[0] & 15
+        if version != 4 or ihl < 5:
+            return self._drop("ip_drop_header", f"IPv4 version {version}, IHL {ihl}")
+        if ihl != 5:
+            return self._drop("ip_drop_options", f"IPv4 header with options (IHL {ihl})")
+        if checksum(body[:20]) != 0:
+            return self._drop("ip_drop_checksum", "IPv4 header checksum "
+                              f"{int.from_bytes(body[10:12], 'big'):#06x} is wrong")
+        total = int.from_bytes(body[2:4], "big")
+        if total < 20 or total > len(body):
+            return self._drop("ip_drop_length", f"IPv4 total length {total} but {len(body)} "
+                              "bytes follow the Ethernet header")
+        if total < len(body) and frame_len > MIN_FRAME:
+            self._event("warn_ip_trailing", f"{len(body) - total} bytes after the IPv4 datagram "
+                        f"in a frame of {frame_len} bytes (only padding to {MIN_FRAME} is allowed)")
+        ident, flags_frag = struct.unpack(">HH", body[4:8])
+        if flags_frag & 0x3FFF:
+            return self._drop("ip_drop_fragment", f"IPv4 fragment (flags/offset {flags_frag:#06x})")
+        dst_ip, src_ip = _ip_str(body[16:20]), _ip_str(body[12:16])
+        if dst_ip != self.ip:
+            return self._drop("ip_drop_addr", f"IPv4 datagram to {dst_ip}, not to us ({self.ip})")
+        if body[9] != 17:
+            return self._drop("ip_drop_protocol", f"IPv4 protocol {body[9]} (only UDP expected)")
+        if not flags_frag & 0x4000:
+            self._event("warn_ip_df", "IPv4 DF flag not set")
+        if ident == 0:
+            self._event("warn_ip_id", "IPv4 identification is 0")
+        if body[8] == 0:
+            self._event("warn_ip_ttl", "IPv4 TTL is 0")
+        return self._udp(src_mac, src_ip, body[:total])
+
+    def _udp(self, src_mac, src_ip, dgram):
+        udp = dgram[20:]
+        if len(udp) < 8:
+            return self._drop("udp_drop_length", f"UDP header truncated ({len(udp)} bytes)")
+        sport, dport, ulen, ck = struct.unpack(">HHHH", udp[:8])
+        if ulen != len(udp):
+            return self._drop("udp_drop_length", f"UDP length {ulen} but the IPv4 total length "
+                              f"leaves {len(udp)} bytes")
+        if ck:
+            pseudo = dgram[12:20] + bytes([0, 17]) + len(udp).to_bytes(2, "big")
+            if checksum(pseudo + udp) != 0:
+                return self._drop("udp_drop_checksum", f"UDP checksum {ck:#06x} is wrong (0 would "
+                                  "be accepted)")
+        if dport == ROCE_PORT:
+            return self._roce(src_mac, src_ip, sport, dgram)
+        if dport in self.udp_ports:
+            self.counters["udp_rx"] += 1
+            self.udp_rx.append((src_ip, sport, dport, bytes(udp[8:])))
+            return []
+        return self._drop("udp_drop_port", f"UDP datagram to port {dport} (RoCEv2 is "
+                          f"{ROCE_PORT})")
+
+    def _roce(self, src_mac, src_ip, sport, dgram):
+        self.counters["roce_rx"] += 1
+        pl = dgram[28:]
+        if len(pl) < 16:
+            return self._drop("drop_short", f"RoCEv2 datagram with {len(pl)} bytes after UDP "
+                              "(BTH + ICRC need 16)")
+        want = _icrc(dgram[:-4])
+        if want != dgram[-4:]:
+            return self._drop("drop_icrc", f"ICRC {dgram[-4:].hex()} on the wire, "
+                              f"{want.hex()} expected")
+        bth = BTH(pl)
+        op, psn, dqpn = bth.opcode, bth.psn, bth.dqpn
+        where = f"{_opname(op)} to QP {dqpn:#x} PSN {psn:#08x}"
+        if bth.version != 0:
+            return self._drop("drop_tver", f"{where}: BTH TVer {bth.version}")
+        qp = self.qps.get(dqpn)
+        if op == Op.CNP:
+            return self._cnp(qp, bth, pl, where)
+        if op & 0xE0:
+            return self._drop("drop_transport", f"{where}: not an RC opcode")
+        if qp is None:
+            return self._drop("drop_dest_qp", f"{where}: no such QP")
+        if src_ip != qp.peer_ip:
+            return self._drop("drop_src_ip", f"{where}: from {src_ip}, the QP's peer is "
+                              f"{qp.peer_ip}")
+        if bth.pkey != qp.pkey:
+            return self._drop("drop_pkey", f"{where}: P_Key {bth.pkey:#06x}, QP has "
+                              f"{qp.pkey:#06x}")
+        if bth.fecn or bth.becn or bth.resv6 or bth.resv7:
+            self._event("warn_bth_reserved", f"{where}: FECN {bth.fecn}, BECN {bth.becn}, "
+                        f"reserved {bth.resv6:#x}/{bth.resv7:#x} (all must be 0)")
+        if not 0xC000 <= sport <= 0xFFFF:
+            self._event("warn_udp_sport", f"{where}: UDP source port {sport:#06x} outside "
+                        "0xC000..0xFFFF")
+        if qp.peer_sport is None:
+            qp.peer_sport = sport
+        elif sport != qp.peer_sport:
+            self._event("warn_udp_sport", f"{where}: UDP source port {sport:#06x} changed (was "
+                        f"{qp.peer_sport:#06x}; it must be constant per QP)")
+        if op in _RESPONSES:
+            return self._drop("drop_response", f"{where}: a response opcode sent to a "
+                              "responder-only QP")
+        info = _REQ.get(op)
+        if info is None:
+            hdr = 12 + _OTHER_HDR.get(op, 0)
+        else:
+            hdr = 12 + 16 * info[2] + 4 * info[3]
+        body = len(pl) - 4 - hdr
+        padcnt = bth.padcount
+        if body < 0:
+            return self._drop("drop_malformed", f"{where}: {len(pl) - 4} bytes before the ICRC, "
+                              f"the headers alone need {hdr}")
+        if body % 4:
+            return self._drop("drop_malformed", f"{where}: payload + pad of {body} bytes is not a "
+                              f"multiple of 4 (PadCnt {padcnt})")
+        if padcnt > body:
+            return self._drop("drop_malformed", f"{where}: PadCnt {padcnt} but only {body} bytes "
+                              "of payload + pad")
+        ext = pl[12:hdr]
+        payload = pl[hdr:hdr + body - padcnt]
+        if any(pl[hdr + body - padcnt:hdr + body]):
+            self._event("warn_pad_nonzero", f"{where}: pad bytes "
+                        f"{pl[hdr + body - padcnt:hdr + body].hex()} are not zero")
+        if info is not None:
+            kind, pos, _, _ = info
+            if pos in (LAST, ONLY) and not bth.ackreq:
+                self._event("warn_ackreq", f"{where}: AckReq not set on the last packet of a "
+                            "message")
+            if self.strict:
+                err = _segmentation_error(kind, pos, len(payload), padcnt, qp.pmtu)
+                if err:
+                    self._event("err_length", f"{where}: {err}")
+        if qp.state == "ERR":
+            return self._drop("drop_qp_error", f"{where}: QP is in the error state")
+
+        d = psn_diff(psn, qp.epsn)
+        if d > 0:
+            if qp.nak_pending:
+                return self._drop("seq_drop", f"{where}: ahead of ePSN {qp.epsn:#08x}, NAK "
+                                  "already sent")
+            qp.nak_pending = True
+            self._event("nak_seq_tx", f"{where}: ahead of ePSN {qp.epsn:#08x}")
+            return [self._ack_frame(qp, NAK_PSN_SEQ, qp.epsn, src_mac)]
+        if d < 0:
+            self._event("duplicate", f"{where}: behind ePSN {qp.epsn:#08x}")
+            self.counters["ack_tx"] += 1
+            return [self._ack_frame(qp, SYN_ACK, qp.epsn - 1, src_mac)]
+        qp.nak_pending = False
+        try:
+            return self._execute(qp, bth, info, ext, payload, padcnt, where, src_mac)
+        except _Fatal as e:
+            return self._fatal(qp, psn, e, where, src_mac)
+
+    def _cnp(self, qp, bth, pl, where):
+        if qp is None:
+            return self._drop("drop_dest_qp", f"{where}: no such QP")
+        if not bth.becn or bth.padcount or len(pl) != 12 + 16 + 4 or any(pl[12:28]):
+            self._event("warn_cnp", f"{where}: a CNP must have BECN set, PadCnt 0 and 16 zero "
+                        "bytes")
+        self.counters["cnp_rx"] += 1
+        qp.cnp_rx += 1
+        return []
+
+    def _fatal(self, qp, psn, e, where, src_mac):
+        self._event(e.counter, f"{where}: {e.message}")
+        name = {NAK_INV_REQ: "nak_inv_req_tx", NAK_REM_ACCESS: "nak_rem_access_tx",
+                NAK_REM_OP: "nak_rem_op_tx"}[e.syndrome]
+        self.counters[name] += 1
+        frame = self._ack_frame(qp, e.syndrome, psn, src_mac)
+        qp.state = "ERR"
+        if qp.recv is not None:
+            # (only an invalid request can interrupt a SEND: R_Keys belong to WRITEs)
+            status = e.status or WcStatus.REM_INV_REQ_ERR
+            self._complete(qp, qp.recv, WcOpcode.RECV, qp.recv_off, None, status)
+            qp.recv = None
+        while qp.rq:
+            self._complete(qp, qp.rq.popleft(), WcOpcode.RECV, 0, None, WcStatus.WR_FLUSH_ERR)
+        qp.in_msg = None
+        return [frame]
+
+    def _execute(self, qp, bth, info, ext, payload, padcnt, where, src_mac):
+        if info is None:
+            raise _Fatal(NAK_INV_REQ, "err_unsupported", "opcode not supported by this responder")
+        kind, pos, has_reth, has_imm = info
+        # 1. opcode sequence
+        if qp.in_msg is None:
+            if pos in (MIDDLE, LAST):
+                raise _Fatal(NAK_INV_REQ, "err_opcode_seq", "opcode out of sequence: no "
+                             f"{kind} message in progress")
+        elif pos in (FIRST, ONLY) or kind != qp.in_msg:
+            raise _Fatal(NAK_INV_REQ, "err_opcode_seq", "opcode out of sequence: an "
+                         f"{qp.in_msg} message is in progress")
+        # 2. receive WQE (RNR)
+        if (kind == "SEND" and pos in (FIRST, ONLY)) or (kind == "WRITE" and has_imm):
+            refuse = ""
+            if qp.rnr_refuse:
+                qp.rnr_refuse -= 1
+                refuse = "refused by rnr_for"
+            elif self._rnr_refuse:
+                self._rnr_refuse -= 1
+                refuse = "refused by rnr_for"
+            elif not qp.rq:
+                refuse = "no receive WQE posted"
+            if refuse:
+                qp.nak_pending = True
+                self._event("rnr_nak_tx", f"{where}: {refuse}")
+                return [self._ack_frame(qp, SYN_RNR | qp.min_rnr_timer, bth.psn, src_mac)]
+        # 3. length
+        n = len(payload)
+        err = _segmentation_error(kind, pos, n, padcnt, qp.pmtu)
+        if err:
+            raise _Fatal(NAK_INV_REQ, "err_length", err)
+        # 4. R_Key, access, bounds; 5. execute
+        imm = struct.unpack_from(">I", ext, 16 * has_reth)[0] if has_imm else None
+        end = pos in (LAST, ONLY)
+        if kind == "WRITE":
+            if has_reth:
+                va, rkey, dlen = struct.unpack_from(">QII", ext)
+                mr = None
+                if dlen:
+                    mr = self._mr_by_rkey(rkey)
+                    if mr is None:
+                        raise _Fatal(NAK_REM_ACCESS, "err_rkey", f"R_Key {rkey:#x} is not "
+                                     "registered")
+                    if not mr.access & Access.REMOTE_WRITE:
+                        raise _Fatal(NAK_REM_ACCESS, "err_access", f"region of R_Key {rkey:#x} "
+                                     "has no REMOTE_WRITE access")
+                    if not mr.contains(va, dlen):
+                        raise _Fatal(NAK_REM_ACCESS, "err_bounds", f"[{va:#x}, +{dlen:#x}) is "
+                                     f"outside the region [{mr.addr:#x}, +{mr.length:#x}) of "
+                                     f"R_Key {rkey:#x}")
+                qp.wr_va, qp.wr_len, qp.wr_remaining, qp.wr_mr = va, dlen, dlen, mr
+            elif qp.wr_mr is not None and not any(m is qp.wr_mr for m in self.mrs):
+                raise _Fatal(NAK_REM_ACCESS, "err_rkey", f"region of R_Key {qp.wr_mr.rkey:#x} "
+                             "deregistered during the WRITE")
+            if end and n != qp.wr_remaining:
+                raise _Fatal(NAK_INV_REQ, "err_length", f"{n} payload bytes end a WRITE with "
+                             f"{qp.wr_remaining} of its DMA length {qp.wr_len} left")
+            if not end and n >= qp.wr_remaining:
+                raise _Fatal(NAK_INV_REQ, "err_length", f"{n} payload bytes leave nothing of the "
+                             f"DMA length {qp.wr_len} for the LAST packet ({qp.wr_remaining} "
+                             "left)")
+            if n:
+                off = qp.wr_va - qp.wr_mr.addr
+                qp.wr_mr.buf[off:off + n] = payload
+            qp.wr_va += n
+            qp.wr_remaining -= n
+            self.counters["write_bytes"] += n
+            if end:
+                self.counters["write_msgs"] += 1
+                if has_imm:
+                    self._complete(qp, qp.rq.popleft(), WcOpcode.RECV_RDMA_WITH_IMM, qp.wr_len,
+                                   imm, WcStatus.SUCCESS)
+                qp.wr_mr = None
+        else:
+            if pos in (FIRST, ONLY):
+                qp.recv, qp.recv_off = qp.rq.popleft(), 0
+            wqe = qp.recv
+            if qp.recv_off + n > wqe.length:
+                raise _Fatal(NAK_INV_REQ, "err_recv_len", f"SEND of at least {qp.recv_off + n} "
+                             f"bytes into a receive buffer of {wqe.length}",
+                             status=WcStatus.LOC_LEN_ERR)
+            if wqe.addr is None:
+                wqe.buf[qp.recv_off:qp.recv_off + n] = payload
+            elif n:
+                self.write_mem(wqe.addr + qp.recv_off, payload)
+            qp.recv_off += n
+            self.counters["send_bytes"] += n
+            if end:
+                self.counters["send_msgs"] += 1
+                data = (bytes(wqe.buf[:qp.recv_off]) if wqe.addr is None
+                        else self.read_mem(wqe.addr, qp.recv_off))
+                self._complete(qp, wqe, WcOpcode.RECV, qp.recv_off, imm, WcStatus.SUCCESS, data)
+                qp.recv = None
+        qp.in_msg = None if end else kind
+        if end:
+            qp.msn = (qp.msn + 1) & PSN_MASK
+        qp.epsn = (qp.epsn + 1) & PSN_MASK
+        self.counters["executed"] += 1
+        if not bth.ackreq:
+            return []
+        qp.ackreq_seen += 1
+        if qp.ackreq_seen % self.ack_coalesce:
+            self.counters["ack_coalesced"] += 1
+            return []
+        self.counters["ack_tx"] += 1
+        return [self._ack_frame(qp, SYN_ACK, bth.psn, src_mac)]
