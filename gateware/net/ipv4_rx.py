@@ -24,7 +24,8 @@ class Ipv4Rx(wiring.Component):
     beat and pulses ``truncated``.
 
     Drops (one-cycle strobes, one per packet): ``runt``, ``drop_header`` (version, IHL < 5,
-    checksum, total length), ``drop_options`` (IHL > 5), ``drop_fragment``, ``drop_addr``,
+    checksum, total length), ``drop_options`` (IHL > 5, whatever the checksum: it covers the
+    options, which are not kept), ``drop_fragment``, ``drop_addr``,
     ``drop_protocol`` (neither ICMP nor UDP).
 
     Latency: the depacketizer's (see :class:`~rocegen.gateware.depacketizer.Depacketizer`) plus
@@ -69,9 +70,11 @@ class Ipv4Rx(wiring.Component):
         wiring.connect(m, trim.o, dm.i)
         ip = dm.i.payload.meta.ipv4
         checksum_ok = ones_complement_sum(be_words(IPV4.to_lanes(ip))) == 0xFFFF
-        header_ok = ((ip.version == 4) & (ip.ihl >= 5) & checksum_ok &
-                     (ip.total_length >= IPV4.length) & (ip.total_length <= self.mtu))
         options = ip.ihl != 5
+        # with options the checksum also covers them, which are not kept: it cannot be checked,
+        # and the packet is dropped as one with options
+        header_ok = ((ip.version == 4) & (ip.ihl >= 5) & (checksum_ok | options) &
+                     (ip.total_length >= IPV4.length) & (ip.total_length <= self.mtu))
         fragment = ip.mf | (ip.frag_offset != 0)
         addr_ok = ip.dst == self.local_ip
         is_icmp = ip.protocol == IP_PROTO_ICMP

@@ -45,6 +45,9 @@ class NetStack(wiring.Component):
         Largest IPv4 packet taken or sent (576..9000).
     vlan : int or None
         802.1Q VLAN ID to send and accept (untagged when None).
+    pcp : int
+        802.1Q priority (PCP, 0..7) of the frames sent when ``vlan`` is set (received frames
+        are taken whatever their priority and DEI).
     rx_fifo_beats : int or None
         Depth of the receive FIFO behind the MAC (a power of two; default: two maximum frames).
     arp_entries, arp_retry_cycles, arp_retries
@@ -65,8 +68,8 @@ class NetStack(wiring.Component):
     ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS`.
     """
 
-    def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, rx_fifo_beats=None,
-                 arp_entries=4, arp_retry_cycles=100_000, arp_retries=3):
+    def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, pcp=0,
+                 rx_fifo_beats=None, arp_entries=4, arp_retry_cycles=100_000, arp_retries=3):
         check_width(width)
         B = width // 8
         if rx_fifo_beats is None:
@@ -76,6 +79,7 @@ class NetStack(wiring.Component):
         self.udp_ports = tuple(udp_ports)
         self.mtu = mtu
         self.vlan = vlan
+        self.pcp = pcp
         self.rx_fifo_beats = rx_fifo_beats
         # transmit FIFO: two maximum frames, so one can fill while the other leaves
         self.tx_fifo_beats = 1 << (2 * -(-(mtu + 22) // B) - 1).bit_length()
@@ -86,7 +90,7 @@ class NetStack(wiring.Component):
         self._ip_rx = Ipv4Rx(width, mtu=mtu)
         self._arp = Arp(width, **self.arp_args)
         self._eth_rx = EthRx(width, vlan=vlan)
-        self._eth_tx = EthTx(width, vlan=vlan)
+        self._eth_tx = EthTx(width, vlan=vlan, pcp=pcp)
         self._stats = StatsBlock(STATS)
         n = len(self.udp_ports)
         self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=True,
