@@ -63,8 +63,7 @@ class Ipv4Rx(wiring.Component):
         trim = m.submodules.trim = Trim(W, IP_RX_META)
         wiring.connect(m, dp.o, trim.i)
         ip_in = trim.i.payload.meta.ipv4
-        m.d.comb += [trim.length.eq(ip_in.total_length - IPV4.length),
-                     self.truncated.eq(trim.short)]
+        m.d.comb += trim.length.eq(ip_in.total_length - IPV4.length)
 
         dm = m.submodules.demux = PacketDemux(W, IP_RX_META, 2)
         wiring.connect(m, trim.o, dm.i)
@@ -83,6 +82,9 @@ class Ipv4Rx(wiring.Component):
             dm.select.eq(is_udp),
             dm.drop.eq(~header_ok | options | fragment | ~addr_ok | ~(is_icmp | is_udp)),
         ]
+        # a short packet is counted as truncated only if it is not dropped for another reason
+        # (metadata, and so the verdict, is constant over the packet)
+        m.d.comb += self.truncated.eq(trim.short & ~dm.drop)
         first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
         m.d.comb += [
             self.drop_header.eq(first & ~header_ok),

@@ -147,13 +147,8 @@ class NetStackModel:
             return [], ["ip_runt"]
         ver, ihl = body[0] >> 4, body[0] & 15
         total = int.from_bytes(body[2:4], "big")
-        # The gateware cuts every packet to its total length before it checks the header, and
-        # counts ``ip_truncated`` for a short one even when it then drops it for its header or
-        # address: that counter follows the (16-bit) length arithmetic, whatever the verdict.
-        short = ["ip_truncated"] if len(body) - 20 < (total - 20) % 0x10000 else []
-
         def drop(counter):
-            return [], [counter] + short
+            return [], [counter]
         if ver != 4 or ihl < 5 or total < 20 or total > self.mtu:
             return drop("ip_drop_header")
         # the header checksum covers the options: not checked on a packet with options, which
