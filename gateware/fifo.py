@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from .stream import PacketSignature, check_width, empty_meta, keep_count, keep_mask
 
-__all__ = ["PacketFifo", "OVERFLOW_MODES"]
+__all__ = ["PacketFifo", "OVERFLOW_MODES", "fifo_depth"]
 
 OVERFLOW_MODES = ("drop", "wait")
 
@@ -262,3 +262,12 @@ class PacketFifo(wiring.Component):
         with m.If(take):
             m.d.sync += rd_ptr.eq(rd_ptr + 1)
         return m
+
+
+def fifo_depth(max_bytes, width, *, packets=1):
+    """Smallest power-of-two depth (at least 2 beats) that holds ``packets`` packets of up to
+    ``max_bytes`` bytes each on a ``width``-bit stream."""
+    if max_bytes < 0 or packets < 1:
+        raise ValueError(f"cannot size a FIFO for {packets} packets of {max_bytes} bytes")
+    beats = packets * max(1, -(-max_bytes // (width // 8)))
+    return max(2, 1 << (beats - 1).bit_length())

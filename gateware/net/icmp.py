@@ -5,6 +5,7 @@ from amaranth.lib.wiring import In, Out
 from ..checked_fifo import ChecksumCheckedFifo
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
+from ..fifo import fifo_depth
 from ..headers import ICMP, IP_PROTO_ICMP, IPV4
 from ..mapmeta import MapMeta
 from ..packetizer import Packetizer
@@ -43,9 +44,7 @@ class IcmpEcho(wiring.Component):
         check_width(width)
         self.width = width
         self.mtu = mtu
-        B = width // 8
-        beats = -(-(mtu - IPV4.length) // B)
-        self.depth = 1 << max(1, (beats + 1 - 1).bit_length())
+        self.depth = fifo_depth(mtu - IPV4.length, width)
         super().__init__({
             "i": In(PacketSignature(width, IP_RX_META)),
             "o": Out(PacketSignature(width, IP_TX_META)),

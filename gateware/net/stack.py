@@ -3,7 +3,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import PacketArbiter
-from ..fifo import PacketFifo
+from ..fifo import PacketFifo, fifo_depth
 from ..stats import StatsBlock
 from ..stream import PacketSignature, check_width
 from .arp import Arp
@@ -17,6 +17,9 @@ from .udp_rx import UdpRx
 from .udp_tx import UDP_TX_META, UdpTx
 
 __all__ = ["NetStack", "STATS"]
+
+#: Ethernet header with one 802.1Q tag, in bytes (the FCS is not in the stack's frames).
+MAX_L2_HEADER = 18
 
 #: Counter names of the statistics block, in address order.
 STATS = [
@@ -71,10 +74,8 @@ class NetStack(wiring.Component):
     def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, pcp=0,
                  rx_fifo_beats=None, arp_entries=4, arp_retry_cycles=100_000, arp_retries=3):
         check_width(width)
-        B = width // 8
         if rx_fifo_beats is None:
-            frame_beats = -(-(mtu + 22) // B)
-            rx_fifo_beats = 1 << (2 * frame_beats - 1).bit_length()
+            rx_fifo_beats = fifo_depth(mtu + MAX_L2_HEADER, width, packets=2)
         self.width = width
         self.udp_ports = tuple(udp_ports)
         self.mtu = mtu
@@ -82,7 +83,7 @@ class NetStack(wiring.Component):
         self.pcp = pcp
         self.rx_fifo_beats = rx_fifo_beats
         # transmit FIFO: two maximum frames, so one can fill while the other leaves
-        self.tx_fifo_beats = 1 << (2 * -(-(mtu + 22) // B) - 1).bit_length()
+        self.tx_fifo_beats = fifo_depth(mtu + MAX_L2_HEADER, width, packets=2)
         self.arp_args = dict(entries=arp_entries, retry_cycles=arp_retry_cycles,
                              retries=arp_retries)
         # validate here so that errors name the stack's parameters

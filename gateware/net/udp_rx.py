@@ -6,6 +6,7 @@ from ..checked_fifo import ChecksumCheckedFifo
 from ..checksum import be_words, ones_complement_sum
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
+from ..fifo import fifo_depth
 from ..headers import IP_PROTO_UDP, IPV4, UDP
 from ..stream import PacketSignature, check_width, first_beat
 from .layouts import IP_RX_META, UDP_RX_META
@@ -40,9 +41,7 @@ class UdpRx(wiring.Component):
             raise ValueError(f"UDP ports must be distinct, got {ports}")
         self.width = width
         self.ports = ports
-        B = width // 8
-        beats = -(-(mtu - IPV4.length) // B)
-        self.depth = 1 << max(1, beats.bit_length())
+        self.depth = fifo_depth(mtu - IPV4.length, width)
         super().__init__({
             "i": In(PacketSignature(width, IP_RX_META)),
             "o": Out(PacketSignature(width, UDP_RX_META)).array(len(ports)),

@@ -485,3 +485,14 @@ def test_parameter_errors(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
         PacketFifo(**kwargs)
     gc.collect()   # the half-built component warns when collected: inside this test
+
+
+def test_fifo_depth_sizes_for_whole_packets():
+    from rocegen.gateware.fifo import fifo_depth
+    assert fifo_depth(1518, 512) == 32            # 24 beats -> 32
+    assert fifo_depth(1518, 512, packets=2) == 64
+    assert fifo_depth(64, 512) == 2               # never fewer than 2 beats
+    assert fifo_depth(1480, 64) == 256            # 185 beats
+    assert fifo_depth(2048, 64) == 256            # exactly 256 beats fit
+    with pytest.raises(ValueError):
+        fifo_depth(100, 64, packets=0)
