@@ -21,6 +21,14 @@ __all__ = [
     "Header", "ETH", "VLAN", "ETH_VLAN", "ARP", "IPV4", "ICMP", "UDP",
     "ETHERTYPE_IPV4", "ETHERTYPE_ARP", "ETHERTYPE_VLAN",
     "IP_PROTO_ICMP", "IP_PROTO_UDP",
+    "IPV6", "ETHERTYPE_IPV6",
+    "BTH", "RETH", "AETH", "IMMDT", "CNP_PAYLOAD", "UDP_PORT_ROCEV2",
+    "OP_RC_SEND_FIRST", "OP_RC_SEND_MIDDLE", "OP_RC_SEND_LAST", "OP_RC_SEND_LAST_WITH_IMMEDIATE",
+    "OP_RC_SEND_ONLY", "OP_RC_SEND_ONLY_WITH_IMMEDIATE",
+    "OP_RC_RDMA_WRITE_FIRST", "OP_RC_RDMA_WRITE_MIDDLE", "OP_RC_RDMA_WRITE_LAST",
+    "OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", "OP_RC_RDMA_WRITE_ONLY",
+    "OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", "OP_RC_RDMA_READ_REQUEST", "OP_RC_ACKNOWLEDGE",
+    "OP_CNP",
 ]
 
 
@@ -172,3 +180,52 @@ ICMP = Header("icmp", [("type", 8), ("code", 8), ("checksum", 16),
                        ("identifier", 16), ("sequence", 16)])
 
 UDP = Header("udp", [("src_port", 16), ("dst_port", 16), ("length", 16), ("checksum", 16)])
+
+
+# ---- IPv6 and RoCEv2 (InfiniBand Annex A17) ----
+
+ETHERTYPE_IPV6 = 0x86DD
+
+IPV6 = Header("ipv6", [("version", 4), ("traffic_class", 8), ("flow_label", 20),
+                       ("payload_length", 16), ("next_header", 8), ("hop_limit", 8),
+                       ("src", 128), ("dst", 128)])
+
+#: UDP destination port of RoCEv2.
+UDP_PORT_ROCEV2 = 4791
+
+#: Base Transport Header. ``opcode`` 7:5 is the transport (000 RC, 001 UC, 011 UD, 100 CNP);
+#: ``m`` is MigReq, ``padcnt`` the zero bytes after the payload, ``tver`` 0; ``fecn``, ``becn``
+#: and ``resv6`` (byte 4) are masked in the ICRC.
+BTH = Header("bth", [("opcode", 8), ("se", 1), ("m", 1), ("padcnt", 2), ("tver", 4),
+                     ("pkey", 16), ("fecn", 1), ("becn", 1), ("resv6", 6), ("dest_qp", 24),
+                     ("ack_req", 1), ("resv7", 7), ("psn", 24)])
+
+#: RDMA Extended Transport Header: remote virtual address, R_Key, length of the whole message.
+RETH = Header("reth", [("va", 64), ("rkey", 32), ("dma_len", 32)])
+
+#: ACK Extended Transport Header. ``syndrome`` 6:5: 00 ACK, 01 RNR NAK, 11 NAK; 4:0 a value.
+AETH = Header("aeth", [("syndrome", 8), ("msn", 24)])
+
+#: Immediate data, delivered to the receiver's completion.
+IMMDT = Header("immdt", [("imm", 32)])
+
+#: The 16 reserved (zero) bytes that follow the BTH of a CNP.
+CNP_PAYLOAD = Header("cnp", [("reserved", 128)])
+
+# BTH opcodes: reliable connection (RC) sends and RDMA writes, as the requester uses them
+OP_RC_SEND_FIRST = 0x00
+OP_RC_SEND_MIDDLE = 0x01
+OP_RC_SEND_LAST = 0x02
+OP_RC_SEND_LAST_WITH_IMMEDIATE = 0x03        # ImmDt
+OP_RC_SEND_ONLY = 0x04
+OP_RC_SEND_ONLY_WITH_IMMEDIATE = 0x05        # ImmDt
+OP_RC_RDMA_WRITE_FIRST = 0x06                # RETH
+OP_RC_RDMA_WRITE_MIDDLE = 0x07
+OP_RC_RDMA_WRITE_LAST = 0x08
+OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09  # ImmDt
+OP_RC_RDMA_WRITE_ONLY = 0x0A                 # RETH
+OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0B  # RETH then ImmDt
+OP_RC_RDMA_READ_REQUEST = 0x0C               # RETH
+OP_RC_ACKNOWLEDGE = 0x11                     # AETH
+#: Congestion Notification Packet (BECN set, DestQP = the notified QP, then :data:`CNP_PAYLOAD`).
+OP_CNP = 0x81
