@@ -7,7 +7,7 @@ returns the frames the RNIC sends in answer (ARP replies, ACK/NAK), so the model
 simulated MAC port. Nothing depends on wall-clock time: the model is a pure function of the
 frames it is given and of the calls made on it (``post_recv``, ``rnr_for``...).
 
-What it models (``/work/shared/spec/roce-wire.md``, "Responder rules"):
+What it models (the InfiniBand RC responder rules as a ConnectX NIC applies them):
 
 * ARP: answers requests for its IP, learns the senders (and replies to ``arp_request``).
 * QPs (:meth:`Rnic.create_qp`), memory regions backed by bytearrays (:meth:`Rnic.register_mr`),
@@ -57,13 +57,12 @@ Decisions where the spec is silent (and which follow rxe / the IBTA as noted):
   ConnectX sends; ``migreq=0`` for rxe), destination MAC from ``peer_mac``, else the ARP cache,
   else the source MAC of the frame being answered.
 
-The ICRC is computed by the private :func:`_icrc` (to be replaced by an import from
-``rocegen.sim.models.icrc`` once that reference exists).
+The ICRC comes from the project's ICRC reference, :mod:`rocegen.sim.models.icrc` (checked
+against independently computed vectors).
 """
 
 import enum
 import struct
-import zlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -72,6 +71,8 @@ from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.utils import checksum
+
+from .icrc import icrc as _icrc
 
 __all__ = [
     "Rnic", "QueuePair", "MemoryRegion", "RecvWqe", "Completion", "Access", "WcOpcode", "WcStatus",
@@ -208,35 +209,6 @@ def psn_diff(a, b):
     """``a - b`` as a signed 24-bit number (PSN comparison modulo 2^24)."""
     d = (a - b) & PSN_MASK
     return d - (1 << 24) if d & 0x800000 else d
-
-
-def _icrc(datagram):
-    """ICRC of a RoCEv2 IP datagram given *without* its 4 ICRC bytes (IP header through pad),
-    IPv4 or IPv6: the 4 bytes as they go on the wire (least-significant byte first).
-
-    CRC-32 (zlib) over 8 x 0xFF then the datagram with IPv4 TOS, TTL and header checksum (IPv6:
-    traffic class, flow label, hop limit), the UDP checksum and BTH byte 4 replaced by 0xFF.
-    (Private: to be replaced by the shared ICRC reference, ``rocegen.sim.models.icrc``.)
-    """
-    d = bytearray(datagram)
-    version = d[0] >> 4
-    if version == 4:
-        udp = (d[0] & 0x0F) * 4
-        d[1] = 0xFF                       # TOS
-        d[8] = 0xFF                       # TTL
-        d[10:12] = b"\xff\xff"            # header checksum
-    elif version == 6:
-        udp = 40
-        d[0] |= 0x0F                      # traffic class, high nibble
-        d[1:4] = b"\xff\xff\xff"          # traffic class low nibble, flow label
-        d[7] = 0xFF                       # hop limit
-    else:
-        raise ValueError(f"not an IP datagram (version {version})")
-    if len(d) < udp + 8 + 12:
-        raise ValueError(f"datagram of {len(d)} bytes too short for UDP + BTH")
-    d[udp + 6:udp + 8] = b"\xff\xff"      # UDP checksum
-    d[udp + 8 + 4] = 0xFF                 # BTH: FECN, BECN, reserved
-    return zlib.crc32(b"\xff" * 8 + bytes(d)).to_bytes(4, "little")
 
 
 # (kind, position, RETH, ImmDt) of the request opcodes the responder executes

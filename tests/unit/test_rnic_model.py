@@ -6,7 +6,6 @@ scapy, so neither side of a check relies on the model's own code."""
 import random
 import re
 import struct
-from pathlib import Path
 
 import pytest
 from scapy.contrib.roce import AETH, BTH
@@ -17,8 +16,9 @@ from scapy.utils import checksum
 
 from rocegen.sim.models.rnic import Access, Rnic, _icrc
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.vectors import ICRC_VECTORS
 
-VECTORS = Path("/work/shared/vectors/icrc-synthetic.txt")
+VECTORS = ICRC_VECTORS
 PMTUS = (256, 512, 1024, 2048, 4096)
 QPN, PEER_QPN = 0x11, 0x100           # the host's QP, the FPGA's QP
 EPSN = 0x1000
