@@ -37,6 +37,9 @@ lint: $(STAMP)
 
 bench: setup
 	$(PY) -m bench.bench_framing
+	$(PY) -m bench.bench_stack
+	$(PY) -m bench.bench_xgmii
+	$(PY) -m bench.bench_icrc
 
 verilog: setup
 	$(VENV)/bin/rocegen verilog --width $(WIDTH) -o build/rocegen_stack_w$(WIDTH).v
