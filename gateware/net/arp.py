@@ -20,17 +20,19 @@ class Arp(wiring.Component):
     Receive (``i``: ARP payloads with the Ethernet header in ``meta.eth``):
 
     * a packet that is not Ethernet/IPv4 ARP (htype 1, ptype 0x0800, hlen 6, plen 4, oper 1 or
-      2), is shorter than 28 bytes, or has ``error`` set is dropped and pulses ``drop_bad``;
+      2), whose sender hardware address is not a unicast MAC, that is shorter than 28 bytes, or
+      has ``error`` set is dropped and pulses ``drop_bad``;
     * a request for ``local_ip`` is answered (``tx_reply``);
     * the sender is learned when we are the target (RFC 826 merge), and refreshed whenever an
-      entry for its address exists.
+      entry for its address exists; a sender address of 0.0.0.0 (RFC 5227 probe),
+      255.255.255.255 or our own is never learned (a probe for our address is still answered).
 
     Cache: ``entries`` fully associative entries, replaced round robin; entries do not expire
     (a changed MAC is learned from the peer's next request or reply).
 
     Resolver (for the IPv4 transmitter): ``lookup_ip`` -> ``lookup_hit`` / ``lookup_mac``
     combinationally. Holding ``resolve`` high for an address that misses sends a request, then
-    repeats it every ``retry_cycles`` up to ``retries`` times; if no answer came,
+    repeats it every ``retry_cycles`` + 2 cycles, up to ``retries`` times; if no answer came,
     ``resolve_failed`` pulses for one cycle (the transmitter drops its packet) and the resolver
     is free again.
 
@@ -106,14 +108,19 @@ class Arp(wiring.Component):
         for_us = arp.tpa == self.local_ip
         is_request = arp.oper == OPER_REQUEST
         m.d.comb += rx.o.ready.eq(~(end & reply_pending))
+        # a sender hardware address must be a unicast MAC; a sender IP of 0 (an RFC 5227 probe),
+        # the broadcast address or our own address is answered but never learned
+        sha_ok = (arp.sha != 0) & ~arp.sha[40]
+        learnable = (arp.spa != 0) & (arp.spa != 0xFFFFFFFF) & (arp.spa != self.local_ip)
+        well_formed = well_formed & sha_ok
         m.d.comb += self.drop_bad.eq(rx.runt | (end & rx.o.ready & (rx.o.payload.error | ~well_formed)))
 
         s_hit, s_index = match(arp.spa)
         with m.If(end & rx.o.ready & ~rx.o.payload.error & well_formed):
             m.d.comb += [self.rx_request.eq(is_request), self.rx_reply.eq(~is_request)]
-            with m.If(s_hit):
+            with m.If(s_hit & learnable):
                 m.d.sync += macs[s_index].eq(arp.sha)
-            with m.Elif(for_us):
+            with m.Elif(for_us & learnable):
                 m.d.sync += [valid[victim].eq(1), ips[victim].eq(arp.spa), macs[victim].eq(arp.sha),
                              victim.eq(Mux(victim == self.entries - 1, 0, victim + 1))]
             with m.If(for_us & is_request):

@@ -135,8 +135,11 @@ class NetStackModel:
         if (htype, ptype, hlen, plen) != (1, 0x0800, 6, 4) or op not in (1, 2):
             return [], ["arp_drop_bad"]
         sha, spa, tpa = mac_str(body[8:14]), _ip_str(body[14:18]), _ip_str(body[24:28])
+        if body[8:14] == bytes(6) or body[8] & 1:
+            return [], ["arp_drop_bad"]          # sender hardware address not unicast
         for_us = tpa == self.ip
-        self._arp_learn(spa, sha, for_us)
+        if spa not in ("0.0.0.0", "255.255.255.255", self.ip):
+            self._arp_learn(spa, sha, for_us)
         if op == 1 and for_us:
             reply = self._l2(sha) / ARP(op=2, hwsrc=self.mac, psrc=self.ip, hwdst=sha, pdst=spa)
             return [_pad(reply)], ["arp_rx_request", "arp_tx_reply"]

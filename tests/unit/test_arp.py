@@ -1,0 +1,67 @@
+"""ARP block on its own: what it learns, answers and refuses."""
+
+import pytest
+from scapy.layers.l2 import ARP
+
+from rocegen.gateware.net.arp import Arp
+from rocegen.gateware.top import parse_ip, parse_mac
+from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.harness import run_sim
+from rocegen.sim.packets import Packet
+
+OUR_MAC, OUR_IP = "02:00:00:00:00:01", "10.0.0.2"
+
+
+def eth_meta(src):
+    return {"eth": {"dst": (1 << 48) - 1, "src": parse_mac(src), "ethertype": 0x0806}}
+
+
+def run(width, arps, probe_ips):
+    dut = Arp(width, retry_cycles=100)
+    drv = StreamDriver(dut.i, width, idle=0.2, seed=1)
+    col = StreamCollector(dut.o, width, backpressure=0.2, seed=2)
+    hits, bad = {}, []
+
+    async def count(ctx):
+        async for _, _, b in ctx.tick().sample(dut.drop_bad):
+            if b:
+                bad.append(1)
+
+    async def tb(ctx):
+        ctx.set(dut.local_mac, parse_mac(OUR_MAC))
+        ctx.set(dut.local_ip, parse_ip(OUR_IP))
+        await drv.send(ctx, [Packet(bytes(a), eth_meta(a.hwsrc)) for a in arps])
+        for _ in range(40):
+            await ctx.tick()
+        for ip in probe_ips:
+            ctx.set(dut.lookup_ip, parse_ip(ip))
+            await ctx.tick()
+            hits[ip] = (ctx.get(dut.lookup_hit), ctx.get(dut.lookup_mac))
+
+    run_sim(dut, testbenches=[tb], processes=[col.run, count])
+    return col.packets, hits, len(bad)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_probe_is_answered_but_not_learned_and_multicast_senders_are_refused(width):
+    arps = [
+        # RFC 5227 probe for our address: answered, 0.0.0.0 not learned
+        ARP(op=1, hwsrc="02:00:00:00:00:77", psrc="0.0.0.0", pdst=OUR_IP),
+        # multicast sender hardware address: refused
+        ARP(op=1, hwsrc="01:00:5e:00:00:01", psrc="10.0.0.8", pdst=OUR_IP),
+        # someone claiming our own address: answered, never learned
+        ARP(op=1, hwsrc="02:00:00:00:00:66", psrc=OUR_IP, pdst=OUR_IP),
+        # an ordinary request: answered and learned
+        ARP(op=1, hwsrc="02:00:00:00:00:99", psrc="10.0.0.1", pdst=OUR_IP),
+    ]
+    replies, hits, bad = run(width, arps, ["0.0.0.0", "10.0.0.8", OUR_IP, "10.0.0.1"])
+    assert bad == 1
+    got = [ARP(p.data[:28]) for p in replies]
+    assert [(a.op, a.hwdst, a.pdst) for a in got] == [
+        (2, "02:00:00:00:00:77", "0.0.0.0"),
+        (2, "02:00:00:00:00:66", OUR_IP),
+        (2, "02:00:00:00:00:99", "10.0.0.1")]
+    assert all(a.hwsrc == OUR_MAC and a.psrc == OUR_IP for a in got)
+    assert [p.meta["eth"]["dst"] for p in replies] == [parse_mac(a.hwdst) for a in got]
+    assert hits["0.0.0.0"][0] == 0 and hits["10.0.0.8"][0] == 0 and hits[OUR_IP][0] == 0
+    assert hits["10.0.0.1"] == (1, parse_mac("02:00:00:00:00:99"))
