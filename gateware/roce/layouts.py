@@ -1,0 +1,56 @@
+"""Metadata layouts of the RoCEv2 requester (sideband records, not wire headers: those are in
+:mod:`rocegen.gateware.headers`)."""
+
+from amaranth.lib import data, enum
+
+__all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC"]
+
+
+class WrOpcode(enum.Enum, shape=2):
+    WRITE = 0
+    WRITE_IMM = 1
+    SEND = 2
+    SEND_IMM = 3
+
+
+#: A work request, as the user's logic (or the traffic generator) posts it.
+WORK_REQUEST = data.StructLayout({
+    "wr_id": 32,
+    "qp": 8,                  # QP index (QPN - 256)
+    "opcode": WrOpcode,
+    "local_addr": 32,         # payload address in local memory
+    "length": 31,             # message length in bytes, 0 .. 2^31-1
+    "remote_offset": 64,      # WRITE: added to the QP's base virtual address
+    "imm": 32,
+})
+
+#: What segmentation needs of a QP's state, read when its work request starts.
+QP_SEGMENT = data.StructLayout({
+    "dest_qpn": 24,
+    "rkey": 32,
+    "base_va": 64,
+    "psn": 24,                # next PSN to send
+    "pmtu_log2": 4,           # 8 .. 12 (256 .. 4096 bytes)
+    "ack_every_log2": 3,      # AckReq also on every 2^n-th packet inside a message
+})
+
+#: One packet of a message, as the segmenter describes it to the packet builder.
+PACKET_DESC = data.StructLayout({
+    "wr_id": 32,
+    "qp": 8,
+    "dest_qpn": 24,
+    "opcode": 8,              # BTH opcode
+    "psn": 24,
+    "ack_req": 1,
+    "se": 1,
+    "padcnt": 2,
+    "local_addr": 32,         # of this packet's payload
+    "length": 13,             # payload bytes, 0 .. 4096
+    "has_reth": 1,
+    "va": 64,
+    "rkey": 32,
+    "dma_len": 32,
+    "has_imm": 1,
+    "imm": 32,
+    "last": 1,                # last packet of the message
+})

@@ -1,0 +1,119 @@
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .. import headers as H
+from .layouts import PACKET_DESC, QP_SEGMENT, WORK_REQUEST, WrOpcode
+
+__all__ = ["Segmenter", "WR_IN"]
+
+#: A work request together with the state of its QP when it starts.
+WR_IN = data.StructLayout({"wr": WORK_REQUEST, "qp": QP_SEGMENT})
+
+# (FIRST, MIDDLE, LAST, ONLY) BTH opcodes of each work request opcode
+_OPCODES = {
+    WrOpcode.WRITE: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE,
+                     H.OP_RC_RDMA_WRITE_LAST, H.OP_RC_RDMA_WRITE_ONLY),
+    WrOpcode.WRITE_IMM: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE,
+                         H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                         H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
+    WrOpcode.SEND: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE, H.OP_RC_SEND_LAST,
+                    H.OP_RC_SEND_ONLY),
+    WrOpcode.SEND_IMM: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE,
+                        H.OP_RC_SEND_LAST_WITH_IMMEDIATE, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
+}
+
+
+class Segmenter(wiring.Component):
+    """Segmentation of RC work requests into packet descriptors.
+
+    ``i`` carries a work request and its QP's state (:data:`WR_IN`); ``o`` carries one
+    :data:`~rocegen.gateware.roce.layouts.PACKET_DESC` per packet of the message: FIRST, MIDDLE
+    and LAST packets of exactly one path MTU but the last, or one ONLY packet for a message that
+    fits (including a 0-byte one); RETH (virtual address = base + offset, R_Key, message length)
+    on FIRST/ONLY of a WRITE; ImmDt on LAST/ONLY of a *_WITH_IMMEDIATE; PadCnt on the last
+    packet; SE on the last packet of a SEND and of a WRITE with immediate; AckReq on the last
+    packet and on every 2^``ack_every_log2``-th packet; PSNs consecutive modulo 2^24 from the
+    QP's next PSN.
+
+    When a message's last descriptor leaves, ``done`` pulses with ``next_psn`` (for the QP
+    table) and the work request is taken from ``i``.
+
+    Throughput: one descriptor per cycle. Latency: 0 (combinational from ``i`` to ``o``).
+    Backpressure: ``i`` is held until the message's last descriptor is taken by ``o``.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "i": In(stream.Signature(WR_IN)),
+            "o": Out(stream.Signature(PACKET_DESC)),
+            "done": Out(1),
+            "next_psn": Out(24),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        wr, qp = i.payload.wr, i.payload.qp
+
+        index = Signal(31)          # packet index within the message
+        offset = Signal(31)         # bytes of the message already described
+        psn_reg = Signal(24)
+        first = index == 0
+        psn = Mux(first, qp.psn, psn_reg)
+
+        pmtu = Signal(13)
+        with m.Switch(qp.pmtu_log2):
+            for log2 in range(8, 13):
+                with m.Case(log2):
+                    m.d.comb += pmtu.eq(1 << log2)
+            with m.Default():                       # not a path MTU: treat as 256 (validated
+                m.d.comb += pmtu.eq(256)            # by whoever writes the QP table)
+        remaining = Signal(31)
+        m.d.comb += remaining.eq(wr.length - offset)
+        last = remaining <= pmtu
+        length = Mux(last, remaining, pmtu)
+
+        opcode = Signal(8)
+        for kind, (op_first, op_middle, op_last, op_only) in _OPCODES.items():
+            with m.If(wr.opcode == kind):
+                with m.If(first & last):
+                    m.d.comb += opcode.eq(op_only)
+                with m.Elif(first):
+                    m.d.comb += opcode.eq(op_first)
+                with m.Elif(last):
+                    m.d.comb += opcode.eq(op_last)
+                with m.Else():
+                    m.d.comb += opcode.eq(op_middle)
+        is_write = (wr.opcode == WrOpcode.WRITE) | (wr.opcode == WrOpcode.WRITE_IMM)
+        has_imm = (wr.opcode == WrOpcode.WRITE_IMM) | (wr.opcode == WrOpcode.SEND_IMM)
+        mask = Signal(8)
+        with m.Switch(qp.ack_every_log2):
+            for n in range(8):
+                with m.Case(n):
+                    m.d.comb += mask.eq((1 << n) - 1)
+        periodic = (index[:8] & mask) == mask
+
+        d = o.payload
+        m.d.comb += [
+            d.wr_id.eq(wr.wr_id), d.qp.eq(wr.qp), d.dest_qpn.eq(qp.dest_qpn),
+            d.opcode.eq(opcode), d.psn.eq(psn),
+            d.ack_req.eq(last | periodic), d.se.eq(last & (wr.opcode != WrOpcode.WRITE)),
+            d.padcnt.eq(Mux(last, -length[:2], 0)),
+            d.local_addr.eq(wr.local_addr + offset),
+            d.length.eq(length),
+            d.has_reth.eq(first & is_write),
+            d.va.eq(qp.base_va + wr.remote_offset), d.rkey.eq(qp.rkey), d.dma_len.eq(wr.length),
+            d.has_imm.eq(last & has_imm), d.imm.eq(wr.imm),
+            d.last.eq(last),
+            o.valid.eq(i.valid),
+            i.ready.eq(o.ready & last),
+        ]
+        with m.If(o.valid & o.ready):
+            with m.If(last):
+                m.d.sync += [index.eq(0), offset.eq(0)]
+                m.d.comb += [self.done.eq(1), self.next_psn.eq(psn + 1)]
+            with m.Else():
+                m.d.sync += [index.eq(index + 1), offset.eq(offset + pmtu),
+                             psn_reg.eq(psn + 1)]
+        return m
