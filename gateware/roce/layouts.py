@@ -3,7 +3,8 @@
 
 from amaranth.lib import data, enum
 
-__all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC"]
+__all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
+           "QP_CONTEXT"]
 
 
 class WrOpcode(enum.Enum, shape=2):
@@ -53,4 +54,33 @@ PACKET_DESC = data.StructLayout({
     "has_imm": 1,
     "imm": 32,
     "last": 1,                # last packet of the message
+})
+
+
+class QpState(enum.Enum, shape=3):
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    ERROR = 4
+
+
+#: First QP number; QP index k has QPN ``QPN_BASE + k``.
+QPN_BASE = 256
+
+#: A QP's context in the QP table (everything but its next PSN, which has its own port).
+QP_CONTEXT = data.StructLayout({
+    "state": QpState,
+    "peer_ip": 32,
+    "peer_qpn": 24,
+    "rkey": 32,
+    "base_va": 64,
+    "pmtu_log2": 4,           # 8 .. 12
+    "udp_sport": 16,
+    "dscp": 6,
+    "ecn": 2,
+    "ack_every_log2": 3,
+    "timeout": 5,             # 4.096 us x 2^timeout, 0 = never
+    "retry_cnt": 3,
+    "rnr_retry": 3,           # 7 = forever
 })

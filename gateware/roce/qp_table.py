@@ -1,0 +1,103 @@
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .layouts import QP_CONTEXT, QPN_BASE
+
+__all__ = ["QpTable", "CONTEXT_WRITE", "PSN_WRITE", "MAX_QPS"]
+
+MAX_QPS = 256
+
+#: A whole-context write from the control side (the connection manager).
+CONTEXT_WRITE = data.StructLayout({"qp": 8, "context": QP_CONTEXT})
+#: A next-PSN write.
+PSN_WRITE = data.StructLayout({"qp": 8, "psn": 24})
+
+
+class QpTable(wiring.Component):
+    """The QP table: a context and a next PSN per QP, for ``num_qps`` QPs numbered from 256.
+
+    Writes: ``ctl`` (a stream of whole contexts, always accepted), ``ctl_psn`` (the initial PSN
+    set by the control side) and ``psn_w`` (the PSN the transmit side advances). A PSN write from
+    the control side wins over one from the transmit side in the same cycle (the latter then
+    waits: ``psn_w.ready`` is low). After reset every QP is in RESET with PSN 0.
+
+    Reads: ``rd_qp`` -> ``rd_context`` / ``rd_psn`` one cycle later (block or distributed RAM;
+    a write to the same QP in the cycle of the read is not seen by it).
+
+    A write naming a QP outside the table changes nothing and pulses ``rejected``.
+
+    ``lookup_qpn`` -> ``lookup_index`` / ``lookup_valid`` combinationally: the index of a
+    received DestQP, valid when it names one of this table's QPs.
+    """
+
+    def __init__(self, num_qps):
+        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
+            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
+        if not 1 <= num_qps <= MAX_QPS:
+            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        self.num_qps = num_qps
+        self._contexts = Memory(shape=QP_CONTEXT, depth=num_qps, init=[])
+        self._psns = Memory(shape=24, depth=num_qps, init=[])
+        super().__init__({
+            "ctl": In(stream.Signature(CONTEXT_WRITE)),
+            "ctl_psn": In(stream.Signature(PSN_WRITE)),
+            "psn_w": In(stream.Signature(PSN_WRITE)),
+            "rd_qp": In(range(num_qps)),
+            "rd_context": Out(QP_CONTEXT),
+            "rd_psn": Out(24),
+            "lookup_qpn": In(24),
+            "lookup_index": Out(8),
+            "lookup_valid": Out(1),
+            "rejected": Out(1),
+        })
+
+    def qpn(self, index):
+        """The QP number of table entry ``index``."""
+        if not 0 <= index < self.num_qps:
+            raise IndexError(f"QP index {index} outside 0..{self.num_qps - 1}")
+        return QPN_BASE + index
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.contexts = self._contexts
+        m.submodules.psns = self._psns
+        cw = self._contexts.write_port()
+        cr = self._contexts.read_port()
+        pw = self._psns.write_port()
+        pr = self._psns.read_port()
+
+        in_range = self.ctl.payload.qp < self.num_qps
+        m.d.comb += [
+            self.ctl.ready.eq(1),
+            cw.addr.eq(self.ctl.payload.qp),
+            cw.data.eq(self.ctl.payload.context),
+            cw.en.eq(self.ctl.valid & in_range),
+            cr.addr.eq(self.rd_qp),
+            self.rd_context.eq(cr.data),
+            pr.addr.eq(self.rd_qp),
+            self.rd_psn.eq(pr.data),
+        ]
+        m.d.comb += self.ctl_psn.ready.eq(1)
+        with m.If(self.ctl_psn.valid):
+            m.d.comb += [pw.addr.eq(self.ctl_psn.payload.qp), pw.data.eq(self.ctl_psn.payload.psn),
+                         pw.en.eq(self.ctl_psn.payload.qp < self.num_qps)]
+        with m.Else():
+            m.d.comb += [self.psn_w.ready.eq(1),
+                         pw.addr.eq(self.psn_w.payload.qp), pw.data.eq(self.psn_w.payload.psn),
+                         pw.en.eq(self.psn_w.valid & (self.psn_w.payload.qp < self.num_qps))]
+
+        m.d.comb += self.rejected.eq(
+            (self.ctl.valid & ~in_range) |
+            (self.ctl_psn.valid & (self.ctl_psn.payload.qp >= self.num_qps)) |
+            (self.psn_w.valid & self.psn_w.ready & (self.psn_w.payload.qp >= self.num_qps)))
+
+        index = Signal(24)
+        m.d.comb += [
+            index.eq(self.lookup_qpn - QPN_BASE),
+            self.lookup_index.eq(index[:8]),
+            self.lookup_valid.eq((self.lookup_qpn >= QPN_BASE) &
+                                 (self.lookup_qpn < QPN_BASE + self.num_qps)),
+        ]
+        return m
