@@ -6,7 +6,7 @@ from ..checksum import be_words, ones_complement_sum
 from ..headers import ETH, ETHERTYPE_IPV4, IPV4
 from ..packetizer import Packetizer
 from ..stream import PacketSignature, check_width
-from .layouts import ETH_META, IP_TX
+from .layouts import IP_OUT_META, IP_TX
 
 __all__ = ["Ipv4Tx"]
 
@@ -17,9 +17,10 @@ class Ipv4Tx(wiring.Component):
     """IPv4 transmit: next-hop MAC through ARP, header generation with checksum, insertion.
 
     ``i`` carries IP payloads with ``meta.ip`` (:data:`~rocegen.gateware.net.layouts.IP_TX`);
-    ``o`` carries the IP packets with ``meta.eth`` ready for the Ethernet transmitter. The header
+    ``o`` carries the IP packets with ``meta.eth`` ready for the Ethernet transmitter and
+    ``meta.icrc`` passed on (an ICRC is appended after this stage). The header
     has version 4, IHL 5, the given DSCP/ECN, DF set, TTL ``ttl``, a per-packet incrementing
-    identification, source ``local_ip`` and a correct checksum.
+    identification (1..65535, never 0), source ``local_ip`` and a correct checksum.
 
     The destination MAC is ``meta.ip.mac`` when ``mac_known`` is set (replies to a sender whose
     address came with its request), else the ARP cache's answer; on a miss the packet waits at the
@@ -40,7 +41,7 @@ class Ipv4Tx(wiring.Component):
             "local_mac": In(48),
             "local_ip": In(32),
             "i": In(PacketSignature(width, IP_TX_META)),
-            "o": Out(PacketSignature(width, ETH_META)),
+            "o": Out(PacketSignature(width, IP_OUT_META)),
             "lookup_ip": Out(32),
             "lookup_hit": In(1),
             "lookup_mac": In(48),
@@ -54,7 +55,7 @@ class Ipv4Tx(wiring.Component):
         W = self.width
         i = self.i
         ip = i.payload.meta.ip
-        hdr_meta = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout})
+        hdr_meta = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "icrc": 1})
         pk = m.submodules.packetizer = Packetizer(IPV4, W, hdr_meta)
         wiring.connect(m, pk.o, wiring.flipped(self.o))
 
@@ -62,7 +63,7 @@ class Ipv4Tx(wiring.Component):
         passing = Signal()          # rest of a packet whose MAC is settled
         dropping = Signal()
         mac_reg = Signal(48)
-        ident = Signal(16)
+        ident = Signal(16, init=1)      # never 0: RoCEv2 receivers expect a non-zero ID
         m.d.comb += self.lookup_ip.eq(ip.dst)
         mac_now = Mux(ip.mac_known, ip.mac, self.lookup_mac)
         settled = ip.mac_known | self.lookup_hit
@@ -96,7 +97,7 @@ class Ipv4Tx(wiring.Component):
             with m.If(passing & i.valid & pk.i.ready & i.payload.last):
                 m.d.sync += passing.eq(0)
             with m.If(i.valid & pk.i.ready & i.payload.last):
-                m.d.sync += ident.eq(ident + 1)
+                m.d.sync += ident.eq(Mux(ident == 0xFFFF, 1, ident + 1))
 
         # ---- headers ----
         pm = pk.i.payload.meta
@@ -105,6 +106,7 @@ class Ipv4Tx(wiring.Component):
             pk.i.payload.last.eq(i.payload.last), pk.i.payload.error.eq(i.payload.error),
             pm.eth.dst.eq(mac), pm.eth.src.eq(self.local_mac),
             pm.eth.ethertype.eq(ETHERTYPE_IPV4),
+            pm.icrc.eq(ip.icrc),
         ]
         hdr = Signal(IPV4.layout)
         m.d.comb += [

@@ -5,7 +5,7 @@ from amaranth.lib import data
 
 from ..headers import ETH, IPV4, UDP
 
-__all__ = ["IP_TX", "UDP_TX", "ETH_META", "IP_RX_META", "UDP_RX_META"]
+__all__ = ["IP_TX", "UDP_TX", "ETH_META", "IP_OUT_META", "IP_RX_META", "UDP_RX_META"]
 
 #: A packet handed to the IPv4 transmitter: its payload is the IP payload.
 IP_TX = data.StructLayout({
@@ -16,6 +16,7 @@ IP_TX = data.StructLayout({
     "length": 16,         # IP payload length in bytes
     "mac_known": 1,       # 1: send to `mac` without asking ARP (replies to a known sender)
     "mac": 48,
+    "icrc": 1,            # 1: a RoCEv2 packet; the stack appends its ICRC (counted in length)
 })
 
 #: A datagram handed to a UDP transmit port: its payload is the UDP payload.
@@ -23,11 +24,15 @@ UDP_TX = data.StructLayout({
     "dst_ip": 32,
     "src_port": 16,
     "dst_port": 16,
-    "length": 16,         # UDP payload length in bytes
+    "length": 16,         # UDP payload length in bytes (with icrc: including the 4 ICRC bytes)
     "dscp": 6,
     "ecn": 2,
+    "icrc": 1,            # 1: a RoCEv2 packet; the payload comes without its ICRC, which the
+                          # stack appends after the IPv4 header is final
 })
 
 ETH_META = data.StructLayout({"eth": ETH.layout})
+#: What the IPv4 transmitter hands on: the Ethernet header to build, and whether an ICRC is due.
+IP_OUT_META = data.StructLayout({"eth": ETH.layout, "icrc": 1})
 IP_RX_META = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout})
 UDP_RX_META = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "udp": UDP.layout})

@@ -10,6 +10,7 @@ from .arp import Arp
 from .eth_rx import EthRx
 from .eth_tx import EthTx
 from .icmp import IcmpEcho
+from .icrc_tx import IcrcTx
 from .ipv4_rx import Ipv4Rx
 from .ipv4_tx import Ipv4Tx
 from .layouts import ETH_META, IP_TX, UDP_RX_META
@@ -101,6 +102,7 @@ class NetStack(wiring.Component):
         self._icmp = IcmpEcho(width, mtu=mtu)
         self._udp_tx = UdpTx(width, n)
         self._ip_tx = Ipv4Tx(width)
+        self._icrc_tx = IcrcTx(width)
         super().__init__({
             "local_mac": In(48),
             "local_ip": In(32),
@@ -127,6 +129,7 @@ class NetStack(wiring.Component):
             "udp_tx.o": self._udp_tx.o,
             "icmp.o": self._icmp.o,
             "ip_tx.o": self._ip_tx.o,
+            "icrc_tx.o": self._icrc_tx.o,
             "arp.o": self._arp.o,
             "eth_tx.o": self._eth_tx.o,
             "mac_tx": self.mac_tx,
@@ -201,7 +204,9 @@ class NetStack(wiring.Component):
 
         eth_arb = m.submodules.eth_arbiter = PacketArbiter(W, ETH_META, 2)
         wiring.connect(m, arp.o, eth_arb.i[0])
-        wiring.connect(m, ip_tx.o, eth_arb.i[1])
+        icrc_tx = m.submodules.icrc_tx = self._icrc_tx
+        wiring.connect(m, ip_tx.o, icrc_tx.i)
+        wiring.connect(m, icrc_tx.o, eth_arb.i[1])
         eth_tx = m.submodules.eth_tx = self._eth_tx
         wiring.connect(m, eth_arb.o, eth_tx.i)
         tx_fifo = m.submodules.tx_fifo = self._tx_fifo

@@ -1,4 +1,4 @@
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Mux
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -10,7 +10,9 @@ from ..stream import PacketSignature, check_width
 from ..trim import Trim
 from .layouts import IP_TX, UDP_TX
 
-__all__ = ["UdpTx", "UDP_TX_META"]
+__all__ = ["UdpTx", "UDP_TX_META", "ICRC_BYTES"]
+
+ICRC_BYTES = 4
 
 UDP_TX_META = data.StructLayout({"udp": UDP_TX})
 IP_TX_META = data.StructLayout({"ip": IP_TX})
@@ -21,7 +23,8 @@ class UdpTx(wiring.Component):
 
     Each ``i[k]`` carries UDP payloads with ``meta.udp``
     (:data:`~rocegen.gateware.net.layouts.UDP_TX`). The length in the metadata is trusted for the
-    headers and checked against the payload: a payload shorter than announced leaves with
+    headers (with ``icrc`` set it counts the 4 ICRC bytes the stack appends later, which the
+    payload does not carry) and checked against the payload: a payload shorter than announced leaves with
     ``error`` set (the MAC then aborts the frame), a longer one is cut; both pulse
     ``length_mismatch``. The UDP checksum is sent as 0 (allowed for IPv4).
 
@@ -48,7 +51,8 @@ class UdpTx(wiring.Component):
             wiring.connect(m, wiring.flipped(self.i[k]), arb.i[k])
         trim = m.submodules.trim = Trim(W, UDP_TX_META)
         wiring.connect(m, arb.o, trim.i)
-        m.d.comb += [trim.length.eq(trim.i.payload.meta.udp.length),
+        u_in = trim.i.payload.meta.udp
+        m.d.comb += [trim.length.eq(u_in.length - Mux(u_in.icrc, ICRC_BYTES, 0)),
                      self.length_mismatch.eq(trim.short | trim.long)]
 
         hdr_meta = data.StructLayout({"ip": IP_TX, "udp": UDP.layout})
@@ -59,6 +63,7 @@ class UdpTx(wiring.Component):
                 dst.ip.dst.eq(u.dst_ip), dst.ip.protocol.eq(IP_PROTO_UDP),
                 dst.ip.dscp.eq(u.dscp), dst.ip.ecn.eq(u.ecn),
                 dst.ip.length.eq(u.length + UDP.length), dst.ip.mac_known.eq(0),
+                dst.ip.icrc.eq(u.icrc),
                 dst.udp.src_port.eq(u.src_port), dst.udp.dst_port.eq(u.dst_port),
                 dst.udp.length.eq(u.length + UDP.length), dst.udp.checksum.eq(0),
             ]

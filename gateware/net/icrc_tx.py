@@ -1,0 +1,52 @@
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..arbiter import PacketArbiter
+from ..demux import PacketDemux
+from ..icrc import IcrcInsert
+from ..mapmeta import MapMeta
+from ..stream import PacketSignature, check_width
+from .layouts import ETH_META, IP_OUT_META
+
+__all__ = ["IcrcTx"]
+
+
+class IcrcTx(wiring.Component):
+    """Appends the ICRC to the IPv4 packets marked ``meta.icrc`` (RoCEv2), between the IPv4
+    transmitter (whose headers the ICRC covers) and the Ethernet transmitter (which pads short
+    frames: the pad must come after the ICRC).
+
+    Marked packets go through :class:`~rocegen.gateware.icrc.IcrcInsert` (stream starting at the
+    IP header); the others bypass it. The two paths merge round robin, so an unmarked packet may
+    overtake a marked one; packets of one kind stay in order. Latency: that of ``IcrcInsert``
+    for marked packets, 0 for the others. Backpressure from ``o``.
+    """
+
+    def __init__(self, width):
+        check_width(width)
+        self.width = width
+        super().__init__({
+            "i": In(PacketSignature(width, IP_OUT_META)),
+            "o": Out(PacketSignature(width, ETH_META)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        dm = m.submodules.split = PacketDemux(W, IP_OUT_META, 2)
+        wiring.connect(m, wiring.flipped(self.i), dm.i)
+        m.d.comb += [dm.select.eq(self.i.payload.meta.icrc), dm.drop.eq(0)]
+        ins = m.submodules.insert = IcrcInsert(W, IP_OUT_META, offset=0)
+        wiring.connect(m, dm.o[1], ins.i)
+        arb = m.submodules.merge = PacketArbiter(W, IP_OUT_META, 2)
+        wiring.connect(m, dm.o[0], arb.i[0])
+        wiring.connect(m, ins.o, arb.i[1])
+        mm = m.submodules.meta = MapMeta(W, IP_OUT_META, ETH_META, _keep_eth)
+        wiring.connect(m, arb.o, mm.i)
+        wiring.connect(m, mm.o, wiring.flipped(self.o))
+        return m
+
+
+def _keep_eth(m, src, dst):
+    m.d.comb += dst.eth.eq(src.eth)
