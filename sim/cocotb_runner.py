@@ -79,7 +79,9 @@ class SimConfig:
 
 
 def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label=None):
-    """Run ``test_module`` (importable module name) against ``config``; raise on any failure."""
+    """Run ``test_module`` (importable module name) against ``config``; raise on any failure.
+    Returns the number of cocotb tests that passed (callers assert the number they expect, so a
+    test that silently stopped being collected is noticed)."""
     from cocotb_tools.runner import get_results, get_runner
     config.build()
     label = label or (testcase if isinstance(testcase, str) else test_module.rsplit(".", 1)[-1])
@@ -113,4 +115,4 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
     if failed or not total:
         log = (run_dir / "sim.log").read_text(errors="replace")[-6000:]
         raise AssertionError(f"{failed} of {total} cocotb tests failed in {test_module}:\n{log}")
-    return run_dir
+    return total - failed

@@ -7,4 +7,4 @@ from rocegen.sim.cocotb_runner import SimConfig, run_cocotb
 @pytest.mark.parametrize("header_len", [14, 42])
 def test_framing_loop(width, header_len):
     cfg = SimConfig("framing", "rocegen.sim.tops:FramingLoopTop", width=width, header_len=header_len)
-    run_cocotb(cfg, "tests.cocotb.framing_loop", label=f"loop-{width}-{header_len}")
+    assert run_cocotb(cfg, "tests.cocotb.framing_loop", label=f"loop-{width}-{header_len}") == 1

@@ -7,7 +7,7 @@ from rocegen.sim.cocotb_runner import SimConfig, run_cocotb
 @pytest.mark.parametrize("seed", [1, 2])
 def test_xgmii_stack_host_conversation(seed):
     cfg = SimConfig("xgmii_stack", "rocegen.gateware.xgmii_top:XgmiiStackTop")
-    run_cocotb(cfg, "tests.cocotb.xgmii_stack", env={"SEED": seed}, label=f"seed-{seed}")
+    assert run_cocotb(cfg, "tests.cocotb.xgmii_stack", env={"SEED": seed}, label=f"seed-{seed}") == 1
 
 
 @pytest.mark.parametrize("width", [128, 512])
