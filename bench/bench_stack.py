@@ -21,6 +21,7 @@ from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.harness import run_sim
 from rocegen.sim.packets import Packet
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.stack_bench import echo_meta
 
 UDP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.ipv4", "ip_rx.udp", "udp_rx.o0", "udp_tx.i0",
             "udp_tx.o", "ip_tx.o", "eth_tx.o", "mac_tx"]
@@ -69,13 +70,9 @@ def measure(width, size):
             if tx_valid and tr:
                 queue.pop(0)
             if rv and rx_ready:
-                meta = payload.meta
-                queue.append({
-                    "data": payload.data, "keep": payload.keep, "last": payload.last,
-                    "error": 0,
-                    "meta": {"udp": {"dst_ip": meta.ipv4.src, "src_port": meta.udp.dst_port,
-                                     "dst_port": meta.udp.src_port,
-                                     "length": meta.udp.length - 8, "dscp": 0, "ecn": 0}}})
+                queue.append({"data": payload.data, "keep": payload.keep,
+                              "last": payload.last, "error": 0,
+                              "meta": echo_meta(payload.meta)})
             rx_ready = len(queue) < 2
             tx_valid = bool(queue)
             ctx.set(rx.ready, rx_ready)

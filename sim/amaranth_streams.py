@@ -50,7 +50,8 @@ class StreamDriver:
 
 class StreamCollector:
     """Receives packets from a packet stream; ``backpressure`` is the chance that ``ready`` is
-    low in a cycle. Records the cycle of every accepted beat in ``beat_cycles``."""
+    low in a cycle. Records the cycle of every accepted beat in ``beat_cycles`` and, per packet,
+    the cycles of its first and last beats in ``spans``."""
 
     def __init__(self, stream, width, *, backpressure=0.0, seed=1):
         self.stream = stream
@@ -59,7 +60,9 @@ class StreamCollector:
         self.rng = random.Random(seed)
         self.packets = []
         self.beat_cycles = []
+        self.spans = []
         self.cycle = 0
+        self._first = None
         self._beats = []
         self._meta = None
 
@@ -73,6 +76,8 @@ class StreamCollector:
             if not (valid and ready):
                 continue
             self.beat_cycles.append(self.cycle)
+            if not self._beats:
+                self._first = self.cycle
             meta = meta_dict(payload.meta)
             if self._beats and meta != self._meta:
                 raise AssertionError(f"meta changed inside a packet: {self._meta} -> {meta}")
@@ -81,4 +86,5 @@ class StreamCollector:
             if payload.last:
                 self.packets.append(Packet(from_beats(self._beats, self.width), meta,
                                            bool(payload.error)))
+                self.spans.append((self._first, self.cycle))
                 self._beats = []

@@ -12,6 +12,7 @@ from rocegen.sim.harness import run_sim
 from rocegen.sim.models.netstack import NetStackModel, normalise
 from rocegen.sim.packets import Packet
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, host_frames
+from rocegen.sim.stack_bench import udp_echo
 
 
 def kind(fr):
@@ -46,26 +47,6 @@ def test_stack_against_model(width):
             if v and r:
                 inside = not last
 
-    async def echo(ctx):
-        # the UDP echo service of StackTop, as a testbench process on port index 0
-        rx, tx = dut.udp_rx[0], dut.udp_tx[0]
-        while True:
-            ctx.set(rx.ready, 1)
-            _, _, valid, payload = await ctx.tick().sample(rx.valid, rx.payload)
-            if not valid:
-                continue
-            ctx.set(rx.ready, 0)
-            meta = payload.meta
-            ctx.set(tx.payload, {
-                "data": payload.data, "keep": payload.keep, "last": payload.last,
-                "error": payload.error,
-                "meta": {"udp": {"dst_ip": meta.ipv4.src, "src_port": meta.udp.dst_port,
-                                 "dst_port": meta.udp.src_port, "length": meta.udp.length - 8,
-                                 "dscp": meta.ipv4.dscp, "ecn": 0}}})
-            ctx.set(tx.valid, 1)
-            await ctx.tick().until(tx.ready)
-            ctx.set(tx.valid, 0)
-
     async def tb(ctx):
         ctx.set(dut.local_mac, parse_mac(FPGA_MAC))
         ctx.set(dut.local_ip, parse_ip(FPGA_IP))
@@ -81,7 +62,7 @@ def test_stack_against_model(width):
             await ctx.tick()
             got_counts[name] = ctx.get(dut.stats_data)
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, echo, no_gap_inside_frames])
+    run_sim(dut, testbenches=[tb], processes=[col.run, udp_echo(dut), no_gap_inside_frames])
     assert not gaps, f"valid dropped inside a transmitted frame {len(gaps)} times"
     got = [normalise(p.data) for p in col.packets]
     exp = [normalise(x) for x in expected]

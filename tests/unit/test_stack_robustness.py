@@ -26,10 +26,11 @@ from scapy.packet import Raw
 
 from rocegen.gateware.net.stack import STATS, NetStack
 from rocegen.gateware.top import parse_ip, parse_mac
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.models.netstack import NetStackModel, normalise
-from rocegen.sim.packets import Packet, from_beats
+from rocegen.sim.packets import Packet
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC, garbage_frames, host_requests
+from rocegen.sim.stack_bench import udp_echo
 
 WIDTHS = [64, 512]
 PORTS = (7, 17185)           # 7: UDP echo (served by a testbench process); 17185: ours
@@ -54,35 +55,6 @@ TERMINAL = [
 
 # ---- bench ------------------------------------------------------------------------------------
 
-class TimedCollector(StreamCollector):
-    """:class:`StreamCollector` that also records the cycles of each packet's first and last
-    beat (``spans``)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.spans = []
-        self._first = None
-
-    async def run(self, ctx):
-        s = self.stream
-        while True:
-            ready = not (self.backpressure and self.rng.random() < self.backpressure)
-            ctx.set(s.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(s.valid, s.payload)
-            self.cycle += 1
-            if not (valid and ready):
-                continue
-            if not self._beats:
-                self._first = self.cycle
-            self.beat_cycles.append(self.cycle)
-            self._beats.append((payload.data, payload.keep, payload.last))
-            if payload.last:
-                self.packets.append(Packet(from_beats(self._beats, self.width),
-                                           meta_dict(payload.meta), bool(payload.error)))
-                self.spans.append((self._first, self.cycle))
-                self._beats = []
-
-
 class Bench:
     """A :class:`NetStack` with a host on ``mac_rx``/``mac_tx``, a datagram source on
     ``udp_tx[1]``, the UDP echo service on port index 0 (as in :class:`StackTop`) and a drain on
@@ -92,7 +64,7 @@ class Bench:
         self.dut = dut
         self.width = width
         self.rx = StreamDriver(dut.mac_rx, width, idle=idle, seed=seed)
-        self.col = TimedCollector(dut.mac_tx, width, backpressure=backpressure, seed=seed + 1)
+        self.col = StreamCollector(dut.mac_tx, width, backpressure=backpressure, seed=seed + 1)
         self.udp = StreamDriver(dut.udp_tx[1], width, idle=idle, seed=seed + 2)
         self.udp_queue = deque()
         self.delivered = [0] * len(dut.udp_rx)
@@ -111,27 +83,13 @@ class Bench:
             else:
                 await ctx.tick()
 
-    async def echo(self, ctx):
+    def _delivered_on_echo(self):
+        self.delivered[0] += 1
+
+    @property
+    def echo(self):
         """The UDP echo service of StackTop on port index 0, one beat at a time."""
-        rx, tx = self.dut.udp_rx[0], self.dut.udp_tx[0]
-        while True:
-            ctx.set(rx.ready, 1)
-            _, _, valid, payload = await ctx.tick().sample(rx.valid, rx.payload)
-            if not valid:
-                continue
-            ctx.set(rx.ready, 0)
-            if payload.last:
-                self.delivered[0] += 1
-            meta = payload.meta
-            ctx.set(tx.payload, {
-                "data": payload.data, "keep": payload.keep, "last": payload.last,
-                "error": payload.error,
-                "meta": {"udp": {"dst_ip": meta.ipv4.src, "src_port": meta.udp.dst_port,
-                                 "dst_port": meta.udp.src_port, "length": meta.udp.length - 8,
-                                 "dscp": meta.ipv4.dscp, "ecn": 0}}})
-            ctx.set(tx.valid, 1)
-            await ctx.tick().until(tx.ready)
-            ctx.set(tx.valid, 0)
+        return udp_echo(self.dut, 0, self._delivered_on_echo)
 
     def drain(self, k):
         async def run(ctx):

@@ -1,0 +1,33 @@
+"""Testbench pieces for the network stack in Amaranth's simulator."""
+
+__all__ = ["echo_meta", "udp_echo"]
+
+
+def echo_meta(meta):
+    """Transmit metadata that sends a received datagram (``meta`` sampled from ``udp_rx``)
+    back to its source, as the echo service of ``StackTop`` does."""
+    return {"udp": {"dst_ip": meta.ipv4.src, "src_port": meta.udp.dst_port,
+                    "dst_port": meta.udp.src_port, "length": meta.udp.length - 8,
+                    "dscp": meta.ipv4.dscp, "ecn": 0}}
+
+
+def udp_echo(dut, port=0, on_datagram=None):
+    """A simulator process turning every datagram of ``dut.udp_rx[port]`` around onto
+    ``dut.udp_tx[port]``, one beat at a time; ``on_datagram()`` is called per datagram."""
+    async def run(ctx):
+        rx, tx = dut.udp_rx[port], dut.udp_tx[port]
+        while True:
+            ctx.set(rx.ready, 1)
+            _, _, valid, payload = await ctx.tick().sample(rx.valid, rx.payload)
+            if not valid:
+                continue
+            ctx.set(rx.ready, 0)
+            if payload.last and on_datagram:
+                on_datagram()
+            ctx.set(tx.payload, {"data": payload.data, "keep": payload.keep,
+                                 "last": payload.last, "error": payload.error,
+                                 "meta": echo_meta(payload.meta)})
+            ctx.set(tx.valid, 1)
+            await ctx.tick().until(tx.ready)
+            ctx.set(tx.valid, 0)
+    return run
