@@ -15,17 +15,12 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
 from rocegen.gateware.net.stack import STATS
+from rocegen.sim.cocotb_helpers import frame_bytes
 from rocegen.sim.pcap import PcapWriter
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 CLOCK_NS = {64: 6.4, 128: 3.2, 256: 3.2, 512: 3.104}      # 156.25 MHz XGMII, 322 MHz CMAC
-
-
-def frame_bytes(f):
-    if f.tkeep:
-        return bytes(b for b, k in zip(f.tdata, f.tkeep) if k)
-    return bytes(f.tdata)
 
 
 @cocotb.test()

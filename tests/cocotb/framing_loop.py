@@ -11,12 +11,9 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
+from rocegen.sim.cocotb_helpers import pauses
+
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
-
-
-def pause_pattern(rng, p):
-    while True:
-        yield int(rng.random() < p)
 
 
 @cocotb.test()
@@ -27,8 +24,8 @@ async def loop_every_alignment(dut):
     cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
     src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
     sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
-    src.set_pause_generator(pause_pattern(rng, 0.3))
-    sink.set_pause_generator(pause_pattern(rng, 0.3))
+    src.set_pause_generator(pauses(rng, 0.3))
+    sink.set_pause_generator(pauses(rng, 0.3))
     dut.rst.value = 1
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0

@@ -19,23 +19,13 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
+from rocegen.sim.cocotb_helpers import frame_bytes, pauses
 from rocegen.sim.models import icrc as model
 from rocegen.sim.vectors import read_vectors
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 #: Simulated time within which a frame must come out once it has gone in.
 RECV_TIMEOUT_US = 50
-
-
-def pauses(rng, p):
-    while True:
-        yield int(rng.random() < p)
-
-
-def frame_bytes(f):
-    if f.tkeep:
-        return bytes(b for b, k in zip(f.tdata, f.tkeep) if k)
-    return bytes(f.tdata)
 
 
 def last_tuser(f):

@@ -1,0 +1,55 @@
+"""Pieces shared by the cocotb benches (they run inside the simulator process)."""
+
+from cocotb.triggers import ClockCycles, RisingEdge
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from rocegen.gateware.net.stack import STATS
+from rocegen.sim.models.netstack import normalise
+
+__all__ = ["pauses", "frame_bytes", "read_stats", "compare_responses"]
+
+
+def pauses(rng, p):
+    """Pause generator for cocotbext-axi sources and sinks: paused with probability ``p``."""
+    while True:
+        yield int(rng.random() < p)
+
+
+def frame_bytes(f):
+    """The bytes of an ``AxiStreamFrame`` that its ``tkeep`` marks."""
+    if f.tkeep:
+        return bytes(b for b, k in zip(f.tdata, f.tkeep) if k)
+    return bytes(f.tdata)
+
+
+async def read_stats(dut):
+    """Every counter of the stack's statistics block (``stats_addr``/``stats_data``), by name."""
+    values = {}
+    for k, name in enumerate(STATS):
+        dut.stats_addr.value = k
+        await ClockCycles(dut.clk, 2)
+        await RisingEdge(dut.clk)
+        values[name] = int(dut.stats_data.value)
+    return values
+
+
+def _kind(frame):
+    return frame[12:14] + (frame[23:24] if frame[12:14] == b"\x08\x00" else b"")
+
+
+def compare_responses(expected, got):
+    """Assert that the endpoint's responses ``got`` are the model's ``expected`` ones. ARP
+    replies and IP replies take different paths, so they are compared per kind (EtherType and
+    IP protocol), in order within a kind, after :func:`normalise`; scapy must also agree that
+    every UDP datagram's lengths are consistent."""
+    exp_n = [normalise(x) for x in expected]
+    got_n = [normalise(x) for x in got]
+    for k in {_kind(x) for x in exp_n + got_n}:
+        e = [x for x in exp_n if _kind(x) == k]
+        g = [x for x in got_n if _kind(x) == k]
+        assert g == e, f"responses of kind {k.hex()} differ: {len(g)} vs {len(e)} frames"
+        for x in g:
+            p = Ether(x)
+            if p.haslayer(UDP):
+                assert p[UDP].len == p[IP].len - 20 <= len(p[IP])
