@@ -6,7 +6,7 @@ from ..depacketizer import Depacketizer
 from ..headers import ARP, ETH, ETHERTYPE_ARP, ETHERTYPE_IPV4
 from ..packetizer import Packetizer
 from ..stream import PacketSignature, check_width
-from .layouts import ETH_META
+from .layouts import ARP_LOOKUP, ETH_META
 
 __all__ = ["Arp"]
 
@@ -30,10 +30,11 @@ class Arp(wiring.Component):
     Cache: ``entries`` fully associative entries, replaced round robin; entries do not expire
     (a changed MAC is learned from the peer's next request or reply).
 
-    Resolver (for the IPv4 transmitter): ``lookup_ip`` -> ``lookup_hit`` / ``lookup_mac``
+    Resolver (for the IPv4 transmitter, port ``lookup`` of
+    :data:`~rocegen.gateware.net.layouts.ARP_LOOKUP`): ``ip`` -> ``hit`` / ``mac``
     combinationally. Holding ``resolve`` high for an address that misses sends a request, then
     repeats it every ``retry_cycles`` + 2 cycles, up to ``retries`` times; if no answer came,
-    ``resolve_failed`` pulses for one cycle (the transmitter drops its packet) and the resolver
+    ``failed`` pulses for one cycle (the transmitter drops its packet) and the resolver
     is free again.
 
     Transmit (``o``): replies and requests as 28-byte ARP payloads with ``meta.eth`` set; the
@@ -60,11 +61,7 @@ class Arp(wiring.Component):
             "local_ip": In(32),
             "i": In(PacketSignature(width, ETH_META)),
             "o": Out(PacketSignature(width, ETH_META)),
-            "lookup_ip": In(32),
-            "lookup_hit": Out(1),
-            "lookup_mac": Out(48),
-            "resolve": In(1),
-            "resolve_failed": Out(1),
+            "lookup": In(ARP_LOOKUP),
             "drop_bad": Out(1),
             "rx_request": Out(1),
             "rx_reply": Out(1),
@@ -92,8 +89,8 @@ class Arp(wiring.Component):
             m.d.comb += hit.eq(sum(h << k for k, h in enumerate(hits)) != 0)
             return hit, index
 
-        hit, index = match(self.lookup_ip)
-        m.d.comb += [self.lookup_hit.eq(hit), self.lookup_mac.eq(macs[index])]
+        hit, index = match(self.lookup.ip)
+        m.d.comb += [self.lookup.hit.eq(hit), self.lookup.mac.eq(macs[index])]
 
         # ---- receive ----
         rx = m.submodules.rx = Depacketizer(ARP, W, ETH_META)
@@ -133,8 +130,8 @@ class Arp(wiring.Component):
         tries = Signal(range(self.retries + 2))
         request_pending = Signal()
         with m.If(~busy):
-            with m.If(self.resolve & ~hit):
-                m.d.sync += [busy.eq(1), target.eq(self.lookup_ip), request_pending.eq(1),
+            with m.If(self.lookup.resolve & ~hit):
+                m.d.sync += [busy.eq(1), target.eq(self.lookup.ip), request_pending.eq(1),
                              tries.eq(0), timer.eq(self.retry_cycles)]
         with m.Else():
             t_hit, _ = match(target)
@@ -144,7 +141,7 @@ class Arp(wiring.Component):
                 with m.If(timer == 0):
                     with m.If(tries == self.retries):
                         m.d.sync += busy.eq(0)
-                        m.d.comb += self.resolve_failed.eq(1)
+                        m.d.comb += self.lookup.failed.eq(1)
                     with m.Else():
                         m.d.sync += [request_pending.eq(1), tries.eq(tries + 1),
                                      timer.eq(self.retry_cycles)]

@@ -6,7 +6,7 @@ from ..checksum import be_words, ones_complement_sum
 from ..headers import ETH, ETHERTYPE_IPV4, IPV4
 from ..packetizer import Packetizer
 from ..stream import PacketSignature, check_width
-from .layouts import IP_OUT_META, IP_TX
+from .layouts import ARP_LOOKUP, IP_OUT_META, IP_TX
 
 __all__ = ["Ipv4Tx"]
 
@@ -24,7 +24,9 @@ class Ipv4Tx(wiring.Component):
 
     The destination MAC is ``meta.ip.mac`` when ``mac_known`` is set (replies to a sender whose
     address came with its request), else the ARP cache's answer; on a miss the packet waits at the
-    input while ``resolve`` asks ARP, and is dropped whole (``drop_unresolved``) if ARP gives up.
+    input while ``lookup.resolve`` asks ARP (port ``lookup``, connected to
+    :class:`~rocegen.gateware.net.arp.Arp`), and is dropped whole (``drop_unresolved``) if ARP
+    gives up.
     Packets behind it wait (no reordering).
 
     Latency 0 when the MAC is known or cached (the first beat passes in the cycle it arrives).
@@ -42,11 +44,7 @@ class Ipv4Tx(wiring.Component):
             "local_ip": In(32),
             "i": In(PacketSignature(width, IP_TX_META)),
             "o": Out(PacketSignature(width, IP_OUT_META)),
-            "lookup_ip": Out(32),
-            "lookup_hit": In(1),
-            "lookup_mac": In(48),
-            "resolve": Out(1),
-            "resolve_failed": In(1),
+            "lookup": Out(ARP_LOOKUP),
             "drop_unresolved": Out(1),
         })
 
@@ -64,9 +62,9 @@ class Ipv4Tx(wiring.Component):
         dropping = Signal()
         mac_reg = Signal(48)
         ident = Signal(16, init=1)      # never 0: RoCEv2 receivers expect a non-zero ID
-        m.d.comb += self.lookup_ip.eq(ip.dst)
-        mac_now = Mux(ip.mac_known, ip.mac, self.lookup_mac)
-        settled = ip.mac_known | self.lookup_hit
+        m.d.comb += self.lookup.ip.eq(ip.dst)
+        mac_now = Mux(ip.mac_known, ip.mac, self.lookup.mac)
+        settled = ip.mac_known | self.lookup.hit
         mac = Mux(passing, mac_reg, mac_now)
 
         forward = Signal()
@@ -83,8 +81,8 @@ class Ipv4Tx(wiring.Component):
                     with m.If(pk.i.ready & ~i.payload.last):
                         m.d.sync += [passing.eq(1), mac_reg.eq(mac_now)]
                 with m.Else():
-                    m.d.comb += self.resolve.eq(1)
-                    with m.If(self.resolve_failed):
+                    m.d.comb += self.lookup.resolve.eq(1)
+                    with m.If(self.lookup.failed):
                         m.d.comb += self.drop_unresolved.eq(1)
                         m.d.comb += i.ready.eq(1)
                         with m.If(~i.payload.last):

@@ -1,11 +1,13 @@
 """Metadata layouts of the network stack's internal streams (sideband, not wire headers: the
 wire headers are in :mod:`rocegen.gateware.headers`)."""
 
-from amaranth.lib import data
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 from ..headers import ETH, IPV4, UDP
 
-__all__ = ["IP_TX", "UDP_TX", "ETH_META", "IP_OUT_META", "IP_RX_META", "UDP_RX_META"]
+__all__ = ["IP_TX", "UDP_TX", "ETH_META", "IP_OUT_META", "IP_RX_META", "UDP_RX_META",
+           "ARP_LOOKUP"]
 
 #: A packet handed to the IPv4 transmitter: its payload is the IP payload.
 IP_TX = data.StructLayout({
@@ -36,3 +38,15 @@ ETH_META = data.StructLayout({"eth": ETH.layout})
 IP_OUT_META = data.StructLayout({"eth": ETH.layout, "icrc": 1})
 IP_RX_META = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout})
 UDP_RX_META = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "udp": UDP.layout})
+
+
+#: The next-hop lookup the IPv4 transmitter makes of ARP (seen from the transmitter):
+#: ``ip`` -> ``hit`` / ``mac`` combinationally; ``resolve`` held high for a miss makes ARP ask,
+#: ``failed`` pulses when it gives up.
+ARP_LOOKUP = wiring.Signature({
+    "ip": Out(32),
+    "hit": In(1),
+    "mac": In(48),
+    "resolve": Out(1),
+    "failed": In(1),
+})

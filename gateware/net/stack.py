@@ -159,7 +159,7 @@ class NetStack(wiring.Component):
         wiring.connect(m, eth_rx.arp, arp.i)
         ev.update(arp_drop_bad=arp.drop_bad, arp_rx_request=arp.rx_request,
                   arp_rx_reply=arp.rx_reply, arp_tx_reply=arp.tx_reply,
-                  arp_tx_request=arp.tx_request, arp_resolve_failed=arp.resolve_failed)
+                  arp_tx_request=arp.tx_request, arp_resolve_failed=arp.lookup.failed)
 
         ip_rx = m.submodules.ip_rx = self._ip_rx
         m.d.comb += ip_rx.local_ip.eq(self.local_ip)
@@ -194,12 +194,8 @@ class NetStack(wiring.Component):
         wiring.connect(m, udp_tx.o, ip_arb.i[1])
         ip_tx = m.submodules.ip_tx = self._ip_tx
         wiring.connect(m, ip_arb.o, ip_tx.i)
-        m.d.comb += [
-            ip_tx.local_mac.eq(self.local_mac), ip_tx.local_ip.eq(self.local_ip),
-            arp.lookup_ip.eq(ip_tx.lookup_ip), ip_tx.lookup_hit.eq(arp.lookup_hit),
-            ip_tx.lookup_mac.eq(arp.lookup_mac), arp.resolve.eq(ip_tx.resolve),
-            ip_tx.resolve_failed.eq(arp.resolve_failed),
-        ]
+        m.d.comb += [ip_tx.local_mac.eq(self.local_mac), ip_tx.local_ip.eq(self.local_ip)]
+        wiring.connect(m, ip_tx.lookup, arp.lookup)
         ev["ip_tx_unresolved"] = ip_tx.drop_unresolved
 
         eth_arb = m.submodules.eth_arbiter = PacketArbiter(W, ETH_META, 2)

@@ -34,9 +34,9 @@ def run(width, arps, probe_ips):
         for _ in range(40):
             await ctx.tick()
         for ip in probe_ips:
-            ctx.set(dut.lookup_ip, parse_ip(ip))
+            ctx.set(dut.lookup.ip, parse_ip(ip))
             await ctx.tick()
-            hits[ip] = (ctx.get(dut.lookup_hit), ctx.get(dut.lookup_mac))
+            hits[ip] = (ctx.get(dut.lookup.hit), ctx.get(dut.lookup.mac))
 
     run_sim(dut, testbenches=[tb], processes=[col.run, count])
     return col.packets, hits, len(bad)
