@@ -7,7 +7,7 @@ from amaranth.lib import data
 
 from .packets import Packet, from_beats, to_beats
 
-__all__ = ["StreamDriver", "StreamCollector", "meta_dict"]
+__all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "meta_dict"]
 
 
 def meta_dict(value):
@@ -88,3 +88,19 @@ class StreamCollector:
                                            bool(payload.error)))
                 self.spans.append((self._first, self.cycle))
                 self._beats = []
+
+
+class HandshakeMonitor:
+    """Records the cycle of every beat that moves on ``stream`` (``valid`` and ``ready`` high),
+    counted like :class:`StreamCollector` counts its cycles, so the two can be compared."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.cycles = []
+
+    async def run(self, ctx):
+        cycle = 0
+        async for _, _, v, r in ctx.tick().sample(self.stream.valid, self.stream.ready):
+            cycle += 1
+            if v and r:
+                self.cycles.append(cycle)

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.buffer import RegisterSlice, StreamRegisterSlice
 from rocegen.gateware.stream import PacketSignature
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver
 from rocegen.sim.harness import run_sim
 from rocegen.sim.packets import Packet, to_beats
 
@@ -28,14 +28,7 @@ def make_packets(width, seed):
 def run_slice(dut, packets, *, idle, backpressure, seed):
     drv = StreamDriver(dut.i, dut.width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, dut.width, backpressure=backpressure, seed=seed + 1)
-    in_cycles = []
-    cycle = [0]
-
-    async def monitor(ctx):
-        async for _, _, v, r in ctx.tick().sample(dut.i.valid, dut.i.ready):
-            cycle[0] += 1
-            if v and r:
-                in_cycles.append(cycle[0])
+    mon = HandshakeMonitor(dut.i)
 
     async def tb(ctx):
         await drv.send(ctx, packets)
@@ -48,8 +41,8 @@ def run_slice(dut, packets, *, idle, backpressure, seed):
             await ctx.tick()
         raise AssertionError("register slice hung")
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, monitor, watchdog])
-    return col, in_cycles
+    run_sim(dut, testbenches=[tb], processes=[col.run, mon.run, watchdog])
+    return col, mon.cycles
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -5,7 +5,7 @@ import pytest
 from amaranth.lib import data
 
 from rocegen.gateware.fifo import PacketFifo
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
 from rocegen.sim.harness import run_sim
 from rocegen.sim.models.fifo import beat_count, check_fifo_invariants, packet_fifo
 from rocegen.sim.packets import Packet
@@ -264,14 +264,7 @@ def run_full_rate(dut, packets, *, prefill):
     w = dut.width
     drv = StreamDriver(dut.i, w)
     col = StreamCollector(dut.o, w, backpressure=1.0 if prefill else 0.0)
-    in_cycles = []
-    cycle = [0]
-
-    async def monitor(ctx):
-        async for _, _, v, r in ctx.tick().sample(dut.i.valid, dut.i.ready):
-            cycle[0] += 1
-            if v and r:
-                in_cycles.append(cycle[0])
+    mon = HandshakeMonitor(dut.i)
 
     async def tb(ctx):
         await drv.send(ctx, packets[:prefill])
@@ -280,8 +273,8 @@ def run_full_rate(dut, packets, *, prefill):
         while len(col.packets) < len(packets):
             await ctx.tick()
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, monitor, watchdog(20_000)])
-    return in_cycles, col.beat_cycles, col
+    run_sim(dut, testbenches=[tb], processes=[col.run, mon.run, watchdog(20_000)])
+    return mon.cycles, col.beat_cycles, col
 
 
 def consecutive(cycles):
