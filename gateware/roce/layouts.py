@@ -4,7 +4,11 @@
 from amaranth.lib import data, enum
 
 __all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
-           "QP_CONTEXT"]
+           "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
+           "MAX_QPS"]
+
+#: Largest QP table (QP indices are 8 bits wide everywhere).
+MAX_QPS = 256
 
 
 class WrOpcode(enum.Enum, shape=2):
@@ -23,6 +27,52 @@ WORK_REQUEST = data.StructLayout({
     "length": 31,             # message length in bytes, 0 .. 2^31-1
     "remote_offset": 64,      # WRITE: added to the QP's base virtual address
     "imm": 32,
+})
+
+class WrSource(enum.Enum, shape=2):
+    """Who posted a work request; completions go back to the same place."""
+    USER = 0          # the user's work-request port (payload from local memory)
+    STREAM = 1        # the streaming front end (payload in its ring in local memory)
+    GENERATOR = 2     # the traffic generator (payload is the test pattern, not memory)
+
+
+class CplStatus(enum.Enum, shape=4):
+    """Status of a completion."""
+    OK = 0              # every packet of the message was acknowledged
+    BAD_QP = 1          # QP index outside the QP table
+    QP_NOT_READY = 2    # the QP was not ready to send (RTS) when the request came to be sent
+    LOCAL_ALIGN = 3     # local address not a multiple of the memory word (W/8 bytes)
+    LOCAL_LENGTH = 4    # local buffer [local_addr, local_addr + length) outside local memory
+
+
+#: A work request with the source that posted it (what the scheduler takes).
+WR_TAGGED = data.StructLayout({"wr": WORK_REQUEST, "src": WrSource})
+
+#: A completion, like a NIC's completion queue entry.
+COMPLETION = data.StructLayout({
+    "wr_id": 32,
+    "qp": 8,
+    "status": CplStatus,
+    "src": WrSource,
+})
+
+#: A started (or refused) work request, as the scheduler announces it to the completion tracker:
+#: it completes once ``last_psn`` is acknowledged, or as soon as it is at the head of its QP's
+#: queue when ``status`` is not OK.
+POST = data.StructLayout({
+    "wr_id": 32,
+    "qp": 8,
+    "src": WrSource,
+    "status": CplStatus,
+    "last_psn": 24,
+})
+
+#: An acknowledgement received for one of our QPs (after the ICRC and QP checks).
+ACK_EVENT = data.StructLayout({
+    "qp": 8,
+    "syndrome": 8,            # AETH syndrome: 0b000xxxxx ACK, 0b001 RNR NAK, 0b011 NAK
+    "psn": 24,
+    "msn": 24,
 })
 
 #: What segmentation needs of a QP's state, read when its work request starts.
@@ -54,6 +104,11 @@ PACKET_DESC = data.StructLayout({
     "has_imm": 1,
     "imm": 32,
     "last": 1,                # last packet of the message
+    "src": WrSource,          # GENERATOR: the payload is the test pattern at local_addr
+    "peer_ip": 32,            # from the QP context: where the packet goes
+    "udp_sport": 16,
+    "dscp": 6,
+    "ecn": 2,
 })
 
 

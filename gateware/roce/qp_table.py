@@ -3,11 +3,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import QP_CONTEXT, QPN_BASE
+from .layouts import MAX_QPS, QP_CONTEXT, QPN_BASE
 
 __all__ = ["QpTable", "CONTEXT_WRITE", "PSN_WRITE", "MAX_QPS"]
-
-MAX_QPS = 256
 
 #: A whole-context write from the control side (the connection manager).
 CONTEXT_WRITE = data.StructLayout({"qp": 8, "context": QP_CONTEXT})
@@ -24,7 +22,8 @@ class QpTable(wiring.Component):
     waits: ``psn_w.ready`` is low). After reset every QP is in RESET with PSN 0.
 
     Reads: ``rd_qp`` -> ``rd_context`` / ``rd_psn`` one cycle later (block or distributed RAM;
-    a write to the same QP in the cycle of the read is not seen by it).
+    a write to the same QP in the cycle of the read is not seen by it). ``rx_qp`` ->
+    ``rx_context`` is a second, independent context read port for the receive path.
 
     A write naming a QP outside the table changes nothing and pulses ``rejected``.
 
@@ -47,6 +46,8 @@ class QpTable(wiring.Component):
             "rd_qp": In(range(num_qps)),
             "rd_context": Out(QP_CONTEXT),
             "rd_psn": Out(24),
+            "rx_qp": In(range(num_qps)),
+            "rx_context": Out(QP_CONTEXT),
             "lookup_qpn": In(24),
             "lookup_index": Out(8),
             "lookup_valid": Out(1),
@@ -65,6 +66,7 @@ class QpTable(wiring.Component):
         m.submodules.psns = self._psns
         cw = self._contexts.write_port()
         cr = self._contexts.read_port()
+        cr_rx = self._contexts.read_port()
         pw = self._psns.write_port()
         pr = self._psns.read_port()
 
@@ -76,6 +78,8 @@ class QpTable(wiring.Component):
             cw.en.eq(self.ctl.valid & in_range),
             cr.addr.eq(self.rd_qp),
             self.rd_context.eq(cr.data),
+            cr_rx.addr.eq(self.rx_qp),
+            self.rx_context.eq(cr_rx.data),
             pr.addr.eq(self.rd_qp),
             self.rd_psn.eq(pr.data),
         ]
