@@ -1,0 +1,126 @@
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from .. import headers as H
+from ..net.layouts import UDP_TX
+from ..net.udp_tx import ICRC_BYTES, UDP_TX_META
+from ..stream import PacketSignature, check_width
+from ..varpacketizer import VarPacketizer
+from .layouts import PACKET_DESC
+
+__all__ = ["RocePacketBuilder", "HEADER_LENGTHS", "MAX_HEADER"]
+
+#: Transport headers the builder emits: BTH, BTH+RETH, BTH+ImmDt, BTH+RETH+ImmDt.
+HEADER_LENGTHS = (H.BTH.length, H.BTH.length + H.IMMDT.length, H.BTH.length + H.RETH.length,
+                  H.BTH.length + H.RETH.length + H.IMMDT.length)
+MAX_HEADER = max(HEADER_LENGTHS)
+
+#: The P_Key of the default partition (full membership).
+DEFAULT_PKEY = 0xFFFF
+
+_INNER_META = data.StructLayout({
+    "hdr": 8 * MAX_HEADER,
+    "hdr_len": range(MAX_HEADER + 1),
+    "tail_len": 2,
+    "udp": UDP_TX,
+})
+
+
+class RocePacketBuilder(wiring.Component):
+    """RoCEv2 packet builder: transport headers and padding around a packet's payload.
+
+    ``i`` carries the payload of one packet (``desc.length`` bytes; a 0-byte payload is one beat
+    with ``keep == 0``) with its :data:`~rocegen.gateware.roce.layouts.PACKET_DESC` in ``meta``.
+    ``o`` carries the UDP payload of the RoCEv2 packet, without its ICRC (the network stack
+    appends it once the IPv4 header is final)::
+
+        BTH | RETH (if has_reth) | ImmDt (if has_imm) | payload | padcnt zero bytes
+
+    BTH: ``opcode``, ``se``, MigReq 1, ``padcnt``, version 0, P_Key 0xFFFF, FECN/BECN 0,
+    ``dest_qp`` = ``dest_qpn``, ``ack_req``, ``psn``. RETH: ``va``, ``rkey``, ``dma_len``.
+    ImmDt: ``imm``. All fields big-endian as on the wire (header table in
+    :mod:`rocegen.gateware.headers`).
+
+    ``o.meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`): ``dst_ip`` = ``peer_ip``,
+    ``src_port`` = ``udp_sport``, ``dst_port`` 4791, ``length`` = headers + ``length`` +
+    ``padcnt`` + 4 (the ICRC the stack adds), ``dscp``, ``ecn``, ``icrc`` 1. The payload length
+    is taken from the descriptor, not measured; the stack cuts or flags a payload that differs.
+
+    Parameters
+    ----------
+    width : int
+        Data width W in bits (64..512, power of two).
+
+    Behaviour
+    ---------
+    * Byte order: byte 0 of the BTH in lane 0 of the first output beat; payload byte ``k`` at
+      output byte ``header length + k`` (header length 12, 16, 28 or 32).
+    * Latency: zero cycles (combinational from ``i`` to ``o``, through a
+      :class:`~rocegen.gateware.varpacketizer.VarPacketizer` whose payload shifter implements only
+      the shifts of the four header lengths).
+    * Throughput: one output beat per cycle, ``ceil((header + length + padcnt) / (W/8))`` beats
+      per packet, no idle beat between back-to-back packets as long as the input keeps up.
+    * Backpressure: ``i.ready`` follows ``o.ready`` combinationally and is low while header beats
+      and a packet's final extra beat are emitted.
+    * ``error`` of the last input beat is carried to the last output beat.
+    """
+
+    def __init__(self, width):
+        check_width(width)
+        self.width = width
+        super().__init__({
+            "i": In(PacketSignature(width, PACKET_DESC)),
+            "o": Out(PacketSignature(width, UDP_TX_META)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        d = i.payload.meta
+        vp = m.submodules.packetizer = VarPacketizer(self.width, MAX_HEADER, _INNER_META,
+                                                     lengths=HEADER_LENGTHS)
+
+        bth = Signal(H.BTH.layout)
+        reth = Signal(H.RETH.layout)
+        immdt = Signal(H.IMMDT.layout)
+        m.d.comb += [
+            bth.opcode.eq(d.opcode), bth.se.eq(d.se), bth.m.eq(1), bth.padcnt.eq(d.padcnt),
+            bth.tver.eq(0), bth.pkey.eq(DEFAULT_PKEY), bth.fecn.eq(0), bth.becn.eq(0),
+            bth.resv6.eq(0), bth.dest_qp.eq(d.dest_qpn), bth.ack_req.eq(d.ack_req),
+            bth.resv7.eq(0), bth.psn.eq(d.psn),
+            reth.va.eq(d.va), reth.rkey.eq(d.rkey), reth.dma_len.eq(d.dma_len),
+            immdt.imm.eq(d.imm),
+        ]
+        bth_lanes = H.BTH.to_lanes(bth)
+        reth_lanes = H.RETH.to_lanes(reth)
+        imm_lanes = H.IMMDT.to_lanes(immdt)
+        ext = Mux(d.has_reth, Cat(reth_lanes, imm_lanes),
+                  Cat(imm_lanes, Const(0, 8 * H.RETH.length)))
+
+        hdr_len = Signal(range(MAX_HEADER + 1))
+        m.d.comb += hdr_len.eq(H.BTH.length + Mux(d.has_reth, H.RETH.length, 0)
+                               + Mux(d.has_imm, H.IMMDT.length, 0))
+
+        meta = vp.i.payload.meta
+        u = meta.udp
+        m.d.comb += [
+            meta.hdr.eq(Cat(bth_lanes, ext)),
+            meta.hdr_len.eq(hdr_len),
+            meta.tail_len.eq(d.padcnt),
+            u.dst_ip.eq(d.peer_ip),
+            u.src_port.eq(d.udp_sport),
+            u.dst_port.eq(H.UDP_PORT_ROCEV2),
+            u.length.eq(hdr_len + d.length + d.padcnt + ICRC_BYTES),
+            u.dscp.eq(d.dscp),
+            u.ecn.eq(d.ecn),
+            u.icrc.eq(1),
+            vp.i.payload.data.eq(i.payload.data),
+            vp.i.payload.keep.eq(i.payload.keep),
+            vp.i.payload.last.eq(i.payload.last),
+            vp.i.payload.error.eq(i.payload.error),
+            vp.i.valid.eq(i.valid),
+            i.ready.eq(vp.i.ready),
+        ]
+        wiring.connect(m, vp.o, wiring.flipped(o))
+        return m
