@@ -1,6 +1,7 @@
 """Drive and collect packet streams in the Amaranth simulator, with random idle cycles and
 random backpressure."""
 
+import enum
 import random
 
 from amaranth.lib import data
@@ -11,9 +12,12 @@ __all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "meta_dict"]
 
 
 def meta_dict(value):
-    """A sampled ``data.Const`` of a StructLayout -> nested ``dict`` of ints."""
+    """A sampled ``data.Const`` of a StructLayout -> nested ``dict`` of ints (enumeration
+    fields as their integer values)."""
     if isinstance(value, data.Const):
         return {name: meta_dict(value[name]) for name in value.shape().members}
+    if isinstance(value, enum.Enum):
+        return int(value.value)
     return int(value)
 
 
