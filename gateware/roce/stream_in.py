@@ -1,0 +1,291 @@
+"""The streaming front end: user messages in, stored in a ring of local memory, work requests out."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ..memport import MemWriteSignature
+from ..stream import PacketSignature, check_width, keep_count
+from .layouts import COMPLETION, WORK_REQUEST, WR_TAGGED, CplStatus, WrOpcode, WrSource
+
+__all__ = ["StreamFrontEnd", "STREAM_META", "DURABLE_WIDTH"]
+
+#: Per-message sideband of the front end's input (constant over a message).
+STREAM_META = data.StructLayout({
+    "qp": 8,
+    "opcode": WrOpcode,
+    "imm": 32,
+    "remote_offset": 64,
+})
+
+#: Width of ``mem_durable``: up to 256 words may become durable in one cycle (one AXI4 burst).
+DURABLE_WIDTH = 9
+
+# a finished message waiting for its words to be durable
+_PENDING = data.StructLayout({"wr": WORK_REQUEST, "end": 32})
+
+
+def _bits(limit):
+    """Bits of an unsigned number from 0 to ``limit``."""
+    return max(1, limit.bit_length())
+
+
+def _check_int(name, value):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    return value
+
+
+class StreamFrontEnd(wiring.Component):
+    """Streaming front end: turns a stream of user messages into work requests whose payload sits
+    in a ring buffer of local memory.
+
+    Parameters
+    ----------
+    width : int
+        Data width W of the input stream and of the memory words (64..512).
+    ring_base, ring_bytes : int
+        The ring is the local byte range ``[ring_base, ring_base + ring_bytes)``; both multiples of
+        the word (W/8 bytes), inside the 32-bit local address space.
+    max_message : int
+        Largest message in bytes (1 .. ``min(ring_bytes, 2^31 - 1)``). A message starts only when
+        ``ceil(max_message / (W/8))`` words of the ring are free in one piece.
+    max_inflight : int
+        Messages that may be stored and not yet completed (1..4096): the depth of the queue of
+        finished messages.
+    addr_width : int or None
+        Word-address width of ``mem``; default ``32 - log2(W/8)`` (the whole 32-bit local space,
+        the width :class:`~rocegen.gateware.roce.axi_writer.AxiWriter` takes by default). The end
+        of the ring must be addressable.
+
+    Ports
+    -----
+    i : In(PacketSignature(width, STREAM_META))
+        User messages: ``last`` ends a message, ``meta`` is sampled on the last beat, bytes outside
+        ``keep`` are ignored, ``error`` on the last beat discards the message.
+    mem : Out(MemWriteSignature(width, addr_width))
+        Word writes of the messages into the ring: beat ``k`` of a message, lanes unchanged, is
+        word ``k`` from the message's start (so byte ``n`` of the message is at byte address
+        ``local_addr + n``); ``be`` = ``keep`` (a partial last word leaves the rest of its memory
+        word untouched; the beat of a 0-byte message writes nothing).
+    mem_durable : In(DURABLE_WIDTH)
+        Number of words written on ``mem`` that became durable in this cycle, in the order they
+        were written (every accepted write counts once, also those of messages dropped later).
+        On-chip memory: tie to ``mem.valid & mem.ready``; AXI4 through
+        :class:`~rocegen.gateware.roce.axi_writer.AxiWriter`: its ``durable`` output.
+    wr : Out(stream.Signature(WR_TAGGED))
+        One work request per stored message, in message order: ``src = STREAM``, ``wr_id`` = the
+        message's number (0, 1, ... counting stored messages only), ``local_addr`` = its byte
+        address in the ring, ``length`` in bytes, ``qp``/``opcode``/``imm``/``remote_offset``
+        from the meta. A work request is offered only once every word of its message is durable.
+    cpl : In(stream.Signature(COMPLETION))
+        Always ready. Completions with ``src == STREAM`` free the ring space of the oldest
+        posted message, whatever their status, and count in ``completed_ok`` /
+        ``completed_err``; those of other sources are ignored.
+    posted, completed_ok, completed_err, drop_too_long, drop_error : Out(32)
+        Event counters. A message longer than ``max_message`` counts in ``drop_too_long``, one
+        with ``error`` on its last beat in ``drop_error`` (only there when both apply).
+    ring_used : Out(range(ring_words + 1))
+        Words of the ring held by finished messages not yet completed (including the unused
+        tails skipped when a message was placed at the ring start).
+    inflight : Out(range(max_inflight + 1))
+        Finished messages not yet completed.
+
+    Ring management
+        Messages are stored one after another from the ring start, each on a word boundary; a
+        message never wraps: when fewer than ``max_message`` bytes remain before the ring end it
+        starts at ``ring_base`` (the skipped tail stays reserved until that message completes; an
+        empty ring always restarts at ``ring_base``). A message starts only when ``max_message``
+        bytes are free there and the queue of finished messages has room, so it can never
+        overwrite a message not yet completed. A dropped message (too long or error) gives its
+        space back at once: the next message is written over it. Words beyond ``max_message`` of
+        a too-long message are not written.
+
+    Completion order
+        The front end frees ring space in posting order, one message per completion: it assumes
+        its completions come back in the order its work requests were posted. That holds when its
+        messages go to one QP (completions are in order per QP) or when the completion path
+        returns them in posting order; with several QPs and out-of-order completions a message
+        could be freed while another one is still being sent.
+
+    Throughput and backpressure
+        One beat per cycle on ``i``, with no idle cycle between messages, while ``mem`` is ready
+        and the ring and the queue have room. The first beat of a message waits (``i.ready``
+        low) until the message fits; other beats wait only for ``mem``. ``mem.valid`` and
+        ``mem.payload`` follow ``i`` combinationally, and ``i.ready`` follows ``mem.ready``
+        combinationally (put a register slice on either side when timing needs one).
+
+    Latency
+        A message's work request is offered 2 cycles after its last beat is taken, or 1 cycle
+        after its last word becomes durable if that is later. A completion frees its space for
+        the next message in the following cycle.
+    """
+
+    def __init__(self, width, ring_base, ring_bytes, max_message, max_inflight=64, addr_width=None):
+        check_width(width)
+        B = width // 8
+        lg = B.bit_length() - 1
+        _check_int("ring_base", ring_base)
+        _check_int("ring_bytes", ring_bytes)
+        _check_int("max_message", max_message)
+        _check_int("max_inflight", max_inflight)
+        if ring_base < 0 or ring_base % B:
+            raise ValueError(f"ring_base must be a non-negative multiple of the {B}-byte memory word, "
+                             f"not {ring_base:#x}")
+        if ring_bytes <= 0 or ring_bytes % B:
+            raise ValueError(f"ring_bytes must be a positive multiple of the {B}-byte memory word, "
+                             f"not {ring_bytes}")
+        if ring_base + ring_bytes > 1 << 32:
+            raise ValueError(f"the ring [{ring_base:#x}, {ring_base + ring_bytes:#x}) must lie in the "
+                             f"32-bit local address space")
+        if not 1 <= max_message <= ring_bytes:
+            raise ValueError(f"max_message must be from 1 to ring_bytes ({ring_bytes}) bytes, "
+                             f"not {max_message}")
+        if max_message >= 1 << 31:
+            raise ValueError(f"max_message must be below 2^31 bytes (a work request's length), "
+                             f"not {max_message}")
+        if not 1 <= max_inflight <= 4096:
+            raise ValueError(f"max_inflight must be from 1 to 4096 messages, not {max_inflight}")
+        if addr_width is None:
+            addr_width = 32 - lg
+        _check_int("addr_width", addr_width)
+        if not 1 <= addr_width <= 32:
+            raise ValueError(f"addr_width must be 1..32 bits, not {addr_width}")
+        if (ring_base + ring_bytes) // B > 1 << addr_width:
+            raise ValueError(f"the ring ends at word {(ring_base + ring_bytes) // B:#x}, beyond the "
+                             f"{addr_width}-bit word addresses of the memory port")
+        self.width, self.ring_base, self.ring_bytes = width, ring_base, ring_bytes
+        self.max_message, self.max_inflight, self.addr_width = max_message, max_inflight, addr_width
+        self.ring_words = ring_bytes // B
+        super().__init__({
+            "i": In(PacketSignature(width, STREAM_META)),
+            "mem": Out(MemWriteSignature(width, addr_width)),
+            "mem_durable": In(DURABLE_WIDTH),
+            "wr": Out(stream.Signature(WR_TAGGED)),
+            "cpl": In(stream.Signature(COMPLETION)),
+            "posted": Out(32),
+            "completed_ok": Out(32),
+            "completed_err": Out(32),
+            "drop_too_long": Out(32),
+            "drop_error": Out(32),
+            "ring_used": Out(range(self.ring_words + 1)),
+            "inflight": Out(range(max_inflight + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.width // 8
+        lg = B.bit_length() - 1
+        R = self.ring_words
+        M = -(-self.max_message // B)          # words reserved for a message
+        base = self.ring_base // B
+        i, p = self.i, self.i.payload
+
+        m.submodules.pending = pend = SyncFIFOBuffered(width=_PENDING.size, depth=self.max_inflight)
+        m.submodules.frees = frees = SyncFIFOBuffered(width=_bits(R), depth=self.max_inflight)
+
+        wp = Signal(range(R + 1))           # where the next message goes (word offset in the ring)
+        used = Signal(range(R + 1))         # words held by finished, not completed messages
+        in_msg = Signal()                   # a message has begun (its first beat was taken)
+        cur_pos = Signal(range(R + 1))      # word offset of the current message's next word
+        cur_start = Signal(range(R))        # word offset of the current message
+        cur_from = Signal(range(R + 1))     # write pointer the current message was placed from
+        cur_wrap = Signal()                 # the current message was placed at the ring start
+        cur_bytes = Signal(range(self.max_message + B + 1))
+        cur_long = Signal()
+        written = Signal(32)                # words accepted by mem, ever
+        durable = Signal(32)                # of which durable
+        m.d.sync += durable.eq(durable + self.mem_durable)
+
+        first = ~in_msg
+        # placement of a message beginning now; an empty ring restarts at its start
+        wp_eff = Signal(range(R + 1))
+        m.d.comb += wp_eff.eq(Mux(used == 0, 0, wp))
+        wrap = wp_eff > R - M
+        skip = Mux(wrap, R - wp_eff, 0)
+        room = (used + skip <= R - M) & frees.w_rdy & pend.w_rdy
+        allowed = ~first | room
+
+        nbytes = keep_count(p.keep)
+        after = Signal(range(self.max_message + 2 * B + 1))
+        m.d.comb += after.eq(Mux(first, 0, cur_bytes) + nbytes)
+        too_long = Signal()
+        m.d.comb += too_long.eq((~first & cur_long) | (after > self.max_message))
+        drop = p.last & (p.error | too_long)
+        write = (nbytes != 0) & ~too_long & ~(p.last & p.error)
+
+        msg_start = Mux(first, Mux(wrap, 0, wp_eff), cur_start)
+        msg_from = Mux(first, wp_eff, cur_from)
+        msg_wrap = Mux(first, wrap, cur_wrap)
+        pos = Mux(first, msg_start, cur_pos)
+        end_pos = Signal(range(R + 1))
+        m.d.comb += end_pos.eq(pos + write)
+        held = Signal(range(R + 1))          # words the message holds, skipped tail included
+        m.d.comb += held.eq(end_pos - msg_from + Mux(msg_wrap, R, 0))
+
+        mem = self.mem
+        m.d.comb += [
+            mem.valid.eq(i.valid & allowed & write),
+            mem.payload.addr.eq(base + pos),
+            mem.payload.data.eq(p.data),
+            mem.payload.be.eq(p.keep),
+            i.ready.eq(allowed & (~write | mem.ready)),
+        ]
+        with m.If(mem.valid & mem.ready):
+            m.d.sync += written.eq(written + 1)
+
+        take = i.valid & i.ready
+        commit = take & p.last & ~drop
+        with m.If(take):
+            m.d.sync += [
+                in_msg.eq(~p.last), cur_pos.eq(end_pos), cur_start.eq(msg_start),
+                cur_from.eq(msg_from), cur_wrap.eq(msg_wrap), cur_bytes.eq(after), cur_long.eq(too_long),
+            ]
+        with m.If(take & p.last & p.error):
+            m.d.sync += self.drop_error.eq(self.drop_error + 1)
+        with m.Elif(take & p.last & too_long):
+            m.d.sync += self.drop_too_long.eq(self.drop_too_long + 1)
+        with m.If(commit):
+            m.d.sync += [wp.eq(end_pos), self.posted.eq(self.posted + 1)]
+
+        entry = Signal(_PENDING)
+        m.d.comb += [
+            entry.wr.wr_id.eq(self.posted),
+            entry.wr.qp.eq(p.meta.qp),
+            entry.wr.opcode.eq(p.meta.opcode),
+            entry.wr.local_addr.eq(Cat(Const(0, lg), base + msg_start)),
+            entry.wr.length.eq(after),
+            entry.wr.remote_offset.eq(p.meta.remote_offset),
+            entry.wr.imm.eq(p.meta.imm),
+            entry.end.eq(written + write),
+            pend.w_data.eq(entry),
+            pend.w_en.eq(commit),
+            frees.w_data.eq(held),
+            frees.w_en.eq(commit),
+        ]
+
+        # post a finished message once its last word is durable
+        head = data.View(_PENDING, pend.r_data)
+        lag = Signal(32)
+        m.d.comb += lag.eq(durable - head.end)
+        ready_to_post = pend.r_rdy & ~lag[31]
+        m.d.comb += [
+            self.wr.valid.eq(ready_to_post),
+            self.wr.payload.wr.eq(head.wr),
+            self.wr.payload.src.eq(WrSource.STREAM),
+            pend.r_en.eq(ready_to_post & self.wr.ready),
+        ]
+
+        # completions free ring space in posting order
+        c = self.cpl.payload
+        got = self.cpl.valid & (c.src == WrSource.STREAM)
+        release = got & frees.r_rdy
+        m.d.comb += [self.cpl.ready.eq(1), frees.r_en.eq(got)]
+        with m.If(got & (c.status == CplStatus.OK)):
+            m.d.sync += self.completed_ok.eq(self.completed_ok + 1)
+        with m.Elif(got):
+            m.d.sync += self.completed_err.eq(self.completed_err + 1)
+        m.d.sync += used.eq(used + Mux(commit, held, 0) - Mux(release, frees.r_data, 0))
+        m.d.comb += [self.ring_used.eq(used), self.inflight.eq(frees.level)]
+        return m

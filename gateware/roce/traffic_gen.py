@@ -1,0 +1,171 @@
+"""The built-in traffic generator: posts numbered work requests whose payload is the test pattern."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .layouts import COMPLETION, WR_TAGGED, CplStatus, WrOpcode, WrSource
+
+__all__ = ["TrafficGen", "GEN_CONFIG", "GENERATOR_SLOT_SHIFT"]
+
+#: Local address of message ``s`` is ``(s mod 64) << GENERATOR_SLOT_SHIFT`` (the payload reader
+#: makes the test pattern from that address; see :mod:`rocegen.sim.models.pattern`).
+GENERATOR_SLOT_SHIFT = 26
+
+#: One run of the generator.
+GEN_CONFIG = data.StructLayout({
+    "qp": 8,                  # QP index every message goes to
+    "opcode": WrOpcode,
+    "length": 31,             # bytes per message
+    "count": 32,              # messages in the run (0: the run ends at once)
+    "spacing": 32,            # cycles from one accepted work request to the next (0, 1: back to back)
+    "imm": 32,                # immediate data of *_IMM messages
+    "window": 32,             # remote bytes the messages cycle through (0: all at offset 0)
+})
+
+
+class TrafficGen(wiring.Component):
+    """Traffic generator: a source of work requests for benchmarks and bring-up without user logic.
+
+    A run is started by one beat on ``start`` (:data:`GEN_CONFIG`). ``start.ready`` is high only
+    while the generator is idle: a configuration offered during a run waits until the run ends.
+
+    Work requests
+        Message ``s`` (``s = 0 .. count-1``) leaves on ``wr`` with ``wr_id = s``, ``src =
+        GENERATOR``, the run's ``qp``, ``opcode``, ``length`` and ``imm``, ``local_addr = (s mod
+        64) << 26`` (the test pattern is made from that address by the payload reader, no memory
+        is read) and ``remote_offset = (s * length) mod window`` (0 for every message when
+        ``window`` is 0). The offset is accumulated, never multiplied: ``length mod window`` is
+        found once at the start of a run by a 31-step shift-and-subtract (skipped when ``length <
+        window``), then each message adds it and subtracts ``window`` once if the sum reaches it,
+        so any ``length`` / ``window`` pair (also ``window < length``) gives the exact remainder.
+
+    Spacing
+        The first work request is offered as soon as the run starts: in the cycle after ``start``
+        is taken, or 32 cycles after it when ``length >= window > 0``. Each later one is offered
+        ``spacing`` cycles after the previous one was taken by ``wr`` (``spacing`` 0 or 1: one per
+        cycle). A stalled ``wr`` port delays the request further; the delay is not made up later,
+        so ``spacing`` is a minimum distance between the starts of two messages, exact when ``wr``
+        never stalls.
+
+    Completions
+        ``cpl`` is always ready. A completion with ``src == GENERATOR`` counts in
+        ``completed_ok`` (status OK) or ``completed_err`` (any other status); completions from
+        other sources, and any arriving while idle, are ignored. The run ends once ``count``
+        messages are posted and ``count`` completions are counted: ``done`` pulses in its last
+        cycle and ``busy`` is low from the next one, when ``start`` is ready again. A run whose
+        requests never complete never ends.
+
+    Status
+        ``posted``, ``completed_ok`` and ``completed_err`` count the current (or last) run and are
+        cleared when a run starts; ``cycles`` is the number of clock cycles from the cycle the
+        first work request is taken to the cycle the last completion arrives (0 for a run of 0
+        messages), for throughput measurements: ``count * length / (cycles * clock period)``.
+
+    Latency: the first work request is offered 1 cycle after ``start`` is taken (32 when a
+    remainder must be computed); work requests come from registers (no combinational path from
+    ``wr.ready`` to ``wr.valid`` or ``wr.payload``).
+    """
+
+    def __init__(self):
+        super().__init__({
+            "start": In(stream.Signature(GEN_CONFIG)),
+            "wr": Out(stream.Signature(WR_TAGGED)),
+            "cpl": In(stream.Signature(COMPLETION)),
+            "busy": Out(1),
+            "done": Out(1),
+            "posted": Out(32),
+            "completed_ok": Out(32),
+            "completed_err": Out(32),
+            "cycles": Out(48),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = Signal(GEN_CONFIG)
+        step = Signal(32)           # length mod window (0 when window is 0)
+        rem = Signal(33)            # partial remainder of the shift-and-subtract
+        bit = Signal(range(31))     # length bit the next reduction step brings down
+        offset = Signal(32)         # remote offset of the next message (< window, or 0)
+        gap = Signal(32)            # cycles until the next work request may be offered
+        completed = Signal(32)
+        timing = Signal()
+
+        m.d.comb += self.cpl.ready.eq(1)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                c = self.start.payload
+                m.d.comb += self.start.ready.eq(1)
+                with m.If(self.start.valid):
+                    m.d.sync += [
+                        cfg.eq(c), offset.eq(0), gap.eq(0), completed.eq(0), timing.eq(0),
+                        self.posted.eq(0), self.completed_ok.eq(0), self.completed_err.eq(0),
+                        self.cycles.eq(0), rem.eq(0), bit.eq(30),
+                    ]
+                    with m.If(c.window == 0):
+                        m.d.sync += step.eq(0)
+                        m.next = "RUN"
+                    with m.Elif(c.length < c.window):
+                        m.d.sync += step.eq(c.length)
+                        m.next = "RUN"
+                    with m.Else():
+                        m.next = "REDUCE"
+
+            with m.State("REDUCE"):
+                # restoring remainder: rem < window < 2^32, so (rem << 1) | bit fits in 33 bits
+                m.d.comb += self.busy.eq(1)
+                t = Signal(33)
+                r_next = Signal(33)
+                m.d.comb += [
+                    t.eq(Cat(cfg.length.bit_select(bit, 1), rem[:32])),
+                    r_next.eq(Mux(t >= cfg.window, t - cfg.window, t)),
+                ]
+                m.d.sync += [rem.eq(r_next), bit.eq(bit - 1)]
+                with m.If(bit == 0):
+                    m.d.sync += step.eq(r_next[:32])
+                    m.next = "RUN"
+
+            with m.State("RUN"):
+                m.d.comb += self.busy.eq(1)
+                w = self.wr.payload.wr
+                m.d.comb += [
+                    self.wr.valid.eq((self.posted != cfg.count) & (gap == 0)),
+                    self.wr.payload.src.eq(WrSource.GENERATOR),
+                    w.wr_id.eq(self.posted),
+                    w.qp.eq(cfg.qp),
+                    w.opcode.eq(cfg.opcode),
+                    w.local_addr.eq(Cat(Const(0, GENERATOR_SLOT_SHIFT), self.posted[:6])),
+                    w.length.eq(cfg.length),
+                    w.remote_offset.eq(offset),
+                    w.imm.eq(cfg.imm),
+                ]
+                with m.If(gap != 0):
+                    m.d.sync += gap.eq(gap - 1)
+                with m.If(self.wr.valid & self.wr.ready):
+                    nxt = Signal(33)
+                    m.d.comb += nxt.eq(offset + step)
+                    m.d.sync += [
+                        self.posted.eq(self.posted + 1),
+                        gap.eq(Mux(cfg.spacing == 0, 0, cfg.spacing - 1)),
+                        offset.eq(Mux(nxt >= cfg.window, nxt - cfg.window, nxt)),
+                    ]
+                    with m.If(self.posted == 0):
+                        m.d.sync += timing.eq(1)
+
+                with m.If(timing):
+                    m.d.sync += self.cycles.eq(self.cycles + 1)
+                cp = self.cpl.payload
+                with m.If(self.cpl.valid & (cp.src == WrSource.GENERATOR) & (completed != cfg.count)):
+                    m.d.sync += completed.eq(completed + 1)
+                    with m.If(cp.status == CplStatus.OK):
+                        m.d.sync += self.completed_ok.eq(self.completed_ok + 1)
+                    with m.Else():
+                        m.d.sync += self.completed_err.eq(self.completed_err + 1)
+                    with m.If(completed + 1 == cfg.count):
+                        m.d.sync += timing.eq(0)
+
+                with m.If((completed == cfg.count) & (self.posted == cfg.count)):
+                    m.d.comb += self.done.eq(1)
+                    m.next = "IDLE"
+        return m
