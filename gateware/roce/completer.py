@@ -1,0 +1,325 @@
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .layouts import ACK_EVENT, COMPLETION, MAX_QPS, POST, CplStatus, WrSource
+
+__all__ = ["Completer", "QUEUE_ENTRY", "OUT_DEPTH"]
+
+#: What a queue entry keeps of a post (the QP is where it is stored).
+QUEUE_ENTRY = data.StructLayout({
+    "wr_id": 32,
+    "src": WrSource,
+    "status": CplStatus,
+    "last_psn": 24,
+})
+
+#: Completions buffered in front of ``cpl``.
+OUT_DEPTH = 4
+
+_HALF = 1 << 23
+_NAK_PSN_SEQ = 0x60
+
+
+def _onehot(index, n):
+    """``n`` bits with bit ``index`` set (none when ``index >= n``)."""
+    return Cat(*(index == k for k in range(n)))
+
+
+def _lowest(vec):
+    """One-hot of the lowest set bit of ``vec`` (zero when ``vec`` is zero)."""
+    n = len(vec)
+    return (vec & (~vec + 1))[:n]
+
+
+def _encode(onehot, width):
+    """Index of the set bit of a one-hot vector (OR trees)."""
+    bits = []
+    for b in range(width):
+        terms = [onehot[k] for k in range(len(onehot)) if (k >> b) & 1]
+        bits.append(Cat(*terms).any() if terms else Const(0, 1))
+    return Cat(*bits)
+
+
+class Completer(wiring.Component):
+    """Completion tracker: per-QP in-order queues of started work requests, completed by the
+    acknowledgements of the QP.
+
+    :mod:`rocegen.sim.models.completer` is the reference model; its documentation states the
+    completion and acknowledgement rules this block implements.
+
+    Parameters
+    ----------
+    num_qps : int
+        QPs in the table (1..256), QP index ``0 .. num_qps - 1``.
+    depth : int
+        Entries per QP queue, a power of two (1..1024). The queues share one memory of
+        ``num_qps * depth`` entries (:data:`QUEUE_ENTRY`, 62 bits).
+
+    Ports
+    -----
+    post : In(stream.Signature(POST))
+        Always ready. An entry for a QP inside the table is appended to its queue (the poster
+        must not post to a queue whose ``full`` bit is high: such a post is discarded and pulses
+        ``overflow``). An entry with ``qp >= num_qps`` completes at once with status BAD_QP,
+        through a queue of ``depth`` entries of its own (``bad_full`` high when it has no room:
+        a bad post then is discarded and pulses ``overflow``).
+    ack : In(stream.Signature(ACK_EVENT))
+        Always ready: every event is applied in the cycle it arrives. Events naming a QP outside
+        the table are ignored.
+    cpl : Out(stream.Signature(COMPLETION))
+        Completions, in posting order per QP (QPs interleave in any order). Comes from a
+        :data:`OUT_DEPTH`-entry FIFO; ``payload`` is stable while ``valid`` waits for ``ready``.
+    full : Out(num_qps)
+        Bit ``q``: the queue of QP ``q`` holds ``depth`` entries. A register: it rises in the
+        cycle after the post that fills the queue.
+    bad_full : Out(1)
+        The bad-QP queue has no room.
+    busy : Out(1)
+        Work is pending: a QP to examine, a completion in flight or buffered.
+    acks, stale_acks, seq_naks, rnr_naks, naks, overflow : Out(1)
+        One-cycle pulses, at most one of each per cycle: an ACK-class event (``stale_acks``
+        besides when it does not move the QP's acknowledged PSN forward), a NAK PSN sequence
+        error, an RNR NAK, any other NAK or reserved syndrome; a discarded post.
+
+    Behaviour
+    ---------
+    * Scan engine: a dirty bit per QP is set by a post, by an acknowledgement that moves the
+      QP's acknowledged PSN and by a completion (the next entry may be due). Each cycle the
+      next dirty QP in round-robin order is picked (its bit cleared) and the entry at the head of
+      its queue read from the memory; in the following cycle the entry completes (it goes to the
+      output FIFO and the head advances) if it is due. A QP being examined is not picked again
+      in that cycle.
+    * Throughput: one completion per cycle over several QPs, one every two cycles for a single
+      QP. Picks pause while the output FIFO could not take the completions in flight, so
+      ``cpl`` backpressure never loses or stalls anything else: posts and acknowledgements keep
+      being taken and the engine resumes when ``cpl`` drains. While bad-QP completions wait,
+      the engine gives every other cycle to them.
+    * Latency: an acknowledgement (or a post with a non-OK status reaching an empty queue)
+      accepted in cycle t makes the completion available on ``cpl`` in cycle t + 3 when the
+      engine is otherwise idle and the output FIFO empty; a bad-QP post, in cycle t + 2.
+    * Storage: the entries in one synchronous-read memory (block RAM); per QP, the head and
+      tail pointers and the acknowledged PSN in small asynchronous-read memories (distributed
+      RAM), the dirty, full and "has an acknowledged PSN" bits in registers.
+    * A QP whose connection is set up again (new PSNs) should have an empty queue; the first OK
+      post whose last PSN the acknowledged PSN already covers makes the QP forget it.
+    """
+
+    def __init__(self, num_qps, depth=16):
+        for name, value in (("num_qps", num_qps), ("depth", depth)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an integer, not {value!r}")
+        if not 1 <= num_qps <= MAX_QPS:
+            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        if not 1 <= depth <= 1024 or depth & (depth - 1):
+            raise ValueError(f"depth must be a power of two from 1 to 1024, not {depth}")
+        self.num_qps = num_qps
+        self.depth = depth
+        super().__init__({
+            "post": In(stream.Signature(POST)),
+            "ack": In(stream.Signature(ACK_EVENT)),
+            "cpl": Out(stream.Signature(COMPLETION)),
+            "full": Out(num_qps),
+            "bad_full": Out(1),
+            "busy": Out(1),
+            "acks": Out(1),
+            "stale_acks": Out(1),
+            "seq_naks": Out(1),
+            "rnr_naks": Out(1),
+            "naks": Out(1),
+            "overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.num_qps
+        d_log2 = (self.depth - 1).bit_length()
+        ptr_w = d_log2 + 1                       # head/tail modulo 2 * depth
+        q_w = max(1, (n - 1).bit_length())
+        addr_w = (n * self.depth - 1).bit_length() if n * self.depth > 1 else 0
+
+        entries = Memory(shape=QUEUE_ENTRY, depth=n * self.depth, init=[])
+        heads = Memory(shape=ptr_w, depth=n, init=[])
+        tails = Memory(shape=ptr_w, depth=n, init=[])
+        acked = Memory(shape=24, depth=n, init=[])          # acknowledged PSN per QP
+        m.submodules.entries = entries
+        m.submodules.heads = heads
+        m.submodules.tails = tails
+        m.submodules.acked = acked
+        ent_w = entries.write_port()
+        ent_r = entries.read_port()                         # synchronous (block RAM)
+        head_w = heads.write_port()
+        head_pick = heads.read_port(domain="comb")
+        head_post = heads.read_port(domain="comb")
+        tail_w = tails.write_port()
+        tail_pick = tails.read_port(domain="comb")
+        tail_post = tails.read_port(domain="comb")
+        acked_w = acked.write_port()
+        acked_ack = acked.read_port(domain="comb")
+        acked_post = acked.read_port(domain="comb")
+        acked_scan = acked.read_port(domain="comb")
+
+        acked_valid = Signal(n)         # the QP has an acknowledged PSN
+        dirty = Signal(n)
+        full = Signal(n)
+        rr_mask = Signal(n)             # QPs after the one picked last
+
+        def entry_addr(qp, ptr):
+            return Cat(ptr[:d_log2], qp[:q_w])[:addr_w]
+
+        outq = m.submodules.outq = SyncFIFO(width=COMPLETION.size, depth=OUT_DEPTH)
+        badq = m.submodules.badq = SyncFIFO(width=COMPLETION.size, depth=self.depth)
+        m.d.comb += [
+            self.cpl.valid.eq(outq.r_rdy),
+            self.cpl.payload.eq(outq.r_data),
+            outq.r_en.eq(self.cpl.ready),
+            self.bad_full.eq(~badq.w_rdy),
+            self.full.eq(full),
+        ]
+
+        # ---- scan, second cycle: complete the head entry if it is due
+        s1_valid = Signal()
+        s1_qp = Signal(q_w)
+        s1_head = Signal(ptr_w)
+        s1_empty = Signal()
+        entry = ent_r.data
+        m.d.comb += acked_scan.addr.eq(s1_qp)
+        since = Signal(24)
+        m.d.comb += since.eq(acked_scan.data - entry.last_psn)
+        covered = acked_valid.bit_select(s1_qp, 1) & ~since[23]
+        s1_done = Signal()
+        m.d.comb += s1_done.eq(s1_valid & ~s1_empty & ((entry.status != CplStatus.OK) | covered))
+        s1_cpl = Signal(COMPLETION)
+        m.d.comb += [
+            s1_cpl.wr_id.eq(entry.wr_id), s1_cpl.qp.eq(s1_qp), s1_cpl.status.eq(entry.status),
+            s1_cpl.src.eq(entry.src),
+            head_w.addr.eq(s1_qp), head_w.data.eq(s1_head + 1), head_w.en.eq(s1_done),
+        ]
+        done_vec = Signal(n)
+        m.d.comb += done_vec.eq(Mux(s1_done, _onehot(s1_qp, n), 0))
+
+        # bad-QP completions move to the output FIFO in cycles without a scan result
+        bad_xfer = Signal()
+        m.d.comb += [
+            bad_xfer.eq(badq.r_rdy & ~s1_valid & outq.w_rdy),
+            badq.r_en.eq(bad_xfer),
+            outq.w_en.eq(s1_done | bad_xfer),
+            outq.w_data.eq(Mux(s1_done, s1_cpl.as_value(), badq.r_data)),
+        ]
+
+        # ---- scan, first cycle: pick a dirty QP, read its head entry
+        busy_vec = Mux(s1_valid, _onehot(s1_qp, n), 0)
+        eligible = Signal(n)
+        m.d.comb += eligible.eq(dirty & ~busy_vec)
+        later = eligible & rr_mask
+        chosen = Signal(n)
+        m.d.comb += chosen.eq(_lowest(Mux(later.any(), later, eligible)))
+        pick_qp = Signal(q_w)
+        m.d.comb += pick_qp.eq(_encode(chosen, q_w))
+        room = outq.level + s1_valid + bad_xfer < OUT_DEPTH
+        pick = Signal()
+        m.d.comb += pick.eq(eligible.any() & room & ~(s1_valid & badq.r_rdy))
+        m.d.comb += [
+            head_pick.addr.eq(pick_qp),
+            tail_pick.addr.eq(pick_qp),
+            ent_r.addr.eq(entry_addr(pick_qp, head_pick.data)),
+            ent_r.en.eq(pick),
+        ]
+        m.d.sync += [
+            s1_valid.eq(pick),
+            s1_qp.eq(pick_qp),
+            s1_head.eq(head_pick.data),
+            s1_empty.eq(head_pick.data == tail_pick.data),
+        ]
+        with m.If(pick):
+            m.d.sync += rr_mask.eq(~(chosen | (chosen - 1)[:n]))
+        picked_vec = Mux(pick, chosen, 0)
+
+        # ---- posts
+        p = self.post.payload
+        in_table = p.qp < n
+        m.d.comb += self.post.ready.eq(1)
+        post_qp = Signal(q_w)
+        m.d.comb += post_qp.eq(p.qp[:q_w])
+        to_queue = Signal()
+        m.d.comb += [
+            to_queue.eq(self.post.valid & in_table & ~full.bit_select(post_qp, 1)),
+            self.overflow.eq(self.post.valid & ~Mux(in_table, ~full.bit_select(post_qp, 1),
+                                                   badq.w_rdy)),
+        ]
+        bad_cpl = Signal(COMPLETION)
+        m.d.comb += [
+            bad_cpl.wr_id.eq(p.wr_id), bad_cpl.qp.eq(p.qp), bad_cpl.status.eq(CplStatus.BAD_QP),
+            bad_cpl.src.eq(p.src),
+            badq.w_data.eq(bad_cpl),
+            badq.w_en.eq(self.post.valid & ~in_table),
+        ]
+        m.d.comb += [
+            head_post.addr.eq(post_qp),
+            tail_post.addr.eq(post_qp),
+            acked_post.addr.eq(post_qp),
+            ent_w.addr.eq(entry_addr(post_qp, tail_post.data)),
+            ent_w.data.wr_id.eq(p.wr_id),
+            ent_w.data.src.eq(p.src),
+            ent_w.data.status.eq(p.status),
+            ent_w.data.last_psn.eq(p.last_psn),
+            ent_w.en.eq(to_queue),
+            tail_w.addr.eq(post_qp),
+            tail_w.data.eq(tail_post.data + 1),
+            tail_w.en.eq(to_queue),
+        ]
+        post_vec = Signal(n)
+        m.d.comb += post_vec.eq(Mux(to_queue, _onehot(post_qp, n), 0))
+        # entries after this cycle: one more, one less if the scan completes one of this QP
+        count = Signal(ptr_w)
+        m.d.comb += count.eq(tail_post.data + 1 - head_post.data -
+                             (s1_done & (s1_qp == post_qp)))
+        fills = Mux(to_queue & (count == self.depth), post_vec, 0)
+        # an OK entry already covered: the QP was set up again, forget its acknowledged PSN
+        post_since = Signal(24)
+        m.d.comb += post_since.eq(acked_post.data - p.last_psn)
+        forget = Signal()
+        m.d.comb += forget.eq(to_queue & (p.status == CplStatus.OK) &
+                              acked_valid.bit_select(post_qp, 1) & ~post_since[23])
+        forget_vec = Mux(forget, post_vec, 0)
+
+        # ---- acknowledgements
+        a = self.ack.payload
+        m.d.comb += self.ack.ready.eq(1)
+        ack_qp = Signal(q_w)
+        m.d.comb += ack_qp.eq(a.qp[:q_w])
+        valid = self.ack.valid & (a.qp < n)
+        cls = a.syndrome[5:8]
+        is_ack = cls == 0b000
+        is_seq = a.syndrome == _NAK_PSN_SEQ
+        is_rnr = cls == 0b001
+        psn = Signal(24)
+        m.d.comb += psn.eq(Mux(is_seq, a.psn - 1, a.psn))
+        ack_vec = Signal(n)
+        m.d.comb += ack_vec.eq(_onehot(ack_qp, n))
+        had = acked_valid.bit_select(ack_qp, 1) & ~(forget & (post_qp == ack_qp))
+        m.d.comb += acked_ack.addr.eq(ack_qp)
+        step = Signal(24)
+        m.d.comb += step.eq(psn - acked_ack.data)
+        moves = Signal()
+        m.d.comb += moves.eq(valid & (is_ack | is_seq) & (~had | ((step != 0) & ~step[23])))
+        m.d.comb += [
+            acked_w.addr.eq(ack_qp), acked_w.data.eq(psn), acked_w.en.eq(moves),
+            self.acks.eq(valid & is_ack),
+            self.stale_acks.eq(valid & is_ack & ~moves),
+            self.seq_naks.eq(valid & is_seq),
+            self.rnr_naks.eq(valid & is_rnr),
+            self.naks.eq(valid & ~is_ack & ~is_seq & ~is_rnr),
+        ]
+        moved_vec = Mux(moves, ack_vec, 0)
+
+        # ---- per-QP bits
+        m.d.sync += [
+            acked_valid.eq((acked_valid & ~forget_vec) | moved_vec),
+            dirty.eq((dirty & ~picked_vec) | post_vec | moved_vec | done_vec),
+            full.eq((full & ~done_vec) | fills),
+        ]
+        m.d.comb += self.busy.eq(dirty.any() | s1_valid | outq.r_rdy | badq.r_rdy)
+        return m

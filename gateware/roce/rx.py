@@ -1,0 +1,292 @@
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .. import headers as H
+from ..icrc import ICRC_BYTES, IcrcCheck
+from ..mapmeta import MapMeta
+from ..net.layouts import UDP_RX_META
+from ..packetizer import Packetizer
+from ..stream import PacketSignature, check_width
+from .layouts import ACK_EVENT, MAX_QPS, QP_CONTEXT, QpState
+
+__all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN"]
+
+_IP_UDP = H.IPV4.length + H.UDP.length
+#: Shortest UDP payload of any RoCEv2 packet (BTH and ICRC).
+BTH_MIN = H.BTH.length + ICRC_BYTES
+#: Shortest UDP payload of an ACKNOWLEDGE (BTH, AETH and ICRC).
+ACK_MIN = H.BTH.length + H.AETH.length + ICRC_BYTES
+#: Shortest UDP payload of a CNP (BTH, 16 reserved bytes and ICRC).
+CNP_MIN = H.BTH.length + H.CNP_PAYLOAD.length + ICRC_BYTES
+
+
+class Verdict(enum.Enum, shape=4):
+    """What became of a datagram, in the order the checks are made."""
+    SHORT = 0       # shorter than BTH_MIN, or than ACK_MIN / CNP_MIN for its opcode
+    ICRC = 1        # bad ICRC (or damaged on the way in)
+    OPCODE = 2      # neither ACKNOWLEDGE nor CNP
+    PKEY = 3        # P_Key other than the default (low 15 bits all ones)
+    QP = 4          # DestQP is not one of our QPs
+    STATE = 5       # the QP is neither RTR nor RTS
+    PEER = 6        # IPv4 source is not the QP's peer
+    ACK = 7         # an acknowledgement event
+    CNP = 8         # a congestion notification for one of our QPs
+    PENDING = 9     # (internal: the context checks are still to be made)
+
+
+#: Pulse outputs, one per verdict (in :class:`Verdict` order).
+COUNTERS = ("drop_short", "icrc_bad", "drop_opcode", "drop_pkey", "drop_qp", "drop_state",
+            "drop_peer", "acks", "cnp")
+
+# the datagram as it leaves the ICRC check: IPv4 header, UDP header, BTH, AETH
+_LANES = _IP_UDP + H.BTH.length + H.AETH.length
+_BTH_AT = 8 * _IP_UDP
+_AETH_AT = _BTH_AT + 8 * H.BTH.length
+_ICRC_META = data.StructLayout({"ipv4": H.IPV4.layout, "udp": H.UDP.layout})
+
+
+def _map_meta(m, src, dst):
+    m.d.comb += [dst.ipv4.eq(src.ipv4), dst.udp.eq(src.udp)]
+
+
+class RoceRx(wiring.Component):
+    """RoCEv2 receive side of the requester: acknowledgements out of the datagrams of UDP port
+    4791.
+
+    Parameters
+    ----------
+    width : int
+        Data width W in bits (64..512, power of two).
+    num_qps : int
+        QPs in the QP table (1..256), QP numbers from 256.
+
+    Ports
+    -----
+    i : In(PacketSignature(width, UDP_RX_META))
+        UDP payloads (BTH ... ICRC) with the parsed Ethernet, IPv4 and UDP headers in ``meta``,
+        as the network stack's ``udp_rx`` ports deliver them (cut to the UDP length).
+    ack : Out(stream.Signature(ACK_EVENT))
+        One event per acknowledgement that passes every check: QP index, AETH syndrome and MSN,
+        BTH PSN. A register; ``payload`` is stable while ``valid`` waits for ``ready``.
+    lookup_qpn / lookup_index / lookup_valid
+        To the QP table's combinational DestQP lookup.
+    rx_qp / rx_context
+        To the QP table's receive-side context read (``rx_context`` one cycle after ``rx_qp``).
+    drop_short, icrc_bad, drop_opcode, drop_pkey, drop_qp, drop_state, drop_peer, acks, cnp
+        Exactly one of these pulses for one cycle per datagram (:class:`Verdict`), in the order
+        the checks are made: length (shorter than :data:`BTH_MIN` bytes, or an ACKNOWLEDGE
+        shorter than :data:`ACK_MIN`, or a CNP shorter than :data:`CNP_MIN`), ICRC (or the
+        datagram arrived with ``error``), opcode (ACKNOWLEDGE 0x11 and CNP 0x81 are taken), P_Key
+        (0xFFFF, or any with the low 15 bits all ones), DestQP in the table, QP state RTR or RTS,
+        IPv4 source equal to the context's ``peer_ip``. ``acks`` pulses in the cycle the event
+        is loaded into the ``ack`` register.
+    cnp_qp : Out(8)
+        QP index of the CNP, valid while ``cnp`` pulses.
+
+    Behaviour
+    ---------
+    * Path: the UDP and then the IPv4 header are put back in front of the UDP payload from
+      ``meta`` (two :class:`~rocegen.gateware.packetizer.Packetizer` s: the UDP header first, so
+      that the IPv4 header ends up in front of it), since the ICRC covers them;
+      :class:`~rocegen.gateware.icrc.IcrcCheck` (``offset=0``) checks and strips the ICRC; the
+      first 44 bytes of each datagram (IPv4, UDP, BTH, AETH) are kept and read through the
+      header table, and its length is compared with the minimum of each kind. Every datagram
+      is consumed whole, whatever its length or contents: nothing malformed can stop the
+      input.
+    * Latency: the ``ack`` event is offered 3 cycles after the last beat of the datagram leaves
+      the ICRC check, which is :attr:`IcrcCheck.latency` cycles (8) after the input's last beat
+      when no header beat has to be added at its end: :attr:`ack_latency` (11 cycles at 64, 128
+      and 512 bits, 12 at 256) is the total for a 20-byte ACKNOWLEDGE, :meth:`event_latency`
+      for any length. The verdict pulse comes 2 cycles after the datagram's last beat leaves
+      the ICRC check (for a good ACK, in the cycle its event is loaded into the ``ack``
+      register, one cycle before it is offered).
+    * Throughput: one beat per cycle after the header insertion. A UDP payload of ``n`` bytes
+      becomes ``ceil((28 + n) / (W/8))`` beats there, so the input is held for the beats added
+      (3 cycles per 20-byte ACK at 64 bits, 1 at 128 and 256; none at 512 bits, where every ACK
+      is one beat and one datagram per cycle is taken).
+    * Backpressure: only ``ack.ready`` low holds anything. While an event waits in the ``ack``
+      register, the datagram behind it waits in the check stage and one more is captured; then
+      the ICRC check's output is held, and ``i`` once the ICRC check's queue is full. Verdicts
+      resume in order when ``ack.ready`` rises; nothing is lost.
+    """
+
+    def __init__(self, width, num_qps):
+        check_width(width)
+        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
+            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
+        if not 1 <= num_qps <= MAX_QPS:
+            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        self.width = width
+        self.num_qps = num_qps
+        self._icrc = IcrcCheck(width, None, offset=0, ip_version=4)
+        #: Cycles from the last input beat of a 20-byte ACKNOWLEDGE to its ``ack`` event.
+        self.ack_latency = self.event_latency(ACK_MIN)
+        super().__init__({
+            "i": In(PacketSignature(width, UDP_RX_META)),
+            "ack": Out(stream.Signature(ACK_EVENT)),
+            "lookup_qpn": Out(24),
+            "lookup_index": In(8),
+            "lookup_valid": In(1),
+            "rx_qp": Out(range(num_qps)),
+            "rx_context": In(QP_CONTEXT),
+            **{name: Out(1) for name in COUNTERS},
+            "cnp_qp": Out(8),
+        })
+
+    def event_latency(self, length):
+        """Cycles from the last input beat of an ACKNOWLEDGE with a ``length``-byte UDP payload
+        to its ``ack`` event, without backpressure: the ICRC check's latency, one cycle for each
+        header insertion that needs a beat after the input's last one, and 3."""
+        B = self.width // 8
+
+        def spills(header, n):          # the n bytes' last beat does not fit after the header
+            return n > 0 and header % B + (n - 1) % B + 1 > B
+
+        total = _IP_UDP + length
+        only_icrc = total > B and (total - 1) % B + 1 <= ICRC_BYTES
+        return (self._icrc.latency - only_icrc + 3 + spills(H.UDP.length, length) +
+                spills(H.IPV4.length, H.UDP.length + length))
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        B = W // 8
+
+        # ---- put the IPv4 and UDP headers back, check and strip the ICRC
+        keep_hdrs = m.submodules.meta = MapMeta(W, UDP_RX_META, _ICRC_META, _map_meta)
+        ins_udp = m.submodules.ins_udp = Packetizer(H.UDP, W, _ICRC_META)
+        ins_ip = m.submodules.ins_ip = Packetizer(H.IPV4, W, ins_udp.meta_out)
+        icrc = m.submodules.icrc = self._icrc
+        wiring.connect(m, wiring.flipped(self.i), keep_hdrs.i)
+        wiring.connect(m, keep_hdrs.o, ins_udp.i)
+        wiring.connect(m, ins_udp.o, ins_ip.i)
+        m.d.comb += [
+            icrc.i.valid.eq(ins_ip.o.valid),
+            icrc.i.payload.data.eq(ins_ip.o.payload.data),
+            icrc.i.payload.keep.eq(ins_ip.o.payload.keep),
+            icrc.i.payload.last.eq(ins_ip.o.payload.last),
+            icrc.i.payload.error.eq(ins_ip.o.payload.error),
+            ins_ip.o.ready.eq(icrc.i.ready),
+        ]
+        s = icrc.o
+
+        # ---- capture: the first _LANES bytes and the length of each datagram
+        def length_at_least(idx, keep, n):
+            """The datagram ending with this beat (beat ``idx``) has at least ``n`` bytes."""
+            k, lane = divmod(n - 1, B)
+            return (idx > k) | ((idx == k) & keep[lane])
+
+        lengths = {"bth": _IP_UDP + H.BTH.length,
+                   "ack": _IP_UDP + H.BTH.length + H.AETH.length,
+                   "cnp": _IP_UDP + H.BTH.length + H.CNP_PAYLOAD.length}
+        top = -(-max(lengths.values()) // B)
+        nb = -(-_LANES // B)
+        idx = Signal(range(top + 1))
+        cap = Signal(nb * W)
+
+        # stage H: a datagram's headers and length flags
+        h_valid = Signal()
+        h_lanes = Signal(8 * _LANES)
+        h_err = Signal()
+        h_len = {name: Signal(name=f"h_len_{name}") for name in lengths}
+
+        # stage C: verdict of the header checks, context read
+        c_valid = Signal()
+        c_verdict = Signal(Verdict)
+        c_qp = Signal(8)
+        c_src = Signal(32)
+        c_ev = Signal(ACK_EVENT)
+        c_is_ack = Signal()
+
+        # stage D: the ack event register
+        d_valid = Signal()
+        d_ev = Signal(ACK_EVENT)
+        stall = Signal()
+        m.d.comb += [
+            stall.eq(d_valid & ~self.ack.ready),
+            self.ack.valid.eq(d_valid),
+            self.ack.payload.eq(d_ev),
+        ]
+        with m.If(self.ack.ready):
+            m.d.sync += d_valid.eq(0)
+
+        m.d.comb += s.ready.eq(~h_valid | ~stall)
+        take = s.valid & s.ready
+        beat = s.payload
+        with m.If(take):
+            for k in range(nb):
+                with m.If(idx == k):
+                    m.d.sync += cap[k * W:(k + 1) * W].eq(beat.data)
+            with m.If(beat.last):
+                m.d.sync += idx.eq(0)
+            with m.Elif(idx != top):
+                m.d.sync += idx.eq(idx + 1)
+        lanes = Cat(*(Mux(idx == k, beat.data, cap[k * W:(k + 1) * W]) for k in range(nb)))
+        with m.If(take & beat.last):
+            m.d.sync += [
+                h_valid.eq(1),
+                h_lanes.eq(lanes[:8 * _LANES]),
+                h_err.eq(beat.error),
+                *(h_len[name].eq(length_at_least(idx, beat.keep, n))
+                  for name, n in lengths.items()),
+            ]
+        with m.Elif(~stall):
+            m.d.sync += h_valid.eq(0)
+
+        # ---- stage H -> C: header checks, DestQP lookup, context read
+        ip = H.IPV4.from_lanes(h_lanes[:8 * H.IPV4.length])
+        bth = H.BTH.from_lanes(h_lanes[_BTH_AT:_BTH_AT + 8 * H.BTH.length])
+        aeth = H.AETH.from_lanes(h_lanes[_AETH_AT:_AETH_AT + 8 * H.AETH.length])
+        is_ack = bth.opcode == H.OP_RC_ACKNOWLEDGE
+        is_cnp = bth.opcode == H.OP_CNP
+        verdict = Signal(Verdict)
+        with m.If(~h_len["bth"] | (is_ack & ~h_len["ack"]) | (is_cnp & ~h_len["cnp"])):
+            m.d.comb += verdict.eq(Verdict.SHORT)
+        with m.Elif(h_err):
+            m.d.comb += verdict.eq(Verdict.ICRC)
+        with m.Elif(~is_ack & ~is_cnp):
+            m.d.comb += verdict.eq(Verdict.OPCODE)
+        with m.Elif(bth.pkey[:15] != 0x7FFF):
+            m.d.comb += verdict.eq(Verdict.PKEY)
+        with m.Elif(~self.lookup_valid | (self.lookup_index >= self.num_qps)):
+            m.d.comb += verdict.eq(Verdict.QP)
+        with m.Else():
+            m.d.comb += verdict.eq(Verdict.PENDING)
+        m.d.comb += [
+            self.lookup_qpn.eq(bth.dest_qp),
+            self.rx_qp.eq(Mux(stall, c_qp, self.lookup_index)),
+        ]
+        with m.If(~stall):
+            m.d.sync += [
+                c_valid.eq(h_valid),
+                c_verdict.eq(verdict),
+                c_qp.eq(self.lookup_index),
+                c_src.eq(ip.src),
+                c_is_ack.eq(is_ack),
+                c_ev.qp.eq(self.lookup_index),
+                c_ev.syndrome.eq(aeth.syndrome),
+                c_ev.psn.eq(bth.psn),
+                c_ev.msn.eq(aeth.msn),
+            ]
+
+        # ---- stage C -> D: context checks, the event, the verdict pulses
+        context = self.rx_context
+        final = Signal(Verdict)
+        with m.If(c_verdict != Verdict.PENDING):
+            m.d.comb += final.eq(c_verdict)
+        with m.Elif((context.state != QpState.RTR) & (context.state != QpState.RTS)):
+            m.d.comb += final.eq(Verdict.STATE)
+        with m.Elif(context.peer_ip != c_src):
+            m.d.comb += final.eq(Verdict.PEER)
+        with m.Elif(c_is_ack):
+            m.d.comb += final.eq(Verdict.ACK)
+        with m.Else():
+            m.d.comb += final.eq(Verdict.CNP)
+        decided = c_valid & ~stall
+        for k, name in enumerate(COUNTERS):
+            m.d.comb += getattr(self, name).eq(decided & (final == Verdict(k)))
+        m.d.comb += self.cnp_qp.eq(c_qp)
+        with m.If(decided & (final == Verdict.ACK)):
+            m.d.sync += [d_valid.eq(1), d_ev.eq(c_ev)]
+        return m
