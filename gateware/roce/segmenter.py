@@ -1,3 +1,5 @@
+from typing import NamedTuple
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -5,10 +7,14 @@ from amaranth.lib.wiring import In, Out
 from .. import headers as H
 from .layouts import PACKET_DESC, QP_SEGMENT, WORK_REQUEST, WrOpcode
 
-__all__ = ["Segmenter", "WR_IN"]
+__all__ = ["Segmenter", "WR_IN", "INDEX_BITS", "PacketLogic", "describe_packet"]
 
 #: A work request together with the state of its QP when it starts.
 WR_IN = data.StructLayout({"wr": WORK_REQUEST, "qp": QP_SEGMENT})
+
+#: Width of a packet index within a message: a message of 2^31-1 bytes in 256-byte packets has
+#: 2^23 of them.
+INDEX_BITS = 23
 
 # (FIRST, MIDDLE, LAST, ONLY) BTH opcodes of each work request opcode
 _OPCODES = {
@@ -22,6 +28,84 @@ _OPCODES = {
     WrOpcode.SEND_IMM: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE,
                         H.OP_RC_SEND_LAST_WITH_IMMEDIATE, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
 }
+
+
+class PacketLogic(NamedTuple):
+    """Signals built by :func:`describe_packet`."""
+    desc: object          # Signal(PACKET_DESC): the packet's descriptor
+    last: object          # the packet is the message's last
+    last_index: object    # index of the message's last packet (packets - 1)
+
+
+def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ack_every_log2):
+    """Combinational description of packet ``index`` of work request ``wr``.
+
+    ``psn`` is the PSN of that packet; the QP's path MTU (``pmtu_log2`` 8..12, anything else is
+    taken as 256 bytes: the QP table's writer validates it), AckReq period and the RETH fields
+    come from its state. Adds the logic to ``m`` and returns a :class:`PacketLogic`. The
+    descriptor's ``src``, ``peer_ip``, ``udp_sport``, ``dscp`` and ``ecn`` are left 0 for the
+    caller to fill. Nothing here holds state: the caller keeps the packet index and the running
+    PSN of the message.
+    """
+    plog = Signal(range(13))
+    with m.Switch(pmtu_log2):
+        for log2 in range(8, 13):
+            with m.Case(log2):
+                m.d.comb += plog.eq(log2)
+        with m.Default():
+            m.d.comb += plog.eq(8)
+    pmtu = Signal(13)
+    offset = Signal(31)             # bytes of the message before this packet
+    last_index = Signal(INDEX_BITS)
+    length_m1 = Signal(31)
+    m.d.comb += length_m1.eq(wr.length - 1)
+    with m.Switch(plog):
+        for log2 in range(8, 13):
+            with m.Case(log2):
+                m.d.comb += [pmtu.eq(1 << log2),
+                             offset.eq(index << log2),
+                             last_index.eq(Mux(wr.length == 0, 0, length_m1 >> log2))]
+    remaining = Signal(31)
+    m.d.comb += remaining.eq(wr.length - offset)
+    first = index == 0
+    last = Signal()
+    m.d.comb += last.eq(remaining <= pmtu)
+    length = Mux(last, remaining, pmtu)
+
+    opcode = Signal(8)
+    for kind, (op_first, op_middle, op_last, op_only) in _OPCODES.items():
+        with m.If(wr.opcode == kind):
+            with m.If(first & last):
+                m.d.comb += opcode.eq(op_only)
+            with m.Elif(first):
+                m.d.comb += opcode.eq(op_first)
+            with m.Elif(last):
+                m.d.comb += opcode.eq(op_last)
+            with m.Else():
+                m.d.comb += opcode.eq(op_middle)
+    is_write = (wr.opcode == WrOpcode.WRITE) | (wr.opcode == WrOpcode.WRITE_IMM)
+    has_imm = (wr.opcode == WrOpcode.WRITE_IMM) | (wr.opcode == WrOpcode.SEND_IMM)
+    mask = Signal(8)
+    with m.Switch(ack_every_log2):
+        for n in range(8):
+            with m.Case(n):
+                m.d.comb += mask.eq((1 << n) - 1)
+    periodic = (index[:8] & mask) == mask
+
+    d = Signal(PACKET_DESC)
+    m.d.comb += [
+        d.wr_id.eq(wr.wr_id), d.qp.eq(wr.qp), d.dest_qpn.eq(dest_qpn),
+        d.opcode.eq(opcode), d.psn.eq(psn),
+        d.ack_req.eq(last | periodic), d.se.eq(last & (wr.opcode != WrOpcode.WRITE)),
+        d.padcnt.eq(Mux(last, -length[:2], 0)),
+        d.local_addr.eq(wr.local_addr + offset),
+        d.length.eq(length),
+        d.has_reth.eq(first & is_write),
+        d.va.eq(base_va + wr.remote_offset), d.rkey.eq(rkey), d.dma_len.eq(wr.length),
+        d.has_imm.eq(last & has_imm), d.imm.eq(wr.imm),
+        d.last.eq(last),
+    ]
+    return PacketLogic(d, last, last_index)
 
 
 class Segmenter(wiring.Component):
@@ -38,6 +122,11 @@ class Segmenter(wiring.Component):
 
     When a message's last descriptor leaves, ``done`` pulses with ``next_psn`` (for the QP
     table) and the work request is taken from ``i``.
+
+    The packet logic itself is :func:`describe_packet`, stateless; this component adds the
+    packet index and running PSN of one message in registers. The multi-QP
+    :class:`~rocegen.gateware.roce.scheduler.Scheduler` uses the same function with that progress
+    kept per QP in RAM.
 
     Throughput: one descriptor per cycle. Latency: 0 (combinational from ``i`` to ``o``).
     Backpressure: ``i`` is held until the message's last descriptor is taken by ``o``.
@@ -56,64 +145,21 @@ class Segmenter(wiring.Component):
         i, o = self.i, self.o
         wr, qp = i.payload.wr, i.payload.qp
 
-        index = Signal(31)          # packet index within the message
-        offset = Signal(31)         # bytes of the message already described
+        index = Signal(INDEX_BITS)  # packet index within the message
         psn_reg = Signal(24)
-        first = index == 0
-        psn = Mux(first, qp.psn, psn_reg)
-
-        pmtu = Signal(13)
-        with m.Switch(qp.pmtu_log2):
-            for log2 in range(8, 13):
-                with m.Case(log2):
-                    m.d.comb += pmtu.eq(1 << log2)
-            with m.Default():                       # not a path MTU: treat as 256 (validated
-                m.d.comb += pmtu.eq(256)            # by whoever writes the QP table)
-        remaining = Signal(31)
-        m.d.comb += remaining.eq(wr.length - offset)
-        last = remaining <= pmtu
-        length = Mux(last, remaining, pmtu)
-
-        opcode = Signal(8)
-        for kind, (op_first, op_middle, op_last, op_only) in _OPCODES.items():
-            with m.If(wr.opcode == kind):
-                with m.If(first & last):
-                    m.d.comb += opcode.eq(op_only)
-                with m.Elif(first):
-                    m.d.comb += opcode.eq(op_first)
-                with m.Elif(last):
-                    m.d.comb += opcode.eq(op_last)
-                with m.Else():
-                    m.d.comb += opcode.eq(op_middle)
-        is_write = (wr.opcode == WrOpcode.WRITE) | (wr.opcode == WrOpcode.WRITE_IMM)
-        has_imm = (wr.opcode == WrOpcode.WRITE_IMM) | (wr.opcode == WrOpcode.SEND_IMM)
-        mask = Signal(8)
-        with m.Switch(qp.ack_every_log2):
-            for n in range(8):
-                with m.Case(n):
-                    m.d.comb += mask.eq((1 << n) - 1)
-        periodic = (index[:8] & mask) == mask
-
-        d = o.payload
+        psn = Mux(index == 0, qp.psn, psn_reg)
+        pk = describe_packet(m, wr, index, psn, dest_qpn=qp.dest_qpn, rkey=qp.rkey,
+                             base_va=qp.base_va, pmtu_log2=qp.pmtu_log2,
+                             ack_every_log2=qp.ack_every_log2)
         m.d.comb += [
-            d.wr_id.eq(wr.wr_id), d.qp.eq(wr.qp), d.dest_qpn.eq(qp.dest_qpn),
-            d.opcode.eq(opcode), d.psn.eq(psn),
-            d.ack_req.eq(last | periodic), d.se.eq(last & (wr.opcode != WrOpcode.WRITE)),
-            d.padcnt.eq(Mux(last, -length[:2], 0)),
-            d.local_addr.eq(wr.local_addr + offset),
-            d.length.eq(length),
-            d.has_reth.eq(first & is_write),
-            d.va.eq(qp.base_va + wr.remote_offset), d.rkey.eq(qp.rkey), d.dma_len.eq(wr.length),
-            d.has_imm.eq(last & has_imm), d.imm.eq(wr.imm),
-            d.last.eq(last),
+            o.payload.eq(pk.desc),
             o.valid.eq(i.valid),
-            i.ready.eq(o.ready & last),
+            i.ready.eq(o.ready & pk.last),
         ]
         with m.If(o.valid & o.ready):
-            with m.If(last):
-                m.d.sync += [index.eq(0), offset.eq(0)]
+            with m.If(pk.last):
+                m.d.sync += index.eq(0)
                 m.d.comb += [self.done.eq(1), self.next_psn.eq(psn + 1)]
             with m.Else():
-                m.d.sync += [index.eq(index + 1), offset.eq(offset + pmtu),
-                             psn_reg.eq(psn + 1)]
+                m.d.sync += [index.eq(index + 1), psn_reg.eq(psn + 1)]
         return m
