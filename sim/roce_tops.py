@@ -1,12 +1,21 @@
 """Test-only top levels of the RoCEv2 blocks with AXI-Stream port names, for the cocotb benches."""
 
 from amaranth.hdl import Module
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
+from rocegen.gateware.axi import axi4_members, connect_axi4
 from rocegen.gateware.axis import axis_members, connect_axis
 from rocegen.gateware.icrc import IcrcCheck, IcrcInsert
+from rocegen.gateware.records import connect_record, record_members
+from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
+from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.stream_in import STREAM_META
+from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
+from rocegen.gateware.top import parse_ip, parse_mac
 
-__all__ = ["IcrcTop"]
+__all__ = ["IcrcTop", "EndpointTop"]
 
 
 class IcrcTop(wiring.Component):
@@ -54,4 +63,64 @@ class IcrcTop(wiring.Component):
             m.d.sync += self.rx_bad.eq(self.rx_bad + 1)
         with m.If(loop_rx.icrc_bad):
             m.d.sync += self.loop_bad.eq(self.loop_bad + 1)
+        return m
+
+
+class EndpointTop(wiring.Component):
+    """:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with flat port names for the
+    cocotb benches: the MAC as ``s_axis`` (frames in) / ``m_axis`` (frames out, ``tuser`` =
+    abort); record streams as ``<name>_data/_valid/_ready`` (``wr``, ``cpl``, ``qpctl``,
+    ``qppsn``, ``gen``, and ``memw`` with on-chip memory); the streaming front end as
+    ``s_msg_axis`` plus ``msg_meta``; the AXI4 memory port as ``m_axi_*``; addresses fixed."""
+
+    def __init__(self, width=512, num_qps=8, memory="onchip", mac="02:00:00:00:00:01",
+                 ip="10.0.0.2", **params):
+        self.endpoint = RoceEndpoint(width, num_qps, memory=memory, **params)
+        self.width = width
+        self.mac = parse_mac(mac)
+        self.ip = parse_ip(ip)
+        ep = self.endpoint
+        members = {
+            **axis_members("s_axis", width, sink=True),
+            **axis_members("m_axis", width, sink=False),
+            **record_members("wr", WORK_REQUEST, sink=True),
+            **record_members("cpl", COMPLETION, sink=False),
+            **record_members("qpctl", CONTEXT_WRITE, sink=True),
+            **record_members("qppsn", PSN_WRITE, sink=True),
+            **record_members("gen", GEN_CONFIG, sink=True),
+            "gen_busy": Out(1), "gen_posted": Out(32), "gen_ok": Out(32), "gen_err": Out(32),
+            "gen_cycles": Out(32),
+            **axis_members("s_msg_axis", width, sink=True),
+            "msg_meta": In(data.Layout.cast(STREAM_META).size),
+            "stats_addr": In(range(len(STATS))),
+            "stats_data": Out(32),
+        }
+        if memory == "onchip":
+            members.update(record_members("memw", ep.mem_w.payload.shape(), sink=True))
+        else:
+            sig = ep.axi.signature
+            members.update(axi4_members("m_axi", sig.addr_width, sig.data_width, sig.id_width))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        ep = m.submodules.endpoint = self.endpoint
+        m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
+        connect_axis(m, self, "s_axis", ep.mac_rx, sink=True)
+        connect_axis(m, self, "m_axis", ep.mac_tx, sink=False)
+        connect_record(m, self, "wr", ep.wr, sink=True)
+        connect_record(m, self, "cpl", ep.cpl, sink=False)
+        connect_record(m, self, "qpctl", ep.qp_ctl, sink=True)
+        connect_record(m, self, "qppsn", ep.qp_psn, sink=True)
+        connect_record(m, self, "gen", ep.gen, sink=True)
+        m.d.comb += [self.gen_busy.eq(ep.gen_busy), self.gen_posted.eq(ep.gen_posted),
+                     self.gen_ok.eq(ep.gen_ok), self.gen_err.eq(ep.gen_err),
+                     self.gen_cycles.eq(ep.gen_cycles)]
+        connect_axis(m, self, "s_msg_axis", ep.msg, sink=True)
+        m.d.comb += ep.msg.payload.meta.as_value().eq(self.msg_meta)
+        m.d.comb += [ep.stats_addr.eq(self.stats_addr), self.stats_data.eq(ep.stats_data)]
+        if ep.memory == "onchip":
+            connect_record(m, self, "memw", ep.mem_w, sink=True)
+        else:
+            connect_axi4(m, self, "m_axi", ep.axi)
         return m

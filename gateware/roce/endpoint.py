@@ -1,0 +1,296 @@
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..axi import Axi4Signature
+from ..headers import UDP_PORT_ROCEV2
+from ..memport import MemWriteSignature
+from ..net.stack import STATS as NET_STATS
+from ..net.stack import NetStack
+from ..stats import StatsBlock
+from ..stream import PacketSignature, check_width
+from ..stream_arbiter import StreamArbiter
+from .axi_reader import AxiPayloadReader
+from .axi_writer import AxiWriter
+from .builder import RocePacketBuilder
+from .completer import Completer
+from .layouts import COMPLETION, MAX_QPS, WORK_REQUEST, WR_TAGGED, CplStatus, WrSource
+from .payload_ram import PayloadRam
+from .payload_reader import PayloadReader
+from .qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from .rx import RoceRx
+from .scheduler import Scheduler
+from .stream_in import STREAM_META, StreamFrontEnd
+from .traffic_gen import GEN_CONFIG, TrafficGen
+
+__all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX"]
+
+#: Largest path MTU; the stack's IP MTU is sized for it.
+PMTU_MAX = 4096
+#: IPv4 packet of a full-PMTU RoCEv2 packet with every extension header: IPv4 20, UDP 8, BTH 12,
+#: RETH 16, ImmDt 4, ICRC 4.
+IP_MTU = PMTU_MAX + 64
+
+MEMORIES = ("onchip", "axi4")
+
+#: Counters of the RoCE layers, after the network stack's in the statistics address space.
+ROCE_STATS = [
+    "roce_rx_packets", "roce_rx_icrc_bad", "roce_rx_drop_short", "roce_rx_drop_opcode",
+    "roce_rx_drop_qp", "roce_rx_drop_state", "roce_rx_drop_peer", "roce_rx_drop_pkey",
+    "roce_rx_acks", "roce_rx_naks", "roce_rx_cnp",
+    "roce_tx_packets", "roce_wr_posted", "roce_cpl_ok", "roce_cpl_error",
+    "roce_qp_ctl_rejected", "stream_drop_too_long", "stream_drop_error",
+]
+#: Every counter, in address order.
+STATS = NET_STATS + ROCE_STATS
+
+
+class RoceEndpoint(wiring.Component):
+    """The RoCEv2 requester endpoint: network stack, QP table, work-request scheduler, payload
+    memory and reader, packet builder, ACK receive path and completion tracker, with the
+    traffic generator and the streaming front end as extra work-request sources.
+
+    Parameters
+    ----------
+    width : int
+        Data width W of the MAC port and every stream (64..512).
+    num_qps : int
+        QPs in the QP table (1..256), numbered from 256.
+    memory : ``"onchip"`` or ``"axi4"``
+        Where payloads live: an on-chip buffer of ``mem_bytes`` (written through ``mem_w`` and by
+        the streaming front end), or an external memory through the AXI4 master ``axi``.
+    mem_bytes : int
+        Local memory size (power of two); with ``axi4``, the size of the address space used.
+    wr_depth : int
+        Work requests held per QP (one in progress plus waiting ones).
+    outstanding : int
+        Work requests per QP sent but not yet acknowledged (completion tracker depth).
+    ring_base, ring_bytes, max_message, max_inflight
+        The streaming front end's ring in local memory (default: the upper half of an on-chip
+        buffer, or the top 1 MiB of an AXI4 space), its longest message and its messages in
+        flight.
+    vlan, pcp, arp_*
+        As for :class:`~rocegen.gateware.net.stack.NetStack`.
+
+    Ports
+    -----
+    ``local_mac``, ``local_ip``; ``mac_rx`` / ``mac_tx``: the MAC (frames without FCS; the
+    transmit side leaves each frame whole, back to back). ``wr``: work requests
+    (:data:`~rocegen.gateware.roce.layouts.WORK_REQUEST`), ``cpl``: their completions.
+    ``qp_ctl`` / ``qp_psn``: QP table writes (contexts, initial PSNs). ``gen``: traffic generator
+    runs (:data:`~rocegen.gateware.roce.traffic_gen.GEN_CONFIG`) with ``gen_busy``,
+    ``gen_posted``, ``gen_ok``, ``gen_err``, ``gen_cycles``. ``msg``: the streaming front end's
+    input (messages, ``meta`` = :data:`~rocegen.gateware.roce.stream_in.STREAM_META`). ``mem_w``
+    (on-chip memory only): word writes into the payload buffer. ``axi`` (AXI4 memory only).
+    ``stats_addr`` / ``stats_data``: every counter of :data:`STATS`, one cycle after the address.
+
+    Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
+    idle beat between packets, so one QP fills the MAC port.
+    """
+
+    def __init__(self, width=512, num_qps=8, *, memory="onchip", mem_bytes=None, wr_depth=2,
+                 outstanding=16, ring_base=None, ring_bytes=None, max_message=None,
+                 max_inflight=64, vlan=None, pcp=0, arp_entries=4, arp_retry_cycles=100_000,
+                 arp_retries=3):
+        check_width(width)
+        if not isinstance(num_qps, int) or isinstance(num_qps, bool) or not 1 <= num_qps <= MAX_QPS:
+            raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
+        if memory not in MEMORIES:
+            raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
+        if mem_bytes is None:
+            mem_bytes = 256 * 1024 if memory == "onchip" else 1 << 32
+        if not isinstance(mem_bytes, int) or mem_bytes & (mem_bytes - 1) or \
+                not width // 8 * 16 <= mem_bytes <= 1 << 32:
+            raise ValueError(f"mem_bytes must be a power of two from {width // 8 * 16} to 2^32, "
+                             f"not {mem_bytes!r}")
+        if ring_bytes is None:
+            ring_bytes = mem_bytes // 2 if memory == "onchip" else 1 << 20
+        if ring_base is None:
+            ring_base = mem_bytes - ring_bytes
+        if max_message is None:
+            max_message = min(ring_bytes // 4, 64 * 1024)
+        if not 0 <= ring_base or ring_base + ring_bytes > mem_bytes:
+            raise ValueError(f"the ring [{ring_base:#x}, +{ring_bytes:#x}) is not inside local "
+                             f"memory of {mem_bytes:#x} bytes")
+        self.width = width
+        self.num_qps = num_qps
+        self.memory = memory
+        self.mem_bytes = mem_bytes
+        self.addr_bits = (mem_bytes - 1).bit_length()
+        self._stack = NetStack(width, (UDP_PORT_ROCEV2,), mtu=IP_MTU, vlan=vlan, pcp=pcp,
+                               arp_entries=arp_entries, arp_retry_cycles=arp_retry_cycles,
+                               arp_retries=arp_retries)
+        self._qps = QpTable(num_qps)
+        self._sched = Scheduler(num_qps, width, mem_bytes, depth=wr_depth)
+        self._completer = Completer(num_qps, depth=outstanding)
+        self._builder = RocePacketBuilder(width)
+        self._rx = RoceRx(width, num_qps)
+        self._gen = TrafficGen()
+        if memory == "onchip":
+            self._ram = PayloadRam(width, mem_bytes)
+            self._reader = PayloadReader(width, self._ram.addr_width)
+            self.word_addr_bits = self._ram.addr_width
+        else:
+            axi_bits = max(self.addr_bits, 12)
+            self._reader = AxiPayloadReader(width, addr_width=axi_bits)
+            self._writer = AxiWriter(width, addr_width=axi_bits)
+            self.word_addr_bits = self._writer.mem_addr_width
+        self._front = StreamFrontEnd(width, ring_base=ring_base, ring_bytes=ring_bytes,
+                                     max_message=max_message, max_inflight=max_inflight,
+                                     addr_width=self.word_addr_bits)
+        self._stats = StatsBlock(ROCE_STATS)
+        members = {
+            "local_mac": In(48),
+            "local_ip": In(32),
+            "mac_rx": In(PacketSignature(width)),
+            "mac_tx": Out(PacketSignature(width)),
+            "wr": In(stream.Signature(WORK_REQUEST)),
+            "cpl": Out(stream.Signature(COMPLETION)),
+            "qp_ctl": In(stream.Signature(CONTEXT_WRITE)),
+            "qp_psn": In(stream.Signature(PSN_WRITE)),
+            "gen": In(stream.Signature(GEN_CONFIG)),
+            "gen_busy": Out(1),
+            "gen_posted": Out(32),
+            "gen_ok": Out(32),
+            "gen_err": Out(32),
+            "gen_cycles": Out(32),
+            "msg": In(PacketSignature(width, STREAM_META)),
+            "stats_addr": In(range(len(STATS))),
+            "stats_data": Out(32),
+        }
+        if memory == "onchip":
+            members["mem_w"] = In(MemWriteSignature(width, self._ram.addr_width))
+        else:
+            members["axi"] = Out(Axi4Signature(max(self.addr_bits, 12), width))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        st = m.submodules.stack = self._stack
+        qps = m.submodules.qp_table = self._qps
+        sched = m.submodules.scheduler = self._sched
+        comp = m.submodules.completer = self._completer
+        builder = m.submodules.builder = self._builder
+        rx = m.submodules.rx = self._rx
+        gen = m.submodules.traffic_gen = self._gen
+        front = m.submodules.stream_in = self._front
+        reader = m.submodules.reader = self._reader
+
+        # network stack: MAC, addresses, RoCEv2 on its one UDP port
+        m.d.comb += [st.local_mac.eq(self.local_mac), st.local_ip.eq(self.local_ip)]
+        wiring.connect(m, wiring.flipped(self.mac_rx), st.mac_rx)
+        wiring.connect(m, st.mac_tx, wiring.flipped(self.mac_tx))
+
+        # QP table: control writes from outside, reads by the scheduler and the receive path
+        wiring.connect(m, wiring.flipped(self.qp_ctl), qps.ctl)
+        wiring.connect(m, wiring.flipped(self.qp_psn), qps.ctl_psn)
+        m.d.comb += [
+            qps.rd_qp.eq(sched.rd_qp),
+            sched.rd_context.eq(qps.rd_context),
+            sched.rd_psn.eq(qps.rd_psn),
+            qps.lookup_qpn.eq(rx.lookup_qpn),
+            rx.lookup_index.eq(qps.lookup_index),
+            rx.lookup_valid.eq(qps.lookup_valid),
+            qps.rx_qp.eq(rx.rx_qp),
+            rx.rx_context.eq(qps.rx_context),
+        ]
+        wiring.connect(m, sched.psn_w, qps.psn_w)
+
+        # work-request sources: the user's port, the streaming front end, the generator
+        arb = m.submodules.wr_arbiter = StreamArbiter(WR_TAGGED, 3)
+        m.d.comb += [
+            arb.i[0].payload.wr.eq(self.wr.payload),
+            arb.i[0].payload.src.eq(WrSource.USER),
+            arb.i[0].valid.eq(self.wr.valid),
+            self.wr.ready.eq(arb.i[0].ready),
+        ]
+        wiring.connect(m, front.wr, arb.i[1])
+        wiring.connect(m, gen.wr, arb.i[2])
+        # a request naming no QP completes through the tracker's own small queue: hold such a
+        # request while that queue is full
+        hold = comp.bad_full & (arb.o.payload.wr.qp >= self.num_qps)
+        m.d.comb += [sched.wr.payload.eq(arb.o.payload), sched.wr.valid.eq(arb.o.valid & ~hold),
+                     arb.o.ready.eq(sched.wr.ready & ~hold)]
+        wiring.connect(m, wiring.flipped(self.gen), gen.start)
+        m.d.comb += [self.gen_busy.eq(gen.busy), self.gen_posted.eq(gen.posted),
+                     self.gen_ok.eq(gen.completed_ok), self.gen_err.eq(gen.completed_err),
+                     self.gen_cycles.eq(gen.cycles)]
+        wiring.connect(m, wiring.flipped(self.msg), front.i)
+
+        # transmit: scheduler -> payload reader -> packet builder -> UDP port 4791
+        wiring.connect(m, sched.desc, reader.desc)
+        wiring.connect(m, reader.o, builder.i)
+        wiring.connect(m, builder.o, st.udp_tx[0])
+
+        # receive: UDP port 4791 -> ICRC and ACK checks -> completion tracker
+        wiring.connect(m, st.udp_rx[0], rx.i)
+        wiring.connect(m, rx.ack, comp.ack)
+        wiring.connect(m, sched.post, comp.post)
+        m.d.comb += sched.full.eq(comp.full)
+
+        # completions back to whoever posted the work request
+        c = comp.cpl
+        src = c.payload.src
+        m.d.comb += [
+            self.cpl.payload.eq(c.payload), front.cpl.payload.eq(c.payload),
+            gen.cpl.payload.eq(c.payload),
+            self.cpl.valid.eq(c.valid & (src == WrSource.USER)),
+            front.cpl.valid.eq(c.valid & (src == WrSource.STREAM)),
+            gen.cpl.valid.eq(c.valid & (src == WrSource.GENERATOR)),
+        ]
+        with m.Switch(src):
+            with m.Case(WrSource.USER):
+                m.d.comb += c.ready.eq(self.cpl.ready)
+            with m.Case(WrSource.STREAM):
+                m.d.comb += c.ready.eq(front.cpl.ready)
+            with m.Case(WrSource.GENERATOR):
+                m.d.comb += c.ready.eq(gen.cpl.ready)
+            with m.Default():                       # no such source: never produced; drain
+                m.d.comb += c.ready.eq(1)
+
+        # payload memory
+        if self.memory == "onchip":
+            ram = m.submodules.ram = self._ram
+            wiring.connect(m, reader.mem, ram.rd)
+            # the streaming front end has priority on the buffer's write port
+            fw, uw = front.mem, self.mem_w
+            with m.If(fw.valid):
+                m.d.comb += [ram.wr.payload.eq(fw.payload), ram.wr.valid.eq(1),
+                             fw.ready.eq(ram.wr.ready)]
+            with m.Else():
+                m.d.comb += [ram.wr.payload.eq(uw.payload), ram.wr.valid.eq(uw.valid),
+                             uw.ready.eq(ram.wr.ready)]
+            m.d.comb += front.mem_durable.eq(fw.valid & fw.ready)
+        else:
+            writer = m.submodules.writer = self._writer
+            wiring.connect(m, front.mem, writer.i)
+            m.d.comb += front.mem_durable.eq(writer.durable)
+            for ch in ("aw", "w"):
+                wiring.connect(m, getattr(writer, ch), getattr(wiring.flipped(self.axi), ch))
+            wiring.connect(m, wiring.flipped(self.axi).b, writer.b)
+            wiring.connect(m, reader.ar, wiring.flipped(self.axi).ar)
+            wiring.connect(m, wiring.flipped(self.axi).r, reader.r)
+
+        # statistics: the stack's counters, then the RoCE layers'
+        stats = m.submodules.roce_stats = self._stats
+        events = {
+            "roce_rx_packets": rx.i.valid & rx.i.ready & rx.i.payload.last, "roce_rx_icrc_bad": rx.icrc_bad,
+            "roce_rx_drop_short": rx.drop_short, "roce_rx_drop_opcode": rx.drop_opcode,
+            "roce_rx_drop_qp": rx.drop_qp, "roce_rx_drop_state": rx.drop_state,
+            "roce_rx_drop_peer": rx.drop_peer, "roce_rx_drop_pkey": rx.drop_pkey,
+            "roce_rx_acks": rx.acks, "roce_rx_naks": comp.naks, "roce_rx_cnp": rx.cnp,
+            "roce_tx_packets": builder.o.valid & builder.o.ready & builder.o.payload.last,
+            "roce_wr_posted": sched.wr.valid & sched.wr.ready,
+            "roce_cpl_ok": c.valid & c.ready & (c.payload.status == CplStatus.OK),
+            "roce_cpl_error": c.valid & c.ready & (c.payload.status != CplStatus.OK),
+            "roce_qp_ctl_rejected": qps.rejected,
+            "stream_drop_too_long": front.drop_too_long, "stream_drop_error": front.drop_error,
+        }
+        m.d.comb += stats.inc.eq(Cat(events[name] for name in ROCE_STATS))
+        n_net = len(NET_STATS)
+        m.d.comb += [st.stats_addr.eq(self.stats_addr), stats.addr.eq(self.stats_addr - n_net)]
+        # both read ports answer one cycle after the address: pick by the registered address
+        roce = Signal()
+        m.d.sync += roce.eq(self.stats_addr >= n_net)
+        m.d.comb += self.stats_data.eq(Mux(roce, stats.data, st.stats_data))
+        return m

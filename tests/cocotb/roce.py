@@ -1,0 +1,310 @@
+"""cocotb benches of the RoCE endpoint (EndpointTop) against the host NIC model in strict mode:
+every opcode and length around every path MTU on QPs interleaved, PSN wrap-around,
+multi-megabyte messages, the traffic generator, the streaming front end, refused work requests,
+and back-to-back packets at line rate. Random idle cycles on the inputs and random backpressure
+from the MAC unless a test measures line rate."""
+
+import json
+import os
+import random
+
+import cocotb
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamSource
+
+from rocegen.gateware.records import pack
+from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, QpState, WrOpcode
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.stream_in import STREAM_META
+from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
+from rocegen.gateware.top import parse_ip
+from rocegen.sim.models.pattern import generator_address, pattern
+from rocegen.sim.models.rnic import Rnic, WcStatus
+from rocegen.sim.roce_bench import MacModel, RecordCollector, RecordDriver, open_qp, qpn, start_clock
+from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+
+PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
+W = PARAMS["width"]
+B = W // 8
+MEMORY = PARAMS.get("memory", "onchip")
+NUM_QPS = PARAMS.get("num_qps", 8)
+SEED = int(os.environ.get("SEED", "11"))
+#: host-side QPN of endpoint QP k
+HOST_QPN = 0x40
+REMOTE_BASE = 0x7F00_0000_0000
+OPCODES = list(WrOpcode)
+IMM_OPS = (WrOpcode.WRITE_IMM, WrOpcode.SEND_IMM)
+SEND_OPS = (WrOpcode.SEND, WrOpcode.SEND_IMM)
+
+
+class Bench:
+    """One endpoint with the NIC model behind its MAC, QPs opened on both sides."""
+
+    def __init__(self, dut, *, backpressure=0.3, idle=0.2, line_gbps=None, seed=SEED):
+        self.dut = dut
+        self.rng = random.Random(seed * 1000 + W)
+        self.nic = Rnic(HOST_MAC, HOST_IP, strict=True)
+        self.backpressure = backpressure
+        self.idle = idle
+        self.line_gbps = line_gbps
+        self.qps = {}
+
+    async def start(self):
+        dut = self.dut
+        await start_clock(dut, W)
+        self.mac = MacModel(dut, W, self.nic, line_gbps=self.line_gbps,
+                            backpressure=self.backpressure, seed=self.rng.getrandbits(32),
+                            pcap=None)
+        self.ctl = RecordDriver(dut, "qpctl", CONTEXT_WRITE)
+        self.psn = RecordDriver(dut, "qppsn", PSN_WRITE)
+        self.wr = RecordDriver(dut, "wr", WORK_REQUEST, idle=self.idle, seed=self.rng.getrandbits(32))
+        self.gen = RecordDriver(dut, "gen", GEN_CONFIG)
+        self.cpl = RecordCollector(dut, "cpl", COMPLETION, backpressure=self.backpressure,
+                                   seed=self.rng.getrandbits(32))
+        dut.s_msg_axis_tvalid.value = 0
+        dut.stats_addr.value = 0
+        if MEMORY == "onchip":
+            dut.memw_valid.value = 0
+        else:
+            self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst,
+                              size=PARAMS["mem_bytes"])
+        await ClockCycles(dut.clk, 2)
+
+    async def open(self, k, *, pmtu, psn, mr_bytes=1 << 20, ack_every_log2=4, state=QpState.RTS):
+        host = HOST_QPN + k
+        self.nic.create_qp(host, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=psn,
+                           pmtu=pmtu)
+        base = REMOTE_BASE + (k << 32)
+        rkey = 0x1000 + k
+        self.nic.register_mr(base, mr_bytes, rkey)
+        await open_qp(self.ctl, self.psn, k, peer_ip=parse_ip(HOST_IP), peer_qpn=host, rkey=rkey,
+                      base_va=base, pmtu=pmtu, psn=psn, udp_sport=0xC000 + k,
+                      ack_every_log2=ack_every_log2, state=state)
+        self.qps[k] = dict(host=host, base=base, pmtu=pmtu, mr_bytes=mr_bytes)
+
+    async def write_local(self, addr, data):
+        """Put ``data`` in local memory at byte address ``addr`` (a multiple of W/8)."""
+        assert addr % B == 0
+        if MEMORY != "onchip":
+            self.ram.write(addr, data)
+            return
+        dut = self.dut
+        data = bytes(data) + bytes(-len(data) % B)
+        dut.memw_valid.value = 1
+        for k in range(len(data) // B):
+            word = int.from_bytes(data[k * B:(k + 1) * B], "little")
+            dut.memw_data.value = pack(dut_memw_layout(), {"addr": addr // B + k, "data": word,
+                                                           "be": (1 << B) - 1})
+            while True:
+                await RisingEdge(dut.clk)
+                if int(dut.memw_ready.value):
+                    break
+        dut.memw_valid.value = 0
+
+    async def post(self, wr_id, k, opcode, local_addr, length, remote_offset=0, imm=0):
+        await self.wr.send({"wr_id": wr_id, "qp": k, "opcode": opcode, "local_addr": local_addr,
+                            "length": length, "remote_offset": remote_offset, "imm": imm})
+
+    def remote(self, k, offset, length):
+        return self.nic.read_mem(self.qps[k]["base"] + offset, length)
+
+
+def dut_memw_layout():
+    from rocegen.gateware.memport import mem_write_layout
+    words = PARAMS.get("mem_bytes", 256 * 1024) // B
+    return mem_write_layout(W, (words - 1).bit_length())
+
+
+def interleave(rng, per_qp):
+    """One sequence of everyone's requests, each QP's in its own order."""
+    queues = {k: list(v) for k, v in per_qp.items() if v}
+    out = []
+    while queues:
+        k = rng.choice(sorted(queues))
+        out.append(queues[k].pop(0))
+        if not queues[k]:
+            del queues[k]
+    return out
+
+
+def check_completions(cpls, expected_ids):
+    """Every completion OK, each QP's in posting order."""
+    bad = [c for c in cpls if c["status"] != CplStatus.OK.value]
+    assert not bad, f"completions with errors: {bad[:5]}"
+    by_qp = {}
+    for c in cpls:
+        by_qp.setdefault(c["qp"], []).append(c["wr_id"])
+    assert by_qp == expected_ids, "completions missing or out of order"
+
+
+@cocotb.test()
+async def every_opcode_length_and_pmtu(dut):
+    """Five QPs, one per path MTU, interleaved; every opcode at lengths around the MTU (and
+    every length 0..PMTU+1 on the 256-byte QP); PSNs wrap on two QPs."""
+    b = Bench(dut)
+    await b.start()
+    rng = b.rng
+    local = rng.randbytes(64 * 1024)
+    await b.write_local(0, local)
+    pmtus = [256, 512, 1024, 2048, 4096]
+    start_psn = {0: (1 << 24) - 3, 1: rng.getrandbits(24), 2: (1 << 24) - 40, 3: 0,
+                 4: rng.getrandbits(24)}
+    for k, pmtu in enumerate(pmtus):
+        await b.open(k, pmtu=pmtu, psn=start_psn[k], mr_bytes=4 << 20)
+    per_qp, expect_mem, expect_recv = {}, [], {}
+    wr_id = 0
+    for k, pmtu in enumerate(pmtus):
+        lengths = [0, 1, 2, 3, 4, 5, B - 1, B, B + 1, pmtu - 1, pmtu, pmtu + 1, 2 * pmtu + 5,
+                   3 * pmtu]
+        jobs = [(op, n) for op in OPCODES for n in lengths]
+        if pmtu == 256:
+            jobs += [(WrOpcode.WRITE, n) for n in range(1, pmtu + 2)]
+        cursor = 0
+        per_qp[k] = []
+        for op, n in jobs:
+            local_addr = rng.randrange(0, (len(local) - n) // B + 1) * B
+            imm = rng.getrandbits(32)
+            roff = cursor
+            cursor += n + rng.randrange(0, 8)       # remote addresses of any alignment
+            per_qp[k].append((wr_id, k, op, local_addr, n, roff, imm))
+            if op in (WrOpcode.WRITE, WrOpcode.WRITE_IMM):
+                expect_mem.append((k, roff, local[local_addr:local_addr + n]))
+            if op != WrOpcode.WRITE:
+                b.nic.post_recv(HOST_QPN + k, max(n, 1), wr_id)
+                expect_recv.setdefault(HOST_QPN + k, []).append(
+                    (wr_id, op, local[local_addr:local_addr + n], imm))
+            wr_id += 1
+    order = interleave(rng, per_qp)
+    for job in order:
+        await b.post(*job)
+    cpls = await b.cpl.wait_for(len(order), max_cycles=4_000_000)
+    check_completions(cpls, {k: [j[0] for j in v] for k, v in per_qp.items()})
+    for k, off, data in expect_mem:
+        assert b.remote(k, off, len(data)) == data, f"QP {k}: remote memory at {off:#x} differs"
+    got = {}
+    for c in b.nic.poll_cq():
+        got.setdefault(c.qpn, []).append(c)
+    for host, exp in expect_recv.items():
+        have = got.get(host, [])
+        assert len(have) == len(exp), f"host QP {host:#x}: {len(have)} of {len(exp)} receives"
+        for c, (_, op, data, imm) in zip(have, exp):
+            assert c.status == WcStatus.SUCCESS
+            assert c.imm == (imm if op in IMM_OPS else None)
+            if op in SEND_OPS:
+                assert c.data[:len(data)] == data and c.byte_len == len(data)
+    assert not b.nic.log, f"the NIC model logged problems: {b.nic.log[:5]}"
+    for k in start_psn:
+        n_pkts = sum(max(1, -(-j[4] // pmtus[k])) for j in per_qp[k])
+        assert b.nic.expected_psn(HOST_QPN + k) == (start_psn[k] + n_pkts) % (1 << 24)
+
+
+@cocotb.test()
+async def generator_multi_megabyte(dut):
+    """The traffic generator: two WRITEs of 2 MiB + 5 bytes, then SENDs with immediate; the
+    host memory holds the pattern."""
+    b = Bench(dut)
+    await b.start()
+    n = (2 << 20) + 5
+    await b.open(0, pmtu=4096, psn=100, mr_bytes=2 * n + 64)
+    await b.gen.send({"qp": 0, "opcode": WrOpcode.WRITE, "length": n, "count": 2, "spacing": 0,
+                      "imm": 0, "window": 2 * n})
+    await wait_gen(dut, 2)
+    for s in range(2):
+        assert b.remote(0, s * n, n) == pattern(generator_address(s), n), f"message {s} differs"
+    for s in range(3):
+        b.nic.post_recv(HOST_QPN, 1500, 100 + s)
+    await b.gen.send({"qp": 0, "opcode": WrOpcode.SEND_IMM, "length": 1000, "count": 3,
+                      "spacing": 50, "imm": 0xFACE, "window": 0})
+    await wait_gen(dut, 3)
+    recv = b.nic.poll_cq()
+    assert [c.data[:1000] for c in recv] == [pattern(generator_address(s), 1000) for s in range(3)]
+    assert all(c.imm == 0xFACE for c in recv)
+    assert not b.nic.log
+
+
+async def wait_gen(dut, count, max_cycles=3_000_000):
+    await ClockCycles(dut.clk, 4)
+    for _ in range(max_cycles):
+        if not int(dut.gen_busy.value):
+            break
+        await RisingEdge(dut.clk)
+    else:
+        raise AssertionError(f"generator still busy: {int(dut.gen_ok.value)} of {count} done")
+    assert int(dut.gen_ok.value) == count and int(dut.gen_err.value) == 0
+
+
+@cocotb.test()
+async def stream_front_end(dut):
+    """Messages pushed on the streaming input land in the host's memory; more bytes than the
+    ring holds, so its space is reused as acknowledgements free it."""
+    b = Bench(dut)
+    await b.start()
+    await b.open(0, pmtu=1024, psn=7, mr_bytes=8 << 20)
+    src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_msg_axis"), dut.clk, dut.rst)
+    rng = b.rng
+    ring = PARAMS.get("ring_bytes") or (128 * 1024 if MEMORY == "onchip" else 1 << 20)
+    msgs, offset = [], 0
+    total = 0
+    while total < 2 * ring:
+        n = rng.choice([1, B, 1000, 4096, 9000, rng.randrange(1, 16384)])
+        msgs.append((offset, rng.randbytes(n)))
+        offset += n + rng.randrange(0, 4)
+        total += n
+    for off, data in msgs:
+        dut.msg_meta.value = pack(STREAM_META, {"qp": 0, "opcode": WrOpcode.WRITE, "imm": 0,
+                                                "remote_offset": off})
+        await src.send(AxiStreamFrame(data, tuser=0))
+        await src.wait()
+    for _ in range(2_000_000):
+        if b.nic.expected_psn(HOST_QPN) == (7 + sum(max(1, -(-len(d) // 1024)) for _, d in msgs)) \
+                % (1 << 24):
+            break
+        await RisingEdge(dut.clk)
+    for off, data in msgs:
+        assert b.remote(0, off, len(data)) == data, f"message at {off:#x} differs"
+    assert not b.nic.log
+
+
+@cocotb.test()
+async def refused_requests(dut):
+    """Requests naming no QP, a QP not ready to send, a misaligned or out-of-memory buffer
+    complete with their error status, in order, and the QP still works afterwards."""
+    b = Bench(dut)
+    await b.start()
+    await b.open(0, pmtu=1024, psn=0)
+    await b.open(1, pmtu=1024, psn=0, state=QpState.INIT)
+    local = b.rng.randbytes(2048)
+    await b.write_local(0, local)
+    mem = PARAMS.get("mem_bytes", 256 * 1024)
+    await b.post(1, 0, WrOpcode.WRITE, 0, 100)
+    await b.post(2, NUM_QPS, WrOpcode.WRITE, 0, 100)            # no such QP
+    await b.post(3, 1, WrOpcode.WRITE, 0, 100)                  # QP 1 is not RTS
+    await b.post(4, 0, WrOpcode.WRITE, B // 2, 100)             # misaligned
+    await b.post(5, 0, WrOpcode.WRITE, mem - B, 2 * B)          # past the end of local memory
+    await b.post(6, 0, WrOpcode.WRITE, B, 1500, 4096)
+    cpls = await b.cpl.wait_for(6, max_cycles=200_000)
+    status = {c["wr_id"]: CplStatus(c["status"]) for c in cpls}
+    assert status == {1: CplStatus.OK, 2: CplStatus.BAD_QP, 3: CplStatus.QP_NOT_READY,
+                      4: CplStatus.LOCAL_ALIGN, 5: CplStatus.LOCAL_LENGTH, 6: CplStatus.OK}
+    assert [c["wr_id"] for c in cpls if c["qp"] == 0] == [1, 4, 5, 6]
+    assert b.remote(0, 0, 100) == local[:100]
+    assert b.remote(0, 4096, 1500) == local[B:B + 1500]
+    assert not b.nic.log
+
+
+@cocotb.test()
+async def back_to_back_at_line_rate(dut):
+    """One QP, MAC always ready: the frames of long WRITEs leave with no idle beat between
+    them."""
+    b = Bench(dut, backpressure=0.0, idle=0.0)
+    await b.start()
+    await b.open(0, pmtu=4096, psn=0, mr_bytes=1 << 20)
+    n = 256 * 1024
+    await b.gen.send({"qp": 0, "opcode": WrOpcode.WRITE, "length": n, "count": 3, "spacing": 0,
+                      "imm": 0, "window": 0})
+    await wait_gen(dut, 3)
+    roce = [(f, l) for f, l, fr in b.mac.frames if fr[12:14] == b"\x08\x00"]
+    assert len(roce) >= 3 * n // 4096
+    # after the first frame (ARP and pipeline fill), every frame starts the cycle after the last
+    gaps = [roce[i + 1][0] - roce[i][1] - 1 for i in range(1, len(roce) - 1)]
+    assert max(gaps) == 0, f"idle beats between frames: {sorted(set(gaps))}"
