@@ -40,7 +40,9 @@ def board_clock_mhz(width):
 
 
 def period_ps(width):
-    return round(1e6 / board_clock_mhz(width))
+    """The simulator's clock period: the board clock's, rounded to an even number of
+    picoseconds (figures use :func:`board_clock_mhz` itself)."""
+    return 2 * round(1e6 / board_clock_mhz(width) / 2)
 
 
 def now_cycle(width):
