@@ -1,0 +1,193 @@
+"""Payload reader: turns packet descriptors into payload packets read from a local memory with a
+registered read port (or generated, for the traffic generator's test pattern)."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+from ..memport import MemReadSignature
+from ..stream import PacketSignature, check_width, keep_mask
+from .layouts import PACKET_DESC, WrSource
+
+__all__ = ["PayloadReader", "pattern_beat", "payload_words", "PATTERN_ADDR_BITS"]
+
+#: Width of the byte addresses the test pattern is generated from: a 32-bit local address plus
+#: the offset inside a packet never wraps.
+PATTERN_ADDR_BITS = 33
+
+
+def pattern_beat(addr, width):
+    """The beat of the test pattern (see :mod:`rocegen.sim.models.pattern`) at byte address
+    ``addr`` (a Value, a multiple of ``width // 8``): the 32-bit big-endian word at byte address
+    4k holds k mod 2^32, byte 0 of the beat in lane 0. Pure wiring: the low bits of each word's
+    index are the lane number, the rest come from ``addr``."""
+    check_width(width)
+    addr = Value.cast(addr)
+    lanes = width // 32
+    lb = lanes.bit_length() - 1
+    high = addr[2 + lb:]
+    words = []
+    for j in range(lanes):
+        k = Cat(Const(j, lb), high)
+        k = Cat(k, Const(0, 32))[:32] if len(k) < 32 else k[:32]
+        words.append(Cat(k[24:32], k[16:24], k[8:16], k[0:8]))      # big-endian in memory
+    return Cat(*words)
+
+
+def payload_words(length, width):
+    """Words (beats) of a packet of ``length`` bytes (a Value) minus one: a 0-byte packet still
+    takes one (empty) beat."""
+    lb = (width // 8).bit_length() - 1
+    length = Value.cast(length)
+    return Mux(length == 0, 0, (length - 1) >> lb)
+
+
+def last_count(length, width):
+    """Bytes in the last beat of a packet of ``length`` bytes: ``length`` mod W/8, all W/8 when
+    that is 0, and 0 for an empty packet."""
+    B = width // 8
+    lb = B.bit_length() - 1
+    length = Value.cast(length)
+    rem = length[:lb]
+    return Mux(rem != 0, rem, Mux(length == 0, 0, B))
+
+
+def from_memory(desc):
+    """The packet of descriptor ``desc`` has bytes to read from memory."""
+    return (desc.src != WrSource.GENERATOR) & (desc.length != 0)
+
+
+class PayloadReader(wiring.Component):
+    """Payload of each packet descriptor, read from a memory with a registered read port.
+
+    Parameters
+    ----------
+    width : int
+        Data width W in bits (64..512, power of two): the memory word and the stream beat.
+    addr_width : int
+        Word-address bits of the memory (1..32).
+
+    Ports
+    -----
+    desc : In(stream.Signature(PACKET_DESC))
+        One descriptor per packet. ``local_addr`` is a byte address, a multiple of W/8 (the low
+        bits are ignored); ``length`` bytes from there make the payload.
+    mem : Out(MemReadSignature(width, addr_width))
+        Word reads; the word address is ``local_addr // (W/8) + n`` for the packet's n-th beat,
+        modulo 2^addr_width. Each word is read exactly once.
+    o : Out(PacketSignature(width, PACKET_DESC))
+        One packet per descriptor: ceil(length / (W/8)) beats, every beat full but the last,
+        which holds ``length`` mod W/8 bytes (all W/8 if that is 0); a 0-byte descriptor gives
+        one beat with ``keep`` 0. ``meta`` is the descriptor; ``error`` is always 0.
+
+    Behaviour
+    ---------
+    * Byte order: memory words go out unchanged, byte 0 of a word (lane 0, the low bits) is the
+      byte at the word's byte address, so payload byte ``i`` of a packet is local memory byte
+      ``local_addr + i``.
+    * Descriptors with ``src == WrSource.GENERATOR`` read no memory: beat n of their packet is
+      the traffic generator's test pattern at byte address ``local_addr + n*W/8``
+      (:func:`pattern_beat`). Neither do 0-byte descriptors.
+    * Throughput: one beat per cycle, across descriptors too (no idle beat between packets),
+      whenever ``desc`` offers descriptors and ``o`` is ready.
+    * Latency: three cycles. A descriptor offered on ``desc`` in cycle t (with the output queue
+      not full) has its first word read in cycle t, and its first beat offered on ``o`` in
+      cycle t+3. ``desc`` is taken in the cycle its last word is read.
+    * Backpressure: a read is issued only when the four-beat output queue has room for its data,
+      counting the read in flight, so ``o.ready`` is never needed to take a word coming back
+      from memory and nothing is lost or repeated. ``desc.ready`` and ``mem.en`` depend only on
+      registers and on ``desc`` (not on ``o.ready``). ``o.payload`` and ``o.valid`` are
+      registers (the queue's output register); ``o.ready`` drives the queue's read enable.
+    """
+
+    #: Beats the output queue holds (reads in flight included).
+    QUEUE_DEPTH = 4
+
+    def __init__(self, width, addr_width):
+        check_width(width)
+        if not isinstance(addr_width, int) or isinstance(addr_width, bool):
+            raise TypeError(f"addr_width must be an integer number of bits, not {addr_width!r}")
+        if not 1 <= addr_width <= 32:
+            raise ValueError(f"addr_width must be 1..32 bits, not {addr_width}")
+        self.width = width
+        self.addr_width = addr_width
+        super().__init__({
+            "desc": In(stream.Signature(PACKET_DESC)),
+            "mem": Out(MemReadSignature(width, addr_width)),
+            "o": Out(PacketSignature(width, PACKET_DESC)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, B = self.width, self.width // 8
+        lb = B.bit_length() - 1
+        desc, mem, o = self.desc, self.mem, self.o
+        d = desc.payload
+
+        entry = data.StructLayout({
+            "data": W,
+            "count": range(B + 1),
+            "last": 1,
+            "meta": PACKET_DESC,
+        })
+        depth = self.QUEUE_DEPTH
+        m.submodules.queue = q = SyncFIFOBuffered(width=entry.size, depth=depth)
+
+        # --- issue: one word of the head descriptor per cycle ----------------------------------
+        idx = Signal(range(8192 // B + 1))          # beats of the descriptor already issued
+        cur = Signal(PATTERN_ADDR_BITS)             # byte address of beat ``idx`` once idx > 0
+        inflight = Signal()                         # a word was read in the previous cycle
+        room = Signal()
+        issue = Signal()
+        last = Signal()
+        addr = Signal(PATTERN_ADDR_BITS)
+        m.d.comb += [
+            room.eq(q.level + inflight < depth),
+            issue.eq(desc.valid & room),
+            last.eq(idx == payload_words(d.length, W)),
+            addr.eq(Mux(idx == 0, Cat(Const(0, lb), d.local_addr[lb:]), cur)),
+            mem.addr.eq(addr[lb:]),
+            mem.en.eq(issue & from_memory(d)),
+            desc.ready.eq(issue & last),
+        ]
+        with m.If(issue):
+            m.d.sync += [
+                idx.eq(Mux(last, 0, idx + 1)),
+                cur.eq(addr + B),
+            ]
+
+        # --- the word comes back one cycle later and goes into the queue ----------------------
+        s_mem = Signal()
+        s_addr = Signal(PATTERN_ADDR_BITS)
+        s_beat = Signal(entry)
+        m.d.sync += [
+            inflight.eq(issue),
+            s_mem.eq(from_memory(d)),
+            s_addr.eq(addr),
+            s_beat.count.eq(Mux(last, last_count(d.length, W), B)),
+            s_beat.last.eq(last),
+            s_beat.meta.eq(d),
+        ]
+        w = Signal(entry)
+        m.d.comb += [
+            w.data.eq(Mux(s_mem, mem.data, pattern_beat(s_addr, W))),
+            w.count.eq(s_beat.count),
+            w.last.eq(s_beat.last),
+            w.meta.eq(s_beat.meta),
+            q.w_data.eq(w),
+            q.w_en.eq(inflight),
+        ]
+
+        # --- output --------------------------------------------------------------------------
+        r = entry(q.r_data)
+        m.d.comb += [
+            o.valid.eq(q.r_rdy),
+            o.payload.data.eq(r.data),
+            o.payload.keep.eq(keep_mask(r.count, B)),
+            o.payload.last.eq(r.last),
+            o.payload.error.eq(0),
+            o.payload.meta.eq(r.meta),
+            q.r_en.eq(o.ready),
+        ]
+        return m
