@@ -40,6 +40,7 @@ bench: setup
 	$(PY) -m bench.bench_stack
 	$(PY) -m bench.bench_xgmii
 	$(PY) -m bench.bench_icrc
+	$(WITH_VL) $(PY) -m bench.bench_roce
 
 verilog: setup
 	$(VENV)/bin/rocegen verilog --width $(WIDTH) -o build/rocegen_stack_w$(WIDTH).v

@@ -74,6 +74,9 @@ class MacModel:
         self.cycle = 0
         #: (first cycle, last cycle, frame bytes) of every frame the endpoint sent
         self.frames = []
+        #: with a line rate: (start, end) of every frame's time on the line, in cycles (a frame
+        #: starts when its first beat is taken or when the line is free, whichever is later)
+        self.line = []
         self.tx_beats = 0
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
         cocotb.start_soon(self._run())
@@ -115,6 +118,12 @@ class MacModel:
                     if self.bytes_per_cycle is not None:
                         credit -= LINE_OVERHEAD
                     self.frames.append((first, self.cycle, frame))
+                    if self.bytes_per_cycle is not None:
+                        start = max(first, self.line[-1][1] if self.line else first)
+                        self.line.append((start, start + (len(frame) + LINE_OVERHEAD) /
+                                          self.bytes_per_cycle))
+                    else:
+                        self.line.append((first, self.cycle + 1))
                     buf, first = bytearray(), None
                     self._answer(frame)
             if self.bytes_per_cycle is not None:

@@ -1,0 +1,260 @@
+"""cocotb bench behind ``rocegen sim demo`` and the RoCE benchmark: the endpoint writes into the
+host NIC model's memory, the data is checked byte for byte, and the figures of every run go to
+the JSON file named by ``ROCE_RESULTS``.
+
+``ROCE_RUNS`` (JSON) lists the runs, each a dict:
+
+``qps``, ``pmtu``
+    QPs used (0..qps-1) and their path MTU.
+``bytes``
+    Bytes per QP.
+``size``
+    Message size (the last message of a QP may be shorter).
+``opcode``
+    ``WRITE``, ``WRITE_IMM``, ``SEND`` or ``SEND_IMM``.
+``source``
+    ``generator`` (the built-in traffic generator, one QP, pattern data) or ``memory`` (work
+    requests on the user port, payload from local memory filled with random bytes).
+``line_gbps``
+    MAC throttled to this line rate (0: the MAC takes a beat every cycle).
+``latency``
+    if true, the run is single work requests posted one at a time on an idle endpoint, and the
+    figure is the cycles from the work request's acceptance to its first beat on the MAC.
+
+``PCAP``: every frame crossing the MAC port goes to this file.
+"""
+
+import json
+import os
+import random
+
+import cocotb
+from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.utils import get_sim_time
+
+from rocegen.gateware.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
+from rocegen.gateware.memport import mem_write_layout
+from rocegen.gateware.records import pack
+from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
+from rocegen.gateware.top import parse_ip
+from rocegen.sim.models.pattern import generator_address, pattern
+from rocegen.sim.models.rnic import Rnic
+from rocegen.sim.pcap import PcapWriter
+from rocegen.sim.roce_bench import (
+    MacModel,
+    RecordCollector,
+    RecordDriver,
+    board_clock_mhz,
+    open_qp,
+    period_ps,
+    qpn,
+    start_clock,
+)
+from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+
+PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
+W = PARAMS["width"]
+B = W // 8
+HOST_QPN = 0x40
+REMOTE_BASE = 0x10_0000_0000
+LOCAL_BYTES = 64 * 1024
+PSN_MOD = 1 << 24
+ROCE_HEADERS = ETH.length + IPV4.length + UDP.length
+
+
+def roce_frame_info(frame):
+    """(dest QP, payload bytes carried) of a RoCEv2 frame, or None for other frames."""
+    if len(frame) < ROCE_HEADERS + BTH.length or frame[12:14] != b"\x08\x00":
+        return None
+    udp = UDP.unpack(frame[ETH.length + IPV4.length:ROCE_HEADERS])
+    if udp["dst_port"] != UDP_PORT_ROCEV2:
+        return None
+    bth = BTH.unpack(frame[ROCE_HEADERS:ROCE_HEADERS + BTH.length])
+    return bth["dest_qp"], bth["opcode"]
+
+
+@cocotb.test()
+async def runs(dut):
+    runs = json.loads(os.environ["ROCE_RUNS"])
+    results = []
+    await start_clock(dut, W)
+    pcap = PcapWriter(os.environ["PCAP"]) if os.environ.get("PCAP") else None
+    nic = Rnic(HOST_MAC, HOST_IP, strict=True)
+    mac = MacModel(dut, W, nic, pcap=pcap)
+    ctl = RecordDriver(dut, "qpctl", CONTEXT_WRITE)
+    psn_ctl = RecordDriver(dut, "qppsn", PSN_WRITE)
+    wr = RecordDriver(dut, "wr", WORK_REQUEST)
+    gen = RecordDriver(dut, "gen", GEN_CONFIG)
+    cpl = RecordCollector(dut, "cpl", COMPLETION)
+    dut.s_msg_axis_tvalid.value = 0
+    dut.stats_addr.value = 0
+    memory = PARAMS.get("memory", "onchip")
+    rng = random.Random(5)
+    local = rng.randbytes(LOCAL_BYTES)
+    if memory == "onchip":
+        await write_onchip(dut, local)
+    else:
+        from cocotbext.axi import AxiBus, AxiRam
+        ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=PARAMS["mem_bytes"])
+        ram.write(0, local)
+    psn = {}
+    for n, run in enumerate(runs):
+        nic = Rnic(HOST_MAC, HOST_IP, strict=True)
+        nic.arp_cache = {}
+        mac.nic = nic
+        mac.bytes_per_cycle = (run["line_gbps"] * 1e9 / 8 / (board_clock_mhz(W) * 1e6)
+                               if run.get("line_gbps") else None)
+        qps = run.get("qps", 1)
+        opcode = WrOpcode[run.get("opcode", "WRITE")]
+        per_qp = run["bytes"]
+        size = min(run.get("size", per_qp), per_qp) or 0
+        remote = {}
+        for k in range(qps):
+            start = psn.get(k, rng.getrandbits(24))
+            nic.create_qp(HOST_QPN + k, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC,
+                          epsn=start, pmtu=run["pmtu"])
+            remote[k] = REMOTE_BASE + (k << 36)
+            nic.register_mr(remote[k], max(per_qp, 1) + 64, 0x2000 + k)
+            await open_qp(ctl, psn_ctl, k, peer_ip=parse_ip(HOST_IP), peer_qpn=HOST_QPN + k,
+                          rkey=0x2000 + k, base_va=remote[k], pmtu=run["pmtu"], psn=start,
+                          udp_sport=0xC100 + k)
+            psn[k] = start
+        first_frame = len(mac.frames)
+        first_line = len(mac.line)
+        messages = {k: [] for k in range(qps)}          # (remote offset, length, local addr)
+        for k in range(qps):
+            off = 0
+            while True:
+                m = min(size, per_qp - off) if size else 0
+                messages[k].append(off)
+                off += m
+                if off >= per_qp:
+                    break
+        sends = opcode in (WrOpcode.SEND, WrOpcode.SEND_IMM, WrOpcode.WRITE_IMM)
+        latency = []
+        if run.get("source") == "generator":
+            k = 0
+            count = len(messages[0])
+            if sends:
+                for s in range(count):
+                    nic.post_recv(HOST_QPN, max(size, 1), s)
+            t0 = now_ps()
+            await gen.send({"qp": 0, "opcode": opcode, "length": size, "count": count,
+                            "spacing": 0, "imm": 0, "window": 0 if opcode != WrOpcode.WRITE
+                            else count * size})
+            await ClockCycles(dut.clk, 2)
+            while int(dut.gen_busy.value):
+                await RisingEdge(dut.clk)
+            if int(dut.gen_ok.value) != count or int(dut.gen_err.value):
+                raise AssertionError(f"run {n}: generator completed {int(dut.gen_ok.value)} of "
+                                     f"{count}, {int(dut.gen_err.value)} with errors")
+            check = []
+            for s in range(count):
+                m = min(size, per_qp - s * size) if size else 0
+                if opcode == WrOpcode.WRITE:
+                    check.append((nic.read_mem(remote[0] + s * size, m),
+                                  pattern(generator_address(s), m)))
+            if sends:
+                got = nic.poll_cq()
+                check += [(c.data[:size] if c.data is not None else b"", pattern(
+                    generator_address(s), size) if opcode != WrOpcode.WRITE_IMM else b"")
+                          for s, c in enumerate(got)]
+                assert len(got) == count, f"run {n}: {len(got)} of {count} receives"
+            elapsed_ps = now_ps() - t0
+        else:
+            jobs = []
+            wr_id = 0
+            for k in range(qps):
+                for off in messages[k]:
+                    m = min(size, per_qp - off) if size else 0
+                    la = rng.randrange(0, (LOCAL_BYTES - m) // B + 1) * B if m <= LOCAL_BYTES \
+                        else None
+                    if la is None:
+                        raise ValueError(f"message size {m} larger than the local buffer")
+                    jobs.append((k, wr_id, off, m, la))
+                    if sends:
+                        nic.post_recv(HOST_QPN + k, max(m, 1), wr_id)
+                    wr_id += 1
+            # round robin over the QPs
+            jobs.sort(key=lambda j: (messages[j[0]].index(j[2]), j[0]))
+            base = len(cpl.items)
+            t0 = now_ps()
+            for i, (k, wid, off, m, la) in enumerate(jobs):
+                t = await wr.send({"wr_id": wid, "qp": k, "opcode": opcode, "local_addr": la,
+                                   "length": m, "remote_offset": off, "imm": wid})
+                if run.get("latency"):
+                    before = len(mac.frames)
+                    await cpl.wait_for(base + i + 1, max_cycles=1_000_000)
+                    first = next(f for f, _, fr in mac.frames[before - 1:] if roce_frame_info(fr)
+                                 and f * period_ps(W) >= t)
+                    latency.append(first - t // period_ps(W))
+            got = (await cpl.wait_for(base + len(jobs), max_cycles=50_000_000))[base:]
+            elapsed_ps = now_ps() - t0
+            bad = [c for c in got if c["status"] != CplStatus.OK.value]
+            assert not bad, f"run {n}: completions with errors {bad[:3]}"
+            check = []
+            for k, _wid, off, m, la in jobs:
+                if opcode in (WrOpcode.WRITE, WrOpcode.WRITE_IMM):
+                    check.append((nic.read_mem(remote[k] + off, m), local[la:la + m]))
+            if opcode in (WrOpcode.SEND, WrOpcode.SEND_IMM):
+                recv = {c.wr_id: c for c in nic.poll_cq()}
+                check += [(recv[wid].data[:m], local[la:la + m]) for k, wid, off, m, la in jobs]
+        for got_bytes, want in check:
+            assert got_bytes == want, f"run {n}: data differs in the host's memory"
+        assert not nic.log, f"run {n}: the NIC model logged {nic.log[:3]}"
+        for k in range(qps):
+            psn[k] = nic.expected_psn(HOST_QPN + k)
+        # figures, from the RoCE frames of this run
+        frames = [(f, l, fr) for f, l, fr in mac.frames[first_frame:] if roce_frame_info(fr)]
+        line = [t for t, (_, _, fr) in zip(mac.line[first_line:], mac.frames[first_frame:])
+                if roce_frame_info(fr)]
+        # goodput over the time the frames occupy the MAC: with a line rate, from the first
+        # frame's start on the line to the end of the last one's line time (FCS, preamble and
+        # gap included); without, from the first beat to the cycle after the last
+        line_span = line[-1][1] - line[0][0] if line else 0
+        per = {k: {"bytes": per_qp if messages[k] else 0, "packets": 0} for k in range(qps)}
+        beats_ideal = 0
+        for _f, _l, fr in frames:
+            dest, _ = roce_frame_info(fr)
+            k = dest - HOST_QPN
+            if k in per:
+                per[k]["packets"] += 1
+            beats_ideal += -(-max(len(fr), 60) // B)
+        span = frames[-1][1] - frames[0][0] + 1 if frames else 0
+        period = 1e-6 / board_clock_mhz(W)
+        total = per_qp * qps
+        results.append({
+            **run, "width": W, "clock_mhz": board_clock_mhz(W),
+            "frames": len(frames), "beats_span": span, "beats_ideal": beats_ideal,
+            "idle_beats": span - sum(-(-len(fr) // B) for _, _, fr in frames) if frames else 0,
+            "line_cycles": line_span,
+            "goodput_gbps": total * 8 / (line_span * period) / 1e9 if line_span else 0.0,
+            "elapsed_us": elapsed_ps / 1e6,
+            "per_qp": per,
+            "latency_cycles": latency,
+        })
+    if pcap:
+        pcap.close()
+    with open(os.environ["ROCE_RESULTS"], "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def now_ps():
+    return get_sim_time("ps")
+
+
+async def write_onchip(dut, data):
+    words = PARAMS.get("mem_bytes", 256 * 1024) // B
+    layout = mem_write_layout(W, (words - 1).bit_length())
+    data = bytes(data) + bytes(-len(data) % B)
+    dut.memw_valid.value = 1
+    for k in range(len(data) // B):
+        dut.memw_data.value = pack(layout, {"addr": k, "data": int.from_bytes(
+            data[k * B:(k + 1) * B], "little"), "be": (1 << B) - 1})
+        while True:
+            await RisingEdge(dut.clk)
+            if int(dut.memw_ready.value):
+                break
+    dut.memw_valid.value = 0
