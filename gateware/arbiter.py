@@ -76,8 +76,10 @@ class PacketArbiter(wiring.Component):
         owner = Signal(range(n))            # the input holding the grant while locked
         prio = Signal(range(n))             # round-robin pointer: first input to consider
 
-        req = Cat(*(self.i[k].valid for k in range(n)))
-        req_hi = Cat(*(self.i[k].valid & (prio <= k) for k in range(n)))
+        req = Signal(n)
+        req_hi = Signal(n)      # signals, so that indexing them bit by bit stays linear in size
+        m.d.comb += [req.eq(Cat(*(self.i[k].valid for k in range(n)))),
+                     req_hi.eq(Cat(*(self.i[k].valid & (prio <= k) for k in range(n))))]
         pick = Signal(range(n))
         # lowest requesting input at or above prio, else the lowest requesting input at all
         # (later assignments win, so walk from the highest index down)
