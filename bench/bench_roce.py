@@ -2,7 +2,8 @@
 model, at the board clock (322.266 MHz at W = 512).
 
 * One QP, WRITE messages of 64 B .. 1 MiB from the traffic generator, at PMTU 4096 and 1024:
-  with the MAC throttled to 100 Gb/s as the CMAC takes frames (line time of frame + 24 bytes),
+  with the MAC throttled to the line rate (100 Gb/s as the CMAC takes frames at W >= 128, 10 Gb/s
+  on XGMII at W = 64; line time of frame + 24 bytes),
   as a percentage of the theoretical limit (below); and unthrottled (the MAC takes a beat every
   cycle), as idle beats between the frames against the ideal minimum.
 * Cycles from a work request's acceptance to its first beat on the MAC (a 64-byte WRITE on an
@@ -41,11 +42,17 @@ def limit_gbps(size, pmtu, line_gbps=100.0):
     return line_gbps * size / wire
 
 
-def runs_for(quick):
+def line_gbps_for(width):
+    """The board's line rate: 100G on the CMAC at 512 bits, 10G on XGMII at 64 bits."""
+    return 100 if width >= 128 else 10
+
+
+def runs_for(quick, width=512):
+    line_rate = line_gbps_for(width)
     sizes = [64, 4096, 65536] if quick else SIZES
     out = []
     for pmtu in (4096, 1024):
-        for line in (100, 0):
+        for line in (line_rate, 0):
             for size in sizes:
                 total = max(size * (4 if size >= 65536 else 64 if size <= 1024 else 16), 1 << 18)
                 if quick:
@@ -63,7 +70,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer, shorter runs")
     p.add_argument("--json", default=None, help="write the figures here too")
     args = p.parse_args(argv)
-    runs = runs_for(args.quick)
+    runs = runs_for(args.quick, args.width)
     cfg = endpoint_sim_config(args.width)
     out = BUILD / "bench" / f"roce_w{args.width}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +82,7 @@ def main(argv=None):
     print(f"RoCE endpoint, W={args.width}, one QP, WRITE (simulated in {wall:.0f} s)")
     print(f"{'PMTU':>5} {'size':>8} {'MAC':>8} {'goodput':>10} {'limit':>10} {'of limit':>9} "
           f"{'idle beats':>10}")
-    print("(MAC 100G: throttled to the CMAC's line rate; free: a beat every cycle, and 'idle beats'"
+    print("(MAC 100G/10G: throttled to the board's line rate; free: a beat every cycle, and 'idle beats'"
           " counts cycles without a beat between the run's first and last frame)")
     for r in results:
         if r.get("latency"):

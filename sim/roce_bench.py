@@ -74,8 +74,9 @@ class MacModel:
         self.cycle = 0
         #: (first cycle, last cycle, frame bytes) of every frame the endpoint sent
         self.frames = []
-        #: with a line rate: (start, end) of every frame's time on the line, in cycles (a frame
-        #: starts when its first beat is taken or when the line is free, whichever is later)
+        #: (start, end) of every frame's time on the MAC, in cycles: with a line rate, it starts
+        #: when its first beat is taken or when the line is free, whichever is later, and ends
+        #: after its line time or after its last beat, whichever is later
         self.line = []
         self.tx_beats = 0
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
@@ -120,8 +121,8 @@ class MacModel:
                     self.frames.append((first, self.cycle, frame))
                     if self.bytes_per_cycle is not None:
                         start = max(first, self.line[-1][1] if self.line else first)
-                        self.line.append((start, start + (len(frame) + LINE_OVERHEAD) /
-                                          self.bytes_per_cycle))
+                        end = start + (len(frame) + LINE_OVERHEAD) / self.bytes_per_cycle
+                        self.line.append((start, max(end, self.cycle + 1)))
                     else:
                         self.line.append((first, self.cycle + 1))
                     buf, first = bytearray(), None
