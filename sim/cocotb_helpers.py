@@ -23,10 +23,11 @@ def frame_bytes(f):
     return bytes(f.tdata)
 
 
-async def read_stats(dut):
-    """Every counter of the stack's statistics block (``stats_addr``/``stats_data``), by name."""
+async def read_stats(dut, names=STATS):
+    """Every counter of a statistics block (``stats_addr``/``stats_data``; by default the
+    stack's), by name."""
     values = {}
-    for k, name in enumerate(STATS):
+    for k, name in enumerate(names):
         dut.stats_addr.value = k
         await ClockCycles(dut.clk, 2)
         await RisingEdge(dut.clk)

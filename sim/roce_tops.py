@@ -90,6 +90,7 @@ class EndpointTop(wiring.Component):
             **record_members("gen", GEN_CONFIG, sink=True),
             "gen_busy": Out(1), "gen_posted": Out(32), "gen_ok": Out(32), "gen_err": Out(32),
             "gen_cycles": Out(32),
+            "qp_open": Out(num_qps),
             **axis_members("s_msg_axis", width, sink=True),
             "msg_meta": In(data.Layout.cast(STREAM_META).size),
             "stats_addr": In(range(len(STATS))),
@@ -115,7 +116,7 @@ class EndpointTop(wiring.Component):
         connect_record(m, self, "gen", ep.gen, sink=True)
         m.d.comb += [self.gen_busy.eq(ep.gen_busy), self.gen_posted.eq(ep.gen_posted),
                      self.gen_ok.eq(ep.gen_ok), self.gen_err.eq(ep.gen_err),
-                     self.gen_cycles.eq(ep.gen_cycles)]
+                     self.gen_cycles.eq(ep.gen_cycles), self.qp_open.eq(ep.qp_open)]
         connect_axis(m, self, "s_msg_axis", ep.msg, sink=True)
         m.d.comb += ep.msg.payload.meta.as_value().eq(self.msg_meta)
         m.d.comb += [ep.stats_addr.eq(self.stats_addr), self.stats_data.eq(ep.stats_data)]

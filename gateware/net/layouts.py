@@ -31,6 +31,8 @@ UDP_TX = data.StructLayout({
     "ecn": 2,
     "icrc": 1,            # 1: a RoCEv2 packet; the payload comes without its ICRC, which the
                           # stack appends after the IPv4 header is final
+    "checksum": 16,       # UDP checksum as sent (0: none, as RoCEv2 and IPv4 allow); a sender
+                          # that knows its whole datagram computes it
 })
 
 ETH_META = data.StructLayout({"eth": ETH.layout})

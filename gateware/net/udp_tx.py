@@ -26,7 +26,8 @@ class UdpTx(wiring.Component):
     headers (with ``icrc`` set it counts the 4 ICRC bytes the stack appends later, which the
     payload does not carry) and checked against the payload: a payload shorter than announced leaves with
     ``error`` set (the MAC then aborts the frame), a longer one is cut; both pulse
-    ``length_mismatch``. The UDP checksum is sent as 0 (allowed for IPv4).
+    ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
+    IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
     Latency 0 (combinational arbiter, trimmer and packetizer). Backpressure from ``o``.
     """
@@ -65,7 +66,7 @@ class UdpTx(wiring.Component):
                 dst.ip.length.eq(u.length + UDP.length), dst.ip.mac_known.eq(0),
                 dst.ip.icrc.eq(u.icrc),
                 dst.udp.src_port.eq(u.src_port), dst.udp.dst_port.eq(u.dst_port),
-                dst.udp.length.eq(u.length + UDP.length), dst.udp.checksum.eq(0),
+                dst.udp.length.eq(u.length + UDP.length), dst.udp.checksum.eq(u.checksum),
             ]
         mm = m.submodules.headers = MapMeta(W, UDP_TX_META, hdr_meta, headers)
         wiring.connect(m, trim.o, mm.i)

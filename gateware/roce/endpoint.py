@@ -13,6 +13,8 @@ from ..stream_arbiter import StreamArbiter
 from .axi_reader import AxiPayloadReader
 from .axi_writer import AxiWriter
 from .builder import RocePacketBuilder
+from .cm import CM_PORT, ConnectionManager
+from .cm import COUNTERS as CM_COUNTERS
 from .completer import Completer
 from .layouts import COMPLETION, MAX_QPS, WORK_REQUEST, WR_TAGGED, CplStatus, WrSource
 from .payload_ram import PayloadRam
@@ -40,7 +42,7 @@ ROCE_STATS = [
     "roce_rx_acks", "roce_rx_naks", "roce_rx_cnp",
     "roce_tx_packets", "roce_wr_posted", "roce_cpl_ok", "roce_cpl_error",
     "roce_qp_ctl_rejected", "stream_drop_too_long", "stream_drop_error",
-]
+] + [f"cm_{name}" for name in CM_COUNTERS]
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 
@@ -69,6 +71,10 @@ class RoceEndpoint(wiring.Component):
         The streaming front end's ring in local memory (default: the upper half of an on-chip
         buffer, or the top 1 MiB of an AXI4 space), its longest message and its messages in
         flight.
+    cm_port, cm_allow_net, pmtu, cm_timeout, cm_retry, cm_rnr_retry
+        The connection manager (:class:`~rocegen.gateware.roce.cm.ConnectionManager`): its UDP
+        port, the subnet allowed to open QPs (``(ip, prefix_len)`` or None for any), the path
+        MTU, retransmit timeout code and retry counts of QPs opened without the extension bytes.
     vlan, pcp, arp_*
         As for :class:`~rocegen.gateware.net.stack.NetStack`.
 
@@ -77,7 +83,9 @@ class RoceEndpoint(wiring.Component):
     ``local_mac``, ``local_ip``; ``mac_rx`` / ``mac_tx``: the MAC (frames without FCS; the
     transmit side leaves each frame whole, back to back). ``wr``: work requests
     (:data:`~rocegen.gateware.roce.layouts.WORK_REQUEST`), ``cpl``: their completions.
-    ``qp_ctl`` / ``qp_psn``: QP table writes (contexts, initial PSNs). ``gen``: traffic generator
+    ``qp_ctl`` / ``qp_psn``: QP table writes (contexts, initial PSNs), beside the connection
+    manager's (the hosts open QPs over UDP ``cm_port``); ``qp_open``: QPs the connection manager
+    has open. ``gen``: traffic generator
     runs (:data:`~rocegen.gateware.roce.traffic_gen.GEN_CONFIG`) with ``gen_busy``,
     ``gen_posted``, ``gen_ok``, ``gen_err``, ``gen_cycles``. ``msg``: the streaming front end's
     input (messages, ``meta`` = :data:`~rocegen.gateware.roce.stream_in.STREAM_META`). ``mem_w``
@@ -90,8 +98,9 @@ class RoceEndpoint(wiring.Component):
 
     def __init__(self, width=512, num_qps=8, *, memory="onchip", mem_bytes=None, wr_depth=2,
                  outstanding=16, ring_base=None, ring_bytes=None, max_message=None,
-                 max_inflight=64, vlan=None, pcp=0, arp_entries=4, arp_retry_cycles=100_000,
-                 arp_retries=3):
+                 max_inflight=64, cm_port=CM_PORT, cm_allow_net=None, pmtu=4096, cm_timeout=14,
+                 cm_retry=7, cm_rnr_retry=7, vlan=None, pcp=0, arp_entries=4,
+                 arp_retry_cycles=100_000, arp_retries=3):
         check_width(width)
         if not isinstance(num_qps, int) or isinstance(num_qps, bool) or not 1 <= num_qps <= MAX_QPS:
             raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
@@ -117,7 +126,10 @@ class RoceEndpoint(wiring.Component):
         self.memory = memory
         self.mem_bytes = mem_bytes
         self.addr_bits = (mem_bytes - 1).bit_length()
-        self._stack = NetStack(width, (UDP_PORT_ROCEV2,), mtu=IP_MTU, vlan=vlan, pcp=pcp,
+        self._cm = ConnectionManager(width, num_qps, allow_net=cm_allow_net, default_pmtu=pmtu,
+                                     default_timeout=cm_timeout, default_retry=cm_retry,
+                                     default_rnr_retry=cm_rnr_retry, port=cm_port)
+        self._stack = NetStack(width, (UDP_PORT_ROCEV2, cm_port), mtu=IP_MTU, vlan=vlan, pcp=pcp,
                                arp_entries=arp_entries, arp_retry_cycles=arp_retry_cycles,
                                arp_retries=arp_retries)
         self._qps = QpTable(num_qps)
@@ -154,6 +166,7 @@ class RoceEndpoint(wiring.Component):
             "gen_ok": Out(32),
             "gen_err": Out(32),
             "gen_cycles": Out(32),
+            "qp_open": Out(num_qps),
             "msg": In(PacketSignature(width, STREAM_META)),
             "stats_addr": In(range(len(STATS))),
             "stats_data": Out(32),
@@ -182,8 +195,18 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, st.mac_tx, wiring.flipped(self.mac_tx))
 
         # QP table: control writes from outside, reads by the scheduler and the receive path
-        wiring.connect(m, wiring.flipped(self.qp_ctl), qps.ctl)
-        wiring.connect(m, wiring.flipped(self.qp_psn), qps.ctl_psn)
+        cm = m.submodules.cm = self._cm
+        ctl_arb = m.submodules.qp_ctl_arbiter = StreamArbiter(CONTEXT_WRITE, 2)
+        psn_arb = m.submodules.qp_psn_arbiter = StreamArbiter(PSN_WRITE, 2)
+        wiring.connect(m, wiring.flipped(self.qp_ctl), ctl_arb.i[0])
+        wiring.connect(m, cm.qp_ctl, ctl_arb.i[1])
+        wiring.connect(m, ctl_arb.o, qps.ctl)
+        wiring.connect(m, wiring.flipped(self.qp_psn), psn_arb.i[0])
+        wiring.connect(m, cm.qp_psn, psn_arb.i[1])
+        wiring.connect(m, psn_arb.o, qps.ctl_psn)
+        m.d.comb += [cm.local_ip.eq(self.local_ip), self.qp_open.eq(cm.qp_open)]
+        wiring.connect(m, st.udp_rx[1], cm.i)
+        wiring.connect(m, cm.o, st.udp_tx[1])
         m.d.comb += [
             qps.rd_qp.eq(sched.rd_qp),
             sched.rd_context.eq(qps.rd_context),
@@ -211,7 +234,10 @@ class RoceEndpoint(wiring.Component):
         hold = comp.bad_full & (arb.o.payload.wr.qp >= self.num_qps)
         m.d.comb += [sched.wr.payload.eq(arb.o.payload), sched.wr.valid.eq(arb.o.valid & ~hold),
                      arb.o.ready.eq(sched.wr.ready & ~hold)]
-        wiring.connect(m, wiring.flipped(self.gen), gen.start)
+        gen_arb = m.submodules.gen_arbiter = StreamArbiter(GEN_CONFIG, 2)
+        wiring.connect(m, wiring.flipped(self.gen), gen_arb.i[0])
+        wiring.connect(m, cm.gen, gen_arb.i[1])
+        wiring.connect(m, gen_arb.o, gen.start)
         m.d.comb += [self.gen_busy.eq(gen.busy), self.gen_posted.eq(gen.posted),
                      self.gen_ok.eq(gen.completed_ok), self.gen_err.eq(gen.completed_err),
                      self.gen_cycles.eq(gen.cycles)]
@@ -284,8 +310,12 @@ class RoceEndpoint(wiring.Component):
             "roce_cpl_ok": c.valid & c.ready & (c.payload.status == CplStatus.OK),
             "roce_cpl_error": c.valid & c.ready & (c.payload.status != CplStatus.OK),
             "roce_qp_ctl_rejected": qps.rejected,
-            "stream_drop_too_long": front.drop_too_long, "stream_drop_error": front.drop_error,
+            "stream_drop_too_long": _pulse(m, front.drop_too_long),
+            "stream_drop_error": _pulse(m, front.drop_error),
+            **{f"cm_{name}": getattr(cm, name) for name in CM_COUNTERS},
         }
+        for name, value in events.items():
+            assert len(value) == 1, f"statistics event {name} is not a one-bit pulse"
         m.d.comb += stats.inc.eq(Cat(events[name] for name in ROCE_STATS))
         n_net = len(NET_STATS)
         m.d.comb += [st.stats_addr.eq(self.stats_addr), stats.addr.eq(self.stats_addr - n_net)]
@@ -294,3 +324,10 @@ class RoceEndpoint(wiring.Component):
         m.d.sync += roce.eq(self.stats_addr >= n_net)
         m.d.comb += self.stats_data.eq(Mux(roce, stats.data, st.stats_data))
         return m
+
+
+def _pulse(m, counter):
+    """A one-cycle pulse each time ``counter`` (counting by at most one per cycle) moves."""
+    last = Signal.like(counter)
+    m.d.sync += last.eq(counter)
+    return counter != last

@@ -13,11 +13,18 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.records import pack
+from rocegen.gateware.roce.cm import CM_PORT, REPLY_PORT
+from rocegen.gateware.roce.endpoint import ROCE_STATS, STATS
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, QpState, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.stream_in import STREAM_META
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.gateware.top import parse_ip
+from rocegen.sim.cocotb_helpers import read_stats
+from rocegen.sim.models.cm import ACK_ACK, ACK_NAK, REQ_CLOSE_QP, REQ_OPEN_QP, pmtu_code
+from rocegen.sim.models.cm import request as cm_request
+from rocegen.sim.models.cm import traffic as cm_traffic
+from rocegen.sim.models.cm import unpack as cm_unpack
 from rocegen.sim.models.pattern import generator_address, pattern
 from rocegen.sim.models.rnic import Rnic, WcStatus
 from rocegen.sim.roce_bench import MacModel, RecordCollector, RecordDriver, open_qp, qpn, start_clock
@@ -104,6 +111,9 @@ class Bench:
     async def post(self, wr_id, k, opcode, local_addr, length, remote_offset=0, imm=0):
         await self.wr.send({"wr_id": wr_id, "qp": k, "opcode": opcode, "local_addr": local_addr,
                             "length": length, "remote_offset": remote_offset, "imm": imm})
+
+    def remote_at(self, addr, length):
+        return self.nic.read_mem(addr, length)
 
     def remote(self, k, offset, length):
         return self.nic.read_mem(self.qps[k]["base"] + offset, length)
@@ -289,6 +299,60 @@ async def refused_requests(dut):
     assert [c["wr_id"] for c in cpls if c["qp"] == 0] == [1, 4, 5, 6]
     assert b.remote(0, 0, 100) == local[:100]
     assert b.remote(0, 4096, 1500) == local[B:B + 1500]
+    assert not b.nic.log
+    stats = await read_stats(dut, STATS)
+    assert stats["roce_cpl_ok"] == 2 and stats["roce_cpl_error"] == 4
+    assert stats["roce_wr_posted"] == 6
+    assert stats["roce_tx_packets"] == 1 + 2            # 100 bytes, 1500 bytes at PMTU 1024
+    assert stats["roce_rx_acks"] == stats["roce_rx_packets"] == b.nic.counters["ack_tx"] > 0
+    for name in ROCE_STATS:
+        if "drop" in name or "bad" in name or "naks" in name:
+            assert stats[name] == 0, f"{name} = {stats[name]}"
+
+
+@cocotb.test()
+async def connection_manager(dut):
+    """A host opens a QP over UDP 17185 with the existing 64-byte format, starts the traffic
+    generator with a test-traffic datagram, and closes the QP; the replies carry a correct UDP
+    checksum and the data lands in the host's memory."""
+    b = Bench(dut, backpressure=0.2)
+    b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, udp_ports=(50001,))
+    await b.start()
+    host_qpn, host_psn, rkey, base = 0x77, 0xFFFFF0, 0x4242, 0x5000_0000
+    b.nic.register_mr(base, 1 << 16, rkey)
+
+    async def exchange(payload):
+        n = len(b.nic.udp_rx)
+        frame = b.nic.udp_frame(FPGA_IP, 50000, CM_PORT, payload, dst_mac=FPGA_MAC)
+        b.mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+        for _ in range(20_000):
+            if len(b.nic.udp_rx) > n:
+                src_ip, sport, dport, reply = b.nic.udp_rx[n]
+                assert (src_ip, sport, dport) == (FPGA_IP, REPLY_PORT, 50001)
+                return cm_unpack(reply)
+            await RisingEdge(dut.clk)
+        raise AssertionError("no reply from the connection manager")
+
+    reply = await exchange(cm_request(REQ_OPEN_QP, loc_qpn=host_qpn, loc_psn=host_psn,
+                                      loc_rkey=rkey, loc_vaddr=base, loc_ip=parse_ip(HOST_IP),
+                                      listening_port=50001, pmtu_code=pmtu_code(1024)))
+    assert reply["ack_valid"] == 1 and reply["ack_type"] == ACK_ACK
+    fpga_qpn = reply["loc_qpn"]
+    assert fpga_qpn == qpn(0) and reply["rem_qpn"] == host_qpn
+    assert int(dut.qp_open.value) == 1
+    b.nic.create_qp(host_qpn, peer_qpn=fpga_qpn, peer_ip=FPGA_IP, peer_mac=FPGA_MAC,
+                    epsn=reply["loc_psn"], pmtu=1024)
+    frame = b.nic.udp_frame(FPGA_IP, 50000, CM_PORT, cm_traffic(fpga_qpn, 5000, 4),
+                            dst_mac=FPGA_MAC)
+    b.mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+    await ClockCycles(dut.clk, 50)
+    await wait_gen(dut, 4)
+    assert b.remote_at(base, 5000) == pattern(generator_address(3), 5000)
+    assert b.nic.expected_psn(host_qpn) == (host_psn + 4 * 5) % (1 << 24)
+    reply = await exchange(cm_request(REQ_CLOSE_QP, rem_qpn=fpga_qpn, listening_port=50001))
+    assert reply["ack_type"] == ACK_ACK and int(dut.qp_open.value) == 0
+    reply = await exchange(cm_request(REQ_CLOSE_QP, rem_qpn=fpga_qpn, listening_port=50001))
+    assert reply["ack_type"] == ACK_NAK
     assert not b.nic.log
 
 
