@@ -10,7 +10,7 @@ JOBS ?= auto
 WIDTH ?= 512
 BOARD ?= vcu118
 
-.PHONY: setup verilator demo test test-unit lint bench verilog clean
+.PHONY: setup verilator demo test test-unit lint bench verilog build boards clean
 
 setup: $(STAMP) verilator
 
@@ -43,7 +43,13 @@ bench: setup
 	$(WITH_VL) $(PY) -m bench.bench_roce
 
 verilog: setup
-	$(VENV)/bin/rocegen verilog --width $(WIDTH) -o build/rocegen_stack_w$(WIDTH).v
+	$(VENV)/bin/rocegen verilog --width $(WIDTH) -o build/rocegen_endpoint_w$(WIDTH).v
+
+build: setup
+	$(VENV)/bin/rocegen build --board $(BOARD) -o build/board/$(BOARD)
+
+boards: setup
+	$(VENV)/bin/rocegen boards
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,0 +1,23 @@
+"""Board targets: vendor-specific top levels around the portable core, and their Vivado builds.
+
+``BOARDS`` maps each target's name to its :class:`~rocegen.boards.base.Board`;
+``rocegen boards`` lists them and ``rocegen build --board NAME`` writes a build folder for one.
+Vendor IP and primitives appear only in this package.
+"""
+
+from .base import RETRANSMIT_MEMORIES, Board, write_build
+from .vcu118 import Vcu118Cmac, Vcu118Xxv
+
+__all__ = ["BOARDS", "Board", "RETRANSMIT_MEMORIES", "get_board", "write_build"]
+
+#: Every board target, by name.
+BOARDS = {b.name: b for b in (Vcu118Cmac(), Vcu118Xxv(25), Vcu118Xxv(10))}
+
+
+def get_board(name):
+    """The board target called ``name``; :exc:`ValueError` naming the known ones otherwise."""
+    try:
+        return BOARDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"--board: unknown board {name!r}; known boards: "
+                         f"{', '.join(BOARDS)}") from None

@@ -1,14 +1,21 @@
 """The ``rocegen`` command line."""
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
 
 __all__ = ["main"]
 
+#: What ``rocegen verilog`` emits: the RoCEv2 endpoint core, or the network stack alone.
+CORES = ("endpoint", "stack")
+MEMORIES = ("onchip", "axi4")
+
 
 def _verilog(args):
+    if getattr(args, "core", "stack") == "endpoint":
+        return _verilog_endpoint(args)
     from .emit import to_verilog
     from .top import StackTop
     from .xgmii_top import XgmiiStackTop
@@ -21,6 +28,109 @@ def _verilog(args):
     out.write_text(text)
     print(f"wrote {out} ({len(text) / 1e6:.2f} MB of Verilog, W={args.width}) "
           f"in {time.perf_counter() - t0:.1f} s")
+
+
+def _check_address(option, parse, text):
+    try:
+        parse(text)
+    except ValueError as e:
+        raise ValueError(f"{option}: {e}") from None
+
+
+def _check_name(name):
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", name):
+        raise ValueError(f"--name must be a Verilog identifier, not {name!r}")
+
+
+def _check_verilog_args(args):
+    """Validate ``rocegen verilog``'s parameters before anything is built; fills defaults."""
+    from .roce.layouts import MAX_QPS
+    from .stream import check_width
+    from .top import parse_ip, parse_mac
+    check_width(args.width)
+    if args.phy == "xgmii" and args.width != 64:
+        raise ValueError(f"--width must be 64 with --phy xgmii (the XGMII word), not {args.width}")
+    _check_address("--ip", parse_ip, args.ip)
+    _check_address("--mac", parse_mac, args.mac)
+    if args.core == "stack":
+        for option, value in (("--qps", args.qps), ("--memory", args.memory),
+                              ("--mem-bytes", args.mem_bytes)):
+            if value is not None:
+                raise ValueError(f"{option} applies to --core endpoint only, not to the network "
+                                 f"stack")
+        args.port = args.port or [17185]
+        for port in args.port:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"--port must be a UDP port 1..65535, not {port}")
+        args.name = args.name or "rocegen_stack"
+    else:
+        if args.port:
+            raise ValueError("--port applies to --core stack only (the endpoint serves RoCEv2 "
+                             "on UDP port 4791)")
+        args.qps = 8 if args.qps is None else args.qps
+        if not 1 <= args.qps <= MAX_QPS:
+            raise ValueError(f"--qps must be 1..{MAX_QPS}, not {args.qps}")
+        args.memory = args.memory or "onchip"
+        if args.memory not in MEMORIES:
+            raise ValueError(f"--memory must be one of {', '.join(MEMORIES)}, not "
+                             f"{args.memory!r}")
+        if args.mem_bytes is not None and (args.mem_bytes <= 0
+                                           or args.mem_bytes & (args.mem_bytes - 1)):
+            raise ValueError(f"--mem-bytes must be a power of two, not {args.mem_bytes}")
+        args.name = args.name or "rocegen_endpoint"
+    _check_name(args.name)
+
+
+def _verilog_endpoint(args):
+    from rocegen.boards.core import CoreTop
+
+    from .emit import to_verilog
+    t0 = time.perf_counter()
+    params = {} if args.mem_bytes is None else {"mem_bytes": args.mem_bytes}
+    try:
+        top = CoreTop(args.width, args.qps, memory=args.memory, phy=args.phy, mac=args.mac,
+                      ip=args.ip, **params)
+    except ValueError as e:
+        msg = str(e)
+        if msg.startswith("mem_bytes"):
+            msg = f"--mem-bytes: {msg}"
+        raise ValueError(msg) from None
+    text = to_verilog(top, name=args.name)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out} ({len(text) / 1e6:.2f} MB of Verilog): endpoint core {args.name}, "
+          f"W={args.width}, {args.qps} QPs, {args.memory} memory of {top.endpoint.mem_bytes} "
+          f"bytes, MAC side {args.phy}, in {time.perf_counter() - t0:.1f} s")
+
+
+def _build(args):
+    from rocegen.boards import get_board, write_build
+    board = get_board(args.board)
+    params = {"num_qps": args.qps, "mac": args.mac, "ip": args.ip,
+              "retransmit_memory": args.retransmit_memory, "width": args.width,
+              "mem_bytes": args.mem_bytes, "top_name": args.name}
+    try:
+        files = write_build(board, args.output, **params)
+    except ValueError as e:
+        msg = str(e)
+        if msg.startswith("mem_bytes"):
+            msg = f"--mem-bytes: {msg}"
+        raise ValueError(msg) from None
+    print(f"build it with: cd {files['tcl'].parent} && vivado -mode batch -source build.tcl "
+          f"(see BUILD.md)")
+    return 0
+
+
+def _boards(args):
+    from rocegen.boards import BOARDS
+    rows = [b.summary() for b in BOARDS.values()]
+    cols = ["board", "mac", "line", "width", "core clock", "part", "clocks"]
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    print("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(widths[c]) for c in cols).rstrip())
+    return 0
 
 
 PMTUS = (256, 512, 1024, 2048, 4096)
@@ -110,17 +220,45 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="rocegen", description="FPGA RoCEv2 endpoint generator")
     sub = p.add_subparsers(dest="command", required=True)
 
-    v = sub.add_parser("verilog", help="emit the portable endpoint core as Verilog")
+    v = sub.add_parser("verilog", help="emit the portable endpoint core (or the network stack "
+                       "alone) as Verilog")
+    v.add_argument("--core", choices=CORES, default="endpoint",
+                   help="endpoint: the RoCEv2 endpoint core with flat ports (default); stack: "
+                   "the network stack with a UDP echo service")
     v.add_argument("--width", type=int, default=None,
                    help="datapath width in bits (64..512; default 512, 64 with --phy xgmii)")
     v.add_argument("--phy", choices=["axis", "xgmii"], default="axis",
                    help="MAC side: a CMAC-shaped AXI-Stream port, or the built-in 10/25G XGMII MAC")
+    v.add_argument("--qps", type=int, default=None, help="QPs of the endpoint (1..256, default 8)")
+    v.add_argument("--memory", default=None,
+                   help="payload memory of the endpoint: onchip (default) or axi4 (m_axi_* port)")
+    v.add_argument("--mem-bytes", type=int, default=None,
+                   help="payload memory size in bytes, a power of two (default 256 KiB on chip, "
+                   "4 GiB of AXI4 address space)")
     v.add_argument("--mac", default="02:00:00:00:00:01", help="our MAC address")
     v.add_argument("--ip", default="10.0.0.2", help="our IPv4 address")
     v.add_argument("--port", type=int, action="append", default=None,
-                   help="UDP port served (repeatable; default 17185)")
-    v.add_argument("--name", default="rocegen_stack", help="Verilog module name")
+                   help="UDP port served by --core stack (repeatable; default 17185)")
+    v.add_argument("--name", default=None,
+                   help="Verilog module name (default rocegen_endpoint / rocegen_stack)")
     v.add_argument("-o", "--output", required=True, help="output .v file")
+
+    b = sub.add_parser("build", help="write a board's Vivado build: top-level Verilog, "
+                       "constraints, batch Tcl script, instructions")
+    b.add_argument("--board", required=True, help="board target (see `rocegen boards`)")
+    b.add_argument("--ip", default="10.0.0.2", help="the board's IPv4 address")
+    b.add_argument("--mac", default="02:00:00:00:00:01", help="the board's MAC address")
+    b.add_argument("--qps", type=int, default=8, help="QPs of the endpoint (1..256)")
+    b.add_argument("--retransmit-memory", default="bram",
+                   help="where payloads are kept: bram (default), uram, or ddr4 (not available)")
+    b.add_argument("--mem-bytes", type=int, default=None,
+                   help="payload memory size in bytes (default 256 KiB bram, 4 MiB uram)")
+    b.add_argument("--width", type=int, default=None,
+                   help="datapath width; must be the board MAC's (checked, else implied)")
+    b.add_argument("--name", default=None, help="top-level module name (default per board)")
+    b.add_argument("-o", "--output", required=True, help="output folder")
+
+    sub.add_parser("boards", help="list the board targets")
 
     s = sub.add_parser("sim", help="simulation commands")
     ssub = s.add_subparsers(dest="sim_command", required=True)
@@ -146,10 +284,15 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         if args.command == "verilog":
-            args.port = args.port or [17185]
             if args.width is None:
                 args.width = 64 if args.phy == "xgmii" else 512
-            return _verilog(args)
+            _check_verilog_args(args)
+            _verilog(args)
+            return 0
+        if args.command == "build":
+            return _build(args)
+        if args.command == "boards":
+            return _boards(args)
         if args.command == "sim" and args.sim_command == "demo":
             return _sim_demo(args)
         if args.command == "sim" and args.sim_command == "ping":

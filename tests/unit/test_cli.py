@@ -5,9 +5,18 @@ import pytest
 from rocegen.gateware.cli import main
 
 
+def run(argv):
+    """``main``'s exit status, also for errors argparse itself reports (it exits with 2)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
+
+
 def test_verilog_axis_top(tmp_path):
     out = tmp_path / "core.v"
-    assert not main(["verilog", "--width", "64", "--ip", "192.168.1.9", "-o", str(out)])
+    assert not main(["verilog", "--core", "stack", "--width", "64", "--ip", "192.168.1.9",
+                     "-o", str(out)])
     text = out.read_text()
     assert re.search(r"^module rocegen_stack\(", text, re.M)
     for port in ("s_axis_tdata", "s_axis_tkeep", "s_axis_tuser", "m_axis_tready", "stats_addr"):
@@ -17,9 +26,55 @@ def test_verilog_axis_top(tmp_path):
 
 def test_verilog_xgmii_top(tmp_path):
     out = tmp_path / "x.v"
-    assert not main(["verilog", "--phy", "xgmii", "-o", str(out)])
+    assert not main(["verilog", "--core", "stack", "--phy", "xgmii", "-o", str(out)])
     text = out.read_text()
     assert "input [63:0] xgmii_rxd" in text and "output [7:0] xgmii_txc" in text
+
+
+def _ports(text, module):
+    header = re.search(rf"^module {module}\((.*?)\);", text, re.M | re.S)
+    assert header, f"module {module} not found"
+    decl = {}
+    for d, rng, name in re.findall(r"^  (input|output) (\[\d+:0\] )?(\w+);", text, re.M):
+        decl.setdefault(name, (d, int(rng[1:].split(":")[0]) + 1 if rng else 1))
+    return decl
+
+
+def test_verilog_endpoint_core(tmp_path, capsys):
+    out = tmp_path / "ep.v"
+    assert not main(["verilog", "--width", "64", "--qps", "1", "--mem-bytes", "8192",
+                     "--ip", "192.168.1.9", "--mac", "02:11:22:33:44:55", "-o", str(out)])
+    assert "endpoint core rocegen_endpoint, W=64, 1 QPs, onchip memory of 8192 bytes" in \
+        capsys.readouterr().out
+    text = out.read_text()
+    ports = _ports(text, "rocegen_endpoint")
+    expect = {
+        "s_axis_tdata": ("input", 64), "s_axis_tkeep": ("input", 8), "s_axis_tuser": ("input", 1),
+        "s_axis_tready": ("output", 1), "m_axis_tdata": ("output", 64),
+        "m_axis_tready": ("input", 1), "wr_valid": ("input", 1), "wr_ready": ("output", 1),
+        "cpl_valid": ("output", 1), "cpl_ready": ("input", 1), "qp_ctl_valid": ("input", 1),
+        "qp_psn_ready": ("output", 1), "gen_busy": ("output", 1), "qp_open": ("output", 1),
+        "s_msg_axis_tdata": ("input", 64), "stats_data": ("output", 32),
+        "mem_w_valid": ("input", 1), "clk": ("input", 1), "rst": ("input", 1),
+    }
+    for name, want in expect.items():
+        assert ports.get(name) == want, (name, ports.get(name))
+    for name in ("wr_data", "cpl_data", "qp_ctl_data", "gen_data", "msg_meta", "mem_w_data",
+                 "stats_addr"):
+        assert name in ports, name
+    assert not any(p.startswith("m_axi_") for p in ports)
+
+
+def test_verilog_endpoint_xgmii_axi4(tmp_path):
+    out = tmp_path / "x.v"
+    assert not main(["verilog", "--phy", "xgmii", "--memory", "axi4", "--qps", "2",
+                     "--mem-bytes", str(1 << 20), "--name", "my_core", "-o", str(out)])
+    ports = _ports(out.read_text(), "my_core")
+    assert ports["xgmii_rxd"] == ("input", 64) and ports["xgmii_txc"] == ("output", 8)
+    assert ports["mac_rx_fcs_errors"] == ("output", 32)
+    assert ports["m_axi_awaddr"] == ("output", 20) and ports["m_axi_rdata"] == ("input", 64)
+    assert ports["qp_open"] == ("output", 2)
+    assert "s_axis_tdata" not in ports and "mem_w_valid" not in ports
 
 
 @pytest.mark.parametrize("args, message", [
@@ -27,8 +82,70 @@ def test_verilog_xgmii_top(tmp_path):
     (["--ip", "10.0.0.300"], "not an IPv4 address"),
     (["--mac", "02:00:00:00:01"], "not a MAC address"),
     (["--phy", "xgmii", "--width", "512"], "width must be 64"),
+    (["--core", "stack", "--phy", "xgmii", "--width", "512"], "width must be 64"),
+    (["--ip", "1.2.3.4.5"], "--ip: not an IPv4 address"),
+    (["--mac", "gg:00:00:00:00:01"], "--mac: not a MAC address"),
+    (["--qps", "0"], "--qps must be 1..256, not 0"),
+    (["--qps", "257"], "--qps must be 1..256, not 257"),
+    (["--memory", "ddr4"], "--memory must be one of onchip, axi4, not 'ddr4'"),
+    (["--mem-bytes", "1000"], "--mem-bytes must be a power of two, not 1000"),
+    (["--mem-bytes", "64"], "--mem-bytes: mem_bytes must be a power of two from 1024"),
+    (["--port", "5"], "--port applies to --core stack only"),
+    (["--core", "stack", "--qps", "2"], "--qps applies to --core endpoint only"),
+    (["--core", "stack", "--memory", "axi4"], "--memory applies to --core endpoint only"),
+    (["--core", "stack", "--port", "70000"], "--port must be a UDP port"),
+    (["--name", "9lives"], "--name must be a Verilog identifier"),
 ])
 def test_bad_parameters_are_clear_errors(tmp_path, capsys, args, message):
     assert main(["verilog", *args, "-o", str(tmp_path / "x.v")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "x.v").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["verilog", "--core", "nic", "-o", "{out}"], "argument --core: invalid choice"),
+    (["verilog", "--qps", "many", "-o", "{out}"], "argument --qps: invalid int value"),
+    (["build", "--board", "vcu118", "--qps", "x", "-o", "{out}"],
+     "argument --qps: invalid int value"),
+    (["build", "--board", "vcu118"], "the following arguments are required: -o/--output"),
+])
+def test_argument_errors_exit_2(tmp_path, capsys, args, message):
+    assert run([a.format(out=tmp_path / "o") for a in args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--board", "kcu105"], "--board: unknown board 'kcu105'; known boards: vcu118, "),
+    (["--board", "vcu118", "--retransmit-memory", "ddr4"],
+     "--retransmit-memory ddr4 is not available in board builds"),
+    (["--board", "vcu118", "--retransmit-memory", "sram"],
+     "--retransmit-memory must be one of bram, uram, ddr4, not 'sram'"),
+    (["--board", "vcu118", "--width", "64"],
+     "--width 64 does not match the vcu118 board: its MAC (CMAC"),
+    (["--board", "vcu118_25g", "--width", "512"], "--width 512 does not match the vcu118_25g"),
+    (["--board", "vcu118", "--qps", "0"], "--qps must be 1..256, not 0"),
+    (["--board", "vcu118_10g", "--ip", "10.0.0"], "--ip: not an IPv4 address"),
+    (["--board", "vcu118_10g", "--mac", "00-11-22-33-44-55"], "--mac: not a MAC address"),
+    (["--board", "vcu118_10g", "--name", "a b"], "--name must be a Verilog identifier"),
+])
+def test_build_errors(tmp_path, capsys, args, message):
+    out = tmp_path / "build"
+    assert main(["build", *args, "-o", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_boards_lists_every_board(capsys):
+    from rocegen.boards import BOARDS
+    assert main(["boards"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["board", "mac", "line", "width", "core", "clock", "part",
+                                "clocks"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == set(BOARDS)
+    assert re.search(r"CMAC.*100G\s+512\s+322\.266 MHz\s+xcvu9p-flga2104-2L-e\s+clk_125mhz 125 MHz",
+                     rows["vcu118"])
+    assert re.search(r"XGMII MAC.*25G\s+64\s+390\.625 MHz", rows["vcu118_25g"])
+    assert re.search(r"XGMII MAC.*10G\s+64\s+156\.250 MHz", rows["vcu118_10g"])
+    assert "qsfp1_mgt_refclk_0 156.25 MHz" in rows["vcu118"]

@@ -1,0 +1,407 @@
+"""What every board target has: a description (part, MAC, line rate, clocks), a top level, and
+the files of a Vivado build (Verilog, constraints, batch Tcl script, instructions).
+
+A board is a :class:`Board` subclass; the registry in :mod:`rocegen.boards` lists them.
+:func:`write_build` turns one into a folder that ``vivado -mode batch -source build.tcl`` builds
+into a bitstream.
+"""
+
+import re
+import time
+from pathlib import Path
+
+from rocegen.gateware.emit import to_verilog
+from rocegen.gateware.roce.layouts import MAX_QPS
+from rocegen.gateware.top import parse_ip, parse_mac
+
+__all__ = ["Board", "PinMap", "RETRANSMIT_MEMORIES", "DDR4_UNSUPPORTED", "write_build",
+           "check_build_params", "add_ram_style"]
+
+#: Where work-request payloads are kept (and read again for a retransmission).
+RETRANSMIT_MEMORIES = ("bram", "uram", "ddr4")
+
+#: Local memory size per kind when not given: block RAM is scarce, UltraRAM is not.
+DEFAULT_MEM_BYTES = {"bram": 256 * 1024, "uram": 1024 * 1024}
+
+#: Why ``ddr4`` is refused (the core side exists: ``memory="axi4"``).
+DDR4_UNSUPPORTED = (
+    "--retransmit-memory ddr4 is not available in board builds yet: it needs the board's DDR4 "
+    "memory controller (MIG) with its ~130-pin component interface, its own reference clock and "
+    "a clock-domain crossing of the 512-bit AXI4 port between the MIG's user clock and the MAC "
+    "clock, none of which rocegen generates or has verified for this board. The core itself "
+    "supports external memory: emit it with `rocegen verilog --memory axi4` and connect m_axi_* "
+    "to a MIG (through an AXI clock converter) in your own Vivado project. Use bram or uram here.")
+
+
+class PinMap:
+    """One top-level port placed on the pins of a platform resource.
+
+    ``port``: the top-level port name. ``resource``, ``number``: the platform resource.
+    ``path``: subsignal names down to the pins (``()`` for the resource's own pins). ``side``:
+    ``"p"`` or ``"n"`` for one side of differential pairs, ``None`` for single-ended pins.
+    ``bits``: which of the resource's pins, in order, make up the port (``None``: all of them).
+    ``port_bit``: place only this bit of the port (on a one-pin resource), for a port whose
+    bits are on separate resources (LEDs).
+    """
+
+    def __init__(self, port, resource, number=0, path=(), side=None, bits=None, port_bit=None):
+        if side not in (None, "p", "n"):
+            raise ValueError(f"side must be None, 'p' or 'n', not {side!r}")
+        self.port, self.resource, self.number = port, resource, number
+        self.path, self.side, self.bits = tuple(path), side, bits
+        self.port_bit = port_bit
+
+    def lookup(self, platform):
+        """``(pin names, attrs, clock)`` of this port on ``platform``."""
+        res = platform.lookup(self.resource, self.number)
+        attrs = dict(res.attrs)
+        clock = res.clock
+        ios = res.ios
+        for name in self.path:
+            sub = [io for io in ios if getattr(io, "name", None) == name]
+            if not sub:
+                raise KeyError(f"resource {self.resource}#{self.number} has no subsignal {name!r}")
+            attrs.update(sub[0].attrs)
+            clock = sub[0].clock or clock
+            ios = sub[0].ios
+        io = ios[0]
+        if self.side is None:
+            if not hasattr(io, "names"):
+                raise TypeError(f"port {self.port}: resource pins are differential, give side")
+            names = list(io.names)
+        else:
+            if not hasattr(io, self.side):
+                raise TypeError(f"port {self.port}: resource pins are single-ended, no side")
+            names = list(getattr(io, self.side).names)
+        if self.bits is not None:
+            names = [names[i] for i in self.bits]
+        return names, attrs, clock
+
+
+class Board:
+    """A board target. Subclasses set the description attributes and implement :meth:`top`,
+    :meth:`ip_tcl` and the board's part of the constraints.
+
+    Attributes
+    ----------
+    name : str
+        Registry name (``rocegen build --board NAME``).
+    title : str
+        One line: the board and the port used.
+    platform : type
+        The board's Amaranth platform (a vendor platform subclass holding its resources).
+    mac : str
+        The MAC used, as shown by ``rocegen boards``.
+    line_rate_gbps : float
+        Ethernet line rate.
+    width : int
+        Data path width W of the core on this board (fixed by the MAC).
+    core_clock_hz : float
+        The clock the MAC hands the core (the core runs in that one clock domain).
+    clocks : list of ``(name, Hz, what)``
+        The board clocks the design uses.
+    top_name : str
+        Default Verilog module name of the top level.
+    pins : list of :class:`PinMap`
+        Placement of every top-level port.
+    """
+
+    name = title = mac = top_name = None
+    platform = None
+    line_rate_gbps = width = core_clock_hz = None
+    clocks = ()
+    pins = ()
+
+    # -- to be provided by a board -------------------------------------------------------------
+
+    def top(self, *, num_qps, mac, ip, memory, mem_bytes):
+        raise NotImplementedError
+
+    def ip_tcl(self):
+        """Tcl that creates and generates the board's vendor IP (in ``$ipdir``)."""
+        raise NotImplementedError
+
+    def extra_xdc(self, top):
+        """Board-specific constraints after the pins and clocks."""
+        return ""
+
+    def leds(self):
+        """``(LED index, meaning)`` pairs for the instructions."""
+        return ()
+
+    def notes(self):
+        """Board-specific paragraphs of BUILD.md (Markdown)."""
+        return ""
+
+    # -- shared ---------------------------------------------------------------------------------
+
+    @property
+    def part(self):
+        return self.platform()._part
+
+    def summary(self):
+        """One row of ``rocegen boards``."""
+        clocks = ", ".join(f"{n} {hz / 1e6:g} MHz" for n, hz, _ in self.clocks)
+        return {"board": self.name, "mac": self.mac, "line": f"{self.line_rate_gbps:g}G",
+                "width": self.width, "core clock": f"{self.core_clock_hz / 1e6:.3f} MHz",
+                "part": self.part, "clocks": clocks}
+
+    def xdc(self, top, top_name=None):
+        """The constraints file: pins and I/O standards from the platform, clocks, then the
+        board's own constraints."""
+        plat = self.platform()
+        lines = [f"# rocegen: constraints of the {self.title}",
+                 f"# part {self.part}; top level {top_name or self.top_name}", "",
+                 "set_property CFGBVS GND [current_design]",
+                 "set_property CONFIG_VOLTAGE 1.8 [current_design]",
+                 "set_property BITSTREAM.GENERAL.COMPRESS true [current_design]", "",
+                 "# pins"]
+        clocks = []
+        for pm in self.pins:
+            names, attrs, clock = pm.lookup(plat)
+            width = len(getattr(top, pm.port))
+            if pm.port_bit is not None:
+                if len(names) != 1 or not 0 <= pm.port_bit < width:
+                    raise ValueError(f"bit {pm.port_bit} of port {pm.port} ({width} bits) "
+                                     f"cannot go on {len(names)} pins")
+                refs = [f"{pm.port}[{pm.port_bit}]" if width > 1 else pm.port]
+            elif width != len(names):
+                raise ValueError(f"port {pm.port} is {width} bits wide but placed on "
+                                 f"{len(names)} pins")
+            else:
+                refs = [pm.port if width == 1 else f"{pm.port}[{i}]" for i in range(width)]
+            for ref, pin in zip(refs, names):
+                props = " ".join([f"PACKAGE_PIN {pin}"] + [f"{k} {v}" for k, v in attrs.items()])
+                lines.append(f"set_property -dict {{{props}}} [get_ports {{{ref}}}]")
+            if clock is not None and pm.side != "n":
+                clocks.append((pm.port, clock.frequency))
+        lines += ["", "# clocks"]
+        for port, hz in clocks:
+            lines.append(f"create_clock -period {1e9 / hz:.3f} -name {port} [get_ports {port}]")
+        lines += ["", self.extra_xdc(top).strip(), ""]
+        return "\n".join(lines)
+
+    def tcl(self, *, top_name, verilog, xdc, report_prefix="post_route"):
+        """The Vivado batch script: in-memory project for the part, the vendor IP, synthesis,
+        implementation, reports and the bitstream."""
+        return f"""\
+# rocegen: Vivado batch build of the {self.title}
+#   vivado -mode batch -source build.tcl
+# Runs in the folder holding this script; everything it makes goes to ./vivado.
+
+set here [file dirname [file normalize [info script]]]
+cd $here
+set part {self.part}
+set top {top_name}
+set outdir [file join $here vivado]
+set ipdir [file join $outdir ip]
+file mkdir $outdir
+file mkdir $ipdir
+
+create_project -in_memory -part $part
+set_property target_language Verilog [current_project]
+set_property default_lib work [current_project]
+
+# vendor IP (generated here, synthesized together with the design)
+{self.ip_tcl().strip()}
+
+# the design
+read_verilog [file join $here {verilog}]
+read_xdc [file join $here {xdc}]
+
+synth_design -top $top -part $part
+write_checkpoint -force [file join $outdir post_synth.dcp]
+report_utilization -file [file join $outdir post_synth_utilization.rpt]
+report_timing_summary -file [file join $outdir post_synth_timing_summary.rpt]
+
+opt_design
+place_design
+phys_opt_design
+route_design
+write_checkpoint -force [file join $outdir {report_prefix}.dcp]
+
+report_timing_summary -max_paths 20 -file [file join $outdir {report_prefix}_timing_summary.rpt]
+report_utilization -file [file join $outdir {report_prefix}_utilization.rpt]
+report_utilization -hierarchical -file [file join $outdir {report_prefix}_utilization_hier.rpt]
+report_clock_interaction -file [file join $outdir {report_prefix}_clock_interaction.rpt]
+report_drc -file [file join $outdir {report_prefix}_drc.rpt]
+
+set wns [get_property SLACK [get_timing_paths -max_paths 1 -nworst 1 -setup]]
+set whs [get_property SLACK [get_timing_paths -max_paths 1 -nworst 1 -hold]]
+puts "rocegen: worst setup slack $wns ns, worst hold slack $whs ns"
+if {{$wns < 0 || $whs < 0}} {{
+    puts "rocegen: WARNING: timing is not met; see [file join $outdir {report_prefix}_timing_summary.rpt]"
+}}
+
+write_bitstream -force [file join $outdir $top.bit]
+puts "rocegen: wrote [file join $outdir $top.bit]"
+"""
+
+
+def check_build_params(board, *, num_qps, mac, ip, retransmit_memory, width=None,
+                       mem_bytes=None):
+    """Validate the parameters of a board build; returns ``(memory, mem_bytes)`` for the core.
+    Raises :exc:`ValueError` with a message naming the parameter."""
+    if width is not None and width != board.width:
+        raise ValueError(f"--width {width} does not match the {board.name} board: its MAC "
+                         f"({board.mac}) takes {board.width}-bit words")
+    if not isinstance(num_qps, int) or isinstance(num_qps, bool) or not 1 <= num_qps <= MAX_QPS:
+        raise ValueError(f"--qps must be 1..{MAX_QPS}, not {num_qps!r}")
+    try:
+        parse_ip(ip)
+    except ValueError as e:
+        raise ValueError(f"--ip: {e}") from None
+    try:
+        parse_mac(mac)
+    except ValueError as e:
+        raise ValueError(f"--mac: {e}") from None
+    if retransmit_memory not in RETRANSMIT_MEMORIES:
+        raise ValueError(f"--retransmit-memory must be one of {', '.join(RETRANSMIT_MEMORIES)}, "
+                         f"not {retransmit_memory!r}")
+    if retransmit_memory == "ddr4":
+        raise ValueError(DDR4_UNSUPPORTED)
+    if mem_bytes is None:
+        mem_bytes = DEFAULT_MEM_BYTES[retransmit_memory]
+    return "onchip", mem_bytes
+
+
+_RAM_MODULE = re.compile(r"^module (\\\S*\.endpoint\.ram) \(.*?^endmodule", re.M | re.S)
+_RAM_DECL = re.compile(r"^(\s*)(reg \[\d+:0\] mem \[\d+:0\];)", re.M)
+_RAM_INIT = re.compile(r"^\s*initial begin\n(?:\s*mem\[\d+\] = \d+'h0+;\n)+\s*end\n", re.M)
+
+
+def add_ram_style(text, style, *, drop_zero_init=False):
+    """Mark the endpoint's payload memory in ``text`` (Verilog of a top level holding the
+    endpoint as submodule ``endpoint``) with ``(* ram_style = "<style>" *)``, so that Vivado maps
+    it to that kind of RAM (``"ultra"``: UltraRAM, ``"block"``: block RAM). With
+    ``drop_zero_init``, also remove the memory's all-zero ``initial`` block (UltraRAM cannot be
+    initialized; the payload memory's contents after configuration are undefined anyway).
+    Raises :exc:`ValueError` when the memory is not found (the core's structure changed)."""
+    mod = _RAM_MODULE.search(text)
+    if mod is None:
+        raise ValueError("payload memory module (*.endpoint.ram) not found in the Verilog")
+    body = mod.group(0)
+    if len(_RAM_DECL.findall(body)) != 1:
+        raise ValueError(f"expected one memory array in {mod.group(1)}")
+    body = _RAM_DECL.sub(rf'\1(* ram_style = "{style}" *)\n\1\2', body)
+    if drop_zero_init:
+        body = _RAM_INIT.sub("", body, count=1)
+    return text[:mod.start()] + body + text[mod.end():]
+
+
+def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.0.2",
+                retransmit_memory="bram", width=None, mem_bytes=None, top_name=None, log=print):
+    """Write the Vivado build of ``board`` to ``out_dir``: ``<top>.v`` (board top and core),
+    ``<board>.xdc``, ``build.tcl`` and ``BUILD.md``. Returns the paths written."""
+    memory, mem_bytes = check_build_params(board, num_qps=num_qps, mac=mac, ip=ip,
+                                           retransmit_memory=retransmit_memory, width=width,
+                                           mem_bytes=mem_bytes)
+    top_name = top_name or board.top_name
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top_name):
+        raise ValueError(f"--name must be a Verilog identifier, not {top_name!r}")
+    t0 = time.perf_counter()
+    top = board.top(num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes)
+    text = to_verilog(top, name=top_name)
+    if retransmit_memory == "uram":
+        text = add_ram_style(text, "ultra", drop_zero_init=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {
+        "verilog": out / f"{top_name}.v",
+        "xdc": out / f"{board.name}.xdc",
+        "tcl": out / "build.tcl",
+        "readme": out / "BUILD.md",
+    }
+    files["verilog"].write_text(text)
+    files["xdc"].write_text(board.xdc(top, top_name))
+    files["tcl"].write_text(board.tcl(top_name=top_name, verilog=files["verilog"].name,
+                                      xdc=files["xdc"].name))
+    params = {"board": board.name, "ip": ip, "mac": mac, "qps": num_qps,
+              "retransmit_memory": retransmit_memory, "mem_bytes": mem_bytes,
+              "width": board.width, "top": top_name}
+    files["readme"].write_text(build_md(board, top, params, files))
+    log(f"wrote {out}/: {', '.join(p.name for p in files.values())} "
+        f"({len(text) / 1e6:.2f} MB of Verilog) in {time.perf_counter() - t0:.1f} s")
+    return files
+
+
+def build_md(board, top, params, files):
+    """The instructions of a build folder."""
+    leds = "\n".join(f"| {i} | {what} |" for i, what in board.leds())
+    clocks = "\n".join(f"| {n} | {hz / 1e6:g} MHz | {what} |" for n, hz, what in board.clocks)
+    has_cm = getattr(top, "has_connection_manager", False)
+    if has_cm:
+        qps = ("QPs are opened by the host through the connection manager on UDP port 17185 "
+               "(the host agent does this); the QP LED lights while at least one is open. Any "
+               "host on the link may open QPs: the board build puts no subnet restriction on "
+               "the connection manager.")
+    else:
+        qps = ("This core has no connection manager: nothing on the board opens QPs, so the "
+               "design answers ARP and ping (and counts what it receives) but sends no RDMA "
+               "traffic; synthesis then trims the unreachable requester logic. The QP LED "
+               "lights once a peer acknowledges a packet.")
+    mem = params["retransmit_memory"]
+    mem_text = {
+        "bram": "block RAM",
+        "uram": "UltraRAM (the payload memory carries `(* ram_style = \"ultra\" *)`; check "
+                "`URAM` in the utilization report)",
+    }[mem]
+    return f"""\
+# {board.title}
+
+Generated by `rocegen build --board {board.name}`. Build the bitstream with Vivado (the IP
+settings in `build.tcl` use the property names of the 2020.2 and later versions of the cores;
+Vivado stops with an error naming any property its version does not know):
+
+```
+cd {files['tcl'].parent}
+vivado -mode batch -source build.tcl
+```
+
+Everything goes to `vivado/`: `{params['top']}.bit`, checkpoints, and the reports
+(`post_route_timing_summary.rpt`, `post_route_utilization.rpt`, ...). The script prints the
+worst setup and hold slack and warns when timing is not met. Program the board with the
+Hardware Manager (`open_hw_manager`, `program_hw_devices`).
+
+## Files
+
+| file | what |
+|---|---|
+| `{files['verilog'].name}` | board top level and the RoCEv2 endpoint core (generated Verilog) |
+| `{files['xdc'].name}` | pins, I/O standards, clocks, false paths |
+| `build.tcl` | creates the vendor IP, synthesizes, places, routes, writes the bitstream |
+
+## Parameters
+
+| parameter | value |
+|---|---|
+| board | {board.name} ({board.part}) |
+| MAC | {board.mac}, {board.line_rate_gbps:g} Gb/s |
+| data path | {board.width} bits at {board.core_clock_hz / 1e6:.3f} MHz |
+| IPv4 address | {params['ip']} |
+| MAC address | {params['mac']} |
+| QPs | {params['qps']} (QPNs {256}..{256 + params['qps'] - 1}) |
+| payload memory | {params['mem_bytes']} bytes of {mem_text} |
+
+## Clocks
+
+| clock | frequency | use |
+|---|---|---|
+{clocks}
+
+## LEDs
+
+| LED | meaning |
+|---|---|
+{leds}
+
+## Bring-up
+
+{qps}
+
+From a host on the same link and subnet: `ping {params['ip']}` must answer (the LED of traffic
+blinks). The endpoint's counters (frames, drops, ICRC errors, completions) are in the core's
+statistics block; the board top watches a few of them for the LEDs.
+
+{board.notes().strip()}
+"""

@@ -1,0 +1,437 @@
+"""Board targets: registry, platform pins, board tops and cores elaborating over a parameter
+matrix, constraints and Tcl contents, and the board glue (reset synchronizer, LED logic,
+counter watcher) simulated against Python models."""
+
+import random
+import re
+
+import pytest
+from amaranth.hdl import ClockDomain, Fragment, Module, Signal
+from amaranth.sim import Simulator
+
+from rocegen.boards import BOARDS, RETRANSMIT_MEMORIES, get_board
+from rocegen.boards.base import DDR4_UNSUPPORTED, add_ram_style, check_build_params
+from rocegen.boards.common import LevelSync, ResetSync, StatsWatch, StatusLeds, Stretch
+from rocegen.boards.core import CoreTop
+from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, VCU118Platform, Vcu118Top
+from rocegen.gateware.roce.endpoint import STATS
+from rocegen.sim.harness import run_sim
+
+PART = "xcvu9p-flga2104-2L-e"
+
+
+# -- registry and platform ---------------------------------------------------------------------
+
+def test_registry_describes_every_board():
+    assert set(BOARDS) == {"vcu118", "vcu118_25g", "vcu118_10g"}
+    for name, board in BOARDS.items():
+        assert board.name == name and board.part == PART
+        row = board.summary()
+        assert set(row) == {"board", "mac", "line", "width", "core clock", "part", "clocks"}
+        assert row["line"] == f"{board.line_rate_gbps:g}G"
+    assert (BOARDS["vcu118"].width, BOARDS["vcu118"].line_rate_gbps) == (512, 100)
+    assert BOARDS["vcu118"].core_clock_hz == pytest.approx(322.265625e6)
+    assert (BOARDS["vcu118_25g"].width, BOARDS["vcu118_25g"].core_clock_hz) == (64, 390.625e6)
+    assert (BOARDS["vcu118_10g"].width, BOARDS["vcu118_10g"].core_clock_hz) == (64, 156.25e6)
+    with pytest.raises(ValueError, match=r"--board: unknown board 'kcu105'.*vcu118"):
+        get_board("kcu105")
+
+
+def test_platform_pins():
+    plat = VCU118Platform()
+    assert plat._part == PART
+    leds = [plat.lookup("led", i).ios[0].names[0] for i in range(8)]
+    assert leds == "AT32 AV34 AY30 BB32 BF32 AU37 AV36 BA37".split()
+    q = plat.lookup("qsfp", 0)
+    sub = {s.name: s for s in q.ios}
+    assert sub["refclk"].ios[0].p.names == ["W9"] and sub["refclk"].ios[0].n.names == ["W8"]
+    assert sub["refclk"].clock.frequency == 156.25e6
+    assert sub["rx"].ios[0].p.names == "Y2 W4 V2 U4".split()
+    assert sub["tx"].ios[0].p.names == "V7 T7 P7 M7".split()
+    assert plat.lookup("clk125", 0).clock.frequency == 125e6
+    assert plat.lookup("clk300", 0).ios[0].p.names == ["G31"]
+    # no pin is used twice across all resources
+    pins = []
+    for res in plat.resources.values():
+        stack = list(res.ios)
+        while stack:
+            io = stack.pop()
+            if hasattr(io, "ios"):
+                stack.extend(io.ios)
+            elif hasattr(io, "p"):
+                pins += io.p.names + io.n.names
+            else:
+                pins += io.names
+    assert len(pins) == len(set(pins))
+
+
+# -- elaboration matrix -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+@pytest.mark.parametrize("num_qps, memory", [(1, "bram"), (8, "uram"), (256, "bram")])
+def test_board_tops_elaborate(board, num_qps, memory):
+    b = get_board(board)
+    mem, mem_bytes = check_build_params(b, num_qps=num_qps, mac="02:00:00:00:00:01",
+                                        ip="10.0.0.2", retransmit_memory=memory)
+    top = b.top(num_qps=num_qps, mac="02:00:00:00:00:01", ip="10.0.0.2", memory=mem,
+                mem_bytes=mem_bytes if num_qps != 256 else 64 * 1024)
+    Fragment.get(top, None)
+    assert top.endpoint.num_qps == num_qps and top.width == b.width
+    assert top.has_connection_manager            # the QP LED follows the connection manager
+    assert len(top.qsfp1_tx_p) == (4 if b.width == 512 else 1)
+    assert len(top.led) == 8
+
+
+@pytest.mark.parametrize("kw", [
+    dict(width=64, phy="xgmii"), dict(width=64), dict(width=128, memory="axi4"),
+    dict(width=256, num_qps=3), dict(width=512, num_qps=256, mem_bytes=1 << 16),
+    dict(width=512, memory="axi4", mem_bytes=1 << 30),
+])
+def test_core_tops_elaborate(kw):
+    core = CoreTop(**{"num_qps": 2, **kw})
+    Fragment.get(core, None)
+    ports = core.signature.members
+    w = kw["width"]
+    # every endpoint port is there, flattened
+    for name in ("wr_data", "wr_valid", "wr_ready", "cpl_data", "qp_ctl_data", "qp_psn_valid",
+                 "gen_ready", "gen_busy", "qp_open", "s_msg_axis_tdata", "msg_meta",
+                 "stats_addr", "stats_data"):
+        assert name in ports, name
+    if kw.get("phy") == "xgmii":
+        assert len(core.xgmii_rxd) == 64 and "mac_rx_fcs_errors" in ports
+        assert "s_axis_tdata" not in ports
+    else:
+        assert len(core.s_axis_tdata) == w and len(core.m_axis_tkeep) == w // 8
+    if kw.get("memory") == "axi4":
+        assert len(core.m_axi_rdata) == w and "mem_w_data" not in ports
+    else:
+        assert "mem_w_data" in ports and "m_axi_araddr" not in ports
+    assert len(core.qp_open) == core.num_qps
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(width=512, phy="xgmii"), "width must be 64"),
+    (dict(width=64, phy="rgmii"), "phy must be one of"),
+    (dict(width=100), "width must be one of"),
+    (dict(width=64, num_qps=0), "num_qps must be"),
+    (dict(width=64, memory="ddr4"), "memory must be one of"),
+    (dict(width=64, ip="1.2.3"), "not an IPv4 address"),
+    (dict(width=64, mac="zz:00:00:00:00:00"), "not a MAC address"),
+])
+def test_core_top_rejects_bad_parameters(kw, message):
+    with pytest.raises(ValueError, match=message):
+        CoreTop(**kw)
+
+
+@pytest.mark.parametrize("board, kw, message", [
+    ("vcu118", dict(width=64), r"--width 64 does not match the vcu118 board.*512"),
+    ("vcu118_10g", dict(width=512), r"--width 512 does not match the vcu118_10g board.*64"),
+    ("vcu118", dict(num_qps=0), r"--qps must be 1\.\.256, not 0"),
+    ("vcu118", dict(num_qps=257), r"--qps must be 1\.\.256, not 257"),
+    ("vcu118", dict(ip="10.0.0.256"), r"--ip: not an IPv4 address"),
+    ("vcu118", dict(mac="02:00:00:00:01"), r"--mac: not a MAC address"),
+    ("vcu118", dict(retransmit_memory="sram"), r"--retransmit-memory must be one of"),
+    ("vcu118", dict(retransmit_memory="ddr4"), r"--retransmit-memory ddr4 is not available"),
+])
+def test_build_parameters_are_checked(board, kw, message):
+    params = {"num_qps": 8, "mac": "02:00:00:00:00:01", "ip": "10.0.0.2",
+              "retransmit_memory": "bram", **kw}
+    with pytest.raises(ValueError, match=message):
+        check_build_params(get_board(board), **params)
+
+
+def test_ddr4_refusal_explains_itself():
+    assert RETRANSMIT_MEMORIES == ("bram", "uram", "ddr4")
+    for words in ("MIG", "clock", "rocegen verilog --memory axi4", "bram or uram"):
+        assert words in DDR4_UNSUPPORTED
+
+
+def test_top_rejects_bad_mac_kind():
+    with pytest.raises(ValueError, match="mac_kind"):
+        Vcu118Top(mac_kind="lbus")
+    with pytest.raises(ValueError, match="line_rate_gbps"):
+        Vcu118Top(mac_kind="cmac", line_rate_gbps=25)
+
+
+# -- constraints and Tcl ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tops():
+    return {name: b.top(num_qps=2, mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip",
+                        mem_bytes=64 * 1024) for name, b in BOARDS.items()}
+
+
+def _port_bits(top):
+    from amaranth.lib.wiring import Out
+    bits = {}
+    for name, member in top.signature.members.items():
+        width = len(getattr(top, name))
+        refs = [name] if width == 1 else [f"{name}[{i}]" for i in range(width)]
+        for r in refs:
+            bits[r] = "out" if member.flow == Out else "in"
+    return bits
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_xdc_places_every_port_once(tops, board):
+    b = get_board(board)
+    xdc = b.xdc(tops[board])
+    placed = re.findall(r"set_property -dict \{PACKAGE_PIN (\S+)([^}]*)\} \[get_ports \{(\S+)\}\]",
+                        xdc)
+    ports = [p for _, _, p in placed]
+    assert sorted(ports) == sorted(_port_bits(tops[board])), "every port bit placed exactly once"
+    pins = [pin for pin, _, _ in placed]
+    assert len(pins) == len(set(pins))
+    byport = {p: (pin, attrs) for pin, attrs, p in placed}
+    assert byport["clk_125mhz_p"] == ("AY24", " IOSTANDARD LVDS")
+    assert byport["qsfp1_mgt_refclk_0_p"][0] == "W9"
+    assert byport["led[3]"] == ("BB32", " IOSTANDARD LVCMOS12 SLEW SLOW DRIVE 8")
+    lane0 = "qsfp1_rx_p[0]" if b.width == 512 else "qsfp1_rx_p"
+    assert byport[lane0][0] == "Y2"
+    if b.width == 512:
+        assert byport["qsfp1_tx_n[3]"][0] == "M6"
+    # clocks: board clock and transceiver reference
+    assert "create_clock -period 8.000 -name clk_125mhz_p [get_ports clk_125mhz_p]" in xdc
+    assert ("create_clock -period 6.400 -name qsfp1_mgt_refclk_0_p "
+            "[get_ports qsfp1_mgt_refclk_0_p]") in xdc
+    assert "set_clock_groups -asynchronous" in xdc
+    # false paths: LEDs, async inputs, reset synchronizer presets, level synchronizers
+    assert "set_false_path -to [get_ports {led[*]" in xdc
+    assert "set_false_path -from [get_ports {cpu_reset btn_c" in xdc
+    assert "REF_PIN_NAME == PRE" in xdc and "*rst_sync_*" in xdc and "*cdc0_reg*" in xdc
+    assert "CONFIG_VOLTAGE 1.8" in xdc
+
+
+REQUIRED_TCL = [
+    "create_project -in_memory -part $part", f"set part {PART}",
+    "generate_target all", "read_verilog", "read_xdc", "synth_design -top $top -part $part",
+    "opt_design", "place_design", "route_design", "report_timing_summary",
+    "report_utilization", "write_bitstream -force",
+]
+
+
+def test_tcl_cmac_settings():
+    tcl = BOARDS["vcu118"].tcl(top_name="rocegen_vcu118", verilog="rocegen_vcu118.v",
+                               xdc="vcu118.xdc")
+    for cmd in REQUIRED_TCL:
+        assert cmd in tcl, cmd
+    assert (f"create_ip -name cmac_usplus -vendor xilinx.com -library ip -module_name "
+            f"{CMAC_MODULE}") in tcl
+    for setting in ("CMAC_CAUI4_MODE {1}", "NUM_LANES {4x25}", "GT_REF_CLK_FREQ {156.25}",
+                    "USER_INTERFACE {AXIS}", "INCLUDE_RS_FEC {1}", "GT_GROUP_SELECT {X1Y48~X1Y51}",
+                    "CMAC_CORE_SELECT {CMACE4_X0Y7}", "LANE1_GT_LOC {X1Y48}",
+                    "LANE4_GT_LOC {X1Y51}", "GT_DRP_CLK {125}",
+                    "TX_FRAME_CRC_CHECKING {Enable FCS Insertion}",
+                    "RX_FRAME_CRC_CHECKING {Enable FCS Stripping}"):
+        assert f"CONFIG.{setting}" in tcl, setting
+    assert "read_verilog [file join $here rocegen_vcu118.v]" in tcl
+    assert "read_xdc [file join $here vcu118.xdc]" in tcl
+    # the order of a build
+    order = [tcl.index(c) for c in ("create_project", "create_ip", "generate_target",
+                                    "read_verilog", "synth_design", "opt_design", "place_design",
+                                    "route_design", "write_bitstream")]
+    assert order == sorted(order)
+
+
+@pytest.mark.parametrize("board, rate", [("vcu118_25g", 25), ("vcu118_10g", 10)])
+def test_tcl_xxv_settings(board, rate):
+    tcl = BOARDS[board].tcl(top_name="t", verilog="t.v", xdc=f"{board}.xdc")
+    for cmd in REQUIRED_TCL:
+        assert cmd in tcl, cmd
+    assert f"create_ip -name xxv_ethernet -vendor xilinx.com -library ip -module_name {XXV_MODULE}" in tcl
+    for setting in ("CORE {Ethernet PCS/PMA 64-bit}", "DATA_PATH_INTERFACE {MII}",
+                    "BASE_R_KR {BASE-R}", f"LINE_RATE {{{rate}}}", "GT_REF_CLK_FREQ {156.25}",
+                    "GT_GROUP_SELECT {Quad_X1Y12}", "LANE1_GT_LOC {X1Y48}",
+                    "INCLUDE_USER_FIFO {1}"):
+        assert f"CONFIG.{setting}" in tcl, setting
+    assert "cmac_usplus" not in tcl
+
+
+def test_instances_match_the_ip_module_names(tops):
+    # the vendor IP instantiated by the tops is the one the Tcl creates
+    from amaranth.hdl import Instance
+
+    def instances(top):
+        found = set()
+
+        def walk(frag):
+            if isinstance(frag, Instance):
+                found.add(frag.type)
+            for sub, _, _ in getattr(frag, "subfragments", []):
+                walk(sub)
+        walk(Fragment.get(top, None))
+        return found
+    cmac, xxv = instances(tops["vcu118"]), instances(tops["vcu118_10g"])
+    assert cmac >= {CMAC_MODULE, "IBUFDS", "BUFG"} and XXV_MODULE not in cmac
+    assert xxv >= {XXV_MODULE, "IBUFDS", "BUFG"} and CMAC_MODULE not in xxv
+
+
+def test_ram_style_marks_the_payload_memory():
+    text = ("module top(a);\nendmodule\n"
+            "module \\top.endpoint.ram (clk);\n  reg [63:0] x;\n  reg [63:0] mem [1023:0];\n"
+            "  initial begin\n    mem[0] = 64'h0000000000000000;\n"
+            "    mem[1] = 64'h0000000000000000;\n  end\n  always @(posedge clk) x <= mem[0];\n"
+            "endmodule\n"
+            "module \\top.other (clk);\n  reg [63:0] mem [3:0];\n  initial begin\n"
+            "    mem[0] = 64'h0000000000000000;\n  end\nendmodule\n")
+    out = add_ram_style(text, "ultra")
+    assert '  (* ram_style = "ultra" *)\n  reg [63:0] mem [1023:0];' in out
+    assert out.count("ram_style") == 1 and out.count("initial begin") == 2
+    out = add_ram_style(text, "ultra", drop_zero_init=True)
+    assert out.count("initial begin") == 1 and "mem[1] =" not in out
+    assert "module \\top.other" in out and "mem[0] = 64'h0" in out      # other modules intact
+    with pytest.raises(ValueError, match="payload memory module"):
+        add_ram_style("module top(a);\nendmodule\n", "ultra")
+
+
+# -- board glue in simulation -----------------------------------------------------------------
+
+def test_stats_watch_reports_changes():
+    rng = random.Random(7)
+    n_stats = len(STATS)
+    groups = [[STATS.index(n) for n in ("rx_bad_frame", "roce_rx_naks", "roce_cpl_error")],
+              [STATS.index("roce_rx_acks")], [5]]
+    watch = StatsWatch(groups, range(n_stats))
+    values = [0] * n_stats          # the counters behind the read port
+    flat = [a for g in groups for a in g]
+    group_of = {a: i for i, g in enumerate(groups) for a in g}
+    cycles = 1500
+    events = []          # (cycle, address) of every counter change made by the bench
+    seen = []            # (cycle, changed) reported
+
+    async def bench(ctx):
+        addr_prev = 0
+        for cycle in range(cycles):
+            # read port: data of last cycle's address
+            ctx.set(watch.stats_data, values[addr_prev])
+            addr_prev = ctx.get(watch.stats_addr)
+            assert addr_prev in flat
+            if rng.random() < 0.05:
+                a = rng.choice(flat + [0, 1])        # some changes to unwatched counters
+                values[a] = (values[a] + rng.randrange(1, 3)) % (1 << 32)
+                events.append((cycle, a))
+            await ctx.tick()
+            seen.append(ctx.get(watch.changed))
+    run_sim(watch, testbenches=[bench])
+    # every change of a watched counter is reported for its group, within one scan (+2 cycles)
+    n = len(flat)
+    reported = [(c, g) for c, v in enumerate(seen) for g in range(len(groups)) if v >> g & 1]
+    for cycle, a in events:
+        if a not in group_of or cycle > cycles - n - 4:
+            continue
+        g = group_of[a]
+        assert any(cycle <= c <= cycle + n + 3 and gg == g for c, gg in reported), (cycle, a)
+    # and nothing is reported without a change of that group shortly before
+    for c, g in reported:
+        assert any(c - n - 3 <= cycle <= c and group_of.get(a) == g for cycle, a in events), (c, g)
+
+
+def test_stats_watch_parameters():
+    with pytest.raises(ValueError, match="appears twice"):
+        StatsWatch([[1, 2], [2]], range(10))
+    with pytest.raises(ValueError, match="non-empty"):
+        StatsWatch([[]], range(10))
+    with pytest.raises(ValueError, match="does not fit"):
+        StatsWatch([[40]], range(10))
+
+
+def test_status_leds():
+    blink, heartbeat = 5, 7
+    dut = StatusLeds(blink=blink, heartbeat=heartbeat)
+
+    async def bench(ctx):
+        # traffic: a one-cycle pulse lights the LED for `blink` cycles
+        ctx.set(dut.tx, 1)
+        await ctx.tick()
+        ctx.set(dut.tx, 0)
+        lit = []
+        for _ in range(blink + 3):
+            lit.append(ctx.get(dut.led_traffic))
+            await ctx.tick()
+        assert lit == [1] * blink + [0] * 3
+        # error: sticky until clear (clear is synchronized: 2..3 cycles)
+        ctx.set(dut.error, 1)
+        await ctx.tick()
+        ctx.set(dut.error, 0)
+        for _ in range(20):
+            assert ctx.get(dut.led_error) == 1
+            await ctx.tick()
+        ctx.set(dut.clear, 1)
+        for _ in range(4):
+            await ctx.tick()
+        assert ctx.get(dut.led_error) == 0
+        ctx.set(dut.clear, 0)
+        # link follows its input through the synchronizer
+        ctx.set(dut.link, 1)
+        await ctx.tick().repeat(3)
+        assert ctx.get(dut.led_link) == 1
+        ctx.set(dut.qp_open, 1)
+        assert ctx.get(dut.led_qp) == 1
+        # heartbeat toggles every `heartbeat` cycles
+        flips = []
+        last = ctx.get(dut.led_heartbeat)
+        for cycle in range(5 * heartbeat):
+            await ctx.tick()
+            v = ctx.get(dut.led_heartbeat)
+            if v != last:
+                flips.append(cycle)
+            last = v
+        assert [b - a for a, b in zip(flips, flips[1:])] == [heartbeat] * (len(flips) - 1)
+        assert len(flips) >= 4
+    run_sim(dut, testbenches=[bench])
+
+
+def test_stretch_and_level_sync():
+    s = Stretch(3)
+    ls = LevelSync()
+
+    async def bench(ctx):
+        for v, want in [(1, 0), (0, 1), (0, 1), (0, 1), (0, 0), (1, 0), (1, 1), (0, 1)]:
+            assert ctx.get(s.o) == want
+            ctx.set(s.i, v)
+            await ctx.tick()
+    run_sim(s, testbenches=[bench])
+
+    async def bench2(ctx):
+        ctx.set(ls.i, 1)
+        await ctx.tick()
+        assert ctx.get(ls.o) == 0
+        await ctx.tick()
+        assert ctx.get(ls.o) == 1
+    run_sim(ls, testbenches=[bench2])
+    with pytest.raises(ValueError):
+        Stretch(0)
+
+
+def test_reset_sync():
+    """Asserted at once by arst (no clock edge needed), released `stages` edges after it falls."""
+    m = Module()
+    m.domains.sync = ClockDomain()
+    rs = m.submodules.rs = ResetSync("sync", stages=3)
+    arst = Signal()
+    m.d.comb += rs.arst.eq(arst)
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+
+    async def bench(ctx):
+        assert ctx.get(rs.rst) == 1                  # out of configuration
+        for _ in range(2):
+            await ctx.tick()
+        assert ctx.get(rs.rst) == 1
+        await ctx.tick()
+        assert ctx.get(rs.rst) == 0                  # third edge
+        await ctx.delay(2e-9)
+        ctx.set(arst, 1)
+        await ctx.delay(1e-9)
+        assert ctx.get(rs.rst) == 1                  # asynchronous assertion
+        await ctx.tick()
+        ctx.set(arst, 0)
+        released = 0
+        while ctx.get(rs.rst):
+            await ctx.tick()
+            released += 1
+        assert released == 3
+    sim.add_testbench(bench)
+    sim.run()
+    with pytest.raises(ValueError):
+        ResetSync(stages=1)
