@@ -10,7 +10,7 @@ JOBS ?= auto
 WIDTH ?= 512
 BOARD ?= vcu118
 
-.PHONY: setup verilator demo test test-unit lint bench verilog build boards clean
+.PHONY: setup verilator demo test test-unit lint bench verilog build boards synth clean
 
 setup: $(STAMP) verilator
 
@@ -50,6 +50,9 @@ build: setup
 
 boards: setup
 	$(VENV)/bin/rocegen boards
+
+synth: setup
+	$(PY) -m bench.bench_synth
 
 clean:
 	rm -rf build .pytest_cache

