@@ -8,7 +8,7 @@ from amaranth.lib import data
 
 from .packets import Packet, from_beats, to_beats
 
-__all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "meta_dict"]
+__all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "meta_dict", "send_records"]
 
 
 def meta_dict(value):
@@ -108,3 +108,16 @@ class HandshakeMonitor:
             cycle += 1
             if v and r:
                 self.cycles.append(cycle)
+
+
+async def send_records(ctx, port, records, rng=None, idle=0.0):
+    """Send ``records`` (payload values) one per transfer on the record stream ``port``, with
+    chance ``idle`` of an idle cycle before each (``rng`` draws it)."""
+    for record in records:
+        while idle and rng.random() < idle:
+            ctx.set(port.valid, 0)
+            await ctx.tick()
+        ctx.set(port.payload, record)
+        ctx.set(port.valid, 1)
+        await ctx.tick().until(port.ready)
+    ctx.set(port.valid, 0)

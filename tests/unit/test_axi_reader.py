@@ -2,52 +2,21 @@ import gc
 import random
 
 import pytest
-from amaranth.hdl import Module, Shape
+from amaranth.hdl import Module
 
 from rocegen.gateware.axi import BURST_INCR, Axi4Signature
 from rocegen.gateware.roce.axi_reader import AxiPayloadReader
-from rocegen.gateware.roce.layouts import PACKET_DESC, WrSource
-from rocegen.sim.amaranth_streams import StreamCollector, meta_dict
+from rocegen.gateware.roce.layouts import WrSource
+from rocegen.sim.amaranth_streams import StreamCollector, send_records
 from rocegen.sim.harness import run_sim
 from rocegen.sim.models.axi_ram import AxiRam
-from rocegen.sim.models.pattern import pattern
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.payload import edge_lengths, expected_packet, random_desc
 
 MEM_SIZE = 1 << 16
 
 
-def random_desc(rng, local_addr, length, generator):
-    """A descriptor with random fields but the ones the reader acts on."""
-    desc = {name: rng.getrandbits(Shape.cast(field).width)
-            for name, field in PACKET_DESC.members.items() if name != "src"}
-    desc.update(local_addr=local_addr, length=length,
-                src=WrSource.GENERATOR if generator else rng.choice([WrSource.USER,
-                                                                     WrSource.STREAM]))
-    return desc
 
 
-def expected_packet(desc, memory):
-    """What the reader must send for ``desc`` (without read errors)."""
-    addr, length = desc["local_addr"], desc["length"]
-    payload = pattern(addr, length) if desc["src"] == WrSource.GENERATOR else \
-        memory[addr:addr + length]
-    return Packet(payload, meta_dict(PACKET_DESC.const(desc)), False)
-
-
-def edge_lengths(width):
-    B = width // 8
-    return [0, 1, B - 1, B, B + 1, 4096]
-
-
-async def send_descs(ctx, port, descs, rng, idle=0.0):
-    for desc in descs:
-        while idle and rng.random() < idle:
-            ctx.set(port.valid, 0)
-            await ctx.tick()
-        ctx.set(port.payload, desc)
-        ctx.set(port.valid, 1)
-        await ctx.tick().until(port.ready)
-    ctx.set(port.valid, 0)
 
 
 def mem_descs(rng, width, lengths, *, gen_rate=0.4):
@@ -88,7 +57,7 @@ class AxiRun:
                 self.read_errors += pulse
 
         async def tb(ctx):
-            await send_descs(ctx, dut.desc, descs, rng, idle)
+            await send_records(ctx, dut.desc, descs, rng, idle)
             while len(self.col.packets) < len(descs):
                 await ctx.tick()
             await ctx.tick().repeat(20)

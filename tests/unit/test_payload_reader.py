@@ -3,46 +3,20 @@ import random
 
 import pytest
 from amaranth.hdl import Elaboratable, Module
-from amaranth.hdl._ast import Shape
 from amaranth.lib import wiring
 
-from rocegen.gateware.roce.layouts import PACKET_DESC, WrSource
+from rocegen.gateware.roce.layouts import WrSource
 from rocegen.gateware.roce.payload_ram import PayloadRam
 from rocegen.gateware.roce.payload_reader import PayloadReader
-from rocegen.sim.amaranth_streams import StreamCollector, meta_dict
+from rocegen.sim.amaranth_streams import StreamCollector, send_records
 from rocegen.sim.harness import run_sim
-from rocegen.sim.models.pattern import generator_address, pattern
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.pattern import generator_address
+from rocegen.sim.models.payload import edge_lengths, expected_packet, random_desc
 
 WIDTHS = [64, 128, 256, 512]
 
 
-def random_desc(rng, local_addr, length, generator):
-    """A descriptor with random fields but the ones the reader acts on."""
-    desc = {}
-    for name, field in PACKET_DESC.members.items():
-        if name != "src":
-            desc[name] = rng.getrandbits(Shape.cast(field).width)
-    desc["local_addr"] = local_addr
-    desc["length"] = length
-    desc["src"] = WrSource.GENERATOR if generator else rng.choice([WrSource.USER, WrSource.STREAM])
-    return desc
 
-
-def expected_packet(desc, memory):
-    """What the reader must send for ``desc``: ``memory`` (wrapping) or the test pattern."""
-    addr, length = desc["local_addr"], desc["length"]
-    if desc["src"] == WrSource.GENERATOR:
-        payload = pattern(addr, length)
-    else:
-        size = len(memory)
-        payload = bytes(memory[(addr + i) % size] for i in range(length))
-    return Packet(payload, meta_dict(PACKET_DESC.const(desc)), False)
-
-
-def edge_lengths(width):
-    B = width // 8
-    return [0, 1, B - 1, B, B + 1, 4096]
 
 
 def random_descs(rng, width, lengths, *, gen_rate=0.4):
@@ -57,16 +31,6 @@ def random_descs(rng, width, lengths, *, gen_rate=0.4):
         descs.append(random_desc(rng, addr, n, generator))
     return descs
 
-
-async def send_descs(ctx, port, descs, rng, idle=0.0):
-    for desc in descs:
-        while idle and rng.random() < idle:
-            ctx.set(port.valid, 0)
-            await ctx.tick()
-        ctx.set(port.payload, desc)
-        ctx.set(port.valid, 1)
-        await ctx.tick().until(port.ready)
-    ctx.set(port.valid, 0)
 
 
 def read_words(desc, width, addr_width):
@@ -103,7 +67,7 @@ class ReaderRun:
                     ctx.set(dut.mem.data, mem_rng.getrandbits(width))
 
         async def tb(ctx):
-            await send_descs(ctx, dut.desc, descs, rng, idle)
+            await send_records(ctx, dut.desc, descs, rng, idle)
             while len(self.col.packets) < len(descs):
                 await ctx.tick()
             await ctx.tick().repeat(10)
@@ -193,7 +157,7 @@ def test_with_payload_ram(width):
             ctx.set(wr.valid, 1)
             await ctx.tick()
         ctx.set(wr.valid, 0)
-        await send_descs(ctx, dut.reader.desc, descs, rng, 0.2)
+        await send_records(ctx, dut.reader.desc, descs, rng, 0.2)
         while len(col.packets) < len(descs):
             await ctx.tick()
 
