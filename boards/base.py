@@ -6,6 +6,7 @@ A board is a :class:`Board` subclass; the registry in :mod:`rocegen.boards` list
 into a bitstream.
 """
 
+import abc
 import re
 import time
 from pathlib import Path
@@ -78,7 +79,7 @@ class PinMap:
         return names, attrs, clock
 
 
-class Board:
+class Board(abc.ABC):
     """A board target. Subclasses set the description attributes and implement :meth:`top`,
     :meth:`ip_tcl` and the board's part of the constraints.
 
@@ -114,12 +115,13 @@ class Board:
 
     # -- to be provided by a board -------------------------------------------------------------
 
+    @abc.abstractmethod
     def top(self, *, num_qps, mac, ip, memory, mem_bytes):
-        raise NotImplementedError
+        """The board's top-level component around the core."""
 
+    @abc.abstractmethod
     def ip_tcl(self):
         """Tcl that creates and generates the board's vendor IP (in ``$ipdir``)."""
-        raise NotImplementedError
 
     def extra_xdc(self, top):
         """Board-specific constraints after the pins and clocks."""
