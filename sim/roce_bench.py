@@ -22,12 +22,13 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
+from rocegen.gateware.memport import mem_write_layout
 from rocegen.gateware.records import pack, unpack
 from rocegen.gateware.roce.layouts import COMPLETION, QPN_BASE, WORK_REQUEST, QpState
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 
 __all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "RecordDriver", "RecordCollector",
-           "start_clock", "open_qp", "qpn"]
+           "start_clock", "open_qp", "qpn", "write_onchip"]
 
 #: Line overhead of a frame beyond its bytes without FCS: FCS, preamble + SFD, inter-frame gap.
 LINE_OVERHEAD = 4 + 8 + 12
@@ -214,6 +215,25 @@ async def open_qp(ctl, psn_ctl, index, *, peer_ip, peer_qpn, rkey, base_va, pmtu
         "base_va": base_va, "pmtu_log2": pmtu.bit_length() - 1, "udp_sport": udp_sport,
         "dscp": dscp, "ecn": ecn, "ack_every_log2": ack_every_log2, "timeout": 0,
         "retry_cnt": 7, "rnr_retry": 7}})
+
+
+async def write_onchip(dut, width, mem_bytes, addr, data):
+    """Put ``data`` into the endpoint's on-chip payload memory at byte address ``addr`` (a
+    multiple of W/8) through its ``memw`` word-write port."""
+    B = width // 8
+    if addr % B:
+        raise ValueError(f"local address {addr:#x} is not a multiple of {B}")
+    layout = mem_write_layout(width, (mem_bytes // B - 1).bit_length())
+    data = bytes(data) + bytes(-len(data) % B)
+    dut.memw_valid.value = 1
+    for k in range(len(data) // B):
+        dut.memw_data.value = pack(layout, {"addr": addr // B + k, "data": int.from_bytes(
+            data[k * B:(k + 1) * B], "little"), "be": (1 << B) - 1})
+        while True:
+            await RisingEdge(dut.clk)
+            if int(dut.memw_ready.value):
+                break
+    dut.memw_valid.value = 0
 
 
 def qpn(index):

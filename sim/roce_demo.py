@@ -33,8 +33,6 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 
 from rocegen.gateware.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
-from rocegen.gateware.memport import mem_write_layout
-from rocegen.gateware.records import pack
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
@@ -51,6 +49,7 @@ from rocegen.sim.roce_bench import (
     period_ps,
     qpn,
     start_clock,
+    write_onchip,
 )
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
@@ -94,7 +93,7 @@ async def runs(dut):
     rng = random.Random(5)
     local = rng.randbytes(LOCAL_BYTES)
     if memory == "onchip":
-        await write_onchip(dut, local)
+        await write_onchip(dut, W, PARAMS.get("mem_bytes", 256 * 1024), 0, local)
     else:
         from cocotbext.axi import AxiBus, AxiRam
         ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=PARAMS["mem_bytes"])
@@ -102,7 +101,6 @@ async def runs(dut):
     psn = {}
     for n, run in enumerate(runs):
         nic = Rnic(HOST_MAC, HOST_IP, strict=True)
-        nic.arp_cache = {}
         mac.nic = nic
         mac.bytes_per_cycle = (run["line_gbps"] * 1e9 / 8 / (board_clock_mhz(W) * 1e6)
                                if run.get("line_gbps") else None)
@@ -243,18 +241,3 @@ async def runs(dut):
 
 def now_ps():
     return get_sim_time("ps")
-
-
-async def write_onchip(dut, data):
-    words = PARAMS.get("mem_bytes", 256 * 1024) // B
-    layout = mem_write_layout(W, (words - 1).bit_length())
-    data = bytes(data) + bytes(-len(data) % B)
-    dut.memw_valid.value = 1
-    for k in range(len(data) // B):
-        dut.memw_data.value = pack(layout, {"addr": k, "data": int.from_bytes(
-            data[k * B:(k + 1) * B], "little"), "be": (1 << B) - 1})
-        while True:
-            await RisingEdge(dut.clk)
-            if int(dut.memw_ready.value):
-                break
-    dut.memw_valid.value = 0

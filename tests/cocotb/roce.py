@@ -27,7 +27,15 @@ from rocegen.sim.models.cm import traffic as cm_traffic
 from rocegen.sim.models.cm import unpack as cm_unpack
 from rocegen.sim.models.pattern import generator_address, pattern
 from rocegen.sim.models.rnic import Rnic, WcStatus
-from rocegen.sim.roce_bench import MacModel, RecordCollector, RecordDriver, open_qp, qpn, start_clock
+from rocegen.sim.roce_bench import (
+    MacModel,
+    RecordCollector,
+    RecordDriver,
+    open_qp,
+    qpn,
+    start_clock,
+    write_onchip,
+)
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
@@ -95,18 +103,7 @@ class Bench:
         if MEMORY != "onchip":
             self.ram.write(addr, data)
             return
-        dut = self.dut
-        data = bytes(data) + bytes(-len(data) % B)
-        dut.memw_valid.value = 1
-        for k in range(len(data) // B):
-            word = int.from_bytes(data[k * B:(k + 1) * B], "little")
-            dut.memw_data.value = pack(dut_memw_layout(), {"addr": addr // B + k, "data": word,
-                                                           "be": (1 << B) - 1})
-            while True:
-                await RisingEdge(dut.clk)
-                if int(dut.memw_ready.value):
-                    break
-        dut.memw_valid.value = 0
+        await write_onchip(self.dut, W, PARAMS.get("mem_bytes", 256 * 1024), addr, data)
 
     async def post(self, wr_id, k, opcode, local_addr, length, remote_offset=0, imm=0):
         await self.wr.send({"wr_id": wr_id, "qp": k, "opcode": opcode, "local_addr": local_addr,
@@ -117,12 +114,6 @@ class Bench:
 
     def remote(self, k, offset, length):
         return self.nic.read_mem(self.qps[k]["base"] + offset, length)
-
-
-def dut_memw_layout():
-    from rocegen.gateware.memport import mem_write_layout
-    words = PARAMS.get("mem_bytes", 256 * 1024) // B
-    return mem_write_layout(W, (words - 1).bit_length())
 
 
 def interleave(rng, per_qp):
