@@ -43,6 +43,12 @@ class CplStatus(enum.Enum, shape=4):
     QP_NOT_READY = 2    # the QP was not ready to send (RTS) when the request came to be sent
     LOCAL_ALIGN = 3     # local address not a multiple of the memory word (W/8 bytes)
     LOCAL_LENGTH = 4    # local buffer [local_addr, local_addr + length) outside local memory
+    FLUSHED = 5         # the QP went to the error state (or was closed) before it completed
+    RETRY_EXCEEDED = 6  # timeouts / sequence-error rewinds ran out of retries (retry_cnt)
+    RNR_RETRY_EXCEEDED = 7  # RNR NAKs ran out of retries (rnr_retry)
+    REMOTE_INVALID = 8  # the responder answered NAK invalid request
+    REMOTE_ACCESS = 9   # the responder answered NAK remote access error
+    REMOTE_OP = 10      # the responder answered NAK remote operational error
 
 
 #: A work request with the source that posted it (what the scheduler takes).
