@@ -83,7 +83,7 @@ class CoreTop(wiring.Component):
     mac, ip : str
         Our MAC (``"aa:bb:cc:dd:ee:ff"``) and IPv4 (dotted quad) address, fixed in the core.
     **params
-        Further parameters of the endpoint (``mem_bytes``, ``wr_depth``, ``outstanding``...).
+        Further parameters of the endpoint (``mem_bytes``, ``wr_depth``, ``window``, ``clk_hz``...).
     """
 
     def __init__(self, width=512, num_qps=8, *, memory="onchip", phy="axis",

@@ -54,3 +54,16 @@ def compare_responses(expected, got):
             p = Ether(x)
             if p.haslayer(UDP):
                 assert p[UDP].len == p[IP].len - 20 <= len(p[IP])
+
+
+async def read_qp_stats(dut, qp, names):
+    """The per-QP counters ``names`` (in address order) of QP ``qp`` (``qp_stats_qp`` /
+    ``qp_stats_sel`` / ``qp_stats_data``), by name."""
+    values = {}
+    dut.qp_stats_qp.value = qp
+    for k, name in enumerate(names):
+        dut.qp_stats_sel.value = k
+        await ClockCycles(dut.clk, 2)
+        await RisingEdge(dut.clk)
+        values[name] = int(dut.qp_stats_data.value)
+    return values

@@ -8,7 +8,7 @@ from rocegen.gateware.axi import axi4_members, connect_axi4
 from rocegen.gateware.axis import axis_members, connect_axis
 from rocegen.gateware.icrc import IcrcCheck, IcrcInsert
 from rocegen.gateware.records import connect_record, record_members
-from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
+from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS, RoceEndpoint
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.stream_in import STREAM_META
@@ -95,6 +95,9 @@ class EndpointTop(wiring.Component):
             "msg_meta": In(data.Layout.cast(STREAM_META).size),
             "stats_addr": In(range(len(STATS))),
             "stats_data": Out(32),
+            "qp_stats_qp": In(range(num_qps)),
+            "qp_stats_sel": In(range(len(QP_COUNTERS))),
+            "qp_stats_data": Out(32),
         }
         if memory == "onchip":
             members.update(record_members("memw", ep.mem_w.payload.shape(), sink=True))
@@ -119,7 +122,9 @@ class EndpointTop(wiring.Component):
                      self.gen_cycles.eq(ep.gen_cycles), self.qp_open.eq(ep.qp_open)]
         connect_axis(m, self, "s_msg_axis", ep.msg, sink=True)
         m.d.comb += ep.msg.payload.meta.as_value().eq(self.msg_meta)
-        m.d.comb += [ep.stats_addr.eq(self.stats_addr), self.stats_data.eq(ep.stats_data)]
+        m.d.comb += [ep.stats_addr.eq(self.stats_addr), self.stats_data.eq(ep.stats_data),
+                     ep.qp_stats_qp.eq(self.qp_stats_qp), ep.qp_stats_sel.eq(self.qp_stats_sel),
+                     self.qp_stats_data.eq(ep.qp_stats_data)]
         if ep.memory == "onchip":
             connect_record(m, self, "memw", ep.mem_w, sink=True)
         else:

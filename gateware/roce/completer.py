@@ -79,6 +79,14 @@ class Completer(wiring.Component):
         The bad-QP queue has no room.
     busy : Out(1)
         Work is pending: a QP to examine, a completion in flight or buffered.
+    errored : In(num_qps)
+        QPs in the error state (from :class:`~rocegen.gateware.roce.retry.RetryEngine`): every
+        OK entry at the head of such a QP's queue that no acknowledgement covers completes at
+        once, the first one since ``errored`` rose with ``err_status`` (read through ``err_qp``,
+        combinationally), the others with FLUSHED. Entries already covered still complete OK.
+    freed : Out(stream.Signature(8))
+        The QP of each entry that leaves its queue (a one-cycle pulse, never held: the
+        scheduler frees the work request's slot).
     acks, stale_acks, seq_naks, rnr_naks, naks, overflow : Out(1)
         One-cycle pulses, at most one of each per cycle: an ACK-class event (``stale_acks``
         besides when it does not move the QP's acknowledged PSN forward), a NAK PSN sequence
@@ -130,6 +138,10 @@ class Completer(wiring.Component):
             "rnr_naks": Out(1),
             "naks": Out(1),
             "overflow": Out(1),
+            "errored": In(num_qps),
+            "err_qp": Out(range(num_qps)),
+            "err_status": In(CplStatus),
+            "freed": Out(stream.Signature(8)),
         })
 
     def elaborate(self, platform):
@@ -189,11 +201,27 @@ class Completer(wiring.Component):
         since = Signal(24)
         m.d.comb += since.eq(acked_scan.data - entry.last_psn)
         covered = acked_valid.bit_select(s1_qp, 1) & ~since[23]
+        failed = self.errored.bit_select(s1_qp, 1)
+        err_used = Signal(n)            # the QP's error status went to a completion already
         s1_done = Signal()
-        m.d.comb += s1_done.eq(s1_valid & ~s1_empty & ((entry.status != CplStatus.OK) | covered))
+        m.d.comb += s1_done.eq(s1_valid & ~s1_empty &
+                               ((entry.status != CplStatus.OK) | covered | failed))
+        s1_status = Signal(CplStatus)
+        m.d.comb += self.err_qp.eq(s1_qp)
+        with m.If((entry.status != CplStatus.OK) | covered):
+            m.d.comb += s1_status.eq(entry.status)
+        with m.Elif(err_used.bit_select(s1_qp, 1)):
+            m.d.comb += s1_status.eq(CplStatus.FLUSHED)
+        with m.Else():
+            m.d.comb += s1_status.eq(self.err_status)
+        errored_d = Signal(n)
+        m.d.sync += errored_d.eq(self.errored)
+        first_err = Mux(s1_done & (entry.status == CplStatus.OK) & ~covered, _onehot(s1_qp, n), 0)
+        m.d.sync += err_used.eq((err_used | first_err) & self.errored)
+        m.d.comb += [self.freed.valid.eq(s1_done), self.freed.payload.eq(s1_qp)]
         s1_cpl = Signal(COMPLETION)
         m.d.comb += [
-            s1_cpl.wr_id.eq(entry.wr_id), s1_cpl.qp.eq(s1_qp), s1_cpl.status.eq(entry.status),
+            s1_cpl.wr_id.eq(entry.wr_id), s1_cpl.qp.eq(s1_qp), s1_cpl.status.eq(s1_status),
             s1_cpl.src.eq(entry.src),
             head_w.addr.eq(s1_qp), head_w.data.eq(s1_head + 1), head_w.en.eq(s1_done),
         ]
@@ -318,7 +346,8 @@ class Completer(wiring.Component):
         # ---- per-QP bits
         m.d.sync += [
             acked_valid.eq((acked_valid & ~forget_vec) | moved_vec),
-            dirty.eq((dirty & ~picked_vec) | post_vec | moved_vec | done_vec),
+            dirty.eq((dirty & ~picked_vec) | post_vec | moved_vec | done_vec |
+                     (self.errored & ~errored_d)),
             full.eq((full & ~done_vec) | fills),
         ]
         m.d.comb += self.busy.eq(dirty.any() | s1_valid | outq.r_rdy | badq.r_rdy)

@@ -20,12 +20,14 @@ from .layouts import COMPLETION, MAX_QPS, WORK_REQUEST, WR_TAGGED, CplStatus, Wr
 from .payload_ram import PayloadRam
 from .payload_reader import PayloadReader
 from .qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from .retry import QP_COUNTERS, RetryEngine
 from .rx import RoceRx
 from .scheduler import Scheduler
 from .stream_in import STREAM_META, StreamFrontEnd
 from .traffic_gen import GEN_CONFIG, TrafficGen
 
-__all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX"]
+__all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
+           "default_clk_hz"]
 
 #: Largest path MTU; the stack's IP MTU is sized for it.
 PMTU_MAX = 4096
@@ -35,12 +37,20 @@ IP_MTU = PMTU_MAX + 64
 
 MEMORIES = ("onchip", "axi4")
 
+
+def default_clk_hz(width):
+    """The clock a W-bit endpoint runs at on the boards: the CMAC's 322.266 MHz from 128 bits
+    up, the 10G XGMII clock (156.25 MHz) at 64 bits."""
+    return 156_250_000 if width == 64 else 322_265_625
+
 #: Counters of the RoCE layers, after the network stack's in the statistics address space.
 ROCE_STATS = [
     "roce_rx_packets", "roce_rx_icrc_bad", "roce_rx_drop_short", "roce_rx_drop_opcode",
     "roce_rx_drop_qp", "roce_rx_drop_state", "roce_rx_drop_peer", "roce_rx_drop_pkey",
     "roce_rx_acks", "roce_rx_naks", "roce_rx_cnp",
     "roce_tx_packets", "roce_wr_posted", "roce_cpl_ok", "roce_cpl_error",
+    "roce_stale_acks", "roce_seq_naks", "roce_rnr_naks", "roce_error_naks", "roce_ignored_acks",
+    "roce_timeouts", "roce_rewinds", "roce_qp_errors",
     "roce_qp_ctl_rejected", "stream_drop_too_long", "stream_drop_error",
 ] + [f"cm_{name}" for name in CM_COUNTERS]
 #: Every counter, in address order.
@@ -64,9 +74,14 @@ class RoceEndpoint(wiring.Component):
     mem_bytes : int
         Local memory size (power of two); with ``axi4``, the size of the address space used.
     wr_depth : int
-        Work requests held per QP (one in progress plus waiting ones).
-    outstanding : int
-        Work requests per QP sent but not yet acknowledged (completion tracker depth).
+        Work requests held per QP until they complete: waiting, being sent and sent but not
+        yet acknowledged (a power of two, 1..64; the completion tracker has as many).
+    window : int
+        PSNs a QP may have outstanding (sent, not acknowledged), 1..2^23-1: a QP stalls when
+        its window is full, and the packet that fills it asks for an acknowledgement.
+    clk_hz : int
+        The clock frequency, for the retransmit and RNR timers (default: 322.265625 MHz, or
+        156.25 MHz at 64 bits).
     ring_base, ring_bytes, max_message, max_inflight
         The streaming front end's ring in local memory (default: the upper half of an on-chip
         buffer, or the top 1 MiB of an AXI4 space), its longest message and its messages in
@@ -91,13 +106,16 @@ class RoceEndpoint(wiring.Component):
     input (messages, ``meta`` = :data:`~rocegen.gateware.roce.stream_in.STREAM_META`). ``mem_w``
     (on-chip memory only): word writes into the payload buffer. ``axi`` (AXI4 memory only).
     ``stats_addr`` / ``stats_data``: every counter of :data:`STATS`, one cycle after the address.
+    ``qp_stats_qp`` / ``qp_stats_sel`` / ``qp_stats_data``: the per-QP counters of
+    :data:`QP_COUNTERS` (packets, resent packets, ACKs, NAKs by kind, timeouts...), one cycle
+    after the address.
 
     Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
     idle beat between packets, so one QP fills the MAC port.
     """
 
-    def __init__(self, width=512, num_qps=8, *, memory="onchip", mem_bytes=None, wr_depth=2,
-                 outstanding=16, ring_base=None, ring_bytes=None, max_message=None,
+    def __init__(self, width=512, num_qps=8, *, memory="onchip", mem_bytes=None, wr_depth=64,
+                 window=1024, clk_hz=None, ring_base=None, ring_bytes=None, max_message=None,
                  max_inflight=64, cm_port=CM_PORT, cm_allow_net=None, pmtu=4096, cm_timeout=14,
                  cm_retry=7, cm_rnr_retry=7, vlan=None, pcp=0, arp_entries=4,
                  arp_retry_cycles=100_000, arp_retries=3):
@@ -133,8 +151,12 @@ class RoceEndpoint(wiring.Component):
                                arp_entries=arp_entries, arp_retry_cycles=arp_retry_cycles,
                                arp_retries=arp_retries)
         self._qps = QpTable(num_qps)
-        self._sched = Scheduler(num_qps, width, mem_bytes, depth=wr_depth)
-        self._completer = Completer(num_qps, depth=outstanding)
+        if clk_hz is None:
+            clk_hz = default_clk_hz(width)
+        self.clk_hz = clk_hz
+        self._sched = Scheduler(num_qps, width, mem_bytes, depth=wr_depth, window=window)
+        self._completer = Completer(num_qps, depth=wr_depth)
+        self._retry = RetryEngine(num_qps, clk_hz)
         self._builder = RocePacketBuilder(width)
         self._rx = RoceRx(width, num_qps)
         self._gen = TrafficGen()
@@ -168,6 +190,9 @@ class RoceEndpoint(wiring.Component):
             "gen_cycles": Out(32),
             "qp_open": Out(num_qps),
             "msg": In(PacketSignature(width, STREAM_META)),
+            "qp_stats_qp": In(range(num_qps)),
+            "qp_stats_sel": In(range(len(QP_COUNTERS))),
+            "qp_stats_data": Out(32),
             "stats_addr": In(range(len(STATS))),
             "stats_data": Out(32),
         }
@@ -188,6 +213,7 @@ class RoceEndpoint(wiring.Component):
         gen = m.submodules.traffic_gen = self._gen
         front = m.submodules.stream_in = self._front
         reader = m.submodules.reader = self._reader
+        retry = m.submodules.retry = self._retry
 
         # network stack: MAC, addresses, RoCEv2 on its one UDP port
         m.d.comb += [st.local_mac.eq(self.local_mac), st.local_ip.eq(self.local_ip)]
@@ -200,10 +226,17 @@ class RoceEndpoint(wiring.Component):
         psn_arb = m.submodules.qp_psn_arbiter = StreamArbiter(PSN_WRITE, 2)
         wiring.connect(m, wiring.flipped(self.qp_ctl), ctl_arb.i[0])
         wiring.connect(m, cm.qp_ctl, ctl_arb.i[1])
-        wiring.connect(m, ctl_arb.o, qps.ctl)
         wiring.connect(m, wiring.flipped(self.qp_psn), psn_arb.i[0])
         wiring.connect(m, cm.qp_psn, psn_arb.i[1])
-        wiring.connect(m, psn_arb.o, qps.ctl_psn)
+        # the retry engine sees every control write in the cycle the QP table takes it
+        for arb_o, table_in, engine_in in ((ctl_arb.o, qps.ctl, retry.ctx_set),
+                                           (psn_arb.o, qps.ctl_psn, retry.psn_set)):
+            m.d.comb += [
+                engine_in.payload.eq(arb_o.payload), engine_in.valid.eq(arb_o.valid),
+                table_in.payload.eq(arb_o.payload),
+                table_in.valid.eq(arb_o.valid & engine_in.ready),
+                arb_o.ready.eq(engine_in.ready & table_in.ready),
+            ]
         m.d.comb += [cm.local_ip.eq(self.local_ip), self.qp_open.eq(cm.qp_open)]
         wiring.connect(m, st.udp_rx[1], cm.i)
         wiring.connect(m, cm.o, st.udp_tx[1])
@@ -250,9 +283,26 @@ class RoceEndpoint(wiring.Component):
 
         # receive: UDP port 4791 -> ICRC and ACK checks -> completion tracker
         wiring.connect(m, st.udp_rx[0], rx.i)
-        wiring.connect(m, rx.ack, comp.ack)
+        wiring.connect(m, rx.ack, retry.ack)
         wiring.connect(m, sched.post, comp.post)
         m.d.comb += sched.full.eq(comp.full)
+
+        # reliability: acknowledgements, rewinds, timers and errors (always-ready pulses)
+        wiring.connect(m, sched.sent, retry.sent)
+        m.d.comb += [
+            comp.ack.payload.eq(retry.cpl_ack.payload), comp.ack.valid.eq(retry.cpl_ack.valid),
+            retry.cpl_ack.ready.eq(1),
+            sched.sched.payload.eq(retry.sched.payload), sched.sched.valid.eq(retry.sched.valid),
+            retry.sched.ready.eq(1),
+            sched.freed.payload.eq(comp.freed.payload), sched.freed.valid.eq(comp.freed.valid),
+            comp.freed.ready.eq(1),
+            retry.acked_qp.eq(sched.acked_qp), sched.acked_psn.eq(retry.acked_psn),
+            retry.err_qp.eq(comp.err_qp), comp.err_status.eq(retry.err_status),
+            sched.errored.eq(retry.errored), comp.errored.eq(retry.errored),
+            sched.held.eq(retry.held),
+            retry.qp_stats_qp.eq(self.qp_stats_qp), retry.qp_stats_sel.eq(self.qp_stats_sel),
+            self.qp_stats_data.eq(retry.qp_stats_data),
+        ]
 
         # completions back to whoever posted the work request
         c = comp.cpl
@@ -304,12 +354,18 @@ class RoceEndpoint(wiring.Component):
             "roce_rx_drop_short": rx.drop_short, "roce_rx_drop_opcode": rx.drop_opcode,
             "roce_rx_drop_qp": rx.drop_qp, "roce_rx_drop_state": rx.drop_state,
             "roce_rx_drop_peer": rx.drop_peer, "roce_rx_drop_pkey": rx.drop_pkey,
-            "roce_rx_acks": rx.acks, "roce_rx_naks": comp.naks, "roce_rx_cnp": rx.cnp,
+            "roce_rx_acks": rx.acks,
+            "roce_rx_naks": retry.seq_naks | retry.rnr_naks | retry.error_naks,
+            "roce_rx_cnp": rx.cnp,
             "roce_tx_packets": builder.o.valid & builder.o.ready & builder.o.payload.last,
             "roce_wr_posted": sched.wr.valid & sched.wr.ready,
             "roce_cpl_ok": c.valid & c.ready & (c.payload.status == CplStatus.OK),
             "roce_cpl_error": c.valid & c.ready & (c.payload.status != CplStatus.OK),
             "roce_qp_ctl_rejected": qps.rejected,
+            "roce_stale_acks": retry.stale_acks, "roce_seq_naks": retry.seq_naks,
+            "roce_rnr_naks": retry.rnr_naks, "roce_error_naks": retry.error_naks,
+            "roce_ignored_acks": retry.ignored, "roce_timeouts": retry.timeouts,
+            "roce_rewinds": retry.rewinds, "roce_qp_errors": retry.qp_errors,
             "stream_drop_too_long": _pulse(m, front.drop_too_long),
             "stream_drop_error": _pulse(m, front.drop_error),
             **{f"cm_{name}": getattr(cm, name) for name in CM_COUNTERS},

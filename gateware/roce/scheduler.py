@@ -1,4 +1,4 @@
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -16,9 +16,10 @@ from .layouts import (
     WrSource,
 )
 from .qp_table import PSN_WRITE
+from .retry import SCHED_EVENT, SENT, SchedKind
 from .segmenter import INDEX_BITS, describe_packet
 
-__all__ = ["Scheduler", "SLOT", "PROGRESS"]
+__all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
 
 #: One entry of the work-request memory: the request, who posted it and the verdict of the
 #: checks made when it was queued (OK, LOCAL_ALIGN or LOCAL_LENGTH).
@@ -27,10 +28,14 @@ SLOT = data.StructLayout({"wr": WORK_REQUEST, "src": WrSource, "status": CplStat
 #: Progress of the message a QP is sending (one entry per QP): index and PSN of its next packet.
 PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24})
 
+#: The PSNs a started work request took (one entry per slot): its first and last PSN, and
+#: whether it was sent at all (0: refused).
+SLOT_PSNS = data.StructLayout({"first": 24, "last": 24, "sent": 1})
+
 
 class Scheduler(wiring.Component):
     """Work-request scheduler of the RC requester: per-QP queues of work requests, round robin
-    over the QPs one packet at a time, one packet descriptor per packet.
+    over the QPs one packet at a time, one packet descriptor per packet, and go-back-N resends.
 
     Parameters
     ----------
@@ -42,7 +47,11 @@ class Scheduler(wiring.Component):
     mem_bytes : int
         Size of the local memory in bytes, a power of two from W/8 to 2^32.
     depth : int
-        Work requests each QP holds (the one being sent and those waiting), a power of two 1..64.
+        Work requests each QP holds, a power of two 1..64: from the moment they are queued until
+        they complete (waiting, being sent, sent and not yet acknowledged).
+    window : int
+        PSNs a QP may have outstanding: a packet whose PSN is more than ``window`` after the
+        QP's acknowledged PSN waits (1..2^23-1).
 
     Ports
     -----
@@ -52,7 +61,7 @@ class Scheduler(wiring.Component):
         Read port of the :class:`~rocegen.gateware.roce.qp_table.QpTable`: context and next PSN
         of QP ``rd_qp`` one cycle after it.
     psn_w : Out(stream.Signature(PSN_WRITE))
-        The next PSN of a QP, written when the last descriptor of a message is issued.
+        The next PSN of a QP, written when a message starts (the PSN after its last packet).
     desc : Out(stream.Signature(PACKET_DESC))
         One descriptor per packet (the fields of
         :func:`~rocegen.gateware.roce.segmenter.describe_packet`, plus ``src`` from the request
@@ -69,6 +78,28 @@ class Scheduler(wiring.Component):
         the previous clock edge (``full`` combinational from its registered occupancy). The
         scheduler itself never has more than one post of a QP that ``full`` does not yet cover:
         it starts no work request of QP ``q`` while a post of QP ``q`` waits in its output.
+    sent : Out(stream.Signature(SENT))
+        For the :class:`~rocegen.gateware.roce.retry.RetryEngine`: the QP and PSN of the packets
+        issued. While the record waits, the next packets of the same QP (consecutive PSNs) are
+        merged into it (newest PSN and a packet count, up to 63); another packet waits for the
+        output.
+    sched : In(stream.Signature(SCHED_EVENT))
+        Always ready. REWIND: the QP goes back to its oldest request not completed, and resends
+        from its oldest unacknowledged PSN (``acked_psn`` + 1) when that request's turn comes:
+        requests wholly acknowledged (or refused) are skipped, one per turn; a message is
+        resumed inside with MIDDLE/LAST packets and the address advanced. RESET: the
+        connection was set up again: the QP's requests that have started are left to the
+        completion tracker and sending goes on with the first one never started. ADVANCE: the
+        QP's window may have opened.
+    freed : In(stream.Signature(8))
+        Always ready: a request of this QP completed: its slot is free.
+    acked_qp / acked_psn
+        Combinational read of a QP's acknowledged PSN (from the retry engine).
+    errored : In(num_qps)
+        QPs in the error state: a message in progress stops (no more packets), requests that
+        started before are skipped, and every other request is refused with FLUSHED.
+    held : In(num_qps)
+        QPs that must not send (an RNR wait): they get no turns.
 
     Behaviour
     ---------
@@ -80,48 +111,53 @@ class Scheduler(wiring.Component):
       whose ``depth`` slots are taken holds ``wr`` (head of line: requests of other QPs behind it
       wait too). ``wr.ready`` depends on registers only for a QP inside the table, and on
       ``post.ready`` for one outside it.
-    * Starting a request (when it is at the head of its queue and wins a turn): it is refused
-      with its queued error, or with QP_NOT_READY if the QP's state is not RTS at that moment;
-      either way it is posted in order with the QP's other requests and sends nothing.
-      Otherwise its first PSN is the QP table's next PSN and it is posted with OK.
+    * Starting a request (when it is next on its QP and wins a turn): it is refused with its
+      queued error, FLUSHED if the QP is in the error state, or QP_NOT_READY if the QP's state
+      is not RTS at that moment; either way it is posted in order with the QP's other requests
+      and sends nothing. Otherwise its first PSN is the QP table's next PSN, the PSN after its
+      last packet is written back on ``psn_w``, and it is posted with OK.
     * Segmentation: as :class:`~rocegen.gateware.roce.segmenter.Segmenter` (path MTU and AckReq
-      period from the QP context, PSNs modulo 2^24 per QP, messages of 0..2^31-1 bytes). When
-      the message's last descriptor is issued, the PSN after it goes to the QP table on
-      ``psn_w``. A message that has started is sent to its end even if its QP leaves RTS;
-      the context (path MTU, keys, addresses) is read again for every packet, so change it only
-      while the QP has no message in progress. A PSN written by the control side while a
-      message of that QP is in progress is overwritten when the message ends.
-    * Round robin: a QP has a turn when its queue is not empty and either its head request has
-      started or ``full`` allows it to start. Turns go to the first such QP after the one that
-      had the last packet (QP order, wrapping), one packet (or one refusal) per turn: a QP never
-      gets two turns in a row while another QP has one; alone, it gets every turn.
+      period from the QP context, PSNs modulo 2^24 per QP, messages of 0..2^31-1 bytes); the
+      packet that fills the window also asks for an acknowledgement. A message that has
+      started is sent to its end even if its QP leaves RTS (but not if it fails); the context
+      (path MTU, keys, addresses) is read again for every packet, so change it only while the
+      QP has no message in progress.
+    * Round robin: a QP has a turn when it has a request to send, is not held, its window is not
+      known to be full, and either its next request has started or ``full`` allows it to start.
+      Turns go to the first such QP after the one that had the last packet (QP order,
+      wrapping), one packet (or one refusal or skip) per turn: a QP never gets two turns in a
+      row while another QP has one; alone, it gets every turn. A turn that finds the window
+      full is given up (no packet) and the QP waits for an ADVANCE.
     * Latency: a request accepted on ``wr`` in cycle t, for an idle QP whose turn comes at once,
       has its first descriptor (and its post) offered in cycle t+3.
     * Throughput: one descriptor per cycle with ``desc`` ready, from one QP or shared by several.
       Exceptions: a request that starts on the same QP in the cycle after another one started
       there waits one cycle for that post to leave (single-packet messages on one QP alone: one
-      every 2 cycles), and a message end waits while a previous PSN write is still held by the
-      QP table.
-    * Backpressure: ``desc``, ``post`` and ``psn_w`` are registered outputs; a packet (or a
-      refusal) is issued only when every output it needs is free or freeing in that cycle.
-      ``desc.ready``, ``post.ready``, ``psn_w.ready`` and ``full`` reach the read addresses
-      (``rd_qp`` and the internal memories) combinationally.
+      every 2 cycles), and a start waits while a previous PSN write is still held by the QP
+      table.
+    * Backpressure: ``desc``, ``post``, ``psn_w`` and ``sent`` are registered outputs; a packet
+      (or a refusal) is issued only when every output it needs is free or freeing in that
+      cycle. ``desc.ready``, ``post.ready``, ``psn_w.ready``, ``sent.ready``, ``full``,
+      ``held``, ``errored``, ``acked_psn`` and ``sched`` reach the read addresses (``rd_qp``
+      and the internal memories) combinationally.
 
-    Implementation: a two-stage pipeline. Select (S0) picks a QP and reads its head request
-    (work-request memory, ``num_qps * depth`` entries of :data:`SLOT`), its progress (progress
-    memory, ``num_qps`` entries of :data:`PROGRESS`: packet index and running PSN) and its QP
-    table entry. Issue (S1) builds the descriptor with
+    Implementation: a two-stage pipeline. Select (S0) picks a QP and reads its request at
+    ``cur`` (work-request memory, ``num_qps * depth`` entries of :data:`SLOT`, and the PSNs it
+    took, :data:`SLOT_PSNS`), its progress (``num_qps`` entries of :data:`PROGRESS`: packet
+    index and running PSN) and its QP table entry. Issue (S1) builds the descriptor with
     :func:`~rocegen.gateware.roce.segmenter.describe_packet` and, when the outputs take it,
     commits it: progress written back (read-transparent to the select stage, so a QP can have
-    consecutive turns), queue popped at the message end. When S1 cannot commit, S0 reads the
-    same QP again (or nothing if it lost its turn through ``full``), so nothing is lost and the
-    order of turns is kept. Per QP in registers: queue head (log2(depth) bits), queue count
-    (log2(depth) + 1 bits) and a "message started" flag. A PSN write not yet seen by the QP
-    table's read port (held in the output, or accepted in the previous cycle) is forwarded to a
-    starting message.
+    consecutive turns), ``cur`` advanced at the message end. When S1 cannot commit, S0 reads
+    the same QP again (or nothing if it lost its turn through ``full``), so nothing is lost and
+    the order of turns is kept; a REWIND or RESET of the QP being read makes S0 read it again.
+    Per QP in registers: four queue pointers modulo 2 * depth -- ``head`` (oldest not
+    completed, advanced by ``freed``), ``cur``, ``hi`` (first never started) and ``tail`` --
+    and the "started" and "window full" flags. A slot is reused only when both
+    ``head`` and ``cur`` have left it. A PSN write not yet seen by the QP table's read port
+    (held in the output, or accepted in the previous cycle) is forwarded to a starting message.
     """
 
-    def __init__(self, num_qps, width, mem_bytes, depth=2):
+    def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024):
         if not isinstance(num_qps, int) or isinstance(num_qps, bool):
             raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
         if not 1 <= num_qps <= MAX_QPS:
@@ -136,10 +172,15 @@ class Scheduler(wiring.Component):
             raise TypeError(f"depth must be an integer number of work requests, not {depth!r}")
         if depth & (depth - 1) or not 1 <= depth <= 64:
             raise ValueError(f"depth must be a power of two from 1 to 64, not {depth}")
+        if not isinstance(window, int) or isinstance(window, bool):
+            raise TypeError(f"window must be an integer number of packets, not {window!r}")
+        if not 1 <= window < 1 << 23:
+            raise ValueError(f"window must be 1..2^23-1 packets, not {window}")
         self.num_qps = num_qps
         self.width = width
         self.mem_bytes = mem_bytes
         self.depth = depth
+        self.window = window
         super().__init__({
             "wr": In(stream.Signature(WR_TAGGED)),
             "rd_qp": Out(range(num_qps)),
@@ -149,24 +190,43 @@ class Scheduler(wiring.Component):
             "desc": Out(stream.Signature(PACKET_DESC)),
             "post": Out(stream.Signature(POST)),
             "full": In(num_qps),
+            "sent": Out(stream.Signature(SENT)),
+            "sched": In(stream.Signature(SCHED_EVENT)),
+            "freed": In(stream.Signature(8)),
+            "acked_qp": Out(range(num_qps)),
+            "acked_psn": In(24),
+            "errored": In(num_qps),
+            "held": In(num_qps),
         })
 
     def elaborate(self, platform):
         m = Module()
         n, depth = self.num_qps, self.depth
         dbits = depth.bit_length() - 1
+        pw = dbits + 1              # queue pointers count modulo 2 * depth
         qbits = (n - 1).bit_length()
 
         wr_mem = m.submodules.wr_mem = Memory(shape=SLOT, depth=n * depth, init=[])
+        psn_mem = m.submodules.psn_mem = Memory(shape=SLOT_PSNS, depth=n * depth, init=[])
         prog_mem = m.submodules.prog_mem = Memory(shape=PROGRESS, depth=n, init=[])
         wr_w = wr_mem.write_port()
         wr_r = wr_mem.read_port()
+        ps_w = psn_mem.write_port()
+        ps_r = psn_mem.read_port()
         prog_w = prog_mem.write_port()
         prog_r = prog_mem.read_port(transparent_for=(prog_w,))
 
-        count = Array(Signal(range(depth + 1), name=f"count{q}") for q in range(n))
-        head = Array(Signal(dbits, name=f"head{q}") for q in range(n))
-        started = Signal(n)         # bit q: QP q's head request has sent its first packet
+        def ptrs(name):
+            return Array(Signal(pw, name=f"{name}{q}") for q in range(n))
+        head = ptrs("head")         # oldest request not completed
+        cur = ptrs("cur")           # the request being sent, or the next one to send
+        hi = ptrs("hi")             # the first request never started
+        tail = ptrs("tail")         # where the next request is queued
+        started = Signal(n)         # bit q: the request at cur[q] has sent a packet
+        win_block = Signal(n)       # bit q: the window is closed until the QP is acknowledged
+
+        def slot_addr(ptr, q):
+            return Cat(ptr[:dbits], q[:qbits]) if dbits or qbits else Const(0, 1)
 
         def next_qp(q):
             return Mux(q == n - 1, 0, q + 1)
@@ -175,8 +235,13 @@ class Scheduler(wiring.Component):
         s1_valid = Signal()
         s1_q = Signal(range(n))
         slot = wr_r.data
+        pslot = ps_r.data
         ctx = self.rd_context
         is_start = ~started.bit_select(s1_q, 1)
+        is_new = cur[s1_q] == hi[s1_q]
+        err = self.errored.bit_select(s1_q, 1)
+        m.d.comb += self.acked_qp.eq(s1_q)
+        acked = self.acked_psn
 
         psn_pend = Signal(PSN_WRITE)    # the psn_w output register
         psn_pend_valid = Signal()
@@ -190,23 +255,48 @@ class Scheduler(wiring.Component):
         with m.Else():
             m.d.comb += table_psn.eq(self.rd_psn)
 
+        # a request started before (a rewind brought the QP back to it): resume from the oldest
+        # unacknowledged PSN, or skip it if it is acknowledged (or was refused)
+        resume = Signal(24)
+        m.d.comb += resume.eq(acked + 1)
+        into = Signal(24)
+        m.d.comb += into.eq(resume - pslot.first)
+        covered = ~pslot.sent | ~(acked - pslot.last)[23]
+
         index = Signal(INDEX_BITS)
         psn = Signal(24)
-        m.d.comb += [index.eq(Mux(is_start, 0, prog_r.data.index)),
-                     psn.eq(Mux(is_start, table_psn, prog_r.data.psn))]
+        with m.If(~is_start):
+            m.d.comb += [index.eq(prog_r.data.index), psn.eq(prog_r.data.psn)]
+        with m.Elif(is_new):
+            m.d.comb += [index.eq(0), psn.eq(table_psn)]
+        with m.Elif(into[23]):
+            m.d.comb += [index.eq(0), psn.eq(pslot.first)]
+        with m.Else():
+            m.d.comb += [index.eq(into), psn.eq(resume)]
 
         status = Signal(CplStatus)
         with m.If(slot.status != CplStatus.OK):
             m.d.comb += status.eq(slot.status)
+        with m.Elif(err):
+            m.d.comb += status.eq(CplStatus.FLUSHED)
         with m.Elif(ctx.state != QpState.RTS):
             m.d.comb += status.eq(CplStatus.QP_NOT_READY)
-        refuse = is_start & (status != CplStatus.OK)
 
         pk = describe_packet(m, slot.wr, index, psn, dest_qpn=ctx.peer_qpn, rkey=ctx.rkey,
                              base_va=ctx.base_va, pmtu_log2=ctx.pmtu_log2,
                              ack_every_log2=ctx.ack_every_log2)
-        finishes = Signal()         # the head request leaves its queue with this turn
-        m.d.comb += finishes.eq(refuse | pk.last)
+        # what this turn does
+        new_start = is_start & is_new                       # posts the request
+        refuse = new_start & (status != CplStatus.OK)
+        skip = is_start & ~is_new & (err | covered)         # started before, nothing to send
+        abort = ~is_start & err                             # the QP failed mid-message
+        packet = ~refuse & ~skip & ~abort
+        win_pos = Signal(24)
+        m.d.comb += win_pos.eq(psn - acked)
+        win_shut = packet & (win_pos > self.window) & ~win_pos[23]
+        drop = s1_valid & (self.held.bit_select(s1_q, 1) | win_shut)
+        finishes = Signal()         # the request at cur leaves the sending position
+        m.d.comb += finishes.eq(refuse | skip | abort | pk.last)
 
         bad = self.wr.payload.wr.qp >= n
         bad_post = self.wr.valid & bad
@@ -215,11 +305,15 @@ class Scheduler(wiring.Component):
         post_ok = (post_free & ~bad_post & ~self.full.bit_select(s1_q, 1) &
                    ~(self.post.valid & (self.post.payload.qp == s1_q)))
         psn_free = ~psn_pend_valid | self.psn_w.ready
+        sent_free = ~self.sent.valid | self.sent.ready
+        sent_merge = (self.sent.valid & ~self.sent.ready & (self.sent.payload.qp == s1_q) &
+                      (self.sent.payload.packets != 63) &
+                      ((self.sent.payload.psn + 1)[:24] == psn))
         commit = Signal()
-        m.d.comb += commit.eq(s1_valid &
-                              (refuse | desc_free) &
-                              (~is_start | post_ok) &
-                              (refuse | ~pk.last | psn_free))
+        m.d.comb += commit.eq(s1_valid & ~drop &
+                              (~packet | (desc_free & (sent_free | sent_merge))) &
+                              (~new_start | post_ok) &
+                              (~new_start | refuse | psn_free))
 
         # outputs
         m.d.comb += [self.psn_w.valid.eq(psn_pend_valid), self.psn_w.payload.eq(psn_pend)]
@@ -231,14 +325,17 @@ class Scheduler(wiring.Component):
             m.d.sync += self.desc.valid.eq(0)
         with m.If(self.post.ready):
             m.d.sync += self.post.valid.eq(0)
+        with m.If(self.sent.ready):
+            m.d.sync += self.sent.valid.eq(0)
 
         with m.If(commit):
             m.d.sync += started.bit_select(s1_q, 1).eq(~finishes)
-            with m.If(~refuse):
+            with m.If(packet):
                 d = self.desc.payload
                 m.d.sync += [
                     self.desc.valid.eq(1),
                     d.eq(pk.desc),
+                    d.ack_req.eq(pk.desc.ack_req | (win_pos == self.window)),
                     d.qp.eq(s1_q),
                     d.src.eq(slot.src),
                     d.peer_ip.eq(ctx.peer_ip),
@@ -246,7 +343,13 @@ class Scheduler(wiring.Component):
                     d.dscp.eq(ctx.dscp),
                     d.ecn.eq(ctx.ecn),
                 ]
-            with m.If(is_start):
+                with m.If(sent_merge):
+                    m.d.sync += [self.sent.payload.psn.eq(psn),
+                                 self.sent.payload.packets.eq(self.sent.payload.packets + 1)]
+                with m.Else():
+                    m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(s1_q),
+                                 self.sent.payload.psn.eq(psn), self.sent.payload.packets.eq(1)]
+            with m.If(new_start):
                 m.d.sync += [
                     self.post.valid.eq(1),
                     self.post.payload.wr_id.eq(slot.wr.wr_id),
@@ -255,20 +358,26 @@ class Scheduler(wiring.Component):
                     self.post.payload.status.eq(status),
                     self.post.payload.last_psn.eq(Mux(refuse, 0, psn + pk.last_index)),
                 ]
-            with m.If(~finishes):
+                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(slot_addr(cur[s1_q], s1_q)),
+                             ps_w.data.first.eq(psn), ps_w.data.last.eq(psn + pk.last_index),
+                             ps_w.data.sent.eq(~refuse)]
+                with m.If(~refuse):
+                    m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(s1_q),
+                                 psn_pend.psn.eq(psn + pk.last_index + 1)]
+            with m.If(packet & ~pk.last):
                 m.d.comb += [prog_w.en.eq(1), prog_w.addr.eq(s1_q),
                              prog_w.data.index.eq(index + 1), prog_w.data.psn.eq(psn + 1)]
-            with m.If(~refuse & pk.last):
-                m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(s1_q), psn_pend.psn.eq(psn + 1)]
 
         # --- queueing ---------------------------------------------------------------------------
         t = self.wr.payload
-        q_in = t.wr.qp[:qbits]
-        in_count = count[q_in]
+        q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
+        room = Signal()
+        m.d.comb += room.eq(((tail[q_in] - head[q_in])[:pw] != depth) &
+                            ((tail[q_in] - cur[q_in])[:pw] != depth))
         push = Signal()
         m.d.comb += [
-            self.wr.ready.eq(Mux(bad, post_free, in_count != depth)),
-            push.eq(self.wr.valid & ~bad & (in_count != depth)),
+            self.wr.ready.eq(Mux(bad, post_free, room)),
+            push.eq(self.wr.valid & ~bad & room),
         ]
         with m.If(bad_post & post_free):
             m.d.sync += [
@@ -286,35 +395,54 @@ class Scheduler(wiring.Component):
         with m.Elif((t.src != WrSource.GENERATOR) &
                     (t.wr.local_addr + t.wr.length > self.mem_bytes)):
             m.d.comb += in_status.eq(CplStatus.LOCAL_LENGTH)
-        tail = Signal(dbits)
         m.d.comb += [
-            tail.eq(head[q_in] + in_count),
             wr_w.en.eq(push),
-            wr_w.addr.eq(Cat(tail, q_in)),
+            wr_w.addr.eq(slot_addr(tail[q_in], q_in)),
             wr_w.data.wr.eq(t.wr),
             wr_w.data.src.eq(t.src),
             wr_w.data.status.eq(in_status),
         ]
 
-        pop = commit & finishes
+        # --- pointers ---------------------------------------------------------------------------
+        ev = self.sched
+        m.d.comb += [ev.ready.eq(1), self.freed.ready.eq(1)]
+        cur_n = []                  # per QP: cur after this cycle's commit (no event)
+        hi_n = []
         for q in range(n):
-            here_in = push & (q_in == q)
-            here_out = pop & (s1_q == q)
-            with m.If(here_in & ~here_out):
-                m.d.sync += count[q].eq(count[q] + 1)
-            with m.Elif(here_out & ~here_in):
-                m.d.sync += count[q].eq(count[q] - 1)
-            with m.If(here_out):
-                m.d.sync += head[q].eq(head[q] + 1)
+            here = s1_valid & (s1_q == q)
+            adv = here & commit & finishes
+            post_here = here & commit & new_start
+            c_n = Signal(pw, name=f"cur_n{q}")
+            h_n = Signal(pw, name=f"hi_n{q}")
+            hd_n = Signal(pw, name=f"head_n{q}")
+            m.d.comb += [c_n.eq(cur[q] + adv), h_n.eq(hi[q] + post_here),
+                         hd_n.eq(head[q] + (self.freed.valid & (self.freed.payload == q)))]
+            cur_n.append(c_n)
+            hi_n.append(h_n)
+            m.d.sync += [hi[q].eq(h_n), head[q].eq(hd_n)]
+            with m.If(push & (q_in == q)):
+                m.d.sync += tail[q].eq(tail[q] + 1)
+            ev_here = ev.valid & (ev.payload.qp == q)
+            with m.If(ev_here & (ev.payload.kind == SchedKind.REWIND)):
+                m.d.sync += [cur[q].eq(hd_n), started[q].eq(0), win_block[q].eq(0)]
+            with m.Elif(ev_here & (ev.payload.kind == SchedKind.RESET)):
+                m.d.sync += [cur[q].eq(h_n), started[q].eq(0), win_block[q].eq(0)]
+            with m.Else():
+                m.d.sync += cur[q].eq(c_n)
+                with m.If(ev_here):
+                    m.d.sync += win_block[q].eq(0)
+                with m.Elif(here & win_shut & ~self.held[q]):
+                    m.d.sync += win_block[q].eq(1)
 
         # --- select stage (S0) ------------------------------------------------------------------
         # Turns as they will be after S1 commits (only used when it does, or when S1 is empty).
         elig = Signal(n)
         for q in range(n):
             here = s1_valid & (s1_q == q)
-            has_work = Mux(here & finishes, count[q] > 1, count[q] != 0)
-            going = Mux(here, ~finishes, started[q])
-            m.d.comb += elig[q].eq(has_work & (going | ~self.full[q]))
+            going = Mux(here & commit, ~finishes, started[q])
+            posts = ~going & (cur_n[q] == hi_n[q])
+            m.d.comb += elig[q].eq((cur_n[q] != tail[q]) & ~self.held[q] & ~win_block[q] &
+                                   ~(here & drop) & (~posts | ~self.full[q]))
         prio = Signal(range(n))     # one past the QP of the last turn
         start = Signal(range(n))
         m.d.comb += start.eq(Mux(s1_valid, next_qp(s1_q), prio))
@@ -331,20 +459,24 @@ class Scheduler(wiring.Component):
 
         sel_valid = Signal()
         sel = Signal(range(n))
-        with m.If(s1_valid & ~commit):
+        with m.If(s1_valid & ~commit & ~drop):
             # S1 waits for an output: read its QP again, unless it lost its turn through `full`
             m.d.comb += [sel.eq(s1_q),
-                         sel_valid.eq(started.bit_select(s1_q, 1) | ~self.full.bit_select(s1_q, 1))]
+                         sel_valid.eq(started.bit_select(s1_q, 1) | ~new_start |
+                                      ~self.full.bit_select(s1_q, 1))]
         with m.Else():
             m.d.comb += [sel.eq(pick), sel_valid.eq(elig.any())]
         with m.If(commit):
             m.d.sync += prio.eq(next_qp(s1_q))
-        sel_head = Signal(dbits)
+        sel_cur = Signal(pw)
         m.d.comb += [
-            sel_head.eq(head[sel] + (pop & (sel == s1_q))),
-            wr_r.addr.eq(Cat(sel_head, sel)),
+            sel_cur.eq(Array(cur_n)[sel]),
+            wr_r.addr.eq(slot_addr(sel_cur, sel)),
+            ps_r.addr.eq(slot_addr(sel_cur, sel)),
             prog_r.addr.eq(sel),
             self.rd_qp.eq(sel),
         ]
-        m.d.sync += [s1_valid.eq(sel_valid), s1_q.eq(sel)]
+        # a rewind or reset of the QP being read makes the read stale: read it again next time
+        stale = ev.valid & (ev.payload.kind != SchedKind.ADVANCE) & (ev.payload.qp == sel)
+        m.d.sync += [s1_valid.eq(sel_valid & ~stale), s1_q.eq(sel)]
         return m

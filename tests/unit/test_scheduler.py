@@ -33,10 +33,13 @@ DEADLINE = 50_000
 
 
 class SchedulerTop(wiring.Component):
-    """A scheduler reading and advancing a QP table, as in the requester."""
+    """A scheduler reading and advancing a QP table, as in the requester. Each work request's
+    slot is freed in the cycle after its post leaves (as if it completed at once); nothing is
+    ever acknowledged and the window is as large as it can be, so it never closes."""
 
     def __init__(self, num_qps, width, mem_bytes, depth):
-        self.sched = Scheduler(num_qps, width, mem_bytes, depth)
+        self.num_qps = num_qps
+        self.sched = Scheduler(num_qps, width, mem_bytes, depth, window=(1 << 23) - 1)
         self.table = QpTable(num_qps)
         super().__init__({
             "wr": In(stream.Signature(WR_TAGGED)),
@@ -59,6 +62,10 @@ class SchedulerTop(wiring.Component):
         wiring.connect(m, wiring.flipped(self.ctl_psn), t.ctl_psn)
         m.d.comb += [t.rd_qp.eq(s.rd_qp), s.rd_context.eq(t.rd_context),
                      s.rd_psn.eq(t.rd_psn), s.full.eq(self.full)]
+        m.d.comb += s.sent.ready.eq(1)
+        m.d.sync += [s.freed.valid.eq(s.post.valid & s.post.ready &
+                                      (s.post.payload.qp < self.num_qps)),
+                     s.freed.payload.eq(s.post.payload.qp)]
         return m
 
 
@@ -553,9 +560,10 @@ def test_fairness_and_rate():
 def test_throughput_one_qp(width):
     """One QP, no backpressure: the first descriptor 3 cycles after the request, then a long
     message gets a descriptor every cycle; single-packet messages back to back at least one
-    every 2 cycles."""
+    every 2 cycles (4 slots per QP: a slot stays taken until its request completes, here
+    in the cycle after its post)."""
     rng = random.Random(width)
-    dut = SchedulerTop(2, width, 1 << 24, 2)
+    dut = SchedulerTop(2, width, 1 << 24, 4)
     qps = [random_qp(rng, pmtu=256), random_qp(rng, pmtu=4096)]
     long_wr = Wr(1, WorkRequest(wr_id=1, opcode=WrOpcode.WRITE, length=4096 * 150 + 5))
     shorts = [Wr(0, WorkRequest(wr_id=10 + k, opcode=WrOpcode(k % 4), length=k * 8))
