@@ -161,6 +161,14 @@ def _sim_demo(args):
         raise ValueError(f"--qps must be 1..64, not {args.qps}")
     if args.bytes < 0 or args.size < 0 or args.size > 65536:
         raise ValueError("--bytes must be >= 0 and --size 0..65536 (the demo's local buffer)")
+    for option in ("loss", "dup", "reorder", "corrupt"):
+        p = getattr(args, option)
+        if not 0 <= p < 1:
+            raise ValueError(f"--{option} must be a probability in [0, 1), not {p}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, not {args.seed}")
+    if not 0 <= args.rtt_us < float("inf"):
+        raise ValueError(f"--rtt-us must be a number of microseconds >= 0, not {args.rtt_us}")
     line = args.line_gbps if args.line_gbps is not None else (100 if args.width >= 128 else 10)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -174,8 +182,7 @@ def _sim_demo(args):
     cfg = endpoint_sim_config(args.width, num_qps)
     pcap = Path(args.pcap or out / f"roce_w{args.width}.pcap").resolve()
     results = (out / f"roce_w{args.width}.json").resolve()
-    run = {"qps": args.qps, "pmtu": args.pmtu, "bytes": args.bytes, "size": args.size,
-           "opcode": args.opcode, "source": "memory", "line_gbps": line}
+    run = demo_run(args, line)
     try:
         run_cocotb(cfg, "rocegen.sim.roce_demo", label=f"demo-{args.width}",
                    env={"PCAP": pcap, "ROCE_RUNS": json.dumps([run]), "ROCE_RESULTS": results})
@@ -188,10 +195,30 @@ def _sim_demo(args):
     for k, q in sorted(r["per_qp"].items(), key=lambda kv: int(kv[0])):
         print(f"  QP {256 + int(k)}: {q['bytes']} bytes in {q['packets']} packets")
     us = r["line_cycles"] / board_clock_mhz(args.width)
+    faults = [f"{f} {run[f]:g}" for f in ("loss", "dup", "reorder", "corrupt") if run[f]]
+    if faults or run["rtt_us"]:
+        print(f"link: {', '.join(faults) or 'no faults'}, round trip {run['rtt_us']:g} us, seed "
+              f"{run['seed']}, QP retransmit timeout code {r['timeout']}")
+        for key, name in (("link_to_nic", "to NIC"), ("link_from_nic", "from NIC")):
+            c = r[key]
+            if c is None:
+                continue
+            print(f"  {name:8}: {c['sent']} frames sent, {c['delivered']} "
+                  f"delivered, {c['dropped']} dropped, {c['duplicated']} duplicated, "
+                  f"{c['reordered']} reordered, {c['corrupted']} corrupted")
+    print(f"retransmitted {r['retransmitted']} of {r['roce_frames']} RoCE data frames")
     print(f"goodput {r['goodput_gbps']:.2f} Gb/s ({args.bytes * args.qps} bytes in {us:.1f} us on "
           f"the MAC); the host's memory holds exactly the data sent")
     print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
     return 0
+
+
+def demo_run(args, line_gbps):
+    """The run of ``rocegen sim demo`` (see :mod:`rocegen.sim.roce_demo`) from its options."""
+    return {"qps": args.qps, "pmtu": args.pmtu, "bytes": args.bytes, "size": args.size,
+            "opcode": args.opcode, "source": "memory", "line_gbps": line_gbps,
+            "loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt,
+            "seed": args.seed, "rtt_us": args.rtt_us}
 
 
 def _sim_ping(args):
@@ -272,6 +299,18 @@ def main(argv=None):
     d.add_argument("--opcode", choices=OPCODES, default="WRITE")
     d.add_argument("--line-gbps", type=float, default=None,
                    help="MAC line rate (default 100 at W >= 128, 10 at W = 64; 0: unthrottled)")
+    d.add_argument("--loss", type=float, default=0.0, metavar="P",
+                   help="chance that the link loses a frame (each direction; 0 <= P < 1)")
+    d.add_argument("--dup", type=float, default=0.0, metavar="P",
+                   help="chance that the link delivers a frame twice")
+    d.add_argument("--reorder", type=float, default=0.0, metavar="P",
+                   help="chance that the link holds a frame back behind up to 4 later ones")
+    d.add_argument("--corrupt", type=float, default=0.0, metavar="P",
+                   help="chance that the link flips a bit of an IPv4 frame after its Ethernet "
+                   "header (the receiver's checksum or ICRC rejects it)")
+    d.add_argument("--seed", type=int, default=0, help="seed of the link's faults")
+    d.add_argument("--rtt-us", type=float, default=0.0, metavar="US",
+                   help="round trip of the link in microseconds (half of it each way)")
     d.add_argument("--pcap", default=None, help="pcap file of every frame (default in -o)")
     d.add_argument("-o", "--output", default="build/demo", help="folder for Verilog, pcap, results")
     pg = ssub.add_parser("ping", help="a scapy host ARPs, pings and exchanges UDP datagrams with "
@@ -280,6 +319,8 @@ def main(argv=None):
     pg.add_argument("--mac", default="02:00:00:00:00:01")
     pg.add_argument("--ip", default="10.0.0.2")
     pg.add_argument("-o", "--output", default="build/demo", help="folder for Verilog, pcap, report")
+    from rocegen.sim import replay_cli
+    replay_cli.add_parser(ssub)
 
     args = p.parse_args(argv)
     try:
@@ -297,6 +338,8 @@ def main(argv=None):
             return _sim_demo(args)
         if args.command == "sim" and args.sim_command == "ping":
             return _sim_ping(args)
+        if args.command == "sim" and args.sim_command == "replay":
+            return replay_cli.run(args)
     except ValueError as e:
         print(f"rocegen: error: {e}", file=sys.stderr)
         return 2

@@ -12,6 +12,17 @@ follows, cycle by cycle:
 
 Every frame goes to the NIC model in strict mode; its answers (ARP replies, ACKs) go back
 through ``s_axis``. Frame times are recorded in cycles, for goodput figures.
+
+Optionally a faulty link (:class:`~rocegen.sim.models.link.Link`) sits in each direction:
+``to_nic`` between the endpoint's ``m_axis`` and the NIC model, ``from_nic`` between the NIC
+model's answers and ``s_axis``. The MAC loop polls both every cycle. A frame the link corrupted
+is given to the NIC model with its strict checks off (a real NIC drops it on its checksum or
+ICRC), and the NIC model's log entries it causes are kept in :attr:`MacModel.corrupt_log`.
+Without links (the default) every frame reaches the NIC model in the cycle its last beat is
+taken, and the answers are queued on ``s_axis`` at once.
+
+The RoCE data frames the endpoint sends (RC SEND and RDMA WRITE packets) are counted, and
+those whose (destination QP, PSN) was sent before are counted as retransmissions.
 """
 
 import random
@@ -22,13 +33,26 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
+from rocegen.gateware.headers import (
+    BTH,
+    ETH,
+    ETHERTYPE_IPV4,
+    IP_PROTO_UDP,
+    IPV4,
+    OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+    OP_RC_SEND_FIRST,
+    UDP,
+    UDP_PORT_ROCEV2,
+)
 from rocegen.gateware.memport import mem_write_layout
 from rocegen.gateware.records import pack, unpack
 from rocegen.gateware.roce.layouts import COMPLETION, QPN_BASE, WORK_REQUEST, QpState
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.sim.models.link import Link
 
 __all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "RecordDriver", "RecordCollector",
-           "start_clock", "open_qp", "qpn", "write_onchip"]
+           "start_clock", "open_qp", "qpn", "write_onchip", "roce_data_key", "is_ipv4",
+           "link_pair", "FAULTS", "timeout_code"]
 
 #: Line overhead of a frame beyond its bytes without FCS: FCS, preamble + SFD, inter-frame gap.
 LINE_OVERHEAD = 4 + 8 + 12
@@ -48,7 +72,7 @@ def period_ps(width):
 
 def now_cycle(width):
     """The number of the clock edge the simulation is at (the same in every coroutine)."""
-    return get_sim_time("ps") // period_ps(width)
+    return int(get_sim_time("ps")) // period_ps(width)
 
 
 async def start_clock(dut, width):
@@ -60,12 +84,23 @@ async def start_clock(dut, width):
 
 
 class MacModel:
-    """The MAC and the host NIC on the far side of it (see the module documentation)."""
+    """The MAC and the host NIC on the far side of it (see the module documentation).
 
-    def __init__(self, dut, width, nic, *, line_gbps=None, backpressure=0.0, seed=0, pcap=None):
+    ``to_nic`` / ``from_nic``: optional :class:`~rocegen.sim.models.link.Link` of each direction
+    (``None``: a perfect link without delay). They may be replaced between runs, when
+    :attr:`in_flight` is 0.
+    """
+
+    def __init__(self, dut, width, nic, *, line_gbps=None, backpressure=0.0, seed=0, pcap=None,
+                 to_nic=None, from_nic=None):
+        for name, link in (("to_nic", to_nic), ("from_nic", from_nic)):
+            if link is not None and not isinstance(link, Link):
+                raise TypeError(f"{name} must be a Link or None, not {link!r}")
         self.dut = dut
         self.width = width
         self.nic = nic
+        self.to_nic = to_nic
+        self.from_nic = from_nic
         self.bytes_per_cycle = None
         if line_gbps:
             self.bytes_per_cycle = line_gbps * 1e9 / 8 / (board_clock_mhz(width) * 1e6)
@@ -80,16 +115,73 @@ class MacModel:
         #: after its line time or after its last beat, whichever is later
         self.line = []
         self.tx_beats = 0
+        #: RoCE data frames (RC SEND / RDMA WRITE packets) the endpoint sent
+        self.roce_frames = 0
+        #: how many of them carried a (destination QP, PSN) sent before
+        self.retransmitted = 0
+        #: indices in :attr:`frames` of the retransmissions
+        self.retransmissions = []
+        #: the NIC model's log entries caused by frames the ``to_nic`` link corrupted
+        self.corrupt_log = []
+        self._sent = set()
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
         cocotb.start_soon(self._run())
 
-    def _answer(self, frame):
+    @property
+    def in_flight(self):
+        """Frames inside the links (0 without links)."""
+        return sum(link.in_flight for link in (self.to_nic, self.from_nic) if link is not None)
+
+    def clear_sent(self):
+        """Forget which (destination QP, PSN) were sent: for QPs opened again at PSNs used
+        before, so that their packets do not count as retransmissions."""
+        self._sent.clear()
+
+    def _from_endpoint(self, frame):
+        key = roce_data_key(frame)
+        if key is not None:
+            self.roce_frames += 1
+            if key in self._sent:
+                self.retransmitted += 1
+                self.retransmissions.append(len(self.frames) - 1)
+            else:
+                self._sent.add(key)
+        if self.to_nic is None:
+            self._nic_receive(frame, False)
+        else:
+            self.to_nic.send(frame, self.cycle)
+
+    def _nic_receive(self, frame, corrupted):
         if self.pcap:
             self.pcap.write(frame, cocotb.utils.get_sim_time("ns"))
-        for out in self.nic.receive(frame):
-            if self.pcap:
-                self.pcap.write(out, cocotb.utils.get_sim_time("ns"))
-            self.source.send_nowait(AxiStreamFrame(out, tuser=0))
+        if corrupted:
+            mark, strict = len(self.nic.log), self.nic.strict
+            self.nic.strict = False
+            try:
+                answers = self.nic.receive(frame)
+            finally:
+                self.nic.strict = strict
+            self.corrupt_log += self.nic.log[mark:]
+        else:
+            answers = self.nic.receive(frame)
+        for out in answers:
+            if self.from_nic is None:
+                self._to_endpoint(out)
+            else:
+                self.from_nic.send(out, self.cycle)
+
+    def _to_endpoint(self, frame):
+        if self.pcap:
+            self.pcap.write(frame, cocotb.utils.get_sim_time("ns"))
+        self.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+
+    def _poll_links(self):
+        if self.to_nic is not None:
+            for d in self.to_nic.deliveries(self.cycle):
+                self._nic_receive(d.frame, d.corrupted)
+        if self.from_nic is not None:
+            for d in self.from_nic.deliveries(self.cycle):
+                self._to_endpoint(d.frame)
 
     async def _run(self):
         dut = self.dut
@@ -127,7 +219,8 @@ class MacModel:
                     else:
                         self.line.append((first, self.cycle + 1))
                     buf, first = bytearray(), None
-                    self._answer(frame)
+                    self._from_endpoint(frame)
+            self._poll_links()
             if self.bytes_per_cycle is not None:
                 credit = min(credit + self.bytes_per_cycle, 2 * B)
                 ready = credit > 0
@@ -136,6 +229,74 @@ class MacModel:
             if ready and self.backpressure and self.rng.random() < self.backpressure:
                 ready = 0
             tready.value = int(ready)
+
+
+def is_ipv4(frame):
+    """True for an Ethernet frame carrying IPv4 (the frames a link may corrupt: an ARP message
+    has no checksum of its own)."""
+    return len(frame) >= ETH.length and ETH.unpack(frame)["ethertype"] == ETHERTYPE_IPV4
+
+
+def roce_data_key(frame):
+    """(destination QP, PSN) of a RoCEv2 RC SEND or RDMA WRITE packet, else ``None``."""
+    at_udp = ETH.length + IPV4.length
+    if len(frame) < at_udp + UDP.length + BTH.length or not is_ipv4(frame):
+        return None
+    ip = IPV4.unpack(frame[ETH.length:])
+    if ip["version"] != 4 or ip["ihl"] != 5 or ip["protocol"] != IP_PROTO_UDP:
+        return None
+    if UDP.unpack(frame[at_udp:])["dst_port"] != UDP_PORT_ROCEV2:
+        return None
+    bth = BTH.unpack(frame[at_udp + UDP.length:])
+    if not OP_RC_SEND_FIRST <= bth["opcode"] <= OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE:
+        return None
+    return bth["dest_qp"], bth["psn"]
+
+
+#: The fault probabilities of a run (see :func:`link_pair`).
+FAULTS = ("loss", "dup", "reorder", "corrupt")
+
+
+def _rtt_us(run):
+    rtt = run.get("rtt_us", 0) or 0
+    if isinstance(rtt, bool) or not isinstance(rtt, (int, float)) or not 0 <= rtt < float("inf"):
+        raise ValueError(f"rtt_us must be a number of microseconds >= 0, not {rtt!r}")
+    return rtt
+
+
+def link_pair(run, clock_mhz):
+    """The links ``(to_nic, from_nic)`` of a run (a dict with optional ``loss``, ``dup``,
+    ``reorder``, ``corrupt``, ``seed``, ``rtt_us``): the same probabilities both ways, seeds
+    ``2 * seed`` and ``2 * seed + 1``, half the round trip as each one's delay (in cycles of
+    ``clock_mhz``), IPv4 frames only corruptible. ``(None, None)`` for a perfect link without
+    delay."""
+    faults = {f: run.get(f, 0) or 0 for f in FAULTS}
+    delay = round(_rtt_us(run) * clock_mhz / 2)
+    if not any(faults.values()) and not delay:
+        return None, None
+    seed = run.get("seed", 0) or 0
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, not {seed!r}")
+    return tuple(Link(**faults, delay=delay, corruptible=is_ipv4, seed=2 * seed + k, name=name)
+                 for k, name in enumerate(("to NIC", "from NIC")))
+
+
+def timeout_code(run):
+    """The QP retransmit timeout code (4.096 us x 2^code, 0 = never) of a run: its ``timeout``
+    if given; else 0 on a perfect link and, with any fault, the smallest code from 4 whose
+    timeout is at least four round trips (``rtt_us``)."""
+    code = run.get("timeout")
+    if code is not None:
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 31:
+            raise ValueError(f"timeout must be a QP timeout code 0..31, not {code!r}")
+        return code
+    if not any(run.get(f) for f in FAULTS):
+        return 0
+    rtt = _rtt_us(run)
+    code = 4
+    while code < 31 and 4.096 * (1 << code) < 4 * rtt:
+        code += 1
+    return code
 
 
 class RecordDriver:
@@ -207,14 +368,21 @@ class RecordCollector:
 
 
 async def open_qp(ctl, psn_ctl, index, *, peer_ip, peer_qpn, rkey, base_va, pmtu, psn,
-                  udp_sport=0xC000, ack_every_log2=4, state=QpState.RTS, dscp=0, ecn=0):
-    """Write QP ``index`` of the endpoint's QP table through its control ports."""
+                  udp_sport=0xC000, ack_every_log2=4, state=QpState.RTS, dscp=0, ecn=0,
+                  timeout=0, retry_cnt=7, rnr_retry=7):
+    """Write QP ``index`` of the endpoint's QP table through its control ports. ``timeout``:
+    retransmit timeout code (4.096 us x 2^timeout, 0 = never); ``retry_cnt``, ``rnr_retry``:
+    retry counts (``rnr_retry`` 7 = forever)."""
+    for name, value, top in (("timeout", timeout, 31), ("retry_cnt", retry_cnt, 7),
+                             ("rnr_retry", rnr_retry, 7)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise ValueError(f"{name} must be an integer 0..{top}, not {value!r}")
     await psn_ctl.send({"qp": index, "psn": psn})
     await ctl.send({"qp": index, "context": {
         "state": state, "peer_ip": peer_ip, "peer_qpn": peer_qpn, "rkey": rkey,
         "base_va": base_va, "pmtu_log2": pmtu.bit_length() - 1, "udp_sport": udp_sport,
-        "dscp": dscp, "ecn": ecn, "ack_every_log2": ack_every_log2, "timeout": 0,
-        "retry_cnt": 7, "rnr_retry": 7}})
+        "dscp": dscp, "ecn": ecn, "ack_every_log2": ack_every_log2, "timeout": timeout,
+        "retry_cnt": retry_cnt, "rnr_retry": rnr_retry}})
 
 
 async def write_onchip(dut, width, mem_bytes, addr, data):

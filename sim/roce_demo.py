@@ -21,7 +21,26 @@ the JSON file named by ``ROCE_RESULTS``.
     if true, the run is single work requests posted one at a time on an idle endpoint, and the
     figure is the cycles from the work request's acceptance to its first beat on the MAC.
 
-``PCAP``: every frame crossing the MAC port goes to this file.
+``loss``, ``dup``, ``reorder``, ``corrupt``
+    Fault probabilities per frame of the link between the endpoint and the host NIC model, in
+    both directions (see :func:`rocegen.sim.roce_bench.link_pair`); 0 by default.
+``seed``
+    Seed of the links' faults (the two directions get ``2 * seed`` and ``2 * seed + 1``).
+``rtt_us``
+    Round trip of the link in microseconds, half of it as each direction's delay.
+``timeout``
+    QP retransmit timeout code (4.096 us x 2^timeout, 0 = never); by default 0 on a perfect
+    link, at least 4 with any fault (:func:`rocegen.sim.roce_bench.timeout_code`).
+
+A run's result adds ``retransmitted`` (RoCE data frames the endpoint sent again), ``roce_frames``
+(every RoCE data frame it sent), the counters of both links (``link_to_nic``,
+``link_from_nic``; ``None`` without a link) and the NIC model's recovery counters (``nic``).
+With faults, the NIC model's strict checks still apply to every frame the link did not corrupt;
+only the events a lossy link causes (duplicates, PSN sequence NAKs, and drops of the frames the
+link corrupted) are allowed in its log.
+
+``PCAP``: every frame crossing the MAC port goes to this file, as the NIC model receives it and
+as the endpoint receives the answers (after the links).
 """
 
 import json
@@ -41,14 +60,18 @@ from rocegen.sim.models.pattern import generator_address, pattern
 from rocegen.sim.models.rnic import Rnic
 from rocegen.sim.pcap import PcapWriter
 from rocegen.sim.roce_bench import (
+    FAULTS,
     MacModel,
     RecordCollector,
     RecordDriver,
     board_clock_mhz,
+    is_ipv4,
+    link_pair,
     open_qp,
     period_ps,
     qpn,
     start_clock,
+    timeout_code,
     write_onchip,
 )
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
@@ -61,11 +84,16 @@ REMOTE_BASE = 0x10_0000_0000
 LOCAL_BYTES = 64 * 1024
 PSN_MOD = 1 << 24
 ROCE_HEADERS = ETH.length + IPV4.length + UDP.length
+#: NIC model log entries a lossy link legitimately causes (besides drops of corrupted frames)
+RECOVERY_EVENTS = ("duplicate", "seq_drop", "nak_seq_tx")
+#: NIC model counters reported per run
+NIC_COUNTERS = ("duplicate", "seq_drop", "nak_seq_tx", "ack_tx", "executed", "drop_icrc",
+                "ip_drop_checksum")
 
 
 def roce_frame_info(frame):
     """(dest QP, payload bytes carried) of a RoCEv2 frame, or None for other frames."""
-    if len(frame) < ROCE_HEADERS + BTH.length or frame[12:14] != b"\x08\x00":
+    if len(frame) < ROCE_HEADERS + BTH.length or not is_ipv4(frame):
         return None
     udp = UDP.unpack(frame[ETH.length + IPV4.length:ROCE_HEADERS])
     if udp["dst_port"] != UDP_PORT_ROCEV2:
@@ -100,8 +128,16 @@ async def runs(dut):
         ram.write(0, local)
     psn = {}
     for n, run in enumerate(runs):
+        while mac.in_flight:            # the previous run's late copies
+            await RisingEdge(dut.clk)
         nic = Rnic(HOST_MAC, HOST_IP, strict=True)
         mac.nic = nic
+        mac.to_nic, mac.from_nic = link_pair(run, board_clock_mhz(W))
+        faulty = any(run.get(f) for f in FAULTS)
+        timeout = timeout_code(run)
+        mac.clear_sent()
+        first_roce, first_retx = mac.roce_frames, mac.retransmitted
+        first_corrupt = len(mac.corrupt_log)
         mac.bytes_per_cycle = (run["line_gbps"] * 1e9 / 8 / (board_clock_mhz(W) * 1e6)
                                if run.get("line_gbps") else None)
         qps = run.get("qps", 1)
@@ -117,7 +153,7 @@ async def runs(dut):
             nic.register_mr(remote[k], max(per_qp, 1) + 64, 0x2000 + k)
             await open_qp(ctl, psn_ctl, k, peer_ip=parse_ip(HOST_IP), peer_qpn=HOST_QPN + k,
                           rkey=0x2000 + k, base_va=remote[k], pmtu=run["pmtu"], psn=start,
-                          udp_sport=0xC100 + k)
+                          udp_sport=0xC100 + k, timeout=timeout)
             psn[k] = start
         first_frame = len(mac.frames)
         first_line = len(mac.line)
@@ -201,7 +237,12 @@ async def runs(dut):
                 check += [(recv[wid].data[:m], local[la:la + m]) for k, wid, off, m, la in jobs]
         for got_bytes, want in check:
             assert got_bytes == want, f"run {n}: data differs in the host's memory"
-        assert not nic.log, f"run {n}: the NIC model logged {nic.log[:3]}"
+        unexpected = list(nic.log)
+        for entry in mac.corrupt_log[first_corrupt:]:
+            unexpected.remove(entry)
+        if faulty:
+            unexpected = [e for e in unexpected if e.split(":", 1)[0] not in RECOVERY_EVENTS]
+        assert not unexpected, f"run {n}: the NIC model logged {unexpected[:3]}"
         for k in range(qps):
             psn[k] = nic.expected_psn(HOST_QPN + k)
         # figures, from the RoCE frames of this run
@@ -232,6 +273,12 @@ async def runs(dut):
             "elapsed_us": elapsed_ps / 1e6,
             "per_qp": per,
             "latency_cycles": latency,
+            "timeout": timeout,
+            "roce_frames": mac.roce_frames - first_roce,
+            "retransmitted": mac.retransmitted - first_retx,
+            "link_to_nic": dict(mac.to_nic.counters) if mac.to_nic else None,
+            "link_from_nic": dict(mac.from_nic.counters) if mac.from_nic else None,
+            "nic": {c: nic.counters[c] for c in NIC_COUNTERS},
         })
     if pcap:
         pcap.close()
