@@ -1,0 +1,21 @@
+"""The RoCE endpoint's reliability in Verilator (tests/cocotb/roce_faults.py): a faulty link
+each way, RNR storms, remote errors, dead links and receive fuzzing, at 64 and 512 bits. The
+simulator builds are the ones tests/test_cocotb_roce.py uses."""
+
+import pytest
+
+from rocegen.gateware.cli import endpoint_sim_config
+from rocegen.sim.cocotb_runner import run_cocotb
+
+CONFIGS = {
+    "onchip-64": dict(width=64, num_qps=8),
+    "onchip-512": dict(width=512, num_qps=8),
+}
+TESTS = ["lossy_link", "errors_and_recovery", "receive_fuzz"]
+
+
+@pytest.mark.parametrize("test", TESTS)
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_endpoint_faults(config, test):
+    cfg = endpoint_sim_config(**CONFIGS[config])
+    assert run_cocotb(cfg, "tests.cocotb.roce_faults", test, label=f"{config}-{test}") == 1
