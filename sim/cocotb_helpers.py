@@ -56,12 +56,15 @@ def compare_responses(expected, got):
                 assert p[UDP].len == p[IP].len - 20 <= len(p[IP])
 
 
-async def read_qp_stats(dut, qp, names):
-    """The per-QP counters ``names`` (in address order) of QP ``qp`` (``qp_stats_qp`` /
-    ``qp_stats_sel`` / ``qp_stats_data``), by name."""
+async def read_qp_stats(dut, qp, names, only=None):
+    """The per-QP counters of QP ``qp`` (``qp_stats_qp`` / ``qp_stats_sel`` /
+    ``qp_stats_data``), by name: ``names`` lists every counter in address order (for example
+    ``endpoint.QP_COUNTERS``), ``only`` the ones to read (default all)."""
     values = {}
     dut.qp_stats_qp.value = qp
     for k, name in enumerate(names):
+        if only is not None and name not in only:
+            continue
         dut.qp_stats_sel.value = k
         await ClockCycles(dut.clk, 2)
         await RisingEdge(dut.clk)

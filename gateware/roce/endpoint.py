@@ -19,8 +19,10 @@ from .completer import Completer
 from .layouts import COMPLETION, MAX_QPS, WORK_REQUEST, WR_TAGGED, CplStatus, WrSource
 from .payload_ram import PayloadRam
 from .payload_reader import PayloadReader
+from .qp_counters import QpCounters
 from .qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
-from .retry import QP_COUNTERS, RetryEngine
+from .retry import QP_COUNTERS as RETRY_QP_COUNTERS
+from .retry import RetryEngine
 from .rx import RoceRx
 from .scheduler import Scheduler
 from .stream_in import STREAM_META, StreamFrontEnd
@@ -28,6 +30,14 @@ from .traffic_gen import GEN_CONFIG, TrafficGen
 
 __all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
            "default_clk_hz"]
+
+#: Per-QP counters of the receive path: acknowledgements dropped because the QP was neither RTR
+#: nor RTS, or came from another IPv4 source than the QP's peer; CNPs. (Drops for a reason found
+#: before the QP is known -- length, ICRC, opcode, P_Key, unknown DestQP -- are counted only
+#: globally, in :data:`ROCE_STATS`.)
+RX_QP_COUNTERS = ("rx_drop_state", "rx_drop_peer", "cnps")
+#: Every per-QP counter, in ``qp_stats_sel`` order: the retry engine's, then the receive path's.
+QP_COUNTERS = RETRY_QP_COUNTERS + RX_QP_COUNTERS
 
 #: Largest path MTU; the stack's IP MTU is sized for it.
 PMTU_MAX = 4096
@@ -144,6 +154,8 @@ class RoceEndpoint(wiring.Component):
         self.memory = memory
         self.mem_bytes = mem_bytes
         self.addr_bits = (mem_bytes - 1).bit_length()
+        if cm_port == UDP_PORT_ROCEV2:
+            raise ValueError(f"cm_port must not be {UDP_PORT_ROCEV2}, the RoCEv2 port")
         self._cm = ConnectionManager(width, num_qps, allow_net=cm_allow_net, default_pmtu=pmtu,
                                      default_timeout=cm_timeout, default_retry=cm_retry,
                                      default_rnr_retry=cm_rnr_retry, port=cm_port)
@@ -300,9 +312,22 @@ class RoceEndpoint(wiring.Component):
             retry.err_qp.eq(comp.err_qp), comp.err_status.eq(retry.err_status),
             sched.errored.eq(retry.errored), comp.errored.eq(retry.errored),
             sched.held.eq(retry.held),
-            retry.qp_stats_qp.eq(self.qp_stats_qp), retry.qp_stats_sel.eq(self.qp_stats_sel),
-            self.qp_stats_data.eq(retry.qp_stats_data),
         ]
+
+        # per-QP counters: the retry engine's, then the receive path's (one cycle of latency
+        # each, so the select is delayed to pick the right one)
+        rxc = m.submodules.rx_qp_counters = QpCounters(self.num_qps, RX_QP_COUNTERS)
+        n_retry = len(RETRY_QP_COUNTERS)
+        m.d.comb += [
+            rxc.qp.eq(rx.cnp_qp),
+            rxc.inc.eq(Cat(rx.drop_state, rx.drop_peer, rx.cnp)),
+            retry.qp_stats_qp.eq(self.qp_stats_qp), rxc.rd_qp.eq(self.qp_stats_qp),
+            retry.qp_stats_sel.eq(self.qp_stats_sel),
+            rxc.rd_sel.eq(self.qp_stats_sel - n_retry),
+        ]
+        from_rx = Signal()
+        m.d.sync += from_rx.eq(self.qp_stats_sel >= n_retry)
+        m.d.comb += self.qp_stats_data.eq(Mux(from_rx, rxc.rd_data, retry.qp_stats_data))
 
         # completions back to whoever posted the work request
         c = comp.cpl

@@ -82,7 +82,8 @@ class RoceRx(wiring.Component):
         IPv4 source equal to the context's ``peer_ip``. ``acks`` pulses in the cycle the event
         is loaded into the ``ack`` register.
     cnp_qp : Out(8)
-        QP index of the CNP, valid while ``cnp`` pulses.
+        QP index of the datagram, valid while ``cnp``, ``drop_state`` or ``drop_peer`` pulses
+        (the verdicts made after the QP is known).
 
     Behaviour
     ---------

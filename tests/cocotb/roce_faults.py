@@ -338,6 +338,9 @@ async def receive_fuzz(dut):
     n_fuzz = int(PARAMS.get("fuzz_frames", 20000))
     frames = fuzz_frames(n_fuzz, SEED, our_mac=FPGA_MAC, our_ip=FPGA_IP, peer_ip=HOST_IP,
                          qpns=[qpn(k) for k in range(2)], psn_range=(0, 1 << 24))
+    n_qps = len(dut.qp_open.value)
+    rx_names = ("rx_drop_state", "rx_drop_peer", "cnps")
+    per_qp0 = [await read_qp_stats(dut, k, QP_COUNTERS, rx_names) for k in range(n_qps)]
     stats0 = await read_stats(dut, STATS)
 
     async def throw():
@@ -368,5 +371,10 @@ async def receive_fuzz(dut):
     assert d["roce_rx_packets"] == expected + real_acks, \
         f"{d['roce_rx_packets']} datagrams on port 4791, expected {expected} + {real_acks}"
     assert stats["roce_qp_errors"] == 0
+    per_qp = [await read_qp_stats(dut, k, QP_COUNTERS, rx_names) for k in range(n_qps)]
+    for name, total in zip(rx_names, ("roce_rx_drop_state", "roce_rx_drop_peer", "roce_rx_cnp")):
+        by_qp = [per_qp[k][name] - per_qp0[k][name] for k in range(n_qps)]
+        assert sum(by_qp) == d[total], f"per-QP {name} {by_qp} do not add up to {total} {d[total]}"
+    assert d["roce_rx_drop_peer"] > 0 and d["roce_rx_drop_state"] > 0, "the fuzz missed a check"
     dut._log.info(f"fuzz: {n_fuzz} frames, {expected} to port 4791; counters "
                   f"{ {k: v for k, v in d.items() if v and k.startswith('roce_rx')} }")

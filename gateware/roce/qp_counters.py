@@ -1,0 +1,76 @@
+from amaranth.hdl import Array, Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .layouts import MAX_QPS
+
+__all__ = ["QpCounters"]
+
+
+class QpCounters(wiring.Component):
+    """A bank of event counters per QP, in distributed RAM.
+
+    Parameters
+    ----------
+    num_qps : int
+        QPs (1..256).
+    names : sequence of str
+        The counters of each QP, in read-address order (1..32 distinct names).
+    bits : int
+        Bits per counter (1..64); counters wrap.
+
+    Ports
+    -----
+    qp : In(range(num_qps))
+        The QP the events of this cycle belong to.
+    inc : In(len(names))
+        One bit per counter: each set bit adds one to that counter of ``qp`` (any number of bits
+        in the same cycle; one QP per cycle).
+    rd_qp / rd_sel / rd_data
+        Read of counter ``names[rd_sel]`` of QP ``rd_qp``; ``rd_data`` one cycle after the
+        address. An increment in cycle t is visible to a read addressed in cycle t + 1.
+
+    Behaviour: a read-modify-write per cycle with events (the QP's row is read combinationally
+    and written at the end of the cycle), so events on the same QP in consecutive cycles all
+    count. No backpressure: every event of every cycle is counted.
+    """
+
+    def __init__(self, num_qps, names, bits=32):
+        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
+            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
+        if not 1 <= num_qps <= MAX_QPS:
+            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        names = tuple(names)
+        if not 1 <= len(names) <= 32 or len(set(names)) != len(names) or \
+                not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"names must be 1..32 distinct non-empty strings, not {names!r}")
+        if not isinstance(bits, int) or isinstance(bits, bool) or not 1 <= bits <= 64:
+            raise ValueError(f"bits must be an integer 1..64, not {bits!r}")
+        self.num_qps = num_qps
+        self.names = names
+        self.bits = bits
+        super().__init__({
+            "qp": In(range(num_qps)),
+            "inc": In(len(names)),
+            "rd_qp": In(range(num_qps)),
+            "rd_sel": In(range(len(names))),
+            "rd_data": Out(bits),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nc = len(self.names)
+        mem = m.submodules.mem = Memory(shape=data.ArrayLayout(self.bits, nc),
+                                        depth=self.num_qps, init=[])
+        wp = mem.write_port()
+        rmw = mem.read_port(domain="comb")
+        rd = mem.read_port()
+        m.d.comb += [rmw.addr.eq(self.qp), wp.addr.eq(self.qp), wp.en.eq(self.inc != 0)]
+        for k in range(nc):
+            m.d.comb += wp.data[k].eq(rmw.data[k] + self.inc[k])
+        sel = Signal(range(nc))
+        m.d.sync += sel.eq(self.rd_sel)
+        m.d.comb += [rd.addr.eq(self.rd_qp),
+                     self.rd_data.eq(Array(rd.data[k] for k in range(nc))[sel])]
+        return m
