@@ -116,8 +116,9 @@ class Board(abc.ABC):
     # -- to be provided by a board -------------------------------------------------------------
 
     @abc.abstractmethod
-    def top(self, *, num_qps, mac, ip, memory, mem_bytes):
-        """The board's top-level component around the core."""
+    def top(self, *, num_qps, mac, ip, memory, mem_bytes, **endpoint_params):
+        """The board's top-level component around the core (``endpoint_params``: further
+        :class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` parameters)."""
 
     @abc.abstractmethod
     def ip_tcl(self):
@@ -292,9 +293,12 @@ def add_ram_style(text, style, *, drop_zero_init=False):
 
 
 def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.0.2",
-                retransmit_memory="bram", width=None, mem_bytes=None, top_name=None, log=print):
+                retransmit_memory="bram", width=None, mem_bytes=None, top_name=None, log=print,
+                endpoint=None):
     """Write the Vivado build of ``board`` to ``out_dir``: ``<top>.v`` (board top and core),
-    ``<board>.xdc``, ``build.tcl`` and ``BUILD.md``. Returns the paths written."""
+    ``<board>.xdc``, ``build.tcl`` and ``BUILD.md``. ``endpoint``: further parameters of the
+    core (``pmtu``, ``cm_port``...). Returns the paths written."""
+    endpoint = dict(endpoint or {})
     memory, mem_bytes = check_build_params(board, num_qps=num_qps, mac=mac, ip=ip,
                                            retransmit_memory=retransmit_memory, width=width,
                                            mem_bytes=mem_bytes)
@@ -302,7 +306,8 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top_name):
         raise ValueError(f"--name must be a Verilog identifier, not {top_name!r}")
     t0 = time.perf_counter()
-    top = board.top(num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes)
+    top = board.top(num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes,
+                    **endpoint)
     text = to_verilog(top, name=top_name)
     if retransmit_memory == "uram":
         text = add_ram_style(text, "ultra", drop_zero_init=True)
@@ -320,11 +325,16 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
                                       xdc=files["xdc"].name))
     params = {"board": board.name, "ip": ip, "mac": mac, "qps": num_qps,
               "retransmit_memory": retransmit_memory, "mem_bytes": mem_bytes,
-              "width": board.width, "top": top_name}
+              "width": board.width, "top": top_name, **endpoint}
     files["readme"].write_text(build_md(board, top, params, files))
     log(f"wrote {out}/: {', '.join(p.name for p in files.values())} "
         f"({len(text) / 1e6:.2f} MB of Verilog) in {time.perf_counter() - t0:.1f} s")
     return files
+
+
+def _net_text(net):
+    """``(ip, prefix_len)`` -> ``"ip/prefix_len"`` (``None`` stays)."""
+    return None if net is None else f"{net[0]}/{net[1]}"
 
 
 def build_md(board, top, params, files):
@@ -333,10 +343,14 @@ def build_md(board, top, params, files):
     clocks = "\n".join(f"| {n} | {hz / 1e6:g} MHz | {what} |" for n, hz, what in board.clocks)
     has_cm = getattr(top, "has_connection_manager", False)
     if has_cm:
-        qps = ("QPs are opened by the host through the connection manager on UDP port 17185 "
-               "(the host agent does this); the QP LED lights while at least one is open. Any "
-               "host on the link may open QPs: the board build puts no subnet restriction on "
-               "the connection manager.")
+        port = params.get("cm_port", 17185)
+        allow = _net_text(params.get("cm_allow_net"))
+        who = (f"Only hosts in {allow} may open QPs (others are answered NAK and counted)."
+               if allow else "Any host on the link may open QPs: this build puts no subnet "
+               "restriction on the connection manager (`--allow-net` sets one).")
+        qps = (f"QPs are opened by the host through the connection manager on UDP port {port} "
+               f"(`rocegen-host connect` does this); the QP LED lights while at least one is "
+               f"open. {who}")
     else:
         qps = ("This core has no connection manager: nothing on the board opens QPs, so the "
                "design answers ARP and ping (and counts what it receives) but sends no RDMA "
@@ -348,6 +362,9 @@ def build_md(board, top, params, files):
         "uram": "UltraRAM (the payload memory carries `(* ram_style = \"ultra\" *)`; check "
                 "`URAM` in the utilization report)",
     }[mem]
+    core_keys = ("board", "ip", "mac", "qps", "retransmit_memory", "mem_bytes", "width", "top")
+    extra = "".join(f"| {k} | {_net_text(v) if k == 'cm_allow_net' else v} |\n"
+                    for k, v in params.items() if k not in core_keys)
     return f"""\
 # {board.title}
 
@@ -384,7 +401,7 @@ Hardware Manager (`open_hw_manager`, `program_hw_devices`).
 | MAC address | {params['mac']} |
 | QPs | {params['qps']} (QPNs {256}..{256 + params['qps'] - 1}) |
 | payload memory | {params['mem_bytes']} bytes of {mem_text} |
-
+{extra}
 ## Clocks
 
 | clock | frequency | use |

@@ -138,6 +138,9 @@ class Vcu118Top(wiring.Component):
         100 with ``"cmac"``; 25 or 10 with ``"xxv"``.
     num_qps, mac, ip, memory, mem_bytes
         The core's parameters (:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint`).
+    **endpoint_params
+        Further parameters of the endpoint (``pmtu``, ``cm_port``, ``cm_allow_net``,
+        ``cm_timeout``, ``wr_depth``, ``window``...); ``clk_hz`` is the core clock.
 
     Ports (the board's pins)
     ------------------------
@@ -160,7 +163,8 @@ class Vcu118Top(wiring.Component):
     """
 
     def __init__(self, *, mac_kind="cmac", line_rate_gbps=100, num_qps=8,
-                 mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip", mem_bytes=None):
+                 mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip", mem_bytes=None,
+                 **endpoint_params):
         if mac_kind not in ("cmac", "xxv"):
             raise ValueError(f"mac_kind must be 'cmac' or 'xxv', not {mac_kind!r}")
         rates = {"cmac": (100,), "xxv": (25, 10)}[mac_kind]
@@ -173,7 +177,10 @@ class Vcu118Top(wiring.Component):
         self.core_clock_hz = {100: 322.265625e6, 25: 390.625e6, 10: 156.25e6}[line_rate_gbps]
         self.mac = parse_mac(mac)
         self.ip = parse_ip(ip)
-        self.endpoint = RoceEndpoint(self.width, num_qps, memory=memory, mem_bytes=mem_bytes)
+        if "clk_hz" in endpoint_params:
+            raise ValueError("clk_hz is the board's core clock; it cannot be set")
+        self.endpoint = RoceEndpoint(self.width, num_qps, memory=memory, mem_bytes=mem_bytes,
+                                     clk_hz=self.core_clock_hz, **endpoint_params)
         self.has_connection_manager = "qp_open" in self.endpoint.signature.members
         lanes = 4 if mac_kind == "cmac" else 1
         super().__init__({
@@ -388,9 +395,10 @@ set_false_path -to [get_ports {led[*] qsfp1_modsell qsfp1_resetl qsfp1_lpmode}]
 set_false_path -from [get_ports {cpu_reset btn_c qsfp1_modprsl qsfp1_intl}]
 """
 
-    def top(self, *, num_qps, mac, ip, memory, mem_bytes):
+    def top(self, *, num_qps, mac, ip, memory, mem_bytes, **endpoint_params):
         return Vcu118Top(mac_kind=self.mac_kind, line_rate_gbps=self.line_rate_gbps,
-                         num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes)
+                         num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes,
+                         **endpoint_params)
 
 
 _SOURCES_NOTE = """\

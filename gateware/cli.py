@@ -54,7 +54,10 @@ def _check_verilog_args(args):
     _check_address("--mac", parse_mac, args.mac)
     if args.core == "stack":
         for option, value in (("--qps", args.qps), ("--memory", args.memory),
-                              ("--mem-bytes", args.mem_bytes)):
+                              ("--mem-bytes", args.mem_bytes), ("--cm-port", args.cm_port),
+                              ("--clk-mhz", args.clk_mhz),
+                              *((o, getattr(args, o[2:].replace("-", "_")))
+                                for o in _ENDPOINT_OPTIONS)):
             if value is not None:
                 raise ValueError(f"{option} applies to --core endpoint only, not to the network "
                                  f"stack")
@@ -87,14 +90,16 @@ def _verilog_endpoint(args):
     from .emit import to_verilog
     t0 = time.perf_counter()
     params = {} if args.mem_bytes is None else {"mem_bytes": args.mem_bytes}
+    params.update(_endpoint_params(args))
+    if args.clk_mhz is not None:
+        if not 0 < args.clk_mhz <= 1000:
+            raise ValueError(f"--clk-mhz must be a clock frequency 0..1000 MHz, not {args.clk_mhz}")
+        params["clk_hz"] = args.clk_mhz * 1e6
     try:
         top = CoreTop(args.width, args.qps, memory=args.memory, phy=args.phy, mac=args.mac,
                       ip=args.ip, **params)
-    except ValueError as e:
-        msg = str(e)
-        if msg.startswith("mem_bytes"):
-            msg = f"--mem-bytes: {msg}"
-        raise ValueError(msg) from None
+    except (ValueError, TypeError) as e:
+        raise ValueError(_option_error(str(e))) from None
     text = to_verilog(top, name=args.name)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -109,14 +114,12 @@ def _build(args):
     board = get_board(args.board)
     params = {"num_qps": args.qps, "mac": args.mac, "ip": args.ip,
               "retransmit_memory": args.retransmit_memory, "width": args.width,
-              "mem_bytes": args.mem_bytes, "top_name": args.name}
+              "mem_bytes": args.mem_bytes, "top_name": args.name,
+              "endpoint": _endpoint_params(args)}
     try:
         files = write_build(board, args.output, **params)
-    except ValueError as e:
-        msg = str(e)
-        if msg.startswith("mem_bytes"):
-            msg = f"--mem-bytes: {msg}"
-        raise ValueError(msg) from None
+    except (ValueError, TypeError) as e:
+        raise ValueError(_option_error(str(e), "--port")) from None
     print(f"build it with: cd {files['tcl'].parent} && vivado -mode batch -source build.tcl "
           f"(see BUILD.md)")
     return 0
@@ -243,6 +246,68 @@ def _sim_ping(args):
     return 0
 
 
+#: Endpoint parameters shared by ``rocegen verilog`` and ``rocegen build``: option -> (parameter,
+#: how the error messages of the endpoint name it).
+_ENDPOINT_OPTIONS = {
+    "--pmtu": ("pmtu", ("default_pmtu", "pmtu")),
+    "--allow-net": ("cm_allow_net", ("allow_net", "cm_allow_net")),
+    "--timeout": ("cm_timeout", ("default_timeout", "cm_timeout")),
+    "--retry-cnt": ("cm_retry", ("default_retry", "cm_retry")),
+    "--rnr-retry": ("cm_rnr_retry", ("default_rnr_retry", "cm_rnr_retry")),
+    "--wr-depth": ("wr_depth", ("depth", "wr_depth")),
+    "--window": ("window", ("window",)),
+}
+
+
+def _add_endpoint_options(parser, port_option):
+    parser.add_argument(port_option, dest="cm_port", type=int, default=None,
+                        help="UDP port of the connection manager (default 17185)")
+    parser.add_argument("--pmtu", type=int, default=None,
+                        help="path MTU a QP gets unless its OPEN_QP names one (256..4096, "
+                        "default 4096)")
+    parser.add_argument("--allow-net", default=None, metavar="A.B.C.D/N",
+                        help="only hosts in this IPv4 subnet may open QPs (default: any host)")
+    parser.add_argument("--timeout", type=int, default=None, metavar="CODE",
+                        help="default retransmit timeout code: 4.096 us x 2^CODE (0 = never; "
+                        "default 14, 67 ms)")
+    parser.add_argument("--retry-cnt", type=int, default=None,
+                        help="default retries after timeouts / sequence NAKs (0..7, default 7)")
+    parser.add_argument("--rnr-retry", type=int, default=None,
+                        help="default retries after RNR NAKs (0..7, 7 = forever; default 7)")
+    parser.add_argument("--wr-depth", type=int, default=None,
+                        help="work requests held per QP until they complete (default 64)")
+    parser.add_argument("--window", type=int, default=None,
+                        help="unacknowledged PSNs per QP (default 1024)")
+
+
+def _endpoint_params(args):
+    """The endpoint parameters the options name (only those given)."""
+    params = {} if args.cm_port is None else {"cm_port": args.cm_port}
+    if args.cm_port is not None and not 1 <= args.cm_port <= 65535:
+        raise ValueError(f"the connection manager's port must be 1..65535, not {args.cm_port}")
+    for option, (param, _) in _ENDPOINT_OPTIONS.items():
+        value = getattr(args, option[2:].replace("-", "_"))
+        if value is not None:
+            params[param] = value
+    if "cm_allow_net" in params:
+        net, _, prefix = params["cm_allow_net"].partition("/")
+        if not prefix.isdigit():
+            raise ValueError(f"--allow-net must be A.B.C.D/N, not {params['cm_allow_net']!r}")
+        params["cm_allow_net"] = (net, int(prefix))
+    return params
+
+
+def _option_error(message, port_option="--cm-port"):
+    """An endpoint parameter error, renamed to the command-line option."""
+    for option, (_, names) in [("--mem-bytes", (None, ("mem_bytes",))),
+                               (port_option, (None, ("port", "cm_port"))),
+                               *_ENDPOINT_OPTIONS.items()]:
+        for name in names:
+            if message.startswith(name + " ") or message.startswith(name + ":"):
+                return f"{option}: {message}"
+    return message
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="rocegen", description="FPGA RoCEv2 endpoint generator")
     sub = p.add_subparsers(dest="command", required=True)
@@ -266,6 +331,10 @@ def main(argv=None):
     v.add_argument("--ip", default="10.0.0.2", help="our IPv4 address")
     v.add_argument("--port", type=int, action="append", default=None,
                    help="UDP port served by --core stack (repeatable; default 17185)")
+    _add_endpoint_options(v, "--cm-port")
+    v.add_argument("--clk-mhz", type=float, default=None,
+                   help="the core clock the retransmit timers count (default 322.265625 MHz, "
+                   "156.25 MHz at W = 64)")
     v.add_argument("--name", default=None,
                    help="Verilog module name (default rocegen_endpoint / rocegen_stack)")
     v.add_argument("-o", "--output", required=True, help="output .v file")
@@ -282,6 +351,7 @@ def main(argv=None):
                    help="payload memory size in bytes (default 256 KiB bram, 4 MiB uram)")
     b.add_argument("--width", type=int, default=None,
                    help="datapath width; must be the board MAC's (checked, else implied)")
+    _add_endpoint_options(b, "--port")
     b.add_argument("--name", default=None, help="top-level module name (default per board)")
     b.add_argument("-o", "--output", required=True, help="output folder")
 

@@ -82,6 +82,21 @@ def test_board_tops_elaborate(board, num_qps, memory):
     assert len(top.led) == 8
 
 
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_board_tops_take_endpoint_parameters(board):
+    """Endpoint parameters reach the core; the retransmit timers count the board's clock."""
+    b = get_board(board)
+    top = b.top(num_qps=2, mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip",
+                mem_bytes=1 << 16, window=256, wr_depth=8, pmtu=1024, cm_port=5000)
+    ep = top.endpoint
+    assert ep.clk_hz == b.core_clock_hz
+    assert ep._retry.tick_cycles == round(b.core_clock_hz * 1.024e-6)
+    assert ep._sched.window == 256 and ep._sched.depth == 8
+    with pytest.raises(ValueError, match="clk_hz is the board's core clock"):
+        b.top(num_qps=2, mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip",
+              mem_bytes=1 << 16, clk_hz=100e6)
+
+
 @pytest.mark.parametrize("kw", [
     dict(width=64, phy="xgmii"), dict(width=64), dict(width=128, memory="axi4"),
     dict(width=256, num_qps=3), dict(width=512, num_qps=256, mem_bytes=1 << 16),

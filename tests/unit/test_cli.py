@@ -95,6 +95,20 @@ def test_verilog_endpoint_xgmii_axi4(tmp_path):
     (["--core", "stack", "--memory", "axi4"], "--memory applies to --core endpoint only"),
     (["--core", "stack", "--port", "70000"], "--port must be a UDP port"),
     (["--name", "9lives"], "--name must be a Verilog identifier"),
+    (["--pmtu", "300"], "--pmtu: default_pmtu must be one of 256, 512, 1024, 2048, 4096"),
+    (["--timeout", "32"], "--timeout: default_timeout must be 0..31, not 32"),
+    (["--retry-cnt", "8"], "--retry-cnt: default_retry must be 0..7, not 8"),
+    (["--rnr-retry", "-1"], "--rnr-retry: default_rnr_retry must be 0..7, not -1"),
+    (["--allow-net", "10.0.0.0"], "--allow-net must be A.B.C.D/N, not '10.0.0.0'"),
+    (["--allow-net", "10.0.0.0/33"], "--allow-net: allow_net prefix length must be 0..32"),
+    (["--allow-net", "10.0.0.1/24"], "has host bits set"),
+    (["--window", "0"], "--window: window must be 1..2^23-1 packets, not 0"),
+    (["--wr-depth", "3"], "--wr-depth: depth must be a power of two from 1 to 64, not 3"),
+    (["--cm-port", "70000"], "the connection manager's port must be 1..65535, not 70000"),
+    (["--cm-port", "4791"], "--cm-port: cm_port must not be 4791, the RoCEv2 port"),
+    (["--clk-mhz", "0"], "--clk-mhz must be a clock frequency"),
+    (["--core", "stack", "--pmtu", "1024"], "--pmtu applies to --core endpoint only"),
+    (["--core", "stack", "--cm-port", "5000"], "--cm-port applies to --core endpoint only"),
 ])
 def test_bad_parameters_are_clear_errors(tmp_path, capsys, args, message):
     assert main(["verilog", *args, "-o", str(tmp_path / "x.v")]) == 2
@@ -128,6 +142,9 @@ def test_argument_errors_exit_2(tmp_path, capsys, args, message):
     (["--board", "vcu118_10g", "--ip", "10.0.0"], "--ip: not an IPv4 address"),
     (["--board", "vcu118_10g", "--mac", "00-11-22-33-44-55"], "--mac: not a MAC address"),
     (["--board", "vcu118_10g", "--name", "a b"], "--name must be a Verilog identifier"),
+    (["--board", "vcu118", "--port", "4791"], "--port: cm_port must not be 4791"),
+    (["--board", "vcu118", "--pmtu", "100"], "--pmtu: default_pmtu must be one of"),
+    (["--board", "vcu118", "--allow-net", "1.2.3.4/8"], "--allow-net: allow_net"),
 ])
 def test_build_errors(tmp_path, capsys, args, message):
     out = tmp_path / "build"
