@@ -3,9 +3,11 @@ test modules against them from pytest.
 
 A *configuration* is a factory (an importable ``"module:callable"`` returning an Amaranth
 component) plus its keyword arguments. Its Verilog and Verilator build live in
-``build/cocotb/<name>-<hash>/``; the build is skipped when the generated Verilog is unchanged, and
-a file lock lets parallel pytest workers share it. Verilator's make uses ccache when it is
-installed. ``WAVES=1`` in the environment builds a tracing variant and writes an FST/VCD per run.
+``build/cocotb/<name>-<hash>/``; the design is not even elaborated again while no Python source
+of ``gateware/``, ``boards/`` or ``sim/`` changed, the Verilator build is skipped when the
+generated Verilog is unchanged, and a file lock lets parallel pytest workers share it.
+Verilator's make uses ccache when it is installed. ``WAVES=1`` in the environment builds a
+tracing variant and writes an FST/VCD per run.
 """
 
 import fcntl
@@ -33,6 +35,19 @@ def waves_requested():
     return os.environ.get("WAVES", "0") not in ("", "0")
 
 
+def _source_digest():
+    """Digest of every Python source a design can come from (``gateware/``, ``boards/``,
+    ``sim/``) and of the Amaranth version: while it is unchanged, a configuration's Verilog
+    cannot have changed, so the build is reused without elaborating the design again."""
+    import amaranth
+    h = hashlib.sha1(amaranth.__version__.encode())
+    for folder in ("gateware", "boards", "sim"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
 def _factory(spec):
     mod, _, attr = spec.partition(":")
     return getattr(importlib.import_module(mod), attr)
@@ -55,11 +70,17 @@ class SimConfig:
         self.build_dir.mkdir(parents=True, exist_ok=True)
         with open(self.build_dir / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            sources = _source_digest()
+            source_stamp = self.build_dir / ".sources"
+            if (self.build_dir / ".built").exists() and source_stamp.exists() and \
+                    source_stamp.read_text() == sources:
+                return self         # no Python source changed since the last build
             design = _factory(self.factory)(**self.params)
             text = to_verilog(design, name=self.toplevel)
             digest = hashlib.sha1(text.encode()).hexdigest()
             stamp = self.build_dir / ".built"
             if stamp.exists() and stamp.read_text() == digest:
+                source_stamp.write_text(sources)
                 return self
             src = self.build_dir / f"{self.toplevel}.v"
             src.write_text(text)
@@ -75,6 +96,7 @@ class SimConfig:
                 log_file=self.build_dir / "build.log",
             )
             stamp.write_text(digest)
+            source_stamp.write_text(sources)
         return self
 
 

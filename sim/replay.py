@@ -147,6 +147,7 @@ async def replay(dut):
                       udp_sport=0xC000 + k, ack_every_log2=4)
     await ClockCycles(dut.clk, 10)
     source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
+    source.log.setLevel("WARNING")
     start = now_cycle(W)
     sent = [f for f in frames if f]
     for f in sent:

@@ -88,6 +88,7 @@ class Output:
     def __init__(self, dut, rng, pause):
         self.dut = dut
         self.sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+        self.sink.log.setLevel("WARNING")
         if pause:
             self.sink.set_pause_generator(pauses(rng, pause))
         self.metas = []

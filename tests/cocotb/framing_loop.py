@@ -24,6 +24,8 @@ async def loop_every_alignment(dut):
     cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
     src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
     sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+    src.log.setLevel("WARNING")
+    sink.log.setLevel("WARNING")
     src.set_pause_generator(pauses(rng, 0.3))
     sink.set_pause_generator(pauses(rng, 0.3))
     dut.rst.value = 1

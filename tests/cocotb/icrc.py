@@ -72,6 +72,8 @@ async def start(dut, rng):
     for path in ("tx", "rx", "loop"):
         src = AxiStreamSource(AxiStreamBus.from_prefix(dut, f"s_{path}_axis"), dut.clk, dut.rst)
         sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, f"m_{path}_axis"), dut.clk, dut.rst)
+        src.log.setLevel("WARNING")
+        sink.log.setLevel("WARNING")
         src.set_pause_generator(pauses(rng, 0.3))
         sink.set_pause_generator(pauses(rng, 0.3))
         ports[path] = (src, sink)

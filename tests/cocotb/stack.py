@@ -25,6 +25,8 @@ async def host_conversation(dut):
     cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
     src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
     sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+    src.log.setLevel("WARNING")
+    sink.log.setLevel("WARNING")
     src.set_pause_generator(pauses(rng, 0.3))
     sink.set_pause_generator(pauses(rng, 0.3))
     dut.stats_addr.value = 0

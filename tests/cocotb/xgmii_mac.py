@@ -81,6 +81,8 @@ class Bench:
         dut.m_axis_tready.value = 1
         self.axis_src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
         self.axis_sink = AxiStreamSink(AxiStreamBus.from_prefix(dut, "m_axis"), dut.clk, dut.rst)
+        self.axis_src.log.setLevel("WARNING")
+        self.axis_sink.log.setLevel("WARNING")
 
     async def reset(self):
         self.dut.rst.value = 1
