@@ -125,6 +125,7 @@ class MacModel:
         self.corrupt_log = []
         self._sent = set()
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
+        self.source.log.setLevel("WARNING")      # not a line per frame
         cocotb.start_soon(self._run())
 
     @property
@@ -283,14 +284,15 @@ def link_pair(run, clock_mhz):
 
 def timeout_code(run):
     """The QP retransmit timeout code (4.096 us x 2^code, 0 = never) of a run: its ``timeout``
-    if given; else 0 on a perfect link and, with any fault, the smallest code from 4 whose
+    if given; else 0 on a perfect link and, with any fault (or scripted drop, ``drop_psns``),
+    the smallest code from 4 whose
     timeout is at least four round trips (``rtt_us``)."""
     code = run.get("timeout")
     if code is not None:
         if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 31:
             raise ValueError(f"timeout must be a QP timeout code 0..31, not {code!r}")
         return code
-    if not any(run.get(f) for f in FAULTS):
+    if not any(run.get(f) for f in FAULTS) and not run.get("drop_psns"):
         return 0
     rtt = _rtt_us(run)
     code = 4

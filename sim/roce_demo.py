@@ -19,7 +19,9 @@ the JSON file named by ``ROCE_RESULTS``.
     MAC throttled to this line rate (0: the MAC takes a beat every cycle).
 ``latency``
     if true, the run is single work requests posted one at a time on an idle endpoint, and the
-    figure is the cycles from the work request's acceptance to its first beat on the MAC.
+    figures are the cycles from the work request's acceptance to its first beat on the MAC
+    (``latency_cycles``) and from the last beat of the acknowledgement into the endpoint to the
+    completion (``ack_to_cpl_cycles``).
 
 ``loss``, ``dup``, ``reorder``, ``corrupt``
     Fault probabilities per frame of the link between the endpoint and the host NIC model, in
@@ -32,8 +34,14 @@ the JSON file named by ``ROCE_RESULTS``.
     QP retransmit timeout code (4.096 us x 2^timeout, 0 = never); by default 0 on a perfect
     link, at least 4 with any fault (:func:`rocegen.sim.roce_bench.timeout_code`).
 
-A run's result adds ``retransmitted`` (RoCE data frames the endpoint sent again), ``roce_frames``
-(every RoCE data frame it sent), the counters of both links (``link_to_nic``,
+``drop_psns``
+    PSN offsets (from the QP's first PSN of the run) of QP 0's data packets that the link to
+    the NIC loses once, whatever else it does (for example the run's last packet: a tail loss,
+    which only a timeout recovers).
+
+A run's result adds ``resend_gaps`` (for each retransmitted data frame, the cycles from the
+first beat of its previous copy to its own), ``retransmitted`` (RoCE data frames the endpoint
+sent again), ``roce_frames`` (every RoCE data frame it sent), the counters of both links (``link_to_nic``,
 ``link_from_nic``; ``None`` without a link) and the NIC model's recovery counters (``nic``).
 With faults, the NIC model's strict checks still apply to every frame the link did not corrupt;
 only the events a lossy link causes (duplicates, PSN sequence NAKs, and drops of the frames the
@@ -56,6 +64,7 @@ from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, W
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.gateware.top import parse_ip
+from rocegen.sim.models.link import Link
 from rocegen.sim.models.pattern import generator_address, pattern
 from rocegen.sim.models.rnic import Rnic
 from rocegen.sim.pcap import PcapWriter
@@ -67,9 +76,11 @@ from rocegen.sim.roce_bench import (
     board_clock_mhz,
     is_ipv4,
     link_pair,
+    now_cycle,
     open_qp,
     period_ps,
     qpn,
+    roce_data_key,
     start_clock,
     timeout_code,
     write_onchip,
@@ -127,16 +138,29 @@ async def runs(dut):
         ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=PARAMS["mem_bytes"])
         ram.write(0, local)
     psn = {}
+    edges = {"in": [], "cpl": []}       # cycles of frames' last beats in, of completions out
+
+    async def watch():
+        while True:
+            await RisingEdge(dut.clk)
+            c = now_cycle(W)
+            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value) and \
+                    int(dut.s_axis_tlast.value):
+                edges["in"].append(c)
+            if int(dut.cpl_valid.value) and int(dut.cpl_ready.value):
+                edges["cpl"].append(c)
+    cocotb.start_soon(watch())
     for n, run in enumerate(runs):
         while mac.in_flight:            # the previous run's late copies
             await RisingEdge(dut.clk)
         nic = Rnic(HOST_MAC, HOST_IP, strict=True)
         mac.nic = nic
         mac.to_nic, mac.from_nic = link_pair(run, board_clock_mhz(W))
-        faulty = any(run.get(f) for f in FAULTS)
+        faulty = any(run.get(f) for f in FAULTS) or bool(run.get("drop_psns"))
         timeout = timeout_code(run)
         mac.clear_sent()
         first_roce, first_retx = mac.roce_frames, mac.retransmitted
+        first_retx_index = len(mac.retransmissions)
         first_corrupt = len(mac.corrupt_log)
         mac.bytes_per_cycle = (run["line_gbps"] * 1e9 / 8 / (board_clock_mhz(W) * 1e6)
                                if run.get("line_gbps") else None)
@@ -155,6 +179,11 @@ async def runs(dut):
                           rkey=0x2000 + k, base_va=remote[k], pmtu=run["pmtu"], psn=start,
                           udp_sport=0xC100 + k, timeout=timeout)
             psn[k] = start
+        for off in run.get("drop_psns", ()):
+            if mac.to_nic is None:
+                mac.to_nic = Link(name="to NIC")
+            key = (HOST_QPN, (psn[0] + off) % (1 << 24))
+            mac.to_nic.drop_matching(lambda fr, key=key: roce_data_key(fr) == key, count=1)
         first_frame = len(mac.frames)
         first_line = len(mac.line)
         messages = {k: [] for k in range(qps)}          # (remote offset, length, local addr)
@@ -168,6 +197,7 @@ async def runs(dut):
                     break
         sends = opcode in (WrOpcode.SEND, WrOpcode.SEND_IMM, WrOpcode.WRITE_IMM)
         latency = []
+        ack_to_cpl = []
         if run.get("source") == "generator":
             k = 0
             count = len(messages[0])
@@ -224,6 +254,8 @@ async def runs(dut):
                     first = next(f for f, _, fr in mac.frames[before - 1:] if roce_frame_info(fr)
                                  and f * period_ps(W) >= t)
                     latency.append(first - t // period_ps(W))
+                    done = edges["cpl"][-1]
+                    ack_to_cpl.append(done - max(c for c in edges["in"] if c <= done))
             got = (await cpl.wait_for(base + len(jobs), max_cycles=50_000_000))[base:]
             elapsed_ps = now_ps() - t0
             bad = [c for c in got if c["status"] != CplStatus.OK.value]
@@ -245,6 +277,11 @@ async def runs(dut):
         assert not unexpected, f"run {n}: the NIC model logged {unexpected[:3]}"
         for k in range(qps):
             psn[k] = nic.expected_psn(HOST_QPN + k)
+        gaps = []
+        for i in mac.retransmissions[first_retx_index:]:
+            key = roce_data_key(mac.frames[i][2])
+            prev = next(j for j in range(i - 1, -1, -1) if roce_data_key(mac.frames[j][2]) == key)
+            gaps.append(mac.frames[i][0] - mac.frames[prev][0])
         # figures, from the RoCE frames of this run
         frames = [(f, l, fr) for f, l, fr in mac.frames[first_frame:] if roce_frame_info(fr)]
         line = [t for t, (_, _, fr) in zip(mac.line[first_line:], mac.frames[first_frame:])
@@ -273,9 +310,11 @@ async def runs(dut):
             "elapsed_us": elapsed_ps / 1e6,
             "per_qp": per,
             "latency_cycles": latency,
+            "ack_to_cpl_cycles": ack_to_cpl,
             "timeout": timeout,
             "roce_frames": mac.roce_frames - first_roce,
             "retransmitted": mac.retransmitted - first_retx,
+            "resend_gaps": gaps,
             "link_to_nic": dict(mac.to_nic.counters) if mac.to_nic else None,
             "link_from_nic": dict(mac.from_nic.counters) if mac.from_nic else None,
             "nic": {c: nic.counters[c] for c in NIC_COUNTERS},
