@@ -1,8 +1,10 @@
+
 """The faulty-link model (:mod:`rocegen.sim.models.link`): determinism from the seed, fault rates
 within statistical bounds, order kept unless frames are reordered, reordering bounded by the
 window, one flipped bit past the Ethernet header, exact delays, exact fault scripts, and
 clear errors for bad parameters."""
 
+import logging
 import math
 import random
 from types import SimpleNamespace
@@ -340,6 +342,7 @@ class _Source:
 
     def __init__(self, *_):
         self.frames = []
+        self.log = logging.getLogger("test_link_model.source")
 
     def send_nowait(self, frame):
         self.frames.append(bytes(frame.tdata))
