@@ -120,10 +120,15 @@ class ConnectionManager(wiring.Component):
 
     Legal state changes: RESET -> INIT -> RTR -> RTS, RTS -> RTS, anything -> ERROR, anything ->
     RESET (close); OPEN_QP moves a free QP from RESET to RTS in one step (no request of this
-    protocol leads to INIT, RTR or ERROR: every open QP is in RTS). Refusals, all answered NAK and changing
-    nothing: a sender or (OPEN_QP, SEND_QP_INFO) a peer ``loc_ip`` outside ``allow_net``
-    (``nak_not_allowed``, checked first); ``rem_qpn`` not a QP in use, an illegal extension code or
-    state change (``nak_illegal``); a sender that is not the QP's owner (``nak_owner``).
+    protocol leads to INIT or RTR). A QP whose bit of ``errored`` is set (the retry engine put it
+    in the error state: retries exhausted, a remote error NAK) is in ERROR: MODIFY_QP_RTS and
+    test traffic on it are refused (``nak_illegal``); SEND_QP_INFO and CLOSE_QP work as usual,
+    and the next OPEN_QP of its number leaves ERROR (the PSN write clears it).
+
+    Refusals, all answered NAK and changing nothing: a sender or (OPEN_QP, SEND_QP_INFO) a peer
+    ``loc_ip`` outside ``allow_net`` (``nak_not_allowed``, checked first); ``rem_qpn`` not a QP in
+    use, an illegal extension code or state change (``nak_illegal``); a sender that is not the
+    QP's owner (``nak_owner``).
 
     Test traffic (``info_valid`` = 0, ``txmeta_valid`` = 1, ``start`` = 1; no reply): one run of
     the traffic generator on the QP named by ``rem_qpn`` (in use, owned by the sender, in RTS,
@@ -212,6 +217,7 @@ class ConnectionManager(wiring.Component):
             "qp_psn": Out(stream.Signature(PSN_WRITE)),
             "gen": Out(stream.Signature(GEN_CONFIG)),
             "qp_open": Out(num_qps),
+            "errored": In(num_qps),
         }
         members.update({name: Out(1) for name in COUNTERS})
         super().__init__(members)
@@ -263,7 +269,9 @@ class ConnectionManager(wiring.Component):
         m.d.comb += is_open.eq(in_range & in_use.bit_select(idx, 1))
         rec = rd.data                       # owner and context of the QP named by rem_qpn
         owner_ok = rec.owner == src_ip
-        state = rec.context.state
+        state = Signal(QpState)             # a QP the retry engine failed reads as ERROR
+        m.d.comb += state.eq(Mux(self.errored.bit_select(idx, 1), QpState.ERROR,
+                                 rec.context.state))
 
         # ---- outputs held in registers ----
         rep = Signal(CM.layout)             # the reply's fields

@@ -311,7 +311,7 @@ class RoceEndpoint(wiring.Component):
             retry.acked_qp.eq(sched.acked_qp), sched.acked_psn.eq(retry.acked_psn),
             retry.err_qp.eq(comp.err_qp), comp.err_status.eq(retry.err_status),
             sched.errored.eq(retry.errored), comp.errored.eq(retry.errored),
-            sched.held.eq(retry.held),
+            sched.held.eq(retry.held), cm.errored.eq(retry.errored),
         ]
 
         # per-QP counters: the retry engine's, then the receive path's (one cycle of latency

@@ -151,6 +151,9 @@ class ConnectionManagerModel:
         self.in_use = [False] * num_qps
         self.owner = [0] * num_qps
         self.context = [self.reset_context() for _ in range(num_qps)]
+        #: QPs in the error state of the transmit side (the gateware's ``errored`` input): set
+        #: them as the endpoint's retry engine would; OPEN_QP of a number clears its bit
+        self.errored = [False] * num_qps
 
     # ---- state ----
 
@@ -159,6 +162,10 @@ class ConnectionManagerModel:
         return {"state": QpState.RESET.value, "peer_ip": 0, "peer_qpn": 0, "rkey": 0, "base_va": 0,
                 "pmtu_log2": 0, "udp_sport": 0, "dscp": 0, "ecn": 0, "ack_every_log2": 0,
                 "timeout": 0, "retry_cnt": 0, "rnr_retry": 0}
+
+    def state(self, k):
+        """QP ``k``'s state as requests see it: ERROR while its ``errored`` bit is set."""
+        return QpState.ERROR.value if self.errored[k] else self.context[k]["state"]
 
     @property
     def qp_open(self):
@@ -256,6 +263,7 @@ class ConnectionManagerModel:
             self._apply_ext(ctx, req)
             self.in_use[k] = True
             self.owner[k] = src_ip
+            self.errored[k] = False
             self.context[k] = ctx
             res.context = (k, dict(ctx))
             res.psn = (k, req["loc_psn"])
@@ -275,7 +283,7 @@ class ConnectionManagerModel:
             self._set_peer(ctx, req)
             self._apply_ext(ctx, req)
         elif kind == REQ_MODIFY_QP_RTS:
-            if not legal_transition(ctx["state"], QpState.RTS):
+            if not legal_transition(self.state(k), QpState.RTS):
                 res.pulses.add("nak_illegal")
                 return ACK_NAK, None
             if ctx["state"] == QpState.RTS.value:
@@ -300,7 +308,7 @@ class ConnectionManagerModel:
         if self.owner[k] != src_ip:
             res.pulses.add("nak_owner")
             return
-        if self.context[k]["state"] != QpState.RTS.value or req["dma_length"] >> 31:
+        if self.state(k) != QpState.RTS.value or req["dma_length"] >> 31:
             res.pulses.add("nak_illegal")
             return
         if req["tx_type"]:

@@ -78,8 +78,9 @@ class Sink:
 
 
 def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=0.3, seed=0,
-             gen_stall=False, **params):
-    """Run ``packets`` through a ConnectionManager; returns what came out."""
+             gen_stall=False, errored=0, **params):
+    """Run ``packets`` through a ConnectionManager (``errored``: its input of that name, held);
+    returns what came out."""
     dut = ConnectionManager(width, num_qps, **params)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
@@ -101,6 +102,7 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
 
     async def tb(ctx):
         ctx.set(dut.local_ip, ip(LOCAL_IP))
+        ctx.set(dut.errored, errored)
         await drv.send(ctx, packets)
         while counts["rx_requests"] < len(packets) or len(col.packets) < expect_replies:
             await ctx.tick()
@@ -508,3 +510,31 @@ def test_latency(width):
     assert ctl.cycles[0] == psn.cycles[0] == last_in + 3
     assert col.spans[0] == (last_in + 25, last_in + 25 + beats - 1)
     assert taken.cycles[beats] == col.spans[0][1] + 2
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_errored_qp_reads_as_error(width):
+    """A QP the retry engine failed (its ``errored`` bit) is in ERROR: MODIFY_QP_RTS and test
+    traffic on it are refused, SEND_QP_INFO and CLOSE_QP work; another QP is unaffected."""
+    model = M.ConnectionManagerModel(4, local_ip=ip(LOCAL_IP), allow_net=NET)
+    sc = Scenario(model, random.Random(1), INSIDE)
+    a = INSIDE[0]
+    host = {"loc_qpn": 0x40, "loc_psn": 0x1000, "loc_rkey": 0x77, "loc_vaddr": 0x1000_0000,
+            "loc_ip": ip(a), "listening_port": 0x4322}
+    sc.send(M.request(M.REQ_OPEN_QP, **host), a)
+    sc.send(M.request(M.REQ_OPEN_QP, **{**host, "loc_qpn": 0x41}), a)
+    model.errored[0] = True                     # the gateware's input is set from the start
+    sc.send(M.request(M.REQ_MODIFY_QP_RTS, **host, rem_qpn=QPN_BASE), a)
+    sc.send(M.request(M.REQ_MODIFY_QP_RTS, **host, rem_qpn=QPN_BASE + 1), a)
+    sc.send(M.traffic(QPN_BASE, 4096, 10, 0), a)
+    sc.send(M.traffic(QPN_BASE + 1, 4096, 10, 0), a)
+    sc.send(M.request(M.REQ_SEND_QP_INFO, **{**host, "loc_qpn": 0x42}, rem_qpn=QPN_BASE), a)
+    sc.send(M.request(M.REQ_CLOSE_QP, **host, rem_qpn=QPN_BASE), a)
+    r = sc.results
+    acks = [x.reply.fields["ack_type"] if x.reply else None for x in r]
+    assert acks == [M.ACK_ACK, M.ACK_ACK, M.ACK_NAK, M.ACK_ACK, None, None, M.ACK_ACK, M.ACK_ACK]
+    assert "nak_illegal" in r[2].pulses and "nak_illegal" in r[4].pulses
+    assert r[4].gen is None and r[5].gen["qp"] == 1
+    out = simulate(width, 4, sc.packets, allow_net=NET, seed=5, errored=0b0001,
+                   expect_replies=sum(x.reply is not None for x in r))
+    check(out, model, r)
