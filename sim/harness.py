@@ -1,11 +1,13 @@
 """Small helpers to run Amaranth-simulator benches."""
 
+import gc
 import os
+import warnings
 
-from amaranth.hdl import ClockDomain, Module
+from amaranth.hdl import ClockDomain, Module, UnusedElaboratable
 from amaranth.sim import Simulator
 
-__all__ = ["run_sim", "SimulationHang", "DEFAULT_DEADLINE"]
+__all__ = ["run_sim", "SimulationHang", "DEFAULT_DEADLINE", "raises"]
 
 #: Cycles after which a simulation is declared hung, unless a test asks for more.
 DEFAULT_DEADLINE = 2_000_000
@@ -46,3 +48,15 @@ def run_sim(dut, *, testbenches=(), processes=(), vcd=None, deadline_cycles=DEFA
             sim.run()
     else:
         sim.run()
+
+
+def raises(exc, match, make):
+    """Assert that ``make()`` raises ``exc`` with a message matching ``match`` (a regular
+    expression), without the warning Amaranth gives for a component whose constructor raised
+    (it is still an elaboratable that was never used)."""
+    import pytest
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        with pytest.raises(exc, match=match):
+            make()
+        gc.collect()

@@ -3,7 +3,7 @@ import random
 import pytest
 
 from rocegen.gateware.roce.qp_counters import QpCounters
-from rocegen.sim.harness import run_sim
+from rocegen.sim.harness import raises, run_sim
 
 NAMES = ("a", "b", "c")
 
@@ -49,5 +49,4 @@ def test_counts_match_model(num_qps, bits):
     ({"num_qps": 2, "names": NAMES, "bits": 65}, ValueError),
 ])
 def test_bad_parameters(kwargs, error):
-    with pytest.raises(error):
-        QpCounters(**kwargs)
+    raises(error, "", lambda: QpCounters(**kwargs))
