@@ -349,7 +349,7 @@ def build_md(board, top, params, files):
                if allow else "Any host on the link may open QPs: this build puts no subnet "
                "restriction on the connection manager (`--allow-net` sets one).")
         qps = (f"QPs are opened by the host through the connection manager on UDP port {port} "
-               f"(`rocegen-host connect` does this); the QP LED lights while at least one is "
+               f"(any host tool speaking its 64-byte format); the QP LED lights while at least one is "
                f"open. {who}")
     else:
         qps = ("This core has no connection manager: nothing on the board opens QPs, so the "
