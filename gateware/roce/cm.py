@@ -96,7 +96,11 @@ class ConnectionManager(wiring.Component):
       timeout (4.096 us x 2^code); larger codes make the request illegal;
     * byte 25, retry counts: bit 7 set means "use bits 2:0 as the retry count and bits 6:4 as the
       RNR retry count (7 = forever)"; bit 7 clear keeps the defaults;
-    * byte 29 is reserved and ignored.
+    * byte 29, test traffic only: the remote window, 2^code bytes that message ``s`` cycles
+      through at offset ``(s * dma_length) mod 2^code`` (code 1..31), so a host can check every
+      message of a run in its memory; 0 writes every message at offset 0 (the original
+      behaviour); larger codes make the request illegal. Requests other than test traffic
+      ignore it.
 
     They are read by OPEN_QP (0: the default) and SEND_QP_INFO (0: keep the QP's value). Replies
     always carry zero in these bytes (tools of the original format read them as part of the QPN
@@ -134,7 +138,8 @@ class ConnectionManager(wiring.Component):
     the traffic generator on the QP named by ``rem_qpn`` (in use, owned by the sender, in RTS,
     ``dma_length`` < 2^31; refusals count as above): ``n_transfers`` messages of ``dma_length``
     bytes ``frequency`` cycles apart, WRITE (``tx_type`` 1) or SEND, with immediate data (the QPN)
-    when ``is_imm``, all at remote offset 0 (``window`` 0). ``start`` = 0: nothing.
+    when ``is_imm``, at remote offset 0 or cycling through the window of byte 29. ``start`` = 0:
+    nothing.
 
     Replies leave on ``o`` from UDP port 0x8765 to the sender's IPv4 address and ``listening_port``
     (the request's UDP source port when that is 0), 64 bytes: ``info_valid``, the request's
@@ -423,7 +428,8 @@ class ConnectionManager(wiring.Component):
                         m.d.comb += pulse["nak_illegal"].eq(1)
                     with m.Elif(~owner_ok):
                         m.d.comb += pulse["nak_owner"].eq(1)
-                    with m.Elif((state != QpState.RTS) | req.dma_length[31]):
+                    with m.Elif((state != QpState.RTS) | req.dma_length[31] |
+                                (req.window_log2 > 31)):
                         m.d.comb += pulse["nak_illegal"].eq(1)
                     with m.Elif(self.gen.valid):
                         m.d.comb += pulse["drop_gen"].eq(1)
@@ -435,7 +441,8 @@ class ConnectionManager(wiring.Component):
                         m.d.sync += [self.gen.valid.eq(1), g.qp.eq(idx), g.opcode.eq(opcode),
                                      g.length.eq(req.dma_length[:31]), g.count.eq(req.n_transfers),
                                      g.spacing.eq(req.frequency), g.imm.eq(req.rem_qpn),
-                                     g.window.eq(0)]
+                                     g.window.eq(Mux(req.window_log2 == 0, 0,
+                                                     Const(1, 32) << req.window_log2[:5]))]
                 with m.Else():
                     m.d.comb += pulse["drop_unknown"].eq(1)
 

@@ -67,11 +67,13 @@ def request(req_type, **fields):
 
 
 def traffic(rem_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=False, start=True,
-            **fields):
-    """A test-traffic datagram for the FPGA QP ``rem_qpn``."""
+            window_log2=0, **fields):
+    """A test-traffic datagram for the FPGA QP ``rem_qpn``; ``window_log2`` (byte 29, an
+    extension): message ``s`` goes to remote offset ``(s * dma_length) mod 2^window_log2`` (0: all
+    at offset 0)."""
     return pack(txmeta_valid=1, start=int(start), is_imm=int(imm), tx_type=int(write),
                 rem_qpn=rem_qpn, dma_length=dma_length, n_transfers=n_transfers,
-                frequency=frequency, **fields)
+                frequency=frequency, window_log2=window_log2, **fields)
 
 
 def pmtu_code(pmtu):
@@ -308,7 +310,7 @@ class ConnectionManagerModel:
         if self.owner[k] != src_ip:
             res.pulses.add("nak_owner")
             return
-        if self.state(k) != QpState.RTS.value or req["dma_length"] >> 31:
+        if self.state(k) != QpState.RTS.value or req["dma_length"] >> 31 or req["window_log2"] > 31:
             res.pulses.add("nak_illegal")
             return
         if req["tx_type"]:
@@ -317,7 +319,8 @@ class ConnectionManagerModel:
             opcode = WrOpcode.SEND_IMM if req["is_imm"] else WrOpcode.SEND
         res.gen = {"qp": k, "opcode": opcode.value, "length": req["dma_length"],
                    "count": req["n_transfers"], "spacing": req["frequency"],
-                   "imm": QPN_BASE + k, "window": 0}
+                   "imm": QPN_BASE + k,
+                   "window": 1 << req["window_log2"] if req["window_log2"] else 0}
 
     def _reply(self, req, ack, qpn, src_ip, src_port):
         kind = req["req_type"]

@@ -131,7 +131,7 @@ def check(out, model, results, *, gen_pending=0):
         fields = M.unpack(pkt.data)
         assert fields["ack_valid"] == 1 and fields["info_valid"] == 1
         assert fields["loc_ip"] == ip(LOCAL_IP)
-        assert fields["pmtu_code"] == fields["timeout_code"] == fields["resv29"] == 0
+        assert fields["pmtu_code"] == fields["timeout_code"] == fields["window_log2"] == 0
     assert out["ctl"] == [{"qp": k, "context": c} for k, c in
                           (r.context for r in results if r.context is not None)]
     assert out["psn"] == [{"qp": k, "psn": p} for k, p in
@@ -199,7 +199,7 @@ class Scenario:
         elif r < 0.3:        # some of them out of range (the request is illegal)
             f.update(pmtu_code=rng.choice([6, 7, 255]), timeout_code=rng.choice([0, 32, 200]))
         if rng.random() < 0.1:
-            f.update(resv29=rng.getrandbits(8), resv25=1)
+            f.update(window_log2=rng.getrandbits(8), resv25=1)      # ignored by requests
         return f
 
     def step(self):
@@ -218,7 +218,9 @@ class Scenario:
             self.send(M.traffic(qpn, rng.choice([0, 1, 4096, rng.getrandbits(32)]),
                                 rng.getrandbits(rng.choice([4, 32])), rng.getrandbits(12),
                                 write=rng.random() < 0.5, imm=rng.random() < 0.5,
-                                start=rng.random() < 0.9), src)
+                                start=rng.random() < 0.9,
+                                window_log2=rng.choice([0, 0, rng.randrange(32), rng.getrandbits(8)])),
+                      src)
         elif r < 0.78:
             self.send(M.request(rng.choice([M.REQ_NULL, M.REQ_ERROR, 5, 6]),
                                 **self.fields(src)), src)
@@ -348,7 +350,7 @@ def test_open_modify_close_and_traffic(width):
     sc.send(M.traffic(QPN_BASE, 4096, 100, 5, imm=True), b)
     # test traffic: SEND with immediate and WRITE
     sc.send(M.traffic(QPN_BASE, 4096, 100, 5, write=False, imm=True), a)
-    sc.send(M.traffic(QPN_BASE + 2, 12345, 3, write=True), b)
+    sc.send(M.traffic(QPN_BASE + 2, 12345, 3, write=True, window_log2=20), b)
     # close and reopen: the lowest number comes back
     sc.send(M.request(M.REQ_CLOSE_QP, **host, rem_qpn=QPN_BASE), a)
     sc.send(M.request(M.REQ_OPEN_QP, **{**host, "listening_port": 0}), a, sport=5555)
@@ -376,6 +378,7 @@ def test_open_modify_close_and_traffic(width):
     assert r[10].gen == {"qp": 0, "opcode": WrOpcode.SEND_IMM.value, "length": 4096, "count": 100,
                          "spacing": 5, "imm": QPN_BASE, "window": 0}
     assert r[11].gen["opcode"] == WrOpcode.WRITE.value and r[11].gen["qp"] == 2
+    assert r[11].gen["window"] == 1 << 20
     assert r[12].context == (0, M.ConnectionManagerModel.reset_context())
     assert r[13].reply.fields["loc_qpn"] == QPN_BASE and r[13].reply.dst_port == 5555
     out = simulate(width, 4, sc.packets, allow_net=NET, default_pmtu=1024, seed=3,
