@@ -100,10 +100,12 @@ class SimConfig:
         return self
 
 
-def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label=None):
+def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label=None,
+               console=False):
     """Run ``test_module`` (importable module name) against ``config``; raise on any failure.
     Returns the number of cocotb tests that passed (callers assert the number they expect, so a
-    test that silently stopped being collected is noticed)."""
+    test that silently stopped being collected is noticed). ``console``: the simulator's output
+    goes to this process's standard output instead of the run's ``sim.log``."""
     from cocotb_tools.runner import get_results, get_runner
     config.build()
     label = label or (testcase if isinstance(testcase, str) else test_module.rsplit(".", 1)[-1])
@@ -129,12 +131,12 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
             extra_env=extra_env,
             waves=config.waves,
             results_xml=str(results),
-            log_file=run_dir / "sim.log",
+            log_file=None if console else run_dir / "sim.log",
         )
     except SystemExit:
         pass        # the runner exits on failures; the results file says what failed
     total, failed = get_results(results)
     if failed or not total:
-        log = (run_dir / "sim.log").read_text(errors="replace")[-6000:]
+        log = "" if console else (run_dir / "sim.log").read_text(errors="replace")[-6000:]
         raise AssertionError(f"{failed} of {total} cocotb tests failed in {test_module}:\n{log}")
     return total - failed

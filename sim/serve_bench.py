@@ -1,0 +1,203 @@
+"""cocotb bench behind ``rocegen sim serve``: the endpoint in Verilator, its MAC port joined to
+the host's sockets by :class:`~rocegen.sim.bridge.HostSide`, running until it is told to stop.
+
+``ROCEGEN_SERVE`` (JSON) configures it: ``listen``, ``cm_port``, ``wire_port`` (0: any free
+port), ``host_mac``, ``host_ip``, ``fpga_mac``, ``fpga_ip``, ``fpga_cm_port``, ``line_gbps`` (the
+MAC's line rate; 0 takes a beat every cycle), ``status`` (a JSON file the bench rewrites: first
+``{"state": "ready", ...}`` with the ports once the sockets listen, at the end ``"stopped"`` with
+the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process id: the bench
+stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
+interface instead of the tunnel), ``stop_file`` (the bench stops once this file exists). While
+it runs, the status file also holds the endpoint's
+statistics counters (``stats``), read about once a second.
+
+It stops on SIGTERM or SIGINT, when its parent is gone, or after ``max_cycles``; the test then
+passes, so the launcher can tell a clean stop from a failure.
+
+How the clock is spent: while frames move (a frame leaving the FPGA, frames queued towards it)
+the bench follows the MAC port cycle by cycle, with the CMAC's line-rate budget of
+:class:`~rocegen.sim.roce_bench.MacModel` (frame + 24 bytes of line time). When the port is quiet
+it lets the simulator run 2048 cycles at a time and looks at the sockets between; after about a
+million quiet cycles with the traffic generator idle it also waits up to 20 ms for a socket, so
+an idle server costs little. Simulated time is the FPGA's: timers (ARP, retransmission) count
+simulated cycles, whatever the wall clock does.
+"""
+
+import json
+import os
+import signal
+import time
+
+import cocotb
+from cocotb.triggers import First, RisingEdge, Timer
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
+
+from rocegen.gateware.roce.endpoint import STATS
+from rocegen.sim.bridge import HostSide
+from rocegen.sim.cocotb_helpers import read_stats
+from rocegen.sim.pcap import PcapWriter
+from rocegen.sim.roce_bench import LINE_OVERHEAD, board_clock_mhz, now_cycle, period_ps, start_clock
+
+PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
+CONF = json.loads(os.environ["ROCEGEN_SERVE"])
+W = PARAMS["width"]
+B = W // 8
+QUIET_STEP = 2048               # cycles run at once while the port is quiet
+DEEP_IDLE = 1 << 20             # quiet cycles before the bench also waits on the sockets
+STATUS_EVERY = 1.0              # seconds between status file updates
+
+
+def _write_status(path, status):
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(status, f)
+    os.replace(tmp, path)
+
+
+@cocotb.test()
+async def serve(dut):
+    for name in ("wr_valid", "qpctl_valid", "qppsn_valid", "gen_valid", "s_msg_axis_tvalid",
+                 "cpl_ready"):
+        getattr(dut, name).value = 1 if name == "cpl_ready" else 0
+    dut.stats_addr.value = 0
+    dut.m_axis_tready.value = 1
+    await start_clock(dut, W)
+
+    stop = {"why": None}
+
+    def on_signal(signum, frame):
+        stop["why"] = signal.Signals(signum).name
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    parent = CONF.get("parent")
+    log_lines = []
+
+    def log(text):
+        log_lines.append(text)
+        print(f"[serve] {text}", flush=True)
+
+    host = HostSide(fpga_mac=CONF["fpga_mac"], fpga_ip=CONF["fpga_ip"],
+                    fpga_cm_port=CONF["fpga_cm_port"], host_mac=CONF["host_mac"],
+                    host_ip=CONF["host_ip"], listen=CONF["listen"], cm_port=CONF["cm_port"],
+                    wire_port=CONF["wire_port"], tap=CONF.get("tap"), log=log)
+    pcap = PcapWriter(CONF["pcap"]) if CONF.get("pcap") else None
+    source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
+    source.log.setLevel("WARNING")
+    mhz = board_clock_mhz(W)
+    line = CONF.get("line_gbps") or 0
+    bytes_per_cycle = line * 1e9 / 8 / (mhz * 1e6) if line else None
+    status_path = CONF.get("status")
+    ready = {"state": "ready", "listen": host.listen, "cm_port": host.cm_port,
+             "wire_port": host.wire_port, "fpga_ip": CONF["fpga_ip"], "host_ip": CONF["host_ip"],
+             "width": W, "clock_mhz": mhz, "num_qps": PARAMS["num_qps"], "pid": os.getpid()}
+    _write_status(status_path, ready)
+    front = (f"TAP {CONF['tap']} (host {CONF['host_ip']})" if CONF.get("tap") else
+             f"connection manager tunnel on udp {host.listen}:{host.cm_port}")
+    log(f"FPGA {CONF['fpga_ip']} ({W}-bit endpoint, {PARAMS['num_qps']} QPs, {mhz:.3f} MHz); "
+        f"{front}, wire on tcp {host.listen}:{host.wire_port}")
+
+    tx = {"frames": 0, "bytes": 0, "rx_frames": 0, "rx_bytes": 0}
+    start_cycle = now_cycle(W)
+    wall0 = time.monotonic()
+
+    def to_fpga(frames):
+        for f in frames:
+            if pcap:
+                pcap.write(f, cocotb.utils.get_sim_time("ns"))
+            tx["rx_frames"] += 1
+            tx["rx_bytes"] += len(f)
+            source.send_nowait(AxiStreamFrame(f, tuser=0))
+
+    tvalid, tready, tdata = dut.m_axis_tvalid, dut.m_axis_tready, dut.m_axis_tdata
+    tkeep, tlast, tuser = dut.m_axis_tkeep, dut.m_axis_tlast, dut.m_axis_tuser
+    stats = {"last": {}, "task": None}
+
+    async def refresh_stats():      # beside the MAC loop: it only uses the statistics port
+        stats["last"] = await read_stats(dut, STATS)
+
+    buf = bytearray()
+    credit = 2.0 * B
+    ready_now = 1
+    quiet = 0
+    last_status = time.monotonic()
+    while stop["why"] is None:
+        busy = bool(buf) or int(tvalid.value) or not source.idle()
+        if busy:
+            quiet = 0
+            for k in range(64):
+                await RisingEdge(dut.clk)
+                if ready_now and int(tvalid.value):
+                    keep = int(tkeep.value)
+                    n = bin(keep).count("1")
+                    buf += int(tdata.value).to_bytes(B, "little")[:n]
+                    if bytes_per_cycle is not None:
+                        credit -= n
+                    if int(tlast.value):
+                        frame, buf = bytes(buf), bytearray()
+                        if bytes_per_cycle is not None:
+                            credit -= LINE_OVERHEAD
+                        if int(tuser.value):
+                            log(f"the endpoint aborted a frame of {len(frame)} bytes")
+                            continue
+                        tx["frames"] += 1
+                        tx["bytes"] += len(frame)
+                        if pcap:
+                            pcap.write(frame, cocotb.utils.get_sim_time("ns"))
+                        to_fpga(host.from_fpga(frame))
+                if bytes_per_cycle is not None:
+                    credit = min(credit + bytes_per_cycle, 2 * B)
+                    ready_now = int(credit > 0)
+                    tready.value = ready_now
+                if not buf and not int(tvalid.value) and k >= 8:
+                    break
+            to_fpga(host.poll(0))
+        else:
+            # quiet: the MAC is ready (a full line budget) and nothing is queued towards the FPGA
+            credit, ready_now = 2.0 * B, 1
+            tready.value = 1
+            await First(RisingEdge(tvalid), Timer(QUIET_STEP * period_ps(W), unit="ps"))
+            quiet += QUIET_STEP
+            deep = quiet >= DEEP_IDLE and not int(dut.gen_busy.value)
+            to_fpga(host.poll(0.02 if deep else 0))
+        now = time.monotonic()
+        if now - last_status >= STATUS_EVERY:
+            last_status = now
+            if parent and not _alive(parent):
+                stop["why"] = "parent gone"
+            if CONF.get("stop_file") and os.path.exists(CONF["stop_file"]):
+                stop["why"] = "stopped"
+            cycles = now_cycle(W) - start_cycle
+            _write_status(status_path, {**ready, "cycles": cycles, **tx, **host.counters,
+                                        "stats": stats["last"]})
+            if stats["task"] is None or stats["task"].done():
+                stats["task"] = cocotb.start_soon(refresh_stats())
+        if CONF.get("max_cycles") and now_cycle(W) - start_cycle >= CONF["max_cycles"]:
+            stop["why"] = "max_cycles"
+
+    cycles = now_cycle(W) - start_cycle
+    wall = time.monotonic() - wall0
+    if stats["task"] is not None and not stats["task"].done():
+        await stats["task"]
+    final_stats = await read_stats(dut, STATS)
+    host.close()
+    if pcap:
+        pcap.close()
+    final = {**ready, "state": "stopped", "why": stop["why"], "cycles": cycles,
+             "sim_us": cycles / mhz, "wall_s": wall, "cycles_per_s": cycles / wall if wall else 0,
+             **tx, **host.counters, "stats": final_stats}
+    _write_status(status_path, final)
+    log(f"stopped ({stop['why']}) after {cycles} cycles ({cycles / mhz:.1f} us simulated) in "
+        f"{wall:.1f} s: {tx['frames']} frames from the FPGA, {tx['rx_frames']} to it")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
