@@ -1,0 +1,523 @@
+"""The host agent: holds the host's QPs and memory for as long as they are open, and answers the
+``rocegen-host`` commands over a Unix socket.
+
+A QP lives in the process that created it (as with verbs), so ``rocegen-host connect`` starts
+this agent in the background; later commands (``status``, ``traffic``, ``recv``, ``close``) talk
+to it through ``STATE_DIR/agent.sock`` with one JSON request per connection and JSON lines in
+answer (``recv`` sends progress lines, then its result). The agent exits when its last QP is
+closed, on ``shutdown``, or on SIGTERM/SIGINT.
+
+Memory: each QP has one region of ``2 * window + recv_depth * recv_size`` bytes: the first
+``window`` bytes (a power of two) are where the FPGA's WRITEs go (a message may run up to
+``window`` bytes past it), then the receive buffers for SENDs and WRITEs with immediate.
+
+Checking a run of the FPGA's traffic generator (message ``s`` carries the test pattern of local
+address ``(s mod 64) << 26``, :mod:`rocegen.sim.models.pattern`; its WRITE goes to remote offset
+``(s * size) mod window``; immediate data is the FPGA's QP number):
+
+* SEND / SEND with immediate: every receive completion is checked as it comes (length, data,
+  immediate);
+* WRITE with immediate: every completion is checked (length, immediate), then the memory;
+* WRITE: there is no completion on the host, so the memory is watched: message ``s`` counts once
+  its bytes are in place (while the run fits in the window), or the run counts as done once the
+  whole window holds what the last messages leave there (a run longer than the window).
+"""
+
+import argparse
+import json
+import os
+import signal
+import socket
+import socketserver
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+from rocegen.gateware.top import parse_ip
+from rocegen.sim.models.pattern import generator_address, pattern
+
+from .cm_client import CmClient, CmError
+from .nic import NicError, open_nic
+
+__all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentError"]
+
+OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
+#: The first errors of a run that are kept to report.
+KEEP_ERRORS = 5
+
+
+class AgentError(Exception):
+    """A command the agent cannot carry out; ``kind`` names the cause for callers."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class TrafficRun:
+    op: str
+    size: int
+    count: int
+    spacing: int
+    window: int
+    t_start: float
+    received: int = 0           # completions taken (SEND*, WRITE_IMM)
+    verified: int = 0           # messages checked good
+    errors: list = field(default_factory=list)
+    bad: int = 0
+    t_done: float | None = None
+    image: tuple | None = None      # expected window contents of a run longer than the window
+
+    @property
+    def done(self):
+        return self.t_done is not None
+
+    def summary(self, now=None):
+        end = self.t_done or now or time.monotonic()
+        secs = max(end - self.t_start, 1e-9)
+        good = self.verified * self.size
+        return {"op": self.op, "size": self.size, "count": self.count, "spacing": self.spacing,
+                "window": self.window, "received": self.received, "verified": self.verified,
+                "bad": self.bad, "errors": self.errors, "done": self.done,
+                "ok": self.done and not self.bad and self.verified == self.count,
+                "seconds": secs, "bytes": good, "gbps": good * 8 / secs / 1e9,
+                "mmsgs": self.verified / secs / 1e6}
+
+
+@dataclass
+class HostQp:
+    qpn: int
+    psn: int
+    fpga_qpn: int
+    pmtu: int
+    addr: int
+    rkey: int
+    window: int
+    recv_addr: int
+    recv_size: int
+    recv_depth: int
+    state: str = "RTS"
+    run: TrafficRun | None = None
+    messages: int = 0
+    bytes: int = 0
+
+    def info(self):
+        return {"qpn": self.qpn, "psn": self.psn, "fpga_qpn": self.fpga_qpn, "pmtu": self.pmtu,
+                "addr": self.addr, "rkey": self.rkey, "window": self.window,
+                "recv_size": self.recv_size, "recv_depth": self.recv_depth, "state": self.state,
+                "messages": self.messages, "bytes": self.bytes,
+                "run": self.run.summary() if self.run else None}
+
+
+def _log2(n):
+    return n.bit_length() - 1
+
+
+class Agent:
+    """The QPs of one host NIC towards one FPGA. ``nic``: a :mod:`rocegen.host.nic` backend;
+    ``cm``: a :class:`~rocegen.host.cm_client.CmClient`; ``fpga_ip``: the FPGA's RoCE address
+    (its connection manager may be reached elsewhere, for example through a tunnel)."""
+
+    def __init__(self, nic, cm, fpga_ip, *, window=4 << 20, recv_depth=64, recv_size=65536):
+        if window < 4096 or window & (window - 1) or window > 1 << 31:
+            raise ValueError(f"window must be a power of two 4 KiB..2 GiB, not {window}")
+        if recv_depth < 1 or recv_size < 1:
+            raise ValueError("recv_depth and recv_size must be >= 1")
+        self.nic, self.cm, self.fpga_ip = nic, cm, fpga_ip
+        self.window, self.recv_depth, self.recv_size = window, recv_depth, recv_size
+        self.qps = {}                       # fpga_qpn -> HostQp
+        self._by_host = {}                  # host qpn -> HostQp
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
+        self.fatal = None
+        self._poller = threading.Thread(target=self._poll_loop, name="cq", daemon=True)
+        self._poller.start()
+
+    # ------------------------------------------------------------------ QPs
+
+    def open(self, n=1, *, pmtu=4096, timeout=None, retry_cnt=None, rnr_retry=None):
+        """Open ``n`` QPs with the FPGA; returns their :meth:`HostQp.info`. All or nothing: when
+        the FPGA refuses one (NO_QP, NAK) or does not answer, the QPs this call opened are closed
+        again and :class:`AgentError` says how many had been opened. ``pmtu`` is always sent
+        (both ends must agree on it); ``timeout``/``retry_cnt``/``rnr_retry`` only when given (else
+        the FPGA's defaults)."""
+        if n < 1:
+            raise AgentError("usage", f"the number of QPs to open must be >= 1, not {n}")
+        opened = []
+        try:
+            for _ in range(n):
+                opened.append(self._open_one(pmtu, timeout, retry_cnt, rnr_retry))
+        except AgentError as e:
+            for info in opened:
+                self.close(info["fpga_qpn"])
+            more = f" ({len(opened)} of {n} had been opened, and are closed again)" if opened else ""
+            raise AgentError(e.kind, f"{e}{more}") from None
+        return opened
+
+    def _open_one(self, pmtu, timeout, retry_cnt, rnr_retry):
+        qpn = self.nic.create_qp(self.recv_depth)
+        size = 2 * self.window + self.recv_depth * self.recv_size
+        addr, rkey = self.nic.register(size)
+        psn = int.from_bytes(os.urandom(3), "big")
+        try:
+            fpga_qpn, fpga_psn = self.cm.open_qp(
+                qpn=qpn, psn=psn, rkey=rkey, vaddr=addr, ip=parse_ip(self.nic.local_ip),
+                pmtu=pmtu, timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry)
+        except CmError as e:
+            self.nic.destroy_qp(qpn)
+            raise AgentError(e.kind, str(e)) from None
+        except ValueError as e:
+            self.nic.destroy_qp(qpn)
+            raise AgentError("usage", str(e)) from None
+        qp = HostQp(qpn, psn, fpga_qpn, pmtu, addr, rkey, self.window,
+                    addr + 2 * self.window, self.recv_size, self.recv_depth)
+        self.nic.connect_qp(qpn, fpga_qpn, self.fpga_ip, fpga_psn, qp.pmtu)
+        for k in range(self.recv_depth):
+            self.nic.post_recv(qpn, k, qp.recv_addr + k * self.recv_size, self.recv_size)
+        with self.lock:
+            self.qps[fpga_qpn] = qp
+            self._by_host[qpn] = qp
+        return qp.info()
+
+    def _select(self, fpga_qpn):
+        with self.lock:
+            if fpga_qpn is None:
+                if not self.qps:
+                    raise AgentError("no_qp", "no QP is open (rocegen-host connect)")
+                return list(self.qps.values())
+            if fpga_qpn not in self.qps:
+                raise AgentError("unknown", f"no open QP with the FPGA's QP {fpga_qpn} (open: "
+                                 f"{', '.join(map(str, self.qps)) or 'none'})")
+            return [self.qps[fpga_qpn]]
+
+    def close(self, fpga_qpn=None):
+        """CLOSE_QP each selected QP with the FPGA, then destroy ours. Returns the FPGA QPNs
+        closed; a refusal (for example an FPGA that no longer knows the QP) still destroys ours
+        and is reported in the result."""
+        out = []
+        for qp in self._select(fpga_qpn):
+            err = None
+            try:
+                self.cm.close_qp(qpn=qp.qpn, psn=qp.psn, fpga_qpn=qp.fpga_qpn)
+            except CmError as e:
+                err = str(e)
+            with self.lock:
+                self.qps.pop(qp.fpga_qpn, None)
+                self._by_host.pop(qp.qpn, None)
+            self.nic.destroy_qp(qp.qpn)
+            out.append({"fpga_qpn": qp.fpga_qpn, "qpn": qp.qpn, "error": err})
+        return out
+
+    # ------------------------------------------------------------------ traffic
+
+    def traffic(self, fpga_qpn=None, *, op="WRITE", size=65536, count=16, spacing=0):
+        """Start the FPGA's traffic generator on the selected QPs and remember the run to check."""
+        if op not in OPS:
+            raise AgentError("usage", f"op must be one of {', '.join(OPS)}, not {op!r}")
+        if not 1 <= size <= self.window:
+            raise AgentError("usage", f"size must be 1..{self.window} bytes (the window), not {size}")
+        if op.startswith("SEND") and size > self.recv_size:
+            raise AgentError("usage", f"SEND size {size} is larger than the receive buffers "
+                             f"({self.recv_size} bytes; see --recv-size)")
+        if not 0 <= count < 1 << 32 or not 0 <= spacing < 1 << 32:
+            raise AgentError("usage", "count and spacing must be 0 .. 2^32-1")
+        runs = []
+        for qp in self._select(fpga_qpn):
+            if qp.state != "RTS":
+                raise AgentError("state", f"QP {qp.fpga_qpn} is in {qp.state}")
+            if qp.run is not None and not qp.run.done:
+                raise AgentError("busy", f"QP {qp.fpga_qpn} still has a run going "
+                                 f"({qp.run.verified} of {qp.run.count} checked)")
+            if op.startswith("WRITE"):
+                self.nic.fill(qp.addr, min(2 * self.window, count * size + size), 0)
+            run = TrafficRun(op, size, count, spacing, self.window, time.monotonic())
+            if count == 0:
+                run.t_done = run.t_start
+            with self.lock:
+                qp.run = run
+            self.cm.traffic(qp.fpga_qpn, size, count, spacing, write=op.startswith("WRITE"),
+                            imm=op.endswith("IMM"), window_log2=_log2(self.window))
+            runs.append({"fpga_qpn": qp.fpga_qpn, **run.summary()})
+        return runs
+
+    def progress(self, fpga_qpn=None):
+        with self.lock:
+            now = time.monotonic()
+            return [{"fpga_qpn": qp.fpga_qpn, "state": qp.state,
+                     **(qp.run.summary(now) if qp.run else {"done": True, "ok": None})}
+                    for qp in self._select(fpga_qpn)]
+
+    def status(self):
+        with self.lock:
+            return {"fpga_ip": self.fpga_ip, "cm": list(self.cm.fpga), "local_ip": self.nic.local_ip,
+                    "nic": type(self.nic).__name__, "nic_counters": self.nic.counters(),
+                    "fatal": self.fatal, "pid": os.getpid(),
+                    "qps": [qp.info() for qp in self.qps.values()]}
+
+    # ------------------------------------------------------------------ checking
+
+    def _error(self, run, text):
+        run.bad += 1
+        if len(run.errors) < KEEP_ERRORS:
+            run.errors.append(text)
+
+    def _poll_loop(self):
+        last_mem = 0.0
+        while not self.stopping.is_set():
+            try:
+                cpls = self.nic.poll(64, timeout=0.01)
+            except NicError as e:
+                self.fatal = str(e)
+                time.sleep(0.05)
+                continue
+            with self.lock:
+                for c in cpls:
+                    self._completion(c)
+                now = time.monotonic()
+                if now - last_mem >= 0.05:
+                    last_mem = now
+                    for qp in self.qps.values():
+                        if qp.run and not qp.run.done:
+                            self._check_memory(qp, qp.run)
+
+    def _completion(self, c):
+        qp = self._by_host.get(c.qpn)
+        if qp is None:
+            return
+        if c.status != "SUCCESS":
+            qp.state = "ERROR"
+            if qp.run and not qp.run.done:
+                self._error(qp.run, f"completion {c.wr_id}: {c.status}")
+                qp.run.t_done = time.monotonic()
+            return
+        qp.messages += 1
+        qp.bytes += c.byte_len
+        run = qp.run
+        buf = qp.recv_addr + c.wr_id * qp.recv_size
+        if run is None or run.done or not run.op.startswith(("SEND", "WRITE_IMM")) or \
+                (c.kind == "send") != run.op.startswith("SEND"):
+            if run is not None and not run.done:
+                self._error(run, f"unexpected {c.kind} completion of {c.byte_len} bytes")
+        else:
+            s = run.received
+            run.received += 1
+            problems = []
+            if c.byte_len != run.size:
+                problems.append(f"{c.byte_len} bytes, not {run.size}")
+            want_imm = qp.fpga_qpn if run.op.endswith("IMM") else None
+            if c.imm != want_imm:
+                problems.append(f"immediate {c.imm}, not {want_imm}")
+            if c.kind == "send" and not problems and \
+                    self.nic.read(buf, run.size) != pattern(generator_address(s), run.size):
+                problems.append("data differ from the generator's pattern")
+            if problems:
+                self._error(run, f"message {s}: {'; '.join(problems)}")
+            elif c.kind == "send":
+                run.verified += 1
+            if run.received == run.count and run.op.startswith("SEND"):
+                run.t_done = time.monotonic()
+        self.nic.post_recv(qp.qpn, c.wr_id, buf, qp.recv_size)
+
+    def _check_memory(self, qp, run):
+        if not run.op.startswith("WRITE"):
+            return
+        if run.op == "WRITE_IMM" and run.received < run.count:
+            return
+        wraps = run.count * run.size > run.window
+        if not wraps:
+            while run.verified < run.count:
+                s = run.verified
+                if self.nic.read(qp.addr + s * run.size, run.size) != \
+                        pattern(generator_address(s), run.size):
+                    break
+                run.verified += 1
+            done = run.verified == run.count
+        else:
+            done = self._image_matches(qp, run)
+            if done:
+                run.verified = run.count
+        if done:
+            run.t_done = time.monotonic()
+        elif run.op == "WRITE_IMM":          # every completion came, so the data must be there
+            self._error(run, "memory does not hold the messages the completions announced")
+            run.t_done = time.monotonic()
+
+    def _image_matches(self, qp, run):
+        """Whether the window holds what the run's last messages leave in it (compared where those
+        messages wrote; they cover the whole window)."""
+        if run.image is None:
+            n = run.window // run.size + 2
+            image = bytearray(run.window + run.size)
+            mask = bytearray(len(image))
+            for s in range(max(0, run.count - n), run.count):
+                off = (s * run.size) % run.window
+                image[off:off + run.size] = pattern(generator_address(s), run.size)
+                mask[off:off + run.size] = b"\1" * run.size
+            spans, i = [], 0
+            while i < len(mask):
+                if mask[i]:
+                    j = mask.find(b"\0", i)
+                    j = len(mask) if j < 0 else j
+                    spans.append((i, j))
+                else:
+                    j = mask.find(b"\1", i)
+                    j = len(mask) if j < 0 else j
+                i = j
+            run.image = (bytes(image), spans)
+        image, spans = run.image
+        memory = self.nic.read(qp.addr, len(image))
+        return all(memory[a:b] == image[a:b] for a, b in spans)
+
+    def shutdown(self):
+        self.stopping.set()
+        self._poller.join(timeout=2)
+
+
+# ---------------------------------------------------------------------- control socket
+
+def request(sock_path, req, *, on_line=None, timeout=None):
+    """Send one request to the agent at ``sock_path``; return its last JSON line (``on_line``
+    sees the earlier ones). Raises ``ConnectionError`` when no agent listens there."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(str(sock_path))
+    except (FileNotFoundError, ConnectionRefusedError) as e:
+        s.close()
+        raise ConnectionError(f"no host agent at {sock_path}") from e
+    with s, s.makefile("rwb") as f:
+        f.write(json.dumps(req).encode() + b"\n")
+        f.flush()
+        last = None
+        for line in f:
+            if last is not None and on_line:
+                on_line(last)
+            last = json.loads(line)
+        if last is None:
+            raise ConnectionError("the host agent closed the connection without an answer")
+        return last
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        agent = self.server.agent
+        try:
+            req = json.loads(self.rfile.readline())
+            cmd = req.pop("cmd")
+            if cmd == "recv":
+                self._recv(agent, **req)
+                return
+            commands = {"open": agent.open, "close": agent.close, "traffic": agent.traffic,
+                        "status": agent.status, "progress": agent.progress,
+                        "shutdown": lambda: None}
+            if cmd not in commands:
+                self._send({"ok": False, "kind": "usage", "error": f"unknown command {cmd!r}"})
+                return
+            result = commands[cmd](**req)
+            self._send({"ok": True, "result": result})
+            if cmd == "shutdown" or (cmd == "close" and not agent.qps and not self.server.keep):
+                self.server.stop()
+        except AgentError as e:
+            self._send({"ok": False, "kind": e.kind, "error": str(e)})
+        except (TypeError, ValueError, NicError) as e:
+            self._send({"ok": False, "kind": "usage", "error": str(e)})
+
+    def _send(self, obj):
+        self.wfile.write(json.dumps(obj).encode() + b"\n")
+        self.wfile.flush()
+
+    def _recv(self, agent, fpga_qpn=None, stall=30.0, interval=0.2):
+        """Progress lines until every selected run is done, or nothing moved for ``stall`` s."""
+        last_key, last_move = None, time.monotonic()
+        while True:
+            rows = agent.progress(fpga_qpn)
+            key = tuple((r.get("received"), r.get("verified")) for r in rows)
+            now = time.monotonic()
+            if key != last_key:
+                last_key, last_move = key, now
+            if all(r["done"] for r in rows):
+                self._send({"ok": True, "result": rows})
+                return
+            if agent.fatal or now - last_move > stall:
+                why = agent.fatal or f"no progress for {stall:g} s"
+                self._send({"ok": False, "kind": "stalled", "error": why, "result": rows})
+                return
+            self._send({"progress": rows})
+            time.sleep(interval)
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+    def stop(self):
+        threading.Thread(target=self.shutdown, daemon=True).start()
+
+
+def serve(agent, sock_path, *, keep=False):
+    """Answer requests on ``sock_path`` until stopped; then close the QPs left."""
+    sock_path = str(sock_path)
+    if os.path.exists(sock_path):
+        os.unlink(sock_path)
+    server = _Server(sock_path, _Handler)
+    server.agent, server.keep = agent, keep
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda *_: server.stop())
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+        if os.path.exists(sock_path):
+            os.unlink(sock_path)
+        if agent.qps:
+            try:
+                agent.close()
+            except (AgentError, CmError, OSError):
+                pass
+        agent.shutdown()
+
+
+def main(argv=None):
+    """``python -m rocegen.host.agent --config JSON``: open the NIC and the first QPs, print one
+    JSON line (``{"ok": true, "result": [...]}`` or the error), then serve requests."""
+    p = argparse.ArgumentParser(prog="rocegen-host-agent")
+    p.add_argument("--config", required=True)
+    args = p.parse_args(argv)
+    c = json.loads(args.config)
+    out = sys.stdout
+    try:
+        nic = open_nic(c["device"], ip=c.get("local_ip") or "10.0.0.1", mac=c.get("local_mac")
+                       or "02:00:00:00:00:99", port=c.get("port", 1), gid_index=c.get("gid_index"))
+    except NicError as e:
+        out.write(json.dumps({"ok": False, "kind": "nic", "error": str(e)}) + "\n")
+        return 1
+    cm = None
+    try:
+        cm = CmClient(c["cm_host"], c["cm_port"], listen_port=c.get("listen_port", 0),
+                      timeout=c.get("reply_timeout", 0.5), retries=c.get("retries", 4))
+        agent = Agent(nic, cm, c["fpga_ip"], window=c["window"], recv_depth=c["recv_depth"],
+                      recv_size=c["recv_size"])
+        opened = agent.open(c["qps"], pmtu=c.get("pmtu"), timeout=c.get("timeout"),
+                            retry_cnt=c.get("retry_cnt"), rnr_retry=c.get("rnr_retry"))
+    except (AgentError, CmError) as e:
+        out.write(json.dumps({"ok": False, "kind": e.kind, "error": str(e)}) + "\n")
+        if cm:
+            cm.close()
+        nic.close()
+        return 1
+    except ValueError as e:
+        out.write(json.dumps({"ok": False, "kind": "usage", "error": str(e)}) + "\n")
+        return 1
+    out.write(json.dumps({"ok": True, "result": opened, "pid": os.getpid()}) + "\n")
+    out.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    serve(agent, c["socket"], keep=c.get("keep", False))
+    cm.close()
+    nic.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,321 @@
+"""``rocegen-host``: bring up QPs between this host's RDMA NIC and a rocegen FPGA, start its
+traffic generator and check what arrives.
+
+::
+
+    rocegen-host connect --fpga 10.0.0.2 [--device mlx5_0]     # a ConnectX NIC (pyverbs)
+    rocegen-host connect --sim                                 # rocegen sim serve on this machine
+    rocegen-host traffic --op WRITE --count 64 --size 65536
+    rocegen-host recv                                          # live progress, then the table
+    rocegen-host status
+    rocegen-host close
+
+``connect`` starts the host agent (:mod:`rocegen.host.agent`) in the background, holding the QPs
+and their memory; the other commands talk to it. Exit status: 0 done, 1 refused / failed /
+data wrong, 2 bad usage.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rocegen.sim.models.cm import CM_PORT
+
+from .agent import OPS, request
+
+__all__ = ["main", "state_dir"]
+
+SIM_FPGA_IP, SIM_HOST_IP = "10.0.0.2", "10.0.0.1"
+
+
+def state_dir(args_dir=None):
+    """Where the agent's socket lives: ``--state-dir``, ``$ROCEGEN_HOST_STATE``,
+    ``$XDG_RUNTIME_DIR/rocegen-host``, else ``~/.cache/rocegen/host``."""
+    if args_dir:
+        return Path(args_dir)
+    if os.environ.get("ROCEGEN_HOST_STATE"):
+        return Path(os.environ["ROCEGEN_HOST_STATE"])
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "rocegen-host"
+    return Path.home() / ".cache" / "rocegen" / "host"
+
+
+class Fail(Exception):
+    """A command that did not succeed: ``code`` is the exit status."""
+
+    def __init__(self, message, code=1):
+        super().__init__(message)
+        self.code = code
+
+
+def _call(args, req, **kw):
+    sock = state_dir(args.state_dir) / "agent.sock"
+    try:
+        reply = request(sock, req, **kw)
+    except ConnectionError:
+        raise Fail(f"no host agent is running (socket {sock}): rocegen-host connect first") from None
+    if not reply.get("ok"):
+        raise Fail(reply.get("error", "the agent refused"), 2 if reply.get("kind") == "usage" else 1)
+    return reply["result"]
+
+
+def _print_qps(qps):
+    print(f"{'FPGA QP':>8} {'host QP':>8} {'PSN':>8} {'PMTU':>5} {'state':>6} {'messages':>9} "
+          f"{'bytes':>12}")
+    for q in qps:
+        print(f"{q['fpga_qpn']:>8} {q['qpn']:>#8x} {q['psn']:>#8x} {q['pmtu']:>5} "
+              f"{q['state']:>6} {q['messages']:>9} {q['bytes']:>12}")
+
+
+def _connect(args):
+    sdir = state_dir(args.state_dir)
+    sock = sdir / "agent.sock"
+    opts = {"pmtu": args.pmtu, "timeout": args.timeout, "retry_cnt": args.retry_cnt,
+            "rnr_retry": args.rnr_retry}
+    if sock.exists():
+        try:
+            opened = request(sock, {"cmd": "open", "n": args.qps, **opts})
+        except ConnectionError:
+            sock.unlink()          # an agent that died left its socket behind
+        else:
+            if not opened.get("ok"):
+                raise Fail(opened["error"], 2 if opened.get("kind") == "usage" else 1)
+            _report_open(args, opened["result"], "the running agent")
+            return 0
+    sdir.mkdir(parents=True, exist_ok=True)
+    sim = args.sim or (args.device or "").startswith("sim")
+    device = args.device or ("sim" if args.sim else None)
+    fpga = args.fpga or (SIM_FPGA_IP if sim else None)
+    if fpga is None:
+        raise Fail("--fpga A.B.C.D is needed (the FPGA's IPv4 address)", 2)
+    config = {"device": device, "fpga_ip": fpga,
+              "cm_host": args.cm_host or ("127.0.0.1" if sim else fpga),
+              "cm_port": args.cm_port, "listen_port": args.listen_port,
+              "local_ip": args.local_ip or (SIM_HOST_IP if sim else None),
+              "port": args.ib_port, "gid_index": args.gid_index, "qps": args.qps,
+              "window": args.window, "recv_depth": args.recv_depth, "recv_size": args.recv_size,
+              "reply_timeout": args.reply_timeout, "retries": args.retries,
+              "socket": str(sock), "keep": args.keep, **opts}
+    proc = subprocess.Popen([sys.executable, "-m", "rocegen.host.agent", "--config",
+                             json.dumps(config)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    line = proc.stdout.readline()
+    proc.stdout.close()
+    if not line:
+        proc.wait()
+        raise Fail(f"the host agent exited at start (status {proc.returncode})")
+    reply = json.loads(line)
+    if not reply["ok"]:
+        proc.wait()
+        raise Fail(reply["error"], 2 if reply.get("kind") == "usage" else 1)
+    for _ in range(100):            # the socket appears once the agent serves
+        if sock.exists():
+            break
+        time.sleep(0.02)
+    _report_open(args, reply["result"], f"agent {reply['pid']}")
+    return 0
+
+
+def _report_open(args, qps, who):
+    if args.json:
+        print(json.dumps(qps))
+        return
+    print(f"opened {len(qps)} QP{'s' * (len(qps) != 1)} with the FPGA ({who} holds them):")
+    _print_qps(qps)
+
+
+def _status(args):
+    st = _call(args, {"cmd": "status"})
+    if args.json:
+        print(json.dumps(st))
+        return 0
+    print(f"agent {st['pid']}: NIC {st['nic']} at {st['local_ip']}, FPGA {st['fpga_ip']} "
+          f"(connection manager {st['cm'][0]}:{st['cm'][1]})")
+    if st["fatal"]:
+        print(f"NIC problem: {st['fatal']}")
+    _print_qps(st["qps"])
+    for q in st["qps"]:
+        if q["run"]:
+            r = q["run"]
+            print(f"  QP {q['fpga_qpn']}: last run {r['op']} {r['count']} x {r['size']} B: "
+                  f"{r['verified']} checked, {r['bad']} bad, {'done' if r['done'] else 'running'}")
+    if st["nic_counters"]:
+        print("NIC counters: " + ", ".join(f"{k} {v}" for k, v in sorted(st["nic_counters"].items())))
+    return 0
+
+
+def _traffic(args):
+    runs = _call(args, {"cmd": "traffic", "fpga_qpn": args.qp, "op": args.op, "size": args.size,
+                        "count": args.count, "spacing": args.spacing})
+    if args.json:
+        print(json.dumps(runs))
+    else:
+        for r in runs:
+            print(f"QP {r['fpga_qpn']}: {r['count']} x {r['op']} of {r['size']} bytes started "
+                  f"(spacing {r['spacing']} cycles, window {r['window']} bytes)")
+    return 0
+
+
+def _bar(rows, width=30):
+    total = sum(r.get("count", 0) for r in rows) or 1
+    done = sum(r.get("verified", 0) for r in rows)
+    gbps = sum(r.get("gbps", 0) for r in rows)
+    mm = sum(r.get("mmsgs", 0) for r in rows)
+    fill = int(width * done / total)
+    return (f"[{'#' * fill}{'.' * (width - fill)}] {done}/{total} messages  {gbps:7.3f} Gb/s  "
+            f"{mm * 1e3:8.2f} kmsg/s")
+
+
+def _recv(args):
+    tty = sys.stdout.isatty() and not args.json and not args.no_progress
+    last_print = [0.0]
+
+    def on_line(msg):
+        if "progress" not in msg or args.json or args.no_progress:
+            return
+        now = time.monotonic()
+        if tty:
+            print("\r" + _bar(msg["progress"]), end="", flush=True)
+        elif now - last_print[0] >= 1.0:
+            last_print[0] = now
+            print(_bar(msg["progress"]), flush=True)
+
+    sock = state_dir(args.state_dir) / "agent.sock"
+    try:
+        reply = request(sock, {"cmd": "recv", "fpga_qpn": args.qp, "stall": args.stall},
+                        on_line=on_line)
+    except ConnectionError:
+        raise Fail(f"no host agent is running (socket {sock}): rocegen-host connect first") from None
+    if tty:
+        print()
+    rows = reply.get("result") or []
+    if args.json:
+        print(json.dumps(reply))
+    else:
+        print(f"{'FPGA QP':>8} {'op':>9} {'size':>8} {'messages':>9} {'checked':>8} {'bad':>4} "
+              f"{'seconds':>8} {'Gb/s':>8} {'kmsg/s':>8}")
+        for r in rows:
+            if "op" not in r:
+                continue
+            print(f"{r['fpga_qpn']:>8} {r['op']:>9} {r['size']:>8} {r['count']:>9} "
+                  f"{r['verified']:>8} {r['bad']:>4} {r['seconds']:>8.3f} {r['gbps']:>8.3f} "
+                  f"{r['mmsgs'] * 1e3:>8.2f}")
+            for e in r["errors"]:
+                print(f"  QP {r['fpga_qpn']}: {e}")
+    if not reply.get("ok"):
+        raise Fail(reply.get("error", "receive failed"))
+    if any("op" in r and not r["ok"] for r in rows):
+        raise Fail("data check failed")
+    return 0
+
+
+def _close(args):
+    closed = _call(args, {"cmd": "close", "fpga_qpn": args.qp})
+    if args.json:
+        print(json.dumps(closed))
+    for c in closed:
+        if not args.json:
+            note = f" (the FPGA answered: {c['error']})" if c["error"] else ""
+            print(f"closed QP {c['fpga_qpn']} (host QP {c['qpn']:#x}){note}")
+    return 1 if any(c["error"] for c in closed) else 0
+
+
+def _stop(args):
+    _call(args, {"cmd": "shutdown"})
+    print("host agent stopped")
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="rocegen-host", description="host agent for rocegen FPGAs: "
+                                "QP set-up over UDP 17185, test traffic, checks")
+    p.add_argument("--state-dir", default=None,
+                   help="where the agent's socket lives (default $XDG_RUNTIME_DIR/rocegen-host or "
+                   "~/.cache/rocegen/host)")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("connect", help="open QPs with the FPGA (starts the agent that holds them)")
+    c.add_argument("--fpga", default=None, help="the FPGA's IPv4 address (default with --sim: "
+                   f"{SIM_FPGA_IP})")
+    c.add_argument("--sim", action="store_true",
+                   help="the simulated NIC on `rocegen sim serve`'s wire (127.0.0.1:17186); the "
+                   "connection manager through its tunnel on 127.0.0.1")
+    c.add_argument("--device", default=None,
+                   help="RDMA device (default: the first), or sim / sim:HOST:PORT")
+    c.add_argument("--ib-port", type=int, default=1, help="port of the RDMA device (default 1)")
+    c.add_argument("--gid-index", type=int, default=None,
+                   help="GID index (default: the first RoCEv2 GID with an IPv4 address)")
+    c.add_argument("--local-ip", default=None,
+                   help="our RoCE address as told to the FPGA (default: the GID's; 10.0.0.1 with "
+                   "--sim)")
+    c.add_argument("--cm-host", default=None,
+                   help="where the connection manager is reached (default: the FPGA; 127.0.0.1 "
+                   "with --sim)")
+    c.add_argument("--cm-port", type=int, default=CM_PORT, help=f"its UDP port (default {CM_PORT})")
+    c.add_argument("--listen-port", type=int, default=0,
+                   help="UDP port for the FPGA's replies (default: any free port)")
+    c.add_argument("--qps", type=int, default=1, help="QPs to open (default 1)")
+    c.add_argument("--pmtu", type=int, default=4096,
+                   help="path MTU 256..4096, told to the FPGA in OPEN_QP (default 4096)")
+    c.add_argument("--timeout", type=int, default=None,
+                   help="the FPGA QP's retransmit timeout code 1..31 (4.096 us x 2^code)")
+    c.add_argument("--retry-cnt", type=int, default=None, help="the FPGA QP's retry count 0..7")
+    c.add_argument("--rnr-retry", type=int, default=None,
+                   help="the FPGA QP's RNR retry count 0..7 (7 = forever)")
+    c.add_argument("--window", type=int, default=4 << 20,
+                   help="bytes of host memory the WRITEs of a run cycle through (power of two, "
+                   "default 4 MiB)")
+    c.add_argument("--recv-depth", type=int, default=64, help="receive buffers per QP")
+    c.add_argument("--recv-size", type=int, default=65536, help="bytes per receive buffer")
+    c.add_argument("--reply-timeout", type=float, default=0.5,
+                   help="seconds to wait for each connection-manager reply (default 0.5)")
+    c.add_argument("--retries", type=int, default=4, help="requests sent again without a reply")
+    c.add_argument("--keep", action="store_true",
+                   help="keep the agent running after its last QP is closed")
+    c.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("status", help="the agent's QPs, runs and NIC counters")
+    s.add_argument("--json", action="store_true")
+
+    t = sub.add_parser("traffic", help="start the FPGA's traffic generator on a QP (or all)")
+    t.add_argument("--qp", type=int, default=None, help="the FPGA's QP number (default: all)")
+    t.add_argument("--op", choices=OPS, default="WRITE")
+    t.add_argument("--count", type=int, default=64, help="messages (default 64)")
+    t.add_argument("--size", type=int, default=65536, help="bytes per message (default 64 KiB)")
+    t.add_argument("--spacing", type=int, default=0,
+                   help="FPGA clock cycles between messages (default 0: back to back)")
+    t.add_argument("--json", action="store_true")
+
+    r = sub.add_parser("recv", help="wait for the runs, checking every message; live progress")
+    r.add_argument("--qp", type=int, default=None)
+    r.add_argument("--stall", type=float, default=30.0,
+                   help="give up after this many seconds without progress (default 30)")
+    r.add_argument("--no-progress", action="store_true")
+    r.add_argument("--json", action="store_true")
+
+    cl = sub.add_parser("close", help="close a QP (or all) with the FPGA")
+    cl.add_argument("--qp", type=int, default=None)
+    cl.add_argument("--json", action="store_true")
+
+    sub.add_parser("stop", help="close every QP and stop the agent")
+
+    args = p.parse_args(argv)
+    try:
+        if args.command == "connect":
+            for name in ("qps", "recv_depth", "recv_size"):
+                if getattr(args, name) < 1:
+                    raise Fail(f"--{name.replace('_', '-')} must be >= 1", 2)
+            return _connect(args)
+        return {"status": _status, "traffic": _traffic, "recv": _recv, "close": _close,
+                "stop": _stop}[args.command](args)
+    except Fail as e:
+        print(f"rocegen-host: {e}", file=sys.stderr)
+        return e.code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Host side of the connection manager: 64-byte datagrams to the FPGA's UDP port 17185 over an
+ordinary UDP socket, replies awaited with a timeout and retries.
+
+The datagram layout is the one header table's ``CM`` (:mod:`rocegen.sim.models.cm` packs and
+unpacks it), so this client is byte-compatible with the existing host tools and FPGA endpoints.
+
+A reply belongs to a request when it is a reply (``ack_valid``), names the same request type,
+and echoes the request's ``loc_qpn`` and ``loc_psn`` in its ``rem_qpn`` / ``rem_psn``. Anything
+else arriving on the socket is ignored. A request is sent again when no reply came within
+``timeout`` seconds, ``retries`` times; an OPEN_QP that needed a retry may have been taken twice
+by the FPGA (the first reply lost), so the client waits one more timeout for late replies and
+closes the QP numbers they name other than the one it keeps.
+"""
+
+import socket
+import time
+
+from rocegen.sim.models import cm as M
+
+__all__ = ["CmClient", "CmError"]
+
+
+class CmError(Exception):
+    """A request the FPGA refused or did not answer. ``kind``: ``"timeout"`` (no reply after
+    every retry), ``"no_qp"`` (no free QP), ``"nak"`` (refused: illegal, not the owner, or a
+    host outside the allowed subnet), ``"error"`` (ERROR reply)."""
+
+    def __init__(self, kind, message):
+        super().__init__(message)
+        self.kind = kind
+
+
+_ACKS = {M.ACK_NO_QP: ("no_qp", "no free QP on the FPGA (NO_QP)"),
+         M.ACK_NAK: ("nak", "the FPGA refused the request (NAK: an illegal request, a QP "
+                     "owned by another host, or a host outside the FPGA's allowed subnet)"),
+         M.ACK_ERROR: ("error", "the FPGA answered ERROR")}
+
+
+class CmClient:
+    """Talks to the connection manager at ``fpga_ip``:``port`` from a UDP socket bound to
+    ``bind``:``listen_port`` (0: any free port; the port goes in every request's
+    ``listening_port``, where the FPGA sends its replies)."""
+
+    def __init__(self, fpga_ip, port=M.CM_PORT, *, listen_port=0, bind="0.0.0.0", timeout=0.5,
+                 retries=4):
+        if not 1 <= port <= 65535:
+            raise ValueError(f"connection-manager port must be 1..65535, not {port}")
+        if timeout <= 0 or retries < 0:
+            raise ValueError("timeout must be > 0 and retries >= 0")
+        self.fpga = (fpga_ip, port)
+        self.timeout = timeout
+        self.retries = retries
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self.sock.bind((bind, listen_port))
+        except OSError as e:
+            self.sock.close()
+            raise CmError("bind", f"cannot listen on UDP {bind}:{listen_port}: {e.strerror}") from None
+        self.listen_port = self.sock.getsockname()[1]
+        #: requests sent (retries included) and replies matched
+        self.sent = 0
+        self.replies = 0
+
+    def close(self):
+        self.sock.close()
+
+    def send_raw(self, payload):
+        """Send one datagram as it is (test traffic, or anything a test wants to send)."""
+        self.sock.sendto(payload, self.fpga)
+        self.sent += 1
+
+    def traffic(self, fpga_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=False,
+                window_log2=0):
+        """Start the FPGA's traffic generator on ``fpga_qpn`` (no reply is sent)."""
+        self.send_raw(M.traffic(fpga_qpn, dma_length, n_transfers, frequency, write=write,
+                                imm=imm, window_log2=window_log2,
+                                listening_port=self.listen_port))
+
+    def request(self, req_type, **fields):
+        """Send a request and return the fields of its ACK reply; :class:`CmError` otherwise."""
+        fields.setdefault("listening_port", self.listen_port)
+        payload = M.request(req_type, **fields)
+        key = (req_type, fields.get("loc_qpn", 0), fields.get("loc_psn", 0))
+        reply, tries = None, 0
+        while reply is None and tries <= self.retries:
+            self.send_raw(payload)
+            tries += 1
+            reply = self._wait(key, self.timeout)
+        if reply is None:
+            raise CmError("timeout", f"no reply from the FPGA at {self.fpga[0]}:{self.fpga[1]} "
+                          f"after {self.retries + 1} tries {self.timeout:g} s apart (is it up, "
+                          f"and is UDP port {self.listen_port} reachable from it?)")
+        if tries > 1 and req_type == M.REQ_OPEN_QP:
+            self._close_duplicates(key, reply)
+        if reply["ack_type"] != M.ACK_ACK:
+            kind, text = _ACKS.get(reply["ack_type"],
+                                   ("error", f"unknown reply type {reply['ack_type']}"))
+            raise CmError(kind, text)
+        return reply
+
+    def _wait(self, key, timeout):
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None
+            self.sock.settimeout(left)
+            try:
+                data, _ = self.sock.recvfrom(2048)
+            except TimeoutError:
+                return None
+            except ConnectionRefusedError:      # ICMP unreachable of an earlier datagram
+                continue
+            if len(data) != M.DATAGRAM_BYTES:
+                continue
+            f = M.unpack(data)
+            if f["ack_valid"] and (f["req_type"], f["rem_qpn"], f["rem_psn"]) == key:
+                self.replies += 1
+                return f
+
+    def _close_duplicates(self, key, kept):
+        while (late := self._wait(key, self.timeout)) is not None:
+            if late["ack_type"] == M.ACK_ACK and late["loc_qpn"] != kept["loc_qpn"]:
+                try:
+                    self.request(M.REQ_CLOSE_QP, loc_qpn=key[1], loc_psn=key[2],
+                                 rem_qpn=late["loc_qpn"])
+                except CmError:
+                    pass
+
+    def open_qp(self, *, qpn, psn, rkey, vaddr, ip, pmtu=None, timeout=None, retry_cnt=None,
+                rnr_retry=None):
+        """OPEN_QP for our QP ``qpn`` (first PSN we expect ``psn``, memory ``rkey``/``vaddr``, our
+        RoCE address ``ip`` as an integer); the extension bytes only when given. Returns
+        ``(fpga_qpn, fpga_first_psn)``."""
+        ext = {}
+        if pmtu is not None:
+            ext["pmtu_code"] = M.pmtu_code(pmtu)
+        if timeout is not None:
+            if not 1 <= timeout <= 31:
+                raise ValueError(f"timeout code must be 1..31, not {timeout}")
+            ext["timeout_code"] = timeout
+        if retry_cnt is not None or rnr_retry is not None:
+            ext.update(M.retry_byte(7 if retry_cnt is None else retry_cnt,
+                                    7 if rnr_retry is None else rnr_retry))
+        r = self.request(M.REQ_OPEN_QP, loc_qpn=qpn, loc_psn=psn, loc_rkey=rkey, loc_vaddr=vaddr,
+                         loc_ip=ip, **ext)
+        return r["loc_qpn"], r["loc_psn"]
+
+    def close_qp(self, *, qpn, psn, fpga_qpn):
+        """CLOSE_QP of the FPGA's QP ``fpga_qpn`` (ours is ``qpn``, first PSN ``psn``)."""
+        self.request(M.REQ_CLOSE_QP, loc_qpn=qpn, loc_psn=psn, rem_qpn=fpga_qpn)

@@ -1,0 +1,364 @@
+"""The RDMA NIC behind the host agent: a real one through pyverbs (:class:`VerbsNic`), or the
+simulated one (:class:`SimNic`): the project's RNIC model on a simulated Ethernet wire, as
+``rocegen sim serve`` offers it.
+
+Both offer what the agent needs of a responder-side RC QP (the FPGA is the requester):
+
+``local_ip``
+    the IPv4 address RoCE packets reach us at (goes in OPEN_QP's ``loc_ip``).
+``create_qp(recv_depth)``
+    a QP in RESET; returns its number.
+``register(length)``
+    a memory region with local and remote write access: ``(addr, rkey)``.
+``connect_qp(qpn, fpga_qpn, fpga_ip, epsn, pmtu)``
+    to RTR then RTS, expecting PSN ``epsn`` first from the FPGA's QP ``fpga_qpn``.
+``post_recv(qpn, wr_id, addr, length)``
+    a receive buffer inside the region.
+``poll(max_entries)``
+    receive completions as :class:`Cpl`.
+``read(addr, length)`` / ``fill(addr, length, value)``
+    the region's memory.
+``destroy_qp(qpn)``, ``counters()``, ``close()``.
+
+Errors a user can meet are :class:`NicError` with a sentence that says what to do.
+"""
+
+import random
+import socket
+import threading
+from typing import NamedTuple
+
+__all__ = ["Cpl", "NicError", "SimNic", "VerbsNic", "open_nic", "SIM_WIRE"]
+
+#: Default address of ``rocegen sim serve``'s wire.
+SIM_WIRE = ("127.0.0.1", 17186)
+
+
+class NicError(Exception):
+    """The NIC could not be opened or used."""
+
+
+class Cpl(NamedTuple):
+    """A receive completion. ``kind``: ``"send"`` (a SEND, with or without immediate) or
+    ``"write_imm"`` (an RDMA WRITE with immediate); ``imm`` None without immediate data;
+    ``status`` ``"SUCCESS"`` or the failure."""
+    qpn: int
+    wr_id: int
+    kind: str
+    byte_len: int
+    imm: int | None
+    status: str
+
+
+class SimNic:
+    """The simulated RDMA NIC: :class:`rocegen.sim.models.rnic.Rnic` on a TCP connection to
+    ``rocegen sim serve``'s wire (frames as 4-byte length + bytes). A thread takes the frames the
+    FPGA sends and returns the model's answers (ACKs, NAKs, ARP replies). The model answers as a
+    ConnectX NIC would; with ``strict`` it also stops at any protocol violation of the FPGA
+    (its log is in :meth:`counters`)."""
+
+    def __init__(self, wire=SIM_WIRE, *, mac="02:00:00:00:00:99", ip="10.0.0.1", strict=False):
+        from rocegen.sim.bridge import FrameReader, encode_frame
+        from rocegen.sim.models.rnic import Rnic
+        self._encode = encode_frame
+        self.local_ip = ip
+        self.rnic = Rnic(mac, ip, strict=strict)
+        self._lock = threading.Lock()
+        self._cpl = threading.Condition(self._lock)
+        self._next_qpn = 0x100 + random.randrange(0x1000)
+        self._next_addr = 0x7F00_0000_0000
+        self.fatal = None
+        try:
+            self.sock = socket.create_connection(wire, timeout=5)
+        except OSError as e:
+            raise NicError(f"no simulated NIC: cannot reach rocegen sim serve's wire at "
+                           f"{wire[0]}:{wire[1]} ({e.strerror or e}); start `rocegen sim serve` "
+                           f"first") from None
+        self.sock.settimeout(None)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._reader = FrameReader()
+        self._thread = threading.Thread(target=self._run, name="sim-wire", daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while True:
+            try:
+                data = self.sock.recv(1 << 20)
+            except OSError:
+                data = b""
+            if not data:
+                with self._lock:
+                    self.fatal = self.fatal or "the simulated wire closed (rocegen sim serve stopped)"
+                    self._cpl.notify_all()
+                return
+            try:
+                frames = self._reader.feed(data)
+                out = []
+                with self._lock:
+                    for f in frames:
+                        out += self.rnic.receive(f)
+                    if self.rnic.cq:
+                        self._cpl.notify_all()
+                if out:
+                    self.sock.sendall(b"".join(self._encode(f) for f in out))
+            except (ValueError, AssertionError, OSError) as e:
+                with self._lock:
+                    self.fatal = f"simulated NIC stopped: {e}"
+                    self._cpl.notify_all()
+                self.sock.close()
+                return
+
+    def create_qp(self, recv_depth):
+        with self._lock:
+            qpn = self._next_qpn
+            self._next_qpn += 1
+        return qpn
+
+    def register(self, length):
+        with self._lock:
+            addr = self._next_addr
+            self._next_addr += (length + 0xFFFF) & ~0xFFFF
+            rkey = random.getrandbits(32)
+            self.rnic.register_mr(addr, length, rkey)
+        return addr, rkey
+
+    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu):
+        with self._lock:
+            self.rnic.create_qp(qpn, peer_qpn=fpga_qpn, peer_ip=fpga_ip, epsn=epsn, pmtu=pmtu)
+
+    def post_recv(self, qpn, wr_id, addr, length):
+        with self._lock:
+            self.rnic.post_recv(qpn, length, wr_id, addr=addr)
+
+    def poll(self, max_entries=64, timeout=0.0):
+        with self._cpl:
+            if not self.rnic.cq and timeout and not self.fatal:
+                self._cpl.wait(timeout)
+            got = self.rnic.poll_cq(max_entries)
+            fatal = self.fatal
+        if fatal and not got:
+            raise NicError(fatal)
+        return [Cpl(c.qpn, c.wr_id, "send" if c.opcode == "RECV" else "write_imm", c.byte_len,
+                    c.imm, str(c.status)) for c in got]
+
+    def read(self, addr, length):
+        with self._lock:
+            return self.rnic.read_mem(addr, length)
+
+    def fill(self, addr, length, value=0):
+        with self._lock:
+            self.rnic.write_mem(addr, bytes([value]) * length)
+
+    def qp_error(self, qpn):
+        with self._lock:
+            return self.rnic.qps[qpn].state == "ERR" if qpn in self.rnic.qps else False
+
+    def destroy_qp(self, qpn):
+        with self._lock:
+            if qpn in self.rnic.qps:
+                self.rnic.destroy_qp(qpn)
+
+    def counters(self):
+        with self._lock:
+            return {k: v for k, v in self.rnic.counters.items() if v}
+
+    def close(self):
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def _import_pyverbs():
+    try:
+        import pyverbs  # noqa: F401
+    except ImportError:
+        import sys
+        for path in ("/usr/lib/python3/dist-packages", "/usr/local/lib/python3/dist-packages"):
+            if path not in sys.path:
+                sys.path.append(path)
+        try:
+            import pyverbs  # noqa: F401
+        except ImportError:
+            raise NicError("pyverbs is not installed: install rdma-core's Python bindings "
+                           "(Debian/Ubuntu: apt install python3-pyverbs), or use --sim with "
+                           "`rocegen sim serve`") from None
+
+
+class VerbsNic:
+    """A real RDMA NIC through pyverbs (rdma-core's Python bindings): device ``device`` (default:
+    the first one), port ``port``, GID index ``gid_index`` (default: the first RoCEv2 GID holding
+    an IPv4 address). One protection domain, one completion queue for every QP, regions with
+    local and remote write access."""
+
+    _MTU = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}     # enum ibv_mtu
+
+    def __init__(self, device=None, *, port=1, gid_index=None, cq_depth=4096):
+        _import_pyverbs()
+        import pyverbs.enums as e
+        from pyverbs.cq import CQ
+        from pyverbs.device import Context, get_device_list
+        from pyverbs.pd import PD
+        from pyverbs.pyverbs_error import PyverbsError
+        self.e = e
+        self._Error = PyverbsError
+        try:
+            names = [d.name.decode() if isinstance(d.name, bytes) else d.name
+                     for d in get_device_list()]
+        except PyverbsError as err:
+            raise NicError(f"no RDMA device: {err}") from None
+        if not names:
+            raise NicError("no RDMA device on this host (ibv_devices lists none); load the NIC's "
+                           "driver, or use --sim with `rocegen sim serve`")
+        if device is None:
+            device = names[0]
+        elif device not in names:
+            raise NicError(f"no RDMA device {device!r}; this host has {', '.join(names)}")
+        try:
+            self.ctx = Context(name=device)
+            self.pd = PD(self.ctx)
+            self.cq = CQ(self.ctx, cq_depth)
+        except PyverbsError as err:
+            raise NicError(f"cannot open {device}: {err}") from None
+        self.device, self.port = device, port
+        self.gid_index, self.local_ip = self._find_gid(gid_index)
+        self.qps = {}
+        self.mrs = []
+
+    def _find_gid(self, gid_index):
+        indices = [gid_index] if gid_index is not None else range(
+            self.ctx.query_port(self.port).gid_tbl_len)
+        for k in indices:
+            try:
+                gid = str(self.ctx.query_gid(self.port, k))
+            except self._Error:
+                continue
+            words = gid.split(":")
+            if len(words) == 8 and words[:6] == ["0000"] * 5 + ["ffff"]:
+                if gid_index is None and hasattr(self.ctx, "query_gid_type") and \
+                        self.ctx.query_gid_type(self.port, k) != \
+                        self.e.IBV_GID_TYPE_SYSFS_ROCE_V2:
+                    continue
+                raw = bytes.fromhex(words[6] + words[7])
+                return k, socket.inet_ntoa(raw)
+        raise NicError(f"port {self.port} of {self.device} has no RoCEv2 GID with an IPv4 "
+                       f"address{'' if gid_index is None else f' at index {gid_index}'}: give "
+                       f"the interface an IPv4 address (or pick --gid-index)")
+
+    def create_qp(self, recv_depth):
+        from pyverbs.qp import QP, QPCap, QPInitAttr
+        cap = QPCap(max_send_wr=1, max_recv_wr=recv_depth, max_send_sge=1, max_recv_sge=1)
+        try:
+            qp = QP(self.pd, QPInitAttr(qp_type=self.e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
+                                        cap=cap))
+        except self._Error as err:
+            raise NicError(f"cannot create a QP: {err}") from None
+        self.qps[qp.qp_num] = qp
+        return qp.qp_num
+
+    def register(self, length):
+        from pyverbs.mr import MR
+        e = self.e
+        try:
+            mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+        except self._Error as err:
+            raise NicError(f"cannot register {length} bytes: {err}") from None
+        self.mrs.append(mr)
+        return mr.buf, mr.rkey
+
+    def _mr(self, addr, length):
+        for mr in self.mrs:
+            if mr.buf <= addr and addr + length <= mr.buf + mr.length:
+                return mr
+        raise NicError(f"[{addr:#x}, +{length}) is not in a registered region")
+
+    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu):
+        from pyverbs.addr import GID, AHAttr, GlobalRoute
+        from pyverbs.qp import QPAttr
+        e = self.e
+        qp = self.qps[qpn]
+        attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=self.port)
+        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        attr.pkey_index = 0
+        ip = socket.inet_aton(fpga_ip).hex()
+        gid = GID(f"0000:0000:0000:0000:0000:ffff:{ip[:4]}:{ip[4:]}")
+        attr.ah_attr = AHAttr(gr=GlobalRoute(dgid=gid, sgid_index=self.gid_index, hop_limit=64),
+                              is_global=1, port_num=self.port)
+        attr.path_mtu = self._MTU[pmtu]
+        attr.dest_qp_num = fpga_qpn
+        attr.rq_psn = epsn
+        attr.max_dest_rd_atomic = 1
+        attr.min_rnr_timer = 1
+        attr.sq_psn = 0
+        attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.max_rd_atomic = 14, 7, 7, 1
+        try:
+            qp.to_rtr(attr)
+            qp.to_rts(attr)
+        except self._Error as err:
+            raise NicError(f"cannot move QP {qpn:#x} to RTR/RTS: {err}") from None
+
+    def post_recv(self, qpn, wr_id, addr, length):
+        from pyverbs.wr import SGE, RecvWR
+        mr = self._mr(addr, length)
+        self.qps[qpn].post_recv(RecvWR(wr_id=wr_id, num_sge=1, sg=[SGE(addr, length, mr.lkey)]))
+
+    def poll(self, max_entries=64, timeout=0.0):
+        import time
+        e = self.e
+        end = time.monotonic() + timeout
+        while True:
+            n, wcs = self.cq.poll(num_entries=max_entries)
+            if n or time.monotonic() >= end:
+                break
+            time.sleep(0.0005)
+        out = []
+        for wc in wcs[:n]:
+            imm = socket.ntohl(wc.imm_data) if wc.wc_flags & e.IBV_WC_WITH_IMM else None
+            kind = "write_imm" if wc.opcode == e.IBV_WC_RECV_RDMA_WITH_IMM else "send"
+            status = "SUCCESS" if wc.status == e.IBV_WC_SUCCESS else f"status {wc.status}"
+            out.append(Cpl(wc.qp_num, wc.wr_id, kind, wc.byte_len, imm, status))
+        return out
+
+    def read(self, addr, length):
+        mr = self._mr(addr, length)
+        return bytes(mr.read(length, addr - mr.buf))
+
+    def fill(self, addr, length, value=0):
+        mr = self._mr(addr, length)
+        mr.write(bytes([value]) * length, length, addr - mr.buf)
+
+    def qp_error(self, qpn):
+        attr, _ = self.qps[qpn].query(self.e.IBV_QP_STATE)
+        return attr.qp_state == self.e.IBV_QPS_ERR
+
+    def destroy_qp(self, qpn):
+        qp = self.qps.pop(qpn, None)
+        if qp is not None:
+            qp.close()
+
+    def counters(self):
+        return {}
+
+    def close(self):
+        for qpn in list(self.qps):
+            self.destroy_qp(qpn)
+        for mr in self.mrs:
+            mr.close()
+        self.cq.close()
+        self.pd.close()
+        self.ctx.close()
+
+
+def open_nic(spec, **kw):
+    """``"sim"`` or ``"sim:HOST:PORT"``: :class:`SimNic`; anything else names a pyverbs device
+    (``None``: the first one)."""
+    if spec is not None and (spec == "sim" or spec.startswith("sim:")):
+        wire = SIM_WIRE
+        if spec.startswith("sim:"):
+            host, _, port = spec[4:].rpartition(":")
+            if not port.isdigit():
+                raise NicError(f"--device sim:HOST:PORT, not {spec!r}")
+            wire = (host or "127.0.0.1", int(port))
+        return SimNic(wire, **{k: v for k, v in kw.items() if k in ("mac", "ip", "strict")})
+    return VerbsNic(spec, **{k: v for k, v in kw.items() if k in ("port", "gid_index")})

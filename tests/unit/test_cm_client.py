@@ -1,0 +1,148 @@
+"""The host's connection-manager client against the connection manager's reference model behind
+a real UDP socket (and against silence), and the host command's errors."""
+
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from rocegen.gateware.top import parse_ip
+from rocegen.host.cm_client import CmClient, CmError
+from rocegen.host.nic import NicError, SimNic, open_nic
+from rocegen.sim.models import cm as M
+
+FPGA_IP, HOST_IP = "10.0.0.2", "10.0.0.1"
+
+
+class ModelFpga:
+    """The connection manager's model answering on a loopback UDP port; ``drop_replies``: the
+    first N replies are lost (the requests still take effect); ``delay_first``: the first reply
+    leaves that many seconds late."""
+
+    def __init__(self, num_qps=2, drop_replies=0, allow_net=None, delay_first=0.0):
+        self.model = M.ConnectionManagerModel(num_qps, local_ip=parse_ip(FPGA_IP),
+                                              allow_net=allow_net)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.drop = drop_replies
+        self.delay_first = delay_first
+        self.requests = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            try:
+                data, (addr, sport) = self.sock.recvfrom(4096)
+            except OSError:
+                return
+            self.requests.append(data)
+            res = self.model.receive(data, src_ip=parse_ip(HOST_IP), src_port=sport)
+            if res.reply is None:
+                continue
+            if self.drop:
+                self.drop -= 1
+                continue
+            args = (res.reply.payload, ("127.0.0.1", res.reply.dst_port))
+            if self.delay_first:
+                threading.Timer(self.delay_first, self.sock.sendto, args).start()
+                self.delay_first = 0.0
+            else:
+                self.sock.sendto(*args)
+
+    def close(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def fpga():
+    f = ModelFpga()
+    yield f
+    f.close()
+
+
+def client(fpga, **kw):
+    return CmClient("127.0.0.1", fpga.port, timeout=kw.pop("timeout", 0.3), **kw)
+
+
+def test_open_close_and_refusals(fpga):
+    cm = client(fpga)
+    ip = parse_ip(HOST_IP)
+    a = cm.open_qp(qpn=0x11, psn=0x100, rkey=5, vaddr=0x1000, ip=ip, pmtu=1024, timeout=3,
+                   retry_cnt=2, rnr_retry=7)
+    b = cm.open_qp(qpn=0x12, psn=0x200, rkey=6, vaddr=0x2000, ip=ip)
+    assert a == (256, 0x100) and b == (257, 0x200)
+    ctx = fpga.model.context[0]
+    assert (ctx["pmtu_log2"], ctx["timeout"], ctx["retry_cnt"]) == (10, 3, 2)
+    with pytest.raises(CmError) as e:
+        cm.open_qp(qpn=0x13, psn=0x300, rkey=7, vaddr=0x3000, ip=ip)
+    assert e.value.kind == "no_qp" and "NO_QP" in str(e.value)
+    cm.close_qp(qpn=0x11, psn=0x100, fpga_qpn=256)
+    with pytest.raises(CmError) as e:
+        cm.close_qp(qpn=0x11, psn=0x100, fpga_qpn=256)
+    assert e.value.kind == "nak"
+    # every request named our socket as the place for replies
+    assert {M.unpack(r)["listening_port"] for r in fpga.requests} == {cm.listen_port}
+    cm.close()
+
+
+def test_no_answer_is_a_timeout_after_the_retries():
+    silent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    silent.bind(("127.0.0.1", 0))
+    cm = CmClient("127.0.0.1", silent.getsockname()[1], timeout=0.05, retries=2)
+    with pytest.raises(CmError) as e:
+        cm.request(M.REQ_OPEN_QP, loc_qpn=1, loc_psn=2)
+    assert e.value.kind == "timeout" and cm.sent == 3
+    cm.close()
+    silent.close()
+
+
+def test_a_late_open_reply_is_closed_again():
+    fpga = ModelFpga(num_qps=4, delay_first=0.3)     # arrives after the client sent it again
+    cm = client(fpga, timeout=0.2)
+    qpn, _ = cm.open_qp(qpn=0x21, psn=1, rkey=1, vaddr=0, ip=parse_ip(HOST_IP))
+    assert qpn == 257                     # the retry's reply came first
+    # the late reply named 256: the client closed it, so only 257 is in use
+    assert [fpga.model.in_use[k] for k in range(4)] == [False, True, False, False]
+    cm.close()
+    fpga.close()
+
+
+def test_sim_nic_without_a_server_says_what_to_do():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(NicError, match="rocegen sim serve"):
+        SimNic(("127.0.0.1", port))
+    with pytest.raises(NicError, match="sim:HOST:PORT"):
+        open_nic("sim:localhost:x")
+
+
+def test_a_real_nic_that_is_not_there_is_a_clear_error():
+    # this machine has no RDMA device (and maybe no pyverbs): either way a sentence, no traceback
+    with pytest.raises(NicError, match="pyverbs|RDMA device"):
+        open_nic("mlx5_0")
+
+
+def _host(*args, state):
+    return subprocess.run([sys.executable, "-m", "rocegen.host.cli", "--state-dir", str(state),
+                           *args], capture_output=True, text=True, timeout=120)
+
+
+def test_host_command_errors(tmp_path):
+    r = _host("status", state=tmp_path)
+    assert r.returncode == 1 and "no host agent is running" in r.stderr
+    r = _host("connect", "--qps", "0", state=tmp_path)
+    assert r.returncode == 2 and "--qps must be >= 1" in r.stderr
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    r = _host("connect", "--sim", "--device", f"sim:127.0.0.1:{port}", state=tmp_path)
+    assert r.returncode == 1 and "start `rocegen sim serve` first" in r.stderr
+    r = _host("connect", "--device", "mlx5_0", "--fpga", FPGA_IP, state=tmp_path)
+    assert r.returncode == 1 and ("pyverbs" in r.stderr or "RDMA device" in r.stderr)
