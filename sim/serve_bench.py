@@ -8,8 +8,8 @@ MAC's line rate; 0 takes a beat every cycle), ``status`` (a JSON file the bench 
 the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process id: the bench
 stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
 interface instead of the tunnel), ``stop_file`` (the bench stops once this file exists). While
-it runs, the status file also holds the endpoint's
-statistics counters (``stats``), read about once a second.
+it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
+once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
 
 It stops on SIGTERM or SIGINT, when its parent is gone, or after ``max_cycles``; the test then
 passes, so the launcher can tell a clean stop from a failure.
@@ -113,10 +113,12 @@ async def serve(dut):
 
     tvalid, tready, tdata = dut.m_axis_tvalid, dut.m_axis_tready, dut.m_axis_tdata
     tkeep, tlast, tuser = dut.m_axis_tkeep, dut.m_axis_tlast, dut.m_axis_tuser
-    stats = {"last": {}, "task": None}
+    stats = {"last": {}, "at": None, "task": None}
 
     async def refresh_stats():      # beside the MAC loop: it only uses the statistics port
+        at = now_cycle(W) - start_cycle
         stats["last"] = await read_stats(dut, STATS)
+        stats["at"] = at
 
     buf = bytearray()
     credit = 2.0 * B
@@ -171,7 +173,7 @@ async def serve(dut):
                 stop["why"] = "stopped"
             cycles = now_cycle(W) - start_cycle
             _write_status(status_path, {**ready, "cycles": cycles, **tx, **host.counters,
-                                        "stats": stats["last"]})
+                                        "stats": stats["last"], "stats_at": stats["at"]})
             if stats["task"] is None or stats["task"].done():
                 stats["task"] = cocotb.start_soon(refresh_stats())
         if CONF.get("max_cycles") and now_cycle(W) - start_cycle >= CONF["max_cycles"]:

@@ -93,16 +93,19 @@ def _connect(args):
     if fpga is None:
         raise Fail("--fpga A.B.C.D is needed (the FPGA's IPv4 address)", 2)
     config = {"device": device, "fpga_ip": fpga,
-              "cm_host": args.cm_host or ("127.0.0.1" if sim else fpga),
+              "cm_host": args.cm_host or ("127.0.0.1" if args.sim else fpga),
               "cm_port": args.cm_port, "listen_port": args.listen_port,
               "local_ip": args.local_ip or (SIM_HOST_IP if sim else None),
               "port": args.ib_port, "gid_index": args.gid_index, "qps": args.qps,
               "window": args.window, "recv_depth": args.recv_depth, "recv_size": args.recv_size,
               "reply_timeout": args.reply_timeout, "retries": args.retries,
               "socket": str(sock), "keep": args.keep, **opts}
-    proc = subprocess.Popen([sys.executable, "-m", "rocegen.host.agent", "--config",
-                             json.dumps(config)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    # the agent outlives this command: it must hold none of the caller's pipes (its errors go
+    # to agent.log beside its socket)
+    with open(sdir / "agent.log", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "rocegen.host.agent", "--config",
+                                 json.dumps(config)], stdout=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, stderr=log, start_new_session=True)
     line = proc.stdout.readline()
     proc.stdout.close()
     if not line:

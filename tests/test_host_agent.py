@@ -1,0 +1,308 @@
+"""The host agent (``rocegen-host``) against the simulated FPGA (``rocegen sim serve``) over the
+socket bridge, as separate processes exactly as on a bench: open, traffic, check, close, reopen;
+more QPs than exist; a host outside the allow-list; malformed datagrams; a host that vanishes in
+the middle of a transfer.
+
+One simulated FPGA (W = 64, 4 QPs, hosts allowed from 10.0.0.0/24) serves every test of this
+file; they run in order in one worker (``xdist_group``) and each leaves no QP open.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from rocegen.gateware.top import parse_ip
+from rocegen.host.agent import request
+from rocegen.host.cm_client import CmClient, CmError
+from rocegen.sim.bridge import FrameReader, encode_frame
+from rocegen.sim.models import cm as M
+from rocegen.sim.models.rnic import Rnic
+
+pytestmark = pytest.mark.xdist_group("serve")
+
+NUM_QPS = 4
+FPGA_IP, HOST_IP = "10.0.0.2", "10.0.0.1"
+
+
+def _wait_for(predicate, what, tries=600, step=0.1):
+    """Poll ``predicate`` up to ``tries`` times (a bound on polls, not a speed requirement)."""
+    for _ in range(tries):
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"never happened: {what}")
+
+
+@pytest.fixture(scope="module")
+def fpga(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serve")
+    status = d / "status.json"
+    log = open(d / "serve.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rocegen.gateware.cli", "sim", "serve", "--width", "64",
+         "--qps", str(NUM_QPS), "--allow-net", "10.0.0.0/24", "--tunnel-port", "0",
+         "--wire-port", "0", "--status", str(status), "--pcap", str(d / "serve.pcap")],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def ready():
+        if proc.poll() is not None:
+            raise AssertionError(f"rocegen sim serve exited: {(d / 'serve.log').read_text()[-3000:]}")
+        return status.exists() and json.loads(status.read_text())
+    st = _wait_for(ready, "rocegen sim serve ready", tries=6000)
+    st["dir"], st["status_path"], st["proc"] = d, status, proc
+    yield st
+    os.killpg(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0, (d / "serve.log").read_text()[-3000:]
+    final = json.loads(status.read_text())
+    assert final["state"] == "stopped"
+    log.close()
+
+
+@pytest.fixture(autouse=True)
+def no_agent_left(tmp_path):
+    """Whatever a test did, no agent of it outlives it."""
+    yield
+    sock = tmp_path / "agent" / "agent.sock"
+    if sock.exists():
+        try:
+            request(sock, {"cmd": "shutdown"}, timeout=30)
+        except (ConnectionError, OSError):
+            pass
+
+
+def stats(fpga):
+    """The FPGA's counters from the status file, read after this call."""
+    first = json.loads(fpga["status_path"].read_text()).get("cycles", 0)
+
+    def newer():
+        st = json.loads(fpga["status_path"].read_text())
+        return st["stats"] if (st.get("stats_at") or 0) > first else None
+    return _wait_for(newer, "fresh counters from the simulated FPGA")
+
+
+def host(fpga, tmp_path, *args, check=True):
+    """Run ``rocegen-host`` with the state directory of this test; returns the process result."""
+    cmd = [sys.executable, "-m", "rocegen.host.cli", "--state-dir", str(tmp_path / "agent"),
+           *args]
+    if args[0] == "connect":
+        cmd += ["--sim", "--device", f"sim:127.0.0.1:{fpga['wire_port']}",
+                "--cm-port", str(fpga["cm_port"])]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if check:
+        assert r.returncode == 0, f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def recv_ok(fpga, tmp_path):
+    r = host(fpga, tmp_path, "recv", "--json")
+    reply = json.loads(r.stdout)
+    assert reply["ok"], reply
+    for row in reply["result"]:
+        assert row["ok"] and row["verified"] == row["count"] and row["bad"] == 0, row
+    return reply["result"]
+
+
+def test_open_traffic_check_close_reopen(fpga, tmp_path):
+    opened = json.loads(host(fpga, tmp_path, "connect", "--qps", "2", "--pmtu", "1024",
+                             "--window", "65536", "--json").stdout)
+    assert [q["fpga_qpn"] for q in opened] == [256, 257]
+    # WRITEs that fit the window: every message checked in place; one that wraps it twice
+    host(fpga, tmp_path, "traffic", "--op", "WRITE", "--count", "12", "--size", "5000")
+    rows = recv_ok(fpga, tmp_path)
+    assert [r["fpga_qpn"] for r in rows] == [256, 257]
+    host(fpga, tmp_path, "traffic", "--qp", "257", "--op", "WRITE", "--count", "40",
+         "--size", "4096")
+    recv_ok(fpga, tmp_path)
+    # SENDs with immediate (every byte and immediate checked), WRITEs with immediate
+    host(fpga, tmp_path, "traffic", "--op", "SEND_IMM", "--count", "6", "--size", "3000")
+    recv_ok(fpga, tmp_path)
+    host(fpga, tmp_path, "traffic", "--qp", "256", "--op", "WRITE_IMM", "--count", "5",
+         "--size", "1500")
+    recv_ok(fpga, tmp_path)
+    host(fpga, tmp_path, "traffic", "--qp", "256", "--op", "SEND", "--count", "3", "--size", "1")
+    recv_ok(fpga, tmp_path)
+    st = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
+    q = {x["fpga_qpn"]: x for x in st["qps"]}
+    assert q[256]["messages"] == 6 + 5 + 3 and q[257]["messages"] == 6
+    for bad in ("drop", "nak", "seq"):
+        assert not [k for k in st["nic_counters"] if k.startswith(bad)], st["nic_counters"]
+    # close one, then both; reopening gets the lowest numbers back
+    host(fpga, tmp_path, "close", "--qp", "256")
+    again = json.loads(host(fpga, tmp_path, "connect", "--json").stdout)
+    assert [q["fpga_qpn"] for q in again] == [256]
+    closed = json.loads(host(fpga, tmp_path, "close", "--json").stdout)
+    assert sorted(c["fpga_qpn"] for c in closed) == [256, 257]
+    assert all(c["error"] is None for c in closed)
+    # the agent went away with its last QP
+    _wait_for(lambda: not (tmp_path / "agent" / "agent.sock").exists(), "the agent exits")
+    again = json.loads(host(fpga, tmp_path, "connect", "--qps", "2", "--json").stdout)
+    assert [q["fpga_qpn"] for q in again] == [256, 257]
+    host(fpga, tmp_path, "close")
+
+
+def test_more_qps_than_exist(fpga, tmp_path):
+    r = host(fpga, tmp_path, "connect", "--qps", str(NUM_QPS + 1), check=False)
+    assert r.returncode == 1
+    assert "NO_QP" in r.stderr and f"{NUM_QPS} of {NUM_QPS + 1} had been opened" in r.stderr
+    assert not (tmp_path / "agent" / "agent.sock").exists()
+    # nothing leaked: every QP can be opened again
+    opened = json.loads(host(fpga, tmp_path, "connect", "--qps", str(NUM_QPS), "--json").stdout)
+    assert sorted(q["fpga_qpn"] for q in opened) == list(range(256, 256 + NUM_QPS))
+    r = host(fpga, tmp_path, "connect", check=False)
+    assert r.returncode == 1 and "NO_QP" in r.stderr
+    host(fpga, tmp_path, "close")
+
+
+class Neighbour:
+    """Another host on the FPGA's segment, on the simulated wire: the NIC model (it answers the
+    FPGA's ARP) with scapy-built frames."""
+
+    def __init__(self, fpga, ip, mac="02:00:00:00:07:07", port=40000):
+        self.nic = Rnic(mac, ip, udp_ports=(port,))
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", fpga["wire_port"]), timeout=60)
+        self.reader = FrameReader()
+
+    def send_cm(self, payload):
+        frame = self.nic.udp_frame(FPGA_IP, self.port, M.CM_PORT, payload,
+                                   dst_mac="02:00:00:00:00:01")
+        self.sock.sendall(encode_frame(frame))
+
+    def reply(self):
+        """The next datagram the FPGA sends us (ARP answered on the way)."""
+        while not self.nic.udp_rx:
+            data = self.sock.recv(1 << 16)
+            assert data, "the wire closed"
+            for f in self.reader.feed(data):
+                for out in self.nic.receive(f):
+                    self.sock.sendall(encode_frame(out))
+        return self.nic.udp_rx.pop(0)
+
+    def close(self):
+        self.sock.close()
+
+
+def test_host_outside_the_allow_list_is_refused(fpga):
+    before = stats(fpga)
+    outsider = Neighbour(fpga, "10.0.1.7")
+    try:
+        outsider.send_cm(M.request(M.REQ_OPEN_QP, loc_qpn=0x55, loc_psn=1, loc_rkey=2,
+                                   loc_vaddr=0x1000, loc_ip=parse_ip("10.0.1.7"),
+                                   listening_port=outsider.port))
+        src_ip, sport, dport, payload = outsider.reply()
+    finally:
+        outsider.close()
+    reply = M.unpack(payload)
+    assert (src_ip, sport, dport) == (FPGA_IP, M.REPLY_PORT, 40000)
+    assert reply["ack_type"] == M.ACK_NAK and reply["rem_qpn"] == 0x55
+    after = stats(fpga)
+    assert after["cm_nak_not_allowed"] == before["cm_nak_not_allowed"] + 1
+    assert after["cm_replies"] == before["cm_replies"] + 1
+
+
+def test_malformed_datagrams_are_ignored(fpga):
+    before = stats(fpga)
+    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=1.0, retries=0)
+    try:
+        junk = [b"", b"x" * 10, M.request(M.REQ_OPEN_QP) + b"\0", b"\xff" * 100,
+                M.pack(info_valid=1, req_type=1, ack_valid=1, ack_type=1),     # a reply
+                M.request(5, loc_qpn=9),                                       # unknown request
+                M.pack(rem_qpn=256)]                                           # no flag at all
+        for payload in junk:
+            cm.send_raw(payload)
+        cm.sock.settimeout(1.0)
+        with pytest.raises(TimeoutError):
+            cm.sock.recvfrom(2048)
+        # the FPGA still answers a good request
+        fpga_qpn, _ = cm.open_qp(qpn=0x66, psn=7, rkey=1, vaddr=0, ip=parse_ip(HOST_IP))
+        cm.close_qp(qpn=0x66, psn=7, fpga_qpn=fpga_qpn)
+    finally:
+        cm.close()
+    after = stats(fpga)
+    assert after["cm_drop_length"] == before["cm_drop_length"] + 4
+    assert after["cm_drop_unknown"] == before["cm_drop_unknown"] + 3
+    assert after["cm_replies"] == before["cm_replies"] + 2
+
+
+def test_host_that_vanishes_mid_transfer(fpga, tmp_path):
+    opened = json.loads(host(fpga, tmp_path, "connect", "--timeout", "2", "--retry-cnt", "1",
+                             "--json").stdout)
+    (qp,) = opened
+    before = stats(fpga)
+    host(fpga, tmp_path, "traffic", "--op", "WRITE", "--count", "400", "--size", "4096")
+    pid = json.loads(host(fpga, tmp_path, "status", "--json").stdout)["pid"]
+    _wait_for(lambda: request(tmp_path / "agent" / "agent.sock", {"cmd": "progress"})
+              ["result"][0]["verified"] > 2, "the transfer is under way")
+    os.kill(pid, signal.SIGKILL)
+    # the FPGA's QP runs out of retries and goes to the error state
+    after = _wait_for(lambda: (s := stats(fpga))["roce_qp_errors"] > before["roce_qp_errors"]
+                      and s, "the FPGA's QP errors out")
+    assert after["roce_timeouts"] > before["roce_timeouts"]
+    # a new host process opens a QP at once; being the same host, it may close the dead one
+    again = json.loads(host(fpga, tmp_path, "connect", "--json").stdout)
+    assert again[0]["fpga_qpn"] != qp["fpga_qpn"]
+    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=1.0)
+    try:
+        with pytest.raises(CmError) as e:      # an errored QP cannot go back to RTS
+            cm.request(M.REQ_MODIFY_QP_RTS, loc_qpn=qp["qpn"], loc_psn=qp["psn"],
+                       rem_qpn=qp["fpga_qpn"])
+        assert e.value.kind == "nak"
+        cm.close_qp(qpn=qp["qpn"], psn=qp["psn"], fpga_qpn=qp["fpga_qpn"])
+    finally:
+        cm.close()
+    host(fpga, tmp_path, "traffic", "--op", "WRITE_IMM", "--count", "4", "--size", "2048")
+    recv_ok(fpga, tmp_path)
+    host(fpga, tmp_path, "close")
+
+
+def test_tap_in_a_namespace(fpga, tmp_path):
+    """``--tap``: the FPGA at its own address inside a namespace the command makes and removes;
+    an ICMP echo (scapy) reaches it, and the host agent works through the namespace's kernel."""
+    from rocegen.sim.tap import check_tap_support
+    why = check_tap_support()
+    if why:
+        pytest.skip(why)
+    ns = f"rocegen-test-{os.getpid()}"
+    status = tmp_path / "tap.json"
+    log = open(tmp_path / "tap.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rocegen.gateware.cli", "sim", "serve", "--width", "64",
+         "--qps", str(NUM_QPS), "--allow-net", "10.0.0.0/24", "--tap", "--netns", ns,
+         "--status", str(status)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    inside = ["ip", "netns", "exec", ns]
+    try:
+        _wait_for(lambda: status.exists() or proc.poll() is not None, "serve --tap ready",
+                  tries=6000)
+        assert proc.poll() is None, (tmp_path / "tap.log").read_text()[-3000:]
+        ping = ("import sys; from scapy.layers.inet import ICMP, IP; from scapy.sendrecv import sr1; "
+                f"r = sr1(IP(dst='{FPGA_IP}') / ICMP(id=7, seq=1) / (b'rocegen' * 8), "
+                "timeout=120, "
+                "verbose=0); sys.exit(0 if r is not None and r[ICMP].type == 0 and "
+                "bytes(r[ICMP].payload) == b'rocegen' * 8 else 1)")
+        r = subprocess.run([*inside, sys.executable, "-c", ping], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, f"no echo reply from the FPGA in the namespace: {r.stderr}"
+        agent = [*inside, sys.executable, "-m", "rocegen.host.cli", "--state-dir",
+                 str(tmp_path / "agent")]
+        r = subprocess.run([*agent, "connect", "--device", "sim", "--fpga", FPGA_IP, "--json"],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert [q["fpga_qpn"] for q in json.loads(r.stdout)] == [256]
+        for args in (["traffic", "--op", "WRITE", "--count", "8", "--size", "3000"],
+                     ["recv", "--no-progress"], ["close"]):
+            r = subprocess.run([*agent, *args], capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, (tmp_path / "tap.log").read_text()[-3000:]
+        log.close()
+    # the namespace is gone with the server
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    assert ns not in r.stdout
