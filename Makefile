@@ -24,10 +24,10 @@ verilator: $(STAMP)
 	@bash tools/verilator.sh > $(VL_PATH_FILE).tmp && mv $(VL_PATH_FILE).tmp $(VL_PATH_FILE)
 
 demo: setup
-	$(WITH_VL) $(VENV)/bin/rocegen sim demo --width $(WIDTH)
+	$(WITH_VL) $(VENV)/bin/rocegen demo
 
 test: setup lint
-	$(WITH_VL) $(PY) -m pytest -n $(JOBS) -q
+	$(WITH_VL) $(PY) -m pytest -n $(JOBS) --dist loadgroup -q
 
 test-unit: setup
 	$(PY) -m pytest -n $(JOBS) -q tests/unit

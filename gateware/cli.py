@@ -356,6 +356,8 @@ def main(argv=None):
     b.add_argument("-o", "--output", required=True, help="output folder")
 
     sub.add_parser("boards", help="list the board targets")
+    from rocegen.sim import system_demo
+    system_demo.add_parser(sub)
 
     s = sub.add_parser("sim", help="simulation commands")
     ssub = s.add_subparsers(dest="sim_command", required=True)
@@ -389,8 +391,9 @@ def main(argv=None):
     pg.add_argument("--mac", default="02:00:00:00:00:01")
     pg.add_argument("--ip", default="10.0.0.2")
     pg.add_argument("-o", "--output", default="build/demo", help="folder for Verilog, pcap, report")
-    from rocegen.sim import replay_cli
+    from rocegen.sim import replay_cli, serve
     replay_cli.add_parser(ssub)
+    serve.add_parser(ssub)
 
     args = p.parse_args(argv)
     try:
@@ -404,12 +407,20 @@ def main(argv=None):
             return _build(args)
         if args.command == "boards":
             return _boards(args)
+        if args.command == "demo":
+            try:
+                return system_demo.run(args)
+            except RuntimeError as e:
+                print(f"rocegen: demo failed: {e}", file=sys.stderr)
+                return 1
         if args.command == "sim" and args.sim_command == "demo":
             return _sim_demo(args)
         if args.command == "sim" and args.sim_command == "ping":
             return _sim_ping(args)
         if args.command == "sim" and args.sim_command == "replay":
             return replay_cli.run(args)
+        if args.command == "sim" and args.sim_command == "serve":
+            return serve.run(args)
     except ValueError as e:
         print(f"rocegen: error: {e}", file=sys.stderr)
         return 2
