@@ -166,3 +166,19 @@ def test_boards_lists_every_board(capsys):
     assert re.search(r"XGMII MAC.*25G\s+64\s+390\.625 MHz", rows["vcu118_25g"])
     assert re.search(r"XGMII MAC.*10G\s+64\s+156\.250 MHz", rows["vcu118_10g"])
     assert "qsfp1_mgt_refclk_0 156.25 MHz" in rows["vcu118"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sim", "serve", "--listen", "10.0.0.5"], "--listen must be a loopback address"),
+    (["sim", "serve", "--ip", "10.0.0.1"], "--ip and --host-ip must differ"),
+    (["sim", "serve", "--host-ip", "10.0.0.300"], "--host-ip"),
+    (["sim", "serve", "--width", "96"], "width"),
+    (["sim", "serve", "--wire-port", "70000"], "--wire-port must be a TCP/UDP port"),
+    (["sim", "serve", "--max-cycles", "0"], "--max-cycles must be > 0"),
+    (["sim", "serve", "--allow-net", "10.0.0.1"], "--allow-net must be A.B.C.D/N"),
+    (["demo", "--qps", "9"], "--qps must be 1..8"),
+    (["demo", "--mib", "0"], "--mib must be 1..64"),
+])
+def test_serve_and_demo_errors(capsys, args, message):
+    assert run(args) == 2
+    assert message in capsys.readouterr().err
