@@ -236,15 +236,22 @@ class VerbsNic:
                 continue
             words = gid.split(":")
             if len(words) == 8 and words[:6] == ["0000"] * 5 + ["ffff"]:
-                if gid_index is None and hasattr(self.ctx, "query_gid_type") and \
-                        self.ctx.query_gid_type(self.port, k) != \
-                        self.e.IBV_GID_TYPE_SYSFS_ROCE_V2:
+                if gid_index is None and self._gid_type(k) not in (None, "roce v2"):
                     continue
                 raw = bytes.fromhex(words[6] + words[7])
                 return k, socket.inet_ntoa(raw)
         raise NicError(f"port {self.port} of {self.device} has no RoCEv2 GID with an IPv4 "
                        f"address{'' if gid_index is None else f' at index {gid_index}'}: give "
                        f"the interface an IPv4 address (or pick --gid-index)")
+
+    def _gid_type(self, index):
+        """The GID's type as the kernel names it (``"roce v2"``, ``"ib/roce v1"``), or None."""
+        path = f"/sys/class/infiniband/{self.device}/ports/{self.port}/gid_attrs/types/{index}"
+        try:
+            with open(path) as f:
+                return f.read().strip().lower()
+        except OSError:
+            return None
 
     def create_qp(self, recv_depth):
         from pyverbs.qp import QP, QPCap, QPInitAttr
