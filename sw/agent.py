@@ -405,6 +405,8 @@ class _Handler(socketserver.StreamRequestHandler):
         agent = self.server.agent
         try:
             req = json.loads(self.rfile.readline())
+            if not isinstance(req, dict) or not isinstance(req.get("cmd"), str):
+                raise ValueError("a request is a JSON object with a \"cmd\" string")
             cmd = req.pop("cmd")
             if cmd == "recv":
                 self._recv(agent, **req)
@@ -462,8 +464,9 @@ def serve(agent, sock_path, *, keep=False):
         os.unlink(sock_path)
     server = _Server(sock_path, _Handler)
     server.agent, server.keep = agent, keep
-    for s in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(s, lambda *_: server.stop())
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(s, lambda *_: server.stop())
     try:
         server.serve_forever(poll_interval=0.2)
     finally:

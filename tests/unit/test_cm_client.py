@@ -146,3 +146,46 @@ def test_host_command_errors(tmp_path):
     assert r.returncode == 1 and "start `rocegen sim serve` first" in r.stderr
     r = _host("connect", "--device", "mlx5_0", "--fpga", FPGA_IP, state=tmp_path)
     assert r.returncode == 1 and ("pyverbs" in r.stderr or "RDMA device" in r.stderr)
+
+
+def test_agent_control_socket_refuses_malformed_requests(tmp_path):
+    """The agent answers bad requests with an error and keeps serving (no NIC work involved)."""
+    import json as _json
+
+    from rocegen.host.agent import Agent, request, serve
+
+    class NoNic:
+        local_ip = HOST_IP
+
+        def poll(self, max_entries=64, timeout=0.0):
+            threading.Event().wait(timeout)
+            return []
+
+        def counters(self):
+            return {}
+
+    fpga = ModelFpga()
+    cm = client(fpga)
+    agent = Agent(NoNic(), cm, FPGA_IP)
+    sock = tmp_path / "agent.sock"
+    server = threading.Thread(target=serve, args=(agent, sock), kwargs={"keep": True}, daemon=True)
+    server.start()
+    for _ in range(200):
+        if sock.exists():
+            break
+        threading.Event().wait(0.01)
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(sock))
+    s.sendall(b"not json\n")
+    assert _json.loads(s.makefile().readline())["kind"] == "usage"
+    s.close()
+    for req in ({"no": "cmd"}, {"cmd": "explode"}, {"cmd": "traffic", "op": "READ"},
+                {"cmd": "status", "bogus": 1}, {"cmd": "close"}):
+        reply = request(sock, req)
+        assert reply["ok"] is False and reply["error"], req
+    assert request(sock, {"cmd": "status"})["result"]["qps"] == []
+    assert request(sock, {"cmd": "shutdown"})["ok"]
+    server.join(timeout=10)
+    assert not server.is_alive()
+    cm.close()
+    fpga.close()
