@@ -165,7 +165,9 @@ def _simulate(args, cfg, conf):
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         run_cocotb(cfg, "rocegen.sim.serve_bench", label=f"serve-{os.getpid()}",
-                   env={"ROCEGEN_SERVE": json.dumps(conf), "COCOTB_LOG_LEVEL": "WARNING"},
+                   env={"ROCEGEN_SERVE": json.dumps(conf), "COCOTB_LOG_LEVEL": "WARNING",
+                        "GPI_LOG_LEVEL": "WARNING",
+                        "PYTHONWARNINGS": "ignore::DeprecationWarning"},
                    console=True)
     except AssertionError as e:
         print(e, file=sys.stderr)
