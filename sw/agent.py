@@ -413,7 +413,7 @@ class _Handler(socketserver.StreamRequestHandler):
                 return
             commands = {"open": agent.open, "close": agent.close, "traffic": agent.traffic,
                         "status": agent.status, "progress": agent.progress,
-                        "shutdown": lambda: None}
+                        "shutdown": lambda: agent.close() if agent.qps else []}
             if cmd not in commands:
                 self._send({"ok": False, "kind": "usage", "error": f"unknown command {cmd!r}"})
                 return

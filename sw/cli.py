@@ -228,7 +228,10 @@ def _close(args):
 
 
 def _stop(args):
-    _call(args, {"cmd": "shutdown"})
+    closed = _call(args, {"cmd": "shutdown"})
+    for c in closed:
+        note = f" (the FPGA answered: {c['error']})" if c["error"] else ""
+        print(f"closed QP {c['fpga_qpn']} (host QP {c['qpn']:#x}){note}")
     print("host agent stopped")
     return 0
 
