@@ -391,6 +391,8 @@ def main(argv=None):
     pg.add_argument("-o", "--output", default="build/demo", help="folder for Verilog, pcap, report")
     from rocegen.sim import replay_cli
     replay_cli.add_parser(ssub)
+    from rocegen.sim import bench_suite
+    bench_suite.add_parser(sub)
 
     args = p.parse_args(argv)
     try:
@@ -410,6 +412,8 @@ def main(argv=None):
             return _sim_ping(args)
         if args.command == "sim" and args.sim_command == "replay":
             return replay_cli.run(args)
+        if args.command == "bench":
+            return bench_suite.run(args)
     except ValueError as e:
         print(f"rocegen: error: {e}", file=sys.stderr)
         return 2
