@@ -360,10 +360,15 @@ def run_suite(quick=False, log=print):
     import amaranth
     started = time.time()
     revision = git_revision()            # the source the runs use (documents may change after)
-    batches, raw = [], []
+    batches, raw, failed = [], [], []
     for name, runs in suite_runs(quick):
         log(f"batch {name}: {len(runs)} runs ...")
-        batch, results = _run_batch(name, runs)
+        try:
+            batch, results = _run_batch(name, runs)
+        except AssertionError as e:          # a failed run: keep the other batches' figures
+            failed.append({"name": name, "runs": runs, "error": str(e)[-4000:]})
+            log(f"  FAILED: {str(e)[-2000:]}")
+            continue
         batches.append(batch)
         raw += results
         log(f"  {batch['sim_cycles']:,} cycles simulated in {batch['process_seconds']:.0f} s "
@@ -395,6 +400,7 @@ def run_suite(quick=False, log=print):
                     "the data compared after every run",
         },
         "batches": batches,
+        "failed_batches": failed,
         "simulation_speed": {"sim_cycles": cycles, "run_seconds": round(inside, 1),
                              "cycles_per_second": round(cycles / inside) if inside else None},
         "headline": _headline(fig),
@@ -433,6 +439,10 @@ def run(args):
         path.write_text(json.dumps(results, indent=1) + "\n")
         print(f"wrote {path}")
     print(bench_report.summary(results))
+    if results["failed_batches"]:
+        print("failed batches: " + ", ".join(b["name"] for b in results["failed_batches"]),
+              file=sys.stderr)
+        return 1
     if not args.quick and not args.no_doc and not results.get("quick"):
         for written in bench_report.write_docs(results, ROOT):
             print(f"wrote {written}")

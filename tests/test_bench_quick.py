@@ -16,6 +16,7 @@ def test_quick_suite(tmp_path):
     assert main(["bench", "--quick", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["quick"] and r["revision"] and r["revision"] != "unknown"
+    assert not r["failed_batches"]
     assert len(r["goodput"]) + len(r["message_rate"]) + len(r["latency"]) + len(r["cm"]) + \
         len(r["loss"]) == len(suite_runs(True)[0][1])
     for g in r["goodput"] + r["message_rate"]:
