@@ -105,6 +105,12 @@ def plots(results, folder):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    def sizes_axis(ax):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(
+            lambda v, _: size_text(int(v)).replace(" ", "") if v >= 1 and int(v) == v else ""))
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -134,7 +140,7 @@ def plots(results, folder):
                                                 if 2 ** (k / 4) <= max(sizes_all)})
                 ax.plot(fine, [limit_gbps(s, pmtu, 100, op) for s in fine], "-", color=colour,
                         lw=1, alpha=0.7, label=f"{op} line limit")
-            ax.set_xscale("log", base=2)
+            sizes_axis(ax)
             ax.set_title(f"{qps} QP{'s' if qps > 1 else ''}, PMTU {pmtu}, MAC at 100 Gb/s")
             ax.set_xlabel("message size (bytes)")
             ax.set_ylabel("goodput (Gb/s)")
@@ -164,7 +170,7 @@ def plots(results, folder):
                 if qps == 1:
                     ax.plot(xs, [r["limit_gbps"] for r in rows], "-", color=colour, lw=1,
                             alpha=0.6, label=f"{op}, one beat per cycle, no idle beat")
-        ax.set_xscale("log", base=2)
+        sizes_axis(ax)
         ax.set_title(f"MAC taking a beat every cycle (W = 512, {CLOCK_MHZ:.3f} MHz), PMTU {pmtu}")
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("goodput (Gb/s)")
@@ -192,7 +198,7 @@ def plots(results, folder):
         xs = sorted({r["size"] for r in rate})
         ax.plot(xs, [rate_limit_mmsgs(s, 4096, 100) for s in xs], "k--", lw=1,
                 label="100 Gb/s line limit")
-        ax.set_xscale("log", base=2)
+        sizes_axis(ax)
         ax.set_xlabel("WRITE message size (bytes)")
         ax.set_ylabel("messages per second (millions)")
         ax.set_ylim(bottom=0)
@@ -261,7 +267,8 @@ def markdown(results):
            f"hand. Revision `{_rev(results)}`, {results['date']}, {results['machine']}, "
            f"{' '.join((results.get('verilator') or 'Verilator ?').split()[:2])}, "
            f"Amaranth {results['amaranth']}; the whole suite took "
-           f"{results['wall_seconds'] / 60:.0f} minutes.", "",
+           f"{results['wall_seconds'] / 60:.0f} minutes on a machine shared with other work (the "
+           "cycle counts do not depend on it; the wall-clock figures do).", "",
            f"The endpoint ({p['design']}, W = {p['width']}, {p['num_qps']} QPs, on-chip payload "
            f"memory of {p['mem_bytes'] // KIB} KiB) runs cycle by cycle in Verilator at "
            f"{p['clock_mhz']:.3f} MHz against the host NIC model ({p['host']}). "

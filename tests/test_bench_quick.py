@@ -4,9 +4,12 @@ rates consistent with the cycle counts, positive latencies, loss runs that deliv
 the revision recorded. Never a wall-clock time."""
 
 import json
+import shutil
 
 from rocegen.gateware.cli import main
+from rocegen.sim import bench_report
 from rocegen.sim.bench_suite import CLOCK_MHZ, limit_gbps, suite_runs
+from rocegen.sim.cocotb_runner import ROOT
 
 TOL = 1e-6
 
@@ -50,3 +53,13 @@ def test_quick_suite(tmp_path):
     assert r["simulation_speed"]["sim_cycles"] > 0 and r["batches"][0]["cycles_per_second"] > 0
     res = r["resources"]
     assert res["available"] or "no synthesis report" in res["note"]
+    # the report: tables, plots and the README's headline, into a copy of the documents
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copy(ROOT / "docs" / "performance.md", tmp_path / "docs" / "performance.md")
+    written = bench_report.write_docs(r, tmp_path)
+    assert {p.name for p in written} >= {"goodput_vs_size.png", "message_rate.png", "loss.png",
+                                         "performance.md", "README.md"}
+    perf = (tmp_path / "docs" / "performance.md").read_text()
+    assert perf.count(bench_report.BEGIN) == 1 and r["revision"][:12] in perf
+    assert (tmp_path / "README.md").read_text().count(bench_report.H_BEGIN) == 1
