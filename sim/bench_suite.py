@@ -41,7 +41,7 @@ from pathlib import Path
 from rocegen.sim.cocotb_runner import BUILD, ROOT
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
-           "suite_runs", "run_suite", "add_parser", "run", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
+           "suite_runs", "run_suite", "batch_of", "add_parser", "run", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
 
 WIDTH = 512
 NUM_QPS = 8
@@ -178,8 +178,7 @@ def suite_runs(quick=False):
                                      for line in (LINE_GBPS, 0) for s in SIZES_RATE]))
     batches.append(("latency", [_latency(64, 8), _latency(1024, 4), _latency(4096, 4),
                                 {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 8}]))
-    # 0.1 %: 8 MiB (2048 packets, a few losses each way); 0 and 1 %: 4 MiB
-    loss = [_loss(p, rtt, (8 if p == 0.001 else 4) * MIB) for rtt in RTTS for p in LOSSES]
+    loss = [_loss(p, rtt, 8 * MIB) for rtt in RTTS for p in LOSSES]
     burst = 64
     for where, off in (("middle", burst // 2), ("tail", burst - 1)):
         for code in (4, 6):
@@ -249,7 +248,7 @@ def _ns(cycles):
 def _figures(results):
     """Every figure of the suite from the runs' raw results."""
     out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": []}
-    keep = ("qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
+    keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
             "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
             "wall_seconds")
     period_us = 1 / CLOCK_MHZ
@@ -355,13 +354,42 @@ def _headline(fig):
     return h
 
 
-def run_suite(quick=False, log=print):
-    """Run the suite; returns the results (see the module documentation)."""
+def batch_of(row, key):
+    """The batch of :func:`suite_runs` (full mode) a row of the figure list ``key`` comes from
+    (rows of results written before rows named their batch: from the kind of figure)."""
+    if row.get("batch"):
+        return row["batch"]
+    if key in ("loss", "recovery"):
+        return "loss"
+    if key in ("latency", "cm"):
+        return "latency"
+    if key == "message_rate":
+        return "message-rate"
+    if row["qps"] == 8:
+        return "goodput-8qp"
+    return "goodput-1qp-write" if row["opcode"] == "WRITE" else "goodput-1qp-imm-send"
+
+
+FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery")
+
+
+def run_suite(quick=False, log=print, only=None, previous=None):
+    """Run the suite; returns the results (see the module documentation). ``only``: names of
+    the batches to run; the other batches' figures are taken from ``previous`` (the results of
+    an earlier run), each batch keeping the revision and date it was measured at."""
     import amaranth
     started = time.time()
     revision = git_revision()            # the source the runs use (documents may change after)
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
     batches, raw, failed = [], [], []
-    for name, runs in suite_runs(quick):
+    plan = suite_runs(quick)
+    if only:
+        unknown = set(only) - {name for name, _ in plan}
+        if unknown:
+            raise ValueError(f"no batch named {', '.join(sorted(unknown))} (batches: "
+                             f"{', '.join(name for name, _ in plan)})")
+        plan = [(name, runs) for name, runs in plan if name in only]
+    for name, runs in plan:
         log(f"batch {name}: {len(runs)} runs ...")
         try:
             batch, results = _run_batch(name, runs)
@@ -369,19 +397,31 @@ def run_suite(quick=False, log=print):
             failed.append({"name": name, "runs": runs, "error": str(e)[-4000:]})
             log(f"  FAILED: {str(e)[-2000:]}")
             continue
+        batch.update(revision=revision, date=date)
         batches.append(batch)
-        raw += results
+        raw += [{**r, "batch": name} for r in results]
         log(f"  {batch['sim_cycles']:,} cycles simulated in {batch['process_seconds']:.0f} s "
             f"({batch['cycles_per_second']:,} cycles/s while running)")
     fig = _figures(raw)
+    if only and previous:
+        order = [name for name, _ in suite_runs(quick)]
+        for b in previous["batches"]:
+            b.setdefault("revision", previous["revision"])
+            b.setdefault("date", previous["date"])
+        batches = sorted([b for b in previous["batches"] if b["name"] not in only] + batches,
+                         key=lambda b: order.index(b["name"]))
+        for key in FIGURES:
+            fig[key] = [r for r in previous.get(key, []) if batch_of(r, key) not in only] + fig[key]
+        failed = [f for f in previous.get("failed_batches", []) if f["name"] not in only] + failed
     cycles = sum(b["sim_cycles"] for b in batches)
     inside = sum(b["run_seconds"] for b in batches)
     return {
         "suite": "rocegen bench" + (" --quick" if quick else ""),
         "quick": quick,
         "revision": revision,
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started)),
-        "wall_seconds": round(time.time() - started, 1),
+        "date": date,
+        "revisions": sorted({b.get("revision", revision) for b in batches}),
+        "wall_seconds": round(sum(b["process_seconds"] + b["build_check_seconds"] for b in batches), 1),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "python": platform.python_version(),
         "amaranth": amaranth.__version__,
@@ -423,6 +463,9 @@ def add_parser(sub):
                    "(never done with --quick)")
     p.add_argument("--doc-only", action="store_true",
                    help="only regenerate the documents from the results file")
+    p.add_argument("--only", nargs="+", metavar="BATCH",
+                   help="run only these batches and replace their figures in the results file "
+                   "(the others keep theirs, with the revision they were measured at)")
     return p
 
 
@@ -434,7 +477,11 @@ def run(args):
     if args.doc_only:
         results = json.loads(path.read_text())
     else:
-        results = run_suite(args.quick, log=lambda s: print(s, flush=True))
+        previous = json.loads(path.read_text()) if args.only and path.exists() else None
+        if args.only and previous is None:
+            raise ValueError(f"--only replaces batches of an earlier run, but {path} does not exist")
+        results = run_suite(args.quick, log=lambda s: print(s, flush=True), only=args.only,
+                            previous=previous)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1) + "\n")
         print(f"wrote {path}")
