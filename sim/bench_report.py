@@ -61,6 +61,25 @@ def _headline_rows(results):
                        "out")):
         if key in h:
             rows.append((what, f"{h[key]['cycles']} cycles ({h[key]['ns']:.1f} ns)"))
+    free = [r for r in results["goodput"] if r["qps"] == 1 and r["opcode"] == "WRITE"
+            and r["pmtu"] == 4096 and not r["line_gbps"] and r["size"] == 64 * KIB]
+    if free:
+        idle = sum(r["idle_beats"] for r in results["goodput"] if not r["line_gbps"])
+        rows.append(("one QP, 64 KiB WRITEs, MAC taking a beat every cycle",
+                     f"{free[0]['goodput_gbps']:.2f} Gb/s; "
+                     + ("no idle beat between packets in any unthrottled run" if idle == 0 else
+                        f"{idle} idle beats between packets over all unthrottled runs")))
+    loss = {(r["rtt_us"], r["loss"]): r for r in results["loss"]}
+    rtts = sorted({r["rtt_us"] for r in results["loss"]})
+    parts = []
+    for p in sorted({r["loss"] for r in results["loss"] if r["loss"]}):
+        if all((t, p) in loss for t in rtts):
+            parts.append(f"{100 * p:g} %: " + " / ".join(f"{loss[t, p]['goodput_gbps']:.2f}"
+                                                         for t in rtts) + " Gb/s")
+    if parts and len(rtts) > 1:
+        rows.append((f"one QP, 4 KiB WRITEs, PMTU 4096, random loss each way, "
+                     f"{' / '.join(f'{t:g} us' for t in rtts)} round trip",
+                     "; ".join(parts) + " to the last completion (go-back-N); data always intact"))
     sp = results["simulation_speed"]
     if sp.get("cycles_per_second"):
         rows.append(("simulation speed (Verilator, W = 512, 8 QPs, with the cocotb host model)",
@@ -127,6 +146,7 @@ def plots(results, folder):
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     colours = {"WRITE": "tab:blue", "WRITE_IMM": "tab:orange", "SEND": "tab:green"}
+    markers = {"WRITE": "o", "WRITE_IMM": "s", "SEND": "^"}
     good = results["goodput"]
 
     def curve(rows, **want):
@@ -145,8 +165,8 @@ def plots(results, folder):
                 if not rows:
                     continue
                 xs = [r["size"] for r in rows]
-                ax.plot(xs, [r["goodput_gbps"] for r in rows], "o", color=colour, ms=5,
-                        label=f"{op} measured")
+                ax.plot(xs, [r["goodput_gbps"] for r in rows], markers[op], color=colour, ms=5,
+                        mfc="none", label=f"{op} measured")
                 fine = sorted(set(sizes_all) | {int(2 ** (k / 4)) for k in range(24, 89)
                                                 if 2 ** (k / 4) <= max(sizes_all)})
                 ax.plot(fine, [limit_gbps(s, pmtu, 100, op) for s in fine], "-", color=colour,
