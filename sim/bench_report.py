@@ -443,8 +443,9 @@ def markdown(results):
                         f"{d['ff']:,}", d["bram36"], d["bram18"], d["uram"], d["dsp"],
                         d["lut_levels"]] for d in res["designs"]]) + [""]
     else:
-        out += [f"No figures: {res['note']}. See [resources.md](resources.md) for the last "
-                "committed report.", ""]
+        out += ["No figures: there was no Yosys report (`build/bench/synth.json`, written by `make "
+                "synth`) when the suite ran, and the suite does not synthesize. See "
+                "[resources.md](resources.md) for the last committed report.", ""]
 
     out += ["### Simulation speed", "",
             "Simulated clock cycles per wall-clock second while the runs execute (Verilator with "

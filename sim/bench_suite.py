@@ -315,7 +315,8 @@ def _resources():
     there are none."""
     path = BUILD / "bench" / "synth.json"
     if not path.exists():
-        return {"available": False, "note": f"no synthesis report ({path} does not exist); "
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        return {"available": False, "note": f"no synthesis report ({shown} does not exist); "
                 "`make synth` writes one"}
     report = json.loads(path.read_text())
     rows = []
