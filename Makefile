@@ -40,8 +40,7 @@ bench: setup
 	$(PY) -m bench.bench_stack
 	$(PY) -m bench.bench_xgmii
 	$(PY) -m bench.bench_icrc
-	$(WITH_VL) $(PY) -m bench.bench_roce
-	$(WITH_VL) $(PY) -m bench.bench_retry
+	$(WITH_VL) $(VENV)/bin/rocegen bench --json bench/results.json
 
 verilog: setup
 	$(VENV)/bin/rocegen verilog --width $(WIDTH) -o build/rocegen_endpoint_w$(WIDTH).v

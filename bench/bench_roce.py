@@ -12,7 +12,9 @@ model, at the board clock (322.266 MHz at W = 512).
 The theoretical limit is the line rate times payload / line bytes, counting per packet the
 payload, its pad to 4 bytes, 82 bytes of framing and headers (preamble + SFD 8, IFG 12,
 Ethernet 14, FCS 4, IPv4 20, UDP 8, BTH 12, ICRC 4) and the 16-byte RETH on a message's first
-packet, with the Ethernet minimum of 64 bytes per frame.
+packet, with the Ethernet minimum of 64 bytes per frame
+(:func:`rocegen.sim.bench_suite.limit_gbps`, shared with the benchmark suite of ``rocegen bench``,
+which measures these figures and more).
 
 Run: python -m bench.bench_roce [--width 512] [--quick] [--json FILE]
 """
@@ -24,22 +26,12 @@ import time
 from pathlib import Path
 
 from rocegen.gateware.cli import endpoint_sim_config
+from rocegen.sim.bench_suite import limit_gbps
 from rocegen.sim.cocotb_runner import BUILD, run_cocotb
 
+__all__ = ["limit_gbps", "runs_for", "main"]
+
 SIZES = [64, 1024, 4096, 65536, 1 << 20]
-PER_PACKET = 8 + 12 + 14 + 4 + 20 + 8 + 12 + 4      # preamble+SFD, IFG, Ethernet, FCS, IPv4,
-RETH = 16                                           # UDP, BTH, ICRC
-
-
-def limit_gbps(size, pmtu, line_gbps=100.0):
-    """Theoretical WRITE goodput of messages of ``size`` bytes at path MTU ``pmtu``."""
-    packets = max(1, -(-size // pmtu))
-    wire = 0
-    for k in range(packets):
-        n = min(pmtu, size - k * pmtu)
-        frame = n + (-n & 3) + PER_PACKET - 20 + (RETH if k == 0 else 0)   # with FCS
-        wire += max(frame, 64) + 20
-    return line_gbps * size / wire
 
 
 def line_gbps_for(width):

@@ -394,6 +394,8 @@ def main(argv=None):
     from rocegen.sim import replay_cli, serve
     replay_cli.add_parser(ssub)
     serve.add_parser(ssub)
+    from rocegen.sim import bench_suite
+    bench_suite.add_parser(sub)
 
     args = p.parse_args(argv)
     try:
@@ -421,6 +423,8 @@ def main(argv=None):
             return replay_cli.run(args)
         if args.command == "sim" and args.sim_command == "serve":
             return serve.run(args)
+        if args.command == "bench":
+            return bench_suite.run(args)
     except ValueError as e:
         print(f"rocegen: error: {e}", file=sys.stderr)
         return 2

@@ -34,6 +34,13 @@ the JSON file named by ``ROCE_RESULTS``.
     QP retransmit timeout code (4.096 us x 2^timeout, 0 = never); by default 0 on a perfect
     link, at least 4 with any fault (:func:`rocegen.sim.roce_bench.timeout_code`).
 
+``cm``
+    if a number ``n`` > 0, the run is ``n`` connection-manager exchanges on an idle endpoint
+    instead of data: the host sends OPEN_QP (a 64-byte datagram to UDP 17185) and, once it has
+    the reply, CLOSE_QP for the QP it got. The figure is, for each OPEN_QP, the cycles from the
+    last beat of the request entering ``s_axis`` to the first beat of the reply leaving
+    ``m_axis`` (``cm_cycles``); ``pmtu`` is the path MTU the request asks for.
+
 ``drop_psns``
     PSN offsets (from the QP's first PSN of the run) of QP 0's data packets that the link to
     the NIC loses once, whatever else it does (for example the run's last packet: a tail loss,
@@ -42,10 +49,15 @@ the JSON file named by ``ROCE_RESULTS``.
 A run's result adds ``resend_gaps`` (for each retransmitted data frame, the cycles from the
 first beat of its previous copy to its own), ``retransmitted`` (RoCE data frames the endpoint
 sent again), ``roce_frames`` (every RoCE data frame it sent), the counters of both links (``link_to_nic``,
-``link_from_nic``; ``None`` without a link) and the NIC model's recovery counters (``nic``).
+``link_from_nic``; ``None`` without a link), the NIC model's recovery counters (``nic``),
+``messages`` (messages in the run, all QPs), ``sim_cycles`` (clock cycles the run took, set-up
+and checks included) and ``wall_seconds`` (the wall-clock time the simulator took for them).
 With faults, the NIC model's strict checks still apply to every frame the link did not corrupt;
 only the events a lossy link causes (duplicates, PSN sequence NAKs, and drops of the frames the
 link corrupted) are allowed in its log.
+
+``ROCE_LOCAL_BYTES``: bytes of local memory filled with random data for ``memory`` runs (default
+64 KiB; at most the on-chip memory); no message of such a run may be longer.
 
 ``PCAP``: every frame crossing the MAC port goes to this file, as the NIC model receives it and
 as the endpoint receives the answers (after the links).
@@ -54,16 +66,21 @@ as the endpoint receives the answers (after the links).
 import json
 import os
 import random
+import time
 
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotb.utils import get_sim_time
+from cocotbext.axi import AxiStreamFrame
 
 from rocegen.gateware.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.gateware.top import parse_ip
+from rocegen.sim.models.cm import ACK_ACK, CM_PORT, REPLY_PORT, REQ_CLOSE_QP, REQ_OPEN_QP, pmtu_code
+from rocegen.sim.models.cm import request as cm_request
+from rocegen.sim.models.cm import unpack as cm_unpack
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.pattern import generator_address, pattern
 from rocegen.sim.models.rnic import Rnic
@@ -92,7 +109,7 @@ W = PARAMS["width"]
 B = W // 8
 HOST_QPN = 0x40
 REMOTE_BASE = 0x10_0000_0000
-LOCAL_BYTES = 64 * 1024
+LOCAL_BYTES = int(os.environ.get("ROCE_LOCAL_BYTES", 64 * 1024))
 PSN_MOD = 1 << 24
 ROCE_HEADERS = ETH.length + IPV4.length + UDP.length
 #: NIC model log entries a lossy link legitimately causes (besides drops of corrupted frames)
@@ -100,6 +117,8 @@ RECOVERY_EVENTS = ("duplicate", "seq_drop", "nak_seq_tx")
 #: NIC model counters reported per run
 NIC_COUNTERS = ("duplicate", "seq_drop", "nak_seq_tx", "ack_tx", "executed", "drop_icrc",
                 "ip_drop_checksum")
+#: UDP ports of the host's connection-manager requests and of its replies
+CM_HOST_SPORT, CM_HOST_LISTEN = 50000, 50001
 
 
 def roce_frame_info(frame):
@@ -153,8 +172,18 @@ async def runs(dut):
     for n, run in enumerate(runs):
         while mac.in_flight:            # the previous run's late copies
             await RisingEdge(dut.clk)
-        nic = Rnic(HOST_MAC, HOST_IP, strict=True)
+        run_cycle, run_wall = now_cycle(W), time.perf_counter()
+        nic = Rnic(HOST_MAC, HOST_IP, strict=True,
+                   udp_ports=(CM_HOST_LISTEN,) if run.get("cm") else ())
         mac.nic = nic
+        if run.get("cm"):
+            mac.to_nic = mac.from_nic = None
+            mac.bytes_per_cycle = None
+            cm_cycles = await cm_exchanges(dut, mac, nic, edges, run, n, rng)
+            results.append({**run, "width": W, "clock_mhz": board_clock_mhz(W),
+                            "cm_cycles": cm_cycles, "sim_cycles": now_cycle(W) - run_cycle,
+                            "wall_seconds": time.perf_counter() - run_wall})
+            continue
         mac.to_nic, mac.from_nic = link_pair(run, board_clock_mhz(W))
         faulty = any(run.get(f) for f in FAULTS) or bool(run.get("drop_psns"))
         timeout = timeout_code(run)
@@ -242,7 +271,8 @@ async def runs(dut):
                         nic.post_recv(HOST_QPN + k, max(m, 1), wr_id)
                     wr_id += 1
             # round robin over the QPs
-            jobs.sort(key=lambda j: (messages[j[0]].index(j[2]), j[0]))
+            order = {(k, off): i for k in messages for i, off in enumerate(messages[k])}
+            jobs.sort(key=lambda j: (order[j[0], j[2]], j[0]))
             base = len(cpl.items)
             t0 = now_ps()
             for i, (k, wid, off, m, la) in enumerate(jobs):
@@ -253,7 +283,7 @@ async def runs(dut):
                     await cpl.wait_for(base + i + 1, max_cycles=1_000_000)
                     first = next(f for f, _, fr in mac.frames[before - 1:] if roce_frame_info(fr)
                                  and f * period_ps(W) >= t)
-                    latency.append(first - t // period_ps(W))
+                    latency.append(int(first - t // period_ps(W)))
                     done = edges["cpl"][-1]
                     ack_to_cpl.append(done - max(c for c in edges["in"] if c <= done))
             got = (await cpl.wait_for(base + len(jobs), max_cycles=50_000_000))[base:]
@@ -318,6 +348,9 @@ async def runs(dut):
             "link_to_nic": dict(mac.to_nic.counters) if mac.to_nic else None,
             "link_from_nic": dict(mac.from_nic.counters) if mac.from_nic else None,
             "nic": {c: nic.counters[c] for c in NIC_COUNTERS},
+            "messages": sum(len(m) for m in messages.values()),
+            "sim_cycles": now_cycle(W) - run_cycle,
+            "wall_seconds": time.perf_counter() - run_wall,
         })
     if pcap:
         pcap.close()
@@ -327,3 +360,45 @@ async def runs(dut):
 
 def now_ps():
     return get_sim_time("ps")
+
+
+def is_cm_reply(frame):
+    """True for a UDP datagram from the connection manager's reply port."""
+    if len(frame) < ROCE_HEADERS or not is_ipv4(frame):
+        return False
+    return UDP.unpack(frame[ETH.length + IPV4.length:ROCE_HEADERS])["src_port"] == REPLY_PORT
+
+
+async def cm_exchanges(dut, mac, nic, edges, run, n, rng):
+    """``run["cm"]`` OPEN_QP / CLOSE_QP exchanges with the connection manager; returns the cycles
+    from each OPEN_QP's last beat in to its reply's first beat out."""
+    cycles = []
+
+    async def exchange(payload):
+        first_in, first_out, seen = len(edges["in"]), len(mac.frames), len(nic.udp_rx)
+        frame = nic.udp_frame(FPGA_IP, CM_HOST_SPORT, CM_PORT, payload, dst_mac=FPGA_MAC)
+        mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+        for _ in range(100_000):
+            if len(nic.udp_rx) > seen:
+                break
+            await RisingEdge(dut.clk)
+        else:
+            raise AssertionError(f"run {n}: no reply from the connection manager")
+        src_ip, sport, dport, reply = nic.udp_rx[seen]
+        assert (src_ip, sport, dport) == (FPGA_IP, REPLY_PORT, CM_HOST_LISTEN), f"run {n}: reply"
+        out = next(f for f, _, fr in mac.frames[first_out:] if is_cm_reply(fr))
+        return cm_unpack(reply), out - edges["in"][first_in]
+
+    for _ in range(run["cm"]):
+        reply, c = await exchange(cm_request(
+            REQ_OPEN_QP, loc_qpn=HOST_QPN, loc_psn=rng.getrandbits(24), loc_rkey=0x2000,
+            loc_vaddr=REMOTE_BASE, loc_ip=parse_ip(HOST_IP), listening_port=CM_HOST_LISTEN,
+            pmtu_code=pmtu_code(run.get("pmtu", 4096))))
+        assert reply["ack_type"] == ACK_ACK, f"run {n}: OPEN_QP refused ({reply['ack_type']})"
+        cycles.append(c)
+        reply, _ = await exchange(cm_request(REQ_CLOSE_QP, rem_qpn=reply["loc_qpn"],
+                                             listening_port=CM_HOST_LISTEN))
+        assert reply["ack_type"] == ACK_ACK, f"run {n}: CLOSE_QP refused ({reply['ack_type']})"
+        await ClockCycles(dut.clk, 20)
+    assert not nic.log, f"run {n}: the NIC model logged {nic.log[:3]}"
+    return cycles

@@ -1,0 +1,65 @@
+"""``rocegen bench --quick`` (sim/bench_suite.py) runs in Verilator and its figures are sane:
+goodputs within their theoretical limits, throttled large WRITEs close to the limit, message
+rates consistent with the cycle counts, positive latencies, loss runs that deliver everything,
+the revision recorded. Never a wall-clock time."""
+
+import json
+import shutil
+
+from rocegen.gateware.cli import main
+from rocegen.sim import bench_report
+from rocegen.sim.bench_suite import CLOCK_MHZ, limit_gbps, suite_runs
+from rocegen.sim.cocotb_runner import ROOT
+
+TOL = 1e-6
+
+
+def test_quick_suite(tmp_path):
+    out = tmp_path / "quick.json"
+    assert main(["bench", "--quick", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["quick"] and r["revision"] and r["revision"] != "unknown"
+    assert not r["failed_batches"]
+    assert len(r["goodput"]) + len(r["message_rate"]) + len(r["latency"]) + len(r["cm"]) + \
+        len(r["loss"]) == len(suite_runs(True)[0][1])
+    for g in r["goodput"] + r["message_rate"]:
+        assert 0 < g["goodput_gbps"] <= g["limit_gbps"] * (1 + TOL), g
+        assert 0 < g["percent_of_limit"] <= 100 * (1 + TOL), g
+        if g["line_gbps"]:
+            assert g["limit_gbps"] == limit_gbps(g["size"], g["pmtu"], g["line_gbps"], g["opcode"])
+        else:
+            assert g["beats_span"] >= g["beats_ideal_formula"] == g["beats_ideal"], g
+        # message rate = messages over the cycles their frames took
+        assert g["mmsgs"] > 0
+        assert abs(g["mmsgs"] - g["messages"] * CLOCK_MHZ / g["cycles"]) < 1e-9 * g["mmsgs"]
+        assert g["mmsgs"] <= g["limit_mmsgs"] * (1 + TOL)
+        assert g["messages"] == g["qps"] * g["bytes"] // g["size"]
+    big = [g for g in r["goodput"] if g["line_gbps"] and g["opcode"] == "WRITE" and g["qps"] == 1
+           and g["size"] >= 4096]
+    assert big and all(g["percent_of_limit"] > 97 for g in big), big
+    for lat in r["latency"]:
+        for key in ("wr_to_wire_cycles", "ack_to_cpl_cycles"):
+            assert all(isinstance(c, int) and c > 0 for c in lat[key]["samples"]), lat
+        assert lat["wr_to_wire_ns"] > 0 and lat["ack_to_cpl_ns"] > 0
+    assert r["cm"] and all(isinstance(c, int) and c > 0 for c in r["cm"][0]["cm_cycles"]["samples"])
+    for loss in r["loss"]:
+        assert loss["data_checked"] and loss["delivered_bytes"] == loss["bytes"]
+        assert loss["nic"]["executed"] >= loss["bytes"] // loss["size"]
+        assert 0 < loss["goodput_gbps"] <= loss["limit_gbps"]
+        assert loss["lost_to_nic"] + loss["lost_from_nic"] > 0     # the link did lose frames
+    h = r["headline"]
+    assert {"write_4k", "write_1m", "rate_64b", "wr_to_wire", "ack_to_cpl",
+            "cm_request_to_reply"} <= set(h)
+    assert r["simulation_speed"]["sim_cycles"] > 0 and r["batches"][0]["cycles_per_second"] > 0
+    res = r["resources"]
+    assert res["available"] or "no synthesis report" in res["note"]
+    # the report: tables, plots and the README's headline, into a copy of the documents
+    (tmp_path / "docs").mkdir()
+    shutil.copy(ROOT / "README.md", tmp_path / "README.md")
+    shutil.copy(ROOT / "docs" / "performance.md", tmp_path / "docs" / "performance.md")
+    written = bench_report.write_docs(r, tmp_path)
+    assert {p.name for p in written} >= {"goodput_vs_size.png", "message_rate.png", "loss.png",
+                                         "performance.md", "README.md"}
+    perf = (tmp_path / "docs" / "performance.md").read_text()
+    assert perf.count(bench_report.BEGIN) == 1 and r["revision"][:12] in perf
+    assert (tmp_path / "README.md").read_text().count(bench_report.H_BEGIN) == 1
