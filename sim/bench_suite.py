@@ -467,6 +467,9 @@ def add_parser(sub):
                    "(never done with --quick)")
     p.add_argument("--doc-only", action="store_true",
                    help="only regenerate the documents from the results file")
+    p.add_argument("--resources", action="store_true",
+                   help="only take the resource figures of the last Yosys report (make synth) "
+                   "into the results file, then regenerate the documents")
     p.add_argument("--only", nargs="+", metavar="BATCH",
                    help="run only these batches and replace their figures in the results file "
                    "(the others keep theirs, with the revision they were measured at)")
@@ -478,8 +481,14 @@ def run(args):
     from rocegen.sim import bench_report
     default = BUILD / "bench" / "quick.json" if args.quick else ROOT / "bench" / "results.json"
     path = Path(args.json) if args.json else default
-    if args.doc_only:
+    if args.doc_only or args.resources:
+        if not path.exists():
+            raise ValueError(f"{path} does not exist: run the suite first")
         results = json.loads(path.read_text())
+        if args.resources:
+            results["resources"] = _resources()
+            path.write_text(json.dumps(results, indent=1) + "\n")
+            print(f"wrote {path}")
     else:
         previous = json.loads(path.read_text()) if args.only and path.exists() else None
         if args.only and previous is None:
