@@ -32,8 +32,8 @@ class Ipv4Tx(wiring.Component):
 
     Latency: one cycle when the MAC is known or cached. The input goes through a
     :class:`~rocegen.gateware.buffer.RegisterSlice`, so ``i.ready`` is a register and the ARP
-    lookup and the rest of the header are computed from registered metadata; the part of the
-    header checksum that does not depend on the identification is summed before the slice.
+    lookup and the rest of the header are computed from registered metadata; the header
+    checksum is summed before the slice but for the length and the identification.
     Backpressure: from ``o`` through the packetizer and the slice; one beat per cycle sustained,
     packets back to back.
     """
@@ -57,8 +57,9 @@ class Ipv4Tx(wiring.Component):
         m = Module()
         W = self.width
 
-        # ---- input slice, with the total length and the header sum without identification ----
+        # ---- input slice, with the total length and most of the header sum ----
         inner = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16})
+        # (the total length's constant 20 is in the sum's constant word)
         sl = m.submodules.slice = RegisterSlice(W, inner)
         si, sm = self.i.payload, sl.i.payload.meta
         m.d.comb += [
@@ -67,13 +68,13 @@ class Ipv4Tx(wiring.Component):
             sl.i.payload.last.eq(si.last), sl.i.payload.error.eq(si.error),
             sm.ip.eq(si.meta.ip), sm.total_length.eq(si.meta.ip.length + IPV4.length),
         ]
-        # the words of the header but the identification and the checksum (which add nothing
-        # yet); the constant parts of the flags, TTL and total length are summed here, in Python
+        # the words of the header but the length, the identification and the checksum (added
+        # after the slice); the constant parts of the flags, TTL and total length are summed here, in Python
         ipi = si.meta.ip
         src, dst = self.local_ip, ipi.dst
         const = IPV4.length + 0x4000 + (self.ttl << 8)     # total length, DF, TTL
         const = (const & 0xFFFF) + (const >> 16)            # end-around carry
-        words = [Cat(ipi.ecn, ipi.dscp, Const(0x45, 8)), ipi.length, Cat(ipi.protocol, Const(0, 8)),
+        words = [Cat(ipi.ecn, ipi.dscp, Const(0x45, 8)), Cat(ipi.protocol, Const(0, 8)),
                  src[16:], src[:16], dst[16:], dst[:16],
                  Const(const, 16)]
         m.d.comb += sm.sum.eq(ones_complement_sum(words))
@@ -140,5 +141,5 @@ class Ipv4Tx(wiring.Component):
             hdr.src.eq(self.local_ip), hdr.dst.eq(ip.dst),
         ]
         m.d.comb += pm.ipv4.eq(hdr)
-        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum([i.payload.meta.sum, ident]))
+        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum([i.payload.meta.sum, ip.length, ident]))
         return m
