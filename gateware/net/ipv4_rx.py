@@ -2,11 +2,11 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..buffer import RegisterSlice
 from ..checksum import be_words, ones_complement_sum
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
 from ..headers import IP_PROTO_ICMP, IP_PROTO_UDP, IPV4
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from ..trim import Trim
 from .layouts import ETH_META, IP_RX_META
@@ -31,8 +31,8 @@ class Ipv4Rx(wiring.Component):
 
     Latency: the depacketizer's (see :class:`~rocegen.gateware.depacketizer.Depacketizer`) plus
     the trimmer's plus one cycle: the header checks are made on the trimmer's output and their
-    verdict enters a :class:`~rocegen.gateware.buffer.RegisterSlice` with the packet, so the
-    routing and ``ready`` depend on registers only. ``truncated`` comes one cycle after the
+    verdict enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the packet, so the
+    routing and the dispatch's ``ready`` depend on registers only. ``truncated`` comes one cycle after the
     short packet's last beat leaves the trimmer. Backpressure from the selected output; dropped
     packets are consumed at full rate.
     """
@@ -69,11 +69,11 @@ class Ipv4Rx(wiring.Component):
         ip_in = trim.i.payload.meta.ipv4
         m.d.comb += trim.length.eq(ip_in.total_length - IPV4.length)
 
-        # the checks, on the trimmer's output, travel with the packet through a register slice
+        # the checks, on the trimmer's output, travel with the packet through a forward register
         verdict = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
                                      "is_icmp": 1, "is_udp": 1})
         inner = data.StructLayout({**IP_RX_META.members, "verdict": verdict})
-        sl = m.submodules.slice = RegisterSlice(W, inner)
+        sl = m.submodules.slice = ForwardRegister(W, inner)
         ip = trim.o.payload.meta.ipv4
         checksum_ok = ones_complement_sum(be_words(IPV4.to_lanes(ip))) == 0xFFFF
         v = Signal(verdict)
