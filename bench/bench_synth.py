@@ -178,11 +178,17 @@ def markdown(report):
                 f"CARRY4, {lp['cells'].count('muxf')} MUXF)."]
     for r in traces:
         top = r["worst_paths"][0]
+        flat = [c for c in cores if c["parameters"] == r["parameters"]]
+        if flat and flat[0]["lut_levels"] != r["lut_levels"]:
+            than = "deeper" if r["lut_levels"] > flat[0]["lut_levels"] else "shallower"
+            compare = (f"{than} than the flat core's {flat[0]['lut_levels']}: the two mappings "
+                       "need not find the same deepest paths")
+        else:
+            compare = "as deep as the flat core"
         out += ["", f"### Blocks on the deepest paths: {r['description']}", "",
                 "Each module mapped on its own and the mapped netlist flattened afterwards, so the "
                 "nets between blocks keep their names (no logic is merged across block boundaries: "
-                f"{r['lut_total']:,} LUTs, {r['lut_levels']} LUT levels, deeper than the flat core, "
-                "whose deepest paths run between the same registers).", "",
+                f"{r['lut_total']:,} LUTs, {r['lut_levels']} LUT levels, {compare}).", "",
                 f"The deepest path, {top['levels']} LUT levels from `{top['start']}` to "
                 f"`{top['end']}`, passes these named nets (the first of each run in one block):", "",
                 _blocks(top["via"], limit=100), "",

@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -41,19 +41,24 @@ class PacketArbiter(wiring.Component):
     * Packet granularity: once the first beat of a packet is offered on ``o``, the arbiter stays
       with that input until the packet's last beat has moved. Packets are never interleaved and
       leave unchanged (data, keep, error and meta are those of the input).
-    * Round robin: when no packet is in progress, the input chosen is the first one with
-      ``valid`` high in the order ``p, p+1, .., n-1, 0, .., p-1``, where ``p`` is one past the
-      input that sent the previous packet (0 after reset). With every input always holding a
-      packet, they take one packet each in turn; an input waiting for a grant sees at most
-      ``n - 1`` packets of other inputs start before its own.
+    * Round robin: the grant is a register naming one input. When the last beat of a packet
+      moves, it passes to the first input with ``valid`` high in the order ``g+1, .., n-1, 0,
+      .., g`` (``g`` the input that sent the packet), so it stays with ``g`` when no other input
+      has a packet waiting. When the granted input offers nothing between packets while another
+      does, the grant moves to the first such input in that order in the next cycle. With every
+      input always holding a packet, they take one packet each in turn; an input waiting for a
+      grant sees at most ``n - 1`` packets of other inputs start before its own.
     * Latency: zero cycles. ``o.valid`` and ``o.payload`` are a multiplexer of the inputs, and
-      ``i[k].ready`` is ``o.ready`` for the granted input (0 for the others), all combinational.
-      The next grant is decided combinationally in the cycle after a last beat has moved, so a
-      new packet follows the previous one with no idle cycle, and a single-beat packet can move
-      every cycle. Put a register slice behind ``o`` where the path must be broken.
-    * Stability: the grant is held from the first cycle a beat is offered on ``o`` until it
-      moves, so an offer is never withdrawn or changed while ``o.ready`` is low (AXI-Stream
-      rule), provided the inputs keep to that rule too.
+      ``i[k].ready`` is ``o.ready`` for the granted input (0 for the others). The grant is a
+      register, so no ``ready`` depends on any ``valid`` (no combinational round trip through
+      the arbiter). Packets of the granted input follow each other with no idle cycle, as do
+      packets of inputs that take turns while busy (the next grant is decided with the last
+      beat); a packet offered on an input other than the granted one while the granted one is
+      idle waits one cycle for the grant. Put a register slice behind ``o`` where the path
+      must be broken.
+    * Stability: the grant changes only after a packet's last beat has moved or while the
+      granted input offers nothing, so an offer is never withdrawn or changed while ``o.ready``
+      is low (AXI-Stream rule), provided the inputs keep to that rule too.
     """
 
     def __init__(self, width, meta=None, n=2):
@@ -72,26 +77,23 @@ class PacketArbiter(wiring.Component):
         n = self.n
         o = self.o
 
-        locked = Signal()                   # a packet (or its first beat's offer) is in progress
-        owner = Signal(range(n))            # the input holding the grant while locked
-        prio = Signal(range(n))             # round-robin pointer: first input to consider
+        grant = Signal(range(n))            # input served now (register)
+        in_packet = Signal()                # a packet's first beat has moved, not yet its last
 
         req = Signal(n)
         req_hi = Signal(n)      # signals, so that indexing them bit by bit stays linear in size
         m.d.comb += [req.eq(Cat(*(self.i[k].valid for k in range(n)))),
-                     req_hi.eq(Cat(*(self.i[k].valid & (prio <= k) for k in range(n))))]
+                     req_hi.eq(Cat(*(self.i[k].valid & (grant < k) for k in range(n))))]
         pick = Signal(range(n))
-        # lowest requesting input at or above prio, else the lowest requesting input at all
-        # (later assignments win, so walk from the highest index down)
+        # lowest requesting input above grant, else the lowest requesting input at all, else
+        # grant itself (later assignments win, so walk from the highest index down)
+        m.d.comb += pick.eq(grant)
         for k in reversed(range(n)):
             with m.If(req[k]):
                 m.d.comb += pick.eq(k)
         for k in reversed(range(n)):
             with m.If(req_hi[k]):
                 m.d.comb += pick.eq(k)
-
-        grant = Signal(range(n))
-        m.d.comb += grant.eq(Mux(locked, owner, pick))
 
         with m.Switch(grant):
             for k in range(n):
@@ -102,9 +104,10 @@ class PacketArbiter(wiring.Component):
                         self.i[k].ready.eq(o.ready),
                     ]
 
-        nxt = grant + 1 if (n & (n - 1)) == 0 else Mux(grant == n - 1, 0, grant + 1)
-        with m.If(o.valid & o.ready & o.payload.last):
-            m.d.sync += [locked.eq(0), prio.eq(nxt)]
-        with m.Elif(o.valid):
-            m.d.sync += [locked.eq(1), owner.eq(grant)]
+        with m.If(o.valid & o.ready):
+            m.d.sync += in_packet.eq(~o.payload.last)
+            with m.If(o.payload.last):
+                m.d.sync += grant.eq(pick)
+        with m.Elif(~o.valid & ~in_packet):
+            m.d.sync += grant.eq(pick)
         return m

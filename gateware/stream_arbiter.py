@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -18,10 +18,14 @@ class StreamArbiter(wiring.Component):
     Behaviour
     ---------
     * Latency 0: ``o`` is a combinational selection of the granted input.
-    * Grant: the first valid input at or after the one following the last input served, so each
-      of several busy inputs gets one transfer in turn. The grant depends only on ``valid`` and
-      the pointer, never on ``o.ready``, so ``o.valid`` does not wait for ``o.ready``.
-    * Backpressure: only the granted input sees ``ready`` (= ``o.ready``).
+    * Grant: a register naming one input (input 1 after reset, input 0 when ``n`` is 1). After a
+      transfer it passes to the first input with ``valid`` high after the one just served (in
+      the order ``g+1, .., n-1, 0, .., g``), so each of several busy inputs gets one transfer in
+      turn and a lone busy input one every cycle; while the granted input offers nothing, the
+      grant moves the same way in the next cycle (an input offering while another idle one holds
+      the grant waits one cycle). ``o.valid`` does not wait for ``o.ready``.
+    * Backpressure: only the granted input sees ``ready`` (= ``o.ready``). The grant is a
+      register, so no ``ready`` depends on any ``valid``.
     """
 
     def __init__(self, shape, n):
@@ -36,20 +40,20 @@ class StreamArbiter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.n
-        last = Signal(range(n))          # input served most recently
-        grant = Signal(range(n))
-        # scan from last+1 round to last: the first valid one wins
+        grant = Signal(range(n), init=1 % n)   # input served now
+        pick = Signal(range(n))                 # the one after it, among those offering
+        m.d.comb += pick.eq(grant)
         for start in range(n):
-            with m.If(last == start):
-                order = [(start + 1 + k) % n for k in range(n)]
+            with m.If(grant == start):
+                order = [(start + 1 + k) % n for k in range(n - 1)]
                 for k in reversed(order):
                     with m.If(self.i[k].valid):
-                        m.d.comb += grant.eq(k)
+                        m.d.comb += pick.eq(k)
         for k in range(n):
             with m.If(grant == k):
-                m.d.comb += [self.o.payload.eq(self.i[k].payload),
+                m.d.comb += [self.o.valid.eq(self.i[k].valid),
+                             self.o.payload.eq(self.i[k].payload),
                              self.i[k].ready.eq(self.o.ready)]
-        m.d.comb += self.o.valid.eq(Cat(self.i[k].valid for k in range(n)).any())
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += last.eq(grant)
+        with m.If(~self.o.valid | self.o.ready):
+            m.d.sync += grant.eq(pick)
         return m

@@ -1,4 +1,4 @@
-from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -86,7 +86,7 @@ class Arp(wiring.Component):
                 with m.If(hits[k]):
                     m.d.comb += index.eq(k)
             hit = Signal()
-            m.d.comb += hit.eq(sum(h << k for k, h in enumerate(hits)) != 0)
+            m.d.comb += hit.eq(Cat(*hits).any())     # an OR tree, not an adder
             return hit, index
 
         hit, index = match(self.lookup.ip)

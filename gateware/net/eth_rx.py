@@ -1,11 +1,12 @@
 from amaranth.hdl import Module
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
 from ..headers import ETH, ETH_VLAN, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_VLAN
 from ..mapmeta import MapMeta
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from .layouts import ETH_META
 
@@ -29,8 +30,10 @@ class EthRx(wiring.Component):
     ``drop_ethertype`` (neither ARP nor IPv4, or the wrong VLAN).
 
     Latency: that of the depacketizer (an output beat leaves with the input beat that completes
-    it; see :class:`~rocegen.gateware.depacketizer.Depacketizer`). Backpressure from the selected
-    output only; dropped frames are consumed at full rate.
+    it; see :class:`~rocegen.gateware.depacketizer.Depacketizer`) plus one cycle: the address and
+    EtherType checks go with the frame through a
+    :class:`~rocegen.gateware.pipe.ForwardRegister`, so the dispatch depends on registers only.
+    Backpressure from the selected output only; dropped frames are consumed at full rate.
     """
 
     def __init__(self, width, *, vlan=None):
@@ -62,13 +65,33 @@ class EthRx(wiring.Component):
         if self.vlan is not None:
             vlan_ok = (hdr.tpid == ETHERTYPE_VLAN) & (hdr.vid == self.vlan)
 
-        dm = m.submodules.demux = PacketDemux(W, dp.meta_out, 2)
-        wiring.connect(m, dp.o, dm.i)
-        for_us = (hdr.dst == self.local_mac) | (hdr.dst == BROADCAST)
+        # the checks travel with the packet through a forward register, so the dispatch's
+        # routing and ready depend on registers only
+        verdict = data.StructLayout({"for_us": 1, "known": 1, "is_ip": 1})
+        inner = data.StructLayout({**dp.meta_out.members, "verdict": verdict})
+        fr = m.submodules.register = ForwardRegister(W, inner)
         is_arp = hdr.ethertype == ETHERTYPE_ARP
         is_ip = hdr.ethertype == ETHERTYPE_IPV4
-        known = vlan_ok & (is_arp | is_ip)
-        m.d.comb += [dm.select.eq(is_ip), dm.drop.eq(~for_us | ~known)]
+        src, fi = dp.o.payload, fr.i.payload
+        m.d.comb += [
+            fr.i.valid.eq(dp.o.valid), dp.o.ready.eq(fr.i.ready),
+            fi.data.eq(src.data), fi.keep.eq(src.keep), fi.last.eq(src.last),
+            fi.error.eq(src.error), fi.meta.eth.eq(src.meta.eth),
+            fi.meta.verdict.for_us.eq((hdr.dst == self.local_mac) | (hdr.dst == BROADCAST)),
+            fi.meta.verdict.known.eq(vlan_ok & (is_arp | is_ip)),
+            fi.meta.verdict.is_ip.eq(is_ip),
+        ]
+        dm = m.submodules.demux = PacketDemux(W, dp.meta_out, 2)
+        fo = fr.o.payload
+        m.d.comb += [
+            dm.i.valid.eq(fr.o.valid), fr.o.ready.eq(dm.i.ready),
+            dm.i.payload.data.eq(fo.data), dm.i.payload.keep.eq(fo.keep),
+            dm.i.payload.last.eq(fo.last), dm.i.payload.error.eq(fo.error),
+            dm.i.payload.meta.eth.eq(fo.meta.eth),
+        ]
+        v = fo.meta.verdict
+        for_us, known = v.for_us, v.known
+        m.d.comb += [dm.select.eq(v.is_ip), dm.drop.eq(~for_us | ~known)]
         first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
         m.d.comb += [
             self.drop_addr.eq(first & ~for_us),

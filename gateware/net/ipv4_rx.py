@@ -1,11 +1,12 @@
-from amaranth.hdl import Module
-from amaranth.lib import wiring
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..checksum import be_words, ones_complement_sum
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
 from ..headers import IP_PROTO_ICMP, IP_PROTO_UDP, IPV4
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from ..trim import Trim
 from .layouts import ETH_META, IP_RX_META
@@ -29,8 +30,11 @@ class Ipv4Rx(wiring.Component):
     ``drop_protocol`` (neither ICMP nor UDP).
 
     Latency: the depacketizer's (see :class:`~rocegen.gateware.depacketizer.Depacketizer`) plus
-    the trimmer's. Backpressure from the selected output; dropped packets are consumed at full
-    rate.
+    the trimmer's plus one cycle: the header checks are made on the trimmer's output and their
+    verdict enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the packet, so the
+    routing and the dispatch's ``ready`` depend on registers only. ``truncated`` comes one cycle after the
+    short packet's last beat leaves the trimmer. Backpressure from the selected output; dropped
+    packets are consumed at full rate.
     """
 
     def __init__(self, width, *, mtu=1500):
@@ -65,26 +69,50 @@ class Ipv4Rx(wiring.Component):
         ip_in = trim.i.payload.meta.ipv4
         m.d.comb += trim.length.eq(ip_in.total_length - IPV4.length)
 
-        dm = m.submodules.demux = PacketDemux(W, IP_RX_META, 2)
-        wiring.connect(m, trim.o, dm.i)
-        ip = dm.i.payload.meta.ipv4
+        # the checks, on the trimmer's output, travel with the packet through a forward register
+        verdict = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
+                                     "is_icmp": 1, "is_udp": 1})
+        inner = data.StructLayout({**IP_RX_META.members, "verdict": verdict})
+        sl = m.submodules.slice = ForwardRegister(W, inner)
+        ip = trim.o.payload.meta.ipv4
         checksum_ok = ones_complement_sum(be_words(IPV4.to_lanes(ip))) == 0xFFFF
-        options = ip.ihl != 5
+        v = Signal(verdict)
         # with options the checksum also covers them, which are not kept: it cannot be checked,
         # and the packet is dropped as one with options
-        header_ok = ((ip.version == 4) & (ip.ihl >= 5) & (checksum_ok | options) &
-                     (ip.total_length >= IPV4.length) & (ip.total_length <= self.mtu))
-        fragment = ip.mf | (ip.frag_offset != 0)
-        addr_ok = ip.dst == self.local_ip
-        is_icmp = ip.protocol == IP_PROTO_ICMP
-        is_udp = ip.protocol == IP_PROTO_UDP
         m.d.comb += [
-            dm.select.eq(is_udp),
-            dm.drop.eq(~header_ok | options | fragment | ~addr_ok | ~(is_icmp | is_udp)),
+            v.options.eq(ip.ihl != 5),
+            v.header_ok.eq((ip.version == 4) & (ip.ihl >= 5) & (checksum_ok | v.options) &
+                           (ip.total_length >= IPV4.length) & (ip.total_length <= self.mtu)),
+            v.fragment.eq(ip.mf | (ip.frag_offset != 0)),
+            v.addr_ok.eq(ip.dst == self.local_ip),
+            v.is_icmp.eq(ip.protocol == IP_PROTO_ICMP),
+            v.is_udp.eq(ip.protocol == IP_PROTO_UDP),
+        ]
+
+        def dropped(x):
+            return ~x.header_ok | x.options | x.fragment | ~x.addr_ok | ~(x.is_icmp | x.is_udp)
+
+        tp, sp = trim.o.payload, sl.i.payload
+        m.d.comb += [
+            sl.i.valid.eq(trim.o.valid), trim.o.ready.eq(sl.i.ready),
+            sp.data.eq(tp.data), sp.keep.eq(tp.keep), sp.last.eq(tp.last), sp.error.eq(tp.error),
+            sp.meta.eth.eq(tp.meta.eth), sp.meta.ipv4.eq(tp.meta.ipv4), sp.meta.verdict.eq(v),
         ]
         # a short packet is counted as truncated only if it is not dropped for another reason
         # (metadata, and so the verdict, is constant over the packet)
-        m.d.comb += self.truncated.eq(trim.short & ~dm.drop)
+        m.d.sync += self.truncated.eq(trim.short & ~dropped(v))
+
+        dm = m.submodules.demux = PacketDemux(W, IP_RX_META, 2)
+        so, dp_ = sl.o.payload, dm.i.payload
+        m.d.comb += [
+            dm.i.valid.eq(sl.o.valid), sl.o.ready.eq(dm.i.ready),
+            dp_.data.eq(so.data), dp_.keep.eq(so.keep), dp_.last.eq(so.last),
+            dp_.error.eq(so.error), dp_.meta.eth.eq(so.meta.eth), dp_.meta.ipv4.eq(so.meta.ipv4),
+        ]
+        r = so.meta.verdict
+        header_ok, options, fragment, addr_ok = r.header_ok, r.options, r.fragment, r.addr_ok
+        is_icmp, is_udp = r.is_icmp, r.is_udp
+        m.d.comb += [dm.select.eq(is_udp), dm.drop.eq(dropped(r))]
         first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
         m.d.comb += [
             self.drop_header.eq(first & ~header_ok),

@@ -1,8 +1,9 @@
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..checksum import be_words, ones_complement_sum
+from ..buffer import RegisterSlice
+from ..checksum import ones_complement_sum
 from ..headers import ETH, ETHERTYPE_IPV4, IPV4
 from ..packetizer import Packetizer
 from ..stream import PacketSignature, check_width
@@ -29,8 +30,12 @@ class Ipv4Tx(wiring.Component):
     gives up.
     Packets behind it wait (no reordering).
 
-    Latency 0 when the MAC is known or cached (the first beat passes in the cycle it arrives).
-    Backpressure: ``i.ready`` follows ``o.ready`` through the packetizer.
+    Latency: one cycle when the MAC is known or cached. The input goes through a
+    :class:`~rocegen.gateware.buffer.RegisterSlice`, so ``i.ready`` is a register and the ARP
+    lookup and the rest of the header are computed from registered metadata; the header
+    checksum is summed before the slice but for the length and the identification.
+    Backpressure: from ``o`` through the packetizer and the slice; one beat per cycle sustained,
+    packets back to back.
     """
 
     def __init__(self, width, *, ttl=64):
@@ -51,7 +56,29 @@ class Ipv4Tx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        i = self.i
+
+        # ---- input slice, with the total length and most of the header sum ----
+        inner = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16})
+        # (the total length's constant 20 is in the sum's constant word)
+        sl = m.submodules.slice = RegisterSlice(W, inner)
+        si, sm = self.i.payload, sl.i.payload.meta
+        m.d.comb += [
+            sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
+            sl.i.payload.data.eq(si.data), sl.i.payload.keep.eq(si.keep),
+            sl.i.payload.last.eq(si.last), sl.i.payload.error.eq(si.error),
+            sm.ip.eq(si.meta.ip), sm.total_length.eq(si.meta.ip.length + IPV4.length),
+        ]
+        # the words of the header but the length, the identification and the checksum (added
+        # after the slice); the constant parts of the flags, TTL and total length are summed here, in Python
+        ipi = si.meta.ip
+        src, dst = self.local_ip, ipi.dst
+        const = IPV4.length + 0x4000 + (self.ttl << 8)     # total length, DF, TTL
+        const = (const & 0xFFFF) + (const >> 16)            # end-around carry
+        words = [Cat(ipi.ecn, ipi.dscp, Const(0x45, 8)), Cat(ipi.protocol, Const(0, 8)),
+                 src[16:], src[:16], dst[16:], dst[:16],
+                 Const(const, 16)]
+        m.d.comb += sm.sum.eq(ones_complement_sum(words))
+        i = sl.o
         ip = i.payload.meta.ip
         hdr_meta = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "icrc": 1})
         pk = m.submodules.packetizer = Packetizer(IPV4, W, hdr_meta)
@@ -109,10 +136,10 @@ class Ipv4Tx(wiring.Component):
         hdr = Signal(IPV4.layout)
         m.d.comb += [
             hdr.version.eq(4), hdr.ihl.eq(5), hdr.dscp.eq(ip.dscp), hdr.ecn.eq(ip.ecn),
-            hdr.total_length.eq(ip.length + IPV4.length), hdr.identification.eq(ident),
+            hdr.total_length.eq(i.payload.meta.total_length), hdr.identification.eq(ident),
             hdr.df.eq(1), hdr.ttl.eq(self.ttl), hdr.protocol.eq(ip.protocol),
             hdr.src.eq(self.local_ip), hdr.dst.eq(ip.dst),
         ]
         m.d.comb += pm.ipv4.eq(hdr)
-        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum(be_words(IPV4.to_lanes(hdr))))
+        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum([i.payload.meta.sum, ip.length, ident]))
         return m

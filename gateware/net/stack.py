@@ -3,7 +3,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import PacketArbiter
+from ..buffer import RegisterSlice
 from ..fifo import PacketFifo, fifo_depth
+from ..pipe import ForwardRegister
 from ..stats import StatsBlock
 from ..stream import PacketSignature, check_width
 from .arp import Arp
@@ -13,7 +15,7 @@ from .icmp import IcmpEcho
 from .icrc_tx import IcrcTx
 from .ipv4_rx import Ipv4Rx
 from .ipv4_tx import Ipv4Tx
-from .layouts import ETH_META, IP_TX, UDP_RX_META
+from .layouts import ETH_META, IP_OUT_META, IP_TX, UDP_RX_META
 from .udp_rx import UdpRx
 from .udp_tx import UDP_TX_META, UdpTx
 
@@ -190,7 +192,14 @@ class NetStack(wiring.Component):
 
         ip_meta = data.StructLayout({"ip": IP_TX})
         ip_arb = m.submodules.ip_arbiter = PacketArbiter(W, ip_meta, 2)
-        wiring.connect(m, icmp.o, ip_arb.i[0])
+        # registers where the transmit path's chains would grow too long: a forward register
+        # behind the ICMP store (its gate and filter; the arbiter's registered grant already
+        # keeps its ready short), a register slice in front of the ICRC stage (the demux selects
+        # by metadata; it also splits the ready chain from the transmit FIFO) and a forward
+        # register in front of the transmit FIFO (whose ready is a register)
+        icmp_slice = m.submodules.icmp_slice = ForwardRegister(W, ip_meta)
+        wiring.connect(m, icmp.o, icmp_slice.i)
+        wiring.connect(m, icmp_slice.o, ip_arb.i[0])
         wiring.connect(m, udp_tx.o, ip_arb.i[1])
         ip_tx = m.submodules.ip_tx = self._ip_tx
         wiring.connect(m, ip_arb.o, ip_tx.i)
@@ -201,12 +210,16 @@ class NetStack(wiring.Component):
         eth_arb = m.submodules.eth_arbiter = PacketArbiter(W, ETH_META, 2)
         wiring.connect(m, arp.o, eth_arb.i[0])
         icrc_tx = m.submodules.icrc_tx = self._icrc_tx
-        wiring.connect(m, ip_tx.o, icrc_tx.i)
+        icrc_slice = m.submodules.icrc_slice = RegisterSlice(W, IP_OUT_META)
+        wiring.connect(m, ip_tx.o, icrc_slice.i)
+        wiring.connect(m, icrc_slice.o, icrc_tx.i)
         wiring.connect(m, icrc_tx.o, eth_arb.i[1])
         eth_tx = m.submodules.eth_tx = self._eth_tx
         wiring.connect(m, eth_arb.o, eth_tx.i)
         tx_fifo = m.submodules.tx_fifo = self._tx_fifo
-        wiring.connect(m, eth_tx.o, tx_fifo.i)
+        fifo_slice = m.submodules.fifo_slice = ForwardRegister(W)
+        wiring.connect(m, eth_tx.o, fifo_slice.i)
+        wiring.connect(m, fifo_slice.o, tx_fifo.i)
         wiring.connect(m, tx_fifo.o, wiring.flipped(self.mac_tx))
         ev["tx_frames"] = self.mac_tx.valid & self.mac_tx.ready & self.mac_tx.payload.last
 

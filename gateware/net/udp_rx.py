@@ -1,5 +1,5 @@
-from amaranth.hdl import Module
-from amaranth.lib import wiring
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..checked_fifo import ChecksumCheckedFifo
@@ -8,6 +8,7 @@ from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
 from ..fifo import fifo_depth
 from ..headers import IP_PROTO_UDP, IPV4, UDP
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from .layouts import IP_RX_META, UDP_RX_META
 
@@ -25,7 +26,9 @@ class UdpRx(wiring.Component):
     ``drop_length`` (UDP length disagrees with the IP payload length), ``drop_port``
     (no such port), ``drop_error`` (damaged on the way in, or longer than the store).
 
-    Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat.
+    Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat
+    (the length and port checks go with it through a
+    :class:`~rocegen.gateware.pipe.ForwardRegister` before the dispatch, one of those cycles).
     Backpressure: from the addressed port; the input is held while the store is full.
     """
 
@@ -72,18 +75,42 @@ class UdpRx(wiring.Component):
         wiring.connect(m, store.o, dp.i)
         m.d.comb += self.runt.eq(dp.runt)
         n = len(self.ports)
-        dm = m.submodules.demux = PacketDemux(W, UDP_RX_META, n)
-        wiring.connect(m, dp.o, dm.i)
-        meta = dm.i.payload.meta
-        length_ok = meta.udp.length == meta.ipv4.total_length - IPV4.length
+        # the checks travel with the datagram through a forward register, so the dispatch's
+        # routing and ready depend on registers only
+        verdict = data.StructLayout({"length_ok": 1, "known": 1, "port": range(n)})
+        inner = data.StructLayout({**UDP_RX_META.members, "verdict": verdict})
+        fr = m.submodules.register = ForwardRegister(W, inner)
+        src, fi = dp.o.payload, fr.i.payload
+        meta = src.meta
         hits = [meta.udp.dst_port == p for p in self.ports]
         known = hits[0]
         for h in hits[1:]:
             known = known | h
+        port = Signal(range(n))
         for k in reversed(range(n)):
             with m.If(hits[k]):
-                m.d.comb += dm.select.eq(k)
-        m.d.comb += dm.drop.eq(~length_ok | ~known)
+                m.d.comb += port.eq(k)
+        m.d.comb += [
+            fr.i.valid.eq(dp.o.valid), dp.o.ready.eq(fr.i.ready),
+            fi.data.eq(src.data), fi.keep.eq(src.keep), fi.last.eq(src.last),
+            fi.error.eq(src.error), fi.meta.eth.eq(meta.eth), fi.meta.ipv4.eq(meta.ipv4),
+            fi.meta.udp.eq(meta.udp),
+            fi.meta.verdict.length_ok.eq(meta.udp.length == meta.ipv4.total_length - IPV4.length),
+            fi.meta.verdict.known.eq(known),
+            fi.meta.verdict.port.eq(port),
+        ]
+        dm = m.submodules.demux = PacketDemux(W, UDP_RX_META, n)
+        fo = fr.o.payload
+        m.d.comb += [
+            dm.i.valid.eq(fr.o.valid), fr.o.ready.eq(dm.i.ready),
+            dm.i.payload.data.eq(fo.data), dm.i.payload.keep.eq(fo.keep),
+            dm.i.payload.last.eq(fo.last), dm.i.payload.error.eq(fo.error),
+            dm.i.payload.meta.eth.eq(fo.meta.eth), dm.i.payload.meta.ipv4.eq(fo.meta.ipv4),
+            dm.i.payload.meta.udp.eq(fo.meta.udp),
+        ]
+        v = fo.meta.verdict
+        length_ok, known = v.length_ok, v.known
+        m.d.comb += [dm.select.eq(v.port), dm.drop.eq(~length_ok | ~known)]
         first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
         m.d.comb += [self.drop_length.eq(first & ~length_ok),
                      self.drop_port.eq(first & length_ok & ~known)]

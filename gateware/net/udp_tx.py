@@ -3,6 +3,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import PacketArbiter
+from ..buffer import RegisterSlice
 from ..headers import IP_PROTO_UDP, UDP
 from ..mapmeta import MapMeta
 from ..packetizer import Packetizer
@@ -29,7 +30,11 @@ class UdpTx(wiring.Component):
     ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
     IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
-    Latency 0 (combinational arbiter, trimmer and packetizer). Backpressure from ``o``.
+    Latency: one cycle, in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the arbiter
+    (the payload length to check and the UDP length are computed ahead of it); the trimmer and
+    the packetizer after it are combinational. Backpressure from ``o``; ``i[k].ready`` is a
+    register (the slice's) gated by the arbiter's registered grant. One beat per cycle
+    sustained, packets back to back.
     """
 
     def __init__(self, width, n):
@@ -50,10 +55,21 @@ class UdpTx(wiring.Component):
         arb = m.submodules.arbiter = PacketArbiter(W, UDP_TX_META, self.n)
         for k in range(self.n):
             wiring.connect(m, wiring.flipped(self.i[k]), arb.i[k])
-        trim = m.submodules.trim = Trim(W, UDP_TX_META)
-        wiring.connect(m, arb.o, trim.i)
-        u_in = trim.i.payload.meta.udp
-        m.d.comb += [trim.length.eq(u_in.length - Mux(u_in.icrc, ICRC_BYTES, 0)),
+        # the slice carries the lengths, computed before it
+        inner = data.StructLayout({"udp": UDP_TX, "payload_length": 16, "udp_length": 16})
+        sl = m.submodules.slice = RegisterSlice(W, inner)
+        ai, si = arb.o.payload, sl.i.payload
+        u_arb = ai.meta.udp
+        m.d.comb += [
+            sl.i.valid.eq(arb.o.valid), arb.o.ready.eq(sl.i.ready),
+            si.data.eq(ai.data), si.keep.eq(ai.keep), si.last.eq(ai.last), si.error.eq(ai.error),
+            si.meta.udp.eq(u_arb),
+            si.meta.payload_length.eq(u_arb.length - Mux(u_arb.icrc, ICRC_BYTES, 0)),
+            si.meta.udp_length.eq(u_arb.length + UDP.length),
+        ]
+        trim = m.submodules.trim = Trim(W, inner)
+        wiring.connect(m, sl.o, trim.i)
+        m.d.comb += [trim.length.eq(trim.i.payload.meta.payload_length),
                      self.length_mismatch.eq(trim.short | trim.long)]
 
         hdr_meta = data.StructLayout({"ip": IP_TX, "udp": UDP.layout})
@@ -63,12 +79,12 @@ class UdpTx(wiring.Component):
             m_.d.comb += [
                 dst.ip.dst.eq(u.dst_ip), dst.ip.protocol.eq(IP_PROTO_UDP),
                 dst.ip.dscp.eq(u.dscp), dst.ip.ecn.eq(u.ecn),
-                dst.ip.length.eq(u.length + UDP.length), dst.ip.mac_known.eq(0),
+                dst.ip.length.eq(src.udp_length), dst.ip.mac_known.eq(0),
                 dst.ip.icrc.eq(u.icrc),
                 dst.udp.src_port.eq(u.src_port), dst.udp.dst_port.eq(u.dst_port),
-                dst.udp.length.eq(u.length + UDP.length), dst.udp.checksum.eq(u.checksum),
+                dst.udp.length.eq(src.udp_length), dst.udp.checksum.eq(u.checksum),
             ]
-        mm = m.submodules.headers = MapMeta(W, UDP_TX_META, hdr_meta, headers)
+        mm = m.submodules.headers = MapMeta(W, inner, hdr_meta, headers)
         wiring.connect(m, trim.o, mm.i)
         pk = m.submodules.packetizer = Packetizer(UDP, W, hdr_meta)
         wiring.connect(m, mm.o, pk.i)

@@ -3,6 +3,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..axi import Axi4Signature
+from ..buffer import StreamRegisterSlice
 from ..headers import UDP_PORT_ROCEV2
 from ..memport import MemWriteSignature
 from ..net.stack import STATS as NET_STATS
@@ -274,11 +275,16 @@ class RoceEndpoint(wiring.Component):
         ]
         wiring.connect(m, front.wr, arb.i[1])
         wiring.connect(m, gen.wr, arb.i[2])
+        # a register slice between the arbiter and the scheduler, whose ready depends on its
+        # queue pointers: no combinational round trip from the sources through the scheduler
+        wr_slice = m.submodules.wr_slice = StreamRegisterSlice(WR_TAGGED)
+        wiring.connect(m, arb.o, wr_slice.i)
         # a request naming no QP completes through the tracker's own small queue: hold such a
         # request while that queue is full
-        hold = comp.bad_full & (arb.o.payload.wr.qp >= self.num_qps)
-        m.d.comb += [sched.wr.payload.eq(arb.o.payload), sched.wr.valid.eq(arb.o.valid & ~hold),
-                     arb.o.ready.eq(sched.wr.ready & ~hold)]
+        hold = comp.bad_full & (wr_slice.o.payload.wr.qp >= self.num_qps)
+        m.d.comb += [sched.wr.payload.eq(wr_slice.o.payload),
+                     sched.wr.valid.eq(wr_slice.o.valid & ~hold),
+                     wr_slice.o.ready.eq(sched.wr.ready & ~hold)]
         gen_arb = m.submodules.gen_arbiter = StreamArbiter(GEN_CONFIG, 2)
         wiring.connect(m, wiring.flipped(self.gen), gen_arb.i[0])
         wiring.connect(m, cm.gen, gen_arb.i[1])

@@ -54,9 +54,15 @@ def test_arbiter_rotates_among_busy_inputs():
             _, _, payload = await ctx.tick().sample(dut.o.payload)
             got.append(payload)
         ctx.set(dut.i[1].valid, 0)
-        for _ in range(4):
-            _, _, payload = await ctx.tick().sample(dut.o.payload)
-            got.append(payload)
+        # the grant was with input 1: it moves on in one cycle without a transfer
+        idle = 0
+        while len(got) < 13:
+            _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if valid:
+                got.append(payload)
+            else:
+                idle += 1
+        assert idle <= 1
 
     run_sim(dut, testbenches=[tb])
     assert got[:9] == [1, 2, 0] * 3
