@@ -6,7 +6,18 @@ from amaranth.lib.wiring import In, Out
 
 from .stream import check_width, packet_layout
 
-__all__ = ["StreamRegisterSlice", "RegisterSlice"]
+__all__ = ["StreamRegisterSlice", "RegisterSlice", "stream_stage_members"]
+
+
+def stream_stage_members(shape):
+    """The ports of a one-stream pipeline stage (``i`` in, ``o`` out, both of ``shape``), after
+    checking that ``shape`` is shape-castable."""
+    if not isinstance(shape, ShapeCastable):
+        try:
+            Shape.cast(shape)
+        except TypeError as exc:
+            raise TypeError(f"shape must be a shape-castable object, not {shape!r}") from exc
+    return {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))}
 
 
 class StreamRegisterSlice(wiring.Component):
@@ -32,16 +43,8 @@ class StreamRegisterSlice(wiring.Component):
     """
 
     def __init__(self, shape):
-        if not isinstance(shape, ShapeCastable):
-            try:
-                Shape.cast(shape)
-            except TypeError as exc:
-                raise TypeError(f"shape must be a shape-castable object, not {shape!r}") from exc
         self.shape = shape
-        super().__init__({
-            "i": In(stream.Signature(shape)),
-            "o": Out(stream.Signature(shape)),
-        })
+        super().__init__(stream_stage_members(shape))
 
     def elaborate(self, platform):
         m = Module()

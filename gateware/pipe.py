@@ -1,10 +1,10 @@
 """Forward registers: break the forward (valid and payload) paths of a stream for the cost of
 flip-flops alone."""
 
-from amaranth.hdl import Module, Shape, ShapeCastable
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.hdl import Module
+from amaranth.lib import wiring
 
+from .buffer import stream_stage_members
 from .stream import check_width, packet_layout
 
 __all__ = ["StreamForwardRegister", "ForwardRegister"]
@@ -32,16 +32,8 @@ class StreamForwardRegister(wiring.Component):
     """
 
     def __init__(self, shape):
-        if not isinstance(shape, ShapeCastable):
-            try:
-                Shape.cast(shape)
-            except TypeError as exc:
-                raise TypeError(f"shape must be a shape-castable object, not {shape!r}") from exc
         self.shape = shape
-        super().__init__({
-            "i": In(stream.Signature(shape)),
-            "o": Out(stream.Signature(shape)),
-        })
+        super().__init__(stream_stage_members(shape))
 
     def elaborate(self, platform):
         m = Module()
