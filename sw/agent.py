@@ -32,6 +32,7 @@ import socketserver
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from rocegen.gateware.top import parse_ip
@@ -62,7 +63,7 @@ class TrafficRun:
     count: int
     spacing: int
     window: int
-    t_start: float
+    t_start: float | None         # when its datagram was sent (None: queued behind another run)
     received: int = 0           # completions taken (SEND*, WRITE_IMM)
     verified: int = 0           # messages checked good
     errors: list = field(default_factory=list)
@@ -76,9 +77,10 @@ class TrafficRun:
 
     def summary(self, now=None):
         end = self.t_done or now or time.monotonic()
-        secs = max(end - self.t_start, 1e-9)
+        secs = max(end - self.t_start, 1e-9) if self.t_start is not None else 1e-9
         good = self.verified * self.size
         return {"op": self.op, "size": self.size, "count": self.count, "spacing": self.spacing,
+                "queued": self.t_start is None,
                 "window": self.window, "received": self.received, "verified": self.verified,
                 "bad": self.bad, "errors": self.errors, "done": self.done,
                 "ok": self.done and not self.bad and self.verified == self.count,
@@ -131,6 +133,8 @@ class Agent:
         self._by_host = {}                  # host qpn -> HostQp
         self.lock = threading.RLock()
         self.stopping = threading.Event()
+        self._queue = deque()               # QPs whose run waits for the generator
+        self._in_flight = []                # the run last sent to the generator
         self.fatal = None
         self._poller = threading.Thread(target=self._poll_loop, name="cq", daemon=True)
         self._poller.start()
@@ -232,15 +236,33 @@ class Agent:
                                  f"({qp.run.verified} of {qp.run.count} checked)")
             if op.startswith("WRITE"):
                 self.nic.fill(qp.addr, min(2 * self.window, count * size + size), 0)
-            run = TrafficRun(op, size, count, spacing, self.window, time.monotonic())
-            if count == 0:
-                run.t_done = run.t_start
+            run = TrafficRun(op, size, count, spacing, self.window, None)
             with self.lock:
                 qp.run = run
-            self.cm.traffic(qp.fpga_qpn, size, count, spacing, write=op.startswith("WRITE"),
-                            imm=op.endswith("IMM"), window_log2=_log2(self.window))
+                self._queue.append(qp)
+                self._dispatch()
             runs.append({"fpga_qpn": qp.fpga_qpn, **run.summary()})
         return runs
+
+    def _dispatch(self):
+        """Send the next queued run's test-traffic datagram once every run sent before is done.
+
+        The FPGA has one traffic generator, which takes one run at a time and holds at most one
+        more (a third datagram arriving then is dropped and counted): sending a run only after
+        the previous one is complete here keeps at most the generator's last acknowledgements
+        and this run in flight, so none is lost. Called with the lock held."""
+        while self._queue and all(r.done for r in self._in_flight):
+            qp = self._queue.popleft()
+            run = qp.run
+            if qp.fpga_qpn not in self.qps or run is None or run.t_start is not None:
+                continue
+            run.t_start = time.monotonic()
+            self._in_flight = [run]
+            if run.count == 0:
+                run.t_done = run.t_start
+            self.cm.traffic(qp.fpga_qpn, run.size, run.count, run.spacing,
+                            write=run.op.startswith("WRITE"), imm=run.op.endswith("IMM"),
+                            window_log2=_log2(self.window))
 
     def progress(self, fpga_qpn=None):
         with self.lock:
@@ -275,6 +297,7 @@ class Agent:
             with self.lock:
                 for c in cpls:
                     self._completion(c)
+                self._dispatch()
                 now = time.monotonic()
                 if now - last_mem >= 0.05:
                     last_mem = now
