@@ -189,3 +189,65 @@ def test_agent_control_socket_refuses_malformed_requests(tmp_path):
     assert not server.is_alive()
     cm.close()
     fpga.close()
+
+
+def test_agent_sends_one_run_at_a_time():
+    """The FPGA's generator holds one run besides the one going: the agent sends a run's
+    datagram only once the runs sent before are complete here."""
+    import time as _time
+
+    from rocegen.host.agent import Agent
+
+    class MemNic:
+        local_ip = HOST_IP
+
+        def __init__(self):
+            self.mem, self.next = {}, 1
+
+        def create_qp(self, depth):
+            self.next += 1
+            return self.next
+
+        def register(self, length):
+            return 0x1000 * self.next, 7
+
+        def connect_qp(self, *args):
+            pass
+
+        def post_recv(self, *args):
+            pass
+
+        def poll(self, max_entries=64, timeout=0.0):
+            _time.sleep(timeout)
+            return []
+
+        def fill(self, addr, length, value=0):
+            pass
+
+        def read(self, addr, length):
+            return bytes(length)
+
+        def counters(self):
+            return {}
+
+    fpga = ModelFpga(num_qps=2)
+    cm = client(fpga)
+    agent = Agent(MemNic(), cm, FPGA_IP)
+    agent.open(2)
+    runs = agent.traffic(op="SEND", size=100, count=3)
+    assert [r["queued"] for r in runs] == [False, True]
+    _time.sleep(0.3)
+    traffic = [M.unpack(r) for r in fpga.requests if M.unpack(r)["txmeta_valid"]]
+    assert [t["rem_qpn"] for t in traffic] == [256]          # the second waits
+    with agent.lock:                                          # the first run completes here
+        agent.qps[256].run.t_done = _time.monotonic()
+    for _ in range(100):
+        traffic = [M.unpack(r) for r in fpga.requests if M.unpack(r)["txmeta_valid"]]
+        if len(traffic) == 2:
+            break
+        _time.sleep(0.02)
+    assert [t["rem_qpn"] for t in traffic] == [256, 257]
+    assert agent.progress(257)[0]["queued"] is False
+    agent.shutdown()
+    cm.close()
+    fpga.close()
