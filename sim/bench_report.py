@@ -145,6 +145,14 @@ def plots(results, folder):
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        path = folder / name
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return path
+
     colours = {"WRITE": "tab:blue", "WRITE_IMM": "tab:orange", "SEND": "tab:green"}
     markers = {"WRITE": "o", "WRITE_IMM": "s", "SEND": "^"}
     good = results["goodput"]
@@ -180,11 +188,7 @@ def plots(results, folder):
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7, loc="lower right")
     fig.suptitle("Goodput vs message size, measured (dots) against the theoretical limit (lines)")
-    fig.tight_layout()
-    path = folder / "goodput_vs_size.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    written.append(path)
+    written.append(save(fig, "goodput_vs_size.png"))
 
     # unthrottled: goodput against the no-idle-beat ideal
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
@@ -211,11 +215,7 @@ def plots(results, folder):
             ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.suptitle(f"MAC taking a beat every cycle (W = 512, {CLOCK_MHZ:.3f} MHz): measured (dots) "
                  "against one beat per cycle with no idle beat (lines)")
-    fig.tight_layout()
-    path = folder / "goodput_unthrottled.png"
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    written.append(path)
+    written.append(save(fig, "goodput_unthrottled.png"))
 
     # message rate
     rate = results["message_rate"]
@@ -240,11 +240,7 @@ def plots(results, folder):
         ax.set_title("Message rate of small RDMA WRITEs (1 QP and 8 QPs give the same)")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = folder / "message_rate.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, "message_rate.png"))
 
     # loss
     loss = results["loss"]
@@ -266,11 +262,7 @@ def plots(results, folder):
         ax.set_title("One QP, 4 KiB WRITEs, PMTU 4096, 100 Gb/s, go-back-N")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="lower left")
-        fig.tight_layout()
-        path = folder / "loss.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        written.append(path)
+        written.append(save(fig, "loss.png"))
     return written
 
 

@@ -27,11 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+
 __all__ = ["add_parser", "run", "serve_config", "DEFAULT_WIRE_PORT"]
 
 DEFAULT_WIRE_PORT = 17186
-HOST_MAC, HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
-FPGA_MAC, FPGA_IP = "02:00:00:00:00:01", "10.0.0.2"
 
 
 def add_parser(subparsers):

@@ -513,8 +513,8 @@ def main(argv=None):
     c = json.loads(args.config)
     out = sys.stdout
     try:
-        nic = open_nic(c["device"], ip=c.get("local_ip") or "10.0.0.1", mac=c.get("local_mac")
-                       or "02:00:00:00:00:99", port=c.get("port", 1), gid_index=c.get("gid_index"))
+        nic = open_nic(c["device"], ip=c.get("local_ip"), mac=c.get("local_mac"),
+                       port=c.get("port", 1), gid_index=c.get("gid_index"))
     except NicError as e:
         out.write(json.dumps({"ok": False, "kind": "nic", "error": str(e)}) + "\n")
         return 1

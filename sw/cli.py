@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 
 from rocegen.sim.models.cm import CM_PORT
+from rocegen.sim.scenarios import FPGA_IP, HOST_IP
 
 from .agent import OPS, request
 
 __all__ = ["main", "state_dir"]
 
-SIM_FPGA_IP, SIM_HOST_IP = "10.0.0.2", "10.0.0.1"
+SIM_FPGA_IP, SIM_HOST_IP = FPGA_IP, HOST_IP      # rocegen sim serve's defaults
 
 
 def state_dir(args_dir=None):

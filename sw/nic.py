@@ -57,8 +57,10 @@ class SimNic:
     ConnectX NIC would; with ``strict`` it also stops at any protocol violation of the FPGA
     (its log is in :meth:`counters`)."""
 
-    def __init__(self, wire=SIM_WIRE, *, mac="02:00:00:00:00:99", ip="10.0.0.1", strict=False):
+    def __init__(self, wire=SIM_WIRE, *, mac=None, ip=None, strict=False):
         from rocegen.sim.bridge import FrameReader, encode_frame
+        from rocegen.sim.scenarios import HOST_IP, HOST_MAC
+        mac, ip = mac or HOST_MAC, ip or HOST_IP
         from rocegen.sim.models.rnic import Rnic
         self._encode = encode_frame
         self.local_ip = ip
