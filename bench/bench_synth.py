@@ -9,8 +9,11 @@ figure (with the worst paths) to ``build/bench/synth.json``; the Yosys working f
 ``build/synth/<design>/``. Takes some 20 minutes on two cores with the WebAssembly Yosys.
 
 Run: python -m bench.bench_synth [--quick] [--only NAME ...] [--no-doc] [--doc-only] [--reanalyse]
-(``--only`` replaces those designs' figures in the last report and keeps the others;
-``--reanalyse`` reads the netlists of the last run again, keeping its wall times.)
+[--check] (``--only`` replaces those designs' figures in the last report and keeps the others;
+``--reanalyse`` reads the netlists of the last run again, keeping its wall times; ``--check``
+exits with status 1 when a whole core misses a goal, naming it). The report's tables also go to
+``build/bench/resources.md`` on every run (the copy CI keeps; ``make synth-check`` is
+``--quick --no-doc --check``).
 """
 
 import argparse
@@ -237,6 +240,24 @@ METHOD = """## Method
 """
 
 
+def goal_misses(designs):
+    """One line per goal a whole core of ``designs`` misses (fewer than :data:`LUT_GOAL` LUTs,
+    at most :data:`LEVEL_GOAL` LUT levels); blocks are not judged."""
+    misses = []
+    for r in designs:
+        if KIND.get(r["name"]) != "core":
+            continue
+        if r["lut_total"] >= LUT_GOAL:
+            misses.append(f"{r['description']}: {r['lut_total']:,} LUTs (goal: fewer than "
+                          f"{LUT_GOAL:,})")
+        if r["lut_levels"] > LEVEL_GOAL:
+            worst = r["worst_paths"][0] if r.get("worst_paths") else None
+            where = f", e.g. {worst['start']} -> {worst['end']}" if worst else ""
+            misses.append(f"{r['description']}: {r['lut_levels']} LUT levels (goal: at most "
+                          f"{LEVEL_GOAL}){where}")
+    return misses
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="only the two on-chip cores")
@@ -246,6 +267,8 @@ def main():
     ap.add_argument("--worst", type=int, default=10, help="deepest paths to keep per design")
     ap.add_argument("--doc-only", action="store_true",
                     help="only rewrite docs/resources.md from build/bench/synth.json")
+    ap.add_argument("--check", action="store_true",
+                    help="exit with status 1 when a whole core misses the LUT or depth goal")
     ap.add_argument("--reanalyse", action="store_true",
                     help="read the netlists of the last run again instead of synthesizing")
     args = ap.parse_args()
@@ -308,10 +331,19 @@ def main():
         report["designs"] = sorted(kept + report["designs"], key=lambda d: order.index(d["name"]))
     (out / "synth.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"wrote {out / 'synth.json'}")
+    (out / "resources.md").write_text(markdown(report))
+    print(f"wrote {out / 'resources.md'}")
     if not args.no_doc:
         doc = ROOT / "docs" / "resources.md"
         doc.write_text(markdown(report))
         print(f"wrote {doc}")
+    if args.check:
+        misses = goal_misses(report["designs"])
+        for line in misses:
+            print(f"GOAL MISSED: {line}")
+        if misses:
+            raise SystemExit(1)
+        print(f"goals met: every core under {LUT_GOAL:,} LUTs and at most {LEVEL_GOAL} LUT levels")
 
 
 if __name__ == "__main__":

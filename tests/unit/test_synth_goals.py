@@ -1,0 +1,26 @@
+"""The goal check of the synthesis report (``python -m bench.bench_synth --check``)."""
+
+from bench.bench_synth import LEVEL_GOAL, LUT_GOAL, goal_misses
+
+
+def _design(name, luts, levels):
+    return {"name": name, "description": name, "lut_total": luts, "lut_levels": levels,
+            "worst_paths": [{"levels": levels, "start": "FDRE a", "end": "FDRE.D of b"}]}
+
+
+def test_cores_within_both_goals_pass():
+    assert goal_misses([_design("endpoint_w512", LUT_GOAL - 1, LEVEL_GOAL),
+                        _design("endpoint_w64", 1000, 3)]) == []
+
+
+def test_each_missed_goal_is_named_with_the_worst_path():
+    misses = goal_misses([_design("endpoint_w512", LUT_GOAL, LEVEL_GOAL + 1),
+                          _design("endpoint_w64", 1000, LEVEL_GOAL)])
+    assert len(misses) == 2
+    assert misses[0].startswith("endpoint_w512: 40,000 LUTs")
+    assert f"{LEVEL_GOAL + 1} LUT levels" in misses[1] and "FDRE a -> FDRE.D of b" in misses[1]
+
+
+def test_blocks_are_not_judged():
+    # a block's ports are path ends: its depth is only its share of a path through the core
+    assert goal_misses([_design("scheduler", 10 * LUT_GOAL, 40)]) == []
