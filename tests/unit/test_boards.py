@@ -13,6 +13,7 @@ from rocegen.boards import BOARDS, RETRANSMIT_MEMORIES, get_board
 from rocegen.boards.base import DDR4_UNSUPPORTED, add_ram_style, check_build_params
 from rocegen.boards.common import LevelSync, ResetSync, StatsWatch, StatusLeds, Stretch
 from rocegen.boards.core import CoreTop
+from rocegen.boards.mem_reset import MemResetControl
 from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, VCU118Platform, Vcu118Top
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.sim.harness import run_sim
@@ -450,3 +451,118 @@ def test_reset_sync():
     sim.run()
     with pytest.raises(ValueError):
         ResetSync(stages=1)
+
+
+@pytest.mark.parametrize("core_ns, mem_ns", [(6.4, 3.333), (2.5, 3.333)])
+def test_mem_reset_control(core_ns, mem_ns):
+    """Both AXI sides are reset together, asynchronously, by a request or by calibration
+    missing; each is released hold + 4 of its own cycles after the request has gone; the core
+    only after both; the calibration status follows calib whatever the resets."""
+    hold = 16
+    m = Module()
+    m.domains.sync = ClockDomain()
+    m.domains.ui = ClockDomain()
+    dut = m.submodules.dut = MemResetControl(core_domain="sync", mem_domain="ui", hold=hold)
+    sim = Simulator(m)
+    sim.add_clock(core_ns * 1e-9, domain="sync")
+    sim.add_clock(mem_ns * 1e-9, domain="ui")
+    edges = {"sync": 0, "ui": 0}
+    trace = {"sync": [], "ui": []}          # outputs after each edge of that clock
+    releases = []                           # (sync edges, ui edges) when the request went away
+
+    def sampler(domain):
+        async def watch(ctx):
+            while True:
+                await ctx.tick(domain)
+                edges[domain] += 1
+                trace[domain].append({
+                    "mem_aresetn": ctx.get(dut.mem_aresetn),
+                    "core_aresetn": ctx.get(dut.core_aresetn),
+                    "core_rst": ctx.get(dut.core_rst), "calib_done": ctx.get(dut.calib_done),
+                    "calib": ctx.get(dut.calib)})
+        return watch
+
+    def in_reset(ctx):
+        return (ctx.get(dut.mem_aresetn), ctx.get(dut.core_aresetn), ctx.get(dut.core_rst)) == \
+            (0, 0, 1)
+
+    async def bench(ctx):
+        assert in_reset(ctx)                                  # out of configuration
+        await ctx.delay(300e-9)
+        assert in_reset(ctx)                                  # not calibrated: held
+        ctx.set(dut.calib, 1)
+        releases.append(dict(edges))
+        await ctx.delay(400e-9)
+        assert not in_reset(ctx) and ctx.get(dut.core_rst) == 0
+        # a request shorter than any clock period: everything in reset at once
+        await ctx.delay(0.4e-9)
+        ctx.set(dut.arst, 1)
+        await ctx.delay(0.3e-9)
+        assert in_reset(ctx)
+        ctx.set(dut.arst, 0)
+        releases.append(dict(edges))
+        await ctx.delay(400e-9)
+        assert not in_reset(ctx)
+        # a long request, then calibration lost while it is on
+        ctx.set(dut.arst, 1)
+        await ctx.delay(0.2e-9)
+        assert in_reset(ctx)
+        await ctx.delay(100e-9)
+        assert ctx.get(dut.calib_done) == 1                   # still calibrated
+        ctx.set(dut.calib, 0)
+        await ctx.delay(50e-9)
+        ctx.set(dut.arst, 0)
+        await ctx.delay(200e-9)
+        assert in_reset(ctx) and ctx.get(dut.calib_done) == 0
+        ctx.set(dut.calib, 1)
+        releases.append(dict(edges))
+        await ctx.delay(400e-9)
+        assert not in_reset(ctx)
+        # calibration lost alone
+        ctx.set(dut.calib, 0)
+        await ctx.delay(0.2e-9)
+        assert in_reset(ctx)
+        await ctx.delay(100e-9)
+    sim.add_testbench(sampler("sync"), background=True)
+    sim.add_testbench(sampler("ui"), background=True)
+    sim.add_testbench(bench)
+    sim.run()
+
+    assert len(releases) == 3
+    for rel in releases:
+        # mem side: released at edge hold + 4 after the request went away (its own clock)
+        ui = trace["ui"][rel["ui"]:]
+        assert [t["mem_aresetn"] for t in ui[:hold + 4]] == [0] * (hold + 3) + [1]
+        core = trace["sync"][rel["sync"]:]
+        assert [t["core_aresetn"] for t in core[:hold + 4]] == [0] * (hold + 3) + [1]
+        # the core: after both, within 4 core cycles of the later
+        mem_up_ns = (rel["ui"] + hold + 4) * mem_ns
+        later = max(rel["sync"] + hold + 4, int(mem_up_ns // core_ns) + 1)
+        first_run = next(i for i, t in enumerate(trace["sync"]) if i >= rel["sync"]
+                         and t["core_rst"] == 0)
+        assert later <= first_run + 1 <= later + 4, (later, first_run)
+    # the core never runs while an AXI side is in reset
+    for t in trace["sync"]:
+        if t["core_rst"] == 0:
+            assert t["core_aresetn"] == 1 and t["mem_aresetn"] == 1
+    # calib_done: calib, 2 to 3 core cycles late
+    calib = [t["calib"] for t in trace["sync"]]
+    done = [t["calib_done"] for t in trace["sync"]]
+    for i in range(3, len(done)):
+        if calib[i - 3] == calib[i - 2] == calib[i - 1]:
+            assert done[i] == calib[i - 2], i
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_mem_reset_control_parameters():
+    with pytest.raises(ValueError, match=r"hold must be an integer 16\.\.65536 \(cycles\), not 15"):
+        MemResetControl(hold=15)
+    with pytest.raises(ValueError, match="core_domain and mem_domain must differ, both are 'ui'"):
+        MemResetControl(core_domain="ui", mem_domain="ui")
+    with pytest.raises(TypeError, match="mem_domain must be a clock domain name, not ''"):
+        MemResetControl(mem_domain="")
+    ctl = MemResetControl()
+    assert (ctl.core_domain, ctl.mem_domain, ctl.hold) == ("sync", "ui", 64)
+    assert set(ctl.signature.members) == {"arst", "calib", "mem_aresetn", "core_aresetn",
+                                          "core_rst", "calib_done"}
+    Fragment.get(ctl, None)
