@@ -2,7 +2,8 @@
 
 ``BOARDS`` maps each target's name to its :class:`~rocegen.boards.base.Board`;
 ``rocegen boards`` lists them and ``rocegen build --board NAME`` writes a build folder for one.
-Vendor IP and primitives appear only in this package.
+Vendor IP and primitives (MACs, DDR4 memory controller, AXI clock converter, clock buffers)
+appear only in this package.
 """
 
 from .base import RETRANSMIT_MEMORIES, Board, write_build

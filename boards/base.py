@@ -15,8 +15,8 @@ from rocegen.gateware.emit import to_verilog
 from rocegen.gateware.roce.layouts import MAX_QPS
 from rocegen.gateware.top import parse_ip, parse_mac
 
-__all__ = ["Board", "PinMap", "RETRANSMIT_MEMORIES", "DDR4_UNSUPPORTED", "write_build",
-           "check_build_params", "add_ram_style"]
+__all__ = ["Board", "PinMap", "RETRANSMIT_MEMORIES", "write_build", "check_build_params",
+           "add_ram_style"]
 
 #: Where work-request payloads are kept (and read again for a retransmission).
 RETRANSMIT_MEMORIES = ("bram", "uram", "ddr4")
@@ -24,14 +24,6 @@ RETRANSMIT_MEMORIES = ("bram", "uram", "ddr4")
 #: Local memory size per kind when not given: block RAM is scarce, UltraRAM is not.
 DEFAULT_MEM_BYTES = {"bram": 256 * 1024, "uram": 1024 * 1024}
 
-#: Why ``ddr4`` is refused (the core side exists: ``memory="axi4"``).
-DDR4_UNSUPPORTED = (
-    "--retransmit-memory ddr4 is not available in board builds yet: it needs the board's DDR4 "
-    "memory controller (MIG) with its ~130-pin component interface, its own reference clock and "
-    "a clock-domain crossing of the 512-bit AXI4 port between the MIG's user clock and the MAC "
-    "clock, none of which rocegen generates or has verified for this board. The core itself "
-    "supports external memory: emit it with `rocegen verilog --memory axi4` and connect m_axi_* "
-    "to a MIG (through an AXI clock converter) in your own Vivado project. Use bram or uram here.")
 
 
 class PinMap:
@@ -104,7 +96,12 @@ class Board(abc.ABC):
     top_name : str
         Default Verilog module name of the top level.
     pins : list of :class:`PinMap`
-        Placement of every top-level port.
+        Placement of the top-level ports every build has (:meth:`pins_for` adds those of a
+        build's options).
+    ddr4 : object or None
+        The DDR4 memory the board top can keep payloads in (``--retransmit-memory ddr4``), with
+        the attributes ``name``, ``size_bytes`` and ``min_bytes``; ``None`` when the board has
+        none.
     """
 
     name = title = mac = top_name = None
@@ -112,6 +109,7 @@ class Board(abc.ABC):
     line_rate_gbps = width = core_clock_hz = None
     clocks = ()
     pins = ()
+    ddr4 = None
 
     # -- to be provided by a board -------------------------------------------------------------
 
@@ -121,18 +119,27 @@ class Board(abc.ABC):
         :class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` parameters)."""
 
     @abc.abstractmethod
-    def ip_tcl(self):
-        """Tcl that creates and generates the board's vendor IP (in ``$ipdir``)."""
+    def ip_tcl(self, top=None):
+        """Tcl that creates and generates the vendor IP of ``top`` (in ``$ipdir``); without
+        ``top``, that of the board's MAC."""
 
     def extra_xdc(self, top):
         """Board-specific constraints after the pins and clocks."""
         return ""
 
-    def leds(self):
+    def pins_for(self, top):
+        """Placement of every top-level port of ``top``."""
+        return self.pins
+
+    def clocks_for(self, top):
+        """The board clocks ``top`` uses (as :attr:`clocks`)."""
+        return self.clocks
+
+    def leds(self, top=None):
         """``(LED index, meaning)`` pairs for the instructions."""
         return ()
 
-    def notes(self):
+    def notes(self, top=None):
         """Board-specific paragraphs of BUILD.md (Markdown)."""
         return ""
 
@@ -160,7 +167,7 @@ class Board(abc.ABC):
                  "set_property BITSTREAM.GENERAL.COMPRESS true [current_design]", "",
                  "# pins"]
         clocks = []
-        for pm in self.pins:
+        for pm in self.pins_for(top):
             names, attrs, clock = pm.lookup(plat)
             width = len(getattr(top, pm.port))
             if pm.port_bit is not None:
@@ -184,9 +191,9 @@ class Board(abc.ABC):
         lines += ["", self.extra_xdc(top).strip(), ""]
         return "\n".join(lines)
 
-    def tcl(self, *, top_name, verilog, xdc, report_prefix="post_route"):
-        """The Vivado batch script: in-memory project for the part, the vendor IP, synthesis,
-        implementation, reports and the bitstream."""
+    def tcl(self, *, top_name, verilog, xdc, report_prefix="post_route", top=None):
+        """The Vivado batch script: in-memory project for the part, the vendor IP of ``top``
+        (:meth:`ip_tcl`), synthesis, implementation, reports and the bitstream."""
         return f"""\
 # rocegen: Vivado batch build of the {self.title}
 #   vivado -mode batch -source build.tcl
@@ -206,7 +213,7 @@ set_property target_language Verilog [current_project]
 set_property default_lib work [current_project]
 
 # vendor IP (generated here, synthesized together with the design)
-{self.ip_tcl().strip()}
+{self.ip_tcl(top).strip()}
 
 # the design
 read_verilog [file join $here {verilog}]
@@ -262,7 +269,19 @@ def check_build_params(board, *, num_qps, mac, ip, retransmit_memory, width=None
         raise ValueError(f"--retransmit-memory must be one of {', '.join(RETRANSMIT_MEMORIES)}, "
                          f"not {retransmit_memory!r}")
     if retransmit_memory == "ddr4":
-        raise ValueError(DDR4_UNSUPPORTED)
+        ddr = board.ddr4
+        if ddr is None:
+            raise ValueError(f"--retransmit-memory ddr4: the {board.name} board has no DDR4 "
+                             f"memory rocegen drives; use bram or uram")
+        if mem_bytes is None:
+            return "axi4", ddr.size_bytes
+        if (not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool)
+                or not ddr.min_bytes <= mem_bytes <= ddr.size_bytes
+                or mem_bytes & (mem_bytes - 1)):
+            raise ValueError(f"--mem-bytes with ddr4 must be a power of two from "
+                             f"{ddr.min_bytes} (the streaming ring) to {ddr.size_bytes} (the "
+                             f"size of {ddr.name}), not {mem_bytes!r}")
+        return "axi4", mem_bytes
     if mem_bytes is None:
         mem_bytes = DEFAULT_MEM_BYTES[retransmit_memory]
     return "onchip", mem_bytes
@@ -322,7 +341,7 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
     files["verilog"].write_text(text)
     files["xdc"].write_text(board.xdc(top, top_name))
     files["tcl"].write_text(board.tcl(top_name=top_name, verilog=files["verilog"].name,
-                                      xdc=files["xdc"].name))
+                                      xdc=files["xdc"].name, top=top))
     params = {"board": board.name, "ip": ip, "mac": mac, "qps": num_qps,
               "retransmit_memory": retransmit_memory, "mem_bytes": mem_bytes,
               "width": board.width, "top": top_name, **endpoint}
@@ -339,8 +358,9 @@ def _net_text(net):
 
 def build_md(board, top, params, files):
     """The instructions of a build folder."""
-    leds = "\n".join(f"| {i} | {what} |" for i, what in board.leds())
-    clocks = "\n".join(f"| {n} | {hz / 1e6:g} MHz | {what} |" for n, hz, what in board.clocks)
+    leds = "\n".join(f"| {i} | {what} |" for i, what in board.leds(top))
+    clocks = "\n".join(f"| {n} | {hz / 1e6:g} MHz | {what} |"
+                       for n, hz, what in board.clocks_for(top))
     has_cm = getattr(top, "has_connection_manager", False)
     if has_cm:
         port = params.get("cm_port", 17185)
@@ -357,10 +377,13 @@ def build_md(board, top, params, files):
                "traffic; synthesis then trims the unreachable requester logic. The QP LED "
                "lights once a peer acknowledges a packet.")
     mem = params["retransmit_memory"]
+    ddr4_name = board.ddr4.name if board.ddr4 is not None else "DDR4"
     mem_text = {
         "bram": "block RAM",
         "uram": "UltraRAM (the payload memory carries `(* ram_style = \"ultra\" *)`; check "
                 "`URAM` in the utilization report)",
+        "ddr4": f"DDR4 SDRAM ({ddr4_name}, through the DDR4 memory controller and an AXI "
+                f"clock converter; see \"Payload memory: {ddr4_name}\" below)",
     }[mem]
     core_keys = ("board", "ip", "mac", "qps", "retransmit_memory", "mem_bytes", "width", "top")
     extra = "".join(f"| {k} | {_net_text(v) if k == 'cm_allow_net' else v} |\n"
@@ -422,5 +445,5 @@ From a host on the same link and subnet: `ping {params['ip']}` must answer (the 
 blinks). The endpoint's counters (frames, drops, ICRC errors, completions) are in the core's
 statistics block; the board top watches a few of them for the LEDs.
 
-{board.notes().strip()}
+{board.notes(top).strip()}
 """

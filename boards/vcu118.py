@@ -4,6 +4,12 @@ Pin locations are those of the board's public constraint files (the VCU118 user 
 and its board files list the same nets): system clocks, user LEDs, push buttons, DIP switches,
 the USB UART, and both QSFP28 cages (transceiver lanes, reference clocks, module sideband).
 
+Every target can keep its payloads in the board's DDR4 C1 component memory instead of on-chip RAM
+(``rocegen build --retransmit-memory ddr4``): the DDR4 memory controller IP (``ddr4``, AXI4 slave
+port) on its own 250 MHz reference clock, reached from the core's AXI4 master through an AXI
+clock converter (``axi_clock_converter``), with the resets sequenced by
+:class:`~rocegen.boards.mem_reset.MemResetControl`.
+
 Two targets use QSFP28 cage 1 (GTY quad 231, X1Y48..X1Y51, 156.25 MHz reference clock):
 
 * ``vcu118``: 100GbE through the integrated CMAC (``cmac_usplus``, CAUI-4 with RS-FEC, AXI-Stream
@@ -13,12 +19,12 @@ Two targets use QSFP28 cage 1 (GTY quad 231, X1Y48..X1Y51, 156.25 MHz reference 
   rocegen's own XGMII MAC (:mod:`rocegen.gateware.mac`) and the endpoint at W = 64. A QSFP28 to
   4xSFP28 breakout cable (or a QSFP+ / SFP+ adapter at 10G) connects lane 0 to the peer.
 
-The vendor IP and primitives (CMAC, 10G/25G subsystem, IBUFDS, BUFG) are instantiated here and
-only here; the core and the board glue are portable Amaranth.
+The vendor IP and primitives (CMAC, 10G/25G subsystem, DDR4 controller, AXI clock converter,
+IBUFDS, BUFG) are instantiated here and only here; the core and the board glue are portable Amaranth.
 """
 
 from amaranth.build import Attrs, Clock, DiffPairs, Pins, Resource, Subsignal
-from amaranth.hdl import Cat, ClockDomain, Const, Instance, Module, Signal
+from amaranth.hdl import Cat, ClockDomain, Const, Instance, IOPort, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.vendor import XilinxPlatform
@@ -29,17 +35,73 @@ from rocegen.gateware.top import parse_ip, parse_mac
 from .base import Board, PinMap
 from .common import ResetSync, StatsWatch, StatusLeds, cycles_for, tie_off
 from .core import xgmii_mac
+from .mem_reset import MemResetControl
 
 __all__ = ["VCU118Platform", "Vcu118Top", "Vcu118Cmac", "Vcu118Xxv", "CMAC_MODULE",
-           "XXV_MODULE"]
+           "XXV_MODULE", "DDR4_C1", "ddr4_module", "axi_cdc_module", "leds_for"]
 
 #: Module names of the vendor IP instances (``create_ip -module_name``).
 CMAC_MODULE = "cmac_usplus_0"
 XXV_MODULE = "xxv_ethernet_0"
 
+
+def ddr4_module(width):
+    """Module name of the DDR4 controller IP whose AXI port is ``width`` bits wide."""
+    return f"ddr4_c1_axi{width}"
+
+
+def axi_cdc_module(width):
+    """Module name of the AXI clock converter IP for a ``width``-bit AXI port."""
+    return f"axi_cdc_c1_axi{width}"
+
+
+class _Ddr4C1:
+    """The VCU118's DDR4 C1 component memory as the board top drives it (UG1224; the Vivado
+    board interface ``ddr4_sdram_c1_083``): four MT40A256M16GE-083E (4 Gb, x16) on a 64-bit
+    data bus = 2 GiB, DDR4-2400 (memory clock 1200 MHz, 833 ps), reference clock 250 MHz on
+    E12/D12. The board wires a fifth device (bits 64..79, for ECC) that this interface leaves
+    unused. The controller's AXI port: 31-bit byte addresses, 4-bit IDs, the core's data width;
+    its user clock (``c0_ddr4_ui_clk``) is a quarter of the memory clock, 300 MHz."""
+
+    name = "DDR4 C1"
+    size_bytes = 1 << 31
+    memory_part = "MT40A256M16GE-083E"
+    data_width = 64
+    time_period_ps = 833
+    input_clock_period_ps = 4000
+    ui_clock_hz = 1e12 / 833 / 4
+    axi_addr_width = 31
+    axi_id_width = 4
+    #: Smallest payload memory in DDR4: the core's streaming ring (1 MiB) must fit.
+    min_bytes = 1 << 20
+
+
+#: The DDR4 memory of the VCU118 targets.
+DDR4_C1 = _Ddr4C1()
+
 _LVCMOS12 = Attrs(IOSTANDARD="LVCMOS12")
 _LVCMOS18 = Attrs(IOSTANDARD="LVCMOS18")
 _LED = Attrs(IOSTANDARD="LVCMOS12", SLEW="SLOW", DRIVE="8")
+
+
+def _ddr4(number, *, a, ba, bg, ck, cke, cs_n, act_n, odt, reset_n, dq, dqs_p, dqs_n, dm):
+    sstl = Attrs(IOSTANDARD="SSTL12_DCI")
+    pod = Attrs(IOSTANDARD="POD12_DCI")
+    return Resource(
+        "ddr4", number,
+        Subsignal("a", Pins(a, dir="o"), sstl),
+        Subsignal("ba", Pins(ba, dir="o"), sstl),
+        Subsignal("bg", Pins(bg, dir="o"), sstl),
+        Subsignal("clk", DiffPairs(*ck, dir="o"), Attrs(IOSTANDARD="DIFF_SSTL12_DCI")),
+        Subsignal("cke", Pins(cke, dir="o"), sstl),
+        Subsignal("cs_n", Pins(cs_n, dir="o"), sstl),
+        Subsignal("act_n", Pins(act_n, dir="o"), sstl),
+        Subsignal("odt", Pins(odt, dir="o"), sstl),
+        Subsignal("reset_n", Pins(reset_n, dir="o"), Attrs(IOSTANDARD="LVCMOS12")),
+        Subsignal("dq", Pins(dq, dir="io"), pod),
+        Subsignal("dqs", DiffPairs(dqs_p, dqs_n, dir="io"), Attrs(IOSTANDARD="DIFF_POD12_DCI")),
+        Subsignal("dm_dbi_n", Pins(dm, dir="io"), pod),
+    )
 
 
 def _qsfp(number, *, refclk, rx_p, rx_n, tx_p, tx_n, modsell, resetl, modprsl, intl, lpmode):
@@ -64,9 +126,11 @@ class VCU118Platform(XilinxPlatform):
     ``qsfp`` 0 and 1 are the board's QSFP28 cages 1 and 2: ``refclk`` (MGTREFCLK0 of GTY quads
     231 / 232, 156.25 MHz from the board's programmable oscillators at their power-up
     frequency), ``rx``/``tx`` (4 lanes each), and the module sideband. ``clk300`` is the 300 MHz
-    system clock, ``clk250`` the two 250 MHz memory reference clocks, ``clk125`` the 125 MHz
-    clock. ``cpu_reset`` is the CPU_RESET push button (active high); ``button_*`` the five
-    direction buttons (active high).
+    system clock, ``clk250`` the two 250 MHz memory reference clocks (0: E12/D12, that of DDR4
+    C1; 1: AW26/AW27, that of DDR4 C2), ``clk125`` the 125 MHz clock. ``ddr4`` 0 is the 64-bit
+    data interface of DDR4 C1 (address/command, clock, data, strobes, data masks; the fifth
+    device's byte lanes, parity, alert and test pins are left out). ``cpu_reset`` is the
+    CPU_RESET push button (active high); ``button_*`` the five direction buttons (active high).
     """
 
     device = "xcvu9p"
@@ -100,6 +164,15 @@ class VCU118Platform(XilinxPlatform):
         _qsfp(1, refclk=("R9", "R8"), rx_p="T2 R4 P2 M2", rx_n="T1 R3 P1 M1",
               tx_p="L5 K7 J5 H7", tx_n="L4 K6 J4 H6", modsell="AN23", resetl="AY22",
               modprsl="AN24", intl="AT21", lpmode="AT24"),
+        _ddr4(0, a="D14 B15 B16 C14 C15 A13 A14 A15 A16 B12 C12 B13 C13 D15 H14 H15 F15",
+              ba="G15 G13", bg="H13", ck=("F14", "E14"), cke="A10", cs_n="F13", act_n="E13",
+              odt="C8", reset_n="N20",
+              dq="F11 E11 F10 F9 H12 G12 E9 D9 R19 P19 M18 M17 N19 N18 N17 M16 "
+                 "L16 K16 L18 K18 J17 H17 H19 H18 F19 F18 E19 E18 G20 F20 E17 D16 "
+                 "D17 C17 C19 C18 D20 D19 C20 B20 N23 M23 R21 P21 R22 P22 T23 R23 "
+                 "K24 J24 M21 L21 K21 J21 K22 J22 H23 H22 E23 E22 F21 E21 F24 F23",
+              dqs_p="D11 P17 K19 F16 A19 N22 M20 H24", dqs_n="D10 P16 J19 E16 A18 M22 L20 G23",
+              dm="G11 R18 K17 G18 B18 P20 L23 G22"),
     ]
     connectors = []
 
@@ -118,8 +191,20 @@ LEDS = (
     (4, "heartbeat of the 125 MHz board clock (the FPGA is configured)"),
     (5, "heartbeat of the MAC clock the core runs on (the transceivers are up)"),
     (6, "a QSFP28 module is present in cage 1"),
-    (7, "the core is held in reset"),
+    (7, "the core is held in reset (CPU_RESET, the MAC's resets; with DDR4 payload memory also "
+        "until the memory is calibrated and its AXI path is out of reset)"),
 )
+
+#: LED 4 in builds with DDR4 payload memory (instead of the board clock's heartbeat).
+DDR4_CALIB_LED = (4, "DDR4 C1 calibrated (the memory controller's c0_init_calib_complete)")
+
+
+def leds_for(memory):
+    """The meaning of the eight LEDs with the core's ``memory`` (``"onchip"`` or ``"axi4"``,
+    that is DDR4 C1)."""
+    if memory == "axi4":
+        return tuple(DDR4_CALIB_LED if i == DDR4_CALIB_LED[0] else (i, what) for i, what in LEDS)
+    return LEDS
 
 INIT_CLOCK_HZ = 125e6
 #: Cycles of the board clock the MAC's ``sys_reset`` is held after configuration or CPU_RESET.
@@ -137,7 +222,9 @@ class Vcu118Top(wiring.Component):
     line_rate_gbps : int
         100 with ``"cmac"``; 25 or 10 with ``"xxv"``.
     num_qps, mac, ip, memory, mem_bytes
-        The core's parameters (:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint`).
+        The core's parameters (:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint`). With
+        ``memory="axi4"`` the payloads are kept in DDR4 C1 (:data:`DDR4_C1`): ``mem_bytes``
+        (default and at most 2 GiB, the whole memory) from address 0.
     **endpoint_params
         Further parameters of the endpoint (``pmtu``, ``cm_port``, ``cm_allow_net``,
         ``cm_timeout``, ``wr_depth``, ``window``...); ``clk_hz`` is the core clock.
@@ -149,7 +236,10 @@ class Vcu118Top(wiring.Component):
     ``qsfp1_mgt_refclk_0_p/n``: the 156.25 MHz transceiver reference. ``qsfp1_rx_p/n``,
     ``qsfp1_tx_p/n``: 4 lanes (CMAC) or lane 0 (10/25G). ``qsfp1_modsell``, ``qsfp1_resetl``,
     ``qsfp1_lpmode``, ``qsfp1_modprsl``, ``qsfp1_intl``: module sideband. ``led``: see
-    :data:`LEDS`.
+    :func:`leds_for`. With DDR4 also ``c1_sys_clk_p/n`` (the controller's 250 MHz reference
+    clock), ``c1_ddr4_adr``, ``_ba``, ``_bg``, ``_ck_t``, ``_ck_c``, ``_cke``, ``_cs_n``,
+    ``_act_n``, ``_odt``, ``_reset_n`` and the bidirectional ``c1_ddr4_dq``, ``_dqs_t``,
+    ``_dqs_c``, ``_dm_dbi_n`` (I/O ports, listed in :attr:`io_ports`).
 
     Clocks and resets: the core and the MAC's user interface run in one domain, the MAC's
     transmit user clock (CMAC ``gt_txusrclk2``, 322.266 MHz, with ``rx_clk`` tied to it so the
@@ -160,6 +250,15 @@ class Vcu118Top(wiring.Component):
     reset or the MAC's user resets and released synchronously to the core clock. Byte order
     on the MAC port: byte 0 of a frame in the low lane of the first beat, on both sides; the
     MAC adds and strips the FCS.
+
+    With DDR4: the controller runs on its reference clock and hands out its user clock
+    ``c0_ddr4_ui_clk`` (300 MHz, domain ``ui``); its ``sys_rst`` is the MAC's ``sys_reset``. The
+    core's AXI4 master (W bits, byte addresses of ``log2(mem_bytes)`` bits, 1-bit IDs) goes
+    through the asynchronous AXI clock converter (zero-extended to 31-bit addresses and 4-bit
+    IDs) to the controller's AXI slave port. :class:`~rocegen.boards.mem_reset.MemResetControl`
+    resets both AXI sides together (CPU_RESET, the MAC's resets, the controller's
+    ``c0_ddr4_ui_clk_sync_rst``, or calibration not complete) and releases the core's reset
+    after both.
     """
 
     def __init__(self, *, mac_kind="cmac", line_rate_gbps=100, num_qps=8,
@@ -179,11 +278,22 @@ class Vcu118Top(wiring.Component):
         self.ip = parse_ip(ip)
         if "clk_hz" in endpoint_params:
             raise ValueError("clk_hz is the board's core clock; it cannot be set")
+        if memory == "axi4":
+            ddr = DDR4_C1
+            if mem_bytes is None:
+                mem_bytes = ddr.size_bytes
+            elif (not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool)
+                  or not ddr.min_bytes <= mem_bytes <= ddr.size_bytes
+                  or mem_bytes & (mem_bytes - 1)):
+                raise ValueError(f"mem_bytes with DDR4 must be a power of two from "
+                                 f"{ddr.min_bytes} (1 MiB) to {ddr.size_bytes} (2 GiB, the size "
+                                 f"of {ddr.name}), not {mem_bytes!r}")
+        self.memory = memory
         self.endpoint = RoceEndpoint(self.width, num_qps, memory=memory, mem_bytes=mem_bytes,
                                      clk_hz=self.core_clock_hz, **endpoint_params)
         self.has_connection_manager = "qp_open" in self.endpoint.signature.members
         lanes = 4 if mac_kind == "cmac" else 1
-        super().__init__({
+        members = {
             "clk_125mhz_p": In(1), "clk_125mhz_n": In(1),
             "cpu_reset": In(1), "btn_c": In(1),
             "qsfp1_mgt_refclk_0_p": In(1), "qsfp1_mgt_refclk_0_n": In(1),
@@ -192,7 +302,24 @@ class Vcu118Top(wiring.Component):
             "qsfp1_modsell": Out(1), "qsfp1_resetl": Out(1), "qsfp1_lpmode": Out(1),
             "qsfp1_modprsl": In(1), "qsfp1_intl": In(1),
             "led": Out(8),
-        })
+        }
+        #: Bidirectional top-level ports (DDR4 data, strobes, masks), by name.
+        self.io_ports = {}
+        if memory == "axi4":
+            members.update({
+                "c1_sys_clk_p": In(1), "c1_sys_clk_n": In(1),
+                "c1_ddr4_adr": Out(17), "c1_ddr4_ba": Out(2), "c1_ddr4_bg": Out(1),
+                "c1_ddr4_ck_t": Out(1), "c1_ddr4_ck_c": Out(1), "c1_ddr4_cke": Out(1),
+                "c1_ddr4_cs_n": Out(1), "c1_ddr4_act_n": Out(1), "c1_ddr4_odt": Out(1),
+                "c1_ddr4_reset_n": Out(1),
+            })
+            lanes8 = DDR4_C1.data_width // 8
+            for name, width in (("c1_ddr4_dq", DDR4_C1.data_width), ("c1_ddr4_dqs_t", lanes8),
+                                ("c1_ddr4_dqs_c", lanes8), ("c1_ddr4_dm_dbi_n", lanes8)):
+                port = IOPort(width, name=name)
+                self.io_ports[name] = port
+                setattr(self, name, port)
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -237,10 +364,14 @@ class Vcu118Top(wiring.Component):
             self._xxv(m, ep, clk125, sys_reset, core_clk, usr_rx_reset, usr_tx_reset, link,
                       mac_error)
         m.domains.sync = cd_sync = ClockDomain("sync")
-        m.submodules.rst_sync_core = rs_core = ResetSync("sync")
-        m.d.comb += [cd_sync.clk.eq(core_clk),
-                     rs_core.arst.eq(sys_reset | usr_rx_reset | usr_tx_reset | self.cpu_reset),
-                     cd_sync.rst.eq(rs_core.rst)]
+        m.d.comb += cd_sync.clk.eq(core_clk)
+        reset_request = sys_reset | usr_rx_reset | usr_tx_reset | self.cpu_reset
+        calib_done = None
+        if self.memory == "axi4":
+            calib_done = self._ddr4(m, ep, core_clk, sys_reset, reset_request, cd_sync)
+        else:
+            m.submodules.rst_sync_core = rs_core = ResetSync("sync")
+            m.d.comb += [rs_core.arst.eq(reset_request), cd_sync.rst.eq(rs_core.rst)]
 
         # the core: fixed addresses; ports a board does not use are tied off
         m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
@@ -251,6 +382,8 @@ class Vcu118Top(wiring.Component):
         used = {"local_mac", "local_ip", "mac_rx", "mac_tx", "stats_addr", "stats_data"}
         if self.has_connection_manager:
             used.add("qp_open")
+        if self.memory == "axi4":
+            used.add("axi")
         tie_off(m, ep, used)
 
         # LEDs
@@ -268,10 +401,95 @@ class Vcu118Top(wiring.Component):
             leds.error.eq(watch.changed[0] | mac_error),
             leds.clear.eq(self.btn_c),
             self.led.eq(Cat(leds.led_link, leds.led_qp, leds.led_traffic, leds.led_error,
-                            init_heartbeat, leds.led_heartbeat, ~self.qsfp1_modprsl,
-                            cd_sync.rst)),
+                            calib_done if self.memory == "axi4" else init_heartbeat,
+                            leds.led_heartbeat, ~self.qsfp1_modprsl, cd_sync.rst)),
         ]
         return m
+
+    def _ddr4(self, m, ep, core_clk, sys_reset, reset_request, cd_sync):
+        """DDR4 C1 behind the core's AXI4 port: controller, clock converter, reset sequencing.
+        Drives the reset of ``cd_sync``; returns the calibration status (core clock domain)."""
+        ddr = DDR4_C1
+        ui_clk = Signal()
+        ui_clk_sync_rst = Signal()
+        calib = Signal()
+        m.domains.ui = cd_ui = ClockDomain("ui", reset_less=True)
+        m.d.comb += cd_ui.clk.eq(ui_clk)
+        ctl = m.submodules.mem_reset = MemResetControl(core_domain="sync", mem_domain="ui")
+        m.d.comb += [ctl.arst.eq(reset_request | ui_clk_sync_rst), ctl.calib.eq(calib),
+                     cd_sync.rst.eq(ctl.core_rst)]
+
+        # the core's AXI4 master -> slave side of the clock converter (core clock)
+        axi = ep.axi
+        aw, ar = axi.aw.payload, axi.ar.payload
+        core = {}
+        for ch, p in (("aw", aw), ("ar", ar)):
+            id_ = Signal(ddr.axi_id_width, name=f"cdc_s_{ch}id")
+            addr = Signal(ddr.axi_addr_width, name=f"cdc_s_{ch}addr")
+            m.d.comb += [id_.eq(p.id), addr.eq(p.addr)]
+            chan = getattr(axi, ch)
+            core.update({
+                f"i_s_axi_{ch}id": id_, f"i_s_axi_{ch}addr": addr, f"i_s_axi_{ch}len": p.len,
+                f"i_s_axi_{ch}size": p.size, f"i_s_axi_{ch}burst": p.burst,
+                f"i_s_axi_{ch}lock": p.lock, f"i_s_axi_{ch}cache": p.cache,
+                f"i_s_axi_{ch}prot": p.prot, f"i_s_axi_{ch}region": Const(0, 4),
+                f"i_s_axi_{ch}qos": Const(0, 4), f"i_s_axi_{ch}valid": chan.valid,
+                f"o_s_axi_{ch}ready": chan.ready,
+            })
+        w, b, r = axi.w, axi.b, axi.r
+        bid = Signal(ddr.axi_id_width, name="cdc_s_bid")
+        rid = Signal(ddr.axi_id_width, name="cdc_s_rid")
+        m.d.comb += [b.payload.id.eq(bid), r.payload.id.eq(rid)]
+        core.update({
+            "i_s_axi_wdata": w.payload.data, "i_s_axi_wstrb": w.payload.strb,
+            "i_s_axi_wlast": w.payload.last, "i_s_axi_wvalid": w.valid, "o_s_axi_wready": w.ready,
+            "o_s_axi_bid": bid, "o_s_axi_bresp": b.payload.resp, "o_s_axi_bvalid": b.valid,
+            "i_s_axi_bready": b.ready,
+            "o_s_axi_rid": rid, "o_s_axi_rdata": r.payload.data, "o_s_axi_rresp": r.payload.resp,
+            "o_s_axi_rlast": r.payload.last, "o_s_axi_rvalid": r.valid, "i_s_axi_rready": r.ready,
+        })
+
+        # master side of the converter -> the controller's AXI slave port (user clock)
+        fields = {"addr": ddr.axi_addr_width, "id": ddr.axi_id_width, "len": 8, "size": 3,
+                  "burst": 2, "lock": 1, "cache": 4, "prot": 3, "qos": 4}
+        to_slave = {f"{ch}{f}": n for ch in ("aw", "ar") for f, n in fields.items()}
+        to_slave.update({f"{ch}valid": 1 for ch in ("aw", "ar", "w")})
+        to_slave.update({"wdata": self.width, "wstrb": self.width // 8, "wlast": 1, "bready": 1,
+                         "rready": 1})
+        to_master = {"awready": 1, "arready": 1, "wready": 1, "bid": ddr.axi_id_width,
+                     "bresp": 2, "bvalid": 1, "rid": ddr.axi_id_width, "rdata": self.width,
+                     "rresp": 2, "rlast": 1, "rvalid": 1}
+        bus = {n: Signal(w_, name=f"mem_axi_{n}") for n, w_ in {**to_slave, **to_master}.items()}
+        cdc_mem = {f"{'o' if n in to_slave else 'i'}_m_axi_{n}": s for n, s in bus.items()}
+        mig_axi = {f"{'i' if n in to_slave else 'o'}_c0_ddr4_s_axi_{n}": s
+                   for n, s in bus.items()}
+
+        m.submodules.axi_cdc = Instance(
+            axi_cdc_module(self.width),
+            i_s_axi_aclk=core_clk, i_s_axi_aresetn=ctl.core_aresetn,
+            i_m_axi_aclk=ui_clk, i_m_axi_aresetn=ctl.mem_aresetn,
+            **core, **cdc_mem,
+        )
+        m.submodules.ddr4 = Instance(
+            ddr4_module(self.width),
+            # reference clock and reset: the controller's own clocking
+            i_c0_sys_clk_p=self.c1_sys_clk_p, i_c0_sys_clk_n=self.c1_sys_clk_n,
+            i_sys_rst=sys_reset,
+            o_c0_ddr4_ui_clk=ui_clk, o_c0_ddr4_ui_clk_sync_rst=ui_clk_sync_rst,
+            o_c0_init_calib_complete=calib,
+            # the memory
+            o_c0_ddr4_adr=self.c1_ddr4_adr, o_c0_ddr4_ba=self.c1_ddr4_ba,
+            o_c0_ddr4_bg=self.c1_ddr4_bg, o_c0_ddr4_ck_t=self.c1_ddr4_ck_t,
+            o_c0_ddr4_ck_c=self.c1_ddr4_ck_c, o_c0_ddr4_cke=self.c1_ddr4_cke,
+            o_c0_ddr4_cs_n=self.c1_ddr4_cs_n, o_c0_ddr4_act_n=self.c1_ddr4_act_n,
+            o_c0_ddr4_odt=self.c1_ddr4_odt, o_c0_ddr4_reset_n=self.c1_ddr4_reset_n,
+            io_c0_ddr4_dq=self.c1_ddr4_dq, io_c0_ddr4_dqs_t=self.c1_ddr4_dqs_t,
+            io_c0_ddr4_dqs_c=self.c1_ddr4_dqs_c, io_c0_ddr4_dm_dbi_n=self.c1_ddr4_dm_dbi_n,
+            # AXI4 slave port (user clock)
+            i_c0_ddr4_aresetn=ctl.mem_aresetn,
+            **mig_axi,
+        )
+        return ctl.calib_done
 
     def _cmac(self, m, ep, clk125, sys_reset, core_clk, usr_rx_reset, usr_tx_reset, link,
               mac_error):
@@ -364,12 +582,163 @@ _COMMON_PINS = [
 ]
 
 
+#: Placement of the DDR4 C1 ports (builds with DDR4 payload memory).
+_DDR4_PINS = [
+    PinMap("c1_sys_clk_p", "clk250", 0, side="p"),
+    PinMap("c1_sys_clk_n", "clk250", 0, side="n"),
+    PinMap("c1_ddr4_adr", "ddr4", 0, ("a",)),
+    PinMap("c1_ddr4_ba", "ddr4", 0, ("ba",)),
+    PinMap("c1_ddr4_bg", "ddr4", 0, ("bg",)),
+    PinMap("c1_ddr4_ck_t", "ddr4", 0, ("clk",), side="p"),
+    PinMap("c1_ddr4_ck_c", "ddr4", 0, ("clk",), side="n"),
+    PinMap("c1_ddr4_cke", "ddr4", 0, ("cke",)),
+    PinMap("c1_ddr4_cs_n", "ddr4", 0, ("cs_n",)),
+    PinMap("c1_ddr4_act_n", "ddr4", 0, ("act_n",)),
+    PinMap("c1_ddr4_odt", "ddr4", 0, ("odt",)),
+    PinMap("c1_ddr4_reset_n", "ddr4", 0, ("reset_n",)),
+    PinMap("c1_ddr4_dq", "ddr4", 0, ("dq",)),
+    PinMap("c1_ddr4_dqs_t", "ddr4", 0, ("dqs",), side="p"),
+    PinMap("c1_ddr4_dqs_c", "ddr4", 0, ("dqs",), side="n"),
+    PinMap("c1_ddr4_dm_dbi_n", "ddr4", 0, ("dm_dbi_n",)),
+]
+
+
+def _uses_ddr4(top):
+    return getattr(top, "memory", None) == "axi4"
+
+
+def ddr4_ip_tcl(width):
+    """Tcl creating the DDR4 C1 controller and the AXI clock converter for a core of data width
+    ``width`` (the AXI data width of both)."""
+    ddr, mig, cdc = DDR4_C1, ddr4_module(width), axi_cdc_module(width)
+    return f"""
+# DDR4 C1 payload memory: memory controller with an AXI4 slave port, 4 x {ddr.memory_part}
+# (64-bit data, 2 GiB), DDR4-2400 from the 250 MHz reference clock on E12/D12
+create_ip -name ddr4 -vendor xilinx.com -library ip -module_name {mig} -dir $ipdir
+set_property -dict [list \\
+    CONFIG.C0_CLOCK_BOARD_INTERFACE {{Custom}} \\
+    CONFIG.C0_DDR4_BOARD_INTERFACE {{Custom}} \\
+    CONFIG.RESET_BOARD_INTERFACE {{Custom}} \\
+    CONFIG.System_Clock {{Differential}} \\
+    CONFIG.C0.DDR4_InputClockPeriod {{{ddr.input_clock_period_ps}}} \\
+    CONFIG.C0.DDR4_TimePeriod {{{ddr.time_period_ps}}} \\
+    CONFIG.C0.DDR4_MemoryType {{Components}} \\
+    CONFIG.C0.DDR4_MemoryPart {{{ddr.memory_part}}} \\
+    CONFIG.C0.DDR4_DataWidth {{{ddr.data_width}}} \\
+    CONFIG.C0.DDR4_DataMask {{DM_NO_DBI}} \\
+    CONFIG.C0.DDR4_Ecc {{false}} \\
+    CONFIG.C0.BANK_GROUP_WIDTH {{1}} \\
+    CONFIG.C0.DDR4_AxiSelection {{true}} \\
+    CONFIG.C0.DDR4_AxiDataWidth {{{width}}} \\
+    CONFIG.C0.DDR4_AxiAddressWidth {{{ddr.axi_addr_width}}} \\
+    CONFIG.C0.DDR4_AxiIDWidth {{{ddr.axi_id_width}}} \\
+    CONFIG.C0.DDR4_AxiNarrowBurst {{false}} \\
+] [get_ips {mig}]
+set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [get_ips {mig}]]]
+generate_target all [get_ips {mig}]
+
+# AXI4 clock converter: the core's clock (slave side) -> the controller's user clock (master side)
+create_ip -name axi_clock_converter -vendor xilinx.com -library ip -module_name {cdc} -dir $ipdir
+set_property -dict [list \\
+    CONFIG.PROTOCOL {{AXI4}} \\
+    CONFIG.ADDR_WIDTH {{{ddr.axi_addr_width}}} \\
+    CONFIG.DATA_WIDTH {{{width}}} \\
+    CONFIG.ID_WIDTH {{{ddr.axi_id_width}}} \\
+    CONFIG.AWUSER_WIDTH {{0}} \\
+    CONFIG.ARUSER_WIDTH {{0}} \\
+    CONFIG.WUSER_WIDTH {{0}} \\
+    CONFIG.RUSER_WIDTH {{0}} \\
+    CONFIG.BUSER_WIDTH {{0}} \\
+    CONFIG.ACLK_ASYNC {{1}} \\
+    CONFIG.SYNCHRONIZATION_STAGES {{3}} \\
+] [get_ips {cdc}]
+set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [get_ips {cdc}]]]
+generate_target all [get_ips {cdc}]
+"""
+
+
+def ddr4_notes(top):
+    """The DDR4 section of BUILD.md for ``top`` (a :class:`Vcu118Top` with DDR4)."""
+    ddr, w = DDR4_C1, top.width
+    mem_bytes = top.endpoint.mem_bytes
+    used = (f"all {ddr.size_bytes} bytes (2 GiB) of it" if mem_bytes == ddr.size_bytes else
+            f"its first {mem_bytes} bytes (addresses 0..{mem_bytes - 1:#x}) of "
+            f"{ddr.size_bytes} (2 GiB)")
+    addr_bits = len(top.endpoint.axi.aw.payload.addr)
+    addr = (f"its {addr_bits}-bit addresses are the controller's" if addr_bits == ddr.axi_addr_width
+            else f"its {addr_bits}-bit addresses are zero-extended to {ddr.axi_addr_width} bits")
+    ui_mhz = f"{ddr.ui_clock_hz / 1e6:.0f} MHz"
+    return f"""\
+## Payload memory: {ddr.name}
+
+The payloads of the work requests (kept until acknowledged, read again for retransmissions)
+are in the board's {ddr.name} component memory: {used}.
+
+* `{ddr4_module(w)}`: the DDR4 SDRAM memory controller (Vivado `ddr4` IP). Components
+  {ddr.memory_part} (four x16 devices: 64-bit data with data masks, no ECC; the board's fifth
+  device is not used), DDR4-2400 (`C0.DDR4_TimePeriod` 833 ps: 1200 MHz), reference clock
+  250 MHz on E12/D12 (`C0.DDR4_InputClockPeriod` 4000 ps), AXI4 slave port of {w} bits with
+  {ddr.axi_addr_width}-bit addresses and {ddr.axi_id_width}-bit IDs, user clock `c0_ddr4_ui_clk`
+  at {ui_mhz}. Its `sys_rst` is the MAC's reset (configuration, CPU_RESET).
+* `{axi_cdc_module(w)}`: AXI4 clock converter (`axi_clock_converter`, asynchronous, 3
+  synchronizer stages) from the core's clock to `c0_ddr4_ui_clk`. The core's 1-bit IDs are
+  zero-extended to {ddr.axi_id_width} bits; {addr}.
+* Resets: both AXI sides (`s_axi_aresetn` in the core's clock; `m_axi_aresetn` and the
+  controller's `c0_ddr4_aresetn` in the user clock) are asserted together by CPU_RESET, the
+  MAC's resets, `c0_ddr4_ui_clk_sync_rst` or calibration not complete, and each is released 64
+  cycles of its own clock after the last of those has gone; the core's reset is released after
+  both. The core thus waits for `c0_init_calib_complete`: LED 4 shows calibration, LED 7 the
+  core's reset.
+
+The IP settings are explicit: the script creates no project with a board part. In a project
+whose board part is the VCU118 (`xilinx.com:vcu118:part0:*`), the same controller comes from
+`CONFIG.C0_DDR4_BOARD_INTERFACE {{ddr4_sdram_c1_083}}` and
+`CONFIG.C0_CLOCK_BOARD_INTERFACE {{default_250mhz_clk1}}` plus the AXI settings above.
+
+The DDR4 pin locations and I/O standards (SSTL12_DCI address and command, DIFF_SSTL12_DCI
+clock, POD12_DCI data and masks, DIFF_POD12_DCI strobes, LVCMOS12 reset) are those of the
+public VCU118 constraints of `fpganinja/taxi` (`src/eth/example/VCU118/fpga/syn/ddr4_c1.xdc`,
+byte lanes 0..7 of DDR4 C1); a second public VCU118 design places the 64-bit interface on the
+same pins. The memory part, speed, data width and AXI address width are those public VCU118
+designs give the controller for this interface. Timing: the converter's slave side must meet
+the core's clock, the controller and the converter's master side {ui_mhz}.
+"""
+
+
 class _Vcu118Board(Board):
     platform = VCU118Platform
     top_name = "rocegen_vcu118"
+    ddr4 = DDR4_C1
 
-    def leds(self):
-        return LEDS
+    def leds(self, top=None):
+        return leds_for("axi4" if _uses_ddr4(top) else "onchip")
+
+    def pins_for(self, top):
+        return self.pins + (_DDR4_PINS if _uses_ddr4(top) else [])
+
+    def clocks_for(self, top):
+        if not _uses_ddr4(top):
+            return self.clocks
+        # LED 4 shows the memory's calibration instead of the board clock's heartbeat
+        board_clock, *others = self.clocks
+        name, hz, what = board_clock
+        return ((name, hz, what.replace(", heartbeat", "")), *others,
+                ("c1_sys_clk", 250e6, "DDR4 C1 reference clock of the memory controller"),
+                ("c0_ddr4_ui_clk", DDR4_C1.ui_clock_hz, "memory controller user clock "
+                 "(generated): the controller's AXI port, the clock converter's master side"))
+
+    def ip_tcl(self, top=None):
+        text = self._mac_ip_tcl()
+        if _uses_ddr4(top):
+            text += ddr4_ip_tcl(top.width)
+        return text
+
+    def notes(self, top=None):
+        parts = [self._mac_notes()]
+        if _uses_ddr4(top):
+            parts.append(ddr4_notes(top))
+        parts.append(_SOURCES_NOTE)
+        return "\n".join(p.strip() + "\n" for p in parts)
 
     def _lane_pins(self, lanes):
         bits = None if lanes == 4 else tuple(range(lanes))
@@ -377,16 +746,26 @@ class _Vcu118Board(Board):
                 for d in ("rx", "tx") for s in ("p", "n")]
 
     def extra_xdc(self, top):
+        ddr4 = "" if not _uses_ddr4(top) else """\
+# the board clock and the DDR4 controller's clocks (derived from its reference) are unrelated;
+# the core clock and the controller's user clock stay related: between them are only the AXI
+# clock converter (timed by its own constraints) and the synchronizers below
+set_clock_groups -asynchronous \\
+    -group [get_clocks -include_generated_clocks clk_125mhz_p] \\
+    -group [get_clocks -include_generated_clocks c1_sys_clk_p]
+"""
         return """\
 # the board clock and the transceiver clocks (derived from the QSFP reference) are unrelated
 set_clock_groups -asynchronous \\
     -group [get_clocks -include_generated_clocks clk_125mhz_p] \\
     -group [get_clocks -include_generated_clocks qsfp1_mgt_refclk_0_p]
+""" + ddr4 + """\
 
 # reset synchronizers: their flip-flops are preset asynchronously; the preset is not timed
 set_false_path -to [get_pins -of_objects [get_cells -hierarchical -filter \\
     {ASYNC_REG == TRUE && NAME =~ *rst_sync_*}] -filter {REF_PIN_NAME == PRE}]
-# level synchronizers (link status, button): the first flip-flop samples an unrelated signal
+# level synchronizers (link status, button; with DDR4 also calibration and the memory side's
+# AXI reset): the first flip-flop samples an unrelated signal
 set_false_path -to [get_pins -of_objects [get_cells -hierarchical -filter \\
     {ASYNC_REG == TRUE && NAME =~ *cdc0_reg*}] -filter {REF_PIN_NAME == D}]
 
@@ -407,9 +786,10 @@ _SOURCES_NOTE = """\
 The pin locations come from the VCU118's public constraint files (UG1224 lists the same
 nets); compare them with the VCU118 board files of your Vivado before programming a board.
 The board's platform description (`rocegen.boards.vcu118.VCU118Platform`) also has the 300 MHz
-system clock (G31/F31) and the two 250 MHz memory reference clocks (E12/D12, AW26/AW27); this
-design runs its reset logic and the IP's init/DRP clock on the 125 MHz clock (AY24/AY23, LVDS)
-instead, whose frequency is the DRP clock frequency set in the IP.
+system clock (G31/F31) and the two 250 MHz memory reference clocks (E12/D12, that of DDR4 C1,
+used by builds with DDR4 payload memory; AW26/AW27); this design runs its reset logic and the
+MAC IP's init/DRP clock on the 125 MHz clock (AY24/AY23, LVDS), whose frequency is the DRP
+clock frequency set in the IP.
 The design was checked with Verilator against port-compatible stubs of the vendor IP (the stub
 port lists follow the cores' instantiation templates); it has not been through Vivado here.
 If Vivado reports a port of the IP instance that does not exist, open the `.veo` template the
@@ -434,7 +814,7 @@ class Vcu118Cmac(_Vcu118Board):
     )
     pins = property(lambda self: _COMMON_PINS + self._lane_pins(4))
 
-    def ip_tcl(self):
+    def _mac_ip_tcl(self):
         return f"""\
 create_ip -name cmac_usplus -vendor xilinx.com -library ip -module_name {CMAC_MODULE} -dir $ipdir
 set_property -dict [list \\
@@ -462,7 +842,7 @@ set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [g
 generate_target all [get_ips {CMAC_MODULE}]
 """
 
-    def notes(self):
+    def _mac_notes(self):
         return f"""\
 ## The MAC
 
@@ -476,8 +856,7 @@ fill the line. The peer must run 100GBASE-SR4/CR4 with RS-FEC (clause 91) and no
 auto-negotiation.
 
 Timing: the core at W = 512 must meet 322 MHz; read `post_route_timing_summary.rpt`.
-
-{_SOURCES_NOTE}"""
+"""
 
 
 class Vcu118Xxv(_Vcu118Board):
@@ -502,7 +881,7 @@ class Vcu118Xxv(_Vcu118Board):
 
     pins = property(lambda self: _COMMON_PINS + self._lane_pins(1))
 
-    def ip_tcl(self):
+    def _mac_ip_tcl(self):
         return f"""\
 create_ip -name xxv_ethernet -vendor xilinx.com -library ip -module_name {XXV_MODULE} -dir $ipdir
 set_property -dict [list \\
@@ -522,7 +901,7 @@ set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [g
 generate_target all [get_ips {XXV_MODULE}]
 """
 
-    def notes(self):
+    def _mac_notes(self):
         rate = self.line_rate_gbps
         clock = self.core_clock_hz / 1e6
         timing = ("the W = 64 core must meet 390.625 MHz at 25G, which is more than the "
@@ -541,5 +920,4 @@ included so that the receive MII is read with the transmit clock). rocegen's own
 auto-negotiation.
 
 Timing: {timing}
-
-{_SOURCES_NOTE}"""
+"""

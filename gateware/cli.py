@@ -346,9 +346,11 @@ def main(argv=None):
     b.add_argument("--mac", default="02:00:00:00:00:01", help="the board's MAC address")
     b.add_argument("--qps", type=int, default=8, help="QPs of the endpoint (1..256)")
     b.add_argument("--retransmit-memory", default="bram",
-                   help="where payloads are kept: bram (default), uram, or ddr4 (not available)")
+                   help="where payloads are kept: bram (default), uram, or ddr4 (the board's "
+                        "DDR4 through its memory controller IP)")
     b.add_argument("--mem-bytes", type=int, default=None,
-                   help="payload memory size in bytes (default 256 KiB bram, 4 MiB uram)")
+                   help="payload memory size in bytes (default 256 KiB bram, 1 MiB uram, "
+                        "the whole DDR4 with ddr4)")
     b.add_argument("--width", type=int, default=None,
                    help="datapath width; must be the board MAC's (checked, else implied)")
     _add_endpoint_options(b, "--port")

@@ -13,17 +13,30 @@ from pathlib import Path
 
 import pytest
 
-from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE
+from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, axi_cdc_module, ddr4_module
 from rocegen.gateware.cli import main
 
 STUBS = Path(__file__).resolve().parent.parent / "boards" / "stubs"
 
 BUILDS = {
-    # name: (command-line arguments, top module, vendor IP module)
+    # name: (command-line arguments, top module, board, vendor IP modules with their instance)
     "vcu118": (["--board", "vcu118", "--qps", "2", "--ip", "192.168.7.2",
-                "--mac", "02:0a:0b:0c:0d:0e"], "rocegen_vcu118", CMAC_MODULE),
+                "--mac", "02:0a:0b:0c:0d:0e"], "rocegen_vcu118", "vcu118",
+               {CMAC_MODULE: "cmac"}),
     "vcu118_10g": (["--board", "vcu118_10g", "--qps", "3", "--retransmit-memory", "uram",
-                    "--mem-bytes", "65536", "--name", "top10g"], "top10g", XXV_MODULE),
+                    "--mem-bytes", "65536", "--name", "top10g"], "top10g", "vcu118_10g",
+                   {XXV_MODULE: "xxv"}),
+    # payloads in DDR4 C1: the whole of it at 100G, 64 MiB at 25G, 1 MiB at 10G
+    "vcu118_ddr4": (["--board", "vcu118", "--qps", "2", "--retransmit-memory", "ddr4"],
+                    "rocegen_vcu118", "vcu118",
+                    {CMAC_MODULE: "cmac", ddr4_module(512): "ddr4",
+                     axi_cdc_module(512): "axi_cdc"}),
+    "vcu118_25g_ddr4": (["--board", "vcu118_25g", "--qps", "2", "--retransmit-memory", "ddr4",
+                         "--mem-bytes", str(1 << 26)], "rocegen_vcu118", "vcu118_25g",
+                        {XXV_MODULE: "xxv", ddr4_module(64): "ddr4", axi_cdc_module(64): "axi_cdc"}),
+    "vcu118_10g_ddr4": (["--board", "vcu118_10g", "--qps", "1", "--retransmit-memory", "ddr4",
+                         "--mem-bytes", str(1 << 20), "--name", "t10"], "t10", "vcu118_10g",
+                        {XXV_MODULE: "xxv", ddr4_module(64): "ddr4", axi_cdc_module(64): "axi_cdc"}),
 }
 
 
@@ -40,10 +53,10 @@ def verilator():
 def builds(tmp_path_factory):
     verilator()
     out = {}
-    for name, (args, top, ip) in BUILDS.items():
+    for name, (args, top, board, ips) in BUILDS.items():
         folder = tmp_path_factory.mktemp(name)
         assert main(["build", *args, "-o", str(folder)]) == 0
-        out[name] = (folder, top, ip)
+        out[name] = (folder, top, board, ips)
     return out
 
 
@@ -55,21 +68,24 @@ def stub_ports(module):
 
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_build_folder(builds, name):
-    folder, top, ip = builds[name]
+    folder, top, board, ips = builds[name]
     files = sorted(p.name for p in folder.iterdir())
-    assert files == sorted([f"{top}.v", f"{name}.xdc", "build.tcl", "BUILD.md"])
+    assert files == sorted([f"{top}.v", f"{board}.xdc", "build.tcl", "BUILD.md"])
     tcl = (folder / "build.tcl").read_text()
     assert f"set top {top}\n" in tcl
     assert f"read_verilog [file join $here {top}.v]" in tcl
-    assert f"read_xdc [file join $here {name}.xdc]" in tcl
-    assert f"-module_name {ip} " in tcl
+    assert f"read_xdc [file join $here {board}.xdc]" in tcl
     readme = (folder / "BUILD.md").read_text()
     assert "vivado -mode batch -source build.tcl" in readme
     assert "| LED | meaning |" in readme and "| 3 | error" in readme
     text = (folder / f"{top}.v").read_text()
     assert re.search(rf"^module {top}\(", text, re.M)
-    assert re.search(rf"^\s*{ip} cmac|^\s*{ip} xxv", text, re.M)
-    if name == "vcu118":
+    for ip, instance in ips.items():
+        assert f"-module_name {ip} " in tcl, ip
+        assert re.search(rf"^\s*{ip} {instance} \(", text, re.M), ip
+    if name.endswith("_ddr4"):
+        ddr4_build(folder, top, board, readme, text)
+    elif name == "vcu118":
         assert "| IPv4 address | 192.168.7.2 |" in readme and "| QPs | 2 (QPNs 256..257) |" in readme
         assert "262144 bytes of block RAM" in readme
         assert "ram_style" not in text
@@ -86,9 +102,41 @@ def test_build_folder(builds, name):
         assert "initial begin" not in ram
 
 
+def ddr4_build(folder, top, board, readme, text):
+    """What a build with DDR4 payload memory has beyond the others."""
+    mem_bytes = {"vcu118": 1 << 31, "vcu118_25g": 1 << 26, "vcu118_10g": 1 << 20}[board]
+    width = 512 if board == "vcu118" else 64
+    assert f"| payload memory | {mem_bytes} bytes of DDR4 SDRAM (DDR4 C1" in readme
+    assert "## Payload memory: DDR4 C1" in readme and "fpganinja/taxi" in readme
+    assert "| 4 | DDR4 C1 calibrated" in readme
+    assert "| c0_ddr4_ui_clk | 300.12 MHz |" in readme and "| c1_sys_clk | 250 MHz |" in readme
+    assert "ram_style" not in text
+    # the endpoint's AXI4 port drives the converter: only the fields the core has not (region,
+    # QoS) are constants, and the B/R ready the core holds high by design (it reserves room for
+    # every response before it asks)
+    cdc = re.search(rf"^\s*{axi_cdc_module(width)} axi_cdc \((.*?)\);", text, re.M | re.S)
+    conns = dict(re.findall(r"\.(s_axi_\w+)\(([^)]*)\)", cdc.group(1)))
+    constant = {p for p, v in conns.items() if re.fullmatch(r"\d+'[hdb][0-9a-f]+", v.strip())}
+    assert constant == {"s_axi_awregion", "s_axi_arregion", "s_axi_awqos", "s_axi_arqos",
+                        "s_axi_bready", "s_axi_rready"}, constant
+    assert conns["s_axi_awvalid"].strip() == "axi__aw__valid"
+    assert conns["s_axi_rvalid"].strip() == "axi__r__valid"
+    assert len(conns) == 2 + 2 * 12 + 5 + 4 + 6
+    xdc = (folder / f"{board}.xdc").read_text()
+    for port in ("c1_ddr4_adr[16]", "c1_ddr4_dq[63]", "c1_ddr4_dqs_c[7]", "c1_ddr4_dm_dbi_n[0]",
+                 "c1_ddr4_reset_n", "c1_sys_clk_n"):
+        assert re.search(rf"PACKAGE_PIN \w+ IOSTANDARD \w+\}} \[get_ports \{{{re.escape(port)}\}}\]",
+                         xdc), port
+    # the top module's DDR4 ports, bidirectional where they must be
+    for decl in ("inout [63:0] c1_ddr4_dq;", "inout [7:0] c1_ddr4_dqs_t;",
+                 "inout [7:0] c1_ddr4_dm_dbi_n;", "output [16:0] c1_ddr4_adr;",
+                 "input c1_sys_clk_p;"):
+        assert decl in text, decl
+
+
 @pytest.mark.parametrize("name", sorted(BUILDS))
 def test_verilator_lint(builds, name):
-    folder, top, ip = builds[name]
+    folder, top, _, ips = builds[name]
     res = subprocess.run(
         [verilator(), "--lint-only", "-Wno-fatal", "--top-module", top, str(folder / f"{top}.v"),
          *sorted(str(p) for p in STUBS.glob("*.v"))],
@@ -104,7 +152,9 @@ def test_verilator_lint(builds, name):
     in_top = [(k, int(line), msg) for k, line, msg in warnings if start <= int(line) <= end]
     # the board glue: only unconnected IP outputs and Amaranth's zero-width wires
     assert {k for k, _, _ in in_top} <= {"PINMISSING", "ASCRANGE"}, in_top
-    ports = stub_ports(ip)
+    ports = {}
+    for ip in ips:
+        ports.update(stub_ports(ip))
     missing = [re.search(r"'(\w+)'", msg).group(1) for k, _, msg in in_top if k == "PINMISSING"]
     assert all(ports.get(p) == "output" for p in missing), \
-        f"inputs of {ip} left unconnected: {[p for p in missing if ports.get(p) != 'output']}"
+        f"inputs of {list(ips)} left unconnected: {[p for p in missing if ports.get(p) != 'output']}"

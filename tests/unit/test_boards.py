@@ -10,10 +10,22 @@ from amaranth.hdl import ClockDomain, Fragment, Module, Signal
 from amaranth.sim import Simulator
 
 from rocegen.boards import BOARDS, RETRANSMIT_MEMORIES, get_board
-from rocegen.boards.base import DDR4_UNSUPPORTED, add_ram_style, check_build_params
+from rocegen.boards.base import add_ram_style, check_build_params
 from rocegen.boards.common import LevelSync, ResetSync, StatsWatch, StatusLeds, Stretch
 from rocegen.boards.core import CoreTop
-from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, VCU118Platform, Vcu118Top
+from rocegen.boards.mem_reset import MemResetControl
+from rocegen.boards.vcu118 import (
+    CMAC_MODULE,
+    DDR4_C1,
+    LEDS,
+    XXV_MODULE,
+    Vcu118Cmac,
+    VCU118Platform,
+    Vcu118Top,
+    axi_cdc_module,
+    ddr4_module,
+    leds_for,
+)
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.sim.harness import run_sim
 
@@ -50,6 +62,19 @@ def test_platform_pins():
     assert sub["tx"].ios[0].p.names == "V7 T7 P7 M7".split()
     assert plat.lookup("clk125", 0).clock.frequency == 125e6
     assert plat.lookup("clk300", 0).ios[0].p.names == ["G31"]
+    # DDR4 C1: its reference clock, and the 64-bit interface
+    assert plat.lookup("clk250", 0).ios[0].p.names == ["E12"]
+    assert plat.lookup("clk250", 0).clock.frequency == 250e6
+    ddr = {s.name: s.ios[0] for s in plat.lookup("ddr4", 0).ios}
+    assert [len(ddr[n].names) for n in ("a", "ba", "bg", "cke", "cs_n", "act_n", "odt",
+                                        "reset_n", "dq", "dm_dbi_n")] == [17, 2, 1, 1, 1, 1, 1, 1,
+                                                                          64, 8]
+    assert (ddr["a"].names[0], ddr["a"].names[16], ddr["act_n"].names) == ("D14", "F15", ["E13"])
+    assert (ddr["dq"].names[0], ddr["dq"].names[63], ddr["reset_n"].names) == ("F11", "F23",
+                                                                                ["N20"])
+    assert (ddr["clk"].p.names, ddr["clk"].n.names) == (["F14"], ["E14"])
+    assert ddr["dqs"].p.names[0] == "D11" and ddr["dqs"].n.names[7] == "G23"
+    assert ddr["dm_dbi_n"].names == "G11 R18 K17 G18 B18 P20 L23 G22".split()
     # no pin is used twice across all resources
     pins = []
     for res in plat.resources.values():
@@ -68,7 +93,8 @@ def test_platform_pins():
 # -- elaboration matrix -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("board", sorted(BOARDS))
-@pytest.mark.parametrize("num_qps, memory", [(1, "bram"), (8, "uram"), (256, "bram")])
+@pytest.mark.parametrize("num_qps, memory", [(1, "bram"), (8, "uram"), (256, "bram"),
+                                             (2, "ddr4")])
 def test_board_tops_elaborate(board, num_qps, memory):
     b = get_board(board)
     mem, mem_bytes = check_build_params(b, num_qps=num_qps, mac="02:00:00:00:00:01",
@@ -80,6 +106,18 @@ def test_board_tops_elaborate(board, num_qps, memory):
     assert top.has_connection_manager            # the QP LED follows the connection manager
     assert len(top.qsfp1_tx_p) == (4 if b.width == 512 else 1)
     assert len(top.led) == 8
+    if memory == "ddr4":
+        # the whole of DDR4 C1 by default, through the core's AXI4 port
+        assert (top.memory, top.endpoint.memory) == ("axi4", "axi4")
+        assert top.endpoint.mem_bytes == DDR4_C1.size_bytes == 1 << 31
+        assert len(top.endpoint.axi.ar.payload.addr) == 31
+        assert len(top.endpoint.axi.r.payload.data) == b.width
+        assert {n: len(p) for n, p in top.io_ports.items()} == {
+            "c1_ddr4_dq": 64, "c1_ddr4_dqs_t": 8, "c1_ddr4_dqs_c": 8, "c1_ddr4_dm_dbi_n": 8}
+        assert len(top.c1_ddr4_adr) == 17 and "c1_sys_clk_p" in top.signature.members
+    else:
+        assert top.memory == "onchip" and top.io_ports == {}
+        assert "c1_ddr4_adr" not in top.signature.members
 
 
 @pytest.mark.parametrize("board", sorted(BOARDS))
@@ -146,7 +184,15 @@ def test_core_top_rejects_bad_parameters(kw, message):
     ("vcu118", dict(ip="10.0.0.256"), r"--ip: not an IPv4 address"),
     ("vcu118", dict(mac="02:00:00:00:01"), r"--mac: not a MAC address"),
     ("vcu118", dict(retransmit_memory="sram"), r"--retransmit-memory must be one of"),
-    ("vcu118", dict(retransmit_memory="ddr4"), r"--retransmit-memory ddr4 is not available"),
+    ("vcu118", dict(retransmit_memory="ddr4", mem_bytes=1 << 32),
+     r"--mem-bytes with ddr4 must be a power of two from 1048576 \(the streaming ring\) to "
+     r"2147483648 \(the size of DDR4 C1\), not 4294967296"),
+    ("vcu118_10g", dict(retransmit_memory="ddr4", mem_bytes=3 << 20),
+     r"--mem-bytes with ddr4 must be a power of two .*not 3145728"),
+    ("vcu118_25g", dict(retransmit_memory="ddr4", mem_bytes=1 << 19),
+     r"--mem-bytes with ddr4 must be a power of two from 1048576 .*not 524288"),
+    ("vcu118", dict(retransmit_memory="ddr4", mem_bytes="1G"),
+     r"--mem-bytes with ddr4 must be .*not '1G'"),
 ])
 def test_build_parameters_are_checked(board, kw, message):
     params = {"num_qps": 8, "mac": "02:00:00:00:00:01", "ip": "10.0.0.2",
@@ -155,10 +201,23 @@ def test_build_parameters_are_checked(board, kw, message):
         check_build_params(get_board(board), **params)
 
 
-def test_ddr4_refusal_explains_itself():
+def test_ddr4_build_parameters():
+    """DDR4: the core's memory is AXI4, as large as DDR4 C1 unless told otherwise."""
     assert RETRANSMIT_MEMORIES == ("bram", "uram", "ddr4")
-    for words in ("MIG", "clock", "rocegen verilog --memory axi4", "bram or uram"):
-        assert words in DDR4_UNSUPPORTED
+    common = {"num_qps": 8, "mac": "02:00:00:00:00:01", "ip": "10.0.0.2"}
+    for name in sorted(BOARDS):
+        b = get_board(name)
+        assert b.ddr4 is DDR4_C1
+        assert check_build_params(b, retransmit_memory="ddr4", **common) == ("axi4", 1 << 31)
+        for size in (1 << 20, 1 << 31):
+            assert check_build_params(b, retransmit_memory="ddr4", mem_bytes=size,
+                                      **common) == ("axi4", size)
+        assert check_build_params(b, retransmit_memory="bram", **common) == ("onchip", 1 << 18)
+    # a board without DDR4 says so
+    no_ddr4 = type("NoDdr4", (Vcu118Cmac,), {"name": "plain", "ddr4": None})()
+    with pytest.raises(ValueError, match=r"--retransmit-memory ddr4: the plain board has no "
+                                         r"DDR4 memory rocegen drives; use bram or uram"):
+        check_build_params(no_ddr4, retransmit_memory="ddr4", **common)
 
 
 def test_top_rejects_bad_mac_kind():
@@ -166,6 +225,27 @@ def test_top_rejects_bad_mac_kind():
         Vcu118Top(mac_kind="lbus")
     with pytest.raises(ValueError, match="line_rate_gbps"):
         Vcu118Top(mac_kind="cmac", line_rate_gbps=25)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+@pytest.mark.parametrize("mem_bytes", [1 << 32, (1 << 20) + 64, 1 << 16, True])
+def test_top_rejects_ddr4_sizes_it_cannot_hold(mem_bytes):
+    with pytest.raises(ValueError, match=r"mem_bytes with DDR4 must be a power of two from "
+                                         r"1048576 \(1 MiB\) to 2147483648 \(2 GiB, the size of "
+                                         r"DDR4 C1\)"):
+        Vcu118Top(mac_kind="xxv", line_rate_gbps=10, num_qps=1, memory="axi4",
+                  mem_bytes=mem_bytes)
+
+
+def test_leds_with_ddr4():
+    """Builds with DDR4 show its calibration on LED 4; the other LEDs keep their meaning."""
+    assert leds_for("onchip") == LEDS
+    ddr = dict(leds_for("axi4"))
+    assert "DDR4 C1 calibrated" in ddr[4] and "c0_init_calib_complete" in ddr[4]
+    assert "heartbeat of the 125 MHz" in dict(LEDS)[4]
+    assert {i: w for i, w in ddr.items() if i != 4} == {i: w for i, w in LEDS if i != 4}
+    assert "until the memory is calibrated" in ddr[7]
+    assert [i for i, _ in leds_for("axi4")] == list(range(8))
 
 
 # -- constraints and Tcl ----------------------------------------------------------------------
@@ -176,15 +256,49 @@ def tops():
                         mem_bytes=64 * 1024) for name, b in BOARDS.items()}
 
 
+#: DDR4 payload memory of the tops of :func:`ddr4_tops`: all of it at 100G, 16 MiB at 10/25G.
+DDR4_SIZES = {"vcu118": None, "vcu118_25g": 1 << 24, "vcu118_10g": 1 << 24}
+
+
+@pytest.fixture(scope="module")
+def ddr4_tops():
+    return {name: b.top(num_qps=2, mac="02:00:00:00:00:01", ip="10.0.0.2", memory="axi4",
+                        mem_bytes=DDR4_SIZES[name]) for name, b in BOARDS.items()}
+
+
 def _port_bits(top):
     from amaranth.lib.wiring import Out
     bits = {}
-    for name, member in top.signature.members.items():
-        width = len(getattr(top, name))
+    ports = [(name, len(getattr(top, name)), "out" if member.flow == Out else "in")
+             for name, member in top.signature.members.items()]
+    ports += [(name, len(port), "inout") for name, port in getattr(top, "io_ports", {}).items()]
+    for name, width, flow in ports:
         refs = [name] if width == 1 else [f"{name}[{i}]" for i in range(width)]
         for r in refs:
-            bits[r] = "out" if member.flow == Out else "in"
+            bits[r] = flow
     return bits
+
+
+_INSTANCES = {}
+
+
+def _instances(top):
+    """The instances of ``top``'s design by type (one of each type). A design elaborates once,
+    so the answer is kept for the next test that asks about the same top."""
+    from amaranth.hdl import Instance
+    if id(top) in _INSTANCES:
+        return _INSTANCES[id(top)][1]
+    found = {}
+
+    def walk(frag):
+        if isinstance(frag, Instance):
+            assert frag.type not in found or frag.type in ("IBUFDS", "BUFG"), frag.type
+            found[frag.type] = frag
+        for sub, _, _ in getattr(frag, "subfragments", []):
+            walk(sub)
+    walk(Fragment.get(top, None))
+    _INSTANCES[id(top)] = (top, found)
+    return found
 
 
 @pytest.mark.parametrize("board", sorted(BOARDS))
@@ -215,6 +329,49 @@ def test_xdc_places_every_port_once(tops, board):
     assert "set_false_path -from [get_ports {cpu_reset btn_c" in xdc
     assert "REF_PIN_NAME == PRE" in xdc and "*rst_sync_*" in xdc and "*cdc0_reg*" in xdc
     assert "CONFIG_VOLTAGE 1.8" in xdc
+
+
+_PLACED = re.compile(r"set_property -dict \{PACKAGE_PIN (\S+)([^}]*)\} \[get_ports \{(\S+)\}\]")
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_xdc_places_every_ddr4_port(ddr4_tops, board):
+    """Every bit of every port of a DDR4 build is placed once, with an I/O standard; the DDR4
+    ports on the pins of DDR4 C1 and its reference clock."""
+    top = ddr4_tops[board]
+    xdc = get_board(board).xdc(top)
+    placed = _PLACED.findall(xdc)
+    assert sorted(p for _, _, p in placed) == sorted(_port_bits(top))
+    pins = [pin for pin, _, _ in placed]
+    assert len(pins) == len(set(pins))
+    byport = {p: (pin, attrs) for pin, attrs, p in placed}
+    ddr = {p: v for p, v in byport.items() if p.startswith(("c1_ddr4_", "c1_sys_clk_"))}
+    assert len(ddr) == 17 + 2 + 1 + 2 + 1 + 1 + 1 + 1 + 1 + 64 + 8 + 8 + 8 + 2
+    assert all(re.search(r"\bIOSTANDARD \S+", attrs) for _, attrs in ddr.values())
+    assert ddr["c1_sys_clk_p"] == ("E12", " IOSTANDARD DIFF_SSTL12")
+    assert ddr["c1_sys_clk_n"] == ("D12", " IOSTANDARD DIFF_SSTL12")
+    assert ddr["c1_ddr4_adr[0]"] == ("D14", " IOSTANDARD SSTL12_DCI")
+    assert ddr["c1_ddr4_adr[16]"] == ("F15", " IOSTANDARD SSTL12_DCI")
+    assert ddr["c1_ddr4_ba[1]"][0] == "G13" and ddr["c1_ddr4_bg"][0] == "H13"
+    assert ddr["c1_ddr4_ck_t"] == ("F14", " IOSTANDARD DIFF_SSTL12_DCI")
+    assert ddr["c1_ddr4_ck_c"] == ("E14", " IOSTANDARD DIFF_SSTL12_DCI")
+    assert [ddr[f"c1_ddr4_{n}"][0] for n in ("cke", "cs_n", "act_n", "odt")] == \
+        ["A10", "F13", "E13", "C8"]
+    assert ddr["c1_ddr4_reset_n"] == ("N20", " IOSTANDARD LVCMOS12")
+    assert ddr["c1_ddr4_dq[0]"] == ("F11", " IOSTANDARD POD12_DCI")
+    assert ddr["c1_ddr4_dq[63]"] == ("F23", " IOSTANDARD POD12_DCI")
+    assert ddr["c1_ddr4_dqs_t[0]"] == ("D11", " IOSTANDARD DIFF_POD12_DCI")
+    assert ddr["c1_ddr4_dqs_c[7]"] == ("G23", " IOSTANDARD DIFF_POD12_DCI")
+    assert ddr["c1_ddr4_dm_dbi_n[7]"] == ("G22", " IOSTANDARD POD12_DCI")
+    # the reference clock, unrelated to the board clock
+    assert "create_clock -period 4.000 -name c1_sys_clk_p [get_ports c1_sys_clk_p]" in xdc
+    assert re.search(r"set_clock_groups -asynchronous \\\n\s+-group \[get_clocks "
+                     r"-include_generated_clocks clk_125mhz_p\] \\\n\s+-group \[get_clocks "
+                     r"-include_generated_clocks c1_sys_clk_p\]", xdc)
+    # without DDR4, none of it
+    onchip = get_board(board).xdc(get_board(board).top(
+        num_qps=1, mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip", mem_bytes=1 << 16))
+    assert "c1_" not in onchip
 
 
 REQUIRED_TCL = [
@@ -262,23 +419,99 @@ def test_tcl_xxv_settings(board, rate):
     assert "cmac_usplus" not in tcl
 
 
-def test_instances_match_the_ip_module_names(tops):
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_tcl_ddr4_settings(ddr4_tops, tops, board):
+    """DDR4 builds create the controller and the clock converter, configured for the board's
+    memory and the core's AXI port; other builds do not."""
+    b, top = BOARDS[board], ddr4_tops[board]
+    w = b.width
+    tcl = b.tcl(top_name="t", verilog="t.v", xdc=f"{board}.xdc", top=top)
+    for cmd in REQUIRED_TCL:
+        assert cmd in tcl, cmd
+    mig, cdc = ddr4_module(w), axi_cdc_module(w)
+    assert (mig, cdc) == (f"ddr4_c1_axi{w}", f"axi_cdc_c1_axi{w}")
+    create_mig = f"create_ip -name ddr4 -vendor xilinx.com -library ip -module_name {mig} -dir $ipdir"
+    create_cdc = (f"create_ip -name axi_clock_converter -vendor xilinx.com -library ip "
+                  f"-module_name {cdc} -dir $ipdir")
+    mig_tcl = tcl[tcl.index(create_mig):tcl.index(create_cdc)]
+    cdc_tcl = tcl[tcl.index(create_cdc):tcl.index("# the design")]
+    for setting in ("C0.DDR4_MemoryType {Components}", "C0.DDR4_MemoryPart {MT40A256M16GE-083E}",
+                    "C0.DDR4_DataWidth {64}", "C0.DDR4_DataMask {DM_NO_DBI}",
+                    "C0.DDR4_Ecc {false}", "C0.DDR4_TimePeriod {833}",
+                    "C0.DDR4_InputClockPeriod {4000}", "System_Clock {Differential}",
+                    "C0.DDR4_AxiSelection {true}", f"C0.DDR4_AxiDataWidth {{{w}}}",
+                    "C0.DDR4_AxiAddressWidth {31}", "C0.DDR4_AxiIDWidth {4}",
+                    "C0.DDR4_AxiNarrowBurst {false}", "C0_DDR4_BOARD_INTERFACE {Custom}"):
+        assert f"CONFIG.{setting} " in mig_tcl, setting
+    assert f"] [get_ips {mig}]" in mig_tcl and f"generate_target all [get_ips {mig}]" in mig_tcl
+    for setting in ("PROTOCOL {AXI4}", "ADDR_WIDTH {31}", f"DATA_WIDTH {{{w}}}", "ID_WIDTH {4}",
+                    "ACLK_ASYNC {1}", "SYNCHRONIZATION_STAGES {3}", "AWUSER_WIDTH {0}",
+                    "BUSER_WIDTH {0}"):
+        assert f"CONFIG.{setting} " in cdc_tcl, setting
+    assert f"generate_target all [get_ips {cdc}]" in cdc_tcl
+    # the MAC's IP first, all IP before the design
+    mac_ip = CMAC_MODULE if w == 512 else XXV_MODULE
+    order = [tcl.index(c) for c in (f"-module_name {mac_ip}", create_mig, create_cdc,
+                                    "read_verilog", "synth_design")]
+    assert order == sorted(order)
+    # only DDR4 builds have them
+    for plain in (b.tcl(top_name="t", verilog="t.v", xdc="x.xdc", top=tops[board]),
+                  b.tcl(top_name="t", verilog="t.v", xdc="x.xdc")):
+        assert "-name ddr4" not in plain and "axi_clock_converter" not in plain
+        assert f"-module_name {mac_ip} " in plain
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_ddr4_wiring(ddr4_tops, board):
+    """The core's AXI4 master reaches the controller through the clock converter; the
+    controller drives the DDR4 ports; the resets come from the reset sequencer."""
+    top = ddr4_tops[board]
+    w = top.width
+    inst = _instances(top)
+    cdc, mig = inst[axi_cdc_module(w)].ports, inst[ddr4_module(w)].ports
+    ep = top.endpoint
+    # core -> converter (slave side): the endpoint's own channel handshakes, not constants
+    for ch in ("aw", "w", "ar"):
+        assert cdc[f"s_axi_{ch}valid"] == (getattr(ep.axi, ch).valid, "i")
+        assert cdc[f"s_axi_{ch}ready"] == (getattr(ep.axi, ch).ready, "o")
+    for ch in ("b", "r"):
+        assert cdc[f"s_axi_{ch}valid"] == (getattr(ep.axi, ch).valid, "o")
+        assert cdc[f"s_axi_{ch}ready"] == (getattr(ep.axi, ch).ready, "i")
+    assert repr(cdc["s_axi_wdata"][0]) == repr(ep.axi.w.payload.data)
+    assert repr(cdc["s_axi_rdata"][0]) == repr(ep.axi.r.payload.data)
+    assert [len(cdc[f"s_axi_{n}"][0]) for n in ("awaddr", "araddr", "awid", "bid", "wdata")] == \
+        [31, 31, 4, 4, w]
+    # converter (master side) -> controller: one signal per AXI field, same on both
+    shared = {n[len("m_axi_"):] for n in cdc if n.startswith("m_axi_")} - {
+        "aclk", "aresetn", "awregion", "arregion"}
+    assert len(shared) == 2 * 11 + 5 + 4 + 6                    # aw and ar, w, b, r
+    for n in shared:
+        sig, d = cdc[f"m_axi_{n}"]
+        assert mig[f"c0_ddr4_s_axi_{n}"] == (sig, {"o": "i", "i": "o"}[d]), n
+    # clocks and resets
+    assert cdc["m_axi_aclk"][0] is mig["c0_ddr4_ui_clk"][0]
+    assert cdc["m_axi_aresetn"][0] is mig["c0_ddr4_aresetn"][0]
+    assert cdc["m_axi_aresetn"][0].name == "mem_aresetn"
+    assert cdc["s_axi_aresetn"][0].name == "core_aresetn"
+    assert mig["c0_sys_clk_p"][0] is top.c1_sys_clk_p and mig["c0_sys_clk_n"][0] is top.c1_sys_clk_n
+    # the memory pins
+    for name in ("adr", "ba", "bg", "ck_t", "ck_c", "cke", "cs_n", "act_n", "odt", "reset_n"):
+        assert mig[f"c0_ddr4_{name}"] == (getattr(top, f"c1_ddr4_{name}"), "o"), name
+    for name in ("dq", "dqs_t", "dqs_c", "dm_dbi_n"):
+        assert mig[f"c0_ddr4_{name}"] == (top.io_ports[f"c1_ddr4_{name}"], "io"), name
+
+
+def test_instances_match_the_ip_module_names(tops, ddr4_tops):
     # the vendor IP instantiated by the tops is the one the Tcl creates
-    from amaranth.hdl import Instance
-
-    def instances(top):
-        found = set()
-
-        def walk(frag):
-            if isinstance(frag, Instance):
-                found.add(frag.type)
-            for sub, _, _ in getattr(frag, "subfragments", []):
-                walk(sub)
-        walk(Fragment.get(top, None))
-        return found
-    cmac, xxv = instances(tops["vcu118"]), instances(tops["vcu118_10g"])
+    cmac, xxv = set(_instances(tops["vcu118"])), set(_instances(tops["vcu118_10g"]))
     assert cmac >= {CMAC_MODULE, "IBUFDS", "BUFG"} and XXV_MODULE not in cmac
     assert xxv >= {XXV_MODULE, "IBUFDS", "BUFG"} and CMAC_MODULE not in xxv
+    assert not any(t.startswith(("ddr4", "axi_cdc")) for t in cmac | xxv)
+    for name, top in ddr4_tops.items():
+        found = set(_instances(top))
+        mac_ip = CMAC_MODULE if top.width == 512 else XXV_MODULE
+        assert found == {mac_ip, "IBUFDS", "BUFG", ddr4_module(top.width),
+                         axi_cdc_module(top.width)}, name
 
 
 def test_ram_style_marks_the_payload_memory():
@@ -450,3 +683,118 @@ def test_reset_sync():
     sim.run()
     with pytest.raises(ValueError):
         ResetSync(stages=1)
+
+
+@pytest.mark.parametrize("core_ns, mem_ns", [(6.4, 3.333), (2.5, 3.333)])
+def test_mem_reset_control(core_ns, mem_ns):
+    """Both AXI sides are reset together, asynchronously, by a request or by calibration
+    missing; each is released hold + 4 of its own cycles after the request has gone; the core
+    only after both; the calibration status follows calib whatever the resets."""
+    hold = 16
+    m = Module()
+    m.domains.sync = ClockDomain()
+    m.domains.ui = ClockDomain()
+    dut = m.submodules.dut = MemResetControl(core_domain="sync", mem_domain="ui", hold=hold)
+    sim = Simulator(m)
+    sim.add_clock(core_ns * 1e-9, domain="sync")
+    sim.add_clock(mem_ns * 1e-9, domain="ui")
+    edges = {"sync": 0, "ui": 0}
+    trace = {"sync": [], "ui": []}          # outputs after each edge of that clock
+    releases = []                           # (sync edges, ui edges) when the request went away
+
+    def sampler(domain):
+        async def watch(ctx):
+            while True:
+                await ctx.tick(domain)
+                edges[domain] += 1
+                trace[domain].append({
+                    "mem_aresetn": ctx.get(dut.mem_aresetn),
+                    "core_aresetn": ctx.get(dut.core_aresetn),
+                    "core_rst": ctx.get(dut.core_rst), "calib_done": ctx.get(dut.calib_done),
+                    "calib": ctx.get(dut.calib)})
+        return watch
+
+    def in_reset(ctx):
+        return (ctx.get(dut.mem_aresetn), ctx.get(dut.core_aresetn), ctx.get(dut.core_rst)) == \
+            (0, 0, 1)
+
+    async def bench(ctx):
+        assert in_reset(ctx)                                  # out of configuration
+        await ctx.delay(300e-9)
+        assert in_reset(ctx)                                  # not calibrated: held
+        ctx.set(dut.calib, 1)
+        releases.append(dict(edges))
+        await ctx.delay(400e-9)
+        assert not in_reset(ctx) and ctx.get(dut.core_rst) == 0
+        # a request shorter than any clock period: everything in reset at once
+        await ctx.delay(0.4e-9)
+        ctx.set(dut.arst, 1)
+        await ctx.delay(0.3e-9)
+        assert in_reset(ctx)
+        ctx.set(dut.arst, 0)
+        releases.append(dict(edges))
+        await ctx.delay(400e-9)
+        assert not in_reset(ctx)
+        # a long request, then calibration lost while it is on
+        ctx.set(dut.arst, 1)
+        await ctx.delay(0.2e-9)
+        assert in_reset(ctx)
+        await ctx.delay(100e-9)
+        assert ctx.get(dut.calib_done) == 1                   # still calibrated
+        ctx.set(dut.calib, 0)
+        await ctx.delay(50e-9)
+        ctx.set(dut.arst, 0)
+        await ctx.delay(200e-9)
+        assert in_reset(ctx) and ctx.get(dut.calib_done) == 0
+        ctx.set(dut.calib, 1)
+        releases.append(dict(edges))
+        await ctx.delay(400e-9)
+        assert not in_reset(ctx)
+        # calibration lost alone
+        ctx.set(dut.calib, 0)
+        await ctx.delay(0.2e-9)
+        assert in_reset(ctx)
+        await ctx.delay(100e-9)
+    sim.add_testbench(sampler("sync"), background=True)
+    sim.add_testbench(sampler("ui"), background=True)
+    sim.add_testbench(bench)
+    sim.run()
+
+    assert len(releases) == 3
+    for rel in releases:
+        # mem side: released at edge hold + 4 after the request went away (its own clock)
+        ui = trace["ui"][rel["ui"]:]
+        assert [t["mem_aresetn"] for t in ui[:hold + 4]] == [0] * (hold + 3) + [1]
+        core = trace["sync"][rel["sync"]:]
+        assert [t["core_aresetn"] for t in core[:hold + 4]] == [0] * (hold + 3) + [1]
+        # the core: after both, within 4 core cycles of the later
+        mem_up_ns = (rel["ui"] + hold + 4) * mem_ns
+        later = max(rel["sync"] + hold + 4, int(mem_up_ns // core_ns) + 1)
+        first_run = next(i for i, t in enumerate(trace["sync"]) if i >= rel["sync"]
+                         and t["core_rst"] == 0)
+        assert later <= first_run + 1 <= later + 4, (later, first_run)
+    # the core never runs while an AXI side is in reset
+    for t in trace["sync"]:
+        if t["core_rst"] == 0:
+            assert t["core_aresetn"] == 1 and t["mem_aresetn"] == 1
+    # calib_done: calib, 2 to 3 core cycles late
+    calib = [t["calib"] for t in trace["sync"]]
+    done = [t["calib_done"] for t in trace["sync"]]
+    for i in range(3, len(done)):
+        if calib[i - 3] == calib[i - 2] == calib[i - 1]:
+            assert done[i] == calib[i - 2], i
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_mem_reset_control_parameters():
+    with pytest.raises(ValueError, match=r"hold must be an integer 16\.\.65536 \(cycles\), not 15"):
+        MemResetControl(hold=15)
+    with pytest.raises(ValueError, match="core_domain and mem_domain must differ, both are 'ui'"):
+        MemResetControl(core_domain="ui", mem_domain="ui")
+    with pytest.raises(TypeError, match="mem_domain must be a clock domain name, not ''"):
+        MemResetControl(mem_domain="")
+    ctl = MemResetControl()
+    assert (ctl.core_domain, ctl.mem_domain, ctl.hold) == ("sync", "ui", 64)
+    assert set(ctl.signature.members) == {"arst", "calib", "mem_aresetn", "core_aresetn",
+                                          "core_rst", "calib_done"}
+    Fragment.get(ctl, None)

@@ -131,8 +131,9 @@ def test_argument_errors_exit_2(tmp_path, capsys, args, message):
 
 @pytest.mark.parametrize("args, message", [
     (["--board", "kcu105"], "--board: unknown board 'kcu105'; known boards: vcu118, "),
-    (["--board", "vcu118", "--retransmit-memory", "ddr4"],
-     "--retransmit-memory ddr4 is not available in board builds"),
+    (["--board", "vcu118", "--retransmit-memory", "ddr4", "--mem-bytes", str(1 << 32)],
+     "--mem-bytes with ddr4 must be a power of two from 1048576 (the streaming ring) to "
+     "2147483648 (the size of DDR4 C1), not 4294967296"),
     (["--board", "vcu118", "--retransmit-memory", "sram"],
      "--retransmit-memory must be one of bram, uram, ddr4, not 'sram'"),
     (["--board", "vcu118", "--width", "64"],
