@@ -25,8 +25,9 @@ __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
 #: checks made when it was queued (OK, LOCAL_ALIGN or LOCAL_LENGTH).
 SLOT = data.StructLayout({"wr": WORK_REQUEST, "src": WrSource, "status": CplStatus})
 
-#: Progress of the message a QP is sending (one entry per QP): index and PSN of its next packet.
-PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24})
+#: Progress of the message a QP is sending (one entry per QP): index, PSN and byte offset of its
+#: next packet.
+PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24, "offset": 31})
 
 #: The PSNs a started work request took (one entry per slot): its first and last PSN, and
 #: whether it was sent at all (0: refused).
@@ -184,6 +185,7 @@ class Scheduler(wiring.Component):
         super().__init__({
             "wr": In(stream.Signature(WR_TAGGED)),
             "rd_qp": Out(range(num_qps)),
+            "rd_en": Out(1),
             "rd_context": In(QP_CONTEXT),
             "rd_psn": In(24),
             "psn_w": Out(stream.Signature(PSN_WRITE)),
@@ -214,7 +216,7 @@ class Scheduler(wiring.Component):
         ps_w = psn_mem.write_port()
         ps_r = psn_mem.read_port()
         prog_w = prog_mem.write_port()
-        prog_r = prog_mem.read_port(transparent_for=(prog_w,))
+        prog_r = prog_mem.read_port()
 
         def ptrs(name):
             return Array(Signal(pw, name=f"{name}{q}") for q in range(n))
@@ -228,32 +230,126 @@ class Scheduler(wiring.Component):
         def slot_addr(ptr, q):
             return Cat(ptr[:dbits], q[:qbits]) if dbits or qbits else Const(0, 1)
 
-        def next_qp(q):
-            return Mux(q == n - 1, 0, q + 1)
+        def any_of(bits):
+            return bits.any() if len(bits) else Const(0)
 
-        # --- issue stage (S1): the QP read in the previous cycle --------------------------------
-        s1_valid = Signal()
-        s1_q = Signal(range(n))
+        ev = self.sched
+        m.d.comb += [ev.ready.eq(1), self.freed.ready.eq(1)]
+        # bit q: a REWIND or RESET of QP q this cycle (what was read of it is stale)
+        ev_stale = Signal(n)
+        # bit q: any event of QP q this cycle
+        ev_any = Signal(n)
+        for q in range(n):
+            m.d.comb += [ev_any[q].eq(ev.valid & (ev.payload.qp == q)),
+                         ev_stale[q].eq(ev_any[q] & (ev.payload.kind != SchedKind.ADVANCE))]
+
+        # --- stage registers ----------------------------------------------------------------------
+        # R (read): the QP selected in the previous cycle, whose memories are being read out
+        b_valid = Signal()
+        b_q = Signal(range(n))
+        b_sel = Signal(n)           # one-hot b_q, 0 when b_valid is low
+        b_going = Signal()          # started[b_q] when it was selected
+        b_new = Signal()            # cur[b_q] == hi[b_q] when it was selected
+        b_addr = Signal(max(1, dbits + qbits))
+        b_fresh = Signal()          # R was loaded in the previous cycle
+        b_tpsn = Signal(24)         # the table PSN R worked out in the previous cycle
+        # I (issue): the turn worked out by R, waiting to be committed
+        c_valid = Signal()
+        c_q = Signal(range(n))
+        c_sel = Signal(n)           # one-hot c_q, 0 when c_valid is low
+        c_addr = Signal(max(1, dbits + qbits))
+        c_packet = Signal()         # the turn sends a packet
+        c_new = Signal()            # the turn starts its request (posts it)
+        c_refuse = Signal()
+        c_fin = Signal()            # the request leaves the sending position
+        c_shut = Signal()           # the packet is outside the window
+        c_err = Signal()            # the QP was in the error state when the turn was worked out
+        c_ev = Signal()             # an event of the QP came while the turn was worked out
+        c_desc = Signal(PACKET_DESC)
+        c_psn = Signal(24)
+        c_psn1 = Signal(24)
+        c_post = Signal(POST)
+        c_ps = Signal(SLOT_PSNS)
+        c_next_psn = Signal(24)
+        c_prog_we = Signal()
+        c_prog = Signal(PROGRESS)
+
+        c_done = Signal()           # I is empty after this cycle (or takes R's turn)
+        hold = Signal()             # R waits for I
+        m.d.comb += hold.eq(b_valid & ~c_done)
+
+        # --- select stage (S): round robin over registered eligibility ----------------------------
+        held_r = Signal(n)
+        full_r = Signal(n)
+        m.d.sync += [held_r.eq(self.held), full_r.eq(self.full)]
+        elig = Signal(n)
+        for q in range(n):
+            m.d.comb += elig[q].eq((cur[q] != tail[q]) & ~held_r[q] & ~win_block[q] &
+                                   ~b_sel[q] & ~c_sel[q] &
+                                   (started[q] | (cur[q] != hi[q]) | ~full_r[q]))
+        rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
+        elig_hi = Signal(n)
+        m.d.comb += elig_hi.eq(elig & rr_hi)
+        grant = Signal(n)
+        for q in range(n):
+            m.d.comb += grant[q].eq(Mux(elig_hi.any(),
+                                        elig_hi[q] & ~any_of(elig_hi[:q]),
+                                        elig[q] & ~any_of(elig[:q])))
+        sel = Signal(range(n))
+        for b in range(qbits):
+            m.d.comb += sel[b].eq(any_of(Cat(grant[q] for q in range(n) if q >> b & 1)))
+        sel_cur = Signal(pw)
+        m.d.comb += sel_cur.eq(
+            Cat(any_of(Cat(grant[q] & cur[q][k] for q in range(n))) for k in range(pw)))
+        sel_addr = Signal(max(1, dbits + qbits))
+        m.d.comb += sel_addr.eq(slot_addr(sel_cur, sel))
+        m.d.comb += [
+            wr_r.addr.eq(sel_addr), wr_r.en.eq(~hold),
+            ps_r.addr.eq(sel_addr), ps_r.en.eq(~hold),
+            prog_r.addr.eq(sel), prog_r.en.eq(~hold),
+            self.rd_qp.eq(sel), self.rd_en.eq(~hold),
+        ]
+        with m.If(hold):
+            m.d.sync += [b_valid.eq(b_valid & ~any_of(ev_stale & b_sel)),
+                         b_sel.eq(b_sel & ~ev_stale)]
+        with m.Else():
+            m.d.sync += [
+                b_valid.eq(any_of(grant & ~ev_stale)),
+                b_sel.eq(grant & ~ev_stale),
+                b_q.eq(sel),
+                b_going.eq(any_of(grant & started)),
+                b_new.eq(any_of(Cat(grant[q] & (cur[q] == hi[q]) for q in range(n)))),
+                b_addr.eq(sel_addr),
+            ]
+            with m.If(elig.any()):
+                m.d.sync += rr_hi.eq(Cat(any_of(grant[:q]) for q in range(n)))
+        m.d.sync += b_fresh.eq(~hold)
+
+        # --- read stage (R): the turn worked out from the memories --------------------------------
         slot = wr_r.data
         pslot = ps_r.data
+        prog = prog_r.data
         ctx = self.rd_context
-        is_start = ~started.bit_select(s1_q, 1)
-        is_new = cur[s1_q] == hi[s1_q]
-        err = self.errored.bit_select(s1_q, 1)
-        m.d.comb += self.acked_qp.eq(s1_q)
+        m.d.comb += self.acked_qp.eq(b_q)
         acked = self.acked_psn
+        err = any_of(self.errored & b_sel)
+        is_start = ~b_going
+        is_new = b_new
 
         psn_pend = Signal(PSN_WRITE)    # the psn_w output register
         psn_pend_valid = Signal()
         psn_acc = Signal(PSN_WRITE)     # the PSN write accepted in the previous cycle
         psn_acc_valid = Signal()
         table_psn = Signal(24)
-        with m.If(psn_pend_valid & (psn_pend.qp == s1_q)):
+        with m.If(~b_fresh):
+            m.d.comb += table_psn.eq(b_tpsn)
+        with m.Elif(psn_pend_valid & (psn_pend.qp == b_q)):
             m.d.comb += table_psn.eq(psn_pend.psn)
-        with m.Elif(psn_acc_valid & (psn_acc.qp == s1_q)):
+        with m.Elif(psn_acc_valid & (psn_acc.qp == b_q)):
             m.d.comb += table_psn.eq(psn_acc.psn)
         with m.Else():
             m.d.comb += table_psn.eq(self.rd_psn)
+        m.d.sync += b_tpsn.eq(table_psn)
 
         # a request started before (a rewind brought the QP back to it): resume from the oldest
         # unacknowledged PSN, or skip it if it is acknowledged (or was refused)
@@ -262,17 +358,21 @@ class Scheduler(wiring.Component):
         into = Signal(24)
         m.d.comb += into.eq(resume - pslot.first)
         covered = ~pslot.sent | ~(acked - pslot.last)[23]
+        into_offset = Signal(31)
+        with m.Switch(ctx.pmtu_log2):
+            for log2 in range(8, 13):
+                with m.Case(log2):
+                    m.d.comb += into_offset.eq(into[:INDEX_BITS] << log2)
+            with m.Default():
+                m.d.comb += into_offset.eq(into[:INDEX_BITS] << 8)
 
         index = Signal(INDEX_BITS)
         psn = Signal(24)
+        offset = Signal(31)
         with m.If(~is_start):
-            m.d.comb += [index.eq(prog_r.data.index), psn.eq(prog_r.data.psn)]
-        with m.Elif(is_new):
-            m.d.comb += [index.eq(0), psn.eq(table_psn)]
-        with m.Elif(into[23]):
-            m.d.comb += [index.eq(0), psn.eq(pslot.first)]
+            m.d.comb += [index.eq(prog.index), psn.eq(prog.psn), offset.eq(prog.offset)]
         with m.Else():
-            m.d.comb += [index.eq(into), psn.eq(resume)]
+            m.d.comb += [index.eq(0), psn.eq(table_psn), offset.eq(0)]
 
         status = Signal(CplStatus)
         with m.If(slot.status != CplStatus.OK):
@@ -284,36 +384,89 @@ class Scheduler(wiring.Component):
 
         pk = describe_packet(m, slot.wr, index, psn, dest_qpn=ctx.peer_qpn, rkey=ctx.rkey,
                              base_va=ctx.base_va, pmtu_log2=ctx.pmtu_log2,
-                             ack_every_log2=ctx.ack_every_log2)
+                             ack_every_log2=ctx.ack_every_log2, offset=offset)
         # what this turn does
         new_start = is_start & is_new                       # posts the request
         refuse = new_start & (status != CplStatus.OK)
-        skip = is_start & ~is_new & (err | covered)         # started before, nothing to send
+        rewound = is_start & ~is_new                        # started before a rewind
+        skip = rewound & (err | covered)                    # nothing to send
+        resume_turn = rewound & ~err & ~covered             # sets up the progress to resume
         abort = ~is_start & err                             # the QP failed mid-message
-        packet = ~refuse & ~skip & ~abort
+        packet = ~refuse & ~rewound & ~abort
         win_pos = Signal(24)
         m.d.comb += win_pos.eq(psn - acked)
-        win_shut = packet & (win_pos > self.window) & ~win_pos[23]
-        drop = s1_valid & (self.held.bit_select(s1_q, 1) | win_shut)
-        finishes = Signal()         # the request at cur leaves the sending position
-        m.d.comb += finishes.eq(refuse | skip | abort | pk.last)
+
+        with m.If(c_done):
+            m.d.sync += [
+                c_valid.eq(b_valid & ~any_of(ev_stale & b_sel)),
+                c_sel.eq(b_sel & ~ev_stale),
+                c_q.eq(b_q),
+                c_addr.eq(b_addr),
+                c_packet.eq(packet),
+                c_new.eq(new_start),
+                c_refuse.eq(refuse),
+                c_fin.eq(refuse | skip | abort | (packet & pk.last)),
+                c_shut.eq(packet & (win_pos > self.window) & ~win_pos[23]),
+                c_err.eq(err),
+                c_ev.eq(any_of(ev_any & b_sel)),
+                c_desc.eq(pk.desc),
+                c_desc.ack_req.eq(pk.desc.ack_req | (win_pos == self.window)),
+                c_desc.qp.eq(b_q),
+                c_desc.src.eq(slot.src),
+                c_desc.peer_ip.eq(ctx.peer_ip),
+                c_desc.udp_sport.eq(ctx.udp_sport),
+                c_desc.dscp.eq(ctx.dscp),
+                c_desc.ecn.eq(ctx.ecn),
+                c_psn.eq(psn),
+                c_psn1.eq(psn + 1),
+                c_post.wr_id.eq(slot.wr.wr_id),
+                c_post.qp.eq(b_q),
+                c_post.src.eq(slot.src),
+                c_post.status.eq(status),
+                c_post.last_psn.eq(Mux(refuse, 0, psn + pk.last_index)),
+                c_ps.first.eq(psn),
+                c_ps.last.eq(psn + pk.last_index),
+                c_ps.sent.eq(~refuse),
+                c_next_psn.eq(psn + pk.last_index + 1),
+                c_prog_we.eq((packet & ~pk.last) | resume_turn),
+            ]
+            with m.If(resume_turn & into[23]):
+                m.d.sync += [c_prog.index.eq(0), c_prog.psn.eq(pslot.first), c_prog.offset.eq(0)]
+            with m.Elif(resume_turn):
+                m.d.sync += [c_prog.index.eq(into), c_prog.psn.eq(resume),
+                             c_prog.offset.eq(into_offset)]
+            with m.Else():
+                m.d.sync += [c_prog.index.eq(index + 1), c_prog.psn.eq(psn + 1),
+                             c_prog.offset.eq(offset + pk.length)]
+        with m.Elif(any_of(ev_stale & c_sel)):
+            m.d.sync += [c_valid.eq(0), c_sel.eq(0)]
+
+        # --- issue stage (I): commit when the outputs take the turn -------------------------------
+        held_c = any_of(self.held & c_sel)
+        full_c = any_of(self.full & c_sel)
+        drop = c_valid & (held_c | (c_packet & c_shut))     # the turn is given up
+        err_new = c_valid & any_of(self.errored & c_sel) & ~c_err   # worked out again
+        lost = c_valid & c_new & full_c                     # lost its turn through `full`
 
         bad = self.wr.payload.wr.qp >= n
         bad_post = self.wr.valid & bad
         desc_free = ~self.desc.valid | self.desc.ready
         post_free = ~self.post.valid | self.post.ready
-        post_ok = (post_free & ~bad_post & ~self.full.bit_select(s1_q, 1) &
-                   ~(self.post.valid & (self.post.payload.qp == s1_q)))
+        post_ok = (post_free & ~bad_post & ~full_c &
+                   ~(self.post.valid & (self.post.payload.qp == c_q)))
         psn_free = ~psn_pend_valid | self.psn_w.ready
         sent_free = ~self.sent.valid | self.sent.ready
-        sent_merge = (self.sent.valid & ~self.sent.ready & (self.sent.payload.qp == s1_q) &
-                      (self.sent.payload.packets != 63) &
-                      ((self.sent.payload.psn + 1)[:24] == psn))
+        sent_next = Signal(24)      # the PSN after the one in the sent output
+        sent_merge = (self.sent.valid & ~self.sent.ready & (self.sent.payload.qp == c_q) &
+                      (self.sent.payload.packets != 63) & (sent_next == c_psn))
         commit = Signal()
-        m.d.comb += commit.eq(s1_valid & ~drop &
-                              (~packet | (desc_free & (sent_free | sent_merge))) &
-                              (~new_start | post_ok) &
-                              (~new_start | refuse | psn_free))
+        m.d.comb += [
+            commit.eq(c_valid & ~drop & ~err_new &
+                      (~c_packet | (desc_free & (sent_free | sent_merge))) &
+                      (~c_new | post_ok) &
+                      (~c_new | c_refuse | psn_free)),
+            c_done.eq(~c_valid | commit | drop | err_new | lost),
+        ]
 
         # outputs
         m.d.comb += [self.psn_w.valid.eq(psn_pend_valid), self.psn_w.payload.eq(psn_pend)]
@@ -329,44 +482,21 @@ class Scheduler(wiring.Component):
             m.d.sync += self.sent.valid.eq(0)
 
         with m.If(commit):
-            m.d.sync += started.bit_select(s1_q, 1).eq(~finishes)
-            with m.If(packet):
-                d = self.desc.payload
-                m.d.sync += [
-                    self.desc.valid.eq(1),
-                    d.eq(pk.desc),
-                    d.ack_req.eq(pk.desc.ack_req | (win_pos == self.window)),
-                    d.qp.eq(s1_q),
-                    d.src.eq(slot.src),
-                    d.peer_ip.eq(ctx.peer_ip),
-                    d.udp_sport.eq(ctx.udp_sport),
-                    d.dscp.eq(ctx.dscp),
-                    d.ecn.eq(ctx.ecn),
-                ]
+            with m.If(c_packet):
+                m.d.sync += [self.desc.valid.eq(1), self.desc.payload.eq(c_desc),
+                             self.sent.payload.psn.eq(c_psn), sent_next.eq(c_psn1)]
                 with m.If(sent_merge):
-                    m.d.sync += [self.sent.payload.psn.eq(psn),
-                                 self.sent.payload.packets.eq(self.sent.payload.packets + 1)]
+                    m.d.sync += self.sent.payload.packets.eq(self.sent.payload.packets + 1)
                 with m.Else():
-                    m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(s1_q),
-                                 self.sent.payload.psn.eq(psn), self.sent.payload.packets.eq(1)]
-            with m.If(new_start):
-                m.d.sync += [
-                    self.post.valid.eq(1),
-                    self.post.payload.wr_id.eq(slot.wr.wr_id),
-                    self.post.payload.qp.eq(s1_q),
-                    self.post.payload.src.eq(slot.src),
-                    self.post.payload.status.eq(status),
-                    self.post.payload.last_psn.eq(Mux(refuse, 0, psn + pk.last_index)),
-                ]
-                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(slot_addr(cur[s1_q], s1_q)),
-                             ps_w.data.first.eq(psn), ps_w.data.last.eq(psn + pk.last_index),
-                             ps_w.data.sent.eq(~refuse)]
-                with m.If(~refuse):
-                    m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(s1_q),
-                                 psn_pend.psn.eq(psn + pk.last_index + 1)]
-            with m.If(packet & ~pk.last):
-                m.d.comb += [prog_w.en.eq(1), prog_w.addr.eq(s1_q),
-                             prog_w.data.index.eq(index + 1), prog_w.data.psn.eq(psn + 1)]
+                    m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(c_q),
+                                 self.sent.payload.packets.eq(1)]
+            with m.If(c_new):
+                m.d.sync += [self.post.valid.eq(1), self.post.payload.eq(c_post)]
+                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(c_addr), ps_w.data.eq(c_ps)]
+                with m.If(~c_refuse):
+                    m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(c_q),
+                                 psn_pend.psn.eq(c_next_psn)]
+            m.d.comb += [prog_w.en.eq(c_prog_we), prog_w.addr.eq(c_q), prog_w.data.eq(c_prog)]
 
         # --- queueing ---------------------------------------------------------------------------
         t = self.wr.payload
@@ -404,79 +534,27 @@ class Scheduler(wiring.Component):
         ]
 
         # --- pointers ---------------------------------------------------------------------------
-        ev = self.sched
-        m.d.comb += [ev.ready.eq(1), self.freed.ready.eq(1)]
-        cur_n = []                  # per QP: cur after this cycle's commit (no event)
-        hi_n = []
         for q in range(n):
-            here = s1_valid & (s1_q == q)
-            adv = here & commit & finishes
-            post_here = here & commit & new_start
+            here = c_sel[q]
             c_n = Signal(pw, name=f"cur_n{q}")
             h_n = Signal(pw, name=f"hi_n{q}")
             hd_n = Signal(pw, name=f"head_n{q}")
-            m.d.comb += [c_n.eq(cur[q] + adv), h_n.eq(hi[q] + post_here),
+            m.d.comb += [c_n.eq(cur[q] + (here & commit & c_fin)),
+                         h_n.eq(hi[q] + (here & commit & c_new)),
                          hd_n.eq(head[q] + (self.freed.valid & (self.freed.payload == q)))]
-            cur_n.append(c_n)
-            hi_n.append(h_n)
             m.d.sync += [hi[q].eq(h_n), head[q].eq(hd_n)]
             with m.If(push & (q_in == q)):
                 m.d.sync += tail[q].eq(tail[q] + 1)
-            ev_here = ev.valid & (ev.payload.qp == q)
-            with m.If(ev_here & (ev.payload.kind == SchedKind.REWIND)):
+            with m.If(here & commit):
+                m.d.sync += started[q].eq(~c_fin)
+            with m.If(ev_stale[q] & (ev.payload.kind == SchedKind.REWIND)):
                 m.d.sync += [cur[q].eq(hd_n), started[q].eq(0), win_block[q].eq(0)]
-            with m.Elif(ev_here & (ev.payload.kind == SchedKind.RESET)):
+            with m.Elif(ev_stale[q]):
                 m.d.sync += [cur[q].eq(h_n), started[q].eq(0), win_block[q].eq(0)]
             with m.Else():
                 m.d.sync += cur[q].eq(c_n)
-                with m.If(ev_here):
+                with m.If(ev_any[q]):
                     m.d.sync += win_block[q].eq(0)
-                with m.Elif(here & win_shut & ~self.held[q]):
+                with m.Elif(here & c_packet & c_shut & ~held_c & ~c_ev):
                     m.d.sync += win_block[q].eq(1)
-
-        # --- select stage (S0) ------------------------------------------------------------------
-        # Turns as they will be after S1 commits (only used when it does, or when S1 is empty).
-        elig = Signal(n)
-        for q in range(n):
-            here = s1_valid & (s1_q == q)
-            going = Mux(here & commit, ~finishes, started[q])
-            posts = ~going & (cur_n[q] == hi_n[q])
-            m.d.comb += elig[q].eq((cur_n[q] != tail[q]) & ~self.held[q] & ~win_block[q] &
-                                   ~(here & drop) & (~posts | ~self.full[q]))
-        prio = Signal(range(n))     # one past the QP of the last turn
-        start = Signal(range(n))
-        m.d.comb += start.eq(Mux(s1_valid, next_qp(s1_q), prio))
-        elig_hi = Signal(n)         # eligible QPs at or after start
-        m.d.comb += elig_hi.eq(Cat(elig[q] & (start <= q) for q in range(n)))
-        pick = Signal(range(n))
-        # first eligible QP at or after start, else the first at all (later assignments win)
-        for q in reversed(range(n)):
-            with m.If(elig[q]):
-                m.d.comb += pick.eq(q)
-        for q in reversed(range(n)):
-            with m.If(elig_hi[q]):
-                m.d.comb += pick.eq(q)
-
-        sel_valid = Signal()
-        sel = Signal(range(n))
-        with m.If(s1_valid & ~commit & ~drop):
-            # S1 waits for an output: read its QP again, unless it lost its turn through `full`
-            m.d.comb += [sel.eq(s1_q),
-                         sel_valid.eq(started.bit_select(s1_q, 1) | ~new_start |
-                                      ~self.full.bit_select(s1_q, 1))]
-        with m.Else():
-            m.d.comb += [sel.eq(pick), sel_valid.eq(elig.any())]
-        with m.If(commit):
-            m.d.sync += prio.eq(next_qp(s1_q))
-        sel_cur = Signal(pw)
-        m.d.comb += [
-            sel_cur.eq(Array(cur_n)[sel]),
-            wr_r.addr.eq(slot_addr(sel_cur, sel)),
-            ps_r.addr.eq(slot_addr(sel_cur, sel)),
-            prog_r.addr.eq(sel),
-            self.rd_qp.eq(sel),
-        ]
-        # a rewind or reset of the QP being read makes the read stale: read it again next time
-        stale = ev.valid & (ev.payload.kind != SchedKind.ADVANCE) & (ev.payload.qp == sel)
-        m.d.sync += [s1_valid.eq(sel_valid & ~stale), s1_q.eq(sel)]
         return m
