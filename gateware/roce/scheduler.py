@@ -34,6 +34,22 @@ PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24, "offset": 31})
 SLOT_PSNS = data.StructLayout({"first": 24, "last": 24, "sent": 1})
 
 
+def _first_one(m, bits):
+    """(any bit set, position of the first one set) of a list of 2^k one-bit values, as a
+    binary tree: log2 levels of 2:1 multiplexers."""
+    if len(bits) == 1:
+        return bits[0], Const(0, 0)
+    h = len(bits) // 2
+    lo_any, lo_pos = _first_one(m, bits[:h])
+    hi_any, hi_pos = _first_one(m, bits[h:])
+    k = (len(bits) - 1).bit_length()
+    pos = Signal(k)
+    any_ = Signal()
+    m.d.comb += [pos.eq(Mux(lo_any, Cat(lo_pos, Const(0, 1)), Cat(hi_pos, Const(1, 1)))),
+                 any_.eq(lo_any | hi_any)]
+    return any_, pos
+
+
 class Scheduler(wiring.Component):
     """Work-request scheduler of the RC requester: per-QP queues of work requests, round robin
     over the QPs one packet at a time, one packet descriptor per packet, and go-back-N resends.
@@ -279,30 +295,45 @@ class Scheduler(wiring.Component):
         m.d.comb += hold.eq(b_valid & ~c_done)
 
         # --- select stage (S): round robin over registered eligibility ----------------------------
-        held_r = Signal(n)
-        full_r = Signal(n)
-        m.d.sync += [held_r.eq(self.held), full_r.eq(self.full)]
+        # Worked out in the previous cycle from the registers of that cycle, as if the issue
+        # stage commits its turn: a QP has requests to send (or has had one queued since), it is
+        # not held, its window is not known to be full, its next request has started or `full`
+        # allows it to start. The QPs in the read or issue stage and those a REWIND or RESET has
+        # just moved are left out.
+        has_r = Signal(n)           # requests from cur to tail
+        push_r = Signal(n)          # a request was queued
+        ok_r = Signal(n)            # not held nor blocked, may start
+        moved_r = Signal(n)         # a REWIND or RESET came
+        for q in range(n):
+            fin_q = c_sel[q] & c_fin
+            cur_s = Signal(pw, name=f"cur_s{q}")
+            hi_s = Signal(pw, name=f"hi_s{q}")
+            m.d.comb += [cur_s.eq(cur[q] + fin_q), hi_s.eq(hi[q] + (c_sel[q] & c_new))]
+            going_s = Mux(c_sel[q], ~c_fin, started[q])
+            m.d.sync += [
+                has_r[q].eq(cur_s != tail[q]),
+                ok_r[q].eq(~self.held[q] & ~win_block[q] &
+                           (going_s | (cur_s != hi_s) | ~self.full[q])),
+                moved_r[q].eq(ev_stale[q]),
+            ]
         elig = Signal(n)
-        for q in range(n):
-            m.d.comb += elig[q].eq((cur[q] != tail[q]) & ~held_r[q] & ~win_block[q] &
-                                   ~b_sel[q] & ~c_sel[q] &
-                                   (started[q] | (cur[q] != hi[q]) | ~full_r[q]))
+        m.d.comb += elig.eq((has_r | push_r) & ok_r & ~b_sel & ~c_sel & ~moved_r)
         rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
-        elig_hi = Signal(n)
-        m.d.comb += elig_hi.eq(elig & rr_hi)
-        grant = Signal(n)
-        for q in range(n):
-            m.d.comb += grant[q].eq(Mux(elig_hi.any(),
-                                        elig_hi[q] & ~any_of(elig_hi[:q]),
-                                        elig[q] & ~any_of(elig[:q])))
+        # the first eligible QP after the last turn's, else the first at all: the first one of
+        # (elig & rr_hi, elig), each half padded to a power of two, found by a binary tree
+        half = 1 << qbits
+        found, pos = _first_one(m, [elig[q] & rr_hi[q] if q < n else Const(0)
+                                    for q in range(half)] +
+                                   [elig[q] if q < n else Const(0) for q in range(half)])
         sel = Signal(range(n))
-        for b in range(qbits):
-            m.d.comb += sel[b].eq(any_of(Cat(grant[q] for q in range(n) if q >> b & 1)))
+        m.d.comb += sel.eq(pos[:qbits])
+        sel_valid = found
         sel_cur = Signal(pw)
-        m.d.comb += sel_cur.eq(
-            Cat(any_of(Cat(grant[q] & cur[q][k] for q in range(n))) for k in range(pw)))
+        m.d.comb += sel_cur.eq(Array(cur)[sel])
         sel_addr = Signal(max(1, dbits + qbits))
         m.d.comb += sel_addr.eq(slot_addr(sel_cur, sel))
+        grant = Signal(n)           # one-hot sel, 0 when no QP is eligible
+        m.d.comb += grant.eq(Cat(sel_valid & (sel == q) for q in range(n)))
         m.d.comb += [
             wr_r.addr.eq(sel_addr), wr_r.en.eq(~hold),
             ps_r.addr.eq(sel_addr), ps_r.en.eq(~hold),
@@ -317,12 +348,12 @@ class Scheduler(wiring.Component):
                 b_valid.eq(any_of(grant & ~ev_stale)),
                 b_sel.eq(grant & ~ev_stale),
                 b_q.eq(sel),
-                b_going.eq(any_of(grant & started)),
-                b_new.eq(any_of(Cat(grant[q] & (cur[q] == hi[q]) for q in range(n)))),
+                b_going.eq(started.bit_select(sel, 1)),
+                b_new.eq(Array(cur[q] == hi[q] for q in range(n))[sel]),
                 b_addr.eq(sel_addr),
             ]
-            with m.If(elig.any()):
-                m.d.sync += rr_hi.eq(Cat(any_of(grant[:q]) for q in range(n)))
+            with m.If(sel_valid):
+                m.d.sync += rr_hi.eq(Cat(sel < q for q in range(n)))
         m.d.sync += b_fresh.eq(~hold)
 
         # --- read stage (R): the turn worked out from the memories --------------------------------
@@ -543,6 +574,7 @@ class Scheduler(wiring.Component):
                          h_n.eq(hi[q] + (here & commit & c_new)),
                          hd_n.eq(head[q] + (self.freed.valid & (self.freed.payload == q)))]
             m.d.sync += [hi[q].eq(h_n), head[q].eq(hd_n)]
+            m.d.sync += push_r[q].eq(push & (q_in == q))
             with m.If(push & (q_in == q)):
                 m.d.sync += tail[q].eq(tail[q] + 1)
             with m.If(here & commit):
