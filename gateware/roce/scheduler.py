@@ -267,8 +267,8 @@ class Scheduler(wiring.Component):
         b_going = Signal()          # started[b_q] when it was selected
         b_new = Signal()            # cur[b_q] == hi[b_q] when it was selected
         b_addr = Signal(max(1, dbits + qbits))
-        b_fresh = Signal()          # R was loaded in the previous cycle
-        b_tpsn = Signal(24)         # the table PSN R worked out in the previous cycle
+        b_fwd = Signal()            # the QP table's PSN of b_q is being written: use b_fpsn
+        b_fpsn = Signal(24)
         # I (issue): the turn worked out by R, waiting to be committed
         c_valid = Signal()
         c_q = Signal(range(n))
@@ -290,6 +290,8 @@ class Scheduler(wiring.Component):
         c_prog_we = Signal()
         c_prog = Signal(PROGRESS)
 
+        psn_pend = Signal(PSN_WRITE)    # the psn_w output register
+        psn_pend_valid = Signal()
         c_done = Signal()           # I is empty after this cycle (or takes R's turn)
         hold = Signal()             # R waits for I
         m.d.comb += hold.eq(b_valid & ~c_done)
@@ -303,7 +305,10 @@ class Scheduler(wiring.Component):
         has_r = Signal(n)           # requests from cur to tail
         push_r = Signal(n)          # a request was queued
         ok_r = Signal(n)            # not held nor blocked, may start
-        moved_r = Signal(n)         # a REWIND or RESET came
+        moved_r = Signal(n)         # a REWIND or RESET came, or the issue stage kept its turn
+        going_r = Signal(n)         # started (after the issue stage's commit)
+        new_r = Signal(n)           # cur == hi (after the issue stage's commit)
+        commit = Signal()
         for q in range(n):
             fin_q = c_sel[q] & c_fin
             cur_s = Signal(pw, name=f"cur_s{q}")
@@ -314,7 +319,9 @@ class Scheduler(wiring.Component):
                 has_r[q].eq(cur_s != tail[q]),
                 ok_r[q].eq(~self.held[q] & ~win_block[q] &
                            (going_s | (cur_s != hi_s) | ~self.full[q])),
-                moved_r[q].eq(ev_stale[q]),
+                moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
+                going_r[q].eq(going_s),
+                new_r[q].eq(cur_s == hi_s),
             ]
         elig = Signal(n)
         m.d.comb += elig.eq((has_r | push_r) & ok_r & ~b_sel & ~c_sel & ~moved_r)
@@ -348,13 +355,14 @@ class Scheduler(wiring.Component):
                 b_valid.eq(any_of(grant & ~ev_stale)),
                 b_sel.eq(grant & ~ev_stale),
                 b_q.eq(sel),
-                b_going.eq(started.bit_select(sel, 1)),
-                b_new.eq(Array(cur[q] == hi[q] for q in range(n))[sel]),
+                b_going.eq(any_of(grant & going_r)),
+                b_new.eq(any_of(grant & new_r)),
                 b_addr.eq(sel_addr),
+                b_fwd.eq(psn_pend_valid & (psn_pend.qp == sel)),
+                b_fpsn.eq(psn_pend.psn),
             ]
             with m.If(sel_valid):
                 m.d.sync += rr_hi.eq(Cat(sel < q for q in range(n)))
-        m.d.sync += b_fresh.eq(~hold)
 
         # --- read stage (R): the turn worked out from the memories --------------------------------
         slot = wr_r.data
@@ -367,20 +375,9 @@ class Scheduler(wiring.Component):
         is_start = ~b_going
         is_new = b_new
 
-        psn_pend = Signal(PSN_WRITE)    # the psn_w output register
-        psn_pend_valid = Signal()
-        psn_acc = Signal(PSN_WRITE)     # the PSN write accepted in the previous cycle
-        psn_acc_valid = Signal()
+        # a PSN write of b_q not yet seen by its read (held in the output when it was selected)
         table_psn = Signal(24)
-        with m.If(~b_fresh):
-            m.d.comb += table_psn.eq(b_tpsn)
-        with m.Elif(psn_pend_valid & (psn_pend.qp == b_q)):
-            m.d.comb += table_psn.eq(psn_pend.psn)
-        with m.Elif(psn_acc_valid & (psn_acc.qp == b_q)):
-            m.d.comb += table_psn.eq(psn_acc.psn)
-        with m.Else():
-            m.d.comb += table_psn.eq(self.rd_psn)
-        m.d.sync += b_tpsn.eq(table_psn)
+        m.d.comb += table_psn.eq(Mux(b_fwd, b_fpsn, self.rd_psn))
 
         # a request started before (a rewind brought the QP back to it): resume from the oldest
         # unacknowledged PSN, or skip it if it is acknowledged (or was refused)
@@ -483,14 +480,15 @@ class Scheduler(wiring.Component):
         bad_post = self.wr.valid & bad
         desc_free = ~self.desc.valid | self.desc.ready
         post_free = ~self.post.valid | self.post.ready
+        post_sel = Signal(n)        # one-hot QP of the post output (0: BAD_QP)
+        sent_sel = Signal(n)        # one-hot QP of the sent output
         post_ok = (post_free & ~bad_post & ~full_c &
-                   ~(self.post.valid & (self.post.payload.qp == c_q)))
+                   ~(self.post.valid & any_of(post_sel & c_sel)))
         psn_free = ~psn_pend_valid | self.psn_w.ready
         sent_free = ~self.sent.valid | self.sent.ready
         sent_next = Signal(24)      # the PSN after the one in the sent output
-        sent_merge = (self.sent.valid & ~self.sent.ready & (self.sent.payload.qp == c_q) &
+        sent_merge = (self.sent.valid & ~self.sent.ready & any_of(sent_sel & c_sel) &
                       (self.sent.payload.packets != 63) & (sent_next == c_psn))
-        commit = Signal()
         m.d.comb += [
             commit.eq(c_valid & ~drop & ~err_new &
                       (~c_packet | (desc_free & (sent_free | sent_merge))) &
@@ -501,8 +499,6 @@ class Scheduler(wiring.Component):
 
         # outputs
         m.d.comb += [self.psn_w.valid.eq(psn_pend_valid), self.psn_w.payload.eq(psn_pend)]
-        m.d.sync += [psn_acc_valid.eq(self.psn_w.valid & self.psn_w.ready),
-                     psn_acc.eq(psn_pend)]
         with m.If(self.psn_w.ready):
             m.d.sync += psn_pend_valid.eq(0)
         with m.If(self.desc.ready):
@@ -520,9 +516,10 @@ class Scheduler(wiring.Component):
                     m.d.sync += self.sent.payload.packets.eq(self.sent.payload.packets + 1)
                 with m.Else():
                     m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(c_q),
-                                 self.sent.payload.packets.eq(1)]
+                                 self.sent.payload.packets.eq(1), sent_sel.eq(c_sel)]
             with m.If(c_new):
-                m.d.sync += [self.post.valid.eq(1), self.post.payload.eq(c_post)]
+                m.d.sync += [self.post.valid.eq(1), self.post.payload.eq(c_post),
+                             post_sel.eq(c_sel)]
                 m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(c_addr), ps_w.data.eq(c_ps)]
                 with m.If(~c_refuse):
                     m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(c_q),
@@ -532,9 +529,18 @@ class Scheduler(wiring.Component):
         # --- queueing ---------------------------------------------------------------------------
         t = self.wr.payload
         q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
+        # room in the queue, from the pointers of the previous cycle: for one more request, and for
+        # one more after the one queued in that cycle (room freed in that cycle counts a cycle
+        # later)
+        room1 = Signal(n)
+        room2 = Signal(n)
+        for q in range(n):
+            used = [(tail[q] - head[q])[:pw], (tail[q] - cur[q])[:pw]]
+            m.d.sync += [room1[q].eq((used[0] < depth) & (used[1] < depth)),
+                         room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1))]
         room = Signal()
-        m.d.comb += room.eq(((tail[q_in] - head[q_in])[:pw] != depth) &
-                            ((tail[q_in] - cur[q_in])[:pw] != depth))
+        m.d.comb += room.eq(Mux(push_r.bit_select(q_in, 1), room2.bit_select(q_in, 1),
+                                room1.bit_select(q_in, 1)))
         push = Signal()
         m.d.comb += [
             self.wr.ready.eq(Mux(bad, post_free, room)),
@@ -548,6 +554,7 @@ class Scheduler(wiring.Component):
                 self.post.payload.src.eq(t.src),
                 self.post.payload.status.eq(CplStatus.BAD_QP),
                 self.post.payload.last_psn.eq(0),
+                post_sel.eq(0),
             ]
         word_bits = (self.width // 8).bit_length() - 1
         in_status = Signal(CplStatus)
