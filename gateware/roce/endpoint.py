@@ -254,7 +254,7 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, st.udp_rx[1], cm.i)
         wiring.connect(m, cm.o, st.udp_tx[1])
         m.d.comb += [
-            qps.rd_qp.eq(sched.rd_qp), qps.rd_en.eq(sched.rd_en),
+            qps.rd_qp.eq(sched.rd_qp),
             sched.rd_context.eq(qps.rd_context),
             sched.rd_psn.eq(qps.rd_psn),
             qps.lookup_qpn.eq(rx.lookup_qpn),

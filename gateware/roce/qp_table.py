@@ -22,8 +22,7 @@ class QpTable(wiring.Component):
     waits: ``psn_w.ready`` is low). After reset every QP is in RESET with PSN 0.
 
     Reads: ``rd_qp`` -> ``rd_context`` / ``rd_psn`` one cycle later (block or distributed RAM;
-    a write to the same QP in the cycle of the read is not seen by it); while ``rd_en`` (high
-    after reset unless driven) is low, ``rd_context`` / ``rd_psn`` keep their value. ``rx_qp`` ->
+    a write to the same QP in the cycle of the read is not seen by it). ``rx_qp`` ->
     ``rx_context`` is a second, independent context read port for the receive path.
 
     A write naming a QP outside the table changes nothing and pulses ``rejected``.
@@ -45,7 +44,6 @@ class QpTable(wiring.Component):
             "ctl_psn": In(stream.Signature(PSN_WRITE)),
             "psn_w": In(stream.Signature(PSN_WRITE)),
             "rd_qp": In(range(num_qps)),
-            "rd_en": In(1, init=1),
             "rd_context": Out(QP_CONTEXT),
             "rd_psn": Out(24),
             "rx_qp": In(range(num_qps)),
@@ -79,8 +77,6 @@ class QpTable(wiring.Component):
             cw.data.eq(self.ctl.payload.context),
             cw.en.eq(self.ctl.valid & in_range),
             cr.addr.eq(self.rd_qp),
-            cr.en.eq(self.rd_en),
-            pr.en.eq(self.rd_en),
             self.rd_context.eq(cr.data),
             cr_rx.addr.eq(self.rx_qp),
             self.rx_context.eq(cr_rx.data),

@@ -34,20 +34,60 @@ PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24, "offset": 31})
 SLOT_PSNS = data.StructLayout({"first": 24, "last": 24, "sent": 1})
 
 
-def _first_one(m, bits):
-    """(any bit set, position of the first one set) of a list of 2^k one-bit values, as a
-    binary tree: log2 levels of 2:1 multiplexers."""
-    if len(bits) == 1:
-        return bits[0], Const(0, 0)
-    h = len(bits) // 2
-    lo_any, lo_pos = _first_one(m, bits[:h])
-    hi_any, hi_pos = _first_one(m, bits[h:])
-    k = (len(bits) - 1).bit_length()
-    pos = Signal(k)
-    any_ = Signal()
-    m.d.comb += [pos.eq(Mux(lo_any, Cat(lo_pos, Const(0, 1)), Cat(hi_pos, Const(1, 1)))),
-                 any_.eq(lo_any | hi_any)]
-    return any_, pos
+def _kept(m, value, name):
+    """``value`` through a signal that synthesis keeps: the logic on either side is mapped
+    separately, which bounds the LUT levels of a path through it."""
+    sig = Signal.like(value, name=name, attrs={"keep": 1}) if isinstance(value, Signal) else \
+        Signal(len(value), name=name, attrs={"keep": 1})
+    m.d.comb += sig.eq(value)
+    return sig
+
+
+def _mux_tree(m, values, index, name):
+    """``values[index]`` as a tree of 4:1 multiplexers whose outputs synthesis keeps."""
+    values = list(values)
+    k = 0
+    while len(values) > 1:
+        nxt = []
+        for g in range(0, len(values), 4):
+            group = values[g:g + 4]
+            sig = Signal(name=f"{name}_m{k}_{g // 4}", attrs={"keep": 1})
+            if len(group) == 1:
+                m.d.comb += sig.eq(group[0])
+            else:
+                m.d.comb += sig.eq(Array(group)[index[2 * k:2 * k + 2]])
+            nxt.append(sig)
+        values = nxt
+        k += 1
+    return values[0]
+
+
+def _first_one(m, leaves, name="ff"):
+    """The first of a list of 4^k leaves ``(valid, payload)`` that is valid: (any valid, its
+    position, its payload), as a tree of 4-input nodes whose outputs synthesis keeps."""
+    if len(leaves) == 1:
+        return leaves[0][0], Const(0, 0), leaves[0][1]
+    q = len(leaves) // 4
+    kids = [_first_one(m, leaves[k * q:(k + 1) * q], f"{name}{k}") for k in range(4)]
+    anys = [a for a, _, _ in kids]
+    first = Signal(2, name=f"{name}_f", attrs={"keep": 1})
+    with m.If(anys[0]):
+        m.d.comb += first.eq(0)
+    with m.Elif(anys[1]):
+        m.d.comb += first.eq(1)
+    with m.Elif(anys[2]):
+        m.d.comb += first.eq(2)
+    with m.Else():
+        m.d.comb += first.eq(3)
+    low = Signal(len(kids[0][1]) + len(kids[0][2]))
+    with m.Switch(first):
+        for k in range(4):
+            with m.Case(k):
+                m.d.comb += low.eq(Cat(kids[k][1], kids[k][2]))
+    pos = _kept(m, Cat(low[:len(kids[0][1])], first), f"{name}_p")
+    payload = _kept(m, low[len(kids[0][1]):], f"{name}_d") if len(kids[0][2]) else Const(0, 0)
+    any_ = _kept(m, anys[0] | anys[1] | anys[2] | anys[3], f"{name}_a")
+    return any_, pos, payload
 
 
 class Scheduler(wiring.Component):
@@ -201,7 +241,6 @@ class Scheduler(wiring.Component):
         super().__init__({
             "wr": In(stream.Signature(WR_TAGGED)),
             "rd_qp": Out(range(num_qps)),
-            "rd_en": Out(1),
             "rd_context": In(QP_CONTEXT),
             "rd_psn": In(24),
             "psn_w": Out(stream.Signature(PSN_WRITE)),
@@ -249,6 +288,9 @@ class Scheduler(wiring.Component):
         def any_of(bits):
             return bits.any() if len(bits) else Const(0)
 
+        t = self.wr.payload
+        q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
+        push = Signal(attrs={"keep": 1})    # a request is queued
         ev = self.sched
         m.d.comb += [ev.ready.eq(1), self.freed.ready.eq(1)]
         # bit q: a REWIND or RESET of QP q this cycle (what was read of it is stale)
@@ -261,14 +303,22 @@ class Scheduler(wiring.Component):
 
         # --- stage registers ----------------------------------------------------------------------
         # R (read): the QP selected in the previous cycle, whose memories are being read out
+        r_valid = Signal()
+        r_q = Signal(range(n))
+        r_sel = Signal(n)           # one-hot r_q, 0 when r_valid is low
+        r_addr = Signal(max(1, dbits + qbits))
+        # B (build): the QP read, its memories' data registered
         b_valid = Signal()
         b_q = Signal(range(n))
         b_sel = Signal(n)           # one-hot b_q, 0 when b_valid is low
-        b_going = Signal()          # started[b_q] when it was selected
-        b_new = Signal()            # cur[b_q] == hi[b_q] when it was selected
+        b_going = Signal()          # started[b_q]
+        b_new = Signal()            # cur[b_q] == hi[b_q]
         b_addr = Signal(max(1, dbits + qbits))
-        b_fwd = Signal()            # the QP table's PSN of b_q is being written: use b_fpsn
-        b_fpsn = Signal(24)
+        b_slot = Signal(SLOT)
+        b_pslot = Signal(SLOT_PSNS)
+        b_prog = Signal(PROGRESS)
+        b_ctx = Signal(QP_CONTEXT)
+        b_tpsn = Signal(24)         # the QP's next PSN in the QP table
         # I (issue): the turn worked out by R, waiting to be committed
         c_valid = Signal()
         c_q = Signal(range(n))
@@ -283,7 +333,6 @@ class Scheduler(wiring.Component):
         c_ev = Signal()             # an event of the QP came while the turn was worked out
         c_desc = Signal(PACKET_DESC)
         c_psn = Signal(24)
-        c_psn1 = Signal(24)
         c_post = Signal(POST)
         c_ps = Signal(SLOT_PSNS)
         c_next_psn = Signal(24)
@@ -292,9 +341,7 @@ class Scheduler(wiring.Component):
 
         psn_pend = Signal(PSN_WRITE)    # the psn_w output register
         psn_pend_valid = Signal()
-        c_done = Signal()           # I is empty after this cycle (or takes R's turn)
-        hold = Signal()             # R waits for I
-        m.d.comb += hold.eq(b_valid & ~c_done)
+        c_done = Signal()           # I is empty after this cycle (and takes R's turn)
 
         # --- select stage (S): round robin over registered eligibility ----------------------------
         # Worked out in the previous cycle from the registers of that cycle, as if the issue
@@ -306,9 +353,10 @@ class Scheduler(wiring.Component):
         push_r = Signal(n)          # a request was queued
         ok_r = Signal(n)            # not held nor blocked, may start
         moved_r = Signal(n)         # a REWIND or RESET came, or the issue stage kept its turn
+        avail_r = Signal(n)         # (has_r | push_r) & ok_r & ~moved_r
         going_r = Signal(n)         # started (after the issue stage's commit)
         new_r = Signal(n)           # cur == hi (after the issue stage's commit)
-        commit = Signal()
+        commit = Signal(attrs={"keep": 1})
         for q in range(n):
             fin_q = c_sel[q] & c_fin
             cur_s = Signal(pw, name=f"cur_s{q}")
@@ -320,64 +368,89 @@ class Scheduler(wiring.Component):
                 ok_r[q].eq(~self.held[q] & ~win_block[q] &
                            (going_s | (cur_s != hi_s) | ~self.full[q])),
                 moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
+                avail_r[q].eq((_kept(m, cur_s != tail[q], f"has_s{q}") |
+                               _kept(m, push & (q_in == q), f"push_q{q}")) &
+                              ~self.held[q] & ~win_block[q] &
+                              (going_s | (cur_s != hi_s) | ~self.full[q]) &
+                              ~ev_stale[q] & ~(c_sel[q] & ~commit)),
                 going_r[q].eq(going_s),
                 new_r[q].eq(cur_s == hi_s),
             ]
-        elig = Signal(n)
-        m.d.comb += elig.eq((has_r | push_r) & ok_r & ~b_sel & ~c_sel & ~moved_r)
         rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
         # the first eligible QP after the last turn's, else the first at all: the first one of
         # (elig & rr_hi, elig), each half padded to a power of two, found by a binary tree
-        half = 1 << qbits
-        found, pos = _first_one(m, [elig[q] & rr_hi[q] if q < n else Const(0)
-                                    for q in range(half)] +
-                                   [elig[q] if q < n else Const(0) for q in range(half)])
+        total = 4                   # the tree takes 4^k values
+        while total < 2 * n:
+            total *= 4
+        half = total // 2
+        base = avail_r & ~r_sel & ~b_sel & ~c_sel
+        # each leaf carries the QP's slot, its one-hot and the round-robin mask it leaves
+        leaves = []
+        for k in range(total):
+            q = k % half
+            if q >= n:
+                leaves.append((Const(0), Const(0, dbits + 2 * n)))
+            else:
+                e = base[q] & rr_hi[q] if k < half else base[q]
+                leaves.append((_kept(m, e, f"elig{'_hi' if k < half else ''}{q}"),
+                               Cat(cur[q][:dbits], Const(1 << q, n),
+                                   Const(((1 << n) - 1) & ~((2 << q) - 1), n))))
+        found, pos, payload = _first_one(m, leaves)
         sel = Signal(range(n))
         m.d.comb += sel.eq(pos[:qbits])
-        sel_valid = found
-        sel_cur = Signal(pw)
-        m.d.comb += sel_cur.eq(Array(cur)[sel])
+        sel_slot = payload[:dbits]
+        grant = payload[dbits:dbits + n]
+        sel_mask = payload[dbits + n:]
         sel_addr = Signal(max(1, dbits + qbits))
-        m.d.comb += sel_addr.eq(slot_addr(sel_cur, sel))
-        grant = Signal(n)           # one-hot sel, 0 when no QP is eligible
-        m.d.comb += grant.eq(Cat(sel_valid & (sel == q) for q in range(n)))
+        m.d.comb += sel_addr.eq(Cat(sel_slot, sel[:qbits]) if dbits or qbits else 0)
         m.d.comb += [
-            wr_r.addr.eq(sel_addr), wr_r.en.eq(~hold),
-            ps_r.addr.eq(sel_addr), ps_r.en.eq(~hold),
-            prog_r.addr.eq(sel), prog_r.en.eq(~hold),
-            self.rd_qp.eq(sel), self.rd_en.eq(~hold),
+            wr_r.addr.eq(sel_addr), ps_r.addr.eq(sel_addr), prog_r.addr.eq(sel),
+            self.rd_qp.eq(sel),
         ]
-        with m.If(hold):
-            m.d.sync += [b_valid.eq(b_valid & ~any_of(ev_stale & b_sel)),
-                         b_sel.eq(b_sel & ~ev_stale)]
-        with m.Else():
-            m.d.sync += [
-                b_valid.eq(any_of(grant & ~ev_stale)),
-                b_sel.eq(grant & ~ev_stale),
-                b_q.eq(sel),
-                b_going.eq(any_of(grant & going_r)),
-                b_new.eq(any_of(grant & new_r)),
-                b_addr.eq(sel_addr),
-                b_fwd.eq(psn_pend_valid & (psn_pend.qp == sel)),
-                b_fpsn.eq(psn_pend.psn),
-            ]
-            with m.If(sel_valid):
-                m.d.sync += rr_hi.eq(Cat(sel < q for q in range(n)))
+        # (a REWIND or RESET of the QP in this cycle is caught by moved_r in the next)
+        m.d.sync += [r_valid.eq(found), r_sel.eq(Mux(found, grant, 0)),
+                     r_q.eq(sel), r_addr.eq(sel_addr)]
+        with m.If(found):
+            m.d.sync += rr_hi.eq(sel_mask)
 
-        # --- read stage (R): the turn worked out from the memories --------------------------------
-        slot = wr_r.data
-        pslot = ps_r.data
-        prog = prog_r.data
-        ctx = self.rd_context
+        # --- read stage (R): the memories' data registered ----------------------------------------
+        # a PSN write of r_q not yet seen by its read: held in the output, or accepted in the
+        # cycle of the read
+        psn_acc = Signal(PSN_WRITE)     # the PSN write accepted in the previous cycle
+        psn_acc_valid = Signal()
+        m.d.sync += [psn_acc_valid.eq(self.psn_w.valid & self.psn_w.ready), psn_acc.eq(psn_pend)]
+        with m.If(psn_pend_valid & (psn_pend.qp == r_q)):
+            m.d.sync += b_tpsn.eq(psn_pend.psn)
+        with m.Elif(psn_acc_valid & (psn_acc.qp == r_q)):
+            m.d.sync += b_tpsn.eq(psn_acc.psn)
+        with m.Else():
+            m.d.sync += b_tpsn.eq(self.rd_psn)
+        r_gone = any_of((moved_r | ev_stale) & r_sel)
+        m.d.sync += [
+            b_valid.eq(r_valid & ~r_gone),
+            b_sel.eq(Mux(r_gone, 0, r_sel)),
+            b_q.eq(r_q),
+            b_going.eq(going_r.bit_select(r_q, 1)),
+            b_new.eq(new_r.bit_select(r_q, 1)),
+            b_addr.eq(r_addr),
+            b_slot.eq(wr_r.data),
+            b_pslot.eq(ps_r.data),
+            b_prog.eq(prog_r.data),
+            b_ctx.eq(self.rd_context),
+        ]
+
+        # --- build stage (B): the turn worked out ---------------------------------------------------
+        slot = b_slot
+        pslot = b_pslot
+        prog = b_prog
+        ctx = b_ctx
         m.d.comb += self.acked_qp.eq(b_q)
         acked = self.acked_psn
         err = any_of(self.errored & b_sel)
         is_start = ~b_going
         is_new = b_new
 
-        # a PSN write of b_q not yet seen by its read (held in the output when it was selected)
-        table_psn = Signal(24)
-        m.d.comb += table_psn.eq(Mux(b_fwd, b_fpsn, self.rd_psn))
+        table_psn = b_tpsn
 
         # a request started before (a rewind brought the QP back to it): resume from the oldest
         # unacknowledged PSN, or skip it if it is acknowledged (or was refused)
@@ -446,7 +519,6 @@ class Scheduler(wiring.Component):
                 c_desc.dscp.eq(ctx.dscp),
                 c_desc.ecn.eq(ctx.ecn),
                 c_psn.eq(psn),
-                c_psn1.eq(psn + 1),
                 c_post.wr_id.eq(slot.wr.wr_id),
                 c_post.qp.eq(b_q),
                 c_post.src.eq(slot.src),
@@ -470,25 +542,30 @@ class Scheduler(wiring.Component):
             m.d.sync += [c_valid.eq(0), c_sel.eq(0)]
 
         # --- issue stage (I): commit when the outputs take the turn -------------------------------
-        held_c = any_of(self.held & c_sel)
-        full_c = any_of(self.full & c_sel)
+        # (the terms are kept apart so that synthesis maps them as a shallow tree)
+        held_c = _kept(m, any_of(self.held & c_sel), "held_c")
+        full_c = _kept(m, any_of(self.full & c_sel), "full_c")
+        err_c = _kept(m, any_of(self.errored & c_sel), "err_c")
         drop = c_valid & (held_c | (c_packet & c_shut))     # the turn is given up
-        err_new = c_valid & any_of(self.errored & c_sel) & ~c_err   # worked out again
+        err_new = c_valid & err_c & ~c_err                  # worked out again
         lost = c_valid & c_new & full_c                     # lost its turn through `full`
 
         bad = self.wr.payload.wr.qp >= n
-        bad_post = self.wr.valid & bad
+        bad_post = _kept(m, self.wr.valid & bad, "bad_post")
         desc_free = ~self.desc.valid | self.desc.ready
         post_free = ~self.post.valid | self.post.ready
         post_sel = Signal(n)        # one-hot QP of the post output (0: BAD_QP)
         sent_sel = Signal(n)        # one-hot QP of the sent output
-        post_ok = (post_free & ~bad_post & ~full_c &
-                   ~(self.post.valid & any_of(post_sel & c_sel)))
+        post_same = _kept(m, any_of(post_sel & c_sel), "post_same")
+        post_ok = (post_free & ~bad_post & ~full_c & ~(self.post.valid & post_same))
         psn_free = ~psn_pend_valid | self.psn_w.ready
         sent_free = ~self.sent.valid | self.sent.ready
-        sent_next = Signal(24)      # the PSN after the one in the sent output
-        sent_merge = (self.sent.valid & ~self.sent.ready & any_of(sent_sel & c_sel) &
-                      (self.sent.payload.packets != 63) & (sent_next == c_psn))
+        # the QP of the sent output has had no REWIND or RESET since its last packet there: its
+        # next packet has the next PSN
+        sent_cont = Signal()
+        sent_same = _kept(m, any_of(sent_sel & c_sel), "sent_same")
+        sent_merge = _kept(m, self.sent.valid & ~self.sent.ready & sent_same &
+                           (self.sent.payload.packets != 63) & sent_cont, "sent_merge")
         m.d.comb += [
             commit.eq(c_valid & ~drop & ~err_new &
                       (~c_packet | (desc_free & (sent_free | sent_merge))) &
@@ -511,7 +588,7 @@ class Scheduler(wiring.Component):
         with m.If(commit):
             with m.If(c_packet):
                 m.d.sync += [self.desc.valid.eq(1), self.desc.payload.eq(c_desc),
-                             self.sent.payload.psn.eq(c_psn), sent_next.eq(c_psn1)]
+                             self.sent.payload.psn.eq(c_psn), sent_cont.eq(1)]
                 with m.If(sent_merge):
                     m.d.sync += self.sent.payload.packets.eq(self.sent.payload.packets + 1)
                 with m.Else():
@@ -526,9 +603,10 @@ class Scheduler(wiring.Component):
                                  psn_pend.psn.eq(c_next_psn)]
             m.d.comb += [prog_w.en.eq(c_prog_we), prog_w.addr.eq(c_q), prog_w.data.eq(c_prog)]
 
+        with m.If(any_of(ev_stale & sent_sel)):
+            m.d.sync += sent_cont.eq(0)
+
         # --- queueing ---------------------------------------------------------------------------
-        t = self.wr.payload
-        q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
         # room in the queue, from the pointers of the previous cycle: for one more request, and for
         # one more after the one queued in that cycle (room freed in that cycle counts a cycle
         # later)
@@ -538,10 +616,8 @@ class Scheduler(wiring.Component):
             used = [(tail[q] - head[q])[:pw], (tail[q] - cur[q])[:pw]]
             m.d.sync += [room1[q].eq((used[0] < depth) & (used[1] < depth)),
                          room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1))]
-        room = Signal()
-        m.d.comb += room.eq(Mux(push_r.bit_select(q_in, 1), room2.bit_select(q_in, 1),
-                                room1.bit_select(q_in, 1)))
-        push = Signal()
+        room_q = _kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
+        room = _kept(m, _mux_tree(m, list(room_q), q_in, "room"), "room")
         m.d.comb += [
             self.wr.ready.eq(Mux(bad, post_free, room)),
             push.eq(self.wr.valid & ~bad & room),
@@ -577,8 +653,10 @@ class Scheduler(wiring.Component):
             c_n = Signal(pw, name=f"cur_n{q}")
             h_n = Signal(pw, name=f"hi_n{q}")
             hd_n = Signal(pw, name=f"head_n{q}")
-            m.d.comb += [c_n.eq(cur[q] + (here & commit & c_fin)),
-                         h_n.eq(hi[q] + (here & commit & c_new)),
+            cur_p1 = _kept(m, (cur[q] + 1)[:pw], f"cur_p1_{q}")
+            hi_p1 = _kept(m, (hi[q] + 1)[:pw], f"hi_p1_{q}")
+            m.d.comb += [c_n.eq(Mux(here & commit & c_fin, cur_p1, cur[q])),
+                         h_n.eq(Mux(here & commit & c_new, hi_p1, hi[q])),
                          hd_n.eq(head[q] + (self.freed.valid & (self.freed.payload == q)))]
             m.d.sync += [hi[q].eq(h_n), head[q].eq(hd_n)]
             m.d.sync += push_r[q].eq(push & (q_in == q))

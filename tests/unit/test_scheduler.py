@@ -60,7 +60,7 @@ class SchedulerTop(wiring.Component):
         wiring.connect(m, s.psn_w, t.psn_w)
         wiring.connect(m, wiring.flipped(self.ctl), t.ctl)
         wiring.connect(m, wiring.flipped(self.ctl_psn), t.ctl_psn)
-        m.d.comb += [t.rd_qp.eq(s.rd_qp), t.rd_en.eq(s.rd_en), s.rd_context.eq(t.rd_context),
+        m.d.comb += [t.rd_qp.eq(s.rd_qp), s.rd_context.eq(t.rd_context),
                      s.rd_psn.eq(t.rd_psn), s.full.eq(self.full)]
         m.d.comb += s.sent.ready.eq(1)
         m.d.sync += [s.freed.valid.eq(s.post.valid & s.post.ready &
@@ -516,15 +516,15 @@ def test_qp_state_changes():
 
 
 def test_fairness_and_rate():
-    """Three busy QPs, no backpressure: the QPs take strict turns, one descriptor per cycle while
-    all three have packets to send, and each request is posted in the cycle its first descriptor
-    is offered."""
+    """Four busy QPs, no backpressure: the QPs take strict turns, one descriptor per cycle while
+    all four have packets to send (a QP has one turn in the four-stage pipeline at a time), and
+    each request is posted in the cycle its first descriptor is offered."""
     rng = random.Random(3)
-    dut = SchedulerTop(3, 64, 1 << 20, 4)       # every request fits in its queue
-    qps = [random_qp(rng, pmtu=256) for _ in range(3)]
+    dut = SchedulerTop(4, 64, 1 << 20, 4)       # every request fits in its queue
+    qps = [random_qp(rng, pmtu=256) for _ in range(4)]
     wrs = []
     for k in range(4):
-        for q in range(3):
+        for q in range(4):
             wrs.append(Wr(q, WorkRequest(wr_id=q * 100 + k, opcode=WrOpcode(k % 4),
                                          length=rng.randrange(2, 10) * 256 - k)))
     exp = Expected()
@@ -542,16 +542,16 @@ def test_fairness_and_rate():
     run_sim(dut, testbenches=[tb], processes=[bench.outputs], deadline_cycles=DEADLINE)
     bench.check(exp)
     order = [d["qp"] for _, d in bench.descs]
-    # from the first turn of the last QP to start, while all three have packets left, the turns
+    # from the first turn of the last QP to start, while all four have packets left, the turns
     # rotate strictly
-    remaining = [len(exp.descs[q]) for q in range(3)]
-    start = max(order.index(q) for q in range(3))
+    remaining = [len(exp.descs[q]) for q in range(4)]
+    start = max(order.index(q) for q in range(4))
     for k, q in enumerate(order[:-1]):
         remaining[q] -= 1
         if k >= start and all(remaining):
-            assert order[k + 1] == (q + 1) % 3, f"turn {k + 1}: {order[max(0, k - 4):k + 4]}"
-    # one descriptor every cycle while all three QPs have packets left
-    remaining = [len(exp.descs[q]) for q in range(3)]
+            assert order[k + 1] == (q + 1) % 4, f"turn {k + 1}: {order[max(0, k - 4):k + 4]}"
+    # one descriptor every cycle while all four QPs have packets left
+    remaining = [len(exp.descs[q]) for q in range(4)]
     busy = []
     for (c, d) in bench.descs:
         if all(remaining):
@@ -566,10 +566,10 @@ def test_fairness_and_rate():
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_throughput_one_qp(width):
-    """One QP, no backpressure: the first descriptor 4 cycles after the request, then a long
-    message gets a descriptor every 3 cycles (a QP has one turn in the pipeline at a time);
-    single-packet messages back to back one every 3 cycles too (4 slots per QP: a slot stays
-    taken until its request completes, here in the cycle after its post)."""
+    """One QP, no backpressure: the first descriptor 5 cycles after the request, then a long
+    message gets a descriptor every 4 cycles (a QP has one turn in the four-stage pipeline at a
+    time); single-packet messages back to back one every 4 cycles too (4 slots per QP: a slot
+    stays taken until its request completes, here in the cycle after its post)."""
     rng = random.Random(width)
     dut = SchedulerTop(2, width, 1 << 24, 4)
     qps = [random_qp(rng, pmtu=256), random_qp(rng, pmtu=4096)]
@@ -597,12 +597,12 @@ def test_throughput_one_qp(width):
     run_sim(dut, testbenches=[tb], processes=[bench.outputs, accepted.run],
             deadline_cycles=DEADLINE)
     bench.check(exp)
-    assert bench.descs[0][0] - accepted.cycles[0] == 4          # latency of an idle QP
+    assert bench.descs[0][0] - accepted.cycles[0] == 5          # latency of an idle QP
     long_cycles = [c for c, _ in bench.descs[:marks["long"]]]
     assert len(long_cycles) == 151
-    assert long_cycles[-1] - long_cycles[0] == 3 * 150           # 3 cycles per descriptor
+    assert long_cycles[-1] - long_cycles[0] == 4 * 150           # 4 cycles per descriptor
     short_cycles = [c for c, _ in bench.descs[marks["long"]:]]
-    assert (short_cycles[-1] - short_cycles[0]) / (len(short_cycles) - 1) <= 3
+    assert (short_cycles[-1] - short_cycles[0]) / (len(short_cycles) - 1) <= 4
 
 
 def test_full_holds_starts_only():
@@ -663,7 +663,7 @@ def test_full_rising_after_selection():
         for q, qp in enumerate(qps):
             await bench.configure(ctx, q, qp)
         await bench.feed(ctx, a + b)
-        for _ in range(160):                # QP 1 alone: a packet every 3 cycles
+        for _ in range(200):                # QP 1 alone: a packet every 4 cycles
             await ctx.tick()
         seen["posts"] = [p["wr_id"] for _, p in bench.posts]
         seen["descs"] = [d["wr_id"] for _, d in bench.descs]
