@@ -316,9 +316,8 @@ class Scheduler(wiring.Component):
         b_addr = Signal(max(1, dbits + qbits))
         b_slot = Signal(SLOT)
         b_pslot = Signal(SLOT_PSNS)
-        b_prog = Signal(PROGRESS)
-        b_ctx = Signal(QP_CONTEXT)
-        b_tpsn = Signal(24)         # the QP's next PSN in the QP table
+        b_fwd = Signal()            # the QP table's PSN of b_q was being written: b_fpsn
+        b_fpsn = Signal(24)
         # I (issue): the turn worked out by R, waiting to be committed
         c_valid = Signal()
         c_q = Signal(range(n))
@@ -334,8 +333,7 @@ class Scheduler(wiring.Component):
         c_desc = Signal(PACKET_DESC)
         c_psn = Signal(24)
         c_post = Signal(POST)
-        c_ps = Signal(SLOT_PSNS)
-        c_next_psn = Signal(24)
+        c_last = Signal(INDEX_BITS)     # index of the message's last packet
         c_prog_we = Signal()
         c_prog = Signal(PROGRESS)
 
@@ -403,10 +401,7 @@ class Scheduler(wiring.Component):
         sel_mask = payload[dbits + n:]
         sel_addr = Signal(max(1, dbits + qbits))
         m.d.comb += sel_addr.eq(Cat(sel_slot, sel[:qbits]) if dbits or qbits else 0)
-        m.d.comb += [
-            wr_r.addr.eq(sel_addr), ps_r.addr.eq(sel_addr), prog_r.addr.eq(sel),
-            self.rd_qp.eq(sel),
-        ]
+        m.d.comb += [wr_r.addr.eq(sel_addr), ps_r.addr.eq(sel_addr)]
         # (a REWIND or RESET of the QP in this cycle is caught by moved_r in the next)
         m.d.sync += [r_valid.eq(found), r_sel.eq(Mux(found, grant, 0)),
                      r_q.eq(sel), r_addr.eq(sel_addr)]
@@ -414,17 +409,10 @@ class Scheduler(wiring.Component):
             m.d.sync += rr_hi.eq(sel_mask)
 
         # --- read stage (R): the memories' data registered ----------------------------------------
-        # a PSN write of r_q not yet seen by its read: held in the output, or accepted in the
-        # cycle of the read
-        psn_acc = Signal(PSN_WRITE)     # the PSN write accepted in the previous cycle
-        psn_acc_valid = Signal()
-        m.d.sync += [psn_acc_valid.eq(self.psn_w.valid & self.psn_w.ready), psn_acc.eq(psn_pend)]
-        with m.If(psn_pend_valid & (psn_pend.qp == r_q)):
-            m.d.sync += b_tpsn.eq(psn_pend.psn)
-        with m.Elif(psn_acc_valid & (psn_acc.qp == r_q)):
-            m.d.sync += b_tpsn.eq(psn_acc.psn)
-        with m.Else():
-            m.d.sync += b_tpsn.eq(self.rd_psn)
+        # the progress and the QP table are read from r_q (distributed RAMs, read in this cycle);
+        # a PSN write of r_q waiting in the output in this cycle is not seen by the table's read
+        m.d.comb += [prog_r.addr.eq(r_q), self.rd_qp.eq(r_q)]
+        m.d.sync += [b_fwd.eq(psn_pend_valid & (psn_pend.qp == r_q)), b_fpsn.eq(psn_pend.psn)]
         r_gone = any_of((moved_r | ev_stale) & r_sel)
         m.d.sync += [
             b_valid.eq(r_valid & ~r_gone),
@@ -435,22 +423,21 @@ class Scheduler(wiring.Component):
             b_addr.eq(r_addr),
             b_slot.eq(wr_r.data),
             b_pslot.eq(ps_r.data),
-            b_prog.eq(prog_r.data),
-            b_ctx.eq(self.rd_context),
         ]
 
         # --- build stage (B): the turn worked out ---------------------------------------------------
         slot = b_slot
         pslot = b_pslot
-        prog = b_prog
-        ctx = b_ctx
+        prog = prog_r.data
+        ctx = self.rd_context
         m.d.comb += self.acked_qp.eq(b_q)
         acked = self.acked_psn
         err = any_of(self.errored & b_sel)
         is_start = ~b_going
         is_new = b_new
 
-        table_psn = b_tpsn
+        table_psn = Signal(24)
+        m.d.comb += table_psn.eq(Mux(b_fwd, b_fpsn, self.rd_psn))
 
         # a request started before (a rewind brought the QP back to it): resume from the oldest
         # unacknowledged PSN, or skip it if it is acknowledged (or was refused)
@@ -523,11 +510,7 @@ class Scheduler(wiring.Component):
                 c_post.qp.eq(b_q),
                 c_post.src.eq(slot.src),
                 c_post.status.eq(status),
-                c_post.last_psn.eq(Mux(refuse, 0, psn + pk.last_index)),
-                c_ps.first.eq(psn),
-                c_ps.last.eq(psn + pk.last_index),
-                c_ps.sent.eq(~refuse),
-                c_next_psn.eq(psn + pk.last_index + 1),
+                c_last.eq(pk.last_index),
                 c_prog_we.eq((packet & ~pk.last) | resume_turn),
             ]
             with m.If(resume_turn & into[23]):
@@ -543,34 +526,43 @@ class Scheduler(wiring.Component):
 
         # --- issue stage (I): commit when the outputs take the turn -------------------------------
         # (the terms are kept apart so that synthesis maps them as a shallow tree)
-        held_c = _kept(m, any_of(self.held & c_sel), "held_c")
-        full_c = _kept(m, any_of(self.full & c_sel), "full_c")
-        err_c = _kept(m, any_of(self.errored & c_sel), "err_c")
+        def at_c(bits, name):       # bits[c_q] (when c_valid)
+            return _kept(m, _mux_tree(m, list(bits), c_q, name), name)
+        held_c = at_c(self.held, "held_c")
+        full_c = at_c(self.full, "full_c")
+        err_c = at_c(self.errored, "err_c")
         drop = c_valid & (held_c | (c_packet & c_shut))     # the turn is given up
         err_new = c_valid & err_c & ~c_err                  # worked out again
         lost = c_valid & c_new & full_c                     # lost its turn through `full`
 
         bad = self.wr.payload.wr.qp >= n
-        bad_post = _kept(m, self.wr.valid & bad, "bad_post")
+        # a request for a QP outside the table was offered in the previous cycle: the issue stage
+        # posts nothing, the request's BAD_QP post may take the output
+        bad_r = Signal()
+        m.d.sync += bad_r.eq(self.wr.valid & bad)
+        bad_post = self.wr.valid & bad & bad_r
         desc_free = ~self.desc.valid | self.desc.ready
         post_free = ~self.post.valid | self.post.ready
         post_sel = Signal(n)        # one-hot QP of the post output (0: BAD_QP)
         sent_sel = Signal(n)        # one-hot QP of the sent output
-        post_same = _kept(m, any_of(post_sel & c_sel), "post_same")
-        post_ok = (post_free & ~bad_post & ~full_c & ~(self.post.valid & post_same))
+        post_same = at_c(post_sel, "post_same")
+        post_ok = (post_free & ~bad_r & ~full_c & ~(self.post.valid & post_same))
         psn_free = ~psn_pend_valid | self.psn_w.ready
         sent_free = ~self.sent.valid | self.sent.ready
         # the QP of the sent output has had no REWIND or RESET since its last packet there: its
         # next packet has the next PSN
         sent_cont = Signal()
-        sent_same = _kept(m, any_of(sent_sel & c_sel), "sent_same")
+        sent_same = at_c(sent_sel, "sent_same")
         sent_merge = _kept(m, self.sent.valid & ~self.sent.ready & sent_same &
                            (self.sent.payload.packets != 63) & sent_cont, "sent_merge")
+        # a REWIND or RESET of the QP: the turn is not taken (the event moves the pointers)
+        ev_c = _kept(m, ev.valid & (ev.payload.kind != SchedKind.ADVANCE) &
+                     (ev.payload.qp == c_q), "ev_c")
+        outs_ok = _kept(m, (~c_packet | (desc_free & (sent_free | sent_merge))) &
+                        (~c_new | post_ok) & (~c_new | c_refuse | psn_free), "outs_ok")
+        may = _kept(m, c_valid & ~drop & ~err_new & ~ev_c, "may")
         m.d.comb += [
-            commit.eq(c_valid & ~drop & ~err_new &
-                      (~c_packet | (desc_free & (sent_free | sent_merge))) &
-                      (~c_new | post_ok) &
-                      (~c_new | c_refuse | psn_free)),
+            commit.eq(may & outs_ok),
             c_done.eq(~c_valid | commit | drop | err_new | lost),
         ]
 
@@ -595,12 +587,16 @@ class Scheduler(wiring.Component):
                     m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(c_q),
                                  self.sent.payload.packets.eq(1), sent_sel.eq(c_sel)]
             with m.If(c_new):
+                last_psn = Signal(24)
+                m.d.comb += last_psn.eq(c_psn + c_last)
                 m.d.sync += [self.post.valid.eq(1), self.post.payload.eq(c_post),
+                             self.post.payload.last_psn.eq(Mux(c_refuse, 0, last_psn)),
                              post_sel.eq(c_sel)]
-                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(c_addr), ps_w.data.eq(c_ps)]
+                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(c_addr), ps_w.data.first.eq(c_psn),
+                             ps_w.data.last.eq(last_psn), ps_w.data.sent.eq(~c_refuse)]
                 with m.If(~c_refuse):
                     m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(c_q),
-                                 psn_pend.psn.eq(c_next_psn)]
+                                 psn_pend.psn.eq(last_psn + 1)]
             m.d.comb += [prog_w.en.eq(c_prog_we), prog_w.addr.eq(c_q), prog_w.data.eq(c_prog)]
 
         with m.If(any_of(ev_stale & sent_sel)):
@@ -619,7 +615,7 @@ class Scheduler(wiring.Component):
         room_q = _kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
         room = _kept(m, _mux_tree(m, list(room_q), q_in, "room"), "room")
         m.d.comb += [
-            self.wr.ready.eq(Mux(bad, post_free, room)),
+            self.wr.ready.eq(Mux(bad, post_free & bad_r, room)),
             push.eq(self.wr.valid & ~bad & room),
         ]
         with m.If(bad_post & post_free):
@@ -664,10 +660,11 @@ class Scheduler(wiring.Component):
                 m.d.sync += tail[q].eq(tail[q] + 1)
             with m.If(here & commit):
                 m.d.sync += started[q].eq(~c_fin)
+            # (no turn of the QP is committed in the cycle of its REWIND or RESET)
             with m.If(ev_stale[q] & (ev.payload.kind == SchedKind.REWIND)):
                 m.d.sync += [cur[q].eq(hd_n), started[q].eq(0), win_block[q].eq(0)]
             with m.Elif(ev_stale[q]):
-                m.d.sync += [cur[q].eq(h_n), started[q].eq(0), win_block[q].eq(0)]
+                m.d.sync += [cur[q].eq(hi[q]), started[q].eq(0), win_block[q].eq(0)]
             with m.Else():
                 m.d.sync += cur[q].eq(c_n)
                 with m.If(ev_any[q]):
