@@ -151,7 +151,9 @@ class Scheduler(wiring.Component):
     freed : In(stream.Signature(8))
         Always ready: a request of this QP completed: its slot is free.
     acked_qp / acked_psn
-        Combinational read of a QP's acknowledged PSN (from the retry engine).
+        Combinational read of a QP's acknowledged PSN (from the retry engine); ``acked_qp`` is a
+        register (the QP of the build stage) and ``acked_psn`` reaches only that stage's
+        registers.
     errored : In(num_qps)
         QPs in the error state: a message in progress stops (no more packets), requests that
         started before are skipped, and every other request is refused with FLUSHED.
@@ -161,13 +163,14 @@ class Scheduler(wiring.Component):
     Behaviour
     ---------
     * Queueing: a request naming a QP outside the table is refused at once (post BAD_QP; it
-      waits for the ``post`` output, which it gets before the QPs' own posts). Any other is
+      waits for the ``post`` output, at least one cycle, and gets it before the QPs' own
+      posts). Any other is
       written into its QP's queue, with its address checks already made: LOCAL_ALIGN when
       ``local_addr`` is not a multiple of W/8, else LOCAL_LENGTH when ``local_addr + length >
       mem_bytes`` (not for the GENERATOR source, whose payload is a pattern). A request for a QP
       whose ``depth`` slots are taken holds ``wr`` (head of line: requests of other QPs behind it
-      wait too). ``wr.ready`` depends on registers only for a QP inside the table, and on
-      ``post.ready`` for one outside it.
+      wait too; a slot freed counts one cycle later). ``wr.ready`` depends on registers only
+      for a QP inside the table, and on ``post.ready`` for one outside it.
     * Starting a request (when it is next on its QP and wins a turn): it is refused with its
       queued error, FLUSHED if the QP is in the error state, or QP_NOT_READY if the QP's state
       is not RTS at that moment; either way it is posted in order with the QP's other requests
@@ -178,40 +181,51 @@ class Scheduler(wiring.Component):
       packet that fills the window also asks for an acknowledgement. A message that has
       started is sent to its end even if its QP leaves RTS (but not if it fails); the context
       (path MTU, keys, addresses) is read again for every packet, so change it only while the
-      QP has no message in progress.
+      QP has no message in progress. Resuming a message inside after a REWIND takes a turn of
+      its own (it sets the progress up; the packets follow in the QP's next turns).
     * Round robin: a QP has a turn when it has a request to send, is not held, its window is not
-      known to be full, and either its next request has started or ``full`` allows it to start.
-      Turns go to the first such QP after the one that had the last packet (QP order,
-      wrapping), one packet (or one refusal or skip) per turn: a QP never gets two turns in a
-      row while another QP has one; alone, it gets every turn. A turn that finds the window
-      full is given up (no packet) and the QP waits for an ADVANCE.
+      known to be full, either its next request has started or ``full`` allows it to start, and
+      it has no turn in the pipeline (these from the registers of the previous cycle). Turns go
+      to the first such QP after the one that had the last turn (QP order, wrapping), one packet
+      (or one refusal, skip or resume) per turn: a QP never gets two turns in a row while
+      another QP has one. A turn that finds the window full is given up (no packet) and the QP
+      waits for an ADVANCE; so is a turn of a QP that became held, or whose request was picked
+      to start when ``full`` rose, or that failed (it is worked out again), or that has a REWIND
+      or RESET in the cycle it would be issued.
     * Latency: a request accepted on ``wr`` in cycle t, for an idle QP whose turn comes at once,
-      has its first descriptor (and its post) offered in cycle t+3.
-    * Throughput: one descriptor per cycle with ``desc`` ready, from one QP or shared by several.
-      Exceptions: a request that starts on the same QP in the cycle after another one started
-      there waits one cycle for that post to leave (single-packet messages on one QP alone: one
-      every 2 cycles), and a start waits while a previous PSN write is still held by the QP
-      table.
+      has its first descriptor (and its post) offered in cycle t+5.
+    * Throughput: one descriptor per cycle with ``desc`` ready when four QPs or more have
+      packets to send. A QP has one turn at a time in the four-stage pipeline: alone it gets a
+      turn every 4 cycles (one packet, of any size, or one single-packet message per 4 cycles),
+      two QPs share 2 turns per 4 cycles, three 3. A start also waits while a previous PSN
+      write is still held by the QP table.
     * Backpressure: ``desc``, ``post``, ``psn_w`` and ``sent`` are registered outputs; a packet
       (or a refusal) is issued only when every output it needs is free or freeing in that
-      cycle. ``desc.ready``, ``post.ready``, ``psn_w.ready``, ``sent.ready``, ``full``,
-      ``held``, ``errored``, ``acked_psn`` and ``sched`` reach the read addresses (``rd_qp``
-      and the internal memories) combinationally.
+      cycle. While the issue stage waits for an output it keeps its turn, and the turns behind
+      it are dropped and given again later (under backpressure the order of turns follows the
+      round robin only roughly). ``desc.ready``, ``post.ready``, ``psn_w.ready``,
+      ``sent.ready``, ``full``, ``held``, ``errored`` and ``sched`` reach the issue stage's
+      decision (and through it the pointers) combinationally, ``wr.valid`` and ``wr.payload``
+      the queue pointers; the memories' read addresses and ``rd_qp`` come from registers and
+      the round robin alone.
 
-    Implementation: a two-stage pipeline. Select (S0) picks a QP and reads its request at
-    ``cur`` (work-request memory, ``num_qps * depth`` entries of :data:`SLOT`, and the PSNs it
-    took, :data:`SLOT_PSNS`), its progress (``num_qps`` entries of :data:`PROGRESS`: packet
-    index and running PSN) and its QP table entry. Issue (S1) builds the descriptor with
-    :func:`~rocegen.gateware.roce.segmenter.describe_packet` and, when the outputs take it,
-    commits it: progress written back (read-transparent to the select stage, so a QP can have
-    consecutive turns), ``cur`` advanced at the message end. When S1 cannot commit, S0 reads
-    the same QP again (or nothing if it lost its turn through ``full``), so nothing is lost and
-    the order of turns is kept; a REWIND or RESET of the QP being read makes S0 read it again.
-    Per QP in registers: four queue pointers modulo 2 * depth -- ``head`` (oldest not
-    completed, advanced by ``freed``), ``cur``, ``hi`` (first never started) and ``tail`` --
-    and the "started" and "window full" flags. A slot is reused only when both
-    ``head`` and ``cur`` have left it. A PSN write not yet seen by the QP table's read port
-    (held in the output, or accepted in the previous cycle) is forwarded to a starting message.
+    Implementation: a four-stage pipeline. Select (S) picks a QP by round robin over
+    eligibility registered in the previous cycle (worked out as if the issue stage commits its
+    turn) and reads its request at ``cur`` (work-request memory, ``num_qps * depth`` entries of
+    :data:`SLOT`, and the PSNs it took, :data:`SLOT_PSNS`). Read (R) registers those and reads
+    the QP's progress (``num_qps`` entries of :data:`PROGRESS`: packet index, running PSN and
+    byte offset) and its QP table entry. Build (B) works the turn out with
+    :func:`~rocegen.gateware.roce.segmenter.describe_packet` and registers it whole. Issue (I)
+    commits it when the outputs take it: progress written back, ``cur`` advanced at the
+    message end. So the issue stage's decision never reaches the selection in the same cycle.
+    A QP in R, B or I is not selected, so the QP read in S has no turn in flight and its
+    registers are settled. A REWIND or RESET of a QP drops its turns in S, R and B. Per QP in
+    registers: four queue pointers modulo 2 * depth -- ``head`` (oldest not completed,
+    advanced by ``freed``), ``cur``, ``hi`` (first never started) and ``tail`` -- and the
+    "started" and "window full" flags. A slot is reused only when both ``head`` and ``cur``
+    have left it. A PSN write not yet seen by the QP table's read port (held in the output
+    when R reads) is forwarded to a starting message. The round robin, the queue room and the
+    issue decision are built as trees of kept signals so that synthesis maps them shallow.
     """
 
     def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024):
