@@ -359,13 +359,11 @@ class Scheduler(wiring.Component):
         # Worked out in the previous cycle from the registers of that cycle, as if the issue
         # stage commits its turn: a QP has requests to send (or has had one queued since), it is
         # not held, its window is not known to be full, its next request has started or `full`
-        # allows it to start. The QPs in the read or issue stage and those a REWIND or RESET has
-        # just moved are left out.
-        has_r = Signal(n)           # requests from cur to tail
+        # allows it to start. The QPs with a turn in the read, build or issue stage, and those a
+        # REWIND or RESET has just moved or whose turn the issue stage kept, are left out.
         push_r = Signal(n)          # a request was queued
-        ok_r = Signal(n)            # not held nor blocked, may start
         moved_r = Signal(n)         # a REWIND or RESET came, or the issue stage kept its turn
-        avail_r = Signal(n)         # (has_r | push_r) & ok_r & ~moved_r
+        avail_r = Signal(n)         # eligible but for the turns in flight and the round robin
         going_r = Signal(n)         # started (after the issue stage's commit)
         new_r = Signal(n)           # cur == hi (after the issue stage's commit)
         commit = Signal(attrs={"keep": 1})
@@ -376,9 +374,6 @@ class Scheduler(wiring.Component):
             m.d.comb += [cur_s.eq(cur[q] + fin_q), hi_s.eq(hi[q] + (c_sel[q] & c_new))]
             going_s = Mux(c_sel[q], ~c_fin, started[q])
             m.d.sync += [
-                has_r[q].eq(cur_s != tail[q]),
-                ok_r[q].eq(~self.held[q] & ~win_block[q] &
-                           (going_s | (cur_s != hi_s) | ~self.full[q])),
                 moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
                 avail_r[q].eq((_kept(m, cur_s != tail[q], f"has_s{q}") |
                                _kept(m, push & (q_in == q), f"push_q{q}")) &
@@ -390,7 +385,8 @@ class Scheduler(wiring.Component):
             ]
         rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
         # the first eligible QP after the last turn's, else the first at all: the first one of
-        # (elig & rr_hi, elig), each half padded to a power of two, found by a binary tree
+        # (elig & rr_hi, elig), each half padded so that the whole is a power of 4, found by a
+        # tree of 4-input nodes
         total = 4                   # the tree takes 4^k values
         while total < 2 * n:
             total *= 4
