@@ -25,12 +25,69 @@ __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
 #: checks made when it was queued (OK, LOCAL_ALIGN or LOCAL_LENGTH).
 SLOT = data.StructLayout({"wr": WORK_REQUEST, "src": WrSource, "status": CplStatus})
 
-#: Progress of the message a QP is sending (one entry per QP): index and PSN of its next packet.
-PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24})
+#: Progress of the message a QP is sending (one entry per QP): index, PSN and byte offset of its
+#: next packet.
+PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24, "offset": 31})
 
 #: The PSNs a started work request took (one entry per slot): its first and last PSN, and
 #: whether it was sent at all (0: refused).
 SLOT_PSNS = data.StructLayout({"first": 24, "last": 24, "sent": 1})
+
+
+def _kept(m, value, name):
+    """``value`` through a signal that synthesis keeps: the logic on either side is mapped
+    separately, which bounds the LUT levels of a path through it."""
+    sig = Signal.like(value, name=name, attrs={"keep": 1}) if isinstance(value, Signal) else \
+        Signal(len(value), name=name, attrs={"keep": 1})
+    m.d.comb += sig.eq(value)
+    return sig
+
+
+def _mux_tree(m, values, index, name):
+    """``values[index]`` as a tree of 4:1 multiplexers whose outputs synthesis keeps."""
+    values = list(values)
+    k = 0
+    while len(values) > 1:
+        nxt = []
+        for g in range(0, len(values), 4):
+            group = values[g:g + 4]
+            sig = Signal(name=f"{name}_m{k}_{g // 4}", attrs={"keep": 1})
+            if len(group) == 1:
+                m.d.comb += sig.eq(group[0])
+            else:
+                m.d.comb += sig.eq(Array(group)[index[2 * k:2 * k + 2]])
+            nxt.append(sig)
+        values = nxt
+        k += 1
+    return values[0]
+
+
+def _first_one(m, leaves, name="ff"):
+    """The first of a list of 4^k leaves ``(valid, payload)`` that is valid: (any valid, its
+    position, its payload), as a tree of 4-input nodes whose outputs synthesis keeps."""
+    if len(leaves) == 1:
+        return leaves[0][0], Const(0, 0), leaves[0][1]
+    q = len(leaves) // 4
+    kids = [_first_one(m, leaves[k * q:(k + 1) * q], f"{name}{k}") for k in range(4)]
+    anys = [a for a, _, _ in kids]
+    first = Signal(2, name=f"{name}_f", attrs={"keep": 1})
+    with m.If(anys[0]):
+        m.d.comb += first.eq(0)
+    with m.Elif(anys[1]):
+        m.d.comb += first.eq(1)
+    with m.Elif(anys[2]):
+        m.d.comb += first.eq(2)
+    with m.Else():
+        m.d.comb += first.eq(3)
+    low = Signal(len(kids[0][1]) + len(kids[0][2]))
+    with m.Switch(first):
+        for k in range(4):
+            with m.Case(k):
+                m.d.comb += low.eq(Cat(kids[k][1], kids[k][2]))
+    pos = _kept(m, Cat(low[:len(kids[0][1])], first), f"{name}_p")
+    payload = _kept(m, low[len(kids[0][1]):], f"{name}_d") if len(kids[0][2]) else Const(0, 0)
+    any_ = _kept(m, anys[0] | anys[1] | anys[2] | anys[3], f"{name}_a")
+    return any_, pos, payload
 
 
 class Scheduler(wiring.Component):
@@ -94,7 +151,9 @@ class Scheduler(wiring.Component):
     freed : In(stream.Signature(8))
         Always ready: a request of this QP completed: its slot is free.
     acked_qp / acked_psn
-        Combinational read of a QP's acknowledged PSN (from the retry engine).
+        Combinational read of a QP's acknowledged PSN (from the retry engine); ``acked_qp`` is a
+        register (the QP of the build stage) and ``acked_psn`` reaches only that stage's
+        registers.
     errored : In(num_qps)
         QPs in the error state: a message in progress stops (no more packets), requests that
         started before are skipped, and every other request is refused with FLUSHED.
@@ -104,13 +163,14 @@ class Scheduler(wiring.Component):
     Behaviour
     ---------
     * Queueing: a request naming a QP outside the table is refused at once (post BAD_QP; it
-      waits for the ``post`` output, which it gets before the QPs' own posts). Any other is
+      waits for the ``post`` output, at least one cycle, and gets it before the QPs' own
+      posts). Any other is
       written into its QP's queue, with its address checks already made: LOCAL_ALIGN when
       ``local_addr`` is not a multiple of W/8, else LOCAL_LENGTH when ``local_addr + length >
       mem_bytes`` (not for the GENERATOR source, whose payload is a pattern). A request for a QP
       whose ``depth`` slots are taken holds ``wr`` (head of line: requests of other QPs behind it
-      wait too). ``wr.ready`` depends on registers only for a QP inside the table, and on
-      ``post.ready`` for one outside it.
+      wait too; a slot freed counts one cycle later). ``wr.ready`` depends on registers only
+      for a QP inside the table, and on ``post.ready`` for one outside it.
     * Starting a request (when it is next on its QP and wins a turn): it is refused with its
       queued error, FLUSHED if the QP is in the error state, or QP_NOT_READY if the QP's state
       is not RTS at that moment; either way it is posted in order with the QP's other requests
@@ -121,40 +181,51 @@ class Scheduler(wiring.Component):
       packet that fills the window also asks for an acknowledgement. A message that has
       started is sent to its end even if its QP leaves RTS (but not if it fails); the context
       (path MTU, keys, addresses) is read again for every packet, so change it only while the
-      QP has no message in progress.
+      QP has no message in progress. Resuming a message inside after a REWIND takes a turn of
+      its own (it sets the progress up; the packets follow in the QP's next turns).
     * Round robin: a QP has a turn when it has a request to send, is not held, its window is not
-      known to be full, and either its next request has started or ``full`` allows it to start.
-      Turns go to the first such QP after the one that had the last packet (QP order,
-      wrapping), one packet (or one refusal or skip) per turn: a QP never gets two turns in a
-      row while another QP has one; alone, it gets every turn. A turn that finds the window
-      full is given up (no packet) and the QP waits for an ADVANCE.
+      known to be full, either its next request has started or ``full`` allows it to start, and
+      it has no turn in the pipeline (these from the registers of the previous cycle). Turns go
+      to the first such QP after the one that had the last turn (QP order, wrapping), one packet
+      (or one refusal, skip or resume) per turn: a QP never gets two turns in a row while
+      another QP has one. A turn that finds the window full is given up (no packet) and the QP
+      waits for an ADVANCE; so is a turn of a QP that became held, or whose request was picked
+      to start when ``full`` rose, or that failed (it is worked out again), or that has a REWIND
+      or RESET in the cycle it would be issued.
     * Latency: a request accepted on ``wr`` in cycle t, for an idle QP whose turn comes at once,
-      has its first descriptor (and its post) offered in cycle t+3.
-    * Throughput: one descriptor per cycle with ``desc`` ready, from one QP or shared by several.
-      Exceptions: a request that starts on the same QP in the cycle after another one started
-      there waits one cycle for that post to leave (single-packet messages on one QP alone: one
-      every 2 cycles), and a start waits while a previous PSN write is still held by the QP
-      table.
+      has its first descriptor (and its post) offered in cycle t+5.
+    * Throughput: one descriptor per cycle with ``desc`` ready when four QPs or more have
+      packets to send. A QP has one turn at a time in the four-stage pipeline: alone it gets a
+      turn every 4 cycles (one packet, of any size, or one single-packet message per 4 cycles),
+      two QPs share 2 turns per 4 cycles, three 3. A start also waits while a previous PSN
+      write is still held by the QP table.
     * Backpressure: ``desc``, ``post``, ``psn_w`` and ``sent`` are registered outputs; a packet
       (or a refusal) is issued only when every output it needs is free or freeing in that
-      cycle. ``desc.ready``, ``post.ready``, ``psn_w.ready``, ``sent.ready``, ``full``,
-      ``held``, ``errored``, ``acked_psn`` and ``sched`` reach the read addresses (``rd_qp``
-      and the internal memories) combinationally.
+      cycle. While the issue stage waits for an output it keeps its turn, and the turns behind
+      it are dropped and given again later (under backpressure the order of turns follows the
+      round robin only roughly). ``desc.ready``, ``post.ready``, ``psn_w.ready``,
+      ``sent.ready``, ``full``, ``held``, ``errored`` and ``sched`` reach the issue stage's
+      decision (and through it the pointers) combinationally, ``wr.valid`` and ``wr.payload``
+      the queue pointers; the memories' read addresses and ``rd_qp`` come from registers and
+      the round robin alone.
 
-    Implementation: a two-stage pipeline. Select (S0) picks a QP and reads its request at
-    ``cur`` (work-request memory, ``num_qps * depth`` entries of :data:`SLOT`, and the PSNs it
-    took, :data:`SLOT_PSNS`), its progress (``num_qps`` entries of :data:`PROGRESS`: packet
-    index and running PSN) and its QP table entry. Issue (S1) builds the descriptor with
-    :func:`~rocegen.gateware.roce.segmenter.describe_packet` and, when the outputs take it,
-    commits it: progress written back (read-transparent to the select stage, so a QP can have
-    consecutive turns), ``cur`` advanced at the message end. When S1 cannot commit, S0 reads
-    the same QP again (or nothing if it lost its turn through ``full``), so nothing is lost and
-    the order of turns is kept; a REWIND or RESET of the QP being read makes S0 read it again.
-    Per QP in registers: four queue pointers modulo 2 * depth -- ``head`` (oldest not
-    completed, advanced by ``freed``), ``cur``, ``hi`` (first never started) and ``tail`` --
-    and the "started" and "window full" flags. A slot is reused only when both
-    ``head`` and ``cur`` have left it. A PSN write not yet seen by the QP table's read port
-    (held in the output, or accepted in the previous cycle) is forwarded to a starting message.
+    Implementation: a four-stage pipeline. Select (S) picks a QP by round robin over
+    eligibility registered in the previous cycle (worked out as if the issue stage commits its
+    turn) and reads its request at ``cur`` (work-request memory, ``num_qps * depth`` entries of
+    :data:`SLOT`, and the PSNs it took, :data:`SLOT_PSNS`). Read (R) registers those and reads
+    the QP's progress (``num_qps`` entries of :data:`PROGRESS`: packet index, running PSN and
+    byte offset) and its QP table entry. Build (B) works the turn out with
+    :func:`~rocegen.gateware.roce.segmenter.describe_packet` and registers it whole. Issue (I)
+    commits it when the outputs take it: progress written back, ``cur`` advanced at the
+    message end. So the issue stage's decision never reaches the selection in the same cycle.
+    A QP in R, B or I is not selected, so the QP read in S has no turn in flight and its
+    registers are settled. A REWIND or RESET of a QP drops its turns in S, R and B. Per QP in
+    registers: four queue pointers modulo 2 * depth -- ``head`` (oldest not completed,
+    advanced by ``freed``), ``cur``, ``hi`` (first never started) and ``tail`` -- and the
+    "started" and "window full" flags. A slot is reused only when both ``head`` and ``cur``
+    have left it. A PSN write not yet seen by the QP table's read port (held in the output
+    when R reads) is forwarded to a starting message. The round robin, the queue room and the
+    issue decision are built as trees of kept signals so that synthesis maps them shallow.
     """
 
     def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024):
@@ -214,7 +285,7 @@ class Scheduler(wiring.Component):
         ps_w = psn_mem.write_port()
         ps_r = psn_mem.read_port()
         prog_w = prog_mem.write_port()
-        prog_r = prog_mem.read_port(transparent_for=(prog_w,))
+        prog_r = prog_mem.read_port()
 
         def ptrs(name):
             return Array(Signal(pw, name=f"{name}{q}") for q in range(n))
@@ -228,32 +299,155 @@ class Scheduler(wiring.Component):
         def slot_addr(ptr, q):
             return Cat(ptr[:dbits], q[:qbits]) if dbits or qbits else Const(0, 1)
 
-        def next_qp(q):
-            return Mux(q == n - 1, 0, q + 1)
+        def any_of(bits):
+            return bits.any() if len(bits) else Const(0)
 
-        # --- issue stage (S1): the QP read in the previous cycle --------------------------------
-        s1_valid = Signal()
-        s1_q = Signal(range(n))
-        slot = wr_r.data
-        pslot = ps_r.data
-        ctx = self.rd_context
-        is_start = ~started.bit_select(s1_q, 1)
-        is_new = cur[s1_q] == hi[s1_q]
-        err = self.errored.bit_select(s1_q, 1)
-        m.d.comb += self.acked_qp.eq(s1_q)
-        acked = self.acked_psn
+        t = self.wr.payload
+        q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
+        push = Signal(attrs={"keep": 1})    # a request is queued
+        ev = self.sched
+        m.d.comb += [ev.ready.eq(1), self.freed.ready.eq(1)]
+        # bit q: a REWIND or RESET of QP q this cycle (what was read of it is stale)
+        ev_stale = Signal(n)
+        # bit q: any event of QP q this cycle
+        ev_any = Signal(n)
+        for q in range(n):
+            m.d.comb += [ev_any[q].eq(ev.valid & (ev.payload.qp == q)),
+                         ev_stale[q].eq(ev_any[q] & (ev.payload.kind != SchedKind.ADVANCE))]
+
+        # --- stage registers ----------------------------------------------------------------------
+        # R (read): the QP selected in the previous cycle, whose memories are being read out
+        r_valid = Signal()
+        r_q = Signal(range(n))
+        r_sel = Signal(n)           # one-hot r_q, 0 when r_valid is low
+        r_addr = Signal(max(1, dbits + qbits))
+        # B (build): the QP read, its memories' data registered
+        b_valid = Signal()
+        b_q = Signal(range(n))
+        b_sel = Signal(n)           # one-hot b_q, 0 when b_valid is low
+        b_going = Signal()          # started[b_q]
+        b_new = Signal()            # cur[b_q] == hi[b_q]
+        b_addr = Signal(max(1, dbits + qbits))
+        b_slot = Signal(SLOT)
+        b_pslot = Signal(SLOT_PSNS)
+        b_fwd = Signal()            # the QP table's PSN of b_q was being written: b_fpsn
+        b_fpsn = Signal(24)
+        # I (issue): the turn worked out by R, waiting to be committed
+        c_valid = Signal()
+        c_q = Signal(range(n))
+        c_sel = Signal(n)           # one-hot c_q, 0 when c_valid is low
+        c_addr = Signal(max(1, dbits + qbits))
+        c_packet = Signal()         # the turn sends a packet
+        c_new = Signal()            # the turn starts its request (posts it)
+        c_refuse = Signal()
+        c_fin = Signal()            # the request leaves the sending position
+        c_shut = Signal()           # the packet is outside the window
+        c_err = Signal()            # the QP was in the error state when the turn was worked out
+        c_ev = Signal()             # an event of the QP came while the turn was worked out
+        c_desc = Signal(PACKET_DESC)
+        c_psn = Signal(24)
+        c_post = Signal(POST)
+        c_last = Signal(INDEX_BITS)     # index of the message's last packet
+        c_prog_we = Signal()
+        c_prog = Signal(PROGRESS)
 
         psn_pend = Signal(PSN_WRITE)    # the psn_w output register
         psn_pend_valid = Signal()
-        psn_acc = Signal(PSN_WRITE)     # the PSN write accepted in the previous cycle
-        psn_acc_valid = Signal()
+        c_done = Signal()           # I is empty after this cycle (and takes R's turn)
+
+        # --- select stage (S): round robin over registered eligibility ----------------------------
+        # Worked out in the previous cycle from the registers of that cycle, as if the issue
+        # stage commits its turn: a QP has requests to send (or has had one queued since), it is
+        # not held, its window is not known to be full, its next request has started or `full`
+        # allows it to start. The QPs with a turn in the read, build or issue stage, and those a
+        # REWIND or RESET has just moved or whose turn the issue stage kept, are left out.
+        push_r = Signal(n)          # a request was queued
+        moved_r = Signal(n)         # a REWIND or RESET came, or the issue stage kept its turn
+        avail_r = Signal(n)         # eligible but for the turns in flight and the round robin
+        going_r = Signal(n)         # started (after the issue stage's commit)
+        new_r = Signal(n)           # cur == hi (after the issue stage's commit)
+        commit = Signal(attrs={"keep": 1})
+        for q in range(n):
+            fin_q = c_sel[q] & c_fin
+            cur_s = Signal(pw, name=f"cur_s{q}")
+            hi_s = Signal(pw, name=f"hi_s{q}")
+            m.d.comb += [cur_s.eq(cur[q] + fin_q), hi_s.eq(hi[q] + (c_sel[q] & c_new))]
+            going_s = Mux(c_sel[q], ~c_fin, started[q])
+            m.d.sync += [
+                moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
+                avail_r[q].eq((_kept(m, cur_s != tail[q], f"has_s{q}") |
+                               _kept(m, push & (q_in == q), f"push_q{q}")) &
+                              ~self.held[q] & ~win_block[q] &
+                              (going_s | (cur_s != hi_s) | ~self.full[q]) &
+                              ~ev_stale[q] & ~(c_sel[q] & ~commit)),
+                going_r[q].eq(going_s),
+                new_r[q].eq(cur_s == hi_s),
+            ]
+        rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
+        # the first eligible QP after the last turn's, else the first at all: the first one of
+        # (elig & rr_hi, elig), each half padded so that the whole is a power of 4, found by a
+        # tree of 4-input nodes
+        total = 4                   # the tree takes 4^k values
+        while total < 2 * n:
+            total *= 4
+        half = total // 2
+        base = avail_r & ~r_sel & ~b_sel & ~c_sel
+        # each leaf carries the QP's slot, its one-hot and the round-robin mask it leaves
+        leaves = []
+        for k in range(total):
+            q = k % half
+            if q >= n:
+                leaves.append((Const(0), Const(0, dbits + 2 * n)))
+            else:
+                e = base[q] & rr_hi[q] if k < half else base[q]
+                leaves.append((_kept(m, e, f"elig{'_hi' if k < half else ''}{q}"),
+                               Cat(cur[q][:dbits], Const(1 << q, n),
+                                   Const(((1 << n) - 1) & ~((2 << q) - 1), n))))
+        found, pos, payload = _first_one(m, leaves)
+        sel = Signal(range(n))
+        m.d.comb += sel.eq(pos[:qbits])
+        sel_slot = payload[:dbits]
+        grant = payload[dbits:dbits + n]
+        sel_mask = payload[dbits + n:]
+        sel_addr = Signal(max(1, dbits + qbits))
+        m.d.comb += sel_addr.eq(Cat(sel_slot, sel[:qbits]) if dbits or qbits else 0)
+        m.d.comb += [wr_r.addr.eq(sel_addr), ps_r.addr.eq(sel_addr)]
+        # (a REWIND or RESET of the QP in this cycle is caught by moved_r in the next)
+        m.d.sync += [r_valid.eq(found), r_sel.eq(Mux(found, grant, 0)),
+                     r_q.eq(sel), r_addr.eq(sel_addr)]
+        with m.If(found):
+            m.d.sync += rr_hi.eq(sel_mask)
+
+        # --- read stage (R): the memories' data registered ----------------------------------------
+        # the progress and the QP table are read from r_q (distributed RAMs, read in this cycle);
+        # a PSN write of r_q waiting in the output in this cycle is not seen by the table's read
+        m.d.comb += [prog_r.addr.eq(r_q), self.rd_qp.eq(r_q)]
+        m.d.sync += [b_fwd.eq(psn_pend_valid & (psn_pend.qp == r_q)), b_fpsn.eq(psn_pend.psn)]
+        r_gone = any_of((moved_r | ev_stale) & r_sel)
+        m.d.sync += [
+            b_valid.eq(r_valid & ~r_gone),
+            b_sel.eq(Mux(r_gone, 0, r_sel)),
+            b_q.eq(r_q),
+            b_going.eq(going_r.bit_select(r_q, 1)),
+            b_new.eq(new_r.bit_select(r_q, 1)),
+            b_addr.eq(r_addr),
+            b_slot.eq(wr_r.data),
+            b_pslot.eq(ps_r.data),
+        ]
+
+        # --- build stage (B): the turn worked out ---------------------------------------------------
+        slot = b_slot
+        pslot = b_pslot
+        prog = prog_r.data
+        ctx = self.rd_context
+        m.d.comb += self.acked_qp.eq(b_q)
+        acked = self.acked_psn
+        err = any_of(self.errored & b_sel)
+        is_start = ~b_going
+        is_new = b_new
+
         table_psn = Signal(24)
-        with m.If(psn_pend_valid & (psn_pend.qp == s1_q)):
-            m.d.comb += table_psn.eq(psn_pend.psn)
-        with m.Elif(psn_acc_valid & (psn_acc.qp == s1_q)):
-            m.d.comb += table_psn.eq(psn_acc.psn)
-        with m.Else():
-            m.d.comb += table_psn.eq(self.rd_psn)
+        m.d.comb += table_psn.eq(Mux(b_fwd, b_fpsn, self.rd_psn))
 
         # a request started before (a rewind brought the QP back to it): resume from the oldest
         # unacknowledged PSN, or skip it if it is acknowledged (or was refused)
@@ -262,17 +456,21 @@ class Scheduler(wiring.Component):
         into = Signal(24)
         m.d.comb += into.eq(resume - pslot.first)
         covered = ~pslot.sent | ~(acked - pslot.last)[23]
+        into_offset = Signal(31)
+        with m.Switch(ctx.pmtu_log2):
+            for log2 in range(8, 13):
+                with m.Case(log2):
+                    m.d.comb += into_offset.eq(into[:INDEX_BITS] << log2)
+            with m.Default():
+                m.d.comb += into_offset.eq(into[:INDEX_BITS] << 8)
 
         index = Signal(INDEX_BITS)
         psn = Signal(24)
+        offset = Signal(31)
         with m.If(~is_start):
-            m.d.comb += [index.eq(prog_r.data.index), psn.eq(prog_r.data.psn)]
-        with m.Elif(is_new):
-            m.d.comb += [index.eq(0), psn.eq(table_psn)]
-        with m.Elif(into[23]):
-            m.d.comb += [index.eq(0), psn.eq(pslot.first)]
+            m.d.comb += [index.eq(prog.index), psn.eq(prog.psn), offset.eq(prog.offset)]
         with m.Else():
-            m.d.comb += [index.eq(into), psn.eq(resume)]
+            m.d.comb += [index.eq(0), psn.eq(table_psn), offset.eq(0)]
 
         status = Signal(CplStatus)
         with m.If(slot.status != CplStatus.OK):
@@ -284,41 +482,102 @@ class Scheduler(wiring.Component):
 
         pk = describe_packet(m, slot.wr, index, psn, dest_qpn=ctx.peer_qpn, rkey=ctx.rkey,
                              base_va=ctx.base_va, pmtu_log2=ctx.pmtu_log2,
-                             ack_every_log2=ctx.ack_every_log2)
+                             ack_every_log2=ctx.ack_every_log2, offset=offset)
         # what this turn does
         new_start = is_start & is_new                       # posts the request
         refuse = new_start & (status != CplStatus.OK)
-        skip = is_start & ~is_new & (err | covered)         # started before, nothing to send
+        rewound = is_start & ~is_new                        # started before a rewind
+        skip = rewound & (err | covered)                    # nothing to send
+        resume_turn = rewound & ~err & ~covered             # sets up the progress to resume
         abort = ~is_start & err                             # the QP failed mid-message
-        packet = ~refuse & ~skip & ~abort
+        packet = ~refuse & ~rewound & ~abort
         win_pos = Signal(24)
         m.d.comb += win_pos.eq(psn - acked)
-        win_shut = packet & (win_pos > self.window) & ~win_pos[23]
-        drop = s1_valid & (self.held.bit_select(s1_q, 1) | win_shut)
-        finishes = Signal()         # the request at cur leaves the sending position
-        m.d.comb += finishes.eq(refuse | skip | abort | pk.last)
+
+        with m.If(c_done):
+            m.d.sync += [
+                c_valid.eq(b_valid & ~any_of(ev_stale & b_sel)),
+                c_sel.eq(b_sel & ~ev_stale),
+                c_q.eq(b_q),
+                c_addr.eq(b_addr),
+                c_packet.eq(packet),
+                c_new.eq(new_start),
+                c_refuse.eq(refuse),
+                c_fin.eq(refuse | skip | abort | (packet & pk.last)),
+                c_shut.eq(packet & (win_pos > self.window) & ~win_pos[23]),
+                c_err.eq(err),
+                c_ev.eq(any_of(ev_any & b_sel)),
+                c_desc.eq(pk.desc),
+                c_desc.ack_req.eq(pk.desc.ack_req | (win_pos == self.window)),
+                c_desc.qp.eq(b_q),
+                c_desc.src.eq(slot.src),
+                c_desc.peer_ip.eq(ctx.peer_ip),
+                c_desc.udp_sport.eq(ctx.udp_sport),
+                c_desc.dscp.eq(ctx.dscp),
+                c_desc.ecn.eq(ctx.ecn),
+                c_psn.eq(psn),
+                c_post.wr_id.eq(slot.wr.wr_id),
+                c_post.qp.eq(b_q),
+                c_post.src.eq(slot.src),
+                c_post.status.eq(status),
+                c_last.eq(pk.last_index),
+                c_prog_we.eq((packet & ~pk.last) | resume_turn),
+            ]
+            with m.If(resume_turn & into[23]):
+                m.d.sync += [c_prog.index.eq(0), c_prog.psn.eq(pslot.first), c_prog.offset.eq(0)]
+            with m.Elif(resume_turn):
+                m.d.sync += [c_prog.index.eq(into), c_prog.psn.eq(resume),
+                             c_prog.offset.eq(into_offset)]
+            with m.Else():
+                m.d.sync += [c_prog.index.eq(index + 1), c_prog.psn.eq(psn + 1),
+                             c_prog.offset.eq(offset + pk.length)]
+        with m.Elif(any_of(ev_stale & c_sel)):
+            m.d.sync += [c_valid.eq(0), c_sel.eq(0)]
+
+        # --- issue stage (I): commit when the outputs take the turn -------------------------------
+        # (the terms are kept apart so that synthesis maps them as a shallow tree)
+        def at_c(bits, name):       # bits[c_q] (when c_valid)
+            return _kept(m, _mux_tree(m, list(bits), c_q, name), name)
+        held_c = at_c(self.held, "held_c")
+        full_c = at_c(self.full, "full_c")
+        err_c = at_c(self.errored, "err_c")
+        drop = c_valid & (held_c | (c_packet & c_shut))     # the turn is given up
+        err_new = c_valid & err_c & ~c_err                  # worked out again
+        lost = c_valid & c_new & full_c                     # lost its turn through `full`
 
         bad = self.wr.payload.wr.qp >= n
-        bad_post = self.wr.valid & bad
+        # a request for a QP outside the table was offered in the previous cycle: the issue stage
+        # posts nothing, the request's BAD_QP post may take the output
+        bad_r = Signal()
+        m.d.sync += bad_r.eq(self.wr.valid & bad)
+        bad_post = self.wr.valid & bad & bad_r
         desc_free = ~self.desc.valid | self.desc.ready
         post_free = ~self.post.valid | self.post.ready
-        post_ok = (post_free & ~bad_post & ~self.full.bit_select(s1_q, 1) &
-                   ~(self.post.valid & (self.post.payload.qp == s1_q)))
+        post_sel = Signal(n)        # one-hot QP of the post output (0: BAD_QP)
+        sent_sel = Signal(n)        # one-hot QP of the sent output
+        post_same = at_c(post_sel, "post_same")
+        post_ok = (post_free & ~bad_r & ~full_c & ~(self.post.valid & post_same))
         psn_free = ~psn_pend_valid | self.psn_w.ready
         sent_free = ~self.sent.valid | self.sent.ready
-        sent_merge = (self.sent.valid & ~self.sent.ready & (self.sent.payload.qp == s1_q) &
-                      (self.sent.payload.packets != 63) &
-                      ((self.sent.payload.psn + 1)[:24] == psn))
-        commit = Signal()
-        m.d.comb += commit.eq(s1_valid & ~drop &
-                              (~packet | (desc_free & (sent_free | sent_merge))) &
-                              (~new_start | post_ok) &
-                              (~new_start | refuse | psn_free))
+        # the QP of the sent output has had no REWIND or RESET since its last packet there: its
+        # next packet has the next PSN
+        sent_cont = Signal()
+        sent_same = at_c(sent_sel, "sent_same")
+        sent_merge = _kept(m, self.sent.valid & ~self.sent.ready & sent_same &
+                           (self.sent.payload.packets != 63) & sent_cont, "sent_merge")
+        # a REWIND or RESET of the QP: the turn is not taken (the event moves the pointers)
+        ev_c = _kept(m, ev.valid & (ev.payload.kind != SchedKind.ADVANCE) &
+                     (ev.payload.qp == c_q), "ev_c")
+        outs_ok = _kept(m, (~c_packet | (desc_free & (sent_free | sent_merge))) &
+                        (~c_new | post_ok) & (~c_new | c_refuse | psn_free), "outs_ok")
+        may = _kept(m, c_valid & ~drop & ~err_new & ~ev_c, "may")
+        m.d.comb += [
+            commit.eq(may & outs_ok),
+            c_done.eq(~c_valid | commit | drop | err_new | lost),
+        ]
 
         # outputs
         m.d.comb += [self.psn_w.valid.eq(psn_pend_valid), self.psn_w.payload.eq(psn_pend)]
-        m.d.sync += [psn_acc_valid.eq(self.psn_w.valid & self.psn_w.ready),
-                     psn_acc.eq(psn_pend)]
         with m.If(self.psn_w.ready):
             m.d.sync += psn_pend_valid.eq(0)
         with m.If(self.desc.ready):
@@ -329,54 +588,44 @@ class Scheduler(wiring.Component):
             m.d.sync += self.sent.valid.eq(0)
 
         with m.If(commit):
-            m.d.sync += started.bit_select(s1_q, 1).eq(~finishes)
-            with m.If(packet):
-                d = self.desc.payload
-                m.d.sync += [
-                    self.desc.valid.eq(1),
-                    d.eq(pk.desc),
-                    d.ack_req.eq(pk.desc.ack_req | (win_pos == self.window)),
-                    d.qp.eq(s1_q),
-                    d.src.eq(slot.src),
-                    d.peer_ip.eq(ctx.peer_ip),
-                    d.udp_sport.eq(ctx.udp_sport),
-                    d.dscp.eq(ctx.dscp),
-                    d.ecn.eq(ctx.ecn),
-                ]
+            with m.If(c_packet):
+                m.d.sync += [self.desc.valid.eq(1), self.desc.payload.eq(c_desc),
+                             self.sent.payload.psn.eq(c_psn), sent_cont.eq(1)]
                 with m.If(sent_merge):
-                    m.d.sync += [self.sent.payload.psn.eq(psn),
-                                 self.sent.payload.packets.eq(self.sent.payload.packets + 1)]
+                    m.d.sync += self.sent.payload.packets.eq(self.sent.payload.packets + 1)
                 with m.Else():
-                    m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(s1_q),
-                                 self.sent.payload.psn.eq(psn), self.sent.payload.packets.eq(1)]
-            with m.If(new_start):
-                m.d.sync += [
-                    self.post.valid.eq(1),
-                    self.post.payload.wr_id.eq(slot.wr.wr_id),
-                    self.post.payload.qp.eq(s1_q),
-                    self.post.payload.src.eq(slot.src),
-                    self.post.payload.status.eq(status),
-                    self.post.payload.last_psn.eq(Mux(refuse, 0, psn + pk.last_index)),
-                ]
-                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(slot_addr(cur[s1_q], s1_q)),
-                             ps_w.data.first.eq(psn), ps_w.data.last.eq(psn + pk.last_index),
-                             ps_w.data.sent.eq(~refuse)]
-                with m.If(~refuse):
-                    m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(s1_q),
-                                 psn_pend.psn.eq(psn + pk.last_index + 1)]
-            with m.If(packet & ~pk.last):
-                m.d.comb += [prog_w.en.eq(1), prog_w.addr.eq(s1_q),
-                             prog_w.data.index.eq(index + 1), prog_w.data.psn.eq(psn + 1)]
+                    m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(c_q),
+                                 self.sent.payload.packets.eq(1), sent_sel.eq(c_sel)]
+            with m.If(c_new):
+                last_psn = Signal(24)
+                m.d.comb += last_psn.eq(c_psn + c_last)
+                m.d.sync += [self.post.valid.eq(1), self.post.payload.eq(c_post),
+                             self.post.payload.last_psn.eq(Mux(c_refuse, 0, last_psn)),
+                             post_sel.eq(c_sel)]
+                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(c_addr), ps_w.data.first.eq(c_psn),
+                             ps_w.data.last.eq(last_psn), ps_w.data.sent.eq(~c_refuse)]
+                with m.If(~c_refuse):
+                    m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(c_q),
+                                 psn_pend.psn.eq(last_psn + 1)]
+            m.d.comb += [prog_w.en.eq(c_prog_we), prog_w.addr.eq(c_q), prog_w.data.eq(c_prog)]
+
+        with m.If(any_of(ev_stale & sent_sel)):
+            m.d.sync += sent_cont.eq(0)
 
         # --- queueing ---------------------------------------------------------------------------
-        t = self.wr.payload
-        q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
-        room = Signal()
-        m.d.comb += room.eq(((tail[q_in] - head[q_in])[:pw] != depth) &
-                            ((tail[q_in] - cur[q_in])[:pw] != depth))
-        push = Signal()
+        # room in the queue, from the pointers of the previous cycle: for one more request, and for
+        # one more after the one queued in that cycle (room freed in that cycle counts a cycle
+        # later)
+        room1 = Signal(n)
+        room2 = Signal(n)
+        for q in range(n):
+            used = [(tail[q] - head[q])[:pw], (tail[q] - cur[q])[:pw]]
+            m.d.sync += [room1[q].eq((used[0] < depth) & (used[1] < depth)),
+                         room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1))]
+        room_q = _kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
+        room = _kept(m, _mux_tree(m, list(room_q), q_in, "room"), "room")
         m.d.comb += [
-            self.wr.ready.eq(Mux(bad, post_free, room)),
+            self.wr.ready.eq(Mux(bad, post_free & bad_r, room)),
             push.eq(self.wr.valid & ~bad & room),
         ]
         with m.If(bad_post & post_free):
@@ -387,6 +636,7 @@ class Scheduler(wiring.Component):
                 self.post.payload.src.eq(t.src),
                 self.post.payload.status.eq(CplStatus.BAD_QP),
                 self.post.payload.last_psn.eq(0),
+                post_sel.eq(0),
             ]
         word_bits = (self.width // 8).bit_length() - 1
         in_status = Signal(CplStatus)
@@ -404,79 +654,31 @@ class Scheduler(wiring.Component):
         ]
 
         # --- pointers ---------------------------------------------------------------------------
-        ev = self.sched
-        m.d.comb += [ev.ready.eq(1), self.freed.ready.eq(1)]
-        cur_n = []                  # per QP: cur after this cycle's commit (no event)
-        hi_n = []
         for q in range(n):
-            here = s1_valid & (s1_q == q)
-            adv = here & commit & finishes
-            post_here = here & commit & new_start
+            here = c_sel[q]
             c_n = Signal(pw, name=f"cur_n{q}")
             h_n = Signal(pw, name=f"hi_n{q}")
             hd_n = Signal(pw, name=f"head_n{q}")
-            m.d.comb += [c_n.eq(cur[q] + adv), h_n.eq(hi[q] + post_here),
+            cur_p1 = _kept(m, (cur[q] + 1)[:pw], f"cur_p1_{q}")
+            hi_p1 = _kept(m, (hi[q] + 1)[:pw], f"hi_p1_{q}")
+            m.d.comb += [c_n.eq(Mux(here & commit & c_fin, cur_p1, cur[q])),
+                         h_n.eq(Mux(here & commit & c_new, hi_p1, hi[q])),
                          hd_n.eq(head[q] + (self.freed.valid & (self.freed.payload == q)))]
-            cur_n.append(c_n)
-            hi_n.append(h_n)
             m.d.sync += [hi[q].eq(h_n), head[q].eq(hd_n)]
+            m.d.sync += push_r[q].eq(push & (q_in == q))
             with m.If(push & (q_in == q)):
                 m.d.sync += tail[q].eq(tail[q] + 1)
-            ev_here = ev.valid & (ev.payload.qp == q)
-            with m.If(ev_here & (ev.payload.kind == SchedKind.REWIND)):
+            with m.If(here & commit):
+                m.d.sync += started[q].eq(~c_fin)
+            # (no turn of the QP is committed in the cycle of its REWIND or RESET)
+            with m.If(ev_stale[q] & (ev.payload.kind == SchedKind.REWIND)):
                 m.d.sync += [cur[q].eq(hd_n), started[q].eq(0), win_block[q].eq(0)]
-            with m.Elif(ev_here & (ev.payload.kind == SchedKind.RESET)):
-                m.d.sync += [cur[q].eq(h_n), started[q].eq(0), win_block[q].eq(0)]
+            with m.Elif(ev_stale[q]):
+                m.d.sync += [cur[q].eq(hi[q]), started[q].eq(0), win_block[q].eq(0)]
             with m.Else():
                 m.d.sync += cur[q].eq(c_n)
-                with m.If(ev_here):
+                with m.If(ev_any[q]):
                     m.d.sync += win_block[q].eq(0)
-                with m.Elif(here & win_shut & ~self.held[q]):
+                with m.Elif(here & c_packet & c_shut & ~held_c & ~c_ev):
                     m.d.sync += win_block[q].eq(1)
-
-        # --- select stage (S0) ------------------------------------------------------------------
-        # Turns as they will be after S1 commits (only used when it does, or when S1 is empty).
-        elig = Signal(n)
-        for q in range(n):
-            here = s1_valid & (s1_q == q)
-            going = Mux(here & commit, ~finishes, started[q])
-            posts = ~going & (cur_n[q] == hi_n[q])
-            m.d.comb += elig[q].eq((cur_n[q] != tail[q]) & ~self.held[q] & ~win_block[q] &
-                                   ~(here & drop) & (~posts | ~self.full[q]))
-        prio = Signal(range(n))     # one past the QP of the last turn
-        start = Signal(range(n))
-        m.d.comb += start.eq(Mux(s1_valid, next_qp(s1_q), prio))
-        elig_hi = Signal(n)         # eligible QPs at or after start
-        m.d.comb += elig_hi.eq(Cat(elig[q] & (start <= q) for q in range(n)))
-        pick = Signal(range(n))
-        # first eligible QP at or after start, else the first at all (later assignments win)
-        for q in reversed(range(n)):
-            with m.If(elig[q]):
-                m.d.comb += pick.eq(q)
-        for q in reversed(range(n)):
-            with m.If(elig_hi[q]):
-                m.d.comb += pick.eq(q)
-
-        sel_valid = Signal()
-        sel = Signal(range(n))
-        with m.If(s1_valid & ~commit & ~drop):
-            # S1 waits for an output: read its QP again, unless it lost its turn through `full`
-            m.d.comb += [sel.eq(s1_q),
-                         sel_valid.eq(started.bit_select(s1_q, 1) | ~new_start |
-                                      ~self.full.bit_select(s1_q, 1))]
-        with m.Else():
-            m.d.comb += [sel.eq(pick), sel_valid.eq(elig.any())]
-        with m.If(commit):
-            m.d.sync += prio.eq(next_qp(s1_q))
-        sel_cur = Signal(pw)
-        m.d.comb += [
-            sel_cur.eq(Array(cur_n)[sel]),
-            wr_r.addr.eq(slot_addr(sel_cur, sel)),
-            ps_r.addr.eq(slot_addr(sel_cur, sel)),
-            prog_r.addr.eq(sel),
-            self.rd_qp.eq(sel),
-        ]
-        # a rewind or reset of the QP being read makes the read stale: read it again next time
-        stale = ev.valid & (ev.payload.kind != SchedKind.ADVANCE) & (ev.payload.qp == sel)
-        m.d.sync += [s1_valid.eq(sel_valid & ~stale), s1_q.eq(sel)]
         return m

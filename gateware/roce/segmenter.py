@@ -35,9 +35,11 @@ class PacketLogic(NamedTuple):
     desc: object          # Signal(PACKET_DESC): the packet's descriptor
     last: object          # the packet is the message's last
     last_index: object    # index of the message's last packet (packets - 1)
+    length: object        # payload bytes of the packet
 
 
-def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ack_every_log2):
+def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ack_every_log2,
+                    offset=None):
     """Combinational description of packet ``index`` of work request ``wr``.
 
     ``psn`` is the PSN of that packet; the QP's path MTU (``pmtu_log2`` 8..12, anything else is
@@ -45,7 +47,8 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
     come from its state. Adds the logic to ``m`` and returns a :class:`PacketLogic`. The
     descriptor's ``src``, ``peer_ip``, ``udp_sport``, ``dscp`` and ``ecn`` are left 0 for the
     caller to fill. Nothing here holds state: the caller keeps the packet index and the running
-    PSN of the message.
+    PSN of the message. ``offset``, when given, is the byte offset of the packet in the message
+    (``index`` times the path MTU), kept by the caller so that it need not be computed here.
     """
     plog = Signal(range(13))
     with m.Switch(pmtu_log2):
@@ -55,6 +58,7 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
         with m.Default():
             m.d.comb += plog.eq(8)
     pmtu = Signal(13)
+    given_offset = offset
     offset = Signal(31)             # bytes of the message before this packet
     last_index = Signal(INDEX_BITS)
     length_m1 = Signal(31)
@@ -63,14 +67,18 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
         for log2 in range(8, 13):
             with m.Case(log2):
                 m.d.comb += [pmtu.eq(1 << log2),
-                             offset.eq(index << log2),
                              last_index.eq(Mux(wr.length == 0, 0, length_m1 >> log2))]
+                if given_offset is None:
+                    m.d.comb += offset.eq(index << log2)
+    if given_offset is not None:
+        m.d.comb += offset.eq(given_offset)
     remaining = Signal(31)
     m.d.comb += remaining.eq(wr.length - offset)
     first = index == 0
     last = Signal()
     m.d.comb += last.eq(remaining <= pmtu)
-    length = Mux(last, remaining, pmtu)
+    length = Signal(13)
+    m.d.comb += length.eq(Mux(last, remaining, pmtu))
 
     opcode = Signal(8)
     for kind, (op_first, op_middle, op_last, op_only) in _OPCODES.items():
@@ -105,7 +113,7 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
         d.has_imm.eq(last & has_imm), d.imm.eq(wr.imm),
         d.last.eq(last),
     ]
-    return PacketLogic(d, last, last_index)
+    return PacketLogic(d, last, last_index, length)
 
 
 class Segmenter(wiring.Component):
