@@ -31,11 +31,13 @@ class Arp(wiring.Component):
     (a changed MAC is learned from the peer's next request or reply).
 
     Resolver (for the IPv4 transmitter, port ``lookup`` of
-    :data:`~rocegen.gateware.net.layouts.ARP_LOOKUP`): ``ip`` -> ``hit`` / ``mac``
-    combinationally. Holding ``resolve`` high for an address that misses sends a request, then
+    :data:`~rocegen.gateware.net.layouts.ARP_LOOKUP`): ``ip`` -> ``hit`` / ``mac`` and
+    ``wait_ip`` -> ``wait_hit`` / ``wait_mac`` combinationally (two lookups of the same cache).
+    Holding ``resolve`` high for a ``wait_ip`` that misses sends a request (the resolution
+    starts in the next cycle), then
     repeats it every ``retry_cycles`` + 2 cycles, up to ``retries`` times; if no answer came,
-    ``failed`` pulses for one cycle (the transmitter drops its packet) and the resolver
-    is free again.
+    ``failed`` pulses for one cycle, from a register (the cycle after the last wait ended; the
+    transmitter drops its packet), and the resolver is free again from the cycle after it.
 
     Transmit (``o``): replies and requests as 28-byte ARP payloads with ``meta.eth`` set; the
     Ethernet transmitter pads them. Replies go first.
@@ -87,10 +89,22 @@ class Arp(wiring.Component):
                     m.d.comb += index.eq(k)
             hit = Signal()
             m.d.comb += hit.eq(Cat(*hits).any())     # an OR tree, not an adder
-            return hit, index
+            return hit, index, hits
 
-        hit, index = match(self.lookup.ip)
-        m.d.comb += [self.lookup.hit.eq(hit), self.lookup.mac.eq(macs[index])]
+        def answer(ip, hit_port, mac_port):
+            # the MAC of the first entry that matches, as an AND-OR of the entries (no index)
+            hit, _, hits = match(ip)
+            mac = 0
+            for k in range(self.entries):
+                first = hits[k]
+                for h in hits[:k]:
+                    first = first & ~h
+                mac = mac | Mux(first, macs[k], 0)
+            m.d.comb += [hit_port.eq(hit), mac_port.eq(mac)]
+            return hit
+
+        answer(self.lookup.ip, self.lookup.hit, self.lookup.mac)
+        wait_hit = answer(self.lookup.wait_ip, self.lookup.wait_hit, self.lookup.wait_mac)
 
         # ---- receive ----
         rx = m.submodules.rx = Depacketizer(ARP, W, ETH_META)
@@ -112,7 +126,7 @@ class Arp(wiring.Component):
         well_formed = well_formed & sha_ok
         m.d.comb += self.drop_bad.eq(rx.runt | (end & rx.o.ready & (rx.o.payload.error | ~well_formed)))
 
-        s_hit, s_index = match(arp.spa)
+        s_hit, s_index, _ = match(arp.spa)
         with m.If(end & rx.o.ready & ~rx.o.payload.error & well_formed):
             m.d.comb += [self.rx_request.eq(is_request), self.rx_reply.eq(~is_request)]
             with m.If(s_hit & learnable):
@@ -129,19 +143,30 @@ class Arp(wiring.Component):
         timer = Signal(range(self.retry_cycles + 1))
         tries = Signal(range(self.retries + 2))
         request_pending = Signal()
-        with m.If(~busy):
-            with m.If(self.lookup.resolve & ~hit):
-                m.d.sync += [busy.eq(1), target.eq(self.lookup.ip), request_pending.eq(1),
-                             tries.eq(0), timer.eq(self.retry_cycles)]
+        failed = Signal()           # registered: the transmitter's drop depends on it alone
+        m.d.sync += failed.eq(0)
+        m.d.comb += self.lookup.failed.eq(failed)
+        # a resolution starts in the cycle after it is asked for (the match of ``wait_ip``
+        # ends in a register)
+        start = Signal()
+        start_ip = Signal(32)
+        m.d.sync += start.eq(0)
+        with m.If(start):
+            m.d.sync += [busy.eq(1), target.eq(start_ip), request_pending.eq(1),
+                         tries.eq(0), timer.eq(self.retry_cycles)]
+        with m.Elif(~busy):
+            # (not in the cycle of ``failed``: the transmitter still asks for the address it
+            # is dropping the packet of)
+            with m.If(self.lookup.resolve & ~wait_hit & ~failed):
+                m.d.sync += [start.eq(1), start_ip.eq(self.lookup.wait_ip)]
         with m.Else():
-            t_hit, _ = match(target)
+            t_hit, _, _ = match(target)
             with m.If(t_hit):
                 m.d.sync += [busy.eq(0), request_pending.eq(0)]
             with m.Elif(~request_pending):
                 with m.If(timer == 0):
                     with m.If(tries == self.retries):
-                        m.d.sync += busy.eq(0)
-                        m.d.comb += self.lookup.failed.eq(1)
+                        m.d.sync += [busy.eq(0), failed.eq(1)]
                     with m.Else():
                         m.d.sync += [request_pending.eq(1), tries.eq(tries + 1),
                                      timer.eq(self.retry_cycles)]

@@ -6,6 +6,7 @@ from ..buffer import RegisterSlice
 from ..checksum import ones_complement_sum
 from ..headers import ETH, ETHERTYPE_IPV4, IPV4
 from ..packetizer import Packetizer
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width
 from .layouts import ARP_LOOKUP, IP_OUT_META, IP_TX
 
@@ -30,12 +31,16 @@ class Ipv4Tx(wiring.Component):
     gives up.
     Packets behind it wait (no reordering).
 
-    Latency: one cycle when the MAC is known or cached. The input goes through a
-    :class:`~rocegen.gateware.buffer.RegisterSlice`, so ``i.ready`` is a register and the ARP
-    lookup and the rest of the header are computed from registered metadata; the header
-    checksum is summed before the slice but for the length and the identification.
-    Backpressure: from ``o`` through the packetizer and the slice; one beat per cycle sustained,
-    packets back to back.
+    Latency: two cycles when the MAC is known or cached. The input goes through a
+    :class:`~rocegen.gateware.buffer.RegisterSlice`, so ``i.ready`` is a register; the header
+    checksum is summed before it but for the length and the identification. Every beat then
+    enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the ARP cache's answer for
+    its destination (``lookup.ip``, looked up on the slice's registered metadata), and the
+    next hop is decided after it, on registers: a packet that missed waits there, is looked up
+    again every cycle (``lookup.wait_ip``, the answer registered) and asks ARP to resolve
+    (``lookup.resolve``) from the cycle after it arrived, so a miss costs one cycle more than
+    before ARP's answer. Backpressure: from ``o`` through the packetizer and the two stages;
+    one beat per cycle sustained, packets back to back.
     """
 
     def __init__(self, width, *, ttl=64):
@@ -78,7 +83,25 @@ class Ipv4Tx(wiring.Component):
                  src[16:], src[:16], dst[16:], dst[:16],
                  Const(const, 16)]
         m.d.comb += sm.sum.eq(ones_complement_sum(words))
-        i = sl.o
+        # ---- stage 2: every beat moves on with the ARP answer for its destination, looked up
+        # on the slice's registered metadata (port ``lookup.ip``); the next hop is decided on
+        # registers after it, so the cache's match never reaches a ``ready``
+        s1 = sl.o
+        ip1 = s1.payload.meta.ip
+        st = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16, "hit": 1, "mac": 48})
+        fr = m.submodules.lookup = ForwardRegister(W, st)
+        fp = fr.i.payload
+        m.d.comb += [
+            fr.i.valid.eq(s1.valid), s1.ready.eq(fr.i.ready),
+            fp.data.eq(s1.payload.data), fp.keep.eq(s1.payload.keep),
+            fp.last.eq(s1.payload.last), fp.error.eq(s1.payload.error),
+            fp.meta.ip.eq(ip1), fp.meta.total_length.eq(s1.payload.meta.total_length),
+            fp.meta.sum.eq(ones_complement_sum([s1.payload.meta.sum, ip1.length])),
+            self.lookup.ip.eq(ip1.dst),
+            fp.meta.hit.eq(self.lookup.hit), fp.meta.mac.eq(self.lookup.mac),
+        ]
+
+        i = fr.o
         ip = i.payload.meta.ip
         hdr_meta = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "icrc": 1})
         pk = m.submodules.packetizer = Packetizer(IPV4, W, hdr_meta)
@@ -89,9 +112,17 @@ class Ipv4Tx(wiring.Component):
         dropping = Signal()
         mac_reg = Signal(48)
         ident = Signal(16, init=1)      # never 0: RoCEv2 receivers expect a non-zero ID
-        m.d.comb += self.lookup.ip.eq(ip.dst)
-        mac_now = Mux(ip.mac_known, ip.mac, self.lookup.mac)
-        settled = ip.mac_known | self.lookup.hit
+        # a packet that missed waits here; its address is looked up again every cycle (port
+        # ``lookup.wait_ip``), the answer registered: ``waited`` says it is this packet's
+        waited = Signal()
+        hit_w = Signal()
+        mac_w = Signal(48)
+        m.d.comb += self.lookup.wait_ip.eq(ip.dst)
+        m.d.sync += [hit_w.eq(self.lookup.wait_hit), mac_w.eq(self.lookup.wait_mac),
+                     waited.eq(0)]
+        hit = i.payload.meta.hit
+        mac_now = Mux(ip.mac_known, ip.mac, Mux(hit, i.payload.meta.mac, mac_w))
+        settled = ip.mac_known | hit | (waited & hit_w)
         mac = Mux(passing, mac_reg, mac_now)
 
         forward = Signal()
@@ -108,12 +139,15 @@ class Ipv4Tx(wiring.Component):
                     with m.If(pk.i.ready & ~i.payload.last):
                         m.d.sync += [passing.eq(1), mac_reg.eq(mac_now)]
                 with m.Else():
-                    m.d.comb += self.lookup.resolve.eq(1)
+                    # ARP is asked once the registered answer for this packet is in
+                    m.d.comb += self.lookup.resolve.eq(waited)
                     with m.If(self.lookup.failed):
                         m.d.comb += self.drop_unresolved.eq(1)
                         m.d.comb += i.ready.eq(1)
                         with m.If(~i.payload.last):
                             m.d.sync += dropping.eq(1)
+                    with m.Else():
+                        m.d.sync += waited.eq(1)
         with m.If(forward):
             m.d.comb += [
                 pk.i.valid.eq(i.valid),
@@ -141,5 +175,5 @@ class Ipv4Tx(wiring.Component):
             hdr.src.eq(self.local_ip), hdr.dst.eq(ip.dst),
         ]
         m.d.comb += pm.ipv4.eq(hdr)
-        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum([i.payload.meta.sum, ip.length, ident]))
+        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum([i.payload.meta.sum, ident]))
         return m

@@ -30,9 +30,11 @@ class UdpTx(wiring.Component):
     ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
     IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
-    Latency: one cycle, in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the arbiter
-    (the payload length to check and the UDP length are computed ahead of it); the trimmer and
-    the packetizer after it are combinational. Backpressure from ``o``; ``i[k].ready`` is a
+    Latency: two cycles, in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the arbiter
+    (the payload length to check and the UDP length are computed ahead of it) and in the input
+    stage of the registered :class:`~rocegen.gateware.trim.Trim` (which compares the length
+    with the lanes of each beat before its register); the packetizer after it is
+    combinational. Backpressure from ``o``; ``i[k].ready`` is a
     register (the slice's) gated by the arbiter's registered grant. One beat per cycle
     sustained, packets back to back.
     """
@@ -67,7 +69,7 @@ class UdpTx(wiring.Component):
             si.meta.payload_length.eq(u_arb.length - Mux(u_arb.icrc, ICRC_BYTES, 0)),
             si.meta.udp_length.eq(u_arb.length + UDP.length),
         ]
-        trim = m.submodules.trim = Trim(W, inner)
+        trim = m.submodules.trim = Trim(W, inner, registered=True)
         wiring.connect(m, sl.o, trim.i)
         m.d.comb += [trim.length.eq(trim.i.payload.meta.payload_length),
                      self.length_mismatch.eq(trim.short | trim.long)]
