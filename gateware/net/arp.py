@@ -42,8 +42,11 @@ class Arp(wiring.Component):
     Transmit (``o``): replies and requests as 28-byte ARP payloads with ``meta.eth`` set; the
     Ethernet transmitter pads them. Replies go first.
 
-    Latency: a reply leaves 2 cycles after the request's last beat at the earliest. Backpressure:
-    while a reply is still waiting to leave, the next packet is held at its last beat.
+    Latency: a packet's checks are registered with its last beat and the cache, the reply and
+    the strobes ``rx_request``/``rx_reply``/``drop_bad`` act one cycle after it (an action
+    stage); a reply leaves 3 cycles after the request's last beat at the earliest.
+    Backpressure: while a reply is still waiting to leave, or a request for us is in the action
+    stage, the next packet is held at its last beat.
     """
 
     def __init__(self, width, *, entries=4, retry_cycles=100_000, retries=3):
@@ -92,14 +95,12 @@ class Arp(wiring.Component):
             return hit, index, hits
 
         def answer(ip, hit_port, mac_port):
-            # the MAC of the first entry that matches, as an AND-OR of the entries (no index)
+            # the MAC of the entry that matches, as an AND-OR of the entries (no index: an
+            # address is in one entry at most, since one is learned only when it misses)
             hit, _, hits = match(ip)
             mac = 0
             for k in range(self.entries):
-                first = hits[k]
-                for h in hits[:k]:
-                    first = first & ~h
-                mac = mac | Mux(first, macs[k], 0)
+                mac = mac | Mux(hits[k], macs[k], 0)
             m.d.comb += [hit_port.eq(hit), mac_port.eq(mac)]
             return hit
 
@@ -118,24 +119,44 @@ class Arp(wiring.Component):
         end = rx.o.valid & rx.o.payload.last
         for_us = arp.tpa == self.local_ip
         is_request = arp.oper == OPER_REQUEST
-        m.d.comb += rx.o.ready.eq(~(end & reply_pending))
         # a sender hardware address must be a unicast MAC; a sender IP of 0 (an RFC 5227 probe),
         # the broadcast address or our own address is answered but never learned
         sha_ok = (arp.sha != 0) & ~arp.sha[40]
         learnable = (arp.spa != 0) & (arp.spa != 0xFFFFFFFF) & (arp.spa != self.local_ip)
         well_formed = well_formed & sha_ok
-        m.d.comb += self.drop_bad.eq(rx.runt | (end & rx.o.ready & (rx.o.payload.error | ~well_formed)))
 
-        s_hit, s_index, _ = match(arp.spa)
-        with m.If(end & rx.o.ready & ~rx.o.payload.error & well_formed):
-            m.d.comb += [self.rx_request.eq(is_request), self.rx_reply.eq(~is_request)]
-            with m.If(s_hit & learnable):
-                m.d.sync += macs[s_index].eq(arp.sha)
-            with m.Elif(for_us & learnable):
-                m.d.sync += [valid[victim].eq(1), ips[victim].eq(arp.spa), macs[victim].eq(arp.sha),
+        # action stage: a packet's checks are registered with its last beat, and the cache and
+        # the reply act on those registers in the next cycle (the match of the sender address
+        # then sees every earlier packet's update)
+        act = Signal()              # a good packet's last beat was taken in the last cycle
+        a_request = Signal()
+        a_for_us = Signal()
+        a_learnable = Signal()
+        a_sha = Signal(48)
+        a_spa = Signal(32)
+        bad = Signal()
+        # while a request for us waits for its reply to be queued, or a reply is still queued,
+        # the next packet is held at its last beat
+        m.d.comb += rx.o.ready.eq(~(end & (reply_pending | (act & a_for_us & a_request))))
+        take = end & rx.o.ready
+        good = take & ~rx.o.payload.error & well_formed
+        m.d.sync += [
+            act.eq(good), a_request.eq(is_request), a_for_us.eq(for_us),
+            a_learnable.eq(learnable), a_sha.eq(arp.sha), a_spa.eq(arp.spa),
+            bad.eq(rx.runt | (take & (rx.o.payload.error | ~well_formed))),
+        ]
+        m.d.comb += self.drop_bad.eq(bad)
+
+        s_hit, s_index, _ = match(a_spa)
+        with m.If(act):
+            m.d.comb += [self.rx_request.eq(a_request), self.rx_reply.eq(~a_request)]
+            with m.If(s_hit & a_learnable):
+                m.d.sync += macs[s_index].eq(a_sha)
+            with m.Elif(a_for_us & a_learnable):
+                m.d.sync += [valid[victim].eq(1), ips[victim].eq(a_spa), macs[victim].eq(a_sha),
                              victim.eq(Mux(victim == self.entries - 1, 0, victim + 1))]
-            with m.If(for_us & is_request):
-                m.d.sync += [reply_pending.eq(1), reply_mac.eq(arp.sha), reply_ip.eq(arp.spa)]
+            with m.If(a_for_us & a_request):
+                m.d.sync += [reply_pending.eq(1), reply_mac.eq(a_sha), reply_ip.eq(a_spa)]
 
         # ---- resolver ----
         busy = Signal()

@@ -2,6 +2,7 @@ from amaranth.hdl import Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..buffer import RegisterSlice
 from ..checked_fifo import ChecksumCheckedFifo
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
@@ -36,7 +37,8 @@ class IcmpEcho(wiring.Component):
     ``drop_type``. The reply leaves on ``o`` with ``meta.ip`` addressed to the requester's IP
     and MAC (no ARP lookup) and the incrementally updated checksum.
 
-    Latency: store-and-forward; the reply starts a few cycles after the request's last beat.
+    Latency: store-and-forward; the reply starts a few cycles after the request's last beat
+    (one of them in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the store).
     Backpressure: the input is held while the store is full.
     """
 
@@ -63,8 +65,12 @@ class IcmpEcho(wiring.Component):
                      self.drop_checksum.eq(store.drop_checksum),
                      self.drop_error.eq(store.drop_error | store.drop_overflow)]
 
+        # a register slice behind the store, so that the echo filter's ``ready`` does not reach
+        # the store's read side
+        sl = m.submodules.slice = RegisterSlice(W, IP_RX_META)
+        wiring.connect(m, store.o, sl.i)
         dp = m.submodules.depacketizer = Depacketizer(ICMP, W, IP_RX_META)
-        wiring.connect(m, store.o, dp.i)
+        wiring.connect(m, sl.o, dp.i)
         dm = m.submodules.filter = PacketDemux(W, dp.meta_out, 1)
         wiring.connect(m, dp.o, dm.i)
         req = dm.i.payload.meta.icmp
