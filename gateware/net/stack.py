@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Module
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -71,7 +71,8 @@ class NetStack(wiring.Component):
     asks the MAC to abort the frame.
     ``udp_rx[k]``: datagram payloads with ``meta.eth``, ``meta.ipv4`` and ``meta.udp``.
     ``udp_tx[k]``: datagram payloads with ``meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`).
-    ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS`.
+    ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS` (an event
+    is counted one cycle after its pulse: the pulses are registered before the counters).
     """
 
     def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, pcp=0,
@@ -227,6 +228,10 @@ class NetStack(wiring.Component):
         stats = m.submodules.stats = self._stats
         missing = set(STATS) ^ set(ev)
         assert not missing, f"statistics and events disagree: {sorted(missing)}"
-        m.d.comb += [stats.inc.eq(Cat(*(ev[name] for name in STATS))),
+        # the event pulses are registered before the counters (each counts one cycle later),
+        # so that no event's logic reaches a counter's enable
+        inc = Signal(len(STATS))
+        m.d.sync += inc.eq(Cat(*(ev[name] for name in STATS)))
+        m.d.comb += [stats.inc.eq(inc),
                      stats.addr.eq(self.stats_addr), self.stats_data.eq(stats.data)]
         return m
