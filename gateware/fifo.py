@@ -174,8 +174,14 @@ class PacketFifo(wiring.Component):
             meta_rdy = mf.r_rdy
             # ``level`` of SyncFIFOBuffered counts every queued entry exactly; one spare entry
             # keeps its inner memory from ever being full when we write (w_rdy stays high).
+            if self.meta_depth >= depth:
+                # every queued packet has a beat stored (its last, until it leaves), so the
+                # queue holds fewer than ``depth`` entries whenever the memory is not full: the
+                # write side needs no look at its level (``full`` says it all)
+                m.d.comb += meta_ok.eq(1)
+            else:
+                m.d.comb += meta_ok.eq(mf.level < self.meta_depth)
             m.d.comb += [
-                meta_ok.eq(mf.level < self.meta_depth),
                 mf.w_data.eq(i.payload.meta.as_value()),
                 o.payload.meta.as_value().eq(mf.r_data),
             ]

@@ -42,11 +42,15 @@ class Arp(wiring.Component):
     Transmit (``o``): replies and requests as 28-byte ARP payloads with ``meta.eth`` set; the
     Ethernet transmitter pads them. Replies go first.
 
-    Latency: a packet's checks are registered with its last beat and the cache, the reply and
-    the strobes ``rx_request``/``rx_reply``/``drop_bad`` act one cycle after it (an action
-    stage); a reply leaves 3 cycles after the request's last beat at the earliest.
-    Backpressure: while a reply is still waiting to leave, or a request for us is in the action
-    stage, the next packet is held at its last beat.
+    Latency: a packet's checks are registered with its last beat; in the next cycle the match of
+    its sender address is registered, and in the one after the cache, the reply and the strobes
+    ``rx_request``/``rx_reply`` act (``drop_bad`` comes one cycle after the last beat, or after
+    ``runt`` of the depacketizer). A reply leaves 4 cycles after the request's last beat at the
+    earliest. The resolver sees an answer learned in the cycle after it was learned (the match
+    of its target is registered). Backpressure: the input is held (``ready`` from registers
+    only) in the cycle after a packet's last beat, so that the next packet's match sees this
+    one's update (ARP packets are taken every other cycle at most), while a request for us
+    waits for its reply to be queued, and while a reply is queued.
     """
 
     def __init__(self, width, *, entries=4, retry_cycles=100_000, retries=3):
@@ -105,7 +109,7 @@ class Arp(wiring.Component):
             return hit
 
         answer(self.lookup.ip, self.lookup.hit, self.lookup.mac)
-        wait_hit = answer(self.lookup.wait_ip, self.lookup.wait_hit, self.lookup.wait_mac)
+        answer(self.lookup.wait_ip, self.lookup.wait_hit, self.lookup.wait_mac)
 
         # ---- receive ----
         rx = m.submodules.rx = Depacketizer(ARP, W, ETH_META)
@@ -135,9 +139,17 @@ class Arp(wiring.Component):
         a_sha = Signal(48)
         a_spa = Signal(32)
         bad = Signal()
+        upd = Signal()              # ... two cycles ago: its update of the cache is due
+        u_hits = Signal(self.entries)
+        u_request = Signal()
+        u_for_us = Signal()
+        u_learnable = Signal()
+        u_sha = Signal(48)
+        u_spa = Signal(32)
         # while a request for us waits for its reply to be queued, or a reply is still queued,
-        # the next packet is held at its last beat
-        m.d.comb += rx.o.ready.eq(~(end & (reply_pending | (act & a_for_us & a_request))))
+        # the input is held (from registers only); a packet is taken every other cycle at most,
+        # so that the next one's match sees this one's update of the cache
+        m.d.comb += rx.o.ready.eq(~(reply_pending | act | (upd & u_for_us & u_request)))
         take = end & rx.o.ready
         good = take & ~rx.o.payload.error & well_formed
         m.d.sync += [
@@ -147,16 +159,25 @@ class Arp(wiring.Component):
         ]
         m.d.comb += self.drop_bad.eq(bad)
 
-        s_hit, s_index, _ = match(a_spa)
-        with m.If(act):
-            m.d.comb += [self.rx_request.eq(a_request), self.rx_reply.eq(~a_request)]
-            with m.If(s_hit & a_learnable):
-                m.d.sync += macs[s_index].eq(a_sha)
-            with m.Elif(a_for_us & a_learnable):
-                m.d.sync += [valid[victim].eq(1), ips[victim].eq(a_spa), macs[victim].eq(a_sha),
+        # second cycle of the action: the match of the sender address, per entry, registered
+        # (the cache is not written while a packet is in the first cycle)
+        _, _, s_hits = match(a_spa)
+        m.d.sync += [
+            upd.eq(act), u_hits.eq(Cat(*s_hits)), u_request.eq(a_request),
+            u_for_us.eq(a_for_us), u_learnable.eq(a_learnable), u_sha.eq(a_sha),
+            u_spa.eq(a_spa),
+        ]
+        with m.If(upd):
+            m.d.comb += [self.rx_request.eq(u_request), self.rx_reply.eq(~u_request)]
+            with m.If(u_hits.any() & u_learnable):
+                for k in range(self.entries):
+                    with m.If(u_hits[k]):
+                        m.d.sync += macs[k].eq(u_sha)
+            with m.Elif(u_for_us & u_learnable):
+                m.d.sync += [valid[victim].eq(1), ips[victim].eq(u_spa), macs[victim].eq(u_sha),
                              victim.eq(Mux(victim == self.entries - 1, 0, victim + 1))]
-            with m.If(a_for_us & a_request):
-                m.d.sync += [reply_pending.eq(1), reply_mac.eq(a_sha), reply_ip.eq(a_spa)]
+            with m.If(u_for_us & u_request):
+                m.d.sync += [reply_pending.eq(1), reply_mac.eq(u_sha), reply_ip.eq(u_spa)]
 
         # ---- resolver ----
         busy = Signal()
@@ -172,16 +193,19 @@ class Arp(wiring.Component):
         start = Signal()
         start_ip = Signal(32)
         m.d.sync += start.eq(0)
+        # the match of the target, registered (forced to 0 while the target is new)
+        t_hit = Signal()
+        m.d.sync += t_hit.eq(match(target)[0])
         with m.If(start):
             m.d.sync += [busy.eq(1), target.eq(start_ip), request_pending.eq(1),
-                         tries.eq(0), timer.eq(self.retry_cycles)]
+                         tries.eq(0), timer.eq(self.retry_cycles), t_hit.eq(0)]
         with m.Elif(~busy):
             # (not in the cycle of ``failed``: the transmitter still asks for the address it
             # is dropping the packet of)
-            with m.If(self.lookup.resolve & ~wait_hit & ~failed):
+            # (the transmitter asks only for an address whose registered match missed)
+            with m.If(self.lookup.resolve & ~failed):
                 m.d.sync += [start.eq(1), start_ip.eq(self.lookup.wait_ip)]
         with m.Else():
-            t_hit, _, _ = match(target)
             with m.If(t_hit):
                 m.d.sync += [busy.eq(0), request_pending.eq(0)]
             with m.Elif(~request_pending):

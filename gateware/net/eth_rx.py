@@ -93,7 +93,8 @@ class EthRx(wiring.Component):
         v = fo.meta.verdict
         for_us, known = v.for_us, v.known
         m.d.comb += [dm.select.eq(v.is_ip), dm.drop.eq(~for_us | ~known)]
-        first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
+        # (a dropped packet's first beat is always taken: the strobes need no ``ready``)
+        first = dm.i.valid & first_beat(m, dm.i)
         m.d.comb += [
             self.drop_addr.eq(first & ~for_us),
             self.drop_ethertype.eq(first & for_us & ~known),

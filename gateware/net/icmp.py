@@ -38,7 +38,7 @@ class IcmpEcho(wiring.Component):
     and MAC (no ARP lookup) and the incrementally updated checksum.
 
     Latency: store-and-forward; the reply starts a few cycles after the request's last beat
-    (one of them in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the store).
+    (one of them in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the depacketizer).
     Backpressure: the input is held while the store is full.
     """
 
@@ -65,18 +65,18 @@ class IcmpEcho(wiring.Component):
                      self.drop_checksum.eq(store.drop_checksum),
                      self.drop_error.eq(store.drop_error | store.drop_overflow)]
 
-        # a register slice behind the store, so that the echo filter's ``ready`` does not reach
-        # the store's read side
-        sl = m.submodules.slice = RegisterSlice(W, IP_RX_META)
-        wiring.connect(m, store.o, sl.i)
         dp = m.submodules.depacketizer = Depacketizer(ICMP, W, IP_RX_META)
-        wiring.connect(m, sl.o, dp.i)
+        wiring.connect(m, store.o, dp.i)
+        # a register slice behind the depacketizer, so that the echo filter's ``ready`` does not
+        # reach the depacketizer and the store's read side
+        sl = m.submodules.slice = RegisterSlice(W, dp.meta_out)
+        wiring.connect(m, dp.o, sl.i)
         dm = m.submodules.filter = PacketDemux(W, dp.meta_out, 1)
-        wiring.connect(m, dp.o, dm.i)
+        wiring.connect(m, sl.o, dm.i)
         req = dm.i.payload.meta.icmp
         is_echo = (req.type == ECHO_REQUEST) & (req.code == 0)
         m.d.comb += [dm.select.eq(0), dm.drop.eq(~is_echo),
-                     self.drop_type.eq((dm.i.valid & dm.i.ready & first_beat(m, dm.i) & ~is_echo)
+                     self.drop_type.eq((dm.i.valid & first_beat(m, dm.i) & ~is_echo)
                                        | dp.runt)]
 
         reply_meta = data.StructLayout({"ip": IP_TX, "icmp": ICMP.layout})

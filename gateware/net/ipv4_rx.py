@@ -134,7 +134,8 @@ class Ipv4Rx(wiring.Component):
         is_icmp, is_udp = r.is_icmp, r.is_udp
         m.d.comb += [dm.select.eq(is_udp), dm.drop.eq(dropped(r))]
         moves = dm.i.valid & dm.i.ready
-        first = moves & first_beat(m, dm.i)
+        # (a dropped packet's first beat is always taken: the drop strobes need no ``ready``)
+        first = dm.i.valid & first_beat(m, dm.i)
         # a short packet is counted as truncated only if it is not dropped for another reason
         # (metadata, and so the verdict, is constant over the packet)
         m.d.comb += self.truncated.eq(moves & so.meta.short & ~dropped(r))

@@ -216,7 +216,11 @@ class NetStack(wiring.Component):
         wiring.connect(m, icrc_slice.o, icrc_tx.i)
         wiring.connect(m, icrc_tx.o, eth_arb.i[1])
         eth_tx = m.submodules.eth_tx = self._eth_tx
-        wiring.connect(m, eth_arb.o, eth_tx.i)
+        # a register slice between the Ethernet arbiter and transmitter: the ARP and ICRC
+        # stages' outputs end in it, and the transmitter's ready starts there
+        eth_slice = m.submodules.eth_slice = RegisterSlice(W, ETH_META)
+        wiring.connect(m, eth_arb.o, eth_slice.i)
+        wiring.connect(m, eth_slice.o, eth_tx.i)
         tx_fifo = m.submodules.tx_fifo = self._tx_fifo
         fifo_slice = m.submodules.fifo_slice = RegisterSlice(W)
         wiring.connect(m, eth_tx.o, fifo_slice.i)

@@ -63,11 +63,13 @@ class UdpRx(wiring.Component):
         store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META)
         wiring.connect(m, wiring.flipped(self.i), store.i)
         ip = self.i.payload.meta.ipv4
-        udp_length = ip.total_length - IPV4.length
         pseudo = be_words(IPV4.to_lanes(ip))[6:10]            # source and destination address
         first_hdr = UDP.from_lanes(self.i.payload.data[:8 * UDP.length])
+        # protocol + UDP length = protocol + total length - 20: the constants are summed here
+        # (subtracting 20 is adding its one's complement, 0xFFEB; 17 + 0xFFEB = 0xFFFC)
+        const = (IP_PROTO_UDP + (0xFFFF ^ IPV4.length)) % 0xFFFF
         m.d.comb += [
-            store.seed.eq(ones_complement_sum(pseudo + [IP_PROTO_UDP, udp_length[:16]])),
+            store.seed.eq(ones_complement_sum(pseudo + [ip.total_length, const])),
             store.skip.eq(first_hdr.checksum == 0),
             self.drop_checksum.eq(store.drop_checksum),
             self.drop_error.eq(store.drop_error | store.drop_overflow),
@@ -113,7 +115,8 @@ class UdpRx(wiring.Component):
         v = fo.meta.verdict
         length_ok, known = v.length_ok, v.known
         m.d.comb += [dm.select.eq(v.port), dm.drop.eq(~length_ok | ~known)]
-        first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
+        # (a dropped packet's first beat is always taken: the strobes need no ``ready``)
+        first = dm.i.valid & first_beat(m, dm.i)
         m.d.comb += [self.drop_length.eq(first & ~length_ok),
                      self.drop_port.eq(first & length_ok & ~known)]
         for k in range(n):

@@ -7,6 +7,7 @@ from ..buffer import RegisterSlice
 from ..headers import IP_PROTO_UDP, UDP
 from ..mapmeta import MapMeta
 from ..packetizer import Packetizer
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width
 from ..trim import Trim
 from .layouts import IP_TX, UDP_TX
@@ -30,12 +31,13 @@ class UdpTx(wiring.Component):
     ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
     IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
-    Latency: two cycles, in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the arbiter
-    (the payload length to check and the UDP length are computed ahead of it) and in the input
-    stage of the registered :class:`~rocegen.gateware.trim.Trim` (which compares the length
-    with the lanes of each beat before its register); the packetizer after it is
-    combinational. Backpressure from ``o``; ``i[k].ready`` is a
-    register (the slice's) gated by the arbiter's registered grant. One beat per cycle
+    Latency: three cycles: one in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind
+    the arbiter (the payload length to check and the UDP length are computed ahead of it), one
+    in the input stage of the registered :class:`~rocegen.gateware.trim.Trim` (which compares
+    the length with the lanes of each beat before its register) and one in a
+    :class:`~rocegen.gateware.pipe.ForwardRegister` behind the packetizer. Backpressure from
+    ``o``; ``i[k].ready`` is a register (the slice's) gated by the arbiter's registered grant.
+    One beat per cycle
     sustained, packets back to back.
     """
 
@@ -90,5 +92,8 @@ class UdpTx(wiring.Component):
         wiring.connect(m, trim.o, mm.i)
         pk = m.submodules.packetizer = Packetizer(UDP, W, hdr_meta)
         wiring.connect(m, mm.o, pk.i)
-        wiring.connect(m, pk.o, wiring.flipped(self.o))
+        # the trimmer's cut and the packetizer's muxes end in a register before the IPv4 side
+        out = m.submodules.output = ForwardRegister(W, IP_TX_META)
+        wiring.connect(m, pk.o, out.i)
+        wiring.connect(m, out.o, wiring.flipped(self.o))
         return m
