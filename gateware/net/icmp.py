@@ -69,12 +69,29 @@ class IcmpEcho(wiring.Component):
         wiring.connect(m, store.o, dp.i)
         # a register slice behind the depacketizer, so that the echo filter's ``ready`` does not
         # reach the depacketizer and the store's read side
-        sl = m.submodules.slice = RegisterSlice(W, dp.meta_out)
-        wiring.connect(m, dp.o, sl.i)
+        # (with the type check made before it, on the depacketizer's registered header)
+        inner = data.StructLayout({**dp.meta_out.members, "is_echo": 1})
+        sl = m.submodules.slice = RegisterSlice(W, inner)
+        req = dp.o.payload.meta.icmp
+        m.d.comb += [
+            sl.i.valid.eq(dp.o.valid), dp.o.ready.eq(sl.i.ready),
+            sl.i.payload.data.eq(dp.o.payload.data), sl.i.payload.keep.eq(dp.o.payload.keep),
+            sl.i.payload.last.eq(dp.o.payload.last), sl.i.payload.error.eq(dp.o.payload.error),
+            sl.i.payload.meta.eth.eq(dp.o.payload.meta.eth),
+            sl.i.payload.meta.ipv4.eq(dp.o.payload.meta.ipv4),
+            sl.i.payload.meta.icmp.eq(req),
+            sl.i.payload.meta.is_echo.eq((req.type == ECHO_REQUEST) & (req.code == 0)),
+        ]
         dm = m.submodules.filter = PacketDemux(W, dp.meta_out, 1)
-        wiring.connect(m, sl.o, dm.i)
-        req = dm.i.payload.meta.icmp
-        is_echo = (req.type == ECHO_REQUEST) & (req.code == 0)
+        so = sl.o.payload
+        m.d.comb += [
+            dm.i.valid.eq(sl.o.valid), sl.o.ready.eq(dm.i.ready),
+            dm.i.payload.data.eq(so.data), dm.i.payload.keep.eq(so.keep),
+            dm.i.payload.last.eq(so.last), dm.i.payload.error.eq(so.error),
+            dm.i.payload.meta.eth.eq(so.meta.eth), dm.i.payload.meta.ipv4.eq(so.meta.ipv4),
+            dm.i.payload.meta.icmp.eq(so.meta.icmp),
+        ]
+        is_echo = so.meta.is_echo
         m.d.comb += [dm.select.eq(0), dm.drop.eq(~is_echo),
                      self.drop_type.eq((dm.i.valid & first_beat(m, dm.i) & ~is_echo)
                                        | dp.runt)]

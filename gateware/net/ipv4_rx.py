@@ -2,11 +2,11 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..buffer import RegisterSlice
 from ..checksum import be_words, ones_complement_sum
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
 from ..headers import IP_PROTO_ICMP, IP_PROTO_UDP, IPV4
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from ..trim import Trim
 from .layouts import ETH_META, IP_RX_META
@@ -33,10 +33,10 @@ class Ipv4Rx(wiring.Component):
     two cycles: the header checks (the checksum summed in two halves) are made on the
     depacketizer's registered header and go with the packet through the input stage of a
     registered :class:`~rocegen.gateware.trim.Trim`; the checksum is completed on the trimmer's
-    output and the verdict enters a :class:`~rocegen.gateware.buffer.RegisterSlice` with the
-    packet, so the routing, the strobes and the dispatch's ``ready`` depend on registers only,
-    and ``i.ready`` is a register (the trimmer's stage). ``truncated`` pulses when the short
-    packet's last beat leaves the register slice. Backpressure from the selected output;
+    output and the verdict enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the
+    packet, so the routing and the strobes depend on registers only; ``i.ready`` is a register
+    (the trimmer's stage). ``truncated`` pulses when the short
+    packet's last beat leaves the forward register. Backpressure from the selected output;
     dropped packets are consumed at full rate.
     """
 
@@ -70,7 +70,7 @@ class Ipv4Rx(wiring.Component):
         # the header checks but the checksum's end, and the checksum summed in two halves,
         # are made on the depacketizer's (registered) header and go with the packet through the
         # trimmer's input stage; the checksum is completed on the trimmer's output and the
-        # verdict enters a register slice with the packet
+        # verdict enters a forward register with the packet
         pre = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
                                  "is_icmp": 1, "is_udp": 1, "sum0": 16, "sum1": 16})
         tmeta = data.StructLayout({**IP_RX_META.members, "pre": pre})
@@ -98,7 +98,7 @@ class Ipv4Rx(wiring.Component):
         verdict = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
                                      "is_icmp": 1, "is_udp": 1})
         inner = data.StructLayout({**IP_RX_META.members, "verdict": verdict, "short": 1})
-        sl = m.submodules.slice = RegisterSlice(W, inner)
+        sl = m.submodules.slice = ForwardRegister(W, inner)
         tv = trim.o.payload.meta.pre
         checksum_ok = ones_complement_sum([tv.sum0, tv.sum1]) == 0xFFFF
         v = Signal(verdict)
