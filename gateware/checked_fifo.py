@@ -2,7 +2,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
-from .buffer import StreamRegisterSlice
+from .buffer import RegisterSlice, StreamRegisterSlice
 from .checksum import PacketChecksum
 from .fifo import PacketFifo
 from .gate import PacketGate
@@ -28,8 +28,10 @@ class ChecksumCheckedFifo(wiring.Component):
     Latency: the input goes through a :class:`~rocegen.gateware.buffer.StreamRegisterSlice`
     (``seed`` and ``skip`` with each beat; ``i.ready`` is a register), one cycle; then a packet
     can leave once its last beat is stored and its verdict is known,
-    ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest. Throughput: one
-    beat per cycle in and out.
+    ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest, and goes out
+    through a :class:`~rocegen.gateware.buffer.RegisterSlice` (one cycle more; ``o`` is
+    registered and ``o.ready`` reaches the slice only). Throughput: one beat per cycle in and
+    out.
     """
 
     def __init__(self, width, depth, meta=None):
@@ -109,5 +111,9 @@ class ChecksumCheckedFifo(wiring.Component):
             verdicts.r_en.eq(gate.verdict.ready),
             self.drop_checksum.eq(gate.dropped),
         ]
-        wiring.connect(m, gate.o, wiring.flipped(self.o))
+        # an output register slice: the memory's read data (and its keep decoder) end in it,
+        # and ``o.ready`` does not reach the read side
+        out = m.submodules.output = RegisterSlice(W, self.meta)
+        wiring.connect(m, gate.o, out.i)
+        wiring.connect(m, out.o, wiring.flipped(self.o))
         return m
