@@ -35,7 +35,8 @@ class UdpTx(wiring.Component):
     the arbiter (the payload length to check and the UDP length are computed ahead of it), one
     in the input stage of the registered :class:`~rocegen.gateware.trim.Trim` (which compares
     the length with the lanes of each beat before its register) and one in a
-    :class:`~rocegen.gateware.pipe.ForwardRegister` behind the packetizer. Backpressure from
+    :class:`~rocegen.gateware.pipe.ForwardRegister` between the trimmer and the packetizer
+    (which is combinational). Backpressure from
     ``o``; ``i[k].ready`` is a register (the slice's) gated by the arbiter's registered grant.
     One beat per cycle
     sustained, packets back to back.
@@ -90,10 +91,10 @@ class UdpTx(wiring.Component):
             ]
         mm = m.submodules.headers = MapMeta(W, inner, hdr_meta, headers)
         wiring.connect(m, trim.o, mm.i)
+        # the trimmer's cut ends in a register before the packetizer
+        reg = m.submodules.register = ForwardRegister(W, hdr_meta)
+        wiring.connect(m, mm.o, reg.i)
         pk = m.submodules.packetizer = Packetizer(UDP, W, hdr_meta)
-        wiring.connect(m, mm.o, pk.i)
-        # the trimmer's cut and the packetizer's muxes end in a register before the IPv4 side
-        out = m.submodules.output = ForwardRegister(W, IP_TX_META)
-        wiring.connect(m, pk.o, out.i)
-        wiring.connect(m, out.o, wiring.flipped(self.o))
+        wiring.connect(m, reg.o, pk.i)
+        wiring.connect(m, pk.o, wiring.flipped(self.o))
         return m
