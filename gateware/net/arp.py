@@ -32,8 +32,9 @@ class Arp(wiring.Component):
 
     Resolver (for the IPv4 transmitter, port ``lookup`` of
     :data:`~rocegen.gateware.net.layouts.ARP_LOOKUP`): ``ip`` -> ``hit`` / ``mac`` and
-    ``wait_ip`` -> ``wait_hit`` / ``wait_mac`` combinationally (two lookups of the same cache).
-    Holding ``resolve`` high for a ``wait_ip`` that misses sends a request (the resolution
+    ``wait_ip`` -> ``wait_hit`` / ``wait_mac`` one cycle later (the address compares are
+    registered; an entry rewritten meanwhile does not match).
+    Holding ``resolve`` high for a ``wait_ip`` that missed sends a request (the resolution
     starts in the next cycle), then
     repeats it every ``retry_cycles`` + 2 cycles, up to ``retries`` times; if no answer came,
     ``failed`` pulses for one cycle, from a register (the cycle after the last wait ended; the
@@ -109,7 +110,20 @@ class Arp(wiring.Component):
             return hit
 
         answer(self.lookup.ip, self.lookup.hit, self.lookup.mac)
-        answer(self.lookup.wait_ip, self.lookup.wait_hit, self.lookup.wait_mac)
+        # the wait port answers a cycle later: the compare of each entry's address with
+        # ``wait_ip`` is registered, and counts only if that entry's address was not written
+        # since (``ip_written``); valid bits and MACs are read when answering
+        wait_eq = Signal(self.entries)
+        ip_written = Signal(self.entries)       # entry k's address was written last cycle
+        m.d.sync += [wait_eq.eq(Cat(*(ips[k] == self.lookup.wait_ip
+                                      for k in range(self.entries)))),
+                     ip_written.eq(0)]
+        wait_hits = [valid[k] & wait_eq[k] & ~ip_written[k] for k in range(self.entries)]
+        wait_mac = 0
+        for k in range(self.entries):
+            wait_mac = wait_mac | Mux(wait_hits[k], macs[k], 0)
+        m.d.comb += [self.lookup.wait_hit.eq(Cat(*wait_hits).any()),
+                     self.lookup.wait_mac.eq(wait_mac)]
 
         # ---- receive ----
         rx = m.submodules.rx = Depacketizer(ARP, W, ETH_META)
@@ -176,6 +190,9 @@ class Arp(wiring.Component):
             with m.Elif(u_for_us & u_learnable):
                 m.d.sync += [valid[victim].eq(1), ips[victim].eq(u_spa), macs[victim].eq(u_sha),
                              victim.eq(Mux(victim == self.entries - 1, 0, victim + 1))]
+                for k in range(self.entries):
+                    with m.If(victim == k):
+                        m.d.sync += ip_written[k].eq(1)
             with m.If(u_for_us & u_request):
                 m.d.sync += [reply_pending.eq(1), reply_mac.eq(u_sha), reply_ip.eq(u_spa)]
 

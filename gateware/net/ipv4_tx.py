@@ -33,11 +33,11 @@ class Ipv4Tx(wiring.Component):
 
     Latency: two cycles when the MAC is known or cached. The input goes through a
     :class:`~rocegen.gateware.buffer.RegisterSlice`, so ``i.ready`` is a register; the header
-    checksum is summed before it but for the length and the identification. Every beat then
+    checksum is summed after it but for the identification. Every beat then
     enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the ARP cache's answer for
     its destination (``lookup.ip``, looked up on the slice's registered metadata), and the
     next hop is decided after it, on registers: a packet that missed waits there, is looked up
-    again every cycle (``lookup.wait_ip``, the answer registered) and asks ARP to resolve
+    again every cycle (``lookup.wait_ip``, answered a cycle later) and asks ARP to resolve
     (``lookup.resolve``) from the cycle after it arrived, so a miss costs one cycle more than
     before ARP's answer. Backpressure: from ``o`` through the packetizer and the two stages;
     one beat per cycle sustained, packets back to back.
@@ -62,32 +62,30 @@ class Ipv4Tx(wiring.Component):
         m = Module()
         W = self.width
 
-        # ---- input slice, with the total length and most of the header sum ----
-        inner = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16})
-        # (the total length's constant 20 is in the sum's constant word)
+        # ---- input slice ----
+        inner = data.StructLayout({"ip": IP_TX})
         sl = m.submodules.slice = RegisterSlice(W, inner)
-        si, sm = self.i.payload, sl.i.payload.meta
+        si = self.i.payload
         m.d.comb += [
             sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
             sl.i.payload.data.eq(si.data), sl.i.payload.keep.eq(si.keep),
             sl.i.payload.last.eq(si.last), sl.i.payload.error.eq(si.error),
-            sm.ip.eq(si.meta.ip), sm.total_length.eq(si.meta.ip.length + IPV4.length),
+            sl.i.payload.meta.ip.eq(si.meta.ip),
         ]
-        # the words of the header but the length, the identification and the checksum (added
-        # after the slice); the constant parts of the flags, TTL and total length are summed here, in Python
-        ipi = si.meta.ip
-        src, dst = self.local_ip, ipi.dst
-        const = IPV4.length + 0x4000 + (self.ttl << 8)     # total length, DF, TTL
-        const = (const & 0xFFFF) + (const >> 16)            # end-around carry
-        words = [Cat(ipi.ecn, ipi.dscp, Const(0x45, 8)), Cat(ipi.protocol, Const(0, 8)),
-                 src[16:], src[:16], dst[16:], dst[:16],
-                 Const(const, 16)]
-        m.d.comb += sm.sum.eq(ones_complement_sum(words))
         # ---- stage 2: every beat moves on with the ARP answer for its destination, looked up
-        # on the slice's registered metadata (port ``lookup.ip``); the next hop is decided on
-        # registers after it, so the cache's match never reaches a ``ready``
+        # on the slice's registered metadata (port ``lookup.ip``), with the total length and
+        # the header sum but for the identification (from the same registers); the next hop is
+        # decided on registers after it, so the cache's match never reaches a ``ready``
         s1 = sl.o
         ip1 = s1.payload.meta.ip
+        # the words of the header but the identification and the checksum; the constant parts
+        # of the flags, TTL and total length are summed here, in Python
+        src, dst = self.local_ip, ip1.dst
+        const = IPV4.length + 0x4000 + (self.ttl << 8)     # total length, DF, TTL
+        const = (const & 0xFFFF) + (const >> 16)            # end-around carry
+        words = [Cat(ip1.ecn, ip1.dscp, Const(0x45, 8)), Cat(ip1.protocol, Const(0, 8)),
+                 src[16:], src[:16], dst[16:], dst[:16], ip1.length,
+                 Const(const, 16)]
         st = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16, "hit": 1, "mac": 48})
         fr = m.submodules.lookup = ForwardRegister(W, st)
         fp = fr.i.payload
@@ -95,8 +93,8 @@ class Ipv4Tx(wiring.Component):
             fr.i.valid.eq(s1.valid), s1.ready.eq(fr.i.ready),
             fp.data.eq(s1.payload.data), fp.keep.eq(s1.payload.keep),
             fp.last.eq(s1.payload.last), fp.error.eq(s1.payload.error),
-            fp.meta.ip.eq(ip1), fp.meta.total_length.eq(s1.payload.meta.total_length),
-            fp.meta.sum.eq(ones_complement_sum([s1.payload.meta.sum, ip1.length])),
+            fp.meta.ip.eq(ip1), fp.meta.total_length.eq(ip1.length + IPV4.length),
+            fp.meta.sum.eq(ones_complement_sum(words)),
             self.lookup.ip.eq(ip1.dst),
             fp.meta.hit.eq(self.lookup.hit), fp.meta.mac.eq(self.lookup.mac),
         ]
@@ -113,13 +111,12 @@ class Ipv4Tx(wiring.Component):
         mac_reg = Signal(48)
         ident = Signal(16, init=1)      # never 0: RoCEv2 receivers expect a non-zero ID
         # a packet that missed waits here; its address is looked up again every cycle (port
-        # ``lookup.wait_ip``), the answer registered: ``waited`` says it is this packet's
+        # ``lookup.wait_ip``, whose answer comes a cycle later): ``waited`` says it is this
+        # packet's
         waited = Signal()
-        hit_w = Signal()
-        mac_w = Signal(48)
         m.d.comb += self.lookup.wait_ip.eq(ip.dst)
-        m.d.sync += [hit_w.eq(self.lookup.wait_hit), mac_w.eq(self.lookup.wait_mac),
-                     waited.eq(0)]
+        m.d.sync += waited.eq(0)
+        hit_w, mac_w = self.lookup.wait_hit, self.lookup.wait_mac
         hit = i.payload.meta.hit
         mac_now = Mux(ip.mac_known, ip.mac, Mux(hit, i.payload.meta.mac, mac_w))
         settled = ip.mac_known | hit | (waited & hit_w)

@@ -44,7 +44,7 @@ UDP_RX_META = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "udp": 
 
 #: The next-hop lookup the IPv4 transmitter makes of ARP (seen from the transmitter):
 #: ``ip`` -> ``hit`` / ``mac`` combinationally (the packet entering the decision stage);
-#: ``wait_ip`` -> ``wait_hit`` / ``wait_mac`` combinationally (the packet waiting for its next
+#: ``wait_ip`` -> ``wait_hit`` / ``wait_mac`` one cycle later (the packet waiting for its next
 #: hop); ``resolve`` held high for a miss of ``wait_ip`` makes ARP ask, ``failed`` pulses when it
 #: gives up.
 ARP_LOOKUP = wiring.Signature({
