@@ -37,10 +37,10 @@ class Ipv4Tx(wiring.Component):
     enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the ARP cache's answer for
     its destination (``lookup.ip``, looked up on the slice's registered metadata), and the
     next hop is decided after it, on registers: a packet that missed waits there, is looked up
-    again every cycle (``lookup.wait_ip``, answered a cycle later) and asks ARP to resolve
-    (``lookup.resolve``) from the cycle after it arrived, so a miss costs one cycle more than
-    before ARP's answer. Backpressure: from ``o`` through the packetizer and the two stages;
-    one beat per cycle sustained, packets back to back.
+    again every cycle (``lookup.wait_ip``, answered a cycle later, the answer registered) and
+    asks ARP to resolve (``lookup.resolve``) from the second cycle after it arrived, so a miss
+    costs two cycles more than ARP's answer. Backpressure: from ``o`` through the packetizer
+    and the two stages; one beat per cycle sustained, packets back to back.
     """
 
     def __init__(self, width, *, ttl=64):
@@ -111,12 +111,15 @@ class Ipv4Tx(wiring.Component):
         mac_reg = Signal(48)
         ident = Signal(16, init=1)      # never 0: RoCEv2 receivers expect a non-zero ID
         # a packet that missed waits here; its address is looked up again every cycle (port
-        # ``lookup.wait_ip``, whose answer comes a cycle later): ``waited`` says it is this
-        # packet's
+        # ``lookup.wait_ip``, whose answer comes a cycle later and is registered here):
+        # ``waited`` (two cycles here already) says the registered answer is this packet's
+        waiting = Signal()
         waited = Signal()
+        hit_w = Signal()
+        mac_w = Signal(48)
         m.d.comb += self.lookup.wait_ip.eq(ip.dst)
-        m.d.sync += waited.eq(0)
-        hit_w, mac_w = self.lookup.wait_hit, self.lookup.wait_mac
+        m.d.sync += [waiting.eq(0), waited.eq(0),
+                     hit_w.eq(self.lookup.wait_hit), mac_w.eq(self.lookup.wait_mac)]
         hit = i.payload.meta.hit
         mac_now = Mux(ip.mac_known, ip.mac, Mux(hit, i.payload.meta.mac, mac_w))
         settled = ip.mac_known | hit | (waited & hit_w)
@@ -144,7 +147,7 @@ class Ipv4Tx(wiring.Component):
                         with m.If(~i.payload.last):
                             m.d.sync += dropping.eq(1)
                     with m.Else():
-                        m.d.sync += waited.eq(1)
+                        m.d.sync += [waiting.eq(1), waited.eq(waiting)]
         with m.If(forward):
             m.d.comb += [
                 pk.i.valid.eq(i.valid),
