@@ -1,11 +1,12 @@
 from amaranth.hdl import Cat, Module, Signal
-from amaranth.lib import fifo, wiring
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
+from .buffer import RegisterSlice, StreamRegisterSlice
 from .checksum import PacketChecksum
 from .fifo import PacketFifo
 from .gate import PacketGate
-from .stream import PacketSignature, check_width, first_beat
+from .stream import PacketSignature, check_width, first_beat, packet_layout
 
 __all__ = ["ChecksumCheckedFifo"]
 
@@ -24,9 +25,13 @@ class ChecksumCheckedFifo(wiring.Component):
     with the first beat of each packet. Packets longer than ``depth`` beats cannot be stored and
     are dropped (``drop_overflow``); the input is held while the FIFO is full.
 
-    Latency: a packet can leave once its last beat is stored and its verdict is known,
-    ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest. Throughput: one
-    beat per cycle in and out.
+    Latency: the input goes through a :class:`~rocegen.gateware.buffer.StreamRegisterSlice`
+    (``seed`` and ``skip`` with each beat; ``i.ready`` is a register), one cycle; then a packet
+    can leave once its last beat is stored and its verdict is known,
+    ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest, and goes out
+    through a :class:`~rocegen.gateware.buffer.RegisterSlice` (one cycle more; ``o`` is
+    registered and ``o.ready`` reaches the slice only). Throughput: one beat per cycle in and
+    out.
     """
 
     def __init__(self, width, depth, meta=None):
@@ -49,13 +54,24 @@ class ChecksumCheckedFifo(wiring.Component):
         W = self.width
         store = m.submodules.store = PacketFifo(W, self.depth, self.meta, store_and_forward=True,
                                                 drop_errors=True, overflow="wait")
-        wiring.connect(m, wiring.flipped(self.i), store.i)
+        # an input register slice, with ``seed`` and ``skip`` beside each beat: the store's
+        # write side and its ``ready`` then start and end in registers
+        sl = m.submodules.input = StreamRegisterSlice(data.StructLayout({
+            "beat": packet_layout(W, self.meta), "seed": 16, "skip": 1}))
+        m.d.comb += [
+            sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
+            sl.i.payload.beat.eq(self.i.payload),
+            sl.i.payload.seed.eq(self.seed), sl.i.payload.skip.eq(self.skip),
+            store.i.valid.eq(sl.o.valid), sl.o.ready.eq(store.i.ready),
+            store.i.payload.eq(sl.o.payload.beat),
+        ]
+        seed, skip = sl.o.payload.seed, sl.o.payload.skip
         m.d.comb += [self.drop_error.eq(store.drop_error),
                      self.drop_overflow.eq(store.drop_overflow)]
 
         cs = m.submodules.checksum = PacketChecksum(W, self.meta)
         m.d.comb += cs.observe(store.i)
-        m.d.comb += cs.seed.eq(self.seed)
+        m.d.comb += cs.seed.eq(seed)
 
         # the per-packet skip flag and "will the FIFO keep it" travel beside the checksum
         # pipeline, so that they meet the packet's sum exactly `latency` cycles after its end
@@ -63,9 +79,9 @@ class ChecksumCheckedFifo(wiring.Component):
         first = first_beat(m, i)
         skip_reg = Signal()
         with m.If(i.valid & i.ready & first):
-            m.d.sync += skip_reg.eq(self.skip)
+            m.d.sync += skip_reg.eq(skip)
         skip_now = Signal()
-        m.d.comb += skip_now.eq(first & self.skip | ~first & skip_reg)
+        m.d.comb += skip_now.eq(first & skip | ~first & skip_reg)
         ends = i.valid & i.ready & i.payload.last
         # in "wait" mode the FIFO drops exactly the packets longer than its memory
         beats = Signal(range(self.depth + 2))
@@ -95,5 +111,9 @@ class ChecksumCheckedFifo(wiring.Component):
             verdicts.r_en.eq(gate.verdict.ready),
             self.drop_checksum.eq(gate.dropped),
         ]
-        wiring.connect(m, gate.o, wiring.flipped(self.o))
+        # an output register slice: the memory's read data (and its keep decoder) end in it,
+        # and ``o.ready`` does not reach the read side
+        out = m.submodules.output = RegisterSlice(W, self.meta)
+        wiring.connect(m, gate.o, out.i)
+        wiring.connect(m, out.o, wiring.flipped(self.o))
         return m

@@ -174,8 +174,14 @@ class PacketFifo(wiring.Component):
             meta_rdy = mf.r_rdy
             # ``level`` of SyncFIFOBuffered counts every queued entry exactly; one spare entry
             # keeps its inner memory from ever being full when we write (w_rdy stays high).
+            if self.meta_depth >= depth:
+                # every queued packet has a beat stored (its last, until it leaves), so the
+                # queue holds fewer than ``depth`` entries whenever the memory is not full: the
+                # write side needs no look at its level (``full`` says it all)
+                m.d.comb += meta_ok.eq(1)
+            else:
+                m.d.comb += meta_ok.eq(mf.level < self.meta_depth)
             m.d.comb += [
-                meta_ok.eq(mf.level < self.meta_depth),
                 mf.w_data.eq(i.payload.meta.as_value()),
                 o.payload.meta.as_value().eq(mf.r_data),
             ]
@@ -211,24 +217,31 @@ class PacketFifo(wiring.Component):
             drop_overflow = Signal()
             err_drop = (last & i.payload.error) if self.drop_errors else Const(0)
             m.d.sync += [self.drop_error.eq(drop_error), self.drop_overflow.eq(drop_overflow)]
-            with m.If(accept):
+            # a beat is written when it is taken, not part of a dropped packet and has room; in
+            # "wait" mode room (with ``meta_ok``) is what makes ``ready`` high, so the write
+            # decision is made without ``ready`` (whose ``hopeless`` term needs a compare)
+            room = ~full & meta_ok if self.overflow == "wait" else ~full & (~last | meta_ok)
+            write = Signal()
+            m.d.comb += write.eq(i.valid & ~dropping & ~err_drop & room)
+            with m.If(write):
+                m.d.comb += wp.en.eq(1)
+                m.d.sync += wr_ptr.eq(wr_ptr + 1)
+                with m.If(last):
+                    m.d.sync += wr_commit.eq(wr_ptr + 1)
+                    m.d.comb += meta_push.eq(1)
+            with m.Elif(accept):
                 with m.If(dropping):
                     with m.If(last):
                         m.d.sync += dropping.eq(0)
                 with m.Elif(err_drop):
                     m.d.sync += wr_ptr.eq(wr_commit)
                     m.d.comb += drop_error.eq(1)
-                with m.Elif(full | (last & ~meta_ok)):
+                with m.Else():
+                    # full, or (the last beat) no room for the metadata
                     m.d.sync += wr_ptr.eq(wr_commit)
                     m.d.comb += drop_overflow.eq(1)
                     with m.If(~last):
                         m.d.sync += dropping.eq(1)
-                with m.Else():
-                    m.d.comb += wp.en.eq(1)
-                    m.d.sync += wr_ptr.eq(wr_ptr + 1)
-                    with m.If(last):
-                        m.d.sync += wr_commit.eq(wr_ptr + 1)
-                        m.d.comb += meta_push.eq(1)
         else:
             first = Signal(init=1)          # the next beat starts a packet
             m.d.comb += i.ready.eq(~full & (~first | meta_ok))

@@ -1,8 +1,9 @@
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .stream import PacketSignature, check_width
+from .buffer import StreamRegisterSlice
+from .stream import PacketSignature, check_width, packet_layout
 
 __all__ = ["Trim"]
 
@@ -19,6 +20,11 @@ class Trim(wiring.Component):
         Data width W in bits (64..512, power of two).
     meta : StructLayout or None
         Metadata of the streams, passed through.
+    registered : bool
+        ``True``: an input stage (a :class:`~rocegen.gateware.buffer.StreamRegisterSlice`)
+        takes each beat with the lanes of it that are within ``length`` already compared, so
+        that the cut decision depends on registers only and ``i.ready`` is a register; one
+        cycle of latency more (see Latency below). ``False`` (default): zero latency.
 
     Ports
     -----
@@ -48,7 +54,10 @@ class Trim(wiring.Component):
       input's last, that beat is taken into a register (when ``o.ready`` is high) while the rest
       of the input packet is discarded (one input beat per cycle, whatever ``o.ready``), and
       leaves in the cycle the input's last beat is consumed, carrying that beat's ``error``.
-      Every output beat thus moves in the same cycle as an input beat.
+      Every output beat thus moves in the same cycle as an input beat. With ``registered`` all
+      of this holds between the input stage's output and ``o``: each output beat moves one
+      cycle after the input beat it comes from at the earliest, ``i.ready`` is a register
+      (the stage's) and ``length`` is compared in the cycle the first beat is accepted.
     * Throughput: one input beat per cycle, sustained across back-to-back packets.
     * Timing: the output ``keep`` is ``i.keep`` masked with ``remaining > j`` for each lane
       ``j``, where ``remaining`` is ``length`` minus the bytes already passed (a register
@@ -56,10 +65,13 @@ class Trim(wiring.Component):
       ``i.ready`` depends only on ``o.ready``, ``i.payload.last`` and state.
     """
 
-    def __init__(self, width, meta=None):
+    def __init__(self, width, meta=None, *, registered=False):
         check_width(width)
+        if not isinstance(registered, bool):
+            raise TypeError(f"registered must be a bool, not {registered!r}")
         self.width = width
         self.meta = meta
+        self.registered = registered
         super().__init__({
             "i": In(PacketSignature(width, meta)),
             "o": Out(PacketSignature(width, meta)),
@@ -79,12 +91,34 @@ class Trim(wiring.Component):
         h_data = Signal(self.width)
         h_keep = Signal(B)
 
+        def lanes_of(rem):
+            # lanes still within length, and "this beat reaches length"
+            return Cat(*(rem > j for j in range(B))), rem <= B
+
+        lane = Signal(B)                   # lanes still within length
+        fits = Signal()                    # this beat reaches length
         rem = Signal(16)
         m.d.comb += rem.eq(Mux(first, self.length, rem_r))
-        lane = Signal(B)                   # lanes still within length
-        m.d.comb += lane.eq(Cat(*(rem > j for j in range(B))))
-        fits = Signal()                    # this beat reaches length
-        m.d.comb += fits.eq(rem <= B)
+        if self.registered:
+            # input stage: the beat with its lanes within length, compared before the register
+            ann = data.StructLayout({"beat": packet_layout(self.width, self.meta), "lane": B,
+                                     "fits": 1})
+            st = m.submodules.stage = StreamRegisterSlice(ann)
+            in_lane, in_fits = lanes_of(rem)
+            m.d.comb += [
+                st.i.valid.eq(self.i.valid), self.i.ready.eq(st.i.ready),
+                st.i.payload.beat.eq(self.i.payload),
+                st.i.payload.lane.eq(in_lane), st.i.payload.fits.eq(in_fits),
+            ]
+            with m.If(self.i.valid & st.i.ready):
+                m.d.sync += [first.eq(self.i.payload.last), rem_r.eq(rem - B)]
+            i = stream.Signature(packet_layout(self.width, self.meta)).create()
+            m.d.comb += [
+                i.valid.eq(st.o.valid), st.o.ready.eq(i.ready), i.payload.eq(st.o.payload.beat),
+                lane.eq(st.o.payload.lane), fits.eq(st.o.payload.fits),
+            ]
+        else:
+            m.d.comb += [lane.eq(lanes_of(rem)[0]), fits.eq(lanes_of(rem)[1])]
         keep_out = i.payload.keep & lane
         beyond = (i.payload.keep & ~lane).any()
         cut = Signal()                     # bytes beyond length: this beat ends the output
@@ -108,7 +142,9 @@ class Trim(wiring.Component):
             with m.If(i.payload.last):
                 m.d.comb += [o.valid.eq(i.valid), i.ready.eq(o.ready)]
                 with m.If(i.valid & o.ready):
-                    m.d.sync += [hold.eq(0), first.eq(1)]
+                    m.d.sync += hold.eq(0)
+                    if not self.registered:
+                        m.d.sync += first.eq(1)
             with m.Else():
                 m.d.comb += i.ready.eq(1)  # discard
         with m.Else():
@@ -116,7 +152,9 @@ class Trim(wiring.Component):
             with m.If(cut & ~i.payload.last):
                 # keep the new last beat until the input's last beat brings its error flag
                 with m.If(i.valid & o.ready):
-                    m.d.sync += [hold.eq(1), first.eq(0)]
+                    m.d.sync += hold.eq(1)
+                    if not self.registered:
+                        m.d.sync += first.eq(0)
                     m.d.comb += self.long.eq(1)
             with m.Else():
                 m.d.comb += [
@@ -127,6 +165,7 @@ class Trim(wiring.Component):
                     o.payload.error.eq(i.payload.error | short),
                 ]
                 with m.If(i.valid & o.ready):
-                    m.d.sync += [first.eq(i.payload.last), rem_r.eq(rem - B)]
+                    if not self.registered:
+                        m.d.sync += [first.eq(i.payload.last), rem_r.eq(rem - B)]
                     m.d.comb += [self.long.eq(cut), self.short.eq(short)]
         return m

@@ -31,17 +31,27 @@ class Arp(wiring.Component):
     (a changed MAC is learned from the peer's next request or reply).
 
     Resolver (for the IPv4 transmitter, port ``lookup`` of
-    :data:`~rocegen.gateware.net.layouts.ARP_LOOKUP`): ``ip`` -> ``hit`` / ``mac``
-    combinationally. Holding ``resolve`` high for an address that misses sends a request, then
+    :data:`~rocegen.gateware.net.layouts.ARP_LOOKUP`): ``ip`` -> ``hit`` / ``mac`` and
+    ``wait_ip`` -> ``wait_hit`` / ``wait_mac`` one cycle later (the address compares are
+    registered; an entry rewritten meanwhile does not match).
+    Holding ``resolve`` high for a ``wait_ip`` that missed sends a request (the resolution
+    starts in the next cycle), then
     repeats it every ``retry_cycles`` + 2 cycles, up to ``retries`` times; if no answer came,
-    ``failed`` pulses for one cycle (the transmitter drops its packet) and the resolver
-    is free again.
+    ``failed`` pulses for one cycle, from a register (the cycle after the last wait ended; the
+    transmitter drops its packet), and the resolver is free again from the cycle after it.
 
     Transmit (``o``): replies and requests as 28-byte ARP payloads with ``meta.eth`` set; the
     Ethernet transmitter pads them. Replies go first.
 
-    Latency: a reply leaves 2 cycles after the request's last beat at the earliest. Backpressure:
-    while a reply is still waiting to leave, the next packet is held at its last beat.
+    Latency: a packet's checks are registered with its last beat; in the next cycle the match of
+    its sender address is registered, and in the one after the cache, the reply and the strobes
+    ``rx_request``/``rx_reply`` act (``drop_bad`` comes one cycle after the last beat, or after
+    ``runt`` of the depacketizer). A reply leaves 4 cycles after the request's last beat at the
+    earliest. The resolver sees an answer learned in the cycle after it was learned (the match
+    of its target is registered). Backpressure: the input is held (``ready`` from registers
+    only) in the cycle after a packet's last beat, so that the next packet's match sees this
+    one's update (ARP packets are taken every other cycle at most), while a request for us
+    waits for its reply to be queued, and while a reply is queued.
     """
 
     def __init__(self, width, *, entries=4, retry_cycles=100_000, retries=3):
@@ -87,10 +97,33 @@ class Arp(wiring.Component):
                     m.d.comb += index.eq(k)
             hit = Signal()
             m.d.comb += hit.eq(Cat(*hits).any())     # an OR tree, not an adder
-            return hit, index
+            return hit, index, hits
 
-        hit, index = match(self.lookup.ip)
-        m.d.comb += [self.lookup.hit.eq(hit), self.lookup.mac.eq(macs[index])]
+        def answer(ip, hit_port, mac_port):
+            # the MAC of the entry that matches, as an AND-OR of the entries (no index: an
+            # address is in one entry at most, since one is learned only when it misses)
+            hit, _, hits = match(ip)
+            mac = 0
+            for k in range(self.entries):
+                mac = mac | Mux(hits[k], macs[k], 0)
+            m.d.comb += [hit_port.eq(hit), mac_port.eq(mac)]
+            return hit
+
+        answer(self.lookup.ip, self.lookup.hit, self.lookup.mac)
+        # the wait port answers a cycle later: the compare of each entry's address with
+        # ``wait_ip`` is registered, and counts only if that entry's address was not written
+        # since (``ip_written``); valid bits and MACs are read when answering
+        wait_eq = Signal(self.entries)
+        ip_written = Signal(self.entries)       # entry k's address was written last cycle
+        m.d.sync += [wait_eq.eq(Cat(*(ips[k] == self.lookup.wait_ip
+                                      for k in range(self.entries)))),
+                     ip_written.eq(0)]
+        wait_hits = [valid[k] & wait_eq[k] & ~ip_written[k] for k in range(self.entries)]
+        wait_mac = 0
+        for k in range(self.entries):
+            wait_mac = wait_mac | Mux(wait_hits[k], macs[k], 0)
+        m.d.comb += [self.lookup.wait_hit.eq(Cat(*wait_hits).any()),
+                     self.lookup.wait_mac.eq(wait_mac)]
 
         # ---- receive ----
         rx = m.submodules.rx = Depacketizer(ARP, W, ETH_META)
@@ -104,24 +137,64 @@ class Arp(wiring.Component):
         end = rx.o.valid & rx.o.payload.last
         for_us = arp.tpa == self.local_ip
         is_request = arp.oper == OPER_REQUEST
-        m.d.comb += rx.o.ready.eq(~(end & reply_pending))
         # a sender hardware address must be a unicast MAC; a sender IP of 0 (an RFC 5227 probe),
         # the broadcast address or our own address is answered but never learned
         sha_ok = (arp.sha != 0) & ~arp.sha[40]
         learnable = (arp.spa != 0) & (arp.spa != 0xFFFFFFFF) & (arp.spa != self.local_ip)
         well_formed = well_formed & sha_ok
-        m.d.comb += self.drop_bad.eq(rx.runt | (end & rx.o.ready & (rx.o.payload.error | ~well_formed)))
 
-        s_hit, s_index = match(arp.spa)
-        with m.If(end & rx.o.ready & ~rx.o.payload.error & well_formed):
-            m.d.comb += [self.rx_request.eq(is_request), self.rx_reply.eq(~is_request)]
-            with m.If(s_hit & learnable):
-                m.d.sync += macs[s_index].eq(arp.sha)
-            with m.Elif(for_us & learnable):
-                m.d.sync += [valid[victim].eq(1), ips[victim].eq(arp.spa), macs[victim].eq(arp.sha),
+        # action stage: a packet's checks are registered with its last beat, and the cache and
+        # the reply act on those registers in the next cycle (the match of the sender address
+        # then sees every earlier packet's update)
+        act = Signal()              # a good packet's last beat was taken in the last cycle
+        a_request = Signal()
+        a_for_us = Signal()
+        a_learnable = Signal()
+        a_sha = Signal(48)
+        a_spa = Signal(32)
+        bad = Signal()
+        upd = Signal()              # ... two cycles ago: its update of the cache is due
+        u_hits = Signal(self.entries)
+        u_request = Signal()
+        u_for_us = Signal()
+        u_learnable = Signal()
+        u_sha = Signal(48)
+        u_spa = Signal(32)
+        # while a request for us waits for its reply to be queued, or a reply is still queued,
+        # the input is held (from registers only); a packet is taken every other cycle at most,
+        # so that the next one's match sees this one's update of the cache
+        m.d.comb += rx.o.ready.eq(~(reply_pending | act | (upd & u_for_us & u_request)))
+        take = end & rx.o.ready
+        good = take & ~rx.o.payload.error & well_formed
+        m.d.sync += [
+            act.eq(good), a_request.eq(is_request), a_for_us.eq(for_us),
+            a_learnable.eq(learnable), a_sha.eq(arp.sha), a_spa.eq(arp.spa),
+            bad.eq(rx.runt | (take & (rx.o.payload.error | ~well_formed))),
+        ]
+        m.d.comb += self.drop_bad.eq(bad)
+
+        # second cycle of the action: the match of the sender address, per entry, registered
+        # (the cache is not written while a packet is in the first cycle)
+        _, _, s_hits = match(a_spa)
+        m.d.sync += [
+            upd.eq(act), u_hits.eq(Cat(*s_hits)), u_request.eq(a_request),
+            u_for_us.eq(a_for_us), u_learnable.eq(a_learnable), u_sha.eq(a_sha),
+            u_spa.eq(a_spa),
+        ]
+        with m.If(upd):
+            m.d.comb += [self.rx_request.eq(u_request), self.rx_reply.eq(~u_request)]
+            with m.If(u_hits.any() & u_learnable):
+                for k in range(self.entries):
+                    with m.If(u_hits[k]):
+                        m.d.sync += macs[k].eq(u_sha)
+            with m.Elif(u_for_us & u_learnable):
+                m.d.sync += [valid[victim].eq(1), ips[victim].eq(u_spa), macs[victim].eq(u_sha),
                              victim.eq(Mux(victim == self.entries - 1, 0, victim + 1))]
-            with m.If(for_us & is_request):
-                m.d.sync += [reply_pending.eq(1), reply_mac.eq(arp.sha), reply_ip.eq(arp.spa)]
+                for k in range(self.entries):
+                    with m.If(victim == k):
+                        m.d.sync += ip_written[k].eq(1)
+            with m.If(u_for_us & u_request):
+                m.d.sync += [reply_pending.eq(1), reply_mac.eq(u_sha), reply_ip.eq(u_spa)]
 
         # ---- resolver ----
         busy = Signal()
@@ -129,19 +202,33 @@ class Arp(wiring.Component):
         timer = Signal(range(self.retry_cycles + 1))
         tries = Signal(range(self.retries + 2))
         request_pending = Signal()
-        with m.If(~busy):
-            with m.If(self.lookup.resolve & ~hit):
-                m.d.sync += [busy.eq(1), target.eq(self.lookup.ip), request_pending.eq(1),
-                             tries.eq(0), timer.eq(self.retry_cycles)]
+        failed = Signal()           # registered: the transmitter's drop depends on it alone
+        m.d.sync += failed.eq(0)
+        m.d.comb += self.lookup.failed.eq(failed)
+        # a resolution starts in the cycle after it is asked for (the match of ``wait_ip``
+        # ends in a register)
+        start = Signal()
+        start_ip = Signal(32)
+        m.d.sync += start.eq(0)
+        # the match of the target, registered (forced to 0 while the target is new)
+        t_hit = Signal()
+        m.d.sync += t_hit.eq(match(target)[0])
+        with m.If(start):
+            m.d.sync += [busy.eq(1), target.eq(start_ip), request_pending.eq(1),
+                         tries.eq(0), timer.eq(self.retry_cycles), t_hit.eq(0)]
+        with m.Elif(~busy):
+            # (not in the cycle of ``failed``: the transmitter still asks for the address it
+            # is dropping the packet of)
+            # (the transmitter asks only for an address whose registered match missed)
+            with m.If(self.lookup.resolve & ~failed):
+                m.d.sync += [start.eq(1), start_ip.eq(self.lookup.wait_ip)]
         with m.Else():
-            t_hit, _ = match(target)
             with m.If(t_hit):
                 m.d.sync += [busy.eq(0), request_pending.eq(0)]
             with m.Elif(~request_pending):
                 with m.If(timer == 0):
                     with m.If(tries == self.retries):
-                        m.d.sync += busy.eq(0)
-                        m.d.comb += self.lookup.failed.eq(1)
+                        m.d.sync += [busy.eq(0), failed.eq(1)]
                     with m.Else():
                         m.d.sync += [request_pending.eq(1), tries.eq(tries + 1),
                                      timer.eq(self.retry_cycles)]

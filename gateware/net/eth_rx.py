@@ -2,11 +2,11 @@ from amaranth.hdl import Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..buffer import RegisterSlice
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
 from ..headers import ETH, ETH_VLAN, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_VLAN
 from ..mapmeta import MapMeta
-from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from .layouts import ETH_META
 
@@ -32,7 +32,8 @@ class EthRx(wiring.Component):
     Latency: that of the depacketizer (an output beat leaves with the input beat that completes
     it; see :class:`~rocegen.gateware.depacketizer.Depacketizer`) plus one cycle: the address and
     EtherType checks go with the frame through a
-    :class:`~rocegen.gateware.pipe.ForwardRegister`, so the dispatch depends on registers only.
+    :class:`~rocegen.gateware.buffer.RegisterSlice`, so the dispatch depends on registers only
+    and the outputs' ``ready`` does not reach back past it.
     Backpressure from the selected output only; dropped frames are consumed at full rate.
     """
 
@@ -65,11 +66,11 @@ class EthRx(wiring.Component):
         if self.vlan is not None:
             vlan_ok = (hdr.tpid == ETHERTYPE_VLAN) & (hdr.vid == self.vlan)
 
-        # the checks travel with the packet through a forward register, so the dispatch's
+        # the checks travel with the packet through a register slice, so the dispatch's
         # routing and ready depend on registers only
         verdict = data.StructLayout({"for_us": 1, "known": 1, "is_ip": 1})
         inner = data.StructLayout({**dp.meta_out.members, "verdict": verdict})
-        fr = m.submodules.register = ForwardRegister(W, inner)
+        fr = m.submodules.register = RegisterSlice(W, inner)
         is_arp = hdr.ethertype == ETHERTYPE_ARP
         is_ip = hdr.ethertype == ETHERTYPE_IPV4
         src, fi = dp.o.payload, fr.i.payload
@@ -92,7 +93,8 @@ class EthRx(wiring.Component):
         v = fo.meta.verdict
         for_us, known = v.for_us, v.known
         m.d.comb += [dm.select.eq(v.is_ip), dm.drop.eq(~for_us | ~known)]
-        first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
+        # (a dropped packet's first beat is always taken: the strobes need no ``ready``)
+        first = dm.i.valid & first_beat(m, dm.i)
         m.d.comb += [
             self.drop_addr.eq(first & ~for_us),
             self.drop_ethertype.eq(first & for_us & ~known),

@@ -2,6 +2,7 @@ from amaranth.hdl import Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..buffer import RegisterSlice
 from ..checked_fifo import ChecksumCheckedFifo
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
@@ -36,7 +37,8 @@ class IcmpEcho(wiring.Component):
     ``drop_type``. The reply leaves on ``o`` with ``meta.ip`` addressed to the requester's IP
     and MAC (no ARP lookup) and the incrementally updated checksum.
 
-    Latency: store-and-forward; the reply starts a few cycles after the request's last beat.
+    Latency: store-and-forward; the reply starts a few cycles after the request's last beat
+    (one of them in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the depacketizer).
     Backpressure: the input is held while the store is full.
     """
 
@@ -65,12 +67,33 @@ class IcmpEcho(wiring.Component):
 
         dp = m.submodules.depacketizer = Depacketizer(ICMP, W, IP_RX_META)
         wiring.connect(m, store.o, dp.i)
+        # a register slice behind the depacketizer, so that the echo filter's ``ready`` does not
+        # reach the depacketizer and the store's read side
+        # (with the type check made before it, on the depacketizer's registered header)
+        inner = data.StructLayout({**dp.meta_out.members, "is_echo": 1})
+        sl = m.submodules.slice = RegisterSlice(W, inner)
+        req = dp.o.payload.meta.icmp
+        m.d.comb += [
+            sl.i.valid.eq(dp.o.valid), dp.o.ready.eq(sl.i.ready),
+            sl.i.payload.data.eq(dp.o.payload.data), sl.i.payload.keep.eq(dp.o.payload.keep),
+            sl.i.payload.last.eq(dp.o.payload.last), sl.i.payload.error.eq(dp.o.payload.error),
+            sl.i.payload.meta.eth.eq(dp.o.payload.meta.eth),
+            sl.i.payload.meta.ipv4.eq(dp.o.payload.meta.ipv4),
+            sl.i.payload.meta.icmp.eq(req),
+            sl.i.payload.meta.is_echo.eq((req.type == ECHO_REQUEST) & (req.code == 0)),
+        ]
         dm = m.submodules.filter = PacketDemux(W, dp.meta_out, 1)
-        wiring.connect(m, dp.o, dm.i)
-        req = dm.i.payload.meta.icmp
-        is_echo = (req.type == ECHO_REQUEST) & (req.code == 0)
+        so = sl.o.payload
+        m.d.comb += [
+            dm.i.valid.eq(sl.o.valid), sl.o.ready.eq(dm.i.ready),
+            dm.i.payload.data.eq(so.data), dm.i.payload.keep.eq(so.keep),
+            dm.i.payload.last.eq(so.last), dm.i.payload.error.eq(so.error),
+            dm.i.payload.meta.eth.eq(so.meta.eth), dm.i.payload.meta.ipv4.eq(so.meta.ipv4),
+            dm.i.payload.meta.icmp.eq(so.meta.icmp),
+        ]
+        is_echo = so.meta.is_echo
         m.d.comb += [dm.select.eq(0), dm.drop.eq(~is_echo),
-                     self.drop_type.eq((dm.i.valid & dm.i.ready & first_beat(m, dm.i) & ~is_echo)
+                     self.drop_type.eq((dm.i.valid & first_beat(m, dm.i) & ~is_echo)
                                        | dp.runt)]
 
         reply_meta = data.StructLayout({"ip": IP_TX, "icmp": ICMP.layout})

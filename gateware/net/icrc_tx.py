@@ -6,6 +6,7 @@ from ..arbiter import PacketArbiter
 from ..demux import PacketDemux
 from ..icrc import IcrcInsert
 from ..mapmeta import MapMeta
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width
 from .layouts import ETH_META, IP_OUT_META
 
@@ -20,7 +21,8 @@ class IcrcTx(wiring.Component):
     Marked packets go through :class:`~rocegen.gateware.icrc.IcrcInsert` (stream starting at the
     IP header); the others bypass it. The two paths merge round robin, so an unmarked packet may
     overtake a marked one; packets of one kind stay in order. Latency: that of ``IcrcInsert``
-    for marked packets, 0 for the others. Backpressure from ``o``.
+    for marked packets, 0 for the others, plus one cycle in a
+    :class:`~rocegen.gateware.pipe.ForwardRegister` at the output. Backpressure from ``o``.
     """
 
     def __init__(self, width):
@@ -44,7 +46,10 @@ class IcrcTx(wiring.Component):
         wiring.connect(m, ins.o, arb.i[1])
         mm = m.submodules.meta = MapMeta(W, IP_OUT_META, ETH_META, _keep_eth)
         wiring.connect(m, arb.o, mm.i)
-        wiring.connect(m, mm.o, wiring.flipped(self.o))
+        # the ICRC placement and the merge end in a register
+        out = m.submodules.output = ForwardRegister(W, ETH_META)
+        wiring.connect(m, mm.o, out.i)
+        wiring.connect(m, out.o, wiring.flipped(self.o))
         return m
 
 

@@ -30,11 +30,14 @@ class Ipv4Rx(wiring.Component):
     ``drop_protocol`` (neither ICMP nor UDP).
 
     Latency: the depacketizer's (see :class:`~rocegen.gateware.depacketizer.Depacketizer`) plus
-    the trimmer's plus one cycle: the header checks are made on the trimmer's output and their
-    verdict enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the packet, so the
-    routing and the dispatch's ``ready`` depend on registers only. ``truncated`` comes one cycle after the
-    short packet's last beat leaves the trimmer. Backpressure from the selected output; dropped
-    packets are consumed at full rate.
+    two cycles: the header checks (the checksum summed in two halves) are made on the
+    depacketizer's registered header and go with the packet through the input stage of a
+    registered :class:`~rocegen.gateware.trim.Trim`; the checksum is completed on the trimmer's
+    output and the verdict enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the
+    packet, so the routing and the strobes depend on registers only; ``i.ready`` is a register
+    (the trimmer's stage). ``truncated`` pulses when the short
+    packet's last beat leaves the forward register. Backpressure from the selected output;
+    dropped packets are consumed at full rate.
     """
 
     def __init__(self, width, *, mtu=1500):
@@ -64,29 +67,48 @@ class Ipv4Rx(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), dp.i)
         m.d.comb += self.runt.eq(dp.runt)
 
-        trim = m.submodules.trim = Trim(W, IP_RX_META)
-        wiring.connect(m, dp.o, trim.i)
-        ip_in = trim.i.payload.meta.ipv4
-        m.d.comb += trim.length.eq(ip_in.total_length - IPV4.length)
+        # the header checks but the checksum's end, and the checksum summed in two halves,
+        # are made on the depacketizer's (registered) header and go with the packet through the
+        # trimmer's input stage; the checksum is completed on the trimmer's output and the
+        # verdict enters a forward register with the packet
+        pre = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
+                                 "is_icmp": 1, "is_udp": 1, "sum0": 16, "sum1": 16})
+        tmeta = data.StructLayout({**IP_RX_META.members, "pre": pre})
+        trim = m.submodules.trim = Trim(W, tmeta, registered=True)
+        dpp, tip = dp.o.payload, trim.i.payload
+        ip = dpp.meta.ipv4
+        words = be_words(IPV4.to_lanes(ip))
+        pv = tip.meta.pre
+        m.d.comb += [
+            trim.i.valid.eq(dp.o.valid), dp.o.ready.eq(trim.i.ready),
+            tip.data.eq(dpp.data), tip.keep.eq(dpp.keep), tip.last.eq(dpp.last),
+            tip.error.eq(dpp.error), tip.meta.eth.eq(dpp.meta.eth), tip.meta.ipv4.eq(ip),
+            trim.length.eq(ip.total_length - IPV4.length),
+            pv.options.eq(ip.ihl != 5),
+            pv.header_ok.eq((ip.version == 4) & (ip.ihl >= 5) &
+                            (ip.total_length >= IPV4.length) & (ip.total_length <= self.mtu)),
+            pv.fragment.eq(ip.mf | (ip.frag_offset != 0)),
+            pv.addr_ok.eq(ip.dst == self.local_ip),
+            pv.is_icmp.eq(ip.protocol == IP_PROTO_ICMP),
+            pv.is_udp.eq(ip.protocol == IP_PROTO_UDP),
+            pv.sum0.eq(ones_complement_sum(words[:5])),
+            pv.sum1.eq(ones_complement_sum(words[5:])),
+        ]
 
-        # the checks, on the trimmer's output, travel with the packet through a forward register
         verdict = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
                                      "is_icmp": 1, "is_udp": 1})
-        inner = data.StructLayout({**IP_RX_META.members, "verdict": verdict})
+        inner = data.StructLayout({**IP_RX_META.members, "verdict": verdict, "short": 1})
         sl = m.submodules.slice = ForwardRegister(W, inner)
-        ip = trim.o.payload.meta.ipv4
-        checksum_ok = ones_complement_sum(be_words(IPV4.to_lanes(ip))) == 0xFFFF
+        tv = trim.o.payload.meta.pre
+        checksum_ok = ones_complement_sum([tv.sum0, tv.sum1]) == 0xFFFF
         v = Signal(verdict)
         # with options the checksum also covers them, which are not kept: it cannot be checked,
         # and the packet is dropped as one with options
         m.d.comb += [
-            v.options.eq(ip.ihl != 5),
-            v.header_ok.eq((ip.version == 4) & (ip.ihl >= 5) & (checksum_ok | v.options) &
-                           (ip.total_length >= IPV4.length) & (ip.total_length <= self.mtu)),
-            v.fragment.eq(ip.mf | (ip.frag_offset != 0)),
-            v.addr_ok.eq(ip.dst == self.local_ip),
-            v.is_icmp.eq(ip.protocol == IP_PROTO_ICMP),
-            v.is_udp.eq(ip.protocol == IP_PROTO_UDP),
+            v.options.eq(tv.options),
+            v.header_ok.eq(tv.header_ok & (checksum_ok | tv.options)),
+            v.fragment.eq(tv.fragment), v.addr_ok.eq(tv.addr_ok),
+            v.is_icmp.eq(tv.is_icmp), v.is_udp.eq(tv.is_udp),
         ]
 
         def dropped(x):
@@ -97,10 +119,8 @@ class Ipv4Rx(wiring.Component):
             sl.i.valid.eq(trim.o.valid), trim.o.ready.eq(sl.i.ready),
             sp.data.eq(tp.data), sp.keep.eq(tp.keep), sp.last.eq(tp.last), sp.error.eq(tp.error),
             sp.meta.eth.eq(tp.meta.eth), sp.meta.ipv4.eq(tp.meta.ipv4), sp.meta.verdict.eq(v),
+            sp.meta.short.eq(trim.short),
         ]
-        # a short packet is counted as truncated only if it is not dropped for another reason
-        # (metadata, and so the verdict, is constant over the packet)
-        m.d.sync += self.truncated.eq(trim.short & ~dropped(v))
 
         dm = m.submodules.demux = PacketDemux(W, IP_RX_META, 2)
         so, dp_ = sl.o.payload, dm.i.payload
@@ -113,7 +133,12 @@ class Ipv4Rx(wiring.Component):
         header_ok, options, fragment, addr_ok = r.header_ok, r.options, r.fragment, r.addr_ok
         is_icmp, is_udp = r.is_icmp, r.is_udp
         m.d.comb += [dm.select.eq(is_udp), dm.drop.eq(dropped(r))]
-        first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
+        moves = dm.i.valid & dm.i.ready
+        # (a dropped packet's first beat is always taken: the drop strobes need no ``ready``)
+        first = dm.i.valid & first_beat(m, dm.i)
+        # a short packet is counted as truncated only if it is not dropped for another reason
+        # (metadata, and so the verdict, is constant over the packet)
+        m.d.comb += self.truncated.eq(moves & so.meta.short & ~dropped(r))
         m.d.comb += [
             self.drop_header.eq(first & ~header_ok),
             self.drop_options.eq(first & header_ok & options),

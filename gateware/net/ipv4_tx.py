@@ -6,6 +6,7 @@ from ..buffer import RegisterSlice
 from ..checksum import ones_complement_sum
 from ..headers import ETH, ETHERTYPE_IPV4, IPV4
 from ..packetizer import Packetizer
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width
 from .layouts import ARP_LOOKUP, IP_OUT_META, IP_TX
 
@@ -30,12 +31,16 @@ class Ipv4Tx(wiring.Component):
     gives up.
     Packets behind it wait (no reordering).
 
-    Latency: one cycle when the MAC is known or cached. The input goes through a
-    :class:`~rocegen.gateware.buffer.RegisterSlice`, so ``i.ready`` is a register and the ARP
-    lookup and the rest of the header are computed from registered metadata; the header
-    checksum is summed before the slice but for the length and the identification.
-    Backpressure: from ``o`` through the packetizer and the slice; one beat per cycle sustained,
-    packets back to back.
+    Latency: two cycles when the MAC is known or cached. The input goes through a
+    :class:`~rocegen.gateware.buffer.RegisterSlice`, so ``i.ready`` is a register; the header
+    checksum is summed after it but for the identification. Every beat then
+    enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the ARP cache's answer for
+    its destination (``lookup.ip``, looked up on the slice's registered metadata), and the
+    next hop is decided after it, on registers: a packet that missed waits there, is looked up
+    again every cycle (``lookup.wait_ip``, answered a cycle later, the answer registered) and
+    asks ARP to resolve (``lookup.resolve``) from the second cycle after it arrived, so a miss
+    costs two cycles more than ARP's answer. Backpressure: from ``o`` through the packetizer
+    and the two stages; one beat per cycle sustained, packets back to back.
     """
 
     def __init__(self, width, *, ttl=64):
@@ -57,28 +62,44 @@ class Ipv4Tx(wiring.Component):
         m = Module()
         W = self.width
 
-        # ---- input slice, with the total length and most of the header sum ----
-        inner = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16})
-        # (the total length's constant 20 is in the sum's constant word)
+        # ---- input slice ----
+        inner = data.StructLayout({"ip": IP_TX})
         sl = m.submodules.slice = RegisterSlice(W, inner)
-        si, sm = self.i.payload, sl.i.payload.meta
+        si = self.i.payload
         m.d.comb += [
             sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
             sl.i.payload.data.eq(si.data), sl.i.payload.keep.eq(si.keep),
             sl.i.payload.last.eq(si.last), sl.i.payload.error.eq(si.error),
-            sm.ip.eq(si.meta.ip), sm.total_length.eq(si.meta.ip.length + IPV4.length),
+            sl.i.payload.meta.ip.eq(si.meta.ip),
         ]
-        # the words of the header but the length, the identification and the checksum (added
-        # after the slice); the constant parts of the flags, TTL and total length are summed here, in Python
-        ipi = si.meta.ip
-        src, dst = self.local_ip, ipi.dst
+        # ---- stage 2: every beat moves on with the ARP answer for its destination, looked up
+        # on the slice's registered metadata (port ``lookup.ip``), with the total length and
+        # the header sum but for the identification (from the same registers); the next hop is
+        # decided on registers after it, so the cache's match never reaches a ``ready``
+        s1 = sl.o
+        ip1 = s1.payload.meta.ip
+        # the words of the header but the identification and the checksum; the constant parts
+        # of the flags, TTL and total length are summed here, in Python
+        src, dst = self.local_ip, ip1.dst
         const = IPV4.length + 0x4000 + (self.ttl << 8)     # total length, DF, TTL
         const = (const & 0xFFFF) + (const >> 16)            # end-around carry
-        words = [Cat(ipi.ecn, ipi.dscp, Const(0x45, 8)), Cat(ipi.protocol, Const(0, 8)),
-                 src[16:], src[:16], dst[16:], dst[:16],
+        words = [Cat(ip1.ecn, ip1.dscp, Const(0x45, 8)), Cat(ip1.protocol, Const(0, 8)),
+                 src[16:], src[:16], dst[16:], dst[:16], ip1.length,
                  Const(const, 16)]
-        m.d.comb += sm.sum.eq(ones_complement_sum(words))
-        i = sl.o
+        st = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16, "hit": 1, "mac": 48})
+        fr = m.submodules.lookup = ForwardRegister(W, st)
+        fp = fr.i.payload
+        m.d.comb += [
+            fr.i.valid.eq(s1.valid), s1.ready.eq(fr.i.ready),
+            fp.data.eq(s1.payload.data), fp.keep.eq(s1.payload.keep),
+            fp.last.eq(s1.payload.last), fp.error.eq(s1.payload.error),
+            fp.meta.ip.eq(ip1), fp.meta.total_length.eq(ip1.length + IPV4.length),
+            fp.meta.sum.eq(ones_complement_sum(words)),
+            self.lookup.ip.eq(ip1.dst),
+            fp.meta.hit.eq(self.lookup.hit), fp.meta.mac.eq(self.lookup.mac),
+        ]
+
+        i = fr.o
         ip = i.payload.meta.ip
         hdr_meta = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "icrc": 1})
         pk = m.submodules.packetizer = Packetizer(IPV4, W, hdr_meta)
@@ -89,9 +110,19 @@ class Ipv4Tx(wiring.Component):
         dropping = Signal()
         mac_reg = Signal(48)
         ident = Signal(16, init=1)      # never 0: RoCEv2 receivers expect a non-zero ID
-        m.d.comb += self.lookup.ip.eq(ip.dst)
-        mac_now = Mux(ip.mac_known, ip.mac, self.lookup.mac)
-        settled = ip.mac_known | self.lookup.hit
+        # a packet that missed waits here; its address is looked up again every cycle (port
+        # ``lookup.wait_ip``, whose answer comes a cycle later and is registered here):
+        # ``waited`` (two cycles here already) says the registered answer is this packet's
+        waiting = Signal()
+        waited = Signal()
+        hit_w = Signal()
+        mac_w = Signal(48)
+        m.d.comb += self.lookup.wait_ip.eq(ip.dst)
+        m.d.sync += [waiting.eq(0), waited.eq(0),
+                     hit_w.eq(self.lookup.wait_hit), mac_w.eq(self.lookup.wait_mac)]
+        hit = i.payload.meta.hit
+        mac_now = Mux(ip.mac_known, ip.mac, Mux(hit, i.payload.meta.mac, mac_w))
+        settled = ip.mac_known | hit | (waited & hit_w)
         mac = Mux(passing, mac_reg, mac_now)
 
         forward = Signal()
@@ -108,12 +139,15 @@ class Ipv4Tx(wiring.Component):
                     with m.If(pk.i.ready & ~i.payload.last):
                         m.d.sync += [passing.eq(1), mac_reg.eq(mac_now)]
                 with m.Else():
-                    m.d.comb += self.lookup.resolve.eq(1)
+                    # ARP is asked once the registered answer for this packet is in
+                    m.d.comb += self.lookup.resolve.eq(waited)
                     with m.If(self.lookup.failed):
                         m.d.comb += self.drop_unresolved.eq(1)
                         m.d.comb += i.ready.eq(1)
                         with m.If(~i.payload.last):
                             m.d.sync += dropping.eq(1)
+                    with m.Else():
+                        m.d.sync += [waiting.eq(1), waited.eq(waiting)]
         with m.If(forward):
             m.d.comb += [
                 pk.i.valid.eq(i.valid),
@@ -141,5 +175,5 @@ class Ipv4Tx(wiring.Component):
             hdr.src.eq(self.local_ip), hdr.dst.eq(ip.dst),
         ]
         m.d.comb += pm.ipv4.eq(hdr)
-        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum([i.payload.meta.sum, ip.length, ident]))
+        m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum([i.payload.meta.sum, ident]))
         return m

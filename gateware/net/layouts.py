@@ -43,12 +43,17 @@ UDP_RX_META = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "udp": 
 
 
 #: The next-hop lookup the IPv4 transmitter makes of ARP (seen from the transmitter):
-#: ``ip`` -> ``hit`` / ``mac`` combinationally; ``resolve`` held high for a miss makes ARP ask,
-#: ``failed`` pulses when it gives up.
+#: ``ip`` -> ``hit`` / ``mac`` combinationally (the packet entering the decision stage);
+#: ``wait_ip`` -> ``wait_hit`` / ``wait_mac`` one cycle later (the packet waiting for its next
+#: hop); ``resolve`` held high for a miss of ``wait_ip`` makes ARP ask, ``failed`` pulses when it
+#: gives up.
 ARP_LOOKUP = wiring.Signature({
     "ip": Out(32),
     "hit": In(1),
     "mac": In(48),
+    "wait_ip": Out(32),
+    "wait_hit": In(1),
+    "wait_mac": In(48),
     "resolve": Out(1),
     "failed": In(1),
 })

@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Module
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -71,7 +71,8 @@ class NetStack(wiring.Component):
     asks the MAC to abort the frame.
     ``udp_rx[k]``: datagram payloads with ``meta.eth``, ``meta.ipv4`` and ``meta.udp``.
     ``udp_tx[k]``: datagram payloads with ``meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`).
-    ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS`.
+    ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS` (an event
+    is counted one cycle after its pulse: the pulses are registered before the counters).
     """
 
     def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, pcp=0,
@@ -195,8 +196,8 @@ class NetStack(wiring.Component):
         # registers where the transmit path's chains would grow too long: a forward register
         # behind the ICMP store (its gate and filter; the arbiter's registered grant already
         # keeps its ready short), a register slice in front of the ICRC stage (the demux selects
-        # by metadata; it also splits the ready chain from the transmit FIFO) and a forward
-        # register in front of the transmit FIFO (whose ready is a register)
+        # by metadata; it also splits the ready chain from the transmit FIFO) and a register
+        # slice in front of the transmit FIFO (whose ready is computed from its pointers)
         icmp_slice = m.submodules.icmp_slice = ForwardRegister(W, ip_meta)
         wiring.connect(m, icmp.o, icmp_slice.i)
         wiring.connect(m, icmp_slice.o, ip_arb.i[0])
@@ -215,9 +216,13 @@ class NetStack(wiring.Component):
         wiring.connect(m, icrc_slice.o, icrc_tx.i)
         wiring.connect(m, icrc_tx.o, eth_arb.i[1])
         eth_tx = m.submodules.eth_tx = self._eth_tx
-        wiring.connect(m, eth_arb.o, eth_tx.i)
+        # a register slice between the Ethernet arbiter and transmitter: the ARP and ICRC
+        # stages' outputs end in it, and the transmitter's ready starts there
+        eth_slice = m.submodules.eth_slice = RegisterSlice(W, ETH_META)
+        wiring.connect(m, eth_arb.o, eth_slice.i)
+        wiring.connect(m, eth_slice.o, eth_tx.i)
         tx_fifo = m.submodules.tx_fifo = self._tx_fifo
-        fifo_slice = m.submodules.fifo_slice = ForwardRegister(W)
+        fifo_slice = m.submodules.fifo_slice = RegisterSlice(W)
         wiring.connect(m, eth_tx.o, fifo_slice.i)
         wiring.connect(m, fifo_slice.o, tx_fifo.i)
         wiring.connect(m, tx_fifo.o, wiring.flipped(self.mac_tx))
@@ -227,6 +232,10 @@ class NetStack(wiring.Component):
         stats = m.submodules.stats = self._stats
         missing = set(STATS) ^ set(ev)
         assert not missing, f"statistics and events disagree: {sorted(missing)}"
-        m.d.comb += [stats.inc.eq(Cat(*(ev[name] for name in STATS))),
+        # the event pulses are registered before the counters (each counts one cycle later),
+        # so that no event's logic reaches a counter's enable
+        inc = Signal(len(STATS))
+        m.d.sync += inc.eq(Cat(*(ev[name] for name in STATS)))
+        m.d.comb += [stats.inc.eq(inc),
                      stats.addr.eq(self.stats_addr), self.stats_data.eq(stats.data)]
         return m

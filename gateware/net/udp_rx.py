@@ -2,13 +2,13 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..buffer import RegisterSlice
 from ..checked_fifo import ChecksumCheckedFifo
 from ..checksum import be_words, ones_complement_sum
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
 from ..fifo import fifo_depth
 from ..headers import IP_PROTO_UDP, IPV4, UDP
-from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from .layouts import IP_RX_META, UDP_RX_META
 
@@ -28,8 +28,10 @@ class UdpRx(wiring.Component):
 
     Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat
     (the length and port checks go with it through a
-    :class:`~rocegen.gateware.pipe.ForwardRegister` before the dispatch, one of those cycles).
-    Backpressure: from the addressed port; the input is held while the store is full.
+    :class:`~rocegen.gateware.buffer.RegisterSlice` before the dispatch, one of those cycles;
+    the store has a register slice at its input, another).
+    Backpressure: from the addressed port (``ready`` of the ports reaches the register slice
+    only); the input is held while the store is full.
     """
 
     def __init__(self, width, ports, *, mtu=1500):
@@ -61,11 +63,13 @@ class UdpRx(wiring.Component):
         store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META)
         wiring.connect(m, wiring.flipped(self.i), store.i)
         ip = self.i.payload.meta.ipv4
-        udp_length = ip.total_length - IPV4.length
         pseudo = be_words(IPV4.to_lanes(ip))[6:10]            # source and destination address
         first_hdr = UDP.from_lanes(self.i.payload.data[:8 * UDP.length])
+        # protocol + UDP length = protocol + total length - 20: the constants are summed here
+        # (subtracting 20 is adding its one's complement, 0xFFEB; 17 + 0xFFEB = 0xFFFC)
+        const = (IP_PROTO_UDP + (0xFFFF ^ IPV4.length)) % 0xFFFF
         m.d.comb += [
-            store.seed.eq(ones_complement_sum(pseudo + [IP_PROTO_UDP, udp_length[:16]])),
+            store.seed.eq(ones_complement_sum(pseudo + [ip.total_length, const])),
             store.skip.eq(first_hdr.checksum == 0),
             self.drop_checksum.eq(store.drop_checksum),
             self.drop_error.eq(store.drop_error | store.drop_overflow),
@@ -75,11 +79,11 @@ class UdpRx(wiring.Component):
         wiring.connect(m, store.o, dp.i)
         m.d.comb += self.runt.eq(dp.runt)
         n = len(self.ports)
-        # the checks travel with the datagram through a forward register, so the dispatch's
-        # routing and ready depend on registers only
+        # the checks travel with the datagram through a register slice, so the dispatch's
+        # routing depends on registers only and the ports' ready does not reach the store
         verdict = data.StructLayout({"length_ok": 1, "known": 1, "port": range(n)})
         inner = data.StructLayout({**UDP_RX_META.members, "verdict": verdict})
-        fr = m.submodules.register = ForwardRegister(W, inner)
+        fr = m.submodules.register = RegisterSlice(W, inner)
         src, fi = dp.o.payload, fr.i.payload
         meta = src.meta
         hits = [meta.udp.dst_port == p for p in self.ports]
@@ -111,7 +115,8 @@ class UdpRx(wiring.Component):
         v = fo.meta.verdict
         length_ok, known = v.length_ok, v.known
         m.d.comb += [dm.select.eq(v.port), dm.drop.eq(~length_ok | ~known)]
-        first = dm.i.valid & dm.i.ready & first_beat(m, dm.i)
+        # (a dropped packet's first beat is always taken: the strobes need no ``ready``)
+        first = dm.i.valid & first_beat(m, dm.i)
         m.d.comb += [self.drop_length.eq(first & ~length_ok),
                      self.drop_port.eq(first & length_ok & ~known)]
         for k in range(n):

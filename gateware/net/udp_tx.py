@@ -7,6 +7,7 @@ from ..buffer import RegisterSlice
 from ..headers import IP_PROTO_UDP, UDP
 from ..mapmeta import MapMeta
 from ..packetizer import Packetizer
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width
 from ..trim import Trim
 from .layouts import IP_TX, UDP_TX
@@ -30,10 +31,14 @@ class UdpTx(wiring.Component):
     ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
     IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
-    Latency: one cycle, in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the arbiter
-    (the payload length to check and the UDP length are computed ahead of it); the trimmer and
-    the packetizer after it are combinational. Backpressure from ``o``; ``i[k].ready`` is a
-    register (the slice's) gated by the arbiter's registered grant. One beat per cycle
+    Latency: three cycles: one in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind
+    the arbiter (the payload length to check and the UDP length are computed ahead of it), one
+    in the input stage of the registered :class:`~rocegen.gateware.trim.Trim` (which compares
+    the length with the lanes of each beat before its register) and one in a
+    :class:`~rocegen.gateware.pipe.ForwardRegister` between the trimmer and the packetizer
+    (which is combinational). Backpressure from
+    ``o``; ``i[k].ready`` is a register (the slice's) gated by the arbiter's registered grant.
+    One beat per cycle
     sustained, packets back to back.
     """
 
@@ -67,7 +72,7 @@ class UdpTx(wiring.Component):
             si.meta.payload_length.eq(u_arb.length - Mux(u_arb.icrc, ICRC_BYTES, 0)),
             si.meta.udp_length.eq(u_arb.length + UDP.length),
         ]
-        trim = m.submodules.trim = Trim(W, inner)
+        trim = m.submodules.trim = Trim(W, inner, registered=True)
         wiring.connect(m, sl.o, trim.i)
         m.d.comb += [trim.length.eq(trim.i.payload.meta.payload_length),
                      self.length_mismatch.eq(trim.short | trim.long)]
@@ -86,7 +91,10 @@ class UdpTx(wiring.Component):
             ]
         mm = m.submodules.headers = MapMeta(W, inner, hdr_meta, headers)
         wiring.connect(m, trim.o, mm.i)
+        # the trimmer's cut ends in a register before the packetizer
+        reg = m.submodules.register = ForwardRegister(W, hdr_meta)
+        wiring.connect(m, mm.o, reg.i)
         pk = m.submodules.packetizer = Packetizer(UDP, W, hdr_meta)
-        wiring.connect(m, mm.o, pk.i)
+        wiring.connect(m, reg.o, pk.i)
         wiring.connect(m, pk.o, wiring.flipped(self.o))
         return m

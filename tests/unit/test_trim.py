@@ -16,11 +16,11 @@ from rocegen.sim.packets import Packet
 META = data.StructLayout({"length": 16, "seq": 16})
 
 
-def build(width, offset=0):
+def build(width, offset=0, registered=False):
     """Trim with ``length`` = ``meta.length + offset`` on the first beat of each packet and a
     free-running junk value on the others, so that the test fails if Trim looks at it later."""
     m = Module()
-    m.submodules.dut = dut = Trim(width, META)
+    m.submodules.dut = dut = Trim(width, META, registered=registered)
     first = Signal(init=1)
     junk = Signal(16, init=0x1234)
     m.d.sync += junk.eq(junk * 75 + 74)
@@ -30,8 +30,8 @@ def build(width, offset=0):
     return m, dut
 
 
-def run_trim(width, packets, *, idle, backpressure, seed, offset=0):
-    m, dut = build(width, offset)
+def run_trim(width, packets, *, idle, backpressure, seed, offset=0, registered=False):
+    m, dut = build(width, offset, registered)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
     B = width // 8
@@ -41,19 +41,26 @@ def run_trim(width, packets, *, idle, backpressure, seed, offset=0):
 
     async def monitor(ctx):
         index = 0
+        out_index = 0                  # output packets completed (short/long name the packet)
         beat = 0                       # beats of the current input packet already consumed
-        async for _, _, iv, ir, il, ov, orr, short, long in ctx.tick().sample(
+        async for _, _, iv, ir, il, ov, orr, ol, short, long in ctx.tick().sample(
                 dut.i.valid, dut.i.ready, dut.i.payload.last, dut.o.valid, dut.o.ready,
-                dut.short, dut.long):
+                dut.o.payload.last, dut.short, dut.long):
             if short:
-                shorts.append(index)
+                shorts.append(out_index)
             if long:
-                longs.append(index)
+                longs.append(out_index)
+            if ov and orr and ol:
+                out_index += 1
             if iv and not ir:
                 stalls.append(index)
                 want = packets[index].meta["length"] + offset
-                if beat > 0 and beat * B >= want and not il:
-                    discard_stalls.append(index)   # bytes past the cut must drain freely
+                cut = max(0, -(-want // B) - 1)    # the input beat that reaches the length
+                # bytes past the cut must drain freely: right behind the cut beat without the
+                # input stage; with it, from the third beat behind it (the stage's two entries
+                # may still hold the cut beat and the one after it, waiting for ``o.ready``)
+                if beat >= cut + (3 if registered else 1) and not il:
+                    discard_stalls.append(index)
             if ov and orr and not (iv and ir):
                 lonely.append(index)   # an output beat without an input beat: latency > 0
             if iv and ir:
@@ -107,32 +114,39 @@ def check(packets, col, shorts, longs):
     assert longs == [n for n, r in enumerate(results) if r.long]
 
 
+@pytest.mark.parametrize("registered", [False, True])
 @pytest.mark.parametrize("width", [64, 512])
-def test_trim_matches_model(width):
+def test_trim_matches_model(width, registered):
     """Random idle input and output backpressure: every packet leaves with exactly ``length``
     bytes, or whole with an error when shorter; ``short``/``long`` pulse once for the right
-    packets; every output beat moves in the same cycle as an input beat."""
+    packets; without the input stage every output beat moves in the same cycle as an input
+    beat."""
     rng = random.Random(width)
     packets = make_packets(width, rng)
-    col, shorts, longs, _, lonely = run_trim(width, packets, idle=0.3, backpressure=0.3, seed=1)
+    col, shorts, longs, _, lonely = run_trim(width, packets, idle=0.3, backpressure=0.3, seed=1,
+                                             registered=registered)
     check(packets, col, shorts, longs)
-    assert lonely == []
+    if not registered:
+        assert lonely == []
 
 
+@pytest.mark.parametrize("registered", [False, True])
 @pytest.mark.parametrize("width", [64, 512])
-def test_full_throughput(width):
+def test_full_throughput(width, registered):
     """No idle, output always ready: the input is never held off, cut packets included."""
     rng = random.Random(width + 5)
     packets = make_packets(width, rng)
     col, shorts, longs, stalls, lonely = run_trim(width, packets, idle=0.0, backpressure=0.0,
-                                                  seed=2)
+                                                  seed=2, registered=registered)
     check(packets, col, shorts, longs)
     assert stalls == []
-    assert lonely == []
+    if not registered:
+        assert lonely == []
 
 
+@pytest.mark.parametrize("registered", [False, True])
 @pytest.mark.parametrize("width", [64, 512])
-def test_ethernet_padding_removal(width):
+def test_ethernet_padding_removal(width, registered):
     """Minimum-size frames carrying small IPv4 packets: ``length`` = 14 + IPv4 total length
     removes the padding, and a frame flagged bad at its end stays flagged after the cut."""
     rng = random.Random(3)
@@ -147,7 +161,7 @@ def test_ethernet_padding_removal(width):
         total = IPV4.unpack(ip)["total_length"]
         packets.append(Packet(padded, {"length": total, "seq": s}, error=s % 4 == 1))
     col, shorts, longs, _, _ = run_trim(width, packets, idle=0.2, backpressure=0.2, seed=3,
-                                        offset=ETH.length)
+                                        offset=ETH.length, registered=registered)
     assert shorts == []
     for n, (p, got) in enumerate(zip(packets, col.packets, strict=True)):
         assert got.data == p.data[:ETH.length + p.meta["length"]], f"frame {n}"
@@ -163,4 +177,6 @@ def test_parameters_are_checked():
             Trim(48, META)
         with pytest.raises(TypeError, match="integer number of bits"):
             Trim("64", META)
+        with pytest.raises(TypeError, match="registered must be a bool"):
+            Trim(64, META, registered=1)
         gc.collect()
