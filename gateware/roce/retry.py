@@ -71,8 +71,15 @@ COUNTERS = ("acks", "stale_acks", "seq_naks", "rnr_naks", "error_naks", "timeout
             "rewinds", "qp_errors")
 
 _SYN_SEQ = 0x60
-_ERROR_NAKS = {0x61: CplStatus.REMOTE_INVALID, 0x62: CplStatus.REMOTE_ACCESS,
-               0x63: CplStatus.REMOTE_OP}
+
+
+class _Ev(enum.Enum, shape=3):
+    """The kind of event in the engine's pipeline."""
+    PSN = 0
+    CTX = 1
+    FIRE = 2
+    ACK = 3
+    SENT = 4
 
 
 class RetryEngine(wiring.Component):
@@ -195,16 +202,22 @@ class RetryEngine(wiring.Component):
         m = Module()
         n = self.num_qps
 
-        # ---- time base
+        # ---- time base (``now1`` is ``now + 1``, ``now_next`` the ``now`` of the next cycle,
+        # both kept in registers)
         now = Signal(TIME_BITS)
-        if self.tick_cycles > 1:
-            div = Signal(range(self.tick_cycles))
-            with m.If(div == self.tick_cycles - 1):
-                m.d.sync += [div.eq(0), now.eq(now + 1)]
+        now1 = Signal(TIME_BITS, init=1)
+        tc = self.tick_cycles
+        now_next = Signal(TIME_BITS, init=1 if tc == 1 else 0)
+        if tc > 1:
+            div = Signal(range(tc))
+            with m.If(div == tc - 1):
+                m.d.sync += [div.eq(0), now.eq(now1), now1.eq(now1 + 1)]
             with m.Else():
                 m.d.sync += div.eq(div + 1)
+            with m.If(div == tc - 2):
+                m.d.sync += now_next.eq(now_next + 1)
         else:
-            m.d.sync += now.eq(now + 1)
+            m.d.sync += [now.eq(now1), now1.eq(now1 + 1), now_next.eq(now_next + 1)]
 
         mem = m.submodules.state = Memory(shape=RETRY_STATE, depth=n, init=[])
         wp = mem.write_port()
@@ -230,33 +243,63 @@ class RetryEngine(wiring.Component):
         held = Signal(n)
         m.d.comb += [self.errored.eq(errored), self.held.eq(held)]
 
-        # ---- timer scan: one QP per cycle, stays on a QP whose timer expired until served
+        # ---- the pipeline registers: E (the event chosen, read in stage A), A (the state read
+        # and the arithmetic on it, decided and written in stage B), C (the counter update)
+        e_valid = Signal()
+        e_kind = Signal(_Ev)
+        e_qp = Signal(8)
+        e_in = Signal()                     # the QP is inside the table
+        e_psn = Signal(24)                  # psn_set, ack or sent: the PSN
+        e_syn = Signal(8)
+        e_packets = Signal(6)
+        e_ctx = Signal(data.StructLayout({"state": QpState, "timeout": 5, "retry_cnt": 3,
+                                          "rnr_retry": 3}))
+        e_now = Signal(TIME_BITS)
+        e_now1 = Signal(TIME_BITS)
+
+        a_valid = Signal()
+        a_kind = Signal(_Ev)
+        a_qp = Signal(8)
+        a_in = Signal()
+
+        # ---- timer scan: one QP per cycle; ``cand``: the timer of ``scan_q`` has expired (seen
+        # in the state one cycle earlier, against the time of this cycle). The scan stays on a
+        # QP whose timer expired until it is served.
         scan_q = Signal(range(n))
         m.d.comb += scan_rp.addr.eq(scan_q)
         ss = scan_rp.data
         late = Signal(TIME_BITS)
-        m.d.comb += late.eq(now - ss.deadline)
-        expired = Signal()
-        m.d.comb += expired.eq(ss.armed & ~late[-1] & ~errored.bit_select(scan_q, 1))
+        m.d.comb += late.eq(now_next - ss.deadline)
+        raw = Signal()                      # expired in the state as it is now, next cycle
+        m.d.comb += raw.eq(ss.armed & ~late[-1] & ~errored.bit_select(scan_q, 1))
+        cand = Signal()
+        a_hit = Signal()                    # stage B held the scanned QP when cand was seen
+        # an event of the QP still in flight when cand was seen may have changed its timer:
+        # wait until it is written
+        stale = Signal()
+        m.d.comb += stale.eq(a_hit | (e_valid & (e_qp == scan_q)) | (a_valid & (a_qp == scan_q)))
 
-        # ---- pick the event
+        # ---- pick the event: an event of the QP in stage A waits one cycle (read after write)
+        def hazard(qp):
+            return e_valid & (e_qp == qp)
+
         ack_turn = Signal(init=1)          # ack and sent alternate when both wait
+        psn_ok = self.psn_set.valid & ~hazard(self.psn_set.payload.qp)
+        ctx_ok = self.ctx_set.valid & ~hazard(self.ctx_set.payload.qp)
+        ack_ok = self.ack.valid & ~hazard(self.ack.payload.qp)
+        sent_ok = self.sent.valid & ~hazard(self.sent.payload.qp)
         ev_psn = Signal()
         ev_ctx = Signal()
         ev_fire = Signal()
         ev_ack = Signal()
         ev_sent = Signal()
-        with m.If(self.psn_set.valid):
-            m.d.comb += ev_psn.eq(1)
-        with m.Elif(self.ctx_set.valid):
-            m.d.comb += ev_ctx.eq(1)
-        with m.Elif(expired):
-            m.d.comb += ev_fire.eq(1)
-        with m.Elif(self.ack.valid & (ack_turn | ~self.sent.valid)):
-            m.d.comb += ev_ack.eq(1)
-        with m.Elif(self.sent.valid):
-            m.d.comb += ev_sent.eq(1)
         m.d.comb += [
+            ev_psn.eq(psn_ok),
+            ev_ctx.eq(~psn_ok & ctx_ok),
+            ev_fire.eq(~psn_ok & ~ctx_ok & cand & ~stale),
+            # an expired timer is served before any ack/sent
+            ev_ack.eq(~psn_ok & ~ctx_ok & ~cand & ack_ok & (ack_turn | ~sent_ok)),
+            ev_sent.eq(~psn_ok & ~ctx_ok & ~cand & sent_ok & ~(ack_ok & ack_turn)),
             self.psn_set.ready.eq(ev_psn),
             self.ctx_set.ready.eq(ev_ctx),
             self.ack.ready.eq(ev_ack),
@@ -266,43 +309,151 @@ class RetryEngine(wiring.Component):
             m.d.sync += ack_turn.eq(0)
         with m.Elif(ev_sent):
             m.d.sync += ack_turn.eq(1)
-        with m.If(~ev_fire & ~expired):
+        m.d.sync += [cand.eq(raw & ~ev_fire), a_hit.eq(a_valid & (a_qp == scan_q))]
+        with m.If(ev_fire | ~raw):
             m.d.sync += scan_q.eq(Mux(scan_q == n - 1, 0, scan_q + 1))
 
-        q = Signal(range(n))
+        m.d.sync += [e_valid.eq(ev_psn | ev_ctx | ev_fire | ev_ack | ev_sent),
+                     e_now.eq(now), e_now1.eq(now1)]
         with m.If(ev_psn):
-            m.d.comb += q.eq(self.psn_set.payload.qp)
+            m.d.sync += [e_kind.eq(_Ev.PSN), e_qp.eq(self.psn_set.payload.qp),
+                         e_psn.eq(self.psn_set.payload.psn)]
         with m.Elif(ev_ctx):
-            m.d.comb += q.eq(self.ctx_set.payload.qp)
+            c = self.ctx_set.payload.context
+            m.d.sync += [e_kind.eq(_Ev.CTX), e_qp.eq(self.ctx_set.payload.qp),
+                         e_ctx.state.eq(c.state), e_ctx.timeout.eq(c.timeout),
+                         e_ctx.retry_cnt.eq(c.retry_cnt), e_ctx.rnr_retry.eq(c.rnr_retry)]
         with m.Elif(ev_fire):
-            m.d.comb += q.eq(scan_q)
+            m.d.sync += [e_kind.eq(_Ev.FIRE), e_qp.eq(scan_q)]
         with m.Elif(ev_ack):
-            m.d.comb += q.eq(self.ack.payload.qp)
-        with m.Else():
-            m.d.comb += q.eq(self.sent.payload.qp)
-        # events naming a QP outside the table change nothing
-        in_table = Signal()
-        with m.If(ev_psn):
-            m.d.comb += in_table.eq(self.psn_set.payload.qp < n)
-        with m.Elif(ev_ctx):
-            m.d.comb += in_table.eq(self.ctx_set.payload.qp < n)
-        with m.Elif(ev_ack):
-            m.d.comb += in_table.eq(self.ack.payload.qp < n)
+            m.d.sync += [e_kind.eq(_Ev.ACK), e_qp.eq(self.ack.payload.qp),
+                         e_psn.eq(self.ack.payload.psn), e_syn.eq(self.ack.payload.syndrome)]
         with m.Elif(ev_sent):
-            m.d.comb += in_table.eq(self.sent.payload.qp < n)
+            m.d.sync += [e_kind.eq(_Ev.SENT), e_qp.eq(self.sent.payload.qp),
+                         e_psn.eq(self.sent.payload.psn),
+                         e_packets.eq(self.sent.payload.packets)]
+        # events naming a QP outside the table change nothing
+        with m.If(ev_psn):
+            m.d.sync += e_in.eq(self.psn_set.payload.qp < n)
+        with m.Elif(ev_ctx):
+            m.d.sync += e_in.eq(self.ctx_set.payload.qp < n)
+        with m.Elif(ev_ack):
+            m.d.sync += e_in.eq(self.ack.payload.qp < n)
+        with m.Elif(ev_sent):
+            m.d.sync += e_in.eq(self.sent.payload.qp < n)
         with m.Else():
-            m.d.comb += in_table.eq(ev_fire)
+            m.d.sync += e_in.eq(1)
 
-        m.d.comb += [rp.addr.eq(q), crp.addr.eq(q)]
+        # ---- stage A: read the QP's state, compute what stage B decides on
+        m.d.comb += rp.addr.eq(e_qp)
         st = rp.data
-        new = Signal(RETRY_STATE)
-        m.d.comb += new.eq(st)
-        cnt_inc = Signal(data.ArrayLayout(6, nc))        # added to each per-QP counter
-        is_err = errored.bit_select(q, 1)
+        p = e_psn
+        a_st = Signal(RETRY_STATE)
+        a_psn = Signal(24)
+        a_pm1 = Signal(24)                  # p - 1
+        a_ctx = Signal.like(e_ctx)
+        # the event, decoded (each only for a QP inside the table; ``fire``/``ack``/``sent``
+        # only for a QP not in the error state)
+        a_psn_set = Signal()
+        a_ctx_set = Signal()
+        a_fire = Signal()
+        a_ack = Signal()
+        a_sent = Signal()
+        a_flush = Signal()                  # ctx_set: RESET or ERROR, the QP not failed yet
+        a_is_ack = Signal()                 # the syndrome's class
+        a_is_rnr = Signal()
+        a_is_seq = Signal()
+        a_is_fatal = Signal()
+        a_fatal_status = Signal(CplStatus)
+        a_span1 = Signal()                  # nothing outstanding (sent_max - acked == 1)
+        a_step0 = Signal()                  # ACK: p == acked
+        a_step_in = Signal()                # ACK: p - acked in [1, sent_max - acked - 1]
+        a_imp0 = Signal()                   # NAK: p - 1 == acked
+        a_nak_ok = Signal()                 # NAK: p - 1 in [acked, sent_max - 1]
+        a_end_p = Signal()                  # p + 1 == sent_max
+        a_end_pm1 = Signal()                # p == sent_max
+        a_seq_repeat = Signal()             # a repeat of the NAK of the last rewind
+        a_newer = Signal()                  # sent: psn >= sent_max
+        a_packets = Signal(6)
+        a_resent = Signal(6)
+        a_due = Signal()                    # the timer has expired (checked again)
+        a_out = Signal()                    # retries >= retry_cnt
+        a_seq_out = Signal()                # ... for a sequence NAK (the count after p - 1)
+        a_rnr_out = Signal()                # ... for an RNR NAK, against rnr_retry
+        a_retries1 = Signal(3)              # retries + 1
+        a_seq_retries = Signal(3)           # retries after a sequence NAK's rewind
+        a_rnr_retries = Signal(3)           # rnr_retries after an RNR NAK's wait
+        a_dl_timeout = Signal(TIME_BITS)    # now + 1 + the QP's timeout
+        a_dl_rnr = Signal(TIME_BITS)        # now + 1 + the RNR delay of the NAK's code
 
-        # outputs of this event
-        cpl = self.cpl_ack
-        sch = self.sched
+        span = Signal(24)                   # sent_max - acked: 1 + packets outstanding
+        step = Signal(24)                   # ACK: p - acked
+        implied = Signal(24)                # NAK: p - 1 - acked
+        before = Signal(24)                 # sent: packets before sent_max were sent before
+        imp0 = Signal()
+        m.d.comb += [
+            span.eq(st.sent_max - st.acked),
+            step.eq(p - st.acked),
+            implied.eq(p + ~st.acked),
+            before.eq(st.sent_max + ~p + e_packets),
+            imp0.eq(implied == 0),
+        ]
+        e_err = errored.bit_select(e_qp[:len(scan_q)], 1) if n > 1 else errored[0]
+        live = e_valid & e_in & ~e_err
+        syn = e_syn
+        cls = syn[5:8]
+        rnr_table = Array(Const(rnr_ticks(k), TIME_BITS) for k in range(32))
+        m.d.sync += [
+            a_valid.eq(e_valid), a_kind.eq(e_kind), a_qp.eq(e_qp), a_in.eq(e_in),
+            a_st.eq(st), a_psn.eq(p), a_pm1.eq(p - 1), a_ctx.eq(e_ctx),
+            a_psn_set.eq(e_valid & e_in & (e_kind == _Ev.PSN)),
+            a_ctx_set.eq(e_valid & e_in & (e_kind == _Ev.CTX)),
+            a_fire.eq(live & (e_kind == _Ev.FIRE)),
+            a_ack.eq(live & (e_kind == _Ev.ACK)),
+            a_sent.eq(live & (e_kind == _Ev.SENT)),
+            a_flush.eq(((e_ctx.state == QpState.RESET) | (e_ctx.state == QpState.ERROR)) &
+                       ~e_err),
+            a_is_ack.eq(cls == 0b000),
+            a_is_rnr.eq(cls == 0b001),
+            a_is_seq.eq(syn == _SYN_SEQ),
+            a_is_fatal.eq((syn == 0x61) | (syn == 0x62) | (syn == 0x63)),
+            a_fatal_status.eq(Mux(syn[1], Mux(syn[0], CplStatus.REMOTE_OP,
+                                              CplStatus.REMOTE_ACCESS),
+                                  CplStatus.REMOTE_INVALID)),
+            a_span1.eq(span == 1),
+            a_step0.eq(step == 0),
+            a_step_in.eq((step != 0) & (step < span)),
+            a_imp0.eq(imp0),
+            a_nak_ok.eq(implied < span),
+            a_end_p.eq((p + 1)[:24] == st.sent_max),
+            a_end_pm1.eq(p == st.sent_max),
+            a_seq_repeat.eq(st.rewind_active & (st.rewind_psn == p) & imp0),
+            a_newer.eq((p - st.sent_max)[23] == 0),
+            a_packets.eq(e_packets),
+            a_resent.eq(Mux(before[23], 0, Mux(before >= e_packets, e_packets, before))),
+            a_due.eq(st.armed & ~(e_now - st.deadline)[-1]),
+            a_out.eq(st.retries >= st.retry_cnt),
+            a_seq_out.eq(Mux(imp0, st.retries >= st.retry_cnt, st.retry_cnt == 0)),
+            a_rnr_out.eq((st.rnr_retry != 7) &
+                         Mux(imp0, st.rnr_retries >= st.rnr_retry, st.rnr_retry == 0)),
+            a_retries1.eq(st.retries + 1),
+            a_seq_retries.eq(Mux(imp0, st.retries + 1, 1)),
+            a_rnr_retries.eq(Mux(imp0, Mux(st.rnr_retries == 7, 7, st.rnr_retries + 1), 1)),
+            a_dl_timeout.eq(e_now1 + (Const(1, TIME_BITS) << (st.timeout + 2))),
+            a_dl_rnr.eq(e_now1 + rnr_table[e_syn[:5]]),
+        ]
+
+        # ---- stage B: decide, write the state, register the outputs
+        s = a_st
+        q = a_qp[:len(scan_q)] if n > 1 else Const(0, 1)
+        new = Signal(RETRY_STATE)
+        m.d.comb += new.eq(s)
+        cnt_inc = Signal(data.ArrayLayout(6, nc))        # added to each per-QP counter
+
+        cpl_valid = Signal()
+        cpl_psn = Signal(24)
+        sch_valid = Signal()
+        sch_kind = Signal(SchedKind)
         fail = Signal()
         fail_status = Signal(CplStatus)
         pulse = {name: Signal(name=f"pulse_{name}") for name in COUNTERS}
@@ -313,151 +464,109 @@ class RetryEngine(wiring.Component):
             if name in pulse:
                 m.d.comb += pulse[name].eq(1)
 
-        def duration(code):
-            return Const(1, TIME_BITS) << (code + 2)
-
         def restart_timer():
             m.d.sync += held.bit_select(q, 1).eq(0)
-            with m.If(st.timeout != 0):
-                m.d.comb += [new.armed.eq(1), new.rnr_wait.eq(0),
-                             new.deadline.eq(now + 1 + duration(st.timeout))]
-            with m.Else():
-                m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
+            m.d.comb += [new.armed.eq(s.timeout != 0), new.rnr_wait.eq(0),
+                         new.deadline.eq(a_dl_timeout)]
 
         def rewind():
-            m.d.comb += [sch.valid.eq(1), sch.payload.kind.eq(SchedKind.REWIND)]
+            m.d.comb += [sch_valid.eq(1), sch_kind.eq(SchedKind.REWIND)]
             count("rewinds")
 
-        a = self.ack.payload
-        p = a.psn
-        span = Signal(24)                       # sent_max - acked: 1 + packets outstanding
-        m.d.comb += span.eq(st.sent_max - st.acked)
-        step = Signal(24)                       # ACK: p - acked
-        m.d.comb += step.eq(p - st.acked)
-        implied = Signal(24)                    # NAK: p - 1 - acked
-        m.d.comb += implied.eq(p - 1 - st.acked)
-        cls = a.syndrome[5:8]
-        is_ack = cls == 0b000
-        is_rnr = cls == 0b001
-        is_seq = a.syndrome == _SYN_SEQ
-        is_fatal = Signal()
-        m.d.comb += is_fatal.eq((a.syndrome == 0x61) | (a.syndrome == 0x62) | (a.syndrome == 0x63))
-        nak_ok = Signal()                       # the NAK's p - 1 is in [acked, sent_max - 1]
-        m.d.comb += nak_ok.eq(implied < span)
-        moved_to = Signal(24)
-        progress = Signal()
-
-        def apply_progress(to):
+        def apply_progress(to, ends):
             m.d.comb += [
-                progress.eq(1), moved_to.eq(to),
                 new.acked.eq(to), new.retries.eq(0), new.rnr_retries.eq(0),
                 new.rewind_active.eq(0),
-                cpl.valid.eq(1), cpl.payload.psn.eq(to),
-                sch.valid.eq(1), sch.payload.kind.eq(SchedKind.ADVANCE),
+                cpl_valid.eq(1), cpl_psn.eq(to),
+                sch_valid.eq(1), sch_kind.eq(SchedKind.ADVANCE),
             ]
-            with m.If((to + 1)[:24] == st.sent_max):
+            with m.If(ends):
                 m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
                 m.d.sync += held.bit_select(q, 1).eq(0)
             with m.Else():
                 restart_timer()
 
-        m.d.comb += [cpl.payload.qp.eq(q), sch.payload.qp.eq(q)]
-
-        with m.If(ev_psn & in_table):
-            ps = self.psn_set.payload.psn
+        with m.If(a_psn_set):
             m.d.comb += [
-                new.acked.eq(ps - 1), new.sent_max.eq(ps), new.armed.eq(0), new.rnr_wait.eq(0),
-                new.retries.eq(0), new.rnr_retries.eq(0), new.rewind_active.eq(0),
-                new.err_status.eq(CplStatus.OK),
-                cpl.valid.eq(1), cpl.payload.psn.eq(ps - 1),
-                sch.valid.eq(1), sch.payload.kind.eq(SchedKind.RESET),
+                new.acked.eq(a_pm1), new.sent_max.eq(a_psn), new.armed.eq(0),
+                new.rnr_wait.eq(0), new.retries.eq(0), new.rnr_retries.eq(0),
+                new.rewind_active.eq(0), new.err_status.eq(CplStatus.OK),
+                cpl_valid.eq(1), cpl_psn.eq(a_pm1),
+                sch_valid.eq(1), sch_kind.eq(SchedKind.RESET),
             ]
             m.d.sync += [errored.bit_select(q, 1).eq(0), held.bit_select(q, 1).eq(0)]
-        with m.Elif(ev_ctx & in_table):
-            c = self.ctx_set.payload.context
+        with m.Elif(a_ctx_set):
+            c = a_ctx
             m.d.comb += [new.timeout.eq(c.timeout), new.retry_cnt.eq(c.retry_cnt),
                          new.rnr_retry.eq(c.rnr_retry)]
-            with m.If(((c.state == QpState.RESET) | (c.state == QpState.ERROR)) & ~is_err):
+            with m.If(a_flush):
                 m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.FLUSHED)]
-        with m.Elif(is_err | ~in_table):
-            pass
-        with m.Elif(ev_sent):
-            sp = self.sent.payload
-            # packets before sent_max were sent before: resent
-            before = Signal(24)
-            m.d.comb += before.eq(st.sent_max - (sp.psn - sp.packets + 1))
-            resent = Mux(before[23], 0, Mux(before >= sp.packets, sp.packets, before))
-            m.d.comb += [cnt_inc[QP_COUNTERS.index("packets")].eq(sp.packets),
-                         cnt_inc[QP_COUNTERS.index("resent")].eq(resent)]
-            with m.If((sp.psn - st.sent_max)[23] == 0):     # psn >= sent_max: newer
-                m.d.comb += new.sent_max.eq(sp.psn + 1)
-            with m.If(~st.armed):
+        with m.Elif(a_sent):
+            m.d.comb += [cnt_inc[QP_COUNTERS.index("packets")].eq(a_packets),
+                         cnt_inc[QP_COUNTERS.index("resent")].eq(a_resent)]
+            with m.If(a_newer):
+                m.d.comb += new.sent_max.eq((a_psn + 1)[:24])
+            with m.If(~s.armed):
                 restart_timer()
-        with m.Elif(ev_fire):
-            with m.If(st.rnr_wait):
+        with m.Elif(a_fire):
+            with m.If(~a_due):
+                pass                                          # restarted meanwhile
+            with m.Elif(s.rnr_wait):
                 m.d.sync += held.bit_select(q, 1).eq(0)
                 m.d.comb += new.rewind_active.eq(0)
                 rewind()
                 restart_timer()
-            with m.Elif(span == 1):                           # nothing outstanding
+            with m.Elif(a_span1):                             # nothing outstanding
                 m.d.comb += new.armed.eq(0)
             with m.Else():
                 count("timeouts")
-                with m.If(st.retries >= st.retry_cnt):
+                with m.If(a_out):
                     m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RETRY_EXCEEDED)]
                 with m.Else():
-                    m.d.comb += [new.retries.eq(st.retries + 1), new.rewind_active.eq(0)]
+                    m.d.comb += [new.retries.eq(a_retries1), new.rewind_active.eq(0)]
                     rewind()
                     restart_timer()
-        with m.Elif(ev_ack):
-            with m.If(is_ack):
-                with m.If((step != 0) & (step < span)):
+        with m.Elif(a_ack):                                   # ACK or NAK
+            with m.If(a_is_ack):
+                with m.If(a_step_in):
                     count("acks")
-                    apply_progress(p)
-                with m.Elif(step == 0):
+                    apply_progress(a_psn, a_end_p)
+                with m.Elif(a_step0):
                     count("acks")
                     count("stale_acks")
                 with m.Else():
                     count("ignored")
-            with m.Elif(~nak_ok):
+            with m.Elif(~a_nak_ok):
                 count("ignored")
             with m.Else():
-                with m.If(implied != 0):
-                    apply_progress(p - 1)
-                with m.If(is_seq):
+                with m.If(~a_imp0):
+                    apply_progress(a_pm1, a_end_pm1)
+                with m.If(a_is_seq):
                     count("seq_naks")
-                    with m.If(st.rewind_active & (st.rewind_psn == p) & (implied == 0)):
+                    with m.If(a_seq_repeat):
                         count("ignored")
-                    with m.Elif(Mux(implied != 0, 0, st.retries) >= st.retry_cnt):
+                    with m.Elif(a_seq_out):
                         m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RETRY_EXCEEDED)]
                     with m.Else():
-                        m.d.comb += [new.retries.eq(Mux(implied != 0, 1, st.retries + 1)),
-                                     new.rewind_active.eq(1), new.rewind_psn.eq(p)]
+                        m.d.comb += [new.retries.eq(a_seq_retries),
+                                     new.rewind_active.eq(1), new.rewind_psn.eq(a_psn)]
                         rewind()
                         restart_timer()
-                with m.Elif(is_rnr):
+                with m.Elif(a_is_rnr):
                     count("rnr_naks")
-                    with m.If(st.rnr_wait & (implied == 0)):
+                    with m.If(s.rnr_wait & a_imp0):
                         count("ignored")
-                    with m.Elif((st.rnr_retry != 7) &
-                                (Mux(implied != 0, 0, st.rnr_retries) >= st.rnr_retry)):
+                    with m.Elif(a_rnr_out):
                         m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RNR_RETRY_EXCEEDED)]
                     with m.Else():
-                        table = Array(Const(rnr_ticks(k), TIME_BITS) for k in range(32))
                         m.d.comb += [
-                            new.rnr_retries.eq(Mux(implied != 0, 1,
-                                                   Mux(st.rnr_retries == 7, 7,
-                                                       st.rnr_retries + 1))),
-                            new.armed.eq(1), new.rnr_wait.eq(1),
-                            new.deadline.eq(now + 1 + table[a.syndrome[:5]]),
+                            new.rnr_retries.eq(a_rnr_retries),
+                            new.armed.eq(1), new.rnr_wait.eq(1), new.deadline.eq(a_dl_rnr),
                         ]
                         m.d.sync += held.bit_select(q, 1).eq(1)
-                with m.Elif(is_fatal):
+                with m.Elif(a_is_fatal):
                     count("error_naks")
-                    with m.Switch(a.syndrome):
-                        for syn, status in _ERROR_NAKS.items():
-                            with m.Case(syn):
-                                m.d.comb += [fail.eq(1), fail_status.eq(status)]
+                    m.d.comb += [fail.eq(1), fail_status.eq(a_fatal_status)]
                 with m.Else():
                     count("ignored")
 
@@ -466,11 +575,23 @@ class RetryEngine(wiring.Component):
             m.d.sync += [errored.bit_select(q, 1).eq(1), held.bit_select(q, 1).eq(0)]
             count("qp_errors")
 
-        wrote = (ev_psn | ev_ctx | ev_fire | ev_ack | ev_sent) & in_table
-        m.d.comb += [wp.addr.eq(q), wp.data.eq(new), wp.en.eq(wrote)]
-        m.d.comb += [cwp.addr.eq(q), cwp.en.eq(wrote & (cnt_inc.as_value() != 0))]
+        m.d.comb += [wp.addr.eq(a_qp), wp.data.eq(new), wp.en.eq(a_valid & a_in)]
+        # the outputs, registered: in the cycle after the state is written
+        m.d.sync += [
+            self.cpl_ack.valid.eq(cpl_valid), self.cpl_ack.payload.qp.eq(a_qp),
+            self.cpl_ack.payload.psn.eq(cpl_psn),
+            self.sched.valid.eq(sch_valid), self.sched.payload.qp.eq(a_qp),
+            self.sched.payload.kind.eq(sch_kind),
+        ]
+        m.d.sync += [getattr(self, name).eq(pulse[name]) for name in COUNTERS]
+
+        # ---- stage C: the per-QP counters (read-modify-write of the QP's row)
+        c_valid = Signal()
+        c_qp = Signal(8)
+        c_inc = Signal(data.ArrayLayout(6, nc))
+        m.d.sync += [c_valid.eq(a_valid & a_in & (cnt_inc.as_value() != 0)), c_qp.eq(a_qp),
+                     c_inc.eq(cnt_inc)]
+        m.d.comb += [crp.addr.eq(c_qp), cwp.addr.eq(c_qp), cwp.en.eq(c_valid)]
         for k in range(nc):
-            m.d.comb += cwp.data[k].eq(crp.data[k] + cnt_inc[k])
-        for name in COUNTERS:
-            m.d.comb += getattr(self, name).eq(pulse[name])
+            m.d.comb += cwp.data[k].eq(crp.data[k] + c_inc[k])
         return m
