@@ -111,10 +111,11 @@ class RetryEngine(wiring.Component):
         Packets issued by the scheduler.
     cpl_ack : Out(stream.Signature(ACK_EVENT))
         The new acknowledged PSN of a QP (syndrome 0), to the completion tracker, whenever it
-        changes (and on ``psn_set``). A one-cycle pulse: the consumer must always be ready.
+        changes (and on ``psn_set``). A one-cycle pulse from registers: the consumer must always
+        be ready. At most one every other cycle for one QP.
     sched : Out(stream.Signature(SCHED_EVENT))
-        ADVANCE, REWIND or RESET of a QP, to the scheduler. A one-cycle pulse: the consumer must
-        always be ready.
+        ADVANCE, REWIND or RESET of a QP, to the scheduler. A one-cycle pulse from registers,
+        in the cycle after the state it reports is written: the consumer must always be ready.
     acked_qp / acked_psn
         Combinational read of a QP's acknowledged PSN (for the scheduler's window and rewinds).
     err_qp / err_status
@@ -127,13 +128,18 @@ class RetryEngine(wiring.Component):
         Per-QP counters (:data:`QP_COUNTERS`, 32 bits, wrapping), ``data`` one cycle after the
         address.
     acks ... qp_errors
-        One-cycle pulses (:data:`COUNTERS`).
+        One-cycle pulses (:data:`COUNTERS`), from registers.
 
     Behaviour
     ---------
-    One event per cycle is applied, as a read-modify-write of the QP's state (distributed
-    RAM); priority: ``psn_set``, ``ctx_set``, an expired timer, then ``ack`` and ``sent`` in
-    turn when both wait. All PSN comparisons are modulo 2^24 (serial arithmetic).
+    One event per cycle is taken and applied, as a read-modify-write of the QP's state
+    (distributed RAM) in a pipeline: the event is registered, the state read and the arithmetic
+    on it registered in the next cycle, the decision taken and the state written in the cycle
+    after; the per-QP counters are updated one cycle later still. Priority: ``psn_set``,
+    ``ctx_set``, an expired timer, then ``ack`` and ``sent`` in turn when both wait. An event
+    of the QP taken in the cycle before waits one cycle (its state is being read), and an event
+    of another QP lower in priority is taken instead. All PSN comparisons are modulo 2^24
+    (serial arithmetic).
 
     * ``sent``: ``sent_max`` moves to the newest packet's PSN + 1 (if ahead); the timer is
       armed (if the QP has a timeout code and no timer runs) for 4.096 us x 2^timeout. The
@@ -153,19 +159,28 @@ class RetryEngine(wiring.Component):
     * NAK invalid request / remote access / remote operational error: the QP fails with
       REMOTE_INVALID / REMOTE_ACCESS / REMOTE_OP. Other syndromes (the reserved NAK codes
       and class 0b010): after the implied acknowledgement of p - 1, ignored (counted).
-    * Timer expiry (one QP examined per cycle in turn; one with an expired timer is served
-      before any ``ack``/``sent``): with nothing outstanding the timer stops; else, if
-      ``retries >= retry_cnt`` the QP fails with RETRY_EXCEEDED, else ``retries`` += 1,
-      REWIND, timer restarted. A timer fires between 2^(timeout+2) and 2^(timeout+2) + 1 ticks
-      after it was (re)started (RNR: between its ticks and one more), plus the scan: up to
-      ``num_qps`` cycles, longer only while ``psn_set``/``ctx_set`` writes keep the engine busy.
+    * Timer expiry (one QP examined per cycle in turn, against the time of the next cycle; one
+      with an expired timer is served before any ``ack``/``sent``, after the events of its QP
+      already taken are written, and checked again against its state then): with nothing
+      outstanding the timer stops; else, if ``retries >= retry_cnt`` the QP fails with
+      RETRY_EXCEEDED, else ``retries`` += 1, REWIND, timer restarted. A timer fires between
+      2^(timeout+2) and 2^(timeout+2) + 1 ticks after it was (re)started (RNR: between its
+      ticks and one more), plus the scan: up to ``num_qps`` cycles and two more for the events
+      of its QP in flight, longer only while ``psn_set``/``ctx_set`` writes keep the engine
+      busy. The time of an event is the tick of the cycle it is taken in.
     * Failing: ``errored`` rises, the timer stops, the QP is released, ``err_status`` is the
       cause. Events of an errored QP other than ``psn_set``/``ctx_set`` are ignored (not
       counted), until ``psn_set`` clears the error state (RESET to the scheduler).
 
-    Latency: an event accepted in cycle t has its outputs in cycle t (combinational) and its
-    state written at the end of t. Throughput: one event per cycle. ``ack`` and ``sent`` are
-    held only while a higher-priority event is served.
+    Latency: an event accepted in cycle t has its state read in t + 1 and written at the end of
+    t + 2; its outputs (``cpl_ack``, ``sched``, the pulses) are in cycle t + 3, ``errored`` and
+    ``held`` change at the start of t + 3, ``acked_psn``/``err_status`` of the QP read the new
+    state from t + 3 on, and its per-QP counters are written at the end of t + 3. Throughput:
+    one event per cycle, over QPs; one every other cycle for a single QP. ``ack`` and ``sent``
+    are held while a higher-priority event is served, while an event of their QP was taken in
+    the cycle before, and while an expired timer waits for the events of its QP in flight (two
+    cycles at most). ``psn_set`` is held only while an event of its QP was taken in the
+    cycle before; ``ctx_set`` also while ``psn_set`` goes first.
     """
 
     def __init__(self, num_qps, clk_hz=322_265_625):
