@@ -1,4 +1,4 @@
-from amaranth.hdl import Array, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -267,15 +267,19 @@ class RetryEngine(wiring.Component):
         e_psn = Signal(24)                  # psn_set, ack or sent: the PSN
         e_syn = Signal(8)
         e_packets = Signal(6)
+        e_first = Signal(24)                # sent: the PSN of the first packet
+        e_psn1 = Signal(24)                 # e_psn + 1
+        e_pm1 = Signal(24)                  # e_psn - 1
+        e_qvec = Signal(n)                  # one-hot of the QP (none: no event, or outside)
         e_ctx = Signal(data.StructLayout({"state": QpState, "timeout": 5, "retry_cnt": 3,
                                           "rnr_retry": 3}))
         e_now = Signal(TIME_BITS)
         e_now1 = Signal(TIME_BITS)
 
         a_valid = Signal()
-        a_kind = Signal(_Ev)
         a_qp = Signal(8)
         a_in = Signal()
+        a_qvec = Signal(n)                  # one-hot of the QP (none: no event, or outside)
 
         # ---- timer scan: one QP per cycle; ``cand``: the timer of ``scan_q`` has expired (seen
         # in the state one cycle earlier, against the time of this cycle). The scan stays on a
@@ -292,11 +296,14 @@ class RetryEngine(wiring.Component):
         # an event of the QP still in flight when cand was seen may have changed its timer:
         # wait until it is written
         stale = Signal()
-        m.d.comb += stale.eq(a_hit | (e_valid & (e_qp == scan_q)) | (a_valid & (a_qp == scan_q)))
+        m.d.comb += stale.eq(a_hit | e_qvec.bit_select(scan_q, 1) | a_qvec.bit_select(scan_q, 1))
 
         # ---- pick the event: an event of the QP in stage A waits one cycle (read after write)
+        qw = max(1, (n - 1).bit_length())
+
         def hazard(qp):
-            return e_valid & (e_qp == qp)
+            hit = e_qvec.bit_select(qp[:qw], 1) if n > 1 else e_qvec[0]
+            return hit & (qp[qw:] == 0) if qw < 8 else hit
 
         ack_turn = Signal(init=1)          # ack and sent alternate when both wait
         psn_ok = self.psn_set.valid & ~hazard(self.psn_set.payload.qp)
@@ -324,12 +331,24 @@ class RetryEngine(wiring.Component):
             m.d.sync += ack_turn.eq(0)
         with m.Elif(ev_sent):
             m.d.sync += ack_turn.eq(1)
-        m.d.sync += [cand.eq(raw & ~ev_fire), a_hit.eq(a_valid & (a_qp == scan_q))]
+        m.d.sync += [cand.eq(raw & ~ev_fire), a_hit.eq(a_qvec.bit_select(scan_q, 1))]
         with m.If(ev_fire | ~raw):
             m.d.sync += scan_q.eq(Mux(scan_q == n - 1, 0, scan_q + 1))
 
         m.d.sync += [e_valid.eq(ev_psn | ev_ctx | ev_fire | ev_ack | ev_sent),
                      e_now.eq(now), e_now1.eq(now1)]
+
+        def onehot(qp):
+            return Cat(qp == k for k in range(n))
+
+        m.d.sync += e_qvec.eq(Mux(ev_psn, onehot(self.psn_set.payload.qp), 0) |
+                              Mux(ev_ctx, onehot(self.ctx_set.payload.qp), 0) |
+                              Mux(ev_fire, onehot(scan_q), 0) |
+                              Mux(ev_ack, onehot(self.ack.payload.qp), 0) |
+                              Mux(ev_sent, onehot(self.sent.payload.qp), 0))
+        for ev, port in ((ev_psn, self.psn_set), (ev_ack, self.ack), (ev_sent, self.sent)):
+            with m.If(ev):
+                m.d.sync += [e_psn1.eq(port.payload.psn + 1), e_pm1.eq(port.payload.psn - 1)]
         with m.If(ev_psn):
             m.d.sync += [e_kind.eq(_Ev.PSN), e_qp.eq(self.psn_set.payload.qp),
                          e_psn.eq(self.psn_set.payload.psn)]
@@ -346,7 +365,8 @@ class RetryEngine(wiring.Component):
         with m.Elif(ev_sent):
             m.d.sync += [e_kind.eq(_Ev.SENT), e_qp.eq(self.sent.payload.qp),
                          e_psn.eq(self.sent.payload.psn),
-                         e_packets.eq(self.sent.payload.packets)]
+                         e_packets.eq(self.sent.payload.packets),
+                         e_first.eq(self.sent.payload.psn - self.sent.payload.packets + 1)]
         # events naming a QP outside the table change nothing
         with m.If(ev_psn):
             m.d.sync += e_in.eq(self.psn_set.payload.qp < n)
@@ -359,253 +379,211 @@ class RetryEngine(wiring.Component):
         with m.Else():
             m.d.sync += e_in.eq(1)
 
-        # ---- stage A: read the QP's state, compute what stage B decides on
+        # ---- stage A: read the QP's state and decide: what the event does, as flags
         m.d.comb += rp.addr.eq(e_qp)
         st = rp.data
         p = e_psn
+        e_err = errored.bit_select(e_qp[:len(scan_q)], 1) if n > 1 else errored[0]
+        live = e_valid & e_in & ~e_err      # events other than psn_set/ctx_set: not failed
+
+        span = Signal(24)                   # sent_max - acked: 1 + packets outstanding
+        span_m1 = Signal(24)                # sent_max - acked - 1: packets outstanding
+        implied = Signal(24)                # NAK: p - 1 - acked (ACK: p - acked - 1)
+        before = Signal(24)                 # sent: packets before sent_max were sent before
+        imp0 = Signal()                     # NAK: p - 1 == acked
+        m.d.comb += [
+            span.eq(st.sent_max - st.acked),
+            span_m1.eq(st.sent_max + ~st.acked),
+            implied.eq(p + ~st.acked),
+            before.eq(st.sent_max - e_first),
+            imp0.eq(e_pm1 == st.acked),
+        ]
+        syn = e_syn
+        cls = syn[5:8]
+        is_ack = cls == 0b000
+        is_rnr = cls == 0b001
+        is_seq = syn == _SYN_SEQ
+        is_fatal = (syn == 0x61) | (syn == 0x62) | (syn == 0x63)
+
+        k_psn = e_valid & e_in & (e_kind == _Ev.PSN)
+        k_ctx = e_valid & e_in & (e_kind == _Ev.CTX)
+        k_fire = live & (e_kind == _Ev.FIRE)
+        k_ack = live & (e_kind == _Ev.ACK)
+        k_sent = live & (e_kind == _Ev.SENT)
+        step_in = implied < span_m1         # ACK: p - acked in [1, span - 1]
+        step0 = p == st.acked               # ACK: stale
+        nak_ok = implied < span             # NAK: p - 1 in [acked, sent_max - 1]
+        nak = k_ack & ~is_ack & nak_ok
+        repeat = st.rewind_active & (st.rewind_psn == p) & imp0
+        seq = nak & is_seq
+        seq_out = Mux(imp0, st.retries >= st.retry_cnt, st.retry_cnt == 0)
+        rnr = nak & is_rnr
+        rnr_ign = st.rnr_wait & imp0
+        rnr_out = (st.rnr_retry != 7) & Mux(imp0, st.rnr_retries >= st.rnr_retry,
+                                              st.rnr_retry == 0)
+        due = st.armed & ~(e_now - st.deadline)[-1]     # checked again: it may have restarted
+        fire = k_fire & due
+        fire_to = fire & ~st.rnr_wait & (span != 1)
+        prog_end = Mux(is_ack, e_psn1 == st.sent_max, p == st.sent_max)
+
+        F = {}                              # the flags, registered for stage B
+        for name, value in {
+            "psn": k_psn,
+            "ctx": k_ctx,
+            "sent": k_sent,
+            # the acknowledged PSN moves (to p, or p - 1 for a NAK)
+            "prog": k_ack & Mux(is_ack, step_in, nak_ok & ~imp0),
+            "prog_end": prog_end,           # ... and nothing is outstanding then
+            "acks": k_ack & is_ack & (step_in | step0),
+            "stale": k_ack & is_ack & step0,
+            "seq": seq,
+            "seq_rew": seq & ~repeat & ~seq_out,
+            "rnr": rnr,
+            "rnr_start": rnr & ~rnr_ign & ~rnr_out,
+            "fatal": nak & is_fatal,
+            "ignored": (k_ack & is_ack & ~step_in & ~step0) | (k_ack & ~is_ack & ~nak_ok) |
+                       (seq & repeat) | (rnr & rnr_ign) |
+                       (nak & ~is_seq & ~is_rnr & ~is_fatal),
+            "fire_rnr": fire & st.rnr_wait,
+            "fire_stop": fire & ~st.rnr_wait & (span == 1),
+            "timeouts": fire_to,
+            "fire_rew": fire_to & (st.retries < st.retry_cnt),
+            "sent_restart": k_sent & ~st.armed,
+            "sent_newer": k_sent & ~(p - st.sent_max)[23],
+            "fail_flush": k_ctx & ((e_ctx.state == QpState.RESET) |
+                                   (e_ctx.state == QpState.ERROR)) & ~e_err,
+            "fail_retry": (fire_to & (st.retries >= st.retry_cnt)) | (seq & ~repeat & seq_out),
+            "fail_rnr": rnr & ~rnr_ign & rnr_out,
+            "timeout_nz": st.timeout != 0,
+        }.items():
+            F[name] = Signal(name=f"a_{name}")
+            m.d.sync += F[name].eq(value)
+
         a_st = Signal(RETRY_STATE)
         a_psn = Signal(24)
+        a_psn1 = Signal(24)                 # p + 1
         a_pm1 = Signal(24)                  # p - 1
         a_ctx = Signal.like(e_ctx)
-        # the event, decoded (each only for a QP inside the table; ``fire``/``ack``/``sent``
-        # only for a QP not in the error state)
-        a_psn_set = Signal()
-        a_ctx_set = Signal()
-        a_fire = Signal()
-        a_ack = Signal()
-        a_sent = Signal()
-        a_flush = Signal()                  # ctx_set: RESET or ERROR, the QP not failed yet
-        a_is_ack = Signal()                 # the syndrome's class
-        a_is_rnr = Signal()
-        a_is_seq = Signal()
-        a_is_fatal = Signal()
         a_fatal_status = Signal(CplStatus)
-        a_span1 = Signal()                  # nothing outstanding (sent_max - acked == 1)
-        a_step0 = Signal()                  # ACK: p == acked
-        a_step_in = Signal()                # ACK: p - acked in [1, sent_max - acked - 1]
-        a_imp0 = Signal()                   # NAK: p - 1 == acked
-        a_nak_ok = Signal()                 # NAK: p - 1 in [acked, sent_max - 1]
-        a_end_p = Signal()                  # p + 1 == sent_max
-        a_end_pm1 = Signal()                # p == sent_max
-        a_seq_repeat = Signal()             # a repeat of the NAK of the last rewind
-        a_newer = Signal()                  # sent: psn >= sent_max
         a_packets = Signal(6)
         a_resent = Signal(6)
-        a_due = Signal()                    # the timer has expired (checked again)
-        a_out = Signal()                    # retries >= retry_cnt
-        a_seq_out = Signal()                # ... for a sequence NAK (the count after p - 1)
-        a_rnr_out = Signal()                # ... for an RNR NAK, against rnr_retry
-        a_retries1 = Signal(3)              # retries + 1
         a_seq_retries = Signal(3)           # retries after a sequence NAK's rewind
         a_rnr_retries = Signal(3)           # rnr_retries after an RNR NAK's wait
         a_dl_timeout = Signal(TIME_BITS)    # now + 1 + the QP's timeout
         a_dl_rnr = Signal(TIME_BITS)        # now + 1 + the RNR delay of the NAK's code
-
-        span = Signal(24)                   # sent_max - acked: 1 + packets outstanding
-        step = Signal(24)                   # ACK: p - acked
-        implied = Signal(24)                # NAK: p - 1 - acked
-        before = Signal(24)                 # sent: packets before sent_max were sent before
-        imp0 = Signal()
-        m.d.comb += [
-            span.eq(st.sent_max - st.acked),
-            step.eq(p - st.acked),
-            implied.eq(p + ~st.acked),
-            before.eq(st.sent_max + ~p + e_packets),
-            imp0.eq(implied == 0),
-        ]
-        e_err = errored.bit_select(e_qp[:len(scan_q)], 1) if n > 1 else errored[0]
-        live = e_valid & e_in & ~e_err
-        syn = e_syn
-        cls = syn[5:8]
         rnr_table = Array(Const(rnr_ticks(k), TIME_BITS) for k in range(32))
         m.d.sync += [
-            a_valid.eq(e_valid), a_kind.eq(e_kind), a_qp.eq(e_qp), a_in.eq(e_in),
-            a_st.eq(st), a_psn.eq(p), a_pm1.eq(p - 1), a_ctx.eq(e_ctx),
-            a_psn_set.eq(e_valid & e_in & (e_kind == _Ev.PSN)),
-            a_ctx_set.eq(e_valid & e_in & (e_kind == _Ev.CTX)),
-            a_fire.eq(live & (e_kind == _Ev.FIRE)),
-            a_ack.eq(live & (e_kind == _Ev.ACK)),
-            a_sent.eq(live & (e_kind == _Ev.SENT)),
-            a_flush.eq(((e_ctx.state == QpState.RESET) | (e_ctx.state == QpState.ERROR)) &
-                       ~e_err),
-            a_is_ack.eq(cls == 0b000),
-            a_is_rnr.eq(cls == 0b001),
-            a_is_seq.eq(syn == _SYN_SEQ),
-            a_is_fatal.eq((syn == 0x61) | (syn == 0x62) | (syn == 0x63)),
+            a_valid.eq(e_valid), a_qp.eq(e_qp), a_in.eq(e_in),
+            a_qvec.eq(e_qvec),
+            a_st.eq(st), a_psn.eq(p), a_psn1.eq(e_psn1), a_pm1.eq(e_pm1), a_ctx.eq(e_ctx),
             a_fatal_status.eq(Mux(syn[1], Mux(syn[0], CplStatus.REMOTE_OP,
                                               CplStatus.REMOTE_ACCESS),
                                   CplStatus.REMOTE_INVALID)),
-            a_span1.eq(span == 1),
-            a_step0.eq(step == 0),
-            a_step_in.eq((step != 0) & (step < span)),
-            a_imp0.eq(imp0),
-            a_nak_ok.eq(implied < span),
-            a_end_p.eq((p + 1)[:24] == st.sent_max),
-            a_end_pm1.eq(p == st.sent_max),
-            a_seq_repeat.eq(st.rewind_active & (st.rewind_psn == p) & imp0),
-            a_newer.eq((p - st.sent_max)[23] == 0),
             a_packets.eq(e_packets),
             a_resent.eq(Mux(before[23], 0, Mux(before >= e_packets, e_packets, before))),
-            a_due.eq(st.armed & ~(e_now - st.deadline)[-1]),
-            a_out.eq(st.retries >= st.retry_cnt),
-            a_seq_out.eq(Mux(imp0, st.retries >= st.retry_cnt, st.retry_cnt == 0)),
-            a_rnr_out.eq((st.rnr_retry != 7) &
-                         Mux(imp0, st.rnr_retries >= st.rnr_retry, st.rnr_retry == 0)),
-            a_retries1.eq(st.retries + 1),
             a_seq_retries.eq(Mux(imp0, st.retries + 1, 1)),
             a_rnr_retries.eq(Mux(imp0, Mux(st.rnr_retries == 7, 7, st.rnr_retries + 1), 1)),
             a_dl_timeout.eq(e_now1 + (Const(1, TIME_BITS) << (st.timeout + 2))),
             a_dl_rnr.eq(e_now1 + rnr_table[e_syn[:5]]),
         ]
 
-        # ---- stage B: decide, write the state, register the outputs
+        # ---- stage B: the new state from the flags, written; the outputs registered
         s = a_st
-        q = a_qp[:len(scan_q)] if n > 1 else Const(0, 1)
+        fail = F["fail_flush"] | F["fail_retry"] | F["fail_rnr"] | F["fatal"]
+        fail_status = Signal(CplStatus)
+        with m.If(F["fail_flush"]):
+            m.d.comb += fail_status.eq(CplStatus.FLUSHED)
+        with m.Elif(F["fail_retry"]):
+            m.d.comb += fail_status.eq(CplStatus.RETRY_EXCEEDED)
+        with m.Elif(F["fail_rnr"]):
+            m.d.comb += fail_status.eq(CplStatus.RNR_RETRY_EXCEEDED)
+        with m.Else():
+            m.d.comb += fail_status.eq(a_fatal_status)
+        prog = F["prog"]
+        rewind = F["fire_rnr"] | F["fire_rew"] | F["seq_rew"]
+        # the retransmit timer restarts (an RNR wait, a failure or psn_set take precedence)
+        restart = (F["sent_restart"] | rewind | (prog & ~F["prog_end"]))
+        stop = (prog & F["prog_end"]) | F["fire_stop"]
+        prog_to = Mux(F["acks"], a_psn, a_pm1)
+
         new = Signal(RETRY_STATE)
         m.d.comb += new.eq(s)
-        cnt_inc = Signal(data.ArrayLayout(6, nc))        # added to each per-QP counter
-
-        cpl_valid = Signal()
-        cpl_psn = Signal(24)
-        sch_valid = Signal()
-        sch_kind = Signal(SchedKind)
-        fail = Signal()
-        fail_status = Signal(CplStatus)
-        pulse = {name: Signal(name=f"pulse_{name}") for name in COUNTERS}
-
-        def count(name):
-            if name in QP_COUNTERS:
-                m.d.comb += cnt_inc[QP_COUNTERS.index(name)].eq(1)
-            if name in pulse:
-                m.d.comb += pulse[name].eq(1)
-
-        def restart_timer():
-            m.d.sync += held.bit_select(q, 1).eq(0)
-            m.d.comb += [new.armed.eq(s.timeout != 0), new.rnr_wait.eq(0),
+        with m.If(F["psn"]):
+            m.d.comb += [new.acked.eq(a_pm1), new.sent_max.eq(a_psn)]
+        with m.Elif(prog):
+            m.d.comb += new.acked.eq(prog_to)
+        with m.Elif(F["sent_newer"]):
+            m.d.comb += new.sent_max.eq(a_psn1)
+        with m.If(fail | F["psn"]):
+            m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
+        with m.Elif(F["rnr_start"]):
+            m.d.comb += [new.armed.eq(1), new.rnr_wait.eq(1), new.deadline.eq(a_dl_rnr)]
+        with m.Elif(restart):
+            m.d.comb += [new.armed.eq(F["timeout_nz"]), new.rnr_wait.eq(0),
                          new.deadline.eq(a_dl_timeout)]
-
-        def rewind():
-            m.d.comb += [sch_valid.eq(1), sch_kind.eq(SchedKind.REWIND)]
-            count("rewinds")
-
-        def apply_progress(to, ends):
-            m.d.comb += [
-                new.acked.eq(to), new.retries.eq(0), new.rnr_retries.eq(0),
-                new.rewind_active.eq(0),
-                cpl_valid.eq(1), cpl_psn.eq(to),
-                sch_valid.eq(1), sch_kind.eq(SchedKind.ADVANCE),
-            ]
-            with m.If(ends):
-                m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
-                m.d.sync += held.bit_select(q, 1).eq(0)
-            with m.Else():
-                restart_timer()
-
-        with m.If(a_psn_set):
-            m.d.comb += [
-                new.acked.eq(a_pm1), new.sent_max.eq(a_psn), new.armed.eq(0),
-                new.rnr_wait.eq(0), new.retries.eq(0), new.rnr_retries.eq(0),
-                new.rewind_active.eq(0), new.err_status.eq(CplStatus.OK),
-                cpl_valid.eq(1), cpl_psn.eq(a_pm1),
-                sch_valid.eq(1), sch_kind.eq(SchedKind.RESET),
-            ]
-            m.d.sync += [errored.bit_select(q, 1).eq(0), held.bit_select(q, 1).eq(0)]
-        with m.Elif(a_ctx_set):
-            c = a_ctx
-            m.d.comb += [new.timeout.eq(c.timeout), new.retry_cnt.eq(c.retry_cnt),
-                         new.rnr_retry.eq(c.rnr_retry)]
-            with m.If(a_flush):
-                m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.FLUSHED)]
-        with m.Elif(a_sent):
-            m.d.comb += [cnt_inc[QP_COUNTERS.index("packets")].eq(a_packets),
-                         cnt_inc[QP_COUNTERS.index("resent")].eq(a_resent)]
-            with m.If(a_newer):
-                m.d.comb += new.sent_max.eq((a_psn + 1)[:24])
-            with m.If(~s.armed):
-                restart_timer()
-        with m.Elif(a_fire):
-            with m.If(~a_due):
-                pass                                          # restarted meanwhile
-            with m.Elif(s.rnr_wait):
-                m.d.sync += held.bit_select(q, 1).eq(0)
-                m.d.comb += new.rewind_active.eq(0)
-                rewind()
-                restart_timer()
-            with m.Elif(a_span1):                             # nothing outstanding
-                m.d.comb += new.armed.eq(0)
-            with m.Else():
-                count("timeouts")
-                with m.If(a_out):
-                    m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RETRY_EXCEEDED)]
-                with m.Else():
-                    m.d.comb += [new.retries.eq(a_retries1), new.rewind_active.eq(0)]
-                    rewind()
-                    restart_timer()
-        with m.Elif(a_ack):                                   # ACK or NAK
-            with m.If(a_is_ack):
-                with m.If(a_step_in):
-                    count("acks")
-                    apply_progress(a_psn, a_end_p)
-                with m.Elif(a_step0):
-                    count("acks")
-                    count("stale_acks")
-                with m.Else():
-                    count("ignored")
-            with m.Elif(~a_nak_ok):
-                count("ignored")
-            with m.Else():
-                with m.If(~a_imp0):
-                    apply_progress(a_pm1, a_end_pm1)
-                with m.If(a_is_seq):
-                    count("seq_naks")
-                    with m.If(a_seq_repeat):
-                        count("ignored")
-                    with m.Elif(a_seq_out):
-                        m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RETRY_EXCEEDED)]
-                    with m.Else():
-                        m.d.comb += [new.retries.eq(a_seq_retries),
-                                     new.rewind_active.eq(1), new.rewind_psn.eq(a_psn)]
-                        rewind()
-                        restart_timer()
-                with m.Elif(a_is_rnr):
-                    count("rnr_naks")
-                    with m.If(s.rnr_wait & a_imp0):
-                        count("ignored")
-                    with m.Elif(a_rnr_out):
-                        m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RNR_RETRY_EXCEEDED)]
-                    with m.Else():
-                        m.d.comb += [
-                            new.rnr_retries.eq(a_rnr_retries),
-                            new.armed.eq(1), new.rnr_wait.eq(1), new.deadline.eq(a_dl_rnr),
-                        ]
-                        m.d.sync += held.bit_select(q, 1).eq(1)
-                with m.Elif(a_is_fatal):
-                    count("error_naks")
-                    m.d.comb += [fail.eq(1), fail_status.eq(a_fatal_status)]
-                with m.Else():
-                    count("ignored")
-
+        with m.Elif(stop):
+            m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
+        with m.If(F["seq_rew"]):
+            m.d.comb += new.retries.eq(a_seq_retries)
+        with m.Elif(F["fire_rew"]):
+            m.d.comb += new.retries.eq(s.retries + 1)
+        with m.Elif(prog | F["psn"]):
+            m.d.comb += new.retries.eq(0)
+        with m.If(F["rnr_start"]):
+            m.d.comb += new.rnr_retries.eq(a_rnr_retries)
+        with m.Elif(prog | F["psn"]):
+            m.d.comb += new.rnr_retries.eq(0)
+        with m.If(F["seq_rew"]):
+            m.d.comb += [new.rewind_active.eq(1), new.rewind_psn.eq(a_psn)]
+        with m.Elif(prog | F["psn"] | F["fire_rnr"] | F["fire_rew"]):
+            m.d.comb += new.rewind_active.eq(0)
         with m.If(fail):
-            m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0), new.err_status.eq(fail_status)]
-            m.d.sync += [errored.bit_select(q, 1).eq(1), held.bit_select(q, 1).eq(0)]
-            count("qp_errors")
-
+            m.d.comb += new.err_status.eq(fail_status)
+        with m.Elif(F["psn"]):
+            m.d.comb += new.err_status.eq(CplStatus.OK)
+        with m.If(F["ctx"]):
+            m.d.comb += [new.timeout.eq(a_ctx.timeout), new.retry_cnt.eq(a_ctx.retry_cnt),
+                         new.rnr_retry.eq(a_ctx.rnr_retry)]
         m.d.comb += [wp.addr.eq(a_qp), wp.data.eq(new), wp.en.eq(a_valid & a_in)]
-        # the outputs, registered: in the cycle after the state is written
+
+        # the QP's bits: a failure, psn_set, progress and a restart clear held, an RNR wait
+        # sets it; a failure sets errored, psn_set clears it
+        held_clr = fail | F["psn"] | prog | restart
         m.d.sync += [
-            self.cpl_ack.valid.eq(cpl_valid), self.cpl_ack.payload.qp.eq(a_qp),
-            self.cpl_ack.payload.psn.eq(cpl_psn),
-            self.sched.valid.eq(sch_valid), self.sched.payload.qp.eq(a_qp),
-            self.sched.payload.kind.eq(sch_kind),
+            held.eq((held & ~Mux(held_clr, a_qvec, 0)) | Mux(F["rnr_start"], a_qvec, 0)),
+            errored.eq((errored & ~Mux(F["psn"], a_qvec, 0)) | Mux(fail, a_qvec, 0)),
         ]
+
+        # the outputs, registered: in the cycle after the state is written
+        with m.If(F["psn"]):
+            m.d.sync += [self.cpl_ack.payload.psn.eq(a_pm1),
+                         self.sched.payload.kind.eq(SchedKind.RESET)]
+        with m.Else():
+            m.d.sync += [self.cpl_ack.payload.psn.eq(prog_to),
+                         self.sched.payload.kind.eq(Mux(rewind, SchedKind.REWIND,
+                                                        SchedKind.ADVANCE))]
+        m.d.sync += [
+            self.cpl_ack.valid.eq(F["psn"] | prog), self.cpl_ack.payload.qp.eq(a_qp),
+            self.sched.valid.eq(F["psn"] | prog | rewind), self.sched.payload.qp.eq(a_qp),
+        ]
+        pulse = {"acks": F["acks"], "stale_acks": F["stale"], "seq_naks": F["seq"],
+                 "rnr_naks": F["rnr"], "error_naks": F["fatal"], "timeouts": F["timeouts"],
+                 "ignored": F["ignored"], "rewinds": rewind, "qp_errors": fail}
         m.d.sync += [getattr(self, name).eq(pulse[name]) for name in COUNTERS]
 
         # ---- stage C: the per-QP counters (read-modify-write of the QP's row)
+        cnt_inc = Signal(data.ArrayLayout(6, nc))        # added to each per-QP counter
+        for k, name in enumerate(QP_COUNTERS):
+            if name == "packets":
+                m.d.comb += cnt_inc[k].eq(Mux(F["sent"], a_packets, 0))
+            elif name == "resent":
+                m.d.comb += cnt_inc[k].eq(Mux(F["sent"], a_resent, 0))
+            else:
+                m.d.comb += cnt_inc[k].eq(pulse[name])
         c_valid = Signal()
         c_qp = Signal(8)
         c_inc = Signal(data.ArrayLayout(6, nc))
-        m.d.sync += [c_valid.eq(a_valid & a_in & (cnt_inc.as_value() != 0)), c_qp.eq(a_qp),
-                     c_inc.eq(cnt_inc)]
+        m.d.sync += [c_valid.eq(a_valid & a_in), c_qp.eq(a_qp), c_inc.eq(cnt_inc)]
         m.d.comb += [crp.addr.eq(c_qp), cwp.addr.eq(c_qp), cwp.en.eq(c_valid)]
         for k in range(nc):
             m.d.comb += cwp.data[k].eq(crp.data[k] + c_inc[k])
