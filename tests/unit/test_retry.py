@@ -1,12 +1,14 @@
 """The retry engine against its reference model (:mod:`rocegen.sim.models.retry`).
 
-One event per cycle (PSN writes, context writes, acknowledgements, packets sent), with random
+Events back to back (PSN writes, context writes, acknowledgements, packets sent), with random
 idle cycles, over several QPs, with the time base ticking every cycle and every third cycle. The
-outputs of every accepted event (``cpl_ack``, ``sched``, the pulses, ``errored``/``held`` the
-next cycle, ``err_status`` and ``acked_psn`` of the QP) are compared with the model; a cycle with
-outputs but no accepted event is a timer expiry, checked against the model's deadline. The per-QP
-counters are compared at the end. Plus exact timer timing, the input priorities, the RNR-wait
-corner cases and the parameter checks."""
+outputs of every accepted event (``cpl_ack``, ``sched``, the pulses, ``errored``/``held``,
+``err_status`` and ``acked_psn`` of the QP), :data:`LATENCY` cycles after it, are compared with
+the model; a cycle with outputs but no accepted event that long before is a timer expiry, checked
+against the model's deadline. An event held back needs a reason (an event of its QP taken just
+before, a timer due). The per-QP counters are compared at the end. Plus exact timer timing, the
+input priorities, the wait of an event behind one of its QP, the RNR-wait corner cases and the
+parameter checks."""
 
 import gc
 import random
