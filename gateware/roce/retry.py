@@ -441,9 +441,10 @@ class RetryEngine(wiring.Component):
             "rnr": rnr,
             "rnr_start": rnr & ~rnr_ign & ~rnr_out,
             "fatal": nak & is_fatal,
-            "ignored": (k_ack & is_ack & ~step_in & ~step0) | (k_ack & ~is_ack & ~nak_ok) |
-                       (seq & repeat) | (rnr & rnr_ign) |
-                       (nak & ~is_seq & ~is_rnr & ~is_fatal),
+            # ignored (in two parts, joined in stage B): an ACK or a NAK out of range, ...
+            "ignored_range": (k_ack & is_ack & ~step_in & ~step0) | (k_ack & ~is_ack & ~nak_ok),
+            # ... a repeated sequence NAK or RNR NAK, another NAK code
+            "ignored_nak": (seq & repeat) | (rnr & rnr_ign) | (nak & ~is_seq & ~is_rnr & ~is_fatal),
             "fire_rnr": fire & st.rnr_wait,
             "fire_stop": fire & ~st.rnr_wait & (span == 1),
             "timeouts": fire_to,
@@ -568,7 +569,8 @@ class RetryEngine(wiring.Component):
         ]
         pulse = {"acks": F["acks"], "stale_acks": F["stale"], "seq_naks": F["seq"],
                  "rnr_naks": F["rnr"], "error_naks": F["fatal"], "timeouts": F["timeouts"],
-                 "ignored": F["ignored"], "rewinds": rewind, "qp_errors": fail}
+                 "ignored": F["ignored_range"] | F["ignored_nak"], "rewinds": rewind,
+                 "qp_errors": fail}
         m.d.sync += [getattr(self, name).eq(pulse[name]) for name in COUNTERS]
 
         # ---- stage C: the per-QP counters (read-modify-write of the QP's row)
