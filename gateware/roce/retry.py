@@ -296,7 +296,8 @@ class RetryEngine(wiring.Component):
         # an event of the QP still in flight when cand was seen may have changed its timer:
         # wait until it is written
         stale = Signal()
-        m.d.comb += stale.eq(a_hit | e_qvec.bit_select(scan_q, 1) | a_qvec.bit_select(scan_q, 1))
+        e_hit = Signal()                    # stage A held the scanned QP when cand was seen
+        m.d.comb += stale.eq(a_hit | e_hit | e_qvec.bit_select(scan_q, 1))
 
         # ---- pick the event: an event of the QP in stage A waits one cycle (read after write)
         qw = max(1, (n - 1).bit_length())
@@ -331,7 +332,8 @@ class RetryEngine(wiring.Component):
             m.d.sync += ack_turn.eq(0)
         with m.Elif(ev_sent):
             m.d.sync += ack_turn.eq(1)
-        m.d.sync += [cand.eq(raw & ~ev_fire), a_hit.eq(a_qvec.bit_select(scan_q, 1))]
+        m.d.sync += [cand.eq(raw & ~ev_fire), a_hit.eq(a_qvec.bit_select(scan_q, 1)),
+                     e_hit.eq(e_qvec.bit_select(scan_q, 1))]
         with m.If(ev_fire | ~raw):
             m.d.sync += scan_q.eq(Mux(scan_q == n - 1, 0, scan_q + 1))
 
