@@ -78,7 +78,8 @@ class Completer(wiring.Component):
     bad_full : Out(1)
         The bad-QP queue has no room.
     busy : Out(1)
-        Work is pending: a QP to examine, a completion in flight or buffered.
+        Work is pending: a QP to examine (dirty, with an entry), a completion in flight or
+        buffered.
     errored : In(num_qps)
         QPs in the error state (from :class:`~rocegen.gateware.roce.retry.RetryEngine`): every
         OK entry at the head of such a QP's queue that no acknowledgement covers completes at
@@ -96,10 +97,11 @@ class Completer(wiring.Component):
     ---------
     * Scan engine: a dirty bit per QP is set by a post, by an acknowledgement that moves the
       QP's acknowledged PSN and by a completion (the next entry may be due). Each cycle the
-      next dirty QP in round-robin order is picked (its bit cleared) and the entry at the head of
-      its queue read from the memory; in the following cycle the entry completes (it goes to the
-      output FIFO and the head advances) if it is due. A QP being examined is not picked again
-      in that cycle.
+      next dirty QP whose queue holds an entry, in round-robin order, is picked (its bit
+      cleared) and the entry at the head of its queue read from the memory; in the following
+      cycle the entry completes (it goes to the output FIFO and the head advances) if it is due.
+      A QP being examined is not picked again in that cycle; a dirty QP with an empty queue
+      stays dirty until a post gives it an entry.
     * Throughput: one completion per cycle over several QPs, one every two cycles for a single
       QP. Picks pause while the output FIFO could not take the completions in flight, so
       ``cpl`` backpressure never loses or stalls anything else: posts and acknowledgements keep
@@ -110,7 +112,7 @@ class Completer(wiring.Component):
       engine is otherwise idle and the output FIFO empty; a bad-QP post, in cycle t + 2.
     * Storage: the entries in one synchronous-read memory (block RAM); per QP, the head and
       tail pointers and the acknowledged PSN in small asynchronous-read memories (distributed
-      RAM), the dirty, full and "has an acknowledged PSN" bits in registers.
+      RAM), the dirty, full, "holds an entry" and "has an acknowledged PSN" bits in registers.
     * A QP whose connection is set up again (new PSNs) should have an empty queue; the first OK
       post whose last PSN the acknowledged PSN already covers makes the QP forget it.
     """
@@ -176,6 +178,7 @@ class Completer(wiring.Component):
         acked_valid = Signal(n)         # the QP has an acknowledged PSN
         dirty = Signal(n)
         full = Signal(n)
+        nonempty = Signal(n)            # the QP's queue holds an entry
         rr_mask = Signal(n)             # QPs after the one picked last
 
         def entry_addr(qp, ptr):
@@ -194,8 +197,9 @@ class Completer(wiring.Component):
         # ---- scan, second cycle: complete the head entry if it is due
         s1_valid = Signal()
         s1_qp = Signal(q_w)
+        s1_vec = Signal(n)              # one-hot of s1_qp (while s1_valid)
         s1_head = Signal(ptr_w)
-        s1_empty = Signal()
+        s1_head1 = Signal(ptr_w)        # s1_head + 1
         entry = ent_r.data
         m.d.comb += acked_scan.addr.eq(s1_qp)
         since = Signal(24)
@@ -204,8 +208,7 @@ class Completer(wiring.Component):
         failed = self.errored.bit_select(s1_qp, 1)
         err_used = Signal(n)            # the QP's error status went to a completion already
         s1_done = Signal()
-        m.d.comb += s1_done.eq(s1_valid & ~s1_empty &
-                               ((entry.status != CplStatus.OK) | covered | failed))
+        m.d.comb += s1_done.eq(s1_valid & ((entry.status != CplStatus.OK) | covered | failed))
         s1_status = Signal(CplStatus)
         m.d.comb += self.err_qp.eq(s1_qp)
         with m.If((entry.status != CplStatus.OK) | covered):
@@ -223,10 +226,13 @@ class Completer(wiring.Component):
         m.d.comb += [
             s1_cpl.wr_id.eq(entry.wr_id), s1_cpl.qp.eq(s1_qp), s1_cpl.status.eq(s1_status),
             s1_cpl.src.eq(entry.src),
-            head_w.addr.eq(s1_qp), head_w.data.eq(s1_head + 1), head_w.en.eq(s1_done),
+            head_w.addr.eq(s1_qp), head_w.data.eq(s1_head1), head_w.en.eq(s1_done),
         ]
         done_vec = Signal(n)
-        m.d.comb += done_vec.eq(Mux(s1_done, _onehot(s1_qp, n), 0))
+        m.d.comb += done_vec.eq(Mux(s1_done, s1_vec, 0))
+        # the completion empties the queue (unless a post refills it in this cycle)
+        m.d.comb += tail_pick.addr.eq(s1_qp)
+        emptied = Mux(s1_done & (tail_pick.data == s1_head1), s1_vec, 0)
 
         # bad-QP completions move to the output FIFO in cycles without a scan result
         bad_xfer = Signal()
@@ -237,13 +243,14 @@ class Completer(wiring.Component):
             outq.w_data.eq(Mux(s1_done, s1_cpl.as_value(), badq.r_data)),
         ]
 
-        # ---- scan, first cycle: pick a dirty QP, read its head entry
-        busy_vec = Mux(s1_valid, _onehot(s1_qp, n), 0)
+        # ---- scan, first cycle: pick a dirty QP with an entry, read its head entry
         eligible = Signal(n)
-        m.d.comb += eligible.eq(dirty & ~busy_vec)
-        later = eligible & rr_mask
+        m.d.comb += eligible.eq(dirty & nonempty & ~s1_vec)
+        # round robin: the lowest of the QPs after the last one picked, else the lowest of all
+        low = Signal(2 * n)
+        m.d.comb += low.eq(_lowest(Cat(eligible & rr_mask, eligible)))
         chosen = Signal(n)
-        m.d.comb += chosen.eq(_lowest(Mux(later.any(), later, eligible)))
+        m.d.comb += chosen.eq(low[:n] | low[n:])
         pick_qp = Signal(q_w)
         m.d.comb += pick_qp.eq(_encode(chosen, q_w))
         room = outq.level + s1_valid + bad_xfer < OUT_DEPTH
@@ -251,15 +258,15 @@ class Completer(wiring.Component):
         m.d.comb += pick.eq(eligible.any() & room & ~(s1_valid & badq.r_rdy))
         m.d.comb += [
             head_pick.addr.eq(pick_qp),
-            tail_pick.addr.eq(pick_qp),
             ent_r.addr.eq(entry_addr(pick_qp, head_pick.data)),
             ent_r.en.eq(pick),
         ]
         m.d.sync += [
             s1_valid.eq(pick),
             s1_qp.eq(pick_qp),
+            s1_vec.eq(Mux(pick, chosen, 0)),
             s1_head.eq(head_pick.data),
-            s1_empty.eq(head_pick.data == tail_pick.data),
+            s1_head1.eq(head_pick.data + 1),
         ]
         with m.If(pick):
             m.d.sync += rr_mask.eq(~(chosen | (chosen - 1)[:n]))
@@ -329,10 +336,15 @@ class Completer(wiring.Component):
         m.d.comb += ack_vec.eq(_onehot(ack_qp, n))
         had = acked_valid.bit_select(ack_qp, 1) & ~(forget & (post_qp == ack_qp))
         m.d.comb += acked_ack.addr.eq(ack_qp)
+        # psn - acked for an ACK (psn) and a sequence NAK (psn - 1), side by side
         step = Signal(24)
-        m.d.comb += step.eq(psn - acked_ack.data)
+        step_seq = Signal(24)
+        m.d.comb += [step.eq(a.psn - acked_ack.data), step_seq.eq(a.psn + ~acked_ack.data)]
+        ahead = Signal()
+        ahead_seq = Signal()
+        m.d.comb += [ahead.eq((step != 0) & ~step[23]), ahead_seq.eq((step_seq != 0) & ~step_seq[23])]
         moves = Signal()
-        m.d.comb += moves.eq(valid & (is_ack | is_seq) & (~had | ((step != 0) & ~step[23])))
+        m.d.comb += moves.eq(valid & ((is_ack & (~had | ahead)) | (is_seq & (~had | ahead_seq))))
         m.d.comb += [
             acked_w.addr.eq(ack_qp), acked_w.data.eq(psn), acked_w.en.eq(moves),
             self.acks.eq(valid & is_ack),
@@ -349,6 +361,7 @@ class Completer(wiring.Component):
             dirty.eq((dirty & ~picked_vec) | post_vec | moved_vec | done_vec |
                      (self.errored & ~errored_d)),
             full.eq((full & ~done_vec) | fills),
+            nonempty.eq((nonempty & ~emptied) | post_vec),
         ]
-        m.d.comb += self.busy.eq(dirty.any() | s1_valid | outq.r_rdy | badq.r_rdy)
+        m.d.comb += self.busy.eq((dirty & nonempty).any() | s1_valid | outq.r_rdy | badq.r_rdy)
         return m

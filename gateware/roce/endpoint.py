@@ -8,6 +8,7 @@ from ..headers import UDP_PORT_ROCEV2
 from ..memport import MemWriteSignature
 from ..net.stack import STATS as NET_STATS
 from ..net.stack import NetStack
+from ..pipe import StreamForwardRegister
 from ..stats import StatsBlock
 from ..stream import PacketSignature, check_width
 from ..stream_arbiter import StreamArbiter
@@ -241,14 +242,18 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, cm.qp_ctl, ctl_arb.i[1])
         wiring.connect(m, wiring.flipped(self.qp_psn), psn_arb.i[0])
         wiring.connect(m, cm.qp_psn, psn_arb.i[1])
-        # the retry engine sees every control write in the cycle the QP table takes it
-        for arb_o, table_in, engine_in in ((ctl_arb.o, qps.ctl, retry.ctx_set),
-                                           (psn_arb.o, qps.ctl_psn, retry.psn_set)):
+        # the retry engine sees every control write in the cycle the QP table takes it, both
+        # behind a forward register (no combinational path from the arbiters into the engine)
+        for arb_o, table_in, engine_in, name in (
+                (ctl_arb.o, qps.ctl, retry.ctx_set, "qp_ctl_reg"),
+                (psn_arb.o, qps.ctl_psn, retry.psn_set, "qp_psn_reg")):
+            reg = m.submodules[name] = StreamForwardRegister(arb_o.payload.shape())
+            wiring.connect(m, arb_o, reg.i)
             m.d.comb += [
-                engine_in.payload.eq(arb_o.payload), engine_in.valid.eq(arb_o.valid),
-                table_in.payload.eq(arb_o.payload),
-                table_in.valid.eq(arb_o.valid & engine_in.ready),
-                arb_o.ready.eq(engine_in.ready & table_in.ready),
+                engine_in.payload.eq(reg.o.payload), engine_in.valid.eq(reg.o.valid),
+                table_in.payload.eq(reg.o.payload),
+                table_in.valid.eq(reg.o.valid & engine_in.ready),
+                reg.o.ready.eq(engine_in.ready & table_in.ready),
             ]
         m.d.comb += [cm.local_ip.eq(self.local_ip), self.qp_open.eq(cm.qp_open)]
         wiring.connect(m, st.udp_rx[1], cm.i)

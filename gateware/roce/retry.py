@@ -1,4 +1,4 @@
-from amaranth.hdl import Array, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -71,8 +71,15 @@ COUNTERS = ("acks", "stale_acks", "seq_naks", "rnr_naks", "error_naks", "timeout
             "rewinds", "qp_errors")
 
 _SYN_SEQ = 0x60
-_ERROR_NAKS = {0x61: CplStatus.REMOTE_INVALID, 0x62: CplStatus.REMOTE_ACCESS,
-               0x63: CplStatus.REMOTE_OP}
+
+
+class _Ev(enum.Enum, shape=3):
+    """The kind of event in the engine's pipeline."""
+    PSN = 0
+    CTX = 1
+    FIRE = 2
+    ACK = 3
+    SENT = 4
 
 
 class RetryEngine(wiring.Component):
@@ -104,10 +111,11 @@ class RetryEngine(wiring.Component):
         Packets issued by the scheduler.
     cpl_ack : Out(stream.Signature(ACK_EVENT))
         The new acknowledged PSN of a QP (syndrome 0), to the completion tracker, whenever it
-        changes (and on ``psn_set``). A one-cycle pulse: the consumer must always be ready.
+        changes (and on ``psn_set``). A one-cycle pulse from registers: the consumer must always
+        be ready. At most one every other cycle for one QP.
     sched : Out(stream.Signature(SCHED_EVENT))
-        ADVANCE, REWIND or RESET of a QP, to the scheduler. A one-cycle pulse: the consumer must
-        always be ready.
+        ADVANCE, REWIND or RESET of a QP, to the scheduler. A one-cycle pulse from registers,
+        in the cycle after the state it reports is written: the consumer must always be ready.
     acked_qp / acked_psn
         Combinational read of a QP's acknowledged PSN (for the scheduler's window and rewinds).
     err_qp / err_status
@@ -120,13 +128,18 @@ class RetryEngine(wiring.Component):
         Per-QP counters (:data:`QP_COUNTERS`, 32 bits, wrapping), ``data`` one cycle after the
         address.
     acks ... qp_errors
-        One-cycle pulses (:data:`COUNTERS`).
+        One-cycle pulses (:data:`COUNTERS`), from registers.
 
     Behaviour
     ---------
-    One event per cycle is applied, as a read-modify-write of the QP's state (distributed
-    RAM); priority: ``psn_set``, ``ctx_set``, an expired timer, then ``ack`` and ``sent`` in
-    turn when both wait. All PSN comparisons are modulo 2^24 (serial arithmetic).
+    One event per cycle is taken and applied, as a read-modify-write of the QP's state
+    (distributed RAM) in a pipeline: the event is registered, the state read and the arithmetic
+    on it registered in the next cycle, the decision taken and the state written in the cycle
+    after; the per-QP counters are updated one cycle later still. Priority: ``psn_set``,
+    ``ctx_set``, an expired timer, then ``ack`` and ``sent`` in turn when both wait. An event
+    of the QP taken in the cycle before waits one cycle (its state is being read), and an event
+    of another QP lower in priority is taken instead. All PSN comparisons are modulo 2^24
+    (serial arithmetic).
 
     * ``sent``: ``sent_max`` moves to the newest packet's PSN + 1 (if ahead); the timer is
       armed (if the QP has a timeout code and no timer runs) for 4.096 us x 2^timeout. The
@@ -146,19 +159,28 @@ class RetryEngine(wiring.Component):
     * NAK invalid request / remote access / remote operational error: the QP fails with
       REMOTE_INVALID / REMOTE_ACCESS / REMOTE_OP. Other syndromes (the reserved NAK codes
       and class 0b010): after the implied acknowledgement of p - 1, ignored (counted).
-    * Timer expiry (one QP examined per cycle in turn; one with an expired timer is served
-      before any ``ack``/``sent``): with nothing outstanding the timer stops; else, if
-      ``retries >= retry_cnt`` the QP fails with RETRY_EXCEEDED, else ``retries`` += 1,
-      REWIND, timer restarted. A timer fires between 2^(timeout+2) and 2^(timeout+2) + 1 ticks
-      after it was (re)started (RNR: between its ticks and one more), plus the scan: up to
-      ``num_qps`` cycles, longer only while ``psn_set``/``ctx_set`` writes keep the engine busy.
+    * Timer expiry (one QP examined per cycle in turn, against the time of the next cycle; one
+      with an expired timer is served before any ``ack``/``sent``, after the events of its QP
+      already taken are written, and checked again against its state then): with nothing
+      outstanding the timer stops; else, if ``retries >= retry_cnt`` the QP fails with
+      RETRY_EXCEEDED, else ``retries`` += 1, REWIND, timer restarted. A timer fires between
+      2^(timeout+2) and 2^(timeout+2) + 1 ticks after it was (re)started (RNR: between its
+      ticks and one more), plus the scan: up to ``num_qps`` cycles and two more for the events
+      of its QP in flight, longer only while ``psn_set``/``ctx_set`` writes keep the engine
+      busy. The time of an event is the tick of the cycle it is taken in.
     * Failing: ``errored`` rises, the timer stops, the QP is released, ``err_status`` is the
       cause. Events of an errored QP other than ``psn_set``/``ctx_set`` are ignored (not
       counted), until ``psn_set`` clears the error state (RESET to the scheduler).
 
-    Latency: an event accepted in cycle t has its outputs in cycle t (combinational) and its
-    state written at the end of t. Throughput: one event per cycle. ``ack`` and ``sent`` are
-    held only while a higher-priority event is served.
+    Latency: an event accepted in cycle t has its state read in t + 1 and written at the end of
+    t + 2; its outputs (``cpl_ack``, ``sched``, the pulses) are in cycle t + 3, ``errored`` and
+    ``held`` change at the start of t + 3, ``acked_psn``/``err_status`` of the QP read the new
+    state from t + 3 on, and its per-QP counters are written at the end of t + 3. Throughput:
+    one event per cycle, over QPs; one every other cycle for a single QP. ``ack`` and ``sent``
+    are held while a higher-priority event is served, while an event of their QP was taken in
+    the cycle before, and while an expired timer waits for the events of its QP in flight (two
+    cycles at most). ``psn_set`` is held only while an event of its QP was taken in the
+    cycle before; ``ctx_set`` also while ``psn_set`` goes first.
     """
 
     def __init__(self, num_qps, clk_hz=322_265_625):
@@ -195,16 +217,22 @@ class RetryEngine(wiring.Component):
         m = Module()
         n = self.num_qps
 
-        # ---- time base
+        # ---- time base (``now1`` is ``now + 1``, ``now_next`` the ``now`` of the next cycle,
+        # both kept in registers)
         now = Signal(TIME_BITS)
-        if self.tick_cycles > 1:
-            div = Signal(range(self.tick_cycles))
-            with m.If(div == self.tick_cycles - 1):
-                m.d.sync += [div.eq(0), now.eq(now + 1)]
+        now1 = Signal(TIME_BITS, init=1)
+        tc = self.tick_cycles
+        now_next = Signal(TIME_BITS, init=1 if tc == 1 else 0)
+        if tc > 1:
+            div = Signal(range(tc))
+            with m.If(div == tc - 1):
+                m.d.sync += [div.eq(0), now.eq(now1), now1.eq(now1 + 1)]
             with m.Else():
                 m.d.sync += div.eq(div + 1)
+            with m.If(div == tc - 2):
+                m.d.sync += now_next.eq(now_next + 1)
         else:
-            m.d.sync += now.eq(now + 1)
+            m.d.sync += [now.eq(now1), now1.eq(now1 + 1), now_next.eq(now_next + 1)]
 
         mem = m.submodules.state = Memory(shape=RETRY_STATE, depth=n, init=[])
         wp = mem.write_port()
@@ -230,33 +258,71 @@ class RetryEngine(wiring.Component):
         held = Signal(n)
         m.d.comb += [self.errored.eq(errored), self.held.eq(held)]
 
-        # ---- timer scan: one QP per cycle, stays on a QP whose timer expired until served
+        # ---- the pipeline registers: E (the event chosen, read in stage A), A (the state read
+        # and the arithmetic on it, decided and written in stage B), C (the counter update)
+        e_valid = Signal()
+        e_kind = Signal(_Ev)
+        e_qp = Signal(8)
+        e_in = Signal()                     # the QP is inside the table
+        e_psn = Signal(24)                  # psn_set, ack or sent: the PSN
+        e_syn = Signal(8)
+        e_packets = Signal(6)
+        e_first = Signal(24)                # sent: the PSN of the first packet
+        e_psn1 = Signal(24)                 # e_psn + 1
+        e_pm1 = Signal(24)                  # e_psn - 1
+        e_qvec = Signal(n)                  # one-hot of the QP (none: no event, or outside)
+        e_ctx = Signal(data.StructLayout({"state": QpState, "timeout": 5, "retry_cnt": 3,
+                                          "rnr_retry": 3}))
+        e_now = Signal(TIME_BITS)
+        e_now1 = Signal(TIME_BITS)
+
+        a_valid = Signal()
+        a_qp = Signal(8)
+        a_in = Signal()
+        a_qvec = Signal(n)                  # one-hot of the QP (none: no event, or outside)
+
+        # ---- timer scan: one QP per cycle; ``cand``: the timer of ``scan_q`` has expired (seen
+        # in the state one cycle earlier, against the time of this cycle). The scan stays on a
+        # QP whose timer expired until it is served.
         scan_q = Signal(range(n))
         m.d.comb += scan_rp.addr.eq(scan_q)
         ss = scan_rp.data
         late = Signal(TIME_BITS)
-        m.d.comb += late.eq(now - ss.deadline)
-        expired = Signal()
-        m.d.comb += expired.eq(ss.armed & ~late[-1] & ~errored.bit_select(scan_q, 1))
+        m.d.comb += late.eq(now_next - ss.deadline)
+        raw = Signal()                      # expired in the state as it is now, next cycle
+        m.d.comb += raw.eq(ss.armed & ~late[-1] & ~errored.bit_select(scan_q, 1))
+        cand = Signal()
+        a_hit = Signal()                    # stage B held the scanned QP when cand was seen
+        # an event of the QP still in flight when cand was seen may have changed its timer:
+        # wait until it is written
+        stale = Signal()
+        e_hit = Signal()                    # stage A held the scanned QP when cand was seen
+        m.d.comb += stale.eq(a_hit | e_hit | e_qvec.bit_select(scan_q, 1))
 
-        # ---- pick the event
+        # ---- pick the event: an event of the QP in stage A waits one cycle (read after write)
+        qw = max(1, (n - 1).bit_length())
+
+        def hazard(qp):
+            hit = e_qvec.bit_select(qp[:qw], 1) if n > 1 else e_qvec[0]
+            return hit & (qp[qw:] == 0) if qw < 8 else hit
+
         ack_turn = Signal(init=1)          # ack and sent alternate when both wait
+        psn_ok = self.psn_set.valid & ~hazard(self.psn_set.payload.qp)
+        ctx_ok = self.ctx_set.valid & ~hazard(self.ctx_set.payload.qp)
+        ack_ok = self.ack.valid & ~hazard(self.ack.payload.qp)
+        sent_ok = self.sent.valid & ~hazard(self.sent.payload.qp)
         ev_psn = Signal()
         ev_ctx = Signal()
         ev_fire = Signal()
         ev_ack = Signal()
         ev_sent = Signal()
-        with m.If(self.psn_set.valid):
-            m.d.comb += ev_psn.eq(1)
-        with m.Elif(self.ctx_set.valid):
-            m.d.comb += ev_ctx.eq(1)
-        with m.Elif(expired):
-            m.d.comb += ev_fire.eq(1)
-        with m.Elif(self.ack.valid & (ack_turn | ~self.sent.valid)):
-            m.d.comb += ev_ack.eq(1)
-        with m.Elif(self.sent.valid):
-            m.d.comb += ev_sent.eq(1)
         m.d.comb += [
+            ev_psn.eq(psn_ok),
+            ev_ctx.eq(~psn_ok & ctx_ok),
+            ev_fire.eq(~psn_ok & ~ctx_ok & cand & ~stale),
+            # an expired timer is served before any ack/sent
+            ev_ack.eq(~psn_ok & ~ctx_ok & ~cand & ack_ok & (ack_turn | ~sent_ok)),
+            ev_sent.eq(~psn_ok & ~ctx_ok & ~cand & sent_ok & ~(ack_ok & ack_turn)),
             self.psn_set.ready.eq(ev_psn),
             self.ctx_set.ready.eq(ev_ctx),
             self.ack.ready.eq(ev_ack),
@@ -266,211 +332,263 @@ class RetryEngine(wiring.Component):
             m.d.sync += ack_turn.eq(0)
         with m.Elif(ev_sent):
             m.d.sync += ack_turn.eq(1)
-        with m.If(~ev_fire & ~expired):
+        m.d.sync += [cand.eq(raw & ~ev_fire), a_hit.eq(a_qvec.bit_select(scan_q, 1)),
+                     e_hit.eq(e_qvec.bit_select(scan_q, 1))]
+        with m.If(ev_fire | ~raw):
             m.d.sync += scan_q.eq(Mux(scan_q == n - 1, 0, scan_q + 1))
 
-        q = Signal(range(n))
+        m.d.sync += [e_valid.eq(ev_psn | ev_ctx | ev_fire | ev_ack | ev_sent),
+                     e_now.eq(now), e_now1.eq(now1)]
+
+        def onehot(qp):
+            return Cat(qp == k for k in range(n))
+
+        m.d.sync += e_qvec.eq(Mux(ev_psn, onehot(self.psn_set.payload.qp), 0) |
+                              Mux(ev_ctx, onehot(self.ctx_set.payload.qp), 0) |
+                              Mux(ev_fire, onehot(scan_q), 0) |
+                              Mux(ev_ack, onehot(self.ack.payload.qp), 0) |
+                              Mux(ev_sent, onehot(self.sent.payload.qp), 0))
+        for ev, port in ((ev_psn, self.psn_set), (ev_ack, self.ack), (ev_sent, self.sent)):
+            with m.If(ev):
+                m.d.sync += [e_psn1.eq(port.payload.psn + 1), e_pm1.eq(port.payload.psn - 1)]
         with m.If(ev_psn):
-            m.d.comb += q.eq(self.psn_set.payload.qp)
+            m.d.sync += [e_kind.eq(_Ev.PSN), e_qp.eq(self.psn_set.payload.qp),
+                         e_psn.eq(self.psn_set.payload.psn)]
         with m.Elif(ev_ctx):
-            m.d.comb += q.eq(self.ctx_set.payload.qp)
+            c = self.ctx_set.payload.context
+            m.d.sync += [e_kind.eq(_Ev.CTX), e_qp.eq(self.ctx_set.payload.qp),
+                         e_ctx.state.eq(c.state), e_ctx.timeout.eq(c.timeout),
+                         e_ctx.retry_cnt.eq(c.retry_cnt), e_ctx.rnr_retry.eq(c.rnr_retry)]
         with m.Elif(ev_fire):
-            m.d.comb += q.eq(scan_q)
+            m.d.sync += [e_kind.eq(_Ev.FIRE), e_qp.eq(scan_q)]
         with m.Elif(ev_ack):
-            m.d.comb += q.eq(self.ack.payload.qp)
-        with m.Else():
-            m.d.comb += q.eq(self.sent.payload.qp)
-        # events naming a QP outside the table change nothing
-        in_table = Signal()
-        with m.If(ev_psn):
-            m.d.comb += in_table.eq(self.psn_set.payload.qp < n)
-        with m.Elif(ev_ctx):
-            m.d.comb += in_table.eq(self.ctx_set.payload.qp < n)
-        with m.Elif(ev_ack):
-            m.d.comb += in_table.eq(self.ack.payload.qp < n)
+            m.d.sync += [e_kind.eq(_Ev.ACK), e_qp.eq(self.ack.payload.qp),
+                         e_psn.eq(self.ack.payload.psn), e_syn.eq(self.ack.payload.syndrome)]
         with m.Elif(ev_sent):
-            m.d.comb += in_table.eq(self.sent.payload.qp < n)
+            m.d.sync += [e_kind.eq(_Ev.SENT), e_qp.eq(self.sent.payload.qp),
+                         e_psn.eq(self.sent.payload.psn),
+                         e_packets.eq(self.sent.payload.packets),
+                         e_first.eq(self.sent.payload.psn - self.sent.payload.packets + 1)]
+        # events naming a QP outside the table change nothing
+        with m.If(ev_psn):
+            m.d.sync += e_in.eq(self.psn_set.payload.qp < n)
+        with m.Elif(ev_ctx):
+            m.d.sync += e_in.eq(self.ctx_set.payload.qp < n)
+        with m.Elif(ev_ack):
+            m.d.sync += e_in.eq(self.ack.payload.qp < n)
+        with m.Elif(ev_sent):
+            m.d.sync += e_in.eq(self.sent.payload.qp < n)
         with m.Else():
-            m.d.comb += in_table.eq(ev_fire)
+            m.d.sync += e_in.eq(1)
 
-        m.d.comb += [rp.addr.eq(q), crp.addr.eq(q)]
+        # ---- stage A: read the QP's state and decide: what the event does, as flags
+        m.d.comb += rp.addr.eq(e_qp)
         st = rp.data
-        new = Signal(RETRY_STATE)
-        m.d.comb += new.eq(st)
-        cnt_inc = Signal(data.ArrayLayout(6, nc))        # added to each per-QP counter
-        is_err = errored.bit_select(q, 1)
+        p = e_psn
+        e_err = errored.bit_select(e_qp[:len(scan_q)], 1) if n > 1 else errored[0]
+        live = e_valid & e_in & ~e_err      # events other than psn_set/ctx_set: not failed
 
-        # outputs of this event
-        cpl = self.cpl_ack
-        sch = self.sched
-        fail = Signal()
-        fail_status = Signal(CplStatus)
-        pulse = {name: Signal(name=f"pulse_{name}") for name in COUNTERS}
-
-        def count(name):
-            if name in QP_COUNTERS:
-                m.d.comb += cnt_inc[QP_COUNTERS.index(name)].eq(1)
-            if name in pulse:
-                m.d.comb += pulse[name].eq(1)
-
-        def duration(code):
-            return Const(1, TIME_BITS) << (code + 2)
-
-        def restart_timer():
-            m.d.sync += held.bit_select(q, 1).eq(0)
-            with m.If(st.timeout != 0):
-                m.d.comb += [new.armed.eq(1), new.rnr_wait.eq(0),
-                             new.deadline.eq(now + 1 + duration(st.timeout))]
-            with m.Else():
-                m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
-
-        def rewind():
-            m.d.comb += [sch.valid.eq(1), sch.payload.kind.eq(SchedKind.REWIND)]
-            count("rewinds")
-
-        a = self.ack.payload
-        p = a.psn
-        span = Signal(24)                       # sent_max - acked: 1 + packets outstanding
-        m.d.comb += span.eq(st.sent_max - st.acked)
-        step = Signal(24)                       # ACK: p - acked
-        m.d.comb += step.eq(p - st.acked)
-        implied = Signal(24)                    # NAK: p - 1 - acked
-        m.d.comb += implied.eq(p - 1 - st.acked)
-        cls = a.syndrome[5:8]
+        span = Signal(24)                   # sent_max - acked: 1 + packets outstanding
+        span_m1 = Signal(24)                # sent_max - acked - 1: packets outstanding
+        implied = Signal(24)                # NAK: p - 1 - acked (ACK: p - acked - 1)
+        before = Signal(24)                 # sent: packets before sent_max were sent before
+        imp0 = Signal()                     # NAK: p - 1 == acked
+        m.d.comb += [
+            span.eq(st.sent_max - st.acked),
+            span_m1.eq(st.sent_max + ~st.acked),
+            implied.eq(p + ~st.acked),
+            before.eq(st.sent_max - e_first),
+            imp0.eq(e_pm1 == st.acked),
+        ]
+        syn = e_syn
+        cls = syn[5:8]
         is_ack = cls == 0b000
         is_rnr = cls == 0b001
-        is_seq = a.syndrome == _SYN_SEQ
-        is_fatal = Signal()
-        m.d.comb += is_fatal.eq((a.syndrome == 0x61) | (a.syndrome == 0x62) | (a.syndrome == 0x63))
-        nak_ok = Signal()                       # the NAK's p - 1 is in [acked, sent_max - 1]
-        m.d.comb += nak_ok.eq(implied < span)
-        moved_to = Signal(24)
-        progress = Signal()
+        is_seq = syn == _SYN_SEQ
+        is_fatal = (syn == 0x61) | (syn == 0x62) | (syn == 0x63)
 
-        def apply_progress(to):
-            m.d.comb += [
-                progress.eq(1), moved_to.eq(to),
-                new.acked.eq(to), new.retries.eq(0), new.rnr_retries.eq(0),
-                new.rewind_active.eq(0),
-                cpl.valid.eq(1), cpl.payload.psn.eq(to),
-                sch.valid.eq(1), sch.payload.kind.eq(SchedKind.ADVANCE),
-            ]
-            with m.If((to + 1)[:24] == st.sent_max):
-                m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
-                m.d.sync += held.bit_select(q, 1).eq(0)
-            with m.Else():
-                restart_timer()
+        k_psn = e_valid & e_in & (e_kind == _Ev.PSN)
+        k_ctx = e_valid & e_in & (e_kind == _Ev.CTX)
+        k_fire = live & (e_kind == _Ev.FIRE)
+        k_ack = live & (e_kind == _Ev.ACK)
+        k_sent = live & (e_kind == _Ev.SENT)
+        step_in = implied < span_m1         # ACK: p - acked in [1, span - 1]
+        step0 = p == st.acked               # ACK: stale
+        nak_ok = implied < span             # NAK: p - 1 in [acked, sent_max - 1]
+        nak = k_ack & ~is_ack & nak_ok
+        repeat = st.rewind_active & (st.rewind_psn == p) & imp0
+        seq = nak & is_seq
+        seq_out = Mux(imp0, st.retries >= st.retry_cnt, st.retry_cnt == 0)
+        rnr = nak & is_rnr
+        rnr_ign = st.rnr_wait & imp0
+        rnr_out = (st.rnr_retry != 7) & Mux(imp0, st.rnr_retries >= st.rnr_retry,
+                                              st.rnr_retry == 0)
+        due = st.armed & ~(e_now - st.deadline)[-1]     # checked again: it may have restarted
+        fire = k_fire & due
+        fire_to = fire & ~st.rnr_wait & (span != 1)
+        prog_end = Mux(is_ack, e_psn1 == st.sent_max, p == st.sent_max)
 
-        m.d.comb += [cpl.payload.qp.eq(q), sch.payload.qp.eq(q)]
+        F = {}                              # the flags, registered for stage B
+        for name, value in {
+            "psn": k_psn,
+            "ctx": k_ctx,
+            "sent": k_sent,
+            # the acknowledged PSN moves (to p, or p - 1 for a NAK)
+            "prog": k_ack & Mux(is_ack, step_in, nak_ok & ~imp0),
+            "prog_end": prog_end,           # ... and nothing is outstanding then
+            "acks": k_ack & is_ack & (step_in | step0),
+            "stale": k_ack & is_ack & step0,
+            "seq": seq,
+            "seq_rew": seq & ~repeat & ~seq_out,
+            "rnr": rnr,
+            "rnr_start": rnr & ~rnr_ign & ~rnr_out,
+            "fatal": nak & is_fatal,
+            # ignored (in two parts, joined in stage B): an ACK or a NAK out of range, ...
+            "ignored_range": (k_ack & is_ack & ~step_in & ~step0) | (k_ack & ~is_ack & ~nak_ok),
+            # ... a repeated sequence NAK or RNR NAK, another NAK code
+            "ignored_nak": (seq & repeat) | (rnr & rnr_ign) | (nak & ~is_seq & ~is_rnr & ~is_fatal),
+            "fire_rnr": fire & st.rnr_wait,
+            "fire_stop": fire & ~st.rnr_wait & (span == 1),
+            "timeouts": fire_to,
+            "fire_rew": fire_to & (st.retries < st.retry_cnt),
+            "sent_restart": k_sent & ~st.armed,
+            "sent_newer": k_sent & ~(p - st.sent_max)[23],
+            "fail_flush": k_ctx & ((e_ctx.state == QpState.RESET) |
+                                   (e_ctx.state == QpState.ERROR)) & ~e_err,
+            "fail_retry": (fire_to & (st.retries >= st.retry_cnt)) | (seq & ~repeat & seq_out),
+            "fail_rnr": rnr & ~rnr_ign & rnr_out,
+            "timeout_nz": st.timeout != 0,
+        }.items():
+            F[name] = Signal(name=f"a_{name}")
+            m.d.sync += F[name].eq(value)
 
-        with m.If(ev_psn & in_table):
-            ps = self.psn_set.payload.psn
-            m.d.comb += [
-                new.acked.eq(ps - 1), new.sent_max.eq(ps), new.armed.eq(0), new.rnr_wait.eq(0),
-                new.retries.eq(0), new.rnr_retries.eq(0), new.rewind_active.eq(0),
-                new.err_status.eq(CplStatus.OK),
-                cpl.valid.eq(1), cpl.payload.psn.eq(ps - 1),
-                sch.valid.eq(1), sch.payload.kind.eq(SchedKind.RESET),
-            ]
-            m.d.sync += [errored.bit_select(q, 1).eq(0), held.bit_select(q, 1).eq(0)]
-        with m.Elif(ev_ctx & in_table):
-            c = self.ctx_set.payload.context
-            m.d.comb += [new.timeout.eq(c.timeout), new.retry_cnt.eq(c.retry_cnt),
-                         new.rnr_retry.eq(c.rnr_retry)]
-            with m.If(((c.state == QpState.RESET) | (c.state == QpState.ERROR)) & ~is_err):
-                m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.FLUSHED)]
-        with m.Elif(is_err | ~in_table):
-            pass
-        with m.Elif(ev_sent):
-            sp = self.sent.payload
-            # packets before sent_max were sent before: resent
-            before = Signal(24)
-            m.d.comb += before.eq(st.sent_max - (sp.psn - sp.packets + 1))
-            resent = Mux(before[23], 0, Mux(before >= sp.packets, sp.packets, before))
-            m.d.comb += [cnt_inc[QP_COUNTERS.index("packets")].eq(sp.packets),
-                         cnt_inc[QP_COUNTERS.index("resent")].eq(resent)]
-            with m.If((sp.psn - st.sent_max)[23] == 0):     # psn >= sent_max: newer
-                m.d.comb += new.sent_max.eq(sp.psn + 1)
-            with m.If(~st.armed):
-                restart_timer()
-        with m.Elif(ev_fire):
-            with m.If(st.rnr_wait):
-                m.d.sync += held.bit_select(q, 1).eq(0)
-                m.d.comb += new.rewind_active.eq(0)
-                rewind()
-                restart_timer()
-            with m.Elif(span == 1):                           # nothing outstanding
-                m.d.comb += new.armed.eq(0)
-            with m.Else():
-                count("timeouts")
-                with m.If(st.retries >= st.retry_cnt):
-                    m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RETRY_EXCEEDED)]
-                with m.Else():
-                    m.d.comb += [new.retries.eq(st.retries + 1), new.rewind_active.eq(0)]
-                    rewind()
-                    restart_timer()
-        with m.Elif(ev_ack):
-            with m.If(is_ack):
-                with m.If((step != 0) & (step < span)):
-                    count("acks")
-                    apply_progress(p)
-                with m.Elif(step == 0):
-                    count("acks")
-                    count("stale_acks")
-                with m.Else():
-                    count("ignored")
-            with m.Elif(~nak_ok):
-                count("ignored")
-            with m.Else():
-                with m.If(implied != 0):
-                    apply_progress(p - 1)
-                with m.If(is_seq):
-                    count("seq_naks")
-                    with m.If(st.rewind_active & (st.rewind_psn == p) & (implied == 0)):
-                        count("ignored")
-                    with m.Elif(Mux(implied != 0, 0, st.retries) >= st.retry_cnt):
-                        m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RETRY_EXCEEDED)]
-                    with m.Else():
-                        m.d.comb += [new.retries.eq(Mux(implied != 0, 1, st.retries + 1)),
-                                     new.rewind_active.eq(1), new.rewind_psn.eq(p)]
-                        rewind()
-                        restart_timer()
-                with m.Elif(is_rnr):
-                    count("rnr_naks")
-                    with m.If(st.rnr_wait & (implied == 0)):
-                        count("ignored")
-                    with m.Elif((st.rnr_retry != 7) &
-                                (Mux(implied != 0, 0, st.rnr_retries) >= st.rnr_retry)):
-                        m.d.comb += [fail.eq(1), fail_status.eq(CplStatus.RNR_RETRY_EXCEEDED)]
-                    with m.Else():
-                        table = Array(Const(rnr_ticks(k), TIME_BITS) for k in range(32))
-                        m.d.comb += [
-                            new.rnr_retries.eq(Mux(implied != 0, 1,
-                                                   Mux(st.rnr_retries == 7, 7,
-                                                       st.rnr_retries + 1))),
-                            new.armed.eq(1), new.rnr_wait.eq(1),
-                            new.deadline.eq(now + 1 + table[a.syndrome[:5]]),
-                        ]
-                        m.d.sync += held.bit_select(q, 1).eq(1)
-                with m.Elif(is_fatal):
-                    count("error_naks")
-                    with m.Switch(a.syndrome):
-                        for syn, status in _ERROR_NAKS.items():
-                            with m.Case(syn):
-                                m.d.comb += [fail.eq(1), fail_status.eq(status)]
-                with m.Else():
-                    count("ignored")
+        a_st = Signal(RETRY_STATE)
+        a_psn = Signal(24)
+        a_psn1 = Signal(24)                 # p + 1
+        a_pm1 = Signal(24)                  # p - 1
+        a_ctx = Signal.like(e_ctx)
+        a_fatal_status = Signal(CplStatus)
+        a_packets = Signal(6)
+        a_resent = Signal(6)
+        a_seq_retries = Signal(3)           # retries after a sequence NAK's rewind
+        a_rnr_retries = Signal(3)           # rnr_retries after an RNR NAK's wait
+        a_dl_timeout = Signal(TIME_BITS)    # now + 1 + the QP's timeout
+        a_dl_rnr = Signal(TIME_BITS)        # now + 1 + the RNR delay of the NAK's code
+        rnr_table = Array(Const(rnr_ticks(k), TIME_BITS) for k in range(32))
+        m.d.sync += [
+            a_valid.eq(e_valid), a_qp.eq(e_qp), a_in.eq(e_in),
+            a_qvec.eq(e_qvec),
+            a_st.eq(st), a_psn.eq(p), a_psn1.eq(e_psn1), a_pm1.eq(e_pm1), a_ctx.eq(e_ctx),
+            a_fatal_status.eq(Mux(syn[1], Mux(syn[0], CplStatus.REMOTE_OP,
+                                              CplStatus.REMOTE_ACCESS),
+                                  CplStatus.REMOTE_INVALID)),
+            a_packets.eq(e_packets),
+            a_resent.eq(Mux(before[23], 0, Mux(before >= e_packets, e_packets, before))),
+            a_seq_retries.eq(Mux(imp0, st.retries + 1, 1)),
+            a_rnr_retries.eq(Mux(imp0, Mux(st.rnr_retries == 7, 7, st.rnr_retries + 1), 1)),
+            a_dl_timeout.eq(e_now1 + (Const(1, TIME_BITS) << (st.timeout + 2))),
+            a_dl_rnr.eq(e_now1 + rnr_table[e_syn[:5]]),
+        ]
 
+        # ---- stage B: the new state from the flags, written; the outputs registered
+        s = a_st
+        fail = F["fail_flush"] | F["fail_retry"] | F["fail_rnr"] | F["fatal"]
+        fail_status = Signal(CplStatus)
+        with m.If(F["fail_flush"]):
+            m.d.comb += fail_status.eq(CplStatus.FLUSHED)
+        with m.Elif(F["fail_retry"]):
+            m.d.comb += fail_status.eq(CplStatus.RETRY_EXCEEDED)
+        with m.Elif(F["fail_rnr"]):
+            m.d.comb += fail_status.eq(CplStatus.RNR_RETRY_EXCEEDED)
+        with m.Else():
+            m.d.comb += fail_status.eq(a_fatal_status)
+        prog = F["prog"]
+        rewind = F["fire_rnr"] | F["fire_rew"] | F["seq_rew"]
+        # the retransmit timer restarts (an RNR wait, a failure or psn_set take precedence)
+        restart = (F["sent_restart"] | rewind | (prog & ~F["prog_end"]))
+        stop = (prog & F["prog_end"]) | F["fire_stop"]
+        prog_to = Mux(F["acks"], a_psn, a_pm1)
+
+        new = Signal(RETRY_STATE)
+        m.d.comb += new.eq(s)
+        with m.If(F["psn"]):
+            m.d.comb += [new.acked.eq(a_pm1), new.sent_max.eq(a_psn)]
+        with m.Elif(prog):
+            m.d.comb += new.acked.eq(prog_to)
+        with m.Elif(F["sent_newer"]):
+            m.d.comb += new.sent_max.eq(a_psn1)
+        with m.If(fail | F["psn"]):
+            m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
+        with m.Elif(F["rnr_start"]):
+            m.d.comb += [new.armed.eq(1), new.rnr_wait.eq(1), new.deadline.eq(a_dl_rnr)]
+        with m.Elif(restart):
+            m.d.comb += [new.armed.eq(F["timeout_nz"]), new.rnr_wait.eq(0),
+                         new.deadline.eq(a_dl_timeout)]
+        with m.Elif(stop):
+            m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
+        with m.If(F["seq_rew"]):
+            m.d.comb += new.retries.eq(a_seq_retries)
+        with m.Elif(F["fire_rew"]):
+            m.d.comb += new.retries.eq(s.retries + 1)
+        with m.Elif(prog | F["psn"]):
+            m.d.comb += new.retries.eq(0)
+        with m.If(F["rnr_start"]):
+            m.d.comb += new.rnr_retries.eq(a_rnr_retries)
+        with m.Elif(prog | F["psn"]):
+            m.d.comb += new.rnr_retries.eq(0)
+        with m.If(F["seq_rew"]):
+            m.d.comb += [new.rewind_active.eq(1), new.rewind_psn.eq(a_psn)]
+        with m.Elif(prog | F["psn"] | F["fire_rnr"] | F["fire_rew"]):
+            m.d.comb += new.rewind_active.eq(0)
         with m.If(fail):
-            m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0), new.err_status.eq(fail_status)]
-            m.d.sync += [errored.bit_select(q, 1).eq(1), held.bit_select(q, 1).eq(0)]
-            count("qp_errors")
+            m.d.comb += new.err_status.eq(fail_status)
+        with m.Elif(F["psn"]):
+            m.d.comb += new.err_status.eq(CplStatus.OK)
+        with m.If(F["ctx"]):
+            m.d.comb += [new.timeout.eq(a_ctx.timeout), new.retry_cnt.eq(a_ctx.retry_cnt),
+                         new.rnr_retry.eq(a_ctx.rnr_retry)]
+        m.d.comb += [wp.addr.eq(a_qp), wp.data.eq(new), wp.en.eq(a_valid & a_in)]
 
-        wrote = (ev_psn | ev_ctx | ev_fire | ev_ack | ev_sent) & in_table
-        m.d.comb += [wp.addr.eq(q), wp.data.eq(new), wp.en.eq(wrote)]
-        m.d.comb += [cwp.addr.eq(q), cwp.en.eq(wrote & (cnt_inc.as_value() != 0))]
+        # the QP's bits: a failure, psn_set, progress and a restart clear held, an RNR wait
+        # sets it; a failure sets errored, psn_set clears it
+        held_clr = fail | F["psn"] | prog | restart
+        m.d.sync += [
+            held.eq((held & ~Mux(held_clr, a_qvec, 0)) | Mux(F["rnr_start"], a_qvec, 0)),
+            errored.eq((errored & ~Mux(F["psn"], a_qvec, 0)) | Mux(fail, a_qvec, 0)),
+        ]
+
+        # the outputs, registered: in the cycle after the state is written
+        with m.If(F["psn"]):
+            m.d.sync += [self.cpl_ack.payload.psn.eq(a_pm1),
+                         self.sched.payload.kind.eq(SchedKind.RESET)]
+        with m.Else():
+            m.d.sync += [self.cpl_ack.payload.psn.eq(prog_to),
+                         self.sched.payload.kind.eq(Mux(rewind, SchedKind.REWIND,
+                                                        SchedKind.ADVANCE))]
+        m.d.sync += [
+            self.cpl_ack.valid.eq(F["psn"] | prog), self.cpl_ack.payload.qp.eq(a_qp),
+            self.sched.valid.eq(F["psn"] | prog | rewind), self.sched.payload.qp.eq(a_qp),
+        ]
+        pulse = {"acks": F["acks"], "stale_acks": F["stale"], "seq_naks": F["seq"],
+                 "rnr_naks": F["rnr"], "error_naks": F["fatal"], "timeouts": F["timeouts"],
+                 "ignored": F["ignored_range"] | F["ignored_nak"], "rewinds": rewind,
+                 "qp_errors": fail}
+        m.d.sync += [getattr(self, name).eq(pulse[name]) for name in COUNTERS]
+
+        # ---- stage C: the per-QP counters (read-modify-write of the QP's row)
+        cnt_inc = Signal(data.ArrayLayout(6, nc))        # added to each per-QP counter
+        for k, name in enumerate(QP_COUNTERS):
+            if name == "packets":
+                m.d.comb += cnt_inc[k].eq(Mux(F["sent"], a_packets, 0))
+            elif name == "resent":
+                m.d.comb += cnt_inc[k].eq(Mux(F["sent"], a_resent, 0))
+            else:
+                m.d.comb += cnt_inc[k].eq(pulse[name])
+        c_valid = Signal()
+        c_qp = Signal(8)
+        c_inc = Signal(data.ArrayLayout(6, nc))
+        m.d.sync += [c_valid.eq(a_valid & a_in), c_qp.eq(a_qp), c_inc.eq(cnt_inc)]
+        m.d.comb += [crp.addr.eq(c_qp), cwp.addr.eq(c_qp), cwp.en.eq(c_valid)]
         for k in range(nc):
-            m.d.comb += cwp.data[k].eq(crp.data[k] + cnt_inc[k])
-        for name in COUNTERS:
-            m.d.comb += getattr(self, name).eq(pulse[name])
+            m.d.comb += cwp.data[k].eq(crp.data[k] + c_inc[k])
         return m

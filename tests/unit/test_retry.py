@@ -1,17 +1,19 @@
 """The retry engine against its reference model (:mod:`rocegen.sim.models.retry`).
 
-One event per cycle (PSN writes, context writes, acknowledgements, packets sent), with random
+Events back to back (PSN writes, context writes, acknowledgements, packets sent), with random
 idle cycles, over several QPs, with the time base ticking every cycle and every third cycle. The
-outputs of every accepted event (``cpl_ack``, ``sched``, the pulses, ``errored``/``held`` the
-next cycle, ``err_status`` and ``acked_psn`` of the QP) are compared with the model; a cycle with
-outputs but no accepted event is a timer expiry, checked against the model's deadline. The per-QP
-counters are compared at the end. Plus exact timer timing, the input priorities, the RNR-wait
-corner cases and the parameter checks."""
+outputs of every accepted event (``cpl_ack``, ``sched``, the pulses, ``errored``/``held``,
+``err_status`` and ``acked_psn`` of the QP), :data:`LATENCY` cycles after it, are compared with
+the model; a cycle with outputs but no accepted event that long before is a timer expiry, checked
+against the model's deadline. An event held back needs a reason (an event of its QP taken just
+before, a timer due). The per-QP counters are compared at the end. Plus exact timer timing, the
+input priorities, the wait of an event behind one of its QP, the RNR-wait corner cases and the
+parameter checks."""
 
 import gc
 import random
 import warnings
-from collections import Counter
+from collections import Counter, deque
 
 import pytest
 from amaranth.hdl import UnusedElaboratable
@@ -25,6 +27,8 @@ from rocegen.sim.models.retry import PSN_MOD, Outputs, RetryModel, ahead
 
 #: Clock frequencies for a time base that ticks every cycle / every third cycle.
 CLK_HZ = {1: 1e9 / 1024, 3: 3e9 / 1024}
+#: Cycles from an event taken to its outputs (``cpl_ack``, ``sched``, pulses, ``errored``).
+LATENCY = 3
 
 
 def name_of(value, enum_cls):
@@ -32,9 +36,16 @@ def name_of(value, enum_cls):
 
 
 class Bench:
-    """Drives a :class:`RetryEngine` one event at a time and checks every cycle against a
-    :class:`RetryModel`. ``now`` is counted from reset: the time base starts at 0 and advances
-    every ``tick_cycles`` cycles."""
+    """Drives a :class:`RetryEngine` and checks every cycle against a :class:`RetryModel`.
+    ``now`` is counted from reset: the time base starts at 0 and advances every ``tick_cycles``
+    cycles.
+
+    The engine answers an event accepted in cycle t in cycle t + :data:`LATENCY` (``cpl_ack``,
+    ``sched``, the pulses, ``errored``/``held``; the QP's ``err_status``/``acked_psn`` from then
+    on): the bench keeps a record of every cycle (the event taken or the one held back) and
+    checks it against the outputs seen ``LATENCY`` cycles later, applying the event to the model
+    with the tick it was accepted in. ``event`` waits until the event is checked unless
+    ``drain=False`` (back-to-back events)."""
 
     def __init__(self, num_qps, tick_cycles):
         self.dut = RetryEngine(num_qps, clk_hz=CLK_HZ[tick_cycles])
@@ -43,93 +54,113 @@ class Bench:
         self.tc = tick_cycles
         self.model = RetryModel(num_qps)
         self.cycle = 0
-        # an expired timer is served within two rounds of the scan (one QP per cycle, and one
-        # more cycle for each timer served on the way)
-        self.slack = -(-(2 * num_qps + 4) // tick_cycles) + 1
+        # an expired timer is served within two rounds of the scan (one QP per cycle, and a few
+        # more cycles for each timer served on the way or waiting for an event of its QP)
+        self.slack = -(-(2 * num_qps + 8) // tick_cycles) + 1
         self.coverage = Counter()
         self.fires = []                 # (qp, tick, deadline) of every timer expiry seen
-        self.stalls = 0                 # ack/sent held by a silent expiry
+        self.fire_cycles = []           # ... and the cycle it was taken in
+        self.stalls = 0                 # ack/sent held by an expired timer
+        self.bubbles = 0                # events held behind one of their QP (read after write)
         self.listener = None            # called with (qp, Outputs) after every event
         self.history = []               # the last events, for error messages
-        self._errored = 0
+        # cycles not checked yet (the reset's first: no outputs)
+        self.records = deque({"cycle": -LATENCY + k, "now": 0, "taken": None, "held": None}
+                             for k in range(LATENCY))
+        self.last = {"taken": None, "fire": None}       # the previous cycle checked
+        self.due_recent = deque(maxlen=LATENCY + 4)     # QPs whose timer was due, per cycle
         pulses = [getattr(self.dut, name) for name in COUNTERS]
         d = self.dut
-        self._outs = [d.cpl_ack.valid, d.cpl_ack.payload, d.sched.valid, d.sched.payload, *pulses]
+        self._outs = [d.cpl_ack.valid, d.cpl_ack.payload, d.sched.valid, d.sched.payload,
+                      d.errored, d.held, *pulses]
+        self._errored = 0
 
     @property
     def now(self):
         return self.cycle // self.tc
 
-    def fail(self, msg):
+    def fail(self, msg, rec=None):
         hist = "\n  ".join(self.history[-12:])
-        raise AssertionError(f"cycle {self.cycle - 1}, tick {(self.cycle - 1) // self.tc}: {msg}"
-                             f"\n last events:\n  {hist}")
+        at = rec["cycle"] if rec is not None else self.cycle - 1
+        tick = rec["now"] if rec is not None else (self.cycle - 1) // self.tc
+        raise AssertionError(f"cycle {at}, tick {tick}: {msg}\n last events:\n  {hist}")
 
-    async def _cycle(self, ctx, port):
+    async def _cycle(self, ctx, port=None, offer=None):
+        """One clock cycle offering ``offer`` (kind, qp, args) on ``port``; checks the cycle
+        ``LATENCY`` cycles back. Returns the record of this cycle."""
         signals = ([port.ready] if port is not None else []) + self._outs
         sampled = (await ctx.tick().sample(*signals))[2:]
         ready = bool(sampled[0]) if port is not None else False
         if port is not None:
             sampled = sampled[1:]
-        cpl_v, cpl_p, sch_v, sch_p, *pulses = sampled
-        now = self.now
+        cpl_v, cpl_p, sch_v, sch_p, errored, held, *pulses = sampled
+        rec = {"cycle": self.cycle, "now": self.now, "taken": offer if ready else None,
+               "held": offer if not ready else None}
         self.cycle += 1
-        errored = ctx.get(self.dut.errored)
+        self.records.append(rec)
         obs = {
             "cpl": (cpl_p.qp, cpl_p.psn) if cpl_v else None,
             "sched": (sch_p.qp, name_of(sch_p.kind, SchedKind)) if sch_v else None,
             "pulses": frozenset(n for n, v in zip(COUNTERS, pulses) if v),
             "rose": errored & ~self._errored,
             "errored": errored,
+            "held": held,
         }
         self._errored = errored
-        return ready, obs, now
+        self._check(ctx, self.records.popleft(), obs)
+        return rec
 
-    def _outputs(self, ctx, qp, obs):
+    async def drain(self, ctx):
+        """Idle until every event taken is checked."""
+        while any(r["taken"] is not None for r in self.records):
+            await self._cycle(ctx)
+
+    def _outputs(self, ctx, qp, obs, rec):
         """The engine's outputs for an event of ``qp`` as an :class:`Outputs`."""
         cpl = sched = fail = None
         if obs["cpl"] is not None:
             if obs["cpl"][0] != qp:
-                self.fail(f"cpl_ack names QP {obs['cpl'][0]}, the event QP {qp}")
+                self.fail(f"cpl_ack names QP {obs['cpl'][0]}, the event QP {qp}", rec)
             cpl = obs["cpl"][1]
         if obs["sched"] is not None:
             if obs["sched"][0] != qp:
-                self.fail(f"sched names QP {obs['sched'][0]}, the event QP {qp}")
+                self.fail(f"sched names QP {obs['sched'][0]}, the event QP {qp}", rec)
             sched = obs["sched"][1]
         if qp < self.n and (obs["rose"] >> qp) & 1:
             ctx.set(self.dut.err_qp, qp)
             fail = name_of(ctx.get(self.dut.err_status), CplStatus)
         return Outputs(cpl, sched, fail, obs["pulses"])
 
-    def _compare(self, ctx, what, qp, expected, obs, now):
-        got = self._outputs(ctx, qp, obs)
+    def _compare(self, ctx, what, qp, expected, obs, rec):
+        got = self._outputs(ctx, qp, obs, rec)
         if got != expected:
-            self.fail(f"{what}: engine {got}, model {expected}")
+            self.fail(f"{what}: engine {got}, model {expected}", rec)
         self.coverage.update([o for o in (got.sched, got.fail) if o] + list(got.pulses))
         if self.listener and qp < self.n:
             self.listener(qp, expected)
-        self._check_state(ctx, qp, obs, now)
+        self._check_state(ctx, qp, obs, rec)
 
-    def _check_state(self, ctx, qp, obs, now):
+    def _check_state(self, ctx, qp, obs, rec):
         m = self.model
+        now = rec["now"]
         if obs["errored"] != m.vector("errored"):
-            self.fail(f"errored {obs['errored']:#x}, model {m.vector('errored'):#x}")
-        held = ctx.get(self.dut.held)
-        if held != m.vector("held"):
-            self.fail(f"held {held:#x}, model {m.vector('held'):#x}")
+            self.fail(f"errored {obs['errored']:#x}, model {m.vector('errored'):#x}", rec)
+        if obs["held"] != m.vector("held"):
+            self.fail(f"held {obs['held']:#x}, model {m.vector('held'):#x}", rec)
         if qp is not None and qp < self.n:
+            # the next event of this QP is written two cycles later at the earliest
             ctx.set(self.dut.err_qp, qp)
             ctx.set(self.dut.acked_qp, qp)
             status = name_of(ctx.get(self.dut.err_status), CplStatus)
             acked = ctx.get(self.dut.acked_psn)
             if (status, acked) != (m.err_status(qp), m.acked(qp)):
                 self.fail(f"QP {qp}: err_status {status}, acked_psn {acked:#x}; model "
-                          f"{m.err_status(qp)}, {m.acked(qp):#x}")
+                          f"{m.err_status(qp)}, {m.acked(qp):#x}", rec)
         for q in range(self.n):
             d = m.deadline(q)
             if (d is not None and not m.errored(q) and (m.held(q) or m.outstanding(q))
                     and now > d + self.slack):
-                self.fail(f"the timer of QP {q} (deadline tick {d}) did not fire")
+                self.fail(f"the timer of QP {q} (deadline tick {d}) did not fire", rec)
 
     def silent_candidates(self, now):
         """QPs whose retransmit timer may expire now with nothing outstanding (no output)."""
@@ -146,36 +177,72 @@ class Bench:
         return (d is not None and not m.held(qp) and m.outstanding(qp) == 0
                 and d - margin <= now <= d + self.slack + margin)
 
-    def _no_event(self, ctx, obs, now, pending):
-        if obs["cpl"] or obs["sched"] or obs["pulses"] or obs["rose"]:
+    def _apply(self, kind, qp, args, now):
+        m = self.model
+        if kind == "psn_set":
+            return m.psn_set(qp, args["psn"])
+        if kind == "ctx_set":
+            return m.ctx_set(qp, args["state"], args["timeout"], args["retry_cnt"],
+                             args["rnr_retry"])
+        if kind == "ack":
+            return m.ack(qp, args["syndrome"], args["psn"], now)
+        if qp < self.n and self.quiet_expiry(qp, now, 0):
+            self.fail(f"bench: sent on QP {qp} too close to a quiet timer expiry")
+        return m.sent(qp, args["psn"], args["packets"], now=now)
+
+    def _check(self, ctx, rec, obs):
+        """Checks the cycle ``rec`` against the outputs ``obs`` it caused."""
+        now = rec["now"]
+        fire = None
+        m = self.model
+        # timers due about now, as the engine's scan may see them (before the events in flight)
+        self.due_recent.append({q for q in range(self.n) if m.deadline(q) is not None
+                                and not m.errored(q) and m.deadline(q) <= now + 4})
+        if rec["taken"] is not None:
+            kind, qp, args = rec["taken"]
+            desc = f"{kind} QP {qp} " + " ".join(
+                f"{k}={v:#x}" if isinstance(v, int) and k in ("psn", "syndrome") else f"{k}={v}"
+                for k, v in args.items())
+            self.history.append(f"tick {now}: {desc}")
+            rec["expected"] = self._apply(kind, qp, args, now)
+            self._compare(ctx, desc, qp, rec["expected"], obs, rec)
+        elif obs["cpl"] or obs["sched"] or obs["pulses"] or obs["rose"]:
             if obs["sched"] is not None:
-                qp = obs["sched"][0]
+                fire = obs["sched"][0]
             elif obs["rose"] and obs["rose"] & (obs["rose"] - 1) == 0:
-                qp = obs["rose"].bit_length() - 1
+                fire = obs["rose"].bit_length() - 1
             else:
-                self.fail(f"outputs without an event: {obs}")
-            d = self.model.deadline(qp)
-            if not (self.model.due(qp, now) and now <= d + self.slack):
-                self.fail(f"timer of QP {qp} fired at tick {now}, model deadline {d}")
-            self.fires.append((qp, now, d))
-            self.history.append(f"tick {now}: timer of QP {qp}")
-            self._compare(ctx, f"timer of QP {qp}", qp, self.model.fire(qp, now), obs, now)
-            return
-        if pending in ("ack", "sent"):
-            if not self.silent_candidates(now):
-                self.fail(f"{pending} held without a reason")
-            self.stalls += 1
-        elif pending is not None:
-            self.fail(f"{pending} not taken")
-        self._check_state(ctx, None, obs, now)
+                self.fail(f"outputs without an event: {obs}", rec)
+            d = self.model.deadline(fire)
+            if not (self.model.due(fire, now) and now <= d + self.slack):
+                self.fail(f"timer of QP {fire} fired at tick {now}, model deadline {d}", rec)
+            self.fires.append((fire, now, d))
+            self.fire_cycles.append(rec["cycle"])
+            self.history.append(f"tick {now}: timer of QP {fire}")
+            self._compare(ctx, f"timer of QP {fire}", fire, self.model.fire(fire, now), obs, rec)
+        else:
+            self._check_state(ctx, None, obs, rec)
+        if rec["held"] is not None:
+            kind, qp, _ = rec["held"]
+            prev = self.last["taken"]
+            recent = set().union(*self.due_recent)
+            if (prev is not None and prev[1] == qp) or self.last["fire"] == qp:
+                self.bubbles += 1               # an event of the QP is in the engine
+            elif fire is not None or recent and kind in ("ack", "sent"):
+                self.stalls += 1                # an expired timer is served first
+            elif kind in ("psn_set", "ctx_set") and qp in recent:
+                self.bubbles += 1               # an unseen expiry of the QP was served
+            else:
+                self.fail(f"{kind} of QP {qp} held without a reason", rec)
+        self.last = {"taken": rec["taken"], "fire": fire}
 
     async def idle(self, ctx, cycles=1):
         for _ in range(cycles):
-            _, obs, now = await self._cycle(ctx, None)
-            self._no_event(ctx, obs, now, None)
+            await self._cycle(ctx)
 
-    async def event(self, ctx, kind, qp, **args):
-        """Offer one event until the engine takes it; check its outputs; return them."""
+    async def event(self, ctx, kind, qp, drain=True, **args):
+        """Offer one event until the engine takes it; with ``drain``, wait until it is checked
+        and return the model's outputs."""
         port = getattr(self.dut, kind)
         if kind == "psn_set":
             payload = {"qp": qp, "psn": args["psn"]}
@@ -192,32 +259,20 @@ class Bench:
         ctx.set(port.payload, payload)
         ctx.set(port.valid, 1)
         while True:
-            ready, obs, now = await self._cycle(ctx, port)
-            if ready:
+            rec = await self._cycle(ctx, port, (kind, qp, args))
+            if rec["taken"] is not None:
                 break
-            self._no_event(ctx, obs, now, kind)
         ctx.set(port.valid, 0)
-        desc = f"{kind} QP {qp} " + " ".join(
-            f"{k}={v:#x}" if isinstance(v, int) and k in ("psn", "syndrome") else f"{k}={v}"
-            for k, v in args.items())
-        self.history.append(f"tick {now}: {desc}")
-        m = self.model
-        if kind == "psn_set":
-            expected = m.psn_set(qp, args["psn"])
-        elif kind == "ctx_set":
-            expected = m.ctx_set(qp, args["state"], args["timeout"], args["retry_cnt"],
-                                 args["rnr_retry"])
-        elif kind == "ack":
-            expected = m.ack(qp, args["syndrome"], args["psn"], now)
-        else:
-            if qp < self.n and self.quiet_expiry(qp, now, 0):
-                self.fail(f"bench: sent on QP {qp} too close to a quiet timer expiry")
-            expected = m.sent(qp, args["psn"], args["packets"], now=now)
-        self._compare(ctx, desc, qp, expected, obs, now)
-        return expected
+        if not drain:
+            return None
+        while "expected" not in rec:
+            await self._cycle(ctx)
+        return rec["expected"]
 
     async def read_counters(self, ctx):
         """Every QP's counters through ``qp_stats_*`` (timers should be stopped first)."""
+        await self.drain(ctx)
+        await self.idle(ctx, 2)
         result = []
         for q in range(self.n):
             values = {}
@@ -234,6 +289,7 @@ class Bench:
 
         async def tb(ctx):
             await body(ctx)
+            await self.drain(ctx)
             done.append(True)
 
         run_sim(self.dut, testbenches=[tb])
@@ -525,7 +581,7 @@ def run_random(num_qps, tick_cycles, mix, events, seed):
             if not evs:
                 await b.idle(ctx)
             for kind, qp, args in evs:
-                await b.event(ctx, kind, qp, **args)
+                await b.event(ctx, kind, qp, drain=False, **args)
                 done += 1
         await b.idle(ctx, 2 * b.slack * tick_cycles)
         for q in range(num_qps):                  # stop every timer, keep the counters
@@ -607,7 +663,7 @@ def test_timer_timing(tick_cycles):
         await b.event(ctx, "ack", 0, syndrome=0x21, psn=5)
         while len(b.fires) < 4:
             await b.idle(ctx)
-        marks["rnr_release_cycle"] = b.cycle - 1
+        marks["rnr_release_cycle"] = b.fire_cycles[3]
         await b.idle(ctx, 3)
 
     b = run_script(1, tick_cycles, script)
@@ -745,8 +801,9 @@ def test_priorities_and_alternation():
 
         offer(dut.psn_set, {"qp": 0, "psn": 100})
         offer(dut.ctx_set, {"qp": 1, "context": {"state": QpState.RTS, "timeout": 1}})
-        offer(dut.ack, {"qp": 1, "syndrome": 0x1F, "psn": 5})
-        offer(dut.sent, {"qp": 0, "psn": 100, "packets": 1})
+        # (QPs chosen so that no event follows one of its QP: see the next test)
+        offer(dut.ack, {"qp": 0, "syndrome": 0x1F, "psn": 5})
+        offer(dut.sent, {"qp": 1, "psn": 100, "packets": 1})
         ports = ("psn_set", "ctx_set", "ack", "sent")
         for _ in range(8):
             *_, r0, r1, r2, r3 = await ctx.tick().sample(*(getattr(dut, p).ready for p in ports))
@@ -761,6 +818,48 @@ def test_priorities_and_alternation():
     run_sim(dut, testbenches=[tb])
     assert order == [["psn_set"], ["ctx_set"], ["ack"], ["sent"], ["ack"], ["sent"], ["ack"],
                      ["sent"]]
+
+
+def test_events_of_one_qp_wait_a_cycle():
+    """An event of the QP whose state is being read (taken in the cycle before) waits one
+    cycle; an event of another QP fills the gap."""
+    dut = RetryEngine(3, clk_hz=CLK_HZ[1])
+    order = []
+    ports = ("psn_set", "ctx_set", "ack", "sent")
+
+    async def tb(ctx):
+        async def step():
+            *_, r0, r1, r2, r3 = await ctx.tick().sample(*(getattr(dut, p).ready for p in ports))
+            taken = [p for p, r in zip(ports, (r0, r1, r2, r3)) if r]
+            order.append(taken)
+            return taken
+
+        ctx.set(dut.ctx_set.payload, {"qp": 2, "context": {"state": QpState.RTS}})
+        ctx.set(dut.ctx_set.valid, 1)
+        await step()
+        ctx.set(dut.ctx_set.valid, 0)
+        ctx.set(dut.psn_set.payload, {"qp": 2, "psn": 7})
+        ctx.set(dut.psn_set.valid, 1)
+        while "psn_set" not in await step():
+            pass
+        ctx.set(dut.psn_set.valid, 0)
+        # ack and sent of QP 1 both waiting, then a sent of QP 0 too
+        ctx.set(dut.ack.payload, {"qp": 1, "syndrome": 0x1F, "psn": 6})
+        ctx.set(dut.sent.payload, {"qp": 1, "psn": 7, "packets": 1})
+        ctx.set(dut.ack.valid, 1)
+        ctx.set(dut.sent.valid, 1)
+        for _ in range(4):
+            await step()
+        ctx.set(dut.sent.payload, {"qp": 0, "psn": 7, "packets": 1})
+        for _ in range(4):
+            await step()
+        ctx.set(dut.ack.valid, 0)
+        ctx.set(dut.sent.valid, 0)
+
+    run_sim(dut, testbenches=[tb])
+    assert order == [["ctx_set"], [], ["psn_set"],
+                     ["ack"], [], ["sent"], [],
+                     ["ack"], ["sent"], ["ack"], ["sent"]]
 
 
 def test_parameters_are_validated():
