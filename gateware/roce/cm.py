@@ -241,7 +241,7 @@ class ConnectionManager(wiring.Component):
         abits = (n - 1).bit_length()
 
         mem = m.submodules.records = Memory(shape=_RECORD, depth=n, init=[])
-        rd = mem.read_port()
+        rd = mem.read_port(domain="comb")
         wr = mem.write_port()
 
         # ---- receive: the datagram and what the stack parsed about it ----
@@ -257,8 +257,8 @@ class ConnectionManager(wiring.Component):
         in_use = Signal(n)                  # bit k: QP k is open
         m.d.comb += self.qp_open.eq(in_use)
 
-        # lowest free QP, registered (the pool changes only when a request is executed, at least
-        # three cycles before the next one looks at it)
+        # lowest free QP, registered (the pool changes in the cycle after a request is executed,
+        # at least two cycles before the next one looks at it)
         found, first = _first_zero(in_use, n)
         any_free = Signal()
         free_idx = Signal(range(n))
@@ -270,13 +270,15 @@ class ConnectionManager(wiring.Component):
         idx = Signal(range(n))
         m.d.comb += [idx.eq(target[:abits]), rd.addr.eq(idx)]
         in_range = (req.rem_qpn >= QPN_BASE) & (req.rem_qpn < QPN_BASE + n)
-        is_open = Signal()
-        m.d.comb += is_open.eq(in_range & in_use.bit_select(idx, 1))
-        rec = rd.data                       # owner and context of the QP named by rem_qpn
-        owner_ok = rec.owner == src_ip
+        is_open = Signal()                  # registered in READ (the pool is settled by then)
+        m.d.sync += is_open.eq(in_range & in_use.bit_select(idx, 1))
+        # owner and context of the QP named by rem_qpn, read and checked in READ
+        rec = Signal(_RECORD)
+        owner_ok = Signal()
         state = Signal(QpState)             # a QP the retry engine failed reads as ERROR
-        m.d.comb += state.eq(Mux(self.errored.bit_select(idx, 1), QpState.ERROR,
-                                 rec.context.state))
+        m.d.sync += [rec.eq(rd.data), owner_ok.eq(rd.data.owner == src_ip),
+                     state.eq(Mux(self.errored.bit_select(idx, 1), QpState.ERROR,
+                                  rd.data.context.state))]
 
         # ---- outputs held in registers ----
         rep = Signal(CM.layout)             # the reply's fields
@@ -304,9 +306,31 @@ class ConnectionManager(wiring.Component):
         # ---- decisions (valid in EXEC, when the record read has completed) ----
         info = req.info_valid
         kind = req.req_type
-        ext_ok = (req.pmtu_code <= 5) & (req.timeout_code <= 31)
-        src_allowed = self._allowed(src_ip)
-        peer_allowed = self._allowed(req.loc_ip)
+        # what depends on the datagram alone is found in READ and registered for EXEC
+        ext_ok = Signal()
+        src_allowed = Signal()
+        peer_allowed = Signal()
+        addr_bad = Signal()
+        gen_bad = Signal()
+        m.d.sync += [
+            ext_ok.eq((req.pmtu_code <= 5) & (req.timeout_code <= 31)),
+            src_allowed.eq(self._allowed(src_ip)),
+            peer_allowed.eq(self._allowed(req.loc_ip)),
+            addr_bad.eq((dst_ip != self.local_ip) | (dport != self.port)),
+            gen_bad.eq(req.dma_length[31] | (req.window_log2 > 31)),
+        ]
+        # the record and pool writes of a request, applied in the cycle after EXEC
+        rec_we = Signal()
+        pool_set = Signal()
+        pool_clr = Signal()
+        pool_idx = Signal(range(n))
+        m.d.sync += [rec_we.eq(0), pool_set.eq(0), pool_clr.eq(0)]
+        m.d.comb += [wr.en.eq(rec_we), wr.addr.eq(self.qp_ctl.payload.qp),
+                     wr.data.owner.eq(src_ip), wr.data.context.eq(self.qp_ctl.payload.context)]
+        with m.If(pool_set):
+            m.d.sync += in_use.bit_select(pool_idx, 1).eq(1)
+        with m.If(pool_clr):
+            m.d.sync += in_use.bit_select(pool_idx, 1).eq(0)
 
         ctx_new = Signal(QP_CONTEXT)        # the context to write
 
@@ -347,7 +371,7 @@ class ConnectionManager(wiring.Component):
                         m.next = "READ"
 
             with m.State("READ"):
-                # the record of rem_qpn is read in this cycle
+                # the record of rem_qpn is read and checked in this cycle (registered for EXEC)
                 m.next = "EXEC"
 
             with m.State("EXEC"):
@@ -361,7 +385,7 @@ class ConnectionManager(wiring.Component):
 
                 with m.If(~length_ok):
                     m.d.comb += pulse["drop_length"].eq(1)
-                with m.Elif((dst_ip != self.local_ip) | (dport != self.port)):
+                with m.Elif(addr_bad):
                     m.d.comb += pulse["drop_ip"].eq(1)
                 with m.Elif(req.ack_valid):
                     m.d.comb += pulse["drop_unknown"].eq(1)
@@ -389,7 +413,7 @@ class ConnectionManager(wiring.Component):
                                     m.d.comb += with_ext(_PMTU_LOG2[self.default_pmtu],
                                                          self.default_timeout, self.default_retry,
                                                          self.default_rnr_retry)
-                                    m.d.sync += [in_use.bit_select(free_idx, 1).eq(1),
+                                    m.d.sync += [pool_set.eq(1), pool_idx.eq(free_idx),
                                                  self.qp_psn.valid.eq(1),
                                                  self.qp_psn.payload.qp.eq(free_idx),
                                                  self.qp_psn.payload.psn.eq(req.loc_psn)]
@@ -416,7 +440,7 @@ class ConnectionManager(wiring.Component):
                                     m.d.comb += pulse["nak_illegal"].eq(1)
                             with m.Else():                       # close
                                 m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1), ctx_new.eq(0)]
-                                m.d.sync += in_use.bit_select(idx, 1).eq(0)
+                                m.d.sync += [pool_clr.eq(1), pool_idx.eq(idx)]
                         with m.Default():
                             m.d.comb += pulse["drop_unknown"].eq(1)
                 with m.Elif(req.txmeta_valid):
@@ -428,8 +452,7 @@ class ConnectionManager(wiring.Component):
                         m.d.comb += pulse["nak_illegal"].eq(1)
                     with m.Elif(~owner_ok):
                         m.d.comb += pulse["nak_owner"].eq(1)
-                    with m.Elif((state != QpState.RTS) | req.dma_length[31] |
-                                (req.window_log2 > 31)):
+                    with m.Elif((state != QpState.RTS) | gen_bad):
                         m.d.comb += pulse["nak_illegal"].eq(1)
                     with m.Elif(self.gen.valid):
                         m.d.comb += pulse["drop_gen"].eq(1)
@@ -448,9 +471,7 @@ class ConnectionManager(wiring.Component):
 
                 with m.If(do_ctx):
                     m.d.sync += [self.qp_ctl.valid.eq(1), self.qp_ctl.payload.qp.eq(ctx_qp),
-                                 self.qp_ctl.payload.context.eq(ctx_new)]
-                    m.d.comb += [wr.en.eq(1), wr.addr.eq(ctx_qp), wr.data.owner.eq(src_ip),
-                                 wr.data.context.eq(ctx_new)]
+                                 self.qp_ctl.payload.context.eq(ctx_new), rec_we.eq(1)]
 
                 opening = kind == REQ_OPEN_QP
                 m.d.sync += [
