@@ -312,10 +312,15 @@ class ConnectionManager(wiring.Component):
         peer_allowed = Signal()
         addr_bad = Signal()
         gen_bad = Signal()
+        opening = Signal()                  # an OPEN_QP request...
+        open_ok = Signal()                  # ... that gets a QP if it is answered at all
+        ext_ok_c = (req.pmtu_code <= 5) & (req.timeout_code <= 31)
+        src_allowed_c = self._allowed(src_ip)
+        peer_allowed_c = self._allowed(req.loc_ip)
         m.d.sync += [
-            ext_ok.eq((req.pmtu_code <= 5) & (req.timeout_code <= 31)),
-            src_allowed.eq(self._allowed(src_ip)),
-            peer_allowed.eq(self._allowed(req.loc_ip)),
+            ext_ok.eq(ext_ok_c), src_allowed.eq(src_allowed_c), peer_allowed.eq(peer_allowed_c),
+            opening.eq(kind == REQ_OPEN_QP),
+            open_ok.eq(ext_ok_c & src_allowed_c & peer_allowed_c & any_free),
             addr_bad.eq((dst_ip != self.local_ip) | (dport != self.port)),
             gen_bad.eq(req.dma_length[31] | (req.window_log2 > 31)),
         ]
@@ -473,12 +478,11 @@ class ConnectionManager(wiring.Component):
                     m.d.sync += [self.qp_ctl.valid.eq(1), self.qp_ctl.payload.qp.eq(ctx_qp),
                                  self.qp_ctl.payload.context.eq(ctx_new), rec_we.eq(1)]
 
-                opening = kind == REQ_OPEN_QP
                 m.d.sync += [
                     rep.eq(0),
                     rep.info_valid.eq(1), rep.req_type.eq(kind),
                     rep.ack_valid.eq(1), rep.ack_type.eq(ack),
-                    rep.loc_qpn.eq(Mux(opening, Mux(ack == ACK_ACK, QPN_BASE + free_idx, 0),
+                    rep.loc_qpn.eq(Mux(opening, Mux(open_ok, QPN_BASE + free_idx, 0),
                                        req.rem_qpn)),
                     rep.loc_psn.eq(Mux(opening, req.loc_psn, req.rem_psn)),
                     rep.loc_rkey.eq(Mux(opening, 0, req.rem_rkey)),
