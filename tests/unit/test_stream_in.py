@@ -187,6 +187,7 @@ class Bench:
             if holding and stalled >= self.hold:
                 self.holds.append((cycle, len(self.posted), int(used)))
                 holding = False
+                stalled = 0             # the next hold needs a stall of its own
             elif holding and self.done_feeding:
                 holding = False
             elif not holding and self.hold is not None and not cq and not self.done_feeding:
