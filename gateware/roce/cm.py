@@ -302,6 +302,9 @@ class ConnectionManager(wiring.Component):
         pairs = Cat(*words)
         scnt = Signal(range(npairs))
         acc = Signal(22)
+        psum = Signal(17)                   # the pair read in the previous cycle, summed
+        sum_first = Signal()                # the first cycle of SUM
+        rest = Signal(len(pairs) - 32)      # the pairs after the one read now
 
         # ---- decisions (valid in EXEC, when the record read has completed) ----
         info = req.info_valid
@@ -357,9 +360,30 @@ class ConnectionManager(wiring.Component):
             if name != "replies":
                 m.d.comb += getattr(self, name).eq(pulse[name])
 
+        # the context a request of this kind writes (used only when the checks pass)
+        m.d.comb += ctx_new.eq(rec.context)
+        with m.Switch(kind):
+            with m.Case(REQ_OPEN_QP):
+                m.d.comb += [ctx_new.state.eq(QpState.RTS),
+                             ctx_new.udp_sport.eq(UDP_SPORT_BASE | free_idx),
+                             ctx_new.dscp.eq(0), ctx_new.ecn.eq(0),
+                             ctx_new.ack_every_log2.eq(self.ack_every_log2)]
+                m.d.comb += set_peer()
+                m.d.comb += with_ext(_PMTU_LOG2[self.default_pmtu], self.default_timeout,
+                                     self.default_retry, self.default_rnr_retry)
+            with m.Case(REQ_SEND_QP_INFO):
+                m.d.comb += set_peer()
+                c = rec.context
+                m.d.comb += with_ext(c.pmtu_log2, c.timeout, c.retry_cnt, c.rnr_retry)
+            with m.Case(REQ_MODIFY_QP_RTS):
+                m.d.comb += ctx_new.state.eq(QpState.RTS)
+            with m.Case(REQ_CLOSE_QP):
+                m.d.comb += ctx_new.eq(0)
+
+        recv = Signal(init=1)               # in RECV: i.ready from a register of its own
+        m.d.comb += self.i.ready.eq(recv)
         with m.FSM():
             with m.State("RECV"):
-                m.d.comb += self.i.ready.eq(1)
                 p = self.i.payload
                 with m.If(self.i.valid):
                     m.d.sync += buf.eq(Cat(buf[W:], p.data))
@@ -372,6 +396,7 @@ class ConnectionManager(wiring.Component):
                                          ~p.error),
                             src_ip.eq(p.meta.ipv4.src), dst_ip.eq(p.meta.ipv4.dst),
                             sport.eq(p.meta.udp.src_port), dport.eq(p.meta.udp.dst_port),
+                            recv.eq(0),
                         ]
                         m.next = "READ"
 
@@ -384,9 +409,12 @@ class ConnectionManager(wiring.Component):
                 reply = Signal()
                 ack = Signal(3)
                 do_ctx = Signal()
-                ctx_qp = Signal(range(n))
-                m.d.comb += ctx_qp.eq(idx)
-                m.d.comb += [ctx_new.eq(rec.context)]
+                # the writes' values depend on the request kind alone, their valid on the checks
+                ctx_qp = Mux(opening, free_idx, idx)
+                m.d.sync += [self.qp_ctl.payload.qp.eq(ctx_qp),
+                             self.qp_ctl.payload.context.eq(ctx_new), pool_idx.eq(ctx_qp),
+                             self.qp_psn.payload.qp.eq(free_idx),
+                             self.qp_psn.payload.psn.eq(req.loc_psn)]
 
                 with m.If(~length_ok):
                     m.d.comb += pulse["drop_length"].eq(1)
@@ -409,19 +437,8 @@ class ConnectionManager(wiring.Component):
                                 with m.Elif(~any_free):
                                     m.d.comb += [pulse["no_qp"].eq(1), ack.eq(ACK_NO_QP)]
                                 with m.Else():
-                                    m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1), ctx_qp.eq(free_idx),
-                                                 ctx_new.state.eq(QpState.RTS),
-                                                 ctx_new.udp_sport.eq(UDP_SPORT_BASE | free_idx),
-                                                 ctx_new.dscp.eq(0), ctx_new.ecn.eq(0),
-                                                 ctx_new.ack_every_log2.eq(self.ack_every_log2)]
-                                    m.d.comb += set_peer()
-                                    m.d.comb += with_ext(_PMTU_LOG2[self.default_pmtu],
-                                                         self.default_timeout, self.default_retry,
-                                                         self.default_rnr_retry)
-                                    m.d.sync += [pool_set.eq(1), pool_idx.eq(free_idx),
-                                                 self.qp_psn.valid.eq(1),
-                                                 self.qp_psn.payload.qp.eq(free_idx),
-                                                 self.qp_psn.payload.psn.eq(req.loc_psn)]
+                                    m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
+                                    m.d.sync += [pool_set.eq(1), self.qp_psn.valid.eq(1)]
                             with m.Elif(~is_open):
                                 m.d.comb += pulse["nak_illegal"].eq(1)
                             with m.Elif(~owner_ok):
@@ -431,21 +448,16 @@ class ConnectionManager(wiring.Component):
                                     m.d.comb += pulse["nak_illegal"].eq(1)
                                 with m.Else():
                                     m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
-                                    m.d.comb += set_peer()
-                                    c = rec.context
-                                    m.d.comb += with_ext(c.pmtu_log2, c.timeout, c.retry_cnt,
-                                                         c.rnr_retry)
                             with m.Elif(kind == REQ_MODIFY_QP_RTS):
                                 with m.If(state == QpState.RTS):
                                     m.d.comb += ack.eq(ACK_ACK)
                                 with m.Elif(state == QpState.RTR):
-                                    m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1),
-                                                 ctx_new.state.eq(QpState.RTS)]
+                                    m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
                                 with m.Else():
                                     m.d.comb += pulse["nak_illegal"].eq(1)
                             with m.Else():                       # close
-                                m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1), ctx_new.eq(0)]
-                                m.d.sync += [pool_clr.eq(1), pool_idx.eq(idx)]
+                                m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
+                                m.d.sync += pool_clr.eq(1)
                         with m.Default():
                             m.d.comb += pulse["drop_unknown"].eq(1)
                 with m.Elif(req.txmeta_valid):
@@ -462,21 +474,29 @@ class ConnectionManager(wiring.Component):
                     with m.Elif(self.gen.valid):
                         m.d.comb += pulse["drop_gen"].eq(1)
                     with m.Else():
-                        g = self.gen.payload
-                        opcode = Mux(req.tx_type,
-                                     Mux(req.is_imm, WrOpcode.WRITE_IMM.value, WrOpcode.WRITE.value),
-                                     Mux(req.is_imm, WrOpcode.SEND_IMM.value, WrOpcode.SEND.value))
-                        m.d.sync += [self.gen.valid.eq(1), g.qp.eq(idx), g.opcode.eq(opcode),
-                                     g.length.eq(req.dma_length[:31]), g.count.eq(req.n_transfers),
-                                     g.spacing.eq(req.frequency), g.imm.eq(req.rem_qpn),
-                                     g.window.eq(Mux(req.window_log2 == 0, 0,
-                                                     Const(1, 32) << req.window_log2[:5]))]
+                        pass                    # a run starts: below
                 with m.Else():
                     m.d.comb += pulse["drop_unknown"].eq(1)
 
+                # a run for the generator: the configuration is written whenever the port is
+                # free, its valid by the checks (the same as in the chain above, as one gate)
+                with m.If(~self.gen.valid):
+                    g = self.gen.payload
+                    opcode = Mux(req.tx_type,
+                                 Mux(req.is_imm, WrOpcode.WRITE_IMM.value, WrOpcode.WRITE.value),
+                                 Mux(req.is_imm, WrOpcode.SEND_IMM.value, WrOpcode.SEND.value))
+                    m.d.sync += [g.qp.eq(idx), g.opcode.eq(opcode),
+                                 g.length.eq(req.dma_length[:31]), g.count.eq(req.n_transfers),
+                                 g.spacing.eq(req.frequency), g.imm.eq(req.rem_qpn),
+                                 g.window.eq(Mux(req.window_log2 == 0, 0,
+                                                 Const(1, 32) << req.window_log2[:5]))]
+                m.d.sync += self.gen.valid.eq(
+                    length_ok & ~addr_bad & ~req.ack_valid & ~info & req.txmeta_valid &
+                    req.start & src_allowed & is_open & owner_ok & (state == QpState.RTS) &
+                    ~gen_bad & ~self.gen.valid | (self.gen.valid & ~self.gen.ready))
+
                 with m.If(do_ctx):
-                    m.d.sync += [self.qp_ctl.valid.eq(1), self.qp_ctl.payload.qp.eq(ctx_qp),
-                                 self.qp_ctl.payload.context.eq(ctx_new), rec_we.eq(1)]
+                    m.d.sync += [self.qp_ctl.valid.eq(1), rec_we.eq(1)]
 
                 m.d.sync += [
                     rep.eq(0),
@@ -495,7 +515,7 @@ class ConnectionManager(wiring.Component):
                     rep_ip.eq(src_ip),
                     rep_port.eq(Mux(req.listening_port != 0, req.listening_port, sport)),
                     lip.eq(self.local_ip),
-                    acc.eq(0), scnt.eq(0), obeat.eq(0),
+                    acc.eq(0), psum.eq(0), scnt.eq(0), obeat.eq(0), sum_first.eq(1),
                 ]
                 with m.If(reply):
                     m.next = "SUM"
@@ -503,13 +523,17 @@ class ConnectionManager(wiring.Component):
                     m.next = "DRAIN"
 
             with m.State("SUM"):
-                pair = pairs.word_select(scnt, 32)
-                m.d.sync += [acc.eq(acc + (pair[:16] + pair[16:])), scnt.eq(scnt + 1)]
+                # pair 0 straight from the registers, the others from a copy shifted down by a
+                # pair per cycle; a pair is summed in one cycle and accumulated in the next
+                pair = Mux(sum_first, pairs[:32], rest[:32])
+                m.d.sync += [psum.eq(pair[:16] + pair[16:]), acc.eq(acc + psum),
+                             scnt.eq(scnt + 1), sum_first.eq(0),
+                             rest.eq(Mux(sum_first, pairs[32:], rest[32:]))]
                 with m.If(scnt == npairs - 1):
                     m.next = "FOLD"
 
             with m.State("FOLD"):
-                total = ones_complement_sum([acc[:16], acc[16:]])
+                total = ones_complement_sum([acc[:16], acc[16:], psum[:16], psum[16:]])
                 m.d.sync += cksum.eq(Mux(total == 0xFFFF, 0xFFFF, ~total))
                 m.next = "SEND"
 
@@ -536,5 +560,6 @@ class ConnectionManager(wiring.Component):
 
             with m.State("DRAIN"):
                 with m.If(~self.qp_ctl.valid & ~self.qp_psn.valid):
+                    m.d.sync += recv.eq(1)
                     m.next = "RECV"
         return m
