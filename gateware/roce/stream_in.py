@@ -222,7 +222,7 @@ class StreamFrontEnd(wiring.Component):
         cur_start = Signal(range(R))        # word offset of the current message
         cur_held = Signal(range(R + 1))     # words it holds so far (skipped tail included)
         cur_bytes = Signal(range(self.max_message + B + 1))
-        lbits = _bits(self.max_message) + 2
+        lbits = _bits(self.max_message + B) + 1
         cur_left = Signal(signed(lbits))    # bytes it may still take (max_message - cur_bytes)
         cur_long = Signal()
         written = Signal(32)                # words accepted by mem, ever

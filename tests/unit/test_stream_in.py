@@ -486,3 +486,18 @@ def test_latency(width):
         assert wr_at == taken[-1] + 4
 
     run_sim(top, testbenches=[tb])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("words", [0, 1])
+def test_max_message_within_a_word(width, words):
+    # a limit of a few bytes: a single beat can carry more than the limit allows
+    B = width // 8
+    rng = random.Random(width + words)
+    max_message = 3 if words == 0 else B - 1
+    fe = StreamFrontEnd(width, ring_base=0, ring_bytes=8 * B, max_message=max_message,
+                        max_inflight=4)
+    msgs = make_messages(rng, width, max_message, 40)
+    bench = Bench(fe, width, msgs, idle=0.1, mem_stall=0.2, durable_delay=(1, 5),
+                  cpl_delay=(1, 8), seed=width)
+    simulate(fe, bench)
