@@ -302,9 +302,9 @@ class ConnectionManager(wiring.Component):
         pairs = Cat(*words)
         scnt = Signal(range(npairs))
         acc = Signal(22)
-        psum = Signal(17)                   # the pair read in the previous cycle, summed
+        psum = Signal(18)                   # the words read in the previous cycle, summed
         sum_first = Signal()                # the first cycle of SUM
-        rest = Signal(len(pairs) - 32)      # the pairs after the one read now
+        rest = Signal(len(pairs) - 64)      # the pairs after the ones read now
 
         # ---- decisions (valid in EXEC, when the record read has completed) ----
         info = req.info_valid
@@ -523,17 +523,19 @@ class ConnectionManager(wiring.Component):
                     m.next = "DRAIN"
 
             with m.State("SUM"):
-                # pair 0 straight from the registers, the others from a copy shifted down by a
-                # pair per cycle; a pair is summed in one cycle and accumulated in the next
-                pair = Mux(sum_first, pairs[:32], rest[:32])
-                m.d.sync += [psum.eq(pair[:16] + pair[16:]), acc.eq(acc + psum),
-                             scnt.eq(scnt + 1), sum_first.eq(0),
-                             rest.eq(Mux(sum_first, pairs[32:], rest[32:]))]
+                # pairs 0 and 1 straight from the registers, the others from a copy shifted down
+                # by a pair per cycle (zeros behind them); what is read in one cycle is summed,
+                # and accumulated in the next: after npairs cycles the accumulator has it all
+                w = [pairs[16 * k:16 * (k + 1)] for k in range(4)]
+                m.d.sync += [psum.eq(Mux(sum_first, (w[0] + w[1]) + (w[2] + w[3]),
+                                         rest[:16] + rest[16:32])),
+                             acc.eq(acc + psum), scnt.eq(scnt + 1), sum_first.eq(0),
+                             rest.eq(Mux(sum_first, pairs[64:], rest[32:]))]
                 with m.If(scnt == npairs - 1):
                     m.next = "FOLD"
 
             with m.State("FOLD"):
-                total = ones_complement_sum([acc[:16], acc[16:], psum[:16], psum[16:]])
+                total = ones_complement_sum([acc[:16], acc[16:]])
                 m.d.sync += cksum.eq(Mux(total == 0xFFFF, 0xFFFF, ~total))
                 m.next = "SEND"
 
