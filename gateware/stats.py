@@ -1,4 +1,4 @@
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -17,9 +17,13 @@ class StatsBlock(wiring.Component):
 
     Ports
     -----
-    ``inc`` : one input bit per counter (``inc[k]`` adds one in the cycle it is high).
+    ``inc`` : one input bit per counter (``inc[k]`` high in a cycle counts one event).
     ``addr`` / ``data`` : read port, ``data`` is the counter at ``addr`` one cycle later.
-    ``clear`` : sets every counter to zero.
+    ``clear`` : sets every counter to zero (events of its cycle and of the cycle before are lost).
+
+    Latency: the increments are registered (no combinational path from ``inc`` to a counter):
+    an event in cycle t is added at the end of cycle t + 1, so a read addressed in cycle t + 2
+    sees it.
     """
 
     def __init__(self, names, counter_width=32):
@@ -47,10 +51,12 @@ class StatsBlock(wiring.Component):
         m = Module()
         top = (1 << self.counter_width) - 1
         counters = [Signal(self.counter_width, name=f"count_{n}") for n in self.names]
+        inc = Signal.like(self.inc)         # the events of the previous cycle
+        m.d.sync += inc.eq(Mux(self.clear, 0, self.inc))
         for k, c in enumerate(counters):
             with m.If(self.clear):
                 m.d.sync += c.eq(0)
-            with m.Elif(self.inc[k] & (c != top)):
+            with m.Elif(inc[k] & (c != top)):
                 m.d.sync += c.eq(c + 1)
         with m.Switch(self.addr):
             for k, c in enumerate(counters):

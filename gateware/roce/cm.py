@@ -241,7 +241,7 @@ class ConnectionManager(wiring.Component):
         abits = (n - 1).bit_length()
 
         mem = m.submodules.records = Memory(shape=_RECORD, depth=n, init=[])
-        rd = mem.read_port()
+        rd = mem.read_port(domain="comb")
         wr = mem.write_port()
 
         # ---- receive: the datagram and what the stack parsed about it ----
@@ -257,8 +257,8 @@ class ConnectionManager(wiring.Component):
         in_use = Signal(n)                  # bit k: QP k is open
         m.d.comb += self.qp_open.eq(in_use)
 
-        # lowest free QP, registered (the pool changes only when a request is executed, at least
-        # three cycles before the next one looks at it)
+        # lowest free QP, registered (the pool changes in the cycle after a request is executed,
+        # at least two cycles before the next one looks at it)
         found, first = _first_zero(in_use, n)
         any_free = Signal()
         free_idx = Signal(range(n))
@@ -270,13 +270,15 @@ class ConnectionManager(wiring.Component):
         idx = Signal(range(n))
         m.d.comb += [idx.eq(target[:abits]), rd.addr.eq(idx)]
         in_range = (req.rem_qpn >= QPN_BASE) & (req.rem_qpn < QPN_BASE + n)
-        is_open = Signal()
-        m.d.comb += is_open.eq(in_range & in_use.bit_select(idx, 1))
-        rec = rd.data                       # owner and context of the QP named by rem_qpn
-        owner_ok = rec.owner == src_ip
+        is_open = Signal()                  # registered in READ (the pool is settled by then)
+        m.d.sync += is_open.eq(in_range & in_use.bit_select(idx, 1))
+        # owner and context of the QP named by rem_qpn, read and checked in READ
+        rec = Signal(_RECORD)
+        owner_ok = Signal()
         state = Signal(QpState)             # a QP the retry engine failed reads as ERROR
-        m.d.comb += state.eq(Mux(self.errored.bit_select(idx, 1), QpState.ERROR,
-                                 rec.context.state))
+        m.d.sync += [rec.eq(rd.data), owner_ok.eq(rd.data.owner == src_ip),
+                     state.eq(Mux(self.errored.bit_select(idx, 1), QpState.ERROR,
+                                  rd.data.context.state))]
 
         # ---- outputs held in registers ----
         rep = Signal(CM.layout)             # the reply's fields
@@ -300,13 +302,43 @@ class ConnectionManager(wiring.Component):
         pairs = Cat(*words)
         scnt = Signal(range(npairs))
         acc = Signal(22)
+        psum = Signal(18)                   # the words read in the previous cycle, summed
+        sum_first = Signal()                # the first cycle of SUM
+        rest = Signal(len(pairs) - 64)      # the pairs after the ones read now
 
         # ---- decisions (valid in EXEC, when the record read has completed) ----
         info = req.info_valid
         kind = req.req_type
-        ext_ok = (req.pmtu_code <= 5) & (req.timeout_code <= 31)
-        src_allowed = self._allowed(src_ip)
-        peer_allowed = self._allowed(req.loc_ip)
+        # what depends on the datagram alone is found in READ and registered for EXEC
+        ext_ok = Signal()
+        src_allowed = Signal()
+        peer_allowed = Signal()
+        addr_bad = Signal()
+        gen_bad = Signal()
+        opening = Signal()                  # an OPEN_QP request...
+        open_ok = Signal()                  # ... that gets a QP if it is answered at all
+        ext_ok_c = (req.pmtu_code <= 5) & (req.timeout_code <= 31)
+        src_allowed_c = self._allowed(src_ip)
+        peer_allowed_c = self._allowed(req.loc_ip)
+        m.d.sync += [
+            ext_ok.eq(ext_ok_c), src_allowed.eq(src_allowed_c), peer_allowed.eq(peer_allowed_c),
+            opening.eq(kind == REQ_OPEN_QP),
+            open_ok.eq(ext_ok_c & src_allowed_c & peer_allowed_c & any_free),
+            addr_bad.eq((dst_ip != self.local_ip) | (dport != self.port)),
+            gen_bad.eq(req.dma_length[31] | (req.window_log2 > 31)),
+        ]
+        # the record and pool writes of a request, applied in the cycle after EXEC
+        rec_we = Signal()
+        pool_set = Signal()
+        pool_clr = Signal()
+        pool_idx = Signal(range(n))
+        m.d.sync += [rec_we.eq(0), pool_set.eq(0), pool_clr.eq(0)]
+        m.d.comb += [wr.en.eq(rec_we), wr.addr.eq(self.qp_ctl.payload.qp),
+                     wr.data.owner.eq(src_ip), wr.data.context.eq(self.qp_ctl.payload.context)]
+        with m.If(pool_set):
+            m.d.sync += in_use.bit_select(pool_idx, 1).eq(1)
+        with m.If(pool_clr):
+            m.d.sync += in_use.bit_select(pool_idx, 1).eq(0)
 
         ctx_new = Signal(QP_CONTEXT)        # the context to write
 
@@ -328,9 +360,30 @@ class ConnectionManager(wiring.Component):
             if name != "replies":
                 m.d.comb += getattr(self, name).eq(pulse[name])
 
+        # the context a request of this kind writes (used only when the checks pass)
+        m.d.comb += ctx_new.eq(rec.context)
+        with m.Switch(kind):
+            with m.Case(REQ_OPEN_QP):
+                m.d.comb += [ctx_new.state.eq(QpState.RTS),
+                             ctx_new.udp_sport.eq(UDP_SPORT_BASE | free_idx),
+                             ctx_new.dscp.eq(0), ctx_new.ecn.eq(0),
+                             ctx_new.ack_every_log2.eq(self.ack_every_log2)]
+                m.d.comb += set_peer()
+                m.d.comb += with_ext(_PMTU_LOG2[self.default_pmtu], self.default_timeout,
+                                     self.default_retry, self.default_rnr_retry)
+            with m.Case(REQ_SEND_QP_INFO):
+                m.d.comb += set_peer()
+                c = rec.context
+                m.d.comb += with_ext(c.pmtu_log2, c.timeout, c.retry_cnt, c.rnr_retry)
+            with m.Case(REQ_MODIFY_QP_RTS):
+                m.d.comb += ctx_new.state.eq(QpState.RTS)
+            with m.Case(REQ_CLOSE_QP):
+                m.d.comb += ctx_new.eq(0)
+
+        recv = Signal(init=1)               # in RECV: i.ready from a register of its own
+        m.d.comb += self.i.ready.eq(recv)
         with m.FSM():
             with m.State("RECV"):
-                m.d.comb += self.i.ready.eq(1)
                 p = self.i.payload
                 with m.If(self.i.valid):
                     m.d.sync += buf.eq(Cat(buf[W:], p.data))
@@ -343,11 +396,12 @@ class ConnectionManager(wiring.Component):
                                          ~p.error),
                             src_ip.eq(p.meta.ipv4.src), dst_ip.eq(p.meta.ipv4.dst),
                             sport.eq(p.meta.udp.src_port), dport.eq(p.meta.udp.dst_port),
+                            recv.eq(0),
                         ]
                         m.next = "READ"
 
             with m.State("READ"):
-                # the record of rem_qpn is read in this cycle
+                # the record of rem_qpn is read and checked in this cycle (registered for EXEC)
                 m.next = "EXEC"
 
             with m.State("EXEC"):
@@ -355,13 +409,16 @@ class ConnectionManager(wiring.Component):
                 reply = Signal()
                 ack = Signal(3)
                 do_ctx = Signal()
-                ctx_qp = Signal(range(n))
-                m.d.comb += ctx_qp.eq(idx)
-                m.d.comb += [ctx_new.eq(rec.context)]
+                # the writes' values depend on the request kind alone, their valid on the checks
+                ctx_qp = Mux(opening, free_idx, idx)
+                m.d.sync += [self.qp_ctl.payload.qp.eq(ctx_qp),
+                             self.qp_ctl.payload.context.eq(ctx_new), pool_idx.eq(ctx_qp),
+                             self.qp_psn.payload.qp.eq(free_idx),
+                             self.qp_psn.payload.psn.eq(req.loc_psn)]
 
                 with m.If(~length_ok):
                     m.d.comb += pulse["drop_length"].eq(1)
-                with m.Elif((dst_ip != self.local_ip) | (dport != self.port)):
+                with m.Elif(addr_bad):
                     m.d.comb += pulse["drop_ip"].eq(1)
                 with m.Elif(req.ack_valid):
                     m.d.comb += pulse["drop_unknown"].eq(1)
@@ -380,19 +437,8 @@ class ConnectionManager(wiring.Component):
                                 with m.Elif(~any_free):
                                     m.d.comb += [pulse["no_qp"].eq(1), ack.eq(ACK_NO_QP)]
                                 with m.Else():
-                                    m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1), ctx_qp.eq(free_idx),
-                                                 ctx_new.state.eq(QpState.RTS),
-                                                 ctx_new.udp_sport.eq(UDP_SPORT_BASE | free_idx),
-                                                 ctx_new.dscp.eq(0), ctx_new.ecn.eq(0),
-                                                 ctx_new.ack_every_log2.eq(self.ack_every_log2)]
-                                    m.d.comb += set_peer()
-                                    m.d.comb += with_ext(_PMTU_LOG2[self.default_pmtu],
-                                                         self.default_timeout, self.default_retry,
-                                                         self.default_rnr_retry)
-                                    m.d.sync += [in_use.bit_select(free_idx, 1).eq(1),
-                                                 self.qp_psn.valid.eq(1),
-                                                 self.qp_psn.payload.qp.eq(free_idx),
-                                                 self.qp_psn.payload.psn.eq(req.loc_psn)]
+                                    m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
+                                    m.d.sync += [pool_set.eq(1), self.qp_psn.valid.eq(1)]
                             with m.Elif(~is_open):
                                 m.d.comb += pulse["nak_illegal"].eq(1)
                             with m.Elif(~owner_ok):
@@ -402,21 +448,16 @@ class ConnectionManager(wiring.Component):
                                     m.d.comb += pulse["nak_illegal"].eq(1)
                                 with m.Else():
                                     m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
-                                    m.d.comb += set_peer()
-                                    c = rec.context
-                                    m.d.comb += with_ext(c.pmtu_log2, c.timeout, c.retry_cnt,
-                                                         c.rnr_retry)
                             with m.Elif(kind == REQ_MODIFY_QP_RTS):
                                 with m.If(state == QpState.RTS):
                                     m.d.comb += ack.eq(ACK_ACK)
                                 with m.Elif(state == QpState.RTR):
-                                    m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1),
-                                                 ctx_new.state.eq(QpState.RTS)]
+                                    m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
                                 with m.Else():
                                     m.d.comb += pulse["nak_illegal"].eq(1)
                             with m.Else():                       # close
-                                m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1), ctx_new.eq(0)]
-                                m.d.sync += in_use.bit_select(idx, 1).eq(0)
+                                m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
+                                m.d.sync += pool_clr.eq(1)
                         with m.Default():
                             m.d.comb += pulse["drop_unknown"].eq(1)
                 with m.Elif(req.txmeta_valid):
@@ -428,36 +469,40 @@ class ConnectionManager(wiring.Component):
                         m.d.comb += pulse["nak_illegal"].eq(1)
                     with m.Elif(~owner_ok):
                         m.d.comb += pulse["nak_owner"].eq(1)
-                    with m.Elif((state != QpState.RTS) | req.dma_length[31] |
-                                (req.window_log2 > 31)):
+                    with m.Elif((state != QpState.RTS) | gen_bad):
                         m.d.comb += pulse["nak_illegal"].eq(1)
                     with m.Elif(self.gen.valid):
                         m.d.comb += pulse["drop_gen"].eq(1)
                     with m.Else():
-                        g = self.gen.payload
-                        opcode = Mux(req.tx_type,
-                                     Mux(req.is_imm, WrOpcode.WRITE_IMM.value, WrOpcode.WRITE.value),
-                                     Mux(req.is_imm, WrOpcode.SEND_IMM.value, WrOpcode.SEND.value))
-                        m.d.sync += [self.gen.valid.eq(1), g.qp.eq(idx), g.opcode.eq(opcode),
-                                     g.length.eq(req.dma_length[:31]), g.count.eq(req.n_transfers),
-                                     g.spacing.eq(req.frequency), g.imm.eq(req.rem_qpn),
-                                     g.window.eq(Mux(req.window_log2 == 0, 0,
-                                                     Const(1, 32) << req.window_log2[:5]))]
+                        pass                    # a run starts: below
                 with m.Else():
                     m.d.comb += pulse["drop_unknown"].eq(1)
 
-                with m.If(do_ctx):
-                    m.d.sync += [self.qp_ctl.valid.eq(1), self.qp_ctl.payload.qp.eq(ctx_qp),
-                                 self.qp_ctl.payload.context.eq(ctx_new)]
-                    m.d.comb += [wr.en.eq(1), wr.addr.eq(ctx_qp), wr.data.owner.eq(src_ip),
-                                 wr.data.context.eq(ctx_new)]
+                # a run for the generator: the configuration is written whenever the port is
+                # free, its valid by the checks (the same as in the chain above, as one gate)
+                with m.If(~self.gen.valid):
+                    g = self.gen.payload
+                    opcode = Mux(req.tx_type,
+                                 Mux(req.is_imm, WrOpcode.WRITE_IMM.value, WrOpcode.WRITE.value),
+                                 Mux(req.is_imm, WrOpcode.SEND_IMM.value, WrOpcode.SEND.value))
+                    m.d.sync += [g.qp.eq(idx), g.opcode.eq(opcode),
+                                 g.length.eq(req.dma_length[:31]), g.count.eq(req.n_transfers),
+                                 g.spacing.eq(req.frequency), g.imm.eq(req.rem_qpn),
+                                 g.window.eq(Mux(req.window_log2 == 0, 0,
+                                                 Const(1, 32) << req.window_log2[:5]))]
+                m.d.sync += self.gen.valid.eq(
+                    length_ok & ~addr_bad & ~req.ack_valid & ~info & req.txmeta_valid &
+                    req.start & src_allowed & is_open & owner_ok & (state == QpState.RTS) &
+                    ~gen_bad & ~self.gen.valid | (self.gen.valid & ~self.gen.ready))
 
-                opening = kind == REQ_OPEN_QP
+                with m.If(do_ctx):
+                    m.d.sync += [self.qp_ctl.valid.eq(1), rec_we.eq(1)]
+
                 m.d.sync += [
                     rep.eq(0),
                     rep.info_valid.eq(1), rep.req_type.eq(kind),
                     rep.ack_valid.eq(1), rep.ack_type.eq(ack),
-                    rep.loc_qpn.eq(Mux(opening, Mux(ack == ACK_ACK, QPN_BASE + free_idx, 0),
+                    rep.loc_qpn.eq(Mux(opening, Mux(open_ok, QPN_BASE + free_idx, 0),
                                        req.rem_qpn)),
                     rep.loc_psn.eq(Mux(opening, req.loc_psn, req.rem_psn)),
                     rep.loc_rkey.eq(Mux(opening, 0, req.rem_rkey)),
@@ -470,7 +515,7 @@ class ConnectionManager(wiring.Component):
                     rep_ip.eq(src_ip),
                     rep_port.eq(Mux(req.listening_port != 0, req.listening_port, sport)),
                     lip.eq(self.local_ip),
-                    acc.eq(0), scnt.eq(0), obeat.eq(0),
+                    acc.eq(0), psum.eq(0), scnt.eq(0), obeat.eq(0), sum_first.eq(1),
                 ]
                 with m.If(reply):
                     m.next = "SUM"
@@ -478,8 +523,14 @@ class ConnectionManager(wiring.Component):
                     m.next = "DRAIN"
 
             with m.State("SUM"):
-                pair = pairs.word_select(scnt, 32)
-                m.d.sync += [acc.eq(acc + (pair[:16] + pair[16:])), scnt.eq(scnt + 1)]
+                # pairs 0 and 1 straight from the registers, the others from a copy shifted down
+                # by a pair per cycle (zeros behind them); what is read in one cycle is summed,
+                # and accumulated in the next: after npairs cycles the accumulator has it all
+                w = [pairs[16 * k:16 * (k + 1)] for k in range(4)]
+                m.d.sync += [psum.eq(Mux(sum_first, (w[0] + w[1]) + (w[2] + w[3]),
+                                         rest[:16] + rest[16:32])),
+                             acc.eq(acc + psum), scnt.eq(scnt + 1), sum_first.eq(0),
+                             rest.eq(Mux(sum_first, pairs[64:], rest[32:]))]
                 with m.If(scnt == npairs - 1):
                     m.next = "FOLD"
 
@@ -511,5 +562,6 @@ class ConnectionManager(wiring.Component):
 
             with m.State("DRAIN"):
                 with m.If(~self.qp_ctl.valid & ~self.qp_psn.valid):
+                    m.d.sync += recv.eq(1)
                     m.next = "RECV"
         return m

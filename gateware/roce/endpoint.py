@@ -1,5 +1,5 @@
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..axi import Axi4Signature
@@ -281,13 +281,19 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, front.wr, arb.i[1])
         wiring.connect(m, gen.wr, arb.i[2])
         # a register slice between the arbiter and the scheduler, whose ready depends on its
-        # queue pointers: no combinational round trip from the sources through the scheduler
-        wr_slice = m.submodules.wr_slice = StreamRegisterSlice(WR_TAGGED)
-        wiring.connect(m, arb.o, wr_slice.i)
+        # queue pointers: no combinational round trip from the sources through the scheduler;
+        # it also carries whether the request names no QP, found before it
+        wr_slice = m.submodules.wr_slice = StreamRegisterSlice(
+            data.StructLayout({"t": WR_TAGGED, "no_qp": 1}))
+        m.d.comb += [
+            wr_slice.i.payload.t.eq(arb.o.payload),
+            wr_slice.i.payload.no_qp.eq(arb.o.payload.wr.qp >= self.num_qps),
+            wr_slice.i.valid.eq(arb.o.valid), arb.o.ready.eq(wr_slice.i.ready),
+        ]
         # a request naming no QP completes through the tracker's own small queue: hold such a
         # request while that queue is full
-        hold = comp.bad_full & (wr_slice.o.payload.wr.qp >= self.num_qps)
-        m.d.comb += [sched.wr.payload.eq(wr_slice.o.payload),
+        hold = comp.bad_full & wr_slice.o.payload.no_qp
+        m.d.comb += [sched.wr.payload.eq(wr_slice.o.payload.t),
                      sched.wr.valid.eq(wr_slice.o.valid & ~hold),
                      wr_slice.o.ready.eq(sched.wr.ready & ~hold)]
         gen_arb = m.submodules.gen_arbiter = StreamArbiter(GEN_CONFIG, 2)

@@ -29,11 +29,12 @@ class QpCounters(wiring.Component):
         in the same cycle; one QP per cycle).
     rd_qp / rd_sel / rd_data
         Read of counter ``names[rd_sel]`` of QP ``rd_qp``; ``rd_data`` one cycle after the
-        address. An increment in cycle t is visible to a read addressed in cycle t + 1.
+        address. An increment in cycle t is visible to a read addressed in cycle t + 2.
 
-    Behaviour: a read-modify-write per cycle with events (the QP's row is read combinationally
-    and written at the end of the cycle), so events on the same QP in consecutive cycles all
-    count. No backpressure: every event of every cycle is counted.
+    Behaviour: ``qp`` and ``inc`` are registered (no combinational path from them into the
+    memory); in the next cycle the QP's row is read combinationally and written back with the
+    increments at the end of that cycle: one read-modify-write per cycle, so events on the same
+    QP in consecutive cycles all count. No backpressure: every event of every cycle is counted.
     """
 
     def __init__(self, num_qps, names, bits=32):
@@ -66,9 +67,12 @@ class QpCounters(wiring.Component):
         wp = mem.write_port()
         rmw = mem.read_port(domain="comb")
         rd = mem.read_port()
-        m.d.comb += [rmw.addr.eq(self.qp), wp.addr.eq(self.qp), wp.en.eq(self.inc != 0)]
+        qp = Signal.like(self.qp)           # the events of the previous cycle
+        inc = Signal.like(self.inc)
+        m.d.sync += [qp.eq(self.qp), inc.eq(self.inc)]
+        m.d.comb += [rmw.addr.eq(qp), wp.addr.eq(qp), wp.en.eq(inc != 0)]
         for k in range(nc):
-            m.d.comb += wp.data[k].eq(rmw.data[k] + self.inc[k])
+            m.d.comb += wp.data[k].eq(rmw.data[k] + inc[k])
         sel = Signal(range(nc))
         m.d.sync += sel.eq(self.rd_sel)
         m.d.comb += [rd.addr.eq(self.rd_qp),

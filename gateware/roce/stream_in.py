@@ -1,10 +1,11 @@
 """The streaming front end: user messages in, stored in a ring of local memory, work requests out."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
+from ..buffer import StreamRegisterSlice
 from ..memport import MemWriteSignature
 from ..stream import PacketSignature, check_width, keep_count
 from .layouts import COMPLETION, WORK_REQUEST, WR_TAGGED, CplStatus, WrOpcode, WrSource
@@ -88,15 +89,17 @@ class StreamFrontEnd(wiring.Component):
         with ``error`` on its last beat in ``drop_error`` (only there when both apply).
     ring_used : Out(range(ring_words + 1))
         Words of the ring held by finished messages not yet completed (including the unused
-        tails skipped when a message was placed at the ring start).
+        tails skipped when a message was placed at the ring start); a message finished in cycle
+        t counts from cycle t + 2, a completion in cycle t from cycle t + 1.
     inflight : Out(range(max_inflight + 1))
-        Finished messages not yet completed.
+        Finished messages not yet completed (counted as ``ring_used``).
 
     Ring management
         Messages are stored one after another from the ring start, each on a word boundary; a
         message never wraps: when fewer than ``max_message`` bytes remain before the ring end it
         starts at ``ring_base`` (the skipped tail stays reserved until that message completes; an
-        empty ring always restarts at ``ring_base``). A message starts only when ``max_message``
+        empty ring restarts at ``ring_base``: a message beginning in cycle t does when the ring
+        was empty in cycle t - 2 and no message finished since). A message starts only when ``max_message``
         bytes are free there and the queue of finished messages has room, so it can never
         overwrite a message not yet completed. A dropped message (too long or error) gives its
         space back at once: the next message is written over it. Words beyond ``max_message`` of
@@ -111,15 +114,23 @@ class StreamFrontEnd(wiring.Component):
 
     Throughput and backpressure
         One beat per cycle on ``i``, with no idle cycle between messages, while ``mem`` is ready
-        and the ring and the queue have room. The first beat of a message waits (``i.ready``
-        low) until the message fits; other beats wait only for ``mem``. ``mem.valid`` and
-        ``mem.payload`` follow ``i`` combinationally, and ``i.ready`` follows ``mem.ready``
-        combinationally (put a register slice on either side when timing needs one).
+        and the ring and the queue have room. ``i`` enters a register first (with the beat's byte
+        count); the first beat of a message waits there until the message fits, every beat waits
+        for room in the register slice in front of ``mem``. Whether a message fits is decided from
+        registers, one cycle ahead: exactly when no message finished in the two cycles before,
+        else only with a margin (at most ``ring_words - 6 * ceil(max_message / (W/8)) + 3`` words
+        used and ``max_inflight - 3`` messages in flight). Close to full, a message that begins
+        right after another one ended may so wait up to 2 cycles; with more room than the margin
+        messages follow each other without a gap. ``i.ready`` depends on registers only (and
+        ``i.valid`` of the registered beat); ``mem`` is the output of a register slice
+        (:class:`~rocegen.gateware.buffer.StreamRegisterSlice`): no combinational path from
+        ``i`` or from the ring state to ``mem`` nor from ``mem.ready`` to ``i.ready``.
 
     Latency
-        A message's work request is offered 2 cycles after its last beat is taken, or 1 cycle
-        after its last word becomes durable if that is later. A completion frees its space for
-        the next message in the following cycle.
+        A beat taken on ``i`` in cycle t is offered on ``mem`` in cycle t + 2 at the earliest. A
+        message's work request is offered 4 cycles after its last beat is taken, or 1 cycle
+        after its last word becomes durable if that is later. A completion frees its space for a
+        message beginning 2 cycles later.
     """
 
     def __init__(self, width, ring_base, ring_bytes, max_message, max_inflight=64, addr_width=None):
@@ -180,90 +191,142 @@ class StreamFrontEnd(wiring.Component):
         R = self.ring_words
         M = -(-self.max_message // B)          # words reserved for a message
         base = self.ring_base // B
-        i, p = self.i, self.i.payload
+        N = self.max_inflight
+        i = self.i
 
-        m.submodules.pending = pend = SyncFIFOBuffered(width=_PENDING.size, depth=self.max_inflight)
-        m.submodules.frees = frees = SyncFIFOBuffered(width=_bits(R), depth=self.max_inflight)
+        # FIFO writes are registered: two spare entries keep ``w_rdy`` high whenever fewer than
+        # ``max_inflight`` messages are counted in flight
+        m.submodules.pending = pend = SyncFIFOBuffered(width=_PENDING.size, depth=N + 2)
+        m.submodules.frees = frees = SyncFIFOBuffered(width=_bits(R), depth=N + 2)
+        # word writes leave through a register slice: no path from here into the memory
+        m.submodules.mem_slice = ms = StreamRegisterSlice(self.mem.payload.shape())
+        wiring.connect(m, ms.o, wiring.flipped(self.mem))
 
+        # ---- input register: the beat and its byte count ----
+        q = Signal.like(i.payload)
+        q_valid = Signal()
+        q_nbytes = Signal(range(B + 1))
+        q_nz = Signal()
+        take = Signal()
+        m.d.comb += i.ready.eq(~q_valid | take)
+        with m.If(i.ready):
+            m.d.sync += [q_valid.eq(i.valid), q.eq(i.payload),
+                         q_nbytes.eq(keep_count(i.payload.keep)), q_nz.eq(i.payload.keep != 0)]
+
+        # ---- ring state ----
         wp = Signal(range(R + 1))           # where the next message goes (word offset in the ring)
         used = Signal(range(R + 1))         # words held by finished, not completed messages
+        nfl = Signal(range(N + 1))          # finished messages not completed
         in_msg = Signal()                   # a message has begun (its first beat was taken)
         cur_pos = Signal(range(R + 1))      # word offset of the current message's next word
         cur_start = Signal(range(R))        # word offset of the current message
-        cur_from = Signal(range(R + 1))     # write pointer the current message was placed from
-        cur_wrap = Signal()                 # the current message was placed at the ring start
+        cur_held = Signal(range(R + 1))     # words it holds so far (skipped tail included)
         cur_bytes = Signal(range(self.max_message + B + 1))
+        lbits = _bits(self.max_message + B) + 1
+        cur_left = Signal(signed(lbits))    # bytes it may still take (max_message - cur_bytes)
         cur_long = Signal()
         written = Signal(32)                # words accepted by mem, ever
         durable = Signal(32)                # of which durable
         m.d.sync += durable.eq(durable + self.mem_durable)
 
+        # placement of a message beginning in this cycle (registers): start and skipped tail
+        p_start = Signal(range(R))
+        p_skip = Signal(range(R + 1))
+        room = Signal()                     # ... and whether it fits (ring and queue)
+        empty = Signal()                    # the ring holds nothing (for the restart rule)
+        add_v = Signal()                    # a commit of the previous cycle, not yet in used/nfl
+        add_held = Signal(range(R + 1))
+        rel_v = Signal()                    # a release in this cycle
+        rel_held = Signal(range(R + 1))
+
+        def place(x):
+            """(start, skip) of a message placed from word offset ``x``."""
+            wrap = x > R - M
+            return Mux(wrap, 0, x), Mux(wrap, R - x, 0)
+
         first = ~in_msg
-        # placement of a message beginning now; an empty ring restarts at its start
-        wp_eff = Signal(range(R + 1))
-        m.d.comb += wp_eff.eq(Mux(used == 0, 0, wp))
-        wrap = wp_eff > R - M
-        skip = Mux(wrap, R - wp_eff, 0)
-        room = (used + skip <= R - M) & frees.w_rdy & pend.w_rdy
         allowed = ~first | room
+        m.d.comb += take.eq(q_valid & allowed & ms.i.ready)
 
-        nbytes = keep_count(p.keep)
-        after = Signal(range(self.max_message + 2 * B + 1))
-        m.d.comb += after.eq(Mux(first, 0, cur_bytes) + nbytes)
+        left = Signal(signed(lbits + 1))
+        m.d.comb += left.eq(Mux(first, self.max_message, cur_left) - q_nbytes)
         too_long = Signal()
-        m.d.comb += too_long.eq((~first & cur_long) | (after > self.max_message))
-        drop = p.last & (p.error | too_long)
-        write = (nbytes != 0) & ~too_long & ~(p.last & p.error)
+        m.d.comb += too_long.eq((~first & cur_long) | left[-1])
+        after = Signal(range(self.max_message + 2 * B + 1))
+        m.d.comb += after.eq(Mux(first, 0, cur_bytes) + q_nbytes)
+        drop = q.last & (q.error | too_long)
+        write = Signal()
+        m.d.comb += write.eq(q_nz & ~too_long & ~(q.last & q.error))
 
-        msg_start = Mux(first, Mux(wrap, 0, wp_eff), cur_start)
-        msg_from = Mux(first, wp_eff, cur_from)
-        msg_wrap = Mux(first, wrap, cur_wrap)
-        pos = Mux(first, msg_start, cur_pos)
+        pos = Signal(range(R + 1))
+        m.d.comb += pos.eq(Mux(first, p_start, cur_pos))
+        msg_start = Mux(first, p_start, cur_start)
         end_pos = Signal(range(R + 1))
         m.d.comb += end_pos.eq(pos + write)
-        held = Signal(range(R + 1))          # words the message holds, skipped tail included
-        m.d.comb += held.eq(end_pos - msg_from + Mux(msg_wrap, R, 0))
+        held = Signal(range(R + 1))
+        m.d.comb += held.eq(Mux(first, p_skip, cur_held) + write)
 
-        mem = self.mem
         m.d.comb += [
-            mem.valid.eq(i.valid & allowed & write),
-            mem.payload.addr.eq(base + pos),
-            mem.payload.data.eq(p.data),
-            mem.payload.be.eq(p.keep),
-            i.ready.eq(allowed & (~write | mem.ready)),
+            ms.i.valid.eq(q_valid & allowed & write),
+            ms.i.payload.addr.eq(base + pos),
+            ms.i.payload.data.eq(q.data),
+            ms.i.payload.be.eq(q.keep),
         ]
-        with m.If(mem.valid & mem.ready):
+        with m.If(ms.i.valid & ms.i.ready):
             m.d.sync += written.eq(written + 1)
 
-        take = i.valid & i.ready
-        commit = take & p.last & ~drop
+        commit = Signal()
+        m.d.comb += commit.eq(take & q.last & ~drop)
         with m.If(take):
             m.d.sync += [
-                in_msg.eq(~p.last), cur_pos.eq(end_pos), cur_start.eq(msg_start),
-                cur_from.eq(msg_from), cur_wrap.eq(msg_wrap), cur_bytes.eq(after), cur_long.eq(too_long),
+                in_msg.eq(~q.last), cur_pos.eq(end_pos), cur_start.eq(msg_start),
+                cur_held.eq(held), cur_bytes.eq(after), cur_left.eq(left), cur_long.eq(too_long),
             ]
-        with m.If(take & p.last & p.error):
+        with m.If(take & q.last & q.error):
             m.d.sync += self.drop_error.eq(self.drop_error + 1)
-        with m.Elif(take & p.last & too_long):
+        with m.Elif(take & q.last & too_long):
             m.d.sync += self.drop_too_long.eq(self.drop_too_long + 1)
-        with m.If(commit):
-            m.d.sync += [wp.eq(end_pos), self.posted.eq(self.posted + 1)]
 
+        # a finished message: queued in the next cycle
         entry = Signal(_PENDING)
+        m.d.sync += [add_v.eq(commit), add_held.eq(held)]
+        with m.If(commit):
+            m.d.sync += [
+                wp.eq(end_pos), self.posted.eq(self.posted + 1),
+                entry.wr.wr_id.eq(self.posted),
+                entry.wr.qp.eq(q.meta.qp),
+                entry.wr.opcode.eq(q.meta.opcode),
+                entry.wr.local_addr.eq(Cat(Const(0, lg), base + msg_start)),
+                entry.wr.length.eq(after),
+                entry.wr.remote_offset.eq(q.meta.remote_offset),
+                entry.wr.imm.eq(q.meta.imm),
+                entry.end.eq(written + write),
+            ]
         m.d.comb += [
-            entry.wr.wr_id.eq(self.posted),
-            entry.wr.qp.eq(p.meta.qp),
-            entry.wr.opcode.eq(p.meta.opcode),
-            entry.wr.local_addr.eq(Cat(Const(0, lg), base + msg_start)),
-            entry.wr.length.eq(after),
-            entry.wr.remote_offset.eq(p.meta.remote_offset),
-            entry.wr.imm.eq(p.meta.imm),
-            entry.end.eq(written + write),
-            pend.w_data.eq(entry),
-            pend.w_en.eq(commit),
-            frees.w_data.eq(held),
-            frees.w_en.eq(commit),
+            pend.w_data.eq(entry), pend.w_en.eq(add_v),
+            frees.w_data.eq(add_held), frees.w_en.eq(add_v),
         ]
+
+        # the next placement: after a commit from its end (both ends it may have are worked out
+        # from registers, the write bit picks one), else from the write pointer, or the ring
+        # start when the ring is empty
+        s0, k0 = place(pos)
+        s1, k1 = place(pos + 1)
+        sw, kw = place(Mux(empty, 0, wp))
+        with m.If(commit):
+            m.d.sync += [p_start.eq(Mux(write, s1, s0)), p_skip.eq(Mux(write, k1, k0))]
+        with m.Else():
+            m.d.sync += [p_start.eq(sw), p_skip.eq(kw)]
+        # used and nfl take commits and releases a cycle late; the room of the next cycle is
+        # exact when no commit is missing from them, else granted only with a margin for the
+        # two that may be (each holds at most 2M - 1 words)
+        settled = ~commit & ~add_v
+        m.d.sync += empty.eq((used == 0) & settled)
+        exact = settled & (used + p_skip <= R - M) & (nfl < N)
+        fast = Const(0, 1)
+        if R - 6 * M + 3 >= 0 and N >= 3:
+            fast = (used <= R - 6 * M + 3) & (nfl <= N - 3)
+        m.d.sync += room.eq(exact | fast)
 
         # post a finished message once its last word is durable
         head = data.View(_PENDING, pend.r_data)
@@ -280,12 +343,13 @@ class StreamFrontEnd(wiring.Component):
         # completions free ring space in posting order
         c = self.cpl.payload
         got = self.cpl.valid & (c.src == WrSource.STREAM)
-        release = got & frees.r_rdy
-        m.d.comb += [self.cpl.ready.eq(1), frees.r_en.eq(got)]
+        m.d.comb += [self.cpl.ready.eq(1), frees.r_en.eq(got),
+                     rel_v.eq(got & frees.r_rdy), rel_held.eq(frees.r_data)]
         with m.If(got & (c.status == CplStatus.OK)):
             m.d.sync += self.completed_ok.eq(self.completed_ok + 1)
         with m.Elif(got):
             m.d.sync += self.completed_err.eq(self.completed_err + 1)
-        m.d.sync += used.eq(used + Mux(commit, held, 0) - Mux(release, frees.r_data, 0))
-        m.d.comb += [self.ring_used.eq(used), self.inflight.eq(frees.level)]
+        m.d.sync += [used.eq(used + Mux(add_v, add_held, 0) - Mux(rel_v, rel_held, 0)),
+                     nfl.eq(nfl + add_v - rel_v)]
+        m.d.comb += [self.ring_used.eq(used), self.inflight.eq(nfl)]
         return m

@@ -41,8 +41,8 @@ class TrafficGen(wiring.Component):
         so any ``length`` / ``window`` pair (also ``window < length``) gives the exact remainder.
 
     Spacing
-        The first work request is offered as soon as the run starts: in the cycle after ``start``
-        is taken, or 32 cycles after it when ``length >= window > 0``. Each later one is offered
+        The first work request is offered as soon as the run is set up: 2 cycles after ``start``
+        is taken, or 33 cycles after it when ``length >= window > 0``. Each later one is offered
         ``spacing`` cycles after the previous one was taken by ``wr`` (``spacing`` 0 or 1: one per
         cycle). A stalled ``wr`` port delays the request further; the delay is not made up later,
         so ``spacing`` is a minimum distance between the starts of two messages, exact when ``wr``
@@ -62,9 +62,11 @@ class TrafficGen(wiring.Component):
         first work request is taken to the cycle the last completion arrives (0 for a run of 0
         messages), for throughput measurements: ``count * length / (cycles * clock period)``.
 
-    Latency: the first work request is offered 1 cycle after ``start`` is taken (32 when a
-    remainder must be computed); work requests come from registers (no combinational path from
-    ``wr.ready`` to ``wr.valid`` or ``wr.payload``).
+    Latency: the first work request is offered 2 cycles after ``start`` is taken (33 when a
+    remainder must be computed): the configuration is registered, then what the run needs from
+    it (counts, the remainder) is set up from that copy. Work requests come from registers (no
+    combinational path from ``wr.ready`` to ``wr.valid`` or ``wr.payload``; ``wr.valid`` is a
+    register of its own), and the message rate is unchanged: one per ``max(spacing, 1)`` cycles.
     """
 
     def __init__(self):
@@ -88,8 +90,17 @@ class TrafficGen(wiring.Component):
         bit = Signal(range(31))     # length bit the next reduction step brings down
         offset = Signal(32)         # remote offset of the next message (< window, or 0)
         gap = Signal(32)            # cycles until the next work request may be offered
-        completed = Signal(32)
         timing = Signal()
+        # down-counters with flags for 0 and 1, kept in registers (no wide compare on the way
+        # from a handshake to the next state)
+        todo = Signal(32)           # work requests still to post
+        todo0, todo1 = Signal(), Signal()
+        left = Signal(32)           # completions still to count
+        left0, left1 = Signal(), Signal()
+        back_to_back = Signal()     # spacing 0 or 1
+        wrap_step = Signal(34)      # step - window: the next offset is offset + step, or
+                                    # offset + wrap_step (window less) when that is >= 0
+        offer = Signal()            # wr.valid, a register
 
         m.d.comb += self.cpl.ready.eq(1)
 
@@ -99,38 +110,53 @@ class TrafficGen(wiring.Component):
                 m.d.comb += self.start.ready.eq(1)
                 with m.If(self.start.valid):
                     m.d.sync += [
-                        cfg.eq(c), offset.eq(0), gap.eq(0), completed.eq(0), timing.eq(0),
+                        cfg.eq(c), offset.eq(0), gap.eq(0), timing.eq(0),
                         self.posted.eq(0), self.completed_ok.eq(0), self.completed_err.eq(0),
                         self.cycles.eq(0), rem.eq(0), bit.eq(30),
                     ]
-                    with m.If(c.window == 0):
-                        m.d.sync += step.eq(0)
-                        m.next = "RUN"
-                    with m.Elif(c.length < c.window):
-                        m.d.sync += step.eq(c.length)
-                        m.next = "RUN"
-                    with m.Else():
-                        m.next = "REDUCE"
+                    m.next = "SETUP"
+
+            with m.State("SETUP"):
+                # what the run needs from its configuration, from the registered copy
+                m.d.comb += self.busy.eq(1)
+                c = cfg
+                m.d.sync += [
+                    todo.eq(c.count), todo0.eq(c.count == 0), todo1.eq(c.count == 1),
+                    left.eq(c.count), left0.eq(c.count == 0), left1.eq(c.count == 1),
+                    back_to_back.eq(c.spacing <= 1),
+                ]
+                with m.If(c.window == 0):
+                    m.d.sync += [step.eq(0), wrap_step.eq(0), offer.eq(c.count != 0)]
+                    m.next = "RUN"
+                with m.Elif(c.length < c.window):
+                    m.d.sync += [step.eq(c.length), wrap_step.eq(c.length - c.window),
+                                 offer.eq(c.count != 0)]
+                    m.next = "RUN"
+                with m.Else():
+                    m.next = "REDUCE"
 
             with m.State("REDUCE"):
                 # restoring remainder: rem < window < 2^32, so (rem << 1) | bit fits in 33 bits
                 m.d.comb += self.busy.eq(1)
                 t = Signal(33)
+                d = Signal(34)
                 r_next = Signal(33)
                 m.d.comb += [
                     t.eq(Cat(cfg.length.bit_select(bit, 1), rem[:32])),
-                    r_next.eq(Mux(t >= cfg.window, t - cfg.window, t)),
+                    d.eq(t - cfg.window),
+                    r_next.eq(Mux(d[33], t, d[:33])),
                 ]
                 m.d.sync += [rem.eq(r_next), bit.eq(bit - 1)]
                 with m.If(bit == 0):
-                    m.d.sync += step.eq(r_next[:32])
+                    m.d.sync += [step.eq(r_next[:32]), wrap_step.eq(r_next - cfg.window),
+                                 offer.eq(~todo0)]
                     m.next = "RUN"
 
             with m.State("RUN"):
                 m.d.comb += self.busy.eq(1)
                 w = self.wr.payload.wr
                 m.d.comb += [
-                    self.wr.valid.eq((self.posted != cfg.count) & (gap == 0)),
+                    self.wr.valid.eq(offer),
                     self.wr.payload.src.eq(WrSource.GENERATOR),
                     w.wr_id.eq(self.posted),
                     w.qp.eq(cfg.qp),
@@ -140,32 +166,39 @@ class TrafficGen(wiring.Component):
                     w.remote_offset.eq(offset),
                     w.imm.eq(cfg.imm),
                 ]
+                gap_low = Signal()          # gap <= 1: the gap ends in the next cycle
+                m.d.comb += gap_low.eq(gap[1:] == 0)
                 with m.If(gap != 0):
                     m.d.sync += gap.eq(gap - 1)
-                with m.If(self.wr.valid & self.wr.ready):
+                with m.If(offer & self.wr.ready):
                     nxt = Signal(33)
-                    m.d.comb += nxt.eq(offset + step)
+                    wrapped = Signal(34)
+                    m.d.comb += [nxt.eq(offset + step), wrapped.eq(offset + wrap_step)]
                     m.d.sync += [
                         self.posted.eq(self.posted + 1),
+                        todo.eq(todo - 1), todo0.eq(todo1), todo1.eq(todo == 2),
                         gap.eq(Mux(cfg.spacing == 0, 0, cfg.spacing - 1)),
-                        offset.eq(Mux(nxt >= cfg.window, nxt - cfg.window, nxt)),
+                        offset.eq(Mux(wrapped[33], nxt, wrapped)),
+                        offer.eq(~todo1 & back_to_back),
                     ]
                     with m.If(self.posted == 0):
                         m.d.sync += timing.eq(1)
+                with m.Elif(~offer):
+                    m.d.sync += offer.eq(~todo0 & gap_low)
 
                 with m.If(timing):
                     m.d.sync += self.cycles.eq(self.cycles + 1)
                 cp = self.cpl.payload
-                with m.If(self.cpl.valid & (cp.src == WrSource.GENERATOR) & (completed != cfg.count)):
-                    m.d.sync += completed.eq(completed + 1)
+                with m.If(self.cpl.valid & (cp.src == WrSource.GENERATOR) & ~left0):
+                    m.d.sync += [left.eq(left - 1), left0.eq(left1), left1.eq(left == 2)]
                     with m.If(cp.status == CplStatus.OK):
                         m.d.sync += self.completed_ok.eq(self.completed_ok + 1)
                     with m.Else():
                         m.d.sync += self.completed_err.eq(self.completed_err + 1)
-                    with m.If(completed + 1 == cfg.count):
+                    with m.If(left1):
                         m.d.sync += timing.eq(0)
 
-                with m.If((completed == cfg.count) & (self.posted == cfg.count)):
+                with m.If(left0 & todo0):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
         return m

@@ -93,3 +93,20 @@ def test_stats_counts_saturates_and_reads():
         assert ctx.get(dut.data) == 0
 
     run_sim(dut, testbenches=[tb])
+
+
+def test_stats_event_latency():
+    """An event in cycle t is seen by a read addressed in cycle t + 2, not before."""
+    dut = StatsBlock(["a", "b"], counter_width=16)
+
+    async def tb(ctx):
+        ctx.set(dut.addr, 1)
+        ctx.set(dut.inc, 0b10)              # event in cycle t
+        await ctx.tick()
+        ctx.set(dut.inc, 0)                 # read addressed in t + 1: not yet
+        await ctx.tick()
+        assert ctx.get(dut.data) == 0       # read addressed in t + 2: counted
+        await ctx.tick()
+        assert ctx.get(dut.data) == 1
+
+    run_sim(dut, testbenches=[tb])

@@ -15,8 +15,10 @@ def test_counts_match_model(num_qps, bits):
     rng = random.Random(num_qps * 100 + bits)
     dut = QpCounters(num_qps, NAMES, bits=bits)
     model = [[0] * len(NAMES) for _ in range(num_qps)]
+    late = None                 # the previous cycle's events, not yet visible
 
     async def tb(ctx):
+        nonlocal late
         for _ in range(1500):
             if rng.random() < 0.6:
                 qp = rng.randrange(num_qps) if rng.random() < 0.7 else 0
@@ -28,12 +30,14 @@ def test_counts_match_model(num_qps, bits):
             ctx.set(dut.inc, inc)
             ctx.set(dut.rd_qp, rq)
             ctx.set(dut.rd_sel, rs)
-            expect = model[rq][rs] % (1 << bits)      # before this cycle's increments
+            expect = model[rq][rs] % (1 << bits)      # before this and the last cycle's events
             await ctx.tick()
             got = ctx.get(dut.rd_data)
             assert got == expect, f"QP {rq} counter {NAMES[rs]}: {got}, model {expect}"
-            for k in range(len(NAMES)):
-                model[qp][k] += (inc >> k) & 1
+            if late is not None:
+                for k in range(len(NAMES)):
+                    model[late[0]][k] += (late[1] >> k) & 1
+            late = (qp, inc)
 
     run_sim(dut, testbenches=[tb])
     assert sum(map(sum, model)) > 1000

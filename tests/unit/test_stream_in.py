@@ -187,6 +187,7 @@ class Bench:
             if holding and stalled >= self.hold:
                 self.holds.append((cycle, len(self.posted), int(used)))
                 holding = False
+                stalled = 0             # the next hold needs a stall of its own
             elif holding and self.done_feeding:
                 holding = False
             elif not holding and self.hold is not None and not cq and not self.done_feeding:
@@ -446,3 +447,57 @@ def test_meta_layout():
     assert fe.mem.payload.addr.shape().width == 26
     assert fe.i.payload.meta.shape() == STREAM_META
     assert "drop_too_long" in rtlil.convert(fe)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_latency(width):
+    """On-chip durability, nothing stalled: a beat taken in cycle t is on ``mem`` in t + 2 and
+    a message's work request is offered 4 cycles after its last beat is taken."""
+    B = width // 8
+    fe = StreamFrontEnd(width, ring_base=0, ring_bytes=64 * B, max_message=4 * B)
+    top = OnChip(fe)
+    msg = bytes(range(3 * B // 2))
+
+    async def tb(ctx):
+        ctx.set(fe.mem.ready, 1)
+        ctx.set(fe.wr.ready, 0)
+        taken, mem_at, wr_at = [], [], None
+        beats_ = beats(Message(msg, {"qp": 1, "opcode": 0, "imm": 0, "remote_offset": 0}),
+                       width, random.Random(0))
+        k = 0
+        for cycle in range(20):
+            if k < len(beats_):
+                d, keep, last = beats_[k]
+                ctx.set(fe.i.payload, {"data": d, "keep": keep, "last": last, "error": 0,
+                                       "meta": {"qp": 1, "opcode": 0, "imm": 0,
+                                                "remote_offset": 0}})
+            ctx.set(fe.i.valid, k < len(beats_))
+            _, _, i_valid, i_ready, m_valid, w_valid = await ctx.tick().sample(
+                fe.i.valid, fe.i.ready, fe.mem.valid, fe.wr.valid)
+            if i_valid and i_ready:
+                taken.append(cycle)
+                k += 1
+            if m_valid:
+                mem_at.append(cycle)
+            if w_valid and wr_at is None:
+                wr_at = cycle
+        assert taken == [0, 1]
+        assert mem_at == [2, 3]
+        assert wr_at == taken[-1] + 4
+
+    run_sim(top, testbenches=[tb])
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("words", [0, 1])
+def test_max_message_within_a_word(width, words):
+    # a limit of a few bytes: a single beat can carry more than the limit allows
+    B = width // 8
+    rng = random.Random(width + words)
+    max_message = 3 if words == 0 else B - 1
+    fe = StreamFrontEnd(width, ring_base=0, ring_bytes=8 * B, max_message=max_message,
+                        max_inflight=4)
+    msgs = make_messages(rng, width, max_message, 40)
+    bench = Bench(fe, width, msgs, idle=0.1, mem_stall=0.2, durable_delay=(1, 5),
+                  cpl_delay=(1, 8), seed=width)
+    simulate(fe, bench)

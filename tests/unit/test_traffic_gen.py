@@ -102,6 +102,10 @@ def check_run(run, *, exact_spacing):
         assert (w.qp, w.opcode.value, w.length, w.imm) == (cfg["qp"], cfg["opcode"], cfg["length"],
                                                             cfg["imm"])
     cycles = [c for c, _ in run["wr"]]
+    if exact_spacing and n:
+        # the first work request: 2 cycles after the start, 33 when a remainder is computed
+        reduce = 0 < cfg["window"] <= cfg["length"]
+        assert cycles[0] - run["started"] == (33 if reduce else 2)
     gap = max(cfg["spacing"], 1)
     for a, b in zip(cycles, cycles[1:]):
         assert b - a >= gap
