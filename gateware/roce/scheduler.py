@@ -185,7 +185,8 @@ class Scheduler(wiring.Component):
       its own (it sets the progress up; the packets follow in the QP's next turns).
     * Round robin: a QP has a turn when it has a request to send, is not held, its window is not
       known to be full, either its next request has started or ``full`` allows it to start, and
-      it has no turn in the pipeline (these from the registers of the previous cycle). Turns go
+      it has no turn in the select, read or build stage (these from the registers of the
+      previous cycle). Turns go
       to the first such QP after the one that had the last turn (QP order, wrapping), one packet
       (or one refusal, skip or resume) per turn: a QP never gets two turns in a row while
       another QP has one. A turn that finds the window full is given up (no packet) and the QP
@@ -194,11 +195,12 @@ class Scheduler(wiring.Component):
       or RESET in the cycle it would be issued.
     * Latency: a request accepted on ``wr`` in cycle t, for an idle QP whose turn comes at once,
       has its first descriptor (and its post) offered in cycle t+5.
-    * Throughput: one descriptor per cycle with ``desc`` ready when four QPs or more have
-      packets to send. A QP has one turn at a time in the four-stage pipeline: alone it gets a
-      turn every 4 cycles (one packet, of any size, or one single-packet message per 4 cycles),
-      two QPs share 2 turns per 4 cycles, three 3. A start also waits while a previous PSN
-      write is still held by the QP table.
+    * Throughput: one descriptor per cycle with ``desc`` ready when three QPs or more have
+      packets to send. A QP has one turn at a time in the select, read and build stages (its
+      next turn may be selected while the previous one is issued): alone it gets a turn every
+      3 cycles (one packet, of any size, or one single-packet message per 3 cycles), two QPs
+      share 2 turns per 3 cycles. A start also waits while a previous PSN write is still held
+      by the QP table.
     * Backpressure: ``desc``, ``post``, ``psn_w`` and ``sent`` are registered outputs; a packet
       (or a refusal) is issued only when every output it needs is free or freeing in that
       cycle. While the issue stage waits for an output it keeps its turn, and the turns behind
@@ -218,8 +220,11 @@ class Scheduler(wiring.Component):
     :func:`~rocegen.gateware.roce.segmenter.describe_packet` and registers it whole. Issue (I)
     commits it when the outputs take it: progress written back, ``cur`` advanced at the
     message end. So the issue stage's decision never reaches the selection in the same cycle.
-    A QP in R, B or I is not selected, so the QP read in S has no turn in flight and its
-    registers are settled. A REWIND or RESET of a QP drops its turns in S, R and B. Per QP in
+    A QP in R or B is not selected. A QP in I may be: S reads its request at ``cur`` as if
+    I commits (``cur`` + 1 at the message end), and R drops the new turn when I did not commit
+    or when the QP has nothing left to send (a request queued in the cycle of S is not read
+    yet; it gets the next turn), so a turn is only built on settled registers. A REWIND or
+    RESET of a QP drops its turns in S, R and B. Per QP in
     registers: four queue pointers modulo 2 * depth -- ``head`` (oldest not completed,
     advanced by ``freed``), ``cur``, ``hi`` (first never started) and ``tail`` -- and the
     "started" and "window full" flags. A slot is reused only when both ``head`` and ``cur``
@@ -366,10 +371,13 @@ class Scheduler(wiring.Component):
         avail_r = Signal(n)         # eligible but for the turns in flight and the round robin
         going_r = Signal(n)         # started (after the issue stage's commit)
         new_r = Signal(n)           # cur == hi (after the issue stage's commit)
+        has_r = Signal(n)           # cur != tail (after the issue stage's commit; no queueing)
         commit = Signal(attrs={"keep": 1})
+        cur_after = []              # cur as if the issue stage commits its turn
         for q in range(n):
             fin_q = c_sel[q] & c_fin
             cur_s = Signal(pw, name=f"cur_s{q}")
+            cur_after.append(cur_s)
             hi_s = Signal(pw, name=f"hi_s{q}")
             m.d.comb += [cur_s.eq(cur[q] + fin_q), hi_s.eq(hi[q] + (c_sel[q] & c_new))]
             going_s = Mux(c_sel[q], ~c_fin, started[q])
@@ -382,6 +390,7 @@ class Scheduler(wiring.Component):
                               ~ev_stale[q] & ~(c_sel[q] & ~commit)),
                 going_r[q].eq(going_s),
                 new_r[q].eq(cur_s == hi_s),
+                has_r[q].eq(cur_s != tail[q]),
             ]
         rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
         # the first eligible QP after the last turn's, else the first at all: the first one of
@@ -391,7 +400,10 @@ class Scheduler(wiring.Component):
         while total < 2 * n:
             total *= 4
         half = total // 2
-        base = avail_r & ~r_sel & ~b_sel & ~c_sel
+        # (a QP whose turn is in the issue stage may be selected: its slot is read at cur as if
+        # that turn commits, and the read stage drops the new turn if it did not, or if the QP
+        # turned out to have nothing left to send)
+        base = avail_r & ~r_sel & ~b_sel
         # each leaf carries the QP's slot, its one-hot and the round-robin mask it leaves
         leaves = []
         for k in range(total):
@@ -401,7 +413,7 @@ class Scheduler(wiring.Component):
             else:
                 e = base[q] & rr_hi[q] if k < half else base[q]
                 leaves.append((_kept(m, e, f"elig{'_hi' if k < half else ''}{q}"),
-                               Cat(cur[q][:dbits], Const(1 << q, n),
+                               Cat(cur_after[q][:dbits], Const(1 << q, n),
                                    Const(((1 << n) - 1) & ~((2 << q) - 1), n))))
         found, pos, payload = _first_one(m, leaves)
         sel = Signal(range(n))
@@ -423,7 +435,7 @@ class Scheduler(wiring.Component):
         # a PSN write of r_q waiting in the output in this cycle is not seen by the table's read
         m.d.comb += [prog_r.addr.eq(r_q), self.rd_qp.eq(r_q)]
         m.d.sync += [b_fwd.eq(psn_pend_valid & (psn_pend.qp == r_q)), b_fpsn.eq(psn_pend.psn)]
-        r_gone = any_of((moved_r | ev_stale) & r_sel)
+        r_gone = any_of((moved_r | ev_stale | ~has_r) & r_sel)
         m.d.sync += [
             b_valid.eq(r_valid & ~r_gone),
             b_sel.eq(Mux(r_gone, 0, r_sel)),

@@ -567,8 +567,8 @@ def test_fairness_and_rate():
 @pytest.mark.parametrize("width", [64, 512])
 def test_throughput_one_qp(width):
     """One QP, no backpressure: the first descriptor 5 cycles after the request, then a long
-    message gets a descriptor every 4 cycles (a QP has one turn in the four-stage pipeline at a
-    time); single-packet messages back to back one every 4 cycles too (4 slots per QP: a slot
+    message gets a descriptor every 3 cycles (a QP has one turn in the select, read and build
+    stages at a time); single-packet messages back to back one every 3 cycles too (4 slots per QP: a slot
     stays taken until its request completes, here in the cycle after its post)."""
     rng = random.Random(width)
     dut = SchedulerTop(2, width, 1 << 24, 4)
@@ -600,9 +600,9 @@ def test_throughput_one_qp(width):
     assert bench.descs[0][0] - accepted.cycles[0] == 5          # latency of an idle QP
     long_cycles = [c for c, _ in bench.descs[:marks["long"]]]
     assert len(long_cycles) == 151
-    assert long_cycles[-1] - long_cycles[0] == 4 * 150           # 4 cycles per descriptor
+    assert long_cycles[-1] - long_cycles[0] == 3 * 150           # 3 cycles per descriptor
     short_cycles = [c for c, _ in bench.descs[marks["long"]:]]
-    assert (short_cycles[-1] - short_cycles[0]) / (len(short_cycles) - 1) <= 4
+    assert (short_cycles[-1] - short_cycles[0]) / (len(short_cycles) - 1) <= 3
 
 
 def test_full_holds_starts_only():
@@ -663,7 +663,7 @@ def test_full_rising_after_selection():
         for q, qp in enumerate(qps):
             await bench.configure(ctx, q, qp)
         await bench.feed(ctx, a + b)
-        for _ in range(200):                # QP 1 alone: a packet every 4 cycles
+        for _ in range(200):                # QP 1 alone: a packet every 3 cycles
             await ctx.tick()
         seen["posts"] = [p["wr_id"] for _, p in bench.posts]
         seen["descs"] = [d["wr_id"] for _, d in bench.descs]
