@@ -1,15 +1,11 @@
-from amaranth.hdl import Module
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..buffer import RegisterSlice
 from ..checked_fifo import ChecksumCheckedFifo
 from ..demux import PacketDemux
-from ..depacketizer import Depacketizer
 from ..fifo import fifo_depth
 from ..headers import ICMP, IP_PROTO_ICMP, IPV4
-from ..mapmeta import MapMeta
-from ..packetizer import Packetizer
 from ..stream import PacketSignature, check_width, first_beat
 from .layouts import IP_RX_META, IP_TX
 
@@ -37,9 +33,15 @@ class IcmpEcho(wiring.Component):
     ``drop_type``. The reply leaves on ``o`` with ``meta.ip`` addressed to the requester's IP
     and MAC (no ARP lookup) and the incrementally updated checksum.
 
-    Latency: store-and-forward; the reply starts a few cycles after the request's last beat
-    (one of them in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind the depacketizer).
-    Backpressure: the input is held while the store is full.
+    The reply is the request's stream with the ICMP header rewritten in place in its first beat
+    (type 0, checksum updated; lanes 0..7, byte order of the wire), so nothing is shifted. A
+    message shorter than the ICMP header (its first and last beat without lane 7) is dropped as
+    not an echo request (``drop_type``).
+
+    Latency: store-and-forward; the reply's beats leave from the store's registered output (no
+    further register), its first beat as soon as the store releases the request
+    (:class:`~rocegen.gateware.checked_fifo.ChecksumCheckedFifo`). Backpressure: the input is
+    held while the store is full; ``o.ready`` reaches the store's output register only.
     """
 
     def __init__(self, width, *, mtu=1500):
@@ -65,54 +67,38 @@ class IcmpEcho(wiring.Component):
                      self.drop_checksum.eq(store.drop_checksum),
                      self.drop_error.eq(store.drop_error | store.drop_overflow)]
 
-        dp = m.submodules.depacketizer = Depacketizer(ICMP, W, IP_RX_META)
-        wiring.connect(m, store.o, dp.i)
-        # a register slice behind the depacketizer, so that the echo filter's ``ready`` does not
-        # reach the depacketizer and the store's read side
-        # (with the type check made before it, on the depacketizer's registered header)
-        inner = data.StructLayout({**dp.meta_out.members, "is_echo": 1})
-        sl = m.submodules.slice = RegisterSlice(W, inner)
-        req = dp.o.payload.meta.icmp
+        # The reply is the request with its ICMP header rewritten in place in the first beat
+        # (type 0, the checksum updated; identifier, sequence and data unchanged), so the
+        # message is never shifted: no depacketizer or packetizer at W bits.
+        src = store.o
+        first = first_beat(m, src)
+        hlen = ICMP.length
+        req = ICMP.from_lanes(src.payload.data[:8 * hlen])
+        rep = Signal(ICMP.layout)
         m.d.comb += [
-            sl.i.valid.eq(dp.o.valid), dp.o.ready.eq(sl.i.ready),
-            sl.i.payload.data.eq(dp.o.payload.data), sl.i.payload.keep.eq(dp.o.payload.keep),
-            sl.i.payload.last.eq(dp.o.payload.last), sl.i.payload.error.eq(dp.o.payload.error),
-            sl.i.payload.meta.eth.eq(dp.o.payload.meta.eth),
-            sl.i.payload.meta.ipv4.eq(dp.o.payload.meta.ipv4),
-            sl.i.payload.meta.icmp.eq(req),
-            sl.i.payload.meta.is_echo.eq((req.type == ECHO_REQUEST) & (req.code == 0)),
+            rep.type.eq(ECHO_REPLY), rep.code.eq(0),
+            rep.checksum.eq(echo_reply_checksum(req.checksum)),
+            rep.identifier.eq(req.identifier), rep.sequence.eq(req.sequence),
         ]
-        dm = m.submodules.filter = PacketDemux(W, dp.meta_out, 1)
-        so = sl.o.payload
+        # a message shorter than the ICMP header ends in its first beat without lane hlen-1
+        runt = src.payload.last & ~src.payload.keep[hlen - 1]
+        is_echo = (req.type == ECHO_REQUEST) & (req.code == 0) & ~runt
+        dm = m.submodules.filter = PacketDemux(W, IP_TX_META, 1)
+        ip, meta = dm.i.payload.meta.ip, src.payload.meta
         m.d.comb += [
-            dm.i.valid.eq(sl.o.valid), sl.o.ready.eq(dm.i.ready),
-            dm.i.payload.data.eq(so.data), dm.i.payload.keep.eq(so.keep),
-            dm.i.payload.last.eq(so.last), dm.i.payload.error.eq(so.error),
-            dm.i.payload.meta.eth.eq(so.meta.eth), dm.i.payload.meta.ipv4.eq(so.meta.ipv4),
-            dm.i.payload.meta.icmp.eq(so.meta.icmp),
+            dm.i.valid.eq(src.valid), src.ready.eq(dm.i.ready),
+            dm.i.payload.data.eq(Mux(first, Cat(ICMP.to_lanes(rep), src.payload.data[8 * hlen:]),
+                                     src.payload.data)),
+            dm.i.payload.keep.eq(src.payload.keep), dm.i.payload.last.eq(src.payload.last),
+            dm.i.payload.error.eq(src.payload.error),
+            ip.dst.eq(meta.ipv4.src), ip.protocol.eq(IP_PROTO_ICMP),
+            ip.dscp.eq(meta.ipv4.dscp), ip.ecn.eq(0),
+            ip.length.eq(meta.ipv4.total_length - IPV4.length),
+            ip.mac_known.eq(1), ip.mac.eq(meta.eth.src),
+            # the demux samples these with the first beat
+            dm.select.eq(0), dm.drop.eq(~is_echo),
+            self.drop_type.eq(dm.dropped),
         ]
-        is_echo = so.meta.is_echo
-        m.d.comb += [dm.select.eq(0), dm.drop.eq(~is_echo),
-                     self.drop_type.eq((dm.i.valid & first_beat(m, dm.i) & ~is_echo)
-                                       | dp.runt)]
-
-        reply_meta = data.StructLayout({"ip": IP_TX, "icmp": ICMP.layout})
-
-        def reply(m_, src, dst):
-            m_.d.comb += [
-                dst.ip.dst.eq(src.ipv4.src), dst.ip.protocol.eq(IP_PROTO_ICMP),
-                dst.ip.dscp.eq(src.ipv4.dscp), dst.ip.ecn.eq(0),
-                dst.ip.length.eq(src.ipv4.total_length - IPV4.length),
-                dst.ip.mac_known.eq(1), dst.ip.mac.eq(src.eth.src),
-                dst.icmp.type.eq(ECHO_REPLY), dst.icmp.code.eq(0),
-                dst.icmp.checksum.eq(echo_reply_checksum(src.icmp.checksum)),
-                dst.icmp.identifier.eq(src.icmp.identifier),
-                dst.icmp.sequence.eq(src.icmp.sequence),
-            ]
-        mm = m.submodules.reply = MapMeta(W, dp.meta_out, reply_meta, reply)
-        wiring.connect(m, dm.o[0], mm.i)
-        pk = m.submodules.packetizer = Packetizer(ICMP, W, reply_meta)
-        wiring.connect(m, mm.o, pk.i)
-        wiring.connect(m, pk.o, wiring.flipped(self.o))
-        m.d.comb += self.reply.eq(pk.o.valid & pk.o.ready & pk.o.payload.last)
+        wiring.connect(m, dm.o[0], wiring.flipped(self.o))
+        m.d.comb += self.reply.eq(self.o.valid & self.o.ready & self.o.payload.last)
         return m
