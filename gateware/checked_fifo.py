@@ -2,10 +2,11 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
-from .buffer import RegisterSlice, StreamRegisterSlice
+from .buffer import RegisterSlice
 from .checksum import PacketChecksum
 from .fifo import PacketFifo
 from .gate import PacketGate
+from .pipe import StreamForwardRegister
 from .stream import PacketSignature, check_width, first_beat, packet_layout
 
 __all__ = ["ChecksumCheckedFifo"]
@@ -25,8 +26,8 @@ class ChecksumCheckedFifo(wiring.Component):
     with the first beat of each packet. Packets longer than ``depth`` beats cannot be stored and
     are dropped (``drop_overflow``); the input is held while the FIFO is full.
 
-    Latency: the input goes through a :class:`~rocegen.gateware.buffer.StreamRegisterSlice`
-    (``seed`` and ``skip`` with each beat; ``i.ready`` is a register), one cycle; then a packet
+    Latency: the input goes through a :class:`~rocegen.gateware.pipe.StreamForwardRegister`
+    (``seed`` and ``skip`` with each beat; ``i.ready`` a few LUTs from registers), one cycle; then a packet
     can leave once its last beat is stored and its verdict is known,
     ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest, and goes out
     through a :class:`~rocegen.gateware.buffer.RegisterSlice` (one cycle more; ``o`` is
@@ -54,9 +55,11 @@ class ChecksumCheckedFifo(wiring.Component):
         W = self.width
         store = m.submodules.store = PacketFifo(W, self.depth, self.meta, store_and_forward=True,
                                                 drop_errors=True, overflow="wait")
-        # an input register slice, with ``seed`` and ``skip`` beside each beat: the store's
-        # write side and its ``ready`` then start and end in registers
-        sl = m.submodules.input = StreamRegisterSlice(data.StructLayout({
+        # an input forward register, with ``seed`` and ``skip`` beside each beat: the store's
+        # write side starts in registers; the store's ``ready`` is worked out from registers
+        # (its ``full`` is one), so ``i.ready`` is a few LUTs from registers, and the register
+        # costs no LUT per bit
+        sl = m.submodules.input = StreamForwardRegister(data.StructLayout({
             "beat": packet_layout(W, self.meta), "seed": 16, "skip": 1}))
         m.d.comb += [
             sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),

@@ -66,9 +66,11 @@ class PacketFifo(wiring.Component):
       full accepts again in the cycle after a beat leaves.)
     * Latency: two cycles. The first beat of a packet is offered on ``o`` two cycles after its
       last beat (store-and-forward) or itself (cut-through) is accepted, if the output was idle.
-    * Backpressure: ``i.ready`` is 1 (``"drop"``) or depends on registers only (``"wait"``), never
-      on ``o.ready``. ``o.payload`` comes straight from the block RAM read port (through the keep
-      decoder) and ``o.ready`` drives the read enable combinationally, as with
+    * Backpressure: ``i.ready`` is 1 (``"drop"``) or depends on registers only (``"wait"``:
+      the "full" flag is itself a register, so ``i.ready`` is at most a pointer compare and two
+      LUTs from registers), never on ``o.ready``. ``o.payload`` comes straight from the block
+      RAM read port (through the keep decoder) and ``o.ready`` drives the read enable
+      combinationally, as with
       :class:`amaranth.lib.fifo.SyncFIFOBuffered`; put a
       :class:`~rocegen.gateware.buffer.RegisterSlice` behind it to register both.
     * Order and contents: packets leave in arrival order with data, byte count, ``last`` and
@@ -159,12 +161,17 @@ class PacketFifo(wiring.Component):
             wr_commit = wr_ptr
 
         level = Signal(AW + 1)
-        full = Signal()
         m.d.comb += [
             level.eq(wr_ptr - rd_ptr),
-            full.eq(level[AW]),             # level <= depth = 2**AW
             self.level.eq(level),
         ]
+        # the pointers' next values; ``full`` (level == depth = 2**AW) is a register worked out
+        # from them, so it always equals ``level[AW]`` and ``i.ready`` needs no subtraction
+        wr_next = Signal(AW + 1)
+        rd_next = Signal(AW + 1)
+        full = Signal()
+        m.d.comb += [wr_next.eq(wr_ptr), rd_next.eq(rd_ptr)]
+        m.d.sync += [wr_ptr.eq(wr_next), rd_ptr.eq(rd_next), full.eq((wr_next - rd_next)[AW])]
 
         # --- metadata queue --------------------------------------------------------------
         if self.meta.size:
@@ -224,8 +231,7 @@ class PacketFifo(wiring.Component):
             write = Signal()
             m.d.comb += write.eq(i.valid & ~dropping & ~err_drop & room)
             with m.If(write):
-                m.d.comb += wp.en.eq(1)
-                m.d.sync += wr_ptr.eq(wr_ptr + 1)
+                m.d.comb += [wp.en.eq(1), wr_next.eq(wr_ptr + 1)]
                 with m.If(last):
                     m.d.sync += wr_commit.eq(wr_ptr + 1)
                     m.d.comb += meta_push.eq(1)
@@ -234,20 +240,18 @@ class PacketFifo(wiring.Component):
                     with m.If(last):
                         m.d.sync += dropping.eq(0)
                 with m.Elif(err_drop):
-                    m.d.sync += wr_ptr.eq(wr_commit)
-                    m.d.comb += drop_error.eq(1)
+                    m.d.comb += [wr_next.eq(wr_commit), drop_error.eq(1)]
                 with m.Else():
                     # full, or (the last beat) no room for the metadata
-                    m.d.sync += wr_ptr.eq(wr_commit)
-                    m.d.comb += drop_overflow.eq(1)
+                    m.d.comb += [wr_next.eq(wr_commit), drop_overflow.eq(1)]
                     with m.If(~last):
                         m.d.sync += dropping.eq(1)
         else:
             first = Signal(init=1)          # the next beat starts a packet
             m.d.comb += i.ready.eq(~full & (~first | meta_ok))
             with m.If(accept):
-                m.d.comb += [wp.en.eq(1), meta_push.eq(first)]
-                m.d.sync += [wr_ptr.eq(wr_ptr + 1), first.eq(last)]
+                m.d.comb += [wp.en.eq(1), meta_push.eq(first), wr_next.eq(wr_ptr + 1)]
+                m.d.sync += first.eq(last)
 
         # --- read side ---------------------------------------------------------------------
         # The read port's output register is the output stage: ``rv`` says it holds a beat.
@@ -273,7 +277,7 @@ class PacketFifo(wiring.Component):
             with m.If(avail):
                 m.d.sync += fetch.eq(fetch + 1)
         with m.If(take):
-            m.d.sync += rd_ptr.eq(rd_ptr + 1)
+            m.d.comb += rd_next.eq(rd_ptr + 1)
         return m
 
 

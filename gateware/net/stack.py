@@ -196,8 +196,8 @@ class NetStack(wiring.Component):
         # registers where the transmit path's chains would grow too long: a forward register
         # behind the ICMP store (its gate and filter; the arbiter's registered grant already
         # keeps its ready short), a register slice in front of the ICRC stage (the demux selects
-        # by metadata; it also splits the ready chain from the transmit FIFO) and a register
-        # slice in front of the transmit FIFO (whose ready is computed from its pointers)
+        # by metadata; it also splits the ready chain from the transmit FIFO) and a forward
+        # register in front of the transmit FIFO (whose ready is worked out from registers)
         icmp_slice = m.submodules.icmp_slice = ForwardRegister(W, ip_meta)
         wiring.connect(m, icmp.o, icmp_slice.i)
         wiring.connect(m, icmp_slice.o, ip_arb.i[0])
@@ -222,7 +222,7 @@ class NetStack(wiring.Component):
         wiring.connect(m, eth_arb.o, eth_slice.i)
         wiring.connect(m, eth_slice.o, eth_tx.i)
         tx_fifo = m.submodules.tx_fifo = self._tx_fifo
-        fifo_slice = m.submodules.fifo_slice = RegisterSlice(W)
+        fifo_slice = m.submodules.fifo_slice = ForwardRegister(W)
         wiring.connect(m, eth_tx.o, fifo_slice.i)
         wiring.connect(m, fifo_slice.o, tx_fifo.i)
         wiring.connect(m, tx_fifo.o, wiring.flipped(self.mac_tx))
