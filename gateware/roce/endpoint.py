@@ -8,7 +8,7 @@ from ..headers import UDP_PORT_ROCEV2
 from ..memport import MemWriteSignature
 from ..net.stack import STATS as NET_STATS
 from ..net.stack import NetStack
-from ..pipe import StreamForwardRegister
+from ..pipe import ForwardRegister, StreamForwardRegister
 from ..stats import StatsBlock
 from ..stream import PacketSignature, check_width
 from ..stream_arbiter import StreamArbiter
@@ -242,18 +242,22 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, cm.qp_ctl, ctl_arb.i[1])
         wiring.connect(m, wiring.flipped(self.qp_psn), psn_arb.i[0])
         wiring.connect(m, cm.qp_psn, psn_arb.i[1])
-        # the retry engine sees every control write in the cycle the QP table takes it, both
-        # behind a forward register (no combinational path from the arbiters into the engine)
+        # every control write goes to the QP table and, through a register slice, to the retry
+        # engine: the table takes it in the cycle the slice does (the engine one cycle or more
+        # later, before any packet sent with the new context can reach it), so the table's
+        # write enable and the scheduler's PSN write port depend on registers only, not on the
+        # engine's input arbitration
         for arb_o, table_in, engine_in, name in (
-                (ctl_arb.o, qps.ctl, retry.ctx_set, "qp_ctl_reg"),
-                (psn_arb.o, qps.ctl_psn, retry.psn_set, "qp_psn_reg")):
-            reg = m.submodules[name] = StreamForwardRegister(arb_o.payload.shape())
+                (ctl_arb.o, qps.ctl, retry.ctx_set, "qp_ctl"),
+                (psn_arb.o, qps.ctl_psn, retry.psn_set, "qp_psn")):
+            reg = m.submodules[f"{name}_reg"] = StreamForwardRegister(arb_o.payload.shape())
+            sl = m.submodules[f"{name}_slice"] = StreamRegisterSlice(arb_o.payload.shape())
             wiring.connect(m, arb_o, reg.i)
+            wiring.connect(m, sl.o, engine_in)
             m.d.comb += [
-                engine_in.payload.eq(reg.o.payload), engine_in.valid.eq(reg.o.valid),
-                table_in.payload.eq(reg.o.payload),
-                table_in.valid.eq(reg.o.valid & engine_in.ready),
-                reg.o.ready.eq(engine_in.ready & table_in.ready),
+                sl.i.payload.eq(reg.o.payload), sl.i.valid.eq(reg.o.valid & table_in.ready),
+                table_in.payload.eq(reg.o.payload), table_in.valid.eq(reg.o.valid & sl.i.ready),
+                reg.o.ready.eq(sl.i.ready & table_in.ready),
             ]
         m.d.comb += [cm.local_ip.eq(self.local_ip), self.qp_open.eq(cm.qp_open)]
         wiring.connect(m, st.udp_rx[1], cm.i)
@@ -308,16 +312,27 @@ class RoceEndpoint(wiring.Component):
         # transmit: scheduler -> payload reader -> packet builder -> UDP port 4791
         wiring.connect(m, sched.desc, reader.desc)
         wiring.connect(m, reader.o, builder.i)
-        wiring.connect(m, builder.o, st.udp_tx[0])
+        # a forward register between the builder and UDP transmit: the reader's queue and the
+        # builder's lane logic end in it, before UDP transmit's arbiter and slice
+        tx_reg = m.submodules.tx_reg = ForwardRegister(self.width, builder.o.payload.meta.shape())
+        wiring.connect(m, builder.o, tx_reg.i)
+        wiring.connect(m, tx_reg.o, st.udp_tx[0])
 
         # receive: UDP port 4791 -> ICRC and ACK checks -> completion tracker
         wiring.connect(m, st.udp_rx[0], rx.i)
-        wiring.connect(m, rx.ack, retry.ack)
+        # (the retry engine's inputs behind register slices: its arbitration between them, and
+        # the per-QP spacing of its events, does not reach the receive pipeline's enables nor the
+        # scheduler's issue decision)
+        ack_slice = m.submodules.ack_slice = StreamRegisterSlice(rx.ack.payload.shape())
+        wiring.connect(m, rx.ack, ack_slice.i)
+        wiring.connect(m, ack_slice.o, retry.ack)
         wiring.connect(m, sched.post, comp.post)
         m.d.comb += sched.full.eq(comp.full)
 
         # reliability: acknowledgements, rewinds, timers and errors (always-ready pulses)
-        wiring.connect(m, sched.sent, retry.sent)
+        sent_slice = m.submodules.sent_slice = StreamRegisterSlice(sched.sent.payload.shape())
+        wiring.connect(m, sched.sent, sent_slice.i)
+        wiring.connect(m, sent_slice.o, retry.sent)
         m.d.comb += [
             comp.ack.payload.eq(retry.cpl_ack.payload), comp.ack.valid.eq(retry.cpl_ack.valid),
             retry.cpl_ack.ready.eq(1),
