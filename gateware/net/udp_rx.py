@@ -2,13 +2,13 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..buffer import RegisterSlice
 from ..checked_fifo import ChecksumCheckedFifo
 from ..checksum import be_words, ones_complement_sum
 from ..demux import PacketDemux
 from ..depacketizer import Depacketizer
 from ..fifo import fifo_depth
 from ..headers import IP_PROTO_UDP, IPV4, UDP
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from .layouts import IP_RX_META, UDP_RX_META
 
@@ -28,10 +28,11 @@ class UdpRx(wiring.Component):
 
     Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat
     (the length and port checks go with it through a
-    :class:`~rocegen.gateware.buffer.RegisterSlice` before the dispatch, one of those cycles;
-    the store has a register slice at its input, another).
-    Backpressure: from the addressed port (``ready`` of the ports reaches the register slice
-    only); the input is held while the store is full.
+    :class:`~rocegen.gateware.pipe.ForwardRegister` before the dispatch, one of those cycles;
+    the store has a forward register at its input, another).
+    Backpressure: from the addressed port (``ready`` of the ports passes the forward register
+    and the depacketizer and ends in the store's output register slice); the input is held
+    while the store is full.
     """
 
     def __init__(self, width, ports, *, mtu=1500):
@@ -79,11 +80,12 @@ class UdpRx(wiring.Component):
         wiring.connect(m, store.o, dp.i)
         m.d.comb += self.runt.eq(dp.runt)
         n = len(self.ports)
-        # the checks travel with the datagram through a register slice, so the dispatch's
-        # routing depends on registers only and the ports' ready does not reach the store
+        # the checks travel with the datagram through a forward register, so the dispatch's
+        # routing depends on registers only (the ports' ready reaches the depacketizer and the
+        # store's output slice through it)
         verdict = data.StructLayout({"length_ok": 1, "known": 1, "port": range(n)})
         inner = data.StructLayout({**UDP_RX_META.members, "verdict": verdict})
-        fr = m.submodules.register = RegisterSlice(W, inner)
+        fr = m.submodules.register = ForwardRegister(W, inner)
         src, fi = dp.o.payload, fr.i.payload
         meta = src.meta
         hits = [meta.udp.dst_port == p for p in self.ports]
