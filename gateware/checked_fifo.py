@@ -26,17 +26,27 @@ class ChecksumCheckedFifo(wiring.Component):
     with the first beat of each packet. Packets longer than ``depth`` beats cannot be stored and
     are dropped (``drop_overflow``); the input is held while the FIFO is full.
 
+    Parameters: ``width`` (W bits), ``depth`` (beats, a power of two of at least 2), ``meta``
+    (the packets' metadata layout or None) and ``output_slice``: True (default) puts a
+    :class:`~rocegen.gateware.buffer.RegisterSlice` at the output, so ``o`` is registered and
+    ``o.ready`` ends in it; False leaves ``o`` straight from the gate (the block RAM's read data
+    through the keep decoder) and ``o.ready`` driving the read side, for a parent that registers
+    the stream itself (with a :class:`~rocegen.gateware.pipe.ForwardRegister`, no LUT per bit,
+    when its consumer's ``ready`` is short).
+
     Latency: the input goes through a :class:`~rocegen.gateware.pipe.StreamForwardRegister`
-    (``seed`` and ``skip`` with each beat; ``i.ready`` a few LUTs from registers), one cycle; then a packet
-    can leave once its last beat is stored and its verdict is known,
+    (``seed`` and ``skip`` with each beat; ``i.ready`` a few LUTs from registers), one cycle;
+    then a packet can leave once its last beat is stored and its verdict is known,
     ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest, and goes out
-    through a :class:`~rocegen.gateware.buffer.RegisterSlice` (one cycle more; ``o`` is
-    registered and ``o.ready`` reaches the slice only). Throughput: one beat per cycle in and
-    out.
+    through the output slice (one cycle more; none without it). Throughput: one beat per cycle
+    in and out.
     """
 
-    def __init__(self, width, depth, meta=None):
+    def __init__(self, width, depth, meta=None, *, output_slice=True):
         check_width(width)
+        if not isinstance(output_slice, bool):
+            raise TypeError(f"output_slice must be a bool, not {output_slice!r}")
+        self.output_slice = output_slice
         self.width = width
         self.depth = depth
         self.meta = meta
@@ -116,7 +126,10 @@ class ChecksumCheckedFifo(wiring.Component):
         ]
         # an output register slice: the memory's read data (and its keep decoder) end in it,
         # and ``o.ready`` does not reach the read side
-        out = m.submodules.output = RegisterSlice(W, self.meta)
-        wiring.connect(m, gate.o, out.i)
-        wiring.connect(m, out.o, wiring.flipped(self.o))
+        if self.output_slice:
+            out = m.submodules.output = RegisterSlice(W, self.meta)
+            wiring.connect(m, gate.o, out.i)
+            wiring.connect(m, out.o, wiring.flipped(self.o))
+        else:
+            wiring.connect(m, gate.o, wiring.flipped(self.o))
         return m

@@ -67,8 +67,9 @@ class PacketFifo(wiring.Component):
     * Latency: two cycles. The first beat of a packet is offered on ``o`` two cycles after its
       last beat (store-and-forward) or itself (cut-through) is accepted, if the output was idle.
     * Backpressure: ``i.ready`` is 1 (``"drop"``) or depends on registers only (``"wait"``:
-      the "full" flag is itself a register, so ``i.ready`` is at most a pointer compare and two
-      LUTs from registers), never on ``o.ready``. ``o.payload`` comes straight from the block
+      "full" and, store-and-forward, "full of one unfinished packet" are registers worked out
+      from the pointers' next values, so ``i.ready`` is one or two LUTs from registers), never
+      on ``o.ready``. ``o.payload`` comes straight from the block
       RAM read port (through the keep decoder) and ``o.ready`` drives the read enable
       combinationally, as with
       :class:`amaranth.lib.fifo.SyncFIFOBuffered`; put a
@@ -216,8 +217,12 @@ class PacketFifo(wiring.Component):
             if self.overflow == "drop":
                 m.d.comb += i.ready.eq(1)
             else:
-                # full of a single unfinished packet: it can never fit, take it to drop it
-                hopeless = full & (rd_ptr == wr_commit)
+                # full of a single unfinished packet: it can never fit, take it to drop it (a
+                # register worked out from the next pointers, like ``full``)
+                commit_next = Signal(AW + 1)
+                hopeless = Signal()
+                m.d.comb += commit_next.eq(wr_commit)
+                m.d.sync += hopeless.eq((wr_next - rd_next)[AW] & (rd_next == commit_next))
                 m.d.comb += i.ready.eq(dropping | (~full & meta_ok) | hopeless)
 
             drop_error = Signal()
@@ -226,7 +231,7 @@ class PacketFifo(wiring.Component):
             m.d.sync += [self.drop_error.eq(drop_error), self.drop_overflow.eq(drop_overflow)]
             # a beat is written when it is taken, not part of a dropped packet and has room; in
             # "wait" mode room (with ``meta_ok``) is what makes ``ready`` high, so the write
-            # decision is made without ``ready`` (whose ``hopeless`` term needs a compare)
+            # decision is made without ``ready`` (and its ``hopeless`` term)
             room = ~full & meta_ok if self.overflow == "wait" else ~full & (~last | meta_ok)
             write = Signal()
             m.d.comb += write.eq(i.valid & ~dropping & ~err_drop & room)
@@ -234,6 +239,8 @@ class PacketFifo(wiring.Component):
                 m.d.comb += [wp.en.eq(1), wr_next.eq(wr_ptr + 1)]
                 with m.If(last):
                     m.d.sync += wr_commit.eq(wr_ptr + 1)
+                    if self.overflow == "wait":
+                        m.d.comb += commit_next.eq(wr_ptr + 1)
                     m.d.comb += meta_push.eq(1)
             with m.Elif(accept):
                 with m.If(dropping):

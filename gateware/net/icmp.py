@@ -6,6 +6,7 @@ from ..checked_fifo import ChecksumCheckedFifo
 from ..demux import PacketDemux
 from ..fifo import fifo_depth
 from ..headers import ICMP, IP_PROTO_ICMP, IPV4
+from ..pipe import ForwardRegister
 from ..stream import PacketSignature, check_width, first_beat
 from .layouts import IP_RX_META, IP_TX
 
@@ -38,10 +39,12 @@ class IcmpEcho(wiring.Component):
     message shorter than the ICMP header (its first and last beat without lane 7) is dropped as
     not an echo request (``drop_type``).
 
-    Latency: store-and-forward; the reply's beats leave from the store's registered output (no
-    further register), its first beat as soon as the store releases the request
-    (:class:`~rocegen.gateware.checked_fifo.ChecksumCheckedFifo`). Backpressure: the input is
-    held while the store is full; ``o.ready`` reaches the store's output register only.
+    Latency: store-and-forward; the store releases the request
+    (:class:`~rocegen.gateware.checked_fifo.ChecksumCheckedFifo`, without its output slice),
+    its header is rewritten on the way into a :class:`~rocegen.gateware.pipe.ForwardRegister`
+    (with the verdict of the echo filter behind it), one cycle. Backpressure: the input is held
+    while the store is full; ``o.ready`` reaches the store's read side through the filter and
+    the forward register (the stack's IPv4 arbiter behind it has a registered grant).
     """
 
     def __init__(self, width, *, mtu=1500):
@@ -61,7 +64,8 @@ class IcmpEcho(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META)
+        store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META,
+                                                   output_slice=False)
         wiring.connect(m, wiring.flipped(self.i), store.i)
         m.d.comb += [store.seed.eq(0), store.skip.eq(0),
                      self.drop_checksum.eq(store.drop_checksum),
@@ -83,20 +87,33 @@ class IcmpEcho(wiring.Component):
         # a message shorter than the ICMP header ends in its first beat without lane hlen-1
         runt = src.payload.last & ~src.payload.keep[hlen - 1]
         is_echo = (req.type == ECHO_REQUEST) & (req.code == 0) & ~runt
-        dm = m.submodules.filter = PacketDemux(W, IP_TX_META, 1)
-        ip, meta = dm.i.payload.meta.ip, src.payload.meta
+        # the rewritten beat, the reply's metadata and the filter's verdict end in a forward
+        # register, so the filter's choice comes from a register and the store's read data go
+        # no further
+        inner = data.StructLayout({"ip": IP_TX, "drop": 1})
+        fr = m.submodules.register = ForwardRegister(W, inner)
+        ip, meta = fr.i.payload.meta.ip, src.payload.meta
         m.d.comb += [
-            dm.i.valid.eq(src.valid), src.ready.eq(dm.i.ready),
-            dm.i.payload.data.eq(Mux(first, Cat(ICMP.to_lanes(rep), src.payload.data[8 * hlen:]),
+            fr.i.valid.eq(src.valid), src.ready.eq(fr.i.ready),
+            fr.i.payload.data.eq(Mux(first, Cat(ICMP.to_lanes(rep), src.payload.data[8 * hlen:]),
                                      src.payload.data)),
-            dm.i.payload.keep.eq(src.payload.keep), dm.i.payload.last.eq(src.payload.last),
-            dm.i.payload.error.eq(src.payload.error),
+            fr.i.payload.keep.eq(src.payload.keep), fr.i.payload.last.eq(src.payload.last),
+            fr.i.payload.error.eq(src.payload.error),
             ip.dst.eq(meta.ipv4.src), ip.protocol.eq(IP_PROTO_ICMP),
             ip.dscp.eq(meta.ipv4.dscp), ip.ecn.eq(0),
             ip.length.eq(meta.ipv4.total_length - IPV4.length),
             ip.mac_known.eq(1), ip.mac.eq(meta.eth.src),
+            fr.i.payload.meta.drop.eq(~is_echo),      # (read with the first beat only)
+        ]
+        dm = m.submodules.filter = PacketDemux(W, IP_TX_META, 1)
+        fo = fr.o.payload
+        m.d.comb += [
+            dm.i.valid.eq(fr.o.valid), fr.o.ready.eq(dm.i.ready),
+            dm.i.payload.data.eq(fo.data), dm.i.payload.keep.eq(fo.keep),
+            dm.i.payload.last.eq(fo.last), dm.i.payload.error.eq(fo.error),
+            dm.i.payload.meta.ip.eq(fo.meta.ip),
             # the demux samples these with the first beat
-            dm.select.eq(0), dm.drop.eq(~is_echo),
+            dm.select.eq(0), dm.drop.eq(fo.meta.drop),
             self.drop_type.eq(dm.dropped),
         ]
         wiring.connect(m, dm.o[0], wiring.flipped(self.o))

@@ -3,7 +3,6 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import PacketArbiter
-from ..buffer import RegisterSlice
 from ..headers import IP_PROTO_UDP, UDP
 from ..mapmeta import MapMeta
 from ..packetizer import Packetizer
@@ -31,13 +30,14 @@ class UdpTx(wiring.Component):
     ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
     IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
-    Latency: three cycles: one in a :class:`~rocegen.gateware.buffer.RegisterSlice` behind
+    Latency: three cycles: one in a :class:`~rocegen.gateware.pipe.ForwardRegister` behind
     the arbiter (the payload length to check and the UDP length are computed ahead of it), one
     in the input stage of the registered :class:`~rocegen.gateware.trim.Trim` (which compares
     the length with the lanes of each beat before its register) and one in a
     :class:`~rocegen.gateware.pipe.ForwardRegister` between the trimmer and the packetizer
     (which is combinational). Backpressure from
-    ``o``; ``i[k].ready`` is a register (the slice's) gated by the arbiter's registered grant.
+    ``o``; ``i[k].ready`` is the trimmer's registered ready through the forward register, gated
+    by the arbiter's registered grant.
     One beat per cycle
     sustained, packets back to back.
     """
@@ -62,7 +62,7 @@ class UdpTx(wiring.Component):
             wiring.connect(m, wiring.flipped(self.i[k]), arb.i[k])
         # the slice carries the lengths, computed before it
         inner = data.StructLayout({"udp": UDP_TX, "payload_length": 16, "udp_length": 16})
-        sl = m.submodules.slice = RegisterSlice(W, inner)
+        sl = m.submodules.slice = ForwardRegister(W, inner)
         ai, si = arb.o.payload, sl.i.payload
         u_arb = ai.meta.udp
         m.d.comb += [
