@@ -49,15 +49,17 @@ class StatsBlock(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        top = (1 << self.counter_width) - 1
         counters = [Signal(self.counter_width, name=f"count_{n}") for n in self.names]
         inc = Signal.like(self.inc)         # the events of the previous cycle
         m.d.sync += inc.eq(Mux(self.clear, 0, self.inc))
         for k, c in enumerate(counters):
+            # the incrementer's carry out is the "at its maximum" test: no separate compare
+            nxt = Signal(self.counter_width + 1, name=f"next_{self.names[k]}")
+            m.d.comb += nxt.eq(c + 1)
             with m.If(self.clear):
                 m.d.sync += c.eq(0)
-            with m.Elif(inc[k] & (c != top)):
-                m.d.sync += c.eq(c + 1)
+            with m.Elif(inc[k] & ~nxt[-1]):
+                m.d.sync += c.eq(nxt[:-1])
         with m.Switch(self.addr):
             for k, c in enumerate(counters):
                 with m.Case(k):
