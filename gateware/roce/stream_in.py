@@ -5,8 +5,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..buffer import StreamRegisterSlice
 from ..memport import MemWriteSignature
+from ..pipe import StreamForwardRegister
 from ..stream import PacketSignature, check_width, keep_count
 from .layouts import COMPLETION, WORK_REQUEST, WR_TAGGED, CplStatus, WrOpcode, WrSource
 
@@ -116,15 +116,15 @@ class StreamFrontEnd(wiring.Component):
         One beat per cycle on ``i``, with no idle cycle between messages, while ``mem`` is ready
         and the ring and the queue have room. ``i`` enters a register first (with the beat's byte
         count); the first beat of a message waits there until the message fits, every beat waits
-        for room in the register slice in front of ``mem``. Whether a message fits is decided from
+        for room in the forward register in front of ``mem``. Whether a message fits is decided from
         registers, one cycle ahead: exactly when no message finished in the two cycles before,
         else only with a margin (at most ``ring_words - 6 * ceil(max_message / (W/8)) + 3`` words
         used and ``max_inflight - 3`` messages in flight). Close to full, a message that begins
         right after another one ended may so wait up to 2 cycles; with more room than the margin
         messages follow each other without a gap. ``i.ready`` depends on registers only (and
-        ``i.valid`` of the registered beat); ``mem`` is the output of a register slice
-        (:class:`~rocegen.gateware.buffer.StreamRegisterSlice`): no combinational path from
-        ``i`` or from the ring state to ``mem`` nor from ``mem.ready`` to ``i.ready``.
+        ``i.valid`` of the registered beat) and on ``mem.ready`` through one LUT; ``mem`` is
+        the output of a forward register (:class:`~rocegen.gateware.pipe.StreamForwardRegister`):
+        no combinational path from ``i`` or from the ring state to ``mem``.
 
     Latency
         A beat taken on ``i`` in cycle t is offered on ``mem`` in cycle t + 2 at the earliest. A
@@ -198,8 +198,10 @@ class StreamFrontEnd(wiring.Component):
         # ``max_inflight`` messages are counted in flight
         m.submodules.pending = pend = SyncFIFOBuffered(width=_PENDING.size, depth=N + 2)
         m.submodules.frees = frees = SyncFIFOBuffered(width=_bits(R), depth=N + 2)
-        # word writes leave through a register slice: no path from here into the memory
-        m.submodules.mem_slice = ms = StreamRegisterSlice(self.mem.payload.shape())
+        # word writes leave through a forward register: no path from here into the memory; its
+        # ready (always 1 for the on-chip buffer, a LUT or two from registers for the AXI
+        # writer) comes back through one LUT
+        m.submodules.mem_slice = ms = StreamForwardRegister(self.mem.payload.shape())
         wiring.connect(m, ms.o, wiring.flipped(self.mem))
 
         # ---- input register: the beat and its byte count ----
