@@ -52,12 +52,14 @@ Flow control
 The pipeline never stalls: ``i.ready`` is a register, high while the beats in flight plus those
 queued in an output :class:`~rocegen.gateware.fifo.PacketFifo` (``queue_depth`` beats,
 cut-through) leave room for more. So ``i.ready`` does not depend on ``o.ready`` and no enable
-fans out to the pipeline registers (the data delay line has neither reset nor enable, so it can
-map to shift-register LUTs).
+fans out to the pipeline registers (the beats' data wait in a block-RAM delay line written and
+read every cycle; the other pipeline fields have neither reset nor enable, so they can map to
+shift-register LUTs).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .crc import Crc32
@@ -248,9 +250,26 @@ class _IcrcPipeline(wiring.Component):
             with m.Elif(idx != self._idx_top):
                 m.d.sync += idx.eq(idx + 1)
 
-        # stage 1: the beat and the CRC's copy of it
+        # the beats' data go around the CRC stages through a block-RAM delay line, written
+        # every cycle with the input and read so that each beat's data meet it again at the
+        # accumulator stage (W bits of shift-register LUTs saved; the pipeline never stalls, so
+        # the delay is fixed)
+        lag = self._xor_stages + 1      # read address = write address - lag
+        ddepth = 4
+        while ddepth < lag + 2:
+            ddepth *= 2
+        dmem = m.submodules.data_delay = Memory(shape=self.width, depth=ddepth, init=[],
+                                                attrs={"ram_style": "block"})
+        dw = dmem.write_port()
+        dr = dmem.read_port(domain="sync")
+        wptr = Signal(range(ddepth))
+        m.d.sync += wptr.eq(wptr + 1)
+        m.d.comb += [dw.addr.eq(wptr), dw.data.eq(p.data), dw.en.eq(1),
+                     dr.addr.eq((wptr - lag)[:len(wptr)]), dr.en.eq(1)]
+
+        # stage 1: the beat (without its data) and the CRC's copy of it
         s = _advance(m, {
-            "v": accept, "d": p.data, "keep": p.keep, "last": p.last, "err": p.error,
+            "v": accept, "keep": p.keep, "last": p.last, "err": p.error,
             "meta": p.meta, "short": self._short(p.last, p.keep, idx),
             "cd": self._crc_copy(m, p.data, p.keep, idx),
         }, "s1")
@@ -292,6 +311,7 @@ class _IcrcPipeline(wiring.Component):
                 m.d.sync += acc.eq(nxt)
         s = _advance(m, pre, "acc")
         s["fin"] = _reg(m, nxt, "acc_fin")
+        s["d"] = dr.data                # the data of the beat at this stage (see above)
 
         w, absorbed, straddle = self._back(m, pre, s, accept)
 
@@ -407,11 +427,19 @@ class IcrcInsert(_IcrcPipeline):
                 for col in taps:
                     value |= 1 << (32 * row + col)
             mats.append(value)
-        # each matrix bit is a function of z alone: a ROM of B bits indexed by z (one LUT6 at
-        # 512 bits)
-        mat = Signal(32 * 32, name="rewind_matrix", reset_less=True)
-        m.d.sync += mat.eq(Cat(*(_rom([(v >> bit) & 1 for v in mats], pre["z"])
-                                 for bit in range(32 * 32))))
+        # each matrix bit is a function of z alone: from W = 256 on a block-RAM ROM of B words
+        # of 1024 bits read with z (saves a LUT and a flip-flop per matrix bit), below it a ROM
+        # of B bits per matrix bit in LUTs, registered
+        if B >= 32:
+            rom = m.submodules.rewind_rom = Memory(shape=32 * 32, depth=B, init=mats,
+                                                   attrs={"ram_style": "block"})
+            rp = rom.read_port(domain="sync")
+            m.d.comb += [rp.addr.eq(pre["z"]), rp.en.eq(1)]
+            mat = rp.data
+        else:
+            mat = Signal(32 * 32, name="rewind_matrix", reset_less=True)
+            m.d.sync += mat.eq(Cat(*(_rom([(v >> bit) & 1 for v in mats], pre["z"])
+                                     for bit in range(32 * 32))))
 
         # rewind: the state after the packet's last byte
         fin = s["fin"]
