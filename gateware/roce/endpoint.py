@@ -311,7 +311,11 @@ class RoceEndpoint(wiring.Component):
 
         # transmit: scheduler -> payload reader -> packet builder -> UDP port 4791
         wiring.connect(m, sched.desc, reader.desc)
-        wiring.connect(m, reader.o, builder.i)
+        # a forward register between the payload reader and the builder: the reader's output
+        # queue and the builder's header and lane logic are mapped apart
+        rd_reg = m.submodules.rd_reg = StreamForwardRegister(reader.o.payload.shape())
+        wiring.connect(m, reader.o, rd_reg.i)
+        wiring.connect(m, rd_reg.o, builder.i)
         # a forward register between the builder and UDP transmit: the reader's queue and the
         # builder's lane logic end in it, before UDP transmit's arbiter and slice
         tx_reg = m.submodules.tx_reg = ForwardRegister(self.width, builder.o.payload.meta.shape())
