@@ -170,9 +170,15 @@ class PacketFifo(wiring.Component):
         # from them, so it always equals ``level[AW]`` and ``i.ready`` needs no subtraction
         wr_next = Signal(AW + 1)
         rd_next = Signal(AW + 1)
+        full_next = Signal()
         full = Signal()
-        m.d.comb += [wr_next.eq(wr_ptr), rd_next.eq(rd_ptr)]
-        m.d.sync += [wr_ptr.eq(wr_next), rd_ptr.eq(rd_next), full.eq((wr_next - rd_next)[AW])]
+        m.d.comb += [wr_next.eq(wr_ptr), rd_next.eq(rd_ptr),
+                     full_next.eq((wr_next - rd_next)[AW])]
+        m.d.sync += [wr_ptr.eq(wr_next), rd_ptr.eq(rd_next), full.eq(full_next)]
+        if self.store_and_forward:
+            commit_next = Signal(AW + 1)
+            m.d.comb += commit_next.eq(wr_commit)
+            m.d.sync += wr_commit.eq(commit_next)
 
         # --- metadata queue --------------------------------------------------------------
         if self.meta.size:
@@ -219,10 +225,8 @@ class PacketFifo(wiring.Component):
             else:
                 # full of a single unfinished packet: it can never fit, take it to drop it (a
                 # register worked out from the next pointers, like ``full``)
-                commit_next = Signal(AW + 1)
                 hopeless = Signal()
-                m.d.comb += commit_next.eq(wr_commit)
-                m.d.sync += hopeless.eq((wr_next - rd_next)[AW] & (rd_next == commit_next))
+                m.d.sync += hopeless.eq(full_next & (rd_next == commit_next))
                 m.d.comb += i.ready.eq(dropping | (~full & meta_ok) | hopeless)
 
             drop_error = Signal()
@@ -238,10 +242,7 @@ class PacketFifo(wiring.Component):
             with m.If(write):
                 m.d.comb += [wp.en.eq(1), wr_next.eq(wr_ptr + 1)]
                 with m.If(last):
-                    m.d.sync += wr_commit.eq(wr_ptr + 1)
-                    if self.overflow == "wait":
-                        m.d.comb += commit_next.eq(wr_ptr + 1)
-                    m.d.comb += meta_push.eq(1)
+                    m.d.comb += [commit_next.eq(wr_ptr + 1), meta_push.eq(1)]
             with m.Elif(accept):
                 with m.If(dropping):
                     with m.If(last):

@@ -381,16 +381,17 @@ class Scheduler(wiring.Component):
             hi_s = Signal(pw, name=f"hi_s{q}")
             m.d.comb += [cur_s.eq(cur[q] + fin_q), hi_s.eq(hi[q] + (c_sel[q] & c_new))]
             going_s = Mux(c_sel[q], ~c_fin, started[q])
+            has_s = _kept(m, cur_s != tail[q], f"has_s{q}")
             m.d.sync += [
                 moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
-                avail_r[q].eq((_kept(m, cur_s != tail[q], f"has_s{q}") |
+                avail_r[q].eq((has_s |
                                _kept(m, push & (q_in == q), f"push_q{q}")) &
                               ~self.held[q] & ~win_block[q] &
                               (going_s | (cur_s != hi_s) | ~self.full[q]) &
                               ~ev_stale[q] & ~(c_sel[q] & ~commit)),
                 going_r[q].eq(going_s),
                 new_r[q].eq(cur_s == hi_s),
-                has_r[q].eq(cur_s != tail[q]),
+                has_r[q].eq(has_s),
             ]
         rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
         # the first eligible QP after the last turn's, else the first at all: the first one of
