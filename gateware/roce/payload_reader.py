@@ -91,18 +91,23 @@ class PayloadReader(wiring.Component):
       (:func:`pattern_beat`). Neither do 0-byte descriptors.
     * Throughput: one beat per cycle, across descriptors too (no idle beat between packets),
       whenever ``desc`` offers descriptors and ``o`` is ready.
-    * Latency: three cycles. A descriptor offered on ``desc`` in cycle t (with the output queue
-      not full) has its first word read in cycle t, and its first beat offered on ``o`` in
-      cycle t+3. ``desc`` is taken in the cycle its last word is read.
-    * Backpressure: a read is issued only when the four-beat output queue has room for its data,
+    * Latency: four cycles. A descriptor offered on ``desc`` in cycle t (with the reader idle
+      and the output queue not full) is taken at the end of cycle t into the reader's own
+      register, its first word is read in cycle t+1 and its first beat offered on ``o`` in
+      cycle t+4. ``desc`` is taken when the reader holds no descriptor or in the cycle the held
+      descriptor's last word is read.
+    * Backpressure: a read is issued only when the five-beat output queue has room for its data,
       counting the read in flight, so ``o.ready`` is never needed to take a word coming back
-      from memory and nothing is lost or repeated. ``desc.ready`` and ``mem.en`` depend only on
-      registers and on ``desc`` (not on ``o.ready``). ``o.payload`` and ``o.valid`` are
-      registers (the queue's output register); ``o.ready`` drives the queue's read enable.
+      from memory and nothing is lost or repeated. The room is a register worked out a cycle
+      ahead (a beat leaving the queue makes room a cycle later), which is why the queue holds
+      five beats: with four, a steady stream would pause every few beats. ``desc.ready`` and
+      ``mem.en`` depend only on registers: the descriptor's word count, last-word flag and
+      addresses are worked out when it is taken. ``o.payload`` and ``o.valid`` are registers
+      (the queue's output register); ``o.ready`` drives the queue's read enable.
     """
 
     #: Beats the output queue holds (reads in flight included).
-    QUEUE_DEPTH = 4
+    QUEUE_DEPTH = 5
 
     def __init__(self, width, addr_width):
         check_width(width)
@@ -134,28 +139,43 @@ class PayloadReader(wiring.Component):
         depth = self.QUEUE_DEPTH
         m.submodules.queue = q = SyncFIFOBuffered(width=entry.size, depth=depth)
 
-        # --- issue: one word of the head descriptor per cycle ----------------------------------
+        # --- hold: the descriptor being read, with what its reads need worked out in advance ----
+        # (``desc.ready`` then depends on registers only)
+        h_valid = Signal()
+        h = Signal(PACKET_DESC)
+        h_mem = Signal()                            # the packet's bytes come from memory
+        h_words = Signal(range(8192 // B + 1))      # words of the packet minus one
         idx = Signal(range(8192 // B + 1))          # beats of the descriptor already issued
-        cur = Signal(PATTERN_ADDR_BITS)             # byte address of beat ``idx`` once idx > 0
+        last = Signal()                             # idx == h_words
+        cur = Signal(PATTERN_ADDR_BITS)             # byte address of beat ``idx``
         inflight = Signal()                         # a word was read in the previous cycle
-        room = Signal()
+        room = Signal(init=1)                       # the queue has room for one more read
         issue = Signal()
-        last = Signal()
-        addr = Signal(PATTERN_ADDR_BITS)
+        take = Signal()
         m.d.comb += [
-            room.eq(q.level + inflight < depth),
-            issue.eq(desc.valid & room),
-            last.eq(idx == payload_words(d.length, W)),
-            addr.eq(Mux(idx == 0, Cat(Const(0, lb), d.local_addr[lb:]), cur)),
-            mem.addr.eq(addr[lb:]),
-            mem.en.eq(issue & from_memory(d)),
-            desc.ready.eq(issue & last),
+            issue.eq(h_valid & room),
+            take.eq(~h_valid | (issue & last)),
+            desc.ready.eq(take),
+            mem.addr.eq(cur[lb:]),
+            mem.en.eq(issue & h_mem),
         ]
-        with m.If(issue):
+        with m.If(take & desc.valid):
+            words = payload_words(d.length, W)
             m.d.sync += [
-                idx.eq(Mux(last, 0, idx + 1)),
-                cur.eq(addr + B),
+                h_valid.eq(1), h.eq(d), h_mem.eq(from_memory(d)), h_words.eq(words),
+                idx.eq(0), last.eq(words == 0),
+                cur.eq(Cat(Const(0, lb), d.local_addr[lb:])),
             ]
+        with m.Elif(issue):
+            m.d.sync += [
+                h_valid.eq(~last),
+                idx.eq(idx + 1), last.eq(idx + 1 == h_words),
+                cur.eq(cur + B),
+            ]
+        # room for the read of the next cycle, from this cycle's counts: the words in the queue
+        # and in flight plus this cycle's read (a word leaving the queue in this cycle counts a
+        # cycle later)
+        m.d.sync += room.eq(q.level + inflight + issue < depth)
 
         # --- the word comes back one cycle later and goes into the queue ----------------------
         s_mem = Signal()
@@ -163,11 +183,11 @@ class PayloadReader(wiring.Component):
         s_beat = Signal(entry)
         m.d.sync += [
             inflight.eq(issue),
-            s_mem.eq(from_memory(d)),
-            s_addr.eq(addr),
-            s_beat.count.eq(Mux(last, last_count(d.length, W), B)),
+            s_mem.eq(h_mem),
+            s_addr.eq(cur),
+            s_beat.count.eq(Mux(last, last_count(h.length, W), B)),
             s_beat.last.eq(last),
-            s_beat.meta.eq(d),
+            s_beat.meta.eq(h),
         ]
         w = Signal(entry)
         m.d.comb += [

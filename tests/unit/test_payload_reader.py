@@ -121,7 +121,7 @@ def test_throughput(width):
     cycles = run.col.beat_cycles
     assert len(cycles) == beats
     assert cycles[-1] - cycles[0] == beats - 1, "idle beats on the output"
-    assert cycles[0] == 4        # offered in cycle 3 (counting from 0), taken at its edge
+    assert cycles[0] == 5        # offered in cycle 3 (counting from 0), taken at its edge
 
 
 class RamAndReader(Elaboratable):
