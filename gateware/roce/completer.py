@@ -67,8 +67,10 @@ class Completer(wiring.Component):
         through a queue of ``depth`` entries of its own (``bad_full`` high when it has no room:
         a bad post then is discarded and pulses ``overflow``).
     ack : In(stream.Signature(ACK_EVENT))
-        Always ready: every event is applied in the cycle it arrives. Events naming a QP outside
-        the table are ignored.
+        Always ready: every event is registered in the cycle it arrives, together with the QP's
+        acknowledged PSN, and applied in the next cycle, after that cycle's post (so the
+        acknowledged PSN read needs no cycle of its own). Events naming a QP outside the table
+        are ignored.
     cpl : Out(stream.Signature(COMPLETION))
         Completions, in posting order per QP (QPs interleave in any order). Comes from a
         :data:`OUT_DEPTH`-entry FIFO; ``payload`` is stable while ``valid`` waits for ``ready``.
@@ -76,7 +78,7 @@ class Completer(wiring.Component):
         Bit ``q``: the queue of QP ``q`` holds ``depth`` entries. A register: it rises in the
         cycle after the post that fills the queue.
     bad_full : Out(1)
-        The bad-QP queue has no room.
+        The bad-QP queue has no room (a register).
     busy : Out(1)
         Work is pending: a QP to examine (dirty, with an entry), a completion in flight or
         buffered.
@@ -107,9 +109,9 @@ class Completer(wiring.Component):
       ``cpl`` backpressure never loses or stalls anything else: posts and acknowledgements keep
       being taken and the engine resumes when ``cpl`` drains. While bad-QP completions wait,
       the engine gives every other cycle to them.
-    * Latency: an acknowledgement (or a post with a non-OK status reaching an empty queue)
-      accepted in cycle t makes the completion available on ``cpl`` in cycle t + 3 when the
-      engine is otherwise idle and the output FIFO empty; a bad-QP post, in cycle t + 2.
+    * Latency: an acknowledgement accepted in cycle t makes the completion available on ``cpl``
+      in cycle t + 4 when the engine is otherwise idle and the output FIFO empty; a post with a
+      non-OK status reaching an empty queue, in cycle t + 3; a bad-QP post, in cycle t + 2.
     * Storage: the entries in one synchronous-read memory (block RAM); per QP, the head and
       tail pointers and the acknowledged PSN in small asynchronous-read memories (distributed
       RAM), the dirty, full, "holds an entry" and "has an acknowledged PSN" bits in registers.
@@ -190,7 +192,6 @@ class Completer(wiring.Component):
             self.cpl.valid.eq(outq.r_rdy),
             self.cpl.payload.eq(outq.r_data),
             outq.r_en.eq(self.cpl.ready),
-            self.bad_full.eq(~badq.w_rdy),
             self.full.eq(full),
         ]
 
@@ -242,6 +243,13 @@ class Completer(wiring.Component):
             outq.w_en.eq(s1_done | bad_xfer),
             outq.w_data.eq(Mux(s1_done, s1_cpl.as_value(), badq.r_data)),
         ]
+
+        # the bad-QP queue's "full" as a register, from its next level (always equal to
+        # ~badq.w_rdy; the scheduler's hold on bad requests then starts at a flip-flop)
+        bad_full = Signal()
+        bad_level_next = (badq.level + (badq.w_en & badq.w_rdy) - (badq.r_en & badq.r_rdy))
+        m.d.sync += bad_full.eq(bad_level_next == self.depth)
+        m.d.comb += self.bad_full.eq(bad_full)
 
         # ---- scan, first cycle: pick a dirty QP with an entry, read its head entry
         eligible = Signal(n)
@@ -320,30 +328,40 @@ class Completer(wiring.Component):
                               acked_valid.bit_select(post_qp, 1) & ~post_since[23])
         forget_vec = Mux(forget, post_vec, 0)
 
-        # ---- acknowledgements
-        a = self.ack.payload
+        # ---- acknowledgements: an event is registered with the QP's acknowledged PSN read in
+        # its arrival cycle (the write of the event before it forwarded), and applied in the next
+        # cycle, after that cycle's post
         m.d.comb += self.ack.ready.eq(1)
+        a = Signal(ACK_EVENT)
+        a_valid = Signal()
+        a_acked = Signal(24)                # the QP's acknowledged PSN as it was read
         ack_qp = Signal(q_w)
         m.d.comb += ack_qp.eq(a.qp[:q_w])
-        valid = self.ack.valid & (a.qp < n)
+        m.d.comb += acked_ack.addr.eq(self.ack.payload.qp[:q_w])
+        psn = Signal(24)
+        moves = Signal()
+        m.d.sync += [
+            a.eq(self.ack.payload),
+            a_valid.eq(self.ack.valid & (self.ack.payload.qp < n)),
+            a_acked.eq(Mux(moves & (ack_qp == self.ack.payload.qp[:q_w]), psn,
+                           acked_ack.data)),
+        ]
+        valid = a_valid
         cls = a.syndrome[5:8]
         is_ack = cls == 0b000
         is_seq = a.syndrome == _NAK_PSN_SEQ
         is_rnr = cls == 0b001
-        psn = Signal(24)
         m.d.comb += psn.eq(Mux(is_seq, a.psn - 1, a.psn))
         ack_vec = Signal(n)
         m.d.comb += ack_vec.eq(_onehot(ack_qp, n))
         had = acked_valid.bit_select(ack_qp, 1) & ~(forget & (post_qp == ack_qp))
-        m.d.comb += acked_ack.addr.eq(ack_qp)
         # psn - acked for an ACK (psn) and a sequence NAK (psn - 1), side by side
         step = Signal(24)
         step_seq = Signal(24)
-        m.d.comb += [step.eq(a.psn - acked_ack.data), step_seq.eq(a.psn + ~acked_ack.data)]
+        m.d.comb += [step.eq(a.psn - a_acked), step_seq.eq(a.psn + ~a_acked)]
         ahead = Signal()
         ahead_seq = Signal()
         m.d.comb += [ahead.eq((step != 0) & ~step[23]), ahead_seq.eq((step_seq != 0) & ~step_seq[23])]
-        moves = Signal()
         m.d.comb += moves.eq(valid & ((is_ack & (~had | ahead)) | (is_seq & (~had | ahead_seq))))
         m.d.comb += [
             acked_w.addr.eq(ack_qp), acked_w.data.eq(psn), acked_w.en.eq(moves),
@@ -363,5 +381,6 @@ class Completer(wiring.Component):
             full.eq((full & ~done_vec) | fills),
             nonempty.eq((nonempty & ~emptied) | post_vec),
         ]
-        m.d.comb += self.busy.eq((dirty & nonempty).any() | s1_valid | outq.r_rdy | badq.r_rdy)
+        m.d.comb += self.busy.eq((dirty & nonempty).any() | s1_valid | outq.r_rdy | badq.r_rdy |
+                                 a_valid)
         return m

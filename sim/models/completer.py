@@ -23,7 +23,9 @@ Acknowledgement rules (AETH syndrome, bits 7..5 the class):
   acknowledged PSN is forgotten (the next ACK sets it, whatever its value).
 
 A post names a QP outside the table (``qp >= num_qps``): it completes at once with BAD_QP.
-Events taken in the same cycle are applied post first, then acknowledgement.
+Events are applied in the order they are given. The gateware applies an acknowledgement in the
+cycle after it arrives, after the post of that cycle; a caller comparing the two gives the model
+each acknowledgement after the next cycle's post.
 """
 
 from collections import deque
