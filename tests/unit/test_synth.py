@@ -255,6 +255,41 @@ def test_synthesized_component(tmp_path, keep_hierarchy):
         assert (r["lut"], r["lut_by_size"]["LUT3"], r["lut_levels"]) == (1, 1, 1)
 
 
+WIDE_V = """
+module wide(input clk, input [35:0] a, input [63:0] x, input [63:0] y, output reg q,
+            output reg [63:0] s);
+  reg [35:0] r;
+  always @(posedge clk) begin
+    r <= a;
+    q <= ^r;
+    s <= x + y;
+  end
+endmodule
+"""
+
+
+@needs_yosys
+def test_depth_target(tmp_path):
+    """Mapped for a depth: the LUT library and the delay target reach ABC, and the XOR of 36
+    bits, which the default mapping builds 4 LUTs deep beside the adder's slower carry chain,
+    comes out shallower (within 3 when asked for 3); the adder stays a carry chain."""
+    default = _ends(synthesize(WIDE_V, top="wide", workdir=tmp_path / "default"))["FDRE.D of q"]
+    for target in (2, 3):
+        r = synthesize(WIDE_V, top="wide", workdir=tmp_path / str(target), depth_target=target)
+        assert f"abc9 -lut lut.lib -D {10_000 * (target + 1) - 1}" in r["script"]
+        lib = (tmp_path / str(target) / "lut.lib").read_text().split()
+        assert lib[-3:] == ["6", "5", "10000"]
+        assert _ends(r)["FDRE.D of q"] < default
+        assert r["carry"] >= 16 and r["ff"] == 36 + 1 + 64
+    assert _ends(r)["FDRE.D of q"] <= 3
+
+
+def test_depth_target_is_checked(tmp_path):
+    for bad in (0, 33, 2.5, True):
+        with pytest.raises(ValueError, match="depth_target must be an integer number of LUT"):
+            synthesize("module m(); endmodule\n", top="m", workdir=tmp_path, depth_target=bad)
+
+
 @needs_yosys
 def test_yosys_failure_shows_the_log(tmp_path):
     with pytest.raises(SynthesisError, match=r"(?s)status.*log tail.*ERROR"):

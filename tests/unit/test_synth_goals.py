@@ -3,8 +3,9 @@
 from bench.bench_synth import LEVEL_GOAL, LUT_GOAL, goal_misses
 
 
-def _design(name, luts, levels):
+def _design(name, luts, levels, parameters=None):
     return {"name": name, "description": name, "lut_total": luts, "lut_levels": levels,
+            "parameters": parameters or name,
             "worst_paths": [{"levels": levels, "start": "FDRE a", "end": "FDRE.D of b"}]}
 
 
@@ -24,3 +25,14 @@ def test_each_missed_goal_is_named_with_the_worst_path():
 def test_blocks_are_not_judged():
     # a block's ports are path ends: its depth is only its share of a path through the core
     assert goal_misses([_design("scheduler", 10 * LUT_GOAL, 40)]) == []
+
+
+def test_a_configuration_meets_the_goals_in_one_netlist():
+    # two mappings of one configuration: one netlist within both goals is enough
+    assert goal_misses([_design("endpoint_w512", LUT_GOAL - 1, LEVEL_GOAL + 3, "W512"),
+                        _design("endpoint_w512_depth", LUT_GOAL - 1, LEVEL_GOAL, "W512")]) == []
+    # each netlist meets one goal only: not enough, and both misses are named
+    misses = goal_misses([_design("endpoint_w512", LUT_GOAL - 1, LEVEL_GOAL + 3, "W512"),
+                          _design("endpoint_w512_depth", LUT_GOAL + 2000, LEVEL_GOAL, "W512")])
+    assert [m.split(":")[0] for m in misses] == ["endpoint_w512", "endpoint_w512_depth"]
+    assert f"{LEVEL_GOAL + 3} LUT levels" in misses[0] and "42,000 LUTs" in misses[1]
