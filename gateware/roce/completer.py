@@ -100,7 +100,8 @@ class Completer(wiring.Component):
     * Scan engine: a dirty bit per QP is set by a post, by an acknowledgement that moves the
       QP's acknowledged PSN and by a completion (the next entry may be due). Each cycle the
       next dirty QP whose queue holds an entry, in round-robin order, is picked (its bit
-      cleared) and the entry at the head of its queue read from the memory; in the following
+      cleared) and the entry at the head of its queue read from the memory, with the QP's
+      acknowledged PSN; in the following
       cycle the entry completes (it goes to the output FIFO and the head advances) if it is due.
       A QP being examined is not picked again in that cycle; a dirty QP with an empty queue
       stays dirty until a post gives it an entry.
@@ -202,9 +203,9 @@ class Completer(wiring.Component):
         s1_head = Signal(ptr_w)
         s1_head1 = Signal(ptr_w)        # s1_head + 1
         entry = ent_r.data
-        m.d.comb += acked_scan.addr.eq(s1_qp)
+        s1_acked = Signal(24)           # the QP's acknowledged PSN, read when it was picked
         since = Signal(24)
-        m.d.comb += since.eq(acked_scan.data - entry.last_psn)
+        m.d.comb += since.eq(s1_acked - entry.last_psn)
         covered = acked_valid.bit_select(s1_qp, 1) & ~since[23]
         failed = self.errored.bit_select(s1_qp, 1)
         err_used = Signal(n)            # the QP's error status went to a completion already
@@ -266,12 +267,16 @@ class Completer(wiring.Component):
         m.d.comb += pick.eq(eligible.any() & room & ~(s1_valid & badq.r_rdy))
         m.d.comb += [
             head_pick.addr.eq(pick_qp),
+            acked_scan.addr.eq(pick_qp),
             ent_r.addr.eq(entry_addr(pick_qp, head_pick.data)),
             ent_r.en.eq(pick),
         ]
         m.d.sync += [
             s1_valid.eq(pick),
             s1_qp.eq(pick_qp),
+            # (an acknowledgement of the QP applied in the pick cycle is not seen here: it marks
+            # the QP dirty again, so the QP is examined once more)
+            s1_acked.eq(acked_scan.data),
             s1_vec.eq(Mux(pick, chosen, 0)),
             s1_head.eq(head_pick.data),
             s1_head1.eq(head_pick.data + 1),
