@@ -348,9 +348,9 @@ class RetryEngine(wiring.Component):
                               Mux(ev_fire, onehot(scan_q), 0) |
                               Mux(ev_ack, onehot(self.ack.payload.qp), 0) |
                               Mux(ev_sent, onehot(self.sent.payload.qp), 0))
-        for ev, port in ((ev_psn, self.psn_set), (ev_ack, self.ack), (ev_sent, self.sent)):
-            with m.If(ev):
-                m.d.sync += [e_psn1.eq(port.payload.psn + 1), e_pm1.eq(port.payload.psn - 1)]
+        # (e_psn + 1 and e_psn - 1 from the registered PSN: the adders come after the event's
+        # selection, not between it and a register)
+        m.d.comb += [e_psn1.eq(e_psn + 1), e_pm1.eq(e_psn - 1)]
         with m.If(ev_psn):
             m.d.sync += [e_kind.eq(_Ev.PSN), e_qp.eq(self.psn_set.payload.qp),
                          e_psn.eq(self.psn_set.payload.psn)]
