@@ -25,15 +25,19 @@ class Trim(wiring.Component):
         takes each beat with the lanes of it that are within ``length`` already compared, so
         that the cut decision depends on registers only and ``i.ready`` on registers only; one
         cycle of latency more (see Latency below). ``False`` (default): zero latency.
+    bias : int
+        Bytes ``length`` counts beyond the wanted length (0 to 32767), taken by the lane
+        compares' constants, so that a parent whose length field counts a header the stream
+        no longer holds (IPv4's total length) needs no subtractor in front of them.
 
     Ports
     -----
     i : ``In(PacketSignature(width, meta))``
     o : ``Out(PacketSignature(width, meta))``
     length : ``In(16)``
-        Wanted length in bytes, driven combinationally by the parent (normally from
-        ``i.payload.meta``); sampled with the first beat of each packet (in the cycle it is
-        offered) and held for the rest of the packet.
+        Wanted length in bytes plus ``bias``, driven combinationally by the parent (normally
+        from ``i.payload.meta``); sampled with the first beat of each packet (in the cycle it is
+        offered) and held for the rest of the packet. A value below ``bias`` wants 0 bytes.
     short : ``Out(1)``
         High for one cycle, in the cycle the last beat of a packet shorter than ``length`` moves
         on ``o``.
@@ -68,13 +72,16 @@ class Trim(wiring.Component):
       ``i.ready`` depends only on ``o.ready``, ``i.payload.last`` and state.
     """
 
-    def __init__(self, width, meta=None, *, registered=False):
+    def __init__(self, width, meta=None, *, registered=False, bias=0):
         check_width(width)
         if not isinstance(registered, bool):
             raise TypeError(f"registered must be a bool, not {registered!r}")
         self.width = width
         self.meta = meta
         self.registered = registered
+        if not isinstance(bias, int) or isinstance(bias, bool) or not 0 <= bias < 1 << 15:
+            raise ValueError(f"bias must be a number of bytes from 0 to 32767, not {bias!r}")
+        self.bias = bias
         super().__init__({
             "i": In(PacketSignature(width, meta)),
             "o": Out(PacketSignature(width, meta)),
@@ -91,9 +98,12 @@ class Trim(wiring.Component):
         first = Signal(init=1)             # the next input beat is a packet's first
         rem_r = Signal(16)                 # bytes still to pass, for a beat other than the first
 
+        bias = self.bias
+
         def lanes_of(rem):
-            # lanes still within length, and "this beat reaches length"
-            return Cat(*(rem > j for j in range(B))), rem <= B
+            # lanes still within length, and "this beat reaches length" (``rem`` counts the
+            # bias too: the compares take it, no subtraction)
+            return Cat(*(rem > j + bias for j in range(B))), rem <= B + bias
 
         if self.registered:
             self._elaborate_registered(m, lanes_of, first, rem_r)

@@ -74,7 +74,7 @@ class Ipv4Rx(wiring.Component):
         pre = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
                                  "is_icmp": 1, "is_udp": 1, "sum0": 16, "sum1": 16})
         tmeta = data.StructLayout({**IP_RX_META.members, "pre": pre})
-        trim = m.submodules.trim = Trim(W, tmeta, registered=True)
+        trim = m.submodules.trim = Trim(W, tmeta, registered=True, bias=IPV4.length)
         dpp, tip = dp.o.payload, trim.i.payload
         ip = dpp.meta.ipv4
         words = be_words(IPV4.to_lanes(ip))
@@ -83,7 +83,7 @@ class Ipv4Rx(wiring.Component):
             trim.i.valid.eq(dp.o.valid), dp.o.ready.eq(trim.i.ready),
             tip.data.eq(dpp.data), tip.keep.eq(dpp.keep), tip.last.eq(dpp.last),
             tip.error.eq(dpp.error), tip.meta.eth.eq(dpp.meta.eth), tip.meta.ipv4.eq(ip),
-            trim.length.eq(ip.total_length - IPV4.length),
+            trim.length.eq(ip.total_length),            # (the header's 20 bytes: the bias)
             pv.options.eq(ip.ihl != 5),
             pv.header_ok.eq((ip.version == 4) & (ip.ihl >= 5) &
                             (ip.total_length >= IPV4.length) & (ip.total_length <= self.mtu)),

@@ -16,22 +16,22 @@ from rocegen.sim.packets import Packet
 META = data.StructLayout({"length": 16, "seq": 16})
 
 
-def build(width, offset=0, registered=False):
+def build(width, offset=0, registered=False, bias=0):
     """Trim with ``length`` = ``meta.length + offset`` on the first beat of each packet and a
     free-running junk value on the others, so that the test fails if Trim looks at it later."""
     m = Module()
-    m.submodules.dut = dut = Trim(width, META, registered=registered)
+    m.submodules.dut = dut = Trim(width, META, registered=registered, bias=bias)
     first = Signal(init=1)
     junk = Signal(16, init=0x1234)
     m.d.sync += junk.eq(junk * 75 + 74)
     with m.If(dut.i.valid & dut.i.ready):
         m.d.sync += first.eq(dut.i.payload.last)
-    m.d.comb += dut.length.eq(Mux(first, dut.i.payload.meta.length + offset, junk))
+    m.d.comb += dut.length.eq(Mux(first, dut.i.payload.meta.length + offset + bias, junk))
     return m, dut
 
 
-def run_trim(width, packets, *, idle, backpressure, seed, offset=0, registered=False):
-    m, dut = build(width, offset, registered)
+def run_trim(width, packets, *, idle, backpressure, seed, offset=0, registered=False, bias=0):
+    m, dut = build(width, offset, registered, bias)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
     B = width // 8
@@ -132,6 +132,19 @@ def test_trim_matches_model(width, registered):
 
 @pytest.mark.parametrize("registered", [False, True])
 @pytest.mark.parametrize("width", [64, 512])
+def test_bias(width, registered):
+    """``length`` counting 20 bytes more than wanted (as IPv4's total length counts its header):
+    the same packets as without the bias."""
+    rng = random.Random(width + 9)
+    packets = make_packets(width, rng)
+    packets = [p for p in packets if p.meta["length"] + 20 < 1 << 16]
+    col, shorts, longs, _, _ = run_trim(width, packets, idle=0.3, backpressure=0.3, seed=4,
+                                        registered=registered, bias=20)
+    check(packets, col, shorts, longs)
+
+
+@pytest.mark.parametrize("registered", [False, True])
+@pytest.mark.parametrize("width", [64, 512])
 def test_full_throughput(width, registered):
     """No idle, output always ready: the input is never held off, cut packets included."""
     rng = random.Random(width + 5)
@@ -179,4 +192,7 @@ def test_parameters_are_checked():
             Trim("64", META)
         with pytest.raises(TypeError, match="registered must be a bool"):
             Trim(64, META, registered=1)
+        for bad in (-1, 1 << 15, 2.0, True):
+            with pytest.raises(ValueError, match="bias must be a number of bytes"):
+                Trim(64, META, bias=bad)
         gc.collect()
