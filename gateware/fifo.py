@@ -39,6 +39,10 @@ class PacketFifo(wiring.Component):
         metadata, while ``meta_depth`` packets are queued); a packet of more than ``depth``
         beats can never fit in store-and-forward mode, so once it has filled the whole memory it
         is dropped and counted in ``drop_overflow`` instead of deadlocking.
+    ram_style : None, ``"block"`` or ``"distributed"``
+        The ``ram_style`` attribute of the beats' memory, for synthesis (``None``: none, the
+        tool chooses by size; ``"block"`` suits a shallow queue of wide beats where LUTs are
+        scarcer than block RAM).
     meta_depth : int or None
         Packets the metadata queue holds (1..``depth``; default ``depth``, which never limits
         the FIFO since every queued packet has at least one beat stored). A smaller queue saves
@@ -93,7 +97,7 @@ class PacketFifo(wiring.Component):
     """
 
     def __init__(self, width, depth, meta=None, *, store_and_forward=True, drop_errors=True,
-                 overflow="drop", meta_depth=None):
+                 overflow="drop", meta_depth=None, ram_style=None):
         check_width(width)
         if not isinstance(depth, int) or isinstance(depth, bool):
             raise TypeError(f"depth must be an integer number of beats, not {depth!r}")
@@ -119,6 +123,8 @@ class PacketFifo(wiring.Component):
         if not 1 <= meta_depth <= depth:
             raise ValueError(f"meta_depth must be from 1 to depth ({depth}) packets, "
                              f"not {meta_depth}")
+        if ram_style not in (None, "block", "distributed"):
+            raise ValueError(f"ram_style must be None, 'block' or 'distributed', not {ram_style!r}")
         meta = empty_meta() if meta is None else meta
         if not isinstance(meta, data.Layout):
             raise TypeError(f"meta must be a data.Layout or None, not {meta!r}")
@@ -129,6 +135,7 @@ class PacketFifo(wiring.Component):
         self.drop_errors = drop_errors
         self.overflow = overflow
         self.meta_depth = meta_depth
+        self.ram_style = ram_style
         super().__init__({
             "i": In(PacketSignature(width, meta)),
             "o": Out(PacketSignature(width, meta)),
@@ -149,7 +156,8 @@ class PacketFifo(wiring.Component):
             "last": 1,
             "error": 1,
         })
-        m.submodules.mem = mem = Memory(shape=beat, depth=depth, init=[])
+        m.submodules.mem = mem = Memory(shape=beat, depth=depth, init=[], attrs=(
+            {"ram_style": self.ram_style} if self.ram_style else {}))
         wp = mem.write_port()
         rp = mem.read_port(domain="sync")
 

@@ -316,9 +316,12 @@ class _IcrcPipeline(wiring.Component):
         w, absorbed, straddle = self._back(m, pre, s, accept)
 
         # output queue and flow control
+        # (block RAM from W = 256 on: a few beats of W bits would take W/14 * 8 LUTs of
+        # distributed RAM)
         q = m.submodules.queue = PacketFifo(self.width, self.queue_depth, self.meta,
                                             store_and_forward=False, drop_errors=False,
-                                            overflow="wait")
+                                            overflow="wait",
+                                            ram_style="block" if self.width >= 256 else None)
         m.d.comb += [
             q.i.valid.eq(w["v"]),
             q.i.payload.data.eq(w["d"]),

@@ -1,5 +1,6 @@
 import gc
 import random
+import re
 
 import pytest
 from amaranth.lib import data
@@ -472,12 +473,21 @@ def split_packets(beats, width):
     ({"width": 64, "depth": 8, "meta_depth": 9}, ValueError, "meta_depth"),
     ({"width": 64, "depth": 8, "meta_depth": 0}, ValueError, "meta_depth"),
     ({"width": 64, "depth": 8, "meta": 5}, TypeError, "meta"),
+    ({"width": 64, "depth": 8, "ram_style": "ultra"}, ValueError, "ram_style must be None"),
 ])
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_parameter_errors(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
         PacketFifo(**kwargs)
     gc.collect()   # the half-built component warns when collected: inside this test
+
+
+@pytest.mark.parametrize("ram_style", [None, "block"])
+def test_ram_style_reaches_the_memory(ram_style):
+    from amaranth.back import rtlil
+    text = rtlil.convert(PacketFifo(64, 8, ram_style=ram_style))
+    styles = re.findall(r'attribute \\ram_style "(\w+)"', text)
+    assert styles == ([] if ram_style is None else [ram_style])
 
 
 def test_fifo_depth_sizes_for_whole_packets():
