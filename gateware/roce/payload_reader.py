@@ -2,10 +2,10 @@
 registered read port (or generated, for the traffic generator's test pattern)."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..fifo import PacketFifo
 from ..memport import MemReadSignature
 from ..stream import PacketSignature, check_width, keep_mask
 from .layouts import PACKET_DESC, WrSource
@@ -96,18 +96,19 @@ class PayloadReader(wiring.Component):
       register, its first word is read in cycle t+1 and its first beat offered on ``o`` in
       cycle t+4. ``desc`` is taken when the reader holds no descriptor or in the cycle the held
       descriptor's last word is read.
-    * Backpressure: a read is issued only when the five-beat output queue has room for its data,
-      counting the read in flight, so ``o.ready`` is never needed to take a word coming back
-      from memory and nothing is lost or repeated. The room is a register worked out a cycle
-      ahead (a beat leaving the queue makes room a cycle later), which is why the queue holds
-      five beats: with four, a steady stream would pause every few beats. ``desc.ready`` and
-      ``mem.en`` depend only on registers: the descriptor's word count, last-word flag and
-      addresses are worked out when it is taken. ``o.payload`` and ``o.valid`` are registers
-      (the queue's output register); ``o.ready`` drives the queue's read enable.
+    * Backpressure: a read is issued only when the eight-beat output queue (a cut-through
+      :class:`~rocegen.gateware.fifo.PacketFifo`, the descriptor kept once per packet, the
+      beats in block RAM from W = 256 on) has room for its data, counting the read in flight,
+      so ``o.ready`` is never needed to take a word coming back from memory and nothing is
+      lost or repeated. The room is a register worked out a cycle ahead (a beat leaving the
+      queue makes room a cycle later). ``desc.ready`` and ``mem.en`` depend only on
+      registers: the descriptor's word count, last-word flag and addresses are worked out
+      when it is taken. ``o`` is the queue's output: ``o.payload`` comes from its memory's
+      read port, ``o.ready`` drives its read enable.
     """
 
     #: Beats the output queue holds (reads in flight included).
-    QUEUE_DEPTH = 5
+    QUEUE_DEPTH = 8
 
     def __init__(self, width, addr_width):
         check_width(width)
@@ -130,14 +131,13 @@ class PayloadReader(wiring.Component):
         desc, mem, o = self.desc, self.mem, self.o
         d = desc.payload
 
-        entry = data.StructLayout({
-            "data": W,
-            "count": range(B + 1),
-            "last": 1,
-            "meta": PACKET_DESC,
-        })
         depth = self.QUEUE_DEPTH
-        m.submodules.queue = q = SyncFIFOBuffered(width=entry.size, depth=depth)
+        # the output queue: a cut-through packet FIFO, which keeps the descriptor once per packet
+        # (not beside every beat) and the beats in block RAM from W = 256 on (a few beats of W
+        # bits would take W/14 * 8 LUTs of distributed RAM)
+        m.submodules.queue = q = PacketFifo(W, depth, PACKET_DESC, store_and_forward=False,
+                                            drop_errors=False, overflow="wait",
+                                            ram_style="block" if W >= 256 else None)
 
         # --- hold: the descriptor being read, with what its reads need worked out in advance ----
         # (``desc.ready`` then depends on registers only)
@@ -180,34 +180,26 @@ class PayloadReader(wiring.Component):
         # --- the word comes back one cycle later and goes into the queue ----------------------
         s_mem = Signal()
         s_addr = Signal(PATTERN_ADDR_BITS)
-        s_beat = Signal(entry)
+        s_count = Signal(range(B + 1))
+        s_last = Signal()
+        s_meta = Signal(PACKET_DESC)
         m.d.sync += [
             inflight.eq(issue),
             s_mem.eq(h_mem),
             s_addr.eq(cur),
-            s_beat.count.eq(Mux(last, last_count(h.length, W), B)),
-            s_beat.last.eq(last),
-            s_beat.meta.eq(h),
+            s_count.eq(Mux(last, last_count(h.length, W), B)),
+            s_last.eq(last),
+            s_meta.eq(h),
         ]
-        w = Signal(entry)
         m.d.comb += [
-            w.data.eq(Mux(s_mem, mem.data, pattern_beat(s_addr, W))),
-            w.count.eq(s_beat.count),
-            w.last.eq(s_beat.last),
-            w.meta.eq(s_beat.meta),
-            q.w_data.eq(w),
-            q.w_en.eq(inflight),
+            q.i.valid.eq(inflight),
+            q.i.payload.data.eq(Mux(s_mem, mem.data, pattern_beat(s_addr, W))),
+            q.i.payload.keep.eq(keep_mask(s_count, B)),
+            q.i.payload.last.eq(s_last),
+            q.i.payload.error.eq(0),
+            q.i.payload.meta.eq(s_meta),
         ]
 
         # --- output --------------------------------------------------------------------------
-        r = entry(q.r_data)
-        m.d.comb += [
-            o.valid.eq(q.r_rdy),
-            o.payload.data.eq(r.data),
-            o.payload.keep.eq(keep_mask(r.count, B)),
-            o.payload.last.eq(r.last),
-            o.payload.error.eq(0),
-            o.payload.meta.eq(r.meta),
-            q.r_en.eq(o.ready),
-        ]
+        wiring.connect(m, q.o, wiring.flipped(o))
         return m
