@@ -241,9 +241,12 @@ class RetryEngine(wiring.Component):
         acked_rp = mem.read_port(domain="comb")
         err_rp = mem.read_port(domain="comb")
         nc = len(QP_COUNTERS)
-        cmem = m.submodules.counters = Memory(shape=data.ArrayLayout(32, nc), depth=n, init=[])
+        # (block RAM: both reads are synchronous, the read-modify-write's a cycle ahead and
+        # transparent for the write, so a row written in that cycle is read as written)
+        cmem = m.submodules.counters = Memory(shape=data.ArrayLayout(32, nc), depth=n, init=[],
+                                              attrs={"ram_style": "block"})
         cwp = cmem.write_port()
-        crp = cmem.read_port(domain="comb")
+        crp = cmem.read_port(domain="sync", transparent_for=(cwp,))
         srp = cmem.read_port()
         m.d.comb += [
             acked_rp.addr.eq(self.acked_qp), self.acked_psn.eq(acked_rp.data.acked),
@@ -588,7 +591,7 @@ class RetryEngine(wiring.Component):
         c_qp = Signal(8)
         c_inc = Signal(data.ArrayLayout(6, nc))
         m.d.sync += [c_valid.eq(a_valid & a_in), c_qp.eq(a_qp), c_inc.eq(cnt_inc)]
-        m.d.comb += [crp.addr.eq(c_qp), cwp.addr.eq(c_qp), cwp.en.eq(c_valid)]
+        m.d.comb += [crp.addr.eq(a_qp), cwp.addr.eq(c_qp), cwp.en.eq(c_valid)]
         for k in range(nc):
             m.d.comb += cwp.data[k].eq(crp.data[k] + c_inc[k])
         return m
