@@ -215,9 +215,10 @@ class NetStack(wiring.Component):
         wiring.connect(m, icrc_slice.o, icrc_tx.i)
         wiring.connect(m, icrc_tx.o, eth_arb.i[1])
         eth_tx = m.submodules.eth_tx = self._eth_tx
-        # a register slice between the Ethernet arbiter and transmitter: the ARP and ICRC
-        # stages' outputs end in it, and the transmitter's ready starts there
-        eth_slice = m.submodules.eth_slice = RegisterSlice(W, ETH_META)
+        # a forward register between the Ethernet arbiter and transmitter: the ARP and ICRC
+        # stages' outputs end in it (the transmitter's ready is a few LUTs from the transmit
+        # FIFO's registered "full", so its own register needs no skid buffer)
+        eth_slice = m.submodules.eth_slice = ForwardRegister(W, ETH_META)
         wiring.connect(m, eth_arb.o, eth_slice.i)
         wiring.connect(m, eth_slice.o, eth_tx.i)
         tx_fifo = m.submodules.tx_fifo = self._tx_fifo
