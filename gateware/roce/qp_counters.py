@@ -9,7 +9,7 @@ __all__ = ["QpCounters"]
 
 
 class QpCounters(wiring.Component):
-    """A bank of event counters per QP, in distributed RAM.
+    """A bank of event counters per QP, in block RAM.
 
     Parameters
     ----------
@@ -31,10 +31,12 @@ class QpCounters(wiring.Component):
         Read of counter ``names[rd_sel]`` of QP ``rd_qp``; ``rd_data`` one cycle after the
         address. An increment in cycle t is visible to a read addressed in cycle t + 2.
 
-    Behaviour: ``qp`` and ``inc`` are registered (no combinational path from them into the
-    memory); in the next cycle the QP's row is read combinationally and written back with the
-    increments at the end of that cycle: one read-modify-write per cycle, so events on the same
-    QP in consecutive cycles all count. No backpressure: every event of every cycle is counted.
+    Behaviour: ``qp`` addresses a synchronous read of the QP's row (transparent for the write
+    port, so a row written in that cycle is read as written) and ``inc`` is registered beside
+    it; in the next cycle the row is written back with the increments: one read-modify-write per
+    cycle, so events on the same QP in consecutive cycles all count. No backpressure: every event
+    of every cycle is counted. ``qp`` should come from a register (it drives the memory's
+    address).
     """
 
     def __init__(self, num_qps, names, bits=32):
@@ -63,14 +65,15 @@ class QpCounters(wiring.Component):
         m = Module()
         nc = len(self.names)
         mem = m.submodules.mem = Memory(shape=data.ArrayLayout(self.bits, nc),
-                                        depth=self.num_qps, init=[])
+                                        depth=self.num_qps, init=[],
+                                        attrs={"ram_style": "block"})
         wp = mem.write_port()
-        rmw = mem.read_port(domain="comb")
+        rmw = mem.read_port(domain="sync", transparent_for=(wp,))
         rd = mem.read_port()
         qp = Signal.like(self.qp)           # the events of the previous cycle
         inc = Signal.like(self.inc)
         m.d.sync += [qp.eq(self.qp), inc.eq(self.inc)]
-        m.d.comb += [rmw.addr.eq(qp), wp.addr.eq(qp), wp.en.eq(inc != 0)]
+        m.d.comb += [rmw.addr.eq(self.qp), wp.addr.eq(qp), wp.en.eq(inc != 0)]
         for k in range(nc):
             m.d.comb += wp.data[k].eq(rmw.data[k] + inc[k])
         sel = Signal(range(nc))
