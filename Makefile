@@ -54,8 +54,9 @@ boards: setup
 synth: setup
 	$(PY) -m bench.bench_synth
 
-# the two default cores only (report in build/bench/resources.md); CI runs synth-quick after the
-# tests, synth-check also fails when a core misses the LUT or depth goal
+# the two default cores only, each mapped for area and for 8 LUT levels (report in
+# build/bench/resources.md); synth-check, which CI runs after the tests, also fails when a core
+# has no netlist within both the LUT and the depth goal
 synth-quick: setup
 	$(PY) -m bench.bench_synth --quick --no-doc
 
