@@ -36,3 +36,11 @@ def test_a_configuration_meets_the_goals_in_one_netlist():
                           _design("endpoint_w512_depth", LUT_GOAL + 2000, LEVEL_GOAL, "W512")])
     assert [m.split(":")[0] for m in misses] == ["endpoint_w512", "endpoint_w512_depth"]
     assert f"{LEVEL_GOAL + 3} LUT levels" in misses[0] and "42,000 LUTs" in misses[1]
+
+
+def test_a_failed_netlist_is_named_and_does_not_count():
+    failed = {"name": "endpoint_w512_depth", "description": "endpoint_w512_depth",
+              "parameters": "W512", "failed": "Yosys exited with status 1"}
+    misses = goal_misses([_design("endpoint_w512", LUT_GOAL - 1, LEVEL_GOAL + 3, "W512"), failed])
+    assert misses[0] == "endpoint_w512_depth: not synthesized (Yosys exited with status 1)"
+    assert f"{LEVEL_GOAL + 3} LUT levels" in misses[1] and len(misses) == 2
