@@ -350,7 +350,7 @@ def main():
                 r = synthesize(factory(), top="top", workdir=workdir, worst=args.worst, **options)
             except SynthesisError as e:
                 # (the run goes on: one design's failure costs only its own figures)
-                why = str(e).splitlines()[0].replace(f"{ROOT}/", "")
+                why = str(e).splitlines()[0].replace(f"{ROOT}/", "").removesuffix("; log tail:")
                 if "__assert_fail" in str(e) and "abc::" in str(e):
                     why += ": an assertion failed inside ABC (abc9)"
                 print(f"  FAILED: {why}", flush=True)
@@ -392,7 +392,8 @@ def main():
     for line in misses:
         print(f"GOAL MISSED: {line}")
     if not misses:
-        print(f"goals met: every core under {LUT_GOAL:,} LUTs and at most {LEVEL_GOAL} LUT levels")
+        print(f"goals met: every core has a netlist under {LUT_GOAL:,} LUTs with at most "
+              f"{LEVEL_GOAL} LUT levels")
     if args.check and misses:
         raise SystemExit(1)
 
