@@ -105,8 +105,10 @@ class Trim(wiring.Component):
             # bias too: the compares take it, no subtraction)
             return Cat(*(rem > j + bias for j in range(B))), rem <= B + bias
 
+        rem = Signal(16)                   # bytes still to pass, this beat's included
+        m.d.comb += rem.eq(Mux(first, self.length, rem_r))
         if self.registered:
-            self._elaborate_registered(m, lanes_of, first, rem_r)
+            self._elaborate_registered(m, lanes_of, first, rem_r, rem)
             return m
 
         hold = Signal()                    # the cut last beat waits in h_* while the rest drains
@@ -115,8 +117,6 @@ class Trim(wiring.Component):
 
         lane = Signal(B)                   # lanes still within length
         fits = Signal()                    # this beat reaches length
-        rem = Signal(16)
-        m.d.comb += rem.eq(Mux(first, self.length, rem_r))
         m.d.comb += [lane.eq(lanes_of(rem)[0]), fits.eq(lanes_of(rem)[1])]
         keep_out = i.payload.keep & lane
         beyond = (i.payload.keep & ~lane).any()
@@ -164,7 +164,7 @@ class Trim(wiring.Component):
                     m.d.comb += [self.long.eq(cut), self.short.eq(short)]
         return m
 
-    def _elaborate_registered(self, m, lanes_of, first, rem_r):
+    def _elaborate_registered(self, m, lanes_of, first, rem_r, rem):
         # The input stage takes every beat up to the one that reaches ``length``, with its lanes
         # within length and whether it is cut compared before the register. The beats after a
         # cut beat that is not its packet's last are discarded at the input; the cut beat waits
@@ -177,8 +177,6 @@ class Trim(wiring.Component):
         ann = data.StructLayout({"beat": packet_layout(self.width, self.meta), "lane": B,
                                  "fits": 1, "cut_early": 1})
         st = m.submodules.stage = StreamRegisterSlice(ann)
-        rem = Signal(16)
-        m.d.comb += rem.eq(Mux(first, self.length, rem_r))
         in_lane, in_fits = lanes_of(rem)
         cut_early = Signal()               # cut, and bytes of the packet follow in later beats
         m.d.comb += cut_early.eq(in_fits & ~i.payload.last)
