@@ -5,7 +5,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.rocegen-installed
+# where `make setup` records Verilator's bin directory; every rocegen command finds it there
+# (sim/verilator.py), PATH need not hold it
 VL_PATH_FILE := $(VENV)/verilator-bin
+# the benchmark suite also records `verilator --version` from PATH in its results
 WITH_VL = PATH="$$(cat $(VL_PATH_FILE)):$$PATH"
 JOBS ?= auto
 WIDTH ?= 512
@@ -31,10 +34,10 @@ yosys-cache: $(STAMP)
 	@$(PY) -c 'from rocegen.gateware.synth import prepare_yowasp; prepare_yowasp(verbose=True)'
 
 demo: setup
-	$(WITH_VL) $(VENV)/bin/rocegen demo
+	$(VENV)/bin/rocegen demo
 
 test: setup lint
-	$(WITH_VL) $(PY) -m pytest -n $(JOBS) --dist loadgroup -q
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q
 
 test-unit: setup
 	$(PY) -m pytest -n $(JOBS) -q tests/unit

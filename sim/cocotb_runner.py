@@ -6,7 +6,8 @@ component) plus its keyword arguments. Its Verilog and Verilator build live in
 ``build/cocotb/<name>-<hash>/``; the design is not even elaborated again while no Python source
 of ``gateware/``, ``boards/`` or ``sim/`` changed, the Verilator build is skipped when the
 generated Verilog is unchanged, and a file lock lets parallel pytest workers share it.
-Verilator's make uses ccache when it is installed. ``WAVES=1`` in the environment builds a
+Verilator is :func:`rocegen.sim.verilator.verilator_bin_dir`'s, whatever ``PATH`` holds; its
+make uses ccache when it is installed. ``WAVES=1`` in the environment builds a
 tracing variant and writes an FST/VCD per run.
 """
 
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 from rocegen.gateware.emit import to_verilog
+from rocegen.sim.verilator import verilator_on_path
 
 __all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested"]
 
@@ -85,16 +87,17 @@ class SimConfig:
             src = self.build_dir / f"{self.toplevel}.v"
             src.write_text(text)
             from cocotb_tools.runner import get_runner
-            runner = get_runner("verilator")
-            runner.build(
-                sources=[src],
-                hdl_toplevel=self.toplevel,
-                build_dir=self.build_dir,
-                build_args=BUILD_ARGS,
-                waves=self.waves,
-                timescale=("1ns", "1ps"),
-                log_file=self.build_dir / "build.log",
-            )
+            with verilator_on_path():
+                runner = get_runner("verilator")
+                runner.build(
+                    sources=[src],
+                    hdl_toplevel=self.toplevel,
+                    build_dir=self.build_dir,
+                    build_args=BUILD_ARGS,
+                    waves=self.waves,
+                    timescale=("1ns", "1ps"),
+                    log_file=self.build_dir / "build.log",
+                )
             stamp.write_text(digest)
             source_stamp.write_text(sources)
         return self

@@ -2,12 +2,12 @@
 port-compatible stubs of the vendor IP (boards/stubs/), every input of the vendor IP is driven,
 and the glue written for the board (the top module itself) lints without width warnings.
 
-Needs Verilator on PATH (``make test`` puts it there).
+Uses the project's Verilator (:func:`rocegen.sim.verilator.verilator_bin_dir`: ``make setup``
+finds or builds it), whatever ``PATH`` holds.
 """
 
 import collections
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import pytest
 
 from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, axi_cdc_module, ddr4_module
 from rocegen.gateware.cli import main
+from rocegen.sim.verilator import VerilatorNotFound, verilator_bin_dir
 
 STUBS = Path(__file__).resolve().parent.parent / "boards" / "stubs"
 
@@ -41,12 +42,10 @@ BUILDS = {
 
 
 def verilator():
-    exe = shutil.which("verilator")
-    if exe is None:
-        pytest.fail("verilator is not on PATH: run the tests with `make test` (it builds or finds "
-                    "Verilator >= 5.036 and puts it on PATH), or add "
-                    "~/.cache/rocegen/verilator-<version>/bin to PATH", pytrace=False)
-    return exe
+    try:
+        return str(verilator_bin_dir() / "verilator")
+    except VerilatorNotFound as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,172 @@
+"""Finding the project's Verilator without ``PATH`` (:mod:`rocegen.sim.verilator`), and the
+simulator builds (:mod:`rocegen.sim.cocotb_runner`) using it: fake ``verilator`` scripts that
+print a version (and, for a build, write a makefile that makes a stand-in simulator), in
+directories of their own."""
+
+import os
+import re
+import shutil
+
+import pytest
+
+from rocegen.sim import cocotb_runner
+from rocegen.sim.verilator import (
+    MIN_VERSION,
+    PIN,
+    VerilatorNotFound,
+    cache_root,
+    verilator_bin_dir,
+    verilator_on_path,
+)
+
+ROOT = cocotb_runner.ROOT
+
+# A stand-in for Verilator: prints its version; asked to build (-Mdir DIR ... -o NAME), it writes
+# DIR/Vtop.mk whose first target makes DIR/NAME (a new file each time, as a linker does) saying
+# which build it is ($FAKE_BUILD at make time), or fails when $FAKE_FAIL is set.
+FAKE = r"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Verilator VERSION 2025-01-01 rev vVERSION"; exit 0; fi
+[ -n "$FAKE_FAIL" ] && { echo "fake verilator: failing as asked" >&2; exit 3; }
+while [ $# -gt 0 ]; do
+    case "$1" in -Mdir) dir=$2; shift;; -o) out=$2; shift;; esac; shift
+done
+echo "rm -f $out" > "$dir/mk.sh"
+echo "printf '#!/bin/sh\\necho build %s\\n' \"\$FAKE_BUILD\" > $out" >> "$dir/mk.sh"
+echo "chmod +x $out" >> "$dir/mk.sh"
+printf 'all:\n\tsh mk.sh\n' > "$dir/Vtop.mk"
+"""
+
+
+def fake(directory, version="5.048"):
+    """A fake ``verilator`` of ``version`` in ``directory`` (made); returns the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    exe = directory / "verilator"
+    exe.write_text(FAKE.replace("VERSION", version))
+    exe.chmod(0o755)
+    return directory
+
+
+@pytest.fixture
+def env(tmp_path):
+    """An environment with no Verilator anywhere: PATH holds only an empty directory and the
+    standard one of sh/make, the cache root is empty."""
+    (tmp_path / "empty").mkdir()
+    return {"PATH": f"{tmp_path / 'empty'}:/usr/bin:/bin", "HOME": str(tmp_path / "home"),
+            "ROCEGEN_CACHE": str(tmp_path / "cache")}
+
+
+def test_nothing_found_says_how_to_get_one(tmp_path, env):
+    assert shutil.which("verilator", path=env["PATH"]) is None
+    with pytest.raises(VerilatorNotFound) as e:
+        verilator_bin_dir(env, prefix=tmp_path / "venv")
+    text = str(e.value)
+    assert f">= {MIN_VERSION}" in text and "make setup" in text
+    assert str(ROOT / "tools" / "verilator.sh") in text and "$ROCEGEN_VERILATOR" in text
+    assert str(tmp_path / "venv" / "verilator-bin") in text      # where it looked
+
+
+def test_order_of_the_lookup(tmp_path, env):
+    prefix = tmp_path / "venv"
+    prefix.mkdir()
+    cached = fake(tmp_path / "cache" / f"verilator-{PIN}" / "bin")
+    # 4. the cache of tools/verilator.sh, only once its build is complete
+    with pytest.raises(VerilatorNotFound):
+        verilator_bin_dir(env, prefix=prefix)
+    (cached.parent / ".complete").touch()
+    assert verilator_bin_dir(env, prefix=prefix) == cached
+    # 3. the directory make setup recorded
+    recorded = fake(tmp_path / "recorded")
+    (prefix / "verilator-bin").write_text(f"{recorded}\n")
+    assert verilator_bin_dir(env, prefix=prefix) == recorded
+    # 2. PATH, when new enough: 5.006 (Debian 12's) is passed over
+    old = fake(tmp_path / "old", "5.006")
+    assert verilator_bin_dir({**env, "PATH": f"{old}:{env['PATH']}"}, prefix=prefix) == recorded
+    new = fake(tmp_path / "new", "5.040")
+    assert verilator_bin_dir({**env, "PATH": f"{new}:{env['PATH']}"}, prefix=prefix) == new
+    # 1. $ROCEGEN_VERILATOR, a directory or the executable, before everything
+    given = fake(tmp_path / "given")
+    for value in (given, given / "verilator"):
+        e = {**env, "PATH": f"{new}:{env['PATH']}", "ROCEGEN_VERILATOR": str(value)}
+        assert verilator_bin_dir(e, prefix=prefix) == given
+
+
+def test_a_recorded_directory_that_is_gone_falls_through_to_the_cache(tmp_path, env):
+    prefix = tmp_path / "venv"
+    prefix.mkdir()
+    (prefix / "verilator-bin").write_text(str(tmp_path / "gone"))
+    cached = fake(tmp_path / "cache" / f"verilator-{PIN}" / "bin")
+    (cached.parent / ".complete").touch()
+    assert verilator_bin_dir(env, prefix=prefix) == cached
+
+
+def test_the_pinned_cached_version_first_then_the_newest(tmp_path, env):
+    dirs = {}
+    for v in ("5.040", PIN, "5.100"):
+        dirs[v] = fake(tmp_path / "cache" / f"verilator-{v}" / "bin", v)
+        (dirs[v].parent / ".complete").touch()
+    assert verilator_bin_dir(env, prefix=tmp_path) == dirs[PIN]
+    assert verilator_bin_dir({**env, "ROCEGEN_VERILATOR_VERSION": "5.040"},
+                             prefix=tmp_path) == dirs["5.040"]
+    shutil.rmtree(dirs[PIN].parent)
+    assert verilator_bin_dir(env, prefix=tmp_path) == dirs["5.100"]
+
+
+@pytest.mark.parametrize("what", ["old", "missing"])
+def test_a_named_verilator_that_is_no_good_is_an_error(tmp_path, env, what):
+    given = fake(tmp_path / "old", "5.006") if what == "old" else tmp_path / "missing"
+    recorded = fake(tmp_path / "recorded")
+    (tmp_path / "verilator-bin").write_text(str(recorded))
+    with pytest.raises(VerilatorNotFound, match=r"\$ROCEGEN_VERILATOR=.*(older than 5\.036|no "
+                       r"Verilator).*make setup"):
+        verilator_bin_dir({**env, "ROCEGEN_VERILATOR": str(given)}, prefix=tmp_path)
+
+
+def test_constants_and_cache_are_those_of_tools_verilator_sh(tmp_path):
+    script = (ROOT / "tools" / "verilator.sh").read_text()
+    assert re.search(r'^MIN="(.*)"$', script, re.M).group(1) == MIN_VERSION
+    assert re.search(r'^PIN="\$\{ROCEGEN_VERILATOR_VERSION:-(.*)\}"$', script, re.M).group(1) == PIN
+    assert 'CACHE_ROOT="${ROCEGEN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rocegen}"' in script
+    assert cache_root({"ROCEGEN_CACHE": "/c", "HOME": "/h"}) == cache_root({"ROCEGEN_CACHE": "/c"})
+    assert str(cache_root({"XDG_CACHE_HOME": "/x", "HOME": "/h"})) == "/x/rocegen"
+    assert str(cache_root({"HOME": "/h"})) == "/h/.cache/rocegen"
+
+
+def test_on_path_for_the_body_only(tmp_path, monkeypatch):
+    d = fake(tmp_path / "given")
+    monkeypatch.setenv("ROCEGEN_VERILATOR", str(d))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with verilator_on_path() as got:
+        assert got == d and shutil.which("verilator") == str(d / "verilator")
+    assert os.environ["PATH"] == "/usr/bin:/bin"
+
+
+@pytest.fixture
+def build_env(tmp_path, monkeypatch):
+    """Builds into ``tmp_path/build`` with the fake Verilator named by $ROCEGEN_VERILATOR and
+    none on PATH."""
+    d = fake(tmp_path / "fake-verilator")
+    monkeypatch.setenv("ROCEGEN_VERILATOR", str(d))
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setattr(cocotb_runner, "BUILD", tmp_path / "build")
+    return d
+
+
+def test_a_build_uses_the_found_verilator_without_path(build_env, monkeypatch):
+    monkeypatch.setenv("FAKE_BUILD", "one")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
+    cfg.build()
+    assert (cfg.build_dir / "top").read_text().endswith("echo build one\n")
+    assert (cfg.build_dir / ".built").exists() and (cfg.build_dir / ".sources").exists()
+    assert os.environ["PATH"] == "/usr/bin:/bin"
+    assert not list(cfg.build_dir.glob("*.tmp"))
+
+
+def test_no_verilator_is_a_clear_error_of_the_build(tmp_path, monkeypatch):
+    monkeypatch.delenv("ROCEGEN_VERILATOR", raising=False)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("ROCEGEN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr("sys.prefix", str(tmp_path / "venv"))
+    monkeypatch.setattr(cocotb_runner, "BUILD", tmp_path / "build")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
+    with pytest.raises(VerilatorNotFound, match="make setup"):
+        cfg.build()
