@@ -5,10 +5,13 @@ A *configuration* is a factory (an importable ``"module:callable"`` returning an
 component) plus its keyword arguments. Its Verilog and Verilator build live in
 ``build/cocotb/<name>-<hash>/``; the design is not even elaborated again while no Python source
 of ``gateware/``, ``boards/`` or ``sim/`` changed, the Verilator build is skipped when the
-generated Verilog is unchanged, and a file lock lets parallel pytest workers share it.
+generated Verilog is unchanged, and a file lock lets parallel pytest workers share it: one
+builds while the others wait, the stamps are replaced atomically and only once the build is
+complete, and every run executes its own hard link of the simulator taken under the lock (a
+later rebuild links a new file and cannot change a binary that runs or is about to start).
 Verilator is :func:`rocegen.sim.verilator.verilator_bin_dir`'s, whatever ``PATH`` holds; its
-make uses ccache when it is installed. ``WAVES=1`` in the environment builds a
-tracing variant and writes an FST/VCD per run.
+make uses ccache when it is installed. ``WAVES=1`` in the environment builds a tracing variant
+and writes an FST/VCD per run.
 """
 
 import fcntl
@@ -16,7 +19,9 @@ import hashlib
 import importlib
 import json
 import os
+import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from rocegen.gateware.emit import to_verilog
@@ -50,6 +55,13 @@ def _source_digest():
     return h.hexdigest()
 
 
+def _write_atomic(path, text):
+    """Replace ``path`` by a file holding ``text``: a reader sees the old or the new one."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _factory(spec):
     mod, _, attr = spec.partition(":")
     return getattr(importlib.import_module(mod), attr)
@@ -68,39 +80,68 @@ class SimConfig:
                          sort_keys=True, default=str)
         self.build_dir = BUILD / "cocotb" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
-    def build(self):
+    @contextmanager
+    def _locked(self):
+        """The build directory's lock, held exclusively for the body."""
         self.build_dir.mkdir(parents=True, exist_ok=True)
         with open(self.build_dir / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            sources = _source_digest()
-            source_stamp = self.build_dir / ".sources"
-            if (self.build_dir / ".built").exists() and source_stamp.exists() and \
-                    source_stamp.read_text() == sources:
-                return self         # no Python source changed since the last build
-            design = _factory(self.factory)(**self.params)
-            text = to_verilog(design, name=self.toplevel)
-            digest = hashlib.sha1(text.encode()).hexdigest()
-            stamp = self.build_dir / ".built"
-            if stamp.exists() and stamp.read_text() == digest:
-                source_stamp.write_text(sources)
-                return self
-            src = self.build_dir / f"{self.toplevel}.v"
-            src.write_text(text)
-            from cocotb_tools.runner import get_runner
-            with verilator_on_path():
-                runner = get_runner("verilator")
-                runner.build(
-                    sources=[src],
-                    hdl_toplevel=self.toplevel,
-                    build_dir=self.build_dir,
-                    build_args=BUILD_ARGS,
-                    waves=self.waves,
-                    timescale=("1ns", "1ps"),
-                    log_file=self.build_dir / "build.log",
-                )
-            stamp.write_text(digest)
-            source_stamp.write_text(sources)
+            yield
+
+    def build(self):
+        """Build the simulator unless the last build is still the design's; returns self."""
+        with self._locked():
+            self._build()
         return self
+
+    def _build(self):
+        """:meth:`build`, with the lock held."""
+        sources = _source_digest()
+        source_stamp = self.build_dir / ".sources"
+        stamp = self.build_dir / ".built"
+        if stamp.exists() and source_stamp.exists() and source_stamp.read_text() == sources:
+            return              # no Python source changed since the last build
+        design = _factory(self.factory)(**self.params)
+        text = to_verilog(design, name=self.toplevel)
+        digest = hashlib.sha1(text.encode()).hexdigest()
+        if stamp.exists() and stamp.read_text() == digest:
+            _write_atomic(source_stamp, sources)
+            return
+        # from here the build is not the stamped one until it completes (an interrupted build
+        # must not pass for the old one)
+        stamp.unlink(missing_ok=True)
+        src = self.build_dir / f"{self.toplevel}.v"
+        _write_atomic(src, text)
+        from cocotb_tools.runner import get_runner
+        with verilator_on_path():
+            runner = get_runner("verilator")
+            runner.build(
+                sources=[src],
+                hdl_toplevel=self.toplevel,
+                build_dir=self.build_dir,
+                build_args=BUILD_ARGS,
+                waves=self.waves,
+                timescale=("1ns", "1ps"),
+                log_file=self.build_dir / "build.log",
+            )
+        _write_atomic(stamp, digest)
+        _write_atomic(source_stamp, sources)
+
+    def simulator_for(self, run_dir):
+        """Build if needed, then give the run in ``run_dir`` its own link to the simulator,
+        taken under the build lock: ``run_dir / "sim"``, to pass as the runner's
+        ``build_dir``."""
+        sim_dir = Path(run_dir) / "sim"
+        sim_dir.mkdir(parents=True, exist_ok=True)
+        exe = sim_dir / self.toplevel
+        with self._locked():
+            self._build()
+            exe.unlink(missing_ok=True)
+            try:
+                os.link(self.build_dir / self.toplevel, exe)
+            except OSError:     # no hard links here: a copy
+                shutil.copy2(self.build_dir / self.toplevel, exe)
+        return sim_dir
 
 
 def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label=None,
@@ -110,10 +151,10 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
     test that silently stopped being collected is noticed). ``console``: the simulator's output
     goes to this process's standard output instead of the run's ``sim.log``."""
     from cocotb_tools.runner import get_results, get_runner
-    config.build()
     label = label or (testcase if isinstance(testcase, str) else test_module.rsplit(".", 1)[-1])
     run_dir = config.build_dir / "runs" / label
     run_dir.mkdir(parents=True, exist_ok=True)
+    sim_dir = config.simulator_for(run_dir)
     results = run_dir / "results.xml"
     if results.exists():
         results.unlink()
@@ -127,7 +168,7 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
             test_module=test_module,
             hdl_toplevel=config.toplevel,
             hdl_toplevel_lang="verilog",
-            build_dir=config.build_dir,
+            build_dir=sim_dir,
             test_dir=run_dir,
             testcase=testcase,
             seed=seed,

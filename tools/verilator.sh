@@ -10,7 +10,9 @@
 #      - elsewhere, from the upstream git tag.
 #
 # All progress goes to stderr; the last line on stdout is the directory holding `verilator`.
-# Idempotent: a second call returns at once.
+# Idempotent: a second call returns at once. Calls at the same time (parallel `make` targets,
+# several checkouts) take turns on a lock in the cache directory: one builds, the others then
+# find its build (a build is used only once its `.complete` stamp exists).
 set -euo pipefail
 
 PIN="${ROCEGEN_VERILATOR_VERSION:-5.048}"
@@ -28,6 +30,18 @@ version_of() {  # prints "5.048" for a verilator executable, or nothing
 new_enough() {  # $1 >= MIN ?
     [ -n "$1" ] && [ "$(printf '%s\n%s\n' "$MIN" "$1" | sort -V | head -n1)" = "$MIN" ]
 }
+
+# One call at a time per cache directory (flock(1), util-linux); the lock goes with the process.
+mkdir -p "$CACHE_ROOT"
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"$CACHE_ROOT/.verilator.lock"
+    if ! flock -n 9; then
+        log "another call is finding or building verilator in $CACHE_ROOT: waiting for it"
+        flock 9
+    fi
+else
+    log "flock not found: calls at the same time are not serialised"
+fi
 
 # Verilator's generated makefiles use ccache when it is installed; make sure it is.
 if ! command -v ccache >/dev/null 2>&1 && [ -f /etc/debian_version ] && command -v apt-get >/dev/null 2>&1 \

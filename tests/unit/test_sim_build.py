@@ -3,9 +3,11 @@ simulator builds (:mod:`rocegen.sim.cocotb_runner`) using it: fake ``verilator``
 print a version (and, for a build, write a makefile that makes a stand-in simulator), in
 directories of their own."""
 
+import fcntl
 import os
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -161,6 +163,32 @@ def test_a_build_uses_the_found_verilator_without_path(build_env, monkeypatch):
     assert not list(cfg.build_dir.glob("*.tmp"))
 
 
+def test_a_failed_build_leaves_no_stamp(build_env, monkeypatch):
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
+    cfg.build()
+    (cfg.build_dir / ".sources").write_text("another source tree")
+    (cfg.build_dir / ".built").write_text("the digest of another design")
+    monkeypatch.setenv("FAKE_FAIL", "1")
+    with pytest.raises((SystemExit, Exception)):
+        cfg.build()
+    assert not (cfg.build_dir / ".built").exists()      # never taken for a complete build
+
+
+def test_a_run_keeps_its_simulator_through_a_rebuild(build_env, monkeypatch, tmp_path):
+    monkeypatch.setenv("FAKE_BUILD", "one")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
+    sim = cfg.simulator_for(tmp_path / "run")
+    assert (sim / "top").read_text().endswith("echo build one\n")
+    (cfg.build_dir / ".sources").write_text("another source tree")
+    (cfg.build_dir / ".built").write_text("the digest of another design")
+    monkeypatch.setenv("FAKE_BUILD", "two")
+    cfg.build()
+    assert (cfg.build_dir / "top").read_text().endswith("echo build two\n")
+    assert (sim / "top").read_text().endswith("echo build one\n")
+    assert cfg.simulator_for(tmp_path / "run") == sim
+    assert (sim / "top").read_text().endswith("echo build two\n")
+
+
 def test_no_verilator_is_a_clear_error_of_the_build(tmp_path, monkeypatch):
     monkeypatch.delenv("ROCEGEN_VERILATOR", raising=False)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
@@ -170,3 +198,22 @@ def test_no_verilator_is_a_clear_error_of_the_build(tmp_path, monkeypatch):
     cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
     with pytest.raises(VerilatorNotFound, match="make setup"):
         cfg.build()
+
+
+@pytest.mark.skipif(shutil.which("flock") is None, reason="no flock(1) on this machine")
+def test_tools_verilator_sh_calls_take_turns(tmp_path):
+    """A second call of tools/verilator.sh waits while another holds its cache directory's
+    lock (the first may be building into it), then goes on."""
+    found = fake(tmp_path / "new")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    env = {**os.environ, "PATH": f"{found}:/usr/bin:/bin", "ROCEGEN_CACHE": str(cache)}
+    with open(cache / ".verilator.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        call = subprocess.Popen(["bash", str(ROOT / "tools" / "verilator.sh")], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert "waiting for it" in call.stderr.readline()
+        assert call.poll() is None
+    out, err = call.communicate()
+    assert call.returncode == 0, err
+    assert out.strip().splitlines()[-1] == str(found)
