@@ -23,6 +23,16 @@ plays that port:
   and the frame's bytes (Ethernet, no FCS): :func:`encode_frame` / :class:`FrameReader`. The host
   agent's simulated NIC is one such connection; a test can add another host on the segment.
 
+  **FPGA time on the wire.** The simulation keeps the FPGA's own time, which the wall clock of
+  this machine does not tell (a simulated second takes minutes). So towards the connections,
+  each frame that left the FPGA comes after a *time record*: the 4-byte word
+  :data:`TIME_RECORD` (``0x80000014``: the top bit, which no frame length has, and the record's
+  20 bytes), then three big-endian numbers: the core-clock cycle of the frame's first beat on
+  the FPGA's MAC port (8 bytes), the cycle of its last beat (8 bytes) and the core clock in Hz
+  (4 bytes), cycles counted from the start of the simulation (:func:`encode_time`).
+  :meth:`FrameReader.feed_stamped` returns each frame with its :class:`FpgaTime`;
+  :meth:`FrameReader.feed` skips the records. Towards the FPGA a connection sends frames only.
+
 Nothing here depends on the simulator: :meth:`HostSide.from_fpga` takes a frame the FPGA sent,
 :meth:`HostSide.poll` returns the frames for the FPGA that arrived on the sockets.
 """
@@ -32,6 +42,7 @@ import os
 import selectors
 import socket
 import struct
+from typing import NamedTuple
 
 from rocegen.gateware.headers import (
     ARP,
@@ -46,10 +57,14 @@ from rocegen.gateware.headers import (
 from rocegen.gateware.top import parse_ip, parse_mac
 from rocegen.sim.models.checksum import internet_checksum, udp_checksum
 
-__all__ = ["HostSide", "FrameReader", "encode_frame", "udp_frame", "open_tap", "MAX_FRAME", "COUNTERS"]
+__all__ = ["HostSide", "FrameReader", "FpgaTime", "encode_frame", "encode_time", "udp_frame",
+           "open_tap", "MAX_FRAME", "COUNTERS", "TIME_RECORD"]
 
 #: Largest frame a wire connection may carry (a 9000-byte jumbo frame with its headers).
 MAX_FRAME = 9018 + 4
+#: The first word of a time record on a wire connection (see the module documentation).
+TIME_RECORD = 0x8000_0000 | 20
+_TIME = struct.Struct(">QQI")
 #: Seconds a wire connection may refuse to take a frame before it is closed.
 SEND_TIMEOUT = 10.0
 #: What :attr:`HostSide.counters` counts.
@@ -92,24 +107,55 @@ def encode_frame(frame):
     return struct.pack(">I", len(frame)) + bytes(frame)
 
 
+class FpgaTime(NamedTuple):
+    """When a frame crossed the FPGA's MAC port, in the FPGA's time: the core-clock cycles of its
+    first and last beat (counted from the start of the simulation) and the clock in Hz."""
+    first_cycle: int
+    last_cycle: int
+    clock_hz: int
+
+
+def encode_time(first_cycle, last_cycle, clock_hz):
+    """The time record that goes before a frame from the FPGA on a wire connection."""
+    if not 0 <= first_cycle <= last_cycle < 1 << 64 or not 0 < clock_hz < 1 << 32:
+        raise ValueError(f"cycles {first_cycle}..{last_cycle} at {clock_hz} Hz do not fit a "
+                         f"time record")
+    return struct.pack(">I", TIME_RECORD) + _TIME.pack(first_cycle, last_cycle, clock_hz)
+
+
 class FrameReader:
     """Splits the byte stream of a wire connection into frames. :meth:`feed` returns the whole
     frames received so far; a length outside 14..:data:`MAX_FRAME` raises ``ValueError`` (the
-    connection is then unusable and is closed by its owner)."""
+    connection is then unusable and is closed by its owner). Time records are taken when
+    ``times`` (the direction from the FPGA), else they are such a bad length."""
 
-    def __init__(self):
+    def __init__(self, times=True):
         self._buf = bytearray()
+        self._times = times
+        self._time = None
 
     def feed(self, data):
+        return [frame for frame, _ in self.feed_stamped(data)]
+
+    def feed_stamped(self, data):
+        """Like :meth:`feed`, each frame with the :class:`FpgaTime` of the time record just
+        before it (None without one)."""
         self._buf += data
         out = []
         while len(self._buf) >= 4:
             n = struct.unpack(">I", self._buf[:4])[0]
+            if n == TIME_RECORD and self._times:
+                if len(self._buf) < 4 + _TIME.size:
+                    break
+                self._time = FpgaTime(*_TIME.unpack(self._buf[4:4 + _TIME.size]))
+                del self._buf[:4 + _TIME.size]
+                continue
             if not 14 <= n <= MAX_FRAME:
                 raise ValueError(f"frame length {n} on the wire connection (14..{MAX_FRAME})")
             if len(self._buf) < 4 + n:
                 break
-            out.append(bytes(self._buf[4:4 + n]))
+            out.append((bytes(self._buf[4:4 + n]), self._time))
+            self._time = None
             del self._buf[:4 + n]
         return out
 
@@ -221,7 +267,7 @@ class HostSide:
             return
         conn.settimeout(SEND_TIMEOUT)     # a peer that stops reading is dropped, never waited on
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.peers[conn] = FrameReader()
+        self.peers[conn] = FrameReader(times=False)
         self._sel.register(conn, selectors.EVENT_READ, "peer")
         self.counters["wire_connects"] += 1
         self.log(f"wire: {addr[0]}:{addr[1]} connected ({len(self.peers)} on the segment)")
@@ -252,13 +298,14 @@ class HostSide:
 
     # ---------------------------------------------------------------- from the FPGA
 
-    def from_fpga(self, frame):
-        """Take a frame the FPGA sent; return the frames answered at once (ARP replies for the
-        host's IP), which go back to the FPGA."""
+    def from_fpga(self, frame, time=None):
+        """Take a frame the FPGA sent (``time``: its :class:`FpgaTime`, or a tuple of the same,
+        told to the wire connections before it); return the frames answered at once (ARP replies
+        for the host's IP), which go back to the FPGA."""
         if len(frame) < ETH.length:
             return []
         if self.tap is not None:
-            return self._from_fpga_tap(frame)
+            return self._from_fpga_tap(frame, time)
         eth = ETH.unpack(frame[:ETH.length])
         body = frame[ETH.length:]
         if eth["ethertype"] == ETHERTYPE_ARP and len(body) >= ARP.length:
@@ -279,13 +326,13 @@ class HostSide:
                     self._deliver(udp["src_port"], udp["dst_port"],
                                   bytes(body[IPV4.length + UDP.length:end]))
                     return []
-        self._to_peers(frame)
+        self._to_peers(frame, time)
         return []
 
-    def _from_fpga_tap(self, frame):
+    def _from_fpga_tap(self, frame, time):
         """With a TAP, the host's kernel answers everything but RoCEv2, which goes to the wire."""
         if _udp_dst_port(frame) == UDP_PORT_ROCEV2:
-            self._to_peers(frame)
+            self._to_peers(frame, time)
         else:
             try:
                 os.write(self.tap, frame)
@@ -310,11 +357,11 @@ class HostSide:
         except OSError:
             self.counters["tunnel_tx_failed"] += 1
 
-    def _to_peers(self, frame):
+    def _to_peers(self, frame, time=None):
         if not self.peers:
             self.counters["wire_no_peer"] += 1
             return
-        data = encode_frame(frame)
+        data = (encode_time(*time) if time is not None else b"") + encode_frame(frame)
         for conn in list(self.peers):
             try:
                 conn.sendall(data)

@@ -20,7 +20,9 @@ the bench follows the MAC port cycle by cycle, with the CMAC's line-rate budget 
 it lets the simulator run 2048 cycles at a time and looks at the sockets between; after about a
 million quiet cycles with the traffic generator idle it also waits up to 20 ms for a socket, so
 an idle server costs little. Simulated time is the FPGA's: timers (ARP, retransmission) count
-simulated cycles, whatever the wall clock does.
+simulated cycles, whatever the wall clock does. Each frame from the FPGA goes to the wire with
+the cycles of its first and last beat on the MAC port and the core clock (a time record,
+:mod:`rocegen.sim.bridge`), so the host can measure in the FPGA's time.
 """
 
 import json
@@ -87,6 +89,8 @@ async def serve(dut):
     source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
     source.log.setLevel("WARNING")
     mhz = board_clock_mhz(W)
+    clock_hz = round(mhz * 1e6)
+    first_beat = 0
     line = CONF.get("line_gbps") or 0
     bytes_per_cycle = line * 1e9 / 8 / (mhz * 1e6) if line else None
     status_path = CONF.get("status")
@@ -132,6 +136,8 @@ async def serve(dut):
             for k in range(64):
                 await RisingEdge(dut.clk)
                 if ready_now and int(tvalid.value):
+                    if not buf:
+                        first_beat = now_cycle(W)
                     keep = int(tkeep.value)
                     n = bin(keep).count("1")
                     buf += int(tdata.value).to_bytes(B, "little")[:n]
@@ -148,7 +154,7 @@ async def serve(dut):
                         tx["bytes"] += len(frame)
                         if pcap:
                             pcap.write(frame, cocotb.utils.get_sim_time("ns"))
-                        to_fpga(host.from_fpga(frame))
+                        to_fpga(host.from_fpga(frame, (first_beat, now_cycle(W), clock_hz)))
                 if bytes_per_cycle is not None:
                     credit = min(credit + bytes_per_cycle, 2 * B)
                     ready_now = int(credit > 0)

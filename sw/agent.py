@@ -21,6 +21,14 @@ address ``(s mod 64) << 26``, :mod:`rocegen.sim.models.pattern`; its WRITE goes 
 * WRITE: there is no completion on the host, so the memory is watched: message ``s`` counts once
   its bytes are in place (while the run fits in the window), or the run counts as done once the
   whole window holds what the last messages leave there (a run longer than the window).
+
+Rates (:meth:`TrafficRun.summary`): ``seconds``/``gbps``/``mmsgs`` are measured on the wall
+clock, from sending the run's datagram to its last message checked. When the NIC knows the
+FPGA's own time (the simulated NIC: the simulation's frames carry their core-clock cycles,
+:mod:`rocegen.sim.bridge`), ``fpga_*`` give the same in the FPGA's time: ``fpga_cycles`` from
+the first beat of the run's first data frame on the FPGA's MAC port to the last beat of its last
+one, at ``fpga_clock_mhz``. In simulation only those are the FPGA's rates: the wall clock then
+measures how fast this machine simulates.
 """
 
 import argparse
@@ -41,7 +49,7 @@ from rocegen.sim.models.pattern import generator_address, pattern
 from .cm_client import CmClient, CmError
 from .nic import NicError, open_nic
 
-__all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentError"]
+__all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentError", "fpga_rates"]
 
 OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
 #: The first errors of a run that are kept to report.
@@ -70,12 +78,15 @@ class TrafficRun:
     bad: int = 0
     t_done: float | None = None
     image: tuple | None = None      # expected window contents of a run longer than the window
+    fpga: dict | None = None        # the NIC's fpga_time() when the run was done
 
     @property
     def done(self):
         return self.t_done is not None
 
-    def summary(self, now=None):
+    def summary(self, now=None, fpga=None):
+        """The run's figures; ``fpga``: the NIC's :meth:`fpga_time` of the QP now (used while
+        the run goes on; a done run keeps the one it had when it was done)."""
         end = self.t_done or now or time.monotonic()
         secs = max(end - self.t_start, 1e-9) if self.t_start is not None else 1e-9
         good = self.verified * self.size
@@ -85,7 +96,22 @@ class TrafficRun:
                 "bad": self.bad, "errors": self.errors, "done": self.done,
                 "ok": self.done and not self.bad and self.verified == self.count,
                 "seconds": secs, "bytes": good, "gbps": good * 8 / secs / 1e9,
-                "mmsgs": self.verified / secs / 1e6}
+                "mmsgs": self.verified / secs / 1e6,
+                **fpga_rates(self.fpga if self.done else fpga, good, self.verified)}
+
+
+def fpga_rates(fpga, good_bytes, messages):
+    """``fpga_cycles``, ``fpga_clock_mhz``, ``fpga_seconds``, ``fpga_gbps``, ``fpga_mmsgs`` of
+    ``good_bytes`` in ``messages`` over the FPGA time ``fpga`` (a NIC's :meth:`fpga_time`:
+    from the first cycle of the first frame to the last cycle of the last, both counted); all
+    None without one."""
+    if not fpga:
+        return dict.fromkeys(("fpga_cycles", "fpga_clock_mhz", "fpga_seconds", "fpga_gbps",
+                              "fpga_mmsgs"))
+    cycles = fpga["last_cycle"] - fpga["first_cycle"] + 1
+    secs = cycles / fpga["clock_hz"]
+    return {"fpga_cycles": cycles, "fpga_clock_mhz": fpga["clock_hz"] / 1e6, "fpga_seconds": secs,
+            "fpga_gbps": good_bytes * 8 / secs / 1e9, "fpga_mmsgs": messages / secs / 1e6}
 
 
 @dataclass
@@ -256,6 +282,7 @@ class Agent:
             run = qp.run
             if qp.fpga_qpn not in self.qps or run is None or run.t_start is not None:
                 continue
+            self.nic.fpga_time_reset(qp.qpn)        # frames of this run only, from here
             run.t_start = time.monotonic()
             self._in_flight = [run]
             if run.count == 0:
@@ -268,7 +295,8 @@ class Agent:
         with self.lock:
             now = time.monotonic()
             return [{"fpga_qpn": qp.fpga_qpn, "state": qp.state,
-                     **(qp.run.summary(now) if qp.run else {"done": True, "ok": None})}
+                     **(qp.run.summary(now, self.nic.fpga_time(qp.qpn)) if qp.run
+                        else {"done": True, "ok": None})}
                     for qp in self._select(fpga_qpn)]
 
     def status(self):
@@ -313,7 +341,7 @@ class Agent:
             qp.state = "ERROR"
             if qp.run and not qp.run.done:
                 self._error(qp.run, f"completion {c.wr_id}: {c.status}")
-                qp.run.t_done = time.monotonic()
+                self._finish(qp, qp.run)
             return
         qp.messages += 1
         qp.bytes += c.byte_len
@@ -340,7 +368,7 @@ class Agent:
             elif c.kind == "send":
                 run.verified += 1
             if run.received == run.count and run.op.startswith("SEND"):
-                run.t_done = time.monotonic()
+                self._finish(qp, run)
         self.nic.post_recv(qp.qpn, c.wr_id, buf, qp.recv_size)
 
     def _check_memory(self, qp, run):
@@ -362,10 +390,15 @@ class Agent:
             if done:
                 run.verified = run.count
         if done:
-            run.t_done = time.monotonic()
+            self._finish(qp, run)
         elif run.op == "WRITE_IMM":          # every completion came, so the data must be there
             self._error(run, "memory does not hold the messages the completions announced")
-            run.t_done = time.monotonic()
+            self._finish(qp, run)
+
+    def _finish(self, qp, run):
+        """The run is done: its end on the wall clock and in the FPGA's time."""
+        run.fpga = self.nic.fpga_time(qp.qpn)
+        run.t_done = time.monotonic()
 
     def _image_matches(self, qp, run):
         """Whether the window holds what the run's last messages leave in it (compared where those

@@ -28,7 +28,7 @@ from rocegen.sim.scenarios import FPGA_IP, HOST_IP
 
 from .agent import OPS, request
 
-__all__ = ["main", "state_dir"]
+__all__ = ["main", "state_dir", "rate_clock"]
 
 SIM_FPGA_IP, SIM_HOST_IP = FPGA_IP, HOST_IP      # rocegen sim serve's defaults
 
@@ -164,14 +164,51 @@ def _traffic(args):
     return 0
 
 
+def rate_clock(rows):
+    """Which clock the rates of ``rows`` (run summaries) are in: ``"FPGA time, 322.27 MHz core
+    clock"`` when the NIC knows the FPGA's time (simulation), else ``"wall clock"``."""
+    mhz = next((r["fpga_clock_mhz"] for r in rows if r.get("fpga_clock_mhz")), None)
+    return f"FPGA time, {mhz:.2f} MHz core clock" if mhz else "wall clock"
+
+
 def _bar(rows, width=30):
     total = sum(r.get("count", 0) for r in rows) or 1
     done = sum(r.get("verified", 0) for r in rows)
-    gbps = sum(r.get("gbps", 0) for r in rows)
-    mm = sum(r.get("mmsgs", 0) for r in rows)
+    fpga = rate_clock(rows) != "wall clock"
+    gbps = sum((r.get("fpga_gbps") if fpga else r.get("gbps")) or 0 for r in rows)
+    mm = sum((r.get("fpga_mmsgs") if fpga else r.get("mmsgs")) or 0 for r in rows)
     fill = int(width * done / total)
     return (f"[{'#' * fill}{'.' * (width - fill)}] {done}/{total} messages  {gbps:7.3f} Gb/s  "
-            f"{mm * 1e3:8.2f} kmsg/s")
+            f"{mm * 1e3:8.2f} kmsg/s ({rate_clock(rows)})")
+
+
+def _table(rows):
+    """The lines of ``recv``'s table, each rate labelled with its clock: in simulation the
+    FPGA's time first, then this machine's wall clock (how fast it simulates)."""
+    runs = [r for r in rows if "op" in r]
+    fpga = rate_clock(runs) != "wall clock"
+    head = f"{'FPGA QP':>8} {'op':>9} {'size':>8} {'messages':>9} {'checked':>8} {'bad':>4}"
+    if fpga:
+        head += f" {'cycles':>10} {'FPGA us':>10} {'FPGA Gb/s':>10} {'FPGA kmsg/s':>11}"
+    lines = [head + f" {'wall s':>8} {'wall Gb/s':>10} {'wall kmsg/s':>11}"]
+    for r in runs:
+        line = (f"{r['fpga_qpn']:>8} {r['op']:>9} {r['size']:>8} {r['count']:>9} "
+                f"{r['verified']:>8} {r['bad']:>4}")
+        if fpga and r.get("fpga_cycles") is not None:
+            line += (f" {r['fpga_cycles']:>10} {r['fpga_seconds'] * 1e6:>10.1f} "
+                     f"{r['fpga_gbps']:>10.3f} {r['fpga_mmsgs'] * 1e3:>11.2f}")
+        elif fpga:
+            line += f" {'-':>10} {'-':>10} {'-':>10} {'-':>11}"
+        line += f" {r['seconds']:>8.3f} {r['gbps']:>10.3f} {r['mmsgs'] * 1e3:>11.2f}"
+        lines.append(line)
+        lines += [f"  QP {r['fpga_qpn']}: {e}" for e in r["errors"]]
+    if fpga:
+        lines.append(f"FPGA: Gb/s ({rate_clock(runs)}), the simulated cycles from the first beat "
+                     f"of the run's first data frame on the FPGA's MAC port to the last beat of "
+                     f"its last")
+    lines.append("wall: Gb/s (wall clock) of this machine, from the request to the last message "
+                 "checked" + (" (in simulation: how fast it simulates)" if fpga else ""))
+    return lines
 
 
 def _recv(args):
@@ -200,16 +237,7 @@ def _recv(args):
     if args.json:
         print(json.dumps(reply))
     else:
-        print(f"{'FPGA QP':>8} {'op':>9} {'size':>8} {'messages':>9} {'checked':>8} {'bad':>4} "
-              f"{'seconds':>8} {'Gb/s':>8} {'kmsg/s':>8}")
-        for r in rows:
-            if "op" not in r:
-                continue
-            print(f"{r['fpga_qpn']:>8} {r['op']:>9} {r['size']:>8} {r['count']:>9} "
-                  f"{r['verified']:>8} {r['bad']:>4} {r['seconds']:>8.3f} {r['gbps']:>8.3f} "
-                  f"{r['mmsgs'] * 1e3:>8.2f}")
-            for e in r["errors"]:
-                print(f"  QP {r['fpga_qpn']}: {e}")
+        print("\n".join(_table(rows)))
     if not reply.get("ok"):
         raise Fail(reply.get("error", "receive failed"))
     if any("op" in r and not r["ok"] for r in rows):
@@ -297,7 +325,8 @@ def main(argv=None):
                    help="FPGA clock cycles between messages (default 0: back to back)")
     t.add_argument("--json", action="store_true")
 
-    r = sub.add_parser("recv", help="wait for the runs, checking every message; live progress")
+    r = sub.add_parser("recv", help="wait for the runs, checking every message; live progress, "
+                       "then rates labelled with their clock (in simulation the FPGA's time)")
     r.add_argument("--qp", type=int, default=None)
     r.add_argument("--stall", type=float, default=30.0,
                    help="give up after this many seconds without progress (default 30)")

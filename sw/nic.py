@@ -19,6 +19,11 @@ Both offer what the agent needs of a responder-side RC QP (the FPGA is the reque
 ``read(addr, length)`` / ``fill(addr, length, value)``
     the region's memory.
 ``destroy_qp(qpn)``, ``counters()``, ``close()``.
+``fpga_time(qpn)`` / ``fpga_time_reset(qpn)``
+    the FPGA's own time of the data frames that reached the QP since the reset: a dict with the
+    core-clock cycles of the first frame's first beat and of the last frame's last beat on the
+    FPGA's MAC port, the clock in Hz and the number of frames; None when the NIC cannot know it
+    (a real NIC, whose frames carry no time: rates are then measured on the wall clock).
 
 Errors a user can meet are :class:`NicError` with a sentence that says what to do.
 """
@@ -50,12 +55,27 @@ class Cpl(NamedTuple):
     status: str
 
 
+#: BTH opcodes of the RC requests that carry data (SEND and RDMA WRITE, every part).
+_DATA_OPCODES = range(0x00, 0x0C)
+
+
+def _data_dest_qp(frame):
+    """The destination QP of a RoCEv2 RC SEND / WRITE packet (untagged IPv4 without options),
+    else None."""
+    if len(frame) < 14 + 20 + 8 + 12 or frame[12:14] != b"\x08\x00" or frame[14] != 0x45 or \
+            frame[23] != 17 or int.from_bytes(frame[36:38], "big") != 4791:
+        return None
+    bth = frame[42:54]
+    return int.from_bytes(bth[5:8], "big") if bth[0] in _DATA_OPCODES else None
+
+
 class SimNic:
     """The simulated RDMA NIC: :class:`rocegen.sim.models.rnic.Rnic` on a TCP connection to
     ``rocegen sim serve``'s wire (frames as 4-byte length + bytes). A thread takes the frames the
     FPGA sends and returns the model's answers (ACKs, NAKs, ARP replies). The model answers as a
     ConnectX NIC would; with ``strict`` it also stops at any protocol violation of the FPGA
-    (its log is in :meth:`counters`)."""
+    (its log is in :meth:`counters`). The wire tells when each frame left the FPGA, in its own
+    time (:mod:`rocegen.sim.bridge`): :meth:`fpga_time` gives it per QP."""
 
     def __init__(self, wire=SIM_WIRE, *, mac=None, ip=None, strict=False):
         from rocegen.sim.bridge import FrameReader, encode_frame
@@ -69,6 +89,7 @@ class SimNic:
         self._cpl = threading.Condition(self._lock)
         self._next_qpn = 0x100 + random.randrange(0x1000)
         self._next_addr = 0x7F00_0000_0000
+        self._fpga_time = {}            # qpn -> [first cycle, last cycle, clock Hz, frames]
         self.fatal = None
         try:
             self.sock = socket.create_connection(wire, timeout=5)
@@ -94,11 +115,13 @@ class SimNic:
                     self._cpl.notify_all()
                 return
             try:
-                frames = self._reader.feed(data)
+                frames = self._reader.feed_stamped(data)
                 out = []
                 with self._lock:
-                    for f in frames:
+                    for f, when in frames:
                         out += self.rnic.receive(f)
+                        if when is not None:
+                            self._note_time(f, when)
                     if self.rnic.cq:
                         self._cpl.notify_all()
                 if out:
@@ -109,6 +132,30 @@ class SimNic:
                     self._cpl.notify_all()
                 self.sock.close()
                 return
+
+    def _note_time(self, frame, when):
+        """Called with the lock held, in the step that applied the frame to the model, so what a
+        check of the memory sees and the time it reads agree."""
+        qpn = _data_dest_qp(frame)
+        if qpn is None:
+            return
+        t = self._fpga_time.get(qpn)
+        if t is None:
+            self._fpga_time[qpn] = [when.first_cycle, when.last_cycle, when.clock_hz, 1]
+        else:
+            t[1], t[2], t[3] = when.last_cycle, when.clock_hz, t[3] + 1
+
+    def fpga_time(self, qpn):
+        """The FPGA's time of the data frames to ``qpn`` since :meth:`fpga_time_reset` (see the
+        module documentation), or None before the first."""
+        with self._lock:
+            t = self._fpga_time.get(qpn)
+            return None if t is None else {"first_cycle": t[0], "last_cycle": t[1],
+                                           "clock_hz": t[2], "frames": t[3]}
+
+    def fpga_time_reset(self, qpn):
+        with self._lock:
+            self._fpga_time.pop(qpn, None)
 
     def create_qp(self, recv_depth):
         with self._lock:
@@ -348,6 +395,13 @@ class VerbsNic:
 
     def counters(self):
         return {}
+
+    def fpga_time(self, qpn):
+        """None: a real NIC's frames carry no FPGA time (rates are the wall clock's)."""
+        return None
+
+    def fpga_time_reset(self, qpn):
+        pass
 
     def close(self):
         for qpn in list(self.qps):

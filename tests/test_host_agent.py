@@ -106,6 +106,12 @@ def recv_ok(fpga, tmp_path):
     assert reply["ok"], reply
     for row in reply["result"]:
         assert row["ok"] and row["verified"] == row["count"] and row["bad"] == 0, row
+        # the rate in the FPGA's time: the simulated cycles of the run's frames at the W = 64
+        # core clock; no goodput exceeds the simulated MAC's 10 Gb/s line
+        assert row["fpga_clock_mhz"] == 156.25 and row["fpga_cycles"] > 0, row
+        assert row["fpga_gbps"] == pytest.approx(
+            row["bytes"] * 8 / (row["fpga_cycles"] / 156.25e6) / 1e9), row
+        assert 0 < row["fpga_gbps"] < 10, row
     return reply["result"]
 
 
@@ -128,6 +134,11 @@ def test_open_traffic_check_close_reopen(fpga, tmp_path):
     recv_ok(fpga, tmp_path)
     host(fpga, tmp_path, "traffic", "--qp", "256", "--op", "SEND", "--count", "3", "--size", "1")
     recv_ok(fpga, tmp_path)
+    # the table names the clock of every rate
+    host(fpga, tmp_path, "traffic", "--qp", "257", "--op", "WRITE", "--count", "8", "--size",
+         "4096")
+    table = host(fpga, tmp_path, "recv", "--no-progress").stdout
+    assert "Gb/s (FPGA time, 156.25 MHz core clock)" in table and "Gb/s (wall clock)" in table
     st = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
     q = {x["fpga_qpn"]: x for x in st["qps"]}
     assert q[256]["messages"] == 6 + 5 + 3 and q[257]["messages"] == 6

@@ -230,6 +230,12 @@ def test_agent_sends_one_run_at_a_time():
         def counters(self):
             return {}
 
+        def fpga_time(self, qpn):
+            return None
+
+        def fpga_time_reset(self, qpn):
+            pass
+
     fpga = ModelFpga(num_qps=2)
     cm = client(fpga)
     agent = Agent(MemNic(), cm, FPGA_IP)
