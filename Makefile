@@ -65,7 +65,7 @@ synth: setup
 	$(PY) -m bench.bench_synth
 
 # the two default cores only, each mapped for area and for 8 LUT levels (report in
-# build/bench/resources.md); synth-check, which CI runs after the tests, also fails when a core
+# build/bench/resources.md); synth-check, which CI runs before the tests, also fails when a core
 # has no netlist within both the LUT and the depth goal
 synth-quick: setup
 	$(PY) -m bench.bench_synth --quick --no-doc

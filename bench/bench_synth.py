@@ -13,7 +13,7 @@ Run: python -m bench.bench_synth [--quick] [--only NAME ...] [--no-doc] [--doc-o
 [--check] (``--only`` replaces those designs' figures in the last report and keeps the others;
 ``--reanalyse`` reads the netlists of the last run again, keeping its wall times; ``--check``
 exits with status 1 when a whole core misses a goal, naming it). The report's tables also go to
-``build/bench/resources.md`` on every run (``make synth-quick``, which CI runs after the tests, is
+``build/bench/resources.md`` on every run (``make synth-quick``, which CI runs before the tests, is
 ``--quick --no-doc``; ``make synth-check`` adds ``--check``).
 """
 
