@@ -115,6 +115,12 @@ def summary(results):
         out.append(f"loss {100 * r['loss']:.1f} % each way, RTT {r['rtt_us']} us: "
                    f"{r['goodput_gbps']:.2f} Gb/s ({r['percent_of_limit']:.2f} %), "
                    f"{r['retransmitted']} of {r['roce_frames']} frames resent")
+    for r in results.get("soak", []):
+        out.append(f"soak {r['opcode']:9} {r['qps']} QPs PMTU {r['pmtu']}: {r['packets']:,} packets "
+                   f"({r['roce_frames']:,} frames, {r['retransmitted']:,} resent), "
+                   f"{r['lost_to_nic'] + r['lost_from_nic']:,} frames lost, "
+                   f"{r['checked_bytes']:,} bytes checked, {r['sim_cycles']:,} cycles in "
+                   f"{r['wall_seconds']:.0f} s")
     res = results["resources"]
     if res.get("available"):
         for d in res["designs"]:

@@ -21,6 +21,12 @@ through the cocotb bench :mod:`rocegen.sim.roce_demo`, at the board clock (322.2
 * **Resources**: read from the last Yosys report of ``python -m bench.bench_synth``
   (``build/bench/synth.json``, with the revision it came from); none is run here.
 * **Simulation speed**: simulated cycles per wall-clock second of every batch of runs.
+* **Soak** (only when asked for by name: ``rocegen bench --only soak``, ``make soak``): more
+  than a million RoCE data packets on 8 QPs over a link that loses 1 % of the frames each way,
+  duplicates and reorders, WRITE, SEND and WRITE with immediate in turn; every byte is compared
+  in the host's memory, the host must have executed every packet exactly once and every work
+  request must complete OK. Figures: packets, frames sent, retransmissions, simulated and wall
+  time.
 
 Runs are grouped in batches, one simulator process each. The results (git revision, date,
 parameters of every run and every figure) go to a JSON file (``bench/results.json`` by default);
@@ -32,7 +38,6 @@ a full run also regenerates the suite's section of ``docs/performance.md``, its 
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -150,8 +155,32 @@ def _latency(size, count):
             "opcode": "WRITE", "source": "memory", "line_gbps": 0, "latency": True}
 
 
-def suite_runs(quick=False):
-    """The batches of the suite: ``[(name, runs)]``, each batch one simulator process."""
+#: the soak: data packets at least (its runs are sized to reach it)
+SOAK_PACKETS = 1_000_000
+SOAK_PMTU = 256
+SOAK_SIZE = 16 * KIB
+
+
+def soak_runs(packets=SOAK_PACKETS):
+    """The soak batch: one run per opcode, 8 QPs of 16 KiB messages at PMTU 256, work requests
+    from local memory, the MAC at 100G, 1 % loss, 0.5 % duplicates and 0.5 % reordering each way
+    over a 2 us round trip; together at least ``packets`` data packets."""
+    opcodes = ("WRITE", "SEND", "WRITE_IMM")
+    per_run = -(-packets // len(opcodes))
+    per_qp = _whole(-(-per_run // NUM_QPS) * SOAK_PMTU, SOAK_SIZE)
+    return [{"kind": "soak", "qps": NUM_QPS, "pmtu": SOAK_PMTU, "bytes": per_qp,
+             "size": SOAK_SIZE, "opcode": op, "source": "memory", "line_gbps": LINE_GBPS,
+             "loss": 0.01, "dup": 0.005, "reorder": 0.005, "rtt_us": 2, "seed": 11 + k}
+            for k, op in enumerate(opcodes)]
+
+
+#: batches run only when named with ``--only``
+ON_REQUEST = ("soak",)
+
+
+def suite_runs(quick=False, on_request=False):
+    """The batches of the suite: ``[(name, runs)]``, each batch one simulator process
+    (``on_request``: with the batches of :data:`ON_REQUEST`, which a plain run leaves out)."""
     if quick:
         runs = [_goodput(4096, 4096, "WRITE", 1, LINE_GBPS, True),
                 _goodput(MIB, 4096, "WRITE", 1, LINE_GBPS, True),
@@ -190,6 +219,8 @@ def suite_runs(quick=False):
                          "source": "generator", "line_gbps": LINE_GBPS, "rtt_us": 2,
                          "drop_psns": [off], "timeout": code})
     batches.append(("loss", loss))
+    if on_request:
+        batches.append(("soak", soak_runs()))
     return batches
 
 
@@ -206,10 +237,13 @@ def git_revision():
 
 
 def _verilator_version():
-    exe = shutil.which("verilator")
-    if not exe:
+    """``verilator --version`` of the Verilator the builds use (None when there is none)."""
+    from rocegen.sim.verilator import VerilatorNotFound, verilator_bin_dir
+    try:
+        exe = Path(verilator_bin_dir()) / "verilator"
+    except VerilatorNotFound:
         return None
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.strip()
+    out = subprocess.run([str(exe), "--version"], capture_output=True, text=True).stdout.strip()
     return out or None
 
 
@@ -250,7 +284,8 @@ def _ns(cycles):
 
 def _figures(results):
     """Every figure of the suite from the runs' raw results."""
-    out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": []}
+    out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": [],
+           "soak": []}
     keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
             "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
             "wall_seconds")
@@ -262,6 +297,7 @@ def _figures(results):
             line = r["line_gbps"]
             msgs = r["messages"]
             row["goodput_gbps"] = r["goodput_gbps"]
+            row["data_checked"] = r["checked_bytes"] == r["bytes"] * r["qps"]
             row["cycles"] = r["line_cycles"]
             row["beats_span"] = r["beats_span"]
             row["beats_ideal"] = r["beats_ideal"]
@@ -304,9 +340,22 @@ def _figures(results):
                         "retransmitted": r["retransmitted"], "lost_to_nic": lost[0],
                         "lost_from_nic": lost[1], "timeout": r["timeout"],
                         "worst_stall_cycles": max(r["resend_gaps"], default=0),
-                        "nic": r["nic"], "data_checked": True,
-                        "delivered_bytes": sum(q["bytes"] for q in r["per_qp"].values())})
+                        "nic": r["nic"],
+                        # the bytes the bench compared in the host's memory, all of the run's
+                        "data_checked": r["checked_bytes"] == r["bytes"] * r["qps"],
+                        "delivered_bytes": r["checked_bytes"]})
             out[kind].append(row)
+        elif kind == "soak":
+            lost = [(link or {}).get("dropped", 0) for link in (r["link_to_nic"], r["link_from_nic"])]
+            row.update({"packets": r["packets"], "roce_frames": r["roce_frames"],
+                        "retransmitted": r["retransmitted"], "lost_to_nic": lost[0],
+                        "lost_from_nic": lost[1], "link_to_nic": r["link_to_nic"],
+                        "link_from_nic": r["link_from_nic"], "nic": r["nic"],
+                        "checked_bytes": r["checked_bytes"],
+                        "data_checked": r["checked_bytes"] == r["bytes"] * r["qps"],
+                        "elapsed_us": r["elapsed_us"],
+                        "goodput_gbps": r["bytes"] * r["qps"] * 8 / (r["elapsed_us"] * 1e3)})
+            out["soak"].append(row)
     return out
 
 
@@ -365,6 +414,8 @@ def batch_of(row, key):
         return row["batch"]
     if key in ("loss", "recovery"):
         return "loss"
+    if key == "soak":
+        return "soak"
     if key in ("latency", "cm"):
         return "latency"
     if key == "message_rate":
@@ -374,7 +425,7 @@ def batch_of(row, key):
     return "goodput-1qp-write" if row["opcode"] == "WRITE" else "goodput-1qp-imm-send"
 
 
-FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery")
+FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak")
 
 
 def run_suite(quick=False, log=print, only=None, previous=None):
@@ -386,13 +437,15 @@ def run_suite(quick=False, log=print, only=None, previous=None):
     revision = git_revision()            # the source the runs use (documents may change after)
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
     batches, raw, failed = [], [], []
-    plan = suite_runs(quick)
+    plan = suite_runs(quick, on_request=bool(only) and not quick)
     if only:
         unknown = set(only) - {name for name, _ in plan}
         if unknown:
             raise ValueError(f"no batch named {', '.join(sorted(unknown))} (batches: "
                              f"{', '.join(name for name, _ in plan)})")
         plan = [(name, runs) for name, runs in plan if name in only]
+    else:
+        plan = [(name, runs) for name, runs in plan if name not in ON_REQUEST]
     for name, runs in plan:
         log(f"batch {name}: {len(runs)} runs ...")
         try:
@@ -408,7 +461,7 @@ def run_suite(quick=False, log=print, only=None, previous=None):
             f"({batch['cycles_per_second']:,} cycles/s while running)")
     fig = _figures(raw)
     if only and previous:
-        order = [name for name, _ in suite_runs(quick)]
+        order = [name for name, _ in suite_runs(quick, on_request=True)]
         for b in previous["batches"]:
             b.setdefault("revision", previous["revision"])
             b.setdefault("date", previous["date"])

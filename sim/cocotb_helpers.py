@@ -70,3 +70,45 @@ async def read_qp_stats(dut, qp, names, only=None):
         await RisingEdge(dut.clk)
         values[name] = int(dut.qp_stats_data.value)
     return values
+
+
+class Capture:
+    """The cocotb side of a :class:`~rocegen.sim.capture.StreamCapture` ring: ``ring`` is the
+    ring's instance under the top (for example ``dut.mac_cap``), ``count`` and ``rd`` its top
+    level ports, ``fields`` the (name, bits) of an entry's payload in bit order.
+
+    :meth:`take` reads every entry written since the last call (one VPI read per entry) and
+    hands the ring its new read pointer, so the ring never fills while its reader keeps up with
+    the frames: it is called whenever ``count`` or the frame counter changed, never per cycle.
+    """
+
+    def __init__(self, ring, count, rd, fields, depth):
+        self.mem = ring.cap_mem
+        self.count = count
+        self.rd = rd
+        self.depth = depth
+        self.fields = []
+        at = 0
+        for name, bits in fields:
+            self.fields.append((name, at, (1 << bits) - 1))
+            at += bits
+        self.cycle_at = at
+        self._next = int(count.value)
+        rd.value = self._next & 0xFFFF_FFFF
+
+    def take(self):
+        """The new entries: a list of dicts of the payload's fields plus ``cycle`` (the value of
+        the ring's cycle counter at the entry's handshake)."""
+        end = int(self.count.value)
+        out = []
+        n = (end - self._next) & 0xFFFF_FFFF
+        if n > self.depth:
+            raise AssertionError(f"capture ring overrun: {n} entries unread, {self.depth} held")
+        for k in range(n):
+            raw = self.mem[(self._next + k) % self.depth].value.to_unsigned()
+            entry = {name: (raw >> at) & mask for name, at, mask in self.fields}
+            entry["cycle"] = raw >> self.cycle_at
+            out.append(entry)
+        self._next = end
+        self.rd.value = end
+        return out

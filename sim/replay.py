@@ -9,7 +9,7 @@ of every QP), ``results`` (path of the JSON written), optionally ``quiet_cycles`
 Sequence: reset; QPs opened through ``qppsn`` / ``qpctl``; every non-empty frame sent on
 ``s_axis`` back to back (``tuser`` 0: no FCS error); then the bench waits until the endpoint is
 idle -- no counter has changed and no frame has left for ``quiet_cycles`` cycles -- and reads
-every counter of :data:`rocegen.gateware.roce.endpoint.STATS`. ``m_axis`` is always ready;
+every counter of :data:`rocegen.gateware.roce.endpoint.STATS`. The MAC is always ready;
 ``cpl`` too. Nothing else is driven: no work request is posted, so any completion comes from
 the frames.
 
@@ -41,7 +41,7 @@ import json
 import os
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, ValueChange
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware import headers as H
@@ -50,10 +50,18 @@ from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.layouts import COMPLETION, CplStatus, WrSource
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.top import parse_ip
-from rocegen.sim.cocotb_helpers import read_stats
+from rocegen.sim.cocotb_helpers import Capture, read_stats
 from rocegen.sim.fuzz import count_roce_candidates
 from rocegen.sim.replay_cli import read_frames
-from rocegen.sim.roce_bench import RecordCollector, RecordDriver, now_cycle, open_qp, start_clock
+from rocegen.sim.roce_bench import (
+    RecordCollector,
+    RecordDriver,
+    now_cycle,
+    open_qp,
+    start_clock,
+    wait_cycles,
+)
+from rocegen.sim.roce_tops import MAC_CAPTURE, capture_depth
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
@@ -63,7 +71,8 @@ MAX_WAITS = 1000
 
 
 class FrameSink:
-    """Takes every frame the endpoint sends on ``m_axis`` (``tready`` always high)."""
+    """Takes every frame the endpoint sends (the test top's MAC capture, always ready), once per
+    frame."""
 
     def __init__(self, dut):
         self.dut = dut
@@ -74,15 +83,16 @@ class FrameSink:
     async def _run(self):
         dut = self.dut
         B = W // 8
-        dut.m_axis_tready.value = 1
+        dut.mac_credit_step.value = 0
+        dut.mac_bp_threshold.value = 0
+        cap = Capture(dut.mac_cap, dut.mac_count, dut.mac_rd, MAC_CAPTURE(W), capture_depth(W))
         buf = bytearray()
         while True:
-            await RisingEdge(dut.clk)
-            if int(dut.m_axis_tvalid.value):
+            await ValueChange(dut.mac_frames)
+            for beat in cap.take():
                 self.beats += 1
-                n = bin(int(dut.m_axis_tkeep.value)).count("1")
-                buf += int(dut.m_axis_tdata.value).to_bytes(B, "little")[:n]
-                if int(dut.m_axis_tlast.value):
+                buf += beat["data"].to_bytes(B, "little")[:bin(beat["keep"]).count("1")]
+                if beat["last"]:
                     self.frames.append(bytes(buf))
                     buf = bytearray()
 
@@ -117,7 +127,7 @@ async def settle(dut, sink, quiet):
     the counters."""
     before = None
     for _ in range(MAX_WAITS):
-        await ClockCycles(dut.clk, quiet)
+        await wait_cycles(W, quiet)
         stats = await read_stats(dut, STATS)
         now = (stats, sink.beats)
         if now == before:
@@ -138,7 +148,7 @@ async def replay(dut):
             getattr(dut, port).value = 0
     dut.stats_addr.value = 0
     sink = FrameSink(dut)
-    cpl = RecordCollector(dut, "cpl", COMPLETION)
+    cpl = RecordCollector(dut, "cpl", COMPLETION, width=W)
     ctl = RecordDriver(dut, "qpctl", CONTEXT_WRITE)
     psn_ctl = RecordDriver(dut, "qppsn", PSN_WRITE)
     for k in range(cfg["qps"]):

@@ -2,24 +2,26 @@
 (:class:`~rocegen.sim.models.rnic.Rnic`), record-stream drivers for work requests, QP control
 and the traffic generator, and a completion collector.
 
-The MAC model takes frames from ``m_axis`` one beat per cycle when ``tready`` is high. ``tready``
-follows, cycle by cycle:
+The MAC takes frames in the test top itself (:class:`~rocegen.sim.roce_tops.EndpointTop`, ring
+``mac_cap``): ``tready`` follows, cycle by cycle,
 
 * an optional line-rate budget: a Xilinx CMAC at 100 Gb/s takes a frame of ``n`` bytes in the time
   of ``n + 24`` bytes on the line (FCS 4, preamble and SFD 8, inter-frame gap 12); the budget
   grows by ``line_gbps / 8 / clock`` bytes per cycle and is charged per beat;
 * optional random backpressure (probability per cycle).
 
-Every frame goes to the NIC model in strict mode; its answers (ARP replies, ACKs) go back
-through ``s_axis``. Frame times are recorded in cycles, for goodput figures.
+The cocotb side wakes once per frame out of the endpoint (and at the cycles its links deliver a
+frame), never per beat or per cycle: the simulator runs the endpoint at Verilator's speed
+between frames. Every frame goes to the NIC model in strict mode; its answers (ARP replies,
+ACKs) go back through ``s_axis``. Frame times are recorded in cycles, for goodput figures.
 
 Optionally a faulty link (:class:`~rocegen.sim.models.link.Link`) sits in each direction:
-``to_nic`` between the endpoint's ``m_axis`` and the NIC model, ``from_nic`` between the NIC
-model's answers and ``s_axis``. The MAC loop polls both every cycle. A frame the link corrupted
-is given to the NIC model with its strict checks off (a real NIC drops it on its checksum or
-ICRC), and the NIC model's log entries it causes are kept in :attr:`MacModel.corrupt_log`.
-Without links (the default) every frame reaches the NIC model in the cycle its last beat is
-taken, and the answers are queued on ``s_axis`` at once.
+``to_nic`` between the endpoint's MAC and the NIC model, ``from_nic`` between the NIC model's
+answers and ``s_axis``. A frame the link corrupted is given to the NIC model with its strict
+checks off (a real NIC drops it on its checksum or ICRC), and the NIC model's log entries it
+causes are kept in :attr:`MacModel.corrupt_log`. Without links (the default) every frame
+reaches the NIC model in the cycle its last beat is taken, and the answers are queued on
+``s_axis`` at once.
 
 The RoCE data frames the endpoint sends (RC SEND and RDMA WRITE packets) are counted, and
 those whose (destination QP, PSN) was sent before are counted as retransmissions.
@@ -28,8 +30,9 @@ those whose (destination QP, PSN) was sent before are counted as retransmissions
 import random
 
 import cocotb
+from amaranth.lib import data
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles, Event, FallingEdge, First, RisingEdge, Timer, ValueChange
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
@@ -48,14 +51,16 @@ from rocegen.gateware.memport import mem_write_layout
 from rocegen.gateware.records import pack, unpack
 from rocegen.gateware.roce.layouts import COMPLETION, QPN_BASE, WORK_REQUEST, QpState
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.sim.cocotb_helpers import Capture
 from rocegen.sim.models.link import Link
+from rocegen.sim.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_depth
 
 __all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "RecordDriver", "RecordCollector",
-           "start_clock", "open_qp", "qpn", "write_onchip", "roce_data_key", "is_ipv4",
-           "link_pair", "FAULTS", "timeout_code"]
+           "start_clock", "wait_cycles", "wait_low", "wait_until", "open_qp", "qpn", "write_onchip",
+           "roce_data_key", "is_ipv4", "link_pair", "FAULTS", "timeout_code", "LINE_OVERHEAD"]
 
-#: Line overhead of a frame beyond its bytes without FCS: FCS, preamble + SFD, inter-frame gap.
-LINE_OVERHEAD = 4 + 8 + 12
+#: fixed point of the capture ring's line-rate budget (bytes per cycle times 2**16)
+CREDIT_ONE = 1 << 16
 
 
 def board_clock_mhz(width):
@@ -83,12 +88,30 @@ async def start_clock(dut, width):
     await RisingEdge(dut.clk)
 
 
+async def wait_cycles(width, cycles):
+    """Let ``cycles`` clock cycles pass without waking Python at each edge."""
+    if cycles > 0:
+        await Timer(cycles * period_ps(width), unit="ps")
+
+
+async def wait_low(dut, signal, width, *, max_cycles, what):
+    """Wait until ``signal`` is 0, waking only when it changes; fail with ``what`` after
+    ``max_cycles`` cycles."""
+    deadline = now_cycle(width) + max_cycles
+    while int(signal.value):
+        left = deadline - now_cycle(width)
+        if left <= 0:
+            raise AssertionError(f"{what}: still busy after {max_cycles} cycles")
+        await First(FallingEdge(signal), Timer(left * period_ps(width), unit="ps"))
+
+
 class MacModel:
     """The MAC and the host NIC on the far side of it (see the module documentation).
 
     ``to_nic`` / ``from_nic``: optional :class:`~rocegen.sim.models.link.Link` of each direction
     (``None``: a perfect link without delay). They may be replaced between runs, when
-    :attr:`in_flight` is 0.
+    :attr:`in_flight` is 0. :attr:`bytes_per_cycle` (the line-rate budget, ``None`` for none)
+    and :attr:`backpressure` may be changed at any time.
     """
 
     def __init__(self, dut, width, nic, *, line_gbps=None, backpressure=0.0, seed=0, pcap=None,
@@ -101,11 +124,13 @@ class MacModel:
         self.nic = nic
         self.to_nic = to_nic
         self.from_nic = from_nic
-        self.bytes_per_cycle = None
-        if line_gbps:
-            self.bytes_per_cycle = line_gbps * 1e9 / 8 / (board_clock_mhz(width) * 1e6)
+        self._hw = False
+        self._bytes_per_cycle = None
+        self._backpressure = 0.0
+        self.bytes_per_cycle = (line_gbps * 1e9 / 8 / (board_clock_mhz(width) * 1e6)
+                                if line_gbps else None)
         self.backpressure = backpressure
-        self.rng = random.Random(seed)
+        self.seed = random.Random(seed).getrandbits(32) | 1
         self.pcap = pcap
         self.cycle = 0
         #: (first cycle, last cycle, frame bytes) of every frame the endpoint sent
@@ -123,15 +148,65 @@ class MacModel:
         self.retransmissions = []
         #: the NIC model's log entries caused by frames the ``to_nic`` link corrupted
         self.corrupt_log = []
+        #: set whenever a frame left the endpoint or a link delivered one
+        self.event = Event()
         self._sent = set()
+        self._wake = Event()
         self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
         self.source.log.setLevel("WARNING")      # not a line per frame
         cocotb.start_soon(self._run())
 
     @property
+    def bytes_per_cycle(self):
+        """The line-rate budget in bytes per cycle (``None``: the MAC takes a beat every cycle)."""
+        return self._bytes_per_cycle
+
+    @bytes_per_cycle.setter
+    def bytes_per_cycle(self, value):
+        self._bytes_per_cycle = value
+        self._configure()
+
+    @property
+    def backpressure(self):
+        """Chance that the MAC holds ``tready`` low in a cycle."""
+        return self._backpressure
+
+    @backpressure.setter
+    def backpressure(self, value):
+        if not 0 <= value < 1:
+            raise ValueError(f"backpressure must be a probability in [0, 1), not {value!r}")
+        self._backpressure = value
+        self._configure()
+
+    def _configure(self):
+        if not self._hw:
+            return
+        dut = self.dut
+        bpc = self._bytes_per_cycle
+        dut.mac_credit_step.value = max(1, round(bpc * CREDIT_ONE)) if bpc else 0
+        dut.mac_bp_threshold.value = min(round(self._backpressure * 65536), 65535)
+        dut.mac_bp_seed.value = self.seed
+
+    @property
     def in_flight(self):
         """Frames inside the links (0 without links)."""
         return sum(link.in_flight for link in (self.to_nic, self.from_nic) if link is not None)
+
+    def next_due(self):
+        """The earliest cycle at which a link may deliver a frame (``None``: nothing inside)."""
+        due = [d for d in (link.next_due() for link in (self.to_nic, self.from_nic)
+                           if link is not None) if d is not None]
+        return min(due, default=None)
+
+    async def drained(self, *, max_cycles=10_000_000):
+        """Wait until the links hold no frame."""
+        deadline = now_cycle(self.width) + max_cycles
+        while self.in_flight:
+            if now_cycle(self.width) >= deadline:
+                raise AssertionError(f"{self.in_flight} frames still in the links after "
+                                     f"{max_cycles} cycles")
+            self.event.clear()
+            await First(self.event.wait(), Timer(1000 * period_ps(self.width), unit="ps"))
 
     def clear_sent(self):
         """Forget which (destination QP, PSN) were sent: for QPs opened again at PSNs used
@@ -184,52 +259,69 @@ class MacModel:
             for d in self.from_nic.deliveries(self.cycle):
                 self._to_endpoint(d.frame)
 
+    def poke(self):
+        """Have the loop look at the links again (after a link was replaced or scripted)."""
+        self._wake.set()
+
+    def _frame_done(self, first, last, frame):
+        self.frames.append((first, last, frame))
+        if self._bytes_per_cycle is not None:
+            start = max(first, self.line[-1][1] if self.line else first)
+            end = start + (len(frame) + LINE_OVERHEAD) / self._bytes_per_cycle
+            self.line.append((start, max(end, last + 1)))
+        else:
+            self.line.append((first, last + 1))
+        self._from_endpoint(frame)
+
     async def _run(self):
         dut = self.dut
-        B = self.width // 8
-        tvalid, tready, tdata = dut.m_axis_tvalid, dut.m_axis_tready, dut.m_axis_tdata
-        tkeep, tlast, tuser = dut.m_axis_tkeep, dut.m_axis_tlast, dut.m_axis_tuser
-        credit = 0.0
-        ready = 0
+        W, B = self.width, self.width // 8
+        cap = Capture(dut.mac_cap, dut.mac_count, dut.mac_rd, MAC_CAPTURE(W), capture_depth(W))
+        self._hw = True
+        self._configure()
+        # the ring's cycle counter against the numbering of now_cycle(): a beat taken at an
+        # edge is stamped with the cycle in which it was offered
+        await RisingEdge(dut.clk)
+        offset = now_cycle(W) - int(dut.cycle.value)
         buf, first = bytearray(), None
-        tready.value = 0
+        frames = dut.mac_frames
         while True:
-            await RisingEdge(dut.clk)
-            self.cycle = now_cycle(self.width)
-            if ready and int(tvalid.value):
-                keep = int(tkeep.value)
-                n = bin(keep).count("1")
-                word = int(tdata.value).to_bytes(B, "little")
-                if first is None:
-                    first = self.cycle
-                buf += word[:n]
-                self.tx_beats += 1
-                if self.bytes_per_cycle is not None:
-                    credit -= n
-                if int(tlast.value):
-                    if int(tuser.value):
-                        raise AssertionError("the endpoint aborted a frame (tuser on tlast)")
-                    frame = bytes(buf)
-                    if self.bytes_per_cycle is not None:
-                        credit -= LINE_OVERHEAD
-                    self.frames.append((first, self.cycle, frame))
-                    if self.bytes_per_cycle is not None:
-                        start = max(first, self.line[-1][1] if self.line else first)
-                        end = start + (len(frame) + LINE_OVERHEAD) / self.bytes_per_cycle
-                        self.line.append((start, max(end, self.cycle + 1)))
-                    else:
-                        self.line.append((first, self.cycle + 1))
-                    buf, first = bytearray(), None
-                    self._from_endpoint(frame)
-            self._poll_links()
-            if self.bytes_per_cycle is not None:
-                credit = min(credit + self.bytes_per_cycle, 2 * B)
-                ready = credit > 0
+            due = self.next_due()
+            self._wake.clear()
+            if due is None:
+                await First(ValueChange(frames), self._wake.wait())
             else:
-                ready = 1
-            if ready and self.backpressure and self.rng.random() < self.backpressure:
-                ready = 0
-            tready.value = int(ready)
+                wait = max(due - now_cycle(W), 1)
+                await First(ValueChange(frames), self._wake.wait(),
+                            Timer(wait * period_ps(W), unit="ps"))
+            self.cycle = now_cycle(W)
+            for beat in cap.take():
+                n = bin(beat["keep"]).count("1")
+                if first is None:
+                    first = beat["cycle"] + offset
+                buf += beat["data"].to_bytes(B, "little")[:n]
+                self.tx_beats += 1
+                if beat["last"]:
+                    if beat["user"]:
+                        raise AssertionError("the endpoint aborted a frame (tuser on tlast)")
+                    frame, last = bytes(buf), beat["cycle"] + offset
+                    buf, first_, first = bytearray(), first, None
+                    self._frame_done(first_, last, frame)
+            self._poll_links()
+            self.event.set()
+
+
+async def wait_until(mac, predicate, *, max_cycles, what):
+    """Wait until ``predicate()`` holds, looking again whenever the MAC model has handled a frame
+    (:attr:`MacModel.event`); fail with ``what`` (text, or a function giving it at that point)
+    once ``max_cycles`` cycles have passed."""
+    deadline = now_cycle(mac.width) + max_cycles
+    while not predicate():
+        left = deadline - now_cycle(mac.width)
+        if left <= 0:
+            raise AssertionError(f"{what() if callable(what) else what} (waited {max_cycles} cycles)")
+        mac.event.clear()
+        await First(mac.event.wait(), Timer(left * period_ps(mac.width), unit="ps"))
 
 
 def is_ipv4(frame):
@@ -326,47 +418,62 @@ class RecordDriver:
             await RisingEdge(self.dut.clk)
             if int(self.ready.value):
                 break
+            # refused: sleep until ready rises instead of looking at every edge. After a clock
+            # edge this bench sees the values sampled at it; ready rising shows after an edge, and
+            # the record is taken at the next edge, which the loop's check then sees.
+            await RisingEdge(self.ready)
         self.valid.value = 0
         self.sent += 1
         return get_sim_time("ps")
 
 
 class RecordCollector:
-    """Collects the records of the flat record-stream output ``<prefix>_*``; ``backpressure``
-    is the chance that ``ready`` is low in a cycle."""
+    """Collects the records of a stream the test top ends in a capture ring ``<prefix>_cap``
+    (ports ``<prefix>_count``, ``<prefix>_rd``, ``<prefix>_bp_threshold``,
+    ``<prefix>_bp_seed``): ``backpressure`` is the chance that the ring's ``ready`` is low in a
+    cycle. The collector wakes once per record, not per cycle. :attr:`cycles` holds each
+    record's cycle, numbered as :func:`now_cycle` numbers them."""
 
-    def __init__(self, dut, prefix, layout, *, backpressure=0.0, seed=0):
+    def __init__(self, dut, prefix, layout, *, backpressure=0.0, seed=0, width):
+        if not 0 <= backpressure < 1:
+            raise ValueError(f"backpressure must be a probability in [0, 1), not {backpressure!r}")
         self.dut = dut
+        self.prefix = prefix
         self.layout = layout
-        self.data = getattr(dut, f"{prefix}_data")
-        self.valid = getattr(dut, f"{prefix}_valid")
-        self.ready = getattr(dut, f"{prefix}_ready")
-        self.backpressure = backpressure
-        self.rng = random.Random(seed)
+        self.width = width
+        self.count = getattr(dut, f"{prefix}_count")
+        getattr(dut, f"{prefix}_bp_threshold").value = min(round(backpressure * 65536), 65535)
+        getattr(dut, f"{prefix}_bp_seed").value = random.Random(seed).getrandbits(32) | 1
         self.items = []
         self.cycles = []
+        self.event = Event()
         cocotb.start_soon(self._run())
 
     async def _run(self):
-        ready = 0
-        cycle = 0
-        self.ready.value = 0
+        dut = self.dut
+        ring = getattr(dut, f"{self.prefix}_cap")
+        cap = Capture(ring, self.count, getattr(dut, f"{self.prefix}_rd"),
+                      (("record", data.Layout.cast(self.layout).size),), len(ring.cap_mem))
+        await RisingEdge(dut.clk)
+        offset = now_cycle(self.width) - int(dut.cycle.value)
         while True:
-            await RisingEdge(self.dut.clk)
-            cycle += 1
-            if ready and int(self.valid.value):
-                self.items.append(unpack(self.layout, int(self.data.value)))
-                self.cycles.append(cycle)
-            ready = not (self.backpressure and self.rng.random() < self.backpressure)
-            self.ready.value = int(ready)
+            await ValueChange(self.count)
+            for e in cap.take():
+                self.items.append(unpack(self.layout, e["record"]))
+                self.cycles.append(e["cycle"] + offset)
+            self.event.set()
 
     async def wait_for(self, n, *, max_cycles):
         """Wait until ``n`` records have come; fail after ``max_cycles`` cycles without them."""
-        for _ in range(max_cycles):
-            if len(self.items) >= n:
-                return self.items[:n]
-            await RisingEdge(self.dut.clk)
-        raise AssertionError(f"only {len(self.items)} of {n} records after {max_cycles} cycles")
+        deadline = now_cycle(self.width) + max_cycles
+        while len(self.items) < n:
+            left = deadline - now_cycle(self.width)
+            if left <= 0:
+                raise AssertionError(f"only {len(self.items)} of {n} records after "
+                                     f"{max_cycles} cycles")
+            self.event.clear()
+            await First(self.event.wait(), Timer(left * period_ps(self.width), unit="ps"))
+        return self.items[:n]
 
 
 async def open_qp(ctl, psn_ctl, index, *, peer_ip, peer_qpn, rkey, base_va, pmtu, psn,

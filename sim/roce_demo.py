@@ -50,8 +50,12 @@ A run's result adds ``resend_gaps`` (for each retransmitted data frame, the cycl
 first beat of its previous copy to its own), ``retransmitted`` (RoCE data frames the endpoint
 sent again), ``roce_frames`` (every RoCE data frame it sent), the counters of both links (``link_to_nic``,
 ``link_from_nic``; ``None`` without a link), the NIC model's recovery counters (``nic``),
-``messages`` (messages in the run, all QPs), ``sim_cycles`` (clock cycles the run took, set-up
-and checks included) and ``wall_seconds`` (the wall-clock time the simulator took for them).
+``messages`` (messages in the run, all QPs), ``packets`` (the data packets they make, each of
+which the host must have executed exactly once: checked against its counters, with the bytes it
+placed), ``checked_bytes`` (bytes of the host's memory and receive buffers compared with what
+the endpoint was asked to send), ``sim_cycles`` (clock cycles
+the run took, set-up and checks included) and ``wall_seconds`` (the wall-clock time the
+simulator took for them).
 With faults, the NIC model's strict checks still apply to every frame the link did not corrupt;
 only the events a lossy link causes (duplicates, PSN sequence NAKs, and drops of the frames the
 link corrupted) are allowed in its log.
@@ -100,6 +104,9 @@ from rocegen.sim.roce_bench import (
     roce_data_key,
     start_clock,
     timeout_code,
+    wait_cycles,
+    wait_low,
+    wait_until,
     write_onchip,
 )
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
@@ -144,7 +151,7 @@ async def runs(dut):
     psn_ctl = RecordDriver(dut, "qppsn", PSN_WRITE)
     wr = RecordDriver(dut, "wr", WORK_REQUEST)
     gen = RecordDriver(dut, "gen", GEN_CONFIG)
-    cpl = RecordCollector(dut, "cpl", COMPLETION)
+    cpl = RecordCollector(dut, "cpl", COMPLETION, width=W)
     dut.s_msg_axis_tvalid.value = 0
     dut.stats_addr.value = 0
     memory = PARAMS.get("memory", "onchip")
@@ -157,21 +164,15 @@ async def runs(dut):
         ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=PARAMS["mem_bytes"])
         ram.write(0, local)
     psn = {}
-    edges = {"in": [], "cpl": []}       # cycles of frames' last beats in, of completions out
+    # the test top's cycle counter against the numbering of now_cycle()
+    await RisingEdge(dut.clk)
+    offset = now_cycle(W) - int(dut.cycle.value)
 
-    async def watch():
-        while True:
-            await RisingEdge(dut.clk)
-            c = now_cycle(W)
-            if int(dut.s_axis_tvalid.value) and int(dut.s_axis_tready.value) and \
-                    int(dut.s_axis_tlast.value):
-                edges["in"].append(c)
-            if int(dut.cpl_valid.value) and int(dut.cpl_ready.value):
-                edges["cpl"].append(c)
-    cocotb.start_soon(watch())
+    def last_in():
+        """The cycle of the last beat of the most recent frame into the endpoint."""
+        return int(dut.rx_last_cycle.value) + offset
     for n, run in enumerate(runs):
-        while mac.in_flight:            # the previous run's late copies
-            await RisingEdge(dut.clk)
+        await mac.drained()             # the previous run's late copies
         run_cycle, run_wall = now_cycle(W), time.perf_counter()
         nic = Rnic(HOST_MAC, HOST_IP, strict=True,
                    udp_ports=(CM_HOST_LISTEN,) if run.get("cm") else ())
@@ -179,7 +180,7 @@ async def runs(dut):
         if run.get("cm"):
             mac.to_nic = mac.from_nic = None
             mac.bytes_per_cycle = None
-            cm_cycles = await cm_exchanges(dut, mac, nic, edges, run, n, rng)
+            cm_cycles = await cm_exchanges(dut, mac, nic, last_in, run, n, rng)
             results.append({**run, "width": W, "clock_mhz": board_clock_mhz(W),
                             "cm_cycles": cm_cycles, "sim_cycles": now_cycle(W) - run_cycle,
                             "wall_seconds": time.perf_counter() - run_wall})
@@ -235,26 +236,35 @@ async def runs(dut):
                     nic.post_recv(HOST_QPN, max(size, 1), s)
             t0 = now_ps()
             await gen.send({"qp": 0, "opcode": opcode, "length": size, "count": count,
-                            "spacing": 0, "imm": 0, "window": 0 if opcode != WrOpcode.WRITE
-                            else count * size})
+                            "spacing": 0, "imm": 0,
+                            # each WRITE lands at its own offset, where it is checked
+                            "window": count * size if opcode in (WrOpcode.WRITE, WrOpcode.WRITE_IMM)
+                            else 0})
             await ClockCycles(dut.clk, 2)
-            while int(dut.gen_busy.value):
-                await RisingEdge(dut.clk)
+            await wait_low(dut, dut.gen_busy, W, max_cycles=50_000_000,
+                           what=f"run {n}: the traffic generator")
             if int(dut.gen_ok.value) != count or int(dut.gen_err.value):
                 raise AssertionError(f"run {n}: generator completed {int(dut.gen_ok.value)} of "
                                      f"{count}, {int(dut.gen_err.value)} with errors")
             check = []
             for s in range(count):
                 m = min(size, per_qp - s * size) if size else 0
-                if opcode == WrOpcode.WRITE:
+                if opcode in (WrOpcode.WRITE, WrOpcode.WRITE_IMM):
                     check.append((nic.read_mem(remote[0] + s * size, m),
                                   pattern(generator_address(s), m)))
             if sends:
                 got = nic.poll_cq()
-                check += [(c.data[:size] if c.data is not None else b"", pattern(
-                    generator_address(s), size) if opcode != WrOpcode.WRITE_IMM else b"")
-                          for s, c in enumerate(got)]
                 assert len(got) == count, f"run {n}: {len(got)} of {count} receives"
+                for s, c in enumerate(got):
+                    m = min(size, per_qp - s * size) if size else 0
+                    if opcode == WrOpcode.WRITE_IMM:
+                        # the payload is in the memory (checked above); the receive completes
+                        # with the generator's immediate and the message's length
+                        assert (c.imm, c.byte_len) == (0, m), \
+                            f"run {n}: receive {s} completed with imm {c.imm}, {c.byte_len} bytes"
+                    else:
+                        check.append((c.data[:m] if c.data is not None else b"",
+                                      pattern(generator_address(s), m)))
             elapsed_ps = now_ps() - t0
         else:
             jobs = []
@@ -284,8 +294,8 @@ async def runs(dut):
                     first = next(f for f, _, fr in mac.frames[before - 1:] if roce_frame_info(fr)
                                  and f * period_ps(W) >= t)
                     latency.append(int(first - t // period_ps(W)))
-                    done = edges["cpl"][-1]
-                    ack_to_cpl.append(done - max(c for c in edges["in"] if c <= done))
+                    done = cpl.cycles[-1]
+                    ack_to_cpl.append(done - last_in())
             got = (await cpl.wait_for(base + len(jobs), max_cycles=50_000_000))[base:]
             elapsed_ps = now_ps() - t0
             bad = [c for c in got if c["status"] != CplStatus.OK.value]
@@ -297,8 +307,21 @@ async def runs(dut):
             if opcode in (WrOpcode.SEND, WrOpcode.SEND_IMM):
                 recv = {c.wr_id: c for c in nic.poll_cq()}
                 check += [(recv[wid].data[:m], local[la:la + m]) for k, wid, off, m, la in jobs]
+        if len(check) != sum(len(m) for m in messages.values()):
+            raise AssertionError(f"run {n}: {len(check)} messages compared, "
+                                 f"{sum(len(m) for m in messages.values())} sent")
         for got_bytes, want in check:
             assert got_bytes == want, f"run {n}: data differs in the host's memory"
+        checked_bytes = sum(len(want) for _, want in check)
+        # exactly once: the host executed each packet of each message once (a duplicate or a
+        # retransmission it had executed is not executed again) and placed each byte once
+        packets = sum(max(1, -(-min(size, per_qp - off) // run["pmtu"])) if size else 1
+                      for k in messages for off in messages[k])
+        placed = nic.counters["write_bytes"] + nic.counters["send_bytes"]
+        if nic.counters["executed"] != packets or placed != per_qp * qps:
+            raise AssertionError(f"run {n}: the host executed {nic.counters['executed']} packets "
+                                 f"and placed {placed} bytes, for {packets} packets and "
+                                 f"{per_qp * qps} bytes sent")
         unexpected = list(nic.log)
         for entry in mac.corrupt_log[first_corrupt:]:
             unexpected.remove(entry)
@@ -349,6 +372,8 @@ async def runs(dut):
             "link_from_nic": dict(mac.from_nic.counters) if mac.from_nic else None,
             "nic": {c: nic.counters[c] for c in NIC_COUNTERS},
             "messages": sum(len(m) for m in messages.values()),
+            "checked_bytes": checked_bytes,
+            "packets": packets,
             "sim_cycles": now_cycle(W) - run_cycle,
             "wall_seconds": time.perf_counter() - run_wall,
         })
@@ -369,25 +394,21 @@ def is_cm_reply(frame):
     return UDP.unpack(frame[ETH.length + IPV4.length:ROCE_HEADERS])["src_port"] == REPLY_PORT
 
 
-async def cm_exchanges(dut, mac, nic, edges, run, n, rng):
+async def cm_exchanges(dut, mac, nic, last_in, run, n, rng):
     """``run["cm"]`` OPEN_QP / CLOSE_QP exchanges with the connection manager; returns the cycles
     from each OPEN_QP's last beat in to its reply's first beat out."""
     cycles = []
 
     async def exchange(payload):
-        first_in, first_out, seen = len(edges["in"]), len(mac.frames), len(nic.udp_rx)
+        first_out, seen = len(mac.frames), len(nic.udp_rx)
         frame = nic.udp_frame(FPGA_IP, CM_HOST_SPORT, CM_PORT, payload, dst_mac=FPGA_MAC)
         mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
-        for _ in range(100_000):
-            if len(nic.udp_rx) > seen:
-                break
-            await RisingEdge(dut.clk)
-        else:
-            raise AssertionError(f"run {n}: no reply from the connection manager")
+        await wait_until(mac, lambda: len(nic.udp_rx) > seen, max_cycles=100_000,
+                         what=f"run {n}: no reply from the connection manager")
         src_ip, sport, dport, reply = nic.udp_rx[seen]
         assert (src_ip, sport, dport) == (FPGA_IP, REPLY_PORT, CM_HOST_LISTEN), f"run {n}: reply"
         out = next(f for f, _, fr in mac.frames[first_out:] if is_cm_reply(fr))
-        return cm_unpack(reply), out - edges["in"][first_in]
+        return cm_unpack(reply), out - last_in()
 
     for _ in range(run["cm"]):
         reply, c = await exchange(cm_request(
@@ -399,6 +420,6 @@ async def cm_exchanges(dut, mac, nic, edges, run, n, rng):
         reply, _ = await exchange(cm_request(REQ_CLOSE_QP, rem_qpn=reply["loc_qpn"],
                                              listening_port=CM_HOST_LISTEN))
         assert reply["ack_type"] == ACK_ACK, f"run {n}: CLOSE_QP refused ({reply['ack_type']})"
-        await ClockCycles(dut.clk, 20)
+        await wait_cycles(W, 20)
     assert not nic.log, f"run {n}: the NIC model logged {nic.log[:3]}"
     return cycles

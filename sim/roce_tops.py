@@ -1,6 +1,6 @@
 """Test-only top levels of the RoCEv2 blocks with AXI-Stream port names, for the cocotb benches."""
 
-from amaranth.hdl import Module
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,8 +14,25 @@ from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.stream_in import STREAM_META
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.gateware.top import parse_ip, parse_mac
+from rocegen.sim.capture import StreamCapture
 
-__all__ = ["IcrcTop", "EndpointTop"]
+__all__ = ["IcrcTop", "EndpointTop", "MAC_CAPTURE", "capture_depth", "LINE_OVERHEAD"]
+
+#: Line overhead of a frame beyond its bytes without FCS: FCS, preamble + SFD, inter-frame gap.
+LINE_OVERHEAD = 4 + 8 + 12
+#: Largest frame the MAC capture is sized for (bytes without FCS): a 9 KB jumbo frame
+MAX_FRAME = 10240
+
+
+def capture_depth(width):
+    """Entries of the MAC capture ring at W bits: twice the beats of the largest frame."""
+    beats = 2 * -(-MAX_FRAME // (width // 8))
+    return 1 << (beats - 1).bit_length()
+
+
+def MAC_CAPTURE(width):
+    """Fields of a MAC capture entry's payload, in bit order: (name, bits)."""
+    return (("data", width), ("keep", width // 8), ("last", 1), ("user", 1))
 
 
 class IcrcTop(wiring.Component):
@@ -68,10 +85,22 @@ class IcrcTop(wiring.Component):
 
 class EndpointTop(wiring.Component):
     """:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with flat port names for the
-    cocotb benches: the MAC as ``s_axis`` (frames in) / ``m_axis`` (frames out, ``tuser`` =
-    abort); record streams as ``<name>_data/_valid/_ready`` (``wr``, ``cpl``, ``qpctl``,
-    ``qppsn``, ``gen``, and ``memw`` with on-chip memory); the streaming front end as
-    ``s_msg_axis`` plus ``msg_meta``; the AXI4 memory port as ``m_axi_*``; addresses fixed."""
+    cocotb benches: the MAC as ``s_axis`` (frames in); record streams as
+    ``<name>_data/_valid/_ready`` (``wr``, ``qpctl``, ``qppsn``, ``gen``, and ``memw`` with
+    on-chip memory); the streaming front end as ``s_msg_axis`` plus ``msg_meta``; the AXI4
+    memory port as ``m_axi_*``; addresses fixed.
+
+    The two outputs the benches follow at speed end in :class:`~rocegen.sim.capture.StreamCapture`
+    rings that the cocotb side reads once per frame (:class:`~rocegen.sim.cocotb_helpers.Capture`):
+
+    * the MAC's frames out, ring ``mac_cap`` (:func:`MAC_CAPTURE` entries), with the CMAC's
+      line-rate budget (``mac_credit_step``) and random backpressure (``mac_bp_threshold``,
+      ``mac_bp_seed``); ports ``mac_count``, ``mac_frames``, ``mac_rd``;
+    * the completions, ring ``cpl_cap`` (:data:`COMPLETION` entries) with random backpressure
+      (``cpl_bp_threshold``, ``cpl_bp_seed``); ports ``cpl_count``, ``cpl_rd``.
+
+    ``cycle`` counts clock edges since the simulation started; ``rx_last_cycle`` is its value
+    at the last beat of the most recent frame into ``s_axis``, ``rx_frames`` counts them."""
 
     def __init__(self, width=512, num_qps=8, memory="onchip", mac="02:00:00:00:00:01",
                  ip="10.0.0.2", **params):
@@ -82,9 +111,12 @@ class EndpointTop(wiring.Component):
         ep = self.endpoint
         members = {
             **axis_members("s_axis", width, sink=True),
-            **axis_members("m_axis", width, sink=False),
+            "mac_count": Out(32), "mac_frames": Out(32), "mac_rd": In(32),
+            "mac_credit_step": In(32), "mac_bp_threshold": In(16), "mac_bp_seed": In(32),
+            "cpl_count": Out(32), "cpl_rd": In(32), "cpl_bp_threshold": In(16),
+            "cpl_bp_seed": In(32),
+            "cycle": Out(32), "rx_last_cycle": Out(32), "rx_frames": Out(32),
             **record_members("wr", WORK_REQUEST, sink=True),
-            **record_members("cpl", COMPLETION, sink=False),
             **record_members("qpctl", CONTEXT_WRITE, sink=True),
             **record_members("qppsn", PSN_WRITE, sink=True),
             **record_members("gen", GEN_CONFIG, sink=True),
@@ -111,9 +143,32 @@ class EndpointTop(wiring.Component):
         ep = m.submodules.endpoint = self.endpoint
         m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
         connect_axis(m, self, "s_axis", ep.mac_rx, sink=True)
-        connect_axis(m, self, "m_axis", ep.mac_tx, sink=False)
+        B = self.width // 8
+        mac = m.submodules.mac_cap = StreamCapture(
+            sum(n for _, n in MAC_CAPTURE(self.width)), capture_depth(self.width),
+            bytes_width=(B).bit_length(), frame_overhead=LINE_OVERHEAD, max_credit=2 * B)
+        tx = ep.mac_tx
+        m.d.comb += [
+            mac.i_payload.eq(Cat(tx.payload.data, tx.payload.keep, tx.payload.last,
+                                 tx.payload.error)),
+            mac.i_valid.eq(tx.valid), tx.ready.eq(mac.i_ready), mac.i_last.eq(tx.payload.last),
+            mac.i_bytes.eq(sum(tx.payload.keep[k] for k in range(B))),
+            mac.rd.eq(self.mac_rd), mac.credit_step.eq(self.mac_credit_step),
+            mac.bp_threshold.eq(self.mac_bp_threshold), mac.seed.eq(self.mac_bp_seed),
+            self.mac_count.eq(mac.count), self.mac_frames.eq(mac.frames), self.cycle.eq(mac.cycle),
+        ]
+        cpl = m.submodules.cpl_cap = StreamCapture(data.Layout.cast(COMPLETION).size, 64)
+        m.d.comb += [
+            cpl.i_payload.eq(ep.cpl.payload), cpl.i_valid.eq(ep.cpl.valid),
+            ep.cpl.ready.eq(cpl.i_ready), cpl.i_last.eq(1), cpl.rd.eq(self.cpl_rd),
+            cpl.bp_threshold.eq(self.cpl_bp_threshold), cpl.seed.eq(self.cpl_bp_seed),
+            self.cpl_count.eq(cpl.count),
+        ]
+        rx_last, rx_frames = Signal(32), Signal(32)
+        with m.If(ep.mac_rx.valid & ep.mac_rx.ready & ep.mac_rx.payload.last):
+            m.d.sync += [rx_last.eq(mac.cycle), rx_frames.eq(rx_frames + 1)]
+        m.d.comb += [self.rx_last_cycle.eq(rx_last), self.rx_frames.eq(rx_frames)]
         connect_record(m, self, "wr", ep.wr, sink=True)
-        connect_record(m, self, "cpl", ep.cpl, sink=False)
         connect_record(m, self, "qpctl", ep.qp_ctl, sink=True)
         connect_record(m, self, "qppsn", ep.qp_psn, sink=True)
         connect_record(m, self, "gen", ep.gen, sink=True)

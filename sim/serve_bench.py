@@ -14,13 +14,14 @@ once a second, and the cycle their reading began (``stats_at``, counted like ``c
 It stops on SIGTERM or SIGINT, when its parent is gone, or after ``max_cycles``; the test then
 passes, so the launcher can tell a clean stop from a failure.
 
-How the clock is spent: while frames move (a frame leaving the FPGA, frames queued towards it)
-the bench follows the MAC port cycle by cycle, with the CMAC's line-rate budget of
-:class:`~rocegen.sim.roce_bench.MacModel` (frame + 24 bytes of line time). When the port is quiet
-it lets the simulator run 2048 cycles at a time and looks at the sockets between; after about a
-million quiet cycles with the traffic generator idle it also waits up to 20 ms for a socket, so
-an idle server costs little. Simulated time is the FPGA's: timers (ARP, retransmission) count
-simulated cycles, whatever the wall clock does. Each frame from the FPGA goes to the wire with
+How the clock is spent: the MAC takes frames in the test top itself (the capture ring of
+:class:`~rocegen.sim.roce_tops.EndpointTop`, with the CMAC's line-rate budget: frame + 24 bytes
+of line time), and the bench wakes once per frame out of the FPGA. While frames move (one left
+the FPGA since the last look, or frames are queued towards it) it looks at the sockets every 64
+cycles; when the port is quiet, every 2048 cycles; after about a million quiet cycles with the
+traffic generator idle it also waits up to 20 ms for a socket, so an idle server costs little.
+Simulated time is the FPGA's: timers (ARP, retransmission) count simulated cycles, whatever the
+wall clock does. Each frame from the FPGA goes to the wire with
 the cycles of its first and last beat on the MAC port and the core clock (a time record,
 :mod:`rocegen.sim.bridge`), so the host can measure in the FPGA's time.
 """
@@ -31,20 +32,22 @@ import signal
 import time
 
 import cocotb
-from cocotb.triggers import First, RisingEdge, Timer
+from cocotb.triggers import First, RisingEdge, Timer, ValueChange
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.sim.bridge import HostSide
-from rocegen.sim.cocotb_helpers import read_stats
+from rocegen.sim.cocotb_helpers import Capture, read_stats
 from rocegen.sim.pcap import PcapWriter
-from rocegen.sim.roce_bench import LINE_OVERHEAD, board_clock_mhz, now_cycle, period_ps, start_clock
+from rocegen.sim.roce_bench import CREDIT_ONE, board_clock_mhz, now_cycle, period_ps, start_clock
+from rocegen.sim.roce_tops import MAC_CAPTURE, capture_depth
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 CONF = json.loads(os.environ["ROCEGEN_SERVE"])
 W = PARAMS["width"]
 B = W // 8
 QUIET_STEP = 2048               # cycles run at once while the port is quiet
+BUSY_STEP = 64                  # cycles between looks at the sockets while frames move
 DEEP_IDLE = 1 << 20             # quiet cycles before the bench also waits on the sockets
 STATUS_EVERY = 1.0              # seconds between status file updates
 
@@ -61,10 +64,10 @@ def _write_status(path, status):
 @cocotb.test()
 async def serve(dut):
     for name in ("wr_valid", "qpctl_valid", "qppsn_valid", "gen_valid", "s_msg_axis_tvalid",
-                 "cpl_ready"):
-        getattr(dut, name).value = 1 if name == "cpl_ready" else 0
+                 "cpl_bp_threshold"):
+        getattr(dut, name).value = 0        # completions: always taken by the capture ring
     dut.stats_addr.value = 0
-    dut.m_axis_tready.value = 1
+    dut.mac_bp_threshold.value = 0
     await start_clock(dut, W)
 
     stop = {"why": None}
@@ -90,9 +93,12 @@ async def serve(dut):
     source.log.setLevel("WARNING")
     mhz = board_clock_mhz(W)
     clock_hz = round(mhz * 1e6)
-    first_beat = 0
     line = CONF.get("line_gbps") or 0
-    bytes_per_cycle = line * 1e9 / 8 / (mhz * 1e6) if line else None
+    dut.mac_credit_step.value = max(1, round(line * 1e9 / 8 / (mhz * 1e6) * CREDIT_ONE)) \
+        if line else 0
+    cap = Capture(dut.mac_cap, dut.mac_count, dut.mac_rd, MAC_CAPTURE(W), capture_depth(W))
+    await RisingEdge(dut.clk)
+    offset = now_cycle(W) - int(dut.cycle.value)     # the ring's cycles against now_cycle()
     status_path = CONF.get("status")
     ready = {"state": "ready", "listen": host.listen, "cm_port": host.cm_port,
              "wire_port": host.wire_port, "fpga_ip": CONF["fpga_ip"], "host_ip": CONF["host_ip"],
@@ -115,8 +121,6 @@ async def serve(dut):
             tx["rx_bytes"] += len(f)
             source.send_nowait(AxiStreamFrame(f, tuser=0))
 
-    tvalid, tready, tdata = dut.m_axis_tvalid, dut.m_axis_tready, dut.m_axis_tdata
-    tkeep, tlast, tuser = dut.m_axis_tkeep, dut.m_axis_tlast, dut.m_axis_tuser
     stats = {"last": {}, "at": None, "task": None}
 
     async def refresh_stats():      # beside the MAC loop: it only uses the statistics port
@@ -124,50 +128,37 @@ async def serve(dut):
         stats["last"] = await read_stats(dut, STATS)
         stats["at"] = at
 
-    buf = bytearray()
-    credit = 2.0 * B
-    ready_now = 1
+    buf, first_beat = bytearray(), None
     quiet = 0
+    busy = False
     last_status = time.monotonic()
     while stop["why"] is None:
-        busy = bool(buf) or int(tvalid.value) or not source.idle()
-        if busy:
+        step = BUSY_STEP if busy or buf or not source.idle() else QUIET_STEP
+        before = now_cycle(W)
+        await First(ValueChange(dut.mac_frames), Timer(step * period_ps(W), unit="ps"))
+        busy = False
+        for beat in cap.take():
+            if first_beat is None:
+                first_beat = beat["cycle"] + offset
+            buf += beat["data"].to_bytes(B, "little")[:bin(beat["keep"]).count("1")]
+            if not beat["last"]:
+                continue
+            frame, buf = bytes(buf), bytearray()
+            span, first_beat = (first_beat, beat["cycle"] + offset, clock_hz), None
+            busy = True
+            if beat["user"]:
+                log(f"the endpoint aborted a frame of {len(frame)} bytes")
+                continue
+            tx["frames"] += 1
+            tx["bytes"] += len(frame)
+            if pcap:
+                pcap.write(frame, cocotb.utils.get_sim_time("ns"))
+            to_fpga(host.from_fpga(frame, span))
+        if busy or not source.idle():
             quiet = 0
-            for k in range(64):
-                await RisingEdge(dut.clk)
-                if ready_now and int(tvalid.value):
-                    if not buf:
-                        first_beat = now_cycle(W)
-                    keep = int(tkeep.value)
-                    n = bin(keep).count("1")
-                    buf += int(tdata.value).to_bytes(B, "little")[:n]
-                    if bytes_per_cycle is not None:
-                        credit -= n
-                    if int(tlast.value):
-                        frame, buf = bytes(buf), bytearray()
-                        if bytes_per_cycle is not None:
-                            credit -= LINE_OVERHEAD
-                        if int(tuser.value):
-                            log(f"the endpoint aborted a frame of {len(frame)} bytes")
-                            continue
-                        tx["frames"] += 1
-                        tx["bytes"] += len(frame)
-                        if pcap:
-                            pcap.write(frame, cocotb.utils.get_sim_time("ns"))
-                        to_fpga(host.from_fpga(frame, (first_beat, now_cycle(W), clock_hz)))
-                if bytes_per_cycle is not None:
-                    credit = min(credit + bytes_per_cycle, 2 * B)
-                    ready_now = int(credit > 0)
-                    tready.value = ready_now
-                if not buf and not int(tvalid.value) and k >= 8:
-                    break
             to_fpga(host.poll(0))
         else:
-            # quiet: the MAC is ready (a full line budget) and nothing is queued towards the FPGA
-            credit, ready_now = 2.0 * B, 1
-            tready.value = 1
-            await First(RisingEdge(tvalid), Timer(QUIET_STEP * period_ps(W), unit="ps"))
-            quiet += QUIET_STEP
+            quiet += now_cycle(W) - before
             deep = quiet >= DEEP_IDLE and not int(dut.gen_busy.value)
             to_fpga(host.poll(0.02 if deep else 0))
         now = time.monotonic()

@@ -36,6 +36,7 @@ def test_quick_suite(tmp_path):
         assert abs(g["mmsgs"] - g["messages"] * CLOCK_MHZ / g["cycles"]) < 1e-9 * g["mmsgs"]
         assert g["mmsgs"] <= g["limit_mmsgs"] * (1 + TOL)
         assert g["messages"] == g["qps"] * g["bytes"] // g["size"]
+        assert g["data_checked"], g       # every byte compared in the host's memory
     big = [g for g in r["goodput"] if g["line_gbps"] and g["opcode"] == "WRITE" and g["qps"] == 1
            and g["size"] >= 4096]
     assert big and all(g["percent_of_limit"] > 97 for g in big), big

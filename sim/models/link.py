@@ -292,6 +292,14 @@ class Link:
             else:
                 self._emit(entry, out)
 
+    def next_due(self):
+        """The earliest cycle at which :meth:`deliveries` can return a frame (a frame's due
+        cycle or a held frame's deadline), ``None`` while the link holds none."""
+        times = [h.deadline for h in self._held]
+        if self._heap:
+            times.append(self._heap[0][0])
+        return min(times, default=None)
+
     def due(self, now):
         """The frames (bytes) leaving the link at or before cycle ``now``, in delivery order."""
         return [d.frame for d in self.deliveries(now)]

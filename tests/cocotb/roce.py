@@ -9,7 +9,7 @@ import os
 import random
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.records import pack
@@ -34,6 +34,8 @@ from rocegen.sim.roce_bench import (
     open_qp,
     qpn,
     start_clock,
+    wait_low,
+    wait_until,
     write_onchip,
 )
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
@@ -74,7 +76,7 @@ class Bench:
         self.psn = RecordDriver(dut, "qppsn", PSN_WRITE)
         self.wr = RecordDriver(dut, "wr", WORK_REQUEST, idle=self.idle, seed=self.rng.getrandbits(32))
         self.gen = RecordDriver(dut, "gen", GEN_CONFIG)
-        self.cpl = RecordCollector(dut, "cpl", COMPLETION, backpressure=self.backpressure,
+        self.cpl = RecordCollector(dut, "cpl", COMPLETION, backpressure=self.backpressure, width=W,
                                    seed=self.rng.getrandbits(32))
         dut.s_msg_axis_tvalid.value = 0
         dut.stats_addr.value = 0
@@ -227,12 +229,8 @@ async def generator_multi_megabyte(dut):
 
 async def wait_gen(dut, count, max_cycles=3_000_000):
     await ClockCycles(dut.clk, 4)
-    for _ in range(max_cycles):
-        if not int(dut.gen_busy.value):
-            break
-        await RisingEdge(dut.clk)
-    else:
-        raise AssertionError(f"generator still busy: {int(dut.gen_ok.value)} of {count} done")
+    await wait_low(dut, dut.gen_busy, W, max_cycles=max_cycles,
+                   what=f"generator ({int(dut.gen_ok.value)} of {count} done)")
     assert int(dut.gen_ok.value) == count and int(dut.gen_err.value) == 0
 
 
@@ -259,11 +257,10 @@ async def stream_front_end(dut):
                                                 "remote_offset": off})
         await src.send(AxiStreamFrame(data, tuser=0))
         await src.wait()
-    for _ in range(2_000_000):
-        if b.nic.expected_psn(HOST_QPN) == (7 + sum(max(1, -(-len(d) // 1024)) for _, d in msgs)) \
-                % (1 << 24):
-            break
-        await RisingEdge(dut.clk)
+    want = (7 + sum(max(1, -(-len(d) // 1024)) for _, d in msgs)) % (1 << 24)
+    await wait_until(b.mac, lambda: b.nic.expected_psn(HOST_QPN) == want, max_cycles=2_000_000,
+                     what=lambda: f"the host expects PSN {b.nic.expected_psn(HOST_QPN):#x}, "
+                     f"not {want:#x}: packets of the streamed messages missing")
     for off, data in msgs:
         assert b.remote(0, off, len(data)) == data, f"message at {off:#x} differs"
     assert not b.nic.log
@@ -319,13 +316,11 @@ async def connection_manager(dut):
         n = len(b.nic.udp_rx)
         frame = b.nic.udp_frame(FPGA_IP, 50000, CM_PORT, payload, dst_mac=FPGA_MAC)
         b.mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
-        for _ in range(20_000):
-            if len(b.nic.udp_rx) > n:
-                src_ip, sport, dport, reply = b.nic.udp_rx[n]
-                assert (src_ip, sport, dport) == (FPGA_IP, REPLY_PORT, 50001)
-                return cm_unpack(reply)
-            await RisingEdge(dut.clk)
-        raise AssertionError("no reply from the connection manager")
+        await wait_until(b.mac, lambda: len(b.nic.udp_rx) > n, max_cycles=20_000,
+                         what="no reply from the connection manager")
+        src_ip, sport, dport, reply = b.nic.udp_rx[n]
+        assert (src_ip, sport, dport) == (FPGA_IP, REPLY_PORT, 50001)
+        return cm_unpack(reply)
 
     reply = await exchange(cm_request(REQ_OPEN_QP, loc_qpn=host_qpn, loc_psn=host_psn,
                                       loc_rkey=rkey, loc_vaddr=base, loc_ip=parse_ip(HOST_IP),

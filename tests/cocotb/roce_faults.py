@@ -19,7 +19,15 @@ from rocegen.gateware.top import parse_ip
 from rocegen.sim.cocotb_helpers import read_qp_stats, read_stats
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.rnic import WcStatus
-from rocegen.sim.roce_bench import MacModel, RecordCollector, RecordDriver, open_qp, qpn, start_clock
+from rocegen.sim.roce_bench import (
+    MacModel,
+    RecordCollector,
+    RecordDriver,
+    open_qp,
+    qpn,
+    start_clock,
+    wait_cycles,
+)
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
 from tests.cocotb.roce import (
     HOST_QPN,
@@ -81,7 +89,7 @@ class FaultBench(Bench):
                                seed=self.rng.getrandbits(32))
         self.gen = RecordDriver(dut, "gen", GEN_CONFIG)
         self.cpl = RecordCollector(dut, "cpl", COMPLETION, backpressure=self.backpressure,
-                                   seed=self.rng.getrandbits(32))
+                                   seed=self.rng.getrandbits(32), width=W)
         dut.s_msg_axis_tvalid.value = 0
         dut.stats_addr.value = 0
         dut.qp_stats_qp.value = 0
@@ -170,7 +178,7 @@ class FaultBench(Bench):
         order = interleave_jobs(self.rng, jobs)
         cocotb.start_soon(self.post_jobs(order))
         await self.cpl.wait_for(first + len(jobs), max_cycles=MAX_CYCLES)
-        await ClockCycles(self.dut.clk, 200)
+        await wait_cycles(W, 200)
         cpls = self.cpl.items[first:]
         assert len(cpls) == len(jobs), f"{len(cpls) - len(jobs)} completions too many"
         return cpls, self.nic.poll_cq()
@@ -279,7 +287,7 @@ async def errors_and_recovery(dut):
                      j["imm"])
     total = len(rnr_jobs) + len(ok_jobs) + 1 + len(after_bad)
     await b.cpl.wait_for(first + total, max_cycles=MAX_CYCLES)
-    await ClockCycles(dut.clk, 200)
+    await wait_cycles(W, 200)
     cpls = b.cpl.items[first:]
     assert len(cpls) == total
     by_qp = {}
@@ -349,14 +357,14 @@ async def receive_fuzz(dut):
             if k % 8 == 7:
                 await ClockCycles(dut.clk, 1)
                 while b.mac.source.count() > 64:
-                    await ClockCycles(dut.clk, 16)
+                    await wait_cycles(W, 16)
     thrower = cocotb.start_soon(throw())
     jobs = b.jobs(0, 120, local, first_id=0) + b.jobs(1, 120, local, first_id=1000)
     cpls, recvs = await b.run_jobs(jobs)
     await thrower
     while b.mac.source.count():
-        await ClockCycles(dut.clk, 64)
-    await ClockCycles(dut.clk, 2000)
+        await wait_cycles(W, 64)
+    await wait_cycles(W, 2000)
     b.check_delivery(jobs, cpls, recvs)
     stats = await read_stats(dut, STATS)
     d = {k: stats[k] - stats0[k] for k in STATS}
