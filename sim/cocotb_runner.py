@@ -49,7 +49,7 @@ BUILD_ARGS = os.environ.get(
 #: every signal of the design as cocotb's runner asks with ``--public-flat-rw``, which keeps
 #: Verilator from optimising the model.
 PUBLIC_CONTROL = """`verilator_config
-public_flat_rw -module "top" -port "*"
+public_flat_rw -module "{top}" -port "*"
 public_flat_rw -module "*" -var "cap_mem"
 """
 
@@ -107,7 +107,7 @@ class SimConfig:
         self.params = params
         self.waves = waves_requested()
         key = json.dumps({"f": factory, "p": params, "w": self.waves, "a": BUILD_ARGS,
-                          "v": PUBLIC_CONTROL + os.environ.get("ROCEGEN_PUBLIC", "")},
+                          "v": PUBLIC_CONTROL.format(top=toplevel) + os.environ.get("ROCEGEN_PUBLIC", "")},
                          sort_keys=True, default=str)
         self.build_dir = BUILD / "cocotb" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
 
@@ -144,7 +144,7 @@ class SimConfig:
         src = self.build_dir / f"{self.toplevel}.v"
         _write_atomic(src, text)
         control = self.build_dir / "public.vlt"
-        _write_atomic(control, PUBLIC_CONTROL)
+        _write_atomic(control, PUBLIC_CONTROL.format(top=self.toplevel))
         with verilator_on_path():
             runner = _verilator()
             runner.build(

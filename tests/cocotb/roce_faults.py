@@ -362,8 +362,13 @@ async def receive_fuzz(dut):
     jobs = b.jobs(0, 120, local, first_id=0) + b.jobs(1, 120, local, first_id=1000)
     cpls, recvs = await b.run_jobs(jobs)
     await thrower
-    while b.mac.source.count():
+    for _ in range(100_000):
+        if not b.mac.source.count():
+            break
         await wait_cycles(W, 64)
+    else:
+        raise AssertionError(f"{b.mac.source.count()} fuzz frames still queued: the receive port "
+                             "stopped taking frames")
     await wait_cycles(W, 2000)
     b.check_delivery(jobs, cpls, recvs)
     stats = await read_stats(dut, STATS)
