@@ -330,11 +330,17 @@ async def runs(dut):
         assert not unexpected, f"run {n}: the NIC model logged {unexpected[:3]}"
         for k in range(qps):
             psn[k] = nic.expected_psn(HOST_QPN + k)
+        # each retransmission's distance from the previous copy of its packet, in one pass
         gaps = []
-        for i in mac.retransmissions[first_retx_index:]:
+        retx = set(mac.retransmissions[first_retx_index:])
+        last_copy = {}
+        for i in range(first_frame, len(mac.frames)):
             key = roce_data_key(mac.frames[i][2])
-            prev = next(j for j in range(i - 1, -1, -1) if roce_data_key(mac.frames[j][2]) == key)
-            gaps.append(mac.frames[i][0] - mac.frames[prev][0])
+            if key is None:
+                continue
+            if i in retx:
+                gaps.append(mac.frames[i][0] - mac.frames[last_copy[key]][0])
+            last_copy[key] = i
         # figures, from the RoCE frames of this run
         frames = [(f, l, fr) for f, l, fr in mac.frames[first_frame:] if roce_frame_info(fr)]
         line = [t for t, (_, _, fr) in zip(mac.line[first_line:], mac.frames[first_frame:])
