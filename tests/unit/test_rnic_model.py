@@ -952,3 +952,30 @@ def test_injected_ack_frames():
     f = rnic.ack_frame(QPN, 0x63, 0xFFFFFF, msn=9)
     assert answers([f]) == [(PEER_QPN, 0xFFFFFF, 0x63, 9)]
     assert rnic.counters["tx_frames"] == 0 and rnic.expected_psn(QPN) == EPSN
+
+
+@pytest.mark.parametrize("vlan", [None, 42])
+def test_acks_are_the_bytes_scapy_builds(vlan):
+    """The NIC model's ACK frames (a scapy-built template with the varying fields set through the
+    header table, checksums and ICRC computed again) equal scapy's own build of the same ACK,
+    whatever the PSN, syndrome, MSN, IP id, TOS and QP."""
+    rng = random.Random(vlan or 7)
+    nic = Rnic(HOST_MAC, HOST_IP, vlan=vlan, pcp=3)
+    for k in range(40):
+        qpn = 0x40 + k % 3
+        if qpn not in nic.qps:
+            nic.create_qp(qpn, peer_qpn=0x100 + k, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=0,
+                          pmtu=1024, dscp=rng.randrange(64), ecn=rng.randrange(4),
+                          pkey=rng.choice([0xFFFF, 0x8001]))
+        qp = nic.qps[qpn]
+        syndrome, psn, msn = rng.randrange(256), rng.getrandbits(24), rng.getrandbits(24)
+        got = nic.ack_frame(qpn, syndrome, psn, msn=msn)
+        l2 = Ether(dst=FPGA_MAC, src=HOST_MAC)
+        if vlan is not None:
+            l2 = l2 / Dot1Q(vlan=vlan, prio=3, dei=0)
+        want = bytes(l2 / IP(src=HOST_IP, dst=FPGA_IP, ttl=nic.ttl, flags="DF", tos=qp.tos,
+                             id=nic._ip_id, proto=17)
+                     / UDP(sport=qp.udp_sport, dport=4791, chksum=0)
+                     / BTH(opcode=0x11, migreq=nic.migreq, pkey=qp.pkey, dqpn=qp.peer_qpn, psn=psn)
+                     / AETH(syndrome=syndrome, msn=msn)).ljust(60, b"\0")
+        assert got == want, f"ACK {k} differs from scapy's"
