@@ -429,6 +429,26 @@ def markdown(results):
         out += _table(["lost packet", "timeout code", "first copy to retransmission",
                        "packets resent"], table) + [""]
 
+    soak = results.get("soak", [])
+    if soak:
+        out += ["### Soak", "",
+                "`rocegen bench --only soak` (`make soak`): 8 QPs of 16 KiB messages at PMTU 256, "
+                "work requests from local memory, MAC at 100 Gb/s, through the link model losing "
+                "1 % of the frames, duplicating 0.5 % and reordering 0.5 % in each direction over "
+                "a 2 us round trip; one run per opcode. After each run every byte is compared in "
+                "the host's memory (or its receive buffers), the host's counters must show each "
+                "data packet executed exactly once and each byte placed once, and every work "
+                "request must have completed OK.", ""]
+        table = []
+        for r in soak:
+            table.append([r["opcode"], f"{r['packets']:,}", f"{r['roce_frames']:,}",
+                          f"{r['retransmitted']:,}", f"{r['lost_to_nic']:,} / {r['lost_from_nic']:,}",
+                          f"{r['checked_bytes']:,}", f"{r['goodput_gbps']:.2f} Gb/s",
+                          f"{r['sim_cycles']:,} ({r['sim_cycles'] * ns / 1e6:.2f} ms)",
+                          f"{r['wall_seconds']:.0f} s"])
+        out += _table(["opcode", "data packets", "frames sent", "resent", "lost to host / to FPGA",
+                       "bytes checked", "goodput", "simulated cycles", "wall time"], table) + [""]
+
     res = results["resources"]
     out += ["### Resources", ""]
     if res.get("available"):
