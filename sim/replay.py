@@ -50,10 +50,11 @@ from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.layouts import COMPLETION, CplStatus, WrSource
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.top import parse_ip
-from rocegen.sim.cocotb_helpers import Capture, read_stats
+from rocegen.sim.cocotb_helpers import read_stats
 from rocegen.sim.fuzz import count_roce_candidates
 from rocegen.sim.replay_cli import read_frames
 from rocegen.sim.roce_bench import (
+    MacFrames,
     RecordCollector,
     RecordDriver,
     now_cycle,
@@ -61,7 +62,6 @@ from rocegen.sim.roce_bench import (
     start_clock,
     wait_cycles,
 )
-from rocegen.sim.roce_tops import MAC_CAPTURE, capture_depth
 from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
@@ -82,19 +82,13 @@ class FrameSink:
 
     async def _run(self):
         dut = self.dut
-        B = W // 8
         dut.mac_credit_step.value = 0
         dut.mac_bp_threshold.value = 0
-        cap = Capture(dut.mac_cap, dut.mac_count, dut.mac_rd, MAC_CAPTURE(W), capture_depth(W))
-        buf = bytearray()
+        mac = MacFrames(dut, W)
         while True:
             await ValueChange(dut.mac_frames)
-            for beat in cap.take():
-                self.beats += 1
-                buf += beat["data"].to_bytes(B, "little")[:bin(beat["keep"]).count("1")]
-                if beat["last"]:
-                    self.frames.append(bytes(buf))
-                    buf = bytearray()
+            self.frames += [frame for _, _, frame, _ in mac.take()]
+            self.beats = mac.beats
 
 
 def frame_kind(frame):

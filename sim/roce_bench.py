@@ -56,7 +56,8 @@ from rocegen.sim.models.link import Link
 from rocegen.sim.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_depth
 
 __all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "RecordDriver", "RecordCollector",
-           "start_clock", "wait_cycles", "wait_low", "wait_until", "open_qp", "qpn", "write_onchip",
+           "start_clock", "wait_cycles", "wait_low", "wait_until", "cycle_offset", "MacFrames",
+           "open_qp", "qpn", "write_onchip",
            "roce_data_key", "is_ipv4", "link_pair", "FAULTS", "timeout_code", "LINE_OVERHEAD"]
 
 #: fixed point of the capture ring's line-rate budget (bytes per cycle times 2**16)
@@ -103,6 +104,41 @@ async def wait_low(dut, signal, width, *, max_cycles, what):
         if left <= 0:
             raise AssertionError(f"{what}: still busy after {max_cycles} cycles")
         await First(FallingEdge(signal), Timer(left * period_ps(width), unit="ps"))
+
+
+async def cycle_offset(dut, width):
+    """What to add to a cycle of the test top's ``cycle`` counter (the capture rings' stamps)
+    to number it as :func:`now_cycle` does: a beat taken at an edge is stamped with the cycle
+    in which it was offered. Takes one clock edge."""
+    await RisingEdge(dut.clk)
+    return now_cycle(width) - int(dut.cycle.value)
+
+
+class MacFrames:
+    """The frames out of the test top's MAC capture ring (``mac_cap``), put together from its
+    beats; :attr:`beats` counts the beats taken."""
+
+    def __init__(self, dut, width):
+        self.cap = Capture(dut.mac_cap, dut.mac_count, dut.mac_rd, MAC_CAPTURE(width),
+                           capture_depth(width))
+        self.bytes = width // 8
+        self.beats = 0
+        self._buf, self._first = bytearray(), None
+
+    def take(self):
+        """The frames completed since the last call: ``(first, last, frame, aborted)`` with the
+        ring's cycle stamps of the first and last beat and ``aborted`` for ``tuser`` on the
+        last beat."""
+        out = []
+        for beat in self.cap.take():
+            self.beats += 1
+            if self._first is None:
+                self._first = beat["cycle"]
+            self._buf += beat["data"].to_bytes(self.bytes, "little")[:bin(beat["keep"]).count("1")]
+            if beat["last"]:
+                out.append((self._first, beat["cycle"], bytes(self._buf), bool(beat["user"])))
+                self._buf, self._first = bytearray(), None
+        return out
 
 
 class MacModel:
@@ -275,15 +311,11 @@ class MacModel:
 
     async def _run(self):
         dut = self.dut
-        W, B = self.width, self.width // 8
-        cap = Capture(dut.mac_cap, dut.mac_count, dut.mac_rd, MAC_CAPTURE(W), capture_depth(W))
+        W = self.width
+        mac = MacFrames(dut, W)
         self._hw = True
         self._configure()
-        # the ring's cycle counter against the numbering of now_cycle(): a beat taken at an
-        # edge is stamped with the cycle in which it was offered
-        await RisingEdge(dut.clk)
-        offset = now_cycle(W) - int(dut.cycle.value)
-        buf, first = bytearray(), None
+        offset = await cycle_offset(dut, W)
         frames = dut.mac_frames
         while True:
             due = self.next_due()
@@ -295,18 +327,11 @@ class MacModel:
                 await First(ValueChange(frames), self._wake.wait(),
                             Timer(wait * period_ps(W), unit="ps"))
             self.cycle = now_cycle(W)
-            for beat in cap.take():
-                n = bin(beat["keep"]).count("1")
-                if first is None:
-                    first = beat["cycle"] + offset
-                buf += beat["data"].to_bytes(B, "little")[:n]
-                self.tx_beats += 1
-                if beat["last"]:
-                    if beat["user"]:
-                        raise AssertionError("the endpoint aborted a frame (tuser on tlast)")
-                    frame, last = bytes(buf), beat["cycle"] + offset
-                    buf, first_, first = bytearray(), first, None
-                    self._frame_done(first_, last, frame)
+            for first, last, frame, aborted in mac.take():
+                if aborted:
+                    raise AssertionError("the endpoint aborted a frame (tuser on tlast)")
+                self._frame_done(first + offset, last + offset, frame)
+            self.tx_beats = mac.beats
             self._poll_links()
             self.event.set()
 
@@ -454,8 +479,7 @@ class RecordCollector:
         ring = getattr(dut, f"{self.prefix}_cap")
         cap = Capture(ring, self.count, getattr(dut, f"{self.prefix}_rd"),
                       (("record", data.Layout.cast(self.layout).size),), len(ring.cap_mem))
-        await RisingEdge(dut.clk)
-        offset = now_cycle(self.width) - int(dut.cycle.value)
+        offset = await cycle_offset(dut, self.width)
         while True:
             await ValueChange(self.count)
             for e in cap.take():

@@ -73,7 +73,7 @@ import random
 import time
 
 import cocotb
-from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamFrame
 
@@ -95,6 +95,7 @@ from rocegen.sim.roce_bench import (
     RecordCollector,
     RecordDriver,
     board_clock_mhz,
+    cycle_offset,
     is_ipv4,
     link_pair,
     now_cycle,
@@ -164,9 +165,7 @@ async def runs(dut):
         ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=PARAMS["mem_bytes"])
         ram.write(0, local)
     psn = {}
-    # the test top's cycle counter against the numbering of now_cycle()
-    await RisingEdge(dut.clk)
-    offset = now_cycle(W) - int(dut.cycle.value)
+    offset = await cycle_offset(dut, W)
 
     def last_in():
         """The cycle of the last beat of the most recent frame into the endpoint."""

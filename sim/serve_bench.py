@@ -32,20 +32,26 @@ import signal
 import time
 
 import cocotb
-from cocotb.triggers import First, RisingEdge, Timer, ValueChange
+from cocotb.triggers import First, Timer, ValueChange
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.sim.bridge import HostSide
-from rocegen.sim.cocotb_helpers import Capture, read_stats
+from rocegen.sim.cocotb_helpers import read_stats
 from rocegen.sim.pcap import PcapWriter
-from rocegen.sim.roce_bench import CREDIT_ONE, board_clock_mhz, now_cycle, period_ps, start_clock
-from rocegen.sim.roce_tops import MAC_CAPTURE, capture_depth
+from rocegen.sim.roce_bench import (
+    CREDIT_ONE,
+    MacFrames,
+    board_clock_mhz,
+    cycle_offset,
+    now_cycle,
+    period_ps,
+    start_clock,
+)
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 CONF = json.loads(os.environ["ROCEGEN_SERVE"])
 W = PARAMS["width"]
-B = W // 8
 QUIET_STEP = 2048               # cycles run at once while the port is quiet
 BUSY_STEP = 64                  # cycles between looks at the sockets while frames move
 DEEP_IDLE = 1 << 20             # quiet cycles before the bench also waits on the sockets
@@ -96,9 +102,8 @@ async def serve(dut):
     line = CONF.get("line_gbps") or 0
     dut.mac_credit_step.value = max(1, round(line * 1e9 / 8 / (mhz * 1e6) * CREDIT_ONE)) \
         if line else 0
-    cap = Capture(dut.mac_cap, dut.mac_count, dut.mac_rd, MAC_CAPTURE(W), capture_depth(W))
-    await RisingEdge(dut.clk)
-    offset = now_cycle(W) - int(dut.cycle.value)     # the ring's cycles against now_cycle()
+    mac = MacFrames(dut, W)
+    offset = await cycle_offset(dut, W)
     status_path = CONF.get("status")
     ready = {"state": "ready", "listen": host.listen, "cm_port": host.cm_port,
              "wire_port": host.wire_port, "fpga_ip": CONF["fpga_ip"], "host_ip": CONF["host_ip"],
@@ -128,32 +133,24 @@ async def serve(dut):
         stats["last"] = await read_stats(dut, STATS)
         stats["at"] = at
 
-    buf, first_beat = bytearray(), None
     quiet = 0
     busy = False
     last_status = time.monotonic()
     while stop["why"] is None:
-        step = BUSY_STEP if busy or buf or not source.idle() else QUIET_STEP
+        step = BUSY_STEP if busy or not source.idle() else QUIET_STEP
         before = now_cycle(W)
         await First(ValueChange(dut.mac_frames), Timer(step * period_ps(W), unit="ps"))
         busy = False
-        for beat in cap.take():
-            if first_beat is None:
-                first_beat = beat["cycle"] + offset
-            buf += beat["data"].to_bytes(B, "little")[:bin(beat["keep"]).count("1")]
-            if not beat["last"]:
-                continue
-            frame, buf = bytes(buf), bytearray()
-            span, first_beat = (first_beat, beat["cycle"] + offset, clock_hz), None
+        for first, last, frame, aborted in mac.take():
             busy = True
-            if beat["user"]:
+            if aborted:
                 log(f"the endpoint aborted a frame of {len(frame)} bytes")
                 continue
             tx["frames"] += 1
             tx["bytes"] += len(frame)
             if pcap:
                 pcap.write(frame, cocotb.utils.get_sim_time("ns"))
-            to_fpga(host.from_fpga(frame, span))
+            to_fpga(host.from_fpga(frame, (first + offset, last + offset, clock_hz)))
         if busy or not source.idle():
             quiet = 0
             to_fpga(host.poll(0))
