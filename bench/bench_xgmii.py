@@ -19,7 +19,7 @@ from amaranth.sim import Simulator
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
 from rocegen.sim.models import xgmii as X
-from rocegen.sim.packets import to_beats
+from rocegen.sim.models.packets import to_beats
 
 
 def simulate(dut, testbench, monitor):

@@ -6,8 +6,8 @@ Vendor IP and primitives (MACs, DDR4 memory controller, AXI clock converter, clo
 appear only in this package.
 """
 
-from .base import RETRANSMIT_MEMORIES, Board, write_build
-from .vcu118 import Vcu118Cmac, Vcu118Xxv
+from rocegen.boards.base import RETRANSMIT_MEMORIES, Board, write_build
+from rocegen.boards.vcu118 import Vcu118Cmac, Vcu118Xxv
 
 __all__ = ["BOARDS", "Board", "RETRANSMIT_MEMORIES", "get_board", "write_build"]
 

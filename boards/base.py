@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rocegen.gateware.emit import to_verilog
 from rocegen.gateware.roce.layouts import MAX_QPS
-from rocegen.gateware.top import parse_ip, parse_mac
+from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["Board", "PinMap", "RETRANSMIT_MEMORIES", "write_build", "check_build_params",
            "add_ram_style"]

@@ -284,6 +284,6 @@ def tie_off(m, component, used):
 
 def is_packet_stream(member):
     """Whether ``member`` (a signature member) is a packet stream
-    (:func:`~rocegen.gateware.stream.PacketSignature`)."""
+    (:func:`~rocegen.gateware.lib.stream.PacketSignature`)."""
     return (member.is_signature and isinstance(member.signature, stream.Signature)
             and _is_packet_layout(data.Layout.cast(member.signature.members["payload"].shape)))

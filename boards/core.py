@@ -5,16 +5,15 @@ from amaranth.hdl import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.axi import Axi4Signature, axi4_members, connect_axi4
-from rocegen.gateware.axis import axis_members, connect_axis
+from rocegen.boards.common import is_packet_stream
+from rocegen.gateware.lib.axi import Axi4Signature, axi4_members, connect_axi4
+from rocegen.gateware.lib.axis import axis_members, connect_axis
+from rocegen.gateware.lib.records import connect_record, record_members
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
-from rocegen.gateware.records import connect_record, record_members
 from rocegen.gateware.roce.endpoint import IP_MTU, RoceEndpoint
-from rocegen.gateware.top import parse_ip, parse_mac
 from rocegen.gateware.xgmii_top import MAC_COUNTERS, XGMII_WIDTH
-
-from .common import is_packet_stream
+from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["CoreTop", "PHYS", "xgmii_mac", "XGMII_MAX_FRAME"]
 
@@ -63,7 +62,7 @@ class CoreTop(wiring.Component):
       :data:`~rocegen.gateware.xgmii_top.MAC_COUNTERS`;
     * record streams (``wr``, ``cpl``, ``qp_ctl``, ``qp_psn``, ``gen``, ``mem_w``...): as
       ``<name>_data`` / ``<name>_valid`` / ``<name>_ready`` (the record's bits, first field in
-      the low bits; :mod:`rocegen.gateware.records`);
+      the low bits; :mod:`rocegen.gateware.lib.records`);
     * packet streams other than the MAC (``msg``): ``s_<name>_axis_*`` (or ``m_<name>_axis_*``
       for an output) plus ``<name>_meta`` for the packet's metadata;
     * the AXI4 memory port (``memory="axi4"``): ``m_axi_*``;

@@ -5,7 +5,7 @@ from amaranth.hdl import ClockDomain, ClockSignal, DomainRenamer, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .common import LevelSync, ResetSync
+from rocegen.boards.common import LevelSync, ResetSync
 
 __all__ = ["MemResetControl"]
 

@@ -29,13 +29,12 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.vendor import XilinxPlatform
 
+from rocegen.boards.base import Board, PinMap
+from rocegen.boards.common import ResetSync, StatsWatch, StatusLeds, cycles_for, tie_off
+from rocegen.boards.core import xgmii_mac
+from rocegen.boards.mem_reset import MemResetControl
 from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
-from rocegen.gateware.top import parse_ip, parse_mac
-
-from .base import Board, PinMap
-from .common import ResetSync, StatsWatch, StatusLeds, cycles_for, tie_off
-from .core import xgmii_mac
-from .mem_reset import MemResetControl
+from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["VCU118Platform", "Vcu118Top", "Vcu118Cmac", "Vcu118Xxv", "CMAC_MODULE",
            "XXV_MODULE", "DDR4_C1", "ddr4_module", "axi_cdc_module", "leds_for"]

@@ -4,32 +4,16 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .axis import axis_members, connect_axis
-from .fifo import PacketFifo
-from .mapmeta import MapMeta
-from .net.layouts import UDP_RX_META
-from .net.stack import STATS, NetStack
-from .net.udp_tx import UDP_TX_META
-from .stream import check_width
+from rocegen.gateware.lib.axis import axis_members, connect_axis
+from rocegen.gateware.lib.fifo import PacketFifo
+from rocegen.gateware.lib.mapmeta import MapMeta
+from rocegen.gateware.lib.stream import check_width
+from rocegen.gateware.net.layouts import UDP_RX_META
+from rocegen.gateware.net.stack import STATS, NetStack
+from rocegen.gateware.net.udp_tx import UDP_TX_META
+from rocegen.wire.addr import parse_ip, parse_mac
 
-__all__ = ["StackTop", "add_echo_service", "parse_ip", "parse_mac"]
-
-
-def parse_ip(text):
-    parts = str(text).split(".")
-    if len(parts) != 4 or not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
-        raise ValueError(f"not an IPv4 address: {text!r}")
-    return int.from_bytes(bytes(int(p) for p in parts), "big")
-
-
-def parse_mac(text):
-    parts = str(text).split(":")
-    if len(parts) != 6 or not all(len(p) == 2 for p in parts):
-        raise ValueError(f"not a MAC address (aa:bb:cc:dd:ee:ff): {text!r}")
-    try:
-        return int.from_bytes(bytes(int(p, 16) for p in parts), "big")
-    except ValueError:
-        raise ValueError(f"not a MAC address (aa:bb:cc:dd:ee:ff): {text!r}") from None
+__all__ = ["StackTop", "add_echo_service"]
 
 
 def add_echo_service(m, stack):

@@ -4,11 +4,12 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .mac.xgmii import FCS_BYTES
-from .mac.xgmii_rx import XgmiiRx
-from .mac.xgmii_tx import XgmiiTx
-from .net.stack import STATS, NetStack
-from .top import add_echo_service, parse_ip, parse_mac
+from rocegen.gateware.mac.xgmii import FCS_BYTES
+from rocegen.gateware.mac.xgmii_rx import XgmiiRx
+from rocegen.gateware.mac.xgmii_tx import XgmiiTx
+from rocegen.gateware.net.stack import STATS, NetStack
+from rocegen.gateware.top import add_echo_service
+from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["XgmiiStackTop", "MAC_COUNTERS"]
 

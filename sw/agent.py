@@ -12,7 +12,7 @@ Memory: each QP has one region of ``2 * window + recv_depth * recv_size`` bytes:
 ``window`` bytes past it), then the receive buffers for SENDs and WRITEs with immediate.
 
 Checking a run of the FPGA's traffic generator (message ``s`` carries the test pattern of local
-address ``(s mod 64) << 26``, :mod:`rocegen.sim.models.pattern`; its WRITE goes to remote offset
+address ``(s mod 64) << 26``, :mod:`rocegen.wire.pattern`; its WRITE goes to remote offset
 ``(s * size) mod window``; immediate data is the FPGA's QP number):
 
 * SEND / SEND with immediate: every receive completion is checked as it comes (length, data,
@@ -25,7 +25,7 @@ address ``(s mod 64) << 26``, :mod:`rocegen.sim.models.pattern`; its WRITE goes 
 Rates (:meth:`TrafficRun.summary`): ``seconds``/``gbps``/``mmsgs`` are measured on the wall
 clock, from sending the run's datagram to its last message checked. When the NIC knows the
 FPGA's own time (the simulated NIC: the simulation's frames carry their core-clock cycles,
-:mod:`rocegen.sim.bridge`), ``fpga_*`` give the same in the FPGA's time: ``fpga_cycles`` from
+:mod:`rocegen.sim.apps.bridge`), ``fpga_*`` give the same in the FPGA's time: ``fpga_cycles`` from
 the first beat of the run's first data frame on the FPGA's MAC port to the last beat of its last
 one, at ``fpga_clock_mhz``. In simulation only those are the FPGA's rates: the wall clock then
 measures how fast this machine simulates.
@@ -43,11 +43,10 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from rocegen.gateware.top import parse_ip
-from rocegen.sim.models.pattern import generator_address, pattern
-
-from .cm_client import CmClient, CmError
-from .nic import NicError, open_nic
+from rocegen.host.cm_client import CmClient, CmError
+from rocegen.host.nic import NicError, open_nic
+from rocegen.wire.addr import parse_ip
+from rocegen.wire.pattern import generator_address, pattern
 
 __all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentError", "fpga_rates"]
 

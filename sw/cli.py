@@ -23,14 +23,12 @@ import sys
 import time
 from pathlib import Path
 
-from rocegen.sim.models.cm import CM_PORT
-from rocegen.sim.scenarios import FPGA_IP, HOST_IP
-
-from .agent import OPS, request
+from rocegen.host.agent import OPS, request
+from rocegen.host.nic import SIM_FPGA_IP, SIM_HOST_IP
+from rocegen.wire.cm import CM_PORT
 
 __all__ = ["main", "state_dir", "rate_clock"]
 
-SIM_FPGA_IP, SIM_HOST_IP = FPGA_IP, HOST_IP      # rocegen sim serve's defaults
 
 
 def state_dir(args_dir=None):

@@ -1,7 +1,7 @@
 """Host side of the connection manager: 64-byte datagrams to the FPGA's UDP port 17185 over an
 ordinary UDP socket, replies awaited with a timeout and retries.
 
-The datagram layout is the one header table's ``CM`` (:mod:`rocegen.sim.models.cm` packs and
+The datagram layout is the one header table's ``CM`` (:mod:`rocegen.wire.cm` packs and
 unpacks it), so this client is byte-compatible with the existing host tools and FPGA endpoints.
 
 A reply belongs to a request when it is a reply (``ack_valid``), names the same request type,
@@ -15,7 +15,7 @@ closes the QP numbers they name other than the one it keeps.
 import socket
 import time
 
-from rocegen.sim.models import cm as M
+from rocegen.wire import cm as M
 
 __all__ = ["CmClient", "CmError"]
 

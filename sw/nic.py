@@ -69,18 +69,23 @@ def _data_dest_qp(frame):
     return int.from_bytes(bth[5:8], "big") if bth[0] in _DATA_OPCODES else None
 
 
+#: The addresses ``rocegen sim serve`` gives the simulated FPGA and its host by default (those of
+#: the simulation scenarios, :mod:`rocegen.sim.testing.scenarios`).
+SIM_FPGA_IP = "10.0.0.2"
+SIM_HOST_MAC, SIM_HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
+
+
 class SimNic:
     """The simulated RDMA NIC: :class:`rocegen.sim.models.rnic.Rnic` on a TCP connection to
     ``rocegen sim serve``'s wire (frames as 4-byte length + bytes). A thread takes the frames the
     FPGA sends and returns the model's answers (ACKs, NAKs, ARP replies). The model answers as a
     ConnectX NIC would; with ``strict`` it also stops at any protocol violation of the FPGA
     (its log is in :meth:`counters`). The wire tells when each frame left the FPGA, in its own
-    time (:mod:`rocegen.sim.bridge`): :meth:`fpga_time` gives it per QP."""
+    time (:mod:`rocegen.sim.apps.bridge`): :meth:`fpga_time` gives it per QP."""
 
     def __init__(self, wire=SIM_WIRE, *, mac=None, ip=None, strict=False):
-        from rocegen.sim.bridge import FrameReader, encode_frame
-        from rocegen.sim.scenarios import HOST_IP, HOST_MAC
-        mac, ip = mac or HOST_MAC, ip or HOST_IP
+        from rocegen.sim.apps.bridge import FrameReader, encode_frame
+        mac, ip = mac or SIM_HOST_MAC, ip or SIM_HOST_IP
         from rocegen.sim.models.rnic import Rnic
         self._encode = encode_frame
         self.local_ip = ip

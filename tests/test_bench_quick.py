@@ -1,4 +1,4 @@
-"""``rocegen bench --quick`` (sim/bench_suite.py) runs in Verilator and its figures are sane:
+"""``rocegen bench --quick`` (sim/apps/bench_suite.py) runs in Verilator and its figures are sane:
 goodputs within their theoretical limits, throttled large WRITEs close to the limit, message
 rates consistent with the cycle counts, positive latencies, loss runs that deliver everything,
 the revision recorded, the resource figures of the synthesis report (which must exist in CI,
@@ -8,10 +8,10 @@ import json
 import os
 import shutil
 
-from rocegen.gateware.cli import main
-from rocegen.sim import bench_report
-from rocegen.sim.bench_suite import CLOCK_MHZ, limit_gbps, suite_runs
-from rocegen.sim.cocotb_runner import ROOT
+from rocegen.cli import main
+from rocegen.sim.apps import bench_report
+from rocegen.sim.apps.bench_suite import CLOCK_MHZ, limit_gbps, suite_runs
+from rocegen.sim.testing.cocotb_runner import ROOT
 
 TOL = 1e-6
 

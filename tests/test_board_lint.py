@@ -2,7 +2,7 @@
 port-compatible stubs of the vendor IP (boards/stubs/), every input of the vendor IP is driven,
 and the glue written for the board (the top module itself) lints without width warnings.
 
-Uses the project's Verilator (:func:`rocegen.sim.verilator.verilator_bin_dir`: ``make setup``
+Uses the project's Verilator (:func:`rocegen.sim.testing.verilator.verilator_bin_dir`: ``make setup``
 finds or builds it), whatever ``PATH`` holds.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, axi_cdc_module, ddr4_module
-from rocegen.gateware.cli import main
-from rocegen.sim.verilator import VerilatorNotFound, verilator_bin_dir
+from rocegen.cli import main
+from rocegen.sim.testing.verilator import VerilatorNotFound, verilator_bin_dir
 
 STUBS = Path(__file__).resolve().parent.parent / "boards" / "stubs"
 

@@ -1,6 +1,6 @@
 from rocegen.gateware.emit import to_verilog
-from rocegen.sim.cocotb_runner import SimConfig, run_cocotb
-from rocegen.sim.tops import ConstSliceTop
+from rocegen.sim.testing.cocotb_runner import SimConfig, run_cocotb
+from rocegen.sim.testing.tops import ConstSliceTop
 
 
 def test_constant_blocks_are_guarded():
@@ -14,5 +14,5 @@ def test_constant_blocks_are_guarded():
 
 
 def test_constant_slices_under_verilator():
-    cfg = SimConfig("const-slices", "rocegen.sim.tops:ConstSliceTop", toplevel="t")
-    assert run_cocotb(cfg, "tests.cocotb.const_slices") == 1
+    cfg = SimConfig("const-slices", "rocegen.sim.testing.tops:ConstSliceTop", toplevel="t")
+    assert run_cocotb(cfg, "rocegen.sim.tb.const_slices") == 1

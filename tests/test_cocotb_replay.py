@@ -1,4 +1,4 @@
-"""``rocegen sim replay`` (sim/replay_cli.py, sim/replay.py): a capture of a few hand-made frames
+"""``rocegen sim replay`` (sim/apps/replay.py, sim/tb/replay.py): a capture of a few hand-made frames
 and 1000 receive-fuzz frames replayed into the endpoint (Verilator, 512 bits); every counter it
 reports must be the sum of what the models say of each frame."""
 
@@ -12,10 +12,10 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.utils import wrpcap
 
 from rocegen.gateware.roce.endpoint import STATS
-from rocegen.sim import fuzz
+from rocegen.sim.apps.replay import add_parser, run
 from rocegen.sim.models.netstack import NetStackModel
-from rocegen.sim.replay_cli import add_parser, run
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing import fuzz
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
 PEER_QPN, PSN = 0x51, 1000
 OPEN = {256: HOST_IP, 257: HOST_IP}          # --qps 2

@@ -1,10 +1,9 @@
-"""The RoCE endpoint in Verilator against the host NIC model (tests/cocotb/roce.py): on-chip
+"""The RoCE endpoint in Verilator against the host NIC model (sim/tb/roce.py): on-chip
 memory at 64 and 512 bits, and an AXI4 memory (cocotbext-axi AxiRam) at 512 bits."""
 
 import pytest
 
-from rocegen.gateware.cli import endpoint_sim_config
-from rocegen.sim.cocotb_runner import run_cocotb
+from rocegen.sim.testing.cocotb_runner import endpoint_sim_config, run_cocotb
 
 CONFIGS = {
     "onchip-64": dict(width=64, num_qps=8),
@@ -19,4 +18,4 @@ TESTS = ["every_opcode_length_and_pmtu", "generator_multi_megabyte", "stream_fro
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_endpoint(config, test):
     cfg = endpoint_sim_config(**CONFIGS[config])
-    assert run_cocotb(cfg, "tests.cocotb.roce", test, label=f"{config}-{test}") == 1
+    assert run_cocotb(cfg, "rocegen.sim.tb.roce", test, label=f"{config}-{test}") == 1

@@ -1,11 +1,10 @@
-"""The RoCE endpoint's reliability in Verilator (tests/cocotb/roce_faults.py): a faulty link
+"""The RoCE endpoint's reliability in Verilator (sim/tb/roce_faults.py): a faulty link
 each way, RNR storms, remote errors, dead links and receive fuzzing, at 64 and 512 bits. The
 simulator builds are the ones tests/test_cocotb_roce.py uses."""
 
 import pytest
 
-from rocegen.gateware.cli import endpoint_sim_config
-from rocegen.sim.cocotb_runner import run_cocotb
+from rocegen.sim.testing.cocotb_runner import endpoint_sim_config, run_cocotb
 
 CONFIGS = {
     "onchip-64": dict(width=64, num_qps=8),
@@ -18,4 +17,4 @@ TESTS = ["lossy_link", "errors_and_recovery", "receive_fuzz"]
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_endpoint_faults(config, test):
     cfg = endpoint_sim_config(**CONFIGS[config])
-    assert run_cocotb(cfg, "tests.cocotb.roce_faults", test, label=f"{config}-{test}") == 1
+    assert run_cocotb(cfg, "rocegen.sim.tb.roce_faults", test, label=f"{config}-{test}") == 1

@@ -17,12 +17,12 @@ import time
 
 import pytest
 
-from rocegen.gateware.top import parse_ip
 from rocegen.host.agent import request
 from rocegen.host.cm_client import CmClient, CmError
-from rocegen.sim.bridge import FrameReader, encode_frame
+from rocegen.sim.apps.bridge import FrameReader, encode_frame
 from rocegen.sim.models import cm as M
 from rocegen.sim.models.rnic import Rnic
+from rocegen.wire.addr import parse_ip
 
 pytestmark = pytest.mark.xdist_group("serve")
 
@@ -46,7 +46,7 @@ def fpga(tmp_path_factory):
     status = d / "status.json"
     log = open(d / "serve.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rocegen.gateware.cli", "sim", "serve", "--width", "64",
+        [sys.executable, "-m", "rocegen.cli", "sim", "serve", "--width", "64",
          "--qps", str(NUM_QPS), "--allow-net", "10.0.0.0/24", "--tunnel-port", "0",
          "--wire-port", "0", "--status", str(status), "--pcap", str(d / "serve.pcap")],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -278,7 +278,7 @@ def test_host_that_vanishes_mid_transfer(fpga, tmp_path):
 def test_tap_in_a_namespace(fpga, tmp_path):
     """``--tap``: the FPGA at its own address inside a namespace the command makes and removes;
     an ICMP echo (scapy) reaches it, and the host agent works through the namespace's kernel."""
-    from rocegen.sim.tap import check_tap_support
+    from rocegen.sim.apps.tap import check_tap_support
     why = check_tap_support()
     if why and os.environ.get("CI"):        # CI runs as root with /dev/net/tun: a real failure
         pytest.fail(f"no TAP support in CI: {why}")
@@ -288,7 +288,7 @@ def test_tap_in_a_namespace(fpga, tmp_path):
     status = tmp_path / "tap.json"
     log = open(tmp_path / "tap.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rocegen.gateware.cli", "sim", "serve", "--width", "64",
+        [sys.executable, "-m", "rocegen.cli", "sim", "serve", "--width", "64",
          "--qps", str(NUM_QPS), "--allow-net", "10.0.0.0/24", "--tap", "--netns", ns,
          "--status", str(status)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     inside = ["ip", "netns", "exec", ns]

@@ -9,11 +9,11 @@ is ``d[8*j : 8*j+8]`` with control flag ``c[j]``; lane 0 goes first on the wire.
 CRC
 ---
 The MAC steps the parallel CRC-32 of IEEE 802.3 over 1 to 8 octets per word with
-:class:`~rocegen.gateware.crc.Crc32` (re-exported here), which derives the next-state XOR equations
+:class:`~rocegen.gateware.lib.crc.Crc32` (re-exported here), which derives the next-state XOR equations
 for any octet count from ``amaranth.lib.crc.catalog.CRC32_ETHERNET``.
 """
 
-from ..crc import Crc32
+from rocegen.gateware.lib.crc import Crc32
 
 __all__ = [
     "IDLE", "START", "TERMINATE", "ERROR", "PREAMBLE", "SFD", "LANES",

@@ -4,8 +4,8 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..stream import PacketSignature, keep_mask
-from .xgmii import (
+from rocegen.gateware.lib.stream import PacketSignature, keep_mask
+from rocegen.gateware.mac.xgmii import (
     FCS_BYTES,
     IDLE_CTRL,
     IDLE_WORD,

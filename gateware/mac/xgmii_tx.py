@@ -4,8 +4,8 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..stream import PacketSignature, keep_count
-from .xgmii import (
+from rocegen.gateware.lib.stream import PacketSignature, keep_count
+from rocegen.gateware.mac.xgmii import (
     ERROR,
     FCS_BYTES,
     IDLE,

@@ -2,11 +2,11 @@ from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..depacketizer import Depacketizer
-from ..headers import ARP, ETH, ETHERTYPE_ARP, ETHERTYPE_IPV4
-from ..packetizer import Packetizer
-from ..stream import PacketSignature, check_width
-from .layouts import ARP_LOOKUP, ETH_META
+from rocegen.gateware.lib.depacketizer import Depacketizer
+from rocegen.gateware.lib.packetizer import Packetizer
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.layouts import ARP_LOOKUP, ETH_META
+from rocegen.wire.headers import ARP, ETH, ETHERTYPE_ARP, ETHERTYPE_IPV4
 
 __all__ = ["Arp"]
 

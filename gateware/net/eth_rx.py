@@ -2,13 +2,13 @@ from amaranth.hdl import Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..buffer import RegisterSlice
-from ..demux import PacketDemux
-from ..depacketizer import Depacketizer
-from ..headers import ETH, ETH_VLAN, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_VLAN
-from ..mapmeta import MapMeta
-from ..stream import PacketSignature, check_width, first_beat
-from .layouts import ETH_META
+from rocegen.gateware.lib.buffer import RegisterSlice
+from rocegen.gateware.lib.demux import PacketDemux
+from rocegen.gateware.lib.depacketizer import Depacketizer
+from rocegen.gateware.lib.mapmeta import MapMeta
+from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat
+from rocegen.gateware.net.layouts import ETH_META
+from rocegen.wire.headers import ETH, ETH_VLAN, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_VLAN
 
 __all__ = ["EthRx"]
 
@@ -30,9 +30,9 @@ class EthRx(wiring.Component):
     ``drop_ethertype`` (neither ARP nor IPv4, or the wrong VLAN).
 
     Latency: that of the depacketizer (an output beat leaves with the input beat that completes
-    it; see :class:`~rocegen.gateware.depacketizer.Depacketizer`) plus one cycle: the address and
+    it; see :class:`~rocegen.gateware.lib.depacketizer.Depacketizer`) plus one cycle: the address and
     EtherType checks go with the frame through a
-    :class:`~rocegen.gateware.buffer.RegisterSlice`, so the dispatch depends on registers only
+    :class:`~rocegen.gateware.lib.buffer.RegisterSlice`, so the dispatch depends on registers only
     and the outputs' ``ready`` does not reach back past it.
     Backpressure from the selected output only; dropped frames are consumed at full rate.
     """

@@ -2,12 +2,12 @@ from amaranth.hdl import Module
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..headers import ETH, ETH_VLAN, ETHERTYPE_VLAN
-from ..mapmeta import MapMeta
-from ..packetizer import Packetizer
-from ..pad import Pad
-from ..stream import PacketSignature, check_width
-from .layouts import ETH_META
+from rocegen.gateware.lib.mapmeta import MapMeta
+from rocegen.gateware.lib.packetizer import Packetizer
+from rocegen.gateware.lib.pad import Pad
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.layouts import ETH_META
+from rocegen.wire.headers import ETH, ETH_VLAN, ETHERTYPE_VLAN
 
 __all__ = ["EthTx"]
 

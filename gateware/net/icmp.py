@@ -2,13 +2,13 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..checked_fifo import ChecksumCheckedFifo
-from ..demux import PacketDemux
-from ..fifo import fifo_depth
-from ..headers import ICMP, IP_PROTO_ICMP, IPV4
-from ..pipe import ForwardRegister
-from ..stream import PacketSignature, check_width, first_beat
-from .layouts import IP_RX_META, IP_TX
+from rocegen.gateware.lib.checked_fifo import ChecksumCheckedFifo
+from rocegen.gateware.lib.demux import PacketDemux
+from rocegen.gateware.lib.fifo import fifo_depth
+from rocegen.gateware.lib.pipe import ForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat
+from rocegen.gateware.net.layouts import IP_RX_META, IP_TX
+from rocegen.wire.headers import ICMP, IP_PROTO_ICMP, IPV4
 
 __all__ = ["IcmpEcho"]
 
@@ -40,8 +40,8 @@ class IcmpEcho(wiring.Component):
     not an echo request (``drop_type``).
 
     Latency: store-and-forward; the store releases the request
-    (:class:`~rocegen.gateware.checked_fifo.ChecksumCheckedFifo`, without its output slice),
-    its header is rewritten on the way into a :class:`~rocegen.gateware.pipe.ForwardRegister`
+    (:class:`~rocegen.gateware.lib.checked_fifo.ChecksumCheckedFifo`, without its output slice),
+    its header is rewritten on the way into a :class:`~rocegen.gateware.lib.pipe.ForwardRegister`
     (with the verdict of the echo filter behind it), one cycle. Backpressure: the input is held
     while the store is full; ``o.ready`` reaches the store's read side through the filter and
     the forward register (the stack's IPv4 arbiter behind it has a registered grant).

@@ -2,13 +2,13 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import PacketArbiter
-from ..demux import PacketDemux
-from ..icrc import IcrcInsert
-from ..mapmeta import MapMeta
-from ..pipe import ForwardRegister
-from ..stream import PacketSignature, check_width
-from .layouts import ETH_META, IP_OUT_META
+from rocegen.gateware.lib.arbiter import PacketArbiter
+from rocegen.gateware.lib.demux import PacketDemux
+from rocegen.gateware.lib.mapmeta import MapMeta
+from rocegen.gateware.lib.pipe import ForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.layouts import ETH_META, IP_OUT_META
+from rocegen.gateware.roce.icrc import IcrcInsert
 
 __all__ = ["IcrcTx"]
 
@@ -18,11 +18,11 @@ class IcrcTx(wiring.Component):
     transmitter (whose headers the ICRC covers) and the Ethernet transmitter (which pads short
     frames: the pad must come after the ICRC).
 
-    Marked packets go through :class:`~rocegen.gateware.icrc.IcrcInsert` (stream starting at the
+    Marked packets go through :class:`~rocegen.gateware.roce.icrc.IcrcInsert` (stream starting at the
     IP header); the others bypass it. The two paths merge round robin, so an unmarked packet may
     overtake a marked one; packets of one kind stay in order. Latency: that of ``IcrcInsert``
     for marked packets, 0 for the others, plus one cycle in a
-    :class:`~rocegen.gateware.pipe.ForwardRegister` at the output. Backpressure from ``o``.
+    :class:`~rocegen.gateware.lib.pipe.ForwardRegister` at the output. Backpressure from ``o``.
     """
 
     def __init__(self, width):

@@ -2,14 +2,14 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..checksum import be_words, ones_complement_sum
-from ..demux import PacketDemux
-from ..depacketizer import Depacketizer
-from ..headers import IP_PROTO_ICMP, IP_PROTO_UDP, IPV4
-from ..pipe import ForwardRegister
-from ..stream import PacketSignature, check_width, first_beat
-from ..trim import Trim
-from .layouts import ETH_META, IP_RX_META
+from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
+from rocegen.gateware.lib.demux import PacketDemux
+from rocegen.gateware.lib.depacketizer import Depacketizer
+from rocegen.gateware.lib.pipe import ForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat
+from rocegen.gateware.lib.trim import Trim
+from rocegen.gateware.net.layouts import ETH_META, IP_RX_META
+from rocegen.wire.headers import IP_PROTO_ICMP, IP_PROTO_UDP, IPV4
 
 __all__ = ["Ipv4Rx"]
 
@@ -29,11 +29,11 @@ class Ipv4Rx(wiring.Component):
     options, which are not kept), ``drop_fragment``, ``drop_addr``,
     ``drop_protocol`` (neither ICMP nor UDP).
 
-    Latency: the depacketizer's (see :class:`~rocegen.gateware.depacketizer.Depacketizer`) plus
+    Latency: the depacketizer's (see :class:`~rocegen.gateware.lib.depacketizer.Depacketizer`) plus
     two cycles: the header checks (the checksum summed in two halves) are made on the
     depacketizer's registered header and go with the packet through the input stage of a
-    registered :class:`~rocegen.gateware.trim.Trim`; the checksum is completed on the trimmer's
-    output and the verdict enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the
+    registered :class:`~rocegen.gateware.lib.trim.Trim`; the checksum is completed on the trimmer's
+    output and the verdict enters a :class:`~rocegen.gateware.lib.pipe.ForwardRegister` with the
     packet, so the routing and the strobes depend on registers only; ``i.ready`` is a register
     (the trimmer's stage). ``truncated`` pulses when the short
     packet's last beat leaves the forward register. Backpressure from the selected output;

@@ -2,13 +2,13 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..buffer import RegisterSlice
-from ..checksum import ones_complement_sum
-from ..headers import ETH, ETHERTYPE_IPV4, IPV4
-from ..packetizer import Packetizer
-from ..pipe import ForwardRegister
-from ..stream import PacketSignature, check_width
-from .layouts import ARP_LOOKUP, IP_OUT_META, IP_TX
+from rocegen.gateware.lib.buffer import RegisterSlice
+from rocegen.gateware.lib.checksum import ones_complement_sum
+from rocegen.gateware.lib.packetizer import Packetizer
+from rocegen.gateware.lib.pipe import ForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.layouts import ARP_LOOKUP, IP_OUT_META, IP_TX
+from rocegen.wire.headers import ETH, ETHERTYPE_IPV4, IPV4
 
 __all__ = ["Ipv4Tx"]
 
@@ -32,9 +32,9 @@ class Ipv4Tx(wiring.Component):
     Packets behind it wait (no reordering).
 
     Latency: two cycles when the MAC is known or cached. The input goes through a
-    :class:`~rocegen.gateware.buffer.RegisterSlice`, so ``i.ready`` is a register; the header
+    :class:`~rocegen.gateware.lib.buffer.RegisterSlice`, so ``i.ready`` is a register; the header
     checksum is summed after it but for the identification. Every beat then
-    enters a :class:`~rocegen.gateware.pipe.ForwardRegister` with the ARP cache's answer for
+    enters a :class:`~rocegen.gateware.lib.pipe.ForwardRegister` with the ARP cache's answer for
     its destination (``lookup.ip``, looked up on the slice's registered metadata), and the
     next hop is decided after it, on registers: a packet that missed waits there, is looked up
     again every cycle (``lookup.wait_ip``, answered a cycle later, the answer registered) and

@@ -1,10 +1,10 @@
 """Metadata layouts of the network stack's internal streams (sideband, not wire headers: the
-wire headers are in :mod:`rocegen.gateware.headers`)."""
+wire headers are in :mod:`rocegen.wire.headers`)."""
 
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..headers import ETH, IPV4, UDP
+from rocegen.wire.headers import ETH, IPV4, UDP
 
 __all__ = ["IP_TX", "UDP_TX", "ETH_META", "IP_OUT_META", "IP_RX_META", "UDP_RX_META",
            "ARP_LOOKUP"]

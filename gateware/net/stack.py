@@ -2,22 +2,22 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import PacketArbiter
-from ..buffer import RegisterSlice
-from ..fifo import PacketFifo, fifo_depth
-from ..pipe import ForwardRegister
-from ..stats import StatsBlock
-from ..stream import PacketSignature, check_width
-from .arp import Arp
-from .eth_rx import EthRx
-from .eth_tx import EthTx
-from .icmp import IcmpEcho
-from .icrc_tx import IcrcTx
-from .ipv4_rx import Ipv4Rx
-from .ipv4_tx import Ipv4Tx
-from .layouts import ETH_META, IP_OUT_META, IP_TX, UDP_RX_META
-from .udp_rx import UdpRx
-from .udp_tx import UDP_TX_META, UdpTx
+from rocegen.gateware.lib.arbiter import PacketArbiter
+from rocegen.gateware.lib.buffer import RegisterSlice
+from rocegen.gateware.lib.fifo import PacketFifo, fifo_depth
+from rocegen.gateware.lib.pipe import ForwardRegister
+from rocegen.gateware.lib.stats import StatsBlock
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.arp import Arp
+from rocegen.gateware.net.eth_rx import EthRx
+from rocegen.gateware.net.eth_tx import EthTx
+from rocegen.gateware.net.icmp import IcmpEcho
+from rocegen.gateware.net.icrc_tx import IcrcTx
+from rocegen.gateware.net.ipv4_rx import Ipv4Rx
+from rocegen.gateware.net.ipv4_tx import Ipv4Tx
+from rocegen.gateware.net.layouts import ETH_META, IP_OUT_META, IP_TX, UDP_RX_META
+from rocegen.gateware.net.udp_rx import UdpRx
+from rocegen.gateware.net.udp_tx import UDP_TX_META, UdpTx
 
 __all__ = ["NetStack", "STATS"]
 

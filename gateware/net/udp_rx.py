@@ -2,15 +2,15 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..checked_fifo import ChecksumCheckedFifo
-from ..checksum import be_words, ones_complement_sum
-from ..demux import PacketDemux
-from ..depacketizer import Depacketizer
-from ..fifo import fifo_depth
-from ..headers import IP_PROTO_UDP, IPV4, UDP
-from ..pipe import ForwardRegister
-from ..stream import PacketSignature, check_width, first_beat
-from .layouts import IP_RX_META, UDP_RX_META
+from rocegen.gateware.lib.checked_fifo import ChecksumCheckedFifo
+from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
+from rocegen.gateware.lib.demux import PacketDemux
+from rocegen.gateware.lib.depacketizer import Depacketizer
+from rocegen.gateware.lib.fifo import fifo_depth
+from rocegen.gateware.lib.pipe import ForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat
+from rocegen.gateware.net.layouts import IP_RX_META, UDP_RX_META
+from rocegen.wire.headers import IP_PROTO_UDP, IPV4, UDP
 
 __all__ = ["UdpRx"]
 
@@ -28,7 +28,7 @@ class UdpRx(wiring.Component):
 
     Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat
     (the length and port checks go with it through a
-    :class:`~rocegen.gateware.pipe.ForwardRegister` before the dispatch, one of those cycles;
+    :class:`~rocegen.gateware.lib.pipe.ForwardRegister` before the dispatch, one of those cycles;
     the store has a forward register at its input, another).
     Backpressure: from the addressed port (``ready`` of the ports passes the forward register
     and the depacketizer and ends in the store's output register slice); the input is held

@@ -2,14 +2,14 @@ from amaranth.hdl import Module, Mux
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import PacketArbiter
-from ..headers import IP_PROTO_UDP, UDP
-from ..mapmeta import MapMeta
-from ..packetizer import Packetizer
-from ..pipe import ForwardRegister
-from ..stream import PacketSignature, check_width
-from ..trim import Trim
-from .layouts import IP_TX, UDP_TX
+from rocegen.gateware.lib.arbiter import PacketArbiter
+from rocegen.gateware.lib.mapmeta import MapMeta
+from rocegen.gateware.lib.packetizer import Packetizer
+from rocegen.gateware.lib.pipe import ForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.lib.trim import Trim
+from rocegen.gateware.net.layouts import IP_TX, UDP_TX
+from rocegen.wire.headers import IP_PROTO_UDP, UDP
 
 __all__ = ["UdpTx", "UDP_TX_META", "ICRC_BYTES"]
 
@@ -30,11 +30,11 @@ class UdpTx(wiring.Component):
     ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
     IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
-    Latency: three cycles: one in a :class:`~rocegen.gateware.pipe.ForwardRegister` behind
+    Latency: three cycles: one in a :class:`~rocegen.gateware.lib.pipe.ForwardRegister` behind
     the arbiter (the payload length to check and the UDP length are computed ahead of it), one
-    in the input stage of the registered :class:`~rocegen.gateware.trim.Trim` (which compares
+    in the input stage of the registered :class:`~rocegen.gateware.lib.trim.Trim` (which compares
     the length with the lanes of each beat before its register) and one in a
-    :class:`~rocegen.gateware.pipe.ForwardRegister` between the trimmer and the packetizer
+    :class:`~rocegen.gateware.lib.pipe.ForwardRegister` between the trimmer and the packetizer
     (which is combinational). Backpressure from
     ``o``; ``i[k].ready`` is the trimmer's registered ready through the forward register, gated
     by the arbiter's registered grant.

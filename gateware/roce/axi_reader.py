@@ -6,10 +6,16 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import Out
 
-from ..axi import BURST_INCR, Axi4Signature
-from ..stream import PacketSignature, check_width, keep_mask
-from .layouts import PACKET_DESC
-from .payload_reader import PATTERN_ADDR_BITS, from_memory, last_count, pattern_beat, payload_words
+from rocegen.gateware.lib.axi import BURST_INCR, Axi4Signature
+from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
+from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.gateware.roce.payload_reader import (
+    PATTERN_ADDR_BITS,
+    from_memory,
+    last_count,
+    pattern_beat,
+    payload_words,
+)
 
 __all__ = ["AxiPayloadReader"]
 
@@ -56,8 +62,8 @@ class AxiPayloadReader(wiring.Component):
         which holds ``length`` mod W/8 bytes (all W/8 if that is 0); a 0-byte descriptor gives
         one beat with ``keep`` 0. ``meta`` is the descriptor. ``error`` is set on the last beat
         of a packet if any of its beats came with RRESP other than OKAY.
-    ar : Out(stream.Signature(AR layout of :class:`~rocegen.gateware.axi.Axi4Signature`))
-    r : In(stream.Signature(R layout of :class:`~rocegen.gateware.axi.Axi4Signature`))
+    ar : Out(stream.Signature(AR layout of :class:`~rocegen.gateware.lib.axi.Axi4Signature`))
+    r : In(stream.Signature(R layout of :class:`~rocegen.gateware.lib.axi.Axi4Signature`))
         The read channels of the AXI4 master (the write channels are someone else's, or tied
         off). ``rready`` is always 1.
     read_error : Out(1)
@@ -92,7 +98,7 @@ class AxiPayloadReader(wiring.Component):
       last burst in this cycle). ``o.valid`` and ``o.payload`` come from the two queues'
       output registers through a multiplexer (data: memory word or pattern; ``keep``; ``error``);
       ``o.ready`` drives the queues' read enables. Put a
-      :class:`~rocegen.gateware.buffer.RegisterSlice` behind ``o`` to register everything.
+      :class:`~rocegen.gateware.lib.buffer.RegisterSlice` behind ``o`` to register everything.
     * Byte order: memory words go out unchanged (byte 0 of an AXI word in lane 0), so payload
       byte ``i`` is the byte at address ``local_addr + i``.
     """

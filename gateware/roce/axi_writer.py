@@ -5,9 +5,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..axi import BURST_INCR, Axi4Signature
-from ..memport import MemWriteSignature
-from ..stream import check_width
+from rocegen.gateware.lib.axi import BURST_INCR, Axi4Signature
+from rocegen.gateware.lib.memport import MemWriteSignature
+from rocegen.gateware.lib.stream import check_width
 
 __all__ = ["AxiWriter", "AXI_CACHE"]
 
@@ -31,7 +31,7 @@ def _check_int(name, value, lo, hi):
 
 class AxiWriter(wiring.Component):
     """AXI4 write master for a stream of word writes (a
-    :func:`~rocegen.gateware.memport.MemWriteSignature` port).
+    :func:`~rocegen.gateware.lib.memport.MemWriteSignature` port).
 
     Parameters
     ----------
@@ -56,7 +56,7 @@ class AxiWriter(wiring.Component):
         Word writes ``{addr, data, be}``: ``data`` goes to ``wdata`` lanes unchanged (byte ``i``
         of the word at AXI byte address ``addr * W/8 + i``), ``be`` becomes ``wstrb``.
     aw, w : Out, b : In
-        The write channels of :class:`~rocegen.gateware.axi.Axi4Signature` (``addr_width``,
+        The write channels of :class:`~rocegen.gateware.lib.axi.Axi4Signature` (``addr_width``,
         ``width``, ``id_width``), to be connected to the ``aw``/``w``/``b`` members of an AXI4
         master port (the read channels are someone else's).
     durable : Out(range(max_burst + 1))

@@ -2,12 +2,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .. import headers as H
-from ..net.layouts import UDP_TX
-from ..net.udp_tx import ICRC_BYTES, UDP_TX_META
-from ..stream import PacketSignature, check_width
-from ..varpacketizer import VarPacketizer
-from .layouts import PACKET_DESC
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.lib.varpacketizer import VarPacketizer
+from rocegen.gateware.net.layouts import UDP_TX
+from rocegen.gateware.net.udp_tx import ICRC_BYTES, UDP_TX_META
+from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.wire import headers as H
 
 __all__ = ["RocePacketBuilder", "HEADER_LENGTHS", "MAX_HEADER"]
 
@@ -40,7 +40,7 @@ class RocePacketBuilder(wiring.Component):
     BTH: ``opcode``, ``se``, MigReq 1, ``padcnt``, version 0, P_Key 0xFFFF, FECN/BECN 0,
     ``dest_qp`` = ``dest_qpn``, ``ack_req``, ``psn``. RETH: ``va``, ``rkey``, ``dma_len``.
     ImmDt: ``imm``. All fields big-endian as on the wire (header table in
-    :mod:`rocegen.gateware.headers`).
+    :mod:`rocegen.wire.headers`).
 
     ``o.meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`): ``dst_ip`` = ``peer_ip``,
     ``src_port`` = ``udp_sport``, ``dst_port`` 4791, ``length`` = headers + ``length`` +
@@ -57,7 +57,7 @@ class RocePacketBuilder(wiring.Component):
     * Byte order: byte 0 of the BTH in lane 0 of the first output beat; payload byte ``k`` at
       output byte ``header length + k`` (header length 12, 16, 28 or 32).
     * Latency: zero cycles (combinational from ``i`` to ``o``, through a
-      :class:`~rocegen.gateware.varpacketizer.VarPacketizer` whose payload shifter implements only
+      :class:`~rocegen.gateware.lib.varpacketizer.VarPacketizer` whose payload shifter implements only
       the shifts of the four header lengths).
     * Throughput: one output beat per cycle, ``ceil((header + length + padcnt) / (W/8))`` beats
       per packet, no idle beat between back-to-back packets as long as the input keeps up.

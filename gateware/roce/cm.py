@@ -1,35 +1,41 @@
 """The out-of-band connection manager: QP set-up over 64-byte UDP datagrams on port 17185."""
 
-import ipaddress
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..checksum import be_words, ones_complement_sum
-from ..headers import CM, IP_PROTO_UDP, UDP
-from ..net.layouts import UDP_RX_META
-from ..net.udp_tx import UDP_TX_META
-from ..stream import PacketSignature, check_width
-from .layouts import MAX_QPS, QP_CONTEXT, QPN_BASE, QpState, WrOpcode
-from .qp_table import CONTEXT_WRITE, PSN_WRITE
-from .traffic_gen import GEN_CONFIG
+from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.layouts import UDP_RX_META
+from rocegen.gateware.net.udp_tx import UDP_TX_META
+from rocegen.gateware.roce.layouts import MAX_QPS, QP_CONTEXT, QPN_BASE, QpState, WrOpcode
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
+from rocegen.wire.addr import parse_net
+from rocegen.wire.cm import (
+    ACK_ACK,
+    ACK_NAK,
+    ACK_NO_QP,
+    CM_PORT,
+    REPLY_PORT,
+    REQ_CLOSE_QP,
+    REQ_ERROR,
+    REQ_MODIFY_QP_RTS,
+    REQ_NULL,
+    REQ_OPEN_QP,
+    REQ_SEND_QP_INFO,
+)
+from rocegen.wire.headers import CM, IP_PROTO_UDP, UDP
 
-__all__ = ["ConnectionManager", "CM_PORT", "REPLY_PORT", "COUNTERS", "UDP_SPORT_BASE", "parse_net"]
+__all__ = ["ConnectionManager", "COUNTERS", "UDP_SPORT_BASE"]
 
-#: UDP port the connection manager listens on.
-CM_PORT = 17185
-#: UDP source port of its replies.
-REPLY_PORT = 0x8765
 #: QP ``k`` sends from UDP source port ``UDP_SPORT_BASE | k``.
 UDP_SPORT_BASE = 0xC000
 #: Counter pulses, in port order.
 COUNTERS = ("rx_requests", "replies", "drop_length", "drop_unknown", "drop_ip", "nak_illegal",
             "nak_owner", "nak_not_allowed", "no_qp", "drop_gen")
 
-REQ_NULL, REQ_OPEN_QP, REQ_SEND_QP_INFO, REQ_MODIFY_QP_RTS, REQ_CLOSE_QP, REQ_ERROR = 0, 1, 2, 3, 4, 7
-ACK_ACK, ACK_NO_QP, ACK_NAK = 1, 2, 3
 
 _BYTES = CM.length                  # 64
 _BITS = 8 * _BYTES
@@ -45,26 +51,6 @@ def _int_param(name, value, lo, hi):
     if not lo <= value <= hi:
         raise ValueError(f"{name} must be {lo}..{hi}, not {value}")
     return value
-
-
-def parse_net(allow_net):
-    """``None`` or ``(ip, prefix_len)`` -> ``None`` or ``(network, mask)`` as 32-bit integers.
-
-    ``ip`` is an integer or a dotted string; its host bits must be zero."""
-    if allow_net is None:
-        return None
-    if not isinstance(allow_net, tuple) or len(allow_net) != 2:
-        raise TypeError(f"allow_net must be None or an (ip, prefix_len) tuple, not {allow_net!r}")
-    ip, prefix = allow_net
-    if not isinstance(prefix, int) or isinstance(prefix, bool) or not 0 <= prefix <= 32:
-        raise ValueError(f"allow_net prefix length must be 0..32, not {prefix!r}")
-    if isinstance(ip, bool) or not isinstance(ip, (int, str)):
-        raise TypeError(f"allow_net address must be an integer or a dotted string, not {ip!r}")
-    try:
-        net = ipaddress.IPv4Network((ip, prefix), strict=True)
-    except ValueError as e:
-        raise ValueError(f"allow_net {allow_net!r} is not an IPv4 network: {e}") from None
-    return int(net.network_address), int(net.netmask)
 
 
 def _first_zero(bits, n):
@@ -83,7 +69,7 @@ class ConnectionManager(wiring.Component):
     """Connection manager: opens, updates and closes QPs for hosts that ask over UDP, and
     starts the traffic generator for them.
 
-    Datagrams (``CM`` header of :mod:`rocegen.gateware.headers`, 64 bytes, big-endian fields):
+    Datagrams (``CM`` header of :mod:`rocegen.wire.headers`, 64 bytes, big-endian fields):
     byte 0 holds ``info_valid`` (bit 0), ``req_type`` (bits 3:1), ``ack_valid`` (bit 4) and
     ``ack_type`` (bits 7:5); ``loc_*`` describe the sender and ``rem_*`` its peer, so in a
     request ``rem_qpn`` names one of our QPs. Byte 51 flags test traffic, bytes 52..63 describe it.

@@ -4,7 +4,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import ACK_EVENT, COMPLETION, MAX_QPS, POST, CplStatus, WrSource
+from rocegen.gateware.roce.layouts import ACK_EVENT, COMPLETION, MAX_QPS, POST, CplStatus, WrSource
 
 __all__ = ["Completer", "QUEUE_ENTRY", "OUT_DEPTH"]
 

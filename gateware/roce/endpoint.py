@@ -2,33 +2,33 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..axi import Axi4Signature
-from ..buffer import StreamRegisterSlice
-from ..headers import UDP_PORT_ROCEV2
-from ..memport import MemWriteSignature
-from ..net.stack import STATS as NET_STATS
-from ..net.stack import NetStack
-from ..pipe import ForwardRegister, StreamForwardRegister
-from ..stats import StatsBlock
-from ..stream import PacketSignature, check_width
-from ..stream_arbiter import StreamArbiter
-from .axi_reader import AxiPayloadReader
-from .axi_writer import AxiWriter
-from .builder import RocePacketBuilder
-from .cm import CM_PORT, ConnectionManager
-from .cm import COUNTERS as CM_COUNTERS
-from .completer import Completer
-from .layouts import COMPLETION, MAX_QPS, WORK_REQUEST, WR_TAGGED, CplStatus, WrSource
-from .payload_ram import PayloadRam
-from .payload_reader import PayloadReader
-from .qp_counters import QpCounters
-from .qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
-from .retry import QP_COUNTERS as RETRY_QP_COUNTERS
-from .retry import RetryEngine
-from .rx import RoceRx
-from .scheduler import Scheduler
-from .stream_in import STREAM_META, StreamFrontEnd
-from .traffic_gen import GEN_CONFIG, TrafficGen
+from rocegen.gateware.lib.axi import Axi4Signature
+from rocegen.gateware.lib.buffer import StreamRegisterSlice
+from rocegen.gateware.lib.memport import MemWriteSignature
+from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
+from rocegen.gateware.lib.stats import StatsBlock
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.lib.stream_arbiter import StreamArbiter
+from rocegen.gateware.net.stack import STATS as NET_STATS
+from rocegen.gateware.net.stack import NetStack
+from rocegen.gateware.roce.axi_reader import AxiPayloadReader
+from rocegen.gateware.roce.axi_writer import AxiWriter
+from rocegen.gateware.roce.builder import RocePacketBuilder
+from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
+from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
+from rocegen.gateware.roce.completer import Completer
+from rocegen.gateware.roce.layouts import COMPLETION, MAX_QPS, WORK_REQUEST, WR_TAGGED, CplStatus, WrSource
+from rocegen.gateware.roce.payload_ram import PayloadRam
+from rocegen.gateware.roce.payload_reader import PayloadReader
+from rocegen.gateware.roce.qp_counters import QpCounters
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from rocegen.gateware.roce.retry import QP_COUNTERS as RETRY_QP_COUNTERS
+from rocegen.gateware.roce.retry import RetryEngine
+from rocegen.gateware.roce.rx import RoceRx
+from rocegen.gateware.roce.scheduler import Scheduler
+from rocegen.gateware.roce.stream_in import STREAM_META, StreamFrontEnd
+from rocegen.gateware.roce.traffic_gen import GEN_CONFIG, TrafficGen
+from rocegen.wire.headers import UDP_PORT_ROCEV2
 
 __all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
            "default_clk_hz"]

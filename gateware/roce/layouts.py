@@ -1,5 +1,5 @@
 """Metadata layouts of the RoCEv2 requester (sideband records, not wire headers: those are in
-:mod:`rocegen.gateware.headers`)."""
+:mod:`rocegen.wire.headers`)."""
 
 from amaranth.lib import data, enum
 

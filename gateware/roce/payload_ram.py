@@ -5,8 +5,8 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In
 
-from ..memport import MemReadSignature, MemWriteSignature
-from ..stream import check_width
+from rocegen.gateware.lib.memport import MemReadSignature, MemWriteSignature
+from rocegen.gateware.lib.stream import check_width
 
 __all__ = ["PayloadRam"]
 

@@ -5,10 +5,10 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..fifo import PacketFifo
-from ..memport import MemReadSignature
-from ..stream import PacketSignature, check_width, keep_mask
-from .layouts import PACKET_DESC, WrSource
+from rocegen.gateware.lib.fifo import PacketFifo
+from rocegen.gateware.lib.memport import MemReadSignature
+from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
+from rocegen.gateware.roce.layouts import PACKET_DESC, WrSource
 
 __all__ = ["PayloadReader", "pattern_beat", "payload_words", "PATTERN_ADDR_BITS"]
 
@@ -18,7 +18,7 @@ PATTERN_ADDR_BITS = 33
 
 
 def pattern_beat(addr, width):
-    """The beat of the test pattern (see :mod:`rocegen.sim.models.pattern`) at byte address
+    """The beat of the test pattern (see :mod:`rocegen.wire.pattern`) at byte address
     ``addr`` (a Value, a multiple of ``width // 8``): the 32-bit big-endian word at byte address
     4k holds k mod 2^32, byte 0 of the beat in lane 0. Pure wiring: the low bits of each word's
     index are the lane number, the rest come from ``addr``."""
@@ -97,7 +97,7 @@ class PayloadReader(wiring.Component):
       cycle t+4. ``desc`` is taken when the reader holds no descriptor or in the cycle the held
       descriptor's last word is read.
     * Backpressure: a read is issued only when the eight-beat output queue (a cut-through
-      :class:`~rocegen.gateware.fifo.PacketFifo`, the descriptor kept once per packet, the
+      :class:`~rocegen.gateware.lib.fifo.PacketFifo`, the descriptor kept once per packet, the
       beats in block RAM from W = 256 on) has room for its data, counting the read in flight,
       so ``o.ready`` is never needed to take a word coming back from memory and nothing is
       lost or repeated. The room is a register worked out a cycle ahead (a beat leaving the

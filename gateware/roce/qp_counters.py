@@ -3,7 +3,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import MAX_QPS
+from rocegen.gateware.roce.layouts import MAX_QPS
 
 __all__ = ["QpCounters"]
 

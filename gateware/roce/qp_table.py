@@ -3,7 +3,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import MAX_QPS, QP_CONTEXT, QPN_BASE
+from rocegen.gateware.roce.layouts import MAX_QPS, QP_CONTEXT, QPN_BASE
 
 __all__ = ["QpTable", "CONTEXT_WRITE", "PSN_WRITE", "MAX_QPS"]
 

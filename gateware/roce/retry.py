@@ -3,22 +3,18 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import ACK_EVENT, MAX_QPS, CplStatus, QpState
-from .qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.layouts import ACK_EVENT, MAX_QPS, CplStatus, QpState
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.wire.roce import RNR_DELAY_US
 
 __all__ = ["RetryEngine", "SENT", "SCHED_EVENT", "SchedKind", "QP_COUNTERS", "COUNTERS",
-           "RETRY_STATE", "TICK_NS", "RNR_DELAY_US", "TIME_BITS", "timeout_ticks", "rnr_ticks"]
+           "RETRY_STATE", "TICK_NS", "TIME_BITS", "timeout_ticks", "rnr_ticks"]
 
 #: The engine's time unit: 1.024 us (a timeout code's 4.096 us is 4 ticks).
 TICK_NS = 1024
 #: Bits of the time base: the longest timeout (4.096 us x 2^31 = 2^33 ticks) is less than half
 #: its range, so deadlines compare in serial arithmetic.
 TIME_BITS = 36
-#: RNR NAK timer codes (the AETH's 5-bit value) in microseconds.
-RNR_DELAY_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
-                2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920,
-                122880, 163840, 245760, 327680, 491520)
-
 
 def timeout_ticks(code):
     """Ticks of a retransmit timeout code 1..31 (4.096 us x 2^code)."""

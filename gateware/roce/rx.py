@@ -2,13 +2,13 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .. import headers as H
-from ..icrc import ICRC_BYTES, IcrcCheck
-from ..mapmeta import MapMeta
-from ..net.layouts import UDP_RX_META
-from ..packetizer import Packetizer
-from ..stream import PacketSignature, check_width
-from .layouts import ACK_EVENT, MAX_QPS, QP_CONTEXT, QpState
+from rocegen.gateware.lib.mapmeta import MapMeta
+from rocegen.gateware.lib.packetizer import Packetizer
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.layouts import UDP_RX_META
+from rocegen.gateware.roce.icrc import ICRC_BYTES, IcrcCheck
+from rocegen.gateware.roce.layouts import ACK_EVENT, MAX_QPS, QP_CONTEXT, QpState
+from rocegen.wire import headers as H
 
 __all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN"]
 
@@ -88,9 +88,9 @@ class RoceRx(wiring.Component):
     Behaviour
     ---------
     * Path: the UDP and then the IPv4 header are put back in front of the UDP payload from
-      ``meta`` (two :class:`~rocegen.gateware.packetizer.Packetizer` s: the UDP header first, so
+      ``meta`` (two :class:`~rocegen.gateware.lib.packetizer.Packetizer` s: the UDP header first, so
       that the IPv4 header ends up in front of it), since the ICRC covers them;
-      :class:`~rocegen.gateware.icrc.IcrcCheck` (``offset=0``) checks and strips the ICRC; the
+      :class:`~rocegen.gateware.roce.icrc.IcrcCheck` (``offset=0``) checks and strips the ICRC; the
       first 44 bytes of each datagram (IPv4, UDP, BTH, AETH) are kept and read through the
       header table, and its length is compared with the minimum of each kind. Every datagram
       is consumed whole, whatever its length or contents: nothing malformed can stop the

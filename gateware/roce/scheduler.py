@@ -3,8 +3,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..stream import check_width
-from .layouts import (
+from rocegen.gateware.lib.stream import check_width
+from rocegen.gateware.roce.layouts import (
     MAX_QPS,
     PACKET_DESC,
     POST,
@@ -15,9 +15,9 @@ from .layouts import (
     QpState,
     WrSource,
 )
-from .qp_table import PSN_WRITE
-from .retry import SCHED_EVENT, SENT, SchedKind
-from .segmenter import INDEX_BITS, describe_packet
+from rocegen.gateware.roce.qp_table import PSN_WRITE
+from rocegen.gateware.roce.retry import SCHED_EVENT, SENT, SchedKind
+from rocegen.gateware.roce.segmenter import INDEX_BITS, describe_packet
 
 __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
 

@@ -4,8 +4,8 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .. import headers as H
-from .layouts import PACKET_DESC, QP_SEGMENT, WORK_REQUEST, WrOpcode
+from rocegen.gateware.roce.layouts import PACKET_DESC, QP_SEGMENT, WORK_REQUEST, WrOpcode
+from rocegen.wire import headers as H
 
 __all__ = ["Segmenter", "WR_IN", "INDEX_BITS", "PacketLogic", "describe_packet"]
 

@@ -5,10 +5,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from ..memport import MemWriteSignature
-from ..pipe import StreamForwardRegister
-from ..stream import PacketSignature, check_width, keep_count
-from .layouts import COMPLETION, WORK_REQUEST, WR_TAGGED, CplStatus, WrOpcode, WrSource
+from rocegen.gateware.lib.memport import MemWriteSignature
+from rocegen.gateware.lib.pipe import StreamForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_count
+from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, WR_TAGGED, CplStatus, WrOpcode, WrSource
 
 __all__ = ["StreamFrontEnd", "STREAM_META", "DURABLE_WIDTH"]
 
@@ -123,7 +123,7 @@ class StreamFrontEnd(wiring.Component):
         right after another one ended may so wait up to 2 cycles; with more room than the margin
         messages follow each other without a gap. ``i.ready`` depends on registers only (and
         ``i.valid`` of the registered beat) and on ``mem.ready`` through one LUT; ``mem`` is
-        the output of a forward register (:class:`~rocegen.gateware.pipe.StreamForwardRegister`):
+        the output of a forward register (:class:`~rocegen.gateware.lib.pipe.StreamForwardRegister`):
         no combinational path from ``i`` or from the ring state to ``mem``.
 
     Latency

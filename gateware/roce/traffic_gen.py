@@ -4,12 +4,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import COMPLETION, WR_TAGGED, CplStatus, WrOpcode, WrSource
+from rocegen.gateware.roce.layouts import COMPLETION, WR_TAGGED, CplStatus, WrOpcode, WrSource
 
 __all__ = ["TrafficGen", "GEN_CONFIG", "GENERATOR_SLOT_SHIFT"]
 
 #: Local address of message ``s`` is ``(s mod 64) << GENERATOR_SLOT_SHIFT`` (the payload reader
-#: makes the test pattern from that address; see :mod:`rocegen.sim.models.pattern`).
+#: makes the test pattern from that address; see :mod:`rocegen.wire.pattern`).
 GENERATOR_SLOT_SHIFT = 26
 
 #: One run of the generator.

@@ -1,4 +1,4 @@
-"""Reference model of :class:`~rocegen.gateware.arbiter.PacketArbiter`.
+"""Reference model of :class:`~rocegen.gateware.lib.arbiter.PacketArbiter`.
 
 With random idle cycles the exact order of packets depends on cycle timing, so besides the
 order for pre-loaded inputs the model gives the invariants any correct order must meet.

@@ -1,5 +1,5 @@
 """An AXI4 memory slave for the Amaranth simulator: a byte array behind the AR/R channels (and
-optionally AW/W/B) of a master built from :class:`rocegen.gateware.axi.Axi4Signature` channels.
+optionally AW/W/B) of a master built from :class:`rocegen.gateware.lib.axi.Axi4Signature` channels.
 
 Features for benches: a fixed read latency (cycles from an AR handshake to the first R beat
 the slave may offer), many bursts in flight, random AR and R stalls, error responses for chosen

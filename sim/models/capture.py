@@ -1,4 +1,4 @@
-"""Reference model of :class:`rocegen.sim.capture.StreamCapture`, cycle by cycle: which cycles
+"""Reference model of :class:`rocegen.sim.testing.capture.StreamCapture`, cycle by cycle: which cycles
 it is ready in (line-rate budget, random backpressure, room in the ring) and what it stores."""
 
 __all__ = ["StreamCaptureModel", "xorshift32"]

@@ -3,7 +3,7 @@
 The *sum* is the 16-bit one's complement sum of the data as big-endian words (byte 0 is the
 high byte of word 0, an odd final byte is padded with a zero low byte), with end-around carry:
 0 only when every word is zero, otherwise 1 .. 0xFFFF. The *checksum* put in a header is its
-complement. This is what :mod:`rocegen.gateware.checksum` computes in gateware.
+complement. This is what :mod:`rocegen.gateware.lib.checksum` computes in gateware.
 """
 
 import struct
@@ -36,7 +36,7 @@ def be_words(data):
 
 def data_sum(data, seed=0):
     """One's complement sum of ``seed`` and the bytes of ``data`` (what
-    :class:`~rocegen.gateware.checksum.PacketChecksum` reports for a packet)."""
+    :class:`~rocegen.gateware.lib.checksum.PacketChecksum` reports for a packet)."""
     return ones_complement_sum(be_words(data) + [seed])
 
 

@@ -2,24 +2,46 @@
 
 The connection manager takes 64-byte datagrams on UDP port 17185 (:data:`CM_PORT`) and answers
 from port 0x8765 (:data:`REPLY_PORT`); the byte layout is the ``CM`` header of
-:mod:`rocegen.gateware.headers`, and the behaviour is described in
+:mod:`rocegen.wire.headers`, and the behaviour is described in
 :mod:`rocegen.gateware.roce.cm`. :class:`ConnectionManagerModel` does, request by request, what
 the gateware does: it returns the reply (with its UDP checksum), the QP table writes, the traffic
 generator run and the counters that pulse, so a test can compare the two exactly.
 
-Datagrams: :func:`pack` / :func:`unpack` (all fields by name), :func:`request` (a request with
-``info_valid`` set), :func:`traffic` (a test-traffic datagram), :func:`pmtu_code`,
-:func:`retry_byte`.
+The datagram functions (:func:`pack`, :func:`unpack`, :func:`request`, :func:`traffic`,
+:func:`pmtu_code`, :func:`retry_byte`) and codes are :mod:`rocegen.wire.cm`'s, named here too
+so that a test holds the model and the wire format under one name.
 """
 
 import struct
 from dataclasses import dataclass, field
 
-from rocegen.gateware.headers import CM
-from rocegen.gateware.roce.cm import CM_PORT, COUNTERS, REPLY_PORT, UDP_SPORT_BASE, parse_net
+from rocegen.gateware.roce.cm import COUNTERS, UDP_SPORT_BASE
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState, WrOpcode
-
-from .checksum import udp_checksum
+from rocegen.sim.models.checksum import udp_checksum
+from rocegen.wire.addr import in_net, parse_net
+from rocegen.wire.cm import (
+    ACK_ACK,
+    ACK_ERROR,
+    ACK_NAK,
+    ACK_NO_QP,
+    CM_PORT,
+    DATAGRAM_BYTES,
+    PMTU_BYTES,
+    REPLY_PORT,
+    REQ_CLOSE_QP,
+    REQ_ERROR,
+    REQ_MODIFY_QP_RTS,
+    REQ_NULL,
+    REQ_OPEN_QP,
+    REQ_SEND_QP_INFO,
+    pack,
+    pmtu_code,
+    request,
+    retry_byte,
+    traffic,
+    unpack,
+)
+from rocegen.wire.headers import CM
 
 __all__ = [
     "CM_PORT", "REPLY_PORT", "DATAGRAM_BYTES", "COUNTERS", "UDP_SPORT_BASE",
@@ -28,74 +50,6 @@ __all__ = [
     "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "parse_net", "in_net",
     "legal_transition", "CmReply", "CmResult", "ConnectionManagerModel",
 ]
-
-#: Length of every datagram, request or reply.
-DATAGRAM_BYTES = CM.length
-
-REQ_NULL = 0
-REQ_OPEN_QP = 1
-REQ_SEND_QP_INFO = 2
-REQ_MODIFY_QP_RTS = 3
-REQ_CLOSE_QP = 4
-REQ_ERROR = 7
-
-ACK_ACK = 1
-ACK_NO_QP = 2
-ACK_NAK = 3
-ACK_ERROR = 7
-
-#: Path MTU code of byte 1 -> bytes (0 is "the default").
-PMTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
-
-
-
-def pack(**fields):
-    """Field values (names of the ``CM`` header; missing ones are zero) -> 64 ``bytes``."""
-    return CM.pack(**fields)
-
-
-def unpack(raw):
-    """64 ``bytes`` -> ``dict`` of every field."""
-    if len(raw) != DATAGRAM_BYTES:
-        raise ValueError(f"a connection-manager datagram is {DATAGRAM_BYTES} bytes, not {len(raw)}")
-    return CM.unpack(raw)
-
-
-def request(req_type, **fields):
-    """A request datagram: ``info_valid`` set, ``req_type`` and the given fields."""
-    return pack(info_valid=1, req_type=req_type, **fields)
-
-
-def traffic(rem_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=False, start=True,
-            window_log2=0, **fields):
-    """A test-traffic datagram for the FPGA QP ``rem_qpn``; ``window_log2`` (byte 29, an
-    extension): message ``s`` goes to remote offset ``(s * dma_length) mod 2^window_log2`` (0: all
-    at offset 0)."""
-    return pack(txmeta_valid=1, start=int(start), is_imm=int(imm), tx_type=int(write),
-                rem_qpn=rem_qpn, dma_length=dma_length, n_transfers=n_transfers,
-                frequency=frequency, window_log2=window_log2, **fields)
-
-
-def pmtu_code(pmtu):
-    """Byte 1 for a path MTU in bytes (256 .. 4096)."""
-    for code, size in PMTU_BYTES.items():
-        if size == pmtu:
-            return code
-    raise ValueError(f"path MTU must be one of {', '.join(map(str, PMTU_BYTES.values()))}, not {pmtu!r}")
-
-
-def retry_byte(retry_cnt, rnr_retry):
-    """The fields of byte 25 that set both retry counts: ``dict(retry_set=1, ...)``."""
-    for name, v in (("retry_cnt", retry_cnt), ("rnr_retry", rnr_retry)):
-        if not 0 <= v <= 7:
-            raise ValueError(f"{name} must be 0..7, not {v!r}")
-    return {"retry_set": 1, "retry_cnt": retry_cnt, "rnr_retry": rnr_retry}
-
-
-def in_net(net, ip):
-    """Whether ``ip`` is inside ``net`` (from :func:`parse_net`; ``None`` allows any address)."""
-    return net is None or (ip & net[1]) == net[0]
-
 
 #: State transitions a request may make: RESET -> INIT -> RTR -> RTS, RTS -> RTS (no change, as
 #: a verbs modify allows), any state -> ERROR, any state -> RESET (close). Opening a free QP goes

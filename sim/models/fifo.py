@@ -1,9 +1,9 @@
-"""Reference model of :class:`rocegen.gateware.fifo.PacketFifo`: which packets come out, and
+"""Reference model of :class:`rocegen.gateware.lib.fifo.PacketFifo`: which packets come out, and
 which are dropped, given the packets that go in."""
 
 from dataclasses import dataclass, field
 
-from ..packets import Packet, to_beats
+from rocegen.sim.models.packets import Packet, to_beats
 
 __all__ = ["FifoOutcome", "beat_count", "packet_fifo", "check_fifo_invariants"]
 

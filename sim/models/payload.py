@@ -4,10 +4,9 @@ send, and random descriptors for tests."""
 from amaranth.hdl import Shape
 
 from rocegen.gateware.roce.layouts import PACKET_DESC, WrSource
-
-from ..amaranth_streams import meta_dict
-from ..packets import Packet
-from .pattern import pattern
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import meta_dict
+from rocegen.wire.pattern import pattern
 
 __all__ = ["random_desc", "expected_packet", "edge_lengths"]
 

@@ -10,10 +10,9 @@ benches that feed the RNIC model directly.
 import enum
 from dataclasses import dataclass
 
-from rocegen.gateware import headers as H
-
-from . import icrc as icrc_model
-from .checksum import internet_checksum
+from rocegen.sim.models import icrc as icrc_model
+from rocegen.sim.models.checksum import internet_checksum
+from rocegen.wire import headers as H
 
 __all__ = ["WrOpcode", "WorkRequest", "QpState", "PacketDesc", "segment", "build_frame",
            "PMTUS", "PSN_MOD"]

@@ -72,9 +72,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.utils import checksum
 
-from rocegen.gateware import headers as H
-
-from .icrc import icrc as _icrc
+from rocegen.sim.models.icrc import icrc as _icrc
+from rocegen.wire import headers as H
 
 __all__ = [
     "Rnic", "QueuePair", "MemoryRegion", "RecvWqe", "Completion", "Access", "WcOpcode", "WcStatus",

@@ -1,4 +1,4 @@
-"""Reference model of :class:`~rocegen.gateware.trim.Trim`."""
+"""Reference model of :class:`~rocegen.gateware.lib.trim.Trim`."""
 
 from dataclasses import dataclass
 

@@ -4,12 +4,12 @@ import pytest
 from amaranth.hdl import Fragment, Module
 from amaranth.lib import data, wiring
 
-from rocegen.gateware.arbiter import PacketArbiter
-from rocegen.gateware.stream import PacketSignature
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver, meta_dict
-from rocegen.sim.harness import raises, run_sim
+from rocegen.gateware.lib.arbiter import PacketArbiter
+from rocegen.gateware.lib.stream import PacketSignature
 from rocegen.sim.models.arbiter import check_bounded_wait, check_merge, round_robin
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.testing.harness import raises, run_sim
 
 META = data.StructLayout({"src": 4, "seq": 16})
 

@@ -4,10 +4,10 @@ import pytest
 from scapy.layers.l2 import ARP
 
 from rocegen.gateware.net.arp import Arp
-from rocegen.gateware.top import parse_ip, parse_mac
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.wire.addr import parse_ip, parse_mac
 
 OUR_MAC, OUR_IP = "02:00:00:00:00:01", "10.0.0.2"
 

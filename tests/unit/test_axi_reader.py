@@ -4,13 +4,13 @@ import random
 import pytest
 from amaranth.hdl import Module
 
-from rocegen.gateware.axi import BURST_INCR, Axi4Signature
+from rocegen.gateware.lib.axi import BURST_INCR, Axi4Signature
 from rocegen.gateware.roce.axi_reader import AxiPayloadReader
 from rocegen.gateware.roce.layouts import WrSource
-from rocegen.sim.amaranth_streams import StreamCollector, send_records
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models.axi_ram import AxiRam
 from rocegen.sim.models.payload import edge_lengths, expected_packet, random_desc
+from rocegen.sim.testing.amaranth_streams import StreamCollector, send_records
+from rocegen.sim.testing.harness import run_sim
 
 MEM_SIZE = 1 << 16
 

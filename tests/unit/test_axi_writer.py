@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from rocegen.gateware.axi import BURST_INCR
+from rocegen.gateware.lib.axi import BURST_INCR
 from rocegen.gateware.roce.axi_writer import AxiWriter
-from rocegen.sim.harness import run_sim
+from rocegen.sim.testing.harness import run_sim
 
 
 class AxiWriteSlave:

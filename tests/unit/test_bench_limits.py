@@ -1,9 +1,9 @@
-"""The theoretical limits of the benchmark suite (sim/bench_suite.py) against the wire spec's
+"""The theoretical limits of the benchmark suite (sim/apps/bench_suite.py) against the wire spec's
 line-rate figures and hand-counted frames."""
 
 import pytest
 
-from rocegen.sim.bench_suite import (
+from rocegen.sim.apps.bench_suite import (
     ideal_beats,
     limit_gbps,
     packet_frames,

@@ -27,7 +27,7 @@ from rocegen.boards.vcu118 import (
     leds_for,
 )
 from rocegen.gateware.roce.endpoint import STATS
-from rocegen.sim.harness import run_sim
+from rocegen.sim.testing.harness import run_sim
 
 PART = "xcvu9p-flga2104-2L-e"
 

@@ -9,7 +9,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from rocegen.sim.bridge import MAX_FRAME, FrameReader, HostSide, encode_frame, udp_frame
+from rocegen.sim.apps.bridge import MAX_FRAME, FrameReader, HostSide, encode_frame, udp_frame
 
 FPGA_MAC, FPGA_IP = "02:00:00:00:00:01", "10.0.0.2"
 HOST_MAC, HOST_IP = "02:00:00:00:00:99", "10.0.0.1"

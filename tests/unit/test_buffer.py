@@ -6,11 +6,11 @@ from amaranth.hdl import unsigned
 from amaranth.lib import data
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.buffer import RegisterSlice, StreamRegisterSlice
-from rocegen.gateware.stream import PacketSignature
-from rocegen.sim.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
-from rocegen.sim.packets import Packet, to_beats
+from rocegen.gateware.lib.buffer import RegisterSlice, StreamRegisterSlice
+from rocegen.gateware.lib.stream import PacketSignature
+from rocegen.sim.models.packets import Packet, to_beats
+from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
 
 META = data.StructLayout({"tag": 16, "kind": 3})
 WIDTHS = [64, 512]

@@ -1,4 +1,4 @@
-"""The simulation-only capture ring (sim/capture.py) against its reference model
+"""The simulation-only capture ring (sim/testing/capture.py) against its reference model
 (sim/models/capture.py), cycle by cycle: ready, the stored entries and the counters, with random
 valid, a line-rate budget, random backpressure and a slow reader, at two payload widths."""
 
@@ -7,8 +7,8 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from rocegen.sim.capture import CREDIT_FRAC_BITS, StreamCapture
 from rocegen.sim.models.capture import StreamCaptureModel, xorshift32
+from rocegen.sim.testing.capture import CREDIT_FRAC_BITS, StreamCapture
 
 
 def test_xorshift_known_values():

@@ -9,14 +9,14 @@ from amaranth.lib import data
 from scapy.layers.inet import IP, UDP
 from scapy.packet import Raw
 
-from rocegen.gateware.checksum import PacketChecksum, be_words, ones_complement_sum
-from rocegen.gateware.headers import IPV4
-from rocegen.gateware.headers import UDP as UDP_HDR
-from rocegen.gateware.stream import PacketSignature
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
+from rocegen.gateware.lib.checksum import PacketChecksum, be_words, ones_complement_sum
+from rocegen.gateware.lib.stream import PacketSignature
 from rocegen.sim.models import checksum as model
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.wire.headers import IPV4
+from rocegen.wire.headers import UDP as UDP_HDR
 
 META = data.StructLayout({"seed": 16})
 

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from rocegen.gateware.cli import main
+from rocegen.cli import main
 
 
 def run(argv):

@@ -5,7 +5,7 @@ import argparse
 
 import pytest
 
-from rocegen.gateware.cli import demo_run, main
+from rocegen.cli.main import demo_run, main
 
 
 def run(argv):
@@ -65,7 +65,7 @@ def test_the_run_carries_the_link_options():
 
 def test_the_links_and_timeout_of_the_default_run_are_perfect():
     """With no link option the bench gets no link and QPs without a retransmit timeout."""
-    from rocegen.sim.roce_bench import board_clock_mhz, link_pair, timeout_code
+    from rocegen.sim.testing.roce_env import board_clock_mhz, link_pair, timeout_code
     args = argparse.Namespace(qps=2, pmtu=4096, bytes=1 << 20, size=65536, opcode="WRITE",
                               loss=0.0, dup=0.0, reorder=0.0, corrupt=0.0, seed=0, rtt_us=0.0)
     r = demo_run(args, 100)

@@ -12,14 +12,15 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from rocegen.gateware.headers import ETH, IPV4
-from rocegen.gateware.headers import UDP as UDP_HDR
-from rocegen.gateware.roce.cm import ConnectionManager, parse_net
+from rocegen.gateware.roce.cm import ConnectionManager
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState, WrOpcode
-from rocegen.sim.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models import cm as M
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.testing.harness import run_sim
+from rocegen.wire.addr import parse_net
+from rocegen.wire.headers import ETH, IPV4
+from rocegen.wire.headers import UDP as UDP_HDR
 
 LOCAL_IP = "10.1.0.100"
 LOCAL_MAC = "02:00:00:00:00:01"

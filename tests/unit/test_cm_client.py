@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from rocegen.gateware.top import parse_ip
 from rocegen.host.cm_client import CmClient, CmError
 from rocegen.host.nic import NicError, SimNic, open_nic
 from rocegen.sim.models import cm as M
+from rocegen.wire.addr import parse_ip
 
 FPGA_IP, HOST_IP = "10.0.0.2", "10.0.0.1"
 

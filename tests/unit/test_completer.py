@@ -9,9 +9,9 @@ import pytest
 
 from rocegen.gateware.roce.completer import OUT_DEPTH, Completer
 from rocegen.gateware.roce.layouts import CplStatus, WrSource
-from rocegen.sim.harness import raises, run_sim
 from rocegen.sim.models import completer as model_mod
 from rocegen.sim.models.completer import COUNTERS, CompleterModel
+from rocegen.sim.testing.harness import raises, run_sim
 
 PSN_MOD = 1 << 24
 ERROR_STATUSES = [CplStatus.QP_NOT_READY, CplStatus.LOCAL_ALIGN, CplStatus.LOCAL_LENGTH]

@@ -6,10 +6,10 @@ import pytest
 from amaranth.hdl import Module, Mux, Signal, UnusedElaboratable
 from amaranth.lib import data
 
-from rocegen.gateware.demux import PacketDemux
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
-from rocegen.sim.packets import Packet
+from rocegen.gateware.lib.demux import PacketDemux
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
 
 META = data.StructLayout({"dest": 2, "drop": 1, "seq": 16})
 

@@ -5,11 +5,11 @@ import re
 import pytest
 from amaranth.lib import data
 
-from rocegen.gateware.fifo import PacketFifo
-from rocegen.sim.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
-from rocegen.sim.harness import run_sim
+from rocegen.gateware.lib.fifo import PacketFifo
 from rocegen.sim.models.fifo import beat_count, check_fifo_invariants, packet_fifo
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.testing.harness import run_sim
 
 META = data.StructLayout({"tag": 16, "kind": 3})
 WIDTHS = [64, 512]
@@ -491,7 +491,7 @@ def test_ram_style_reaches_the_memory(ram_style):
 
 
 def test_fifo_depth_sizes_for_whole_packets():
-    from rocegen.gateware.fifo import fifo_depth
+    from rocegen.gateware.lib.fifo import fifo_depth
     assert fifo_depth(1518, 512) == 32            # 24 beats -> 32
     assert fifo_depth(1518, 512, packets=2) == 64
     assert fifo_depth(64, 512) == 2               # never fewer than 2 beats

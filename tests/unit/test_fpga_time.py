@@ -1,5 +1,5 @@
 """Rates in the FPGA's time: the time records ``rocegen sim serve`` puts before each frame on its
-wire (:mod:`rocegen.sim.bridge`), the simulated NIC that keeps them per QP, the host agent that
+wire (:mod:`rocegen.sim.apps.bridge`), the simulated NIC that keeps them per QP, the host agent that
 turns them into rates, and ``rocegen-host recv``, which labels every rate with its clock.
 The wall clock of these tests is made to disagree with the simulated cycles, so a rate taken
 from the wrong one shows."""
@@ -17,7 +17,7 @@ from scapy.packet import Raw
 from rocegen.host import cli
 from rocegen.host.agent import Agent, TrafficRun
 from rocegen.host.nic import SimNic
-from rocegen.sim.bridge import (
+from rocegen.sim.apps.bridge import (
     TIME_RECORD,
     FpgaTime,
     FrameReader,
@@ -25,7 +25,7 @@ from rocegen.sim.bridge import (
     encode_frame,
     encode_time,
 )
-from rocegen.sim.models.pattern import generator_address, pattern
+from rocegen.wire.pattern import generator_address, pattern
 
 FPGA_MAC, FPGA_IP = "02:00:00:00:00:01", "10.0.0.2"
 HOST_MAC, HOST_IP = "02:00:00:00:00:99", "10.0.0.1"

@@ -1,4 +1,4 @@
-"""The receive-fuzz frame generator (sim/fuzz.py): its frames parsed with scapy, the safety rule
+"""The receive-fuzz frame generator (sim/testing/fuzz.py): its frames parsed with scapy, the safety rule
 checked on 20000 of them with an ICRC computed here from the wire rules, and its model of the
 network stack's delivery to UDP port 4791 compared with the stack's reference model."""
 
@@ -13,9 +13,9 @@ from scapy.layers.l2 import Ether
 from scapy.utils import checksum
 
 from rocegen.gateware.roce.endpoint import IP_MTU
-from rocegen.sim import fuzz
 from rocegen.sim.models.netstack import NetStackModel
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing import fuzz
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
 LIVE = (256, 257, 259)          # open QPs (QP numbers), all with HOST_IP as peer
 PEERS = {q: HOST_IP for q in LIVE}

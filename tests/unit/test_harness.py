@@ -1,9 +1,9 @@
 import pytest
 
-from rocegen.gateware.gate import PacketGate
-from rocegen.sim.amaranth_streams import StreamDriver
-from rocegen.sim.harness import SimulationHang, run_sim
-from rocegen.sim.packets import Packet
+from rocegen.gateware.lib.gate import PacketGate
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamDriver
+from rocegen.sim.testing.harness import SimulationHang, run_sim
 
 
 def test_a_stuck_design_fails_instead_of_hanging():

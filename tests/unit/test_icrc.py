@@ -9,14 +9,14 @@ import pytest
 from amaranth.hdl import Module, UnusedElaboratable
 from amaranth.lib import data, wiring
 
-from rocegen.gateware.headers import BTH, ETH, ETH_VLAN, IPV4, IPV6, UDP, UDP_PORT_ROCEV2
-from rocegen.gateware.icrc import ICRC_SEED, IcrcCheck, IcrcInsert, icrc_mask
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
+from rocegen.gateware.roce.icrc import ICRC_SEED, IcrcCheck, IcrcInsert, icrc_mask
 from rocegen.sim.models import icrc as model
 from rocegen.sim.models.checksum import internet_checksum
-from rocegen.sim.packets import Packet
-from rocegen.sim.vectors import read_vectors
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.vectors import read_vectors
+from rocegen.wire.headers import BTH, ETH, ETH_VLAN, IPV4, IPV6, UDP, UDP_PORT_ROCEV2
 
 META = data.StructLayout({"tag": 12})
 HEADERS = {4: IPV4.length + UDP.length + BTH.length, 6: IPV6.length + UDP.length + BTH.length}

@@ -1,5 +1,5 @@
 """The ICRC reference model against the shared vectors and scapy, and the CRC-32 equations
-(:class:`rocegen.gateware.crc.Crc32`) the gateware is built from."""
+(:class:`rocegen.gateware.lib.crc.Crc32`) the gateware is built from."""
 
 import random
 import zlib
@@ -14,9 +14,9 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Dot1Q, Ether
 from scapy.packet import Raw
 
-from rocegen.gateware.crc import Crc32
+from rocegen.gateware.lib.crc import Crc32
 from rocegen.sim.models import icrc as model
-from rocegen.sim.vectors import read_vectors
+from rocegen.sim.testing.vectors import read_vectors
 
 
 def test_every_shared_vector():

@@ -351,9 +351,9 @@ class _Source:
 @pytest.fixture
 def bench(monkeypatch):
     """A MacModel without a simulator: its frame plumbing driven by hand, cycle by cycle."""
-    from rocegen.sim import roce_bench
     from rocegen.sim.models.rnic import Rnic
-    from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+    from rocegen.sim.testing import roce_env as roce_bench
+    from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
     monkeypatch.setattr(roce_bench, "AxiStreamSource", _Source)
     monkeypatch.setattr(roce_bench, "AxiStreamBus", type("Bus", (), {"from_prefix": staticmethod(
         lambda dut, prefix: None)}))
@@ -372,7 +372,7 @@ def _frames(count, psn=PSN0, length=256):
     """``count`` one-packet RDMA WRITEs of ``length`` bytes from PSN ``psn``, as the endpoint
     sends them."""
     from rocegen.sim.models.requester import QpState, WorkRequest, WrOpcode, build_frame, segment
-    from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+    from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
     def addr(text, sep, base):
         return int.from_bytes(bytes(int(x, base) for x in text.split(sep)), "big")
@@ -396,7 +396,7 @@ def _step(mac, cycle, frame=None):
 
 
 def test_bench_without_links_answers_in_the_same_cycle(bench):
-    from rocegen.sim.roce_bench import roce_data_key
+    from rocegen.sim.testing.roce_env import roce_data_key
     mac = bench()
     frames = _frames(3)
     _step(mac, 10, frames[0])
@@ -436,7 +436,7 @@ def test_bench_loss_then_retransmission(bench):
 
 
 def test_bench_corrupted_frames_do_not_trip_the_strict_nic(bench):
-    from rocegen.sim.roce_bench import is_ipv4
+    from rocegen.sim.testing.roce_env import is_ipv4
     mac = bench(to_nic=Link(corrupt=1.0, corruptible=is_ipv4, seed=1), from_nic=None)
     frames = _frames(40)
     for cycle, frame in enumerate(frames):
@@ -462,8 +462,8 @@ def test_bench_rejects_what_is_not_a_link(bench):
 
 def test_roce_data_key_and_ipv4():
     from rocegen.sim.models.rnic import Rnic
-    from rocegen.sim.roce_bench import is_ipv4, roce_data_key
-    from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+    from rocegen.sim.testing.roce_env import is_ipv4, roce_data_key
+    from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
     frames = _frames(2, psn=0x123456)
     assert [roce_data_key(f) for f in frames] == [(HOST_QPN, 0x123456), (HOST_QPN, 0x123457)]
     assert is_ipv4(frames[0]) and roce_data_key(frames[0][:50]) is None
@@ -479,7 +479,7 @@ def test_roce_data_key_and_ipv4():
 
 
 def test_link_pair_and_timeout_code():
-    from rocegen.sim.roce_bench import link_pair, timeout_code
+    from rocegen.sim.testing.roce_env import link_pair, timeout_code
     assert link_pair({"qps": 1}, 322.265625) == (None, None)
     assert link_pair({"loss": 0.0, "rtt_us": 0}, 100) == (None, None)
     up, down = link_pair({"rtt_us": 2.0}, 100.0)

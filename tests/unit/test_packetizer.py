@@ -3,13 +3,13 @@ import random
 import pytest
 from amaranth.hdl import Module
 
-from rocegen.gateware.depacketizer import Depacketizer
-from rocegen.gateware.headers import Header
-from rocegen.gateware.packetizer import Packetizer
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
+from rocegen.gateware.lib.depacketizer import Depacketizer
+from rocegen.gateware.lib.packetizer import Packetizer
 from rocegen.sim.models.framing import depacketize, packetize
-from rocegen.sim.packets import Packet
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.wire.headers import Header
 
 
 def synthetic_header(length):

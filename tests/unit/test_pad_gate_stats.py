@@ -3,12 +3,12 @@ import random
 import pytest
 from amaranth.lib import data
 
-from rocegen.gateware.gate import PacketGate
-from rocegen.gateware.pad import Pad
-from rocegen.gateware.stats import StatsBlock
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
-from rocegen.sim.packets import Packet
+from rocegen.gateware.lib.gate import PacketGate
+from rocegen.gateware.lib.pad import Pad
+from rocegen.gateware.lib.stats import StatsBlock
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -4,7 +4,7 @@ import random
 import pytest
 
 from rocegen.gateware.roce.payload_ram import PayloadRam
-from rocegen.sim.harness import run_sim
+from rocegen.sim.testing.harness import run_sim
 
 
 @pytest.mark.parametrize("width, size", [(64, 512), (128, 256 * 16), (256, 2048), (512, 4096)])

@@ -1,6 +1,6 @@
 from scapy.all import IP, UDP, Ether, rdpcap
 
-from rocegen.sim.pcap import PcapWriter, read_pcap
+from rocegen.sim.testing.pcap import PcapWriter, read_pcap
 
 
 def test_pcap_round_trip_and_scapy_reads_it(tmp_path):

@@ -8,10 +8,10 @@ import pytest
 from amaranth.hdl import unsigned
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.pipe import ForwardRegister, StreamForwardRegister
-from rocegen.gateware.stream import PacketSignature
-from rocegen.sim.harness import run_sim
-from rocegen.sim.packets import to_beats
+from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature
+from rocegen.sim.models.packets import to_beats
+from rocegen.sim.testing.harness import run_sim
 from tests.unit.test_buffer import META, WIDTHS, make_packets, run_slice
 
 

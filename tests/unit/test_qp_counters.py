@@ -3,7 +3,7 @@ import random
 import pytest
 
 from rocegen.gateware.roce.qp_counters import QpCounters
-from rocegen.sim.harness import raises, run_sim
+from rocegen.sim.testing.harness import raises, run_sim
 
 NAMES = ("a", "b", "c")
 

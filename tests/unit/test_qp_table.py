@@ -4,7 +4,7 @@ import pytest
 
 from rocegen.gateware.roce.layouts import QpState
 from rocegen.gateware.roce.qp_table import QpTable
-from rocegen.sim.harness import run_sim
+from rocegen.sim.testing.harness import run_sim
 
 
 def context(rng, state):

@@ -5,10 +5,10 @@ import random
 
 import pytest
 
-from rocegen.gateware import headers as H
 from rocegen.sim.models.icrc import datagram
 from rocegen.sim.models.requester import PMTUS, PSN_MOD, QpState, WorkRequest, WrOpcode, build_frame, segment
 from rocegen.sim.models.rnic import Rnic
+from rocegen.wire import headers as H
 
 FPGA_MAC, FPGA_IP = 0x020000000001, 0x0A000002
 HOST_MAC, HOST_IP = "02:00:00:00:00:99", "10.0.0.1"

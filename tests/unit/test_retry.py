@@ -21,9 +21,10 @@ from amaranth.hdl import UnusedElaboratable
 from rocegen.gateware.roce import retry as engine_mod
 from rocegen.gateware.roce.layouts import CplStatus, QpState
 from rocegen.gateware.roce.retry import COUNTERS, QP_COUNTERS, RetryEngine, SchedKind
-from rocegen.sim.harness import raises, run_sim
 from rocegen.sim.models import retry as model_mod
 from rocegen.sim.models.retry import PSN_MOD, Outputs, RetryModel, ahead
+from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.wire import roce as wire_roce
 
 #: Clock frequencies for a time base that ticks every cycle / every third cycle.
 CLK_HZ = {1: 1e9 / 1024, 3: 3e9 / 1024}
@@ -303,7 +304,7 @@ def test_model_constants_match_the_engine():
     assert model_mod.QP_COUNTERS == QP_COUNTERS
     assert model_mod.COUNTERS == COUNTERS
     assert model_mod.TIME_TICK_NS == engine_mod.TICK_NS
-    assert model_mod.RNR_DELAY_US == engine_mod.RNR_DELAY_US
+    assert model_mod.RNR_DELAY_US == wire_roce.RNR_DELAY_US
     assert [model_mod.rnr_ticks(c) for c in range(32)] == [engine_mod.rnr_ticks(c)
                                                            for c in range(32)]
     assert [model_mod.timeout_ticks(c) for c in range(1, 32)] == [

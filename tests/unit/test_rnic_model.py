@@ -15,8 +15,8 @@ from scapy.packet import Raw
 from scapy.utils import checksum
 
 from rocegen.sim.models.rnic import Access, Rnic, _icrc
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
-from rocegen.sim.vectors import ICRC_VECTORS
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing.vectors import ICRC_VECTORS
 
 VECTORS = ICRC_VECTORS
 PMTUS = (256, 512, 1024, 2048, 4096)

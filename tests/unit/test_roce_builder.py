@@ -13,18 +13,18 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from rocegen.gateware import headers as H
 from rocegen.gateware.net.stack import NetStack
 from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.layouts import WrSource
-from rocegen.gateware.top import parse_ip, parse_mac
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models import icrc as icrc_model
+from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.requester import QpState, WorkRequest, WrOpcode, build_frame, segment
 from rocegen.sim.models.rnic import Rnic
-from rocegen.sim.packets import Packet
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.wire import headers as H
+from rocegen.wire.addr import parse_ip, parse_mac
 
 PMTU = 256
 ICRC = icrc_model.ICRC_LEN

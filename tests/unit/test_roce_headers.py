@@ -14,9 +14,9 @@ from scapy.layers.inet import IP
 from scapy.layers.inet import UDP as ScapyUDP
 from scapy.layers.l2 import Ether
 
-from rocegen.gateware import headers as H
-from rocegen.gateware.headers import AETH, BTH, CNP_PAYLOAD, IMMDT, IPV6, RETH
-from rocegen.sim.vectors import read_vectors
+from rocegen.sim.testing.vectors import read_vectors
+from rocegen.wire import headers as H
+from rocegen.wire.headers import AETH, BTH, CNP_PAYLOAD, IMMDT, IPV6, RETH
 
 # our field name -> scapy's
 BTH_NAMES = {"opcode": "opcode", "se": "solicited", "m": "migreq", "padcnt": "padcount",

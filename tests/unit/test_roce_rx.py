@@ -8,18 +8,18 @@ import random
 import pytest
 from amaranth.hdl import Elaboratable, Module
 
-from rocegen.gateware import headers as H
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState
 from rocegen.gateware.roce.qp_table import QpTable
 from rocegen.gateware.roce.rx import COUNTERS, RoceRx, Verdict
-from rocegen.gateware.top import parse_ip, parse_mac
-from rocegen.sim.amaranth_streams import StreamDriver, meta_dict
-from rocegen.sim.harness import raises, run_sim
 from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.models.checksum import internet_checksum
+from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import Rnic
-from rocegen.sim.packets import Packet
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing.amaranth_streams import StreamDriver, meta_dict
+from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.wire import headers as H
+from rocegen.wire.addr import parse_ip, parse_mac
 
 OTHER_IP = "10.0.0.77"          # a host that is the peer of no QP but QP 3
 NUM_QPS = 5

@@ -23,10 +23,10 @@ from rocegen.gateware.roce.layouts import (
 )
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 from rocegen.gateware.roce.scheduler import Scheduler
-from rocegen.sim.amaranth_streams import HandshakeMonitor, meta_dict
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models import requester as model
 from rocegen.sim.models.requester import PMTUS, PSN_MOD, WorkRequest, WrOpcode
+from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, meta_dict
+from rocegen.sim.testing.harness import run_sim
 
 #: Cycles after which a bench counts as hung (every bench here needs far fewer).
 DEADLINE = 50_000

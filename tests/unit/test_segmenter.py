@@ -6,8 +6,8 @@ import random
 import pytest
 
 from rocegen.gateware.roce.segmenter import Segmenter
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models.requester import PMTUS, QpState, WorkRequest, WrOpcode, segment
+from rocegen.sim.testing.harness import run_sim
 
 
 def cases(rng, pmtu):

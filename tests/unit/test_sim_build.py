@@ -1,5 +1,5 @@
-"""Finding the project's Verilator without ``PATH`` (:mod:`rocegen.sim.verilator`), and the
-simulator builds (:mod:`rocegen.sim.cocotb_runner`) using it: fake ``verilator`` scripts that
+"""Finding the project's Verilator without ``PATH`` (:mod:`rocegen.sim.testing.verilator`), and the
+simulator builds (:mod:`rocegen.sim.testing.cocotb_runner`) using it: fake ``verilator`` scripts that
 print a version (and, for a build, write a makefile that makes a stand-in simulator), in
 directories of their own."""
 
@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from rocegen.sim import cocotb_runner
-from rocegen.sim.verilator import (
+from rocegen.sim.testing import cocotb_runner
+from rocegen.sim.testing.verilator import (
     MIN_VERSION,
     PIN,
     VerilatorNotFound,
@@ -155,7 +155,7 @@ def build_env(tmp_path, monkeypatch):
 
 def test_a_build_uses_the_found_verilator_without_path(build_env, monkeypatch):
     monkeypatch.setenv("FAKE_BUILD", "one")
-    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
     cfg.build()
     assert (cfg.build_dir / "top").read_text().endswith("echo build one\n")
     assert (cfg.build_dir / ".built").exists() and (cfg.build_dir / ".sources").exists()
@@ -164,7 +164,7 @@ def test_a_build_uses_the_found_verilator_without_path(build_env, monkeypatch):
 
 
 def test_a_failed_build_leaves_no_stamp(build_env, monkeypatch):
-    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
     cfg.build()
     (cfg.build_dir / ".sources").write_text("another source tree")
     (cfg.build_dir / ".built").write_text("the digest of another design")
@@ -176,7 +176,7 @@ def test_a_failed_build_leaves_no_stamp(build_env, monkeypatch):
 
 def test_a_run_keeps_its_simulator_through_a_rebuild(build_env, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_BUILD", "one")
-    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
     sim = cfg.simulator_for(tmp_path / "run")
     assert (sim / "top").read_text().endswith("echo build one\n")
     (cfg.build_dir / ".sources").write_text("another source tree")
@@ -195,7 +195,7 @@ def test_no_verilator_is_a_clear_error_of_the_build(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCEGEN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr("sys.prefix", str(tmp_path / "venv"))
     monkeypatch.setattr(cocotb_runner, "BUILD", tmp_path / "build")
-    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.tops:ConstSliceTop")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
     with pytest.raises(VerilatorNotFound, match="make setup"):
         cfg.build()
 

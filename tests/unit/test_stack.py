@@ -6,13 +6,13 @@ import random
 import pytest
 
 from rocegen.gateware.net.stack import STATS, NetStack
-from rocegen.gateware.top import parse_ip, parse_mac
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models.netstack import NetStackModel, normalise
-from rocegen.sim.packets import Packet
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, host_frames
-from rocegen.sim.stack_bench import udp_echo
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, host_frames
+from rocegen.sim.testing.stack_drivers import udp_echo
+from rocegen.wire.addr import parse_ip, parse_mac
 
 
 def kind(fr):

@@ -25,12 +25,12 @@ from scapy.layers.l2 import ARP, Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
 
 from rocegen.gateware.net.stack import STATS, NetStack
-from rocegen.gateware.top import parse_ip, parse_mac
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.models.netstack import NetStackModel, normalise
-from rocegen.sim.packets import Packet
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC, garbage_frames, host_requests
-from rocegen.sim.stack_bench import udp_echo
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC, garbage_frames, host_requests
+from rocegen.sim.testing.stack_drivers import udp_echo
+from rocegen.wire.addr import parse_ip, parse_mac
 
 WIDTHS = [64, 512]
 PORTS = (7, 17185)           # 7: UDP echo (served by a testbench process); 17185: ours

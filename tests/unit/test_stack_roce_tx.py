@@ -6,16 +6,16 @@ import random
 import pytest
 from scapy.layers.l2 import ARP, Ether
 
-from rocegen.gateware.headers import UDP_PORT_ROCEV2
 from rocegen.gateware.net.stack import NetStack
-from rocegen.gateware.top import parse_ip, parse_mac
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models import icrc as icrc_model
+from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.requester import QpState, WorkRequest, WrOpcode, build_frame, segment
 from rocegen.sim.models.rnic import Rnic
-from rocegen.sim.packets import Packet
-from rocegen.sim.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.wire.addr import parse_ip, parse_mac
+from rocegen.wire.headers import UDP_PORT_ROCEV2
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from rocegen.gateware.stream_arbiter import StreamArbiter
-from rocegen.sim.harness import run_sim
+from rocegen.gateware.lib.stream_arbiter import StreamArbiter
+from rocegen.sim.testing.harness import run_sim
 
 
 @pytest.mark.parametrize("n", [1, 3])

@@ -12,12 +12,12 @@ from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
-from rocegen.gateware.axi import Axi4Signature
+from rocegen.gateware.lib.axi import Axi4Signature
 from rocegen.gateware.roce.axi_writer import AxiWriter
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode, WrSource
 from rocegen.gateware.roce.stream_in import STREAM_META, StreamFrontEnd
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models.axi_ram import AxiRam
+from rocegen.sim.testing.harness import run_sim
 
 WIDTHS = [64, 512]
 NOT_OK = [s.value for s in CplStatus if s != CplStatus.OK]

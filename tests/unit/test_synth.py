@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.synth import SynthesisError, analyse_netlist, synthesize, yosys_command
+from rocegen.tools.synth import SynthesisError, analyse_netlist, synthesize, yosys_command
 
 # --- hand-made netlists ---------------------------------------------------------------------------
 

@@ -8,8 +8,8 @@ from amaranth.back import rtlil
 
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode, WrSource
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG, TrafficGen
-from rocegen.sim.harness import run_sim
-from rocegen.sim.models.pattern import generator_address
+from rocegen.sim.testing.harness import run_sim
+from rocegen.wire.pattern import generator_address
 
 NOT_OK = [s.value for s in CplStatus if s != CplStatus.OK]
 

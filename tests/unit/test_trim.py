@@ -6,12 +6,12 @@ import pytest
 from amaranth.hdl import Module, Mux, Signal, UnusedElaboratable
 from amaranth.lib import data
 
-from rocegen.gateware.headers import ETH, ETHERTYPE_IPV4, IPV4
-from rocegen.gateware.trim import Trim
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
+from rocegen.gateware.lib.trim import Trim
+from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.trim import trim
-from rocegen.sim.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
+from rocegen.wire.headers import ETH, ETHERTYPE_IPV4, IPV4
 
 META = data.StructLayout({"length": 16, "seq": 16})
 

@@ -9,10 +9,10 @@ import pytest
 from amaranth.hdl import UnusedElaboratable
 from amaranth.lib import data
 
-from rocegen.gateware.varpacketizer import VarPacketizer
-from rocegen.sim.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.harness import run_sim
-from rocegen.sim.packets import Packet
+from rocegen.gateware.lib.varpacketizer import VarPacketizer
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.harness import run_sim
 
 
 def model(hdr, hdr_len, payload, tail):

@@ -16,10 +16,10 @@ from scapy.packet import Raw
 from rocegen.gateware.mac.xgmii import Crc32
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
-from rocegen.sim.amaranth_streams import StreamDriver
-from rocegen.sim.harness import run_sim
 from rocegen.sim.models import xgmii as X
-from rocegen.sim.packets import Packet, from_beats, to_beats
+from rocegen.sim.models.packets import Packet, from_beats, to_beats
+from rocegen.sim.testing.amaranth_streams import StreamDriver
+from rocegen.sim.testing.harness import run_sim
 
 STROBES = ("rx_fcs_error", "rx_runt", "rx_too_long", "rx_bad_code")
 STATUS_OF = {"rx_fcs_error": X.FCS_ERROR, "rx_runt": X.RUNT, "rx_too_long": X.TOO_LONG,

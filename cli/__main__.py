@@ -1,0 +1,5 @@
+import sys
+
+from rocegen.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,364 @@
+"""The ``rocegen`` command line: the application layer above the generator (gateware, boards),
+the simulations and the benchmarks. Nothing imports it but its entry points."""
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from rocegen.boards import BOARDS, get_board, write_build
+from rocegen.boards.core import CoreTop
+from rocegen.gateware.emit import to_verilog
+from rocegen.gateware.lib.stream import check_width
+from rocegen.gateware.roce.endpoint import RoceEndpoint
+from rocegen.gateware.roce.layouts import MAX_QPS
+from rocegen.gateware.top import StackTop
+from rocegen.gateware.xgmii_top import XgmiiStackTop
+from rocegen.sim.apps import bench_suite, replay, serve
+from rocegen.sim.apps import demo as system_demo
+from rocegen.sim.apps.options import ENDPOINT_OPTIONS, add_endpoint_options, endpoint_params, option_error
+from rocegen.sim.testing.cocotb_runner import BUILD, SimConfig, endpoint_sim_config, run_cocotb
+from rocegen.sim.testing.roce_env import board_clock_mhz
+from rocegen.wire.addr import parse_ip, parse_mac
+from rocegen.wire.roce import PMTUS
+
+__all__ = ["main"]
+
+#: What ``rocegen verilog`` emits: the RoCEv2 endpoint core, or the network stack alone.
+CORES = ("endpoint", "stack")
+MEMORIES = ("onchip", "axi4")
+
+
+def _verilog(args):
+    if getattr(args, "core", "stack") == "endpoint":
+        return _verilog_endpoint(args)
+    t0 = time.perf_counter()
+    kind = XgmiiStackTop if getattr(args, "phy", "axis") == "xgmii" else StackTop
+    top = kind(width=args.width, mac=args.mac, ip=args.ip, udp_ports=tuple(args.port))
+    text = to_verilog(top, name=args.name)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out} ({len(text) / 1e6:.2f} MB of Verilog, W={args.width}) "
+          f"in {time.perf_counter() - t0:.1f} s")
+
+
+def _check_address(option, parse, text):
+    try:
+        parse(text)
+    except ValueError as e:
+        raise ValueError(f"{option}: {e}") from None
+
+
+def _check_name(name):
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", name):
+        raise ValueError(f"--name must be a Verilog identifier, not {name!r}")
+
+
+def _check_verilog_args(args):
+    """Validate ``rocegen verilog``'s parameters before anything is built; fills defaults."""
+    check_width(args.width)
+    if args.phy == "xgmii" and args.width != 64:
+        raise ValueError(f"--width must be 64 with --phy xgmii (the XGMII word), not {args.width}")
+    _check_address("--ip", parse_ip, args.ip)
+    _check_address("--mac", parse_mac, args.mac)
+    if args.core == "stack":
+        for option, value in (("--qps", args.qps), ("--memory", args.memory),
+                              ("--mem-bytes", args.mem_bytes), ("--cm-port", args.cm_port),
+                              ("--clk-mhz", args.clk_mhz),
+                              *((o, getattr(args, o[2:].replace("-", "_")))
+                                for o in ENDPOINT_OPTIONS)):
+            if value is not None:
+                raise ValueError(f"{option} applies to --core endpoint only, not to the network "
+                                 f"stack")
+        args.port = args.port or [17185]
+        for port in args.port:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"--port must be a UDP port 1..65535, not {port}")
+        args.name = args.name or "rocegen_stack"
+    else:
+        if args.port:
+            raise ValueError("--port applies to --core stack only (the endpoint serves RoCEv2 "
+                             "on UDP port 4791)")
+        args.qps = 8 if args.qps is None else args.qps
+        if not 1 <= args.qps <= MAX_QPS:
+            raise ValueError(f"--qps must be 1..{MAX_QPS}, not {args.qps}")
+        args.memory = args.memory or "onchip"
+        if args.memory not in MEMORIES:
+            raise ValueError(f"--memory must be one of {', '.join(MEMORIES)}, not "
+                             f"{args.memory!r}")
+        if args.mem_bytes is not None and (args.mem_bytes <= 0
+                                           or args.mem_bytes & (args.mem_bytes - 1)):
+            raise ValueError(f"--mem-bytes must be a power of two, not {args.mem_bytes}")
+        args.name = args.name or "rocegen_endpoint"
+    _check_name(args.name)
+
+
+def _verilog_endpoint(args):
+
+    t0 = time.perf_counter()
+    params = {} if args.mem_bytes is None else {"mem_bytes": args.mem_bytes}
+    params.update(endpoint_params(args))
+    if args.clk_mhz is not None:
+        if not 0 < args.clk_mhz <= 1000:
+            raise ValueError(f"--clk-mhz must be a clock frequency 0..1000 MHz, not {args.clk_mhz}")
+        params["clk_hz"] = args.clk_mhz * 1e6
+    try:
+        top = CoreTop(args.width, args.qps, memory=args.memory, phy=args.phy, mac=args.mac,
+                      ip=args.ip, **params)
+    except (ValueError, TypeError) as e:
+        raise ValueError(option_error(str(e))) from None
+    text = to_verilog(top, name=args.name)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out} ({len(text) / 1e6:.2f} MB of Verilog): endpoint core {args.name}, "
+          f"W={args.width}, {args.qps} QPs, {args.memory} memory of {top.endpoint.mem_bytes} "
+          f"bytes, MAC side {args.phy}, in {time.perf_counter() - t0:.1f} s")
+
+
+def _build(args):
+    board = get_board(args.board)
+    params = {"num_qps": args.qps, "mac": args.mac, "ip": args.ip,
+              "retransmit_memory": args.retransmit_memory, "width": args.width,
+              "mem_bytes": args.mem_bytes, "top_name": args.name,
+              "endpoint": endpoint_params(args)}
+    try:
+        files = write_build(board, args.output, **params)
+    except (ValueError, TypeError) as e:
+        raise ValueError(option_error(str(e), "--port")) from None
+    print(f"build it with: cd {files['tcl'].parent} && vivado -mode batch -source build.tcl "
+          f"(see BUILD.md)")
+    return 0
+
+
+def _boards(args):
+    rows = [b.summary() for b in BOARDS.values()]
+    cols = ["board", "mac", "line", "width", "core clock", "part", "clocks"]
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) for c in cols}
+    print("  ".join(c.ljust(widths[c]) for c in cols).rstrip())
+    for r in rows:
+        print("  ".join(str(r[c]).ljust(widths[c]) for c in cols).rstrip())
+    return 0
+
+
+OPCODES = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
+
+
+def _sim_demo(args):
+
+
+    check_width(args.width)
+    if args.pmtu not in PMTUS:
+        raise ValueError(f"--pmtu must be one of {', '.join(map(str, PMTUS))}, not {args.pmtu}")
+    if not 1 <= args.qps <= 64:
+        raise ValueError(f"--qps must be 1..64, not {args.qps}")
+    if args.bytes < 0 or args.size < 0 or args.size > 65536:
+        raise ValueError("--bytes must be >= 0 and --size 0..65536 (the demo's local buffer)")
+    for option in ("loss", "dup", "reorder", "corrupt"):
+        p = getattr(args, option)
+        if not 0 <= p < 1:
+            raise ValueError(f"--{option} must be a probability in [0, 1), not {p}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, not {args.seed}")
+    if not 0 <= args.rtt_us < float("inf"):
+        raise ValueError(f"--rtt-us must be a number of microseconds >= 0, not {args.rtt_us}")
+    line = args.line_gbps if args.line_gbps is not None else (100 if args.width >= 128 else 10)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    num_qps = max(8, args.qps)
+    t0 = time.perf_counter()
+    core = out / f"rocegen_endpoint_w{args.width}.v"
+    core.write_text(to_verilog(RoceEndpoint(args.width, num_qps), name="rocegen_endpoint"))
+    print(f"wrote {core} in {time.perf_counter() - t0:.1f} s")
+    print(f"building the simulator (Verilator; the first build of a configuration takes a few "
+          f"minutes, then it is cached under {BUILD / 'cocotb'})")
+    cfg = endpoint_sim_config(args.width, num_qps)
+    pcap = Path(args.pcap or out / f"roce_w{args.width}.pcap").resolve()
+    results = (out / f"roce_w{args.width}.json").resolve()
+    run = demo_run(args, line)
+    try:
+        run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"demo-{args.width}",
+                   env={"PCAP": pcap, "ROCE_RUNS": json.dumps([run]), "ROCE_RESULTS": results})
+    except AssertionError as e:
+        print(e, file=sys.stderr)
+        return 1
+    r = json.loads(results.read_text())[0]
+    print(f"W={args.width} at {board_clock_mhz(args.width):.3f} MHz, MAC line {line} Gb/s, "
+          f"PMTU {args.pmtu}, {args.opcode} messages of {args.size} bytes")
+    for k, q in sorted(r["per_qp"].items(), key=lambda kv: int(kv[0])):
+        print(f"  QP {256 + int(k)}: {q['bytes']} bytes in {q['packets']} packets")
+    us = r["line_cycles"] / board_clock_mhz(args.width)
+    faults = [f"{f} {run[f]:g}" for f in ("loss", "dup", "reorder", "corrupt") if run[f]]
+    if faults or run["rtt_us"]:
+        print(f"link: {', '.join(faults) or 'no faults'}, round trip {run['rtt_us']:g} us, seed "
+              f"{run['seed']}, QP retransmit timeout code {r['timeout']}")
+        for key, name in (("link_to_nic", "to NIC"), ("link_from_nic", "from NIC")):
+            c = r[key]
+            if c is None:
+                continue
+            print(f"  {name:8}: {c['sent']} frames sent, {c['delivered']} "
+                  f"delivered, {c['dropped']} dropped, {c['duplicated']} duplicated, "
+                  f"{c['reordered']} reordered, {c['corrupted']} corrupted")
+    print(f"retransmitted {r['retransmitted']} of {r['roce_frames']} RoCE data frames")
+    print(f"goodput {r['goodput_gbps']:.2f} Gb/s ({args.bytes * args.qps} bytes in {us:.1f} us on "
+          f"the MAC); the host's memory holds exactly the data sent")
+    print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
+    return 0
+
+
+def demo_run(args, line_gbps):
+    """The run of ``rocegen sim demo`` (see :mod:`rocegen.sim.tb.roce_demo`) from its options."""
+    return {"qps": args.qps, "pmtu": args.pmtu, "bytes": args.bytes, "size": args.size,
+            "opcode": args.opcode, "source": "memory", "line_gbps": line_gbps,
+            "loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt,
+            "seed": args.seed, "rtt_us": args.rtt_us}
+
+
+def _sim_ping(args):
+
+    out = Path(args.output)
+    _verilog(argparse.Namespace(width=args.width, mac=args.mac, ip=args.ip, port=[17185],
+                                name="rocegen_stack", output=out / f"rocegen_stack_w{args.width}.v"))
+    print(f"building the simulator (Verilator; the first build of a width takes a few minutes, "
+          f"then it is cached under {BUILD / 'cocotb'})")
+    cfg = SimConfig("stack", "rocegen.gateware.top:StackTop", width=args.width)
+    pcap = (out / f"demo_w{args.width}.pcap").resolve()
+    report = (out / f"demo_w{args.width}.txt").resolve()
+    try:
+        run_cocotb(cfg, "rocegen.sim.tb.ping", label=f"ping-{args.width}",
+                   env={"PCAP": pcap, "DEMO_REPORT": report})
+    except AssertionError as e:
+        print(e, file=sys.stderr)
+        return 1
+    print(report.read_text(), end="")
+    print(f"every frame is in {pcap} (open it with Wireshark)")
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="rocegen", description="FPGA RoCEv2 endpoint generator")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    v = sub.add_parser("verilog", help="emit the portable endpoint core (or the network stack "
+                       "alone) as Verilog")
+    v.add_argument("--core", choices=CORES, default="endpoint",
+                   help="endpoint: the RoCEv2 endpoint core with flat ports (default); stack: "
+                   "the network stack with a UDP echo service")
+    v.add_argument("--width", type=int, default=None,
+                   help="datapath width in bits (64..512; default 512, 64 with --phy xgmii)")
+    v.add_argument("--phy", choices=["axis", "xgmii"], default="axis",
+                   help="MAC side: a CMAC-shaped AXI-Stream port, or the built-in 10/25G XGMII MAC")
+    v.add_argument("--qps", type=int, default=None, help="QPs of the endpoint (1..256, default 8)")
+    v.add_argument("--memory", default=None,
+                   help="payload memory of the endpoint: onchip (default) or axi4 (m_axi_* port)")
+    v.add_argument("--mem-bytes", type=int, default=None,
+                   help="payload memory size in bytes, a power of two (default 256 KiB on chip, "
+                   "4 GiB of AXI4 address space)")
+    v.add_argument("--mac", default="02:00:00:00:00:01", help="our MAC address")
+    v.add_argument("--ip", default="10.0.0.2", help="our IPv4 address")
+    v.add_argument("--port", type=int, action="append", default=None,
+                   help="UDP port served by --core stack (repeatable; default 17185)")
+    add_endpoint_options(v, "--cm-port")
+    v.add_argument("--clk-mhz", type=float, default=None,
+                   help="the core clock the retransmit timers count (default 322.265625 MHz, "
+                   "156.25 MHz at W = 64)")
+    v.add_argument("--name", default=None,
+                   help="Verilog module name (default rocegen_endpoint / rocegen_stack)")
+    v.add_argument("-o", "--output", required=True, help="output .v file")
+
+    b = sub.add_parser("build", help="write a board's Vivado build: top-level Verilog, "
+                       "constraints, batch Tcl script, instructions")
+    b.add_argument("--board", required=True, help="board target (see `rocegen boards`)")
+    b.add_argument("--ip", default="10.0.0.2", help="the board's IPv4 address")
+    b.add_argument("--mac", default="02:00:00:00:00:01", help="the board's MAC address")
+    b.add_argument("--qps", type=int, default=8, help="QPs of the endpoint (1..256)")
+    b.add_argument("--retransmit-memory", default="bram",
+                   help="where payloads are kept: bram (default), uram, or ddr4 (the board's "
+                        "DDR4 through its memory controller IP)")
+    b.add_argument("--mem-bytes", type=int, default=None,
+                   help="payload memory size in bytes (default 256 KiB bram, 1 MiB uram, "
+                        "the whole DDR4 with ddr4)")
+    b.add_argument("--width", type=int, default=None,
+                   help="datapath width; must be the board MAC's (checked, else implied)")
+    add_endpoint_options(b, "--port")
+    b.add_argument("--name", default=None, help="top-level module name (default per board)")
+    b.add_argument("-o", "--output", required=True, help="output folder")
+
+    sub.add_parser("boards", help="list the board targets")
+    system_demo.add_parser(sub)
+
+    s = sub.add_parser("sim", help="simulation commands")
+    ssub = s.add_subparsers(dest="sim_command", required=True)
+    d = ssub.add_parser("demo", help="the endpoint writes into a simulated host NIC's memory "
+                        "(Verilator); data checked, goodput reported")
+    d.add_argument("--width", type=int, default=512, help="datapath width in bits")
+    d.add_argument("--qps", type=int, default=2, help="QPs sending at once (round robin)")
+    d.add_argument("--pmtu", type=int, default=4096, help="path MTU (256..4096)")
+    d.add_argument("--bytes", type=int, default=1 << 20, help="bytes per QP")
+    d.add_argument("--size", type=int, default=65536, help="message size in bytes (<= 64 KiB)")
+    d.add_argument("--opcode", choices=OPCODES, default="WRITE")
+    d.add_argument("--line-gbps", type=float, default=None,
+                   help="MAC line rate (default 100 at W >= 128, 10 at W = 64; 0: unthrottled)")
+    d.add_argument("--loss", type=float, default=0.0, metavar="P",
+                   help="chance that the link loses a frame (each direction; 0 <= P < 1)")
+    d.add_argument("--dup", type=float, default=0.0, metavar="P",
+                   help="chance that the link delivers a frame twice")
+    d.add_argument("--reorder", type=float, default=0.0, metavar="P",
+                   help="chance that the link holds a frame back behind up to 4 later ones")
+    d.add_argument("--corrupt", type=float, default=0.0, metavar="P",
+                   help="chance that the link flips a bit of an IPv4 frame after its Ethernet "
+                   "header (the receiver's checksum or ICRC rejects it)")
+    d.add_argument("--seed", type=int, default=0, help="seed of the link's faults")
+    d.add_argument("--rtt-us", type=float, default=0.0, metavar="US",
+                   help="round trip of the link in microseconds (half of it each way)")
+    d.add_argument("--pcap", default=None, help="pcap file of every frame (default in -o)")
+    d.add_argument("-o", "--output", default="build/demo", help="folder for Verilog, pcap, results")
+    pg = ssub.add_parser("ping", help="a scapy host ARPs, pings and exchanges UDP datagrams with "
+                         "the network stack (Verilator)")
+    pg.add_argument("--width", type=int, default=512)
+    pg.add_argument("--mac", default="02:00:00:00:00:01")
+    pg.add_argument("--ip", default="10.0.0.2")
+    pg.add_argument("-o", "--output", default="build/demo", help="folder for Verilog, pcap, report")
+    replay.add_parser(ssub)
+    serve.add_parser(ssub)
+    bench_suite.add_parser(sub)
+
+    args = p.parse_args(argv)
+    try:
+        if args.command == "verilog":
+            if args.width is None:
+                args.width = 64 if args.phy == "xgmii" else 512
+            _check_verilog_args(args)
+            _verilog(args)
+            return 0
+        if args.command == "build":
+            return _build(args)
+        if args.command == "boards":
+            return _boards(args)
+        if args.command == "demo":
+            try:
+                return system_demo.run(args)
+            except RuntimeError as e:
+                print(f"rocegen: demo failed: {e}", file=sys.stderr)
+                return 1
+        if args.command == "sim" and args.sim_command == "demo":
+            return _sim_demo(args)
+        if args.command == "sim" and args.sim_command == "ping":
+            return _sim_ping(args)
+        if args.command == "sim" and args.sim_command == "replay":
+            return replay.run(args)
+        if args.command == "sim" and args.sim_command == "serve":
+            return serve.run(args)
+        if args.command == "bench":
+            return bench_suite.run(args)
+    except ValueError as e:
+        print(f"rocegen: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

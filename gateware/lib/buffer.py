@@ -1,0 +1,82 @@
+"""Register slices: break the combinational paths of a stream at full throughput."""
+
+from amaranth.hdl import Module, Shape, ShapeCastable, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.stream import check_width, packet_layout
+
+__all__ = ["StreamRegisterSlice", "RegisterSlice", "stream_stage_members"]
+
+
+def stream_stage_members(shape):
+    """The ports of a one-stream pipeline stage (``i`` in, ``o`` out, both of ``shape``), after
+    checking that ``shape`` is shape-castable."""
+    if not isinstance(shape, ShapeCastable):
+        try:
+            Shape.cast(shape)
+        except TypeError as exc:
+            raise TypeError(f"shape must be a shape-castable object, not {shape!r}") from exc
+    return {"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))}
+
+
+class StreamRegisterSlice(wiring.Component):
+    """Two-entry skid buffer between two :mod:`amaranth.lib.stream` streams of any payload shape.
+
+    Parameters
+    ----------
+    shape : shape-castable
+        Payload shape of both streams (a plain shape or a :mod:`amaranth.lib.data` layout).
+
+    Behaviour
+    ---------
+    * Every output is a register: ``o.valid`` and ``o.payload`` are flip-flops and ``i.ready`` is
+      the "skid entry empty" flip-flop. There is no combinational path from ``o.ready`` to
+      ``i.ready`` nor from ``i`` to ``o``.
+    * Latency: one cycle (a beat accepted on ``i`` in cycle t is offered on ``o`` in cycle t+1
+      when the slice was empty or its output beat left in cycle t).
+    * Throughput: one beat per cycle sustained while ``o.ready`` stays high. When ``o`` is stalled
+      the beat that was already in flight (``i.ready`` was high) lands in the skid entry and
+      ``i.ready`` drops in the next cycle; the skid entry drains first when ``o`` resumes.
+    * Payloads pass unchanged and in order (lanes untouched, so byte order is kept); nothing is
+      dropped or duplicated.
+    """
+
+    def __init__(self, shape):
+        self.shape = shape
+        super().__init__(stream_stage_members(shape))
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+
+        skid = Signal(self.shape)
+        skid_empty = Signal(init=1)
+        m.d.comb += i.ready.eq(skid_empty)
+
+        with m.If(~o.valid | o.ready):
+            # the output register is free (empty, or its beat leaves in this cycle)
+            with m.If(~skid_empty):
+                m.d.sync += [o.payload.eq(skid), o.valid.eq(1), skid_empty.eq(1)]
+            with m.Else():
+                m.d.sync += [o.payload.eq(i.payload), o.valid.eq(i.valid)]
+        with m.Elif(i.valid & skid_empty):
+            # output stalled: the beat that was in flight goes to the skid entry
+            m.d.sync += [skid.eq(i.payload), skid_empty.eq(0)]
+        return m
+
+
+class RegisterSlice(StreamRegisterSlice):
+    """Register slice of a packet stream ``width`` bits wide with ``meta`` sideband.
+
+    A :class:`StreamRegisterSlice` whose payload is
+    :func:`~rocegen.gateware.lib.stream.packet_layout`: ``i`` and ``o`` are
+    :func:`~rocegen.gateware.lib.stream.PacketSignature` streams. All beats (data, keep, last, error,
+    meta) pass unchanged; latency one cycle, one beat per cycle sustained, every output registered.
+    """
+
+    def __init__(self, width, meta=None):
+        check_width(width)
+        self.width = width
+        self.meta = meta
+        super().__init__(packet_layout(width, meta))

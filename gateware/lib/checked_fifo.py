@@ -1,0 +1,135 @@
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import data, fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.buffer import RegisterSlice
+from rocegen.gateware.lib.checksum import PacketChecksum
+from rocegen.gateware.lib.fifo import PacketFifo
+from rocegen.gateware.lib.gate import PacketGate
+from rocegen.gateware.lib.pipe import StreamForwardRegister
+from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat, packet_layout
+
+__all__ = ["ChecksumCheckedFifo"]
+
+
+class ChecksumCheckedFifo(wiring.Component):
+    """Store-and-forward FIFO that releases only packets whose Internet checksum is right.
+
+    The one's complement sum of each packet (plus ``seed``, e.g. a pseudo-header) is computed
+    while the packet is written (:class:`~rocegen.gateware.lib.checksum.PacketChecksum`); a packet is
+    good when the sum is 0xFFFF or when ``skip`` was high with its first beat (UDP's "no
+    checksum"). Packets with ``error`` set are discarded by the FIFO; bad checksums are
+    discarded at the output (:class:`~rocegen.gateware.lib.gate.PacketGate`) and pulse
+    ``drop_checksum``.
+
+    ``seed`` and ``skip`` are driven combinationally by the parent from ``i.payload`` and sampled
+    with the first beat of each packet. Packets longer than ``depth`` beats cannot be stored and
+    are dropped (``drop_overflow``); the input is held while the FIFO is full.
+
+    Parameters: ``width`` (W bits), ``depth`` (beats, a power of two of at least 2), ``meta``
+    (the packets' metadata layout or None) and ``output_slice``: True (default) puts a
+    :class:`~rocegen.gateware.lib.buffer.RegisterSlice` at the output, so ``o`` is registered and
+    ``o.ready`` ends in it; False leaves ``o`` straight from the gate (the block RAM's read data
+    through the keep decoder) and ``o.ready`` driving the read side, for a parent that registers
+    the stream itself (with a :class:`~rocegen.gateware.lib.pipe.ForwardRegister`, no LUT per bit,
+    when its consumer's ``ready`` is short).
+
+    Latency: the input goes through a :class:`~rocegen.gateware.lib.pipe.StreamForwardRegister`
+    (``seed`` and ``skip`` with each beat; ``i.ready`` a few LUTs from registers), one cycle;
+    then a packet can leave once its last beat is stored and its verdict is known,
+    ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest, and goes out
+    through the output slice (one cycle more; none without it). Throughput: one beat per cycle
+    in and out.
+    """
+
+    def __init__(self, width, depth, meta=None, *, output_slice=True):
+        check_width(width)
+        if not isinstance(output_slice, bool):
+            raise TypeError(f"output_slice must be a bool, not {output_slice!r}")
+        self.output_slice = output_slice
+        self.width = width
+        self.depth = depth
+        self.meta = meta
+        super().__init__({
+            "i": In(PacketSignature(width, meta)),
+            "o": Out(PacketSignature(width, meta)),
+            "seed": In(16),
+            "skip": In(1),
+            "drop_checksum": Out(1),
+            "drop_error": Out(1),
+            "drop_overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        store = m.submodules.store = PacketFifo(W, self.depth, self.meta, store_and_forward=True,
+                                                drop_errors=True, overflow="wait")
+        # an input forward register, with ``seed`` and ``skip`` beside each beat: the store's
+        # write side starts in registers; the store's ``ready`` is worked out from registers
+        # (its ``full`` is one), so ``i.ready`` is a few LUTs from registers, and the register
+        # costs no LUT per bit
+        sl = m.submodules.input = StreamForwardRegister(data.StructLayout({
+            "beat": packet_layout(W, self.meta), "seed": 16, "skip": 1}))
+        m.d.comb += [
+            sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
+            sl.i.payload.beat.eq(self.i.payload),
+            sl.i.payload.seed.eq(self.seed), sl.i.payload.skip.eq(self.skip),
+            store.i.valid.eq(sl.o.valid), sl.o.ready.eq(store.i.ready),
+            store.i.payload.eq(sl.o.payload.beat),
+        ]
+        seed, skip = sl.o.payload.seed, sl.o.payload.skip
+        m.d.comb += [self.drop_error.eq(store.drop_error),
+                     self.drop_overflow.eq(store.drop_overflow)]
+
+        cs = m.submodules.checksum = PacketChecksum(W, self.meta)
+        m.d.comb += cs.observe(store.i)
+        m.d.comb += cs.seed.eq(seed)
+
+        # the per-packet skip flag and "will the FIFO keep it" travel beside the checksum
+        # pipeline, so that they meet the packet's sum exactly `latency` cycles after its end
+        i = store.i
+        first = first_beat(m, i)
+        skip_reg = Signal()
+        with m.If(i.valid & i.ready & first):
+            m.d.sync += skip_reg.eq(skip)
+        skip_now = Signal()
+        m.d.comb += skip_now.eq(first & skip | ~first & skip_reg)
+        ends = i.valid & i.ready & i.payload.last
+        # in "wait" mode the FIFO drops exactly the packets longer than its memory
+        beats = Signal(range(self.depth + 2))
+        with m.If(i.valid & i.ready):
+            with m.If(i.payload.last):
+                m.d.sync += beats.eq(0)
+            with m.Elif(beats <= self.depth):
+                m.d.sync += beats.eq(beats + 1)
+        kept = ends & ~i.payload.error & (beats < self.depth)
+        pipe_kept = Signal(cs.latency)
+        pipe_skip = Signal(cs.latency)
+        m.d.sync += [
+            pipe_kept.eq(Cat(kept, pipe_kept)),
+            pipe_skip.eq(Cat(skip_now, pipe_skip)),
+        ]
+        verdicts = m.submodules.verdicts = fifo.SyncFIFOBuffered(width=1, depth=self.depth + 2)
+        m.d.comb += [
+            verdicts.w_en.eq(cs.done & pipe_kept[-1]),
+            verdicts.w_data.eq(pipe_skip[-1] | (cs.sum == 0xFFFF)),
+        ]
+
+        gate = m.submodules.gate = PacketGate(W, self.meta)
+        wiring.connect(m, store.o, gate.i)
+        m.d.comb += [
+            gate.verdict.valid.eq(verdicts.r_rdy),
+            gate.verdict.payload.eq(verdicts.r_data),
+            verdicts.r_en.eq(gate.verdict.ready),
+            self.drop_checksum.eq(gate.dropped),
+        ]
+        # an output register slice: the memory's read data (and its keep decoder) end in it,
+        # and ``o.ready`` does not reach the read side
+        if self.output_slice:
+            out = m.submodules.output = RegisterSlice(W, self.meta)
+            wiring.connect(m, gate.o, out.i)
+            wiring.connect(m, out.o, wiring.flipped(self.o))
+        else:
+            wiring.connect(m, gate.o, wiring.flipped(self.o))
+        return m

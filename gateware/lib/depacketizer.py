@@ -1,0 +1,189 @@
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.stream import PacketSignature, check_width, empty_meta
+from rocegen.wire.headers import Header
+
+__all__ = ["Depacketizer"]
+
+
+def _meta_with(meta, name, layout):
+    meta = empty_meta() if meta is None else meta
+    members = dict(meta.members)
+    if name in members:
+        raise ValueError(f"metadata already has a field {name!r}")
+    members[name] = layout
+    return data.StructLayout(members)
+
+
+class Depacketizer(wiring.Component):
+    """Header removal: strip a fixed ``header`` from the front of each packet.
+
+    The parsed header leaves as ``o.meta.<header.name>`` (a view of ``header.layout``) beside the
+    incoming metadata, and the rest of the packet leaves as a packet stream realigned to lane 0.
+
+    Parameters
+    ----------
+    header : :class:`~rocegen.wire.headers.Header`
+        Any length; it need not be a multiple of the beat width.
+    width : int
+        Data width W in bits (64..512, power of two).
+    meta : StructLayout or None
+        Metadata of the input stream, passed through.
+
+    Behaviour
+    ---------
+    * Throughput: one input beat per cycle, sustained across back-to-back packets (the input is
+      never held off while ``o.ready`` is high).
+    * Latency: when the header length H is not a multiple of W/8, each output beat is made of
+      the tail of one input beat (held in a register) and the head of the next, so it leaves in
+      the cycle the next beat is accepted (combinational path from ``i`` to ``o``); a packet's
+      final output beat leaves one cycle after its last input beat when its bytes do not fit in
+      the beat before. When H is a multiple of W/8, body beats pass straight through.
+    * Backpressure: ``i.ready`` follows ``o.ready`` combinationally (plus header beats, which are
+      always taken). Put a :class:`~rocegen.gateware.lib.buffer.RegisterSlice` behind it to break the
+      path.
+    * A packet shorter than the header is dropped whole and pulses ``runt`` for one cycle; no
+      beat of it leaves.
+    * A packet that is exactly the header leaves as one beat with ``keep == 0``, ``last == 1``.
+    * ``error`` of the last input beat is carried to the last output beat.
+    * Byte order: lane order as on the wire (byte 0 in the low lane); the header table defines
+      field order and endianness.
+    """
+
+    def __init__(self, header, width, meta=None):
+        if not isinstance(header, Header):
+            raise TypeError(f"header must be a Header, not {header!r}")
+        check_width(width)
+        self.header = header
+        self.width = width
+        self.meta_in = empty_meta() if meta is None else meta
+        self.meta_out = _meta_with(meta, header.name, header.layout)
+        super().__init__({
+            "i": In(PacketSignature(width, self.meta_in)),
+            "o": Out(PacketSignature(width, self.meta_out)),
+            "runt": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        B = self.width // 8
+        H = self.header.length
+        q, r = divmod(H, B)
+        i, o = self.i, self.o
+
+        idx = Signal(range(q + 1))          # header beats taken in the current packet
+        hdr_buf = Signal(max(1, 8 * B * q))  # full header beats, beat 0 lowest
+        meta = Signal(self.meta_out)
+
+        def latch_meta(lanes):
+            parsed = self.header.from_lanes(lanes)
+            stmts = [getattr(meta, self.header.name).eq(parsed)]
+            for name in self.meta_in.members:
+                stmts.append(getattr(meta, name).eq(getattr(i.payload.meta, name)))
+            return stmts
+
+        m.d.comb += o.payload.meta.eq(meta)
+
+        if r:
+            # R holds the previous beat of this packet; it contributes its lanes r..B-1.
+            r_data = Signal(self.width)
+            r_keep = Signal(B)
+            r_last = Signal()
+            r_error = Signal()
+            r_valid = Signal()
+
+            can_start = ~r_valid | (r_last & o.ready)
+            with m.If(r_valid & r_last):
+                # final output beat of the packet: R's remaining lanes
+                m.d.comb += [
+                    o.valid.eq(1),
+                    o.payload.data.eq(r_data[8 * r:]),
+                    o.payload.keep.eq(r_keep[r:]),
+                    o.payload.last.eq(1),
+                    o.payload.error.eq(r_error),
+                ]
+                with m.If(o.ready):
+                    m.d.sync += r_valid.eq(0)
+            with m.Elif(r_valid):
+                ends = i.payload.last & ~i.payload.keep[r]
+                m.d.comb += [
+                    o.valid.eq(i.valid),
+                    o.payload.data.eq(Cat(r_data[8 * r:], i.payload.data[:8 * r])),
+                    o.payload.keep.eq(Cat(r_keep[r:], i.payload.keep[:r])),
+                    o.payload.last.eq(ends),
+                    o.payload.error.eq(ends & i.payload.error),
+                    i.ready.eq(o.ready),
+                ]
+                with m.If(i.valid & o.ready):
+                    with m.If(ends):
+                        m.d.sync += r_valid.eq(0)
+                    with m.Else():
+                        m.d.sync += [r_data.eq(i.payload.data), r_keep.eq(i.payload.keep),
+                                     r_last.eq(i.payload.last), r_error.eq(i.payload.error)]
+
+            with m.If(can_start):
+                m.d.comb += i.ready.eq(1)
+                with m.If(i.valid):
+                    with m.If(idx < q):
+                        if q:
+                            m.d.sync += hdr_buf.eq(Cat(hdr_buf[8 * B:], i.payload.data))
+                        with m.If(i.payload.last):
+                            m.d.sync += idx.eq(0)
+                            m.d.comb += self.runt.eq(1)
+                        with m.Else():
+                            m.d.sync += idx.eq(idx + 1)
+                    with m.Else():
+                        m.d.sync += idx.eq(0)
+                        with m.If(i.payload.last & ~i.payload.keep[r - 1]):
+                            m.d.comb += self.runt.eq(1)
+                        with m.Else():
+                            lanes = Cat(hdr_buf, i.payload.data[:8 * r]) if q else \
+                                i.payload.data[:8 * r]
+                            m.d.sync += latch_meta(lanes)
+                            m.d.sync += [r_valid.eq(1),
+                                         r_data.eq(i.payload.data), r_keep.eq(i.payload.keep),
+                                         r_last.eq(i.payload.last), r_error.eq(i.payload.error)]
+        else:
+            # Header ends on a beat boundary: body beats pass straight through.
+            empty = Signal()                # a header-only packet owes one empty beat
+            empty_error = Signal()
+            with m.If(empty):
+                m.d.comb += [o.valid.eq(1), o.payload.last.eq(1),
+                             o.payload.error.eq(empty_error)]
+                with m.If(o.ready):
+                    m.d.sync += empty.eq(0)
+            with m.Elif(idx == q):
+                m.d.comb += [
+                    o.valid.eq(i.valid),
+                    o.payload.data.eq(i.payload.data),
+                    o.payload.keep.eq(i.payload.keep),
+                    o.payload.last.eq(i.payload.last),
+                    o.payload.error.eq(i.payload.error),
+                    i.ready.eq(o.ready),
+                ]
+                with m.If(i.valid & o.ready & i.payload.last):
+                    m.d.sync += idx.eq(0)
+            with m.Else():
+                m.d.comb += i.ready.eq(1)
+                with m.If(i.valid):
+                    m.d.sync += hdr_buf.eq(Cat(hdr_buf[8 * B:], i.payload.data))
+                    with m.If(idx == q - 1):
+                        lanes = Cat(hdr_buf[8 * B:], i.payload.data) if q > 1 else i.payload.data
+                        m.d.sync += latch_meta(lanes)
+                        with m.If(i.payload.last):
+                            m.d.sync += idx.eq(0)
+                            with m.If(i.payload.keep[B - 1]):
+                                m.d.sync += [empty.eq(1), empty_error.eq(i.payload.error)]
+                            with m.Else():
+                                m.d.comb += self.runt.eq(1)
+                        with m.Else():
+                            m.d.sync += idx.eq(q)
+                    with m.Else():
+                        with m.If(i.payload.last):
+                            m.d.sync += idx.eq(0)
+                            m.d.comb += self.runt.eq(1)
+                        with m.Else():
+                            m.d.sync += idx.eq(idx + 1)
+        return m

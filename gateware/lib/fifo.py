@@ -1,0 +1,306 @@
+"""Packet FIFO: a block-RAM queue of packet stream beats that can drop whole packets."""
+
+from amaranth.hdl import Const, Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.stream import PacketSignature, check_width, empty_meta, keep_count, keep_mask
+
+__all__ = ["PacketFifo", "OVERFLOW_MODES", "fifo_depth"]
+
+OVERFLOW_MODES = ("drop", "wait")
+
+
+class PacketFifo(wiring.Component):
+    """Queue of up to ``depth`` beats of a packet stream, store-and-forward or cut-through.
+
+    Parameters
+    ----------
+    width : int
+        Data width W in bits (64..512, power of two).
+    depth : int
+        Beats of storage, a power of two >= 2. Beats held in the output stage count against it,
+        so the FIFO never holds more than ``depth`` beats.
+    meta : StructLayout or None
+        Metadata of the packets, stored once per packet (not per beat).
+    store_and_forward : bool
+        ``True``: a packet becomes visible at the output only once its last beat is written, so
+        a packet can be taken back. ``False``: an ordinary beat FIFO with backpressure
+        (cut-through); it then needs ``overflow="wait"`` and ``drop_errors=False``.
+    drop_errors : bool
+        Store-and-forward only. ``True``: a packet whose last beat has ``error`` set is discarded
+        (``drop_error`` pulses); ``False``: it is stored and leaves with ``error`` set.
+    overflow : ``"drop"`` or ``"wait"``
+        ``"drop"``: ``i.ready`` is always 1 (for a source that cannot be stalled, such as a
+        MAC); a packet that does not fit in the free space is dropped whole and ``drop_overflow``
+        pulses once for it. ``"wait"``: ``i.ready`` is low while the FIFO is full (or, with
+        metadata, while ``meta_depth`` packets are queued); a packet of more than ``depth``
+        beats can never fit in store-and-forward mode, so once it has filled the whole memory it
+        is dropped and counted in ``drop_overflow`` instead of deadlocking.
+    ram_style : None, ``"block"`` or ``"distributed"``
+        The ``ram_style`` attribute of the beats' memory, for synthesis (``None``: none, the
+        tool chooses by size; ``"block"`` suits a shallow queue of wide beats where LUTs are
+        scarcer than block RAM).
+    meta_depth : int or None
+        Packets the metadata queue holds (1..``depth``; default ``depth``, which never limits
+        the FIFO since every queued packet has at least one beat stored). A smaller queue saves
+        memory when packets are long; when it is full a completing packet is dropped as an
+        overflow (``"drop"``) or the input waits (``"wait"``). Unused when ``meta`` is empty.
+
+    Ports
+    -----
+    i : In(PacketSignature(width, meta))
+    o : Out(PacketSignature(width, meta))
+    drop_error : Out(1)
+        One-cycle pulse per packet discarded because of its ``error`` flag, registered: it comes
+        in the cycle after the packet's last beat is accepted.
+    drop_overflow : Out(1)
+        One-cycle pulse per packet dropped for lack of room, registered: it comes in the cycle
+        after the beat at which the FIFO found no room is accepted.
+    level : Out(range(depth + 1))
+        Beats stored: those of complete packets not yet sent on ``o`` (including the one in the
+        output register) plus those of the packet being written.
+
+    Behaviour
+    ---------
+    * Throughput: one beat per cycle in and one out in the same cycle; packets leave back to back
+      without idle beats whenever their beats are available. (In ``"wait"`` mode a FIFO that was
+      full accepts again in the cycle after a beat leaves.)
+    * Latency: two cycles. The first beat of a packet is offered on ``o`` two cycles after its
+      last beat (store-and-forward) or itself (cut-through) is accepted, if the output was idle.
+    * Backpressure: ``i.ready`` is 1 (``"drop"``) or depends on registers only (``"wait"``:
+      "full" and, store-and-forward, "full of one unfinished packet" are registers worked out
+      from the pointers' next values, so ``i.ready`` is one or two LUTs from registers), never
+      on ``o.ready``. ``o.payload`` comes straight from the block
+      RAM read port (through the keep decoder) and ``o.ready`` drives the read enable
+      combinationally, as with
+      :class:`amaranth.lib.fifo.SyncFIFOBuffered`; put a
+      :class:`~rocegen.gateware.lib.buffer.RegisterSlice` behind it to register both.
+    * Order and contents: packets leave in arrival order with data, byte count, ``last`` and
+      ``error`` as they came. ``keep`` is stored as a byte count (the stream guarantees a
+      thermometer code) and rebuilt as a thermometer code, so a malformed ``keep`` cannot leak
+      a non-thermometer code. Metadata is sampled on the last beat (store-and-forward) or the
+      first beat (cut-through) and held over the whole output packet.
+    * Byte order: beats are stored and replayed whole, lanes untouched (byte 0 in lane 0).
+    * Malformed input never hangs the FIFO: a packet that never ends is dropped once it fills
+      the memory (store-and-forward), ``error`` on beats other than the last is carried but does
+      not drop the packet.
+
+    Implementation: beats live in an :class:`amaranth.lib.memory.Memory` with a write port and a
+    synchronous read port; the pointers are our own, not :mod:`amaranth.lib.fifo`, because
+    dropping a packet rewinds the write pointer to the last committed packet end, and because a
+    slot is freed only when its beat leaves ``o`` (so the level is exact). The metadata queue is
+    an :class:`amaranth.lib.fifo.SyncFIFOBuffered` written when a packet is committed
+    (store-and-forward) or started (cut-through) and read when its last beat leaves.
+    """
+
+    def __init__(self, width, depth, meta=None, *, store_and_forward=True, drop_errors=True,
+                 overflow="drop", meta_depth=None, ram_style=None):
+        check_width(width)
+        if not isinstance(depth, int) or isinstance(depth, bool):
+            raise TypeError(f"depth must be an integer number of beats, not {depth!r}")
+        if depth < 2 or depth & (depth - 1):
+            raise ValueError(f"depth must be a power of two of at least 2 beats, not {depth}")
+        if not isinstance(store_and_forward, bool):
+            raise TypeError(f"store_and_forward must be a bool, not {store_and_forward!r}")
+        if not isinstance(drop_errors, bool):
+            raise TypeError(f"drop_errors must be a bool, not {drop_errors!r}")
+        if overflow not in OVERFLOW_MODES:
+            raise ValueError(f"overflow must be one of {', '.join(map(repr, OVERFLOW_MODES))}, "
+                             f"not {overflow!r}")
+        if not store_and_forward and overflow != "wait":
+            raise ValueError("a cut-through FIFO (store_and_forward=False) cannot drop packets that "
+                             "do not fit; it needs overflow='wait'")
+        if not store_and_forward and drop_errors:
+            raise ValueError("a cut-through FIFO (store_and_forward=False) cannot take back the "
+                             "beats of an errored packet; it needs drop_errors=False")
+        if meta_depth is None:
+            meta_depth = depth
+        if not isinstance(meta_depth, int) or isinstance(meta_depth, bool):
+            raise TypeError(f"meta_depth must be an integer number of packets, not {meta_depth!r}")
+        if not 1 <= meta_depth <= depth:
+            raise ValueError(f"meta_depth must be from 1 to depth ({depth}) packets, "
+                             f"not {meta_depth}")
+        if ram_style not in (None, "block", "distributed"):
+            raise ValueError(f"ram_style must be None, 'block' or 'distributed', not {ram_style!r}")
+        meta = empty_meta() if meta is None else meta
+        if not isinstance(meta, data.Layout):
+            raise TypeError(f"meta must be a data.Layout or None, not {meta!r}")
+        self.width = width
+        self.depth = depth
+        self.meta = meta
+        self.store_and_forward = store_and_forward
+        self.drop_errors = drop_errors
+        self.overflow = overflow
+        self.meta_depth = meta_depth
+        self.ram_style = ram_style
+        super().__init__({
+            "i": In(PacketSignature(width, meta)),
+            "o": Out(PacketSignature(width, meta)),
+            "drop_error": Out(1),
+            "drop_overflow": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i, self.o
+        W, B, depth = self.width, self.width // 8, self.depth
+        AW = depth.bit_length() - 1        # address bits; pointers carry one more (wrap) bit
+
+        beat = data.StructLayout({
+            "data": W,
+            "count": range(B + 1),
+            "last": 1,
+            "error": 1,
+        })
+        m.submodules.mem = mem = Memory(shape=beat, depth=depth, init=[], attrs=(
+            {"ram_style": self.ram_style} if self.ram_style else {}))
+        wp = mem.write_port()
+        rp = mem.read_port(domain="sync")
+
+        wr_ptr = Signal(AW + 1)             # next slot to write (speculative in S&F)
+        fetch = Signal(AW + 1)              # next slot to read into the read port
+        rd_ptr = Signal(AW + 1)             # oldest slot whose beat has not left ``o``
+        if self.store_and_forward:
+            wr_commit = Signal(AW + 1)      # end of the last complete (committed) packet
+        else:
+            wr_commit = wr_ptr
+
+        level = Signal(AW + 1)
+        m.d.comb += [
+            level.eq(wr_ptr - rd_ptr),
+            self.level.eq(level),
+        ]
+        # the pointers' next values; ``full`` (level == depth = 2**AW) is a register worked out
+        # from them, so it always equals ``level[AW]`` and ``i.ready`` needs no subtraction
+        wr_next = Signal(AW + 1)
+        rd_next = Signal(AW + 1)
+        full_next = Signal()
+        full = Signal()
+        m.d.comb += [wr_next.eq(wr_ptr), rd_next.eq(rd_ptr),
+                     full_next.eq((wr_next - rd_next)[AW])]
+        m.d.sync += [wr_ptr.eq(wr_next), rd_ptr.eq(rd_next), full.eq(full_next)]
+        if self.store_and_forward:
+            commit_next = Signal(AW + 1)
+            m.d.comb += commit_next.eq(wr_commit)
+            m.d.sync += wr_commit.eq(commit_next)
+
+        # --- metadata queue --------------------------------------------------------------
+        if self.meta.size:
+            m.submodules.meta_fifo = mf = SyncFIFOBuffered(width=self.meta.size,
+                                                           depth=self.meta_depth + 1)
+            meta_ok = Signal()              # room for one more packet's metadata
+            meta_rdy = mf.r_rdy
+            # ``level`` of SyncFIFOBuffered counts every queued entry exactly; one spare entry
+            # keeps its inner memory from ever being full when we write (w_rdy stays high).
+            if self.meta_depth >= depth:
+                # every queued packet has a beat stored (its last, until it leaves), so the
+                # queue holds fewer than ``depth`` entries whenever the memory is not full: the
+                # write side needs no look at its level (``full`` says it all)
+                m.d.comb += meta_ok.eq(1)
+            else:
+                m.d.comb += meta_ok.eq(mf.level < self.meta_depth)
+            m.d.comb += [
+                mf.w_data.eq(i.payload.meta.as_value()),
+                o.payload.meta.as_value().eq(mf.r_data),
+            ]
+            meta_push = mf.w_en
+            meta_pop = mf.r_en
+        else:
+            meta_ok = meta_rdy = Const(1, 1)
+            meta_push = Signal()
+            meta_pop = Signal()
+
+        # --- write side ----------------------------------------------------------------------
+        m.d.comb += [
+            wp.addr.eq(wr_ptr[:AW]),
+            wp.data.data.eq(i.payload.data),
+            wp.data.count.eq(keep_count(i.payload.keep)),
+            wp.data.last.eq(i.payload.last),
+            wp.data.error.eq(i.payload.error),
+        ]
+        accept = Signal()
+        m.d.comb += accept.eq(i.valid & i.ready)
+        last = i.payload.last
+
+        if self.store_and_forward:
+            dropping = Signal()             # discarding the rest of a dropped packet
+            if self.overflow == "drop":
+                m.d.comb += i.ready.eq(1)
+            else:
+                # full of a single unfinished packet: it can never fit, take it to drop it (a
+                # register worked out from the next pointers, like ``full``)
+                hopeless = Signal()
+                m.d.sync += hopeless.eq(full_next & (rd_next == commit_next))
+                m.d.comb += i.ready.eq(dropping | (~full & meta_ok) | hopeless)
+
+            drop_error = Signal()
+            drop_overflow = Signal()
+            err_drop = (last & i.payload.error) if self.drop_errors else Const(0)
+            m.d.sync += [self.drop_error.eq(drop_error), self.drop_overflow.eq(drop_overflow)]
+            # a beat is written when it is taken, not part of a dropped packet and has room; in
+            # "wait" mode room (with ``meta_ok``) is what makes ``ready`` high, so the write
+            # decision is made without ``ready`` (and its ``hopeless`` term)
+            room = ~full & meta_ok if self.overflow == "wait" else ~full & (~last | meta_ok)
+            write = Signal()
+            m.d.comb += write.eq(i.valid & ~dropping & ~err_drop & room)
+            with m.If(write):
+                m.d.comb += [wp.en.eq(1), wr_next.eq(wr_ptr + 1)]
+                with m.If(last):
+                    m.d.comb += [commit_next.eq(wr_ptr + 1), meta_push.eq(1)]
+            with m.Elif(accept):
+                with m.If(dropping):
+                    with m.If(last):
+                        m.d.sync += dropping.eq(0)
+                with m.Elif(err_drop):
+                    m.d.comb += [wr_next.eq(wr_commit), drop_error.eq(1)]
+                with m.Else():
+                    # full, or (the last beat) no room for the metadata
+                    m.d.comb += [wr_next.eq(wr_commit), drop_overflow.eq(1)]
+                    with m.If(~last):
+                        m.d.sync += dropping.eq(1)
+        else:
+            first = Signal(init=1)          # the next beat starts a packet
+            m.d.comb += i.ready.eq(~full & (~first | meta_ok))
+            with m.If(accept):
+                m.d.comb += [wp.en.eq(1), meta_push.eq(first), wr_next.eq(wr_ptr + 1)]
+                m.d.sync += first.eq(last)
+
+        # --- read side ---------------------------------------------------------------------
+        # The read port's output register is the output stage: ``rv`` says it holds a beat.
+        rv = Signal()
+        take = Signal()
+        load = Signal()
+        avail = Signal()
+        m.d.comb += [
+            o.valid.eq(rv & meta_rdy),
+            take.eq(o.valid & o.ready),
+            load.eq(~rv | take),
+            avail.eq(fetch != wr_commit),
+            rp.addr.eq(fetch[:AW]),
+            rp.en.eq(load & avail),
+            o.payload.data.eq(rp.data.data),
+            o.payload.keep.eq(keep_mask(rp.data.count, B)),
+            o.payload.last.eq(rp.data.last),
+            o.payload.error.eq(rp.data.error),
+            meta_pop.eq(take & rp.data.last),
+        ]
+        with m.If(load):
+            m.d.sync += rv.eq(avail)
+            with m.If(avail):
+                m.d.sync += fetch.eq(fetch + 1)
+        with m.If(take):
+            m.d.comb += rd_next.eq(rd_ptr + 1)
+        return m
+
+
+def fifo_depth(max_bytes, width, *, packets=1):
+    """Smallest power-of-two depth (at least 2 beats) that holds ``packets`` packets of up to
+    ``max_bytes`` bytes each on a ``width``-bit stream."""
+    if max_bytes < 0 or packets < 1:
+        raise ValueError(f"cannot size a FIFO for {packets} packets of {max_bytes} bytes")
+    beats = packets * max(1, -(-max_bytes // (width // 8)))
+    return max(2, 1 << (beats - 1).bit_length())

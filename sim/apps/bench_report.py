@@ -1,0 +1,515 @@
+"""Reports of the benchmark suite (:mod:`rocegen.sim.apps.bench_suite`) from its results: a text
+summary, the suite's section of ``docs/performance.md`` (between the markers
+``<!-- bench-suite:begin -->`` and ``<!-- bench-suite:end -->``), PNG plots under ``docs/img/``
+(matplotlib, Agg back end) and the headline table of ``README.md`` (between
+``<!-- bench-headline:begin -->`` and ``<!-- bench-headline:end -->``). Everything written is
+derived from the results file; nothing is measured here."""
+
+from pathlib import Path
+
+from rocegen.sim.apps.bench_suite import CLOCK_MHZ, KIB, MIB, limit_gbps, rate_limit_mmsgs
+
+__all__ = ["summary", "markdown", "headline_markdown", "plots", "write_docs"]
+
+BEGIN, END = "<!-- bench-suite:begin -->", "<!-- bench-suite:end -->"
+H_BEGIN, H_END = "<!-- bench-headline:begin -->", "<!-- bench-headline:end -->"
+IMG = "img"
+
+
+def size_text(n):
+    if n >= MIB and n % MIB == 0:
+        return f"{n // MIB} MiB"
+    if n >= KIB and n % KIB == 0:
+        return f"{n // KIB} KiB"
+    return f"{n} B"
+
+
+def _short(rev):
+    return rev[:12] + ("-dirty" if rev.endswith("-dirty") else "")
+
+
+def _rev(results):
+    """The revision the figures were measured at (markdown); after ``--only`` re-runs, each
+    batch's."""
+    by = {}
+    for b in results.get("batches", []):
+        by.setdefault(_short(b.get("revision", results["revision"])), []).append(b["name"])
+    if len(by) <= 1:
+        return f"`{_short(results['revision'])}`"
+    return "; ".join(f"`{rev}` for {', '.join(names)}" for rev, names in by.items())
+
+
+def _headline_rows(results):
+    h = results["headline"]
+    rows = []
+    for key, size in (("write_4k", "4 KiB"), ("write_1m", "1 MiB")):
+        if key in h:
+            r = h[key]
+            rows.append((f"one QP, RDMA WRITE, {size} messages, PMTU 4096, 100G line",
+                         f"{r['goodput_gbps']:.2f} Gb/s = {r['percent_of_limit']:.2f} % of the "
+                         f"{r['limit_gbps']:.2f} Gb/s limit"))
+    if "rate_64b" in h:
+        r, u = h["rate_64b"], h.get("rate_64b_unthrottled")
+        text = (f"{r['mmsgs']:.2f} M/s at 100G ({100 * r['mmsgs'] / r['limit_mmsgs']:.1f} % of "
+                f"the line's {r['limit_mmsgs']:.2f} M/s)")
+        if u:
+            text += f"; {u['mmsgs']:.2f} M/s with the MAC taking a beat every cycle"
+        rows.append(("64 B WRITE message rate, one QP", text))
+    for key, what in (("wr_to_wire", "work request to its first beat on the MAC (64 B WRITE)"),
+                      ("ack_to_cpl", "last beat of an ACK in to its completion out"),
+                      ("cm_request_to_reply", "connection manager: OPEN_QP request in to reply "
+                       "out")):
+        if key in h:
+            rows.append((what, f"{h[key]['cycles']} cycles ({h[key]['ns']:.1f} ns)"))
+    free = [r for r in results["goodput"] if r["qps"] == 1 and r["opcode"] == "WRITE"
+            and r["pmtu"] == 4096 and not r["line_gbps"] and r["size"] == 64 * KIB]
+    if free:
+        idle = sum(r["idle_beats"] for r in results["goodput"] if not r["line_gbps"])
+        rows.append(("one QP, 64 KiB WRITEs, MAC taking a beat every cycle",
+                     f"{free[0]['goodput_gbps']:.2f} Gb/s; "
+                     + ("no idle beat between packets in any unthrottled run" if idle == 0 else
+                        f"{idle} idle beats between packets over all unthrottled runs")))
+    loss = {(r["rtt_us"], r["loss"]): r for r in results["loss"]}
+    rtts = sorted({r["rtt_us"] for r in results["loss"]})
+    parts = []
+    for p in sorted({r["loss"] for r in results["loss"] if r["loss"]}):
+        if all((t, p) in loss for t in rtts):
+            parts.append(f"{100 * p:g} %: " + " / ".join(f"{loss[t, p]['goodput_gbps']:.2f}"
+                                                         for t in rtts) + " Gb/s")
+    if parts and len(rtts) > 1:
+        rows.append((f"one QP, 4 KiB WRITEs, PMTU 4096, random loss each way, "
+                     f"{' / '.join(f'{t:g} us' for t in rtts)} round trip",
+                     "; ".join(parts) + " to the last completion (go-back-N); data always intact"))
+    sp = results["simulation_speed"]
+    if sp.get("cycles_per_second"):
+        rows.append(("simulation speed (Verilator, W = 512, 8 QPs, with the cocotb host model)",
+                     f"{sp['cycles_per_second'] / 1e3:.1f} k cycles per second"))
+    return rows
+
+
+def summary(results):
+    """A readable account of the results, for the terminal."""
+    out = [f"rocegen benchmark suite ({'quick' if results['quick'] else 'full'}), revision "
+           f"{_rev(results)}, {results['date']}, {results['wall_seconds']:.0f} s"]
+    for what, value in _headline_rows(results):
+        out.append(f"  {what}: {value}")
+    out.append("goodput (Gb/s; 'free': MAC takes a beat every cycle, limit = no idle beat):")
+    for r in results["goodput"]:
+        mac = f"{r['line_gbps']}G" if r["line_gbps"] else "free"
+        out.append(f"  {r['opcode']:9} {r['qps']} QP PMTU {r['pmtu']:4} {size_text(r['size']):>8} "
+                   f"{mac:>4}: {r['goodput_gbps']:7.2f} of {r['limit_gbps']:7.2f} "
+                   f"({r['percent_of_limit']:7.3f} %)")
+    out.append("message rate (M messages/s):")
+    for r in results["message_rate"]:
+        mac = f"{r['line_gbps']}G" if r["line_gbps"] else "free"
+        out.append(f"  {r['qps']} QP {size_text(r['size']):>6} {mac:>4}: {r['mmsgs']:7.2f} of "
+                   f"{r['limit_mmsgs']:7.2f}")
+    for r in results["latency"]:
+        w, a = r["wr_to_wire_cycles"], r["ack_to_cpl_cycles"]
+        out.append(f"latency, {size_text(r['size'])} WRITE: work request to wire {w['min']}..{w['max']} "
+                   f"cycles, ACK to completion {a['min']}..{a['max']} cycles")
+    for r in results["cm"]:
+        c = r["cm_cycles"]
+        out.append(f"connection manager OPEN_QP request to reply: {c['min']}..{c['max']} cycles")
+    for r in results["loss"]:
+        out.append(f"loss {100 * r['loss']:.1f} % each way, RTT {r['rtt_us']} us: "
+                   f"{r['goodput_gbps']:.2f} Gb/s ({r['percent_of_limit']:.2f} %), "
+                   f"{r['retransmitted']} of {r['roce_frames']} frames resent")
+    for r in results.get("soak", []):
+        out.append(f"soak {r['opcode']:9} {r['qps']} QPs PMTU {r['pmtu']}: {r['packets']:,} packets "
+                   f"({r['roce_frames']:,} frames, {r['retransmitted']:,} resent), "
+                   f"{r['lost_to_nic'] + r['lost_from_nic']:,} frames lost, "
+                   f"{r['checked_bytes']:,} bytes checked, {r['sim_cycles']:,} cycles in "
+                   f"{r['wall_seconds']:.0f} s")
+    res = results["resources"]
+    if res.get("available"):
+        for d in res["designs"]:
+            out.append(f"resources ({res['source']}, revision {str(d['revision'])[:12]}): "
+                       f"{d['description']}: {d['lut_total']:,} LUTs, {d['ff']:,} FFs")
+    else:
+        out.append(f"resources: {res['note']}")
+    for b in results["batches"]:
+        out.append(f"batch {b['name']}: {b['runs']} runs, {b['sim_cycles']:,} cycles in "
+                   f"{b['process_seconds']:.0f} s, {b['cycles_per_second']:,} cycles/s")
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------- plots
+
+def plots(results, folder):
+    """Write the PNG plots; returns their paths."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    def sizes_axis(ax):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(
+            lambda v, _: size_text(int(v)).replace(" ", "") if v >= 1 and int(v) == v else ""))
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        path = folder / name
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        return path
+
+    colours = {"WRITE": "tab:blue", "WRITE_IMM": "tab:orange", "SEND": "tab:green"}
+    markers = {"WRITE": "o", "WRITE_IMM": "s", "SEND": "^"}
+    good = results["goodput"]
+
+    def curve(rows, **want):
+        rows = sorted((r for r in rows if all(r[k] == v for k, v in want.items())),
+                      key=lambda r: r["size"])
+        return rows
+
+    # goodput vs size at 100G, against the line limit
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5), sharey=True)
+    for i, qps in enumerate((1, 8)):
+        for j, pmtu in enumerate((1024, 4096)):
+            ax = axes[i][j]
+            sizes_all = sorted({r["size"] for r in good if r["qps"] == qps})
+            for op, colour in colours.items():
+                rows = curve(good, qps=qps, pmtu=pmtu, opcode=op, line_gbps=100)
+                if not rows:
+                    continue
+                xs = [r["size"] for r in rows]
+                ax.plot(xs, [r["goodput_gbps"] for r in rows], markers[op], color=colour, ms=5,
+                        mfc="none", label=f"{op} measured")
+                fine = sorted(set(sizes_all) | {int(2 ** (k / 4)) for k in range(24, 89)
+                                                if 2 ** (k / 4) <= max(sizes_all)})
+                ax.plot(fine, [limit_gbps(s, pmtu, 100, op) for s in fine], "-", color=colour,
+                        lw=1, alpha=0.7, label=f"{op} line limit")
+            sizes_axis(ax)
+            ax.set_title(f"{qps} QP{'s' if qps > 1 else ''}, PMTU {pmtu}, MAC at 100 Gb/s")
+            ax.set_xlabel("message size (bytes)")
+            ax.set_ylabel("goodput (Gb/s)")
+            ax.set_ylim(0, 102)
+            ax.grid(True, which="both", alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("Goodput vs message size, measured (dots) against the theoretical limit (lines)")
+    written.append(save(fig, "goodput_vs_size.png"))
+
+    # unthrottled: goodput against the no-idle-beat ideal
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for j, pmtu in enumerate((1024, 4096)):
+        ax = axes[j]
+        for qps, marker in ((1, "o"), (8, "s")):
+            for op, colour in colours.items():
+                rows = curve(good, qps=qps, pmtu=pmtu, opcode=op, line_gbps=0)
+                if not rows:
+                    continue
+                xs = [r["size"] for r in rows]
+                ax.plot(xs, [r["goodput_gbps"] for r in rows], marker, color=colour, ms=5,
+                        mfc="none" if qps == 8 else colour, label=f"{op}, {qps} QP")
+                if qps == 1:
+                    ax.plot(xs, [r["limit_gbps"] for r in rows], "-", color=colour, lw=1,
+                            alpha=0.6, label=f"{op}, one beat per cycle, no idle beat")
+        sizes_axis(ax)
+        ax.set_title(f"PMTU {pmtu}")
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("goodput (Gb/s)")
+        ax.set_ylim(0, 175)
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="lower right", ncol=2)
+    fig.suptitle(f"MAC taking a beat every cycle (W = 512, {CLOCK_MHZ:.3f} MHz): measured (dots) "
+                 "against one beat per cycle with no idle beat (lines)")
+    written.append(save(fig, "goodput_unthrottled.png"))
+
+    # message rate
+    rate = results["message_rate"]
+    if rate:
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        for qps, line, style, colour in ((1, 100, "o-", "tab:blue"), (8, 100, "s:", "tab:cyan"),
+                                         (1, 0, "o-", "tab:red"), (8, 0, "s:", "tab:pink")):
+            rows = curve(rate, qps=qps, line_gbps=line)
+            if rows:
+                ax.plot([r["size"] for r in rows], [r["mmsgs"] for r in rows], style,
+                        color=colour, ms=8 if qps == 1 else 4, lw=1.5 if qps == 1 else 1,
+                        mfc=colour if qps == 1 else "white",
+                        label=f"{qps} QP{'s' if qps > 1 else ''}, "
+                              f"{'MAC at 100 Gb/s' if line else 'MAC free'}")
+        xs = sorted({r["size"] for r in rate})
+        ax.plot(xs, [rate_limit_mmsgs(s, 4096, 100) for s in xs], "k--", lw=1,
+                label="100 Gb/s line limit")
+        sizes_axis(ax)
+        ax.set_xlabel("WRITE message size (bytes)")
+        ax.set_ylabel("messages per second (millions)")
+        ax.set_ylim(bottom=0)
+        ax.set_title("Message rate of small RDMA WRITEs (1 QP and 8 QPs give the same)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        written.append(save(fig, "message_rate.png"))
+
+    # loss
+    loss = results["loss"]
+    if loss:
+        fig, ax = plt.subplots(figsize=(8, 4.8))
+        for rtt, colour in ((2, "tab:blue"), (20, "tab:red")):
+            rows = sorted((r for r in loss if r["rtt_us"] == rtt), key=lambda r: r["loss"])
+            if rows:
+                ax.plot([100 * r["loss"] for r in rows], [r["goodput_gbps"] for r in rows],
+                        "o-", color=colour, label=f"round trip {rtt} us")
+        lim = loss[0]["limit_gbps"]
+        ax.axhline(lim, color="k", ls="--", lw=1, label=f"line limit {lim:.2f} Gb/s")
+        ax.set_xscale("symlog", linthresh=0.1)
+        ax.set_xticks([0, 0.1, 1])
+        ax.set_xticklabels(["0", "0.1 %", "1 %"])
+        ax.set_xlabel("frames lost at random, each direction")
+        ax.set_ylabel("goodput to the last completion (Gb/s)")
+        ax.set_ylim(0, 102)
+        ax.set_title("One QP, 4 KiB WRITEs, PMTU 4096, 100 Gb/s, go-back-N")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
+        written.append(save(fig, "loss.png"))
+    return written
+
+
+# ------------------------------------------------------------------------------------- markdown
+
+def _table(head, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def headline_markdown(results):
+    """The README's headline table."""
+    out = [H_BEGIN,
+           f"Measured by `make bench` (`rocegen bench`; revision {_rev(results)}, "
+           f"{results['date'][:10]}): the endpoint (W = 512, 8 QPs) in Verilator at "
+           f"{CLOCK_MHZ:.3f} MHz against the host NIC model, details in "
+           "[docs/performance.md](docs/performance.md#benchmark-suite-rocegen-bench).", ""]
+    out += _table(["figure", "value"], _headline_rows(results))
+    return "\n".join(out + [H_END])
+
+
+def markdown(results):
+    """The suite's section of ``docs/performance.md``."""
+    p = results["parameters"]
+    ns = 1e3 / CLOCK_MHZ
+    out = [BEGIN, "## Benchmark suite (`rocegen bench`)", "",
+           f"Generated by `rocegen bench` (`make bench`) from `bench/results.json`; do not edit by "
+           f"hand. Revision {_rev(results)}, {results['date']}, {results['machine']}, "
+           f"{' '.join((results.get('verilator') or 'Verilator ?').split()[:2])}, "
+           f"Amaranth {results['amaranth']}; the whole suite took "
+           f"{results['wall_seconds'] / 60:.0f} minutes on a machine shared with other work (the "
+           "cycle counts do not depend on it; the wall-clock figures do).", "",
+           f"The endpoint ({p['design']}, W = {p['width']}, {p['num_qps']} QPs, on-chip payload "
+           f"memory of {p['mem_bytes'] // KIB} KiB) runs cycle by cycle in Verilator at "
+           f"{p['clock_mhz']:.3f} MHz against the host NIC model ({p['host']}). "
+           "One QP's messages come from the traffic generator (test pattern); 8 QPs' come from work "
+           "requests on the user port, round robin over the QPs, payload from local memory (so at "
+           f"most {p['mem_bytes'] // KIB} KiB per message). \"100G\": the MAC takes frames at the "
+           f"CMAC's line rate ({p['line_model']}); goodput is the payload over the time from the "
+           "first frame's start on the line to the end of the last one's. \"free\": the MAC takes a "
+           "beat every cycle; goodput is the payload over the cycles from the first beat to the "
+           "last, and its limit is one beat per cycle with no idle beat between frames.", "",
+           f"Theoretical limit: {p['limit']} (`rocegen.sim.apps.bench_suite.limit_gbps`).", ""]
+
+    out += ["### Headline", ""]
+    out += _table(["figure", "value"], _headline_rows(results))
+
+    out += ["", "### Goodput vs message size", "",
+            "![goodput vs size](img/goodput_vs_size.png)", "",
+            "![goodput unthrottled](img/goodput_unthrottled.png)", ""]
+    good = results["goodput"]
+    for qps in (1, 8):
+        for pmtu in (4096, 1024):
+            rows = [r for r in good if r["qps"] == qps and r["pmtu"] == pmtu]
+            if not rows:
+                continue
+            ops = [o for o in ("WRITE", "WRITE_IMM", "SEND") if any(r["opcode"] == o for r in rows)]
+            sizes = sorted({r["size"] for r in rows})
+            cells = {(r["opcode"], r["size"], r["line_gbps"]): r for r in rows}
+            out += [f"**{qps} QP{'s' if qps > 1 else ''}, PMTU {pmtu}** (Gb/s; 100G: measured / "
+                    "limit (% of it); free: measured (% of the no-idle-beat ideal))", ""]
+            hdr = ["message"] + [f"{o} 100G" for o in ops] + [f"{o} free" for o in ops]
+            table = []
+            for s in sizes:
+                row = [size_text(s)]
+                for o in ops:
+                    r = cells.get((o, s, 100))
+                    row.append(f"{r['goodput_gbps']:.2f} / {r['limit_gbps']:.2f} "
+                               f"({r['percent_of_limit']:.2f} %)" if r else "-")
+                for o in ops:
+                    r = cells.get((o, s, 0))
+                    row.append(f"{r['goodput_gbps']:.2f} ({r['percent_of_limit']:.1f} %)" if r
+                               else "-")
+                table.append(row)
+            out += _table(hdr, table) + [""]
+    out += ["Bytes per run (`bench/results.json` has every run's parameters): one QP, at least "
+            "two messages and 64 KiB, up to 8 messages or 1 MiB; 8 QPs, per QP at least two "
+            "messages and 16 KiB, up to 4 messages or 256 KiB. WRITE_IMM and SEND are measured at "
+            "fewer sizes than WRITE, and unthrottled at PMTU 4096 only.", ""]
+
+    rate = results["message_rate"]
+    if rate:
+        out += ["### Message rate", "", "![message rate](img/message_rate.png)", "",
+                "RDMA WRITEs of 1..256 bytes back to back (one QP: the traffic generator; 8 QPs: "
+                "work requests on the user port, round robin), millions of messages per second: "
+                "messages over the time their frames occupy the MAC. Limit at 100G: the line's "
+                "frame rate; free: one beat per cycle.", ""]
+        sizes = sorted({r["size"] for r in rate})
+        cells = {(r["qps"], r["line_gbps"], r["size"]): r for r in rate}
+        table = []
+        for s in sizes:
+            row = [size_text(s)]
+            for q, line in ((1, 100), (8, 100), (1, 0), (8, 0)):
+                r = cells.get((q, line, s))
+                row.append(f"{r['mmsgs']:.2f} ({100 * r['mmsgs'] / r['limit_mmsgs']:.1f} %)"
+                           if r else "-")
+            lim = cells.get((1, 100, s))
+            row.append(f"{lim['limit_mmsgs']:.2f}" if lim else "-")
+            table.append(row)
+        out += _table(["message", "1 QP, 100G", "8 QPs, 100G", "1 QP, free", "8 QPs, free",
+                       "100G line limit"], table) + [""]
+
+    out += ["### Latency", "",
+            "Single messages on an idle endpoint (payload from on-chip memory), minimum .. maximum "
+            "over the samples: from a work request's acceptance to its first beat on the MAC, and "
+            "from the last beat of the acknowledgement into the MAC receive port to the completion "
+            "it causes. Connection manager: from the last beat of an OPEN_QP request (a 64-byte "
+            "datagram on UDP 17185) into the receive port to the first beat of its reply on the "
+            "transmit port (each followed by a CLOSE_QP).", ""]
+    table = []
+    for r in results["latency"]:
+        w, a = r["wr_to_wire_cycles"], r["ack_to_cpl_cycles"]
+        table.append([f"{size_text(r['size'])} WRITE ({r['frame_bytes']}-byte frame)",
+                      f"{w['min']}..{w['max']} cycles ({w['min'] * ns:.1f} ns)",
+                      f"{a['min']}..{a['max']} cycles ({a['min'] * ns:.1f} ns)"])
+    out += _table(["message", "work request to wire", "ACK to completion"], table) + [""]
+    for r in results["cm"]:
+        c = r["cm_cycles"]
+        out += [f"Connection manager, OPEN_QP request to reply: **{c['min']}..{c['max']} cycles "
+                f"({c['min'] * ns:.1f}..{c['max'] * ns:.1f} ns)** over {len(c['samples'])} "
+                "requests.", ""]
+
+    loss = results["loss"]
+    if loss:
+        out += ["### Goodput under loss", "", "![loss](img/loss.png)", "",
+                "One QP, 4 KiB RDMA WRITEs from the traffic generator, PMTU 4096, MAC at 100 Gb/s, "
+                "through the link model (`sim/models/link.py`), which loses frames at random with "
+                "the same probability in each direction (data and acknowledgements alike) and "
+                "delays each direction by half the round trip. Goodput is the payload over the time "
+                "from the start of the run to its last completion (the last acknowledgement's round "
+                "trip counts); the host memory is checked after each run. The QP's timeout is the "
+                "smallest code from 4 that is at least four round trips (0, never, on a perfect "
+                "link). \"Worst stall\": the longest time from a packet's first copy to its "
+                "retransmission.", ""]
+        table = []
+        for r in sorted(loss, key=lambda r: (r["rtt_us"], r["loss"])):
+            t = f"{4.096 * (1 << r['timeout']):.1f} us" if r["timeout"] else "never"
+            stall = f"{r['worst_stall_cycles'] * ns / 1e3:.1f} us" if r["worst_stall_cycles"] else "-"
+            table.append([f"{r['rtt_us']} us", f"{100 * r['loss']:g} %", size_text(r["bytes"]), t,
+                          f"{r['goodput_gbps']:.2f} Gb/s", f"{r['percent_of_limit']:.2f} %",
+                          r["roce_frames"], r["retransmitted"], r["lost_to_nic"], r["lost_from_nic"],
+                          stall])
+        out += _table(["round trip", "loss each way", "data", "timeout", "goodput", "of limit",
+                       "frames sent", "resent", "lost to host", "lost to FPGA", "worst stall"],
+                      table) + [""]
+    rec = results["recovery"]
+    if rec:
+        out += ["Recovery after one lost packet of a burst of 64 x 4 KiB (round trip 2 us): in the "
+                "middle, the host's sequence-error NAK starts the rewind; the last one, nothing "
+                "reveals it and only the retransmit timer (4.096 us x 2^code, plus up to one tick "
+                "of 1.024 us) recovers.", ""]
+        table = []
+        for r in rec:
+            g = r["worst_stall_cycles"]
+            table.append([r["where"], f"{r['timeout']} ({4.096 * (1 << r['timeout']):.1f} us)",
+                          f"{g} cycles = {g * ns / 1e3:.2f} us", r["retransmitted"]])
+        out += _table(["lost packet", "timeout code", "first copy to retransmission",
+                       "packets resent"], table) + [""]
+
+    soak = results.get("soak", [])
+    if soak:
+        out += ["### Soak", "",
+                "`rocegen bench --only soak` (`make soak`): 8 QPs of 16 KiB messages at PMTU 256, "
+                "work requests from local memory, MAC at 100 Gb/s, through the link model losing "
+                "1 % of the frames, duplicating 0.5 % and reordering 0.5 % in each direction over "
+                "a 2 us round trip; one run per opcode. After each run every byte is compared in "
+                "the host's memory (or its receive buffers), the host's counters must show each "
+                "data packet executed exactly once and each byte placed once, and every work "
+                "request must have completed OK.", ""]
+        table = []
+        for r in soak:
+            table.append([r["opcode"], f"{r['packets']:,}", f"{r['roce_frames']:,}",
+                          f"{r['retransmitted']:,}", f"{r['lost_to_nic']:,} / {r['lost_from_nic']:,}",
+                          f"{r['checked_bytes']:,}", f"{r['goodput_gbps']:.2f} Gb/s",
+                          f"{r['sim_cycles']:,} ({r['sim_cycles'] * ns / 1e6:.2f} ms)",
+                          f"{r['wall_seconds']:.0f} s"])
+        out += _table(["opcode", "data packets", "frames sent", "resent", "lost to host / to FPGA",
+                       "bytes checked", "goodput", "simulated cycles", "wall time"], table) + [""]
+
+    res = results["resources"]
+    out += ["### Resources", ""]
+    if res.get("available"):
+        out += [f"From the last Yosys report (`{res['source']}`, {res['date']}, {res['yosys']}; "
+                "`python -m bench.bench_synth`, details in [resources.md](resources.md)), not "
+                "synthesized by the suite:", ""]
+        out += _table(["design", "revision", "LUTs", "FFs", "RAMB36", "RAMB18", "URAM", "DSP",
+                       "LUT levels"],
+                      [[d["description"], f"`{str(d['revision'])[:12]}`", f"{d['lut_total']:,}",
+                        f"{d['ff']:,}", d["bram36"], d["bram18"], d["uram"], d["dsp"],
+                        d["lut_levels"]] for d in res["designs"]]) + [""]
+    else:
+        out += ["No figures: there was no Yosys report (`build/bench/synth.json`, written by `make "
+                "synth`) when the suite ran, and the suite does not synthesize. See "
+                "[resources.md](resources.md) for the last committed report.", ""]
+
+    out += ["### Simulation speed", "",
+            "Simulated clock cycles per wall-clock second while the runs execute (Verilator with "
+            "the cocotb host model, MAC model and record drivers in Python, which dominate), per "
+            "batch; \"process\" is the simulator process's whole wall time (start-up, set-up of "
+            "each run and the data checks included).", ""]
+    table = [[b["name"], b["runs"], f"{b['sim_cycles']:,}", f"{b['simulated_us'] / 1e3:.2f} ms",
+              f"{b['process_seconds']:.0f} s", f"{b['cycles_per_second']:,}"]
+             for b in results["batches"]]
+    sp = results["simulation_speed"]
+    table.append(["all", sum(b["runs"] for b in results["batches"]), f"{sp['sim_cycles']:,}",
+                  f"{sp['sim_cycles'] / CLOCK_MHZ / 1e3:.2f} ms",
+                  f"{sum(b['process_seconds'] for b in results['batches']):.0f} s",
+                  f"{sp['cycles_per_second']:,}"])
+    out += _table(["batch", "runs", "cycles", "simulated time", "process", "cycles per second"],
+                  table) + ["", END]
+    return "\n".join(out)
+
+
+def _replace(text, begin, end, block, where):
+    if begin in text and end in text:
+        a, b = text.index(begin), text.index(end) + len(end)
+        return text[:a] + block + text[b:]
+    return where(text, block)
+
+
+def write_docs(results, root):
+    """Regenerate the suite's section of ``docs/performance.md``, its plots and the README's
+    headline table; returns the files written."""
+    root = Path(root)
+    written = plots(results, root / "docs" / IMG)
+    perf = root / "docs" / "performance.md"
+
+    def append(text, block):
+        return text.rstrip("\n") + "\n\n" + block + "\n"
+    perf.write_text(_replace(perf.read_text(), BEGIN, END, markdown(results), append))
+    written.append(perf)
+    readme = root / "README.md"
+
+    def before_numbers(text, block):
+        key = "## Numbers\n"
+        if key not in text:
+            return append(text, block)
+        i = text.index(key) + len(key)
+        return text[:i] + "\n" + block + "\n" + text[i:]
+    readme.write_text(_replace(readme.read_text(), H_BEGIN, H_END, headline_markdown(results),
+                               before_numbers))
+    written.append(readme)
+    return written

@@ -1,0 +1,569 @@
+"""The benchmark suite of the RoCE endpoint behind ``rocegen bench`` and ``make bench``.
+
+Cycle-accurate runs in Verilator of the endpoint (:class:`~rocegen.sim.testing.roce_tops.EndpointTop`,
+W = 512, 8 QPs, on-chip memory: the build of
+:func:`rocegen.sim.testing.cocotb_runner.endpoint_sim_config` the tests use) against the host NIC model,
+through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (322.266 MHz):
+
+* **Goodput vs message size** for WRITE, WRITE with immediate and SEND, at PMTU 1024 and 4096,
+  on one QP (traffic generator) and on 8 QPs (work requests from local memory, round robin; the
+  messages of 8 QPs are at most the 256 KiB of on-chip memory), with the MAC throttled to
+  100 Gb/s as the CMAC takes frames (against the limit of :func:`limit_gbps`) and unthrottled
+  (the MAC takes a beat every cycle: beats used against the ideal minimum of
+  :func:`ideal_beats`).
+* **Message rate** of 1..256-byte WRITEs in millions of messages per second, one QP and 8 QPs,
+  throttled (against :func:`rate_limit_mmsgs`) and unthrottled.
+* **Latency**: a work request to its first beat on the MAC, the last beat of an acknowledgement
+  to its completion (single messages on an idle endpoint), and a connection-manager OPEN_QP
+  request's last beat into the MAC receive port to its reply's first beat out.
+* **Loss**: one QP of 4 KiB WRITEs at 0, 0.1 % and 1 % random loss each way with a 2 us and a
+  20 us round trip (goodput up to the last completion), and the recovery after one lost packet.
+* **Resources**: read from the last Yosys report of ``python -m bench.bench_synth``
+  (``build/bench/synth.json``, with the revision it came from); none is run here.
+* **Simulation speed**: simulated cycles per wall-clock second of every batch of runs.
+* **Soak** (only when asked for by name: ``rocegen bench --only soak``, ``make soak``): more
+  than a million RoCE data packets on 8 QPs over a link that loses 1 % of the frames each way,
+  duplicates and reorders, WRITE, SEND and WRITE with immediate in turn; every byte is compared
+  in the host's memory, the host must have executed every packet exactly once and every work
+  request must complete OK. Figures: packets, frames sent, retransmissions, simulated and wall
+  time.
+
+Runs are grouped in batches, one simulator process each. The results (git revision, date,
+parameters of every run and every figure) go to a JSON file (``bench/results.json`` by default);
+a full run also regenerates the suite's section of ``docs/performance.md``, its plots under
+``docs/img/`` and the headline table of ``README.md`` (:mod:`rocegen.sim.apps.bench_report`).
+``--quick`` runs a few points of each kind in one process (a smoke test of ``make test``).
+"""
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rocegen.sim.testing.cocotb_runner import BUILD, ROOT
+
+__all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
+           "suite_runs", "run_suite", "batch_of", "add_parser", "run", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
+
+WIDTH = 512
+NUM_QPS = 8
+CLOCK_MHZ = 322.265625
+LINE_GBPS = 100
+#: on-chip payload memory of the build: the local buffer of the 8-QP runs
+LOCAL_BYTES = 256 * 1024
+OPCODES = ("WRITE", "WRITE_IMM", "SEND")
+PMTUS = (1024, 4096)
+
+#: per frame on the line beyond the frame's bytes without FCS: FCS 4, preamble + SFD 8, IFG 12
+LINE_OVERHEAD = 4 + 8 + 12
+#: headers of every RoCEv2 packet before its payload: Ethernet 14, IPv4 20, UDP 8, BTH 12
+HEADERS = 14 + 20 + 8 + 12
+ICRC = 4
+RETH = 16
+IMMDT = 4
+MIN_FRAME = 60            # bytes without FCS (64 with it)
+
+
+def packet_frames(size, pmtu, opcode="WRITE"):
+    """Frame lengths (bytes without FCS, after padding to the Ethernet minimum) of the packets
+    of one message of ``size`` bytes: payload with its pad to 4 bytes, the headers, the RETH on
+    the first packet of a WRITE / WRITE_IMM, the ImmDt on the last one of a WRITE_IMM /
+    SEND_IMM, the ICRC."""
+    if opcode not in ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM"):
+        raise ValueError(f"unknown opcode {opcode!r}")
+    packets = max(1, -(-size // pmtu))
+    out = []
+    for k in range(packets):
+        n = min(pmtu, size - k * pmtu)
+        frame = HEADERS + n + (-n & 3) + ICRC
+        if k == 0 and opcode.startswith("WRITE"):
+            frame += RETH
+        if k == packets - 1 and opcode.endswith("_IMM"):
+            frame += IMMDT
+        out.append(max(frame, MIN_FRAME))
+    return out
+
+
+def wire_bytes(size, pmtu, opcode="WRITE"):
+    """Bytes of line time one message takes (every frame with FCS, preamble, SFD and gap)."""
+    return sum(f + LINE_OVERHEAD for f in packet_frames(size, pmtu, opcode))
+
+
+def limit_gbps(size, pmtu, line_gbps=LINE_GBPS, opcode="WRITE"):
+    """Theoretical goodput of back-to-back messages of ``size`` bytes at path MTU ``pmtu`` on a
+    line of ``line_gbps``: the line rate times payload / line bytes (the wire spec's line-rate
+    section, per opcode)."""
+    return line_gbps * size / wire_bytes(size, pmtu, opcode)
+
+
+def rate_limit_mmsgs(size, pmtu, line_gbps=LINE_GBPS, opcode="WRITE"):
+    """Theoretical message rate (millions per second) of back-to-back messages on the line."""
+    return line_gbps * 1e3 / 8 / wire_bytes(size, pmtu, opcode)
+
+
+def ideal_beats(size, pmtu, opcode="WRITE", width=WIDTH):
+    """The fewest beats of the MAC port one message needs (each frame starts a beat)."""
+    b = width // 8
+    return sum(-(-f // b) for f in packet_frames(size, pmtu, opcode))
+
+
+def _whole(total, size):
+    """``total`` rounded up to whole messages of ``size``."""
+    return -(-total // size) * size
+
+
+KIB, MIB = 1024, 1024 * 1024
+SIZES_1QP = [1 << k for k in range(6, 23)] + [100, 1500, 4097, 9000]      # 64 B .. 4 MiB
+SIZES_1QP_OTHER = [1 << k for k in range(6, 23, 2)] + [1500]          # 64 B, 256 B .. 4 MiB
+SIZES_8QP = [64, 256, 1024, 1500, 4096, 16 * KIB, 64 * KIB, 256 * KIB]
+SIZES_RATE = [1 << k for k in range(0, 9)]                                 # 1 .. 256 B
+LOSSES = (0.0, 0.001, 0.01)
+RTTS = (2, 20)
+
+
+def _goodput(size, pmtu, opcode, qps, line, quick):
+    """A goodput run: one QP, at least 64 KiB and two messages, up to 8 messages or 1 MiB; 8
+    QPs, per QP at least 16 KiB and two messages, up to 4 messages or 256 KiB (quick: less)."""
+    if qps == 1:
+        per_qp = max(2 * size, min(8 * size, MIB // (4 if quick else 1)), 64 * KIB)
+        source = "generator"
+    else:
+        per_qp = max(2 * size, min(4 * size, 256 * KIB), (4 if quick else 16) * KIB)
+        source = "memory"
+    return {"kind": "goodput", "qps": qps, "pmtu": pmtu, "bytes": _whole(per_qp, size),
+            "size": size, "opcode": opcode, "source": source, "line_gbps": line}
+
+
+def _rate(size, qps, line, quick):
+    count = (256 if quick else 1024) if qps == 1 else (32 if quick else 128)
+    return {"kind": "rate", "qps": qps, "pmtu": 4096, "bytes": count * size, "size": size,
+            "opcode": "WRITE", "source": "generator" if qps == 1 else "memory",
+            "line_gbps": line}
+
+
+def _loss(loss, rtt, total):
+    return {"kind": "loss", "qps": 1, "pmtu": 4096, "bytes": total, "size": 4096,
+            "opcode": "WRITE", "source": "generator", "line_gbps": LINE_GBPS, "loss": loss,
+            "rtt_us": rtt, "seed": 7}
+
+
+def _latency(size, count):
+    return {"kind": "latency", "qps": 1, "pmtu": 4096, "bytes": size * count, "size": size,
+            "opcode": "WRITE", "source": "memory", "line_gbps": 0, "latency": True}
+
+
+#: the soak: data packets at least (its runs are sized to reach it)
+SOAK_PACKETS = 1_000_000
+SOAK_PMTU = 256
+SOAK_SIZE = 16 * KIB
+
+
+def soak_runs(packets=SOAK_PACKETS):
+    """The soak batch: one run per opcode, 8 QPs of 16 KiB messages at PMTU 256, work requests
+    from local memory, the MAC at 100G, 1 % loss, 0.5 % duplicates and 0.5 % reordering each way
+    over a 2 us round trip; together at least ``packets`` data packets."""
+    opcodes = ("WRITE", "SEND", "WRITE_IMM")
+    per_run = -(-packets // len(opcodes))
+    per_qp = _whole(-(-per_run // NUM_QPS) * SOAK_PMTU, SOAK_SIZE)
+    return [{"kind": "soak", "qps": NUM_QPS, "pmtu": SOAK_PMTU, "bytes": per_qp,
+             "size": SOAK_SIZE, "opcode": op, "source": "memory", "line_gbps": LINE_GBPS,
+             "loss": 0.01, "dup": 0.005, "reorder": 0.005, "rtt_us": 2, "seed": 11 + k}
+            for k, op in enumerate(opcodes)]
+
+
+#: batches run only when named with ``--only``
+ON_REQUEST = ("soak",)
+
+
+def suite_runs(quick=False, on_request=False):
+    """The batches of the suite: ``[(name, runs)]``, each batch one simulator process
+    (``on_request``: with the batches of :data:`ON_REQUEST`, which a plain run leaves out)."""
+    if quick:
+        runs = [_goodput(4096, 4096, "WRITE", 1, LINE_GBPS, True),
+                _goodput(MIB, 4096, "WRITE", 1, LINE_GBPS, True),
+                _goodput(1024, 1024, "WRITE_IMM", 1, LINE_GBPS, True),
+                _goodput(4096, 1024, "SEND", 1, LINE_GBPS, True),
+                _goodput(4096, 4096, "WRITE", 1, 0, True),
+                _goodput(4096, 4096, "WRITE", 8, LINE_GBPS, True),
+                _goodput(1500, 1024, "SEND", 8, 0, True),
+                _rate(64, 1, LINE_GBPS, True), _rate(1, 1, 0, True), _rate(64, 8, 0, True),
+                _latency(64, 4),
+                {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 2},
+                _loss(0.01, 2, 512 * KIB)]
+        return [("quick", runs)]
+    batches = [("goodput-1qp-write", [_goodput(s, p, "WRITE", 1, line, False) for p in PMTUS
+                                      for line in (LINE_GBPS, 0) for s in SIZES_1QP])]
+    # the other opcodes and 8 QPs: fewer sizes, and unthrottled at PMTU 4096 only
+    batches.append(("goodput-1qp-imm-send", [
+        _goodput(s, p, o, 1, line, False) for o in ("WRITE_IMM", "SEND") for p in PMTUS
+        for line in (LINE_GBPS, 0) if line or p == 4096 for s in SIZES_1QP_OTHER]))
+    batches.append(("goodput-8qp", [
+        _goodput(s, p, o, 8, line, False) for o in OPCODES for p in PMTUS
+        for line in (LINE_GBPS, 0) if line or p == 4096 for s in SIZES_8QP]))
+    batches.append(("message-rate", [_rate(s, q, line, False) for q in (1, 8)
+                                     for line in (LINE_GBPS, 0) for s in SIZES_RATE]))
+    batches.append(("latency", [_latency(64, 8), _latency(1024, 4), _latency(4096, 4),
+                                {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 8}]))
+    # a warm-up run first (the endpoint resolves the host's address by ARP: not to be counted in
+    # the first loss point's time); 16 MiB at 0.1 % (some 4 losses each way), 8 MiB otherwise
+    loss = [{**_goodput(64 * KIB, 4096, "WRITE", 1, LINE_GBPS, True), "kind": "warmup"}]
+    loss += [_loss(p, rtt, (16 if p == 0.001 else 8) * MIB) for rtt in RTTS for p in LOSSES]
+    burst = 64
+    for where, off in (("middle", burst // 2), ("tail", burst - 1)):
+        for code in (4, 6):
+            loss.append({"kind": "recovery", "where": where, "qps": 1, "pmtu": 4096,
+                         "bytes": burst * 4096, "size": 4096, "opcode": "WRITE",
+                         "source": "generator", "line_gbps": LINE_GBPS, "rtt_us": 2,
+                         "drop_psns": [off], "timeout": code})
+    batches.append(("loss", loss))
+    if on_request:
+        batches.append(("soak", soak_runs()))
+    return batches
+
+
+def git_revision():
+    """``git rev-parse HEAD``, with ``-dirty`` when the working tree has changes."""
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return "unknown"
+    return (rev or "unknown") + ("-dirty" if rev and dirty else "")
+
+
+def _verilator_version():
+    """``verilator --version`` of the Verilator the builds use (None when there is none)."""
+    from rocegen.sim.testing.verilator import VerilatorNotFound, verilator_bin_dir
+    try:
+        exe = Path(verilator_bin_dir()) / "verilator"
+    except VerilatorNotFound:
+        return None
+    out = subprocess.run([str(exe), "--version"], capture_output=True, text=True).stdout.strip()
+    return out or None
+
+
+def _run_batch(name, runs):
+    from rocegen.sim.testing.cocotb_runner import endpoint_sim_config, run_cocotb
+    cfg = endpoint_sim_config(WIDTH, NUM_QPS)
+    out = BUILD / "bench" / f"suite-{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    cfg.build()
+    t1 = time.perf_counter()
+    run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"bench-suite-{name}",
+               env={"ROCE_RUNS": json.dumps(runs), "ROCE_RESULTS": out.resolve(),
+                    "ROCE_LOCAL_BYTES": LOCAL_BYTES})
+    t2 = time.perf_counter()
+    results = json.loads(out.read_text())
+    cycles = sum(r["sim_cycles"] for r in results)
+    inside = sum(r["wall_seconds"] for r in results)
+    batch = {"name": name, "runs": len(results), "build_check_seconds": round(t1 - t0, 2),
+             "process_seconds": round(t2 - t1, 2), "sim_cycles": cycles,
+             "simulated_us": round(cycles / CLOCK_MHZ, 3),
+             "run_seconds": round(inside, 2),
+             "cycles_per_second": round(cycles / inside) if inside else None,
+             "cycles_per_second_with_startup": round(cycles / (t2 - t1)) if t2 > t1 else None}
+    return batch, results
+
+
+def _stats(values):
+    values = sorted(values)
+    return {"min": values[0], "median": values[len(values) // 2], "max": values[-1],
+            "samples": values}
+
+
+def _ns(cycles):
+    return round(cycles * 1e3 / CLOCK_MHZ, 1)
+
+
+def _figures(results):
+    """Every figure of the suite from the runs' raw results."""
+    out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": [],
+           "soak": []}
+    keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
+            "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
+            "wall_seconds")
+    period_us = 1 / CLOCK_MHZ
+    for r in results:
+        kind = r["kind"]
+        row = {k: r[k] for k in keep if k in r}
+        if kind in ("goodput", "rate"):
+            line = r["line_gbps"]
+            msgs = r["messages"]
+            row["goodput_gbps"] = r["goodput_gbps"]
+            row["data_checked"] = r["checked_bytes"] == r["bytes"] * r["qps"]
+            row["cycles"] = r["line_cycles"]
+            row["beats_span"] = r["beats_span"]
+            row["beats_ideal"] = r["beats_ideal"]
+            row["beats_ideal_formula"] = ideal_beats(r["size"], r["pmtu"], r["opcode"]) * msgs
+            row["idle_beats"] = r["idle_beats"]
+            per_msg_beats = row["beats_ideal_formula"]
+            if line:
+                row["limit_gbps"] = limit_gbps(r["size"], r["pmtu"], line, r["opcode"])
+                row["percent_of_limit"] = 100 * r["goodput_gbps"] / row["limit_gbps"]
+            else:
+                # unthrottled: the limit is the datapath's, one beat per cycle with no idle beat
+                ideal_cycles = per_msg_beats
+                row["limit_gbps"] = (r["bytes"] * r["qps"] * 8 / (ideal_cycles * period_us) / 1e3)
+                row["percent_of_limit"] = 100 * row["beats_ideal_formula"] / r["beats_span"]
+            row["mmsgs"] = msgs * CLOCK_MHZ / r["line_cycles"] if r["line_cycles"] else 0.0
+            if line:
+                row["limit_mmsgs"] = rate_limit_mmsgs(r["size"], r["pmtu"], line, r["opcode"])
+            else:
+                row["limit_mmsgs"] = msgs * CLOCK_MHZ / per_msg_beats
+            out["goodput" if kind == "goodput" else "message_rate"].append(row)
+        elif kind == "latency":
+            w, a = _stats(r["latency_cycles"]), _stats(r["ack_to_cpl_cycles"])
+            row["wr_to_wire_cycles"] = w
+            row["ack_to_cpl_cycles"] = a
+            row["wr_to_wire_ns"] = _ns(w["min"])
+            row["ack_to_cpl_ns"] = _ns(a["min"])
+            row["frame_bytes"] = packet_frames(r["size"], r["pmtu"], r["opcode"])[0]
+            out["latency"].append(row)
+        elif kind == "cm":
+            c = _stats(r["cm_cycles"])
+            row["cm_cycles"] = c
+            row["cm_ns"] = _ns(c["min"])
+            out["cm"].append(row)
+        elif kind in ("loss", "recovery"):
+            lim = limit_gbps(r["size"], r["pmtu"], r["line_gbps"], r["opcode"])
+            good = r["bytes"] * 8 / (r["elapsed_us"] * 1e3)
+            lost = [(link or {}).get("dropped", 0) for link in (r["link_to_nic"], r["link_from_nic"])]
+            row.update({"elapsed_us": r["elapsed_us"], "goodput_gbps": good, "limit_gbps": lim,
+                        "percent_of_limit": 100 * good / lim, "roce_frames": r["roce_frames"],
+                        "retransmitted": r["retransmitted"], "lost_to_nic": lost[0],
+                        "lost_from_nic": lost[1], "timeout": r["timeout"],
+                        "worst_stall_cycles": max(r["resend_gaps"], default=0),
+                        "nic": r["nic"],
+                        # the bytes the bench compared in the host's memory, all of the run's
+                        "data_checked": r["checked_bytes"] == r["bytes"] * r["qps"],
+                        "delivered_bytes": r["checked_bytes"]})
+            out[kind].append(row)
+        elif kind == "soak":
+            lost = [(link or {}).get("dropped", 0) for link in (r["link_to_nic"], r["link_from_nic"])]
+            row.update({"packets": r["packets"], "roce_frames": r["roce_frames"],
+                        "retransmitted": r["retransmitted"], "lost_to_nic": lost[0],
+                        "lost_from_nic": lost[1], "link_to_nic": r["link_to_nic"],
+                        "link_from_nic": r["link_from_nic"], "nic": r["nic"],
+                        "checked_bytes": r["checked_bytes"],
+                        "data_checked": r["checked_bytes"] == r["bytes"] * r["qps"],
+                        "elapsed_us": r["elapsed_us"],
+                        "goodput_gbps": r["bytes"] * r["qps"] * 8 / (r["elapsed_us"] * 1e3)})
+            out["soak"].append(row)
+    return out
+
+
+def _resources():
+    """The endpoint's figures from the last Yosys report of ``bench.bench_synth``, or why
+    there are none."""
+    path = BUILD / "bench" / "synth.json"
+    if not path.exists():
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        return {"available": False, "note": f"no synthesis report ({shown} does not exist); "
+                "`make synth` writes one"}
+    report = json.loads(path.read_text())
+    rows = []
+    for d in report.get("designs", []):
+        if d.get("kind") != "core":
+            continue
+        rows.append({k: d.get(k) for k in ("name", "description", "lut_total", "lut", "lut_as_memory",
+                                           "ff", "carry", "bram36", "bram18", "uram", "dsp",
+                                           "lut_levels", "logic_levels", "revision")})
+    return {"available": bool(rows), "source": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT)
+            else str(path), "date": report.get("date"), "yosys": report.get("yosys"),
+            "revision": report.get("revision"), "designs": rows,
+            **({} if rows else {"note": f"{path} holds no whole-core design"})}
+
+
+def _headline(fig):
+    def pick(rows, **want):
+        for r in rows:
+            if all(r.get(k) == v for k, v in want.items()):
+                return r
+        return None
+    h = {}
+    for size, key in ((4096, "write_4k"), (MIB, "write_1m")):
+        r = pick(fig["goodput"], qps=1, pmtu=4096, size=size, opcode="WRITE", line_gbps=LINE_GBPS)
+        if r:
+            h[key] = {"goodput_gbps": r["goodput_gbps"], "limit_gbps": r["limit_gbps"],
+                      "percent_of_limit": r["percent_of_limit"]}
+    for line, key in ((LINE_GBPS, "rate_64b"), (0, "rate_64b_unthrottled")):
+        r = pick(fig["message_rate"], qps=1, size=64, line_gbps=line)
+        if r:
+            h[key] = {"mmsgs": r["mmsgs"], "limit_mmsgs": r["limit_mmsgs"]}
+    r = pick(fig["latency"], size=64)
+    if r:
+        h["wr_to_wire"] = {"cycles": r["wr_to_wire_cycles"]["min"], "ns": r["wr_to_wire_ns"]}
+        h["ack_to_cpl"] = {"cycles": r["ack_to_cpl_cycles"]["min"], "ns": r["ack_to_cpl_ns"]}
+    if fig["cm"]:
+        c = fig["cm"][0]
+        h["cm_request_to_reply"] = {"cycles": c["cm_cycles"]["min"], "ns": c["cm_ns"]}
+    return h
+
+
+def batch_of(row, key):
+    """The batch of :func:`suite_runs` (full mode) a row of the figure list ``key`` comes from
+    (rows of results written before rows named their batch: from the kind of figure)."""
+    if row.get("batch"):
+        return row["batch"]
+    if key in ("loss", "recovery"):
+        return "loss"
+    if key == "soak":
+        return "soak"
+    if key in ("latency", "cm"):
+        return "latency"
+    if key == "message_rate":
+        return "message-rate"
+    if row["qps"] == 8:
+        return "goodput-8qp"
+    return "goodput-1qp-write" if row["opcode"] == "WRITE" else "goodput-1qp-imm-send"
+
+
+FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak")
+
+
+def run_suite(quick=False, log=print, only=None, previous=None):
+    """Run the suite; returns the results (see the module documentation). ``only``: names of
+    the batches to run; the other batches' figures are taken from ``previous`` (the results of
+    an earlier run), each batch keeping the revision and date it was measured at."""
+    import amaranth
+    started = time.time()
+    revision = git_revision()            # the source the runs use (documents may change after)
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
+    batches, raw, failed = [], [], []
+    plan = suite_runs(quick, on_request=bool(only) and not quick)
+    if only:
+        unknown = set(only) - {name for name, _ in plan}
+        if unknown:
+            raise ValueError(f"no batch named {', '.join(sorted(unknown))} (batches: "
+                             f"{', '.join(name for name, _ in plan)})")
+        plan = [(name, runs) for name, runs in plan if name in only]
+    else:
+        plan = [(name, runs) for name, runs in plan if name not in ON_REQUEST]
+    for name, runs in plan:
+        log(f"batch {name}: {len(runs)} runs ...")
+        try:
+            batch, results = _run_batch(name, runs)
+        except AssertionError as e:          # a failed run: keep the other batches' figures
+            failed.append({"name": name, "runs": runs, "error": str(e)[-4000:]})
+            log(f"  FAILED: {str(e)[-2000:]}")
+            continue
+        batch.update(revision=revision, date=date)
+        batches.append(batch)
+        raw += [{**r, "batch": name} for r in results]
+        log(f"  {batch['sim_cycles']:,} cycles simulated in {batch['process_seconds']:.0f} s "
+            f"({batch['cycles_per_second']:,} cycles/s while running)")
+    fig = _figures(raw)
+    if only and previous:
+        order = [name for name, _ in suite_runs(quick, on_request=True)]
+        for b in previous["batches"]:
+            b.setdefault("revision", previous["revision"])
+            b.setdefault("date", previous["date"])
+        batches = sorted([b for b in previous["batches"] if b["name"] not in only] + batches,
+                         key=lambda b: order.index(b["name"]))
+        for key in FIGURES:
+            fig[key] = [r for r in previous.get(key, []) if batch_of(r, key) not in only] + fig[key]
+        failed = [f for f in previous.get("failed_batches", []) if f["name"] not in only] + failed
+    # the suite's speed: the batches a plain run makes (not the soak, run on request)
+    cycles = sum(b["sim_cycles"] for b in batches if b["name"] not in ON_REQUEST)
+    inside = sum(b["run_seconds"] for b in batches if b["name"] not in ON_REQUEST)
+    return {
+        "suite": "rocegen bench" + (" --quick" if quick else ""),
+        "quick": quick,
+        "revision": revision,
+        "date": date,
+        "revisions": sorted({b.get("revision", revision) for b in batches}),
+        "wall_seconds": round(sum(b["process_seconds"] + b["build_check_seconds"] for b in batches), 1),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "python": platform.python_version(),
+        "amaranth": amaranth.__version__,
+        "verilator": _verilator_version(),
+        "parameters": {
+            "design": "rocegen.sim.testing.roce_tops:EndpointTop (RoceEndpoint)", "width": WIDTH,
+            "num_qps": NUM_QPS, "memory": "onchip", "mem_bytes": LOCAL_BYTES,
+            "clock_mhz": CLOCK_MHZ, "line_gbps": LINE_GBPS,
+            "line_model": "a frame of n bytes (without FCS) takes the line for n + 24 bytes "
+                          "(FCS 4, preamble + SFD 8, inter-frame gap 12)",
+            "limit": "line rate x payload / line bytes; per packet: Ethernet 14, IPv4 20, UDP 8, "
+                     "BTH 12, payload padded to 4, ICRC 4, FCS 4, preamble + SFD 8, IFG 12; RETH "
+                     "16 on a WRITE's first packet, ImmDt 4 on a *_IMM's last; frames at least 64 "
+                     "bytes with FCS",
+            "host": "rocegen.sim.models.rnic.Rnic, strict: every header, PSN and ICRC checked, "
+                    "the data compared after every run",
+        },
+        "batches": batches,
+        "failed_batches": failed,
+        "simulation_speed": {"sim_cycles": cycles, "run_seconds": round(inside, 1),
+                             "cycles_per_second": round(cycles / inside) if inside else None},
+        "headline": _headline(fig),
+        **fig,
+        "resources": _resources(),
+    }
+
+
+def add_parser(sub):
+    """The ``bench`` sub-command of ``rocegen``."""
+    p = sub.add_parser("bench", help="run the benchmark suite of the endpoint (Verilator): "
+                       "goodput, message rate, latency, loss, resources")
+    p.add_argument("--quick", action="store_true",
+                   help="a few points of each kind, in one simulator process (a smoke test)")
+    p.add_argument("--json", default=None, metavar="FILE",
+                   help="results file (default bench/results.json; build/bench/quick.json with "
+                   "--quick)")
+    p.add_argument("--no-doc", action="store_true",
+                   help="do not regenerate docs/performance.md, its plots and the README headline "
+                   "(never done with --quick)")
+    p.add_argument("--doc-only", action="store_true",
+                   help="only regenerate the documents from the results file")
+    p.add_argument("--resources", action="store_true",
+                   help="only take the resource figures of the last Yosys report (make synth) "
+                   "into the results file, then regenerate the documents")
+    p.add_argument("--only", nargs="+", metavar="BATCH",
+                   help="run only these batches and replace their figures in the results file "
+                   "(the others keep theirs, with the revision they were measured at)")
+    return p
+
+
+def run(args):
+    """``rocegen bench``."""
+    from rocegen.sim.apps import bench_report
+    default = BUILD / "bench" / "quick.json" if args.quick else ROOT / "bench" / "results.json"
+    path = Path(args.json) if args.json else default
+    if args.doc_only or args.resources:
+        if not path.exists():
+            raise ValueError(f"{path} does not exist: run the suite first")
+        results = json.loads(path.read_text())
+        if args.resources:
+            results["resources"] = _resources()
+            path.write_text(json.dumps(results, indent=1) + "\n")
+            print(f"wrote {path}")
+    else:
+        previous = json.loads(path.read_text()) if args.only and path.exists() else None
+        if args.only and previous is None:
+            raise ValueError(f"--only replaces batches of an earlier run, but {path} does not exist")
+        results = run_suite(args.quick, log=lambda s: print(s, flush=True), only=args.only,
+                            previous=previous)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=1) + "\n")
+        print(f"wrote {path}")
+    print(bench_report.summary(results))
+    if results["failed_batches"]:
+        print("failed batches: " + ", ".join(b["name"] for b in results["failed_batches"]),
+              file=sys.stderr)
+        return 1
+    if not args.quick and not args.no_doc and not results.get("quick"):
+        for written in bench_report.write_docs(results, ROOT):
+            print(f"wrote {written}")
+    return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_parser(ap.add_subparsers(dest="command", required=True))
+    sys.exit(run(ap.parse_args(["bench", *sys.argv[1:]])))

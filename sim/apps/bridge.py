@@ -1,0 +1,380 @@
+"""The host side of ``rocegen sim serve``: what sits on the far end of the simulated FPGA's
+Ethernet port, in plain Python with real sockets.
+
+A bench host has one Ethernet port with one MAC and IPv4 address, behind which two things
+answer: the operating system's network stack (ARP, and ordinary UDP sockets such as a host
+tool's connection-manager socket) and the RDMA NIC (RoCEv2 on UDP 4791). :class:`HostSide`
+plays that port:
+
+* **Tunnel** (the operating system's part). A UDP socket on ``listen:cm_port`` (default
+  127.0.0.1:17185) takes the datagrams a host tool sends; each becomes an Ethernet/IPv4/UDP frame
+  from the host's addresses to the FPGA's connection-manager port. Frames the FPGA sends to the
+  host's IP that are UDP but not RoCEv2 (the connection manager's replies) are delivered as
+  datagrams to ``listen`` at the destination port they name, from a socket bound to their source
+  port when that port is free (0x8765 for replies), so a tool sees what it would see on a bench.
+  ARP requests for the host's IP are answered here, as the host's kernel would.
+* **TAP** (instead of the tunnel, with ``tap``): the host's kernel is the operating system's
+  part. Every FPGA frame that is not RoCEv2 goes to the TAP interface (ARP, ICMP, the connection
+  manager's replies) and every frame the kernel sends on it goes to the FPGA, so tools in the
+  interface's network namespace reach the FPGA at its own address.
+* **Wire** (the RDMA NIC's part). A TCP listener on ``listen:wire_port`` takes any number of
+  connections (a hub: every FPGA frame not taken by the tunnel goes to every connection; each
+  connection's frames go to the FPGA). On a connection each frame is a 4-byte big-endian length
+  and the frame's bytes (Ethernet, no FCS): :func:`encode_frame` / :class:`FrameReader`. The host
+  agent's simulated NIC is one such connection; a test can add another host on the segment.
+
+  **FPGA time on the wire.** The simulation keeps the FPGA's own time, which the wall clock of
+  this machine does not tell (a simulated second takes minutes). So towards the connections,
+  each frame that left the FPGA comes after a *time record*: the 4-byte word
+  :data:`TIME_RECORD` (``0x80000014``: the top bit, which no frame length has, and the record's
+  20 bytes), then three big-endian numbers: the core-clock cycle of the frame's first beat on
+  the FPGA's MAC port (8 bytes), the cycle of its last beat (8 bytes) and the core clock in Hz
+  (4 bytes), cycles counted from the start of the simulation (:func:`encode_time`).
+  :meth:`FrameReader.feed_stamped` returns each frame with its :class:`FpgaTime`;
+  :meth:`FrameReader.feed` skips the records. Towards the FPGA a connection sends frames only.
+
+Nothing here depends on the simulator: :meth:`HostSide.from_fpga` takes a frame the FPGA sent,
+:meth:`HostSide.poll` returns the frames for the FPGA that arrived on the sockets.
+"""
+
+import errno
+import os
+import selectors
+import socket
+import struct
+from typing import NamedTuple
+
+from rocegen.sim.models.checksum import internet_checksum, udp_checksum
+from rocegen.wire.addr import parse_ip, parse_mac
+from rocegen.wire.headers import (
+    ARP,
+    ETH,
+    ETHERTYPE_ARP,
+    ETHERTYPE_IPV4,
+    IP_PROTO_UDP,
+    IPV4,
+    UDP,
+    UDP_PORT_ROCEV2,
+)
+
+__all__ = ["HostSide", "FrameReader", "FpgaTime", "encode_frame", "encode_time", "udp_frame",
+           "open_tap", "MAX_FRAME", "COUNTERS", "TIME_RECORD"]
+
+#: Largest frame a wire connection may carry (a 9000-byte jumbo frame with its headers).
+MAX_FRAME = 9018 + 4
+#: The first word of a time record on a wire connection (see the module documentation).
+TIME_RECORD = 0x8000_0000 | 20
+_TIME = struct.Struct(">QQI")
+#: Seconds a wire connection may refuse to take a frame before it is closed.
+SEND_TIMEOUT = 10.0
+#: What :attr:`HostSide.counters` counts.
+COUNTERS = ("tunnel_rx", "tunnel_tx", "tunnel_tx_failed", "arp_answered", "wire_rx", "wire_tx",
+            "wire_no_peer", "wire_bad_length", "wire_connects", "wire_disconnects", "tap_rx",
+            "tap_tx")
+_TUNSETIFF = 0x400454CA
+_IFF_TAP, _IFF_NO_PI = 0x0002, 0x1000
+
+
+def open_tap(name):
+    """Attach to the TAP interface ``name`` (made beforehand, for example by ``ip tuntap add``);
+    returns its non-blocking file descriptor: each read is one frame, each write sends one."""
+    import fcntl
+    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
+    try:
+        fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH", name.encode(), _IFF_TAP | _IFF_NO_PI))
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _udp_dst_port(frame):
+    """The UDP destination port of an untagged IPv4 frame without options, else None."""
+    if len(frame) < ETH.length + IPV4.length + UDP.length or \
+            ETH.unpack(frame[:ETH.length])["ethertype"] != ETHERTYPE_IPV4:
+        return None
+    ip = IPV4.unpack(frame[ETH.length:ETH.length + IPV4.length])
+    if ip["ihl"] != 5 or ip["protocol"] != IP_PROTO_UDP:
+        return None
+    at = ETH.length + IPV4.length
+    return UDP.unpack(frame[at:at + UDP.length])["dst_port"]
+
+
+def encode_frame(frame):
+    """A frame as it travels on a wire connection: 4-byte big-endian length, then the bytes."""
+    if not 14 <= len(frame) <= MAX_FRAME:
+        raise ValueError(f"a frame is 14..{MAX_FRAME} bytes, not {len(frame)}")
+    return struct.pack(">I", len(frame)) + bytes(frame)
+
+
+class FpgaTime(NamedTuple):
+    """When a frame crossed the FPGA's MAC port, in the FPGA's time: the core-clock cycles of its
+    first and last beat (counted from the start of the simulation) and the clock in Hz."""
+    first_cycle: int
+    last_cycle: int
+    clock_hz: int
+
+
+def encode_time(first_cycle, last_cycle, clock_hz):
+    """The time record that goes before a frame from the FPGA on a wire connection."""
+    if not 0 <= first_cycle <= last_cycle < 1 << 64 or not 0 < clock_hz < 1 << 32:
+        raise ValueError(f"cycles {first_cycle}..{last_cycle} at {clock_hz} Hz do not fit a "
+                         f"time record")
+    return struct.pack(">I", TIME_RECORD) + _TIME.pack(first_cycle, last_cycle, clock_hz)
+
+
+class FrameReader:
+    """Splits the byte stream of a wire connection into frames. :meth:`feed` returns the whole
+    frames received so far; a length outside 14..:data:`MAX_FRAME` raises ``ValueError`` (the
+    connection is then unusable and is closed by its owner). Time records are taken when
+    ``times`` (the direction from the FPGA), else they are such a bad length."""
+
+    def __init__(self, times=True):
+        self._buf = bytearray()
+        self._times = times
+        self._time = None
+
+    def feed(self, data):
+        return [frame for frame, _ in self.feed_stamped(data)]
+
+    def feed_stamped(self, data):
+        """Like :meth:`feed`, each frame with the :class:`FpgaTime` of the time record just
+        before it (None without one)."""
+        self._buf += data
+        out = []
+        while len(self._buf) >= 4:
+            n = struct.unpack(">I", self._buf[:4])[0]
+            if n == TIME_RECORD and self._times:
+                if len(self._buf) < 4 + _TIME.size:
+                    break
+                self._time = FpgaTime(*_TIME.unpack(self._buf[4:4 + _TIME.size]))
+                del self._buf[:4 + _TIME.size]
+                continue
+            if not 14 <= n <= MAX_FRAME:
+                raise ValueError(f"frame length {n} on the wire connection (14..{MAX_FRAME})")
+            if len(self._buf) < 4 + n:
+                break
+            out.append((bytes(self._buf[4:4 + n]), self._time))
+            self._time = None
+            del self._buf[:4 + n]
+        return out
+
+
+def udp_frame(src_mac, dst_mac, src_ip, dst_ip, sport, dport, payload, ident=1):
+    """An Ethernet/IPv4/UDP frame (addresses as integers) with both checksums, DF, TTL 64,
+    padded to the 60-byte minimum."""
+    udp_len = UDP.length + len(payload)
+    udp = UDP.pack(src_port=sport, dst_port=dport, length=udp_len, checksum=0) + payload
+    udp = udp[:6] + struct.pack(">H", udp_checksum(src_ip, dst_ip, udp)) + udp[8:]
+    ip = IPV4.pack(version=4, ihl=5, total_length=IPV4.length + udp_len, identification=ident,
+                   df=1, ttl=64, protocol=IP_PROTO_UDP, src=src_ip, dst=dst_ip)
+    ip = ip[:10] + struct.pack(">H", internet_checksum(ip)) + ip[12:]
+    frame = ETH.pack(dst=dst_mac, src=src_mac, ethertype=ETHERTYPE_IPV4) + ip + udp
+    return frame + bytes(max(0, 60 - len(frame)))
+
+
+class HostSide:
+    """The bench host's Ethernet port (see the module documentation).
+
+    ``fpga_mac``/``fpga_ip``/``fpga_cm_port``: where tunnelled datagrams go. ``host_mac``/
+    ``host_ip``: the host's addresses (the tunnel's datagrams come from them; the FPGA's frames
+    to them that are not RoCEv2 are the tunnel's). ``listen``: the address the sockets bind to
+    (loopback by default; never anything that is not on this machine). ``cm_port``/
+    ``wire_port``: 0 picks a free port (see :attr:`cm_port` / :attr:`wire_port` afterwards).
+    """
+
+    def __init__(self, *, fpga_mac, fpga_ip, fpga_cm_port=17185, host_mac, host_ip,
+                 listen="127.0.0.1", cm_port=17185, wire_port=17186, tap=None, log=print):
+        self.fpga_mac, self.fpga_ip = parse_mac(fpga_mac), parse_ip(fpga_ip)
+        self.host_mac, self.host_ip = parse_mac(host_mac), parse_ip(host_ip)
+        self.fpga_cm_port = fpga_cm_port
+        self.listen = listen
+        self.log = log
+        self.counters = dict.fromkeys(COUNTERS, 0)
+        self._ident = 0
+        self._sel = selectors.DefaultSelector()
+        self.tap = None
+        self.tunnel = None
+        self.cm_port = None
+        if tap is not None:
+            self.tap = open_tap(tap)
+            self._sel.register(self.tap, selectors.EVENT_READ, "tap")
+        else:
+            self.tunnel = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            self.tunnel.bind((listen, cm_port))
+            self.tunnel.setblocking(False)
+            self.cm_port = self.tunnel.getsockname()[1]
+            self._sel.register(self.tunnel, selectors.EVENT_READ, "tunnel")
+        self.server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind((listen, wire_port))
+        self.server.listen(8)
+        self.server.setblocking(False)
+        self.wire_port = self.server.getsockname()[1]
+        self._sel.register(self.server, selectors.EVENT_READ, "accept")
+        self.peers = {}                 # socket -> FrameReader
+        self._reply_socks = {}          # UDP source port -> socket bound to it (or None)
+
+    # ---------------------------------------------------------------- to the FPGA
+
+    def poll(self, timeout=0.0):
+        """Frames for the FPGA that arrived on the sockets (waiting at most ``timeout`` s for the
+        first)."""
+        out = []
+        for key, _ in self._sel.select(timeout):
+            what = key.data
+            if what == "tunnel":
+                out += self._tunnel_rx()
+            elif what == "tap":
+                out += self._tap_rx()
+            elif what == "accept":
+                self._accept()
+            else:
+                out += self._peer_rx(key.fileobj)
+        return out
+
+    def _tunnel_rx(self):
+        out = []
+        while True:
+            try:
+                payload, (_, sport) = self.tunnel.recvfrom(65535)
+            except BlockingIOError:
+                return out
+            except OSError as e:          # ICMP port unreachable of an earlier send, and such
+                if e.errno in (errno.ECONNREFUSED, errno.EAGAIN):
+                    continue
+                raise
+            self.counters["tunnel_rx"] += 1
+            self._ident = self._ident % 0xFFFF + 1
+            out.append(udp_frame(self.host_mac, self.fpga_mac, self.host_ip, self.fpga_ip, sport,
+                                 self.fpga_cm_port, payload, self._ident))
+
+    def _tap_rx(self):
+        out = []
+        while True:
+            try:
+                frame = os.read(self.tap, 65536)
+            except BlockingIOError:
+                return out
+            if len(frame) >= ETH.length:
+                self.counters["tap_rx"] += 1
+                out.append(frame + bytes(max(0, 60 - len(frame))))
+
+    def _accept(self):
+        try:
+            conn, addr = self.server.accept()
+        except BlockingIOError:
+            return
+        conn.settimeout(SEND_TIMEOUT)     # a peer that stops reading is dropped, never waited on
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.peers[conn] = FrameReader(times=False)
+        self._sel.register(conn, selectors.EVENT_READ, "peer")
+        self.counters["wire_connects"] += 1
+        self.log(f"wire: {addr[0]}:{addr[1]} connected ({len(self.peers)} on the segment)")
+
+    def _peer_rx(self, conn):
+        try:
+            data = conn.recv(1 << 20)
+        except OSError:
+            data = b""
+        if not data:
+            self._drop_peer(conn, "disconnected")
+            return []
+        try:
+            frames = self.peers[conn].feed(data)
+        except ValueError as e:
+            self.counters["wire_bad_length"] += 1
+            self._drop_peer(conn, f"closed: {e}")
+            return []
+        self.counters["wire_rx"] += len(frames)
+        return frames
+
+    def _drop_peer(self, conn, why):
+        self._sel.unregister(conn)
+        del self.peers[conn]
+        conn.close()
+        self.counters["wire_disconnects"] += 1
+        self.log(f"wire: a connection {why} ({len(self.peers)} on the segment)")
+
+    # ---------------------------------------------------------------- from the FPGA
+
+    def from_fpga(self, frame, time=None):
+        """Take a frame the FPGA sent (``time``: its :class:`FpgaTime`, or a tuple of the same,
+        told to the wire connections before it); return the frames answered at once (ARP replies
+        for the host's IP), which go back to the FPGA."""
+        if len(frame) < ETH.length:
+            return []
+        if self.tap is not None:
+            return self._from_fpga_tap(frame, time)
+        eth = ETH.unpack(frame[:ETH.length])
+        body = frame[ETH.length:]
+        if eth["ethertype"] == ETHERTYPE_ARP and len(body) >= ARP.length:
+            arp = ARP.unpack(body[:ARP.length])
+            if arp["oper"] == 1 and arp["tpa"] == self.host_ip:
+                self.counters["arp_answered"] += 1
+                reply = ARP.pack(htype=1, ptype=ETHERTYPE_IPV4, hlen=6, plen=4, oper=2,
+                                 sha=self.host_mac, spa=self.host_ip, tha=arp["sha"],
+                                 tpa=arp["spa"])
+                out = ETH.pack(dst=arp["sha"], src=self.host_mac, ethertype=ETHERTYPE_ARP) + reply
+                return [out + bytes(60 - len(out))]
+        elif eth["ethertype"] == ETHERTYPE_IPV4 and len(body) >= IPV4.length + UDP.length:
+            ip = IPV4.unpack(body[:IPV4.length])
+            if ip["dst"] == self.host_ip and ip["protocol"] == IP_PROTO_UDP and ip["ihl"] == 5:
+                udp = UDP.unpack(body[IPV4.length:IPV4.length + UDP.length])
+                if udp["dst_port"] != UDP_PORT_ROCEV2:
+                    end = IPV4.length + max(UDP.length, min(udp["length"], ip["total_length"] - 20))
+                    self._deliver(udp["src_port"], udp["dst_port"],
+                                  bytes(body[IPV4.length + UDP.length:end]))
+                    return []
+        self._to_peers(frame, time)
+        return []
+
+    def _from_fpga_tap(self, frame, time):
+        """With a TAP, the host's kernel answers everything but RoCEv2, which goes to the wire."""
+        if _udp_dst_port(frame) == UDP_PORT_ROCEV2:
+            self._to_peers(frame, time)
+        else:
+            try:
+                os.write(self.tap, frame)
+                self.counters["tap_tx"] += 1
+            except OSError:
+                self.counters["tunnel_tx_failed"] += 1
+        return []
+
+    def _deliver(self, sport, dport, payload):
+        sock = self._reply_socks.get(sport, 0)
+        if sock == 0:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                sock.bind((self.listen, sport))
+            except OSError:
+                sock.close()
+                sock = None             # the port is taken here: reply from the tunnel's socket
+            self._reply_socks[sport] = sock
+        try:
+            (sock or self.tunnel).sendto(payload, (self.listen, dport))
+            self.counters["tunnel_tx"] += 1
+        except OSError:
+            self.counters["tunnel_tx_failed"] += 1
+
+    def _to_peers(self, frame, time=None):
+        if not self.peers:
+            self.counters["wire_no_peer"] += 1
+            return
+        data = (encode_time(*time) if time is not None else b"") + encode_frame(frame)
+        for conn in list(self.peers):
+            try:
+                conn.sendall(data)
+            except OSError:
+                self._drop_peer(conn, "lost")
+        self.counters["wire_tx"] += 1
+
+    def close(self):
+        for conn in list(self.peers):
+            self._drop_peer(conn, "closed by the FPGA side")
+        for sock in [self.tunnel, self.server, *(s for s in self._reply_socks.values() if s)]:
+            if sock is not None:
+                sock.close()
+        if self.tap is not None:
+            os.close(self.tap)
+        self._sel.close()

@@ -1,0 +1,197 @@
+"""``rocegen sim serve``: the endpoint in Verilator as a network peer of this machine, until
+stopped.
+
+The simulated FPGA's Ethernet port is joined to real sockets (:mod:`rocegen.sim.apps.bridge`):
+
+* a UDP tunnel on ``--listen``:``--cm-port`` (default 127.0.0.1:17185) that carries a host
+  tool's connection-manager datagrams to the FPGA and delivers the FPGA's replies to
+  ``--listen`` at the port the request named (from port 0x8765 when it is free), so a tool
+  pointed at 127.0.0.1 talks to the FPGA with ordinary UDP sockets;
+* a TCP "wire" on ``--listen``:``--wire-port`` (default 17186) carrying raw Ethernet frames
+  (4-byte length, then the frame) for the host's simulated RDMA NIC (``rocegen-host --sim``)
+  and any other simulated host on the segment;
+* with ``--tap``, a TAP interface inside a network namespace that the command creates and
+  removes itself (:mod:`rocegen.sim.apps.tap`): tools run in it with ``ip netns exec`` and reach the
+  FPGA at its own IP address.
+
+The cocotb side is :mod:`rocegen.sim.tb.serve`; the design is the endpoint's Verilator build
+shared with the tests and ``rocegen sim demo``
+(:func:`rocegen.sim.testing.cocotb_runner.endpoint_sim_config`).
+"""
+
+import ipaddress
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+
+__all__ = ["add_parser", "run", "serve_config", "DEFAULT_WIRE_PORT"]
+
+DEFAULT_WIRE_PORT = 17186
+
+
+def add_parser(subparsers):
+    """Add the ``serve`` sub-command to ``rocegen sim``'s sub-parsers."""
+    from rocegen.sim.apps.options import add_endpoint_options
+    s = subparsers.add_parser(
+        "serve", help="run the endpoint in Verilator as a network peer of this machine (UDP "
+        "tunnel for the connection manager, TCP wire for RoCE frames, or a TAP in a namespace) "
+        "until stopped")
+    s.add_argument("--width", type=int, default=512, help="datapath width in bits (default 512)")
+    s.add_argument("--qps", type=int, default=8, help="QPs of the endpoint (default 8)")
+    s.add_argument("--ip", default=FPGA_IP, help=f"the FPGA's IPv4 address (default {FPGA_IP})")
+    s.add_argument("--mac", default=FPGA_MAC, help=f"the FPGA's MAC address (default {FPGA_MAC})")
+    s.add_argument("--host-ip", default=HOST_IP,
+                   help=f"the host's IPv4 address as the FPGA sees it: tunnelled datagrams come "
+                   f"from it (default {HOST_IP})")
+    s.add_argument("--host-mac", default=HOST_MAC, help=f"the host's MAC (default {HOST_MAC})")
+    s.add_argument("--listen", default="127.0.0.1",
+                   help="loopback address the tunnel and the wire bind to (default 127.0.0.1)")
+    s.add_argument("--wire-port", type=int, default=DEFAULT_WIRE_PORT,
+                   help=f"TCP port of the wire (default {DEFAULT_WIRE_PORT}; 0: any free port)")
+    s.add_argument("--tunnel-port", type=int, default=None,
+                   help="UDP port of the tunnel (default: the connection manager's port, "
+                   "17185; 0: any free port)")
+    add_endpoint_options(s, "--cm-port")
+    s.add_argument("--line-gbps", type=float, default=None,
+                   help="MAC line rate (default 100 at W >= 128, 10 at W = 64; 0: unthrottled)")
+    s.add_argument("--tap", action="store_true",
+                   help="instead of the tunnel, a TAP interface in a network namespace made for "
+                   "the purpose (root; see --netns)")
+    s.add_argument("--netns", default="rocegen",
+                   help="name of the namespace --tap creates (default rocegen)")
+    s.add_argument("--pcap", default=None, help="write every frame both ways to this file")
+    s.add_argument("--status", default=None,
+                   help="JSON file rewritten with the ports once ready, counters while running "
+                   "and the final figures")
+    s.add_argument("--max-cycles", type=int, default=None,
+                   help="stop after this many simulated cycles (default: run until stopped)")
+    return s
+
+
+def _loopback(text):
+    try:
+        addr = ipaddress.IPv4Address(text)
+    except ValueError:
+        raise ValueError(f"--listen must be an IPv4 address, not {text!r}") from None
+    if not addr.is_loopback:
+        raise ValueError(f"--listen must be a loopback address (127.0.0.0/8): the simulated "
+                         f"FPGA is reachable from this machine only, not {text}")
+    return str(addr)
+
+
+def serve_config(args):
+    """``(SimConfig, ROCEGEN_SERVE dict)`` of the options (validated)."""
+    from rocegen.gateware.lib.stream import check_width
+    from rocegen.gateware.roce.layouts import MAX_QPS
+    from rocegen.sim.apps.options import endpoint_params
+    from rocegen.sim.testing.cocotb_runner import endpoint_sim_config
+    from rocegen.sim.testing.roce_env import board_clock_mhz
+    from rocegen.wire.addr import parse_ip, parse_mac
+    check_width(args.width)
+    if args.width not in (64, 128, 256, 512):
+        raise ValueError(f"--width must be 64, 128, 256 or 512 (a board clock is known for "
+                         f"those), not {args.width}")
+    if not 1 <= args.qps <= MAX_QPS:
+        raise ValueError(f"--qps must be 1..{MAX_QPS}, not {args.qps}")
+    for option, parse, value in (("--ip", parse_ip, args.ip), ("--host-ip", parse_ip, args.host_ip),
+                                 ("--mac", parse_mac, args.mac),
+                                 ("--host-mac", parse_mac, args.host_mac)):
+        try:
+            parse(value)
+        except ValueError as e:
+            raise ValueError(f"{option}: {e}") from None
+    if parse_ip(args.ip) == parse_ip(args.host_ip):
+        raise ValueError("--ip and --host-ip must differ")
+    listen = _loopback(args.listen)
+    for option, port in (("--wire-port", args.wire_port), ("--tunnel-port", args.tunnel_port)):
+        if port is not None and not 0 <= port <= 65535:
+            raise ValueError(f"{option} must be a TCP/UDP port 0..65535, not {port}")
+    if args.line_gbps is not None and not 0 <= args.line_gbps <= 1000:
+        raise ValueError(f"--line-gbps must be 0..1000, not {args.line_gbps}")
+    if args.max_cycles is not None and args.max_cycles <= 0:
+        raise ValueError(f"--max-cycles must be > 0, not {args.max_cycles}")
+    params = endpoint_params(args)
+    if args.mac.lower() != FPGA_MAC:
+        params["mac"] = args.mac
+    if args.ip != FPGA_IP:
+        params["ip"] = args.ip
+    cfg = endpoint_sim_config(args.width, args.qps, **params)
+    fpga_cm_port = params.get("cm_port", 17185)
+    line = args.line_gbps if args.line_gbps is not None else (100 if args.width >= 128 else 10)
+    conf = {"listen": listen, "cm_port": fpga_cm_port if args.tunnel_port is None
+            else args.tunnel_port, "wire_port": args.wire_port, "host_mac": args.host_mac,
+            "host_ip": args.host_ip, "fpga_mac": args.mac, "fpga_ip": args.ip,
+            "fpga_cm_port": fpga_cm_port, "line_gbps": line, "parent": os.getpid(),
+            "pcap": str(Path(args.pcap).resolve()) if args.pcap else None,
+            "max_cycles": args.max_cycles, "clock_mhz": board_clock_mhz(args.width)}
+    return cfg, conf
+
+
+def run(args):
+    """``rocegen sim serve``: returns the exit code."""
+    cfg, conf = serve_config(args)
+    if args.tap:
+        from rocegen.sim.apps import tap
+        return tap.run_in_namespace(args, cfg, conf, lambda c: _simulate(args, cfg, c))
+    return _simulate(args, cfg, conf)
+
+
+def _simulate(args, cfg, conf):
+    from rocegen.sim.apps.options import option_error
+    from rocegen.sim.testing.cocotb_runner import BUILD, run_cocotb
+    status = Path(args.status).resolve() if args.status else \
+        Path(tempfile.mkdtemp(prefix="rocegen-serve-")) / "status.json"
+    conf["status"] = str(status)
+    conf["stop_file"] = str(status) + ".stop"
+    Path(conf["stop_file"]).unlink(missing_ok=True)
+    status.unlink(missing_ok=True)
+    print(f"building the simulator (Verilator; the first build of a configuration takes a few "
+          f"minutes, then it is cached under {BUILD / 'cocotb'})", flush=True)
+    t0 = time.perf_counter()
+    try:
+        cfg.build()
+    except (ValueError, TypeError) as e:
+        raise ValueError(option_error(str(e))) from None
+    print(f"simulator ready in {time.perf_counter() - t0:.1f} s; starting (stop with Ctrl-C)",
+          flush=True)
+
+    def on_signal(signum, frame):
+        Path(conf["stop_file"]).touch()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        run_cocotb(cfg, "rocegen.sim.tb.serve", label=f"serve-{os.getpid()}",
+                   env={"ROCEGEN_SERVE": json.dumps(conf), "COCOTB_LOG_LEVEL": "WARNING",
+                        "GPI_LOG_LEVEL": "WARNING",
+                        "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+                   console=True)
+    except AssertionError as e:
+        print(e, file=sys.stderr)
+        return 1
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    final = json.loads(status.read_text())
+    print(summary(final))
+    return 0
+
+
+def summary(final):
+    """The lines ``rocegen sim serve`` prints when it stops."""
+    stats = final.get("stats", {})
+    cm = {k: v for k, v in stats.items() if k.startswith("cm_") and v}
+    lines = [f"simulated {final['cycles']} cycles ({final['sim_us']:.1f} us of FPGA time) in "
+             f"{final['wall_s']:.1f} s ({final['cycles_per_s'] / 1e3:.1f} k cycles/s)",
+             f"frames: {final['frames']} from the FPGA ({final['bytes']} bytes), "
+             f"{final['rx_frames']} to it; tunnel {final['tunnel_rx']} requests in, "
+             f"{final['tunnel_tx']} replies out; wire {final['wire_tx']} frames out, "
+             f"{final['wire_rx']} in, {final['wire_no_peer']} with nobody connected",
+             "connection manager: " + (", ".join(f"{k[3:]} {v}" for k, v in sorted(cm.items()))
+                                       or "no requests")]
+    return "\n".join(lines)

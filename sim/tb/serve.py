@@ -1,0 +1,199 @@
+"""cocotb bench behind ``rocegen sim serve``: the endpoint in Verilator, its MAC port joined to
+the host's sockets by :class:`~rocegen.sim.apps.bridge.HostSide`, running until it is told to stop.
+
+``ROCEGEN_SERVE`` (JSON) configures it: ``listen``, ``cm_port``, ``wire_port`` (0: any free
+port), ``host_mac``, ``host_ip``, ``fpga_mac``, ``fpga_ip``, ``fpga_cm_port``, ``line_gbps`` (the
+MAC's line rate; 0 takes a beat every cycle), ``status`` (a JSON file the bench rewrites: first
+``{"state": "ready", ...}`` with the ports once the sockets listen, at the end ``"stopped"`` with
+the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process id: the bench
+stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
+interface instead of the tunnel), ``stop_file`` (the bench stops once this file exists). While
+it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
+once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
+
+It stops on SIGTERM or SIGINT, when its parent is gone, or after ``max_cycles``; the test then
+passes, so the launcher can tell a clean stop from a failure.
+
+How the clock is spent: the MAC takes frames in the test top itself (the capture ring of
+:class:`~rocegen.sim.testing.roce_tops.EndpointTop`, with the CMAC's line-rate budget: frame + 24 bytes
+of line time), and the bench wakes once per frame out of the FPGA. While frames move (one left
+the FPGA since the last look, or frames are queued towards it) it looks at the sockets every 64
+cycles; when the port is quiet, every 2048 cycles; after about a million quiet cycles with the
+traffic generator idle it also waits up to 20 ms for a socket, so an idle server costs little.
+Simulated time is the FPGA's: timers (ARP, retransmission) count simulated cycles, whatever the
+wall clock does. Each frame from the FPGA goes to the wire with
+the cycles of its first and last beat on the MAC port and the core clock (a time record,
+:mod:`rocegen.sim.apps.bridge`), so the host can measure in the FPGA's time.
+"""
+
+import json
+import os
+import signal
+import time
+
+import cocotb
+from cocotb.triggers import First, Timer, ValueChange
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
+
+from rocegen.gateware.roce.endpoint import STATS
+from rocegen.sim.apps.bridge import HostSide
+from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.pcap import PcapWriter
+from rocegen.sim.testing.roce_env import (
+    CREDIT_ONE,
+    MacFrames,
+    board_clock_mhz,
+    cycle_offset,
+    now_cycle,
+    period_ps,
+    start_clock,
+)
+
+PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
+CONF = json.loads(os.environ["ROCEGEN_SERVE"])
+W = PARAMS["width"]
+QUIET_STEP = 2048               # cycles run at once while the port is quiet
+BUSY_STEP = 64                  # cycles between looks at the sockets while frames move
+DEEP_IDLE = 1 << 20             # quiet cycles before the bench also waits on the sockets
+STATUS_EVERY = 1.0              # seconds between status file updates
+
+
+def _write_status(path, status):
+    if not path:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(status, f)
+    os.replace(tmp, path)
+
+
+@cocotb.test()
+async def serve(dut):
+    for name in ("wr_valid", "qpctl_valid", "qppsn_valid", "gen_valid", "s_msg_axis_tvalid",
+                 "cpl_bp_threshold"):
+        getattr(dut, name).value = 0        # completions: always taken by the capture ring
+    dut.stats_addr.value = 0
+    dut.mac_bp_threshold.value = 0
+    await start_clock(dut, W)
+
+    stop = {"why": None}
+
+    def on_signal(signum, frame):
+        stop["why"] = signal.Signals(signum).name
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    parent = CONF.get("parent")
+    log_lines = []
+
+    def log(text):
+        log_lines.append(text)
+        print(f"[serve] {text}", flush=True)
+
+    host = HostSide(fpga_mac=CONF["fpga_mac"], fpga_ip=CONF["fpga_ip"],
+                    fpga_cm_port=CONF["fpga_cm_port"], host_mac=CONF["host_mac"],
+                    host_ip=CONF["host_ip"], listen=CONF["listen"], cm_port=CONF["cm_port"],
+                    wire_port=CONF["wire_port"], tap=CONF.get("tap"), log=log)
+    pcap = PcapWriter(CONF["pcap"]) if CONF.get("pcap") else None
+    source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
+    source.log.setLevel("WARNING")
+    mhz = board_clock_mhz(W)
+    clock_hz = round(mhz * 1e6)
+    line = CONF.get("line_gbps") or 0
+    dut.mac_credit_step.value = max(1, round(line * 1e9 / 8 / (mhz * 1e6) * CREDIT_ONE)) \
+        if line else 0
+    mac = MacFrames(dut, W)
+    offset = await cycle_offset(dut, W)
+    status_path = CONF.get("status")
+    ready = {"state": "ready", "listen": host.listen, "cm_port": host.cm_port,
+             "wire_port": host.wire_port, "fpga_ip": CONF["fpga_ip"], "host_ip": CONF["host_ip"],
+             "width": W, "clock_mhz": mhz, "num_qps": PARAMS["num_qps"], "pid": os.getpid()}
+    _write_status(status_path, ready)
+    front = (f"TAP {CONF['tap']} (host {CONF['host_ip']})" if CONF.get("tap") else
+             f"connection manager tunnel on udp {host.listen}:{host.cm_port}")
+    log(f"FPGA {CONF['fpga_ip']} ({W}-bit endpoint, {PARAMS['num_qps']} QPs, {mhz:.3f} MHz); "
+        f"{front}, wire on tcp {host.listen}:{host.wire_port}")
+
+    tx = {"frames": 0, "bytes": 0, "rx_frames": 0, "rx_bytes": 0}
+    start_cycle = now_cycle(W)
+    wall0 = time.monotonic()
+
+    def to_fpga(frames):
+        for f in frames:
+            if pcap:
+                pcap.write(f, cocotb.utils.get_sim_time("ns"))
+            tx["rx_frames"] += 1
+            tx["rx_bytes"] += len(f)
+            source.send_nowait(AxiStreamFrame(f, tuser=0))
+
+    stats = {"last": {}, "at": None, "task": None}
+
+    async def refresh_stats():      # beside the MAC loop: it only uses the statistics port
+        at = now_cycle(W) - start_cycle
+        stats["last"] = await read_stats(dut, STATS)
+        stats["at"] = at
+
+    quiet = 0
+    busy = False
+    last_status = time.monotonic()
+    while stop["why"] is None:
+        step = BUSY_STEP if busy or not source.idle() else QUIET_STEP
+        before = now_cycle(W)
+        await First(ValueChange(dut.mac_frames), Timer(step * period_ps(W), unit="ps"))
+        busy = False
+        for first, last, frame, aborted in mac.take():
+            busy = True
+            if aborted:
+                log(f"the endpoint aborted a frame of {len(frame)} bytes")
+                continue
+            tx["frames"] += 1
+            tx["bytes"] += len(frame)
+            if pcap:
+                pcap.write(frame, cocotb.utils.get_sim_time("ns"))
+            to_fpga(host.from_fpga(frame, (first + offset, last + offset, clock_hz)))
+        if busy or not source.idle():
+            quiet = 0
+            to_fpga(host.poll(0))
+        else:
+            quiet += now_cycle(W) - before
+            deep = quiet >= DEEP_IDLE and not int(dut.gen_busy.value)
+            to_fpga(host.poll(0.02 if deep else 0))
+        now = time.monotonic()
+        if now - last_status >= STATUS_EVERY:
+            last_status = now
+            if parent and not _alive(parent):
+                stop["why"] = "parent gone"
+            if CONF.get("stop_file") and os.path.exists(CONF["stop_file"]):
+                stop["why"] = "stopped"
+            cycles = now_cycle(W) - start_cycle
+            _write_status(status_path, {**ready, "cycles": cycles, **tx, **host.counters,
+                                        "stats": stats["last"], "stats_at": stats["at"]})
+            if stats["task"] is None or stats["task"].done():
+                stats["task"] = cocotb.start_soon(refresh_stats())
+        if CONF.get("max_cycles") and now_cycle(W) - start_cycle >= CONF["max_cycles"]:
+            stop["why"] = "max_cycles"
+
+    cycles = now_cycle(W) - start_cycle
+    wall = time.monotonic() - wall0
+    if stats["task"] is not None and not stats["task"].done():
+        await stats["task"]
+    final_stats = await read_stats(dut, STATS)
+    host.close()
+    if pcap:
+        pcap.close()
+    final = {**ready, "state": "stopped", "why": stop["why"], "cycles": cycles,
+             "sim_us": cycles / mhz, "wall_s": wall, "cycles_per_s": cycles / wall if wall else 0,
+             **tx, **host.counters, "stats": final_stats}
+    _write_status(status_path, final)
+    log(f"stopped ({stop['why']}) after {cycles} cycles ({cycles / mhz:.1f} us simulated) in "
+        f"{wall:.1f} s: {tx['frames']} frames from the FPGA, {tx['rx_frames']} to it")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,123 @@
+"""Drive and collect packet streams in the Amaranth simulator, with random idle cycles and
+random backpressure."""
+
+import enum
+import random
+
+from amaranth.lib import data
+
+from rocegen.sim.models.packets import Packet, from_beats, to_beats
+
+__all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "meta_dict", "send_records"]
+
+
+def meta_dict(value):
+    """A sampled ``data.Const`` of a StructLayout -> nested ``dict`` of ints (enumeration
+    fields as their integer values)."""
+    if isinstance(value, data.Const):
+        return {name: meta_dict(value[name]) for name in value.shape().members}
+    if isinstance(value, enum.Enum):
+        return int(value.value)
+    return int(value)
+
+
+class StreamDriver:
+    """Sends :class:`Packet` s on a packet stream. ``idle`` is the chance of an idle cycle
+    before each beat (``gaps="anywhere"``) or only before each packet's first beat
+    (``gaps="between"``, for sinks such as a MAC transmitter that must not starve mid-packet)."""
+
+    def __init__(self, stream, width, *, idle=0.0, seed=0, gaps="anywhere"):
+        if gaps not in ("anywhere", "between"):
+            raise ValueError(f"gaps must be 'anywhere' or 'between', not {gaps!r}")
+        self.stream = stream
+        self.width = width
+        self.idle = idle
+        self.gaps = gaps
+        self.rng = random.Random(seed)
+
+    async def send(self, ctx, packets):
+        for pkt in packets:
+            beats = to_beats(pkt.data, self.width)
+            for n, (d, keep, last) in enumerate(beats):
+                may_idle = n == 0 or self.gaps == "anywhere"
+                while may_idle and self.idle and self.rng.random() < self.idle:
+                    ctx.set(self.stream.valid, 0)
+                    await ctx.tick()
+                ctx.set(self.stream.payload, {
+                    "data": d, "keep": keep, "last": last,
+                    "error": int(pkt.error and bool(last)), "meta": pkt.meta,
+                })
+                ctx.set(self.stream.valid, 1)
+                await ctx.tick().until(self.stream.ready)
+        ctx.set(self.stream.valid, 0)
+
+
+class StreamCollector:
+    """Receives packets from a packet stream; ``backpressure`` is the chance that ``ready`` is
+    low in a cycle. Records the cycle of every accepted beat in ``beat_cycles`` and, per packet,
+    the cycles of its first and last beats in ``spans``."""
+
+    def __init__(self, stream, width, *, backpressure=0.0, seed=1):
+        self.stream = stream
+        self.width = width
+        self.backpressure = backpressure
+        self.rng = random.Random(seed)
+        self.packets = []
+        self.beat_cycles = []
+        self.spans = []
+        self.cycle = 0
+        self._first = None
+        self._beats = []
+        self._meta = None
+
+    async def run(self, ctx):
+        s = self.stream
+        while True:
+            ready = not (self.backpressure and self.rng.random() < self.backpressure)
+            ctx.set(s.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(s.valid, s.payload)
+            self.cycle += 1
+            if not (valid and ready):
+                continue
+            self.beat_cycles.append(self.cycle)
+            if not self._beats:
+                self._first = self.cycle
+            meta = meta_dict(payload.meta)
+            if self._beats and meta != self._meta:
+                raise AssertionError(f"meta changed inside a packet: {self._meta} -> {meta}")
+            self._meta = meta
+            self._beats.append((payload.data, payload.keep, payload.last))
+            if payload.last:
+                self.packets.append(Packet(from_beats(self._beats, self.width), meta,
+                                           bool(payload.error)))
+                self.spans.append((self._first, self.cycle))
+                self._beats = []
+
+
+class HandshakeMonitor:
+    """Records the cycle of every beat that moves on ``stream`` (``valid`` and ``ready`` high),
+    counted like :class:`StreamCollector` counts its cycles, so the two can be compared."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.cycles = []
+
+    async def run(self, ctx):
+        cycle = 0
+        async for _, _, v, r in ctx.tick().sample(self.stream.valid, self.stream.ready):
+            cycle += 1
+            if v and r:
+                self.cycles.append(cycle)
+
+
+async def send_records(ctx, port, records, rng=None, idle=0.0):
+    """Send ``records`` (payload values) one per transfer on the record stream ``port``, with
+    chance ``idle`` of an idle cycle before each (``rng`` draws it)."""
+    for record in records:
+        while idle and rng.random() < idle:
+            ctx.set(port.valid, 0)
+            await ctx.tick()
+        ctx.set(port.payload, record)
+        ctx.set(port.valid, 1)
+        await ctx.tick().until(port.ready)
+    ctx.set(port.valid, 0)

@@ -1,0 +1,225 @@
+"""Build Amaranth designs into Verilator simulators once per configuration, and run cocotb
+test modules against them from pytest.
+
+A *configuration* is a factory (an importable ``"module:callable"`` returning an Amaranth
+component) plus its keyword arguments. Its Verilog and Verilator build live in
+``build/cocotb/<name>-<hash>/``; the design is not even elaborated again while no Python source
+of ``gateware/``, ``boards/`` or ``sim/`` changed, the Verilator build is skipped when the
+generated Verilog is unchanged, and a file lock lets parallel pytest workers share it: one
+builds while the others wait, the stamps are replaced atomically and only once the build is
+complete, and every run executes its own hard link of the simulator taken under the lock (a
+later rebuild links a new file and cannot change a binary that runs or is about to start).
+Verilator is :func:`rocegen.sim.testing.verilator.verilator_bin_dir`'s, whatever ``PATH`` holds; its
+make uses ccache when it is installed. ``WAVES=1`` in the environment builds a tracing variant
+and writes an FST/VCD per run.
+
+Only what the cocotb side touches is visible through VPI (:data:`PUBLIC_CONTROL`): cocotb's own
+runner builds with ``--public-flat-rw``, which keeps every signal of the design in the model and
+made the W = 512 endpoint about six times slower to simulate and to compile.
+``ROCEGEN_PUBLIC=all`` in the environment builds with every signal visible again, for a test that
+needs to look inside the design.
+"""
+
+import fcntl
+import hashlib
+import importlib
+import json
+import os
+import shutil
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from rocegen.gateware.emit import to_verilog
+from rocegen.sim.testing.verilator import verilator_on_path
+
+__all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config"]
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("ROCEGEN_BUILD", ROOT / "build"))
+
+
+#: Verilator options of every build (part of the build's identity).
+BUILD_ARGS = os.environ.get(
+    "ROCEGEN_VERILATOR_ARGS", "-Wno-fatal -O3 --x-assign fast --x-initial fast --noassert").split()
+
+
+#: Verilator control file of every build: only what the cocotb side touches is visible through
+#: VPI (the top level's ports and the capture rings of :mod:`rocegen.sim.testing.capture`), instead of
+#: every signal of the design as cocotb's runner asks with ``--public-flat-rw``, which keeps
+#: Verilator from optimising the model.
+PUBLIC_CONTROL = """`verilator_config
+public_flat_rw -module "{top}" -port "*"
+public_flat_rw -module "*" -var "cap_mem"
+"""
+
+
+def _verilator():
+    """cocotb's Verilator runner, building without ``--public-flat-rw`` (see
+    :data:`PUBLIC_CONTROL`)."""
+    from cocotb_tools.runner import Verilator
+
+    class _Runner(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            if os.environ.get("ROCEGEN_PUBLIC") != "all":
+                cmds[0] = [a for a in cmds[0] if a != "--public-flat-rw"]
+            return cmds
+    return _Runner()
+
+
+def waves_requested():
+    return os.environ.get("WAVES", "0") not in ("", "0")
+
+
+def _source_digest():
+    """Digest of every Python source a design can come from (``gateware/``, ``boards/``,
+    ``sim/``) and of the Amaranth version: while it is unchanged, a configuration's Verilog
+    cannot have changed, so the build is reused without elaborating the design again."""
+    import amaranth
+    h = hashlib.sha1(amaranth.__version__.encode())
+    for folder in ("gateware", "boards", "sim"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            h.update(str(path.relative_to(ROOT)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _write_atomic(path, text):
+    """Replace ``path`` by a file holding ``text``: a reader sees the old or the new one."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _factory(spec):
+    mod, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(mod), attr)
+
+
+class SimConfig:
+    """One Verilator build of one design configuration."""
+
+    def __init__(self, name, factory, toplevel="top", **params):
+        self.name = name
+        self.factory = factory
+        self.toplevel = toplevel
+        self.params = params
+        self.waves = waves_requested()
+        key = json.dumps({"f": factory, "p": params, "w": self.waves, "a": BUILD_ARGS,
+                          "v": PUBLIC_CONTROL.format(top=toplevel) + os.environ.get("ROCEGEN_PUBLIC", "")},
+                         sort_keys=True, default=str)
+        self.build_dir = BUILD / "cocotb" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+
+    @contextmanager
+    def _locked(self):
+        """The build directory's lock, held exclusively for the body."""
+        self.build_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.build_dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def build(self):
+        """Build the simulator unless the last build is still the design's; returns self."""
+        with self._locked():
+            self._build()
+        return self
+
+    def _build(self):
+        """:meth:`build`, with the lock held."""
+        sources = _source_digest()
+        source_stamp = self.build_dir / ".sources"
+        stamp = self.build_dir / ".built"
+        if stamp.exists() and source_stamp.exists() and source_stamp.read_text() == sources:
+            return              # no Python source changed since the last build
+        design = _factory(self.factory)(**self.params)
+        text = to_verilog(design, name=self.toplevel)
+        digest = hashlib.sha1(text.encode()).hexdigest()
+        if stamp.exists() and stamp.read_text() == digest:
+            _write_atomic(source_stamp, sources)
+            return
+        # from here the build is not the stamped one until it completes (an interrupted build
+        # must not pass for the old one)
+        stamp.unlink(missing_ok=True)
+        src = self.build_dir / f"{self.toplevel}.v"
+        _write_atomic(src, text)
+        control = self.build_dir / "public.vlt"
+        _write_atomic(control, PUBLIC_CONTROL.format(top=self.toplevel))
+        with verilator_on_path():
+            runner = _verilator()
+            runner.build(
+                sources=[src, control],
+                hdl_toplevel=self.toplevel,
+                build_dir=self.build_dir,
+                build_args=BUILD_ARGS,
+                waves=self.waves,
+                timescale=("1ns", "1ps"),
+                log_file=self.build_dir / "build.log",
+            )
+        _write_atomic(stamp, digest)
+        _write_atomic(source_stamp, sources)
+
+    def simulator_for(self, run_dir):
+        """Build if needed, then give the run in ``run_dir`` its own link to the simulator,
+        taken under the build lock: ``run_dir / "sim"``, to pass as the runner's
+        ``build_dir``."""
+        sim_dir = Path(run_dir) / "sim"
+        sim_dir.mkdir(parents=True, exist_ok=True)
+        exe = sim_dir / self.toplevel
+        with self._locked():
+            self._build()
+            exe.unlink(missing_ok=True)
+            try:
+                os.link(self.build_dir / self.toplevel, exe)
+            except OSError:     # no hard links here: a copy
+                shutil.copy2(self.build_dir / self.toplevel, exe)
+        return sim_dir
+
+
+def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label=None,
+               console=False):
+    """Run ``test_module`` (importable module name) against ``config``; raise on any failure.
+    Returns the number of cocotb tests that passed (callers assert the number they expect, so a
+    test that silently stopped being collected is noticed). ``console``: the simulator's output
+    goes to this process's standard output instead of the run's ``sim.log``."""
+    from cocotb_tools.runner import get_results, get_runner
+    label = label or (testcase if isinstance(testcase, str) else test_module.rsplit(".", 1)[-1])
+    run_dir = config.build_dir / "runs" / label
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sim_dir = config.simulator_for(run_dir)
+    results = run_dir / "results.xml"
+    if results.exists():
+        results.unlink()
+    extra_env = {"ROCEGEN_PARAMS": json.dumps(config.params, default=str),
+                 "PYTHONPATH": os.pathsep.join([str(ROOT)] + sys.path)}
+    if env:
+        extra_env.update({k: str(v) for k, v in env.items()})
+    runner = get_runner("verilator")
+    try:
+        runner.test(
+            test_module=test_module,
+            hdl_toplevel=config.toplevel,
+            hdl_toplevel_lang="verilog",
+            build_dir=sim_dir,
+            test_dir=run_dir,
+            testcase=testcase,
+            seed=seed,
+            extra_env=extra_env,
+            waves=config.waves,
+            results_xml=str(results),
+            log_file=None if console else run_dir / "sim.log",
+        )
+    except SystemExit:
+        pass        # the runner exits on failures; the results file says what failed
+    total, failed = get_results(results)
+    if failed or not total:
+        log = "" if console else (run_dir / "sim.log").read_text(errors="replace")[-6000:]
+        raise AssertionError(f"{failed} of {total} cocotb tests failed in {test_module}:\n{log}")
+    return total - failed
+
+
+def endpoint_sim_config(width, num_qps=8, **params):
+    """The Verilator build of the endpoint test top shared by the demo, the benchmark and the
+    tests."""
+    return SimConfig("endpoint", "rocegen.sim.testing.roce_tops:EndpointTop", width=width,
+                     num_qps=num_qps, **params)

@@ -1,0 +1,544 @@
+"""cocotb side of the RoCE endpoint benches: the endpoint's MAC port wired to the host NIC model
+(:class:`~rocegen.sim.models.rnic.Rnic`), record-stream drivers for work requests, QP control
+and the traffic generator, and a completion collector.
+
+The MAC takes frames in the test top itself (:class:`~rocegen.sim.testing.roce_tops.EndpointTop`, ring
+``mac_cap``): ``tready`` follows, cycle by cycle,
+
+* an optional line-rate budget: a Xilinx CMAC at 100 Gb/s takes a frame of ``n`` bytes in the time
+  of ``n + 24`` bytes on the line (FCS 4, preamble and SFD 8, inter-frame gap 12); the budget
+  grows by ``line_gbps / 8 / clock`` bytes per cycle and is charged per beat;
+* optional random backpressure (probability per cycle).
+
+The cocotb side wakes once per frame out of the endpoint (and at the cycles its links deliver a
+frame), never per beat or per cycle: the simulator runs the endpoint at Verilator's speed
+between frames. Every frame goes to the NIC model in strict mode; its answers (ARP replies,
+ACKs) go back through ``s_axis``. Frame times are recorded in cycles, for goodput figures.
+
+Optionally a faulty link (:class:`~rocegen.sim.models.link.Link`) sits in each direction:
+``to_nic`` between the endpoint's MAC and the NIC model, ``from_nic`` between the NIC model's
+answers and ``s_axis``. A frame the link corrupted is given to the NIC model with its strict
+checks off (a real NIC drops it on its checksum or ICRC), and the NIC model's log entries it
+causes are kept in :attr:`MacModel.corrupt_log`. Without links (the default) every frame
+reaches the NIC model in the cycle its last beat is taken, and the answers are queued on
+``s_axis`` at once.
+
+The RoCE data frames the endpoint sends (RC SEND and RDMA WRITE packets) are counted, and
+those whose (destination QP, PSN) was sent before are counted as retransmissions.
+"""
+
+import random
+
+import cocotb
+from amaranth.lib import data
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, Event, FallingEdge, First, RisingEdge, Timer, ValueChange
+from cocotb.utils import get_sim_time
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
+
+from rocegen.gateware.lib.memport import mem_write_layout
+from rocegen.gateware.lib.records import pack, unpack
+from rocegen.gateware.roce.layouts import COMPLETION, QPN_BASE, WORK_REQUEST, QpState
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.sim.models.link import Link
+from rocegen.sim.testing.cocotb_helpers import Capture
+from rocegen.sim.testing.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_depth
+from rocegen.wire.headers import (
+    BTH,
+    ETH,
+    ETHERTYPE_IPV4,
+    IP_PROTO_UDP,
+    IPV4,
+    OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+    OP_RC_SEND_FIRST,
+    UDP,
+    UDP_PORT_ROCEV2,
+)
+
+__all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "RecordDriver", "RecordCollector",
+           "start_clock", "wait_cycles", "wait_low", "wait_until", "cycle_offset", "MacFrames",
+           "open_qp", "qpn", "write_onchip",
+           "roce_data_key", "is_ipv4", "link_pair", "FAULTS", "timeout_code", "LINE_OVERHEAD"]
+
+#: fixed point of the capture ring's line-rate budget (bytes per cycle times 2**16)
+CREDIT_ONE = 1 << 16
+
+
+def board_clock_mhz(width):
+    """The clock a W-bit datapath runs at on the boards: the CMAC's 322.266 MHz at 512 bits,
+    the 10G XGMII clock (156.25 MHz) at 64 bits, in proportion otherwise."""
+    return {512: 322.265625, 256: 322.265625, 128: 322.265625, 64: 156.25}[width]
+
+
+def period_ps(width):
+    """The simulator's clock period: the board clock's, rounded to an even number of
+    picoseconds (figures use :func:`board_clock_mhz` itself)."""
+    return 2 * round(1e6 / board_clock_mhz(width) / 2)
+
+
+def now_cycle(width):
+    """The number of the clock edge the simulation is at (the same in every coroutine)."""
+    return int(get_sim_time("ps")) // period_ps(width)
+
+
+async def start_clock(dut, width):
+    cocotb.start_soon(Clock(dut.clk, period_ps(width), unit="ps").start())
+    dut.rst.value = 1
+    await ClockCycles(dut.clk, 4)
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
+
+
+async def wait_cycles(width, cycles):
+    """Let ``cycles`` clock cycles pass without waking Python at each edge."""
+    if cycles > 0:
+        await Timer(cycles * period_ps(width), unit="ps")
+
+
+async def wait_low(dut, signal, width, *, max_cycles, what):
+    """Wait until ``signal`` is 0, waking only when it changes; fail with ``what`` after
+    ``max_cycles`` cycles."""
+    deadline = now_cycle(width) + max_cycles
+    while int(signal.value):
+        left = deadline - now_cycle(width)
+        if left <= 0:
+            raise AssertionError(f"{what}: still busy after {max_cycles} cycles")
+        await First(FallingEdge(signal), Timer(left * period_ps(width), unit="ps"))
+
+
+async def cycle_offset(dut, width):
+    """What to add to a cycle of the test top's ``cycle`` counter (the capture rings' stamps)
+    to number it as :func:`now_cycle` does: a beat taken at an edge is stamped with the cycle
+    in which it was offered. Takes one clock edge."""
+    await RisingEdge(dut.clk)
+    return now_cycle(width) - int(dut.cycle.value)
+
+
+class MacFrames:
+    """The frames out of the test top's MAC capture ring (``mac_cap``), put together from its
+    beats; :attr:`beats` counts the beats taken."""
+
+    def __init__(self, dut, width):
+        self.cap = Capture(dut.mac_cap, dut.mac_count, dut.mac_rd, MAC_CAPTURE(width),
+                           capture_depth(width))
+        self.bytes = width // 8
+        self.beats = 0
+        self._buf, self._first = bytearray(), None
+
+    def take(self):
+        """The frames completed since the last call: ``(first, last, frame, aborted)`` with the
+        ring's cycle stamps of the first and last beat and ``aborted`` for ``tuser`` on the
+        last beat."""
+        out = []
+        for beat in self.cap.take():
+            self.beats += 1
+            if self._first is None:
+                self._first = beat["cycle"]
+            self._buf += beat["data"].to_bytes(self.bytes, "little")[:bin(beat["keep"]).count("1")]
+            if beat["last"]:
+                out.append((self._first, beat["cycle"], bytes(self._buf), bool(beat["user"])))
+                self._buf, self._first = bytearray(), None
+        return out
+
+
+class MacModel:
+    """The MAC and the host NIC on the far side of it (see the module documentation).
+
+    ``to_nic`` / ``from_nic``: optional :class:`~rocegen.sim.models.link.Link` of each direction
+    (``None``: a perfect link without delay). They may be replaced between runs, when
+    :attr:`in_flight` is 0. :attr:`bytes_per_cycle` (the line-rate budget, ``None`` for none)
+    and :attr:`backpressure` may be changed at any time.
+    """
+
+    def __init__(self, dut, width, nic, *, line_gbps=None, backpressure=0.0, seed=0, pcap=None,
+                 to_nic=None, from_nic=None):
+        for name, link in (("to_nic", to_nic), ("from_nic", from_nic)):
+            if link is not None and not isinstance(link, Link):
+                raise TypeError(f"{name} must be a Link or None, not {link!r}")
+        self.dut = dut
+        self.width = width
+        self.nic = nic
+        self.to_nic = to_nic
+        self.from_nic = from_nic
+        self._hw = False
+        self._bytes_per_cycle = None
+        self._backpressure = 0.0
+        self.bytes_per_cycle = (line_gbps * 1e9 / 8 / (board_clock_mhz(width) * 1e6)
+                                if line_gbps else None)
+        self.backpressure = backpressure
+        self.seed = random.Random(seed).getrandbits(32) | 1
+        self.pcap = pcap
+        self.cycle = 0
+        #: (first cycle, last cycle, frame bytes) of every frame the endpoint sent
+        self.frames = []
+        #: (start, end) of every frame's time on the MAC, in cycles: with a line rate, it starts
+        #: when its first beat is taken or when the line is free, whichever is later, and ends
+        #: after its line time or after its last beat, whichever is later
+        self.line = []
+        self.tx_beats = 0
+        #: RoCE data frames (RC SEND / RDMA WRITE packets) the endpoint sent
+        self.roce_frames = 0
+        #: how many of them carried a (destination QP, PSN) sent before
+        self.retransmitted = 0
+        #: indices in :attr:`frames` of the retransmissions
+        self.retransmissions = []
+        #: the NIC model's log entries caused by frames the ``to_nic`` link corrupted
+        self.corrupt_log = []
+        #: set whenever a frame left the endpoint or a link delivered one
+        self.event = Event()
+        self._sent = set()
+        self._wake = Event()
+        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
+        self.source.log.setLevel("WARNING")      # not a line per frame
+        cocotb.start_soon(self._run())
+
+    @property
+    def bytes_per_cycle(self):
+        """The line-rate budget in bytes per cycle (``None``: the MAC takes a beat every cycle)."""
+        return self._bytes_per_cycle
+
+    @bytes_per_cycle.setter
+    def bytes_per_cycle(self, value):
+        self._bytes_per_cycle = value
+        self._configure()
+
+    @property
+    def backpressure(self):
+        """Chance that the MAC holds ``tready`` low in a cycle."""
+        return self._backpressure
+
+    @backpressure.setter
+    def backpressure(self, value):
+        if not 0 <= value < 1:
+            raise ValueError(f"backpressure must be a probability in [0, 1), not {value!r}")
+        self._backpressure = value
+        self._configure()
+
+    def _configure(self):
+        if not self._hw:
+            return
+        dut = self.dut
+        bpc = self._bytes_per_cycle
+        dut.mac_credit_step.value = max(1, round(bpc * CREDIT_ONE)) if bpc else 0
+        dut.mac_bp_threshold.value = min(round(self._backpressure * 65536), 65535)
+        dut.mac_bp_seed.value = self.seed
+
+    @property
+    def in_flight(self):
+        """Frames inside the links (0 without links)."""
+        return sum(link.in_flight for link in (self.to_nic, self.from_nic) if link is not None)
+
+    def next_due(self):
+        """The earliest cycle at which a link may deliver a frame (``None``: nothing inside)."""
+        due = [d for d in (link.next_due() for link in (self.to_nic, self.from_nic)
+                           if link is not None) if d is not None]
+        return min(due, default=None)
+
+    async def drained(self, *, max_cycles=10_000_000):
+        """Wait until the links hold no frame."""
+        deadline = now_cycle(self.width) + max_cycles
+        while self.in_flight:
+            if now_cycle(self.width) >= deadline:
+                raise AssertionError(f"{self.in_flight} frames still in the links after "
+                                     f"{max_cycles} cycles")
+            self.event.clear()
+            await First(self.event.wait(), Timer(1000 * period_ps(self.width), unit="ps"))
+
+    def clear_sent(self):
+        """Forget which (destination QP, PSN) were sent: for QPs opened again at PSNs used
+        before, so that their packets do not count as retransmissions."""
+        self._sent.clear()
+
+    def _from_endpoint(self, frame):
+        key = roce_data_key(frame)
+        if key is not None:
+            self.roce_frames += 1
+            if key in self._sent:
+                self.retransmitted += 1
+                self.retransmissions.append(len(self.frames) - 1)
+            else:
+                self._sent.add(key)
+        if self.to_nic is None:
+            self._nic_receive(frame, False)
+        else:
+            self.to_nic.send(frame, self.cycle)
+
+    def _nic_receive(self, frame, corrupted):
+        if self.pcap:
+            self.pcap.write(frame, cocotb.utils.get_sim_time("ns"))
+        if corrupted:
+            mark, strict = len(self.nic.log), self.nic.strict
+            self.nic.strict = False
+            try:
+                answers = self.nic.receive(frame)
+            finally:
+                self.nic.strict = strict
+            self.corrupt_log += self.nic.log[mark:]
+        else:
+            answers = self.nic.receive(frame)
+        for out in answers:
+            if self.from_nic is None:
+                self._to_endpoint(out)
+            else:
+                self.from_nic.send(out, self.cycle)
+
+    def _to_endpoint(self, frame):
+        if self.pcap:
+            self.pcap.write(frame, cocotb.utils.get_sim_time("ns"))
+        self.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+
+    def _poll_links(self):
+        if self.to_nic is not None:
+            for d in self.to_nic.deliveries(self.cycle):
+                self._nic_receive(d.frame, d.corrupted)
+        if self.from_nic is not None:
+            for d in self.from_nic.deliveries(self.cycle):
+                self._to_endpoint(d.frame)
+
+    def poke(self):
+        """Have the loop look at the links again (after a link was replaced or scripted)."""
+        self._wake.set()
+
+    def _frame_done(self, first, last, frame):
+        self.frames.append((first, last, frame))
+        if self._bytes_per_cycle is not None:
+            start = max(first, self.line[-1][1] if self.line else first)
+            end = start + (len(frame) + LINE_OVERHEAD) / self._bytes_per_cycle
+            self.line.append((start, max(end, last + 1)))
+        else:
+            self.line.append((first, last + 1))
+        self._from_endpoint(frame)
+
+    async def _run(self):
+        dut = self.dut
+        W = self.width
+        mac = MacFrames(dut, W)
+        self._hw = True
+        self._configure()
+        offset = await cycle_offset(dut, W)
+        frames = dut.mac_frames
+        while True:
+            due = self.next_due()
+            self._wake.clear()
+            if due is None:
+                await First(ValueChange(frames), self._wake.wait())
+            else:
+                wait = max(due - now_cycle(W), 1)
+                await First(ValueChange(frames), self._wake.wait(),
+                            Timer(wait * period_ps(W), unit="ps"))
+            self.cycle = now_cycle(W)
+            for first, last, frame, aborted in mac.take():
+                if aborted:
+                    raise AssertionError("the endpoint aborted a frame (tuser on tlast)")
+                self._frame_done(first + offset, last + offset, frame)
+            self.tx_beats = mac.beats
+            self._poll_links()
+            self.event.set()
+
+
+async def wait_until(mac, predicate, *, max_cycles, what):
+    """Wait until ``predicate()`` holds, looking again whenever the MAC model has handled a frame
+    (:attr:`MacModel.event`); fail with ``what`` (text, or a function giving it at that point)
+    once ``max_cycles`` cycles have passed."""
+    deadline = now_cycle(mac.width) + max_cycles
+    while not predicate():
+        left = deadline - now_cycle(mac.width)
+        if left <= 0:
+            raise AssertionError(f"{what() if callable(what) else what} (waited {max_cycles} cycles)")
+        mac.event.clear()
+        await First(mac.event.wait(), Timer(left * period_ps(mac.width), unit="ps"))
+
+
+def is_ipv4(frame):
+    """True for an Ethernet frame carrying IPv4 (the frames a link may corrupt: an ARP message
+    has no checksum of its own)."""
+    return len(frame) >= ETH.length and ETH.unpack(frame)["ethertype"] == ETHERTYPE_IPV4
+
+
+def roce_data_key(frame):
+    """(destination QP, PSN) of a RoCEv2 RC SEND or RDMA WRITE packet, else ``None``."""
+    at_udp = ETH.length + IPV4.length
+    if len(frame) < at_udp + UDP.length + BTH.length or not is_ipv4(frame):
+        return None
+    ip = IPV4.unpack(frame[ETH.length:])
+    if ip["version"] != 4 or ip["ihl"] != 5 or ip["protocol"] != IP_PROTO_UDP:
+        return None
+    if UDP.unpack(frame[at_udp:])["dst_port"] != UDP_PORT_ROCEV2:
+        return None
+    bth = BTH.unpack(frame[at_udp + UDP.length:])
+    if not OP_RC_SEND_FIRST <= bth["opcode"] <= OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE:
+        return None
+    return bth["dest_qp"], bth["psn"]
+
+
+#: The fault probabilities of a run (see :func:`link_pair`).
+FAULTS = ("loss", "dup", "reorder", "corrupt")
+
+
+def _rtt_us(run):
+    rtt = run.get("rtt_us", 0) or 0
+    if isinstance(rtt, bool) or not isinstance(rtt, (int, float)) or not 0 <= rtt < float("inf"):
+        raise ValueError(f"rtt_us must be a number of microseconds >= 0, not {rtt!r}")
+    return rtt
+
+
+def link_pair(run, clock_mhz):
+    """The links ``(to_nic, from_nic)`` of a run (a dict with optional ``loss``, ``dup``,
+    ``reorder``, ``corrupt``, ``seed``, ``rtt_us``): the same probabilities both ways, seeds
+    ``2 * seed`` and ``2 * seed + 1``, half the round trip as each one's delay (in cycles of
+    ``clock_mhz``), IPv4 frames only corruptible. ``(None, None)`` for a perfect link without
+    delay."""
+    faults = {f: run.get(f, 0) or 0 for f in FAULTS}
+    delay = round(_rtt_us(run) * clock_mhz / 2)
+    if not any(faults.values()) and not delay:
+        return None, None
+    seed = run.get("seed", 0) or 0
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0, not {seed!r}")
+    return tuple(Link(**faults, delay=delay, corruptible=is_ipv4, seed=2 * seed + k, name=name)
+                 for k, name in enumerate(("to NIC", "from NIC")))
+
+
+def timeout_code(run):
+    """The QP retransmit timeout code (4.096 us x 2^code, 0 = never) of a run: its ``timeout``
+    if given; else 0 on a perfect link and, with any fault (or scripted drop, ``drop_psns``),
+    the smallest code from 4 whose
+    timeout is at least four round trips (``rtt_us``)."""
+    code = run.get("timeout")
+    if code is not None:
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 31:
+            raise ValueError(f"timeout must be a QP timeout code 0..31, not {code!r}")
+        return code
+    if not any(run.get(f) for f in FAULTS) and not run.get("drop_psns"):
+        return 0
+    rtt = _rtt_us(run)
+    code = 4
+    while code < 31 and 4.096 * (1 << code) < 4 * rtt:
+        code += 1
+    return code
+
+
+class RecordDriver:
+    """Sends records on the flat record-stream input ``<prefix>_data/_valid/_ready``, with an
+    optional chance of an idle cycle before each record."""
+
+    def __init__(self, dut, prefix, layout, *, idle=0.0, seed=0):
+        self.dut = dut
+        self.layout = layout
+        self.data = getattr(dut, f"{prefix}_data")
+        self.valid = getattr(dut, f"{prefix}_valid")
+        self.ready = getattr(dut, f"{prefix}_ready")
+        self.idle = idle
+        self.rng = random.Random(seed)
+        self.valid.value = 0
+        self.sent = 0
+
+    async def send(self, fields):
+        """Send one record; returns the simulation time (ps) of the clock edge that took it."""
+        while self.idle and self.rng.random() < self.idle:
+            await RisingEdge(self.dut.clk)
+        self.data.value = pack(self.layout, fields)
+        self.valid.value = 1
+        while True:
+            await RisingEdge(self.dut.clk)
+            if int(self.ready.value):
+                break
+            # refused: sleep until ready rises instead of looking at every edge. After a clock
+            # edge this bench sees the values sampled at it; ready rising shows after an edge, and
+            # the record is taken at the next edge, which the loop's check then sees.
+            await RisingEdge(self.ready)
+        self.valid.value = 0
+        self.sent += 1
+        return get_sim_time("ps")
+
+
+class RecordCollector:
+    """Collects the records of a stream the test top ends in a capture ring ``<prefix>_cap``
+    (ports ``<prefix>_count``, ``<prefix>_rd``, ``<prefix>_bp_threshold``,
+    ``<prefix>_bp_seed``): ``backpressure`` is the chance that the ring's ``ready`` is low in a
+    cycle. The collector wakes once per record, not per cycle. :attr:`cycles` holds each
+    record's cycle, numbered as :func:`now_cycle` numbers them."""
+
+    def __init__(self, dut, prefix, layout, *, backpressure=0.0, seed=0, width):
+        if not 0 <= backpressure < 1:
+            raise ValueError(f"backpressure must be a probability in [0, 1), not {backpressure!r}")
+        self.dut = dut
+        self.prefix = prefix
+        self.layout = layout
+        self.width = width
+        self.count = getattr(dut, f"{prefix}_count")
+        getattr(dut, f"{prefix}_bp_threshold").value = min(round(backpressure * 65536), 65535)
+        getattr(dut, f"{prefix}_bp_seed").value = random.Random(seed).getrandbits(32) | 1
+        self.items = []
+        self.cycles = []
+        self.event = Event()
+        cocotb.start_soon(self._run())
+
+    async def _run(self):
+        dut = self.dut
+        ring = getattr(dut, f"{self.prefix}_cap")
+        cap = Capture(ring, self.count, getattr(dut, f"{self.prefix}_rd"),
+                      (("record", data.Layout.cast(self.layout).size),), len(ring.cap_mem))
+        offset = await cycle_offset(dut, self.width)
+        while True:
+            await ValueChange(self.count)
+            for e in cap.take():
+                self.items.append(unpack(self.layout, e["record"]))
+                self.cycles.append(e["cycle"] + offset)
+            self.event.set()
+
+    async def wait_for(self, n, *, max_cycles):
+        """Wait until ``n`` records have come; fail after ``max_cycles`` cycles without them."""
+        deadline = now_cycle(self.width) + max_cycles
+        while len(self.items) < n:
+            left = deadline - now_cycle(self.width)
+            if left <= 0:
+                raise AssertionError(f"only {len(self.items)} of {n} records after "
+                                     f"{max_cycles} cycles")
+            self.event.clear()
+            await First(self.event.wait(), Timer(left * period_ps(self.width), unit="ps"))
+        return self.items[:n]
+
+
+async def open_qp(ctl, psn_ctl, index, *, peer_ip, peer_qpn, rkey, base_va, pmtu, psn,
+                  udp_sport=0xC000, ack_every_log2=4, state=QpState.RTS, dscp=0, ecn=0,
+                  timeout=0, retry_cnt=7, rnr_retry=7):
+    """Write QP ``index`` of the endpoint's QP table through its control ports. ``timeout``:
+    retransmit timeout code (4.096 us x 2^timeout, 0 = never); ``retry_cnt``, ``rnr_retry``:
+    retry counts (``rnr_retry`` 7 = forever)."""
+    for name, value, top in (("timeout", timeout, 31), ("retry_cnt", retry_cnt, 7),
+                             ("rnr_retry", rnr_retry, 7)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise ValueError(f"{name} must be an integer 0..{top}, not {value!r}")
+    await psn_ctl.send({"qp": index, "psn": psn})
+    await ctl.send({"qp": index, "context": {
+        "state": state, "peer_ip": peer_ip, "peer_qpn": peer_qpn, "rkey": rkey,
+        "base_va": base_va, "pmtu_log2": pmtu.bit_length() - 1, "udp_sport": udp_sport,
+        "dscp": dscp, "ecn": ecn, "ack_every_log2": ack_every_log2, "timeout": timeout,
+        "retry_cnt": retry_cnt, "rnr_retry": rnr_retry}})
+
+
+async def write_onchip(dut, width, mem_bytes, addr, data):
+    """Put ``data`` into the endpoint's on-chip payload memory at byte address ``addr`` (a
+    multiple of W/8) through its ``memw`` word-write port."""
+    B = width // 8
+    if addr % B:
+        raise ValueError(f"local address {addr:#x} is not a multiple of {B}")
+    layout = mem_write_layout(width, (mem_bytes // B - 1).bit_length())
+    data = bytes(data) + bytes(-len(data) % B)
+    dut.memw_valid.value = 1
+    for k in range(len(data) // B):
+        dut.memw_data.value = pack(layout, {"addr": addr // B + k, "data": int.from_bytes(
+            data[k * B:(k + 1) * B], "little"), "be": (1 << B) - 1})
+        while True:
+            await RisingEdge(dut.clk)
+            if int(dut.memw_ready.value):
+                break
+    dut.memw_valid.value = 0
+
+
+def qpn(index):
+    return QPN_BASE + index
+
+
+LAYOUTS = {"wr": WORK_REQUEST, "cpl": COMPLETION, "qpctl": CONTEXT_WRITE, "qppsn": PSN_WRITE}

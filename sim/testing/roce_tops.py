@@ -1,0 +1,187 @@
+"""Test-only top levels of the RoCEv2 blocks with AXI-Stream port names, for the cocotb benches."""
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.axi import axi4_members, connect_axi4
+from rocegen.gateware.lib.axis import axis_members, connect_axis
+from rocegen.gateware.lib.records import connect_record, record_members
+from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS, RoceEndpoint
+from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
+from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.stream_in import STREAM_META
+from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
+from rocegen.sim.testing.capture import StreamCapture
+from rocegen.wire.addr import parse_ip, parse_mac
+
+__all__ = ["IcrcTop", "EndpointTop", "MAC_CAPTURE", "capture_depth", "LINE_OVERHEAD"]
+
+#: Line overhead of a frame beyond its bytes without FCS: FCS, preamble + SFD, inter-frame gap.
+LINE_OVERHEAD = 4 + 8 + 12
+#: Largest frame the MAC capture is sized for (bytes without FCS): a 9 KB jumbo frame
+MAX_FRAME = 10240
+
+
+def capture_depth(width):
+    """Entries of the MAC capture ring at W bits: twice the beats of the largest frame."""
+    beats = 2 * -(-MAX_FRAME // (width // 8))
+    return 1 << (beats - 1).bit_length()
+
+
+def MAC_CAPTURE(width):
+    """Fields of a MAC capture entry's payload, in bit order: (name, bits)."""
+    return (("data", width), ("keep", width // 8), ("last", 1), ("user", 1))
+
+
+class IcrcTop(wiring.Component):
+    """Three independent ICRC paths (``tuser`` carries the packet stream's ``error`` flag):
+
+    * ``s_tx_axis`` -> :class:`IcrcInsert` -> ``m_tx_axis``: frames without ICRC get one;
+    * ``s_rx_axis`` -> :class:`IcrcCheck` -> ``m_rx_axis``: frames lose their ICRC, ``tuser``
+      set on the last beat of those whose ICRC is wrong; ``rx_bad`` counts them;
+    * ``s_loop_axis`` -> :class:`IcrcInsert` -> :class:`IcrcCheck` -> ``m_loop_axis``: frames
+      come back unchanged; ``loop_bad`` counts ICRC failures (none expected).
+
+    All for untagged Ethernet frames (``offset`` 14) carrying IPv4 unless told otherwise.
+    """
+
+    def __init__(self, width, offset=14, ip_version=4):
+        self.width = width
+        self.offset = offset
+        self.ip_version = ip_version
+        super().__init__({
+            **axis_members("s_tx_axis", width, sink=True),
+            **axis_members("m_tx_axis", width, sink=False),
+            **axis_members("s_rx_axis", width, sink=True),
+            **axis_members("m_rx_axis", width, sink=False),
+            **axis_members("s_loop_axis", width, sink=True),
+            **axis_members("m_loop_axis", width, sink=False),
+            "rx_bad": wiring.Out(16),
+            "loop_bad": wiring.Out(16),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        kw = {"offset": self.offset, "ip_version": self.ip_version}
+        tx = m.submodules.tx = IcrcInsert(self.width, **kw)
+        rx = m.submodules.rx = IcrcCheck(self.width, **kw)
+        loop_tx = m.submodules.loop_tx = IcrcInsert(self.width, **kw)
+        loop_rx = m.submodules.loop_rx = IcrcCheck(self.width, **kw)
+        connect_axis(m, self, "s_tx_axis", tx.i, sink=True)
+        connect_axis(m, self, "m_tx_axis", tx.o, sink=False)
+        connect_axis(m, self, "s_rx_axis", rx.i, sink=True)
+        connect_axis(m, self, "m_rx_axis", rx.o, sink=False)
+        connect_axis(m, self, "s_loop_axis", loop_tx.i, sink=True)
+        wiring.connect(m, loop_tx.o, loop_rx.i)
+        connect_axis(m, self, "m_loop_axis", loop_rx.o, sink=False)
+        with m.If(rx.icrc_bad):
+            m.d.sync += self.rx_bad.eq(self.rx_bad + 1)
+        with m.If(loop_rx.icrc_bad):
+            m.d.sync += self.loop_bad.eq(self.loop_bad + 1)
+        return m
+
+
+class EndpointTop(wiring.Component):
+    """:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with flat port names for the
+    cocotb benches: the MAC as ``s_axis`` (frames in); record streams as
+    ``<name>_data/_valid/_ready`` (``wr``, ``qpctl``, ``qppsn``, ``gen``, and ``memw`` with
+    on-chip memory); the streaming front end as ``s_msg_axis`` plus ``msg_meta``; the AXI4
+    memory port as ``m_axi_*``; addresses fixed.
+
+    The two outputs the benches follow at speed end in :class:`~rocegen.sim.testing.capture.StreamCapture`
+    rings that the cocotb side reads once per frame (:class:`~rocegen.sim.testing.cocotb_helpers.Capture`):
+
+    * the MAC's frames out, ring ``mac_cap`` (:func:`MAC_CAPTURE` entries), with the CMAC's
+      line-rate budget (``mac_credit_step``) and random backpressure (``mac_bp_threshold``,
+      ``mac_bp_seed``); ports ``mac_count``, ``mac_frames``, ``mac_rd``;
+    * the completions, ring ``cpl_cap`` (:data:`COMPLETION` entries) with random backpressure
+      (``cpl_bp_threshold``, ``cpl_bp_seed``); ports ``cpl_count``, ``cpl_rd``.
+
+    ``cycle`` counts clock edges since the simulation started; ``rx_last_cycle`` is its value
+    at the last beat of the most recent frame into ``s_axis``, ``rx_frames`` counts them."""
+
+    def __init__(self, width=512, num_qps=8, memory="onchip", mac="02:00:00:00:00:01",
+                 ip="10.0.0.2", **params):
+        self.endpoint = RoceEndpoint(width, num_qps, memory=memory, **params)
+        self.width = width
+        self.mac = parse_mac(mac)
+        self.ip = parse_ip(ip)
+        ep = self.endpoint
+        members = {
+            **axis_members("s_axis", width, sink=True),
+            "mac_count": Out(32), "mac_frames": Out(32), "mac_rd": In(32),
+            "mac_credit_step": In(32), "mac_bp_threshold": In(16), "mac_bp_seed": In(32),
+            "cpl_count": Out(32), "cpl_rd": In(32), "cpl_bp_threshold": In(16),
+            "cpl_bp_seed": In(32),
+            "cycle": Out(32), "rx_last_cycle": Out(32), "rx_frames": Out(32),
+            **record_members("wr", WORK_REQUEST, sink=True),
+            **record_members("qpctl", CONTEXT_WRITE, sink=True),
+            **record_members("qppsn", PSN_WRITE, sink=True),
+            **record_members("gen", GEN_CONFIG, sink=True),
+            "gen_busy": Out(1), "gen_posted": Out(32), "gen_ok": Out(32), "gen_err": Out(32),
+            "gen_cycles": Out(32),
+            "qp_open": Out(num_qps),
+            **axis_members("s_msg_axis", width, sink=True),
+            "msg_meta": In(data.Layout.cast(STREAM_META).size),
+            "stats_addr": In(range(len(STATS))),
+            "stats_data": Out(32),
+            "qp_stats_qp": In(range(num_qps)),
+            "qp_stats_sel": In(range(len(QP_COUNTERS))),
+            "qp_stats_data": Out(32),
+        }
+        if memory == "onchip":
+            members.update(record_members("memw", ep.mem_w.payload.shape(), sink=True))
+        else:
+            sig = ep.axi.signature
+            members.update(axi4_members("m_axi", sig.addr_width, sig.data_width, sig.id_width))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        ep = m.submodules.endpoint = self.endpoint
+        m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
+        connect_axis(m, self, "s_axis", ep.mac_rx, sink=True)
+        B = self.width // 8
+        mac = m.submodules.mac_cap = StreamCapture(
+            sum(n for _, n in MAC_CAPTURE(self.width)), capture_depth(self.width),
+            bytes_width=(B).bit_length(), frame_overhead=LINE_OVERHEAD, max_credit=2 * B)
+        tx = ep.mac_tx
+        m.d.comb += [
+            mac.i_payload.eq(Cat(tx.payload.data, tx.payload.keep, tx.payload.last,
+                                 tx.payload.error)),
+            mac.i_valid.eq(tx.valid), tx.ready.eq(mac.i_ready), mac.i_last.eq(tx.payload.last),
+            mac.i_bytes.eq(sum(tx.payload.keep[k] for k in range(B))),
+            mac.rd.eq(self.mac_rd), mac.credit_step.eq(self.mac_credit_step),
+            mac.bp_threshold.eq(self.mac_bp_threshold), mac.seed.eq(self.mac_bp_seed),
+            self.mac_count.eq(mac.count), self.mac_frames.eq(mac.frames), self.cycle.eq(mac.cycle),
+        ]
+        cpl = m.submodules.cpl_cap = StreamCapture(data.Layout.cast(COMPLETION).size, 64)
+        m.d.comb += [
+            cpl.i_payload.eq(ep.cpl.payload), cpl.i_valid.eq(ep.cpl.valid),
+            ep.cpl.ready.eq(cpl.i_ready), cpl.i_last.eq(1), cpl.rd.eq(self.cpl_rd),
+            cpl.bp_threshold.eq(self.cpl_bp_threshold), cpl.seed.eq(self.cpl_bp_seed),
+            self.cpl_count.eq(cpl.count),
+        ]
+        rx_last, rx_frames = Signal(32), Signal(32)
+        with m.If(ep.mac_rx.valid & ep.mac_rx.ready & ep.mac_rx.payload.last):
+            m.d.sync += [rx_last.eq(mac.cycle), rx_frames.eq(rx_frames + 1)]
+        m.d.comb += [self.rx_last_cycle.eq(rx_last), self.rx_frames.eq(rx_frames)]
+        connect_record(m, self, "wr", ep.wr, sink=True)
+        connect_record(m, self, "qpctl", ep.qp_ctl, sink=True)
+        connect_record(m, self, "qppsn", ep.qp_psn, sink=True)
+        connect_record(m, self, "gen", ep.gen, sink=True)
+        m.d.comb += [self.gen_busy.eq(ep.gen_busy), self.gen_posted.eq(ep.gen_posted),
+                     self.gen_ok.eq(ep.gen_ok), self.gen_err.eq(ep.gen_err),
+                     self.gen_cycles.eq(ep.gen_cycles), self.qp_open.eq(ep.qp_open)]
+        connect_axis(m, self, "s_msg_axis", ep.msg, sink=True)
+        m.d.comb += ep.msg.payload.meta.as_value().eq(self.msg_meta)
+        m.d.comb += [ep.stats_addr.eq(self.stats_addr), self.stats_data.eq(ep.stats_data),
+                     ep.qp_stats_qp.eq(self.qp_stats_qp), ep.qp_stats_sel.eq(self.qp_stats_sel),
+                     self.qp_stats_data.eq(ep.qp_stats_data)]
+        if ep.memory == "onchip":
+            connect_record(m, self, "memw", ep.mem_w, sink=True)
+        else:
+            connect_axi4(m, self, "m_axi", ep.axi)
+        return m

@@ -1,0 +1,81 @@
+"""The connection manager's 64-byte datagram (UDP port 17185), as existing host tools speak it.
+
+The byte layout is the ``CM`` header of :mod:`rocegen.wire.headers`. :func:`pack` /
+:func:`unpack` convert all fields by name; :func:`request` builds a request, :func:`traffic` a
+test-traffic datagram; :func:`pmtu_code` and :func:`retry_byte` encode the extension fields.
+"""
+
+from rocegen.wire.headers import CM
+from rocegen.wire.roce import PMTUS
+
+__all__ = [
+    "CM_PORT", "REPLY_PORT", "DATAGRAM_BYTES",
+    "REQ_NULL", "REQ_OPEN_QP", "REQ_SEND_QP_INFO", "REQ_MODIFY_QP_RTS", "REQ_CLOSE_QP", "REQ_ERROR",
+    "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES",
+    "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte",
+]
+
+#: UDP port the connection manager listens on.
+CM_PORT = 17185
+#: UDP source port of its replies.
+REPLY_PORT = 0x8765
+#: Length of every datagram, request or reply.
+DATAGRAM_BYTES = CM.length
+
+REQ_NULL = 0
+REQ_OPEN_QP = 1
+REQ_SEND_QP_INFO = 2
+REQ_MODIFY_QP_RTS = 3
+REQ_CLOSE_QP = 4
+REQ_ERROR = 7
+
+ACK_ACK = 1
+ACK_NO_QP = 2
+ACK_NAK = 3
+ACK_ERROR = 7
+
+#: Path MTU code of byte 1 -> bytes (0 is "the default").
+PMTU_BYTES = dict(enumerate(PMTUS, start=1))
+
+
+def pack(**fields):
+    """Field values (names of the ``CM`` header; missing ones are zero) -> 64 ``bytes``."""
+    return CM.pack(**fields)
+
+
+def unpack(raw):
+    """64 ``bytes`` -> ``dict`` of every field."""
+    if len(raw) != DATAGRAM_BYTES:
+        raise ValueError(f"a connection-manager datagram is {DATAGRAM_BYTES} bytes, not {len(raw)}")
+    return CM.unpack(raw)
+
+
+def request(req_type, **fields):
+    """A request datagram: ``info_valid`` set, ``req_type`` and the given fields."""
+    return pack(info_valid=1, req_type=req_type, **fields)
+
+
+def traffic(rem_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=False, start=True,
+            window_log2=0, **fields):
+    """A test-traffic datagram for the FPGA QP ``rem_qpn``; ``window_log2`` (byte 29, an
+    extension): message ``s`` goes to remote offset ``(s * dma_length) mod 2^window_log2`` (0: all
+    at offset 0)."""
+    return pack(txmeta_valid=1, start=int(start), is_imm=int(imm), tx_type=int(write),
+                rem_qpn=rem_qpn, dma_length=dma_length, n_transfers=n_transfers,
+                frequency=frequency, window_log2=window_log2, **fields)
+
+
+def pmtu_code(pmtu):
+    """Byte 1 for a path MTU in bytes (256 .. 4096)."""
+    for code, size in PMTU_BYTES.items():
+        if size == pmtu:
+            return code
+    raise ValueError(f"path MTU must be one of {', '.join(map(str, PMTU_BYTES.values()))}, not {pmtu!r}")
+
+
+def retry_byte(retry_cnt, rnr_retry):
+    """The fields of byte 25 that set both retry counts: ``dict(retry_set=1, ...)``."""
+    for name, v in (("retry_cnt", retry_cnt), ("rnr_retry", rnr_retry)):
+        if not 0 <= v <= 7:
+            raise ValueError(f"{name} must be 0..7, not {v!r}")
+    return {"retry_set": 1, "retry_cnt": retry_cnt, "rnr_retry": rnr_retry}
