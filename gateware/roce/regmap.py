@@ -365,3 +365,17 @@ def python_accessor(config, mac, ip):
         windows={w.name: (w.base, w.stride, count) for w, count in windows_for(config)},
         counters=tuple(STATS), qp_counters=tuple(QP_COUNTERS),
         qp_words=tuple((w, tuple(f)) for w, f in QP_WORDS))
+
+
+def default_docs():
+    """``docs/registers.md``: the map of the default core (``rocegen verilog --axil``: W = 512,
+    8 QPs, on-chip memory, the default addresses)."""
+    from ..top import parse_ip, parse_mac
+    from .endpoint import RoceEndpoint
+    config = RoceEndpoint(512, 8).config
+    return registers_markdown(config, parse_mac("02:00:00:00:00:01"), parse_ip("10.0.0.2"),
+                              title="Registers of the endpoint core (AXI4-Lite)")
+
+
+if __name__ == "__main__":      # python -m rocegen.gateware.roce.regmap > docs/registers.md
+    print(default_docs(), end="")
