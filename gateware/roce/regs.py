@@ -54,14 +54,15 @@ class AxiLiteRegs(wiring.Component):
 
     Behaviour
         One read and one write may be in progress at once (independently). A read is accepted
-        (``arready``) when no read is in progress, its address registered, the read ports driven
-        from that register, their data taken two cycles later and answered on ``r`` (``rvalid``
-        three cycles after ``arvalid & arready``, held until ``rready``). A write is accepted when
-        ``awvalid`` and ``wvalid`` are both high (``awready`` = ``wready``, the AXI4-Lite slave
-        may wait for both) and no response is pending; ``bvalid`` follows one cycle later. Bad
-        accesses: see :mod:`~rocegen.gateware.roce.regmap` (SLVERR, counted in
-        ``REG_BAD_WRITES`` / ``REG_BAD_READS``, saturating). The block only reads the
-        endpoint's read ports, which no other logic uses, so reads never change traffic.
+        (``arready``) when no read is in progress; its address is registered, the read ports
+        are driven from that register, their data taken three cycles later and answered on
+        ``r`` (``rvalid`` rises four cycles after the cycle of ``arvalid & arready`` and stays
+        until ``rready``). A write is accepted when ``awvalid`` and ``wvalid`` are both high
+        (``awready`` = ``wready``: an AXI4-Lite slave may wait for both) and no response is
+        pending; ``bvalid`` follows one cycle later. Bad accesses: see
+        :mod:`~rocegen.gateware.roce.regmap` (SLVERR, counted in ``REG_BAD_WRITES`` /
+        ``REG_BAD_READS``, saturating). The block only reads the endpoint's read ports, which no
+        other logic uses, so reads never change traffic.
     """
 
     def __init__(self, config, *, mac, ip):
