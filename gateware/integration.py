@@ -357,12 +357,17 @@ def instantiation(top, name):
     for port, direction, width in rows:
         if port in ("clk", "rst"):
             continue
+        if width == 0:
+            continue                # e.g. a QP index with one QP: nothing to connect
         t = type_names.get(port) or ("logic" if width == 1 else f"logic [{width - 1}:0]")
         out.append(f"{t} {port};".ljust(48) + f"// {direction}")
     out += ["", f"{name} u_{name} ("]
     for k, (port, direction, width) in enumerate(rows):
         sep = "," if k < len(rows) - 1 else ""
-        out.append(f"  .{port}({port}){sep}".ljust(48) + f"// {direction} [{width - 1}:0]")
+        if width == 0:
+            out.append(f"  .{port}(){sep}".ljust(48) + f"// {direction}, 0 bits: unconnected")
+        else:
+            out.append(f"  .{port}({port}){sep}".ljust(48) + f"// {direction} [{width - 1}:0]")
     out += [");", ""]
     return "\n".join(out)
 
