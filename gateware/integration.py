@@ -99,7 +99,7 @@ _RESET = """\
 
 Every `*_valid` / `*_tvalid` output of the core is low; `qp_open` is 0 (every QP in RESET, next
 PSN 0); `gen_busy` is 0 and the `gen_*` counts are 0; every counter reads 0; the AXI4-Lite
-address registers hold the generator's `--mac` / `--ip`. Inputs are ignored during reset.
+address registers hold the generator's `--mac` / `--ip`. Present no transfer during reset.
 """
 
 _PROMISES = """\
@@ -115,8 +115,9 @@ _PROMISES = """\
 * **Refused work requests** complete at once with an error status (below), in order with the
   other work requests of their QP; one naming no QP completes on its own. They never stall
   the port. A zero-length WRITE or SEND is legal (one packet without payload).
-* **Counters** (`stats_*`, `qp_stats_*`, or through AXI4-Lite): an event in cycle t is counted
-  by cycle t + 2.
+* **Counters** (`stats_*`, `qp_stats_*`, or through AXI4-Lite) are 32 bits, saturate, and are
+  cleared by reset only; an event is seen by a read a few cycles after it (two for the RoCE
+  layers' counters).
 """
 
 
@@ -319,6 +320,14 @@ def port_table(top, name):
     out += [_HANDSHAKE, _RESET, _PROMISES, "### Completion status (`cpl_status_t`)", "",
             "| Status | Value | Meaning |", "|---|---|---|"]
     out += [f"| `{s.name}` | {s.value} | {_STATUS_DOCS[s.name]} |" for s in CplStatus]
+    if "stats_addr" in top.signature.members:
+        from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS
+        out += ["", "## Counters", "", "`stats_addr` -> `stats_data`:", "",
+                "| Address | Counter |", "|---|---|"]
+        out += [f"| {k} | `{n}` |" for k, n in enumerate(STATS)]
+        out += ["", "`qp_stats_sel` -> `qp_stats_data` (of QP `qp_stats_qp`):", "",
+                "| Select | Counter |", "|---|---|"]
+        out += [f"| {k} | `{n}` |" for k, n in enumerate(QP_COUNTERS)]
     if top.endpoint.memory == "onchip":
         out += ["", f"Local addresses are byte addresses in the on-chip payload memory of "
                 f"{cfg['mem_bytes']} bytes; `local_addr` must be a multiple of {top.width // 8} "

@@ -69,7 +69,7 @@ def ip_int(text):
 
 @cocotb.test()
 async def stream_into_host_memory(dut):
-    period_ps = round(1e6 / CLOCK_MHZ)
+    period_ps = 2 * round(1e6 / CLOCK_MHZ / 2)    # figures are in cycles of CLOCK_MHZ
     cocotb.start_soon(Clock(dut.clk, period_ps, unit="ps").start())
     for name in ("start", "msg_count", "msg_bytes"):
         getattr(dut, name).value = 0
