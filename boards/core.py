@@ -12,10 +12,15 @@ from rocegen.gateware.lib.records import connect_record, record_members
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
 from rocegen.gateware.roce.endpoint import IP_MTU, RoceEndpoint
+from rocegen.gateware.roce.regs import AxiLiteRegs, axil_members
 from rocegen.gateware.xgmii_top import MAC_COUNTERS, XGMII_WIDTH
 from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["CoreTop", "PHYS", "xgmii_mac", "XGMII_MAX_FRAME"]
+
+#: Endpoint ports the AXI4-Lite register block owns when it is there.
+REGS_OWN = ("stats_addr", "stats_data", "qp_stats_qp", "qp_stats_sel", "qp_stats_data",
+            "qp_info_qp", "qp_info_context", "qp_info_psn")
 
 #: MAC sides of the core: the CMAC-shaped AXI-Stream port, or the built-in XGMII MAC.
 PHYS = ("axis", "xgmii")
@@ -80,13 +85,20 @@ class CoreTop(wiring.Component):
     phy : ``"axis"`` or ``"xgmii"``
         The MAC side (see above).
     mac, ip : str
-        Our MAC (``"aa:bb:cc:dd:ee:ff"``) and IPv4 (dotted quad) address, fixed in the core.
+        Our MAC (``"aa:bb:cc:dd:ee:ff"``) and IPv4 (dotted quad) address: fixed in the core, or
+        the reset values of the ``MAC_HI``/``MAC_LO``/``IP`` registers with ``axil``.
+    axil : bool
+        Add the AXI4-Lite control and status slave ``s_axil_*``
+        (:class:`~rocegen.gateware.roce.regs.AxiLiteRegs`, register map in
+        :mod:`~rocegen.gateware.roce.regmap`). It then owns the endpoint's read ports:
+        ``stats_*``, ``qp_stats_*`` are not top-level ports; every counter, the per-QP counters
+        and the QP table are read through it.
     **params
         Further parameters of the endpoint (``mem_bytes``, ``wr_depth``, ``window``, ``clk_hz``...).
     """
 
     def __init__(self, width=512, num_qps=8, *, memory="onchip", phy="axis",
-                 mac="02:00:00:00:00:01", ip="10.0.0.2", **params):
+                 mac="02:00:00:00:00:01", ip="10.0.0.2", axil=False, **params):
         if phy not in PHYS:
             raise ValueError(f"phy must be one of {', '.join(PHYS)}, not {phy!r}")
         if phy == "xgmii" and width != XGMII_WIDTH:
@@ -96,13 +108,21 @@ class CoreTop(wiring.Component):
         self.ip = parse_ip(ip)
         self.phy = phy
         self.width = width
-        self.endpoint = ep = RoceEndpoint(width, num_qps, memory=memory, **params)
+        self.axil = bool(axil)
+        self.endpoint = ep = RoceEndpoint(width, num_qps, memory=memory, qp_info=self.axil,
+                                          **params)
         self.num_qps = ep.num_qps
         self.memory = ep.memory
         members = {}
         self._plan = []
+        self._regs = None
+        if self.axil:
+            self._regs = AxiLiteRegs(ep.config, mac=self.mac, ip=self.ip)
+            members.update(axil_members("s_axil"))
         for name, member in ep.signature.members.items():
             if name in ("local_mac", "local_ip"):
+                continue
+            if self.axil and name in REGS_OWN:
                 continue
             if name in ("mac_rx", "mac_tx"):
                 continue
@@ -140,10 +160,29 @@ class CoreTop(wiring.Component):
             raise ValueError(f"endpoint port names clash with the clock/reset ports: {clash}")
         super().__init__(members)
 
+    def port_groups(self):
+        """How the endpoint's ports appear here: ``(kind, endpoint port, top-level prefix)`` with
+        kind ``"port"`` (under its own name), ``"record"`` (``<prefix>_data/_valid/_ready``),
+        ``"packet"`` (AXI-Stream ``<prefix>_t*`` and ``<name>_meta``) or ``"axi"``."""
+        return list(self._plan)
+
     def elaborate(self, platform):
         m = Module()
         ep = m.submodules.endpoint = self.endpoint
-        m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
+        if self.axil:
+            regs = m.submodules.regs = self._regs
+            for name in regs.signature.members:
+                if name.startswith("s_axil_"):
+                    if regs.signature.members[name].flow == In:
+                        m.d.comb += getattr(regs, name).eq(getattr(self, name))
+                    else:
+                        m.d.comb += getattr(self, name).eq(getattr(regs, name))
+                elif regs.signature.members[name].flow == In:
+                    m.d.comb += getattr(regs, name).eq(getattr(ep, name))
+                else:
+                    m.d.comb += getattr(ep, name).eq(getattr(regs, name))
+        else:
+            m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
         if self.phy == "axis":
             connect_axis(m, self, "s_axis", ep.mac_rx, sink=True)
             connect_axis(m, self, "m_axis", ep.mac_tx, sink=False)

@@ -11,6 +11,7 @@ from pathlib import Path
 from rocegen.boards import BOARDS, get_board, write_build
 from rocegen.boards.core import CoreTop
 from rocegen.gateware.emit import to_verilog
+from rocegen.gateware.integration import write_kit
 from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.endpoint import RoceEndpoint
 from rocegen.gateware.roce.layouts import MAX_QPS
@@ -65,6 +66,8 @@ def _check_verilog_args(args):
     _check_address("--ip", parse_ip, args.ip)
     _check_address("--mac", parse_mac, args.mac)
     if args.core == "stack":
+        if args.axil:
+            raise ValueError("--axil applies to --core endpoint only, not to the network stack")
         for option, value in (("--qps", args.qps), ("--memory", args.memory),
                               ("--mem-bytes", args.mem_bytes), ("--cm-port", args.cm_port),
                               ("--clk-mhz", args.clk_mhz),
@@ -107,16 +110,20 @@ def _verilog_endpoint(args):
         params["clk_hz"] = args.clk_mhz * 1e6
     try:
         top = CoreTop(args.width, args.qps, memory=args.memory, phy=args.phy, mac=args.mac,
-                      ip=args.ip, **params)
+                      ip=args.ip, axil=args.axil, **params)
     except (ValueError, TypeError) as e:
         raise ValueError(option_error(str(e))) from None
     text = to_verilog(top, name=args.name)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
+    kit = write_kit(top, args.name, out.parent)
     print(f"wrote {out} ({len(text) / 1e6:.2f} MB of Verilog): endpoint core {args.name}, "
           f"W={args.width}, {args.qps} QPs, {args.memory} memory of {top.endpoint.mem_bytes} "
-          f"bytes, MAC side {args.phy}, in {time.perf_counter() - t0:.1f} s")
+          f"bytes, MAC side {args.phy}{', AXI4-Lite registers' if args.axil else ''}, in "
+          f"{time.perf_counter() - t0:.1f} s")
+    print(f"beside it: {', '.join(p.name for p in kit.values())} (ports, types, template"
+          f"{', register map' if args.axil else ''})")
 
 
 def _build(args):
@@ -265,6 +272,9 @@ def main(argv=None):
     v.add_argument("--clk-mhz", type=float, default=None,
                    help="the core clock the retransmit timers count (default 322.265625 MHz, "
                    "156.25 MHz at W = 64)")
+    v.add_argument("--axil", action="store_true",
+                   help="add the AXI4-Lite control and status slave s_axil_* (addresses, "
+                   "settings, QP table, every counter; register map written beside the Verilog)")
     v.add_argument("--name", default=None,
                    help="Verilog module name (default rocegen_endpoint / rocegen_stack)")
     v.add_argument("-o", "--output", required=True, help="output .v file")

@@ -17,7 +17,15 @@ from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.completer import Completer
-from rocegen.gateware.roce.layouts import COMPLETION, MAX_QPS, WORK_REQUEST, WR_TAGGED, CplStatus, WrSource
+from rocegen.gateware.roce.layouts import (
+    COMPLETION,
+    MAX_QPS,
+    QP_CONTEXT,
+    WORK_REQUEST,
+    WR_TAGGED,
+    CplStatus,
+    WrSource,
+)
 from rocegen.gateware.roce.payload_ram import PayloadRam
 from rocegen.gateware.roce.payload_reader import PayloadReader
 from rocegen.gateware.roce.qp_counters import QpCounters
@@ -120,7 +128,9 @@ class RoceEndpoint(wiring.Component):
     ``stats_addr`` / ``stats_data``: every counter of :data:`STATS`, one cycle after the address.
     ``qp_stats_qp`` / ``qp_stats_sel`` / ``qp_stats_data``: the per-QP counters of
     :data:`QP_COUNTERS` (packets, resent packets, ACKs, NAKs by kind, timeouts...), one cycle
-    after the address.
+    after the address. With ``qp_info=True``: ``qp_info_qp`` -> ``qp_info_context`` /
+    ``qp_info_psn`` (next PSN to send), the QP table read back one cycle after the address
+    through a read port of its own.
 
     Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
     idle beat between packets, so one QP fills the MAC port.
@@ -130,7 +140,7 @@ class RoceEndpoint(wiring.Component):
                  window=1024, clk_hz=None, ring_base=None, ring_bytes=None, max_message=None,
                  max_inflight=64, cm_port=CM_PORT, cm_allow_net=None, pmtu=4096, cm_timeout=14,
                  cm_retry=7, cm_rnr_retry=7, vlan=None, pcp=0, arp_entries=4,
-                 arp_retry_cycles=100_000, arp_retries=3):
+                 arp_retry_cycles=100_000, arp_retries=3, qp_info=False):
         check_width(width)
         if not isinstance(num_qps, int) or isinstance(num_qps, bool) or not 1 <= num_qps <= MAX_QPS:
             raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
@@ -164,7 +174,7 @@ class RoceEndpoint(wiring.Component):
         self._stack = NetStack(width, (UDP_PORT_ROCEV2, cm_port), mtu=IP_MTU, vlan=vlan, pcp=pcp,
                                arp_entries=arp_entries, arp_retry_cycles=arp_retry_cycles,
                                arp_retries=arp_retries)
-        self._qps = QpTable(num_qps)
+        self._qps = QpTable(num_qps, info_port=qp_info)
         if clk_hz is None:
             clk_hz = default_clk_hz(width)
         self.clk_hz = clk_hz
@@ -187,6 +197,15 @@ class RoceEndpoint(wiring.Component):
                                      max_message=max_message, max_inflight=max_inflight,
                                      addr_width=self.word_addr_bits)
         self._stats = StatsBlock(ROCE_STATS)
+        #: The configuration as built (for status registers and generated documentation).
+        self.config = {
+            "width": width, "num_qps": num_qps, "memory": memory, "mem_bytes": mem_bytes,
+            "wr_depth": wr_depth, "window": window, "clk_hz": int(clk_hz),
+            "ring_base": ring_base, "ring_bytes": ring_bytes, "max_message": max_message,
+            "max_inflight": max_inflight, "cm_port": cm_port, "cm_allow_net": self._cm.net,
+            "pmtu": pmtu, "cm_timeout": cm_timeout, "cm_retry": cm_retry,
+            "cm_rnr_retry": cm_rnr_retry,
+        }
         members = {
             "local_mac": In(48),
             "local_ip": In(32),
@@ -210,6 +229,9 @@ class RoceEndpoint(wiring.Component):
             "stats_addr": In(range(len(STATS))),
             "stats_data": Out(32),
         }
+        if qp_info:
+            members.update({"qp_info_qp": In(range(num_qps)), "qp_info_context": Out(QP_CONTEXT),
+                            "qp_info_psn": Out(24)})
         if memory == "onchip":
             members["mem_w"] = In(MemWriteSignature(width, self._ram.addr_width))
         else:
@@ -273,6 +295,9 @@ class RoceEndpoint(wiring.Component):
             rx.rx_context.eq(qps.rx_context),
         ]
         wiring.connect(m, sched.psn_w, qps.psn_w)
+        if self._qps.info_port:
+            m.d.comb += [qps.info_qp.eq(self.qp_info_qp), self.qp_info_context.eq(qps.info_context),
+                         self.qp_info_psn.eq(qps.info_psn)]
 
         # work-request sources: the user's port, the streaming front end, the generator
         arb = m.submodules.wr_arbiter = StreamArbiter(WR_TAGGED, 3)

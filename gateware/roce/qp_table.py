@@ -25,21 +25,25 @@ class QpTable(wiring.Component):
     a write to the same QP in the cycle of the read is not seen by it). ``rx_qp`` ->
     ``rx_context`` is a second, independent context read port for the receive path.
 
+    With ``info_port=True``, ``info_qp`` -> ``info_context`` / ``info_psn`` one cycle later is a
+    third read port of its own (for status read-back: it never delays nor changes the others).
+
     A write naming a QP outside the table changes nothing and pulses ``rejected``.
 
     ``lookup_qpn`` -> ``lookup_index`` / ``lookup_valid`` combinationally: the index of a
     received DestQP, valid when it names one of this table's QPs.
     """
 
-    def __init__(self, num_qps):
+    def __init__(self, num_qps, *, info_port=False):
         if not isinstance(num_qps, int) or isinstance(num_qps, bool):
             raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
         if not 1 <= num_qps <= MAX_QPS:
             raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
         self.num_qps = num_qps
+        self.info_port = bool(info_port)
         self._contexts = Memory(shape=QP_CONTEXT, depth=num_qps, init=[])
         self._psns = Memory(shape=24, depth=num_qps, init=[])
-        super().__init__({
+        members = {
             "ctl": In(stream.Signature(CONTEXT_WRITE)),
             "ctl_psn": In(stream.Signature(PSN_WRITE)),
             "psn_w": In(stream.Signature(PSN_WRITE)),
@@ -52,7 +56,11 @@ class QpTable(wiring.Component):
             "lookup_index": Out(8),
             "lookup_valid": Out(1),
             "rejected": Out(1),
-        })
+        }
+        if self.info_port:
+            members.update({"info_qp": In(range(num_qps)), "info_context": Out(QP_CONTEXT),
+                            "info_psn": Out(24)})
+        super().__init__(members)
 
     def qpn(self, index):
         """The QP number of table entry ``index``."""
@@ -83,6 +91,11 @@ class QpTable(wiring.Component):
             pr.addr.eq(self.rd_qp),
             self.rd_psn.eq(pr.data),
         ]
+        if self.info_port:
+            ci = self._contexts.read_port()
+            pi = self._psns.read_port()
+            m.d.comb += [ci.addr.eq(self.info_qp), self.info_context.eq(ci.data),
+                         pi.addr.eq(self.info_qp), self.info_psn.eq(pi.data)]
         m.d.comb += self.ctl_psn.ready.eq(1)
         with m.If(self.ctl_psn.valid):
             m.d.comb += [pw.addr.eq(self.ctl_psn.payload.qp), pw.data.eq(self.ctl_psn.payload.psn),

@@ -63,6 +63,21 @@ def test_verilog_endpoint_core(tmp_path, capsys):
                  "stats_addr"):
         assert name in ports, name
     assert not any(p.startswith("m_axi_") for p in ports)
+    # beside it: the port table lists every port of the Verilog with its direction and width,
+    # the template connects each one once; no register files without --axil
+    table = (tmp_path / "rocegen_endpoint_ports.md").read_text()
+    template = (tmp_path / "rocegen_endpoint_inst.sv").read_text()
+    assert (tmp_path / "rocegen_endpoint_pkg.sv").exists()
+    assert not (tmp_path / "rocegen_endpoint_regs.h").exists()
+    header = re.search(r"^module rocegen_endpoint\((.*?)\);", text, re.M | re.S).group(1)
+    top = [n.strip() for n in header.split(",")]
+    for name in top:
+        if name not in ports:       # zero-width (a QP index with one QP)
+            ports[name] = (re.search(rf"^  (input|output) \[-1:0\] {name};", text, re.M)[1], 0)
+        direction, width = ports[name]
+        assert f"| `{name}` | {direction} | {width} |" in table, name
+        assert template.count(f".{name}({name if width else ''})") == 1, name
+    assert len(re.findall(r"^  \.", template, re.M)) == len(top)
 
 
 def test_verilog_endpoint_xgmii_axi4(tmp_path):
@@ -83,6 +98,7 @@ def test_verilog_endpoint_xgmii_axi4(tmp_path):
     (["--mac", "02:00:00:00:01"], "not a MAC address"),
     (["--phy", "xgmii", "--width", "512"], "width must be 64"),
     (["--core", "stack", "--phy", "xgmii", "--width", "512"], "width must be 64"),
+    (["--core", "stack", "--axil"], "--axil applies to --core endpoint only"),
     (["--ip", "1.2.3.4.5"], "--ip: not an IPv4 address"),
     (["--mac", "gg:00:00:00:00:01"], "--mac: not a MAC address"),
     (["--qps", "0"], "--qps must be 1..256, not 0"),
