@@ -32,6 +32,7 @@ from rocegen.sim.roce_bench import (
     RecordCollector,
     RecordDriver,
     open_qp,
+    peer_behaviour,
     qpn,
     start_clock,
     wait_low,
@@ -46,6 +47,8 @@ B = W // 8
 MEMORY = PARAMS.get("memory", "onchip")
 NUM_QPS = PARAMS.get("num_qps", 8)
 SEED = int(os.environ.get("SEED", "11"))
+#: the host NIC model: a ConnectX's behaviour drawn from the seed, with faults (or "ideal")
+PEER = os.environ.get("ROCE_PEER", "connectx")
 #: host-side QPN of endpoint QP k
 HOST_QPN = 0x40
 REMOTE_BASE = 0x7F00_0000_0000
@@ -60,7 +63,8 @@ class Bench:
     def __init__(self, dut, *, backpressure=0.3, idle=0.2, line_gbps=None, seed=SEED):
         self.dut = dut
         self.rng = random.Random(seed * 1000 + W)
-        self.nic = Rnic(HOST_MAC, HOST_IP, strict=True)
+        self.nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=peer_behaviour(
+            self.rng.getrandbits(32), PEER))
         self.backpressure = backpressure
         self.idle = idle
         self.line_gbps = line_gbps
@@ -307,7 +311,7 @@ async def connection_manager(dut):
     generator with a test-traffic datagram, and closes the QP; the replies carry a correct UDP
     checksum and the data lands in the host's memory."""
     b = Bench(dut, backpressure=0.2)
-    b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, udp_ports=(50001,))
+    b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, udp_ports=(50001,), behaviour=b.nic.behaviour)
     await b.start()
     host_qpn, host_psn, rkey, base = 0x77, 0xFFFFF0, 0x4242, 0x5000_0000
     b.nic.register_mr(base, 1 << 16, rkey)
