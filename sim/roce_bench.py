@@ -441,7 +441,7 @@ def peer_behaviour(seed, peer="connectx", *, faults=True):
                       ack_timer_ns=rng.choice([0.0, rng.uniform(50, 3000)]),
                       response_ns=(lo, lo + rng.uniform(0, 1000)))
     if faults:
-        b = b.replace(dup_ack=0.05, ghost_ack=0.03, runt=0.02, oversize=0.01)
+        b = b.replace(dup_ack=0.05, ghost_ack=0.05, runt=0.03, oversize=0.03)
     return b
 
 
