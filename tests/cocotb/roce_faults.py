@@ -54,7 +54,9 @@ MAX_CYCLES = 6_000_000
 
 
 def is_roce(frame):
-    """The frame is a RoCEv2 packet (IPv4, UDP port 4791)."""
+    """The frame is a RoCEv2 packet (IPv4, UDP port 4791; runts from the NIC model are not)."""
+    if len(frame) < ETH.length + IPV4.length + UDP.length + BTH.length:
+        return False
     eth = ETH.unpack(frame[:ETH.length])
     if eth["ethertype"] != 0x0800:
         return False
