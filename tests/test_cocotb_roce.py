@@ -11,7 +11,7 @@ CONFIGS = {
     "axi4-512": dict(width=512, num_qps=8, memory="axi4", mem_bytes=1 << 24),
 }
 TESTS = ["every_opcode_length_and_pmtu", "generator_multi_megabyte", "stream_front_end",
-         "refused_requests", "back_to_back_at_line_rate", "connection_manager"]
+         "refused_requests", "back_to_back_at_line_rate", "connection_manager", "hostile_peer"]
 
 
 @pytest.mark.parametrize("test", TESTS)

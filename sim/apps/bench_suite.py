@@ -247,7 +247,7 @@ def _verilator_version():
     return out or None
 
 
-def _run_batch(name, runs):
+def _run_batch(name, runs, peer="connectx"):
     from rocegen.sim.testing.cocotb_runner import endpoint_sim_config, run_cocotb
     cfg = endpoint_sim_config(WIDTH, NUM_QPS)
     out = BUILD / "bench" / f"suite-{name}.json"
@@ -257,7 +257,7 @@ def _run_batch(name, runs):
     t1 = time.perf_counter()
     run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"bench-suite-{name}",
                env={"ROCE_RUNS": json.dumps(runs), "ROCE_RESULTS": out.resolve(),
-                    "ROCE_LOCAL_BYTES": LOCAL_BYTES})
+                    "ROCE_LOCAL_BYTES": LOCAL_BYTES, "ROCE_PEER": peer})
     t2 = time.perf_counter()
     results = json.loads(out.read_text())
     cycles = sum(r["sim_cycles"] for r in results)
@@ -427,10 +427,16 @@ def batch_of(row, key):
 FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak")
 
 
-def run_suite(quick=False, log=print, only=None, previous=None):
+def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx"):
     """Run the suite; returns the results (see the module documentation). ``only``: names of
     the batches to run; the other batches' figures are taken from ``previous`` (the results of
-    an earlier run), each batch keeping the revision and date it was measured at."""
+    an earlier run), each batch keeping the revision and date it was measured at. ``peer``:
+    the host NIC model's behaviour (:data:`rocegen.sim.testing.roce_env.PEERS`): a ConnectX's
+    (coalesced and delayed ACKs, credit codes, port MTU) or the ideal peer (an ACK per AckReq
+    at once)."""
+    from rocegen.sim.testing.roce_env import PEERS
+    if peer not in PEERS:
+        raise ValueError(f"peer must be one of {', '.join(PEERS)}, not {peer!r}")
     import amaranth
     started = time.time()
     revision = git_revision()            # the source the runs use (documents may change after)
@@ -448,12 +454,12 @@ def run_suite(quick=False, log=print, only=None, previous=None):
     for name, runs in plan:
         log(f"batch {name}: {len(runs)} runs ...")
         try:
-            batch, results = _run_batch(name, runs)
+            batch, results = _run_batch(name, runs, peer)
         except AssertionError as e:          # a failed run: keep the other batches' figures
             failed.append({"name": name, "runs": runs, "error": str(e)[-4000:]})
             log(f"  FAILED: {str(e)[-2000:]}")
             continue
-        batch.update(revision=revision, date=date)
+        batch.update(revision=revision, date=date, peer=peer)
         batches.append(batch)
         raw += [{**r, "batch": name} for r in results]
         log(f"  {batch['sim_cycles']:,} cycles simulated in {batch['process_seconds']:.0f} s "
@@ -495,6 +501,7 @@ def run_suite(quick=False, log=print, only=None, previous=None):
                      "bytes with FCS",
             "host": "rocegen.sim.models.rnic.Rnic, strict: every header, PSN and ICRC checked, "
                     "the data compared after every run",
+            "peer": peer,
         },
         "batches": batches,
         "failed_batches": failed,
@@ -523,6 +530,10 @@ def add_parser(sub):
     p.add_argument("--resources", action="store_true",
                    help="only take the resource figures of the last Yosys report (make synth) "
                    "into the results file, then regenerate the documents")
+    p.add_argument("--peer", choices=("connectx", "ideal"), default="connectx",
+                   help="behaviour of the host NIC model: a ConnectX's (ACKs coalesced by count "
+                   "and timer, answers 0.3..1.2 us late, credit codes of the receive queue, "
+                   "port MTU 4200; the default) or the ideal peer (an ACK per AckReq at once)")
     p.add_argument("--only", nargs="+", metavar="BATCH",
                    help="run only these batches and replace their figures in the results file "
                    "(the others keep theirs, with the revision they were measured at)")
@@ -547,7 +558,7 @@ def run(args):
         if args.only and previous is None:
             raise ValueError(f"--only replaces batches of an earlier run, but {path} does not exist")
         results = run_suite(args.quick, log=lambda s: print(s, flush=True), only=args.only,
-                            previous=previous)
+                            previous=previous, peer=args.peer)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(results, indent=1) + "\n")
         print(f"wrote {path}")

@@ -19,6 +19,33 @@ What it models (the InfiniBand RC responder rules as a ConnectX NIC applies them
   executed, RNR NAK, remote access error, invalid request, silent drops -- every event counted
   in :attr:`Rnic.counters`.
 
+How the NIC answers is :class:`Behaviour` (``behaviour=``), every field of which defaults to
+what a ConnectX shows; :data:`IDEAL` is the kinder peer of earlier versions of this model (one
+ACK per AckReq at once, credit code 0x1F, no port MTU). With a ConnectX-like behaviour:
+
+* the AETH of every ACK carries the credit code of the receive WQEs posted on the QP (IBTA
+  9.7.5.1.2, :func:`credit_code`); ``credits="none"`` sends 0x1F, ``"random"`` any code
+  0x00..0x1F drawn from the seed;
+* ACKs are coalesced and cumulative: an ACK (of the latest PSN executed, ePSN - 1) leaves after
+  every ``ack_every`` packets executed, and at the latest ``ack_timer_ns`` after the first
+  AckReq packet it covers; a NAK or a duplicate's ACK (cumulative too) replaces the pending one;
+* every answer leaves after a delay drawn in ``response_ns`` (answers stay in order);
+* frames shorter than ``min_frame`` (60) bytes before the FCS are dropped and counted as a MAC
+  does (``eth_drop_runt``), and so are frames whose IP packet is larger than the port ``mtu``
+  (``eth_drop_mtu``); an RDMA WRITE whose RETH DMA length is over ``max_msg`` (2^31) is NAKed
+  invalid request.
+
+Time exists only for a caller that gives it: ``receive(frame, now=...)`` (nanoseconds) queues
+the answers, which :meth:`Rnic.due` returns when their time comes (:meth:`Rnic.next_due` says
+when); without ``now`` every answer is returned at once and only ``ack_every`` coalesces.
+Faults a ConnectX does not make but that a requester must survive can be injected, each with a
+probability per ACK sent (off by default): a second copy of the ACK later (``dup_ack``), an ACK
+of a PSN the requester never sent (``ghost_ack``: 2^22..2^23 - 1 ahead of ePSN), a runt (the
+ACK cut to 1..59 bytes, ``runt``) and an oversize frame (the ACK's UDP datagram grown to an IP
+length drawn in ``oversize_len``, checksums valid, ``oversize``). Each is counted
+(``ack_dup_tx``, ``ack_ghost_tx``, ``runt_tx``, ``oversize_tx``); ``ack_tx`` counts the ACKs
+proper only.
+
 ``strict=True`` turns every *malformed* frame or *protocol violation by the requester* into an
 ``AssertionError`` with a precise message (a testbench fails on it). Conditions a correct
 requester can legitimately meet -- lost packets (PSN gaps), duplicates after a retransmission,
@@ -61,7 +88,10 @@ The ICRC comes from the project's ICRC reference, :mod:`rocegen.sim.models.icrc`
 against independently computed vectors).
 """
 
+import dataclasses
 import enum
+import heapq
+import random
 import struct
 from collections import deque
 from dataclasses import dataclass, field
@@ -77,7 +107,8 @@ from rocegen.wire import headers as H
 
 __all__ = [
     "Rnic", "QueuePair", "MemoryRegion", "RecvWqe", "Completion", "Access", "WcOpcode", "WcStatus",
-    "Op", "psn_diff", "COUNTERS", "STRICT_CHECKS", "ROCE_PORT", "PMTUS",
+    "Op", "psn_diff", "Behaviour", "IDEAL", "credit_code", "CREDITS", "COUNTERS",
+    "STRICT_CHECKS", "ROCE_PORT", "PMTUS",
     "SYN_ACK", "SYN_RNR", "NAK_PSN_SEQ", "NAK_INV_REQ", "NAK_REM_ACCESS", "NAK_REM_OP",
 ]
 
@@ -94,6 +125,81 @@ NAK_PSN_SEQ = 0x60
 NAK_INV_REQ = 0x61
 NAK_REM_ACCESS = 0x62
 NAK_REM_OP = 0x63
+
+
+#: IBTA 9.7.5.1.2: AETH credit code n (0..30) advertises at least ``CREDITS[n]`` receive WQEs
+CREDITS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024,
+           1536, 2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768)
+
+
+def credit_code(wqes):
+    """The AETH credit code advertising ``wqes`` receive WQEs: the largest code whose count
+    is not more than ``wqes``."""
+    code = 0
+    while code + 1 < len(CREDITS) and CREDITS[code + 1] <= wqes:
+        code += 1
+    return code
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How the NIC answers (see the module documentation); every default is a ConnectX's.
+
+    ``credits``: ``"rq"`` (the receive WQEs posted), ``"none"`` (0x1F) or ``"random"``.
+    ``ack_every``: an ACK after this many packets executed (``None``: only on AckReq).
+    ``ack_timer_ns``: the longest a pending ACK of an AckReq packet waits (0: sent at once).
+    ``response_ns``: ``(lo, hi)`` delay of every answer, drawn uniformly. ``min_frame``: shortest
+    frame taken, bytes before the FCS. ``mtu``: largest IP packet taken (``None``: no limit).
+    ``max_msg``: largest RETH DMA length (``None``: no limit). ``dup_ack``, ``ghost_ack``,
+    ``runt``, ``oversize``: fault probabilities per ACK sent; ``oversize_len``: ``(lo, hi)``
+    IP length of an oversize frame. ``seed``: of the random choices.
+    """
+    credits: str = "rq"
+    ack_every: int | None = 16
+    ack_timer_ns: float = 1000.0
+    response_ns: tuple = (300.0, 1200.0)
+    min_frame: int = 60
+    mtu: int | None = 4200
+    max_msg: int | None = 1 << 31
+    dup_ack: float = 0.0
+    ghost_ack: float = 0.0
+    runt: float = 0.0
+    oversize: float = 0.0
+    oversize_len: tuple = (9001, 9600)
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.credits not in ("rq", "none", "random"):
+            raise ValueError(f"credits must be 'rq', 'none' or 'random', not {self.credits!r}")
+        if self.ack_every is not None and (not isinstance(self.ack_every, int)
+                                           or self.ack_every < 1):
+            raise ValueError(f"ack_every must be None or an integer >= 1, not {self.ack_every!r}")
+        if not self.ack_timer_ns >= 0:
+            raise ValueError(f"ack_timer_ns must be >= 0, not {self.ack_timer_ns!r}")
+        for name in ("response_ns", "oversize_len"):
+            lo, hi = getattr(self, name)
+            if not 0 <= lo <= hi:
+                raise ValueError(f"{name} must be a range (lo, hi) with 0 <= lo <= hi, not "
+                                 f"{getattr(self, name)!r}")
+        if not isinstance(self.min_frame, int) or not 0 <= self.min_frame <= 60:
+            raise ValueError(f"min_frame must be 0..60 bytes, not {self.min_frame!r}")
+        if self.mtu is not None and not 68 <= self.mtu <= 65535:
+            raise ValueError(f"mtu must be None or 68..65535 bytes, not {self.mtu!r}")
+        if self.max_msg is not None and not 0 <= self.max_msg <= 0xFFFFFFFF:
+            raise ValueError(f"max_msg must be None or 0..2^32-1, not {self.max_msg!r}")
+        for name in ("dup_ack", "ghost_ack", "runt", "oversize"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be a probability in [0, 1], not "
+                                 f"{getattr(self, name)!r}")
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+#: The kind peer of earlier versions of this model: an ACK (credit code 0x1F) for every AckReq
+#: packet, at once; no port MTU, no message size limit, frames down to the Ethernet header.
+IDEAL = Behaviour(credits="none", ack_every=None, ack_timer_ns=0.0, response_ns=(0.0, 0.0),
+                  min_frame=0, mtu=None, max_msg=None)
 
 
 class Op(enum.IntEnum):
@@ -202,6 +308,9 @@ class QueuePair:
     rq: deque = field(default_factory=deque)
     rnr_refuse: int = 0
     ackreq_seen: int = 0
+    ack_deadline: float | None = None   # a pending coalesced ACK leaves then (timed mode)
+    unacked: int = 0                    # packets executed since the last ACK
+    ack_dst: str | None = None          # source MAC of the frame that made the pending ACK
     peer_sport: int | None = None       # UDP source port of the requester, once seen
     cnp_rx: int = 0
 
@@ -239,7 +348,7 @@ _RESPONSES = range(Op.RDMA_READ_RESPONSE_FIRST, Op.ATOMIC_ACKNOWLEDGE + 1)
 COUNTERS = (
     "rx_frames", "tx_frames",
     # Ethernet / ARP
-    "eth_drop_runt", "eth_drop_addr", "eth_drop_vlan", "eth_drop_ethertype",
+    "eth_drop_runt", "eth_drop_mtu", "eth_drop_addr", "eth_drop_vlan", "eth_drop_ethertype",
     "arp_rx_request", "arp_rx_reply", "arp_tx_reply", "arp_drop_bad",
     # IPv4 / UDP
     "ip_drop_header", "ip_drop_checksum", "ip_drop_length", "ip_drop_options", "ip_drop_fragment",
@@ -253,7 +362,9 @@ COUNTERS = (
     "send_msgs", "send_bytes", "completions",
     "ack_tx", "nak_seq_tx", "rnr_nak_tx", "nak_inv_req_tx", "nak_rem_access_tx", "nak_rem_op_tx",
     "err_opcode_seq", "err_unsupported", "err_length", "err_rkey", "err_access", "err_bounds",
-    "err_recv_len",
+    "err_recv_len", "err_msg_size",
+    # faults injected towards the requester (Behaviour)
+    "ack_dup_tx", "ack_ghost_tx", "runt_tx", "oversize_tx",
     # deviations from the wire conventions that a receiver tolerates (strict mode raises)
     "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
     "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",
@@ -261,7 +372,8 @@ COUNTERS = (
 
 #: Counters whose events raise in strict mode (everything else is a legitimate situation).
 STRICT_CHECKS = frozenset({
-    "eth_drop_runt", "eth_drop_addr", "eth_drop_vlan", "eth_drop_ethertype", "arp_drop_bad",
+    "eth_drop_runt", "eth_drop_mtu", "err_msg_size", "eth_drop_addr", "eth_drop_vlan",
+    "eth_drop_ethertype", "arp_drop_bad",
     "ip_drop_header", "ip_drop_checksum", "ip_drop_length", "ip_drop_options", "ip_drop_fragment",
     "ip_drop_addr", "ip_drop_protocol", "udp_drop_length", "udp_drop_checksum", "udp_drop_port",
     "drop_short", "drop_icrc", "drop_tver", "drop_transport", "drop_dest_qp", "drop_src_ip",
@@ -324,16 +436,28 @@ class Rnic:
     """The host RNIC on one Ethernet port: ARP + the RoCEv2 RC responder on UDP 4791.
 
     ``mac``/``ip``: the NIC's addresses. ``strict``: raise AssertionError on malformed frames
-    and requester protocol violations (:data:`STRICT_CHECKS`). ``ack_coalesce``: ACK only every
-    N-th AckReq packet of a QP. ``vlan``/``pcp``: only frames tagged with that VLAN ID are taken,
+    and requester protocol violations (:data:`STRICT_CHECKS`). ``behaviour``: a
+    :class:`Behaviour` (default: a ConnectX's). ``ack_coalesce``: ACK only every N-th AckReq
+    packet of a QP. ``vlan``/``pcp``: only frames tagged with that VLAN ID are taken,
     answers are tagged. ``udp_ports``: other UDP ports whose datagrams are collected in
     :attr:`udp_rx`. ``migreq``/``ttl``: header fields of the frames sent.
     """
 
-    def __init__(self, mac, ip, *, strict=False, ack_coalesce=1, vlan=None, pcp=0, migreq=1,
-                 ttl=64, udp_ports=()):
+    def __init__(self, mac, ip, *, strict=False, behaviour=None, ack_coalesce=1, vlan=None,
+                 pcp=0, migreq=1, ttl=64, udp_ports=()):
         if ack_coalesce < 1:
             raise ValueError("ack_coalesce must be >= 1")
+        if behaviour is None:
+            behaviour = Behaviour()
+        if not isinstance(behaviour, Behaviour):
+            raise TypeError(f"behaviour must be a Behaviour, not {behaviour!r}")
+        self.behaviour = behaviour
+        self._rng = random.Random(behaviour.seed)
+        self._now = None                # the time of the frame being handled (timed mode)
+        self._queue = []                # (due, order, frame) of the answers waiting (timed mode)
+        self._order = 0
+        self._last_due = 0.0
+        self._copies = []               # duplicate ACKs to send late (timed mode)
         self.mac = mac.lower()
         self.ip = ip
         self._mac_b = bytes.fromhex(self.mac.replace(":", ""))
@@ -564,18 +688,83 @@ class Rnic:
 
     # ------------------------------------------------------------------ receive path
 
-    def receive(self, frame):
-        """Take one Ethernet frame (without FCS); return the frames sent in answer."""
+    def receive(self, frame, now=None):
+        """Take one Ethernet frame (without FCS); return the frames sent in answer. With
+        ``now`` (nanoseconds, never decreasing from call to call) the answers are queued with
+        their delays and the frames due by ``now`` are returned (:meth:`due`)."""
         frame = bytes(frame)
         self.counters["rx_frames"] += 1
-        out = self._ethernet(frame)
+        if now is None:
+            self._now = None
+            out = self._ethernet(frame)
+            self.counters["tx_frames"] += len(out)
+            return out
+        self._advance(now)
+        for f in self._ethernet(frame):
+            self._schedule(f, now)
+        self._schedule_copies()
+        return self.due(now)
+
+    def due(self, now):
+        """The answers whose time has come by ``now`` (nanoseconds), in order: coalesced ACKs
+        whose timer ran out are made first."""
+        self._advance(now)
+        for qp in self.qps.values():
+            if qp.ack_deadline is not None and qp.ack_deadline <= now:
+                when = qp.ack_deadline
+                qp.ack_deadline = None
+                for f in self._coalesced_ack(qp, qp.ack_dst):
+                    self._schedule(f, when)
+                self._schedule_copies()
+        out = []
+        while self._queue and self._queue[0][0] <= now:
+            out.append(heapq.heappop(self._queue)[2])
         self.counters["tx_frames"] += len(out)
         return out
 
+    def next_due(self):
+        """The earliest time (nanoseconds) at which :meth:`due` has a frame to give, or ``None``."""
+        times = [qp.ack_deadline for qp in self.qps.values() if qp.ack_deadline is not None]
+        if self._queue:
+            times.append(self._queue[0][0])
+        return min(times, default=None)
+
+    @property
+    def pending(self):
+        """Answers queued or ACKs pending (timed mode)."""
+        return len(self._queue) + sum(qp.ack_deadline is not None for qp in self.qps.values())
+
+    def _advance(self, now):
+        if self._now is not None and now < self._now:
+            raise ValueError(f"time {now} ns is before {self._now} ns, already seen")
+        self._now = now
+
+    def _schedule_copies(self):
+        """The second copies of duplicated ACKs: after their original, by up to two response
+        delays, outside the answers' order (later answers may overtake them)."""
+        lo, hi = self.behaviour.response_ns
+        for f in self._copies:
+            when = self._last_due + 1.0 + self._rng.uniform(0, lo + hi)
+            heapq.heappush(self._queue, (when, self._order, f))
+            self._order += 1
+        self._copies.clear()
+
+    def _schedule(self, frame, at):
+        lo, hi = self.behaviour.response_ns
+        when = max(at + (self._rng.uniform(lo, hi) if hi else 0.0), self._last_due)
+        self._last_due = when
+        heapq.heappush(self._queue, (when, self._order, frame))
+        self._order += 1
+
     def _ethernet(self, frame):
         hlen = 14 if self.vlan is None else 18
-        if len(frame) < hlen:
-            return self._drop("eth_drop_runt", f"frame of {len(frame)} bytes")
+        if len(frame) < max(hlen, self.behaviour.min_frame):
+            return self._drop("eth_drop_runt", f"frame of {len(frame)} bytes (a runt: the "
+                              f"shortest is {max(hlen, self.behaviour.min_frame)})")
+        mtu = self.behaviour.mtu
+        if mtu is not None and len(frame) - hlen > mtu:
+            return self._drop("eth_drop_mtu", f"frame of {len(frame)} bytes: {len(frame) - hlen} "
+                              f"after the Ethernet header, more than the port MTU ({mtu})")
         dst = frame[0:6]
         if dst not in (self._mac_b, BROADCAST):
             return self._drop("eth_drop_addr", f"frame to {_mac_str(dst)}, which is neither "
@@ -758,11 +947,12 @@ class Rnic:
                                   "already sent")
             qp.nak_pending = True
             self._event("nak_seq_tx", f"{where}: ahead of ePSN {qp.epsn:#08x}")
+            self._cancel_ack(qp)
             return [self._ack_frame(qp, NAK_PSN_SEQ, qp.epsn, src_mac)]
         if d < 0:
             self._event("duplicate", f"{where}: behind ePSN {qp.epsn:#08x}")
-            self.counters["ack_tx"] += 1
-            return [self._ack_frame(qp, SYN_ACK, qp.epsn - 1, src_mac)]
+            self._cancel_ack(qp)
+            return self._send_ack(qp, src_mac)
         qp.nak_pending = False
         try:
             return self._execute(qp, bth, info, ext, payload, padcnt, where, src_mac)
@@ -781,6 +971,7 @@ class Rnic:
 
     def _fatal(self, qp, psn, e, where, src_mac):
         self._event(e.counter, f"{where}: {e.message}")
+        self._cancel_ack(qp)
         name = {NAK_INV_REQ: "nak_inv_req_tx", NAK_REM_ACCESS: "nak_rem_access_tx",
                 NAK_REM_OP: "nak_rem_op_tx"}[e.syndrome]
         self.counters[name] += 1
@@ -822,6 +1013,7 @@ class Rnic:
             if refuse:
                 qp.nak_pending = True
                 self._event("rnr_nak_tx", f"{where}: {refuse}")
+                self._cancel_ack(qp)
                 return [self._ack_frame(qp, SYN_RNR | qp.min_rnr_timer, bth.psn, src_mac)]
         # 3. length
         n = len(payload)
@@ -834,6 +1026,9 @@ class Rnic:
         if kind == "WRITE":
             if has_reth:
                 va, rkey, dlen = struct.unpack_from(">QII", ext)
+                if self.behaviour.max_msg is not None and dlen > self.behaviour.max_msg:
+                    raise _Fatal(NAK_INV_REQ, "err_msg_size", f"RETH DMA length {dlen:#x} is "
+                                 f"more than the largest message ({self.behaviour.max_msg:#x})")
                 mr = None
                 if dlen:
                     mr = self._mr_by_rkey(rkey)
@@ -895,11 +1090,79 @@ class Rnic:
             qp.msn = (qp.msn + 1) & PSN_MASK
         qp.epsn = (qp.epsn + 1) & PSN_MASK
         self.counters["executed"] += 1
+        qp.unacked += 1
+        every = self.behaviour.ack_every
+        if every is not None and qp.unacked >= every:
+            # coalesced by count: the ACK carries the latest PSN, whether or not it asked
+            qp.ack_deadline = None
+            return self._coalesced_ack(qp, src_mac)
         if not bth.ackreq:
             return []
         qp.ackreq_seen += 1
         if qp.ackreq_seen % self.ack_coalesce:
             self.counters["ack_coalesced"] += 1
             return []
+        timer = self.behaviour.ack_timer_ns
+        if self._now is None or not timer:
+            return self._coalesced_ack(qp, src_mac)
+        if qp.ack_deadline is None:
+            qp.ack_deadline, qp.ack_dst = self._now + timer, src_mac
+        self.counters["ack_coalesced"] += 1
+        return []
+
+    def _cancel_ack(self, qp):
+        """A cumulative answer goes out: it carries whatever a pending ACK would have."""
+        qp.ack_deadline = None
+        qp.unacked = 0
+
+    def _coalesced_ack(self, qp, src_mac):
+        qp.unacked = 0
+        return self._send_ack(qp, src_mac)
+
+    def _credit(self, qp):
+        mode = self.behaviour.credits
+        if mode == "none":
+            return SYN_ACK
+        if mode == "random":
+            return self._rng.randrange(0x20)
+        return credit_code(len(qp.rq))
+
+    def _send_ack(self, qp, src_mac):
+        """The ACK of ePSN - 1 (every PSN executed), with the faults the behaviour injects."""
+        b, rng = self.behaviour, self._rng
         self.counters["ack_tx"] += 1
-        return [self._ack_frame(qp, SYN_ACK, bth.psn, src_mac)]
+        ack = self._ack_frame(qp, self._credit(qp), qp.epsn - 1, src_mac)
+        out = [ack]
+        if b.ghost_ack and rng.random() < b.ghost_ack:
+            self.counters["ack_ghost_tx"] += 1
+            ghost = qp.epsn - 1 + (1 << 22) + rng.randrange(1 << 22)
+            out.insert(rng.randrange(2), self._ack_frame(qp, self._credit(qp), ghost, src_mac))
+        if b.runt and rng.random() < b.runt:
+            self.counters["runt_tx"] += 1
+            out.insert(rng.randrange(len(out) + 1), ack[:rng.randrange(1, MIN_FRAME)])
+        if b.oversize and rng.random() < b.oversize:
+            self.counters["oversize_tx"] += 1
+            out.insert(rng.randrange(len(out) + 1), self._oversize(ack, rng.randint(
+                *b.oversize_len)))
+        if b.dup_ack and rng.random() < b.dup_ack:
+            self.counters["ack_dup_tx"] += 1
+            if self._now is None:
+                out.append(ack)
+            else:
+                self._copies.append(ack)
+        return out
+
+    def _oversize(self, ack, ip_len):
+        """``ack`` with its UDP datagram grown (zeros before the ICRC) to an IP length of
+        ``ip_len``, lengths, IP checksum and ICRC right."""
+        l2 = len(ack) - H.IPV4.length - H.UDP.length - H.BTH.length - H.AETH.length - 4
+        dgram = ack[l2:len(ack) - 4]
+        grow = ip_len - len(dgram) - 4
+        body = dgram[H.IPV4.length + H.UDP.length:] + bytes(max(grow, 0))
+        ip = H.IPV4.unpack(dgram)
+        ip_hdr = H.IPV4.pack(**{**ip, "total_length": ip_len, "checksum": 0})
+        ip_hdr = H.IPV4.pack(**{**ip, "total_length": ip_len, "checksum": checksum(ip_hdr)})
+        udp = H.UDP.unpack(dgram[H.IPV4.length:])
+        udp_hdr = H.UDP.pack(**{**udp, "length": ip_len - H.IPV4.length})
+        dgram = ip_hdr + udp_hdr + body
+        return ack[:l2] + dgram + _icrc(dgram)

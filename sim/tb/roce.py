@@ -2,7 +2,11 @@
 every opcode and length around every path MTU on QPs interleaved, PSN wrap-around,
 multi-megabyte messages, the traffic generator, the streaming front end, refused work requests,
 and back-to-back packets at line rate. Random idle cycles on the inputs and random backpressure
-from the MAC unless a test measures line rate."""
+from the MAC unless a test measures line rate. The NIC model behaves like a ConnectX whose
+figures are drawn from the seed (coalesced, late ACKs, credit codes), and it also sends
+duplicate and ghost ACKs, runts and oversize frames (:func:`rocegen.sim.testing.roce_env.peer_behaviour`;
+``ROCE_PEER=ideal`` for the kind peer); the benches check that the endpoint's counters account
+for all of it."""
 
 import json
 import os
@@ -14,7 +18,7 @@ from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStrea
 
 from rocegen.gateware.lib.records import pack
 from rocegen.gateware.roce.cm import CM_PORT, REPLY_PORT
-from rocegen.gateware.roce.endpoint import ROCE_STATS, STATS
+from rocegen.gateware.roce.endpoint import QP_COUNTERS, ROCE_STATS, STATS
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, QpState, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.stream_in import STREAM_META
@@ -24,12 +28,13 @@ from rocegen.sim.models.cm import request as cm_request
 from rocegen.sim.models.cm import traffic as cm_traffic
 from rocegen.sim.models.cm import unpack as cm_unpack
 from rocegen.sim.models.rnic import Rnic, WcStatus
-from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.cocotb_helpers import read_qp_stats, read_stats
 from rocegen.sim.testing.roce_env import (
     MacModel,
     RecordCollector,
     RecordDriver,
     open_qp,
+    peer_behaviour,
     qpn,
     start_clock,
     wait_low,
@@ -46,6 +51,8 @@ B = W // 8
 MEMORY = PARAMS.get("memory", "onchip")
 NUM_QPS = PARAMS.get("num_qps", 8)
 SEED = int(os.environ.get("SEED", "11"))
+#: the host NIC model: a ConnectX's behaviour drawn from the seed, with faults (or "ideal")
+PEER = os.environ.get("ROCE_PEER", "connectx")
 #: host-side QPN of endpoint QP k
 HOST_QPN = 0x40
 REMOTE_BASE = 0x7F00_0000_0000
@@ -60,7 +67,8 @@ class Bench:
     def __init__(self, dut, *, backpressure=0.3, idle=0.2, line_gbps=None, seed=SEED):
         self.dut = dut
         self.rng = random.Random(seed * 1000 + W)
-        self.nic = Rnic(HOST_MAC, HOST_IP, strict=True)
+        self.nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=peer_behaviour(
+            self.rng.getrandbits(32), PEER))
         self.backpressure = backpressure
         self.idle = idle
         self.line_gbps = line_gbps
@@ -116,6 +124,41 @@ class Bench:
 
     def remote(self, k, offset, length):
         return self.nic.read_mem(self.qps[k]["base"] + offset, length)
+
+
+#: The NIC model's counters of the AETH frames it sends (ACKs, NAKs, copies and ghosts).
+AETH_SENT = ("ack_tx", "ack_dup_tx", "ack_ghost_tx", "nak_seq_tx", "rnr_nak_tx", "nak_inv_req_tx",
+             "nak_rem_access_tx", "nak_rem_op_tx")
+
+
+async def check_peer_counters(b):
+    """After the NIC model's last answer reached the endpoint (no link in between): every AETH
+    frame it sent reached the retry engine; each one acknowledged progress, was a stale repeat
+    or was ignored (per-QP ``acks`` + ``ignored``, no NAK here); the ghost ACKs were all
+    ignored, and the duplicate copies and ghosts are exactly the stale and ignored ones; every
+    runt and oversize frame was dropped and counted by the network stack. Returns the
+    endpoint's counters."""
+    await b.mac.drained()
+    await b.mac.source.wait()
+    # the last frames go through the receive path behind an oversize frame, beat by beat
+    await ClockCycles(b.dut.clk, 2 * -(-(14 + b.nic.behaviour.oversize_len[1]) // B) + 200)
+    stats = await read_stats(b.dut, STATS)
+    c = b.nic.counters
+    per_qp = [await read_qp_stats(b.dut, k, QP_COUNTERS, ("acks", "ignored")) for k in b.qps]
+    summary = {name: c[name] for name in AETH_SENT + ("runt_tx", "oversize_tx", "tx_frames")
+               if c[name]}
+    b.dut._log.info(f"NIC model sent {summary}; endpoint: " + ", ".join(
+        f"{k} {v}" for k, v in stats.items() if v))
+    assert stats["roce_rx_acks"] == sum(c[name] for name in AETH_SENT), \
+        f"{stats['roce_rx_acks']} acknowledgements taken, the NIC model sent " \
+        f"{sum(c[name] for name in AETH_SENT)}"
+    assert sum(q["acks"] + q["ignored"] for q in per_qp) == stats["roce_rx_acks"]
+    assert stats["roce_ignored_acks"] >= c["ack_ghost_tx"]
+    assert stats["roce_stale_acks"] + stats["roce_ignored_acks"] == \
+        c["ack_dup_tx"] + c["ack_ghost_tx"]
+    assert stats["eth_runt"] + stats["ip_runt"] + stats["ip_truncated"] == c["runt_tx"]
+    assert stats["ip_drop_header"] == c["oversize_tx"]
+    return stats
 
 
 def interleave(rng, per_qp):
@@ -196,6 +239,7 @@ async def every_opcode_length_and_pmtu(dut):
             if op in SEND_OPS:
                 assert c.data[:len(data)] == data and c.byte_len == len(data)
     assert not b.nic.log, f"the NIC model logged problems: {b.nic.log[:5]}"
+    await check_peer_counters(b)
     for k in start_psn:
         n_pkts = sum(max(1, -(-j[4] // pmtus[k])) for j in per_qp[k])
         assert b.nic.expected_psn(HOST_QPN + k) == (start_psn[k] + n_pkts) % (1 << 24)
@@ -225,6 +269,7 @@ async def generator_multi_megabyte(dut):
     assert [c.data[:1000] for c in recv] == [pattern(generator_address(s), 1000) for s in range(3)]
     assert all(c.imm == 0xFACE for c in recv)
     assert not b.nic.log
+    await check_peer_counters(b)
 
 
 async def wait_gen(dut, count, max_cycles=3_000_000):
@@ -264,6 +309,7 @@ async def stream_front_end(dut):
     for off, data in msgs:
         assert b.remote(0, off, len(data)) == data, f"message at {off:#x} differs"
     assert not b.nic.log
+    await check_peer_counters(b)
 
 
 @cocotb.test()
@@ -291,11 +337,11 @@ async def refused_requests(dut):
     assert b.remote(0, 0, 100) == local[:100]
     assert b.remote(0, 4096, 1500) == local[B:B + 1500]
     assert not b.nic.log
-    stats = await read_stats(dut, STATS)
+    stats = await check_peer_counters(b)
     assert stats["roce_cpl_ok"] == 2 and stats["roce_cpl_error"] == 4
     assert stats["roce_wr_posted"] == 6
     assert stats["roce_tx_packets"] == 1 + 2            # 100 bytes, 1500 bytes at PMTU 1024
-    assert stats["roce_rx_acks"] == stats["roce_rx_packets"] == b.nic.counters["ack_tx"] > 0
+    assert stats["roce_rx_acks"] == stats["roce_rx_packets"] >= b.nic.counters["ack_tx"] > 0
     for name in ROCE_STATS:
         if "drop" in name or "bad" in name or "naks" in name:
             assert stats[name] == 0, f"{name} = {stats[name]}"
@@ -307,7 +353,7 @@ async def connection_manager(dut):
     generator with a test-traffic datagram, and closes the QP; the replies carry a correct UDP
     checksum and the data lands in the host's memory."""
     b = Bench(dut, backpressure=0.2)
-    b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, udp_ports=(50001,))
+    b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, udp_ports=(50001,), behaviour=b.nic.behaviour)
     await b.start()
     host_qpn, host_psn, rkey, base = 0x77, 0xFFFFF0, 0x4242, 0x5000_0000
     b.nic.register_mr(base, 1 << 16, rkey)
@@ -361,3 +407,68 @@ async def back_to_back_at_line_rate(dut):
     # after the first frame (ARP and pipeline fill), every frame starts the cycle after the last
     gaps = [roce[i + 1][0] - roce[i][1] - 1 for i in range(1, len(roce) - 1)]
     assert max(gaps) == 0, f"idle beats between frames: {sorted(set(gaps))}"
+
+
+@cocotb.test()
+async def hostile_peer(dut):
+    """A ConnectX-like NIC model at its most hostile: every AETH credit code, ACKs coalesced
+    after every few packets and by a timer, answers late, and a third of its ACKs followed by a
+    duplicate copy, a ghost ACK (of a PSN never sent), a runt or an oversize frame. WRITEs,
+    SENDs and WRITEs with immediate on four QPs: every byte lands once, every work request
+    completes OK, and the endpoint's counters account for every frame the model sent."""
+    b = Bench(dut)
+    seed = b.rng.getrandbits(32)
+    b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=peer_behaviour(seed | 1).replace(
+        credits="random", ack_every=b.rng.randint(2, 8), ack_timer_ns=1500.0,
+        dup_ack=0.3, ghost_ack=0.3, runt=0.2, oversize=0.2, seed=seed))
+    await b.start()
+    rng = b.rng
+    local = rng.randbytes(32 * 1024)
+    await b.write_local(0, local)
+    pmtus = [256, 1024, 4096, 512]
+    for k, pmtu in enumerate(pmtus):
+        await b.open(k, pmtu=pmtu, psn=rng.getrandbits(24), mr_bytes=1 << 20,
+                     ack_every_log2=rng.randrange(0, 5))
+    per_qp, expect_mem, expect_recv = {}, [], {}
+    wr_id = 0
+    for k, pmtu in enumerate(pmtus):
+        per_qp[k], cursor = [], 0
+        for _ in range(24):
+            op = rng.choice(OPCODES)
+            n = rng.choice([0, 1, B, pmtu, pmtu + 1, rng.randrange(1, 5 * pmtu)])
+            local_addr = rng.randrange(0, (len(local) - n) // B + 1) * B
+            imm = rng.getrandbits(32)
+            per_qp[k].append((wr_id, k, op, local_addr, n, cursor, imm))
+            if op in (WrOpcode.WRITE, WrOpcode.WRITE_IMM):
+                expect_mem.append((k, cursor, local[local_addr:local_addr + n]))
+            if op != WrOpcode.WRITE:
+                b.nic.post_recv(HOST_QPN + k, max(n, 1), wr_id)
+                expect_recv.setdefault(HOST_QPN + k, []).append(
+                    (op, local[local_addr:local_addr + n], imm))
+            cursor += n + rng.randrange(0, 8)
+            wr_id += 1
+    order = interleave(rng, per_qp)
+    for job in order:
+        await b.post(*job)
+    cpls = await b.cpl.wait_for(len(order), max_cycles=4_000_000)
+    check_completions(cpls, {k: [j[0] for j in v] for k, v in per_qp.items()})
+    for k, off, data in expect_mem:
+        assert b.remote(k, off, len(data)) == data, f"QP {k}: remote memory at {off:#x} differs"
+    got = {}
+    for c in b.nic.poll_cq():
+        got.setdefault(c.qpn, []).append(c)
+    for host, exp in expect_recv.items():
+        have = got.get(host, [])
+        assert len(have) == len(exp), f"host QP {host:#x}: {len(have)} of {len(exp)} receives"
+        for c, (op, data, imm) in zip(have, exp):
+            assert c.status == WcStatus.SUCCESS and c.imm == (imm if op in IMM_OPS else None)
+            if op in SEND_OPS:
+                assert c.data[:len(data)] == data and c.byte_len == len(data)
+    assert not b.nic.log, f"the NIC model logged problems: {b.nic.log[:5]}"
+    assert b.mac.retransmitted == 0, "a packet was sent twice"
+    packets = sum(max(1, -(-j[4] // pmtus[k])) for k, jobs in per_qp.items() for j in jobs)
+    assert (b.nic.counters["executed"], b.nic.counters["duplicate"]) == (packets, 0)
+    stats = await check_peer_counters(b)
+    c = b.nic.counters
+    assert min(c["ack_dup_tx"], c["ack_ghost_tx"], c["runt_tx"], c["oversize_tx"]) > 0, c
+    assert stats["roce_cpl_ok"] == len(order) and stats["roce_cpl_error"] == 0

@@ -63,6 +63,10 @@ link corrupted) are allowed in its log.
 ``ROCE_LOCAL_BYTES``: bytes of local memory filled with random data for ``memory`` runs (default
 64 KiB; at most the on-chip memory); no message of such a run may be longer.
 
+``ROCE_PEER``: the host NIC model's behaviour, ``connectx`` (the default: coalesced and delayed
+ACKs, credit codes, port MTU, as :func:`~rocegen.sim.testing.roce_env.peer_behaviour` gives for seed
+0 without faults) or ``ideal`` (an ACK per AckReq at once).
+
 ``PCAP``: every frame crossing the MAC port goes to this file, as the NIC model receives it and
 as the endpoint receives the answers (after the links).
 """
@@ -97,6 +101,7 @@ from rocegen.sim.testing.roce_env import (
     link_pair,
     now_cycle,
     open_qp,
+    peer_behaviour,
     period_ps,
     qpn,
     roce_data_key,
@@ -118,6 +123,7 @@ B = W // 8
 HOST_QPN = 0x40
 REMOTE_BASE = 0x10_0000_0000
 LOCAL_BYTES = int(os.environ.get("ROCE_LOCAL_BYTES", 64 * 1024))
+BEHAVIOUR = peer_behaviour(0, os.environ.get("ROCE_PEER", "connectx"), faults=False)
 PSN_MOD = 1 << 24
 ROCE_HEADERS = ETH.length + IPV4.length + UDP.length
 #: NIC model log entries a lossy link legitimately causes (besides drops of corrupted frames)
@@ -146,7 +152,7 @@ async def runs(dut):
     results = []
     await start_clock(dut, W)
     pcap = PcapWriter(os.environ["PCAP"]) if os.environ.get("PCAP") else None
-    nic = Rnic(HOST_MAC, HOST_IP, strict=True)
+    nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=BEHAVIOUR)
     mac = MacModel(dut, W, nic, pcap=pcap)
     ctl = RecordDriver(dut, "qpctl", CONTEXT_WRITE)
     psn_ctl = RecordDriver(dut, "qppsn", PSN_WRITE)
@@ -173,7 +179,7 @@ async def runs(dut):
     for n, run in enumerate(runs):
         await mac.drained()             # the previous run's late copies
         run_cycle, run_wall = now_cycle(W), time.perf_counter()
-        nic = Rnic(HOST_MAC, HOST_IP, strict=True,
+        nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=BEHAVIOUR,
                    udp_ports=(CM_HOST_LISTEN,) if run.get("cm") else ())
         mac.nic = nic
         if run.get("cm"):

@@ -15,6 +15,10 @@ frame), never per beat or per cycle: the simulator runs the endpoint at Verilato
 between frames. Every frame goes to the NIC model in strict mode; its answers (ARP replies,
 ACKs) go back through ``s_axis``. Frame times are recorded in cycles, for goodput figures.
 
+The NIC model is given the time (:meth:`~rocegen.sim.models.rnic.Rnic.receive` with ``now`` in
+nanoseconds of simulated time): its answers leave when its behaviour says (response delays,
+coalesced ACKs), and the loop also wakes at the cycle the model's next answer is due.
+
 Optionally a faulty link (:class:`~rocegen.sim.models.link.Link`) sits in each direction:
 ``to_nic`` between the endpoint's MAC and the NIC model, ``from_nic`` between the NIC model's
 answers and ``s_axis``. A frame the link corrupted is given to the NIC model with its strict
@@ -41,6 +45,7 @@ from rocegen.gateware.lib.records import pack, unpack
 from rocegen.gateware.roce.layouts import COMPLETION, QPN_BASE, WORK_REQUEST, QpState
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.sim.models.link import Link
+from rocegen.sim.models.rnic import IDEAL, Behaviour
 from rocegen.sim.testing.cocotb_helpers import Capture
 from rocegen.sim.testing.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_depth
 from rocegen.wire.headers import (
@@ -57,7 +62,7 @@ from rocegen.wire.headers import (
 
 __all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "RecordDriver", "RecordCollector",
            "start_clock", "wait_cycles", "wait_low", "wait_until", "cycle_offset", "MacFrames",
-           "open_qp", "qpn", "write_onchip",
+           "open_qp", "qpn", "write_onchip", "peer_behaviour", "PEERS",
            "roce_data_key", "is_ipv4", "link_pair", "FAULTS", "timeout_code", "LINE_OVERHEAD"]
 
 #: fixed point of the capture ring's line-rate budget (bytes per cycle times 2**16)
@@ -225,14 +230,22 @@ class MacModel:
 
     @property
     def in_flight(self):
-        """Frames inside the links (0 without links)."""
-        return sum(link.in_flight for link in (self.to_nic, self.from_nic) if link is not None)
+        """Frames inside the links and answers the NIC model has not sent yet."""
+        return self.nic.pending + sum(link.in_flight for link in (self.to_nic, self.from_nic)
+                                      if link is not None)
 
     def next_due(self):
-        """The earliest cycle at which a link may deliver a frame (``None``: nothing inside)."""
+        """The earliest cycle at which a link may deliver a frame or the NIC model send one
+        (``None``: nothing waits)."""
         due = [d for d in (link.next_due() for link in (self.to_nic, self.from_nic)
                            if link is not None) if d is not None]
+        nic = self.nic.next_due()
+        if nic is not None:
+            due.append(-(-round(nic * 1000) // period_ps(self.width)))
         return min(due, default=None)
+
+    def _now_ns(self):
+        return self.cycle * period_ps(self.width) / 1000
 
     async def drained(self, *, max_cycles=10_000_000):
         """Wait until the links hold no frame."""
@@ -270,12 +283,15 @@ class MacModel:
             mark, strict = len(self.nic.log), self.nic.strict
             self.nic.strict = False
             try:
-                answers = self.nic.receive(frame)
+                answers = self.nic.receive(frame, self._now_ns())
             finally:
                 self.nic.strict = strict
             self.corrupt_log += self.nic.log[mark:]
         else:
-            answers = self.nic.receive(frame)
+            answers = self.nic.receive(frame, self._now_ns())
+        self._from_nic_model(answers)
+
+    def _from_nic_model(self, answers):
         for out in answers:
             if self.from_nic is None:
                 self._to_endpoint(out)
@@ -291,6 +307,7 @@ class MacModel:
         if self.to_nic is not None:
             for d in self.to_nic.deliveries(self.cycle):
                 self._nic_receive(d.frame, d.corrupted)
+        self._from_nic_model(self.nic.due(self._now_ns()))
         if self.from_nic is not None:
             for d in self.from_nic.deliveries(self.cycle):
                 self._to_endpoint(d.frame)
@@ -397,6 +414,35 @@ def link_pair(run, clock_mhz):
         raise ValueError(f"seed must be an integer >= 0, not {seed!r}")
     return tuple(Link(**faults, delay=delay, corruptible=is_ipv4, seed=2 * seed + k, name=name)
                  for k, name in enumerate(("to NIC", "from NIC")))
+
+
+#: The peer models a bench may choose (:func:`peer_behaviour`).
+PEERS = ("connectx", "ideal")
+
+
+def peer_behaviour(seed, peer="connectx", *, faults=True):
+    """The NIC model's :class:`~rocegen.sim.models.rnic.Behaviour` for a bench: ``"ideal"``,
+    the kind peer (:data:`~rocegen.sim.models.rnic.IDEAL`); ``"connectx"``, a ConnectX's, with
+    its figures drawn from ``seed``: credit codes as a ConnectX sends them or any of
+    0x00..0x1F, an ACK after every 1..32 packets or only on AckReq, an ACK timer of 0..3 us,
+    answers 0..2 us late; with ``faults``, also duplicate and ghost ACKs, runts and oversize
+    frames towards the endpoint (a few percent of the ACKs each). ``seed`` 0 gives the
+    ConnectX defaults (and the faults)."""
+    if peer not in PEERS:
+        raise ValueError(f"peer must be one of {', '.join(PEERS)}, not {peer!r}")
+    if peer == "ideal":
+        return IDEAL
+    b = Behaviour(seed=seed)
+    if seed:
+        rng = random.Random(seed)
+        lo = rng.uniform(0, 1000)
+        b = b.replace(credits=rng.choice(["rq", "random"]),
+                      ack_every=rng.choice([None, rng.randint(1, 32)]),
+                      ack_timer_ns=rng.choice([0.0, rng.uniform(50, 3000)]),
+                      response_ns=(lo, lo + rng.uniform(0, 1000)))
+    if faults:
+        b = b.replace(dup_ack=0.05, ghost_ack=0.05, runt=0.03, oversize=0.03)
+    return b
 
 
 def timeout_code(run):

@@ -351,7 +351,7 @@ class _Source:
 @pytest.fixture
 def bench(monkeypatch):
     """A MacModel without a simulator: its frame plumbing driven by hand, cycle by cycle."""
-    from rocegen.sim.models.rnic import Rnic
+    from rocegen.sim.models.rnic import IDEAL, Rnic
     from rocegen.sim.testing import roce_env as roce_bench
     from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
     monkeypatch.setattr(roce_bench, "AxiStreamSource", _Source)
@@ -359,8 +359,8 @@ def bench(monkeypatch):
         lambda dut, prefix: None)}))
     monkeypatch.setattr(roce_bench.cocotb, "start_soon", lambda coro: coro.close())
 
-    def make(**links):
-        nic = Rnic(HOST_MAC, HOST_IP, strict=True)
+    def make(behaviour=IDEAL, **links):
+        nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=behaviour)
         nic.create_qp(HOST_QPN, peer_qpn=FPGA_QPN, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=PSN0,
                       pmtu=256)
         nic.register_mr(VA, 1 << 16, RKEY)
@@ -409,6 +409,30 @@ def test_bench_without_links_answers_in_the_same_cycle(bench):
     mac.clear_sent()
     _step(mac, 13, frames[0])
     assert mac.retransmitted == 1
+
+
+def test_bench_gives_the_nic_model_the_time(bench):
+    """A NIC model answering 1..2 us late and coalescing ACKs by a 3 us timer: the MAC model
+    wakes at the cycle its answer falls due (64 bits: a cycle is 6.4 ns) and not before."""
+    from rocegen.sim.models.rnic import Behaviour
+    from rocegen.sim.testing.roce_env import period_ps
+    mac = bench(Behaviour(response_ns=(1000.0, 2000.0), ack_timer_ns=3000.0, ack_every=None))
+    frames = _frames(2)
+    _step(mac, 10, frames[0])
+    _step(mac, 11, frames[1])
+    assert mac.source.frames == [] and mac.in_flight == 1
+    # the MAC loop steps only to the cycles the model names: its ACK timer of the first packet
+    # (3 us), then the ACK's delay (1..2 us)
+    wakes = []
+    while not mac.source.frames:
+        wakes.append(mac.next_due())
+        _step(mac, wakes[-1])
+    cycle_ns = period_ps(64) / 1000
+    assert wakes[0] == 10 + int(-(-3000 // cycle_ns)) and len(wakes) == 2
+    assert 10 + 4000 / cycle_ns <= wakes[1] <= 10 + 5000 / cycle_ns + 1
+    (ack,) = mac.source.frames
+    assert mac.in_flight == 0 and mac.nic.counters["ack_tx"] == 1
+    assert ack[14 + 20 + 8 + 9:14 + 20 + 8 + 12] == (PSN0 + 1).to_bytes(3, "big")
 
 
 def test_bench_links_delay_both_ways(bench):

@@ -14,7 +14,7 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import checksum
 
-from rocegen.sim.models.rnic import Access, Rnic, _icrc
+from rocegen.sim.models.rnic import IDEAL, Access, Behaviour, Rnic, _icrc
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.sim.testing.vectors import ICRC_VECTORS
 
@@ -132,8 +132,8 @@ def answers(frames, *, vlan=None, migreq=1):
     return out
 
 
-def make(pmtu=1024, *, strict=True, epsn=EPSN, **kw):
-    rnic = Rnic(HOST_MAC, HOST_IP, strict=strict, **kw)
+def make(pmtu=1024, *, strict=True, epsn=EPSN, behaviour=IDEAL, **kw):
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=behaviour, strict=strict, **kw)
     rnic.create_qp(QPN, peer_qpn=PEER_QPN, peer_ip=FPGA_IP, epsn=epsn, pmtu=pmtu)
     rnic.register_mr(VA, MRLEN, RKEY, fill=FILL)
     return rnic, Requester(pmtu=pmtu, psn=epsn)
@@ -202,7 +202,7 @@ def test_icrc_masks_exactly_the_variant_fields(version):
 
 def test_vector_write_and_send_frames_execute():
     recs = [f for _, f in vector_frames()]
-    rnic = Rnic("02:00:00:00:00:02", "10.0.0.2", strict=True)
+    rnic = Rnic("02:00:00:00:00:02", "10.0.0.2", behaviour=IDEAL, strict=True)
     rnic.create_qp(0x11, peer_qpn=0x22, peer_ip="10.0.0.1", epsn=0x64, pmtu=1024)
     rnic.register_mr(0x1000, 4096, 0xABCD, fill=0)
     out = feed(rnic, recs[0:3])             # WRITE FIRST/MIDDLE/LAST, 2500 bytes to 0x1000
@@ -213,7 +213,7 @@ def test_vector_write_and_send_frames_execute():
     assert (p[BTH].dqpn, p[BTH].psn, p[AETH].syndrome, p[AETH].msn) == (0x22, 0x66, 0x1F, 1)
     assert (p.dst, p[IP].dst) == ("02:00:00:00:00:01", "10.0.0.1")
 
-    rnic = Rnic("02:00:00:00:00:02", "10.0.0.2", strict=True)
+    rnic = Rnic("02:00:00:00:00:02", "10.0.0.2", behaviour=IDEAL, strict=True)
     rnic.create_qp(0x11, peer_qpn=0x22, peer_ip="10.0.0.1", epsn=0xC8, pmtu=1024)
     rnic.post_recv(0x11, 4096, wr_id=5)
     out = feed(rnic, recs[6:9])             # SEND FIRST/MIDDLE/LAST, 2049 bytes
@@ -228,7 +228,7 @@ def test_vector_write_and_send_frames_execute():
 # ---------------------------------------------------------------- ARP
 
 def test_arp_request_answered_and_learned():
-    rnic = Rnic(HOST_MAC, HOST_IP, strict=True)
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, strict=True)
     req = Ether(src=FPGA_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=FPGA_MAC, psrc=FPGA_IP,
                                                             pdst=HOST_IP)
     (reply,) = rnic.receive(bytes(req))
@@ -270,7 +270,7 @@ def test_write_sizes(pmtu, size):
 @pytest.mark.parametrize("pmtu", PMTUS)
 def test_write_several_megabytes(pmtu):
     n = 2 * 1024 * 1024 + 3
-    rnic = Rnic(HOST_MAC, HOST_IP, strict=True)
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, strict=True)
     rnic.create_qp(QPN, peer_qpn=PEER_QPN, peer_ip=FPGA_IP, epsn=EPSN, pmtu=pmtu)
     rnic.register_mr(VA, n + 64, RKEY, fill=FILL)
     req = Requester(pmtu=pmtu, ack_every=64)
@@ -391,7 +391,7 @@ def test_psn_wraps_at_2_24():
 
 
 def test_interleaved_qps():
-    rnic = Rnic(HOST_MAC, HOST_IP, strict=True)
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, strict=True)
     rnic.create_qp(0x20, peer_qpn=0x300, peer_ip=FPGA_IP, epsn=5, pmtu=256)
     rnic.create_qp(0x21, peer_qpn=0x301, peer_ip=FPGA_IP, epsn=0xFFFFFE, pmtu=1024)
     rnic.register_mr(0x10000, 8192, 0x111, fill=FILL)
@@ -460,7 +460,7 @@ def test_duplicates_are_acked_with_epsn_minus_1_and_not_executed():
 
 
 def test_rnr_nak_without_receive_wqe():
-    rnic = Rnic(HOST_MAC, HOST_IP, strict=True)
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, strict=True)
     rnic.create_qp(QPN, peer_qpn=PEER_QPN, peer_ip=FPGA_IP, epsn=EPSN, pmtu=256,
                    min_rnr_timer=14)
     req = Requester(pmtu=256)
@@ -716,7 +716,7 @@ def test_silent_drops(case):
     good = req.packet(0x0A, b"data", reth=(VA, RKEY, 4), ackreq=True, psn=EPSN)
     assert answers(rnic.receive(good)) == [(PEER_QPN, EPSN, 0x1F, 1)]
     assert rnic.read_mem(VA, 4) == b"data"
-    strict = Rnic(HOST_MAC, HOST_IP, strict=True)
+    strict = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, strict=True)
     strict.create_qp(QPN, peer_qpn=PEER_QPN, peer_ip=FPGA_IP, epsn=EPSN, pmtu=256)
     with pytest.raises(AssertionError, match=re.escape(f"[{counter}]")):
         strict.receive(bad)
@@ -870,7 +870,7 @@ def test_ack_coalescing():
 
 
 def test_vlan_tagged_frames():
-    rnic = Rnic(HOST_MAC, HOST_IP, strict=False, vlan=100, pcp=3)
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, strict=False, vlan=100, pcp=3)
     rnic.create_qp(QPN, peer_qpn=PEER_QPN, peer_ip=FPGA_IP, epsn=EPSN, pmtu=256)
     rnic.register_mr(VA, MRLEN, RKEY)
     req = Requester(pmtu=256)
@@ -894,14 +894,14 @@ def test_vlan_tagged_frames():
 
 def test_migreq_option():
     """ACKs carry MigReq 1 like ConnectX by default (checked by ``answers``), 0 like rxe on demand."""
-    rnic = Rnic(HOST_MAC, HOST_IP, strict=True, migreq=0)
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, strict=True, migreq=0)
     rnic.create_qp(QPN, peer_qpn=PEER_QPN, peer_ip=FPGA_IP, epsn=EPSN, pmtu=256)
     rnic.register_mr(VA, MRLEN, RKEY)
     assert answers(rnic.receive(w4(Requester(pmtu=256))), migreq=0) == [(PEER_QPN, EPSN, 0x1F, 1)]
 
 
 def test_other_udp_ports_are_collected_and_udp_frames_built():
-    rnic = Rnic(HOST_MAC, HOST_IP, strict=True, udp_ports=(0x8765 + 1,))
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, strict=True, udp_ports=(0x8765 + 1,))
     dg = Ether(src=FPGA_MAC, dst=HOST_MAC) / IP(src=FPGA_IP, dst=HOST_IP, flags="DF", id=7) \
         / UDP(sport=0x8765, dport=0x8766) / Raw(bytes(range(64)))
     assert rnic.receive(bytes(dg)) == []
@@ -944,7 +944,7 @@ def test_deregistering_the_region_during_a_write():
 
 
 def test_injected_ack_frames():
-    rnic = Rnic(HOST_MAC, HOST_IP)
+    rnic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL)
     rnic.create_qp(QPN, peer_qpn=PEER_QPN, peer_ip=FPGA_IP, epsn=EPSN, pmtu=256)
     with pytest.raises(ValueError):
         rnic.ack_frame(QPN, 0x63, 5)
@@ -960,7 +960,7 @@ def test_acks_are_the_bytes_scapy_builds(vlan):
     header table, checksums and ICRC computed again) equal scapy's own build of the same ACK,
     whatever the PSN, syndrome, MSN, IP id, TOS and QP."""
     rng = random.Random(vlan or 7)
-    nic = Rnic(HOST_MAC, HOST_IP, vlan=vlan, pcp=3)
+    nic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, vlan=vlan, pcp=3)
     for k in range(40):
         qpn = 0x40 + k % 3
         if qpn not in nic.qps:
@@ -979,3 +979,186 @@ def test_acks_are_the_bytes_scapy_builds(vlan):
                      / BTH(opcode=0x11, migreq=nic.migreq, pkey=qp.pkey, dqpn=qp.peer_qpn, psn=psn)
                      / AETH(syndrome=syndrome, msn=msn)).ljust(60, b"\0")
         assert got == want, f"ACK {k} differs from scapy's"
+
+
+# ---------------------------------------------------------------- a ConnectX's behaviour
+
+def cx(**changes):
+    """A ConnectX's behaviour with no delays unless asked for (each test sets what it checks)."""
+    return Behaviour(**{"ack_timer_ns": 0.0, "response_ns": (0.0, 0.0), "ack_every": None,
+                        **changes})
+
+
+def test_default_behaviour_is_a_connectx():
+    b = Rnic(HOST_MAC, HOST_IP).behaviour
+    assert (b.credits, b.min_frame, b.mtu, b.max_msg) == ("rq", 60, 4200, 1 << 31)
+    assert b.ack_every and b.ack_timer_ns > 0 and 0 < b.response_ns[0] <= b.response_ns[1]
+    assert (b.dup_ack, b.ghost_ack, b.runt, b.oversize) == (0, 0, 0, 0)
+    for bad in (dict(credits="some"), dict(ack_every=0), dict(response_ns=(5, 1)),
+                dict(min_frame=61), dict(mtu=10), dict(ghost_ack=1.5), dict(ack_timer_ns=-1)):
+        with pytest.raises(ValueError):
+            Behaviour(**bad)
+
+
+@pytest.mark.parametrize("wqes,code", [(0, 0), (1, 1), (4, 4), (5, 4), (6, 5), (7, 5), (8, 6),
+                                       (47, 10), (48, 11), (1000, 19), (1024, 20),
+                                       (32767, 29), (32768, 30), (10 ** 6, 30)])
+def test_credit_codes_of_the_receive_queue(wqes, code):
+    """IBTA 9.7.5.1.2: code n advertises at least 0, 1, 2, 3, 4, 6, 8, 12, ... 32768 WQEs."""
+    rnic, req = make(256, behaviour=cx())
+    for k in range(min(wqes, 2000)):
+        rnic.post_recv(QPN, 64, wr_id=k)
+    if wqes > 2000:
+        rnic.qps[QPN].rq.extend([rnic.qps[QPN].rq[0]] * (wqes - 2000))
+    assert answers(rnic.receive(wr4(req))) == [(PEER_QPN, EPSN, code, 1)]
+
+
+def test_credit_code_modes():
+    rnic, req = make(256, behaviour=cx(credits="none"))
+    rnic.post_recv(QPN, 64, wr_id=1)
+    assert answers(rnic.receive(wr4(req))) == [(PEER_QPN, EPSN, 0x1F, 1)]
+    rnic, req = make(256, behaviour=cx(credits="random", seed=3))
+    codes = {a[2] for k in range(400) for a in answers(rnic.receive(wr4(req)))}
+    assert codes == set(range(0x20))
+
+
+def test_acks_coalesced_by_count_carry_the_latest_psn():
+    """No AckReq inside a long WRITE: an ACK after every 4 packets all the same, then the
+    message's last packet is ACKed at once (no timer without the time)."""
+    rnic, req = make(256, behaviour=cx(ack_every=4))
+    frames = req.write(VA, RKEY, data_of(256 * 10, 1))
+    out = [(k, a) for k, f in enumerate(frames) for a in answers(rnic.receive(f))]
+    assert out == [(3, (PEER_QPN, EPSN + 3, 0, 0)), (7, (PEER_QPN, EPSN + 7, 0, 0)),
+                   (9, (PEER_QPN, EPSN + 9, 0, 1))]
+    assert rnic.read_mem(VA, 2560) == data_of(256 * 10, 1)
+
+
+def test_acks_coalesced_by_time():
+    """With the time: AckReq packets wait for the ACK timer, which sends one ACK of the latest
+    PSN; nothing is sent before."""
+    rnic, req = make(256, behaviour=cx(ack_timer_ns=1000.0))
+    for k in range(5):
+        assert rnic.receive(wr4(req, off=8 * k), now=100 * k) == []
+    assert rnic.next_due() == 1000 and rnic.pending == 1
+    assert rnic.due(999) == []
+    assert answers(rnic.due(1000)) == [(PEER_QPN, EPSN + 4, 0, 5)]
+    assert rnic.next_due() is None and rnic.pending == 0
+    assert rnic.counters["ack_tx"] == 1 and rnic.counters["ack_coalesced"] == 5
+    with pytest.raises(ValueError, match="before"):
+        rnic.due(999)
+
+
+def test_answers_leave_after_a_delay_in_the_range_and_in_order():
+    rnic, req = make(256, behaviour=cx(response_ns=(500.0, 800.0), seed=9))
+    rng = random.Random(1)
+    t, times, sent = 0.0, [], []
+
+    def drain(until):
+        while rnic.next_due() is not None and rnic.next_due() <= until:
+            when = rnic.next_due()
+            sent.extend((when, a) for a in answers(rnic.due(when)))
+    for k in range(50):
+        t += rng.uniform(0, 400)
+        drain(t)
+        assert rnic.receive(wr4(req, off=8 * k), now=t) == []
+        times.append(t)
+    drain(float("inf"))
+    assert [a[1] for _, a in sent] == [EPSN + k for k in range(50)]
+    delays = [when - times[k] for k, (when, _) in enumerate(sent)]
+    # in order: an answer may wait for the one before it, never leave before 500 ns
+    assert min(delays) >= 500 and all(b >= a for (a, _), (b, _) in zip(sent, sent[1:]))
+    assert sum(d <= 800 for d in delays) > 10
+
+
+def test_a_nak_replaces_the_pending_ack():
+    rnic, req = make(256, behaviour=cx(ack_timer_ns=1000.0))
+    assert rnic.receive(wr4(req), now=0) == []
+    req.psn += 1                                                # one packet lost
+    assert answers(rnic.receive(wr4(req, off=8), now=10)) == [(PEER_QPN, EPSN + 1, 0x60, 1)]
+    assert rnic.next_due() is None
+
+
+def wr4(req, *, off=0, **kw):
+    """A 4-byte RDMA WRITE_ONLY with AckReq into the region."""
+    return req.packet(0x0A, b"abcd", reth=(VA + off, RKEY, 4), ackreq=True, **kw)
+
+
+def test_runts_are_dropped_and_counted():
+    rnic, req = make(256, behaviour=cx(), strict=False)
+    rnic.post_recv(QPN, 64, wr_id=1)
+    (f,) = req.send(b"")
+    assert len(f) == 58
+    assert rnic.receive(f) == [] and rnic.counters["eth_drop_runt"] == 1
+    assert rnic.expected_psn(QPN) == EPSN
+    assert answers(rnic.receive(f + bytes(2))) == [(PEER_QPN, EPSN, 0, 1)]
+    rnic.strict = True
+    with pytest.raises(AssertionError, match=re.escape("[eth_drop_runt]")):
+        rnic.receive(f[:59])
+
+
+def test_frames_over_the_port_mtu_are_dropped_and_counted():
+    rnic, req = make(4096, behaviour=cx(), strict=False)
+    data = data_of(4096 * 2, 2)
+    frames = req.write(VA, RKEY, data)
+    assert len(frames[0]) - 14 == 20 + 8 + 12 + 16 + 4096 + 4 <= 4200
+    feed(rnic, frames)
+    assert rnic.read_mem(VA, len(data)) == data and rnic.counters["eth_drop_mtu"] == 0
+    small, req = make(4096, behaviour=cx(mtu=1500), strict=False)
+    assert feed(small, req.write(VA, RKEY, data)) == []
+    assert small.counters["eth_drop_mtu"] == 2 and small.expected_psn(QPN) == EPSN
+    small.strict = True
+    with pytest.raises(AssertionError, match=re.escape("[eth_drop_mtu]")):
+        small.receive(req.write(VA, RKEY, data_of(1500 - 20 - 8 - 12 - 16 - 4 + 1, 3))[0])
+
+
+def test_reth_dma_length_over_2_31_is_an_invalid_request():
+    rnic, req = make(256, behaviour=cx(), strict=False)
+    # 2^31 itself passes the size check (then fails the region's bounds)
+    f = req.packet(0x06, data_of(256), reth=(VA, RKEY, 1 << 31))
+    assert answers(rnic.receive(f)) == [(PEER_QPN, EPSN, 0x62, 0)]
+    rnic, req = make(256, behaviour=cx(), strict=False)
+    f = req.packet(0x06, data_of(256), reth=(VA, RKEY, (1 << 31) + 1))
+    assert answers(rnic.receive(f)) == [(PEER_QPN, EPSN, 0x61, 0)]
+    assert rnic.counters["err_msg_size"] == 1 and rnic.qp_state(QPN) == "ERR"
+
+
+def test_ghost_and_duplicate_acks():
+    rnic, req = make(256, behaviour=cx(ghost_ack=1.0, dup_ack=1.0, seed=4))
+    for k in range(20):
+        acks = answers(rnic.receive(wr4(req, off=8 * k)))
+        want = (PEER_QPN, EPSN + k, 0, k + 1)
+        assert len(acks) == 3 and acks.count(want) == 2 and acks[-1] == want
+        (ghost,) = [a for a in acks if a != want]
+        assert (1 << 22) <= (ghost[1] - (EPSN + k)) % (1 << 24) < (1 << 23)
+    c = rnic.counters
+    assert (c["ack_tx"], c["ack_ghost_tx"], c["ack_dup_tx"], c["tx_frames"]) == (20, 20, 20, 60)
+    # with the time, the copy leaves later than the original
+    rnic, req = make(256, behaviour=cx(dup_ack=1.0, response_ns=(100.0, 200.0)))
+    rnic.receive(wr4(req), now=0)
+    first = rnic.next_due()
+    assert answers(rnic.due(first)) == [(PEER_QPN, EPSN, 0, 1)]
+    assert rnic.next_due() > first
+    assert answers(rnic.due(rnic.next_due())) == [(PEER_QPN, EPSN, 0, 1)]
+
+
+def test_runt_and_oversize_frames_towards_the_requester():
+    rnic, req = make(256, behaviour=cx(runt=1.0, oversize=1.0, oversize_len=(4161, 9000),
+                                       seed=5))
+    lengths = set()
+    for k in range(30):
+        out = rnic.receive(wr4(req, off=8 * k))
+        runts = [f for f in out if len(f) < 60]
+        big = [f for f in out if len(f) > 100]
+        acks = [f for f in out if 60 <= len(f) <= 100]
+        assert len(runts) == len(big) == len(acks) == 1
+        assert acks[0].startswith(runts[0])
+        lengths.add(len(runts[0]))
+        p = Ether(big[0])
+        assert 4161 <= p[IP].len <= 9000 and len(big[0]) == 14 + p[IP].len
+        assert checksum(bytes(p[IP])[:20]) == 0 and p[UDP].len == p[IP].len - 20
+        assert (p[BTH].opcode, p[BTH].psn) == (0x11, EPSN + k)
+        q = p.copy()
+        q[BTH].icrc = None
+        assert bytes(q) == big[0], "ICRC of the oversize frame differs from scapy's"
+    assert min(lengths) < 14 and max(lengths) >= 34
+    assert rnic.counters["runt_tx"] == rnic.counters["oversize_tx"] == 30
