@@ -52,6 +52,7 @@ from rocegen.gateware.records import pack, unpack
 from rocegen.gateware.roce.layouts import COMPLETION, QPN_BASE, WORK_REQUEST, QpState
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.sim.cocotb_helpers import Capture
+from rocegen.sim.framecheck import FrameChecker
 from rocegen.sim.models.link import Link
 from rocegen.sim.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_depth
 
@@ -184,6 +185,9 @@ class MacModel:
         self.retransmissions = []
         #: the NIC model's log entries caused by frames the ``to_nic`` link corrupted
         self.corrupt_log = []
+        #: every frame out of the endpoint is rebuilt by scapy and compared byte for byte, and
+        #: every connection-manager reply with the spec's encoding (a mismatch fails the bench)
+        self.framecheck = FrameChecker()
         #: set whenever a frame left the endpoint or a link delivered one
         self.event = Event()
         self._sent = set()
@@ -282,7 +286,13 @@ class MacModel:
             else:
                 self.from_nic.send(out, self.cycle)
 
+    def to_endpoint(self, frame):
+        """Queue a frame (``bytes``) on the endpoint's ``s_axis`` as the host sends it: recorded
+        in the pcap and noted by the frame check, as the NIC model's answers are."""
+        self._to_endpoint(frame)
+
     def _to_endpoint(self, frame):
+        self.framecheck.request(frame)
         if self.pcap:
             self.pcap.write(frame, cocotb.utils.get_sim_time("ns"))
         self.source.send_nowait(AxiStreamFrame(frame, tuser=0))
@@ -300,6 +310,7 @@ class MacModel:
         self._wake.set()
 
     def _frame_done(self, first, last, frame):
+        self.framecheck.check(frame)
         self.frames.append((first, last, frame))
         if self._bytes_per_cycle is not None:
             start = max(first, self.line[-1][1] if self.line else first)
