@@ -271,3 +271,42 @@ def test_cm_reply_transport_faults_fail():
     check_fails(frame, "not 50001", checker=c)
     c, frame = open_exchange()
     check_fails(frame[:-1], checker=c)          # 63 bytes of datagram in a 64-byte UDP length
+
+
+# ------------------------------------------------------------------- in the benches' MAC model
+
+class _Source:
+    def __init__(self, *_):
+        self.frames = []
+        self.log = __import__("logging").getLogger("test_framecheck.source")
+
+    def send_nowait(self, frame):
+        self.frames.append(bytes(frame.tdata))
+
+
+def test_mac_model_checks_every_frame_out_and_notes_requests(monkeypatch):
+    """The MAC model of the endpoint benches (rocegen.sim.roce_bench.MacModel) puts every frame
+    out of the endpoint through the check, so a wrong frame fails the bench, and notes the
+    host's frames so that connection-manager replies can be matched."""
+    from types import SimpleNamespace
+
+    from rocegen.sim import roce_bench
+    from rocegen.sim.models.rnic import Rnic
+    monkeypatch.setattr(roce_bench, "AxiStreamSource", _Source)
+    monkeypatch.setattr(roce_bench, "AxiStreamBus", type("Bus", (), {"from_prefix": staticmethod(
+        lambda dut, prefix: None)}))
+    monkeypatch.setattr(roce_bench.cocotb, "start_soon", lambda coro: coro.close())
+    monkeypatch.setattr(roce_bench.cocotb.utils, "get_sim_time", lambda unit: 0)
+    nic = Rnic("02:00:00:00:00:01", "10.0.0.1", strict=False)
+    mac = roce_bench.MacModel(SimpleNamespace(clk=None, rst=None), 64, nic)
+    mac._frame_done(0, 1, arp_reply())
+    assert mac.framecheck.counts["arp"] == 1
+    bad = roce(bth(0x0A, ackreq=1) + reth(dlen=4) + b"abcd", bad_icrc=True)
+    with pytest.raises(FrameCheckError, match="BTH.icrc"):
+        mac._frame_done(2, 3, bad)
+    c, reply = open_exchange()
+    request = udp_frame(HOST_IP, FPGA_IP, CM_HOST_PORT, 17185, cm_request(1, **OPEN))
+    mac.to_endpoint(request)
+    assert mac.source.frames == [request]
+    mac._frame_done(4, 5, reply)
+    assert mac.framecheck.counts["cm_reply"] == 1 and mac.framecheck.counts["frames"] == 2
