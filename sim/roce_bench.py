@@ -25,6 +25,11 @@ reaches the NIC model in the cycle its last beat is taken, and the answers are q
 
 The RoCE data frames the endpoint sends (RC SEND and RDMA WRITE packets) are counted, and
 those whose (destination QP, PSN) was sent before are counted as retransmissions.
+
+Every frame out of the endpoint also goes through :class:`~rocegen.sim.framecheck.FrameChecker`
+(:attr:`MacModel.framecheck`), which rebuilds it with scapy and fails the bench when the bytes
+differ; the host's frames (the NIC model's answers and :meth:`MacModel.to_endpoint`) are noted
+there so that connection-manager replies are checked against the requests they answer.
 """
 
 import random
