@@ -215,7 +215,7 @@ class FrameChecker:
             raise
         except Exception as e:              # scapy could not take the frame apart
             self._fail(frame, [f"scapy cannot dissect it: {type(e).__name__}: {e}"])
-        if expected is not None and expected != frame:
+        if expected != frame:
             at = next((k for k, (x, y) in enumerate(zip(frame, expected)) if x != y),
                       min(len(frame), len(expected)))
             problems = [f"differs from scapy's rebuild at byte {at}: sent "
@@ -267,7 +267,7 @@ class FrameChecker:
                     del udp.chksum
                 if BTH in p:
                     kind = "roce"
-                    problems += self._roce(p, frame)
+                    problems += self._roce(p)
                 elif udp.sport == CM_REPLY_PORT:
                     kind = "cm_reply"
                     problems += self._cm_reply(p, kept_zero)
@@ -288,7 +288,7 @@ class FrameChecker:
         return kind, expected, problems
 
     # ------------------------------------------------------------------------------ RoCE frames
-    def _roce(self, p, frame):
+    def _roce(self, p):
         problems = []
         ip, udp, bth = p[IP], p[UDP], p[BTH]
         want = {"IPv4 version": (ip.version, 4), "IPv4 IHL": (ip.ihl, 5),
