@@ -13,9 +13,10 @@ JOBS ?= auto
 WIDTH ?= 512
 BOARD ?= vcu118
 
-.PHONY: setup verilator yosys-cache demo test test-unit lint bench soak verilog build boards synth synth-quick synth-check clean
+.PHONY: setup verilator yosys-cache demo test test-unit lint bench soak verilog build boards synth synth-quick synth-check clean tshark interop
 
 setup: $(STAMP) verilator yosys-cache
+	@$(MAKE) --no-print-directory tshark || echo "make interop and tests/test_interop.py need tshark (see above)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rocegen needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
@@ -55,6 +56,33 @@ bench: setup
 # reordering; every byte checked (some 20 minutes; not part of make test or make bench)
 soak: setup
 	$(VENV)/bin/rocegen bench --only soak --json bench/results.json
+
+# Wireshark's tshark, for make interop and its test (tests/test_interop.py): installed through
+# apt-get when missing and run as root (non-interactive; no setuid capture helper), else how to
+tshark:
+	@command -v tshark >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then \
+		echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections; \
+		(DEBIAN_FRONTEND=noninteractive apt-get install -y -q tshark || \
+		 (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q tshark)) >/dev/null; \
+	else \
+		echo "tshark is missing: as root, run 'make tshark' or" \
+		     "'DEBIAN_FRONTEND=noninteractive apt-get install -y tshark'"; exit 1; \
+	fi
+
+# Wireshark's view of the captures the demo and the benches write (sim/apps/interop.py): a RoCE demo
+# at W=64 over a lossy link (data, ACKs, NAKs, retransmissions), the network-stack demo (ARP,
+# ICMP, UDP) and the frames of real NICs in tests/vectors; fails on any malformed header or any
+# frame on UDP 4791 that Wireshark does not decode as InfiniBand
+INTEROP := build/interop
+interop: setup tshark
+	$(VENV)/bin/rocegen sim demo --width 64 --qps 2 --bytes 65536 --size 8192 --pmtu 1024 \
+		--loss 0.02 --dup 0.01 --seed 7 -o $(INTEROP) --pcap $(INTEROP)/roce_w64_lossy.pcap
+	$(VENV)/bin/rocegen sim demo --width 64 --qps 1 --bytes 16384 --size 1000 --pmtu 256 \
+		--opcode SEND_IMM -o $(INTEROP) --pcap $(INTEROP)/roce_w64_send.pcap
+	$(VENV)/bin/rocegen sim ping --width 64 -o $(INTEROP)
+	$(PY) -m rocegen.sim.apps.interop --vectors $(INTEROP)/captures.pcap $(INTEROP)/roce_w64_lossy.pcap \
+		$(INTEROP)/roce_w64_send.pcap $(INTEROP)/demo_w64.pcap
 
 verilog: setup
 	$(VENV)/bin/rocegen verilog --width $(WIDTH) -o build/rocegen_endpoint_w$(WIDTH).v

@@ -33,6 +33,8 @@ The results (JSON object):
 ``frames_out``, ``frames_out_by_kind``
     frames the endpoint sent, and how many of each kind (``arp``, ``icmp``, ``roce``, ``udp``,
     ``other``).
+``framecheck``
+    the frames out that scapy rebuilt identically, by kind (:mod:`rocegen.sim.testing.framecheck`).
 ``cycles``
     clock cycles from the first frame to the end of the wait.
 """
@@ -50,6 +52,7 @@ from rocegen.gateware.roce.layouts import COMPLETION, CplStatus, WrSource
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.sim.apps.replay import read_frames
 from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.framecheck import FrameChecker
 from rocegen.sim.testing.fuzz import count_roce_candidates
 from rocegen.sim.testing.roce_env import (
     MacFrames,
@@ -72,11 +75,13 @@ MAX_WAITS = 1000
 
 class FrameSink:
     """Takes every frame the endpoint sends (the test top's MAC capture, always ready), once per
-    frame."""
+    frame; each goes through the independent frame check (:mod:`rocegen.sim.testing.framecheck`), which
+    fails the bench on a mismatch."""
 
     def __init__(self, dut):
         self.dut = dut
         self.frames = []
+        self.check = FrameChecker("sim replay")
         self.beats = 0
         cocotb.start_soon(self._run())
 
@@ -87,7 +92,9 @@ class FrameSink:
         mac = MacFrames(dut, W)
         while True:
             await ValueChange(dut.mac_frames)
-            self.frames += [frame for _, _, frame, _ in mac.take()]
+            for _, _, frame, _ in mac.take():
+                self.check.check(frame)
+                self.frames.append(frame)
             self.beats = mac.beats
 
 
@@ -176,6 +183,7 @@ async def replay(dut):
                              src=_name(WrSource, c["src"])) for c in cpl.items],
         "frames_out": len(sink.frames),
         "frames_out_by_kind": dict(sorted(kinds.items())),
+        "framecheck": dict(sink.check.counts),
         "cycles": now_cycle(W) - start,
     }
     with open(cfg["results"], "w") as f:

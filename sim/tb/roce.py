@@ -119,6 +119,15 @@ class Bench:
         await self.wr.send({"wr_id": wr_id, "qp": k, "opcode": opcode, "local_addr": local_addr,
                             "length": length, "remote_offset": remote_offset, "imm": imm})
 
+    def frames_checked(self, **at_least):
+        """Log how many frames out of the endpoint the independent frame check rebuilt
+        (:mod:`rocegen.sim.testing.framecheck`); fail if fewer than ``at_least`` of a kind (one frame
+        in all by default)."""
+        fc = self.mac.framecheck
+        self.dut._log.info("frame check: %s", fc.summary())
+        for kind, n in ({"frames": 1} | at_least).items():
+            assert fc.counts[kind] >= n, f"{fc.counts[kind]} {kind} frames checked, not {n}"
+
     def remote_at(self, addr, length):
         return self.nic.read_mem(addr, length)
 
@@ -243,6 +252,7 @@ async def every_opcode_length_and_pmtu(dut):
     for k in start_psn:
         n_pkts = sum(max(1, -(-j[4] // pmtus[k])) for j in per_qp[k])
         assert b.nic.expected_psn(HOST_QPN + k) == (start_psn[k] + n_pkts) % (1 << 24)
+    b.frames_checked(roce=1)
 
 
 @cocotb.test()
@@ -269,6 +279,7 @@ async def generator_multi_megabyte(dut):
     assert [c.data[:1000] for c in recv] == [pattern(generator_address(s), 1000) for s in range(3)]
     assert all(c.imm == 0xFACE for c in recv)
     assert not b.nic.log
+    b.frames_checked(roce=1)
     await check_peer_counters(b)
 
 
@@ -309,6 +320,7 @@ async def stream_front_end(dut):
     for off, data in msgs:
         assert b.remote(0, off, len(data)) == data, f"message at {off:#x} differs"
     assert not b.nic.log
+    b.frames_checked(roce=1)
     await check_peer_counters(b)
 
 
@@ -345,6 +357,7 @@ async def refused_requests(dut):
     for name in ROCE_STATS:
         if "drop" in name or "bad" in name or "naks" in name:
             assert stats[name] == 0, f"{name} = {stats[name]}"
+    b.frames_checked(roce=1)
 
 
 @cocotb.test()
@@ -361,7 +374,7 @@ async def connection_manager(dut):
     async def exchange(payload):
         n = len(b.nic.udp_rx)
         frame = b.nic.udp_frame(FPGA_IP, 50000, CM_PORT, payload, dst_mac=FPGA_MAC)
-        b.mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+        b.mac.to_endpoint(frame)
         await wait_until(b.mac, lambda: len(b.nic.udp_rx) > n, max_cycles=20_000,
                          what="no reply from the connection manager")
         src_ip, sport, dport, reply = b.nic.udp_rx[n]
@@ -379,7 +392,7 @@ async def connection_manager(dut):
                     epsn=reply["loc_psn"], pmtu=1024)
     frame = b.nic.udp_frame(FPGA_IP, 50000, CM_PORT, cm_traffic(fpga_qpn, 5000, 4),
                             dst_mac=FPGA_MAC)
-    b.mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+    b.mac.to_endpoint(frame)
     await ClockCycles(dut.clk, 50)
     await wait_gen(dut, 4)
     assert b.remote_at(base, 5000) == pattern(generator_address(3), 5000)
@@ -389,6 +402,7 @@ async def connection_manager(dut):
     reply = await exchange(cm_request(REQ_CLOSE_QP, rem_qpn=fpga_qpn, listening_port=50001))
     assert reply["ack_type"] == ACK_NAK
     assert not b.nic.log
+    b.frames_checked(cm_reply=3)
 
 
 @cocotb.test()
@@ -407,6 +421,7 @@ async def back_to_back_at_line_rate(dut):
     # after the first frame (ARP and pipeline fill), every frame starts the cycle after the last
     gaps = [roce[i + 1][0] - roce[i][1] - 1 for i in range(1, len(roce) - 1)]
     assert max(gaps) == 0, f"idle beats between frames: {sorted(set(gaps))}"
+    b.frames_checked(roce=1)
 
 
 @cocotb.test()

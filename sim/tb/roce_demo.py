@@ -55,7 +55,9 @@ which the host must have executed exactly once: checked against its counters, wi
 placed), ``checked_bytes`` (bytes of the host's memory and receive buffers compared with what
 the endpoint was asked to send), ``sim_cycles`` (clock cycles
 the run took, set-up and checks included) and ``wall_seconds`` (the wall-clock time the
-simulator took for them).
+simulator took for them), ``framecheck`` (the frames out of the endpoint in the run that
+:mod:`rocegen.sim.testing.framecheck` rebuilt with scapy and found identical, by kind) and
+``framecheck_seconds`` (the part of ``wall_seconds`` that check took).
 With faults, the NIC model's strict checks still apply to every frame the link did not corrupt;
 only the events a lossy link causes (duplicates, PSN sequence NAKs, and drops of the frames the
 link corrupted) are allowed in its log.
@@ -75,11 +77,11 @@ import json
 import os
 import random
 import time
+from collections import Counter
 
 import cocotb
 from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
-from cocotbext.axi import AxiStreamFrame
 
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
@@ -179,6 +181,7 @@ async def runs(dut):
     for n, run in enumerate(runs):
         await mac.drained()             # the previous run's late copies
         run_cycle, run_wall = now_cycle(W), time.perf_counter()
+        checked = (Counter(mac.framecheck.counts), mac.framecheck.seconds, len(mac.frames))
         nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=BEHAVIOUR,
                    udp_ports=(CM_HOST_LISTEN,) if run.get("cm") else ())
         mac.nic = nic
@@ -188,7 +191,8 @@ async def runs(dut):
             cm_cycles = await cm_exchanges(dut, mac, nic, last_in, run, n, rng)
             results.append({**run, "width": W, "clock_mhz": board_clock_mhz(W),
                             "cm_cycles": cm_cycles, "sim_cycles": now_cycle(W) - run_cycle,
-                            "wall_seconds": time.perf_counter() - run_wall})
+                            "wall_seconds": time.perf_counter() - run_wall,
+                            **checked_since(mac, checked)})
             continue
         mac.to_nic, mac.from_nic = link_pair(run, board_clock_mhz(W))
         faulty = any(run.get(f) for f in FAULTS) or bool(run.get("drop_psns"))
@@ -387,11 +391,22 @@ async def runs(dut):
             "packets": packets,
             "sim_cycles": now_cycle(W) - run_cycle,
             "wall_seconds": time.perf_counter() - run_wall,
+            **checked_since(mac, checked),
         })
     if pcap:
         pcap.close()
     with open(os.environ["ROCE_RESULTS"], "w") as f:
         json.dump(results, f, indent=1)
+
+
+def checked_since(mac, mark):
+    """The frame check's counts and seconds since ``mark`` (counts, seconds), for a run's
+    result; a run that sent frames must have had them checked."""
+    counts, seconds, frames = mark
+    new = {k: v - counts[k] for k, v in mac.framecheck.counts.items() if v - counts[k]}
+    sent = len(mac.frames) - frames
+    assert new.get("frames", 0) == sent, f"{sent} frames sent, {new.get('frames', 0)} checked"
+    return {"framecheck": new, "framecheck_seconds": round(mac.framecheck.seconds - seconds, 3)}
 
 
 def now_ps():
@@ -413,7 +428,7 @@ async def cm_exchanges(dut, mac, nic, last_in, run, n, rng):
     async def exchange(payload):
         first_out, seen = len(mac.frames), len(nic.udp_rx)
         frame = nic.udp_frame(FPGA_IP, CM_HOST_SPORT, CM_PORT, payload, dst_mac=FPGA_MAC)
-        mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+        mac.to_endpoint(frame)
         await wait_until(mac, lambda: len(nic.udp_rx) > seen, max_cycles=100_000,
                          what=f"run {n}: no reply from the connection manager")
         src_ip, sport, dport, reply = nic.udp_rx[seen]

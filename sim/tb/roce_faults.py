@@ -254,6 +254,7 @@ async def lossy_link(dut):
         assert s["packets"] >= s["resent"]
     assert resent > 0
     assert resent == b.mac.retransmitted, "per-QP resent counters disagree with the wire"
+    b.frames_checked(roce=1)
 
 
 @cocotb.test()
@@ -333,6 +334,7 @@ async def errors_and_recovery(dut):
         jobs += b.jobs(k, 8, local, first_id=700 + 10 * k)
     cpls, recvs = await b.run_jobs(jobs)
     b.check_delivery(jobs, cpls, recvs)
+    b.frames_checked(roce=1)
 
 
 @cocotb.test()
@@ -394,3 +396,4 @@ async def receive_fuzz(dut):
     assert d["roce_rx_drop_peer"] > 0 and d["roce_rx_drop_state"] > 0, "the fuzz missed a check"
     dut._log.info(f"fuzz: {n_fuzz} frames, {expected} to port 4791; counters "
                   f"{ {k: v for k, v in d.items() if v and k.startswith('roce_rx')} }")
+    b.frames_checked(roce=1)

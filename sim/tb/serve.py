@@ -12,7 +12,10 @@ it runs, the status file also holds the endpoint's statistics counters (``stats`
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
 
 It stops on SIGTERM or SIGINT, when its parent is gone, or after ``max_cycles``; the test then
-passes, so the launcher can tell a clean stop from a failure.
+passes, so the launcher can tell a clean stop from a failure. Every frame out of the FPGA goes
+through the independent frame check (:mod:`rocegen.sim.testing.framecheck`; the connection-manager
+requests of the host are noted for it): the first mismatch is logged, stops the bench and fails
+it. The final status holds the frames checked by kind (``framecheck``).
 
 How the clock is spent: the MAC takes frames in the test top itself (the capture ring of
 :class:`~rocegen.sim.testing.roce_tops.EndpointTop`, with the CMAC's line-rate budget: frame + 24 bytes
@@ -38,6 +41,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.sim.apps.bridge import HostSide
 from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
 from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.roce_env import (
     CREDIT_ONE,
@@ -118,8 +122,12 @@ async def serve(dut):
     start_cycle = now_cycle(W)
     wall0 = time.monotonic()
 
+    check = FrameChecker("sim serve")
+    failed = []
+
     def to_fpga(frames):
         for f in frames:
+            check.request(f)
             if pcap:
                 pcap.write(f, cocotb.utils.get_sim_time("ns"))
             tx["rx_frames"] += 1
@@ -148,6 +156,12 @@ async def serve(dut):
                 continue
             tx["frames"] += 1
             tx["bytes"] += len(frame)
+            try:
+                check.check(frame)
+            except FrameCheckError as e:
+                log(str(e))
+                failed.append(e)
+                stop["why"] = "frame check failed"
             if pcap:
                 pcap.write(frame, cocotb.utils.get_sim_time("ns"))
             to_fpga(host.from_fpga(frame, (first + offset, last + offset, clock_hz)))
@@ -183,10 +197,13 @@ async def serve(dut):
         pcap.close()
     final = {**ready, "state": "stopped", "why": stop["why"], "cycles": cycles,
              "sim_us": cycles / mhz, "wall_s": wall, "cycles_per_s": cycles / wall if wall else 0,
-             **tx, **host.counters, "stats": final_stats}
+             **tx, **host.counters, "stats": final_stats, "framecheck": dict(check.counts)}
     _write_status(status_path, final)
     log(f"stopped ({stop['why']}) after {cycles} cycles ({cycles / mhz:.1f} us simulated) in "
-        f"{wall:.1f} s: {tx['frames']} frames from the FPGA, {tx['rx_frames']} to it")
+        f"{wall:.1f} s: {tx['frames']} frames from the FPGA, {tx['rx_frames']} to it; "
+        f"{check.summary()}")
+    if failed:
+        raise failed[0]
 
 
 def _alive(pid):

@@ -29,6 +29,11 @@ reaches the NIC model in the cycle its last beat is taken, and the answers are q
 
 The RoCE data frames the endpoint sends (RC SEND and RDMA WRITE packets) are counted, and
 those whose (destination QP, PSN) was sent before are counted as retransmissions.
+
+Every frame out of the endpoint also goes through :class:`~rocegen.sim.testing.framecheck.FrameChecker`
+(:attr:`MacModel.framecheck`), which rebuilds it with scapy and fails the bench when the bytes
+differ; the host's frames (the NIC model's answers and :meth:`MacModel.to_endpoint`) are noted
+there so that connection-manager replies are checked against the requests they answer.
 """
 
 import random
@@ -47,6 +52,7 @@ from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.rnic import IDEAL, Behaviour
 from rocegen.sim.testing.cocotb_helpers import Capture
+from rocegen.sim.testing.framecheck import FrameChecker
 from rocegen.sim.testing.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_depth
 from rocegen.wire.headers import (
     BTH,
@@ -189,6 +195,9 @@ class MacModel:
         self.retransmissions = []
         #: the NIC model's log entries caused by frames the ``to_nic`` link corrupted
         self.corrupt_log = []
+        #: every frame out of the endpoint is rebuilt by scapy and compared byte for byte, and
+        #: every connection-manager reply with the spec's encoding (a mismatch fails the bench)
+        self.framecheck = FrameChecker()
         #: set whenever a frame left the endpoint or a link delivered one
         self.event = Event()
         self._sent = set()
@@ -298,7 +307,13 @@ class MacModel:
             else:
                 self.from_nic.send(out, self.cycle)
 
+    def to_endpoint(self, frame):
+        """Queue a frame (``bytes``) on the endpoint's ``s_axis`` as the host sends it: recorded
+        in the pcap and noted by the frame check, as the NIC model's answers are."""
+        self._to_endpoint(frame)
+
     def _to_endpoint(self, frame):
+        self.framecheck.request(frame)
         if self.pcap:
             self.pcap.write(frame, cocotb.utils.get_sim_time("ns"))
         self.source.send_nowait(AxiStreamFrame(frame, tuser=0))
@@ -317,6 +332,7 @@ class MacModel:
         self._wake.set()
 
     def _frame_done(self, first, last, frame):
+        self.framecheck.check(frame)
         self.frames.append((first, last, frame))
         if self._bytes_per_cycle is not None:
             start = max(first, self.line[-1][1] if self.line else first)
