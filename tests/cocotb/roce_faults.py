@@ -8,7 +8,7 @@ real traffic runs."""
 
 import cocotb
 from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiStreamFrame
+from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
 
 from rocegen.gateware.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
 from rocegen.gateware.roce.endpoint import QP_COUNTERS, ROCE_STATS, STATS
@@ -96,6 +96,9 @@ class FaultBench(Bench):
         dut.qp_stats_sel.value = 0
         if MEMORY == "onchip":
             dut.memw_valid.value = 0
+        else:
+            self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst,
+                              size=PARAMS["mem_bytes"])
         await ClockCycles(dut.clk, 2)
 
     async def open(self, k, *, pmtu, psn, mr_bytes=1 << 20, ack_every_log2=2, timeout=TIMEOUT,
