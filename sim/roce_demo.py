@@ -63,6 +63,17 @@ link corrupted) are allowed in its log.
 ``ROCE_LOCAL_BYTES``: bytes of local memory filled with random data for ``memory`` runs (default
 64 KiB; at most the on-chip memory); no message of such a run may be longer.
 
+``fairness`` is the share of the link between the QPs while all of them had packets to send
+(:func:`fairness`: max / min payload bytes per QP over that window; None with one QP).
+
+The build's parameters (``ROCEGEN_PARAMS``) choose the MAC side: with ``vlan`` the endpoint
+tags its frames 802.1Q and the NIC model takes and sends only frames of that VLAN; with
+``phy="xgmii"`` (W = 64) the endpoint sits behind its XGMII MAC and the line side is
+cocotbext-eth's XGMII source and sink (:class:`~rocegen.sim.roce_bench.XgmiiMacModel`: every
+frame's preamble, FCS, padding and gap checked; frame times and goodput are the line's); the
+result's ``xgmii`` then holds the frames checked and the MAC's counters, none of its error
+counters may be non-zero.
+
 ``PCAP``: every frame crossing the MAC port goes to this file, as the NIC model receives it and
 as the endpoint receives the answers (after the links).
 """
@@ -75,9 +86,21 @@ import time
 import cocotb
 from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
-from cocotbext.axi import AxiStreamFrame
 
-from rocegen.gateware.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
+from rocegen.gateware.headers import (
+    BTH,
+    IMMDT,
+    IPV4,
+    OP_RC_RDMA_WRITE_FIRST,
+    OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    OP_RC_RDMA_WRITE_ONLY,
+    OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+    OP_RC_SEND_LAST_WITH_IMMEDIATE,
+    OP_RC_SEND_ONLY_WITH_IMMEDIATE,
+    RETH,
+    UDP,
+    UDP_PORT_ROCEV2,
+)
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
@@ -94,9 +117,11 @@ from rocegen.sim.roce_bench import (
     MacModel,
     RecordCollector,
     RecordDriver,
+    XgmiiMacModel,
     board_clock_mhz,
     cycle_offset,
     is_ipv4,
+    l2_length,
     link_pair,
     now_cycle,
     open_qp,
@@ -119,7 +144,10 @@ HOST_QPN = 0x40
 REMOTE_BASE = 0x10_0000_0000
 LOCAL_BYTES = int(os.environ.get("ROCE_LOCAL_BYTES", 64 * 1024))
 PSN_MOD = 1 << 24
-ROCE_HEADERS = ETH.length + IPV4.length + UDP.length
+#: bytes of the invariant CRC at the end of a RoCEv2 packet
+ICRC_BYTES = 4
+#: 802.1Q VLAN ID of the endpoint's frames (the build's ``vlan``), None for untagged
+VLAN = PARAMS.get("vlan")
 #: NIC model log entries a lossy link legitimately causes (besides drops of corrupted frames)
 RECOVERY_EVENTS = ("duplicate", "seq_drop", "nak_seq_tx")
 #: NIC model counters reported per run
@@ -130,14 +158,61 @@ CM_HOST_SPORT, CM_HOST_LISTEN = 50000, 50001
 
 
 def roce_frame_info(frame):
-    """(dest QP, payload bytes carried) of a RoCEv2 frame, or None for other frames."""
-    if len(frame) < ROCE_HEADERS + BTH.length or not is_ipv4(frame):
+    """(dest QP, opcode) of a RoCEv2 frame (untagged or with one 802.1Q tag), or None for other
+    frames."""
+    at = l2_length(frame) + IPV4.length + UDP.length
+    if len(frame) < at + BTH.length or not is_ipv4(frame):
         return None
-    udp = UDP.unpack(frame[ETH.length + IPV4.length:ROCE_HEADERS])
+    udp = UDP.unpack(frame[at - UDP.length:at])
     if udp["dst_port"] != UDP_PORT_ROCEV2:
         return None
-    bth = BTH.unpack(frame[ROCE_HEADERS:ROCE_HEADERS + BTH.length])
+    bth = BTH.unpack(frame[at:at + BTH.length])
     return bth["dest_qp"], bth["opcode"]
+
+
+#: Request opcodes (RC SEND / RDMA WRITE) with a RETH, and those with immediate data
+RETH_OPCODES = (OP_RC_RDMA_WRITE_FIRST, OP_RC_RDMA_WRITE_ONLY, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+IMM_OPCODES = (OP_RC_SEND_LAST_WITH_IMMEDIATE, OP_RC_SEND_ONLY_WITH_IMMEDIATE,
+               OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+
+
+def data_payload(frame):
+    """Payload bytes of a RoCEv2 RC SEND / RDMA WRITE packet (from the IP length, the BTH's
+    opcode and pad count: the Ethernet padding of short frames is not counted)."""
+    l2 = l2_length(frame)
+    at = l2 + IPV4.length + UDP.length
+    ip = IPV4.unpack(frame[l2:l2 + IPV4.length])
+    bth = BTH.unpack(frame[at:at + BTH.length])
+    extra = (RETH.length if bth["opcode"] in RETH_OPCODES else 0) + \
+        (IMMDT.length if bth["opcode"] in IMM_OPCODES else 0)
+    return (ip["total_length"] - IPV4.length - UDP.length - BTH.length - extra - ICRC_BYTES
+            - bth["padcnt"])
+
+
+def fairness(frames, qps):
+    """The share of the link between ``qps`` busy QPs: payload bytes of each QP's data frames
+    from the run's first data frame up to the start of the first frame that is some QP's last,
+    as ``{"window_cycles", "min_bytes", "max_bytes", "ratio"}`` (``ratio`` = max / min), or
+    None with one QP or no frames. The window ends before that frame: in it, every QP had a
+    packet waiting at every turn.
+    ``frames``: ``(first cycle, last cycle, frame)`` of the run's RoCE frames."""
+    data = [(f, roce_frame_info(fr)[0] - HOST_QPN, fr) for f, _, fr in frames
+            if roce_data_key(fr) is not None]
+    if qps < 2 or not data:
+        return None
+    last = {}
+    for f, k, _ in data:
+        last[k] = f
+    if len(last) < qps:
+        return None
+    end = min(last.values())
+    got = dict.fromkeys(range(qps), 0)
+    for f, k, fr in data:
+        if f < end:
+            got[k] += data_payload(fr)
+    lo, hi = min(got.values()), max(got.values())
+    return {"window_cycles": end - data[0][0], "min_bytes": lo, "max_bytes": hi,
+            "ratio": hi / lo if lo else float("inf")}
 
 
 @cocotb.test()
@@ -146,8 +221,9 @@ async def runs(dut):
     results = []
     await start_clock(dut, W)
     pcap = PcapWriter(os.environ["PCAP"]) if os.environ.get("PCAP") else None
-    nic = Rnic(HOST_MAC, HOST_IP, strict=True)
-    mac = MacModel(dut, W, nic, pcap=pcap)
+    nic = Rnic(HOST_MAC, HOST_IP, strict=True, vlan=VLAN)
+    xgmii = PARAMS.get("phy") == "xgmii"
+    mac = (XgmiiMacModel if xgmii else MacModel)(dut, W, nic, pcap=pcap)
     ctl = RecordDriver(dut, "qpctl", CONTEXT_WRITE)
     psn_ctl = RecordDriver(dut, "qppsn", PSN_WRITE)
     wr = RecordDriver(dut, "wr", WORK_REQUEST)
@@ -173,7 +249,7 @@ async def runs(dut):
     for n, run in enumerate(runs):
         await mac.drained()             # the previous run's late copies
         run_cycle, run_wall = now_cycle(W), time.perf_counter()
-        nic = Rnic(HOST_MAC, HOST_IP, strict=True,
+        nic = Rnic(HOST_MAC, HOST_IP, strict=True, vlan=VLAN,
                    udp_ports=(CM_HOST_LISTEN,) if run.get("cm") else ())
         mac.nic = nic
         if run.get("cm"):
@@ -379,6 +455,10 @@ async def runs(dut):
             "messages": sum(len(m) for m in messages.values()),
             "checked_bytes": checked_bytes,
             "packets": packets,
+            "fairness": fairness(frames, qps),
+            "vlan": VLAN,
+            "phy": "xgmii" if xgmii else "axis",
+            "xgmii": xgmii_figures(dut, mac) if xgmii else None,
             "sim_cycles": now_cycle(W) - run_cycle,
             "wall_seconds": time.perf_counter() - run_wall,
         })
@@ -388,15 +468,28 @@ async def runs(dut):
         json.dump(results, f, indent=1)
 
 
+def xgmii_figures(dut, mac):
+    """The XGMII line's figures: frames from the endpoint that passed the line checks of
+    :class:`~rocegen.sim.roce_bench.XgmiiMacModel`, and the MAC's counters."""
+    from rocegen.gateware.xgmii_top import MAC_COUNTERS
+    counters = {name: int(getattr(dut, name).value) for name in MAC_COUNTERS}
+    bad = {k: v for k, v in counters.items() if v and k not in ("mac_rx_frames", "mac_tx_frames")}
+    assert not bad, f"the XGMII MAC counted errors: {bad}"
+    assert counters["mac_tx_frames"] == mac.line_frames, \
+        f"the MAC sent {counters['mac_tx_frames']} frames, the line carried {mac.line_frames}"
+    return {"line_frames_checked": mac.line_frames, **counters}
+
+
 def now_ps():
     return get_sim_time("ps")
 
 
 def is_cm_reply(frame):
     """True for a UDP datagram from the connection manager's reply port."""
-    if len(frame) < ROCE_HEADERS or not is_ipv4(frame):
+    at = l2_length(frame) + IPV4.length
+    if len(frame) < at + UDP.length or not is_ipv4(frame):
         return False
-    return UDP.unpack(frame[ETH.length + IPV4.length:ROCE_HEADERS])["src_port"] == REPLY_PORT
+    return UDP.unpack(frame[at:at + UDP.length])["src_port"] == REPLY_PORT
 
 
 async def cm_exchanges(dut, mac, nic, last_in, run, n, rng):
@@ -407,7 +500,7 @@ async def cm_exchanges(dut, mac, nic, last_in, run, n, rng):
     async def exchange(payload):
         first_out, seen = len(mac.frames), len(nic.udp_rx)
         frame = nic.udp_frame(FPGA_IP, CM_HOST_SPORT, CM_PORT, payload, dst_mac=FPGA_MAC)
-        mac.source.send_nowait(AxiStreamFrame(frame, tuser=0))
+        mac.send(frame)
         await wait_until(mac, lambda: len(nic.udp_rx) > seen, max_cycles=100_000,
                          what=f"run {n}: no reply from the connection manager")
         src_ip, sport, dport, reply = nic.udp_rx[seen]
