@@ -191,27 +191,31 @@ def data_payload(frame):
 
 def fairness(frames, qps):
     """The share of the link between ``qps`` busy QPs: payload bytes of each QP's data frames
-    from the run's first data frame up to the start of the first frame that is some QP's last,
-    as ``{"window_cycles", "min_bytes", "max_bytes", "ratio"}`` (``ratio`` = max / min), or
-    None with one QP or no frames. The window ends before that frame: in it, every QP had a
-    packet waiting at every turn.
-    ``frames``: ``(first cycle, last cycle, frame)`` of the run's RoCE frames."""
+    that started while every QP had packets to send -- from the first frame of the QP that
+    started last up to (not including) the first frame that is some QP's last -- as
+    ``{"window_cycles", "min_bytes", "max_bytes", "ratio"}`` (``ratio`` = max / min), or None
+    with one QP, no frames or no such window. ``frames``: ``(first cycle, last cycle, frame)``
+    of the run's RoCE frames. The window cuts the round robin's rounds anywhere, so a QP may
+    have one packet more than another in it."""
     data = [(f, roce_frame_info(fr)[0] - HOST_QPN, fr) for f, _, fr in frames
             if roce_data_key(fr) is not None]
     if qps < 2 or not data:
         return None
-    last = {}
+    first, last = {}, {}
     for f, k, _ in data:
+        first.setdefault(k, f)
         last[k] = f
     if len(last) < qps:
         return None
-    end = min(last.values())
+    start, end = max(first.values()), min(last.values())
+    if end <= start:
+        return None
     got = dict.fromkeys(range(qps), 0)
     for f, k, fr in data:
-        if f < end:
+        if start <= f < end:
             got[k] += data_payload(fr)
     lo, hi = min(got.values()), max(got.values())
-    return {"window_cycles": end - data[0][0], "min_bytes": lo, "max_bytes": hi,
+    return {"window_cycles": end - start, "min_bytes": lo, "max_bytes": hi,
             "ratio": hi / lo if lo else float("inf")}
 
 
