@@ -1,10 +1,16 @@
 """RoCE traffic end to end on the paths beside the default build (Verilator, W = 64):
 ``rocegen sim demo`` through the endpoint's own XGMII MAC with cocotbext-eth on the line, and
-with 802.1Q VLAN tags both ways; and 256 QPs sending at once, sharing the link evenly. The demo
+with 802.1Q VLAN tags both ways (also ``rocegen sim serve --vlan`` with the host agent); and 256
+QPs sending at once, sharing the link evenly. The demo
 bench (:mod:`rocegen.sim.roce_demo`) compares every byte in the host NIC model's memory and checks
 that every packet was executed exactly once; here its results and its pcap are checked again."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
@@ -76,3 +82,48 @@ def test_256_qps_share_the_link(tmp_path, capsys):
     # the window is most of the run: all 256 QPs were busy until near the end
     assert f["min_bytes"] >= 32768 * 9 // 10, f
     assert "max/min" in capsys.readouterr().out
+
+
+def test_serve_with_vlan_tags(tmp_path):
+    """``rocegen sim serve --vlan 42`` (the demo's VLAN build) with the host agent on the
+    simulated NIC: the connection manager through the tunnel, WRITEs checked in the host's
+    memory, and every frame at the FPGA's port tagged with VLAN 42 both ways."""
+    status, pcap = tmp_path / "status.json", tmp_path / "serve.pcap"
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rocegen.gateware.cli", "sim", "serve", "--width", "64", "--qps",
+         "8", "--vlan", "42", "--tunnel-port", "0", "--wire-port", "0", "--status", str(status),
+         "--pcap", str(pcap)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    agent = [sys.executable, "-m", "rocegen.host.cli", "--state-dir", str(tmp_path / "agent")]
+
+    def host(*args):
+        r = subprocess.run([*agent, *args], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"{args}: {r.stdout}\n{r.stderr}"
+        return r.stdout
+    try:
+        for _ in range(6000):           # a bound on polls (the first build takes minutes)
+            if status.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None and status.exists(), (tmp_path / "serve.log").read_text()[-3000:]
+        st = json.loads(status.read_text())
+        opened = json.loads(host("connect", "--sim", "--device", f"sim:127.0.0.1:{st['wire_port']}",
+                                 "--cm-port", str(st["cm_port"]), "--qps", "1", "--pmtu", "1024",
+                                 "--json"))
+        assert [q["fpga_qpn"] for q in opened] == [256]
+        host("traffic", "--op", "WRITE", "--count", "4", "--size", "3000")
+        reply = json.loads(host("recv", "--json"))
+        assert reply["ok"] and all(r["ok"] and r["verified"] == r["count"] == 4 and r["bad"] == 0
+                                   for r in reply["result"]), reply
+        host("close")
+    finally:
+        subprocess.run([*agent, "stop"], capture_output=True, timeout=120)
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, (tmp_path / "serve.log").read_text()[-3000:]
+        log.close()
+    final = json.loads(status.read_text())
+    assert final["vlan_drop"] == 0
+    frames = [Ether(bytes(p)) for p in rdpcap(str(pcap))]
+    assert frames and all(Dot1Q in f and f[Dot1Q].vlan == 42 for f in frames)
+    assert len(_roce(frames, FPGA_MAC)) >= 4 * 3         # 3000-byte WRITEs at PMTU 1024
+    assert any(f.src == HOST_MAC and BTH in f and f[BTH].opcode == 0x11 for f in frames)
