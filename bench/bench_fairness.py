@@ -7,7 +7,9 @@ executed exactly once). The figure is the fairness of :func:`rocegen.sim.roce_de
 payload bytes per QP from the first data frame until some QP has its last packet to send (all
 QPs busy throughout), max / min over the QPs, with the window's length and the goodput.
 
-Run: ``.venv/bin/python -m bench.bench_fairness [--qps N] [--bytes B] [--pmtu P ...]``;
+The window must hold a few hundred packets per QP: the round robin shares the link to within a
+few packets per QP, whatever the window's length. Run:
+``.venv/bin/python -m bench.bench_fairness [--qps N] [--bytes B] [--size S] [--pmtu P ...]``;
 the figures go to ``build/bench/fairness.json``.
 """
 
@@ -25,7 +27,8 @@ NUM_QPS = 256
 
 def fairness_runs(qps, per_qp, pmtus, size=None):
     """The runs: one per path MTU, ``per_qp`` bytes on each of ``qps`` QPs in messages of
-    ``size`` (default: one message per QP), the MAC at the 10 Gb/s line rate."""
+    ``size`` (default: one message per QP), the MAC at the 10 Gb/s line rate. Work requests are
+    posted round robin over the QPs, message by message."""
     return [{"qps": qps, "pmtu": pmtu, "bytes": per_qp, "size": size or per_qp,
              "opcode": "WRITE", "source": "memory", "line_gbps": 10} for pmtu in pmtus]
 
@@ -43,17 +46,21 @@ def measure(runs, out):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--qps", type=int, default=NUM_QPS, help=f"QPs busy at once (2..{NUM_QPS})")
-    p.add_argument("--bytes", type=int, default=32 * 1024, help="bytes per QP (default 32 KiB)")
+    p.add_argument("--bytes", type=int, default=128 * 1024,
+                   help="bytes per QP (default 128 KiB: 512 packets at PMTU 256)")
+    p.add_argument("--size", type=int, default=32 * 1024,
+                   help="message size, at most 64 KiB (default 32 KiB)")
     p.add_argument("--pmtu", type=int, action="append", default=None,
                    help="path MTU of a run (repeatable; default 256 and 1024)")
     p.add_argument("-o", "--output", default=str(BUILD / "bench"), help="folder of the figures")
     args = p.parse_args(argv)
     if not 2 <= args.qps <= NUM_QPS:
         p.error(f"--qps must be 2..{NUM_QPS}, not {args.qps}")
-    if not 0 < args.bytes <= 64 * 1024:
-        p.error("--bytes must be 1..65536 (one message from the local buffer)")
+    if not 0 < args.size <= 64 * 1024 or args.bytes < args.size:
+        p.error("--size must be 1..65536 (a message from the local buffer) and --bytes at "
+                "least --size")
     t0 = time.perf_counter()
-    runs = fairness_runs(args.qps, args.bytes, args.pmtu or [256, 1024])
+    runs = fairness_runs(args.qps, args.bytes, args.pmtu or [256], args.size)
     results = measure(runs, Path(args.output))
     rows = []
     for r in results:
