@@ -155,13 +155,20 @@ OPCODES = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
 
 
 def _sim_demo(args):
-
-
+    if args.width is None:
+        args.width = 64 if args.phy == "xgmii" else 512
     check_width(args.width)
+    if args.phy == "xgmii" and args.width != 64:
+        raise ValueError(f"--width must be 64 with --phy xgmii (the XGMII word), not {args.width}")
+    if args.vlan is not None and not 1 <= args.vlan <= 4094:
+        raise ValueError(f"--vlan must be a VLAN ID 1..4094, not {args.vlan}")
     if args.pmtu not in PMTUS:
         raise ValueError(f"--pmtu must be one of {', '.join(map(str, PMTUS))}, not {args.pmtu}")
-    if not 1 <= args.qps <= 64:
-        raise ValueError(f"--qps must be 1..64, not {args.qps}")
+    if not 1 <= args.qps <= MAX_QPS:
+        raise ValueError(f"--qps must be 1..{MAX_QPS}, not {args.qps}")
+    if args.phy == "xgmii" and args.line_gbps not in (None, 10):
+        raise ValueError("--line-gbps does not apply to --phy xgmii: the XGMII line carries one "
+                         "64-bit word per cycle (10 Gb/s at 156.25 MHz)")
     if args.bytes < 0 or args.size < 0 or args.size > 65536:
         raise ValueError("--bytes must be >= 0 and --size 0..65536 (the demo's local buffer)")
     for option in ("loss", "dup", "reorder", "corrupt"):
@@ -172,19 +179,29 @@ def _sim_demo(args):
         raise ValueError(f"--seed must be >= 0, not {args.seed}")
     if not 0 <= args.rtt_us < float("inf"):
         raise ValueError(f"--rtt-us must be a number of microseconds >= 0, not {args.rtt_us}")
+    xgmii = args.phy == "xgmii"
     line = args.line_gbps if args.line_gbps is not None else (100 if args.width >= 128 else 10)
+    if xgmii:
+        line = 0            # the XGMII MAC and line set the pace themselves
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     num_qps = max(8, args.qps)
+    extra = {} if args.vlan is None else {"vlan": args.vlan}
     t0 = time.perf_counter()
-    core = out / f"rocegen_endpoint_w{args.width}.v"
-    core.write_text(to_verilog(RoceEndpoint(args.width, num_qps), name="rocegen_endpoint"))
+    tag = f"w{args.width}" + ("_xgmii" if xgmii else "") + \
+        (f"_vlan{args.vlan}" if args.vlan is not None else "")
+    core = out / f"rocegen_endpoint_{tag}.v"
+    if xgmii:
+        design = CoreTop(args.width, num_qps, phy="xgmii", **extra)
+    else:
+        design = RoceEndpoint(args.width, num_qps, **extra)
+    core.write_text(to_verilog(design, name="rocegen_endpoint"))
     print(f"wrote {core} in {time.perf_counter() - t0:.1f} s")
     print(f"building the simulator (Verilator; the first build of a configuration takes a few "
           f"minutes, then it is cached under {BUILD / 'cocotb'})")
-    cfg = endpoint_sim_config(args.width, num_qps)
-    pcap = Path(args.pcap or out / f"roce_w{args.width}.pcap").resolve()
-    results = (out / f"roce_w{args.width}.json").resolve()
+    cfg = endpoint_sim_config(args.width, num_qps, **extra, **({"phy": "xgmii"} if xgmii else {}))
+    pcap = Path(args.pcap or out / f"roce_{tag}.pcap").resolve()
+    results = (out / f"roce_{tag}.json").resolve()
     run = demo_run(args, line)
     try:
         run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"demo-{args.width}",
@@ -193,10 +210,27 @@ def _sim_demo(args):
         print(e, file=sys.stderr)
         return 1
     r = json.loads(results.read_text())[0]
-    print(f"W={args.width} at {board_clock_mhz(args.width):.3f} MHz, MAC line {line} Gb/s, "
+    mac_side = "XGMII MAC, 10 Gb/s line" if xgmii else f"MAC line {line} Gb/s"
+    vlan = f", VLAN {args.vlan}" if args.vlan is not None else ""
+    print(f"W={args.width} at {board_clock_mhz(args.width):.3f} MHz, {mac_side}{vlan}, "
           f"PMTU {args.pmtu}, {args.opcode} messages of {args.size} bytes")
-    for k, q in sorted(r["per_qp"].items(), key=lambda kv: int(kv[0])):
+    per_qp = sorted(r["per_qp"].items(), key=lambda kv: int(kv[0]))
+    for k, q in per_qp if len(per_qp) <= 16 else ():
         print(f"  QP {256 + int(k)}: {q['bytes']} bytes in {q['packets']} packets")
+    if len(per_qp) > 16:
+        packets = [q["packets"] for _, q in per_qp]
+        print(f"  {len(per_qp)} QPs: {per_qp[0][1]['bytes']} bytes each in {min(packets)} to "
+              f"{max(packets)} packets")
+    if xgmii:
+        x = r["xgmii"]
+        print(f"XGMII line: {x['line_frames_checked']} frames from the endpoint checked "
+              f"(preamble, FCS, padding to 64 octets, start lane, gap >= 12 octets), "
+              f"{x['mac_rx_frames']} frames into its MAC, no MAC error counted")
+    if r["fairness"]:
+        f = r["fairness"]
+        print(f"fairness while all {args.qps} QPs were busy ({f['window_cycles']} cycles): "
+              f"{f['min_bytes']} to {f['max_bytes']} payload bytes per QP, max/min "
+              f"{f['ratio']:.4f}")
     us = r["line_cycles"] / board_clock_mhz(args.width)
     faults = [f"{f} {run[f]:g}" for f in ("loss", "dup", "reorder", "corrupt") if run[f]]
     if faults or run["rtt_us"]:
@@ -211,7 +245,8 @@ def _sim_demo(args):
                   f"{c['reordered']} reordered, {c['corrupted']} corrupted")
     print(f"retransmitted {r['retransmitted']} of {r['roce_frames']} RoCE data frames")
     print(f"goodput {r['goodput_gbps']:.2f} Gb/s ({args.bytes * args.qps} bytes in {us:.1f} us on "
-          f"the MAC); the host's memory holds exactly the data sent")
+          f"the {'line' if xgmii else 'MAC'}); the host's memory holds exactly the data sent "
+          f"({r['checked_bytes']} bytes compared)")
     print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
     return 0
 
@@ -304,8 +339,14 @@ def main(argv=None):
     ssub = s.add_subparsers(dest="sim_command", required=True)
     d = ssub.add_parser("demo", help="the endpoint writes into a simulated host NIC's memory "
                         "(Verilator); data checked, goodput reported")
-    d.add_argument("--width", type=int, default=512, help="datapath width in bits")
-    d.add_argument("--qps", type=int, default=2, help="QPs sending at once (round robin)")
+    d.add_argument("--width", type=int, default=None,
+                   help="datapath width in bits (default 512, 64 with --phy xgmii)")
+    d.add_argument("--phy", choices=["axis", "xgmii"], default="axis",
+                   help="MAC side: the CMAC-shaped AXI-Stream port (default), or the built-in "
+                   "10G XGMII MAC with cocotbext-eth's XGMII source and sink on the line (W = 64)")
+    d.add_argument("--vlan", type=int, default=None, metavar="ID",
+                   help="802.1Q VLAN ID of every frame, both ways (default: untagged)")
+    d.add_argument("--qps", type=int, default=2, help="QPs sending at once (round robin, 1..256)")
     d.add_argument("--pmtu", type=int, default=4096, help="path MTU (256..4096)")
     d.add_argument("--bytes", type=int, default=1 << 20, help="bytes per QP")
     d.add_argument("--size", type=int, default=65536, help="message size in bytes (<= 64 KiB)")

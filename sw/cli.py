@@ -86,7 +86,7 @@ def _connect(args):
             _report_open(args, opened["result"], "the running agent")
             return 0
     sdir.mkdir(parents=True, exist_ok=True)
-    sim = args.sim or (args.device or "").startswith("sim")
+    sim = args.sim or (args.device or "").startswith(("sim", "packet:"))
     device = args.device or ("sim" if args.sim else None)
     fpga = args.fpga or (SIM_FPGA_IP if sim else None)
     if fpga is None:
@@ -278,7 +278,9 @@ def main(argv=None):
                    help="the simulated NIC on `rocegen sim serve`'s wire (127.0.0.1:17186); the "
                    "connection manager through its tunnel on 127.0.0.1")
     c.add_argument("--device", default=None,
-                   help="RDMA device (default: the first), or sim / sim:HOST:PORT")
+                   help="RDMA device (default: the first), or sim / sim:HOST:PORT (the simulated "
+                   "NIC on rocegen sim serve's wire) / packet:IFACE (the simulated NIC on a network "
+                   "interface, e.g. serve --tap's)")
     c.add_argument("--ib-port", type=int, default=1, help="port of the RDMA device (default 1)")
     c.add_argument("--gid-index", type=int, default=None,
                    help="GID index (default: the first RoCEv2 GID with an IPv4 address)")

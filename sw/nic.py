@@ -33,7 +33,7 @@ import socket
 import threading
 from typing import NamedTuple
 
-__all__ = ["Cpl", "NicError", "SimNic", "VerbsNic", "open_nic", "SIM_WIRE"]
+__all__ = ["Cpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic", "SIM_WIRE"]
 
 #: Default address of ``rocegen sim serve``'s wire.
 SIM_WIRE = ("127.0.0.1", 17186)
@@ -222,6 +222,87 @@ class SimNic:
         except OSError:
             pass
         self.sock.close()
+
+
+class PacketNic(SimNic):
+    """The simulated RDMA NIC on a network interface of this machine instead of the wire: the
+    same model, taking the RoCEv2 frames (UDP 4791 to its IP) that reach interface ``iface``
+    through a Linux packet socket, and sending its answers there. The host's kernel keeps the
+    rest (ARP, ICMP, the connection manager's UDP): this is how a RoCE peer sits on ``rocegen
+    sim serve --tap``'s interface (``--device packet:rgtap0`` in its namespace). A UDP socket
+    bound to port 4791 at ``ip`` keeps the kernel from answering the RoCEv2 datagrams with ICMP
+    port unreachable, as a soft-RoCE device does. Needs CAP_NET_RAW. No FPGA time: the frames
+    carry none (:meth:`fpga_time` stays None)."""
+
+    def __init__(self, iface, *, mac=None, ip=None, strict=False):
+        from rocegen.sim.models.rnic import Rnic
+        from rocegen.sim.testing.scenarios import HOST_IP, HOST_MAC
+        mac, ip = mac or HOST_MAC, ip or HOST_IP
+        self.local_ip = ip
+        self.rnic = Rnic(mac, ip, strict=strict)
+        self._lock = threading.Lock()
+        self._cpl = threading.Condition(self._lock)
+        self._next_qpn = 0x100 + random.randrange(0x1000)
+        self._next_addr = 0x7F00_0000_0000
+        self._fpga_time = {}
+        self.fatal = None
+        self._ip = int.from_bytes(socket.inet_aton(ip), "big")
+        try:
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+            self.sock.bind((iface, 0))
+        except OSError as e:
+            raise NicError(f"no packet socket on interface {iface!r} ({e.strerror or e}): it "
+                           f"needs CAP_NET_RAW and an existing interface") from None
+        self._port = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            self._port.bind((ip, 4791))
+        except OSError as e:
+            self.sock.close()
+            raise NicError(f"cannot take UDP port 4791 at {ip} ({e.strerror or e}): is {ip} an "
+                           f"address of this machine, and no other RoCE device using it?") from None
+        self._thread = threading.Thread(target=self._run, name="packet-nic", daemon=True)
+        self._thread.start()
+
+    def _roce_to_us(self, frame):
+        """True for an untagged IPv4/UDP frame (no IP options) to our IP and UDP port 4791."""
+        from rocegen.sim.apps.bridge import _udp_dst_port
+        from rocegen.wire.headers import ETH, IPV4, UDP_PORT_ROCEV2
+        return (_udp_dst_port(frame) == UDP_PORT_ROCEV2
+                and IPV4.unpack(frame[ETH.length:])["dst"] == self._ip)
+
+    def _run(self):
+        while True:
+            try:
+                frame, addr = self.sock.recvfrom(65536)
+            except OSError:
+                frame, addr = b"", None
+            if addr is None:
+                with self._lock:
+                    self.fatal = self.fatal or "the packet socket closed"
+                    self._cpl.notify_all()
+                return
+            if addr[2] == socket.PACKET_OUTGOING or not self._roce_to_us(frame):
+                continue
+            try:
+                with self._lock:
+                    out = self.rnic.receive(frame)
+                    if self.rnic.cq:
+                        self._cpl.notify_all()
+                for f in out:
+                    self.sock.send(f)
+            except (ValueError, AssertionError, OSError) as e:
+                with self._lock:
+                    self.fatal = f"simulated NIC stopped: {e}"
+                    self._cpl.notify_all()
+                self.sock.close()
+                return
+
+    def close(self):
+        self._port.close()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
 
 def _import_pyverbs():
@@ -419,8 +500,12 @@ class VerbsNic:
 
 
 def open_nic(spec, **kw):
-    """``"sim"`` or ``"sim:HOST:PORT"``: :class:`SimNic`; anything else names a pyverbs device
-    (``None``: the first one)."""
+    """``"sim"`` or ``"sim:HOST:PORT"``: :class:`SimNic`; ``"packet:IFACE"``: :class:`PacketNic`;
+    anything else names a pyverbs device (``None``: the first one)."""
+    if spec is not None and spec.startswith("packet:"):
+        if not spec[7:]:
+            raise NicError("--device packet:IFACE names a network interface")
+        return PacketNic(spec[7:], **{k: v for k, v in kw.items() if k in ("mac", "ip", "strict")})
     if spec is not None and (spec == "sim" or spec.startswith("sim:")):
         wire = SIM_WIRE
         if spec.startswith("sim:"):

@@ -1,6 +1,7 @@
 """The RoCE endpoint's reliability in Verilator (sim/tb/roce_faults.py): a faulty link
-each way, RNR storms, remote errors, dead links and receive fuzzing, at 64 and 512 bits. The
-simulator builds are the ones tests/test_cocotb_roce.py uses."""
+each way, RNR storms, remote errors, dead links and receive fuzzing, at 64 and 512 bits with
+on-chip payload memory and at 512 bits with an AXI4 (DDR4) payload memory (cocotbext-axi
+AxiRam). The simulator builds are the ones tests/test_cocotb_roce.py uses."""
 
 import pytest
 
@@ -9,6 +10,7 @@ from rocegen.sim.testing.cocotb_runner import endpoint_sim_config, run_cocotb
 CONFIGS = {
     "onchip-64": dict(width=64, num_qps=8),
     "onchip-512": dict(width=512, num_qps=8),
+    "axi4-512": dict(width=512, num_qps=8, memory="axi4", mem_bytes=1 << 24),
 }
 TESTS = ["lossy_link", "errors_and_recovery", "receive_fuzz"]
 

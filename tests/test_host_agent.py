@@ -275,9 +275,13 @@ def test_host_that_vanishes_mid_transfer(fpga, tmp_path):
     host(fpga, tmp_path, "close")
 
 
-def test_tap_in_a_namespace(fpga, tmp_path):
+@pytest.mark.parametrize("roce_to", ["tap", "wire"])
+def test_tap_in_a_namespace(fpga, tmp_path, roce_to):
     """``--tap``: the FPGA at its own address inside a namespace the command makes and removes;
-    an ICMP echo (scapy) reaches it, and the host agent works through the namespace's kernel."""
+    an ICMP echo (scapy) reaches it, and the host agent works through the namespace's kernel.
+    Its RDMA NIC takes the FPGA's RoCEv2 frames on the TAP itself (``--roce-to tap``, the
+    default: the simulated NIC on a packet socket of the interface, beside the kernel's own
+    sockets), or on the wire (``--roce-to wire``)."""
     from rocegen.sim.apps.tap import check_tap_support
     why = check_tap_support()
     if why and os.environ.get("CI"):        # CI runs as root with /dev/net/tun: a real failure
@@ -290,7 +294,8 @@ def test_tap_in_a_namespace(fpga, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "rocegen.cli", "sim", "serve", "--width", "64",
          "--qps", str(NUM_QPS), "--allow-net", "10.0.0.0/24", "--tap", "--netns", ns,
-         "--status", str(status)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+         "--status", str(status), *(["--roce-to", "wire"] if roce_to == "wire" else [])],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     inside = ["ip", "netns", "exec", ns]
     try:
         _wait_for(lambda: status.exists() or proc.poll() is not None, "serve --tap ready",
@@ -306,7 +311,8 @@ def test_tap_in_a_namespace(fpga, tmp_path):
         assert r.returncode == 0, f"no echo reply from the FPGA in the namespace: {r.stderr}"
         agent = [*inside, sys.executable, "-m", "rocegen.host.cli", "--state-dir",
                  str(tmp_path / "agent")]
-        r = subprocess.run([*agent, "connect", "--device", "sim", "--fpga", FPGA_IP, "--json"],
+        device = "sim" if roce_to == "wire" else "packet:rgtap0"
+        r = subprocess.run([*agent, "connect", "--device", device, "--fpga", FPGA_IP, "--json"],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         assert [q["fpga_qpn"] for q in json.loads(r.stdout)] == [256]
@@ -318,6 +324,13 @@ def test_tap_in_a_namespace(fpga, tmp_path):
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=120) == 0, (tmp_path / "tap.log").read_text()[-3000:]
         log.close()
+    final = json.loads(status.read_text())
+    # 8 WRITEs of 3000 bytes at the default path MTU are at least 8 RoCEv2 frames
+    if roce_to == "tap":
+        assert final["wire_tx"] == final["wire_no_peer"] == 0
+        assert final["tap_tx"] >= 8 + 2, final            # the RoCE frames, a ping, a CM reply
+    else:
+        assert final["wire_tx"] >= 8, final
     # the namespace is gone with the server
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     assert ns not in r.stdout

@@ -14,9 +14,17 @@ plays that port:
   port when that port is free (0x8765 for replies), so a tool sees what it would see on a bench.
   ARP requests for the host's IP are answered here, as the host's kernel would.
 * **TAP** (instead of the tunnel, with ``tap``): the host's kernel is the operating system's
-  part. Every FPGA frame that is not RoCEv2 goes to the TAP interface (ARP, ICMP, the connection
-  manager's replies) and every frame the kernel sends on it goes to the FPGA, so tools in the
-  interface's network namespace reach the FPGA at its own address.
+  part. Every FPGA frame goes to the TAP interface (ARP, ICMP, the connection manager's replies,
+  and the RoCEv2 frames too with ``roce="tap"``, the default) and every frame the kernel or a
+  program on the interface sends on it goes to the FPGA, so tools in the interface's network
+  namespace reach the FPGA at its own address, and a RoCE peer using the host's own sockets on
+  the interface (a packet socket, a soft-RoCE device) gets the FPGA's RoCEv2 frames. With
+  ``roce="wire"`` the RoCEv2 frames go to the wire instead, as without a TAP.
+* **VLAN** (with ``vlan``): the FPGA's port is a tagged (trunk) port of that 802.1Q VLAN and
+  everything on this side an untagged (access) port, as a switch would join them: frames from
+  the FPGA must carry the tag (others are dropped and counted in ``vlan_drop``) and lose it
+  (padded again to 60 bytes) before the tunnel, the TAP or the wire sees them; frames to the
+  FPGA get it (priority ``pcp``).
 * **Wire** (the RDMA NIC's part). A TCP listener on ``listen:wire_port`` takes any number of
   connections (a hub: every FPGA frame not taken by the tunnel goes to every connection; each
   connection's frames go to the FPGA). On a connection each frame is a 4-byte big-endian length
@@ -49,8 +57,10 @@ from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.headers import (
     ARP,
     ETH,
+    ETH_VLAN,
     ETHERTYPE_ARP,
     ETHERTYPE_IPV4,
+    ETHERTYPE_VLAN,
     IP_PROTO_UDP,
     IPV4,
     UDP,
@@ -58,7 +68,8 @@ from rocegen.wire.headers import (
 )
 
 __all__ = ["HostSide", "FrameReader", "FpgaTime", "encode_frame", "encode_time", "udp_frame",
-           "open_tap", "MAX_FRAME", "COUNTERS", "TIME_RECORD"]
+           "open_tap", "vlan_tag", "vlan_untag", "MAX_FRAME", "COUNTERS", "TIME_RECORD",
+           "ROCE_PATHS"]
 
 #: Largest frame a wire connection may carry (a 9000-byte jumbo frame with its headers).
 MAX_FRAME = 9018 + 4
@@ -70,7 +81,9 @@ SEND_TIMEOUT = 10.0
 #: What :attr:`HostSide.counters` counts.
 COUNTERS = ("tunnel_rx", "tunnel_tx", "tunnel_tx_failed", "arp_answered", "wire_rx", "wire_tx",
             "wire_no_peer", "wire_bad_length", "wire_connects", "wire_disconnects", "tap_rx",
-            "tap_tx")
+            "tap_tx", "vlan_drop")
+#: Where :class:`HostSide` sends the FPGA's RoCEv2 frames when it has a TAP.
+ROCE_PATHS = ("tap", "wire")
 _TUNSETIFF = 0x400454CA
 _IFF_TAP, _IFF_NO_PI = 0x0002, 0x1000
 
@@ -98,6 +111,27 @@ def _udp_dst_port(frame):
         return None
     at = ETH.length + IPV4.length
     return UDP.unpack(frame[at:at + UDP.length])["dst_port"]
+
+
+def vlan_tag(frame, vid, pcp=0):
+    """An untagged Ethernet frame with an 802.1Q tag of VLAN ``vid`` (priority ``pcp``) inserted
+    after its addresses."""
+    eth = ETH.unpack(frame[:ETH.length])
+    return ETH_VLAN.pack(dst=eth["dst"], src=eth["src"], tpid=ETHERTYPE_VLAN, pcp=pcp, dei=0,
+                         vid=vid, ethertype=eth["ethertype"]) + bytes(frame[ETH.length:])
+
+
+def vlan_untag(frame, vid):
+    """The frame without its 802.1Q tag, padded to 60 bytes, if it carries exactly one tag of
+    VLAN ``vid``; else None."""
+    if len(frame) < ETH_VLAN.length:
+        return None
+    eth = ETH_VLAN.unpack(frame[:ETH_VLAN.length])
+    if eth["tpid"] != ETHERTYPE_VLAN or eth["vid"] != vid or eth["ethertype"] == ETHERTYPE_VLAN:
+        return None
+    out = ETH.pack(dst=eth["dst"], src=eth["src"], ethertype=eth["ethertype"]) + \
+        bytes(frame[ETH_VLAN.length:])
+    return out + bytes(max(0, 60 - len(out)))
 
 
 def encode_frame(frame):
@@ -181,10 +215,23 @@ class HostSide:
     to them that are not RoCEv2 are the tunnel's). ``listen``: the address the sockets bind to
     (loopback by default; never anything that is not on this machine). ``cm_port``/
     ``wire_port``: 0 picks a free port (see :attr:`cm_port` / :attr:`wire_port` afterwards).
+    ``tap``: the TAP interface to use instead of the tunnel; ``roce``: where RoCEv2 frames go
+    with it (:data:`ROCE_PATHS`). ``vlan``/``pcp``: the FPGA port's 802.1Q VLAN (see the module
+    documentation).
     """
 
     def __init__(self, *, fpga_mac, fpga_ip, fpga_cm_port=17185, host_mac, host_ip,
-                 listen="127.0.0.1", cm_port=17185, wire_port=17186, tap=None, log=print):
+                 listen="127.0.0.1", cm_port=17185, wire_port=17186, tap=None, roce="tap",
+                 vlan=None, pcp=0, log=print):
+        if roce not in ROCE_PATHS:
+            raise ValueError(f"roce must be one of {', '.join(ROCE_PATHS)}, not {roce!r}")
+        if vlan is not None and (isinstance(vlan, bool) or not isinstance(vlan, int)
+                                 or not 1 <= vlan <= 4094):
+            raise ValueError(f"vlan must be a VLAN ID 1..4094, not {vlan!r}")
+        if not isinstance(pcp, int) or not 0 <= pcp <= 7:
+            raise ValueError(f"pcp must be a priority 0..7, not {pcp!r}")
+        self.roce = roce
+        self.vlan, self.pcp = vlan, pcp
         self.fpga_mac, self.fpga_ip = parse_mac(fpga_mac), parse_ip(fpga_ip)
         self.host_mac, self.host_ip = parse_mac(host_mac), parse_ip(host_ip)
         self.fpga_cm_port = fpga_cm_port
@@ -219,7 +266,13 @@ class HostSide:
 
     def poll(self, timeout=0.0):
         """Frames for the FPGA that arrived on the sockets (waiting at most ``timeout`` s for the
-        first)."""
+        first), tagged with the VLAN if there is one."""
+        out = self._poll(timeout)
+        if self.vlan is None:
+            return out
+        return [vlan_tag(f, self.vlan, self.pcp) for f in out]
+
+    def _poll(self, timeout):
         out = []
         for key, _ in self._sel.select(timeout):
             what = key.data
@@ -304,6 +357,15 @@ class HostSide:
         for the host's IP), which go back to the FPGA."""
         if len(frame) < ETH.length:
             return []
+        if self.vlan is not None:
+            frame = vlan_untag(frame, self.vlan)
+            if frame is None:
+                self.counters["vlan_drop"] += 1
+                return []
+            return [vlan_tag(f, self.vlan, self.pcp) for f in self._from_fpga(frame, time)]
+        return self._from_fpga(frame, time)
+
+    def _from_fpga(self, frame, time):
         if self.tap is not None:
             return self._from_fpga_tap(frame, time)
         eth = ETH.unpack(frame[:ETH.length])
@@ -330,8 +392,9 @@ class HostSide:
         return []
 
     def _from_fpga_tap(self, frame, time):
-        """With a TAP, the host's kernel answers everything but RoCEv2, which goes to the wire."""
-        if _udp_dst_port(frame) == UDP_PORT_ROCEV2:
+        """With a TAP, every frame goes to it (the host's kernel answers ARP, ICMP, UDP; a RoCE
+        peer on the interface takes RoCEv2), but RoCEv2 goes to the wire with ``roce="wire"``."""
+        if self.roce == "wire" and _udp_dst_port(frame) == UDP_PORT_ROCEV2:
             self._to_peers(frame, time)
         else:
             try:

@@ -12,7 +12,15 @@ The simulated FPGA's Ethernet port is joined to real sockets (:mod:`rocegen.sim.
   and any other simulated host on the segment;
 * with ``--tap``, a TAP interface inside a network namespace that the command creates and
   removes itself (:mod:`rocegen.sim.apps.tap`): tools run in it with ``ip netns exec`` and reach the
-  FPGA at its own IP address.
+  FPGA at its own IP address. Every frame of the FPGA takes the TAP, RoCEv2 included, so a RoCE
+  peer using the host's own sockets there gets it (``rocegen-host --device packet:rgtap0``, or
+  a soft-RoCE device on the interface); ``--roce-to wire`` sends the RoCEv2 frames to the wire
+  instead.
+
+With ``--vlan ID`` the endpoint is built to tag its frames 802.1Q with that VLAN and to take only
+frames of it; the host side is an untagged access port of the VLAN (:mod:`rocegen.sim.apps.bridge`):
+the tunnel, the TAP and the wire see untagged frames, the FPGA tagged ones (the pcap holds them
+as the FPGA's port sees them).
 
 The cocotb side is :mod:`rocegen.sim.tb.serve`; the design is the endpoint's Verilator build
 shared with the tests and ``rocegen sim demo``
@@ -63,6 +71,12 @@ def add_parser(subparsers):
     s.add_argument("--tap", action="store_true",
                    help="instead of the tunnel, a TAP interface in a network namespace made for "
                    "the purpose (root; see --netns)")
+    s.add_argument("--roce-to", choices=("tap", "wire"), default="tap",
+                   help="with --tap, where the FPGA's RoCEv2 frames go: the TAP (default; a RoCE "
+                   "peer on the interface takes them) or the wire")
+    s.add_argument("--vlan", type=int, default=None, metavar="ID",
+                   help="802.1Q VLAN ID of the FPGA's port (its frames are tagged, the host side "
+                   "is an untagged port of the VLAN; default: untagged)")
     s.add_argument("--netns", default="rocegen",
                    help="name of the namespace --tap creates (default rocegen)")
     s.add_argument("--pcap", default=None, help="write every frame both ways to this file")
@@ -116,7 +130,14 @@ def serve_config(args):
         raise ValueError(f"--line-gbps must be 0..1000, not {args.line_gbps}")
     if args.max_cycles is not None and args.max_cycles <= 0:
         raise ValueError(f"--max-cycles must be > 0, not {args.max_cycles}")
+    if args.roce_to != "tap" and not args.tap:
+        raise ValueError("--roce-to applies to --tap only (without a TAP, RoCEv2 frames take "
+                         "the wire)")
+    if args.vlan is not None and not 1 <= args.vlan <= 4094:
+        raise ValueError(f"--vlan must be a VLAN ID 1..4094, not {args.vlan}")
     params = endpoint_params(args)
+    if args.vlan is not None:
+        params["vlan"] = args.vlan
     if args.mac.lower() != FPGA_MAC:
         params["mac"] = args.mac
     if args.ip != FPGA_IP:
@@ -129,7 +150,8 @@ def serve_config(args):
             "host_ip": args.host_ip, "fpga_mac": args.mac, "fpga_ip": args.ip,
             "fpga_cm_port": fpga_cm_port, "line_gbps": line, "parent": os.getpid(),
             "pcap": str(Path(args.pcap).resolve()) if args.pcap else None,
-            "max_cycles": args.max_cycles, "clock_mhz": board_clock_mhz(args.width)}
+            "max_cycles": args.max_cycles, "clock_mhz": board_clock_mhz(args.width),
+            "roce_to": args.roce_to, "vlan": args.vlan}
     return cfg, conf
 
 

@@ -69,6 +69,17 @@ link corrupted) are allowed in its log.
 ACKs, credit codes, port MTU, as :func:`~rocegen.sim.testing.roce_env.peer_behaviour` gives for seed
 0 without faults) or ``ideal`` (an ACK per AckReq at once).
 
+``fairness`` is the share of the link between the QPs while all of them had packets to send
+(:func:`fairness`: max / min payload bytes per QP over that window; None with one QP).
+
+The build's parameters (``ROCEGEN_PARAMS``) choose the MAC side: with ``vlan`` the endpoint
+tags its frames 802.1Q and the NIC model takes and sends only frames of that VLAN; with
+``phy="xgmii"`` (W = 64) the endpoint sits behind its XGMII MAC and the line side is
+cocotbext-eth's XGMII source and sink (:class:`~rocegen.sim.testing.roce_env.XgmiiMacModel`: every
+frame's preamble, FCS, padding and gap checked; frame times and goodput are the line's); the
+result's ``xgmii`` then holds the frames checked and the MAC's counters, none of its error
+counters may be non-zero.
+
 ``PCAP``: every frame crossing the MAC port goes to this file, as the NIC model receives it and
 as the endpoint receives the answers (after the links).
 """
@@ -97,9 +108,11 @@ from rocegen.sim.testing.roce_env import (
     MacModel,
     RecordCollector,
     RecordDriver,
+    XgmiiMacModel,
     board_clock_mhz,
     cycle_offset,
     is_ipv4,
+    l2_length,
     link_pair,
     now_cycle,
     open_qp,
@@ -116,7 +129,20 @@ from rocegen.sim.testing.roce_env import (
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
-from rocegen.wire.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
+from rocegen.wire.headers import (
+    BTH,
+    IMMDT,
+    IPV4,
+    OP_RC_RDMA_WRITE_FIRST,
+    OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+    OP_RC_RDMA_WRITE_ONLY,
+    OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+    OP_RC_SEND_LAST_WITH_IMMEDIATE,
+    OP_RC_SEND_ONLY_WITH_IMMEDIATE,
+    RETH,
+    UDP,
+    UDP_PORT_ROCEV2,
+)
 from rocegen.wire.pattern import generator_address, pattern
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
@@ -127,7 +153,10 @@ REMOTE_BASE = 0x10_0000_0000
 LOCAL_BYTES = int(os.environ.get("ROCE_LOCAL_BYTES", 64 * 1024))
 BEHAVIOUR = peer_behaviour(0, os.environ.get("ROCE_PEER", "connectx"), faults=False)
 PSN_MOD = 1 << 24
-ROCE_HEADERS = ETH.length + IPV4.length + UDP.length
+#: bytes of the invariant CRC at the end of a RoCEv2 packet
+ICRC_BYTES = 4
+#: 802.1Q VLAN ID of the endpoint's frames (the build's ``vlan``), None for untagged
+VLAN = PARAMS.get("vlan")
 #: NIC model log entries a lossy link legitimately causes (besides drops of corrupted frames)
 RECOVERY_EVENTS = ("duplicate", "seq_drop", "nak_seq_tx")
 #: NIC model counters reported per run
@@ -138,14 +167,65 @@ CM_HOST_SPORT, CM_HOST_LISTEN = 50000, 50001
 
 
 def roce_frame_info(frame):
-    """(dest QP, payload bytes carried) of a RoCEv2 frame, or None for other frames."""
-    if len(frame) < ROCE_HEADERS + BTH.length or not is_ipv4(frame):
+    """(dest QP, opcode) of a RoCEv2 frame (untagged or with one 802.1Q tag), or None for other
+    frames."""
+    at = l2_length(frame) + IPV4.length + UDP.length
+    if len(frame) < at + BTH.length or not is_ipv4(frame):
         return None
-    udp = UDP.unpack(frame[ETH.length + IPV4.length:ROCE_HEADERS])
+    udp = UDP.unpack(frame[at - UDP.length:at])
     if udp["dst_port"] != UDP_PORT_ROCEV2:
         return None
-    bth = BTH.unpack(frame[ROCE_HEADERS:ROCE_HEADERS + BTH.length])
+    bth = BTH.unpack(frame[at:at + BTH.length])
     return bth["dest_qp"], bth["opcode"]
+
+
+#: Request opcodes (RC SEND / RDMA WRITE) with a RETH, and those with immediate data
+RETH_OPCODES = (OP_RC_RDMA_WRITE_FIRST, OP_RC_RDMA_WRITE_ONLY, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+IMM_OPCODES = (OP_RC_SEND_LAST_WITH_IMMEDIATE, OP_RC_SEND_ONLY_WITH_IMMEDIATE,
+               OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+
+
+def data_payload(frame):
+    """Payload bytes of a RoCEv2 RC SEND / RDMA WRITE packet (from the IP length, the BTH's
+    opcode and pad count: the Ethernet padding of short frames is not counted)."""
+    l2 = l2_length(frame)
+    at = l2 + IPV4.length + UDP.length
+    ip = IPV4.unpack(frame[l2:l2 + IPV4.length])
+    bth = BTH.unpack(frame[at:at + BTH.length])
+    extra = (RETH.length if bth["opcode"] in RETH_OPCODES else 0) + \
+        (IMMDT.length if bth["opcode"] in IMM_OPCODES else 0)
+    return (ip["total_length"] - IPV4.length - UDP.length - BTH.length - extra - ICRC_BYTES
+            - bth["padcnt"])
+
+
+def fairness(frames, qps):
+    """The share of the link between ``qps`` busy QPs: payload bytes of each QP's data frames
+    that started while every QP had packets to send -- from the first frame of the QP that
+    started last up to (not including) the first frame that is some QP's last -- as
+    ``{"window_cycles", "min_bytes", "max_bytes", "ratio"}`` (``ratio`` = max / min), or None
+    with one QP, no frames or no such window. ``frames``: ``(first cycle, last cycle, frame)``
+    of the run's RoCE frames. The window cuts the round robin's rounds anywhere, so a QP may
+    have one packet more than another in it."""
+    data = [(f, roce_frame_info(fr)[0] - HOST_QPN, fr) for f, _, fr in frames
+            if roce_data_key(fr) is not None]
+    if qps < 2 or not data:
+        return None
+    first, last = {}, {}
+    for f, k, _ in data:
+        first.setdefault(k, f)
+        last[k] = f
+    if len(last) < qps:
+        return None
+    start, end = max(first.values()), min(last.values())
+    if end <= start:
+        return None
+    got = dict.fromkeys(range(qps), 0)
+    for f, k, fr in data:
+        if start <= f < end:
+            got[k] += data_payload(fr)
+    lo, hi = min(got.values()), max(got.values())
+    return {"window_cycles": end - start, "min_bytes": lo, "max_bytes": hi,
+            "ratio": hi / lo if lo else float("inf")}
 
 
 @cocotb.test()
@@ -154,8 +234,9 @@ async def runs(dut):
     results = []
     await start_clock(dut, W)
     pcap = PcapWriter(os.environ["PCAP"]) if os.environ.get("PCAP") else None
-    nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=BEHAVIOUR)
-    mac = MacModel(dut, W, nic, pcap=pcap)
+    nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=BEHAVIOUR, vlan=VLAN)
+    xgmii = PARAMS.get("phy") == "xgmii"
+    mac = (XgmiiMacModel if xgmii else MacModel)(dut, W, nic, pcap=pcap)
     ctl = RecordDriver(dut, "qpctl", CONTEXT_WRITE)
     psn_ctl = RecordDriver(dut, "qppsn", PSN_WRITE)
     wr = RecordDriver(dut, "wr", WORK_REQUEST)
@@ -182,7 +263,7 @@ async def runs(dut):
         await mac.drained()             # the previous run's late copies
         run_cycle, run_wall = now_cycle(W), time.perf_counter()
         checked = (Counter(mac.framecheck.counts), mac.framecheck.seconds, len(mac.frames))
-        nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=BEHAVIOUR,
+        nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=BEHAVIOUR, vlan=VLAN,
                    udp_ports=(CM_HOST_LISTEN,) if run.get("cm") else ())
         mac.nic = nic
         if run.get("cm"):
@@ -389,6 +470,10 @@ async def runs(dut):
             "messages": sum(len(m) for m in messages.values()),
             "checked_bytes": checked_bytes,
             "packets": packets,
+            "fairness": fairness(frames, qps),
+            "vlan": VLAN,
+            "phy": "xgmii" if xgmii else "axis",
+            "xgmii": xgmii_figures(dut, mac) if xgmii else None,
             "sim_cycles": now_cycle(W) - run_cycle,
             "wall_seconds": time.perf_counter() - run_wall,
             **checked_since(mac, checked),
@@ -409,15 +494,28 @@ def checked_since(mac, mark):
     return {"framecheck": new, "framecheck_seconds": round(mac.framecheck.seconds - seconds, 3)}
 
 
+def xgmii_figures(dut, mac):
+    """The XGMII line's figures: frames from the endpoint that passed the line checks of
+    :class:`~rocegen.sim.testing.roce_env.XgmiiMacModel`, and the MAC's counters."""
+    from rocegen.gateware.xgmii_top import MAC_COUNTERS
+    counters = {name: int(getattr(dut, name).value) for name in MAC_COUNTERS}
+    bad = {k: v for k, v in counters.items() if v and k not in ("mac_rx_frames", "mac_tx_frames")}
+    assert not bad, f"the XGMII MAC counted errors: {bad}"
+    assert counters["mac_tx_frames"] == mac.line_frames, \
+        f"the MAC sent {counters['mac_tx_frames']} frames, the line carried {mac.line_frames}"
+    return {"line_frames_checked": mac.line_frames, **counters}
+
+
 def now_ps():
     return get_sim_time("ps")
 
 
 def is_cm_reply(frame):
     """True for a UDP datagram from the connection manager's reply port."""
-    if len(frame) < ROCE_HEADERS or not is_ipv4(frame):
+    at = l2_length(frame) + IPV4.length
+    if len(frame) < at + UDP.length or not is_ipv4(frame):
         return False
-    return UDP.unpack(frame[ETH.length + IPV4.length:ROCE_HEADERS])["src_port"] == REPLY_PORT
+    return UDP.unpack(frame[at:at + UDP.length])["src_port"] == REPLY_PORT
 
 
 async def cm_exchanges(dut, mac, nic, last_in, run, n, rng):

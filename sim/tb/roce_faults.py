@@ -10,7 +10,7 @@ late ACKs, credit codes) and also sends duplicate and ghost ACKs, runts and over
 
 import cocotb
 from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiStreamFrame
+from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
 
 from rocegen.gateware.roce.endpoint import QP_COUNTERS, ROCE_STATS, STATS
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
@@ -101,6 +101,9 @@ class FaultBench(Bench):
         dut.qp_stats_sel.value = 0
         if MEMORY == "onchip":
             dut.memw_valid.value = 0
+        else:
+            self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst,
+                              size=PARAMS["mem_bytes"])
         await ClockCycles(dut.clk, 2)
 
     async def open(self, k, *, pmtu, psn, mr_bytes=1 << 20, ack_every_log2=2, timeout=TIMEOUT,

@@ -7,7 +7,9 @@ MAC's line rate; 0 takes a beat every cycle), ``status`` (a JSON file the bench 
 ``{"state": "ready", ...}`` with the ports once the sockets listen, at the end ``"stopped"`` with
 the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process id: the bench
 stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
-interface instead of the tunnel), ``stop_file`` (the bench stops once this file exists). While
+interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the default, or
+``"wire"``, where RoCEv2 frames go), ``vlan`` (the FPGA port's VLAN ID, None for untagged),
+``stop_file`` (the bench stops once this file exists). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
 
@@ -97,7 +99,8 @@ async def serve(dut):
     host = HostSide(fpga_mac=CONF["fpga_mac"], fpga_ip=CONF["fpga_ip"],
                     fpga_cm_port=CONF["fpga_cm_port"], host_mac=CONF["host_mac"],
                     host_ip=CONF["host_ip"], listen=CONF["listen"], cm_port=CONF["cm_port"],
-                    wire_port=CONF["wire_port"], tap=CONF.get("tap"), log=log)
+                    wire_port=CONF["wire_port"], tap=CONF.get("tap"),
+                    roce=CONF.get("roce_to") or "tap", vlan=CONF.get("vlan"), log=log)
     pcap = PcapWriter(CONF["pcap"]) if CONF.get("pcap") else None
     source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
     source.log.setLevel("WARNING")
@@ -113,7 +116,8 @@ async def serve(dut):
              "wire_port": host.wire_port, "fpga_ip": CONF["fpga_ip"], "host_ip": CONF["host_ip"],
              "width": W, "clock_mhz": mhz, "num_qps": PARAMS["num_qps"], "pid": os.getpid()}
     _write_status(status_path, ready)
-    front = (f"TAP {CONF['tap']} (host {CONF['host_ip']})" if CONF.get("tap") else
+    front = (f"TAP {CONF['tap']} (host {CONF['host_ip']}; RoCEv2 to the "
+             f"{CONF.get('roce_to') or 'tap'})" if CONF.get("tap") else
              f"connection manager tunnel on udp {host.listen}:{host.cm_port}")
     log(f"FPGA {CONF['fpga_ip']} ({W}-bit endpoint, {PARAMS['num_qps']} QPs, {mhz:.3f} MHz); "
         f"{front}, wire on tcp {host.listen}:{host.wire_port}")

@@ -57,7 +57,9 @@ from rocegen.sim.testing.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_de
 from rocegen.wire.headers import (
     BTH,
     ETH,
+    ETH_VLAN,
     ETHERTYPE_IPV4,
+    ETHERTYPE_VLAN,
     IP_PROTO_UDP,
     IPV4,
     OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
@@ -66,10 +68,12 @@ from rocegen.wire.headers import (
     UDP_PORT_ROCEV2,
 )
 
-__all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "RecordDriver", "RecordCollector",
+__all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "XgmiiMacModel", "RecordDriver",
+           "RecordCollector",
            "start_clock", "wait_cycles", "wait_low", "wait_until", "cycle_offset", "MacFrames",
            "open_qp", "qpn", "write_onchip", "peer_behaviour", "PEERS",
-           "roce_data_key", "is_ipv4", "link_pair", "FAULTS", "timeout_code", "LINE_OVERHEAD"]
+           "roce_data_key", "is_ipv4", "link_pair", "FAULTS", "timeout_code", "LINE_OVERHEAD",
+           "l2_length"]
 
 #: fixed point of the capture ring's line-rate budget (bytes per cycle times 2**16)
 CREDIT_ONE = 1 << 16
@@ -202,9 +206,14 @@ class MacModel:
         self.event = Event()
         self._sent = set()
         self._wake = Event()
-        self.source = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_axis"), dut.clk, dut.rst)
-        self.source.log.setLevel("WARNING")      # not a line per frame
+        self._attach()
         cocotb.start_soon(self._run())
+
+    def _attach(self):
+        """Drive the endpoint's MAC input (``s_axis``)."""
+        self.source = AxiStreamSource(AxiStreamBus.from_prefix(self.dut, "s_axis"), self.dut.clk,
+                                      self.dut.rst)
+        self.source.log.setLevel("WARNING")      # not a line per frame
 
     @property
     def bytes_per_cycle(self):
@@ -369,6 +378,109 @@ class MacModel:
             self.event.set()
 
 
+#: An XGMII frame's preamble and start-of-frame delimiter as cocotbext-eth gives them (the start
+#: character /S/ read as the first preamble octet).
+XGMII_PREAMBLE = bytes([0x55] * 7 + [0xD5])
+#: Minimum inter-frame gap of the XGMII transmit MAC, in octet times from the terminate
+#: character /T/ to the next start character /S/.
+XGMII_MIN_GAP = 12
+
+
+class XgmiiMacModel(MacModel):
+    """:class:`MacModel` for the endpoint behind its own XGMII MAC (the test top with
+    ``phy="xgmii"``): the line side is cocotbext-eth's :class:`~cocotbext.eth.XgmiiSource`
+    (frames to the endpoint, with preamble, FCS, padding to 64 octets and the deficit-idle
+    inter-frame gap) and :class:`~cocotbext.eth.XgmiiSink` (frames from it). Every frame out of
+    the endpoint is checked on the line: preamble and SFD, a correct FCS, no control character
+    inside, at least 64 octets with the FCS, a start in lane 0 and at least
+    :data:`XGMII_MIN_GAP` octet times after the previous frame's /T/; a frame failing any of it
+    raises ``AssertionError``. Frame times (:attr:`frames`, :attr:`line`) are the line's own:
+    from the /S/ to the /T/ of each frame, so goodput figures count preamble, FCS, padding and
+    gap as the XGMII spends them. The line rate is the XGMII's (one 64-bit word per cycle):
+    :attr:`bytes_per_cycle` and :attr:`backpressure` change nothing (the endpoint's MAC cannot
+    be held off)."""
+
+    def __init__(self, dut, width, nic, **kwargs):
+        if width != 64:
+            raise ValueError(f"the XGMII line is 64 bits wide: width must be 64, not {width}")
+        #: line checks passed, by frame (every frame out of the endpoint)
+        self.line_frames = 0
+        self._last_end = None
+        super().__init__(dut, width, nic, **kwargs)
+
+    def _attach(self):
+        import logging
+
+        from cocotbext.eth import XgmiiSink, XgmiiSource
+        dut = self.dut
+        for port in (dut.xgmii_rxd, dut.xgmii_txd):     # not their banners, not a line per frame
+            logging.getLogger(f"cocotb.{port._path}").setLevel(logging.WARNING)
+        self.source = XgmiiSource(dut.xgmii_rxd, dut.xgmii_rxc, dut.clk, dut.rst)
+        self.sink = XgmiiSink(dut.xgmii_txd, dut.xgmii_txc, dut.clk, dut.rst)
+        for side in (self.source, self.sink):
+            side.log.setLevel("WARNING")
+
+    def _configure(self):
+        pass
+
+    def _to_endpoint(self, frame):
+        from cocotbext.eth import XgmiiFrame
+        self.framecheck.request(frame)
+        if self.pcap:
+            self.pcap.write(frame, cocotb.utils.get_sim_time("ns"))
+        self.source.send_nowait(XgmiiFrame.from_payload(frame))
+
+    def _check_line(self, f):
+        """The line checks of a frame from the endpoint (see the class documentation); returns
+        the frame without preamble and FCS."""
+        n = len(self.frames)
+        if bytes(f.get_preamble()) != XGMII_PREAMBLE:
+            raise AssertionError(f"XGMII frame {n}: preamble {bytes(f.get_preamble()).hex()}")
+        if f.ctrl is not None and any(f.ctrl):     # compact() leaves None when all are data
+            raise AssertionError(f"XGMII frame {n}: a control character inside the frame "
+                                 f"(an /E/ abort?)")
+        if not f.check_fcs():
+            raise AssertionError(f"XGMII frame {n}: bad FCS")
+        payload = bytes(f.get_payload())
+        if len(payload) + 4 < 64:
+            raise AssertionError(f"XGMII frame {n}: {len(payload) + 4} octets with the FCS, "
+                                 f"not padded to 64")
+        if f.start_lane != 0:
+            raise AssertionError(f"XGMII frame {n}: starts in lane {f.start_lane}, not 0")
+        octet_ps = period_ps(self.width) // 8
+        if self._last_end is not None:
+            gap = (f.sim_time_start - self._last_end) // octet_ps
+            if gap < XGMII_MIN_GAP:
+                raise AssertionError(f"XGMII frame {n}: {gap} octet times after the previous "
+                                     f"frame's end, less than {XGMII_MIN_GAP}")
+        self._last_end = f.sim_time_end
+        self.line_frames += 1
+        return payload
+
+    async def _run(self):
+        W = self.width
+        self._hw = True
+        period = period_ps(W)
+        while True:
+            if self.sink.empty():
+                due = self.next_due()
+                self._wake.clear()
+                wait = [self.sink.active_event.wait(), self._wake.wait()]
+                if due is not None:
+                    wait.append(Timer(max(due - now_cycle(W), 1) * period, unit="ps"))
+                await First(*wait)
+            self.cycle = now_cycle(W)
+            while not self.sink.empty():
+                f = self.sink.recv_nowait()
+                payload = self._check_line(f)
+                first, last = f.sim_time_start // period, f.sim_time_end // period
+                self.frames.append((first, last, payload))
+                self.line.append((first, last + 1))
+                self._from_endpoint(payload)
+            self._poll_links()
+            self.event.set()
+
+
 async def wait_until(mac, predicate, *, max_cycles, what):
     """Wait until ``predicate()`` holds, looking again whenever the MAC model has handled a frame
     (:attr:`MacModel.event`); fail with ``what`` (text, or a function giving it at that point)
@@ -382,18 +494,30 @@ async def wait_until(mac, predicate, *, max_cycles, what):
         await First(mac.event.wait(), Timer(left * period_ps(mac.width), unit="ps"))
 
 
+def l2_length(frame):
+    """Bytes of the Ethernet header of a frame: 14, or 18 with one 802.1Q tag."""
+    if len(frame) >= ETH_VLAN.length and ETH.unpack(frame)["ethertype"] == ETHERTYPE_VLAN:
+        return ETH_VLAN.length
+    return ETH.length
+
+
 def is_ipv4(frame):
-    """True for an Ethernet frame carrying IPv4 (the frames a link may corrupt: an ARP message
-    has no checksum of its own)."""
-    return len(frame) >= ETH.length and ETH.unpack(frame)["ethertype"] == ETHERTYPE_IPV4
+    """True for an Ethernet frame carrying IPv4, untagged or with one 802.1Q tag (the frames a
+    link may corrupt: an ARP message has no checksum of its own)."""
+    if len(frame) < ETH.length:
+        return False
+    header = ETH_VLAN if l2_length(frame) == ETH_VLAN.length else ETH
+    return header.unpack(frame)["ethertype"] == ETHERTYPE_IPV4
 
 
 def roce_data_key(frame):
-    """(destination QP, PSN) of a RoCEv2 RC SEND or RDMA WRITE packet, else ``None``."""
-    at_udp = ETH.length + IPV4.length
+    """(destination QP, PSN) of a RoCEv2 RC SEND or RDMA WRITE packet (untagged or with one
+    802.1Q tag), else ``None``."""
+    l2 = l2_length(frame)
+    at_udp = l2 + IPV4.length
     if len(frame) < at_udp + UDP.length + BTH.length or not is_ipv4(frame):
         return None
-    ip = IPV4.unpack(frame[ETH.length:])
+    ip = IPV4.unpack(frame[l2:])
     if ip["version"] != 4 or ip["ihl"] != 5 or ip["protocol"] != IP_PROTO_UDP:
         return None
     if UDP.unpack(frame[at_udp:])["dst_port"] != UDP_PORT_ROCEV2:

@@ -100,19 +100,40 @@ class EndpointTop(wiring.Component):
       (``cpl_bp_threshold``, ``cpl_bp_seed``); ports ``cpl_count``, ``cpl_rd``.
 
     ``cycle`` counts clock edges since the simulation started; ``rx_last_cycle`` is its value
-    at the last beat of the most recent frame into ``s_axis``, ``rx_frames`` counts them."""
+    at the last beat of the most recent frame into ``s_axis``, ``rx_frames`` counts them.
+
+    With ``phy="xgmii"`` (``width`` 64 only) the endpoint sits behind the built-in 10G/25G XGMII
+    MAC (:func:`~rocegen.boards.core.xgmii_mac`, as in the core's XGMII build): the MAC side is
+    ``xgmii_rxd``/``xgmii_rxc`` in and ``xgmii_txd``/``xgmii_txc`` out (FCS, preamble, padding
+    and inter-frame gap on the line) with the MAC's ``mac_*`` counters
+    (:data:`~rocegen.gateware.xgmii_top.MAC_COUNTERS`), in place of ``s_axis`` and the ``mac_cap``
+    ring; ``rx_last_cycle`` and ``rx_frames`` then follow the frames the MAC hands the endpoint."""
 
     def __init__(self, width=512, num_qps=8, memory="onchip", mac="02:00:00:00:00:01",
-                 ip="10.0.0.2", **params):
+                 ip="10.0.0.2", phy="axis", **params):
+        from rocegen.gateware.xgmii_top import MAC_COUNTERS, XGMII_WIDTH
+        if phy not in ("axis", "xgmii"):
+            raise ValueError(f"phy must be axis or xgmii, not {phy!r}")
+        if phy == "xgmii" and width != XGMII_WIDTH:
+            raise ValueError(f"the XGMII MAC's data path is 64 bits: width must be "
+                             f"{XGMII_WIDTH} with phy='xgmii', not {width!r}")
         self.endpoint = RoceEndpoint(width, num_qps, memory=memory, **params)
         self.width = width
+        self.phy = phy
         self.mac = parse_mac(mac)
         self.ip = parse_ip(ip)
         ep = self.endpoint
+        if phy == "axis":
+            mac_members = {
+                **axis_members("s_axis", width, sink=True),
+                "mac_count": Out(32), "mac_frames": Out(32), "mac_rd": In(32),
+                "mac_credit_step": In(32), "mac_bp_threshold": In(16), "mac_bp_seed": In(32),
+            }
+        else:
+            mac_members = {"xgmii_rxd": In(64), "xgmii_rxc": In(8), "xgmii_txd": Out(64),
+                           "xgmii_txc": Out(8), **{name: Out(32) for name in MAC_COUNTERS}}
         members = {
-            **axis_members("s_axis", width, sink=True),
-            "mac_count": Out(32), "mac_frames": Out(32), "mac_rd": In(32),
-            "mac_credit_step": In(32), "mac_bp_threshold": In(16), "mac_bp_seed": In(32),
+            **mac_members,
             "cpl_count": Out(32), "cpl_rd": In(32), "cpl_bp_threshold": In(16),
             "cpl_bp_seed": In(32),
             "cycle": Out(32), "rx_last_cycle": Out(32), "rx_frames": Out(32),
@@ -142,21 +163,32 @@ class EndpointTop(wiring.Component):
         m = Module()
         ep = m.submodules.endpoint = self.endpoint
         m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
-        connect_axis(m, self, "s_axis", ep.mac_rx, sink=True)
-        B = self.width // 8
-        mac = m.submodules.mac_cap = StreamCapture(
-            sum(n for _, n in MAC_CAPTURE(self.width)), capture_depth(self.width),
-            bytes_width=(B).bit_length(), frame_overhead=LINE_OVERHEAD, max_credit=2 * B)
-        tx = ep.mac_tx
-        m.d.comb += [
-            mac.i_payload.eq(Cat(tx.payload.data, tx.payload.keep, tx.payload.last,
-                                 tx.payload.error)),
-            mac.i_valid.eq(tx.valid), tx.ready.eq(mac.i_ready), mac.i_last.eq(tx.payload.last),
-            mac.i_bytes.eq(sum(tx.payload.keep[k] for k in range(B))),
-            mac.rd.eq(self.mac_rd), mac.credit_step.eq(self.mac_credit_step),
-            mac.bp_threshold.eq(self.mac_bp_threshold), mac.seed.eq(self.mac_bp_seed),
-            self.mac_count.eq(mac.count), self.mac_frames.eq(mac.frames), self.cycle.eq(mac.cycle),
-        ]
+        if self.phy == "axis":
+            connect_axis(m, self, "s_axis", ep.mac_rx, sink=True)
+            B = self.width // 8
+            mac = m.submodules.mac_cap = StreamCapture(
+                sum(n for _, n in MAC_CAPTURE(self.width)), capture_depth(self.width),
+                bytes_width=(B).bit_length(), frame_overhead=LINE_OVERHEAD, max_credit=2 * B)
+            tx = ep.mac_tx
+            m.d.comb += [
+                mac.i_payload.eq(Cat(tx.payload.data, tx.payload.keep, tx.payload.last,
+                                     tx.payload.error)),
+                mac.i_valid.eq(tx.valid), tx.ready.eq(mac.i_ready),
+                mac.i_last.eq(tx.payload.last),
+                mac.i_bytes.eq(sum(tx.payload.keep[k] for k in range(B))),
+                mac.rd.eq(self.mac_rd), mac.credit_step.eq(self.mac_credit_step),
+                mac.bp_threshold.eq(self.mac_bp_threshold), mac.seed.eq(self.mac_bp_seed),
+                self.mac_count.eq(mac.count), self.mac_frames.eq(mac.frames),
+            ]
+            cycle = mac.cycle
+        else:
+            from rocegen.boards.core import xgmii_mac
+            rx, tx = xgmii_mac(m, ep, counters=self)
+            m.d.comb += [rx.rxd.eq(self.xgmii_rxd), rx.rxc.eq(self.xgmii_rxc),
+                         self.xgmii_txd.eq(tx.txd), self.xgmii_txc.eq(tx.txc)]
+            cycle = Signal(32, reset_less=True)     # like the capture ring's: rst leaves it
+            m.d.sync += cycle.eq(cycle + 1)
+        m.d.comb += self.cycle.eq(cycle)
         cpl = m.submodules.cpl_cap = StreamCapture(data.Layout.cast(COMPLETION).size, 64)
         m.d.comb += [
             cpl.i_payload.eq(ep.cpl.payload), cpl.i_valid.eq(ep.cpl.valid),
@@ -166,7 +198,7 @@ class EndpointTop(wiring.Component):
         ]
         rx_last, rx_frames = Signal(32), Signal(32)
         with m.If(ep.mac_rx.valid & ep.mac_rx.ready & ep.mac_rx.payload.last):
-            m.d.sync += [rx_last.eq(mac.cycle), rx_frames.eq(rx_frames + 1)]
+            m.d.sync += [rx_last.eq(cycle), rx_frames.eq(rx_frames + 1)]
         m.d.comb += [self.rx_last_cycle.eq(rx_last), self.rx_frames.eq(rx_frames)]
         connect_record(m, self, "wr", ep.wr, sink=True)
         connect_record(m, self, "qpctl", ep.qp_ctl, sink=True)

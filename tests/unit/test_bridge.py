@@ -127,3 +127,79 @@ def test_arp_for_the_host_is_answered_and_roce_goes_to_the_wire(side):
     assert side.counters["wire_bad_length"] == 1 and len(side.peers) == 1
     for p in peers:
         p.close()
+
+
+@pytest.mark.parametrize("roce", ["tap", "wire"])
+def test_with_a_tap_roce_takes_the_tap_unless_told_the_wire(roce):
+    """Every frame of the FPGA goes to the TAP, RoCEv2 too, unless ``roce="wire"`` (here the
+    TAP is a datagram socket pair: one write, one frame)."""
+    s = HostSide(fpga_mac=FPGA_MAC, fpga_ip=FPGA_IP, host_mac=HOST_MAC, host_ip=HOST_IP,
+                 cm_port=0, wire_port=0, roce=roce, log=lambda text: None)
+    ours, kernel = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.tap = ours.detach()
+    kernel.settimeout(5)
+    try:
+        roce_frame = bytes(Ether(src=FPGA_MAC, dst=HOST_MAC) / IP(src=FPGA_IP, dst=HOST_IP) /
+                           UDP(sport=0xC000, dport=4791) / BTH(opcode=10, dqpn=0x40) / Raw(b"x" * 8))
+        ping = bytes(Ether(src=FPGA_MAC, dst=HOST_MAC) / IP(src=FPGA_IP, dst=HOST_IP, proto=1) /
+                     Raw(b"\x00" * 16))
+        assert s.from_fpga(roce_frame) == [] and s.from_fpga(ping) == []
+        got = [kernel.recv(65536)]
+        if roce == "tap":
+            got.append(kernel.recv(65536))
+            assert got == [roce_frame, ping]
+            assert s.counters["wire_no_peer"] == 0 and s.counters["tap_tx"] == 2
+        else:
+            assert got == [ping]
+            assert s.counters["wire_no_peer"] == 1 and s.counters["tap_tx"] == 1
+    finally:
+        s.close()
+        kernel.close()
+
+
+def test_roce_path_is_checked():
+    with pytest.raises(ValueError, match="roce must be one of tap, wire, not 'nic'"):
+        HostSide(fpga_mac=FPGA_MAC, fpga_ip=FPGA_IP, host_mac=HOST_MAC, host_ip=HOST_IP,
+                 cm_port=0, wire_port=0, roce="nic")
+    with pytest.raises(ValueError, match="vlan must be a VLAN ID 1..4094, not 4095"):
+        HostSide(fpga_mac=FPGA_MAC, fpga_ip=FPGA_IP, host_mac=HOST_MAC, host_ip=HOST_IP,
+                 cm_port=0, wire_port=0, vlan=4095)
+
+
+def test_vlan_the_host_side_is_an_access_port():
+    """With ``vlan``, frames from the FPGA must carry that tag and lose it before the host side
+    sees them; what goes to the FPGA is tagged (checked with scapy's Dot1Q)."""
+    from scapy.layers.l2 import Dot1Q
+    s = HostSide(fpga_mac=FPGA_MAC, fpga_ip=FPGA_IP, host_mac=HOST_MAC, host_ip=HOST_IP,
+                 cm_port=0, wire_port=0, vlan=42, pcp=5, log=lambda text: None)
+    try:
+        ask = Ether(src=FPGA_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(
+            op=1, hwsrc=FPGA_MAC, psrc=FPGA_IP, pdst=HOST_IP)
+        tagged = Ether(src=FPGA_MAC, dst="ff:ff:ff:ff:ff:ff") / Dot1Q(vlan=42, prio=3) / ARP(
+            op=1, hwsrc=FPGA_MAC, psrc=FPGA_IP, pdst=HOST_IP)
+        other = Ether(src=FPGA_MAC, dst="ff:ff:ff:ff:ff:ff") / Dot1Q(vlan=43) / ARP(
+            op=1, hwsrc=FPGA_MAC, psrc=FPGA_IP, pdst=HOST_IP)
+        assert s.from_fpga(bytes(ask)) == [] and s.from_fpga(bytes(other)) == []
+        assert s.counters["vlan_drop"] == 2 and s.counters["arp_answered"] == 0
+        (answer,) = s.from_fpga(bytes(tagged))
+        a = Ether(answer)
+        assert a[Dot1Q].vlan == 42 and a[Dot1Q].prio == 5 and a[Dot1Q].type == 0x0806
+        assert a[ARP].op == 2 and a[ARP].hwsrc == HOST_MAC and a[ARP].pdst == FPGA_IP
+        # the tunnel's datagrams reach the FPGA tagged
+        tool = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tool.sendto(b"\x05" * 64, ("127.0.0.1", s.cm_port))
+        (frame,) = _poll(s)
+        tool.close()
+        p = Ether(frame)
+        assert p[Dot1Q].vlan == 42 and p[IP].dst == FPGA_IP and bytes(p[UDP].payload) == b"\x05" * 64
+        # the FPGA's tagged replies reach the tool untagged
+        tool = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        tool.bind(("127.0.0.1", 0))
+        tool.settimeout(5)
+        reply = Ether(src=FPGA_MAC, dst=HOST_MAC) / Dot1Q(vlan=42) / IP(src=FPGA_IP, dst=HOST_IP) \
+            / UDP(sport=0x8765, dport=tool.getsockname()[1]) / Raw(b"R" * 64)
+        assert s.from_fpga(bytes(reply)) == []
+        assert tool.recv(2048) == b"R" * 64
+        tool.close()
+    finally:
+        s.close()
