@@ -4,7 +4,7 @@ from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import ACK_EVENT, COMPLETION, MAX_QPS, POST, CplStatus, WrSource
+from .layouts import ACK_EVENT, COMPLETION, FREED, MAX_QPS, POST, CplStatus, WrSource
 
 __all__ = ["Completer", "QUEUE_ENTRY", "OUT_DEPTH"]
 
@@ -66,8 +66,8 @@ class Completer(wiring.Component):
         ``overflow``). An entry with ``qp >= num_qps`` completes at once with status BAD_QP,
         through a queue of ``depth`` entries of its own (``bad_full`` high when it has no room:
         a bad post then is discarded and pulses ``overflow``).
-    ack : In(stream.Signature(ACK_EVENT))
-        Always ready: every event is registered in the cycle it arrives, together with the QP's
+    ack : In(stream.Signature(ACK_EVENT, always_ready=True))
+        Every event is registered in the cycle it arrives, together with the QP's
         acknowledged PSN, and applied in the next cycle, after that cycle's post (so the
         acknowledged PSN read needs no cycle of its own). Events naming a QP outside the table
         are ignored.
@@ -87,9 +87,9 @@ class Completer(wiring.Component):
         OK entry at the head of such a QP's queue that no acknowledgement covers completes at
         once, the first one since ``errored`` rose with ``err_status`` (read through ``err_qp``,
         combinationally), the others with FLUSHED. Entries already covered still complete OK.
-    freed : Out(stream.Signature(8))
-        The QP of each entry that leaves its queue (a one-cycle pulse, never held: the
-        scheduler frees the work request's slot).
+    freed : Out(stream.Signature(FREED, always_ready=True))
+        The QP of each entry that leaves its queue (a one-cycle pulse: the scheduler frees the
+        work request's slot).
     acks, stale_acks, seq_naks, rnr_naks, naks, overflow : Out(1)
         One-cycle pulses, at most one of each per cycle: an ACK-class event (``stale_acks``
         besides when it does not move the QP's acknowledged PSN forward), a NAK PSN sequence
@@ -132,7 +132,7 @@ class Completer(wiring.Component):
         self.depth = depth
         super().__init__({
             "post": In(stream.Signature(POST)),
-            "ack": In(stream.Signature(ACK_EVENT)),
+            "ack": In(stream.Signature(ACK_EVENT, always_ready=True)),
             "cpl": Out(stream.Signature(COMPLETION)),
             "full": Out(num_qps),
             "bad_full": Out(1),
@@ -146,7 +146,7 @@ class Completer(wiring.Component):
             "errored": In(num_qps),
             "err_qp": Out(range(num_qps)),
             "err_status": In(CplStatus),
-            "freed": Out(stream.Signature(8)),
+            "freed": Out(stream.Signature(FREED, always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -336,7 +336,6 @@ class Completer(wiring.Component):
         # ---- acknowledgements: an event is registered with the QP's acknowledged PSN read in
         # its arrival cycle (the write of the event before it forwarded), and applied in the next
         # cycle, after that cycle's post
-        m.d.comb += self.ack.ready.eq(1)
         a = Signal(ACK_EVENT)
         a_valid = Signal()
         a_acked = Signal(24)                # the QP's acknowledged PSN as it was read

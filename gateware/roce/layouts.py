@@ -1,11 +1,12 @@
 """Metadata layouts of the RoCEv2 requester (sideband records, not wire headers: those are in
 :mod:`rocegen.gateware.headers`)."""
 
+from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
 __all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
-           "MAX_QPS"]
+           "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "SENT", "SchedKind", "SCHED_EVENT", "FREED"]
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
@@ -145,3 +146,32 @@ QP_CONTEXT = data.StructLayout({
     "retry_cnt": 3,
     "rnr_retry": 3,           # 7 = forever
 })
+
+
+#: A write of a QP's context into the QP table (and to the retry engine).
+CONTEXT_WRITE = data.StructLayout({"qp": 8, "context": QP_CONTEXT})
+
+#: A write of a QP's next PSN: from the control side (a connection set up) into the QP table and
+#: the retry engine, and from the scheduler into the QP table (a message started).
+PSN_WRITE = data.StructLayout({"qp": 8, "psn": 24})
+
+#: What the scheduler reports to the retry engine of the packets it issues: the QP, the PSN of
+#: the newest packet and how many packets this record stands for, with consecutive PSNs ending
+#: at ``psn`` (the scheduler merges the records of one QP while the engine is busy).
+SENT = data.StructLayout({"qp": 8, "psn": 24, "packets": 6})
+
+
+class SchedKind(enum.Enum, shape=2):
+    """What the retry engine tells the scheduler about a QP."""
+    ADVANCE = 0     # the acknowledged PSN moved: the QP's window may have opened
+    REWIND = 1      # resend from the oldest unacknowledged packet
+    RESET = 2       # the connection was set up again: forget the old one's requests
+
+
+#: An event of the retry engine for the scheduler (a one-cycle pulse: the stream is always
+#: ready).
+SCHED_EVENT = data.StructLayout({"qp": 8, "kind": SchedKind})
+
+#: The QP of a work request that left the completion tracker's queue: its scheduler slot is
+#: free (a one-cycle pulse: the stream is always ready).
+FREED = unsigned(8)

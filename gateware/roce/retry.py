@@ -3,9 +3,19 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .layouts import ACK_EVENT, MAX_QPS, CplStatus, QpState
-from .qp_table import CONTEXT_WRITE, PSN_WRITE
+from .layouts import (
+    ACK_EVENT,
+    CONTEXT_WRITE,
+    MAX_QPS,
+    PSN_WRITE,
+    SCHED_EVENT,
+    SENT,
+    CplStatus,
+    QpState,
+    SchedKind,
+)
 
+# (SENT, SCHED_EVENT and SchedKind are defined in layouts; exported here too for existing imports)
 __all__ = ["RetryEngine", "SENT", "SCHED_EVENT", "SchedKind", "QP_COUNTERS", "COUNTERS",
            "RETRY_STATE", "TICK_NS", "RNR_DELAY_US", "TIME_BITS", "timeout_ticks", "rnr_ticks"]
 
@@ -29,21 +39,6 @@ def rnr_ticks(code):
     """Ticks of an RNR timer code, rounded up (the wait is never shorter than the code says)."""
     return -(-RNR_DELAY_US[code] * 1000 // TICK_NS)
 
-
-#: What the scheduler reports of the packets it issues: the QP, the PSN of the newest packet and
-#: how many packets this record stands for, with consecutive PSNs ending at ``psn`` (the
-#: scheduler merges the records of one QP while the engine is busy).
-SENT = data.StructLayout({"qp": 8, "psn": 24, "packets": 6})
-
-
-class SchedKind(enum.Enum, shape=2):
-    """What the engine tells the scheduler about a QP."""
-    ADVANCE = 0     # the acknowledged PSN moved: the QP's window may have opened
-    REWIND = 1      # resend from the oldest unacknowledged packet
-    RESET = 2       # the connection was set up again: forget the old one's requests
-
-
-SCHED_EVENT = data.StructLayout({"qp": 8, "kind": SchedKind})
 
 #: The per-QP state the engine keeps.
 RETRY_STATE = data.StructLayout({
@@ -109,13 +104,13 @@ class RetryEngine(wiring.Component):
         Acknowledgements that passed the receive checks.
     sent : In(stream.Signature(SENT))
         Packets issued by the scheduler.
-    cpl_ack : Out(stream.Signature(ACK_EVENT))
+    cpl_ack : Out(stream.Signature(ACK_EVENT, always_ready=True))
         The new acknowledged PSN of a QP (syndrome 0), to the completion tracker, whenever it
-        changes (and on ``psn_set``). A one-cycle pulse from registers: the consumer must always
-        be ready. At most one every other cycle for one QP.
-    sched : Out(stream.Signature(SCHED_EVENT))
+        changes (and on ``psn_set``). A one-cycle pulse from registers. At most one every other
+        cycle for one QP.
+    sched : Out(stream.Signature(SCHED_EVENT, always_ready=True))
         ADVANCE, REWIND or RESET of a QP, to the scheduler. A one-cycle pulse from registers,
-        in the cycle after the state it reports is written: the consumer must always be ready.
+        in the cycle after the state it reports is written.
     acked_qp / acked_psn
         Combinational read of a QP's acknowledged PSN (for the scheduler's window and rewinds).
     err_qp / err_status
@@ -128,7 +123,9 @@ class RetryEngine(wiring.Component):
         Per-QP counters (:data:`QP_COUNTERS`, 32 bits, wrapping), ``data`` one cycle after the
         address.
     acks ... qp_errors
-        One-cycle pulses (:data:`COUNTERS`), from registers.
+        One-cycle pulses (:data:`COUNTERS`), from registers. ``qp_errors`` counts the failures
+        the engine finds (retries or RNR retries exhausted, an error NAK), not the flush of a
+        context written in RESET or ERROR (a QP closed).
 
     Behaviour
     ---------
@@ -199,8 +196,8 @@ class RetryEngine(wiring.Component):
             "ctx_set": In(stream.Signature(CONTEXT_WRITE)),
             "ack": In(stream.Signature(ACK_EVENT)),
             "sent": In(stream.Signature(SENT)),
-            "cpl_ack": Out(stream.Signature(ACK_EVENT)),
-            "sched": Out(stream.Signature(SCHED_EVENT)),
+            "cpl_ack": Out(stream.Signature(ACK_EVENT, always_ready=True)),
+            "sched": Out(stream.Signature(SCHED_EVENT, always_ready=True)),
             "acked_qp": In(range(num_qps)),
             "acked_psn": Out(24),
             "err_qp": In(range(num_qps)),
@@ -575,7 +572,7 @@ class RetryEngine(wiring.Component):
         pulse = {"acks": F["acks"], "stale_acks": F["stale"], "seq_naks": F["seq"],
                  "rnr_naks": F["rnr"], "error_naks": F["fatal"], "timeouts": F["timeouts"],
                  "ignored": F["ignored_range"] | F["ignored_nak"], "rewinds": rewind,
-                 "qp_errors": fail}
+                 "qp_errors": F["fail_retry"] | F["fail_rnr"] | F["fatal"]}
         m.d.sync += [getattr(self, name).eq(pulse[name]) for name in COUNTERS]
 
         # ---- stage C: the per-QP counters (read-modify-write of the QP's row)

@@ -23,6 +23,7 @@ from rocegen.gateware.roce.layouts import (
 )
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 from rocegen.gateware.roce.scheduler import Scheduler
+from rocegen.gateware.synth import convert_ports
 from rocegen.sim.amaranth_streams import HandshakeMonitor, meta_dict
 from rocegen.sim.harness import run_sim
 from rocegen.sim.models import requester as model
@@ -756,6 +757,6 @@ def test_parameters_are_validated():
 def test_largest_configuration_elaborates():
     s = Scheduler(256, 512, 1 << 32, depth=4)
     assert (s.num_qps, s.width, s.mem_bytes, s.depth) == (256, 512, 1 << 32, 4)
-    text = rtlil.convert(s, name="scheduler")
+    text = rtlil.convert(s, name="scheduler", ports=convert_ports(s))
     assert "memory width 207 size 1024 \\wr_mem" in text
     assert "memory width 78 size 256 \\prog_mem" in text
