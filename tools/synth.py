@@ -97,10 +97,11 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from amaranth.hdl import Elaboratable
+from amaranth.hdl import Const, Elaboratable, Value
+from amaranth.lib import wiring
 
-__all__ = ["synthesize", "analyse_netlist", "yosys_command", "yosys_version", "SynthesisError",
-           "FAMILIES", "prepare_yowasp", "yowasp_cache_paths", "YowaspCache"]
+__all__ = ["synthesize", "convert_ports", "analyse_netlist", "yosys_command", "yosys_version",
+           "SynthesisError", "FAMILIES", "prepare_yowasp", "yowasp_cache_paths", "YowaspCache"]
 
 FAMILIES = ("xcup", "xcu", "xc7")
 
@@ -515,6 +516,24 @@ def _looks_like_rtlil(text):
     return False
 
 
+def convert_ports(design):
+    """The ports of ``design`` for ``amaranth.back.rtlil.convert(design, ports=...)``: the members
+    of its :class:`~amaranth.lib.wiring.Signature` (named by their path, as ``convert`` names
+    them), without those that are constants (the ``ready`` of an always-ready stream, the
+    ``valid`` of an always-valid one), which ``convert`` rejects when it takes the ports from the
+    signature itself. ``None`` for a design without a signature."""
+    sig = getattr(design, "signature", None)
+    if not isinstance(sig, wiring.Signature):
+        return None
+    ports = {}
+    for path, _member, value in sig.flatten(design):
+        value = Value.cast(value)
+        if isinstance(value, Const):
+            continue
+        ports["__".join(map(str, path))] = (value, None)
+    return ports
+
+
 def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarchy=False, yosys=None,
                worst=10, depth_target=None):
     """Synthesize ``design`` for ``family`` and return its resource figures.
@@ -553,7 +572,7 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
     if isinstance(design, Elaboratable):
         from amaranth.back import rtlil
         src, reader = workdir / "design.il", "read_rtlil"
-        src.write_text(rtlil.convert(design, name=top))
+        src.write_text(rtlil.convert(design, name=top, ports=convert_ports(design)))
     elif isinstance(design, (str, Path)):
         if isinstance(design, Path):
             if not design.is_file():

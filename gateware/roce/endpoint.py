@@ -362,13 +362,10 @@ class RoceEndpoint(wiring.Component):
         sent_slice = m.submodules.sent_slice = StreamRegisterSlice(sched.sent.payload.shape())
         wiring.connect(m, sched.sent, sent_slice.i)
         wiring.connect(m, sent_slice.o, retry.sent)
+        wiring.connect(m, retry.cpl_ack, comp.ack)
+        wiring.connect(m, retry.sched, sched.sched)
+        wiring.connect(m, comp.freed, sched.freed)
         m.d.comb += [
-            comp.ack.payload.eq(retry.cpl_ack.payload), comp.ack.valid.eq(retry.cpl_ack.valid),
-            retry.cpl_ack.ready.eq(1),
-            sched.sched.payload.eq(retry.sched.payload), sched.sched.valid.eq(retry.sched.valid),
-            retry.sched.ready.eq(1),
-            sched.freed.payload.eq(comp.freed.payload), sched.freed.valid.eq(comp.freed.valid),
-            comp.freed.ready.eq(1),
             retry.acked_qp.eq(sched.acked_qp), sched.acked_psn.eq(retry.acked_psn),
             retry.err_qp.eq(comp.err_qp), comp.err_status.eq(retry.err_status),
             sched.errored.eq(retry.errored), comp.errored.eq(retry.errored),

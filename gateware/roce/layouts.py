@@ -1,11 +1,13 @@
 """Metadata layouts of the RoCEv2 requester (sideband records, not wire headers: those are in
 :mod:`rocegen.wire.headers`)."""
 
+from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
 __all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
-           "MAX_QPS"]
+           "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "SENT", "SchedKind", "SCHED_EVENT", "FREED",
+           "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED"]
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
@@ -144,4 +146,106 @@ QP_CONTEXT = data.StructLayout({
     "timeout": 5,             # 4.096 us x 2^timeout, 0 = never
     "retry_cnt": 3,
     "rnr_retry": 3,           # 7 = forever
+})
+
+
+#: A write of a QP's context into the QP table (and to the retry engine).
+CONTEXT_WRITE = data.StructLayout({"qp": 8, "context": QP_CONTEXT})
+
+#: A write of a QP's next PSN: from the control side (a connection set up) into the QP table and
+#: the retry engine, and from the scheduler into the QP table (a message started).
+PSN_WRITE = data.StructLayout({"qp": 8, "psn": 24})
+
+#: What the scheduler reports to the retry engine of the packets it issues: the QP, the PSN of
+#: the newest packet and how many packets this record stands for, with consecutive PSNs ending
+#: at ``psn`` (the scheduler merges the records of one QP while the engine is busy).
+SENT = data.StructLayout({"qp": 8, "psn": 24, "packets": 6})
+
+
+class SchedKind(enum.Enum, shape=2):
+    """What the retry engine tells the scheduler about a QP."""
+    ADVANCE = 0     # the acknowledged PSN moved: the QP's window may have opened
+    REWIND = 1      # resend from the oldest unacknowledged packet
+    RESET = 2       # the connection was set up again: forget the old one's requests
+
+
+#: An event of the retry engine for the scheduler (a one-cycle pulse: the stream is always
+#: ready).
+SCHED_EVENT = data.StructLayout({"qp": 8, "kind": SchedKind})
+
+#: The QP of a work request that left the completion tracker's queue: its scheduler slot is
+#: free (a one-cycle pulse: the stream is always ready).
+FREED = unsigned(8)
+
+
+#: Bits of the retry engine's time base (ticks of 1.024 us): the longest timeout (4.096 us x
+#: 2^31 = 2^33 ticks) is less than half its range, so deadlines compare in serial arithmetic.
+TIME_BITS = 36
+
+#: The per-QP state the retry engine keeps.
+RETRY_STATE = data.StructLayout({
+    "acked": 24,            # last acknowledged PSN (the oldest unacknowledged is acked + 1)
+    "sent_max": 24,         # the PSN after the newest packet sent
+    "deadline": TIME_BITS,  # when the armed timer fires
+    "armed": 1,
+    "rnr_wait": 1,          # the timer is an RNR wait (the QP is held)
+    "retries": 3,           # timeouts and sequence-error rewinds since the last progress
+    "rnr_retries": 3,       # RNR waits since the last progress
+    "timeout": 5,           # the QP's timeout code, retry_cnt and rnr_retry (from its context)
+    "retry_cnt": 3,
+    "rnr_retry": 3,
+    "rewind_psn": 24,       # the PSN of the last sequence-error rewind
+    "rewind_active": 1,     # ... and no progress since it
+    "err_status": CplStatus,
+})
+
+
+class RetryEvKind(enum.Enum, shape=3):
+    """The kind of an event in the retry engine's pipeline."""
+    PSN = 0
+    CTX = 1
+    FIRE = 2
+    ACK = 3
+    SENT = 4
+
+
+#: An event the retry engine has taken, as its first stage registers it.
+RETRY_EVENT = data.StructLayout({
+    "kind": RetryEvKind,
+    "qp": 8,
+    "in_table": 1,          # the QP is inside the table (else the event changes nothing)
+    "psn": 24,              # psn_set, ack or sent: the PSN
+    "syn": 8,               # ack: the syndrome
+    "packets": 6,           # sent: the packets
+    "first": 24,            # sent: the PSN of the first packet
+    "ctx": data.StructLayout({"state": QpState, "timeout": 5, "retry_cnt": 3, "rnr_retry": 3}),
+    "now": TIME_BITS,       # the tick it was taken in, and that tick + 1
+    "now1": TIME_BITS,
+})
+
+#: What an event does to its QP, as the retry engine's decision stage works it out (one flag
+#: each: see :class:`~rocegen.gateware.roce.retry_decide.RetryDecide`).
+RETRY_FLAGS = data.StructLayout({name: 1 for name in (
+    "psn", "ctx", "sent", "prog", "prog_end", "acks", "stale", "seq", "seq_rew", "rnr",
+    "rnr_start", "fatal", "ignored_range", "ignored_nak", "fire_rnr", "fire_stop", "timeouts",
+    "fire_rew", "sent_restart", "sent_newer", "fail_flush", "fail_retry", "fail_rnr",
+    "timeout_nz")})
+
+#: An event decided: its flags, the QP's state as read and the values the new state is made of.
+RETRY_DECIDED = data.StructLayout({
+    "qp": 8,
+    "in_table": 1,
+    "flags": RETRY_FLAGS,
+    "st": RETRY_STATE,
+    "psn": 24,
+    "psn1": 24,             # psn + 1
+    "pm1": 24,              # psn - 1
+    "ctx": RETRY_EVENT["ctx"].shape,
+    "fatal_status": CplStatus,
+    "packets": 6,
+    "resent": 6,
+    "seq_retries": 3,       # retries after a sequence NAK's rewind
+    "rnr_retries": 3,       # rnr_retries after an RNR NAK's wait
+    "dl_timeout": TIME_BITS,    # now + 1 + the QP's timeout
+    "dl_rnr": TIME_BITS,        # now + 1 + the RNR delay of the NAK's code
 })

@@ -1,16 +1,12 @@
 from amaranth.hdl import Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import MAX_QPS, QP_CONTEXT, QPN_BASE
+from rocegen.gateware.roce.layouts import CONTEXT_WRITE, MAX_QPS, PSN_WRITE, QP_CONTEXT, QPN_BASE
 
+# (CONTEXT_WRITE and PSN_WRITE are defined in layouts; exported here too for existing imports)
 __all__ = ["QpTable", "CONTEXT_WRITE", "PSN_WRITE", "MAX_QPS"]
-
-#: A whole-context write from the control side (the connection manager).
-CONTEXT_WRITE = data.StructLayout({"qp": 8, "context": QP_CONTEXT})
-#: A next-PSN write.
-PSN_WRITE = data.StructLayout({"qp": 8, "psn": 24})
 
 
 class QpTable(wiring.Component):

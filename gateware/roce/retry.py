@@ -1,81 +1,36 @@
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import ACK_EVENT, MAX_QPS, CplStatus, QpState
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
-from rocegen.wire.roce import RNR_DELAY_US
+from rocegen.gateware.roce.layouts import (
+    ACK_EVENT,
+    CONTEXT_WRITE,
+    MAX_QPS,
+    PSN_WRITE,
+    RETRY_EVENT,
+    RETRY_STATE,
+    SCHED_EVENT,
+    SENT,
+    TIME_BITS,
+    CplStatus,
+    RetryEvKind,
+    SchedKind,
+)
+from rocegen.gateware.roce.qp_counters import QpCounters
+from rocegen.gateware.roce.retry_apply import COUNTERS, QP_COUNTERS, RetryApply
+from rocegen.gateware.roce.retry_decide import (
+    TICK_NS,
+    RetryDecide,
+    rnr_ticks,
+    timeout_ticks,
+)
+from rocegen.gateware.roce.retry_time import RetryTimeBase
 
+# (SENT, SCHED_EVENT, SchedKind, RETRY_STATE and TIME_BITS are defined in layouts, the counters'
+# names in retry_apply, the time constants in retry_decide; exported here too)
 __all__ = ["RetryEngine", "SENT", "SCHED_EVENT", "SchedKind", "QP_COUNTERS", "COUNTERS",
            "RETRY_STATE", "TICK_NS", "TIME_BITS", "timeout_ticks", "rnr_ticks"]
-
-#: The engine's time unit: 1.024 us (a timeout code's 4.096 us is 4 ticks).
-TICK_NS = 1024
-#: Bits of the time base: the longest timeout (4.096 us x 2^31 = 2^33 ticks) is less than half
-#: its range, so deadlines compare in serial arithmetic.
-TIME_BITS = 36
-
-def timeout_ticks(code):
-    """Ticks of a retransmit timeout code 1..31 (4.096 us x 2^code)."""
-    return 1 << (code + 2)
-
-
-def rnr_ticks(code):
-    """Ticks of an RNR timer code, rounded up (the wait is never shorter than the code says)."""
-    return -(-RNR_DELAY_US[code] * 1000 // TICK_NS)
-
-
-#: What the scheduler reports of the packets it issues: the QP, the PSN of the newest packet and
-#: how many packets this record stands for, with consecutive PSNs ending at ``psn`` (the
-#: scheduler merges the records of one QP while the engine is busy).
-SENT = data.StructLayout({"qp": 8, "psn": 24, "packets": 6})
-
-
-class SchedKind(enum.Enum, shape=2):
-    """What the engine tells the scheduler about a QP."""
-    ADVANCE = 0     # the acknowledged PSN moved: the QP's window may have opened
-    REWIND = 1      # resend from the oldest unacknowledged packet
-    RESET = 2       # the connection was set up again: forget the old one's requests
-
-
-SCHED_EVENT = data.StructLayout({"qp": 8, "kind": SchedKind})
-
-#: The per-QP state the engine keeps.
-RETRY_STATE = data.StructLayout({
-    "acked": 24,            # last acknowledged PSN (the oldest unacknowledged is acked + 1)
-    "sent_max": 24,         # the PSN after the newest packet sent
-    "deadline": TIME_BITS,  # when the armed timer fires
-    "armed": 1,
-    "rnr_wait": 1,          # the timer is an RNR wait (the QP is held)
-    "retries": 3,           # timeouts and sequence-error rewinds since the last progress
-    "rnr_retries": 3,       # RNR waits since the last progress
-    "timeout": 5,           # the QP's timeout code, retry_cnt and rnr_retry (from its context)
-    "retry_cnt": 3,
-    "rnr_retry": 3,
-    "rewind_psn": 24,       # the PSN of the last sequence-error rewind
-    "rewind_active": 1,     # ... and no progress since it
-    "err_status": CplStatus,
-})
-
-#: Per-QP counters (read through ``qp_stats_*``), in address order within a QP.
-QP_COUNTERS = ("packets", "resent", "acks", "stale_acks", "seq_naks", "rnr_naks", "error_naks",
-               "timeouts", "ignored")
-
-#: One-cycle pulses of the engine (for the global statistics block).
-COUNTERS = ("acks", "stale_acks", "seq_naks", "rnr_naks", "error_naks", "timeouts", "ignored",
-            "rewinds", "qp_errors")
-
-_SYN_SEQ = 0x60
-
-
-class _Ev(enum.Enum, shape=3):
-    """The kind of event in the engine's pipeline."""
-    PSN = 0
-    CTX = 1
-    FIRE = 2
-    ACK = 3
-    SENT = 4
 
 
 class RetryEngine(wiring.Component):
@@ -105,13 +60,13 @@ class RetryEngine(wiring.Component):
         Acknowledgements that passed the receive checks.
     sent : In(stream.Signature(SENT))
         Packets issued by the scheduler.
-    cpl_ack : Out(stream.Signature(ACK_EVENT))
+    cpl_ack : Out(stream.Signature(ACK_EVENT, always_ready=True))
         The new acknowledged PSN of a QP (syndrome 0), to the completion tracker, whenever it
-        changes (and on ``psn_set``). A one-cycle pulse from registers: the consumer must always
-        be ready. At most one every other cycle for one QP.
-    sched : Out(stream.Signature(SCHED_EVENT))
+        changes (and on ``psn_set``). A one-cycle pulse from registers. At most one every other
+        cycle for one QP.
+    sched : Out(stream.Signature(SCHED_EVENT, always_ready=True))
         ADVANCE, REWIND or RESET of a QP, to the scheduler. A one-cycle pulse from registers,
-        in the cycle after the state it reports is written: the consumer must always be ready.
+        in the cycle after the state it reports is written.
     acked_qp / acked_psn
         Combinational read of a QP's acknowledged PSN (for the scheduler's window and rewinds).
     err_qp / err_status
@@ -124,7 +79,9 @@ class RetryEngine(wiring.Component):
         Per-QP counters (:data:`QP_COUNTERS`, 32 bits, wrapping), ``data`` one cycle after the
         address.
     acks ... qp_errors
-        One-cycle pulses (:data:`COUNTERS`), from registers.
+        One-cycle pulses (:data:`COUNTERS`), from registers. ``qp_errors`` counts the failures
+        the engine finds (retries or RNR retries exhausted, an error NAK), not the flush of a
+        context written in RESET or ERROR (a QP closed).
 
     Behaviour
     ---------
@@ -177,6 +134,12 @@ class RetryEngine(wiring.Component):
     the cycle before, and while an expired timer waits for the events of its QP in flight (two
     cycles at most). ``psn_set`` is held only while an event of its QP was taken in the
     cycle before; ``ctx_set`` also while ``psn_set`` goes first.
+
+    Implementation: the intake (the timer scan and the choice of the event, registered) is
+    here; the time base is a :class:`~rocegen.gateware.roce.retry_time.RetryTimeBase`, stage A
+    a :class:`~rocegen.gateware.roce.retry_decide.RetryDecide`, stage B a
+    :class:`~rocegen.gateware.roce.retry_apply.RetryApply` and the per-QP counters a
+    :class:`~rocegen.gateware.roce.qp_counters.QpCounters`, joined by always-ready streams.
     """
 
     def __init__(self, num_qps, clk_hz=322_265_625):
@@ -195,8 +158,8 @@ class RetryEngine(wiring.Component):
             "ctx_set": In(stream.Signature(CONTEXT_WRITE)),
             "ack": In(stream.Signature(ACK_EVENT)),
             "sent": In(stream.Signature(SENT)),
-            "cpl_ack": Out(stream.Signature(ACK_EVENT)),
-            "sched": Out(stream.Signature(SCHED_EVENT)),
+            "cpl_ack": Out(stream.Signature(ACK_EVENT, always_ready=True)),
+            "sched": Out(stream.Signature(SCHED_EVENT, always_ready=True)),
             "acked_qp": In(range(num_qps)),
             "acked_psn": Out(24),
             "err_qp": In(range(num_qps)),
@@ -212,23 +175,8 @@ class RetryEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.num_qps
-
-        # ---- time base (``now1`` is ``now + 1``, ``now_next`` the ``now`` of the next cycle,
-        # both kept in registers)
-        now = Signal(TIME_BITS)
-        now1 = Signal(TIME_BITS, init=1)
-        tc = self.tick_cycles
-        now_next = Signal(TIME_BITS, init=1 if tc == 1 else 0)
-        if tc > 1:
-            div = Signal(range(tc))
-            with m.If(div == tc - 1):
-                m.d.sync += [div.eq(0), now.eq(now1), now1.eq(now1 + 1)]
-            with m.Else():
-                m.d.sync += div.eq(div + 1)
-            with m.If(div == tc - 2):
-                m.d.sync += now_next.eq(now_next + 1)
-        else:
-            m.d.sync += [now.eq(now1), now1.eq(now1 + 1), now_next.eq(now_next + 1)]
+        tb = m.submodules.time = RetryTimeBase(self.tick_cycles)
+        now, now1, now_next = tb.now, tb.now1, tb.now_next
 
         mem = m.submodules.state = Memory(shape=RETRY_STATE, depth=n, init=[])
         wp = mem.write_port()
@@ -236,49 +184,38 @@ class RetryEngine(wiring.Component):
         scan_rp = mem.read_port(domain="comb")
         acked_rp = mem.read_port(domain="comb")
         err_rp = mem.read_port(domain="comb")
-        nc = len(QP_COUNTERS)
-        # (block RAM: both reads are synchronous, the read-modify-write's a cycle ahead and
-        # transparent for the write, so a row written in that cycle is read as written)
-        cmem = m.submodules.counters = Memory(shape=data.ArrayLayout(32, nc), depth=n, init=[],
-                                              attrs={"ram_style": "block"})
-        cwp = cmem.write_port()
-        crp = cmem.read_port(domain="sync", transparent_for=(cwp,))
-        srp = cmem.read_port()
         m.d.comb += [
             acked_rp.addr.eq(self.acked_qp), self.acked_psn.eq(acked_rp.data.acked),
             err_rp.addr.eq(self.err_qp), self.err_status.eq(err_rp.data.err_status),
-            srp.addr.eq(self.qp_stats_qp),
         ]
-        sel_d = Signal(range(nc))
-        m.d.sync += sel_d.eq(self.qp_stats_sel)
-        m.d.comb += self.qp_stats_data.eq(Array(srp.data[k] for k in range(nc))[sel_d])
 
-        errored = Signal(n)
-        held = Signal(n)
-        m.d.comb += [self.errored.eq(errored), self.held.eq(held)]
+        # ---- the stages after the intake: decide (A), apply (B), the per-QP counters (C)
+        decide = m.submodules.decide = RetryDecide(n)
+        apply = m.submodules.apply = RetryApply(n)
+        # (block RAM: a read-modify-write of the QP's row a cycle after stage B)
+        counters = m.submodules.counters = QpCounters(n, QP_COUNTERS, step_bits=6)
+        wiring.connect(m, decide.decided, apply.decided)
+        wiring.connect(m, apply.cpl_ack, wiring.flipped(self.cpl_ack))
+        wiring.connect(m, apply.sched, wiring.flipped(self.sched))
+        errored = apply.errored
+        m.d.comb += [
+            apply.decided_qvec.eq(decide.decided_qvec),
+            rp.addr.eq(decide.state_qp), decide.state.eq(rp.data),
+            wp.addr.eq(apply.wr_qp), wp.data.eq(apply.wr_state), wp.en.eq(apply.wr_en),
+            self.errored.eq(errored), self.held.eq(apply.held),
+            counters.qp.eq(apply.cnt_qp), counters.inc.eq(apply.cnt_inc),
+            counters.rd_qp.eq(self.qp_stats_qp), counters.rd_sel.eq(self.qp_stats_sel),
+            self.qp_stats_data.eq(counters.rd_data),
+            *[getattr(self, name).eq(getattr(apply, name)) for name in COUNTERS],
+        ]
 
-        # ---- the pipeline registers: E (the event chosen, read in stage A), A (the state read
-        # and the arithmetic on it, decided and written in stage B), C (the counter update)
+        # ---- the intake: the event chosen, registered for stage A (E)
         e_valid = Signal()
-        e_kind = Signal(_Ev)
-        e_qp = Signal(8)
-        e_in = Signal()                     # the QP is inside the table
-        e_psn = Signal(24)                  # psn_set, ack or sent: the PSN
-        e_syn = Signal(8)
-        e_packets = Signal(6)
-        e_first = Signal(24)                # sent: the PSN of the first packet
-        e_psn1 = Signal(24)                 # e_psn + 1
-        e_pm1 = Signal(24)                  # e_psn - 1
+        e = Signal(RETRY_EVENT)
         e_qvec = Signal(n)                  # one-hot of the QP (none: no event, or outside)
-        e_ctx = Signal(data.StructLayout({"state": QpState, "timeout": 5, "retry_cnt": 3,
-                                          "rnr_retry": 3}))
-        e_now = Signal(TIME_BITS)
-        e_now1 = Signal(TIME_BITS)
-
-        a_valid = Signal()
-        a_qp = Signal(8)
-        a_in = Signal()
-        a_qvec = Signal(n)                  # one-hot of the QP (none: no event, or outside)
+        a_qvec = decide.decided_qvec        # the same, of the event in stage B
+        m.d.comb += [decide.event.valid.eq(e_valid), decide.event.payload.eq(e),
+                     decide.qvec.eq(e_qvec)]
 
         # ---- timer scan: one QP per cycle; ``cand``: the timer of ``scan_q`` has expired (seen
         # in the state one cycle earlier, against the time of this cycle). The scan stays on a
@@ -337,7 +274,7 @@ class RetryEngine(wiring.Component):
             m.d.sync += scan_q.eq(Mux(scan_q == n - 1, 0, scan_q + 1))
 
         m.d.sync += [e_valid.eq(ev_psn | ev_ctx | ev_fire | ev_ack | ev_sent),
-                     e_now.eq(now), e_now1.eq(now1)]
+                     e.now.eq(now), e.now1.eq(now1)]
 
         def onehot(qp):
             return Cat(qp == k for k in range(n))
@@ -347,247 +284,37 @@ class RetryEngine(wiring.Component):
                               Mux(ev_fire, onehot(scan_q), 0) |
                               Mux(ev_ack, onehot(self.ack.payload.qp), 0) |
                               Mux(ev_sent, onehot(self.sent.payload.qp), 0))
-        # (e_psn + 1 and e_psn - 1 from the registered PSN: the adders come after the event's
-        # selection, not between it and a register)
-        m.d.comb += [e_psn1.eq(e_psn + 1), e_pm1.eq(e_psn - 1)]
         with m.If(ev_psn):
-            m.d.sync += [e_kind.eq(_Ev.PSN), e_qp.eq(self.psn_set.payload.qp),
-                         e_psn.eq(self.psn_set.payload.psn)]
+            m.d.sync += [e.kind.eq(RetryEvKind.PSN), e.qp.eq(self.psn_set.payload.qp),
+                         e.psn.eq(self.psn_set.payload.psn)]
         with m.Elif(ev_ctx):
             c = self.ctx_set.payload.context
-            m.d.sync += [e_kind.eq(_Ev.CTX), e_qp.eq(self.ctx_set.payload.qp),
-                         e_ctx.state.eq(c.state), e_ctx.timeout.eq(c.timeout),
-                         e_ctx.retry_cnt.eq(c.retry_cnt), e_ctx.rnr_retry.eq(c.rnr_retry)]
+            m.d.sync += [e.kind.eq(RetryEvKind.CTX), e.qp.eq(self.ctx_set.payload.qp),
+                         e.ctx.state.eq(c.state), e.ctx.timeout.eq(c.timeout),
+                         e.ctx.retry_cnt.eq(c.retry_cnt), e.ctx.rnr_retry.eq(c.rnr_retry)]
         with m.Elif(ev_fire):
-            m.d.sync += [e_kind.eq(_Ev.FIRE), e_qp.eq(scan_q)]
+            m.d.sync += [e.kind.eq(RetryEvKind.FIRE), e.qp.eq(scan_q)]
         with m.Elif(ev_ack):
-            m.d.sync += [e_kind.eq(_Ev.ACK), e_qp.eq(self.ack.payload.qp),
-                         e_psn.eq(self.ack.payload.psn), e_syn.eq(self.ack.payload.syndrome)]
+            m.d.sync += [e.kind.eq(RetryEvKind.ACK), e.qp.eq(self.ack.payload.qp),
+                         e.psn.eq(self.ack.payload.psn), e.syn.eq(self.ack.payload.syndrome)]
         with m.Elif(ev_sent):
-            m.d.sync += [e_kind.eq(_Ev.SENT), e_qp.eq(self.sent.payload.qp),
-                         e_psn.eq(self.sent.payload.psn),
-                         e_packets.eq(self.sent.payload.packets),
-                         e_first.eq(self.sent.payload.psn - self.sent.payload.packets + 1)]
+            m.d.sync += [e.kind.eq(RetryEvKind.SENT), e.qp.eq(self.sent.payload.qp),
+                         e.psn.eq(self.sent.payload.psn),
+                         e.packets.eq(self.sent.payload.packets),
+                         e.first.eq(self.sent.payload.psn - self.sent.payload.packets + 1)]
         # events naming a QP outside the table change nothing
         with m.If(ev_psn):
-            m.d.sync += e_in.eq(self.psn_set.payload.qp < n)
+            m.d.sync += e.in_table.eq(self.psn_set.payload.qp < n)
         with m.Elif(ev_ctx):
-            m.d.sync += e_in.eq(self.ctx_set.payload.qp < n)
+            m.d.sync += e.in_table.eq(self.ctx_set.payload.qp < n)
         with m.Elif(ev_ack):
-            m.d.sync += e_in.eq(self.ack.payload.qp < n)
+            m.d.sync += e.in_table.eq(self.ack.payload.qp < n)
         with m.Elif(ev_sent):
-            m.d.sync += e_in.eq(self.sent.payload.qp < n)
+            m.d.sync += e.in_table.eq(self.sent.payload.qp < n)
         with m.Else():
-            m.d.sync += e_in.eq(1)
+            m.d.sync += e.in_table.eq(1)
 
-        # ---- stage A: read the QP's state and decide: what the event does, as flags
-        m.d.comb += rp.addr.eq(e_qp)
-        st = rp.data
-        p = e_psn
-        e_err = errored.bit_select(e_qp[:len(scan_q)], 1) if n > 1 else errored[0]
-        live = e_valid & e_in & ~e_err      # events other than psn_set/ctx_set: not failed
-
-        span = Signal(24)                   # sent_max - acked: 1 + packets outstanding
-        span_m1 = Signal(24)                # sent_max - acked - 1: packets outstanding
-        implied = Signal(24)                # NAK: p - 1 - acked (ACK: p - acked - 1)
-        before = Signal(24)                 # sent: packets before sent_max were sent before
-        imp0 = Signal()                     # NAK: p - 1 == acked
-        m.d.comb += [
-            span.eq(st.sent_max - st.acked),
-            span_m1.eq(st.sent_max + ~st.acked),
-            implied.eq(p + ~st.acked),
-            before.eq(st.sent_max - e_first),
-            imp0.eq(e_pm1 == st.acked),
-        ]
-        syn = e_syn
-        cls = syn[5:8]
-        is_ack = cls == 0b000
-        is_rnr = cls == 0b001
-        is_seq = syn == _SYN_SEQ
-        is_fatal = (syn == 0x61) | (syn == 0x62) | (syn == 0x63)
-
-        k_psn = e_valid & e_in & (e_kind == _Ev.PSN)
-        k_ctx = e_valid & e_in & (e_kind == _Ev.CTX)
-        k_fire = live & (e_kind == _Ev.FIRE)
-        k_ack = live & (e_kind == _Ev.ACK)
-        k_sent = live & (e_kind == _Ev.SENT)
-        step_in = implied < span_m1         # ACK: p - acked in [1, span - 1]
-        step0 = p == st.acked               # ACK: stale
-        nak_ok = implied < span             # NAK: p - 1 in [acked, sent_max - 1]
-        nak = k_ack & ~is_ack & nak_ok
-        repeat = st.rewind_active & (st.rewind_psn == p) & imp0
-        seq = nak & is_seq
-        seq_out = Mux(imp0, st.retries >= st.retry_cnt, st.retry_cnt == 0)
-        rnr = nak & is_rnr
-        rnr_ign = st.rnr_wait & imp0
-        rnr_out = (st.rnr_retry != 7) & Mux(imp0, st.rnr_retries >= st.rnr_retry,
-                                              st.rnr_retry == 0)
-        due = st.armed & ~(e_now - st.deadline)[-1]     # checked again: it may have restarted
-        fire = k_fire & due
-        fire_to = fire & ~st.rnr_wait & (span != 1)
-        prog_end = Mux(is_ack, e_psn1 == st.sent_max, p == st.sent_max)
-
-        F = {}                              # the flags, registered for stage B
-        for name, value in {
-            "psn": k_psn,
-            "ctx": k_ctx,
-            "sent": k_sent,
-            # the acknowledged PSN moves (to p, or p - 1 for a NAK)
-            "prog": k_ack & Mux(is_ack, step_in, nak_ok & ~imp0),
-            "prog_end": prog_end,           # ... and nothing is outstanding then
-            "acks": k_ack & is_ack & (step_in | step0),
-            "stale": k_ack & is_ack & step0,
-            "seq": seq,
-            "seq_rew": seq & ~repeat & ~seq_out,
-            "rnr": rnr,
-            "rnr_start": rnr & ~rnr_ign & ~rnr_out,
-            "fatal": nak & is_fatal,
-            # ignored (in two parts, joined in stage B): an ACK or a NAK out of range, ...
-            "ignored_range": (k_ack & is_ack & ~step_in & ~step0) | (k_ack & ~is_ack & ~nak_ok),
-            # ... a repeated sequence NAK or RNR NAK, another NAK code
-            "ignored_nak": (seq & repeat) | (rnr & rnr_ign) | (nak & ~is_seq & ~is_rnr & ~is_fatal),
-            "fire_rnr": fire & st.rnr_wait,
-            "fire_stop": fire & ~st.rnr_wait & (span == 1),
-            "timeouts": fire_to,
-            "fire_rew": fire_to & (st.retries < st.retry_cnt),
-            "sent_restart": k_sent & ~st.armed,
-            "sent_newer": k_sent & ~(p - st.sent_max)[23],
-            "fail_flush": k_ctx & ((e_ctx.state == QpState.RESET) |
-                                   (e_ctx.state == QpState.ERROR)) & ~e_err,
-            "fail_retry": (fire_to & (st.retries >= st.retry_cnt)) | (seq & ~repeat & seq_out),
-            "fail_rnr": rnr & ~rnr_ign & rnr_out,
-            "timeout_nz": st.timeout != 0,
-        }.items():
-            F[name] = Signal(name=f"a_{name}")
-            m.d.sync += F[name].eq(value)
-
-        a_st = Signal(RETRY_STATE)
-        a_psn = Signal(24)
-        a_psn1 = Signal(24)                 # p + 1
-        a_pm1 = Signal(24)                  # p - 1
-        a_ctx = Signal.like(e_ctx)
-        a_fatal_status = Signal(CplStatus)
-        a_packets = Signal(6)
-        a_resent = Signal(6)
-        a_seq_retries = Signal(3)           # retries after a sequence NAK's rewind
-        a_rnr_retries = Signal(3)           # rnr_retries after an RNR NAK's wait
-        a_dl_timeout = Signal(TIME_BITS)    # now + 1 + the QP's timeout
-        a_dl_rnr = Signal(TIME_BITS)        # now + 1 + the RNR delay of the NAK's code
-        rnr_table = Array(Const(rnr_ticks(k), TIME_BITS) for k in range(32))
-        m.d.sync += [
-            a_valid.eq(e_valid), a_qp.eq(e_qp), a_in.eq(e_in),
-            a_qvec.eq(e_qvec),
-            a_st.eq(st), a_psn.eq(p), a_psn1.eq(e_psn1), a_pm1.eq(e_pm1), a_ctx.eq(e_ctx),
-            a_fatal_status.eq(Mux(syn[1], Mux(syn[0], CplStatus.REMOTE_OP,
-                                              CplStatus.REMOTE_ACCESS),
-                                  CplStatus.REMOTE_INVALID)),
-            a_packets.eq(e_packets),
-            a_resent.eq(Mux(before[23], 0, Mux(before >= e_packets, e_packets, before))),
-            a_seq_retries.eq(Mux(imp0, st.retries + 1, 1)),
-            a_rnr_retries.eq(Mux(imp0, Mux(st.rnr_retries == 7, 7, st.rnr_retries + 1), 1)),
-            a_dl_timeout.eq(e_now1 + (Const(1, TIME_BITS) << (st.timeout + 2))),
-            a_dl_rnr.eq(e_now1 + rnr_table[e_syn[:5]]),
-        ]
-
-        # ---- stage B: the new state from the flags, written; the outputs registered
-        s = a_st
-        fail = F["fail_flush"] | F["fail_retry"] | F["fail_rnr"] | F["fatal"]
-        fail_status = Signal(CplStatus)
-        with m.If(F["fail_flush"]):
-            m.d.comb += fail_status.eq(CplStatus.FLUSHED)
-        with m.Elif(F["fail_retry"]):
-            m.d.comb += fail_status.eq(CplStatus.RETRY_EXCEEDED)
-        with m.Elif(F["fail_rnr"]):
-            m.d.comb += fail_status.eq(CplStatus.RNR_RETRY_EXCEEDED)
-        with m.Else():
-            m.d.comb += fail_status.eq(a_fatal_status)
-        prog = F["prog"]
-        rewind = F["fire_rnr"] | F["fire_rew"] | F["seq_rew"]
-        # the retransmit timer restarts (an RNR wait, a failure or psn_set take precedence)
-        restart = (F["sent_restart"] | rewind | (prog & ~F["prog_end"]))
-        stop = (prog & F["prog_end"]) | F["fire_stop"]
-        prog_to = Mux(F["acks"], a_psn, a_pm1)
-
-        new = Signal(RETRY_STATE)
-        m.d.comb += new.eq(s)
-        with m.If(F["psn"]):
-            m.d.comb += [new.acked.eq(a_pm1), new.sent_max.eq(a_psn)]
-        with m.Elif(prog):
-            m.d.comb += new.acked.eq(prog_to)
-        with m.Elif(F["sent_newer"]):
-            m.d.comb += new.sent_max.eq(a_psn1)
-        with m.If(fail | F["psn"]):
-            m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
-        with m.Elif(F["rnr_start"]):
-            m.d.comb += [new.armed.eq(1), new.rnr_wait.eq(1), new.deadline.eq(a_dl_rnr)]
-        with m.Elif(restart):
-            m.d.comb += [new.armed.eq(F["timeout_nz"]), new.rnr_wait.eq(0),
-                         new.deadline.eq(a_dl_timeout)]
-        with m.Elif(stop):
-            m.d.comb += [new.armed.eq(0), new.rnr_wait.eq(0)]
-        with m.If(F["seq_rew"]):
-            m.d.comb += new.retries.eq(a_seq_retries)
-        with m.Elif(F["fire_rew"]):
-            m.d.comb += new.retries.eq(s.retries + 1)
-        with m.Elif(prog | F["psn"]):
-            m.d.comb += new.retries.eq(0)
-        with m.If(F["rnr_start"]):
-            m.d.comb += new.rnr_retries.eq(a_rnr_retries)
-        with m.Elif(prog | F["psn"]):
-            m.d.comb += new.rnr_retries.eq(0)
-        with m.If(F["seq_rew"]):
-            m.d.comb += [new.rewind_active.eq(1), new.rewind_psn.eq(a_psn)]
-        with m.Elif(prog | F["psn"] | F["fire_rnr"] | F["fire_rew"]):
-            m.d.comb += new.rewind_active.eq(0)
-        with m.If(fail):
-            m.d.comb += new.err_status.eq(fail_status)
-        with m.Elif(F["psn"]):
-            m.d.comb += new.err_status.eq(CplStatus.OK)
-        with m.If(F["ctx"]):
-            m.d.comb += [new.timeout.eq(a_ctx.timeout), new.retry_cnt.eq(a_ctx.retry_cnt),
-                         new.rnr_retry.eq(a_ctx.rnr_retry)]
-        m.d.comb += [wp.addr.eq(a_qp), wp.data.eq(new), wp.en.eq(a_valid & a_in)]
-
-        # the QP's bits: a failure, psn_set, progress and a restart clear held, an RNR wait
-        # sets it; a failure sets errored, psn_set clears it
-        held_clr = fail | F["psn"] | prog | restart
-        m.d.sync += [
-            held.eq((held & ~Mux(held_clr, a_qvec, 0)) | Mux(F["rnr_start"], a_qvec, 0)),
-            errored.eq((errored & ~Mux(F["psn"], a_qvec, 0)) | Mux(fail, a_qvec, 0)),
-        ]
-
-        # the outputs, registered: in the cycle after the state is written
-        with m.If(F["psn"]):
-            m.d.sync += [self.cpl_ack.payload.psn.eq(a_pm1),
-                         self.sched.payload.kind.eq(SchedKind.RESET)]
-        with m.Else():
-            m.d.sync += [self.cpl_ack.payload.psn.eq(prog_to),
-                         self.sched.payload.kind.eq(Mux(rewind, SchedKind.REWIND,
-                                                        SchedKind.ADVANCE))]
-        m.d.sync += [
-            self.cpl_ack.valid.eq(F["psn"] | prog), self.cpl_ack.payload.qp.eq(a_qp),
-            self.sched.valid.eq(F["psn"] | prog | rewind), self.sched.payload.qp.eq(a_qp),
-        ]
-        pulse = {"acks": F["acks"], "stale_acks": F["stale"], "seq_naks": F["seq"],
-                 "rnr_naks": F["rnr"], "error_naks": F["fatal"], "timeouts": F["timeouts"],
-                 "ignored": F["ignored_range"] | F["ignored_nak"], "rewinds": rewind,
-                 "qp_errors": fail}
-        m.d.sync += [getattr(self, name).eq(pulse[name]) for name in COUNTERS]
-
-        # ---- stage C: the per-QP counters (read-modify-write of the QP's row)
-        cnt_inc = Signal(data.ArrayLayout(6, nc))        # added to each per-QP counter
-        for k, name in enumerate(QP_COUNTERS):
-            if name == "packets":
-                m.d.comb += cnt_inc[k].eq(Mux(F["sent"], a_packets, 0))
-            elif name == "resent":
-                m.d.comb += cnt_inc[k].eq(Mux(F["sent"], a_resent, 0))
-            else:
-                m.d.comb += cnt_inc[k].eq(pulse[name])
-        c_valid = Signal()
-        c_qp = Signal(8)
-        c_inc = Signal(data.ArrayLayout(6, nc))
-        m.d.sync += [c_valid.eq(a_valid & a_in), c_qp.eq(a_qp), c_inc.eq(cnt_inc)]
-        m.d.comb += [crp.addr.eq(a_qp), cwp.addr.eq(c_qp), cwp.en.eq(c_valid)]
-        for k in range(nc):
-            m.d.comb += cwp.data[k].eq(crp.data[k] + c_inc[k])
+        # the QP's errored bit for stage A
+        m.d.comb += decide.errored.eq(errored.bit_select(e.qp[:len(scan_q)], 1) if n > 1
+                                      else errored[0])
         return m

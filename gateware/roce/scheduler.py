@@ -5,18 +5,21 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.layouts import (
+    FREED,
     MAX_QPS,
     PACKET_DESC,
     POST,
+    PSN_WRITE,
     QP_CONTEXT,
+    SCHED_EVENT,
+    SENT,
     WORK_REQUEST,
     WR_TAGGED,
     CplStatus,
     QpState,
+    SchedKind,
     WrSource,
 )
-from rocegen.gateware.roce.qp_table import PSN_WRITE
-from rocegen.gateware.roce.retry import SCHED_EVENT, SENT, SchedKind
 from rocegen.gateware.roce.segmenter import INDEX_BITS, describe_packet
 
 __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
@@ -140,16 +143,16 @@ class Scheduler(wiring.Component):
         issued. While the record waits, the next packets of the same QP (consecutive PSNs) are
         merged into it (newest PSN and a packet count, up to 63); another packet waits for the
         output.
-    sched : In(stream.Signature(SCHED_EVENT))
-        Always ready. REWIND: the QP goes back to its oldest request not completed, and resends
+    sched : In(stream.Signature(SCHED_EVENT, always_ready=True))
+        REWIND: the QP goes back to its oldest request not completed, and resends
         from its oldest unacknowledged PSN (``acked_psn`` + 1) when that request's turn comes:
         requests wholly acknowledged (or refused) are skipped, one per turn; a message is
         resumed inside with MIDDLE/LAST packets and the address advanced. RESET: the
         connection was set up again: the QP's requests that have started are left to the
         completion tracker and sending goes on with the first one never started. ADVANCE: the
         QP's window may have opened.
-    freed : In(stream.Signature(8))
-        Always ready: a request of this QP completed: its slot is free.
+    freed : In(stream.Signature(FREED, always_ready=True))
+        A request of this QP completed: its slot is free.
     acked_qp / acked_psn
         Combinational read of a QP's acknowledged PSN (from the retry engine); ``acked_qp`` is a
         register (the QP of the build stage) and ``acked_psn`` reaches only that stage's
@@ -267,8 +270,8 @@ class Scheduler(wiring.Component):
             "post": Out(stream.Signature(POST)),
             "full": In(num_qps),
             "sent": Out(stream.Signature(SENT)),
-            "sched": In(stream.Signature(SCHED_EVENT)),
-            "freed": In(stream.Signature(8)),
+            "sched": In(stream.Signature(SCHED_EVENT, always_ready=True)),
+            "freed": In(stream.Signature(FREED, always_ready=True)),
             "acked_qp": Out(range(num_qps)),
             "acked_psn": In(24),
             "errored": In(num_qps),
@@ -311,7 +314,6 @@ class Scheduler(wiring.Component):
         q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
         push = Signal(attrs={"keep": 1})    # a request is queued
         ev = self.sched
-        m.d.comb += [ev.ready.eq(1), self.freed.ready.eq(1)]
         # bit q: a REWIND or RESET of QP q this cycle (what was read of it is stale)
         ev_stale = Signal(n)
         # bit q: any event of QP q this cycle

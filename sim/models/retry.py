@@ -62,7 +62,8 @@ Counted events: ``acks`` (ACKs that make progress or are stale), ``stale_acks``,
 ``rnr_naks`` / ``error_naks`` (NAKs inside the window, whatever they then do), ``timeouts``
 (expiries of a retransmit timer with packets outstanding), ``ignored`` (ACKs and NAKs outside the
 window, repeated sequence NAKs, RNR NAKs during an RNR wait, other syndromes), ``rewinds`` and
-``qp_errors``.
+``qp_errors`` (failures found by the engine: retries or RNR retries exhausted, an error NAK; not
+the flush of a context written in RESET or ERROR, which is how a QP is closed).
 
 The state of a QP before its first ``psn_set`` is not specified: set every QP's PSN first.
 """
@@ -288,7 +289,8 @@ class RetryModel:
         s.err_status = status
         self._stop(s)
         ev.fail = status
-        ev.count("qp_errors")
+        if status != "FLUSHED":         # a flush is the control side's doing, not an error
+            ev.count("qp_errors")
 
     # ---- events
 

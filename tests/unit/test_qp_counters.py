@@ -8,12 +8,15 @@ from rocegen.sim.testing.harness import raises, run_sim
 NAMES = ("a", "b", "c")
 
 
-@pytest.mark.parametrize("num_qps,bits", [(1, 32), (4, 32), (9, 3)])
-def test_counts_match_model(num_qps, bits):
+@pytest.mark.parametrize("num_qps,bits,step_bits", [(1, 32, 1), (4, 32, 1), (9, 3, 1), (3, 32, 6),
+                                                    (5, 4, 3)])
+def test_counts_match_model(num_qps, bits, step_bits):
     """Random events (several counters at once, bursts on one QP, idle cycles) and reads in
-    between: every read equals the model's count modulo 2^bits."""
-    rng = random.Random(num_qps * 100 + bits)
-    dut = QpCounters(num_qps, NAMES, bits=bits)
+    between: every read equals the model's count modulo 2^bits. With ``step_bits`` > 1 each
+    counter gains 0 .. 2^step_bits - 1 at a time."""
+    rng = random.Random(num_qps * 100 + bits + step_bits)
+    dut = QpCounters(num_qps, NAMES, bits=bits, step_bits=step_bits)
+    smask = (1 << step_bits) - 1
     model = [[0] * len(NAMES) for _ in range(num_qps)]
     late = None                 # the previous cycle's events, not yet visible
 
@@ -22,12 +25,13 @@ def test_counts_match_model(num_qps, bits):
         for _ in range(1500):
             if rng.random() < 0.6:
                 qp = rng.randrange(num_qps) if rng.random() < 0.7 else 0
-                inc = rng.getrandbits(len(NAMES))
+                inc = rng.getrandbits(len(NAMES) * step_bits)
             else:
                 qp, inc = rng.randrange(num_qps), 0
             rq, rs = rng.randrange(num_qps), rng.randrange(len(NAMES))
             ctx.set(dut.qp, qp)
-            ctx.set(dut.inc, inc)
+            ctx.set(dut.inc, inc if step_bits == 1 else
+                    [(inc >> (k * step_bits)) & smask for k in range(len(NAMES))])
             ctx.set(dut.rd_qp, rq)
             ctx.set(dut.rd_sel, rs)
             expect = model[rq][rs] % (1 << bits)      # before this and the last cycle's events
@@ -36,7 +40,7 @@ def test_counts_match_model(num_qps, bits):
             assert got == expect, f"QP {rq} counter {NAMES[rs]}: {got}, model {expect}"
             if late is not None:
                 for k in range(len(NAMES)):
-                    model[late[0]][k] += (late[1] >> k) & 1
+                    model[late[0]][k] += (late[1] >> (k * step_bits)) & smask
             late = (qp, inc)
 
     run_sim(dut, testbenches=[tb])
@@ -51,6 +55,8 @@ def test_counts_match_model(num_qps, bits):
     ({"num_qps": 2, "names": ("a", "a")}, ValueError),
     ({"num_qps": 2, "names": NAMES, "bits": 0}, ValueError),
     ({"num_qps": 2, "names": NAMES, "bits": 65}, ValueError),
+    ({"num_qps": 2, "names": NAMES, "step_bits": 0}, ValueError),
+    ({"num_qps": 2, "names": NAMES, "bits": 4, "step_bits": 5}, ValueError),
 ])
 def test_bad_parameters(kwargs, error):
     raises(error, "", lambda: QpCounters(**kwargs))

@@ -368,7 +368,8 @@ def test_model_rules():
         assert m.ack(1, syn, 8, now=401) == Outputs(7, "ADVANCE", status,
                                                     frozenset({"error_naks", "qp_errors"}))
     m.psn_set(1, 7)
-    assert m.ctx_set(1, QpState.ERROR, 0, 0, 0).fail == "FLUSHED"
+    # a context written in ERROR (or RESET: a QP closed) flushes the QP, not counted as an error
+    assert m.ctx_set(1, QpState.ERROR, 0, 0, 0) == Outputs(fail="FLUSHED")
     # reserved syndromes acknowledge p - 1 and are otherwise ignored
     m.psn_set(1, 7)
     m.sent(1, 9, 3, now=500)
@@ -737,6 +738,8 @@ def test_fatal_naks_and_flush():
     b = run_script(1, 1, script)
     assert [b.coverage[s] for s in ("REMOTE_INVALID", "REMOTE_ACCESS", "REMOTE_OP",
                                     "FLUSHED")] == [1, 1, 1, 1]
+    # the engine's own pulses: the three error NAKs are QP errors, the flush is not
+    assert b.coverage["qp_errors"] == 3 and b.coverage["error_naks"] == 3
     assert b.model.err_status(0) == "FLUSHED"
 
 

@@ -27,6 +27,7 @@ from rocegen.sim.models import requester as model
 from rocegen.sim.models.requester import PMTUS, PSN_MOD, WorkRequest, WrOpcode
 from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, meta_dict
 from rocegen.sim.testing.harness import run_sim
+from rocegen.tools.synth import convert_ports
 
 #: Cycles after which a bench counts as hung (every bench here needs far fewer).
 DEADLINE = 50_000
@@ -756,6 +757,6 @@ def test_parameters_are_validated():
 def test_largest_configuration_elaborates():
     s = Scheduler(256, 512, 1 << 32, depth=4)
     assert (s.num_qps, s.width, s.mem_bytes, s.depth) == (256, 512, 1 << 32, 4)
-    text = rtlil.convert(s, name="scheduler")
+    text = rtlil.convert(s, name="scheduler", ports=convert_ports(s))
     assert "memory width 207 size 1024 \\wr_mem" in text
     assert "memory width 78 size 256 \\prog_mem" in text
