@@ -363,6 +363,32 @@ def stat_by_block(log, top="top"):
     return blocks
 
 
+def rtlil_bits_by_block(path, top="top"):
+    """Flip-flop bits (``$dff``/``$adff`` cells) and memory bits (``memory`` width x size) per
+    block of the endpoint in an RTLIL file as Amaranth writes it (before synthesis): a block's
+    figures are the sum over the modules whose path starts with ``top.<block>``; cells of
+    ``top`` itself go to ``(top)``."""
+    blocks = {}
+    fig = kind = None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("module "):
+                name = line.split()[1].lstrip("\\")
+                block = "(top)" if name == top else name[len(top) + 1:].split(".")[0]
+                fig = blocks.setdefault(block, {"ff_bits": 0, "mem_bits": 0})
+            elif fig is None:
+                continue
+            elif line.startswith("  memory "):
+                m = re.match(r"  memory width (\d+) size (\d+)", line)
+                fig["mem_bits"] += int(m.group(1)) * int(m.group(2))
+            elif line.startswith("  cell "):
+                kind = line.split()[1]
+            elif kind in ("$dff", "$adff") and line.startswith("    parameter \\WIDTH "):
+                fig["ff_bits"] += int(line.split()[2])
+                kind = None
+    return blocks
+
+
 def _curve_point(qps, keep_hierarchy, worst):
     name = f"qp_curve_{qps}{'_by_module' if keep_hierarchy else ''}"
     workdir = ROOT / "build" / "synth" / name
@@ -372,6 +398,7 @@ def _curve_point(qps, keep_hierarchy, worst):
              "synth_seconds": r["synth_seconds"], "convert_seconds": r["convert_seconds"]}
     point.update({k: r[k] for k in ("lut_total", "lut", "lut_as_memory", "ff", "carry", "muxf",
                                     "bram36", "bram18", "uram", "dsp", "lut_levels")})
+    point["rtl_blocks"] = rtlil_bits_by_block(workdir / "design.il")
     if keep_hierarchy:
         point["blocks"] = stat_by_block((workdir / "synth.log").read_text(errors="replace"))
     return point
@@ -414,6 +441,26 @@ def qp_curve_markdown(curve):
         ok = "met" if m["lut_per_qp"] <= curve["lut_goal_per_qp"] else "**not met**"
         out.append(f"| {m['from']} → {m['to']} | {m['lut_per_qp']:,} | {m['ff_per_qp']:,} "
                    f"| {m['bram36_per_qp']} | {ok} |")
+    rtl = [p for p in points if p.get("rtl_blocks")]
+    if len(rtl) >= 2:
+        lo, hi = rtl[0], rtl[-1]
+        d = hi["qps"] - lo["qps"]
+        names = set(lo["rtl_blocks"]) | set(hi["rtl_blocks"])
+        get = lambda p, b, k: p["rtl_blocks"].get(b, {}).get(k, 0)     # noqa: E731
+        grow = sorted((b for b in names if get(hi, b, "ff_bits") != get(lo, b, "ff_bits")
+                       or get(hi, b, "mem_bits") != get(lo, b, "mem_bits")),
+                      key=lambda b: get(lo, b, "ff_bits") - get(hi, b, "ff_bits"))
+        out += ["", f"Blocks that grow with the QP count, from the design before synthesis "
+                f"(Amaranth's RTLIL at {lo['qps']} and {hi['qps']} QPs): flip-flop bits and "
+                "memory bits (memories become block RAM or distributed RAM):", "",
+                f"| block | FF bits at {lo['qps']} | FF bits at {hi['qps']} | FF bits per QP "
+                f"| memory bits at {lo['qps']} | memory bits at {hi['qps']} | memory bits per QP |",
+                "|---|--:|--:|--:|--:|--:|--:|"]
+        for b in grow:
+            fa, fz = get(lo, b, "ff_bits"), get(hi, b, "ff_bits")
+            ma, mz = get(lo, b, "mem_bits"), get(hi, b, "mem_bits")
+            out.append(f"| `{b}` | {fa:,} | {fz:,} | {(fz - fa) / d:.1f} | {ma:,} | {mz:,} "
+                       f"| {(mz - ma) / d:,.0f} |")
     by_module = curve.get("by_module", [])
     if len(by_module) >= 2:
         lo, hi = by_module[0], by_module[-1]
@@ -488,6 +535,11 @@ def write_qp_section():
     ``bench/qp_curve.json``."""
     doc = ROOT / "docs" / "resources.md"
     curve = json.loads(QP_CURVE_JSON.read_text())
+    for p in curve.get("points", []):           # (points of a run that did not count them)
+        il = ROOT / "build" / "synth" / f"qp_curve_{p['qps']}" / "design.il"
+        if "rtl_blocks" not in p and il.exists():
+            p["rtl_blocks"] = rtlil_bits_by_block(il)
+            QP_CURVE_JSON.write_text(json.dumps(curve, indent=1) + "\n")
     doc.write_text(_with_qp_section(doc.read_text(), qp_curve_markdown(curve)))
     print(f"wrote {doc}")
 
