@@ -433,10 +433,11 @@ def qp_curve_markdown(curve):
     out += [f"| {p['qps']} | {p['lut_total']:,} | {p['lut']:,} | {p['lut_as_memory']:,} "
             f"| {p['ff']:,} | {p['bram36']} | {p['bram18']} | {_minutes(p['synth_seconds'])} |"
             for p in points]
-    out += ["", "Marginal cost per QP between the points (block RAM in RAMB36, a RAMB18 "
-            "counting half):", "",
-            "| QPs | LUTs per QP | FF per QP | RAMB36 per QP | LUT goal |",
-            "|---|--:|--:|--:|---|"]
+    if curve.get("marginal"):
+        out += ["", "Marginal cost per QP between the points (block RAM in RAMB36, a RAMB18 "
+                "counting half):", "",
+                "| QPs | LUTs per QP | FF per QP | RAMB36 per QP | LUT goal |",
+                "|---|--:|--:|--:|---|"]
     for m in curve.get("marginal", []):
         ok = "met" if m["lut_per_qp"] <= curve["lut_goal_per_qp"] else "**not met**"
         out.append(f"| {m['from']} → {m['to']} | {m['lut_per_qp']:,} | {m['ff_per_qp']:,} "

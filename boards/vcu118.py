@@ -19,8 +19,9 @@ Two targets use QSFP28 cage 1 (GTY quad 231, X1Y48..X1Y51, 156.25 MHz reference 
   rocegen's own XGMII MAC (:mod:`rocegen.gateware.mac`) and the endpoint at W = 64. A QSFP28 to
   4xSFP28 breakout cable (or a QSFP+ / SFP+ adapter at 10G) connects lane 0 to the peer.
 
-The vendor IP and primitives (CMAC, 10G/25G subsystem, DDR4 controller, AXI clock converter,
-IBUFDS, BUFG) are instantiated here and only here; the core and the board glue are portable Amaranth.
+This file is the board's pins and the composition of its parts: the vendor IP and primitives
+(CMAC, 10G/25G subsystem, DDR4 controller, AXI clock converter, IBUFDS, BUFG) are components in
+:mod:`rocegen.boards.xilinx`; the core and the board glue are portable Amaranth.
 """
 
 from amaranth.build import Attrs, Clock, DiffPairs, Pins, Resource, Subsignal
