@@ -10,17 +10,24 @@ figure (with the worst paths) to ``build/bench/synth.json``; the Yosys working f
 ``build/synth/<design>/``. Takes some 40 minutes on two cores with the WebAssembly Yosys.
 
 Run: python -m bench.bench_synth [--quick] [--only NAME ...] [--no-doc] [--doc-only] [--reanalyse]
-[--check] (``--only`` replaces those designs' figures in the last report and keeps the others;
-``--reanalyse`` reads the netlists of the last run again, keeping its wall times; ``--check``
-exits with status 1 when a whole core misses a goal, naming it). The report's tables also go to
-``build/bench/resources.md`` on every run (``make synth-quick``, which CI runs before the tests, is
-``--quick --no-doc``; ``make synth-check`` adds ``--check``).
+[--check] [--qp-curve [--by-module]] (``--only`` replaces those designs' figures in the last report
+and keeps the others; ``--reanalyse`` reads the netlists of the last run again, keeping its wall
+times; ``--check`` exits with status 1 when a whole core misses a goal, naming it). The report's
+tables also go to ``build/bench/resources.md`` on every run (``make synth-quick``, which CI runs
+before the tests, is ``--quick --no-doc``; ``make synth-check`` adds ``--check``).
+
+``--qp-curve`` synthesizes only the W = 512 on-chip core at :data:`QP_CURVE` QPs (the same flow,
+mapped for area) and writes the figures and the marginal cost per QP between the points to
+``bench/qp_curve.json``; with ``--by-module`` it also maps the smallest and largest point module by
+module and counts LUTs, flip-flops and block RAM per block of the endpoint, to show which blocks
+grow with the number of QPs. The report's "Cost per QP" section is read from that file.
 """
 
 import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import time
 import warnings
@@ -36,6 +43,10 @@ from rocegen.tools.synth import SynthesisError, analyse_netlist, synthesize
 ROOT = Path(__file__).resolve().parent.parent
 LUT_GOAL = 40_000
 LEVEL_GOAL = 8
+#: QP counts of the cost curve and its goal in LUTs per added QP
+QP_CURVE = (8, 64, 256)
+QP_LUT_GOAL = 100
+QP_CURVE_JSON = ROOT / "bench" / "qp_curve.json"
 
 
 def _endpoint_block(attr):
@@ -213,6 +224,8 @@ def markdown(report):
         out += ["", "## Not synthesized", "",
                 "Yosys failed on these designs in this run; they have no figures here:", ""]
         out += [f"* {r['description']}: {r['failed']}" for r in failed]
+    if QP_CURVE_JSON.exists():
+        out += ["", qp_curve_markdown(json.loads(QP_CURVE_JSON.read_text())).rstrip()]
     out += ["", "## Wall time", "",
             "| design | Amaranth to RTLIL | Yosys |", "|---|--:|--:|"]
     for r in cores + blocks + traces:
@@ -298,6 +311,287 @@ def goal_misses(designs):
     return misses
 
 
+_STAT_MODULE = re.compile(r"^=== (.+?) ===$", re.M)
+_STAT_CELL = re.compile(r"^\s+(?:(\d+)\s+(?:\S+\s+)?([A-Z][A-Z0-9_]*)|([A-Z][A-Z0-9_]*)\s+(\d+))\s*$")
+
+
+def stat_by_block(log, top="top"):
+    """LUTs (LUT1..LUT6 and INV), flip-flops (FD*) and block RAMs (RAMB36E2 + RAMB18E2 / 2, in
+    RAMB36 units) per block, from the last per-module ``stat`` in a Yosys log of a design mapped
+    module by module. Amaranth names every module by its instance path (``top.scheduler.x``), and
+    each module is instantiated once, so a block's figures are the sum over the modules whose path
+    starts with ``top.<block>``; cells of ``top`` itself go to ``(top)``."""
+    # the last stat (synth_xilinx's check step) is the one of the mapped design: its module
+    # sections end with its "design hierarchy" section and start after the previous one
+    sections = list(_STAT_MODULE.finditer(log))
+    ends = [i for i, m in enumerate(sections) if m.group(1) == "design hierarchy"]
+    if not ends:
+        raise ValueError("no per-module stat in the log")
+    first = ends[-2] + 1 if len(ends) > 1 else 0
+    if not any(m.group(1) == top for m in sections[first:ends[-1]]):
+        raise ValueError(f"no per-module stat of {top!r} in the log")
+    start = ends[-1] - 1
+    blocks = {}
+    for i in range(first, start + 1):
+        name = sections[i].group(1)
+        if name == "design hierarchy":
+            continue
+        end = sections[i + 1].start() if i + 1 < len(sections) else len(log)
+        body = log[sections[i].end():end]
+        if name == top:
+            block = "(top)"
+        elif name.startswith(top + "."):
+            block = name[len(top) + 1:].split(".")[0]
+        else:
+            continue
+        fig = blocks.setdefault(block, {"lut": 0, "ff": 0, "bram36": 0.0})
+        for line in body.splitlines():
+            if "design hierarchy" in line:
+                break
+            m = _STAT_CELL.match(line)
+            if not m:
+                continue
+            n, cell = (int(m.group(1)), m.group(2)) if m.group(1) else (int(m.group(4)), m.group(3))
+            if re.fullmatch(r"LUT[1-6]|INV", cell):
+                fig["lut"] += n
+            elif cell.startswith("FD"):
+                fig["ff"] += n
+            elif cell == "RAMB36E2":
+                fig["bram36"] += n
+            elif cell == "RAMB18E2":
+                fig["bram36"] += n / 2
+    return blocks
+
+
+def rtlil_bits_by_block(path, top="top"):
+    """Flip-flop bits (``$dff``/``$adff`` cells) and memory bits (``memory`` width x size) per
+    block of the endpoint in an RTLIL file as Amaranth writes it (before synthesis): a block's
+    figures are the sum over the modules whose path starts with ``top.<block>``; cells of
+    ``top`` itself go to ``(top)``."""
+    blocks = {}
+    fig = kind = None
+    with open(path) as f:
+        for line in f:
+            if line.startswith("module "):
+                name = line.split()[1].lstrip("\\")
+                block = "(top)" if name == top else name[len(top) + 1:].split(".")[0]
+                fig = blocks.setdefault(block, {"ff_bits": 0, "mem_bits": 0})
+            elif fig is None:
+                continue
+            elif line.startswith("  memory "):
+                m = re.match(r"  memory width (\d+) size (\d+)", line)
+                fig["mem_bits"] += int(m.group(1)) * int(m.group(2))
+            elif line.startswith("  cell "):
+                kind = line.split()[1]
+            elif kind in ("$dff", "$adff") and line.startswith("    parameter \\WIDTH "):
+                fig["ff_bits"] += int(line.split()[2])
+                kind = None
+    return blocks
+
+
+def _curve_point(qps, keep_hierarchy, worst):
+    name = f"qp_curve_{qps}{'_by_module' if keep_hierarchy else ''}"
+    workdir = ROOT / "build" / "synth" / name
+    revision = git_revision()           # the source the design is converted from
+    r = synthesize(RoceEndpoint(512, qps), top="top", workdir=workdir, worst=worst,
+                   keep_hierarchy=keep_hierarchy)
+    point = {"qps": qps, "revision": revision, "yosys": r["yosys"],
+             "synth_seconds": r["synth_seconds"], "convert_seconds": r["convert_seconds"]}
+    point.update({k: r[k] for k in ("lut_total", "lut", "lut_as_memory", "ff", "carry", "muxf",
+                                    "bram36", "bram18", "uram", "dsp", "lut_levels")})
+    if keep_hierarchy:
+        point["blocks"] = stat_by_block((workdir / "synth.log").read_text(errors="replace"))
+    return point
+
+
+def marginal(points):
+    """Marginal cost per QP between consecutive points of the curve (LUTs total, flip-flops and
+    block RAM in RAMB36 units, RAMB18 counting half)."""
+    out = []
+    for a, b in zip(points, points[1:]):
+        d = b["qps"] - a["qps"]
+        ram = lambda p: p["bram36"] + p["bram18"] / 2       # noqa: E731
+        out.append({"from": a["qps"], "to": b["qps"],
+                    "lut_per_qp": round((b["lut_total"] - a["lut_total"]) / d, 1),
+                    "ff_per_qp": round((b["ff"] - a["ff"]) / d, 1),
+                    "bram36_per_qp": round((ram(b) - ram(a)) / d, 3)})
+    return out
+
+
+def qp_curve_markdown(curve):
+    """The "Cost per QP" section of the report from the figures of ``bench/qp_curve.json``."""
+    points = curve.get("points", [])
+    if not points and not curve.get("rtl") and not curve.get("blocks_alone"):
+        return ""
+    out = ["## Cost per QP", "",
+           f"Generated by `python -m bench.bench_synth --qp-curve`: {curve['description']}, "
+           f"Amaranth {curve['amaranth']}, revision "
+           f"{_revisions([{'name': str(p['qps']), **p} for p in points])}, {curve['date']}. "
+           f"Goal: at most {curve['lut_goal_per_qp']} LUTs per added QP.", "",
+           "| QPs | LUTs total | LUT logic | LUT as memory | FF | RAMB36 | RAMB18 | Yosys |",
+           "|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    out += [f"| {p['qps']} | {p['lut_total']:,} | {p['lut']:,} | {p['lut_as_memory']:,} "
+            f"| {p['ff']:,} | {p['bram36']} | {p['bram18']} | {_minutes(p['synth_seconds'])} |"
+            for p in points]
+    if curve.get("marginal"):
+        out += ["", "Marginal cost per QP between the points (block RAM in RAMB36, a RAMB18 "
+                "counting half):", "",
+                "| QPs | LUTs per QP | FF per QP | RAMB36 per QP | LUT goal |",
+                "|---|--:|--:|--:|---|"]
+    for m in curve.get("marginal", []):
+        ok = "met" if m["lut_per_qp"] <= curve["lut_goal_per_qp"] else "**not met**"
+        out.append(f"| {m['from']} → {m['to']} | {m['lut_per_qp']:,} | {m['ff_per_qp']:,} "
+                   f"| {m['bram36_per_qp']} | {ok} |")
+    alone = {}
+    for b in curve.get("blocks_alone", []):
+        alone.setdefault(b["block"], {})[b["qps"]] = b
+    pairs = {k: sorted(v.items()) for k, v in alone.items() if len(v) >= 2}
+    if pairs:
+        out += ["", "The blocks holding per-QP state synthesized alone (same flow), at the "
+                "smallest and largest QP count:", "",
+                "| block | QPs | LUTs total | FF | RAMB36 | RAMB18 | LUTs per QP | FF per QP |",
+                "|---|---|--:|--:|--:|--:|--:|--:|"]
+        for name, pts in pairs.items():
+            (qa, a), (qz, z) = pts[0], pts[-1]
+            d = qz - qa
+            out.append(f"| `{name}` | {qa} → {qz} | {a['lut_total']:,} → {z['lut_total']:,} "
+                       f"| {a['ff']:,} → {z['ff']:,} | {a['bram36']} → {z['bram36']} "
+                       f"| {a['bram18']} → {z['bram18']} "
+                       f"| {(z['lut_total'] - a['lut_total']) / d:.1f} | {(z['ff'] - a['ff']) / d:.1f} |")
+    rtl = curve.get("rtl", [])
+    if len(rtl) >= 2:
+        lo, hi = rtl[0], rtl[-1]
+        d = hi["qps"] - lo["qps"]
+        names = set(lo["rtl_blocks"]) | set(hi["rtl_blocks"])
+        get = lambda p, b, k: p["rtl_blocks"].get(b, {}).get(k, 0)     # noqa: E731
+        grow = sorted((b for b in names if get(hi, b, "ff_bits") != get(lo, b, "ff_bits")
+                       or get(hi, b, "mem_bits") != get(lo, b, "mem_bits")),
+                      key=lambda b: get(lo, b, "ff_bits") - get(hi, b, "ff_bits"))
+        out += ["", f"Blocks that grow with the QP count, from the design before synthesis "
+                f"(Amaranth's RTLIL at {lo['qps']} and {hi['qps']} QPs): flip-flop bits and "
+                "memory bits (memories become block RAM or distributed RAM):", "",
+                f"| block | FF bits at {lo['qps']} | FF bits at {hi['qps']} | FF bits per QP "
+                f"| memory bits at {lo['qps']} | memory bits at {hi['qps']} | memory bits per QP |",
+                "|---|--:|--:|--:|--:|--:|--:|"]
+        for b in grow:
+            fa, fz = get(lo, b, "ff_bits"), get(hi, b, "ff_bits")
+            ma, mz = get(lo, b, "mem_bits"), get(hi, b, "mem_bits")
+            out.append(f"| `{b}` | {fa:,} | {fz:,} | {(fz - fa) / d:.1f} | {ma:,} | {mz:,} "
+                       f"| {(mz - ma) / d:,.0f} |")
+    by_module = curve.get("by_module", [])
+    if len(by_module) >= 2:
+        lo, hi = by_module[0], by_module[-1]
+        d = hi["qps"] - lo["qps"]
+        grow = sorted(set(lo["blocks"]) | set(hi["blocks"]),
+                      key=lambda b: -(hi["blocks"].get(b, {}).get("lut", 0)
+                                      - lo["blocks"].get(b, {}).get("lut", 0)))
+        out += ["", f"Which blocks grow: the core mapped module by module at {lo['qps']} and "
+                f"{hi['qps']} QPs (no optimisation across block boundaries), per block of the "
+                "endpoint:", "",
+                f"| block | LUTs at {lo['qps']} | LUTs at {hi['qps']} | LUTs per QP "
+                f"| FF at {lo['qps']} | FF at {hi['qps']} | FF per QP |",
+                "|---|--:|--:|--:|--:|--:|--:|"]
+        for b in grow:
+            a, z = lo["blocks"].get(b, {}), hi["blocks"].get(b, {})
+            la, lz, fa, fz = a.get("lut", 0), z.get("lut", 0), a.get("ff", 0), z.get("ff", 0)
+            out.append(f"| `{b}` | {la:,} | {lz:,} | {(lz - la) / d:.1f} | {fa:,} | {fz:,} "
+                       f"| {(fz - fa) / d:.1f} |")
+    if curve.get("findings"):
+        out += ["", curve["findings"]]
+    return "\n".join(out) + "\n"
+
+
+def _with_qp_section(text, section):
+    """``text`` (the report) with its "Cost per QP" section replaced by ``section`` (or added
+    before "Wall time")."""
+    text = re.sub(r"^## Cost per QP\n.*?(?=^## )", "", text, flags=re.M | re.S)
+    if not section:
+        return text
+    i = text.find("## Wall time")
+    return text + "\n" + section if i < 0 else text[:i] + section + "\n" + text[i:]
+
+
+#: The endpoint's blocks that hold per-QP state, synthesized alone by ``--qp-curve --blocks``.
+QP_BLOCKS = (("scheduler", "_sched"), ("completer", "_completer"), ("retry", "_retry"))
+
+
+def qp_blocks(curve, qp_counts, worst):
+    """Synthesize the blocks of :data:`QP_BLOCKS` alone, as the W = 512 core at each of
+    ``qp_counts`` QPs builds them, and store their figures in ``curve["blocks_alone"]`` (and
+    the file) after each run."""
+    for qps in qp_counts:
+        for name, attr in QP_BLOCKS:
+            print(f"{name} of RoceEndpoint(512, {qps}) alone ...", flush=True)
+            r = synthesize(getattr(RoceEndpoint(512, qps), attr), top="top", worst=worst,
+                           workdir=ROOT / "build" / "synth" / f"qp_block_{name}_{qps}")
+            fig = {"block": name, "qps": qps, "revision": git_revision(),
+                   **{k: r[k] for k in ("lut_total", "lut", "lut_as_memory", "ff", "bram36",
+                                        "bram18", "synth_seconds")}}
+            print(f"  {fig['lut_total']:,} LUTs, {fig['ff']:,} FFs; Yosys "
+                  f"{_minutes(fig['synth_seconds'])}", flush=True)
+            if QP_CURVE_JSON.exists():
+                curve = {**curve, **json.loads(QP_CURVE_JSON.read_text())}
+            rows = {(b["block"], b["qps"]): b for b in curve.get("blocks_alone", [])}
+            rows[(name, qps)] = fig
+            curve["blocks_alone"] = [rows[k] for k in sorted(rows)]
+            QP_CURVE_JSON.write_text(json.dumps(curve, indent=1) + "\n")
+
+
+def qp_curve(args):
+    """Synthesize the W = 512 on-chip core at :data:`QP_CURVE` QPs; see the module docstring."""
+    curve = json.loads(QP_CURVE_JSON.read_text()) if QP_CURVE_JSON.exists() else {}
+    curve.update(description="RoceEndpoint(512, N), on-chip memory, synth_xilinx -family xcup "
+                 "-flatten -noiopad -noclkbuf, mapped for area",
+                 amaranth=amaranth.__version__, machine=f"{platform.machine()}, {os.cpu_count()} CPUs",
+                 date=time.strftime("%Y-%m-%d"), lut_goal_per_qp=QP_LUT_GOAL)
+    qps_list = args.qps or QP_CURVE
+    if args.blocks:
+        qp_blocks(curve, (min(qps_list), max(qps_list)), args.worst)
+        if not args.no_doc:
+            write_qp_section()
+        return
+    runs = [(n, False) for n in qps_list]
+    if args.by_module:
+        runs += [(min(qps_list), True), (max(qps_list), True)]
+    for qps, hier in runs:
+        print(f"RoceEndpoint(512, {qps}){' module by module' if hier else ''} ...", flush=True)
+        p = _curve_point(qps, hier, args.worst)
+        print(f"  {p['lut_total']:,} LUTs, {p['ff']:,} FFs, {p['bram36']} RAMB36 + {p['bram18']} "
+              f"RAMB18; Yosys {_minutes(p['synth_seconds'])}", flush=True)
+        # merged into the file as it is now (another run may have added points meanwhile)
+        if QP_CURVE_JSON.exists():
+            curve = {**json.loads(QP_CURVE_JSON.read_text()), **{
+                k: v for k, v in curve.items() if k not in ("points", "by_module", "marginal")}}
+        points = {q["qps"]: q for q in curve.get("points", [])}
+        by_module = {q["qps"]: q for q in curve.get("by_module", [])}
+        (by_module if hier else points)[qps] = p
+        curve["points"] = [points[n] for n in sorted(points)]
+        curve["marginal"] = marginal(curve["points"])
+        if by_module:
+            curve["by_module"] = [by_module[n] for n in sorted(by_module)]
+        QP_CURVE_JSON.write_text(json.dumps(curve, indent=1) + "\n")      # after every point
+    for m in curve["marginal"]:
+        print(f"{m['from']} -> {m['to']} QPs: {m['lut_per_qp']} LUTs, {m['ff_per_qp']} FFs, "
+              f"{m['bram36_per_qp']} RAMB36 per QP")
+    print(f"wrote {QP_CURVE_JSON}")
+    if not args.no_doc:
+        write_qp_section()
+
+
+def write_qp_section():
+    """Replace the "Cost per QP" section of ``docs/resources.md`` with the figures of
+    ``bench/qp_curve.json``."""
+    doc = ROOT / "docs" / "resources.md"
+    curve = json.loads(QP_CURVE_JSON.read_text())
+    # the designs before synthesis that the runs wrote (flat runs only)
+    curve["rtl"] = [{"qps": n, "rtl_blocks": rtlil_bits_by_block(il)} for n, il in sorted(
+        (int(d.name.rsplit("_", 1)[1]), d / "design.il")
+        for d in (ROOT / "build" / "synth").glob("qp_curve_*[0-9]") if (d / "design.il").exists())]
+    QP_CURVE_JSON.write_text(json.dumps(curve, indent=1) + "\n")
+    doc.write_text(_with_qp_section(doc.read_text(), qp_curve_markdown(curve)))
+    print(f"wrote {doc}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="only the two on-chip cores")
@@ -311,8 +605,26 @@ def main():
                     help="exit with status 1 when a whole core misses the LUT or depth goal")
     ap.add_argument("--reanalyse", action="store_true",
                     help="read the netlists of the last run again instead of synthesizing")
+    ap.add_argument("--qp-curve", action="store_true",
+                    help=f"only the W = 512 core at {', '.join(map(str, QP_CURVE))} QPs, to "
+                    f"{QP_CURVE_JSON.relative_to(ROOT)}")
+    ap.add_argument("--qps", type=int, nargs="+", metavar="N",
+                    help=f"with --qp-curve: only these QP counts (default {QP_CURVE})")
+    ap.add_argument("--blocks", action="store_true",
+                    help="with --qp-curve: only the blocks holding per-QP state, synthesized "
+                    "alone at the smallest and largest QP count")
+    ap.add_argument("--by-module", action="store_true",
+                    help="with --qp-curve: also map the end points module by module")
     args = ap.parse_args()
     warnings.filterwarnings("ignore", message=r".* created but never used")
+    if args.by_module and not args.qp_curve:
+        ap.error("--by-module goes with --qp-curve")
+    if args.qp_curve:
+        if args.doc_only:
+            write_qp_section()
+        else:
+            qp_curve(args)
+        return
     if args.doc_only:
         report = json.loads((ROOT / "build" / "bench" / "synth.json").read_text())
         (ROOT / "docs" / "resources.md").write_text(markdown(report))

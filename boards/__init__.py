@@ -6,13 +6,14 @@ Vendor IP and primitives (MACs, DDR4 memory controller, AXI clock converter, clo
 appear only in this package.
 """
 
+from rocegen.boards.au250 import Au250Cmac
 from rocegen.boards.base import RETRANSMIT_MEMORIES, Board, write_build
 from rocegen.boards.vcu118 import Vcu118Cmac, Vcu118Xxv
 
 __all__ = ["BOARDS", "Board", "RETRANSMIT_MEMORIES", "get_board", "write_build"]
 
 #: Every board target, by name.
-BOARDS = {b.name: b for b in (Vcu118Cmac(), Vcu118Xxv(25), Vcu118Xxv(10))}
+BOARDS = {b.name: b for b in (Vcu118Cmac(), Vcu118Xxv(25), Vcu118Xxv(10), Au250Cmac())}
 
 
 def get_board(name):

@@ -19,64 +19,75 @@ Two targets use QSFP28 cage 1 (GTY quad 231, X1Y48..X1Y51, 156.25 MHz reference 
   rocegen's own XGMII MAC (:mod:`rocegen.gateware.mac`) and the endpoint at W = 64. A QSFP28 to
   4xSFP28 breakout cable (or a QSFP+ / SFP+ adapter at 10G) connects lane 0 to the peer.
 
-The vendor IP and primitives (CMAC, 10G/25G subsystem, DDR4 controller, AXI clock converter,
-IBUFDS, BUFG) are instantiated here and only here; the core and the board glue are portable Amaranth.
+This file is the board's pins and the composition of its parts: the vendor IP and primitives
+(CMAC, 10G/25G subsystem, DDR4 controller, AXI clock converter, IBUFDS, BUFG) are components in
+:mod:`rocegen.boards.xilinx`; the core and the board glue are portable Amaranth.
 """
 
 from amaranth.build import Attrs, Clock, DiffPairs, Pins, Resource, Subsignal
-from amaranth.hdl import Cat, ClockDomain, Const, Instance, IOPort, Module, Signal
+from amaranth.hdl import Cat, ClockDomain, IOPort, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.vendor import XilinxPlatform
 
 from rocegen.boards.base import Board, PinMap
 from rocegen.boards.common import ResetSync, StatsWatch, StatusLeds, cycles_for, tie_off
-from rocegen.boards.core import xgmii_mac
-from rocegen.boards.mem_reset import MemResetControl
+from rocegen.boards.core import XGMII_MAX_FRAME
+from rocegen.boards.xilinx import (
+    CMAC_MODULE,
+    XXV_MODULE,
+    ClockInput,
+    Cmac,
+    CmacPlacement,
+    Ddr4Axi,
+    Ddr4Memory,
+    XxvMac,
+    XxvPlacement,
+    axi_cdc_module,
+    ddr4_module,
+)
 from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
 from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["VCU118Platform", "Vcu118Top", "Vcu118Cmac", "Vcu118Xxv", "CMAC_MODULE",
-           "XXV_MODULE", "DDR4_C1", "ddr4_module", "axi_cdc_module", "leds_for"]
+           "XXV_MODULE", "DDR4_C1", "CMAC_PLACEMENT", "XXV_PLACEMENT", "ddr4_module",
+           "axi_cdc_module", "leds_for"]
 
-#: Module names of the vendor IP instances (``create_ip -module_name``).
-CMAC_MODULE = "cmac_usplus_0"
-XXV_MODULE = "xxv_ethernet_0"
+#: The VCU118's DDR4 C1 component memory (UG1224; the Vivado board interface
+#: ``ddr4_sdram_c1_083``): four MT40A256M16GE-083E (4 Gb, x16) on a 64-bit data bus = 2 GiB,
+#: DDR4-2400 (memory clock 1200 MHz, 833 ps), reference clock 250 MHz on E12/D12. The board
+#: wires a fifth device (bits 64..79, for ECC) that this interface leaves unused. The
+#: controller's AXI port: 31-bit byte addresses, 4-bit IDs, the core's data width; its user
+#: clock (``c0_ddr4_ui_clk``) is a quarter of the memory clock, 300 MHz. The smallest payload
+#: memory in DDR4 is 1 MiB: the core's streaming ring must fit.
+DDR4_C1 = Ddr4Memory(
+    name="DDR4 C1", label="c1", size_bytes=1 << 31, min_bytes=1 << 20,
+    memory_part="MT40A256M16GE-083E", data_width=64, time_period_ps=833,
+    input_clock_period_ps=4000, axi_addr_width=31, axi_id_width=4,
+    summary="4 x MT40A256M16GE-083E\n# (64-bit data, 2 GiB), DDR4-2400 from the 250 MHz reference "
+            "clock on E12/D12",
+    devices="four x16 devices: 64-bit data with data masks, no ECC; the board's fifth\n"
+            "  device is not used",
+    ref_clock="250 MHz on E12/D12",
+    board_interfaces="""\
+The IP settings are explicit: the script creates no project with a board part. In a project
+whose board part is the VCU118 (`xilinx.com:vcu118:part0:*`), the same controller comes from
+`CONFIG.C0_DDR4_BOARD_INTERFACE {ddr4_sdram_c1_083}` and
+`CONFIG.C0_CLOCK_BOARD_INTERFACE {default_250mhz_clk1}` plus the AXI settings above.""",
+    pin_source="""\
+The DDR4 pin locations and I/O standards (SSTL12_DCI address and command, DIFF_SSTL12_DCI
+clock, POD12_DCI data and masks, DIFF_POD12_DCI strobes, LVCMOS12 reset) are those of the
+public VCU118 constraints of `fpganinja/taxi` (`src/eth/example/VCU118/fpga/syn/ddr4_c1.xdc`,
+byte lanes 0..7 of DDR4 C1); a second public VCU118 design places the 64-bit interface on the
+same pins. The memory part, speed, data width and AXI address width are those public VCU118
+designs give the controller for this interface.""")
 
-
-def ddr4_module(width):
-    """Module name of the DDR4 controller IP whose AXI port is ``width`` bits wide."""
-    return f"ddr4_c1_axi{width}"
-
-
-def axi_cdc_module(width):
-    """Module name of the AXI clock converter IP for a ``width``-bit AXI port."""
-    return f"axi_cdc_c1_axi{width}"
-
-
-class _Ddr4C1:
-    """The VCU118's DDR4 C1 component memory as the board top drives it (UG1224; the Vivado
-    board interface ``ddr4_sdram_c1_083``): four MT40A256M16GE-083E (4 Gb, x16) on a 64-bit
-    data bus = 2 GiB, DDR4-2400 (memory clock 1200 MHz, 833 ps), reference clock 250 MHz on
-    E12/D12. The board wires a fifth device (bits 64..79, for ECC) that this interface leaves
-    unused. The controller's AXI port: 31-bit byte addresses, 4-bit IDs, the core's data width;
-    its user clock (``c0_ddr4_ui_clk``) is a quarter of the memory clock, 300 MHz."""
-
-    name = "DDR4 C1"
-    size_bytes = 1 << 31
-    memory_part = "MT40A256M16GE-083E"
-    data_width = 64
-    time_period_ps = 833
-    input_clock_period_ps = 4000
-    ui_clock_hz = 1e12 / 833 / 4
-    axi_addr_width = 31
-    axi_id_width = 4
-    #: Smallest payload memory in DDR4: the core's streaming ring (1 MiB) must fit.
-    min_bytes = 1 << 20
-
-
-#: The DDR4 memory of the VCU118 targets.
-DDR4_C1 = _Ddr4C1()
+#: QSFP28 cage 1: GTY quad 231 (X1Y48..X1Y51), MGTREFCLK0 at 156.25 MHz; the MAC's DRP clock is
+#: the 125 MHz board clock.
+CMAC_PLACEMENT = CmacPlacement("CMACE4_X0Y7", ("X1Y48", "X1Y49", "X1Y50", "X1Y51"),
+                               ref_clk_mhz=156.25, drp_clk_mhz=125, where="QSFP28 cage 1")
+XXV_PLACEMENT = XxvPlacement("Quad_X1Y12", "X1Y48", ref_clk_mhz=156.25, drp_clk_mhz=125,
+                             where="lane 0 of QSFP28 cage 1")
 
 _LVCMOS12 = Attrs(IOSTANDARD="LVCMOS12")
 _LVCMOS18 = Attrs(IOSTANDARD="LVCMOS18")
@@ -319,19 +330,26 @@ class Vcu118Top(wiring.Component):
                 self.io_ports[name] = port
                 setattr(self, name, port)
         super().__init__(members)
+        #: The parts around the core: the MAC, and with DDR4 the memory behind its AXI4 port.
+        if mac_kind == "cmac":
+            self.mac_ip = Cmac(CMAC_PLACEMENT)
+        else:
+            self.mac_ip = XxvMac(line_rate_gbps, XXV_PLACEMENT, max_frame=XGMII_MAX_FRAME)
+        self.ddr4_axi = None
+        if memory == "axi4":
+            self.ddr4_axi = Ddr4Axi(DDR4_C1, self.width, len(self.endpoint.axi.aw.payload.addr),
+                                    **{n: self.io_ports[f"c1_ddr4_{n}"]
+                                       for n in ("dq", "dqs_t", "dqs_c", "dm_dbi_n")})
 
     def elaborate(self, platform):
         m = Module()
 
         # board clock: 125 MHz LVDS -> IBUFDS -> BUFG, domain "init" (reset by CPU_RESET)
-        clk125_ibuf = Signal()
-        clk125 = Signal()
-        m.submodules.clk125_ibufds = Instance("IBUFDS", i_I=self.clk_125mhz_p,
-                                              i_IB=self.clk_125mhz_n, o_O=clk125_ibuf)
-        m.submodules.clk125_bufg = Instance("BUFG", i_I=clk125_ibuf, o_O=clk125)
+        clk125 = m.submodules.clk125 = ClockInput()
+        m.d.comb += [clk125.p.eq(self.clk_125mhz_p), clk125.n.eq(self.clk_125mhz_n)]
         m.domains.init = cd_init = ClockDomain("init")
         m.submodules.rst_sync_init = rs_init = ResetSync("init")
-        m.d.comb += [cd_init.clk.eq(clk125), rs_init.arst.eq(self.cpu_reset),
+        m.d.comb += [cd_init.clk.eq(clk125.clk), rs_init.arst.eq(self.cpu_reset),
                      cd_init.rst.eq(rs_init.rst)]
 
         # MAC reset: held after configuration / CPU_RESET; the QSFP module is reset as long
@@ -349,25 +367,33 @@ class Vcu118Top(wiring.Component):
         with m.Else():
             m.d.init += beat.eq(beat + 1)
 
-        # the MAC, its clock the core's domain "sync"
+        # the MAC on QSFP28 cage 1, its clock the core's domain "sync"
         ep = m.submodules.endpoint = self.endpoint
-        core_clk = Signal()
-        usr_rx_reset = Signal()
-        usr_tx_reset = Signal()
-        link = Signal()
-        mac_error = Signal()
-        if self.mac_kind == "cmac":
-            self._cmac(m, ep, clk125, sys_reset, core_clk, usr_rx_reset, usr_tx_reset, link,
-                       mac_error)
-        else:
-            self._xxv(m, ep, clk125, sys_reset, core_clk, usr_rx_reset, usr_tx_reset, link,
-                      mac_error)
+        mac = m.submodules[self.mac_kind] = self.mac_ip
+        m.d.comb += [
+            mac.gt_ref_clk_p.eq(self.qsfp1_mgt_refclk_0_p),
+            mac.gt_ref_clk_n.eq(self.qsfp1_mgt_refclk_0_n),
+            mac.gt_rx_p.eq(self.qsfp1_rx_p), mac.gt_rx_n.eq(self.qsfp1_rx_n),
+            self.qsfp1_tx_p.eq(mac.gt_tx_p), self.qsfp1_tx_n.eq(mac.gt_tx_n),
+            (mac.init_clk if self.mac_kind == "cmac" else mac.dclk).eq(clk125.clk),
+            mac.sys_reset.eq(sys_reset),
+        ]
+        # the receive side has no backpressure: the core's network stack never stalls mac_rx
+        wiring.connect(m, mac.rx, ep.mac_rx)
+        wiring.connect(m, ep.mac_tx, mac.tx)
         m.domains.sync = cd_sync = ClockDomain("sync")
-        m.d.comb += cd_sync.clk.eq(core_clk)
-        reset_request = sys_reset | usr_rx_reset | usr_tx_reset | self.cpu_reset
-        calib_done = None
-        if self.memory == "axi4":
-            calib_done = self._ddr4(m, ep, core_clk, sys_reset, reset_request, cd_sync)
+        m.d.comb += cd_sync.clk.eq(mac.clk)
+        reset_request = sys_reset | mac.usr_rx_reset | mac.usr_tx_reset | self.cpu_reset
+        if self.ddr4_axi is not None:
+            # DDR4 C1 behind the core's AXI4 port; it sequences the core's reset
+            ddr = m.submodules.ddr4 = self.ddr4_axi
+            wiring.connect(m, ep.axi, ddr.axi)
+            m.d.comb += [ddr.sys_clk_p.eq(self.c1_sys_clk_p), ddr.sys_clk_n.eq(self.c1_sys_clk_n),
+                         ddr.sys_reset.eq(sys_reset), ddr.reset_request.eq(reset_request),
+                         cd_sync.rst.eq(ddr.core_rst)]
+            m.d.comb += [getattr(self, f"c1_ddr4_{n}").eq(getattr(ddr, n))
+                         for n in ("adr", "ba", "bg", "ck_t", "ck_c", "cke", "cs_n", "act_n",
+                                   "odt", "reset_n")]
         else:
             m.submodules.rst_sync_core = rs_core = ResetSync("sync")
             m.d.comb += [rs_core.arst.eq(reset_request), cd_sync.rst.eq(rs_core.rst)]
@@ -393,176 +419,18 @@ class Vcu118Top(wiring.Component):
         leds = m.submodules.leds = StatusLeds(blink=cycles_for(0.05, self.core_clock_hz),
                                               heartbeat=cycles_for(0.5, self.core_clock_hz))
         m.d.comb += [
-            leds.link.eq(link),
+            leds.link.eq(mac.link),
             leds.qp_open.eq(qp_open),
             leds.tx.eq(ep.mac_tx.valid & ep.mac_tx.ready),
             leds.rx.eq(ep.mac_rx.valid),
-            leds.error.eq(watch.changed[0] | mac_error),
+            leds.error.eq(watch.changed[0] | mac.error),
             leds.clear.eq(self.btn_c),
             self.led.eq(Cat(leds.led_link, leds.led_qp, leds.led_traffic, leds.led_error,
-                            calib_done if self.memory == "axi4" else init_heartbeat,
+                            self.ddr4_axi.calib_done if self.ddr4_axi is not None
+                            else init_heartbeat,
                             leds.led_heartbeat, ~self.qsfp1_modprsl, cd_sync.rst)),
         ]
         return m
-
-    def _ddr4(self, m, ep, core_clk, sys_reset, reset_request, cd_sync):
-        """DDR4 C1 behind the core's AXI4 port: controller, clock converter, reset sequencing.
-        Drives the reset of ``cd_sync``; returns the calibration status (core clock domain)."""
-        ddr = DDR4_C1
-        ui_clk = Signal()
-        ui_clk_sync_rst = Signal()
-        calib = Signal()
-        m.domains.ui = cd_ui = ClockDomain("ui", reset_less=True)
-        m.d.comb += cd_ui.clk.eq(ui_clk)
-        ctl = m.submodules.mem_reset = MemResetControl(core_domain="sync", mem_domain="ui")
-        m.d.comb += [ctl.arst.eq(reset_request | ui_clk_sync_rst), ctl.calib.eq(calib),
-                     cd_sync.rst.eq(ctl.core_rst)]
-
-        # the core's AXI4 master -> slave side of the clock converter (core clock)
-        axi = ep.axi
-        aw, ar = axi.aw.payload, axi.ar.payload
-        core = {}
-        for ch, p in (("aw", aw), ("ar", ar)):
-            id_ = Signal(ddr.axi_id_width, name=f"cdc_s_{ch}id")
-            addr = Signal(ddr.axi_addr_width, name=f"cdc_s_{ch}addr")
-            m.d.comb += [id_.eq(p.id), addr.eq(p.addr)]
-            chan = getattr(axi, ch)
-            core.update({
-                f"i_s_axi_{ch}id": id_, f"i_s_axi_{ch}addr": addr, f"i_s_axi_{ch}len": p.len,
-                f"i_s_axi_{ch}size": p.size, f"i_s_axi_{ch}burst": p.burst,
-                f"i_s_axi_{ch}lock": p.lock, f"i_s_axi_{ch}cache": p.cache,
-                f"i_s_axi_{ch}prot": p.prot, f"i_s_axi_{ch}region": Const(0, 4),
-                f"i_s_axi_{ch}qos": Const(0, 4), f"i_s_axi_{ch}valid": chan.valid,
-                f"o_s_axi_{ch}ready": chan.ready,
-            })
-        w, b, r = axi.w, axi.b, axi.r
-        bid = Signal(ddr.axi_id_width, name="cdc_s_bid")
-        rid = Signal(ddr.axi_id_width, name="cdc_s_rid")
-        m.d.comb += [b.payload.id.eq(bid), r.payload.id.eq(rid)]
-        core.update({
-            "i_s_axi_wdata": w.payload.data, "i_s_axi_wstrb": w.payload.strb,
-            "i_s_axi_wlast": w.payload.last, "i_s_axi_wvalid": w.valid, "o_s_axi_wready": w.ready,
-            "o_s_axi_bid": bid, "o_s_axi_bresp": b.payload.resp, "o_s_axi_bvalid": b.valid,
-            "i_s_axi_bready": b.ready,
-            "o_s_axi_rid": rid, "o_s_axi_rdata": r.payload.data, "o_s_axi_rresp": r.payload.resp,
-            "o_s_axi_rlast": r.payload.last, "o_s_axi_rvalid": r.valid, "i_s_axi_rready": r.ready,
-        })
-
-        # master side of the converter -> the controller's AXI slave port (user clock)
-        fields = {"addr": ddr.axi_addr_width, "id": ddr.axi_id_width, "len": 8, "size": 3,
-                  "burst": 2, "lock": 1, "cache": 4, "prot": 3, "qos": 4}
-        to_slave = {f"{ch}{f}": n for ch in ("aw", "ar") for f, n in fields.items()}
-        to_slave.update({f"{ch}valid": 1 for ch in ("aw", "ar", "w")})
-        to_slave.update({"wdata": self.width, "wstrb": self.width // 8, "wlast": 1, "bready": 1,
-                         "rready": 1})
-        to_master = {"awready": 1, "arready": 1, "wready": 1, "bid": ddr.axi_id_width,
-                     "bresp": 2, "bvalid": 1, "rid": ddr.axi_id_width, "rdata": self.width,
-                     "rresp": 2, "rlast": 1, "rvalid": 1}
-        bus = {n: Signal(w_, name=f"mem_axi_{n}") for n, w_ in {**to_slave, **to_master}.items()}
-        cdc_mem = {f"{'o' if n in to_slave else 'i'}_m_axi_{n}": s for n, s in bus.items()}
-        mig_axi = {f"{'i' if n in to_slave else 'o'}_c0_ddr4_s_axi_{n}": s
-                   for n, s in bus.items()}
-
-        m.submodules.axi_cdc = Instance(
-            axi_cdc_module(self.width),
-            i_s_axi_aclk=core_clk, i_s_axi_aresetn=ctl.core_aresetn,
-            i_m_axi_aclk=ui_clk, i_m_axi_aresetn=ctl.mem_aresetn,
-            **core, **cdc_mem,
-        )
-        m.submodules.ddr4 = Instance(
-            ddr4_module(self.width),
-            # reference clock and reset: the controller's own clocking
-            i_c0_sys_clk_p=self.c1_sys_clk_p, i_c0_sys_clk_n=self.c1_sys_clk_n,
-            i_sys_rst=sys_reset,
-            o_c0_ddr4_ui_clk=ui_clk, o_c0_ddr4_ui_clk_sync_rst=ui_clk_sync_rst,
-            o_c0_init_calib_complete=calib,
-            # the memory
-            o_c0_ddr4_adr=self.c1_ddr4_adr, o_c0_ddr4_ba=self.c1_ddr4_ba,
-            o_c0_ddr4_bg=self.c1_ddr4_bg, o_c0_ddr4_ck_t=self.c1_ddr4_ck_t,
-            o_c0_ddr4_ck_c=self.c1_ddr4_ck_c, o_c0_ddr4_cke=self.c1_ddr4_cke,
-            o_c0_ddr4_cs_n=self.c1_ddr4_cs_n, o_c0_ddr4_act_n=self.c1_ddr4_act_n,
-            o_c0_ddr4_odt=self.c1_ddr4_odt, o_c0_ddr4_reset_n=self.c1_ddr4_reset_n,
-            io_c0_ddr4_dq=self.c1_ddr4_dq, io_c0_ddr4_dqs_t=self.c1_ddr4_dqs_t,
-            io_c0_ddr4_dqs_c=self.c1_ddr4_dqs_c, io_c0_ddr4_dm_dbi_n=self.c1_ddr4_dm_dbi_n,
-            # AXI4 slave port (user clock)
-            i_c0_ddr4_aresetn=ctl.mem_aresetn,
-            **mig_axi,
-        )
-        return ctl.calib_done
-
-    def _cmac(self, m, ep, clk125, sys_reset, core_clk, usr_rx_reset, usr_tx_reset, link,
-              mac_error):
-        rx_aligned = Signal()
-        tx_ovf = Signal()
-        tx_unf = Signal()
-        m.submodules.cmac = Instance(
-            CMAC_MODULE,
-            # transceivers: the 4 lanes of QSFP28 cage 1, reference clock, init/DRP clock
-            i_gt_rxp_in=self.qsfp1_rx_p, i_gt_rxn_in=self.qsfp1_rx_n,
-            o_gt_txp_out=self.qsfp1_tx_p, o_gt_txn_out=self.qsfp1_tx_n,
-            i_gt_ref_clk_p=self.qsfp1_mgt_refclk_0_p, i_gt_ref_clk_n=self.qsfp1_mgt_refclk_0_n,
-            i_init_clk=clk125, i_sys_reset=sys_reset,
-            i_gt_loopback_in=Const(0, 12),
-            i_gtwiz_reset_tx_datapath=0, i_gtwiz_reset_rx_datapath=0,
-            o_gt_txusrclk2=core_clk,
-            # receive: AXI-Stream in the transmit clock domain (rx_clk = gt_txusrclk2)
-            i_rx_clk=core_clk, i_core_rx_reset=0, o_usr_rx_reset=usr_rx_reset,
-            o_rx_axis_tvalid=ep.mac_rx.valid, o_rx_axis_tdata=ep.mac_rx.payload.data,
-            o_rx_axis_tkeep=ep.mac_rx.payload.keep, o_rx_axis_tlast=ep.mac_rx.payload.last,
-            o_rx_axis_tuser=ep.mac_rx.payload.error,
-            i_ctl_rx_enable=1, i_ctl_rx_force_resync=0, i_ctl_rx_test_pattern=0,
-            o_stat_rx_aligned=rx_aligned,
-            # transmit: enabled once the receive side is aligned, remote fault until then
-            i_core_tx_reset=0, o_usr_tx_reset=usr_tx_reset,
-            o_tx_axis_tready=ep.mac_tx.ready, i_tx_axis_tvalid=ep.mac_tx.valid,
-            i_tx_axis_tdata=ep.mac_tx.payload.data, i_tx_axis_tkeep=ep.mac_tx.payload.keep,
-            i_tx_axis_tlast=ep.mac_tx.payload.last, i_tx_axis_tuser=ep.mac_tx.payload.error,
-            i_tx_preamblein=Const(0, 56), o_tx_ovfout=tx_ovf, o_tx_unfout=tx_unf,
-            i_ctl_tx_enable=rx_aligned, i_ctl_tx_send_rfi=~rx_aligned, i_ctl_tx_send_lfi=0,
-            i_ctl_tx_send_idle=0, i_ctl_tx_test_pattern=0,
-            # RS-FEC (clause 91) on both directions, as 100GBASE-SR4/CR4 require
-            i_ctl_tx_rsfec_enable=1, i_ctl_rx_rsfec_enable=1,
-            i_ctl_rx_rsfec_enable_correction=1, i_ctl_rx_rsfec_enable_indication=1,
-            i_ctl_rsfec_ieee_error_indication_mode=0,
-            # DRP unused
-            i_drp_clk=clk125, i_core_drp_reset=0, i_drp_addr=Const(0, 10),
-            i_drp_di=Const(0, 16), i_drp_en=0, i_drp_we=0,
-        )
-        # the receive side has no backpressure: the core's network stack never stalls mac_rx
-        m.d.comb += [link.eq(rx_aligned), mac_error.eq(tx_ovf | tx_unf)]
-
-    def _xxv(self, m, ep, clk125, sys_reset, core_clk, usr_rx_reset, usr_tx_reset, link,
-             mac_error):
-        rx_status = Signal()
-        rx_mii_d = Signal(64)
-        rx_mii_c = Signal(8)
-        rx, tx = xgmii_mac(m, ep)
-        m.submodules.xxv = Instance(
-            XXV_MODULE,
-            i_gt_rxp_in_0=self.qsfp1_rx_p, i_gt_rxn_in_0=self.qsfp1_rx_n,
-            o_gt_txp_out_0=self.qsfp1_tx_p, o_gt_txn_out_0=self.qsfp1_tx_n,
-            i_gt_refclk_p=self.qsfp1_mgt_refclk_0_p, i_gt_refclk_n=self.qsfp1_mgt_refclk_0_n,
-            i_dclk=clk125, i_sys_reset=sys_reset, i_qpllreset_in_0=0,
-            i_gt_loopback_in_0=Const(0, 3),
-            i_gtwiz_reset_tx_datapath_0=0, i_gtwiz_reset_rx_datapath_0=0,
-            i_txoutclksel_in_0=Const(0b101, 3), i_rxoutclksel_in_0=Const(0b101, 3),
-            # transmit clock: the core's clock; the receive FIFO is read in the same domain
-            o_tx_mii_clk_0=core_clk, i_rx_core_clk_0=core_clk,
-            i_tx_reset_0=sys_reset, i_rx_reset_0=sys_reset,
-            o_user_tx_reset_0=usr_tx_reset, o_user_rx_reset_0=usr_rx_reset,
-            o_rx_mii_d_0=rx_mii_d, o_rx_mii_c_0=rx_mii_c,
-            i_tx_mii_d_0=tx.txd, i_tx_mii_c_0=tx.txc,
-            o_stat_rx_status_0=rx_status,
-            # no test patterns
-            i_ctl_rx_test_pattern_0=0, i_ctl_rx_test_pattern_enable_0=0,
-            i_ctl_rx_data_pattern_select_0=0, i_ctl_rx_prbs31_test_pattern_enable_0=0,
-            i_ctl_tx_test_pattern_0=0, i_ctl_tx_test_pattern_enable_0=0,
-            i_ctl_tx_test_pattern_select_0=0, i_ctl_tx_data_pattern_select_0=0,
-            i_ctl_tx_test_pattern_seed_a_0=Const(0, 58), i_ctl_tx_test_pattern_seed_b_0=Const(0, 58),
-            i_ctl_tx_prbs31_test_pattern_enable_0=0,
-        )
-        m.d.comb += [rx.rxd.eq(rx_mii_d), rx.rxc.eq(rx_mii_c), link.eq(rx_status),
-                     mac_error.eq(tx.tx_underrun)]
 
 
 _COMMON_PINS = [
@@ -606,104 +474,6 @@ def _uses_ddr4(top):
     return getattr(top, "memory", None) == "axi4"
 
 
-def ddr4_ip_tcl(width):
-    """Tcl creating the DDR4 C1 controller and the AXI clock converter for a core of data width
-    ``width`` (the AXI data width of both)."""
-    ddr, mig, cdc = DDR4_C1, ddr4_module(width), axi_cdc_module(width)
-    return f"""
-# DDR4 C1 payload memory: memory controller with an AXI4 slave port, 4 x {ddr.memory_part}
-# (64-bit data, 2 GiB), DDR4-2400 from the 250 MHz reference clock on E12/D12
-create_ip -name ddr4 -vendor xilinx.com -library ip -module_name {mig} -dir $ipdir
-set_property -dict [list \\
-    CONFIG.C0_CLOCK_BOARD_INTERFACE {{Custom}} \\
-    CONFIG.C0_DDR4_BOARD_INTERFACE {{Custom}} \\
-    CONFIG.RESET_BOARD_INTERFACE {{Custom}} \\
-    CONFIG.System_Clock {{Differential}} \\
-    CONFIG.C0.DDR4_InputClockPeriod {{{ddr.input_clock_period_ps}}} \\
-    CONFIG.C0.DDR4_TimePeriod {{{ddr.time_period_ps}}} \\
-    CONFIG.C0.DDR4_MemoryType {{Components}} \\
-    CONFIG.C0.DDR4_MemoryPart {{{ddr.memory_part}}} \\
-    CONFIG.C0.DDR4_DataWidth {{{ddr.data_width}}} \\
-    CONFIG.C0.DDR4_DataMask {{DM_NO_DBI}} \\
-    CONFIG.C0.DDR4_Ecc {{false}} \\
-    CONFIG.C0.BANK_GROUP_WIDTH {{1}} \\
-    CONFIG.C0.DDR4_AxiSelection {{true}} \\
-    CONFIG.C0.DDR4_AxiDataWidth {{{width}}} \\
-    CONFIG.C0.DDR4_AxiAddressWidth {{{ddr.axi_addr_width}}} \\
-    CONFIG.C0.DDR4_AxiIDWidth {{{ddr.axi_id_width}}} \\
-    CONFIG.C0.DDR4_AxiNarrowBurst {{false}} \\
-] [get_ips {mig}]
-set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [get_ips {mig}]]]
-generate_target all [get_ips {mig}]
-
-# AXI4 clock converter: the core's clock (slave side) -> the controller's user clock (master side)
-create_ip -name axi_clock_converter -vendor xilinx.com -library ip -module_name {cdc} -dir $ipdir
-set_property -dict [list \\
-    CONFIG.PROTOCOL {{AXI4}} \\
-    CONFIG.ADDR_WIDTH {{{ddr.axi_addr_width}}} \\
-    CONFIG.DATA_WIDTH {{{width}}} \\
-    CONFIG.ID_WIDTH {{{ddr.axi_id_width}}} \\
-    CONFIG.AWUSER_WIDTH {{0}} \\
-    CONFIG.ARUSER_WIDTH {{0}} \\
-    CONFIG.WUSER_WIDTH {{0}} \\
-    CONFIG.RUSER_WIDTH {{0}} \\
-    CONFIG.BUSER_WIDTH {{0}} \\
-    CONFIG.ACLK_ASYNC {{1}} \\
-    CONFIG.SYNCHRONIZATION_STAGES {{3}} \\
-] [get_ips {cdc}]
-set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [get_ips {cdc}]]]
-generate_target all [get_ips {cdc}]
-"""
-
-
-def ddr4_notes(top):
-    """The DDR4 section of BUILD.md for ``top`` (a :class:`Vcu118Top` with DDR4)."""
-    ddr, w = DDR4_C1, top.width
-    mem_bytes = top.endpoint.mem_bytes
-    used = (f"all {ddr.size_bytes} bytes (2 GiB) of it" if mem_bytes == ddr.size_bytes else
-            f"its first {mem_bytes} bytes (addresses 0..{mem_bytes - 1:#x}) of "
-            f"{ddr.size_bytes} (2 GiB)")
-    addr_bits = len(top.endpoint.axi.aw.payload.addr)
-    addr = (f"its {addr_bits}-bit addresses are the controller's" if addr_bits == ddr.axi_addr_width
-            else f"its {addr_bits}-bit addresses are zero-extended to {ddr.axi_addr_width} bits")
-    ui_mhz = f"{ddr.ui_clock_hz / 1e6:.0f} MHz"
-    return f"""\
-## Payload memory: {ddr.name}
-
-The payloads of the work requests (kept until acknowledged, read again for retransmissions)
-are in the board's {ddr.name} component memory: {used}.
-
-* `{ddr4_module(w)}`: the DDR4 SDRAM memory controller (Vivado `ddr4` IP). Components
-  {ddr.memory_part} (four x16 devices: 64-bit data with data masks, no ECC; the board's fifth
-  device is not used), DDR4-2400 (`C0.DDR4_TimePeriod` 833 ps: 1200 MHz), reference clock
-  250 MHz on E12/D12 (`C0.DDR4_InputClockPeriod` 4000 ps), AXI4 slave port of {w} bits with
-  {ddr.axi_addr_width}-bit addresses and {ddr.axi_id_width}-bit IDs, user clock `c0_ddr4_ui_clk`
-  at {ui_mhz}. Its `sys_rst` is the MAC's reset (configuration, CPU_RESET).
-* `{axi_cdc_module(w)}`: AXI4 clock converter (`axi_clock_converter`, asynchronous, 3
-  synchronizer stages) from the core's clock to `c0_ddr4_ui_clk`. The core's 1-bit IDs are
-  zero-extended to {ddr.axi_id_width} bits; {addr}.
-* Resets: both AXI sides (`s_axi_aresetn` in the core's clock; `m_axi_aresetn` and the
-  controller's `c0_ddr4_aresetn` in the user clock) are asserted together by CPU_RESET, the
-  MAC's resets, `c0_ddr4_ui_clk_sync_rst` or calibration not complete, and each is released 64
-  cycles of its own clock after the last of those has gone; the core's reset is released after
-  both. The core thus waits for `c0_init_calib_complete`: LED 4 shows calibration, LED 7 the
-  core's reset.
-
-The IP settings are explicit: the script creates no project with a board part. In a project
-whose board part is the VCU118 (`xilinx.com:vcu118:part0:*`), the same controller comes from
-`CONFIG.C0_DDR4_BOARD_INTERFACE {{ddr4_sdram_c1_083}}` and
-`CONFIG.C0_CLOCK_BOARD_INTERFACE {{default_250mhz_clk1}}` plus the AXI settings above.
-
-The DDR4 pin locations and I/O standards (SSTL12_DCI address and command, DIFF_SSTL12_DCI
-clock, POD12_DCI data and masks, DIFF_POD12_DCI strobes, LVCMOS12 reset) are those of the
-public VCU118 constraints of `fpganinja/taxi` (`src/eth/example/VCU118/fpga/syn/ddr4_c1.xdc`,
-byte lanes 0..7 of DDR4 C1); a second public VCU118 design places the 64-bit interface on the
-same pins. The memory part, speed, data width and AXI address width are those public VCU118
-designs give the controller for this interface. Timing: the converter's slave side must meet
-the core's clock, the controller and the converter's master side {ui_mhz}.
-"""
-
-
 class _Vcu118Board(Board):
     platform = VCU118Platform
     top_name = "rocegen_vcu118"
@@ -727,15 +497,15 @@ class _Vcu118Board(Board):
                  "(generated): the controller's AXI port, the clock converter's master side"))
 
     def ip_tcl(self, top=None):
-        text = self._mac_ip_tcl()
+        text = (top.mac_ip if top is not None else self._mac_ip()).ip_tcl()
         if _uses_ddr4(top):
-            text += ddr4_ip_tcl(top.width)
+            text += top.ddr4_axi.ip_tcl()
         return text
 
     def notes(self, top=None):
-        parts = [self._mac_notes()]
+        parts = [(top.mac_ip if top is not None else self._mac_ip()).notes()]
         if _uses_ddr4(top):
-            parts.append(ddr4_notes(top))
+            parts.append(top.ddr4_axi.notes(top.endpoint.mem_bytes))
         parts.append(_SOURCES_NOTE)
         return "\n".join(p.strip() + "\n" for p in parts)
 
@@ -813,49 +583,8 @@ class Vcu118Cmac(_Vcu118Board):
     )
     pins = property(lambda self: _COMMON_PINS + self._lane_pins(4))
 
-    def _mac_ip_tcl(self):
-        return f"""\
-create_ip -name cmac_usplus -vendor xilinx.com -library ip -module_name {CMAC_MODULE} -dir $ipdir
-set_property -dict [list \\
-    CONFIG.CMAC_CAUI4_MODE {{1}} \\
-    CONFIG.NUM_LANES {{4x25}} \\
-    CONFIG.GT_REF_CLK_FREQ {{156.25}} \\
-    CONFIG.GT_DRP_CLK {{125}} \\
-    CONFIG.USER_INTERFACE {{AXIS}} \\
-    CONFIG.INCLUDE_RS_FEC {{1}} \\
-    CONFIG.ENABLE_AXI_INTERFACE {{0}} \\
-    CONFIG.INCLUDE_STATISTICS_COUNTERS {{0}} \\
-    CONFIG.TX_FLOW_CONTROL {{0}} \\
-    CONFIG.RX_FLOW_CONTROL {{0}} \\
-    CONFIG.TX_FRAME_CRC_CHECKING {{Enable FCS Insertion}} \\
-    CONFIG.RX_FRAME_CRC_CHECKING {{Enable FCS Stripping}} \\
-    CONFIG.RX_MAX_PACKET_LEN {{9600}} \\
-    CONFIG.CMAC_CORE_SELECT {{CMACE4_X0Y7}} \\
-    CONFIG.GT_GROUP_SELECT {{X1Y48~X1Y51}} \\
-    CONFIG.LANE1_GT_LOC {{X1Y48}} \\
-    CONFIG.LANE2_GT_LOC {{X1Y49}} \\
-    CONFIG.LANE3_GT_LOC {{X1Y50}} \\
-    CONFIG.LANE4_GT_LOC {{X1Y51}} \\
-] [get_ips {CMAC_MODULE}]
-set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [get_ips {CMAC_MODULE}]]]
-generate_target all [get_ips {CMAC_MODULE}]
-"""
-
-    def _mac_notes(self):
-        return f"""\
-## The MAC
-
-`{CMAC_MODULE}` is the UltraScale+ integrated 100G Ethernet core in CAUI-4 mode (4 x 25.78125
-Gb/s on GTY X1Y48..X1Y51, QSFP28 cage 1, CMAC site CMACE4_X0Y7), RS-FEC on, AXI-Stream user
-interface without the AXI4-Lite register interface (the `ctl_*` inputs are driven by the top
-level), FCS inserted on transmit and checked and stripped on receive (`rx_axis_tuser` marks a
-bad frame). The core runs on `gt_txusrclk2` (322.266 MHz); `rx_clk` is tied to it so the
-receive interface is in the same clock domain. 512 bits x 322.266 MHz = 165 Gb/s: the core can
-fill the line. The peer must run 100GBASE-SR4/CR4 with RS-FEC (clause 91) and no
-auto-negotiation.
-
-Timing: the core at W = 512 must meet 322 MHz; read `post_route_timing_summary.rpt`.
-"""
+    def _mac_ip(self):
+        return Cmac(CMAC_PLACEMENT)
 
 
 class Vcu118Xxv(_Vcu118Board):
@@ -880,43 +609,5 @@ class Vcu118Xxv(_Vcu118Board):
 
     pins = property(lambda self: _COMMON_PINS + self._lane_pins(1))
 
-    def _mac_ip_tcl(self):
-        return f"""\
-create_ip -name xxv_ethernet -vendor xilinx.com -library ip -module_name {XXV_MODULE} -dir $ipdir
-set_property -dict [list \\
-    CONFIG.CORE {{Ethernet PCS/PMA 64-bit}} \\
-    CONFIG.DATA_PATH_INTERFACE {{MII}} \\
-    CONFIG.BASE_R_KR {{BASE-R}} \\
-    CONFIG.LINE_RATE {{{self.line_rate_gbps}}} \\
-    CONFIG.NUM_OF_CORES {{1}} \\
-    CONFIG.GT_TYPE {{GTY}} \\
-    CONFIG.GT_REF_CLK_FREQ {{156.25}} \\
-    CONFIG.GT_DRP_CLK {{125}} \\
-    CONFIG.INCLUDE_USER_FIFO {{1}} \\
-    CONFIG.GT_GROUP_SELECT {{Quad_X1Y12}} \\
-    CONFIG.LANE1_GT_LOC {{X1Y48}} \\
-] [get_ips {XXV_MODULE}]
-set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [get_ips {XXV_MODULE}]]]
-generate_target all [get_ips {XXV_MODULE}]
-"""
-
-    def _mac_notes(self):
-        rate = self.line_rate_gbps
-        clock = self.core_clock_hz / 1e6
-        timing = ("the W = 64 core must meet 390.625 MHz at 25G, which is more than the "
-                  "portable core is designed for: expect negative slack, and use the 10G target "
-                  "(156.25 MHz) if timing fails." if rate == 25 else
-                  "the W = 64 core at 156.25 MHz has ample margin.")
-        return f"""\
-## The MAC
-
-`{XXV_MODULE}` is the 10G/25G Ethernet subsystem configured as PCS/PMA only
-({rate}GBASE-R, 64-bit MII at {clock:.3f} MHz, GTY X1Y48 = lane 0 of QSFP28 cage 1, user FIFO
-included so that the receive MII is read with the transmit clock). rocegen's own XGMII MAC
-(preamble, FCS, inter-frame gap) sits between it and the core at W = 64, in the
-`tx_mii_clk_0` domain. Connect lane 0 to the peer with a QSFP28 to 4 x SFP28 breakout cable
-(10G: a QSFP+ to SFP+ adapter or breakout); the peer runs {rate}GBASE-R without FEC and without
-auto-negotiation.
-
-Timing: {timing}
-"""
+    def _mac_ip(self):
+        return XxvMac(self.line_rate_gbps, XXV_PLACEMENT, max_frame=XGMII_MAX_FRAME)

@@ -1,6 +1,7 @@
 """``rocegen build`` end to end: the board tops it writes pass ``verilator --lint-only`` with
 port-compatible stubs of the vendor IP (boards/stubs/), every input of the vendor IP is driven,
-and the glue written for the board (the top module itself) lints without width warnings.
+and the glue written for the board (the top module and its parts: MAC, memory, clock buffers)
+lints without width warnings.
 
 Uses the project's Verilator (:func:`rocegen.sim.testing.verilator.verilator_bin_dir`: ``make setup``
 finds or builds it), whatever ``PATH`` holds.
@@ -27,6 +28,7 @@ BUILDS = {
     "vcu118_10g": (["--board", "vcu118_10g", "--qps", "3", "--retransmit-memory", "uram",
                     "--mem-bytes", "65536", "--name", "top10g"], "top10g", "vcu118_10g",
                    {XXV_MODULE: "xxv"}),
+    "au250": (["--board", "au250", "--qps", "4"], "rocegen_au250", "au250", {CMAC_MODULE: "cmac"}),
     # payloads in DDR4 C1: the whole of it at 100G, 64 MiB at 25G, 1 MiB at 10G
     "vcu118_ddr4": (["--board", "vcu118", "--qps", "2", "--retransmit-memory", "ddr4"],
                     "rocegen_vcu118", "vcu118",
@@ -66,6 +68,21 @@ def payload_ram(text):
     return mod.group(0)
 
 
+def module_text(text, name):
+    """The Verilog of module ``name`` (plain or escaped identifier)."""
+    head = re.escape(name) if re.fullmatch(r"\w+", name) else re.escape("\\" + name) + " "
+    mod = re.search(rf"^module {head}\(.*?^endmodule", text, re.M | re.S)
+    assert mod, f"module {name} not found"
+    return mod.group(0)
+
+
+def instance_conns(body, instance):
+    """``{port: net}`` of the instance called ``instance`` in a module's Verilog."""
+    inst = re.search(rf"^\s*\S+\s+{instance} \((.*?)\);", body, re.M | re.S)
+    assert inst, f"instance {instance} not found"
+    return {p: n.strip() for p, n in re.findall(r"\.(\w+)\(([^)]*)\)", inst.group(1))}
+
+
 def stub_ports(module):
     text = (STUBS / f"{module}.v").read_text()
     return dict((name, d) for d, name in
@@ -83,7 +100,7 @@ def test_build_folder(builds, name):
     assert f"read_xdc [file join $here {board}.xdc]" in tcl
     readme = (folder / "BUILD.md").read_text()
     assert "vivado -mode batch -source build.tcl" in readme
-    assert "| LED | meaning |" in readme and "| 3 | error" in readme
+    assert "| LED | meaning |" in readme and re.search(r"^\| [23] \| error", readme, re.M)
     text = (folder / f"{top}.v").read_text()
     assert re.search(rf"^module {top}\(", text, re.M)
     for ip, instance in ips.items():
@@ -91,6 +108,9 @@ def test_build_folder(builds, name):
         assert re.search(rf"^\s*{ip} {instance} \(", text, re.M), ip
     if name.endswith("_ddr4"):
         ddr4_build(folder, top, board, readme, text)
+    elif name == "au250":
+        assert "| QPs | 4 (QPNs 256..259) |" in readme and "CMAC site CMACE4_X0Y8" in readme
+        assert "corundum" in readme.lower() and "qsfp0_fs" in (folder / "au250.xdc").read_text()
     elif name == "vcu118":
         assert "| IPv4 address | 192.168.7.2 |" in readme and "| QPs | 2 (QPNs 256..257) |" in readme
         assert "262144 bytes of block RAM" in readme
@@ -129,6 +149,12 @@ def ddr4_build(folder, top, board, readme, text):
                         "s_axi_bready", "s_axi_rready"}, constant
     assert conns["s_axi_awvalid"].strip() == "axi__aw__valid"
     assert conns["s_axi_rvalid"].strip() == "axi__r__valid"
+    # in the top module, the endpoint's AXI4 master and the memory's slave port share each net
+    body = module_text(text, top)
+    ep, mem = instance_conns(body, "endpoint"), instance_conns(body, "ddr4")
+    nets = {f"axi__{ch}__{f}" for ch in ("aw", "w", "ar") for f in ("valid", "ready", "payload")}
+    nets |= {"axi__b__valid", "axi__r__valid"}
+    assert nets <= set(ep.values()) & set(mem.values()), sorted(nets - set(ep.values()))
     assert len(conns) == 2 + 2 * 12 + 5 + 4 + 6
     xdc = (folder / f"{board}.xdc").read_text()
     for port in ("c1_ddr4_adr[16]", "c1_ddr4_dq[63]", "c1_ddr4_dqs_c[7]", "c1_ddr4_dm_dbi_n[0]",
@@ -155,10 +181,16 @@ def test_verilator_lint(builds, name):
     kinds = collections.Counter(k for k, _, _ in warnings)
     print(f"{name}: {sum(kinds.values())} lint warnings: {dict(kinds)}")
     text = (folder / f"{top}.v").read_text()
-    start = text.count("\n", 0, text.index(f"module {top}(")) + 1
-    end = text.count("\n", 0, text.index("endmodule", text.index(f"module {top}("))) + 1
-    in_top = [(k, int(line), msg) for k, line, msg in warnings if start <= int(line) <= end]
-    # the board glue: only unconnected IP outputs and Amaranth's zero-width wires
+    # the board glue: the top module and the parts holding vendor IP or primitives (MAC,
+    # memory, clock buffers), not the core
+    vendor = "|".join([*map(re.escape, ips), "IBUFDS", "BUFG"])
+    glue = [m for m in re.finditer(r"^module (\S+?)\s*\(.*?^endmodule", text, re.M | re.S)
+            if m.group(1) == top or re.search(rf"^\s*(?:{vendor}) \w+ \(", m.group(0), re.M)]
+    assert len(glue) >= 3, [m.group(1) for m in glue]
+    ranges = [(text.count("\n", 0, m.start()) + 1, text.count("\n", 0, m.end()) + 1) for m in glue]
+    in_top = [(k, int(line), msg) for k, line, msg in warnings
+              if any(a <= int(line) <= b for a, b in ranges)]
+    # only unconnected IP outputs and Amaranth's zero-width wires
     assert {k for k, _, _ in in_top} <= {"PINMISSING", "ASCRANGE"}, in_top
     ports = {}
     for ip in ips:
