@@ -7,12 +7,9 @@ executed exactly once). The figure is the fairness of :func:`rocegen.sim.roce_de
 payload bytes per QP from the first data frame until some QP has its last packet to send (all
 QPs busy throughout), max / min over the QPs, with the window's length and the goodput.
 
-With one message per QP the packet round robin keeps the QPs within 3 packets of each other
-over the window, whatever its length (so 1 % needs a few hundred packets per QP). With several
-messages per QP the window also holds the waits of QPs for their next work request: while all
-256 QPs send, the endpoint takes work requests far slower than one per cycle (256 requests in
-the time of about 2,500 packets), and a QP whose next message is not yet accepted loses its
-turns. Run:
+With one message per QP the QPs stay within 3 packets of each other over the window, whatever
+its length (so 1 % needs a few hundred packets per QP). With several messages per QP they drift
+further apart (45 packets in 512 with the defaults): see docs/performance.md. Run:
 ``.venv/bin/python -m bench.bench_fairness [--qps N] [--bytes B] [--size S] [--pmtu P ...]``;
 the figures go to ``build/bench/fairness.json``.
 """
