@@ -4,11 +4,12 @@ The endpoint with 256 QPs (W = 64, on-chip memory, Verilator) sends the same num
 every QP at once (RDMA WRITEs from local memory, work requests posted round robin) into the host
 NIC model's memory, through :mod:`rocegen.sim.tb.roce_demo` (every byte compared, every packet
 executed exactly once). The figure is the fairness of :func:`rocegen.sim.tb.roce_demo.fairness`:
-payload bytes per QP from the first data frame until some QP has its last packet to send (all
-QPs busy throughout), max / min over the QPs, with the window's length and the goodput.
+payload bytes per QP from the first packet of the QP that started last until some QP has its
+last packet to send, max / min over the QPs, with the window's length and the goodput.
 
-The window must hold a few hundred packets per QP: the round robin shares the link to within a
-few packets per QP, whatever the window's length. Run:
+With one message per QP the QPs stay within 3 packets of each other over the window, whatever
+its length (so 1 % needs a few hundred packets per QP). With several messages per QP they drift
+further apart (45 packets in 512 with the defaults): see docs/performance.md. Run:
 ``.venv/bin/python -m bench.bench_fairness [--qps N] [--bytes B] [--size S] [--pmtu P ...]``;
 the figures go to ``build/bench/fairness.json``.
 """
