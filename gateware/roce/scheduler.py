@@ -206,9 +206,9 @@ class Scheduler(wiring.Component):
       by the QP table.
     * Backpressure: ``desc``, ``post``, ``psn_w`` and ``sent`` are registered outputs; a packet
       (or a refusal) is issued only when every output it needs is free or freeing in that
-      cycle. While the issue stage waits for an output it keeps its turn, and the turns behind
-      it are dropped and given again later (under backpressure the order of turns follows the
-      round robin only roughly). ``desc.ready``, ``post.ready``, ``psn_w.ready``,
+      cycle. While the issue stage waits for an output it keeps its turn; the turns behind it
+      are dropped and the round robin goes back to the first of them, so they are given again
+      in the same order: a stall never costs a QP its place. ``desc.ready``, ``post.ready``, ``psn_w.ready``,
       ``sent.ready``, ``full``, ``held``, ``errored`` and ``sched`` reach the issue stage's
       decision (and through it the pointers) combinationally, ``wr.valid`` and ``wr.payload``
       the queue pointers; the memories' read addresses and ``rd_qp`` come from registers and
@@ -428,9 +428,19 @@ class Scheduler(wiring.Component):
         m.d.comb += sel_addr.eq(Cat(sel_slot, sel[:qbits]) if dbits or qbits else 0)
         m.d.comb += [wr_r.addr.eq(sel_addr), ps_r.addr.eq(sel_addr)]
         # (a REWIND or RESET of the QP in this cycle is caught by moved_r in the next)
-        m.d.sync += [r_valid.eq(found), r_sel.eq(Mux(found, grant, 0)),
+        # While the issue stage keeps its turn, the build stage's turn cannot move on: it is
+        # dropped, and so are the turns behind it (read and select), and the round robin goes
+        # back to the dropped turn's QP, so the turns are given again in the same order and no
+        # QP loses its place to a stall of the outputs.
+        stall_drop = Signal()
+        m.d.comb += stall_drop.eq(b_valid & ~c_done)
+        from_b = Signal(n)          # bit q: q is the dropped turn's QP or comes after it
+        m.d.comb += from_b.eq(~(b_sel - 1))
+        m.d.sync += [r_valid.eq(found & ~stall_drop), r_sel.eq(Mux(found & ~stall_drop, grant, 0)),
                      r_q.eq(sel), r_addr.eq(sel_addr)]
-        with m.If(found):
+        with m.If(stall_drop):
+            m.d.sync += rr_hi.eq(from_b)
+        with m.Elif(found):
             m.d.sync += rr_hi.eq(sel_mask)
 
         # --- read stage (R): the memories' data registered ----------------------------------------
@@ -438,7 +448,7 @@ class Scheduler(wiring.Component):
         # a PSN write of r_q waiting in the output in this cycle is not seen by the table's read
         m.d.comb += [prog_r.addr.eq(r_q), self.rd_qp.eq(r_q)]
         m.d.sync += [b_fwd.eq(psn_pend_valid & (psn_pend.qp == r_q)), b_fpsn.eq(psn_pend.psn)]
-        r_gone = any_of((moved_r | ev_stale | ~has_r) & r_sel)
+        r_gone = any_of((moved_r | ev_stale | ~has_r) & r_sel) | stall_drop
         m.d.sync += [
             b_valid.eq(r_valid & ~r_gone),
             b_sel.eq(Mux(r_gone, 0, r_sel)),

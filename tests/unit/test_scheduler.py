@@ -565,6 +565,44 @@ def test_fairness_and_rate():
         assert firsts[(p["qp"], p["wr_id"])] == c
 
 
+@pytest.mark.parametrize("num_qps,desc_bp", [(4, 0.5), (8, 0.7), (16, 0.9)])
+def test_turns_rotate_under_backpressure(num_qps, desc_bp):
+    """Busy QPs and outputs that stall at random: a stall never costs a QP its place, the turns
+    rotate strictly in QP order while every QP has packets to send (each QP's share of the
+    packets is equal to within one)."""
+    rng = random.Random(num_qps)
+    dut = SchedulerTop(num_qps, 64, 1 << 20, 4)
+    qps = [random_qp(rng, pmtu=256) for _ in range(num_qps)]
+    wrs = [Wr(q, WorkRequest(wr_id=q * 100 + k, opcode=WrOpcode.WRITE,
+                             length=rng.randrange(6, 12) * 256))
+           for k in range(3) for q in range(num_qps)]
+    exp = Expected()
+    model_qps = [Qp(**vars(qp)) for qp in qps]
+    for w in wrs:
+        exp.add(w, model_qps, 64, 1 << 20)
+    bench = Bench(dut, num_qps, idle=0, desc_bp=desc_bp, post_bp=0, room=8, release=1)
+
+    async def tb(ctx):
+        for q, qp in enumerate(qps):
+            await bench.configure(ctx, q, qp)
+        await bench.feed(ctx, wrs)
+        await bench.wait_for(ctx, *exp.count())
+
+    run_sim(dut, testbenches=[tb], processes=[bench.outputs], deadline_cycles=DEADLINE)
+    bench.check(exp)
+    order = [d["qp"] for _, d in bench.descs]
+    remaining = [len(exp.descs[q]) for q in range(num_qps)]
+    start = max(order.index(q) for q in range(num_qps))
+    checked = 0
+    for k, q in enumerate(order[:-1]):
+        remaining[q] -= 1
+        if k >= start and all(remaining):
+            assert order[k + 1] == (q + 1) % num_qps, \
+                f"turn {k + 1}: {order[max(0, k - num_qps):k + num_qps]}"
+            checked += 1
+    assert checked > 4 * num_qps
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_throughput_one_qp(width):
     """One QP, no backpressure: the first descriptor 5 cycles after the request, then a long
