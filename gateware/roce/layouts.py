@@ -3,9 +3,12 @@
 
 from amaranth.lib import data, enum
 
+from rocegen.gateware.headers import CM
+
 __all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
-           "MAX_QPS"]
+           "MAX_QPS", "CM_DATAGRAM", "CM_REPLY", "CM_RECORD_WRITE",
+           "CM_CHECKS", "CM_RUN"]
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
@@ -145,3 +148,50 @@ QP_CONTEXT = data.StructLayout({
     "retry_cnt": 3,
     "rnr_retry": 3,           # 7 = forever
 })
+
+
+# ---- between the connection manager's blocks ----
+
+#: A connection-manager datagram as received and held: its 64 bytes by field, where it came from
+#: and went to, and whether it was exactly 64 undamaged bytes.
+CM_DATAGRAM = data.StructLayout({
+    "req": CM.layout,
+    "src_ip": 32,
+    "dst_ip": 32,
+    "src_port": 16,
+    "dst_port": 16,
+    "length_ok": 1,
+})
+
+#: A reply to send: its 64 bytes by field, the UDP source address (for the checksum's
+#: pseudo-header) and where it goes.
+CM_REPLY = data.StructLayout({
+    "fields": CM.layout,
+    "src_ip": 32,
+    "dst_ip": 32,
+    "dst_port": 16,
+})
+
+#: An update of the connection manager's record of a QP: owner and context, and whether the QP
+#: leaves the pool of free numbers (``take``) or returns to it (``release``).
+CM_RECORD_WRITE = data.StructLayout({
+    "qp": 8,
+    "owner": 32,
+    "context": QP_CONTEXT,
+    "take": 1,
+    "release": 1,
+})
+
+#: What the connection manager finds out about a request from the datagram alone.
+CM_CHECKS = data.StructLayout({
+    "ext_ok": 1,              # the extension codes are legal (path MTU 0..5, timeout 0..31)
+    "src_allowed": 1,         # the sender is inside allow_net
+    "peer_allowed": 1,        # loc_ip is inside allow_net
+    "opening": 1,             # an OPEN_QP request...
+    "open_ok": 1,             # ... that gets a QP if it passes the other checks
+    "addr_bad": 1,            # not addressed to our IPv4 address and port
+    "gen_bad": 1,             # test traffic with dma_length >= 2^31 or a window code above 31
+})
+
+#: A test-traffic request that starts a traffic generator run on QP ``qp``.
+CM_RUN = data.StructLayout({"qp": 8, "req": CM.layout})
