@@ -8,7 +8,7 @@ from rocegen.gateware.headers import CM
 __all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
            "MAX_QPS", "CM_DATAGRAM", "CM_REPLY", "CM_RECORD_WRITE",
-           "CM_CHECKS", "CM_RUN"]
+           "CM_CHECKS", "CM_RUN", "STREAM_FINISHED", "RING_COMMIT"]
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
@@ -195,3 +195,13 @@ CM_CHECKS = data.StructLayout({
 
 #: A test-traffic request that starts a traffic generator run on QP ``qp``.
 CM_RUN = data.StructLayout({"qp": 8, "req": CM.layout})
+
+# ---- between the streaming front end's blocks ----
+
+#: A message the streaming front end has stored: its work request and the number of words
+#: written to memory (counting from the first) once its last word is written.
+STREAM_FINISHED = data.StructLayout({"wr": WORK_REQUEST, "end": 32})
+
+#: A message the streaming front end has stored, as its ring placement sees it: the word offset
+#: in the ring of its last beat, and whether that beat wrote a word there.
+RING_COMMIT = data.StructLayout({"pos": 32, "write": 1})
