@@ -139,6 +139,27 @@ class CmControl(wiring.Component):
                      r.payload.owner.eq(dg.src_ip), r.payload.take.eq(take),
                      r.payload.release.eq(release)]
 
+        ack = Signal(3)                     # the reply's ack_type, decided in EXEC
+        # the payloads of the reply and of a generator run (their valid in EXEC): the reply
+        # with our side in loc_*, the request's loc_* echoed in rem_*
+        rp = self.reply.payload
+        f = rp.fields
+        m.d.comb += [
+            f.info_valid.eq(1), f.req_type.eq(kind), f.ack_valid.eq(1), f.ack_type.eq(ack),
+            f.loc_qpn.eq(Mux(c.opening, Mux(c.open_ok, QPN_BASE + lk.free_idx, 0),
+                             req.rem_qpn)),
+            f.loc_psn.eq(Mux(c.opening, req.loc_psn, req.rem_psn)),
+            f.loc_rkey.eq(Mux(c.opening, 0, req.rem_rkey)),
+            f.loc_vaddr.eq(Mux(c.opening, 0, req.rem_vaddr)),
+            f.loc_ip.eq(self.local_ip),
+            f.rem_qpn.eq(req.loc_qpn), f.rem_psn.eq(req.loc_psn),
+            f.rem_rkey.eq(req.loc_rkey), f.rem_vaddr.eq(req.loc_vaddr),
+            f.rem_ip.eq(req.loc_ip), f.listening_port.eq(req.listening_port),
+            rp.src_ip.eq(self.local_ip), rp.dst_ip.eq(dg.src_ip),
+            rp.dst_port.eq(Mux(req.listening_port != 0, req.listening_port, dg.src_port)),
+        ]
+        m.d.comb += [self.run.payload.qp.eq(idx), self.run.payload.req.eq(req)]
+
         pulse = {name: getattr(self, name) for name in CONTROL_COUNTERS}
         with m.FSM():
             with m.State("WAIT"):
@@ -149,7 +170,6 @@ class CmControl(wiring.Component):
             with m.State("EXEC"):
                 m.d.comb += pulse["rx_requests"].eq(1)
                 reply = Signal()
-                ack = Signal(3)
                 do_ctx = Signal()
                 # the writes' values depend on the request kind alone, their valid on the checks
                 m.d.sync += [self.qp_ctl.payload.qp.eq(Mux(c.opening, lk.free_idx, idx)),
@@ -221,31 +241,11 @@ class CmControl(wiring.Component):
 
                 # a run for the generator: its valid by the checks (the same as in the chain
                 # above, as one gate)
-                m.d.comb += [self.run.payload.qp.eq(idx), self.run.payload.req.eq(req),
-                             self.run.valid.eq(
-                                 dg.length_ok & ~c.addr_bad & ~req.ack_valid & ~req.info_valid &
-                                 req.txmeta_valid & req.start & c.src_allowed & lk.is_open &
-                                 lk.owner_ok & (lk.state == QpState.RTS) & ~c.gen_bad &
-                                 ~self.gen_busy)]
-
-                # the reply: our side in loc_*, the request's loc_* echoed in rem_*
-                rp = self.reply.payload
-                f = rp.fields
-                m.d.comb += [
-                    self.reply.valid.eq(reply),
-                    f.info_valid.eq(1), f.req_type.eq(kind), f.ack_valid.eq(1), f.ack_type.eq(ack),
-                    f.loc_qpn.eq(Mux(c.opening, Mux(c.open_ok, QPN_BASE + lk.free_idx, 0),
-                                     req.rem_qpn)),
-                    f.loc_psn.eq(Mux(c.opening, req.loc_psn, req.rem_psn)),
-                    f.loc_rkey.eq(Mux(c.opening, 0, req.rem_rkey)),
-                    f.loc_vaddr.eq(Mux(c.opening, 0, req.rem_vaddr)),
-                    f.loc_ip.eq(self.local_ip),
-                    f.rem_qpn.eq(req.loc_qpn), f.rem_psn.eq(req.loc_psn),
-                    f.rem_rkey.eq(req.loc_rkey), f.rem_vaddr.eq(req.loc_vaddr),
-                    f.rem_ip.eq(req.loc_ip), f.listening_port.eq(req.listening_port),
-                    rp.src_ip.eq(self.local_ip), rp.dst_ip.eq(dg.src_ip),
-                    rp.dst_port.eq(Mux(req.listening_port != 0, req.listening_port, dg.src_port)),
-                ]
+                m.d.comb += self.run.valid.eq(
+                    dg.length_ok & ~c.addr_bad & ~req.ack_valid & ~req.info_valid &
+                    req.txmeta_valid & req.start & c.src_allowed & lk.is_open & lk.owner_ok &
+                    (lk.state == QpState.RTS) & ~c.gen_bad & ~self.gen_busy)
+                m.d.comb += self.reply.valid.eq(reply)
                 m.next = "DRAIN"
 
             with m.State("DRAIN"):
