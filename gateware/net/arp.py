@@ -1,17 +1,15 @@
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
-from amaranth.lib import data, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.depacketizer import Depacketizer
-from rocegen.gateware.lib.packetizer import Packetizer
 from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.arp_resolve import ArpResolver
+from rocegen.gateware.net.arp_tx import OPER_REPLY, OPER_REQUEST, ArpTransmitter
 from rocegen.gateware.net.layouts import ARP_LOOKUP, ETH_META
-from rocegen.wire.headers import ARP, ETH, ETHERTYPE_ARP, ETHERTYPE_IPV4
+from rocegen.wire.headers import ARP, ETHERTYPE_IPV4
 
 __all__ = ["Arp"]
-
-BROADCAST = (1 << 48) - 1
-OPER_REQUEST, OPER_REPLY = 1, 2
 
 
 class Arp(wiring.Component):
@@ -42,6 +40,10 @@ class Arp(wiring.Component):
 
     Transmit (``o``): replies and requests as 28-byte ARP payloads with ``meta.eth`` set; the
     Ethernet transmitter pads them. Replies go first.
+
+    Structure: the cache and the receive path are here; the resolver is an
+    :class:`~rocegen.gateware.net.arp_resolve.ArpResolver`, the transmit side an
+    :class:`~rocegen.gateware.net.arp_tx.ArpTransmitter`.
 
     Latency: a packet's checks are registered with its last beat; in the next cycle the match of
     its sender address is registered, and in the one after the cache, the reply and the strobes
@@ -196,75 +198,19 @@ class Arp(wiring.Component):
             with m.If(u_for_us & u_request):
                 m.d.sync += [reply_pending.eq(1), reply_mac.eq(u_sha), reply_ip.eq(u_spa)]
 
-        # ---- resolver ----
-        busy = Signal()
-        target = Signal(32)
-        timer = Signal(range(self.retry_cycles + 1))
-        tries = Signal(range(self.retries + 2))
-        request_pending = Signal()
-        failed = Signal()           # registered: the transmitter's drop depends on it alone
-        m.d.sync += failed.eq(0)
-        m.d.comb += self.lookup.failed.eq(failed)
-        # a resolution starts in the cycle after it is asked for (the match of ``wait_ip``
-        # ends in a register)
-        start = Signal()
-        start_ip = Signal(32)
-        m.d.sync += start.eq(0)
-        # the match of the target, registered (forced to 0 while the target is new)
-        t_hit = Signal()
-        m.d.sync += t_hit.eq(match(target)[0])
-        with m.If(start):
-            m.d.sync += [busy.eq(1), target.eq(start_ip), request_pending.eq(1),
-                         tries.eq(0), timer.eq(self.retry_cycles), t_hit.eq(0)]
-        with m.Elif(~busy):
-            # (not in the cycle of ``failed``: the transmitter still asks for the address it
-            # is dropping the packet of)
-            # (the transmitter asks only for an address whose registered match missed)
-            with m.If(self.lookup.resolve & ~failed):
-                m.d.sync += [start.eq(1), start_ip.eq(self.lookup.wait_ip)]
-        with m.Else():
-            with m.If(t_hit):
-                m.d.sync += [busy.eq(0), request_pending.eq(0)]
-            with m.Elif(~request_pending):
-                with m.If(timer == 0):
-                    with m.If(tries == self.retries):
-                        m.d.sync += [busy.eq(0), failed.eq(1)]
-                    with m.Else():
-                        m.d.sync += [request_pending.eq(1), tries.eq(tries + 1),
-                                     timer.eq(self.retry_cycles)]
-                with m.Else():
-                    m.d.sync += timer.eq(timer - 1)
-
-        # ---- transmit ----
-        tx_meta = data.StructLayout({"eth": ETH.layout, "arp": ARP.layout})
-        tx = m.submodules.tx = Packetizer(ARP, W, tx_meta)
+        # ---- resolver and transmitter ----
+        res = m.submodules.resolve = ArpResolver(retry_cycles=self.retry_cycles,
+                                                 retries=self.retries)
+        m.d.comb += [res.resolve.eq(self.lookup.resolve), res.wait_ip.eq(self.lookup.wait_ip),
+                     self.lookup.failed.eq(res.failed), res.target_hit.eq(match(res.target)[0])]
+        tx = m.submodules.transmit = ArpTransmitter(W)
+        wiring.connect(m, res.request, tx.request)
         wiring.connect(m, tx.o, wiring.flipped(self.o))
-        pm = tx.i.payload.meta
-        m.d.comb += [
-            tx.i.payload.keep.eq(0),           # empty payload: the packet is the ARP header
-            tx.i.payload.last.eq(1),
-            pm.eth.src.eq(self.local_mac),
-            pm.eth.ethertype.eq(ETHERTYPE_ARP),
-            pm.arp.htype.eq(1), pm.arp.ptype.eq(ETHERTYPE_IPV4),
-            pm.arp.hlen.eq(6), pm.arp.plen.eq(4),
-            pm.arp.sha.eq(self.local_mac), pm.arp.spa.eq(self.local_ip),
-        ]
-        with m.If(reply_pending):
-            m.d.comb += [
-                tx.i.valid.eq(1),
-                pm.eth.dst.eq(reply_mac),
-                pm.arp.oper.eq(OPER_REPLY), pm.arp.tha.eq(reply_mac), pm.arp.tpa.eq(reply_ip),
-            ]
-            with m.If(tx.i.ready):
-                m.d.sync += reply_pending.eq(0)
-                m.d.comb += self.tx_reply.eq(1)
-        with m.Elif(request_pending & busy):
-            m.d.comb += [
-                tx.i.valid.eq(1),
-                pm.eth.dst.eq(BROADCAST),
-                pm.arp.oper.eq(OPER_REQUEST), pm.arp.tha.eq(0), pm.arp.tpa.eq(target),
-            ]
-            with m.If(tx.i.ready):
-                m.d.sync += request_pending.eq(0)
-                m.d.comb += self.tx_request.eq(1)
+        m.d.comb += [tx.local_mac.eq(self.local_mac), tx.local_ip.eq(self.local_ip),
+                     tx.reply.valid.eq(reply_pending), tx.reply.payload.mac.eq(reply_mac),
+                     tx.reply.payload.ip.eq(reply_ip),
+                     self.tx_reply.eq(tx.reply.valid & tx.reply.ready),
+                     self.tx_request.eq(tx.request.valid & tx.request.ready)]
+        with m.If(tx.reply.valid & tx.reply.ready):
+            m.d.sync += reply_pending.eq(0)
         return m

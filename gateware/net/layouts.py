@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.wire.headers import ETH, IPV4, UDP
 
 __all__ = ["IP_TX", "UDP_TX", "ETH_META", "IP_OUT_META", "IP_RX_META", "UDP_RX_META",
-           "ARP_LOOKUP"]
+           "ARP_LOOKUP", "ARP_REPLY"]
 
 #: A packet handed to the IPv4 transmitter: its payload is the IP payload.
 IP_TX = data.StructLayout({
@@ -57,3 +57,6 @@ ARP_LOOKUP = wiring.Signature({
     "resolve": Out(1),
     "failed": In(1),
 })
+
+#: An ARP reply to send: to the hardware and protocol address of the host that asked.
+ARP_REPLY = data.StructLayout({"mac": 48, "ip": 32})

@@ -4,10 +4,14 @@
 from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
+from rocegen.wire.headers import CM
+
 __all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
            "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "SENT", "SchedKind", "SCHED_EVENT", "FREED",
-           "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED"]
+           "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED",
+           "CM_DATAGRAM", "CM_REPLY", "CM_RECORD_WRITE", "CM_CHECKS", "CM_RUN", "STREAM_FINISHED",
+           "RING_COMMIT"]
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
@@ -249,3 +253,60 @@ RETRY_DECIDED = data.StructLayout({
     "dl_timeout": TIME_BITS,    # now + 1 + the QP's timeout
     "dl_rnr": TIME_BITS,        # now + 1 + the RNR delay of the NAK's code
 })
+
+
+# ---- between the connection manager's blocks ----
+
+#: A connection-manager datagram as received and held: its 64 bytes by field, where it came from
+#: and went to, and whether it was exactly 64 undamaged bytes.
+CM_DATAGRAM = data.StructLayout({
+    "req": CM.layout,
+    "src_ip": 32,
+    "dst_ip": 32,
+    "src_port": 16,
+    "dst_port": 16,
+    "length_ok": 1,
+})
+
+#: A reply to send: its 64 bytes by field, the UDP source address (for the checksum's
+#: pseudo-header) and where it goes.
+CM_REPLY = data.StructLayout({
+    "fields": CM.layout,
+    "src_ip": 32,
+    "dst_ip": 32,
+    "dst_port": 16,
+})
+
+#: An update of the connection manager's record of a QP: owner and context, and whether the QP
+#: leaves the pool of free numbers (``take``) or returns to it (``release``).
+CM_RECORD_WRITE = data.StructLayout({
+    "qp": 8,
+    "owner": 32,
+    "context": QP_CONTEXT,
+    "take": 1,
+    "release": 1,
+})
+
+#: What the connection manager finds out about a request from the datagram alone.
+CM_CHECKS = data.StructLayout({
+    "ext_ok": 1,              # the extension codes are legal (path MTU 0..5, timeout 0..31)
+    "src_allowed": 1,         # the sender is inside allow_net
+    "peer_allowed": 1,        # loc_ip is inside allow_net
+    "opening": 1,             # an OPEN_QP request...
+    "open_ok": 1,             # ... that gets a QP if it passes the other checks
+    "addr_bad": 1,            # not addressed to our IPv4 address and port
+    "gen_bad": 1,             # test traffic with dma_length >= 2^31 or a window code above 31
+})
+
+#: A test-traffic request that starts a traffic generator run on QP ``qp``.
+CM_RUN = data.StructLayout({"qp": 8, "req": CM.layout})
+
+# ---- between the streaming front end's blocks ----
+
+#: A message the streaming front end has stored: its work request and the number of words
+#: written to memory (counting from the first) once its last word is written.
+STREAM_FINISHED = data.StructLayout({"wr": WORK_REQUEST, "end": 32})
+
+#: A message the streaming front end has stored, as its ring placement sees it: the word offset
+#: in the ring of its last beat, and whether that beat wrote a word there.
+RING_COMMIT = data.StructLayout({"pos": 32, "write": 1})

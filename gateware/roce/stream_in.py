@@ -2,13 +2,15 @@
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.memport import MemWriteSignature
 from rocegen.gateware.lib.pipe import StreamForwardRegister
-from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_count
-from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, WR_TAGGED, CplStatus, WrOpcode, WrSource
+from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_count, packet_layout
+from rocegen.gateware.roce.layouts import COMPLETION, STREAM_FINISHED, WR_TAGGED, WrOpcode
+from rocegen.gateware.roce.stream_place import RingPlacer
+from rocegen.gateware.roce.stream_post import DURABLE_WIDTH, StreamPoster
+from rocegen.gateware.roce.stream_space import RingSpace
 
 __all__ = ["StreamFrontEnd", "STREAM_META", "DURABLE_WIDTH"]
 
@@ -19,12 +21,6 @@ STREAM_META = data.StructLayout({
     "imm": 32,
     "remote_offset": 64,
 })
-
-#: Width of ``mem_durable``: up to 256 words may become durable in one cycle (one AXI4 burst).
-DURABLE_WIDTH = 9
-
-# a finished message waiting for its words to be durable
-_PENDING = data.StructLayout({"wr": WORK_REQUEST, "end": 32})
 
 
 def _bits(limit):
@@ -126,6 +122,15 @@ class StreamFrontEnd(wiring.Component):
         the output of a forward register (:class:`~rocegen.gateware.lib.pipe.StreamForwardRegister`):
         no combinational path from ``i`` or from the ring state to ``mem``.
 
+    Structure
+        The input register and the one in front of ``mem`` are
+        :class:`~rocegen.gateware.lib.pipe.StreamForwardRegister` s; where a message goes and whether
+        it fits is worked out by :class:`~rocegen.gateware.roce.stream_place.RingPlacer`, the
+        space held by messages until their completions by
+        :class:`~rocegen.gateware.roce.stream_space.RingSpace`, and a stored message's work
+        request waits in :class:`~rocegen.gateware.roce.stream_post.StreamPoster` until its
+        words are durable.
+
     Latency
         A beat taken on ``i`` in cycle t is offered on ``mem`` in cycle t + 2 at the earliest. A
         message's work request is offered 4 cycles after its last beat is taken, or 1 cycle
@@ -186,18 +191,23 @@ class StreamFrontEnd(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        B = self.width // 8
+        W, B = self.width, self.width // 8
         lg = B.bit_length() - 1
         R = self.ring_words
         M = -(-self.max_message // B)          # words reserved for a message
         base = self.ring_base // B
         N = self.max_inflight
-        i = self.i
 
-        # FIFO writes are registered: two spare entries keep ``w_rdy`` high whenever fewer than
-        # ``max_inflight`` messages are counted in flight
-        m.submodules.pending = pend = SyncFIFOBuffered(width=_PENDING.size, depth=N + 2)
-        m.submodules.frees = frees = SyncFIFOBuffered(width=_bits(R), depth=N + 2)
+        # ---- stored messages: posted once durable, their space held until completed ----
+        post = m.submodules.post = StreamPoster(N)
+        m.d.comb += post.mem_durable.eq(self.mem_durable)
+        wiring.connect(m, post.wr, wiring.flipped(self.wr))
+        space = m.submodules.space = RingSpace(R, N)
+        wiring.connect(m, wiring.flipped(self.cpl), space.cpl)
+        used, nfl = space.used, space.inflight
+        m.d.comb += [self.ring_used.eq(used), self.inflight.eq(nfl),
+                     self.completed_ok.eq(space.completed_ok),
+                     self.completed_err.eq(space.completed_err)]
         # word writes leave through a forward register: no path from here into the memory; its
         # ready (always 1 for the on-chip buffer, a LUT or two from registers for the AXI
         # writer) comes back through one LUT
@@ -205,20 +215,19 @@ class StreamFrontEnd(wiring.Component):
         wiring.connect(m, ms.o, wiring.flipped(self.mem))
 
         # ---- input register: the beat and its byte count ----
-        q = Signal.like(i.payload)
-        q_valid = Signal()
-        q_nbytes = Signal(range(B + 1))
-        q_nz = Signal()
-        take = Signal()
-        m.d.comb += i.ready.eq(~q_valid | take)
-        with m.If(i.ready):
-            m.d.sync += [q_valid.eq(i.valid), q.eq(i.payload),
-                         q_nbytes.eq(keep_count(i.payload.keep)), q_nz.eq(i.payload.keep != 0)]
+        m.submodules.in_reg = ir = StreamForwardRegister(data.StructLayout({
+            "beat": packet_layout(W, STREAM_META), "nbytes": range(B + 1), "nz": 1}))
+        i = self.i
+        m.d.comb += [ir.i.valid.eq(i.valid), i.ready.eq(ir.i.ready), ir.i.payload.beat.eq(i.payload),
+                     ir.i.payload.nbytes.eq(keep_count(i.payload.keep)),
+                     ir.i.payload.nz.eq(i.payload.keep != 0)]
+        q, q_valid, q_nbytes, q_nz = ir.o.payload.beat, ir.o.valid, ir.o.payload.nbytes, ir.o.payload.nz
+        take = ir.o.ready
 
-        # ---- ring state ----
-        wp = Signal(range(R + 1))           # where the next message goes (word offset in the ring)
-        used = Signal(range(R + 1))         # words held by finished, not completed messages
-        nfl = Signal(range(N + 1))          # finished messages not completed
+        # ---- ring state: the message being stored, and where the next one goes ----
+        place = m.submodules.place = RingPlacer(R, M, N)
+        m.d.comb += [place.used.eq(used), place.inflight.eq(nfl)]
+        p_start, p_skip, room = place.start, place.skip, place.room
         in_msg = Signal()                   # a message has begun (its first beat was taken)
         cur_pos = Signal(range(R + 1))      # word offset of the current message's next word
         cur_start = Signal(range(R))        # word offset of the current message
@@ -228,23 +237,6 @@ class StreamFrontEnd(wiring.Component):
         cur_left = Signal(signed(lbits))    # bytes it may still take (max_message - cur_bytes)
         cur_long = Signal()
         written = Signal(32)                # words accepted by mem, ever
-        durable = Signal(32)                # of which durable
-        m.d.sync += durable.eq(durable + self.mem_durable)
-
-        # placement of a message beginning in this cycle (registers): start and skipped tail
-        p_start = Signal(range(R))
-        p_skip = Signal(range(R + 1))
-        room = Signal()                     # ... and whether it fits (ring and queue)
-        empty = Signal()                    # the ring holds nothing (for the restart rule)
-        add_v = Signal()                    # a commit of the previous cycle, not yet in used/nfl
-        add_held = Signal(range(R + 1))
-        rel_v = Signal()                    # a release in this cycle
-        rel_held = Signal(range(R + 1))
-
-        def place(x):
-            """(start, skip) of a message placed from word offset ``x``."""
-            wrap = x > R - M
-            return Mux(wrap, 0, x), Mux(wrap, R - x, 0)
 
         first = ~in_msg
         allowed = ~first | room
@@ -290,11 +282,13 @@ class StreamFrontEnd(wiring.Component):
             m.d.sync += self.drop_too_long.eq(self.drop_too_long + 1)
 
         # a finished message: queued in the next cycle
-        entry = Signal(_PENDING)
+        add_v = Signal()                    # a commit of the previous cycle
+        add_held = Signal(range(R + 1))
+        entry = Signal(STREAM_FINISHED)
         m.d.sync += [add_v.eq(commit), add_held.eq(held)]
         with m.If(commit):
             m.d.sync += [
-                wp.eq(end_pos), self.posted.eq(self.posted + 1),
+                self.posted.eq(self.posted + 1),
                 entry.wr.wr_id.eq(self.posted),
                 entry.wr.qp.eq(q.meta.qp),
                 entry.wr.opcode.eq(q.meta.opcode),
@@ -304,54 +298,8 @@ class StreamFrontEnd(wiring.Component):
                 entry.wr.imm.eq(q.meta.imm),
                 entry.end.eq(written + write),
             ]
-        m.d.comb += [
-            pend.w_data.eq(entry), pend.w_en.eq(add_v),
-            frees.w_data.eq(add_held), frees.w_en.eq(add_v),
-        ]
-
-        # the next placement: after a commit from its end (both ends it may have are worked out
-        # from registers, the write bit picks one), else from the write pointer, or the ring
-        # start when the ring is empty
-        s0, k0 = place(pos)
-        s1, k1 = place(pos + 1)
-        sw, kw = place(Mux(empty, 0, wp))
-        with m.If(commit):
-            m.d.sync += [p_start.eq(Mux(write, s1, s0)), p_skip.eq(Mux(write, k1, k0))]
-        with m.Else():
-            m.d.sync += [p_start.eq(sw), p_skip.eq(kw)]
-        # used and nfl take commits and releases a cycle late; the room of the next cycle is
-        # exact when no commit is missing from them, else granted only with a margin for the
-        # two that may be (each holds at most 2M - 1 words)
-        settled = ~commit & ~add_v
-        m.d.sync += empty.eq((used == 0) & settled)
-        exact = settled & (used + p_skip <= R - M) & (nfl < N)
-        fast = Const(0, 1)
-        if R - 6 * M + 3 >= 0 and N >= 3:
-            fast = (used <= R - 6 * M + 3) & (nfl <= N - 3)
-        m.d.sync += room.eq(exact | fast)
-
-        # post a finished message once its last word is durable
-        head = data.View(_PENDING, pend.r_data)
-        lag = Signal(32)
-        m.d.comb += lag.eq(durable - head.end)
-        ready_to_post = pend.r_rdy & ~lag[31]
-        m.d.comb += [
-            self.wr.valid.eq(ready_to_post),
-            self.wr.payload.wr.eq(head.wr),
-            self.wr.payload.src.eq(WrSource.STREAM),
-            pend.r_en.eq(ready_to_post & self.wr.ready),
-        ]
-
-        # completions free ring space in posting order
-        c = self.cpl.payload
-        got = self.cpl.valid & (c.src == WrSource.STREAM)
-        m.d.comb += [self.cpl.ready.eq(1), frees.r_en.eq(got),
-                     rel_v.eq(got & frees.r_rdy), rel_held.eq(frees.r_data)]
-        with m.If(got & (c.status == CplStatus.OK)):
-            m.d.sync += self.completed_ok.eq(self.completed_ok + 1)
-        with m.Elif(got):
-            m.d.sync += self.completed_err.eq(self.completed_err + 1)
-        m.d.sync += [used.eq(used + Mux(add_v, add_held, 0) - Mux(rel_v, rel_held, 0)),
-                     nfl.eq(nfl + add_v - rel_v)]
-        m.d.comb += [self.ring_used.eq(used), self.inflight.eq(nfl)]
+        m.d.comb += [post.i.valid.eq(add_v), post.i.payload.eq(entry),
+                     space.add.valid.eq(add_v), space.add.payload.eq(add_held),
+                     place.commit.valid.eq(commit), place.commit.payload.pos.eq(pos),
+                     place.commit.payload.write.eq(write)]
         return m
