@@ -54,6 +54,7 @@ ROCE_PORT = 4791
 CM_PORT = 17185
 CM_REPLY_PORT = 0x8765
 MIN_FRAME = 60                  # Ethernet minimum without the FCS
+CM_FRAME = 14 + 20 + 8 + 64     # a connection-manager request: Ethernet, IPv4, UDP, datagram
 
 
 class FrameCheckError(AssertionError):
@@ -193,8 +194,17 @@ class FrameChecker:
 
     # -------------------------------------------------------------------------------- requests
     def request(self, frame):
-        """Note a frame sent to the endpoint (connection-manager requests are remembered)."""
-        p = Ether(bytes(frame))
+        """Note a frame sent to the endpoint (connection-manager requests are remembered).
+        Any frame may come here, runts and garbage included: what scapy cannot take apart is
+        not a request. Only frames of a request's length (Ethernet, IPv4 without options, UDP
+        and 64 bytes; 4 more with an 802.1Q tag) are dissected."""
+        frame = bytes(frame)
+        if len(frame) not in (CM_FRAME, CM_FRAME + 4):
+            return
+        try:
+            p = Ether(frame)
+        except Exception:                   # noqa: BLE001 (anything scapy trips on)
+            return
         if IP in p and UDP in p and p[UDP].dport == CM_PORT and p[IP].frag == 0:
             raw = bytes(p[UDP].payload)
             if len(raw) == 64:

@@ -474,6 +474,7 @@ class XgmiiMacModel(MacModel):
                 f = self.sink.recv_nowait()
                 payload = self._check_line(f)
                 first, last = f.sim_time_start // period, f.sim_time_end // period
+                self.framecheck.check(payload)
                 self.frames.append((first, last, payload))
                 self.line.append((first, last + 1))
                 self._from_endpoint(payload)
