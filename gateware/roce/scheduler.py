@@ -1,5 +1,5 @@
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -9,88 +9,22 @@ from rocegen.gateware.roce.layouts import (
     MAX_QPS,
     PACKET_DESC,
     POST,
+    PROGRESS,
     PSN_WRITE,
     QP_CONTEXT,
     SCHED_EVENT,
     SENT,
-    WORK_REQUEST,
+    SLOT,
+    SLOT_PSNS,
     WR_TAGGED,
     CplStatus,
-    QpState,
     SchedKind,
     WrSource,
 )
-from rocegen.gateware.roce.segmenter import INDEX_BITS, describe_packet
+from rocegen.gateware.roce.sched_build import SchedBuild
+from rocegen.gateware.roce.sched_tree import first_one, kept, mux_tree
 
 __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
-
-#: One entry of the work-request memory: the request, who posted it and the verdict of the
-#: checks made when it was queued (OK, LOCAL_ALIGN or LOCAL_LENGTH).
-SLOT = data.StructLayout({"wr": WORK_REQUEST, "src": WrSource, "status": CplStatus})
-
-#: Progress of the message a QP is sending (one entry per QP): index, PSN and byte offset of its
-#: next packet.
-PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24, "offset": 31})
-
-#: The PSNs a started work request took (one entry per slot): its first and last PSN, and
-#: whether it was sent at all (0: refused).
-SLOT_PSNS = data.StructLayout({"first": 24, "last": 24, "sent": 1})
-
-
-def _kept(m, value, name):
-    """``value`` through a signal that synthesis keeps: the logic on either side is mapped
-    separately, which bounds the LUT levels of a path through it."""
-    sig = Signal.like(value, name=name, attrs={"keep": 1}) if isinstance(value, Signal) else \
-        Signal(len(value), name=name, attrs={"keep": 1})
-    m.d.comb += sig.eq(value)
-    return sig
-
-
-def _mux_tree(m, values, index, name):
-    """``values[index]`` as a tree of 4:1 multiplexers whose outputs synthesis keeps."""
-    values = list(values)
-    k = 0
-    while len(values) > 1:
-        nxt = []
-        for g in range(0, len(values), 4):
-            group = values[g:g + 4]
-            sig = Signal(name=f"{name}_m{k}_{g // 4}", attrs={"keep": 1})
-            if len(group) == 1:
-                m.d.comb += sig.eq(group[0])
-            else:
-                m.d.comb += sig.eq(Array(group)[index[2 * k:2 * k + 2]])
-            nxt.append(sig)
-        values = nxt
-        k += 1
-    return values[0]
-
-
-def _first_one(m, leaves, name="ff"):
-    """The first of a list of 4^k leaves ``(valid, payload)`` that is valid: (any valid, its
-    position, its payload), as a tree of 4-input nodes whose outputs synthesis keeps."""
-    if len(leaves) == 1:
-        return leaves[0][0], Const(0, 0), leaves[0][1]
-    q = len(leaves) // 4
-    kids = [_first_one(m, leaves[k * q:(k + 1) * q], f"{name}{k}") for k in range(4)]
-    anys = [a for a, _, _ in kids]
-    first = Signal(2, name=f"{name}_f", attrs={"keep": 1})
-    with m.If(anys[0]):
-        m.d.comb += first.eq(0)
-    with m.Elif(anys[1]):
-        m.d.comb += first.eq(1)
-    with m.Elif(anys[2]):
-        m.d.comb += first.eq(2)
-    with m.Else():
-        m.d.comb += first.eq(3)
-    low = Signal(len(kids[0][1]) + len(kids[0][2]))
-    with m.Switch(first):
-        for k in range(4):
-            with m.Case(k):
-                m.d.comb += low.eq(Cat(kids[k][1], kids[k][2]))
-    pos = _kept(m, Cat(low[:len(kids[0][1])], first), f"{name}_p")
-    payload = _kept(m, low[len(kids[0][1]):], f"{name}_d") if len(kids[0][2]) else Const(0, 0)
-    any_ = _kept(m, anys[0] | anys[1] | anys[2] | anys[3], f"{name}_a")
-    return any_, pos, payload
 
 
 class Scheduler(wiring.Component):
@@ -339,28 +273,24 @@ class Scheduler(wiring.Component):
         b_pslot = Signal(SLOT_PSNS)
         b_fwd = Signal()            # the QP table's PSN of b_q was being written: b_fpsn
         b_fpsn = Signal(24)
-        # I (issue): the turn worked out by R, waiting to be committed
-        c_valid = Signal()
-        c_q = Signal(range(n))
-        c_sel = Signal(n)           # one-hot c_q, 0 when c_valid is low
-        c_addr = Signal(max(1, dbits + qbits))
-        c_packet = Signal()         # the turn sends a packet
-        c_new = Signal()            # the turn starts its request (posts it)
-        c_refuse = Signal()
-        c_fin = Signal()            # the request leaves the sending position
-        c_shut = Signal()           # the packet is outside the window
-        c_err = Signal()            # the QP was in the error state when the turn was worked out
-        c_ev = Signal()             # an event of the QP came while the turn was worked out
-        c_desc = Signal(PACKET_DESC)
-        c_psn = Signal(24)
-        c_post = Signal(POST)
-        c_last = Signal(INDEX_BITS)     # index of the message's last packet
-        c_prog_we = Signal()
-        c_prog = Signal(PROGRESS)
-
+        # I (issue): the turn worked out by B, registered in B's component
+        bs = m.submodules.build = SchedBuild(n, len(b_addr), self.window)
+        m.d.comb += [
+            bs.valid.eq(b_valid), bs.q.eq(b_q), bs.sel.eq(b_sel), bs.addr.eq(b_addr),
+            bs.going.eq(b_going), bs.new.eq(b_new), bs.slot.eq(b_slot), bs.pslot.eq(b_pslot),
+            bs.fwd.eq(b_fwd), bs.fpsn.eq(b_fpsn), bs.prog.eq(prog_r.data),
+            bs.context.eq(self.rd_context), bs.rd_psn.eq(self.rd_psn),
+            bs.acked_psn.eq(self.acked_psn), bs.errored.eq(self.errored),
+            self.acked_qp.eq(b_q),
+        ]
+        wiring.connect(m, wiring.flipped(self.sched), bs.sched)
+        ct = bs.turn
+        c_valid, c_q, c_sel, c_addr = ct.valid, ct.q, ct.sel, ct.addr
+        c_packet, c_new, c_refuse, c_fin = ct.p.packet, ct.p.new, ct.p.refuse, ct.p.fin
+        c_shut, c_err, c_ev, c_desc, c_psn = ct.p.shut, ct.p.err, ct.p.ev, ct.p.desc, ct.p.psn
+        c_post, c_last, c_prog_we, c_prog = ct.p.post, ct.p.last, ct.p.prog_we, ct.p.prog
         psn_pend = Signal(PSN_WRITE)    # the psn_w output register
         psn_pend_valid = Signal()
-        c_done = Signal()           # I is empty after this cycle (and takes R's turn)
 
         # --- select stage (S): round robin over registered eligibility ----------------------------
         # Worked out in the previous cycle from the registers of that cycle, as if the issue
@@ -383,11 +313,11 @@ class Scheduler(wiring.Component):
             hi_s = Signal(pw, name=f"hi_s{q}")
             m.d.comb += [cur_s.eq(cur[q] + fin_q), hi_s.eq(hi[q] + (c_sel[q] & c_new))]
             going_s = Mux(c_sel[q], ~c_fin, started[q])
-            has_s = _kept(m, cur_s != tail[q], f"has_s{q}")
+            has_s = kept(m, cur_s != tail[q], f"has_s{q}")
             m.d.sync += [
                 moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
                 avail_r[q].eq((has_s |
-                               _kept(m, push & (q_in == q), f"push_q{q}")) &
+                               kept(m, push & (q_in == q), f"push_q{q}")) &
                               ~self.held[q] & ~win_block[q] &
                               (going_s | (cur_s != hi_s) | ~self.full[q]) &
                               ~ev_stale[q] & ~(c_sel[q] & ~commit)),
@@ -415,10 +345,10 @@ class Scheduler(wiring.Component):
                 leaves.append((Const(0), Const(0, dbits + 2 * n)))
             else:
                 e = base[q] & rr_hi[q] if k < half else base[q]
-                leaves.append((_kept(m, e, f"elig{'_hi' if k < half else ''}{q}"),
+                leaves.append((kept(m, e, f"elig{'_hi' if k < half else ''}{q}"),
                                Cat(cur_after[q][:dbits], Const(1 << q, n),
                                    Const(((1 << n) - 1) & ~((2 << q) - 1), n))))
-        found, pos, payload = _first_one(m, leaves)
+        found, pos, payload = first_one(m, leaves)
         sel = Signal(range(n))
         m.d.comb += sel.eq(pos[:qbits])
         sel_slot = payload[:dbits]
@@ -451,108 +381,11 @@ class Scheduler(wiring.Component):
         ]
 
         # --- build stage (B): the turn worked out ---------------------------------------------------
-        slot = b_slot
-        pslot = b_pslot
-        prog = prog_r.data
-        ctx = self.rd_context
-        m.d.comb += self.acked_qp.eq(b_q)
-        acked = self.acked_psn
-        err = any_of(self.errored & b_sel)
-        is_start = ~b_going
-        is_new = b_new
-
-        table_psn = Signal(24)
-        m.d.comb += table_psn.eq(Mux(b_fwd, b_fpsn, self.rd_psn))
-
-        # a request started before (a rewind brought the QP back to it): resume from the oldest
-        # unacknowledged PSN, or skip it if it is acknowledged (or was refused)
-        resume = Signal(24)
-        m.d.comb += resume.eq(acked + 1)
-        into = Signal(24)
-        m.d.comb += into.eq(resume - pslot.first)
-        covered = ~pslot.sent | ~(acked - pslot.last)[23]
-        into_offset = Signal(31)
-        with m.Switch(ctx.pmtu_log2):
-            for log2 in range(8, 13):
-                with m.Case(log2):
-                    m.d.comb += into_offset.eq(into[:INDEX_BITS] << log2)
-            with m.Default():
-                m.d.comb += into_offset.eq(into[:INDEX_BITS] << 8)
-
-        index = Signal(INDEX_BITS)
-        psn = Signal(24)
-        offset = Signal(31)
-        with m.If(~is_start):
-            m.d.comb += [index.eq(prog.index), psn.eq(prog.psn), offset.eq(prog.offset)]
-        with m.Else():
-            m.d.comb += [index.eq(0), psn.eq(table_psn), offset.eq(0)]
-
-        status = Signal(CplStatus)
-        with m.If(slot.status != CplStatus.OK):
-            m.d.comb += status.eq(slot.status)
-        with m.Elif(err):
-            m.d.comb += status.eq(CplStatus.FLUSHED)
-        with m.Elif(ctx.state != QpState.RTS):
-            m.d.comb += status.eq(CplStatus.QP_NOT_READY)
-
-        pk = describe_packet(m, slot.wr, index, psn, dest_qpn=ctx.peer_qpn, rkey=ctx.rkey,
-                             base_va=ctx.base_va, pmtu_log2=ctx.pmtu_log2,
-                             ack_every_log2=ctx.ack_every_log2, offset=offset)
-        # what this turn does
-        new_start = is_start & is_new                       # posts the request
-        refuse = new_start & (status != CplStatus.OK)
-        rewound = is_start & ~is_new                        # started before a rewind
-        skip = rewound & (err | covered)                    # nothing to send
-        resume_turn = rewound & ~err & ~covered             # sets up the progress to resume
-        abort = ~is_start & err                             # the QP failed mid-message
-        packet = ~refuse & ~rewound & ~abort
-        win_pos = Signal(24)
-        m.d.comb += win_pos.eq(psn - acked)
-
-        with m.If(c_done):
-            m.d.sync += [
-                c_valid.eq(b_valid & ~any_of(ev_stale & b_sel)),
-                c_sel.eq(b_sel & ~ev_stale),
-                c_q.eq(b_q),
-                c_addr.eq(b_addr),
-                c_packet.eq(packet),
-                c_new.eq(new_start),
-                c_refuse.eq(refuse),
-                c_fin.eq(refuse | skip | abort | (packet & pk.last)),
-                c_shut.eq(packet & (win_pos > self.window) & ~win_pos[23]),
-                c_err.eq(err),
-                c_ev.eq(any_of(ev_any & b_sel)),
-                c_desc.eq(pk.desc),
-                c_desc.ack_req.eq(pk.desc.ack_req | (win_pos == self.window)),
-                c_desc.qp.eq(b_q),
-                c_desc.src.eq(slot.src),
-                c_desc.peer_ip.eq(ctx.peer_ip),
-                c_desc.udp_sport.eq(ctx.udp_sport),
-                c_desc.dscp.eq(ctx.dscp),
-                c_desc.ecn.eq(ctx.ecn),
-                c_psn.eq(psn),
-                c_post.wr_id.eq(slot.wr.wr_id),
-                c_post.qp.eq(b_q),
-                c_post.src.eq(slot.src),
-                c_post.status.eq(status),
-                c_last.eq(pk.last_index),
-                c_prog_we.eq((packet & ~pk.last) | resume_turn),
-            ]
-            with m.If(resume_turn & into[23]):
-                m.d.sync += [c_prog.index.eq(0), c_prog.psn.eq(pslot.first), c_prog.offset.eq(0)]
-            with m.Elif(resume_turn):
-                m.d.sync += [c_prog.index.eq(into), c_prog.psn.eq(resume),
-                             c_prog.offset.eq(into_offset)]
-            with m.Else():
-                m.d.sync += [c_prog.index.eq(index + 1), c_prog.psn.eq(psn + 1),
-                             c_prog.offset.eq(offset + pk.length)]
-        with m.Elif(any_of(ev_stale & c_sel)):
-            m.d.sync += [c_valid.eq(0), c_sel.eq(0)]
 
         # --- issue stage (I): commit when the outputs take the turn -------------------------------
         # (the terms are kept apart so that synthesis maps them as a shallow tree)
         def at_c(bits, name):       # bits[c_q] (when c_valid)
-            return _kept(m, _mux_tree(m, list(bits), c_q, name), name)
+            return kept(m, mux_tree(m, list(bits), c_q, name), name)
         held_c = at_c(self.held, "held_c")
         full_c = at_c(self.full, "full_c")
         err_c = at_c(self.errored, "err_c")
@@ -578,17 +411,17 @@ class Scheduler(wiring.Component):
         # next packet has the next PSN
         sent_cont = Signal()
         sent_same = at_c(sent_sel, "sent_same")
-        sent_merge = _kept(m, self.sent.valid & ~self.sent.ready & sent_same &
+        sent_merge = kept(m, self.sent.valid & ~self.sent.ready & sent_same &
                            (self.sent.payload.packets != 63) & sent_cont, "sent_merge")
         # a REWIND or RESET of the QP: the turn is not taken (the event moves the pointers)
-        ev_c = _kept(m, ev.valid & (ev.payload.kind != SchedKind.ADVANCE) &
+        ev_c = kept(m, ev.valid & (ev.payload.kind != SchedKind.ADVANCE) &
                      (ev.payload.qp == c_q), "ev_c")
-        outs_ok = _kept(m, (~c_packet | (desc_free & (sent_free | sent_merge))) &
+        outs_ok = kept(m, (~c_packet | (desc_free & (sent_free | sent_merge))) &
                         (~c_new | post_ok) & (~c_new | c_refuse | psn_free), "outs_ok")
-        may = _kept(m, c_valid & ~drop & ~err_new & ~ev_c, "may")
+        may = kept(m, c_valid & ~drop & ~err_new & ~ev_c, "may")
         m.d.comb += [
             commit.eq(may & outs_ok),
-            c_done.eq(~c_valid | commit | drop | err_new | lost),
+            ct.done.eq(~c_valid | commit | drop | err_new | lost),
         ]
 
         # outputs
@@ -637,8 +470,8 @@ class Scheduler(wiring.Component):
             used = [(tail[q] - head[q])[:pw], (tail[q] - cur[q])[:pw]]
             m.d.sync += [room1[q].eq((used[0] < depth) & (used[1] < depth)),
                          room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1))]
-        room_q = _kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
-        room = _kept(m, _mux_tree(m, list(room_q), q_in, "room"), "room")
+        room_q = kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
+        room = kept(m, mux_tree(m, list(room_q), q_in, "room"), "room")
         m.d.comb += [
             self.wr.ready.eq(Mux(bad, post_free & bad_r, room)),
             push.eq(self.wr.valid & ~bad & room),
@@ -674,8 +507,8 @@ class Scheduler(wiring.Component):
             c_n = Signal(pw, name=f"cur_n{q}")
             h_n = Signal(pw, name=f"hi_n{q}")
             hd_n = Signal(pw, name=f"head_n{q}")
-            cur_p1 = _kept(m, (cur[q] + 1)[:pw], f"cur_p1_{q}")
-            hi_p1 = _kept(m, (hi[q] + 1)[:pw], f"hi_p1_{q}")
+            cur_p1 = kept(m, (cur[q] + 1)[:pw], f"cur_p1_{q}")
+            hi_p1 = kept(m, (hi[q] + 1)[:pw], f"hi_p1_{q}")
             m.d.comb += [c_n.eq(Mux(here & commit & c_fin, cur_p1, cur[q])),
                          h_n.eq(Mux(here & commit & c_new, hi_p1, hi[q])),
                          hd_n.eq(head[q] + (self.freed.valid & (self.freed.payload == q)))]
