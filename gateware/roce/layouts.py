@@ -278,3 +278,10 @@ SCHED_TURN = data.StructLayout({
     "desc": PACKET_DESC, "psn": 24, "post": POST, "last": INDEX_BITS,
     "prog_we": 1, "prog": PROGRESS,
 })
+
+#: A write into the scheduler's memory of the PSNs a work request took (slot address, a
+#: one-cycle pulse: the stream is always ready).
+SLOT_PSNS_WRITE = data.StructLayout({"addr": 14, "psns": SLOT_PSNS})
+
+#: A write of a QP's progress in the scheduler (a one-cycle pulse: the stream is always ready).
+PROGRESS_WRITE = data.StructLayout({"qp": 8, "progress": PROGRESS})

@@ -22,6 +22,7 @@ from rocegen.gateware.roce.layouts import (
     WrSource,
 )
 from rocegen.gateware.roce.sched_build import SchedBuild
+from rocegen.gateware.roce.sched_issue import SchedIssue
 from rocegen.gateware.roce.sched_tree import first_one, kept, mux_tree
 
 __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
@@ -285,12 +286,7 @@ class Scheduler(wiring.Component):
         ]
         wiring.connect(m, wiring.flipped(self.sched), bs.sched)
         ct = bs.turn
-        c_valid, c_q, c_sel, c_addr = ct.valid, ct.q, ct.sel, ct.addr
-        c_packet, c_new, c_refuse, c_fin = ct.p.packet, ct.p.new, ct.p.refuse, ct.p.fin
-        c_shut, c_err, c_ev, c_desc, c_psn = ct.p.shut, ct.p.err, ct.p.ev, ct.p.desc, ct.p.psn
-        c_post, c_last, c_prog_we, c_prog = ct.p.post, ct.p.last, ct.p.prog_we, ct.p.prog
-        psn_pend = Signal(PSN_WRITE)    # the psn_w output register
-        psn_pend_valid = Signal()
+        c_sel, c_fin, c_new = ct.sel, ct.p.fin, ct.p.new
 
         # --- select stage (S): round robin over registered eligibility ----------------------------
         # Worked out in the previous cycle from the registers of that cycle, as if the issue
@@ -304,7 +300,8 @@ class Scheduler(wiring.Component):
         going_r = Signal(n)         # started (after the issue stage's commit)
         new_r = Signal(n)           # cur == hi (after the issue stage's commit)
         has_r = Signal(n)           # cur != tail (after the issue stage's commit; no queueing)
-        commit = Signal(attrs={"keep": 1})
+        iss = m.submodules.issue = SchedIssue(n, len(b_addr))
+        commit = iss.commit
         cur_after = []              # cur as if the issue stage commits its turn
         for q in range(n):
             fin_q = c_sel[q] & c_fin
@@ -367,7 +364,9 @@ class Scheduler(wiring.Component):
         # the progress and the QP table are read from r_q (distributed RAMs, read in this cycle);
         # a PSN write of r_q waiting in the output in this cycle is not seen by the table's read
         m.d.comb += [prog_r.addr.eq(r_q), self.rd_qp.eq(r_q)]
-        m.d.sync += [b_fwd.eq(psn_pend_valid & (psn_pend.qp == r_q)), b_fpsn.eq(psn_pend.psn)]
+        psn_pend = self.psn_w     # the psn_w output register
+        m.d.sync += [b_fwd.eq(psn_pend.valid & (psn_pend.payload.qp == r_q)),
+                     b_fpsn.eq(psn_pend.payload.psn)]
         r_gone = any_of((moved_r | ev_stale | ~has_r) & r_sel)
         m.d.sync += [
             b_valid.eq(r_valid & ~r_gone),
@@ -383,82 +382,15 @@ class Scheduler(wiring.Component):
         # --- build stage (B): the turn worked out ---------------------------------------------------
 
         # --- issue stage (I): commit when the outputs take the turn -------------------------------
-        # (the terms are kept apart so that synthesis maps them as a shallow tree)
-        def at_c(bits, name):       # bits[c_q] (when c_valid)
-            return kept(m, mux_tree(m, list(bits), c_q, name), name)
-        held_c = at_c(self.held, "held_c")
-        full_c = at_c(self.full, "full_c")
-        err_c = at_c(self.errored, "err_c")
-        drop = c_valid & (held_c | (c_packet & c_shut))     # the turn is given up
-        err_new = c_valid & err_c & ~c_err                  # worked out again
-        lost = c_valid & c_new & full_c                     # lost its turn through `full`
-
-        bad = self.wr.payload.wr.qp >= n
-        # a request for a QP outside the table was offered in the previous cycle: the issue stage
-        # posts nothing, the request's BAD_QP post may take the output
-        bad_r = Signal()
-        m.d.sync += bad_r.eq(self.wr.valid & bad)
-        bad_post = self.wr.valid & bad & bad_r
-        desc_free = ~self.desc.valid | self.desc.ready
-        post_free = ~self.post.valid | self.post.ready
-        post_sel = Signal(n)        # one-hot QP of the post output (0: BAD_QP)
-        sent_sel = Signal(n)        # one-hot QP of the sent output
-        post_same = at_c(post_sel, "post_same")
-        post_ok = (post_free & ~bad_r & ~full_c & ~(self.post.valid & post_same))
-        psn_free = ~psn_pend_valid | self.psn_w.ready
-        sent_free = ~self.sent.valid | self.sent.ready
-        # the QP of the sent output has had no REWIND or RESET since its last packet there: its
-        # next packet has the next PSN
-        sent_cont = Signal()
-        sent_same = at_c(sent_sel, "sent_same")
-        sent_merge = kept(m, self.sent.valid & ~self.sent.ready & sent_same &
-                           (self.sent.payload.packets != 63) & sent_cont, "sent_merge")
-        # a REWIND or RESET of the QP: the turn is not taken (the event moves the pointers)
-        ev_c = kept(m, ev.valid & (ev.payload.kind != SchedKind.ADVANCE) &
-                     (ev.payload.qp == c_q), "ev_c")
-        outs_ok = kept(m, (~c_packet | (desc_free & (sent_free | sent_merge))) &
-                        (~c_new | post_ok) & (~c_new | c_refuse | psn_free), "outs_ok")
-        may = kept(m, c_valid & ~drop & ~err_new & ~ev_c, "may")
-        m.d.comb += [
-            commit.eq(may & outs_ok),
-            ct.done.eq(~c_valid | commit | drop | err_new | lost),
-        ]
-
-        # outputs
-        m.d.comb += [self.psn_w.valid.eq(psn_pend_valid), self.psn_w.payload.eq(psn_pend)]
-        with m.If(self.psn_w.ready):
-            m.d.sync += psn_pend_valid.eq(0)
-        with m.If(self.desc.ready):
-            m.d.sync += self.desc.valid.eq(0)
-        with m.If(self.post.ready):
-            m.d.sync += self.post.valid.eq(0)
-        with m.If(self.sent.ready):
-            m.d.sync += self.sent.valid.eq(0)
-
-        with m.If(commit):
-            with m.If(c_packet):
-                m.d.sync += [self.desc.valid.eq(1), self.desc.payload.eq(c_desc),
-                             self.sent.payload.psn.eq(c_psn), sent_cont.eq(1)]
-                with m.If(sent_merge):
-                    m.d.sync += self.sent.payload.packets.eq(self.sent.payload.packets + 1)
-                with m.Else():
-                    m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(c_q),
-                                 self.sent.payload.packets.eq(1), sent_sel.eq(c_sel)]
-            with m.If(c_new):
-                last_psn = Signal(24)
-                m.d.comb += last_psn.eq(c_psn + c_last)
-                m.d.sync += [self.post.valid.eq(1), self.post.payload.eq(c_post),
-                             self.post.payload.last_psn.eq(Mux(c_refuse, 0, last_psn)),
-                             post_sel.eq(c_sel)]
-                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(c_addr), ps_w.data.first.eq(c_psn),
-                             ps_w.data.last.eq(last_psn), ps_w.data.sent.eq(~c_refuse)]
-                with m.If(~c_refuse):
-                    m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(c_q),
-                                 psn_pend.psn.eq(last_psn + 1)]
-            m.d.comb += [prog_w.en.eq(c_prog_we), prog_w.addr.eq(c_q), prog_w.data.eq(c_prog)]
-
-        with m.If(any_of(ev_stale & sent_sel)):
-            m.d.sync += sent_cont.eq(0)
+        wiring.connect(m, ct, iss.turn)
+        wiring.connect(m, wiring.flipped(self.sched), iss.sched)
+        for name in ("desc", "post", "psn_w", "sent"):
+            wiring.connect(m, getattr(iss, name), wiring.flipped(getattr(self, name)))
+        m.d.comb += [iss.held.eq(self.held), iss.full.eq(self.full), iss.errored.eq(self.errored),
+                     ps_w.en.eq(iss.psn_slot.valid), ps_w.addr.eq(iss.psn_slot.payload.addr),
+                     ps_w.data.eq(iss.psn_slot.payload.psns),
+                     prog_w.en.eq(iss.progress.valid), prog_w.addr.eq(iss.progress.payload.qp),
+                     prog_w.data.eq(iss.progress.payload.progress)]
 
         # --- queueing ---------------------------------------------------------------------------
         # room in the queue, from the pointers of the previous cycle: for one more request, and for
@@ -472,20 +404,17 @@ class Scheduler(wiring.Component):
                          room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1))]
         room_q = kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
         room = kept(m, mux_tree(m, list(room_q), q_in, "room"), "room")
+        bad = t.wr.qp >= n
         m.d.comb += [
-            self.wr.ready.eq(Mux(bad, post_free & bad_r, room)),
+            iss.bad.valid.eq(self.wr.valid & bad),
+            iss.bad.payload.wr_id.eq(t.wr.wr_id),
+            iss.bad.payload.qp.eq(t.wr.qp),
+            iss.bad.payload.src.eq(t.src),
+            iss.bad.payload.status.eq(CplStatus.BAD_QP),
+            iss.bad.payload.last_psn.eq(0),
+            self.wr.ready.eq(Mux(bad, iss.bad.ready, room)),
             push.eq(self.wr.valid & ~bad & room),
         ]
-        with m.If(bad_post & post_free):
-            m.d.sync += [
-                self.post.valid.eq(1),
-                self.post.payload.wr_id.eq(t.wr.wr_id),
-                self.post.payload.qp.eq(t.wr.qp),
-                self.post.payload.src.eq(t.src),
-                self.post.payload.status.eq(CplStatus.BAD_QP),
-                self.post.payload.last_psn.eq(0),
-                post_sel.eq(0),
-            ]
         word_bits = (self.width // 8).bit_length() - 1
         in_status = Signal(CplStatus)
         with m.If(t.wr.local_addr[:word_bits] != 0):
@@ -527,6 +456,6 @@ class Scheduler(wiring.Component):
                 m.d.sync += cur[q].eq(c_n)
                 with m.If(ev_any[q]):
                     m.d.sync += win_block[q].eq(0)
-                with m.Elif(here & c_packet & c_shut & ~held_c & ~c_ev):
+                with m.Elif(here & iss.win_shut):
                     m.d.sync += win_block[q].eq(1)
         return m
