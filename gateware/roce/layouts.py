@@ -285,3 +285,7 @@ SLOT_PSNS_WRITE = data.StructLayout({"addr": 14, "psns": SLOT_PSNS})
 
 #: A write of a QP's progress in the scheduler (a one-cycle pulse: the stream is always ready).
 PROGRESS_WRITE = data.StructLayout({"qp": 8, "progress": PROGRESS})
+
+#: A work request written into the scheduler's queue memory (slot address, a one-cycle pulse:
+#: the stream is always ready).
+SLOT_WRITE = data.StructLayout({"addr": 14, "slot": SLOT})

@@ -1,4 +1,4 @@
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -17,13 +17,12 @@ from rocegen.gateware.roce.layouts import (
     SLOT,
     SLOT_PSNS,
     WR_TAGGED,
-    CplStatus,
     SchedKind,
-    WrSource,
 )
 from rocegen.gateware.roce.sched_build import SchedBuild
 from rocegen.gateware.roce.sched_issue import SchedIssue
-from rocegen.gateware.roce.sched_tree import first_one, kept, mux_tree
+from rocegen.gateware.roce.sched_queue import SchedQueue
+from rocegen.gateware.roce.sched_tree import first_one, kept
 
 __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
 
@@ -230,32 +229,19 @@ class Scheduler(wiring.Component):
         prog_w = prog_mem.write_port()
         prog_r = prog_mem.read_port()
 
-        def ptrs(name):
-            return Array(Signal(pw, name=f"{name}{q}") for q in range(n))
-        head = ptrs("head")         # oldest request not completed
-        cur = ptrs("cur")           # the request being sent, or the next one to send
-        hi = ptrs("hi")             # the first request never started
-        tail = ptrs("tail")         # where the next request is queued
-        started = Signal(n)         # bit q: the request at cur[q] has sent a packet
-        win_block = Signal(n)       # bit q: the window is closed until the QP is acknowledged
-
-        def slot_addr(ptr, q):
-            return Cat(ptr[:dbits], q[:qbits]) if dbits or qbits else Const(0, 1)
+        qu = m.submodules.queue = SchedQueue(n, self.width, self.mem_bytes, depth)
+        cur, hi, tail = qu.cur, qu.hi, qu.tail
+        started, win_block = qu.started, qu.win_block
 
         def any_of(bits):
             return bits.any() if len(bits) else Const(0)
 
-        t = self.wr.payload
-        q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
-        push = Signal(attrs={"keep": 1})    # a request is queued
         ev = self.sched
         # bit q: a REWIND or RESET of QP q this cycle (what was read of it is stale)
         ev_stale = Signal(n)
-        # bit q: any event of QP q this cycle
-        ev_any = Signal(n)
         for q in range(n):
-            m.d.comb += [ev_any[q].eq(ev.valid & (ev.payload.qp == q)),
-                         ev_stale[q].eq(ev_any[q] & (ev.payload.kind != SchedKind.ADVANCE))]
+            m.d.comb += ev_stale[q].eq(ev.valid & (ev.payload.qp == q) &
+                                       (ev.payload.kind != SchedKind.ADVANCE))
 
         # --- stage registers ----------------------------------------------------------------------
         # R (read): the QP selected in the previous cycle, whose memories are being read out
@@ -294,7 +280,6 @@ class Scheduler(wiring.Component):
         # not held, its window is not known to be full, its next request has started or `full`
         # allows it to start. The QPs with a turn in the read, build or issue stage, and those a
         # REWIND or RESET has just moved or whose turn the issue stage kept, are left out.
-        push_r = Signal(n)          # a request was queued
         moved_r = Signal(n)         # a REWIND or RESET came, or the issue stage kept its turn
         avail_r = Signal(n)         # eligible but for the turns in flight and the round robin
         going_r = Signal(n)         # started (after the issue stage's commit)
@@ -314,7 +299,7 @@ class Scheduler(wiring.Component):
             m.d.sync += [
                 moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
                 avail_r[q].eq((has_s |
-                               kept(m, push & (q_in == q), f"push_q{q}")) &
+                               kept(m, qu.pushed[q], f"push_q{q}")) &
                               ~self.held[q] & ~win_block[q] &
                               (going_s | (cur_s != hi_s) | ~self.full[q]) &
                               ~ev_stale[q] & ~(c_sel[q] & ~commit)),
@@ -392,70 +377,13 @@ class Scheduler(wiring.Component):
                      prog_w.en.eq(iss.progress.valid), prog_w.addr.eq(iss.progress.payload.qp),
                      prog_w.data.eq(iss.progress.payload.progress)]
 
-        # --- queueing ---------------------------------------------------------------------------
-        # room in the queue, from the pointers of the previous cycle: for one more request, and for
-        # one more after the one queued in that cycle (room freed in that cycle counts a cycle
-        # later)
-        room1 = Signal(n)
-        room2 = Signal(n)
-        for q in range(n):
-            used = [(tail[q] - head[q])[:pw], (tail[q] - cur[q])[:pw]]
-            m.d.sync += [room1[q].eq((used[0] < depth) & (used[1] < depth)),
-                         room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1))]
-        room_q = kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
-        room = kept(m, mux_tree(m, list(room_q), q_in, "room"), "room")
-        bad = t.wr.qp >= n
-        m.d.comb += [
-            iss.bad.valid.eq(self.wr.valid & bad),
-            iss.bad.payload.wr_id.eq(t.wr.wr_id),
-            iss.bad.payload.qp.eq(t.wr.qp),
-            iss.bad.payload.src.eq(t.src),
-            iss.bad.payload.status.eq(CplStatus.BAD_QP),
-            iss.bad.payload.last_psn.eq(0),
-            self.wr.ready.eq(Mux(bad, iss.bad.ready, room)),
-            push.eq(self.wr.valid & ~bad & room),
-        ]
-        word_bits = (self.width // 8).bit_length() - 1
-        in_status = Signal(CplStatus)
-        with m.If(t.wr.local_addr[:word_bits] != 0):
-            m.d.comb += in_status.eq(CplStatus.LOCAL_ALIGN)
-        with m.Elif((t.src != WrSource.GENERATOR) &
-                    (t.wr.local_addr + t.wr.length > self.mem_bytes)):
-            m.d.comb += in_status.eq(CplStatus.LOCAL_LENGTH)
-        m.d.comb += [
-            wr_w.en.eq(push),
-            wr_w.addr.eq(slot_addr(tail[q_in], q_in)),
-            wr_w.data.wr.eq(t.wr),
-            wr_w.data.src.eq(t.src),
-            wr_w.data.status.eq(in_status),
-        ]
-
-        # --- pointers ---------------------------------------------------------------------------
-        for q in range(n):
-            here = c_sel[q]
-            c_n = Signal(pw, name=f"cur_n{q}")
-            h_n = Signal(pw, name=f"hi_n{q}")
-            hd_n = Signal(pw, name=f"head_n{q}")
-            cur_p1 = kept(m, (cur[q] + 1)[:pw], f"cur_p1_{q}")
-            hi_p1 = kept(m, (hi[q] + 1)[:pw], f"hi_p1_{q}")
-            m.d.comb += [c_n.eq(Mux(here & commit & c_fin, cur_p1, cur[q])),
-                         h_n.eq(Mux(here & commit & c_new, hi_p1, hi[q])),
-                         hd_n.eq(head[q] + (self.freed.valid & (self.freed.payload == q)))]
-            m.d.sync += [hi[q].eq(h_n), head[q].eq(hd_n)]
-            m.d.sync += push_r[q].eq(push & (q_in == q))
-            with m.If(push & (q_in == q)):
-                m.d.sync += tail[q].eq(tail[q] + 1)
-            with m.If(here & commit):
-                m.d.sync += started[q].eq(~c_fin)
-            # (no turn of the QP is committed in the cycle of its REWIND or RESET)
-            with m.If(ev_stale[q] & (ev.payload.kind == SchedKind.REWIND)):
-                m.d.sync += [cur[q].eq(hd_n), started[q].eq(0), win_block[q].eq(0)]
-            with m.Elif(ev_stale[q]):
-                m.d.sync += [cur[q].eq(hi[q]), started[q].eq(0), win_block[q].eq(0)]
-            with m.Else():
-                m.d.sync += cur[q].eq(c_n)
-                with m.If(ev_any[q]):
-                    m.d.sync += win_block[q].eq(0)
-                with m.Elif(here & iss.win_shut):
-                    m.d.sync += win_block[q].eq(1)
+        # --- queueing and pointers ----------------------------------------------------------------
+        wiring.connect(m, wiring.flipped(self.wr), qu.wr)
+        wiring.connect(m, qu.bad, iss.bad)
+        wiring.connect(m, wiring.flipped(self.freed), qu.freed)
+        wiring.connect(m, wiring.flipped(self.sched), qu.sched)
+        m.d.comb += [qu.sel.eq(c_sel), qu.commit.eq(commit), qu.fin.eq(c_fin), qu.new.eq(c_new),
+                     qu.win_shut.eq(iss.win_shut),
+                     wr_w.en.eq(qu.slot_w.valid), wr_w.addr.eq(qu.slot_w.payload.addr),
+                     wr_w.data.eq(qu.slot_w.payload.slot)]
         return m
