@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -17,12 +17,11 @@ from rocegen.gateware.roce.layouts import (
     SLOT,
     SLOT_PSNS,
     WR_TAGGED,
-    SchedKind,
 )
 from rocegen.gateware.roce.sched_build import SchedBuild
 from rocegen.gateware.roce.sched_issue import SchedIssue
 from rocegen.gateware.roce.sched_queue import SchedQueue
-from rocegen.gateware.roce.sched_tree import first_one, kept
+from rocegen.gateware.roce.sched_select import SchedSelect
 
 __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
 
@@ -215,9 +214,6 @@ class Scheduler(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n, depth = self.num_qps, self.depth
-        dbits = depth.bit_length() - 1
-        pw = dbits + 1              # queue pointers count modulo 2 * depth
-        qbits = (n - 1).bit_length()
 
         wr_mem = m.submodules.wr_mem = Memory(shape=SLOT, depth=n * depth, init=[])
         psn_mem = m.submodules.psn_mem = Memory(shape=SLOT_PSNS, depth=n * depth, init=[])
@@ -230,38 +226,53 @@ class Scheduler(wiring.Component):
         prog_r = prog_mem.read_port()
 
         qu = m.submodules.queue = SchedQueue(n, self.width, self.mem_bytes, depth)
-        cur, hi, tail = qu.cur, qu.hi, qu.tail
-        started, win_block = qu.started, qu.win_block
+        abits = max(1, (n * depth - 1).bit_length())
+        bs = m.submodules.build = SchedBuild(n, abits, self.window)
+        ct = bs.turn
+        iss = m.submodules.issue = SchedIssue(n, abits)
 
-        def any_of(bits):
-            return bits.any() if len(bits) else Const(0)
-
-        ev = self.sched
-        # bit q: a REWIND or RESET of QP q this cycle (what was read of it is stale)
-        ev_stale = Signal(n)
-        for q in range(n):
-            m.d.comb += ev_stale[q].eq(ev.valid & (ev.payload.qp == q) &
-                                       (ev.payload.kind != SchedKind.ADVANCE))
-
-        # --- stage registers ----------------------------------------------------------------------
-        # R (read): the QP selected in the previous cycle, whose memories are being read out
-        r_valid = Signal()
-        r_q = Signal(range(n))
-        r_sel = Signal(n)           # one-hot r_q, 0 when r_valid is low
-        r_addr = Signal(max(1, dbits + qbits))
+        # --- select stage (S): round robin; read stage (R): the memories' data registered -------
+        se = m.submodules.select = SchedSelect(n, depth)
+        # (the retry engine's events reach every stage)
+        for stage in (se, bs, iss, qu):
+            wiring.connect(m, wiring.flipped(self.sched), stage.sched)
         # B (build): the QP read, its memories' data registered
         b_valid = Signal()
         b_q = Signal(range(n))
         b_sel = Signal(n)           # one-hot b_q, 0 when b_valid is low
         b_going = Signal()          # started[b_q]
         b_new = Signal()            # cur[b_q] == hi[b_q]
-        b_addr = Signal(max(1, dbits + qbits))
+        b_addr = Signal(len(se.r_addr))
         b_slot = Signal(SLOT)
         b_pslot = Signal(SLOT_PSNS)
         b_fwd = Signal()            # the QP table's PSN of b_q was being written: b_fpsn
         b_fpsn = Signal(24)
-        # I (issue): the turn worked out by B, registered in B's component
-        bs = m.submodules.build = SchedBuild(n, len(b_addr), self.window)
+        m.d.comb += [
+            se.cur.eq(qu.cur), se.hi.eq(qu.hi), se.tail.eq(qu.tail), se.started.eq(qu.started),
+            se.win_block.eq(qu.win_block), se.pushed.eq(qu.pushed), se.held.eq(self.held),
+            se.full.eq(self.full), se.turn_sel.eq(ct.sel), se.turn_fin.eq(ct.p.fin),
+            se.turn_new.eq(ct.p.new), se.commit.eq(iss.commit), se.b_sel.eq(b_sel),
+            wr_r.addr.eq(se.rd_addr), ps_r.addr.eq(se.rd_addr),
+        ]
+        # the progress and the QP table are read from r_q (distributed RAMs, read in this cycle);
+        # a PSN write of r_q waiting in the output in this cycle is not seen by the table's read
+        r_q = se.r_q
+        m.d.comb += [prog_r.addr.eq(r_q), self.rd_qp.eq(r_q)]
+        psn_pend = self.psn_w     # the psn_w output register
+        m.d.sync += [
+            b_fwd.eq(psn_pend.valid & (psn_pend.payload.qp == r_q)),
+            b_fpsn.eq(psn_pend.payload.psn),
+            b_valid.eq(se.r_valid & ~se.r_gone),
+            b_sel.eq(Mux(se.r_gone, 0, se.r_sel)),
+            b_q.eq(r_q),
+            b_going.eq(se.r_going),
+            b_new.eq(se.r_new),
+            b_addr.eq(se.r_addr),
+            b_slot.eq(wr_r.data),
+            b_pslot.eq(ps_r.data),
+        ]
+
+        # --- build stage (B): the turn worked out ---------------------------------------------------
         m.d.comb += [
             bs.valid.eq(b_valid), bs.q.eq(b_q), bs.sel.eq(b_sel), bs.addr.eq(b_addr),
             bs.going.eq(b_going), bs.new.eq(b_new), bs.slot.eq(b_slot), bs.pslot.eq(b_pslot),
@@ -270,105 +281,9 @@ class Scheduler(wiring.Component):
             bs.acked_psn.eq(self.acked_psn), bs.errored.eq(self.errored),
             self.acked_qp.eq(b_q),
         ]
-        wiring.connect(m, wiring.flipped(self.sched), bs.sched)
-        ct = bs.turn
-        c_sel, c_fin, c_new = ct.sel, ct.p.fin, ct.p.new
-
-        # --- select stage (S): round robin over registered eligibility ----------------------------
-        # Worked out in the previous cycle from the registers of that cycle, as if the issue
-        # stage commits its turn: a QP has requests to send (or has had one queued since), it is
-        # not held, its window is not known to be full, its next request has started or `full`
-        # allows it to start. The QPs with a turn in the read, build or issue stage, and those a
-        # REWIND or RESET has just moved or whose turn the issue stage kept, are left out.
-        moved_r = Signal(n)         # a REWIND or RESET came, or the issue stage kept its turn
-        avail_r = Signal(n)         # eligible but for the turns in flight and the round robin
-        going_r = Signal(n)         # started (after the issue stage's commit)
-        new_r = Signal(n)           # cur == hi (after the issue stage's commit)
-        has_r = Signal(n)           # cur != tail (after the issue stage's commit; no queueing)
-        iss = m.submodules.issue = SchedIssue(n, len(b_addr))
-        commit = iss.commit
-        cur_after = []              # cur as if the issue stage commits its turn
-        for q in range(n):
-            fin_q = c_sel[q] & c_fin
-            cur_s = Signal(pw, name=f"cur_s{q}")
-            cur_after.append(cur_s)
-            hi_s = Signal(pw, name=f"hi_s{q}")
-            m.d.comb += [cur_s.eq(cur[q] + fin_q), hi_s.eq(hi[q] + (c_sel[q] & c_new))]
-            going_s = Mux(c_sel[q], ~c_fin, started[q])
-            has_s = kept(m, cur_s != tail[q], f"has_s{q}")
-            m.d.sync += [
-                moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
-                avail_r[q].eq((has_s |
-                               kept(m, qu.pushed[q], f"push_q{q}")) &
-                              ~self.held[q] & ~win_block[q] &
-                              (going_s | (cur_s != hi_s) | ~self.full[q]) &
-                              ~ev_stale[q] & ~(c_sel[q] & ~commit)),
-                going_r[q].eq(going_s),
-                new_r[q].eq(cur_s == hi_s),
-                has_r[q].eq(has_s),
-            ]
-        rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
-        # the first eligible QP after the last turn's, else the first at all: the first one of
-        # (elig & rr_hi, elig), each half padded so that the whole is a power of 4, found by a
-        # tree of 4-input nodes
-        total = 4                   # the tree takes 4^k values
-        while total < 2 * n:
-            total *= 4
-        half = total // 2
-        # (a QP whose turn is in the issue stage may be selected: its slot is read at cur as if
-        # that turn commits, and the read stage drops the new turn if it did not, or if the QP
-        # turned out to have nothing left to send)
-        base = avail_r & ~r_sel & ~b_sel
-        # each leaf carries the QP's slot, its one-hot and the round-robin mask it leaves
-        leaves = []
-        for k in range(total):
-            q = k % half
-            if q >= n:
-                leaves.append((Const(0), Const(0, dbits + 2 * n)))
-            else:
-                e = base[q] & rr_hi[q] if k < half else base[q]
-                leaves.append((kept(m, e, f"elig{'_hi' if k < half else ''}{q}"),
-                               Cat(cur_after[q][:dbits], Const(1 << q, n),
-                                   Const(((1 << n) - 1) & ~((2 << q) - 1), n))))
-        found, pos, payload = first_one(m, leaves)
-        sel = Signal(range(n))
-        m.d.comb += sel.eq(pos[:qbits])
-        sel_slot = payload[:dbits]
-        grant = payload[dbits:dbits + n]
-        sel_mask = payload[dbits + n:]
-        sel_addr = Signal(max(1, dbits + qbits))
-        m.d.comb += sel_addr.eq(Cat(sel_slot, sel[:qbits]) if dbits or qbits else 0)
-        m.d.comb += [wr_r.addr.eq(sel_addr), ps_r.addr.eq(sel_addr)]
-        # (a REWIND or RESET of the QP in this cycle is caught by moved_r in the next)
-        m.d.sync += [r_valid.eq(found), r_sel.eq(Mux(found, grant, 0)),
-                     r_q.eq(sel), r_addr.eq(sel_addr)]
-        with m.If(found):
-            m.d.sync += rr_hi.eq(sel_mask)
-
-        # --- read stage (R): the memories' data registered ----------------------------------------
-        # the progress and the QP table are read from r_q (distributed RAMs, read in this cycle);
-        # a PSN write of r_q waiting in the output in this cycle is not seen by the table's read
-        m.d.comb += [prog_r.addr.eq(r_q), self.rd_qp.eq(r_q)]
-        psn_pend = self.psn_w     # the psn_w output register
-        m.d.sync += [b_fwd.eq(psn_pend.valid & (psn_pend.payload.qp == r_q)),
-                     b_fpsn.eq(psn_pend.payload.psn)]
-        r_gone = any_of((moved_r | ev_stale | ~has_r) & r_sel)
-        m.d.sync += [
-            b_valid.eq(r_valid & ~r_gone),
-            b_sel.eq(Mux(r_gone, 0, r_sel)),
-            b_q.eq(r_q),
-            b_going.eq(going_r.bit_select(r_q, 1)),
-            b_new.eq(new_r.bit_select(r_q, 1)),
-            b_addr.eq(r_addr),
-            b_slot.eq(wr_r.data),
-            b_pslot.eq(ps_r.data),
-        ]
-
-        # --- build stage (B): the turn worked out ---------------------------------------------------
 
         # --- issue stage (I): commit when the outputs take the turn -------------------------------
         wiring.connect(m, ct, iss.turn)
-        wiring.connect(m, wiring.flipped(self.sched), iss.sched)
         for name in ("desc", "post", "psn_w", "sent"):
             wiring.connect(m, getattr(iss, name), wiring.flipped(getattr(self, name)))
         m.d.comb += [iss.held.eq(self.held), iss.full.eq(self.full), iss.errored.eq(self.errored),
@@ -381,9 +296,8 @@ class Scheduler(wiring.Component):
         wiring.connect(m, wiring.flipped(self.wr), qu.wr)
         wiring.connect(m, qu.bad, iss.bad)
         wiring.connect(m, wiring.flipped(self.freed), qu.freed)
-        wiring.connect(m, wiring.flipped(self.sched), qu.sched)
-        m.d.comb += [qu.sel.eq(c_sel), qu.commit.eq(commit), qu.fin.eq(c_fin), qu.new.eq(c_new),
-                     qu.win_shut.eq(iss.win_shut),
+        m.d.comb += [qu.sel.eq(ct.sel), qu.commit.eq(iss.commit), qu.fin.eq(ct.p.fin),
+                     qu.new.eq(ct.p.new), qu.win_shut.eq(iss.win_shut),
                      wr_w.en.eq(qu.slot_w.valid), wr_w.addr.eq(qu.slot_w.payload.addr),
                      wr_w.data.eq(qu.slot_w.payload.slot)]
         return m
