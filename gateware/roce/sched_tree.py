@@ -16,7 +16,8 @@ def kept(m, value, name):
 
 
 def mux_tree(m, values, index, name):
-    """``values[index]`` as a tree of 4:1 multiplexers whose outputs synthesis keeps."""
+    """``values[index]`` (single bits) as a tree of 4:1 multiplexers whose outputs synthesis
+    keeps."""
     values = list(values)
     k = 0
     while len(values) > 1:
