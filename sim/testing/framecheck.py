@@ -193,7 +193,10 @@ class FrameChecker:
 
     # -------------------------------------------------------------------------------- requests
     def request(self, frame):
-        """Note a frame sent to the endpoint (connection-manager requests are remembered)."""
+        """Note a frame sent to the endpoint (connection-manager requests are remembered). A runt
+        too short for an Ethernet header (a fault the NIC model injects) holds no request."""
+        if len(frame) < 14:
+            return
         p = Ether(bytes(frame))
         if IP in p and UDP in p and p[UDP].dport == CM_PORT and p[IP].frag == 0:
             raw = bytes(p[UDP].payload)
