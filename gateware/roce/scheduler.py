@@ -166,7 +166,14 @@ class Scheduler(wiring.Component):
     "started" and "window full" flags. A slot is reused only when both ``head`` and ``cur``
     have left it. A PSN write not yet seen by the QP table's read port (held in the output
     when R reads) is forwarded to a starting message. The round robin, the queue room and the
-    issue decision are built as trees of kept signals so that synthesis maps them shallow.
+    issue decision are built as trees of kept signals so that synthesis maps them shallow
+    (:mod:`~rocegen.gateware.roce.sched_tree`).
+
+    Components: :class:`~rocegen.gateware.roce.sched_select.SchedSelect` (S and the turn
+    registered for R), :class:`~rocegen.gateware.roce.sched_build.SchedBuild` (B),
+    :class:`~rocegen.gateware.roce.sched_issue.SchedIssue` (I and the output registers) and
+    :class:`~rocegen.gateware.roce.sched_queue.SchedQueue` (queueing, pointers and flags); the
+    scheduler holds the three memories, registers R's reads for B and joins the stages.
     """
 
     def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024):
