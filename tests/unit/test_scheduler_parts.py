@@ -516,3 +516,15 @@ def test_issue_against_model(num_qps, seed):
 
     run_sim(dut, testbenches=[tb])
     assert all(v > 10 for v in seen.values()), seen
+
+
+def test_parameters_are_validated():
+    for bad in (lambda: SchedSelect(0, 4), lambda: SchedSelect(2, 3), lambda: SchedSelect(2, 128),
+                lambda: SchedBuild(257, 4, 16), lambda: SchedBuild(2, 0, 16),
+                lambda: SchedBuild(2, 4, 0), lambda: SchedBuild(2, 4, 1 << 23),
+                lambda: SchedIssue(2, 15), lambda: SchedIssue(True, 4),
+                lambda: SchedQueue(2, 64, 3 << 16, 4), lambda: SchedQueue(2, 64, 1 << 16, 0)):
+        with pytest.raises(ValueError):
+            bad()
+    with pytest.raises(ValueError, match="width"):
+        SchedQueue(2, 32, 1 << 16, 4)
