@@ -310,3 +310,43 @@ STREAM_FINISHED = data.StructLayout({"wr": WORK_REQUEST, "end": 32})
 #: A message the streaming front end has stored, as its ring placement sees it: the word offset
 #: in the ring of its last beat, and whether that beat wrote a word there.
 RING_COMMIT = data.StructLayout({"pos": 32, "write": 1})
+
+
+#: Width of a packet index within a message: a message of 2^31-1 bytes in 256-byte packets has
+#: 2^23 of them.
+INDEX_BITS = 23
+
+#: One entry of the scheduler's work-request memory: the request, who posted it and the verdict
+#: of the checks made when it was queued (OK, LOCAL_ALIGN or LOCAL_LENGTH).
+SLOT = data.StructLayout({"wr": WORK_REQUEST, "src": WrSource, "status": CplStatus})
+
+#: Progress of the message a QP is sending (one entry per QP in the scheduler): index, PSN and
+#: byte offset of its next packet.
+PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24, "offset": 31})
+
+#: The PSNs a started work request took (one entry per scheduler slot): its first and last PSN,
+#: and whether it was sent at all (0: refused).
+SLOT_PSNS = data.StructLayout({"first": 24, "last": 24, "sent": 1})
+
+#: A scheduler turn as its build stage works it out for the issue stage: what the turn does
+#: (``packet``: sends the packet ``desc`` of PSN ``psn``; ``new``: starts its request and posts
+#: ``post``, refused when ``refuse``; ``fin``: the request leaves the sending position;
+#: ``shut``: the packet is outside the window), the QP's error state and whether an event of
+#: the QP came while it was worked out (``err``, ``ev``), the index of the message's last
+#: packet (``last``) and the progress to write back (``prog``, when ``prog_we``).
+SCHED_TURN = data.StructLayout({
+    "packet": 1, "new": 1, "refuse": 1, "fin": 1, "shut": 1, "err": 1, "ev": 1,
+    "desc": PACKET_DESC, "psn": 24, "post": POST, "last": INDEX_BITS,
+    "prog_we": 1, "prog": PROGRESS,
+})
+
+#: A write into the scheduler's memory of the PSNs a work request took (slot address, a
+#: one-cycle pulse: the stream is always ready).
+SLOT_PSNS_WRITE = data.StructLayout({"addr": 14, "psns": SLOT_PSNS})
+
+#: A write of a QP's progress in the scheduler (a one-cycle pulse: the stream is always ready).
+PROGRESS_WRITE = data.StructLayout({"qp": 8, "progress": PROGRESS})
+
+#: A work request written into the scheduler's queue memory (slot address, a one-cycle pulse:
+#: the stream is always ready).
+SLOT_WRITE = data.StructLayout({"addr": 14, "slot": SLOT})

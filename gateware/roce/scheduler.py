@@ -1,5 +1,5 @@
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -9,88 +9,21 @@ from rocegen.gateware.roce.layouts import (
     MAX_QPS,
     PACKET_DESC,
     POST,
+    PROGRESS,
     PSN_WRITE,
     QP_CONTEXT,
     SCHED_EVENT,
     SENT,
-    WORK_REQUEST,
+    SLOT,
+    SLOT_PSNS,
     WR_TAGGED,
-    CplStatus,
-    QpState,
-    SchedKind,
-    WrSource,
 )
-from rocegen.gateware.roce.segmenter import INDEX_BITS, describe_packet
+from rocegen.gateware.roce.sched_build import SchedBuild
+from rocegen.gateware.roce.sched_issue import SchedIssue
+from rocegen.gateware.roce.sched_queue import SchedQueue
+from rocegen.gateware.roce.sched_select import SchedSelect
 
 __all__ = ["Scheduler", "SLOT", "PROGRESS", "SLOT_PSNS"]
-
-#: One entry of the work-request memory: the request, who posted it and the verdict of the
-#: checks made when it was queued (OK, LOCAL_ALIGN or LOCAL_LENGTH).
-SLOT = data.StructLayout({"wr": WORK_REQUEST, "src": WrSource, "status": CplStatus})
-
-#: Progress of the message a QP is sending (one entry per QP): index, PSN and byte offset of its
-#: next packet.
-PROGRESS = data.StructLayout({"index": INDEX_BITS, "psn": 24, "offset": 31})
-
-#: The PSNs a started work request took (one entry per slot): its first and last PSN, and
-#: whether it was sent at all (0: refused).
-SLOT_PSNS = data.StructLayout({"first": 24, "last": 24, "sent": 1})
-
-
-def _kept(m, value, name):
-    """``value`` through a signal that synthesis keeps: the logic on either side is mapped
-    separately, which bounds the LUT levels of a path through it."""
-    sig = Signal.like(value, name=name, attrs={"keep": 1}) if isinstance(value, Signal) else \
-        Signal(len(value), name=name, attrs={"keep": 1})
-    m.d.comb += sig.eq(value)
-    return sig
-
-
-def _mux_tree(m, values, index, name):
-    """``values[index]`` as a tree of 4:1 multiplexers whose outputs synthesis keeps."""
-    values = list(values)
-    k = 0
-    while len(values) > 1:
-        nxt = []
-        for g in range(0, len(values), 4):
-            group = values[g:g + 4]
-            sig = Signal(name=f"{name}_m{k}_{g // 4}", attrs={"keep": 1})
-            if len(group) == 1:
-                m.d.comb += sig.eq(group[0])
-            else:
-                m.d.comb += sig.eq(Array(group)[index[2 * k:2 * k + 2]])
-            nxt.append(sig)
-        values = nxt
-        k += 1
-    return values[0]
-
-
-def _first_one(m, leaves, name="ff"):
-    """The first of a list of 4^k leaves ``(valid, payload)`` that is valid: (any valid, its
-    position, its payload), as a tree of 4-input nodes whose outputs synthesis keeps."""
-    if len(leaves) == 1:
-        return leaves[0][0], Const(0, 0), leaves[0][1]
-    q = len(leaves) // 4
-    kids = [_first_one(m, leaves[k * q:(k + 1) * q], f"{name}{k}") for k in range(4)]
-    anys = [a for a, _, _ in kids]
-    first = Signal(2, name=f"{name}_f", attrs={"keep": 1})
-    with m.If(anys[0]):
-        m.d.comb += first.eq(0)
-    with m.Elif(anys[1]):
-        m.d.comb += first.eq(1)
-    with m.Elif(anys[2]):
-        m.d.comb += first.eq(2)
-    with m.Else():
-        m.d.comb += first.eq(3)
-    low = Signal(len(kids[0][1]) + len(kids[0][2]))
-    with m.Switch(first):
-        for k in range(4):
-            with m.Case(k):
-                m.d.comb += low.eq(Cat(kids[k][1], kids[k][2]))
-    pos = _kept(m, Cat(low[:len(kids[0][1])], first), f"{name}_p")
-    payload = _kept(m, low[len(kids[0][1]):], f"{name}_d") if len(kids[0][2]) else Const(0, 0)
-    any_ = _kept(m, anys[0] | anys[1] | anys[2] | anys[3], f"{name}_a")
-    return any_, pos, payload
 
 
 class Scheduler(wiring.Component):
@@ -208,7 +141,7 @@ class Scheduler(wiring.Component):
       (or a refusal) is issued only when every output it needs is free or freeing in that
       cycle. While the issue stage waits for an output it keeps its turn; the turns behind it
       are dropped and the round robin goes back to the first of them, so they are given again
-      in the same order: a stall never costs a QP its place. ``desc.ready``, ``post.ready``, ``psn_w.ready``,
+      in the same order (a stall never costs a QP its place). ``desc.ready``, ``post.ready``, ``psn_w.ready``,
       ``sent.ready``, ``full``, ``held``, ``errored`` and ``sched`` reach the issue stage's
       decision (and through it the pointers) combinationally, ``wr.valid`` and ``wr.payload``
       the queue pointers; the memories' read addresses and ``rd_qp`` come from registers and
@@ -233,7 +166,14 @@ class Scheduler(wiring.Component):
     "started" and "window full" flags. A slot is reused only when both ``head`` and ``cur``
     have left it. A PSN write not yet seen by the QP table's read port (held in the output
     when R reads) is forwarded to a starting message. The round robin, the queue room and the
-    issue decision are built as trees of kept signals so that synthesis maps them shallow.
+    issue decision are built as trees of kept signals so that synthesis maps them shallow
+    (:mod:`~rocegen.gateware.roce.sched_tree`).
+
+    Components: :class:`~rocegen.gateware.roce.sched_select.SchedSelect` (S and the turn
+    registered for R), :class:`~rocegen.gateware.roce.sched_build.SchedBuild` (B),
+    :class:`~rocegen.gateware.roce.sched_issue.SchedIssue` (I and the output registers) and
+    :class:`~rocegen.gateware.roce.sched_queue.SchedQueue` (queueing, pointers and flags); the
+    scheduler holds the three memories, registers R's reads for B and joins the stages.
     """
 
     def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024):
@@ -281,9 +221,6 @@ class Scheduler(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n, depth = self.num_qps, self.depth
-        dbits = depth.bit_length() - 1
-        pw = dbits + 1              # queue pointers count modulo 2 * depth
-        qbits = (n - 1).bit_length()
 
         wr_mem = m.submodules.wr_mem = Memory(shape=SLOT, depth=n * depth, init=[])
         psn_mem = m.submodules.psn_mem = Memory(shape=SLOT_PSNS, depth=n * depth, init=[])
@@ -295,415 +232,80 @@ class Scheduler(wiring.Component):
         prog_w = prog_mem.write_port()
         prog_r = prog_mem.read_port()
 
-        def ptrs(name):
-            return Array(Signal(pw, name=f"{name}{q}") for q in range(n))
-        head = ptrs("head")         # oldest request not completed
-        cur = ptrs("cur")           # the request being sent, or the next one to send
-        hi = ptrs("hi")             # the first request never started
-        tail = ptrs("tail")         # where the next request is queued
-        started = Signal(n)         # bit q: the request at cur[q] has sent a packet
-        win_block = Signal(n)       # bit q: the window is closed until the QP is acknowledged
+        qu = m.submodules.queue = SchedQueue(n, self.width, self.mem_bytes, depth)
+        abits = max(1, (n * depth - 1).bit_length())
+        bs = m.submodules.build = SchedBuild(n, abits, self.window)
+        ct = bs.turn
+        iss = m.submodules.issue = SchedIssue(n, abits)
 
-        def slot_addr(ptr, q):
-            return Cat(ptr[:dbits], q[:qbits]) if dbits or qbits else Const(0, 1)
-
-        def any_of(bits):
-            return bits.any() if len(bits) else Const(0)
-
-        t = self.wr.payload
-        q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)
-        push = Signal(attrs={"keep": 1})    # a request is queued
-        ev = self.sched
-        # bit q: a REWIND or RESET of QP q this cycle (what was read of it is stale)
-        ev_stale = Signal(n)
-        # bit q: any event of QP q this cycle
-        ev_any = Signal(n)
-        for q in range(n):
-            m.d.comb += [ev_any[q].eq(ev.valid & (ev.payload.qp == q)),
-                         ev_stale[q].eq(ev_any[q] & (ev.payload.kind != SchedKind.ADVANCE))]
-
-        # --- stage registers ----------------------------------------------------------------------
-        # R (read): the QP selected in the previous cycle, whose memories are being read out
-        r_valid = Signal()
-        r_q = Signal(range(n))
-        r_sel = Signal(n)           # one-hot r_q, 0 when r_valid is low
-        r_addr = Signal(max(1, dbits + qbits))
+        # --- select stage (S): round robin; read stage (R): the memories' data registered -------
+        se = m.submodules.select = SchedSelect(n, depth)
+        # (the retry engine's events reach every stage)
+        for stage in (se, bs, iss, qu):
+            wiring.connect(m, wiring.flipped(self.sched), stage.sched)
         # B (build): the QP read, its memories' data registered
         b_valid = Signal()
         b_q = Signal(range(n))
         b_sel = Signal(n)           # one-hot b_q, 0 when b_valid is low
         b_going = Signal()          # started[b_q]
         b_new = Signal()            # cur[b_q] == hi[b_q]
-        b_addr = Signal(max(1, dbits + qbits))
+        b_addr = Signal(len(se.r_addr))
         b_slot = Signal(SLOT)
         b_pslot = Signal(SLOT_PSNS)
         b_fwd = Signal()            # the QP table's PSN of b_q was being written: b_fpsn
         b_fpsn = Signal(24)
-        # I (issue): the turn worked out by R, waiting to be committed
-        c_valid = Signal()
-        c_q = Signal(range(n))
-        c_sel = Signal(n)           # one-hot c_q, 0 when c_valid is low
-        c_addr = Signal(max(1, dbits + qbits))
-        c_packet = Signal()         # the turn sends a packet
-        c_new = Signal()            # the turn starts its request (posts it)
-        c_refuse = Signal()
-        c_fin = Signal()            # the request leaves the sending position
-        c_shut = Signal()           # the packet is outside the window
-        c_err = Signal()            # the QP was in the error state when the turn was worked out
-        c_ev = Signal()             # an event of the QP came while the turn was worked out
-        c_desc = Signal(PACKET_DESC)
-        c_psn = Signal(24)
-        c_post = Signal(POST)
-        c_last = Signal(INDEX_BITS)     # index of the message's last packet
-        c_prog_we = Signal()
-        c_prog = Signal(PROGRESS)
-
-        psn_pend = Signal(PSN_WRITE)    # the psn_w output register
-        psn_pend_valid = Signal()
-        c_done = Signal()           # I is empty after this cycle (and takes R's turn)
-
-        # --- select stage (S): round robin over registered eligibility ----------------------------
-        # Worked out in the previous cycle from the registers of that cycle, as if the issue
-        # stage commits its turn: a QP has requests to send (or has had one queued since), it is
-        # not held, its window is not known to be full, its next request has started or `full`
-        # allows it to start. The QPs with a turn in the read, build or issue stage, and those a
-        # REWIND or RESET has just moved or whose turn the issue stage kept, are left out.
-        push_r = Signal(n)          # a request was queued
-        moved_r = Signal(n)         # a REWIND or RESET came, or the issue stage kept its turn
-        avail_r = Signal(n)         # eligible but for the turns in flight and the round robin
-        going_r = Signal(n)         # started (after the issue stage's commit)
-        new_r = Signal(n)           # cur == hi (after the issue stage's commit)
-        has_r = Signal(n)           # cur != tail (after the issue stage's commit; no queueing)
-        commit = Signal(attrs={"keep": 1})
-        cur_after = []              # cur as if the issue stage commits its turn
-        for q in range(n):
-            fin_q = c_sel[q] & c_fin
-            cur_s = Signal(pw, name=f"cur_s{q}")
-            cur_after.append(cur_s)
-            hi_s = Signal(pw, name=f"hi_s{q}")
-            m.d.comb += [cur_s.eq(cur[q] + fin_q), hi_s.eq(hi[q] + (c_sel[q] & c_new))]
-            going_s = Mux(c_sel[q], ~c_fin, started[q])
-            has_s = _kept(m, cur_s != tail[q], f"has_s{q}")
-            m.d.sync += [
-                moved_r[q].eq(ev_stale[q] | (c_sel[q] & ~commit)),
-                avail_r[q].eq((has_s |
-                               _kept(m, push & (q_in == q), f"push_q{q}")) &
-                              ~self.held[q] & ~win_block[q] &
-                              (going_s | (cur_s != hi_s) | ~self.full[q]) &
-                              ~ev_stale[q] & ~(c_sel[q] & ~commit)),
-                going_r[q].eq(going_s),
-                new_r[q].eq(cur_s == hi_s),
-                has_r[q].eq(has_s),
-            ]
-        rr_hi = Signal(n)           # bit q: q comes after the QP of the last turn
-        # the first eligible QP after the last turn's, else the first at all: the first one of
-        # (elig & rr_hi, elig), each half padded so that the whole is a power of 4, found by a
-        # tree of 4-input nodes
-        total = 4                   # the tree takes 4^k values
-        while total < 2 * n:
-            total *= 4
-        half = total // 2
-        # (a QP whose turn is in the issue stage may be selected: its slot is read at cur as if
-        # that turn commits, and the read stage drops the new turn if it did not, or if the QP
-        # turned out to have nothing left to send)
-        base = avail_r & ~r_sel & ~b_sel
-        # each leaf carries the QP's slot, its one-hot and the round-robin mask it leaves
-        leaves = []
-        for k in range(total):
-            q = k % half
-            if q >= n:
-                leaves.append((Const(0), Const(0, dbits + 2 * n)))
-            else:
-                e = base[q] & rr_hi[q] if k < half else base[q]
-                leaves.append((_kept(m, e, f"elig{'_hi' if k < half else ''}{q}"),
-                               Cat(cur_after[q][:dbits], Const(1 << q, n),
-                                   Const(((1 << n) - 1) & ~((2 << q) - 1), n))))
-        found, pos, payload = _first_one(m, leaves)
-        sel = Signal(range(n))
-        m.d.comb += sel.eq(pos[:qbits])
-        sel_slot = payload[:dbits]
-        grant = payload[dbits:dbits + n]
-        sel_mask = payload[dbits + n:]
-        sel_addr = Signal(max(1, dbits + qbits))
-        m.d.comb += sel_addr.eq(Cat(sel_slot, sel[:qbits]) if dbits or qbits else 0)
-        m.d.comb += [wr_r.addr.eq(sel_addr), ps_r.addr.eq(sel_addr)]
-        # (a REWIND or RESET of the QP in this cycle is caught by moved_r in the next)
-        # While the issue stage keeps its turn, the build stage's turn cannot move on: it is
-        # dropped, and so are the turns behind it (read and select), and the round robin goes
-        # back to the dropped turn's QP, so the turns are given again in the same order and no
-        # QP loses its place to a stall of the outputs.
-        stall_drop = Signal()
-        m.d.comb += stall_drop.eq(b_valid & ~c_done)
-        from_b = Signal(n)          # bit q: q is the dropped turn's QP or comes after it
-        m.d.comb += from_b.eq(~(b_sel - 1))
-        m.d.sync += [r_valid.eq(found & ~stall_drop), r_sel.eq(Mux(found & ~stall_drop, grant, 0)),
-                     r_q.eq(sel), r_addr.eq(sel_addr)]
-        with m.If(stall_drop):
-            m.d.sync += rr_hi.eq(from_b)
-        with m.Elif(found):
-            m.d.sync += rr_hi.eq(sel_mask)
-
-        # --- read stage (R): the memories' data registered ----------------------------------------
+        m.d.comb += [
+            se.cur.eq(qu.cur), se.hi.eq(qu.hi), se.tail.eq(qu.tail), se.started.eq(qu.started),
+            se.win_block.eq(qu.win_block), se.pushed.eq(qu.pushed), se.held.eq(self.held),
+            se.full.eq(self.full), se.turn_sel.eq(ct.sel), se.turn_fin.eq(ct.p.fin),
+            se.turn_new.eq(ct.p.new), se.commit.eq(iss.commit), se.b_sel.eq(b_sel),
+            se.stall.eq(b_valid & ~ct.done),
+            wr_r.addr.eq(se.rd_addr), ps_r.addr.eq(se.rd_addr),
+        ]
         # the progress and the QP table are read from r_q (distributed RAMs, read in this cycle);
         # a PSN write of r_q waiting in the output in this cycle is not seen by the table's read
+        r_q = se.r_q
         m.d.comb += [prog_r.addr.eq(r_q), self.rd_qp.eq(r_q)]
-        m.d.sync += [b_fwd.eq(psn_pend_valid & (psn_pend.qp == r_q)), b_fpsn.eq(psn_pend.psn)]
-        r_gone = any_of((moved_r | ev_stale | ~has_r) & r_sel) | stall_drop
+        psn_pend = self.psn_w     # the psn_w output register
         m.d.sync += [
-            b_valid.eq(r_valid & ~r_gone),
-            b_sel.eq(Mux(r_gone, 0, r_sel)),
+            b_fwd.eq(psn_pend.valid & (psn_pend.payload.qp == r_q)),
+            b_fpsn.eq(psn_pend.payload.psn),
+            b_valid.eq(se.r_valid & ~se.r_gone),
+            b_sel.eq(Mux(se.r_gone, 0, se.r_sel)),
             b_q.eq(r_q),
-            b_going.eq(going_r.bit_select(r_q, 1)),
-            b_new.eq(new_r.bit_select(r_q, 1)),
-            b_addr.eq(r_addr),
+            b_going.eq(se.r_going),
+            b_new.eq(se.r_new),
+            b_addr.eq(se.r_addr),
             b_slot.eq(wr_r.data),
             b_pslot.eq(ps_r.data),
         ]
 
         # --- build stage (B): the turn worked out ---------------------------------------------------
-        slot = b_slot
-        pslot = b_pslot
-        prog = prog_r.data
-        ctx = self.rd_context
-        m.d.comb += self.acked_qp.eq(b_q)
-        acked = self.acked_psn
-        err = any_of(self.errored & b_sel)
-        is_start = ~b_going
-        is_new = b_new
-
-        table_psn = Signal(24)
-        m.d.comb += table_psn.eq(Mux(b_fwd, b_fpsn, self.rd_psn))
-
-        # a request started before (a rewind brought the QP back to it): resume from the oldest
-        # unacknowledged PSN, or skip it if it is acknowledged (or was refused)
-        resume = Signal(24)
-        m.d.comb += resume.eq(acked + 1)
-        into = Signal(24)
-        m.d.comb += into.eq(resume - pslot.first)
-        covered = ~pslot.sent | ~(acked - pslot.last)[23]
-        into_offset = Signal(31)
-        with m.Switch(ctx.pmtu_log2):
-            for log2 in range(8, 13):
-                with m.Case(log2):
-                    m.d.comb += into_offset.eq(into[:INDEX_BITS] << log2)
-            with m.Default():
-                m.d.comb += into_offset.eq(into[:INDEX_BITS] << 8)
-
-        index = Signal(INDEX_BITS)
-        psn = Signal(24)
-        offset = Signal(31)
-        with m.If(~is_start):
-            m.d.comb += [index.eq(prog.index), psn.eq(prog.psn), offset.eq(prog.offset)]
-        with m.Else():
-            m.d.comb += [index.eq(0), psn.eq(table_psn), offset.eq(0)]
-
-        status = Signal(CplStatus)
-        with m.If(slot.status != CplStatus.OK):
-            m.d.comb += status.eq(slot.status)
-        with m.Elif(err):
-            m.d.comb += status.eq(CplStatus.FLUSHED)
-        with m.Elif(ctx.state != QpState.RTS):
-            m.d.comb += status.eq(CplStatus.QP_NOT_READY)
-
-        pk = describe_packet(m, slot.wr, index, psn, dest_qpn=ctx.peer_qpn, rkey=ctx.rkey,
-                             base_va=ctx.base_va, pmtu_log2=ctx.pmtu_log2,
-                             ack_every_log2=ctx.ack_every_log2, offset=offset)
-        # what this turn does
-        new_start = is_start & is_new                       # posts the request
-        refuse = new_start & (status != CplStatus.OK)
-        rewound = is_start & ~is_new                        # started before a rewind
-        skip = rewound & (err | covered)                    # nothing to send
-        resume_turn = rewound & ~err & ~covered             # sets up the progress to resume
-        abort = ~is_start & err                             # the QP failed mid-message
-        packet = ~refuse & ~rewound & ~abort
-        win_pos = Signal(24)
-        m.d.comb += win_pos.eq(psn - acked)
-
-        with m.If(c_done):
-            m.d.sync += [
-                c_valid.eq(b_valid & ~any_of(ev_stale & b_sel)),
-                c_sel.eq(b_sel & ~ev_stale),
-                c_q.eq(b_q),
-                c_addr.eq(b_addr),
-                c_packet.eq(packet),
-                c_new.eq(new_start),
-                c_refuse.eq(refuse),
-                c_fin.eq(refuse | skip | abort | (packet & pk.last)),
-                c_shut.eq(packet & (win_pos > self.window) & ~win_pos[23]),
-                c_err.eq(err),
-                c_ev.eq(any_of(ev_any & b_sel)),
-                c_desc.eq(pk.desc),
-                c_desc.ack_req.eq(pk.desc.ack_req | (win_pos == self.window)),
-                c_desc.qp.eq(b_q),
-                c_desc.src.eq(slot.src),
-                c_desc.peer_ip.eq(ctx.peer_ip),
-                c_desc.udp_sport.eq(ctx.udp_sport),
-                c_desc.dscp.eq(ctx.dscp),
-                c_desc.ecn.eq(ctx.ecn),
-                c_psn.eq(psn),
-                c_post.wr_id.eq(slot.wr.wr_id),
-                c_post.qp.eq(b_q),
-                c_post.src.eq(slot.src),
-                c_post.status.eq(status),
-                c_last.eq(pk.last_index),
-                c_prog_we.eq((packet & ~pk.last) | resume_turn),
-            ]
-            with m.If(resume_turn & into[23]):
-                m.d.sync += [c_prog.index.eq(0), c_prog.psn.eq(pslot.first), c_prog.offset.eq(0)]
-            with m.Elif(resume_turn):
-                m.d.sync += [c_prog.index.eq(into), c_prog.psn.eq(resume),
-                             c_prog.offset.eq(into_offset)]
-            with m.Else():
-                m.d.sync += [c_prog.index.eq(index + 1), c_prog.psn.eq(psn + 1),
-                             c_prog.offset.eq(offset + pk.length)]
-        with m.Elif(any_of(ev_stale & c_sel)):
-            m.d.sync += [c_valid.eq(0), c_sel.eq(0)]
+        m.d.comb += [
+            bs.valid.eq(b_valid), bs.q.eq(b_q), bs.sel.eq(b_sel), bs.addr.eq(b_addr),
+            bs.going.eq(b_going), bs.new.eq(b_new), bs.slot.eq(b_slot), bs.pslot.eq(b_pslot),
+            bs.fwd.eq(b_fwd), bs.fpsn.eq(b_fpsn), bs.prog.eq(prog_r.data),
+            bs.context.eq(self.rd_context), bs.rd_psn.eq(self.rd_psn),
+            bs.acked_psn.eq(self.acked_psn), bs.errored.eq(self.errored),
+            self.acked_qp.eq(b_q),
+        ]
 
         # --- issue stage (I): commit when the outputs take the turn -------------------------------
-        # (the terms are kept apart so that synthesis maps them as a shallow tree)
-        def at_c(bits, name):       # bits[c_q] (when c_valid)
-            return _kept(m, _mux_tree(m, list(bits), c_q, name), name)
-        held_c = at_c(self.held, "held_c")
-        full_c = at_c(self.full, "full_c")
-        err_c = at_c(self.errored, "err_c")
-        drop = c_valid & (held_c | (c_packet & c_shut))     # the turn is given up
-        err_new = c_valid & err_c & ~c_err                  # worked out again
-        lost = c_valid & c_new & full_c                     # lost its turn through `full`
+        wiring.connect(m, ct, iss.turn)
+        for name in ("desc", "post", "psn_w", "sent"):
+            wiring.connect(m, getattr(iss, name), wiring.flipped(getattr(self, name)))
+        m.d.comb += [iss.held.eq(self.held), iss.full.eq(self.full), iss.errored.eq(self.errored),
+                     ps_w.en.eq(iss.psn_slot.valid), ps_w.addr.eq(iss.psn_slot.payload.addr),
+                     ps_w.data.eq(iss.psn_slot.payload.psns),
+                     prog_w.en.eq(iss.progress.valid), prog_w.addr.eq(iss.progress.payload.qp),
+                     prog_w.data.eq(iss.progress.payload.progress)]
 
-        bad = self.wr.payload.wr.qp >= n
-        # a request for a QP outside the table was offered in the previous cycle: the issue stage
-        # posts nothing, the request's BAD_QP post may take the output
-        bad_r = Signal()
-        m.d.sync += bad_r.eq(self.wr.valid & bad)
-        bad_post = self.wr.valid & bad & bad_r
-        desc_free = ~self.desc.valid | self.desc.ready
-        post_free = ~self.post.valid | self.post.ready
-        post_sel = Signal(n)        # one-hot QP of the post output (0: BAD_QP)
-        sent_sel = Signal(n)        # one-hot QP of the sent output
-        post_same = at_c(post_sel, "post_same")
-        post_ok = (post_free & ~bad_r & ~full_c & ~(self.post.valid & post_same))
-        psn_free = ~psn_pend_valid | self.psn_w.ready
-        sent_free = ~self.sent.valid | self.sent.ready
-        # the QP of the sent output has had no REWIND or RESET since its last packet there: its
-        # next packet has the next PSN
-        sent_cont = Signal()
-        sent_same = at_c(sent_sel, "sent_same")
-        sent_merge = _kept(m, self.sent.valid & ~self.sent.ready & sent_same &
-                           (self.sent.payload.packets != 63) & sent_cont, "sent_merge")
-        # a REWIND or RESET of the QP: the turn is not taken (the event moves the pointers)
-        ev_c = _kept(m, ev.valid & (ev.payload.kind != SchedKind.ADVANCE) &
-                     (ev.payload.qp == c_q), "ev_c")
-        outs_ok = _kept(m, (~c_packet | (desc_free & (sent_free | sent_merge))) &
-                        (~c_new | post_ok) & (~c_new | c_refuse | psn_free), "outs_ok")
-        may = _kept(m, c_valid & ~drop & ~err_new & ~ev_c, "may")
-        m.d.comb += [
-            commit.eq(may & outs_ok),
-            c_done.eq(~c_valid | commit | drop | err_new | lost),
-        ]
-
-        # outputs
-        m.d.comb += [self.psn_w.valid.eq(psn_pend_valid), self.psn_w.payload.eq(psn_pend)]
-        with m.If(self.psn_w.ready):
-            m.d.sync += psn_pend_valid.eq(0)
-        with m.If(self.desc.ready):
-            m.d.sync += self.desc.valid.eq(0)
-        with m.If(self.post.ready):
-            m.d.sync += self.post.valid.eq(0)
-        with m.If(self.sent.ready):
-            m.d.sync += self.sent.valid.eq(0)
-
-        with m.If(commit):
-            with m.If(c_packet):
-                m.d.sync += [self.desc.valid.eq(1), self.desc.payload.eq(c_desc),
-                             self.sent.payload.psn.eq(c_psn), sent_cont.eq(1)]
-                with m.If(sent_merge):
-                    m.d.sync += self.sent.payload.packets.eq(self.sent.payload.packets + 1)
-                with m.Else():
-                    m.d.sync += [self.sent.valid.eq(1), self.sent.payload.qp.eq(c_q),
-                                 self.sent.payload.packets.eq(1), sent_sel.eq(c_sel)]
-            with m.If(c_new):
-                last_psn = Signal(24)
-                m.d.comb += last_psn.eq(c_psn + c_last)
-                m.d.sync += [self.post.valid.eq(1), self.post.payload.eq(c_post),
-                             self.post.payload.last_psn.eq(Mux(c_refuse, 0, last_psn)),
-                             post_sel.eq(c_sel)]
-                m.d.comb += [ps_w.en.eq(1), ps_w.addr.eq(c_addr), ps_w.data.first.eq(c_psn),
-                             ps_w.data.last.eq(last_psn), ps_w.data.sent.eq(~c_refuse)]
-                with m.If(~c_refuse):
-                    m.d.sync += [psn_pend_valid.eq(1), psn_pend.qp.eq(c_q),
-                                 psn_pend.psn.eq(last_psn + 1)]
-            m.d.comb += [prog_w.en.eq(c_prog_we), prog_w.addr.eq(c_q), prog_w.data.eq(c_prog)]
-
-        with m.If(any_of(ev_stale & sent_sel)):
-            m.d.sync += sent_cont.eq(0)
-
-        # --- queueing ---------------------------------------------------------------------------
-        # room in the queue, from the pointers of the previous cycle: for one more request, and for
-        # one more after the one queued in that cycle (room freed in that cycle counts a cycle
-        # later)
-        room1 = Signal(n)
-        room2 = Signal(n)
-        for q in range(n):
-            used = [(tail[q] - head[q])[:pw], (tail[q] - cur[q])[:pw]]
-            m.d.sync += [room1[q].eq((used[0] < depth) & (used[1] < depth)),
-                         room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1))]
-        room_q = _kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
-        room = _kept(m, _mux_tree(m, list(room_q), q_in, "room"), "room")
-        m.d.comb += [
-            self.wr.ready.eq(Mux(bad, post_free & bad_r, room)),
-            push.eq(self.wr.valid & ~bad & room),
-        ]
-        with m.If(bad_post & post_free):
-            m.d.sync += [
-                self.post.valid.eq(1),
-                self.post.payload.wr_id.eq(t.wr.wr_id),
-                self.post.payload.qp.eq(t.wr.qp),
-                self.post.payload.src.eq(t.src),
-                self.post.payload.status.eq(CplStatus.BAD_QP),
-                self.post.payload.last_psn.eq(0),
-                post_sel.eq(0),
-            ]
-        word_bits = (self.width // 8).bit_length() - 1
-        in_status = Signal(CplStatus)
-        with m.If(t.wr.local_addr[:word_bits] != 0):
-            m.d.comb += in_status.eq(CplStatus.LOCAL_ALIGN)
-        with m.Elif((t.src != WrSource.GENERATOR) &
-                    (t.wr.local_addr + t.wr.length > self.mem_bytes)):
-            m.d.comb += in_status.eq(CplStatus.LOCAL_LENGTH)
-        m.d.comb += [
-            wr_w.en.eq(push),
-            wr_w.addr.eq(slot_addr(tail[q_in], q_in)),
-            wr_w.data.wr.eq(t.wr),
-            wr_w.data.src.eq(t.src),
-            wr_w.data.status.eq(in_status),
-        ]
-
-        # --- pointers ---------------------------------------------------------------------------
-        for q in range(n):
-            here = c_sel[q]
-            c_n = Signal(pw, name=f"cur_n{q}")
-            h_n = Signal(pw, name=f"hi_n{q}")
-            hd_n = Signal(pw, name=f"head_n{q}")
-            cur_p1 = _kept(m, (cur[q] + 1)[:pw], f"cur_p1_{q}")
-            hi_p1 = _kept(m, (hi[q] + 1)[:pw], f"hi_p1_{q}")
-            m.d.comb += [c_n.eq(Mux(here & commit & c_fin, cur_p1, cur[q])),
-                         h_n.eq(Mux(here & commit & c_new, hi_p1, hi[q])),
-                         hd_n.eq(head[q] + (self.freed.valid & (self.freed.payload == q)))]
-            m.d.sync += [hi[q].eq(h_n), head[q].eq(hd_n)]
-            m.d.sync += push_r[q].eq(push & (q_in == q))
-            with m.If(push & (q_in == q)):
-                m.d.sync += tail[q].eq(tail[q] + 1)
-            with m.If(here & commit):
-                m.d.sync += started[q].eq(~c_fin)
-            # (no turn of the QP is committed in the cycle of its REWIND or RESET)
-            with m.If(ev_stale[q] & (ev.payload.kind == SchedKind.REWIND)):
-                m.d.sync += [cur[q].eq(hd_n), started[q].eq(0), win_block[q].eq(0)]
-            with m.Elif(ev_stale[q]):
-                m.d.sync += [cur[q].eq(hi[q]), started[q].eq(0), win_block[q].eq(0)]
-            with m.Else():
-                m.d.sync += cur[q].eq(c_n)
-                with m.If(ev_any[q]):
-                    m.d.sync += win_block[q].eq(0)
-                with m.Elif(here & c_packet & c_shut & ~held_c & ~c_ev):
-                    m.d.sync += win_block[q].eq(1)
+        # --- queueing and pointers ----------------------------------------------------------------
+        wiring.connect(m, wiring.flipped(self.wr), qu.wr)
+        wiring.connect(m, qu.bad, iss.bad)
+        wiring.connect(m, wiring.flipped(self.freed), qu.freed)
+        m.d.comb += [qu.sel.eq(ct.sel), qu.commit.eq(iss.commit), qu.fin.eq(ct.p.fin),
+                     qu.new.eq(ct.p.new), qu.win_shut.eq(iss.win_shut),
+                     wr_w.en.eq(qu.slot_w.valid), wr_w.addr.eq(qu.slot_w.payload.addr),
+                     wr_w.data.eq(qu.slot_w.payload.slot)]
         return m

@@ -4,7 +4,13 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import PACKET_DESC, QP_SEGMENT, WORK_REQUEST, WrOpcode
+from rocegen.gateware.roce.layouts import (
+    INDEX_BITS,
+    PACKET_DESC,
+    QP_SEGMENT,
+    WORK_REQUEST,
+    WrOpcode,
+)
 from rocegen.wire import headers as H
 
 __all__ = ["Segmenter", "WR_IN", "INDEX_BITS", "PacketLogic", "describe_packet"]
@@ -12,9 +18,6 @@ __all__ = ["Segmenter", "WR_IN", "INDEX_BITS", "PacketLogic", "describe_packet"]
 #: A work request together with the state of its QP when it starts.
 WR_IN = data.StructLayout({"wr": WORK_REQUEST, "qp": QP_SEGMENT})
 
-#: Width of a packet index within a message: a message of 2^31-1 bytes in 256-byte packets has
-#: 2^23 of them.
-INDEX_BITS = 23
 
 # (FIRST, MIDDLE, LAST, ONLY) BTH opcodes of each work request opcode
 _OPCODES = {

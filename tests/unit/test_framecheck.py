@@ -231,6 +231,14 @@ def open_exchange(reply=None, *, checksum=True, dport=50001):
     return c, frame
 
 
+def test_runts_sent_to_the_endpoint_are_no_requests():
+    c, frame = open_exchange()
+    good = udp_frame(HOST_IP, FPGA_IP, CM_HOST_PORT, 17185, cm_request(1, **OPEN))
+    for k in range(1, 14):
+        c.request(good[:k])             # scapy cannot parse these: they are passed over
+    assert len(c._requests) == 1
+
+
 def test_cm_struct_layout_round_trips():
     raw = bytes(range(64))
     assert cm_encode(cm_decode(raw)) == raw
