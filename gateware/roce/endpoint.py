@@ -6,10 +6,8 @@ from rocegen.gateware.lib.axi import Axi4Signature
 from rocegen.gateware.lib.buffer import StreamRegisterSlice
 from rocegen.gateware.lib.memport import MemWriteSignature
 from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
-from rocegen.gateware.lib.stats import StatsBlock
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
-from rocegen.gateware.net.stack import STATS as NET_STATS
 from rocegen.gateware.net.stack import NetStack
 from rocegen.gateware.roce.axi_reader import AxiPayloadReader
 from rocegen.gateware.roce.axi_writer import AxiWriter
@@ -17,6 +15,7 @@ from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.completer import Completer
+from rocegen.gateware.roce.endpoint_stats import ROCE_STATS, STATS, EndpointStats
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
     MAX_QPS,
@@ -62,19 +61,6 @@ def default_clk_hz(width):
     """The clock a W-bit endpoint runs at on the boards: the CMAC's 322.266 MHz from 128 bits
     up, the 10G XGMII clock (156.25 MHz) at 64 bits."""
     return 156_250_000 if width == 64 else 322_265_625
-
-#: Counters of the RoCE layers, after the network stack's in the statistics address space.
-ROCE_STATS = [
-    "roce_rx_packets", "roce_rx_icrc_bad", "roce_rx_drop_short", "roce_rx_drop_opcode",
-    "roce_rx_drop_qp", "roce_rx_drop_state", "roce_rx_drop_peer", "roce_rx_drop_pkey",
-    "roce_rx_acks", "roce_rx_naks", "roce_rx_cnp",
-    "roce_tx_packets", "roce_wr_posted", "roce_cpl_ok", "roce_cpl_error",
-    "roce_stale_acks", "roce_seq_naks", "roce_rnr_naks", "roce_error_naks", "roce_ignored_acks",
-    "roce_timeouts", "roce_rewinds", "roce_qp_errors",
-    "roce_qp_ctl_rejected", "stream_drop_too_long", "stream_drop_error",
-] + [f"cm_{name}" for name in CM_COUNTERS]
-#: Every counter, in address order.
-STATS = NET_STATS + ROCE_STATS
 
 
 class RoceEndpoint(wiring.Component):
@@ -196,7 +182,7 @@ class RoceEndpoint(wiring.Component):
         self._front = StreamFrontEnd(width, ring_base=ring_base, ring_bytes=ring_bytes,
                                      max_message=max_message, max_inflight=max_inflight,
                                      addr_width=self.word_addr_bits)
-        self._stats = StatsBlock(ROCE_STATS)
+        self._stats = EndpointStats()
         #: The configuration as built (for status registers and generated documentation).
         self.config = {
             "width": width, "num_qps": num_qps, "memory": memory, "mem_bytes": mem_bytes,
@@ -432,41 +418,27 @@ class RoceEndpoint(wiring.Component):
 
         # statistics: the stack's counters, then the RoCE layers'
         stats = m.submodules.roce_stats = self._stats
-        events = {
-            "roce_rx_packets": rx.i.valid & rx.i.ready & rx.i.payload.last, "roce_rx_icrc_bad": rx.icrc_bad,
-            "roce_rx_drop_short": rx.drop_short, "roce_rx_drop_opcode": rx.drop_opcode,
-            "roce_rx_drop_qp": rx.drop_qp, "roce_rx_drop_state": rx.drop_state,
-            "roce_rx_drop_peer": rx.drop_peer, "roce_rx_drop_pkey": rx.drop_pkey,
-            "roce_rx_acks": rx.acks,
-            "roce_rx_naks": retry.seq_naks | retry.rnr_naks | retry.error_naks,
-            "roce_rx_cnp": rx.cnp,
-            "roce_tx_packets": builder.o.valid & builder.o.ready & builder.o.payload.last,
-            "roce_wr_posted": sched.wr.valid & sched.wr.ready,
-            "roce_cpl_ok": c.valid & c.ready & (c.payload.status == CplStatus.OK),
-            "roce_cpl_error": c.valid & c.ready & (c.payload.status != CplStatus.OK),
-            "roce_qp_ctl_rejected": qps.rejected,
-            "roce_stale_acks": retry.stale_acks, "roce_seq_naks": retry.seq_naks,
-            "roce_rnr_naks": retry.rnr_naks, "roce_error_naks": retry.error_naks,
-            "roce_ignored_acks": retry.ignored, "roce_timeouts": retry.timeouts,
-            "roce_rewinds": retry.rewinds, "roce_qp_errors": retry.qp_errors,
-            "stream_drop_too_long": _pulse(m, front.drop_too_long),
-            "stream_drop_error": _pulse(m, front.drop_error),
-            **{f"cm_{name}": getattr(cm, name) for name in CM_COUNTERS},
-        }
-        for name, value in events.items():
-            assert len(value) == 1, f"statistics event {name} is not a one-bit pulse"
-        m.d.comb += stats.inc.eq(Cat(events[name] for name in ROCE_STATS))
-        n_net = len(NET_STATS)
-        m.d.comb += [st.stats_addr.eq(self.stats_addr), stats.addr.eq(self.stats_addr - n_net)]
-        # both read ports answer one cycle after the address: pick by the registered address
-        roce = Signal()
-        m.d.sync += roce.eq(self.stats_addr >= n_net)
-        m.d.comb += self.stats_data.eq(Mux(roce, stats.data, st.stats_data))
+        ev = stats.events
+        m.d.comb += [
+            ev.roce_rx_packets.eq(rx.i.valid & rx.i.ready & rx.i.payload.last),
+            ev.roce_rx_naks.eq(retry.seq_naks | retry.rnr_naks | retry.error_naks),
+            ev.roce_tx_packets.eq(builder.o.valid & builder.o.ready & builder.o.payload.last),
+            ev.roce_wr_posted.eq(sched.wr.valid & sched.wr.ready),
+            ev.roce_cpl_ok.eq(c.valid & c.ready & (c.payload.status == CplStatus.OK)),
+            ev.roce_cpl_error.eq(c.valid & c.ready & (c.payload.status != CplStatus.OK)),
+            ev.roce_qp_ctl_rejected.eq(qps.rejected), ev.roce_ignored_acks.eq(retry.ignored),
+            stats.moved.stream_drop_too_long.eq(front.drop_too_long),
+            stats.moved.stream_drop_error.eq(front.drop_error),
+            stats.addr.eq(self.stats_addr), self.stats_data.eq(stats.data),
+            st.stats_addr.eq(stats.net_addr), stats.net_data.eq(st.stats_data),
+        ]
+        for name in ("icrc_bad", "drop_short", "drop_opcode", "drop_qp", "drop_state",
+                     "drop_peer", "drop_pkey", "acks", "cnp"):
+            m.d.comb += ev[f"roce_rx_{name}"].eq(getattr(rx, name))
+        for name in ("stale_acks", "seq_naks", "rnr_naks", "error_naks", "timeouts", "rewinds",
+                     "qp_errors"):
+            m.d.comb += ev[f"roce_{name}"].eq(getattr(retry, name))
+        for name in CM_COUNTERS:
+            m.d.comb += ev[f"cm_{name}"].eq(getattr(cm, name))
         return m
 
-
-def _pulse(m, counter):
-    """A one-cycle pulse each time ``counter`` (counting by at most one per cycle) moves."""
-    last = Signal.like(counter)
-    m.d.sync += last.eq(counter)
-    return counter != last
