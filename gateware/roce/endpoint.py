@@ -2,15 +2,11 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.lib.axi import Axi4Signature
 from rocegen.gateware.lib.buffer import StreamRegisterSlice
-from rocegen.gateware.lib.memport import MemWriteSignature
 from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
 from rocegen.gateware.net.stack import NetStack
-from rocegen.gateware.roce.axi_reader import AxiPayloadReader
-from rocegen.gateware.roce.axi_writer import AxiWriter
 from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
@@ -25,8 +21,7 @@ from rocegen.gateware.roce.layouts import (
     CplStatus,
     WrSource,
 )
-from rocegen.gateware.roce.payload_ram import PayloadRam
-from rocegen.gateware.roce.payload_reader import PayloadReader
+from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
 from rocegen.gateware.roce.qp_counters import QpCounters
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 from rocegen.gateware.roce.retry import QP_COUNTERS as RETRY_QP_COUNTERS
@@ -53,9 +48,6 @@ PMTU_MAX = 4096
 #: IPv4 packet of a full-PMTU RoCEv2 packet with every extension header: IPv4 20, UDP 8, BTH 12,
 #: RETH 16, ImmDt 4, ICRC 4.
 IP_MTU = PMTU_MAX + 64
-
-MEMORIES = ("onchip", "axi4")
-
 
 def default_clk_hz(width):
     """The clock a W-bit endpoint runs at on the boards: the CMAC's 322.266 MHz from 128 bits
@@ -170,15 +162,8 @@ class RoceEndpoint(wiring.Component):
         self._builder = RocePacketBuilder(width)
         self._rx = RoceRx(width, num_qps)
         self._gen = TrafficGen()
-        if memory == "onchip":
-            self._ram = PayloadRam(width, mem_bytes)
-            self._reader = PayloadReader(width, self._ram.addr_width)
-            self.word_addr_bits = self._ram.addr_width
-        else:
-            axi_bits = max(self.addr_bits, 12)
-            self._reader = AxiPayloadReader(width, addr_width=axi_bits)
-            self._writer = AxiWriter(width, addr_width=axi_bits)
-            self.word_addr_bits = self._writer.mem_addr_width
+        self._mem = PayloadMemory(width, memory, mem_bytes)
+        self.word_addr_bits = self._mem.word_addr_bits
         self._front = StreamFrontEnd(width, ring_base=ring_base, ring_bytes=ring_bytes,
                                      max_message=max_message, max_inflight=max_inflight,
                                      addr_width=self.word_addr_bits)
@@ -218,10 +203,8 @@ class RoceEndpoint(wiring.Component):
         if qp_info:
             members.update({"qp_info_qp": In(range(num_qps)), "qp_info_context": Out(QP_CONTEXT),
                             "qp_info_psn": Out(24)})
-        if memory == "onchip":
-            members["mem_w"] = In(MemWriteSignature(width, self._ram.addr_width))
-        else:
-            members["axi"] = Out(Axi4Signature(max(self.addr_bits, 12), width))
+        members["mem_w" if memory == "onchip" else "axi"] = \
+            self._mem.signature.members["mem_w" if memory == "onchip" else "axi"]
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -234,7 +217,7 @@ class RoceEndpoint(wiring.Component):
         rx = m.submodules.rx = self._rx
         gen = m.submodules.traffic_gen = self._gen
         front = m.submodules.stream_in = self._front
-        reader = m.submodules.reader = self._reader
+        mem = m.submodules.memory = self._mem
         retry = m.submodules.retry = self._retry
 
         # network stack: MAC, addresses, RoCEv2 on its one UDP port
@@ -321,11 +304,10 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, wiring.flipped(self.msg), front.i)
 
         # transmit: scheduler -> payload reader -> packet builder -> UDP port 4791
-        wiring.connect(m, sched.desc, reader.desc)
+        wiring.connect(m, sched.desc, mem.desc)
         # a forward register between the payload reader and the builder: the reader's output
         # queue and the builder's header and lane logic are mapped apart
-        rd_reg = m.submodules.rd_reg = StreamForwardRegister(reader.o.payload.shape())
-        wiring.connect(m, reader.o, rd_reg.i)
+        rd_reg = m.submodules.rd_reg = StreamForwardRegister(mem.o.payload.shape())
         wiring.connect(m, rd_reg.o, builder.i)
         # a forward register between the builder and UDP transmit: the reader's queue and the
         # builder's lane logic end in it, before UDP transmit's arbiter and slice
@@ -393,28 +375,12 @@ class RoceEndpoint(wiring.Component):
             with m.Default():                       # no such source: never produced; drain
                 m.d.comb += c.ready.eq(1)
 
-        # payload memory
-        if self.memory == "onchip":
-            ram = m.submodules.ram = self._ram
-            wiring.connect(m, reader.mem, ram.rd)
-            # the streaming front end has priority on the buffer's write port
-            fw, uw = front.mem, self.mem_w
-            with m.If(fw.valid):
-                m.d.comb += [ram.wr.payload.eq(fw.payload), ram.wr.valid.eq(1),
-                             fw.ready.eq(ram.wr.ready)]
-            with m.Else():
-                m.d.comb += [ram.wr.payload.eq(uw.payload), ram.wr.valid.eq(uw.valid),
-                             uw.ready.eq(ram.wr.ready)]
-            m.d.comb += front.mem_durable.eq(fw.valid & fw.ready)
-        else:
-            writer = m.submodules.writer = self._writer
-            wiring.connect(m, front.mem, writer.i)
-            m.d.comb += front.mem_durable.eq(writer.durable)
-            for ch in ("aw", "w"):
-                wiring.connect(m, getattr(writer, ch), getattr(wiring.flipped(self.axi), ch))
-            wiring.connect(m, wiring.flipped(self.axi).b, writer.b)
-            wiring.connect(m, reader.ar, wiring.flipped(self.axi).ar)
-            wiring.connect(m, wiring.flipped(self.axi).r, reader.r)
+        # payload memory: on-chip, with the user's and the front end's writes, or AXI4
+        wiring.connect(m, front.mem, mem.wr)
+        m.d.comb += front.mem_durable.eq(mem.durable)
+        wiring.connect(m, mem.o, rd_reg.i)
+        ext = "mem_w" if self.memory == "onchip" else "axi"
+        wiring.connect(m, wiring.flipped(getattr(self, ext)), getattr(mem, ext))
 
         # statistics: the stack's counters, then the RoCE layers'
         stats = m.submodules.roce_stats = self._stats
