@@ -22,6 +22,7 @@ from rocegen.gateware.roce.layouts import (
     WrSource,
 )
 from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
+from rocegen.gateware.roce.qp_control import QpControl
 from rocegen.gateware.roce.qp_counters import QpCounters
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 from rocegen.gateware.roce.retry import QP_COUNTERS as RETRY_QP_COUNTERS
@@ -227,29 +228,16 @@ class RoceEndpoint(wiring.Component):
 
         # QP table: control writes from outside, reads by the scheduler and the receive path
         cm = m.submodules.cm = self._cm
-        ctl_arb = m.submodules.qp_ctl_arbiter = StreamArbiter(CONTEXT_WRITE, 2)
-        psn_arb = m.submodules.qp_psn_arbiter = StreamArbiter(PSN_WRITE, 2)
-        wiring.connect(m, wiring.flipped(self.qp_ctl), ctl_arb.i[0])
-        wiring.connect(m, cm.qp_ctl, ctl_arb.i[1])
-        wiring.connect(m, wiring.flipped(self.qp_psn), psn_arb.i[0])
-        wiring.connect(m, cm.qp_psn, psn_arb.i[1])
-        # every control write goes to the QP table and, through a register slice, to the retry
-        # engine: the table takes it in the cycle the slice does (the engine one cycle or more
-        # later, before any packet sent with the new context can reach it), so the table's
-        # write enable and the scheduler's PSN write port depend on registers only, not on the
-        # engine's input arbitration
-        for arb_o, table_in, engine_in, name in (
-                (ctl_arb.o, qps.ctl, retry.ctx_set, "qp_ctl"),
-                (psn_arb.o, qps.ctl_psn, retry.psn_set, "qp_psn")):
-            reg = m.submodules[f"{name}_reg"] = StreamForwardRegister(arb_o.payload.shape())
-            sl = m.submodules[f"{name}_slice"] = StreamRegisterSlice(arb_o.payload.shape())
-            wiring.connect(m, arb_o, reg.i)
-            wiring.connect(m, sl.o, engine_in)
-            m.d.comb += [
-                sl.i.payload.eq(reg.o.payload), sl.i.valid.eq(reg.o.valid & table_in.ready),
-                table_in.payload.eq(reg.o.payload), table_in.valid.eq(reg.o.valid & sl.i.ready),
-                reg.o.ready.eq(sl.i.ready & table_in.ready),
-            ]
+        # (to the table and the retry engine, the table's write enable from registers only)
+        ctl = m.submodules.qp_control = QpControl()
+        wiring.connect(m, wiring.flipped(self.qp_ctl), ctl.user_ctl)
+        wiring.connect(m, wiring.flipped(self.qp_psn), ctl.user_psn)
+        wiring.connect(m, cm.qp_ctl, ctl.cm_ctl)
+        wiring.connect(m, cm.qp_psn, ctl.cm_psn)
+        wiring.connect(m, ctl.table_ctl, qps.ctl)
+        wiring.connect(m, ctl.table_psn, qps.ctl_psn)
+        wiring.connect(m, ctl.engine_ctl, retry.ctx_set)
+        wiring.connect(m, ctl.engine_psn, retry.psn_set)
         m.d.comb += [cm.local_ip.eq(self.local_ip), self.qp_open.eq(cm.qp_open)]
         wiring.connect(m, st.udp_rx[1], cm.i)
         wiring.connect(m, cm.o, st.udp_tx[1])
