@@ -1,5 +1,5 @@
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.buffer import StreamRegisterSlice
@@ -17,7 +17,6 @@ from rocegen.gateware.roce.layouts import (
     MAX_QPS,
     QP_CONTEXT,
     WORK_REQUEST,
-    WR_TAGGED,
     CplStatus,
     WrSource,
 )
@@ -31,6 +30,7 @@ from rocegen.gateware.roce.rx import RoceRx
 from rocegen.gateware.roce.scheduler import Scheduler
 from rocegen.gateware.roce.stream_in import STREAM_META, StreamFrontEnd
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG, TrafficGen
+from rocegen.gateware.roce.wr_merge import WrMerge
 from rocegen.wire.headers import UDP_PORT_ROCEV2
 
 __all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
@@ -163,6 +163,7 @@ class RoceEndpoint(wiring.Component):
         self._builder = RocePacketBuilder(width)
         self._rx = RoceRx(width, num_qps)
         self._gen = TrafficGen()
+        self._wr_merge = WrMerge(num_qps)
         self._mem = PayloadMemory(width, memory, mem_bytes)
         self.word_addr_bits = self._mem.word_addr_bits
         self._front = StreamFrontEnd(width, ring_base=ring_base, ring_bytes=ring_bytes,
@@ -257,31 +258,13 @@ class RoceEndpoint(wiring.Component):
                          self.qp_info_psn.eq(qps.info_psn)]
 
         # work-request sources: the user's port, the streaming front end, the generator
-        arb = m.submodules.wr_arbiter = StreamArbiter(WR_TAGGED, 3)
-        m.d.comb += [
-            arb.i[0].payload.wr.eq(self.wr.payload),
-            arb.i[0].payload.src.eq(WrSource.USER),
-            arb.i[0].valid.eq(self.wr.valid),
-            self.wr.ready.eq(arb.i[0].ready),
-        ]
-        wiring.connect(m, front.wr, arb.i[1])
-        wiring.connect(m, gen.wr, arb.i[2])
-        # a register slice between the arbiter and the scheduler, whose ready depends on its
-        # queue pointers: no combinational round trip from the sources through the scheduler;
-        # it also carries whether the request names no QP, found before it
-        wr_slice = m.submodules.wr_slice = StreamRegisterSlice(
-            data.StructLayout({"t": WR_TAGGED, "no_qp": 1}))
-        m.d.comb += [
-            wr_slice.i.payload.t.eq(arb.o.payload),
-            wr_slice.i.payload.no_qp.eq(arb.o.payload.wr.qp >= self.num_qps),
-            wr_slice.i.valid.eq(arb.o.valid), arb.o.ready.eq(wr_slice.i.ready),
-        ]
-        # a request naming no QP completes through the tracker's own small queue: hold such a
-        # request while that queue is full
-        hold = comp.bad_full & wr_slice.o.payload.no_qp
-        m.d.comb += [sched.wr.payload.eq(wr_slice.o.payload.t),
-                     sched.wr.valid.eq(wr_slice.o.valid & ~hold),
-                     wr_slice.o.ready.eq(sched.wr.ready & ~hold)]
+        # (behind a register slice: no combinational round trip through the scheduler)
+        wrm = m.submodules.wr_merge = self._wr_merge
+        wiring.connect(m, wiring.flipped(self.wr), wrm.user)
+        wiring.connect(m, front.wr, wrm.front)
+        wiring.connect(m, gen.wr, wrm.gen)
+        wiring.connect(m, wrm.o, sched.wr)
+        m.d.comb += wrm.bad_full.eq(comp.bad_full)
         gen_arb = m.submodules.gen_arbiter = StreamArbiter(GEN_CONFIG, 2)
         wiring.connect(m, wiring.flipped(self.gen), gen_arb.i[0])
         wiring.connect(m, cm.gen, gen_arb.i[1])
