@@ -11,6 +11,7 @@ from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.completer import Completer
+from rocegen.gateware.roce.cpl_dispatch import CplDispatch
 from rocegen.gateware.roce.endpoint_stats import ROCE_STATS, STATS, EndpointStats
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
@@ -18,7 +19,6 @@ from rocegen.gateware.roce.layouts import (
     QP_CONTEXT,
     WORK_REQUEST,
     CplStatus,
-    WrSource,
 )
 from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
 from rocegen.gateware.roce.qp_control import QpControl
@@ -328,23 +328,11 @@ class RoceEndpoint(wiring.Component):
 
         # completions back to whoever posted the work request
         c = comp.cpl
-        src = c.payload.src
-        m.d.comb += [
-            self.cpl.payload.eq(c.payload), front.cpl.payload.eq(c.payload),
-            gen.cpl.payload.eq(c.payload),
-            self.cpl.valid.eq(c.valid & (src == WrSource.USER)),
-            front.cpl.valid.eq(c.valid & (src == WrSource.STREAM)),
-            gen.cpl.valid.eq(c.valid & (src == WrSource.GENERATOR)),
-        ]
-        with m.Switch(src):
-            with m.Case(WrSource.USER):
-                m.d.comb += c.ready.eq(self.cpl.ready)
-            with m.Case(WrSource.STREAM):
-                m.d.comb += c.ready.eq(front.cpl.ready)
-            with m.Case(WrSource.GENERATOR):
-                m.d.comb += c.ready.eq(gen.cpl.ready)
-            with m.Default():                       # no such source: never produced; drain
-                m.d.comb += c.ready.eq(1)
+        dispatch = m.submodules.cpl_dispatch = CplDispatch()
+        wiring.connect(m, c, dispatch.i)
+        wiring.connect(m, dispatch.user, wiring.flipped(self.cpl))
+        wiring.connect(m, dispatch.front, front.cpl)
+        wiring.connect(m, dispatch.gen, gen.cpl)
 
         # payload memory: on-chip, with the user's and the front end's writes, or AXI4
         wiring.connect(m, front.mem, mem.wr)
