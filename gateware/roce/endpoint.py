@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -12,6 +12,7 @@ from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.completer import Completer
 from rocegen.gateware.roce.cpl_dispatch import CplDispatch
+from rocegen.gateware.roce.endpoint_qp_stats import QP_COUNTERS, EndpointQpStats
 from rocegen.gateware.roce.endpoint_stats import ROCE_STATS, STATS, EndpointStats
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
@@ -22,9 +23,7 @@ from rocegen.gateware.roce.layouts import (
 )
 from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
 from rocegen.gateware.roce.qp_control import QpControl
-from rocegen.gateware.roce.qp_counters import QpCounters
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
-from rocegen.gateware.roce.retry import QP_COUNTERS as RETRY_QP_COUNTERS
 from rocegen.gateware.roce.retry import RetryEngine
 from rocegen.gateware.roce.rx import RoceRx
 from rocegen.gateware.roce.scheduler import Scheduler
@@ -36,19 +35,12 @@ from rocegen.wire.headers import UDP_PORT_ROCEV2
 __all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
            "default_clk_hz"]
 
-#: Per-QP counters of the receive path: acknowledgements dropped because the QP was neither RTR
-#: nor RTS, or came from another IPv4 source than the QP's peer; CNPs. (Drops for a reason found
-#: before the QP is known -- length, ICRC, opcode, P_Key, unknown DestQP -- are counted only
-#: globally, in :data:`ROCE_STATS`.)
-RX_QP_COUNTERS = ("rx_drop_state", "rx_drop_peer", "cnps")
-#: Every per-QP counter, in ``qp_stats_sel`` order: the retry engine's, then the receive path's.
-QP_COUNTERS = RETRY_QP_COUNTERS + RX_QP_COUNTERS
-
 #: Largest path MTU; the stack's IP MTU is sized for it.
 PMTU_MAX = 4096
 #: IPv4 packet of a full-PMTU RoCEv2 packet with every extension header: IPv4 20, UDP 8, BTH 12,
 #: RETH 16, ImmDt 4, ICRC 4.
 IP_MTU = PMTU_MAX + 64
+
 
 def default_clk_hz(width):
     """The clock a W-bit endpoint runs at on the boards: the CMAC's 322.266 MHz from 128 bits
@@ -311,20 +303,15 @@ class RoceEndpoint(wiring.Component):
             sched.held.eq(retry.held), cm.errored.eq(retry.errored),
         ]
 
-        # per-QP counters: the retry engine's, then the receive path's (one cycle of latency
-        # each, so the select is delayed to pick the right one)
-        rxc = m.submodules.rx_qp_counters = QpCounters(self.num_qps, RX_QP_COUNTERS)
-        n_retry = len(RETRY_QP_COUNTERS)
+        # per-QP counters: the retry engine's, then the receive path's
+        qst = m.submodules.qp_stats = EndpointQpStats(self.num_qps)
         m.d.comb += [
-            rxc.qp.eq(rx.cnp_qp),
-            rxc.inc.eq(Cat(rx.drop_state, rx.drop_peer, rx.cnp)),
-            retry.qp_stats_qp.eq(self.qp_stats_qp), rxc.rd_qp.eq(self.qp_stats_qp),
-            retry.qp_stats_sel.eq(self.qp_stats_sel),
-            rxc.rd_sel.eq(self.qp_stats_sel - n_retry),
+            qst.qp.eq(rx.cnp_qp), qst.drop_state.eq(rx.drop_state),
+            qst.drop_peer.eq(rx.drop_peer), qst.cnp.eq(rx.cnp),
+            qst.rd_qp.eq(self.qp_stats_qp), qst.rd_sel.eq(self.qp_stats_sel),
+            self.qp_stats_data.eq(qst.rd_data), retry.qp_stats_qp.eq(qst.retry_qp),
+            retry.qp_stats_sel.eq(qst.retry_sel), qst.retry_data.eq(retry.qp_stats_data),
         ]
-        from_rx = Signal()
-        m.d.sync += from_rx.eq(self.qp_stats_sel >= n_retry)
-        m.d.comb += self.qp_stats_data.eq(Mux(from_rx, rxc.rd_data, retry.qp_stats_data))
 
         # completions back to whoever posted the work request
         c = comp.cpl
