@@ -13,7 +13,7 @@ from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.completer import Completer
 from rocegen.gateware.roce.cpl_dispatch import CplDispatch
 from rocegen.gateware.roce.endpoint_qp_stats import QP_COUNTERS, EndpointQpStats
-from rocegen.gateware.roce.endpoint_stats import ROCE_STATS, STATS, EndpointStats
+from rocegen.gateware.roce.endpoint_stats import PULSE_COUNTERS, ROCE_STATS, STATS, EndpointStats
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
     MAX_QPS,
@@ -303,16 +303,6 @@ class RoceEndpoint(wiring.Component):
             sched.held.eq(retry.held), cm.errored.eq(retry.errored),
         ]
 
-        # per-QP counters: the retry engine's, then the receive path's
-        qst = m.submodules.qp_stats = EndpointQpStats(self.num_qps)
-        m.d.comb += [
-            qst.qp.eq(rx.cnp_qp), qst.drop_state.eq(rx.drop_state),
-            qst.drop_peer.eq(rx.drop_peer), qst.cnp.eq(rx.cnp),
-            qst.rd_qp.eq(self.qp_stats_qp), qst.rd_sel.eq(self.qp_stats_sel),
-            self.qp_stats_data.eq(qst.rd_data), retry.qp_stats_qp.eq(qst.retry_qp),
-            retry.qp_stats_sel.eq(qst.retry_sel), qst.retry_data.eq(retry.qp_stats_data),
-        ]
-
         # completions back to whoever posted the work request
         c = comp.cpl
         dispatch = m.submodules.cpl_dispatch = CplDispatch()
@@ -328,29 +318,49 @@ class RoceEndpoint(wiring.Component):
         ext = "mem_w" if self.memory == "onchip" else "axi"
         wiring.connect(m, wiring.flipped(getattr(self, ext)), getattr(mem, ext))
 
-        # statistics: the stack's counters, then the RoCE layers'
+        self._connect_statistics(m)
+        return m
+
+    def _connect_statistics(self, m):
+        """The counters: the stack's and the RoCE layers' in one address space
+        (``stats_addr``), the per-QP ones in another (``qp_stats_qp`` / ``qp_stats_sel``)."""
+        st, rx, retry, cm = self._stack, self._rx, self._retry, self._cm
         stats = m.submodules.roce_stats = self._stats
         ev = stats.events
+        c, tx, wr = self._completer.cpl, self._builder.o, self._sched.wr
+        events = {
+            "roce_rx_packets": rx.i.valid & rx.i.ready & rx.i.payload.last,
+            "roce_rx_naks": retry.seq_naks | retry.rnr_naks | retry.error_naks,
+            "roce_tx_packets": tx.valid & tx.ready & tx.payload.last,
+            "roce_wr_posted": wr.valid & wr.ready,
+            "roce_cpl_ok": c.valid & c.ready & (c.payload.status == CplStatus.OK),
+            "roce_cpl_error": c.valid & c.ready & (c.payload.status != CplStatus.OK),
+            "roce_qp_ctl_rejected": self._qps.rejected, "roce_ignored_acks": retry.ignored,
+        }
+        for prefix, block, names in (
+                ("roce_rx_", rx, ("icrc_bad", "drop_short", "drop_opcode", "drop_qp", "drop_state",
+                                  "drop_peer", "drop_pkey", "acks", "cnp")),
+                ("roce_", retry, ("stale_acks", "seq_naks", "rnr_naks", "error_naks", "timeouts",
+                                  "rewinds", "qp_errors")),
+                ("cm_", cm, CM_COUNTERS)):
+            events.update({prefix + name: getattr(block, name) for name in names})
+        assert set(events) == set(PULSE_COUNTERS), "a statistics event is missing or unknown"
+        for name, value in events.items():
+            assert len(value) == 1, f"statistics event {name} is not a one-bit pulse"
+            m.d.comb += ev[name].eq(value)
         m.d.comb += [
-            ev.roce_rx_packets.eq(rx.i.valid & rx.i.ready & rx.i.payload.last),
-            ev.roce_rx_naks.eq(retry.seq_naks | retry.rnr_naks | retry.error_naks),
-            ev.roce_tx_packets.eq(builder.o.valid & builder.o.ready & builder.o.payload.last),
-            ev.roce_wr_posted.eq(sched.wr.valid & sched.wr.ready),
-            ev.roce_cpl_ok.eq(c.valid & c.ready & (c.payload.status == CplStatus.OK)),
-            ev.roce_cpl_error.eq(c.valid & c.ready & (c.payload.status != CplStatus.OK)),
-            ev.roce_qp_ctl_rejected.eq(qps.rejected), ev.roce_ignored_acks.eq(retry.ignored),
-            stats.moved.stream_drop_too_long.eq(front.drop_too_long),
-            stats.moved.stream_drop_error.eq(front.drop_error),
+            stats.moved.stream_drop_too_long.eq(self._front.drop_too_long),
+            stats.moved.stream_drop_error.eq(self._front.drop_error),
             stats.addr.eq(self.stats_addr), self.stats_data.eq(stats.data),
             st.stats_addr.eq(stats.net_addr), stats.net_data.eq(st.stats_data),
         ]
-        for name in ("icrc_bad", "drop_short", "drop_opcode", "drop_qp", "drop_state",
-                     "drop_peer", "drop_pkey", "acks", "cnp"):
-            m.d.comb += ev[f"roce_rx_{name}"].eq(getattr(rx, name))
-        for name in ("stale_acks", "seq_naks", "rnr_naks", "error_naks", "timeouts", "rewinds",
-                     "qp_errors"):
-            m.d.comb += ev[f"roce_{name}"].eq(getattr(retry, name))
-        for name in CM_COUNTERS:
-            m.d.comb += ev[f"cm_{name}"].eq(getattr(cm, name))
-        return m
 
+        # per-QP counters: the retry engine's, then the receive path's
+        qst = m.submodules.qp_stats = EndpointQpStats(self.num_qps)
+        m.d.comb += [
+            qst.qp.eq(rx.cnp_qp), qst.drop_state.eq(rx.drop_state),
+            qst.drop_peer.eq(rx.drop_peer), qst.cnp.eq(rx.cnp),
+            qst.rd_qp.eq(self.qp_stats_qp), qst.rd_sel.eq(self.qp_stats_sel),
+            self.qp_stats_data.eq(qst.rd_data), retry.qp_stats_qp.eq(qst.retry_qp),
+            retry.qp_stats_sel.eq(qst.retry_sel), qst.retry_data.eq(retry.qp_stats_data),
+        ]
