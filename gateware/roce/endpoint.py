@@ -104,7 +104,13 @@ class RoceEndpoint(wiring.Component):
     through a read port of its own.
 
     Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
-    idle beat between packets, so one QP fills the MAC port.
+    idle beat between packets, so one QP fills the MAC port. The parts joined here besides the
+    protocol blocks: :class:`~rocegen.gateware.roce.qp_control.QpControl` (QP table writes),
+    :class:`~rocegen.gateware.roce.wr_merge.WrMerge` (work-request sources),
+    :class:`~rocegen.gateware.roce.payload_memory.PayloadMemory` (the memory and its reader),
+    :class:`~rocegen.gateware.roce.cpl_dispatch.CplDispatch` (completions by source),
+    :class:`~rocegen.gateware.roce.endpoint_stats.EndpointStats` and
+    :class:`~rocegen.gateware.roce.endpoint_qp_stats.EndpointQpStats` (the counters).
     """
 
     def __init__(self, width=512, num_qps=8, *, memory="onchip", mem_bytes=None, wr_depth=64,
