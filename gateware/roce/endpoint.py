@@ -1,53 +1,39 @@
-from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.lib.axi import Axi4Signature
 from rocegen.gateware.lib.buffer import StreamRegisterSlice
-from rocegen.gateware.lib.memport import MemWriteSignature
 from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
-from rocegen.gateware.lib.stats import StatsBlock
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
-from rocegen.gateware.net.stack import STATS as NET_STATS
 from rocegen.gateware.net.stack import NetStack
-from rocegen.gateware.roce.axi_reader import AxiPayloadReader
-from rocegen.gateware.roce.axi_writer import AxiWriter
 from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.completer import Completer
+from rocegen.gateware.roce.cpl_dispatch import CplDispatch
+from rocegen.gateware.roce.endpoint_qp_stats import QP_COUNTERS, EndpointQpStats
+from rocegen.gateware.roce.endpoint_stats import PULSE_COUNTERS, ROCE_STATS, STATS, EndpointStats
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
     MAX_QPS,
     QP_CONTEXT,
     WORK_REQUEST,
-    WR_TAGGED,
     CplStatus,
-    WrSource,
 )
-from rocegen.gateware.roce.payload_ram import PayloadRam
-from rocegen.gateware.roce.payload_reader import PayloadReader
-from rocegen.gateware.roce.qp_counters import QpCounters
+from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
+from rocegen.gateware.roce.qp_control import QpControl
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
-from rocegen.gateware.roce.retry import QP_COUNTERS as RETRY_QP_COUNTERS
 from rocegen.gateware.roce.retry import RetryEngine
 from rocegen.gateware.roce.rx import RoceRx
 from rocegen.gateware.roce.scheduler import Scheduler
 from rocegen.gateware.roce.stream_in import STREAM_META, StreamFrontEnd
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG, TrafficGen
+from rocegen.gateware.roce.wr_merge import WrMerge
 from rocegen.wire.headers import UDP_PORT_ROCEV2
 
 __all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
            "default_clk_hz"]
-
-#: Per-QP counters of the receive path: acknowledgements dropped because the QP was neither RTR
-#: nor RTS, or came from another IPv4 source than the QP's peer; CNPs. (Drops for a reason found
-#: before the QP is known -- length, ICRC, opcode, P_Key, unknown DestQP -- are counted only
-#: globally, in :data:`ROCE_STATS`.)
-RX_QP_COUNTERS = ("rx_drop_state", "rx_drop_peer", "cnps")
-#: Every per-QP counter, in ``qp_stats_sel`` order: the retry engine's, then the receive path's.
-QP_COUNTERS = RETRY_QP_COUNTERS + RX_QP_COUNTERS
 
 #: Largest path MTU; the stack's IP MTU is sized for it.
 PMTU_MAX = 4096
@@ -55,26 +41,11 @@ PMTU_MAX = 4096
 #: RETH 16, ImmDt 4, ICRC 4.
 IP_MTU = PMTU_MAX + 64
 
-MEMORIES = ("onchip", "axi4")
-
 
 def default_clk_hz(width):
     """The clock a W-bit endpoint runs at on the boards: the CMAC's 322.266 MHz from 128 bits
     up, the 10G XGMII clock (156.25 MHz) at 64 bits."""
     return 156_250_000 if width == 64 else 322_265_625
-
-#: Counters of the RoCE layers, after the network stack's in the statistics address space.
-ROCE_STATS = [
-    "roce_rx_packets", "roce_rx_icrc_bad", "roce_rx_drop_short", "roce_rx_drop_opcode",
-    "roce_rx_drop_qp", "roce_rx_drop_state", "roce_rx_drop_peer", "roce_rx_drop_pkey",
-    "roce_rx_acks", "roce_rx_naks", "roce_rx_cnp",
-    "roce_tx_packets", "roce_wr_posted", "roce_cpl_ok", "roce_cpl_error",
-    "roce_stale_acks", "roce_seq_naks", "roce_rnr_naks", "roce_error_naks", "roce_ignored_acks",
-    "roce_timeouts", "roce_rewinds", "roce_qp_errors",
-    "roce_qp_ctl_rejected", "stream_drop_too_long", "stream_drop_error",
-] + [f"cm_{name}" for name in CM_COUNTERS]
-#: Every counter, in address order.
-STATS = NET_STATS + ROCE_STATS
 
 
 class RoceEndpoint(wiring.Component):
@@ -133,7 +104,13 @@ class RoceEndpoint(wiring.Component):
     through a read port of its own.
 
     Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
-    idle beat between packets, so one QP fills the MAC port.
+    idle beat between packets, so one QP fills the MAC port. The parts joined here besides the
+    protocol blocks: :class:`~rocegen.gateware.roce.qp_control.QpControl` (QP table writes),
+    :class:`~rocegen.gateware.roce.wr_merge.WrMerge` (work-request sources),
+    :class:`~rocegen.gateware.roce.payload_memory.PayloadMemory` (the memory and its reader),
+    :class:`~rocegen.gateware.roce.cpl_dispatch.CplDispatch` (completions by source),
+    :class:`~rocegen.gateware.roce.endpoint_stats.EndpointStats` and
+    :class:`~rocegen.gateware.roce.endpoint_qp_stats.EndpointQpStats` (the counters).
     """
 
     def __init__(self, width=512, num_qps=8, *, memory="onchip", mem_bytes=None, wr_depth=64,
@@ -184,19 +161,13 @@ class RoceEndpoint(wiring.Component):
         self._builder = RocePacketBuilder(width)
         self._rx = RoceRx(width, num_qps)
         self._gen = TrafficGen()
-        if memory == "onchip":
-            self._ram = PayloadRam(width, mem_bytes)
-            self._reader = PayloadReader(width, self._ram.addr_width)
-            self.word_addr_bits = self._ram.addr_width
-        else:
-            axi_bits = max(self.addr_bits, 12)
-            self._reader = AxiPayloadReader(width, addr_width=axi_bits)
-            self._writer = AxiWriter(width, addr_width=axi_bits)
-            self.word_addr_bits = self._writer.mem_addr_width
+        self._wr_merge = WrMerge(num_qps)
+        self._mem = PayloadMemory(width, memory, mem_bytes)
+        self.word_addr_bits = self._mem.word_addr_bits
         self._front = StreamFrontEnd(width, ring_base=ring_base, ring_bytes=ring_bytes,
                                      max_message=max_message, max_inflight=max_inflight,
                                      addr_width=self.word_addr_bits)
-        self._stats = StatsBlock(ROCE_STATS)
+        self._stats = EndpointStats()
         #: The configuration as built (for status registers and generated documentation).
         self.config = {
             "width": width, "num_qps": num_qps, "memory": memory, "mem_bytes": mem_bytes,
@@ -232,10 +203,8 @@ class RoceEndpoint(wiring.Component):
         if qp_info:
             members.update({"qp_info_qp": In(range(num_qps)), "qp_info_context": Out(QP_CONTEXT),
                             "qp_info_psn": Out(24)})
-        if memory == "onchip":
-            members["mem_w"] = In(MemWriteSignature(width, self._ram.addr_width))
-        else:
-            members["axi"] = Out(Axi4Signature(max(self.addr_bits, 12), width))
+        members["mem_w" if memory == "onchip" else "axi"] = \
+            self._mem.signature.members["mem_w" if memory == "onchip" else "axi"]
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -248,7 +217,7 @@ class RoceEndpoint(wiring.Component):
         rx = m.submodules.rx = self._rx
         gen = m.submodules.traffic_gen = self._gen
         front = m.submodules.stream_in = self._front
-        reader = m.submodules.reader = self._reader
+        mem = m.submodules.memory = self._mem
         retry = m.submodules.retry = self._retry
 
         # network stack: MAC, addresses, RoCEv2 on its one UDP port
@@ -258,29 +227,16 @@ class RoceEndpoint(wiring.Component):
 
         # QP table: control writes from outside, reads by the scheduler and the receive path
         cm = m.submodules.cm = self._cm
-        ctl_arb = m.submodules.qp_ctl_arbiter = StreamArbiter(CONTEXT_WRITE, 2)
-        psn_arb = m.submodules.qp_psn_arbiter = StreamArbiter(PSN_WRITE, 2)
-        wiring.connect(m, wiring.flipped(self.qp_ctl), ctl_arb.i[0])
-        wiring.connect(m, cm.qp_ctl, ctl_arb.i[1])
-        wiring.connect(m, wiring.flipped(self.qp_psn), psn_arb.i[0])
-        wiring.connect(m, cm.qp_psn, psn_arb.i[1])
-        # every control write goes to the QP table and, through a register slice, to the retry
-        # engine: the table takes it in the cycle the slice does (the engine one cycle or more
-        # later, before any packet sent with the new context can reach it), so the table's
-        # write enable and the scheduler's PSN write port depend on registers only, not on the
-        # engine's input arbitration
-        for arb_o, table_in, engine_in, name in (
-                (ctl_arb.o, qps.ctl, retry.ctx_set, "qp_ctl"),
-                (psn_arb.o, qps.ctl_psn, retry.psn_set, "qp_psn")):
-            reg = m.submodules[f"{name}_reg"] = StreamForwardRegister(arb_o.payload.shape())
-            sl = m.submodules[f"{name}_slice"] = StreamRegisterSlice(arb_o.payload.shape())
-            wiring.connect(m, arb_o, reg.i)
-            wiring.connect(m, sl.o, engine_in)
-            m.d.comb += [
-                sl.i.payload.eq(reg.o.payload), sl.i.valid.eq(reg.o.valid & table_in.ready),
-                table_in.payload.eq(reg.o.payload), table_in.valid.eq(reg.o.valid & sl.i.ready),
-                reg.o.ready.eq(sl.i.ready & table_in.ready),
-            ]
+        # (to the table and the retry engine, the table's write enable from registers only)
+        ctl = m.submodules.qp_control = QpControl()
+        wiring.connect(m, wiring.flipped(self.qp_ctl), ctl.user_ctl)
+        wiring.connect(m, wiring.flipped(self.qp_psn), ctl.user_psn)
+        wiring.connect(m, cm.qp_ctl, ctl.cm_ctl)
+        wiring.connect(m, cm.qp_psn, ctl.cm_psn)
+        wiring.connect(m, ctl.table_ctl, qps.ctl)
+        wiring.connect(m, ctl.table_psn, qps.ctl_psn)
+        wiring.connect(m, ctl.engine_ctl, retry.ctx_set)
+        wiring.connect(m, ctl.engine_psn, retry.psn_set)
         m.d.comb += [cm.local_ip.eq(self.local_ip), self.qp_open.eq(cm.qp_open)]
         wiring.connect(m, st.udp_rx[1], cm.i)
         wiring.connect(m, cm.o, st.udp_tx[1])
@@ -300,31 +256,13 @@ class RoceEndpoint(wiring.Component):
                          self.qp_info_psn.eq(qps.info_psn)]
 
         # work-request sources: the user's port, the streaming front end, the generator
-        arb = m.submodules.wr_arbiter = StreamArbiter(WR_TAGGED, 3)
-        m.d.comb += [
-            arb.i[0].payload.wr.eq(self.wr.payload),
-            arb.i[0].payload.src.eq(WrSource.USER),
-            arb.i[0].valid.eq(self.wr.valid),
-            self.wr.ready.eq(arb.i[0].ready),
-        ]
-        wiring.connect(m, front.wr, arb.i[1])
-        wiring.connect(m, gen.wr, arb.i[2])
-        # a register slice between the arbiter and the scheduler, whose ready depends on its
-        # queue pointers: no combinational round trip from the sources through the scheduler;
-        # it also carries whether the request names no QP, found before it
-        wr_slice = m.submodules.wr_slice = StreamRegisterSlice(
-            data.StructLayout({"t": WR_TAGGED, "no_qp": 1}))
-        m.d.comb += [
-            wr_slice.i.payload.t.eq(arb.o.payload),
-            wr_slice.i.payload.no_qp.eq(arb.o.payload.wr.qp >= self.num_qps),
-            wr_slice.i.valid.eq(arb.o.valid), arb.o.ready.eq(wr_slice.i.ready),
-        ]
-        # a request naming no QP completes through the tracker's own small queue: hold such a
-        # request while that queue is full
-        hold = comp.bad_full & wr_slice.o.payload.no_qp
-        m.d.comb += [sched.wr.payload.eq(wr_slice.o.payload.t),
-                     sched.wr.valid.eq(wr_slice.o.valid & ~hold),
-                     wr_slice.o.ready.eq(sched.wr.ready & ~hold)]
+        # (behind a register slice: no combinational round trip through the scheduler)
+        wrm = m.submodules.wr_merge = self._wr_merge
+        wiring.connect(m, wiring.flipped(self.wr), wrm.user)
+        wiring.connect(m, front.wr, wrm.front)
+        wiring.connect(m, gen.wr, wrm.gen)
+        wiring.connect(m, wrm.o, sched.wr)
+        m.d.comb += wrm.bad_full.eq(comp.bad_full)
         gen_arb = m.submodules.gen_arbiter = StreamArbiter(GEN_CONFIG, 2)
         wiring.connect(m, wiring.flipped(self.gen), gen_arb.i[0])
         wiring.connect(m, cm.gen, gen_arb.i[1])
@@ -335,11 +273,10 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, wiring.flipped(self.msg), front.i)
 
         # transmit: scheduler -> payload reader -> packet builder -> UDP port 4791
-        wiring.connect(m, sched.desc, reader.desc)
+        wiring.connect(m, sched.desc, mem.desc)
         # a forward register between the payload reader and the builder: the reader's output
         # queue and the builder's header and lane logic are mapped apart
-        rd_reg = m.submodules.rd_reg = StreamForwardRegister(reader.o.payload.shape())
-        wiring.connect(m, reader.o, rd_reg.i)
+        rd_reg = m.submodules.rd_reg = StreamForwardRegister(mem.o.payload.shape())
         wiring.connect(m, rd_reg.o, builder.i)
         # a forward register between the builder and UDP transmit: the reader's queue and the
         # builder's lane logic end in it, before UDP transmit's arbiter and slice
@@ -372,101 +309,64 @@ class RoceEndpoint(wiring.Component):
             sched.held.eq(retry.held), cm.errored.eq(retry.errored),
         ]
 
-        # per-QP counters: the retry engine's, then the receive path's (one cycle of latency
-        # each, so the select is delayed to pick the right one)
-        rxc = m.submodules.rx_qp_counters = QpCounters(self.num_qps, RX_QP_COUNTERS)
-        n_retry = len(RETRY_QP_COUNTERS)
-        m.d.comb += [
-            rxc.qp.eq(rx.cnp_qp),
-            rxc.inc.eq(Cat(rx.drop_state, rx.drop_peer, rx.cnp)),
-            retry.qp_stats_qp.eq(self.qp_stats_qp), rxc.rd_qp.eq(self.qp_stats_qp),
-            retry.qp_stats_sel.eq(self.qp_stats_sel),
-            rxc.rd_sel.eq(self.qp_stats_sel - n_retry),
-        ]
-        from_rx = Signal()
-        m.d.sync += from_rx.eq(self.qp_stats_sel >= n_retry)
-        m.d.comb += self.qp_stats_data.eq(Mux(from_rx, rxc.rd_data, retry.qp_stats_data))
-
         # completions back to whoever posted the work request
         c = comp.cpl
-        src = c.payload.src
-        m.d.comb += [
-            self.cpl.payload.eq(c.payload), front.cpl.payload.eq(c.payload),
-            gen.cpl.payload.eq(c.payload),
-            self.cpl.valid.eq(c.valid & (src == WrSource.USER)),
-            front.cpl.valid.eq(c.valid & (src == WrSource.STREAM)),
-            gen.cpl.valid.eq(c.valid & (src == WrSource.GENERATOR)),
-        ]
-        with m.Switch(src):
-            with m.Case(WrSource.USER):
-                m.d.comb += c.ready.eq(self.cpl.ready)
-            with m.Case(WrSource.STREAM):
-                m.d.comb += c.ready.eq(front.cpl.ready)
-            with m.Case(WrSource.GENERATOR):
-                m.d.comb += c.ready.eq(gen.cpl.ready)
-            with m.Default():                       # no such source: never produced; drain
-                m.d.comb += c.ready.eq(1)
+        dispatch = m.submodules.cpl_dispatch = CplDispatch()
+        wiring.connect(m, c, dispatch.i)
+        wiring.connect(m, dispatch.user, wiring.flipped(self.cpl))
+        wiring.connect(m, dispatch.front, front.cpl)
+        wiring.connect(m, dispatch.gen, gen.cpl)
 
-        # payload memory
-        if self.memory == "onchip":
-            ram = m.submodules.ram = self._ram
-            wiring.connect(m, reader.mem, ram.rd)
-            # the streaming front end has priority on the buffer's write port
-            fw, uw = front.mem, self.mem_w
-            with m.If(fw.valid):
-                m.d.comb += [ram.wr.payload.eq(fw.payload), ram.wr.valid.eq(1),
-                             fw.ready.eq(ram.wr.ready)]
-            with m.Else():
-                m.d.comb += [ram.wr.payload.eq(uw.payload), ram.wr.valid.eq(uw.valid),
-                             uw.ready.eq(ram.wr.ready)]
-            m.d.comb += front.mem_durable.eq(fw.valid & fw.ready)
-        else:
-            writer = m.submodules.writer = self._writer
-            wiring.connect(m, front.mem, writer.i)
-            m.d.comb += front.mem_durable.eq(writer.durable)
-            for ch in ("aw", "w"):
-                wiring.connect(m, getattr(writer, ch), getattr(wiring.flipped(self.axi), ch))
-            wiring.connect(m, wiring.flipped(self.axi).b, writer.b)
-            wiring.connect(m, reader.ar, wiring.flipped(self.axi).ar)
-            wiring.connect(m, wiring.flipped(self.axi).r, reader.r)
+        # payload memory: on-chip, with the user's and the front end's writes, or AXI4
+        wiring.connect(m, front.mem, mem.wr)
+        m.d.comb += front.mem_durable.eq(mem.durable)
+        wiring.connect(m, mem.o, rd_reg.i)
+        ext = "mem_w" if self.memory == "onchip" else "axi"
+        wiring.connect(m, wiring.flipped(getattr(self, ext)), getattr(mem, ext))
 
-        # statistics: the stack's counters, then the RoCE layers'
-        stats = m.submodules.roce_stats = self._stats
-        events = {
-            "roce_rx_packets": rx.i.valid & rx.i.ready & rx.i.payload.last, "roce_rx_icrc_bad": rx.icrc_bad,
-            "roce_rx_drop_short": rx.drop_short, "roce_rx_drop_opcode": rx.drop_opcode,
-            "roce_rx_drop_qp": rx.drop_qp, "roce_rx_drop_state": rx.drop_state,
-            "roce_rx_drop_peer": rx.drop_peer, "roce_rx_drop_pkey": rx.drop_pkey,
-            "roce_rx_acks": rx.acks,
-            "roce_rx_naks": retry.seq_naks | retry.rnr_naks | retry.error_naks,
-            "roce_rx_cnp": rx.cnp,
-            "roce_tx_packets": builder.o.valid & builder.o.ready & builder.o.payload.last,
-            "roce_wr_posted": sched.wr.valid & sched.wr.ready,
-            "roce_cpl_ok": c.valid & c.ready & (c.payload.status == CplStatus.OK),
-            "roce_cpl_error": c.valid & c.ready & (c.payload.status != CplStatus.OK),
-            "roce_qp_ctl_rejected": qps.rejected,
-            "roce_stale_acks": retry.stale_acks, "roce_seq_naks": retry.seq_naks,
-            "roce_rnr_naks": retry.rnr_naks, "roce_error_naks": retry.error_naks,
-            "roce_ignored_acks": retry.ignored, "roce_timeouts": retry.timeouts,
-            "roce_rewinds": retry.rewinds, "roce_qp_errors": retry.qp_errors,
-            "stream_drop_too_long": _pulse(m, front.drop_too_long),
-            "stream_drop_error": _pulse(m, front.drop_error),
-            **{f"cm_{name}": getattr(cm, name) for name in CM_COUNTERS},
-        }
-        for name, value in events.items():
-            assert len(value) == 1, f"statistics event {name} is not a one-bit pulse"
-        m.d.comb += stats.inc.eq(Cat(events[name] for name in ROCE_STATS))
-        n_net = len(NET_STATS)
-        m.d.comb += [st.stats_addr.eq(self.stats_addr), stats.addr.eq(self.stats_addr - n_net)]
-        # both read ports answer one cycle after the address: pick by the registered address
-        roce = Signal()
-        m.d.sync += roce.eq(self.stats_addr >= n_net)
-        m.d.comb += self.stats_data.eq(Mux(roce, stats.data, st.stats_data))
+        self._connect_statistics(m)
         return m
 
+    def _connect_statistics(self, m):
+        """The counters: the stack's and the RoCE layers' in one address space
+        (``stats_addr``), the per-QP ones in another (``qp_stats_qp`` / ``qp_stats_sel``)."""
+        st, rx, retry, cm = self._stack, self._rx, self._retry, self._cm
+        stats = m.submodules.roce_stats = self._stats
+        ev = stats.events
+        c, tx, wr = self._completer.cpl, self._builder.o, self._sched.wr
+        events = {
+            "roce_rx_packets": rx.i.valid & rx.i.ready & rx.i.payload.last,
+            "roce_rx_naks": retry.seq_naks | retry.rnr_naks | retry.error_naks,
+            "roce_tx_packets": tx.valid & tx.ready & tx.payload.last,
+            "roce_wr_posted": wr.valid & wr.ready,
+            "roce_cpl_ok": c.valid & c.ready & (c.payload.status == CplStatus.OK),
+            "roce_cpl_error": c.valid & c.ready & (c.payload.status != CplStatus.OK),
+            "roce_qp_ctl_rejected": self._qps.rejected, "roce_ignored_acks": retry.ignored,
+        }
+        for prefix, block, names in (
+                ("roce_rx_", rx, ("icrc_bad", "drop_short", "drop_opcode", "drop_qp", "drop_state",
+                                  "drop_peer", "drop_pkey", "acks", "cnp")),
+                ("roce_", retry, ("stale_acks", "seq_naks", "rnr_naks", "error_naks", "timeouts",
+                                  "rewinds", "qp_errors")),
+                ("cm_", cm, CM_COUNTERS)):
+            events.update({prefix + name: getattr(block, name) for name in names})
+        assert set(events) == set(PULSE_COUNTERS), "a statistics event is missing or unknown"
+        for name, value in events.items():
+            assert len(value) == 1, f"statistics event {name} is not a one-bit pulse"
+            m.d.comb += ev[name].eq(value)
+        m.d.comb += [
+            stats.moved.stream_drop_too_long.eq(self._front.drop_too_long),
+            stats.moved.stream_drop_error.eq(self._front.drop_error),
+            stats.addr.eq(self.stats_addr), self.stats_data.eq(stats.data),
+            st.stats_addr.eq(stats.net_addr), stats.net_data.eq(st.stats_data),
+        ]
 
-def _pulse(m, counter):
-    """A one-cycle pulse each time ``counter`` (counting by at most one per cycle) moves."""
-    last = Signal.like(counter)
-    m.d.sync += last.eq(counter)
-    return counter != last
+        # per-QP counters: the retry engine's, then the receive path's
+        qst = m.submodules.qp_stats = EndpointQpStats(self.num_qps)
+        m.d.comb += [
+            qst.qp.eq(rx.cnp_qp), qst.drop_state.eq(rx.drop_state),
+            qst.drop_peer.eq(rx.drop_peer), qst.cnp.eq(rx.cnp),
+            qst.rd_qp.eq(self.qp_stats_qp), qst.rd_sel.eq(self.qp_stats_sel),
+            self.qp_stats_data.eq(qst.rd_data), retry.qp_stats_qp.eq(qst.retry_qp),
+            retry.qp_stats_sel.eq(qst.retry_sel), qst.retry_data.eq(retry.qp_stats_data),
+        ]

@@ -17,7 +17,7 @@ from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.lib.records import pack
-from rocegen.gateware.roce.cm import CM_PORT, REPLY_PORT
+from rocegen.gateware.roce.cm_defs import CM_PORT, REPLY_PORT
 from rocegen.gateware.roce.endpoint import QP_COUNTERS, ROCE_STATS, STATS
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, QpState, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE

@@ -1,0 +1,115 @@
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.axi import Axi4Signature
+from rocegen.gateware.lib.memport import MemWriteSignature
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.roce.axi_reader import AxiPayloadReader
+from rocegen.gateware.roce.axi_writer import AxiWriter
+from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.gateware.roce.payload_ram import PayloadRam
+from rocegen.gateware.roce.payload_reader import PayloadReader
+from rocegen.gateware.roce.stream_in import DURABLE_WIDTH
+
+__all__ = ["PayloadMemory", "MEMORIES"]
+
+#: Where payloads may live.
+MEMORIES = ("onchip", "axi4")
+
+
+class PayloadMemory(wiring.Component):
+    """The endpoint's payload memory and its reader: an on-chip buffer
+    (:class:`~rocegen.gateware.roce.payload_ram.PayloadRam` read by a
+    :class:`~rocegen.gateware.roce.payload_reader.PayloadReader`), or an external memory through
+    an AXI4 master (:class:`~rocegen.gateware.roce.axi_reader.AxiPayloadReader` for reads,
+    :class:`~rocegen.gateware.roce.axi_writer.AxiWriter` for writes).
+
+    Parameters
+    ----------
+    width : int
+        Data width W (64..512).
+    memory : ``"onchip"`` or ``"axi4"``
+        Which memory.
+    mem_bytes : int
+        The on-chip buffer's size, or the size of the AXI4 address space used (a power of two
+        from 16 words to 2^32 bytes); the AXI4 address is at least 12 bits wide.
+
+    Ports
+    -----
+    desc : In(stream.Signature(PACKET_DESC))
+        Packets to read (the scheduler's descriptors).
+    o : Out(PacketSignature(width, PACKET_DESC))
+        Their payloads, each packet with its descriptor, as the reader gives them.
+    wr : In(MemWriteSignature(width, word_addr_bits))
+        Word writes of the streaming front end.
+    durable : Out(DURABLE_WIDTH)
+        Words of ``wr`` that are in memory, readable by a later ``desc`` (on-chip: 1 in the
+        cycle a write is taken; AXI4: the writer's count of acknowledged words).
+    mem_w : In(MemWriteSignature(width, word_addr_bits)), on-chip only
+        The user's word writes into the buffer; the front end's have priority (``mem_w.ready``
+        is low in a cycle ``wr.valid`` is high).
+    axi : Out(Axi4Signature(max(addr_bits, 12), width)), AXI4 only
+        The memory.
+
+    Behaviour, latency and backpressure: those of the reader and writer; this block only
+    selects them and joins the two write sources of the on-chip buffer (combinationally).
+    """
+
+    def __init__(self, width, memory, mem_bytes):
+        check_width(width)
+        if memory not in MEMORIES:
+            raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
+        if not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool) or \
+                mem_bytes & (mem_bytes - 1) or not width // 8 * 16 <= mem_bytes <= 1 << 32:
+            raise ValueError(f"mem_bytes must be a power of two from {width // 8 * 16} to 2^32, "
+                             f"not {mem_bytes!r}")
+        self.width = width
+        self.memory = memory
+        self.mem_bytes = mem_bytes
+        members = {"desc": In(stream.Signature(PACKET_DESC)),
+                   "o": Out(PacketSignature(width, PACKET_DESC)),
+                   "durable": Out(DURABLE_WIDTH)}
+        if memory == "onchip":
+            self._ram = PayloadRam(width, mem_bytes)
+            self._reader = PayloadReader(width, self._ram.addr_width)
+            #: Bits of a word address.
+            self.word_addr_bits = self._ram.addr_width
+            members["mem_w"] = In(MemWriteSignature(width, self.word_addr_bits))
+        else:
+            axi_bits = max((mem_bytes - 1).bit_length(), 12)
+            self._reader = AxiPayloadReader(width, addr_width=axi_bits)
+            self._writer = AxiWriter(width, addr_width=axi_bits)
+            self.word_addr_bits = self._writer.mem_addr_width
+            members["axi"] = Out(Axi4Signature(axi_bits, width))
+        members["wr"] = In(MemWriteSignature(width, self.word_addr_bits))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        reader = m.submodules.reader = self._reader
+        wiring.connect(m, wiring.flipped(self.desc), reader.desc)
+        wiring.connect(m, reader.o, wiring.flipped(self.o))
+        if self.memory == "onchip":
+            ram = m.submodules.ram = self._ram
+            wiring.connect(m, reader.mem, ram.rd)
+            # the streaming front end has priority on the buffer's write port
+            fw, uw = self.wr, self.mem_w
+            with m.If(fw.valid):
+                m.d.comb += [ram.wr.payload.eq(fw.payload), ram.wr.valid.eq(1),
+                             fw.ready.eq(ram.wr.ready)]
+            with m.Else():
+                m.d.comb += [ram.wr.payload.eq(uw.payload), ram.wr.valid.eq(uw.valid),
+                             uw.ready.eq(ram.wr.ready)]
+            m.d.comb += self.durable.eq(fw.valid & fw.ready)
+        else:
+            writer = m.submodules.writer = self._writer
+            axi = wiring.flipped(self.axi)
+            wiring.connect(m, wiring.flipped(self.wr), writer.i)
+            m.d.comb += self.durable.eq(writer.durable)
+            wiring.connect(m, writer.aw, axi.aw)
+            wiring.connect(m, writer.w, axi.w)
+            wiring.connect(m, axi.b, writer.b)
+            wiring.connect(m, reader.ar, axi.ar)
+            wiring.connect(m, axi.r, reader.r)
+        return m
