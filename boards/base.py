@@ -478,7 +478,7 @@ Hardware Manager (`open_hw_manager`, `program_hw_devices`).
 
 From a host on the same link and subnet: `ping {params['ip']}` must answer (the LED of traffic
 blinks). The endpoint's counters (frames, drops, ICRC errors, completions) are in the core's
-statistics block; the board top watches a few of them for the LEDs.
+statistics block; the board top watches a few of them for the LEDs{_read_them(top)}.
 
 {board.notes(top).strip()}
 {_registers_text(top, files)}"""
@@ -517,6 +517,11 @@ software. The port names are those of the standalone core (`{name}_inst.sv`); in
 top the same ports are wired to the MAC, the LEDs{jtag}, and the ones the board does not use
 are tied off.
 """
+
+
+def _read_them(top):
+    return (", and every one of them can be read over JTAG (\"Registers over JTAG\" below)"
+            if top.axil else "")
 
 
 def _registers_text(top, files):
