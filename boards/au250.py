@@ -21,8 +21,8 @@ from amaranth.lib.wiring import In, Out
 from amaranth.vendor import XilinxPlatform
 
 from rocegen.boards.base import Board, PinMap
-from rocegen.boards.common import ResetSync, StatsWatch, StatusLeds, cycles_for, tie_off
-from rocegen.boards.xilinx import ClockInput, Cmac, CmacPlacement
+from rocegen.boards.common import ResetSync, StatusLeds, core_control, cycles_for, tie_off
+from rocegen.boards.xilinx import ClockInput, Cmac, CmacPlacement, JtagAxiLite, connect_axil
 from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -82,7 +82,8 @@ class Au250Top(wiring.Component):
     """Top level of the ``au250`` target: the endpoint at W = 512 behind the CMAC on QSFP28
     cage 0.
 
-    Parameters: ``num_qps``, ``mac``, ``ip``, ``mem_bytes`` and ``**endpoint_params`` as
+    Parameters: ``num_qps``, ``mac``, ``ip``, ``mem_bytes``, ``axil`` (the register block
+    behind the JTAG-to-AXI Master IP, default on) and ``**endpoint_params`` as
     :class:`~rocegen.boards.vcu118.Vcu118Top` (on-chip payload memory only).
 
     Ports (the card's pins): ``clk_user_p/n`` (156.25 MHz: the MAC's init/DRP clock, resets);
@@ -101,14 +102,17 @@ class Au250Top(wiring.Component):
     memory = "onchip"
 
     def __init__(self, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.0.2", mem_bytes=None,
-                 **endpoint_params):
+                 axil=True, **endpoint_params):
         if "clk_hz" in endpoint_params:
             raise ValueError("clk_hz is the board's core clock; it cannot be set")
         self.mac, self.ip = parse_mac(mac), parse_ip(ip)
+        self.axil = bool(axil)
         self.endpoint = RoceEndpoint(512, num_qps, mem_bytes=mem_bytes,
-                                     clk_hz=self.core_clock_hz, **endpoint_params)
+                                     clk_hz=self.core_clock_hz, qp_info=self.axil,
+                                     **endpoint_params)
         self.has_connection_manager = "qp_open" in self.endpoint.signature.members
         self.mac_ip = Cmac(CMAC_PLACEMENT)
+        self.jtag_axi = JtagAxiLite() if self.axil else None
         self.io_ports = {}
         super().__init__({
             "clk_user_p": In(1), "clk_user_n": In(1), "sw": In(2),
@@ -151,11 +155,13 @@ class Au250Top(wiring.Component):
         m.d.comb += [cd_sync.clk.eq(mac.clk), cd_sync.rst.eq(rs_core.rst),
                      rs_core.arst.eq(sys_reset | mac.usr_rx_reset | mac.usr_tx_reset | self.sw[0])]
 
-        m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
-        watch = m.submodules.stats_watch = StatsWatch(
-            [[STATS.index(n) for n in ERROR_COUNTERS]], ep.stats_addr.shape(), len(ep.stats_data))
-        m.d.comb += [ep.stats_addr.eq(watch.stats_addr), watch.stats_data.eq(ep.stats_data)]
-        used = {"local_mac", "local_ip", "mac_rx", "mac_tx", "stats_addr", "stats_data", "qp_open"}
+        watch, regs, used = core_control(m, ep, mac=self.mac, ip=self.ip, axil=self.axil,
+                                         watch_groups=[[STATS.index(n) for n in ERROR_COUNTERS]])
+        if regs is not None:
+            jtag = m.submodules.jtag_axi = self.jtag_axi
+            connect_axil(m, jtag, regs)
+            m.d.comb += jtag.rst.eq(cd_sync.rst)
+        used |= {"mac_rx", "mac_tx", "qp_open"}
         tie_off(m, ep, used & set(ep.signature.members))
         leds = m.submodules.leds = StatusLeds(blink=cycles_for(0.05, self.core_clock_hz),
                                               heartbeat=cycles_for(0.5, self.core_clock_hz))
@@ -198,13 +204,17 @@ class Au250Cmac(Board):
     )
     pins = _PINS
 
-    def top(self, *, num_qps, mac, ip, memory, mem_bytes, **endpoint_params):
+    def top(self, *, num_qps, mac, ip, memory, mem_bytes, axil=True, **endpoint_params):
         if memory != "onchip":
             raise ValueError(f"the {self.name} board keeps payloads on chip, not in {memory!r}")
-        return Au250Top(num_qps=num_qps, mac=mac, ip=ip, mem_bytes=mem_bytes, **endpoint_params)
+        return Au250Top(num_qps=num_qps, mac=mac, ip=ip, mem_bytes=mem_bytes, axil=axil,
+                        **endpoint_params)
 
     def ip_tcl(self, top=None):
-        return (top.mac_ip if top is not None else Cmac(CMAC_PLACEMENT)).ip_tcl()
+        text = (top.mac_ip if top is not None else Cmac(CMAC_PLACEMENT)).ip_tcl()
+        if getattr(top, "jtag_axi", None) is not None:
+            text += top.jtag_axi.ip_tcl()
+        return text
 
     def leds(self, top=None):
         return LEDS

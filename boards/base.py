@@ -7,11 +7,18 @@ into a bitstream.
 """
 
 import abc
+import gc
 import re
 import time
+import warnings
 from pathlib import Path
 
+from amaranth.hdl import UnusedElaboratable
+
+from rocegen.boards.core import CoreTop
+from rocegen.boards.xilinx.jtag_axi import JtagAxiLite
 from rocegen.gateware.emit import to_verilog
+from rocegen.gateware.integration import write_kit
 from rocegen.gateware.roce.layouts import MAX_QPS
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -114,9 +121,11 @@ class Board(abc.ABC):
     # -- to be provided by a board -------------------------------------------------------------
 
     @abc.abstractmethod
-    def top(self, *, num_qps, mac, ip, memory, mem_bytes, **endpoint_params):
+    def top(self, *, num_qps, mac, ip, memory, mem_bytes, axil=True, **endpoint_params):
         """The board's top-level component around the core (``endpoint_params``: further
-        :class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` parameters)."""
+        :class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` parameters; ``axil``: the core's
+        AXI4-Lite register block with a JTAG-to-AXI master). The component has the attributes
+        ``endpoint``, ``mac``, ``ip`` (integers), ``axil``, ``width`` and ``core_clock_hz``."""
 
     @abc.abstractmethod
     def ip_tcl(self, top=None):
@@ -313,10 +322,14 @@ def add_ram_style(text, style, *, drop_zero_init=False):
 
 def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.0.2",
                 retransmit_memory="bram", width=None, mem_bytes=None, top_name=None, log=print,
-                endpoint=None):
+                endpoint=None, axil=True):
     """Write the Vivado build of ``board`` to ``out_dir``: ``<top>.v`` (board top and core),
-    ``<board>.xdc``, ``build.tcl`` and ``BUILD.md``. ``endpoint``: further parameters of the
-    core (``pmtu``, ``cm_port``...). Returns the paths written."""
+    ``<board>.xdc``, ``build.tcl``, ``BUILD.md`` and the integration kit of the core inside the
+    top (:func:`~rocegen.gateware.integration.write_kit` of the core's configuration, named
+    ``<top>_core``: SystemVerilog package, port table, instantiation template and, with
+    ``axil``, the register map as Markdown, C header and Python accessor). ``endpoint``:
+    further parameters of the core (``pmtu``, ``cm_port``...); ``axil``: the core's AXI4-Lite
+    register block behind a JTAG-to-AXI master (default on). Returns the paths written."""
     endpoint = dict(endpoint or {})
     memory, mem_bytes = check_build_params(board, num_qps=num_qps, mac=mac, ip=ip,
                                            retransmit_memory=retransmit_memory, width=width,
@@ -326,7 +339,7 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
         raise ValueError(f"--name must be a Verilog identifier, not {top_name!r}")
     t0 = time.perf_counter()
     top = board.top(num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes,
-                    **endpoint)
+                    axil=axil, **endpoint)
     text = to_verilog(top, name=top_name)
     if retransmit_memory == "uram":
         text = add_ram_style(text, "ultra", drop_zero_init=True)
@@ -342,13 +355,33 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
     files["xdc"].write_text(board.xdc(top, top_name))
     files["tcl"].write_text(board.tcl(top_name=top_name, verilog=files["verilog"].name,
                                       xdc=files["xdc"].name, top=top))
+    with warnings.catch_warnings():
+        # the core is only described (ports, configuration), never elaborated: Amaranth's
+        # warning about that when it goes away does not apply
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        core = core_of(top, mac=mac, ip=ip, endpoint=endpoint, mem_bytes=mem_bytes)
+        kit = write_kit(core, f"{top_name}_core", out)
+        del core
+        gc.collect()
+    files.update({f"kit_{k}": p for k, p in kit.items()})
     params = {"board": board.name, "ip": ip, "mac": mac, "qps": num_qps,
               "retransmit_memory": retransmit_memory, "mem_bytes": mem_bytes,
-              "width": board.width, "top": top_name, **endpoint}
+              "width": board.width, "top": top_name, "axil": axil, **endpoint}
+    if axil:
+        params["registers"] = "AXI4-Lite, read over JTAG (see \"Registers over JTAG\")"
     files["readme"].write_text(build_md(board, top, params, files))
     log(f"wrote {out}/: {', '.join(p.name for p in files.values())} "
         f"({len(text) / 1e6:.2f} MB of Verilog) in {time.perf_counter() - t0:.1f} s")
     return files
+
+
+def core_of(top, *, mac, ip, endpoint, mem_bytes):
+    """The :class:`~rocegen.boards.core.CoreTop` with the configuration of the core inside board
+    top ``top`` (its width, QPs, memory, clock, register block and endpoint parameters): what
+    ``rocegen verilog`` emits for it, described by the build's integration kit."""
+    ep = top.endpoint
+    return CoreTop(top.width, ep.num_qps, memory=ep.memory, phy="axis", mac=mac, ip=ip,
+                   axil=top.axil, mem_bytes=mem_bytes, clk_hz=top.core_clock_hz, **endpoint)
 
 
 def _net_text(net):
@@ -385,7 +418,8 @@ def build_md(board, top, params, files):
         "ddr4": f"DDR4 SDRAM ({ddr4_name}, through the DDR4 memory controller and an AXI "
                 f"clock converter; see \"Payload memory: {ddr4_name}\" below)",
     }[mem]
-    core_keys = ("board", "ip", "mac", "qps", "retransmit_memory", "mem_bytes", "width", "top")
+    core_keys = ("board", "ip", "mac", "qps", "retransmit_memory", "mem_bytes", "width", "top",
+                 "axil")
     extra = "".join(f"| {k} | {_net_text(v) if k == 'cm_allow_net' else v} |\n"
                     for k, v in params.items() if k not in core_keys)
     return f"""\
@@ -412,7 +446,8 @@ Hardware Manager (`open_hw_manager`, `program_hw_devices`).
 | `{files['verilog'].name}` | board top level and the RoCEv2 endpoint core (generated Verilog) |
 | `{files['xdc'].name}` | pins, I/O standards, clocks, false paths |
 | `build.tcl` | creates the vendor IP, synthesizes, places, routes, writes the bitstream |
-
+{_kit_rows(files)}
+{_kit_text(top, params, files)}
 ## Parameters
 
 | parameter | value |
@@ -443,7 +478,56 @@ Hardware Manager (`open_hw_manager`, `program_hw_devices`).
 
 From a host on the same link and subnet: `ping {params['ip']}` must answer (the LED of traffic
 blinks). The endpoint's counters (frames, drops, ICRC errors, completions) are in the core's
-statistics block; the board top watches a few of them for the LEDs.
+statistics block; the board top watches a few of them for the LEDs{_read_them(top)}.
 
 {board.notes(top).strip()}
+{_registers_text(top, files)}"""
+
+
+_KIT_WHAT = {
+    "kit_package": "SystemVerilog package of the core's record types (work requests, "
+                   "completions, QP control...)",
+    "kit_ports": "the core's ports: groups, widths, directions, record fields",
+    "kit_template": "instantiation template of the core",
+    "kit_registers": "register map of the core's AXI4-Lite block (offsets, fields, reset values)",
+    "kit_c_header": "the register map as C macros",
+    "kit_python": "the register map as a Python accessor (over any read/write bus)",
+}
+
+
+def _kit_rows(files):
+    return "\n".join(f"| `{files[k].name}` | {what} |" for k, what in _KIT_WHAT.items()
+                     if k in files)
+
+
+def _kit_text(top, params, files):
+    """The paragraph under the file table about the core's integration kit."""
+    name = files["kit_package"].name[:-len("_pkg.sv")]
+    regs = " --axil" if top.axil else ""
+    jtag = " and the JTAG-to-AXI master" if top.axil else ""
+    ep = top.endpoint
+    return f"""
+The `{name}_*` files describe the RoCEv2 endpoint core inside the board top, with this build's
+configuration (W = {top.width}, {params['qps']} QPs, the payload memory below, the core clock),
+as `rocegen verilog --core endpoint --width {top.width} --qps {params['qps']} --memory
+{ep.memory} --mem-bytes {ep.mem_bytes} --clk-mhz {top.core_clock_hz / 1e6}{regs} --name {name}`
+(plus this build's endpoint options) writes them beside the core's Verilog: to drive the
+core's work-request, completion and QP ports from your own logic, or to read its registers from
+software. The port names are those of the standalone core (`{name}_inst.sv`); inside the board
+top the same ports are wired to the MAC, the LEDs{jtag}, and the ones the board does not use
+are tied off.
 """
+
+
+def _read_them(top):
+    return (", and every one of them can be read over JTAG (\"Registers over JTAG\" below)"
+            if top.axil else "")
+
+
+def _registers_text(top, files):
+    if not top.axil:
+        return ""
+    return "\n" + JtagAxiLite.notes(top.endpoint.config,
+                                     registers_md=files["kit_registers"].name,
+                                     c_header=files["kit_c_header"].name,
+                                     python=files["kit_python"].name)

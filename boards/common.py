@@ -9,8 +9,10 @@ from amaranth.hdl import Array, ClockDomain, ClockSignal, Const, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from rocegen.gateware.roce.regs import AxiLiteRegs
+
 __all__ = ["ResetSync", "LevelSync", "StatsWatch", "StatusLeds", "Stretch", "tie_off", "is_packet_stream",
-           "cycles_for"]
+           "cycles_for", "core_control"]
 
 
 def cycles_for(seconds, clock_hz):
@@ -128,16 +130,21 @@ class StatsWatch(wiring.Component):
         Shape of ``stats_addr`` (that of the read port it drives).
     data_width : int
         Width of ``stats_data``.
+    shared : bool
+        The read port is shared with other logic (a register block): the watcher gets the
+        ``grant`` input and uses the port only in cycles where ``grant`` is high. In a cycle
+        without it the watcher stays at its counter and ignores ``stats_data`` of the next
+        cycle, so it never compares a value read for someone else.
 
     Ports
     -----
     ``stats_addr`` : ``Out(addr_shape)``, ``stats_data`` : ``In(data_width)``, ``changed`` :
-    ``Out(len(groups))``. Latency: a change is reported 2 cycles after the address of the counter
-    is driven (read latency plus the compare register), at most ``N + 2`` cycles after the
-    counter changed.
+    ``Out(len(groups))``; with ``shared``, ``grant`` : ``In(1)``. Latency: a change is reported
+    2 cycles after the address of the counter is driven (read latency plus the compare
+    register), at most ``N + 2`` granted cycles after the counter changed.
     """
 
-    def __init__(self, groups, addr_shape, data_width=32):
+    def __init__(self, groups, addr_shape, data_width=32, *, shared=False):
         groups = [list(g) for g in groups]
         if not groups or any(not g for g in groups):
             raise ValueError("groups must be a non-empty list of non-empty address lists")
@@ -147,13 +154,17 @@ class StatsWatch(wiring.Component):
         if len(set(flat)) != len(flat):
             raise ValueError(f"a counter address appears twice in {groups!r}")
         self.groups = groups
+        self.shared = bool(shared)
         self._addrs = flat
         self._group_of = [g for g, grp in enumerate(groups) for _ in grp]
-        super().__init__({
+        members = {
             "stats_addr": Out(addr_shape),
             "stats_data": In(data_width),
             "changed": Out(len(groups)),
-        })
+        }
+        if self.shared:
+            members["grant"] = In(1)
+        super().__init__(members)
         if max(flat) >= 1 << len(self.stats_addr):
             raise ValueError(f"counter address {max(flat)} does not fit stats_addr "
                              f"({len(self.stats_addr)} bits)")
@@ -167,12 +178,14 @@ class StatsWatch(wiring.Component):
         addrs = Array(Const(a, len(self.stats_addr)) for a in self._addrs)
         masks = Array(Const(1 << g, len(self.groups)) for g in self._group_of)
         last = Array(Signal(len(self.stats_data), name=f"last{i}") for i in range(n))
+        grant = self.grant if self.shared else 1
         m.d.comb += self.stats_addr.eq(addrs[idx])
-        with m.If(idx == n - 1):
-            m.d.sync += idx.eq(0)
-        with m.Else():
-            m.d.sync += idx.eq(idx + 1)
-        m.d.sync += [idx_d.eq(idx), valid_d.eq(1)]
+        with m.If(grant):
+            with m.If(idx == n - 1):
+                m.d.sync += idx.eq(0)
+            with m.Else():
+                m.d.sync += idx.eq(idx + 1)
+        m.d.sync += [idx_d.eq(idx), valid_d.eq(grant)]
         changed = Signal(len(self.groups))
         m.d.sync += changed.eq(0)
         with m.If(valid_d):
@@ -287,3 +300,48 @@ def is_packet_stream(member):
     (:func:`~rocegen.gateware.lib.stream.PacketSignature`)."""
     return (member.is_signature and isinstance(member.signature, stream.Signature)
             and _is_packet_layout(data.Layout.cast(member.signature.members["payload"].shape)))
+
+
+def core_control(m, endpoint, *, mac, ip, watch_groups, axil):
+    """The control and status side of a board top's endpoint, in module ``m``: the endpoint's
+    addresses, the status LEDs' counter watcher and, with ``axil``, the AXI4-Lite register
+    block. Returns ``(watch, regs, used)``: the :class:`StatsWatch` (submodule
+    ``stats_watch``) of ``watch_groups``, the :class:`~rocegen.gateware.roce.regs.AxiLiteRegs`
+    (submodule ``regs``; ``None`` without ``axil``) whose ``s_axil_*`` slave port the caller
+    connects to a master, and the endpoint ports used here (for :func:`tie_off`).
+
+    Without ``axil`` the addresses ``mac`` / ``ip`` are constants and the watcher has the
+    statistics read port alone. With ``axil`` (the endpoint built with ``qp_info=True``) the
+    register block drives the addresses (``mac`` / ``ip`` are their reset values) and owns the
+    per-QP read ports; the statistics read port is shared: the block has it while it reads
+    (``reading``), the watcher every other cycle (``grant``). Both only read, so neither
+    disturbs traffic nor the other's values."""
+    shape, width = endpoint.stats_addr.shape(), len(endpoint.stats_data)
+    watch = m.submodules.stats_watch = StatsWatch(watch_groups, shape, width, shared=axil)
+    used = {"local_mac", "local_ip", "stats_addr", "stats_data"}
+    m.d.comb += watch.stats_data.eq(endpoint.stats_data)
+    if not axil:
+        m.d.comb += [endpoint.local_mac.eq(mac), endpoint.local_ip.eq(ip),
+                     endpoint.stats_addr.eq(watch.stats_addr)]
+        return watch, None, used
+    if "qp_info_qp" not in endpoint.signature.members:
+        raise ValueError("the register block reads the QP table: build the endpoint with "
+                         "qp_info=True")
+    regs = m.submodules.regs = AxiLiteRegs(endpoint.config, mac=mac, ip=ip)
+    members = endpoint.signature.members
+    for name, member in regs.signature.members.items():
+        if name.startswith("s_axil_") or name in ("reading", "stats_addr", "stats_data"):
+            continue
+        if member.flow == Out:
+            m.d.comb += getattr(endpoint, name).eq(getattr(regs, name))
+            used.add(name)
+        elif name in members:
+            m.d.comb += getattr(regs, name).eq(getattr(endpoint, name))
+            used.add(name)
+        # a status the endpoint does not have (no generator, no connection manager) reads 0
+    m.d.comb += [regs.stats_data.eq(endpoint.stats_data), watch.grant.eq(~regs.reading)]
+    with m.If(regs.reading):
+        m.d.comb += endpoint.stats_addr.eq(regs.stats_addr)
+    with m.Else():
+        m.d.comb += endpoint.stats_addr.eq(watch.stats_addr)
+    return watch, regs, used

@@ -172,6 +172,8 @@ class CoreTop(wiring.Component):
         if self.axil:
             regs = m.submodules.regs = self._regs
             for name in regs.signature.members:
+                if name == "reading":
+                    continue            # the block owns the endpoint's read ports alone
                 if name.startswith("s_axil_"):
                     if regs.signature.members[name].flow == In:
                         m.d.comb += getattr(regs, name).eq(getattr(self, name))

@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.vendor import XilinxPlatform
 
 from rocegen.boards.base import Board, PinMap
-from rocegen.boards.common import ResetSync, StatsWatch, StatusLeds, cycles_for, tie_off
+from rocegen.boards.common import ResetSync, StatusLeds, core_control, cycles_for, tie_off
 from rocegen.boards.core import XGMII_MAX_FRAME
 from rocegen.boards.xilinx import (
     CMAC_MODULE,
@@ -41,9 +41,11 @@ from rocegen.boards.xilinx import (
     CmacPlacement,
     Ddr4Axi,
     Ddr4Memory,
+    JtagAxiLite,
     XxvMac,
     XxvPlacement,
     axi_cdc_module,
+    connect_axil,
     ddr4_module,
 )
 from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
@@ -231,6 +233,13 @@ class Vcu118Top(wiring.Component):
         subsystem as PCS/PMA with the built-in XGMII MAC (core at W = 64).
     line_rate_gbps : int
         100 with ``"cmac"``; 25 or 10 with ``"xxv"``.
+    axil : bool
+        The core's AXI4-Lite register block (:class:`~rocegen.gateware.roce.regs.AxiLiteRegs`)
+        with the JTAG-to-AXI Master IP (:class:`~rocegen.boards.xilinx.jtag_axi.JtagAxiLite`)
+        as its master: the addresses become registers (``mac`` / ``ip`` their reset values) and
+        every counter and the QP table can be read from Vivado's hardware manager. The status
+        LEDs' counter watcher shares the statistics read port with it
+        (:func:`~rocegen.boards.common.core_control`). Default on.
     num_qps, mac, ip, memory, mem_bytes
         The core's parameters (:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint`). With
         ``memory="axi4"`` the payloads are kept in DDR4 C1 (:data:`DDR4_C1`): ``mem_bytes``
@@ -273,7 +282,7 @@ class Vcu118Top(wiring.Component):
 
     def __init__(self, *, mac_kind="cmac", line_rate_gbps=100, num_qps=8,
                  mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip", mem_bytes=None,
-                 **endpoint_params):
+                 axil=True, **endpoint_params):
         if mac_kind not in ("cmac", "xxv"):
             raise ValueError(f"mac_kind must be 'cmac' or 'xxv', not {mac_kind!r}")
         rates = {"cmac": (100,), "xxv": (25, 10)}[mac_kind]
@@ -299,8 +308,10 @@ class Vcu118Top(wiring.Component):
                                  f"{ddr.min_bytes} (1 MiB) to {ddr.size_bytes} (2 GiB, the size "
                                  f"of {ddr.name}), not {mem_bytes!r}")
         self.memory = memory
+        self.axil = bool(axil)
         self.endpoint = RoceEndpoint(self.width, num_qps, memory=memory, mem_bytes=mem_bytes,
-                                     clk_hz=self.core_clock_hz, **endpoint_params)
+                                     clk_hz=self.core_clock_hz, qp_info=self.axil,
+                                     **endpoint_params)
         self.has_connection_manager = "qp_open" in self.endpoint.signature.members
         lanes = 4 if mac_kind == "cmac" else 1
         members = {
@@ -335,6 +346,8 @@ class Vcu118Top(wiring.Component):
             self.mac_ip = Cmac(CMAC_PLACEMENT)
         else:
             self.mac_ip = XxvMac(line_rate_gbps, XXV_PLACEMENT, max_frame=XGMII_MAX_FRAME)
+        #: The master of the register block (with ``axil``): JTAG-to-AXI, for the hardware manager.
+        self.jtag_axi = JtagAxiLite() if self.axil else None
         self.ddr4_axi = None
         if memory == "axi4":
             self.ddr4_axi = Ddr4Axi(DDR4_C1, self.width, len(self.endpoint.axi.aw.payload.addr),
@@ -398,13 +411,17 @@ class Vcu118Top(wiring.Component):
             m.submodules.rst_sync_core = rs_core = ResetSync("sync")
             m.d.comb += [rs_core.arst.eq(reset_request), cd_sync.rst.eq(rs_core.rst)]
 
-        # the core: fixed addresses; ports a board does not use are tied off
-        m.d.comb += [ep.local_mac.eq(self.mac), ep.local_ip.eq(self.ip)]
-        watch = m.submodules.stats_watch = StatsWatch(
-            [[STATS.index(n) for n in ERROR_COUNTERS], [STATS.index(n) for n in ACK_COUNTERS]],
-            ep.stats_addr.shape(), len(ep.stats_data))
-        m.d.comb += [ep.stats_addr.eq(watch.stats_addr), watch.stats_data.eq(ep.stats_data)]
-        used = {"local_mac", "local_ip", "mac_rx", "mac_tx", "stats_addr", "stats_data"}
+        # the core: addresses, counters for the LEDs, registers over JTAG (with axil); ports a
+        # board does not use are tied off
+        watch, regs, used = core_control(
+            m, ep, mac=self.mac, ip=self.ip, axil=self.axil,
+            watch_groups=[[STATS.index(n) for n in ERROR_COUNTERS],
+                          [STATS.index(n) for n in ACK_COUNTERS]])
+        if regs is not None:
+            jtag = m.submodules.jtag_axi = self.jtag_axi
+            connect_axil(m, jtag, regs)
+            m.d.comb += jtag.rst.eq(cd_sync.rst)
+        used |= {"mac_rx", "mac_tx"}
         if self.has_connection_manager:
             used.add("qp_open")
         if self.memory == "axi4":
@@ -500,6 +517,8 @@ class _Vcu118Board(Board):
         text = (top.mac_ip if top is not None else self._mac_ip()).ip_tcl()
         if _uses_ddr4(top):
             text += top.ddr4_axi.ip_tcl()
+        if getattr(top, "jtag_axi", None) is not None:
+            text += top.jtag_axi.ip_tcl()
         return text
 
     def notes(self, top=None):
@@ -543,10 +562,10 @@ set_false_path -to [get_ports {led[*] qsfp1_modsell qsfp1_resetl qsfp1_lpmode}]
 set_false_path -from [get_ports {cpu_reset btn_c qsfp1_modprsl qsfp1_intl}]
 """
 
-    def top(self, *, num_qps, mac, ip, memory, mem_bytes, **endpoint_params):
+    def top(self, *, num_qps, mac, ip, memory, mem_bytes, axil=True, **endpoint_params):
         return Vcu118Top(mac_kind=self.mac_kind, line_rate_gbps=self.line_rate_gbps,
                          num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes,
-                         **endpoint_params)
+                         axil=axil, **endpoint_params)
 
 
 _SOURCES_NOTE = """\

@@ -131,7 +131,7 @@ def _build(args):
     params = {"num_qps": args.qps, "mac": args.mac, "ip": args.ip,
               "retransmit_memory": args.retransmit_memory, "width": args.width,
               "mem_bytes": args.mem_bytes, "top_name": args.name,
-              "endpoint": endpoint_params(args)}
+              "endpoint": endpoint_params(args), "axil": args.axil}
     try:
         files = write_build(board, args.output, **params)
     except (ValueError, TypeError) as e:
@@ -329,6 +329,9 @@ def main(argv=None):
     b.add_argument("--width", type=int, default=None,
                    help="datapath width; must be the board MAC's (checked, else implied)")
     add_endpoint_options(b, "--port")
+    b.add_argument("--no-axil", dest="axil", action="store_false",
+                   help="leave out the core's AXI4-Lite register block and its JTAG-to-AXI master "
+                        "(by default the registers are readable from Vivado's hardware manager)")
     b.add_argument("--name", default=None, help="top-level module name (default per board)")
     b.add_argument("-o", "--output", required=True, help="output folder")
 

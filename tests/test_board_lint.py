@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, axi_cdc_module, ddr4_module
+from rocegen.boards.xilinx import JTAG_AXI_MODULE
 from rocegen.cli import main
 from rocegen.sim.testing.verilator import VerilatorNotFound, verilator_bin_dir
 
@@ -24,23 +25,33 @@ BUILDS = {
     # name: (command-line arguments, top module, board, vendor IP modules with their instance)
     "vcu118": (["--board", "vcu118", "--qps", "2", "--ip", "192.168.7.2",
                 "--mac", "02:0a:0b:0c:0d:0e"], "rocegen_vcu118", "vcu118",
-               {CMAC_MODULE: "cmac"}),
+               {CMAC_MODULE: "cmac", JTAG_AXI_MODULE: "jtag_axi"}),
+    # without the register block: the addresses are constants, no JTAG-to-AXI master
     "vcu118_10g": (["--board", "vcu118_10g", "--qps", "3", "--retransmit-memory", "uram",
-                    "--mem-bytes", "65536", "--name", "top10g"], "top10g", "vcu118_10g",
+                    "--mem-bytes", "65536", "--name", "top10g", "--no-axil", "--ip",
+                    "192.168.7.2", "--mac", "02:0a:0b:0c:0d:0e"], "top10g", "vcu118_10g",
                    {XXV_MODULE: "xxv"}),
-    "au250": (["--board", "au250", "--qps", "4"], "rocegen_au250", "au250", {CMAC_MODULE: "cmac"}),
+    "au250": (["--board", "au250", "--qps", "4"], "rocegen_au250", "au250",
+              {CMAC_MODULE: "cmac", JTAG_AXI_MODULE: "jtag_axi"}),
     # payloads in DDR4 C1: the whole of it at 100G, 64 MiB at 25G, 1 MiB at 10G
     "vcu118_ddr4": (["--board", "vcu118", "--qps", "2", "--retransmit-memory", "ddr4"],
                     "rocegen_vcu118", "vcu118",
                     {CMAC_MODULE: "cmac", ddr4_module(512): "ddr4",
-                     axi_cdc_module(512): "axi_cdc"}),
+                     axi_cdc_module(512): "axi_cdc", JTAG_AXI_MODULE: "jtag_axi"}),
     "vcu118_25g_ddr4": (["--board", "vcu118_25g", "--qps", "2", "--retransmit-memory", "ddr4",
                          "--mem-bytes", str(1 << 26)], "rocegen_vcu118", "vcu118_25g",
-                        {XXV_MODULE: "xxv", ddr4_module(64): "ddr4", axi_cdc_module(64): "axi_cdc"}),
+                        {XXV_MODULE: "xxv", ddr4_module(64): "ddr4", axi_cdc_module(64): "axi_cdc",
+                         JTAG_AXI_MODULE: "jtag_axi"}),
     "vcu118_10g_ddr4": (["--board", "vcu118_10g", "--qps", "1", "--retransmit-memory", "ddr4",
                          "--mem-bytes", str(1 << 20), "--name", "t10"], "t10", "vcu118_10g",
-                        {XXV_MODULE: "xxv", ddr4_module(64): "ddr4", axi_cdc_module(64): "axi_cdc"}),
+                        {XXV_MODULE: "xxv", ddr4_module(64): "ddr4", axi_cdc_module(64): "axi_cdc",
+                         JTAG_AXI_MODULE: "jtag_axi"}),
 }
+
+#: The integration kit of the core inside the top (``<top>_core_*``), and with the register
+#: block its register map.
+KIT = ("_core_pkg.sv", "_core_ports.md", "_core_inst.sv")
+KIT_REGS = ("_core_registers.md", "_core_regs.h", "_core_regs.py")
 
 
 def verilator():
@@ -93,13 +104,16 @@ def stub_ports(module):
 def test_build_folder(builds, name):
     folder, top, board, ips = builds[name]
     files = sorted(p.name for p in folder.iterdir())
-    assert files == sorted([f"{top}.v", f"{board}.xdc", "build.tcl", "BUILD.md"])
+    axil = JTAG_AXI_MODULE in ips
+    kit = [top + k for k in KIT + (KIT_REGS if axil else ())]
+    assert files == sorted([f"{top}.v", f"{board}.xdc", "build.tcl", "BUILD.md", *kit])
     tcl = (folder / "build.tcl").read_text()
     assert f"set top {top}\n" in tcl
     assert f"read_verilog [file join $here {top}.v]" in tcl
     assert f"read_xdc [file join $here {board}.xdc]" in tcl
     readme = (folder / "BUILD.md").read_text()
     assert "vivado -mode batch -source build.tcl" in readme
+    kit_build(folder, top, readme, kit, axil)
     assert "| LED | meaning |" in readme and re.search(r"^\| [23] \| error", readme, re.M)
     text = (folder / f"{top}.v").read_text()
     assert re.search(rf"^module {top}\(", text, re.M)
@@ -117,17 +131,45 @@ def test_build_folder(builds, name):
         # the payload memory is left to Vivado (only the ICRC stages' memories ask for block RAM)
         assert "ram_style" not in payload_ram(text)
         assert set(re.findall(r'ram_style = "(\w+)"', text)) == {"block"}
-        # the addresses are in the core as constants
-        assert "local_mac = 48'h020a0b0c0d0e;" in text
-        assert re.search(r"local_ip = 32'(d3232237314|hc0a80702);", text)
+        # the addresses are registers of the AXI4-Lite block, reset to the build's
+        assert "reg [15:0] reg_mac_hi = 16'h020a;" in text
+        assert re.search(r"reg \[31:0\] reg_mac_lo = 32'(d185339150|h0b0c0d0e);", text)
+        assert re.search(r"reg \[31:0\] local_ip = 32'(d3232237314|hc0a80702);", text)
+        assert "local_mac = 48'h" not in text
     else:
         assert "65536 bytes of UltraRAM" in readme
+        # without the register block the addresses are in the core as constants
+        assert "local_mac = 48'h020a0b0c0d0e;" in text
+        assert re.search(r"local_ip = 32'(d3232237314|hc0a80702);", text)
+        assert "s_axil" not in text and "jtag_axi" not in tcl
         # the payload memory is marked for UltraRAM and has no (zero) initial contents
         decl = re.search(r'\(\* ram_style = "ultra" \*\)\n\s*reg \[63:0\] mem \[8191:0\];', text)
         assert decl, "payload memory not marked for UltraRAM"
         ram = text[text.index("endpoint.ram ("):]
         ram = ram[:ram.index("endmodule")]
         assert "initial begin" not in ram
+
+
+def kit_build(folder, top, readme, kit, axil):
+    """The core's integration kit in the build folder, listed in BUILD.md; with the register
+    block, the register map and how to read it over JTAG."""
+    for name in kit:
+        assert f"| `{name}` |" in readme, name
+    pkg = (folder / f"{top}_core_pkg.sv").read_text()
+    assert re.search(rf"^package {top}_core_pkg;", pkg, re.M)
+    inst = (folder / f"{top}_core_inst.sv").read_text()
+    assert re.search(rf"^{top}_core ", inst, re.M)
+    assert (".s_axil_araddr(" in inst) == axil
+    if axil:
+        header = (folder / f"{top}_core_regs.h").read_text()
+        offset = re.search(rf"#define {top.upper()}_CORE_ID\s+0x0*([0-9a-fA-F]+)u?\b", header)
+        assert offset, header[:400]
+        assert "## Registers over JTAG" in readme
+        assert f"create_hw_axi_txn -force rd_id $axi -type read -address {int(offset.group(1), 16):08x}" \
+            in readme
+        assert f"`{top}_core_registers.md`" in readme
+    else:
+        assert "## Registers over JTAG" not in readme
 
 
 def ddr4_build(folder, top, board, readme, text):

@@ -51,6 +51,10 @@ class AxiLiteRegs(wiring.Component):
     ``qp_info_qp`` -> ``qp_info_context`` / ``qp_info_psn``: read ports of the endpoint, data
     one cycle after the address (the block holds the address steady while it waits).
     ``qp_open``, ``gen_*``: status inputs.
+    ``reading`` : Out(1)
+        High while a read uses the read ports: from the cycle after its address is accepted to
+        the cycle its data is taken. Logic sharing a read port with the block (a board's
+        counter watcher) may use the port whenever ``reading`` is low.
 
     Behaviour
         One read and one write may be in progress at once (independently). A read is accepted
@@ -83,6 +87,7 @@ class AxiLiteRegs(wiring.Component):
             "qp_open": In(num_qps),
             "gen_busy": In(1), "gen_posted": In(32), "gen_ok": In(32), "gen_err": In(32),
             "gen_cycles": In(32),
+            "reading": Out(1),
         })
 
     def elaborate(self, platform):
@@ -133,7 +138,8 @@ class AxiLiteRegs(wiring.Component):
         rvalid = Signal()
         wait = Signal(2)
         raddr = Signal(ADDR_WIDTH - 2)
-        m.d.comb += [p("arready").eq(~busy), p("rvalid").eq(rvalid)]
+        m.d.comb += [p("arready").eq(~busy), p("rvalid").eq(rvalid),
+                     self.reading.eq(busy & ~rvalid)]
         rdata = Signal(32)
         rresp = Signal(2)
         m.d.comb += [p("rdata").eq(rdata), p("rresp").eq(rresp)]

@@ -10,7 +10,15 @@ from rocegen.boards import get_board
 from rocegen.boards.au250 import AU250Platform, Au250Top
 from rocegen.boards.base import check_build_params
 from rocegen.boards.vcu118 import DDR4_C1
-from rocegen.boards.xilinx import CMAC_MODULE, Cmac, CmacPlacement, Ddr4Axi, XxvMac, XxvPlacement
+from rocegen.boards.xilinx import (
+    CMAC_MODULE,
+    JTAG_AXI_MODULE,
+    Cmac,
+    CmacPlacement,
+    Ddr4Axi,
+    XxvMac,
+    XxvPlacement,
+)
 
 # Expected pins, from the public Alveo U250 constraints of corundum/corundum
 # (fpga/mqnic/AU250/fpga_100g/fpga.xdc), typed here independently of the platform.
@@ -83,7 +91,15 @@ def _instances(top):
 
 def test_cmac_wiring(top):
     inst = _instances(top)
-    assert set(inst) == {CMAC_MODULE, "IBUFDS", "BUFG"}
+    assert set(inst) == {CMAC_MODULE, "IBUFDS", "BUFG", JTAG_AXI_MODULE}
+    # the register block's master: the JTAG-to-AXI IP, AXI4-Lite, its handshakes the part's
+    jtag = inst[JTAG_AXI_MODULE][0].ports
+    part = top.jtag_axi
+    assert jtag["m_axi_arvalid"] == (part.m_axil_arvalid, "o")
+    assert jtag["m_axi_rready"] == (part.m_axil_rready, "o")
+    assert jtag["m_axi_rdata"] == (part.m_axil_rdata, "i")
+    assert len(jtag["m_axi_araddr"][0]) == 32 and len(part.m_axil_araddr) == 16
+    assert {"m_axi_awlen", "m_axi_awid", "m_axi_awburst", "m_axi_arlen"}.isdisjoint(jtag)
     cmac = inst[CMAC_MODULE][0].ports
     part = top.mac_ip
     assert cmac["gt_rxp_in"][0] is part.gt_rx_p and cmac["gt_txp_out"] == (part.gt_tx_p, "o")

@@ -4,14 +4,24 @@ counter watcher) simulated against Python models."""
 
 import random
 import re
+import warnings
 
 import pytest
-from amaranth.hdl import ClockDomain, Fragment, Module, Signal
+from amaranth.hdl import ClockDomain, Fragment, Module, Signal, UnusedElaboratable
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from rocegen.boards import BOARDS, RETRANSMIT_MEMORIES, get_board
 from rocegen.boards.base import add_ram_style, check_build_params
-from rocegen.boards.common import LevelSync, ResetSync, StatsWatch, StatusLeds, Stretch
+from rocegen.boards.common import (
+    LevelSync,
+    ResetSync,
+    StatsWatch,
+    StatusLeds,
+    Stretch,
+    core_control,
+)
 from rocegen.boards.core import CoreTop
 from rocegen.boards.mem_reset import MemResetControl
 from rocegen.boards.vcu118 import (
@@ -26,7 +36,10 @@ from rocegen.boards.vcu118 import (
     ddr4_module,
     leds_for,
 )
-from rocegen.gateware.roce.endpoint import STATS
+from rocegen.boards.xilinx import JTAG_AXI_MODULE
+from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
+from rocegen.gateware.roce.regmap import REGISTERS, windows_for
+from rocegen.gateware.roce.regs import AxiLiteRegs
 from rocegen.sim.testing.harness import run_sim
 
 PART = "xcvu9p-flga2104-2L-e"
@@ -510,14 +523,62 @@ def test_ddr4_wiring(ddr4_tops, board):
 def test_instances_match_the_ip_module_names(tops, ddr4_tops):
     # the vendor IP instantiated by the tops is the one the Tcl creates
     cmac, xxv = set(_instances(tops["vcu118"])), set(_instances(tops["vcu118_10g"]))
-    assert cmac >= {CMAC_MODULE, "IBUFDS", "BUFG"} and XXV_MODULE not in cmac
-    assert xxv >= {XXV_MODULE, "IBUFDS", "BUFG"} and CMAC_MODULE not in xxv
+    assert cmac >= {CMAC_MODULE, "IBUFDS", "BUFG", JTAG_AXI_MODULE} and XXV_MODULE not in cmac
+    assert xxv >= {XXV_MODULE, "IBUFDS", "BUFG", JTAG_AXI_MODULE} and CMAC_MODULE not in xxv
     assert not any(t.startswith(("ddr4", "axi_cdc")) for t in cmac | xxv)
     for name, top in ddr4_tops.items():
         found = set(_instances(top))
         mac_ip = CMAC_MODULE if top.width == 512 else XXV_MODULE
         assert found == {mac_ip, "IBUFDS", "BUFG", ddr4_module(top.width),
-                         axi_cdc_module(top.width)}, name
+                         axi_cdc_module(top.width), JTAG_AXI_MODULE}, name
+
+
+@pytest.mark.parametrize("board", ["vcu118", "vcu118_10g", "au250"])
+def test_register_block_on_by_default(board):
+    """The board tops have the register block behind the JTAG-to-AXI master unless asked not
+    to; its Tcl is in the build's IP Tcl only then."""
+    b = get_board(board)
+    on = b.top(num_qps=2, mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip",
+               mem_bytes=64 * 1024)
+    off = b.top(num_qps=2, mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip",
+                mem_bytes=64 * 1024, axil=False)
+    assert on.axil and not off.axil
+    assert "qp_info_qp" in on.endpoint.signature.members
+    assert "qp_info_qp" not in off.endpoint.signature.members
+    assert JTAG_AXI_MODULE in _instances(on) and JTAG_AXI_MODULE not in _instances(off)
+    tcl = b.ip_tcl(on)
+    assert (f"create_ip -name jtag_axi -vendor xilinx.com -library ip -module_name "
+            f"{JTAG_AXI_MODULE} -dir $ipdir") in tcl
+    assert "CONFIG.PROTOCOL {2}" in tcl and "CONFIG.M_AXI_DATA_WIDTH {32}" in tcl
+    assert "jtag_axi" not in b.ip_tcl(off)
+    md = _build_md(b, on)
+    assert "## Registers over JTAG" in md and "create_hw_axi_txn" in md
+    # the example's addresses are those of the register map
+    regs = {r.name: r.offset for r in REGISTERS}
+    counter = {w.name: w for w, _ in windows_for(on.endpoint.config)}["COUNTER"]
+    assert f"-type read -address {regs['ID']:08x} -len 1" in md
+    assert f"-type read -address {counter.base:08x} -len 1" in md
+    assert f"-type write -address {regs['IP']:08x} -len 1" in md
+    assert "## Registers over JTAG" not in _build_md(b, off)
+
+
+def _build_md(board, top):
+    from pathlib import Path
+
+    from rocegen.boards.base import build_md
+    name = board.top_name
+    files = {"verilog": Path(f"{name}.v"), "xdc": Path(f"{board.name}.xdc"),
+             "tcl": Path("build.tcl"), "readme": Path("BUILD.md"),
+             "kit_package": Path(f"{name}_core_pkg.sv"), "kit_ports": Path(f"{name}_core_ports.md"),
+             "kit_template": Path(f"{name}_core_inst.sv")}
+    if top.axil:
+        files.update({"kit_registers": Path(f"{name}_core_registers.md"),
+                      "kit_c_header": Path(f"{name}_core_regs.h"),
+                      "kit_python": Path(f"{name}_core_regs.py")})
+    params = {"board": board.name, "ip": "10.0.0.2", "mac": "02:00:00:00:00:01", "qps": 2,
+              "retransmit_memory": "bram", "mem_bytes": 65536, "width": board.width,
+              "top": name, "axil": top.axil}
+    return build_md(board, top, params, files)
 
 
 def test_ram_style_marks_the_payload_memory():
@@ -578,6 +639,92 @@ def test_stats_watch_reports_changes():
     # and nothing is reported without a change of that group shortly before
     for c, g in reported:
         assert any(c - n - 3 <= cycle <= c and group_of.get(a) == g for cycle, a in events), (c, g)
+
+
+def test_stats_watch_shares_the_read_port_with_the_registers():
+    """core_control with the register block: AXI4-Lite reads of counters and the LEDs' watcher
+    share the statistics read port. Every read answers the value of the counter it names, and
+    the watcher still reports each change of its counters and nothing else (it never compares
+    a value read for the register block)."""
+    rng = random.Random(11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        config = RoceEndpoint(64, 2).config
+    ep = _FakeEndpoint(config)
+    m = Module()
+    m.submodules.ep = ep
+    groups = [[STATS.index(n) for n in ("rx_bad_frame", "roce_rx_naks")],
+              [STATS.index("roce_rx_acks")]]
+    watch, regs, used = core_control(m, ep, mac=0x020000000001, ip=0x0A000002, axil=True,
+                                     watch_groups=groups)
+    assert {"stats_addr", "stats_data", "local_mac", "qp_info_qp", "qp_open"} <= used
+    flat = [a for g in groups for a in g]
+    group_of = {a: i for i, g in enumerate(groups) for a in g}
+    others = [a for a in range(len(STATS)) if a not in flat]
+    values = [rng.randrange(1 << 32) for _ in STATS]     # unwatched: fixed, distinct values
+    for a in flat:
+        values[a] = 0
+    counter_base = {w.name: w for w, _ in windows_for(config)}["COUNTER"].base
+    cycles = 3000
+    events, seen, reads = [], [], []
+
+    async def bench(ctx):
+        addr_prev = 0
+        state, want = "idle", None
+        for cycle in range(cycles):
+            ctx.set(ep.stats_data, values[addr_prev])
+            addr_prev = ctx.get(ep.stats_addr)
+            if rng.random() < 0.03:
+                a = rng.choice(flat)
+                values[a] = (values[a] + 1) % (1 << 32)
+                events.append((cycle, a))
+            if state == "idle" and rng.random() < 0.3:
+                want = rng.choice(others + flat[:1])
+                ctx.set(regs.s_axil_araddr, counter_base + 4 * want)
+                ctx.set(regs.s_axil_arvalid, 1)
+                state = "ar"
+            ready = rng.random() < 0.7
+            ctx.set(regs.s_axil_rready, ready)
+            accepted = state == "ar" and ctx.get(regs.s_axil_arready)
+            answered = state == "r" and ready and ctx.get(regs.s_axil_rvalid)
+            if answered:
+                assert ctx.get(regs.s_axil_rresp) == 0
+                if want not in flat:         # a watched counter may change during the read
+                    assert ctx.get(regs.s_axil_rdata) == values[want], want
+                reads.append(want)
+            await ctx.tick()
+            seen.append(ctx.get(watch.changed))
+            if accepted:
+                ctx.set(regs.s_axil_arvalid, 0)
+                state = "r"
+            elif answered:
+                state = "idle"
+    run_sim(m, testbenches=[bench])
+    assert len(reads) > 100
+    # the watcher, paused while the block reads, looks at each counter within a few scans
+    slack = 6 * (len(flat) + 8)
+    reported = [(c, g) for c, v in enumerate(seen) for g in range(len(groups)) if v >> g & 1]
+    for cycle, a in events:
+        if cycle < cycles - slack:
+            assert any(cycle <= c <= cycle + slack and g == group_of[a] for c, g in reported), \
+                (cycle, a)
+    for c, g in reported:
+        assert any(c - slack <= cycle <= c and group_of[a] == g for cycle, a in events), (c, g)
+
+
+class _FakeEndpoint(wiring.Component):
+    """The ports of an endpoint the register block uses, driven by a test bench."""
+
+    def __init__(self, config):
+        self.config = config
+        regs = AxiLiteRegs(config, mac=0, ip=0)
+        regs._MustUse__silence = True
+        super().__init__({name: (In if member.flow == Out else Out)(member.shape)
+                          for name, member in regs.signature.members.items()
+                          if not name.startswith("s_axil_") and name != "reading"})
+
+    def elaborate(self, platform):
+        return Module()
 
 
 def test_stats_watch_parameters():
