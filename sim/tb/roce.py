@@ -17,7 +17,6 @@ from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.lib.records import pack
-from rocegen.gateware.roce.cm_defs import CM_PORT, REPLY_PORT
 from rocegen.gateware.roce.endpoint import QP_COUNTERS, ROCE_STATS, STATS
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, QpState, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
@@ -43,6 +42,7 @@ from rocegen.sim.testing.roce_env import (
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
+from rocegen.wire.cm import CM_PORT, REPLY_PORT
 from rocegen.wire.pattern import generator_address, pattern
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])

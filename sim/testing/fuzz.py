@@ -58,7 +58,6 @@ options, whatever else the frame holds), since a datagram there can open and clo
 import random
 from contextlib import contextmanager
 
-from rocegen.gateware.roce.cm import CM_PORT
 from rocegen.gateware.roce.endpoint import IP_MTU
 from rocegen.gateware.roce.layouts import MAX_QPS, QPN_BASE
 from rocegen.gateware.roce.rx import ACK_MIN, BTH_MIN, CNP_MIN, COUNTERS
@@ -72,6 +71,7 @@ from rocegen.sim.models.checksum import (
 from rocegen.sim.testing.scenarios import HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire.addr import parse_ip, parse_mac
+from rocegen.wire.cm import CM_PORT
 
 __all__ = ["MUTATIONS", "VERDICT_COUNTERS", "valid_ack", "valid_cnp", "mutate", "mutations", "scapy_fuzz",
            "random_frame", "fuzz_frames", "could_acknowledge", "roce_datagram", "roce_verdict",
