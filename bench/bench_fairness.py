@@ -7,9 +7,8 @@ executed exactly once). The figure is the fairness of :func:`rocegen.sim.tb.roce
 payload bytes per QP from the first packet of the QP that started last until some QP has its
 last packet to send, max / min over the QPs, with the window's length and the goodput.
 
-With one message per QP the QPs stay within 3 packets of each other over the window, whatever
-its length (so 1 % needs a few hundred packets per QP). With several messages per QP they drift
-further apart (45 packets in 512 with the defaults): see docs/performance.md. Run:
+The QPs take strict turns, so their shares differ by one packet at most (max/min 1.0020 with
+the defaults: see docs/performance.md). Run:
 ``.venv/bin/python -m bench.bench_fairness [--qps N] [--bytes B] [--size S] [--pmtu P ...]``;
 the figures go to ``build/bench/fairness.json``.
 """
