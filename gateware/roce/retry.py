@@ -315,6 +315,7 @@ class RetryEngine(wiring.Component):
             m.d.sync += e.in_table.eq(1)
 
         # the QP's errored bit for stage A
-        m.d.comb += decide.errored.eq(errored.bit_select(e.qp[:len(scan_q)], 1) if n > 1
-                                      else errored[0])
+        # (through the event's one-hot QP, not a multiplexer on its number: an AND-OR of the
+        # registered one-hot is the shallower path into stage A's flags)
+        m.d.comb += decide.errored.eq((errored & e_qvec).any())
         return m
