@@ -296,7 +296,7 @@ def check_build_params(board, *, num_qps, mac, ip, retransmit_memory, width=None
     return "onchip", mem_bytes
 
 
-_RAM_MODULE = re.compile(r"^module (\\\S*\.endpoint\.ram) \(.*?^endmodule", re.M | re.S)
+_RAM_MODULE = re.compile(r"^module (\\\S*\.endpoint\.memory\.ram) \(.*?^endmodule", re.M | re.S)
 _RAM_DECL = re.compile(r"^(\s*)(reg \[\d+:0\] mem \[\d+:0\];)", re.M)
 _RAM_INIT = re.compile(r"^\s*initial begin\n(?:\s*mem\[\d+\] = \d+'h0+;\n)+\s*end\n", re.M)
 
@@ -310,7 +310,7 @@ def add_ram_style(text, style, *, drop_zero_init=False):
     Raises :exc:`ValueError` when the memory is not found (the core's structure changed)."""
     mod = _RAM_MODULE.search(text)
     if mod is None:
-        raise ValueError("payload memory module (*.endpoint.ram) not found in the Verilog")
+        raise ValueError("payload memory module (*.endpoint.memory.ram) not found in the Verilog")
     body = mod.group(0)
     if len(_RAM_DECL.findall(body)) != 1:
         raise ValueError(f"expected one memory array in {mod.group(1)}")

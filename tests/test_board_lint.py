@@ -145,7 +145,7 @@ def test_build_folder(builds, name):
         # the payload memory is marked for UltraRAM and has no (zero) initial contents
         decl = re.search(r'\(\* ram_style = "ultra" \*\)\n\s*reg \[63:0\] mem \[8191:0\];', text)
         assert decl, "payload memory not marked for UltraRAM"
-        ram = text[text.index("endpoint.ram ("):]
+        ram = text[text.index("endpoint.memory.ram ("):]
         ram = ram[:ram.index("endmodule")]
         assert "initial begin" not in ram
 

@@ -583,7 +583,7 @@ def _build_md(board, top):
 
 def test_ram_style_marks_the_payload_memory():
     text = ("module top(a);\nendmodule\n"
-            "module \\top.endpoint.ram (clk);\n  reg [63:0] x;\n  reg [63:0] mem [1023:0];\n"
+            "module \\top.endpoint.memory.ram (clk);\n  reg [63:0] x;\n  reg [63:0] mem [1023:0];\n"
             "  initial begin\n    mem[0] = 64'h0000000000000000;\n"
             "    mem[1] = 64'h0000000000000000;\n  end\n  always @(posedge clk) x <= mem[0];\n"
             "endmodule\n"
