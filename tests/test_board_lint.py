@@ -74,7 +74,7 @@ def builds(tmp_path_factory):
 
 def payload_ram(text):
     """The Verilog module of the endpoint's payload memory."""
-    mod = re.search(r"^module (\\\S*\.endpoint\.ram) \(.*?^endmodule", text, re.M | re.S)
+    mod = re.search(r"^module (\\\S*\.endpoint\.memory\.ram) \(.*?^endmodule", text, re.M | re.S)
     assert mod, "payload memory module not found"
     return mod.group(0)
 
@@ -180,7 +180,7 @@ def ddr4_build(folder, top, board, readme, text):
     assert "## Payload memory: DDR4 C1" in readme and "fpganinja/taxi" in readme
     assert "| 4 | DDR4 C1 calibrated" in readme
     assert "| c0_ddr4_ui_clk | 300.12 MHz |" in readme and "| c1_sys_clk | 250 MHz |" in readme
-    assert not re.search(r"module \S*\.endpoint\.ram ", text)      # no payload memory on chip
+    assert not re.search(r"module \S*\.endpoint\.memory\.ram ", text)      # no payload memory on chip
     # the endpoint's AXI4 port drives the converter: only the fields the core has not (region,
     # QoS) are constants, and the B/R ready the core holds high by design (it reserves room for
     # every response before it asks)
