@@ -192,6 +192,31 @@ def check_completions(cpls, expected_ids):
     assert by_qp == expected_ids, "completions missing or out of order"
 
 
+async def post_and_check(b, rng, per_qp, expect_mem, expect_recv):
+    """Post the work requests of ``per_qp`` interleaved, then check their completions, the host's
+    memory (``expect_mem``: QP, offset, bytes), its receives (``expect_recv``: host QPN -> [(op,
+    data, imm)]) and that the NIC model logged no problem; returns the posting order."""
+    order = interleave(rng, per_qp)
+    for job in order:
+        await b.post(*job)
+    cpls = await b.cpl.wait_for(len(order), max_cycles=4_000_000)
+    check_completions(cpls, {k: [j[0] for j in v] for k, v in per_qp.items()})
+    for k, off, data in expect_mem:
+        assert b.remote(k, off, len(data)) == data, f"QP {k}: remote memory at {off:#x} differs"
+    got = {}
+    for c in b.nic.poll_cq():
+        got.setdefault(c.qpn, []).append(c)
+    for host, exp in expect_recv.items():
+        have = got.get(host, [])
+        assert len(have) == len(exp), f"host QP {host:#x}: {len(have)} of {len(exp)} receives"
+        for c, (op, data, imm) in zip(have, exp):
+            assert c.status == WcStatus.SUCCESS and c.imm == (imm if op in IMM_OPS else None)
+            if op in SEND_OPS:
+                assert c.data[:len(data)] == data and c.byte_len == len(data)
+    assert not b.nic.log, f"the NIC model logged problems: {b.nic.log[:5]}"
+    return order
+
+
 @cocotb.test()
 async def every_opcode_length_and_pmtu(dut):
     """Five QPs, one per path MTU, interleaved; every opcode at lengths around the MTU (and
@@ -227,27 +252,9 @@ async def every_opcode_length_and_pmtu(dut):
             if op != WrOpcode.WRITE:
                 b.nic.post_recv(HOST_QPN + k, max(n, 1), wr_id)
                 expect_recv.setdefault(HOST_QPN + k, []).append(
-                    (wr_id, op, local[local_addr:local_addr + n], imm))
+                    (op, local[local_addr:local_addr + n], imm))
             wr_id += 1
-    order = interleave(rng, per_qp)
-    for job in order:
-        await b.post(*job)
-    cpls = await b.cpl.wait_for(len(order), max_cycles=4_000_000)
-    check_completions(cpls, {k: [j[0] for j in v] for k, v in per_qp.items()})
-    for k, off, data in expect_mem:
-        assert b.remote(k, off, len(data)) == data, f"QP {k}: remote memory at {off:#x} differs"
-    got = {}
-    for c in b.nic.poll_cq():
-        got.setdefault(c.qpn, []).append(c)
-    for host, exp in expect_recv.items():
-        have = got.get(host, [])
-        assert len(have) == len(exp), f"host QP {host:#x}: {len(have)} of {len(exp)} receives"
-        for c, (_, op, data, imm) in zip(have, exp):
-            assert c.status == WcStatus.SUCCESS
-            assert c.imm == (imm if op in IMM_OPS else None)
-            if op in SEND_OPS:
-                assert c.data[:len(data)] == data and c.byte_len == len(data)
-    assert not b.nic.log, f"the NIC model logged problems: {b.nic.log[:5]}"
+    await post_and_check(b, rng, per_qp, expect_mem, expect_recv)
     await check_peer_counters(b)
     for k in start_psn:
         n_pkts = sum(max(1, -(-j[4] // pmtus[k])) for j in per_qp[k])
@@ -462,24 +469,7 @@ async def hostile_peer(dut):
                     (op, local[local_addr:local_addr + n], imm))
             cursor += n + rng.randrange(0, 8)
             wr_id += 1
-    order = interleave(rng, per_qp)
-    for job in order:
-        await b.post(*job)
-    cpls = await b.cpl.wait_for(len(order), max_cycles=4_000_000)
-    check_completions(cpls, {k: [j[0] for j in v] for k, v in per_qp.items()})
-    for k, off, data in expect_mem:
-        assert b.remote(k, off, len(data)) == data, f"QP {k}: remote memory at {off:#x} differs"
-    got = {}
-    for c in b.nic.poll_cq():
-        got.setdefault(c.qpn, []).append(c)
-    for host, exp in expect_recv.items():
-        have = got.get(host, [])
-        assert len(have) == len(exp), f"host QP {host:#x}: {len(have)} of {len(exp)} receives"
-        for c, (op, data, imm) in zip(have, exp):
-            assert c.status == WcStatus.SUCCESS and c.imm == (imm if op in IMM_OPS else None)
-            if op in SEND_OPS:
-                assert c.data[:len(data)] == data and c.byte_len == len(data)
-    assert not b.nic.log, f"the NIC model logged problems: {b.nic.log[:5]}"
+    order = await post_and_check(b, rng, per_qp, expect_mem, expect_recv)
     assert b.mac.retransmitted == 0, "a packet was sent twice"
     packets = sum(max(1, -(-j[4] // pmtus[k])) for k, jobs in per_qp.items() for j in jobs)
     assert (b.nic.counters["executed"], b.nic.counters["duplicate"]) == (packets, 0)
