@@ -96,14 +96,16 @@ class RetryDecide(wiring.Component):
         live = e_valid & e.in_table & ~e_err    # events other than psn_set/ctx_set: not failed
 
         span = Signal(24)                   # sent_max - acked: 1 + packets outstanding
-        span_m1 = Signal(24)                # sent_max - acked - 1: packets outstanding
         implied = Signal(24)                # NAK: p - 1 - acked (ACK: p - acked - 1)
+        past = Signal(24)                   # p - sent_max
+        past1 = Signal(24)                  # p - 1 - sent_max
         before = Signal(24)                 # sent: packets before sent_max were sent before
         imp0 = Signal()                     # NAK: p - 1 == acked
         m.d.comb += [
             span.eq(st.sent_max - st.acked),
-            span_m1.eq(st.sent_max + ~st.acked),
             implied.eq(p + ~st.acked),
+            past.eq(p - st.sent_max),
+            past1.eq(e_pm1 - st.sent_max),
             before.eq(st.sent_max - e.first),
             imp0.eq(e_pm1 == st.acked),
         ]
@@ -119,17 +121,32 @@ class RetryDecide(wiring.Component):
         k_fire = live & (e.kind == RetryEvKind.FIRE)
         k_ack = live & (e.kind == RetryEvKind.ACK)
         k_sent = live & (e.kind == RetryEvKind.SENT)
-        step_in = implied < span_m1         # ACK: p - acked in [1, span - 1]
+        # The windows as signs of differences: a QP never has 2^23 or more PSNs outstanding
+        # (span <= 2^23), so x lies in [acked, sent_max - 1] exactly when x - acked and
+        # sent_max - 1 - x are both below 2^23, i.e. x - acked has bit 23 clear and x - sent_max
+        # has it set. One subtraction from the state each, instead of two chained (x - acked
+        # against sent_max - acked): the shallower path out of the state memory.
+        step_in = ~implied[23] & past[23]   # ACK: p - acked in [1, span - 1]
         step0 = p == st.acked               # ACK: stale
-        nak_ok = implied < span             # NAK: p - 1 in [acked, sent_max - 1]
+        nak_ok = ~implied[23] & past1[23]   # NAK: p - 1 in [acked, sent_max - 1]
         nak = k_ack & ~is_ack & nak_ok
-        repeat = st.rewind_active & (st.rewind_psn == p) & imp0
+        # a repeat of the NAK behind the last rewind. While ``rewind_active`` holds, ``acked`` is
+        # ``rewind_psn - 1`` (the rewind left it there and any progress clears the flag), so the
+        # same PSN also means no progress: ``imp0`` is implied and kept off this path
+        repeat = st.rewind_active & (st.rewind_psn == p)
         seq = nak & is_seq
-        seq_out = Mux(imp0, st.retries >= st.retry_cnt, st.retry_cnt == 0)
         rnr = nak & is_rnr
         rnr_ign = st.rnr_wait & imp0
-        rnr_out = (st.rnr_retry != 7) & Mux(imp0, st.rnr_retries >= st.rnr_retry,
-                                              st.rnr_retry == 0)
+        # Whether a sequence NAK may rewind (else the retries are exhausted) and an RNR NAK
+        # may start a wait (else it is ignored, or the RNR retries are exhausted), each
+        # written as a choice on ``imp0`` made last, the deepest input: with no progress
+        # (``imp0``) the counts so far decide; after progress they restart from zero.
+        seq_go = Mux(imp0, st.retries < st.retry_cnt, st.retry_cnt != 0)
+        rnr_forever = st.rnr_retry == 7
+        rnr_go = Mux(imp0, ~st.rnr_wait & (rnr_forever | (st.rnr_retries < st.rnr_retry)),
+                     st.rnr_retry != 0)
+        rnr_out = Mux(imp0, ~st.rnr_wait & ~rnr_forever & (st.rnr_retries >= st.rnr_retry),
+                      st.rnr_retry == 0)
         due = st.armed & ~(e.now - st.deadline)[-1]     # checked again: it may have restarted
         fire = k_fire & due
         fire_to = fire & ~st.rnr_wait & (span != 1)
@@ -145,9 +162,9 @@ class RetryDecide(wiring.Component):
             "acks": k_ack & is_ack & (step_in | step0),
             "stale": k_ack & is_ack & step0,
             "seq": seq,
-            "seq_rew": seq & ~repeat & ~seq_out,
+            "seq_rew": seq & ~repeat & seq_go,
             "rnr": rnr,
-            "rnr_start": rnr & ~rnr_ign & ~rnr_out,
+            "rnr_start": rnr & rnr_go,
             "fatal": nak & is_fatal,
             # ignored (in two parts, joined in stage B): an ACK or a NAK out of range, ...
             "ignored_range": (k_ack & is_ack & ~step_in & ~step0) | (k_ack & ~is_ack & ~nak_ok),
@@ -158,11 +175,11 @@ class RetryDecide(wiring.Component):
             "timeouts": fire_to,
             "fire_rew": fire_to & (st.retries < st.retry_cnt),
             "sent_restart": k_sent & ~st.armed,
-            "sent_newer": k_sent & ~(p - st.sent_max)[23],
+            "sent_newer": k_sent & ~past[23],
             "fail_flush": k_ctx & ((e.ctx.state == QpState.RESET) |
                                    (e.ctx.state == QpState.ERROR)) & ~e_err,
-            "fail_retry": (fire_to & (st.retries >= st.retry_cnt)) | (seq & ~repeat & seq_out),
-            "fail_rnr": rnr & ~rnr_ign & rnr_out,
+            "fail_retry": (fire_to & (st.retries >= st.retry_cnt)) | (seq & ~repeat & ~seq_go),
+            "fail_rnr": rnr & rnr_out,
             "timeout_nz": st.timeout != 0,
         }
         d = self.decided.payload
