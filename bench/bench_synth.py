@@ -96,11 +96,18 @@ QUICK = ("endpoint_w512", "endpoint_w512_depth", "endpoint_w64", "endpoint_w64_d
 
 
 def git_revision():
+    """The commit the design is built from, with ``-dirty`` when tracked files differ from it
+    (the netlist is then of changes no commit holds)."""
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True)
     except OSError:
         return "unknown"
-    return out.stdout.strip() or "unknown"
+    rev = out.stdout.strip()
+    if not rev:
+        return "unknown"
+    return rev + ("-dirty" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 def _short_path(p):
@@ -121,7 +128,9 @@ def _blocks(via, limit=14):
 def _revisions(rows):
     revs = {}
     for r in rows:
-        revs.setdefault(r.get("revision", "unknown")[:12], []).append(r["name"])
+        rev = r.get("revision", "unknown")
+        short = rev[:12] + ("-dirty" if rev.endswith("-dirty") else "")
+        revs.setdefault(short, []).append(r["name"])
     if len(revs) == 1:
         return f"`{next(iter(revs))}`"
     return "; ".join(f"`{rev}` for {', '.join(names)}" for rev, names in revs.items())
