@@ -33,7 +33,11 @@ those whose (destination QP, PSN) was sent before are counted as retransmissions
 Every frame out of the endpoint also goes through :class:`~rocegen.sim.testing.framecheck.FrameChecker`
 (:attr:`MacModel.framecheck`), which rebuilds it with scapy and fails the bench when the bytes
 differ; the host's frames (the NIC model's answers and :meth:`MacModel.to_endpoint`) are noted
-there so that connection-manager replies are checked against the requests they answer.
+there so that connection-manager replies are checked against the requests they answer. The
+check runs in a worker process beside the simulator (:mod:`rocegen.sim.testing.framecheck_pool`),
+in the order the frames came, and a failure fails the bench at the next frame after the worker
+found it, or when the counts are read (:meth:`MacModel.drain_framecheck`); the worker is stopped
+when the bench's test ends. ``ROCEGEN_FRAMECHECK=inline`` checks each frame where it is taken.
 """
 
 import random
@@ -52,7 +56,7 @@ from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.rnic import IDEAL, Behaviour
 from rocegen.sim.testing.cocotb_helpers import Capture
-from rocegen.sim.testing.framecheck import FrameChecker
+from rocegen.sim.testing.framecheck_pool import make_framecheck
 from rocegen.sim.testing.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_depth
 from rocegen.wire.headers import (
     BTH,
@@ -200,8 +204,10 @@ class MacModel:
         #: the NIC model's log entries caused by frames the ``to_nic`` link corrupted
         self.corrupt_log = []
         #: every frame out of the endpoint is rebuilt by scapy and compared byte for byte, and
-        #: every connection-manager reply with the spec's encoding (a mismatch fails the bench)
-        self.framecheck = FrameChecker()
+        #: every connection-manager reply with the spec's encoding (a mismatch fails the bench);
+        #: in a worker process beside the simulator unless ``ROCEGEN_FRAMECHECK=inline``
+        #: (:mod:`rocegen.sim.testing.framecheck_pool`)
+        self.framecheck = make_framecheck()
         #: set whenever a frame left the endpoint or a link delivered one
         self.event = Event()
         self._sent = set()
@@ -351,7 +357,30 @@ class MacModel:
             self.line.append((first, last + 1))
         self._from_endpoint(frame)
 
+    def drain_framecheck(self):
+        """Wait until every frame so far is checked; raise the first failure. Returns the
+        checker."""
+        drain = getattr(self.framecheck, "drain", None)
+        if drain is not None:
+            drain()
+        return self.framecheck
+
     async def _run(self):
+        try:
+            await self._loop()
+        finally:                        # the test ended (the task is cancelled) or failed
+            self._close_framecheck()
+
+    def _close_framecheck(self):
+        close = getattr(self.framecheck, "close", None)
+        if close is None:
+            return
+        try:
+            close()
+        except Exception as e:          # the test has ended: too late to fail it, say it
+            self.dut._log.error("frame check at the end of the test: %s", e)
+
+    async def _loop(self):
         dut = self.dut
         W = self.width
         mac = MacFrames(dut, W)
@@ -660,7 +689,30 @@ class RecordCollector:
         self.event = Event()
         cocotb.start_soon(self._run())
 
+    def drain_framecheck(self):
+        """Wait until every frame so far is checked; raise the first failure. Returns the
+        checker."""
+        drain = getattr(self.framecheck, "drain", None)
+        if drain is not None:
+            drain()
+        return self.framecheck
+
     async def _run(self):
+        try:
+            await self._loop()
+        finally:                        # the test ended (the task is cancelled) or failed
+            self._close_framecheck()
+
+    def _close_framecheck(self):
+        close = getattr(self.framecheck, "close", None)
+        if close is None:
+            return
+        try:
+            close()
+        except Exception as e:          # the test has ended: too late to fail it, say it
+            self.dut._log.error("frame check at the end of the test: %s", e)
+
+    async def _loop(self):
         dut = self.dut
         ring = getattr(dut, f"{self.prefix}_cap")
         cap = Capture(ring, self.count, getattr(dut, f"{self.prefix}_rd"),

@@ -292,6 +292,7 @@ def test_mac_model_checks_every_frame_out_and_notes_requests(monkeypatch):
 
     from rocegen.sim.models.rnic import Rnic
     from rocegen.sim.testing import roce_env as roce_bench
+    monkeypatch.setenv("ROCEGEN_FRAMECHECK", "inline")      # a failure raises at the frame
     monkeypatch.setattr(roce_bench, "AxiStreamSource", _Source)
     monkeypatch.setattr(roce_bench, "AxiStreamBus", type("Bus", (), {"from_prefix": staticmethod(
         lambda dut, prefix: None)}))
