@@ -36,8 +36,8 @@ differ; the host's frames (the NIC model's answers and :meth:`MacModel.to_endpoi
 there so that connection-manager replies are checked against the requests they answer. The
 check runs in a worker process beside the simulator (:mod:`rocegen.sim.testing.framecheck_pool`),
 in the order the frames came, and a failure fails the bench at the next frame after the worker
-found it, or when the counts are read (:meth:`MacModel.drain_framecheck`); the worker is stopped
-when the bench's test ends. ``ROCEGEN_FRAMECHECK=inline`` checks each frame where it is taken.
+found it, when the counts are read, or when the bench's test ends (the worker is stopped then,
+after every frame is checked). ``ROCEGEN_FRAMECHECK=inline`` checks each frame where it is taken.
 """
 
 import random
@@ -357,14 +357,6 @@ class MacModel:
             self.line.append((first, last + 1))
         self._from_endpoint(frame)
 
-    def drain_framecheck(self):
-        """Wait until every frame so far is checked; raise the first failure. Returns the
-        checker."""
-        drain = getattr(self.framecheck, "drain", None)
-        if drain is not None:
-            drain()
-        return self.framecheck
-
     async def _run(self):
         try:
             await self._loop()
@@ -377,8 +369,9 @@ class MacModel:
             return
         try:
             close()
-        except Exception as e:          # the test has ended: too late to fail it, say it
+        except Exception as e:          # cocotb fails the test with it (raised on cancellation)
             self.dut._log.error("frame check at the end of the test: %s", e)
+            raise
 
     async def _loop(self):
         dut = self.dut
@@ -486,7 +479,7 @@ class XgmiiMacModel(MacModel):
         self.line_frames += 1
         return payload
 
-    async def _run(self):
+    async def _loop(self):
         W = self.width
         self._hw = True
         period = period_ps(W)
@@ -689,30 +682,7 @@ class RecordCollector:
         self.event = Event()
         cocotb.start_soon(self._run())
 
-    def drain_framecheck(self):
-        """Wait until every frame so far is checked; raise the first failure. Returns the
-        checker."""
-        drain = getattr(self.framecheck, "drain", None)
-        if drain is not None:
-            drain()
-        return self.framecheck
-
     async def _run(self):
-        try:
-            await self._loop()
-        finally:                        # the test ended (the task is cancelled) or failed
-            self._close_framecheck()
-
-    def _close_framecheck(self):
-        close = getattr(self.framecheck, "close", None)
-        if close is None:
-            return
-        try:
-            close()
-        except Exception as e:          # the test has ended: too late to fail it, say it
-            self.dut._log.error("frame check at the end of the test: %s", e)
-
-    async def _loop(self):
         dut = self.dut
         ring = getattr(dut, f"{self.prefix}_cap")
         cap = Capture(ring, self.count, getattr(dut, f"{self.prefix}_rd"),
