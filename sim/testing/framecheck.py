@@ -194,8 +194,12 @@ class FrameChecker:
 
     # -------------------------------------------------------------------------------- requests
     def request(self, frame):
-        """Note a frame sent to the endpoint (connection-manager requests are remembered)."""
-        p = Ether(bytes(frame))
+        """Note a frame sent to the endpoint (connection-manager requests are remembered; a frame
+        scapy cannot take apart, such as a runt, is none)."""
+        try:
+            p = Ether(bytes(frame))
+        except Exception:               # too short for scapy's layers: not a request
+            return
         if IP in p and UDP in p and p[UDP].dport == CM_PORT and p[IP].frag == 0:
             raw = bytes(p[UDP].payload)
             if len(raw) == 64:
