@@ -56,9 +56,9 @@ placed), ``checked_bytes`` (bytes of the host's memory and receive buffers compa
 the endpoint was asked to send), ``sim_cycles`` (clock cycles
 the run took, set-up and checks included) and ``wall_seconds`` (the wall-clock time the
 simulator took for them), ``framecheck`` (the frames out of the endpoint in the run that
-:mod:`rocegen.sim.testing.framecheck` rebuilt with scapy and found identical, by kind) and
+:mod:`rocegen.sim.testing.framecheck` rebuilt with scapy and found identical, by kind),
 ``framecheck_seconds`` (the seconds that check took: in the worker process beside the simulator,
-:mod:`rocegen.sim.testing.framecheck_pool`, unless ``ROCEGEN_FRAMECHECK=inline``) and
+:mod:`rocegen.sim.testing.framecheck_pool`, when it is used) and
 ``framecheck_wait_seconds`` (the part of ``wall_seconds`` the simulator waited for the check).
 With faults, the NIC model's strict checks still apply to every frame the link did not corrupt;
 only the events a lossy link causes (duplicates, PSN sequence NAKs, and drops of the frames the

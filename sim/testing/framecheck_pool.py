@@ -30,8 +30,11 @@ Behaviour
     behind, sending the next batch waits for it (:attr:`~FrameCheckPool.wait_seconds` counts the
     simulator's waits on the pool, ``drain`` included).
 
-:func:`make_framecheck` gives the pool, or the inline checker when ``ROCEGEN_FRAMECHECK=inline``
-is in the environment (a failure then raises at the frame itself).
+:func:`make_framecheck` gives the pool with ``ROCEGEN_FRAMECHECK=pool``, the inline checker
+with ``ROCEGEN_FRAMECHECK=inline`` (a failure then raises at the frame itself), and by default
+(``auto``) the pool only when a core is free for the worker: the pool pays off only when the
+worker runs on a core the simulator does not need (on a machine whose cores are all busy it was
+measured slower than the inline check).
 """
 
 import atexit
@@ -51,8 +54,8 @@ __all__ = ["FrameCheckPool", "make_framecheck", "BATCH", "MODES"]
 
 #: frames sent to the worker in one message
 BATCH = 64
-#: the values of ``ROCEGEN_FRAMECHECK``: ``pool`` (the default) or ``inline``
-MODES = ("pool", "inline")
+#: the values of ``ROCEGEN_FRAMECHECK``: ``auto`` (the default), ``pool`` or ``inline``
+MODES = ("auto", "pool", "inline")
 
 _REQUEST, _CHECK = 0, 1
 _LEN = struct.Struct(">I")
@@ -60,13 +63,25 @@ _live = weakref.WeakSet()
 
 
 def make_framecheck(name="endpoint", mode=None):
-    """A frame checker named ``name``: a :class:`FrameCheckPool`, or a
-    :class:`~rocegen.sim.testing.framecheck.FrameChecker` for ``mode="inline"``. ``mode``
-    defaults to ``ROCEGEN_FRAMECHECK`` from the environment, else ``pool``."""
-    mode = mode or os.environ.get("ROCEGEN_FRAMECHECK") or "pool"
+    """A frame checker named ``name``: a :class:`FrameCheckPool` for ``mode="pool"``, a
+    :class:`~rocegen.sim.testing.framecheck.FrameChecker` for ``mode="inline"``; ``auto`` takes
+    the pool only when a core is free for its worker (see :func:`core_free`): on a machine whose
+    cores are all busy the worker only takes CPU time from the simulator, and the pool is slower
+    than checking inline. ``mode`` defaults to ``ROCEGEN_FRAMECHECK`` from the environment, else
+    ``auto``."""
+    mode = mode or os.environ.get("ROCEGEN_FRAMECHECK") or "auto"
     if mode not in MODES:
         raise ValueError(f"ROCEGEN_FRAMECHECK must be one of {', '.join(MODES)}, not {mode!r}")
+    if mode == "auto":
+        mode = "pool" if core_free() else "inline"
     return FrameChecker(name) if mode == "inline" else FrameCheckPool(name)
+
+
+def core_free():
+    """Whether the machine has a core to spare for the worker: at least two cores this process
+    may run on, and a one-minute load average at least one below their number."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) >= 2 and os.getloadavg()[0] <= cores - 1
 
 
 def _python():

@@ -33,11 +33,12 @@ those whose (destination QP, PSN) was sent before are counted as retransmissions
 Every frame out of the endpoint also goes through :class:`~rocegen.sim.testing.framecheck.FrameChecker`
 (:attr:`MacModel.framecheck`), which rebuilds it with scapy and fails the bench when the bytes
 differ; the host's frames (the NIC model's answers and :meth:`MacModel.to_endpoint`) are noted
-there so that connection-manager replies are checked against the requests they answer. The
-check runs in a worker process beside the simulator (:mod:`rocegen.sim.testing.framecheck_pool`),
-in the order the frames came, and a failure fails the bench at the next frame after the worker
-found it, when the counts are read, or when the bench's test ends (the worker is stopped then,
-after every frame is checked). ``ROCEGEN_FRAMECHECK=inline`` checks each frame where it is taken.
+there so that connection-manager replies are checked against the requests they answer. When a
+core is free (or with ``ROCEGEN_FRAMECHECK=pool``) the check runs in a worker process beside the
+simulator (:mod:`rocegen.sim.testing.framecheck_pool`), in the order the frames came, and a
+failure fails the bench at the next frame after the worker found it, when the counts are read,
+or when the bench's test ends (the worker is stopped then, after every frame is checked).
+Otherwise (``ROCEGEN_FRAMECHECK=inline``) each frame is checked where it is taken.
 """
 
 import random
@@ -205,8 +206,8 @@ class MacModel:
         self.corrupt_log = []
         #: every frame out of the endpoint is rebuilt by scapy and compared byte for byte, and
         #: every connection-manager reply with the spec's encoding (a mismatch fails the bench);
-        #: in a worker process beside the simulator unless ``ROCEGEN_FRAMECHECK=inline``
-        #: (:mod:`rocegen.sim.testing.framecheck_pool`)
+        #: in a worker process beside the simulator when a core is free for it, or with
+        #: ``ROCEGEN_FRAMECHECK=pool`` (:mod:`rocegen.sim.testing.framecheck_pool`)
         self.framecheck = make_framecheck()
         #: set whenever a frame left the endpoint or a link delivered one
         self.event = Event()

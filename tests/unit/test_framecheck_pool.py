@@ -136,9 +136,18 @@ def test_make_framecheck_mode(monkeypatch):
     monkeypatch.setenv("ROCEGEN_FRAMECHECK", "inline")
     assert type(make_framecheck("x")) is FrameChecker
     monkeypatch.setenv("ROCEGEN_FRAMECHECK", "threads")
-    with pytest.raises(ValueError, match="pool, inline"):
+    with pytest.raises(ValueError, match="auto, pool, inline"):
         make_framecheck("x")
-    monkeypatch.delenv("ROCEGEN_FRAMECHECK")
+    monkeypatch.setenv("ROCEGEN_FRAMECHECK", "pool")
     p = make_framecheck("x")
     assert isinstance(p, FrameCheckPool)
     p.close()
+    monkeypatch.delenv("ROCEGEN_FRAMECHECK")
+    for busy, want in ((True, FrameChecker), (False, FrameCheckPool)):
+        monkeypatch.setattr(framecheck_pool.os, "getloadavg", lambda busy=busy: (
+            5.0 if busy else 0.2, 0, 0))
+        monkeypatch.setattr(framecheck_pool.os, "sched_getaffinity", lambda pid: {0, 1})
+        c = make_framecheck("x")
+        assert type(c) is want
+        if want is FrameCheckPool:
+            c.close()
