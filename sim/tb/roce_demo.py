@@ -56,8 +56,10 @@ placed), ``checked_bytes`` (bytes of the host's memory and receive buffers compa
 the endpoint was asked to send), ``sim_cycles`` (clock cycles
 the run took, set-up and checks included) and ``wall_seconds`` (the wall-clock time the
 simulator took for them), ``framecheck`` (the frames out of the endpoint in the run that
-:mod:`rocegen.sim.testing.framecheck` rebuilt with scapy and found identical, by kind) and
-``framecheck_seconds`` (the part of ``wall_seconds`` that check took).
+:mod:`rocegen.sim.testing.framecheck` rebuilt with scapy and found identical, by kind),
+``framecheck_seconds`` (the seconds that check took: in the worker process beside the simulator,
+:mod:`rocegen.sim.testing.framecheck_pool`, when it is used) and
+``framecheck_wait_seconds`` (the part of ``wall_seconds`` the simulator waited for the check).
 With faults, the NIC model's strict checks still apply to every frame the link did not corrupt;
 only the events a lossy link causes (duplicates, PSN sequence NAKs, and drops of the frames the
 link corrupted) are allowed in its log.
@@ -262,7 +264,8 @@ async def runs(dut):
     for n, run in enumerate(runs):
         await mac.drained()             # the previous run's late copies
         run_cycle, run_wall = now_cycle(W), time.perf_counter()
-        checked = (Counter(mac.framecheck.counts), mac.framecheck.seconds, len(mac.frames))
+        checked = (Counter(mac.framecheck.counts), mac.framecheck.seconds, len(mac.frames),
+                   framecheck_wait(mac))
         nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=BEHAVIOUR, vlan=VLAN,
                    udp_ports=(CM_HOST_LISTEN,) if run.get("cm") else ())
         mac.nic = nic
@@ -487,11 +490,19 @@ async def runs(dut):
 def checked_since(mac, mark):
     """The frame check's counts and seconds since ``mark`` (counts, seconds), for a run's
     result; a run that sent frames must have had them checked."""
-    counts, seconds, frames = mark
+    counts, seconds, frames, wait = mark
     new = {k: v - counts[k] for k, v in mac.framecheck.counts.items() if v - counts[k]}
     sent = len(mac.frames) - frames
     assert new.get("frames", 0) == sent, f"{sent} frames sent, {new.get('frames', 0)} checked"
-    return {"framecheck": new, "framecheck_seconds": round(mac.framecheck.seconds - seconds, 3)}
+    return {"framecheck": new, "framecheck_seconds": round(mac.framecheck.seconds - seconds, 3),
+            "framecheck_wait_seconds": round(framecheck_wait(mac) - wait, 3)}
+
+
+def framecheck_wait(mac):
+    """Seconds the simulator has waited for the frame check so far: the pool's waits, or all of
+    the inline checker's time."""
+    fc = mac.framecheck
+    return fc.wait_seconds if hasattr(fc, "wait_seconds") else fc.seconds
 
 
 def xgmii_figures(dut, mac):

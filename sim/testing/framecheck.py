@@ -33,8 +33,9 @@ none), and every length, checksum and ICRC is computed again by scapy.
 
 :attr:`FrameChecker.counts` counts the frames checked by kind (``roce``, ``cm_reply``, ``udp``,
 ``arp``, ``icmp``, ``other``) and ``frames`` in all; :meth:`FrameChecker.summary` says it in one
-line. Scapy needs about 3 ms a frame on the project's machines, all of it in the bench's wall
-time (:attr:`FrameChecker.seconds`).
+line. Scapy needs about 3 ms a frame on the project's machines (:attr:`FrameChecker.seconds`);
+the benches run the checker in a worker process beside the simulator
+(:mod:`rocegen.sim.testing.framecheck_pool`) so that this time is not spent inside it.
 """
 
 import struct

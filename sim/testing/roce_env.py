@@ -33,7 +33,12 @@ those whose (destination QP, PSN) was sent before are counted as retransmissions
 Every frame out of the endpoint also goes through :class:`~rocegen.sim.testing.framecheck.FrameChecker`
 (:attr:`MacModel.framecheck`), which rebuilds it with scapy and fails the bench when the bytes
 differ; the host's frames (the NIC model's answers and :meth:`MacModel.to_endpoint`) are noted
-there so that connection-manager replies are checked against the requests they answer.
+there so that connection-manager replies are checked against the requests they answer. When a
+core is free (or with ``ROCEGEN_FRAMECHECK=pool``) the check runs in a worker process beside the
+simulator (:mod:`rocegen.sim.testing.framecheck_pool`), in the order the frames came, and a
+failure fails the bench at the next frame after the worker found it, when the counts are read,
+or when the bench's test ends (the worker is stopped then, after every frame is checked).
+Otherwise (``ROCEGEN_FRAMECHECK=inline``) each frame is checked where it is taken.
 """
 
 import random
@@ -52,7 +57,7 @@ from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.rnic import IDEAL, Behaviour
 from rocegen.sim.testing.cocotb_helpers import Capture
-from rocegen.sim.testing.framecheck import FrameChecker
+from rocegen.sim.testing.framecheck_pool import make_framecheck
 from rocegen.sim.testing.roce_tops import LINE_OVERHEAD, MAC_CAPTURE, capture_depth
 from rocegen.wire.headers import (
     BTH,
@@ -200,8 +205,10 @@ class MacModel:
         #: the NIC model's log entries caused by frames the ``to_nic`` link corrupted
         self.corrupt_log = []
         #: every frame out of the endpoint is rebuilt by scapy and compared byte for byte, and
-        #: every connection-manager reply with the spec's encoding (a mismatch fails the bench)
-        self.framecheck = FrameChecker()
+        #: every connection-manager reply with the spec's encoding (a mismatch fails the bench);
+        #: in a worker process beside the simulator when a core is free for it, or with
+        #: ``ROCEGEN_FRAMECHECK=pool`` (:mod:`rocegen.sim.testing.framecheck_pool`)
+        self.framecheck = make_framecheck()
         #: set whenever a frame left the endpoint or a link delivered one
         self.event = Event()
         self._sent = set()
@@ -352,6 +359,22 @@ class MacModel:
         self._from_endpoint(frame)
 
     async def _run(self):
+        try:
+            await self._loop()
+        finally:                        # the test ended (the task is cancelled) or failed
+            self._close_framecheck()
+
+    def _close_framecheck(self):
+        close = getattr(self.framecheck, "close", None)
+        if close is None:
+            return
+        try:
+            close()
+        except Exception as e:          # cocotb fails the test with it (raised on cancellation)
+            self.dut._log.error("frame check at the end of the test: %s", e)
+            raise
+
+    async def _loop(self):
         dut = self.dut
         W = self.width
         mac = MacFrames(dut, W)
@@ -457,7 +480,7 @@ class XgmiiMacModel(MacModel):
         self.line_frames += 1
         return payload
 
-    async def _run(self):
+    async def _loop(self):
         W = self.width
         self._hw = True
         period = period_ps(W)
@@ -473,6 +496,7 @@ class XgmiiMacModel(MacModel):
             while not self.sink.empty():
                 f = self.sink.recv_nowait()
                 payload = self._check_line(f)
+                self.framecheck.check(payload)
                 first, last = f.sim_time_start // period, f.sim_time_end // period
                 self.framecheck.check(payload)
                 self.frames.append((first, last, payload))

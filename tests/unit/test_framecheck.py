@@ -300,6 +300,7 @@ def test_mac_model_checks_every_frame_out_and_notes_requests(monkeypatch):
 
     from rocegen.sim.models.rnic import Rnic
     from rocegen.sim.testing import roce_env as roce_bench
+    monkeypatch.setenv("ROCEGEN_FRAMECHECK", "inline")      # a failure raises at the frame
     monkeypatch.setattr(roce_bench, "AxiStreamSource", _Source)
     monkeypatch.setattr(roce_bench, "AxiStreamBus", type("Bus", (), {"from_prefix": staticmethod(
         lambda dut, prefix: None)}))
@@ -318,3 +319,11 @@ def test_mac_model_checks_every_frame_out_and_notes_requests(monkeypatch):
     assert mac.source.frames == [request]
     mac._frame_done(4, 5, reply)
     assert mac.framecheck.counts["cm_reply"] == 1 and mac.framecheck.counts["frames"] == 2
+
+
+def test_runts_to_the_endpoint_are_no_requests():
+    """A hostile peer's runts (shorter than scapy's layers) are noted as no request."""
+    c, reply = open_exchange()
+    for n in (1, 6, 13, 20, 40):
+        c.request(bytes(range(n)))
+    assert c.check(reply) == "cm_reply"
