@@ -20,7 +20,12 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   20 us round trip (goodput up to the last completion), and the recovery after one lost packet.
 * **Resources**: read from the last Yosys report of ``python -m bench.bench_synth``
   (``build/bench/synth.json``, with the revision it came from); none is run here.
-* **Simulation speed**: simulated cycles per wall-clock second of every batch of runs.
+* **Simulation speed**: simulated cycles per wall-clock second of every batch of runs. Every
+  frame out of the endpoint is still rebuilt by scapy and compared
+  (:mod:`rocegen.sim.testing.framecheck`); on a machine with two or more cores the suite runs
+  that check in a worker process beside the simulator (``ROCEGEN_FRAMECHECK=pool``, unless the
+  environment already chooses), and each batch records the frames checked, the check's own
+  seconds and the seconds the simulator waited for it.
 * **Soak** (only when asked for by name: ``rocegen bench --only soak``, ``make soak``): more
   than a million RoCE data packets on 8 QPs over a link that loses 1 % of the frames each way,
   duplicates and reorders, WRITE, SEND and WRITE with immediate in turn; every byte is compared
@@ -247,6 +252,13 @@ def _verilator_version():
     return out or None
 
 
+def _framecheck_mode():
+    """How the suite's simulators check frames: as the environment says, else in a worker
+    process when the machine has a core for it beside the one simulator a batch runs."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return os.environ.get("ROCEGEN_FRAMECHECK") or ("pool" if (cores or 1) >= 2 else "inline")
+
+
 def _run_batch(name, runs, peer="connectx"):
     from rocegen.sim.testing.cocotb_runner import endpoint_sim_config, run_cocotb
     cfg = endpoint_sim_config(WIDTH, NUM_QPS)
@@ -257,7 +269,8 @@ def _run_batch(name, runs, peer="connectx"):
     t1 = time.perf_counter()
     run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"bench-suite-{name}",
                env={"ROCE_RUNS": json.dumps(runs), "ROCE_RESULTS": out.resolve(),
-                    "ROCE_LOCAL_BYTES": LOCAL_BYTES, "ROCE_PEER": peer})
+                    "ROCE_LOCAL_BYTES": LOCAL_BYTES, "ROCE_PEER": peer,
+                    "ROCEGEN_FRAMECHECK": _framecheck_mode()})
     t2 = time.perf_counter()
     results = json.loads(out.read_text())
     cycles = sum(r["sim_cycles"] for r in results)
@@ -267,7 +280,12 @@ def _run_batch(name, runs, peer="connectx"):
              "simulated_us": round(cycles / CLOCK_MHZ, 3),
              "run_seconds": round(inside, 2),
              "cycles_per_second": round(cycles / inside) if inside else None,
-             "cycles_per_second_with_startup": round(cycles / (t2 - t1)) if t2 > t1 else None}
+             "cycles_per_second_with_startup": round(cycles / (t2 - t1)) if t2 > t1 else None,
+             "framecheck_mode": _framecheck_mode(),
+             "frames_checked": sum(r.get("framecheck", {}).get("frames", 0) for r in results),
+             "framecheck_seconds": round(sum(r.get("framecheck_seconds", 0) for r in results), 2),
+             "framecheck_wait_seconds": round(sum(r.get("framecheck_wait_seconds", 0)
+                                                  for r in results), 2)}
     return batch, results
 
 
