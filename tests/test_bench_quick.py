@@ -54,6 +54,12 @@ def test_quick_suite(tmp_path):
     assert {"write_4k", "write_1m", "rate_64b", "wr_to_wire", "ack_to_cpl",
             "cm_request_to_reply"} <= set(h)
     assert r["simulation_speed"]["sim_cycles"] > 0 and r["batches"][0]["cycles_per_second"] > 0
+    # every frame out of the endpoint was rebuilt by scapy, in the simulator or beside it
+    for b in r["batches"]:
+        assert b["framecheck_mode"] in ("pool", "inline"), b
+        assert b["frames_checked"] > 0 and b["framecheck_seconds"] > 0, b
+        assert 0 <= b["framecheck_wait_seconds"], b
+    assert r["parameters"]["peer"] == "connectx"
     res = r["resources"]
     if os.environ.get("CI", "").lower() == "true":
         # CI synthesizes before the tests (.ci/run): the figures must come from that report
@@ -69,4 +75,7 @@ def test_quick_suite(tmp_path):
                                          "performance.md", "README.md"}
     perf = (tmp_path / "docs" / "performance.md").read_text()
     assert perf.count(bench_report.BEGIN) == 1 and r["revision"][:12] in perf
-    assert (tmp_path / "README.md").read_text().count(bench_report.H_BEGIN) == 1
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.count(bench_report.H_BEGIN) == 1
+    # both say which peer the figures were measured against
+    assert bench_report.PEER_TEXT["connectx"] in perf and bench_report.PEER_TEXT["connectx"] in readme

@@ -280,12 +280,26 @@ def _table(head, rows):
     return out
 
 
+#: how each ``--peer`` of ``rocegen bench`` behaves, for the documents
+PEER_TEXT = {
+    "connectx": "behaving as a ConnectX (`--peer connectx`, the default: ACKs coalesced by "
+                "count and by a timer, answers 0.3..1.2 us late, credit codes of its receive "
+                "queue)",
+    "ideal": "as the ideal peer (`--peer ideal`: an ACK for every AckReq at once)",
+}
+
+
+def _peer(results):
+    peer = results.get("parameters", {}).get("peer")
+    return PEER_TEXT.get(peer, "(peer behaviour not recorded)")
+
+
 def headline_markdown(results):
     """The README's headline table."""
     out = [H_BEGIN,
            f"Measured by `make bench` (`rocegen bench`; revision {_rev(results)}, "
            f"{results['date'][:10]}): the endpoint (W = 512, 8 QPs) in Verilator at "
-           f"{CLOCK_MHZ:.3f} MHz against the host NIC model, details in "
+           f"{CLOCK_MHZ:.3f} MHz against the host NIC model {_peer(results)}, details in "
            "[docs/performance.md](docs/performance.md#benchmark-suite-rocegen-bench).", ""]
     out += _table(["figure", "value"], _headline_rows(results))
     return "\n".join(out + [H_END])
@@ -304,7 +318,8 @@ def markdown(results):
            "cycle counts do not depend on it; the wall-clock figures do).", "",
            f"The endpoint ({p['design']}, W = {p['width']}, {p['num_qps']} QPs, on-chip payload "
            f"memory of {p['mem_bytes'] // KIB} KiB) runs cycle by cycle in Verilator at "
-           f"{p['clock_mhz']:.3f} MHz against the host NIC model ({p['host']}). "
+           f"{p['clock_mhz']:.3f} MHz against the host NIC model ({p['host']}) "
+           f"{_peer(results)}. "
            "One QP's messages come from the traffic generator (test pattern); 8 QPs' come from work "
            "requests on the user port, round robin over the QPs, payload from local memory (so at "
            f"most {p['mem_bytes'] // KIB} KiB per message). \"100G\": the MAC takes frames at the "
