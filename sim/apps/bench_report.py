@@ -82,8 +82,13 @@ def _headline_rows(results):
                      "; ".join(parts) + " to the last completion (go-back-N); data always intact"))
     sp = results["simulation_speed"]
     if sp.get("cycles_per_second"):
+        checked = sum(b.get("frames_checked") or 0 for b in results["batches"])
+        modes = {b["framecheck_mode"] for b in results["batches"] if b.get("framecheck_mode")}
+        check = (f"; {checked:,} frames rebuilt by scapy and compared"
+                 + (" in a worker process beside the simulator" if modes == {"pool"} else "")
+                 if checked else "")
         rows.append(("simulation speed (Verilator, W = 512, 8 QPs, with the cocotb host model)",
-                     f"{sp['cycles_per_second'] / 1e3:.1f} k cycles per second"))
+                     f"{sp['cycles_per_second'] / 1e3:.1f} k cycles per second{check}"))
     return rows
 
 
