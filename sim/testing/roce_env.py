@@ -496,7 +496,6 @@ class XgmiiMacModel(MacModel):
             while not self.sink.empty():
                 f = self.sink.recv_nowait()
                 payload = self._check_line(f)
-                self.framecheck.check(payload)
                 first, last = f.sim_time_start // period, f.sim_time_end // period
                 self.framecheck.check(payload)
                 self.frames.append((first, last, payload))
