@@ -6,7 +6,15 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.roce.completer_acks import CplAckState
 from rocegen.gateware.roce.completer_out import OUT_DEPTH, CplOutput
 from rocegen.gateware.roce.completer_pick import CplPick
-from rocegen.gateware.roce.layouts import ACK_EVENT, COMPLETION, FREED, MAX_QPS, POST, CplStatus, WrSource
+from rocegen.gateware.roce.layouts import (
+    ACK_EVENT,
+    COMPLETION,
+    FREED,
+    POST,
+    CplStatus,
+    WrSource,
+    check_num_qps,
+)
 
 __all__ = ["Completer", "QUEUE_ENTRY", "OUT_DEPTH"]
 
@@ -102,11 +110,9 @@ class Completer(wiring.Component):
     """
 
     def __init__(self, num_qps, depth=16):
-        for name, value in (("num_qps", num_qps), ("depth", depth)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise TypeError(f"{name} must be an integer, not {value!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
+        if not isinstance(depth, int) or isinstance(depth, bool):
+            raise TypeError(f"depth must be an integer, not {depth!r}")
         if not 1 <= depth <= 1024 or depth & (depth - 1):
             raise ValueError(f"depth must be a power of two from 1 to 1024, not {depth}")
         self.num_qps = num_qps

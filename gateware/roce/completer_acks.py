@@ -3,7 +3,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import ACK_EVENT, MAX_QPS
+from rocegen.gateware.roce.layouts import ACK_EVENT, check_num_qps
 
 __all__ = ["CplAckState"]
 
@@ -56,10 +56,7 @@ class CplAckState(wiring.Component):
     """
 
     def __init__(self, num_qps):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         self.num_qps = num_qps
         q_w = max(1, (num_qps - 1).bit_length())
         super().__init__({

@@ -2,7 +2,7 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import MAX_QPS
+from rocegen.gateware.roce.layouts import check_num_qps
 
 __all__ = ["CplPick"]
 
@@ -49,10 +49,7 @@ class CplPick(wiring.Component):
     """
 
     def __init__(self, num_qps):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         self.num_qps = num_qps
         super().__init__({
             "eligible": In(num_qps),

@@ -16,10 +16,10 @@ from rocegen.gateware.roce.endpoint_qp_stats import QP_COUNTERS, EndpointQpStats
 from rocegen.gateware.roce.endpoint_stats import PULSE_COUNTERS, ROCE_STATS, STATS, EndpointStats
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
-    MAX_QPS,
     QP_CONTEXT,
     WORK_REQUEST,
     CplStatus,
+    check_num_qps,
 )
 from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
 from rocegen.gateware.roce.qp_control import QpControl
@@ -119,8 +119,7 @@ class RoceEndpoint(wiring.Component):
                  cm_retry=7, cm_rnr_retry=7, vlan=None, pcp=0, arp_entries=4,
                  arp_retry_cycles=100_000, arp_retries=3, qp_info=False):
         check_width(width)
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool) or not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
+        check_num_qps(num_qps)
         if memory not in MEMORIES:
             raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
         if mem_bytes is None:

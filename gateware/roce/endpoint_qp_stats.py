@@ -2,7 +2,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import MAX_QPS
+from rocegen.gateware.roce.layouts import check_num_qps
 from rocegen.gateware.roce.qp_counters import QpCounters
 from rocegen.gateware.roce.retry import QP_COUNTERS as RETRY_QP_COUNTERS
 
@@ -45,8 +45,7 @@ class EndpointQpStats(wiring.Component):
     """
 
     def __init__(self, num_qps):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool) or not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
+        check_num_qps(num_qps)
         self.num_qps = num_qps
         super().__init__({
             "qp": In(range(num_qps)),

@@ -6,7 +6,7 @@ from amaranth.lib import data, enum
 
 from rocegen.wire.headers import CM
 
-__all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
+__all__ = ["check_num_qps", "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
            "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "SENT", "SchedKind", "SCHED_EVENT", "FREED",
            "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED",
@@ -15,6 +15,16 @@ __all__ = ["WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
+
+
+def check_num_qps(num_qps):
+    """``num_qps`` if it is a QP count the blocks take (an integer 1..:data:`MAX_QPS`); else
+    ``TypeError`` (not an integer) or ``ValueError`` (out of range), naming the parameter."""
+    if not isinstance(num_qps, int) or isinstance(num_qps, bool):
+        raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
+    if not 1 <= num_qps <= MAX_QPS:
+        raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+    return num_qps
 
 
 class WrOpcode(enum.Enum, shape=2):

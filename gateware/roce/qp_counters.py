@@ -3,7 +3,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import MAX_QPS
+from rocegen.gateware.roce.layouts import check_num_qps
 
 __all__ = ["QpCounters"]
 
@@ -44,10 +44,7 @@ class QpCounters(wiring.Component):
     """
 
     def __init__(self, num_qps, names, bits=32, step_bits=1):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         names = tuple(names)
         if not 1 <= len(names) <= 32 or len(set(names)) != len(names) or \
                 not all(isinstance(n, str) and n for n in names):

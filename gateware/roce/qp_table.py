@@ -3,7 +3,14 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import CONTEXT_WRITE, MAX_QPS, PSN_WRITE, QP_CONTEXT, QPN_BASE
+from rocegen.gateware.roce.layouts import (
+    CONTEXT_WRITE,
+    MAX_QPS,
+    PSN_WRITE,
+    QP_CONTEXT,
+    QPN_BASE,
+    check_num_qps,
+)
 
 # (CONTEXT_WRITE and PSN_WRITE are defined in layouts; exported here too for existing imports)
 __all__ = ["QpTable", "CONTEXT_WRITE", "PSN_WRITE", "MAX_QPS"]
@@ -31,10 +38,7 @@ class QpTable(wiring.Component):
     """
 
     def __init__(self, num_qps, *, info_port=False):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         self.num_qps = num_qps
         self.info_port = bool(info_port)
         self._contexts = Memory(shape=QP_CONTEXT, depth=num_qps, init=[])

@@ -6,7 +6,6 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.roce.layouts import (
     ACK_EVENT,
     CONTEXT_WRITE,
-    MAX_QPS,
     PSN_WRITE,
     RETRY_EVENT,
     RETRY_STATE,
@@ -16,6 +15,7 @@ from rocegen.gateware.roce.layouts import (
     CplStatus,
     RetryEvKind,
     SchedKind,
+    check_num_qps,
 )
 from rocegen.gateware.roce.qp_counters import QpCounters
 from rocegen.gateware.roce.retry_apply import COUNTERS, QP_COUNTERS, RetryApply
@@ -143,10 +143,7 @@ class RetryEngine(wiring.Component):
     """
 
     def __init__(self, num_qps, clk_hz=322_265_625):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         if not isinstance(clk_hz, (int, float)) or isinstance(clk_hz, bool) or clk_hz <= 0:
             raise ValueError(f"clk_hz must be a positive frequency in Hz, not {clk_hz!r}")
         self.num_qps = num_qps

@@ -4,12 +4,12 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import (
     ACK_EVENT,
-    MAX_QPS,
     RETRY_DECIDED,
     RETRY_STATE,
     SCHED_EVENT,
     CplStatus,
     SchedKind,
+    check_num_qps,
 )
 
 __all__ = ["RetryApply", "QP_COUNTERS", "COUNTERS"]
@@ -63,10 +63,7 @@ class RetryApply(wiring.Component):
     """
 
     def __init__(self, num_qps):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         self.num_qps = num_qps
         super().__init__({
             "decided": In(stream.Signature(RETRY_DECIDED, always_ready=True)),

@@ -3,7 +3,6 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import (
-    MAX_QPS,
     RETRY_DECIDED,
     RETRY_EVENT,
     RETRY_STATE,
@@ -11,6 +10,7 @@ from rocegen.gateware.roce.layouts import (
     CplStatus,
     QpState,
     RetryEvKind,
+    check_num_qps,
 )
 from rocegen.wire.roce import RNR_DELAY_US
 
@@ -67,10 +67,7 @@ class RetryDecide(wiring.Component):
     """
 
     def __init__(self, num_qps):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         self.num_qps = num_qps
         super().__init__({
             "event": In(stream.Signature(RETRY_EVENT, always_ready=True)),

@@ -7,7 +7,7 @@ from rocegen.gateware.lib.packetizer import Packetizer
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.net.layouts import UDP_RX_META
 from rocegen.gateware.roce.icrc import ICRC_BYTES, IcrcCheck
-from rocegen.gateware.roce.layouts import ACK_EVENT, MAX_QPS, QP_CONTEXT, QpState
+from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_num_qps
 from rocegen.wire import headers as H
 
 __all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN"]
@@ -114,10 +114,7 @@ class RoceRx(wiring.Component):
 
     def __init__(self, width, num_qps):
         check_width(width)
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         self.width = width
         self.num_qps = num_qps
         self._icrc = IcrcCheck(width, None, offset=0, ip_version=4)

@@ -3,7 +3,6 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import (
-    MAX_QPS,
     PROGRESS,
     QP_CONTEXT,
     SCHED_EVENT,
@@ -13,6 +12,7 @@ from rocegen.gateware.roce.layouts import (
     CplStatus,
     QpState,
     SchedKind,
+    check_num_qps,
 )
 from rocegen.gateware.roce.segmenter import INDEX_BITS, describe_packet
 
@@ -82,9 +82,7 @@ class SchedBuild(wiring.Component):
     """
 
     def __init__(self, num_qps, addr_bits, window):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool) or \
-                not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
+        check_num_qps(num_qps)
         if not isinstance(addr_bits, int) or isinstance(addr_bits, bool) or addr_bits < 1:
             raise ValueError(f"addr_bits must be a positive integer, not {addr_bits!r}")
         if not isinstance(window, int) or isinstance(window, bool) or \

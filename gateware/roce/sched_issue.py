@@ -3,7 +3,6 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import (
-    MAX_QPS,
     PACKET_DESC,
     POST,
     PROGRESS_WRITE,
@@ -12,6 +11,7 @@ from rocegen.gateware.roce.layouts import (
     SENT,
     SLOT_PSNS_WRITE,
     SchedKind,
+    check_num_qps,
 )
 from rocegen.gateware.roce.sched_build import turn_signature
 from rocegen.gateware.roce.sched_tree import kept, mux_tree
@@ -71,9 +71,7 @@ class SchedIssue(wiring.Component):
     """
 
     def __init__(self, num_qps, addr_bits):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool) or \
-                not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
+        check_num_qps(num_qps)
         if not isinstance(addr_bits, int) or isinstance(addr_bits, bool) or \
                 not 1 <= addr_bits <= 14:
             raise ValueError(f"addr_bits must be an integer 1..14, not {addr_bits!r}")

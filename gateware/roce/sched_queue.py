@@ -5,7 +5,6 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.layouts import (
     FREED,
-    MAX_QPS,
     POST,
     SCHED_EVENT,
     SLOT_WRITE,
@@ -13,6 +12,7 @@ from rocegen.gateware.roce.layouts import (
     CplStatus,
     SchedKind,
     WrSource,
+    check_num_qps,
 )
 from rocegen.gateware.roce.sched_tree import kept, mux_tree
 
@@ -72,9 +72,7 @@ class SchedQueue(wiring.Component):
     """
 
     def __init__(self, num_qps, width, mem_bytes, depth):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool) or \
-                not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
+        check_num_qps(num_qps)
         check_width(width)
         if not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool) or \
                 mem_bytes & (mem_bytes - 1) or not width // 8 <= mem_bytes <= 1 << 32:

@@ -2,7 +2,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import MAX_QPS, SCHED_EVENT, SchedKind
+from rocegen.gateware.roce.layouts import SCHED_EVENT, SchedKind, check_num_qps
 from rocegen.gateware.roce.sched_tree import first_one, kept
 
 __all__ = ["SchedSelect"]
@@ -63,9 +63,7 @@ class SchedSelect(wiring.Component):
     """
 
     def __init__(self, num_qps, depth):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool) or \
-                not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
+        check_num_qps(num_qps)
         if not isinstance(depth, int) or isinstance(depth, bool) or depth & (depth - 1) or \
                 not 1 <= depth <= 64:
             raise ValueError(f"depth must be a power of two from 1 to 64, not {depth!r}")

@@ -6,7 +6,6 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.layouts import (
     FREED,
-    MAX_QPS,
     PACKET_DESC,
     POST,
     PROGRESS,
@@ -17,6 +16,7 @@ from rocegen.gateware.roce.layouts import (
     SLOT,
     SLOT_PSNS,
     WR_TAGGED,
+    check_num_qps,
 )
 from rocegen.gateware.roce.sched_build import SchedBuild
 from rocegen.gateware.roce.sched_issue import SchedIssue
@@ -177,10 +177,7 @@ class Scheduler(wiring.Component):
     """
 
     def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool):
-            raise TypeError(f"num_qps must be an integer, not {num_qps!r}")
-        if not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
+        check_num_qps(num_qps)
         check_width(width)
         if not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool):
             raise TypeError(f"mem_bytes must be an integer number of bytes, not {mem_bytes!r}")

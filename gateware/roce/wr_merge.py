@@ -4,7 +4,7 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.buffer import StreamRegisterSlice
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
-from rocegen.gateware.roce.layouts import MAX_QPS, WORK_REQUEST, WR_TAGGED, WrSource
+from rocegen.gateware.roce.layouts import WORK_REQUEST, WR_TAGGED, WrSource, check_num_qps
 
 __all__ = ["WrMerge"]
 
@@ -40,8 +40,7 @@ class WrMerge(wiring.Component):
     """
 
     def __init__(self, num_qps):
-        if not isinstance(num_qps, int) or isinstance(num_qps, bool) or not 1 <= num_qps <= MAX_QPS:
-            raise ValueError(f"num_qps must be an integer 1..{MAX_QPS}, not {num_qps!r}")
+        check_num_qps(num_qps)
         self.num_qps = num_qps
         super().__init__({
             "user": In(stream.Signature(WORK_REQUEST)),

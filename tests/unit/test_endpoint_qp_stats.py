@@ -71,4 +71,4 @@ def test_signature_and_parameters():
     assert len(dut.rd_sel) == (len(QP_COUNTERS) - 1).bit_length()
     assert len(dut.retry_sel) == (len(RETRY_QP_COUNTERS) - 1).bit_length()
     Fragment.get(dut, None)
-    raises(ValueError, "num_qps must be an integer 1..256, not 0", lambda: EndpointQpStats(0))
+    raises(ValueError, "num_qps must be 1..256, not 0", lambda: EndpointQpStats(0))

@@ -522,9 +522,13 @@ def test_parameters_are_validated():
     for bad in (lambda: SchedSelect(0, 4), lambda: SchedSelect(2, 3), lambda: SchedSelect(2, 128),
                 lambda: SchedBuild(257, 4, 16), lambda: SchedBuild(2, 0, 16),
                 lambda: SchedBuild(2, 4, 0), lambda: SchedBuild(2, 4, 1 << 23),
-                lambda: SchedIssue(2, 15), lambda: SchedIssue(True, 4),
+                lambda: SchedIssue(2, 15),
                 lambda: SchedQueue(2, 64, 3 << 16, 4), lambda: SchedQueue(2, 64, 1 << 16, 0)):
         with pytest.raises(ValueError):
+            bad()
+    for bad in (lambda: SchedIssue(True, 4), lambda: SchedSelect(2.0, 4),
+                lambda: SchedBuild("2", 4, 16), lambda: SchedQueue(None, 64, 1 << 16, 4)):
+        with pytest.raises(TypeError, match="num_qps must be an integer"):
             bad()
     with pytest.raises(ValueError, match="width"):
         SchedQueue(2, 32, 1 << 16, 4)

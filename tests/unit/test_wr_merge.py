@@ -91,5 +91,5 @@ def test_parameters():
     dut = WrMerge(4)
     assert dut.o.payload.shape() == WR_TAGGED and dut.user.payload.shape() == WORK_REQUEST
     Fragment.get(dut, None)
-    raises(ValueError, "num_qps must be an integer 1..256, not 0", lambda: WrMerge(0))
-    raises(ValueError, "num_qps must be an integer 1..256, not 257", lambda: WrMerge(257))
+    raises(ValueError, "num_qps must be 1..256, not 0", lambda: WrMerge(0))
+    raises(ValueError, "num_qps must be 1..256, not 257", lambda: WrMerge(257))
