@@ -58,7 +58,8 @@ class RetryDecide(wiring.Component):
         ``qvec`` registered beside it.
 
     Behaviour: the rules of the engine's docstring, as flags of
-    :data:`~rocegen.gateware.roce.layouts.RETRY_FLAGS` (all PSN comparisons modulo 2^24): the
+    :data:`~rocegen.gateware.roce.layouts.RETRY_FLAGS` (all PSN comparisons modulo 2^24, for a
+    QP with at most 2^23 - 1 PSNs outstanding, as the scheduler's ``window`` keeps it): the
     progress of an ACK in [acked + 1, sent_max - 1] or of a NAK's implied p - 1 in [acked,
     sent_max - 1], stale and ignored acknowledgements, a repeated sequence NAK, the RNR wait
     and the retry limits, a timer found due again against the event's tick, a context in
