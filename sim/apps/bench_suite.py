@@ -255,8 +255,8 @@ def _verilator_version():
 def _framecheck_mode():
     """How the suite's simulators check frames: as the environment says, else in a worker
     process when the machine has a core for it beside the one simulator a batch runs."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return os.environ.get("ROCEGEN_FRAMECHECK") or ("pool" if (cores or 1) >= 2 else "inline")
+    from rocegen.sim.testing.framecheck_pool import usable_cores
+    return os.environ.get("ROCEGEN_FRAMECHECK") or ("pool" if usable_cores() >= 2 else "inline")
 
 
 def _run_batch(name, runs, peer="connectx"):

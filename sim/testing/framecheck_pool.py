@@ -50,7 +50,7 @@ from collections import Counter
 
 from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
 
-__all__ = ["FrameCheckPool", "make_framecheck", "BATCH", "MODES"]
+__all__ = ["FrameCheckPool", "make_framecheck", "core_free", "usable_cores", "BATCH", "MODES"]
 
 #: frames sent to the worker in one message
 BATCH = 64
@@ -77,11 +77,17 @@ def make_framecheck(name="endpoint", mode=None):
     return FrameChecker(name) if mode == "inline" else FrameCheckPool(name)
 
 
+def usable_cores():
+    """The cores this process may run on (at least 1)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
+
+
 def core_free():
     """Whether the machine has a core to spare for the worker: at least two cores this process
     may run on, and a one-minute load average at least one below their number."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cores or 1) >= 2 and os.getloadavg()[0] <= cores - 1
+    cores = usable_cores()
+    return cores >= 2 and os.getloadavg()[0] <= cores - 1
 
 
 def _python():
