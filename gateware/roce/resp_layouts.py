@@ -1,0 +1,125 @@
+"""Sideband records of the RC responder: the FPGA as the target of RDMA WRITE and SEND (wire
+headers are in :mod:`rocegen.wire.headers`, the requester's records in
+:mod:`rocegen.gateware.roce.layouts`)."""
+
+from amaranth.lib import data, enum
+
+from rocegen.wire import headers as H
+
+__all__ = ["RespKind", "RESP_HEADER", "RESP_PLACE", "RESP_RESPONSE", "RESP_STATE", "MR_ENTRY",
+           "MR_WRITE", "RECV_POST", "RecvOpcode", "RecvStatus", "RECV_COMPLETION",
+           "REQ_HDR_MAX", "REQ_HDR_MIN", "ACK_PAYLOAD", "CNP_PAYLOAD_BYTES", "LENGTH_BITS"]
+
+#: Bytes from the start of a request's IPv4 header to its payload: IPv4 20, UDP 8, BTH 12, at
+#: most RETH 16 and ImmDt 4.
+REQ_HDR_MIN = H.IPV4.length + H.UDP.length + H.BTH.length
+REQ_HDR_MAX = REQ_HDR_MIN + H.RETH.length + H.IMMDT.length
+#: UDP payload of an ACKNOWLEDGE before its ICRC (BTH and AETH) and of a CNP (BTH, 16 zero bytes).
+ACK_PAYLOAD = H.BTH.length + H.AETH.length
+CNP_PAYLOAD_BYTES = H.BTH.length + H.CNP_PAYLOAD.length
+#: Bits of a packet's payload length (a datagram within the IP MTU of 4160 bytes).
+LENGTH_BITS = 13
+
+
+class RespKind(enum.Enum, shape=2):
+    """The message a QP's responder has in progress."""
+    NONE = 0
+    SEND = 1
+    WRITE = 2
+
+
+#: A request's headers as the responder's parse stage reads them from the first bytes of the
+#: datagram (IPv4, UDP, BTH, and the RETH and ImmDt of its opcode; the ICRC already checked
+#: and removed), with the lengths worked out. Carried as the packet's metadata.
+RESP_HEADER = data.StructLayout({
+    "src_ip": 32,
+    "src_port": 16,            # UDP source port of the requester
+    "ecn": 2,                  # IPv4 ECN field as received (0b11: congestion experienced)
+    "bth": H.BTH.layout,
+    "reth": H.RETH.layout,     # zero unless the opcode carries a RETH
+    "imm": 32,                 # zero unless the opcode carries an ImmDt
+    "hdr_len": 7,              # bytes before the payload: REQ_HDR_MIN + 16 RETH + 4 ImmDt
+    "length": LENGTH_BITS,     # payload bytes, without the pad
+})
+
+#: What the placement stage does with one packet's payload (one record per packet, in order).
+RESP_PLACE = data.StructLayout({
+    "write": 1,                # 1: write the payload; 0: consume the packet and write nothing
+    "addr": 32,                # local byte address of the first payload byte
+    "skip": 7,                 # bytes of the datagram before its payload (RESP_HEADER.hdr_len)
+    "length": LENGTH_BITS,     # payload bytes to write (the pad after them is never written)
+})
+
+#: A response the responder sends: an ACKNOWLEDGE (ACK, RNR NAK or NAK by its syndrome) or,
+#: with ``cnp``, a congestion notification.
+RESP_RESPONSE = data.StructLayout({
+    "qp": 8,                   # QP index (responses of one QP may be coalesced)
+    "cnp": 1,
+    "syndrome": 8,             # AETH syndrome (ACKNOWLEDGE only)
+    "psn": 24,                 # BTH PSN (ACKNOWLEDGE only; a CNP carries 0)
+    "msn": 24,                 # AETH MSN (ACKNOWLEDGE only)
+    "dest_qpn": 24,            # the peer's QP number
+    "dst_ip": 32,
+    "src_port": 16,            # UDP source port: the QP's
+    "dscp": 6,
+})
+
+#: A QP's responder state (kept in the responder's state memory).
+RESP_STATE = data.StructLayout({
+    "epsn": 24,                # expected PSN
+    "msn": 24,                 # messages completed
+    "kind": RespKind,          # message in progress
+    "nak_pending": 1,          # a sequence-error or RNR NAK was sent: silence until ePSN
+    "error": 1,                # a fatal NAK was sent: requests are dropped until the QP is set
+                               # up again
+    "addr": 32,                # local byte address of the next payload byte of the message
+    "remaining": 32,           # WRITE: bytes of the DMA length still to come; SEND: room left
+                               # in the receive buffer
+    "total": 32,               # WRITE: the DMA length; SEND: the receive buffer's length
+    "wr_id": 32,               # SEND: the receive work request being filled
+})
+
+#: A QP's memory region: the local bytes [base, base + length) the peer may write with R_Key
+#: ``rkey`` (the virtual address a requester uses is the local byte address).
+MR_ENTRY = data.StructLayout({
+    "rkey": 32,
+    "base": 32,
+    "length": 33,              # 0 .. 2^32 bytes
+    "write": 1,                # remote write allowed
+    "read": 1,                 # remote read allowed
+})
+
+#: A write into the memory-region table.
+MR_WRITE = data.StructLayout({"qp": 8, "mr": MR_ENTRY})
+
+#: A receive buffer posted by user logic for the SENDs (and WRITEs with immediate) of a QP.
+RECV_POST = data.StructLayout({
+    "qp": 8,
+    "wr_id": 32,
+    "addr": 32,                # local byte address
+    "length": 32,              # bytes
+})
+
+
+class RecvOpcode(enum.Enum, shape=1):
+    SEND = 0                   # a SEND (with or without immediate) filled the buffer
+    WRITE_IMM = 1              # an RDMA WRITE with immediate consumed the buffer (no data in it)
+
+
+class RecvStatus(enum.Enum, shape=2):
+    OK = 0
+    LENGTH = 1                 # a SEND longer than the buffer (NAK invalid request sent)
+    INVALID = 2                # the SEND in progress was ended by an invalid request
+    FLUSHED = 3                # the QP went to the error state, or was set up again
+
+
+#: A receive completion, as user logic takes it.
+RECV_COMPLETION = data.StructLayout({
+    "qp": 8,
+    "wr_id": 32,
+    "opcode": RecvOpcode,
+    "status": RecvStatus,
+    "length": 32,              # bytes received (WRITE_IMM: the DMA length)
+    "has_imm": 1,
+    "imm": 32,
+})

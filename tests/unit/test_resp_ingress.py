@@ -1,0 +1,180 @@
+"""The responder's ingress (:class:`RespIngress`): datagrams built by scapy, every opcode and
+payload length, bad ICRCs, malformed lengths and non-requests among them, random idle cycles
+and backpressure, at 64 and 512 bits: the requests come out whole with the headers scapy
+parses, the rest is dropped and the malformed ones counted."""
+
+import random
+
+import pytest
+from amaranth.hdl import Fragment
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import IP, UDP
+
+from rocegen.gateware.roce.resp_ingress import RespIngress
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.framecheck import RETH, ImmDt
+from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.wire import headers as H
+
+REQUESTS = list(range(0x00, 0x0D)) + [0x13, 0x14, 0x17]
+OTHERS = [0x0D, 0x10, 0x11, 0x12, 0x81, 0x24, 0x64]
+RETH_OPS = {0x06, 0x0A, 0x0B, 0x0C}
+IMM_OPS = {0x03, 0x05, 0x09, 0x0B}
+
+
+def datagram(rng, opcode, *, malformed=False):
+    """An IPv4 datagram without ICRC, and the header fields a parser must find (or None when
+    it must be dropped)."""
+    n = rng.choice([0, 1, 3, 4, 17, 64, rng.randrange(300)])
+    pad = -n % 4
+    bth = BTH(opcode=opcode, solicited=rng.getrandbits(1), padcount=pad, pkey=0xFFFF,
+              dqpn=rng.getrandbits(24), ackreq=rng.getrandbits(1), psn=rng.getrandbits(24),
+              icrc=0)
+    reth = imm = None
+    ext = b""
+    if opcode in RETH_OPS:
+        reth = dict(va=rng.getrandbits(64), rkey=rng.getrandbits(32), dma_len=rng.getrandbits(32))
+        ext += bytes(RETH(va=reth["va"], rkey=reth["rkey"], dlen=reth["dma_len"]))
+    if opcode in IMM_OPS:
+        imm = rng.getrandbits(32)
+        ext += bytes(ImmDt(imm=imm))
+    payload = bytes(rng.getrandbits(8) for _ in range(n)) + bytes(pad)
+    hdr = bytes(bth)[:H.BTH.length]          # (scapy's BTH ends with its ICRC field)
+    l4 = hdr + ext + payload
+    if malformed:
+        how = rng.choice(["grow", "cut", "pad"] if ext else ["grow", "pad"])
+        if how == "grow":                   # payload and pad not whole 4-byte words
+            l4 += bytes(rng.choice([1, 2, 3]))
+        elif how == "cut":                  # shorter than BTH and extension headers
+            l4 = l4[:rng.randrange(H.BTH.length, H.BTH.length + len(ext))]
+        else:                               # PadCnt more than the payload and pad hold
+            l4 = bytes([hdr[0], hdr[1] | 0x30]) + hdr[2:] + ext
+    tos = rng.getrandbits(8)
+    sport = rng.randrange(0xC000, 0x10000)
+    pkt = IP(src=f"10.0.{rng.randrange(256)}.{rng.randrange(256)}", dst="10.0.0.1", tos=tos) / \
+        UDP(sport=sport, dport=4791, chksum=0) / (l4 + bytes(4))
+    dgram = bytes(pkt)[:-4]          # the ICRC removed, the UDP length still counting it
+    parsed = IP(bytes(pkt))
+    want = {
+        "src_ip": int.from_bytes(bytes(parsed)[12:16], "big"), "src_port": sport,
+        "ecn": tos & 3, "opcode": opcode, "psn": bth.psn, "dest_qp": bth.dqpn,
+        "ack_req": bth.ackreq, "se": bth.solicited, "padcnt": pad,
+        "reth": reth or dict(va=0, rkey=0, dma_len=0), "imm": imm or 0,
+        "hdr_len": 40 + 16 * bool(reth) + 4 * (imm is not None), "length": n,
+        "payload": payload[:n],
+    }
+    return dgram, want
+
+
+def make_case(seed, count):
+    rng = random.Random(seed)
+    sent, expect = [], []
+    malformed = 0
+    for _ in range(count):
+        kind = rng.random()
+        op = rng.choice(REQUESTS)
+        if kind < 0.12:
+            dgram, _ = datagram(rng, rng.choice(OTHERS))
+            sent.append(Packet(dgram))
+        elif kind < 0.2:
+            dgram, _ = datagram(rng, op)
+            sent.append(Packet(dgram, error=True))          # bad ICRC
+        elif kind < 0.3:
+            dgram, _ = datagram(rng, op, malformed=True)
+            sent.append(Packet(dgram))
+            malformed += 1
+        else:
+            dgram, want = datagram(rng, op)
+            sent.append(Packet(dgram))
+            expect.append((dgram, want))
+    return sent, expect, malformed
+
+
+@pytest.mark.parametrize("width, idle, backpressure, seed", [
+    (64, 0.0, 0.0, 1), (64, 0.3, 0.5, 2), (512, 0.0, 0.0, 3), (512, 0.4, 0.7, 4),
+    (128, 0.2, 0.3, 5)])
+def test_requests_parsed_others_dropped(width, idle, backpressure, seed):
+    sent, expect, malformed = make_case(seed, 150)
+    dut = RespIngress(width)
+    drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
+    col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 100)
+    pulses = {"malformed": 0, "overflow": 0}
+
+    async def count(ctx):
+        async for _, _, mal, ovf in ctx.tick().sample(dut.malformed, dut.overflow):
+            pulses["malformed"] += mal
+            pulses["overflow"] += ovf
+
+    async def tb(ctx):
+        await drv.send(ctx, sent)
+        while len(col.packets) < len(expect):
+            await ctx.tick()
+        await ctx.tick().repeat(20)
+
+    run_sim(dut, testbenches=[tb], processes=[col.run, count], deadline_cycles=200_000)
+    assert pulses == {"malformed": malformed, "overflow": 0}
+    assert len(col.packets) == len(expect)
+    for got, (dgram, want) in zip(col.packets, expect):
+        assert got.data == dgram and not got.error
+        meta = got.meta
+        bth = meta["bth"]
+        assert {k: meta[k] for k in ("src_ip", "src_port", "ecn", "imm", "hdr_len", "length")} \
+            == {k: want[k] for k in ("src_ip", "src_port", "ecn", "imm", "hdr_len", "length")}
+        assert (bth["opcode"], bth["psn"], bth["dest_qp"], bth["ack_req"], bth["se"],
+                bth["padcnt"], bth["pkey"]) == (want["opcode"], want["psn"], want["dest_qp"],
+                                                want["ack_req"], want["se"], want["padcnt"],
+                                                0xFFFF)
+        assert meta["reth"] == want["reth"]
+        assert dgram[meta["hdr_len"]:meta["hdr_len"] + meta["length"]] == want["payload"]
+
+
+def test_full_fifo_drops_and_counts():
+    """A FIFO of 16 beats that is never read: the first requests fill it, the rest are dropped
+    and counted, and the input is never held."""
+    rng = random.Random(9)
+    dgrams = [datagram(rng, 0x0A)[0] for _ in range(30)]
+    dut = RespIngress(64, depth=16)
+    drv = StreamDriver(dut.i, 64)
+    seen = {"overflow": 0, "ready_low": 0}
+
+    async def watch(ctx):
+        async for _, _, ovf, rdy in ctx.tick().sample(dut.overflow, dut.i.ready):
+            seen["overflow"] += ovf
+            seen["ready_low"] += not rdy
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 0)
+        await drv.send(ctx, [Packet(d) for d in dgrams])
+        await ctx.tick().repeat(10)
+
+    run_sim(dut, testbenches=[tb], processes=[watch])
+    stored = 0
+    free = 16
+    for d in dgrams:
+        beats = -(-len(d) // 8)
+        if beats <= free:
+            free -= beats
+            stored += 1
+    assert seen == {"overflow": len(dgrams) - stored, "ready_low": 0}
+    assert stored >= 1
+
+
+def test_ack_is_not_a_request():
+    ack = bytes(IP(src="10.0.0.2", dst="10.0.0.1") / UDP(sport=0xC000, dport=4791) /
+                BTH(opcode=H.OP_RC_ACKNOWLEDGE, pkey=0xFFFF) / AETH())[:-4]
+    dut = RespIngress(512)
+    drv = StreamDriver(dut.i, 512)
+    col = StreamCollector(dut.o, 512)
+
+    async def tb(ctx):
+        await drv.send(ctx, [Packet(ack)])
+        await ctx.tick().repeat(10)
+
+    run_sim(dut, testbenches=[tb], processes=[col.run])
+    assert col.packets == []
+
+
+def test_parameters():
+    raises(ValueError, "width must be one of", lambda: RespIngress(96))
+    Fragment.get(RespIngress(256), None)
