@@ -6,7 +6,7 @@ from amaranth.lib import data, enum
 
 from rocegen.wire import headers as H
 
-__all__ = ["RespKind", "RESP_HEADER", "RESP_PLACE", "RESP_RESPONSE", "RESP_STATE", "MR_ENTRY",
+__all__ = ["RespVerdict", "RespKind", "RESP_HEADER", "RESP_PLACE", "RESP_RESPONSE", "RESP_STATE", "MR_ENTRY",
            "MR_WRITE", "RECV_POST", "RecvOpcode", "RecvStatus", "RECV_COMPLETION",
            "REQ_HDR_MAX", "REQ_HDR_MIN", "ACK_PAYLOAD", "CNP_PAYLOAD_BYTES", "LENGTH_BITS"]
 
@@ -19,6 +19,22 @@ ACK_PAYLOAD = H.BTH.length + H.AETH.length
 CNP_PAYLOAD_BYTES = H.BTH.length + H.CNP_PAYLOAD.length
 #: Bits of a packet's payload length (a datagram within the IP MTU of 4160 bytes).
 LENGTH_BITS = 13
+
+
+class RespVerdict(enum.Enum, shape=4):
+    """What became of a request (the values of :class:`rocegen.sim.models.responder.Verdict`)."""
+    EXECUTED = 0
+    DUPLICATE = 1       # behind ePSN: not executed, ACK of ePSN - 1
+    SEQ_NAK = 2         # ahead of ePSN: NAK sequence error sent
+    SEQ_DROP = 3        # ahead of ePSN, that NAK already sent
+    RNR = 4             # no receive buffer: RNR NAK sent
+    INVALID = 5         # NAK invalid request sent, the QP's responder to the error state
+    ACCESS = 6          # NAK remote access error sent, the QP's responder to the error state
+    DROP_QP = 7         # DestQP not in the table
+    DROP_STATE = 8      # the QP is neither RTR nor RTS
+    DROP_PEER = 9       # IPv4 source not the QP's peer
+    DROP_PKEY = 10      # P_Key other than the default
+    DROP_ERROR = 11     # the QP's responder is in the error state
 
 
 class RespKind(enum.Enum, shape=2):

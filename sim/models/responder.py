@@ -1,0 +1,242 @@
+"""Reference model of the RC responder's decision (:class:`~rocegen.gateware.roce.resp_decide.RespDecide`),
+pure Python and independent of the gateware.
+
+One request packet at a time: its parsed headers, what the QP table says of its QP, the QP's
+responder state, its memory region and the head of its receive queue go in; the verdict, the
+QP's new state, what to do with the payload, the response to send and the receive completion
+come out. The rules are those of ``shared/spec/roce-wire.md`` ("Responder rules", "Responder
+side"), in this order:
+
+1. Drops (no answer, state unchanged): DestQP not in the table; QP neither RTR nor RTS; IPv4
+   source not the QP's peer; P_Key low 15 bits not all ones; the QP's responder in the error
+   state.
+2. PSN: ahead of ePSN: one NAK PSN sequence error carrying ePSN, then silence (``nak_pending``)
+   until ePSN arrives; behind: a duplicate, not executed, answered with an ACK of ePSN - 1.
+3. At ePSN: opcode supported (RC SEND and WRITE, with or without immediate), else NAK invalid
+   request; opcode sequence (FIRST/ONLY only with no message open, MIDDLE/LAST only of the open
+   message's kind), else NAK invalid request.
+4. Receive queue: a SEND FIRST/ONLY and a WRITE LAST/ONLY with immediate need a posted receive
+   buffer, else RNR NAK (0x20 | the QP's RNR timer code) with the packet's PSN and silence until
+   it comes again.
+5. Length: FIRST and MIDDLE exactly the PMTU without pad, LAST 1..PMTU, ONLY 0..PMTU, PadCnt
+   as the payload needs; else NAK invalid request.
+6. WRITE: on FIRST/ONLY with a DMA length > 0, the R_Key must be the QP's region's, the region
+   writable and [VA, VA + length) inside it, else NAK remote access error. A LAST/ONLY must
+   carry exactly the bytes left of the DMA length, a FIRST/MIDDLE fewer, else NAK invalid
+   request. SEND: the bytes must fit the receive buffer, else NAK invalid request and the
+   receive completes with a length error.
+7. Executed: ePSN + 1; MSN + 1 at a message's end; the payload placed; an ACK (syndrome 0x1F,
+   no credit limit) of this PSN when AckReq is set; a receive completion at the end of a SEND
+   and of a WRITE with immediate.
+
+A NAK invalid request or remote access error puts the QP's responder in the error state; a SEND
+it ends completes with a status, and the QP's receive queue is flushed (``flush``).
+"""
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+
+from rocegen.wire import headers as H
+from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_MASK, SYN_ACK, SYN_RNR
+
+__all__ = ["Verdict", "Kind", "RespState", "Decision", "decide", "OPCODES", "psn_delta"]
+
+
+class Verdict(enum.IntEnum):
+    """What became of a request (the gateware's ``RespVerdict`` has the same values)."""
+    EXECUTED = 0
+    DUPLICATE = 1
+    SEQ_NAK = 2         # ahead of ePSN: NAK sent
+    SEQ_DROP = 3        # ahead of ePSN, NAK already sent
+    RNR = 4
+    INVALID = 5         # NAK invalid request, QP to error
+    ACCESS = 6          # NAK remote access error, QP to error
+    DROP_QP = 7
+    DROP_STATE = 8
+    DROP_PEER = 9
+    DROP_PKEY = 10
+    DROP_ERROR = 11
+
+
+class Kind(enum.IntEnum):
+    NONE = 0
+    SEND = 1
+    WRITE = 2
+
+
+class RecvStatus(enum.IntEnum):
+    OK = 0
+    LENGTH = 1
+    INVALID = 2
+    FLUSHED = 3
+
+
+FIRST, MIDDLE, LAST, ONLY = "FIRST", "MIDDLE", "LAST", "ONLY"
+#: opcode -> (kind, position, ImmDt)
+OPCODES = {
+    H.OP_RC_SEND_FIRST: (Kind.SEND, FIRST, False),
+    H.OP_RC_SEND_MIDDLE: (Kind.SEND, MIDDLE, False),
+    H.OP_RC_SEND_LAST: (Kind.SEND, LAST, False),
+    H.OP_RC_SEND_LAST_WITH_IMMEDIATE: (Kind.SEND, LAST, True),
+    H.OP_RC_SEND_ONLY: (Kind.SEND, ONLY, False),
+    H.OP_RC_SEND_ONLY_WITH_IMMEDIATE: (Kind.SEND, ONLY, True),
+    H.OP_RC_RDMA_WRITE_FIRST: (Kind.WRITE, FIRST, False),
+    H.OP_RC_RDMA_WRITE_MIDDLE: (Kind.WRITE, MIDDLE, False),
+    H.OP_RC_RDMA_WRITE_LAST: (Kind.WRITE, LAST, False),
+    H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: (Kind.WRITE, LAST, True),
+    H.OP_RC_RDMA_WRITE_ONLY: (Kind.WRITE, ONLY, False),
+    H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: (Kind.WRITE, ONLY, True),
+}
+
+QP_STATE_RTR, QP_STATE_RTS = 2, 3       # QpState values of the QP table
+
+
+def psn_delta(a, b):
+    """``a - b`` as a signed 24-bit number."""
+    d = (a - b) & PSN_MASK
+    return d - (1 << 24) if d & 0x800000 else d
+
+
+@dataclass(frozen=True)
+class RespState:
+    """A QP's responder state (the fields of ``RESP_STATE``)."""
+    epsn: int = 0
+    msn: int = 0
+    kind: Kind = Kind.NONE
+    nak_pending: bool = False
+    error: bool = False
+    addr: int = 0
+    remaining: int = 0
+    total: int = 0
+    wr_id: int = 0
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass
+class Decision:
+    verdict: Verdict
+    state: RespState
+    place: dict                 # write, addr, skip, length
+    response: dict | None       # syndrome, psn, msn
+    completion: dict | None     # wr_id, opcode ("SEND" / "WRITE_IMM"), status, length, imm or None
+    rq_pop: bool = False
+    flush: bool = False
+
+
+def _segmentation_ok(pos, n, padcnt, pmtu):
+    if pos in (FIRST, MIDDLE):
+        if padcnt or n != pmtu:
+            return False
+    elif pos == LAST:
+        if n == 0 or n > pmtu:
+            return False
+    elif n > pmtu:
+        return False
+    return padcnt == (-n) & 3
+
+
+def decide(h, ctx, st, mr, rnr_timer, rq_head):
+    """The decision for one request.
+
+    ``h``: the headers (``RESP_HEADER`` as a dict: ``src_ip``, ``bth`` {opcode, psn, pkey,
+    ack_req, padcnt, ...}, ``reth`` {va, rkey, dma_len}, ``imm``, ``hdr_len``, ``length``).
+    ``ctx``: ``in_table``, ``state`` (QpState value), ``peer_ip``, ``pmtu_log2``. ``st``: the
+    QP's :class:`RespState`. ``mr``: ``rkey``, ``base``, ``length``, ``write``. ``rnr_timer``:
+    the QP's RNR timer code. ``rq_head``: ``wr_id``, ``addr``, ``length`` of the first posted
+    receive buffer, or None.
+    """
+    bth = h["bth"]
+    psn, op, n = bth["psn"], bth["opcode"], h["length"]
+    nothing = dict(write=0, addr=0, skip=h["hdr_len"], length=n)
+
+    def out(verdict, state=st, response=None, **kw):
+        return Decision(verdict, state, kw.pop("place", nothing), response,
+                        kw.pop("completion", None), **kw)
+
+    if not ctx["in_table"]:
+        return out(Verdict.DROP_QP)
+    if ctx["state"] not in (QP_STATE_RTR, QP_STATE_RTS):
+        return out(Verdict.DROP_STATE)
+    if h["src_ip"] != ctx["peer_ip"]:
+        return out(Verdict.DROP_PEER)
+    if bth["pkey"] & 0x7FFF != 0x7FFF:
+        return out(Verdict.DROP_PKEY)
+    if st.error:
+        return out(Verdict.DROP_ERROR)
+
+    d = psn_delta(psn, st.epsn)
+    if d > 0:
+        if st.nak_pending:
+            return out(Verdict.SEQ_DROP)
+        return out(Verdict.SEQ_NAK, st.replace(nak_pending=True),
+                   dict(syndrome=NAK_PSN_SEQ, psn=st.epsn, msn=st.msn))
+    if d < 0:
+        return out(Verdict.DUPLICATE, response=dict(syndrome=SYN_ACK,
+                                                    psn=(st.epsn - 1) & PSN_MASK, msn=st.msn))
+
+    st = before = st.replace(nak_pending=False)
+
+    def fatal(syndrome, verdict, status=RecvStatus.INVALID, rq_pop=False):
+        # (a SEND that was being received, or whose buffer was just taken, completes with it)
+        cpl = None
+        if st.kind == Kind.SEND:
+            cpl = dict(wr_id=st.wr_id, opcode="SEND", status=status,
+                       length=st.total - st.remaining, imm=None)
+        # (the rest of the state is that of the packet before: an errored QP uses none of it)
+        return out(verdict, before.replace(error=True, kind=Kind.NONE),
+                   dict(syndrome=syndrome, psn=psn, msn=st.msn), completion=cpl, rq_pop=rq_pop,
+                   flush=True)
+
+    info = OPCODES.get(op)
+    if info is None:
+        return fatal(NAK_INV_REQ, Verdict.INVALID)
+    kind, pos, imm = info
+    if st.kind == Kind.NONE:
+        if pos in (MIDDLE, LAST):
+            return fatal(NAK_INV_REQ, Verdict.INVALID)
+    elif pos in (FIRST, ONLY) or kind != st.kind:
+        return fatal(NAK_INV_REQ, Verdict.INVALID)
+    needs_rq = (kind == Kind.SEND and pos in (FIRST, ONLY)) or (kind == Kind.WRITE and imm)
+    if needs_rq and rq_head is None:
+        return out(Verdict.RNR, st.replace(nak_pending=True),
+                   dict(syndrome=SYN_RNR | rnr_timer, psn=psn, msn=st.msn))
+    if not _segmentation_ok(pos, n, bth["padcnt"], 1 << ctx["pmtu_log2"]):
+        return fatal(NAK_INV_REQ, Verdict.INVALID)
+
+    end = pos in (LAST, ONLY)
+    completion = None
+    rq_pop = False
+    if kind == Kind.WRITE:
+        if pos in (FIRST, ONLY):
+            reth = h["reth"]
+            va, dlen = reth["va"], reth["dma_len"]
+            if dlen and not (reth["rkey"] == mr["rkey"] and mr["write"] and
+                             mr["base"] <= va and va + dlen <= mr["base"] + mr["length"]):
+                return fatal(NAK_REM_ACCESS, Verdict.ACCESS)
+            st = st.replace(addr=va & 0xFFFFFFFF, remaining=dlen, total=dlen)
+        if (end and n != st.remaining) or (not end and n >= st.remaining):
+            return fatal(NAK_INV_REQ, Verdict.INVALID)
+        if end and imm:
+            rq_pop = True
+            completion = dict(wr_id=rq_head["wr_id"], opcode="WRITE_IMM", status=RecvStatus.OK,
+                              length=st.total, imm=h["imm"])
+    else:
+        if pos in (FIRST, ONLY):
+            rq_pop = True
+            st = st.replace(addr=rq_head["addr"], remaining=rq_head["length"],
+                            total=rq_head["length"], wr_id=rq_head["wr_id"], kind=Kind.SEND)
+        if n > st.remaining:
+            return fatal(NAK_INV_REQ, Verdict.INVALID, RecvStatus.LENGTH, rq_pop)
+        if end:
+            completion = dict(wr_id=st.wr_id, opcode="SEND", status=RecvStatus.OK,
+                              length=st.total - st.remaining + n, imm=h["imm"] if imm else None)
+    place = dict(write=int(n > 0), addr=st.addr, skip=h["hdr_len"], length=n)
+    st = st.replace(addr=(st.addr + n) & 0xFFFFFFFF, remaining=st.remaining - n,
+                    kind=Kind.NONE if end else kind, epsn=(st.epsn + 1) & PSN_MASK,
+                    msn=(st.msn + end) & PSN_MASK)
+    response = dict(syndrome=SYN_ACK, psn=psn, msn=st.msn) if bth["ack_req"] else None
+    return out(Verdict.EXECUTED, st, response, place=place, completion=completion, rq_pop=rq_pop)
+
