@@ -1,6 +1,9 @@
 """Reference model of the host RNIC (the ConnectX NIC the FPGA talks to) playing the RoCEv2 RC
 *responder*: the FPGA is the requester and RDMA-WRITEs and SENDs into the host memory this model
-exposes. Written with scapy and independent of the gateware.
+exposes; and, on the same QPs, the RC *requester* (:mod:`rocegen.sim.models.rnic_requester`):
+the host RDMA-WRITEs and SENDs towards the FPGA (:meth:`Rnic.post_send`, frames paced out by
+:meth:`Rnic.next_frames`, send completions in :attr:`Rnic.send_cq`). Written with scapy and
+independent of the gateware.
 
 Everything is Ethernet frames without FCS: :meth:`Rnic.receive` takes one frame from the wire and
 returns the frames the RNIC sends in answer (ARP replies, ACK/NAK), so the model can sit on any
@@ -38,6 +41,11 @@ ACK per AckReq at once, credit code 0x1F, no port MTU). With a ConnectX-like beh
 Time exists only for a caller that gives it: ``receive(frame, now=...)`` (nanoseconds) queues
 the answers, which :meth:`Rnic.due` returns when their time comes (:meth:`Rnic.next_due` says
 when); without ``now`` every answer is returned at once and only ``ack_every`` coalesces.
+The requester's packets are not answers: a testbench takes them with
+:meth:`Rnic.next_frames` (``now``, ``budget``) whenever its link can carry more (one frame at a
+time at line rate, say), :meth:`Rnic.tx_pending` says how many the windows let go now, and
+:meth:`Rnic.next_due` also covers the requester's timers (a retransmit timeout, the end of an
+RNR wait), after which :meth:`Rnic.next_frames` has frames again.
 Faults a ConnectX does not make but that a requester must survive can be injected, each with a
 probability per ACK sent (off by default): a second copy of the ACK later (``dup_ack``), an ACK
 of a PSN the requester never sent (``ghost_ack``: 2^22..2^23 - 1 ahead of ePSN), a runt (the
@@ -75,8 +83,11 @@ Decisions where the spec is silent (and which follow rxe / the IBTA as noted):
   the refused PSN, so a sequence NAK cannot cut the requester's RNR wait short.
 * Duplicates are ACKed (PSN = ePSN - 1) whatever their AckReq bit and ``ack_coalesce``.
 * RDMA READ and atomics are not supported: NAK invalid request. Response opcodes
-  (READ responses, ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE) sent to this responder-only model are
-  dropped (``drop_response``). CNPs are counted (``cnp_rx``) and otherwise ignored.
+  (READ responses, ATOMIC_ACKNOWLEDGE, and ACKNOWLEDGE to a QP whose requester has sent
+  nothing yet) are dropped (``drop_response``); the ACKNOWLEDGEs of a QP that has sent requests
+  go to its requester. CNPs are counted (``cnp_rx``) and otherwise ignored.
+* A QP has one state: a class C error of its responder flushes its send work requests too, and
+  a failure of its requester (fatal NAK, retries exhausted) flushes its receive WQEs.
 * IPv4 only (the ICRC helper also handles IPv6). UDP datagrams to other ports listed in
   ``udp_ports`` are collected in :attr:`Rnic.udp_rx` (for the out-of-band connection manager).
 * Outgoing frames: IPv4 DF, TTL 64, identification counting from 1, UDP checksum 0, UDP source
@@ -102,12 +113,20 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.utils import checksum
 
+from rocegen.sim.models import rnic_requester as _req
 from rocegen.sim.models.icrc import icrc as _icrc
+from rocegen.sim.models.rnic_requester import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_WINDOW,
+    MAX_MSG,
+    SendOp,
+    SendQueue,
+)
 from rocegen.wire import headers as H
 
 __all__ = [
     "Rnic", "QueuePair", "MemoryRegion", "RecvWqe", "Completion", "Access", "WcOpcode", "WcStatus",
-    "Op", "psn_diff", "Behaviour", "IDEAL", "credit_code", "CREDITS", "COUNTERS",
+    "Op", "SendOp", "SendQueue", "psn_diff", "Behaviour", "IDEAL", "credit_code", "CREDITS", "COUNTERS",
     "STRICT_CHECKS", "ROCE_PORT", "PMTUS",
     "SYN_ACK", "SYN_RNR", "NAK_PSN_SEQ", "NAK_INV_REQ", "NAK_REM_ACCESS", "NAK_REM_OP",
 ]
@@ -239,6 +258,8 @@ class Access(enum.IntFlag):
 class WcOpcode(enum.StrEnum):
     RECV = "RECV"                                   # a SEND (with or without immediate)
     RECV_RDMA_WITH_IMM = "RECV_RDMA_WITH_IMM"       # an RDMA WRITE with immediate
+    SEND = "SEND"                                   # requester: a SEND (with or without imm.)
+    RDMA_WRITE = "RDMA_WRITE"                       # requester: a WRITE (with or without imm.)
 
 
 class WcStatus(enum.StrEnum):
@@ -246,11 +267,18 @@ class WcStatus(enum.StrEnum):
     LOC_LEN_ERR = "LOC_LEN_ERR"              # SEND longer than the receive buffer
     REM_INV_REQ_ERR = "REM_INV_REQ_ERR"      # a SEND in progress ended by an invalid request
     WR_FLUSH_ERR = "WR_FLUSH_ERR"            # flushed: the QP went to the error state
+    # requester (send completions)
+    REM_ACCESS_ERR = "REM_ACCESS_ERR"        # NAK remote access error
+    REM_OP_ERR = "REM_OP_ERR"                # NAK remote operational error
+    RETRY_EXC_ERR = "RETRY_EXC_ERR"          # retry_cnt timeouts / sequence NAKs w/o progress
+    RNR_RETRY_EXC_ERR = "RNR_RETRY_EXC_ERR"  # rnr_retry RNR NAKs without progress
 
 
 class Completion(NamedTuple):
     """A receive completion: ``wr_id, opcode, byte_len, imm, status`` (+ ``qpn`` and, for a
-    SEND, the received bytes in ``data``; ``imm`` is None without immediate data)."""
+    SEND, the received bytes in ``data``; ``imm`` is None without immediate data). A send
+    completion (:attr:`Rnic.send_cq`) has opcode SEND or RDMA_WRITE, the message length as
+    ``byte_len``, ``imm`` None and no ``data``."""
     wr_id: int
     opcode: WcOpcode
     byte_len: int
@@ -282,7 +310,8 @@ class RecvWqe:
 
 @dataclass
 class QueuePair:
-    """Responder state of one RC QP (read it freely in tests; change it through :class:`Rnic`)."""
+    """State of one RC QP: the responder's, and the requester's in ``sq`` (read it freely in
+    tests; change it through :class:`Rnic`)."""
     qpn: int
     peer_qpn: int
     peer_ip: str
@@ -313,6 +342,7 @@ class QueuePair:
     ack_dst: str | None = None          # source MAC of the frame that made the pending ACK
     peer_sport: int | None = None       # UDP source port of the requester, once seen
     cnp_rx: int = 0
+    sq: SendQueue | None = None         # the requester side (rnic_requester)
 
 
 def psn_diff(a, b):
@@ -365,6 +395,11 @@ COUNTERS = (
     "err_recv_len", "err_msg_size",
     # faults injected towards the requester (Behaviour)
     "ack_dup_tx", "ack_ghost_tx", "runt_tx", "oversize_tx",
+    # requester (rnic_requester): data packets sent (resends included) and resent, AETHs
+    # received by kind, stale and never-sent ones, timeouts, retries exhausted, completions
+    "req_tx", "req_retx", "req_ack_rx", "req_nak_seq_rx", "req_rnr_rx", "req_nak_err_rx",
+    "req_ack_stale", "req_ack_ghost", "req_timeouts", "req_retry_exc", "req_rnr_retry_exc",
+    "req_completions",
     # deviations from the wire conventions that a receiver tolerates (strict mode raises)
     "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
     "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",
@@ -377,7 +412,7 @@ STRICT_CHECKS = frozenset({
     "ip_drop_header", "ip_drop_checksum", "ip_drop_length", "ip_drop_options", "ip_drop_fragment",
     "ip_drop_addr", "ip_drop_protocol", "udp_drop_length", "udp_drop_checksum", "udp_drop_port",
     "drop_short", "drop_icrc", "drop_tver", "drop_transport", "drop_dest_qp", "drop_src_ip",
-    "drop_pkey", "drop_malformed", "drop_response",
+    "drop_pkey", "drop_malformed", "drop_response", "req_ack_ghost",
     "err_opcode_seq", "err_unsupported", "err_length",
     "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
     "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",
@@ -433,10 +468,12 @@ class _Fatal(Exception):
 
 
 class Rnic:
-    """The host RNIC on one Ethernet port: ARP + the RoCEv2 RC responder on UDP 4791.
+    """The host RNIC on one Ethernet port: ARP + the RoCEv2 RC responder on UDP 4791, and the
+    RC requester on the same QPs (:meth:`post_send`, :meth:`next_frames`, :attr:`send_cq`).
 
-    ``mac``/``ip``: the NIC's addresses. ``strict``: raise AssertionError on malformed frames
-    and requester protocol violations (:data:`STRICT_CHECKS`). ``behaviour``: a
+    ``mac``/``ip``: the NIC's addresses. ``strict``: raise AssertionError on malformed frames,
+    requester protocol violations and ACKs of PSNs never sent (:data:`STRICT_CHECKS`).
+    ``behaviour``: a
     :class:`Behaviour` (default: a ConnectX's). ``ack_coalesce``: ACK only every N-th AckReq
     packet of a QP. ``vlan``/``pcp``: only frames tagged with that VLAN ID are taken,
     answers are tagged. ``udp_ports``: other UDP ports whose datagrams are collected in
@@ -475,6 +512,9 @@ class Rnic:
         self.qps = {}
         self.mrs = []
         self.cq = []
+        #: send completions of the requester (:meth:`post_send`), in order per QP
+        self.send_cq = []
+        self._rr = 0                    # round robin of next_frames over the QPs
         #: IP -> MAC learned from ARP
         self.arp_cache = {}
         #: ``(src_ip, src_port, dst_port, payload)`` of datagrams to ``udp_ports``
@@ -486,11 +526,23 @@ class Rnic:
     # ------------------------------------------------------------------ verbs-like setup
 
     def create_qp(self, qpn, *, peer_qpn, peer_ip, peer_mac=None, epsn, pmtu, pkey=0xFFFF,
-                  min_rnr_timer=1, udp_sport=None, dscp=0, ecn=0):
+                  min_rnr_timer=1, udp_sport=None, dscp=0, ecn=0, sq_psn=None,
+                  timeout=DEFAULT_TIMEOUT, retry_cnt=7, rnr_retry=7, window=DEFAULT_WINDOW,
+                  ack_req_every=64):
         """An RC QP ready to receive (RTR) from ``peer_qpn`` at ``peer_ip``, expecting PSN
-        ``epsn`` first. ``min_rnr_timer``: the timer code sent in RNR NAKs (default 1 = 10 us,
-        short for simulations). ``udp_sport``: source port of the ACKs (default: hashed from the
-        QP numbers into 0xC000..0xFFFF). ``dscp``/``ecn``: IPv4 TOS of the ACKs."""
+        ``epsn`` first, and ready to send (RTS, :meth:`post_send`). ``min_rnr_timer``: the timer
+        code sent in RNR NAKs (default 1 = 10 us, short for simulations). ``udp_sport``: source
+        port of the ACKs and requests (default: hashed from the QP numbers into
+        0xC000..0xFFFF). ``dscp``/``ecn``: IPv4 TOS of the ACKs and requests.
+
+        The requester (:mod:`rocegen.sim.models.rnic_requester`): ``sq_psn``, the PSN of its
+        first packet (default ``epsn``: both directions start from the same PSN);
+        ``timeout``, the retransmit timeout code (4.096 us x 2^code, 0 = never; default 8 =
+        1.05 ms, short for simulations); ``retry_cnt`` and ``rnr_retry`` (0..7, rnr_retry 7 =
+        forever); ``window``, the most packets outstanding (1..2^23 - 1; default 1024, 4 MiB at
+        PMTU 4096, longer than any simulated round trip at 100 Gb/s, so that like a ConnectX,
+        whose window is its send queue, the requester is not slowed down by ACK latency);
+        ``ack_req_every``, AckReq also on every N-th packet of a message (default 64, rxe's)."""
         if not 2 <= qpn <= PSN_MASK:
             raise ValueError(f"QPN {qpn:#x} out of range (2..0xFFFFFF; 0 and 1 are special)")
         if qpn in self.qps:
@@ -501,6 +553,17 @@ class Rnic:
             raise ValueError(f"PMTU {pmtu} is not one of {PMTUS}")
         if not 0 <= min_rnr_timer <= 31:
             raise ValueError("min_rnr_timer is a 5-bit code")
+        sq_psn = epsn if sq_psn is None else sq_psn
+        if not 0 <= sq_psn <= PSN_MASK:
+            raise ValueError("sq_psn is a 24-bit number")
+        if not 0 <= timeout <= 31:
+            raise ValueError("timeout is a 5-bit code (0: never)")
+        if not 0 <= retry_cnt <= 7 or not 0 <= rnr_retry <= 7:
+            raise ValueError("retry_cnt and rnr_retry are 0..7")
+        if not 1 <= window < 1 << 23:
+            raise ValueError("window must be 1..2^23 - 1 packets")
+        if ack_req_every < 1:
+            raise ValueError("ack_req_every must be >= 1")
         if udp_sport is None:
             h = (qpn * 0x9E3779B1 ^ peer_qpn * 0x85EBCA6B) & 0xFFFFFFFF
             udp_sport = 0xC000 | ((h ^ (h >> 14) ^ (h >> 28)) & 0x3FFF)
@@ -508,6 +571,8 @@ class Rnic:
                        peer_mac=peer_mac.lower() if peer_mac else None, epsn=epsn, pmtu=pmtu,
                        pkey=pkey, min_rnr_timer=min_rnr_timer, udp_sport=udp_sport,
                        tos=(dscp << 2) | ecn)
+        qp.sq = SendQueue(sq_psn=sq_psn, timeout=timeout, retry_cnt=retry_cnt,
+                          rnr_retry=rnr_retry, window=window, ack_req_every=ack_req_every)
         self.qps[qpn] = qp
         return qp
 
@@ -549,6 +614,87 @@ class Rnic:
             self._complete(qp, wqe, WcOpcode.RECV, 0, None, WcStatus.WR_FLUSH_ERR)
         else:
             qp.rq.append(wqe)
+
+    def post_send(self, qpn, opcode, *, data=None, length=None, remote_addr=0, rkey=0, imm=None,
+                  wr_id=0):
+        """Post a send work request on QP ``qpn``: ``opcode`` a :class:`SendOp` or its name
+        (``"WRITE"``, ``"WRITE_IMM"``, ``"SEND"``, ``"SEND_IMM"``); the message is ``data``
+        (bytes) or ``length`` zero bytes; ``remote_addr`` and ``rkey`` go in the RETH of a
+        WRITE; ``imm`` (32 bits) is required by the _IMM opcodes and refused by the others.
+        Its packets leave through :meth:`next_frames`; its completion (opcode SEND or
+        RDMA_WRITE) comes in :attr:`send_cq`. On a QP in the error state it completes at once
+        with WR_FLUSH_ERR. Returns the :class:`~rocegen.sim.models.rnic_requester.SendWr`."""
+        qp = self.qps[qpn]
+        op = SendOp(_req.send_op(opcode))
+        if data is None:
+            data = bytes(length or 0)
+        else:
+            data = bytes(data)
+            if length is not None and length != len(data):
+                raise ValueError(f"length {length} but {len(data)} bytes of data")
+        if len(data) > MAX_MSG:
+            raise ValueError(f"message of {len(data)} bytes, more than {MAX_MSG}")
+        if op in (SendOp.WRITE_IMM, SendOp.SEND_IMM):
+            if imm is None or not 0 <= imm <= 0xFFFFFFFF:
+                raise ValueError(f"{op} needs imm, a 32-bit number (not {imm!r})")
+        elif imm is not None:
+            raise ValueError(f"{op} carries no immediate data")
+        if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= 0xFFFFFFFF:
+            raise ValueError("remote_addr is a 64-bit and rkey a 32-bit number")
+        if qp.peer_mac is None and qp.peer_ip not in self.arp_cache:
+            raise ValueError(f"no MAC known for {qp.peer_ip}: give peer_mac or resolve it by ARP")
+        wr = qp.sq.post(wr_id, op, data, remote_addr, rkey, imm, qp.pmtu)
+        if qp.state == "ERR":
+            _req.fail(self, qp, "WR_FLUSH_ERR")
+        return wr
+
+    def next_frames(self, now=None, budget=None):
+        """The requester's frames that may leave at ``now`` (nanoseconds; default: the latest
+        time the model was given), at most ``budget`` of them (``None``: every one the windows
+        allow), taking one packet of each QP in turn. A testbench calls it whenever its link can
+        take frames, e.g. with ``budget=1`` each time the previous frame is on the wire; the
+        retransmit timers run from the ``now`` a packet is taken. Timers that ran out by ``now``
+        are handled first (:meth:`next_due` says when one will)."""
+        if now is None:
+            now = self._now
+        else:
+            self._advance(now)
+        self._req_tick(now)
+        out = []
+        qps = [qp for qp in self.qps.values() if qp.state != "ERR"]
+        if not qps:
+            return out
+        start, idle = self._rr % len(qps), 0
+        i = start
+        while idle < len(qps) and (budget is None or len(out) < budget):
+            qp = qps[i]
+            i = (i + 1) % len(qps)
+            if not qp.sq.ready(now):
+                idle += 1
+                continue
+            idle = 0
+            out.append(self._req_frame(qp, now))
+            self._rr = i
+        self.counters["tx_frames"] += len(out)
+        return out
+
+    def tx_pending(self, qpn=None, now=None):
+        """How many packets :meth:`next_frames` could give at ``now`` (default: the latest time
+        given) on QP ``qpn`` or on all: the window and RNR waits allowing, timers not run."""
+        now = self._now if now is None else now
+        qps = self.qps.values() if qpn is None else [self.qps[qpn]]
+        return sum(qp.sq.ready(now) for qp in qps if qp.state != "ERR")
+
+    def send_outstanding(self, qpn=None):
+        """Send work requests posted and not completed yet, on QP ``qpn`` or on all."""
+        qps = self.qps.values() if qpn is None else [self.qps[qpn]]
+        return sum(qp.sq.outstanding for qp in qps)
+
+    def poll_send_cq(self, max_entries=None):
+        """Remove and return the oldest send completions (all of them by default)."""
+        n = len(self.send_cq) if max_entries is None else min(max_entries, len(self.send_cq))
+        out, self.send_cq = self.send_cq[:n], self.send_cq[n:]
+        return out
 
     def rnr_for(self, n, qpn=None):
         """Refuse (RNR NAK) the next ``n`` packets that would consume a receive WQE (SEND
@@ -629,11 +775,31 @@ class Rnic:
         return self._ack_frame(qp, syndrome, psn, dst, msn=msn)
 
     def _ack_frame(self, qp, syndrome, psn, src_mac, *, msn=None):
-        """An ACKNOWLEDGE frame. scapy builds the first one of each QP and peer (with IP id, PSN,
-        syndrome and MSN zero) as a template; each ACK is the template with those fields set
-        through the shared header table, the IP checksum and the ICRC computed again: the same
-        bytes as scapy's build (a unit test compares them), in a small part of its time."""
+        """An ACKNOWLEDGE frame (:meth:`_roce_frame`)."""
+        return self._roce_frame(qp, src_mac, Op.ACKNOWLEDGE, psn, H.AETH.pack(
+            syndrome=syndrome, msn=qp.msn if msn is None else msn))
+
+    def _req_frame(self, qp, now):
+        """The requester's next packet on ``qp`` (:meth:`_roce_frame`), counted."""
+        opcode, se, ackreq, padcnt, body = qp.sq.packet(qp.pmtu)
+        frame = self._roce_frame(qp, None, opcode, qp.sq.wire(qp.sq.nxt - 1), body, se=se,
+                                 ackreq=ackreq, padcnt=padcnt)
+        self.counters["req_tx"] += 1
+        if qp.sq.sent(now):
+            self.counters["req_retx"] += 1
+        return frame
+
+    def _roce_frame(self, qp, src_mac, opcode, psn, body, *, se=0, ackreq=0, padcnt=0):
+        """A RoCEv2 frame of ``qp``: BTH (``opcode``, ``psn``...), then ``body`` (extension
+        headers, payload and pad), then the ICRC. scapy builds the first one of each QP and peer
+        (an ACK with IP id, PSN, syndrome and MSN zero) as a template; each frame is the template
+        with the lengths and BTH fields set through the shared header table, the IP checksum and
+        the ICRC computed again: the same bytes as scapy's build (unit tests compare them), in a
+        small part of its time. The destination MAC is ``peer_mac``, else the ARP cache, else
+        ``src_mac`` (the frame answered)."""
         dst = qp.peer_mac or self.arp_cache.get(qp.peer_ip) or src_mac
+        if dst is None:
+            raise ValueError(f"no MAC known for {qp.peer_ip}: give peer_mac or resolve it by ARP")
         key = (dst, self.mac, self.vlan, self.pcp, self.ip, qp.peer_ip, self.ttl, qp.tos,
                qp.udp_sport, self.migreq, qp.pkey, qp.peer_qpn)
         tmpl = self._ack_templates.get(key)
@@ -647,14 +813,18 @@ class Rnic:
                    / AETH(syndrome=0, msn=0))
             raw = bytes(pkt)
             l2 = len(raw) - H.IPV4.length - H.UDP.length - H.BTH.length - H.AETH.length - 4
+            udp_at = l2 + H.IPV4.length
             tmpl = self._ack_templates[key] = (raw[:l2], H.IPV4.unpack(raw[l2:]),
-                                               raw[l2 + H.IPV4.length:-H.AETH.length - 4 - H.BTH.length],
-                                               H.BTH.unpack(raw[-H.AETH.length - 4 - H.BTH.length:]))
+                                               H.UDP.unpack(raw[udp_at:]),
+                                               H.BTH.unpack(raw[udp_at + H.UDP.length:]))
         l2, ip, udp, bth = tmpl
-        ip_hdr = H.IPV4.pack(**{**ip, "identification": self._next_id(), "checksum": 0})
-        ip_hdr = H.IPV4.pack(**{**ip, "identification": self._ip_id, "checksum": checksum(ip_hdr)})
-        dgram = (ip_hdr + udp + H.BTH.pack(**{**bth, "psn": psn & PSN_MASK})
-                 + H.AETH.pack(syndrome=syndrome, msn=qp.msn if msn is None else msn))
+        n = H.IPV4.length + H.UDP.length + H.BTH.length + len(body) + 4
+        ip = {**ip, "total_length": n, "identification": self._next_id(), "checksum": 0}
+        ip_hdr = H.IPV4.pack(**{**ip, "checksum": checksum(H.IPV4.pack(**ip))})
+        dgram = (ip_hdr + H.UDP.pack(**{**udp, "length": n - H.IPV4.length})
+                 + H.BTH.pack(**{**bth, "opcode": opcode, "se": se, "padcnt": padcnt,
+                                 "ack_req": ackreq, "psn": psn & PSN_MASK})
+                 + body)
         return _pad(l2 + dgram + _icrc(dgram))
 
     # ------------------------------------------------------------------ bookkeeping
@@ -686,6 +856,24 @@ class Rnic:
         self.cq.append(Completion(wqe.wr_id, opcode, byte_len, imm, status, qp.qpn, data))
         self.counters["completions"] += 1
 
+    def _complete_send(self, qp, wr, status):
+        opcode = WcOpcode.RDMA_WRITE if wr.is_write else WcOpcode.SEND
+        self.send_cq.append(Completion(wr.wr_id, opcode, len(wr.data), None, WcStatus(status),
+                                       qp.qpn))
+        self.counters["req_completions"] += 1
+
+    def _qp_error(self, qp):
+        """The QP goes to the error state: its receive WQEs (the one being filled included) and
+        send work requests complete with WR_FLUSH_ERR."""
+        qp.state = "ERR"
+        if qp.recv is not None:
+            self._complete(qp, qp.recv, WcOpcode.RECV, qp.recv_off, None, WcStatus.WR_FLUSH_ERR)
+            qp.recv = None
+        while qp.rq:
+            self._complete(qp, qp.rq.popleft(), WcOpcode.RECV, 0, None, WcStatus.WR_FLUSH_ERR)
+        qp.in_msg = None
+        qp.sq.flush("WR_FLUSH_ERR", lambda wr, status: self._complete_send(qp, wr, status))
+
     # ------------------------------------------------------------------ receive path
 
     def receive(self, frame, now=None):
@@ -700,6 +888,7 @@ class Rnic:
             self.counters["tx_frames"] += len(out)
             return out
         self._advance(now)
+        self._req_tick(now)
         for f in self._ethernet(frame):
             self._schedule(f, now)
         self._schedule_copies()
@@ -707,8 +896,10 @@ class Rnic:
 
     def due(self, now):
         """The answers whose time has come by ``now`` (nanoseconds), in order: coalesced ACKs
-        whose timer ran out are made first."""
+        whose timer ran out are made first. The requester's timers that ran out by ``now`` are
+        handled too (its frames come from :meth:`next_frames`)."""
         self._advance(now)
+        self._req_tick(now)
         for qp in self.qps.values():
             if qp.ack_deadline is not None and qp.ack_deadline <= now:
                 when = qp.ack_deadline
@@ -723,8 +914,12 @@ class Rnic:
         return out
 
     def next_due(self):
-        """The earliest time (nanoseconds) at which :meth:`due` has a frame to give, or ``None``."""
+        """The earliest time (nanoseconds) at which :meth:`due` has a frame to give or a
+        requester timer runs out (a retransmit timeout, the end of an RNR wait: after it
+        :meth:`next_frames` has frames again), or ``None``."""
         times = [qp.ack_deadline for qp in self.qps.values() if qp.ack_deadline is not None]
+        times += [t for t in (qp.sq.next_deadline() for qp in self.qps.values()
+                              if qp.state != "ERR") if t is not None]
         if self._queue:
             times.append(self._queue[0][0])
         return min(times, default=None)
@@ -733,6 +928,14 @@ class Rnic:
     def pending(self):
         """Answers queued or ACKs pending (timed mode)."""
         return len(self._queue) + sum(qp.ack_deadline is not None for qp in self.qps.values())
+
+    def _req_tick(self, now):
+        if now is None:
+            return
+        for qp in list(self.qps.values()):
+            sq = qp.sq
+            if (sq.deadline is not None or sq.rnr_until is not None) and qp.state != "ERR":
+                _req.tick(self, qp, now)
 
     def _advance(self, now):
         if self._now is not None and now < self._now:
@@ -904,9 +1107,9 @@ class Rnic:
         elif sport != qp.peer_sport:
             self._event("warn_udp_sport", f"{where}: UDP source port {sport:#06x} changed (was "
                         f"{qp.peer_sport:#06x}; it must be constant per QP)")
-        if op in _RESPONSES:
-            return self._drop("drop_response", f"{where}: a response opcode sent to a "
-                              "responder-only QP")
+        if op in _RESPONSES and not (op == Op.ACKNOWLEDGE and qp.sq.sent_any):
+            return self._drop("drop_response", f"{where}: a response opcode sent to a QP "
+                              "whose requester has sent no request")
         info = _REQ.get(op)
         if info is None:
             hdr = 12 + _OTHER_HDR.get(op, 0)
@@ -939,6 +1142,9 @@ class Rnic:
                     self._event("err_length", f"{where}: {err}")
         if qp.state == "ERR":
             return self._drop("drop_qp_error", f"{where}: QP is in the error state")
+        if op == Op.ACKNOWLEDGE:
+            _req.handle_aeth(self, qp, ext[0], psn, self._now, where)
+            return []
 
         d = psn_diff(psn, qp.epsn)
         if d > 0:
@@ -982,9 +1188,7 @@ class Rnic:
             status = e.status or WcStatus.REM_INV_REQ_ERR
             self._complete(qp, qp.recv, WcOpcode.RECV, qp.recv_off, None, status)
             qp.recv = None
-        while qp.rq:
-            self._complete(qp, qp.rq.popleft(), WcOpcode.RECV, 0, None, WcStatus.WR_FLUSH_ERR)
-        qp.in_msg = None
+        self._qp_error(qp)
         return [frame]
 
     def _execute(self, qp, bth, info, ext, payload, padcnt, where, src_mac):

@@ -1,0 +1,373 @@
+"""The RC *requester* side of the host RNIC model (:class:`~rocegen.sim.models.rnic.Rnic`): the
+host RDMA-WRITEs and SENDs towards the FPGA over the same QPs on which the model is a responder.
+
+One :class:`SendQueue` per QP holds the send work requests and the reliability state; the
+:class:`~rocegen.sim.models.rnic.Rnic` builds the frames (the same helper as its ACKs), owns the
+clock, the counters and the send completion queue, and hands the ACKNOWLEDGE frames of a QP to
+its send queue. The rules are the project's wire notes ("Segmentation (requester)", "Requester
+reliability rules", "RNR timer codes"), as a ConnectX / rxe requester applies them:
+
+* Segmentation at the PMTU: FIRST/MIDDLE carry exactly PMTU bytes, LAST 1..PMTU, a message of
+  at most one PMTU (0 bytes included) is one ONLY packet; RETH (remote address, R_Key, DMA
+  length = message length) on the FIRST/ONLY packet of a WRITE, ImmDt on LAST/ONLY of the
+  WITH_IMMEDIATE opcodes; PadCnt = (-payload) & 3 zero bytes; AckReq on the last packet of every
+  message and on every ``ack_req_every``-th packet of a message (counted from its first packet,
+  so a resent packet is bit for bit the packet first sent, IP identification and ICRC aside);
+  SE on the last packet of a SEND and of a WRITE with immediate; PSN + 1 per packet mod 2^24.
+* A window: at most ``window`` packets between the oldest unacknowledged one and the next one
+  sent (sent again included).
+* PSNs are kept as unbounded integers inside the model ("absolute" PSNs, the first one being the
+  QP's ``sq_psn``); a PSN on the wire is the absolute one mod 2^24, and an AETH's PSN is mapped
+  back with the signed 24-bit distance to the oldest unacknowledged PSN (exact while fewer than
+  2^23 PSNs are outstanding, which the window guarantees).
+* ACK of PSN p (any credit code; credits are ignored, as a requester may with a ConnectX peer):
+  everything up to p is acknowledged; send work requests complete (SUCCESS) in order once their
+  last PSN is acknowledged. An ACK of a PSN before the oldest unacknowledged one (a duplicate, a
+  late one) is counted ``req_ack_stale`` and ignored; an AETH whose PSN was never sent is counted
+  ``req_ack_ghost`` and ignored (a strict check of the model: a correct responder never does it).
+* NAK PSN sequence error with PSN p: everything before p is acknowledged, go-back-N from p (the
+  resend may start with a MIDDLE or LAST packet; a resend from a FIRST/ONLY packet carries the
+  RETH again). The same NAK again before that PSN was sent again (a duplicate, or a NAK that
+  a timeout made useless) is ignored as stale.
+* Retransmit timer: armed when a packet is sent with nothing timing, restarted on every
+  progress, stopped when everything is acknowledged; after 4.096 us x 2^``timeout`` (code 0:
+  never) the requester resends from the oldest unacknowledged packet. Timeouts and sequence
+  NAKs count as retries; ``retry_cnt`` (0..7) of them without progress in between are allowed,
+  one more fails the QP (``RETRY_EXC_ERR``).
+* RNR NAK (0x20 | code) with PSN p: everything before p is acknowledged; nothing is sent for
+  ``RNR_DELAY_US[code]`` (the retransmit timer is stopped meanwhile), then the requester resends
+  from p. ``rnr_retry`` (0..7, 7 = forever) RNR NAKs without progress are allowed, one more
+  fails the QP (``RNR_RETRY_EXC_ERR``). A second RNR NAK of the same PSN before that PSN was
+  sent again is a duplicate (stale).
+* NAK invalid request / remote access error / remote operational error (0x61..0x63; other NAK
+  codes are taken as a remote operational error, as rxe does): everything before the NAKed PSN
+  is acknowledged, the work request holding it completes with ``REM_INV_REQ_ERR`` /
+  ``REM_ACCESS_ERR`` / ``REM_OP_ERR``, and the QP goes to the error state: every other
+  outstanding or queued send work request completes with ``WR_FLUSH_ERR`` (so do the receive
+  WQEs: a QP has one state), and later ones at once when posted.
+
+Time is the model's (nanoseconds, from the ``now`` of the :class:`Rnic` calls). Without time (a
+model used without ``now``) there is no retransmit timer and RNR waits end at once.
+"""
+
+import enum
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from rocegen.wire import headers as H
+from rocegen.wire.roce import (
+    NAK_INV_REQ,
+    NAK_PSN_SEQ,
+    NAK_REM_ACCESS,
+    NAK_REM_OP,
+    PSN_MASK,
+    RNR_DELAY_US,
+    timeout_ns,
+)
+
+__all__ = ["SendOp", "SendWr", "SendQueue", "MAX_MSG", "DEFAULT_WINDOW", "DEFAULT_TIMEOUT"]
+
+#: Largest message a send work request may carry (2^31, a ConnectX's max_msg_sz).
+MAX_MSG = 1 << 31
+#: Default window of outstanding packets (see :meth:`Rnic.create_qp`).
+DEFAULT_WINDOW = 1024
+#: Default retransmit timeout code: 4.096 us x 2^8 = 1.05 ms (short for simulations).
+DEFAULT_TIMEOUT = 8
+
+
+class SendOp(enum.StrEnum):
+    """The send work request opcodes (``IBV_WR_*``)."""
+    WRITE = "WRITE"
+    WRITE_IMM = "WRITE_IMM"
+    SEND = "SEND"
+    SEND_IMM = "SEND_IMM"
+
+
+# opcode: (FIRST, MIDDLE, LAST, ONLY)
+_OPCODES = {
+    SendOp.WRITE: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE, H.OP_RC_RDMA_WRITE_LAST,
+                   H.OP_RC_RDMA_WRITE_ONLY),
+    SendOp.WRITE_IMM: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE,
+                       H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                       H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
+    SendOp.SEND: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE, H.OP_RC_SEND_LAST, H.OP_RC_SEND_ONLY),
+    SendOp.SEND_IMM: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE, H.OP_RC_SEND_LAST_WITH_IMMEDIATE,
+                      H.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
+}
+
+# completion statuses of the fatal NAKs (other NAK codes: remote operational error, as rxe)
+_NAK_STATUS = {NAK_INV_REQ: "REM_INV_REQ_ERR", NAK_REM_ACCESS: "REM_ACCESS_ERR",
+               NAK_REM_OP: "REM_OP_ERR"}
+
+
+def send_op(opcode):
+    """``opcode`` as a :class:`SendOp`: a SendOp, its name (``"WRITE"``...), or any enum member
+    of that name (such as :class:`rocegen.sim.models.requester.WrOpcode`)."""
+    name = opcode.name if isinstance(opcode, enum.Enum) and not isinstance(opcode, SendOp) \
+        else opcode
+    try:
+        return SendOp(name)
+    except ValueError:
+        raise ValueError(f"send opcode must be one of {[o.value for o in SendOp]}, not "
+                         f"{opcode!r}") from None
+
+
+def _signed24(d):
+    d &= PSN_MASK
+    return d - (1 << 24) if d & 0x800000 else d
+
+
+@dataclass(eq=False)
+class SendWr:
+    """A send work request and the absolute PSNs of its packets."""
+    wr_id: int
+    op: SendOp
+    data: bytes
+    remote_addr: int
+    rkey: int
+    imm: int | None
+    first: int              # absolute PSN of its first packet
+    npkts: int
+
+    @property
+    def last(self):
+        return self.first + self.npkts - 1
+
+    @property
+    def is_write(self):
+        return self.op in (SendOp.WRITE, SendOp.WRITE_IMM)
+
+
+@dataclass
+class SendQueue:
+    """Requester state of one QP (read it freely in tests; change it through the :class:`Rnic`).
+    PSNs here are absolute (see the module documentation); ``wire(psn)`` gives the wire PSN."""
+    sq_psn: int                     # the first PSN sent (24-bit)
+    timeout: int
+    retry_cnt: int
+    rnr_retry: int
+    window: int
+    ack_req_every: int
+    wrs: list = field(default_factory=list)     # every WR not yet completed is at [head:]
+    firsts: list = field(default_factory=list)  # their first PSNs (for bisect)
+    head: int = 0
+    cur: int = 0                    # index of the WR holding ``nxt`` (or past the end)
+    una: int = 0                    # oldest unacknowledged PSN
+    nxt: int = 0                    # next PSN to send (behind ``sent_hi`` after a rewind)
+    sent_hi: int = 0                # one past the highest PSN ever sent
+    posted: int = 0                 # one past the last PSN of the last WR posted
+    deadline: float | None = None   # retransmit timer
+    rnr_until: float | None = None  # end of an RNR wait
+    rnr_psn: int | None = None      # PSN refused by the last RNR NAK, until it is sent again
+    rewound: int | None = None      # PSN of the last go-back-N, until it is sent again
+    retries: int = 0                # timeouts + sequence NAKs since the last progress
+    rnr_retries: int = 0            # RNR NAKs since the last progress
+
+    def __post_init__(self):
+        base = self.sq_psn
+        self.una = self.nxt = self.sent_hi = self.posted = base
+
+    @staticmethod
+    def wire(psn):
+        return psn & PSN_MASK
+
+    @property
+    def outstanding(self):
+        """Send work requests posted and not completed."""
+        return len(self.wrs) - self.head
+
+    @property
+    def sent_any(self):
+        return self.sent_hi != self.sq_psn
+
+    def absolute(self, psn):
+        """The absolute PSN of wire PSN ``psn`` (the nearest to the oldest unacknowledged)."""
+        return self.una + _signed24(psn - self.una)
+
+    # ---- posting and sending ----
+
+    def post(self, wr_id, op, data, remote_addr, rkey, imm, pmtu):
+        npkts = max(1, -(-len(data) // pmtu))
+        wr = SendWr(wr_id, op, data, remote_addr, rkey, imm, self.posted, npkts)
+        self.wrs.append(wr)
+        self.firsts.append(wr.first)
+        self.posted += npkts
+        return wr
+
+    def ready(self, now):
+        """Packets that may be sent at ``now`` (window and RNR wait allowing)."""
+        if self.rnr_until is not None and now is not None and now < self.rnr_until:
+            return 0
+        return max(0, min(self.posted - self.nxt, self.window - (self.nxt - self.una)))
+
+    def seek(self, psn):
+        """Send from ``psn`` next (go-back-N, or forward past acknowledged packets)."""
+        self.nxt = psn
+        self.cur = max(bisect_right(self.firsts, psn, self.head) - 1, self.head)
+
+    def packet(self, pmtu):
+        """The fields of the packet of PSN ``nxt``: ``(opcode, se, ackreq, padcnt, body)``, and
+        moves on to the next PSN."""
+        while self.wrs[self.cur].last < self.nxt:
+            self.cur += 1
+        wr = self.wrs[self.cur]
+        k = self.nxt - wr.first
+        first, last = k == 0, k == wr.npkts - 1
+        payload = wr.data[k * pmtu:(k + 1) * pmtu]
+        ops = _OPCODES[wr.op]
+        opcode = ops[3] if first and last else ops[0] if first else ops[2] if last else ops[1]
+        ext = b""
+        if first and wr.is_write:
+            ext = H.RETH.pack(va=wr.remote_addr, rkey=wr.rkey, dma_len=len(wr.data))
+        if last and wr.imm is not None:
+            ext += H.IMMDT.pack(imm=wr.imm)
+        padcnt = (-len(payload)) & 3
+        ackreq = last or (k + 1) % self.ack_req_every == 0
+        se = last and wr.op != SendOp.WRITE
+        if self.rnr_psn == self.nxt:
+            self.rnr_psn = None
+        if self.rewound == self.nxt:
+            self.rewound = None
+        self.nxt += 1
+        return opcode, int(se), int(ackreq), padcnt, ext + payload + bytes(padcnt)
+
+    def sent(self, now):
+        """Bookkeeping after the packet of PSN ``nxt - 1`` left; True if it was a resend."""
+        resend = self.nxt <= self.sent_hi
+        self.sent_hi = max(self.sent_hi, self.nxt)
+        if self.deadline is None and self.timeout and now is not None:
+            self.deadline = now + timeout_ns(self.timeout)
+        return resend
+
+    # ---- acknowledgements ----
+
+    def next_deadline(self):
+        times = [t for t in (self.deadline, self.rnr_until) if t is not None]
+        return min(times, default=None)
+
+    def progress(self, una, now, complete):
+        """Everything before ``una`` is acknowledged: complete the WRs it covers (``complete(wr,
+        status)``), restart the retransmit timer."""
+        if una <= self.una:
+            return False
+        self.una = una
+        self.retries = self.rnr_retries = 0
+        self.rewound = None
+        if self.nxt < una:
+            self.seek(una)
+        while self.head < len(self.wrs) and self.wrs[self.head].last < una:
+            complete(self.wrs[self.head], "SUCCESS")
+            self.head += 1
+        if self.cur < self.head:
+            self.cur = self.head
+        if self.head > 1024 and 2 * self.head > len(self.wrs):
+            del self.wrs[:self.head], self.firsts[:self.head]
+            self.cur -= self.head
+            self.head = 0
+        if self.una < self.sent_hi and self.timeout and now is not None \
+                and self.rnr_until is None:
+            self.deadline = now + timeout_ns(self.timeout)
+        else:
+            self.deadline = None
+        return True
+
+    def rewind(self, psn):
+        """Go back to ``psn`` (after a timeout or a sequence NAK)."""
+        self.seek(psn)
+        self.rewound = psn
+        self.deadline = None
+
+    def flush(self, status, complete):
+        """The QP failed: the WR holding the oldest unacknowledged PSN completes with
+        ``status``, every later one with WR_FLUSH_ERR."""
+        first = True
+        while self.head < len(self.wrs):
+            complete(self.wrs[self.head], status if first else "WR_FLUSH_ERR")
+            self.head += 1
+            first = False
+        self.wrs.clear()
+        self.firsts.clear()
+        self.head = self.cur = 0
+        self.una = self.nxt = self.sent_hi = self.posted = max(self.posted, self.sent_hi)
+        self.deadline = self.rnr_until = None
+
+
+def handle_aeth(nic, qp, syndrome, psn, now, where):
+    """An ACKNOWLEDGE (AETH ``syndrome``, BTH ``psn``) for the requester of ``qp``, received at
+    ``now`` by ``nic`` (an :class:`Rnic`: its ``_event`` counts and logs, ``_complete_send``
+    completes a WR and ``_qp_error`` fails the QP)."""
+    sq = qp.sq
+    kind = syndrome >> 5
+    if kind == 2:
+        nic._event("drop_malformed", f"{where}: AETH syndrome {syndrome:#04x} (reserved kind)")
+        return
+    counter = ("req_ack_rx", "req_rnr_rx", None, "req_nak_seq_rx" if syndrome == NAK_PSN_SEQ
+               else "req_nak_err_rx")[kind]
+    nic.counters[counter] += 1
+    a = sq.absolute(psn)
+    what = f"{where}: AETH {syndrome:#04x}"
+    if a >= sq.sent_hi:
+        nic._event("req_ack_ghost", f"{what}: PSN never sent (next new PSN "
+                   f"{sq.wire(sq.sent_hi):#08x})")
+        return
+    if a < sq.una or (kind == 1 and sq.rnr_psn == a) or (
+            syndrome == NAK_PSN_SEQ and a == sq.una and sq.rewound == a):
+        nic._event("req_ack_stale", f"{what}: oldest unacknowledged PSN is "
+                   f"{sq.wire(sq.una):#08x}" + (" (a duplicate NAK)" if a >= sq.una else ""))
+        return
+
+    def complete(wr, status):
+        nic._complete_send(qp, wr, status)
+
+    if kind == 0:
+        sq.progress(a + 1, now, complete)
+        return
+    sq.progress(a, now, complete)
+    if kind == 1:
+        if sq.rnr_retry != 7 and sq.rnr_retries >= sq.rnr_retry:
+            nic._event("req_rnr_retry_exc", f"{what}: RNR retries ({sq.rnr_retry}) exhausted")
+            fail(nic, qp, "RNR_RETRY_EXC_ERR")
+            return
+        sq.rnr_retries += 1
+        sq.seek(a)
+        sq.rnr_psn = a
+        sq.deadline = None
+        sq.rnr_until = None if now is None else now + 1000.0 * RNR_DELAY_US[syndrome & 0x1F]
+        nic.log.append(f"req_rnr_rx: {what}: resend from {psn:#08x} after "
+                       f"{RNR_DELAY_US[syndrome & 0x1F]} us")
+    elif syndrome == NAK_PSN_SEQ:
+        if retry(nic, qp, what):
+            sq.rewind(a)
+            nic.log.append(f"req_nak_seq_rx: {what}: go back to {psn:#08x}")
+    else:
+        nic.log.append(f"req_nak_err_rx: {what}: the QP fails")
+        fail(nic, qp, _NAK_STATUS.get(syndrome, "REM_OP_ERR"))
+
+
+def retry(nic, qp, what):
+    """One more retry (timeout or sequence NAK): False (and the QP failed) if none is left."""
+    sq = qp.sq
+    if sq.retries >= sq.retry_cnt:
+        nic._event("req_retry_exc", f"{what}: retries ({sq.retry_cnt}) exhausted")
+        fail(nic, qp, "RETRY_EXC_ERR")
+        return False
+    sq.retries += 1
+    return True
+
+
+def tick(nic, qp, now):
+    """The timers of the requester of ``qp`` at ``now``: the end of an RNR wait, a timeout."""
+    sq = qp.sq
+    if sq.rnr_until is not None and now >= sq.rnr_until:
+        sq.rnr_until = None
+    if sq.deadline is not None and now >= sq.deadline:
+        sq.deadline = None
+        what = f"QP {qp.qpn:#x}: PSN {sq.wire(sq.una):#08x} not acknowledged"
+        nic._event("req_timeouts", f"{what} within {timeout_ns(sq.timeout)} ns")
+        if retry(nic, qp, what):
+            sq.rewind(sq.una)
+
+
+def fail(nic, qp, status):
+    qp.sq.flush(status, lambda wr, st: nic._complete_send(qp, wr, st))
+    nic._qp_error(qp)
