@@ -7,7 +7,7 @@ from amaranth.lib import data, enum
 from rocegen.wire import headers as H
 
 __all__ = ["RespVerdict", "RespKind", "RESP_HEADER", "RESP_PLACE", "RESP_RESPONSE", "RESP_STATE", "MR_ENTRY",
-           "MR_WRITE", "RECV_POST", "RecvOpcode", "RecvStatus", "RECV_COMPLETION",
+           "RESP_QP_CONFIG", "RESP_CONFIG_WRITE", "RECV_POST", "RecvOpcode", "RecvStatus", "RECV_COMPLETION",
            "REQ_HDR_MAX", "REQ_HDR_MIN", "ACK_PAYLOAD", "CNP_PAYLOAD_BYTES", "LENGTH_BITS"]
 
 #: Bytes from the start of a request's IPv4 header to its payload: IPv4 20, UDP 8, BTH 12, at
@@ -105,8 +105,11 @@ MR_ENTRY = data.StructLayout({
     "read": 1,                 # remote read allowed
 })
 
-#: A write into the memory-region table.
-MR_WRITE = data.StructLayout({"qp": 8, "mr": MR_ENTRY})
+#: A QP's responder configuration: its memory region and the RNR timer code its RNR NAKs carry.
+RESP_QP_CONFIG = data.StructLayout({"mr": MR_ENTRY, "rnr_timer": 5})
+
+#: A write into the responder's configuration table.
+RESP_CONFIG_WRITE = data.StructLayout({"qp": 8, "config": RESP_QP_CONFIG})
 
 #: A receive buffer posted by user logic for the SENDs (and WRITEs with immediate) of a QP.
 RECV_POST = data.StructLayout({
