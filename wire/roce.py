@@ -5,7 +5,7 @@ syndromes and the timer tables behind retransmit timeout and RNR codes."""
 from rocegen.wire import headers as H
 
 __all__ = [
-    "OPCODE_NAMES", "opcode_name", "PMTUS", "PSN_MOD", "PSN_MASK",
+    "OPCODE_NAMES", "opcode_name", "is_request_opcode", "PMTUS", "PSN_MOD", "PSN_MASK",
     "SYN_ACK", "SYN_RNR", "NAK_PSN_SEQ", "NAK_INV_REQ", "NAK_REM_ACCESS", "NAK_REM_OP",
     "RNR_DELAY_US", "timeout_ns", "ETH_MIN_FRAME",
 ]
@@ -37,6 +37,13 @@ OPCODE_NAMES = {
 def opcode_name(opcode):
     """The name of a BTH opcode, or ``"0xNN"`` for one rocegen does not know."""
     return OPCODE_NAMES.get(opcode, f"0x{opcode:02x}")
+
+
+def is_request_opcode(opcode):
+    """``opcode`` is one a responder answers: an RC request (SEND, WRITE, READ, atomic, or a
+    reserved RC code, which it refuses), not a READ response, an ACKNOWLEDGE, an ATOMIC
+    ACKNOWLEDGE or another transport."""
+    return opcode >> 5 == 0 and not 0x0D <= opcode <= 0x12
 
 
 #: Path MTUs in bytes (the IB MTU codes 1..5).

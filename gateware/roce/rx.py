@@ -8,6 +8,7 @@ from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.net.layouts import UDP_RX_META
 from rocegen.gateware.roce.icrc import ICRC_BYTES, IcrcCheck
 from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_num_qps
+from rocegen.gateware.roce.resp_ingress import is_request
 from rocegen.wire import headers as H
 
 __all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN"]
@@ -32,12 +33,13 @@ class Verdict(enum.Enum, shape=4):
     PEER = 6        # IPv4 source is not the QP's peer
     ACK = 7         # an acknowledgement event
     CNP = 8         # a congestion notification for one of our QPs
-    PENDING = 9     # (internal: the context checks are still to be made)
+    REQUEST = 9     # a request (SEND, WRITE, READ, atomic): handed to the responder on ``req``
+    PENDING = 10    # (internal: the context checks are still to be made)
 
 
-#: Pulse outputs, one per verdict (in :class:`Verdict` order).
+#: Pulse outputs, one per verdict (in :class:`Verdict` order, PENDING left out).
 COUNTERS = ("drop_short", "icrc_bad", "drop_opcode", "drop_pkey", "drop_qp", "drop_state",
-            "drop_peer", "acks", "cnp")
+            "drop_peer", "acks", "cnp", "requests")
 
 # the datagram as it leaves the ICRC check: IPv4 header, UDP header, BTH, AETH
 _LANES = _IP_UDP + H.BTH.length + H.AETH.length
@@ -84,6 +86,12 @@ class RoceRx(wiring.Component):
     cnp_qp : Out(8)
         QP index of the datagram, valid while ``cnp``, ``drop_state`` or ``drop_peer`` pulses
         (the verdicts made after the QP is known).
+    req : Out(PacketSignature(width))
+        Every datagram as the ICRC check leaves it (IPv4 header first, ICRC removed, ``error``
+        on the last beat when it was bad), beat by beat in the cycle it is taken, for the
+        responder, whose ingress is always ready (``req.ready`` is not looked at). Requests (BTH
+        opcode :func:`~rocegen.gateware.roce.resp_ingress.is_request`) get the ``requests``
+        verdict after the length and ICRC checks: the responder makes the others.
 
     Behaviour
     ---------
@@ -130,6 +138,7 @@ class RoceRx(wiring.Component):
             "rx_context": In(QP_CONTEXT),
             **{name: Out(1) for name in COUNTERS},
             "cnp_qp": Out(8),
+            "req": Out(PacketSignature(width)),
         })
 
     def event_latency(self, length):
@@ -212,6 +221,9 @@ class RoceRx(wiring.Component):
         m.d.comb += s.ready.eq(~h_valid | ~stall)
         take = s.valid & s.ready
         beat = s.payload
+        m.d.comb += [self.req.valid.eq(take), self.req.payload.data.eq(beat.data),
+                     self.req.payload.keep.eq(beat.keep), self.req.payload.last.eq(beat.last),
+                     self.req.payload.error.eq(beat.error)]
         with m.If(take):
             for k in range(nb):
                 with m.If(idx == k):
@@ -243,6 +255,8 @@ class RoceRx(wiring.Component):
             m.d.comb += verdict.eq(Verdict.SHORT)
         with m.Elif(h_err):
             m.d.comb += verdict.eq(Verdict.ICRC)
+        with m.Elif(is_request(bth.opcode)):
+            m.d.comb += verdict.eq(Verdict.REQUEST)
         with m.Elif(~is_ack & ~is_cnp):
             m.d.comb += verdict.eq(Verdict.OPCODE)
         with m.Elif(bth.pkey[:15] != 0x7FFF):

@@ -72,6 +72,7 @@ from rocegen.sim.testing.scenarios import HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.cm import CM_PORT
+from rocegen.wire.roce import is_request_opcode
 
 __all__ = ["MUTATIONS", "VERDICT_COUNTERS", "valid_ack", "valid_cnp", "mutate", "mutations", "scapy_fuzz",
            "random_frame", "fuzz_frames", "could_acknowledge", "roce_datagram", "roce_verdict",
@@ -748,6 +749,8 @@ def _verdict(ip, udp, payload, peers, num_qps):
     covered = H.IPV4.pack(**ip) + H.UDP.pack(**udp) + payload[:-_ICRC]
     if icrc_model.icrc(covered) != payload[-_ICRC:]:
         return "icrc_bad"
+    if is_request_opcode(op):
+        return "requests"
     if op not in (H.OP_RC_ACKNOWLEDGE, H.OP_CNP):
         return "drop_opcode"
     if bth["pkey"] & 0x7FFF != 0x7FFF:

@@ -20,6 +20,7 @@ from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire.addr import parse_ip, parse_mac
+from rocegen.wire.roce import is_request_opcode
 
 OTHER_IP = "10.0.0.77"          # a host that is the peer of no QP but QP 3
 NUM_QPS = 5
@@ -100,6 +101,8 @@ def classify(payload, meta, error=False):
     covered = H.IPV4.pack(**meta["ipv4"]) + H.UDP.pack(**meta["udp"]) + payload[:-4]
     if error or icrc_model.icrc(covered) != payload[-4:]:
         return Verdict.ICRC, None
+    if is_request_opcode(op):
+        return Verdict.REQUEST, None
     if op not in (H.OP_RC_ACKNOWLEDGE, H.OP_CNP):
         return Verdict.OPCODE, None
     if b["pkey"] & 0x7FFF != 0x7FFF:
@@ -155,7 +158,7 @@ def random_case(rng, cases):
                                  + bytes(16), src=rng.choice([HOST_IP, OTHER_IP]))
         return payload, meta, False
     if r < 0.63:                                         # other opcodes, some with payload
-        op = rng.choice([0x04, 0x06, 0x0A, 0x10, 0x12, 0x64, 0x24, 0xFF])
+        op = rng.choice([0x04, 0x06, 0x0A, 0x00, 0x0C, 0x10, 0x12, 0x64, 0x24, 0xFF])
         body = bth(rng, op, QPN_BASE + rng.randrange(NUM_QPS)) + rng.randbytes(rng.randrange(40))
         payload, meta = datagram(rng, body)
         return payload, meta, False
@@ -298,7 +301,8 @@ def test_each_reason(width):
         (*ack("pkey_bad"), False, Verdict.PKEY),
         (*ack("unknown"), False, Verdict.QP),
         (*ack("low"), False, Verdict.QP),
-        (*datagram(rng, bth(rng, 0x04, QPN_BASE)), False, Verdict.OPCODE),
+        (*datagram(rng, bth(rng, 0x04, QPN_BASE)), False, Verdict.REQUEST),
+        (*datagram(rng, bth(rng, 0x10, QPN_BASE)), False, Verdict.OPCODE),
         (*datagram(rng, bth(rng, H.OP_CNP, QPN_BASE + 1) + bytes(16)), False, Verdict.CNP),
         (*datagram(rng, bth(rng, H.OP_CNP, QPN_BASE + 1) + bytes(15)), False, Verdict.SHORT),
         (*datagram(rng, bth(rng, H.OP_RC_ACKNOWLEDGE, QPN_BASE) + bytes(3)), False, Verdict.SHORT),
