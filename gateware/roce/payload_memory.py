@@ -47,8 +47,10 @@ class PayloadMemory(wiring.Component):
         Words of ``wr`` that are in memory, readable by a later ``desc`` (on-chip: 1 in the
         cycle a write is taken; AXI4: the writer's count of acknowledged words).
     mem_w : In(MemWriteSignature(width, word_addr_bits)), on-chip only
-        The user's word writes into the buffer; the front end's have priority (``mem_w.ready``
-        is low in a cycle ``wr.valid`` is high).
+        The user's word writes into the buffer; the front end's and the responder's have
+        priority (``mem_w.ready`` is low in a cycle ``wr.valid`` or ``resp_w.valid`` is high).
+    resp_w : In(MemWriteSignature(width, word_addr_bits)), on-chip with ``responder`` only
+        The responder's payload writes (byte-enabled); the front end's have priority.
     axi : Out(Axi4Signature(max(addr_bits, 12), width)), AXI4 only
         The memory.
 
@@ -56,7 +58,7 @@ class PayloadMemory(wiring.Component):
     selects them and joins the two write sources of the on-chip buffer (combinationally).
     """
 
-    def __init__(self, width, memory, mem_bytes):
+    def __init__(self, width, memory, mem_bytes, *, responder=False):
         check_width(width)
         if memory not in MEMORIES:
             raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
@@ -67,6 +69,7 @@ class PayloadMemory(wiring.Component):
         self.width = width
         self.memory = memory
         self.mem_bytes = mem_bytes
+        self.responder = bool(responder)
         members = {"desc": In(stream.Signature(PACKET_DESC)),
                    "o": Out(PacketSignature(width, PACKET_DESC)),
                    "durable": Out(DURABLE_WIDTH)}
@@ -76,7 +79,12 @@ class PayloadMemory(wiring.Component):
             #: Bits of a word address.
             self.word_addr_bits = self._ram.addr_width
             members["mem_w"] = In(MemWriteSignature(width, self.word_addr_bits))
+            if responder:
+                members["resp_w"] = In(MemWriteSignature(width, self.word_addr_bits))
         else:
+            if responder:
+                raise ValueError("the responder writes into on-chip memory only (memory="
+                                 "'onchip'), not through AXI4")
             axi_bits = max((mem_bytes - 1).bit_length(), 12)
             self._reader = AxiPayloadReader(width, addr_width=axi_bits)
             self._writer = AxiWriter(width, addr_width=axi_bits)
@@ -93,14 +101,19 @@ class PayloadMemory(wiring.Component):
         if self.memory == "onchip":
             ram = m.submodules.ram = self._ram
             wiring.connect(m, reader.mem, ram.rd)
-            # the streaming front end has priority on the buffer's write port
-            fw, uw = self.wr, self.mem_w
+            # the buffer's write port: the streaming front end first, then the responder, then
+            # the user
+            def take(w):
+                m.d.comb += [ram.wr.payload.eq(w.payload), ram.wr.valid.eq(w.valid),
+                             w.ready.eq(ram.wr.ready)]
+            fw = self.wr
             with m.If(fw.valid):
-                m.d.comb += [ram.wr.payload.eq(fw.payload), ram.wr.valid.eq(1),
-                             fw.ready.eq(ram.wr.ready)]
+                take(fw)
+            if self.responder:
+                with m.Elif(self.resp_w.valid):
+                    take(self.resp_w)
             with m.Else():
-                m.d.comb += [ram.wr.payload.eq(uw.payload), ram.wr.valid.eq(uw.valid),
-                             uw.ready.eq(ram.wr.ready)]
+                take(self.mem_w)
             m.d.comb += self.durable.eq(fw.valid & fw.ready)
         else:
             writer = m.submodules.writer = self._writer

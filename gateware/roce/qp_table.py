@@ -30,6 +30,8 @@ class QpTable(wiring.Component):
 
     With ``info_port=True``, ``info_qp`` -> ``info_context`` / ``info_psn`` one cycle later is a
     third read port of its own (for status read-back: it never delays nor changes the others).
+    With ``resp_port=True``, ``resp_qp`` -> ``resp_context`` one cycle later is one more context
+    read port, for the responder.
 
     A write naming a QP outside the table changes nothing and pulses ``rejected``.
 
@@ -37,10 +39,11 @@ class QpTable(wiring.Component):
     received DestQP, valid when it names one of this table's QPs.
     """
 
-    def __init__(self, num_qps, *, info_port=False):
+    def __init__(self, num_qps, *, info_port=False, resp_port=False):
         check_num_qps(num_qps)
         self.num_qps = num_qps
         self.info_port = bool(info_port)
+        self.resp_port = bool(resp_port)
         self._contexts = Memory(shape=QP_CONTEXT, depth=num_qps, init=[])
         self._psns = Memory(shape=24, depth=num_qps, init=[])
         members = {
@@ -60,6 +63,8 @@ class QpTable(wiring.Component):
         if self.info_port:
             members.update({"info_qp": In(range(num_qps)), "info_context": Out(QP_CONTEXT),
                             "info_psn": Out(24)})
+        if self.resp_port:
+            members.update({"resp_qp": In(range(num_qps)), "resp_context": Out(QP_CONTEXT)})
         super().__init__(members)
 
     def qpn(self, index):
@@ -96,6 +101,9 @@ class QpTable(wiring.Component):
             pi = self._psns.read_port()
             m.d.comb += [ci.addr.eq(self.info_qp), self.info_context.eq(ci.data),
                          pi.addr.eq(self.info_qp), self.info_psn.eq(pi.data)]
+        if self.resp_port:
+            cr_resp = self._contexts.read_port()
+            m.d.comb += [cr_resp.addr.eq(self.resp_qp), self.resp_context.eq(cr_resp.data)]
         m.d.comb += self.ctl_psn.ready.eq(1)
         with m.If(self.ctl_psn.valid):
             m.d.comb += [pw.addr.eq(self.ctl_psn.payload.qp), pw.data.eq(self.ctl_psn.payload.psn),
