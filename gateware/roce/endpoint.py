@@ -1,7 +1,8 @@
-from amaranth.hdl import Module
+from amaranth.hdl import Const, Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from rocegen.gateware.lib.arbiter import PacketArbiter
 from rocegen.gateware.lib.buffer import StreamRegisterSlice
 from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature, check_width
@@ -24,6 +25,12 @@ from rocegen.gateware.roce.layouts import (
 from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
 from rocegen.gateware.roce.qp_control import QpControl
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from rocegen.gateware.roce.resp_layouts import (
+    RECV_COMPLETION,
+    RECV_POST,
+    RESP_CONFIG_WRITE,
+)
+from rocegen.gateware.roce.responder import RESP_COUNTERS, Responder, default_config
 from rocegen.gateware.roce.retry import RetryEngine
 from rocegen.gateware.roce.rx import RoceRx
 from rocegen.gateware.roce.scheduler import Scheduler
@@ -83,6 +90,14 @@ class RoceEndpoint(wiring.Component):
         MTU, retransmit timeout code and retry counts of QPs opened without the extension bytes.
     vlan, pcp, arp_*
         As for :class:`~rocegen.gateware.net.stack.NetStack`.
+    responder : bool
+        With the RC responder (:class:`~rocegen.gateware.roce.responder.Responder`): the peers
+        WRITE and SEND into local memory (on-chip memory only).
+    resp_region, rkey_seed, rnr_timer, rq_depth
+        The responder: the region of local memory every QP may be written in after reset
+        (``(base, length)`` in bytes; default the lower half of the on-chip buffer), the seed
+        of the QPs' R_Keys (:func:`~rocegen.gateware.roce.responder.default_config`), the RNR
+        timer code of its RNR NAKs and the receive buffers each QP can have posted.
 
     Ports
     -----
@@ -101,7 +116,11 @@ class RoceEndpoint(wiring.Component):
     :data:`QP_COUNTERS` (packets, resent packets, ACKs, NAKs by kind, timeouts...), one cycle
     after the address. With ``qp_info=True``: ``qp_info_qp`` -> ``qp_info_context`` /
     ``qp_info_psn`` (next PSN to send), the QP table read back one cycle after the address
-    through a read port of its own.
+    through a read port of its own. With ``responder=True``: ``recv`` (receive buffers,
+    :data:`~rocegen.gateware.roce.resp_layouts.RECV_POST`), ``recv_cpl`` (their completions,
+    :data:`~rocegen.gateware.roce.resp_layouts.RECV_COMPLETION`), ``resp_cfg`` (each QP's
+    region and RNR timer code, :data:`~rocegen.gateware.roce.resp_layouts.RESP_CONFIG_WRITE`,
+    always taken).
 
     Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
     idle beat between packets, so one QP fills the MAC port. The parts joined here besides the
@@ -117,7 +136,8 @@ class RoceEndpoint(wiring.Component):
                  window=1024, clk_hz=None, ring_base=None, ring_bytes=None, max_message=None,
                  max_inflight=64, cm_port=CM_PORT, cm_allow_net=None, pmtu=4096, cm_timeout=14,
                  cm_retry=7, cm_rnr_retry=7, vlan=None, pcp=0, arp_entries=4,
-                 arp_retry_cycles=100_000, arp_retries=3, qp_info=False):
+                 arp_retry_cycles=100_000, arp_retries=3, qp_info=False, responder=False,
+                 resp_region=None, rkey_seed=0x5EED, rnr_timer=1, rq_depth=16):
         check_width(width)
         check_num_qps(num_qps)
         if memory not in MEMORIES:
@@ -150,7 +170,7 @@ class RoceEndpoint(wiring.Component):
         self._stack = NetStack(width, (UDP_PORT_ROCEV2, cm_port), mtu=IP_MTU, vlan=vlan, pcp=pcp,
                                arp_entries=arp_entries, arp_retry_cycles=arp_retry_cycles,
                                arp_retries=arp_retries)
-        self._qps = QpTable(num_qps, info_port=qp_info)
+        self._qps = QpTable(num_qps, info_port=qp_info, resp_port=responder)
         if clk_hz is None:
             clk_hz = default_clk_hz(width)
         self.clk_hz = clk_hz
@@ -161,8 +181,23 @@ class RoceEndpoint(wiring.Component):
         self._rx = RoceRx(width, num_qps)
         self._gen = TrafficGen()
         self._wr_merge = WrMerge(num_qps)
-        self._mem = PayloadMemory(width, memory, mem_bytes)
+        self._mem = PayloadMemory(width, memory, mem_bytes, responder=responder)
         self.word_addr_bits = self._mem.word_addr_bits
+        self.responder = bool(responder)
+        if resp_region is None:
+            resp_region = (0, mem_bytes // 2)
+        base, length = resp_region
+        if not 0 <= base < base + length <= mem_bytes:
+            raise ValueError(f"resp_region [{base:#x}, +{length:#x}) is not inside local memory "
+                             f"of {mem_bytes:#x} bytes")
+        if not isinstance(rnr_timer, int) or not 0 <= rnr_timer <= 31:
+            raise ValueError(f"rnr_timer must be an RNR timer code 0..31, not {rnr_timer!r}")
+        self._resp = None
+        if responder:
+            self._resp = Responder(width, num_qps, self.word_addr_bits, rq_depth=rq_depth,
+                                   config_init=default_config(num_qps, base, length,
+                                                              rkey_seed=rkey_seed,
+                                                              rnr_timer=rnr_timer))
         self._front = StreamFrontEnd(width, ring_base=ring_base, ring_bytes=ring_bytes,
                                      max_message=max_message, max_inflight=max_inflight,
                                      addr_width=self.word_addr_bits)
@@ -174,7 +209,9 @@ class RoceEndpoint(wiring.Component):
             "ring_base": ring_base, "ring_bytes": ring_bytes, "max_message": max_message,
             "max_inflight": max_inflight, "cm_port": cm_port, "cm_allow_net": self._cm.net,
             "pmtu": pmtu, "cm_timeout": cm_timeout, "cm_retry": cm_retry,
-            "cm_rnr_retry": cm_rnr_retry,
+            "cm_rnr_retry": cm_rnr_retry, "responder": self.responder,
+            **({"resp_region": (base, length), "rnr_timer": rnr_timer, "rq_depth": rq_depth}
+               if responder else {}),
         }
         members = {
             "local_mac": In(48),
@@ -202,6 +239,10 @@ class RoceEndpoint(wiring.Component):
         if qp_info:
             members.update({"qp_info_qp": In(range(num_qps)), "qp_info_context": Out(QP_CONTEXT),
                             "qp_info_psn": Out(24)})
+        if responder:
+            members.update({"recv": In(stream.Signature(RECV_POST)),
+                            "recv_cpl": Out(stream.Signature(RECV_COMPLETION)),
+                            "resp_cfg": In(stream.Signature(RESP_CONFIG_WRITE))})
         members["mem_w" if memory == "onchip" else "axi"] = \
             self._mem.signature.members["mem_w" if memory == "onchip" else "axi"]
         super().__init__(members)
@@ -281,7 +322,15 @@ class RoceEndpoint(wiring.Component):
         # builder's lane logic end in it, before UDP transmit's arbiter and slice
         tx_reg = m.submodules.tx_reg = ForwardRegister(self.width, builder.o.payload.meta.shape())
         wiring.connect(m, builder.o, tx_reg.i)
-        wiring.connect(m, tx_reg.o, st.udp_tx[0])
+        if self._resp is None:
+            wiring.connect(m, tx_reg.o, st.udp_tx[0])
+        else:
+            # the responder's ACKs share UDP port 4791 with the requests, a packet each in turn
+            tx_arb = m.submodules.tx_arbiter = PacketArbiter(self.width,
+                                                             tx_reg.o.payload.meta.shape(), 2)
+            wiring.connect(m, tx_reg.o, tx_arb.i[0])
+            wiring.connect(m, self._resp.tx, tx_arb.i[1])
+            wiring.connect(m, tx_arb.o, st.udp_tx[0])
 
         # receive: UDP port 4791 -> ICRC and ACK checks -> completion tracker
         wiring.connect(m, st.udp_rx[0], rx.i)
@@ -323,8 +372,28 @@ class RoceEndpoint(wiring.Component):
         ext = "mem_w" if self.memory == "onchip" else "axi"
         wiring.connect(m, wiring.flipped(getattr(self, ext)), getattr(mem, ext))
 
+        if self._resp is not None:
+            self._connect_responder(m, ctl)
         self._connect_statistics(m)
         return m
+
+    def _connect_responder(self, m, ctl):
+        """The responder: requests from the receive path, the QP table's context, the set-ups
+        of the QP control, payload writes into the on-chip buffer, the user's ports."""
+        resp = m.submodules.responder = self._resp
+        qps, rx, mem = self._qps, self._rx, self._mem
+        wiring.connect(m, rx.req, resp.i)
+        m.d.comb += [
+            qps.resp_qp.eq(resp.ctx_qp), resp.ctx.eq(qps.resp_context),
+            # (the QP table takes every PSN write: the responder sees the same ones)
+            resp.psn_set.valid.eq(ctl.table_psn.valid & ctl.table_psn.ready),
+            resp.psn_set.payload.eq(ctl.table_psn.payload),
+            resp.cfg_w.valid.eq(self.resp_cfg.valid), resp.cfg_w.payload.eq(self.resp_cfg.payload),
+            self.resp_cfg.ready.eq(1),
+        ]
+        wiring.connect(m, resp.mem, mem.resp_w)
+        wiring.connect(m, wiring.flipped(self.recv), resp.recv)
+        wiring.connect(m, resp.cpl, wiring.flipped(self.recv_cpl))
 
     def _connect_statistics(self, m):
         """The counters: the stack's and the RoCE layers' in one address space
@@ -349,6 +418,9 @@ class RoceEndpoint(wiring.Component):
                                   "rewinds", "qp_errors")),
                 ("cm_", cm, CM_COUNTERS)):
             events.update({prefix + name: getattr(block, name) for name in names})
+        events["roce_rx_requests"] = rx.requests
+        for name in RESP_COUNTERS:
+            events[f"resp_{name}"] = getattr(self._resp, name) if self._resp else Const(0, 1)
         assert set(events) == set(PULSE_COUNTERS), "a statistics event is missing or unknown"
         for name, value in events.items():
             assert len(value) == 1, f"statistics event {name} is not a one-bit pulse"

@@ -5,6 +5,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.stats import StatsBlock
 from rocegen.gateware.net.stack import STATS as NET_STATS
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
+from rocegen.gateware.roce.responder import RESP_COUNTERS
 
 __all__ = ["EndpointStats", "ROCE_STATS", "STATS", "MOVED_COUNTERS", "PULSE_COUNTERS"]
 
@@ -17,7 +18,9 @@ ROCE_STATS = [
     "roce_stale_acks", "roce_seq_naks", "roce_rnr_naks", "roce_error_naks", "roce_ignored_acks",
     "roce_timeouts", "roce_rewinds", "roce_qp_errors",
     "roce_qp_ctl_rejected", "stream_drop_too_long", "stream_drop_error",
-] + [f"cm_{name}" for name in CM_COUNTERS]
+] + [f"cm_{name}" for name in CM_COUNTERS] + [
+    # (the responder's, after the others so that their addresses stay; zero without it)
+    "roce_rx_requests"] + [f"resp_{name}" for name in RESP_COUNTERS]
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

@@ -11,6 +11,7 @@ from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS, RoceEndpoint
 from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.resp_layouts import RECV_COMPLETION, RECV_POST, RESP_CONFIG_WRITE
 from rocegen.gateware.roce.stream_in import STREAM_META
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.sim.testing.capture import StreamCapture
@@ -152,6 +153,10 @@ class EndpointTop(wiring.Component):
             "qp_stats_sel": In(range(len(QP_COUNTERS))),
             "qp_stats_data": Out(32),
         }
+        if ep.responder:
+            members.update({**record_members("recv", RECV_POST, sink=True),
+                            **record_members("rcpl", RECV_COMPLETION, sink=False),
+                            **record_members("respcfg", RESP_CONFIG_WRITE, sink=True)})
         if memory == "onchip":
             members.update(record_members("memw", ep.mem_w.payload.shape(), sink=True))
         else:
@@ -216,4 +221,8 @@ class EndpointTop(wiring.Component):
             connect_record(m, self, "memw", ep.mem_w, sink=True)
         else:
             connect_axi4(m, self, "m_axi", ep.axi)
+        if ep.responder:
+            connect_record(m, self, "recv", ep.recv, sink=True)
+            connect_record(m, self, "rcpl", ep.recv_cpl, sink=False)
+            connect_record(m, self, "respcfg", ep.resp_cfg, sink=True)
         return m
