@@ -21,6 +21,7 @@ Run: python -m bench.bench_responder [--json FILE] [--synth]
 import argparse
 import json
 import time
+from pathlib import Path
 
 from amaranth.hdl import Elaboratable, Module
 
@@ -36,7 +37,7 @@ from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
 
 WIDTH = 512
-MEM = 1 << 21
+MEM = 1 << 23
 LINE_GBPS = 100.0
 #: per packet on the wire: preamble+SFD 8, IFG 12, Ethernet 14, FCS 4, IPv4 20, UDP 8, BTH 12,
 #: ICRC 4; RETH 16 more on a message's first packet
@@ -100,7 +101,8 @@ def run_block(dgrams, pmtu, *, gap_after_each=0, line=True):
     B = WIDTH // 8
     image = bytearray(MEM)
     tx = StreamCollector(dut.tx, WIDTH)
-    marks = {"first": None, "last_write": 0, "last_in": [], "overflow": 0, "executed": []}
+    marks = {"first": None, "last_write": 0, "last_in": [], "overflow": 0, "executed": [],
+             "cycle": 0}
 
     async def memory(ctx):
         ctx.set(dut.mem.ready, 1)
@@ -118,6 +120,7 @@ def run_block(dgrams, pmtu, *, gap_after_each=0, line=True):
         async for _, _, valid, last, ovf, ex in ctx.tick().sample(
                 dut.i.valid, dut.i.payload.last, dut.overflow, dut.executed):
             cycle += 1
+            marks["cycle"] = cycle
             marks["overflow"] += ovf
             if ex:
                 marks["executed"].append(cycle)
@@ -141,12 +144,16 @@ def run_block(dgrams, pmtu, *, gap_after_each=0, line=True):
         await ctx.tick().repeat(4)
         drv = StreamDriver(dut.i, WIDTH)
         per_cycle = LINE_GBPS * 1e9 / 8 / default_clk_hz(WIDTH)
+        line_t = None           # when the line has brought the frames so far, in cycles
         for d in dgrams:
+            if line_t is None:
+                line_t = marks["cycle"]
             await drv.send(ctx, [Packet(d)])
-            # the frame's time on the line: preamble, Ethernet, datagram, ICRC, FCS, gap
-            gap = -(-(len(d) + 4 + WIRE_OVERHEAD - 40) // per_cycle) - len(to_beats(d, WIDTH))
-            if line and gap > 0:
-                await ctx.tick().repeat(int(gap))
+            # the frame's time on the line: preamble and gap 20, Ethernet 14, the datagram,
+            # ICRC 4, FCS 4 (the input is always ready: the beats never fall behind the line)
+            line_t += (len(d) + 42) / per_cycle
+            while line and marks["cycle"] < line_t:
+                await ctx.tick()
             if gap_after_each:
                 await ctx.tick().repeat(gap_after_each)
         await ctx.tick().repeat(300)
@@ -289,8 +296,9 @@ def main(argv=None):
         rows.append(synth_figures())
     print(f"({time.time() - t0:.0f} s)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":
