@@ -23,17 +23,16 @@ import json
 import time
 from pathlib import Path
 
-from amaranth.hdl import Elaboratable, Module
-
 from rocegen.gateware.roce.endpoint import RoceEndpoint, default_clk_hz
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState
-from rocegen.gateware.roce.qp_table import QpTable
 from rocegen.gateware.roce.responder import Responder, default_config
 from rocegen.sim.models.packets import Packet, to_beats
 from rocegen.sim.models.rnic import IDEAL, Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.tools.synth import synthesize
 from rocegen.wire.addr import parse_ip, parse_mac
 
 WIDTH = 512
@@ -50,20 +49,6 @@ def limit_gbps(size, pmtu):
     packets = max(1, -(-size // pmtu))
     wire = size + packets * WIRE_OVERHEAD + RETH
     return LINE_GBPS * size / wire
-
-
-class _Top(Elaboratable):
-    def __init__(self, num_qps=1):
-        B = WIDTH // 8
-        self.resp = Responder(WIDTH, num_qps, (MEM // B - 1).bit_length(),
-                              config_init=default_config(num_qps, 0, MEM))
-        self.qps = QpTable(num_qps)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.resp, m.submodules.qps = self.resp, self.qps
-        m.d.comb += [self.qps.rx_qp.eq(self.resp.ctx_qp), self.resp.ctx.eq(self.qps.rx_context)]
-        return m
 
 
 def request_datagrams(sizes, pmtu, rkey):
@@ -96,7 +81,7 @@ def run_block(dgrams, pmtu, *, gap_after_each=0, line=True):
     """Feed the datagrams at the line's pace (``line``) or back to back, ``gap_after_each``
     idle cycles more after each; (marks: first input beat, last write and every datagram's last
     input beat, in cycles; the memory image; the ACK collector)."""
-    top = _Top()
+    top = ResponderTop(WIDTH, 1, MEM, config_init=default_config(1, 0, MEM))
     dut = top.resp
     B = WIDTH // 8
     image = bytearray(MEM)
@@ -270,7 +255,6 @@ def endpoint_latency():
 
 
 def synth_figures():
-    from rocegen.tools.synth import synthesize
     r = synthesize(Responder(WIDTH, 8, 26, config_init=default_config(8, 0, 1 << 20)),
                    top="top", workdir="build/synth/responder")
     print(f"  Responder(512, 8): {r['lut_total']:,} LUTs, {r['ff']:,} FF, "

@@ -15,7 +15,17 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import check_width
 
-__all__ = ["MemReadSignature", "MemWriteSignature", "mem_write_layout"]
+__all__ = ["MemReadSignature", "MemWriteSignature", "mem_write_layout", "check_addr_width"]
+
+
+def check_addr_width(addr_width):
+    """``addr_width`` if it is a word-address width the memory ports take (an integer 1..32);
+    else ``TypeError`` (not an integer) or ``ValueError``, naming the parameter."""
+    if not isinstance(addr_width, int) or isinstance(addr_width, bool):
+        raise TypeError(f"addr_width must be an integer number of bits, not {addr_width!r}")
+    if not 1 <= addr_width <= 32:
+        raise ValueError(f"addr_width must be 1..32 bits, not {addr_width}")
+    return addr_width
 
 
 def _check(width, addr_width):

@@ -24,11 +24,11 @@ W is a power of two from 64 to 512 bits. Handshake as in :mod:`amaranth.lib.stre
 when ``valid`` and ``ready`` are both high; ``valid`` never waits for ``ready``.
 """
 
-from amaranth.hdl import Cat, Const, Signal, Value, unsigned
+from amaranth.hdl import Cat, Const, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream
 
 __all__ = ["WIDTHS", "check_width", "packet_layout", "PacketSignature", "keep_mask",
-           "keep_count", "empty_meta", "first_beat"]
+           "keep_count", "empty_meta", "first_beat", "leading_lanes"]
 
 WIDTHS = (64, 128, 256, 512)
 
@@ -97,3 +97,27 @@ def first_beat(m, s):
     with m.If(s.valid & s.ready):
         m.d.sync += in_packet.eq(~s.payload.last)
     return ~in_packet
+
+
+def leading_lanes(m, beat, take, width, nbytes, *, count_to=None):
+    """The first ``nbytes`` bytes of each packet of a stream, for header checks made at a later
+    beat: ``(lanes, idx)``. ``lanes`` (``8 * ceil(nbytes / (width/8))`` bits) holds the packet's
+    first beats, the beat offered now (``beat``) in its own place combinationally and the earlier
+    ones from registers; ``idx`` is the index of the beat offered now, counting up to
+    ``count_to`` (default: the number of beats ``lanes`` holds) and staying there. ``take`` is
+    high when ``beat`` moves. Bytes beyond a short packet are the lanes' stale contents."""
+    B = width // 8
+    nb = -(-nbytes // B)
+    top = nb if count_to is None else count_to
+    idx = Signal(range(top + 1))
+    cap = Signal(nb * width)
+    with m.If(take):
+        for k in range(nb):
+            with m.If(idx == k):
+                m.d.sync += cap[k * width:(k + 1) * width].eq(beat.data)
+        with m.If(beat.last):
+            m.d.sync += idx.eq(0)
+        with m.Elif(idx != top):
+            m.d.sync += idx.eq(idx + 1)
+    lanes = Cat(*(Mux(idx == k, beat.data, cap[k * width:(k + 1) * width]) for k in range(nb)))
+    return lanes, idx

@@ -6,7 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.fifo import PacketFifo
-from rocegen.gateware.lib.memport import MemReadSignature
+from rocegen.gateware.lib.memport import MemReadSignature, check_addr_width
 from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
 from rocegen.gateware.roce.layouts import PACKET_DESC, WrSource
 
@@ -112,10 +112,7 @@ class PayloadReader(wiring.Component):
 
     def __init__(self, width, addr_width):
         check_width(width)
-        if not isinstance(addr_width, int) or isinstance(addr_width, bool):
-            raise TypeError(f"addr_width must be an integer number of bits, not {addr_width!r}")
-        if not 1 <= addr_width <= 32:
-            raise ValueError(f"addr_width must be 1..32 bits, not {addr_width}")
+        check_addr_width(addr_width)
         self.width = width
         self.addr_width = addr_width
         super().__init__({

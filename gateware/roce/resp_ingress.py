@@ -1,11 +1,11 @@
 """The responder's ingress: request datagrams parsed and stored whole before they are acted on."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.fifo import PacketFifo, fifo_depth
-from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.lib.stream import PacketSignature, check_width, leading_lanes
 from rocegen.gateware.roce.resp_layouts import LENGTH_BITS, REQ_HDR_MAX, REQ_HDR_MIN, RESP_HEADER
 from rocegen.wire import headers as H
 
@@ -99,26 +99,15 @@ class RespIngress(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        W, B = self.width, self.width // 8
+        W = self.width
         fifo = m.submodules.fifo = self._fifo
         wiring.connect(m, fifo.o, wiring.flipped(self.o))
         m.d.comb += [self.i.ready.eq(1), self.overflow.eq(fifo.drop_overflow)]
 
         # the first REQ_HDR_MAX bytes of each datagram, captured beat by beat
-        nb = -(-REQ_HDR_MAX // B)
-        idx = Signal(range(nb + 1))
-        cap = Signal(nb * W)
         beat = self.i.payload
         take = self.i.valid
-        with m.If(take):
-            for k in range(nb):
-                with m.If(idx == k):
-                    m.d.sync += cap[k * W:(k + 1) * W].eq(beat.data)
-            with m.If(beat.last):
-                m.d.sync += idx.eq(0)
-            with m.Elif(idx != nb):
-                m.d.sync += idx.eq(idx + 1)
-        lanes = Cat(*(Mux(idx == k, beat.data, cap[k * W:(k + 1) * W]) for k in range(nb)))
+        lanes, _ = leading_lanes(m, beat, take, W, REQ_HDR_MAX)
 
         # the headers, read at the last beat (fields beyond a short datagram are don't-cares:
         # such a datagram is malformed)

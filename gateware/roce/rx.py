@@ -1,10 +1,10 @@
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.mapmeta import MapMeta
 from rocegen.gateware.lib.packetizer import Packetizer
-from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.lib.stream import PacketSignature, check_width, leading_lanes
 from rocegen.gateware.net.layouts import UDP_RX_META
 from rocegen.gateware.roce.icrc import ICRC_BYTES, IcrcCheck
 from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_num_qps
@@ -188,9 +188,6 @@ class RoceRx(wiring.Component):
                    "ack": _IP_UDP + H.BTH.length + H.AETH.length,
                    "cnp": _IP_UDP + H.BTH.length + H.CNP_PAYLOAD.length}
         top = -(-max(lengths.values()) // B)
-        nb = -(-_LANES // B)
-        idx = Signal(range(top + 1))
-        cap = Signal(nb * W)
 
         # stage H: a datagram's headers and length flags
         h_valid = Signal()
@@ -224,15 +221,7 @@ class RoceRx(wiring.Component):
         m.d.comb += [self.req.valid.eq(take), self.req.payload.data.eq(beat.data),
                      self.req.payload.keep.eq(beat.keep), self.req.payload.last.eq(beat.last),
                      self.req.payload.error.eq(beat.error)]
-        with m.If(take):
-            for k in range(nb):
-                with m.If(idx == k):
-                    m.d.sync += cap[k * W:(k + 1) * W].eq(beat.data)
-            with m.If(beat.last):
-                m.d.sync += idx.eq(0)
-            with m.Elif(idx != top):
-                m.d.sync += idx.eq(idx + 1)
-        lanes = Cat(*(Mux(idx == k, beat.data, cap[k * W:(k + 1) * W]) for k in range(nb)))
+        lanes, idx = leading_lanes(m, beat, take, W, _LANES, count_to=top)
         with m.If(take & beat.last):
             m.d.sync += [
                 h_valid.eq(1),

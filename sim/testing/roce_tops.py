@@ -1,6 +1,6 @@
 """Test-only top levels of the RoCEv2 blocks with AXI-Stream port names, for the cocotb benches."""
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -10,8 +10,9 @@ from rocegen.gateware.lib.records import connect_record, record_members
 from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS, RoceEndpoint
 from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 from rocegen.gateware.roce.resp_layouts import RECV_COMPLETION, RECV_POST, RESP_CONFIG_WRITE
+from rocegen.gateware.roce.responder import Responder
 from rocegen.gateware.roce.stream_in import STREAM_META
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.sim.testing.capture import StreamCapture
@@ -81,6 +82,23 @@ class IcrcTop(wiring.Component):
             m.d.sync += self.rx_bad.eq(self.rx_bad + 1)
         with m.If(loop_rx.icrc_bad):
             m.d.sync += self.loop_bad.eq(self.loop_bad + 1)
+        return m
+
+
+class ResponderTop(Elaboratable):
+    """The :class:`~rocegen.gateware.roce.responder.Responder` (``resp``, its other ports the
+    bench's) beside the QP table it reads its contexts from (``qps``: write contexts through
+    ``qps.ctl``), for the Amaranth simulator. ``mem_bytes``: the local memory written."""
+
+    def __init__(self, width, num_qps, mem_bytes, **params):
+        self.resp = Responder(width, num_qps, (mem_bytes // (width // 8) - 1).bit_length(),
+                              **params)
+        self.qps = QpTable(num_qps)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.resp, m.submodules.qps = self.resp, self.qps
+        m.d.comb += [self.qps.rx_qp.eq(self.resp.ctx_qp), self.resp.ctx.eq(self.qps.rx_context)]
         return m
 
 

@@ -8,18 +8,16 @@ leaving only after its data is in memory. At 64 and 512 bits, with backpressure.
 import random
 
 import pytest
-from amaranth.hdl import Elaboratable, Module
 from scapy.contrib.roce import AETH, BTH
 from scapy.layers.l2 import Ether
 
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState
-from rocegen.gateware.roce.qp_table import QpTable
 from rocegen.gateware.roce.resp_layouts import RecvStatus
-from rocegen.gateware.roce.responder import Responder
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic, WcStatus
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict
 from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire.addr import parse_ip
@@ -42,19 +40,6 @@ def rkey(k):
 def config():
     return [{"mr": {"rkey": rkey(k), "base": k * REGION, "length": REGION, "write": 1, "read": 0},
              "rnr_timer": RNR_CODE} for k in range(QPS)]
-
-
-class Top(Elaboratable):
-    def __init__(self, width):
-        self.resp = Responder(width, QPS, (MEM // (width // 8) - 1).bit_length(),
-                              config_init=config(), rq_depth=RQ_DEPTH)
-        self.qps = QpTable(QPS)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.resp, m.submodules.qps = self.resp, self.qps
-        m.d.comb += [self.qps.rx_qp.eq(self.resp.ctx_qp), self.resp.ctx.eq(self.qps.rx_context)]
-        return m
 
 
 def scenario(seed, pmtu, *, messages=24, loss=0.0, dup=0.0, reorder=0.0, corrupt=0.0,
@@ -171,7 +156,7 @@ def udp_answer_fields(payload):
 
 def run_dut(width, events, pmtu_log2, psns, *, idle=0.0, backpressure=0.0, seed=0,
             deadline=1_000_000):
-    top = Top(width)
+    top = ResponderTop(width, QPS, MEM, config_init=config(), rq_depth=RQ_DEPTH)
     dut = top.resp
     rng = random.Random(seed)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
