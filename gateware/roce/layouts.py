@@ -241,7 +241,8 @@ RETRY_EVENT = data.StructLayout({
 #: each: see :class:`~rocegen.gateware.roce.retry_decide.RetryDecide`).
 RETRY_FLAGS = data.StructLayout({name: 1 for name in (
     "psn", "ctx", "sent", "prog", "prog_end", "acks", "stale", "seq", "seq_rew", "rnr",
-    "rnr_start", "fatal", "ignored_range", "ignored_nak", "fire_rnr", "fire_stop", "timeouts",
+    "rnr_start", "fatal", "ignored_range", "ignored_seq", "ignored_rnr", "ignored_code",
+    "fire_rnr", "fire_stop", "timeouts",
     "fire_rew", "sent_restart", "sent_newer", "fail_flush", "fail_retry", "fail_rnr",
     "timeout_nz")})
 

@@ -167,7 +167,8 @@ class RetryApply(wiring.Component):
         ]
         pulse = {"acks": F.acks, "stale_acks": F.stale, "seq_naks": F.seq,
                  "rnr_naks": F.rnr, "error_naks": F.fatal, "timeouts": F.timeouts,
-                 "ignored": F.ignored_range | F.ignored_nak, "rewinds": rewind,
+                 "ignored": F.ignored_range | F.ignored_seq | F.ignored_rnr | F.ignored_code,
+                 "rewinds": rewind,
                  "qp_errors": F.fail_retry | F.fail_rnr | F.fatal}
         m.d.sync += [getattr(self, name).eq(pulse[name]) for name in COUNTERS]
 

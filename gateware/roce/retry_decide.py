@@ -164,10 +164,13 @@ class RetryDecide(wiring.Component):
             "rnr": rnr,
             "rnr_start": rnr & rnr_go,
             "fatal": nak & is_fatal,
-            # ignored (in two parts, joined in stage B): an ACK or a NAK out of range, ...
+            # ignored (in four parts, joined in stage B): an ACK or a NAK out of range, ...
             "ignored_range": (k_ack & is_ack & ~step_in & ~step0) | (k_ack & ~is_ack & ~nak_ok),
-            # ... a repeated sequence NAK or RNR NAK, another NAK code
-            "ignored_nak": (seq & repeat) | (rnr & rnr_ign) | (nak & ~is_seq & ~is_rnr & ~is_fatal),
+            # ... a repeated sequence NAK, an RNR NAK during its wait, another NAK code (apart,
+            # each as shallow as the flags beside it: stage B joins them)
+            "ignored_seq": seq & repeat,
+            "ignored_rnr": rnr & rnr_ign,
+            "ignored_code": nak & ~is_seq & ~is_rnr & ~is_fatal,
             "fire_rnr": fire & st.rnr_wait,
             "fire_stop": fire & ~st.rnr_wait & (span == 1),
             "timeouts": fire_to,
