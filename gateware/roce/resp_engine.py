@@ -173,10 +173,9 @@ class RespEngine(wiring.Component):
 
         # ---- a set-up of the request's QP makes its decision void
         ps = self.psn_set
-        with m.If(ps.valid & (ps.payload.qp == qp) & (step != _Step.IDLE) & ~take):
+        # (COMMIT then offers nothing but the placement record, with nothing to write)
+        with m.If(ps.valid & (ps.payload.qp == qp) & (step != _Step.IDLE)):
             m.d.sync += stale.eq(1)
-        with m.If(ps.valid & (step == _Step.READ) & (ps.payload.qp == qp)):
-            m.d.sync += [p_resp.eq(0), p_cpl.eq(0), p_flush.eq(0)]
 
         # ---- COMMIT: the state written (a set-up first), the actions offered
         commit = step == _Step.COMMIT
