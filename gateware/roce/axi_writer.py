@@ -6,10 +6,10 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.axi import BURST_INCR, Axi4Signature
-from rocegen.gateware.lib.memport import MemWriteSignature
+from rocegen.gateware.lib.memport import MemWriteSignature, mem_write_layout
 from rocegen.gateware.lib.stream import check_width
 
-__all__ = ["AxiWriter", "AXI_CACHE"]
+__all__ = ["AxiWriter", "AXI_CACHE", "tagged_write_layout"]
 
 #: ``awcache`` of every burst: normal, non-cacheable, bufferable (a read that follows the write
 #: response still sees the data).
@@ -19,6 +19,12 @@ AXI_CACHE = 0b0011
 def _payload(sig, channel):
     """Payload layout of one channel of an :class:`Axi4Signature`."""
     return sig.members[channel].signature.members["payload"].shape
+
+
+def tagged_write_layout(width, addr_width, tags):
+    """Payload of a word write with its source: ``addr``, ``data``, ``be`` (as
+    :func:`~rocegen.gateware.lib.memport.mem_write_layout`) and ``tag`` (``range(tags)``)."""
+    return data.StructLayout({**mem_write_layout(width, addr_width).members, "tag": range(tags)})
 
 
 def _check_int(name, value, lo, hi):
@@ -49,12 +55,18 @@ class AxiWriter(wiring.Component):
         stall the input.
     idle_flush : int
         Cycles without a word on ``i`` after which the open burst is closed and sent (1..256).
+    tags : int
+        Write sources told apart (1..16): with more than one, each word on ``i`` carries a
+        ``tag``, a burst holds words of one tag only, and ``durable_tag`` says whose words
+        ``durable`` counts.
 
     Ports
     -----
     i : In(MemWriteSignature(width, min(32, addr_width - log2(W/8))))
         Word writes ``{addr, data, be}``: ``data`` goes to ``wdata`` lanes unchanged (byte ``i``
-        of the word at AXI byte address ``addr * W/8 + i``), ``be`` becomes ``wstrb``.
+        of the word at AXI byte address ``addr * W/8 + i``), ``be`` becomes ``wstrb``. With
+        ``tags`` > 1 the payload has a ``tag`` field too (``range(tags)``, after ``be``): the
+        word's source.
     aw, w : Out, b : In
         The write channels of :class:`~rocegen.gateware.lib.axi.Axi4Signature` (``addr_width``,
         ``width``, ``id_width``), to be connected to the ``aw``/``w``/``b`` members of an AXI4
@@ -63,6 +75,9 @@ class AxiWriter(wiring.Component):
         Words whose write response arrived, counted in the cycle after the response (registered);
         words become durable in the order they were taken on ``i``. Connects to
         :class:`~rocegen.gateware.roce.stream_in.StreamFrontEnd` ``mem_durable``.
+    durable_tag : Out(range(tags)), with ``tags`` > 1 only
+        The tag of the words ``durable`` counts (one burst, so one tag, per response);
+        registered with ``durable``.
     write_errors : Out(32)
         Write responses other than OKAY (their words still count as durable: the memory has
         answered for them).
@@ -71,7 +86,8 @@ class AxiWriter(wiring.Component):
 
     Bursts
         Every burst is INCR with ``len + 1`` consecutive words. A burst is closed at the word
-        before which the next word's address does not follow (a new burst starts there), at
+        before which the next word's address does not follow, or (``tags`` > 1) whose tag
+        differs (a new burst starts there), at
         ``max_burst`` words, at the last word of a 4 KiB page (a burst never crosses a 4 KiB
         boundary), or when no word has come for ``idle_flush`` cycles. To know whether a word
         ends its burst the writer holds it until the next word arrives (or one of the other
@@ -92,22 +108,29 @@ class AxiWriter(wiring.Component):
     """
 
     def __init__(self, width, addr_width=32, id_width=1, max_burst=64, max_outstanding=16,
-                 idle_flush=4):
+                 idle_flush=4, *, tags=1):
         check_width(width)
         sig = Axi4Signature(addr_width, width, id_width)
         _check_int("max_burst", max_burst, 1, 256)
         _check_int("max_outstanding", max_outstanding, 1, 256)
         _check_int("idle_flush", idle_flush, 1, 256)
+        _check_int("tags", tags, 1, 16)
         B = width // 8
         self.width, self.addr_width, self.id_width = width, addr_width, id_width
         self.max_burst, self.max_outstanding, self.idle_flush = max_burst, max_outstanding, idle_flush
+        self.tags = tags
         self.mem_addr_width = min(32, addr_width - (B.bit_length() - 1))
+        if tags == 1:
+            i_sig = MemWriteSignature(width, self.mem_addr_width)
+        else:
+            i_sig = stream.Signature(tagged_write_layout(width, self.mem_addr_width, tags))
         super().__init__({
-            "i": In(MemWriteSignature(width, self.mem_addr_width)),
+            "i": In(i_sig),
             "aw": Out(stream.Signature(_payload(sig, "aw"))),
             "w": Out(stream.Signature(_payload(sig, "w"))),
             "b": In(stream.Signature(_payload(sig, "b"))),
             "durable": Out(range(max_burst + 1)),
+            **({"durable_tag": Out(range(tags))} if tags > 1 else {}),
             "write_errors": Out(32),
             "outstanding": Out(range(max_outstanding + 1)),
         })
@@ -122,7 +145,10 @@ class AxiWriter(wiring.Component):
 
         m.submodules.wq = wq = SyncFIFOBuffered(width=w_layout.size, depth=max(4, 2 * self.max_burst))
         m.submodules.awq = awq = SyncFIFOBuffered(width=aw_layout.size, depth=self.max_outstanding)
-        m.submodules.lens = lens = SyncFIFOBuffered(width=8, depth=self.max_outstanding)
+        # each closed burst's len (and tag), for its write response
+        tag_bits = (self.tags - 1).bit_length()
+        m.submodules.lens = lens = SyncFIFOBuffered(width=8 + tag_bits,
+                                                    depth=self.max_outstanding)
 
         i = self.i
         hold = Signal(i.payload.shape())
@@ -132,7 +158,9 @@ class AxiWriter(wiring.Component):
         idle = Signal(range(self.idle_flush))
 
         follows = Signal()
-        m.d.comb += follows.eq(i.payload.addr == (hold.addr + 1)[:self.mem_addr_width])
+        next_addr = i.payload.addr == (hold.addr + 1)[:self.mem_addr_width]
+        m.d.comb += follows.eq(next_addr if self.tags == 1 else
+                               next_addr & (i.payload.tag == hold.tag))
         forced = (count == self.max_burst - 1) | hold.addr[:page_bits].all()
         flush = ~i.valid & (idle == self.idle_flush - 1)
         end_here = Signal()
@@ -152,7 +180,8 @@ class AxiWriter(wiring.Component):
             wq.w_data.eq(beat), wq.w_en.eq(push),
             burst.addr.eq(Mux(count == 0, hold.addr, burst_addr)), burst.len.eq(count),
             awq.w_data.eq(burst), awq.w_en.eq(close),
-            lens.w_data.eq(count), lens.w_en.eq(close),
+            lens.w_data.eq(count if self.tags == 1 else count | (hold.tag << 8)),
+            lens.w_en.eq(close),
         ]
         with m.If(push):
             with m.If(end_here):
@@ -200,7 +229,9 @@ class AxiWriter(wiring.Component):
 
         # B: in order (one ID), each answers the oldest burst
         m.d.comb += [self.b.ready.eq(1), lens.r_en.eq(self.b.valid)]
-        m.d.sync += self.durable.eq(Mux(self.b.valid & lens.r_rdy, lens.r_data + 1, 0))
+        m.d.sync += self.durable.eq(Mux(self.b.valid & lens.r_rdy, lens.r_data[:8] + 1, 0))
+        if self.tags > 1:
+            m.d.sync += self.durable_tag.eq(lens.r_data[8:])
         with m.If(self.b.valid & (self.b.payload.resp != 0)):
             m.d.sync += self.write_errors.eq(self.write_errors + 1)
         m.d.comb += self.outstanding.eq(lens.level)

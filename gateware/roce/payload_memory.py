@@ -8,6 +8,7 @@ from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.roce.axi_reader import AxiPayloadReader
 from rocegen.gateware.roce.axi_writer import AxiWriter
 from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.gateware.roce.mem_merge import MemWriteMerge
 from rocegen.gateware.roce.payload_ram import PayloadRam
 from rocegen.gateware.roce.payload_reader import PayloadReader
 from rocegen.gateware.roce.stream_in import DURABLE_WIDTH
@@ -23,7 +24,9 @@ class PayloadMemory(wiring.Component):
     (:class:`~rocegen.gateware.roce.payload_ram.PayloadRam` read by a
     :class:`~rocegen.gateware.roce.payload_reader.PayloadReader`), or an external memory through
     an AXI4 master (:class:`~rocegen.gateware.roce.axi_reader.AxiPayloadReader` for reads,
-    :class:`~rocegen.gateware.roce.axi_writer.AxiWriter` for writes).
+    :class:`~rocegen.gateware.roce.axi_writer.AxiWriter` for writes; with the responder, its
+    writes and the front end's share the writer through a
+    :class:`~rocegen.gateware.roce.mem_merge.MemWriteMerge`).
 
     Parameters
     ----------
@@ -34,6 +37,8 @@ class PayloadMemory(wiring.Component):
     mem_bytes : int
         The on-chip buffer's size, or the size of the AXI4 address space used (a power of two
         from 16 words to 2^32 bytes); the AXI4 address is at least 12 bits wide.
+    responder : bool
+        With a second write source, the responder's (``resp_w``).
 
     Ports
     -----
@@ -49,13 +54,21 @@ class PayloadMemory(wiring.Component):
     mem_w : In(MemWriteSignature(width, word_addr_bits)), on-chip only
         The user's word writes into the buffer; the front end's and the responder's have
         priority (``mem_w.ready`` is low in a cycle ``wr.valid`` or ``resp_w.valid`` is high).
-    resp_w : In(MemWriteSignature(width, word_addr_bits)), on-chip with ``responder`` only
-        The responder's payload writes (byte-enabled); the front end's have priority.
+    resp_w : In(MemWriteSignature(width, word_addr_bits)), with ``responder`` only
+        The responder's payload writes (byte-enabled); the front end's have priority
+        (``resp_w.ready`` is low in a cycle ``wr.valid`` is high).
+    resp_durable : Out(DURABLE_WIDTH), AXI4 with ``responder`` only
+        Words of ``resp_w`` acknowledged by the memory in this cycle, in the order taken
+        (:class:`~rocegen.gateware.roce.responder.Responder` ``mem_durable``); ``durable`` then
+        counts the words of ``wr`` only.
     axi : Out(Axi4Signature(max(addr_bits, 12), width)), AXI4 only
         The memory.
 
     Behaviour, latency and backpressure: those of the reader and writer; this block only
-    selects them and joins the two write sources of the on-chip buffer (combinationally).
+    selects them and joins the write sources (combinationally: on chip, into the buffer's one
+    write port; on AXI4, ``wr`` and ``resp_w`` into the writer, built with ``tags=2`` so that
+    a burst holds one source's words and each write response counts for its source). One
+    write per cycle from either source, as the buffer or the writer takes them.
     """
 
     def __init__(self, width, memory, mem_bytes, *, responder=False):
@@ -82,14 +95,14 @@ class PayloadMemory(wiring.Component):
             if responder:
                 members["resp_w"] = In(MemWriteSignature(width, self.word_addr_bits))
         else:
-            if responder:
-                raise ValueError("the responder writes into on-chip memory only (memory="
-                                 "'onchip'), not through AXI4")
             axi_bits = max((mem_bytes - 1).bit_length(), 12)
             self._reader = AxiPayloadReader(width, addr_width=axi_bits)
-            self._writer = AxiWriter(width, addr_width=axi_bits)
+            self._writer = AxiWriter(width, addr_width=axi_bits, tags=2 if responder else 1)
             self.word_addr_bits = self._writer.mem_addr_width
             members["axi"] = Out(Axi4Signature(axi_bits, width))
+            if responder:
+                members["resp_w"] = In(MemWriteSignature(width, self.word_addr_bits))
+                members["resp_durable"] = Out(DURABLE_WIDTH)
         members["wr"] = In(MemWriteSignature(width, self.word_addr_bits))
         super().__init__(members)
 
@@ -118,8 +131,18 @@ class PayloadMemory(wiring.Component):
         else:
             writer = m.submodules.writer = self._writer
             axi = wiring.flipped(self.axi)
-            wiring.connect(m, wiring.flipped(self.wr), writer.i)
-            m.d.comb += self.durable.eq(writer.durable)
+            if self.responder:
+                merge = m.submodules.merge = MemWriteMerge(self.width, self.word_addr_bits)
+                wiring.connect(m, wiring.flipped(self.wr), merge.a)
+                wiring.connect(m, wiring.flipped(self.resp_w), merge.b)
+                wiring.connect(m, merge.o, writer.i)
+                m.d.comb += [merge.durable.eq(writer.durable),
+                             merge.durable_tag.eq(writer.durable_tag),
+                             self.durable.eq(merge.a_durable),
+                             self.resp_durable.eq(merge.b_durable)]
+            else:
+                wiring.connect(m, wiring.flipped(self.wr), writer.i)
+                m.d.comb += self.durable.eq(writer.durable)
             wiring.connect(m, writer.aw, axi.aw)
             wiring.connect(m, writer.w, axi.w)
             wiring.connect(m, axi.b, writer.b)
