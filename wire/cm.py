@@ -3,16 +3,30 @@
 The byte layout is the ``CM`` header of :mod:`rocegen.wire.headers`. :func:`pack` /
 :func:`unpack` convert all fields by name; :func:`request` builds a request, :func:`traffic` a
 test-traffic datagram; :func:`pmtu_code` and :func:`retry_byte` encode the extension fields.
+
+Two additions of an FPGA with the RC responder, in bytes the existing tools send and read as
+zero (so those tools work unchanged):
+
+* the memory region a host may write: in an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS,
+  ``loc_rkey`` is the QP's R_Key, ``loc_vaddr`` the region's base (the virtual address a
+  requester uses is the FPGA's local byte address) and ``dma_length`` (bytes 52-55) the region's
+  length in bytes; all zero from an FPGA without the responder (:func:`region`);
+* :data:`REQ_QUERY` (``req_type`` 5), which the existing tools never send: the FPGA answers ACK
+  with the counters of its pattern sink in bytes 52-63 (:data:`QUERY_REPLY`: bytes checked
+  against the test pattern of their local address, and bytes found wrong; 48 bits each, never
+  cleared, and stopping short of overflowing, so a host takes the difference of two queries). An FPGA without
+  the sink drops it as an unknown request (no reply).
 """
 
-from rocegen.wire.headers import CM
+from rocegen.wire.headers import CM, Header
 from rocegen.wire.roce import PMTUS
 
 __all__ = [
     "CM_PORT", "REPLY_PORT", "DATAGRAM_BYTES",
-    "REQ_NULL", "REQ_OPEN_QP", "REQ_SEND_QP_INFO", "REQ_MODIFY_QP_RTS", "REQ_CLOSE_QP", "REQ_ERROR",
-    "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES",
-    "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte",
+    "REQ_NULL", "REQ_OPEN_QP", "REQ_SEND_QP_INFO", "REQ_MODIFY_QP_RTS", "REQ_CLOSE_QP",
+    "REQ_QUERY", "REQ_ERROR", "REGION_REQUESTS",
+    "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES", "QUERY_REPLY", "COUNT_BITS",
+    "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "region", "query_counts",
 ]
 
 #: UDP port the connection manager listens on.
@@ -27,7 +41,12 @@ REQ_OPEN_QP = 1
 REQ_SEND_QP_INFO = 2
 REQ_MODIFY_QP_RTS = 3
 REQ_CLOSE_QP = 4
+#: Asks for the pattern sink's counters (an FPGA with the responder's pattern sink).
+REQ_QUERY = 5
 REQ_ERROR = 7
+
+#: Requests whose ACK names the QP's memory region (an FPGA with the responder).
+REGION_REQUESTS = (REQ_OPEN_QP, REQ_SEND_QP_INFO, REQ_MODIFY_QP_RTS)
 
 ACK_ACK = 1
 ACK_NO_QP = 2
@@ -36,6 +55,15 @@ ACK_ERROR = 7
 
 #: Path MTU code of byte 1 -> bytes (0 is "the default").
 PMTU_BYTES = dict(enumerate(PMTUS, start=1))
+
+#: Bits of each pattern sink counter in a QUERY reply.
+COUNT_BITS = 48
+#: A QUERY reply: the 52 bytes every reply has (``head``, the ``CM`` fields up to
+#: ``listening_port`` and byte 51), then the pattern sink's counters in place of the
+#: test-traffic fields: bytes 52-57 ``checked`` (bytes compared with the test pattern of their
+#: local address), bytes 58-63 ``wrong`` (bytes that differed), big-endian.
+QUERY_REPLY = Header("cm_query", [("head", 8 * 52), ("checked", COUNT_BITS),
+                                  ("wrong", COUNT_BITS)])
 
 
 def pack(**fields):
@@ -63,6 +91,20 @@ def traffic(rem_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=Fa
     return pack(txmeta_valid=1, start=int(start), is_imm=int(imm), tx_type=int(write),
                 rem_qpn=rem_qpn, dma_length=dma_length, n_transfers=n_transfers,
                 frequency=frequency, window_log2=window_log2, **fields)
+
+
+def region(fields):
+    """The memory region a reply names (``fields`` as :func:`unpack` gives them): ``(rkey,
+    base, length)``; ``(0, 0, 0)`` from an FPGA without the responder."""
+    return fields["loc_rkey"], fields["loc_vaddr"], fields["dma_length"]
+
+
+def query_counts(raw):
+    """The pattern sink's counters in a QUERY reply (64 ``bytes``): ``(checked, wrong)``."""
+    if len(raw) != DATAGRAM_BYTES:
+        raise ValueError(f"a connection-manager datagram is {DATAGRAM_BYTES} bytes, not {len(raw)}")
+    f = QUERY_REPLY.unpack(raw)
+    return f["checked"], f["wrong"]
 
 
 def pmtu_code(pmtu):

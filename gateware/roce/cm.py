@@ -21,7 +21,9 @@ from rocegen.gateware.roce.cm_records import CmRecords
 from rocegen.gateware.roce.cm_reply import CmReplySender
 from rocegen.gateware.roce.cm_traffic import CmTraffic
 from rocegen.gateware.roce.layouts import MAX_QPS
+from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.resp_layouts import RESP_QP_CONFIG
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 
 __all__ = ["ConnectionManager", "COUNTERS", "UDP_SPORT_BASE"]
@@ -68,6 +70,9 @@ class ConnectionManager(wiring.Component):
     * MODIFY_QP_RTS: RTR -> RTS writes the new state; RTS -> RTS is accepted and changes
       nothing (as a verbs modify); from any other state it is illegal.
     * CLOSE_QP: writes an all-zero context (state RESET) and returns the number to the pool.
+    * QUERY (code 5, with ``query`` only): the pattern sink's counters (``counts``) in bytes
+      52-63 of an ACK (:data:`~rocegen.wire.cm.QUERY_REPLY`); a sender outside ``allow_net``
+      gets NAK. It names no QP and changes nothing. Without ``query`` it is an unknown code.
     * NULL and ERROR: nothing, no reply. Any other code: dropped (``drop_unknown``).
 
     Legal state changes: RESET -> INIT -> RTR -> RTS, RTS -> RTS, anything -> ERROR, anything ->
@@ -94,9 +99,13 @@ class ConnectionManager(wiring.Component):
     ``req_type``, ``ack_valid``, ``ack_type``; ``loc_*`` our side (OPEN_QP: our QPN or 0 when
     refused, the first PSN, R_Key and address 0; other requests echo the request's ``rem_*``),
     ``loc_ip`` = ``local_ip``; ``rem_*`` echo the request's ``loc_*``; ``listening_port`` echoed;
-    the rest zero. ``o_checksum`` holds the UDP checksum of the reply (pseudo-header with source
-    ``local_ip``, UDP header, payload; never 0) for the whole packet, for the UDP transmitter to
-    put in the header (it is also driven into ``meta.udp.checksum`` should that field exist).
+    the rest zero. With ``regions``, an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS carries
+    the QP's memory region as the responder's configuration table holds it (``cfg_qp`` /
+    ``cfg``): R_Key in ``loc_rkey``, base in ``loc_vaddr``, length in ``dma_length`` (bytes
+    52-55; 2^32 - 1 for a region of 2^32 bytes). ``o_checksum`` holds the UDP checksum of the
+    reply (pseudo-header with source ``local_ip``, UDP header, payload; never 0) for the whole
+    packet, for the UDP transmitter to put in the header (it is also driven into
+    ``meta.udp.checksum`` should that field exist).
 
     Malformed datagrams are dropped and counted: damaged (``error``) or not exactly 64 bytes
     (``drop_length``); not for ``local_ip`` and ``port`` (``drop_ip``); ``ack_valid`` set (a
@@ -142,10 +151,18 @@ class ConnectionManager(wiring.Component):
         AckReq on every 2^n-th packet inside long messages (0..7).
     port : int
         The UDP port served (the network stack must hand this port's datagrams to ``i``).
+    regions : bool
+        Replies name each QP's memory region: ports ``cfg_qp`` (out) and ``cfg`` (in,
+        :data:`~rocegen.gateware.roce.resp_layouts.RESP_QP_CONFIG`), a read port of the
+        responder's configuration table answering one cycle after the QP.
+    query : bool
+        QUERY is answered: port ``counts`` (in,
+        :data:`~rocegen.gateware.roce.pattern_sink.PATTERN_COUNTS`), the pattern sink's.
     """
 
     def __init__(self, width, num_qps, *, allow_net=None, default_pmtu=4096, default_timeout=14,
-                 default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT):
+                 default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT,
+                 regions=False, query=False):
         check_width(width)
         int_param("num_qps", num_qps, 1, MAX_QPS)
         if isinstance(default_pmtu, bool) or not isinstance(default_pmtu, int):
@@ -158,6 +175,10 @@ class ConnectionManager(wiring.Component):
         int_param("default_rnr_retry", default_rnr_retry, 0, 7)
         int_param("ack_every_log2", ack_every_log2, 0, 7)
         int_param("port", port, 1, 0xFFFF)
+        for name, value in (("regions", regions), ("query", query)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, not {value!r}")
+        self.regions, self.query = regions, query
         self.width = width
         self.num_qps = num_qps
         self.allow_net = allow_net
@@ -179,6 +200,10 @@ class ConnectionManager(wiring.Component):
             "qp_open": Out(num_qps),
             "errored": In(num_qps),
         }
+        if regions:
+            members.update({"cfg_qp": Out(range(num_qps)), "cfg": In(RESP_QP_CONFIG)})
+        if query:
+            members["counts"] = In(PATTERN_COUNTS)
         members.update({name: Out(1) for name in COUNTERS})
         super().__init__(members)
 
@@ -190,7 +215,7 @@ class ConnectionManager(wiring.Component):
             self.num_qps, allow_net=self.allow_net, port=self.port,
             default_pmtu=self.default_pmtu, default_timeout=self.default_timeout,
             default_retry=self.default_retry, default_rnr_retry=self.default_rnr_retry,
-            ack_every_log2=self.ack_every_log2)
+            ack_every_log2=self.ack_every_log2, regions=self.regions, query=self.query)
         tx = m.submodules.reply = CmReplySender(self.width)
         traffic = m.submodules.traffic = CmTraffic()
 
@@ -211,4 +236,8 @@ class ConnectionManager(wiring.Component):
             self.o_checksum.eq(tx.o_checksum), self.replies.eq(tx.sent),
         ]
         m.d.comb += [getattr(self, name).eq(getattr(ctl, name)) for name in CONTROL_COUNTERS]
+        if self.regions:
+            m.d.comb += [self.cfg_qp.eq(ctl.cfg_qp), ctl.cfg.eq(self.cfg)]
+        if self.query:
+            m.d.comb += ctl.counts.eq(self.counts)
         return m

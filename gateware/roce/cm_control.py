@@ -17,6 +17,7 @@ from rocegen.gateware.roce.cm_defs import (
     REQ_MODIFY_QP_RTS,
     REQ_NULL,
     REQ_OPEN_QP,
+    REQ_QUERY,
     REQ_SEND_QP_INFO,
     int_param,
 )
@@ -30,7 +31,11 @@ from rocegen.gateware.roce.layouts import (
     QPN_BASE,
     QpState,
 )
+from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.resp_layouts import RESP_QP_CONFIG
+from rocegen.wire.cm import QUERY_REPLY
+from rocegen.wire.headers import CM
 
 __all__ = ["CmControl", "CONTROL_COUNTERS"]
 
@@ -51,6 +56,12 @@ class CmControl(wiring.Component):
         QPs (1..256).
     allow_net, port
         As for :class:`~rocegen.gateware.roce.cm_checks.CmChecks`.
+    regions : bool
+        ACKs of OPEN_QP, SEND_QP_INFO and MODIFY_QP_RTS name the QP's memory region (ports
+        ``cfg_qp`` / ``cfg``).
+    query : bool
+        QUERY is answered with the pattern sink's counters (port ``counts``); without it,
+        QUERY is an unknown request.
     default_pmtu, default_timeout, default_retry, default_rnr_retry, ack_every_log2 : int
         Context defaults, as for :class:`~rocegen.gateware.roce.cm_context.CmContext`.
 
@@ -80,6 +91,14 @@ class CmControl(wiring.Component):
     gen_busy : In(1)
         The previous run is still offered to the generator: a new one is refused (``drop_gen``;
         requests are never held up by the generator).
+    cfg_qp, cfg : Out(range(num_qps)), In(RESP_QP_CONFIG), with ``regions`` only
+        A read port of the responder's configuration table (``cfg`` one cycle after
+        ``cfg_qp``): the QP an OPEN_QP would take, else the QP ``rem_qpn`` names. An ACK of
+        OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS carries its R_Key in ``loc_rkey``, its base in
+        ``loc_vaddr`` and its length in ``dma_length`` (2^32 - 1 for a region of 2^32 bytes).
+    counts : In(PATTERN_COUNTS), with ``query`` only
+        The pattern sink's counters: an ACK of QUERY carries them in bytes 52-63
+        (:data:`~rocegen.wire.cm.QUERY_REPLY`), as they are in the cycle of the decision.
     rx_requests, drop_length, ... : Out(1)
         The counter pulses of :data:`CONTROL_COUNTERS`, in the cycle of the decision.
 
@@ -90,8 +109,13 @@ class CmControl(wiring.Component):
     first cycle from t + 2 on in which no write is offered and ``reply_busy`` is low.
     """
 
-    def __init__(self, num_qps, *, allow_net=None, port=CM_PORT, **context_defaults):
+    def __init__(self, num_qps, *, allow_net=None, port=CM_PORT, regions=False, query=False,
+                 **context_defaults):
         self.num_qps = int_param("num_qps", num_qps, 1, MAX_QPS)
+        for name, value in (("regions", regions), ("query", query)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, not {value!r}")
+        self.regions, self.query = regions, query
         self._checks = CmChecks(allow_net=allow_net, port=port)
         self._context = CmContext(**context_defaults)
         members = {
@@ -106,6 +130,10 @@ class CmControl(wiring.Component):
             "run": Out(stream.Signature(CM_RUN, always_ready=True)),
             "gen_busy": In(1),
         }
+        if regions:
+            members.update({"cfg_qp": Out(range(num_qps)), "cfg": In(RESP_QP_CONFIG)})
+        if query:
+            members["counts"] = In(PATTERN_COUNTS)
         members.update({name: Out(1) for name in CONTROL_COUNTERS})
         super().__init__(members)
 
@@ -159,6 +187,8 @@ class CmControl(wiring.Component):
             rp.dst_port.eq(Mux(req.listening_port != 0, req.listening_port, dg.src_port)),
         ]
         m.d.comb += [self.run.payload.qp.eq(idx), self.run.payload.req.eq(req)]
+        if self.regions or self.query:
+            self._reply_extras(m, kind, ack, idx)
 
         pulse = {name: getattr(self, name) for name in CONTROL_COUNTERS}
         with m.FSM():
@@ -219,6 +249,11 @@ class CmControl(wiring.Component):
                             with m.Else():                       # close
                                 m.d.comb += [ack.eq(ACK_ACK), do_ctx.eq(1)]
                                 m.d.sync += release.eq(1)
+                        if self.query:
+                            with m.Case(REQ_QUERY):
+                                m.d.comb += [reply.eq(1), ack.eq(ACK_ACK)]
+                                with m.If(~c.src_allowed):
+                                    m.d.comb += [pulse["nak_not_allowed"].eq(1), ack.eq(ACK_NAK)]
                         with m.Default():
                             m.d.comb += pulse["drop_unknown"].eq(1)
                 with m.Elif(req.txmeta_valid):
@@ -253,3 +288,24 @@ class CmControl(wiring.Component):
                     m.d.comb += self.i.ready.eq(1)
                     m.next = "WAIT"
         return m
+
+    def _reply_extras(self, m, kind, ack, idx):
+        """The reply fields of the responder: the QP's region in the ACKs that name it, the
+        pattern sink's counters in the ACK of QUERY (replacing the zero bytes 52-63)."""
+        f = self.reply.payload.fields
+        acked = ack == ACK_ACK
+        if self.regions:
+            lk = self.lookup
+            m.d.comb += self.cfg_qp.eq(Mux(kind == REQ_OPEN_QP, lk.free_idx, idx))
+            mr = self.cfg.mr
+            with m.If(acked & ((kind == REQ_OPEN_QP) | (kind == REQ_SEND_QP_INFO) |
+                               (kind == REQ_MODIFY_QP_RTS))):
+                m.d.comb += [f.loc_rkey.eq(mr.rkey), f.loc_vaddr.eq(mr.base),
+                             f.dma_length.eq(Mux(mr.length[32], 0xFFFF_FFFF, mr.length[:32]))]
+        if self.query:
+            q = Signal(QUERY_REPLY.layout)
+            m.d.comb += [q.checked.eq(self.counts.checked), q.wrong.eq(self.counts.wrong)]
+            tail = CM.from_lanes(QUERY_REPLY.to_lanes(q))
+            with m.If(acked & (kind == REQ_QUERY)):
+                m.d.comb += [f.dma_length.eq(tail.dma_length),
+                             f.n_transfers.eq(tail.n_transfers), f.frequency.eq(tail.frequency)]

@@ -13,13 +13,14 @@ from rocegen.wire.cm import (
     REQ_MODIFY_QP_RTS,
     REQ_NULL,
     REQ_OPEN_QP,
+    REQ_QUERY,
     REQ_SEND_QP_INFO,
 )
 from rocegen.wire.roce import PMTUS
 
 __all__ = ["CM_PORT", "REPLY_PORT", "UDP_SPORT_BASE", "COUNTERS", "PMTU_LOG2",
            "REQ_NULL", "REQ_OPEN_QP", "REQ_SEND_QP_INFO", "REQ_MODIFY_QP_RTS", "REQ_CLOSE_QP",
-           "REQ_ERROR", "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "int_param", "parse_net"]
+           "REQ_QUERY", "REQ_ERROR", "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "int_param", "parse_net"]
 
 # (the wire's codes and ports are rocegen.wire.cm's; named here for the blocks)
 #: QP ``k`` sends from UDP source port ``UDP_SPORT_BASE | k``.

@@ -7,7 +7,14 @@ from rocegen.gateware.net.stack import STATS as NET_STATS
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.responder import RESP_COUNTERS
 
-__all__ = ["EndpointStats", "ROCE_STATS", "STATS", "MOVED_COUNTERS", "PULSE_COUNTERS"]
+__all__ = ["EndpointStats", "ROCE_STATS", "STATS", "MOVED_COUNTERS", "PULSE_COUNTERS",
+           "WIDE_COUNTERS", "WIDE_BITS"]
+
+#: Counters kept by another block that count many at once (the pattern sink's bytes), read as
+#: their values saturated to 32 bits; the last of :data:`ROCE_STATS`.
+WIDE_COUNTERS = ("sink_bytes_checked", "sink_bytes_wrong")
+#: Bits of the values on :class:`EndpointStats` ``wide``.
+WIDE_BITS = 48
 
 #: Counters of the RoCE layers, after the network stack's in the statistics address space.
 ROCE_STATS = [
@@ -20,14 +27,15 @@ ROCE_STATS = [
     "roce_qp_ctl_rejected", "stream_drop_too_long", "stream_drop_error",
 ] + [f"cm_{name}" for name in CM_COUNTERS] + [
     # (the responder's, after the others so that their addresses stay; zero without it)
-    "roce_rx_requests"] + [f"resp_{name}" for name in RESP_COUNTERS]
+    "roce_rx_requests"] + [f"resp_{name}" for name in RESP_COUNTERS] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it
 #: counts one) instead of a pulse.
 MOVED_COUNTERS = ("stream_drop_too_long", "stream_drop_error")
 #: Counters of :data:`ROCE_STATS` fed by a one-bit pulse, in address order.
-PULSE_COUNTERS = tuple(name for name in ROCE_STATS if name not in MOVED_COUNTERS)
+PULSE_COUNTERS = tuple(name for name in ROCE_STATS
+                       if name not in MOVED_COUNTERS and name not in WIDE_COUNTERS)
 
 
 class EndpointStats(wiring.Component):
@@ -41,6 +49,9 @@ class EndpointStats(wiring.Component):
     moved : In(data.StructLayout({name: 32 for name in MOVED_COUNTERS}))
         Event counters of another block (counting by at most one per cycle): each cycle in
         which one differs from its value of the cycle before counts one event.
+    wide : In(data.StructLayout({name: WIDE_BITS for name in WIDE_COUNTERS}))
+        Counters of another block that count by more than one a cycle: read as they are,
+        saturated to 32 bits (2^32 - 1 from 2^32 up).
     addr / data : In(range(len(STATS))) / Out(32)
         Read port: ``data`` is the counter ``STATS[addr]`` one cycle after the address.
     net_addr / net_data : Out(range(len(NET_STATS))) / In(32)
@@ -49,14 +60,16 @@ class EndpointStats(wiring.Component):
 
     Behaviour: counters are 32 bits and saturate (:class:`~rocegen.gateware.lib.stats.StatsBlock`);
     an event in cycle t (a pulse, or a ``moved`` counter's new value) is visible to a read
-    addressed in cycle t + 2. No backpressure: every event counts. The
-    answer is chosen by the address registered beside the two read ports' own.
+    addressed in cycle t + 2, a ``wide`` value of cycle t to a read addressed in cycle t. No
+    backpressure: every event counts. The answer is chosen by the address registered beside
+    the read ports' own.
     """
 
     def __init__(self):
         super().__init__({
             "events": In(data.StructLayout({name: 1 for name in PULSE_COUNTERS})),
             "moved": In(data.StructLayout({name: 32 for name in MOVED_COUNTERS})),
+            "wide": In(data.StructLayout({name: WIDE_BITS for name in WIDE_COUNTERS})),
             "addr": In(range(len(STATS))),
             "data": Out(32),
             "net_addr": Out(range(len(NET_STATS))),
@@ -65,18 +78,27 @@ class EndpointStats(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        stats = m.submodules.stats = StatsBlock(ROCE_STATS)
+        counted = [name for name in ROCE_STATS if name not in WIDE_COUNTERS]
+        assert ROCE_STATS[len(counted):] == list(WIDE_COUNTERS), "the wide counters come last"
+        stats = m.submodules.stats = StatsBlock(counted)
         pulses = {name: self.events[name] for name in PULSE_COUNTERS}
         for name in MOVED_COUNTERS:
             counter = self.moved[name]
             last = Signal.like(counter, name=f"last_{name}")
             m.d.sync += last.eq(counter)
             pulses[name] = counter != last
-        m.d.comb += stats.inc.eq(Cat(pulses[name] for name in ROCE_STATS))
+        m.d.comb += stats.inc.eq(Cat(pulses[name] for name in counted))
         n_net = len(NET_STATS)
         m.d.comb += [self.net_addr.eq(self.addr), stats.addr.eq(self.addr - n_net)]
-        # both read ports answer one cycle after the address: pick by the registered address
-        roce = Signal()
-        m.d.sync += roce.eq(self.addr >= n_net)
-        m.d.comb += self.data.eq(Mux(roce, stats.data, self.net_data))
+        # the read ports answer one cycle after the address: pick by the registered address
+        roce, wide = Signal(), Signal()
+        wide_data = Signal(32)
+        first_wide = n_net + len(counted)
+        m.d.sync += [roce.eq(self.addr >= n_net), wide.eq(self.addr >= first_wide)]
+        with m.Switch(self.addr):
+            for k, name in enumerate(WIDE_COUNTERS):
+                with m.Case(first_wide + k):
+                    v = self.wide[name]
+                    m.d.sync += wide_data.eq(Mux(v[32:].any(), 0xFFFF_FFFF, v[:32]))
+        m.d.comb += self.data.eq(Mux(wide, wide_data, Mux(roce, stats.data, self.net_data)))
         return m

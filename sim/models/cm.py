@@ -27,15 +27,20 @@ from rocegen.wire.cm import (
     CM_PORT,
     DATAGRAM_BYTES,
     PMTU_BYTES,
+    QUERY_REPLY,
+    REGION_REQUESTS,
     REPLY_PORT,
     REQ_CLOSE_QP,
     REQ_ERROR,
     REQ_MODIFY_QP_RTS,
     REQ_NULL,
     REQ_OPEN_QP,
+    REQ_QUERY,
     REQ_SEND_QP_INFO,
     pack,
     pmtu_code,
+    query_counts,
+    region,
     request,
     retry_byte,
     traffic,
@@ -45,9 +50,10 @@ from rocegen.wire.headers import CM
 
 __all__ = [
     "CM_PORT", "REPLY_PORT", "DATAGRAM_BYTES", "COUNTERS", "UDP_SPORT_BASE",
-    "REQ_NULL", "REQ_OPEN_QP", "REQ_SEND_QP_INFO", "REQ_MODIFY_QP_RTS", "REQ_CLOSE_QP", "REQ_ERROR",
-    "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES",
-    "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "parse_net", "in_net",
+    "REQ_NULL", "REQ_OPEN_QP", "REQ_SEND_QP_INFO", "REQ_MODIFY_QP_RTS", "REQ_CLOSE_QP",
+    "REQ_QUERY", "REQ_ERROR", "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES",
+    "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "region", "query_counts",
+    "parse_net", "in_net",
     "legal_transition", "CmReply", "CmResult", "ConnectionManagerModel",
 ]
 
@@ -91,10 +97,15 @@ class ConnectionManagerModel:
     """The connection manager as a Python object: feed it datagrams with :meth:`receive`.
 
     Parameters as for :class:`~rocegen.gateware.roce.cm.ConnectionManager`, plus ``local_ip``
-    (the FPGA's address, an integer)."""
+    (the FPGA's address, an integer). ``regions``: each QP's memory region as the responder's
+    configuration table holds it (a list of ``{"rkey", "base", "length"}`` dicts, or of
+    :func:`~rocegen.gateware.roce.responder.default_config` entries; None: no responder);
+    ``query``: QUERY is answered with :attr:`counts` (the pattern sink's ``(checked, wrong)``,
+    set by the caller)."""
 
     def __init__(self, num_qps, *, local_ip, allow_net=None, default_pmtu=4096, default_timeout=14,
-                 default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT):
+                 default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT,
+                 regions=None, query=False):
         self.num_qps = num_qps
         self.local_ip = local_ip
         self.net = parse_net(allow_net)
@@ -104,6 +115,14 @@ class ConnectionManagerModel:
         self.default_rnr_retry = default_rnr_retry
         self.ack_every_log2 = ack_every_log2
         self.port = port
+        if regions is not None:
+            regions = [r.get("mr", r) for r in regions]
+            if len(regions) != num_qps:
+                raise ValueError(f"regions must name {num_qps} QPs, not {len(regions)}")
+        self.regions = regions
+        self.query = query
+        #: the pattern sink's counters a QUERY reply carries: (checked, wrong)
+        self.counts = (0, 0)
         self.in_use = [False] * num_qps
         self.owner = [0] * num_qps
         self.context = [self.reset_context() for _ in range(num_qps)]
@@ -160,6 +179,14 @@ class ConnectionManagerModel:
         if req["info_valid"]:
             kind = req["req_type"]
             if kind in (REQ_NULL, REQ_ERROR):
+                return res
+            if kind == REQ_QUERY and self.query:
+                ack = ACK_ACK
+                if not in_net(self.net, src_ip):
+                    res.pulses.add("nak_not_allowed")
+                    ack = ACK_NAK
+                res.reply = self._reply(req, ack, None, src_ip, src_port)
+                res.pulses.add("replies")
                 return res
             if kind not in (REQ_OPEN_QP, REQ_SEND_QP_INFO, REQ_MODIFY_QP_RTS, REQ_CLOSE_QP):
                 res.pulses.add("drop_unknown")
@@ -290,7 +317,15 @@ class ConnectionManagerModel:
             "rem_vaddr": req["loc_vaddr"], "rem_ip": req["loc_ip"],
             "listening_port": req["listening_port"],
         }
+        if self.regions is not None and ack == ACK_ACK and kind in REGION_REQUESTS:
+            k = (qpn if opening else req["rem_qpn"]) - QPN_BASE
+            mr = self.regions[k]
+            fields.update(loc_rkey=mr["rkey"], loc_vaddr=mr["base"],
+                          dma_length=min(mr["length"], 0xFFFF_FFFF))
         payload = pack(**fields)
+        if kind == REQ_QUERY and ack == ACK_ACK:
+            checked, wrong = self.counts
+            payload = payload[:52] + QUERY_REPLY.pack(checked=checked, wrong=wrong)[52:]
         dport = req["listening_port"] or src_port
         udp = struct.pack(">HHHH", REPLY_PORT, dport, 8 + DATAGRAM_BYTES, 0) + payload
         return CmReply(src_ip, dport, payload, udp_checksum(self.local_ip, src_ip, udp))

@@ -14,6 +14,9 @@ from scapy.packet import Raw
 
 from rocegen.gateware.roce.cm import ConnectionManager
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState, WrOpcode
+from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
+from rocegen.gateware.roce.resp_layouts import RESP_QP_CONFIG
+from rocegen.gateware.roce.responder import default_config
 from rocegen.sim.models import cm as M
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
@@ -79,10 +82,13 @@ class Sink:
 
 
 def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=0.3, seed=0,
-             gen_stall=False, errored=0, **params):
+             gen_stall=False, errored=0, config=None, sink_counts=None, **params):
     """Run ``packets`` through a ConnectionManager (``errored``: its input of that name, held);
-    returns what came out."""
-    dut = ConnectionManager(width, num_qps, **params)
+    returns what came out. ``config``: each QP's responder configuration, served on the
+    ``cfg_qp`` / ``cfg`` read port as the responder's table does (one cycle after the QP);
+    ``sink_counts``: the pattern sink's ``(checked, wrong)`` on ``counts``, held."""
+    dut = ConnectionManager(width, num_qps, regions=config is not None,
+                            query=sink_counts is not None, **params)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
     ctl = Sink(dut.qp_ctl, backpressure=backpressure, seed=seed + 2)
@@ -101,9 +107,17 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
             for name, p in zip(M.COUNTERS, pulses):
                 counts[name] += p
 
+    async def cfg_port(ctx):
+        async for _, _, qp in ctx.tick().sample(dut.cfg_qp):
+            # (a QP number past the table reads as anything; zeros here)
+            ctx.set(dut.cfg, RESP_QP_CONFIG.const(config[qp] if qp < num_qps else {}))
+
     async def tb(ctx):
         ctx.set(dut.local_ip, ip(LOCAL_IP))
         ctx.set(dut.errored, errored)
+        if sink_counts is not None:
+            checked, wrong = sink_counts
+            ctx.set(dut.counts, PATTERN_COUNTS.const({"checked": checked, "wrong": wrong}))
         await drv.send(ctx, packets)
         while counts["rx_requests"] < len(packets) or len(col.packets) < expect_replies:
             await ctx.tick()
@@ -111,7 +125,8 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
             await ctx.tick()
         final["qp_open"] = ctx.get(dut.qp_open)
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, ctl.run, psn.run, gen.run, monitor])
+    run_sim(dut, testbenches=[tb], processes=[col.run, ctl.run, psn.run, gen.run, monitor] +
+            ([cfg_port] if config is not None else []))
     assert len(checksums) == len(col.packets)
     return {"replies": col.packets, "checksums": checksums, "ctl": ctl.items, "psn": psn.items,
             "gen": gen.items, "counts": counts, "qp_open": final["qp_open"]}
@@ -154,8 +169,9 @@ class Scenario:
     """Builds random datagrams that exercise the model's current state, and runs them through
     the model as they are made."""
 
-    def __init__(self, model, rng, hosts, *, frames=True):
+    def __init__(self, model, rng, hosts, *, frames=True, query_rate=0.0):
         self.frames = frames            # False: model only (no scapy frames, much faster)
+        self.query_rate = query_rate    # share of QUERY requests among the steps
         self.model = model
         self.rng = rng
         self.hosts = hosts
@@ -205,6 +221,11 @@ class Scenario:
 
     def step(self):
         rng = self.rng
+        if self.query_rate and rng.random() < self.query_rate:
+            src = rng.choice(self.hosts)
+            self.send(M.request(M.REQ_QUERY, **self.fields(src),
+                                rem_qpn=rng.choice([0, QPN_BASE, rng.getrandbits(24)])), src)
+            return
         r = rng.random()
         src = rng.choice(self.hosts)
         if r < 0.30:
@@ -292,6 +313,51 @@ def test_random_requests_match_the_model(width, num_qps, allow_net, steps):
     out = simulate(width, num_qps, sc.packets, allow_net=allow_net,
                    expect_replies=sum(r.reply is not None for r in results), seed=width)
     check(out, sc.model, results)
+
+
+@pytest.mark.parametrize("width,num_qps,allow_net,steps", [
+    (64, 3, NET, 120),
+    (512, 4, None, 120),
+])
+def test_regions_and_query_match_the_model(width, num_qps, allow_net, steps):
+    """With the responder: ACKs of OPEN_QP, SEND_QP_INFO and MODIFY_QP_RTS name the QP's region
+    as its configuration holds it, QUERY's ACK carries the sink's counters; every other reply
+    is as without the responder."""
+    rng = random.Random(width)
+    config = default_config(num_qps, 0, 0)
+    for c, length in zip(config, [1 << 32, 0, 4096, rng.getrandbits(32)]):
+        c["mr"].update(rkey=rng.getrandbits(32), base=rng.getrandbits(32), length=length)
+    sink = (rng.getrandbits(48), rng.getrandbits(48))
+    model = M.ConnectionManagerModel(num_qps, local_ip=ip(LOCAL_IP), allow_net=allow_net,
+                                     regions=config, query=True)
+    model.counts = sink
+    sc = Scenario(model, rng, INSIDE + OUTSIDE if allow_net else INSIDE, query_rate=0.12)
+    for _ in range(steps):
+        sc.step()
+    sc.cleanup()
+    kinds = Counter()
+    for r in sc.results:
+        if r.reply is None:
+            continue
+        f = r.reply.fields
+        kind = (f["req_type"], f["ack_type"])
+        kinds[kind] += 1
+        if f["ack_type"] == M.ACK_ACK and f["req_type"] in M.REGION_REQUESTS:
+            mr = config[f["loc_qpn"] - QPN_BASE]["mr"]
+            assert M.region(f) == (mr["rkey"], mr["base"], min(mr["length"], (1 << 32) - 1))
+        elif kind == (M.REQ_QUERY, M.ACK_ACK):
+            assert M.query_counts(r.reply.payload) == sink
+        else:
+            assert f["dma_length"] == f["n_transfers"] == f["frequency"] == 0
+    assert {(M.REQ_OPEN_QP, M.ACK_ACK), (M.REQ_SEND_QP_INFO, M.ACK_ACK),
+            (M.REQ_MODIFY_QP_RTS, M.ACK_ACK), (M.REQ_QUERY, M.ACK_ACK),
+            (M.REQ_CLOSE_QP, M.ACK_ACK)} <= set(kinds), kinds
+    if allow_net:
+        assert kinds[(M.REQ_QUERY, M.ACK_NAK)] > 0
+    out = simulate(width, num_qps, sc.packets, allow_net=allow_net, config=config,
+                   sink_counts=sink, seed=width + 1,
+                   expect_replies=sum(r.reply is not None for r in sc.results))
+    check(out, model, sc.results)
 
 
 # ---- directed cases ----

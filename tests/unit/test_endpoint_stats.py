@@ -1,5 +1,5 @@
 """The endpoint's statistics block (:class:`EndpointStats`) against a counting model: random
-pulses and moving counters, reads of the whole address space (the network stack's part answered
+pulses, moving counters and wide values, reads of the whole address space (the network stack's part answered
 by a model memory behind ``net_addr``) at random times."""
 
 import random
@@ -13,6 +13,8 @@ from rocegen.gateware.roce.endpoint_stats import (
     PULSE_COUNTERS,
     ROCE_STATS,
     STATS,
+    WIDE_BITS,
+    WIDE_COUNTERS,
     EndpointStats,
 )
 from rocegen.sim.testing.harness import run_sim
@@ -21,8 +23,9 @@ from rocegen.sim.testing.harness import run_sim
 def test_address_space_layout():
     assert STATS[:len(NET_STATS)] == NET_STATS
     assert STATS[len(NET_STATS):] == ROCE_STATS
-    assert set(PULSE_COUNTERS) | set(MOVED_COUNTERS) == set(ROCE_STATS)
+    assert set(PULSE_COUNTERS) | set(MOVED_COUNTERS) | set(WIDE_COUNTERS) == set(ROCE_STATS)
     assert not set(PULSE_COUNTERS) & set(MOVED_COUNTERS)
+    assert not (set(PULSE_COUNTERS) | set(MOVED_COUNTERS)) & set(WIDE_COUNTERS)
     assert len(set(STATS)) == len(STATS)
     dut = EndpointStats()
     assert len(dut.addr) == (len(STATS) - 1).bit_length()
@@ -41,7 +44,7 @@ def test_counts_and_reads_against_model(seed):
     # near the wrap; the first cycle counts one move (from reset's 0)
     moved = {name: (1 << 32) - rng.randrange(1, 200) for name in MOVED_COUNTERS}
     counts.update(dict.fromkeys(MOVED_COUNTERS, 1))
-    checked = {"net": 0, "roce": 0, "nonzero": 0}
+    checked = {"net": 0, "roce": 0, "nonzero": 0, "wide": 0, "saturated": 0}
 
     async def net_port(ctx):
         # the stack's read port: data one cycle after the address
@@ -64,6 +67,10 @@ def test_counts_and_reads_against_model(seed):
                 ctx.set(dut.moved[name], moved[name])
             for name, bit in pulses.items():
                 counts[name] += bit
+            wide = {name: rng.choice([rng.randrange(1 << 32), rng.randrange(1 << WIDE_BITS),
+                                      (1 << 32) - 1, 1 << 32]) for name in WIDE_COUNTERS}
+            for name, value in wide.items():
+                ctx.set(dut.wide[name], value)
             history.append(dict(counts))
             addr = rng.randrange(len(STATS))
             ctx.set(dut.addr, addr)
@@ -72,6 +79,12 @@ def test_counts_and_reads_against_model(seed):
             if addr < n_net:
                 assert got == net_values[addr], STATS[addr]
                 checked["net"] += 1
+            elif STATS[addr] in WIDE_COUNTERS:
+                # a wide value as it is in the cycle of the address, saturated to 32 bits
+                value = wide[STATS[addr]]
+                assert got == min(value, (1 << 32) - 1), (cycle, STATS[addr], value)
+                checked["wide"] += 1
+                checked["saturated"] += value >= 1 << 32
             else:
                 name = STATS[addr]
                 # an event (a pulse, a counter's move) of cycle t is read in t + 2
@@ -79,6 +92,7 @@ def test_counts_and_reads_against_model(seed):
                 assert got == expect, (cycle, name)
                 checked["roce"] += 1
                 checked["nonzero"] += expect > 0
-        assert min(checked.values()) > 100
+        assert min(checked["net"], checked["roce"], checked["nonzero"]) > 100
+        assert checked["wide"] > 10 and checked["saturated"] > 3
 
     run_sim(dut, testbenches=[tb], processes=[net_port])
