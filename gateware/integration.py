@@ -73,6 +73,19 @@ PORT_DOCS = {
              "has priority on the memory's write port.",
     "axi": "AXI4 master to the payload memory (with `--memory axi4`): payloads are read from "
            "and the streaming front end's ring is written to it.",
+    "recv": "The responder's receive buffers (with `--responder`): user logic posts a buffer "
+            "(QP, local byte address, length, id) for the SENDs and WRITEs with immediate of that "
+            "QP; held (`recv_ready` low) while the QP's receive queue is full. Buffers are used "
+            "in the order posted.",
+    "recv_cpl": "The responder's receive completions: a SEND received (bytes, immediate if "
+                "any), a WRITE with immediate (its DMA length and immediate), or a buffer ended "
+                "by an error or flushed, with the buffer's id and a status. A completion leaves "
+                "only once every payload byte of its request is in memory (with AXI4: "
+                "acknowledged by write responses). Hold `recv_cpl_ready` low to stall them.",
+    "resp_cfg": "Responder configuration writes: a QP's memory region (R_Key, base, length, "
+                "write and read rights) and the RNR timer code of its RNR NAKs. Always taken.",
+    "resp_cnp_cfg": "The responder's notification point: the shortest time between two CNPs "
+                    "of a QP, in cycles (0: a CNP for every packet marked CE). Always taken.",
     "stats_addr": "Counter read port: the counter at this address (see the counter list)...",
     "stats_data": "... appears here one cycle later (32 bits, saturating).",
     "qp_stats_qp": "Per-QP counter read port: QP index...",

@@ -22,13 +22,18 @@ from rocegen.gateware.roce.layouts import (
     CplStatus,
     check_num_qps,
 )
+from rocegen.gateware.roce.pattern_sink import PatternSink
 from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
 from rocegen.gateware.roce.qp_control import QpControl
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from rocegen.gateware.roce.resp_cnp import cnp_interval_cycles
 from rocegen.gateware.roce.resp_layouts import (
+    CNP_CONFIG,
+    CNP_INTERVAL_BITS,
     RECV_COMPLETION,
     RECV_POST,
     RESP_CONFIG_WRITE,
+    UNACKED_BITS,
 )
 from rocegen.gateware.roce.responder import RESP_COUNTERS, Responder, default_config
 from rocegen.gateware.roce.retry import RetryEngine
@@ -92,12 +97,25 @@ class RoceEndpoint(wiring.Component):
         As for :class:`~rocegen.gateware.net.stack.NetStack`.
     responder : bool
         With the RC responder (:class:`~rocegen.gateware.roce.responder.Responder`): the peers
-        WRITE and SEND into local memory (on-chip memory only).
+        WRITE and SEND into local memory, on chip or AXI4 (a receive completion leaves once
+        the payload of its request is written: with AXI4, once its write responses came back).
     resp_region, rkey_seed, rnr_timer, rq_depth
         The responder: the region of local memory every QP may be written in after reset
-        (``(base, length)`` in bytes; default the lower half of the on-chip buffer), the seed
+        (``(base, length)`` in bytes; default the lower half of local memory), the seed
         of the QPs' R_Keys (:func:`~rocegen.gateware.roce.responder.default_config`), the RNR
         timer code of its RNR NAKs and the receive buffers each QP can have posted.
+        With the responder, the connection manager's ACKs name each QP's region (its R_Key,
+        base and length: :class:`~rocegen.gateware.roce.cm.ConnectionManager` ``regions``).
+    resp_ack_every, cnp_interval
+        The responder's ACKs by count (an ACK of every N-th request a QP executes without an
+        answer, besides AckReq; 0..255, default 0: on AckReq only) and its notification
+        point's shortest time between two CNPs of a QP, in cycles (default: 4 us at
+        ``clk_hz``; 0: a CNP for every request marked CE; at run time through ``resp_cnp_cfg``).
+    pattern_sink : bool or None
+        With the responder: a :class:`~rocegen.gateware.roce.pattern_sink.PatternSink` checks
+        every payload byte the responder writes against the test pattern of its local address
+        (counters ``sink_bytes_checked`` / ``sink_bytes_wrong``, and the connection manager's
+        QUERY). Default (None): on with the responder.
 
     Ports
     -----
@@ -120,7 +138,8 @@ class RoceEndpoint(wiring.Component):
     :data:`~rocegen.gateware.roce.resp_layouts.RECV_POST`), ``recv_cpl`` (their completions,
     :data:`~rocegen.gateware.roce.resp_layouts.RECV_COMPLETION`), ``resp_cfg`` (each QP's
     region and RNR timer code, :data:`~rocegen.gateware.roce.resp_layouts.RESP_CONFIG_WRITE`,
-    always taken).
+    always taken), ``resp_cnp_cfg`` (the CNP interval,
+    :data:`~rocegen.gateware.roce.resp_layouts.CNP_CONFIG`, always taken).
 
     Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
     idle beat between packets, so one QP fills the MAC port. The parts joined here besides the
@@ -137,7 +156,8 @@ class RoceEndpoint(wiring.Component):
                  max_inflight=64, cm_port=CM_PORT, cm_allow_net=None, pmtu=4096, cm_timeout=14,
                  cm_retry=7, cm_rnr_retry=7, vlan=None, pcp=0, arp_entries=4,
                  arp_retry_cycles=100_000, arp_retries=3, qp_info=False, responder=False,
-                 resp_region=None, rkey_seed=0x5EED, rnr_timer=1, rq_depth=16):
+                 resp_region=None, rkey_seed=0x5EED, rnr_timer=1, rq_depth=16,
+                 pattern_sink=None, resp_ack_every=0, cnp_interval=None):
         check_width(width)
         check_num_qps(num_qps)
         if memory not in MEMORIES:
@@ -164,9 +184,17 @@ class RoceEndpoint(wiring.Component):
         self.addr_bits = (mem_bytes - 1).bit_length()
         if cm_port == UDP_PORT_ROCEV2:
             raise ValueError(f"cm_port must not be {UDP_PORT_ROCEV2}, the RoCEv2 port")
+        if pattern_sink is None:
+            pattern_sink = bool(responder)
+        if not isinstance(pattern_sink, bool):
+            raise TypeError(f"pattern_sink must be a bool or None, not {pattern_sink!r}")
+        if pattern_sink and not responder:
+            raise ValueError("pattern_sink checks the responder's writes: it needs "
+                             "responder=True")
         self._cm = ConnectionManager(width, num_qps, allow_net=cm_allow_net, default_pmtu=pmtu,
                                      default_timeout=cm_timeout, default_retry=cm_retry,
-                                     default_rnr_retry=cm_rnr_retry, port=cm_port)
+                                     default_rnr_retry=cm_rnr_retry, port=cm_port,
+                                     regions=bool(responder), query=pattern_sink)
         self._stack = NetStack(width, (UDP_PORT_ROCEV2, cm_port), mtu=IP_MTU, vlan=vlan, pcp=pcp,
                                arp_entries=arp_entries, arp_retry_cycles=arp_retry_cycles,
                                arp_retries=arp_retries)
@@ -192,12 +220,23 @@ class RoceEndpoint(wiring.Component):
                              f"of {mem_bytes:#x} bytes")
         if not isinstance(rnr_timer, int) or not 0 <= rnr_timer <= 31:
             raise ValueError(f"rnr_timer must be an RNR timer code 0..31, not {rnr_timer!r}")
+        if cnp_interval is None:
+            cnp_interval = cnp_interval_cycles(clk_hz)
+        if not isinstance(cnp_interval, int) or not 0 <= cnp_interval < 1 << CNP_INTERVAL_BITS:
+            raise ValueError(f"cnp_interval must be 0..{(1 << CNP_INTERVAL_BITS) - 1} cycles, "
+                             f"not {cnp_interval!r}")
+        if not isinstance(resp_ack_every, int) or not 0 <= resp_ack_every < 1 << UNACKED_BITS:
+            raise ValueError(f"resp_ack_every must be 0..{(1 << UNACKED_BITS) - 1} requests, "
+                             f"not {resp_ack_every!r}")
         self._resp = None
         if responder:
             self._resp = Responder(width, num_qps, self.word_addr_bits, rq_depth=rq_depth,
+                                   ack_every=resp_ack_every, cnp_interval=cnp_interval,
                                    config_init=default_config(num_qps, base, length,
                                                               rkey_seed=rkey_seed,
-                                                              rnr_timer=rnr_timer))
+                                                              rnr_timer=rnr_timer),
+                                   acked_writes=memory == "axi4")
+        self._sink = PatternSink(width, self.word_addr_bits) if pattern_sink else None
         self._front = StreamFrontEnd(width, ring_base=ring_base, ring_bytes=ring_bytes,
                                      max_message=max_message, max_inflight=max_inflight,
                                      addr_width=self.word_addr_bits)
@@ -210,7 +249,9 @@ class RoceEndpoint(wiring.Component):
             "max_inflight": max_inflight, "cm_port": cm_port, "cm_allow_net": self._cm.net,
             "pmtu": pmtu, "cm_timeout": cm_timeout, "cm_retry": cm_retry,
             "cm_rnr_retry": cm_rnr_retry, "responder": self.responder,
-            **({"resp_region": (base, length), "rnr_timer": rnr_timer, "rq_depth": rq_depth}
+            **({"resp_region": (base, length), "rkey_seed": rkey_seed, "rnr_timer": rnr_timer,
+                "rq_depth": rq_depth, "pattern_sink": pattern_sink,
+                "resp_ack_every": resp_ack_every, "cnp_interval": cnp_interval}
                if responder else {}),
         }
         members = {
@@ -242,7 +283,8 @@ class RoceEndpoint(wiring.Component):
         if responder:
             members.update({"recv": In(stream.Signature(RECV_POST)),
                             "recv_cpl": Out(stream.Signature(RECV_COMPLETION)),
-                            "resp_cfg": In(stream.Signature(RESP_CONFIG_WRITE))})
+                            "resp_cfg": In(stream.Signature(RESP_CONFIG_WRITE)),
+                            "resp_cnp_cfg": In(stream.Signature(CNP_CONFIG))})
         members["mem_w" if memory == "onchip" else "axi"] = \
             self._mem.signature.members["mem_w" if memory == "onchip" else "axi"]
         super().__init__(members)
@@ -379,7 +421,8 @@ class RoceEndpoint(wiring.Component):
 
     def _connect_responder(self, m, ctl):
         """The responder: requests from the receive path, the QP table's context, the set-ups
-        of the QP control, payload writes into the on-chip buffer, the user's ports."""
+        of the QP control, payload writes into local memory (and, with AXI4, the count of
+        those acknowledged), the user's ports."""
         resp = m.submodules.responder = self._resp
         qps, rx, mem = self._qps, self._rx, self._mem
         wiring.connect(m, rx.req, resp.i)
@@ -390,10 +433,22 @@ class RoceEndpoint(wiring.Component):
             resp.psn_set.payload.eq(ctl.table_psn.payload),
             resp.cfg_w.valid.eq(self.resp_cfg.valid), resp.cfg_w.payload.eq(self.resp_cfg.payload),
             self.resp_cfg.ready.eq(1),
+            resp.cnp_cfg.valid.eq(self.resp_cnp_cfg.valid),
+            resp.cnp_cfg.payload.eq(self.resp_cnp_cfg.payload), self.resp_cnp_cfg.ready.eq(1),
         ]
         wiring.connect(m, resp.mem, mem.resp_w)
+        if self._resp.acked_writes:
+            m.d.comb += resp.mem_durable.eq(mem.resp_durable)
         wiring.connect(m, wiring.flipped(self.recv), resp.recv)
         wiring.connect(m, resp.cpl, wiring.flipped(self.recv_cpl))
+        # the connection manager names each QP's region; the pattern sink watches the payload
+        # writes the memory takes, and answers QUERY through it
+        cm = self._cm
+        m.d.comb += [resp.cfg_qp.eq(cm.cfg_qp), cm.cfg.eq(resp.cfg)]
+        if self._sink is not None:
+            sink = m.submodules.pattern_sink = self._sink
+            m.d.comb += [sink.i.valid.eq(resp.mem.valid & resp.mem.ready),
+                         sink.i.payload.eq(resp.mem.payload), cm.counts.eq(sink.counts)]
 
     def _connect_statistics(self, m):
         """The counters: the stack's and the RoCE layers' in one address space
@@ -428,6 +483,8 @@ class RoceEndpoint(wiring.Component):
         m.d.comb += [
             stats.moved.stream_drop_too_long.eq(self._front.drop_too_long),
             stats.moved.stream_drop_error.eq(self._front.drop_error),
+            stats.wide.sink_bytes_checked.eq(self._sink.counts.checked if self._sink else 0),
+            stats.wide.sink_bytes_wrong.eq(self._sink.counts.wrong if self._sink else 0),
             stats.addr.eq(self.stats_addr), self.stats_data.eq(stats.data),
             st.stats_addr.eq(stats.net_addr), stats.net_data.eq(st.stats_data),
         ]

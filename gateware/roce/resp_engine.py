@@ -1,13 +1,16 @@
-"""The responder's per-packet loop: state read, decision, state written, actions handed on."""
+"""The responder's per-request pipeline: state read, checks, actions and state written, actions
+handed on."""
 
-from amaranth.hdl import Module, Signal, unsigned
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import PSN_WRITE, QP_CONTEXT, QPN_BASE, check_num_qps
-from rocegen.gateware.roce.resp_decide import ACK_FIELDS, RespDecide
+from rocegen.gateware.roce.resp_check import RespCheck, psn_place
+from rocegen.gateware.roce.resp_decide import RespDecide
 from rocegen.gateware.roce.resp_layouts import (
+    CNP_MARK,
     RECV_COMPLETION,
     RECV_POST,
     RESP_CONFIG_WRITE,
@@ -18,6 +21,7 @@ from rocegen.gateware.roce.resp_layouts import (
     RESP_STATE,
     RespVerdict,
 )
+from rocegen.gateware.roce.resp_precheck import RESP_FACTS, RESP_REQUEST
 
 __all__ = ["RespEngine", "SEQ_BITS", "TAGGED_COMPLETION"]
 
@@ -26,17 +30,13 @@ SEQ_BITS = 16
 #: A receive completion with the sequence number of the packet whose data it must follow.
 TAGGED_COMPLETION = data.StructLayout({"cpl": RECV_COMPLETION, "seq": SEQ_BITS})
 
-
-class _Step(enum.Enum, shape=2):
-    IDLE = 0
-    READ = 1
-    COMMIT = 2
-    WAIT = 3
+assert QPN_BASE % 256 == 0          # a QP's index is the low byte of its number
 
 
 class RespEngine(wiring.Component):
-    """One request at a time: its QP's responder state, configuration, context and first
-    receive buffer read, :class:`~rocegen.gateware.roce.resp_decide.RespDecide` applied, the new
+    """The requests' headers in, one decision each: its QP's responder state, configuration,
+    context and first receive buffer read, :class:`~rocegen.gateware.roce.resp_check.RespCheck`
+    and :class:`~rocegen.gateware.roce.resp_decide.RespDecide` applied a cycle apart, the new
     state written, and the placement, response, completion and receive-queue actions offered.
 
     Parameters
@@ -45,13 +45,16 @@ class RespEngine(wiring.Component):
         QPs (1..256, numbered from 256).
     config_init : list of dict or None
         Each QP's configuration after reset (:data:`RESP_QP_CONFIG` values; default: no region).
+    ack_every : int
+        ACKs by count besides AckReq (:class:`~rocegen.gateware.roce.resp_decide.RespDecide`;
+        default 0: on AckReq only).
 
     Ports
     -----
-    head_valid, head : In(1), In(RESP_HEADER)
-        The request at the head of the ingress FIFO and its headers.
-    head_done : In(1)
-        The head request's last beat was taken (by the placement stage).
+    hdr : In(stream.Signature(RESP_REQUEST))
+        The requests' headers and their facts
+        (:class:`~rocegen.gateware.roce.resp_precheck.RespPrecheck`), in the order of their
+        packets (the placement stage's).
     ctx_qp, ctx : Out(range(num_qps)), In(QP_CONTEXT)
         A QP table read port (context one cycle after the QP).
     psn_set : In(stream.Signature(PSN_WRITE, always_ready=True))
@@ -66,7 +69,7 @@ class RespEngine(wiring.Component):
         The receive queues' read port (one cycle after the QP).
     rq_pop : Out(stream.Signature(8, always_ready=True))
     rq_flush : Out(stream.Signature(8))
-        ``ready`` low while the receive queues flush: no request is started meanwhile.
+        ``ready`` low while the receive queues flush: no request is taken meanwhile.
     act : Out(stream.Signature(RESP_PLACE))
         One placement record per request, in order.
     resp : Out(stream.Signature(RESP_RESPONSE))
@@ -74,27 +77,56 @@ class RespEngine(wiring.Component):
         Receive completions, each with the sequence number (count of requests, modulo
         2^:data:`SEQ_BITS`, this one included) of the request whose placement it must follow.
     decided, verdict : Out(1), Out(RespVerdict)
-        A pulse per request with what became of it.
+        A pulse per request with what became of it (``verdict`` from a register).
+    ce : Out(stream.Signature(CNP_MARK, always_ready=True))
+        A pulse, in the cycle after ``decided``, for a request that arrived marked ECN CE
+        (``RESP_HEADER.ecn`` 0b11) from its QP's peer (``RespCheck.from_peer``: whatever its
+        verdict, duplicates and NAKed requests included), with where the QP's CNP goes.
     seq : Out(SEQ_BITS)
-        The sequence number of the newest request taken.
+        The sequence number of the newest request whose actions are offered (the receive
+        queues' flushed completions follow it).
 
     Behaviour
     ---------
-    A request is taken from the head in the cycle after the previous one's last beat left it:
-    one cycle to read (IDLE, addresses from the head's DestQP), one to decide (READ), then
-    COMMIT until the placement record and every other action are taken (one cycle when
-    nothing waits), then WAIT for its last beat to be taken. A ``psn_set`` wins the state
-    memory's write port; one naming the QP of the request in flight makes that request's
-    decision void (nothing placed, answered or completed: the requester resends it).
+    A pipeline of three stages and an output register, a request in each:
+
+    * TAKE: the header at the head of ``hdr`` addresses the state and configuration memories,
+      the QP table and the receive queues, and is registered.
+    * CHECK: ``RespCheck`` on what the reads return; the verdict registered.
+    * ACT: ``RespDecide`` on the verdict and the same reads (their addresses held): the new
+      state written, the actions registered into the output register. It waits while the
+      output register still holds actions of the request before, or while a ``psn_set`` of
+      another QP takes the state memory's write port.
+    * The output register offers the actions (each to its port, independently) until all are
+      taken.
+
+    A request is taken in the cycle its predecessor acts (or later), so a request is decided
+    every two cycles. A request taken while its predecessor of the same QP acts reads that QP's
+    state before it is written: CHECK then takes the state the predecessor leaves from a
+    register (and the place of its PSN against the new ePSN, worked out in the TAKE cycle from
+    the predecessor's PSN and verdict), ACT reads it from the memory. A request that would
+    read the receive queue its predecessor pops in that cycle waits one cycle more (the
+    queue's head moves with the pop): SEND FIRST/ONLY and WRITEs with immediate of one QP take
+    three cycles each. Latency: a header offered in cycle t (the pipeline empty) has its
+    actions offered in cycle t + 3.
+
+    A ``psn_set`` takes effect in the cycle after it comes (the state memory's write port is
+    its, an ACT of another QP waits). One naming the QP of a request from the cycle it is taken
+    to the cycle it acts makes its decision void (nothing placed, answered, completed or
+    popped, the state not written: the requester resends it); one while the request's actions
+    wait in the output register withdraws those not yet taken (the placement record then
+    writes nothing).
     """
 
-    def __init__(self, num_qps, *, config_init=None):
+    def __init__(self, num_qps, *, config_init=None, ack_every=0):
         check_num_qps(num_qps)
         self.num_qps = num_qps
+        self._check = RespCheck()
+        self._decide = RespDecide(ack_every=ack_every)
         self._config = Memory(shape=RESP_QP_CONFIG, depth=num_qps, init=config_init or [])
         self._state = Memory(shape=RESP_STATE, depth=num_qps, init=[])
         super().__init__({
-            "head_valid": In(1), "head": In(RESP_HEADER), "head_done": In(1),
+            "hdr": In(stream.Signature(RESP_REQUEST)),
             "ctx_qp": Out(range(num_qps)), "ctx": In(QP_CONTEXT),
             "psn_set": In(stream.Signature(PSN_WRITE, always_ready=True)),
             "cfg_w": In(stream.Signature(RESP_CONFIG_WRITE, always_ready=True)),
@@ -106,12 +138,14 @@ class RespEngine(wiring.Component):
             "resp": Out(stream.Signature(RESP_RESPONSE)),
             "cpl": Out(stream.Signature(TAGGED_COMPLETION)),
             "decided": Out(1), "verdict": Out(RespVerdict), "seq": Out(SEQ_BITS),
+            "ce": Out(stream.Signature(CNP_MARK, always_ready=True)),
         })
 
     def elaborate(self, platform):
         m = Module()
         n = self.num_qps
-        dec = m.submodules.decide = RespDecide()
+        chk = m.submodules.check = self._check
+        dec = m.submodules.decide = self._decide
         m.submodules.state = self._state
         m.submodules.config = self._config
         st_r, st_w = self._state.read_port(), self._state.write_port()
@@ -121,94 +155,128 @@ class RespEngine(wiring.Component):
                      cf_w.addr.eq(self.cfg_w.payload.qp), cf_w.data.eq(self.cfg_w.payload.config),
                      cf_w.en.eq(self.cfg_w.valid & (self.cfg_w.payload.qp < n))]
 
-        step = Signal(_Step)
-        h = Signal(RESP_HEADER)
+        h = Signal(RESP_HEADER)             # the request in CHECK or ACT (one at a time)
+        f = Signal(RESP_FACTS)              # and its headers' facts
         qp = Signal(8)
         in_table = Signal()
-        stale = Signal()
-        done = Signal()                      # the request's last beat was taken
-        seq = Signal(SEQ_BITS)
+        stale = Signal()                    # a set-up of its QP took effect since it was taken
+        checking, acting = Signal(), Signal()
+        v_r, fault_r, peer_r = Signal(RespVerdict), Signal(), Signal()
+        seq = Signal(SEQ_BITS)              # requests taken
+        # the state the request in CHECK follows when its predecessor was of the same QP (its
+        # read came before that state was written)
+        fwd, fwd_st = Signal(), Signal(RESP_STATE)
+        fwd_ahead, fwd_behind = Signal(), Signal()
+        # a set-up takes effect (its state written) in the cycle after it comes; `hit`: it names
+        # the request in the pipeline, `withdraw`: the one whose actions wait
+        ps = self.psn_set
+        ps_v, ps_r = Signal(), Signal(PSN_WRITE)
+        hit, withdraw = Signal(), Signal()
+        m.d.sync += [ps_v.eq(ps.valid), ps_r.eq(ps.payload)]
 
-        # ---- IDLE: the reads, addressed by the head's DestQP
-        index = Signal(24)
-        m.d.comb += index.eq(self.head.bth.dest_qp - QPN_BASE)
-        rd = index[:8]
+        # the output register: what is left to hand on of the request that acted last
+        place, resp, cpl = Signal(RESP_PLACE), Signal(RESP_RESPONSE), Signal(RECV_COMPLETION)
+        c_seq = Signal(SEQ_BITS)
+        p_act, p_resp, p_cpl, p_flush = (Signal(name=f"p_{k}") for k in
+                                         ("act", "resp", "cpl", "flush"))
+        busy = p_act | p_resp | p_cpl | p_flush
+
+        # ---- ACT: done in this cycle unless the output register or the write port is taken
+        void = stale | hit
+        acts = Signal()
+        m.d.comb += acts.eq(acting & ~busy & ~(ps_v & ~hit))
+
+        # ---- TAKE: the head's reads (the reads held for the request in CHECK and ACT)
+        head, hf = self.hdr.payload.h, self.hdr.payload.f
+        head_qp = head.bth.dest_qp[:8]
+        hold = checking | (acting & ~acts)
+        same = acting & (head_qp == qp)     # the request acting is of the head's QP
+        # (a request that may take a receive buffer: the next of its QP waits a cycle)
+        may_pop = Signal()
+        take = Signal()
+        m.d.comb += [take.eq(self.hdr.valid & ~hold & ~(same & may_pop) & self.rq_flush.ready),
+                     self.hdr.ready.eq(take)]
+        rd = Signal(8)
+        m.d.comb += rd.eq(Mux(hold, qp, head_qp))
         for port in (st_r.addr, cf_r.addr, self.ctx_qp, self.rq_qp):
             m.d.comb += port.eq(rd)
-        take = (step == _Step.IDLE) & self.head_valid & self.rq_flush.ready
+        # the state the acting request leaves, its ePSN that of the request if it executes
+        # (else unchanged: the read of the acting request is still on the port)
+        after = Signal(24)
+        m.d.comb += after.eq(Mux(v_r == RespVerdict.EXECUTED, h.bth.psn + 1, st_r.data.epsn))
+        ahead_f, behind_f = psn_place(m, head.bth.psn, after)
         with m.If(take):
-            m.d.sync += [h.eq(self.head), qp.eq(rd), in_table.eq(index < n), stale.eq(0),
-                         done.eq(0), seq.eq(seq + 1), step.eq(_Step.READ)]
-
-        # ---- READ: the decision, registered
-        cfg = cf_r.data
-        m.d.comb += [dec.h.eq(h), dec.in_table.eq(in_table), dec.ctx.eq(self.ctx),
-                     dec.st.eq(st_r.data), dec.mr.eq(cfg.mr), dec.rnr_timer.eq(cfg.rnr_timer),
-                     dec.rq_valid.eq(self.rq_valid), dec.rq_head.eq(self.rq_head)]
-        new_st = Signal(RESP_STATE)
-        place = Signal(RESP_PLACE)
-        resp = Signal(RESP_RESPONSE)
-        cpl = Signal(RECV_COMPLETION)
-        # what COMMIT still has to hand on
-        p_st, p_act, p_resp, p_cpl, p_flush = (Signal(name=f"p_{k}") for k in
-                                               ("st", "act", "resp", "cpl", "flush"))
-        ack = Signal(ACK_FIELDS)
-        m.d.comb += ack.eq(dec.resp)
-        with m.If(step == _Step.READ):
-            m.d.sync += [
-                new_st.eq(dec.new_st), place.eq(dec.place),
-                resp.qp.eq(qp), resp.syndrome.eq(ack.syndrome), resp.psn.eq(ack.psn),
-                resp.msn.eq(ack.msn), resp.dest_qpn.eq(self.ctx.peer_qpn),
-                resp.dst_ip.eq(self.ctx.peer_ip), resp.src_port.eq(self.ctx.udp_sport),
-                resp.dscp.eq(self.ctx.dscp), cpl.eq(dec.cpl), cpl.qp.eq(qp),
-                p_st.eq(1), p_act.eq(1), p_resp.eq(dec.resp_valid), p_cpl.eq(dec.cpl_valid),
-                p_flush.eq(dec.flush), step.eq(_Step.COMMIT),
-            ]
-        m.d.comb += [self.decided.eq(step == _Step.READ), self.verdict.eq(dec.verdict),
-                     self.rq_pop.payload.eq(qp),
-                     self.rq_pop.valid.eq((step == _Step.READ) & dec.rq_pop & ~stale &
-                                          ~(self.psn_set.valid &
-                                            (self.psn_set.payload.qp == qp))),
-                     self.seq.eq(seq)]
-
-        # ---- a set-up of the request's QP makes its decision void
-        ps = self.psn_set
-        # (COMMIT then offers nothing but the placement record, with nothing to write)
-        with m.If(ps.valid & (ps.payload.qp == qp) & (step != _Step.IDLE)):
+            m.d.sync += [h.eq(head), f.eq(hf), qp.eq(head_qp),
+                         in_table.eq((head.bth.dest_qp[8:] == QPN_BASE >> 8) & (head_qp < n)),
+                         may_pop.eq(hf.needs_rq | (hf.send & (hf.first | hf.only))),
+                         stale.eq(ps_v & (ps_r.qp == head_qp)), seq.eq(seq + 1),
+                         fwd.eq(same & ~void), fwd_st.eq(dec.new_st),
+                         fwd_ahead.eq(ahead_f), fwd_behind.eq(behind_f)]
+        with m.Elif(hit):
             m.d.sync += stale.eq(1)
+        m.d.sync += [hit.eq(ps.valid & Mux(take, ps.payload.qp == head_qp, ps.payload.qp == qp)),
+                     withdraw.eq(ps.valid & Mux(acts, ps.payload.qp == qp,
+                                                ps.payload.qp == resp.qp))]
+        m.d.sync += [checking.eq(take), acting.eq(checking | (acting & ~acts))]
 
-        # ---- COMMIT: the state written (a set-up first), the actions offered
-        commit = step == _Step.COMMIT
-        void = stale | (ps.valid & (ps.payload.qp == qp))
-        with m.If(ps.valid):
-            m.d.comb += [st_w.addr.eq(ps.payload.qp), st_w.data.epsn.eq(ps.payload.psn),
-                         st_w.en.eq(ps.payload.qp < n)]
-        with m.Elif(commit & p_st):
-            m.d.comb += [st_w.addr.eq(qp), st_w.data.eq(new_st), st_w.en.eq(~stale)]
-            m.d.sync += p_st.eq(0)
+        # ---- CHECK: the verdict, registered
+        cfg = cf_r.data
+        ahead_m, behind_m = psn_place(m, h.bth.psn, st_r.data.epsn)
+        m.d.comb += [chk.h.eq(h), chk.f.eq(f), chk.in_table.eq(in_table), chk.ctx.eq(self.ctx),
+                     chk.st.eq(Mux(fwd, fwd_st, st_r.data)),
+                     chk.ahead.eq(Mux(fwd, fwd_ahead, ahead_m)),
+                     chk.behind.eq(Mux(fwd, fwd_behind, behind_m)),
+                     chk.mr.eq(cfg.mr), chk.rq_valid.eq(self.rq_valid),
+                     chk.rq_head.eq(self.rq_head)]
+        with m.If(checking):
+            m.d.sync += [v_r.eq(chk.verdict), fault_r.eq(chk.length_fault),
+                         peer_r.eq(chk.from_peer)]
+
+        # ---- ACT: the actions of the verdict; the state written (a set-up first)
+        m.d.comb += [dec.verdict.eq(v_r), dec.length_fault.eq(fault_r), dec.h.eq(h), dec.f.eq(f),
+                     dec.st.eq(st_r.data), dec.rnr_timer.eq(cfg.rnr_timer),
+                     dec.rq_head.eq(self.rq_head)]
+        with m.If(ps_v):
+            m.d.comb += [st_w.addr.eq(ps_r.qp), st_w.data.epsn.eq(ps_r.psn),
+                         st_w.en.eq(ps_r.qp < n)]
+        with m.Else():
+            m.d.comb += [st_w.addr.eq(qp), st_w.data.eq(dec.new_st), st_w.en.eq(acts & ~stale)]
+        m.d.comb += [self.rq_pop.valid.eq(acts & dec.rq_pop & ~void),
+                     self.rq_pop.payload.eq(qp),
+                     self.decided.eq(acts), self.verdict.eq(v_r)]
+        with m.If(acts):
+            m.d.sync += [
+                place.eq(dec.place), place.write.eq(dec.place.write & ~void),
+                resp.qp.eq(qp), resp.syndrome.eq(dec.resp.syndrome), resp.psn.eq(dec.resp.psn),
+                resp.msn.eq(dec.resp.msn), resp.dest_qpn.eq(self.ctx.peer_qpn),
+                resp.dst_ip.eq(self.ctx.peer_ip), resp.src_port.eq(self.ctx.udp_sport),
+                resp.dscp.eq(self.ctx.dscp), cpl.eq(dec.cpl), cpl.qp.eq(qp), c_seq.eq(seq),
+                p_act.eq(1), p_resp.eq(dec.resp_valid & ~void),
+                p_cpl.eq(dec.cpl_valid & ~void), p_flush.eq(dec.flush & ~void),
+            ]
+        # (a CE mark: one cycle, with the response's addressing registered beside it)
+        m.d.sync += self.ce.valid.eq(acts & peer_r & (h.ecn == 0b11))
+        m.d.comb += [self.ce.payload.qp.eq(resp.qp), self.ce.payload.dest_qpn.eq(resp.dest_qpn),
+                     self.ce.payload.dst_ip.eq(resp.dst_ip),
+                     self.ce.payload.src_port.eq(resp.src_port)]
+
+        # ---- the output register: each action to its port; a set-up withdraws what is left
         m.d.comb += [
-            self.act.valid.eq(commit & p_act), self.act.payload.eq(place),
-            self.resp.valid.eq(commit & p_resp & ~void), self.resp.payload.eq(resp),
-            self.cpl.valid.eq(commit & p_cpl & ~void), self.cpl.payload.cpl.eq(cpl),
-            self.cpl.payload.seq.eq(seq),
-            self.rq_flush.valid.eq(commit & p_flush & ~void), self.rq_flush.payload.eq(qp),
+            self.act.valid.eq(p_act), self.act.payload.eq(place),
+            self.resp.valid.eq(p_resp & ~withdraw), self.resp.payload.eq(resp),
+            self.cpl.valid.eq(p_cpl & ~withdraw), self.cpl.payload.cpl.eq(cpl),
+            self.cpl.payload.seq.eq(c_seq),
+            self.rq_flush.valid.eq(p_flush & ~withdraw), self.rq_flush.payload.eq(resp.qp),
+            self.seq.eq(c_seq),
         ]
-        with m.If(void):
+        with m.If(withdraw):
             m.d.comb += self.act.payload.write.eq(0)
-            m.d.sync += [p_resp.eq(0), p_cpl.eq(0), p_flush.eq(0)]
         for pending, port in ((p_act, self.act), (p_resp, self.resp), (p_cpl, self.cpl),
                               (p_flush, self.rq_flush)):
             with m.If(port.valid & port.ready):
                 m.d.sync += pending.eq(0)
-        all_taken = ~((p_st & ps.valid) | (p_act & ~self.act.ready) |
-                      (p_resp & ~void & ~self.resp.ready) | (p_cpl & ~void & ~self.cpl.ready) |
-                      (p_flush & ~void & ~self.rq_flush.ready))
-        with m.If(commit & all_taken):
-            m.d.sync += step.eq(_Step.WAIT)
-
-        # ---- WAIT: the request's last beat leaves the head
-        with m.If((step != _Step.IDLE) & self.head_done):
-            m.d.sync += done.eq(1)
-        with m.If((step == _Step.WAIT) & (done | self.head_done)):
-            m.d.sync += step.eq(_Step.IDLE)
+        with m.If(withdraw & ~acts):
+            m.d.sync += [p_resp.eq(0), p_cpl.eq(0), p_flush.eq(0)]
+        with m.If(withdraw & p_act & ~self.act.ready & ~acts):
+            m.d.sync += place.write.eq(0)
         return m

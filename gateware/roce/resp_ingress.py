@@ -1,12 +1,14 @@
 """The responder's ingress: request datagrams parsed and stored whole before they are acted on."""
 
 from amaranth.hdl import Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.fifo import PacketFifo, fifo_depth
 from rocegen.gateware.lib.stream import PacketSignature, check_width, leading_lanes
 from rocegen.gateware.roce.resp_layouts import LENGTH_BITS, REQ_HDR_MAX, REQ_HDR_MIN, RESP_HEADER
+from rocegen.gateware.roce.resp_precheck import RESP_REQUEST, RespPrecheck, has_imm
 from rocegen.wire import headers as H
 
 __all__ = ["RespIngress", "is_request", "has_reth", "has_imm", "ICRC_BYTES"]
@@ -33,16 +35,9 @@ def has_reth(opcode):
             (opcode == H.OP_RC_RDMA_READ_REQUEST))
 
 
-def has_imm(opcode):
-    """The *_WITH_IMMEDIATE opcodes carry an ImmDt (after the RETH, if any)."""
-    return ((opcode == H.OP_RC_SEND_LAST_WITH_IMMEDIATE) |
-            (opcode == H.OP_RC_SEND_ONLY_WITH_IMMEDIATE) |
-            (opcode == H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE) |
-            (opcode == H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE))
-
-
 class RespIngress(wiring.Component):
-    """Request datagrams in, parsed and stored whole; out once complete, headers in ``meta``.
+    """Request datagrams in, parsed and stored whole; out once complete: the beats on one
+    stream, the headers of each on another, ahead of its beats.
 
     Parameters
     ----------
@@ -51,23 +46,32 @@ class RespIngress(wiring.Component):
     depth : int or None
         Beats of the store-and-forward FIFO (a power of two; default: two datagrams of the
         largest IP packet the endpoint takes, 4160 bytes).
+    headers : int
+        Requests whose headers can wait on ``hdr`` (a power of two from 2 to 256; default 32).
 
     Ports
     -----
     i : In(PacketSignature(width))
         Every RoCEv2 datagram from the ICRC check, IPv4 header first, ICRC removed, ``error`` on
         the last beat when the ICRC was bad. Always ready.
-    o : Out(PacketSignature(width, RESP_HEADER))
+    o : Out(PacketSignature(width))
         The request datagrams (BTH opcode :func:`is_request`) that are well formed, whole, the
-        same bytes as taken, with their headers parsed into ``meta``
+        same bytes as taken (``error`` 0).
+    hdr : Out(stream.Signature(RESP_REQUEST))
+        One record per datagram of ``o``, in the same order: its headers parsed
         (:data:`~rocegen.gateware.roce.resp_layouts.RESP_HEADER`; RETH and ImmDt fields zero
-        where the opcode has none) from the first beat on.
+        where the opcode has none) and their facts
+        (:class:`~rocegen.gateware.roce.resp_precheck.RespPrecheck`, worked out between the
+        register stage and the queue). Independent of ``o``: a record is offered as soon as
+        its datagram is whole in the FIFO, while the datagrams before it may still be
+        leaving.
     malformed : Out(1)
         Pulses for a request with a good ICRC and a whole BTH dropped because the datagram is
         shorter than its extension headers, or its payload and pad are not a whole number of
         4-byte words, or PadCnt is more than they hold.
     overflow : Out(1)
-        Pulses for a request dropped because the FIFO had no room (the requester resends it).
+        Pulses for a request dropped because the FIFO had no room for its beats or ``headers``
+        records were waiting (the requester resends it).
 
     Behaviour
     ---------
@@ -75,24 +79,36 @@ class RespIngress(wiring.Component):
       other blocks count them) are dropped silently; nothing is ever stalled.
     * Byte order: lanes untouched (byte 0 of the IPv4 header in lane 0 of the first beat).
     * Latency: one register stage, then :class:`~rocegen.gateware.lib.fifo.PacketFifo` (store and
-      forward): a datagram's first beat is offered 3 cycles after its last beat is taken, when
-      ``o`` was idle.
-    * Throughput: one beat per cycle in and out.
-    * Backpressure: ``o.ready`` low holds the FIFO's output; the input is never held (a datagram
+      forward): a datagram's record is offered on ``hdr`` 2 cycles after its last beat is
+      taken (in the cycle after the datagram is committed to the FIFO), its first beat on
+      ``o`` 3 cycles after, when the outputs were idle.
+    * Throughput: one beat per cycle in and out; one record per cycle on ``hdr``.
+    * Backpressure: ``o.ready`` low holds the FIFO's output, ``hdr.ready`` low the queue of
+      records (LUT RAM read combinationally at its head); the input is never held (a datagram
       that does not fit is dropped and counted).
+    * How the two stay in step: a datagram enters the record queue in the cycle its last beat
+      is committed to the FIFO, which the register stage knows from the FIFO's level (a beat
+      is stored when the FIFO is not full, a datagram one of whose beats was not is dropped
+      whole); when the record queue is full, the last beat goes into the FIFO marked
+      ``error``, and the FIFO drops the datagram.
     """
 
-    def __init__(self, width, depth=None):
+    def __init__(self, width, depth=None, *, headers=32):
         check_width(width)
         if depth is None:
             depth = fifo_depth(4160, width, packets=2)
+        if not isinstance(headers, int) or isinstance(headers, bool) or \
+                not 2 <= headers <= 256 or headers & (headers - 1):
+            raise ValueError(f"headers must be a power of two from 2 to 256 records, "
+                             f"not {headers!r}")
         self.width = width
-        self._fifo = PacketFifo(width, depth, RESP_HEADER, store_and_forward=True,
-                                drop_errors=True, overflow="drop")
-        self.depth = depth
+        self._fifo = PacketFifo(width, depth, store_and_forward=True, drop_errors=True,
+                                overflow="drop")
+        self.depth, self.headers = depth, headers
         super().__init__({
             "i": In(PacketSignature(width)),
-            "o": Out(PacketSignature(width, RESP_HEADER)),
+            "o": Out(PacketSignature(width)),
+            "hdr": Out(stream.Signature(RESP_REQUEST)),
             "malformed": Out(1),
             "overflow": Out(1),
         })
@@ -101,8 +117,10 @@ class RespIngress(wiring.Component):
         m = Module()
         W = self.width
         fifo = m.submodules.fifo = self._fifo
+        hq = m.submodules.headers = SyncFIFO(width=RESP_REQUEST.size, depth=self.headers)
         wiring.connect(m, fifo.o, wiring.flipped(self.o))
-        m.d.comb += [self.i.ready.eq(1), self.overflow.eq(fifo.drop_overflow)]
+        m.d.comb += [self.i.ready.eq(1), self.hdr.valid.eq(hq.r_rdy),
+                     self.hdr.payload.eq(hq.r_data), hq.r_en.eq(self.hdr.ready)]
 
         # the first REQ_HDR_MAX bytes of each datagram, captured beat by beat
         beat = self.i.payload
@@ -131,21 +149,43 @@ class RespIngress(wiring.Component):
         whole_bth = udp.length >= H.UDP.length + H.BTH.length + ICRC_BYTES
 
         # one register stage in front of the FIFO, with the verdict and the headers on the
-        # last beat (where the FIFO samples its metadata)
+        # last beat
         fi = fifo.i
         req = is_request(op)
+        hd = Signal(RESP_HEADER)
+        err = Signal()                      # the last beat: not a good request
         with m.If(take):
             m.d.sync += [
                 fi.payload.data.eq(beat.data), fi.payload.keep.eq(beat.keep),
                 fi.payload.last.eq(beat.last),
-                fi.payload.error.eq(beat.last & (beat.error | ~req | bad)),
-                fi.payload.meta.src_ip.eq(ip.src), fi.payload.meta.src_port.eq(udp.src_port),
-                fi.payload.meta.ecn.eq(ip.ecn), fi.payload.meta.bth.eq(bth),
-                fi.payload.meta.reth.eq(Mux(r, reth.as_value(), 0)),
-                fi.payload.meta.imm.eq(Mux(i, imm, 0)),
-                fi.payload.meta.hdr_len.eq(hdr_len),
-                fi.payload.meta.length.eq((body - bth.padcnt)[:LENGTH_BITS]),
+                err.eq(beat.last & (beat.error | ~req | bad)),
+                hd.src_ip.eq(ip.src), hd.src_port.eq(udp.src_port),
+                hd.ecn.eq(ip.ecn), hd.bth.eq(bth),
+                hd.reth.eq(Mux(r, reth.as_value(), 0)),
+                hd.imm.eq(Mux(i, imm, 0)),
+                hd.hdr_len.eq(hdr_len),
+                hd.length.eq((body - bth.padcnt)[:LENGTH_BITS]),
             ]
         m.d.sync += [fi.valid.eq(take),
                      self.malformed.eq(take & beat.last & ~beat.error & req & bad & whole_bth)]
+
+        # the FIFO's decision on each beat, followed: a beat is stored when the FIFO is not
+        # full; a datagram one of whose beats was not is dropped whole (`lost`)
+        full = fifo.level == fifo.depth
+        lost = Signal()
+        with m.If(fi.valid):
+            m.d.sync += lost.eq(~fi.payload.last & (lost | full))
+        # a good request's last beat is committed with its record, or dropped for want of room
+        # for the record (marked `error`, the FIFO drops it)
+        whole = fi.valid & fi.payload.last & ~err & ~lost & ~full
+        no_room = Signal()
+        pre = m.submodules.precheck = RespPrecheck()
+        rec = Signal(RESP_REQUEST)
+        m.d.comb += [
+            pre.h.eq(hd), rec.h.eq(hd), rec.f.eq(pre.facts),
+            hq.w_data.eq(rec), hq.w_en.eq(whole),
+            fi.payload.error.eq(err | (fi.payload.last & ~hq.w_rdy)),
+        ]
+        m.d.sync += no_room.eq(whole & ~hq.w_rdy)
+        m.d.comb += self.overflow.eq(fifo.drop_overflow | no_room)
         return m

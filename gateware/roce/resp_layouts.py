@@ -8,7 +8,8 @@ from rocegen.wire import headers as H
 
 __all__ = ["RespVerdict", "RespKind", "RESP_HEADER", "RESP_PLACE", "RESP_RESPONSE", "RESP_STATE", "MR_ENTRY",
            "RESP_QP_CONFIG", "RESP_CONFIG_WRITE", "RECV_POST", "RecvOpcode", "RecvStatus", "RECV_COMPLETION",
-           "REQ_HDR_MAX", "REQ_HDR_MIN", "ACK_PAYLOAD", "CNP_PAYLOAD_BYTES", "LENGTH_BITS"]
+           "REQ_HDR_MAX", "REQ_HDR_MIN", "ACK_PAYLOAD", "CNP_PAYLOAD_BYTES", "LENGTH_BITS",
+           "UNACKED_BITS", "CNP_MARK", "CNP_CONFIG", "CNP_INTERVAL_BITS", "CNP_DSCP"]
 
 #: Bytes from the start of a request's IPv4 header to its payload: IPv4 20, UDP 8, BTH 12, at
 #: most RETH 16 and ImmDt 4.
@@ -19,6 +20,13 @@ ACK_PAYLOAD = H.BTH.length + H.AETH.length
 CNP_PAYLOAD_BYTES = H.BTH.length + H.CNP_PAYLOAD.length
 #: Bits of a packet's payload length (a datagram within the IP MTU of 4160 bytes).
 LENGTH_BITS = 13
+#: Bits of a QP's count of packets executed since its last answer (``ack_every`` is below
+#: 2^UNACKED_BITS).
+UNACKED_BITS = 8
+#: Bits of the shortest time between two CNPs of a QP, in cycles.
+CNP_INTERVAL_BITS = 24
+#: DSCP of the CNPs: 48, as ConnectX sends them (``shared/spec/roce-wire.md``).
+CNP_DSCP = 48
 
 
 class RespVerdict(enum.Enum, shape=4):
@@ -93,7 +101,21 @@ RESP_STATE = data.StructLayout({
                                # in the receive buffer
     "total": 32,               # WRITE: the DMA length; SEND: the receive buffer's length
     "wr_id": 32,               # SEND: the receive work request being filled
+    "unacked": UNACKED_BITS,   # requests executed since the QP's last answer (0 unless the
+                               # responder ACKs every ``ack_every`` requests)
 })
+
+#: A request that arrived marked ECN CE (congestion experienced) from its QP's peer: where the
+#: QP's CNP goes (the peer's QP number and IPv4 address, the QP's UDP source port).
+CNP_MARK = data.StructLayout({
+    "qp": 8,
+    "dest_qpn": 24,
+    "dst_ip": 32,
+    "src_port": 16,
+})
+
+#: The notification point's run-time setting: the shortest time between two CNPs of a QP.
+CNP_CONFIG = data.StructLayout({"interval": CNP_INTERVAL_BITS})
 
 #: A QP's memory region: the local bytes [base, base + length) the peer may write with R_Key
 #: ``rkey`` (the virtual address a requester uses is the local byte address).

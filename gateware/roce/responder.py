@@ -1,6 +1,6 @@
 """The RC responder: the host's RDMA WRITEs and SENDs into local memory, answered."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -10,23 +10,35 @@ from rocegen.gateware.net.udp_tx import UDP_TX_META
 from rocegen.gateware.roce.layouts import PSN_WRITE, QP_CONTEXT, check_num_qps
 from rocegen.gateware.roce.recv_queue import RecvQueue
 from rocegen.gateware.roce.resp_ack import RespAck
+from rocegen.gateware.roce.resp_cnp import DEFAULT_CNP_INTERVAL, RespCnp
+from rocegen.gateware.roce.resp_durable import RespDurable
 from rocegen.gateware.roce.resp_engine import SEQ_BITS, TAGGED_COMPLETION, RespEngine
 from rocegen.gateware.roce.resp_ingress import RespIngress
 from rocegen.gateware.roce.resp_layouts import (
+    CNP_CONFIG,
+    CNP_DSCP,
     RECV_COMPLETION,
     RECV_POST,
     RESP_CONFIG_WRITE,
+    RESP_PLACE,
     RESP_QP_CONFIG,
     RespVerdict,
 )
 from rocegen.gateware.roce.resp_place import RespPlace
+from rocegen.gateware.roce.stream_post import DURABLE_WIDTH
 
-__all__ = ["Responder", "RESP_COUNTERS", "default_config"]
+__all__ = ["Responder", "RESP_COUNTERS", "default_config", "ACT_DEPTH"]
+
+#: Placement records the queue between the engine and the placement stage holds: the engine
+#: decides while the packets before are still being placed.
+ACT_DEPTH = 4
 
 #: Pulse outputs: one per :class:`RespVerdict` (in its order), then the ingress's, the
-#: transmitter's and the receive queues'.
+#: transmitter's and the receive queues', then the notification point's (CNPs sent, not made
+#: within a QP's interval, dropped while another waited).
 RESP_COUNTERS = tuple(v.name.lower() for v in RespVerdict) + (
-    "malformed", "overflow", "acks_coalesced", "recv_rejected")
+    "malformed", "overflow", "acks_coalesced", "recv_rejected",
+    "cnp_sent", "cnp_suppressed", "cnp_dropped")
 
 
 def default_config(num_qps, base, length, *, rkey_seed=0x5EED, rnr_timer=1):
@@ -60,6 +72,19 @@ class Responder(wiring.Component):
         region, RNR code 0).
     cpl_depth : int
         Completions that can wait for their data to be written.
+    acked_writes : bool
+        The memory acknowledges payload writes after it takes them (AXI4: the write response):
+        with it, the port ``mem_durable`` counts the words acknowledged, and completions wait
+        for them (:class:`~rocegen.gateware.roce.resp_durable.RespDurable`). Without it (on-chip
+        memory), a word is written when ``mem`` takes it.
+    ack_every : int
+        An ACK of every ``ack_every``-th request a QP executes without an answer, besides those
+        with AckReq (0..255; 0, the default: on AckReq only;
+        :class:`~rocegen.gateware.roce.resp_decide.RespDecide`).
+    cnp_interval, cnp_dscp : int
+        The notification point (:class:`~rocegen.gateware.roce.resp_cnp.RespCnp`): cycles
+        between two CNPs of a QP after reset (0: a CNP for every request marked CE; default
+        4 us at 322.27 MHz) and their DSCP (default 48).
 
     Ports
     -----
@@ -78,37 +103,56 @@ class Responder(wiring.Component):
     cpl : Out(stream.Signature(RECV_COMPLETION))
         Receive completions: a SEND (with the bytes received and any immediate), a WRITE with
         immediate (the DMA length and the immediate), or a buffer ended by an error or flushed.
-        A completion leaves only once every payload write of its request has been accepted by
-        ``mem``.
+        A completion leaves only once every payload write of its request, and of every
+        request before it, is in memory: taken by ``mem`` (on chip), or acknowledged on
+        ``mem_durable`` (``acked_writes``).
     mem : Out(MemWriteSignature(width, addr_width))
         Payload writes, byte-enabled, in order.
+    mem_durable : In(DURABLE_WIDTH), with ``acked_writes`` only
+        Words of ``mem`` the memory acknowledged in this cycle, in the order ``mem`` gave
+        them (:class:`~rocegen.gateware.roce.payload_memory.PayloadMemory` ``resp_durable``).
     tx : Out(PacketSignature(width, UDP_TX_META))
-        ACKNOWLEDGE packets for the UDP transmit port (the stack appends the ICRC).
+        ACKNOWLEDGE packets and CNPs for the UDP transmit port (the stack appends the ICRC).
+    cnp_cfg : In(stream.Signature(CNP_CONFIG, always_ready=True))
+        The CNP interval at run time.
     The pulses of :data:`RESP_COUNTERS`.
 
     Behaviour
     ---------
     :class:`~rocegen.gateware.roce.resp_ingress.RespIngress` keeps the well-formed requests whole
-    until their ICRC is known; :class:`~rocegen.gateware.roce.resp_engine.RespEngine` decides each
-    (:class:`~rocegen.gateware.roce.resp_decide.RespDecide`); :class:`RespPlace` writes the
-    payload; :class:`RespAck` sends the answers, merging queued ACKs of a QP;
-    :class:`RecvQueue` holds the receive buffers. Byte order: the payload's first byte at its
-    address, lane = address modulo W/8. Backpressure: ``mem``, ``tx`` and ``cpl`` may hold
-    their producers; requests then wait in the ingress FIFO, and those that find it full are
-    dropped and counted (``overflow``), never stalling the receive path.
+    until their ICRC is known and hands on their headers ahead of their beats;
+    :class:`~rocegen.gateware.roce.resp_engine.RespEngine` decides each, one every two cycles
+    (:class:`~rocegen.gateware.roce.resp_check.RespCheck`,
+    :class:`~rocegen.gateware.roce.resp_decide.RespDecide`), while the payload of those before
+    is still being written; :class:`RespPlace` writes the payload, its records waiting for
+    their packets in a queue of :data:`ACT_DEPTH`; :class:`RespAck` sends the answers,
+    merging queued ACKs of a QP, and the CNPs :class:`RespCnp` slips in between them for
+    requests marked ECN CE;
+    :class:`RecvQueue` holds the receive buffers; with ``acked_writes``, :class:`RespDurable`
+    counts the requests whose payload the memory has acknowledged, for the completions (a
+    completion then leaves at the earliest two cycles after ``mem_durable`` counts its
+    request's last word; while the count's queue is full the next placement record waits).
+    Byte order: the payload's first byte at its address, lane = address modulo W/8.
+    Backpressure: ``mem``, ``tx`` and ``cpl`` may hold their producers; requests then wait in
+    the ingress FIFO, and those that find it or its queue of records full are dropped and
+    counted (``overflow``), never stalling the receive path.
     """
 
     def __init__(self, width, num_qps, addr_width, *, rq_depth=16, config_init=None,
-                 cpl_depth=32):
+                 cpl_depth=32, ack_every=0, cnp_interval=DEFAULT_CNP_INTERVAL,
+                 cnp_dscp=CNP_DSCP, acked_writes=False):
         check_width(width)
         check_num_qps(num_qps)
         self.width, self.num_qps = width, num_qps
         self._ingress = RespIngress(width)
-        self._engine = RespEngine(num_qps, config_init=config_init)
+        self._engine = RespEngine(num_qps, config_init=config_init, ack_every=ack_every)
+        self._cnp = RespCnp(num_qps, interval=cnp_interval, dscp=cnp_dscp)
         self._place = RespPlace(width, addr_width)
         self._ack = RespAck(width)
         self._rq = RecvQueue(num_qps, rq_depth)
         self.cpl_depth = cpl_depth
+        self.acked_writes = bool(acked_writes)
+        self._durable = RespDurable() if acked_writes else None
         super().__init__({
             "i": In(PacketSignature(width)),
             "ctx_qp": Out(range(num_qps)), "ctx": In(QP_CONTEXT),
@@ -118,7 +162,9 @@ class Responder(wiring.Component):
             "recv": In(stream.Signature(RECV_POST)),
             "cpl": Out(stream.Signature(RECV_COMPLETION)),
             "mem": Out(MemWriteSignature(width, addr_width)),
+            **({"mem_durable": In(DURABLE_WIDTH)} if acked_writes else {}),
             "tx": Out(PacketSignature(width, UDP_TX_META)),
+            "cnp_cfg": In(stream.Signature(CNP_CONFIG, always_ready=True)),
             **{name: Out(1) for name in RESP_COUNTERS},
         })
 
@@ -130,23 +176,36 @@ class Responder(wiring.Component):
         ack = m.submodules.ack = self._ack
         rq = m.submodules.recv_queue = self._rq
 
-        # requests: ingress -> engine (headers) and placement (beats)
+        # requests: ingress -> engine (headers) and placement (beats); the engine's placement
+        # records wait in a queue for their packets' turn
         wiring.connect(m, wiring.flipped(self.i), ing.i)
-        f = ing.o
+        wiring.connect(m, ing.o, place.i)
+        wiring.connect(m, ing.hdr, eng.hdr)
         m.d.comb += [
-            place.i.valid.eq(f.valid), f.ready.eq(place.i.ready),
-            place.i.payload.data.eq(f.payload.data), place.i.payload.keep.eq(f.payload.keep),
-            place.i.payload.last.eq(f.payload.last),
-            eng.head_valid.eq(f.valid), eng.head.eq(f.payload.meta),
-            eng.head_done.eq(f.valid & f.ready & f.payload.last),
             self.ctx_qp.eq(eng.ctx_qp), eng.ctx.eq(self.ctx),
             eng.cfg_qp.eq(self.cfg_qp), self.cfg.eq(eng.cfg),
         ]
-        wiring.connect(m, eng.act, place.act)
+        # (a record that finds the queue empty goes straight on if the placement stage takes it)
+        acts = m.submodules.act_queue = fifo.SyncFIFO(width=RESP_PLACE.size, depth=ACT_DEPTH)
+        rec = stream.Signature(RESP_PLACE).create()
+        m.d.comb += [
+            rec.valid.eq(acts.r_rdy | eng.act.valid),
+            rec.payload.eq(Mux(acts.r_rdy, acts.r_data, eng.act.payload)),
+            acts.r_en.eq(rec.ready),
+            acts.w_data.eq(eng.act.payload),
+            acts.w_en.eq(eng.act.valid & (acts.r_rdy | ~rec.ready)),
+            eng.act.ready.eq(acts.w_rdy | (~acts.r_rdy & rec.ready)),
+        ]
+        self._connect_placement(m, rec, place)
         wiring.connect(m, place.o, wiring.flipped(self.mem))
         wiring.connect(m, wiring.flipped(self.psn_set), eng.psn_set)
         wiring.connect(m, wiring.flipped(self.cfg_w), eng.cfg_w)
-        wiring.connect(m, eng.resp, ack.i)
+        # answers and CNPs: the notification point slips its CNPs in between the answers
+        cnp = m.submodules.cnp = self._cnp
+        wiring.connect(m, eng.resp, cnp.i)
+        wiring.connect(m, eng.ce, cnp.ce)
+        wiring.connect(m, wiring.flipped(self.cnp_cfg), cnp.cfg)
+        wiring.connect(m, cnp.o, ack.i)
         wiring.connect(m, ack.o, wiring.flipped(self.tx))
 
         # receive queues
@@ -156,8 +215,9 @@ class Responder(wiring.Component):
         wiring.connect(m, eng.rq_pop, rq.pop)
         wiring.connect(m, eng.rq_flush, rq.flush)
 
-        # completions wait for their request's payload to be written (the flushed ones follow
-        # the request that flushed them)
+        # completions wait for their request's payload to be written: taken by the on-chip
+        # buffer, or acknowledged by the memory (`acked_writes`) (the flushed ones follow the
+        # request that flushed them)
         cq = m.submodules.cpl_queue = fifo.SyncFIFOBuffered(width=TAGGED_COMPLETION.size,
                                                              depth=self.cpl_depth)
         tagged = Signal(TAGGED_COMPLETION)
@@ -169,9 +229,12 @@ class Responder(wiring.Component):
             m.d.comb += tagged.eq(eng.cpl.payload)
         with m.Else():
             m.d.comb += [tagged.cpl.eq(rq.flushed.payload), tagged.seq.eq(eng.seq)]
-        placed = Signal(SEQ_BITS)
-        with m.If(place.done):
-            m.d.sync += placed.eq(placed + 1)
+        if self._durable is None:
+            placed = Signal(SEQ_BITS)
+            with m.If(place.done):
+                m.d.sync += placed.eq(placed + 1)
+        else:
+            placed = self._durable.count
         head = TAGGED_COMPLETION(cq.r_data)
         written = ~(placed - head.seq)[SEQ_BITS - 1]
         m.d.comb += [self.cpl.valid.eq(cq.r_rdy & written), self.cpl.payload.eq(head.cpl),
@@ -181,5 +244,25 @@ class Responder(wiring.Component):
         for v in RespVerdict:
             m.d.comb += getattr(self, v.name.lower()).eq(eng.decided & (eng.verdict == v))
         m.d.comb += [self.malformed.eq(ing.malformed), self.overflow.eq(ing.overflow),
-                     self.acks_coalesced.eq(ack.coalesced), self.recv_rejected.eq(rq.rejected)]
+                     self.acks_coalesced.eq(ack.coalesced), self.recv_rejected.eq(rq.rejected),
+                     self.cnp_sent.eq(ack.sent_cnp), self.cnp_suppressed.eq(cnp.suppressed),
+                     self.cnp_dropped.eq(cnp.dropped)]
         return m
+
+    def _connect_placement(self, m, act, place):
+        """The placement records (``act``) to the placement stage; with ``acked_writes``, through
+        :class:`RespDurable`, which counts the requests whose payload the memory has
+        acknowledged and holds new records back while its queue is full."""
+        if self._durable is None:
+            m.d.comb += [place.act.payload.eq(act.payload), place.act.valid.eq(act.valid),
+                         act.ready.eq(place.act.ready)]
+            return
+        dur = m.submodules.durable = self._durable
+        go = ~dur.hold
+        m.d.comb += [
+            place.act.payload.eq(act.payload),
+            place.act.valid.eq(act.valid & go), act.ready.eq(place.act.ready & go),
+            dur.start.eq(place.act.valid & place.act.ready),
+            dur.written.eq(place.o.valid & place.o.ready), dur.done.eq(place.done),
+            dur.durable.eq(self.mem_durable),
+        ]

@@ -1,5 +1,6 @@
 """Reference model of the RC responder's decision (:class:`~rocegen.gateware.roce.resp_decide.RespDecide`),
-pure Python and independent of the gateware.
+and of its notification point's rule (:class:`NotificationPoint`, for
+:class:`~rocegen.gateware.roce.resp_cnp.RespCnp`), pure Python and independent of the gateware.
 
 One request packet at a time: its parsed headers, what the QP table says of its QP, the QP's
 responder state, its memory region and the head of its receive queue go in; the verdict, the
@@ -26,8 +27,12 @@ side"), in this order:
    request. SEND: the bytes must fit the receive buffer, else NAK invalid request and the
    receive completes with a length error.
 7. Executed: ePSN + 1; MSN + 1 at a message's end; the payload placed; an ACK (syndrome 0x1F,
-   no credit limit) of this PSN when AckReq is set; a receive completion at the end of a SEND
-   and of a WRITE with immediate.
+   no credit limit) of this PSN when AckReq is set, or when it is the ``ack_every``-th request
+   executed since the QP's last answer (``ack_every`` 0: on AckReq only); a receive completion
+   at the end of a SEND and of a WRITE with immediate.
+
+Every answer (ACK, NAK, RNR NAK, the ACK of a duplicate) is cumulative: it restarts the QP's
+count of requests executed unanswered (``unacked``), as a ConnectX's ``ack_every`` does.
 
 A NAK invalid request or remote access error puts the QP's responder in the error state; a SEND
 it ends completes with a status, and the QP's receive queue is flushed (``flush``).
@@ -40,7 +45,8 @@ from dataclasses import dataclass
 from rocegen.wire import headers as H
 from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_MASK, SYN_ACK, SYN_RNR
 
-__all__ = ["Verdict", "Kind", "RespState", "Decision", "decide", "OPCODES", "psn_delta"]
+__all__ = ["Verdict", "Kind", "RespState", "Decision", "decide", "OPCODES", "psn_delta",
+           "NotificationPoint", "CNP_DSCP", "FROM_PEER"]
 
 
 class Verdict(enum.IntEnum):
@@ -110,6 +116,7 @@ class RespState:
     remaining: int = 0
     total: int = 0
     wr_id: int = 0
+    unacked: int = 0            # requests executed since the last answer
 
     def replace(self, **changes):
         return dataclasses.replace(self, **changes)
@@ -124,6 +131,9 @@ class Decision:
     completion: dict | None     # wr_id, opcode ("SEND" / "WRITE_IMM"), status, length, imm or None
     rq_pop: bool = False
     flush: bool = False
+    #: INVALID because the packet's bytes do not fit the message (the last check of step 6),
+    #: not an earlier check
+    length_fault: bool = False
 
 
 def _segmentation_ok(pos, n, padcnt, pmtu):
@@ -138,7 +148,7 @@ def _segmentation_ok(pos, n, padcnt, pmtu):
     return padcnt == (-n) & 3
 
 
-def decide(h, ctx, st, mr, rnr_timer, rq_head):
+def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0):
     """The decision for one request.
 
     ``h``: the headers (``RESP_HEADER`` as a dict: ``src_ip``, ``bth`` {opcode, psn, pkey,
@@ -146,7 +156,8 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head):
     ``ctx``: ``in_table``, ``state`` (QpState value), ``peer_ip``, ``pmtu_log2``. ``st``: the
     QP's :class:`RespState`. ``mr``: ``rkey``, ``base``, ``length``, ``write``. ``rnr_timer``:
     the QP's RNR timer code. ``rq_head``: ``wr_id``, ``addr``, ``length`` of the first posted
-    receive buffer, or None.
+    receive buffer, or None. ``ack_every``: an ACK after so many requests executed without
+    one (0: only on AckReq).
     """
     bth = h["bth"]
     psn, op, n = bth["psn"], bth["opcode"], h["length"]
@@ -171,24 +182,24 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head):
     if d > 0:
         if st.nak_pending:
             return out(Verdict.SEQ_DROP)
-        return out(Verdict.SEQ_NAK, st.replace(nak_pending=True),
+        return out(Verdict.SEQ_NAK, st.replace(nak_pending=True, unacked=0),
                    dict(syndrome=NAK_PSN_SEQ, psn=st.epsn, msn=st.msn))
     if d < 0:
-        return out(Verdict.DUPLICATE, response=dict(syndrome=SYN_ACK,
-                                                    psn=(st.epsn - 1) & PSN_MASK, msn=st.msn))
+        return out(Verdict.DUPLICATE, st.replace(unacked=0),
+                   dict(syndrome=SYN_ACK, psn=(st.epsn - 1) & PSN_MASK, msn=st.msn))
 
     st = before = st.replace(nak_pending=False)
 
-    def fatal(syndrome, verdict, status=RecvStatus.INVALID, rq_pop=False):
+    def fatal(syndrome, verdict, status=RecvStatus.INVALID, rq_pop=False, length_fault=False):
         # (a SEND that was being received, or whose buffer was just taken, completes with it)
         cpl = None
         if st.kind == Kind.SEND:
             cpl = dict(wr_id=st.wr_id, opcode="SEND", status=status,
                        length=st.total - st.remaining, imm=None)
         # (the rest of the state is that of the packet before: an errored QP uses none of it)
-        return out(verdict, before.replace(error=True, kind=Kind.NONE),
+        return out(verdict, before.replace(error=True, kind=Kind.NONE, unacked=0),
                    dict(syndrome=syndrome, psn=psn, msn=st.msn), completion=cpl, rq_pop=rq_pop,
-                   flush=True)
+                   flush=True, length_fault=length_fault)
 
     info = OPCODES.get(op)
     if info is None:
@@ -201,7 +212,7 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head):
         return fatal(NAK_INV_REQ, Verdict.INVALID)
     needs_rq = (kind == Kind.SEND and pos in (FIRST, ONLY)) or (kind == Kind.WRITE and imm)
     if needs_rq and rq_head is None:
-        return out(Verdict.RNR, st.replace(nak_pending=True),
+        return out(Verdict.RNR, st.replace(nak_pending=True, unacked=0),
                    dict(syndrome=SYN_RNR | rnr_timer, psn=psn, msn=st.msn))
     if not _segmentation_ok(pos, n, bth["padcnt"], 1 << ctx["pmtu_log2"]):
         return fatal(NAK_INV_REQ, Verdict.INVALID)
@@ -218,7 +229,7 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head):
                 return fatal(NAK_REM_ACCESS, Verdict.ACCESS)
             st = st.replace(addr=va & 0xFFFFFFFF, remaining=dlen, total=dlen)
         if (end and n != st.remaining) or (not end and n >= st.remaining):
-            return fatal(NAK_INV_REQ, Verdict.INVALID)
+            return fatal(NAK_INV_REQ, Verdict.INVALID, length_fault=True)
         if end and imm:
             rq_pop = True
             completion = dict(wr_id=rq_head["wr_id"], opcode="WRITE_IMM", status=RecvStatus.OK,
@@ -229,7 +240,8 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head):
             st = st.replace(addr=rq_head["addr"], remaining=rq_head["length"],
                             total=rq_head["length"], wr_id=rq_head["wr_id"], kind=Kind.SEND)
         if n > st.remaining:
-            return fatal(NAK_INV_REQ, Verdict.INVALID, RecvStatus.LENGTH, rq_pop)
+            return fatal(NAK_INV_REQ, Verdict.INVALID, RecvStatus.LENGTH, rq_pop,
+                         length_fault=True)
         if end:
             completion = dict(wr_id=st.wr_id, opcode="SEND", status=RecvStatus.OK,
                               length=st.total - st.remaining + n, imm=h["imm"] if imm else None)
@@ -237,6 +249,61 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head):
     st = st.replace(addr=(st.addr + n) & 0xFFFFFFFF, remaining=st.remaining - n,
                     kind=Kind.NONE if end else kind, epsn=(st.epsn + 1) & PSN_MASK,
                     msn=(st.msn + end) & PSN_MASK)
-    response = dict(syndrome=SYN_ACK, psn=psn, msn=st.msn) if bth["ack_req"] else None
+    unacked = st.unacked + 1 if ack_every else 0
+    response = None
+    if bth["ack_req"] or (ack_every and unacked >= ack_every):
+        response, unacked = dict(syndrome=SYN_ACK, psn=psn, msn=st.msn), 0
+    st = st.replace(unacked=unacked)
     return out(Verdict.EXECUTED, st, response, place=place, completion=completion, rq_pop=rq_pop)
 
+
+
+#: The verdicts of the requests that come from their QP's peer (DestQP in the table, the QP RTR
+#: or RTS, the peer's IPv4 address, the default P_Key): those whose ECN CE mark asks for a CNP,
+#: executed, duplicate, NAKed or dropped later alike (congestion is on the path regardless).
+FROM_PEER = frozenset(Verdict) - {Verdict.DROP_QP, Verdict.DROP_STATE, Verdict.DROP_PEER,
+                                  Verdict.DROP_PKEY}
+#: DSCP of the CNPs, as ConnectX sends them.
+CNP_DSCP = 48
+
+
+class NotificationPoint:
+    """The notification point's rule (:class:`~rocegen.gateware.roce.resp_cnp.RespCnp`), cycle
+    by cycle: a request marked ECN CE makes a CNP to its QP's peer unless the QP's last CNP was
+    made less than ``interval`` cycles before; one CNP waits to be handed on, and a CNP made
+    while one waits is dropped (the QP's time left as it was).
+
+    Call :meth:`step` once per cycle in which something happens, cycles in increasing order.
+    ``issued`` lists the QPs of the CNPs made, in order.
+    """
+
+    def __init__(self, interval):
+        self.interval = interval
+        self.last = {}              # QP -> cycle of its last CNP
+        self.waiting = False
+        self.issued = []
+
+    def step(self, t, *, mark=None, leaves=False, interval=None):
+        """Cycle ``t``: ``mark``, the QP of a CE mark decided in it (or None); ``leaves``, the
+        waiting CNP is handed on in it; ``interval``, a new interval taking effect after it.
+        Returns what became of the mark: ``"issued"``, ``"suppressed"``, ``"dropped"`` or
+        None."""
+        assert not leaves or self.waiting, f"cycle {t}: a CNP handed on with none waiting"
+        outcome = None
+        if mark is not None:
+            last = self.last.get(mark)
+            if last is not None and t - last < self.interval:
+                outcome = "suppressed"
+            elif self.waiting and not leaves:
+                outcome = "dropped"
+            else:
+                outcome = "issued"
+                self.last[mark] = t
+                self.issued.append(mark)
+        if leaves:
+            self.waiting = False
+        if outcome == "issued":
+            self.waiting = True
+        if interval is not None:
+            self.interval = interval
+        return outcome

@@ -1,24 +1,30 @@
-"""The responder's decision (:class:`RespDecide`) against its reference model
+"""The responder's decision, :class:`RespPrecheck` (the headers' facts), :class:`RespCheck` (the
+verdict) and :class:`RespDecide` (the actions of the verdict) chained as the engine chains them
+a cycle apart each, against their reference model
 (:mod:`rocegen.sim.models.responder`): thousands of random requests, states, regions and receive
-queues, drawn so that every verdict and every check is reached many times."""
+queues, drawn so that every verdict and every check is reached many times, with and without
+ACKs by count (``ack_every``)."""
 
 import collections
 import random
 
 import pytest
-from amaranth.hdl import Fragment
+from amaranth.hdl import Elaboratable, Fragment, Module
 
+from rocegen.gateware.roce.resp_check import RespCheck, psn_place
 from rocegen.gateware.roce.resp_decide import RespDecide
-from rocegen.sim.models.responder import OPCODES, Kind, RespState, Verdict, decide
+from rocegen.gateware.roce.resp_precheck import RespPrecheck
+from rocegen.sim.models.responder import FROM_PEER, OPCODES, Kind, RespState, Verdict, decide
 from rocegen.sim.testing.amaranth_streams import meta_dict
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire.roce import PSN_MASK
 
 RTR, RTS = 2, 3
 
 
-def draw(rng):
-    """A random (header, context, state, region, RNR code, receive head) biased to the edges."""
+def draw(rng, ack_every=0):
+    """A random (header, context, state, region, RNR code, receive head) biased to the edges;
+    the QP's count of requests unanswered below ``ack_every`` (0 without it)."""
     pmtu_log2 = rng.choice([8, 10, 12])
     pmtu = 1 << pmtu_log2
     epsn = rng.choice([0, PSN_MASK, rng.getrandbits(24)])
@@ -54,7 +60,9 @@ def draw(rng):
                    nak_pending=rng.random() < 0.2, error=rng.random() < 0.05,
                    addr=rng.getrandbits(32), remaining=remaining,
                    total=(remaining + rng.randrange(1 << 16)) & 0xFFFFFFFF,
-                   wr_id=rng.getrandbits(32))
+                   wr_id=rng.getrandbits(32),
+                   unacked=rng.choice([0, ack_every - 1, rng.randrange(ack_every)])
+                   if ack_every else 0)
     if rng.random() < 0.5:
         # a well-formed request in the right place of its message (mostly executed)
         kind, pos, _ = info
@@ -76,40 +84,80 @@ def draw(rng):
     return h, ctx, st, mr, rng.randrange(32), rq
 
 
+class Chain(Elaboratable):
+    """:class:`RespPrecheck`'s facts and :func:`psn_place` into :class:`RespCheck` and, with
+    ``decide``, :class:`RespCheck`'s verdict into :class:`RespDecide`, combinationally, with one
+    header input (``pre.h``) for all."""
+
+    def __init__(self, ack_every=0, *, decide=True):
+        self.pre, self.check = RespPrecheck(), RespCheck()
+        self.decide = RespDecide(ack_every=ack_every) if decide else None
+
+    def elaborate(self, platform):
+        m = Module()
+        pre, chk, dec = self.pre, self.check, self.decide
+        m.submodules.pre, m.submodules.check = pre, chk
+        ahead, behind = psn_place(m, pre.h.bth.psn, chk.st.epsn)
+        m.d.comb += [chk.h.eq(pre.h), chk.f.eq(pre.facts), chk.ahead.eq(ahead),
+                     chk.behind.eq(behind)]
+        if dec is not None:
+            m.submodules.decide = dec
+            m.d.comb += [dec.h.eq(pre.h), dec.f.eq(pre.facts),
+                         dec.verdict.eq(chk.verdict), dec.length_fault.eq(chk.length_fault)]
+        return m
+
+
+def apply_case(ctx, top, case):
+    """The inputs of a case (:func:`draw`) on a :class:`Chain`."""
+    h, qctx, st, mr, rnr, rq = case
+    chk, dec = top.check, top.decide
+    rq_head = rq or dict(qp=0, wr_id=0, addr=0, length=0)
+    ctx.set(top.pre.h, h)
+    ctx.set(chk.in_table, qctx["in_table"])
+    ctx.set(chk.ctx, {"state": qctx["state"], "peer_ip": qctx["peer_ip"],
+                      "pmtu_log2": qctx["pmtu_log2"]})
+    ctx.set(chk.st, state_dict(st))
+    ctx.set(chk.mr, mr)
+    ctx.set(chk.rq_valid, rq is not None)
+    ctx.set(chk.rq_head, rq_head)
+    if dec is not None:
+        ctx.set(dec.st, state_dict(st))
+        ctx.set(dec.rnr_timer, rnr)
+        ctx.set(dec.rq_head, rq_head)
+
+
 def state_dict(st):
     return dict(epsn=st.epsn, msn=st.msn, kind=int(st.kind), nak_pending=int(st.nak_pending),
                 error=int(st.error), addr=st.addr, remaining=st.remaining & 0xFFFFFFFF,
-                total=st.total & 0xFFFFFFFF, wr_id=st.wr_id)
+                total=st.total & 0xFFFFFFFF, wr_id=st.wr_id, unacked=st.unacked)
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_decide_against_model(seed):
+@pytest.mark.parametrize("seed, ack_every", [(1, 0), (2, 0), (3, 1), (4, 3), (5, 255)])
+def test_decide_against_model(seed, ack_every):
     rng = random.Random(seed)
-    cases = [draw(rng) for _ in range(2500)]
-    dut = RespDecide()
+    cases = [draw(rng, ack_every) for _ in range(2500)]
+    top = Chain(ack_every)
+    chk, dut = top.check, top.decide
     verdicts = collections.Counter()
+    acks = collections.Counter()        # executed requests ACKed: (AckReq, by count)
 
     async def tb(ctx):
-        for h, qctx, st, mr, rnr, rq in cases:
-            ctx.set(dut.h, h)
-            ctx.set(dut.in_table, qctx["in_table"])
-            ctx.set(dut.ctx, {"state": qctx["state"], "peer_ip": qctx["peer_ip"],
-                              "pmtu_log2": qctx["pmtu_log2"]})
-            ctx.set(dut.st, state_dict(st))
-            ctx.set(dut.mr, mr)
-            ctx.set(dut.rnr_timer, rnr)
-            ctx.set(dut.rq_valid, rq is not None)
-            ctx.set(dut.rq_head, rq or dict(qp=0, wr_id=0, addr=0, length=0))
-            want = decide(h, qctx, st, mr, rnr, rq)
+        for case in cases:
+            h, qctx, st, mr, rnr, rq = case
+            apply_case(ctx, top, case)
+            want = decide(h, qctx, st, mr, rnr, rq, ack_every)
             verdicts[want.verdict] += 1
+            if want.verdict == Verdict.EXECUTED and want.response:
+                acks[(h["bth"]["ack_req"], st.unacked + 1 >= ack_every > 0)] += 1
             where = f"case {h} {qctx} {st} {mr} rq={rq}: model {want}"
-            assert int(meta_dict(ctx.get(dut.verdict))) == want.verdict, where
+            assert int(meta_dict(ctx.get(chk.verdict))) == want.verdict, where
             assert meta_dict(ctx.get(dut.new_st)) == state_dict(want.state), where
             place = meta_dict(ctx.get(dut.place))
             assert place["write"] == want.place["write"], where
             if want.place["write"]:
                 assert place == want.place, where
             assert ctx.get(dut.resp_valid) == (want.response is not None), where
+            assert ctx.get(chk.from_peer) == (want.verdict in FROM_PEER), where
             if want.response:
                 assert meta_dict(ctx.get(dut.resp)) == want.response, where
             assert ctx.get(dut.rq_pop) == want.rq_pop, where
@@ -124,11 +172,43 @@ def test_decide_against_model(seed):
                 if w["imm"] is not None:
                     assert c["imm"] == w["imm"], where
 
-    run_sim(dut, testbenches=[tb], deadline_cycles=None)
+    run_sim(top, testbenches=[tb], deadline_cycles=None)
     # every verdict reached, the executed ones often
     assert set(verdicts) == set(Verdict), verdicts
     assert verdicts[Verdict.EXECUTED] > 200, verdicts
+    # ACKs without AckReq only by count, and then some
+    assert bool(acks[(0, True)]) == (ack_every > 0) and not acks[(0, False)], acks
+
+
+def test_ack_every_by_hand():
+    """The reference model with ``ack_every`` 3, against values worked out by hand: of the
+    requests executed without AckReq, every third is ACKed; a duplicate's ACK restarts the
+    count, and so does an AckReq ACK."""
+    h = dict(src_ip=1, src_port=0, ecn=0, bth=dict(opcode=0x0A, se=0, m=0, padcnt=0, tver=0,
+                                                  pkey=0xFFFF, fecn=0, becn=0, resv6=0,
+                                                  dest_qp=256, ack_req=0, resv7=0, psn=0),
+             reth=dict(va=0, rkey=7, dma_len=0), imm=0, hdr_len=44, length=0)
+    qctx = dict(in_table=1, state=RTS, peer_ip=1, pmtu_log2=10)
+    mr = dict(rkey=7, base=0, length=1 << 20, write=1, read=0)
+    st = RespState(epsn=10)
+    acked = []
+    for psn, ack_req in [(10, 0), (11, 0), (12, 0), (13, 0), (9, 0), (14, 0), (15, 0), (16, 0),
+                         (17, 1), (18, 0), (19, 0), (20, 0)]:
+        h["bth"].update(psn=psn, ack_req=ack_req)
+        d = decide(h, qctx, st, mr, 0, None, ack_every=3)
+        st = d.state
+        if d.response:
+            acked.append(d.response["psn"])
+    assert acked == [12, 13, 16, 17, 20]         # the duplicate's ACK: ePSN - 1
+    assert st.unacked == 0 and st.epsn == 21
+
+
+def test_parameters_are_checked():
+    for bad in (-1, 256, 1.0, True):
+        raises(ValueError, "ack_every must be an integer 0..255", lambda b=bad: RespDecide(ack_every=b))
 
 
 def test_elaborates():
     Fragment.get(RespDecide(), None)
+    Fragment.get(RespCheck(), None)
+    Fragment.get(RespPrecheck(), None)

@@ -1,7 +1,9 @@
 """The responder's ingress (:class:`RespIngress`): datagrams built by scapy, every opcode and
 payload length, bad ICRCs, malformed lengths and non-requests among them, random idle cycles
-and backpressure, at 64 and 512 bits: the requests come out whole with the headers scapy
-parses, the rest is dropped and the malformed ones counted."""
+and backpressure on both outputs, at 64, 128 and 512 bits: the requests come out whole, their
+records with the headers scapy parses, in the same order, the rest is dropped and the
+malformed ones counted; the records run ahead of the beats; when the FIFO or the record queue
+is full, requests are dropped whole and counted, records and datagrams still in step."""
 
 import random
 
@@ -12,7 +14,7 @@ from scapy.layers.inet import IP, UDP
 
 from rocegen.gateware.roce.resp_ingress import RespIngress
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict
 from rocegen.sim.testing.framecheck import RETH, ImmDt
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import headers as H
@@ -91,6 +93,45 @@ def make_case(seed, count):
     return sent, expect, malformed
 
 
+class Records:
+    """Takes the records of ``hdr`` with ``ready`` low in a cycle with chance ``backpressure``;
+    ``records`` (dicts: headers ``h``, facts ``f``) and the cycle each was taken in
+    (``cycles``)."""
+
+    def __init__(self, port, backpressure=0.0, seed=0):
+        self.port, self.backpressure = port, backpressure
+        self.rng = random.Random(seed)
+        self.records, self.cycles = [], []
+
+    async def run(self, ctx):
+        cycle = 0
+        while True:
+            ready = not (self.backpressure and self.rng.random() < self.backpressure)
+            ctx.set(self.port.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(self.port.valid, self.port.payload)
+            cycle += 1
+            if valid and ready:
+                self.records.append(meta_dict(payload))
+                self.cycles.append(cycle)
+
+
+def check_record(rec, dgram, want):
+    """A record of ``hdr``: the headers the scapy-built ``want`` has, and facts of them (those
+    are checked in full in ``test_resp_check``)."""
+    meta, facts = rec["h"], rec["f"]
+    r = want["reth"]
+    assert (facts["va_end"], facts["dma_zero"], facts["pkey_ok"]) == \
+        (r["va"] + r["dma_len"], int(r["dma_len"] == 0), 1)
+    bth = meta["bth"]
+    assert {k: meta[k] for k in ("src_ip", "src_port", "ecn", "imm", "hdr_len", "length")} \
+        == {k: want[k] for k in ("src_ip", "src_port", "ecn", "imm", "hdr_len", "length")}
+    assert (bth["opcode"], bth["psn"], bth["dest_qp"], bth["ack_req"], bth["se"],
+            bth["padcnt"], bth["pkey"]) == (want["opcode"], want["psn"], want["dest_qp"],
+                                            want["ack_req"], want["se"], want["padcnt"], 0xFFFF)
+    assert meta["reth"] == want["reth"]
+    assert dgram[meta["hdr_len"]:meta["hdr_len"] + meta["length"]] == want["payload"]
+
+
 @pytest.mark.parametrize("width, idle, backpressure, seed", [
     (64, 0.0, 0.0, 1), (64, 0.3, 0.5, 2), (512, 0.0, 0.0, 3), (512, 0.4, 0.7, 4),
     (128, 0.2, 0.3, 5)])
@@ -99,6 +140,7 @@ def test_requests_parsed_others_dropped(width, idle, backpressure, seed):
     dut = RespIngress(width)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 100)
+    recs = Records(dut.hdr, backpressure, seed + 200)
     pulses = {"malformed": 0, "overflow": 0}
 
     async def count(ctx):
@@ -108,25 +150,83 @@ def test_requests_parsed_others_dropped(width, idle, backpressure, seed):
 
     async def tb(ctx):
         await drv.send(ctx, sent)
-        while len(col.packets) < len(expect):
+        while len(col.packets) < len(expect) or len(recs.records) < len(expect):
             await ctx.tick()
         await ctx.tick().repeat(20)
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, count], deadline_cycles=200_000)
+    run_sim(dut, testbenches=[tb], processes=[col.run, recs.run, count], deadline_cycles=200_000)
     assert pulses == {"malformed": malformed, "overflow": 0}
-    assert len(col.packets) == len(expect)
-    for got, (dgram, want) in zip(col.packets, expect):
+    assert len(col.packets) == len(expect) == len(recs.records)
+    for got, meta, (dgram, want) in zip(col.packets, recs.records, expect):
         assert got.data == dgram and not got.error
-        meta = got.meta
-        bth = meta["bth"]
-        assert {k: meta[k] for k in ("src_ip", "src_port", "ecn", "imm", "hdr_len", "length")} \
-            == {k: want[k] for k in ("src_ip", "src_port", "ecn", "imm", "hdr_len", "length")}
-        assert (bth["opcode"], bth["psn"], bth["dest_qp"], bth["ack_req"], bth["se"],
-                bth["padcnt"], bth["pkey"]) == (want["opcode"], want["psn"], want["dest_qp"],
-                                                want["ack_req"], want["se"], want["padcnt"],
-                                                0xFFFF)
-        assert meta["reth"] == want["reth"]
-        assert dgram[meta["hdr_len"]:meta["hdr_len"] + meta["length"]] == want["payload"]
+        check_record(meta, dgram, want)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_records_run_ahead(width):
+    """With the beats held, the records of the requests stored behind the first are offered
+    all the same, each two cycles after its last beat went in."""
+    rng = random.Random(8)
+    reqs = [datagram(rng, 0x0A) for _ in range(6)]
+    dut = RespIngress(width)
+    drv = StreamDriver(dut.i, width)
+    recs = Records(dut.hdr)
+    last_in = []
+
+    async def watch(ctx):
+        cycle = 0
+        async for _, _, v, last in ctx.tick().sample(dut.i.valid, dut.i.payload.last):
+            cycle += 1
+            if v and last:
+                last_in.append(cycle)
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 0)
+        await drv.send(ctx, [Packet(d) for d, _ in reqs])
+        await ctx.tick().repeat(10)
+        assert ctx.get(dut.o.valid)
+
+    run_sim(dut, testbenches=[tb], processes=[recs.run, watch])
+    assert len(recs.records) == len(reqs)
+    for meta, (dgram, want) in zip(recs.records, reqs):
+        check_record(meta, dgram, want)
+    assert [c - t for c, t in zip(recs.cycles, last_in)] == [2] * len(reqs)
+
+
+@pytest.mark.parametrize("width, seed", [(64, 11), (512, 12)])
+def test_full_queues_drop_whole_requests(width, seed):
+    """A small FIFO and a record queue of 2, both read with heavy random backpressure, the
+    requests coming back to back: many are dropped and counted, and every datagram that comes
+    out has its own record, in order."""
+    rng = random.Random(seed)
+    sent = []
+    for _ in range(120):
+        op = rng.choice([0x04, 0x0A, 0x06, 0x00])
+        sent.append(datagram(rng, op))
+    dut = RespIngress(width, depth=32, headers=2)
+    drv = StreamDriver(dut.i, width)
+    col = StreamCollector(dut.o, width, backpressure=0.8, seed=seed)
+    recs = Records(dut.hdr, 0.8, seed + 1)
+    pulses = {"overflow": 0}
+
+    async def count(ctx):
+        async for _, _, ovf in ctx.tick().sample(dut.overflow):
+            pulses["overflow"] += ovf
+
+    async def tb(ctx):
+        await drv.send(ctx, [Packet(d) for d, _ in sent])
+        await ctx.tick().repeat(3000)
+
+    run_sim(dut, testbenches=[tb], processes=[col.run, recs.run, count])
+    assert len(col.packets) == len(recs.records)
+    assert pulses["overflow"] == len(sent) - len(col.packets) > 10
+    wants = {d: w for d, w in sent}
+    k = 0
+    for got, meta in zip(col.packets, recs.records):
+        while sent[k][0] != got.data:        # (those dropped in between)
+            k += 1
+        check_record(meta, got.data, wants[got.data])
+        k += 1
 
 
 def test_full_fifo_drops_and_counts():
@@ -145,6 +245,7 @@ def test_full_fifo_drops_and_counts():
 
     async def tb(ctx):
         ctx.set(dut.o.ready, 0)
+        ctx.set(dut.hdr.ready, 1)
         await drv.send(ctx, [Packet(d) for d in dgrams])
         await ctx.tick().repeat(10)
 
@@ -171,10 +272,14 @@ def test_ack_is_not_a_request():
         await drv.send(ctx, [Packet(ack)])
         await ctx.tick().repeat(10)
 
-    run_sim(dut, testbenches=[tb], processes=[col.run])
-    assert col.packets == []
+    recs = Records(dut.hdr)
+    run_sim(dut, testbenches=[tb], processes=[col.run, recs.run])
+    assert col.packets == [] and recs.records == []
 
 
 def test_parameters():
     raises(ValueError, "width must be one of", lambda: RespIngress(96))
+    for bad in (1, 3, 512, True):
+        raises(ValueError, "headers must be a power of two from 2 to 256",
+               lambda b=bad: RespIngress(64, headers=b))
     Fragment.get(RespIngress(256), None)
