@@ -152,6 +152,9 @@ def _boards(args):
 
 
 OPCODES = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
+#: ``rocegen sim demo``'s message size when ``--size`` is not given (with ``--peer-op``: at most
+#: the QP's share of the responder's region)
+DEMO_SIZE = 65536
 
 
 def _sim_demo(args):
@@ -169,16 +172,16 @@ def _sim_demo(args):
     if args.phy == "xgmii" and args.line_gbps not in (None, 10):
         raise ValueError("--line-gbps does not apply to --phy xgmii: the XGMII line carries one "
                          "64-bit word per cycle (10 Gb/s at 156.25 MHz)")
+    if args.line_gbps is not None and not 0 <= args.line_gbps <= 1000:
+        raise ValueError(f"--line-gbps must be a line rate 0..1000 Gb/s (0: unthrottled), not "
+                         f"{args.line_gbps:g}")
+    _demo_link_checks(args)
+    if args.peer_op:
+        return _sim_demo_peer(args)
+    args.opcode = args.opcode or "WRITE"
+    args.size = DEMO_SIZE if args.size is None else args.size
     if args.bytes < 0 or args.size < 0 or args.size > 65536:
         raise ValueError("--bytes must be >= 0 and --size 0..65536 (the demo's local buffer)")
-    for option in ("loss", "dup", "reorder", "corrupt"):
-        p = getattr(args, option)
-        if not 0 <= p < 1:
-            raise ValueError(f"--{option} must be a probability in [0, 1), not {p}")
-    if args.seed < 0:
-        raise ValueError(f"--seed must be >= 0, not {args.seed}")
-    if not 0 <= args.rtt_us < float("inf"):
-        raise ValueError(f"--rtt-us must be a number of microseconds >= 0, not {args.rtt_us}")
     xgmii = args.phy == "xgmii"
     line = args.line_gbps if args.line_gbps is not None else (100 if args.width >= 128 else 10)
     if xgmii:
@@ -246,6 +249,110 @@ def _sim_demo(args):
     print(f"retransmitted {r['retransmitted']} of {r['roce_frames']} RoCE data frames")
     print(f"goodput {r['goodput_gbps']:.2f} Gb/s ({args.bytes * args.qps} bytes in {us:.1f} us on "
           f"the {'line' if xgmii else 'MAC'}); the host's memory holds exactly the data sent "
+          f"({r['checked_bytes']} bytes compared)")
+    print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
+    return 0
+
+
+DEMO_DESCRIPTION = """\
+The endpoint core (Verilator) behind its MAC, the host NIC model on the other side of the line.
+Without --peer-op the endpoint RDMA-WRITEs or SENDs (--opcode) into the host's memory; with
+--peer-op the host WRITEs or SENDs into the endpoint, built with its RC responder. The data is
+checked either way; the goodput is reported and every frame written to a pcap file."""
+
+DEMO_EXAMPLES = "\n".join([
+    "examples:",
+    "  rocegen sim demo --width 64 --bytes 65536 --size 4096",
+    "      the endpoint WRITEs 64 KiB on each of 2 QPs into the host at W = 64 (10 Gb/s line)",
+    "  rocegen sim demo --peer-op SEND_IMM --width 64 --bytes 32768 --size 1000 --loss 0.02 "
+    "--dup 0.01 --reorder 0.01",
+    "      the host SENDs with immediate into the endpoint over a link that loses, duplicates "
+    "and",
+    "      reorders frames",
+    "  rocegen sim demo --peer-op WRITE --bytes 1048576",
+    "      the host WRITEs 1 MiB on each of 2 QPs into the endpoint at W = 512 (100 Gb/s line)"])
+
+
+def _demo_link_checks(args):
+    for option in ("loss", "dup", "reorder", "corrupt"):
+        p = getattr(args, option)
+        if not 0 <= p < 1:
+            raise ValueError(f"--{option} must be a probability in [0, 1), not {p}")
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, not {args.seed}")
+    if not 0 <= args.rtt_us < float("inf"):
+        raise ValueError(f"--rtt-us must be a number of microseconds >= 0, not {args.rtt_us}")
+
+
+def _sim_demo_peer(args):
+    """``rocegen sim demo --peer-op``: the host NIC model WRITEs or SENDs into the endpoint built
+    with its RC responder (:mod:`rocegen.sim.tb.roce_resp`)."""
+    from rocegen.sim.testing.cocotb_runner import responder_share, responder_sim_config
+    if args.phy != "axis" or args.vlan is not None:
+        raise ValueError("--peer-op runs on the AXI-Stream MAC port, untagged: leave out --phy "
+                         "xgmii and --vlan")
+    if args.opcode is not None:
+        raise ValueError("--opcode is what the endpoint sends; with --peer-op the host sends "
+                         "(give one of them)")
+    num_qps = max(8, args.qps)
+    cfg = responder_sim_config(args.width, num_qps)
+    share = responder_share(cfg.params, args.qps)
+    if args.size is None:
+        args.size = min(DEMO_SIZE, share)
+    if not 1 <= args.size <= share:
+        raise ValueError(f"--size must be 1..{share} with --peer-op (each QP's share of the "
+                         f"responder's region with {args.qps} QPs at W = {args.width}), not "
+                         f"{args.size}")
+    if args.bytes < 1:
+        raise ValueError(f"--bytes must be >= 1 with --peer-op, not {args.bytes}")
+    line = args.line_gbps if args.line_gbps is not None else (100 if args.width >= 128 else 10)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    tag = f"w{args.width}_responder"
+    core = out / f"rocegen_endpoint_{tag}.v"
+    design = RoceEndpoint(args.width, num_qps, **{k: v for k, v in cfg.params.items()
+                                                   if k not in ("width", "num_qps")})
+    core.write_text(to_verilog(design, name="rocegen_endpoint"))
+    print(f"wrote {core} in {time.perf_counter() - t0:.1f} s")
+    print(f"building the simulator (Verilator; the first build of a configuration takes a few "
+          f"minutes, then it is cached under {BUILD / 'cocotb'})")
+    pcap = Path(args.pcap or out / f"roce_{tag}.pcap").resolve()
+    results = (out / f"roce_{tag}.json").resolve()
+    run = {**demo_run(args, line), "kind": "responder", "opcode": args.peer_op}
+    try:
+        run_cocotb(cfg, "rocegen.sim.tb.roce_resp", "runs", label=f"demo-peer-{args.width}",
+                   env={"PCAP": pcap, "ROCE_RUNS": json.dumps([run]), "ROCE_RESULTS": results})
+    except AssertionError as e:
+        print(e, file=sys.stderr)
+        return 1
+    r = json.loads(results.read_text())[0]
+    mhz = board_clock_mhz(args.width)
+    print(f"W={args.width} at {mhz:.3f} MHz, line {line:g} Gb/s{' (unthrottled)' if not line else ''}"
+          f", PMTU {args.pmtu}: the host sends {args.peer_op} messages of {args.size} bytes to "
+          f"the endpoint's responder, {args.bytes} bytes on each of {args.qps} QP"
+          f"{'s' if args.qps > 1 else ''}")
+    faults = [f"{f} {run[f]:g}" for f in ("loss", "dup", "reorder", "corrupt") if run[f]]
+    if faults or run["rtt_us"]:
+        print(f"link: {', '.join(faults) or 'no faults'}, round trip {run['rtt_us']:g} us, seed "
+              f"{run['seed']}, retransmit timeout code {r['timeout']}")
+        for key, name in (("link_to_nic", "to NIC"), ("link_from_nic", "from NIC")):
+            c = r[key]
+            if c is not None:
+                print(f"  {name:8}: {c['sent']} frames sent, {c['delivered']} delivered, "
+                      f"{c['dropped']} dropped, {c['duplicated']} duplicated, {c['reordered']} "
+                      f"reordered, {c['corrupted']} corrupted")
+    rounds = r["rounds"]
+    print(f"{r['messages']} messages in {r['packets']} packets ({r['host_frames']} frames sent by "
+          f"the host, {r['retransmitted']} resent, {r['rnr_naks']} RNR NAKs, {r['seq_naks']} "
+          f"sequence NAKs)" + (f"; in {rounds} rounds: each fills the QPs' shares of the "
+                               f"responder's region and is read back before the next"
+                               if rounds > 1 else ""))
+    print(f"goodput {r['goodput_gbps']:.2f} Gb/s ({args.bytes * args.qps} bytes in "
+          f"{r['line_cycles'] / mhz:.1f} us from the first request on the line to the last ACK"
+          f"{', summed over the rounds' if rounds > 1 else ''}); every host work request "
+          f"completed OK, every receive completion matched, and the endpoint's memory, written "
+          f"back to the host by its own RDMA WRITEs, holds exactly the data sent "
           f"({r['checked_bytes']} bytes compared)")
     print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
     return 0
@@ -340,8 +447,10 @@ def main(argv=None):
 
     s = sub.add_parser("sim", help="simulation commands")
     ssub = s.add_subparsers(dest="sim_command", required=True)
-    d = ssub.add_parser("demo", help="the endpoint writes into a simulated host NIC's memory "
-                        "(Verilator); data checked, goodput reported")
+    d = ssub.add_parser("demo", help="the endpoint writes into a simulated host NIC's memory, or "
+                        "with --peer-op the host writes into the endpoint's (Verilator); data "
+                        "checked, goodput reported", description=DEMO_DESCRIPTION,
+                        epilog=DEMO_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     d.add_argument("--width", type=int, default=None,
                    help="datapath width in bits (default 512, 64 with --phy xgmii)")
     d.add_argument("--phy", choices=["axis", "xgmii"], default="axis",
@@ -351,9 +460,25 @@ def main(argv=None):
                    help="802.1Q VLAN ID of every frame, both ways (default: untagged)")
     d.add_argument("--qps", type=int, default=2, help="QPs sending at once (round robin, 1..256)")
     d.add_argument("--pmtu", type=int, default=4096, help="path MTU (256..4096)")
-    d.add_argument("--bytes", type=int, default=1 << 20, help="bytes per QP")
-    d.add_argument("--size", type=int, default=65536, help="message size in bytes (<= 64 KiB)")
-    d.add_argument("--opcode", choices=OPCODES, default="WRITE")
+    d.add_argument("--bytes", type=int, default=1 << 20, help="bytes per QP (default 1 MiB)")
+    d.add_argument("--size", type=int, default=None,
+                   help="message size in bytes (default 64 KiB): at most 64 KiB, the demo's "
+                   "local buffer; with --peer-op 1 up to each QP's share of the responder's "
+                   "region (the lower half of the endpoint's memory, 2 MiB at W = 512 and "
+                   "256 KiB at the other widths, split between the --qps QPs)")
+    d.add_argument("--opcode", choices=OPCODES, default=None,
+                   help="what the endpoint sends to the host (default WRITE; not with --peer-op)")
+    d.add_argument("--peer-op", choices=OPCODES, default=None, metavar="OP",
+                   help="the other direction: the host NIC model's requester sends --bytes per "
+                   "QP in --size messages of OP (WRITE, WRITE_IMM, SEND or SEND_IMM) to the "
+                   "endpoint built with its RC responder; WRITEs land one after the other in "
+                   "each QP's share of the responder's region, SENDs in receive buffers posted "
+                   "there (a run larger than the share goes in rounds); the line and link "
+                   "options apply to both directions. Checked: every host work request "
+                   "completes OK, every receive completion matches, and the endpoint's memory, "
+                   "written back to the host by its own RDMA WRITEs, holds the data sent. "
+                   "Goodput: the payload over the time from the first request on the host's "
+                   "line to the endpoint's last ACK")
     d.add_argument("--line-gbps", type=float, default=None,
                    help="MAC line rate (default 100 at W >= 128, 10 at W = 64; 0: unthrottled)")
     d.add_argument("--loss", type=float, default=0.0, metavar="P",

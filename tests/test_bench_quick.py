@@ -1,6 +1,8 @@
 """``rocegen bench --quick`` (sim/apps/bench_suite.py) runs in Verilator and its figures are sane:
 goodputs within their theoretical limits, throttled large WRITEs close to the limit, message
 rates consistent with the cycle counts, positive latencies, loss runs that deliver everything,
+the responder's rows (the host writing into the endpoint) within the same limits with every
+byte read back,
 the revision recorded, the resource figures of the synthesis report (which must exist in CI,
 where ``CI=true``: ``.ci/run`` synthesizes first). Never a wall-clock time."""
 
@@ -22,8 +24,33 @@ def test_quick_suite(tmp_path):
     r = json.loads(out.read_text())
     assert r["quick"] and r["revision"] and r["revision"] != "unknown"
     assert not r["failed_batches"]
+    plan = dict(suite_runs(True))
     assert len(r["goodput"]) + len(r["message_rate"]) + len(r["latency"]) + len(r["cm"]) + \
-        len(r["loss"]) == len(suite_runs(True)[0][1])
+        len(r["loss"]) == len(plan["quick"])
+    # the responder's rows: all but the warm-up run
+    assert len(r["responder"]) == len([x for x in plan["quick-responder"] if x["kind"] != "warmup"])
+    for g in r["responder"]:
+        assert g["kind"] == "responder" and g["data_checked"], g
+        if g["test"] == "latency":
+            assert all(isinstance(c, int) and c > 0 for c in g["latency_cycles"]["samples"]), g
+            continue
+        assert g["limit_gbps"] == limit_gbps(g["size"], g["pmtu"], g["line_gbps"], g["opcode"])
+        assert 0 < g["goodput_gbps"] <= g["limit_gbps"] * (1 + TOL), g
+        assert 0 < g["percent_of_limit"] <= 100 * (1 + TOL), g
+        assert 0 < g["mmsgs"] <= g["limit_mmsgs"] * (1 + TOL), g
+        assert g["messages"] == g["qps"] * -(-g["bytes"] // g["size"]), g
+        # a perfect link: only what the responder's ingress had no room for is sent again
+        assert g["retransmitted"] <= g["seq_naks"] * g["packets"], g
+        if g["test"] == "bidirectional":
+            assert 0 < g["tx_goodput_gbps"] <= g["limit_gbps"] * (1 + TOL), g
+            assert g["rx_goodput_gbps"] == g["goodput_gbps"]
+            # the generator's frames only (not the read-back after them), at the line's pace
+            # but for the responder's ACKs between them
+            assert g["tx_frames"] == g["tx_bytes"] // g["size"] * -(-g["size"] // g["pmtu"]), g
+            assert g["tx_percent_of_limit"] > 90 and g["percent_of_limit"] > 85, g
+    # 256 KiB per run: the ACK latency after the last request weighs 2 %
+    big = [g for g in r["responder"] if g["test"] == "goodput" and g["size"] >= 4096]
+    assert big and all(g["percent_of_limit"] > 95 for g in big), big
     for g in r["goodput"] + r["message_rate"]:
         assert 0 < g["goodput_gbps"] <= g["limit_gbps"] * (1 + TOL), g
         assert 0 < g["percent_of_limit"] <= 100 * (1 + TOL), g
@@ -75,6 +102,7 @@ def test_quick_suite(tmp_path):
                                          "performance.md", "README.md"}
     perf = (tmp_path / "docs" / "performance.md").read_text()
     assert perf.count(bench_report.BEGIN) == 1 and r["revision"][:12] in perf
+    assert "### Responder" in perf and "WRITE PMTU 4096" in perf
     readme = (tmp_path / "README.md").read_text()
     assert readme.count(bench_report.H_BEGIN) == 1
     # both say which peer the figures were measured against

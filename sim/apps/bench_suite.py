@@ -26,6 +26,22 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   that check in a worker process beside the simulator (``ROCEGEN_FRAMECHECK=pool``, unless the
   environment already chooses), and each batch records the frames checked, the check's own
   seconds and the seconds the simulator waited for it.
+* **Responder** (batch ``responder``; ``responder-axi4`` too when the endpoint's responder
+  can place payloads into AXI4 memory): the host NIC model's requester WRITEs and SENDs into
+  the endpoint built with its RC responder (:func:`~rocegen.sim.testing.cocotb_runner.responder_sim_config`,
+  W = 512, 2 MiB of on-chip memory; the cocotb bench :mod:`rocegen.sim.tb.roce_resp`): one QP's
+  goodput at PMTU 1024 and 4096, 64 B .. 1 MiB, the host's line paced at 100 Gb/s (against
+  :func:`limit_gbps`: the host's requests have the wire format of the endpoint's), payload over
+  the time from the first request's start on the line to the endpoint's last ACK (runs of 1024
+  messages or 1 MiB, :data:`RESP_RUN_MESSAGES`, so that the one ACK latency after the last
+  request weighs under 1 %); the message rate of 64 B WRITEs; the cycles from a request's last beat
+  in to its ACK's first beat out; and both directions at once on one QP (the traffic generator
+  WRITEs to the host while the host WRITEs in; each direction's goodput over its own frames'
+  time on its line, which the other direction's ACKs share). Every byte is read back through
+  the endpoint's own RDMA WRITEs and compared.
+* **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
+  frames during responder traffic (:func:`rocegen.sim.tb.roce_resp.fuzz_run`): data intact, no
+  write outside a region, every datagram's verdict and every drop counted as predicted.
 * **Soak** (only when asked for by name: ``rocegen bench --only soak``, ``make soak``): more
   than a million RoCE data packets on 8 QPs over a link that loses 1 % of the frames each way,
   duplicates and reorders, WRITE, SEND and WRITE with immediate in turn; every byte is compared
@@ -179,8 +195,90 @@ def soak_runs(packets=SOAK_PACKETS):
             for k, op in enumerate(opcodes)]
 
 
+#: the responder batches: message sizes, and the bytes of a run (whole messages; at least one)
+RESP_SIZES = [64, 256, 1024, 4096, 16 * KIB, 64 * KIB, 256 * KIB, MIB]
+RESP_OPCODES = ("WRITE", "SEND")
+#: hostile frames of the responder's fuzz batch
+RESP_FUZZ_FRAMES = 100_000
+
+
+#: a responder goodput run: this many messages, at most :data:`RESP_RUN_BYTES`, at least one
+#: message and 64 KiB (quick: a quarter of each). Its figure counts the time from its first
+#: request on the line to the endpoint's last ACK, one ACK latency (50 to 140 cycles) more than
+#: the requests' line time: 1024 messages or 1 MiB (27,700 cycles at 100 Gb/s) keep that under
+#: 1 % (0.5 % from 4 KiB messages up), and the run fits the QP's region (1 MiB), written and
+#: read back in one round
+RESP_RUN_MESSAGES = 1024
+RESP_RUN_BYTES = MIB
+
+
+def _responder(size, pmtu, opcode, quick, memory="onchip"):
+    """A responder goodput run on one QP (see :data:`RESP_RUN_MESSAGES`)."""
+    q = 4 if quick else 1
+    total = max(size, min(RESP_RUN_MESSAGES // q * size, RESP_RUN_BYTES // q), 64 * KIB // q)
+    return {"kind": "responder", "test": "goodput", "qps": 1, "pmtu": pmtu,
+            "bytes": _whole(total, size), "size": size, "opcode": opcode,
+            "line_gbps": LINE_GBPS, "memory": memory}
+
+
+def _resp_latency(count, memory="onchip"):
+    return {"kind": "resp_latency", "qps": 1, "pmtu": 4096, "size": 64, "bytes": 64,
+            "count": count, "opcode": "WRITE", "line_gbps": LINE_GBPS, "memory": memory}
+
+
+def _bidir(size, total, memory="onchip"):
+    return {"kind": "bidir", "qps": 1, "pmtu": 4096, "size": size, "bytes": total,
+            "opcode": "WRITE", "line_gbps": LINE_GBPS, "memory": memory}
+
+
+def _resp_warmup(memory="onchip"):
+    # the endpoint resolves the host's address by ARP before its first ACK: not in a figure
+    return {**_responder(4096, 4096, "WRITE", True, memory), "bytes": 4096, "kind": "warmup"}
+
+
+def responder_axi4():
+    """Whether the endpoint's responder takes an AXI4 payload memory (``RoceEndpoint(...,
+    memory="axi4", responder=True)`` constructs)."""
+    import gc
+    import warnings
+
+    from amaranth.hdl import UnusedElaboratable
+
+    from rocegen.gateware.roce.endpoint import RoceEndpoint
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)      # built only to ask
+        try:
+            RoceEndpoint(WIDTH, NUM_QPS, memory="axi4", mem_bytes=RESP_AXI4_BYTES,
+                         responder=True)
+        except ValueError:
+            return False
+        finally:
+            gc.collect()
+    return True
+
+
+#: the AXI4 memory of the responder's AXI4 batch (cocotbext-axi's AxiRam)
+RESP_AXI4_BYTES = 16 << 20
+
+
+def responder_runs(quick=False, memory="onchip"):
+    """The responder batch's runs (see the module documentation)."""
+    if quick:
+        return [_resp_warmup(memory), _responder(4096, 4096, "WRITE", True, memory),
+                _responder(1024, 1024, "SEND", True, memory),
+                {**_responder(64, 4096, "WRITE", True, memory), "bytes": 16 * KIB},
+                _resp_latency(4, memory), _bidir(16 * KIB, 256 * KIB, memory)]
+    runs = [_resp_warmup(memory)]
+    runs += [_responder(s, p, o, False, memory) for o in RESP_OPCODES for p in PMTUS
+             for s in RESP_SIZES]
+    runs += [_resp_latency(8, memory), _bidir(4096, MIB, memory), _bidir(64 * KIB, MIB, memory)]
+    return runs
+
+
 #: batches run only when named with ``--only``
-ON_REQUEST = ("soak",)
+ON_REQUEST = ("soak", "resp_fuzz")
+#: batches of the responder's build and bench (:mod:`rocegen.sim.tb.roce_resp`)
+RESPONDER_BATCHES = ("responder", "responder-axi4", "resp_fuzz", "quick-responder")
 
 
 def suite_runs(quick=False, on_request=False):
@@ -198,7 +296,7 @@ def suite_runs(quick=False, on_request=False):
                 _latency(64, 4),
                 {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 2},
                 _loss(0.01, 2, 512 * KIB)]
-        return [("quick", runs)]
+        return [("quick", runs), ("quick-responder", responder_runs(True))]
     batches = [("goodput-1qp-write", [_goodput(s, p, "WRITE", 1, line, False) for p in PMTUS
                                       for line in (LINE_GBPS, 0) for s in SIZES_1QP])]
     # the other opcodes and 8 QPs: fewer sizes, and unthrottled at PMTU 4096 only
@@ -224,8 +322,14 @@ def suite_runs(quick=False, on_request=False):
                          "source": "generator", "line_gbps": LINE_GBPS, "rtt_us": 2,
                          "drop_psns": [off], "timeout": code})
     batches.append(("loss", loss))
+    batches.append(("responder", responder_runs()))
+    if responder_axi4():
+        batches.append(("responder-axi4", responder_runs(memory="axi4")))
     if on_request:
         batches.append(("soak", soak_runs()))
+        batches.append(("resp_fuzz", [{"kind": "resp_fuzz", "frames": RESP_FUZZ_FRAMES,
+                                       "qps": 2, "pmtu": 1024, "line_gbps": LINE_GBPS,
+                                       "seed": 5}]))
     return batches
 
 
@@ -260,14 +364,24 @@ def _framecheck_mode():
 
 
 def _run_batch(name, runs, peer="connectx"):
-    from rocegen.sim.testing.cocotb_runner import endpoint_sim_config, run_cocotb
-    cfg = endpoint_sim_config(WIDTH, NUM_QPS)
+    from rocegen.sim.testing.cocotb_runner import (
+        endpoint_sim_config,
+        responder_sim_config,
+        run_cocotb,
+    )
+    if name in RESPONDER_BATCHES:
+        axi4 = {"memory": "axi4", "mem_bytes": RESP_AXI4_BYTES} if name.endswith("axi4") else {}
+        cfg = responder_sim_config(WIDTH, NUM_QPS, **axi4)
+        module, testcase = "rocegen.sim.tb.roce_resp", "runs"
+    else:
+        cfg = endpoint_sim_config(WIDTH, NUM_QPS)
+        module, testcase = "rocegen.sim.tb.roce_demo", None
     out = BUILD / "bench" / f"suite-{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     cfg.build()
     t1 = time.perf_counter()
-    run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"bench-suite-{name}",
+    run_cocotb(cfg, module, testcase, label=f"bench-suite-{name}",
                env={"ROCE_RUNS": json.dumps(runs), "ROCE_RESULTS": out.resolve(),
                     "ROCE_LOCAL_BYTES": LOCAL_BYTES, "ROCE_PEER": peer,
                     "ROCEGEN_FRAMECHECK": _framecheck_mode()})
@@ -302,7 +416,7 @@ def _ns(cycles):
 def _figures(results):
     """Every figure of the suite from the runs' raw results."""
     out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": [],
-           "soak": []}
+           "soak": [], "responder": [], "resp_fuzz": []}
     keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
             "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
             "wall_seconds")
@@ -373,7 +487,44 @@ def _figures(results):
                         "elapsed_us": r["elapsed_us"],
                         "goodput_gbps": r["bytes"] * r["qps"] * 8 / (r["elapsed_us"] * 1e3)})
             out["soak"].append(row)
+        elif kind in ("responder", "resp_latency", "bidir"):
+            out["responder"].append(_responder_row(r, row))
+        elif kind == "resp_fuzz":
+            row.update({k: r[k] for k in ("frames", "candidates", "good_messages", "rounds",
+                                          "checked_bytes", "victim_answers_lost", "counters",
+                                          "predicted")})
+            row["kind"] = "resp_fuzz"
+            out["resp_fuzz"].append(row)
     return out
+
+
+def _responder_row(r, row):
+    """A row of the responder's figures (``"kind": "responder"``; ``test`` says which)."""
+    row.update(kind="responder", memory=r.get("memory", "onchip"))
+    if r["kind"] == "resp_latency":
+        lat = _stats(r["latency_cycles"])
+        row.update(test="latency", latency_cycles=lat, latency_ns=_ns(lat["min"]),
+                   data_checked=r["checked_bytes"] > 0)
+        return row
+    period_us = 1 / CLOCK_MHZ
+    line = r["line_gbps"]
+    lim = limit_gbps(r["size"], r["pmtu"], line, r["opcode"])
+    row.update(test="goodput" if r["kind"] == "responder" else "bidirectional",
+               goodput_gbps=r["goodput_gbps"], limit_gbps=lim,
+               percent_of_limit=100 * r["goodput_gbps"] / lim, cycles=r["line_cycles"],
+               messages=r["messages"], packets=r["packets"], host_frames=r["host_frames"],
+               retransmitted=r["retransmitted"], rnr_naks=r["rnr_naks"],
+               seq_naks=r.get("seq_naks", 0),
+               mmsgs=r["messages"] / (r["line_cycles"] * period_us) if r["line_cycles"] else 0.0,
+               limit_mmsgs=rate_limit_mmsgs(r["size"], r["pmtu"], line, r["opcode"]),
+               # (the read-back covers the messages and the gaps between them)
+               data_checked=r["checked_bytes"] >= r["bytes"] * r["qps"] + r.get("tx_bytes", 0))
+    if r["kind"] == "bidir":
+        row.update(tx_goodput_gbps=r["tx_goodput_gbps"], rx_goodput_gbps=r["rx_goodput_gbps"],
+                   tx_percent_of_limit=100 * r["tx_goodput_gbps"] / lim,
+                   tx_bytes=r["tx_bytes"], tx_cycles=r["tx_line_cycles"],
+                   tx_frames=r["tx_frames"], tx_acks=r["tx_acks"])
+    return row
 
 
 def _resources():
@@ -433,6 +584,10 @@ def batch_of(row, key):
         return "loss"
     if key == "soak":
         return "soak"
+    if key == "resp_fuzz":
+        return "resp_fuzz"
+    if key == "responder":
+        return "responder-axi4" if row.get("memory") == "axi4" else "responder"
     if key in ("latency", "cm"):
         return "latency"
     if key == "message_rate":
@@ -442,7 +597,8 @@ def batch_of(row, key):
     return "goodput-1qp-write" if row["opcode"] == "WRITE" else "goodput-1qp-imm-send"
 
 
-FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak")
+FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak", "responder",
+           "resp_fuzz")
 
 
 def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx"):

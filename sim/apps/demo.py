@@ -1,14 +1,18 @@
 """``rocegen demo`` (``make demo``): the whole story on one machine, as a bench user would type it.
 
 1. ``rocegen build --board vcu118``: the Vivado build directory of the VCU118 at 100G;
-2. ``rocegen sim serve``: the same endpoint core (W = 512, 8 QPs) in Verilator as a network peer
-   of this machine (connection manager through a UDP tunnel on 127.0.0.1, RoCE frames on a TCP
-   wire);
+2. ``rocegen sim serve``: the same endpoint core (W = 512, 8 QPs), with the RC responder and its
+   pattern sink added, in Verilator as a network peer of this machine (connection manager
+   through a UDP tunnel on 127.0.0.1, RoCE frames on a TCP wire);
 3. ``rocegen-host connect --sim``: the host agent opens QPs with the simulated FPGA over UDP
-   17185 (the simulated ConnectX NIC is the project's RNIC model on the wire);
+   17185 (the simulated ConnectX NIC is the project's RNIC model on the wire); the replies name
+   each QP's memory region on the FPGA;
 4. ``rocegen-host traffic`` / ``recv``: the FPGA's traffic generator RDMA-WRITEs N MiB per QP and
    then SENDs messages with immediate data; the agent checks every message;
-5. ``rocegen-host close``, then the simulated FPGA is stopped and its figures printed.
+5. ``rocegen-host write`` / ``send``: the other way, the host RDMA-WRITEs the test pattern into
+   the FPGA's region and SENDs it into the receive buffers the FPGA posted; the FPGA's pattern
+   sink checks every byte and its verdict comes back over the connection manager;
+6. ``rocegen-host close``, then the simulated FPGA is stopped and its figures printed.
 
 Every command is printed before it runs, with its output. Nothing here is specific to the
 simulation but the ``--sim`` of step 3: against a board, the same host commands run without it.
@@ -35,6 +39,11 @@ def add_parser(subparsers):
     d.add_argument("--qps", type=int, default=2, help="QPs the host opens (1..8, default 2)")
     d.add_argument("--sends", type=int, default=64,
                    help="SEND-with-immediate messages of 4 KiB per QP (default 64)")
+    d.add_argument("--host-writes", type=int, default=16,
+                   help="64 KiB RDMA WRITEs per QP from the host into the FPGA (default 16)")
+    d.add_argument("--host-sends", type=int, default=16,
+                   help="4 KiB SENDs with immediate data per QP from the host to the FPGA "
+                   "(default 16)")
     d.add_argument("-o", "--output", default="build/demo", help="folder for everything written")
     return d
 
@@ -68,8 +77,10 @@ def run(args):
         raise ValueError(f"--qps must be 1..8 (the demo FPGA has 8), not {args.qps}")
     if not 1 <= args.mib <= 64:
         raise ValueError(f"--mib must be 1..64, not {args.mib}")
-    if not 0 <= args.sends <= 4096:
-        raise ValueError(f"--sends must be 0..4096, not {args.sends}")
+    for option, value in (("--sends", args.sends), ("--host-writes", args.host_writes),
+                          ("--host-sends", args.host_sends)):
+        if not 0 <= value <= 4096:
+            raise ValueError(f"{option} must be 0..4096, not {value}")
     t0 = time.monotonic()
     out = Path(args.output).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -86,8 +97,8 @@ def run(args):
     _run([*rocegen, "build", "--board", "vcu118", "-o", str(out / "vcu118")], env)
     figures["build_s"] = time.monotonic() - t
 
-    print("\n== 2. the endpoint core of that build in Verilator, as a peer of this machine",
-          flush=True)
+    print("\n== 2. the endpoint core of that build, with the RC responder and its pattern sink, "
+          "in Verilator, as a peer of this machine", flush=True)
     status, pcap = out / "serve.json", out / "serve.pcap"
     status.unlink(missing_ok=True)
     ports = []
@@ -133,7 +144,19 @@ def run(args):
             _run([*host, "recv", "--no-progress"], env)
         _run([*host, "status"], env)
 
-        print("\n== 5. close the QPs and stop the simulated FPGA", flush=True)
+        print(f"\n== 5. the host writes {args.host_writes} x 64 KiB per QP into the FPGA's "
+              f"memory and sends it {args.host_sends} x 4 KiB with immediate data; the FPGA "
+              f"checks every byte against the test pattern of its address", flush=True)
+        t = time.monotonic()
+        if args.host_writes:
+            _run([*host, "write", "--count", str(args.host_writes), "--size", "65536"], env)
+        if args.host_sends:
+            _run([*host, "send", "--count", str(args.host_sends), "--size", "4096", "--imm"],
+                 env)
+        figures["host_s"] = time.monotonic() - t
+        _run([*host, "status"], env)
+
+        print("\n== 6. close the QPs and stop the simulated FPGA", flush=True)
         _run([*host, "close"], env)
     finally:
         os.killpg(serve.pid, signal.SIGTERM)

@@ -1,8 +1,16 @@
 """Command-line options of the endpoint's generator parameters, shared by ``rocegen verilog``,
 ``rocegen build`` and ``rocegen sim serve``: one definition of each option, its checks and the
-renaming of parameter errors to the option that set them."""
+renaming of parameter errors to the option that set them.
 
-__all__ = ["ENDPOINT_OPTIONS", "add_endpoint_options", "endpoint_params", "option_error"]
+The responder's options (``--responder``, ``--resp-region``, ``--rnr-timer``, ``--rq-depth``,
+``--pattern-sink``) are off by default for ``rocegen verilog`` and ``rocegen build`` (the default
+cores keep their size) and on for ``rocegen sim serve`` (``add_endpoint_options(...,
+responder=True)``), where ``--no-responder`` leaves it out."""
+
+import argparse
+
+__all__ = ["ENDPOINT_OPTIONS", "add_endpoint_options", "endpoint_params", "option_error",
+           "parse_region"]
 
 
 #: Endpoint parameters shared by ``rocegen verilog`` and ``rocegen build``: option -> (parameter,
@@ -15,10 +23,29 @@ ENDPOINT_OPTIONS = {
     "--rnr-retry": ("cm_rnr_retry", ("default_rnr_retry", "cm_rnr_retry")),
     "--wr-depth": ("wr_depth", ("depth", "wr_depth")),
     "--window": ("window", ("window",)),
+    "--responder": ("responder", ("responder",)),
+    "--resp-region": ("resp_region", ("resp_region",)),
+    "--rnr-timer": ("rnr_timer", ("rnr_timer",)),
+    "--rq-depth": ("rq_depth", ("rq_depth",)),
+    "--pattern-sink": ("pattern_sink", ("pattern_sink",)),
 }
 
 
-def add_endpoint_options(parser, port_option):
+def parse_region(text):
+    """``BASE:LENGTH`` (bytes, decimal or 0x hexadecimal) -> ``(base, length)``."""
+    base, sep, length = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(base, 0), int(length, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a region is BASE:LENGTH in bytes (e.g. 0:0x20000), not {text!r}") from None
+
+
+def add_endpoint_options(parser, port_option, *, responder=False):
+    """The endpoint's options on ``parser`` (``port_option``: the name of the connection
+    manager's port option); ``responder``: whether the RC responder is on unless told."""
     parser.add_argument(port_option, dest="cm_port", type=int, default=None,
                         help="UDP port of the connection manager (default 17185)")
     parser.add_argument("--pmtu", type=int, default=None,
@@ -37,6 +64,24 @@ def add_endpoint_options(parser, port_option):
                         help="work requests held per QP until they complete (default 64)")
     parser.add_argument("--window", type=int, default=None,
                         help="unacknowledged PSNs per QP (default 1024)")
+    parser.add_argument("--responder", action=argparse.BooleanOptionalAction,
+                        default=True if responder else None,
+                        help="the RC responder: hosts RDMA WRITE and SEND into the FPGA's memory "
+                        f"(default {'on' if responder else 'off'})")
+    parser.add_argument("--resp-region", type=parse_region, default=None, metavar="BASE:LENGTH",
+                        help="with the responder: the region of local memory every QP may be "
+                        "written in after reset, in bytes (default the lower half of local "
+                        "memory)")
+    parser.add_argument("--rnr-timer", type=int, default=None, metavar="CODE",
+                        help="with the responder: the RNR timer code of its RNR NAKs (0..31, "
+                        "default 1)")
+    parser.add_argument("--rq-depth", type=int, default=None,
+                        help="with the responder: receive buffers each QP can have posted "
+                        "(a power of two 1..1024, default 16)")
+    parser.add_argument("--pattern-sink", action=argparse.BooleanOptionalAction, default=None,
+                        help="with the responder: check every byte written against the test "
+                        "pattern of its address (counters, and the connection manager's QUERY; "
+                        "default on with the responder)")
 
 
 def endpoint_params(args):
@@ -48,6 +93,16 @@ def endpoint_params(args):
         value = getattr(args, option[2:].replace("-", "_"))
         if value is not None:
             params[param] = value
+    if not params.get("responder"):
+        given = [o for o in ("--resp-region", "--rnr-timer", "--rq-depth", "--pattern-sink")
+                 if ENDPOINT_OPTIONS[o][0] in params]
+        if given:
+            raise ValueError(f"{', '.join(given)} need{'s' * (len(given) == 1)} the responder "
+                             f"(--responder)")
+        params.pop("responder", None)
+    rq = params.get("rq_depth")
+    if rq is not None and not (1 <= rq <= 1024 and rq & (rq - 1) == 0):
+        raise ValueError(f"--rq-depth must be a power of two 1..1024, not {rq}")
     if "cm_allow_net" in params:
         net, _, prefix = params["cm_allow_net"].partition("/")
         if not prefix.isdigit():

@@ -17,6 +17,12 @@ The simulated FPGA's Ethernet port is joined to real sockets (:mod:`rocegen.sim.
   a soft-RoCE device on the interface); ``--roce-to wire`` sends the RoCEv2 frames to the wire
   instead.
 
+The endpoint has the RC responder and its pattern sink unless ``--no-responder``: the host
+WRITEs and SENDs into the FPGA's memory (``rocegen-host write`` / ``send``). The bench plays the
+user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers posted, each its whole
+region from the region's base, and posts one again for every receive completion
+(:mod:`rocegen.sim.tb.serve`).
+
 With ``--vlan ID`` the endpoint is built to tag its frames 802.1Q with that VLAN and to take only
 frames of it; the host side is an untagged access port of the VLAN (:mod:`rocegen.sim.apps.bridge`):
 the tunnel, the TAP and the wire see untagged frames, the FPGA tagged ones (the pcap holds them
@@ -65,7 +71,7 @@ def add_parser(subparsers):
     s.add_argument("--tunnel-port", type=int, default=None,
                    help="UDP port of the tunnel (default: the connection manager's port, "
                    "17185; 0: any free port)")
-    add_endpoint_options(s, "--cm-port")
+    add_endpoint_options(s, "--cm-port", responder=True)
     s.add_argument("--line-gbps", type=float, default=None,
                    help="MAC line rate (default 100 at W >= 128, 10 at W = 64; 0: unthrottled)")
     s.add_argument("--tap", action="store_true",
@@ -143,6 +149,7 @@ def serve_config(args):
     if args.ip != FPGA_IP:
         params["ip"] = args.ip
     cfg = endpoint_sim_config(args.width, args.qps, **params)
+    resp = responder_conf(args.width, args.qps, params)
     fpga_cm_port = params.get("cm_port", 17185)
     line = args.line_gbps if args.line_gbps is not None else (100 if args.width >= 128 else 10)
     conf = {"listen": listen, "cm_port": fpga_cm_port if args.tunnel_port is None
@@ -151,8 +158,38 @@ def serve_config(args):
             "fpga_cm_port": fpga_cm_port, "line_gbps": line, "parent": os.getpid(),
             "pcap": str(Path(args.pcap).resolve()) if args.pcap else None,
             "max_cycles": args.max_cycles, "clock_mhz": board_clock_mhz(args.width),
-            "roce_to": args.roce_to, "vlan": args.vlan}
+            "roce_to": args.roce_to, "vlan": args.vlan, "responder": resp}
     return cfg, conf
+
+
+def responder_conf(width, num_qps, params):
+    """What the bench needs of the responder of the endpoint ``params`` describe: ``regions``
+    (each QP's ``[rkey, base, length]`` after reset), ``rq_depth`` and ``pattern_sink``; None
+    without the responder. Raises ValueError for parameters the endpoint refuses (named by
+    their option)."""
+    if not params.get("responder"):
+        return None
+    import gc
+    import warnings
+
+    from amaranth.hdl import UnusedElaboratable
+
+    from rocegen.gateware.roce.responder import default_config
+    from rocegen.sim.apps.options import option_error
+    from rocegen.sim.testing.roce_tops import EndpointTop
+    # (built for its configuration only, never elaborated: no warnings about that)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        try:
+            c = EndpointTop(width, num_qps, **params).endpoint.config
+        except (ValueError, TypeError) as e:
+            raise ValueError(option_error(str(e))) from None
+        finally:
+            gc.collect()
+    regions = [[e["mr"]["rkey"], e["mr"]["base"], e["mr"]["length"]]
+               for e in default_config(num_qps, *c["resp_region"], rkey_seed=c["rkey_seed"],
+                                       rnr_timer=c["rnr_timer"])]
+    return {"regions": regions, "rq_depth": c["rq_depth"], "pattern_sink": c["pattern_sink"]}
 
 
 def run(args):
@@ -216,4 +253,11 @@ def summary(final):
              f"{final['wire_rx']} in, {final['wire_no_peer']} with nobody connected",
              "connection manager: " + (", ".join(f"{k[3:]} {v}" for k, v in sorted(cm.items()))
                                        or "no requests")]
+    if final.get("responder"):
+        lines.append(f"responder: {stats.get('resp_executed', 0)} requests executed, "
+                     f"{final.get('recv_completions', 0)} receive completions "
+                     f"({final.get('recv_errors', 0)} not OK)")
+        if final["responder"].get("pattern_sink"):
+            lines.append(f"pattern sink: {stats.get('sink_bytes_checked', 0)} bytes checked, "
+                         f"{stats.get('sink_bytes_wrong', 0)} wrong")
     return "\n".join(lines)

@@ -9,9 +9,17 @@ the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process
 stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
 interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the default, or
 ``"wire"``, where RoCEv2 frames go), ``vlan`` (the FPGA port's VLAN ID, None for untagged),
-``stop_file`` (the bench stops once this file exists). While
+``stop_file`` (the bench stops once this file exists), ``responder`` (with the RC responder:
+``regions``, each QP's ``[rkey, base, length]`` as built, and ``rq_depth``; else None). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
+
+With the responder, the bench is the user logic that posts receive buffers: every QP keeps
+``rq_depth`` buffers posted, each the QP's whole region from its base (so a SEND lands at the
+region's base), and each receive completion taken from ``rcpl`` posts one more on its QP
+(counted in the status file: ``recv_completions``, ``recv_errors`` with a status other than
+OK). The frame check then expects the responder's connection-manager replies: ACKs of OPEN_QP,
+SEND_QP_INFO and MODIFY_QP_RTS name the QP's region as built (:class:`ServeFrameChecker`).
 
 It stops on SIGTERM or SIGINT, when its parent is gone, or after ``max_cycles``; the test then
 passes, so the launcher can tell a clean stop from a failure. Every frame out of the FPGA goes
@@ -41,6 +49,7 @@ from cocotb.triggers import First, Timer, ValueChange
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
 from rocegen.sim.apps.bridge import HostSide
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
@@ -48,12 +57,15 @@ from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.roce_env import (
     CREDIT_ONE,
     MacFrames,
+    RecordCollector,
+    RecordDriver,
     board_clock_mhz,
     cycle_offset,
     now_cycle,
     period_ps,
     start_clock,
 )
+from rocegen.wire.cm import REGION_REQUESTS, REQ_QUERY
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 CONF = json.loads(os.environ["ROCEGEN_SERVE"])
@@ -62,6 +74,60 @@ QUIET_STEP = 2048               # cycles run at once while the port is quiet
 BUSY_STEP = 64                  # cycles between looks at the sockets while frames move
 DEEP_IDLE = 1 << 20             # quiet cycles before the bench also waits on the sockets
 STATUS_EVERY = 1.0              # seconds between status file updates
+
+
+class ServeFrameChecker(FrameChecker):
+    """The independent frame check, with the connection-manager replies of an endpoint with the
+    responder: an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS names the QP's region
+    (``regions``: each QP's ``(rkey, base, length)`` as built) in ``loc_rkey``, ``loc_vaddr``
+    and ``dma_length``; an ACK of QUERY carries the pattern sink's counters in bytes 52-63 (any
+    value). Every other field as the spec's encoding has it."""
+
+    def __init__(self, name, regions):
+        super().__init__(name)
+        self.regions = regions
+
+    def _cm_expected(self, req, got, our_ip):
+        exp = FrameChecker._cm_expected(req, got, our_ip)
+        if got["ack_type"] != 1:
+            return exp
+        if req["req_type"] in REGION_REQUESTS and 0 <= exp["loc_qpn"] - 256 < len(self.regions):
+            rkey, base, length = self.regions[exp["loc_qpn"] - 256]
+            exp.update(loc_rkey=rkey, loc_vaddr=base, dma_length=min(length, (1 << 32) - 1))
+        elif req["req_type"] == REQ_QUERY:
+            exp.update({k: got[k] for k in ("dma_length", "n_transfers", "frequency")})
+        return exp
+
+
+async def keep_receive_buffers(dut, resp, counters):
+    """User logic of the responder: ``resp["rq_depth"]`` receive buffers posted on every QP, each
+    the QP's whole region from its base, and one posted again for each completion taken from
+    ``rcpl`` (``counters``: ``recv_completions``, ``recv_errors``)."""
+    recv = RecordDriver(dut, "recv", RECV_POST)
+    rcpl = RecordCollector(dut, "rcpl", RECV_COMPLETION, width=W)
+    wr_id = 0
+
+    async def post(k):
+        nonlocal wr_id
+        _, base, length = resp["regions"][k]
+        await recv.send({"qp": k, "wr_id": wr_id, "addr": base, "length": min(length, 0xFFFF_FFFF)})
+        wr_id = (wr_id + 1) & 0xFFFF_FFFF
+
+    for _ in range(resp["rq_depth"]):
+        for k in range(len(resp["regions"])):
+            await post(k)
+    while True:
+        if not rcpl.items:
+            rcpl.event.clear()
+            await rcpl.event.wait()
+            continue
+        done = list(rcpl.items)
+        rcpl.items.clear()
+        rcpl.cycles.clear()
+        for c in done:
+            counters["recv_completions"] += 1
+            counters["recv_errors"] += c["status"] != RecvStatus.OK.value
+            await post(c["qp"])
 
 
 def _write_status(path, status):
@@ -80,6 +146,9 @@ async def serve(dut):
         getattr(dut, name).value = 0        # completions: always taken by the capture ring
     dut.stats_addr.value = 0
     dut.mac_bp_threshold.value = 0
+    resp = CONF.get("responder")
+    if resp:
+        dut.respcfg_valid.value = 0
     await start_clock(dut, W)
 
     stop = {"why": None}
@@ -114,7 +183,8 @@ async def serve(dut):
     status_path = CONF.get("status")
     ready = {"state": "ready", "listen": host.listen, "cm_port": host.cm_port,
              "wire_port": host.wire_port, "fpga_ip": CONF["fpga_ip"], "host_ip": CONF["host_ip"],
-             "width": W, "clock_mhz": mhz, "num_qps": PARAMS["num_qps"], "pid": os.getpid()}
+             "width": W, "clock_mhz": mhz, "num_qps": PARAMS["num_qps"], "pid": os.getpid(),
+             "responder": resp}
     _write_status(status_path, ready)
     front = (f"TAP {CONF['tap']} (host {CONF['host_ip']}; RoCEv2 to the "
              f"{CONF.get('roce_to') or 'tap'})" if CONF.get("tap") else
@@ -123,10 +193,13 @@ async def serve(dut):
         f"{front}, wire on tcp {host.listen}:{host.wire_port}")
 
     tx = {"frames": 0, "bytes": 0, "rx_frames": 0, "rx_bytes": 0}
+    if resp:
+        tx.update(recv_completions=0, recv_errors=0)
+        cocotb.start_soon(keep_receive_buffers(dut, resp, tx))
     start_cycle = now_cycle(W)
     wall0 = time.monotonic()
 
-    check = FrameChecker("sim serve")
+    check = ServeFrameChecker("sim serve", resp["regions"]) if resp else FrameChecker("sim serve")
     failed = []
 
     def to_fpga(frames):

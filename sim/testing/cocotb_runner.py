@@ -33,7 +33,8 @@ from pathlib import Path
 from rocegen.gateware.emit import to_verilog
 from rocegen.sim.testing.verilator import verilator_on_path
 
-__all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config"]
+__all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config",
+           "responder_sim_config", "RESPONDER_MEM_BYTES", "responder_share"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("ROCEGEN_BUILD", ROOT / "build"))
@@ -223,3 +224,32 @@ def endpoint_sim_config(width, num_qps=8, **params):
     tests."""
     return SimConfig("endpoint", "rocegen.sim.testing.roce_tops:EndpointTop", width=width,
                      num_qps=num_qps, **params)
+
+
+#: On-chip memory of the responder builds, by width: at 512 bits 2 MiB (the responder's region,
+#: its lower half, holds a 1 MiB message), else the endpoint's default 256 KiB.
+RESPONDER_MEM_BYTES = {512: 2 << 20}
+#: Receive buffers each QP of the responder builds can have posted
+RESPONDER_RQ_DEPTH = 256
+
+
+def responder_sim_config(width, num_qps=8, **params):
+    """The Verilator build of the endpoint test top with the RC responder (``responder=True``)
+    shared by the responder's tests, its benchmark batches and ``rocegen sim demo --peer-op``:
+    on-chip memory of :data:`RESPONDER_MEM_BYTES` (the region every QP may be written in after
+    reset is its lower half) and :data:`RESPONDER_RQ_DEPTH` receive buffers per QP. ``params``
+    add to or replace these (``memory="axi4"`` for an AXI4 memory)."""
+    base = {"responder": True, "rq_depth": RESPONDER_RQ_DEPTH}
+    if width in RESPONDER_MEM_BYTES:
+        base["mem_bytes"] = RESPONDER_MEM_BYTES[width]
+    return endpoint_sim_config(width, num_qps, **{**base, **params})
+
+
+def responder_share(params, qps):
+    """Bytes of the responder's region (after reset: the lower half of the local memory, or
+    ``resp_region``) that each of ``qps`` QPs gets in the responder benches
+    (:func:`rocegen.sim.tb.roce_resp.share`), for a build of parameters ``params``."""
+    mem = params.get("mem_bytes") or (256 * 1024 if params.get("memory", "onchip") == "onchip"
+                                      else 1 << 32)
+    region = params.get("resp_region") or (0, mem // 2)
+    return region[1] // qps // (params["width"] // 8) * (params["width"] // 8)

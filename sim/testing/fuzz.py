@@ -17,6 +17,9 @@ Every frame is ``bytes`` without FCS. Frame builders:
   IPv4 / UDP port 4791) headers.
 * :func:`fuzz_frames`: a deterministic mix of all of them (``random.Random(seed)``; scapy's own
   random values are drawn from Python's global generator, which is seeded from it and restored).
+* For the responder: :func:`valid_request`, a correct RC request (SEND, RDMA WRITE, any opcode
+  with the extension headers the responder expects of it), and :func:`request_fuzz_frames`,
+  hostile requests (see "Requests" below).
 
 Model of the receive path, written from the gateware's documented checks (network stack:
 :mod:`rocegen.gateware.net`, RoCE: :class:`~rocegen.gateware.roce.rx.RoceRx`):
@@ -34,6 +37,12 @@ Model of the receive path, written from the gateware's documented checks (networ
   (ACKNOWLEDGE and CNP taken), P_Key, DestQP in the QP table, QP state, IPv4 source.
 * :func:`count_roce_candidates`: how many frames reach UDP port 4791 processing; the endpoint's
   ``roce_rx_packets`` counter and the sum of its verdict counters must both equal it.
+* :func:`request_verdict`: what the responder (``RoceEndpoint(responder=True)``) makes of a
+  request (the ``requests`` verdict above): dropped by its ingress as malformed (shorter than
+  the extension headers of its opcode, payload and pad not a whole number of 4-byte words, or
+  PadCnt more than they hold), dropped by its decision before any state is looked at (DestQP
+  not in the table, QP neither RTR nor RTS, IPv4 source not the QP's peer, P_Key), or decided
+  on the QP's state (``decided``: executed, duplicate, NAKed or dropped in the error state).
 
 The safety rule of :func:`fuzz_frames`
 --------------------------------------
@@ -53,6 +62,21 @@ mutation that happened to name a live QP...) has its ICRC damaged, and is replac
 not enough. CNPs for live QPs from the peer are allowed (they acknowledge nothing). No frame
 has the connection manager's UDP port as destination (at the offset of an IPv4 header without
 options, whatever else the frame holds), since a datagram there can open and close QPs.
+
+Requests
+--------
+:func:`request_fuzz_frames` makes hostile requests for an endpoint with its responder while
+the QPs ``good_qpns`` carry real traffic with peer ``peer_ip``: requests with every field
+fuzzed (opcode among all 32 RC codes, PSN at and around the ``victim``'s expected PSN, payload
+length and PadCnt, R_Key, virtual address and DMA length, AckReq, immediate) to the victim QP,
+a QP open with the same peer that may be put in the error state and whose region may be
+written; well-formed requests to ``closed_qpns`` (in the table, not open) and to QP numbers
+beyond the table; requests to the good QPs from another IPv4 source or with another P_Key;
+every mutation of :data:`MUTATIONS` applied to such requests (truncations, bit flips, bad
+ICRCs...); and the acknowledgement fuzz of :func:`fuzz_frames`. The safety rule extends to
+requests: no frame may be read (as :func:`could_acknowledge` reads it) as a datagram with a
+correct ICRC, a request opcode, a valid P_Key, a good QP as DestQP and ``peer_ip`` as source
+(:func:`could_request`), nor as an acknowledgement of a good QP or the victim.
 """
 
 import random
@@ -76,7 +100,8 @@ from rocegen.wire.roce import is_request_opcode
 
 __all__ = ["MUTATIONS", "VERDICT_COUNTERS", "valid_ack", "valid_cnp", "mutate", "mutations", "scapy_fuzz",
            "random_frame", "fuzz_frames", "could_acknowledge", "roce_datagram", "roce_verdict",
-           "count_roce_candidates"]
+           "count_roce_candidates", "valid_request", "request_fuzz_frames", "could_request",
+           "request_verdict", "REQUEST_VERDICTS"]
 
 #: The endpoint's RoCE receive counters of which exactly one counts each datagram of UDP port
 #: 4791, in the order of :data:`rocegen.gateware.roce.rx.COUNTERS` (the verdicts).
@@ -585,6 +610,17 @@ def could_acknowledge(frame, *, peer_ip, qpns):
     """True when some reading of ``frame`` (see the safety rule in the module documentation)
     is an ACKNOWLEDGE with a correct ICRC and a valid P_Key, to a QP in ``qpns`` (QP numbers),
     from ``peer_ip``."""
+    return _could_pass(frame, peer_ip, qpns, lambda op: op == H.OP_RC_ACKNOWLEDGE)
+
+
+def could_request(frame, *, peer_ip, qpns):
+    """True when some reading of ``frame`` (as :func:`could_acknowledge` reads it) is a request
+    (:func:`~rocegen.wire.roce.is_request_opcode`) with a correct ICRC and a valid P_Key, to a
+    QP in ``qpns``, from ``peer_ip``."""
+    return _could_pass(frame, peer_ip, qpns, is_request_opcode)
+
+
+def _could_pass(frame, peer_ip, qpns, opcode_ok):
     frame = bytes(frame)
     off = _ipv4_at(frame)
     if off is None or len(frame) < off + _IP_UDP + BTH_MIN:
@@ -593,7 +629,7 @@ def could_acknowledge(frame, *, peer_ip, qpns):
     if (ip["version"], ip["ihl"]) != (4, 5) or ip["src"] != _ip(peer_ip):
         return False
     bth = H.BTH.unpack(frame[off + _BTH_AT:])
-    if bth["opcode"] != H.OP_RC_ACKNOWLEDGE or bth["pkey"] & 0x7FFF != 0x7FFF or \
+    if not opcode_ok(bth["opcode"]) or bth["pkey"] & 0x7FFF != 0x7FFF or \
             bth["dest_qp"] not in set(qpns):
         return False
     for end in {ip["total_length"], len(frame) - off}:
@@ -770,3 +806,196 @@ def count_roce_candidates(frames, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
     of :data:`VERDICT_COUNTERS`."""
     return sum(roce_datagram(f, our_mac, our_ip, vlan=vlan, mtu=mtu) is not None
                for f in frames)
+
+
+# ---------------------------------------------------------------- requests (the responder)
+
+def _ext_length(opcode):
+    """Bytes of the extension headers the responder expects after the BTH of ``opcode``: a RETH
+    on WRITE FIRST / ONLY (with immediate too) and READ, an ImmDt on the *_WITH_IMMEDIATE."""
+    reth = opcode in (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_ONLY,
+                      H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, H.OP_RC_RDMA_READ_REQUEST)
+    imm = opcode in (H.OP_RC_SEND_LAST_WITH_IMMEDIATE, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE,
+                     H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                     H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+    return H.RETH.length * reth + H.IMMDT.length * imm
+
+
+def valid_request(*, our_mac, our_ip, peer_ip, qpn, psn, opcode, payload=b"", va=0, rkey=0,
+                  dma_len=None, imm=0, ack_req=1, peer_mac=HOST_MAC, udp_sport=0xC000,
+                  identification=1, pkey=0xFFFF, padcnt=None):
+    """A correct RC request from ``peer_ip`` to our QP ``qpn`` with PSN ``psn``: BTH ``opcode``
+    (any RC code), the extension headers the responder expects of it (RETH ``va``, ``rkey``,
+    ``dma_len``, default the payload's length; ImmDt ``imm``), ``payload`` and its pad to 4
+    bytes (``padcnt`` given: that PadCnt and as many zero bytes), IPv4 DF, UDP checksum 0, a
+    good ICRC, padded to 60 bytes."""
+    if not 0 <= opcode < 0x20:
+        raise ValueError(f"opcode must be an RC code 0x00..0x1f, not {opcode!r}")
+    payload = bytes(payload)
+    pad = -len(payload) % 4 if padcnt is None else padcnt
+    ext = _ext_length(opcode)
+    body = b""
+    if ext >= H.RETH.length:
+        body += H.RETH.pack(va=va, rkey=rkey, dma_len=len(payload) if dma_len is None
+                            else dma_len)
+    if ext % H.RETH.length:
+        body += H.IMMDT.pack(imm=imm)
+    f = _Frame.parse(valid_ack(our_mac=our_mac, our_ip=our_ip, peer_ip=peer_ip, qpn=qpn,
+                               psn=psn, peer_mac=peer_mac, udp_sport=udp_sport,
+                               identification=identification))
+    f.roce = H.BTH.pack(opcode=opcode, m=1, padcnt=pad, pkey=pkey, dest_qp=qpn,
+                        ack_req=ack_req, psn=psn & 0xFFFFFF) + body + payload + bytes(pad)
+    f.icrc = None
+    frame = f.build()
+    return frame + bytes(max(0, 60 - len(frame)))
+
+
+def _plausible_request(rng, qpn, psn, pmtu, rkey, region, addr):
+    """A single-packet SEND or WRITE (with or without immediate) to ``qpn`` at PSN ``psn``
+    that the QP executes unless something before it went wrong: a payload of up to a PMTU,
+    R_Key ``rkey``, inside ``region``."""
+    op = rng.choice([H.OP_RC_SEND_ONLY, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE, H.OP_RC_RDMA_WRITE_ONLY,
+                     H.OP_RC_RDMA_WRITE_ONLY, H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE])
+    n = rng.randrange(0, min(pmtu, 256) + 1)
+    base, length = region
+    return valid_request(qpn=qpn, psn=psn & 0xFFFFFF, opcode=op, payload=rng.randbytes(n),
+                         va=base + rng.randrange(0, length - n + 1), rkey=rkey,
+                         imm=rng.getrandbits(32), ack_req=rng.getrandbits(1),
+                         udp_sport=rng.randrange(0xC000, 0x10000),
+                         identification=rng.getrandbits(16), **addr)
+
+
+def _hostile_request(rng, qpn, psn, pmtu, rkey, region, addr):
+    """A request to ``qpn`` with every field drawn: any RC opcode (mostly SEND and WRITE), a
+    PSN at or near ``psn``, a payload length around the PMTU, a PadCnt, R_Key ``rkey`` or
+    another, an address inside ``region`` (base, length), across its end or anywhere."""
+    op = rng.choice([rng.randrange(0x20), rng.randrange(0x0C), rng.randrange(0x0C),
+                     H.OP_RC_SEND_ONLY, H.OP_RC_RDMA_WRITE_ONLY, H.OP_RC_RDMA_WRITE_FIRST])
+    psn = (psn + rng.choice([0, 0, 0, 1, 2, -1, -2, rng.randrange(-64, 64),
+                             rng.getrandbits(24)])) & 0xFFFFFF
+    n = rng.choice([0, 1, 4, pmtu, pmtu - 4, pmtu + 4, rng.randrange(0, 2 * pmtu),
+                    rng.randrange(0, 65)])
+    n = min(n, 4096 + 16)
+    base, length = region
+    va = rng.choice([base + rng.randrange(0, max(1, length)),
+                     base + length - rng.randrange(0, 2 * pmtu + 1), base, rng.getrandbits(64),
+                     rng.getrandbits(32)])
+    dma = rng.choice([n, n + rng.randrange(1, 3 * pmtu), rng.getrandbits(32), 0,
+                      base + length - va if base + length > va else n])
+    return valid_request(
+        qpn=qpn, psn=psn, opcode=op, payload=rng.randbytes(n), va=va & ((1 << 64) - 1),
+        rkey=rkey if rng.random() < 0.6 else rng.getrandbits(32), dma_len=dma & 0xFFFFFFFF,
+        imm=rng.getrandbits(32), ack_req=rng.getrandbits(1),
+        padcnt=rng.randrange(4) if rng.random() < 0.15 else None,
+        udp_sport=rng.randrange(0xC000, 0x10000), identification=rng.getrandbits(16), **addr)
+
+
+def request_fuzz_frames(n, seed, *, our_mac, our_ip, peer_ip, good_qpns, victim, closed_qpns,
+                        num_qps, pmtu, peer_mac=HOST_MAC):
+    """``n`` hostile frames for an endpoint with its responder (see "Requests" in the module
+    documentation). ``victim``: dict of the victim QP's ``qpn``, expected ``psn``, ``rkey`` and
+    ``region`` (base, length); ``closed_qpns``: QPs of the table that are not open;
+    ``num_qps``: the table's size. About 30 % requests to the victim (half of them
+    single-packet SENDs and WRITEs at the PSNs that follow ``psn``, which it executes until
+    the other half, every field fuzzed, puts it in the error state), 15 % well-formed
+    requests to closed QPs and QP numbers beyond the table, 10 % requests to the good QPs from
+    another source or with another P_Key, 30 % mutated requests and 15 % acknowledgement fuzz.
+    The same arguments always give the same frames."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative integer, not {n!r}")
+    good = tuple(good_qpns)
+    if not good or victim["qpn"] in good:
+        raise ValueError("good_qpns must be a non-empty list without the victim's QP")
+    live = good + (victim["qpn"],)
+    rng = random.Random(seed)
+    addr = {"our_mac": our_mac, "our_ip": our_ip, "peer_ip": peer_ip, "peer_mac": peer_mac}
+    beyond = [QPN_BASE + num_qps + rng.randrange(MAX_QPS), rng.randrange(QPN_BASE),
+              rng.getrandbits(24)]
+    acks = iter(fuzz_frames(n // 6 + 1, rng.getrandbits(32), qpns=live,
+                            psn_range=(0, 1 << 24), **addr))
+    out = []
+    vnext = victim["psn"]
+    while len(out) < n:
+        r = rng.random()
+        vq, vpsn = victim["qpn"], victim["psn"]
+        if r < 0.15:
+            frame = _plausible_request(rng, vq, vnext, pmtu, victim["rkey"], victim["region"],
+                                       addr)
+            vnext += 1
+        elif r < 0.30:
+            frame = _hostile_request(rng, vq, vnext if rng.random() < 0.5 else vpsn, pmtu,
+                                     victim["rkey"], victim["region"], addr)
+        elif r < 0.45:
+            qpn = rng.choice(list(closed_qpns) + beyond) if closed_qpns else rng.choice(beyond)
+            frame = _hostile_request(rng, qpn, rng.getrandbits(24), pmtu, rng.getrandbits(32),
+                                     victim["region"], addr)
+        elif r < 0.55:
+            f = _Frame.parse(_hostile_request(rng, rng.choice(good), rng.getrandbits(24), pmtu,
+                                              rng.getrandbits(32), victim["region"], addr))
+            if rng.random() < 0.5:
+                f.ip["src"] = _other(rng, lambda: rng.getrandbits(32), {_ip(peer_ip)})
+            else:
+                f.set_bth(pkey=_other(rng, lambda: rng.getrandbits(16), {0x7FFF, 0xFFFF}))
+            f.icrc = None
+            frame = f.build()
+        elif r < 0.85:
+            qpn = rng.choice(live + tuple(closed_qpns))
+            frame = _hostile_request(rng, qpn, vpsn if qpn == vq else rng.getrandbits(24), pmtu,
+                                     victim["rkey"], victim["region"], addr)
+            try:
+                frame = mutate(frame[:_frame_end(frame)], rng, rng.choice(list(MUTATIONS)),
+                               live_qpns=live, peer_ip=peer_ip)
+            except ValueError:
+                continue
+        else:
+            frame = next(acks, None)
+            if frame is None:
+                continue
+        if not frame or _to_cm_port(frame):
+            continue
+        for _ in range(2):
+            if could_request(frame, peer_ip=peer_ip, qpns=good) or \
+                    could_acknowledge(frame, peer_ip=peer_ip, qpns=live):
+                frame = _damage_icrc(frame, rng)
+            else:
+                out.append(frame)
+                break
+    return out
+
+
+def _frame_end(frame):
+    """The length of an untagged IPv4 frame without its Ethernet padding."""
+    return H.ETH.length + int.from_bytes(frame[H.ETH.length + 2:H.ETH.length + 4], "big")
+
+
+#: What :func:`request_verdict` says of a request, and the endpoint counters it names.
+REQUEST_VERDICTS = {"malformed": "resp_malformed", "drop_qp": "resp_drop_qp",
+                    "drop_state": "resp_drop_state", "drop_peer": "resp_drop_peer",
+                    "drop_pkey": "resp_drop_pkey", "decided": None}
+
+
+def request_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP_MTU):
+    """What the responder makes of ``frame`` (a key of :data:`REQUEST_VERDICTS`), or None when
+    it is not a request reaching it (:func:`roce_verdict` is not ``roce_rx_requests``).
+    ``peers`` and ``num_qps`` as for :func:`roce_verdict`."""
+    peers = {q: _ip(p) for q, p in peers.items()}
+    got = roce_datagram(frame, our_mac, our_ip, vlan=vlan, mtu=mtu)
+    if got is None:
+        return None
+    ip, udp, payload = got
+    if _verdict(ip, udp, payload, peers, num_qps) != "requests":
+        return None
+    bth = H.BTH.unpack(payload)
+    body = len(payload) - H.BTH.length - _ext_length(bth["opcode"]) - _ICRC
+    if body < 0 or body % 4 or bth["padcnt"] > body:
+        return "malformed"
+    qpn = bth["dest_qp"]
+    if not QPN_BASE <= qpn < QPN_BASE + num_qps:
+        return "drop_qp"
+    if qpn not in peers:
+        return "drop_state"
+    if ip["src"] != peers[qpn]:
+        return "drop_peer"
+    if bth["pkey"] & 0x7FFF != 0x7FFF:
+        return "drop_pkey"
+    return "decided"

@@ -22,6 +22,8 @@ __all__ = ["IcrcTop", "EndpointTop", "MAC_CAPTURE", "capture_depth", "LINE_OVERH
 
 #: Line overhead of a frame beyond its bytes without FCS: FCS, preamble + SFD, inter-frame gap.
 LINE_OVERHEAD = 4 + 8 + 12
+#: Entries of the ring of the responder's receive completions (``rcpl_cap``)
+RCPL_CAPTURE = 256
 #: Largest frame the MAC capture is sized for (bytes without FCS): a 9 KB jumbo frame
 MAX_FRAME = 10240
 
@@ -109,14 +111,18 @@ class EndpointTop(wiring.Component):
     on-chip memory); the streaming front end as ``s_msg_axis`` plus ``msg_meta``; the AXI4
     memory port as ``m_axi_*``; addresses fixed.
 
-    The two outputs the benches follow at speed end in :class:`~rocegen.sim.testing.capture.StreamCapture`
+    The outputs the benches follow at speed end in :class:`~rocegen.sim.testing.capture.StreamCapture`
     rings that the cocotb side reads once per frame (:class:`~rocegen.sim.testing.cocotb_helpers.Capture`):
 
     * the MAC's frames out, ring ``mac_cap`` (:func:`MAC_CAPTURE` entries), with the CMAC's
       line-rate budget (``mac_credit_step``) and random backpressure (``mac_bp_threshold``,
       ``mac_bp_seed``); ports ``mac_count``, ``mac_frames``, ``mac_rd``;
     * the completions, ring ``cpl_cap`` (:data:`COMPLETION` entries) with random backpressure
-      (``cpl_bp_threshold``, ``cpl_bp_seed``); ports ``cpl_count``, ``cpl_rd``.
+      (``cpl_bp_threshold``, ``cpl_bp_seed``); ports ``cpl_count``, ``cpl_rd``;
+    * with ``responder=True``, the responder's receive completions, ring ``rcpl_cap``
+      (:data:`~rocegen.gateware.roce.resp_layouts.RECV_COMPLETION` entries, ports
+      ``rcpl_count``, ``rcpl_rd``, ``rcpl_bp_threshold``, ``rcpl_bp_seed``); its receive
+      buffers and region writes are the record inputs ``recv`` and ``respcfg``.
 
     ``cycle`` counts clock edges since the simulation started; ``rx_last_cycle`` is its value
     at the last beat of the most recent frame into ``s_axis``, ``rx_frames`` counts them.
@@ -173,7 +179,8 @@ class EndpointTop(wiring.Component):
         }
         if ep.responder:
             members.update({**record_members("recv", RECV_POST, sink=True),
-                            **record_members("rcpl", RECV_COMPLETION, sink=False),
+                            "rcpl_count": Out(32), "rcpl_rd": In(32),
+                            "rcpl_bp_threshold": In(16), "rcpl_bp_seed": In(32),
                             **record_members("respcfg", RESP_CONFIG_WRITE, sink=True)})
         if memory == "onchip":
             members.update(record_members("memw", ep.mem_w.payload.shape(), sink=True))
@@ -241,6 +248,13 @@ class EndpointTop(wiring.Component):
             connect_axi4(m, self, "m_axi", ep.axi)
         if ep.responder:
             connect_record(m, self, "recv", ep.recv, sink=True)
-            connect_record(m, self, "rcpl", ep.recv_cpl, sink=False)
             connect_record(m, self, "respcfg", ep.resp_cfg, sink=True)
+            rc = m.submodules.rcpl_cap = StreamCapture(data.Layout.cast(RECV_COMPLETION).size,
+                                                       RCPL_CAPTURE)
+            m.d.comb += [
+                rc.i_payload.eq(ep.recv_cpl.payload), rc.i_valid.eq(ep.recv_cpl.valid),
+                ep.recv_cpl.ready.eq(rc.i_ready), rc.i_last.eq(1), rc.rd.eq(self.rcpl_rd),
+                rc.bp_threshold.eq(self.rcpl_bp_threshold), rc.seed.eq(self.rcpl_bp_seed),
+                self.rcpl_count.eq(rc.count),
+            ]
         return m
