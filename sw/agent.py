@@ -2,10 +2,10 @@
 ``rocegen-host`` commands over a Unix socket.
 
 A QP lives in the process that created it (as with verbs), so ``rocegen-host connect`` starts
-this agent in the background; later commands (``status``, ``traffic``, ``recv``, ``close``) talk
-to it through ``STATE_DIR/agent.sock`` with one JSON request per connection and JSON lines in
-answer (``recv`` sends progress lines, then its result). The agent exits when its last QP is
-closed, on ``shutdown``, or on SIGTERM/SIGINT.
+this agent in the background; later commands (``status``, ``traffic``, ``recv``, ``write``,
+``send``, ``close``) talk to it through ``STATE_DIR/agent.sock`` with one JSON request per
+connection and JSON lines in answer (``recv`` sends progress lines, then its result). The
+agent exits when its last QP is closed, on ``shutdown``, or on SIGTERM/SIGINT.
 
 Memory: each QP has one region of ``2 * window + recv_depth * recv_size`` bytes: the first
 ``window`` bytes (a power of two) are where the FPGA's WRITEs go (a message may run up to
@@ -21,6 +21,18 @@ address ``(s mod 64) << 26``, :mod:`rocegen.wire.pattern`; its WRITE goes to rem
 * WRITE: there is no completion on the host, so the memory is watched: message ``s`` counts once
   its bytes are in place (while the run fits in the window), or the run counts as done once the
   whole window holds what the last messages leave there (a run longer than the window).
+
+The host's own WRITEs and SENDs into the FPGA (:meth:`Agent.write`, :meth:`Agent.send`; an FPGA
+with the RC responder): the OPEN_QP reply named each QP's region on the FPGA (R_Key, base,
+length). Message ``k`` of a WRITE run goes to FPGA address ``base + (k mod n) * size`` (``n``
+messages fit in the region) and carries the test pattern of that address; every SEND carries the
+pattern of the FPGA address its receive buffer starts at (``at``: default the region's base,
+where ``rocegen sim serve`` posts its buffers). The messages are staged in the first ``window``
+bytes of the QP's memory, one slot each while it is outstanding (a run is refused while a
+traffic run uses them). The FPGA's pattern sink checks every byte written against the pattern of
+its address: the connection manager's QUERY before the run and after its last completion (asked
+again until the counters have taken every byte, or a few times) gives the bytes checked and the
+bytes wrong of the run: the FPGA's own byte-exact verdict.
 
 Rates (:meth:`TrafficRun.summary`): ``seconds``/``gbps``/``mmsgs`` are measured on the wall
 clock, from sending the run's datagram to its last message checked. When the NIC knows the
@@ -44,7 +56,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rocegen.host.cm_client import CmClient, CmError
-from rocegen.host.nic import NicError, open_nic
+from rocegen.host.nic import NicError, SendCpl, open_nic
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.pattern import generator_address, pattern
 
@@ -53,6 +65,11 @@ __all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentErro
 OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
 #: The first errors of a run that are kept to report.
 KEEP_ERRORS = 5
+#: Messages of a host run a QP has outstanding at most.
+SEND_DEPTH = 32
+#: QUERYs after a host run's last completion while the pattern sink has not counted every byte
+#: (a payload may still be on its way into memory when its ACK left).
+VERDICT_TRIES = 6
 
 
 class AgentError(Exception):
@@ -129,12 +146,18 @@ class HostQp:
     run: TrafficRun | None = None
     messages: int = 0
     bytes: int = 0
+    fpga_region: tuple = (0, 0, 0)      # (rkey, base, length) on the FPGA; zeros: none
+    sending: bool = False               # a host run (write / send) is going
+    sent: int = 0                       # messages of host runs completed
+    sent_bytes: int = 0
 
     def info(self):
         return {"qpn": self.qpn, "psn": self.psn, "fpga_qpn": self.fpga_qpn, "pmtu": self.pmtu,
                 "addr": self.addr, "rkey": self.rkey, "window": self.window,
                 "recv_size": self.recv_size, "recv_depth": self.recv_depth, "state": self.state,
                 "messages": self.messages, "bytes": self.bytes,
+                "fpga_region": list(self.fpga_region), "sent": self.sent,
+                "sent_bytes": self.sent_bytes,
                 "run": self.run.summary() if self.run else None}
 
 
@@ -191,7 +214,7 @@ class Agent:
         addr, rkey = self.nic.register(size)
         psn = int.from_bytes(os.urandom(3), "big")
         try:
-            fpga_qpn, fpga_psn = self.cm.open_qp(
+            opened = self.cm.open(
                 qpn=qpn, psn=psn, rkey=rkey, vaddr=addr, ip=parse_ip(self.nic.local_ip),
                 pmtu=pmtu, timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry)
         except CmError as e:
@@ -200,8 +223,10 @@ class Agent:
         except ValueError as e:
             self.nic.destroy_qp(qpn)
             raise AgentError("usage", str(e)) from None
+        fpga_qpn, fpga_psn = opened["fpga_qpn"], opened["fpga_psn"]
         qp = HostQp(qpn, psn, fpga_qpn, pmtu, addr, rkey, self.window,
-                    addr + 2 * self.window, self.recv_size, self.recv_depth)
+                    addr + 2 * self.window, self.recv_size, self.recv_depth,
+                    fpga_region=(opened["rkey"], opened["base"], opened["length"]))
         self.nic.connect_qp(qpn, fpga_qpn, self.fpga_ip, fpga_psn, qp.pmtu)
         for k in range(self.recv_depth):
             self.nic.post_recv(qpn, k, qp.recv_addr + k * self.recv_size, self.recv_size)
@@ -259,6 +284,8 @@ class Agent:
             if qp.run is not None and not qp.run.done:
                 raise AgentError("busy", f"QP {qp.fpga_qpn} still has a run going "
                                  f"({qp.run.verified} of {qp.run.count} checked)")
+            if qp.sending:
+                raise AgentError("busy", f"QP {qp.fpga_qpn} is sending into the FPGA")
             if op.startswith("WRITE"):
                 self.nic.fill(qp.addr, min(2 * self.window, count * size + size), 0)
             run = TrafficRun(op, size, count, spacing, self.window, None)
@@ -304,6 +331,147 @@ class Agent:
                     "nic": type(self.nic).__name__, "nic_counters": self.nic.counters(),
                     "fatal": self.fatal, "pid": os.getpid(),
                     "qps": [qp.info() for qp in self.qps.values()]}
+
+    # ------------------------------------------------------------------ into the FPGA
+
+    def write(self, fpga_qpn=None, *, size=65536, count=64, imm=False, stall=30.0):
+        """RDMA WRITE (with immediate data, the message number, when ``imm``) ``count`` messages
+        of ``size`` bytes into the FPGA's region of each selected QP, each the test pattern of
+        the FPGA addresses it goes to, then ask the FPGA's verdict (:meth:`_host_run`)."""
+        return self._host_run("WRITE_IMM" if imm else "WRITE", fpga_qpn, size, count, None,
+                              stall)
+
+    def send(self, fpga_qpn=None, *, size=4096, count=64, imm=False, at=None, stall=30.0):
+        """SEND (with immediate data, the message number, when ``imm``) ``count`` messages of
+        ``size`` bytes on each selected QP, each the test pattern of FPGA address ``at``, where
+        the FPGA's receive buffers start (default: the QP's region base, where ``rocegen sim
+        serve`` posts them), then ask the FPGA's verdict (:meth:`_host_run`)."""
+        return self._host_run("SEND_IMM" if imm else "SEND", fpga_qpn, size, count, at, stall)
+
+    def _host_run(self, op, fpga_qpn, size, count, at, stall):
+        """The messages on each selected QP in turn, then the verdict: a dict with ``op``,
+        ``size``, ``count``, ``qps`` (per QP: ``fpga_qpn``, ``messages`` completed OK,
+        ``errors``, ``first_addr``), ``bytes`` sent OK, ``seconds`` and ``gbps`` (wall clock,
+        from the first message posted to the last completion), ``checked`` / ``wrong`` (what the
+        FPGA's pattern sink counted during the run; None when the FPGA does not answer QUERY)
+        and ``ok``: every message completed, and the FPGA checked every byte and found none
+        wrong (no verdict: the completions alone)."""
+        if not 1 <= size <= self.window:
+            raise AgentError("usage", f"size must be 1..{self.window} bytes (the window the "
+                             f"messages are staged in), not {size}")
+        if not 0 <= count < 1 << 31:
+            raise AgentError("usage", f"count must be 0 .. 2^31-1, not {count}")
+        if at is not None and not 0 <= at < 1 << 64:
+            raise AgentError("usage", f"the FPGA address must be a 64-bit number, not {at}")
+        qps = self._select(fpga_qpn)
+        with self.lock:
+            for qp in qps:
+                rkey, base, length = qp.fpga_region
+                if not length:
+                    raise AgentError("no_region", f"the FPGA offers no memory region on QP "
+                                     f"{qp.fpga_qpn} (an FPGA built without the responder)")
+                if (op.startswith("WRITE") or at is None) and size > length:
+                    raise AgentError("usage", f"size {size} is larger than the FPGA's region "
+                                     f"of QP {qp.fpga_qpn} ({length} bytes)")
+                if qp.state != "RTS":
+                    raise AgentError("state", f"QP {qp.fpga_qpn} is in {qp.state}")
+                if qp.sending or (qp.run is not None and not qp.run.done):
+                    raise AgentError("busy", f"QP {qp.fpga_qpn} has a run going")
+            for qp in qps:
+                qp.sending = True
+        try:
+            before = self._query()
+            t0 = time.monotonic()
+            rows = [self._post_messages(qp, op, size, count, at, stall) for qp in qps]
+            seconds = max(time.monotonic() - t0, 1e-9)
+            sent = sum(r["messages"] for r in rows) * size
+            checked = wrong = None
+            if before is not None:
+                after = before
+                for k in range(VERDICT_TRIES):
+                    after = self._query()
+                    if after is None or after[0] - before[0] >= sent:
+                        break
+                    time.sleep(0.05 * 2 ** k)
+                if after is not None:
+                    checked, wrong = after[0] - before[0], after[1] - before[1]
+        finally:
+            with self.lock:
+                for qp in qps:
+                    qp.sending = False
+        complete = all(r["messages"] == count and not r["errors"] for r in rows)
+        ok = complete and (checked is None or (wrong == 0 and checked >= sent))
+        return {"op": op, "size": size, "count": count, "qps": rows, "bytes": sent,
+                "seconds": seconds, "gbps": sent * 8 / seconds / 1e9, "checked": checked,
+                "wrong": wrong, "ok": ok}
+
+    def _query(self):
+        """The FPGA's pattern sink counters ``(checked, wrong)``, or None without a sink."""
+        try:
+            return self.cm.query()
+        except CmError as e:
+            if e.kind == "timeout":
+                return None
+            raise AgentError(e.kind, str(e)) from None
+
+    def _post_messages(self, qp, op, size, count, at, stall):
+        """Post the ``count`` messages of ``op`` on ``qp``, at most :data:`SEND_DEPTH` (and the
+        staging slots) outstanding; wait for every completion."""
+        rkey, base, length = qp.fpga_region
+        fits = max(1, length // size)
+        slots = min(SEND_DEPTH, max(1, self.window // size))
+        outstanding = deque()
+        row = {"fpga_qpn": qp.fpga_qpn, "messages": 0, "errors": [],
+               "first_addr": base if at is None else at}
+        last_move = time.monotonic()
+
+        def take(cpl: SendCpl):
+            k = outstanding.popleft()
+            if cpl.wr_id != k:
+                row["errors"].append(f"completion of message {cpl.wr_id}, expected {k}")
+            elif cpl.status != "SUCCESS":
+                if len(row["errors"]) < KEEP_ERRORS:
+                    row["errors"].append(f"message {k}: {cpl.status}")
+                qp.state = "ERROR"
+            else:
+                row["messages"] += 1
+                qp.sent += 1
+                qp.sent_bytes += size
+
+        def wait_one():
+            nonlocal last_move
+            while True:
+                got = self.nic.poll_send(64, timeout=0.05)
+                for c in got:
+                    if outstanding:
+                        take(c)
+                if got:
+                    last_move = time.monotonic()
+                    return
+                if time.monotonic() - last_move > stall:
+                    raise NicError(f"no completion for {stall:g} s")
+
+        try:
+            for k in range(count):
+                if qp.state != "RTS":
+                    break
+                while len(outstanding) >= slots:
+                    wait_one()
+                if op.startswith("WRITE"):
+                    dest = base + (k % fits) * size
+                else:
+                    dest = base if at is None else at
+                local = qp.addr + (k % slots) * size
+                self.nic.write(local, pattern(dest, size))
+                self.nic.post_send(qp.qpn, k, op, local, size, remote_addr=dest, rkey=rkey,
+                                   imm=k & 0xFFFF_FFFF if op.endswith("IMM") else None)
+                outstanding.append(k)
+            while outstanding:
+                wait_one()
+        except NicError as e:
+            row["errors"].append(str(e))
+            qp.state = "ERROR"
+        return row
 
     # ------------------------------------------------------------------ checking
 
@@ -467,6 +635,7 @@ class _Handler(socketserver.StreamRequestHandler):
                 self._recv(agent, **req)
                 return
             commands = {"open": agent.open, "close": agent.close, "traffic": agent.traffic,
+                        "write": agent.write, "send": agent.send,
                         "status": agent.status, "progress": agent.progress,
                         "shutdown": lambda: agent.close() if agent.qps else []}
             if cmd not in commands:

@@ -7,8 +7,14 @@ traffic generator and check what arrives.
     rocegen-host connect --sim                                 # rocegen sim serve on this machine
     rocegen-host traffic --op WRITE --count 64 --size 65536
     rocegen-host recv                                          # live progress, then the table
+    rocegen-host write --count 64 --size 65536 [--imm]         # into the FPGA's memory
+    rocegen-host send --count 64 --size 4096 [--imm]           # into its receive buffers
     rocegen-host status
     rocegen-host close
+
+``write`` and ``send`` need an FPGA with the RC responder: the host sends the test pattern of the
+FPGA addresses it writes, and the FPGA's pattern sink checks every byte; the verdict (bytes
+checked, bytes wrong) comes back over the connection manager (QUERY).
 
 ``connect`` starts the host agent (:mod:`rocegen.host.agent`) in the background, holding the QPs
 and their memory; the other commands talk to it. Exit status: 0 done, 1 refused / failed /
@@ -68,6 +74,12 @@ def _print_qps(qps):
     for q in qps:
         print(f"{q['fpga_qpn']:>8} {q['qpn']:>#8x} {q['psn']:>#8x} {q['pmtu']:>5} "
               f"{q['state']:>6} {q['messages']:>9} {q['bytes']:>12}")
+    for q in qps:
+        rkey, base, length = q.get("fpga_region") or (0, 0, 0)
+        if length:
+            print(f"  FPGA QP {q['fpga_qpn']}: memory region [{base:#x}, +{length:#x}) with "
+                  f"R_Key {rkey:#010x}" + (f"; {q['sent']} messages ({q['sent_bytes']} bytes) "
+                                           f"sent into it" if q.get("sent") else ""))
 
 
 def _connect(args):
@@ -160,6 +172,43 @@ def _traffic(args):
             print(f"QP {r['fpga_qpn']}: {r['count']} x {r['op']} of {r['size']} bytes started "
                   f"(spacing {r['spacing']} cycles, window {r['window']} bytes)")
     return 0
+
+
+def _host_run(args, cmd):
+    req = {"cmd": cmd, "fpga_qpn": args.qp, "size": args.size, "count": args.count,
+           "imm": args.imm, "stall": args.stall}
+    if cmd == "send":
+        req["at"] = args.at
+    r = _call(args, req)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        for q in r["qps"]:
+            print(f"QP {q['fpga_qpn']}: {q['messages']} of {r['count']} x {r['op']} of "
+                  f"{r['size']} bytes completed (from FPGA address {q['first_addr']:#x})")
+            for e in q["errors"]:
+                print(f"  QP {q['fpga_qpn']}: {e}")
+        print(f"{r['bytes']} bytes in {r['seconds']:.3f} s, {r['gbps']:.3f} Gb/s (wall clock)")
+        if r["checked"] is None:
+            print("no verdict: the FPGA does not answer QUERY (built without the pattern sink)")
+        else:
+            note = ""
+            if r["checked"] != r["bytes"]:
+                why = "other writes counted too" if r["checked"] > r["bytes"] else \
+                    "some never reached its memory"
+                note = f" (sent {r['bytes']}: {why})"
+            print(f"FPGA verdict: {r['checked']} bytes checked{note}, {r['wrong']} wrong")
+    if not r["ok"]:
+        raise Fail("bytes wrong in the FPGA's memory" if r["wrong"] else "the run failed")
+    return 0
+
+
+def _write(args):
+    return _host_run(args, "write")
+
+
+def _send(args):
+    return _host_run(args, "send")
 
 
 def rate_clock(rows):
@@ -325,6 +374,26 @@ def main(argv=None):
                    help="FPGA clock cycles between messages (default 0: back to back)")
     t.add_argument("--json", action="store_true")
 
+    for name, what, size in (("write", "RDMA WRITE the test pattern into the FPGA's memory "
+                              "region (an FPGA with the responder), then ask its verdict", 65536),
+                             ("send", "SEND the test pattern into the FPGA's receive buffers (an "
+                              "FPGA with the responder), then ask its verdict", 4096)):
+        h = sub.add_parser(name, help=what)
+        h.add_argument("--qp", type=int, default=None, help="the FPGA's QP number (default: all)")
+        h.add_argument("--count", type=int, default=64, help="messages per QP (default 64)")
+        h.add_argument("--size", type=int, default=size,
+                       help=f"bytes per message (default {size})")
+        h.add_argument("--imm", action="store_true",
+                       help="with immediate data (the message number)")
+        if name == "send":
+            h.add_argument("--at", type=lambda t: int(t, 0), default=None, metavar="ADDR",
+                           help="FPGA address where its receive buffers start, whose pattern "
+                           "the messages carry (default: the QP's region base, where rocegen "
+                           "sim serve posts them)")
+        h.add_argument("--stall", type=float, default=30.0,
+                       help="give up after this many seconds without a completion (default 30)")
+        h.add_argument("--json", action="store_true")
+
     r = sub.add_parser("recv", help="wait for the runs, checking every message; live progress, "
                        "then rates labelled with their clock (in simulation the FPGA's time)")
     r.add_argument("--qp", type=int, default=None)
@@ -347,7 +416,7 @@ def main(argv=None):
                     raise Fail(f"--{name.replace('_', '-')} must be >= 1", 2)
             return _connect(args)
         return {"status": _status, "traffic": _traffic, "recv": _recv, "close": _close,
-                "stop": _stop}[args.command](args)
+                "stop": _stop, "write": _write, "send": _send}[args.command](args)
     except Fail as e:
         print(f"rocegen-host: {e}", file=sys.stderr)
         return e.code

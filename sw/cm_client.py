@@ -10,8 +10,13 @@ else arriving on the socket is ignored. A request is sent again when no reply ca
 ``timeout`` seconds, ``retries`` times; an OPEN_QP that needed a retry may have been taken twice
 by the FPGA (the first reply lost), so the client waits one more timeout for late replies and
 closes the QP numbers they name other than the one it keeps.
+
+An FPGA with the RC responder names each QP's memory region in its OPEN_QP reply (R_Key, base,
+length: :func:`rocegen.wire.cm.region`; all zero without the responder), and one with the pattern
+sink answers QUERY with the sink's counters (:meth:`CmClient.query`).
 """
 
+import os
 import socket
 import time
 
@@ -98,7 +103,9 @@ class CmClient:
             raise CmError(kind, text)
         return reply
 
-    def _wait(self, key, timeout):
+    def _wait(self, key, timeout, raw=False):
+        """The reply that matches ``key`` within ``timeout`` seconds (its fields; with ``raw``,
+        ``(fields, bytes)``), or None."""
         end = time.monotonic() + timeout
         while True:
             left = end - time.monotonic()
@@ -116,7 +123,7 @@ class CmClient:
             f = M.unpack(data)
             if f["ack_valid"] and (f["req_type"], f["rem_qpn"], f["rem_psn"]) == key:
                 self.replies += 1
-                return f
+                return (f, data) if raw else f
 
     def _close_duplicates(self, key, kept):
         while (late := self._wait(key, self.timeout)) is not None:
@@ -132,6 +139,15 @@ class CmClient:
         """OPEN_QP for our QP ``qpn`` (first PSN we expect ``psn``, memory ``rkey``/``vaddr``, our
         RoCE address ``ip`` as an integer); the extension bytes only when given. Returns
         ``(fpga_qpn, fpga_first_psn)``."""
+        r = self.open(qpn=qpn, psn=psn, rkey=rkey, vaddr=vaddr, ip=ip, pmtu=pmtu,
+                      timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry)
+        return r["fpga_qpn"], r["fpga_psn"]
+
+    def open(self, *, qpn, psn, rkey, vaddr, ip, pmtu=None, timeout=None, retry_cnt=None,
+             rnr_retry=None):
+        """:meth:`open_qp`, returning a dict: ``fpga_qpn``, ``fpga_psn`` and the QP's memory
+        region on the FPGA, ``rkey``, ``base``, ``length`` (all 0 from an FPGA without the
+        responder)."""
         ext = {}
         if pmtu is not None:
             ext["pmtu_code"] = M.pmtu_code(pmtu)
@@ -144,7 +160,33 @@ class CmClient:
                                     7 if rnr_retry is None else rnr_retry))
         r = self.request(M.REQ_OPEN_QP, loc_qpn=qpn, loc_psn=psn, loc_rkey=rkey, loc_vaddr=vaddr,
                          loc_ip=ip, **ext)
-        return r["loc_qpn"], r["loc_psn"]
+        fpga_rkey, base, length = M.region(r)
+        return {"fpga_qpn": r["loc_qpn"], "fpga_psn": r["loc_psn"], "rkey": fpga_rkey,
+                "base": base, "length": length}
+
+    def query(self, *, qpn=0, psn=None):
+        """QUERY: the FPGA's pattern sink counters ``(checked, wrong)`` (bytes compared with the
+        test pattern of their address, bytes that differed; both only grow). ``qpn``/``psn``
+        go in ``loc_*`` (the reply echoes them; ``psn`` default: a fresh number).
+        :class:`CmError` ``"timeout"`` when the FPGA has no pattern sink (it drops QUERY)."""
+        if psn is None:
+            psn = int.from_bytes(os.urandom(3), "big")
+        fields = {"loc_qpn": qpn, "loc_psn": psn, "listening_port": self.listen_port}
+        payload = M.request(M.REQ_QUERY, **fields)
+        key = (M.REQ_QUERY, qpn, psn)
+        for _ in range(self.retries + 1):
+            self.send_raw(payload)
+            reply = self._wait(key, self.timeout, raw=True)
+            if reply is not None:
+                f, raw = reply
+                if f["ack_type"] != M.ACK_ACK:
+                    kind, text = _ACKS.get(f["ack_type"],
+                                           ("error", f"unknown reply type {f['ack_type']}"))
+                    raise CmError(kind, text)
+                return M.query_counts(raw)
+        raise CmError("timeout", f"no answer to QUERY from the FPGA at {self.fpga[0]}:"
+                      f"{self.fpga[1]} after {self.retries + 1} tries (built without the "
+                      f"pattern sink?)")
 
     def close_qp(self, *, qpn, psn, fpga_qpn):
         """CLOSE_QP of the FPGA's QP ``fpga_qpn`` (ours is ``qpn``, first PSN ``psn``)."""

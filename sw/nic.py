@@ -2,7 +2,8 @@
 simulated one (:class:`SimNic`): the project's RNIC model on a simulated Ethernet wire, as
 ``rocegen sim serve`` offers it.
 
-Both offer what the agent needs of a responder-side RC QP (the FPGA is the requester):
+Both offer what the agent needs of an RC QP, as the responder of the FPGA's traffic and as the
+requester of the host's own WRITEs and SENDs into the FPGA:
 
 ``local_ip``
     the IPv4 address RoCE packets reach us at (goes in OPEN_QP's ``loc_ip``).
@@ -11,12 +12,19 @@ Both offer what the agent needs of a responder-side RC QP (the FPGA is the reque
 ``register(length)``
     a memory region with local and remote write access: ``(addr, rkey)``.
 ``connect_qp(qpn, fpga_qpn, fpga_ip, epsn, pmtu)``
-    to RTR then RTS, expecting PSN ``epsn`` first from the FPGA's QP ``fpga_qpn``.
+    to RTR then RTS, expecting PSN ``epsn`` first from the FPGA's QP ``fpga_qpn`` and sending
+    from PSN ``epsn`` too (the connection manager sets both directions of the FPGA's QP to the
+    same PSN).
 ``post_recv(qpn, wr_id, addr, length)``
     a receive buffer inside the region.
 ``poll(max_entries)``
     receive completions as :class:`Cpl`.
-``read(addr, length)`` / ``fill(addr, length, value)``
+``post_send(qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None)``
+    a send work request (``op``: ``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``; the message is
+    the ``length`` bytes at ``addr`` of a region, read when the NIC sends them).
+``poll_send(max_entries, timeout)``
+    send completions as :class:`SendCpl`, in order per QP.
+``read(addr, length)`` / ``fill(addr, length, value)`` / ``write(addr, data)``
     the region's memory.
 ``destroy_qp(qpn)``, ``counters()``, ``close()``.
 ``fpga_time(qpn)`` / ``fpga_time_reset(qpn)``
@@ -31,12 +39,23 @@ Errors a user can meet are :class:`NicError` with a sentence that says what to d
 import random
 import socket
 import threading
+import time
 from typing import NamedTuple
 
-__all__ = ["Cpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic", "SIM_WIRE"]
+__all__ = ["Cpl", "SendCpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic",
+           "SIM_WIRE", "SEND_OPS"]
 
 #: Default address of ``rocegen sim serve``'s wire.
 SIM_WIRE = ("127.0.0.1", 17186)
+#: The send work request opcodes.
+SEND_OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
+#: Retransmit timeout code of the simulated NIC's requester: 4.096 us x 2^18 = 1.07 s of this
+#: machine's time, long against the simulation's pace (its round trips take milliseconds).
+SIM_TIMEOUT = 18
+#: Packets the simulated NIC's requester may have outstanding per QP.
+SIM_WINDOW = 64
+#: Seconds between looks at the simulated requester's timers.
+SIM_TICK = 0.05
 
 
 class NicError(Exception):
@@ -53,6 +72,22 @@ class Cpl(NamedTuple):
     byte_len: int
     imm: int | None
     status: str
+
+
+class SendCpl(NamedTuple):
+    """A send completion: ``status`` ``"SUCCESS"`` or the failure."""
+    qpn: int
+    wr_id: int
+    status: str
+
+
+def _check_send(op, length, imm):
+    if op not in SEND_OPS:
+        raise NicError(f"send opcode must be one of {', '.join(SEND_OPS)}, not {op!r}")
+    if op.endswith("_IMM") != (imm is not None):
+        raise NicError(f"{op} {'needs' if op.endswith('_IMM') else 'takes no'} immediate data")
+    if length < 0:
+        raise NicError(f"message length must be >= 0, not {length}")
 
 
 #: BTH opcodes of the RC requests that carry data (SEND and RDMA WRITE, every part).
@@ -75,23 +110,35 @@ SIM_FPGA_IP = "10.0.0.2"
 SIM_HOST_MAC, SIM_HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
 
 
+def _sim_rnic(mac, ip, strict):
+    """The NIC model of :class:`SimNic` and :class:`PacketNic`: a ConnectX's behaviour,
+    answering at once (its time is this machine's clock, which only its requester's timers
+    use)."""
+    from rocegen.sim.models.rnic import Behaviour, Rnic
+    return Rnic(mac, ip, strict=strict, behaviour=Behaviour(response_ns=(0.0, 0.0),
+                                                            ack_timer_ns=0.0))
+
+
 class SimNic:
     """The simulated RDMA NIC: :class:`rocegen.sim.models.rnic.Rnic` on a TCP connection to
     ``rocegen sim serve``'s wire (frames as 4-byte length + bytes). A thread takes the frames the
-    FPGA sends and returns the model's answers (ACKs, NAKs, ARP replies). The model answers as a
+    FPGA sends and returns the model's answers (ACKs, NAKs, ARP replies) and the requester's
+    packets (:meth:`post_send`, sent as its window allows). The model answers as a
     ConnectX NIC would; with ``strict`` it also stops at any protocol violation of the FPGA
     (its log is in :meth:`counters`). The wire tells when each frame left the FPGA, in its own
-    time (:mod:`rocegen.sim.apps.bridge`): :meth:`fpga_time` gives it per QP."""
+    time (:mod:`rocegen.sim.apps.bridge`): :meth:`fpga_time` gives it per QP. The requester's
+    timers run on this machine's clock (retransmit timeout :data:`SIM_TIMEOUT`, at most
+    :data:`SIM_WINDOW` packets outstanding)."""
 
     def __init__(self, wire=SIM_WIRE, *, mac=None, ip=None, strict=False):
         from rocegen.sim.apps.bridge import FrameReader, encode_frame
         mac, ip = mac or SIM_HOST_MAC, ip or SIM_HOST_IP
-        from rocegen.sim.models.rnic import Rnic
         self._encode = encode_frame
         self.local_ip = ip
-        self.rnic = Rnic(mac, ip, strict=strict)
+        self.rnic = _sim_rnic(mac, ip, strict)
         self._lock = threading.Lock()
         self._cpl = threading.Condition(self._lock)
+        self._t0 = time.monotonic_ns()
         self._next_qpn = 0x100 + random.randrange(0x1000)
         self._next_addr = 0x7F00_0000_0000
         self._fpga_time = {}            # qpn -> [first cycle, last cycle, clock Hz, frames]
@@ -102,41 +149,76 @@ class SimNic:
             raise NicError(f"no simulated NIC: cannot reach rocegen sim serve's wire at "
                            f"{wire[0]}:{wire[1]} ({e.strerror or e}); start `rocegen sim serve` "
                            f"first") from None
-        self.sock.settimeout(None)
+        self.sock.settimeout(SIM_TICK)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._reader = FrameReader()
         self._thread = threading.Thread(target=self._run, name="sim-wire", daemon=True)
         self._thread.start()
 
+    def _now(self):
+        """The model's time: nanoseconds of this machine's clock (called with the lock held,
+        so that the model sees it never decrease)."""
+        return float(time.monotonic_ns() - self._t0)
+
+    def _send_frames(self, frames):
+        if frames:
+            self.sock.sendall(b"".join(self._encode(f) for f in frames))
+
+    def _pump(self):
+        """The requester's packets its windows and timers allow now (with the lock held);
+        waiters on completions are woken."""
+        out = self.rnic.next_frames(self._now()) if self.rnic.send_outstanding() else []
+        if self.rnic.cq or self.rnic.send_cq:
+            self._cpl.notify_all()
+        return out
+
     def _run(self):
         while True:
             try:
                 data = self.sock.recv(1 << 20)
+            except TimeoutError:
+                data = None                 # a look at the requester's timers
             except OSError:
                 data = b""
-            if not data:
+            if data == b"":
                 with self._lock:
                     self.fatal = self.fatal or "the simulated wire closed (rocegen sim serve stopped)"
                     self._cpl.notify_all()
                 return
             try:
-                frames = self._reader.feed_stamped(data)
+                frames = self._reader.feed_stamped(data) if data else []
                 out = []
                 with self._lock:
                     for f, when in frames:
-                        out += self.rnic.receive(f)
+                        out += self.rnic.receive(f, self._now())
                         if when is not None:
                             self._note_time(f, when)
-                    if self.rnic.cq:
-                        self._cpl.notify_all()
-                if out:
-                    self.sock.sendall(b"".join(self._encode(f) for f in out))
+                    out += self._pump()
+                self._send_frames(out)
             except (ValueError, AssertionError, OSError) as e:
                 with self._lock:
                     self.fatal = f"simulated NIC stopped: {e}"
                     self._cpl.notify_all()
                 self.sock.close()
                 return
+
+    def _resolve(self, ip, timeout=10.0):
+        """The FPGA's MAC address for the requester: asked by ARP unless known."""
+        end = time.monotonic() + timeout
+        with self._cpl:
+            while ip not in self.rnic.arp_cache:
+                if self.fatal:
+                    raise NicError(self.fatal)
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise NicError(f"no ARP reply from {ip}: is the FPGA at that address?")
+                request = self.rnic.arp_request(ip)
+                self._lock.release()
+                try:
+                    self._send_frames([request])
+                finally:
+                    self._lock.acquire()
+                self._cpl.wait(min(left, 0.5))
 
     def _note_time(self, frame, when):
         """Called with the lock held, in the step that applied the frame to the model, so what a
@@ -178,11 +260,39 @@ class SimNic:
 
     def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu):
         with self._lock:
-            self.rnic.create_qp(qpn, peer_qpn=fpga_qpn, peer_ip=fpga_ip, epsn=epsn, pmtu=pmtu)
+            self.rnic.create_qp(qpn, peer_qpn=fpga_qpn, peer_ip=fpga_ip, epsn=epsn, pmtu=pmtu,
+                                timeout=SIM_TIMEOUT, window=SIM_WINDOW)
 
     def post_recv(self, qpn, wr_id, addr, length):
         with self._lock:
             self.rnic.post_recv(qpn, length, wr_id, addr=addr)
+
+    def post_send(self, qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None):
+        _check_send(op, length, imm)
+        with self._lock:
+            peer = self.rnic.qps[qpn].peer_ip
+        self._resolve(peer)
+        with self._lock:
+            if self.fatal:
+                raise NicError(self.fatal)
+            try:
+                data = self.rnic.read_mem(addr, length)
+                self.rnic.post_send(qpn, op, data=data, remote_addr=remote_addr, rkey=rkey,
+                                    imm=imm, wr_id=wr_id)
+            except ValueError as e:
+                raise NicError(str(e)) from None
+            out = self._pump()
+        self._send_frames(out)
+
+    def poll_send(self, max_entries=64, timeout=0.0):
+        with self._cpl:
+            if not self.rnic.send_cq and timeout and not self.fatal:
+                self._cpl.wait(timeout)
+            got = self.rnic.poll_send_cq(max_entries)
+            fatal = self.fatal
+        if fatal and not got:
+            raise NicError(fatal)
+        return [SendCpl(c.qpn, c.wr_id, str(c.status)) for c in got]
 
     def poll(self, max_entries=64, timeout=0.0):
         with self._cpl:
@@ -202,6 +312,10 @@ class SimNic:
     def fill(self, addr, length, value=0):
         with self._lock:
             self.rnic.write_mem(addr, bytes([value]) * length)
+
+    def write(self, addr, data):
+        with self._lock:
+            self.rnic.write_mem(addr, data)
 
     def qp_error(self, qpn):
         with self._lock:
@@ -235,13 +349,13 @@ class PacketNic(SimNic):
     carry none (:meth:`fpga_time` stays None)."""
 
     def __init__(self, iface, *, mac=None, ip=None, strict=False):
-        from rocegen.sim.models.rnic import Rnic
         from rocegen.sim.testing.scenarios import HOST_IP, HOST_MAC
         mac, ip = mac or HOST_MAC, ip or HOST_IP
         self.local_ip = ip
-        self.rnic = Rnic(mac, ip, strict=strict)
+        self.rnic = _sim_rnic(mac, ip, strict)
         self._lock = threading.Lock()
         self._cpl = threading.Condition(self._lock)
+        self._t0 = time.monotonic_ns()
         self._next_qpn = 0x100 + random.randrange(0x1000)
         self._next_addr = 0x7F00_0000_0000
         self._fpga_time = {}
@@ -250,6 +364,7 @@ class PacketNic(SimNic):
         try:
             self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
             self.sock.bind((iface, 0))
+            self.sock.settimeout(SIM_TICK)
         except OSError as e:
             raise NicError(f"no packet socket on interface {iface!r} ({e.strerror or e}): it "
                            f"needs CAP_NET_RAW and an existing interface") from None
@@ -264,32 +379,43 @@ class PacketNic(SimNic):
         self._thread.start()
 
     def _roce_to_us(self, frame):
-        """True for an untagged IPv4/UDP frame (no IP options) to our IP and UDP port 4791."""
+        """True for an untagged IPv4/UDP frame (no IP options) to our IP and UDP port 4791, or
+        an ARP reply to our IP (the requester's resolution of the FPGA; the kernel answers the
+        requests)."""
         from rocegen.sim.apps.bridge import _udp_dst_port
-        from rocegen.wire.headers import ETH, IPV4, UDP_PORT_ROCEV2
+        from rocegen.wire.headers import ARP, ETH, ETHERTYPE_ARP, IPV4, UDP_PORT_ROCEV2
+        if len(frame) >= ETH.length + ARP.length and \
+                ETH.unpack(frame[:ETH.length])["ethertype"] == ETHERTYPE_ARP:
+            arp = ARP.unpack(frame[ETH.length:])
+            return arp["oper"] == 2 and arp["tpa"] == self._ip
         return (_udp_dst_port(frame) == UDP_PORT_ROCEV2
                 and IPV4.unpack(frame[ETH.length:])["dst"] == self._ip)
+
+    def _send_frames(self, frames):
+        for f in frames:
+            self.sock.send(f)
 
     def _run(self):
         while True:
             try:
                 frame, addr = self.sock.recvfrom(65536)
+            except TimeoutError:
+                frame, addr = None, None    # a look at the requester's timers
             except OSError:
                 frame, addr = b"", None
-            if addr is None:
+            if frame == b"" and addr is None:
                 with self._lock:
                     self.fatal = self.fatal or "the packet socket closed"
                     self._cpl.notify_all()
                 return
-            if addr[2] == socket.PACKET_OUTGOING or not self._roce_to_us(frame):
+            if frame is not None and (addr[2] == socket.PACKET_OUTGOING
+                                      or not self._roce_to_us(frame)):
                 continue
             try:
                 with self._lock:
-                    out = self.rnic.receive(frame)
-                    if self.rnic.cq:
-                        self._cpl.notify_all()
-                for f in out:
-                    self.sock.send(f)
+                    out = self.rnic.receive(frame, self._now()) if frame is not None else []
+                    out += self._pump()
+                self._send_frames(out)
             except (ValueError, AssertionError, OSError) as e:
                 with self._lock:
                     self.fatal = f"simulated NIC stopped: {e}"
@@ -325,9 +451,16 @@ class VerbsNic:
     """A real RDMA NIC through pyverbs (rdma-core's Python bindings): device ``device`` (default:
     the first one), port ``port``, GID index ``gid_index`` (default: the first RoCEv2 GID holding
     an IPv4 address). One protection domain, one completion queue for every QP, regions with
-    local and remote write access."""
+    local and remote write access. The host's own WRITEs and SENDs (:meth:`post_send`) share
+    the completion queue with the receive completions: :meth:`poll` and :meth:`poll_send` sort
+    them (a send work request's ``wr_id`` carries :data:`SEND_TAG`)."""
 
     _MTU = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}     # enum ibv_mtu
+    #: Bit set in the ``wr_id`` of every send work request (an error completion carries no
+    #: reliable opcode, so the ``wr_id`` tells send from receive).
+    SEND_TAG = 1 << 62
+    #: Send work requests a QP can have outstanding.
+    SEND_DEPTH = 64
 
     def __init__(self, device=None, *, port=1, gid_index=None, cq_depth=4096):
         _import_pyverbs()
@@ -360,6 +493,8 @@ class VerbsNic:
         self.gid_index, self.local_ip = self._find_gid(gid_index)
         self.qps = {}
         self.mrs = []
+        self._cq_lock = threading.Lock()
+        self._recv_done, self._send_done = [], []
 
     def _find_gid(self, gid_index):
         indices = [gid_index] if gid_index is not None else range(
@@ -390,7 +525,8 @@ class VerbsNic:
 
     def create_qp(self, recv_depth):
         from pyverbs.qp import QP, QPCap, QPInitAttr
-        cap = QPCap(max_send_wr=1, max_recv_wr=recv_depth, max_send_sge=1, max_recv_sge=1)
+        cap = QPCap(max_send_wr=self.SEND_DEPTH, max_recv_wr=recv_depth, max_send_sge=1,
+                    max_recv_sge=1)
         try:
             qp = QP(self.pd, QPInitAttr(qp_type=self.e.IBV_QPT_RC, scq=self.cq, rcq=self.cq,
                                         cap=cap))
@@ -432,7 +568,7 @@ class VerbsNic:
         attr.rq_psn = epsn
         attr.max_dest_rd_atomic = 1
         attr.min_rnr_timer = 1
-        attr.sq_psn = 0
+        attr.sq_psn = epsn              # the FPGA's responder expects the PSN it was told
         attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.max_rd_atomic = 14, 7, 7, 1
         try:
             qp.to_rtr(attr)
@@ -445,22 +581,52 @@ class VerbsNic:
         mr = self._mr(addr, length)
         self.qps[qpn].post_recv(RecvWR(wr_id=wr_id, num_sge=1, sg=[SGE(addr, length, mr.lkey)]))
 
-    def poll(self, max_entries=64, timeout=0.0):
-        import time
+    def _drain(self, max_entries):
+        """Take what the completion queue holds, sorted into receive and send completions."""
         e = self.e
-        end = time.monotonic() + timeout
-        while True:
-            n, wcs = self.cq.poll(num_entries=max_entries)
-            if n or time.monotonic() >= end:
-                break
-            time.sleep(0.0005)
-        out = []
+        n, wcs = self.cq.poll(num_entries=max_entries)
         for wc in wcs[:n]:
+            status = "SUCCESS" if wc.status == e.IBV_WC_SUCCESS else f"status {wc.status}"
+            if wc.wr_id & self.SEND_TAG:
+                self._send_done.append(SendCpl(wc.qp_num, wc.wr_id & ~self.SEND_TAG, status))
+                continue
             imm = socket.ntohl(wc.imm_data) if wc.wc_flags & e.IBV_WC_WITH_IMM else None
             kind = "write_imm" if wc.opcode == e.IBV_WC_RECV_RDMA_WITH_IMM else "send"
-            status = "SUCCESS" if wc.status == e.IBV_WC_SUCCESS else f"status {wc.status}"
-            out.append(Cpl(wc.qp_num, wc.wr_id, kind, wc.byte_len, imm, status))
-        return out
+            self._recv_done.append(Cpl(wc.qp_num, wc.wr_id, kind, wc.byte_len, imm, status))
+
+    def _wait(self, queue, max_entries, timeout):
+        end = time.monotonic() + timeout
+        while True:
+            with self._cq_lock:
+                self._drain(max_entries)
+                if queue or time.monotonic() >= end:
+                    out = queue[:max_entries]
+                    del queue[:max_entries]
+                    return out
+            time.sleep(0.0005)
+
+    def poll(self, max_entries=64, timeout=0.0):
+        return self._wait(self._recv_done, max_entries, timeout)
+
+    def post_send(self, qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None):
+        from pyverbs.wr import SGE, SendWR
+        _check_send(op, length, imm)
+        e = self.e
+        opcode = {"WRITE": e.IBV_WR_RDMA_WRITE, "WRITE_IMM": e.IBV_WR_RDMA_WRITE_WITH_IMM,
+                  "SEND": e.IBV_WR_SEND, "SEND_IMM": e.IBV_WR_SEND_WITH_IMM}[op]
+        mr = self._mr(addr, length)
+        wr = SendWR(wr_id=wr_id | self.SEND_TAG, opcode=opcode, num_sge=1,
+                    sg=[SGE(addr, length, mr.lkey)], send_flags=e.IBV_SEND_SIGNALED,
+                    imm_data=socket.htonl(imm) if imm is not None else 0)
+        if op.startswith("WRITE"):
+            wr.set_wr_rdma(rkey, remote_addr)
+        try:
+            self.qps[qpn].post_send(wr)
+        except self._Error as err:
+            raise NicError(f"cannot post a {op} on QP {qpn:#x}: {err}") from None
+
+    def poll_send(self, max_entries=64, timeout=0.0):
+        return self._wait(self._send_done, max_entries, timeout)
 
     def read(self, addr, length):
         mr = self._mr(addr, length)
@@ -469,6 +635,11 @@ class VerbsNic:
     def fill(self, addr, length, value=0):
         mr = self._mr(addr, length)
         mr.write(bytes([value]) * length, length, addr - mr.buf)
+
+    def write(self, addr, data):
+        data = bytes(data)
+        mr = self._mr(addr, len(data))
+        mr.write(data, len(data), addr - mr.buf)
 
     def qp_error(self, qpn):
         attr, _ = self.qps[qpn].query(self.e.IBV_QP_STATE)

@@ -1,10 +1,11 @@
 """The host agent (``rocegen-host``) against the simulated FPGA (``rocegen sim serve``) over the
 socket bridge, as separate processes exactly as on a bench: open, traffic, check, close, reopen;
-more QPs than exist; a host outside the allow-list; malformed datagrams; a host that vanishes in
-the middle of a transfer.
+the host's WRITEs and SENDs into the FPGA with its pattern sink's verdict; more QPs than exist; a
+host outside the allow-list; malformed datagrams; a host that vanishes in the middle of a
+transfer.
 
-One simulated FPGA (W = 64, 4 QPs, hosts allowed from 10.0.0.0/24) serves every test of this
-file; they run in order in one worker (``xdist_group``) and each leaves no QP open.
+One simulated FPGA (W = 64, 4 QPs, the responder, hosts allowed from 10.0.0.0/24) serves every
+test of this file; they run in order in one worker (``xdist_group``) and each leaves no QP open.
 """
 
 import json
@@ -23,6 +24,7 @@ from rocegen.sim.apps.bridge import FrameReader, encode_frame
 from rocegen.sim.models import cm as M
 from rocegen.sim.models.rnic import Rnic
 from rocegen.wire.addr import parse_ip
+from rocegen.wire.pattern import pattern
 
 pytestmark = pytest.mark.xdist_group("serve")
 
@@ -160,6 +162,80 @@ def test_open_traffic_check_close_reopen(fpga, tmp_path):
     assert r.stdout.count("closed QP") == 2
 
 
+def host_run(fpga, tmp_path, *args, ok=True):
+    """``rocegen-host write`` / ``send`` with ``--json``: its result (exit status 0 when
+    ``ok``, else 1)."""
+    r = host(fpga, tmp_path, *args, "--json", check=False)
+    assert r.returncode == (0 if ok else 1), f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return json.loads(r.stdout)
+
+
+def test_host_writes_and_sends_into_the_fpga(fpga, tmp_path):
+    """The OPEN_QP replies name each QP's region (as sim serve built it); WRITEs and SENDs, with
+    and without immediate data, of the test pattern of the FPGA addresses they land at: the
+    FPGA's sink checks every byte and finds none wrong; SENDs carrying the pattern of another
+    address are found wrong, byte for byte."""
+    regions = fpga["responder"]["regions"]
+    opened = json.loads(host(fpga, tmp_path, "connect", "--qps", "2", "--pmtu", "1024",
+                             "--json").stdout)
+    for q in opened:
+        assert q["fpga_region"] == regions[q["fpga_qpn"] - 256]
+    before = stats(fpga)
+    status0 = json.loads(fpga["status_path"].read_text())
+    runs = [host_run(fpga, tmp_path, "write", "--count", "6", "--size", "5000"),
+            host_run(fpga, tmp_path, "write", "--qp", "257", "--count", "3", "--size", "4096",
+                     "--imm"),
+            host_run(fpga, tmp_path, "send", "--count", "5", "--size", "3000"),
+            host_run(fpga, tmp_path, "send", "--qp", "256", "--count", "20", "--size", "100",
+                     "--imm")]
+    for r in runs:
+        assert r["ok"] and r["checked"] == r["bytes"] == r["size"] * r["count"] * len(r["qps"])
+        assert r["wrong"] == 0 and all(q["messages"] == r["count"] for q in r["qps"]), r
+    # SENDs said to land at 0x100 (they land at the region's base): only the low byte of every
+    # pattern word differs (the words count from 0 and from 64)
+    base = regions[0][1]
+    wrong = host_run(fpga, tmp_path, "send", "--qp", "256", "--count", "2", "--size", "1000",
+                     "--at", hex(base + 0x100), ok=False)
+    diff = sum(a != b for a, b in zip(pattern(base, 1000), pattern(base + 0x100, 1000)))
+    assert (wrong["checked"], wrong["wrong"]) == (2000, 2 * diff) and not wrong["ok"]
+    after = stats(fpga)
+    sent = sum(r["bytes"] for r in runs) + 2000
+    assert after["sink_bytes_checked"] - before["sink_bytes_checked"] == sent
+    assert after["sink_bytes_wrong"] - before["sink_bytes_wrong"] == 2 * diff
+    # every SEND and WRITE with immediate completed on the FPGA, its buffer posted again
+    sends = 2 * 5 + 20 + 2 + 3
+    _wait_for(lambda: json.loads(fpga["status_path"].read_text())["recv_completions"]
+              >= status0["recv_completions"] + sends, "the FPGA's receive completions")
+    final = json.loads(fpga["status_path"].read_text())
+    assert final["recv_errors"] == status0["recv_errors"]
+    st = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
+    assert {q["fpga_qpn"]: q["sent"] for q in st["qps"]} == {256: 6 + 5 + 20 + 2, 257: 6 + 3 + 5}
+    host(fpga, tmp_path, "stop")
+
+
+def test_query_counts_only_grow(fpga):
+    """QUERY from a plain socket: an ACK with the sink's counters, which equal the statistics
+    counters' view of them; a host outside the allow-list is refused."""
+    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=1.0)
+    try:
+        first = cm.query(qpn=0x33, psn=0x1234)
+        second = cm.query()
+    finally:
+        cm.close()
+    assert second[0] >= first[0] and second[1] >= first[1]
+    now = stats(fpga)
+    assert (now["sink_bytes_checked"], now["sink_bytes_wrong"]) == second
+    outsider = Neighbour(fpga, "10.0.1.8", mac="02:00:00:00:07:08", port=40001)
+    try:
+        outsider.send_cm(M.request(M.REQ_QUERY, loc_qpn=0x56, loc_psn=2,
+                                   listening_port=outsider.port))
+        _, _, _, payload = outsider.reply()
+    finally:
+        outsider.close()
+    reply = M.unpack(payload)
+    assert reply["ack_type"] == M.ACK_NAK and M.query_counts(payload) == (0, 0)
+
+
 def test_more_qps_than_exist(fpga, tmp_path):
     r = host(fpga, tmp_path, "connect", "--qps", str(NUM_QPS + 1), check=False)
     assert r.returncode == 1
@@ -226,7 +302,7 @@ def test_malformed_datagrams_are_ignored(fpga):
     try:
         junk = [b"", b"x" * 10, M.request(M.REQ_OPEN_QP) + b"\0", b"\xff" * 100,
                 M.pack(info_valid=1, req_type=1, ack_valid=1, ack_type=1),     # a reply
-                M.request(5, loc_qpn=9),                                       # unknown request
+                M.request(6, loc_qpn=9),                                       # unknown request
                 M.pack(rem_qpn=256)]                                           # no flag at all
         for payload in junk:
             cm.send_raw(payload)

@@ -125,6 +125,15 @@ def test_verilog_endpoint_xgmii_axi4(tmp_path):
     (["--clk-mhz", "0"], "--clk-mhz must be a clock frequency"),
     (["--core", "stack", "--pmtu", "1024"], "--pmtu applies to --core endpoint only"),
     (["--core", "stack", "--cm-port", "5000"], "--cm-port applies to --core endpoint only"),
+    (["--core", "stack", "--responder"], "--responder applies to --core endpoint only"),
+    (["--rnr-timer", "3"], "--rnr-timer needs the responder (--responder)"),
+    (["--no-responder", "--rq-depth", "4", "--pattern-sink"],
+     "--rq-depth, --pattern-sink need the responder (--responder)"),
+    (["--responder", "--rnr-timer", "40"],
+     "--rnr-timer: rnr_timer must be an RNR timer code 0..31, not 40"),
+    (["--responder", "--rq-depth", "3"], "--rq-depth must be a power of two 1..1024, not 3"),
+    (["--responder", "--resp-region", "0:0x100000"],
+     "--resp-region: resp_region [0x0, +0x100000) is not inside local memory of 0x40000 bytes"),
 ])
 def test_bad_parameters_are_clear_errors(tmp_path, capsys, args, message):
     assert main(["verilog", *args, "-o", str(tmp_path / "x.v")]) == 2
@@ -138,6 +147,8 @@ def test_bad_parameters_are_clear_errors(tmp_path, capsys, args, message):
     (["build", "--board", "vcu118", "--qps", "x", "-o", "{out}"],
      "argument --qps: invalid int value"),
     (["build", "--board", "vcu118"], "the following arguments are required: -o/--output"),
+    (["verilog", "--responder", "--resp-region", "64k", "-o", "{out}"],
+     "argument --resp-region: a region is BASE:LENGTH in bytes (e.g. 0:0x20000), not '64k'"),
 ])
 def test_argument_errors_exit_2(tmp_path, capsys, args, message):
     assert run([a.format(out=tmp_path / "o") for a in args]) == 2
@@ -195,6 +206,12 @@ def test_boards_lists_every_board(capsys):
     (["sim", "serve", "--allow-net", "10.0.0.1"], "--allow-net must be A.B.C.D/N"),
     (["sim", "serve", "--roce-to", "wire"], "--roce-to applies to --tap only"),
     (["sim", "serve", "--vlan", "4095"], "--vlan must be a VLAN ID 1..4094, not 4095"),
+    (["sim", "serve", "--rnr-timer", "32"],
+     "--rnr-timer: rnr_timer must be an RNR timer code 0..31, not 32"),
+    (["sim", "serve", "--no-responder", "--resp-region", "0:4096"],
+     "--resp-region needs the responder (--responder)"),
+    (["sim", "serve", "--pattern-sink", "--no-responder"],
+     "--pattern-sink needs the responder (--responder)"),
     (["sim", "demo", "--phy", "xgmii", "--width", "512"],
      "--width must be 64 with --phy xgmii (the XGMII word), not 512"),
     (["sim", "demo", "--phy", "xgmii", "--line-gbps", "100"],
@@ -203,6 +220,7 @@ def test_boards_lists_every_board(capsys):
     (["sim", "demo", "--qps", "257"], "--qps must be 1..256, not 257"),
     (["demo", "--qps", "9"], "--qps must be 1..8"),
     (["demo", "--mib", "0"], "--mib must be 1..64"),
+    (["demo", "--host-writes", "5000"], "--host-writes must be 0..4096, not 5000"),
 ])
 def test_serve_and_demo_errors(capsys, args, message):
     assert run(args) == 2

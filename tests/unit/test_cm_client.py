@@ -21,9 +21,9 @@ class ModelFpga:
     first N replies are lost (the requests still take effect); ``delay_first``: the first reply
     leaves that many seconds late."""
 
-    def __init__(self, num_qps=2, drop_replies=0, allow_net=None, delay_first=0.0):
+    def __init__(self, num_qps=2, drop_replies=0, allow_net=None, delay_first=0.0, **params):
         self.model = M.ConnectionManagerModel(num_qps, local_ip=parse_ip(FPGA_IP),
-                                              allow_net=allow_net)
+                                              allow_net=allow_net, **params)
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -86,6 +86,36 @@ def test_open_close_and_refusals(fpga):
     assert e.value.kind == "nak"
     # every request named our socket as the place for replies
     assert {M.unpack(r)["listening_port"] for r in fpga.requests} == {cm.listen_port}
+    cm.close()
+
+
+def test_region_and_query_of_an_fpga_with_the_responder():
+    regions = [{"rkey": 0xAB00 + k, "base": 0x1000 * k, "length": 0x800 + k} for k in range(2)]
+    fpga = ModelFpga(regions=regions, query=True)
+    fpga.model.counts = (123456789012, 7)
+    cm = client(fpga)
+    ip = parse_ip(HOST_IP)
+    try:
+        a = cm.open(qpn=0x11, psn=0x100, rkey=5, vaddr=0x1000, ip=ip)
+        b = cm.open(qpn=0x12, psn=0x200, rkey=6, vaddr=0x2000, ip=ip)
+        assert a == {"fpga_qpn": 256, "fpga_psn": 0x100, "rkey": 0xAB00, "base": 0,
+                     "length": 0x800}
+        assert (b["rkey"], b["base"], b["length"]) == (0xAB01, 0x1000, 0x801)
+        assert cm.query() == (123456789012, 7)
+        assert cm.query(qpn=0x11, psn=0x42) == (123456789012, 7)
+    finally:
+        cm.close()
+        fpga.close()
+
+
+def test_query_without_a_pattern_sink_is_a_timeout(fpga):
+    cm = client(fpga, timeout=0.05, retries=1)
+    with pytest.raises(CmError) as e:
+        cm.query()
+    assert e.value.kind == "timeout" and "pattern sink" in str(e.value) and cm.sent == 2
+    # an FPGA without the responder names no region
+    r = cm.open(qpn=0x11, psn=0x100, rkey=5, vaddr=0x1000, ip=parse_ip(HOST_IP))
+    assert (r["rkey"], r["base"], r["length"]) == (0, 0, 0)
     cm.close()
 
 

@@ -228,8 +228,8 @@ class FakeCm:
     def __init__(self):
         self.traffic_sent = []
 
-    def open_qp(self, **kw):
-        return 256, 0x1000
+    def open(self, **kw):
+        return {"fpga_qpn": 256, "fpga_psn": 0x1000, "rkey": 0, "base": 0, "length": 0}
 
     def traffic(self, *args, **kw):
         self.traffic_sent.append(args)
