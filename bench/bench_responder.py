@@ -12,10 +12,18 @@ payload checked in memory), memory and transmitter always ready:
   (322.27 MHz), against the line's (162 bytes a message on the wire);
 * latency: cycles from the last beat of a 64 B WRITE with AckReq into the block to the first beat
   of its ACK out of it; and, for the whole endpoint (``RoceEndpoint(responder=True)``), from the
-  last beat on ``mac_rx`` to the first beat of the ACK on ``mac_tx``;
-* size (``--synth``): Yosys figures of the block at 512 bits, 8 QPs.
+  last beat on ``mac_rx`` to the first beat of the ACK on ``mac_tx``; and from the last beat
+  of a WRITE marked ECN CE into the block to the first beat of its CNP out of it;
+* size (``--synth``): Yosys figures of the block at 512 bits, 8 QPs (mapped for area, and for
+  8 LUT levels as ``bench_synth`` maps the cores), and of its notification point alone at 8
+  and 256 QPs;
+* AXI4: the goodput of RDMA WRITEs of 4 KiB and 1 MiB at PMTU 4096, as above, with the block
+  writing through the payload memory's AXI4 master (``PayloadMemory(memory="axi4",
+  responder=True)``) into a memory model whose write responses come 30..100 cycles after the
+  data (in order, random): the payload rate from the first beat in to the write response of the
+  last word.
 
-Run: python -m bench.bench_responder [--json FILE] [--synth]
+Run: python -m bench.bench_responder [--json FILE] [--synth] [--quick]
 """
 
 import argparse
@@ -23,12 +31,21 @@ import json
 import time
 from pathlib import Path
 
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
+
+from bench.bench_synth import LEVEL_GOAL
 from rocegen.gateware.roce.endpoint import RoceEndpoint, default_clk_hz
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState
+from rocegen.gateware.roce.payload_memory import PayloadMemory
+from rocegen.gateware.roce.qp_table import QpTable
+from rocegen.gateware.roce.resp_cnp import RespCnp
 from rocegen.gateware.roce.responder import Responder, default_config
+from rocegen.sim.models.axi_write_mem import AxiWriteMemory
 from rocegen.sim.models.packets import Packet, to_beats
 from rocegen.sim.models.rnic import IDEAL, Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.framecheck import OP_CNP
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
@@ -42,6 +59,28 @@ LINE_GBPS = 100.0
 #: ICRC 4; RETH 16 more on a message's first packet
 WIRE_OVERHEAD = 82
 RETH = 16
+#: Cycles from a burst's data to its write response in the AXI4 rows (random, in order).
+AXI_LATENCY = (30, 100)
+
+
+class ResponderAxiTop(Elaboratable):
+    """The :class:`Responder` (``resp``, with ``acked_writes``) writing through the AXI4 master
+    of a :class:`PayloadMemory` (``mem``, its front-end and read ports idle), beside the QP
+    table it reads its contexts from (``qps``)."""
+
+    def __init__(self, width, num_qps, mem_bytes, **params):
+        self.mem = PayloadMemory(width, "axi4", mem_bytes, responder=True)
+        self.resp = Responder(width, num_qps, self.mem.word_addr_bits, acked_writes=True,
+                              **params)
+        self.qps = QpTable(num_qps)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.resp, m.submodules.qps, m.submodules.mem = self.resp, self.qps, self.mem
+        m.d.comb += [self.qps.rx_qp.eq(self.resp.ctx_qp), self.resp.ctx.eq(self.qps.rx_context),
+                     self.resp.mem_durable.eq(self.mem.resp_durable)]
+        wiring.connect(m, self.resp.mem, self.mem.resp_w)
+        return m
 
 
 def limit_gbps(size, pmtu):
@@ -77,11 +116,13 @@ def request_datagrams(sizes, pmtu, rkey):
     return dgrams, expect
 
 
-def run_block(dgrams, pmtu, *, gap_after_each=0, line=True):
+def run_block(dgrams, pmtu, *, gap_after_each=0, line=True, axi=False):
     """Feed the datagrams at the line's pace (``line``) or back to back, ``gap_after_each``
     idle cycles more after each; (marks: first input beat, last write and every datagram's last
-    input beat, in cycles; the memory image; the ACK collector)."""
-    top = ResponderTop(WIDTH, 1, MEM, config_init=default_config(1, 0, MEM))
+    input beat, in cycles; the memory image; the ACK collector). With ``axi``, the block writes
+    through AXI4 (:class:`ResponderAxiTop`) and the last write is the last write response."""
+    top = (ResponderAxiTop if axi else ResponderTop)(WIDTH, 1, MEM,
+                                                     config_init=default_config(1, 0, MEM))
     dut = top.resp
     B = WIDTH // 8
     image = bytearray(MEM)
@@ -143,18 +184,25 @@ def run_block(dgrams, pmtu, *, gap_after_each=0, line=True):
                 await ctx.tick().repeat(gap_after_each)
         await ctx.tick().repeat(300)
 
+    if axi:
+        def acked(cycle, burst):
+            marks["last_write"] = cycle + 1
+        ram = AxiWriteMemory(WIDTH, MEM, aw=top.mem.axi.aw, w=top.mem.axi.w, b=top.mem.axi.b,
+                             b_latency=AXI_LATENCY, seed=1, on_ack=acked)
+        image = ram.mem
+        memory = ram.run
     run_sim(top, testbenches=[tb], processes=[memory, inputs, tx.run], deadline_cycles=None)
     return marks, image, tx
 
 
-def goodput(sizes_pmtus):
+def goodput(sizes_pmtus, *, axi=False):
     rows = []
     clk = default_clk_hz(WIDTH)
     for size, pmtu in sizes_pmtus:
         count = max(2, min(64, (1 << 20) // max(size, 1)))
         dgrams, expect = request_datagrams([size] * count, pmtu, default_config(1, 0, MEM)[0]
                                            ["mr"]["rkey"])
-        marks, image, _ = run_block(dgrams, pmtu)
+        marks, image, _ = run_block(dgrams, pmtu, axi=axi)
         if not marks["overflow"]:
             for addr, data in expect:
                 assert image[addr:addr + len(data)] == data, f"{size} B at PMTU {pmtu}: data"
@@ -162,12 +210,15 @@ def goodput(sizes_pmtus):
         beats = sum(len(to_beats(d, WIDTH)) for d in dgrams)
         gbps = size * count * 8 / (cycles / clk) / 1e9
         limit = limit_gbps(size, pmtu)
-        rows.append({"kind": "responder", "name": f"write-{size}B-pmtu{pmtu}", "size": size,
+        rows.append({"kind": "responder",
+                     "name": f"write-{size}B-pmtu{pmtu}" + ("-axi4" if axi else ""), "size": size,
                      "pmtu": pmtu, "messages": count, "cycles": cycles, "beats_in": beats,
                      "dropped": marks["overflow"], "limit_gbps": round(limit, 2),
                      "goodput_gbps": round(gbps, 2),
-                     "percent_of_limit": round(100 * gbps / limit, 2)})
-        print(f"  WRITE {size:>8} B  PMTU {pmtu}: {count} messages, {cycles} cycles, "
+                     "percent_of_limit": round(100 * gbps / limit, 2),
+                     **({"memory": "axi4", "b_latency": list(AXI_LATENCY)} if axi else {})})
+        print(f"  WRITE {size:>8} B  PMTU {pmtu}{' AXI4' if axi else ''}: {count} messages, "
+              f"{cycles} cycles, "
               f"{gbps:6.2f} Gb/s = {rows[-1]['percent_of_limit']:.1f} % of the {limit:.2f} Gb/s "
               f"limit, {marks['overflow']} dropped")
     return rows
@@ -254,14 +305,87 @@ def endpoint_latency():
     return {"kind": "responder", "name": "ack-latency-endpoint", "cycles": lat}
 
 
+def cnp_latency():
+    """Cycles from the last beat of a 64 B WRITE marked ECN CE into the block to the first beat
+    of its CNP out of it (interval 0: every marked request answered; the CNP follows the
+    request's ACK)."""
+    dgrams, _ = request_datagrams([64] * 8, 1024, default_config(1, 0, MEM)[0]["mr"]["rkey"])
+    marked = []
+    for d in dgrams:                    # ECN CE, and the IPv4 header checksum again
+        h = bytearray(d[:20])
+        h[1] |= 0b11
+        h[10:12] = b"\0\0"
+        c = sum(int.from_bytes(h[k:k + 2], "big") for k in range(0, 20, 2))
+        c = (c & 0xFFFF) + (c >> 16)
+        h[10:12] = (~c & 0xFFFF).to_bytes(2, "big")
+        marked.append(bytes(h) + d[20:])
+    top = ResponderTop(WIDTH, 1, MEM, config_init=default_config(1, 0, MEM), cnp_interval=0)
+    dut = top.resp
+    tx = StreamCollector(dut.tx, WIDTH)
+    last_in = []
+
+    async def watch(ctx):
+        cycle = 0
+        async for _, _, valid, last in ctx.tick().sample(dut.i.valid, dut.i.payload.last):
+            cycle += 1
+            if valid and last:
+                last_in.append(cycle)
+
+    async def tb(ctx):
+        ctx.set(dut.mem.ready, 1)
+        ctx.set(top.qps.ctl.payload, {"qp": 0, "context": {
+            "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": 0x11,
+            "pmtu_log2": 10, "udp_sport": 0xC000}})
+        ctx.set(top.qps.ctl.valid, 1)
+        await ctx.tick()
+        ctx.set(top.qps.ctl.valid, 0)
+        ctx.set(dut.psn_set.payload, {"qp": 0, "psn": 0x100})
+        ctx.set(dut.psn_set.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.psn_set.valid, 0)
+        drv = StreamDriver(dut.i, WIDTH)
+        for d in marked:
+            await drv.send(ctx, [Packet(d)])
+            await ctx.tick().repeat(60)
+        await ctx.tick().repeat(100)
+
+    run_sim(top, testbenches=[tb], processes=[watch, tx.run], deadline_cycles=None)
+    cnps = [first for (first, _), p in zip(tx.spans, tx.packets) if p.data[0] == OP_CNP]
+    assert len(cnps) == len(marked), "a CNP is missing"
+    lat = [first - last for first, last in zip(cnps, last_in)]
+    print(f"  block: last beat of a CE-marked request in to first CNP beat out: {lat} cycles")
+    return {"kind": "responder", "name": "cnp-latency-block", "cycles": max(lat)}
+
+
+def cnp_synth_figures():
+    """The notification point alone (its per-QP time stamps at 8 and 256 QPs)."""
+    rows = []
+    for n in (8, 256):
+        r = synthesize(RespCnp(n), top="top", workdir=f"build/synth/resp_cnp_{n}")
+        print(f"  RespCnp({n}): {r['lut_total']:,} LUTs, {r['ff']:,} FF, "
+              f"{r['bram36']} RAMB36 + {r['bram18']} RAMB18, {r['lut_levels']} LUT levels")
+        rows.append({"kind": "responder", "name": f"size-cnp-{n}qp", **{k: r[k] for k in (
+            "lut_total", "ff", "bram36", "bram18", "lut_levels")}})
+    return rows
+
+
 def synth_figures():
-    r = synthesize(Responder(WIDTH, 8, 26, config_init=default_config(8, 0, 1 << 20)),
-                   top="top", workdir="build/synth/responder")
-    print(f"  Responder(512, 8): {r['lut_total']:,} LUTs, {r['ff']:,} FF, "
-          f"{r['bram36']} RAMB36 + {r['bram18']} RAMB18, {r['lut_levels']} LUT levels "
-          f"({r['synth_seconds']:.0f} s)")
-    return {"kind": "responder", "name": "size-512-8qp", **{k: r[k] for k in (
-        "lut_total", "ff", "bram36", "bram18", "lut_levels")}}
+    """The block at 512 bits, 8 QPs: mapped for area (Yosys's default), and for
+    :data:`LEVEL_GOAL` LUT levels as ``bench_synth`` maps the cores."""
+    rows = []
+    for depth in (None, LEVEL_GOAL):
+        r = synthesize(Responder(WIDTH, 8, 26, config_init=default_config(8, 0, 1 << 20)),
+                       top="top", workdir=f"build/synth/responder{depth or ''}",
+                       depth_target=depth)
+        how = f"mapped for {depth} LUT levels" if depth else "mapped for area"
+        print(f"  Responder(512, 8), {how}: {r['lut_total']:,} LUTs, {r['ff']:,} FF, "
+              f"{r['bram36']} RAMB36 + {r['bram18']} RAMB18, {r['lut_levels']} LUT levels "
+              f"({r['synth_seconds']:.0f} s)")
+        rows.append({"kind": "responder",
+                     "name": "size-512-8qp" + (f"-depth{depth}" if depth else ""),
+                     **({"depth_target": depth} if depth else {}),
+                     **{k: r[k] for k in ("lut_total", "ff", "bram36", "bram18", "lut_levels")}})
+    return rows
 
 
 def main(argv=None):
@@ -273,11 +397,14 @@ def main(argv=None):
     t0 = time.time()
     sizes = [64, 4096, 65536] if args.quick else [64, 256, 1024, 4096, 16384, 65536, 1 << 20]
     rows = goodput([(s, p) for p in (1024, 4096) for s in sizes])
+    rows += goodput([(4096, 4096), (1 << 20, 4096)], axi=True)
     rows.append(message_rate())
     rows.append(block_latency())
     rows.append(endpoint_latency())
+    rows.append(cnp_latency())
     if args.synth:
-        rows.append(synth_figures())
+        rows += synth_figures()
+        rows += cnp_synth_figures()
     print(f"({time.time() - t0:.0f} s)")
     if args.json:
         path = Path(args.json)
