@@ -56,7 +56,7 @@ import time
 from collections import Counter
 
 import cocotb
-from cocotb.triggers import ClockCycles, Event, First, Lock, Timer
+from cocotb.triggers import ClockCycles, Event, First, Lock, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
 
 from rocegen.gateware.roce.endpoint import STATS
@@ -105,6 +105,12 @@ PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 W = PARAMS["width"]
 B = W // 8
 MEMORY = PARAMS.get("memory", "onchip")
+#: Cycles without an AXI4 write beat and without a frame into the endpoint after which every
+#: request it executed has reached the AXI writer and every burst is closed and sent: more than
+#: a request's way from its last beat in to its first write beat (the ingress keeps it whole,
+#: the writer sends a burst's W beats only once it closes it, after up to 64 words, or 4
+#: cycles after the last one), and than any pause of the W channel while words are placed
+AXI_QUIET = 256
 MEM = PARAMS.get("mem_bytes") or (256 * 1024 if MEMORY == "onchip" else 1 << 32)
 NUM_QPS = PARAMS.get("num_qps", 8)
 RQ_DEPTH = PARAMS.get("rq_depth", 16)
@@ -190,6 +196,8 @@ class RespEnv:
             dut.memw_valid.value = 0
         else:
             self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi"), dut.clk, dut.rst, size=MEM)
+            self.axi_writes = {"aw": 0, "b": 0, "quiet": 0}
+            cocotb.start_soon(self._count_axi_writes())
         await ClockCycles(dut.clk, 2)
         self.offset = await cycle_offset(dut, W)
 
@@ -230,6 +238,34 @@ class RespEnv:
             kw.update(remote_addr=addr, rkey=rkey_of(k))
         return self.nic.post_send(HOST_QPN + k, op, **kw)
 
+    async def _count_axi_writes(self):
+        """Count the AXI4 write bursts issued and answered, and the cycles since the last
+        write beat (AXI4 memory only)."""
+        dut, c = self.dut, self.axi_writes
+        while True:
+            await RisingEdge(dut.clk)
+            c["aw"] += int(dut.m_axi_awvalid.value) & int(dut.m_axi_awready.value)
+            c["b"] += int(dut.m_axi_bvalid.value) & int(dut.m_axi_bready.value)
+            c["quiet"] = 0 if int(dut.m_axi_wvalid.value) else c["quiet"] + 1
+
+    async def axi_drained(self, *, max_cycles=MAX_CYCLES):
+        """Wait until every AXI4 write burst the endpoint issued is answered and neither a
+        write beat nor a frame into the endpoint has come for :data:`AXI_QUIET` cycles. The
+        responder ACKs a request once it is executed; its data reaches the memory through the
+        AXI writer afterwards (receive completions wait for the write responses, ACKs do not):
+        the writer holds a burst's words, with no W beat, until it closes it, so the W channel
+        alone can be quiet while the last request's words are being placed."""
+        c, dut = self.axi_writes, self.dut
+        deadline = now_cycle(W) + max_cycles
+
+        def rx_quiet():
+            return now_cycle(W) - (int(dut.rx_last_cycle.value) + self.offset)
+        while c["aw"] != c["b"] or c["quiet"] < AXI_QUIET or rx_quiet() < AXI_QUIET:
+            if now_cycle(W) >= deadline:
+                raise AssertionError(f"AXI4 writes not drained after {max_cycles} cycles: "
+                                     f"{c['aw']} bursts issued, {c['b']} answered")
+            await wait_cycles(W, 32)
+
     # ---------------------------------------------------------------------- checks
     async def readback(self, k, addr, length, *, max_cycles=MAX_CYCLES):
         """The endpoint's memory ``[addr, addr + length)`` as its requester RDMA-WRITEs it to the
@@ -237,6 +273,7 @@ class RespEnv:
         a0 = addr - addr % B
         n = length + (addr - a0)
         if MEMORY != "onchip":
+            await self.axi_drained(max_cycles=max_cycles)
             return self.ram.read(addr, length)
         self.wr_id += 1
         first = len(self.cpl.items)

@@ -396,6 +396,9 @@ def _step(mac, cycle, frame=None):
 
 
 def test_bench_without_links_answers_in_the_same_cycle(bench):
+    """Without links an answer goes to the endpoint in the cycle it is made when the host's
+    line is free; answers made while it is busy follow one after the other (without a line
+    rate, a frame's beats take one cycle each: an ACK of 62 bytes 8 cycles at 64 bits)."""
     from rocegen.sim.testing.roce_env import roce_data_key
     mac = bench()
     frames = _frames(3)
@@ -405,9 +408,14 @@ def test_bench_without_links_answers_in_the_same_cycle(bench):
     _step(mac, 12, frames[1])          # sent again: a retransmission, ACKed as a duplicate
     assert (mac.roce_frames, mac.retransmitted, mac.retransmissions) == (3, 1, [2])
     assert mac.nic.counters["executed"] == 2 and mac.nic.counters["duplicate"] == 1
-    assert mac.in_flight == 0
+    assert len(mac.source.frames) == 1 and mac.in_flight == 2     # waiting for the line
+    sent = {}
+    for cycle in range(13, 40):
+        _step(mac, cycle)
+        sent.setdefault(len(mac.source.frames), cycle)
+    assert sent[2] == 18 and sent[3] == 26 and mac.in_flight == 0
     mac.clear_sent()
-    _step(mac, 13, frames[0])
+    _step(mac, 40, frames[0])
     assert mac.retransmitted == 1
 
 
@@ -453,6 +461,8 @@ def test_bench_loss_then_retransmission(bench):
     frames = _frames(3)
     for cycle, frame in enumerate(frames + frames[:1]):       # the first one lost, then resent
         _step(mac, cycle, frame)
+    for cycle in range(4, 40):          # the host's answers, one after the other on its line
+        _step(mac, cycle)
     nic = mac.nic
     assert nic.counters["nak_seq_tx"] == 1 and nic.counters["seq_drop"] == 1
     assert nic.counters["executed"] == 1 and mac.retransmitted == 1
