@@ -83,6 +83,22 @@ class ResponderAxiTop(Elaboratable):
         return m
 
 
+
+async def _open_qp0(ctx, top, pmtu):
+    """QP 0 of a :class:`ResponderTop` ready to send (its peer the host) and its responder's
+    ePSN 0x100."""
+    dut = top.resp
+    ctx.set(top.qps.ctl.payload, {"qp": 0, "context": {
+        "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": 0x11,
+        "pmtu_log2": pmtu.bit_length() - 1, "udp_sport": 0xC000}})
+    ctx.set(top.qps.ctl.valid, 1)
+    await ctx.tick()
+    ctx.set(top.qps.ctl.valid, 0)
+    ctx.set(dut.psn_set.payload, {"qp": 0, "psn": 0x100})
+    ctx.set(dut.psn_set.valid, 1)
+    await ctx.tick()
+    ctx.set(dut.psn_set.valid, 0)
+
 def limit_gbps(size, pmtu):
     """RDMA WRITE goodput limit of messages of ``size`` bytes at ``pmtu`` on a 100G line."""
     packets = max(1, -(-size // pmtu))
@@ -157,16 +173,7 @@ def run_block(dgrams, pmtu, *, gap_after_each=0, line=True, axi=False):
                     marks["last_in"].append(cycle)
 
     async def tb(ctx):
-        ctx.set(top.qps.ctl.payload, {"qp": 0, "context": {
-            "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": 0x11,
-            "pmtu_log2": pmtu.bit_length() - 1, "udp_sport": 0xC000}})
-        ctx.set(top.qps.ctl.valid, 1)
-        await ctx.tick()
-        ctx.set(top.qps.ctl.valid, 0)
-        ctx.set(dut.psn_set.payload, {"qp": 0, "psn": 0x100})
-        ctx.set(dut.psn_set.valid, 1)
-        await ctx.tick()
-        ctx.set(dut.psn_set.valid, 0)
+        await _open_qp0(ctx, top, pmtu)
         await ctx.tick().repeat(4)
         drv = StreamDriver(dut.i, WIDTH)
         per_cycle = LINE_GBPS * 1e9 / 8 / default_clk_hz(WIDTH)
@@ -333,16 +340,7 @@ def cnp_latency():
 
     async def tb(ctx):
         ctx.set(dut.mem.ready, 1)
-        ctx.set(top.qps.ctl.payload, {"qp": 0, "context": {
-            "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": 0x11,
-            "pmtu_log2": 10, "udp_sport": 0xC000}})
-        ctx.set(top.qps.ctl.valid, 1)
-        await ctx.tick()
-        ctx.set(top.qps.ctl.valid, 0)
-        ctx.set(dut.psn_set.payload, {"qp": 0, "psn": 0x100})
-        ctx.set(dut.psn_set.valid, 1)
-        await ctx.tick()
-        ctx.set(dut.psn_set.valid, 0)
+        await _open_qp0(ctx, top, 1024)
         drv = StreamDriver(dut.i, WIDTH)
         for d in marked:
             await drv.send(ctx, [Packet(d)])
