@@ -86,6 +86,15 @@ PORT_DOCS = {
                 "write and read rights) and the RNR timer code of its RNR NAKs. Always taken.",
     "resp_cnp_cfg": "The responder's notification point: the shortest time between two CNPs "
                     "of a QP, in cycles (0: a CNP for every packet marked CE). Always taken.",
+    "tc_cfg": "The traffic class: DSCP and ECN code point (2 = ECT(0), 0 = not ECN-capable) of "
+              "the data packets of QPs opened from then on, and the 802.1Q priority (PCP) of "
+              "every frame from the next one (with a VLAN). Always taken.",
+    "cc_cfg": "DCQCN's reaction point (with `--dcqcn`): every parameter at once (g, alpha, "
+              "timers, byte counter, fast-recovery steps, increases, minimum and line rate, in "
+              "cycles and bytes per cycle Q7.20) and `bypass` (line rate, CNPs ignored); in force "
+              "a few cycles later. Always taken.",
+    "cc_qp": "Rate read port (with `--dcqcn`): QP index...",
+    "cc_rate": "... its current DCQCN rate, bytes per cycle in Q7.20, one cycle later.",
     "stats_addr": "Counter read port: the counter at this address (see the counter list)...",
     "stats_data": "... appears here one cycle later (32 bits, saturating).",
     "qp_stats_qp": "Per-QP counter read port: QP index...",

@@ -19,7 +19,8 @@ class EthTx(wiring.Component):
 
     ``o`` carries frames without FCS (the MAC appends it). ``meta.eth.src`` is sent as given (the
     stack fills in its own address). With ``vlan`` set, an 802.1Q tag with that VLAN ID and
-    priority ``pcp`` is inserted.
+    the priority of input ``pcp`` (3 bits, ``pcp`` after reset when not driven; a change takes
+    effect with the next frame's header) is inserted.
 
     Latency 0 (combinational through the packetizer and padder). Backpressure: ``i.ready``
     follows ``o.ready``, low while header or padding beats leave. Throughput: one output beat
@@ -34,10 +35,10 @@ class EthTx(wiring.Component):
             raise ValueError(f"VLAN priority (PCP) must be 0..7, not {pcp!r}")
         self.width = width
         self.vlan = vlan
-        self.pcp = pcp
         super().__init__({
             "i": In(PacketSignature(width, ETH_META)),
             "o": Out(PacketSignature(width)),
+            "pcp": In(3, init=pcp),
         })
 
     def elaborate(self, platform):

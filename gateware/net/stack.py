@@ -52,8 +52,9 @@ class NetStack(wiring.Component):
     vlan : int or None
         802.1Q VLAN ID to send and accept (untagged when None).
     pcp : int
-        802.1Q priority (PCP, 0..7) of the frames sent when ``vlan`` is set (received frames
-        are taken whatever their priority and DEI).
+        802.1Q priority (PCP, 0..7) of the frames sent when ``vlan`` is set, after reset (input
+        ``pcp`` changes it at run time; received frames are taken whatever their priority and
+        DEI).
     rx_fifo_beats : int or None
         Depth of the receive FIFO behind the MAC (a power of two; default: two maximum frames).
     arp_entries, arp_retry_cycles, arp_retries
@@ -84,7 +85,6 @@ class NetStack(wiring.Component):
         self.udp_ports = tuple(udp_ports)
         self.mtu = mtu
         self.vlan = vlan
-        self.pcp = pcp
         self.rx_fifo_beats = rx_fifo_beats
         # transmit FIFO: two maximum frames, so one can fill while the other leaves
         self.tx_fifo_beats = fifo_depth(mtu + MAX_L2_HEADER, width, packets=2)
@@ -115,6 +115,7 @@ class NetStack(wiring.Component):
             "udp_tx": In(PacketSignature(width, UDP_TX_META)).array(n),
             "stats_addr": In(range(len(STATS))),
             "stats_data": Out(32),
+            "pcp": In(3, init=pcp),
         })
 
     def probes(self):
@@ -221,6 +222,7 @@ class NetStack(wiring.Component):
         eth_slice = m.submodules.eth_slice = ForwardRegister(W, ETH_META)
         wiring.connect(m, eth_arb.o, eth_slice.i)
         wiring.connect(m, eth_slice.o, eth_tx.i)
+        m.d.comb += eth_tx.pcp.eq(self.pcp)
         tx_fifo = m.submodules.tx_fifo = self._tx_fifo
         fifo_slice = m.submodules.fifo_slice = ForwardRegister(W)
         wiring.connect(m, eth_tx.o, fifo_slice.i)

@@ -20,7 +20,7 @@ from rocegen.gateware.roce.cm_receive import CmReceiver
 from rocegen.gateware.roce.cm_records import CmRecords
 from rocegen.gateware.roce.cm_reply import CmReplySender
 from rocegen.gateware.roce.cm_traffic import CmTraffic
-from rocegen.gateware.roce.layouts import MAX_QPS
+from rocegen.gateware.roce.layouts import MAX_QPS, TRAFFIC_CONFIG
 from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.resp_layouts import RESP_QP_CONFIG
@@ -60,7 +60,8 @@ class ConnectionManager(wiring.Component):
 
     * OPEN_QP: allocates the lowest free QP (QPN = 256 + index), records the sender (IPv4 source
       address) as its owner, writes its context (RTS; peer = ``loc_qpn`` / ``loc_rkey`` /
-      ``loc_vaddr`` / ``loc_ip``; UDP source port 0xC000 | index; DSCP and ECN 0;
+      ``loc_vaddr`` / ``loc_ip``; UDP source port 0xC000 | index; DSCP and ECN from
+      ``tclass``;
       ``ack_every_log2``; path MTU, timeout and retry counts from the extension bytes or the
       defaults) and its first PSN (the sender's ``loc_psn``), and replies ACK with ``loc_qpn`` =
       our QPN and ``loc_psn`` = that PSN. No free QP: NO_QP.
@@ -158,6 +159,10 @@ class ConnectionManager(wiring.Component):
     query : bool
         QUERY is answered: port ``counts`` (in,
         :data:`~rocegen.gateware.roce.pattern_sink.PATTERN_COUNTS`), the pattern sink's.
+
+    The traffic class of the QPs an OPEN_QP opens (DSCP, ECN of their data packets) is that of
+    input ``tclass`` (:data:`~rocegen.gateware.roce.layouts.TRAFFIC_CONFIG`) in the cycle of
+    the decision.
     """
 
     def __init__(self, width, num_qps, *, allow_net=None, default_pmtu=4096, default_timeout=14,
@@ -194,6 +199,7 @@ class ConnectionManager(wiring.Component):
             "o": Out(PacketSignature(width, UDP_TX_META)),
             "o_checksum": Out(16),
             "local_ip": In(32),
+            "tclass": In(TRAFFIC_CONFIG),
             "qp_ctl": Out(stream.Signature(CONTEXT_WRITE)),
             "qp_psn": Out(stream.Signature(PSN_WRITE)),
             "gen": Out(stream.Signature(GEN_CONFIG)),
@@ -230,7 +236,7 @@ class ConnectionManager(wiring.Component):
         for name in ("qp_ctl", "qp_psn"):
             wiring.connect(m, getattr(ctl, name), wiring.flipped(getattr(self, name)))
         m.d.comb += [
-            ctl.local_ip.eq(self.local_ip), ctl.reply_busy.eq(tx.busy),
+            ctl.local_ip.eq(self.local_ip), ctl.tclass.eq(self.tclass), ctl.reply_busy.eq(tx.busy),
             ctl.gen_busy.eq(traffic.gen.valid),
             records.errored.eq(self.errored), self.qp_open.eq(records.qp_open),
             self.o_checksum.eq(tx.o_checksum), self.replies.eq(tx.sent),

@@ -13,7 +13,7 @@ from rocegen.gateware.roce.cm_defs import (
     UDP_SPORT_BASE,
     int_param,
 )
-from rocegen.gateware.roce.layouts import QP_CONTEXT, QpState
+from rocegen.gateware.roce.layouts import QP_CONTEXT, TRAFFIC_CONFIG, QpState
 from rocegen.wire.headers import CM
 
 __all__ = ["CmContext"]
@@ -40,11 +40,13 @@ class CmContext(wiring.Component):
         The context of the QP the request names (``rem_qpn``).
     free_idx : In(8)
         The QP an OPEN_QP takes.
+    tclass : In(TRAFFIC_CONFIG)
+        The traffic class of the QPs opened (``dscp``, ``ecn``; ``pcp`` unused).
     context : Out(QP_CONTEXT)
         The new context, by ``req_type``. OPEN_QP: state RTS; peer (``peer_ip``, ``peer_qpn``,
         ``rkey``, ``base_va``) from ``loc_ip``, ``loc_qpn``, ``loc_rkey``, ``loc_vaddr``; UDP
-        source port ``0xC000 | free_idx``; DSCP and ECN 0; ``ack_every_log2``; path MTU (code
-        c: log2 = c + 7), timeout and retry counts from the extension bytes where given (non-zero
+        source port ``0xC000 | free_idx``; DSCP and ECN from ``tclass``; ``ack_every_log2``; path
+        MTU (code c: log2 = c + 7), timeout and retry counts from the extension bytes where given (non-zero
         code, ``retry_set``), else the defaults. SEND_QP_INFO: ``current`` with the peer and the
         extension values where given. MODIFY_QP_RTS: ``current`` in state RTS. CLOSE_QP: all
         zero (RESET). Any other code: ``current``.
@@ -68,6 +70,7 @@ class CmContext(wiring.Component):
             "req": In(CM.layout),
             "current": In(QP_CONTEXT),
             "free_idx": In(8),
+            "tclass": In(TRAFFIC_CONFIG),
             "context": Out(QP_CONTEXT),
         })
 
@@ -92,7 +95,7 @@ class CmContext(wiring.Component):
             with m.Case(REQ_OPEN_QP):
                 m.d.comb += [new.state.eq(QpState.RTS),
                              new.udp_sport.eq(UDP_SPORT_BASE | self.free_idx),
-                             new.dscp.eq(0), new.ecn.eq(0),
+                             new.dscp.eq(self.tclass.dscp), new.ecn.eq(self.tclass.ecn),
                              new.ack_every_log2.eq(self.ack_every_log2)]
                 m.d.comb += set_peer
                 m.d.comb += with_ext(PMTU_LOG2[self.default_pmtu], self.default_timeout,

@@ -29,6 +29,7 @@ from rocegen.gateware.roce.layouts import (
     CM_RUN,
     MAX_QPS,
     QPN_BASE,
+    TRAFFIC_CONFIG,
     QpState,
 )
 from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
@@ -82,6 +83,8 @@ class CmControl(wiring.Component):
         The reply sender is busy: the request is not released before it is low.
     local_ip : In(32)
         Our address (sampled in the cycle of the decision for the reply).
+    tclass : In(TRAFFIC_CONFIG)
+        The traffic class (DSCP, ECN) of the QPs an OPEN_QP opens.
     qp_ctl, qp_psn : Out(stream.Signature(CONTEXT_WRITE)), Out(stream.Signature(PSN_WRITE))
         QP table context and first-PSN writes: offered from registers one cycle after the
         decision and held until taken.
@@ -125,6 +128,7 @@ class CmControl(wiring.Component):
             "reply": Out(stream.Signature(CM_REPLY, always_ready=True)),
             "reply_busy": In(1),
             "local_ip": In(32),
+            "tclass": In(TRAFFIC_CONFIG),
             "qp_ctl": Out(stream.Signature(CONTEXT_WRITE)),
             "qp_psn": Out(stream.Signature(PSN_WRITE)),
             "run": Out(stream.Signature(CM_RUN, always_ready=True)),
@@ -147,7 +151,8 @@ class CmControl(wiring.Component):
         m.d.comb += [lk.qpn.eq(req.rem_qpn), lk.src_ip.eq(dg.src_ip),
                      idx.eq((req.rem_qpn - QPN_BASE)[:(n - 1).bit_length()])]
         ctx = m.submodules.context = self._context
-        m.d.comb += [ctx.req.eq(req), ctx.current.eq(lk.context), ctx.free_idx.eq(lk.free_idx)]
+        m.d.comb += [ctx.req.eq(req), ctx.current.eq(lk.context), ctx.free_idx.eq(lk.free_idx),
+                     ctx.tclass.eq(self.tclass)]
 
         # checks on the datagram alone: made while the records are read, registered
         chk = m.submodules.checks = self._checks

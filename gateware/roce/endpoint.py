@@ -1,4 +1,4 @@
-from amaranth.hdl import Const, Module
+from amaranth.hdl import Const, Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -12,12 +12,16 @@ from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.completer import Completer
+from rocegen.gateware.roce.congestion import ReactionPoint
 from rocegen.gateware.roce.cpl_dispatch import CplDispatch
+from rocegen.gateware.roce.dcqcn_layouts import DCQCN_CONFIG, RATE_BITS, dcqcn_config
 from rocegen.gateware.roce.endpoint_qp_stats import QP_COUNTERS, EndpointQpStats
 from rocegen.gateware.roce.endpoint_stats import PULSE_COUNTERS, ROCE_STATS, STATS, EndpointStats
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
+    ECN_ECT0,
     QP_CONTEXT,
+    TRAFFIC_CONFIG,
     WORK_REQUEST,
     CplStatus,
     check_num_qps,
@@ -60,6 +64,12 @@ def default_clk_hz(width):
     return 156_250_000 if width == 64 else 322_265_625
 
 
+def default_line_gbps(width):
+    """The line a W-bit endpoint drives on the boards: 10 Gb/s XGMII at 64 bits, else the
+    CMAC's 100 Gb/s."""
+    return 10 if width == 64 else 100
+
+
 class RoceEndpoint(wiring.Component):
     """The RoCEv2 requester endpoint: network stack, QP table, work-request scheduler, payload
     memory and reader, packet builder, ACK receive path and completion tracker, with the
@@ -94,7 +104,26 @@ class RoceEndpoint(wiring.Component):
         port, the subnet allowed to open QPs (``(ip, prefix_len)`` or None for any), the path
         MTU, retransmit timeout code and retry counts of QPs opened without the extension bytes.
     vlan, pcp, arp_*
-        As for :class:`~rocegen.gateware.net.stack.NetStack`.
+        As for :class:`~rocegen.gateware.net.stack.NetStack` (``pcp``: after reset; at run time
+        through ``tc_cfg``).
+    dscp, ecn
+        The traffic class of the QPs the connection manager opens, after reset (at run time
+        through ``tc_cfg``): their packets' DSCP (0..63, default 0), and ``ecn`` True (the
+        default) to send their data packets ECN-capable, ECT(0), so that switches mark them
+        rather than drop them; False: not ECN-capable. The responder's ACKs are not
+        ECN-capable; its CNPs go with DSCP 48.
+    dcqcn : bool
+        With DCQCN's reaction point (:class:`~rocegen.gateware.roce.congestion.ReactionPoint`):
+        each QP's rate is cut by the CNPs it receives and recovers by the DCQCN law, through a
+        rate limiter in front of the scheduler; its parameters at run time through ``cc_cfg``
+        (with a bypass: line rate, CNPs ignored). Default False.
+    dcqcn_params : dict or None
+        The reaction point's parameters after reset, in physical units (the keys of
+        :data:`~rocegen.gateware.roce.dcqcn_layouts.DCQCN_DEFAULTS`, e.g. ``timer_us``,
+        ``ai_mbps``, ``min_mbps``, and ``bypass``); default the DCQCN paper's.
+    line_gbps : int or float or None
+        The line rate the reaction point's rates count against, in wire bits per second
+        (default 100, or 10 at 64 bits).
     responder : bool
         With the RC responder (:class:`~rocegen.gateware.roce.responder.Responder`): the peers
         WRITE and SEND into local memory, on chip or AXI4 (a receive completion leaves once
@@ -139,7 +168,13 @@ class RoceEndpoint(wiring.Component):
     :data:`~rocegen.gateware.roce.resp_layouts.RECV_COMPLETION`), ``resp_cfg`` (each QP's
     region and RNR timer code, :data:`~rocegen.gateware.roce.resp_layouts.RESP_CONFIG_WRITE`,
     always taken), ``resp_cnp_cfg`` (the CNP interval,
-    :data:`~rocegen.gateware.roce.resp_layouts.CNP_CONFIG`, always taken).
+    :data:`~rocegen.gateware.roce.resp_layouts.CNP_CONFIG`, always taken). ``tc_cfg``: the
+    traffic class (:data:`~rocegen.gateware.roce.layouts.TRAFFIC_CONFIG`: DSCP and ECN of the
+    QPs opened from then on, the VLAN priority of every frame from the next one), always taken.
+    With ``dcqcn=True``: ``cc_cfg`` (every DCQCN parameter and the bypass,
+    :data:`~rocegen.gateware.roce.dcqcn_layouts.DCQCN_CONFIG`, in force a few cycles later,
+    always taken), ``cc_qp`` -> ``cc_rate`` (a QP's current rate in bytes per cycle, Q7.20, one
+    cycle after the address).
 
     Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
     idle beat between packets, so one QP fills the MAC port. The parts joined here besides the
@@ -157,7 +192,8 @@ class RoceEndpoint(wiring.Component):
                  cm_retry=7, cm_rnr_retry=7, vlan=None, pcp=0, arp_entries=4,
                  arp_retry_cycles=100_000, arp_retries=3, qp_info=False, responder=False,
                  resp_region=None, rkey_seed=0x5EED, rnr_timer=1, rq_depth=16,
-                 pattern_sink=None, resp_ack_every=0, cnp_interval=None):
+                 pattern_sink=None, resp_ack_every=0, cnp_interval=None, dscp=0, ecn=True,
+                 dcqcn=False, dcqcn_params=None, line_gbps=None):
         check_width(width)
         check_num_qps(num_qps)
         if memory not in MEMORIES:
@@ -241,6 +277,24 @@ class RoceEndpoint(wiring.Component):
                                      max_message=max_message, max_inflight=max_inflight,
                                      addr_width=self.word_addr_bits)
         self._stats = EndpointStats()
+        if not isinstance(dscp, int) or isinstance(dscp, bool) or not 0 <= dscp <= 63:
+            raise ValueError(f"dscp must be a DSCP value 0..63, not {dscp!r}")
+        for name, value in (("ecn", ecn), ("dcqcn", dcqcn)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, not {value!r}")
+        self.tc_init = {"dscp": dscp, "ecn": ECN_ECT0 if ecn else 0, "pcp": pcp}
+        if line_gbps is None:
+            line_gbps = default_line_gbps(width)
+        self._rp = None
+        if dcqcn:
+            params = dict(dcqcn_params or {})
+            bypass = params.pop("bypass", False)
+            self._rp = ReactionPoint(num_qps, width, clk_hz=clk_hz, line_gbps=line_gbps,
+                                     config=dcqcn_config(clk_hz, line_gbps, bypass=bypass,
+                                                         **params),
+                                     vlan=vlan is not None)
+        elif dcqcn_params is not None:
+            raise ValueError("dcqcn_params needs dcqcn=True")
         #: The configuration as built (for status registers and generated documentation).
         self.config = {
             "width": width, "num_qps": num_qps, "memory": memory, "mem_bytes": mem_bytes,
@@ -253,6 +307,7 @@ class RoceEndpoint(wiring.Component):
                 "rq_depth": rq_depth, "pattern_sink": pattern_sink,
                 "resp_ack_every": resp_ack_every, "cnp_interval": cnp_interval}
                if responder else {}),
+            "dscp": dscp, "ecn": bool(ecn), "dcqcn": bool(dcqcn), "line_gbps": line_gbps,
         }
         members = {
             "local_mac": In(48),
@@ -276,7 +331,11 @@ class RoceEndpoint(wiring.Component):
             "qp_stats_data": Out(32),
             "stats_addr": In(range(len(STATS))),
             "stats_data": Out(32),
+            "tc_cfg": In(stream.Signature(TRAFFIC_CONFIG)),
         }
+        if dcqcn:
+            members.update({"cc_cfg": In(stream.Signature(DCQCN_CONFIG)),
+                            "cc_qp": In(range(num_qps)), "cc_rate": Out(RATE_BITS)})
         if qp_info:
             members.update({"qp_info_qp": In(range(num_qps)), "qp_info_context": Out(QP_CONTEXT),
                             "qp_info_psn": Out(24)})
@@ -396,7 +455,7 @@ class RoceEndpoint(wiring.Component):
             retry.acked_qp.eq(sched.acked_qp), sched.acked_psn.eq(retry.acked_psn),
             retry.err_qp.eq(comp.err_qp), comp.err_status.eq(retry.err_status),
             sched.errored.eq(retry.errored), comp.errored.eq(retry.errored),
-            sched.held.eq(retry.held), cm.errored.eq(retry.errored),
+            cm.errored.eq(retry.errored),
         ]
 
         # completions back to whoever posted the work request
@@ -414,10 +473,34 @@ class RoceEndpoint(wiring.Component):
         ext = "mem_w" if self.memory == "onchip" else "axi"
         wiring.connect(m, wiring.flipped(getattr(self, ext)), getattr(mem, ext))
 
+        self._connect_traffic_class(m)
         if self._resp is not None:
             self._connect_responder(m, ctl)
         self._connect_statistics(m)
         return m
+
+    def _connect_traffic_class(self, m):
+        """The traffic class register (``tc_cfg``), and the reaction point: the packets the
+        scheduler sends and the CNPs received in, the QPs it holds back out."""
+        tc = Signal(TRAFFIC_CONFIG, init=self.tc_init)
+        with m.If(self.tc_cfg.valid):
+            m.d.sync += tc.eq(self.tc_cfg.payload)
+        m.d.comb += [self.tc_cfg.ready.eq(1), self._cm.tclass.eq(tc),
+                     self._stack.pcp.eq(tc.pcp)]
+        sched, rx, retry = self._sched, self._rx, self._retry
+        if self._rp is None:
+            m.d.comb += sched.held.eq(retry.held)
+            return
+        rp = m.submodules.reaction_point = self._rp
+        m.d.comb += [
+            rp.desc.valid.eq(sched.desc.valid & sched.desc.ready),
+            rp.desc.payload.eq(sched.desc.payload),
+            rp.cnp.valid.eq(rx.cnp), rp.cnp.payload.qp.eq(rx.cnp_qp),
+            rp.cfg.valid.eq(self.cc_cfg.valid), rp.cfg.payload.eq(self.cc_cfg.payload),
+            self.cc_cfg.ready.eq(1),
+            rp.rd_qp.eq(self.cc_qp), self.cc_rate.eq(rp.rd_rate),
+            sched.held.eq(retry.held | ~rp.allowed),
+        ]
 
     def _connect_responder(self, m, ctl):
         """The responder: requests from the receive path, the QP table's context, the set-ups

@@ -11,7 +11,7 @@ __all__ = ["check_num_qps", "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DE
            "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "SENT", "SchedKind", "SCHED_EVENT", "FREED",
            "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED",
            "CM_DATAGRAM", "CM_REPLY", "CM_RECORD_WRITE", "CM_CHECKS", "CM_RUN", "STREAM_FINISHED",
-           "RING_COMMIT"]
+           "RING_COMMIT", "TRAFFIC_CONFIG", "ECN_ECT0"]
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
@@ -132,6 +132,16 @@ PACKET_DESC = data.StructLayout({
     "dscp": 6,
     "ecn": 2,
 })
+
+
+#: The IPv4 ECN code point ECT(0): ECN-capable transport (a switch marks CE rather than drop).
+ECN_ECT0 = 0b10
+
+#: The traffic class of the endpoint's packets (a run-time setting): ``dscp`` and ``ecn`` (the
+#: IPv4 ECN code point of data packets, :data:`ECN_ECT0` or 0) go into the context of every QP
+#: the connection manager opens; ``pcp`` is the 802.1Q priority of every frame sent with a VLAN
+#: tag.
+TRAFFIC_CONFIG = data.StructLayout({"dscp": 6, "ecn": 2, "pcp": 3})
 
 
 class QpState(enum.Enum, shape=3):

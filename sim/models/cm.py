@@ -105,8 +105,9 @@ class ConnectionManagerModel:
 
     def __init__(self, num_qps, *, local_ip, allow_net=None, default_pmtu=4096, default_timeout=14,
                  default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT,
-                 regions=None, query=False):
+                 regions=None, query=False, dscp=0, ecn=0):
         self.num_qps = num_qps
+        self.dscp, self.ecn = dscp, ecn     # the traffic class of the QPs opened
         self.local_ip = local_ip
         self.net = parse_net(allow_net)
         self.default_pmtu_log2 = default_pmtu.bit_length() - 1
@@ -239,7 +240,7 @@ class ConnectionManagerModel:
                 return ACK_NO_QP, 0
             k = free[0]
             ctx = {"state": QpState.RTS.value, "pmtu_log2": self.default_pmtu_log2,
-                   "udp_sport": UDP_SPORT_BASE | k, "dscp": 0, "ecn": 0,
+                   "udp_sport": UDP_SPORT_BASE | k, "dscp": self.dscp, "ecn": self.ecn,
                    "ack_every_log2": self.ack_every_log2, "timeout": self.default_timeout,
                    "retry_cnt": self.default_retry, "rnr_retry": self.default_rnr_retry}
             self._set_peer(ctx, req)

@@ -13,7 +13,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from rocegen.gateware.roce.cm import ConnectionManager
-from rocegen.gateware.roce.layouts import QPN_BASE, QpState, WrOpcode
+from rocegen.gateware.roce.layouts import QPN_BASE, TRAFFIC_CONFIG, QpState, WrOpcode
 from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
 from rocegen.gateware.roce.resp_layouts import RESP_QP_CONFIG
 from rocegen.gateware.roce.responder import default_config
@@ -82,7 +82,7 @@ class Sink:
 
 
 def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=0.3, seed=0,
-             gen_stall=False, errored=0, config=None, sink_counts=None, **params):
+             gen_stall=False, errored=0, config=None, sink_counts=None, tclass=None, **params):
     """Run ``packets`` through a ConnectionManager (``errored``: its input of that name, held);
     returns what came out. ``config``: each QP's responder configuration, served on the
     ``cfg_qp`` / ``cfg`` read port as the responder's table does (one cycle after the QP);
@@ -115,6 +115,8 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
     async def tb(ctx):
         ctx.set(dut.local_ip, ip(LOCAL_IP))
         ctx.set(dut.errored, errored)
+        if tclass is not None:
+            ctx.set(dut.tclass, TRAFFIC_CONFIG.const(tclass))
         if sink_counts is not None:
             checked, wrong = sink_counts
             ctx.set(dut.counts, PATTERN_COUNTS.const({"checked": checked, "wrong": wrong}))
@@ -285,8 +287,9 @@ class Scenario:
         assert r.reply.fields["ack_type"] == M.ACK_NO_QP
 
 
-def scenario(num_qps, steps, seed, allow_net, *, frames=True):
-    model = M.ConnectionManagerModel(num_qps, local_ip=ip(LOCAL_IP), allow_net=allow_net)
+def scenario(num_qps, steps, seed, allow_net, *, frames=True, dscp=0, ecn=0):
+    model = M.ConnectionManagerModel(num_qps, local_ip=ip(LOCAL_IP), allow_net=allow_net,
+                                     dscp=dscp, ecn=ecn)
     hosts = INSIDE + OUTSIDE if allow_net else INSIDE
     sc = Scenario(model, random.Random(seed), hosts, frames=frames)
     for _ in range(steps):
@@ -313,6 +316,21 @@ def test_random_requests_match_the_model(width, num_qps, allow_net, steps):
     out = simulate(width, num_qps, sc.packets, allow_net=allow_net,
                    expect_replies=sum(r.reply is not None for r in results), seed=width)
     check(out, sc.model, results)
+
+
+@pytest.mark.parametrize("width, dscp, ecn", [(64, 26, 0b10), (512, 63, 0b01)])
+def test_opened_qps_take_the_traffic_class(width, dscp, ecn):
+    """The DSCP and ECN of input ``tclass`` go into the context of every QP an OPEN_QP opens
+    (the model does the same; ``pcp`` is not the connection manager's)."""
+    sc = scenario(3, 60, seed=width, allow_net=None, dscp=dscp, ecn=ecn)
+    opened = [r.context[1] for r in sc.results if r.context is not None
+              and r.context[1]["state"] == QpState.RTS.value]
+    assert opened
+    assert all(c["dscp"] == dscp and c["ecn"] == ecn for c in opened)
+    out = simulate(width, 3, sc.packets, expect_replies=sum(r.reply is not None
+                                                            for r in sc.results),
+                   seed=width, tclass={"dscp": dscp, "ecn": ecn, "pcp": 5})
+    check(out, sc.model, sc.results)
 
 
 @pytest.mark.parametrize("width,num_qps,allow_net,steps", [
