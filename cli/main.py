@@ -104,6 +104,10 @@ def _verilog_endpoint(args):
     t0 = time.perf_counter()
     params = {} if args.mem_bytes is None else {"mem_bytes": args.mem_bytes}
     params.update(endpoint_params(args))
+    if args.vlan is not None:
+        params["vlan"] = args.vlan
+    elif "pcp" in params:
+        raise ValueError("--pcp needs --vlan")
     if args.clk_mhz is not None:
         if not 0 < args.clk_mhz <= 1000:
             raise ValueError(f"--clk-mhz must be a clock frequency 0..1000 MHz, not {args.clk_mhz}")
@@ -411,6 +415,9 @@ def main(argv=None):
     v.add_argument("--port", type=int, action="append", default=None,
                    help="UDP port served by --core stack (repeatable; default 17185)")
     add_endpoint_options(v, "--cm-port")
+    v.add_argument("--vlan", type=int, default=None, metavar="ID",
+                   help="tag every frame 802.1Q with this VLAN (1..4094) and take only frames "
+                   "of it (default untagged)")
     v.add_argument("--clk-mhz", type=float, default=None,
                    help="the core clock the retransmit timers count (default 322.265625 MHz, "
                    "156.25 MHz at W = 64)")

@@ -28,6 +28,10 @@ ENDPOINT_OPTIONS = {
     "--rnr-timer": ("rnr_timer", ("rnr_timer",)),
     "--rq-depth": ("rq_depth", ("rq_depth",)),
     "--pattern-sink": ("pattern_sink", ("pattern_sink",)),
+    "--dscp": ("dscp", ("dscp",)),
+    "--ecn": ("ecn", ("ecn",)),
+    "--pcp": ("pcp", ("pcp", "VLAN priority (PCP)")),
+    "--dcqcn": ("dcqcn", ("dcqcn", "dcqcn_params")),
 }
 
 
@@ -82,6 +86,19 @@ def add_endpoint_options(parser, port_option, *, responder=False):
                         help="with the responder: check every byte written against the test "
                         "pattern of its address (counters, and the connection manager's QUERY; "
                         "default on with the responder)")
+    parser.add_argument("--dscp", type=int, default=None,
+                        help="DSCP of the QPs' packets after reset (0..63, default 0; at run "
+                        "time through the tc_cfg port)")
+    parser.add_argument("--ecn", action=argparse.BooleanOptionalAction, default=None,
+                        help="send data packets ECN-capable, ECT(0), so that switches mark "
+                        "rather than drop them (default on)")
+    parser.add_argument("--pcp", type=int, default=None,
+                        help="802.1Q priority of the frames sent with a VLAN, after reset "
+                        "(0..7, default 0)")
+    parser.add_argument("--dcqcn", action=argparse.BooleanOptionalAction, default=None,
+                        help="DCQCN's reaction point: a rate limiter per QP driven by the CNPs "
+                        "it receives, against a line of 100 Gb/s (10 at W = 64); parameters "
+                        "and bypass at run time through cc_cfg; default off)")
 
 
 def endpoint_params(args):
