@@ -42,6 +42,11 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
   frames during responder traffic (:func:`rocegen.sim.tb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
+* **Incast** (batch ``incast``; ``quick-incast`` in ``--quick``): not the endpoint in
+  Verilator but the Python model of a closed-loop incast (:mod:`rocegen.sim.models.incast`,
+  :mod:`rocegen.sim.apps.incast`), 4 senders with the gateware's DCQCN reaction point into one
+  100G switch port, DCQCN on and off, PFC on and off: utilization, fairness, queue, drops,
+  pauses, CNPs. Run in the suite's process; its batches are listed under ``model_batches``.
 * **Soak** (only when asked for by name: ``rocegen bench --only soak``, ``make soak``): more
   than a million RoCE data packets on 8 QPs over a link that loses 1 % of the frames each way,
   duplicates and reorders, WRITE, SEND and WRITE with immediate in turn; every byte is compared
@@ -64,6 +69,7 @@ import sys
 import time
 from pathlib import Path
 
+from rocegen.sim.apps import incast
 from rocegen.sim.testing.cocotb_runner import BUILD, ROOT
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
@@ -275,6 +281,9 @@ def responder_runs(quick=False, memory="onchip"):
     return runs
 
 
+#: batches of Python models (:mod:`rocegen.sim.apps.incast`), run in the suite's own process and
+#: listed under ``model_batches``, not ``batches`` (no simulator, no cycles)
+MODEL_BATCHES = ("incast", "quick-incast")
 #: batches run only when named with ``--only``
 ON_REQUEST = ("soak", "resp_fuzz")
 #: batches of the responder's build and bench (:mod:`rocegen.sim.tb.roce_resp`)
@@ -296,7 +305,8 @@ def suite_runs(quick=False, on_request=False):
                 _latency(64, 4),
                 {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 2},
                 _loss(0.01, 2, 512 * KIB)]
-        return [("quick", runs), ("quick-responder", responder_runs(True))]
+        return [("quick", runs), ("quick-responder", responder_runs(True)),
+                ("quick-incast", incast.bench_runs(True))]
     batches = [("goodput-1qp-write", [_goodput(s, p, "WRITE", 1, line, False) for p in PMTUS
                                       for line in (LINE_GBPS, 0) for s in SIZES_1QP])]
     # the other opcodes and 8 QPs: fewer sizes, and unthrottled at PMTU 4096 only
@@ -325,6 +335,7 @@ def suite_runs(quick=False, on_request=False):
     batches.append(("responder", responder_runs()))
     if responder_axi4():
         batches.append(("responder-axi4", responder_runs(memory="axi4")))
+    batches.append(("incast", incast.bench_runs()))
     if on_request:
         batches.append(("soak", soak_runs()))
         batches.append(("resp_fuzz", [{"kind": "resp_fuzz", "frames": RESP_FUZZ_FRAMES,
@@ -416,7 +427,7 @@ def _ns(cycles):
 def _figures(results):
     """Every figure of the suite from the runs' raw results."""
     out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": [],
-           "soak": [], "responder": [], "resp_fuzz": []}
+           "soak": [], "responder": [], "resp_fuzz": [], "incast": []}
     keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
             "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
             "wall_seconds")
@@ -489,6 +500,8 @@ def _figures(results):
             out["soak"].append(row)
         elif kind in ("responder", "resp_latency", "bidir"):
             out["responder"].append(_responder_row(r, row))
+        elif kind == "incast":
+            out["incast"].append(r)
         elif kind == "resp_fuzz":
             row.update({k: r[k] for k in ("frames", "candidates", "good_messages", "rounds",
                                           "checked_bytes", "victim_answers_lost", "counters",
@@ -598,7 +611,7 @@ def batch_of(row, key):
 
 
 FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak", "responder",
-           "resp_fuzz")
+           "resp_fuzz", "incast")
 
 
 def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx"):
@@ -616,6 +629,7 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
     revision = git_revision()            # the source the runs use (documents may change after)
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
     batches, raw, failed = [], [], []
+    model_batches = []                   # batches of Python models, run in this process
     plan = suite_runs(quick, on_request=bool(only) and not quick)
     if only:
         unknown = set(only) - {name for name, _ in plan}
@@ -627,6 +641,11 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
         plan = [(name, runs) for name, runs in plan if name not in ON_REQUEST]
     for name, runs in plan:
         log(f"batch {name}: {len(runs)} runs ...")
+        if name in MODEL_BATCHES:
+            batch, results = incast.run_bench(runs, log)
+            model_batches.append({"name": name, **batch, "revision": revision, "date": date})
+            raw += [{**r, "batch": name} for r in results]
+            continue
         try:
             batch, results = _run_batch(name, runs, peer)
         except AssertionError as e:          # a failed run: keep the other batches' figures
@@ -649,6 +668,8 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
         for key in FIGURES:
             fig[key] = [r for r in previous.get(key, []) if batch_of(r, key) not in only] + fig[key]
         failed = [f for f in previous.get("failed_batches", []) if f["name"] not in only] + failed
+        model_batches = [b for b in previous.get("model_batches", [])
+                         if b["name"] not in only] + model_batches
     # the suite's speed: the batches a plain run makes (not the soak, run on request)
     cycles = sum(b["sim_cycles"] for b in batches if b["name"] not in ON_REQUEST)
     inside = sum(b["run_seconds"] for b in batches if b["name"] not in ON_REQUEST)
@@ -658,7 +679,8 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
         "revision": revision,
         "date": date,
         "revisions": sorted({b.get("revision", revision) for b in batches}),
-        "wall_seconds": round(sum(b["process_seconds"] + b["build_check_seconds"] for b in batches), 1),
+        "wall_seconds": round(sum(b["process_seconds"] + b["build_check_seconds"] for b in batches)
+                              + sum(b["process_seconds"] for b in model_batches), 1),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
         "python": platform.python_version(),
         "amaranth": amaranth.__version__,
@@ -678,6 +700,7 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
             "peer": peer,
         },
         "batches": batches,
+        "model_batches": model_batches,
         "failed_batches": failed,
         "simulation_speed": {"sim_cycles": cycles, "run_seconds": round(inside, 1),
                              "cycles_per_second": round(cycles / inside) if inside else None},
