@@ -1,9 +1,9 @@
 """Reference model of the host RNIC (the ConnectX NIC the FPGA talks to) playing the RoCEv2 RC
 *responder*: the FPGA is the requester and RDMA-WRITEs and SENDs into the host memory this model
-exposes; and, on the same QPs, the RC *requester* (:mod:`rocegen.sim.models.rnic_requester`):
-the host RDMA-WRITEs and SENDs towards the FPGA (:meth:`Rnic.post_send`, frames paced out by
-:meth:`Rnic.next_frames`, send completions in :attr:`Rnic.send_cq`). Written with scapy and
-independent of the gateware.
+exposes, and RDMA-READs from it; and, on the same QPs, the RC *requester*
+(:mod:`rocegen.sim.models.rnic_requester`): the host RDMA-WRITEs, SENDs and RDMA-READs towards the
+FPGA (:meth:`Rnic.post_send`, frames paced out by :meth:`Rnic.next_frames`, send completions in
+:attr:`Rnic.send_cq`). Written with scapy and independent of the gateware.
 
 Everything is Ethernet frames without FCS: :meth:`Rnic.receive` takes one frame from the wire and
 returns the frames the RNIC sends in answer (ARP replies, ACK/NAK), so the model can sit on any
@@ -20,7 +20,7 @@ What it models (the InfiniBand RC responder rules as a ConnectX NIC applies them
   (+ WITH_IMMEDIATE), MSN counting, ACK on AckReq (optionally only every ``ack_coalesce``-th),
   one PSN-sequence-error NAK per gap then silence, duplicates re-ACKed with ePSN - 1 and not
   executed, RNR NAK, remote access error, invalid request, silent drops -- every event counted
-  in :attr:`Rnic.counters`.
+  in :attr:`Rnic.counters`; RDMA READ on QPs created with REMOTE_READ access (see below).
 
 How the NIC answers is :class:`Behaviour` (``behaviour=``), every field of which defaults to
 what a ConnectX shows; :data:`IDEAL` is the kinder peer of earlier versions of this model (one
@@ -41,7 +41,7 @@ ACK per AckReq at once, credit code 0x1F, no port MTU). With a ConnectX-like beh
 Time exists only for a caller that gives it: ``receive(frame, now=...)`` (nanoseconds) queues
 the answers, which :meth:`Rnic.due` returns when their time comes (:meth:`Rnic.next_due` says
 when); without ``now`` every answer is returned at once and only ``ack_every`` coalesces.
-The requester's packets are not answers: a testbench takes them with
+The requester's packets and the READ responses are not answers: a testbench takes them with
 :meth:`Rnic.next_frames` (``now``, ``budget``) whenever its link can carry more (one frame at a
 time at line rate, say), :meth:`Rnic.tx_pending` says how many the windows let go now, and
 :meth:`Rnic.next_due` also covers the requester's timers (a retransmit timeout, the end of an
@@ -52,7 +52,12 @@ of a PSN the requester never sent (``ghost_ack``: 2^22..2^23 - 1 ahead of ePSN),
 ACK cut to 1..59 bytes, ``runt``) and an oversize frame (the ACK's UDP datagram grown to an IP
 length drawn in ``oversize_len``, checksums valid, ``oversize``). Each is counted
 (``ack_dup_tx``, ``ack_ghost_tx``, ``runt_tx``, ``oversize_tx``); ``ack_tx`` counts the ACKs
-proper only.
+proper only. ``runt``, ``oversize`` and ``dup_ack`` also apply to every READ response packet (the
+copies follow it; a second copy counts ``read_dup_tx``), and :meth:`Rnic.read_fault` spoils
+chosen READ responses (dropped, too few or too many packets, a wrong opcode, length, PSN or AETH
+syndrome: :data:`READ_FAULTS`, counted ``read_fault_tx``). Loss, duplication, reordering and
+corruption on the wire are the links' (:mod:`rocegen.sim.models.link`), for READ responses as for
+every frame.
 
 ``strict=True`` turns every *malformed* frame or *protocol violation by the requester* into an
 ``AssertionError`` with a precise message (a testbench fails on it). Conditions a correct
@@ -82,10 +87,31 @@ Decisions where the spec is silent (and which follow rxe / the IBTA as noted):
   the refused PSN that were already in flight are dropped silently until the requester resends
   the refused PSN, so a sequence NAK cannot cut the requester's RNR wait short.
 * Duplicates are ACKed (PSN = ePSN - 1) whatever their AckReq bit and ``ack_coalesce``.
-* RDMA READ and atomics are not supported: NAK invalid request. Response opcodes
-  (READ responses, ATOMIC_ACKNOWLEDGE, and ACKNOWLEDGE to a QP whose requester has sent
-  nothing yet) are dropped (``drop_response``); the ACKNOWLEDGEs of a QP that has sent requests
-  go to its requester. CNPs are counted (``cnp_rx``) and otherwise ignored.
+* RDMA READ (the wire notes' "RDMA READ"; IBTA and rxe's ``rxe_resp.c`` where they are silent)
+  is answered on a QP whose ``access`` (the verbs ``qp_access_flags``, :meth:`Rnic.create_qp`)
+  holds REMOTE_READ; without it (the default) a READ is an unsupported opcode (NAK invalid
+  request), as rxe's ``check_op_valid`` has it. Checks in rxe's order: opcode sequence (no SEND
+  or WRITE in progress), then at most ``max_dest_rd_atomic`` (default 16) READs queued whose
+  responses are not all sent (one more: NAK invalid request, ``err_rd_atomic``), then length (no
+  payload; DMA length at most ``max_msg``), then -- for a length above 0 -- R_Key, REMOTE_READ
+  access of the region and [VA, VA + length) inside it, else NAK remote access error (0x62)
+  with the request's PSN (all class C: the QP goes to the error state). A READ takes
+  ceil(length / PMTU) PSNs (1 for 0 bytes): ePSN moves past them, MSN + 1, a pending ACK is
+  dropped (the responses acknowledge). The bytes are read when the request executes.
+* READ responses: PSNs from the request's; ONLY when length <= PMTU, else FIRST, MIDDLE...,
+  LAST; AETH (the ACK syndrome with the credit code of every ACK, the MSN counting the READ)
+  on FIRST/LAST/ONLY; PMTU bytes per packet but the last, PadCnt and zero pad. They leave
+  through :meth:`Rnic.next_frames` (the line's pace), a response delay after the request
+  (``response_ns``, in order with the answers before them), one packet per turn of the QP, and
+  every later answer of that QP (ACK, NAK) waits behind them: a QP answers in PSN order.
+* A duplicate READ (PSN behind ePSN) is executed again from its own PSN, with the VA and length
+  it carries, if one of the last ``max_dest_rd_atomic`` READs holds that PSN and the request
+  reads a part of what that READ read with its R_Key (rxe); else it is dropped
+  (``read_dup_drop``). Its responses read the memory again.
+* Atomics are not supported: NAK invalid request. Response opcodes (READ responses,
+  ACKNOWLEDGE, to a QP whose requester has sent nothing yet; ATOMIC_ACKNOWLEDGE always) are
+  dropped (``drop_response``); the ACKNOWLEDGEs and READ responses of a QP that has sent
+  requests go to its requester. CNPs are counted (``cnp_rx``) and otherwise ignored.
 * A QP has one state: a class C error of its responder flushes its send work requests too, and
   a failure of its requester (fatal NAK, retries exhausted) flushes its receive WQEs.
 * IPv4 only (the ICRC helper also handles IPv6). UDP datagrams to other ports listed in
@@ -116,9 +142,11 @@ from scapy.utils import checksum
 from rocegen.sim.models import rnic_requester as _req
 from rocegen.sim.models.icrc import icrc as _icrc
 from rocegen.sim.models.rnic_requester import (
+    DEFAULT_RD_ATOMIC,
     DEFAULT_TIMEOUT,
     DEFAULT_WINDOW,
     MAX_MSG,
+    READ_RESPONSES,
     SendOp,
     SendQueue,
 )
@@ -127,7 +155,7 @@ from rocegen.wire import headers as H
 __all__ = [
     "Rnic", "QueuePair", "MemoryRegion", "RecvWqe", "Completion", "Access", "WcOpcode", "WcStatus",
     "Op", "SendOp", "SendQueue", "psn_diff", "Behaviour", "IDEAL", "credit_code", "CREDITS", "COUNTERS",
-    "STRICT_CHECKS", "ROCE_PORT", "PMTUS",
+    "STRICT_CHECKS", "ROCE_PORT", "PMTUS", "READ_FAULTS",
     "SYN_ACK", "SYN_RNR", "NAK_PSN_SEQ", "NAK_INV_REQ", "NAK_REM_ACCESS", "NAK_REM_OP",
 ]
 
@@ -260,6 +288,7 @@ class WcOpcode(enum.StrEnum):
     RECV_RDMA_WITH_IMM = "RECV_RDMA_WITH_IMM"       # an RDMA WRITE with immediate
     SEND = "SEND"                                   # requester: a SEND (with or without imm.)
     RDMA_WRITE = "RDMA_WRITE"                       # requester: a WRITE (with or without imm.)
+    RDMA_READ = "RDMA_READ"                         # requester: a READ
 
 
 class WcStatus(enum.StrEnum):
@@ -277,8 +306,9 @@ class WcStatus(enum.StrEnum):
 class Completion(NamedTuple):
     """A receive completion: ``wr_id, opcode, byte_len, imm, status`` (+ ``qpn`` and, for a
     SEND, the received bytes in ``data``; ``imm`` is None without immediate data). A send
-    completion (:attr:`Rnic.send_cq`) has opcode SEND or RDMA_WRITE, the message length as
-    ``byte_len``, ``imm`` None and no ``data``."""
+    completion (:attr:`Rnic.send_cq`) has opcode SEND, RDMA_WRITE or RDMA_READ, the message
+    length as ``byte_len``, ``imm`` None, and no ``data`` but for a successful READ (the bytes
+    read)."""
     wr_id: int
     opcode: WcOpcode
     byte_len: int
@@ -322,6 +352,8 @@ class QueuePair:
     min_rnr_timer: int
     udp_sport: int
     tos: int
+    access: Access = Access.REMOTE_WRITE    # the QP's remote access (``qp_access_flags``)
+    max_dest_rd_atomic: int = DEFAULT_RD_ATOMIC
     state: str = "RTR"                  # "RTR" (receiving) or "ERR"
     msn: int = 0
     nak_pending: bool = False           # a sequence or RNR NAK was sent; silence until ePSN
@@ -343,6 +375,45 @@ class QueuePair:
     peer_sport: int | None = None       # UDP source port of the requester, once seen
     cnp_rx: int = 0
     sq: SendQueue | None = None         # the requester side (rnic_requester)
+    # RDMA READ responder: the READs executed lately (for duplicates), and the answers of the QP
+    # in the order they leave: _ReadJob (responses still to send) and frames queued behind one
+    rd_res: deque = field(default_factory=deque)
+    rsp_out: deque = field(default_factory=deque)
+
+
+@dataclass(eq=False)
+class _ReadRes:
+    """A READ executed (an IBTA responder resource): its PSNs and what it may read again."""
+    first: int          # wire PSN of its request
+    npkts: int
+    va: int
+    length: int
+    rkey: int
+
+
+@dataclass(eq=False)
+class _ReadJob:
+    """The responses of one READ (or of a duplicate executed again), sent one at a time."""
+    psn: int            # wire PSN of the first response
+    data: bytes         # the bytes read (at execution)
+    msn: int
+    src_mac: str
+    ready_at: float | None      # the first response may leave then (None: at once)
+    new: bool           # a new READ (it holds a place of max_dest_rd_atomic)
+    npkts: int
+    end: int            # slots: npkts, one less (truncate) or one more (extra)
+    faults: dict = field(default_factory=dict)  # kind -> (packet index, value)
+    i: int = 0          # next slot
+    extra: deque = field(default_factory=deque)  # fault copies to send before the next slot
+
+    def responses_left(self):
+        """Response packets still to send (copies aside)."""
+        drop = self.faults.get("drop")
+        return self.end - self.i - (drop is not None and self.i <= drop[0] < self.end)
+
+    def left(self):
+        """Frames still to send (fault copies not drawn yet aside)."""
+        return self.responses_left() + len(self.extra)
 
 
 def psn_diff(a, b):
@@ -367,6 +438,11 @@ _REQ = {
     Op.RDMA_WRITE_ONLY: ("WRITE", ONLY, True, False),
     Op.RDMA_WRITE_ONLY_WITH_IMMEDIATE: ("WRITE", ONLY, True, True),
 }
+#: the READ response faults :meth:`Rnic.read_fault` injects
+READ_FAULTS = ("drop", "truncate", "extra", "opcode", "length", "psn", "syndrome")
+# opcodes with an AETH
+_AETH_OPS = frozenset({Op.RDMA_READ_RESPONSE_FIRST, Op.RDMA_READ_RESPONSE_LAST,
+                       Op.RDMA_READ_RESPONSE_ONLY, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE})
 # extension header bytes of the other RC opcodes (for the packet length check)
 _OTHER_HDR = {
     Op.RDMA_READ_REQUEST: 16, Op.RDMA_READ_RESPONSE_FIRST: 4, Op.RDMA_READ_RESPONSE_MIDDLE: 0,
@@ -392,14 +468,19 @@ COUNTERS = (
     "send_msgs", "send_bytes", "completions",
     "ack_tx", "nak_seq_tx", "rnr_nak_tx", "nak_inv_req_tx", "nak_rem_access_tx", "nak_rem_op_tx",
     "err_opcode_seq", "err_unsupported", "err_length", "err_rkey", "err_access", "err_bounds",
-    "err_recv_len", "err_msg_size",
-    # faults injected towards the requester (Behaviour)
-    "ack_dup_tx", "ack_ghost_tx", "runt_tx", "oversize_tx",
+    "err_recv_len", "err_msg_size", "err_rd_atomic",
+    # RDMA READ responder: READs executed, duplicates executed again and dropped, response
+    # packets and their payload bytes
+    "read_rx", "read_dup", "read_dup_drop", "read_resp_tx", "read_bytes",
+    # faults injected towards the requester (Behaviour, read_fault)
+    "ack_dup_tx", "ack_ghost_tx", "runt_tx", "oversize_tx", "read_dup_tx", "read_fault_tx",
     # requester (rnic_requester): data packets sent (resends included) and resent, AETHs
     # received by kind, stale and never-sent ones, timeouts, retries exhausted, completions
     "req_tx", "req_retx", "req_ack_rx", "req_nak_seq_rx", "req_rnr_rx", "req_nak_err_rx",
     "req_ack_stale", "req_ack_ghost", "req_timeouts", "req_retry_exc", "req_rnr_retry_exc",
     "req_completions",
+    # requester READs: responses taken and their bytes, stale and bad ones dropped, reissues
+    "req_read_rx", "req_read_bytes", "req_read_stale", "req_read_bad", "req_read_retry",
     # deviations from the wire conventions that a receiver tolerates (strict mode raises)
     "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
     "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",
@@ -412,8 +493,8 @@ STRICT_CHECKS = frozenset({
     "ip_drop_header", "ip_drop_checksum", "ip_drop_length", "ip_drop_options", "ip_drop_fragment",
     "ip_drop_addr", "ip_drop_protocol", "udp_drop_length", "udp_drop_checksum", "udp_drop_port",
     "drop_short", "drop_icrc", "drop_tver", "drop_transport", "drop_dest_qp", "drop_src_ip",
-    "drop_pkey", "drop_malformed", "drop_response", "req_ack_ghost",
-    "err_opcode_seq", "err_unsupported", "err_length",
+    "drop_pkey", "drop_malformed", "drop_response", "req_ack_ghost", "req_read_bad",
+    "err_opcode_seq", "err_unsupported", "err_length", "err_rd_atomic",
     "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
     "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",
 })
@@ -522,13 +603,15 @@ class Rnic:
         self._rnr_refuse = 0
         self._ip_id = 0
         self._ack_templates = {}        # see _ack_frame
+        self._read_faults = []          # [qpn or None, kind, packet, value, count] (read_fault)
 
     # ------------------------------------------------------------------ verbs-like setup
 
     def create_qp(self, qpn, *, peer_qpn, peer_ip, peer_mac=None, epsn, pmtu, pkey=0xFFFF,
                   min_rnr_timer=1, udp_sport=None, dscp=0, ecn=0, sq_psn=None,
                   timeout=DEFAULT_TIMEOUT, retry_cnt=7, rnr_retry=7, window=DEFAULT_WINDOW,
-                  ack_req_every=64):
+                  ack_req_every=64, access=Access.REMOTE_WRITE,
+                  max_rd_atomic=DEFAULT_RD_ATOMIC, max_dest_rd_atomic=DEFAULT_RD_ATOMIC):
         """An RC QP ready to receive (RTR) from ``peer_qpn`` at ``peer_ip``, expecting PSN
         ``epsn`` first, and ready to send (RTS, :meth:`post_send`). ``min_rnr_timer``: the timer
         code sent in RNR NAKs (default 1 = 10 us, short for simulations). ``udp_sport``: source
@@ -542,7 +625,13 @@ class Rnic:
         forever); ``window``, the most packets outstanding (1..2^23 - 1; default 1024, 4 MiB at
         PMTU 4096, longer than any simulated round trip at 100 Gb/s, so that like a ConnectX,
         whose window is its send queue, the requester is not slowed down by ACK latency);
-        ``ack_req_every``, AckReq also on every N-th packet of a message (default 64, rxe's)."""
+        ``ack_req_every``, AckReq also on every N-th packet of a message (default 64, rxe's).
+
+        RDMA READ: ``access`` (the verbs ``qp_access_flags``) must hold
+        :attr:`Access.REMOTE_READ` for the QP to answer READs (default: REMOTE_WRITE only, and a
+        READ is NAKed invalid request as an unsupported opcode; a WRITE needs REMOTE_WRITE);
+        ``max_dest_rd_atomic`` (0..255, default 16), the READs the responder queues;
+        ``max_rd_atomic`` (1..255, default 16), the READs its requester keeps outstanding."""
         if not 2 <= qpn <= PSN_MASK:
             raise ValueError(f"QPN {qpn:#x} out of range (2..0xFFFFFF; 0 and 1 are special)")
         if qpn in self.qps:
@@ -564,15 +653,21 @@ class Rnic:
             raise ValueError("window must be 1..2^23 - 1 packets")
         if ack_req_every < 1:
             raise ValueError("ack_req_every must be >= 1")
+        if not 1 <= max_rd_atomic <= 255 or not 0 <= max_dest_rd_atomic <= 255:
+            raise ValueError(f"max_rd_atomic must be 1..255 and max_dest_rd_atomic 0..255, not "
+                             f"{max_rd_atomic!r} and {max_dest_rd_atomic!r}")
+        access = Access(access)
         if udp_sport is None:
             h = (qpn * 0x9E3779B1 ^ peer_qpn * 0x85EBCA6B) & 0xFFFFFFFF
             udp_sport = 0xC000 | ((h ^ (h >> 14) ^ (h >> 28)) & 0x3FFF)
         qp = QueuePair(qpn=qpn, peer_qpn=peer_qpn, peer_ip=peer_ip,
                        peer_mac=peer_mac.lower() if peer_mac else None, epsn=epsn, pmtu=pmtu,
                        pkey=pkey, min_rnr_timer=min_rnr_timer, udp_sport=udp_sport,
-                       tos=(dscp << 2) | ecn)
+                       tos=(dscp << 2) | ecn, access=access,
+                       max_dest_rd_atomic=max_dest_rd_atomic)
         qp.sq = SendQueue(sq_psn=sq_psn, timeout=timeout, retry_cnt=retry_cnt,
-                          rnr_retry=rnr_retry, window=window, ack_req_every=ack_req_every)
+                          rnr_retry=rnr_retry, window=window, ack_req_every=ack_req_every,
+                          max_rd_atomic=max_rd_atomic)
         self.qps[qpn] = qp
         return qp
 
@@ -583,7 +678,9 @@ class Rnic:
     def register_mr(self, addr, length, rkey, access=Access.LOCAL_WRITE | Access.REMOTE_WRITE, *,
                     fill=0):
         """A memory region of ``length`` bytes at virtual address ``addr``, every byte ``fill``.
-        Regions must not overlap (each has its own backing bytearray) and R_Keys are unique."""
+        Regions must not overlap (each has its own backing bytearray) and R_Keys are unique.
+        ``access``: :class:`Access` flags; RDMA READs need REMOTE_READ (not in the default),
+        the local buffer of a READ posted by the requester LOCAL_WRITE."""
         if length < 0 or addr < 0 or addr + length > 1 << 64:
             raise ValueError("bad address range")
         for mr in self.mrs:
@@ -616,16 +713,25 @@ class Rnic:
             qp.rq.append(wqe)
 
     def post_send(self, qpn, opcode, *, data=None, length=None, remote_addr=0, rkey=0, imm=None,
-                  wr_id=0):
+                  wr_id=0, local_addr=None):
         """Post a send work request on QP ``qpn``: ``opcode`` a :class:`SendOp` or its name
-        (``"WRITE"``, ``"WRITE_IMM"``, ``"SEND"``, ``"SEND_IMM"``); the message is ``data``
-        (bytes) or ``length`` zero bytes; ``remote_addr`` and ``rkey`` go in the RETH of a
-        WRITE; ``imm`` (32 bits) is required by the _IMM opcodes and refused by the others.
-        Its packets leave through :meth:`next_frames`; its completion (opcode SEND or
-        RDMA_WRITE) comes in :attr:`send_cq`. On a QP in the error state it completes at once
-        with WR_FLUSH_ERR. Returns the :class:`~rocegen.sim.models.rnic_requester.SendWr`."""
+        (``"WRITE"``, ``"WRITE_IMM"``, ``"SEND"``, ``"SEND_IMM"``, ``"READ"``); the message is
+        ``data`` (bytes) or ``length`` zero bytes; ``remote_addr`` and ``rkey`` go in the RETH
+        of a WRITE or READ; ``imm`` (32 bits) is required by the _IMM opcodes and refused by the
+        others. A READ takes ``length`` bytes at ``remote_addr`` of the peer into host memory
+        at ``local_addr`` (inside a region with LOCAL_WRITE access), or into a buffer of its own
+        when ``local_addr`` is None; either way its completion carries them in ``data``.
+        Its packets leave through :meth:`next_frames`; its completion (opcode SEND, RDMA_WRITE
+        or RDMA_READ) comes in :attr:`send_cq`, in the order of posting. On a QP in the error
+        state it completes at once with WR_FLUSH_ERR. Returns the
+        :class:`~rocegen.sim.models.rnic_requester.SendWr`."""
         qp = self.qps[qpn]
         op = SendOp(_req.send_op(opcode))
+        if op == SendOp.READ:
+            return self._post_read(qp, length=length, data=data, imm=imm, remote_addr=remote_addr,
+                                   rkey=rkey, wr_id=wr_id, local_addr=local_addr)
+        if local_addr is not None:
+            raise ValueError(f"{op} has no local_addr (only a READ has)")
         if data is None:
             data = bytes(length or 0)
         else:
@@ -648,11 +754,79 @@ class Rnic:
             _req.fail(self, qp, "WR_FLUSH_ERR")
         return wr
 
+    def _post_read(self, qp, *, length, data, imm, remote_addr, rkey, wr_id, local_addr):
+        if data is not None or imm is not None:
+            raise ValueError("a READ carries no data and no imm: give length (and local_addr)")
+        if length is None or not 0 <= length <= MAX_MSG:
+            raise ValueError(f"a READ needs length, 0..{MAX_MSG} bytes (not {length!r})")
+        if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= 0xFFFFFFFF:
+            raise ValueError("remote_addr is a 64-bit and rkey a 32-bit number")
+        if local_addr is not None and length:
+            mr = self._mr_at(local_addr, length)
+            if mr is None or not mr.access & Access.LOCAL_WRITE:
+                raise ValueError(f"READ buffer [{local_addr:#x}, +{length}) is not in a region "
+                                 "with LOCAL_WRITE access")
+        if qp.peer_mac is None and qp.peer_ip not in self.arp_cache:
+            raise ValueError(f"no MAC known for {qp.peer_ip}: give peer_mac or resolve it by ARP")
+        wr = qp.sq.post(wr_id, SendOp.READ, b"", remote_addr, rkey, None, qp.pmtu,
+                        read_len=length, local_addr=local_addr)
+        if qp.state == "ERR":
+            _req.fail(self, qp, "WR_FLUSH_ERR")
+        return wr
+
+    def read_fault(self, kind, *, packet=0, value=None, qpn=None, count=1):
+        """Spoil the responses of the next ``count`` READs the responder executes (new ones and
+        duplicates) on QP ``qpn`` (None: on any QP), one fault ``kind`` of :data:`READ_FAULTS`
+        each, on response packet number ``packet`` (from 0; negative: from the end, -1 the
+        last):
+
+        * ``"drop"``: that packet is not sent (a lost response);
+        * ``"truncate"``: too few packets: the one before the last is sent as the LAST (as the
+          ONLY if it is the first) and the last is not sent; a one-packet READ sends nothing;
+        * ``"extra"``: too many: a copy of the last packet follows it with the next PSN;
+        * ``"opcode"``: that packet is sent with BTH opcode ``value`` (with an AETH when that
+          opcode has one);
+        * ``"length"``: it carries ``value`` payload bytes more (0xEE) or, negative, fewer;
+        * ``"psn"``: its PSN is moved by ``value``;
+        * ``"syndrome"``: its AETH syndrome is ``value`` (on FIRST/LAST/ONLY).
+
+        Faults queue up in the order given; each applied one counts ``read_fault_tx``."""
+        if kind not in READ_FAULTS:
+            raise ValueError(f"read fault must be one of {READ_FAULTS}, not {kind!r}")
+        if kind in ("opcode", "length", "psn", "syndrome") and not isinstance(value, int):
+            raise ValueError(f"read fault {kind!r} needs an integer value, not {value!r}")
+        if kind in ("opcode", "syndrome") and not 0 <= value <= 0xFF:
+            raise ValueError(f"read fault {kind!r}: value must be 0..255, not {value!r}")
+        if not isinstance(packet, int) or count < 1:
+            raise ValueError("packet must be an integer and count >= 1")
+        self._read_faults.append([qpn, kind, packet, value, count])
+
+    def _take_read_faults(self, qp, npkts):
+        """The faults (kind -> (packet index, value)) of the next READ executed on ``qp``."""
+        for f in self._read_faults:
+            qpn, kind, packet, value, _ = f
+            if qpn is not None and qpn != qp.qpn:
+                continue
+            f[4] -= 1
+            if not f[4]:
+                self._read_faults.remove(f)
+            index = packet + npkts if packet < 0 else packet
+            if kind == "truncate":
+                index = npkts - 1
+            elif kind == "extra":
+                index = npkts
+            elif not 0 <= index < npkts:
+                return {}
+            return {kind: (index, value)}
+        return {}
+
     def next_frames(self, now=None, budget=None):
-        """The requester's frames that may leave at ``now`` (nanoseconds; default: the latest
-        time the model was given), at most ``budget`` of them (``None``: every one the windows
-        allow), taking one packet of each QP in turn. A testbench calls it whenever its link can
-        take frames, e.g. with ``budget=1`` each time the previous frame is on the wire; the
+        """The frames of the NIC's transmit line that may leave at ``now`` (nanoseconds;
+        default: the latest time the model was given), at most ``budget`` of them (``None``:
+        every one the windows allow): the requester's packets and the READ responses (with the
+        answers of their QP queued behind them), taking one packet of each QP's requester and
+        of each QP's READ responses in turn. A testbench calls it whenever its link can take
+        frames, e.g. with ``budget=1`` each time the previous frame is on the wire; the
         retransmit timers run from the ``now`` a packet is taken. Timers that ran out by ``now``
         are handled first (:meth:`next_due` says when one will)."""
         if now is None:
@@ -661,29 +835,41 @@ class Rnic:
             self._advance(now)
         self._req_tick(now)
         out = []
-        qps = [qp for qp in self.qps.values() if qp.state != "ERR"]
-        if not qps:
+        entries = []
+        for qp in self.qps.values():
+            if qp.rsp_out:
+                entries.append((qp, True))
+            if qp.state != "ERR":
+                entries.append((qp, False))
+        if not entries:
             return out
-        start, idle = self._rr % len(qps), 0
+        start, idle = self._rr % len(entries), 0
         i = start
-        while idle < len(qps) and (budget is None or len(out) < budget):
-            qp = qps[i]
-            i = (i + 1) % len(qps)
-            if not qp.sq.ready(now):
+        while idle < len(entries) and (budget is None or len(out) < budget):
+            qp, rsp = entries[i]
+            i = (i + 1) % len(entries)
+            frame = None
+            if rsp:
+                frame = self._rsp_frame(qp, now)
+            elif qp.state != "ERR" and qp.sq.ready(now, 1):
+                frame = self._req_frame(qp, now)
+            if frame is None:
                 idle += 1
                 continue
             idle = 0
-            out.append(self._req_frame(qp, now))
+            out.append(frame)
             self._rr = i
         self.counters["tx_frames"] += len(out)
         return out
 
     def tx_pending(self, qpn=None, now=None):
         """How many packets :meth:`next_frames` could give at ``now`` (default: the latest time
-        given) on QP ``qpn`` or on all: the window and RNR waits allowing, timers not run."""
+        given) on QP ``qpn`` or on all: the window and RNR waits allowing, READ responses whose
+        delay is over (and the answers behind them), timers not run."""
         now = self._now if now is None else now
         qps = self.qps.values() if qpn is None else [self.qps[qpn]]
-        return sum(qp.sq.ready(now) for qp in qps if qp.state != "ERR")
+        return sum((qp.sq.ready(now) if qp.state != "ERR" else 0) + self._rsp_ready(qp, now)
+                   for qp in qps)
 
     def send_outstanding(self, qpn=None):
         """Send work requests posted and not completed yet, on QP ``qpn`` or on all."""
@@ -781,9 +967,10 @@ class Rnic:
 
     def _req_frame(self, qp, now):
         """The requester's next packet on ``qp`` (:meth:`_roce_frame`), counted."""
+        psn = qp.sq.wire(qp.sq.nxt)
         opcode, se, ackreq, padcnt, body = qp.sq.packet(qp.pmtu)
-        frame = self._roce_frame(qp, None, opcode, qp.sq.wire(qp.sq.nxt - 1), body, se=se,
-                                 ackreq=ackreq, padcnt=padcnt)
+        frame = self._roce_frame(qp, None, opcode, psn, body, se=se, ackreq=ackreq,
+                                 padcnt=padcnt)
         self.counters["req_tx"] += 1
         if qp.sq.sent(now):
             self.counters["req_retx"] += 1
@@ -857,9 +1044,16 @@ class Rnic:
         self.counters["completions"] += 1
 
     def _complete_send(self, qp, wr, status):
-        opcode = WcOpcode.RDMA_WRITE if wr.is_write else WcOpcode.SEND
-        self.send_cq.append(Completion(wr.wr_id, opcode, len(wr.data), None, WcStatus(status),
-                                       qp.qpn))
+        data = None
+        if wr.is_read:
+            opcode = WcOpcode.RDMA_READ
+            if status == "SUCCESS":
+                data = (bytes(wr.buf) if wr.buf is not None
+                        else self.read_mem(wr.local_addr, wr.read_len) if wr.read_len else b"")
+        else:
+            opcode = WcOpcode.RDMA_WRITE if wr.is_write else WcOpcode.SEND
+        self.send_cq.append(Completion(wr.wr_id, opcode, wr.length, None, WcStatus(status),
+                                       qp.qpn, data))
         self.counters["req_completions"] += 1
 
     def _qp_error(self, qp):
@@ -904,7 +1098,7 @@ class Rnic:
             if qp.ack_deadline is not None and qp.ack_deadline <= now:
                 when = qp.ack_deadline
                 qp.ack_deadline = None
-                for f in self._coalesced_ack(qp, qp.ack_dst):
+                for f in self._behind_reads(qp, self._coalesced_ack(qp, qp.ack_dst)):
                     self._schedule(f, when)
                 self._schedule_copies()
         out = []
@@ -920,14 +1114,21 @@ class Rnic:
         times = [qp.ack_deadline for qp in self.qps.values() if qp.ack_deadline is not None]
         times += [t for t in (qp.sq.next_deadline() for qp in self.qps.values()
                               if qp.state != "ERR") if t is not None]
+        for qp in self.qps.values():        # READ responses whose delay is not over
+            head = next((j for j in qp.rsp_out if not isinstance(j, _ReadJob) or j.left()), None)
+            if isinstance(head, _ReadJob) and head.ready_at is not None and (
+                    self._now is None or head.ready_at > self._now):
+                times.append(head.ready_at)
         if self._queue:
             times.append(self._queue[0][0])
         return min(times, default=None)
 
     @property
     def pending(self):
-        """Answers queued or ACKs pending (timed mode)."""
-        return len(self._queue) + sum(qp.ack_deadline is not None for qp in self.qps.values())
+        """Answers queued or ACKs pending (timed mode), READ responses not sent yet and the
+        answers queued behind them."""
+        return len(self._queue) + sum(qp.ack_deadline is not None for qp in self.qps.values()) \
+            + sum(self._rsp_left(qp) for qp in self.qps.values() if qp.rsp_out)
 
     def _req_tick(self, now):
         if now is None:
@@ -1107,9 +1308,10 @@ class Rnic:
         elif sport != qp.peer_sport:
             self._event("warn_udp_sport", f"{where}: UDP source port {sport:#06x} changed (was "
                         f"{qp.peer_sport:#06x}; it must be constant per QP)")
-        if op in _RESPONSES and not (op == Op.ACKNOWLEDGE and qp.sq.sent_any):
+        if op in _RESPONSES and not (op != Op.ATOMIC_ACKNOWLEDGE and qp.sq.sent_any):
             return self._drop("drop_response", f"{where}: a response opcode sent to a QP "
-                              "whose requester has sent no request")
+                              "whose requester has sent no request" if not qp.sq.sent_any else
+                              f"{where}: atomics are not supported")
         info = _REQ.get(op)
         if info is None:
             hdr = 12 + _OTHER_HDR.get(op, 0)
@@ -1145,7 +1347,21 @@ class Rnic:
         if op == Op.ACKNOWLEDGE:
             _req.handle_aeth(self, qp, ext[0], psn, self._now, where)
             return []
+        if op in READ_RESPONSES:
+            _req.handle_read_response(self, qp, op, ext, payload, padcnt, psn, self._now, where)
+            return []
+        return self._behind_reads(qp, self._request(qp, bth, info, ext, payload, padcnt, where,
+                                                    src_mac))
 
+    def _behind_reads(self, qp, frames):
+        """The answers of ``qp``: sent now, or queued behind its READ responses (in order)."""
+        if qp.rsp_out and frames:
+            qp.rsp_out.extend(frames)
+            return []
+        return frames
+
+    def _request(self, qp, bth, info, ext, payload, padcnt, where, src_mac):
+        psn = bth.psn
         d = psn_diff(psn, qp.epsn)
         if d > 0:
             if qp.nak_pending:
@@ -1155,15 +1371,199 @@ class Rnic:
             self._event("nak_seq_tx", f"{where}: ahead of ePSN {qp.epsn:#08x}")
             self._cancel_ack(qp)
             return [self._ack_frame(qp, NAK_PSN_SEQ, qp.epsn, src_mac)]
+        read = bth.opcode == Op.RDMA_READ_REQUEST and qp.access & Access.REMOTE_READ
         if d < 0:
             self._event("duplicate", f"{where}: behind ePSN {qp.epsn:#08x}")
+            if read:
+                try:
+                    return self._read_duplicate(qp, psn, ext, where, src_mac)
+                except _Fatal as e:
+                    return self._fatal(qp, psn, e, where, src_mac)
             self._cancel_ack(qp)
             return self._send_ack(qp, src_mac)
         qp.nak_pending = False
         try:
+            if read:
+                return self._read(qp, psn, ext, payload, padcnt, where, src_mac)
             return self._execute(qp, bth, info, ext, payload, padcnt, where, src_mac)
         except _Fatal as e:
             return self._fatal(qp, psn, e, where, src_mac)
+
+    # ------------------------------------------------------------------ RDMA READ responder
+
+    def _read_check(self, va, rkey, dlen):
+        """The region a READ of ``dlen`` bytes at ``va`` with ``rkey`` may read (None for 0
+        bytes: nothing is checked), or _Fatal (remote access error)."""
+        if not dlen:
+            return None
+        mr = self._mr_by_rkey(rkey)
+        if mr is None:
+            raise _Fatal(NAK_REM_ACCESS, "err_rkey", f"R_Key {rkey:#x} is not registered")
+        if not mr.access & Access.REMOTE_READ:
+            raise _Fatal(NAK_REM_ACCESS, "err_access", f"region of R_Key {rkey:#x} has no "
+                         "REMOTE_READ access")
+        if not mr.contains(va, dlen):
+            raise _Fatal(NAK_REM_ACCESS, "err_bounds", f"[{va:#x}, +{dlen:#x}) is outside the "
+                         f"region [{mr.addr:#x}, +{mr.length:#x}) of R_Key {rkey:#x}")
+        return mr
+
+    def _read_job(self, qp, psn, va, dlen, mr, src_mac, new):
+        """Queue the responses of a READ of ``dlen`` bytes at ``va`` (in ``mr``) from PSN
+        ``psn``: they leave through :meth:`next_frames`, after the response delay."""
+        npkts = max(1, -(-dlen // qp.pmtu))
+        data = bytes(mr.buf[va - mr.addr:va - mr.addr + dlen]) if dlen else b""
+        ready = None
+        if self._now is not None:
+            lo, hi = self.behaviour.response_ns
+            ready = max(self._now + (self._rng.uniform(lo, hi) if hi else 0.0), self._last_due)
+            self._last_due = ready
+        faults = self._take_read_faults(qp, npkts)
+        self.counters["read_fault_tx"] += len(faults)
+        end = npkts - ("truncate" in faults) + ("extra" in faults)
+        qp.rsp_out.append(_ReadJob(psn=psn, data=data, msn=qp.msn, src_mac=src_mac,
+                                   ready_at=ready, new=new, npkts=npkts, end=end, faults=faults))
+        return []
+
+    def _read(self, qp, psn, ext, payload, padcnt, where, src_mac):
+        """A new READ request (PSN = ePSN), in rxe's order of checks."""
+        if qp.in_msg is not None:
+            raise _Fatal(NAK_INV_REQ, "err_opcode_seq", "opcode out of sequence: an "
+                         f"{qp.in_msg} message is in progress")
+        queued = sum(isinstance(j, _ReadJob) and j.new and j.responses_left() > 0
+                     for j in qp.rsp_out)
+        if queued >= qp.max_dest_rd_atomic:
+            raise _Fatal(NAK_INV_REQ, "err_rd_atomic", f"{queued} READs queued already "
+                         f"(max_dest_rd_atomic {qp.max_dest_rd_atomic})")
+        if payload or padcnt:
+            raise _Fatal(NAK_INV_REQ, "err_length", f"READ request with {len(payload)} payload "
+                         f"bytes and PadCnt {padcnt}")
+        reth = H.RETH.unpack(ext)
+        va, rkey, dlen = reth["va"], reth["rkey"], reth["dma_len"]
+        if self.behaviour.max_msg is not None and dlen > self.behaviour.max_msg:
+            raise _Fatal(NAK_INV_REQ, "err_msg_size", f"RETH DMA length {dlen:#x} is more than "
+                         f"the largest message ({self.behaviour.max_msg:#x})")
+        mr = self._read_check(va, rkey, dlen)
+        npkts = max(1, -(-dlen // qp.pmtu))
+        qp.msn = (qp.msn + 1) & PSN_MASK
+        qp.epsn = (qp.epsn + npkts) & PSN_MASK
+        self.counters["executed"] += 1
+        self.counters["read_rx"] += 1
+        self._cancel_ack(qp)            # the responses' AETH acknowledge what came before
+        qp.rd_res.append(_ReadRes(psn, npkts, va, dlen, rkey))
+        while len(qp.rd_res) > max(qp.max_dest_rd_atomic, 1):
+            qp.rd_res.popleft()
+        return self._read_job(qp, psn, va, dlen, mr, src_mac, True)
+
+    def _read_duplicate(self, qp, psn, ext, where, src_mac):
+        """A READ request behind ePSN: executed again from its own PSN when one of the READs
+        kept (the last ``max_dest_rd_atomic``) holds that PSN and the request asks for a part
+        of what that READ read, with its R_Key (rxe); else dropped."""
+        reth = H.RETH.unpack(ext)
+        va, rkey, dlen = reth["va"], reth["rkey"], reth["dma_len"]
+        res = next((r for r in reversed(qp.rd_res) if 0 <= psn_diff(psn, r.first) < r.npkts),
+                   None)
+        if res is None:
+            return self._drop("read_dup_drop", f"{where}: a duplicate READ of no READ kept")
+        if va < res.va or va + dlen > res.va + res.length or rkey != res.rkey:
+            return self._drop("read_dup_drop", f"{where}: a duplicate READ of "
+                              f"[{va:#x}, +{dlen:#x}) R_Key {rkey:#x}, not inside the READ of "
+                              f"[{res.va:#x}, +{res.length:#x}) R_Key {res.rkey:#x} at PSN "
+                              f"{res.first:#08x}")
+        mr = self._read_check(va, rkey, dlen)
+        self.counters["read_dup"] += 1
+        return self._read_job(qp, psn, va, dlen, mr, src_mac, False)
+
+    def _rsp_ready(self, qp, now):
+        """Frames of ``qp``'s READ responses (and answers behind them) that may leave at
+        ``now``."""
+        n = 0
+        for item in qp.rsp_out:
+            if not isinstance(item, _ReadJob):
+                n += 1
+            elif item.ready_at is None or now is None or item.ready_at <= now:
+                n += item.left()
+            else:
+                break
+        return n
+
+    @staticmethod
+    def _rsp_left(qp):
+        return sum(item.left() if isinstance(item, _ReadJob) else 1 for item in qp.rsp_out)
+
+    def _rsp_frame(self, qp, now):
+        """The next frame of ``qp``'s READ responses and the answers behind them, or None."""
+        while qp.rsp_out:
+            item = qp.rsp_out[0]
+            if not isinstance(item, _ReadJob):
+                return qp.rsp_out.popleft()
+            if item.ready_at is not None and now is not None and item.ready_at > now:
+                return None
+            frame = item.extra.popleft() if item.extra else None
+            if frame is None and item.i < item.end:
+                frame = self._read_slot(qp, item)
+            if not item.left():
+                qp.rsp_out.popleft()        # its last frame: the next item may go now
+            if frame is not None:
+                return frame
+        return None
+
+    def _read_slot(self, qp, job):
+        """Response packet ``job.i`` (faults applied), or None if a fault drops it."""
+        k = job.i
+        job.i += 1
+        faults = job.faults
+        n = job.npkts
+        if "drop" in faults and faults["drop"][0] == k:
+            return None
+        if k == n:                          # "extra": the last packet again, next PSN
+            k = n - 1
+        last = k == n - 1
+        first = k == 0
+        if "truncate" in faults and k == n - 2:
+            last = True
+        opcode = (Op.RDMA_READ_RESPONSE_ONLY if first and last else
+                  Op.RDMA_READ_RESPONSE_FIRST if first else
+                  Op.RDMA_READ_RESPONSE_LAST if last else Op.RDMA_READ_RESPONSE_MIDDLE)
+        psn = job.psn + job.i - 1
+        payload = job.data[k * qp.pmtu:(k + 1) * qp.pmtu]
+        syndrome = None
+        fault = next(((kind, v) for kind, (i, v) in faults.items() if i == job.i - 1), None)
+        if fault is not None:
+            kind, value = fault
+            if kind == "opcode":
+                opcode = value
+            elif kind == "length":
+                payload = payload + b"\xee" * value if value > 0 else payload[:len(payload) + value]
+            elif kind == "psn":
+                psn += value
+            elif kind == "syndrome":
+                syndrome = value
+        pad = (-len(payload)) & 3
+        ext = b""
+        if opcode in _AETH_OPS:
+            ext = H.AETH.pack(syndrome=self._credit(qp) if syndrome is None else syndrome,
+                              msn=job.msn)
+        frame = self._roce_frame(qp, job.src_mac, opcode, psn, ext + payload + bytes(pad),
+                                 padcnt=pad)
+        if k == job.i - 1:
+            self.counters["read_resp_tx"] += 1
+            self.counters["read_bytes"] += len(payload)
+        self._response_faults(job, frame)
+        return frame
+
+    def _response_faults(self, job, frame):
+        """The behaviour's random faults on a READ response: a runt and an oversize copy, a
+        second copy (all sent right after it)."""
+        b, rng = self.behaviour, self._rng
+        if b.runt and rng.random() < b.runt:
+            self.counters["runt_tx"] += 1
+            job.extra.append(frame[:rng.randrange(1, MIN_FRAME)])
+        if b.oversize and rng.random() < b.oversize:
+            self.counters["oversize_tx"] += 1
+            job.extra.append(self._oversize(frame, rng.randint(*b.oversize_len)))
+        if b.dup_ack and rng.random() < b.dup_ack:
+            self.counters["read_dup_tx"] += 1
+            job.extra.append(frame)
 
     def _cnp(self, qp, bth, pl, where):
         if qp is None:
@@ -1203,6 +1603,9 @@ class Rnic:
         elif pos in (FIRST, ONLY) or kind != qp.in_msg:
             raise _Fatal(NAK_INV_REQ, "err_opcode_seq", "opcode out of sequence: an "
                          f"{qp.in_msg} message is in progress")
+        if kind == "WRITE" and not qp.access & Access.REMOTE_WRITE:
+            raise _Fatal(NAK_INV_REQ, "err_unsupported", "RDMA WRITE not supported by this QP "
+                         "(its access flags lack REMOTE_WRITE)")
         # 2. receive WQE (RNR)
         if (kind == "SEND" and pos in (FIRST, ONLY)) or (kind == "WRITE" and has_imm):
             refuse = ""
@@ -1357,10 +1760,11 @@ class Rnic:
         return out
 
     def _oversize(self, ack, ip_len):
-        """``ack`` with its UDP datagram grown (zeros before the ICRC) to an IP length of
-        ``ip_len``, lengths, IP checksum and ICRC right."""
-        l2 = len(ack) - H.IPV4.length - H.UDP.length - H.BTH.length - H.AETH.length - 4
-        dgram = ack[l2:len(ack) - 4]
+        """``ack`` (an ACK or a READ response) with its UDP datagram grown (zeros before the
+        ICRC) to an IP length of ``ip_len``, lengths, IP checksum and ICRC right."""
+        l2 = H.ETH.length if self.vlan is None else H.ETH_VLAN.length
+        ip_len0 = H.IPV4.unpack(ack[l2:])["total_length"]
+        dgram = ack[l2:l2 + ip_len0 - 4]
         grow = ip_len - len(dgram) - 4
         body = dgram[H.IPV4.length + H.UDP.length:] + bytes(max(grow, 0))
         ip = H.IPV4.unpack(dgram)

@@ -1,11 +1,13 @@
 """The RC *requester* side of the host RNIC model (:class:`~rocegen.sim.models.rnic.Rnic`): the
-host RDMA-WRITEs and SENDs towards the FPGA over the same QPs on which the model is a responder.
+host RDMA-WRITEs, SENDs and RDMA-READs towards the FPGA over the same QPs on which the model is
+a responder.
 
 One :class:`SendQueue` per QP holds the send work requests and the reliability state; the
 :class:`~rocegen.sim.models.rnic.Rnic` builds the frames (the same helper as its ACKs), owns the
-clock, the counters and the send completion queue, and hands the ACKNOWLEDGE frames of a QP to
-its send queue. The rules are the project's wire notes ("Segmentation (requester)", "Requester
-reliability rules", "RNR timer codes"), as a ConnectX / rxe requester applies them:
+clock, the counters and the send completion queue, and hands the ACKNOWLEDGE frames and READ
+responses of a QP to its send queue. The rules are the project's wire notes ("Segmentation
+(requester)", "Requester reliability rules", "RNR timer codes"), as a ConnectX / rxe requester
+applies them:
 
 * Segmentation at the PMTU: FIRST/MIDDLE carry exactly PMTU bytes, LAST 1..PMTU, a message of
   at most one PMTU (0 bytes included) is one ONLY packet; RETH (remote address, R_Key, DMA
@@ -46,12 +48,41 @@ reliability rules", "RNR timer codes"), as a ConnectX / rxe requester applies th
   outstanding or queued send work request completes with ``WR_FLUSH_ERR`` (so do the receive
   WQEs: a QP has one state), and later ones at once when posted.
 
+RDMA READ (the project's wire notes, "RDMA READ"; where they are silent, the IBTA and rxe's
+``rxe_comp.c``):
+
+* A READ work request (local buffer, remote address, R_Key, length) takes ceil(length / PMTU)
+  PSNs (1 for length 0) and is one READ request packet (BTH + RETH, AckReq set); the next PSN
+  skips past its PSNs. At most ``max_rd_atomic`` READs are outstanding (sent and not completed)
+  per QP: a further one waits, and the work requests posted after it wait behind it (the send
+  queue is sent in order). The window counts the PSNs of a READ.
+* Its responses are taken in PSN order: the response of PSN ``una`` (the oldest unacknowledged
+  PSN) is placed at local offset (PSN - first PSN) x PMTU and acknowledges that PSN; the READ
+  completes (opcode RDMA_READ, the bytes read in the completion's ``data``) with its last one.
+  A READ response also acknowledges every WRITE/SEND before its READ (implicitly), never an
+  earlier READ whose data did not all come.
+* A response is checked against the request it answers: opcode (FIRST/ONLY at the PSN of a
+  request sent for this READ, MIDDLE/LAST after it; ONLY/LAST on the READ's last PSN), AETH
+  syndrome an ACK (any credit code), payload exactly PMTU on FIRST/MIDDLE, exactly the rest on
+  LAST/ONLY, PadCnt. A response failing a check, or whose PSN belongs to no READ, is dropped
+  and counted ``req_read_bad`` (a strict check); one of a PSN already received (the answer to a
+  duplicate, or to a retry) is dropped and counted ``req_read_stale``; one of a PSN never sent
+  is ``req_ack_ghost``.
+* A response of a PSN after ``una`` (responses lost), or an ACK/NAK whose PSN is past a READ
+  whose responses did not all come (rxe's "implied NAK"), starts a retry: go-back-N from
+  ``una``, the READ reissued for the rest of its data (PSN ``una``, remote address advanced by
+  (una - first PSN) x PMTU, length reduced by as much), then every later request again. It
+  counts as a retry (``retry_cnt``) and ``req_read_retry``; until something is acknowledged no
+  other gap starts another one (``req_read_stale``: a timeout still does). The retransmit timer
+  runs while a READ is outstanding, and its timeout reissues the same way.
+
 Time is the model's (nanoseconds, from the ``now`` of the :class:`Rnic` calls). Without time (a
 model used without ``now``) there is no retransmit timer and RNR waits end at once.
 """
 
 import enum
 from bisect import bisect_right
+from collections import deque
 from dataclasses import dataclass, field
 
 from rocegen.wire import headers as H
@@ -65,7 +96,8 @@ from rocegen.wire.roce import (
     timeout_ns,
 )
 
-__all__ = ["SendOp", "SendWr", "SendQueue", "MAX_MSG", "DEFAULT_WINDOW", "DEFAULT_TIMEOUT"]
+__all__ = ["SendOp", "SendWr", "SendQueue", "MAX_MSG", "DEFAULT_WINDOW", "DEFAULT_TIMEOUT",
+           "DEFAULT_RD_ATOMIC"]
 
 #: Largest message a send work request may carry (2^31, a ConnectX's max_msg_sz).
 MAX_MSG = 1 << 31
@@ -73,6 +105,14 @@ MAX_MSG = 1 << 31
 DEFAULT_WINDOW = 1024
 #: Default retransmit timeout code: 4.096 us x 2^8 = 1.05 ms (short for simulations).
 DEFAULT_TIMEOUT = 8
+#: Default READs outstanding per QP (max_rd_atomic) and queued by the responder
+#: (max_dest_rd_atomic): a ConnectX's 16.
+DEFAULT_RD_ATOMIC = 16
+
+#: RDMA READ request and response opcodes (the wire notes' "RC opcodes" table)
+OP_READ_REQUEST = H.OP_RC_RDMA_READ_REQUEST
+OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = 0x0D, 0x0E, 0x0F, 0x10
+READ_RESPONSES = (OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY)
 
 
 class SendOp(enum.StrEnum):
@@ -81,6 +121,7 @@ class SendOp(enum.StrEnum):
     WRITE_IMM = "WRITE_IMM"
     SEND = "SEND"
     SEND_IMM = "SEND_IMM"
+    READ = "READ"
 
 
 # opcode: (FIRST, MIDDLE, LAST, ONLY)
@@ -119,7 +160,8 @@ def _signed24(d):
 
 @dataclass(eq=False)
 class SendWr:
-    """A send work request and the absolute PSNs of its packets."""
+    """A send work request and the absolute PSNs of its packets (of a READ: the PSNs of its
+    responses, its request having the first one)."""
     wr_id: int
     op: SendOp
     data: bytes
@@ -128,6 +170,11 @@ class SendWr:
     imm: int | None
     first: int              # absolute PSN of its first packet
     npkts: int
+    read_len: int = 0       # READ: bytes to read
+    local_addr: int | None = None   # READ: where they go (None: ``buf``)
+    buf: bytearray | None = None
+    starts: set = field(default_factory=set)    # READ: PSNs of the requests sent for it
+    issued: bool = False    # READ: its request was sent (it counts against max_rd_atomic)
 
     @property
     def last(self):
@@ -136,6 +183,15 @@ class SendWr:
     @property
     def is_write(self):
         return self.op in (SendOp.WRITE, SendOp.WRITE_IMM)
+
+    @property
+    def is_read(self):
+        return self.op == SendOp.READ
+
+    @property
+    def length(self):
+        """The message length (of a READ: the bytes it reads)."""
+        return self.read_len if self.op == SendOp.READ else len(self.data)
 
 
 @dataclass
@@ -148,6 +204,7 @@ class SendQueue:
     rnr_retry: int
     window: int
     ack_req_every: int
+    max_rd_atomic: int = DEFAULT_RD_ATOMIC
     wrs: list = field(default_factory=list)     # every WR not yet completed is at [head:]
     firsts: list = field(default_factory=list)  # their first PSNs (for bisect)
     head: int = 0
@@ -162,6 +219,9 @@ class SendQueue:
     rewound: int | None = None      # PSN of the last go-back-N, until it is sent again
     retries: int = 0                # timeouts + sequence NAKs since the last progress
     rnr_retries: int = 0            # RNR NAKs since the last progress
+    reads: deque = field(default_factory=deque)     # READ WRs not completed, in order
+    reads_out: int = 0              # how many of them were sent (against max_rd_atomic)
+    read_retry: int | None = None   # PSN of a go-back-N under way (no other gap retries it)
 
     def __post_init__(self):
         base = self.sq_psn
@@ -186,19 +246,48 @@ class SendQueue:
 
     # ---- posting and sending ----
 
-    def post(self, wr_id, op, data, remote_addr, rkey, imm, pmtu):
-        npkts = max(1, -(-len(data) // pmtu))
+    def post(self, wr_id, op, data, remote_addr, rkey, imm, pmtu, *, read_len=0,
+             local_addr=None):
+        n = read_len if op == SendOp.READ else len(data)
+        npkts = max(1, -(-n // pmtu))
         wr = SendWr(wr_id, op, data, remote_addr, rkey, imm, self.posted, npkts)
+        if op == SendOp.READ:
+            wr.read_len, wr.local_addr = read_len, local_addr
+            if local_addr is None:
+                wr.buf = bytearray(read_len)
+            self.reads.append(wr)
         self.wrs.append(wr)
         self.firsts.append(wr.first)
         self.posted += npkts
         return wr
 
-    def ready(self, now):
-        """Packets that may be sent at ``now`` (window and RNR wait allowing)."""
+    def ready(self, now, cap=None):
+        """Packets that may be sent at ``now`` (window, RNR wait and ``max_rd_atomic``
+        allowing; counted up to ``cap``)."""
         if self.rnr_until is not None and now is not None and now < self.rnr_until:
             return 0
-        return max(0, min(self.posted - self.nxt, self.window - (self.nxt - self.una)))
+        limit = min(self.posted, self.una + self.window)
+        if self.nxt >= limit:
+            return 0
+        if not self.reads or self.reads[-1].last < self.nxt:
+            return limit - self.nxt
+        count, psn, i, new = 0, self.nxt, self.cur, 0
+        while psn < limit and (cap is None or count < cap):
+            while self.wrs[i].last < psn:
+                i += 1
+            wr = self.wrs[i]
+            if wr.is_read:
+                if not wr.issued:
+                    if self.reads_out + new >= self.max_rd_atomic:
+                        break
+                    new += 1
+                count += 1
+                psn = wr.last + 1
+            else:
+                end = min(wr.last + 1, limit)
+                count += end - psn
+                psn = end
+        return count
 
     def seek(self, psn):
         """Send from ``psn`` next (go-back-N, or forward past acknowledged packets)."""
@@ -207,11 +296,25 @@ class SendQueue:
 
     def packet(self, pmtu):
         """The fields of the packet of PSN ``nxt``: ``(opcode, se, ackreq, padcnt, body)``, and
-        moves on to the next PSN."""
+        moves on to the next PSN (past the PSNs of a READ)."""
         while self.wrs[self.cur].last < self.nxt:
             self.cur += 1
         wr = self.wrs[self.cur]
         k = self.nxt - wr.first
+        if wr.is_read:
+            off = k * pmtu
+            body = H.RETH.pack(va=(wr.remote_addr + off) & ((1 << 64) - 1), rkey=wr.rkey,
+                               dma_len=wr.read_len - off)
+            wr.starts.add(self.nxt)
+            if not wr.issued:
+                wr.issued = True
+                self.reads_out += 1
+            if self.rnr_psn == self.nxt:
+                self.rnr_psn = None
+            if self.rewound == self.nxt:
+                self.rewound = None
+            self.nxt = wr.last + 1
+            return OP_READ_REQUEST, 0, 1, 0, body
         first, last = k == 0, k == wr.npkts - 1
         payload = wr.data[k * pmtu:(k + 1) * pmtu]
         ops = _OPCODES[wr.op]
@@ -252,11 +355,14 @@ class SendQueue:
             return False
         self.una = una
         self.retries = self.rnr_retries = 0
-        self.rewound = None
+        self.rewound = self.read_retry = None
         if self.nxt < una:
             self.seek(una)
         while self.head < len(self.wrs) and self.wrs[self.head].last < una:
-            complete(self.wrs[self.head], "SUCCESS")
+            wr = self.wrs[self.head]
+            if wr.is_read:
+                self._read_done(wr)
+            complete(wr, "SUCCESS")
             self.head += 1
         if self.cur < self.head:
             self.cur = self.head
@@ -271,10 +377,31 @@ class SendQueue:
             self.deadline = None
         return True
 
+    def _read_done(self, wr):
+        self.reads.popleft()
+        if wr.issued:
+            self.reads_out -= 1
+
+    def read_limit(self, psn):
+        """``psn``, or the first unacknowledged PSN before it that belongs to a READ (an
+        acknowledgement never passes a READ whose data did not all come)."""
+        if self.reads:
+            first = max(self.una, self.reads[0].first)
+            if first < psn:
+                return first
+        return psn
+
+    def wr_at(self, psn):
+        """The work request holding absolute PSN ``psn`` (one not completed), or None."""
+        i = bisect_right(self.firsts, psn, self.head) - 1
+        if i < self.head or self.wrs[i].last < psn:
+            return None
+        return self.wrs[i]
+
     def rewind(self, psn):
-        """Go back to ``psn`` (after a timeout or a sequence NAK)."""
+        """Go back to ``psn`` (after a timeout, a sequence NAK or a READ response gap)."""
         self.seek(psn)
-        self.rewound = psn
+        self.rewound = self.read_retry = psn
         self.deadline = None
 
     def flush(self, status, complete):
@@ -287,6 +414,9 @@ class SendQueue:
             first = False
         self.wrs.clear()
         self.firsts.clear()
+        self.reads.clear()
+        self.reads_out = 0
+        self.read_retry = None
         self.head = self.cur = 0
         self.una = self.nxt = self.sent_hi = self.posted = max(self.posted, self.sent_hi)
         self.deadline = self.rnr_until = None
@@ -319,6 +449,13 @@ def handle_aeth(nic, qp, syndrome, psn, now, where):
     def complete(wr, status):
         nic._complete_send(qp, wr, status)
 
+    upto = a + 1 if kind == 0 else a
+    limit = sq.read_limit(upto)
+    if limit < upto:
+        # past a READ whose responses did not all come: they were lost (rxe's implied NAK)
+        sq.progress(limit, now, complete)
+        read_gap(nic, qp, what)
+        return
     if kind == 0:
         sq.progress(a + 1, now, complete)
         return
@@ -342,6 +479,90 @@ def handle_aeth(nic, qp, syndrome, psn, now, where):
     else:
         nic.log.append(f"req_nak_err_rx: {what}: the QP fails")
         fail(nic, qp, _NAK_STATUS.get(syndrome, "REM_OP_ERR"))
+
+
+def read_gap(nic, qp, what):
+    """Responses of the READ holding ``una`` are missing: reissue it for the rest (go-back-N
+    from ``una``), unless a go-back-N from there is under way already."""
+    sq = qp.sq
+    if sq.read_retry == sq.una:
+        nic._event("req_read_stale", f"{what}: responses missing from PSN "
+                   f"{sq.wire(sq.una):#08x}, whose retry is under way")
+        return
+    if retry(nic, qp, what):
+        nic.counters["req_read_retry"] += 1
+        nic.log.append(f"req_read_retry: {what}: READ reissued from {sq.wire(sq.una):#08x}")
+        sq.rewind(sq.una)
+
+
+def _response_error(wr, op, a, syndrome, n, padcnt, pmtu):
+    """Why READ response ``op`` of absolute PSN ``a`` (AETH ``syndrome`` or None, ``n``
+    payload bytes, ``padcnt``) does not answer READ ``wr``, or None."""
+    off = (a - wr.first) * pmtu
+    rest = wr.read_len - off
+    last = a == wr.last
+    at_start = a in wr.starts
+    name = {OP_READ_FIRST: "FIRST", OP_READ_MIDDLE: "MIDDLE", OP_READ_LAST: "LAST",
+            OP_READ_ONLY: "ONLY"}[op]
+    if op == OP_READ_ONLY and not (last and at_start):
+        return (f"READ_RESPONSE_ONLY at offset {off} of a READ of {wr.read_len} bytes"
+                + ("" if last else " (not its last PSN)") + ("" if at_start else
+                                                              " (no request started there)"))
+    if op == OP_READ_FIRST and not (at_start and not last):
+        return (f"READ_RESPONSE_FIRST at offset {off} of a READ of {wr.read_len} bytes"
+                + (" (its last PSN)" if last else " (no request started there)"))
+    if op in (OP_READ_MIDDLE, OP_READ_LAST) and (a == wr.first or last != (op == OP_READ_LAST)):
+        return f"READ_RESPONSE_{name} at offset {off} of a READ of {wr.read_len} bytes"
+    if syndrome is not None and syndrome >> 5:
+        return f"READ_RESPONSE_{name} with AETH syndrome {syndrome:#04x} (not an ACK)"
+    want = rest if last else pmtu
+    if n != want:
+        return f"READ_RESPONSE_{name} carries {n} payload bytes, {want} expected"
+    if padcnt != (-n) & 3:
+        return f"READ_RESPONSE_{name} has PadCnt {padcnt} for {n} payload bytes"
+    return None
+
+
+def handle_read_response(nic, qp, op, ext, payload, padcnt, psn, now, where):
+    """A READ response (``op``, AETH in ``ext`` but on MIDDLE, ``payload``) of wire PSN ``psn``
+    for the requester of ``qp``, received at ``now`` by ``nic``."""
+    sq = qp.sq
+    a = sq.absolute(psn)
+    if a >= sq.sent_hi:
+        nic._event("req_ack_ghost", f"{where}: PSN never sent (next new PSN "
+                   f"{sq.wire(sq.sent_hi):#08x})")
+        return
+    if a < sq.una:
+        nic._event("req_read_stale", f"{where}: PSN received already (oldest unacknowledged "
+                   f"{sq.wire(sq.una):#08x})")
+        return
+    wr = sq.wr_at(a)
+    if wr is None or not wr.is_read:
+        nic._event("req_read_bad", f"{where}: the PSN is not one of a READ")
+        return
+    syndrome = H.AETH.unpack(ext)["syndrome"] if ext else None
+    err = _response_error(wr, op, a, syndrome, len(payload), padcnt, qp.pmtu)
+    if err:
+        nic._event("req_read_bad", f"{where}: {err}")
+        return
+
+    def complete(w, status):
+        nic._complete_send(qp, w, status)
+
+    limit = sq.read_limit(a)
+    if limit > sq.una:
+        sq.progress(limit, now, complete)          # the WRITE/SENDs before it are done
+    if a > sq.una:
+        read_gap(nic, qp, f"{where}: PSN {sq.wire(sq.una):#08x} missing")
+        return
+    off = (a - wr.first) * qp.pmtu
+    if wr.buf is not None:
+        wr.buf[off:off + len(payload)] = payload
+    elif payload:
+        nic.write_mem(wr.local_addr + off, payload)
+    nic.counters["req_read_rx"] += 1
+    nic.counters["req_read_bytes"] += len(payload)
+    sq.progress(a + 1, now, complete)
 
 
 def retry(nic, qp, what):
