@@ -10,6 +10,13 @@ trajectory.
   the QP's next refill (+ P - 1 cycles, P the refill period), the first packet on the wire
   that leaves later than the old rate would have let it, and the rate achieved from 1 us
   after the CNP against the new rate. Goal: the lower rate on the wire within 1 us of the CNP.
+* endpoint: the whole endpoint with the reaction point (``RoceEndpoint(dcqcn=True)``, W = 512
+  at 322.27 MHz and W = 64 at 156.25 MHz) sending 64 KiB RDMA WRITEs of QP 0 at the line rate
+  to the host NIC model, which sends it a CNP: cycles from the CNP's last beat on the MAC
+  receive port to the first frame on the MAC transmit port that starts later than the old
+  rate would have let it (through the stack's receive FIFO and ICRC check, the receive path,
+  the engine, the limiter, and the frames already past the scheduler), and the rate on the
+  wire over the 16 frames before and from then on against the new rate.
 * size (``--synth``): Yosys figures of both blocks at 8 and 256 QPs (the limiter at 512 bits),
   mapped for area and for 8 LUT levels.
 * trajectory: the model (:class:`rocegen.sim.models.dcqcn.DcqcnRp`, the published defaults) of
@@ -31,6 +38,7 @@ from rocegen.gateware.roce.dcqcn import DcqcnEngine
 from rocegen.gateware.roce.dcqcn_layouts import dcqcn_config
 from rocegen.gateware.roce.rate_limiter import RateLimiter
 from rocegen.sim.models.dcqcn import DcqcnParams, DcqcnRp, rate_gbps
+from rocegen.sim.testing.congestion import SLOW, WIRE_EXTRA, run_endpoint
 from rocegen.sim.testing.harness import run_sim
 from rocegen.tools.synth import synthesize
 
@@ -117,6 +125,38 @@ def reaction(num_qps, width=WIDTH):
     return row
 
 
+def endpoint_reaction(width):
+    clk, line = LINES[width]
+    one_us = round(clk / 1e6)
+    pmtu = 4096 if width == 512 else 1024
+    cnp_at = (10 if width == 512 else 40) * one_us
+    frames, _, marks = run_endpoint(width, steps=cnp_at + (16 if width == 512 else 60) * one_us,
+                                    cnp_at=cnp_at, pmtu=pmtu, length=64 * 1024)
+    rp = DcqcnRp(DcqcnParams(**dcqcn_config(clk, line, **SLOW)))
+    old = rp.rc / (1 << 20)
+    rp.cnp(0)
+    new = rp.rc / (1 << 20)
+    t_in, starts = marks["cnp_in"], marks["starts"]
+    # the first frame that starts later than the old rate lets it (by more than a refill)
+    k = next(k + 1 for k, (a, b) in enumerate(zip(starts, starts[1:]))
+             if b > t_in and b - a > (len(frames[k][1]) + WIRE_EXTRA) / old + 9)
+    late = starts[k]
+    # the rate on the wire over the next 16 frames, start to start (and 16 before)
+    n = 16
+    after = sum(len(f) + WIRE_EXTRA for _, f in frames[k:k + n]) / (starts[k + n] - starts[k])
+    before = sum(len(f) + WIRE_EXTRA for _, f in frames[k - n - 2:k - 2]) / \
+        (starts[k - 2] - starts[k - n - 2])
+    row = {"kind": "dcqcn", "name": f"endpoint-{width}", "cnp_to_wire_cycles": late - t_in,
+           "cnp_to_wire_ns": (late - t_in) / clk * 1e9,
+           "rate_before_gbps": before * 8 * clk / 1e9, "rate_after_gbps": after * 8 * clk / 1e9,
+           "new_rate_gbps": new * 8 * clk / 1e9}
+    print(f"  endpoint, W = {width}: CNP's last beat in -> first frame held back on the wire "
+          f"{row['cnp_to_wire_cycles']} cycles ({row['cnp_to_wire_ns']:.0f} ns); on the wire "
+          f"{row['rate_before_gbps']:.2f} Gb/s before, {row['rate_after_gbps']:.2f} Gb/s "
+          f"over the 16 frames from then on, for a new rate of {row['new_rate_gbps']:.2f} Gb/s")
+    return row
+
+
 def synth_figures():
     """Both blocks at 8 and 256 QPs (the limiter at 512 bits), mapped for area and for 8 LUT
     levels."""
@@ -172,7 +212,8 @@ def main(argv=None):
     ap.add_argument("--synth", action="store_true", help="also synthesize the blocks (Yosys)")
     args = ap.parse_args(argv)
     t0 = time.time()
-    rows = [reaction(8), reaction(256), reaction(8, 64), reaction(256, 64)]
+    rows = [reaction(8), reaction(256), reaction(8, 64), reaction(256, 64),
+            endpoint_reaction(512), endpoint_reaction(64)]
     print("  the published defaults: g 1/256, K = T = 55 us, B = 10 MiB, F 5, R_AI 40 Mb/s, "
           "R_HAI 400 Mb/s, 100G at 322 MHz")
     rows.append(trajectory(5, [0, 50, 100, 150, 200, 250, 300, 400, 500, 1000, 2000, 4000, 6000],
