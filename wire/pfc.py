@@ -31,6 +31,7 @@ __all__ = [
     "MAX_QUANTA", "NUM_PRIORITIES", "MAC_CONTROL", "PFC", "PAUSE",
     "MacControlError", "PfcFrame", "PauseFrame", "mac_address",
     "pfc_frame", "pause_frame", "is_mac_control", "parse", "quanta_ns", "ns_quanta",
+    "LINE_OVERHEAD", "RESPONSE_QUANTA", "line_bytes", "headroom_bytes", "quantum_cycles",
 ]
 
 #: EtherType of MAC control frames.
@@ -202,3 +203,53 @@ def ns_quanta(ns, rate_gbps):
         raise ValueError(f"{ns} ns at {rate_gbps} Gb/s is {quanta} quanta, more than a pause "
                          f"frame carries ({MAX_QUANTA})")
     return quanta
+
+
+#: Line bytes of a frame beyond its bytes without FCS: FCS 4, preamble and SFD 8, gap 12.
+LINE_OVERHEAD = 4 + 8 + 12
+
+#: The longest a station may take, once a pause frame has arrived, to stop starting frames
+#: (IEEE 802.3 Annex 31B), in pause quanta, by line rate in Gb/s.
+RESPONSE_QUANTA = {10: 60, 25: 80, 40: 118, 100: 394, 400: 905}
+
+
+def line_bytes(length):
+    """Bytes of line time of a frame of ``length`` bytes without FCS (padded to 60)."""
+    return max(length, ETH_MIN_FRAME) + LINE_OVERHEAD
+
+
+def headroom_bytes(rate_gbps, max_frame, *, cable_ns=0, response_ns=0):
+    """Bytes of line time that can still arrive after a receiver decides to send XOFF, frames
+    of at most ``max_frame`` bytes (without FCS) on a line of ``rate_gbps``: the XOFF waits for
+    the frame on the receiver's transmit line (one ``max_frame``) and goes out (a 60-byte
+    frame), crosses the cable (``cable_ns``), the sender reacts (``response_ns``: its own
+    delay and the receiver's pipeline) and finishes the frame it started (one ``max_frame``),
+    whose last bits cross the cable back; plus one frame partly received when the XOFF was
+    decided. Rounded up to whole bytes."""
+    rate = _rate(rate_gbps)
+    for name, value in (("cable_ns", cable_ns), ("response_ns", response_ns)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not 0 <= value < math.inf:
+            raise ValueError(f"{name} must be a non-negative number of nanoseconds, "
+                             f"not {value!r}")
+    if isinstance(max_frame, bool) or not isinstance(max_frame, int) or \
+            max_frame < H.ETH.length:
+        raise ValueError(f"max_frame must be an integer of at least {H.ETH.length} bytes, "
+                         f"not {max_frame!r}")
+    return math.ceil(rate / 8 * (2 * cable_ns + response_ns)) + line_bytes(ETH_MIN_FRAME) \
+        + 3 * line_bytes(max_frame)
+
+
+def quantum_cycles(clk_hz, rate_gbps):
+    """Clock cycles of ``clk_hz`` in one pause quantum at ``rate_gbps``, exactly, as a
+    :class:`fractions.Fraction` (numbers given as floats are read as the decimals they print
+    as: ``322.265625e6`` is 322265625 Hz)."""
+    from fractions import Fraction
+
+    def exact(name, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not 0 < value < math.inf:
+            raise ValueError(f"{name} must be a positive finite number, not {value!r}")
+        return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+
+    return exact("clk_hz", clk_hz) * QUANTUM_BITS / (exact("rate_gbps", rate_gbps) * 10 ** 9)

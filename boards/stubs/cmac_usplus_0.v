@@ -1,5 +1,5 @@
 // Port-compatible stand-in for the Vivado-generated cmac_usplus_0 (UltraScale+ integrated 100G
-// Ethernet, CAUI-4, RS-FEC, AXI-Stream user interface, no AXI4-Lite, no flow control, no
+// Ethernet, CAUI-4, RS-FEC, AXI-Stream user interface, no AXI4-Lite, TX and RX flow control, no
 // timestamping), for lint and simulation of the board top only: it carries no MAC. The port
 // names and widths follow the core's instantiation template for that configuration.
 module cmac_usplus_0 (
@@ -65,6 +65,71 @@ module cmac_usplus_0 (
     input  wire [55:0]  tx_preamblein,
     output wire         usr_tx_reset,
     output wire         stat_tx_local_fault,
+    // flow control: received pause frames (terminated by the MAC when enabled)
+    input  wire         ctl_rx_enable_gcp,
+    input  wire         ctl_rx_enable_gpp,
+    input  wire         ctl_rx_enable_pcp,
+    input  wire         ctl_rx_enable_ppp,
+    input  wire         ctl_rx_check_etype_gcp,
+    input  wire         ctl_rx_check_etype_gpp,
+    input  wire         ctl_rx_check_etype_pcp,
+    input  wire         ctl_rx_check_etype_ppp,
+    input  wire         ctl_rx_check_mcast_gcp,
+    input  wire         ctl_rx_check_mcast_gpp,
+    input  wire         ctl_rx_check_mcast_pcp,
+    input  wire         ctl_rx_check_mcast_ppp,
+    input  wire         ctl_rx_check_opcode_gcp,
+    input  wire         ctl_rx_check_opcode_gpp,
+    input  wire         ctl_rx_check_opcode_pcp,
+    input  wire         ctl_rx_check_opcode_ppp,
+    input  wire         ctl_rx_check_sa_gcp,
+    input  wire         ctl_rx_check_sa_gpp,
+    input  wire         ctl_rx_check_sa_pcp,
+    input  wire         ctl_rx_check_sa_ppp,
+    input  wire         ctl_rx_check_ucast_gcp,
+    input  wire         ctl_rx_check_ucast_gpp,
+    input  wire         ctl_rx_check_ucast_pcp,
+    input  wire         ctl_rx_check_ucast_ppp,
+    input  wire [8:0]   ctl_rx_pause_enable,
+    input  wire [8:0]   ctl_rx_pause_ack,
+    output wire         stat_rx_pause,
+    output wire [15:0]  stat_rx_pause_quanta0,
+    output wire [15:0]  stat_rx_pause_quanta1,
+    output wire [15:0]  stat_rx_pause_quanta2,
+    output wire [15:0]  stat_rx_pause_quanta3,
+    output wire [15:0]  stat_rx_pause_quanta4,
+    output wire [15:0]  stat_rx_pause_quanta5,
+    output wire [15:0]  stat_rx_pause_quanta6,
+    output wire [15:0]  stat_rx_pause_quanta7,
+    output wire [15:0]  stat_rx_pause_quanta8,
+    output wire [8:0]   stat_rx_pause_req,
+    output wire [8:0]   stat_rx_pause_valid,
+    output wire         stat_rx_user_pause,
+    // flow control: pause frames sent on request
+    input  wire [8:0]   ctl_tx_pause_enable,
+    input  wire [15:0]  ctl_tx_pause_quanta0,
+    input  wire [15:0]  ctl_tx_pause_quanta1,
+    input  wire [15:0]  ctl_tx_pause_quanta2,
+    input  wire [15:0]  ctl_tx_pause_quanta3,
+    input  wire [15:0]  ctl_tx_pause_quanta4,
+    input  wire [15:0]  ctl_tx_pause_quanta5,
+    input  wire [15:0]  ctl_tx_pause_quanta6,
+    input  wire [15:0]  ctl_tx_pause_quanta7,
+    input  wire [15:0]  ctl_tx_pause_quanta8,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer0,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer1,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer2,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer3,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer4,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer5,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer6,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer7,
+    input  wire [15:0]  ctl_tx_pause_refresh_timer8,
+    input  wire [8:0]   ctl_tx_pause_req,
+    input  wire         ctl_tx_resend_pause,
+    output wire         stat_tx_pause,
+    output wire [8:0]   stat_tx_pause_valid,
+    output wire         stat_tx_user_pause,
     // DRP
     input  wire         core_drp_reset,
     input  wire         drp_clk,
@@ -103,6 +168,22 @@ module cmac_usplus_0 (
     assign tx_unfout = 1'b0;
     assign usr_tx_reset = sys_reset;
     assign stat_tx_local_fault = 1'b0;
+    assign stat_rx_pause = 1'b0;
+    assign stat_rx_pause_quanta0 = 16'b0;
+    assign stat_rx_pause_quanta1 = 16'b0;
+    assign stat_rx_pause_quanta2 = 16'b0;
+    assign stat_rx_pause_quanta3 = 16'b0;
+    assign stat_rx_pause_quanta4 = 16'b0;
+    assign stat_rx_pause_quanta5 = 16'b0;
+    assign stat_rx_pause_quanta6 = 16'b0;
+    assign stat_rx_pause_quanta7 = 16'b0;
+    assign stat_rx_pause_quanta8 = 16'b0;
+    assign stat_rx_pause_req = 9'b0;
+    assign stat_rx_pause_valid = 9'b0;
+    assign stat_rx_user_pause = 1'b0;
+    assign stat_tx_pause = 1'b0;
+    assign stat_tx_pause_valid = 9'b0;
+    assign stat_tx_user_pause = 1'b0;
     assign drp_do = 16'b0;
     assign drp_rdy = drp_en;
 endmodule

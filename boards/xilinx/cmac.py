@@ -1,13 +1,16 @@
 """The UltraScale+ integrated 100G Ethernet MAC (``cmac_usplus``) as a component, with the Tcl that
 creates the IP and the BUILD.md section that describes it."""
 
-from amaranth.hdl import Const, Instance, Module, Signal
+import textwrap
+
+from amaranth.hdl import Cat, Const, Instance, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from rocegen.boards.xilinx.cmac_pause import CmacPauseTx, check_xon_cycles
 from rocegen.gateware.lib.stream import PacketSignature
 
-__all__ = ["CMAC_MODULE", "CmacPlacement", "Cmac"]
+__all__ = ["CMAC_MODULE", "CmacPlacement", "Cmac", "has_pause_ports", "connect_pause"]
 
 #: Module name of the CMAC IP (``create_ip -module_name``).
 CMAC_MODULE = "cmac_usplus_0"
@@ -50,6 +53,23 @@ class CmacPlacement:
         return f"{self.gt_lanes[0]}~{self.gt_lanes[-1]}"
 
 
+def has_pause_ports(core):
+    """Whether ``core`` (the endpoint or the core top) has the per-priority pause ports
+    ``pause_rx`` (In(8): the MAC's pause levels) and ``pause_tx`` (Out(8): XOFF requests)."""
+    members = core.signature.members
+    return "pause_rx" in members and "pause_tx" in members
+
+
+def connect_pause(m, mac, core):
+    """Join the pause ports of :class:`Cmac` ``mac`` and ``core`` in module ``m`` when the core
+    has them (:func:`has_pause_ports`); returns whether it did. The MAC must have been made
+    with ``pfc=True`` for them to do anything."""
+    if not has_pause_ports(core):
+        return False
+    m.d.comb += [core.pause_rx.eq(mac.pause_rx), mac.pause_tx.eq(core.pause_tx)]
+    return True
+
+
 class Cmac(wiring.Component):
     """The CMAC in CAUI-4 mode (4 x 25.78125 Gb/s) with RS-FEC and the 512-bit AXI-Stream user
     interface, FCS inserted on transmit and checked and stripped on receive.
@@ -58,6 +78,15 @@ class Cmac(wiring.Component):
     ----------
     placement : :class:`CmacPlacement`
         The board's CMAC site, transceivers and clocks (only the Tcl and the notes use it).
+    pfc : bool
+        The MAC terminates and sends pause frames (PFC, IEEE 802.1Qbb, and 802.3x PAUSE) for
+        the core (``pause_rx``, ``pause_tx``); off, pause frames pass to ``rx`` like any frame
+        and ``pause_rx`` stays 0.
+    pause_quanta : int
+        Pause time of the XOFFs the MAC sends (1..65535 quanta); it refreshes them every half
+        of it.
+    xon_cycles : int
+        How long a request for XON stands (:class:`~.cmac_pause.CmacPauseTx`).
 
     Ports
     -----
@@ -84,12 +113,26 @@ class Cmac(wiring.Component):
     ``tx`` : In(PacketSignature(512))
         Frames to send, without FCS; ``error`` aborts the frame (``tx_axis_tuser``). The MAC
         must not be starved inside a frame.
+    ``pause_rx`` : Out(8)
+        With ``pfc``: bit ``n`` high while the link partner pauses priority ``n``
+        (``stat_rx_pause_req``; a PAUSE frame pauses all eight). The MAC only reports it: the
+        core must hold its frames of that priority back. Pause frames are taken out of ``rx``.
+    ``pause_tx`` : In(8)
+        With ``pfc``: request level per priority; the MAC sends XOFF on a rise, refreshes it,
+        and XON on a fall, between frames of ``tx`` (:class:`~.cmac_pause.CmacPauseTx`).
     """
 
-    def __init__(self, placement):
+    def __init__(self, placement, *, pfc=False, pause_quanta=0xFFFF, xon_cycles=512):
         if not isinstance(placement, CmacPlacement):
             raise TypeError(f"placement must be a CmacPlacement, not {placement!r}")
+        if not isinstance(pfc, bool):
+            raise TypeError(f"pfc must be True or False, not {pfc!r}")
+        if isinstance(pause_quanta, bool) or not isinstance(pause_quanta, int) or \
+                not 1 <= pause_quanta <= 0xFFFF:
+            raise ValueError(f"pause_quanta must be an integer in 1..65535, not {pause_quanta!r}")
         self.placement = placement
+        self.pfc, self.pause_quanta = pfc, pause_quanta
+        self.xon_cycles = check_xon_cycles(xon_cycles)
         super().__init__({
             "gt_ref_clk_p": In(1), "gt_ref_clk_n": In(1),
             "gt_rx_p": In(4), "gt_rx_n": In(4), "gt_tx_p": Out(4), "gt_tx_n": Out(4),
@@ -97,7 +140,37 @@ class Cmac(wiring.Component):
             "clk": Out(1), "usr_rx_reset": Out(1), "usr_tx_reset": Out(1),
             "link": Out(1), "error": Out(1),
             "rx": Out(PacketSignature(512)), "tx": In(PacketSignature(512)),
+            "pause_rx": Out(8), "pause_tx": In(8),
         })
+
+    def _pause_ports(self, m):
+        """The flow-control ports of the IP: PFC and PAUSE processing on with ``pfc``, every
+        check of the received frames on except the source and unicast addresses."""
+        on = int(self.pfc)
+        ports = {f"i_ctl_rx_{what}_{kind}": on
+                 for what in ("enable", "check_etype", "check_mcast", "check_opcode")
+                 for kind in ("gcp", "gpp", "pcp", "ppp")}
+        ports.update({f"i_ctl_rx_check_{what}_{kind}": 0
+                      for what in ("sa", "ucast") for kind in ("gcp", "gpp", "pcp", "ppp")})
+        ports.update(i_ctl_rx_pause_enable=Const(0x1FF * on, 9), i_ctl_rx_pause_ack=Const(0, 9),
+                     i_ctl_tx_pause_enable=Const(0xFF * on, 9),
+                     i_ctl_tx_pause_quanta8=Const(0, 16), i_ctl_tx_pause_refresh_timer8=Const(0, 16))
+        if not self.pfc:
+            ports.update(i_ctl_tx_pause_req=Const(0, 9), i_ctl_tx_resend_pause=0)
+            ports.update({f"i_ctl_tx_pause_{what}{n}": Const(0, 16)
+                          for what in ("quanta", "refresh_timer") for n in range(8)})
+            return ports
+        rx_req = Signal(9)
+        tx = m.submodules.pause_tx = CmacPauseTx(self.xon_cycles)
+        m.d.comb += [self.pause_rx.eq(rx_req[:8] | rx_req[8].replicate(8)),
+                     tx.xoff.eq(self.pause_tx)]
+        q = self.pause_quanta
+        ports.update(o_stat_rx_pause_req=rx_req, i_ctl_tx_pause_req=Cat(tx.req, Const(0, 1)),
+                     i_ctl_tx_resend_pause=tx.resend)
+        for n in range(8):
+            ports[f"i_ctl_tx_pause_quanta{n}"] = Mux(tx.zero[n], 0, q)
+            ports[f"i_ctl_tx_pause_refresh_timer{n}"] = Const(max(1, q // 2), 16)
+        return ports
 
     def elaborate(self, platform):
         m = Module()
@@ -106,6 +179,8 @@ class Cmac(wiring.Component):
         tx_unf = Signal()
         m.submodules.cmac = Instance(
             CMAC_MODULE,
+            # flow control: pause frames terminated and sent by the MAC (with pfc)
+            **self._pause_ports(m),
             # transceivers: the 4 lanes, reference clock, init/DRP clock
             i_gt_rxp_in=self.gt_rx_p, i_gt_rxn_in=self.gt_rx_n,
             o_gt_txp_out=self.gt_tx_p, o_gt_txn_out=self.gt_tx_n,
@@ -156,8 +231,10 @@ set_property -dict [list \\
     CONFIG.INCLUDE_RS_FEC {{1}} \\
     CONFIG.ENABLE_AXI_INTERFACE {{0}} \\
     CONFIG.INCLUDE_STATISTICS_COUNTERS {{0}} \\
-    CONFIG.TX_FLOW_CONTROL {{0}} \\
-    CONFIG.RX_FLOW_CONTROL {{0}} \\
+    CONFIG.TX_FLOW_CONTROL {{1}} \\
+    CONFIG.RX_FLOW_CONTROL {{1}} \\
+    CONFIG.RX_CHECK_ACK {{0}} \\
+    CONFIG.RX_FORWARD_CONTROL_FRAMES {{0}} \\
     CONFIG.TX_FRAME_CRC_CHECKING {{Enable FCS Insertion}} \\
     CONFIG.RX_FRAME_CRC_CHECKING {{Enable FCS Stripping}} \\
     CONFIG.RX_MAX_PACKET_LEN {{9600}} \\
@@ -167,6 +244,19 @@ set_property -dict [list \\
 set_property generate_synth_checkpoint false [get_files [get_property IP_FILE [get_ips {CMAC_MODULE}]]]
 generate_target all [get_ips {CMAC_MODULE}]
 """
+
+    def _flow_notes(self):
+        if not self.pfc:
+            return textwrap.fill(
+                "Flow control is generated but off (`ctl_rx_enable_*`, `ctl_tx_pause_enable` "
+                "0): pause frames reach the core as frames.", 96)
+        return textwrap.fill(
+            f"The MAC terminates PFC (802.1Qbb) and PAUSE frames addressed to 01:80:C2:00:00:01 "
+            f"and reports the paused priorities to the core (`stat_rx_pause_req`, no "
+            f"acknowledgement); it sends PFC frames for the core's per-priority requests "
+            f"(`ctl_tx_pause_req`: XOFF of {self.pause_quanta} quanta, refreshed every "
+            f"{max(1, self.pause_quanta // 2)}, XON as quanta 0 with `ctl_tx_resend_pause`), "
+            f"from source address 00:00:00:00:00:00 (the IP's default `TX_SA_PPP`).", 96)
 
     def notes(self):
         """The MAC section of BUILD.md."""
@@ -182,6 +272,8 @@ bad frame). The core runs on `gt_txusrclk2` (322.266 MHz); `rx_clk` is tied to i
 receive interface is in the same clock domain. 512 bits x 322.266 MHz = 165 Gb/s: the core can
 fill the line. The peer must run 100GBASE-SR4/CR4 with RS-FEC (clause 91) and no
 auto-negotiation.
+
+{self._flow_notes()}
 
 Timing: the core at W = 512 must meet 322 MHz; read `post_route_timing_summary.rpt`.
 """
