@@ -327,12 +327,15 @@ def core_control(m, endpoint, *, mac, ip, watch_groups, axil):
     if "qp_info_qp" not in endpoint.signature.members:
         raise ValueError("the register block reads the QP table: build the endpoint with "
                          "qp_info=True")
-    regs = m.submodules.regs = AxiLiteRegs(endpoint.config, mac=mac, ip=ip)
+    regs = m.submodules.regs = AxiLiteRegs(endpoint.config, mac=mac, ip=ip, settings=True)
     members = endpoint.signature.members
     for name, member in regs.signature.members.items():
         if name.startswith("s_axil_") or name in ("reading", "stats_addr", "stats_data"):
             continue
-        if member.flow == Out:
+        if member.is_signature:                     # tc_cfg, cc_cfg: the run-time settings
+            wiring.connect(m, getattr(regs, name), getattr(endpoint, name))
+            used.add(name)
+        elif member.flow == Out:
             m.d.comb += getattr(endpoint, name).eq(getattr(regs, name))
             used.add(name)
         elif name in members:

@@ -20,7 +20,7 @@ __all__ = ["CoreTop", "PHYS", "xgmii_mac", "XGMII_MAX_FRAME"]
 
 #: Endpoint ports the AXI4-Lite register block owns when it is there.
 REGS_OWN = ("stats_addr", "stats_data", "qp_stats_qp", "qp_stats_sel", "qp_stats_data",
-            "qp_info_qp", "qp_info_context", "qp_info_psn")
+            "qp_info_qp", "qp_info_context", "qp_info_psn", "tc_cfg", "cc_cfg", "cc_qp", "cc_rate")
 
 #: MAC sides of the core: the CMAC-shaped AXI-Stream port, or the built-in XGMII MAC.
 PHYS = ("axis", "xgmii")
@@ -71,6 +71,12 @@ class CoreTop(wiring.Component):
     * packet streams other than the MAC (``msg``): ``s_<name>_axis_*`` (or ``m_<name>_axis_*``
       for an output) plus ``<name>_meta`` for the packet's metadata;
     * the AXI4 memory port (``memory="axi4"``): ``m_axi_*``;
+    * when the endpoint has them (:attr:`pause_ports`), the pause ports for a MAC that
+      terminates and sends PFC/PAUSE frames itself: ``pause_rx`` (In(8), bit ``n`` high while
+      the link partner pauses priority ``n``) and ``pause_tx`` (Out(8), XOFF request level per
+      priority); :class:`~rocegen.boards.xilinx.cmac.Cmac` with ``pfc=True`` turns them into
+      the CMAC's pause interface. The built-in XGMII MAC has none, so ``phy="xgmii"`` refuses
+      an endpoint with them;
     * every other port (``stats_addr``, ``stats_data``, ``gen_busy``...) under its own name.
 
     One clock domain (``clk``, ``rst`` active high, synchronous). Byte order, latency and
@@ -113,11 +119,17 @@ class CoreTop(wiring.Component):
                                           **params)
         self.num_qps = ep.num_qps
         self.memory = ep.memory
+        #: The endpoint has the pause ports ``pause_rx``/``pause_tx`` (they become ports here).
+        self.pause_ports = {"pause_rx", "pause_tx"} <= set(ep.signature.members)
+        if self.pause_ports and phy == "xgmii":
+            raise ValueError("phy='xgmii': the built-in XGMII MAC neither decodes nor sends "
+                             "pause frames, so it cannot drive the endpoint's pause_rx/pause_tx; "
+                             "build the endpoint to handle PFC itself")
         members = {}
         self._plan = []
         self._regs = None
         if self.axil:
-            self._regs = AxiLiteRegs(ep.config, mac=self.mac, ip=self.ip)
+            self._regs = AxiLiteRegs(ep.config, mac=self.mac, ip=self.ip, settings=True)
             members.update(axil_members("s_axil"))
         for name, member in ep.signature.members.items():
             if name in ("local_mac", "local_ip"):
@@ -179,6 +191,8 @@ class CoreTop(wiring.Component):
                         m.d.comb += getattr(regs, name).eq(getattr(self, name))
                     else:
                         m.d.comb += getattr(self, name).eq(getattr(regs, name))
+                elif regs.signature.members[name].is_signature:     # tc_cfg, cc_cfg
+                    wiring.connect(m, getattr(regs, name), getattr(ep, name))
                 elif regs.signature.members[name].flow == In:
                     m.d.comb += getattr(regs, name).eq(getattr(ep, name))
                 else:

@@ -307,7 +307,8 @@ class RoceEndpoint(wiring.Component):
                 "rq_depth": rq_depth, "pattern_sink": pattern_sink,
                 "resp_ack_every": resp_ack_every, "cnp_interval": cnp_interval}
                if responder else {}),
-            "dscp": dscp, "ecn": bool(ecn), "dcqcn": bool(dcqcn), "line_gbps": line_gbps,
+            "dscp": dscp, "ecn": bool(ecn), "pcp": pcp, "dcqcn": bool(dcqcn),
+            "dcqcn_params": dict(dcqcn_params or {}), "line_gbps": line_gbps,
         }
         members = {
             "local_mac": In(48),

@@ -717,9 +717,10 @@ class _FakeEndpoint(wiring.Component):
 
     def __init__(self, config):
         self.config = config
-        regs = AxiLiteRegs(config, mac=0, ip=0)
+        regs = AxiLiteRegs(config, mac=0, ip=0, settings=True)
         regs._MustUse__silence = True
-        super().__init__({name: (In if member.flow == Out else Out)(member.shape)
+        super().__init__({name: member.flip() if member.is_signature
+                          else (In if member.flow == Out else Out)(member.shape)
                           for name, member in regs.signature.members.items()
                           if not name.startswith("s_axil_") and name != "reading"})
 
