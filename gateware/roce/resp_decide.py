@@ -9,6 +9,7 @@ from rocegen.gateware.roce.resp_layouts import (
     RECV_POST,
     RESP_HEADER,
     RESP_PLACE,
+    RESP_READ,
     RESP_STATE,
     UNACKED_BITS,
     RecvOpcode,
@@ -39,8 +40,9 @@ class RespDecide(wiring.Component):
 
     Ports
     -----
-    verdict, length_fault : In(RespVerdict), In(1)
-        The verdict on the request and, with INVALID, whether it failed the length check
+    verdict, length_fault, rd_ok : In(RespVerdict), In(1), In(1)
+        The verdict on the request and, with INVALID, whether it failed the length check; with
+        DUPLICATE, whether a READ is executed again
         (:class:`~rocegen.gateware.roce.resp_check.RespCheck`, on the same inputs).
     h, f : In(RESP_HEADER), In(RESP_FACTS)
         The request's headers and their facts
@@ -49,6 +51,8 @@ class RespDecide(wiring.Component):
         The QP's responder state.
     rnr_timer : In(5)
         The QP's RNR timer code.
+    pmtu_log2 : In(4)
+        The QP's PMTU code (a READ's PSNs: 8 .. 12).
     rq_head : In(RECV_POST)
         The QP's first receive buffer (used when the request takes it).
     new_st : Out(RESP_STATE)
@@ -65,6 +69,11 @@ class RespDecide(wiring.Component):
         A receive completion (``qp`` left 0 for the caller to fill in).
     rq_pop, flush : Out(1), Out(1)
         Take the receive queue's first buffer; flush the QP's receive queue (error state).
+    rd_valid, rd : Out(1), Out(RESP_READ)
+        A READ to queue: an executed READ request (ePSN + max(1, ceil(length / PMTU)), MSN + 1,
+        its responses carrying the new MSN, no ACK) or a duplicate one executed again (from its
+        own PSN, with the QP's MSN, no ACK; a duplicate READ not executed again is dropped
+        silently).
 
     Behaviour
     ---------
@@ -80,14 +89,15 @@ class RespDecide(wiring.Component):
                              f"(requests), not {ack_every!r}")
         self.ack_every = ack_every
         super().__init__({
-            "verdict": In(RespVerdict), "length_fault": In(1),
+            "verdict": In(RespVerdict), "length_fault": In(1), "rd_ok": In(1),
             "h": In(RESP_HEADER), "f": In(RESP_FACTS), "st": In(RESP_STATE),
-            "rnr_timer": In(5),
+            "rnr_timer": In(5), "pmtu_log2": In(4),
             "rq_head": In(RECV_POST),
             "new_st": Out(RESP_STATE), "place": Out(RESP_PLACE),
             "resp_valid": Out(1), "resp": Out(ACK_FIELDS),
             "cpl_valid": Out(1), "cpl": Out(RECV_COMPLETION),
             "rq_pop": Out(1), "flush": Out(1),
+            "rd_valid": Out(1), "rd": Out(RESP_READ),
         })
 
     def elaborate(self, platform):
@@ -130,6 +140,18 @@ class RespDecide(wiring.Component):
                 self.cpl.wr_id.eq(Mux(pop, self.rq_head.wr_id, st.wr_id)),
             ]
 
+        # ---- a READ: its PSNs less one, max(1, ceil(length / PMTU)) - 1 (PMTU codes 8..12)
+        rd, read = self.rd, f.read
+        span = Signal(24)
+        dma_m1 = Signal(32)
+        m.d.comb += dma_m1.eq(reth.dma_len - 1)
+        with m.Switch(self.pmtu_log2):
+            for j in range(8, 13):
+                with m.Case(j):
+                    m.d.comb += span.eq(Mux(f.dma_zero, 0, dma_m1[j:]))
+        m.d.comb += [rd.psn.eq(psn), rd.va.eq(reth.va[:32]), rd.length.eq(reth.dma_len),
+                     rd.msn.eq(st.msn), rd.pmtu_log2.eq(self.pmtu_log2)]
+
         # ---- ACKs by count: the QP's requests executed since its last answer, this one included
         every = self.ack_every
         count = Signal(UNACKED_BITS + 1)
@@ -141,7 +163,8 @@ class RespDecide(wiring.Component):
                 m.d.comb += [ns.nak_pending.eq(1), ns.unacked.eq(0), self.resp_valid.eq(1),
                              self.resp.syndrome.eq(NAK_PSN_SEQ), self.resp.psn.eq(st.epsn)]
             with m.Case(RespVerdict.DUPLICATE):
-                m.d.comb += [self.resp_valid.eq(1), ns.unacked.eq(0),
+                m.d.comb += [self.resp_valid.eq(~read), self.rd_valid.eq(read & self.rd_ok),
+                             ns.unacked.eq(Mux(read & ~self.rd_ok, st.unacked, 0)),
                              self.resp.syndrome.eq(SYN_ACK), self.resp.psn.eq(st.epsn - 1)]
             with m.Case(RespVerdict.RNR):
                 m.d.comb += [ns.nak_pending.eq(1), ns.unacked.eq(0), self.resp_valid.eq(1),
@@ -151,14 +174,16 @@ class RespDecide(wiring.Component):
             with m.Case(RespVerdict.ACCESS):
                 fatal(NAK_REM_ACCESS)
             with m.Case(RespVerdict.EXECUTED):
-                ack = bth.ack_req | counted_ack
+                ack = (bth.ack_req | counted_ack) & ~read
                 m.d.comb += [
                     self.place.write.eq(n != 0),
-                    ns.nak_pending.eq(0), ns.epsn.eq(st.epsn + 1), ns.msn.eq(st.msn + end),
-                    ns.kind.eq(Mux(end, RespKind.NONE, kind_of(f))), ns.addr.eq(addr + n),
+                    ns.nak_pending.eq(0), ns.epsn.eq(st.epsn + 1 + Mux(read, span, 0)),
+                    ns.msn.eq(st.msn + (end | read)),
+                    ns.kind.eq(Mux(end | read, RespKind.NONE, kind_of(f))), ns.addr.eq(addr + n),
                     ns.remaining.eq(remaining - n), ns.total.eq(total), ns.wr_id.eq(wr_id),
                     self.resp_valid.eq(ack), self.resp.syndrome.eq(SYN_ACK),
-                    ns.unacked.eq(Mux(ack, 0, count if every else 0)),
+                    ns.unacked.eq(Mux(ack | read, 0, count if every else 0)),
+                    self.rd_valid.eq(read), rd.msn.eq(st.msn + 1),
                     self.resp.msn.eq(st.msn + end),
                     self.rq_pop.eq(f.needs_rq), self.cpl_valid.eq(end & (send | imm)),
                     self.cpl.status.eq(RecvStatus.OK),

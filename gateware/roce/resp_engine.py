@@ -17,6 +17,7 @@ from rocegen.gateware.roce.resp_layouts import (
     RESP_HEADER,
     RESP_PLACE,
     RESP_QP_CONFIG,
+    RESP_READ_JOB,
     RESP_RESPONSE,
     RESP_STATE,
     RespVerdict,
@@ -67,6 +68,12 @@ class RespEngine(wiring.Component):
         manager.
     rq_qp, rq_valid, rq_head : Out(range(num_qps)), In(1), In(RECV_POST)
         The receive queues' read port (one cycle after the QP).
+    rd_qp, rd_full : Out(range(num_qps)), In(1)
+        The READ queues' read port (one cycle after the QP): the QP's queue is full.
+    rd_push : Out(stream.Signature(RESP_READ_JOB, always_ready=True))
+        A READ to queue (executed, or a duplicate executed again), in the cycle it acts: the
+        QP's queue had room when it was read (the next request of the QP is taken a cycle
+        later, so that it reads the queue after the push).
     rq_pop : Out(stream.Signature(8, always_ready=True))
     rq_flush : Out(stream.Signature(8))
         ``ready`` low while the receive queues flush: no request is taken meanwhile.
@@ -107,13 +114,15 @@ class RespEngine(wiring.Component):
     the predecessor's PSN and verdict), ACT reads it from the memory. A request that would
     read the receive queue its predecessor pops in that cycle waits one cycle more (the
     queue's head moves with the pop): SEND FIRST/ONLY and WRITEs with immediate of one QP take
-    three cycles each. Latency: a header offered in cycle t (the pipeline empty) has its
-    actions offered in cycle t + 3.
+    three cycles each; so does a READ, whose push fills the READ queue the next one reads
+    (and whose ePSN moves by its responses' PSNs, not by one as the forwarded place
+    assumes). Latency: a header offered in cycle t (the pipeline empty) has its actions
+    offered in cycle t + 3.
 
     A ``psn_set`` takes effect in the cycle after it comes (the state memory's write port is
     its, an ACT of another QP waits). One naming the QP of a request from the cycle it is taken
-    to the cycle it acts makes its decision void (nothing placed, answered, completed or
-    popped, the state not written: the requester resends it); one while the request's actions
+    to the cycle it acts makes its decision void (nothing placed, answered, completed, popped
+    or queued, the state not written: the requester resends it); one while the request's actions
     wait in the output register withdraws those not yet taken (the placement record then
     writes nothing).
     """
@@ -132,6 +141,8 @@ class RespEngine(wiring.Component):
             "cfg_w": In(stream.Signature(RESP_CONFIG_WRITE, always_ready=True)),
             "cfg_qp": In(range(num_qps)), "cfg": Out(RESP_QP_CONFIG),
             "rq_qp": Out(range(num_qps)), "rq_valid": In(1), "rq_head": In(RECV_POST),
+            "rd_qp": Out(range(num_qps)), "rd_full": In(1),
+            "rd_push": Out(stream.Signature(RESP_READ_JOB, always_ready=True)),
             "rq_pop": Out(stream.Signature(unsigned(8), always_ready=True)),
             "rq_flush": Out(stream.Signature(unsigned(8))),
             "act": Out(stream.Signature(RESP_PLACE)),
@@ -161,7 +172,7 @@ class RespEngine(wiring.Component):
         in_table = Signal()
         stale = Signal()                    # a set-up of its QP took effect since it was taken
         checking, acting = Signal(), Signal()
-        v_r, fault_r, peer_r = Signal(RespVerdict), Signal(), Signal()
+        v_r, fault_r, peer_r, rd_ok_r = Signal(RespVerdict), Signal(), Signal(), Signal()
         seq = Signal(SEQ_BITS)              # requests taken
         # the state the request in CHECK follows when its predecessor was of the same QP (its
         # read came before that state was written)
@@ -191,14 +202,15 @@ class RespEngine(wiring.Component):
         head_qp = head.bth.dest_qp[:8]
         hold = checking | (acting & ~acts)
         same = acting & (head_qp == qp)     # the request acting is of the head's QP
-        # (a request that may take a receive buffer: the next of its QP waits a cycle)
+        # (a request that may take a receive buffer or push a READ: the next of its QP waits a
+        # cycle)
         may_pop = Signal()
         take = Signal()
         m.d.comb += [take.eq(self.hdr.valid & ~hold & ~(same & may_pop) & self.rq_flush.ready),
                      self.hdr.ready.eq(take)]
         rd = Signal(8)
         m.d.comb += rd.eq(Mux(hold, qp, head_qp))
-        for port in (st_r.addr, cf_r.addr, self.ctx_qp, self.rq_qp):
+        for port in (st_r.addr, cf_r.addr, self.ctx_qp, self.rq_qp, self.rd_qp):
             m.d.comb += port.eq(rd)
         # the state the acting request leaves, its ePSN that of the request if it executes
         # (else unchanged: the read of the acting request is still on the port)
@@ -208,7 +220,7 @@ class RespEngine(wiring.Component):
         with m.If(take):
             m.d.sync += [h.eq(head), f.eq(hf), qp.eq(head_qp),
                          in_table.eq((head.bth.dest_qp[8:] == QPN_BASE >> 8) & (head_qp < n)),
-                         may_pop.eq(hf.needs_rq | (hf.send & (hf.first | hf.only))),
+                         may_pop.eq(hf.needs_rq | (hf.send & (hf.first | hf.only)) | hf.read),
                          stale.eq(ps_v & (ps_r.qp == head_qp)), seq.eq(seq + 1),
                          fwd.eq(same & ~void), fwd_st.eq(dec.new_st),
                          fwd_ahead.eq(ahead_f), fwd_behind.eq(behind_f)]
@@ -227,14 +239,15 @@ class RespEngine(wiring.Component):
                      chk.ahead.eq(Mux(fwd, fwd_ahead, ahead_m)),
                      chk.behind.eq(Mux(fwd, fwd_behind, behind_m)),
                      chk.mr.eq(cfg.mr), chk.rq_valid.eq(self.rq_valid),
-                     chk.rq_head.eq(self.rq_head)]
+                     chk.rq_head.eq(self.rq_head), chk.rd_full.eq(self.rd_full)]
         with m.If(checking):
             m.d.sync += [v_r.eq(chk.verdict), fault_r.eq(chk.length_fault),
-                         peer_r.eq(chk.from_peer)]
+                         peer_r.eq(chk.from_peer), rd_ok_r.eq(chk.rd_ok)]
 
         # ---- ACT: the actions of the verdict; the state written (a set-up first)
-        m.d.comb += [dec.verdict.eq(v_r), dec.length_fault.eq(fault_r), dec.h.eq(h), dec.f.eq(f),
-                     dec.st.eq(st_r.data), dec.rnr_timer.eq(cfg.rnr_timer),
+        m.d.comb += [dec.verdict.eq(v_r), dec.length_fault.eq(fault_r), dec.rd_ok.eq(rd_ok_r),
+                     dec.h.eq(h), dec.f.eq(f), dec.st.eq(st_r.data),
+                     dec.rnr_timer.eq(cfg.rnr_timer), dec.pmtu_log2.eq(self.ctx.pmtu_log2),
                      dec.rq_head.eq(self.rq_head)]
         with m.If(ps_v):
             m.d.comb += [st_w.addr.eq(ps_r.qp), st_w.data.epsn.eq(ps_r.psn),
@@ -243,6 +256,13 @@ class RespEngine(wiring.Component):
             m.d.comb += [st_w.addr.eq(qp), st_w.data.eq(dec.new_st), st_w.en.eq(acts & ~stale)]
         m.d.comb += [self.rq_pop.valid.eq(acts & dec.rq_pop & ~void),
                      self.rq_pop.payload.eq(qp),
+                     self.rd_push.valid.eq(acts & dec.rd_valid & ~void),
+                     self.rd_push.payload.qp.eq(qp), self.rd_push.payload.read.eq(dec.rd),
+                     self.rd_push.payload.route.dest_qpn.eq(self.ctx.peer_qpn),
+                     self.rd_push.payload.route.dst_ip.eq(self.ctx.peer_ip),
+                     self.rd_push.payload.route.src_port.eq(self.ctx.udp_sport),
+                     self.rd_push.payload.route.dscp.eq(self.ctx.dscp),
+                     self.rd_push.payload.route.ecn.eq(self.ctx.ecn),
                      self.decided.eq(acts), self.verdict.eq(v_r)]
         with m.If(acts):
             m.d.sync += [

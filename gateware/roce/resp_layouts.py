@@ -4,12 +4,15 @@ headers are in :mod:`rocegen.wire.headers`, the requester's records in
 
 from amaranth.lib import data, enum
 
+from rocegen.gateware.roce.layouts import PACKET_DESC
 from rocegen.wire import headers as H
 
 __all__ = ["RespVerdict", "RespKind", "RESP_HEADER", "RESP_PLACE", "RESP_RESPONSE", "RESP_STATE", "MR_ENTRY",
            "RESP_QP_CONFIG", "RESP_CONFIG_WRITE", "RECV_POST", "RecvOpcode", "RecvStatus", "RECV_COMPLETION",
            "REQ_HDR_MAX", "REQ_HDR_MIN", "ACK_PAYLOAD", "CNP_PAYLOAD_BYTES", "LENGTH_BITS",
-           "UNACKED_BITS", "CNP_MARK", "CNP_CONFIG", "CNP_INTERVAL_BITS", "CNP_DSCP"]
+           "UNACKED_BITS", "CNP_MARK", "CNP_CONFIG", "CNP_INTERVAL_BITS", "CNP_DSCP",
+           "RESP_READ", "RESP_READ_JOB", "READ_ROUTE", "READ_MAX", "READ_PROGRESS", "READ_TURN",
+           "READ_RETURN", "READ_MEM", "RESP_READ_PACKET"]
 
 #: Bytes from the start of a request's IPv4 header to its payload: IPv4 20, UDP 8, BTH 12, at
 #: most RETH 16 and ImmDt 4.
@@ -117,8 +120,59 @@ CNP_MARK = data.StructLayout({
 #: The notification point's run-time setting: the shortest time between two CNPs of a QP.
 CNP_CONFIG = data.StructLayout({"interval": CNP_INTERVAL_BITS})
 
-#: A QP's memory region: the local bytes [base, base + length) the peer may write with R_Key
-#: ``rkey`` (the virtual address a requester uses is the local byte address).
+#: Largest DMA length of an RDMA READ (IBTA: messages of at most 2^31 bytes).
+READ_MAX = 1 << 31
+
+#: An RDMA READ the responder executes (or a duplicate it executes again): what its responses
+#: need of the request.
+RESP_READ = data.StructLayout({
+    "psn": 24,                 # of the request: the PSN of the first response
+    "va": 32,                  # local byte address of the first byte
+    "length": 32,              # bytes, 0 .. READ_MAX
+    "msn": 24,                 # the AETH MSN of its responses
+    "pmtu_log2": 4,            # 8 .. 12: payload bytes of every response but the last
+})
+
+#: Where a QP's READ responses go (from its QP context).
+READ_ROUTE = data.StructLayout({
+    "dest_qpn": 24,            # the peer's QP number
+    "dst_ip": 32,
+    "src_port": 16,            # UDP source port: the QP's
+    "dscp": 6,
+    "ecn": 2,
+})
+
+#: A READ handed to the READ queue: its QP, the READ, where its responses go.
+RESP_READ_JOB = data.StructLayout({"qp": 8, "read": RESP_READ, "route": READ_ROUTE})
+
+#: How far the responses of a QP's oldest queued READ have gone: the PSN, local byte address
+#: and bytes of the next response, and whether the first has been made.
+READ_PROGRESS = data.StructLayout({"psn": 24, "va": 32, "left": 32, "started": 1})
+
+#: A turn of the READ response generator: a QP's oldest queued READ, as far as it has gone.
+READ_TURN = data.StructLayout({
+    "qp": 8,
+    "prog": READ_PROGRESS,
+    "msn": 24,
+    "pmtu_log2": 4,
+    "route": READ_ROUTE,
+})
+
+#: The end of a turn: the READ done (all its responses made), or how far it has gone.
+READ_RETURN = data.StructLayout({"qp": 8, "done": 1, "prog": READ_PROGRESS})
+
+#: The memory read of one response's payload, in words of the data width W: the word address
+#: of its first byte, that byte's place in the word, and the words to read (0: no payload).
+READ_MEM = data.StructLayout({"addr": 32, "offset": 6, "words": 10})
+
+#: One READ response packet: its descriptor for the packet builder
+#: (:data:`~rocegen.gateware.roce.layouts.PACKET_DESC`: the AETH travels as an ImmDt, the same
+#: four bytes after the BTH) and the memory read of its payload.
+RESP_READ_PACKET = data.StructLayout({"desc": PACKET_DESC, "mem": READ_MEM})
+
+#: A QP's memory region: the local bytes [base, base + length) the peer may write (``write``)
+#: or read (``read``) with R_Key ``rkey`` (the virtual address a requester uses is the local
+#: byte address).
 MR_ENTRY = data.StructLayout({
     "rkey": 32,
     "base": 32,

@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.resp_layouts import LENGTH_BITS, RESP_HEADER, RespKind
+from rocegen.gateware.roce.resp_layouts import LENGTH_BITS, READ_MAX, RESP_HEADER, RespKind
 from rocegen.wire import headers as H
 
 __all__ = ["RespPrecheck", "RESP_FACTS", "RESP_REQUEST", "PMTU_CODES", "has_imm", "kind_of"]
@@ -26,6 +26,7 @@ PMTU_CODES = 16
 RESP_FACTS = data.StructLayout({
     "send": 1,                 # a SEND (with or without immediate)
     "write": 1,                # an RDMA WRITE (with or without immediate)
+    "read": 1,                 # an RDMA READ request (none of first .. only)
     "first": 1, "middle": 1, "last": 1, "only": 1,
     "imm": 1,                  # carries an ImmDt
     "needs_rq": 1,             # takes a receive buffer: SEND FIRST/ONLY, WRITE with immediate
@@ -34,6 +35,7 @@ RESP_FACTS = data.StructLayout({
     "va_end": 65,              # RETH VA + DMA length
     "dma_zero": 1,             # RETH DMA length 0
     "write_len_bad": 1,        # a WRITE FIRST/ONLY's length against its DMA length is wrong
+    "read_len_bad": 1,         # a READ carries payload or pad, or a DMA length over READ_MAX
 })
 
 #: A request as the responder's ingress hands it to the engine: its headers and their facts.
@@ -55,7 +57,9 @@ class RespPrecheck(wiring.Component):
         0 from j = 13 up), a FIRST or MIDDLE carries exactly the PMTU with no pad, a LAST 1 to
         PMTU bytes, an ONLY 0 to PMTU bytes, and PadCnt is what the length needs.
         ``write_len_bad``: a WRITE FIRST/ONLY carries as many bytes as its DMA length or more
-        (FIRST), or other than its DMA length (ONLY).
+        (FIRST), or other than its DMA length (ONLY). ``read``: an RDMA READ request (it is
+        none of ``first`` .. ``only``); ``read_len_bad``: it carries payload or pad, or asks
+        for more than :data:`~rocegen.gateware.roce.resp_layouts.READ_MAX` bytes.
 
     Behaviour
     ---------
@@ -78,6 +82,8 @@ class RespPrecheck(wiring.Component):
         last, only = (sub == 2) | (sub == 3), (sub == 4) | (sub == 5)
         imm = has_imm(op)
         m.d.comb += [
+            f.read.eq(op == H.OP_RC_RDMA_READ_REQUEST),
+            f.read_len_bad.eq((n != 0) | (bth.padcnt != 0) | (reth.dma_len > READ_MAX)),
             f.send.eq(send), f.write.eq(write), f.first.eq(first), f.middle.eq(middle),
             f.last.eq(last), f.only.eq(only), f.imm.eq(imm),
             f.needs_rq.eq((send & (first | only)) | (write & imm)),

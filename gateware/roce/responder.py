@@ -55,7 +55,9 @@ def default_config(num_qps, base, length, *, rkey_seed=0x5EED, rnr_timer=1):
 
 class Responder(wiring.Component):
     """The RC responder of the endpoint: request datagrams in; payload writes into local
-    memory, ACKs and NAKs out, receive buffers in and their completions out.
+    memory, ACKs and NAKs out, receive buffers in and their completions out. RDMA READ
+    requests are refused (NAK invalid request, as when their queue is full: the READ queue and
+    response generator, :mod:`~rocegen.gateware.roce.resp_read`, are not part of it).
 
     Parameters
     ----------
@@ -184,6 +186,9 @@ class Responder(wiring.Component):
         m.d.comb += [
             self.ctx_qp.eq(eng.ctx_qp), eng.ctx.eq(self.ctx),
             eng.cfg_qp.eq(self.cfg_qp), self.cfg.eq(eng.cfg),
+            # (no READ queue here: every READ finds it full, NAK invalid request; a duplicate
+            # READ is dropped)
+            eng.rd_full.eq(1),
         ]
         # (a record that finds the queue empty goes straight on if the placement stage takes it)
         acts = m.submodules.act_queue = fifo.SyncFIFO(width=RESP_PLACE.size, depth=ACT_DEPTH)

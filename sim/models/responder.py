@@ -31,6 +31,33 @@ side"), in this order:
    executed since the QP's last answer (``ack_every`` 0: on AckReq only); a receive completion
    at the end of a SEND and of a WRITE with immediate.
 
+RDMA READ requests (``shared/spec/roce-wire.md`` "RDMA READ"; IBTA and Linux rxe where it is
+silent) go through steps 1 and 2, then:
+
+3. At ePSN: no message may be open (else NAK invalid request, as any request out of sequence);
+   the request carries no payload and no pad, a DMA length of at most 2^31 bytes, and its QP a
+   PMTU of 256..4096 bytes (else NAK invalid request); the QP's READ queue has room (it holds
+   ``rd_depth`` READs, at least the 16 a ConnectX requester keeps outstanding; a READ that finds
+   it full is NAK invalid request, IBTA's class B "too many RDMA READ or atomic requests", the
+   NAK rxe sends when it has no READ resources); with a DMA length > 0, the R_Key is the QP's
+   region's, the region readable and [VA, VA + length) inside it (else NAK remote access error
+   with the request's PSN). Executed: ePSN + max(1, ceil(length / PMTU)), MSN + 1 (IBTA C9-148:
+   a READ counts as a message when it is taken), no ACK (its responses are the answer, they
+   restart ``unacked``), and the READ is queued (:attr:`Decision.read`), its responses carrying
+   the new MSN.
+4. Behind ePSN (a duplicate): executed again from its own PSN, VA and length, with the QP's
+   MSN, when it passes the checks of step 3 but the opcode sequence (a requester resends a
+   READ whose responses it missed); else dropped silently (a duplicate neither NAKs nor moves
+   the QP to the error state). Neither answers with an ACK; the state is left as it was (a
+   replayed READ restarts ``unacked``).
+
+:func:`read_responses` is the model of the response generator: the packets of a queued READ.
+:func:`answer_order` is the order rule of the answers of a QP: ACKs, NAKs and READ responses
+leave in the order of the requests they answer (PSN order); of consecutive ACKs of a QP, with
+no other answer between them, only the last need leave (they are cumulative). A READ's
+responses acknowledge every request before it, as an ACK of the PSN before the READ would, so
+an ACK of a later request sent ahead of them would acknowledge the READ before its data.
+
 Every answer (ACK, NAK, RNR NAK, the ACK of a duplicate) is cumulative: it restarts the QP's
 count of requests executed unanswered (``unacked``), as a ConnectX's ``ack_every`` does.
 
@@ -46,7 +73,9 @@ from rocegen.wire import headers as H
 from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_MASK, SYN_ACK, SYN_RNR
 
 __all__ = ["Verdict", "Kind", "RespState", "Decision", "decide", "OPCODES", "psn_delta",
-           "NotificationPoint", "CNP_DSCP", "FROM_PEER"]
+           "NotificationPoint", "CNP_DSCP", "FROM_PEER", "READ_MAX", "read_packets", "read_fault",
+           "read_responses", "memory_read", "answer_order", "check_answer_order",
+           "RD_FIRST", "RD_MIDDLE", "RD_LAST", "RD_ONLY"]
 
 
 class Verdict(enum.IntEnum):
@@ -97,6 +126,13 @@ OPCODES = {
 
 QP_STATE_RTR, QP_STATE_RTS = 2, 3       # QpState values of the QP table
 
+#: Largest DMA length of a READ (IBTA: messages of at most 2^31 bytes).
+READ_MAX = 1 << 31
+#: The PMTU codes (log2 of the bytes) a READ's responses may use.
+READ_PMTU_LOG2 = range(8, 13)
+#: READ response opcodes.
+RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = 0x0D, 0x0E, 0x0F, 0x10
+
 
 def psn_delta(a, b):
     """``a - b`` as a signed 24-bit number."""
@@ -134,6 +170,9 @@ class Decision:
     #: INVALID because the packet's bytes do not fit the message (the last check of step 6),
     #: not an earlier check
     length_fault: bool = False
+    #: A READ to queue (executed or replayed): ``psn`` (of its first response), ``va`` (local
+    #: byte address), ``length``, ``msn`` (the AETH MSN of its responses), ``pmtu_log2``
+    read: dict | None = None
 
 
 def _segmentation_ok(pos, n, padcnt, pmtu):
@@ -148,7 +187,26 @@ def _segmentation_ok(pos, n, padcnt, pmtu):
     return padcnt == (-n) & 3
 
 
-def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0):
+def read_packets(length, pmtu_log2):
+    """PSNs (response packets) a READ of ``length`` bytes takes: ceil(length / PMTU), 1 for 0."""
+    return max(1, -(-length >> pmtu_log2))
+
+
+def read_fault(h, ctx, mr, rd_full):
+    """What stops a READ request with headers ``h`` (the READ checks of :func:`decide` but the
+    opcode sequence): None, ``"invalid"`` or ``"access"``."""
+    bth, reth = h["bth"], h["reth"]
+    va, dlen = reth["va"], reth["dma_len"]
+    if h["length"] or bth["padcnt"] or dlen > READ_MAX or \
+            ctx["pmtu_log2"] not in READ_PMTU_LOG2 or rd_full:
+        return "invalid"
+    if dlen and not (reth["rkey"] == mr["rkey"] and mr["read"] and
+                     mr["base"] <= va and va + dlen <= mr["base"] + mr["length"]):
+        return "access"
+    return None
+
+
+def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0, rd_full=False):
     """The decision for one request.
 
     ``h``: the headers (``RESP_HEADER`` as a dict: ``src_ip``, ``bth`` {opcode, psn, pkey,
@@ -157,7 +215,8 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0):
     QP's :class:`RespState`. ``mr``: ``rkey``, ``base``, ``length``, ``write``. ``rnr_timer``:
     the QP's RNR timer code. ``rq_head``: ``wr_id``, ``addr``, ``length`` of the first posted
     receive buffer, or None. ``ack_every``: an ACK after so many requests executed without
-    one (0: only on AckReq).
+    one (0: only on AckReq). ``rd_full``: the QP's READ queue is full. ``mr["read"]``: the
+    region may be read.
     """
     bth = h["bth"]
     psn, op, n = bth["psn"], bth["opcode"], h["length"]
@@ -184,7 +243,13 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0):
             return out(Verdict.SEQ_DROP)
         return out(Verdict.SEQ_NAK, st.replace(nak_pending=True, unacked=0),
                    dict(syndrome=NAK_PSN_SEQ, psn=st.epsn, msn=st.msn))
+    read = op == H.OP_RC_RDMA_READ_REQUEST
     if d < 0:
+        if read:
+            if read_fault(h, ctx, mr, rd_full):
+                return out(Verdict.DUPLICATE)
+            return out(Verdict.DUPLICATE, st.replace(unacked=0),
+                       read=_read_job(h, ctx, st.msn))
         return out(Verdict.DUPLICATE, st.replace(unacked=0),
                    dict(syndrome=SYN_ACK, psn=(st.epsn - 1) & PSN_MASK, msn=st.msn))
 
@@ -201,6 +266,17 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0):
                    dict(syndrome=syndrome, psn=psn, msn=st.msn), completion=cpl, rq_pop=rq_pop,
                    flush=True, length_fault=length_fault)
 
+    if read:
+        if st.kind != Kind.NONE:
+            return fatal(NAK_INV_REQ, Verdict.INVALID)
+        fault = read_fault(h, ctx, mr, rd_full)
+        if fault:
+            return fatal(*((NAK_INV_REQ, Verdict.INVALID) if fault == "invalid" else
+                           (NAK_REM_ACCESS, Verdict.ACCESS)))
+        msn = (st.msn + 1) & PSN_MASK
+        n_psn = read_packets(h["reth"]["dma_len"], ctx["pmtu_log2"])
+        return out(Verdict.EXECUTED, st.replace(epsn=(st.epsn + n_psn) & PSN_MASK, msn=msn,
+                                                unacked=0), read=_read_job(h, ctx, msn))
     info = OPCODES.get(op)
     if info is None:
         return fatal(NAK_INV_REQ, Verdict.INVALID)
@@ -255,6 +331,80 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0):
         response, unacked = dict(syndrome=SYN_ACK, psn=psn, msn=st.msn), 0
     st = st.replace(unacked=unacked)
     return out(Verdict.EXECUTED, st, response, place=place, completion=completion, rq_pop=rq_pop)
+
+
+def _read_job(h, ctx, msn):
+    reth = h["reth"]
+    return dict(psn=h["bth"]["psn"], va=reth["va"] & 0xFFFFFFFF, length=reth["dma_len"],
+                msn=msn, pmtu_log2=ctx["pmtu_log2"])
+
+
+def read_responses(job, syndrome=SYN_ACK):
+    """The response packets of a queued READ (``job`` as :attr:`Decision.read`), in order: dicts
+    of ``opcode`` (ONLY when the length is at most the PMTU, zero included; else FIRST,
+    MIDDLE..., LAST), ``psn`` (from the request's, + 1 each), ``aeth`` ((syndrome, MSN) on
+    FIRST, LAST and ONLY: an ACK, as the responder's ACKs are, with the job's MSN; None on
+    MIDDLE), ``addr`` (local byte address of the payload), ``length`` (the PMTU but on the
+    last) and ``padcnt``."""
+    pmtu = 1 << job["pmtu_log2"]
+    n = read_packets(job["length"], job["pmtu_log2"])
+    out = []
+    for k in range(n):
+        first, last = k == 0, k == n - 1
+        size = job["length"] - k * pmtu if last else pmtu
+        op = RD_ONLY if first and last else RD_FIRST if first else RD_LAST if last else RD_MIDDLE
+        out.append(dict(opcode=op, psn=(job["psn"] + k) & PSN_MASK,
+                        aeth=(syndrome, job["msn"]) if first or last else None,
+                        addr=(job["va"] + k * pmtu) & 0xFFFFFFFF, length=size,
+                        padcnt=-size & 3))
+    return out
+
+
+def memory_read(addr, length, width):
+    """The memory read of a payload of ``length`` bytes at byte address ``addr``, in words of
+    ``width`` bits: (word address, byte offset of the payload in the first word, words; 0 words
+    for no payload)."""
+    b = width // 8
+    off = addr % b
+    return addr // b, off, -(-(off + length) // b) if length else 0
+
+
+def answer_order(decisions):
+    """The answers of each QP, in the order they must leave (``decisions``: (qp, Decision)
+    pairs in the order of the requests): {qp: [answer]}, an answer being ``("ACK", syndrome,
+    psn, msn)`` for an ACKNOWLEDGE (ACK, RNR NAK or NAK) or ``("READ", response)`` for each
+    packet of :func:`read_responses`."""
+    out = {}
+    for qp, d in decisions:
+        q = out.setdefault(qp, [])
+        if d.response is not None:
+            r = d.response
+            q.append(("ACK", r["syndrome"], r["psn"], r["msn"]))
+        if d.read is not None:
+            q.extend(("READ", p) for p in read_responses(d.read))
+    return out
+
+
+def _plain_ack(a):
+    return a[0] == "ACK" and a[1] & 0x60 == 0
+
+
+def check_answer_order(want, got):
+    """``got``, the answers of one QP as they left, against ``want`` (its list of
+    :func:`answer_order`): the same, in the same order, but for plain ACKs left out that a
+    later plain ACK follows with no other answer between them (coalesced). Raises
+    ``AssertionError`` naming the first difference."""
+    i = 0
+    for j, a in enumerate(got):
+        while i < len(want) and want[i] != a and _plain_ack(want[i]) and \
+                i + 1 < len(want) and _plain_ack(want[i + 1]):
+            i += 1
+        assert i < len(want) and want[i] == a, \
+            f"answer {j} {a} left out of order: expected {want[i] if i < len(want) else None}"
+        i += 1
+    while i < len(want) - 1 and _plain_ack(want[i]) and _plain_ack(want[i + 1]):
+        i += 1
+    assert i == len(want), f"answers missing from {want[i]} on"
 
 
 

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from rocegen.gateware.roce.resp_precheck import PMTU_CODES, RespPrecheck
-from rocegen.sim.models.responder import FROM_PEER, OPCODES, Verdict, decide
+from rocegen.sim.models.responder import FROM_PEER, OPCODES, Verdict, decide, read_fault
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import run_sim
 from tests.unit.test_resp_decide import Chain, apply_case, draw
@@ -28,15 +28,21 @@ def test_verdicts_against_model(seed):
     async def tb(ctx):
         for case in cases:
             apply_case(ctx, top, case)
-            want = decide(*case)
+            want = decide(*case[:6], rd_full=case[6])
             seen[(want.verdict, want.length_fault)] += 1
             where = f"case {case}: model {want}"
             assert ctx.get(dut.verdict).value == want.verdict, where
             assert ctx.get(dut.length_fault) == want.length_fault, where
             assert ctx.get(dut.from_peer) == (want.verdict in FROM_PEER), where
+            h, qctx, _, mr, _, _, rd_full = case
+            if h["bth"]["opcode"] == 0x0C:
+                ok = read_fault(h, qctx, mr, rd_full) is None
+                assert ctx.get(dut.rd_ok) == ok, where
+                seen[("rd_ok", ok)] += 1
 
     run_sim(top, testbenches=[tb], deadline_cycles=None)
-    assert {v for v, _ in seen} == set(Verdict), seen
+    assert {v for v, _ in seen} >= set(Verdict), seen
+    assert seen[("rd_ok", True)] > 50 and seen[("rd_ok", False)] > 50, seen
     # INVALID by the length check, and by the checks before it
     assert seen[(Verdict.INVALID, True)] > 20 and seen[(Verdict.INVALID, False)] > 20, seen
 
@@ -66,7 +72,8 @@ def test_facts():
             want = {"send": int(kind is not None and kind.name == "SEND"),
                     "write": int(kind is not None and kind.name == "WRITE"),
                     "pkey_ok": int(pkey & 0x7FFF == 0x7FFF), "va_end": va + dma,
-                    "dma_zero": int(dma == 0)}
+                    "dma_zero": int(dma == 0), "read": int(op == 0x0C),
+                    "read_len_bad": int(n != 0 or pad != 0 or dma > 1 << 31)}
             assert {k: f[k] for k in want} == want, (op, n, f)
             if kind is None:
                 continue

@@ -7,7 +7,11 @@ backpressure on every output, and set-ups (``psn_set``) at random cycles, some w
 of their QP is in the pipeline. Each request's fate is worked out from the cycles the engine
 took it and acted on it: void when a set-up of its QP came in between, else the model's
 decision on the state its predecessors and the set-ups left. Also the decision rate: a request
-every two cycles, three for requests that take a receive buffer on one QP."""
+every two cycles, three for requests that take a receive buffer on one QP. With ``reads``, RDMA
+READ requests among them (of 0 bytes to several PMTUs, duplicates, bad R_Keys), the engine's
+READs pushed into a :class:`RespRead` whose responses are taken slowly, so that READ queues
+fill: each push against the model's READ, decided on the queue's fullness as the engine read
+it."""
 
 import random
 
@@ -21,7 +25,8 @@ from rocegen.gateware.roce.recv_queue import RecvQueue
 from rocegen.gateware.roce.resp_engine import SEQ_BITS, RespEngine
 from rocegen.gateware.roce.resp_layouts import RESP_HEADER, RespVerdict
 from rocegen.gateware.roce.resp_precheck import RespPrecheck
-from rocegen.sim.models.responder import FROM_PEER, RespState, decide
+from rocegen.gateware.roce.resp_read import RespRead
+from rocegen.sim.models.responder import FROM_PEER, RespState, decide, read_packets
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import run_sim
 from rocegen.wire import headers as H
@@ -35,29 +40,32 @@ PEER_IP = 0x0A000002
 REGION = 0x10000
 RNR = 5
 RQ_DEPTH = 16
+RD_DEPTH = 16
 
 
 def config():
     return [{"mr": {"rkey": 0x500 + k, "base": k * REGION, "length": REGION, "write": 1,
-                    "read": 0}, "rnr_timer": RNR} for k in range(TABLE)]
+                    "read": int(k != 1)}, "rnr_timer": RNR} for k in range(TABLE)]
 
 
 def context(k):
     return {"state": QpState.RTS if k < QPS else QpState.RESET, "peer_ip": PEER_IP,
             "peer_qpn": 0x40 + k, "pmtu_log2": PMTU_LOG2, "udp_sport": 0xC000 + k,
-            "dscp": 10 + k}
+            "dscp": 10 + k, "ecn": 2}
 
 
 class EngineTop(Elaboratable):
     """:class:`RespEngine` with a :class:`QpTable` (contexts through ``qps.ctl``) and a
     :class:`RecvQueue` (buffers through ``rq.post``; its flushed completions on ``rq.flushed``)
     wired as in :class:`~rocegen.gateware.roce.responder.Responder`; the headers in on ``hdr``,
-    their facts added by a :class:`RespPrecheck` as the ingress adds them."""
+    their facts added by a :class:`RespPrecheck` as the ingress adds them; with ``reads``, a
+    :class:`RespRead` (pushes, fullness, set-ups) whose response packets leave on ``rd.o``."""
 
-    def __init__(self, ack_every=0):
+    def __init__(self, ack_every=0, reads=False):
         self.eng = RespEngine(TABLE, config_init=config(), ack_every=ack_every)
         self.qps = QpTable(TABLE)
         self.rq = RecvQueue(TABLE, RQ_DEPTH)
+        self.rd = RespRead(64, TABLE, rd_depth=RD_DEPTH) if reads else None
         self.hdr = stream.Signature(RESP_HEADER).flip().create()
 
     def elaborate(self, platform):
@@ -73,6 +81,12 @@ class EngineTop(Elaboratable):
                      eng.rq_head.eq(rq.head)]
         wiring.connect(m, eng.rq_pop, rq.pop)
         wiring.connect(m, eng.rq_flush, rq.flush)
+        if self.rd is not None:
+            rd = m.submodules.rd = self.rd
+            wiring.connect(m, eng.rd_push, rd.push)
+            m.d.comb += [rd.full_qp.eq(eng.rd_qp), eng.rd_full.eq(rd.full),
+                         rd.flush.valid.eq(eng.psn_set.valid),
+                         rd.flush.payload.eq(eng.psn_set.payload.qp)]
         return m
 
 
@@ -82,8 +96,8 @@ class Traffic:
     ``fatal``, bad R_Keys and MIDDLEs of no message. :meth:`reset` starts a QP's messages
     afresh at its next PSN (as after a set-up)."""
 
-    def __init__(self, rng, fatal=True):
-        self.rng, self.fatal = rng, fatal
+    def __init__(self, rng, fatal=True, reads=0.0):
+        self.rng, self.fatal, self.reads = rng, fatal, reads
         self.psn = [rng.choice([0, PSN_MASK - 2, rng.getrandbits(24)]) for _ in range(QPS)]
         self.msg = [None] * QPS         # (kind, packets left, bytes left, ImmDt) of a message
         self.sent = [{} for _ in range(QPS)]        # PSN -> header, the newest 64
@@ -97,9 +111,9 @@ class Traffic:
         """Send again from ``psn`` on (go-back-N)."""
         if 0 <= k < QPS and psn in self.sent[k]:
             out, q = [], psn
-            while q != self.psn[k]:
+            while q != self.psn[k] and q in self.sent[k]:
                 out.append(self.sent[k][q])
-                q = (q + 1) & PSN_MASK
+                q = (q + span(self.sent[k][q])) & PSN_MASK
             self.replay[k] = out
 
     def header(self, k, opcode, n, *, reth=None, imm=None, psn=None, src_ip=PEER_IP,
@@ -130,7 +144,14 @@ class Traffic:
             return self.header(k, H.OP_RC_SEND_ONLY, 4, psn=(self.psn[k] + 2) & PSN_MASK)
         if self.replay[k]:
             return self.replay[k].pop(0)
-        if self.fatal and r < 0.07:     # a MIDDLE of no message, or a bad R_Key
+        if self.msg[k] is None and r < self.reads and (self.fatal or k != 1):
+            # a READ: of 0 bytes to several PMTUs, from the QP's region (QP 1 may not be read),
+            # some with a bad R_Key
+            size = rng.choice([0, 1, PMTU, PMTU + 1, 5 * PMTU - 3])
+            va = k * REGION + rng.randrange(REGION - size + 1)
+            rkey = 0x999 if self.fatal and rng.random() < 0.05 else 0x500 + k
+            h = self.header(k, H.OP_RC_RDMA_READ_REQUEST, 0, reth=(va, rkey, size))
+        elif self.fatal and r < 0.07:     # a MIDDLE of no message, or a bad R_Key
             h = rng.choice([
                 lambda: self.header(k, H.OP_RC_SEND_MIDDLE, PMTU),
                 lambda: self.header(k, H.OP_RC_RDMA_WRITE_ONLY, 8,
@@ -164,9 +185,17 @@ class Traffic:
                                 imm=rng.getrandbits(32) if imm else None)
                 self.msg[k] = None
         self.sent[k][self.psn[k]] = h
-        self.sent[k].pop((self.psn[k] - 64) & PSN_MASK, None)
-        self.psn[k] = (self.psn[k] + 1) & PSN_MASK
+        for q in range(span(h)):
+            self.sent[k].pop((self.psn[k] - 64 + q) & PSN_MASK, None)
+        self.psn[k] = (self.psn[k] + span(h)) & PSN_MASK
         return h
+
+
+def span(h):
+    """PSNs a request takes: a READ's responses, else 1."""
+    if h["bth"]["opcode"] == H.OP_RC_RDMA_READ_REQUEST:
+        return read_packets(h["reth"]["dma_len"], PMTU_LOG2)
+    return 1
 
 
 def qctx(k):
@@ -190,19 +219,26 @@ def record_taker(port, rng, backpressure, log):
     return run
 
 
-@pytest.mark.parametrize("seed, idle, backpressure, setups, ack_every", [
-    (1, 0.0, 0.0, 0.0, 0), (2, 0.3, 0.3, 0.0, 0), (3, 0.2, 0.4, 0.02, 0),
-    (4, 0.0, 0.0, 0.05, 2), (5, 0.5, 0.6, 0.03, 0)])
-def test_engine_against_model(seed, idle, backpressure, setups, ack_every):
+@pytest.mark.parametrize("seed, idle, backpressure, setups, ack_every, reads", [
+    (1, 0.0, 0.0, 0.0, 0, None), (2, 0.3, 0.3, 0.0, 0, None), (3, 0.2, 0.4, 0.02, 0, None),
+    (4, 0.0, 0.0, 0.05, 2, None), (5, 0.5, 0.6, 0.03, 0, None),
+    (6, 0.0, 0.0, 0.0, 0, 0.3), (7, 0.3, 0.3, 0.01, 3, 1.0), (8, 0.1, 0.2, 0.05, 0, 0.9)])
+def test_engine_against_model(seed, idle, backpressure, setups, ack_every, reads):
+    """``reads``: READs in the traffic (a quarter of the requests; half with ``reads`` 1.0),
+    their responses taken with this backpressure (1.0: never, the queues fill up)."""
     rng = random.Random(seed)
-    top = EngineTop(ack_every)
+    top = EngineTop(ack_every, reads=reads is not None)
     eng = top.eng
-    traffic = Traffic(rng, fatal=bool(setups))
-    log = {"take": [], "act": [], "setup": [], "pop": [], "ce": [], "post": []}
+    traffic = Traffic(rng, fatal=bool(setups),
+                      reads=0.0 if reads is None else 0.5 if reads == 1.0 else 0.25)
+    log = {"take": [], "act": [], "setup": [], "pop": [], "ce": [], "post": [], "full": [],
+           "push": []}
     acts, resps, cpls, flushes, flushed = [], [], [], [], []
     takers = [record_taker(port, random.Random(seed * 10 + j), backpressure, out)
               for j, (port, out) in enumerate([(eng.act, acts), (eng.resp, resps),
                                                 (eng.cpl, cpls), (top.rq.flushed, flushed)])]
+    if reads is not None:
+        takers.append(record_taker(top.rd.o, random.Random(seed), reads, []))
 
     async def watch(ctx):
         c = 0
@@ -210,9 +246,13 @@ def test_engine_against_model(seed, idle, backpressure, setups, ack_every):
                 top.hdr.valid, top.hdr.ready, top.hdr.payload, eng.decided, eng.verdict,
                 eng.psn_set.valid, eng.psn_set.payload, eng.rq_pop.valid, eng.rq_pop.payload,
                 eng.ce.valid, eng.ce.payload, eng.rq_flush.valid, eng.rq_flush.ready,
-                eng.rq_flush.payload, eng.resp.valid, eng.resp.ready, eng.resp.payload):
+                eng.rq_flush.payload, eng.resp.valid, eng.resp.ready, eng.resp.payload,
+                eng.rd_full, eng.rd_push.valid, eng.rd_push.payload):
             (hv, hr, hp, dv, verdict, pv, pp, popv, popq, cev, cep, fv, fr, fp,
-             rv, rr, rp) = vals
+             rv, rr, rp, full, puv, pup) = vals
+            log["full"].append(full)
+            if puv:
+                log["push"].append((c, meta_dict(pup)))
             if hv and hr:
                 log["take"].append((c, meta_dict(hp)))
             if dv:
@@ -281,6 +321,13 @@ def test_engine_against_model(seed, idle, backpressure, setups, ack_every):
     assert verdicts.count(0) > 250, verdicts          # mostly executed: the traffic is sound
     if setups:
         assert any(voids(log)), "no request was voided"
+    if reads is not None:
+        pushed = [p for _, p in log["push"]]
+        assert len(pushed) > 30, len(pushed)
+        assert any(p["read"]["length"] == 0 for p in pushed)
+        if reads == 1.0:
+            # (READ queues filled up: a READ refused, NAK invalid request)
+            assert sum(log["full"]) > 0 and verdicts.count(5) > 0
 
 
 def voids(log):
@@ -342,11 +389,15 @@ def check_against_model(log, acts, resps, cpls, flushes, flushed, ack_every):
             assert act["write"] == 0 and not taken_in(resps, k) and not taken_in(cpls, k), where
             assert not taken_in(flushes, k), where
             assert not [p for c, p in pops if c == a], where
+            assert not [p for c, p in log["push"] if c == a], where
             continue
         st = state.get(qp, RespState())
         rq = rqs[qp][0] if 0 <= qp < TABLE and rqs[qp] else None
         cfg = config()[qp] if 0 <= qp < TABLE else config()[0]
-        want = decide(h, qctx(qp), st, cfg["mr"], cfg["rnr_timer"], rq, ack_every)
+        # (the READ queue's fullness as CHECK read it, in the cycle after the take)
+        rd_full = bool(log["full"][t + 1]) if log["full"] else False
+        want = decide(h, qctx(qp), st, cfg["mr"], cfg["rnr_timer"], rq, ack_every,
+                      rd_full=rd_full)
         assert verdict == want.verdict, where + f": model {want}"
         if 0 <= qp < TABLE:
             state[qp] = want.state
@@ -357,6 +408,12 @@ def check_against_model(log, acts, resps, cpls, flushes, flushed, ack_every):
         else:
             assert act["write"] == 0, where
         assert [p for c, p in pops if c == a] == ([qp] if want.rq_pop else []), where
+        c = context(qp) if 0 <= qp < TABLE else {}
+        assert [p for cyc, p in log["push"] if cyc == a] == (
+            [{"qp": qp, "read": want.read,
+              "route": {"dest_qpn": c["peer_qpn"], "dst_ip": PEER_IP,
+                        "src_port": c["udp_sport"], "dscp": c["dscp"], "ecn": 2}}]
+            if want.read else []), where
         if want.rq_pop:
             rqs[qp].pop(0)
         c = context(qp) if 0 <= qp < TABLE else {}
