@@ -23,6 +23,7 @@ from amaranth.vendor import XilinxPlatform
 from rocegen.boards.base import Board, PinMap
 from rocegen.boards.common import ResetSync, StatusLeds, core_control, cycles_for, tie_off
 from rocegen.boards.xilinx import ClockInput, Cmac, CmacPlacement, JtagAxiLite, connect_axil
+from rocegen.boards.xilinx.cmac import connect_pause, has_pause_ports
 from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -111,7 +112,7 @@ class Au250Top(wiring.Component):
                                      clk_hz=self.core_clock_hz, qp_info=self.axil,
                                      **endpoint_params)
         self.has_connection_manager = "qp_open" in self.endpoint.signature.members
-        self.mac_ip = Cmac(CMAC_PLACEMENT)
+        self.mac_ip = Cmac(CMAC_PLACEMENT, pfc=has_pause_ports(self.endpoint))
         self.jtag_axi = JtagAxiLite() if self.axil else None
         self.io_ports = {}
         super().__init__({
@@ -162,6 +163,8 @@ class Au250Top(wiring.Component):
             connect_axil(m, jtag, regs)
             m.d.comb += jtag.rst.eq(cd_sync.rst)
         used |= {"mac_rx", "mac_tx", "qp_open"}
+        if connect_pause(m, mac, ep):
+            used |= {"pause_rx", "pause_tx"}
         tie_off(m, ep, used & set(ep.signature.members))
         leds = m.submodules.leds = StatusLeds(blink=cycles_for(0.05, self.core_clock_hz),
                                               heartbeat=cycles_for(0.5, self.core_clock_hz))

@@ -48,6 +48,7 @@ from rocegen.boards.xilinx import (
     connect_axil,
     ddr4_module,
 )
+from rocegen.boards.xilinx.cmac import connect_pause, has_pause_ports
 from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -343,7 +344,7 @@ class Vcu118Top(wiring.Component):
         super().__init__(members)
         #: The parts around the core: the MAC, and with DDR4 the memory behind its AXI4 port.
         if mac_kind == "cmac":
-            self.mac_ip = Cmac(CMAC_PLACEMENT)
+            self.mac_ip = Cmac(CMAC_PLACEMENT, pfc=has_pause_ports(self.endpoint))
         else:
             self.mac_ip = XxvMac(line_rate_gbps, XXV_PLACEMENT, max_frame=XGMII_MAX_FRAME)
         #: The master of the register block (with ``axil``): JTAG-to-AXI, for the hardware manager.
@@ -422,6 +423,8 @@ class Vcu118Top(wiring.Component):
             connect_axil(m, jtag, regs)
             m.d.comb += jtag.rst.eq(cd_sync.rst)
         used |= {"mac_rx", "mac_tx"}
+        if self.mac_kind == "cmac" and connect_pause(m, mac, ep):
+            used |= {"pause_rx", "pause_tx"}
         if self.has_connection_manager:
             used.add("qp_open")
         if self.memory == "axi4":

@@ -93,6 +93,13 @@ PORT_DOCS = {
               "timers, byte counter, fast-recovery steps, increases, minimum and line rate, in "
               "cycles and bytes per cycle Q7.20) and `bypass` (line rate, CNPs ignored); in force "
               "a few cycles later. Always taken.",
+    "pfc_cfg": "PFC (with `--pfc`): on/off and the priority of the endpoint's traffic (pause "
+               "frames for it hold the transmitter at the next frame boundary; XOFF/XON name "
+               "it). Always taken.",
+    "pause_rx": "PFC with `--pfc mac`: bit n high while the MAC has priority n paused (the "
+                "CMAC's stat_rx_pause_req).",
+    "pause_tx": "PFC with `--pfc mac`: bit n asks the MAC to send XOFF for priority n (XON "
+                "when it falls; the CMAC's ctl_tx_pause_req).",
     "cc_qp": "Rate read port (with `--dcqcn`): QP index...",
     "cc_rate": "... its current DCQCN rate, bytes per cycle in Q7.20, one cycle later.",
     "stats_addr": "Counter read port: the counter at this address (see the counter list)...",

@@ -57,6 +57,7 @@ class NetStack(wiring.Component):
         DEI).
     rx_fifo_beats : int or None
         Depth of the receive FIFO behind the MAC (a power of two; default: two maximum frames).
+        Its fill level in beats is output ``rx_level`` (for PFC's XOFF).
     arp_entries, arp_retry_cycles, arp_retries
         ARP cache size, request repeat interval in cycles and number of repeats.
 
@@ -116,6 +117,7 @@ class NetStack(wiring.Component):
             "stats_addr": In(range(len(STATS))),
             "stats_data": Out(32),
             "pcp": In(3, init=pcp),
+            "rx_level": Out(range(rx_fifo_beats + 1)),
         })
 
     def probes(self):
@@ -148,6 +150,7 @@ class NetStack(wiring.Component):
         # ---- receive ----
         rx_fifo = m.submodules.rx_fifo = self._rx_fifo
         wiring.connect(m, wiring.flipped(self.mac_rx), rx_fifo.i)
+        m.d.comb += self.rx_level.eq(rx_fifo.level)
         ev["rx_frames"] = self.mac_rx.valid & self.mac_rx.ready & self.mac_rx.payload.last
         ev["rx_bad_frame"] = rx_fifo.drop_error
         ev["rx_overflow"] = rx_fifo.drop_overflow

@@ -7,7 +7,8 @@ from rocegen.gateware.lib.buffer import StreamRegisterSlice
 from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
-from rocegen.gateware.net.stack import NetStack
+from rocegen.gateware.mac.pfc import PFC_MODES, PfcPort, lossless_depth
+from rocegen.gateware.net.stack import MAX_L2_HEADER, NetStack
 from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.cm import CM_PORT, ConnectionManager
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
@@ -20,6 +21,7 @@ from rocegen.gateware.roce.endpoint_stats import PULSE_COUNTERS, ROCE_STATS, STA
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
     ECN_ECT0,
+    PFC_CONFIG,
     QP_CONTEXT,
     TRAFFIC_CONFIG,
     WORK_REQUEST,
@@ -123,7 +125,22 @@ class RoceEndpoint(wiring.Component):
         ``ai_mbps``, ``min_mbps``, and ``bypass``); default the DCQCN paper's.
     line_gbps : int or float or None
         The line rate the reaction point's rates count against, in wire bits per second
-        (default 100, or 10 at 64 bits).
+        (default 100, or 10 at 64 bits), and the rate of PFC's pause quanta.
+    pfc : None, ``"mac"`` or ``"core"``
+        PFC (802.1Qbb; 802.3x PAUSE too) on priority ``pfc_prio``
+        (:class:`~rocegen.gateware.mac.pfc.PfcPort`): the endpoint starts no frame while the
+        link partner pauses that priority (the frame on the wire is finished), and asks it
+        to pause (XOFF, then XON) when its receive FIFO, or the responder's ingress FIFO,
+        passes a threshold that leaves room for what is still in flight (the FIFOs are made
+        large enough: :func:`~rocegen.gateware.mac.pfc.lossless_depth`). ``"mac"``: the MAC decodes and
+        sends the pause frames (ports ``pause_rx`` / ``pause_tx``; the CMAC does);
+        ``"core"``: the endpoint does (for the XGMII MAC). Default None: no PFC.
+    pfc_prio, pfc_cable_ns
+        The priority after reset (0..7, default 3; at run time through ``pfc_cfg``) and the
+        one-way cable delay the headroom allows for (default 100 ns).
+    rx_fifo_beats : int or None
+        The stack's receive FIFO (:class:`~rocegen.gateware.net.stack.NetStack`; with ``pfc``,
+        at least what the headroom needs).
     responder : bool
         With the RC responder (:class:`~rocegen.gateware.roce.responder.Responder`): the peers
         WRITE and SEND into local memory, on chip or AXI4 (a receive completion leaves once
@@ -174,7 +191,10 @@ class RoceEndpoint(wiring.Component):
     With ``dcqcn=True``: ``cc_cfg`` (every DCQCN parameter and the bypass,
     :data:`~rocegen.gateware.roce.dcqcn_layouts.DCQCN_CONFIG`, in force a few cycles later,
     always taken), ``cc_qp`` -> ``cc_rate`` (a QP's current rate in bytes per cycle, Q7.20, one
-    cycle after the address).
+    cycle after the address). With ``pfc``: ``pfc_cfg`` (priority and enable,
+    :data:`~rocegen.gateware.roce.layouts.PFC_CONFIG`, always taken); with ``pfc="mac"``:
+    ``pause_rx`` (In(8): bit n high while the MAC has priority n paused) and ``pause_tx``
+    (Out(8): bit n asks the MAC to send XOFF for priority n, XON when it falls).
 
     Latency and throughput: see the blocks; the transmit path moves one beat per cycle with no
     idle beat between packets, so one QP fills the MAC port. The parts joined here besides the
@@ -193,7 +213,8 @@ class RoceEndpoint(wiring.Component):
                  arp_retry_cycles=100_000, arp_retries=3, qp_info=False, responder=False,
                  resp_region=None, rkey_seed=0x5EED, rnr_timer=1, rq_depth=16,
                  pattern_sink=None, resp_ack_every=0, cnp_interval=None, dscp=0, ecn=True,
-                 dcqcn=False, dcqcn_params=None, line_gbps=None):
+                 dcqcn=False, dcqcn_params=None, line_gbps=None, pfc=None, pfc_prio=3,
+                 pfc_cable_ns=100, rx_fifo_beats=None):
         check_width(width)
         check_num_qps(num_qps)
         if memory not in MEMORIES:
@@ -231,12 +252,25 @@ class RoceEndpoint(wiring.Component):
                                      default_timeout=cm_timeout, default_retry=cm_retry,
                                      default_rnr_retry=cm_rnr_retry, port=cm_port,
                                      regions=bool(responder), query=pattern_sink)
-        self._stack = NetStack(width, (UDP_PORT_ROCEV2, cm_port), mtu=IP_MTU, vlan=vlan, pcp=pcp,
-                               arp_entries=arp_entries, arp_retry_cycles=arp_retry_cycles,
-                               arp_retries=arp_retries)
-        self._qps = QpTable(num_qps, info_port=qp_info, resp_port=responder)
         if clk_hz is None:
             clk_hz = default_clk_hz(width)
+        if line_gbps is None:
+            line_gbps = default_line_gbps(width)
+        if pfc is not None and pfc not in PFC_MODES:
+            raise ValueError(f"pfc must be None or one of {', '.join(PFC_MODES)}, not {pfc!r}")
+        max_frame = IP_MTU + MAX_L2_HEADER
+        if pfc is not None:
+            rx_fifo_beats = lossless_depth(width, line_gbps=line_gbps, max_frame=max_frame,
+                                           clk_hz=clk_hz, cable_ns=pfc_cable_ns,
+                                           at_least=rx_fifo_beats or 1)
+        self._stack = NetStack(width, (UDP_PORT_ROCEV2, cm_port), mtu=IP_MTU, vlan=vlan, pcp=pcp,
+                               arp_entries=arp_entries, arp_retry_cycles=arp_retry_cycles,
+                               arp_retries=arp_retries, rx_fifo_beats=rx_fifo_beats)
+        ingress_beats = None
+        if pfc is not None and responder:
+            ingress_beats = lossless_depth(width, line_gbps=line_gbps, max_frame=max_frame,
+                                           clk_hz=clk_hz, cable_ns=pfc_cable_ns)
+        self._qps = QpTable(num_qps, info_port=qp_info, resp_port=responder)
         self.clk_hz = clk_hz
         self._sched = Scheduler(num_qps, width, mem_bytes, depth=wr_depth, window=window)
         self._completer = Completer(num_qps, depth=wr_depth)
@@ -271,7 +305,14 @@ class RoceEndpoint(wiring.Component):
                                    config_init=default_config(num_qps, base, length,
                                                               rkey_seed=rkey_seed,
                                                               rnr_timer=rnr_timer),
-                                   acked_writes=memory == "axi4")
+                                   acked_writes=memory == "axi4", ingress_beats=ingress_beats)
+        self._pfc = None
+        if pfc is not None:
+            buffers = {"rx": self._stack.rx_fifo_beats}
+            if responder:
+                buffers["resp"] = self._resp.ingress_beats
+            self._pfc = PfcPort(width, clk_hz, line_gbps, mode=pfc, buffers=buffers,
+                                max_frame=max_frame, cable_ns=pfc_cable_ns, prio=pfc_prio)
         self._sink = PatternSink(width, self.word_addr_bits) if pattern_sink else None
         self._front = StreamFrontEnd(width, ring_base=ring_base, ring_bytes=ring_bytes,
                                      max_message=max_message, max_inflight=max_inflight,
@@ -283,8 +324,6 @@ class RoceEndpoint(wiring.Component):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, not {value!r}")
         self.tc_init = {"dscp": dscp, "ecn": ECN_ECT0 if ecn else 0, "pcp": pcp}
-        if line_gbps is None:
-            line_gbps = default_line_gbps(width)
         self._rp = None
         if dcqcn:
             params = dict(dcqcn_params or {})
@@ -308,7 +347,10 @@ class RoceEndpoint(wiring.Component):
                 "resp_ack_every": resp_ack_every, "cnp_interval": cnp_interval}
                if responder else {}),
             "dscp": dscp, "ecn": bool(ecn), "pcp": pcp, "dcqcn": bool(dcqcn),
-            "dcqcn_params": dict(dcqcn_params or {}), "line_gbps": line_gbps,
+            "dcqcn_params": dict(dcqcn_params or {}), "line_gbps": line_gbps, "pfc": pfc,
+            **({"pfc_prio": pfc_prio, "pfc_cable_ns": pfc_cable_ns,
+                "rx_fifo_beats": self._stack.rx_fifo_beats,
+                "pfc_thresholds": self._pfc.thresholds()} if pfc else {}),
         }
         members = {
             "local_mac": In(48),
@@ -334,6 +376,10 @@ class RoceEndpoint(wiring.Component):
             "stats_data": Out(32),
             "tc_cfg": In(stream.Signature(TRAFFIC_CONFIG)),
         }
+        if pfc is not None:
+            members["pfc_cfg"] = In(stream.Signature(PFC_CONFIG))
+        if pfc == "mac":
+            members.update({"pause_rx": In(8), "pause_tx": Out(8)})
         if dcqcn:
             members.update({"cc_cfg": In(stream.Signature(DCQCN_CONFIG)),
                             "cc_qp": In(range(num_qps)), "cc_rate": Out(RATE_BITS)})
@@ -365,7 +411,10 @@ class RoceEndpoint(wiring.Component):
         # network stack: MAC, addresses, RoCEv2 on its one UDP port
         m.d.comb += [st.local_mac.eq(self.local_mac), st.local_ip.eq(self.local_ip)]
         wiring.connect(m, wiring.flipped(self.mac_rx), st.mac_rx)
-        wiring.connect(m, st.mac_tx, wiring.flipped(self.mac_tx))
+        if self._pfc is None:
+            wiring.connect(m, st.mac_tx, wiring.flipped(self.mac_tx))
+        else:
+            self._connect_pfc(m)
 
         # QP table: control writes from outside, reads by the scheduler and the receive path
         cm = m.submodules.cm = self._cm
@@ -456,6 +505,7 @@ class RoceEndpoint(wiring.Component):
             retry.acked_qp.eq(sched.acked_qp), sched.acked_psn.eq(retry.acked_psn),
             retry.err_qp.eq(comp.err_qp), comp.err_status.eq(retry.err_status),
             sched.errored.eq(retry.errored), comp.errored.eq(retry.errored),
+            sched.held.eq(retry.held if self._rp is None else retry.held | ~self._rp.allowed),
             cm.errored.eq(retry.errored),
         ]
 
@@ -480,6 +530,29 @@ class RoceEndpoint(wiring.Component):
         self._connect_statistics(m)
         return m
 
+    def _connect_pfc(self, m):
+        """PFC between the stack and the MAC: the transmit stream through the pause gate (and,
+        ``"core"``, the pause frames' decoder and sender), the receive FIFO's level for XOFF,
+        the run-time priority and enable (``pfc_cfg``)."""
+        st = self._stack
+        pfc = m.submodules.pfc = self._pfc
+        wiring.connect(m, st.mac_tx, pfc.i)
+        wiring.connect(m, pfc.o, wiring.flipped(self.mac_tx))
+        cfg = Signal(PFC_CONFIG, init={"enable": 1, "prio": pfc.prio.init})
+        with m.If(self.pfc_cfg.valid):
+            m.d.sync += cfg.eq(self.pfc_cfg.payload)
+        m.d.comb += [self.pfc_cfg.ready.eq(1), pfc.prio.eq(cfg.prio), pfc.enable.eq(cfg.enable),
+                     pfc.local_mac.eq(self.local_mac), pfc.level_rx.eq(st.rx_level)]
+        if self._resp is not None:
+            m.d.comb += pfc.level_resp.eq(self._resp.ingress_level)
+        if pfc.mode == "core":
+            rx = self.mac_rx
+            m.d.comb += [pfc.rx_valid.eq(rx.valid), pfc.rx_ready.eq(rx.ready),
+                         pfc.rx_data.eq(rx.payload.data), pfc.rx_keep.eq(rx.payload.keep),
+                         pfc.rx_last.eq(rx.payload.last), pfc.rx_error.eq(rx.payload.error)]
+        else:
+            m.d.comb += [pfc.pause_in.eq(self.pause_rx), self.pause_tx.eq(pfc.pause_out)]
+
     def _connect_traffic_class(self, m):
         """The traffic class register (``tc_cfg``), and the reaction point: the packets the
         scheduler sends and the CNPs received in, the QPs it holds back out."""
@@ -488,9 +561,8 @@ class RoceEndpoint(wiring.Component):
             m.d.sync += tc.eq(self.tc_cfg.payload)
         m.d.comb += [self.tc_cfg.ready.eq(1), self._cm.tclass.eq(tc),
                      self._stack.pcp.eq(tc.pcp)]
-        sched, rx, retry = self._sched, self._rx, self._retry
+        sched, rx = self._sched, self._rx
         if self._rp is None:
-            m.d.comb += sched.held.eq(retry.held)
             return
         rp = m.submodules.reaction_point = self._rp
         m.d.comb += [
@@ -500,7 +572,6 @@ class RoceEndpoint(wiring.Component):
             rp.cfg.valid.eq(self.cc_cfg.valid), rp.cfg.payload.eq(self.cc_cfg.payload),
             self.cc_cfg.ready.eq(1),
             rp.rd_qp.eq(self.cc_qp), self.cc_rate.eq(rp.rd_rate),
-            sched.held.eq(retry.held | ~rp.allowed),
         ]
 
     def _connect_responder(self, m, ctl):
@@ -560,6 +631,13 @@ class RoceEndpoint(wiring.Component):
         events["roce_rx_requests"] = rx.requests
         for name in RESP_COUNTERS:
             events[f"resp_{name}"] = getattr(self._resp, name) if self._resp else Const(0, 1)
+        rp, pfc = self._rp, self._pfc
+        events.update({
+            "cc_cnp_dropped": rp.cnp_dropped if rp else Const(0, 1),
+            "pfc_rx_pause": pfc.rx_pause if pfc else Const(0, 1),
+            "pfc_rx_bad": pfc.rx_bad if pfc else Const(0, 1),
+            "pfc_tx_frames": pfc.tx_pfc if pfc else Const(0, 1),
+        })
         assert set(events) == set(PULSE_COUNTERS), "a statistics event is missing or unknown"
         for name, value in events.items():
             assert len(value) == 1, f"statistics event {name} is not a one-bit pulse"

@@ -27,7 +27,9 @@ ROCE_STATS = [
     "roce_qp_ctl_rejected", "stream_drop_too_long", "stream_drop_error",
 ] + [f"cm_{name}" for name in CM_COUNTERS] + [
     # (the responder's, after the others so that their addresses stay; zero without it)
-    "roce_rx_requests"] + [f"resp_{name}" for name in RESP_COUNTERS] + list(WIDE_COUNTERS)
+    "roce_rx_requests"] + [f"resp_{name}" for name in RESP_COUNTERS] + [
+    # (congestion control and pause: zero without them)
+    "cc_cnp_dropped", "pfc_rx_pause", "pfc_rx_bad", "pfc_tx_frames"] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

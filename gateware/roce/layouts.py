@@ -11,7 +11,7 @@ __all__ = ["check_num_qps", "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DE
            "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "SENT", "SchedKind", "SCHED_EVENT", "FREED",
            "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED",
            "CM_DATAGRAM", "CM_REPLY", "CM_RECORD_WRITE", "CM_CHECKS", "CM_RUN", "STREAM_FINISHED",
-           "RING_COMMIT", "TRAFFIC_CONFIG", "ECN_ECT0"]
+           "RING_COMMIT", "TRAFFIC_CONFIG", "ECN_ECT0", "PFC_CONFIG"]
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
@@ -142,6 +142,10 @@ ECN_ECT0 = 0b10
 #: the connection manager opens; ``pcp`` is the 802.1Q priority of every frame sent with a VLAN
 #: tag.
 TRAFFIC_CONFIG = data.StructLayout({"dscp": 6, "ecn": 2, "pcp": 3})
+
+#: PFC's run-time setting: on or off, and the priority of the endpoint's traffic (the one whose
+#: pause frames hold its transmitter and that its XOFF names).
+PFC_CONFIG = data.StructLayout({"enable": 1, "prio": 3})
 
 
 class QpState(enum.Enum, shape=3):

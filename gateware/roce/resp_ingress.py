@@ -72,6 +72,8 @@ class RespIngress(wiring.Component):
     overflow : Out(1)
         Pulses for a request dropped because the FIFO had no room for its beats or ``headers``
         records were waiting (the requester resends it).
+    level : Out(range(depth + 1))
+        Beats in the FIFO (for PFC's XOFF).
 
     Behaviour
     ---------
@@ -111,12 +113,14 @@ class RespIngress(wiring.Component):
             "hdr": Out(stream.Signature(RESP_REQUEST)),
             "malformed": Out(1),
             "overflow": Out(1),
+            "level": Out(range(self._fifo.depth + 1)),
         })
 
     def elaborate(self, platform):
         m = Module()
         W = self.width
         fifo = m.submodules.fifo = self._fifo
+        m.d.comb += self.level.eq(fifo.level)
         hq = m.submodules.headers = SyncFIFO(width=RESP_REQUEST.size, depth=self.headers)
         wiring.connect(m, fifo.o, wiring.flipped(self.o))
         m.d.comb += [self.i.ready.eq(1), self.hdr.valid.eq(hq.r_rdy),

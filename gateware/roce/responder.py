@@ -83,6 +83,9 @@ class Responder(wiring.Component):
         An ACK of every ``ack_every``-th request a QP executes without an answer, besides those
         with AckReq (0..255; 0, the default: on AckReq only;
         :class:`~rocegen.gateware.roce.resp_decide.RespDecide`).
+    ingress_beats : int or None
+        Beats of the ingress's store-and-forward FIFO (a power of two; default two datagrams
+        of 4160 bytes); its fill level is output ``ingress_level`` (for PFC's XOFF).
     cnp_interval, cnp_dscp : int
         The notification point (:class:`~rocegen.gateware.roce.resp_cnp.RespCnp`): cycles
         between two CNPs of a QP after reset (0: a CNP for every request marked CE; default
@@ -142,11 +145,13 @@ class Responder(wiring.Component):
 
     def __init__(self, width, num_qps, addr_width, *, rq_depth=16, config_init=None,
                  cpl_depth=32, ack_every=0, cnp_interval=DEFAULT_CNP_INTERVAL,
-                 cnp_dscp=CNP_DSCP, acked_writes=False):
+                 cnp_dscp=CNP_DSCP, acked_writes=False, ingress_beats=None):
         check_width(width)
         check_num_qps(num_qps)
         self.width, self.num_qps = width, num_qps
-        self._ingress = RespIngress(width)
+        self._ingress = RespIngress(width, ingress_beats)
+        #: Beats of the ingress FIFO (its fill level is ``ingress_level``).
+        self.ingress_beats = self._ingress.depth
         self._engine = RespEngine(num_qps, config_init=config_init, ack_every=ack_every)
         self._cnp = RespCnp(num_qps, interval=cnp_interval, dscp=cnp_dscp)
         self._place = RespPlace(width, addr_width)
@@ -167,6 +172,7 @@ class Responder(wiring.Component):
             **({"mem_durable": In(DURABLE_WIDTH)} if acked_writes else {}),
             "tx": Out(PacketSignature(width, UDP_TX_META)),
             "cnp_cfg": In(stream.Signature(CNP_CONFIG, always_ready=True)),
+            "ingress_level": Out(range(self.ingress_beats + 1)),
             **{name: Out(1) for name in RESP_COUNTERS},
         })
 
@@ -181,6 +187,7 @@ class Responder(wiring.Component):
         # requests: ingress -> engine (headers) and placement (beats); the engine's placement
         # records wait in a queue for their packets' turn
         wiring.connect(m, wiring.flipped(self.i), ing.i)
+        m.d.comb += self.ingress_level.eq(ing.level)
         wiring.connect(m, ing.o, place.i)
         wiring.connect(m, ing.hdr, eng.hdr)
         m.d.comb += [

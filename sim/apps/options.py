@@ -32,6 +32,8 @@ ENDPOINT_OPTIONS = {
     "--ecn": ("ecn", ("ecn",)),
     "--pcp": ("pcp", ("pcp", "VLAN priority (PCP)")),
     "--dcqcn": ("dcqcn", ("dcqcn", "dcqcn_params")),
+    "--pfc": ("pfc", ("pfc", "mode", "buffers['rx']")),
+    "--pfc-prio": ("pfc_prio", ("pfc_prio", "prio")),
 }
 
 
@@ -99,6 +101,15 @@ def add_endpoint_options(parser, port_option, *, responder=False):
                         help="DCQCN's reaction point: a rate limiter per QP driven by the CNPs "
                         "it receives, against a line of 100 Gb/s (10 at W = 64); parameters "
                         "and bypass at run time through cc_cfg; default off)")
+    parser.add_argument("--pfc", choices=("mac", "core"), default=None,
+                        help="PFC on one priority: obey the link partner's pause frames and "
+                        "send XOFF/XON for the receive FIFO (made large enough for the "
+                        "headroom); mac: the MAC decodes and sends them (pause_rx/pause_tx, "
+                        "the CMAC's pause interface), core: the endpoint does (the XGMII MAC); "
+                        "default off")
+    parser.add_argument("--pfc-prio", type=int, default=None,
+                        help="with --pfc: the priority of the endpoint's traffic after reset "
+                        "(0..7, default 3; at run time through pfc_cfg)")
 
 
 def endpoint_params(args):
@@ -117,6 +128,8 @@ def endpoint_params(args):
             raise ValueError(f"{', '.join(given)} need{'s' * (len(given) == 1)} the responder "
                              f"(--responder)")
         params.pop("responder", None)
+    if "pfc_prio" in params and not params.get("pfc"):
+        raise ValueError("--pfc-prio needs --pfc")
     rq = params.get("rq_depth")
     if rq is not None and not (1 <= rq <= 1024 and rq & (rq - 1) == 0):
         raise ValueError(f"--rq-depth must be a power of two 1..1024, not {rq}")

@@ -42,15 +42,23 @@ def cnp_frame(dest_qp, vlan=None):
 
 
 def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan=None,
-                 pmtu=256, params=SLOW, length=4096):
+                 pmtu=256, params=SLOW, length=4096, frame_at=None, set_at=(), dcqcn=True,
+                 **endpoint):
     """Run the endpoint sending WRITEs of QP 0 to the host for ``steps`` cycles; a CNP arrives
     at ``cnp_at``; ``cc_cfg`` is written at the start, ``tc_cfg_at = (cycle, config)`` later.
     WRITEs of ``length`` bytes. Returns the frames sent ``[(cycle of the last beat, frame
     bytes)]``, the rates read on ``cc_rate`` (``[(cycle, rate)]``) and ``marks``: the cycle the
     CNP was handed to the driver (``cnp``), of its last beat on ``mac_rx`` (``cnp_in``), of the
-    ``tc_cfg`` write (``tc``), and the first-beat cycles of the frames (``starts``)."""
-    ep = RoceEndpoint(width, 2, mem_bytes=MEM, ring_bytes=MEM // 2, dcqcn=True,
-                      dcqcn_params=params, dscp=26, vlan=vlan, pcp=1)
+    ``tc_cfg`` write (``tc``), and the first-beat cycles of the frames (``starts``).
+    ``frame_at = (cycle, frame)``: another frame from the host, like the CNP (marks ``frame``,
+    ``frame_in``); ``set_at``: ``(cycle, port name, value)`` inputs set on the way (when:
+    ``marks["set"]``, ``(cycle, port name, value)`` each);
+    ``dcqcn=False``: an endpoint without the reaction point (no rates read); ``endpoint``:
+    further parameters of the endpoint."""
+    ep = RoceEndpoint(width, 2, mem_bytes=MEM, ring_bytes=MEM // 2, dcqcn=dcqcn,
+                      dcqcn_params=params if dcqcn else None, dscp=26, vlan=vlan, pcp=1,
+                      **endpoint)
+    set_at = sorted(set_at, key=lambda x: x[0])
     host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, vlan=vlan)
     host.create_qp(HOST_QPN, peer_qpn=QPN_BASE, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=0,
                    pmtu=pmtu)
@@ -72,8 +80,11 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
                 first = bool(last)
                 if last:
                     sent.append(now[0])
-            if iv and ir and ilast and "cnp" in marks and "cnp_in" not in marks:
-                marks["cnp_in"] = now[0]
+            if iv and ir and ilast:
+                for name in ("cnp", "frame"):
+                    if name in marks and name + "_in" not in marks:
+                        marks[name + "_in"] = now[0]
+                        break
 
     async def work_requests(ctx):
         def post(k):
@@ -89,7 +100,7 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
                 post(k)
 
     async def tb(ctx):
-        nonlocal cnp_at, tc_cfg_at
+        nonlocal cnp_at, tc_cfg_at, frame_at
         ctx.set(ep.local_mac, parse_mac(FPGA_MAC))
         ctx.set(ep.local_ip, parse_ip(FPGA_IP))
         ctx.set(ep.cpl.ready, 1)
@@ -114,15 +125,24 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
             if cnp_at is not None and now[0] >= cnp_at:
                 frames = [cnp_frame(QPN_BASE, vlan)] + frames     # (first: its time is known)
                 cnp_at, marks["cnp"] = None, now[0]
+            if frame_at is not None and now[0] >= frame_at[0]:
+                frames = [frame_at[1]] + frames
+                frame_at, marks["frame"] = None, now[0]
+            while set_at and now[0] >= set_at[0][0]:
+                _, port, value = set_at.pop(0)
+                ctx.set(getattr(ep, port), value)
+                marks.setdefault("set", []).append((now[0], port, value))
             if tc_cfg_at is not None and now[0] >= tc_cfg_at[0]:
                 ctx.set(ep.tc_cfg.payload, TRAFFIC_CONFIG.const(tc_cfg_at[1]))
                 ctx.set(ep.tc_cfg.valid, 1)
                 await ctx.tick()
                 ctx.set(ep.tc_cfg.valid, 0)
                 tc_cfg_at, marks["tc"] = None, now[0]
-            ctx.set(ep.cc_qp, 0)
+            if dcqcn:
+                ctx.set(ep.cc_qp, 0)
             await ctx.tick()
-            rates.append((now[0], ctx.get(ep.cc_rate)))
+            if dcqcn:
+                rates.append((now[0], ctx.get(ep.cc_rate)))
             if frames:
                 await drv.send(ctx, [Packet(f) for f in frames])
             else:
