@@ -1,0 +1,148 @@
+"""Sideband records of the RDMA READ requester: the endpoint pulls data from a peer's memory
+(wire headers are in :mod:`rocegen.wire.headers`, the requester's other records in
+:mod:`rocegen.gateware.roce.layouts`). :mod:`rocegen.sim.models.read_requester` states the
+rules."""
+
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.roce.layouts import ACK_EVENT, INDEX_BITS, CplStatus
+from rocegen.gateware.roce.resp_engine import SEQ_BITS
+from rocegen.gateware.roce.resp_layouts import LENGTH_BITS
+
+__all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_ENTRY",
+           "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
+           "ReadLookupSignature", "READ_NAK_STATUS", "OP_READ_FIRST", "OP_READ_MIDDLE",
+           "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd"]
+
+#: Most READs a QP may have outstanding (``max_rd_atomic``; ConnectX offers 16).
+MAX_RD_ATOMIC = 16
+
+#: READ response opcodes (the wire notes' "RC opcodes"; AETH on FIRST, LAST and ONLY).
+OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = 0x0D, 0x0E, 0x0F, 0x10
+#: The AETH syndromes the READ requester hands to the retry engine of its own: the ACK of a
+#: response written, the NAK PSN sequence error of a gap, and the NAK remote operational error
+#: that any unexpected NAK code in a READ response's AETH stands for (as in rxe).
+SYN_ACK, NAK_PSN_SEQ, NAK_REM_OP = 0x1F, 0x60, 0x63
+
+#: The completion status of a READ whose place a NAK takes (through the retry engine, which
+#: fails the QP with it): every error a READ ends with exists in
+#: :class:`~rocegen.gateware.roce.layouts.CplStatus` (a gap's reissues running out of
+#: ``retry_cnt``: RETRY_EXCEEDED; a local buffer outside local memory: LOCAL_LENGTH, checked
+#: when queued; LOCAL_ALIGN never applies: a READ's local address may have any alignment).
+READ_NAK_STATUS = {0x61: CplStatus.REMOTE_INVALID, 0x62: CplStatus.REMOTE_ACCESS,
+                   0x63: CplStatus.REMOTE_OP}
+
+
+def check_max_rd(max_rd_atomic):
+    """``max_rd_atomic`` if it is 1..:data:`MAX_RD_ATOMIC`; else ``TypeError`` or
+    ``ValueError`` naming the parameter."""
+    if not isinstance(max_rd_atomic, int) or isinstance(max_rd_atomic, bool):
+        raise TypeError(f"max_rd_atomic must be an integer, not {max_rd_atomic!r}")
+    if not 1 <= max_rd_atomic <= MAX_RD_ATOMIC:
+        raise ValueError(f"max_rd_atomic must be 1..{MAX_RD_ATOMIC}, not {max_rd_atomic}")
+    return max_rd_atomic
+
+
+class ReadVerdict(enum.Enum, shape=4):
+    """What became of a READ response or an acknowledgement (the values of
+    :data:`rocegen.sim.models.read_requester.VERDICTS`)."""
+    GOOD = 0        # at the expected PSN and right: written, acknowledges its PSN
+    GAP = 1         # after the expected PSN: the head READ is reissued from it, nothing written
+    DUPLICATE = 2   # before the expected PSN: dropped
+    UNKNOWN = 3     # no outstanding READ of the QP at or after the PSN: dropped
+    OPCODE = 4      # wrong opcode for its place in the READ: dropped
+    LENGTH = 5      # payload not PMTU (FIRST, MIDDLE) or not the rest (LAST, ONLY): dropped
+    NAK = 6         # AETH not an ACK: the QP fails (the NAK goes to the retry engine)
+    ACK_PASS = 7    # an acknowledgement that passes no READ with responses missing
+    ACK_GAP = 8     # an acknowledgement past the expected PSN of an outstanding READ: a gap
+
+
+#: Pulse outputs, one per :class:`ReadVerdict`.
+READ_COUNTERS = tuple(v.name.lower() for v in ReadVerdict)
+
+#: A READ request the scheduler sends: a new READ (``new``: it is added to its QP's table), or
+#: a reissue of the READ whose first PSN is ``first`` from PSN ``psn``.
+READ_ISSUE = data.StructLayout({
+    "qp": 8,
+    "new": 1,
+    "wr_id": 32,
+    "local_addr": 32,          # byte address of the READ's first byte in local memory
+    "length": 31,              # bytes, 0 .. 2^31-1
+    "first": 24,               # the READ's first PSN
+    "psn": 24,                 # the request's PSN (``first`` when new)
+    "pmtu_log2": 4,            # 8 .. 12
+})
+
+#: An outstanding READ, as the table keeps it.
+READ_ENTRY = data.StructLayout({
+    "wr_id": 32,
+    "local_addr": 32,
+    "length": 31,
+    "first": 24,
+    "last_idx": INDEX_BITS,    # PSNs it spans - 1
+    "pmtu_log2": 4,
+})
+
+#: What the table shows of a QP: whether it has an outstanding READ, the oldest one (the head),
+#: the PSNs of it received (``cnt``: its expected PSN is ``first + cnt``), the index of the
+#: latest request sent from inside it (``rs``, 0: none) and the newest READ's last PSN.
+READ_VIEW = data.StructLayout({
+    "has": 1,
+    "entry": READ_ENTRY,
+    "cnt": INDEX_BITS,
+    "rs": INDEX_BITS,
+    "tail_last": 24,
+})
+
+#: A READ response's headers, one per datagram, from the receive path: the QP index (DestQP
+#: looked up, state and source checked), the BTH opcode and PSN, the AETH (zero on MIDDLE), the
+#: payload bytes (without the pad) and the bytes before the payload.
+READ_RESP_HEADER = data.StructLayout({
+    "qp": 8,
+    "opcode": 8,
+    "psn": 24,
+    "syndrome": 8,
+    "msn": 24,
+    "length": LENGTH_BITS,
+    "skip": 7,
+})
+
+#: What the READ placement's intake takes: a response's headers or an acknowledgement.
+READ_INPUT = data.StructLayout({"is_ack": 1, "h": READ_RESP_HEADER})
+
+#: An event waiting for the payload writes before it: the acknowledgement for the retry engine,
+#: whether it completes a READ (``done``) or asks for a reissue (``gap``: ``offset`` bytes into
+#: the READ, ``rest`` bytes left), and the count of responses placed it waits for.
+READ_EVENT = data.StructLayout({
+    "ack": ACK_EVENT,
+    "done": 1,
+    "gap": 1,
+    "wr_id": 32,
+    "offset": 31,
+    "rest": 31,
+    "seq": SEQ_BITS,
+})
+
+#: A READ whose last response is written (``psn``: that response's PSN).
+READ_DONE = data.StructLayout({"qp": 8, "wr_id": 32, "psn": 24})
+
+#: A READ to ask again for the rest of: from PSN ``psn``, ``offset`` bytes into it (remote and
+#: local addresses advanced by as much), ``length`` bytes left.
+READ_REISSUE = data.StructLayout({"qp": 8, "wr_id": 32, "psn": 24, "offset": 31, "length": 31})
+
+
+class ReadLookupSignature(wiring.Signature):
+    """The READ table's lookup port, seen from the user (the placement's decision stage):
+    ``valid``/``qp`` in cycle t, ``view`` of that QP in cycle t+1, and in that same cycle what
+    the response did to the head READ: ``advance`` (its expected response came) and ``retire``
+    (that response was its last: it leaves the table)."""
+
+    def __init__(self):
+        super().__init__({
+            "valid": Out(1),
+            "qp": Out(8),
+            "view": In(READ_VIEW),
+            "advance": Out(1),
+            "retire": Out(1),
+        })

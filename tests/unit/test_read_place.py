@@ -1,0 +1,516 @@
+"""The READ requester's receive side (:class:`ReadPlace` with its :class:`ReadTrack`) against the
+reference model (:mod:`rocegen.sim.models.read_requester`), in rounds of a closed loop.
+
+Each round the bench, standing in for the scheduler and the retry engine, issues READs on three
+QPs (new ones up to ``max_rd_atomic``, and for every QP with a READ outstanding the reissue a
+gap or a timeout asks for: the head READ from its expected PSN, the later ones whole); a peer
+answers every request from its memory with READ responses (IPv4 and UDP from scapy, BTH and
+AETH from the header tables), spoiled at random: lost, duplicated, swapped, a wrong opcode, a
+payload too short or too long, a PSN far off, one response too many, a NAK in the AETH; and
+ACKNOWLEDGEs of PSNs before, inside and after the READs go in between. Headers, datagram beats
+and acknowledgements come with random idle cycles, memory writes and events leave under random
+backpressure, and with ``acked_writes`` the memory acknowledges the words late. After each round
+the model takes the inputs in the order the gateware took them; the events for the retry
+engine, the READs completed, the reissues, the verdict counters and every byte written must be
+the model's; no byte is written outside the local range of a READ, and every event leaves only
+once the words of every response up to it are written (taken, or acknowledged). Faults stop
+after a while; every READ must then complete with the peer's bytes in its local range, except
+those of a QP that a NAK failed."""
+
+import random
+from collections import deque
+
+import pytest
+from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import wiring
+from scapy.layers.inet import IP, UDP
+from scapy.packet import Raw
+
+from rocegen.gateware.roce.layouts import QPN_BASE
+from rocegen.gateware.roce.read_layouts import READ_COUNTERS
+from rocegen.gateware.roce.read_place import ReadPlace
+from rocegen.gateware.roce.read_track import ReadTrack
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.models.read_requester import PSN_MOD, ReadRequesterModel
+from rocegen.sim.testing.amaranth_streams import StreamDriver, meta_dict, send_records
+from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.wire import headers as H
+
+FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
+QPS = 3
+MEM = 1 << 17                       # bytes of local memory the READs land in
+REMOTE = random.Random(77).randbytes(1 << 16)
+HDR_LEN = H.IPV4.length + H.UDP.length + H.BTH.length
+
+
+class Top(Elaboratable):
+    """A :class:`ReadTrack` and a :class:`ReadPlace` joined by the lookup port."""
+
+    def __init__(self, width, max_rd, acked_writes):
+        self.track = ReadTrack(QPS, max_rd)
+        self.place = ReadPlace(width, (MEM // (width // 8)).bit_length() - 1,
+                               acked_writes=acked_writes)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.track, m.submodules.place = self.track, self.place
+        wiring.connect(m, self.place.lookup, self.track.lookup)
+        return m
+
+
+# ---- the peer
+
+def datagram(qp, opcode, psn, payload, syndrome, msn):
+    """A READ response datagram as the receive path hands it on (IPv4 first, ICRC removed) and
+    its header record."""
+    aeth = opcode != MIDDLE
+    padcnt = (-len(payload)) & 3
+    roce = H.BTH.pack(opcode=opcode, m=1, padcnt=padcnt, pkey=0xFFFF, dest_qp=QPN_BASE + qp,
+                      psn=psn)
+    if aeth:
+        roce += H.AETH.pack(syndrome=syndrome, msn=msn)
+    roce += payload + bytes(padcnt)
+    pkt = (IP(src="10.0.0.2", dst="10.0.0.1", flags="DF", ttl=64, len=HDR_LEN - 12 + len(roce) + 4)
+           / UDP(sport=0xC123, dport=H.UDP_PORT_ROCEV2, len=8 + len(roce) + 4, chksum=0)
+           / Raw(roce))
+    hdr = {"qp": qp, "opcode": opcode, "psn": psn, "syndrome": syndrome if aeth else 0,
+           "msn": msn if aeth else 0, "length": len(payload),
+           "skip": HDR_LEN + (H.AETH.length if aeth else 0)}
+    return bytes(pkt), hdr
+
+
+def answer(req, rng):
+    """The responses to a READ request ``req`` (its READ, and the PSN it was sent from)."""
+    r, psn = req["read"], req["psn"]
+    k0 = (psn - r["first"]) % PSN_MOD
+    npsn = max(1, -(-r["length"] // r["pmtu"]))
+    out = []
+    for k in range(k0, npsn):
+        off = k * r["pmtu"]
+        n = min(r["pmtu"], r["length"] - off) if r["length"] else 0
+        op = (ONLY if k == npsn - 1 else FIRST) if k == k0 else (LAST if k == npsn - 1 else MIDDLE)
+        out.append({"qp": r["qp"], "op": op, "psn": (r["first"] + k) % PSN_MOD,
+                    "payload": REMOTE[r["va"] + off:r["va"] + off + n],
+                    "syn": rng.choice([0x1F, 0x1F, rng.randrange(0x1F)]),
+                    "msn": rng.randrange(1 << 24)})
+    return out
+
+
+def spoil(resps, rng, p):
+    """The peer's faults, each with chance ``p``."""
+    out = []
+    for n, x in enumerate(resps):
+        r = rng.random() / p if p else 99
+        x = dict(x)
+        if r < 1:
+            continue                                                    # lost
+        if r < 2:
+            out.append(dict(x))                                         # duplicated
+        elif r < 3:
+            x["op"] = rng.choice([o for o in (FIRST, MIDDLE, LAST, ONLY) if o != x["op"]])
+        elif r < 4:
+            x["payload"] = x["payload"][:-rng.randint(1, 3)] if x["payload"] else b"\x01"
+        elif r < 5:
+            x["payload"] = x["payload"] + rng.randbytes(rng.randint(1, 5))
+        elif r < 6:
+            x["psn"] = (x["psn"] + rng.choice([1000, -1000, 1 << 22])) % PSN_MOD
+        elif r < 6.5 and x["op"] != MIDDLE:
+            x["syn"] = rng.choice([0x62, 0x61, 0x63, 0x20, 0x60, 0x7F])
+        elif r < 7.5 and x["op"] in (LAST, ONLY):
+            out.append(x)
+            x = dict(x, psn=(x["psn"] + 1) % PSN_MOD, op=rng.choice([MIDDLE, LAST, ONLY]))
+        elif r < 8.5 and n + 1 < len(resps):
+            out.append(dict(resps[n + 1]))                              # swapped
+        out.append(x)
+    return out
+
+
+# ---- the bench's view of the outputs
+
+class Monitor:
+    """Takes memory writes and events with random backpressure, acknowledges words late
+    (``acked_writes``), and records, cycle by cycle, the inputs taken and everything that
+    leaves."""
+
+    def __init__(self, place, rng, *, backpressure, acked_writes):
+        self.p, self.rng = place, rng
+        self.backpressure, self.acked_writes = backpressure, acked_writes
+        self.cycle = 0
+        self.taken = []                 # ("hdr" | "ack", index within the round)
+        self.counts = {"hdr": 0, "ack": 0}
+        self.writes = []                # (addr, data, be)
+        self.words = 0                  # words taken (on chip) or acknowledged (AXI4)
+        self.events = []                # (ack event, words written before it left)
+        self.done = []
+        self.reissue = []
+        self.pulses = dict.fromkeys(READ_COUNTERS, 0)
+        self._unacked = 0
+
+    async def run(self, ctx):
+        p, rng = self.p, self.rng
+        names = READ_COUNTERS
+        while True:
+            o_ready = rng.random() >= self.backpressure
+            ack_ready = rng.random() >= self.backpressure
+            ctx.set(p.o.ready, o_ready)
+            ctx.set(p.ack.ready, ack_ready)
+            durable = 0
+            if self.acked_writes and self._unacked and rng.random() < 0.15:
+                durable = min(self._unacked, rng.randint(1, 40))
+                ctx.set(p.mem_durable, durable)
+            elif self.acked_writes:
+                ctx.set(p.mem_durable, 0)
+            (_, _, ov, op, av, ap, dv, dp, rv, rp, hv, hr, kv, kr,
+             *pulses) = await ctx.tick().sample(
+                p.o.valid, p.o.payload, p.ack.valid, p.ack.payload, p.done.valid, p.done.payload,
+                p.reissue.valid, p.reissue.payload, p.hdr.valid, p.hdr.ready, p.ack_in.valid,
+                p.ack_in.ready, *(getattr(p, name) for name in names))
+            self.cycle += 1
+            before = self.words
+            if av and ack_ready:
+                self.events.append((meta_dict(ap), before))
+            if dv:
+                assert av and ack_ready, "done pulses only as its event leaves"
+                self.done.append(meta_dict(dp))
+            if rv:
+                assert av and ack_ready, "reissue pulses only as its event leaves"
+                self.reissue.append(meta_dict(rp))
+            if ov and o_ready:
+                self.writes.append((int(op.addr), int(op.data), int(op.be)))
+                if self.acked_writes:
+                    self._unacked += 1
+                else:
+                    self.words += 1
+            if self.acked_writes:
+                self._unacked -= durable
+                self.words += durable
+            if hv and hr:
+                self.taken.append(("hdr", self.counts["hdr"]))
+                self.counts["hdr"] += 1
+            if kv and kr:
+                assert not (hv and hr), "one input per cycle"
+                self.taken.append(("ack", self.counts["ack"]))
+                self.counts["ack"] += 1
+            for name, v in zip(names, pulses):
+                self.pulses[name] += v
+
+
+def words_of(addr, n, B):
+    return (addr + n - 1) // B - addr // B + 1 if n else 0
+
+
+def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p_fault=0.06,
+             idle=0.2, backpressure=0.2):
+    rng = random.Random(seed)
+    B = width // 8
+    top = Top(width, max_rd, acked_writes)
+    track, place = top.track, top.place
+    model = ReadRequesterModel(QPS, max_rd)
+    mon = Monitor(place, random.Random(seed + 1), backpressure=backpressure,
+                  acked_writes=acked_writes)
+    beats = StreamDriver(place.i, width, idle=idle, seed=seed + 2)
+    state = {"round": -1, "pkts": [], "hdrs": [], "acks": [], "over": False}
+    next_psn = [rng.randrange(PSN_MOD) for _ in range(QPS)]
+    next_psn[0] = PSN_MOD - 5                       # wraps around soon
+    reads = {}                                       # wr_id -> READ
+    ranges = []                                      # local ranges of every READ
+    local = [0]
+    image = {}                                       # byte address -> byte, as written
+    seen = {v: 0 for v in READ_COUNTERS}
+    outcome = {"fail": set()}
+
+    def new_read(qp):
+        pmtu = rng.choice([256, 256, 512])
+        length = rng.choice([0, 1, pmtu - 1, pmtu, pmtu + 1, rng.randint(1, 3 * pmtu + 7)])
+        if local[0] + length + 64 > MEM:
+            return None
+        addr = local[0] + rng.randrange(64)
+        local[0] = addr + length
+        first = next_psn[qp]
+        next_psn[qp] = (first + max(1, -(-length // pmtu)) + rng.choice([0, 0, 1, 3])) % PSN_MOD
+        r = {"qp": qp, "wr_id": len(reads) + 1, "local": addr, "length": length,
+             "first": first, "pmtu": pmtu, "va": rng.randrange(len(REMOTE) - length),
+             "state": "out"}
+        reads[r["wr_id"]] = r
+        ranges.append((addr, addr + length))
+        return r
+
+    def issue_rec(r, new, psn):
+        return {"qp": r["qp"], "new": int(new), "wr_id": r["wr_id"], "local_addr": r["local"],
+                "length": r["length"], "first": r["first"], "psn": psn,
+                "pmtu_log2": r["pmtu"].bit_length() - 1}
+
+    async def drive_beats(ctx):
+        seen_round = -1
+        while not state["over"]:
+            if state["round"] > seen_round:
+                seen_round = state["round"]
+                await beats.send(ctx, state["pkts"])
+            else:
+                await ctx.tick()
+
+    async def drive_hdrs(ctx):
+        seen_round, r = -1, random.Random(seed + 3)
+        while not state["over"]:
+            if state["round"] > seen_round:
+                seen_round = state["round"]
+                await send_records(ctx, place.hdr, state["hdrs"], r, idle)
+            else:
+                await ctx.tick()
+
+    async def drive_acks(ctx):
+        seen_round, r = -1, random.Random(seed + 4)
+        while not state["over"]:
+            if state["round"] > seen_round:
+                seen_round = state["round"]
+                await send_records(ctx, place.ack_in, state["acks"], r, 0.9)
+            else:
+                await ctx.tick()
+
+    async def wait(ctx, get, target):
+        while get() != target:
+            await ctx.tick()
+
+    async def orchestrate(ctx):
+        for rnd in range(rounds + clean):
+            p = p_fault if rnd < rounds else 0.0
+            # flushes: the QPs a NAK failed
+            for qp in sorted(outcome["fail"]):
+                for r in reads.values():
+                    if r["qp"] == qp and r["state"] == "out":
+                        r["state"] = "failed"
+                ctx.set(track.flush.payload, qp)
+                ctx.set(track.flush.valid, 1)
+                await ctx.tick().until(track.flush.ready)
+                ctx.set(track.flush.valid, 0)
+                model.flush(qp)
+            outcome["fail"] = set()
+            # reissues (go-back-N from the expected PSN: a gap or a timeout), then new READs
+            requests = []
+            for qp in range(QPS):
+                outs = [r for r in reads.values() if r["qp"] == qp and r["state"] == "out"]
+                for n, r in enumerate(outs):
+                    psn = model.expected(qp) if n == 0 else r["first"]
+                    requests.append((issue_rec(r, False, psn), {"read": r, "psn": psn}))
+                for _ in range(max_rd - len(outs)):
+                    if rng.random() < 0.7 and (r := new_read(qp)) is not None:
+                        requests.append((issue_rec(r, True, r["first"]),
+                                         {"read": r, "psn": r["first"]}))
+            for rec, _ in requests:
+                ctx.set(track.issue.payload, rec)
+                ctx.set(track.issue.valid, 1)
+                assert not ctx.get(track.overflow)
+                assert model.issue(rec["qp"], wr_id=rec["wr_id"], local_addr=rec["local_addr"],
+                                   length=rec["length"], first=rec["first"],
+                                   pmtu=1 << rec["pmtu_log2"], new=bool(rec["new"]),
+                                   psn=rec["psn"])
+                await ctx.tick()
+            ctx.set(track.issue.valid, 0)
+            # the peer's answers, the QPs interleaved, and acknowledgements among them
+            per_qp = [deque() for _ in range(QPS)]
+            for _, req in requests:
+                per_qp[req["read"]["qp"]].extend(spoil(answer(req, rng), rng, p))
+            resps = []
+            while any(per_qp):
+                resps.append(rng.choice([q for q in per_qp if q]).popleft())
+            acks = []
+            for _ in range(rng.randint(0, 6) if p else 0):
+                qp = rng.randrange(QPS)
+                outs = model.outstanding(qp)
+                base = outs[0].first if outs else next_psn[qp]
+                acks.append({"qp": qp, "psn": (base + rng.randint(-3, 4)) % PSN_MOD,
+                             "syndrome": rng.choice([0x1F, 0x03, 0x60, 0x21, 0x62]),
+                             "msn": rng.randrange(1 << 24)})
+            built = [datagram(x["qp"], x["op"], x["psn"], x["payload"], x["syn"], x["msn"])
+                     for x in resps]
+            mon.taken, mon.counts = [], {"hdr": 0, "ack": 0}
+            n_events, n_done, n_reissue = len(mon.events), len(mon.done), len(mon.reissue)
+            n_writes = len(mon.writes)
+            state.update(pkts=[Packet(d) for d, _ in built], hdrs=[h for _, h in built],
+                         acks=acks, round=rnd)
+            await wait(ctx, lambda: (mon.counts["hdr"], mon.counts["ack"]),
+                       (len(built), len(acks)))
+            # the model, in the order the inputs were taken
+            outs = []
+            for kind, k in mon.taken:
+                if kind == "hdr":
+                    x = resps[k]
+                    outs.append(model.response(x["qp"], x["op"], x["psn"], x["payload"],
+                                               x["syn"], 0 if x["op"] == MIDDLE else x["msn"]))
+                else:
+                    a = acks[k]
+                    outs.append(model.ack(a["qp"], a["syndrome"], a["psn"], a["msn"]))
+            want_events = [o for o in outs if o.ack is not None]
+            await wait(ctx, lambda: len(mon.events), n_events + len(want_events))
+            await ctx.tick().repeat(40)
+            got = mon.events[n_events:]
+            assert [e for e, _ in got] == [
+                {"qp": o.ack.qp, "syndrome": o.ack.syndrome, "psn": o.ack.psn, "msn": o.ack.msn}
+                for o in want_events], f"round {rnd}: events for the retry engine"
+            assert [(d["qp"], d["wr_id"]) for d in mon.done[n_done:]] == \
+                [(reads[o.done]["qp"], o.done) for o in outs if o.done is not None]
+            assert [d["psn"] for d in mon.done[n_done:]] == \
+                [o.ack.psn for o in outs if o.done is not None]
+            assert mon.reissue[n_reissue:] == [
+                {"qp": o.gap.qp, "wr_id": o.gap.wr_id, "psn": o.gap.psn,
+                 "offset": o.gap.offset, "length": o.gap.length}
+                for o in outs if o.gap is not None], f"round {rnd}: reissues"
+            # every event left once the words of the responses up to it were written
+            need, words = [], 0
+            for o in outs:
+                for addr, data in o.writes:
+                    words += words_of(addr, len(data), B)
+                if o.ack is not None:
+                    need.append(words)
+            assert all(w >= n for (_, w), n in zip(got, need)), \
+                f"round {rnd}: an event left before the payload before it was written"
+            # the bytes written: exactly the model's, inside the READs' local ranges
+            want_bytes = {}
+            for o in outs:
+                for addr, data in o.writes:
+                    want_bytes.update({addr + i: b for i, b in enumerate(data)})
+            got_bytes = {}
+            for addr, data, be in mon.writes[n_writes:]:
+                word = data.to_bytes(B, "little")
+                for i in range(B):
+                    if be >> i & 1:
+                        assert addr * B + i not in got_bytes, "a byte written twice"
+                        got_bytes[addr * B + i] = word[i]
+            assert got_bytes == want_bytes, f"round {rnd}: bytes written"
+            assert all(any(lo <= a < hi for lo, hi in ranges) for a in got_bytes)
+            image.update(got_bytes)
+            for o in outs:
+                seen[o.verdict] += 1
+                if o.done is not None:
+                    reads[o.done]["state"] = "done"
+                if o.verdict == "nak":
+                    outcome["fail"].add(o.ack.qp)
+        state["over"] = True
+
+    run_sim(top, testbenches=[orchestrate, drive_beats, drive_hdrs, drive_acks],
+            processes=[mon.run], deadline_cycles=3_000_000)
+    assert mon.pulses == {k: model.counters[k] for k in READ_COUNTERS}
+    for r in reads.values():
+        assert r["state"] in ("done", "failed"), f"READ {r['wr_id']} never completed"
+        if r["state"] == "done":
+            assert all(r["local"] + i in image for i in range(r["length"]))
+            got = bytes(image[r["local"] + i] for i in range(r["length"]))
+            assert got == REMOTE[r["va"]:r["va"] + r["length"]], f"READ {r['wr_id']}: data"
+    return seen, reads
+
+
+@pytest.mark.parametrize("width, seed, acked_writes", [
+    (64, 1, False), (512, 2, False), (64, 3, True), (512, 4, True), (128, 5, False),
+])
+def test_closed_loop(width, seed, acked_writes):
+    seen, reads = run_loop(width, seed=seed, acked_writes=acked_writes)
+    # every verdict came up, and most READs completed
+    assert all(seen[v] > 0 for v in READ_COUNTERS), seen
+    done = sum(r["state"] == "done" for r in reads.values())
+    assert done > 40 and done > 0.7 * len(reads), (done, len(reads))
+
+
+def test_max_rd_atomic_one():
+    """One READ at a time per QP: the next one waits for the last response of the one before."""
+    seen, reads = run_loop(64, seed=9, max_rd=1, rounds=6, clean=6, idle=0.0, backpressure=0.0)
+    assert seen["good"] > 20
+
+
+def test_parameters():
+    raises(ValueError, "width must be one of", lambda: ReadPlace(96, 10))
+    raises(ValueError, "addr_width must be 1..32", lambda: ReadPlace(64, 33))
+    raises(ValueError, "events must be from 4 to 1024, not 2", lambda: ReadPlace(64, 10, events=2))
+    raises(TypeError, "act_depth must be an integer", lambda: ReadPlace(64, 10, act_depth=None))
+
+
+def run_directed(width, reads, resps, *, idle=0.0, backpressure=0.0, seed=0):
+    """Issue ``reads`` (new READs), then send ``resps`` (``(qp, opcode, psn, payload)``, AETH an
+    ACK); returns the monitor once every event has left, and the cycles the beats were taken."""
+    top = Top(width, 16, False)
+    track, place = top.track, top.place
+    mon = Monitor(place, random.Random(seed), backpressure=backpressure, acked_writes=False)
+    beats = StreamDriver(place.i, width, idle=idle, seed=seed + 1)
+    built = [datagram(qp, op, psn, payload, 0x1F, 0) for qp, op, psn, payload in resps]
+    taken, sent = [], []
+
+    async def issue(ctx):
+        for r in reads:
+            ctx.set(track.issue.payload, {"new": 1, "psn": r["first"], **r})
+            ctx.set(track.issue.valid, 1)
+            await ctx.tick()
+        ctx.set(track.issue.valid, 0)
+        await send_records(ctx, place.hdr, [h for _, h in built], random.Random(seed), idle)
+        while mon.counts["hdr"] < len(built) or not sent:
+            await ctx.tick()
+        await ctx.tick().repeat(100)
+
+    async def send(ctx):
+        await ctx.tick().repeat(len(reads) + 1)
+        await beats.send(ctx, [Packet(d) for d, _ in built])
+        sent.append(True)
+
+    async def watch(ctx):
+        cycle = 0
+        async for _, _, v, r in ctx.tick().sample(place.i.valid, place.i.ready):
+            cycle += 1
+            if v and r:
+                taken.append(cycle)
+
+    run_sim(top, testbenches=[issue, send], processes=[mon.run, watch], deadline_cycles=100_000)
+    return mon, taken
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_bad_responses(width):
+    """One READ of 1000 bytes in 256-byte packets (PSNs 100..103) into local bytes 0x1003..: the
+    bad responses are dropped and counted, the good ones written at their place, the READ done
+    once; nothing is written outside its 1000 bytes."""
+    B = width // 8
+    LOC, VA = 0x1003, 0x2001
+    data = REMOTE[VA:VA + 1000]
+    read = {"qp": 1, "wr_id": 7, "local_addr": LOC, "length": 1000, "first": 100, "pmtu_log2": 8}
+    resps = [
+        (1, MIDDLE, 100, data[:256]),           # opcode: not at the first PSN
+        (1, FIRST, 100, data[:255]),            # length: too short
+        (1, FIRST, 104, data[:256]),            # unknown: after the READ's last PSN
+        (0, ONLY, 100, b""),                    # unknown: QP 0 has no READ
+        (1, FIRST, 100, data[:256]),            # good
+        (1, FIRST, 100, data[:256]),            # duplicate
+        (1, LAST, 102, data[512:768]),          # gap: 101 is missing
+        (1, MIDDLE, 101, data[256:512] + b"x"),  # length: too long
+        (1, MIDDLE, 101, data[256:512]),        # good
+        (1, LAST, 102, data[512:768]),          # opcode: not the last PSN
+        (1, MIDDLE, 102, data[512:768]),        # good
+        (1, LAST, 103, data[768:]),             # good: the READ is done
+        (1, LAST, 103, data[768:]),             # unknown (one too many: no READ left)
+        (1, ONLY, 104, data[:10]),              # unknown (one too many)
+    ]
+    mon, _ = run_directed(width, [read], resps, idle=0.3, backpressure=0.3, seed=width)
+    assert mon.pulses == {"good": 4, "gap": 1, "duplicate": 1, "unknown": 4, "opcode": 2,
+                          "length": 2, "nak": 0, "ack_pass": 0, "ack_gap": 0}
+    assert [e["psn"] for e, _ in mon.events] == [100, 101, 101, 102, 103]
+    assert [e["syndrome"] for e, _ in mon.events] == [0x1F, 0x60, 0x1F, 0x1F, 0x1F]
+    assert mon.done == [{"qp": 1, "wr_id": 7, "psn": 103}]
+    assert mon.reissue == [{"qp": 1, "wr_id": 7, "psn": 101, "offset": 256, "length": 744}]
+    written = {}
+    for addr, word, be in mon.writes:
+        for i in range(B):
+            if be >> i & 1:
+                written[addr * B + i] = word.to_bytes(B, "little")[i]
+    assert sorted(written) == list(range(LOC, LOC + 1000))
+    assert bytes(written[LOC + i] for i in range(1000)) == data
+
+
+def test_throughput():
+    """A 64 KiB READ in 4096-byte responses at 512 bits, no idle cycles, no backpressure: the
+    beats are taken one per cycle, but for one cycle per response where its payload's tail
+    spills into one more word, and a few at the start."""
+    LOC, N = 0x40, 16
+    read = {"qp": 2, "wr_id": 1, "local_addr": LOC, "length": N * 4096, "first": 0,
+            "pmtu_log2": 12}
+    resps = [(2, FIRST if k == 0 else LAST if k == N - 1 else MIDDLE, k,
+              REMOTE[k * 4096:(k + 1) * 4096]) for k in range(N)]
+    mon, taken = run_directed(512, [read], resps)
+    beats = sum(-(-(HDR_LEN + (4 if k in (0, N - 1) else 0) + 4096) // 64) for k in range(N))
+    assert len(taken) == beats and mon.done == [{"qp": 2, "wr_id": 1, "psn": N - 1}]
+    assert taken[-1] - taken[0] + 1 <= beats + N + 4, (taken[-1] - taken[0] + 1, beats)

@@ -1,0 +1,170 @@
+"""The READ table (:class:`ReadTrack`) against the table of the READ requester's model
+(:mod:`rocegen.sim.models.read_requester`): random issues (new READs, reissues from inside a
+READ or from its first PSN, adds to a full QP or one outside the table), lookups with their
+advance/retire, and flushes, several in one cycle; every lookup's view, the ``full`` vector in
+every cycle and every ``overflow`` pulse are compared with the model's."""
+
+import gc
+import random
+import warnings
+
+import pytest
+from amaranth.hdl import UnusedElaboratable
+
+from rocegen.gateware.roce.read_track import ReadTrack
+from rocegen.sim.models.read_requester import PMTUS, PSN_MOD, ReadRequesterModel
+from rocegen.sim.testing.harness import raises, run_sim
+
+
+def _length(rng, pmtu):
+    r = rng.random()
+    if r < 0.1:
+        return 0
+    if r < 0.2:
+        return rng.choice([1, pmtu - 1, pmtu, pmtu + 1, 2 * pmtu])
+    if r < 0.25:
+        return rng.randrange(1 << 31)
+    return rng.randint(1, 5 * pmtu)
+
+
+class Scheduler:
+    """Stands in for the scheduler: new READs with consecutive PSNs per QP (sometimes a gap of
+    PSNs, as if WRITEs went between), reissues of outstanding READs."""
+
+    def __init__(self, rng, model, num_qps):
+        self.rng, self.model = rng, model
+        self.num_qps = num_qps
+        self.next_psn = [rng.choice([rng.randrange(PSN_MOD), PSN_MOD - 3]) for _ in range(num_qps)]
+        self.wr_id = 0
+
+    def issue(self):
+        rng, model = self.rng, self.model
+        qp = rng.randrange(self.num_qps + (1 if rng.random() < 0.05 else 0))
+        if qp < self.num_qps and model.outstanding(qp) and rng.random() < 0.3:
+            r = rng.choice(model.outstanding(qp))
+            k = rng.choice([0, rng.randrange(r.npsn)])
+            return {"qp": qp, "new": 0, "wr_id": r.wr_id, "local_addr": r.local_addr,
+                    "length": r.length, "first": r.first, "psn": (r.first + k) % PSN_MOD,
+                    "pmtu_log2": r.pmtu.bit_length() - 1}
+        pmtu = rng.choice(PMTUS)
+        length = _length(rng, pmtu)
+        first = self.next_psn[qp % self.num_qps]
+        self.next_psn[qp % self.num_qps] = (first + max(1, -(-length // pmtu)) +
+                                            rng.choice([0, 0, 1, 5])) % PSN_MOD
+        self.wr_id += 1
+        return {"qp": qp, "new": 1, "wr_id": self.wr_id, "local_addr": rng.getrandbits(32),
+                "length": length, "first": first, "psn": first,
+                "pmtu_log2": pmtu.bit_length() - 1}
+
+
+def apply_issue(model, rec):
+    return model.issue(rec["qp"], wr_id=rec["wr_id"], local_addr=rec["local_addr"],
+                       length=rec["length"], first=rec["first"], pmtu=1 << rec["pmtu_log2"],
+                       new=bool(rec["new"]), psn=rec["psn"])
+
+
+def check_view(got, want, where):
+    if want is None:
+        assert not got.has, f"{where}: the table shows a READ the model has not"
+        return
+    head = want["head"]
+    e = got.entry
+    assert got.has, f"{where}: no READ shown, the model has {head}"
+    assert (int(e.wr_id), int(e.local_addr), int(e.length), int(e.first), int(e.last_idx),
+            int(e.pmtu_log2)) == (head.wr_id, head.local_addr, head.length, head.first,
+                                  head.npsn - 1, head.pmtu.bit_length() - 1), where
+    assert (int(got.cnt), int(got.rs), int(got.tail_last)) == \
+        (want["cnt"], want["rs"], want["tail_last"]), where
+
+
+def run_random(num_qps, max_rd, seed, cycles=4000, *, p_issue=0.5, p_lookup=0.6, p_flush=0.03):
+    rng = random.Random(seed)
+    dut = ReadTrack(num_qps, max_rd)
+    model = ReadRequesterModel(num_qps, max_rd)
+    sched = Scheduler(rng, model, num_qps)
+    stats = {"lookups": 0, "advances": 0, "retires": 0, "overflows": 0, "flushes": 0,
+             "restarts": 0, "full_seen": 0}
+
+    async def bench(ctx):
+        pending = None                  # (qp, the model's view) of the lookup of the cycle before
+        for cycle in range(cycles):
+            full = ctx.get(dut.full)
+            want = sum(1 << q for q in range(num_qps) if model.full(q))
+            assert full == want, f"cycle {cycle}: full {full:#x}, model {want:#x}"
+            stats["full_seen"] += bool(full)
+            ctx.set(dut.lookup.valid, 0)
+            ctx.set(dut.lookup.advance, 0)
+            ctx.set(dut.lookup.retire, 0)
+            ctx.set(dut.flush.valid, 0)
+            ctx.set(dut.issue.valid, 0)
+            if pending is not None:
+                qp, want_view = pending
+                check_view(ctx.get(dut.lookup.view), want_view, f"cycle {cycle}, QP {qp}")
+                assert not ctx.get(dut.flush.ready), "a flush must wait while an update is due"
+                if want_view is not None and rng.random() < 0.7:
+                    left = model.advance(qp)
+                    ctx.set(dut.lookup.advance, 1)
+                    ctx.set(dut.lookup.retire, int(left is not None))
+                    stats["advances"] += 1
+                    stats["retires"] += left is not None
+                pending = None
+            else:
+                if rng.random() < p_flush:
+                    qp = rng.randrange(num_qps + 1)
+                    ctx.set(dut.flush.payload, qp)
+                    ctx.set(dut.flush.valid, 1)
+                    assert ctx.get(dut.flush.ready)
+                    old = model.view(qp)
+                    model.flush(qp)
+                    if old is not None and rng.random() < 0.5:
+                        # the QP set up again from the same PSN: a new READ with the same
+                        # first PSN must not inherit the old one's restart
+                        sched.next_psn[qp] = old["head"].first
+                    stats["flushes"] += 1
+                if rng.random() < p_lookup:
+                    qp = rng.randrange(num_qps + (1 if rng.random() < 0.05 else 0))
+                    ctx.set(dut.lookup.qp, qp)
+                    ctx.set(dut.lookup.valid, 1)
+                    pending = (qp, model.view(qp))
+                    stats["lookups"] += 1
+            if rng.random() < p_issue:
+                rec = sched.issue()
+                ctx.set(dut.issue.payload, rec)
+                ctx.set(dut.issue.valid, 1)
+                accepted = apply_issue(model, rec)
+                assert ctx.get(dut.overflow) == (not accepted), f"cycle {cycle}: overflow"
+                stats["overflows"] += not accepted
+                stats["restarts"] += not rec["new"] and rec["psn"] != rec["first"]
+            await ctx.tick()
+
+    run_sim(dut, testbenches=[bench], deadline_cycles=cycles + 100)
+    return stats
+
+
+@pytest.mark.parametrize("num_qps, max_rd, seed", [
+    (3, 16, 1), (3, 5, 2), (1, 1, 3), (5, 3, 4), (2, 2, 5), (16, 4, 6),
+])
+def test_against_model(num_qps, max_rd, seed):
+    stats = run_random(num_qps, max_rd, seed)
+    # every kind of event happened
+    assert all(stats[k] > 10 for k in ("lookups", "advances", "retires", "overflows",
+                                       "flushes", "restarts", "full_seen")), stats
+
+
+def test_busy_lookups():
+    """A lookup every other cycle and an issue in every cycle, with few flushes."""
+    stats = run_random(2, 8, 7, p_issue=1.0, p_lookup=1.0, p_flush=0.01)
+    assert stats["retires"] > 50 and stats["flushes"] > 5, stats
+
+
+def test_parameters():
+    raises(TypeError, "num_qps must be an integer", lambda: ReadTrack("4"))
+    raises(ValueError, "num_qps must be 1..256", lambda: ReadTrack(0))
+    raises(ValueError, r"max_rd_atomic must be 1..16, not 17", lambda: ReadTrack(4, 17))
+    raises(ValueError, r"max_rd_atomic must be 1..16, not 0", lambda: ReadTrack(4, 0))
+    raises(TypeError, "max_rd_atomic must be an integer", lambda: ReadTrack(4, 2.0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        slots = ReadTrack(4, 5).slots, ReadTrack(4, 1).slots
+        gc.collect()
+    assert slots == (8, 1)
