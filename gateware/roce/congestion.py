@@ -78,8 +78,8 @@ class ReactionPoint(wiring.Component):
       cycles later while an earlier operation on the QP is in its pipeline), updates the rate
       :data:`~rocegen.gateware.roce.dcqcn.PIPE` cycles later, and the limiter holds the QP
       from the cycle after; until the next refill at the new rate (at most P cycles later,
-      P = ``num_qps`` rounded up to a power of two). A packet started while the bit was still high is charged, so the long-run rate is
-      exact.
+      P = ``num_qps`` rounded up to a power of two). A packet started while the bit was still
+      high is charged, so the long-run rate is exact.
     * ``desc`` is registered once (its byte count), then reaches the engine and the limiter
       as in their descriptions.
     * Backpressure: none; every input is always taken.
