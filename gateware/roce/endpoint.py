@@ -1,5 +1,5 @@
-from amaranth.hdl import Const, Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.arbiter import PacketArbiter
@@ -21,11 +21,13 @@ from rocegen.gateware.roce.endpoint_stats import PULSE_COUNTERS, ROCE_STATS, STA
 from rocegen.gateware.roce.layouts import (
     COMPLETION,
     ECN_ECT0,
+    PACKET_DESC,
     PFC_CONFIG,
     QP_CONTEXT,
     TRAFFIC_CONFIG,
     WORK_REQUEST,
     CplStatus,
+    WrSource,
     check_num_qps,
 )
 from rocegen.gateware.roce.pattern_sink import PatternSink
@@ -41,6 +43,7 @@ from rocegen.gateware.roce.resp_layouts import (
     RESP_CONFIG_WRITE,
     UNACKED_BITS,
 )
+from rocegen.gateware.roce.resp_read_align import RespReadAlign, reader_descriptor
 from rocegen.gateware.roce.responder import RESP_COUNTERS, Responder, default_config
 from rocegen.gateware.roce.retry import RetryEngine
 from rocegen.gateware.roce.rx import RoceRx
@@ -152,6 +155,14 @@ class RoceEndpoint(wiring.Component):
         timer code of its RNR NAKs and the receive buffers each QP can have posted.
         With the responder, the connection manager's ACKs name each QP's region (its R_Key,
         base and length: :class:`~rocegen.gateware.roce.cm.ConnectionManager` ``regions``).
+    reads, rd_depth
+        With the responder: RDMA READ (default: with the responder). The peers READ the
+        QPs' regions (their read right, :func:`~rocegen.gateware.roce.responder.default_config`
+        gives it); the response packets take turns with the requester's packets at the payload
+        reader, per packet, and bypass the scheduler, the completion tracker and the retry
+        engine; a response whose payload does not start at a word boundary is realigned
+        (:class:`~rocegen.gateware.roce.resp_read_align.RespReadAlign`). ``rd_depth``: the READs
+        each QP can have queued (a power of two, 16..1024; default 16).
     resp_ack_every, cnp_interval
         The responder's ACKs by count (an ACK of every N-th request a QP executes without an
         answer, besides AckReq; 0..255, default 0: on AckReq only) and its notification
@@ -214,7 +225,7 @@ class RoceEndpoint(wiring.Component):
                  resp_region=None, rkey_seed=0x5EED, rnr_timer=1, rq_depth=16,
                  pattern_sink=None, resp_ack_every=0, cnp_interval=None, dscp=0, ecn=True,
                  dcqcn=False, dcqcn_params=None, line_gbps=None, pfc=None, pfc_prio=3,
-                 pfc_cable_ns=100, rx_fifo_beats=None):
+                 pfc_cable_ns=100, rx_fifo_beats=None, reads=None, rd_depth=16):
         check_width(width)
         check_num_qps(num_qps)
         if memory not in MEMORIES:
@@ -299,13 +310,21 @@ class RoceEndpoint(wiring.Component):
             raise ValueError(f"resp_ack_every must be 0..{(1 << UNACKED_BITS) - 1} requests, "
                              f"not {resp_ack_every!r}")
         self._resp = None
+        if reads is None:
+            reads = bool(responder)
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool or None, not {reads!r}")
+        if reads and not responder:
+            raise ValueError("reads are answered by the responder: they need responder=True")
+        self.reads = reads
         if responder:
             self._resp = Responder(width, num_qps, self.word_addr_bits, rq_depth=rq_depth,
                                    ack_every=resp_ack_every, cnp_interval=cnp_interval,
                                    config_init=default_config(num_qps, base, length,
                                                               rkey_seed=rkey_seed,
                                                               rnr_timer=rnr_timer),
-                                   acked_writes=memory == "axi4", ingress_beats=ingress_beats)
+                                   acked_writes=memory == "axi4", ingress_beats=ingress_beats,
+                                   reads=reads, rd_depth=rd_depth)
         self._pfc = None
         if pfc is not None:
             buffers = {"rx": self._stack.rx_fifo_beats}
@@ -344,7 +363,8 @@ class RoceEndpoint(wiring.Component):
             "cm_rnr_retry": cm_rnr_retry, "responder": self.responder,
             **({"resp_region": (base, length), "rkey_seed": rkey_seed, "rnr_timer": rnr_timer,
                 "rq_depth": rq_depth, "pattern_sink": pattern_sink,
-                "resp_ack_every": resp_ack_every, "cnp_interval": cnp_interval}
+                "resp_ack_every": resp_ack_every, "cnp_interval": cnp_interval,
+                "reads": reads, **({"rd_depth": rd_depth} if reads else {})}
                if responder else {}),
             "dscp": dscp, "ecn": bool(ecn), "pcp": pcp, "dcqcn": bool(dcqcn),
             "dcqcn_params": dict(dcqcn_params or {}), "line_gbps": line_gbps, "pfc": pfc,
@@ -464,15 +484,19 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, wiring.flipped(self.msg), front.i)
 
         # transmit: scheduler -> payload reader -> packet builder -> UDP port 4791
-        wiring.connect(m, sched.desc, mem.desc)
+        if not self.reads:
+            wiring.connect(m, sched.desc, mem.desc)
         # a forward register between the payload reader and the builder: the reader's output
         # queue and the builder's header and lane logic are mapped apart
         rd_reg = m.submodules.rd_reg = StreamForwardRegister(mem.o.payload.shape())
-        wiring.connect(m, rd_reg.o, builder.i)
+        if not self.reads:
+            wiring.connect(m, rd_reg.o, builder.i)
         # a forward register between the builder and UDP transmit: the reader's queue and the
         # builder's lane logic end in it, before UDP transmit's arbiter and slice
         tx_reg = m.submodules.tx_reg = ForwardRegister(self.width, builder.o.payload.meta.shape())
         wiring.connect(m, builder.o, tx_reg.i)
+        if self.reads:
+            self._connect_read_responses(m, rd_reg, tx_reg)
         if self._resp is None:
             wiring.connect(m, tx_reg.o, st.udp_tx[0])
         else:
@@ -520,7 +544,8 @@ class RoceEndpoint(wiring.Component):
         # payload memory: on-chip, with the user's and the front end's writes, or AXI4
         wiring.connect(m, front.mem, mem.wr)
         m.d.comb += front.mem_durable.eq(mem.durable)
-        wiring.connect(m, mem.o, rd_reg.i)
+        if not self.reads:
+            wiring.connect(m, mem.o, rd_reg.i)
         ext = "mem_w" if self.memory == "onchip" else "axi"
         wiring.connect(m, wiring.flipped(getattr(self, ext)), getattr(mem, ext))
 
@@ -574,6 +599,36 @@ class RoceEndpoint(wiring.Component):
             rp.rd_qp.eq(self.cc_qp), self.cc_rate.eq(rp.rd_rate),
         ]
 
+    def _connect_read_responses(self, m, rd_reg, tx_reg):
+        """The responder's READ responses on the transmit path: their descriptors take turns
+        with the scheduler's at the payload reader (per packet), their payloads realigned
+        before the builder; each packet's tag (a READ's last response, its QP) follows it from
+        the builder's input to the transmitter's arbiter, where ``rd_sent`` reports it."""
+        mem, builder, resp = self._mem, self._builder, self._resp
+        arb = m.submodules.desc_arbiter = StreamArbiter(PACKET_DESC, 2)
+        wiring.connect(m, self._sched.desc, arb.i[0])
+        m.d.comb += [arb.i[1].valid.eq(resp.rd.valid), resp.rd.ready.eq(arb.i[1].ready),
+                     arb.i[1].payload.eq(reader_descriptor(m, resp.rd.payload.desc, self.width))]
+        wiring.connect(m, arb.o, mem.desc)
+        align = m.submodules.read_align = RespReadAlign(self.width)
+        wiring.connect(m, mem.o, align.i)
+        wiring.connect(m, align.o, rd_reg.i)
+        # (a tag a packet, from its first beat into the builder to its last into the arbiter)
+        tags = m.submodules.tx_tags = fifo.SyncFIFO(width=9, depth=4)
+        bi, first = builder.i, Signal(init=1)
+        with m.If(bi.valid & bi.ready):
+            m.d.sync += first.eq(bi.payload.last)
+        room = ~first | tags.w_rdy
+        d = bi.payload.meta
+        m.d.comb += [bi.payload.eq(rd_reg.o.payload), bi.valid.eq(rd_reg.o.valid & room),
+                     rd_reg.o.ready.eq(bi.ready & room),
+                     tags.w_en.eq(bi.valid & bi.ready & first),
+                     tags.w_data.eq(Cat(d.qp, (d.src == WrSource.RESPONDER) & d.last))]
+        t = tx_reg.o
+        m.d.comb += [tags.r_en.eq(t.valid & t.ready & t.payload.last),
+                     resp.rd_sent.valid.eq(tags.r_en & tags.r_data[8]),
+                     resp.rd_sent.payload.eq(tags.r_data[:8])]
+
     def _connect_responder(self, m, ctl):
         """The responder: requests from the receive path, the QP table's context, the set-ups
         of the QP control, payload writes into local memory (and, with AXI4, the count of
@@ -612,10 +667,16 @@ class RoceEndpoint(wiring.Component):
         stats = m.submodules.roce_stats = self._stats
         ev = stats.events
         c, tx, wr = self._completer.cpl, self._builder.o, self._sched.wr
+        tx_packet = tx.valid & tx.ready & tx.payload.last
+        if self.reads:
+            # (the requester's packets: the responder's READ responses not counted)
+            bi = self._builder.i
+            tx_packet = bi.valid & bi.ready & bi.payload.last & \
+                (bi.payload.meta.src != WrSource.RESPONDER)
         events = {
             "roce_rx_packets": rx.i.valid & rx.i.ready & rx.i.payload.last,
             "roce_rx_naks": retry.seq_naks | retry.rnr_naks | retry.error_naks,
-            "roce_tx_packets": tx.valid & tx.ready & tx.payload.last,
+            "roce_tx_packets": tx_packet,
             "roce_wr_posted": wr.valid & wr.ready,
             "roce_cpl_ok": c.valid & c.ready & (c.payload.status == CplStatus.OK),
             "roce_cpl_error": c.valid & c.ready & (c.payload.status != CplStatus.OK),

@@ -50,6 +50,7 @@ class WrSource(enum.Enum, shape=2):
     USER = 0          # the user's work-request port (payload from local memory)
     STREAM = 1        # the streaming front end (payload in its ring in local memory)
     GENERATOR = 2     # the traffic generator (payload is the test pattern, not memory)
+    RESPONDER = 3     # the responder's RDMA READ responses (no work request, no completion)
 
 
 class CplStatus(enum.Enum, shape=4):

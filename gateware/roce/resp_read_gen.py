@@ -61,7 +61,7 @@ class RespReadGen(wiring.Component):
         ``length`` the PMTU but on the last, ``padcnt`` what it needs; ``local_addr`` the byte
         address of the payload (any alignment); ``qp``, ``dest_qpn``, ``peer_ip``,
         ``udp_sport``, ``dscp``, ``ecn`` from the turn; ``last`` on the READ's last response;
-        ``src`` USER, ``wr_id``, ``ack_req``, ``se``, ``has_reth``, ``va``, ``rkey``,
+        ``src`` RESPONDER, ``wr_id``, ``ack_req``, ``se``, ``has_reth``, ``va``, ``rkey``,
         ``dma_len`` 0. ``mem`` (:data:`~rocegen.gateware.roce.resp_layouts.READ_MEM`): the
         word address of ``local_addr``, its byte offset in the word, and the words holding the
         payload (0 without payload).
@@ -122,7 +122,7 @@ class RespReadGen(wiring.Component):
                             Mux(last, RD_ONLY, RD_FIRST))),
             d.padcnt.eq(-size), d.local_addr.eq(p.va), d.length.eq(size),
             d.has_imm.eq(~p.started | last), d.imm.eq((SYN_ACK << 24) | t.msn),
-            d.last.eq(last), d.src.eq(WrSource.USER),
+            d.last.eq(last), d.src.eq(WrSource.RESPONDER),
             d.peer_ip.eq(t.route.dst_ip), d.udp_sport.eq(t.route.src_port),
             d.dscp.eq(t.route.dscp), d.ecn.eq(t.route.ecn),
             mem.addr.eq(p.va[lb:]), mem.offset.eq(p.va[:lb]),

@@ -1,6 +1,6 @@
 """The RC responder: the host's RDMA WRITEs and SENDs into local memory, answered."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -22,9 +22,12 @@ from rocegen.gateware.roce.resp_layouts import (
     RESP_CONFIG_WRITE,
     RESP_PLACE,
     RESP_QP_CONFIG,
+    RESP_READ_PACKET,
     RespVerdict,
 )
 from rocegen.gateware.roce.resp_place import RespPlace
+from rocegen.gateware.roce.resp_read import RespRead
+from rocegen.gateware.roce.resp_read_order import RespReadOrder
 from rocegen.gateware.roce.stream_post import DURABLE_WIDTH
 
 __all__ = ["Responder", "RESP_COUNTERS", "default_config", "ACT_DEPTH"]
@@ -55,9 +58,9 @@ def default_config(num_qps, base, length, *, rkey_seed=0x5EED, rnr_timer=1):
 
 class Responder(wiring.Component):
     """The RC responder of the endpoint: request datagrams in; payload writes into local
-    memory, ACKs and NAKs out, receive buffers in and their completions out. RDMA READ
-    requests are refused (NAK invalid request, as when their queue is full: the READ queue and
-    response generator, :mod:`~rocegen.gateware.roce.resp_read`, are not part of it).
+    memory, ACKs and NAKs out, receive buffers in and their completions out; with ``reads``,
+    RDMA READ requests queued and their response packets out (descriptors and memory reads for
+    the endpoint's payload reader and packet builder), else READs refused (NAK invalid request).
 
     Parameters
     ----------
@@ -86,6 +89,11 @@ class Responder(wiring.Component):
     ingress_beats : int or None
         Beats of the ingress's store-and-forward FIFO (a power of two; default two datagrams
         of 4160 bytes); its fill level is output ``ingress_level`` (for PFC's XOFF).
+    reads : bool
+        With the READ path (:class:`~rocegen.gateware.roce.resp_read.RespRead` and
+        :class:`~rocegen.gateware.roce.resp_read_order.RespReadOrder`; default False).
+    rd_depth : int
+        READs each QP can have queued, with ``reads`` (a power of two, 16..1024; default 16).
     cnp_interval, cnp_dscp : int
         The notification point (:class:`~rocegen.gateware.roce.resp_cnp.RespCnp`): cycles
         between two CNPs of a QP after reset (0: a CNP for every request marked CE; default
@@ -120,6 +128,12 @@ class Responder(wiring.Component):
         ACKNOWLEDGE packets and CNPs for the UDP transmit port (the stack appends the ICRC).
     cnp_cfg : In(stream.Signature(CNP_CONFIG, always_ready=True))
         The CNP interval at run time.
+    rd : Out(stream.Signature(RESP_READ_PACKET)), with ``reads`` only
+        The READ response packets (:class:`~rocegen.gateware.roce.resp_read_gen.RespReadGen`),
+        each a descriptor for the packet builder (``src`` RESPONDER) and its memory read.
+    rd_sent : In(stream.Signature(8, always_ready=True)), with ``reads`` only
+        The last response packet of a READ of this QP was taken by the transmitter, past the
+        point where ``rd`` and ``tx`` merge: the QP's answers after the READ may go.
     The pulses of :data:`RESP_COUNTERS`.
 
     Behaviour
@@ -137,6 +151,8 @@ class Responder(wiring.Component):
     counts the requests whose payload the memory has acknowledged, for the completions (a
     completion then leaves at the earliest two cycles after ``mem_durable`` counts its
     request's last word; while the count's queue is full the next placement record waits).
+    With ``reads``, each QP's answers on ``tx`` and its READ responses on ``rd`` keep the PSN
+    order of their requests (:class:`~rocegen.gateware.roce.resp_read_order.RespReadOrder`).
     Byte order: the payload's first byte at its address, lane = address modulo W/8.
     Backpressure: ``mem``, ``tx`` and ``cpl`` may hold their producers; requests then wait in
     the ingress FIFO, and those that find it or its queue of records full are dropped and
@@ -145,7 +161,8 @@ class Responder(wiring.Component):
 
     def __init__(self, width, num_qps, addr_width, *, rq_depth=16, config_init=None,
                  cpl_depth=32, ack_every=0, cnp_interval=DEFAULT_CNP_INTERVAL,
-                 cnp_dscp=CNP_DSCP, acked_writes=False, ingress_beats=None):
+                 cnp_dscp=CNP_DSCP, acked_writes=False, ingress_beats=None, reads=False,
+                 rd_depth=16):
         check_width(width)
         check_num_qps(num_qps)
         self.width, self.num_qps = width, num_qps
@@ -160,6 +177,11 @@ class Responder(wiring.Component):
         self.cpl_depth = cpl_depth
         self.acked_writes = bool(acked_writes)
         self._durable = RespDurable() if acked_writes else None
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
+        self.reads, self.rd_depth = reads, rd_depth
+        self._read = RespRead(width, num_qps, rd_depth=rd_depth) if reads else None
+        self._order = RespReadOrder(num_qps, rd_depth) if reads else None
         super().__init__({
             "i": In(PacketSignature(width)),
             "ctx_qp": Out(range(num_qps)), "ctx": In(QP_CONTEXT),
@@ -172,6 +194,9 @@ class Responder(wiring.Component):
             **({"mem_durable": In(DURABLE_WIDTH)} if acked_writes else {}),
             "tx": Out(PacketSignature(width, UDP_TX_META)),
             "cnp_cfg": In(stream.Signature(CNP_CONFIG, always_ready=True)),
+            **({"rd": Out(stream.Signature(RESP_READ_PACKET)),
+                "rd_sent": In(stream.Signature(unsigned(8), always_ready=True))}
+               if reads else {}),
             "ingress_level": Out(range(self.ingress_beats + 1)),
             **{name: Out(1) for name in RESP_COUNTERS},
         })
@@ -193,9 +218,6 @@ class Responder(wiring.Component):
         m.d.comb += [
             self.ctx_qp.eq(eng.ctx_qp), eng.ctx.eq(self.ctx),
             eng.cfg_qp.eq(self.cfg_qp), self.cfg.eq(eng.cfg),
-            # (no READ queue here: every READ finds it full, NAK invalid request; a duplicate
-            # READ is dropped)
-            eng.rd_full.eq(1),
         ]
         # (a record that finds the queue empty goes straight on if the placement stage takes it)
         acts = m.submodules.act_queue = fifo.SyncFIFO(width=RESP_PLACE.size, depth=ACT_DEPTH)
@@ -214,7 +236,11 @@ class Responder(wiring.Component):
         wiring.connect(m, wiring.flipped(self.cfg_w), eng.cfg_w)
         # answers and CNPs: the notification point slips its CNPs in between the answers
         cnp = m.submodules.cnp = self._cnp
-        wiring.connect(m, eng.resp, cnp.i)
+        if self._read is None:
+            # (no READ queue: every READ finds it full, NAK invalid request; a duplicate READ
+            # is dropped)
+            m.d.comb += eng.rd_full.eq(1)
+            wiring.connect(m, eng.resp, cnp.i)
         wiring.connect(m, eng.ce, cnp.ce)
         wiring.connect(m, wiring.flipped(self.cnp_cfg), cnp.cfg)
         wiring.connect(m, cnp.o, ack.i)
@@ -251,6 +277,8 @@ class Responder(wiring.Component):
         written = ~(placed - head.seq)[SEQ_BITS - 1]
         m.d.comb += [self.cpl.valid.eq(cq.r_rdy & written), self.cpl.payload.eq(head.cpl),
                      cq.r_en.eq(self.cpl.ready & written)]
+        if self._read is not None:
+            self._connect_reads(m, eng, cnp, ack, placed)
 
         # counters
         for v in RespVerdict:
@@ -260,6 +288,41 @@ class Responder(wiring.Component):
                      self.cnp_sent.eq(ack.sent_cnp), self.cnp_suppressed.eq(cnp.suppressed),
                      self.cnp_dropped.eq(cnp.dropped)]
         return m
+
+    def _connect_reads(self, m, eng, cnp, ack, placed):
+        """The READ path: the engine's READs into the queues (the set-ups flush them), their
+        response packets out through the order keeper, which also stands between the engine's
+        answers and the notification point."""
+        rd = m.submodules.read = self._read
+        order = m.submodules.read_order = self._order
+        wiring.connect(m, eng.rd_push, rd.push)
+        m.d.comb += [rd.full_qp.eq(eng.rd_qp), eng.rd_full.eq(rd.full),
+                     rd.flush.valid.eq(self.psn_set.valid),
+                     rd.flush.payload.eq(self.psn_set.payload.qp),
+                     order.flush.valid.eq(self.psn_set.valid),
+                     order.flush.payload.eq(self.psn_set.payload.qp),
+                     order.push.valid.eq(eng.rd_push.valid),
+                     order.push.payload.eq(eng.rd_push.payload.qp)]
+        wiring.connect(m, wiring.flipped(self.rd_sent), order.sent)
+        wiring.connect(m, rd.o, order.rd_i)
+        wiring.connect(m, order.rd_o, wiring.flipped(self.rd))
+        wiring.connect(m, eng.resp, order.ans_i)
+        wiring.connect(m, order.ans_o, cnp.i)
+        # records in the answer queue (merged ones leave as they are taken) until their
+        # packet's last beat is taken
+        held = Signal(8)
+        came = ack.i.valid & ack.i.ready & ~ack.coalesced
+        went = ack.o.valid & ack.o.ready & ack.o.payload.last
+        m.d.sync += held.eq(held + came - went)
+        # (an answer taking its place in this cycle is of a request after every READ pushed)
+        m.d.comb += order.idle.eq(held == 0)
+        # the newest READ's sequence number (the engine's, in the cycle after the push): its
+        # responses read memory once every request up to it is placed
+        pushed, newest = Signal(), Signal(SEQ_BITS)
+        m.d.sync += pushed.eq(eng.rd_push.valid)
+        with m.If(pushed):
+            m.d.sync += newest.eq(eng.seq)
+        m.d.comb += order.written.eq(~(placed - newest)[SEQ_BITS - 1])
 
     def _connect_placement(self, m, act, place):
         """The placement records (``act``) to the placement stage; with ``acked_writes``, through

@@ -59,7 +59,7 @@ def expected(qp, j, width):
                 "psn": p["psn"], "ack_req": 0, "se": 0, "padcnt": p["padcnt"],
                 "local_addr": p["addr"], "length": p["length"], "has_reth": 0, "va": 0,
                 "rkey": 0, "dma_len": 0, "has_imm": int(p["aeth"] is not None),
-                "imm": syn << 24 | msn, "last": int(k == len(resp) - 1), "src": 0,
+                "imm": syn << 24 | msn, "last": int(k == len(resp) - 1), "src": 3,
                 "peer_ip": r["dst_ip"], "udp_sport": r["src_port"], "dscp": r["dscp"],
                 "ecn": r["ecn"]}
         out.append({"desc": desc, "mem": {"addr": addr, "offset": off, "words": words}})
