@@ -72,8 +72,8 @@ def add_endpoint_options(parser, port_option, *, responder=False):
                         help="unacknowledged PSNs per QP (default 1024)")
     parser.add_argument("--responder", action=argparse.BooleanOptionalAction,
                         default=True if responder else None,
-                        help="the RC responder: hosts RDMA WRITE and SEND into the FPGA's memory "
-                        f"(default {'on' if responder else 'off'})")
+                        help="the RC responder: hosts RDMA WRITE and SEND into, and READ from, "
+                        f"the FPGA's memory (default {'on' if responder else 'off'})")
     parser.add_argument("--resp-region", type=parse_region, default=None, metavar="BASE:LENGTH",
                         help="with the responder: the region of local memory every QP may be "
                         "written in after reset, in bytes (default the lower half of local "
