@@ -9,6 +9,8 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.roce.layouts import ACK_EVENT, INDEX_BITS, CplStatus
 from rocegen.gateware.roce.resp_engine import SEQ_BITS
 from rocegen.gateware.roce.resp_layouts import LENGTH_BITS
+from rocegen.wire import headers as H
+from rocegen.wire.roce import NAK_PSN_SEQ, NAK_REM_OP, SYN_ACK
 
 __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_ENTRY",
            "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
@@ -19,11 +21,12 @@ __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_
 MAX_RD_ATOMIC = 16
 
 #: READ response opcodes (the wire notes' "RC opcodes"; AETH on FIRST, LAST and ONLY).
-OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = 0x0D, 0x0E, 0x0F, 0x10
-#: The AETH syndromes the READ requester hands to the retry engine of its own: the ACK of a
-#: response written, the NAK PSN sequence error of a gap, and the NAK remote operational error
-#: that any unexpected NAK code in a READ response's AETH stands for (as in rxe).
-SYN_ACK, NAK_PSN_SEQ, NAK_REM_OP = 0x1F, 0x60, 0x63
+OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = (
+    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+# (the AETH syndromes the READ requester hands to the retry engine of its own, from
+# rocegen.wire.roce: SYN_ACK for a response written, NAK_PSN_SEQ for a gap, NAK_REM_OP for any
+# unexpected NAK code in a READ response's AETH, as in rxe)
 
 #: The completion status of a READ whose place a NAK takes (through the retry engine, which
 #: fails the QP with it): every error a READ ends with exists in

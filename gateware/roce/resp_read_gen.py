@@ -13,12 +13,15 @@ from rocegen.gateware.roce.resp_layouts import (
     READ_TURN,
     RESP_READ_PACKET,
 )
+from rocegen.wire import headers as H
 from rocegen.wire.roce import SYN_ACK
 
 __all__ = ["RespReadGen", "RD_FIRST", "RD_MIDDLE", "RD_LAST", "RD_ONLY"]
 
 #: READ response opcodes.
-RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = 0x0D, 0x0E, 0x0F, 0x10
+RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = (
+    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
 
 
 def _positive_int(name, value, low, high):

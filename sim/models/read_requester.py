@@ -65,6 +65,9 @@ included) are done: taken by on-chip memory, acknowledged by AXI4 memory.
 from collections import deque
 from dataclasses import dataclass
 
+from rocegen.wire import headers as H
+from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, NAK_REM_OP, SYN_ACK
+
 __all__ = ["ReadRequesterModel", "Read", "Reissue", "AckEvent", "Outcome", "VERDICTS",
            "PSN_MOD", "PMTUS", "MAX_RD_ATOMIC", "READ_FIRST", "READ_MIDDLE", "READ_LAST",
            "READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "nak_syndrome"]
@@ -75,12 +78,11 @@ PMTUS = (256, 512, 1024, 2048, 4096)
 #: Largest ``max_rd_atomic`` (ConnectX offers 16).
 MAX_RD_ATOMIC = 16
 
-READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY = 0x0D, 0x0E, 0x0F, 0x10
+READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY = (
+    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
 _OPCODES = (READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY)
-SYN_ACK = 0x1F
-NAK_PSN_SEQ = 0x60
-NAK_REM_OP = 0x63
-_FATAL = (0x61, 0x62, 0x63)
+_FATAL = (NAK_INV_REQ, NAK_REM_ACCESS, NAK_REM_OP)
 
 #: The verdicts, in the gateware's order (``ReadVerdict``); each is also a counter.
 VERDICTS = ("good", "gap", "duplicate", "unknown", "opcode", "length", "nak", "ack_pass",

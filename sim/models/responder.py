@@ -131,7 +131,9 @@ READ_MAX = 1 << 31
 #: The PMTU codes (log2 of the bytes) a READ's responses may use.
 READ_PMTU_LOG2 = range(8, 13)
 #: READ response opcodes.
-RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = 0x0D, 0x0E, 0x0F, 0x10
+RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = (
+    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
 
 
 def psn_delta(a, b):
