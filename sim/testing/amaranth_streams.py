@@ -8,7 +8,8 @@ from amaranth.lib import data
 
 from rocegen.sim.models.packets import Packet, from_beats, to_beats
 
-__all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "meta_dict", "send_records"]
+__all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "meta_dict", "send_records",
+           "write_word", "mem_write_watcher"]
 
 
 def meta_dict(value):
@@ -121,3 +122,23 @@ async def send_records(ctx, port, records, rng=None, idle=0.0):
         ctx.set(port.valid, 1)
         await ctx.tick().until(port.ready)
     ctx.set(port.valid, 0)
+
+
+def write_word(image, width, write):
+    """Apply a word write (``addr`` in words, ``data``, byte enables ``be``; lane 0 at the
+    lowest address) of a ``width``-bit memory to the bytearray ``image``."""
+    B = width // 8
+    for lane in range(B):
+        if write.be >> lane & 1:
+            image[write.addr * B + lane] = write.data >> 8 * lane & 0xFF
+
+
+def mem_write_watcher(port, image, width):
+    """A process that applies every word write ``port`` (a memory write stream: ``addr``,
+    ``data``, ``be``) transfers to ``image`` (it only watches: ``ready`` is driven elsewhere)."""
+    async def watch(ctx):
+        async for _, _, valid, ready, w in ctx.tick().sample(port.valid, port.ready,
+                                                             port.payload):
+            if valid and ready:
+                write_word(image, width, w)
+    return watch

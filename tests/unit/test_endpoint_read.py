@@ -18,7 +18,7 @@ from rocegen.sim.models.axi_ram import AxiRam
 from rocegen.sim.models.axi_write_mem import AxiWriteMemory
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic, WcOpcode, WcStatus
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, mem_write_watcher
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
@@ -79,14 +79,7 @@ def run(width, pmtu, memory, posts, *, psn=0xFFFFF0, fill=True, stats_names=()):
                     ar_stall=0.2, r_stall=0.2, seed=width)
         processes += [axi.run, rd.run]
     else:
-        async def onchip(ctx):
-            w = ep._resp.mem
-            async for _, _, valid, ready, p in ctx.tick().sample(w.valid, w.ready, w.payload):
-                if valid and ready:
-                    for lane in range(B):
-                        if p.be >> lane & 1:
-                            image[p.addr * B + lane] = p.data >> 8 * lane & 0xFF
-        processes.append(onchip)
+        processes.append(mem_write_watcher(ep._resp.mem, image, width))
 
     for op, kw in posts:
         host.post_send(HOST_QPN, op, **kw)

@@ -19,7 +19,12 @@ from rocegen.sim.models.axi_ram import AxiRam
 from rocegen.sim.models.axi_write_mem import AxiWriteMemory
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Rnic, WcStatus
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.testing.amaranth_streams import (
+    StreamCollector,
+    StreamDriver,
+    mem_write_watcher,
+    meta_dict,
+)
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
@@ -55,7 +60,6 @@ def test_host_writes_and_sends_into_the_endpoint(width, pmtu, memory):
     # the receive buffers, each consumed by the message with a completion in turn
     completing = [k for k, (op, *_) in enumerate(msgs) if op.endswith("_IMM")]
     image = bytearray(MEM)
-    B = width // 8
     drv = StreamDriver(ep.mac_rx, width, gaps="between")
     col = StreamCollector(ep.mac_tx, width)
     cpls = []
@@ -68,14 +72,7 @@ def test_host_writes_and_sends_into_the_endpoint(width, pmtu, memory):
         reads = AxiRam(width, MEM, ar=ep.axi.ar, r=ep.axi.r, mem=axi.mem)
         processes += [axi.run, reads.run]
     else:
-        async def onchip(ctx):
-            w = ep._resp.mem
-            async for _, _, valid, ready, p in ctx.tick().sample(w.valid, w.ready, w.payload):
-                if valid and ready:
-                    for lane in range(B):
-                        if p.be >> lane & 1:
-                            image[p.addr * B + lane] = p.data >> 8 * lane & 0xFF
-        processes.append(onchip)
+        processes.append(mem_write_watcher(ep._resp.mem, image, width))
 
     async def completions(ctx):
         ctx.set(ep.recv_cpl.ready, 1)

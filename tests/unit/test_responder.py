@@ -15,7 +15,7 @@ from rocegen.gateware.roce.layouts import QPN_BASE, QpState
 from rocegen.gateware.roce.resp_layouts import RecvStatus
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic, WcStatus
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict, write_word
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
@@ -165,16 +165,13 @@ def run_dut(width, events, pmtu_log2, psns, *, idle=0.0, backpressure=0.0, seed=
     cpls = []
     decided = [0]
     counters = {}
-    B = width // 8
 
     async def memory(ctx):
         async for _, _, valid, ready, w in ctx.tick().sample(dut.mem.valid, dut.mem.ready,
                                                              dut.mem.payload):
             ctx.set(dut.mem.ready, rng.random() >= backpressure)
             if valid and ready:
-                for lane in range(B):
-                    if w.be >> lane & 1:
-                        image[w.addr * B + lane] = w.data >> 8 * lane & 0xFF
+                write_word(image, width, w)
 
     async def completions(ctx):
         async for _, _, valid, ready, c in ctx.tick().sample(dut.cpl.valid, dut.cpl.ready,
