@@ -38,9 +38,10 @@ from rocegen.gateware.roce.dcqcn import DcqcnEngine
 from rocegen.gateware.roce.dcqcn_layouts import dcqcn_config
 from rocegen.gateware.roce.rate_limiter import RateLimiter
 from rocegen.sim.models.dcqcn import DcqcnParams, DcqcnRp, rate_gbps
-from rocegen.sim.testing.congestion import SLOW, WIRE_EXTRA, run_endpoint
+from rocegen.sim.testing.congestion import SLOW, run_endpoint
 from rocegen.sim.testing.harness import run_sim
 from rocegen.tools.synth import synthesize
+from rocegen.wire.pfc import line_bytes
 
 CLK = 322_265_625
 WIDTH = 512
@@ -139,12 +140,12 @@ def endpoint_reaction(width):
     t_in, starts = marks["cnp_in"], marks["starts"]
     # the first frame that starts later than the old rate lets it (by more than a refill)
     k = next(k + 1 for k, (a, b) in enumerate(zip(starts, starts[1:]))
-             if b > t_in and b - a > (len(frames[k][1]) + WIRE_EXTRA) / old + 9)
+             if b > t_in and b - a > line_bytes(len(frames[k][1])) / old + 9)
     late = starts[k]
     # the rate on the wire over the next 16 frames, start to start (and 16 before)
     n = 16
-    after = sum(len(f) + WIRE_EXTRA for _, f in frames[k:k + n]) / (starts[k + n] - starts[k])
-    before = sum(len(f) + WIRE_EXTRA for _, f in frames[k - n - 2:k - 2]) / \
+    after = sum(line_bytes(len(f)) for _, f in frames[k:k + n]) / (starts[k + n] - starts[k])
+    before = sum(line_bytes(len(f)) for _, f in frames[k - n - 2:k - 2]) / \
         (starts[k - 2] - starts[k - n - 2])
     row = {"kind": "dcqcn", "name": f"endpoint-{width}", "cnp_to_wire_cycles": late - t_in,
            "cnp_to_wire_ns": (late - t_in) / clk * 1e9,

@@ -83,7 +83,6 @@ from typing import NamedTuple
 from rocegen.sim.models.checksum import be_words, ones_complement_sum
 from rocegen.wire import headers as H
 from rocegen.wire import pfc as P
-from rocegen.wire.roce import ETH_MIN_FRAME
 
 __all__ = ["Switch", "Departure", "PacedSender", "run", "wire_bytes", "line_ns", "pfc_headroom",
            "FCS_LEN", "PREAMBLE_IFG", "LINE_OVERHEAD", "NUM_PRIORITIES",
@@ -93,16 +92,16 @@ FCS_LEN = 4
 #: preamble and start-of-frame delimiter 8, inter-frame gap 12
 PREAMBLE_IFG = 8 + 12
 #: line bytes of a frame beyond its bytes without FCS
-LINE_OVERHEAD = FCS_LEN + PREAMBLE_IFG
+LINE_OVERHEAD = P.LINE_OVERHEAD
 NUM_PRIORITIES = P.NUM_PRIORITIES
 ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = 0, 1, 2, 3
 _VLAN_TPIDS = (H.ETHERTYPE_VLAN, 0x88A8)
 _TX_END, _RESUME, _REFRESH = range(3)
 
 
-def wire_bytes(length):
-    """Bytes of line time of a frame of ``length`` bytes without FCS (padded to 60)."""
-    return max(length, ETH_MIN_FRAME) + LINE_OVERHEAD
+#: Bytes of line time of a frame of ``length`` bytes without FCS (padded to 60): the wire
+#: layer's :func:`rocegen.wire.pfc.line_bytes`.
+wire_bytes = P.line_bytes
 
 
 def line_ns(length, rate_gbps):
@@ -110,18 +109,12 @@ def line_ns(length, rate_gbps):
     return wire_bytes(length) * 8 / rate_gbps
 
 
-def pfc_headroom(rate_gbps, max_frame, *, cable_ns=0, response_ns=0):
-    """Headroom in bytes that a priority group needs so that no frame is lost after its XOFF,
-    the sender's line at the port's rate ``rate_gbps``: the frames arriving while the XOFF
-    waits for the frame on the egress line (one ``max_frame``), goes out (a 60-byte frame),
-    crosses the cable, the sender reacts (``response_ns``) and finishes the frame it started
-    (one ``max_frame``), whose last bits cross the cable back; plus one frame that was partly
-    received when the XOFF was decided."""
-    rate = _positive("rate_gbps", rate_gbps)
-    _nonneg("cable_ns", cable_ns)
-    _nonneg("response_ns", response_ns)
-    return math.ceil(rate / 8 * (2 * cable_ns + response_ns)) + wire_bytes(ETH_MIN_FRAME) \
-        + 3 * wire_bytes(_int("max_frame", max_frame, H.ETH.length))
+#: Headroom in bytes that a priority group needs so that no frame is lost after its XOFF (the
+#: wire layer's :func:`rocegen.wire.pfc.headroom_bytes`, which the gateware's thresholds use
+#: too): the frames arriving while the XOFF waits for the frame on the egress line, goes out,
+#: crosses the cable, the sender reacts (``response_ns``) and finishes the frame it started;
+#: plus one frame partly received when the XOFF was decided.
+pfc_headroom = P.headroom_bytes
 
 
 class Departure(NamedTuple):

@@ -16,17 +16,16 @@ from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
+from rocegen.wire import pfc as P
 from rocegen.wire.addr import parse_ip, parse_mac
 
-__all__ = ["SLOW", "WIRE_EXTRA", "cnp_frame", "run_endpoint", "wire_rate"]
+__all__ = ["SLOW", "cnp_frame", "run_endpoint", "wire_rate"]
 
 MEM = 1 << 16
 HOST_QPN = 0x21
 RKEY = 0x1234
 #: Timers and byte counter far beyond the run: after a CNP the rate stays where it was cut.
 SLOW = {"timer_us": 2000.0, "alpha_us": 2000.0, "byte_count": 1 << 31}
-#: What a frame of n bytes (no FCS) takes on the wire.
-WIRE_EXTRA = 4 + 8 + 12
 
 
 def cnp_frame(dest_qp, vlan=None):
@@ -156,4 +155,4 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
 
 def wire_rate(frames, start, end):
     """Wire bytes per cycle of the frames whose last beat is in [start, end)."""
-    return sum(len(f) + WIRE_EXTRA for c, f in frames if start <= c < end) / (end - start)
+    return sum(P.line_bytes(len(f)) for c, f in frames if start <= c < end) / (end - start)
