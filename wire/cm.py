@@ -16,6 +16,13 @@ zero (so those tools work unchanged):
   against the test pattern of their local address, and bytes found wrong; 48 bits each, never
   cleared, and stopping short of overflowing, so a host takes the difference of two queries). An FPGA without
   the sink drops it as an unknown request (no reply).
+
+And one of every peer that does RDMA READ, in bytes 56-57 of OPEN_QP and SEND_QP_INFO requests
+and of their ACKs (:data:`READ_DEPTHS`, :func:`read_depths`, :func:`with_read_depths`):
+``rd_atomic``, the READs the sender may have outstanding towards its peer at once (its
+``max_rd_atomic``), and ``rd_depth``, the READs it accepts from its peer at once (its
+``max_dest_rd_atomic``). Zero: not stated (the existing tools); an FPGA then allows itself one
+READ outstanding on the QP, what any responder accepts.
 """
 
 from rocegen.wire.headers import CM, Header
@@ -26,7 +33,9 @@ __all__ = [
     "REQ_NULL", "REQ_OPEN_QP", "REQ_SEND_QP_INFO", "REQ_MODIFY_QP_RTS", "REQ_CLOSE_QP",
     "REQ_QUERY", "REQ_ERROR", "REGION_REQUESTS",
     "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES", "QUERY_REPLY", "COUNT_BITS",
+    "READ_DEPTHS", "READ_DEPTH_MAX",
     "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "region", "query_counts",
+    "read_depths", "with_read_depths",
 ]
 
 #: UDP port the connection manager listens on.
@@ -65,6 +74,15 @@ COUNT_BITS = 48
 QUERY_REPLY = Header("cm_query", [("head", 8 * 52), ("checked", COUNT_BITS),
                                   ("wrong", COUNT_BITS)])
 
+#: The READ depths of an OPEN_QP or SEND_QP_INFO request or of its ACK, in test-traffic bytes
+#: the existing tools leave zero in those datagrams: byte 56 ``rd_atomic`` (READs the sender
+#: may have outstanding towards its peer), byte 57 ``rd_depth`` (READs it accepts from its peer
+#: at once); 0: not stated.
+READ_DEPTHS = Header("cm_reads", [("head", 8 * 56), ("rd_atomic", 8), ("rd_depth", 8),
+                                  ("tail", 8 * 6)])
+#: Largest depth the bytes hold (a larger one is stated as this).
+READ_DEPTH_MAX = 255
+
 
 def pack(**fields):
     """Field values (names of the ``CM`` header; missing ones are zero) -> 64 ``bytes``."""
@@ -84,13 +102,15 @@ def request(req_type, **fields):
 
 
 def traffic(rem_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=False, start=True,
-            window_log2=0, **fields):
+            window_log2=0, read=False, **fields):
     """A test-traffic datagram for the FPGA QP ``rem_qpn``; ``window_log2`` (byte 29, an
     extension): message ``s`` goes to remote offset ``(s * dma_length) mod 2^window_log2`` (0: all
-    at offset 0)."""
+    at offset 0). ``read`` (byte 51 bit 4, an extension): the messages are RDMA READs of the
+    peer's region at those offsets, into the FPGA's local memory at the same offsets (``write``
+    and ``imm`` ignored)."""
     return pack(txmeta_valid=1, start=int(start), is_imm=int(imm), tx_type=int(write),
-                rem_qpn=rem_qpn, dma_length=dma_length, n_transfers=n_transfers,
-                frequency=frequency, window_log2=window_log2, **fields)
+                tx_read=int(read), rem_qpn=rem_qpn, dma_length=dma_length,
+                n_transfers=n_transfers, frequency=frequency, window_log2=window_log2, **fields)
 
 
 def region(fields):
@@ -105,6 +125,26 @@ def query_counts(raw):
         raise ValueError(f"a connection-manager datagram is {DATAGRAM_BYTES} bytes, not {len(raw)}")
     f = QUERY_REPLY.unpack(raw)
     return f["checked"], f["wrong"]
+
+
+def read_depths(raw):
+    """``(rd_atomic, rd_depth)`` of a request or reply (64 ``bytes``); 0 where not stated."""
+    if len(raw) != DATAGRAM_BYTES:
+        raise ValueError(f"a connection-manager datagram is {DATAGRAM_BYTES} bytes, not {len(raw)}")
+    f = READ_DEPTHS.unpack(raw)
+    return f["rd_atomic"], f["rd_depth"]
+
+
+def with_read_depths(raw, rd_atomic, rd_depth):
+    """The datagram ``raw`` (64 ``bytes``) stating ``rd_atomic`` and ``rd_depth`` (each 0..,
+    stated as at most :data:`READ_DEPTH_MAX`)."""
+    if len(raw) != DATAGRAM_BYTES:
+        raise ValueError(f"a connection-manager datagram is {DATAGRAM_BYTES} bytes, not {len(raw)}")
+    for name, value in (("rd_atomic", rd_atomic), ("rd_depth", rd_depth)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, not {value!r}")
+    return raw[:56] + bytes([min(rd_atomic, READ_DEPTH_MAX), min(rd_depth, READ_DEPTH_MAX)]) + \
+        raw[58:]
 
 
 def pmtu_code(pmtu):

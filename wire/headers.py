@@ -251,12 +251,14 @@ OP_CNP = 0x81
 #: :mod:`rocegen.gateware.roce.cm`). ``loc_*`` describe the sender, ``rem_*`` its peer. Byte 0
 #: holds the request and reply codes; ``pmtu_code`` (byte 1), ``timeout_code`` (byte 5), the
 #: retry byte 25 and ``window_log2`` (byte 29: the remote window of test traffic) are zero in the
-#: original format; byte 51 flags test traffic.
+#: original format; byte 51 flags test traffic (``tx_read``, bit 4, an extension: the test
+#: traffic is RDMA READs of the peer's region).
 CM = Header("cm", [("ack_type", 3), ("ack_valid", 1), ("req_type", 3), ("info_valid", 1),
                    ("pmtu_code", 8), ("loc_qpn", 24), ("timeout_code", 8), ("loc_psn", 24),
                    ("loc_rkey", 32), ("loc_vaddr", 64), ("loc_ip", 32),
                    ("retry_set", 1), ("rnr_retry", 3), ("resv25", 1), ("retry_cnt", 3),
                    ("rem_qpn", 24), ("window_log2", 8), ("rem_psn", 24), ("rem_rkey", 32),
                    ("rem_vaddr", 64), ("rem_ip", 32), ("listening_port", 16),
-                   ("resv51", 4), ("tx_type", 1), ("is_imm", 1), ("start", 1), ("txmeta_valid", 1),
+                   ("resv51", 3), ("tx_read", 1), ("tx_type", 1), ("is_imm", 1), ("start", 1),
+                   ("txmeta_valid", 1),
                    ("dma_length", 32), ("n_transfers", 32), ("frequency", 32)])

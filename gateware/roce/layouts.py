@@ -27,11 +27,14 @@ def check_num_qps(num_qps):
     return num_qps
 
 
-class WrOpcode(enum.Enum, shape=2):
+class WrOpcode(enum.Enum, shape=3):
+    """What a work request does (codes 5..7 are refused with
+    :attr:`CplStatus.UNSUPPORTED`)."""
     WRITE = 0
     WRITE_IMM = 1
     SEND = 2
     SEND_IMM = 3
+    READ = 4          # RDMA READ: ``length`` bytes from the peer into ``local_addr``
 
 
 #: A work request, as the user's logic (or the traffic generator) posts it.
@@ -41,7 +44,7 @@ WORK_REQUEST = data.StructLayout({
     "opcode": WrOpcode,
     "local_addr": 32,         # payload address in local memory
     "length": 31,             # message length in bytes, 0 .. 2^31-1
-    "remote_offset": 64,      # WRITE: added to the QP's base virtual address
+    "remote_offset": 64,      # WRITE, READ: added to the QP's base virtual address
     "imm": 32,
 })
 
@@ -66,6 +69,7 @@ class CplStatus(enum.Enum, shape=4):
     REMOTE_INVALID = 8  # the responder answered NAK invalid request
     REMOTE_ACCESS = 9   # the responder answered NAK remote access error
     REMOTE_OP = 10      # the responder answered NAK remote operational error
+    UNSUPPORTED = 11    # an opcode the endpoint was built without (READ without its requester)
 
 
 #: A work request with the source that posted it (what the scheduler takes).
