@@ -1,7 +1,7 @@
-"""Two write sources through :class:`MemWriteMerge` into a tagged :class:`AxiWriter` and an AXI4
-memory with random stalls and response latency: the first source has priority, every word lands,
-no burst mixes the sources, and each source's durable count follows the write responses of its
-own bursts, cycle by cycle."""
+"""Two or three write sources through :class:`MemWriteMerge` into a tagged :class:`AxiWriter`
+and an AXI4 memory with random stalls and response latency: an earlier source has priority, every
+word lands, no burst mixes the sources, and each source's durable count follows the write
+responses of its own bursts, cycle by cycle, in the order its words were taken."""
 
 import gc
 import random
@@ -18,11 +18,12 @@ from rocegen.sim.testing.harness import raises, run_sim
 
 
 class MergeTop(Elaboratable):
-    """The merge feeding a writer built with ``tags=2``, as the payload memory joins them."""
+    """The merge feeding a writer built with one tag per source, as the payload memory joins
+    them."""
 
-    def __init__(self, width, addr_width, **writer_args):
-        self.writer = AxiWriter(width, addr_width=addr_width, tags=2, **writer_args)
-        self.merge = MemWriteMerge(width, self.writer.mem_addr_width)
+    def __init__(self, width, addr_width, sources=2, **writer_args):
+        self.writer = AxiWriter(width, addr_width=addr_width, tags=sources, **writer_args)
+        self.merge = MemWriteMerge(width, self.writer.mem_addr_width, sources=sources)
 
     def elaborate(self, platform):
         m = Module()
@@ -33,23 +34,24 @@ class MergeTop(Elaboratable):
         return m
 
 
-def chunked_writes(rng, width, words):
-    """Word addresses 0..words-1 cut into runs of random length, each run given to source a or
-    b at random (runs of the two sources touch: their words are consecutive across the cut);
-    each source writes its runs in order. Returns (writes of a, writes of b, owner per word)."""
+def chunked_writes(rng, width, words, sources=2):
+    """Word addresses 0..words-1 cut into runs of random length, each run given to one of the
+    ``sources`` at random (runs of different sources touch: their words are consecutive across
+    the cut); each source writes its runs in a shuffled order, the words of a run in order.
+    Returns (the writes of each source, owner per word address)."""
     B = width // 8
-    owner, out = {}, ([], [])
+    owner, out = {}, tuple([] for _ in range(sources))
     addr = 0
     while addr < words:
         n = min(words - addr, rng.choice([1, 2, 3, rng.randrange(4, 40), rng.randrange(40, 200)]))
-        src = rng.randrange(2)
+        src = rng.randrange(sources)
         for k in range(addr, addr + n):
             be = (1 << B) - 1 if rng.random() < 0.8 else rng.getrandbits(B)
             out[src].append({"addr": k, "data": rng.getrandbits(width), "be": be})
             owner[k] = src
         addr += n
     # each source visits its runs in a shuffled order of runs, words in a run in order
-    for src in (0, 1):
+    for src in range(sources):
         runs, cur = [], []
         for w in out[src]:
             if cur and w["addr"] != cur[-1]["addr"] + 1:
@@ -60,31 +62,39 @@ def chunked_writes(rng, width, words):
             runs.append(cur)
         rng.shuffle(runs)
         out[src][:] = [w for run in runs for w in run]
-    return out[0], out[1], owner
+    return out, owner
 
 
-def run_merge(width, *, words, idle, stalls, b_latency, seed, max_burst=16):
+def run_merge(width, *, words, idle, stalls, b_latency, seed, max_burst=16, sources=2):
     rng = random.Random(seed)
     B = width // 8
-    a_writes, b_writes, owner = chunked_writes(rng, width, words)
-    top = MergeTop(width, 32, max_burst=max_burst)
+    writes, owner = chunked_writes(rng, width, words, sources)
+    top = MergeTop(width, 32, sources, max_burst=max_burst)
     mg, wr = top.merge, top.writer
     mem = AxiWriteMemory(width, words * B, aw=wr.aw, w=wr.w, b=wr.b, b_latency=b_latency,
                          aw_stall=stalls, w_stall=stalls, seed=seed + 1)
-    seen = {"durable": [], "met": 0, "done": [False, False], "taken": [0, 0]}
+    seen = {"durable": [], "met": 0, "all_met": 0, "done": [False] * sources,
+            "taken": [[] for _ in range(sources)]}
+    ports = [mg.source(k) for k in range(sources)]
 
     async def watch(ctx):
         cycle = 0
-        async for _, _, av, ar, bv, br, ad, bd in ctx.tick().sample(
-                mg.a.valid, mg.a.ready, mg.b.valid, mg.b.ready, mg.a_durable, mg.b_durable):
-            assert not (ad and bd), "one response counts for one source"
-            if ad or bd:
-                seen["durable"].append((cycle, 0 if ad else 1, ad or bd))
-            if av and bv:
-                assert not br, "b went beside a"
-                seen["met"] += 1
-            seen["taken"][0] += av and ar
-            seen["taken"][1] += bv and br
+        async for _, _, *values in ctx.tick().sample(
+                *(p.valid for p in ports), *(p.ready for p in ports), *(p.payload for p in ports),
+                *(mg.source_durable(k) for k in range(sources))):
+            valid, ready, payload, durable = (values[k * sources:(k + 1) * sources]
+                                              for k in range(4))
+            counted = [(k, n) for k, n in enumerate(durable) if n]
+            assert len(counted) <= 1, "one response counts for one source"
+            if counted:
+                seen["durable"].append((cycle, *counted[0]))
+            for k in range(sources):
+                if valid[k] and any(ready[k + 1:]):
+                    raise AssertionError(f"a later source went beside source {k}")
+                if valid[k] and ready[k]:
+                    seen["taken"][k].append(int(payload[k].addr))
+            seen["met"] += sum(map(bool, valid)) > 1
+            seen["all_met"] += all(valid)
             cycle += 1
 
     def source(k, port, writes):
@@ -95,28 +105,32 @@ def run_merge(width, *, words, idle, stalls, b_latency, seed, max_burst=16):
 
     async def bench(ctx):
         while not all(seen["done"]) or \
-                sum(n for _, _, n in seen["durable"]) < len(a_writes) + len(b_writes):
+                sum(n for _, _, n in seen["durable"]) < sum(map(len, writes)):
             await ctx.tick()
         await ctx.tick().repeat(10)
 
-    run_sim(top, testbenches=[bench, source(0, mg.a, a_writes), source(1, mg.b, b_writes)],
+    run_sim(top, testbenches=[bench, *(source(k, ports[k], writes[k]) for k in range(sources))],
             processes=[mem.run, watch], deadline_cycles=200_000)
-    return a_writes, b_writes, owner, mem, seen
+    return writes, owner, mem, seen
 
 
-@pytest.mark.parametrize("width, idle, stalls, b_latency", [
-    (64, (0.3, 0.3), 0.3, (1, 40)),
-    (512, (0.5, 0.1), 0.2, (20, 60)),
-    (128, (0.0, 0.0), 0.0, (30, 30)),
+@pytest.mark.parametrize("width, idle, stalls, b_latency, sources", [
+    (64, (0.3, 0.3), 0.3, (1, 40), 2),
+    (512, (0.5, 0.1), 0.2, (20, 60), 2),
+    (128, (0.0, 0.0), 0.0, (30, 30), 2),
+    (64, (0.3, 0.2, 0.1), 0.3, (1, 40), 3),
+    (512, (0.1, 0.4, 0.2), 0.2, (20, 60), 3),
+    (64, (0.0, 0.0, 0.0), 0.0, (30, 30), 3),
 ])
-def test_two_sources_share_the_writer(width, idle, stalls, b_latency):
+def test_sources_share_the_writer(width, idle, stalls, b_latency, sources):
     B = width // 8
     words = 1200 if width == 64 else 700
-    a_writes, b_writes, owner, mem, seen = run_merge(width, words=words, idle=idle, stalls=stalls,
-                                                     b_latency=b_latency, seed=width)
-    # every word of both sources in memory (each word has one writer)
+    writes, owner, mem, seen = run_merge(width, words=words, idle=idle, stalls=stalls,
+                                         b_latency=b_latency, seed=width + sources,
+                                         sources=sources)
+    # every word of every source in memory (each word has one writer)
     image = bytearray(words * B)
-    for w in a_writes + b_writes:
+    for w in (w for ws in writes for w in ws):
         word = w["data"].to_bytes(B, "little")
         for j in range(B):
             if w["be"] >> j & 1:
@@ -130,9 +144,18 @@ def test_two_sources_share_the_writer(width, idle, stalls, b_latency):
     # each response counts its burst's words for the burst's source, in the next cycle
     expect = [(c + 1, owner[burst.addr // B], burst.beats) for c, burst in mem.responses]
     assert seen["durable"] == expect
-    assert seen["taken"] == [len(a_writes), len(b_writes)]
-    if idle == (0.0, 0.0):
-        assert seen["met"] > 0
+    # each source's words were taken as sent, and its durable counts follow that order: the
+    # n words counted next are the n it gave next, the words of the burst answered
+    assert seen["taken"] == [[w["addr"] for w in ws] for ws in writes]
+    done = [0] * sources
+    for (_, src, n), (_, burst) in zip(seen["durable"], mem.responses):
+        assert seen["taken"][src][done[src]:done[src] + n] == \
+            list(range(burst.addr // B, burst.addr // B + n))
+        done[src] += n
+    assert done == [len(ws) for ws in writes]
+    assert seen["met"] > 0
+    if not any(idle):
+        assert seen["all_met"] > 0
 
 
 def test_line_rate_through_merge():
@@ -171,14 +194,24 @@ def test_line_rate_through_merge():
 def test_ports_and_parameters():
     mg = MemWriteMerge(64, 20)
     assert mg.o.payload.shape() == tagged_write_layout(64, 20, 2)
+    assert set(mg.signature.members) == {"a", "b", "o", "durable", "durable_tag", "a_durable",
+                                         "b_durable"}
+    three = MemWriteMerge(64, 20, sources=3)
+    assert three.o.payload.shape() == tagged_write_layout(64, 20, 3)
+    assert {"c", "c_durable"} <= set(three.signature.members) and len(three.durable_tag) == 2
+    assert three.source(2) is three.c and three.source_durable(2) is three.c_durable
     w = AxiWriter(64, tags=2)
     assert len(w.durable_tag) == 1 and "tag" in w.i.payload.shape().members
     plain = AxiWriter(64)
     assert "durable_tag" not in plain.signature.members
-    for dut in (mg, w, plain):
+    for dut in (mg, three, w, plain):
         Fragment.get(dut, None)
     raises(ValueError, "tags must be from 1 to 16, not 17", lambda: AxiWriter(64, tags=17))
     raises(TypeError, "tags must be an integer", lambda: AxiWriter(64, tags="2"))
     raises(ValueError, "addr_width must be 1..32 bits, not 33", lambda: MemWriteMerge(64, 33))
     raises(ValueError, "width", lambda: MemWriteMerge(48, 10))
+    raises(ValueError, "sources must be from 2 to 16, not 1", lambda: MemWriteMerge(64, 10, sources=1))
+    raises(ValueError, "sources must be from 2 to 16, not 17",
+           lambda: MemWriteMerge(64, 10, sources=17))
+    raises(TypeError, "sources must be an integer", lambda: MemWriteMerge(64, 10, sources=True))
     gc.collect()
