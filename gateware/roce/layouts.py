@@ -347,7 +347,7 @@ RING_COMMIT = data.StructLayout({"pos": 32, "write": 1})
 INDEX_BITS = 23
 
 #: One entry of the scheduler's work-request memory: the request, who posted it and the verdict
-#: of the checks made when it was queued (OK, LOCAL_ALIGN or LOCAL_LENGTH).
+#: of the checks made when it was queued (OK, LOCAL_ALIGN, LOCAL_LENGTH or UNSUPPORTED).
 SLOT = data.StructLayout({"wr": WORK_REQUEST, "src": WrSource, "status": CplStatus})
 
 #: Progress of the message a QP is sending (one entry per QP in the scheduler): index, PSN and
@@ -368,6 +368,15 @@ SCHED_TURN = data.StructLayout({
     "packet": 1, "new": 1, "refuse": 1, "fin": 1, "shut": 1, "err": 1, "ev": 1,
     "desc": PACKET_DESC, "psn": 24, "post": POST, "last": INDEX_BITS,
     "prog_we": 1, "prog": PROGRESS,
+})
+
+#: What a scheduler turn adds when the scheduler sends RDMA READ requests: whether the turn's
+#: request is a READ (``read``), the PSN its ``sent`` record reports (``sent_psn``: a READ
+#: request's last PSN, the packet's PSN otherwise), and for the READ requester's table the
+#: request's local address (not advanced by a resume), whole length and first PSN, and the QP's
+#: path MTU code.
+SCHED_READ = data.StructLayout({
+    "read": 1, "sent_psn": 24, "local_addr": 32, "length": 31, "first": 24, "pmtu_log2": 4,
 })
 
 #: A write into the scheduler's memory of the PSNs a work request took (slot address, a

@@ -6,12 +6,14 @@ from rocegen.gateware.roce.layouts import (
     PROGRESS,
     QP_CONTEXT,
     SCHED_EVENT,
+    SCHED_READ,
     SCHED_TURN,
     SLOT,
     SLOT_PSNS,
     CplStatus,
     QpState,
     SchedKind,
+    WrOpcode,
     check_num_qps,
 )
 from rocegen.gateware.roce.segmenter import INDEX_BITS, describe_packet
@@ -19,15 +21,19 @@ from rocegen.gateware.roce.segmenter import INDEX_BITS, describe_packet
 __all__ = ["SchedBuild", "turn_signature"]
 
 
-def turn_signature(num_qps, addr_bits):
+def turn_signature(num_qps, addr_bits, reads=False):
     """The scheduler's turn from its build stage to its issue stage: ``valid``, the QP (``q``,
     one-hot ``sel``, zero when ``valid`` is low), the slot address ``addr`` and what the turn
-    does (``p``, :data:`~rocegen.gateware.roce.layouts.SCHED_TURN`), all registered; ``done``
-    (from the issue stage): the stage is empty after this cycle and takes the next turn."""
-    return wiring.Signature({
+    does (``p``, :data:`~rocegen.gateware.roce.layouts.SCHED_TURN`; with ``reads`` also ``rd``,
+    :data:`~rocegen.gateware.roce.layouts.SCHED_READ`), all registered; ``done`` (from the
+    issue stage): the stage is empty after this cycle and takes the next turn."""
+    members = {
         "valid": Out(1), "q": Out(range(num_qps)), "sel": Out(num_qps),
         "addr": Out(addr_bits), "p": Out(SCHED_TURN), "done": In(1),
-    })
+    }
+    if reads:
+        members["rd"] = Out(SCHED_READ)
+    return wiring.Signature(members)
 
 
 class SchedBuild(wiring.Component):
@@ -42,6 +48,8 @@ class SchedBuild(wiring.Component):
         Width of a work-request slot address (at least 1).
     window : int
         PSNs a QP may have outstanding (1..2^23-1).
+    reads : bool
+        READ work requests are sent (RDMA READ requests); else they are refused when queued.
 
     Ports
     -----
@@ -65,7 +73,7 @@ class SchedBuild(wiring.Component):
         QPs in the error state.
     sched : In(stream.Signature(SCHED_EVENT, always_ready=True))
         Events of the retry engine: a REWIND or RESET of the QP drops its turn.
-    turn : Out(turn_signature(num_qps, addr_bits))
+    turn : Out(turn_signature(num_qps, addr_bits, reads))
         The turn worked out, registered.
 
     Behaviour
@@ -76,20 +84,27 @@ class SchedBuild(wiring.Component):
     the QP failed). A turn of a request started before a rewind is a skip (acknowledged,
     refused or failed) or a resume (its progress set to the oldest unacknowledged PSN). The
     packet that fills the window asks for an acknowledgement; one beyond it is ``shut``.
+    With ``reads``, a READ is one packet (its turn ends the request) that takes the PSNs of all
+    its responses: the QP's next PSN, the post's last PSN and ``rd.sent_psn`` count them; resumed
+    from PSN ``p`` inside it, the request asks for the rest from ``p`` on. The window is checked
+    on the request's own PSN (its responses' PSNs may reach beyond it).
     Latency: one cycle (``turn`` registered when ``turn.done``). Backpressure: while
     ``turn.done`` is low the registered turn is held (dropped if a REWIND or RESET of its QP
     comes) and the turn at the inputs is lost: the stage before must not offer one.
     """
 
-    def __init__(self, num_qps, addr_bits, window):
+    def __init__(self, num_qps, addr_bits, window, *, reads=False):
         check_num_qps(num_qps)
         if not isinstance(addr_bits, int) or isinstance(addr_bits, bool) or addr_bits < 1:
             raise ValueError(f"addr_bits must be a positive integer, not {addr_bits!r}")
         if not isinstance(window, int) or isinstance(window, bool) or \
                 not 1 <= window < 1 << 23:
             raise ValueError(f"window must be an integer 1..2^23-1, not {window!r}")
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
         self.num_qps = num_qps
         self.window = window
+        self.reads = reads
         super().__init__({
             "valid": In(1), "q": In(range(num_qps)), "sel": In(num_qps), "addr": In(addr_bits),
             "going": In(1), "new": In(1), "slot": In(SLOT), "pslot": In(SLOT_PSNS),
@@ -97,7 +112,7 @@ class SchedBuild(wiring.Component):
             "context": In(QP_CONTEXT), "rd_psn": In(24), "acked_psn": In(24),
             "errored": In(num_qps),
             "sched": In(stream.Signature(SCHED_EVENT, always_ready=True)),
-            "turn": Out(turn_signature(num_qps, addr_bits)),
+            "turn": Out(turn_signature(num_qps, addr_bits, reads)),
         })
 
     def elaborate(self, platform):
@@ -151,7 +166,7 @@ class SchedBuild(wiring.Component):
 
         pk = describe_packet(m, slot.wr, index, psn, dest_qpn=ctx.peer_qpn, rkey=ctx.rkey,
                              base_va=ctx.base_va, pmtu_log2=ctx.pmtu_log2,
-                             ack_every_log2=ctx.ack_every_log2, offset=offset)
+                             ack_every_log2=ctx.ack_every_log2, offset=offset, reads=self.reads)
         # what this turn does
         new_start = is_start & is_new                       # posts the request
         refuse = new_start & (status != CplStatus.OK)
@@ -204,4 +219,18 @@ class SchedBuild(wiring.Component):
                              c.prog.offset.eq(offset + pk.length)]
         with m.Elif((ev_stale & o.sel).any()):
             m.d.sync += [o.valid.eq(0), o.sel.eq(0)]
+        if self.reads:
+            # a READ request's PSN is its index's: its last PSN is last_index - index after it
+            is_read = slot.wr.opcode == WrOpcode.READ
+            read_last = Signal(24)
+            m.d.comb += read_last.eq(psn + (pk.last_index - index))
+            with m.If(o.done):
+                m.d.sync += [
+                    o.rd.read.eq(is_read),
+                    o.rd.sent_psn.eq(Mux(is_read, read_last, psn)),
+                    o.rd.local_addr.eq(slot.wr.local_addr),
+                    o.rd.length.eq(slot.wr.length),
+                    o.rd.first.eq(Mux(is_start, psn, pslot.first)),
+                    o.rd.pmtu_log2.eq(ctx.pmtu_log2),
+                ]
         return m

@@ -13,6 +13,7 @@ from rocegen.gateware.roce.layouts import (
     SchedKind,
     check_num_qps,
 )
+from rocegen.gateware.roce.read_layouts import READ_ISSUE
 from rocegen.gateware.roce.sched_build import turn_signature
 from rocegen.gateware.roce.sched_tree import kept, mux_tree
 
@@ -30,10 +31,12 @@ class SchedIssue(wiring.Component):
         QPs, 1..256.
     addr_bits : int
         Width of a work-request slot address, 1..14.
+    reads : bool
+        The turns carry READ requests (``turn.rd``) and ``rd_issue`` exists.
 
     Ports
     -----
-    turn : In(turn_signature(num_qps, addr_bits))
+    turn : In(turn_signature(num_qps, addr_bits, reads))
         The turn (``turn.done``: the stage is empty after this cycle).
     held, full, errored : In(num_qps)
         As the scheduler's ports of these names.
@@ -55,6 +58,9 @@ class SchedIssue(wiring.Component):
         The PSNs a request took, written when it starts (or is refused).
     progress : Out(stream.Signature(PROGRESS_WRITE, always_ready=True))
         The QP's progress, written when the turn commits.
+    rd_issue : Out(stream.Signature(READ_ISSUE, always_ready=True))
+        With ``reads`` only: a READ request committed, in the cycle of the commit (``valid`` is
+        ``commit`` and the turn's registered READ flag; the payload is registered).
 
     Behaviour
     ---------
@@ -67,17 +73,22 @@ class SchedIssue(wiring.Component):
     offered) and ``psn_w`` for a start that is not refused. Otherwise it waits, and
     ``turn.done`` stays low. Latency: the outputs are registered, one cycle after the commit.
     ``desc.ready``, ``post.ready``, ``psn_w.ready``, ``sent.ready``, ``full``, ``held``,
-    ``errored`` and ``sched`` reach ``commit`` combinationally.
+    ``errored`` and ``sched`` reach ``commit`` combinationally. With ``reads``, the ``sent``
+    record of a READ request has the READ's last PSN (``turn.rd.sent_psn``) and counts one
+    packet.
     """
 
-    def __init__(self, num_qps, addr_bits):
+    def __init__(self, num_qps, addr_bits, *, reads=False):
         check_num_qps(num_qps)
         if not isinstance(addr_bits, int) or isinstance(addr_bits, bool) or \
                 not 1 <= addr_bits <= 14:
             raise ValueError(f"addr_bits must be an integer 1..14, not {addr_bits!r}")
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
         self.num_qps = num_qps
-        super().__init__({
-            "turn": In(turn_signature(num_qps, addr_bits)),
+        self.reads = reads
+        members = {
+            "turn": In(turn_signature(num_qps, addr_bits, reads)),
             "held": In(num_qps), "full": In(num_qps), "errored": In(num_qps),
             "sched": In(stream.Signature(SCHED_EVENT, always_ready=True)),
             "bad": In(stream.Signature(POST)),
@@ -88,7 +99,10 @@ class SchedIssue(wiring.Component):
             "commit": Out(1), "win_shut": Out(1),
             "psn_slot": Out(stream.Signature(SLOT_PSNS_WRITE, always_ready=True)),
             "progress": Out(stream.Signature(PROGRESS_WRITE, always_ready=True)),
-        })
+        }
+        if reads:
+            members["rd_issue"] = Out(stream.Signature(READ_ISSUE, always_ready=True))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -174,4 +188,16 @@ class SchedIssue(wiring.Component):
         for q in range(n):
             with m.If(stale & (ev.payload.qp == q) & sent_sel[q]):
                 m.d.sync += sent_cont.eq(0)
+
+        if self.reads:
+            rd, ri = t.rd, self.rd_issue
+            with m.If(commit & c.packet):     # (overrides the packet's PSN above)
+                m.d.sync += self.sent.payload.psn.eq(rd.sent_psn)
+            m.d.comb += [
+                ri.valid.eq(commit & c.packet & rd.read),
+                ri.payload.qp.eq(t.q), ri.payload.new.eq(c.new),
+                ri.payload.wr_id.eq(c.post.wr_id), ri.payload.local_addr.eq(rd.local_addr),
+                ri.payload.length.eq(rd.length), ri.payload.first.eq(rd.first),
+                ri.payload.psn.eq(c.psn), ri.payload.pmtu_log2.eq(rd.pmtu_log2),
+            ]
         return m

@@ -11,6 +11,7 @@ from rocegen.gateware.roce.layouts import (
     WR_TAGGED,
     CplStatus,
     SchedKind,
+    WrOpcode,
     WrSource,
     check_num_qps,
 )
@@ -33,6 +34,8 @@ class SchedQueue(wiring.Component):
         Size of the local memory in bytes.
     depth : int
         Work requests each QP holds, a power of two 1..64.
+    reads : bool
+        READ work requests are taken (else refused with UNSUPPORTED).
 
     Ports
     -----
@@ -63,15 +66,18 @@ class SchedQueue(wiring.Component):
     Behaviour
     ---------
     A request is refused at once when its QP is outside the table (through ``bad``), else
-    queued with LOCAL_ALIGN when ``local_addr`` is not a multiple of W/8, else LOCAL_LENGTH when
-    ``local_addr + length > mem_bytes`` (not for the GENERATOR source), else OK. A request for a
+    queued with UNSUPPORTED when its opcode is not a send opcode (WRITE, WRITE_IMM, SEND,
+    SEND_IMM) nor, with ``reads``, READ, else LOCAL_ALIGN when ``local_addr`` is not a multiple
+    of W/8 (never for a READ), else LOCAL_LENGTH when ``local_addr + length > mem_bytes`` (not
+    for a send of the GENERATOR source, whose payload is a pattern; always for a READ, whose
+    data is written there), else OK. A request for a
     QP with no free slot (``tail - head`` or ``tail - cur`` at ``depth``) waits, holding
     ``wr``: the room is registered from the pointers of the previous cycle, so a freed slot
     counts one cycle later. ``wr.ready`` depends on registers only for a QP inside the table.
     Latency: the pointers move at the clock edge after their cause.
     """
 
-    def __init__(self, num_qps, width, mem_bytes, depth):
+    def __init__(self, num_qps, width, mem_bytes, depth, *, reads=False):
         check_num_qps(num_qps)
         check_width(width)
         if not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool) or \
@@ -81,7 +87,10 @@ class SchedQueue(wiring.Component):
         if not isinstance(depth, int) or isinstance(depth, bool) or depth & (depth - 1) or \
                 not 1 <= depth <= 64:
             raise ValueError(f"depth must be a power of two from 1 to 64, not {depth!r}")
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
         self.num_qps, self.width, self.mem_bytes, self.depth = num_qps, width, mem_bytes, depth
+        self.reads = reads
         ptrs = data.ArrayLayout(depth.bit_length(), num_qps)
         super().__init__({
             "wr": In(stream.Signature(WR_TAGGED)),
@@ -144,6 +153,18 @@ class SchedQueue(wiring.Component):
         with m.Elif((t.src != WrSource.GENERATOR) &
                     (t.wr.local_addr + t.wr.length > self.mem_bytes)):
             m.d.comb += w.payload.slot.status.eq(CplStatus.LOCAL_LENGTH)
+        # (these override the checks above: codes 4..7 have bit 2 set)
+        op = t.wr.opcode.as_value()
+        if self.reads:
+            with m.If(t.wr.opcode == WrOpcode.READ):
+                m.d.comb += w.payload.slot.status.eq(
+                    Mux(t.wr.local_addr + t.wr.length > self.mem_bytes,
+                        CplStatus.LOCAL_LENGTH, CplStatus.OK))
+            with m.Elif(op[2]):
+                m.d.comb += w.payload.slot.status.eq(CplStatus.UNSUPPORTED)
+        else:
+            with m.If(op[2]):
+                m.d.comb += w.payload.slot.status.eq(CplStatus.UNSUPPORTED)
         m.d.comb += [
             w.valid.eq(push),
             w.payload.addr.eq(Cat(tail[q_in][:dbits], q_in[:qbits]) if dbits or qbits else 0),

@@ -18,6 +18,7 @@ from rocegen.gateware.roce.layouts import (
     WR_TAGGED,
     check_num_qps,
 )
+from rocegen.gateware.roce.read_layouts import READ_ISSUE
 from rocegen.gateware.roce.sched_build import SchedBuild
 from rocegen.gateware.roce.sched_issue import SchedIssue
 from rocegen.gateware.roce.sched_queue import SchedQueue
@@ -36,7 +37,7 @@ class Scheduler(wiring.Component):
         QPs of the QP table, 1..256 (QP index ``k`` is QPN ``256 + k``).
     width : int
         Data width W in bits (64, 128, 256, 512); a request's ``local_addr`` must be a multiple
-        of W/8 bytes, the memory word.
+        of W/8 bytes, the memory word (not a READ's).
     mem_bytes : int
         Size of the local memory in bytes, a power of two from W/8 to 2^32.
     depth : int
@@ -44,7 +45,11 @@ class Scheduler(wiring.Component):
         they complete (waiting, being sent, sent and not yet acknowledged).
     window : int
         PSNs a QP may have outstanding: a packet whose PSN is more than ``window`` after the
-        QP's acknowledged PSN waits (1..2^23-1).
+        QP's acknowledged PSN waits (1..2^23-1). A READ request is checked on its own PSN (the
+        PSNs of its responses may reach past the window).
+    reads : bool
+        Send RDMA READ requests for READ work requests (``rd_issue`` exists). Without it (the
+        default) a READ is refused with UNSUPPORTED when queued.
 
     Ports
     -----
@@ -76,6 +81,15 @@ class Scheduler(wiring.Component):
         issued. While the record waits, the next packets of the same QP (consecutive PSNs) are
         merged into it (newest PSN and a packet count, up to 63); another packet waits for the
         output.
+    rd_issue : Out(stream.Signature(READ_ISSUE, always_ready=True))
+        With ``reads`` only, for the READ requester's table: a pulse in the cycle the issue stage
+        commits a READ request (the cycle before its ``desc`` is offered; not when ``desc`` is
+        taken): ``qp``; ``new`` (the READ starts with this request: its post is issued in the
+        same commit); ``wr_id``; ``local_addr`` and ``length`` of the whole READ (not advanced
+        by a resume); ``first`` (the READ's first PSN); ``psn`` (this request's PSN: ``first``
+        when new, the resume PSN inside it after a REWIND); ``pmtu_log2`` (the QP context's
+        code, as read for this packet). The payload comes from registers, ``valid`` from the
+        issue decision (so ``desc.ready``, ``post.ready``, ... reach it combinationally).
     sched : In(stream.Signature(SCHED_EVENT, always_ready=True))
         REWIND: the QP goes back to its oldest request not completed, and resends
         from its oldest unacknowledged PSN (``acked_psn`` + 1) when that request's turn comes:
@@ -101,9 +115,11 @@ class Scheduler(wiring.Component):
     * Queueing: a request naming a QP outside the table is refused at once (post BAD_QP; it
       waits for the ``post`` output, at least one cycle, and gets it before the QPs' own
       posts). Any other is
-      written into its QP's queue, with its address checks already made: LOCAL_ALIGN when
-      ``local_addr`` is not a multiple of W/8, else LOCAL_LENGTH when ``local_addr + length >
-      mem_bytes`` (not for the GENERATOR source, whose payload is a pattern). A request for a QP
+      written into its QP's queue, with its checks already made: UNSUPPORTED when its opcode
+      is none of WRITE, WRITE_IMM, SEND, SEND_IMM (nor READ with ``reads``), else LOCAL_ALIGN
+      when ``local_addr`` is not a multiple of W/8 (not for a READ), else LOCAL_LENGTH when
+      ``local_addr + length > mem_bytes`` (not for a send of the GENERATOR source, whose
+      payload is a pattern). A request for a QP
       whose ``depth`` slots are taken holds ``wr`` (head of line: requests of other QPs behind it
       wait too; a slot freed counts one cycle later). ``wr.ready`` depends on registers only
       for a QP inside the table, and on ``post.ready`` for one outside it.
@@ -119,6 +135,14 @@ class Scheduler(wiring.Component):
       (path MTU, keys, addresses) is read again for every packet, so change it only while the
       QP has no message in progress. Resuming a message inside after a REWIND takes a turn of
       its own (it sets the progress up; the packets follow in the QP's next turns).
+    * READ (with ``reads``): one packet per READ, in one turn: the RDMA READ request (BTH
+      opcode 0x0C, RETH with ``base_va + remote_offset``, the QP's R_Key and the length; no
+      payload, AckReq, no SE, ``last``). It takes one PSN per path MTU of its length (1 for
+      0 bytes): the next PSN written on ``psn_w`` and the post's ``last_psn`` count them all,
+      and its ``sent`` record has its last PSN (one packet; the QP's next packet follows at the
+      next PSN). Resumed inside after a REWIND (from ``acked_psn`` + 1 = first PSN + k), the
+      request is sent again at that PSN asking for the rest: RETH address and DMA length
+      advanced by k path MTUs (``rd_issue`` with ``new`` 0).
     * Round robin: a QP has a turn when it has a request to send, is not held, its window is not
       known to be full, either its next request has started or ``full`` allows it to start, and
       it has no turn in the select, read or build stage (these from the registers of the
@@ -176,7 +200,7 @@ class Scheduler(wiring.Component):
     scheduler holds the three memories, registers R's reads for B and joins the stages.
     """
 
-    def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024):
+    def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024, *, reads=False):
         check_num_qps(num_qps)
         check_width(width)
         if not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool):
@@ -192,12 +216,15 @@ class Scheduler(wiring.Component):
             raise TypeError(f"window must be an integer number of packets, not {window!r}")
         if not 1 <= window < 1 << 23:
             raise ValueError(f"window must be 1..2^23-1 packets, not {window}")
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
         self.num_qps = num_qps
+        self.reads = reads
         self.width = width
         self.mem_bytes = mem_bytes
         self.depth = depth
         self.window = window
-        super().__init__({
+        members = {
             "wr": In(stream.Signature(WR_TAGGED)),
             "rd_qp": Out(range(num_qps)),
             "rd_context": In(QP_CONTEXT),
@@ -213,7 +240,10 @@ class Scheduler(wiring.Component):
             "acked_psn": In(24),
             "errored": In(num_qps),
             "held": In(num_qps),
-        })
+        }
+        if reads:
+            members["rd_issue"] = Out(stream.Signature(READ_ISSUE, always_ready=True))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -229,11 +259,12 @@ class Scheduler(wiring.Component):
         prog_w = prog_mem.write_port()
         prog_r = prog_mem.read_port()
 
-        qu = m.submodules.queue = SchedQueue(n, self.width, self.mem_bytes, depth)
+        qu = m.submodules.queue = SchedQueue(n, self.width, self.mem_bytes, depth,
+                                             reads=self.reads)
         abits = max(1, (n * depth - 1).bit_length())
-        bs = m.submodules.build = SchedBuild(n, abits, self.window)
+        bs = m.submodules.build = SchedBuild(n, abits, self.window, reads=self.reads)
         ct = bs.turn
-        iss = m.submodules.issue = SchedIssue(n, abits)
+        iss = m.submodules.issue = SchedIssue(n, abits, reads=self.reads)
 
         # --- select stage (S): round robin; read stage (R): the memories' data registered -------
         se = m.submodules.select = SchedSelect(n, depth)
@@ -289,7 +320,7 @@ class Scheduler(wiring.Component):
 
         # --- issue stage (I): commit when the outputs take the turn -------------------------------
         wiring.connect(m, ct, iss.turn)
-        for name in ("desc", "post", "psn_w", "sent"):
+        for name in ("desc", "post", "psn_w", "sent") + (("rd_issue",) if self.reads else ()):
             wiring.connect(m, getattr(iss, name), wiring.flipped(getattr(self, name)))
         m.d.comb += [iss.held.eq(self.held), iss.full.eq(self.full), iss.errored.eq(self.errored),
                      ps_w.en.eq(iss.psn_slot.valid), ps_w.addr.eq(iss.psn_slot.payload.addr),

@@ -42,7 +42,7 @@ class PacketLogic(NamedTuple):
 
 
 def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ack_every_log2,
-                    offset=None):
+                    offset=None, reads=False):
     """Combinational description of packet ``index`` of work request ``wr``.
 
     ``psn`` is the PSN of that packet; the QP's path MTU (``pmtu_log2`` 8..12, anything else is
@@ -52,6 +52,14 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
     caller to fill. Nothing here holds state: the caller keeps the packet index and the running
     PSN of the message. ``offset``, when given, is the byte offset of the packet in the message
     (``index`` times the path MTU), kept by the caller so that it need not be computed here.
+
+    With ``reads``, a READ work request (:attr:`WrOpcode.READ`) is one RDMA READ request packet
+    (``last``, no payload, AckReq, no SE) asking for the message from ``offset`` on: RETH virtual
+    address ``base_va + remote_offset + offset``, DMA length ``length - offset``; its PSNs (one
+    per path MTU of the whole READ, ``last_index + 1``) are the caller's to account. The RETH
+    fields of a packet without RETH are then of its offset too (nobody reads them). Without
+    ``reads`` the descriptor of a READ (and of codes 5..7) is meaningless: the caller refuses
+    those requests.
     """
     plog = Signal(range(13))
     with m.Switch(pmtu_log2):
@@ -82,6 +90,10 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
     m.d.comb += last.eq(remaining <= pmtu)
     length = Signal(13)
     m.d.comb += length.eq(Mux(last, remaining, pmtu))
+    if reads:
+        is_read = wr.opcode == WrOpcode.READ
+        m.d.comb += [last.eq((remaining <= pmtu) | is_read),
+                     length.eq(Mux(is_read, 0, Mux(last, remaining, pmtu)))]
 
     opcode = Signal(8)
     for kind, (op_first, op_middle, op_last, op_only) in _OPCODES.items():
@@ -94,6 +106,9 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
                 m.d.comb += opcode.eq(op_last)
             with m.Else():
                 m.d.comb += opcode.eq(op_middle)
+    if reads:
+        with m.If(is_read):
+            m.d.comb += opcode.eq(H.OP_RC_RDMA_READ_REQUEST)
     is_write = (wr.opcode == WrOpcode.WRITE) | (wr.opcode == WrOpcode.WRITE_IMM)
     has_imm = (wr.opcode == WrOpcode.WRITE_IMM) | (wr.opcode == WrOpcode.SEND_IMM)
     mask = Signal(8)
@@ -116,6 +131,12 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
         d.has_imm.eq(last & has_imm), d.imm.eq(wr.imm),
         d.last.eq(last),
     ]
+    if reads:
+        m.d.comb += [
+            d.se.eq(last & (wr.opcode != WrOpcode.WRITE) & ~is_read),
+            d.has_reth.eq((first & is_write) | is_read),
+            d.va.eq(base_va + wr.remote_offset + offset), d.dma_len.eq(remaining),
+        ]
     return PacketLogic(d, last, last_index, length)
 
 
@@ -134,6 +155,10 @@ class Segmenter(wiring.Component):
     When a message's last descriptor leaves, ``done`` pulses with ``next_psn`` (for the QP
     table) and the work request is taken from ``i``.
 
+    With ``reads`` (default off), a READ work request is one RDMA READ request descriptor
+    (:func:`describe_packet`) and ``next_psn`` skips every PSN of its responses; without it a
+    READ's descriptor is meaningless (the scheduler refuses READs when built without them).
+
     The packet logic itself is :func:`describe_packet`, stateless; this component adds the
     packet index and running PSN of one message in registers. The multi-QP
     :class:`~rocegen.gateware.roce.scheduler.Scheduler` uses the same function with that progress
@@ -143,7 +168,10 @@ class Segmenter(wiring.Component):
     Backpressure: ``i`` is held until the message's last descriptor is taken by ``o``.
     """
 
-    def __init__(self):
+    def __init__(self, *, reads=False):
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
+        self.reads = reads
         super().__init__({
             "i": In(stream.Signature(WR_IN)),
             "o": Out(stream.Signature(PACKET_DESC)),
@@ -161,7 +189,7 @@ class Segmenter(wiring.Component):
         psn = Mux(index == 0, qp.psn, psn_reg)
         pk = describe_packet(m, wr, index, psn, dest_qpn=qp.dest_qpn, rkey=qp.rkey,
                              base_va=qp.base_va, pmtu_log2=qp.pmtu_log2,
-                             ack_every_log2=qp.ack_every_log2)
+                             ack_every_log2=qp.ack_every_log2, reads=self.reads)
         m.d.comb += [
             o.payload.eq(pk.desc),
             o.valid.eq(i.valid),
@@ -171,6 +199,8 @@ class Segmenter(wiring.Component):
             with m.If(pk.last):
                 m.d.sync += index.eq(0)
                 m.d.comb += [self.done.eq(1), self.next_psn.eq(psn + 1)]
+                if self.reads:      # (index is the last index but for a READ, at 0)
+                    m.d.comb += self.next_psn.eq(psn + (pk.last_index - index) + 1)
             with m.Else():
                 m.d.sync += [index.eq(index + 1), psn_reg.eq(psn + 1)]
         return m

@@ -2,6 +2,10 @@
 QP, the exact sequence of RoCEv2 packets a correct requester sends (InfiniBand specification,
 "Segmentation"), and the Ethernet frames that carry them.
 
+A READ work request is one RDMA READ request packet (no payload, RETH naming the remote buffer,
+AckReq) that takes one PSN per path MTU of its length, for the responses it asks for (1 for 0
+bytes); :func:`resend` gives the packets sent again from a PSN inside a request (go-back-N).
+
 The segmenter gateware is compared with :func:`segment`; :func:`build_frame` turns its packets
 into frames (header table for the RoCE headers, ICRC from :mod:`rocegen.sim.models.icrc`) for
 benches that feed the RNIC model directly.
@@ -14,8 +18,8 @@ from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.models.checksum import internet_checksum
 from rocegen.wire import headers as H
 
-__all__ = ["WrOpcode", "WorkRequest", "QpState", "PacketDesc", "segment", "build_frame",
-           "PMTUS", "PSN_MOD"]
+__all__ = ["WrOpcode", "SEND_OPCODES", "WorkRequest", "QpState", "PacketDesc", "segment",
+           "resend", "psn_count", "build_frame", "PMTUS", "PSN_MOD"]
 
 PMTUS = (256, 512, 1024, 2048, 4096)
 PSN_MOD = 1 << 24
@@ -26,6 +30,11 @@ class WrOpcode(enum.IntEnum):
     WRITE_IMM = 1
     SEND = 2
     SEND_IMM = 3
+    READ = 4
+
+
+#: The opcodes that send the message's payload (all but READ).
+SEND_OPCODES = (WrOpcode.WRITE, WrOpcode.WRITE_IMM, WrOpcode.SEND, WrOpcode.SEND_IMM)
 
 
 @dataclass(frozen=True)
@@ -34,7 +43,7 @@ class WorkRequest:
     opcode: WrOpcode
     length: int
     local_addr: int = 0
-    remote_offset: int = 0       # added to the QP's base virtual address (WRITE)
+    remote_offset: int = 0       # added to the QP's base virtual address (WRITE, READ)
     imm: int = 0
 
 
@@ -61,6 +70,7 @@ class PacketDesc:
     reth: tuple | None           # (va, rkey, dma_len)
     imm: int | None
     last: bool
+    psns: int = 1                # PSNs the packet takes (a READ request: its responses')
 
 
 _OPS = {
@@ -77,12 +87,31 @@ _OPS = {
 }
 
 
+def psn_count(wr, pmtu):
+    """PSNs a work request takes: its packets, or a READ's responses (1 for 0 bytes)."""
+    return max(1, -(-wr.length // pmtu))
+
+
+def _read_request(wr, qp, psn, index):
+    offset = index * qp.pmtu
+    return PacketDesc(
+        opcode=H.OP_RC_RDMA_READ_REQUEST, psn=psn, ack_req=True, se=False, padcnt=0,
+        offset=offset, length=0,
+        reth=((qp.base_va + wr.remote_offset + offset) % (1 << 64), qp.rkey, wr.length - offset),
+        imm=None, last=True, psns=psn_count(wr, qp.pmtu) - index)
+
+
 def segment(wr, qp):
-    """The packets of ``wr`` on ``qp``; advances ``qp.psn`` past them."""
+    """The packets of ``wr`` on ``qp``; advances ``qp.psn`` past them (past every response PSN
+    of a READ)."""
     if qp.pmtu not in PMTUS:
         raise ValueError(f"path MTU must be one of {PMTUS}, not {qp.pmtu}")
     if not 0 <= wr.length < 1 << 31:
         raise ValueError(f"message length must be 0..2^31-1, not {wr.length}")
+    if WrOpcode(wr.opcode) == WrOpcode.READ:
+        pkt = _read_request(wr, qp, qp.psn, 0)
+        qp.psn = (qp.psn + pkt.psns) % PSN_MOD
+        return [pkt]
     first_op, middle_op, last_op, only_op = _OPS[WrOpcode(wr.opcode)]
     is_write = wr.opcode in (WrOpcode.WRITE, WrOpcode.WRITE_IMM)
     has_imm = wr.opcode in (WrOpcode.WRITE_IMM, WrOpcode.SEND_IMM)
@@ -116,6 +145,19 @@ def segment(wr, qp):
         ))
         qp.psn = (qp.psn + 1) % PSN_MOD
     return packets
+
+
+def resend(wr, qp, first, psn):
+    """The packets of ``wr`` (first PSN ``first``) sent again from PSN ``psn`` inside it: the
+    tail of its packets from that PSN, or for a READ one request asking for the rest from
+    ``psn`` on (RETH address and length advanced by as many path MTUs). ``qp.psn`` is not
+    used nor changed."""
+    index = (psn - first) % PSN_MOD
+    if not 0 <= index < psn_count(wr, qp.pmtu):
+        raise ValueError(f"PSN {psn} is not inside the request from PSN {first}")
+    if WrOpcode(wr.opcode) == WrOpcode.READ:
+        return [_read_request(wr, qp, psn, index)]
+    return segment(wr, QpState(**{**vars(qp), "psn": first}))[index:]
 
 
 def build_frame(pkt, payload, qp, *, src_mac, dst_mac, src_ip, dst_ip, udp_sport,

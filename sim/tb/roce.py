@@ -56,7 +56,7 @@ PEER = os.environ.get("ROCE_PEER", "connectx")
 #: host-side QPN of endpoint QP k
 HOST_QPN = 0x40
 REMOTE_BASE = 0x7F00_0000_0000
-OPCODES = list(WrOpcode)
+OPCODES = [WrOpcode.WRITE, WrOpcode.WRITE_IMM, WrOpcode.SEND, WrOpcode.SEND_IMM]   # (not READ)
 IMM_OPS = (WrOpcode.WRITE_IMM, WrOpcode.SEND_IMM)
 SEND_OPS = (WrOpcode.SEND, WrOpcode.SEND_IMM)
 

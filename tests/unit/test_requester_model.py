@@ -6,7 +6,16 @@ import random
 import pytest
 
 from rocegen.sim.models.icrc import datagram
-from rocegen.sim.models.requester import PMTUS, PSN_MOD, QpState, WorkRequest, WrOpcode, build_frame, segment
+from rocegen.sim.models.requester import (
+    PMTUS,
+    PSN_MOD,
+    SEND_OPCODES,
+    QpState,
+    WorkRequest,
+    WrOpcode,
+    build_frame,
+    segment,
+)
 from rocegen.sim.models.rnic import Rnic
 from rocegen.wire import headers as H
 
@@ -22,7 +31,7 @@ def host():
 
 
 @pytest.mark.parametrize("pmtu", PMTUS)
-@pytest.mark.parametrize("opcode", list(WrOpcode))
+@pytest.mark.parametrize("opcode", SEND_OPCODES)
 def test_segmentation_rules(pmtu, opcode):
     for length in (0, 1, pmtu - 1, pmtu, pmtu + 1, 3 * pmtu, 3 * pmtu + 5):
         qp = QpState(dest_qpn=0x11, rkey=0x1234, base_va=0x1000, psn=PSN_MOD - 2, pmtu=pmtu,

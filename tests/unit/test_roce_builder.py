@@ -18,7 +18,14 @@ from rocegen.gateware.roce.builder import RocePacketBuilder
 from rocegen.gateware.roce.layouts import WrSource
 from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.models.requester import QpState, WorkRequest, WrOpcode, build_frame, segment
+from rocegen.sim.models.requester import (
+    SEND_OPCODES,
+    QpState,
+    WorkRequest,
+    WrOpcode,
+    build_frame,
+    segment,
+)
 from rocegen.sim.models.rnic import Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
@@ -73,7 +80,7 @@ def expected_meta(datagram, route):
 
 def work_requests(rng):
     """Every opcode as ONLY packets of lengths 0..PMTU (all PadCnt values, beat boundaries) and
-    as FIRST/MIDDLE/LAST messages."""
+    as FIRST/MIDDLE/LAST messages; READs as their request (RETH, no payload)."""
     wrs = []
     n = 0
     for op in WrOpcode:
@@ -131,7 +138,8 @@ def check(col, want):
 
 
 def test_every_opcode_is_covered():
-    """The work requests of the tests produce every RC WRITE and SEND opcode."""
+    """The work requests of the tests produce every RC WRITE and SEND opcode and the READ
+    request."""
     rng = random.Random(0)
     _, _, model, _ = make_stream(work_requests(rng), rng)
     assert {pkt.opcode for pkt, _, _ in model} == {
@@ -139,7 +147,7 @@ def test_every_opcode_is_covered():
         H.OP_RC_SEND_LAST_WITH_IMMEDIATE, H.OP_RC_SEND_ONLY, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE,
         H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE, H.OP_RC_RDMA_WRITE_LAST,
         H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, H.OP_RC_RDMA_WRITE_ONLY,
-        H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE}
+        H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, H.OP_RC_RDMA_READ_REQUEST}
     assert {pkt.padcnt for pkt, _, _ in model} == {0, 1, 2, 3}
 
 
@@ -156,7 +164,7 @@ def test_back_to_back_full_rate(width):
     """No idle input and no backpressure: one output beat on every cycle of the burst, and the
     minimum number of beats."""
     rng = random.Random(width + 5)
-    wrs = [WorkRequest(n, rng.choice(list(WrOpcode)), rng.randrange(2 * PMTU + 2),
+    wrs = [WorkRequest(n, rng.choice(SEND_OPCODES), rng.randrange(2 * PMTU + 2),
                        imm=rng.getrandbits(32)) for n in range(40)]
     sent, want, _, _ = make_stream(wrs, rng)
     col = run_builder(width, sent, idle=0.0, backpressure=0.0, seed=1)
@@ -175,8 +183,10 @@ def test_packets_parse_with_scapy():
     wrs = [WorkRequest(1, WrOpcode.WRITE, 2 * PMTU + 5, remote_offset=0x123),
            WorkRequest(2, WrOpcode.WRITE_IMM, 6, imm=0xDEADBEEF),
            WorkRequest(3, WrOpcode.SEND, 0),
-           WorkRequest(4, WrOpcode.SEND_IMM, PMTU + 1, imm=7)]
+           WorkRequest(4, WrOpcode.SEND_IMM, PMTU + 1, imm=7),
+           WorkRequest(5, WrOpcode.READ, 3 * PMTU + 1, remote_offset=0x77)]
     sent, want, model, qp = make_stream(wrs, rng)
+    assert model[-1][0].opcode == H.OP_RC_RDMA_READ_REQUEST
     col = run_builder(width, sent, idle=0.2, backpressure=0.2, seed=2)
     check(col, want)
     for got, (pkt, payload, _) in zip(col.packets, model):

@@ -796,5 +796,5 @@ def test_largest_configuration_elaborates():
     s = Scheduler(256, 512, 1 << 32, depth=4)
     assert (s.num_qps, s.width, s.mem_bytes, s.depth) == (256, 512, 1 << 32, 4)
     text = rtlil.convert(s, name="scheduler", ports=convert_ports(s))
-    assert "memory width 207 size 1024 \\wr_mem" in text
+    assert "memory width 208 size 1024 \\wr_mem" in text
     assert "memory width 78 size 256 \\prog_mem" in text

@@ -1,21 +1,30 @@
-"""Segmenter against the segmentation model: every opcode, lengths around the path MTU,
-every path MTU, PSN wrap-around, random idle input and backpressure."""
+"""Segmenter against the segmentation model: every opcode (READ when built with ``reads``),
+lengths around the path MTU, every path MTU, PSN wrap-around, random idle input and
+backpressure."""
 
 import random
 
 import pytest
 
 from rocegen.gateware.roce.segmenter import Segmenter
-from rocegen.sim.models.requester import PMTUS, QpState, WorkRequest, WrOpcode, segment
+from rocegen.sim.models.requester import (
+    PMTUS,
+    SEND_OPCODES,
+    QpState,
+    WorkRequest,
+    WrOpcode,
+    segment,
+)
 from rocegen.sim.testing.harness import run_sim
+from rocegen.wire import headers as H
 
 
-def cases(rng, pmtu):
+def cases(rng, pmtu, opcodes):
     lengths = [0, 1, 3, 4, pmtu - 1, pmtu, pmtu + 1, 2 * pmtu, 3 * pmtu + 7,
                rng.randrange(1, 20 * pmtu)]
     out = []
     for n in lengths:
-        wr = WorkRequest(wr_id=rng.getrandbits(32), opcode=rng.choice(list(WrOpcode)), length=n,
+        wr = WorkRequest(wr_id=rng.getrandbits(32), opcode=rng.choice(opcodes), length=n,
                          local_addr=rng.getrandbits(20), remote_offset=rng.getrandbits(40),
                          imm=rng.getrandbits(32))
         qp = QpState(dest_qpn=rng.getrandbits(24), rkey=rng.getrandbits(32),
@@ -26,11 +35,19 @@ def cases(rng, pmtu):
     return out
 
 
+@pytest.mark.parametrize("reads", [False, True])
 @pytest.mark.parametrize("pmtu", PMTUS)
-def test_segmenter_matches_model(pmtu):
-    rng = random.Random(pmtu)
-    dut = Segmenter()
-    work = cases(rng, pmtu)
+def test_segmenter_matches_model(pmtu, reads):
+    rng = random.Random(pmtu + reads)
+    dut = Segmenter(reads=reads)
+    work = cases(rng, pmtu, list(WrOpcode) if reads else SEND_OPCODES)
+    if reads:
+        work += [(WorkRequest(wr_id=k, opcode=WrOpcode.READ, length=n,
+                              local_addr=rng.getrandbits(32), remote_offset=rng.getrandbits(64)),
+                  QpState(dest_qpn=1, rkey=2, base_va=rng.getrandbits(64),
+                          psn=(1 << 24) - 2, pmtu=pmtu))
+                 for k, n in enumerate([0, 1, pmtu, pmtu + 1, 7 * pmtu + 3])]
+        rng.shuffle(work)
     expected = []
     for wr, qp in work:
         model_qp = QpState(**vars(qp))
@@ -83,5 +100,12 @@ def test_segmenter_matches_model(pmtu):
         if e.imm is not None:
             assert g.imm == e.imm
         assert g.wr_id == wr.wr_id and g.dest_qpn == qp.dest_qpn and g.qp == 3
-    ends = [e.psn for _, _, e in expected if e.last]
-    assert done == [(p + 1) % (1 << 24) for p in ends]
+    assert done == [(e.psn + e.psns) % (1 << 24) for _, _, e in expected if e.last]
+    if reads:
+        assert sum(g.opcode == H.OP_RC_RDMA_READ_REQUEST for g in got) >= 5
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_reads_is_validated():
+    with pytest.raises(TypeError, match="reads"):
+        Segmenter(reads=1)
