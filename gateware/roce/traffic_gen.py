@@ -62,6 +62,12 @@ class TrafficGen(wiring.Component):
         first work request is taken to the cycle the last completion arrives (0 for a run of 0
         messages), for throughput measurements: ``count * length / (cycles * clock period)``.
 
+    READ runs (``reads=True`` only; without it a READ run's requests are refused by the
+    scheduler like any other opcode it was not built for): message ``s`` READs ``length``
+    bytes at ``remote_offset`` into local memory at ``local_addr = remote_offset``, the same
+    offset of the local address space (the run's ``window`` then bounds the local bytes
+    written too; a request past the end of local memory completes with LOCAL_LENGTH).
+
     Latency: the first work request is offered 2 cycles after ``start`` is taken (33 when a
     remainder must be computed): the configuration is registered, then what the run needs from
     it (counts, the remainder) is set up from that copy. Work requests come from registers (no
@@ -69,7 +75,10 @@ class TrafficGen(wiring.Component):
     register of its own), and the message rate is unchanged: one per ``max(spacing, 1)`` cycles.
     """
 
-    def __init__(self):
+    def __init__(self, *, reads=False):
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
+        self.reads = reads
         super().__init__({
             "start": In(stream.Signature(GEN_CONFIG)),
             "wr": Out(stream.Signature(WR_TAGGED)),
@@ -166,6 +175,9 @@ class TrafficGen(wiring.Component):
                     w.remote_offset.eq(offset),
                     w.imm.eq(cfg.imm),
                 ]
+                if self.reads:
+                    with m.If(cfg.opcode == WrOpcode.READ):
+                        m.d.comb += w.local_addr.eq(offset)
                 gap_low = Signal()          # gap <= 1: the gap ends in the next cycle
                 m.d.comb += gap_low.eq(gap[1:] == 0)
                 with m.If(gap != 0):
