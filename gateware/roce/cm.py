@@ -15,6 +15,7 @@ from rocegen.gateware.roce.cm_defs import (
     UDP_SPORT_BASE,
     int_param,
     parse_net,
+    read_params,
 )
 from rocegen.gateware.roce.cm_receive import CmReceiver
 from rocegen.gateware.roce.cm_records import CmRecords
@@ -23,6 +24,7 @@ from rocegen.gateware.roce.cm_traffic import CmTraffic
 from rocegen.gateware.roce.layouts import MAX_QPS, TRAFFIC_CONFIG
 from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.read_layouts import MAX_RD_ATOMIC, READ_LIMIT
 from rocegen.gateware.roce.resp_layouts import RESP_QP_CONFIG
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 
@@ -100,13 +102,26 @@ class ConnectionManager(wiring.Component):
     ``req_type``, ``ack_valid``, ``ack_type``; ``loc_*`` our side (OPEN_QP: our QPN or 0 when
     refused, the first PSN, R_Key and address 0; other requests echo the request's ``rem_*``),
     ``loc_ip`` = ``local_ip``; ``rem_*`` echo the request's ``loc_*``; ``listening_port`` echoed;
-    the rest zero. With ``regions``, an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS carries
-    the QP's memory region as the responder's configuration table holds it (``cfg_qp`` /
-    ``cfg``): R_Key in ``loc_rkey``, base in ``loc_vaddr``, length in ``dma_length`` (bytes
-    52-55; 2^32 - 1 for a region of 2^32 bytes). ``o_checksum`` holds the UDP checksum of the
+    the rest zero. With ``reads``, an ACK of OPEN_QP or SEND_QP_INFO states the READ depths in
+    bytes 56-57 (:data:`~rocegen.wire.cm.READ_DEPTHS`; see below). With ``regions``, an ACK of
+    OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS carries the QP's memory region as the responder's
+    configuration table holds it (``cfg_qp`` / ``cfg``): R_Key in ``loc_rkey``, base in
+    ``loc_vaddr``, length in ``dma_length`` (bytes 52-55; 2^32 - 1 for a region of 2^32
+    bytes). ``o_checksum`` holds the UDP checksum of the
     reply (pseudo-header with source ``local_ip``, UDP header, payload; never 0) for the whole
     packet, for the UDP transmitter to put in the header (it is also driven into
     ``meta.udp.checksum`` should that field exist).
+
+    READ depths (``reads``): an OPEN_QP or SEND_QP_INFO request states in byte 57 the READs the
+    host accepts from us at once (its ``rd_depth``; 0: not stated, as by the existing tools). An
+    ACK of it sets the QP's READ limit, the READs the endpoint's READ requester may have
+    outstanding on it: min(``max_rd_atomic``, ``rd_depth``), or 1 when the host did not state
+    it (one READ is what every responder accepts; a SEND_QP_INFO sets it anew the same way, as
+    it may name another peer). The ACK states ``rd_atomic`` (byte 56) = that limit and
+    ``rd_depth`` (byte 57) = min(``rd_depth`` of the generator, 255), our READ responder's queue
+    per QP (0: none). The limit leaves on ``rd_limit`` one cycle after the decision; an ACK of
+    CLOSE_QP sets the QP's limit back to ``max_rd_atomic`` (the limit of a QP opened through the
+    QP table's own port). Other replies, and every reply without ``reads``, carry zero there.
 
     Malformed datagrams are dropped and counted: damaged (``error``) or not exactly 64 bytes
     (``drop_length``); not for ``local_ip`` and ``port`` (``drop_ip``); ``ack_valid`` set (a
@@ -120,13 +135,13 @@ class ConnectionManager(wiring.Component):
     with a long run.
 
     Latency and throughput: one datagram at a time. If its last beat moves in cycle t, the QP
-    table and generator writes are offered (from registers) in cycle t + 3, the reply's first beat
-    in t + 25 (the checksum is summed two words per cycle) and, once the reply has left and the QP
-    table writes are taken, the next datagram is taken 2 cycles after the reply's last beat: at
-    most one request per 25 + 2 * 512/W cycles. Backpressure: ``i`` is held while a datagram is
-    processed; ``o``, ``qp_ctl`` and ``qp_psn`` may stall for any time; ``gen`` may stall without
-    holding anything up. Byte order: as every packet stream (byte 0 of the datagram in lane 0 of
-    the first beat).
+    table and generator writes are offered (from registers) in cycle t + 3 (``rd_limit`` pulses in
+    that cycle), the reply's first beat in t + 25 (the checksum is summed two words per cycle)
+    and, once the reply has left and the QP table writes are taken, the next datagram is taken 2
+    cycles after the reply's last beat: at most one request per 25 + 2 * 512/W cycles.
+    Backpressure: ``i`` is held while a datagram is processed; ``o``, ``qp_ctl`` and ``qp_psn``
+    may stall for any time; ``gen`` may stall without holding anything up. Byte order: as every
+    packet stream (byte 0 of the datagram in lane 0 of the first beat).
 
     Structure: :class:`~rocegen.gateware.roce.cm_receive.CmReceiver` takes a datagram and holds
     it; :class:`~rocegen.gateware.roce.cm_control.CmControl` checks it against the records of
@@ -159,6 +174,17 @@ class ConnectionManager(wiring.Component):
     query : bool
         QUERY is answered: port ``counts`` (in,
         :data:`~rocegen.gateware.roce.pattern_sink.PATTERN_COUNTS`), the pattern sink's.
+    reads : bool
+        ACKs state the READ depths and set each QP's READ limit: port ``rd_limit`` (out,
+        ``stream.Signature(READ_LIMIT, always_ready=True)``,
+        :data:`~rocegen.gateware.roce.read_layouts.READ_LIMIT`: ``qp``, ``limit``), for the
+        READ requester's table (:class:`~rocegen.gateware.roce.read_track.ReadTrack` ``limit``).
+    max_rd_atomic : int
+        The READ requester's most READs outstanding per QP (1..16, default 16); used with
+        ``reads`` only, as ``rd_depth``.
+    rd_depth : int
+        The READ responder's queue per QP (a power of two from 16 to 1024), or 0 (default):
+        no READ responder.
 
     The traffic class of the QPs an OPEN_QP opens (DSCP, ECN of their data packets) is that of
     input ``tclass`` (:data:`~rocegen.gateware.roce.layouts.TRAFFIC_CONFIG`) in the cycle of
@@ -167,7 +193,8 @@ class ConnectionManager(wiring.Component):
 
     def __init__(self, width, num_qps, *, allow_net=None, default_pmtu=4096, default_timeout=14,
                  default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT,
-                 regions=False, query=False):
+                 regions=False, query=False, reads=False, max_rd_atomic=MAX_RD_ATOMIC,
+                 rd_depth=0):
         check_width(width)
         int_param("num_qps", num_qps, 1, MAX_QPS)
         if isinstance(default_pmtu, bool) or not isinstance(default_pmtu, int):
@@ -184,6 +211,8 @@ class ConnectionManager(wiring.Component):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, not {value!r}")
         self.regions, self.query = regions, query
+        self.reads, self.max_rd_atomic, self.rd_depth = read_params(reads, max_rd_atomic,
+                                                                    rd_depth)
         self.width = width
         self.num_qps = num_qps
         self.allow_net = allow_net
@@ -210,6 +239,8 @@ class ConnectionManager(wiring.Component):
             members.update({"cfg_qp": Out(range(num_qps)), "cfg": In(RESP_QP_CONFIG)})
         if query:
             members["counts"] = In(PATTERN_COUNTS)
+        if reads:
+            members["rd_limit"] = Out(stream.Signature(READ_LIMIT, always_ready=True))
         members.update({name: Out(1) for name in COUNTERS})
         super().__init__(members)
 
@@ -221,7 +252,8 @@ class ConnectionManager(wiring.Component):
             self.num_qps, allow_net=self.allow_net, port=self.port,
             default_pmtu=self.default_pmtu, default_timeout=self.default_timeout,
             default_retry=self.default_retry, default_rnr_retry=self.default_rnr_retry,
-            ack_every_log2=self.ack_every_log2, regions=self.regions, query=self.query)
+            ack_every_log2=self.ack_every_log2, regions=self.regions, query=self.query,
+            reads=self.reads, max_rd_atomic=self.max_rd_atomic, rd_depth=self.rd_depth)
         tx = m.submodules.reply = CmReplySender(self.width)
         traffic = m.submodules.traffic = CmTraffic()
 
@@ -246,4 +278,6 @@ class ConnectionManager(wiring.Component):
             m.d.comb += [self.cfg_qp.eq(ctl.cfg_qp), ctl.cfg.eq(self.cfg)]
         if self.query:
             m.d.comb += ctl.counts.eq(self.counts)
+        if self.reads:
+            wiring.connect(m, ctl.rd_limit, wiring.flipped(self.rd_limit))
         return m

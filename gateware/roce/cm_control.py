@@ -20,6 +20,7 @@ from rocegen.gateware.roce.cm_defs import (
     REQ_QUERY,
     REQ_SEND_QP_INFO,
     int_param,
+    read_params,
 )
 from rocegen.gateware.roce.cm_records import LOOKUP
 from rocegen.gateware.roce.layouts import (
@@ -34,8 +35,9 @@ from rocegen.gateware.roce.layouts import (
 )
 from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.read_layouts import MAX_RD_ATOMIC, READ_LIMIT
 from rocegen.gateware.roce.resp_layouts import RESP_QP_CONFIG
-from rocegen.wire.cm import QUERY_REPLY
+from rocegen.wire.cm import QUERY_REPLY, READ_DEPTH_MAX, READ_DEPTHS
 from rocegen.wire.headers import CM
 
 __all__ = ["CmControl", "CONTROL_COUNTERS"]
@@ -63,6 +65,10 @@ class CmControl(wiring.Component):
     query : bool
         QUERY is answered with the pattern sink's counters (port ``counts``); without it,
         QUERY is an unknown request.
+    reads, max_rd_atomic, rd_depth : bool, int, int
+        With ``reads``: ACKs of OPEN_QP and SEND_QP_INFO state the READ depths and port
+        ``rd_limit`` sets each QP's READ limit, as for
+        :class:`~rocegen.gateware.roce.cm.ConnectionManager`.
     default_pmtu, default_timeout, default_retry, default_rnr_retry, ack_every_log2 : int
         Context defaults, as for :class:`~rocegen.gateware.roce.cm_context.CmContext`.
 
@@ -102,6 +108,10 @@ class CmControl(wiring.Component):
     counts : In(PATTERN_COUNTS), with ``query`` only
         The pattern sink's counters: an ACK of QUERY carries them in bytes 52-63
         (:data:`~rocegen.wire.cm.QUERY_REPLY`), as they are in the cycle of the decision.
+    rd_limit : Out(stream.Signature(READ_LIMIT, always_ready=True)), with ``reads`` only
+        The READ limit of QP ``qp``, one cycle after the decision of an ACKed OPEN_QP or
+        SEND_QP_INFO (the limit the ACK states in byte 56) or CLOSE_QP (``max_rd_atomic``),
+        from registers.
     rx_requests, drop_length, ... : Out(1)
         The counter pulses of :data:`CONTROL_COUNTERS`, in the cycle of the decision.
 
@@ -113,12 +123,14 @@ class CmControl(wiring.Component):
     """
 
     def __init__(self, num_qps, *, allow_net=None, port=CM_PORT, regions=False, query=False,
-                 **context_defaults):
+                 reads=False, max_rd_atomic=MAX_RD_ATOMIC, rd_depth=0, **context_defaults):
         self.num_qps = int_param("num_qps", num_qps, 1, MAX_QPS)
         for name, value in (("regions", regions), ("query", query)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, not {value!r}")
         self.regions, self.query = regions, query
+        self.reads, self.max_rd_atomic, self.rd_depth = read_params(reads, max_rd_atomic,
+                                                                    rd_depth)
         self._checks = CmChecks(allow_net=allow_net, port=port)
         self._context = CmContext(**context_defaults)
         members = {
@@ -138,6 +150,8 @@ class CmControl(wiring.Component):
             members.update({"cfg_qp": Out(range(num_qps)), "cfg": In(RESP_QP_CONFIG)})
         if query:
             members["counts"] = In(PATTERN_COUNTS)
+        if reads:
+            members["rd_limit"] = Out(stream.Signature(READ_LIMIT, always_ready=True))
         members.update({name: Out(1) for name in CONTROL_COUNTERS})
         super().__init__(members)
 
@@ -194,6 +208,8 @@ class CmControl(wiring.Component):
         m.d.comb += [self.run.payload.qp.eq(idx), self.run.payload.req.eq(req)]
         if self.regions or self.query:
             self._reply_extras(m, kind, ack, idx)
+        if self.reads:
+            self._read_depths(m, kind, ack, idx)
 
         pulse = {name: getattr(self, name) for name in CONTROL_COUNTERS}
         with m.FSM():
@@ -314,3 +330,25 @@ class CmControl(wiring.Component):
             with m.If(acked & (kind == REQ_QUERY)):
                 m.d.comb += [f.dma_length.eq(tail.dma_length),
                              f.n_transfers.eq(tail.n_transfers), f.frequency.eq(tail.frequency)]
+
+    def _read_depths(self, m, kind, ack, idx):
+        """The READ depths in bytes 56-57 of the ACKs of OPEN_QP and SEND_QP_INFO (zero in
+        every other reply), and the READ limit they set (or CLOSE_QP resets) on ``rd_limit``."""
+        mx = self.max_rd_atomic
+        f = self.reply.payload.fields
+        host = READ_DEPTHS.from_lanes(CM.to_lanes(self.i.payload.req))
+        limit = Signal(range(mx + 1))       # min(max_rd_atomic, the host's rd_depth), 0: 1
+        m.d.comb += limit.eq(Mux(host.rd_depth == 0, 1, Mux(host.rd_depth < mx,
+                                                             host.rd_depth, mx)))
+        ours = Signal(READ_DEPTHS.layout)
+        m.d.comb += [ours.rd_atomic.eq(limit),
+                     ours.rd_depth.eq(min(self.rd_depth, READ_DEPTH_MAX))]
+        tail = CM.from_lanes(READ_DEPTHS.to_lanes(ours))
+        acked = self.reply.valid & (ack == ACK_ACK)
+        sets = (kind == REQ_OPEN_QP) | (kind == REQ_SEND_QP_INFO)
+        with m.If(acked & sets):
+            m.d.comb += f.n_transfers.eq(tail.n_transfers)
+        out = self.rd_limit
+        m.d.sync += [out.valid.eq(acked & (sets | (kind == REQ_CLOSE_QP))),
+                     out.payload.qp.eq(Mux(kind == REQ_OPEN_QP, self.lookup.free_idx, idx)),
+                     out.payload.limit.eq(Mux(kind == REQ_CLOSE_QP, mx, limit))]

@@ -15,7 +15,8 @@ from rocegen.wire.roce import NAK_PSN_SEQ, NAK_REM_OP, SYN_ACK
 __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_ENTRY",
            "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
            "ReadLookupSignature", "READ_NAK_STATUS", "OP_READ_FIRST", "OP_READ_MIDDLE",
-           "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd"]
+           "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd",
+           "READ_LIMIT"]
 
 #: Most READs a QP may have outstanding (``max_rd_atomic``; ConnectX offers 16).
 MAX_RD_ATOMIC = 16
@@ -63,6 +64,10 @@ class ReadVerdict(enum.Enum, shape=4):
 
 #: Pulse outputs, one per :class:`ReadVerdict`.
 READ_COUNTERS = tuple(v.name.lower() for v in ReadVerdict)
+
+#: The READs QP ``qp`` may have outstanding from now on (``limit``, 1..``max_rd_atomic``), as the
+#: connection manager sets it from what the peer accepts.
+READ_LIMIT = data.StructLayout({"qp": 8, "limit": 5})
 
 #: A READ request the scheduler sends: a new READ (``new``: it is added to its QP's table), or
 #: a reissue of the READ whose first PSN is ``first`` from PSN ``psn``.

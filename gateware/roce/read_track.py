@@ -10,6 +10,7 @@ from rocegen.gateware.roce.read_layouts import (
     MAX_RD_ATOMIC,
     READ_ENTRY,
     READ_ISSUE,
+    READ_LIMIT,
     ReadLookupSignature,
     check_max_rd,
 )
@@ -37,21 +38,28 @@ class ReadTrack(wiring.Component):
     up by the placement of each response, advanced and retired by it.
 
     :mod:`rocegen.sim.models.read_requester` is the reference model (its ``issue``, ``view``,
-    ``advance`` and ``flush``).
+    ``advance``, ``flush`` and ``set_limit``).
 
     Parameters
     ----------
     num_qps : int
         QPs (1..256), QP index ``0 .. num_qps - 1``.
     max_rd_atomic : int
-        READs a QP may have outstanding (1..16). Each QP has a power-of-two number of slots
-        (at least ``max_rd_atomic``) in one entry memory of :data:`READ_ENTRY` (146 bits).
+        READs a QP may have outstanding at most (1..16). Each QP has a power-of-two number of
+        slots (at least ``max_rd_atomic``) in one entry memory of :data:`READ_ENTRY` (146 bits).
 
     Ports
     -----
+    limit : In(stream.Signature(READ_LIMIT, always_ready=True))
+        QP ``qp``'s limit from now on: the READs it may have outstanding, ``limit`` clipped
+        into 1..``max_rd_atomic`` (0 counts as 1, more than ``max_rd_atomic`` as
+        ``max_rd_atomic``); a QP outside the table: ignored. Every QP's limit is
+        ``max_rd_atomic`` as configured (a memory's initial contents, as the table's other
+        memories not cleared by a reset of the domain); a flush keeps it. A limit lowered below
+        the READs a QP has leaves them outstanding (the QP is full until fewer remain).
     issue : In(stream.Signature(READ_ISSUE, always_ready=True))
         READ requests sent. ``new``: the READ is added behind the QP's others, unless the QP
-        already has ``max_rd_atomic`` (or is outside the table): then it is discarded and
+        already has its limit of READs (or is outside the table): then it is discarded and
         ``overflow`` pulses. A reissue (``new`` 0) from a PSN after the READ's first records
         ``(first, psn - first)`` as the QP's restart; one from the first PSN changes nothing.
     lookup : In(ReadLookupSignature())
@@ -65,19 +73,21 @@ class ReadTrack(wiring.Component):
         A QP forgets its READs (it failed, or was set up again): ready in every cycle but those
         in which a lookup's ``advance``/``retire`` is applied (the cycle after a lookup).
     full : Out(num_qps)
-        Bit ``q``: QP ``q`` has ``max_rd_atomic`` READs (registered: an add counts from the
-        next cycle, a retire or flush as well).
+        Bit ``q``: QP ``q`` has its limit of READs or more (registered: an add counts from the
+        next cycle, a retire, flush or limit as well).
     overflow : Out(1)
         Pulses for a new READ discarded.
 
     Behaviour
     ---------
-    Order within a cycle: a flush, then the lookup, then the issue (an issue of cycle t is in
-    the view of a lookup from cycle t+1; the ``advance``/``retire`` of cycle t counts for an
-    issue of cycle t). Storage: the entries in a synchronous-read memory (block RAM) read at the
-    looked-up QP's head; per QP the head pointer and ``cnt``, the tail pointer and the newest
-    READ's last PSN, the restart, in distributed RAM (each written from one side only), the
-    ``full`` and restart-valid bits in registers. Latency: the view one cycle after the lookup.
+    Order within a cycle: a flush, then the lookup, then the limit, then the issue (an issue of
+    cycle t is in the view of a lookup from cycle t+1; the ``advance``/``retire`` and the
+    limit of cycle t count for an issue of cycle t). Storage: the entries in a
+    synchronous-read memory (block RAM) read at the looked-up QP's head; per QP the head
+    pointer and ``cnt``, the tail pointer and the newest READ's last PSN, the restart, in
+    distributed RAM (each written from one side only), with copies of the two pointers (for
+    the issue, the flush, a retire's and a limit's count) and the limits; the ``full`` and
+    restart-valid bits in registers. Latency: the view one cycle after the lookup.
     Throughput: one issue per cycle, one lookup every other cycle, flushes in between.
     """
 
@@ -89,6 +99,7 @@ class ReadTrack(wiring.Component):
         #: Slots per QP: a power of two, at least ``max_rd_atomic``.
         self.slots = 1 << (max_rd_atomic - 1).bit_length()
         super().__init__({
+            "limit": In(stream.Signature(READ_LIMIT, always_ready=True)),
             "issue": In(stream.Signature(READ_ISSUE, always_ready=True)),
             "lookup": In(ReadLookupSignature()),
             "flush": In(stream.Signature(8)),
@@ -106,13 +117,20 @@ class ReadTrack(wiring.Component):
         ents = m.submodules.entries = Memory(shape=READ_ENTRY, depth=n * self.slots, init=[])
         heads = m.submodules.heads = Memory(shape=head_l, depth=n, init=[])
         tails = m.submodules.tails = Memory(shape=tail_l, depth=n, init=[])
+        # copies of the pointers alone, for the reads that need no more
+        hptrs = m.submodules.head_ptrs = Memory(shape=pw, depth=n, init=[])
+        tptrs = m.submodules.tail_ptrs = Memory(shape=pw, depth=n, init=[])
         rsm = m.submodules.restarts = Memory(shape=rs_l, depth=n, init=[])
         ent_w, ent_r = ents.write_port(), ents.read_port()
         hd_w, tl_w, rs_w = heads.write_port(), tails.write_port(), rsm.write_port()
-        hd_lk, hd_is = heads.read_port(domain="comb"), heads.read_port(domain="comb")
-        tl_lk, tl_is, tl_fl = (tails.read_port(domain="comb") for _ in range(3))
+        hp_w, tp_w = hptrs.write_port(), tptrs.write_port()
+        hd_lk, tl_lk = heads.read_port(domain="comb"), tails.read_port(domain="comb")
+        hp_is, tp_is, tp_fl = (hptrs.read_port(domain="comb"), tptrs.read_port(domain="comb"),
+                               tptrs.read_port(domain="comb"))
         rs_lk = rsm.read_port(domain="comb")
-        rs_valid, full = Signal(n), Signal(n)
+        m.d.comb += [hp_w.addr.eq(hd_w.addr), hp_w.en.eq(hd_w.en), hp_w.data.eq(hd_w.data.ptr),
+                     tp_w.addr.eq(tl_w.addr), tp_w.en.eq(tl_w.en), tp_w.data.eq(tl_w.data.ptr)]
+        rs_valid = Signal(n)
 
         def slot(qp, ptr):
             return Cat(ptr[:lg], qp[:qw]) if lg else qp[:qw]
@@ -125,7 +143,7 @@ class ReadTrack(wiring.Component):
         l1_valid = Signal()
         fq = fl.payload
         fl_take = fl.valid & fl.ready & (fq < n)
-        m.d.comb += [fl.ready.eq(~l1_valid), tl_fl.addr.eq(fq[:qw])]
+        m.d.comb += [fl.ready.eq(~l1_valid), tp_fl.addr.eq(fq[:qw])]
         fl_vec = Mux(fl_take, onehot(fq), 0)
 
         # ---- lookup: the QP's state read in cycle t, its head entry from block RAM in t+1
@@ -153,35 +171,83 @@ class ReadTrack(wiring.Component):
                          hd_w.data.ptr.eq(l1_head + retire),
                          hd_w.data.cnt.eq(Mux(retire, 0, l1_cnt + 1))]
         with m.Elif(fl_take):
-            m.d.comb += [hd_w.addr.eq(fq[:qw]), hd_w.en.eq(1), hd_w.data.ptr.eq(tl_fl.data.ptr)]
-        retire_vec = Mux(retire, onehot(l1_qp), 0)
+            m.d.comb += [hd_w.addr.eq(fq[:qw]), hd_w.en.eq(1), hd_w.data.ptr.eq(tp_fl.data)]
 
         # ---- issue: add a new READ at the tail, or record a restart
         iss, iv = self.issue.payload, self.issue.valid
         iq = iss.qp
-        m.d.comb += [hd_is.addr.eq(iq[:qw]), tl_is.addr.eq(iq[:qw])]
+        m.d.comb += [hp_is.addr.eq(iq[:qw]), tp_is.addr.eq(iq[:qw])]
         count = Signal(pw)                      # READs of the QP after the flush and update
-        m.d.comb += count.eq(Mux(fl_take & (fq == iq), 0, tl_is.data.ptr - hd_is.data.ptr -
+        m.d.comb += count.eq(Mux(fl_take & (fq == iq), 0, tp_is.data - hp_is.data -
                                  (retire & (l1_qp == iq))))
         add = Signal()
-        m.d.comb += [add.eq(iv & iss.new & (iq < n) & (count < self.max_rd_atomic)),
+        room = self._limits(m, fl_take, fq, retire, l1_qp, l1_head, iq, count, add)
+        m.d.comb += [add.eq(iv & iss.new & (iq < n) & room),
                      self.overflow.eq(iv & iss.new & ~add)]
         m.d.comb += [
-            ent_w.addr.eq(slot(iq, tl_is.data.ptr)), ent_w.en.eq(add),
+            ent_w.addr.eq(slot(iq, tp_is.data)), ent_w.en.eq(add),
             ent_w.data.wr_id.eq(iss.wr_id), ent_w.data.local_addr.eq(iss.local_addr),
             ent_w.data.length.eq(iss.length), ent_w.data.first.eq(iss.first),
             ent_w.data.last_idx.eq(last_index(m, iss.length, iss.pmtu_log2)),
             ent_w.data.pmtu_log2.eq(iss.pmtu_log2),
-            tl_w.addr.eq(iq[:qw]), tl_w.en.eq(add), tl_w.data.ptr.eq(tl_is.data.ptr + 1),
+            tl_w.addr.eq(iq[:qw]), tl_w.en.eq(add), tl_w.data.ptr.eq(tp_is.data + 1),
             tl_w.data.last.eq(iss.first + ent_w.data.last_idx),
         ]
-        fill_vec = Mux(add & (count + 1 == self.max_rd_atomic), onehot(iq), 0)
         restart = iv & ~iss.new & (iq < n) & (iss.psn != iss.first)
         m.d.comb += [rs_w.addr.eq(iq[:qw]), rs_w.en.eq(restart), rs_w.data.first.eq(iss.first),
                      rs_w.data.idx.eq(iss.psn - iss.first)]
-        m.d.sync += [
-            full.eq((full & ~retire_vec & ~fl_vec) | fill_vec),
-            rs_valid.eq((rs_valid & ~fl_vec) | Mux(restart, onehot(iq), 0)),
-        ]
-        m.d.comb += self.full.eq(full)
+        m.d.sync += rs_valid.eq((rs_valid & ~fl_vec) | Mux(restart, onehot(iq), 0))
         return m
+
+    def _limits(self, m, fl_take, fq, retire, l1_qp, l1_head, iq, count, add):
+        """The per-QP limits and the ``full`` bits. Returns whether the QP ``iq`` has room for
+        a new READ (``count``: its READs after this cycle's flush and retire); ``add``: it is
+        added. Every QP an event of the cycle touches (flush or retire, limit, add) gets its
+        ``full`` bit anew from its count and limit after all of them."""
+        n, mx = self.num_qps, self.max_rd_atomic
+        qw = max(1, (n - 1).bit_length())
+        pw = len(count)
+        lims = m.submodules.limits = Memory(shape=range(mx + 1), depth=n, init=[mx] * n)
+        lm_w = lims.write_port()
+        lm_is, lm_hd = lims.read_port(domain="comb"), lims.read_port(domain="comb")
+        tp_rt = m.submodules.tail_ptrs.read_port(domain="comb")
+        hp_lm = m.submodules.head_ptrs.read_port(domain="comb")
+        tp_lm = m.submodules.tail_ptrs.read_port(domain="comb")
+
+        li = self.limit
+        lq, lv = li.payload.qp, li.payload.limit
+        lim_take = li.valid & (lq < n)
+        new_lim = Signal(range(mx + 1))
+        # a flush and a retire never fall in one cycle (a flush waits while an update is due):
+        # one event of QP hq
+        hq = Signal(8)
+        m.d.comb += [hq.eq(Mux(fl_take, fq, l1_qp)),
+                     new_lim.eq(Mux(lv == 0, 1, Mux(lv > mx, mx, lv))),
+                     lm_w.addr.eq(lq[:qw]), lm_w.en.eq(lim_take), lm_w.data.eq(new_lim),
+                     lm_is.addr.eq(iq[:qw]), lm_hd.addr.eq(hq[:qw]), tp_rt.addr.eq(l1_qp[:qw]),
+                     hp_lm.addr.eq(lq[:qw]), tp_lm.addr.eq(lq[:qw])]
+
+        def limit_after(q, stored):
+            return Mux(lim_take & (lq == q), new_lim, stored)
+
+        def count_after(q, base):
+            """READs of QP ``q`` after the cycle (``base``: at its start)."""
+            c = Signal(pw)
+            m.d.comb += c.eq(Mux(fl_take & (fq == q), 0, base - (retire & (l1_qp == q))) +
+                             (add & (iq == q)))
+            return c
+
+        base_rt, base_lm = Signal(pw), Signal(pw)
+        m.d.comb += [base_rt.eq(tp_rt.data - l1_head), base_lm.eq(tp_lm.data - hp_lm.data)]
+        iq_limit = limit_after(iq, lm_is.data)
+        full = Signal(n)
+        m.d.comb += self.full.eq(full)
+        hit, sets = 0, 0
+        for valid, q, nf in (
+                (fl_take | retire, hq, count_after(hq, base_rt) >= limit_after(hq, lm_hd.data)),
+                (lim_take, lq, count_after(lq, base_lm) >= new_lim),
+                (add, iq, count + 1 >= iq_limit)):
+            vec = Mux(valid, Cat(*(q == k for k in range(n))), 0)
+            hit, sets = hit | vec, sets | Mux(nf, vec, 0)
+        m.d.sync += full.eq((full & ~hit) | sets)
+        return count < iq_limit

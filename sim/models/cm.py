@@ -8,8 +8,9 @@ the gateware does: it returns the reply (with its UDP checksum), the QP table wr
 generator run and the counters that pulse, so a test can compare the two exactly.
 
 The datagram functions (:func:`pack`, :func:`unpack`, :func:`request`, :func:`traffic`,
-:func:`pmtu_code`, :func:`retry_byte`) and codes are :mod:`rocegen.wire.cm`'s, named here too
-so that a test holds the model and the wire format under one name.
+:func:`pmtu_code`, :func:`retry_byte`, :func:`read_depths`, :func:`with_read_depths`) and
+codes are :mod:`rocegen.wire.cm`'s, named here too so that a test holds the model and the wire
+format under one name.
 """
 
 import struct
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from rocegen.gateware.roce.cm import COUNTERS, UDP_SPORT_BASE
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState, WrOpcode
 from rocegen.sim.models.checksum import udp_checksum
+from rocegen.sim.models.read_requester import MAX_RD_ATOMIC
 from rocegen.wire.addr import in_net, parse_net
 from rocegen.wire.cm import (
     ACK_ACK,
@@ -28,6 +30,7 @@ from rocegen.wire.cm import (
     DATAGRAM_BYTES,
     PMTU_BYTES,
     QUERY_REPLY,
+    READ_DEPTH_MAX,
     REGION_REQUESTS,
     REPLY_PORT,
     REQ_CLOSE_QP,
@@ -40,11 +43,13 @@ from rocegen.wire.cm import (
     pack,
     pmtu_code,
     query_counts,
+    read_depths,
     region,
     request,
     retry_byte,
     traffic,
     unpack,
+    with_read_depths,
 )
 from rocegen.wire.headers import CM
 
@@ -53,7 +58,7 @@ __all__ = [
     "REQ_NULL", "REQ_OPEN_QP", "REQ_SEND_QP_INFO", "REQ_MODIFY_QP_RTS", "REQ_CLOSE_QP",
     "REQ_QUERY", "REQ_ERROR", "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES",
     "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "region", "query_counts",
-    "parse_net", "in_net",
+    "read_depths", "with_read_depths", "READ_DEPTH_MAX", "parse_net", "in_net",
     "legal_transition", "CmReply", "CmResult", "ConnectionManagerModel",
 ]
 
@@ -90,6 +95,7 @@ class CmResult:
     context: tuple | None = None       # (qp index, context dict) written to the QP table
     psn: tuple | None = None           # (qp index, psn) written to the QP table
     gen: dict | None = None            # traffic generator run (GEN_CONFIG as a dict)
+    rd_limit: tuple | None = None      # (qp index, READ limit) set (with ``reads``)
     pulses: set = field(default_factory=set)
 
 
@@ -101,11 +107,14 @@ class ConnectionManagerModel:
     configuration table holds it (a list of ``{"rkey", "base", "length"}`` dicts, or of
     :func:`~rocegen.gateware.roce.responder.default_config` entries; None: no responder);
     ``query``: QUERY is answered with :attr:`counts` (the pattern sink's ``(checked, wrong)``,
-    set by the caller)."""
+    set by the caller). ``reads``: ACKs of OPEN_QP and SEND_QP_INFO state the READ depths
+    (``max_rd_atomic``, ``rd_depth``) and each ACK that sets a QP's READ limit says so in
+    :attr:`CmResult.rd_limit`; :attr:`rd_limits` holds every QP's."""
 
     def __init__(self, num_qps, *, local_ip, allow_net=None, default_pmtu=4096, default_timeout=14,
                  default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT,
-                 regions=None, query=False, dscp=0, ecn=0):
+                 regions=None, query=False, reads=False, max_rd_atomic=MAX_RD_ATOMIC, rd_depth=0,
+                 dscp=0, ecn=0):
         self.num_qps = num_qps
         self.dscp, self.ecn = dscp, ecn     # the traffic class of the QPs opened
         self.local_ip = local_ip
@@ -122,6 +131,12 @@ class ConnectionManagerModel:
                 raise ValueError(f"regions must name {num_qps} QPs, not {len(regions)}")
         self.regions = regions
         self.query = query
+        if not 1 <= max_rd_atomic <= MAX_RD_ATOMIC or rd_depth < 0:
+            raise ValueError(f"max_rd_atomic must be 1..{MAX_RD_ATOMIC} and rd_depth at least 0, "
+                             f"not {max_rd_atomic}, {rd_depth}")
+        self.reads, self.max_rd_atomic, self.rd_depth = reads, max_rd_atomic, rd_depth
+        #: each QP's READ limit (what ``rd_limit`` set last; ``max_rd_atomic`` until then)
+        self.rd_limits = [max_rd_atomic] * num_qps
         #: the pattern sink's counters a QUERY reply carries: (checked, wrong)
         self.counts = (0, 0)
         self.in_use = [False] * num_qps
@@ -193,7 +208,8 @@ class ConnectionManagerModel:
                 res.pulses.add("drop_unknown")
                 return res
             ack, qpn = self._request(kind, req, src_ip, res)
-            res.reply = self._reply(req, ack, qpn, src_ip, src_port)
+            stated = self._read_limit(kind, ack, qpn, req, payload, res) if self.reads else None
+            res.reply = self._reply(req, ack, qpn, src_ip, src_port, stated)
             res.pulses.add("replies")
             return res
         if req["txmeta_valid"]:
@@ -281,6 +297,24 @@ class ConnectionManagerModel:
         res.context = (k, dict(ctx))
         return ACK_ACK, None
 
+    def read_limit(self, payload):
+        """The READ limit a request sets: min(``max_rd_atomic``, the host's ``rd_depth``), or
+        1 when the host does not state it."""
+        host = read_depths(payload)[1]
+        return min(self.max_rd_atomic, host) if host else 1
+
+    def _read_limit(self, kind, ack, qpn, req, payload, res):
+        """An ACK of OPEN_QP or SEND_QP_INFO sets the QP's READ limit; one of CLOSE_QP sets it
+        back to ``max_rd_atomic``. Returns the depths the ACK states, ``(rd_atomic,
+        rd_depth)``, or None."""
+        if ack != ACK_ACK or kind not in (REQ_OPEN_QP, REQ_SEND_QP_INFO, REQ_CLOSE_QP):
+            return None
+        k = (qpn if kind == REQ_OPEN_QP else req["rem_qpn"]) - QPN_BASE
+        limit = self.max_rd_atomic if kind == REQ_CLOSE_QP else self.read_limit(payload)
+        self.rd_limits[k] = limit
+        res.rd_limit = (k, limit)
+        return None if kind == REQ_CLOSE_QP else (limit, min(self.rd_depth, READ_DEPTH_MAX))
+
     def _traffic(self, req, src_ip, res):
         if not in_net(self.net, src_ip):
             res.pulses.add("nak_not_allowed")
@@ -304,7 +338,7 @@ class ConnectionManagerModel:
                    "imm": QPN_BASE + k,
                    "window": 1 << req["window_log2"] if req["window_log2"] else 0}
 
-    def _reply(self, req, ack, qpn, src_ip, src_port):
+    def _reply(self, req, ack, qpn, src_ip, src_port, stated=None):
         kind = req["req_type"]
         opening = kind == REQ_OPEN_QP
         fields = {
@@ -327,6 +361,8 @@ class ConnectionManagerModel:
         if kind == REQ_QUERY and ack == ACK_ACK:
             checked, wrong = self.counts
             payload = payload[:52] + QUERY_REPLY.pack(checked=checked, wrong=wrong)[52:]
+        if stated is not None:
+            payload = with_read_depths(payload, *stated)
         dport = req["listening_port"] or src_port
         udp = struct.pack(">HHHH", REPLY_PORT, dport, 8 + DATAGRAM_BYTES, 0) + payload
         return CmReply(src_ip, dport, payload, udp_checksum(self.local_ip, src_ip, udp))

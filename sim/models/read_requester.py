@@ -4,8 +4,11 @@ gateware.
 
 The endpoint pulls data from a peer's memory with RDMA READ (the wire notes' "RDMA READ",
 "Requester reliability rules" and "Segmentation"; the IBTA and Linux rxe's ``rxe_comp.c`` /
-``rxe_req.c`` where they are silent). Per QP at most ``max_rd_atomic`` READs (1..16) are
-outstanding, oldest first. A READ is its work request's ``wr_id``, the local byte address its
+``rxe_req.c`` where they are silent). Per QP at most its *limit* of READs are outstanding,
+oldest first: ``max_rd_atomic`` (1..16) until :meth:`~ReadRequesterModel.set_limit` sets another
+(what the peer accepts, from the connection manager), clipped into 1..``max_rd_atomic``; a
+flush keeps it. A limit lowered below the READs a QP has leaves them outstanding: the QP is full
+until they are down to below it. A READ is its work request's ``wr_id``, the local byte address its
 data goes to, the remote VA and R_Key, its length (0..2^31-1 bytes), its first PSN, the path MTU
 and the PSNs it spans: ceil(length / PMTU), 1 for length 0. All PSN arithmetic is modulo 2^24
 (serial: ``a`` is after ``b`` when ``(a - b) mod 2^24`` is in 1..2^23-1).
@@ -13,7 +16,7 @@ and the PSNs it spans: ceil(length / PMTU), 1 for length 0. All PSN arithmetic i
 Issuing (:meth:`ReadRequesterModel.issue`, what the scheduler sends):
 
 * ``new``: the READ is added behind the QP's others (its request goes out with its first PSN);
-  a QP with ``max_rd_atomic`` READs outstanding (:meth:`~ReadRequesterModel.full`) or an index
+  a QP with its limit of READs outstanding (:meth:`~ReadRequesterModel.full`) or an index
   outside the table refuses it: counted ``overflow``, nothing added.
 * A reissue (``new`` False, the request sent again from PSN ``psn``): when ``psn`` is after the
   READ's first PSN, the QP remembers ``(first, psn - first)`` as its *restart* (the latest
@@ -167,8 +170,8 @@ class _Qp:
 
 
 class ReadRequesterModel:
-    """The READ requester's rules (module documentation) for ``num_qps`` QPs of
-    ``max_rd_atomic`` outstanding READs each."""
+    """The READ requester's rules (module documentation) for ``num_qps`` QPs of at most
+    ``max_rd_atomic`` outstanding READs each (each QP's limit: :attr:`limits`)."""
 
     def __init__(self, num_qps, max_rd_atomic=MAX_RD_ATOMIC):
         if not isinstance(num_qps, int) or not 1 <= num_qps <= 256:
@@ -178,12 +181,15 @@ class ReadRequesterModel:
         self.num_qps = num_qps
         self.max_rd_atomic = max_rd_atomic
         self.qps = [_Qp() for _ in range(num_qps)]
+        #: READs each QP may have outstanding (1..``max_rd_atomic``; :meth:`set_limit`)
+        self.limits = [max_rd_atomic] * num_qps
         self.counters = dict.fromkeys(VERDICTS + ("overflow",), 0)
 
     # ---- queries
 
     def full(self, qp):
-        return len(self.qps[qp].reads) >= self.max_rd_atomic
+        """``qp`` has its limit of READs outstanding (or more: its limit was lowered)."""
+        return len(self.qps[qp].reads) >= self.limits[qp]
 
     def outstanding(self, qp):
         return tuple(self.qps[qp].reads)
@@ -232,8 +238,16 @@ class ReadRequesterModel:
             q.restart = (first, (psn - first) % _HALF)
         return True
 
+    def set_limit(self, qp, limit):
+        """The READs ``qp`` may have outstanding from now on: ``limit`` clipped into
+        1..``max_rd_atomic`` (0 counts as 1). An index outside the table changes nothing."""
+        if not isinstance(limit, int) or limit < 0:
+            raise ValueError(f"a READ limit is a non-negative integer, not {limit!r}")
+        if 0 <= qp < self.num_qps:
+            self.limits[qp] = min(max(limit, 1), self.max_rd_atomic)
+
     def flush(self, qp):
-        """Forget every READ of ``qp`` (it failed, or was set up again)."""
+        """Forget every READ of ``qp`` (it failed, or was set up again); its limit stays."""
         if 0 <= qp < self.num_qps:
             self.qps[qp] = _Qp()
 

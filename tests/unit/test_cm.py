@@ -2,12 +2,16 @@
 several hosts (authorized or not, legal or not, malformed), with scapy-built datagrams and
 replies checked by scapy; the QP pool never leaks; the traffic generator never blocks it."""
 
+import gc
 import random
 import struct
+import warnings
 from collections import Counter
 from ipaddress import IPv4Address
 
 import pytest
+from amaranth.hdl import UnusedElaboratable
+from amaranth.lib import stream
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
@@ -15,6 +19,7 @@ from scapy.packet import Raw
 from rocegen.gateware.roce.cm import ConnectionManager
 from rocegen.gateware.roce.layouts import QPN_BASE, TRAFFIC_CONFIG, QpState, WrOpcode
 from rocegen.gateware.roce.pattern_sink import PATTERN_COUNTS
+from rocegen.gateware.roce.read_layouts import READ_LIMIT
 from rocegen.gateware.roce.resp_layouts import RESP_QP_CONFIG
 from rocegen.gateware.roce.responder import default_config
 from rocegen.sim.models import cm as M
@@ -30,6 +35,10 @@ LOCAL_MAC = "02:00:00:00:00:01"
 NET = ("10.1.0.0", 16)
 INSIDE = ["10.1.0.11", "10.1.0.12", "10.1.3.7"]
 OUTSIDE = ["192.168.5.5"]
+
+
+#: READ depths a host states in its requests (300: more than the byte holds, stated as 255).
+DEPTHS = [0, 1, 8, 16, 300]
 
 
 def ip(s):
@@ -86,7 +95,8 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
     """Run ``packets`` through a ConnectionManager (``errored``: its input of that name, held);
     returns what came out. ``config``: each QP's responder configuration, served on the
     ``cfg_qp`` / ``cfg`` read port as the responder's table does (one cycle after the QP);
-    ``sink_counts``: the pattern sink's ``(checked, wrong)`` on ``counts``, held."""
+    ``sink_counts``: the pattern sink's ``(checked, wrong)`` on ``counts``, held. With
+    ``reads``, the ``rd_limit`` pulses are returned as ``(qp, limit)``."""
     dut = ConnectionManager(width, num_qps, regions=config is not None,
                             query=sink_counts is not None, **params)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
@@ -97,6 +107,14 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
     counts = Counter()
     checksums = []
     final = {}
+    limits = []
+
+    async def limit_port(ctx):
+        async for _, _, v, qp, limit in ctx.tick().sample(dut.rd_limit.valid,
+                                                          dut.rd_limit.payload.qp,
+                                                          dut.rd_limit.payload.limit):
+            if v:
+                limits.append((qp, limit))
 
     async def monitor(ctx):
         sigs = [getattr(dut, n) for n in M.COUNTERS]
@@ -128,10 +146,13 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
         final["qp_open"] = ctx.get(dut.qp_open)
 
     run_sim(dut, testbenches=[tb], processes=[col.run, ctl.run, psn.run, gen.run, monitor] +
-            ([cfg_port] if config is not None else []))
+            ([cfg_port] if config is not None else []) + ([limit_port] if dut.reads else []))
     assert len(checksums) == len(col.packets)
-    return {"replies": col.packets, "checksums": checksums, "ctl": ctl.items, "psn": psn.items,
-            "gen": gen.items, "counts": counts, "qp_open": final["qp_open"]}
+    out = {"replies": col.packets, "checksums": checksums, "ctl": ctl.items, "psn": psn.items,
+           "gen": gen.items, "counts": counts, "qp_open": final["qp_open"]}
+    if dut.reads:
+        out["rd_limit"] = limits
+    return out
 
 
 def check(out, model, results, *, gen_pending=0):
@@ -163,6 +184,8 @@ def check(out, model, results, *, gen_pending=0):
     assert {n: out["counts"][n] for n in M.COUNTERS if n != "drop_gen"} == \
         {n: expected[n] for n in M.COUNTERS if n != "drop_gen"}
     assert out["qp_open"] == model.qp_open
+    if "rd_limit" in out:
+        assert out["rd_limit"] == [r.rd_limit for r in results if r.rd_limit is not None]
 
 
 # ---- random request sequences ----
@@ -171,8 +194,9 @@ class Scenario:
     """Builds random datagrams that exercise the model's current state, and runs them through
     the model as they are made."""
 
-    def __init__(self, model, rng, hosts, *, frames=True, query_rate=0.0):
+    def __init__(self, model, rng, hosts, *, frames=True, query_rate=0.0, depths=False):
         self.frames = frames            # False: model only (no scapy frames, much faster)
+        self.depths = depths            # READ depths in most 64-byte datagrams
         self.query_rate = query_rate    # share of QUERY requests among the steps
         self.model = model
         self.rng = rng
@@ -181,6 +205,9 @@ class Scenario:
         self.results = []
 
     def send(self, payload, src, *, dst=LOCAL_IP, sport=0x4322, dport=M.CM_PORT, error=False):
+        if self.depths and len(payload) == 64 and self.rng.random() < 0.7:
+            payload = M.with_read_depths(payload, self.rng.choice([0, 1, 16, 255]),
+                                         self.rng.choice(DEPTHS + [self.rng.randrange(256)]))
         if self.frames:
             pkt, args = datagram(payload, src, dst=dst, sport=sport, dport=dport, error=error)
             self.packets.append(pkt)
@@ -566,6 +593,26 @@ def test_parameters_are_validated():
         ConnectionManager(64, 4, allow_net=("10.1.0.0", 33))
     with pytest.raises(TypeError, match="tuple"):
         ConnectionManager(64, 4, allow_net="10.1.0.0/16")
+    with pytest.raises(TypeError, match="reads must be a bool"):
+        ConnectionManager(64, 4, reads=1)
+    with pytest.raises(ValueError, match="max_rd_atomic must be 1..16, not 17"):
+        ConnectionManager(64, 4, reads=True, max_rd_atomic=17)
+    with pytest.raises(TypeError, match="max_rd_atomic must be an integer"):
+        ConnectionManager(64, 4, reads=True, max_rd_atomic=4.0)
+    with pytest.raises(ValueError, match="rd_depth must be 0 .no READ responder. or a power"):
+        ConnectionManager(64, 4, reads=True, rd_depth=20)
+    with pytest.raises(ValueError, match="rd_depth must be 0"):
+        ConnectionManager(64, 4, reads=True, rd_depth=2048)
+    with pytest.raises(TypeError, match="rd_depth must be an integer"):
+        ConnectionManager(64, 4, reads=True, rd_depth=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        plain, reads = ConnectionManager(64, 4), ConnectionManager(64, 4, reads=True)
+        assert "rd_limit" not in plain.signature.members
+        assert reads.signature.members["rd_limit"].signature == \
+            stream.Signature(READ_LIMIT, always_ready=True)
+        del plain, reads
+        gc.collect()
     assert parse_net((ip("10.1.0.0"), 16)) == (ip("10.1.0.0"), 0xFFFF0000)
     assert parse_net(("0.0.0.0", 0)) == (0, 0) and parse_net(None) is None
 
@@ -626,3 +673,107 @@ def test_errored_qp_reads_as_error(width):
     out = simulate(width, 4, sc.packets, allow_net=NET, seed=5, errored=0b0001,
                    expect_replies=sum(x.reply is not None for x in r))
     check(out, model, r)
+
+
+# ---- READ depths ----
+
+#: The READ limit a host's rd_depth gives (0: not stated), by generator max_rd_atomic.
+LIMITS = {4: {0: 1, 1: 1, 8: 4, 16: 4, 300: 4}, 16: {0: 1, 1: 1, 8: 8, 16: 16, 300: 16}}
+
+
+@pytest.mark.parametrize("width, max_rd, rd_depth, stated", [
+    (64, 4, 16, 16), (512, 16, 0, 0), (128, 16, 1024, 255), (64, 4, 32, 32),
+])
+def test_read_depths(width, max_rd, rd_depth, stated):
+    """OPEN_QP and SEND_QP_INFO stating every host rd_depth (and none, as the original tool):
+    the QP's READ limit on ``rd_limit``, stated in byte 56 of the ACK with the responder's
+    depth in byte 57; refusals and MODIFY_QP_RTS set nothing; CLOSE_QP sets ``max_rd_atomic``
+    back. Every reply is byte for byte that of a connection manager without reads but for
+    bytes 56-57, which that one leaves zero (its gateware too)."""
+    a, b = INSIDE[0], INSIDE[1]
+    L = LIMITS[max_rd]
+    model = M.ConnectionManagerModel(8, local_ip=ip(LOCAL_IP), allow_net=NET, reads=True,
+                                     max_rd_atomic=max_rd, rd_depth=rd_depth)
+    plain = M.ConnectionManagerModel(8, local_ip=ip(LOCAL_IP), allow_net=NET)
+    sc, sc_plain = Scenario(model, random.Random(0), INSIDE), \
+        Scenario(plain, random.Random(0), INSIDE, frames=False)
+    host = {"loc_qpn": 0x40, "loc_psn": 0x1000, "loc_rkey": 0x77, "loc_vaddr": 0x1000_0000,
+            "loc_ip": ip(a), "listening_port": 0x4322}
+
+    def send(kind, depth, src=a, **fields):
+        raw = M.with_read_depths(M.request(kind, **{**host, **fields}), 16, depth)
+        sc.send(raw, src)
+        sc_plain.send(raw, src)
+
+    for depth in DEPTHS:                                        # QPs 0..4
+        send(M.REQ_OPEN_QP, depth)
+    raw = old_tool_request(M.REQ_OPEN_QP, **host)               # QP 5, no depths
+    sc.send(raw, a)
+    sc_plain.send(raw, a)
+    send(M.REQ_SEND_QP_INFO, 16, rem_qpn=QPN_BASE)
+    send(M.REQ_SEND_QP_INFO, 0, rem_qpn=QPN_BASE + 4)
+    send(M.REQ_SEND_QP_INFO, 1, rem_qpn=QPN_BASE + 2)
+    send(M.REQ_SEND_QP_INFO, 8, src=b, rem_qpn=QPN_BASE + 1, loc_ip=ip(b))     # not the owner
+    send(M.REQ_OPEN_QP, 8, pmtu_code=7)                         # illegal
+    send(M.REQ_MODIFY_QP_RTS, 8, rem_qpn=QPN_BASE + 1)
+    send(M.REQ_CLOSE_QP, 1, rem_qpn=QPN_BASE + 3)
+    send(M.REQ_OPEN_QP, 8)                                      # QP 3 again
+    r = sc.results
+    assert [x.rd_limit for x in r if x.rd_limit] == [
+        (0, L[0]), (1, L[1]), (2, L[8]), (3, L[16]), (4, L[300]), (5, 1),
+        (0, L[16]), (4, 1), (2, 1), (3, max_rd), (3, L[8])]
+    assert model.rd_limits == [L[16], L[1], 1, L[8], 1, 1, max_rd, max_rd]
+    acks = [x.reply.fields["ack_type"] for x in r]
+    assert acks == [M.ACK_ACK] * 9 + [M.ACK_NAK, M.ACK_NAK, M.ACK_ACK, M.ACK_ACK, M.ACK_ACK]
+    assert [M.read_depths(x.reply.payload) for x in r] == \
+        [(L[0], stated), (L[1], stated), (L[8], stated), (L[16], stated), (L[300], stated),
+         (1, stated), (L[16], stated), (1, stated), (1, stated), (0, 0), (0, 0), (0, 0), (0, 0),
+         (L[8], stated)]
+    for x, y in zip(r, sc_plain.results):
+        p, q = x.reply.payload, y.reply.payload
+        assert p[:56] + p[58:] == q[:56] + q[58:] and q[56:58] == bytes(2)
+    n = len(r)
+    out = simulate(width, 8, sc.packets, allow_net=NET, seed=width, expect_replies=n,
+                   reads=True, max_rd_atomic=max_rd, rd_depth=rd_depth)
+    check(out, model, r)
+    assert [M.read_depths(p.data) for p in out["replies"]][:6] == \
+        [(L[0], stated), (L[1], stated), (L[8], stated), (L[16], stated), (L[300], stated),
+         (1, stated)]
+    if width == 64:
+        check(simulate(width, 8, sc.packets, allow_net=NET, seed=1, expect_replies=n),
+              plain, sc_plain.results)
+
+
+@pytest.mark.parametrize("width, num_qps, allow_net, max_rd, rd_depth, responder", [
+    (64, 4, NET, 4, 16, False),
+    (512, 3, None, 16, 0, False),
+    (128, 4, NET, 16, 64, True),
+])
+def test_random_requests_with_reads(width, num_qps, allow_net, max_rd, rd_depth, responder):
+    """Random sequences whose datagrams mostly state READ depths: replies (with the regions
+    and QUERY's counters when ``responder``), writes and READ limits as the model's."""
+    rng = random.Random(width + max_rd)
+    config = sink = None
+    if responder:
+        config = default_config(num_qps, 0, 0)
+        for c in config:
+            c["mr"].update(rkey=rng.getrandbits(32), base=rng.getrandbits(32),
+                           length=rng.getrandbits(32))
+        sink = (rng.getrandbits(48), rng.getrandbits(48))
+    model = M.ConnectionManagerModel(num_qps, local_ip=ip(LOCAL_IP), allow_net=allow_net,
+                                     regions=config, query=responder, reads=True,
+                                     max_rd_atomic=max_rd, rd_depth=rd_depth)
+    if responder:
+        model.counts = sink
+    sc = Scenario(model, rng, INSIDE + OUTSIDE if allow_net else INSIDE, depths=True,
+                  query_rate=0.1 if responder else 0.0)
+    for _ in range(150):
+        sc.step()
+    sc.cleanup()
+    limits = Counter(lim for r in sc.results if r.rd_limit for lim in [r.rd_limit[1]])
+    assert {1, max_rd} <= set(limits) and (max_rd < 16 or 8 in limits), limits
+    out = simulate(width, num_qps, sc.packets, allow_net=allow_net, config=config,
+                   sink_counts=sink, seed=width + 2, reads=True, max_rd_atomic=max_rd,
+                   rd_depth=rd_depth,
+                   expect_replies=sum(r.reply is not None for r in sc.results))
+    check(out, model, sc.results)

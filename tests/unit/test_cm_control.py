@@ -137,3 +137,6 @@ def test_parameters_are_checked():
     raises(ValueError, "port", lambda: CmControl(4, port=0))
     raises(ValueError, "host bits", lambda: CmControl(4, allow_net=("10.1.0.1", 16)))
     raises(ValueError, "default_pmtu", lambda: CmControl(4, default_pmtu=100))
+    raises(TypeError, "reads must be a bool", lambda: CmControl(4, reads=None))
+    raises(ValueError, "max_rd_atomic must be 1..16", lambda: CmControl(4, max_rd_atomic=0))
+    raises(ValueError, "rd_depth must be 0", lambda: CmControl(4, reads=True, rd_depth=8))

@@ -1,6 +1,7 @@
 """The READ requester's reference model (:mod:`rocegen.sim.models.read_requester`) on cases worked
 out by hand from the wire notes ("RDMA READ", "Requester reliability rules") and rxe: every
-verdict, the writes, the events for the retry engine, completions and reissues."""
+verdict, the writes, the events for the retry engine, completions, reissues and the per-QP
+limit of outstanding READs."""
 
 import pytest
 
@@ -112,6 +113,39 @@ def test_max_rd_atomic_and_flush():
     assert m.counters["overflow"] == 1
     m.flush(1)
     assert not m.full(1) and m.response(1, FIRST, 100, DATA[:256]).verdict == "unknown"
+
+
+def test_per_qp_limit():
+    """A QP's limit: full at it, an overflow past it; lowered below the READs outstanding (full
+    until fewer remain); clipped into 1..max_rd_atomic; kept by a flush; the other QP keeps
+    max_rd_atomic."""
+    m = ReadRequesterModel(2, 4)
+    assert m.limits == [4, 4]
+
+    def add(qp, n):
+        return [m.issue(qp, wr_id=0, local_addr=0, length=0, first=200 + k, pmtu=256)
+                for k in range(n)]
+
+    m.set_limit(1, 2)
+    assert add(1, 3) == [True, True, False] and m.full(1) and m.counters["overflow"] == 1
+    m.set_limit(1, 1)
+    assert m.full(1)
+    m.advance(1)                        # 1 left, limit 1
+    assert m.full(1) and add(1, 1) == [False]
+    m.advance(1)
+    assert not m.full(1) and add(1, 2) == [True, False]
+    m.set_limit(1, 0)
+    assert m.limits[1] == 1
+    m.set_limit(1, 300)
+    assert m.limits[1] == 4 and add(1, 4) == [True, True, True, False]
+    m.set_limit(1, 3)
+    m.flush(1)
+    assert m.limits[1] == 3 and not m.full(1)
+    m.set_limit(7, 1)                   # outside the table: nothing
+    assert m.limits == [4, 3]
+    assert add(0, 5) == [True] * 4 + [False]
+    with pytest.raises(ValueError, match="READ limit"):
+        m.set_limit(0, -1)
 
 
 def test_zero_length_and_wrap():

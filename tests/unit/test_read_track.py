@@ -1,8 +1,10 @@
 """The READ table (:class:`ReadTrack`) against the table of the READ requester's model
 (:mod:`rocegen.sim.models.read_requester`): random issues (new READs, reissues from inside a
 READ or from its first PSN, adds to a full QP or one outside the table), lookups with their
-advance/retire, and flushes, several in one cycle; every lookup's view, the ``full`` vector in
-every cycle and every ``overflow`` pulse are compared with the model's."""
+advance/retire, flushes and per-QP limits (raised, lowered below the READs outstanding,
+clipped), several in one cycle; every lookup's view, the ``full`` vector in every cycle and
+every ``overflow`` pulse are compared with the model's. Directed cases of the limit, worked out
+by hand."""
 
 import gc
 import random
@@ -77,13 +79,20 @@ def check_view(got, want, where):
         (want["cnt"], want["rs"], want["tail_last"]), where
 
 
-def run_random(num_qps, max_rd, seed, cycles=4000, *, p_issue=0.5, p_lookup=0.6, p_flush=0.03):
+def random_limit(rng, max_rd):
+    """A limit as the connection manager may send it (0 and above ``max_rd`` included)."""
+    return rng.choice([0, 1, 1, 2, 2, 3, max_rd, max_rd - 1 or 1, max_rd + 1, 31,
+                       rng.randrange(32)])
+
+
+def run_random(num_qps, max_rd, seed, cycles=4000, *, p_issue=0.5, p_lookup=0.6, p_flush=0.03,
+               p_limit=0.0):
     rng = random.Random(seed)
     dut = ReadTrack(num_qps, max_rd)
     model = ReadRequesterModel(num_qps, max_rd)
     sched = Scheduler(rng, model, num_qps)
     stats = {"lookups": 0, "advances": 0, "retires": 0, "overflows": 0, "flushes": 0,
-             "restarts": 0, "full_seen": 0}
+             "restarts": 0, "full_seen": 0, "limits": 0, "lowered": 0}
 
     async def bench(ctx):
         pending = None                  # (qp, the model's view) of the lookup of the cycle before
@@ -97,6 +106,7 @@ def run_random(num_qps, max_rd, seed, cycles=4000, *, p_issue=0.5, p_lookup=0.6,
             ctx.set(dut.lookup.retire, 0)
             ctx.set(dut.flush.valid, 0)
             ctx.set(dut.issue.valid, 0)
+            ctx.set(dut.limit.valid, 0)
             if pending is not None:
                 qp, want_view = pending
                 check_view(ctx.get(dut.lookup.view), want_view, f"cycle {cycle}, QP {qp}")
@@ -127,6 +137,15 @@ def run_random(num_qps, max_rd, seed, cycles=4000, *, p_issue=0.5, p_lookup=0.6,
                     ctx.set(dut.lookup.valid, 1)
                     pending = (qp, model.view(qp))
                     stats["lookups"] += 1
+            if p_limit and rng.random() < p_limit:
+                qp = rng.randrange(num_qps + (1 if rng.random() < 0.05 else 0))
+                limit = random_limit(rng, max_rd)
+                ctx.set(dut.limit.payload, {"qp": qp, "limit": limit})
+                ctx.set(dut.limit.valid, 1)
+                model.set_limit(qp, limit)
+                stats["limits"] += 1
+                stats["lowered"] += qp < num_qps and \
+                    len(model.outstanding(qp)) > model.limits[qp]
             if rng.random() < p_issue:
                 rec = sched.issue()
                 ctx.set(dut.issue.payload, rec)
@@ -151,6 +170,19 @@ def test_against_model(num_qps, max_rd, seed):
                                        "flushes", "restarts", "full_seen")), stats
 
 
+@pytest.mark.parametrize("num_qps, max_rd, seed", [
+    (3, 16, 11), (2, 4, 12), (5, 3, 13), (1, 1, 14), (4, 8, 15),
+])
+def test_limits_against_model(num_qps, max_rd, seed):
+    """Limits set at random (some below the READs a QP has, some clipped), in cycles with
+    issues, lookups and flushes of the same QP."""
+    stats = run_random(num_qps, max_rd, seed, p_issue=0.7, p_limit=0.05)
+    assert all(stats[k] > 10 for k in ("lookups", "retires", "overflows", "flushes",
+                                       "full_seen", "limits")), stats
+    if max_rd > 1:
+        assert stats["lowered"] > 3, stats
+
+
 def test_busy_lookups():
     """A lookup every other cycle and an issue in every cycle, with few flushes."""
     stats = run_random(2, 8, 7, p_issue=1.0, p_lookup=1.0, p_flush=0.01)
@@ -168,3 +200,97 @@ def test_parameters():
         slots = ReadTrack(4, 5).slots, ReadTrack(4, 1).slots
         gc.collect()
     assert slots == (8, 1)
+
+
+def test_limit_directed():
+    """By hand, on QP 1 of a table of 8 READs per QP: full at the limit and an overflow past it;
+    a limit lowered below the READs outstanding (full until fewer remain), 0 taken as 1, 20 as
+    8; a limit and an issue in one cycle (the limit counts); a flush keeps the limit; QP 0
+    keeps its 8 throughout."""
+    dut = ReadTrack(3, 8)
+    psn = [0, 1000, 2000]
+    log = []
+
+    async def bench(ctx):
+        def idle():
+            for name in ("issue", "limit", "flush"):
+                ctx.set(getattr(dut, name).valid, 0)
+            for name in ("valid", "advance", "retire"):
+                ctx.set(getattr(dut.lookup, name), 0)
+
+        async def cycle(*, issue=None, limit=None, retire=None, flush=None):
+            """One cycle: a new READ of 0 bytes on QP ``issue``, a limit ``(qp, n)``, a flush;
+            ``retire``: the head READ of that QP leaves (its lookup, then the retire).
+            Returns the overflow pulse of the issue."""
+            idle()
+            if retire is not None:
+                ctx.set(dut.lookup.qp, retire)
+                ctx.set(dut.lookup.valid, 1)
+                await ctx.tick()
+                idle()
+                assert ctx.get(dut.lookup.view.has)
+                ctx.set(dut.lookup.advance, 1)
+                ctx.set(dut.lookup.retire, 1)
+            if issue is not None:
+                ctx.set(dut.issue.payload, {"qp": issue, "new": 1, "wr_id": psn[issue],
+                                            "length": 0, "first": psn[issue], "psn": psn[issue],
+                                            "pmtu_log2": 8})
+                ctx.set(dut.issue.valid, 1)
+                psn[issue] += 1
+            if limit is not None:
+                ctx.set(dut.limit.payload, {"qp": limit[0], "limit": limit[1]})
+                ctx.set(dut.limit.valid, 1)
+            if flush is not None:
+                ctx.set(dut.flush.payload, flush)
+                ctx.set(dut.flush.valid, 1)
+            overflow = ctx.get(dut.overflow)
+            await ctx.tick()
+            idle()
+            return overflow
+
+        def full():
+            return ctx.get(dut.full)
+
+        assert full() == 0
+        await cycle(limit=(1, 2))
+        assert [await cycle(issue=1) for _ in range(3)] == [0, 0, 1]    # the third: overflow
+        assert full() == 0b010
+        await cycle(limit=(1, 1))                                       # 2 outstanding, limit 1
+        assert full() == 0b010
+        await cycle(retire=1)                                           # 1 left: still full
+        assert full() == 0b010
+        assert await cycle(issue=1) == 1
+        await cycle(retire=1)                                           # none left
+        assert full() == 0
+        assert [await cycle(issue=1) for _ in range(2)] == [0, 1]
+        await cycle(limit=(1, 0))                                       # 0 counts as 1
+        assert full() == 0b010
+        await cycle(limit=(1, 20))                                      # 20 as 8
+        assert full() == 0
+        assert [await cycle(issue=1) for _ in range(8)] == [0] * 7 + [1]
+        assert full() == 0b010
+        await cycle(limit=(1, 5), retire=1)                             # 7 left, limit 5
+        assert full() == 0b010
+        await cycle(flush=1)                                            # none left, limit 5
+        assert full() == 0
+        assert [await cycle(issue=1) for _ in range(6)] == [0] * 5 + [1]
+        assert full() == 0b010
+        await cycle(flush=1)
+        # a limit and an issue in one cycle: the limit counts for the issue
+        assert await cycle(issue=1, limit=(1, 1)) == 0
+        assert full() == 0b010
+        assert await cycle(issue=1, limit=(1, 2)) == 0
+        assert full() == 0b010
+        assert await cycle(issue=1, limit=(1, 3)) == 0
+        assert full() == 0b010
+        # a limit, an issue and a retire of the QP in one cycle: 3 - 1 + 1 of limit 4
+        await cycle(issue=1, limit=(1, 4), retire=1)
+        assert full() == 0
+        # QP 0 keeps its 8; a QP outside the table changes nothing
+        await cycle(limit=(5, 1))
+        assert [await cycle(issue=0) for _ in range(9)] == [0] * 8 + [1]
+        assert full() == 0b001                                          # QP 1: 3 of 4
+        log.append("done")
+
+    run_sim(dut, testbenches=[bench], deadline_cycles=400)
+    assert log == ["done"]
