@@ -20,8 +20,10 @@ class CmTraffic(wiring.Component):
         A run to start on QP ``qp``, described by the request ``req``. Taken when ``gen`` is
         free (``gen.valid`` low); ignored (dropped) while a run is still offered.
     gen : Out(stream.Signature(GEN_CONFIG))
-        The run, from registers from the cycle after it was taken: ``qp``; ``opcode`` WRITE
-        (``tx_type`` 1) or SEND, with immediate when ``is_imm``; ``length`` = ``dma_length``
+        The run, from registers from the cycle after it was taken: ``qp``; ``opcode`` READ
+        (``tx_read``; an endpoint built without READs refuses each of the run's requests with
+        UNSUPPORTED, and the run counts them as errors), else WRITE (``tx_type`` 1) or SEND,
+        with immediate when ``is_imm``; ``length`` = ``dma_length``
         (its low 31 bits); ``count`` = ``n_transfers``; ``spacing`` = ``frequency``; ``imm`` =
         ``rem_qpn``; ``window`` = 2^``window_log2`` (0 when the code is 0; codes above 31 are
         the sender's to refuse).
@@ -41,9 +43,10 @@ class CmTraffic(wiring.Component):
         with m.If(self.gen.ready):
             m.d.sync += self.gen.valid.eq(0)
         with m.If(self.i.valid & ~self.gen.valid):
-            opcode = Mux(req.tx_type,
-                         Mux(req.is_imm, WrOpcode.WRITE_IMM.value, WrOpcode.WRITE.value),
-                         Mux(req.is_imm, WrOpcode.SEND_IMM.value, WrOpcode.SEND.value))
+            opcode = Mux(req.tx_read, WrOpcode.READ.value,
+                         Mux(req.tx_type,
+                             Mux(req.is_imm, WrOpcode.WRITE_IMM.value, WrOpcode.WRITE.value),
+                             Mux(req.is_imm, WrOpcode.SEND_IMM.value, WrOpcode.SEND.value)))
             m.d.sync += [self.gen.valid.eq(1),
                          g.qp.eq(self.i.payload.qp), g.opcode.eq(opcode),
                          g.length.eq(req.dma_length[:31]), g.count.eq(req.n_transfers),

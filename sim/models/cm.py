@@ -329,7 +329,9 @@ class ConnectionManagerModel:
         if self.state(k) != QpState.RTS.value or req["dma_length"] >> 31 or req["window_log2"] > 31:
             res.pulses.add("nak_illegal")
             return
-        if req["tx_type"]:
+        if req["tx_read"]:
+            opcode = WrOpcode.READ
+        elif req["tx_type"]:
             opcode = WrOpcode.WRITE_IMM if req["is_imm"] else WrOpcode.WRITE
         else:
             opcode = WrOpcode.SEND_IMM if req["is_imm"] else WrOpcode.SEND

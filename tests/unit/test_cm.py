@@ -269,7 +269,7 @@ class Scenario:
             self.send(M.traffic(qpn, rng.choice([0, 1, 4096, rng.getrandbits(32)]),
                                 rng.getrandbits(rng.choice([4, 32])), rng.getrandbits(12),
                                 write=rng.random() < 0.5, imm=rng.random() < 0.5,
-                                start=rng.random() < 0.9,
+                                start=rng.random() < 0.9, read=rng.random() < 0.2,
                                 window_log2=rng.choice([0, 0, rng.randrange(32), rng.getrandbits(8)])),
                       src)
         elif r < 0.78:
@@ -463,13 +463,15 @@ def test_open_modify_close_and_traffic(width):
     # test traffic: SEND with immediate and WRITE
     sc.send(M.traffic(QPN_BASE, 4096, 100, 5, write=False, imm=True), a)
     sc.send(M.traffic(QPN_BASE + 2, 12345, 3, write=True, window_log2=20), b)
+    # test traffic: READ (write and imm ignored)
+    sc.send(M.traffic(QPN_BASE + 2, 8192, 4, write=True, imm=True, read=True, window_log2=16), b)
     # close and reopen: the lowest number comes back
     sc.send(M.request(M.REQ_CLOSE_QP, **host, rem_qpn=QPN_BASE), a)
     sc.send(M.request(M.REQ_OPEN_QP, **{**host, "listening_port": 0}), a, sport=5555)
     r = sc.results
     acks = [x.reply.fields["ack_type"] if x.reply else None for x in r]
     assert acks == [M.ACK_ACK, M.ACK_ACK, M.ACK_ACK, M.ACK_ACK, M.ACK_ACK,
-                    M.ACK_NAK, M.ACK_NAK, M.ACK_NAK, M.ACK_NAK, None, None, None,
+                    M.ACK_NAK, M.ACK_NAK, M.ACK_NAK, M.ACK_NAK, None, None, None, None,
                     M.ACK_ACK, M.ACK_ACK]
     assert r[0].reply.fields["loc_qpn"] == QPN_BASE and r[0].reply.fields["loc_psn"] == 0x345678
     assert r[0].reply.fields["rem_qpn"] == 0x12 and r[0].reply.fields["rem_vaddr"] == host["loc_vaddr"]
@@ -491,8 +493,10 @@ def test_open_modify_close_and_traffic(width):
                          "spacing": 5, "imm": QPN_BASE, "window": 0}
     assert r[11].gen["opcode"] == WrOpcode.WRITE.value and r[11].gen["qp"] == 2
     assert r[11].gen["window"] == 1 << 20
-    assert r[12].context == (0, M.ConnectionManagerModel.reset_context())
-    assert r[13].reply.fields["loc_qpn"] == QPN_BASE and r[13].reply.dst_port == 5555
+    assert r[12].gen == {"qp": 2, "opcode": WrOpcode.READ.value, "length": 8192, "count": 4,
+                         "spacing": 0, "imm": QPN_BASE + 2, "window": 1 << 16}
+    assert r[13].context == (0, M.ConnectionManagerModel.reset_context())
+    assert r[14].reply.fields["loc_qpn"] == QPN_BASE and r[14].reply.dst_port == 5555
     out = simulate(width, 4, sc.packets, allow_net=NET, default_pmtu=1024, seed=3,
                    expect_replies=sum(x.reply is not None for x in r))
     check(out, model, r)
