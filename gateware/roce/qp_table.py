@@ -31,7 +31,8 @@ class QpTable(wiring.Component):
     With ``info_port=True``, ``info_qp`` -> ``info_context`` / ``info_psn`` one cycle later is a
     third read port of its own (for status read-back: it never delays nor changes the others).
     With ``resp_port=True``, ``resp_qp`` -> ``resp_context`` one cycle later is one more context
-    read port, for the responder.
+    read port, for the responder. With ``read_port=True``, ``rdr_qp`` -> ``rdr_context`` one
+    cycle later is one more, for the receive side of the READ requester.
 
     A write naming a QP outside the table changes nothing and pulses ``rejected``.
 
@@ -39,11 +40,12 @@ class QpTable(wiring.Component):
     received DestQP, valid when it names one of this table's QPs.
     """
 
-    def __init__(self, num_qps, *, info_port=False, resp_port=False):
+    def __init__(self, num_qps, *, info_port=False, resp_port=False, read_port=False):
         check_num_qps(num_qps)
         self.num_qps = num_qps
         self.info_port = bool(info_port)
         self.resp_port = bool(resp_port)
+        self.read_port = bool(read_port)
         self._contexts = Memory(shape=QP_CONTEXT, depth=num_qps, init=[])
         self._psns = Memory(shape=24, depth=num_qps, init=[])
         members = {
@@ -65,6 +67,8 @@ class QpTable(wiring.Component):
                             "info_psn": Out(24)})
         if self.resp_port:
             members.update({"resp_qp": In(range(num_qps)), "resp_context": Out(QP_CONTEXT)})
+        if self.read_port:
+            members.update({"rdr_qp": In(range(num_qps)), "rdr_context": Out(QP_CONTEXT)})
         super().__init__(members)
 
     def qpn(self, index):
@@ -104,6 +108,9 @@ class QpTable(wiring.Component):
         if self.resp_port:
             cr_resp = self._contexts.read_port()
             m.d.comb += [cr_resp.addr.eq(self.resp_qp), self.resp_context.eq(cr_resp.data)]
+        if self.read_port:
+            cr_rdr = self._contexts.read_port()
+            m.d.comb += [cr_rdr.addr.eq(self.rdr_qp), self.rdr_context.eq(cr_rdr.data)]
         m.d.comb += self.ctl_psn.ready.eq(1)
         with m.If(self.ctl_psn.valid):
             m.d.comb += [pw.addr.eq(self.ctl_psn.payload.qp), pw.data.eq(self.ctl_psn.payload.psn),

@@ -2,19 +2,17 @@
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.lib.fifo import PacketFifo, fifo_depth
+from rocegen.gateware.lib.fifo import fifo_depth
 from rocegen.gateware.lib.stream import PacketSignature, check_width, leading_lanes
+from rocegen.gateware.roce.ingress_store import ICRC_BYTES, IngressStore, payload_length
 from rocegen.gateware.roce.resp_layouts import LENGTH_BITS, REQ_HDR_MAX, REQ_HDR_MIN, RESP_HEADER
 from rocegen.gateware.roce.resp_precheck import RESP_REQUEST, RespPrecheck, has_imm
 from rocegen.wire import headers as H
 
 __all__ = ["RespIngress", "is_request", "has_reth", "has_imm", "ICRC_BYTES"]
 
-#: Bytes of the ICRC, counted in the UDP length but removed from the datagrams taken here.
-ICRC_BYTES = 4
 _UDP_AT = 8 * H.IPV4.length
 _BTH_AT = 8 * (H.IPV4.length + H.UDP.length)
 _EXT_AT = 8 * REQ_HDR_MIN
@@ -80,10 +78,12 @@ class RespIngress(wiring.Component):
     * Datagrams with a bad ICRC and those that are not requests (ACKNOWLEDGE, CNP, responses:
       other blocks count them) are dropped silently; nothing is ever stalled.
     * Byte order: lanes untouched (byte 0 of the IPv4 header in lane 0 of the first beat).
-    * Latency: one register stage, then :class:`~rocegen.gateware.lib.fifo.PacketFifo` (store and
-      forward): a datagram's record is offered on ``hdr`` 2 cycles after its last beat is
-      taken (in the cycle after the datagram is committed to the FIFO), its first beat on
-      ``o`` 3 cycles after, when the outputs were idle.
+    * Latency: one register stage, then an
+      :class:`~rocegen.gateware.roce.ingress_store.IngressStore` (a store-and-forward
+      :class:`~rocegen.gateware.lib.fifo.PacketFifo` and the record queue): a datagram's record
+      is offered on ``hdr`` 2 cycles after its last beat is taken (in the cycle after the
+      datagram is committed to the FIFO), its first beat on ``o`` 3 cycles after, when the
+      outputs were idle.
     * Throughput: one beat per cycle in and out; one record per cycle on ``hdr``.
     * Backpressure: ``o.ready`` low holds the FIFO's output, ``hdr.ready`` low the queue of
       records (LUT RAM read combinationally at its head); the input is never held (a datagram
@@ -99,13 +99,8 @@ class RespIngress(wiring.Component):
         check_width(width)
         if depth is None:
             depth = fifo_depth(4160, width, packets=2)
-        if not isinstance(headers, int) or isinstance(headers, bool) or \
-                not 2 <= headers <= 256 or headers & (headers - 1):
-            raise ValueError(f"headers must be a power of two from 2 to 256 records, "
-                             f"not {headers!r}")
         self.width = width
-        self._fifo = PacketFifo(width, depth, store_and_forward=True, drop_errors=True,
-                                overflow="drop")
+        self._store = IngressStore(width, depth, RESP_REQUEST, headers=headers)
         self.depth, self.headers = depth, headers
         super().__init__({
             "i": In(PacketSignature(width)),
@@ -113,18 +108,16 @@ class RespIngress(wiring.Component):
             "hdr": Out(stream.Signature(RESP_REQUEST)),
             "malformed": Out(1),
             "overflow": Out(1),
-            "level": Out(range(self._fifo.depth + 1)),
+            "level": Out(range(depth + 1)),
         })
 
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        fifo = m.submodules.fifo = self._fifo
-        m.d.comb += self.level.eq(fifo.level)
-        hq = m.submodules.headers = SyncFIFO(width=RESP_REQUEST.size, depth=self.headers)
-        wiring.connect(m, fifo.o, wiring.flipped(self.o))
-        m.d.comb += [self.i.ready.eq(1), self.hdr.valid.eq(hq.r_rdy),
-                     self.hdr.payload.eq(hq.r_data), hq.r_en.eq(self.hdr.ready)]
+        store = m.submodules.store = self._store
+        wiring.connect(m, store.o, wiring.flipped(self.o))
+        wiring.connect(m, store.hdr, wiring.flipped(self.hdr))
+        m.d.comb += [self.level.eq(store.level), self.i.ready.eq(1)]
 
         # the first REQ_HDR_MAX bytes of each datagram, captured beat by beat
         beat = self.i.payload
@@ -145,16 +138,14 @@ class RespIngress(wiring.Component):
         hdr_len = Signal(7)
         m.d.comb += hdr_len.eq(REQ_HDR_MIN + Mux(r, H.RETH.length, 0) + Mux(i, H.IMMDT.length, 0))
         # payload and pad: the UDP payload less BTH, extension headers and ICRC
-        body = Signal(18)          # bit 17: negative (a UDP length is at most 16 bits)
-        m.d.comb += body.eq(udp.length - (H.UDP.length + ICRC_BYTES) - (hdr_len - 28))
-        bad = (body[17] | (body[:2] != 0) | (body < bth.padcnt))
+        length, bad = payload_length(m, udp.length, hdr_len, bth.padcnt, LENGTH_BITS)
 
         # (a datagram without a whole BTH has no opcode to go by: RoceRx counts it as short)
         whole_bth = udp.length >= H.UDP.length + H.BTH.length + ICRC_BYTES
 
         # one register stage in front of the FIFO, with the verdict and the headers on the
         # last beat
-        fi = fifo.i
+        fi = store.i
         req = is_request(op)
         hd = Signal(RESP_HEADER)
         err = Signal()                      # the last beat: not a good request
@@ -168,28 +159,13 @@ class RespIngress(wiring.Component):
                 hd.reth.eq(Mux(r, reth.as_value(), 0)),
                 hd.imm.eq(Mux(i, imm, 0)),
                 hd.hdr_len.eq(hdr_len),
-                hd.length.eq((body - bth.padcnt)[:LENGTH_BITS]),
+                hd.length.eq(length),
             ]
         m.d.sync += [fi.valid.eq(take),
                      self.malformed.eq(take & beat.last & ~beat.error & req & bad & whole_bth)]
 
-        # the FIFO's decision on each beat, followed: a beat is stored when the FIFO is not
-        # full; a datagram one of whose beats was not is dropped whole (`lost`)
-        full = fifo.level == fifo.depth
-        lost = Signal()
-        with m.If(fi.valid):
-            m.d.sync += lost.eq(~fi.payload.last & (lost | full))
-        # a good request's last beat is committed with its record, or dropped for want of room
-        # for the record (marked `error`, the FIFO drops it)
-        whole = fi.valid & fi.payload.last & ~err & ~lost & ~full
-        no_room = Signal()
+        # the store commits a good request with its record, or drops it for want of room
         pre = m.submodules.precheck = RespPrecheck()
-        rec = Signal(RESP_REQUEST)
-        m.d.comb += [
-            pre.h.eq(hd), rec.h.eq(hd), rec.f.eq(pre.facts),
-            hq.w_data.eq(rec), hq.w_en.eq(whole),
-            fi.payload.error.eq(err | (fi.payload.last & ~hq.w_rdy)),
-        ]
-        m.d.sync += no_room.eq(whole & ~hq.w_rdy)
-        m.d.comb += self.overflow.eq(fifo.drop_overflow | no_room)
+        m.d.comb += [pre.h.eq(hd), store.rec.h.eq(hd), store.rec.f.eq(pre.facts),
+                     fi.payload.error.eq(err), self.overflow.eq(store.overflow)]
         return m

@@ -11,7 +11,8 @@ from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_
 from rocegen.gateware.roce.resp_ingress import is_request
 from rocegen.wire import headers as H
 
-__all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN"]
+__all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN", "READ_AETH_MIN",
+           "is_read_response", "has_aeth"]
 
 _IP_UDP = H.IPV4.length + H.UDP.length
 #: Shortest UDP payload of any RoCEv2 packet (BTH and ICRC).
@@ -20,6 +21,9 @@ BTH_MIN = H.BTH.length + ICRC_BYTES
 ACK_MIN = H.BTH.length + H.AETH.length + ICRC_BYTES
 #: Shortest UDP payload of a CNP (BTH, 16 reserved bytes and ICRC).
 CNP_MIN = H.BTH.length + H.CNP_PAYLOAD.length + ICRC_BYTES
+#: Shortest UDP payload of a READ response FIRST, LAST or ONLY (BTH, AETH and ICRC; a MIDDLE
+#: needs :data:`BTH_MIN`).
+READ_AETH_MIN = ACK_MIN
 
 
 class Verdict(enum.Enum, shape=4):
@@ -35,11 +39,27 @@ class Verdict(enum.Enum, shape=4):
     CNP = 8         # a congestion notification for one of our QPs
     REQUEST = 9     # a request (SEND, WRITE, READ, atomic): handed to the responder on ``req``
     PENDING = 10    # (internal: the context checks are still to be made)
+    READ_RESPONSE = 11  # (``reads`` only) a READ response: handed to the READ requester on ``req``
 
 
 #: Pulse outputs, one per verdict (in :class:`Verdict` order, PENDING left out).
 COUNTERS = ("drop_short", "icrc_bad", "drop_opcode", "drop_pkey", "drop_qp", "drop_state",
-            "drop_peer", "acks", "cnp", "requests")
+            "drop_peer", "acks", "cnp", "requests", "read_responses")
+
+#: The READ response opcodes that carry an AETH (FIRST, LAST, ONLY; MIDDLE has none).
+_READ_AETH = (H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_LAST,
+              H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+
+
+def is_read_response(opcode):
+    """The BTH ``opcode`` is an RC RDMA READ response (FIRST, MIDDLE, LAST or ONLY: 0x0D..0x10)."""
+    return ((opcode >= H.OP_RC_RDMA_READ_RESPONSE_FIRST) &
+            (opcode <= H.OP_RC_RDMA_READ_RESPONSE_ONLY))
+
+
+def has_aeth(opcode):
+    """A READ response ``opcode`` that carries an AETH (all but MIDDLE)."""
+    return ((opcode == _READ_AETH[0]) | (opcode == _READ_AETH[1]) | (opcode == _READ_AETH[2]))
 
 # the datagram as it leaves the ICRC check: IPv4 header, UDP header, BTH, AETH
 _LANES = _IP_UDP + H.BTH.length + H.AETH.length
@@ -62,6 +82,9 @@ class RoceRx(wiring.Component):
         Data width W in bits (64..512, power of two).
     num_qps : int
         QPs in the QP table (1..256), QP numbers from 256.
+    reads : bool
+        The endpoint has a READ requester: READ responses get a verdict of their own
+        (``read_responses``) instead of ``drop_opcode``.
 
     Ports
     -----
@@ -75,14 +98,16 @@ class RoceRx(wiring.Component):
         To the QP table's combinational DestQP lookup.
     rx_qp / rx_context
         To the QP table's receive-side context read (``rx_context`` one cycle after ``rx_qp``).
-    drop_short, icrc_bad, drop_opcode, drop_pkey, drop_qp, drop_state, drop_peer, acks, cnp
+    drop_short, icrc_bad, drop_opcode, drop_pkey, drop_qp, drop_state, drop_peer, acks, cnp,
+    requests, read_responses
         Exactly one of these pulses for one cycle per datagram (:class:`Verdict`), in the order
         the checks are made: length (shorter than :data:`BTH_MIN` bytes, or an ACKNOWLEDGE
-        shorter than :data:`ACK_MIN`, or a CNP shorter than :data:`CNP_MIN`), ICRC (or the
-        datagram arrived with ``error``), opcode (ACKNOWLEDGE 0x11 and CNP 0x81 are taken), P_Key
-        (0xFFFF, or any with the low 15 bits all ones), DestQP in the table, QP state RTR or RTS,
-        IPv4 source equal to the context's ``peer_ip``. ``acks`` pulses in the cycle the event
-        is loaded into the ``ack`` register.
+        shorter than :data:`ACK_MIN`, or a CNP shorter than :data:`CNP_MIN`, or, with
+        ``reads``, a READ response FIRST, LAST or ONLY shorter than :data:`READ_AETH_MIN`), ICRC
+        (or the datagram arrived with ``error``), opcode (ACKNOWLEDGE 0x11 and CNP 0x81 are
+        taken), P_Key (0xFFFF, or any with the low 15 bits all ones), DestQP in the table, QP
+        state RTR or RTS, IPv4 source equal to the context's ``peer_ip``. ``acks`` pulses in the
+        cycle the event is loaded into the ``ack`` register.
     cnp_qp : Out(8)
         QP index of the datagram, valid while ``cnp``, ``drop_state`` or ``drop_peer`` pulses
         (the verdicts made after the QP is known).
@@ -91,7 +116,11 @@ class RoceRx(wiring.Component):
         on the last beat when it was bad), beat by beat in the cycle it is taken, for the
         responder, whose ingress is always ready (``req.ready`` is not looked at). Requests (BTH
         opcode :func:`~rocegen.gateware.roce.resp_ingress.is_request`) get the ``requests``
-        verdict after the length and ICRC checks: the responder makes the others.
+        verdict after the length and ICRC checks: the responder makes the others. With
+        ``reads``, so do READ responses (:func:`is_read_response`, the ``read_responses``
+        verdict): the READ requester's ingress
+        (:class:`~rocegen.gateware.roce.read_ingress.ReadIngress`) makes the others. Without
+        ``reads``, ``read_responses`` is constant 0.
 
     Behaviour
     ---------
@@ -120,11 +149,14 @@ class RoceRx(wiring.Component):
       resume in order when ``ack.ready`` rises; nothing is lost.
     """
 
-    def __init__(self, width, num_qps):
+    def __init__(self, width, num_qps, *, reads=False):
         check_width(width)
         check_num_qps(num_qps)
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
         self.width = width
         self.num_qps = num_qps
+        self.reads = reads
         self._icrc = IcrcCheck(width, None, offset=0, ip_version=4)
         #: Cycles from the last input beat of a 20-byte ACKNOWLEDGE to its ``ack`` event.
         self.ack_latency = self.event_latency(ACK_MIN)
@@ -230,6 +262,12 @@ class RoceRx(wiring.Component):
                 *(h_len[name].eq(length_at_least(idx, beat.keep, n))
                   for name, n in lengths.items()),
             ]
+        if self.reads:
+            # (the READ response opcodes decoded here, to keep the verdict's logic shallow)
+            h_rr, h_aeth = Signal(), Signal()
+            op = H.BTH.from_lanes(lanes[_BTH_AT:_BTH_AT + 8 * H.BTH.length]).opcode
+            with m.If(take & beat.last):
+                m.d.sync += [h_rr.eq(is_read_response(op)), h_aeth.eq(has_aeth(op))]
         with m.Elif(~stall):
             m.d.sync += h_valid.eq(0)
 
@@ -240,7 +278,10 @@ class RoceRx(wiring.Component):
         is_ack = bth.opcode == H.OP_RC_ACKNOWLEDGE
         is_cnp = bth.opcode == H.OP_CNP
         verdict = Signal(Verdict)
-        with m.If(~h_len["bth"] | (is_ack & ~h_len["ack"]) | (is_cnp & ~h_len["cnp"])):
+        short = ~h_len["bth"] | (is_ack & ~h_len["ack"]) | (is_cnp & ~h_len["cnp"])
+        if self.reads:
+            short = short | (h_aeth & ~h_len["ack"])
+        with m.If(short):
             m.d.comb += verdict.eq(Verdict.SHORT)
         with m.Elif(h_err):
             m.d.comb += verdict.eq(Verdict.ICRC)
@@ -248,6 +289,9 @@ class RoceRx(wiring.Component):
             m.d.comb += verdict.eq(Verdict.REQUEST)
         with m.Elif(~is_ack & ~is_cnp):
             m.d.comb += verdict.eq(Verdict.OPCODE)
+            if self.reads:
+                with m.If(h_rr):
+                    m.d.comb += verdict.eq(Verdict.READ_RESPONSE)
         with m.Elif(bth.pkey[:15] != 0x7FFF):
             m.d.comb += verdict.eq(Verdict.PKEY)
         with m.Elif(~self.lookup_valid | (self.lookup_index >= self.num_qps)):
@@ -285,8 +329,10 @@ class RoceRx(wiring.Component):
         with m.Else():
             m.d.comb += final.eq(Verdict.CNP)
         decided = c_valid & ~stall
-        for k, name in enumerate(COUNTERS):
+        for k, name in enumerate(COUNTERS[:-1]):
             m.d.comb += getattr(self, name).eq(decided & (final == Verdict(k)))
+        if self.reads:
+            m.d.comb += self.read_responses.eq(decided & (final == Verdict.READ_RESPONSE))
         m.d.comb += self.cnp_qp.eq(c_qp)
         with m.If(decided & (final == Verdict.ACK)):
             m.d.sync += [d_valid.eq(1), d_ev.eq(c_ev)]

@@ -83,3 +83,38 @@ def test_parameters_are_validated():
     assert QpTable(4).qpn(3) == 259
     with pytest.raises(IndexError):
         QpTable(4).qpn(4)
+
+
+def test_read_port():
+    """With ``read_port``, ``rdr_qp`` -> ``rdr_context`` one cycle later, independent of the
+    other context ports read in the same cycle; without it, no such port."""
+    rng = random.Random(3)
+    num_qps = 6
+    dut = QpTable(num_qps, info_port=True, resp_port=True, read_port=True)
+    assert not hasattr(QpTable(num_qps), "rdr_qp")
+    contexts = [context(rng, rng.choice(list(QpState))) for _ in range(num_qps)]
+
+    def same(got, want):
+        return {f: (got[f].value if f == "state" else got[f]) for f in want} == \
+            {f: (v.value if f == "state" else v) for f, v in want.items()}
+
+    async def tb(ctx):
+        for k, c in enumerate(contexts):
+            ctx.set(dut.ctl.payload, {"qp": k, "context": c})
+            ctx.set(dut.ctl.valid, 1)
+            await ctx.tick()
+        ctx.set(dut.ctl.valid, 0)
+        ports = [(dut.rd_qp, dut.rd_context), (dut.rx_qp, dut.rx_context),
+                 (dut.info_qp, dut.info_context), (dut.resp_qp, dut.resp_context),
+                 (dut.rdr_qp, dut.rdr_context)]
+        for _ in range(20):
+            qps = [rng.randrange(num_qps) for _ in ports]
+            before = ctx.get(dut.rdr_context)
+            for (addr, _), k in zip(ports, qps):
+                ctx.set(addr, k)
+            assert ctx.get(dut.rdr_context) == before          # not combinational
+            await ctx.tick()
+            for (_, data), k in zip(ports, qps):
+                assert same(ctx.get(data), contexts[k])
+
+    run_sim(dut, testbenches=[tb])

@@ -1,7 +1,8 @@
 """The RoCEv2 receive path: ACKNOWLEDGE frames of the host NIC model (and CNPs, other opcodes,
-damaged, truncated and random datagrams) stripped to the UDP payload as the stack's ``udp_rx``
-port delivers them, with a QP table providing the lookup and the contexts. Every datagram must
-pulse exactly its verdict's counter, and the good ACKs must leave as events, in order."""
+damaged, truncated and random datagrams; READ responses, with and without ``reads``) stripped to
+the UDP payload as the stack's ``udp_rx`` port delivers them, with a QP table providing the
+lookup and the contexts. Every datagram must pulse exactly its verdict's counter, and the good
+ACKs must leave as events, in order."""
 
 import random
 
@@ -27,13 +28,19 @@ NUM_QPS = 5
 # QP index -> (state, peer)
 QPS = {0: (QpState.RTS, HOST_IP), 1: (QpState.RTR, HOST_IP), 2: (QpState.INIT, HOST_IP),
        3: (QpState.RTS, OTHER_IP), 4: (QpState.ERROR, HOST_IP)}
+READ_OPS = (0x0D, 0x0E, 0x0F, 0x10)            # READ response FIRST, MIDDLE, LAST, ONLY
+
+
+def counter(verdict):
+    """The pulse output of a verdict: one per verdict in order, PENDING (10) left out."""
+    return COUNTERS[verdict.value - (verdict.value > 10)]
 
 
 class Top(Elaboratable):
     """The receive path with a QP table beside it."""
 
-    def __init__(self, width):
-        self.rx = RoceRx(width, NUM_QPS)
+    def __init__(self, width, reads=False):
+        self.rx = RoceRx(width, NUM_QPS, reads=reads)
         self.table = QpTable(NUM_QPS)
 
     def elaborate(self, platform):
@@ -89,8 +96,9 @@ def bth(rng, opcode, dest_qp, psn=0, pkey=0xFFFF):
                       ack_req=rng.getrandbits(1), psn=psn)
 
 
-def classify(payload, meta, error=False):
-    """Reference verdict of a datagram, and its event when it is a good ACK."""
+def classify(payload, meta, error=False, reads=False):
+    """Reference verdict of a datagram, and its event when it is a good ACK (``reads``: the
+    READ responses have a verdict of their own; FIRST, LAST and ONLY need an AETH)."""
     n = len(payload)
     if n < 16:
         return Verdict.SHORT, None
@@ -98,11 +106,15 @@ def classify(payload, meta, error=False):
     op = b["opcode"]
     if (op == H.OP_RC_ACKNOWLEDGE and n < 20) or (op == H.OP_CNP and n < 32):
         return Verdict.SHORT, None
+    if reads and op in (0x0D, 0x0F, 0x10) and n < 20:
+        return Verdict.SHORT, None
     covered = H.IPV4.pack(**meta["ipv4"]) + H.UDP.pack(**meta["udp"]) + payload[:-4]
     if error or icrc_model.icrc(covered) != payload[-4:]:
         return Verdict.ICRC, None
     if is_request_opcode(op):
         return Verdict.REQUEST, None
+    if reads and op in READ_OPS:
+        return Verdict.READ_RESPONSE, None
     if op not in (H.OP_RC_ACKNOWLEDGE, H.OP_CNP):
         return Verdict.OPCODE, None
     if b["pkey"] & 0x7FFF != 0x7FFF:
@@ -143,8 +155,16 @@ def nics():
     return cases
 
 
-def random_case(rng, cases):
-    """One datagram: (payload, meta, error flag, expected verdict or None)."""
+def random_case(rng, cases, reads=False):
+    """One datagram: (payload, meta, error flag)."""
+    if reads and rng.random() < 0.2:                     # a READ response, some short or bad
+        op = rng.choice(READ_OPS)
+        body = bth(rng, op, QPN_BASE + rng.randrange(NUM_QPS + 1)) + rng.randbytes(
+            rng.choice([rng.randrange(8), rng.randrange(200)]))
+        payload, meta = datagram(rng, body, src=rng.choice([HOST_IP, OTHER_IP]))
+        if rng.random() < 0.15:
+            payload = payload[:-1] + bytes([payload[-1] ^ 0x10])
+        return payload, meta, rng.random() < 0.05
     r = rng.random()
     if r < 0.45:                                         # an ACK / NAK of the host NIC model
         name = rng.choice(list(cases))
@@ -189,10 +209,10 @@ def random_case(rng, cases):
     return (*datagram(rng, body, icrc=False), False)
 
 
-def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0):
+def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0, reads=False):
     """Send the datagrams; returns (counts per counter, events, input last-beat cycles, event
     cycles, cycles with ``i`` held)."""
-    dut = Top(width)
+    dut = Top(width, reads)
     rx = dut.rx
     drv = StreamDriver(rx.i, width, idle=idle, seed=seed)
     rng = random.Random(seed + 100)
@@ -246,23 +266,26 @@ def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0):
     return counts, events, last_cycles, ev_cycles, held[0], cnp_qps
 
 
-@pytest.mark.parametrize("width,count", [(64, 260), (128, 120), (256, 120), (512, 300)])
-def test_random_datagrams(width, count):
+@pytest.mark.parametrize("width,count,reads", [(64, 260, False), (128, 120, False),
+                                               (256, 120, False), (512, 300, False),
+                                               (64, 260, True), (512, 300, True)])
+def test_random_datagrams(width, count, reads):
     rng = random.Random(width)
     cases = nics()
-    datagrams = [random_case(rng, cases) for _ in range(count)]
+    datagrams = [random_case(rng, cases, reads) for _ in range(count)]
     want = dict.fromkeys(COUNTERS, 0)
     want_events, want_cnps = [], []
     for payload, meta, err in datagrams:
-        verdict, ev = classify(payload, meta, err)
-        want[COUNTERS[verdict.value]] += 1
+        verdict, ev = classify(payload, meta, err, reads)
+        want[counter(verdict)] += 1
         if verdict == Verdict.ACK:
             want_events.append(ev)
         elif verdict == Verdict.CNP:
             want_cnps.append(ev)
-    assert all(want.values()), f"some verdict never reached: {want}"
+    reached = COUNTERS if reads else COUNTERS[:-1]
+    assert all(want[c] for c in reached), f"some verdict never reached: {want}"
     counts, events, *_, held, cnp_qps = run(width, datagrams, idle=0.3, backpressure=0.4,
-                                            seed=width)
+                                            seed=width, reads=reads)
     assert counts == want
     assert events == want_events
     assert cnp_qps == want_cnps
@@ -314,10 +337,43 @@ def test_each_reason(width):
     counts, events, *_ = run(width, [t[:3] for t in table], idle=0.2, backpressure=0.3, seed=5)
     want = dict.fromkeys(COUNTERS, 0)
     for *_, verdict in table:
-        want[COUNTERS[verdict.value]] += 1
+        want[counter(verdict)] += 1
     assert counts == want
     assert events == [classify(p_, m_)[1] for p_, m_, _, v in table if v == Verdict.ACK]
     assert events[0] == {"qp": 0, "syndrome": 0x1F, "psn": 0xFFFFFF, "msn": 0x123456}
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_read_responses(width):
+    """READ responses: with ``reads``, each opcode its own verdict after the length check (a
+    whole BTH for MIDDLE, BTH and AETH for the others) and the ICRC check, whatever its QP, P_Key
+    or source (the READ requester's ingress checks those); without it, ``drop_opcode`` as any
+    other opcode not taken."""
+    rng = random.Random(3)
+    aeth = H.AETH.pack(syndrome=0x1F, msn=7)
+    table = []
+    for op in READ_OPS:
+        head = bth(rng, op, QPN_BASE) + (aeth if op != 0x0E else b"")
+        table += [datagram(rng, head + rng.randbytes(k)) for k in (0, 4, 100)]
+        table += [datagram(rng, bth(rng, op, QPN_BASE + NUM_QPS, pkey=0x1234) + aeth,
+                           src=OTHER_IP),
+                  datagram(rng, bth(rng, op, QPN_BASE + 2) + aeth)]
+        p, m = datagram(rng, head + bytes(8))
+        table += [(p[:-2] + bytes([p[-2] ^ 1, p[-1]]), m), (p, m, True)]
+        table += [datagram(rng, bth(rng, op, QPN_BASE) + aeth[:k]) for k in range(4)]
+    table = [t if len(t) == 3 else (*t, False) for t in table]
+    for reads in (False, True):
+        verdicts = [classify(p, m, e, reads)[0] for p, m, e in table]
+        want = dict.fromkeys(COUNTERS, 0)
+        for v in verdicts:
+            want[counter(v)] += 1
+        counts, events, *_ = run(width, table, idle=0.2, backpressure=0.3, seed=6, reads=reads)
+        assert counts == want and events == []
+        if reads:
+            assert want["read_responses"] == 4 * 5 + 4 and want["drop_short"] == 3 * 4
+            assert want["icrc_bad"] == 8
+        else:
+            assert want["drop_opcode"] == 4 * 9 and want["read_responses"] == 0
 
 
 @pytest.mark.parametrize("width", [64, 128, 256, 512])
@@ -345,3 +401,4 @@ def test_parameters_are_validated():
     raises(ValueError, r"num_qps must be 1\.\.256, not 0", lambda: RoceRx(64, 0))
     raises(ValueError, r"num_qps must be 1\.\.256, not 300", lambda: RoceRx(64, 300))
     raises(TypeError, "num_qps must be an integer", lambda: RoceRx(64, "4"))
+    raises(TypeError, "reads must be a bool", lambda: RoceRx(64, 4, reads="yes"))
