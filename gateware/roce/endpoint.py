@@ -34,6 +34,11 @@ from rocegen.gateware.roce.pattern_sink import PatternSink
 from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
 from rocegen.gateware.roce.qp_control import QpControl
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from rocegen.gateware.roce.read_flush import ReadFlush
+from rocegen.gateware.roce.read_ingress import READ_INGRESS_COUNTERS, ReadIngress
+from rocegen.gateware.roce.read_layouts import MAX_RD_ATOMIC, READ_COUNTERS, check_max_rd
+from rocegen.gateware.roce.read_place import ReadPlace
+from rocegen.gateware.roce.read_track import ReadTrack
 from rocegen.gateware.roce.resp_cnp import cnp_interval_cycles
 from rocegen.gateware.roce.resp_layouts import (
     CNP_CONFIG,
@@ -155,14 +160,33 @@ class RoceEndpoint(wiring.Component):
         timer code of its RNR NAKs and the receive buffers each QP can have posted.
         With the responder, the connection manager's ACKs name each QP's region (its R_Key,
         base and length: :class:`~rocegen.gateware.roce.cm.ConnectionManager` ``regions``).
-    reads, rd_depth
-        With the responder: RDMA READ (default: with the responder). The peers READ the
-        QPs' regions (their read right, :func:`~rocegen.gateware.roce.responder.default_config`
-        gives it); the response packets take turns with the requester's packets at the payload
-        reader, per packet, and bypass the scheduler, the completion tracker and the retry
-        engine; a response whose payload does not start at a word boundary is realigned
+    reads, rd_depth, max_rd_atomic
+        With the responder: RDMA READ both ways (default: with the responder).
+
+        As responder, the peers READ the QPs' regions (their read right,
+        :func:`~rocegen.gateware.roce.responder.default_config` gives it); the response packets
+        take turns with the requester's packets at the payload reader, per packet, and bypass
+        the scheduler, the completion tracker and the retry engine; a response whose payload
+        does not start at a word boundary is realigned
         (:class:`~rocegen.gateware.roce.resp_read_align.RespReadAlign`). ``rd_depth``: the READs
         each QP can have queued (a power of two, 16..1024; default 16).
+
+        As requester, a work request with ``opcode`` READ reads ``length`` bytes at the QP's
+        peer base address + ``remote_offset`` (with the peer's R_Key of the QP context) into
+        local memory at ``local_addr`` (any byte address): one READ request packet taking a PSN
+        per response; the responses (:class:`~rocegen.gateware.roce.read_ingress.ReadIngress`)
+        are checked against the QP's outstanding READs
+        (:class:`~rocegen.gateware.roce.read_track.ReadTrack`) and written into local memory
+        (:class:`~rocegen.gateware.roce.read_place.ReadPlace`; the front end's and the
+        responder's writes go first); the READ completes in order with the QP's other work
+        requests once its data is in memory. Every acknowledgement passes through the same
+        placement, so a READ response acknowledges the WRITEs and SENDs before it and an
+        acknowledgement never overtakes a response's data. A gap in the responses (or a timeout)
+        reissues a READ for the rest through the retry engine's rewind, within ``retry_cnt``; a
+        NAK fails the QP. ``max_rd_atomic``: READs a QP may have outstanding (1..16, default
+        16); a QP opened by the connection manager gets at most what its peer states it
+        accepts (one if it states nothing). A QP with that many sends nothing until one is
+        answered. Without ``reads`` a READ work request completes with UNSUPPORTED.
     resp_ack_every, cnp_interval
         The responder's ACKs by count (an ACK of every N-th request a QP executes without an
         answer, besides AckReq; 0..255, default 0: on AckReq only) and its notification
@@ -225,7 +249,8 @@ class RoceEndpoint(wiring.Component):
                  resp_region=None, rkey_seed=0x5EED, rnr_timer=1, rq_depth=16,
                  pattern_sink=None, resp_ack_every=0, cnp_interval=None, dscp=0, ecn=True,
                  dcqcn=False, dcqcn_params=None, line_gbps=None, pfc=None, pfc_prio=3,
-                 pfc_cable_ns=100, rx_fifo_beats=None, reads=None, rd_depth=16):
+                 pfc_cable_ns=100, rx_fifo_beats=None, reads=None, rd_depth=16,
+                 max_rd_atomic=MAX_RD_ATOMIC):
         check_width(width)
         check_num_qps(num_qps)
         if memory not in MEMORIES:
@@ -259,10 +284,21 @@ class RoceEndpoint(wiring.Component):
         if pattern_sink and not responder:
             raise ValueError("pattern_sink checks the responder's writes: it needs "
                              "responder=True")
+        if reads is None:
+            reads = bool(responder)
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool or None, not {reads!r}")
+        if reads and not responder:
+            raise ValueError("reads are answered by the responder, and their responses placed "
+                             "by its memory path: they need responder=True")
+        self.reads = reads
+        check_max_rd(max_rd_atomic)
         self._cm = ConnectionManager(width, num_qps, allow_net=cm_allow_net, default_pmtu=pmtu,
                                      default_timeout=cm_timeout, default_retry=cm_retry,
                                      default_rnr_retry=cm_rnr_retry, port=cm_port,
-                                     regions=bool(responder), query=pattern_sink)
+                                     regions=bool(responder), query=pattern_sink,
+                                     **({"reads": True, "max_rd_atomic": max_rd_atomic,
+                                         "rd_depth": rd_depth} if reads else {}))
         if clk_hz is None:
             clk_hz = default_clk_hz(width)
         if line_gbps is None:
@@ -281,17 +317,23 @@ class RoceEndpoint(wiring.Component):
         if pfc is not None and responder:
             ingress_beats = lossless_depth(width, line_gbps=line_gbps, max_frame=max_frame,
                                            clk_hz=clk_hz, cable_ns=pfc_cable_ns)
-        self._qps = QpTable(num_qps, info_port=qp_info, resp_port=responder)
+        self._qps = QpTable(num_qps, info_port=qp_info, resp_port=responder,
+                            **({"read_port": True} if reads else {}))
         self.clk_hz = clk_hz
-        self._sched = Scheduler(num_qps, width, mem_bytes, depth=wr_depth, window=window)
+        self._sched = Scheduler(num_qps, width, mem_bytes, depth=wr_depth, window=window,
+                                reads=reads)
         self._completer = Completer(num_qps, depth=wr_depth)
         self._retry = RetryEngine(num_qps, clk_hz)
         self._builder = RocePacketBuilder(width)
-        self._rx = RoceRx(width, num_qps)
-        self._gen = TrafficGen()
+        self._rx = RoceRx(width, num_qps, reads=reads)
+        self._gen = TrafficGen(reads=reads)
         self._wr_merge = WrMerge(num_qps)
-        self._mem = PayloadMemory(width, memory, mem_bytes, responder=responder)
+        self._mem = PayloadMemory(width, memory, mem_bytes, responder=responder, reads=reads)
         self.word_addr_bits = self._mem.word_addr_bits
+        if reads:
+            self._rd_track = ReadTrack(num_qps, max_rd_atomic)
+            self._rd_place = ReadPlace(width, self.word_addr_bits, acked_writes=memory == "axi4")
+            self._rd_ingress = ReadIngress(width, num_qps)
         self.responder = bool(responder)
         if resp_region is None:
             resp_region = (0, mem_bytes // 2)
@@ -310,13 +352,6 @@ class RoceEndpoint(wiring.Component):
             raise ValueError(f"resp_ack_every must be 0..{(1 << UNACKED_BITS) - 1} requests, "
                              f"not {resp_ack_every!r}")
         self._resp = None
-        if reads is None:
-            reads = bool(responder)
-        if not isinstance(reads, bool):
-            raise TypeError(f"reads must be a bool or None, not {reads!r}")
-        if reads and not responder:
-            raise ValueError("reads are answered by the responder: they need responder=True")
-        self.reads = reads
         if responder:
             self._resp = Responder(width, num_qps, self.word_addr_bits, rq_depth=rq_depth,
                                    ack_every=resp_ack_every, cnp_interval=cnp_interval,
@@ -364,7 +399,8 @@ class RoceEndpoint(wiring.Component):
             **({"resp_region": (base, length), "rkey_seed": rkey_seed, "rnr_timer": rnr_timer,
                 "rq_depth": rq_depth, "pattern_sink": pattern_sink,
                 "resp_ack_every": resp_ack_every, "cnp_interval": cnp_interval,
-                "reads": reads, **({"rd_depth": rd_depth} if reads else {})}
+                "reads": reads,
+                **({"rd_depth": rd_depth, "max_rd_atomic": max_rd_atomic} if reads else {})}
                if responder else {}),
             "dscp": dscp, "ecn": bool(ecn), "pcp": pcp, "dcqcn": bool(dcqcn),
             "dcqcn_params": dict(dcqcn_params or {}), "line_gbps": line_gbps, "pfc": pfc,
@@ -513,7 +549,8 @@ class RoceEndpoint(wiring.Component):
         # the per-QP spacing of its events, does not reach the receive pipeline's enables nor the
         # scheduler's issue decision)
         ack_slice = m.submodules.ack_slice = StreamRegisterSlice(rx.ack.payload.shape())
-        wiring.connect(m, rx.ack, ack_slice.i)
+        if not self.reads:
+            wiring.connect(m, rx.ack, ack_slice.i)
         wiring.connect(m, ack_slice.o, retry.ack)
         wiring.connect(m, sched.post, comp.post)
         m.d.comb += sched.full.eq(comp.full)
@@ -529,7 +566,7 @@ class RoceEndpoint(wiring.Component):
             retry.acked_qp.eq(sched.acked_qp), sched.acked_psn.eq(retry.acked_psn),
             retry.err_qp.eq(comp.err_qp), comp.err_status.eq(retry.err_status),
             sched.errored.eq(retry.errored), comp.errored.eq(retry.errored),
-            sched.held.eq(retry.held if self._rp is None else retry.held | ~self._rp.allowed),
+            sched.held.eq(self._held(retry)),
             cm.errored.eq(retry.errored),
         ]
 
@@ -552,8 +589,48 @@ class RoceEndpoint(wiring.Component):
         self._connect_traffic_class(m)
         if self._resp is not None:
             self._connect_responder(m, ctl)
+        if self.reads:
+            self._connect_read_requester(m, ack_slice)
         self._connect_statistics(m)
         return m
+
+    def _held(self, retry):
+        """The QPs that must not send: an RNR wait (the retry engine), a rate below the
+        reaction point's, READs at ``max_rd_atomic``."""
+        held = retry.held if self._rp is None else retry.held | ~self._rp.allowed
+        if self.reads:
+            held = held | self._rd_track.full
+        return held
+
+    def _connect_read_requester(self, m, ack_slice):
+        """The READ requester's receive side: READ responses from the receive path into their
+        ingress (headers checked against the QP table), placed into local memory against the
+        table of outstanding READs (which the scheduler fills as it sends READ requests and
+        which forgets a QP that fails or is set up again); every acknowledgement of the
+        receive path passes through the placement on its way to the retry engine."""
+        rx, qps, mem, sched = self._rx, self._qps, self._mem, self._sched
+        track = m.submodules.read_track = self._rd_track
+        place = m.submodules.read_place = self._rd_place
+        ing = m.submodules.read_ingress = self._rd_ingress
+        flush = m.submodules.read_flush = ReadFlush(self.num_qps)
+        # (the receive path's datagrams reach the responder and this ingress alike; both are
+        # always ready)
+        m.d.comb += [ing.i.valid.eq(rx.req.valid), ing.i.payload.eq(rx.req.payload),
+                     qps.rdr_qp.eq(ing.ctx_qp), ing.ctx.eq(qps.rdr_context)]
+        wiring.connect(m, ing.o, place.i)
+        wiring.connect(m, ing.hdr, place.hdr)
+        wiring.connect(m, rx.ack, place.ack_in)
+        wiring.connect(m, place.ack, ack_slice.i)
+        wiring.connect(m, place.lookup, track.lookup)
+        wiring.connect(m, sched.rd_issue, track.issue)
+        wiring.connect(m, self._cm.rd_limit, track.limit)
+        m.d.comb += [flush.errored.eq(self._retry.errored),
+                     flush.sched.valid.eq(self._retry.sched.valid),
+                     flush.sched.payload.eq(self._retry.sched.payload)]
+        wiring.connect(m, flush.o, track.flush)
+        wiring.connect(m, place.o, mem.read_w)
+        if self._rd_place.acked_writes:
+            m.d.comb += place.mem_durable.eq(mem.read_durable)
 
     def _connect_pfc(self, m):
         """PFC between the stack and the MAC: the transmit stream through the pause gate (and,
@@ -659,6 +736,11 @@ class RoceEndpoint(wiring.Component):
             sink = m.submodules.pattern_sink = self._sink
             m.d.comb += [sink.i.valid.eq(resp.mem.valid & resp.mem.ready),
                          sink.i.payload.eq(resp.mem.payload), cm.counts.eq(sink.counts)]
+            if self.reads:
+                # (and the READ responses' payload: the memory takes one write a cycle)
+                rw = self._rd_place.o
+                with m.If(rw.valid & rw.ready):
+                    m.d.comb += [sink.i.valid.eq(1), sink.i.payload.eq(rw.payload)]
 
     def _connect_statistics(self, m):
         """The counters: the stack's and the RoCE layers' in one address space
@@ -692,6 +774,16 @@ class RoceEndpoint(wiring.Component):
         events["roce_rx_requests"] = rx.requests
         for name in RESP_COUNTERS:
             events[f"resp_{name}"] = getattr(self._resp, name) if self._resp else Const(0, 1)
+        for name in READ_COUNTERS:
+            events[f"rd_{name}"] = getattr(self._rd_place, name) if self.reads else Const(0, 1)
+        for name in READ_INGRESS_COUNTERS:
+            events[f"rd_{name}"] = getattr(self._rd_ingress, name) if self.reads else Const(0, 1)
+        events.update({
+            "roce_rx_read_responses": rx.read_responses if self.reads else Const(0, 1),
+            "rd_table_overflow": self._rd_track.overflow if self.reads else Const(0, 1),
+            "rd_done": self._rd_place.done.valid if self.reads else Const(0, 1),
+            "rd_reissues": self._rd_place.reissue.valid if self.reads else Const(0, 1),
+        })
         rp, pfc = self._rp, self._pfc
         events.update({
             "cc_cnp_dropped": rp.cnp_dropped if rp else Const(0, 1),

@@ -5,6 +5,8 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.stats import StatsBlock
 from rocegen.gateware.net.stack import STATS as NET_STATS
 from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
+from rocegen.gateware.roce.read_ingress import READ_INGRESS_COUNTERS
+from rocegen.gateware.roce.read_layouts import READ_COUNTERS
 from rocegen.gateware.roce.responder import RESP_COUNTERS
 
 __all__ = ["EndpointStats", "ROCE_STATS", "STATS", "MOVED_COUNTERS", "PULSE_COUNTERS",
@@ -29,7 +31,10 @@ ROCE_STATS = [
     # (the responder's, after the others so that their addresses stay; zero without it)
     "roce_rx_requests"] + [f"resp_{name}" for name in RESP_COUNTERS] + [
     # (congestion control and pause: zero without them)
-    "cc_cnp_dropped", "pfc_rx_pause", "pfc_rx_bad", "pfc_tx_frames"] + list(WIDE_COUNTERS)
+    "cc_cnp_dropped", "pfc_rx_pause", "pfc_rx_bad", "pfc_tx_frames",
+    # (the READ requester's: zero without it)
+    "roce_rx_read_responses"] + [f"rd_{name}" for name in READ_COUNTERS + READ_INGRESS_COUNTERS] + [
+    "rd_table_overflow", "rd_done", "rd_reissues"] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

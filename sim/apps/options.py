@@ -3,9 +3,10 @@
 renaming of parameter errors to the option that set them.
 
 The responder's options (``--responder``, ``--resp-region``, ``--rnr-timer``, ``--rq-depth``,
-``--pattern-sink``) are off by default for ``rocegen verilog`` and ``rocegen build`` (the default
-cores keep their size) and on for ``rocegen sim serve`` (``add_endpoint_options(...,
-responder=True)``), where ``--no-responder`` leaves it out."""
+``--pattern-sink``, and RDMA READ's ``--reads``, ``--rd-depth``, ``--max-rd-atomic``) are off
+by default for ``rocegen verilog`` and ``rocegen build`` (the default cores keep their size)
+and on for ``rocegen sim serve`` (``add_endpoint_options(..., responder=True)``), where
+``--no-responder`` leaves it out."""
 
 import argparse
 
@@ -28,6 +29,9 @@ ENDPOINT_OPTIONS = {
     "--rnr-timer": ("rnr_timer", ("rnr_timer",)),
     "--rq-depth": ("rq_depth", ("rq_depth",)),
     "--pattern-sink": ("pattern_sink", ("pattern_sink",)),
+    "--reads": ("reads", ("reads",)),
+    "--rd-depth": ("rd_depth", ("rd_depth",)),
+    "--max-rd-atomic": ("max_rd_atomic", ("max_rd_atomic",)),
     "--dscp": ("dscp", ("dscp",)),
     "--ecn": ("ecn", ("ecn",)),
     "--pcp": ("pcp", ("pcp", "VLAN priority (PCP)")),
@@ -88,6 +92,17 @@ def add_endpoint_options(parser, port_option, *, responder=False):
                         help="with the responder: check every byte written against the test "
                         "pattern of its address (counters, and the connection manager's QUERY; "
                         "default on with the responder)")
+    parser.add_argument("--reads", action=argparse.BooleanOptionalAction, default=None,
+                        help="with the responder: RDMA READ both ways, hosts READ the FPGA's "
+                        "regions and the FPGA READs theirs (work-request opcode READ; default "
+                        "on with the responder)")
+    parser.add_argument("--rd-depth", type=int, default=None,
+                        help="with --reads: READ requests each QP can have queued as responder "
+                        "(a power of two 16..1024, default 16)")
+    parser.add_argument("--max-rd-atomic", type=int, default=None,
+                        help="with --reads: READs each QP may have outstanding as requester "
+                        "(1..16, default 16; a QP the connection manager opens gets at most "
+                        "what its peer accepts)")
     parser.add_argument("--dscp", type=int, default=None,
                         help="DSCP of the QPs' packets after reset (0..63, default 0; at run "
                         "time through the tc_cfg port)")
@@ -122,12 +137,18 @@ def endpoint_params(args):
         if value is not None:
             params[param] = value
     if not params.get("responder"):
-        given = [o for o in ("--resp-region", "--rnr-timer", "--rq-depth", "--pattern-sink")
-                 if ENDPOINT_OPTIONS[o][0] in params]
+        given = [o for o in ("--resp-region", "--rnr-timer", "--rq-depth", "--pattern-sink",
+                             "--reads", "--rd-depth", "--max-rd-atomic")
+                 if ENDPOINT_OPTIONS[o][0] in params and
+                 (o != "--reads" or params["reads"])]
         if given:
             raise ValueError(f"{', '.join(given)} need{'s' * (len(given) == 1)} the responder "
                              f"(--responder)")
         params.pop("responder", None)
+    if params.get("reads") is False:
+        given = [o for o in ("--rd-depth", "--max-rd-atomic") if ENDPOINT_OPTIONS[o][0] in params]
+        if given:
+            raise ValueError(f"{', '.join(given)} need{'s' * (len(given) == 1)} --reads")
     if "pfc_prio" in params and not params.get("pfc"):
         raise ValueError("--pfc-prio needs --pfc")
     rq = params.get("rq_depth")
