@@ -360,7 +360,7 @@ def port_table(top, name):
     if top.endpoint.memory == "onchip":
         out += ["", f"Local addresses are byte addresses in the on-chip payload memory of "
                 f"{cfg['mem_bytes']} bytes; `local_addr` must be a multiple of {top.width // 8} "
-                f"(W/8). The streaming front end's ring is "
+                f"(W/8), but a READ's may be any byte address. The streaming front end's ring is "
                 f"[{cfg['ring_base']:#x}, {cfg['ring_base'] + cfg['ring_bytes']:#x}): do not "
                 f"post work requests with payloads there while `msg` is used."]
     out.append("")
@@ -368,11 +368,13 @@ def port_table(top, name):
 
 
 _STATUS_DOCS = {
-    "OK": "Every packet was acknowledged: the data is at the responder.",
+    "OK": "Every packet was acknowledged: the data is at the responder (a READ: its data is in "
+          "local memory).",
     "BAD_QP": "`qp` is not a QP of the table (>= NUM_QPS); refused, nothing sent.",
     "QP_NOT_READY": "The QP was not ready to send (RTS) when the request came to be sent; "
                     "nothing sent.",
-    "LOCAL_ALIGN": "`local_addr` is not a multiple of W/8; refused, nothing sent.",
+    "LOCAL_ALIGN": "`local_addr` is not a multiple of W/8 (a READ's may be any byte address); "
+                   "refused, nothing sent.",
     "LOCAL_LENGTH": "`[local_addr, local_addr + length)` is not inside local memory (too "
                     "long); refused, nothing sent.",
     "FLUSHED": "The QP went to the error state (or was closed) before the request completed.",
@@ -382,6 +384,8 @@ _STATUS_DOCS = {
     "REMOTE_INVALID": "The responder answered NAK invalid request.",
     "REMOTE_ACCESS": "The responder answered NAK remote access error (rkey, bounds).",
     "REMOTE_OP": "The responder answered NAK remote operational error.",
+    "UNSUPPORTED": "An opcode the core was built without (READ without `--reads`, or codes "
+                   "5..7); refused, nothing sent.",
 }
 
 

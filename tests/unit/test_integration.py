@@ -102,8 +102,8 @@ def test_port_without_description_is_an_error(core, monkeypatch):
 
 def test_port_table_lists_fields_and_statuses(core):
     table = integration.port_table(core, "core")
-    assert "| `remote_offset` | [168:105] | unsigned |" in table   # 32+8+2+32+31 = 105
-    for status in ("BAD_QP", "QP_NOT_READY", "LOCAL_ALIGN", "LOCAL_LENGTH"):
+    assert "| `remote_offset` | [169:106] | unsigned |" in table   # 32+8+3+32+31 = 106
+    for status in ("BAD_QP", "QP_NOT_READY", "LOCAL_ALIGN", "LOCAL_LENGTH", "UNSUPPORTED"):
         assert f"| `{status}` |" in table
     assert "`context_.peer_ip` | [42:11]" in table                  # qp 8 + state 3 = 11
     # ports the register block owns are not top-level ports with it
