@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -56,7 +56,7 @@ from rocegen.gateware.roce.scheduler import Scheduler
 from rocegen.gateware.roce.stream_in import STREAM_META, StreamFrontEnd
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG, TrafficGen
 from rocegen.gateware.roce.wr_merge import WrMerge
-from rocegen.wire.headers import UDP_PORT_ROCEV2
+from rocegen.wire.headers import OP_RC_ACKNOWLEDGE, UDP_PORT_ROCEV2
 
 __all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
            "default_clk_hz"]
@@ -607,7 +607,8 @@ class RoceEndpoint(wiring.Component):
         ingress (headers checked against the QP table), placed into local memory against the
         table of outstanding READs (which the scheduler fills as it sends READ requests and
         which forgets a QP that fails or is set up again); every acknowledgement of the
-        receive path passes through the placement on its way to the retry engine."""
+        receive path passes through the placement on its way to the retry engine, taken from
+        the ingress in its order with the responses."""
         rx, qps, mem, sched = self._rx, self._qps, self._mem, self._sched
         track = m.submodules.read_track = self._rd_track
         place = m.submodules.read_place = self._rd_place
@@ -618,8 +619,19 @@ class RoceEndpoint(wiring.Component):
         m.d.comb += [ing.i.valid.eq(rx.req.valid), ing.i.payload.eq(rx.req.payload),
                      qps.rdr_qp.eq(ing.ctx_qp), ing.ctx.eq(qps.rdr_context)]
         wiring.connect(m, ing.o, place.i)
-        wiring.connect(m, ing.hdr, place.hdr)
-        wiring.connect(m, rx.ack, place.ack_in)
+        # (the acknowledgements come from the ingress too, in their order with the responses:
+        # its records are offered one at a time, to the placement's header or acknowledgement
+        # input by kind; the receive path's own events are only counted)
+        h = ing.hdr.payload
+        ack = h.opcode == OP_RC_ACKNOWLEDGE
+        m.d.comb += [
+            place.hdr.valid.eq(ing.hdr.valid & ~ack), place.hdr.payload.eq(h),
+            place.ack_in.valid.eq(ing.hdr.valid & ack),
+            place.ack_in.payload.qp.eq(h.qp), place.ack_in.payload.syndrome.eq(h.syndrome),
+            place.ack_in.payload.psn.eq(h.psn), place.ack_in.payload.msn.eq(h.msn),
+            ing.hdr.ready.eq(Mux(ack, place.ack_in.ready, place.hdr.ready)),
+            rx.ack.ready.eq(1),
+        ]
         wiring.connect(m, place.ack, ack_slice.i)
         wiring.connect(m, place.lookup, track.lookup)
         wiring.connect(m, sched.rd_issue, track.issue)

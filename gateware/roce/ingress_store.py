@@ -61,6 +61,9 @@ class IngressStore(wiring.Component):
         (``error`` on other beats is stored: keep it low there).
     rec : In(record)
         The record of the datagram whose last beat is on ``i``.
+    rec_only : In(1)
+        With an unmarked last beat: only the record is kept (in order with the others), the
+        datagram's beats are dropped.
     o : Out(PacketSignature(width))
         The datagrams stored, in order, lanes and ``last`` untouched, ``error`` 0.
     hdr : Out(stream.Signature(record))
@@ -72,7 +75,8 @@ class IngressStore(wiring.Component):
         (marked or not) or a last beat found the record queue full.
     refused : Out(1)
         In the cycle an unmarked last beat is on ``i`` and its datagram is not stored (one of
-        its beats found the FIFO full, or the record queue is full).
+        its beats found the FIFO full, or the record queue is full; with ``rec_only``: the
+        record queue is full).
     level : Out(range(depth + 1))
         Beats in the FIFO.
 
@@ -101,6 +105,7 @@ class IngressStore(wiring.Component):
         super().__init__({
             "i": In(PacketSignature(width)),
             "rec": In(record),
+            "rec_only": In(1),
             "o": Out(PacketSignature(width)),
             "hdr": Out(stream.Signature(record)),
             "overflow": Out(1),
@@ -130,12 +135,13 @@ class IngressStore(wiring.Component):
         # the record (marked `error`, the FIFO drops it)
         ends = fi.valid & beat.last & ~beat.error
         whole = ends & ~lost & ~full
+        alone = ends & self.rec_only            # a record without its beats
         no_room = Signal()
         m.d.comb += [
-            hq.w_data.eq(self.rec), hq.w_en.eq(whole),
-            fi.payload.error.eq(beat.error | (beat.last & ~hq.w_rdy)),
-            self.refused.eq(ends & ~(whole & hq.w_rdy)),
+            hq.w_data.eq(self.rec), hq.w_en.eq((whole & ~self.rec_only) | alone),
+            fi.payload.error.eq(beat.error | (beat.last & (~hq.w_rdy | self.rec_only))),
+            self.refused.eq(ends & ~(((whole & ~self.rec_only) | alone) & hq.w_rdy)),
         ]
-        m.d.sync += no_room.eq(whole & ~hq.w_rdy)
+        m.d.sync += no_room.eq(((whole & ~self.rec_only) | alone) & ~hq.w_rdy)
         m.d.comb += self.overflow.eq(fifo.drop_overflow | no_room)
         return m

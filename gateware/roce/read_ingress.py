@@ -31,7 +31,10 @@ _AETH_AT = 8 * READ_HDR_MIN
 
 class ReadIngress(wiring.Component):
     """Every RoCEv2 datagram in; the READ responses that pass their QP's checks out, whole,
-    with a record of their headers each.
+    with a record of their headers each, and a record of each acknowledgement that passes the
+    same checks, in the order they came (an acknowledgement must not overtake the responses
+    before it: it would acknowledge their PSNs before their data is placed, and a READ whose
+    responses it passes would look cut short).
 
     Parameters
     ----------
@@ -61,15 +64,18 @@ class ReadIngress(wiring.Component):
         syndrome and MSN (zero on MIDDLE), payload bytes without the pad (from the UDP length,
         which the network stack checks against the datagram), bytes before the payload
         (:data:`READ_HDR_MIN` or :data:`READ_HDR_MAX`). Independent of ``o``: offered as soon
-        as its datagram is whole in the FIFO.
+        as its datagram is whole in the FIFO. Between them, in the order of the datagrams, the
+        records of the ACKNOWLEDGE datagrams (opcode 0x11, BTH and AETH whole) that pass the
+        same checks: no beats on ``o``, ``length`` and ``skip`` 0; the receive path counts
+        those dropped.
     malformed, drop_pkey, drop_qp, drop_state, drop_peer, overflow : Out(1)
         One pulse per READ response with a good ICRC and whole headers that does not pass
         (:data:`READ_INGRESS_COUNTERS`), by the first check it fails, in this order: payload
         and pad not a whole number of 4-byte words, or PadCnt more than they hold; P_Key other
         than the default (low 15 bits all ones); DestQP not one of the table's; QP state
         neither RTR nor RTS; IPv4 source not the context's ``peer_ip``; no room in the FIFO
-        for its beats or in the record queue. Registered: 2 cycles after the last beat is
-        taken (``overflow`` 3).
+        for its beats or in the record queue. Not for acknowledgements. Registered: 2 cycles
+        after the last beat is taken (``overflow`` 3).
     level : Out(range(depth + 1))
         Beats in the FIFO (for PFC's XOFF).
 
@@ -134,35 +140,38 @@ class ReadIngress(wiring.Component):
 
         # ---- stage A -> B: the checks, the record
         op, qpn = a_bth.opcode, a_bth.dest_qp
-        aeth_on = has_aeth(op)
+        is_ack = op == H.OP_RC_ACKNOWLEDGE
+        aeth_on = has_aeth(op) | is_ack
         hdr_len = Mux(aeth_on, READ_HDR_MAX, READ_HDR_MIN)
         length, bad = payload_length(m, a_udp_len, hdr_len, a_bth.padcnt, LENGTH_BITS)
         # (fields beyond a datagram shorter than its headers are don't-cares: it is dropped)
         whole = a_udp_len >= hdr_len - H.IPV4.length + ICRC_BYTES
-        end = a_valid & a_beat.last & ~a_beat.error & is_read_response(op) & whole
+        end = a_valid & a_beat.last & ~a_beat.error & (is_read_response(op) | is_ack) & whole
         ctx = self.ctx
         fails = [bad, a_bth.pkey[:15] != 0x7FFF,
                  (qpn < QPN_BASE) | (qpn >= QPN_BASE + self.num_qps),
                  (ctx.state != QpState.RTR) & (ctx.state != QpState.RTS), ctx.peer_ip != a_src]
-        passed = end & ~Cat(*fails).any()
+        # (an acknowledgement's trailing bytes are not looked at, as the receive path does)
+        passed = end & ~Cat(*fails[1:]).any() & (is_ack | ~bad)
         # the pulses (registered): the first check each dropped response fails
-        first_fail = end
+        first_fail = end & ~is_ack
         for name, fail in zip(READ_INGRESS_COUNTERS[:len(fails)], fails):
             m.d.sync += getattr(self, name).eq(first_fail & fail)
             first_fail = first_fail & ~fail
 
-        b_valid, b_beat, b_pass = Signal(), Signal.like(beat), Signal()
+        b_valid, b_beat, b_pass, b_ack = Signal(), Signal.like(beat), Signal(), Signal()
         b_rec = Signal(READ_RESP_HEADER)
-        m.d.sync += [b_valid.eq(a_valid), b_beat.eq(a_beat), b_pass.eq(passed),
+        m.d.sync += [b_valid.eq(a_valid), b_beat.eq(a_beat), b_pass.eq(passed), b_ack.eq(is_ack),
                      b_rec.qp.eq((qpn - QPN_BASE)[:8]), b_rec.opcode.eq(op),
                      b_rec.psn.eq(a_bth.psn), b_rec.syndrome.eq(Mux(aeth_on, a_aeth.syndrome, 0)),
-                     b_rec.msn.eq(Mux(aeth_on, a_aeth.msn, 0)), b_rec.length.eq(length),
-                     b_rec.skip.eq(hdr_len)]
+                     b_rec.msn.eq(Mux(aeth_on, a_aeth.msn, 0)), b_rec.length.eq(Mux(is_ack, 0, length)),
+                     b_rec.skip.eq(Mux(is_ack, 0, hdr_len))]
 
         # ---- stage B: the beat into the store, a good response's last beat unmarked
         si = store.i
         m.d.comb += [si.valid.eq(b_valid), si.payload.data.eq(b_beat.data),
                      si.payload.keep.eq(b_beat.keep), si.payload.last.eq(b_beat.last),
-                     si.payload.error.eq(b_beat.last & ~b_pass), store.rec.eq(b_rec)]
-        m.d.sync += self.overflow.eq(b_pass & store.refused)
+                     si.payload.error.eq(b_beat.last & ~b_pass), store.rec.eq(b_rec),
+                     store.rec_only.eq(b_ack)]
+        m.d.sync += self.overflow.eq(b_pass & ~b_ack & store.refused)
         return m
