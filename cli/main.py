@@ -180,7 +180,7 @@ def _sim_demo(args):
         raise ValueError(f"--line-gbps must be a line rate 0..1000 Gb/s (0: unthrottled), not "
                          f"{args.line_gbps:g}")
     _demo_link_checks(args)
-    if args.peer_op:
+    if args.peer_op or args.opcode == "READ":
         return _sim_demo_peer(args)
     args.opcode = args.opcode or "WRITE"
     args.size = DEMO_SIZE if args.size is None else args.size
@@ -260,9 +260,11 @@ def _sim_demo(args):
 
 DEMO_DESCRIPTION = """\
 The endpoint core (Verilator) behind its MAC, the host NIC model on the other side of the line.
-Without --peer-op the endpoint RDMA-WRITEs or SENDs (--opcode) into the host's memory; with
---peer-op the host WRITEs or SENDs into the endpoint, built with its RC responder. The data is
-checked either way; the goodput is reported and every frame written to a pcap file."""
+Without --peer-op the endpoint RDMA-WRITEs or SENDs (--op) into the host's memory, or with --op
+READ RDMA-READs the host's memory into its own; with --peer-op the host WRITEs, SENDs or READs
+into / from the endpoint. READs in either direction, and anything the host sends, need the
+endpoint's RC responder, which those runs are built with. The data is checked either way; the
+goodput is reported and every frame written to a pcap file."""
 
 DEMO_EXAMPLES = "\n".join([
     "examples:",
@@ -274,7 +276,11 @@ DEMO_EXAMPLES = "\n".join([
     "and",
     "      reorders frames",
     "  rocegen sim demo --peer-op WRITE --bytes 1048576",
-    "      the host WRITEs 1 MiB on each of 2 QPs into the endpoint at W = 512 (100 Gb/s line)"])
+    "      the host WRITEs 1 MiB on each of 2 QPs into the endpoint at W = 512 (100 Gb/s line)",
+    "  rocegen sim demo --peer-op READ --width 64 --bytes 65536 --size 8192",
+    "      the host WRITEs 64 KiB on each of 2 QPs into the endpoint, then READs it back",
+    "  rocegen sim demo --op READ --width 64 --bytes 65536 --size 8192",
+    "      the endpoint READs 64 KiB on each of 2 QPs from the host's memory into its own"])
 
 
 def _demo_link_checks(args):
@@ -289,26 +295,29 @@ def _demo_link_checks(args):
 
 
 def _sim_demo_peer(args):
-    """``rocegen sim demo --peer-op``: the host NIC model WRITEs or SENDs into the endpoint built
-    with its RC responder (:mod:`rocegen.sim.tb.roce_resp`)."""
+    """``rocegen sim demo --peer-op`` (the host NIC model WRITEs, SENDs or READs into / from the
+    endpoint) and ``--op READ`` (the endpoint READs the host), on the endpoint built with its
+    RC responder (:mod:`rocegen.sim.tb.roce_resp`, :mod:`rocegen.sim.tb.roce_demo_read`)."""
     from rocegen.sim.testing.cocotb_runner import responder_share, responder_sim_config
+    option = "--peer-op" if args.peer_op else "--op READ"
     if args.phy != "axis" or args.vlan is not None:
-        raise ValueError("--peer-op runs on the AXI-Stream MAC port, untagged: leave out --phy "
-                         "xgmii and --vlan")
-    if args.opcode is not None:
+        raise ValueError(f"{option} runs on the AXI-Stream MAC port, untagged: leave out --phy "
+                         f"xgmii and --vlan")
+    if args.peer_op and args.opcode is not None:
         raise ValueError("--opcode is what the endpoint sends; with --peer-op the host sends "
                          "(give one of them)")
+    reads = "peer_read" if args.peer_op == "READ" else "read" if not args.peer_op else None
     num_qps = max(8, args.qps)
     cfg = responder_sim_config(args.width, num_qps)
     share = responder_share(cfg.params, args.qps)
     if args.size is None:
         args.size = min(DEMO_SIZE, share)
     if not 1 <= args.size <= share:
-        raise ValueError(f"--size must be 1..{share} with --peer-op (each QP's share of the "
+        raise ValueError(f"--size must be 1..{share} with {option} (each QP's share of the "
                          f"responder's region with {args.qps} QPs at W = {args.width}), not "
                          f"{args.size}")
     if args.bytes < 1:
-        raise ValueError(f"--bytes must be >= 1 with --peer-op, not {args.bytes}")
+        raise ValueError(f"--bytes must be >= 1 with {option}, not {args.bytes}")
     line = args.line_gbps if args.line_gbps is not None else (100 if args.width >= 128 else 10)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
@@ -323,15 +332,19 @@ def _sim_demo_peer(args):
           f"minutes, then it is cached under {BUILD / 'cocotb'})")
     pcap = Path(args.pcap or out / f"roce_{tag}.pcap").resolve()
     results = (out / f"roce_{tag}.json").resolve()
-    run = {**demo_run(args, line), "kind": "responder", "opcode": args.peer_op}
+    run = {**demo_run(args, line), "kind": reads or "responder",
+           "opcode": args.peer_op or "READ"}
+    module = "rocegen.sim.tb.roce_demo_read" if reads else "rocegen.sim.tb.roce_resp"
     try:
-        run_cocotb(cfg, "rocegen.sim.tb.roce_resp", "runs", label=f"demo-peer-{args.width}",
+        run_cocotb(cfg, module, "runs", label=f"demo-{'read' if reads else 'peer'}-{args.width}",
                    env={"PCAP": pcap, "ROCE_RUNS": json.dumps([run]), "ROCE_RESULTS": results})
     except AssertionError as e:
         print(e, file=sys.stderr)
         return 1
     r = json.loads(results.read_text())[0]
     mhz = board_clock_mhz(args.width)
+    if reads:
+        return _demo_read_report(args, run, r, line, mhz, pcap)
     print(f"W={args.width} at {mhz:.3f} MHz, line {line:g} Gb/s{' (unthrottled)' if not line else ''}"
           f", PMTU {args.pmtu}: the host sends {args.peer_op} messages of {args.size} bytes to "
           f"the endpoint's responder, {args.bytes} bytes on each of {args.qps} QP"
@@ -358,6 +371,45 @@ def _sim_demo_peer(args):
           f"completed OK, every receive completion matched, and the endpoint's memory, written "
           f"back to the host by its own RDMA WRITEs, holds exactly the data sent "
           f"({r['checked_bytes']} bytes compared)")
+    print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
+    return 0
+
+
+def _demo_read_report(args, run, r, line, mhz, pcap):
+    """What ``rocegen sim demo --peer-op READ`` / ``--op READ`` prints of its result ``r``."""
+    host = r["kind"] == "peer_read"
+    who, whom = ("the host", "the endpoint's responder") if host else \
+        ("the endpoint", "the host's memory")
+    print(f"W={args.width} at {mhz:.3f} MHz, line {line:g} Gb/s{' (unthrottled)' if not line else ''}"
+          f", PMTU {args.pmtu}: {who} READs messages of {args.size} bytes from {whom}, "
+          f"{args.bytes} bytes on each of {args.qps} QP{'s' if args.qps > 1 else ''}"
+          + (" (the host WRITEs them into the endpoint first)" if host else ""))
+    faults = [f"{f} {run[f]:g}" for f in ("loss", "dup", "reorder", "corrupt") if run[f]]
+    if faults or run["rtt_us"]:
+        print(f"link: {', '.join(faults) or 'no faults'}, round trip {run['rtt_us']:g} us, seed "
+              f"{run['seed']}, retransmit timeout code {r['timeout']}")
+        for key, name in (("link_to_nic", "to NIC"), ("link_from_nic", "from NIC")):
+            c = r[key]
+            if c is not None:
+                print(f"  {name:8}: {c['sent']} frames sent, {c['delivered']} delivered, "
+                      f"{c['dropped']} dropped, {c['duplicated']} duplicated, {c['reordered']} "
+                      f"reordered, {c['corrupted']} corrupted")
+    rounds = r["rounds"]
+    extra = f", {r['read_retries']} READs reissued by the host" if host else \
+        f", {r['host_reads_executed']} READs executed by the host"
+    print(f"{r['messages']} READs in {r['packets']} response packets{extra}"
+          + (f"; in {rounds} rounds, each filling the QPs' shares of the responder's region"
+             if rounds > 1 else ""))
+    span = ("from the first READ request on the host's line to the last beat of the endpoint's "
+            "last READ response") if host else ("from the endpoint's first READ request to the "
+                                                "end of the host's last READ response on the line")
+    check = ("every READ completed OK at the host with exactly the bytes the endpoint's memory "
+             "holds there") if host else (
+        "every READ work request completed OK, in order, and the endpoint's memory, written "
+        "back to the host by its own RDMA WRITEs, holds exactly the bytes read")
+    print(f"goodput {r['goodput_gbps']:.2f} Gb/s ({args.bytes * args.qps} bytes in "
+          f"{r['line_cycles'] / mhz:.1f} us {span}{', summed over the rounds' if rounds > 1 else ''}"
+          f"); {check} ({r['checked_bytes']} bytes compared)")
     print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
     return 0
 
@@ -454,9 +506,10 @@ def main(argv=None):
 
     s = sub.add_parser("sim", help="simulation commands")
     ssub = s.add_subparsers(dest="sim_command", required=True)
-    d = ssub.add_parser("demo", help="the endpoint writes into a simulated host NIC's memory, or "
-                        "with --peer-op the host writes into the endpoint's (Verilator); data "
-                        "checked, goodput reported", description=DEMO_DESCRIPTION,
+    d = ssub.add_parser("demo", help="the endpoint writes into (or READs) a simulated host NIC's "
+                        "memory, or with --peer-op the host writes into (or READs) the "
+                        "endpoint's (Verilator); data checked, goodput reported",
+                        description=DEMO_DESCRIPTION,
                         epilog=DEMO_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     d.add_argument("--width", type=int, default=None,
                    help="datapath width in bits (default 512, 64 with --phy xgmii)")
@@ -470,22 +523,31 @@ def main(argv=None):
     d.add_argument("--bytes", type=int, default=1 << 20, help="bytes per QP (default 1 MiB)")
     d.add_argument("--size", type=int, default=None,
                    help="message size in bytes (default 64 KiB): at most 64 KiB, the demo's "
-                   "local buffer; with --peer-op 1 up to each QP's share of the responder's "
-                   "region (the lower half of the endpoint's memory, 2 MiB at W = 512 and "
-                   "256 KiB at the other widths, split between the --qps QPs)")
-    d.add_argument("--opcode", choices=OPCODES, default=None,
-                   help="what the endpoint sends to the host (default WRITE; not with --peer-op)")
-    d.add_argument("--peer-op", choices=OPCODES, default=None, metavar="OP",
+                   "local buffer; with --peer-op or --op READ 1 up to each QP's share of the "
+                   "responder's region (the lower half of the endpoint's memory, 2 MiB at W = "
+                   "512 and 256 KiB at the other widths, split between the --qps QPs)")
+    d.add_argument("--op", "--opcode", dest="opcode", choices=(*OPCODES, "READ"), default=None,
+                   help="what the endpoint does: WRITE, WRITE_IMM, SEND or SEND_IMM into the "
+                   "host (default WRITE), or READ: with its RC responder and READ requester, "
+                   "the endpoint RDMA-READs --bytes per QP of random host memory in --size "
+                   "messages (work requests on its wr port) into each QP's share of the "
+                   "responder's region (a run larger than the share goes in rounds). Checked: "
+                   "every READ completes OK, in order, and the endpoint's memory, written back "
+                   "to the host by its own RDMA WRITEs, holds the bytes read. Not with --peer-op")
+    d.add_argument("--peer-op", choices=(*OPCODES, "READ"), default=None, metavar="OP",
                    help="the other direction: the host NIC model's requester sends --bytes per "
-                   "QP in --size messages of OP (WRITE, WRITE_IMM, SEND or SEND_IMM) to the "
-                   "endpoint built with its RC responder; WRITEs land one after the other in "
+                   "QP in --size messages of OP (WRITE, WRITE_IMM, SEND, SEND_IMM or READ) to "
+                   "the endpoint built with its RC responder; WRITEs land one after the other in "
                    "each QP's share of the responder's region, SENDs in receive buffers posted "
                    "there (a run larger than the share goes in rounds); the line and link "
                    "options apply to both directions. Checked: every host work request "
                    "completes OK, every receive completion matches, and the endpoint's memory, "
                    "written back to the host by its own RDMA WRITEs, holds the data sent. "
                    "Goodput: the payload over the time from the first request on the host's "
-                   "line to the endpoint's last ACK")
+                   "line to the endpoint's last ACK. READ: the host WRITEs random bytes there "
+                   "first, then READs every message back; checked: each READ completes OK with "
+                   "exactly what the endpoint's memory holds; goodput over the time from the "
+                   "first READ request to the endpoint's last READ response")
     d.add_argument("--line-gbps", type=float, default=None,
                    help="MAC line rate (default 100 at W >= 128, 10 at W = 64; 0: unthrottled)")
     d.add_argument("--loss", type=float, default=0.0, metavar="P",

@@ -3,13 +3,14 @@
 
 A QP lives in the process that created it (as with verbs), so ``rocegen-host connect`` starts
 this agent in the background; later commands (``status``, ``traffic``, ``recv``, ``write``,
-``send``, ``close``) talk to it through ``STATE_DIR/agent.sock`` with one JSON request per
+``send``, ``read``, ``close``) talk to it through ``STATE_DIR/agent.sock`` with one JSON request per
 connection and JSON lines in answer (``recv`` sends progress lines, then its result). The
 agent exits when its last QP is closed, on ``shutdown``, or on SIGTERM/SIGINT.
 
 Memory: each QP has one region of ``2 * window + recv_depth * recv_size`` bytes: the first
-``window`` bytes (a power of two) are where the FPGA's WRITEs go (a message may run up to
-``window`` bytes past it), then the receive buffers for SENDs and WRITEs with immediate.
+``window`` bytes (a power of two) are where the FPGA's WRITEs go and what its READs read (a
+message may run up to ``window`` bytes past it), then the receive buffers for SENDs and WRITEs
+with immediate.
 
 Checking a run of the FPGA's traffic generator (message ``s`` carries the test pattern of local
 address ``(s mod 64) << 26``, :mod:`rocegen.wire.pattern`; its WRITE goes to remote offset
@@ -21,6 +22,15 @@ address ``(s mod 64) << 26``, :mod:`rocegen.wire.pattern`; its WRITE goes to rem
 * WRITE: there is no completion on the host, so the memory is watched: message ``s`` counts once
   its bytes are in place (while the run fits in the window), or the run counts as done once the
   whole window holds what the last messages leave there (a run longer than the window).
+* READ (an FPGA with the READ requester and the pattern sink): message ``s`` READs ``size``
+  bytes at offset ``(s * size) mod window`` of the host's memory into the FPGA's local memory at
+  that same offset, so the agent first fills those bytes with the test pattern of the local
+  addresses they land at (the pattern of address ``offset``); the FPGA's pattern sink checks
+  every byte a READ response writes, and the run is checked over the connection manager's
+  QUERY: done once the sink has counted the run's ``count * size`` bytes, good when it found
+  none wrong (message ``s`` counts as checked once ``(s + 1) * size`` bytes are). The window of
+  a READ run is at most the FPGA's region (the largest power of two in its length): the local
+  addresses must be inside its memory.
 
 The host's own WRITEs and SENDs into the FPGA (:meth:`Agent.write`, :meth:`Agent.send`; an FPGA
 with the RC responder): the OPEN_QP reply named each QP's region on the FPGA (R_Key, base,
@@ -32,7 +42,14 @@ bytes of the QP's memory, one slot each while it is outstanding (a run is refuse
 traffic run uses them). The FPGA's pattern sink checks every byte written against the pattern of
 its address: the connection manager's QUERY before the run and after its last completion (asked
 again until the counters have taken every byte, or a few times) gives the bytes checked and the
-bytes wrong of the run: the FPGA's own byte-exact verdict.
+bytes wrong of the run: the FPGA's own byte-exact verdict. A READ run (:meth:`Agent.read`) reads
+the same addresses a WRITE run of the same size writes (message ``k`` from ``base + (k mod n) *
+size``) into the staging slots, and the agent checks every byte against the test pattern of the
+FPGA address it came from (what the host's WRITEs, or the FPGA itself, left there).
+
+READ depths: the host states its own in OPEN_QP (the NIC's :meth:`read_limits`), and its QP keeps
+at most as many READs outstanding as the FPGA's ACK says it accepts (``rd_depth``; 0, an FPGA
+that does not state it: 1), and accepts as many as it stated.
 
 Rates (:meth:`TrafficRun.summary`): ``seconds``/``gbps``/``mmsgs`` are measured on the wall
 clock, from sending the run's datagram to its last message checked. When the NIC knows the
@@ -62,7 +79,7 @@ from rocegen.wire.pattern import generator_address, pattern
 
 __all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentError", "fpga_rates"]
 
-OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
+OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ")
 #: The first errors of a run that are kept to report.
 KEEP_ERRORS = 5
 #: Messages of a host run a QP has outstanding at most.
@@ -70,6 +87,8 @@ SEND_DEPTH = 32
 #: QUERYs after a host run's last completion while the pattern sink has not counted every byte
 #: (a payload may still be on its way into memory when its ACK left).
 VERDICT_TRIES = 6
+#: Seconds between QUERYs while the FPGA's READ run goes on (the first; doubled up to 0.5).
+READ_POLL = 0.05
 
 
 class AgentError(Exception):
@@ -95,6 +114,8 @@ class TrafficRun:
     t_done: float | None = None
     image: tuple | None = None      # expected window contents of a run longer than the window
     fpga: dict | None = None        # the NIC's fpga_time() when the run was done
+    checked: int | None = None      # READ: bytes the FPGA's pattern sink checked in the run
+    wrong: int | None = None        # READ: bytes it found wrong
 
     @property
     def done(self):
@@ -112,7 +133,8 @@ class TrafficRun:
                 "bad": self.bad, "errors": self.errors, "done": self.done,
                 "ok": self.done and not self.bad and self.verified == self.count,
                 "seconds": secs, "bytes": good, "gbps": good * 8 / secs / 1e9,
-                "mmsgs": self.verified / secs / 1e6,
+                "mmsgs": self.verified / secs / 1e6, "checked": self.checked,
+                "wrong": self.wrong,
                 **fpga_rates(self.fpga if self.done else fpga, good, self.verified)}
 
 
@@ -147,9 +169,12 @@ class HostQp:
     messages: int = 0
     bytes: int = 0
     fpga_region: tuple = (0, 0, 0)      # (rkey, base, length) on the FPGA; zeros: none
-    sending: bool = False               # a host run (write / send) is going
+    sending: bool = False               # a host run (write / send / read) is going
     sent: int = 0                       # messages of host runs completed
     sent_bytes: int = 0
+    rd_atomic: int = 1                  # READs of ours outstanding at most (max_rd_atomic)
+    rd_depth: int = 1                   # READs of the FPGA accepted at once (max_dest_rd_atomic)
+    fpga_reads: tuple = (0, 0)          # the READ depths the FPGA stated; zeros: none (no READs)
 
     def info(self):
         return {"qpn": self.qpn, "psn": self.psn, "fpga_qpn": self.fpga_qpn, "pmtu": self.pmtu,
@@ -157,12 +182,18 @@ class HostQp:
                 "recv_size": self.recv_size, "recv_depth": self.recv_depth, "state": self.state,
                 "messages": self.messages, "bytes": self.bytes,
                 "fpga_region": list(self.fpga_region), "sent": self.sent,
-                "sent_bytes": self.sent_bytes,
+                "sent_bytes": self.sent_bytes, "rd_atomic": self.rd_atomic,
+                "rd_depth": self.rd_depth, "fpga_reads": list(self.fpga_reads),
                 "run": self.run.summary() if self.run else None}
 
 
 def _log2(n):
     return n.bit_length() - 1
+
+
+def _inverted(data):
+    """``data`` with every bit flipped."""
+    return (int.from_bytes(data, "big") ^ ((1 << 8 * len(data)) - 1)).to_bytes(len(data), "big")
 
 
 class Agent:
@@ -184,6 +215,9 @@ class Agent:
         self._queue = deque()               # QPs whose run waits for the generator
         self._in_flight = []                # the run last sent to the generator
         self.fatal = None
+        # (a NIC that does not state its READ limits is set up as before they existed: one READ
+        # each way)
+        self._read_limits = nic.read_limits() if hasattr(nic, "read_limits") else None
         self._poller = threading.Thread(target=self._poll_loop, name="cq", daemon=True)
         self._poller.start()
 
@@ -213,10 +247,12 @@ class Agent:
         size = 2 * self.window + self.recv_depth * self.recv_size
         addr, rkey = self.nic.register(size)
         psn = int.from_bytes(os.urandom(3), "big")
+        own_atomic, own_depth = self._read_limits or (1, 1)
         try:
             opened = self.cm.open(
                 qpn=qpn, psn=psn, rkey=rkey, vaddr=addr, ip=parse_ip(self.nic.local_ip),
-                pmtu=pmtu, timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry)
+                pmtu=pmtu, timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry,
+                read_depths=(own_atomic, own_depth) if self._read_limits else None)
         except CmError as e:
             self.nic.destroy_qp(qpn)
             raise AgentError(e.kind, str(e)) from None
@@ -226,8 +262,11 @@ class Agent:
         fpga_qpn, fpga_psn = opened["fpga_qpn"], opened["fpga_psn"]
         qp = HostQp(qpn, psn, fpga_qpn, pmtu, addr, rkey, self.window,
                     addr + 2 * self.window, self.recv_size, self.recv_depth,
-                    fpga_region=(opened["rkey"], opened["base"], opened["length"]))
-        self.nic.connect_qp(qpn, fpga_qpn, self.fpga_ip, fpga_psn, qp.pmtu)
+                    fpga_region=(opened["rkey"], opened["base"], opened["length"]),
+                    rd_atomic=min(own_atomic, opened.get("rd_depth") or 1), rd_depth=own_depth,
+                    fpga_reads=(opened.get("rd_atomic", 0), opened.get("rd_depth", 0)))
+        depths = {"rd_atomic": qp.rd_atomic, "rd_depth": qp.rd_depth} if self._read_limits else {}
+        self.nic.connect_qp(qpn, fpga_qpn, self.fpga_ip, fpga_psn, qp.pmtu, **depths)
         for k in range(self.recv_depth):
             self.nic.post_recv(qpn, k, qp.recv_addr + k * self.recv_size, self.recv_size)
         with self.lock:
@@ -279,6 +318,7 @@ class Agent:
             raise AgentError("usage", "count and spacing must be 0 .. 2^32-1")
         runs = []
         for qp in self._select(fpga_qpn):
+            window = self._read_window(qp, size) if op == "READ" else self.window
             if qp.state != "RTS":
                 raise AgentError("state", f"QP {qp.fpga_qpn} is in {qp.state}")
             if qp.run is not None and not qp.run.done:
@@ -288,13 +328,36 @@ class Agent:
                 raise AgentError("busy", f"QP {qp.fpga_qpn} is sending into the FPGA")
             if op.startswith("WRITE"):
                 self.nic.fill(qp.addr, min(2 * self.window, count * size + size), 0)
-            run = TrafficRun(op, size, count, spacing, self.window, None)
+            elif op == "READ":
+                # what the run reads: offsets 0 .. window + size, each byte the pattern of the
+                # FPGA's local address it lands at (the same offset)
+                span = min(window + size, count * size)
+                self.nic.write(qp.addr, pattern(0, span))
+            run = TrafficRun(op, size, count, spacing, window, None)
             with self.lock:
                 qp.run = run
                 self._queue.append(qp)
                 self._dispatch()
             runs.append({"fpga_qpn": qp.fpga_qpn, **run.summary()})
         return runs
+
+    def _read_window(self, qp, size):
+        """The window of a READ run on ``qp``: this agent's, or less, the largest power of two
+        in the FPGA's region (whose length bounds its local memory)."""
+        length = qp.fpga_region[2]
+        if not length:
+            raise AgentError("no_region", f"the FPGA offers no memory region on QP {qp.fpga_qpn} "
+                             f"(an FPGA built without the responder has no READ requester and no "
+                             f"pattern sink)")
+        if not any(qp.fpga_reads):
+            raise AgentError("no_reads", f"the FPGA stated no READ depths when QP {qp.fpga_qpn} "
+                             f"was opened: it is built without the READ requester")
+        window = min(self.window, 1 << _log2(length))
+        if size > window:
+            raise AgentError("usage", f"READ size {size} is larger than the window of the run "
+                             f"({window} bytes: the FPGA's region of QP {qp.fpga_qpn} is {length} "
+                             f"bytes)")
+        return window
 
     def _dispatch(self):
         """Send the next queued run's test-traffic datagram once every run sent before is done.
@@ -313,9 +376,63 @@ class Agent:
             self._in_flight = [run]
             if run.count == 0:
                 run.t_done = run.t_start
+            if run.op == "READ":
+                threading.Thread(target=self._read_run, args=(qp, run), name="read-run",
+                                 daemon=True).start()
+                continue
             self.cm.traffic(qp.fpga_qpn, run.size, run.count, run.spacing,
                             write=run.op.startswith("WRITE"), imm=run.op.endswith("IMM"),
-                            window_log2=_log2(self.window))
+                            window_log2=_log2(run.window))
+
+    def _read_run(self, qp, run, stall=30.0):
+        """The FPGA's READ run: QUERY, its datagram, then QUERYs until the pattern sink has
+        counted the run's bytes (or nothing moved for ``stall`` seconds)."""
+        try:
+            before = self.cm.query()
+        except CmError as e:
+            with self.lock:
+                self._error(run, f"no verdict: the FPGA does not answer QUERY ({e})")
+                self._finish(qp, run)
+            return
+        with self.lock:
+            run.t_start = time.monotonic()
+            run.checked = run.wrong = 0
+        self.cm.traffic(qp.fpga_qpn, run.size, run.count, run.spacing, write=False,
+                        window_log2=_log2(run.window), read=True)
+        want, pause, last_move, last = run.count * run.size, READ_POLL, time.monotonic(), None
+        while not run.done and not self.stopping.is_set():
+            try:
+                now = self.cm.query()
+            except CmError as e:
+                now, why = None, str(e)
+            with self.lock:
+                if now is None:
+                    self._error(run, f"QUERY failed during the run: {why}")
+                    self._finish(qp, run)
+                    return
+                checked, wrong = now[0] - before[0], now[1] - before[1]
+                if (checked, wrong) != last:
+                    last, last_move = (checked, wrong), time.monotonic()
+                run.checked, run.wrong = checked, wrong
+                run.received = run.verified = min(run.count, checked // run.size) \
+                    if run.size else run.count
+                if wrong:
+                    run.bad = 1
+                    run.errors[:] = [f"the FPGA's pattern sink found {wrong} of {checked} bytes "
+                                     f"wrong"]
+                if checked >= want:
+                    if checked > want:
+                        run.errors.append(f"the sink counted {checked - want} bytes more than "
+                                          f"the run's (other traffic into the FPGA)")
+                    self._finish(qp, run)
+                    return
+                if time.monotonic() - last_move > stall:
+                    self._error(run, f"the FPGA's pattern sink counted {checked} of {want} bytes, "
+                                f"then nothing for {stall:g} s")
+                    self._finish(qp, run)
+                    return
+            time.sleep(pause)
+            pause = min(2 * pause, 0.5)
 
     def progress(self, fpga_qpn=None):
         with self.lock:
@@ -348,6 +465,13 @@ class Agent:
         serve`` posts them), then ask the FPGA's verdict (:meth:`_host_run`)."""
         return self._host_run("SEND_IMM" if imm else "SEND", fpga_qpn, size, count, at, stall)
 
+    def read(self, fpga_qpn=None, *, size=65536, count=64, stall=30.0):
+        """RDMA READ ``count`` messages of ``size`` bytes from the FPGA's region of each
+        selected QP, from the addresses a :meth:`write` of the same size writes, and check every
+        byte against the test pattern of the FPGA address it came from (:meth:`_host_run`;
+        ``checked`` / ``wrong`` are this host's count)."""
+        return self._host_run("READ", fpga_qpn, size, count, None, stall)
+
     def _host_run(self, op, fpga_qpn, size, count, at, stall):
         """The messages on each selected QP in turn, then the verdict: a dict with ``op``,
         ``size``, ``count``, ``qps`` (per QP: ``fpga_qpn``, ``messages`` completed OK,
@@ -370,7 +494,7 @@ class Agent:
                 if not length:
                     raise AgentError("no_region", f"the FPGA offers no memory region on QP "
                                      f"{qp.fpga_qpn} (an FPGA built without the responder)")
-                if (op.startswith("WRITE") or at is None) and size > length:
+                if (op.startswith(("WRITE", "READ")) or at is None) and size > length:
                     raise AgentError("usage", f"size {size} is larger than the FPGA's region "
                                      f"of QP {qp.fpga_qpn} ({length} bytes)")
                 if qp.state != "RTS":
@@ -380,12 +504,15 @@ class Agent:
             for qp in qps:
                 qp.sending = True
         try:
-            before = self._query()
+            before = self._query() if op != "READ" else None
             t0 = time.monotonic()
             rows = [self._post_messages(qp, op, size, count, at, stall) for qp in qps]
             seconds = max(time.monotonic() - t0, 1e-9)
             sent = sum(r["messages"] for r in rows) * size
             checked = wrong = None
+            if op == "READ":
+                checked = sum(r["checked"] for r in rows)
+                wrong = sum(r["wrong"] for r in rows)
             if before is not None:
                 after = before
                 for k in range(VERDICT_TRIES):
@@ -422,8 +549,23 @@ class Agent:
         slots = min(SEND_DEPTH, max(1, self.window // size))
         outstanding = deque()
         row = {"fpga_qpn": qp.fpga_qpn, "messages": 0, "errors": [],
-               "first_addr": base if at is None else at}
+               "first_addr": base if at is None else at, "checked": 0, "wrong": 0}
         last_move = time.monotonic()
+
+        def check_read(k):
+            """The bytes READ by message ``k``, against the pattern of their FPGA address."""
+            src = base + (k % fits) * size
+            got = self.nic.read(qp.addr + (k % slots) * size, size)
+            want = pattern(src, size)
+            row["checked"] += size
+            if got != want:
+                bad = sum(a != b for a, b in zip(got, want))
+                row["wrong"] += bad
+                if len(row["errors"]) < KEEP_ERRORS:
+                    first = next(i for i in range(size) if got[i] != want[i])
+                    row["errors"].append(f"message {k}: {bad} of {size} bytes read differ from "
+                                         f"the test pattern of FPGA address {src:#x}, the first "
+                                         f"at {src + first:#x}")
 
         def take(cpl: SendCpl):
             k = outstanding.popleft()
@@ -437,6 +579,8 @@ class Agent:
                 row["messages"] += 1
                 qp.sent += 1
                 qp.sent_bytes += size
+                if op == "READ":
+                    check_read(k)
 
         def wait_one():
             nonlocal last_move
@@ -457,12 +601,15 @@ class Agent:
                     break
                 while len(outstanding) >= slots:
                     wait_one()
-                if op.startswith("WRITE"):
+                if op.startswith(("WRITE", "READ")):
                     dest = base + (k % fits) * size
                 else:
                     dest = base if at is None else at
                 local = qp.addr + (k % slots) * size
-                self.nic.write(local, pattern(dest, size))
+                if op == "READ":            # no byte of the slot may look read already
+                    self.nic.write(local, _inverted(pattern(dest, size)))
+                else:
+                    self.nic.write(local, pattern(dest, size))
                 self.nic.post_send(qp.qpn, k, op, local, size, remote_addr=dest, rkey=rkey,
                                    imm=k & 0xFFFF_FFFF if op.endswith("IMM") else None)
                 outstanding.append(k)
@@ -635,7 +782,7 @@ class _Handler(socketserver.StreamRequestHandler):
                 self._recv(agent, **req)
                 return
             commands = {"open": agent.open, "close": agent.close, "traffic": agent.traffic,
-                        "write": agent.write, "send": agent.send,
+                        "write": agent.write, "send": agent.send, "read": agent.read,
                         "status": agent.status, "progress": agent.progress,
                         "shutdown": lambda: agent.close() if agent.qps else []}
             if cmd not in commands:

@@ -8,13 +8,19 @@ traffic generator and check what arrives.
     rocegen-host traffic --op WRITE --count 64 --size 65536
     rocegen-host recv                                          # live progress, then the table
     rocegen-host write --count 64 --size 65536 [--imm]         # into the FPGA's memory
+    rocegen-host read --count 64 --size 65536                  # and back from it
     rocegen-host send --count 64 --size 4096 [--imm]           # into its receive buffers
+    rocegen-host traffic --op READ --count 64 --size 65536     # the FPGA reads the host
     rocegen-host status
     rocegen-host close
 
 ``write`` and ``send`` need an FPGA with the RC responder: the host sends the test pattern of the
 FPGA addresses it writes, and the FPGA's pattern sink checks every byte; the verdict (bytes
-checked, bytes wrong) comes back over the connection manager (QUERY).
+checked, bytes wrong) comes back over the connection manager (QUERY). ``read`` RDMA-READs the
+addresses ``write`` writes and checks every byte against the test pattern of its FPGA address
+(so write first). ``traffic --op READ`` (an FPGA with the READ requester): the FPGA READs the
+host's memory, which the agent has filled with the test pattern of the FPGA addresses the bytes
+land at; its pattern sink checks them and ``recv`` shows its verdict.
 
 ``connect`` starts the host agent (:mod:`rocegen.host.agent`) in the background, holding the QPs
 and their memory; the other commands talk to it. Exit status: 0 done, 1 refused / failed /
@@ -79,7 +85,9 @@ def _print_qps(qps):
         if length:
             print(f"  FPGA QP {q['fpga_qpn']}: memory region [{base:#x}, +{length:#x}) with "
                   f"R_Key {rkey:#010x}" + (f"; {q['sent']} messages ({q['sent_bytes']} bytes) "
-                                           f"sent into it" if q.get("sent") else ""))
+                                           f"sent into it or read" if q.get("sent") else "")
+                  + (f"; READs: {q['rd_atomic']} of ours outstanding at most, "
+                     f"{q['rd_depth']} of the FPGA's accepted" if "rd_atomic" in q else ""))
 
 
 def _connect(args):
@@ -176,7 +184,9 @@ def _traffic(args):
 
 def _host_run(args, cmd):
     req = {"cmd": cmd, "fpga_qpn": args.qp, "size": args.size, "count": args.count,
-           "imm": args.imm, "stall": args.stall}
+           "stall": args.stall}
+    if cmd != "read":
+        req["imm"] = args.imm
     if cmd == "send":
         req["at"] = args.at
     r = _call(args, req)
@@ -189,7 +199,10 @@ def _host_run(args, cmd):
             for e in q["errors"]:
                 print(f"  QP {q['fpga_qpn']}: {e}")
         print(f"{r['bytes']} bytes in {r['seconds']:.3f} s, {r['gbps']:.3f} Gb/s (wall clock)")
-        if r["checked"] is None:
+        if cmd == "read":
+            print(f"host check: {r['checked']} bytes read compared with the test pattern of "
+                  f"their FPGA addresses, {r['wrong']} wrong")
+        elif r["checked"] is None:
             print("no verdict: the FPGA does not answer QUERY (built without the pattern sink)")
         else:
             note = ""
@@ -199,6 +212,9 @@ def _host_run(args, cmd):
                 note = f" (sent {r['bytes']}: {why})"
             print(f"FPGA verdict: {r['checked']} bytes checked{note}, {r['wrong']} wrong")
     if not r["ok"]:
+        if cmd == "read" and r["wrong"]:
+            raise Fail("bytes read differ from the test pattern (were they written first? "
+                       "rocegen-host write --count N --size S)")
         raise Fail("bytes wrong in the FPGA's memory" if r["wrong"] else "the run failed")
     return 0
 
@@ -209,6 +225,10 @@ def _write(args):
 
 def _send(args):
     return _host_run(args, "send")
+
+
+def _read(args):
+    return _host_run(args, "read")
 
 
 def rate_clock(rows):
@@ -248,6 +268,9 @@ def _table(rows):
             line += f" {'-':>10} {'-':>10} {'-':>10} {'-':>11}"
         line += f" {r['seconds']:>8.3f} {r['gbps']:>10.3f} {r['mmsgs'] * 1e3:>11.2f}"
         lines.append(line)
+        if r.get("checked") is not None:
+            lines.append(f"  QP {r['fpga_qpn']}: FPGA verdict of the READs: {r['checked']} bytes "
+                         f"checked, {r['wrong']} wrong")
         lines += [f"  QP {r['fpga_qpn']}: {e}" for e in r["errors"]]
     if fpga:
         lines.append(f"FPGA: Gb/s ({rate_clock(runs)}), the simulated cycles from the first beat "
@@ -367,7 +390,10 @@ def main(argv=None):
 
     t = sub.add_parser("traffic", help="start the FPGA's traffic generator on a QP (or all)")
     t.add_argument("--qp", type=int, default=None, help="the FPGA's QP number (default: all)")
-    t.add_argument("--op", choices=OPS, default="WRITE")
+    t.add_argument("--op", choices=OPS, default="WRITE",
+                   help="what the FPGA does: WRITE, WRITE_IMM, SEND, SEND_IMM into the host, or "
+                   "READ the host's memory (filled first with the test pattern; checked by the "
+                   "FPGA's pattern sink); default WRITE")
     t.add_argument("--count", type=int, default=64, help="messages (default 64)")
     t.add_argument("--size", type=int, default=65536, help="bytes per message (default 64 KiB)")
     t.add_argument("--spacing", type=int, default=0,
@@ -377,14 +403,18 @@ def main(argv=None):
     for name, what, size in (("write", "RDMA WRITE the test pattern into the FPGA's memory "
                               "region (an FPGA with the responder), then ask its verdict", 65536),
                              ("send", "SEND the test pattern into the FPGA's receive buffers (an "
-                              "FPGA with the responder), then ask its verdict", 4096)):
+                              "FPGA with the responder), then ask its verdict", 4096),
+                             ("read", "RDMA READ the FPGA's memory region where write writes "
+                              "(an FPGA with the responder) and check every byte against the "
+                              "test pattern of its FPGA address", 65536)):
         h = sub.add_parser(name, help=what)
         h.add_argument("--qp", type=int, default=None, help="the FPGA's QP number (default: all)")
         h.add_argument("--count", type=int, default=64, help="messages per QP (default 64)")
         h.add_argument("--size", type=int, default=size,
                        help=f"bytes per message (default {size})")
-        h.add_argument("--imm", action="store_true",
-                       help="with immediate data (the message number)")
+        if name != "read":
+            h.add_argument("--imm", action="store_true",
+                           help="with immediate data (the message number)")
         if name == "send":
             h.add_argument("--at", type=lambda t: int(t, 0), default=None, metavar="ADDR",
                            help="FPGA address where its receive buffers start, whose pattern "
@@ -416,7 +446,7 @@ def main(argv=None):
                     raise Fail(f"--{name.replace('_', '-')} must be >= 1", 2)
             return _connect(args)
         return {"status": _status, "traffic": _traffic, "recv": _recv, "close": _close,
-                "stop": _stop, "write": _write, "send": _send}[args.command](args)
+                "stop": _stop, "write": _write, "send": _send, "read": _read}[args.command](args)
     except Fail as e:
         print(f"rocegen-host: {e}", file=sys.stderr)
         return e.code

@@ -13,11 +13,17 @@ closes the QP numbers they name other than the one it keeps.
 
 An FPGA with the RC responder names each QP's memory region in its OPEN_QP reply (R_Key, base,
 length: :func:`rocegen.wire.cm.region`; all zero without the responder), and one with the pattern
-sink answers QUERY with the sink's counters (:meth:`CmClient.query`).
+sink answers QUERY with the sink's counters (:meth:`CmClient.query`). A host that does RDMA READ
+states its READ depths in OPEN_QP (bytes 56-57, :func:`rocegen.wire.cm.with_read_depths`), and an
+FPGA that knows them states its own in the ACK (0: not stated, one READ at a time).
+
+One client may serve several threads: a lock keeps one request (with its replies) at a time on
+the socket.
 """
 
 import os
 import socket
+import threading
 import time
 
 from rocegen.wire import cm as M
@@ -65,6 +71,7 @@ class CmClient:
         #: requests sent (retries included) and replies matched
         self.sent = 0
         self.replies = 0
+        self._lock = threading.RLock()
 
     def close(self):
         self.sock.close()
@@ -75,33 +82,44 @@ class CmClient:
         self.sent += 1
 
     def traffic(self, fpga_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=False,
-                window_log2=0):
-        """Start the FPGA's traffic generator on ``fpga_qpn`` (no reply is sent)."""
-        self.send_raw(M.traffic(fpga_qpn, dma_length, n_transfers, frequency, write=write,
-                                imm=imm, window_log2=window_log2,
-                                listening_port=self.listen_port))
+                window_log2=0, read=False):
+        """Start the FPGA's traffic generator on ``fpga_qpn`` (no reply is sent); ``read``: a
+        run of RDMA READs of our region (:func:`rocegen.wire.cm.traffic`)."""
+        with self._lock:
+            self.send_raw(M.traffic(fpga_qpn, dma_length, n_transfers, frequency, write=write,
+                                    imm=imm, window_log2=window_log2, read=read,
+                                    listening_port=self.listen_port))
 
-    def request(self, req_type, **fields):
-        """Send a request and return the fields of its ACK reply; :class:`CmError` otherwise."""
+    def request(self, req_type, *, read_depths=None, raw=False, **fields):
+        """Send a request and return the fields of its ACK reply (with ``raw``: ``(fields,
+        bytes)``); :class:`CmError` otherwise. ``read_depths``: ``(rd_atomic, rd_depth)`` stated
+        in bytes 56-57."""
+        with self._lock:
+            return self._request(req_type, read_depths, raw, fields)
+
+    def _request(self, req_type, read_depths, raw, fields):
         fields.setdefault("listening_port", self.listen_port)
         payload = M.request(req_type, **fields)
+        if read_depths is not None:
+            payload = M.with_read_depths(payload, *read_depths)
         key = (req_type, fields.get("loc_qpn", 0), fields.get("loc_psn", 0))
         reply, tries = None, 0
         while reply is None and tries <= self.retries:
             self.send_raw(payload)
             tries += 1
-            reply = self._wait(key, self.timeout)
+            reply = self._wait(key, self.timeout, raw=True)
         if reply is None:
             raise CmError("timeout", f"no reply from the FPGA at {self.fpga[0]}:{self.fpga[1]} "
                           f"after {self.retries + 1} tries {self.timeout:g} s apart (is it up, "
                           f"and is UDP port {self.listen_port} reachable from it?)")
+        reply, data = reply
         if tries > 1 and req_type == M.REQ_OPEN_QP:
             self._close_duplicates(key, reply)
         if reply["ack_type"] != M.ACK_ACK:
             kind, text = _ACKS.get(reply["ack_type"],
                                    ("error", f"unknown reply type {reply['ack_type']}"))
             raise CmError(kind, text)
-        return reply
+        return (reply, data) if raw else reply
 
     def _wait(self, key, timeout, raw=False):
         """The reply that matches ``key`` within ``timeout`` seconds (its fields; with ``raw``,
@@ -135,19 +153,21 @@ class CmClient:
                     pass
 
     def open_qp(self, *, qpn, psn, rkey, vaddr, ip, pmtu=None, timeout=None, retry_cnt=None,
-                rnr_retry=None):
+                rnr_retry=None, read_depths=None):
         """OPEN_QP for our QP ``qpn`` (first PSN we expect ``psn``, memory ``rkey``/``vaddr``, our
         RoCE address ``ip`` as an integer); the extension bytes only when given. Returns
         ``(fpga_qpn, fpga_first_psn)``."""
         r = self.open(qpn=qpn, psn=psn, rkey=rkey, vaddr=vaddr, ip=ip, pmtu=pmtu,
-                      timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry)
+                      timeout=timeout, retry_cnt=retry_cnt, rnr_retry=rnr_retry,
+                      read_depths=read_depths)
         return r["fpga_qpn"], r["fpga_psn"]
 
     def open(self, *, qpn, psn, rkey, vaddr, ip, pmtu=None, timeout=None, retry_cnt=None,
-             rnr_retry=None):
+             rnr_retry=None, read_depths=None):
         """:meth:`open_qp`, returning a dict: ``fpga_qpn``, ``fpga_psn`` and the QP's memory
         region on the FPGA, ``rkey``, ``base``, ``length`` (all 0 from an FPGA without the
-        responder)."""
+        responder). ``read_depths``: ours, ``(rd_atomic, rd_depth)``, stated in the request;
+        the dict then also holds the FPGA's, ``rd_atomic`` and ``rd_depth`` (0: not stated)."""
         ext = {}
         if pmtu is not None:
             ext["pmtu_code"] = M.pmtu_code(pmtu)
@@ -158,11 +178,14 @@ class CmClient:
         if retry_cnt is not None or rnr_retry is not None:
             ext.update(M.retry_byte(7 if retry_cnt is None else retry_cnt,
                                     7 if rnr_retry is None else rnr_retry))
-        r = self.request(M.REQ_OPEN_QP, loc_qpn=qpn, loc_psn=psn, loc_rkey=rkey, loc_vaddr=vaddr,
-                         loc_ip=ip, **ext)
+        r, data = self.request(M.REQ_OPEN_QP, read_depths=read_depths, raw=True, loc_qpn=qpn,
+                               loc_psn=psn, loc_rkey=rkey, loc_vaddr=vaddr, loc_ip=ip, **ext)
         fpga_rkey, base, length = M.region(r)
-        return {"fpga_qpn": r["loc_qpn"], "fpga_psn": r["loc_psn"], "rkey": fpga_rkey,
-                "base": base, "length": length}
+        out = {"fpga_qpn": r["loc_qpn"], "fpga_psn": r["loc_psn"], "rkey": fpga_rkey,
+               "base": base, "length": length}
+        if read_depths is not None:
+            out["rd_atomic"], out["rd_depth"] = M.read_depths(data)
+        return out
 
     def query(self, *, qpn=0, psn=None):
         """QUERY: the FPGA's pattern sink counters ``(checked, wrong)`` (bytes compared with the
@@ -171,6 +194,10 @@ class CmClient:
         :class:`CmError` ``"timeout"`` when the FPGA has no pattern sink (it drops QUERY)."""
         if psn is None:
             psn = int.from_bytes(os.urandom(3), "big")
+        with self._lock:
+            return self._query(qpn, psn)
+
+    def _query(self, qpn, psn):
         fields = {"loc_qpn": qpn, "loc_psn": psn, "listening_port": self.listen_port}
         payload = M.request(M.REQ_QUERY, **fields)
         key = (M.REQ_QUERY, qpn, psn)

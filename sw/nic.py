@@ -2,26 +2,34 @@
 simulated one (:class:`SimNic`): the project's RNIC model on a simulated Ethernet wire, as
 ``rocegen sim serve`` offers it.
 
-Both offer what the agent needs of an RC QP, as the responder of the FPGA's traffic and as the
-requester of the host's own WRITEs and SENDs into the FPGA:
+Both offer what the agent needs of an RC QP, as the responder of the FPGA's traffic (its WRITEs
+and SENDs, and its RDMA READs of the host's memory) and as the requester of the host's own
+WRITEs, SENDs and READs into / from the FPGA:
 
 ``local_ip``
     the IPv4 address RoCE packets reach us at (goes in OPEN_QP's ``loc_ip``).
 ``create_qp(recv_depth)``
     a QP in RESET; returns its number.
 ``register(length)``
-    a memory region with local and remote write access: ``(addr, rkey)``.
-``connect_qp(qpn, fpga_qpn, fpga_ip, epsn, pmtu)``
+    a memory region with local write, remote write and remote read access: ``(addr, rkey)``.
+``read_limits()``
+    ``(rd_atomic, rd_depth)``: the most RDMA READs a QP of this NIC can have outstanding
+    towards its peer, and the most it accepts from its peer at once (what the host states in
+    OPEN_QP, :func:`rocegen.wire.cm.with_read_depths`).
+``connect_qp(qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1)``
     to RTR then RTS, expecting PSN ``epsn`` first from the FPGA's QP ``fpga_qpn`` and sending
     from PSN ``epsn`` too (the connection manager sets both directions of the FPGA's QP to the
-    same PSN).
+    same PSN); ``rd_atomic`` READs of ours outstanding at most (``max_rd_atomic``), ``rd_depth``
+    of the FPGA's accepted at once (``max_dest_rd_atomic``).
 ``post_recv(qpn, wr_id, addr, length)``
     a receive buffer inside the region.
 ``poll(max_entries)``
     receive completions as :class:`Cpl`.
 ``post_send(qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None)``
-    a send work request (``op``: ``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``; the message is
-    the ``length`` bytes at ``addr`` of a region, read when the NIC sends them).
+    a send work request (``op``: ``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``: the message is
+    the ``length`` bytes at ``addr`` of a region, read when the NIC sends them; ``READ``: the
+    ``length`` bytes at ``remote_addr`` of the peer land at ``addr``, in place once the READ
+    has completed).
 ``poll_send(max_entries, timeout)``
     send completions as :class:`SendCpl`, in order per QP.
 ``read(addr, length)`` / ``fill(addr, length, value)`` / ``write(addr, data)``
@@ -48,7 +56,10 @@ __all__ = ["Cpl", "SendCpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "ope
 #: Default address of ``rocegen sim serve``'s wire.
 SIM_WIRE = ("127.0.0.1", 17186)
 #: The send work request opcodes.
-SEND_OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
+SEND_OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ")
+#: RDMA READs a QP of the simulated NIC keeps outstanding at most, and accepts at once (a
+#: ConnectX's 16).
+SIM_RD_DEPTH = 16
 #: Retransmit timeout code of the simulated NIC's requester: 4.096 us x 2^18 = 1.07 s of this
 #: machine's time, long against the simulation's pace (its round trips take milliseconds).
 SIM_TIMEOUT = 18
@@ -110,6 +121,11 @@ SIM_FPGA_IP = "10.0.0.2"
 SIM_HOST_MAC, SIM_HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
 
 
+def _sim_access():
+    from rocegen.sim.models.rnic import Access
+    return Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+
+
 def _sim_rnic(mac, ip, strict):
     """The NIC model of :class:`SimNic` and :class:`PacketNic`: a ConnectX's behaviour,
     answering at once (its time is this machine's clock, which only its requester's timers
@@ -125,7 +141,9 @@ class SimNic:
     FPGA sends and returns the model's answers (ACKs, NAKs, ARP replies) and the requester's
     packets (:meth:`post_send`, sent as its window allows). The model answers as a
     ConnectX NIC would; with ``strict`` it also stops at any protocol violation of the FPGA
-    (its log is in :meth:`counters`). The wire tells when each frame left the FPGA, in its own
+    (its log is in :meth:`counters`). It answers the FPGA's RDMA READs of the host's regions
+    (the READ responses leave as the FPGA's READs arrive). The wire tells when each frame left
+    the FPGA, in its own
     time (:mod:`rocegen.sim.apps.bridge`): :meth:`fpga_time` gives it per QP. The requester's
     timers run on this machine's clock (retransmit timeout :data:`SIM_TIMEOUT`, at most
     :data:`SIM_WINDOW` packets outstanding)."""
@@ -165,9 +183,11 @@ class SimNic:
             self.sock.sendall(b"".join(self._encode(f) for f in frames))
 
     def _pump(self):
-        """The requester's packets its windows and timers allow now (with the lock held);
-        waiters on completions are woken."""
-        out = self.rnic.next_frames(self._now()) if self.rnic.send_outstanding() else []
+        """The requester's packets its windows and timers allow now, and the READ responses
+        the model owes the FPGA (with the lock held); waiters on completions are woken."""
+        now = self._now()
+        busy = self.rnic.send_outstanding() or self.rnic.tx_pending(now=now)
+        out = self.rnic.next_frames(now) if busy else []
         if self.rnic.cq or self.rnic.send_cq:
             self._cpl.notify_all()
         return out
@@ -255,13 +275,19 @@ class SimNic:
             addr = self._next_addr
             self._next_addr += (length + 0xFFFF) & ~0xFFFF
             rkey = random.getrandbits(32)
-            self.rnic.register_mr(addr, length, rkey)
+            self.rnic.register_mr(addr, length, rkey, _sim_access())
         return addr, rkey
 
-    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu):
+    def read_limits(self):
+        return SIM_RD_DEPTH, SIM_RD_DEPTH
+
+    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1):
+        from rocegen.sim.models.rnic import Access
         with self._lock:
             self.rnic.create_qp(qpn, peer_qpn=fpga_qpn, peer_ip=fpga_ip, epsn=epsn, pmtu=pmtu,
-                                timeout=SIM_TIMEOUT, window=SIM_WINDOW)
+                                timeout=SIM_TIMEOUT, window=SIM_WINDOW,
+                                access=Access.REMOTE_WRITE | Access.REMOTE_READ,
+                                max_rd_atomic=rd_atomic, max_dest_rd_atomic=rd_depth)
 
     def post_recv(self, qpn, wr_id, addr, length):
         with self._lock:
@@ -276,9 +302,13 @@ class SimNic:
             if self.fatal:
                 raise NicError(self.fatal)
             try:
-                data = self.rnic.read_mem(addr, length)
-                self.rnic.post_send(qpn, op, data=data, remote_addr=remote_addr, rkey=rkey,
-                                    imm=imm, wr_id=wr_id)
+                if op == "READ":
+                    self.rnic.post_send(qpn, op, length=length, remote_addr=remote_addr,
+                                        rkey=rkey, local_addr=addr, wr_id=wr_id)
+                else:
+                    data = self.rnic.read_mem(addr, length)
+                    self.rnic.post_send(qpn, op, data=data, remote_addr=remote_addr, rkey=rkey,
+                                        imm=imm, wr_id=wr_id)
             except ValueError as e:
                 raise NicError(str(e)) from None
             out = self._pump()
@@ -451,7 +481,8 @@ class VerbsNic:
     """A real RDMA NIC through pyverbs (rdma-core's Python bindings): device ``device`` (default:
     the first one), port ``port``, GID index ``gid_index`` (default: the first RoCEv2 GID holding
     an IPv4 address). One protection domain, one completion queue for every QP, regions with
-    local and remote write access. The host's own WRITEs and SENDs (:meth:`post_send`) share
+    local write, remote write and remote read access. The host's own WRITEs, SENDs and READs
+    (:meth:`post_send`) share
     the completion queue with the receive completions: :meth:`poll` and :meth:`poll_send` sort
     them (a send work request's ``wr_id`` carries :data:`SEND_TAG`)."""
 
@@ -539,7 +570,8 @@ class VerbsNic:
         from pyverbs.mr import MR
         e = self.e
         try:
-            mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE)
+            mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE |
+                    e.IBV_ACCESS_REMOTE_READ)
         except self._Error as err:
             raise NicError(f"cannot register {length} bytes: {err}") from None
         self.mrs.append(mr)
@@ -551,13 +583,24 @@ class VerbsNic:
                 return mr
         raise NicError(f"[{addr:#x}, +{length}) is not in a registered region")
 
-    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu):
+    def read_limits(self):
+        """The device's ``max_qp_init_rd_atom`` and ``max_qp_rd_atom`` (at most 255, at least
+        1)."""
+        try:
+            attr = self.ctx.query_device()
+            init, dest = attr.max_qp_init_rd_atom, attr.max_qp_rd_atom
+        except (self._Error, AttributeError):
+            init = dest = 1
+        return max(1, min(init, 255)), max(1, min(dest, 255))
+
+    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1):
         from pyverbs.addr import GID, AHAttr, GlobalRoute
         from pyverbs.qp import QPAttr
         e = self.e
         qp = self.qps[qpn]
         attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=self.port)
-        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
+        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | \
+            e.IBV_ACCESS_REMOTE_READ
         attr.pkey_index = 0
         ip = socket.inet_aton(fpga_ip).hex()
         gid = GID(f"0000:0000:0000:0000:0000:ffff:{ip[:4]}:{ip[4:]}")
@@ -566,10 +609,10 @@ class VerbsNic:
         attr.path_mtu = self._MTU[pmtu]
         attr.dest_qp_num = fpga_qpn
         attr.rq_psn = epsn
-        attr.max_dest_rd_atomic = 1
+        attr.max_dest_rd_atomic = rd_depth
         attr.min_rnr_timer = 1
         attr.sq_psn = epsn              # the FPGA's responder expects the PSN it was told
-        attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.max_rd_atomic = 14, 7, 7, 1
+        attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.max_rd_atomic = 14, 7, 7, rd_atomic
         try:
             qp.to_rtr(attr)
             qp.to_rts(attr)
@@ -613,12 +656,13 @@ class VerbsNic:
         _check_send(op, length, imm)
         e = self.e
         opcode = {"WRITE": e.IBV_WR_RDMA_WRITE, "WRITE_IMM": e.IBV_WR_RDMA_WRITE_WITH_IMM,
-                  "SEND": e.IBV_WR_SEND, "SEND_IMM": e.IBV_WR_SEND_WITH_IMM}[op]
+                  "SEND": e.IBV_WR_SEND, "SEND_IMM": e.IBV_WR_SEND_WITH_IMM,
+                  "READ": e.IBV_WR_RDMA_READ}[op]
         mr = self._mr(addr, length)
         wr = SendWR(wr_id=wr_id | self.SEND_TAG, opcode=opcode, num_sge=1,
                     sg=[SGE(addr, length, mr.lkey)], send_flags=e.IBV_SEND_SIGNALED,
                     imm_data=socket.htonl(imm) if imm is not None else 0)
-        if op.startswith("WRITE"):
+        if op.startswith("WRITE") or op == "READ":
             wr.set_wr_rdma(rkey, remote_addr)
         try:
             self.qps[qpn].post_send(wr)

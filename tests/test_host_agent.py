@@ -1,6 +1,7 @@
 """The host agent (``rocegen-host``) against the simulated FPGA (``rocegen sim serve``) over the
 socket bridge, as separate processes exactly as on a bench: open, traffic, check, close, reopen;
-the host's WRITEs and SENDs into the FPGA with its pattern sink's verdict; more QPs than exist; a
+the host's WRITEs and SENDs into the FPGA with its pattern sink's verdict; the host's READs of the
+FPGA and the FPGA's READs of the host; more QPs than exist; a
 host outside the allow-list; malformed datagrams; a host that vanishes in the middle of a
 transfer.
 
@@ -211,6 +212,92 @@ def test_host_writes_and_sends_into_the_fpga(fpga, tmp_path):
     st = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
     assert {q["fpga_qpn"]: q["sent"] for q in st["qps"]} == {256: 6 + 5 + 20 + 2, 257: 6 + 3 + 5}
     host(fpga, tmp_path, "stop")
+
+
+def test_host_reads_back_what_it_wrote(fpga, tmp_path):
+    """``rocegen-host read``: RDMA READs of the addresses ``write`` wrote, every byte checked by
+    the host against the test pattern of its FPGA address; the QPs keep as many READs
+    outstanding as the FPGA's OPEN_QP reply says it accepts (1 when it does not say); bytes
+    that do not hold the pattern are found, byte for byte."""
+    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=1.0)
+    try:
+        probe = cm.open(qpn=0x77, psn=9, rkey=1, vaddr=0, ip=parse_ip(HOST_IP),
+                        read_depths=(16, 16))
+        cm.close_qp(qpn=0x77, psn=9, fpga_qpn=probe["fpga_qpn"])
+    finally:
+        cm.close()
+    opened = json.loads(host(fpga, tmp_path, "connect", "--qps", "2", "--pmtu", "1024",
+                             "--json").stdout)
+    for q in opened:
+        assert (q["rd_atomic"], q["rd_depth"]) == (min(16, probe["rd_depth"] or 1), 16), q
+    host_run(fpga, tmp_path, "write", "--count", "6", "--size", "5000")
+    before = stats(fpga)
+    runs = [host_run(fpga, tmp_path, "read", "--count", "6", "--size", "5000"),
+            host_run(fpga, tmp_path, "read", "--qp", "257", "--count", "30", "--size", "777"),
+            host_run(fpga, tmp_path, "read", "--qp", "256", "--count", "1", "--size", "1")]
+    for r in runs:
+        assert r["ok"] and r["op"] == "READ", r
+        assert r["checked"] == r["bytes"] == r["size"] * r["count"] * len(r["qps"]), r
+        assert r["wrong"] == 0 and all(q["messages"] == r["count"] for q in r["qps"]), r
+    # the responder counted every READ as executed; the pattern sink saw none of them
+    after = stats(fpga)
+    assert after["resp_executed"] - before["resp_executed"] == 2 * 6 + 30 + 1
+    assert after["sink_bytes_checked"] == before["sink_bytes_checked"]
+    # a SEND of the pattern of another address at QP 256's region base: READ finds it wrong
+    base = fpga["responder"]["regions"][0][1]
+    host_run(fpga, tmp_path, "send", "--qp", "256", "--count", "1", "--size", "1000",
+             "--at", hex(base + 0x100), ok=False)
+    wrong = host_run(fpga, tmp_path, "read", "--qp", "256", "--count", "1", "--size", "5000",
+                     ok=False)
+    diff = sum(a != b for a, b in zip(pattern(base, 1000), pattern(base + 0x100, 1000)))
+    assert (wrong["checked"], wrong["wrong"]) == (5000, diff) and not wrong["ok"], wrong
+    assert f"FPGA address {base:#x}" in wrong["qps"][0]["errors"][0]
+    # written again, it reads back right
+    host_run(fpga, tmp_path, "write", "--qp", "256", "--count", "1", "--size", "5000")
+    assert host_run(fpga, tmp_path, "read", "--qp", "256", "--count", "1", "--size", "5000")["ok"]
+    st = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
+    for bad in ("drop", "nak", "seq", "req_read_bad", "req_read_retry"):
+        assert not [k for k in st["nic_counters"] if k.startswith(bad)], st["nic_counters"]
+    host(fpga, tmp_path, "stop")
+
+
+def test_fpga_reads_the_host(fpga, tmp_path):
+    """``rocegen-host traffic --op READ``: the FPGA's traffic generator READs the host's
+    memory, which the agent filled with the test pattern of the FPGA's local addresses the
+    bytes land at; its pattern sink checks every byte, and ``recv`` reports that verdict: the
+    run's bytes all checked, none wrong, on runs within the window and wrapping it."""
+    opened = json.loads(host(fpga, tmp_path, "connect", "--qps", "2", "--pmtu", "1024",
+                             "--json").stdout)
+    length = fpga["responder"]["regions"][0][2]
+    window = 1 << (length.bit_length() - 1)        # the largest power of two in the region
+    before = stats(fpga)
+    host(fpga, tmp_path, "traffic", "--op", "READ", "--count", "8", "--size", "4096")
+    first = recv_read(fpga, tmp_path, 8 * 4096)
+    assert [r["fpga_qpn"] for r in first] == [q["fpga_qpn"] for q in opened]
+    wraps = window // 3000 + 5
+    host(fpga, tmp_path, "traffic", "--qp", "257", "--op", "READ", "--count", str(wraps),
+         "--size", "3000")
+    (row,) = recv_read(fpga, tmp_path, wraps * 3000, "--qp", "257")
+    assert row["window"] == window, row
+    after = stats(fpga)
+    assert after["sink_bytes_checked"] - before["sink_bytes_checked"] == \
+        2 * 8 * 4096 + wraps * 3000
+    assert after["sink_bytes_wrong"] == before["sink_bytes_wrong"]
+    table = host(fpga, tmp_path, "recv", "--no-progress").stdout
+    assert "FPGA verdict of the READs: " + f"{wraps * 3000} bytes checked, 0 wrong" in table
+    host(fpga, tmp_path, "stop")
+
+
+def recv_read(fpga, tmp_path, run_bytes, *args):
+    """``recv --json`` (and ``args``) after READ runs: each run's verdict, ``run_bytes``
+    checked, none wrong."""
+    reply = json.loads(host(fpga, tmp_path, "recv", "--json", *args).stdout)
+    assert reply["ok"], reply
+    for row in reply["result"]:
+        assert row["ok"] and row["op"] == "READ" and row["bad"] == 0, row
+        assert (row["checked"], row["wrong"]) == (run_bytes, 0), row
+        assert row["verified"] == row["count"], row
+    return reply["result"]
 
 
 def test_query_counts_only_grow(fpga):

@@ -1,18 +1,22 @@
 """``rocegen demo`` (``make demo``): the whole story on one machine, as a bench user would type it.
 
 1. ``rocegen build --board vcu118``: the Vivado build directory of the VCU118 at 100G;
-2. ``rocegen sim serve``: the same endpoint core (W = 512, 8 QPs), with the RC responder and its
-   pattern sink added, in Verilator as a network peer of this machine (connection manager
-   through a UDP tunnel on 127.0.0.1, RoCE frames on a TCP wire);
+2. ``rocegen sim serve``: the same endpoint core (W = 512, 8 QPs), with the RC responder, its
+   pattern sink and its READ requester added, in Verilator as a network peer of this machine
+   (connection manager through a UDP tunnel on 127.0.0.1, RoCE frames on a TCP wire);
 3. ``rocegen-host connect --sim``: the host agent opens QPs with the simulated FPGA over UDP
    17185 (the simulated ConnectX NIC is the project's RNIC model on the wire); the replies name
    each QP's memory region on the FPGA;
 4. ``rocegen-host traffic`` / ``recv``: the FPGA's traffic generator RDMA-WRITEs N MiB per QP and
    then SENDs messages with immediate data; the agent checks every message;
-5. ``rocegen-host write`` / ``send``: the other way, the host RDMA-WRITEs the test pattern into
-   the FPGA's region and SENDs it into the receive buffers the FPGA posted; the FPGA's pattern
-   sink checks every byte and its verdict comes back over the connection manager;
-6. ``rocegen-host close``, then the simulated FPGA is stopped and its figures printed.
+5. ``rocegen-host write`` / ``send`` / ``read``: the other way, the host RDMA-WRITEs the test
+   pattern into the FPGA's region and SENDs it into the receive buffers the FPGA posted; the
+   FPGA's pattern sink checks every byte and its verdict comes back over the connection
+   manager; then the host RDMA-READs what it wrote back and checks every byte itself;
+6. ``rocegen-host traffic --op READ`` / ``recv``: the FPGA's traffic generator RDMA-READs a
+   host buffer the agent filled with the test pattern, and its pattern sink checks every byte
+   the READ responses bring (the verdict over the connection manager);
+7. ``rocegen-host close``, then the simulated FPGA is stopped and its figures printed.
 
 Every command is printed before it runs, with its output. Nothing here is specific to the
 simulation but the ``--sim`` of step 3: against a board, the same host commands run without it.
@@ -34,7 +38,7 @@ __all__ = ["add_parser", "run"]
 def add_parser(subparsers):
     d = subparsers.add_parser(
         "demo", help="the whole story: VCU118 build, the endpoint in Verilator as a network peer, "
-        "the host agent opening QPs and checking RDMA WRITEs and SENDs")
+        "the host agent opening QPs and checking RDMA WRITEs, SENDs and READs both ways")
     d.add_argument("--mib", type=int, default=8, help="MiB of WRITEs per QP (default 8)")
     d.add_argument("--qps", type=int, default=2, help="QPs the host opens (1..8, default 2)")
     d.add_argument("--sends", type=int, default=64,
@@ -44,6 +48,12 @@ def add_parser(subparsers):
     d.add_argument("--host-sends", type=int, default=16,
                    help="4 KiB SENDs with immediate data per QP from the host to the FPGA "
                    "(default 16)")
+    d.add_argument("--host-reads", type=int, default=16,
+                   help="64 KiB RDMA READs per QP by the host of what its WRITEs left in the "
+                   "FPGA (at most --host-writes; default 16)")
+    d.add_argument("--fpga-reads", type=int, default=16,
+                   help="64 KiB RDMA READs per QP by the FPGA's traffic generator of a host "
+                   "buffer (default 16)")
     d.add_argument("-o", "--output", default="build/demo", help="folder for everything written")
     return d
 
@@ -78,9 +88,13 @@ def run(args):
     if not 1 <= args.mib <= 64:
         raise ValueError(f"--mib must be 1..64, not {args.mib}")
     for option, value in (("--sends", args.sends), ("--host-writes", args.host_writes),
-                          ("--host-sends", args.host_sends)):
+                          ("--host-sends", args.host_sends), ("--host-reads", args.host_reads),
+                          ("--fpga-reads", args.fpga_reads)):
         if not 0 <= value <= 4096:
             raise ValueError(f"{option} must be 0..4096, not {value}")
+    if args.host_reads > args.host_writes:
+        raise ValueError(f"--host-reads ({args.host_reads}) must be at most --host-writes "
+                         f"({args.host_writes}): the host reads back what it wrote")
     t0 = time.monotonic()
     out = Path(args.output).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -97,8 +111,8 @@ def run(args):
     _run([*rocegen, "build", "--board", "vcu118", "-o", str(out / "vcu118")], env)
     figures["build_s"] = time.monotonic() - t
 
-    print("\n== 2. the endpoint core of that build, with the RC responder and its pattern sink, "
-          "in Verilator, as a peer of this machine", flush=True)
+    print("\n== 2. the endpoint core of that build, with the RC responder, its pattern sink and "
+          "its READ requester, in Verilator, as a peer of this machine", flush=True)
     status, pcap = out / "serve.json", out / "serve.pcap"
     status.unlink(missing_ok=True)
     ports = []
@@ -154,9 +168,26 @@ def run(args):
             _run([*host, "send", "--count", str(args.host_sends), "--size", "4096", "--imm"],
                  env)
         figures["host_s"] = time.monotonic() - t
+        if args.host_reads:
+            print(f"\nthe host reads {args.host_reads} x 64 KiB per QP back from the FPGA's "
+                  f"memory and checks every byte against the test pattern of its FPGA address",
+                  flush=True)
+            t = time.monotonic()
+            _run([*host, "read", "--count", str(args.host_reads), "--size", "65536"], env)
+            figures["host_read_s"] = time.monotonic() - t
         _run([*host, "status"], env)
 
-        print("\n== 6. close the QPs and stop the simulated FPGA", flush=True)
+        if args.fpga_reads:
+            print(f"\n== 6. the FPGA reads {args.fpga_reads} x 64 KiB per QP from a host buffer "
+                  f"the agent filled with the test pattern of the FPGA addresses the bytes land "
+                  f"at; the FPGA's pattern sink checks every byte", flush=True)
+            t = time.monotonic()
+            _run([*host, "traffic", "--op", "READ", "--count", str(args.fpga_reads), "--size",
+                  "65536"], env)
+            _run([*host, "recv", "--no-progress"], env)
+            figures["fpga_read_s"] = time.monotonic() - t
+
+        print("\n== 7. close the QPs and stop the simulated FPGA", flush=True)
         _run([*host, "close"], env)
     finally:
         os.killpg(serve.pid, signal.SIGTERM)

@@ -18,10 +18,12 @@ The simulated FPGA's Ethernet port is joined to real sockets (:mod:`rocegen.sim.
   instead.
 
 The endpoint has the RC responder and its pattern sink unless ``--no-responder``: the host
-WRITEs and SENDs into the FPGA's memory (``rocegen-host write`` / ``send``). The bench plays the
-user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers posted, each its whole
-region from the region's base, and posts one again for every receive completion
-(:mod:`rocegen.sim.tb.serve`).
+WRITEs and SENDs into the FPGA's memory and READs it (``rocegen-host write`` / ``send`` /
+``read``), and with the responder comes the READ requester: the FPGA's traffic generator READs
+the host's memory (``rocegen-host traffic --op READ``), its pattern sink checking the bytes.
+The bench plays the user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers
+posted, each its whole region from the region's base, and posts one again for every receive
+completion (:mod:`rocegen.sim.tb.serve`).
 
 With ``--vlan ID`` the endpoint is built to tag its frames 802.1Q with that VLAN and to take only
 frames of it; the host side is an untagged access port of the VLAN (:mod:`rocegen.sim.apps.bridge`):
@@ -164,9 +166,10 @@ def serve_config(args):
 
 def responder_conf(width, num_qps, params):
     """What the bench needs of the responder of the endpoint ``params`` describe: ``regions``
-    (each QP's ``[rkey, base, length]`` after reset), ``rq_depth`` and ``pattern_sink``; None
-    without the responder. Raises ValueError for parameters the endpoint refuses (named by
-    their option)."""
+    (each QP's ``[rkey, base, length]`` after reset), ``rq_depth``, ``pattern_sink`` and
+    ``reads`` (None without the READ requester, else the READ depths its connection manager
+    states: ``{"max_rd_atomic", "rd_depth"}``); None without the responder. Raises ValueError
+    for parameters the endpoint refuses (named by their option)."""
     if not params.get("responder"):
         return None
     import gc
@@ -189,7 +192,10 @@ def responder_conf(width, num_qps, params):
     regions = [[e["mr"]["rkey"], e["mr"]["base"], e["mr"]["length"]]
                for e in default_config(num_qps, *c["resp_region"], rkey_seed=c["rkey_seed"],
                                        rnr_timer=c["rnr_timer"])]
-    return {"regions": regions, "rq_depth": c["rq_depth"], "pattern_sink": c["pattern_sink"]}
+    reads = {"max_rd_atomic": c["max_rd_atomic"], "rd_depth": c["rd_depth"]} \
+        if c.get("reads") else None
+    return {"regions": regions, "rq_depth": c["rq_depth"], "pattern_sink": c["pattern_sink"],
+            "reads": reads}
 
 
 def run(args):

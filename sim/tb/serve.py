@@ -65,7 +65,15 @@ from rocegen.sim.testing.roce_env import (
     period_ps,
     start_clock,
 )
-from rocegen.wire.cm import REGION_REQUESTS, REQ_QUERY
+from rocegen.wire.cm import (
+    READ_DEPTH_MAX,
+    READ_DEPTHS,
+    REGION_REQUESTS,
+    REQ_OPEN_QP,
+    REQ_QUERY,
+    REQ_SEND_QP_INFO,
+)
+from rocegen.wire.headers import CM
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 CONF = json.loads(os.environ["ROCEGEN_SERVE"])
@@ -81,11 +89,16 @@ class ServeFrameChecker(FrameChecker):
     responder: an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS names the QP's region
     (``regions``: each QP's ``(rkey, base, length)`` as built) in ``loc_rkey``, ``loc_vaddr``
     and ``dma_length``; an ACK of QUERY carries the pattern sink's counters in bytes 52-63 (any
-    value). Every other field as the spec's encoding has it."""
+    value); with RDMA READ (``reads``: the endpoint's ``max_rd_atomic`` and ``rd_depth``), an ACK
+    of OPEN_QP or SEND_QP_INFO states the QP's READ limit (the least of ``max_rd_atomic`` and the
+    depth the request states, 1 when it states none) and the endpoint's READ queue
+    (``rd_depth``, at most 255) in bytes 56-57. Every other field as the spec's encoding has
+    it."""
 
-    def __init__(self, name, regions):
+    def __init__(self, name, regions, reads=None):
         super().__init__(name)
         self.regions = regions
+        self.reads = reads
 
     def _cm_expected(self, req, got, our_ip):
         exp = FrameChecker._cm_expected(req, got, our_ip)
@@ -96,6 +109,13 @@ class ServeFrameChecker(FrameChecker):
             exp.update(loc_rkey=rkey, loc_vaddr=base, dma_length=min(length, (1 << 32) - 1))
         elif req["req_type"] == REQ_QUERY:
             exp.update({k: got[k] for k in ("dma_length", "n_transfers", "frequency")})
+        if self.reads and req["req_type"] in (REQ_OPEN_QP, REQ_SEND_QP_INFO):
+            asked = READ_DEPTHS.unpack(CM.pack(**req))["rd_depth"]
+            limit = min(self.reads["max_rd_atomic"], asked) if asked else 1
+            depths = READ_DEPTHS.unpack(CM.pack(**exp))
+            depths.update(rd_atomic=limit,
+                          rd_depth=min(self.reads["rd_depth"], READ_DEPTH_MAX))
+            exp.update(CM.unpack(READ_DEPTHS.pack(**depths)))
         return exp
 
 
@@ -199,7 +219,8 @@ async def serve(dut):
     start_cycle = now_cycle(W)
     wall0 = time.monotonic()
 
-    check = ServeFrameChecker("sim serve", resp["regions"]) if resp else FrameChecker("sim serve")
+    check = ServeFrameChecker("sim serve", resp["regions"], resp.get("reads")) if resp else \
+        FrameChecker("sim serve")
     failed = []
 
     def to_fpga(frames):

@@ -42,18 +42,19 @@ def test_bad_peer_options_are_clear_errors(tmp_path, capsys, args, message):
 
 
 def test_unknown_peer_opcode_exits_2(tmp_path, capsys):
-    assert run(["sim", "demo", "--peer-op", "READ", "-o", str(tmp_path / "demo")]) == 2
-    assert "argument --peer-op: invalid choice: 'READ'" in capsys.readouterr().err
+    assert run(["sim", "demo", "--peer-op", "ATOMIC", "-o", str(tmp_path / "demo")]) == 2
+    assert "argument --peer-op: invalid choice: 'ATOMIC'" in capsys.readouterr().err
 
 
 def test_help_describes_peer_op_and_its_examples_parse(capsys, monkeypatch):
     assert run(["sim", "demo", "--help"]) == 0
     text = capsys.readouterr().out
     words = " ".join(text.split())
-    assert "--peer-op OP" in words and "WRITE, WRITE_IMM, SEND or SEND_IMM" in words
+    assert "--peer-op OP" in words and "WRITE, WRITE_IMM, SEND, SEND_IMM or READ" in words
     examples = [line.strip() for line in text.splitlines()
                 if line.strip().startswith("rocegen sim demo")]
-    assert len(examples) == 3 and any("--peer-op" in e for e in examples)
+    assert len(examples) == 5 and any("--peer-op READ" in e for e in examples) and \
+        any("--op READ" in e for e in examples)
     # each example, as typed, passes argparse (the runs themselves are in
     # tests/test_cocotb_responder.py): a bad one would exit 2 before the handler
     seen = []
@@ -61,4 +62,4 @@ def test_help_describes_peer_op_and_its_examples_parse(capsys, monkeypatch):
                         lambda args: seen.append(args) or 0)
     for e in examples:
         assert main(shlex.split(e)[1:]) == 0, e
-    assert [a.peer_op for a in seen] == [None, "SEND_IMM", "WRITE"]
+    assert [a.peer_op for a in seen] == [None, "SEND_IMM", "WRITE", "READ", None]
