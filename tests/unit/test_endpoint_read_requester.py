@@ -240,17 +240,20 @@ def test_spoiled_responses_are_recovered(kind, kw, width):
 def test_nak_and_local_errors(width):
     """A READ outside the host's region: NAK remote access error, the READ completes with
     REMOTE_ACCESS and the QP's later work requests with FLUSHED. A READ whose local target
-    runs past local memory is refused with LOCAL_LENGTH before anything is sent."""
+    runs past local memory is refused with LOCAL_LENGTH before anything is sent, one on a QP
+    that was never opened with QP_NOT_READY."""
     pmtu = 256
     lo, _ = TARGET
-    wrs = [read(lo, 0, 64), read(MEM - 10, 0, 64), read(lo + 0x100, HOST_BYTES - 8, 64),
-           read(lo + 0x200, 0, 64)]
+    wrs = [read(lo, 0, 64), read(MEM - 10, 0, 64), {**read(lo + 0x400, 0, 64), "qp": 1},
+           read(lo + 0x100, HOST_BYTES - 8, 64), read(lo + 0x200, 0, 64)]
     cpls, image, host, _, stats = run(width, pmtu, "onchip", wrs,
                                       stats_names=("roce_error_naks", "rd_done"))
-    assert cpls == [(0, CplStatus.OK), (1, CplStatus.LOCAL_LENGTH),
-                    (2, CplStatus.REMOTE_ACCESS), (3, CplStatus.FLUSHED)]
+    assert sorted(cpls) == [(0, CplStatus.OK), (1, CplStatus.LOCAL_LENGTH),
+                            (2, CplStatus.QP_NOT_READY), (3, CplStatus.REMOTE_ACCESS),
+                            (4, CplStatus.FLUSHED)]
     assert stats == {"roce_error_naks": 1, "rd_done": 1}
     assert all(b == PATTERN for b in image[lo + 0x100:lo + 0x300])
+    assert all(b == PATTERN for b in image[lo + 0x400:lo + 0x440])
 
 
 def test_read_unsupported_without_reads():
