@@ -110,12 +110,16 @@ class ServeFrameChecker(FrameChecker):
         elif req["req_type"] == REQ_QUERY:
             exp.update({k: got[k] for k in ("dma_length", "n_transfers", "frequency")})
         if self.reads and req["req_type"] in (REQ_OPEN_QP, REQ_SEND_QP_INFO):
-            asked = READ_DEPTHS.unpack(CM.pack(**req))["rd_depth"]
+            names = {name for name, _ in CM.fields}
+            asked = READ_DEPTHS.unpack(CM.pack(**{k: v for k, v in req.items()
+                                                  if k in names}))["rd_depth"]
             limit = min(self.reads["max_rd_atomic"], asked) if asked else 1
-            depths = READ_DEPTHS.unpack(CM.pack(**exp))
+            depths = READ_DEPTHS.unpack(CM.pack(**{k: v for k, v in exp.items()
+                                                   if k in names}))
             depths.update(rd_atomic=limit,
                           rd_depth=min(self.reads["rd_depth"], READ_DEPTH_MAX))
-            exp.update(CM.unpack(READ_DEPTHS.pack(**depths)))
+            exp.update({k: v for k, v in CM.unpack(READ_DEPTHS.pack(**depths)).items()
+                        if k in ("n_transfers",)})
         return exp
 
 
