@@ -2,7 +2,8 @@
 goodputs within their theoretical limits, throttled large WRITEs close to the limit, message
 rates consistent with the cycle counts, positive latencies, loss runs that deliver everything,
 the responder's rows (the host writing into the endpoint) within the same limits with every
-byte read back,
+byte read back, the READ rows (the host READing the endpoint, the endpoint READing the host)
+within the limit of READ responses and the bound of their outstanding READs, every byte compared,
 the revision recorded, the resource figures of the synthesis report (which must exist in CI,
 where ``CI=true``: ``.ci/run`` synthesizes first). Never a wall-clock time."""
 
@@ -12,7 +13,7 @@ import shutil
 
 from rocegen.cli import main
 from rocegen.sim.apps import bench_report
-from rocegen.sim.apps.bench_suite import CLOCK_MHZ, limit_gbps, suite_runs
+from rocegen.sim.apps.bench_suite import CLOCK_MHZ, limit_gbps, read_bound_gbps, suite_runs
 from rocegen.sim.testing.cocotb_runner import ROOT
 
 TOL = 1e-6
@@ -27,8 +28,29 @@ def test_quick_suite(tmp_path):
     plan = dict(suite_runs(True))
     assert len(r["goodput"]) + len(r["message_rate"]) + len(r["latency"]) + len(r["cm"]) + \
         len(r["loss"]) == len(plan["quick"])
-    # the responder's rows: all but the warm-up run
-    assert len(r["responder"]) == len([x for x in plan["quick-responder"] if x["kind"] != "warmup"])
+    # the responder's rows: all but the warm-up run and the READ runs
+    assert len(r["responder"]) == len([x for x in plan["quick-responder"]
+                                       if x["kind"] not in ("warmup", "read")])
+    assert len(r["read"]) == len([x for x in plan["quick-responder"] if x["kind"] == "read"])
+    for g in r["read"]:
+        assert g["kind"] == "read" and g["opcode"] == "READ" and g["data_checked"], g
+        if g["test"] == "latency":
+            assert all(isinstance(c, int) and c > 0 for c in g["latency_cycles"]["samples"]), g
+            continue
+        # the limit of READ responses: AETH on FIRST / LAST / ONLY, never a RETH
+        frame = 14 + 20 + 8 + 12 + 4 + g["size"] + 4 + 4 + 20       # one ONLY (size <= PMTU)
+        if g["size"] <= g["pmtu"]:
+            assert abs(g["limit_gbps"] - 100 * g["size"] / frame) < 1e-9, g
+        assert g["limit_gbps"] == limit_gbps(g["size"], g["pmtu"], g["line_gbps"], "READ")
+        assert g["bound_gbps"] == read_bound_gbps(g["outstanding"], g["size"], g["rtt_us"],
+                                                  g["pmtu"], g["line_gbps"])
+        assert 0 < g["goodput_gbps"] <= g["limit_gbps"] * (1 + TOL), g
+        assert g["response_frames"] >= g["packets"] and g["read_requests"] >= g["messages"], g
+        if g["test"] == "responder":
+            assert g["response_frames"] == g["packets"] and g["percent_of_limit"] > 95, g
+        else:
+            # no READ completes sooner than a round trip after its request
+            assert 0 < g["goodput_to_completion_gbps"] <= g["bound_gbps"] * (1 + TOL), g
     for g in r["responder"]:
         assert g["kind"] == "responder" and g["data_checked"], g
         if g["test"] == "latency":

@@ -142,6 +142,26 @@ def summary(results):
                        f"{size_text(r['size']):>8}: {r['goodput_gbps']:7.2f} of "
                        f"{r['limit_gbps']:7.2f} ({r['percent_of_limit']:7.3f} %), "
                        f"{r['mmsgs']:.2f} M msg/s")
+    for r in results.get("read", []):
+        if r["test"] == "latency":
+            c = r["latency_cycles"]
+            out.append(f"READ: {size_text(r['size'])} READ request's last beat in to its first "
+                       f"response beat out {c['min']}..{c['max']} cycles")
+            continue
+        if r.get("failed"):
+            f = r["failed"]
+            out.append(f"READ: endpoint READs, {r['outstanding']} outstanding, RTT {r['rtt_us']} "
+                       f"us, {100 * r['loss']:g} % loss: FAILED, {f['status']} after "
+                       f"{f['reads_done']} of {r['messages']} READs")
+            continue
+        what = ("host READs the endpoint" if r["test"] == "responder" else
+                f"endpoint READs, {r['outstanding']:2} outstanding, RTT {r['rtt_us']} us"
+                + (f", {100 * r['loss']:g} % loss" if r["loss"] else ""))
+        out.append(f"READ: {what}, PMTU {r['pmtu']} {size_text(r['size']):>8}: "
+                   f"{r['goodput_gbps']:7.2f} of {r['limit_gbps']:7.2f} "
+                   f"({r['percent_of_limit']:7.3f} %)"
+                   + (f", bound {r['bound_gbps']:.2f}" if r["bound_gbps"] < r["limit_gbps"]
+                      else ""))
     for r in results.get("incast", []):
         p = r["parameters"]
         out.append(f"incast, {p['senders']} senders, DCQCN {'on' if p['dcqcn'] else 'off'}, PFC "
@@ -511,6 +531,7 @@ def markdown(results):
                        "bytes checked", "goodput", "simulated cycles", "wall time"], table) + [""]
 
     out += _responder_markdown(results)
+    out += _read_markdown(results)
     out += _incast_markdown(results)
 
     res = results["resources"]
@@ -619,6 +640,95 @@ def _responder_markdown(results):
                 f"read back unchanged. Responder verdicts: {verdicts}.", ""]
     return out
 
+
+
+#: the goals the READ figures are reported against (percent of the limit of READ responses)
+READ_GOALS = {"responder": 100.0, "requester": 99.0, "loss": 80.0}
+
+
+def _read_markdown(results):
+    """The "RDMA READ" section: the host's READs answered by the endpoint, the endpoint's own
+    READs with 1, 4 and 16 outstanding over two round trips and under loss, and the responder's
+    latency (batch ``read``)."""
+    rows = results.get("read", [])
+    if not rows:
+        return []
+    ns = 1e3 / CLOCK_MHZ
+    out = ["### RDMA READ", "",
+           "The build of the responder's batch (`responder=True`, which answers READs and issues "
+           "them: `reads`, 16 READs outstanding per QP at most), one QP, both lines at 100 Gb/s "
+           "(`rocegen.sim.tb.roce_bench_read`, rows `\"kind\": \"read\"`). The limit is the line's "
+           "for READ responses: per packet preamble, SFD and gap 20, Ethernet 14, IPv4 20, UDP 8, "
+           "BTH 12, AETH 4 on FIRST, LAST and ONLY, payload and pad, ICRC 4, FCS 4 "
+           "(`limit_gbps(size, pmtu, opcode=\"READ\")`). The host's READs keep 16 outstanding "
+           "(its `max_rd_atomic`); their goodput is the payload over the responses' time on the "
+           "endpoint's line, first one's start to last one's end, every byte compared with what "
+           "the region holds. The endpoint's READs are work requests on `wr` (opcode READ, 64 KiB "
+           "each), at most *outstanding* posted and not completed, in rounds of 1 MiB each read "
+           "back through the endpoint's RDMA WRITEs and compared with the host's memory; goodput "
+           "is the payload over the responses' time on the host's line, per round (\"to "
+           "completion\": over the time from a round's first work request to its last completion, "
+           "one round trip more). The bound is *outstanding* x 64 KiB per round trip (the link's; "
+           "the host also answers 0.3..1.2 us late), at most the line's limit.", ""]
+    resp = [r for r in rows if r["test"] == "responder"]
+    if resp:
+        pmtus = sorted({r["pmtu"] for r in resp})
+        cells = {(r["pmtu"], r["size"]): r for r in resp}
+        table = []
+        for size in sorted({r["size"] for r in resp}):
+            row = [size_text(size)]
+            for pmtu in pmtus:
+                r = cells.get((pmtu, size))
+                row.append(f"{r['goodput_gbps']:.2f} / {r['limit_gbps']:.2f} "
+                           f"({r['percent_of_limit']:.1f} %)" if r else "-")
+            table.append(row)
+        out += ["**The host READs the endpoint** (Gb/s: measured / limit of READ responses (% of "
+                f"it); goal: {READ_GOALS['responder']:g} % at PMTU 4096 from 4 KiB)", ""]
+        out += _table(["message"] + [f"READ PMTU {p}" for p in pmtus], table) + [""]
+        short = sorted({r["size"] for r in resp if r["percent_of_limit"] < 99})
+        if short:
+            out += [f"Below the limit ({', '.join(size_text(s) for s in short)}): the host keeps "
+                    "16 READs outstanding, so at most 16 messages per turn of a READ (its "
+                    "request's time on the line, the endpoint's latency below, the host's "
+                    "turnaround) leave, fewer than the line could carry at that size.", ""]
+    req = [r for r in rows if r["test"] in ("requester", "loss")]
+    if req:
+        table = []
+        for r in sorted(req, key=lambda r: (r["loss"], r["rtt_us"], r["outstanding"])):
+            goal = READ_GOALS["loss" if r["loss"] else "requester"]
+            aim = (f"{goal:g} %" if r["outstanding"] == 16 and r["rtt_us"] == 2
+                   and r["loss"] in (0, 0.01) else "-" if r["loss"] else "bound")
+            f = r.get("failed")
+            table.append([r["outstanding"], f"{r['rtt_us']:g} us", f"{100 * r['loss']:g} %",
+                          f"failed: {f['status']} after {f['reads_done']} of {r['messages']} "
+                          "READs" if f else
+                          f"{r['goodput_gbps']:.2f} ({r['percent_of_limit']:.1f} %)",
+                          f"{r['bound_gbps']:.2f}" + ("" if f else
+                                                       f" ({r['percent_of_bound']:.1f} % of it)"),
+                          "-" if f else f"{r.get('goodput_to_completion_gbps', 0):.2f}",
+                          f"{r['read_requests'] - r['messages']:,}",
+                          f"{r.get('timeouts', 0):,} / {r.get('rewinds', 0):,}",
+                          f"{r['lost_to_nic']:,} / {r['lost_from_nic']:,}", aim])
+        out += ["**The endpoint READs the host** (64 KiB READs, PMTU 4096; limit "
+                f"{req[0]['limit_gbps']:.2f} Gb/s)", ""]
+        out += _table(["outstanding", "round trip", "loss each way", "goodput Gb/s (% of limit)",
+                       "bound Gb/s", "to completion Gb/s", "READs reissued", "timeouts / rewinds",
+                       "lost to host / to FPGA", "goal"], table) + [""]
+        for r in req:
+            if r.get("failed"):
+                c = r.get("counters", {})
+                out += [f"The run of {r['outstanding']} outstanding at {100 * r['loss']:g} % loss "
+                        f"ended when READ {r['failed']['reads_done'] + 1} completed with "
+                        f"{r['failed']['status']} (its QP's retries ran out); the endpoint's "
+                        "counters over it: " + ", ".join(f"{k} {v:,}" for k, v in sorted(c.items()))
+                        + ".", ""]
+    for r in rows:
+        if r["test"] == "latency":
+            c = r["latency_cycles"]
+            out += [f"Latency: the last beat of a host's {size_text(r['size'])} READ request in to "
+                    f"the first beat of its response out: {c['min']}..{c['max']} cycles "
+                    f"({c['min'] * ns:.1f} ns at best).", ""]
+    return out
 
 
 def _incast_markdown(results):

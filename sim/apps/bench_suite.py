@@ -39,6 +39,20 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   WRITEs to the host while the host WRITEs in; each direction's goodput over its own frames'
   time on its line, which the other direction's ACKs share). Every byte is read back through
   the endpoint's own RDMA WRITEs and compared.
+* **READ** (batch ``read``; in ``quick-responder`` with ``--quick``; the build of the
+  responder's batch, :mod:`rocegen.sim.tb.roce_bench_read` through the cocotb bench
+  :mod:`rocegen.sim.tb.roce_resp`), rows ``"kind": "read"`` with ``test``: ``responder``, the
+  host NIC model READs the endpoint's region (16 READs outstanding), 64 B .. 1 MiB at PMTU
+  1024 and 4096, goodput over the READ responses' time on the endpoint's 100G line against
+  the limit of READ responses (:func:`limit_gbps` with opcode ``READ``: AETH on FIRST, LAST and
+  ONLY); ``requester``, the endpoint READs 64 KiB at a time from the host's memory with 1, 4
+  and 16 work requests outstanding over a 2 us and a 20 us round trip (goodput over the
+  responses' time on the host's line, each round of 1 MiB read back and compared; also the
+  bound ``outstanding`` x size / round trip, :func:`read_bound_gbps`); ``loss``, the same with
+  16 outstanding at 2 us and 1 % random loss each way (and 4 outstanding at 1 %, 16 at 0.1 %);
+  ``latency``, the cycles from a host
+  READ request's last beat in to its first response beat out. Only when the endpoint has a READ
+  requester (:func:`read_requester`) are the ``requester`` and ``loss`` runs made.
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
   frames during responder traffic (:func:`rocegen.sim.tb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
@@ -73,7 +87,8 @@ from rocegen.sim.apps import incast
 from rocegen.sim.testing.cocotb_runner import BUILD, ROOT
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
-           "suite_runs", "run_suite", "batch_of", "add_parser", "run", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
+           "read_bound_gbps", "read_runs", "read_requester", "suite_runs", "run_suite",
+           "batch_of", "add_parser", "run", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
 
 WIDTH = 512
 NUM_QPS = 8
@@ -91,6 +106,7 @@ HEADERS = 14 + 20 + 8 + 12
 ICRC = 4
 RETH = 16
 IMMDT = 4
+AETH = 4
 MIN_FRAME = 60            # bytes without FCS (64 with it)
 
 
@@ -98,8 +114,9 @@ def packet_frames(size, pmtu, opcode="WRITE"):
     """Frame lengths (bytes without FCS, after padding to the Ethernet minimum) of the packets
     of one message of ``size`` bytes: payload with its pad to 4 bytes, the headers, the RETH on
     the first packet of a WRITE / WRITE_IMM, the ImmDt on the last one of a WRITE_IMM /
-    SEND_IMM, the ICRC."""
-    if opcode not in ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM"):
+    SEND_IMM, the ICRC. ``READ``: the packets of its responses (the payload-carrying direction),
+    the AETH on the first and the last (FIRST and LAST; ONLY carries one)."""
+    if opcode not in ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ"):
         raise ValueError(f"unknown opcode {opcode!r}")
     packets = max(1, -(-size // pmtu))
     out = []
@@ -110,6 +127,8 @@ def packet_frames(size, pmtu, opcode="WRITE"):
             frame += RETH
         if k == packets - 1 and opcode.endswith("_IMM"):
             frame += IMMDT
+        if opcode == "READ" and (k == 0 or k == packets - 1):
+            frame += AETH
         out.append(max(frame, MIN_FRAME))
     return out
 
@@ -129,6 +148,16 @@ def limit_gbps(size, pmtu, line_gbps=LINE_GBPS, opcode="WRITE"):
 def rate_limit_mmsgs(size, pmtu, line_gbps=LINE_GBPS, opcode="WRITE"):
     """Theoretical message rate (millions per second) of back-to-back messages on the line."""
     return line_gbps * 1e3 / 8 / wire_bytes(size, pmtu, opcode)
+
+
+def read_bound_gbps(outstanding, size, rtt_us, pmtu=4096, line_gbps=LINE_GBPS):
+    """The most goodput of READs of ``size`` bytes with ``outstanding`` of them in flight over a
+    round trip of ``rtt_us``: ``outstanding`` x ``size`` per round trip, at most the line's
+    limit of their responses (no round trip: that limit)."""
+    lim = limit_gbps(size, pmtu, line_gbps, "READ")
+    if not rtt_us:
+        return lim
+    return min(lim, outstanding * size * 8 / (rtt_us * 1e3))
 
 
 def ideal_beats(size, pmtu, opcode="WRITE", width=WIDTH):
@@ -281,13 +310,68 @@ def responder_runs(quick=False, memory="onchip"):
     return runs
 
 
+#: the READ batch: the host's READs (the endpoint's responder answers) of these sizes, the
+#: endpoint's READs (its requester) of :data:`READ_SIZE` with these many outstanding over these
+#: round trips, and its READs under :data:`READ_LOSS` random loss each way
+READ_SIZES = RESP_SIZES
+READ_SIZE = 64 * KIB
+READ_OUTSTANDING = (1, 4, 16)
+READ_LOSS = 0.01
+#: bytes of a requester run (whole rounds of the QP's 1 MiB share of the region; quick: one)
+READ_RUN_BYTES = 4 * MIB
+
+
+def _read(test, size, pmtu, total, *, outstanding=16, rtt_us=0, loss=0.0, **extra):
+    return {"kind": "read", "test": test, "qps": 1, "pmtu": pmtu, "bytes": total, "size": size,
+            "opcode": "READ", "line_gbps": LINE_GBPS, "outstanding": outstanding,
+            "rtt_us": rtt_us, "loss": loss, "seed": 13, **extra}
+
+
+def read_requester():
+    """Whether the endpoint's requester issues RDMA READs (``RoceEndpoint`` takes
+    ``max_rd_atomic``, the READs a QP may have outstanding)."""
+    import inspect
+
+    from rocegen.gateware.roce.endpoint import RoceEndpoint
+    return "max_rd_atomic" in inspect.signature(RoceEndpoint).parameters
+
+
+def read_runs(quick=False, requester=None):
+    """The READ runs (see the module documentation); ``requester``: with the endpoint's own
+    READs (default: :func:`read_requester`)."""
+    if requester is None:
+        requester = read_requester()
+    q = 4 if quick else 1
+    if quick:
+        runs = [_read("responder", 4096, 4096, 256 * KIB),
+                _read("latency", 64, 4096, 64 * 4, count=4)]
+        if requester:
+            runs += [_read("requester", READ_SIZE, 4096, MIB, rtt_us=2),
+                     _read("requester", READ_SIZE, 4096, MIB, outstanding=4, rtt_us=20),
+                     _read("loss", READ_SIZE, 4096, MIB, rtt_us=2, loss=READ_LOSS)]
+        return runs
+    runs = [_resp_warmup()]
+    for p in PMTUS:
+        for s in READ_SIZES:
+            total = max(s, min(RESP_RUN_MESSAGES // q * s, RESP_RUN_BYTES // q), 64 * KIB // q)
+            runs.append(_read("responder", s, p, _whole(total, s)))
+    runs.append(_read("latency", 64, 4096, 64 * 8, count=8))
+    if requester:
+        runs += [_read("requester", READ_SIZE, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=t)
+                 for t in RTTS for o in READ_OUTSTANDING]
+        # the goal's point, then fewer READs outstanding and less loss beside it
+        runs += [_read("loss", READ_SIZE, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=2, loss=p)
+                 for o, p in ((16, READ_LOSS), (4, READ_LOSS), (16, READ_LOSS / 10))]
+    return runs
+
+
 #: batches of Python models (:mod:`rocegen.sim.apps.incast`), run in the suite's own process and
 #: listed under ``model_batches``, not ``batches`` (no simulator, no cycles)
 MODEL_BATCHES = ("incast", "quick-incast")
 #: batches run only when named with ``--only``
 ON_REQUEST = ("soak", "resp_fuzz")
 #: batches of the responder's build and bench (:mod:`rocegen.sim.tb.roce_resp`)
-RESPONDER_BATCHES = ("responder", "responder-axi4", "resp_fuzz", "quick-responder")
+RESPONDER_BATCHES = ("responder", "responder-axi4", "resp_fuzz", "quick-responder", "read")
 
 
 def suite_runs(quick=False, on_request=False):
@@ -305,7 +389,7 @@ def suite_runs(quick=False, on_request=False):
                 _latency(64, 4),
                 {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 2},
                 _loss(0.01, 2, 512 * KIB)]
-        return [("quick", runs), ("quick-responder", responder_runs(True)),
+        return [("quick", runs), ("quick-responder", responder_runs(True) + read_runs(True)),
                 ("quick-incast", incast.bench_runs(True))]
     batches = [("goodput-1qp-write", [_goodput(s, p, "WRITE", 1, line, False) for p in PMTUS
                                       for line in (LINE_GBPS, 0) for s in SIZES_1QP])]
@@ -333,6 +417,7 @@ def suite_runs(quick=False, on_request=False):
                          "drop_psns": [off], "timeout": code})
     batches.append(("loss", loss))
     batches.append(("responder", responder_runs()))
+    batches.append(("read", read_runs()))
     if responder_axi4():
         batches.append(("responder-axi4", responder_runs(memory="axi4")))
     batches.append(("incast", incast.bench_runs()))
@@ -427,7 +512,7 @@ def _ns(cycles):
 def _figures(results):
     """Every figure of the suite from the runs' raw results."""
     out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": [],
-           "soak": [], "responder": [], "resp_fuzz": [], "incast": []}
+           "soak": [], "responder": [], "resp_fuzz": [], "incast": [], "read": []}
     keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
             "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
             "wall_seconds")
@@ -502,6 +587,8 @@ def _figures(results):
             out["responder"].append(_responder_row(r, row))
         elif kind == "incast":
             out["incast"].append(r)
+        elif kind == "read":
+            out["read"].append(_read_row(r, row))
         elif kind == "resp_fuzz":
             row.update({k: r[k] for k in ("frames", "candidates", "good_messages", "rounds",
                                           "checked_bytes", "victim_answers_lost", "counters",
@@ -537,6 +624,37 @@ def _responder_row(r, row):
                    tx_percent_of_limit=100 * r["tx_goodput_gbps"] / lim,
                    tx_bytes=r["tx_bytes"], tx_cycles=r["tx_line_cycles"],
                    tx_frames=r["tx_frames"], tx_acks=r["tx_acks"])
+    return row
+
+
+def _read_row(r, row):
+    """A row of the READ figures (``"kind": "read"``; ``test`` says which)."""
+    row.update(kind="read", test=r["test"], outstanding=r["outstanding"], rtt_us=r["rtt_us"],
+               loss=r["loss"], messages=r["messages"], checked_bytes=r["checked_bytes"],
+               data_checked=r["checked_bytes"] == r["bytes"] * r["qps"])
+    if r["test"] == "latency":
+        lat = _stats(r["latency_cycles"])
+        row.update(latency_cycles=lat, latency_ns=_ns(lat["min"]))
+        return row
+    line = r["line_gbps"]
+    lim = limit_gbps(r["size"], r["pmtu"], line, "READ")
+    bound = read_bound_gbps(r["outstanding"], r["size"], r["rtt_us"], r["pmtu"], line)
+    row.update(goodput_gbps=r["goodput_gbps"], limit_gbps=lim,
+               percent_of_limit=100 * r["goodput_gbps"] / lim, bound_gbps=bound,
+               percent_of_bound=100 * r["goodput_gbps"] / bound, cycles=r["line_cycles"],
+               packets=r["packets"], response_frames=r["response_frames"],
+               read_requests=r["read_requests"],
+               mmsgs=r["messages"] * CLOCK_MHZ / r["line_cycles"] if r["line_cycles"] else 0.0,
+               limit_mmsgs=rate_limit_mmsgs(r["size"], r["pmtu"], line, "READ"))
+    if "elapsed_us" in r:
+        c = r.get("counters", {})
+        row.update(elapsed_us=r["elapsed_us"],
+                   goodput_to_completion_gbps=r["goodput_to_completion_gbps"], counters=c,
+                   timeouts=c.get("roce_timeouts", 0), rewinds=c.get("roce_rewinds", 0))
+    if r.get("failed"):
+        row["failed"] = r["failed"]
+    lost = [(link or {}).get("dropped", 0) for link in (r["link_to_nic"], r["link_from_nic"])]
+    row.update(lost_to_nic=lost[0], lost_from_nic=lost[1])
     return row
 
 
@@ -599,6 +717,8 @@ def batch_of(row, key):
         return "soak"
     if key == "resp_fuzz":
         return "resp_fuzz"
+    if key == "read":
+        return "read"
     if key == "responder":
         return "responder-axi4" if row.get("memory") == "axi4" else "responder"
     if key in ("latency", "cm"):
@@ -611,7 +731,7 @@ def batch_of(row, key):
 
 
 FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak", "responder",
-           "resp_fuzz", "incast")
+           "resp_fuzz", "incast", "read")
 
 
 def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx"):

@@ -20,7 +20,8 @@ written to the file ``ROCE_RESULTS`` (the benchmark suite's responder batches an
 demo --peer-op``). A run is a dict:
 
 ``kind``
-    ``responder`` (goodput and message rate), ``resp_latency``, ``bidir`` or ``resp_fuzz``.
+    ``responder`` (goodput and message rate), ``resp_latency``, ``bidir``, ``resp_fuzz`` or
+    ``read`` (RDMA READ both ways: :mod:`rocegen.sim.tb.roce_bench_read`).
 ``qps``, ``pmtu``, ``bytes``, ``size``, ``opcode``
     QPs used, their path MTU, bytes per QP in messages of ``size`` bytes, the host's opcode
     (``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``). WRITEs land one after the other in the
@@ -691,7 +692,11 @@ async def runs(dut):
             out = await fuzz_run(dut, run, env)
         else:
             env.mac.to_nic, env.mac.from_nic = link_pair(run, board_clock_mhz(W))
-            out = await data_run(env, run, n)
+            if run["kind"] == "read":
+                from rocegen.sim.tb.roce_bench_read import read_run  # (it builds on this module)
+                out = await read_run(env, run, n)
+            else:
+                out = await data_run(env, run, n)
         new = {k: v - fc[0][k] for k, v in env.mac.framecheck.counts.items() if v - fc[0][k]}
         assert new.get("frames", 0) == len(env.mac.frames) - fc[1], "frames not checked"
         results.append({**run, **out, "width": W, "clock_mhz": board_clock_mhz(W),

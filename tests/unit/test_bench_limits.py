@@ -9,6 +9,8 @@ from rocegen.sim.apps.bench_suite import (
     limit_gbps,
     packet_frames,
     rate_limit_mmsgs,
+    read_bound_gbps,
+    read_runs,
     suite_runs,
     wire_bytes,
 )
@@ -36,7 +38,7 @@ def test_frames_per_opcode():
     assert rate_limit_mmsgs(64, 4096) == pytest.approx(100e3 / 8 / 162)
     assert ideal_beats(64, 4096) == 3 and ideal_beats(4096, 1024, "SEND") == 4 * 17
     with pytest.raises(ValueError):
-        packet_frames(64, 4096, "READ")
+        packet_frames(64, 4096, "COMPARE_SWAP")
 
 
 def test_runs_are_whole_messages():
@@ -50,3 +52,52 @@ def test_runs_are_whole_messages():
     names = [name for name, _ in suite_runs(True)]
     assert [n for n in names if n not in MODEL_BATCHES] == ["quick", "quick-responder"]
     assert [n for n in names if n in MODEL_BATCHES] == ["quick-incast"]
+
+
+def test_read_response_frames():
+    # a READ's bytes travel in its responses: Eth 14 + IPv4 20 + UDP 8 + BTH 12 + payload + pad
+    # + ICRC 4, and an AETH (4) on FIRST, LAST and ONLY, none on MIDDLE
+    assert packet_frames(64, 4096, "READ") == [14 + 20 + 8 + 12 + 4 + 64 + 4]          # ONLY
+    assert packet_frames(10000, 4096, "READ") == [4158, 4154, 1870]    # FIRST, MIDDLE, LAST
+    assert packet_frames(8192, 4096, "READ") == [4158, 4158]           # FIRST, LAST
+    assert packet_frames(1, 1024, "READ") == [66]                      # 1 byte padded to 4
+    assert packet_frames(0, 1024, "READ") == [62]                      # ONLY with no payload
+    # on the line: + FCS 4 + preamble/SFD/IFG 20
+    assert wire_bytes(4096, 4096, "READ") == 4158 + 24
+    assert limit_gbps(4096, 4096, opcode="READ") == pytest.approx(100 * 4096 / 4182)
+    assert limit_gbps(4096, 4096, opcode="READ") == pytest.approx(97.944, abs=0.0005)
+    assert limit_gbps(64 * 1024, 4096, opcode="READ") == pytest.approx(
+        100 * 65536 / (2 * 4182 + 14 * 4178))
+    # many full packets: the MIDDLEs' rate, the spec table's 98.04 at PMTU 4096
+    assert limit_gbps(4096 * 1000, 4096, opcode="READ") == pytest.approx(98.04, abs=0.005)
+    assert rate_limit_mmsgs(64, 4096, opcode="READ") == pytest.approx(100e3 / 8 / 150)
+    assert ideal_beats(4096, 4096, "READ") == 65                      # 4158 bytes in 64 B beats
+
+
+def test_read_bound():
+    # outstanding x size per round trip, at most the line's limit of the responses
+    assert read_bound_gbps(1, 65536, 20) == pytest.approx(65536 * 8 / 20e3)      # 26.2 Gb/s
+    assert read_bound_gbps(4, 65536, 20) == pytest.approx(100 * 65536 / (2 * 4182 + 14 * 4178))
+    assert read_bound_gbps(1, 65536, 2) == pytest.approx(limit_gbps(65536, 4096, opcode="READ"))
+    assert read_bound_gbps(16, 65536, 0) == limit_gbps(65536, 4096, opcode="READ")
+
+
+def test_read_runs():
+    full = dict(suite_runs(False))["read"]
+    reads = [r for r in full if r["kind"] == "read"]
+    assert reads and all(r["opcode"] == "READ" for r in reads)
+    # the goals' points are there: the responder at PMTU 4096 from 4 KiB messages, the
+    # requester's 1, 4 and 16 outstanding 64 KiB READs at 2 and 20 us, 1 % loss, the latency
+    assert {(r["pmtu"], r["size"]) for r in reads if r["test"] == "responder"} >= {
+        (4096, 4096), (4096, 65536), (4096, 1 << 20)}
+    assert {(r["outstanding"], r["rtt_us"], r["size"]) for r in reads
+            if r["test"] == "requester"} == {(o, t, 65536) for o in (1, 4, 16) for t in (2, 20)}
+    assert {(r["outstanding"], r["rtt_us"], r["loss"]) for r in reads
+            if r["test"] == "loss"} >= {(16, 2, 0.01)}
+    assert [r["test"] for r in reads].count("latency") == 1
+    # the quick suite's few points ride in the responder's process (its build)
+    quick = dict(suite_runs(True))["quick-responder"]
+    assert {r["test"] for r in quick if r["kind"] == "read"} >= {"responder", "latency"}
+    # without the endpoint's own READs: only the responder's points
+    assert {r["test"] for r in read_runs(requester=False) if r["kind"] == "read"} == {
+        "responder", "latency"}

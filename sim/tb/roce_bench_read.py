@@ -1,0 +1,300 @@
+"""RDMA READ runs of the benchmark suite's responder build (``rocegen bench``, batch ``read``),
+run by the cocotb bench :mod:`rocegen.sim.tb.roce_resp` (test ``runs``, ``"kind": "read"``):
+the host NIC model READs the endpoint's region (the endpoint's RC responder answers), and the
+endpoint READs the host's memory (its READ requester: work requests with opcode READ on ``wr``,
+remote address = the QP's base address + ``remote_offset``), on one QP, through the MAC model at
+the run's line rate, over the run's link (round trip, loss).
+
+A run's ``test``:
+
+``responder``
+    The host posts ``bytes // size`` READs of ``size`` bytes of the endpoint's region (filled
+    before by the host's own WRITEs, the bench's shadow knowing every byte), its requester
+    keeping :data:`HOST_RD_ATOMIC` in flight. Goodput: payload over the READ responses' time on
+    the endpoint's line, from the first one's start to the last one's end (``line_cycles``).
+``requester``, ``loss``
+    The endpoint READs ``bytes`` in READs of ``size`` from the host's memory (random bytes), at
+    most ``outstanding`` work requests posted and not completed (the next one is posted when
+    one completes), in rounds of the QP's share of the region (each round read back through the
+    endpoint's RDMA WRITEs and compared with the host's bytes). Goodput: payload over the READ
+    responses' time on the host's line (first response's start to last one's end, per round:
+    ``line_cycles``), and to completion (``elapsed_us``: from the first work request of a round
+    to its last completion, per round). ``loss`` runs have a lossy link each way.
+``latency``
+    ``count`` single READs of ``size`` bytes by the host: the cycles from the last beat of the
+    request into the endpoint to the first beat of its first response out (``latency_cycles``).
+
+A result adds ``messages``, ``packets`` (response packets), ``checked_bytes``, ``goodput_gbps``,
+``line_cycles``, ``response_frames`` (READ response frames sent, resent ones included),
+``read_requests`` (READ request frames sent: more than ``messages`` when READs were reissued),
+the link counters and ``timeout``; ``requester`` and ``loss`` runs also ``counters``, the
+increase of the endpoint's counters of :data:`RUN_COUNTERS` and ``rd_*`` over their READs. A
+``loss`` run whose QP fails (a READ completing with an error, RETRY_EXCEEDED when its retries
+ran out) ends there with ``failed`` (the status, the work request, the READs completed before
+it) and no goodput; on a perfect link that fails the bench.
+"""
+
+from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
+from rocegen.sim.models.rnic import Access, WcOpcode, WcStatus
+from rocegen.sim.tb.roce_resp import (
+    HOST_BASE,
+    HOST_BYTES,
+    HOST_QPN,
+    MAX_CYCLES,
+    READBACK,
+    W,
+    plan_messages,
+    rkey_of,
+    roce_opcode,
+    send_round,
+    share,
+)
+from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.roce_env import (
+    board_clock_mhz,
+    now_cycle,
+    qpn,
+    timeout_code,
+    wait_cycles,
+)
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC
+from rocegen.wire.headers import (
+    OP_RC_RDMA_READ_REQUEST,
+    OP_RC_RDMA_READ_RESPONSE_FIRST,
+    OP_RC_RDMA_READ_RESPONSE_ONLY,
+)
+
+#: the host's READs outstanding (its requester) and READs queued (its responder)
+HOST_RD_ATOMIC = 16
+RESPONSES = range(OP_RC_RDMA_READ_RESPONSE_FIRST, OP_RC_RDMA_READ_RESPONSE_ONLY + 1)
+#: the host's memory the endpoint READs: below the read-back's part
+SOURCE_BYTES = READBACK
+#: the endpoint's counters a requester run reports (their increase over its READs, the
+#: read-backs left out): the retry engine's, and the READ requester's (``rd_*``)
+RUN_COUNTERS = ("roce_timeouts", "roce_rewinds", "roce_rx_read_responses")
+
+
+async def open_for_reads(env, k, *, pmtu, psn, timeout):
+    """Open QP k on both sides (see :meth:`RespEnv.open`), the host's QP answering READs and
+    keeping :data:`HOST_RD_ATOMIC` of its own outstanding, its memory region readable."""
+    nic, hq = env.nic, HOST_QPN + k
+    if hq in nic.qps:
+        nic.destroy_qp(hq)
+    nic.create_qp(hq, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=psn, pmtu=pmtu,
+                  timeout=timeout or 8, access=Access.REMOTE_WRITE | Access.REMOTE_READ,
+                  max_rd_atomic=HOST_RD_ATOMIC, max_dest_rd_atomic=HOST_RD_ATOMIC)
+    mr = next((m for m in nic.mrs if m.rkey == 0x3000 + k), None)
+    if mr is None:
+        nic.register_mr(HOST_BASE + (k << 36), HOST_BYTES, 0x3000 + k,
+                        Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
+    else:
+        mr.access |= Access.REMOTE_READ
+    await env.open(k, pmtu=pmtu, psn=psn, region=share(k, 1), timeout=timeout, host=False)
+
+
+async def fill_region(env, k):
+    """Have the host WRITE random bytes over QP k's share of the region (once per bench: the
+    shadow follows every later write)."""
+    if getattr(env, "read_filled", False):
+        return
+    base, length = share(k, 1)
+    part = 64 * 1024
+    msgs = plan_messages(env, k, ["WRITE"] * (length // part), [part] * (length // part),
+                         (base, length))
+    await send_round(env, msgs)
+    env.read_filled = True
+
+
+def _frames_since(env, mark, opcodes):
+    """``(index, (first, last, frame))`` of the endpoint's frames since ``mark`` whose BTH
+    opcode is in ``opcodes``."""
+    return [(i, f) for i, f in enumerate(env.mac.frames[mark:], mark)
+            if roce_opcode(f[2]) in opcodes]
+
+
+async def read_run(env, run, n):
+    """One READ run (see the module documentation); returns its figures."""
+    test = run["test"]
+    timeout = timeout_code(run)
+    env.mac.clear_sent()
+    await open_for_reads(env, 0, pmtu=run["pmtu"], psn=env.rng.getrandbits(24), timeout=timeout)
+    if test in ("responder", "latency"):
+        await fill_region(env, 0)
+        out = await (host_reads(env, run, n) if test == "responder" else latency(env, run, n))
+    elif test in ("requester", "loss"):
+        out = await endpoint_reads(env, run, n)
+    else:
+        raise ValueError(f"run {n}: unknown READ test {test!r}")
+    out.update(timeout=timeout,
+               link_to_nic=dict(env.mac.to_nic.counters) if env.mac.to_nic else None,
+               link_from_nic=dict(env.mac.from_nic.counters) if env.mac.from_nic else None)
+    problems = env.host_problems(faulty=bool(run.get("loss")))
+    assert not problems, f"run {n}: the host logged {problems[:3]}"
+    return out
+
+
+def _post_host_reads(env, k, reads):
+    """Post ``reads`` (``(region address, host offset, length)``) at the host on QP k; returns
+    the index of the first of their completions in the host's send queue."""
+    first = len(env.nic.send_cq)
+    for i, (addr, off, length) in enumerate(reads):
+        env.nic.post_send(HOST_QPN + k, "READ", length=length, remote_addr=addr,
+                          rkey=rkey_of(k), local_addr=HOST_BASE + (k << 36) + off, wr_id=i)
+    env.mac.poke()
+    return first
+
+
+async def _host_reads_done(env, k, first, reads, n):
+    """Wait for the host's READs on QP k, check their completions and the bytes they brought
+    (against the shadow); returns the bytes compared."""
+    await env.settle(lambda: not env.nic.send_outstanding(),
+                     lambda: f"run {n}: {env.nic.send_outstanding()} host READs outstanding; "
+                     f"the host logged {env.nic.log[-3:]}")
+    done = env.nic.send_cq[first:]
+    assert len(done) == len(reads), f"run {n}: {len(done)} completions for {len(reads)} READs"
+    bad = [c for c in done if c.status != WcStatus.SUCCESS or c.opcode != WcOpcode.RDMA_READ]
+    assert not bad, f"run {n}: host READs failed: {bad[:3]}"
+    checked = 0
+    for addr, off, length in reads:
+        got = env.nic.read_mem(HOST_BASE + (k << 36) + off, length)
+        want = bytes(env.shadow[addr:addr + length])
+        if got != want:
+            at = next(i for i in range(length) if got[i] != want[i])
+            raise AssertionError(f"run {n}: a READ of {length} bytes at {addr:#x} brought "
+                                 f"{got[at:at + 16].hex()} at +{at:#x}, the region holds "
+                                 f"{want[at:at + 16].hex()}")
+        checked += length
+    return checked
+
+
+async def host_reads(env, run, n):
+    """A ``responder`` run: the host READs the region; goodput over the responses' line time."""
+    size, count = run["size"], run["bytes"] // run["size"]
+    base, length = share(0, 1)
+    span = length // size * size
+    if not span or count * size > SOURCE_BYTES:
+        raise ValueError(f"run {n}: {count} READs of {size} bytes do not fit the region's "
+                         f"{length} bytes or the host's {SOURCE_BYTES}")
+    reads = [(base + i * size % span, i * size, size) for i in range(count)]
+    mark = len(env.mac.frames)
+    first = _post_host_reads(env, 0, reads)
+    checked = await _host_reads_done(env, 0, first, reads, n)
+    resp = _frames_since(env, mark, RESPONSES)
+    line = env.mac.line
+    cycles = line[resp[-1][0]][1] - line[resp[0][0]][0] if resp else 0
+    period = 1 / board_clock_mhz(W)
+    return {"messages": count, "packets": count * max(1, -(-size // run["pmtu"])),
+            "response_frames": len(resp), "checked_bytes": checked, "line_cycles": cycles,
+            "goodput_gbps": count * size * 8 / (cycles * period * 1e3) if cycles else 0.0,
+            "read_requests": count}
+
+
+async def latency(env, run, n):
+    """A ``latency`` run: single host READs on an idle endpoint."""
+    size, lat, checked = run["size"], [], 0
+    base = share(0, 1)[0]
+    for i in range(run.get("count", 8)):
+        mark = len(env.mac.frames)
+        reads = [(base + i * 4096, i * 4096, size)]
+        first = _post_host_reads(env, 0, reads)
+        checked += await _host_reads_done(env, 0, first, reads, n)
+        await wait_cycles(W, 200)
+        resp = _frames_since(env, mark, RESPONSES)
+        # (the READ request is the last frame into the endpoint: the host sends nothing after it)
+        last_in = int(env.dut.rx_last_cycle.value) + env.offset
+        lat.append(resp[0][1][0] - last_in)
+    return {"latency_cycles": lat, "checked_bytes": checked, "messages": len(lat)}
+
+
+async def endpoint_reads(env, run, n):
+    """A ``requester`` or ``loss`` run: the endpoint READs the host's memory."""
+    size, outstanding = run["size"], run["outstanding"]
+    count = run["bytes"] // size
+    base, length = share(0, 1)
+    per_round = length // size
+    if not per_round or size > SOURCE_BYTES:
+        raise ValueError(f"run {n}: READs of {size} bytes do not fit the region's {length} bytes")
+    k, nic = 0, env.nic
+    source = env.rng.randbytes(SOURCE_BYTES)
+    nic.write_mem(HOST_BASE + (k << 36), source)
+    spots = SOURCE_BYTES // size
+    period = 1 / board_clock_mhz(W)
+    line_cycles = elapsed = checked = requests = responses = 0
+    done_reads = 0
+    counted = [name for name in STATS if name in RUN_COUNTERS or name.startswith("rd_")]
+    counters = dict.fromkeys(counted, 0)
+    failed = None
+    while done_reads < count:
+        batch = min(per_round, count - done_reads)
+        wrs = [{"wr_id": 0x10000 + done_reads + j, "qp": k, "opcode": WrOpcode.READ,
+                "local_addr": base + j * size, "length": size,
+                "remote_offset": (done_reads + j) % spots * size, "imm": 0}
+               for j in range(batch)]
+        mark_frames, mark_host = len(env.mac.frames), len(env.mac.requests)
+        stats0 = await read_stats(env.dut, STATS)
+        first = len(env.cpl.items)
+        t0 = now_cycle(W)
+        posted = completed = 0
+        while completed < batch:
+            while posted < batch and posted - completed < outstanding:
+                await env.wr.send(wrs[posted])
+                posted += 1
+            await env.cpl.wait_for(first + completed + 1, max_cycles=MAX_CYCLES)
+            completed = len(env.cpl.items) - first
+            bad = [c for c in env.cpl.items[first:] if c["status"] != CplStatus.OK.value]
+            if bad:
+                # the QP failed: its other work requests are flushed; the run ends here
+                await env.cpl.wait_for(first + posted, max_cycles=MAX_CYCLES)
+                stats = await read_stats(env.dut, STATS)
+                for name in counted:
+                    counters[name] += stats[name] - stats0[name]
+                failed = {"status": CplStatus(bad[0]["status"]).name,
+                          "wr_id": bad[0]["wr_id"], "reads_done": done_reads + next(
+                              i for i, c in enumerate(env.cpl.items[first:]) if c is bad[0])}
+                assert run.get("loss"), (f"run {n}: READ work requests failed on a perfect "
+                                         f"link: {bad[:3]}; endpoint counters {counters}")
+                break
+        if failed:
+            break
+        cpls = env.cpl.items[first:first + batch]
+        got = [c["wr_id"] for c in cpls]
+        want = [w["wr_id"] for w in wrs]
+        assert got == want, f"run {n}: completions {got[:4]} ..., expected {want[:4]} ..."
+        elapsed += env.cpl.cycles[first + batch - 1] - t0
+        stats = await read_stats(env.dut, STATS)
+        for name in counted:
+            counters[name] += stats[name] - stats0[name]
+        host = env.mac.requests[mark_host:]
+        line_cycles += host[-1][1] - host[0][0] if host else 0
+        responses += len(host)
+        requests += len(_frames_since(env, mark_frames, (OP_RC_RDMA_READ_REQUEST,)))
+        saved = env.mac.bytes_per_cycle
+        env.mac.bytes_per_cycle = None      # the read-back at the MAC's pace
+        got = await env.readback(k, base, batch * size)
+        env.mac.bytes_per_cycle = saved
+        for j, w in enumerate(wrs):
+            off = w["remote_offset"]
+            if got[j * size:(j + 1) * size] != source[off:off + size]:
+                at = next(i for i in range(size) if got[j * size + i] != source[off + i])
+                raise AssertionError(f"run {n}: READ {w['wr_id']:#x} of host offset {off:#x} "
+                                     f"placed {got[j * size + at:j * size + at + 16].hex()} at "
+                                     f"+{at:#x}, the host holds "
+                                     f"{source[off + at:off + at + 16].hex()}")
+        checked += batch * size
+        done_reads += batch
+    if failed:
+        # (no figure of a run that did not finish: what failed, and the counters)
+        return {"messages": count, "packets": count * max(1, -(-size // run["pmtu"])),
+                "response_frames": responses, "read_requests": requests,
+                "checked_bytes": checked, "line_cycles": 0, "elapsed_us": 0.0,
+                "goodput_gbps": 0.0, "goodput_to_completion_gbps": 0.0, "failed": failed,
+                "counters": {k: v for k, v in counters.items() if v}}
+    payload = count * size
+    return {"messages": count, "packets": count * max(1, -(-size // run["pmtu"])),
+            "response_frames": responses, "read_requests": requests, "checked_bytes": checked,
+            "line_cycles": line_cycles, "elapsed_us": elapsed * period,
+            "counters": {k: v for k, v in counters.items() if v},
+            "goodput_gbps": payload * 8 / (line_cycles * period * 1e3) if line_cycles else 0.0,
+            "goodput_to_completion_gbps": payload * 8 / (elapsed * period * 1e3)
+            if elapsed else 0.0}
