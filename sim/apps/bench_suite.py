@@ -48,11 +48,12 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   ONLY); ``requester``, the endpoint READs 64 KiB at a time from the host's memory with 1, 4
   and 16 work requests outstanding over a 2 us and a 20 us round trip (goodput over the
   responses' time on the host's line, each round of 1 MiB read back and compared; also the
-  bound ``outstanding`` x size / round trip, :func:`read_bound_gbps`); ``loss``, the same with
-  16 outstanding at 2 us and 1 % random loss each way (and 4 outstanding at 1 %, 16 at 0.1 %);
-  ``latency``, the cycles from a host
-  READ request's last beat in to its first response beat out. Only when the endpoint has a READ
-  requester (:func:`read_requester`) are the ``requester`` and ``loss`` runs made.
+  bound ``outstanding`` x size / round trip, :func:`read_bound_gbps`); ``loss``, the same at
+  2 us and 1 % random loss each way: 16 READs of 4 KiB outstanding (64 KiB in flight, as the
+  goodput batch's loss runs have their 4 KiB WRITEs), 16 and 4 of 64 KiB, and 16 of 64 KiB at
+  0.1 %, the QP's retransmit timeout covering the responses of every READ outstanding
+  (:func:`read_timeout`); ``latency``, the cycles from a host READ request's last beat in to
+  its first response beat out.
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
   frames during responder traffic (:func:`rocegen.sim.tb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
@@ -87,7 +88,7 @@ from rocegen.sim.apps import incast
 from rocegen.sim.testing.cocotb_runner import BUILD, ROOT
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
-           "read_bound_gbps", "read_runs", "read_requester", "suite_runs", "run_suite",
+           "read_bound_gbps", "read_runs", "read_timeout", "suite_runs", "run_suite",
            "batch_of", "add_parser", "run", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
 
 WIDTH = 512
@@ -327,20 +328,22 @@ def _read(test, size, pmtu, total, *, outstanding=16, rtt_us=0, loss=0.0, **extr
             "rtt_us": rtt_us, "loss": loss, "seed": 13, **extra}
 
 
-def read_requester():
-    """Whether the endpoint's requester issues RDMA READs (``RoceEndpoint`` takes
-    ``max_rd_atomic``, the READs a QP may have outstanding)."""
-    import inspect
+def read_timeout(outstanding, size, rtt_us, line_gbps=LINE_GBPS):
+    """The QP retransmit timeout code (4.096 us x 2^code) of a READ run under loss: the
+    smallest from 4 whose timeout is at least four times the round trip plus the line time of
+    the responses of every READ outstanding. A READ is answered after the responses of the
+    READs before it, so a shorter timeout fires while those are still arriving (after a lost
+    response, none of them is progress) and resends everything again."""
+    wait_us = rtt_us + outstanding * size * 8 / (line_gbps * 1e3)
+    code = 4
+    while 4.096 * (1 << code) < 4 * wait_us:
+        code += 1
+    return code
 
-    from rocegen.gateware.roce.endpoint import RoceEndpoint
-    return "max_rd_atomic" in inspect.signature(RoceEndpoint).parameters
 
-
-def read_runs(quick=False, requester=None):
+def read_runs(quick=False, requester=True):
     """The READ runs (see the module documentation); ``requester``: with the endpoint's own
-    READs (default: :func:`read_requester`)."""
-    if requester is None:
-        requester = read_requester()
+    READs."""
     q = 4 if quick else 1
     if quick:
         runs = [_read("responder", 4096, 4096, 256 * KIB),
@@ -348,7 +351,8 @@ def read_runs(quick=False, requester=None):
         if requester:
             runs += [_read("requester", READ_SIZE, 4096, MIB, rtt_us=2),
                      _read("requester", READ_SIZE, 4096, MIB, outstanding=4, rtt_us=20),
-                     _read("loss", READ_SIZE, 4096, MIB, rtt_us=2, loss=READ_LOSS)]
+                     _read("loss", 4096, 4096, MIB, rtt_us=2, loss=READ_LOSS,
+                           timeout=read_timeout(16, 4096, 2))]
         return runs
     runs = [_resp_warmup()]
     for p in PMTUS:
@@ -360,8 +364,10 @@ def read_runs(quick=False, requester=None):
         runs += [_read("requester", READ_SIZE, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=t)
                  for t in RTTS for o in READ_OUTSTANDING]
         # the goal's point, then fewer READs outstanding and less loss beside it
-        runs += [_read("loss", READ_SIZE, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=2, loss=p)
-                 for o, p in ((16, READ_LOSS), (4, READ_LOSS), (16, READ_LOSS / 10))]
+        runs += [_read("loss", s, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=2, loss=p,
+                       timeout=read_timeout(o, s, 2))
+                 for s, o, p in ((4096, 16, READ_LOSS), (READ_SIZE, 16, READ_LOSS),
+                                 (READ_SIZE, 4, READ_LOSS), (READ_SIZE, 16, READ_LOSS / 10))]
     return runs
 
 

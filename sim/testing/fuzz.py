@@ -761,32 +761,43 @@ def _pseudo_sum(ip, length):
     return pseudo_header_sum(ip["src"], ip["dst"], H.IP_PROTO_UDP, length)
 
 
-def roce_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP_MTU):
+def roce_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP_MTU,
+                 reads=False):
     """The RoCE receive counter (one of :data:`VERDICT_COUNTERS`) that ``frame`` increments, or
     None when it does not reach UDP port 4791. ``peers`` maps the QP number of every QP in the
     RTR or RTS state to its peer's IPv4 address; ``num_qps`` is the size of the QP table (QP
-    numbers 256 .. 256 + num_qps - 1)."""
+    numbers 256 .. 256 + num_qps - 1); ``reads``: the endpoint has the READ requester (READ
+    responses are handed on to it, not dropped for their opcode)."""
     got = roce_datagram(frame, our_mac, our_ip, vlan=vlan, mtu=mtu)
     if got is None:
         return None
     ip, udp, payload = got
     return "roce_rx_" + _verdict(ip, udp, payload, {q: _ip(p) for q, p in peers.items()},
-                                 num_qps)
+                                 num_qps, reads)
 
 
-def _verdict(ip, udp, payload, peers, num_qps):
+#: READ response opcodes; all but MIDDLE carry an AETH.
+_READ_RESPONSES = (H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+                   H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+
+
+def _verdict(ip, udp, payload, peers, num_qps, reads=False):
     n = len(payload)
     if n < BTH_MIN:
         return "drop_short"
     bth = H.BTH.unpack(payload)
     op = bth["opcode"]
-    if (op == H.OP_RC_ACKNOWLEDGE and n < ACK_MIN) or (op == H.OP_CNP and n < CNP_MIN):
+    read_resp = reads and op in _READ_RESPONSES
+    aeth = op == H.OP_RC_ACKNOWLEDGE or (read_resp and op != H.OP_RC_RDMA_READ_RESPONSE_MIDDLE)
+    if (aeth and n < ACK_MIN) or (op == H.OP_CNP and n < CNP_MIN):
         return "drop_short"
     covered = H.IPV4.pack(**ip) + H.UDP.pack(**udp) + payload[:-_ICRC]
     if icrc_model.icrc(covered) != payload[-_ICRC:]:
         return "icrc_bad"
     if is_request_opcode(op):
         return "requests"
+    if read_resp:
+        return "read_responses"
     if op not in (H.OP_RC_ACKNOWLEDGE, H.OP_CNP):
         return "drop_opcode"
     if bth["pkey"] & 0x7FFF != 0x7FFF:

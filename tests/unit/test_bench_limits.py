@@ -10,6 +10,7 @@ from rocegen.sim.apps.bench_suite import (
     packet_frames,
     rate_limit_mmsgs,
     read_bound_gbps,
+    read_timeout,
     read_runs,
     suite_runs,
     wire_bytes,
@@ -80,6 +81,15 @@ def test_read_bound():
     assert read_bound_gbps(4, 65536, 20) == pytest.approx(100 * 65536 / (2 * 4182 + 14 * 4178))
     assert read_bound_gbps(1, 65536, 2) == pytest.approx(limit_gbps(65536, 4096, opcode="READ"))
     assert read_bound_gbps(16, 65536, 0) == limit_gbps(65536, 4096, opcode="READ")
+
+
+def test_read_timeout():
+    # 4 x (2 us + 16 x 64 KiB at 100 Gb/s = 83.9 us) = 343.5 us: 4.096 us x 2^7 = 524 us
+    assert read_timeout(16, 65536, 2) == 7
+    # 4 x (2 + 5.24) = 29 us: the least code, 4 (65.5 us)
+    assert read_timeout(16, 4096, 2) == 4
+    # 4 x (20 + 4 x 5.24) = 163.9 us: 2^6 x 4.096 = 262 us
+    assert read_timeout(4, 65536, 20) == 6
 
 
 def test_read_runs():

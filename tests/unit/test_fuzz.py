@@ -74,6 +74,24 @@ def test_valid_ack():
     assert fuzz.could_acknowledge(f, peer_ip=HOST_IP, qpns=LIVE)
     assert acceptable_ack(f)
 
+def test_read_response_verdicts():
+    """READ responses: handed on by an endpoint with the READ requester (after the length and
+    ICRC checks), dropped for their opcode by one without."""
+    from rocegen.sim.models import icrc
+    ack = fuzz.valid_ack(**ADDR, qpn=257, psn=0x123456, msn=77, syndrome=0)
+    for opcode in (0x0D, 0x0F, 0x10, 0x0E):
+        f = bytearray(ack)
+        f[14 + 28] = opcode
+        f = icrc.append(bytes(f[:-4]))
+        assert fuzz.roce_verdict(f, **ADDR_OURS, peers=PEERS, num_qps=NUM_QPS,
+                                 reads=True) == "roce_rx_read_responses"
+        assert fuzz.roce_verdict(f, **ADDR_OURS, peers=PEERS, num_qps=NUM_QPS) == \
+            "roce_rx_drop_opcode"
+        bad = f[:-1] + bytes([f[-1] ^ 1])
+        assert fuzz.roce_verdict(bad, **ADDR_OURS, peers=PEERS, num_qps=NUM_QPS,
+                                 reads=True) == "roce_rx_icrc_bad"
+
+
 #: What each mutation of a good ACK to a live QP becomes: a RoCE verdict, or None (dropped by
 #: the network stack), or a set of possible outcomes.
 EXPECT = {
@@ -153,12 +171,13 @@ def test_the_rule_is_tested():
 
 
 def test_verdict_mix(frames):
-    """The frames reach every RoCE verdict but an accepted ACK, and many stack drop reasons."""
+    """The frames reach every RoCE verdict but an accepted ACK (and READ responses handed on,
+    which an endpoint without the READ requester never does), and many stack drop reasons."""
     verdicts = collections.Counter(
         fuzz.roce_verdict(f, **ADDR_OURS, peers=PEERS, num_qps=NUM_QPS) for f in frames)
-    assert verdicts["roce_rx_acks"] == 0
+    assert verdicts["roce_rx_acks"] == verdicts["roce_rx_read_responses"] == 0
     for name in fuzz.VERDICT_COUNTERS:
-        if name != "roce_rx_acks":
+        if name not in ("roce_rx_acks", "roce_rx_read_responses"):
             assert verdicts[name] >= 20, (name, verdicts)
     candidates = fuzz.count_roce_candidates(frames, FPGA_MAC, FPGA_IP)
     assert candidates == sum(v for k, v in verdicts.items() if k is not None)
