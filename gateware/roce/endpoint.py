@@ -185,8 +185,9 @@ class RoceEndpoint(wiring.Component):
         reissues a READ for the rest through the retry engine's rewind, within ``retry_cnt``; a
         NAK fails the QP. ``max_rd_atomic``: READs a QP may have outstanding (1..16, default
         16); a QP opened by the connection manager gets at most what its peer states it
-        accepts (one if it states nothing). A QP with that many sends nothing until one is
-        answered. Without ``reads`` a READ work request completes with UNSUPPORTED.
+        accepts (one if it states nothing). A QP with that many starts no work request until
+        one is answered (it still resends after a rewind). Without ``reads`` a READ work
+        request completes with UNSUPPORTED.
     resp_ack_every, cnp_interval
         The responder's ACKs by count (an ACK of every N-th request a QP executes without an
         answer, besides AckReq; 0..255, default 0: on AckReq only) and its notification
@@ -553,7 +554,8 @@ class RoceEndpoint(wiring.Component):
             wiring.connect(m, rx.ack, ack_slice.i)
         wiring.connect(m, ack_slice.o, retry.ack)
         wiring.connect(m, sched.post, comp.post)
-        m.d.comb += sched.full.eq(comp.full)
+        if not self.reads:
+            m.d.comb += sched.full.eq(comp.full)
 
         # reliability: acknowledgements, rewinds, timers and errors (always-ready pulses)
         sent_slice = m.submodules.sent_slice = StreamRegisterSlice(sched.sent.payload.shape())
@@ -596,11 +598,8 @@ class RoceEndpoint(wiring.Component):
 
     def _held(self, retry):
         """The QPs that must not send: an RNR wait (the retry engine), a rate below the
-        reaction point's, READs at ``max_rd_atomic``."""
-        held = retry.held if self._rp is None else retry.held | ~self._rp.allowed
-        if self.reads:
-            held = held | self._rd_track.full
-        return held
+        reaction point's."""
+        return retry.held if self._rp is None else retry.held | ~self._rp.allowed
 
     def _connect_read_requester(self, m, ack_slice):
         """The READ requester's receive side: READ responses from the receive path into their
@@ -635,6 +634,9 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, place.ack, ack_slice.i)
         wiring.connect(m, place.lookup, track.lookup)
         wiring.connect(m, sched.rd_issue, track.issue)
+        # (a QP with as many READs outstanding as its limit starts no work request; it still
+        # resends after a rewind, which is how its READs get answered)
+        m.d.comb += sched.full.eq(self._completer.full | track.full)
         wiring.connect(m, self._cm.rd_limit, track.limit)
         m.d.comb += [flush.errored.eq(self._retry.errored),
                      flush.sched.valid.eq(self._retry.sched.valid),

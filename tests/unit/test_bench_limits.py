@@ -10,8 +10,8 @@ from rocegen.sim.apps.bench_suite import (
     packet_frames,
     rate_limit_mmsgs,
     read_bound_gbps,
-    read_timeout,
     read_runs,
+    read_timeout,
     suite_runs,
     wire_bytes,
 )

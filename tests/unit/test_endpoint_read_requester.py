@@ -34,10 +34,12 @@ PSN = 0xFFFFF8
 
 
 def run(width, pmtu, memory, wrs, *, faults=(), max_rd_atomic=16, host_rd=16, stats_names=(),
-        seed=0):
+        seed=0, drop_requests=(), loss=0.0):
     """The endpoint posts ``wrs`` (dicts of WORK_REQUEST fields but ``qp``) on QP 0 to the
     host; the host's region holds random bytes, local memory starts as :data:`PATTERN`.
-    ``faults``: ``(kind, kwargs)`` for :meth:`Rnic.read_fault`. Returns the completions, the
+    ``faults``: ``(kind, kwargs)`` for :meth:`Rnic.read_fault`; ``drop_requests``: the
+    numbers (from 0) of the endpoint's READ request frames lost on the way to the host;
+    ``loss``: every frame is lost with this probability, each way. Returns the completions, the
     local memory image, the host, the host's region as it was and the counters
     ``stats_names``."""
     rng = random.Random(seed)
@@ -81,6 +83,11 @@ def run(width, pmtu, memory, wrs, *, faults=(), max_rd_atomic=16, host_rd=16, st
         processes.append(watch)
 
     ready = [False]                     # the QP is set up
+    requests = [0]                      # READ request frames sent
+    link = random.Random(seed + 1)
+
+    def lost():
+        return loss and link.random() < loss
 
     async def work_requests(ctx):
         while not ready[0]:
@@ -117,10 +124,16 @@ def run(width, pmtu, memory, wrs, *, faults=(), max_rd_atomic=16, host_rd=16, st
         ready[0] = True
         seen = 0
         while len(cpls) < len(wrs):
-            frames = host.next_frames(budget=8)
+            frames = [f for f in host.next_frames(budget=8) if not lost()]
             while seen < len(col.packets):
-                frames += host.receive(col.packets[seen].data)
+                data = col.packets[seen].data
                 seen += 1
+                if bytes(data)[42] == 0x0C:         # (after Ethernet, IPv4, UDP: the opcode)
+                    requests[0] += 1
+                    if requests[0] - 1 in drop_requests:
+                        continue
+                if not lost():
+                    frames += host.receive(data)
             if frames:
                 await drv.send(ctx, [Packet(f) for f in frames])
             else:
@@ -234,6 +247,32 @@ def test_spoiled_responses_are_recovered(kind, kw, width):
         assert dropped >= 1, stats
     if kind != "extra":                 # (a response too many spoils nothing that was due)
         assert stats["rd_reissues"] + stats["roce_timeouts"] >= 1, stats
+
+
+def test_lost_requests_resent_with_the_table_full():
+    """READ requests lost on the way to the host while 16 READs are outstanding (the QP starts
+    no more): the host NAKs the gap, and the QP resends from it although its READ table is
+    full; every READ completes."""
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(30)]
+    cpls, image, host, remote, stats = run(512, 1024, "onchip", wrs, drop_requests={4, 21},
+                                           stats_names=("roce_rewinds", "rd_done"))
+    assert cpls == [(k, CplStatus.OK) for k in range(30)]
+    check_image(image, wrs, cpls, remote)
+    assert host.counters["nak_seq_tx"] >= 1 and stats["roce_rewinds"] >= 2
+    assert stats["rd_done"] == 30
+
+
+def test_random_loss():
+    """2 % of the frames lost each way, 16 READs outstanding: every READ completes OK with the
+    host's bytes."""
+    lo, _ = TARGET
+    wrs = [read(lo + 0x100 * (k % 64), 0x100 * k, 0x100 + k) for k in range(80)]
+    cpls, image, host, remote, stats = run(64, 256, "onchip", wrs, loss=0.02, seed=5,
+                                           stats_names=("roce_rewinds",))
+    assert cpls == [(k, CplStatus.OK) for k in range(80)]
+    check_image(image, wrs, cpls, remote)
+    assert stats["roce_rewinds"] >= 1
 
 
 @pytest.mark.parametrize("width", [64, 512])
