@@ -294,6 +294,21 @@ def _demo_link_checks(args):
         raise ValueError(f"--rtt-us must be a number of microseconds >= 0, not {args.rtt_us}")
 
 
+def _print_link(run, r):
+    """The link's faults and counters of a ``sim demo`` run (``run`` as asked, ``r`` as done),
+    when it had faults or a round trip."""
+    faults = [f"{f} {run[f]:g}" for f in ("loss", "dup", "reorder", "corrupt") if run[f]]
+    if faults or run["rtt_us"]:
+        print(f"link: {', '.join(faults) or 'no faults'}, round trip {run['rtt_us']:g} us, seed "
+              f"{run['seed']}, retransmit timeout code {r['timeout']}")
+        for key, name in (("link_to_nic", "to NIC"), ("link_from_nic", "from NIC")):
+            c = r[key]
+            if c is not None:
+                print(f"  {name:8}: {c['sent']} frames sent, {c['delivered']} delivered, "
+                      f"{c['dropped']} dropped, {c['duplicated']} duplicated, {c['reordered']} "
+                      f"reordered, {c['corrupted']} corrupted")
+
+
 def _sim_demo_peer(args):
     """``rocegen sim demo --peer-op`` (the host NIC model WRITEs, SENDs or READs into / from the
     endpoint) and ``--op READ`` (the endpoint READs the host), on the endpoint built with its
@@ -349,16 +364,7 @@ def _sim_demo_peer(args):
           f", PMTU {args.pmtu}: the host sends {args.peer_op} messages of {args.size} bytes to "
           f"the endpoint's responder, {args.bytes} bytes on each of {args.qps} QP"
           f"{'s' if args.qps > 1 else ''}")
-    faults = [f"{f} {run[f]:g}" for f in ("loss", "dup", "reorder", "corrupt") if run[f]]
-    if faults or run["rtt_us"]:
-        print(f"link: {', '.join(faults) or 'no faults'}, round trip {run['rtt_us']:g} us, seed "
-              f"{run['seed']}, retransmit timeout code {r['timeout']}")
-        for key, name in (("link_to_nic", "to NIC"), ("link_from_nic", "from NIC")):
-            c = r[key]
-            if c is not None:
-                print(f"  {name:8}: {c['sent']} frames sent, {c['delivered']} delivered, "
-                      f"{c['dropped']} dropped, {c['duplicated']} duplicated, {c['reordered']} "
-                      f"reordered, {c['corrupted']} corrupted")
+    _print_link(run, r)
     rounds = r["rounds"]
     print(f"{r['messages']} messages in {r['packets']} packets ({r['host_frames']} frames sent by "
           f"the host, {r['retransmitted']} resent, {r['rnr_naks']} RNR NAKs, {r['seq_naks']} "
@@ -384,16 +390,7 @@ def _demo_read_report(args, run, r, line, mhz, pcap):
           f", PMTU {args.pmtu}: {who} READs messages of {args.size} bytes from {whom}, "
           f"{args.bytes} bytes on each of {args.qps} QP{'s' if args.qps > 1 else ''}"
           + (" (the host WRITEs them into the endpoint first)" if host else ""))
-    faults = [f"{f} {run[f]:g}" for f in ("loss", "dup", "reorder", "corrupt") if run[f]]
-    if faults or run["rtt_us"]:
-        print(f"link: {', '.join(faults) or 'no faults'}, round trip {run['rtt_us']:g} us, seed "
-              f"{run['seed']}, retransmit timeout code {r['timeout']}")
-        for key, name in (("link_to_nic", "to NIC"), ("link_from_nic", "from NIC")):
-            c = r[key]
-            if c is not None:
-                print(f"  {name:8}: {c['sent']} frames sent, {c['delivered']} delivered, "
-                      f"{c['dropped']} dropped, {c['duplicated']} duplicated, {c['reordered']} "
-                      f"reordered, {c['corrupted']} corrupted")
+    _print_link(run, r)
     rounds = r["rounds"]
     extra = f", {r['read_retries']} READs reissued by the host" if host else \
         f", {r['host_reads_executed']} READs executed by the host"
