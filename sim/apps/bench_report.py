@@ -694,12 +694,14 @@ def _read_markdown(results):
     req = [r for r in rows if r["test"] in ("requester", "loss")]
     if req:
         table = []
-        for r in sorted(req, key=lambda r: (r["loss"], r["rtt_us"], r["outstanding"])):
+        for r in sorted(req, key=lambda r: (r["loss"], r["rtt_us"], r["outstanding"],
+                                            r["size"])):
             goal = READ_GOALS["loss" if r["loss"] else "requester"]
             aim = (f"{goal:g} %" if r["outstanding"] == 16 and r["rtt_us"] == 2
                    and r["loss"] in (0, 0.01) else "-" if r["loss"] else "bound")
             f = r.get("failed")
-            table.append([r["outstanding"], f"{r['rtt_us']:g} us", f"{100 * r['loss']:g} %",
+            table.append([size_text(r["size"]), r["outstanding"], f"{r['rtt_us']:g} us",
+                          f"{100 * r['loss']:g} %",
                           f"failed: {f['status']} after {f['reads_done']} of {r['messages']} "
                           "READs" if f else
                           f"{r['goodput_gbps']:.2f} ({r['percent_of_limit']:.1f} %)",
@@ -709,15 +711,17 @@ def _read_markdown(results):
                           f"{r['read_requests'] - r['messages']:,}",
                           f"{r.get('timeouts', 0):,} / {r.get('rewinds', 0):,}",
                           f"{r['lost_to_nic']:,} / {r['lost_from_nic']:,}", aim])
-        out += ["**The endpoint READs the host** (64 KiB READs, PMTU 4096; limit "
-                f"{req[0]['limit_gbps']:.2f} Gb/s)", ""]
-        out += _table(["outstanding", "round trip", "loss each way", "goodput Gb/s (% of limit)",
+        out += ["**The endpoint READs the host** (PMTU 4096; limit of READ responses "
+                + ", ".join(sorted({f"{r['limit_gbps']:.2f} Gb/s at {size_text(r['size'])}"
+                                    for r in req})) + ")", ""]
+        out += _table(["READ", "outstanding", "round trip", "loss each way", "goodput Gb/s (% of limit)",
                        "bound Gb/s", "to completion Gb/s", "READs reissued", "timeouts / rewinds",
                        "lost to host / to FPGA", "goal"], table) + [""]
         for r in req:
             if r.get("failed"):
                 c = r.get("counters", {})
-                out += [f"The run of {r['outstanding']} outstanding at {100 * r['loss']:g} % loss "
+                out += [f"The run of {r['outstanding']} {size_text(r['size'])} READs outstanding at "
+                        f"{100 * r['loss']:g} % loss "
                         f"ended when READ {r['failed']['reads_done'] + 1} completed with "
                         f"{r['failed']['status']} (its QP's retries ran out); the endpoint's "
                         "counters over it: " + ", ".join(f"{k} {v:,}" for k, v in sorted(c.items()))
