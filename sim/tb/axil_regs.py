@@ -21,6 +21,7 @@ from cocotbext.axi import (
 )
 
 from rocegen.gateware.lib.records import pack, unpack
+from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.sim.models.cm import ACK_ACK, REQ_OPEN_QP, pmtu_code
@@ -172,7 +173,7 @@ async def registers(dut):
     assert await b.read(ID) == int.from_bytes(b"RoCE", "big")
     assert await b.read(BAD_WRITES) == 3
     for addr in (0x3000, 0x100, QP_BLOCK + 0x40 * NUM_QPS, QP_COUNTER + 0x40 * NUM_QPS,
-                 COUNTER + 4 * 100, QP_BLOCK + 0x3C):
+                 COUNTER + 4 * len(STATS), QP_BLOCK + 0x3C):
         r = await b.axil.read(addr, 4)
         assert r.resp == AxiResp.SLVERR and r.data == bytes(4), hex(addr)
     assert await b.read(BAD_READS) == 6

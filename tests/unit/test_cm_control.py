@@ -93,7 +93,7 @@ def simulate(num_qps, inputs, *, allow_net, seed, gen_busy):
 
 
 @pytest.mark.parametrize("num_qps,allow_net,steps,gen_busy", [
-    (4, NET, 250, 0), (3, None, 150, 0), (1, NET, 80, 0), (2, NET, 120, 1)])
+    (4, NET, 250, 0), (3, None, 150, 0), (1, NET, 200, 0), (2, NET, 120, 1)])
 def test_random_requests_match_the_model(num_qps, allow_net, steps, gen_busy):
     """``gen_busy`` held high: every run the model starts is refused and counted instead."""
     model = M.ConnectionManagerModel(num_qps, local_ip=ip(LOCAL_IP), allow_net=allow_net)
