@@ -568,7 +568,7 @@ class RoceEndpoint(wiring.Component):
             retry.acked_qp.eq(sched.acked_qp), sched.acked_psn.eq(retry.acked_psn),
             retry.err_qp.eq(comp.err_qp), comp.err_status.eq(retry.err_status),
             sched.errored.eq(retry.errored), comp.errored.eq(retry.errored),
-            sched.held.eq(self._held(retry)),
+            sched.held.eq(retry.held if self._rp is None else retry.held | ~self._rp.allowed),
             cm.errored.eq(retry.errored),
         ]
 
@@ -595,11 +595,6 @@ class RoceEndpoint(wiring.Component):
             self._connect_read_requester(m, ack_slice)
         self._connect_statistics(m)
         return m
-
-    def _held(self, retry):
-        """The QPs that must not send: an RNR wait (the retry engine), a rate below the
-        reaction point's."""
-        return retry.held if self._rp is None else retry.held | ~self._rp.allowed
 
     def _connect_read_requester(self, m, ack_slice):
         """The READ requester's receive side: READ responses from the receive path into their
