@@ -38,6 +38,7 @@ from rocegen.gateware.roce.read_flush import ReadFlush
 from rocegen.gateware.roce.read_ingress import READ_INGRESS_COUNTERS, ReadIngress
 from rocegen.gateware.roce.read_layouts import MAX_RD_ATOMIC, READ_COUNTERS, check_max_rd
 from rocegen.gateware.roce.read_place import ReadPlace
+from rocegen.gateware.roce.read_resend import ReadResend
 from rocegen.gateware.roce.read_track import ReadTrack
 from rocegen.gateware.roce.resp_cnp import cnp_interval_cycles
 from rocegen.gateware.roce.resp_layouts import (
@@ -319,7 +320,7 @@ class RoceEndpoint(wiring.Component):
             ingress_beats = lossless_depth(width, line_gbps=line_gbps, max_frame=max_frame,
                                            clk_hz=clk_hz, cable_ns=pfc_cable_ns)
         self._qps = QpTable(num_qps, info_port=qp_info, resp_port=responder,
-                            **({"read_port": True} if reads else {}))
+                            **({"read_port": True, "resend_port": True} if reads else {}))
         self.clk_hz = clk_hz
         self._sched = Scheduler(num_qps, width, mem_bytes, depth=wr_depth, window=window,
                                 reads=reads)
@@ -335,6 +336,7 @@ class RoceEndpoint(wiring.Component):
             self._rd_track = ReadTrack(num_qps, max_rd_atomic)
             self._rd_place = ReadPlace(width, self.word_addr_bits, acked_writes=memory == "axi4")
             self._rd_ingress = ReadIngress(width, num_qps)
+            self._rd_resend = ReadResend(num_qps, depth=16)
         self.responder = bool(responder)
         if resp_region is None:
             resp_region = (0, mem_bytes // 2)
@@ -627,6 +629,11 @@ class RoceEndpoint(wiring.Component):
             rx.ack.ready.eq(1),
         ]
         wiring.connect(m, place.ack, ack_slice.i)
+        # (a selective reissue: the placement goes on past a lost response and the rest of
+        # its READ is asked for again by a request of its own, not by a rewind of the QP)
+        resend = m.submodules.read_resend = self._rd_resend
+        wiring.connect(m, place.reissue, resend.i)
+        m.d.comb += [qps.rsd_qp.eq(resend.ctx_qp), resend.ctx.eq(qps.rsd_context)]
         wiring.connect(m, place.lookup, track.lookup)
         wiring.connect(m, sched.rd_issue, track.issue)
         # (a QP with as many READs outstanding as its limit starts no work request; it still
@@ -687,14 +694,17 @@ class RoceEndpoint(wiring.Component):
 
     def _connect_read_responses(self, m, rd_reg, tx_reg):
         """The responder's READ responses on the transmit path: their descriptors take turns
-        with the scheduler's at the payload reader (per packet), their payloads realigned
-        before the builder; each packet's tag (a READ's last response, its QP) follows it from
-        the builder's input to the transmitter's arbiter, where ``rd_sent`` reports it."""
+        with the scheduler's (and the READ requester's own READ requests) at the payload reader
+        (per packet), their payloads realigned before the builder; each packet's tag (a READ's
+        last response, its QP) follows it from the builder's input to the transmitter's
+        arbiter, where ``rd_sent`` reports it."""
         mem, builder, resp = self._mem, self._builder, self._resp
-        arb = m.submodules.desc_arbiter = StreamArbiter(PACKET_DESC, 2)
+        arb = m.submodules.desc_arbiter = StreamArbiter(PACKET_DESC, 3 if self.reads else 2)
         wiring.connect(m, self._sched.desc, arb.i[0])
         m.d.comb += [arb.i[1].valid.eq(resp.rd.valid), resp.rd.ready.eq(arb.i[1].ready),
                      arb.i[1].payload.eq(reader_descriptor(m, resp.rd.payload.desc, self.width))]
+        if self.reads:
+            wiring.connect(m, self._rd_resend.o, arb.i[2])
         wiring.connect(m, arb.o, mem.desc)
         align = m.submodules.read_align = RespReadAlign(self.width)
         wiring.connect(m, mem.o, align.i)
@@ -792,6 +802,8 @@ class RoceEndpoint(wiring.Component):
             "rd_table_overflow": self._rd_track.overflow if self.reads else Const(0, 1),
             "rd_done": self._rd_place.done.valid if self.reads else Const(0, 1),
             "rd_reissues": self._rd_place.reissue.valid if self.reads else Const(0, 1),
+            "rd_resend_dropped": self._rd_resend.dropped if self.reads else Const(0, 1),
+            "rd_resend_stale": self._rd_resend.stale if self.reads else Const(0, 1),
         })
         rp, pfc = self._rp, self._pfc
         events.update({

@@ -34,7 +34,8 @@ ROCE_STATS = [
     "cc_cnp_dropped", "pfc_rx_pause", "pfc_rx_bad", "pfc_tx_frames",
     # (the READ requester's: zero without it)
     "roce_rx_read_responses"] + [f"rd_{name}" for name in READ_COUNTERS + READ_INGRESS_COUNTERS] + [
-    "rd_table_overflow", "rd_done", "rd_reissues"] + list(WIDE_COUNTERS)
+    "rd_table_overflow", "rd_done", "rd_reissues", "rd_resend_dropped", "rd_resend_stale",
+] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

@@ -32,7 +32,9 @@ class QpTable(wiring.Component):
     third read port of its own (for status read-back: it never delays nor changes the others).
     With ``resp_port=True``, ``resp_qp`` -> ``resp_context`` one cycle later is one more context
     read port, for the responder. With ``read_port=True``, ``rdr_qp`` -> ``rdr_context`` one
-    cycle later is one more, for the receive side of the READ requester.
+    cycle later is one more, for the receive side of the READ requester. With
+    ``resend_port=True``, ``rsd_qp`` -> ``rsd_context`` one cycle later is one more, for the READ
+    requester's own READ requests.
 
     A write naming a QP outside the table changes nothing and pulses ``rejected``.
 
@@ -40,12 +42,14 @@ class QpTable(wiring.Component):
     received DestQP, valid when it names one of this table's QPs.
     """
 
-    def __init__(self, num_qps, *, info_port=False, resp_port=False, read_port=False):
+    def __init__(self, num_qps, *, info_port=False, resp_port=False, read_port=False,
+                 resend_port=False):
         check_num_qps(num_qps)
         self.num_qps = num_qps
         self.info_port = bool(info_port)
         self.resp_port = bool(resp_port)
         self.read_port = bool(read_port)
+        self.resend_port = bool(resend_port)
         self._contexts = Memory(shape=QP_CONTEXT, depth=num_qps, init=[])
         self._psns = Memory(shape=24, depth=num_qps, init=[])
         members = {
@@ -69,6 +73,8 @@ class QpTable(wiring.Component):
             members.update({"resp_qp": In(range(num_qps)), "resp_context": Out(QP_CONTEXT)})
         if self.read_port:
             members.update({"rdr_qp": In(range(num_qps)), "rdr_context": Out(QP_CONTEXT)})
+        if self.resend_port:
+            members.update({"rsd_qp": In(range(num_qps)), "rsd_context": Out(QP_CONTEXT)})
         super().__init__(members)
 
     def qpn(self, index):
@@ -111,6 +117,9 @@ class QpTable(wiring.Component):
         if self.read_port:
             cr_rdr = self._contexts.read_port()
             m.d.comb += [cr_rdr.addr.eq(self.rdr_qp), self.rdr_context.eq(cr_rdr.data)]
+        if self.resend_port:
+            cr_rsd = self._contexts.read_port()
+            m.d.comb += [cr_rsd.addr.eq(self.rsd_qp), self.rsd_context.eq(cr_rsd.data)]
         m.d.comb += self.ctl_psn.ready.eq(1)
         with m.If(self.ctl_psn.valid):
             m.d.comb += [pw.addr.eq(self.ctl_psn.payload.qp), pw.data.eq(self.ctl_psn.payload.psn),

@@ -1,5 +1,5 @@
 """The READ requester's decision on a READ response or an acknowledgement, from its QP's table
-entry."""
+entries."""
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
@@ -13,6 +13,7 @@ from rocegen.gateware.roce.read_layouts import (
     OP_READ_MIDDLE,
     OP_READ_ONLY,
     READ_EVENT,
+    READ_HOLE,
     READ_INPUT,
     READ_NAK_STATUS,
     READ_VIEW,
@@ -22,6 +23,34 @@ from rocegen.gateware.roce.read_layouts import (
 from rocegen.gateware.roce.resp_layouts import RESP_PLACE
 
 __all__ = ["ReadDecide"]
+
+
+def _offset(m, pmtu_log2, idx):
+    """``idx`` path MTUs in bytes, and the path MTU (8..12, anything else taken as 256 bytes)."""
+    offset, pmtu = Signal(31), Signal(13)
+    with m.Switch(pmtu_log2):
+        for log2 in range(9, 13):
+            with m.Case(log2):
+                m.d.comb += [offset.eq(idx << log2), pmtu.eq(1 << log2)]
+        with m.Default():
+            m.d.comb += [offset.eq(idx << 8), pmtu.eq(256)]
+    return offset, pmtu
+
+
+def _check(m, h, ent, idx, start):
+    """A response's place at index ``idx`` of READ ``ent`` (``start``: a request started at
+    ``idx``, besides 0): whether its opcode and its length fit, whether it is the READ's last,
+    and the byte offset of its payload in the READ."""
+    last = Signal()
+    m.d.comb += last.eq(idx == ent.last_idx)
+    start = (idx == 0) | start
+    op = h.opcode
+    op_ok = (((op == OP_READ_ONLY) & last & start) | ((op == OP_READ_FIRST) & ~last & start) |
+             ((op == OP_READ_MIDDLE) & ~last & (idx != 0)) |
+             ((op == OP_READ_LAST) & last & (idx != 0)))
+    offset, pmtu = _offset(m, ent.pmtu_log2, idx)
+    len_ok = h.length == Mux(last, ent.length - offset, pmtu)
+    return op_ok, len_ok, last, offset
 
 
 class ReadDecide(wiring.Component):
@@ -36,100 +65,186 @@ class ReadDecide(wiring.Component):
     view : In(READ_VIEW)
         The QP's table as :class:`~rocegen.gateware.roce.read_track.ReadTrack` shows it.
     verdict : Out(ReadVerdict)
-    advance, retire : Out(1)
-        For the table: the head READ's expected response came (GOOD), and it was its last.
+    advance, retire, close, hole_we, hole, fstep : Out(...)
+        For the table (:class:`~rocegen.gateware.roce.read_layouts.ReadLookupSignature`): the
+        head READ's expected response came (GOOD; ``retire``: its last, with no hole open), the
+        hole is filled (``close``), the hole opens or changes (HOLE, AHEAD, responses lost
+        after its front).
     place : Out(RESP_PLACE)
-        The placement record of a response: ``write`` for GOOD at ``local_addr + k x PMTU``
-        (``k`` the response's index in the READ), else the datagram is consumed unwritten.
+        The placement record of a response: ``write`` for GOOD, AHEAD and a HOLE at the next
+        READ's first PSN, at ``local_addr + k x PMTU`` of its READ (``k``: the response's index
+        in it), else the datagram is consumed unwritten.
     has_event, event : Out(1), Out(READ_EVENT)
-        The event for the retry engine (``seq`` left 0): the ACK of a GOOD response (syndrome
-        0x1F, its PSN and MSN; ``done`` on the READ's last), the NAK PSN sequence error of the
-        expected PSN for a gap (``gap``, ``offset`` and ``rest`` of the reissue), the NAK of a
-        response whose AETH is not an ACK (0x61..0x63 as they are, any other as 0x63), an
-        acknowledgement that passes unchanged. None for the responses dropped.
+        The event (``seq`` left 0): the ACK of a GOOD response with no hole open (syndrome
+        0x1F, its PSN and MSN; ``ndone`` 1 on the READ's last); for the response that fills a
+        hole, the ACK of the PSN before the front (or, responses after the front lost, the NAK
+        PSN sequence error of the front) with the hole's MSN and ``ndone`` the READs before
+        the front; the NAK PSN sequence error of the expected PSN for a go-back-N gap
+        (``gap``: ``offset``, ``rest``, ``va`` of the reissue of the head READ); for HOLE the
+        reissue alone (``quiet``, ``gap``, ``send``); the NAK of a response whose AETH is not
+        an ACK (0x61..0x63 as they are, any other as 0x63); an acknowledgement that passes
+        unchanged. None for the others.
 
-    Behaviour: no state; PSN comparisons modulo 2^24 (serial); the path MTU of the READ's entry
+    Behaviour: no state; PSN comparisons modulo 2^24 (serial); the path MTU of each READ's entry
     (8..12, anything else taken as 256 bytes).
     """
 
     def __init__(self):
         super().__init__({
             "inp": In(READ_INPUT), "view": In(READ_VIEW),
-            "verdict": Out(ReadVerdict), "advance": Out(1), "retire": Out(1),
+            "verdict": Out(ReadVerdict), "advance": Out(1), "retire": Out(1), "close": Out(1),
+            "hole_we": Out(1), "hole": Out(READ_HOLE), "fstep": Out(2),
             "place": Out(RESP_PLACE), "has_event": Out(1), "event": Out(READ_EVENT),
         })
 
     def elaborate(self, platform):
         m = Module()
         h, v, is_ack = self.inp.h, self.view, self.inp.is_ack
-        ent, k = v.entry, v.cnt
-        syn_ack = h.syndrome[5:8] == 0
-        exp, p, d, room = Signal(24), Signal(24), Signal(24), Signal(24)
-        m.d.comb += [exp.eq(ent.first + k), p.eq(Mux(is_ack & ~syn_ack, h.psn - 1, h.psn)),
-                     d.eq(p - exp), room.eq(v.tail_last - p)]
-        behind, at, after_tail = d[23], d == 0, room[23]
+        ent, e2, hole, k = v.entry, v.entry2, v.hole, v.cnt
+        s = _Sig()
+        s.syn_ack = h.syndrome[5:8] == 0
+        exp, p, r, s.r_any = Signal(24), Signal(24), Signal(24), Signal(24)
+        m.d.comb += [exp.eq(ent.first + k), p.eq(Mux(is_ack & ~s.syn_ack, h.psn - 1, h.psn)),
+                     r.eq(e2.first + hole.fcnt), s.r_any.eq(Mux(v.has2, r, v.tail_last + 1))]
+        s.exp = exp
+        s.behind, s.at = (p - exp)[23], p == exp
+        s.after_tail = (v.tail_last - p)[23]
+        s.in_head = ~(ent.first + ent.last_idx - h.psn)[23]
+        s.in_hole = (h.psn - hole.hend)[23]
+        s.to_front = Signal(24)
+        m.d.comb += s.to_front.eq(h.psn - r)
+        # the places a response may take: in the head READ at the expected PSN (A), in the
+        # second READ (B: its first PSN, or the front)
+        s.ka, s.kb = Signal.like(k), Signal.like(k)
+        m.d.comb += [s.ka.eq(k), s.kb.eq(Mux(v.open, hole.fcnt, 0))]
+        s.a = _check(m, h, ent, s.ka, (s.ka == v.rs) | (v.open & (s.ka == hole.hs)))
+        s.b = _check(m, h, e2, s.kb, s.kb == v.rs2)
+        s.use_b = Signal()
+        self._verdict(m, s)
+        self._update(m, s)
+        self._outputs(m, s)
+        return m
 
-        # the response's place in the head READ: opcode, AETH, length
-        last = k == ent.last_idx
-        start = (k == 0) | (k == v.rs)
-        op = h.opcode
-        op_ok = (((op == OP_READ_ONLY) & last & start) | ((op == OP_READ_FIRST) & ~last & start) |
-                 ((op == OP_READ_MIDDLE) & ~last & (k != 0)) | ((op == OP_READ_LAST) & last & (k != 0)))
-        offset, pmtu = Signal(31), Signal(13)
-        with m.Switch(ent.pmtu_log2):
-            for log2 in range(9, 13):
-                with m.Case(log2):
-                    m.d.comb += [offset.eq(k << log2), pmtu.eq(1 << log2)]
-            with m.Default():
-                m.d.comb += [offset.eq(k << 8), pmtu.eq(256)]
-        rest = Signal(31)
-        m.d.comb += rest.eq(ent.length - offset)
-        len_ok = h.length == Mux(last, rest, pmtu)
-
-        verdict = self.verdict
-        with m.If(is_ack):
-            m.d.comb += verdict.eq(Mux(~v.has | behind, ReadVerdict.ACK_PASS, ReadVerdict.ACK_GAP))
+    def _verdict(self, m, s):
+        """The verdict; ``s.use_b``: the response's place is in the second READ."""
+        h, v, verdict = self.inp.h, self.view, self.verdict
+        target = Signal(ReadVerdict)            # the verdict of a right response there
+        checked = Signal()                      # the response's place is known: check it
+        with m.If(self.inp.is_ack):
+            with m.If(~v.has | s.behind):
+                m.d.comb += verdict.eq(ReadVerdict.ACK_PASS)
+            with m.Else():
+                m.d.comb += verdict.eq(Mux(v.open, ReadVerdict.ACK_HOLD, ReadVerdict.ACK_GAP))
         with m.Elif(~v.has):
             m.d.comb += verdict.eq(ReadVerdict.UNKNOWN)
-        with m.Elif(behind):
+        with m.Elif(s.behind):
             m.d.comb += verdict.eq(ReadVerdict.DUPLICATE)
-        with m.Elif(~at):
-            m.d.comb += verdict.eq(Mux(after_tail, ReadVerdict.UNKNOWN, ReadVerdict.GAP))
-        with m.Elif(~op_ok):
-            m.d.comb += verdict.eq(ReadVerdict.OPCODE)
-        with m.Elif((op != OP_READ_MIDDLE) & ~syn_ack):
-            m.d.comb += verdict.eq(ReadVerdict.NAK)
-        with m.Elif(~len_ok):
-            m.d.comb += verdict.eq(ReadVerdict.LENGTH)
+        with m.Elif(s.after_tail):
+            m.d.comb += verdict.eq(ReadVerdict.UNKNOWN)
+        with m.Elif(v.open):
+            with m.If(s.in_hole):
+                m.d.comb += [checked.eq(s.at), target.eq(ReadVerdict.GOOD),
+                             verdict.eq(ReadVerdict.GAP)]
+            with m.Elif(~v.has2 | s.to_front[23]):
+                m.d.comb += verdict.eq(ReadVerdict.DUPLICATE)
+            with m.Else():
+                m.d.comb += [checked.eq(s.to_front == 0), s.use_b.eq(1),
+                             target.eq(ReadVerdict.AHEAD), verdict.eq(ReadVerdict.GAP)]
+        with m.Elif(s.at):
+            m.d.comb += [checked.eq(1), target.eq(ReadVerdict.GOOD)]
+        with m.Elif(s.in_head):
+            m.d.comb += verdict.eq(ReadVerdict.HOLE)
+        with m.Elif(v.has2 & (h.psn == v.entry2.first)):
+            m.d.comb += [checked.eq(1), s.use_b.eq(1), target.eq(ReadVerdict.HOLE)]
         with m.Else():
-            m.d.comb += verdict.eq(ReadVerdict.GOOD)
+            m.d.comb += verdict.eq(ReadVerdict.GAP)
+        op_ok = Mux(s.use_b, s.b[0], s.a[0])
+        len_ok = Mux(s.use_b, s.b[1], s.a[1])
+        with m.If(checked):
+            with m.If(~op_ok):
+                m.d.comb += verdict.eq(ReadVerdict.OPCODE)
+            with m.Elif((h.opcode != OP_READ_MIDDLE) & ~s.syn_ack):
+                m.d.comb += verdict.eq(ReadVerdict.NAK)
+            with m.Elif(~len_ok):
+                m.d.comb += verdict.eq(ReadVerdict.LENGTH)
+            with m.Else():
+                m.d.comb += verdict.eq(target)
 
+    def _update(self, m, s):
+        """What the verdict does to the table: the head, the hole and its front."""
+        h, v, verdict, hole, new = self.inp.h, self.view, self.verdict, self.view.hole, self.hole
+        a_last, b_last = s.a[2], s.b[2]
         good = verdict == ReadVerdict.GOOD
-        gap = (verdict == ReadVerdict.GAP) | (verdict == ReadVerdict.ACK_GAP)
+        s.fill_end = a_last | (h.psn + 1 == hole.hend)
+        lost = v.open & ((verdict == ReadVerdict.GAP) & ~s.in_hole |
+                         (verdict == ReadVerdict.ACK_HOLD) & ~(h.psn - s.r_any)[23])
         m.d.comb += [
-            self.advance.eq(good), self.retire.eq(good & last),
-            self.place.write.eq(good), self.place.addr.eq(ent.local_addr + offset),
+            self.advance.eq(good & ~(v.open & s.fill_end)),
+            self.retire.eq(good & ~v.open & a_last),
+            self.close.eq(good & v.open & s.fill_end),
+            new.eq(hole),
+        ]
+        with m.Switch(verdict):
+            with m.Case(ReadVerdict.HOLE):
+                # the hole: the rest of the head READ; the front: the next READ, after the
+                # response when it is that READ's first (the READ after it when it is its last)
+                m.d.comb += [
+                    self.hole_we.eq(1),
+                    new.hend.eq(v.entry.first + v.entry.last_idx + 1), new.hs.eq(v.cnt),
+                    new.lost.eq(0), new.msn.eq(Mux(s.use_b, h.msn, 0)),
+                    new.fcnt.eq(s.use_b & ~b_last),
+                    self.fstep.eq(Mux(s.use_b, 1 + b_last, 1)),
+                ]
+            with m.Case(ReadVerdict.AHEAD):
+                m.d.comb += [
+                    self.hole_we.eq(1),
+                    new.fcnt.eq(Mux(b_last, 0, s.kb + 1)), self.fstep.eq(b_last),
+                    new.msn.eq(Mux(h.opcode == OP_READ_MIDDLE, hole.msn, h.msn)),
+                ]
+            with m.Default():
+                m.d.comb += [self.hole_we.eq(lost), new.lost.eq(1)]
+
+    def _outputs(self, m, s):
+        """The placement record and the event."""
+        h, v, verdict, ev = self.inp.h, self.view, self.verdict, self.event
+        ent, hole = v.entry, v.hole
+        good = verdict == ReadVerdict.GOOD
+        closing = good & v.open & s.fill_end
+        hole_v = verdict == ReadVerdict.HOLE
+        gap = (verdict == ReadVerdict.GAP) & ~v.open | (verdict == ReadVerdict.ACK_GAP)
+        m.d.comb += [
+            self.place.write.eq(good | (hole_v & s.use_b) | (verdict == ReadVerdict.AHEAD)),
+            self.place.addr.eq(Mux(s.use_b, v.entry2.local_addr + s.b[3], ent.local_addr + s.a[3])),
             self.place.skip.eq(h.skip), self.place.length.eq(h.length),
         ]
-        ev = self.event
+        # the reissue: the rest of the head READ from the expected PSN
+        offset, _ = _offset(m, ent.pmtu_log2, v.cnt)
         fatal = Signal()
-        m.d.comb += fatal.eq(0)
         for syn in READ_NAK_STATUS:
             with m.If(h.syndrome == syn):
                 m.d.comb += fatal.eq(1)
         m.d.comb += [
-            self.has_event.eq(good | gap | (verdict == ReadVerdict.NAK) |
-                              (verdict == ReadVerdict.ACK_PASS)),
+            self.has_event.eq((good & (~v.open | s.fill_end)) | gap | hole_v |
+                              (verdict == ReadVerdict.NAK) | (verdict == ReadVerdict.ACK_PASS)),
             ev.ack.qp.eq(h.qp), ev.ack.msn.eq(h.msn), ev.wr_id.eq(ent.wr_id),
-            ev.done.eq(good & last), ev.gap.eq(gap), ev.offset.eq(offset), ev.rest.eq(rest),
+            ev.quiet.eq(hole_v), ev.gap.eq(gap | hole_v), ev.send.eq(hole_v),
+            ev.offset.eq(offset), ev.rest.eq(ent.length - offset), ev.va.eq(ent.va + offset),
+            ev.ndone.eq(Mux(closing, v.fdist, good & ~v.open & s.a[2])),
         ]
-        with m.If(good):
+        with m.If(closing):
+            m.d.comb += [ev.ack.syndrome.eq(Mux(hole.lost, NAK_PSN_SEQ, SYN_ACK)),
+                         ev.ack.psn.eq(Mux(hole.lost, s.r_any, s.r_any - 1)),
+                         ev.ack.msn.eq(hole.msn)]
+        with m.Elif(good):
             m.d.comb += [ev.ack.syndrome.eq(SYN_ACK), ev.ack.psn.eq(h.psn)]
-        with m.Elif(gap):
-            m.d.comb += [ev.ack.syndrome.eq(NAK_PSN_SEQ), ev.ack.psn.eq(exp)]
+        with m.Elif(gap | hole_v):
+            m.d.comb += [ev.ack.syndrome.eq(NAK_PSN_SEQ), ev.ack.psn.eq(s.exp)]
         with m.Elif(verdict == ReadVerdict.NAK):
             m.d.comb += [ev.ack.syndrome.eq(Mux(fatal, h.syndrome, NAK_REM_OP)),
                          ev.ack.psn.eq(h.psn)]
         with m.Else():
             m.d.comb += [ev.ack.syndrome.eq(h.syndrome), ev.ack.psn.eq(h.psn)]
-        return m
+
+
+class _Sig:
+    """The signals the decision's stages share."""

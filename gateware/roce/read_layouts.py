@@ -16,7 +16,7 @@ __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_
            "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
            "ReadLookupSignature", "READ_NAK_STATUS", "OP_READ_FIRST", "OP_READ_MIDDLE",
            "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd",
-           "READ_LIMIT"]
+           "READ_LIMIT", "READ_HOLE"]
 
 #: Most READs a QP may have outstanding (``max_rd_atomic``; ConnectX offers 16).
 MAX_RD_ATOMIC = 16
@@ -52,7 +52,9 @@ class ReadVerdict(enum.Enum, shape=4):
     """What became of a READ response or an acknowledgement (the values of
     :data:`rocegen.sim.models.read_requester.VERDICTS`)."""
     GOOD = 0        # at the expected PSN and right: written, acknowledges its PSN
-    GAP = 1         # after the expected PSN: the head READ is reissued from it, nothing written
+    GAP = 1         # after the expected PSN, not written: the head READ asked again from it with
+                    # every later request (go-back-N), or nothing (inside a hole, or after its
+                    # front: the responses after the front are asked again when it closes)
     DUPLICATE = 2   # before the expected PSN: dropped
     UNKNOWN = 3     # no outstanding READ of the QP at or after the PSN: dropped
     OPCODE = 4      # wrong opcode for its place in the READ: dropped
@@ -60,6 +62,11 @@ class ReadVerdict(enum.Enum, shape=4):
     NAK = 6         # AETH not an ACK: the QP fails (the NAK goes to the retry engine)
     ACK_PASS = 7    # an acknowledgement that passes no READ with responses missing
     ACK_GAP = 8     # an acknowledgement past the expected PSN of an outstanding READ: a gap
+    HOLE = 9        # after the expected PSN, in the head READ or first of the next: written; the
+                    # PSNs before it are a hole, the rest of the head READ asked again alone
+    AHEAD = 10      # the next response after a hole (its front): written
+    ACK_HOLD = 11   # an acknowledgement past the expected PSN while a hole is open: dropped
+                    # (one at or after the front: the responses after the front were lost)
 
 
 #: Pulse outputs, one per :class:`ReadVerdict`.
@@ -80,6 +87,8 @@ READ_ISSUE = data.StructLayout({
     "first": 24,               # the READ's first PSN
     "psn": 24,                 # the request's PSN (``first`` when new)
     "pmtu_log2": 4,            # 8 .. 12
+    "va": 64,                  # the request's remote virtual address (the READ's first byte's
+                               # when new)
 })
 
 #: An outstanding READ, as the table keeps it.
@@ -90,17 +99,41 @@ READ_ENTRY = data.StructLayout({
     "first": 24,
     "last_idx": INDEX_BITS,    # PSNs it spans - 1
     "pmtu_log2": 4,
+    "va": 64,                  # remote virtual address of its first byte
+})
+
+#: A QP's hole: the PSNs from its expected one to ``hend`` (exclusive), all in the head READ,
+#: are missing and asked for again; the responses after them are placed up to the *front*,
+#: ``fcnt`` PSNs into the front READ (the table keeps which READ that is). ``hs``: the head
+#: READ's index where the request asking for the hole starts; ``lost``: responses after the
+#: front were lost too; ``msn``: the MSN of the latest response with an AETH placed after the
+#: hole.
+READ_HOLE = data.StructLayout({
+    "hend": 24,
+    "hs": INDEX_BITS,
+    "fcnt": INDEX_BITS,
+    "lost": 1,
+    "msn": 24,
 })
 
 #: What the table shows of a QP: whether it has an outstanding READ, the oldest one (the head),
 #: the PSNs of it received (``cnt``: its expected PSN is ``first + cnt``), the index of the
-#: latest request sent from inside it (``rs``, 0: none) and the newest READ's last PSN.
+#: latest request sent from inside it (``rs``, 0: none) and the newest READ's last PSN; whether
+#: a hole is open (``open``) and its state (``hole``); the *second* READ (``has2``,
+#: ``entry2``, ``rs2``): with a hole open the front READ (``has2`` 0: every READ after the hole
+#: is in), else the READ after the head; ``fdist``: the READs before the front (with a hole).
 READ_VIEW = data.StructLayout({
     "has": 1,
     "entry": READ_ENTRY,
     "cnt": INDEX_BITS,
     "rs": INDEX_BITS,
     "tail_last": 24,
+    "open": 1,
+    "hole": READ_HOLE,
+    "has2": 1,
+    "entry2": READ_ENTRY,
+    "rs2": INDEX_BITS,
+    "fdist": 5,
 })
 
 #: A READ response's headers, one per datagram, from the receive path: the QP index (DestQP
@@ -119,32 +152,44 @@ READ_RESP_HEADER = data.StructLayout({
 #: What the READ placement's intake takes: a response's headers or an acknowledgement.
 READ_INPUT = data.StructLayout({"is_ack": 1, "h": READ_RESP_HEADER})
 
-#: An event waiting for the payload writes before it: the acknowledgement for the retry engine,
-#: whether it completes a READ (``done``) or asks for a reissue (``gap``: ``offset`` bytes into
-#: the READ, ``rest`` bytes left), and the count of responses placed it waits for.
+#: An event waiting for the payload writes before it: the acknowledgement for the retry engine
+#: (none when ``quiet``), the READs it completes (``ndone``), whether it asks for a reissue
+#: (``gap``: ``offset`` bytes into the head READ, ``rest`` bytes left, from remote address
+#: ``va``; ``send``: sent by the requester itself), and the count of responses placed it waits
+#: for.
 READ_EVENT = data.StructLayout({
     "ack": ACK_EVENT,
-    "done": 1,
+    "quiet": 1,
+    "ndone": 5,
     "gap": 1,
+    "send": 1,
     "wr_id": 32,
     "offset": 31,
     "rest": 31,
+    "va": 64,
     "seq": SEQ_BITS,
 })
 
-#: A READ whose last response is written (``psn``: that response's PSN).
-READ_DONE = data.StructLayout({"qp": 8, "wr_id": 32, "psn": 24})
+#: A READ of QP ``qp`` whose responses are all written (one record per READ).
+READ_DONE = data.StructLayout({"qp": 8})
 
 #: A READ to ask again for the rest of: from PSN ``psn``, ``offset`` bytes into it (remote and
-#: local addresses advanced by as much), ``length`` bytes left.
-READ_REISSUE = data.StructLayout({"qp": 8, "wr_id": 32, "psn": 24, "offset": 31, "length": 31})
+#: local addresses advanced by as much), ``length`` bytes left, from remote virtual address
+#: ``va``. ``send``: the READ requester sends this request itself (a selective reissue: the
+#: QP's later requests are not sent again); else the retry engine's rewind sends it (with every
+#: later request of the QP).
+READ_REISSUE = data.StructLayout({"qp": 8, "wr_id": 32, "psn": 24, "offset": 31, "length": 31,
+                                  "va": 64, "send": 1})
 
 
 class ReadLookupSignature(wiring.Signature):
     """The READ table's lookup port, seen from the user (the placement's decision stage):
     ``valid``/``qp`` in cycle t, ``view`` of that QP in cycle t+1, and in that same cycle what
-    the response did to the head READ: ``advance`` (its expected response came) and ``retire``
-    (that response was its last: it leaves the table)."""
+    the input did to the QP's READs: ``advance`` (the head READ's expected response came),
+    ``retire`` (that response was its last: it leaves the table), ``close`` (the hole is
+    filled: the READs before the front leave, the head becomes the front READ with the front's
+    count), ``hole_we`` (the QP's hole is ``hole`` from now on, open, its front ``fstep`` READs
+    after the front before -- the head when no hole was open)."""
 
     def __init__(self):
         super().__init__({
@@ -153,4 +198,8 @@ class ReadLookupSignature(wiring.Signature):
             "view": In(READ_VIEW),
             "advance": Out(1),
             "retire": Out(1),
+            "close": Out(1),
+            "hole_we": Out(1),
+            "hole": Out(READ_HOLE),
+            "fstep": Out(2),
         })

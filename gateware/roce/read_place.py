@@ -83,11 +83,13 @@ class ReadPlace(wiring.Component):
     ack : Out(stream.Signature(ACK_EVENT))
         The events for the retry engine, in the order their inputs were taken.
     done : Out(stream.Signature(READ_DONE, always_ready=True))
-        A READ's last response is written: pulses in the cycle its ACK leaves on ``ack``.
+        One pulse per READ whose responses are all written: the pulses of the READs an event
+        completes come in consecutive cycles, the last in the cycle the event leaves.
     reissue : Out(stream.Signature(READ_REISSUE, always_ready=True))
-        A READ to ask again for the rest of (a gap): pulses in the cycle its NAK PSN sequence
-        error leaves on ``ack`` (the request the scheduler sends after the retry engine's
-        REWIND).
+        A READ to ask again for the rest of: for a go-back-N gap (``send`` 0) in the cycle its
+        NAK PSN sequence error leaves on ``ack`` (the request the scheduler sends after the
+        retry engine's REWIND); for a hole (``send`` 1: the requester sends it itself) when
+        the writes before it are done.
     good, gap, duplicate, ... : Out(1)
         One pulse per input taken, by verdict (:data:`READ_COUNTERS`), in the cycle it is
         decided.
@@ -104,7 +106,9 @@ class ReadPlace(wiring.Component):
     * Events: numbered by the responses decided before them (their own included); one leaves
       once the placement has finished that many responses (``acked_writes``: once their words
       are acknowledged), so an acknowledgement never overtakes the payload of a response before
-      it: the completer completes a READ only after its data is in memory.
+      it: the completer completes a READ only after its data is in memory. An event that
+      completes n READs stays n cycles (one ``done`` pulse each); a hole's reissue has no
+      acknowledgement and leaves without ``ack``.
     * Backpressure: ``o`` and ``ack`` may hold; the inputs then wait (``hdr`` and ``ack_in``
       are held, ``i`` waits for its placement record). Nothing is dropped here.
     """
@@ -163,6 +167,8 @@ class ReadPlace(wiring.Component):
         m.d.comb += [
             dec.inp.eq(l1), dec.view.eq(lk.view),
             lk.advance.eq(l1_valid & dec.advance), lk.retire.eq(l1_valid & dec.retire),
+            lk.close.eq(l1_valid & dec.close), lk.hole_we.eq(l1_valid & dec.hole_we),
+            lk.hole.eq(dec.hole), lk.fstep.eq(dec.fstep),
             acts.w_en.eq(resp), acts.w_data.eq(dec.place),
             ev.eq(dec.event), ev.seq.eq(decided + resp),
             evq.w_en.eq(l1_valid & dec.has_event), evq.w_data.eq(ev),
@@ -189,20 +195,28 @@ class ReadPlace(wiring.Component):
             placed = Signal(SEQ_BITS)
             m.d.sync += placed.eq(placed + place.done)
 
-        # ---- events, each once the responses up to its own are written
+        # ---- events, each once the responses up to its own are written; one that completes
+        # READs stays until a ``done`` pulse per READ left (the last with the event)
         head = READ_EVENT(evq.r_data)
         due = evq.r_rdy & ~(placed - head.seq)[SEQ_BITS - 1]
-        leave = due & self.ack.ready
+        pulsed = Signal(5)                  # ``done`` pulses of the head event so far
+        final = pulsed + 1 >= head.ndone    # the event's last pulse, or it has none
+        leave = due & final & (head.quiet | self.ack.ready)
+        pulse = due & (head.ndone != 0) & (~final | leave)
+        with m.If(leave):
+            m.d.sync += pulsed.eq(0)
+        with m.Elif(pulse):
+            m.d.sync += pulsed.eq(pulsed + 1)
         m.d.comb += [
-            self.ack.valid.eq(due), self.ack.payload.eq(head.ack), evq.r_en.eq(leave),
-            self.done.valid.eq(leave & head.done),
-            self.done.payload.qp.eq(head.ack.qp), self.done.payload.wr_id.eq(head.wr_id),
-            self.done.payload.psn.eq(head.ack.psn),
+            self.ack.valid.eq(due & final & ~head.quiet), self.ack.payload.eq(head.ack),
+            evq.r_en.eq(leave),
+            self.done.valid.eq(pulse), self.done.payload.qp.eq(head.ack.qp),
             self.reissue.valid.eq(leave & head.gap),
             self.reissue.payload.qp.eq(head.ack.qp), self.reissue.payload.wr_id.eq(head.wr_id),
             self.reissue.payload.psn.eq(head.ack.psn),
             self.reissue.payload.offset.eq(head.offset),
             self.reissue.payload.length.eq(head.rest),
+            self.reissue.payload.va.eq(head.va), self.reissue.payload.send.eq(head.send),
         ]
         return m
 

@@ -9,6 +9,7 @@ from rocegen.gateware.roce.layouts import INDEX_BITS, check_num_qps
 from rocegen.gateware.roce.read_layouts import (
     MAX_RD_ATOMIC,
     READ_ENTRY,
+    READ_HOLE,
     READ_ISSUE,
     READ_LIMIT,
     ReadLookupSignature,
@@ -46,7 +47,7 @@ class ReadTrack(wiring.Component):
         QPs (1..256), QP index ``0 .. num_qps - 1``.
     max_rd_atomic : int
         READs a QP may have outstanding at most (1..16). Each QP has a power-of-two number of
-        slots (at least ``max_rd_atomic``) in one entry memory of :data:`READ_ENTRY` (146 bits).
+        slots (at least ``max_rd_atomic``) in one entry memory of :data:`READ_ENTRY` (210 bits).
 
     Ports
     -----
@@ -65,10 +66,16 @@ class ReadTrack(wiring.Component):
     lookup : In(ReadLookupSignature())
         ``valid``/``qp`` in cycle t (never in two cycles in a row); in cycle t+1, ``view``: the
         QP's state at the start of cycle t, after a ``flush`` of it taken in cycle t (``has``
-        0 for a QP outside the table or without a READ). ``rs`` is the restart index when the
-        restart recorded is of the head READ (its ``first``), else 0. In cycle t+1 the user
-        says what the response did: ``advance`` (``cnt`` + 1) or ``retire`` (the head READ
-        leaves, ``cnt`` back to 0), applied at the end of that cycle.
+        0 for a QP outside the table or without a READ). ``rs`` (``rs2``) is the restart index
+        when the restart recorded is of the head READ (the second READ), else 0. With a hole
+        open (``open``), the view has the hole and the front READ as the second (``has2`` 0
+        when the front is past the newest READ), and ``fdist``, the READs before the front;
+        without one, the second READ is the one after the head. In cycle t+1 the user says what
+        the response did: ``advance`` (``cnt`` + 1), ``retire`` (the head READ leaves, ``cnt``
+        back to 0), ``close`` (the ``fdist`` READs before the front leave, the front READ is
+        the head with the front's count, the hole is gone) or ``hole_we`` (the hole is
+        ``hole``, open; its front READ ``fstep`` after the front before, or after the head when
+        none was open), applied at the end of that cycle.
     flush : In(stream.Signature(8))
         A QP forgets its READs (it failed, or was set up again): ready in every cycle but those
         in which a lookup's ``advance``/``retire`` is applied (the cycle after a lookup).
@@ -84,10 +91,12 @@ class ReadTrack(wiring.Component):
     cycle t is in the view of a lookup from cycle t+1; the ``advance``/``retire`` and the
     limit of cycle t count for an issue of cycle t). Storage: the entries in a
     synchronous-read memory (block RAM) read at the looked-up QP's head; per QP the head
-    pointer and ``cnt``, the tail pointer and the newest READ's last PSN, the restart, in
+    pointer and ``cnt``, the tail pointer and the newest READ's last PSN, the restart, the hole
+    and its front pointer, in
     distributed RAM (each written from one side only), with copies of the two pointers (for
-    the issue, the flush, a retire's and a limit's count) and the limits; the ``full`` and
-    restart-valid bits in registers. Latency: the view one cycle after the lookup.
+    the issue, the flush, a retire's and a limit's count) and the limits; the ``full``,
+    restart-valid and hole-open bits in registers; the second entry through a second read
+    port of the entry memory. Latency: the view one cycle after the lookup.
     Throughput: one issue per cycle, one lookup every other cycle, flushes in between.
     """
 
@@ -121,7 +130,10 @@ class ReadTrack(wiring.Component):
         hptrs = m.submodules.head_ptrs = Memory(shape=pw, depth=n, init=[])
         tptrs = m.submodules.tail_ptrs = Memory(shape=pw, depth=n, init=[])
         rsm = m.submodules.restarts = Memory(shape=rs_l, depth=n, init=[])
-        ent_w, ent_r = ents.write_port(), ents.read_port()
+        hole_l = data.StructLayout({"hole": READ_HOLE, "fptr": pw})
+        holes = m.submodules.holes = Memory(shape=hole_l, depth=n, init=[])
+        ent_w, ent_r, ent_r2 = ents.write_port(), ents.read_port(), ents.read_port()
+        ho_w, ho_lk = holes.write_port(), holes.read_port(domain="comb")
         hd_w, tl_w, rs_w = heads.write_port(), tails.write_port(), rsm.write_port()
         hp_w, tp_w = hptrs.write_port(), tptrs.write_port()
         hd_lk, tl_lk = heads.read_port(domain="comb"), tails.read_port(domain="comb")
@@ -130,7 +142,7 @@ class ReadTrack(wiring.Component):
         rs_lk = rsm.read_port(domain="comb")
         m.d.comb += [hp_w.addr.eq(hd_w.addr), hp_w.en.eq(hd_w.en), hp_w.data.eq(hd_w.data.ptr),
                      tp_w.addr.eq(tl_w.addr), tp_w.en.eq(tl_w.en), tp_w.data.eq(tl_w.data.ptr)]
-        rs_valid = Signal(n)
+        rs_valid, opened = Signal(n), Signal(n)
 
         def slot(qp, ptr):
             return Cat(ptr[:lg], qp[:qw]) if lg else qp[:qw]
@@ -146,32 +158,55 @@ class ReadTrack(wiring.Component):
         m.d.comb += [fl.ready.eq(~l1_valid), tp_fl.addr.eq(fq[:qw])]
         fl_vec = Mux(fl_take, onehot(fq), 0)
 
-        # ---- lookup: the QP's state read in cycle t, its head entry from block RAM in t+1
+        # ---- lookup: the QP's state read in cycle t, its head entry (and the second: the
+        # front READ with a hole open, else the one after the head) from block RAM in t+1
         lq = lk.qp
         l1_qp, l1_head, l1_cnt = Signal(8), Signal(pw), Signal(INDEX_BITS)
         l1_has, l1_last, l1_rs, l1_rsv = Signal(), Signal(24), Signal(rs_l), Signal()
+        l1_open, l1_hole, l1_has2 = Signal(), Signal(hole_l), Signal()
         gone = fl_take & (fq == lq)             # flushed in the cycle of its lookup
+        is_open = opened.bit_select(lq[:qw], 1)
+        ptr2 = Signal(pw)
         m.d.comb += [hd_lk.addr.eq(lq[:qw]), tl_lk.addr.eq(lq[:qw]), rs_lk.addr.eq(lq[:qw]),
-                     ent_r.addr.eq(slot(lq, hd_lk.data.ptr))]
+                     ho_lk.addr.eq(lq[:qw]),
+                     ptr2.eq(Mux(is_open, ho_lk.data.fptr, hd_lk.data.ptr + 1)),
+                     ent_r.addr.eq(slot(lq, hd_lk.data.ptr)), ent_r2.addr.eq(slot(lq, ptr2))]
+        live = (lq < n) & ~gone
         m.d.sync += [
             l1_valid.eq(lk.valid), l1_qp.eq(lq), l1_head.eq(hd_lk.data.ptr),
             l1_cnt.eq(hd_lk.data.cnt), l1_last.eq(tl_lk.data.last), l1_rs.eq(rs_lk.data),
-            l1_has.eq((lq < n) & (tl_lk.data.ptr != hd_lk.data.ptr) & ~gone),
+            l1_has.eq(live & (tl_lk.data.ptr != hd_lk.data.ptr)),
             l1_rsv.eq(rs_valid.bit_select(lq[:qw], 1) & ~gone),
+            l1_open.eq(live & is_open), l1_hole.eq(ho_lk.data),
+            l1_has2.eq(live & (tl_lk.data.ptr != hd_lk.data.ptr) & (ptr2 != tl_lk.data.ptr)),
         ]
-        v, e = lk.view, ent_r.data
+        v, e, e2 = lk.view, ent_r.data, ent_r2.data
         m.d.comb += [v.has.eq(l1_has), v.entry.eq(e), v.cnt.eq(l1_cnt), v.tail_last.eq(l1_last),
-                     v.rs.eq(Mux(l1_rsv & (l1_rs.first == e.first), l1_rs.idx, 0))]
+                     v.rs.eq(Mux(l1_rsv & (l1_rs.first == e.first), l1_rs.idx, 0)),
+                     v.open.eq(l1_open), v.hole.eq(l1_hole.hole), v.has2.eq(l1_has2),
+                     v.entry2.eq(e2), v.rs2.eq(Mux(l1_rsv & (l1_rs.first == e2.first), l1_rs.idx, 0)),
+                     v.fdist.eq(Mux(l1_open, (l1_hole.fptr - l1_head)[:pw], 0))]
 
-        # ---- the update of the head (t+1), or a flush
+        # ---- the update of the head and the hole (t+1), or a flush
         act = l1_valid & l1_has
         retire = act & lk.retire
-        with m.If(act & (lk.advance | lk.retire)):
+        close = act & l1_open & lk.close
+        nret = Signal(pw)                       # READs leaving the QP's table
+        m.d.comb += nret.eq(Mux(close, l1_hole.fptr - l1_head, retire))
+        with m.If(close):
+            m.d.comb += [hd_w.addr.eq(l1_qp[:qw]), hd_w.en.eq(1), hd_w.data.ptr.eq(l1_hole.fptr),
+                         hd_w.data.cnt.eq(l1_hole.hole.fcnt)]
+        with m.Elif(act & (lk.advance | lk.retire)):
             m.d.comb += [hd_w.addr.eq(l1_qp[:qw]), hd_w.en.eq(1),
                          hd_w.data.ptr.eq(l1_head + retire),
                          hd_w.data.cnt.eq(Mux(retire, 0, l1_cnt + 1))]
         with m.Elif(fl_take):
             m.d.comb += [hd_w.addr.eq(fq[:qw]), hd_w.en.eq(1), hd_w.data.ptr.eq(tp_fl.data)]
+        hole_we = act & lk.hole_we
+        m.d.comb += [ho_w.addr.eq(l1_qp[:qw]), ho_w.en.eq(hole_we), ho_w.data.hole.eq(lk.hole),
+                     ho_w.data.fptr.eq(Mux(l1_open, l1_hole.fptr, l1_head) + lk.fstep)]
+        m.d.sync += opened.eq((opened & ~fl_vec & ~Mux(close, onehot(l1_qp), 0)) |
+                              Mux(hole_we, onehot(l1_qp), 0))
 
         # ---- issue: add a new READ at the tail, or record a restart
         iss, iv = self.issue.payload, self.issue.valid
@@ -179,9 +214,9 @@ class ReadTrack(wiring.Component):
         m.d.comb += [hp_is.addr.eq(iq[:qw]), tp_is.addr.eq(iq[:qw])]
         count = Signal(pw)                      # READs of the QP after the flush and update
         m.d.comb += count.eq(Mux(fl_take & (fq == iq), 0, tp_is.data - hp_is.data -
-                                 (retire & (l1_qp == iq))))
+                                 Mux(l1_qp == iq, nret, 0)))
         add = Signal()
-        room = self._limits(m, fl_take, fq, retire, l1_qp, l1_head, iq, count, add)
+        room = self._limits(m, fl_take, fq, retire | close, nret, l1_qp, l1_head, iq, count, add)
         m.d.comb += [add.eq(iv & iss.new & (iq < n) & room),
                      self.overflow.eq(iv & iss.new & ~add)]
         m.d.comb += [
@@ -189,7 +224,7 @@ class ReadTrack(wiring.Component):
             ent_w.data.wr_id.eq(iss.wr_id), ent_w.data.local_addr.eq(iss.local_addr),
             ent_w.data.length.eq(iss.length), ent_w.data.first.eq(iss.first),
             ent_w.data.last_idx.eq(last_index(m, iss.length, iss.pmtu_log2)),
-            ent_w.data.pmtu_log2.eq(iss.pmtu_log2),
+            ent_w.data.pmtu_log2.eq(iss.pmtu_log2), ent_w.data.va.eq(iss.va),
             tl_w.addr.eq(iq[:qw]), tl_w.en.eq(add), tl_w.data.ptr.eq(tp_is.data + 1),
             tl_w.data.last.eq(iss.first + ent_w.data.last_idx),
         ]
@@ -199,10 +234,11 @@ class ReadTrack(wiring.Component):
         m.d.sync += rs_valid.eq((rs_valid & ~fl_vec) | Mux(restart, onehot(iq), 0))
         return m
 
-    def _limits(self, m, fl_take, fq, retire, l1_qp, l1_head, iq, count, add):
+    def _limits(self, m, fl_take, fq, retire, nret, l1_qp, l1_head, iq, count, add):
         """The per-QP limits and the ``full`` bits. Returns whether the QP ``iq`` has room for
-        a new READ (``count``: its READs after this cycle's flush and retire); ``add``: it is
-        added. Every QP an event of the cycle touches (flush or retire, limit, add) gets its
+        a new READ (``count``: its READs after this cycle's flush and retire); ``retire``: READs
+        of QP ``l1_qp`` leave in this cycle, ``nret`` of them; ``add``: it is added. Every QP an
+        event of the cycle touches (flush or retire, limit, add) gets its
         ``full`` bit anew from its count and limit after all of them."""
         n, mx = self.num_qps, self.max_rd_atomic
         qw = max(1, (n - 1).bit_length())
@@ -233,7 +269,7 @@ class ReadTrack(wiring.Component):
         def count_after(q, base):
             """READs of QP ``q`` after the cycle (``base``: at its start)."""
             c = Signal(pw)
-            m.d.comb += c.eq(Mux(fl_take & (fq == q), 0, base - (retire & (l1_qp == q))) +
+            m.d.comb += c.eq(Mux(fl_take & (fq == q), 0, base - Mux(l1_qp == q, nret, 0)) +
                              (add & (iq == q)))
             return c
 

@@ -27,34 +27,59 @@ of it already received. A response is classified, in this order (one verdict eac
 
 * ``unknown``: the QP has no outstanding READ, or the PSN is after the newest READ's last PSN.
 * ``duplicate``: the PSN is before ``e`` (an answer to a request sent twice, a copy).
-* ``gap``: the PSN is after ``e`` (the responses from ``e`` were lost): nothing is written; the
-  head READ is to be reissued for the rest: PSN ``e``, remote VA and local address advanced by
-  ``(e - first) x PMTU``, length reduced by as much (:class:`Reissue`). It travels to the retry
-  engine as a NAK PSN sequence error of ``e`` (syndrome 0x60): that acknowledges ``e - 1``,
-  rewinds the QP to ``e`` (the scheduler resends from there: the READ from inside, then every
-  later request, go-back-N as rxe's ``req_retry``), counts one retry against ``retry_cnt``
-  and is ignored when it repeats the NAK of the rewind under way with no progress since.
-* at ``e``, ``k = e - first`` the response's index in the head READ, the READ's last index ``n``:
-  ``opcode``: FIRST and ONLY only where a request started (``k = 0`` or ``k`` the QP's restart
-  index for this READ), MIDDLE and LAST never at ``k = 0``; ONLY and LAST exactly at ``k = n``,
-  FIRST and MIDDLE before it. ``nak``: the AETH (FIRST, LAST, ONLY) is not an ACK (syndrome
-  bits 7..5 not zero): the QP fails; 0x61 / 0x62 / 0x63 go to the retry engine as they are
-  (REMOTE_INVALID / REMOTE_ACCESS / REMOTE_OP completions), any other as 0x63 (rxe's mapping
-  of an unexpected NAK code). ``length``: the payload must be exactly PMTU bytes (FIRST,
-  MIDDLE) or exactly the rest, ``length - k x PMTU`` (LAST, ONLY).
-* ``good``: the payload is written at ``local address + k x PMTU`` (so never outside the READ's
-  local range), ``e`` moves on, and an ACK of the PSN goes to the retry engine (syndrome 0x1F,
-  the response's MSN): READ responses acknowledge every earlier WRITE/SEND implicitly. The last
-  one (``k = n``) completes the READ (``done``): it leaves the table.
+* the checks of a response at index ``k`` of its READ (``k = e - first`` at ``e``), the READ's
+  last index ``n``: ``opcode``: FIRST and ONLY only where a request started (``k = 0`` or ``k``
+  the QP's restart index for this READ), MIDDLE and LAST never at ``k = 0``; ONLY and LAST
+  exactly at ``k = n``, FIRST and MIDDLE before it. ``nak``: the AETH (FIRST, LAST, ONLY) is
+  not an ACK (syndrome bits 7..5 not zero): the QP fails; 0x61 / 0x62 / 0x63 go to the retry
+  engine as they are (REMOTE_INVALID / REMOTE_ACCESS / REMOTE_OP completions), any other as
+  0x63 (rxe's mapping of an unexpected NAK code). ``length``: the payload must be exactly PMTU
+  bytes (FIRST, MIDDLE) or exactly the rest, ``length - k x PMTU`` (LAST, ONLY).
+* ``good`` (at ``e``, no hole open): the payload is written at ``local address + k x PMTU`` (so
+  never outside the READ's local range; the same for every response written), ``e`` moves on,
+  and an ACK of the PSN goes to the retry engine (syndrome 0x1F, the response's MSN): READ
+  responses acknowledge every earlier WRITE/SEND implicitly. The last one (``k = n``)
+  completes the READ (``done``): it leaves the table.
+* after ``e`` (the responses from ``e`` were lost), with no hole open:
+
+  * in the head READ, or the first PSN of the READ after it (``k = 0`` of that READ, checked
+    as below and written there): ``hole``. The rest of the head READ, from ``e``, is a *hole*:
+    it is asked for again by one READ request that the requester sends itself (:class:`Reissue`
+    with ``send``: PSN ``e``, remote VA and local address advanced by ``(e - first) x PMTU``,
+    length reduced by as much) -- the responder executes it as a duplicate READ inside the
+    original -- and no later request is sent again. Responses of the head READ after the gap
+    are not written (that request brings them again). The responses of the READs after it are
+    placed as they come: the *front* is the next one expected there (from the READ after the
+    head, first PSN, or after the response just written). No event goes to the retry engine.
+  * else: ``gap``: go-back-N. Nothing is written; the head READ is to be reissued for the rest
+    (the same :class:`Reissue`, ``send`` False); it travels to the retry engine as a NAK PSN
+    sequence error of ``e`` (syndrome 0x60): that acknowledges ``e - 1``, rewinds the QP to
+    ``e`` (the scheduler resends from there: the READ from inside, then every later request,
+    as rxe's ``req_retry``), counts one retry against ``retry_cnt`` and is ignored when it
+    repeats the NAK of the rewind under way with no progress since.
+
+* with a hole open: a response in the hole at ``e`` is checked as below (FIRST and ONLY also
+  where the hole's request starts) and, right, ``good``: written, ``e`` moves on, no event;
+  when it is the hole's last PSN (the head READ's last) the hole *closes*: every READ before
+  the front leaves (``done``, in order), ``e`` becomes the front ``r``, and one event goes to
+  the retry engine: the ACK of ``r - 1`` with the MSN of the latest response with an AETH
+  placed after the hole, or, when responses after the front were lost, the NAK PSN sequence
+  error of ``r`` (go-back-N from there). One in the hole after ``e``: ``gap``, dropped (the
+  hole's request lost a response; the retry engine's timer asks again). After the hole: before
+  the front ``duplicate``; at the front checked as below and, right, ``ahead``: written, the
+  front moves on; after the front ``gap``: dropped, and the responses after the front are
+  *lost* (the hole closes with go-back-N from the front).
 
 Acknowledgements (ACKNOWLEDGE packets, :meth:`ReadRequesterModel.ack`) pass on to the retry
 engine unchanged (``ack_pass``) unless the PSN they acknowledge (``p`` for an ACK, ``p - 1``
 for a NAK or RNR NAK) is not before ``e``: an acknowledgement never passes a READ whose data did
 not all come (rxe's implied NAK). Such an acknowledgement becomes the gap of the head READ
 (``ack_gap``: the NAK PSN sequence error of ``e`` and the reissue), as rxe does whatever the
-syndrome. A NAK carried by an ACKNOWLEDGE at the READ request's PSN (remote access error for a
-bad R_Key, ...) passes: the retry engine fails the QP and the completer completes the READ with
-the error.
+syndrome; with a hole open it is dropped (``ack_hold``: the hole's close acknowledges what it
+covered), and one whose PSN is at or after the front marks the responses after the front lost.
+A NAK carried by an ACKNOWLEDGE at the READ request's PSN (remote access error for a bad R_Key,
+...) passes: the retry engine fails the QP and the completer completes the READ with the
+error.
 
 Completion: the READ's work request is posted to the completer like any other, with the PSN of
 its last response as ``last_psn``; it completes OK when the retry engine's acknowledged PSN
@@ -89,7 +114,7 @@ _FATAL = (NAK_INV_REQ, NAK_REM_ACCESS, NAK_REM_OP)
 
 #: The verdicts, in the gateware's order (``ReadVerdict``); each is also a counter.
 VERDICTS = ("good", "gap", "duplicate", "unknown", "opcode", "length", "nak", "ack_pass",
-            "ack_gap")
+            "ack_gap", "hole", "ahead", "ack_hold")
 
 
 def _signed(x):
@@ -134,6 +159,7 @@ class Reissue:
     remote_va: int
     rkey: int
     length: int
+    send: bool = False
 
 
 @dataclass(frozen=True)
@@ -153,8 +179,24 @@ class Outcome:
     verdict: str
     writes: tuple = ()
     ack: AckEvent | None = None
-    done: int | None = None
+    done: tuple = ()
     gap: Reissue | None = None
+
+
+@dataclass
+class _Hole:
+    """A hole of a QP: the PSNs from its expected one ``e`` to ``hend`` (exclusive: the rest of
+    the head READ) are missing; responses after them are placed up to the *front*: the READ at
+    ``fidx`` in the QP's queue (its length: every READ after the hole is in) of which ``fcnt``
+    PSNs came. ``hs``: the head READ's index where the request asking for the hole again
+    starts; ``lost``: responses after the front were lost as well; ``msn``: the MSN of the
+    latest response with an AETH placed after the hole."""
+    hend: int
+    hs: int
+    fidx: int
+    fcnt: int
+    msn: int
+    lost: bool = False
 
 
 class _Qp:
@@ -162,6 +204,14 @@ class _Qp:
         self.reads = deque()
         self.cnt = 0                # PSNs of the head READ received
         self.restart = None         # (first, index) of the latest request sent from inside
+        self.hole = None            # _Hole, while one is open
+
+    def step_front(self):
+        """The front moves to the next READ once every PSN of its READ came."""
+        h = self.hole
+        if h.fidx < len(self.reads) and h.fcnt == self.reads[h.fidx].npsn:
+            h.fidx += 1
+            h.fcnt = 0
 
     def restart_index(self, head):
         if self.restart is not None and self.restart[0] == head.first:
@@ -202,13 +252,19 @@ class ReadRequesterModel:
     def view(self, qp):
         """What the gateware's table shows of ``qp`` (``ReadTrack``'s ``view``): None without an
         outstanding READ, else the head READ, the PSNs of it received, its restart index (0:
-        none) and the newest READ's last PSN."""
+        none), the newest READ's last PSN, the hole (None: none open) and the second READ (the
+        front READ with a hole open, else the one after the head; None: none) with its restart
+        index."""
         if not 0 <= qp < self.num_qps or not self.qps[qp].reads:
             return None
         q = self.qps[qp]
         head = q.reads[0]
+        h = q.hole
+        second = q.reads[1 if h is None else h.fidx] if (1 if h is None else h.fidx) < \
+            len(q.reads) else None
         return {"head": head, "cnt": q.cnt, "rs": q.restart_index(head),
-                "tail_last": q.reads[-1].last}
+                "tail_last": q.reads[-1].last, "hole": h, "second": second,
+                "rs2": q.restart_index(second) if second else 0}
 
     # ---- the table
 
@@ -265,17 +321,40 @@ class ReadRequesterModel:
 
     # ---- inputs
 
-    def _gap(self, qp):
+    def _gap(self, qp, send=False):
         q = self.qps[qp]
         head = q.reads[0]
         off = q.cnt * head.pmtu
         e = (head.first + q.cnt) % PSN_MOD
         return e, Reissue(qp, head.wr_id, e, off, (head.local_addr + off) % (1 << 32),
-                          (head.remote_va + off) % (1 << 64), head.rkey, head.length - off)
+                          (head.remote_va + off) % (1 << 64), head.rkey, head.length - off,
+                          send)
 
     def _count(self, outcome):
         self.counters[outcome.verdict] += 1
         return outcome
+
+    def _check(self, q, read, k, opcode, syndrome, payload, *, start=False):
+        """The verdict of a response at index ``k`` of ``read``: ``None`` when it is right (an
+        opcode where a request started -- ``k`` 0, the restart index, or ``start`` -- or inside,
+        an ACK in its AETH, the right length), else ``(verdict, ack event or None)``."""
+        last = k == read.npsn - 1
+        start = start or k == 0 or k == q.restart_index(read)
+        ok = {READ_ONLY: last and start, READ_FIRST: not last and start,
+              READ_MIDDLE: not last and k != 0, READ_LAST: last and k != 0}[opcode]
+        if not ok:
+            return "opcode"
+        if opcode != READ_MIDDLE and syndrome >> 5:
+            return "nak"
+        off = k * read.pmtu
+        if len(payload) != (read.length - off if last else read.pmtu):
+            return "length"
+        return None
+
+    @staticmethod
+    def _write(read, k, payload):
+        off = k * read.pmtu
+        return (((read.local_addr + off) % (1 << 32), payload),) if payload else ()
 
     def response(self, qp, opcode, psn, payload=b"", syndrome=SYN_ACK, msn=0):
         """A READ response of ``qp`` (``opcode`` 0x0D..0x10, BTH ``psn``, ``payload`` without
@@ -292,30 +371,118 @@ class ReadRequesterModel:
         d = _signed(psn - e)
         if d < 0:
             return self._count(Outcome("duplicate"))
+        if _signed(q.reads[-1].last - psn) < 0:
+            return self._count(Outcome("unknown"))
+        aeth = 0 if opcode == READ_MIDDLE else msn
+
+        def refused(verdict):
+            if verdict == "nak":
+                return Outcome("nak", ack=AckEvent(qp, nak_syndrome(syndrome), psn, msn))
+            return Outcome(verdict)
+
+        if q.hole is not None:
+            return self._count(self._in_hole(q, qp, opcode, psn, payload, syndrome, aeth,
+                                             refused))
         if d > 0:
-            if _signed(q.reads[-1].last - psn) < 0:
-                return self._count(Outcome("unknown"))
-            e, reissue = self._gap(qp)
-            return self._count(Outcome("gap", ack=AckEvent(qp, NAK_PSN_SEQ, e, msn),
-                                       gap=reissue))
+            return self._count(self._gap_at(q, qp, opcode, psn, payload, syndrome, aeth,
+                                            refused, msn))
+        bad = self._check(q, head, q.cnt, opcode, syndrome, payload)
+        if bad:
+            return self._count(refused(bad))
         k = q.cnt
-        last = k == head.npsn - 1
-        start = k == 0 or k == q.restart_index(head)
-        ok = {READ_ONLY: last and start, READ_FIRST: not last and start,
-              READ_MIDDLE: not last and k != 0, READ_LAST: last and k != 0}[opcode]
-        if not ok:
-            return self._count(Outcome("opcode"))
-        if opcode != READ_MIDDLE and syndrome >> 5:
-            return self._count(Outcome("nak", ack=AckEvent(qp, nak_syndrome(syndrome), psn,
-                                                           msn)))
-        off = k * head.pmtu
-        if len(payload) != (head.length - off if last else head.pmtu):
-            return self._count(Outcome("length"))
-        self.advance(qp)
-        writes = (((head.local_addr + off) % (1 << 32), payload),) if payload else ()
-        return self._count(Outcome("good", writes, AckEvent(qp, SYN_ACK, psn,
-                                                            0 if opcode == READ_MIDDLE else msn),
-                                   head.wr_id if last else None))
+        left = self.advance(qp)
+        return self._count(Outcome("good", self._write(head, k, payload),
+                                   AckEvent(qp, SYN_ACK, psn, aeth),
+                                   (left.wr_id,) if left else ()))
+
+    def _gap_at(self, q, qp, opcode, psn, payload, syndrome, aeth, refused, msn):
+        """A response after the expected PSN ``e`` with no hole open: in the head READ or the
+        first of the next READ, the rest of the head READ becomes a hole (selective), else
+        go-back-N."""
+        head = q.reads[0]
+        if _signed(head.last - psn) >= 0:
+            written, fcnt, msn = (), 0, 0
+        elif len(q.reads) > 1 and psn == q.reads[1].first:
+            read = q.reads[1]
+            bad = self._check(q, read, 0, opcode, syndrome, payload)
+            if bad:
+                return refused(bad)
+            written, fcnt, msn = self._write(read, 0, payload), 1, aeth
+        else:
+            e, reissue = self._gap(qp)
+            return Outcome("gap", ack=AckEvent(qp, NAK_PSN_SEQ, e, msn), gap=reissue)
+        _, reissue = self._gap(qp, send=True)
+        q.hole = _Hole(hend=(head.last + 1) % PSN_MOD, hs=q.cnt, fidx=1, fcnt=fcnt, msn=msn)
+        q.step_front()
+        return Outcome("hole", written, gap=reissue)
+
+    def _in_hole(self, q, qp, opcode, psn, payload, syndrome, aeth, refused):
+        """A response of a QP with a hole open (``psn`` not before ``e``, not after the newest
+        READ)."""
+        head, h = q.reads[0], q.hole
+        e = (head.first + q.cnt) % PSN_MOD
+        if _signed(psn - h.hend) < 0:                   # inside the hole
+            if psn != e:
+                return Outcome("gap")
+            bad = self._check(q, head, q.cnt, opcode, syndrome, payload,
+                              start=q.cnt == h.hs)
+            if bad:
+                return refused(bad)
+            k = q.cnt
+            writes = self._write(head, k, payload)
+            if k == head.npsn - 1 or (psn + 1) % PSN_MOD == h.hend:
+                return Outcome("good", writes, *self._close(q, qp))
+            q.cnt += 1
+            return Outcome("good", writes)
+        if h.fidx == len(q.reads):                      # every READ after it is in
+            return Outcome("duplicate")
+        read = q.reads[h.fidx]
+        r = (read.first + h.fcnt) % PSN_MOD
+        if _signed(psn - r) < 0:
+            return Outcome("duplicate")
+        if psn != r:
+            h.lost = True
+            return Outcome("gap")
+        bad = self._check(q, read, h.fcnt, opcode, syndrome, payload)
+        if bad:
+            return refused(bad)
+        writes = self._write(read, h.fcnt, payload)
+        if opcode != READ_MIDDLE:
+            h.msn = aeth
+        h.fcnt += 1
+        q.step_front()
+        return Outcome("ahead", writes)
+
+    def _close(self, q, qp):
+        """The hole is filled: the READs before the front leave, the expected PSN moves to the
+        front ``r``; the event acknowledges ``r - 1``, or (responses after the front were lost)
+        is the NAK PSN sequence error of ``r``. Returns ``(ack, done)``."""
+        h = q.hole
+        left = [q.reads.popleft() for _ in range(h.fidx)]
+        q.hole = None
+        if q.reads:
+            q.cnt = h.fcnt
+            r = (q.reads[0].first + q.cnt) % PSN_MOD
+        else:
+            q.cnt = 0
+            r = (left[-1].last + 1) % PSN_MOD
+        if h.lost:
+            ack = AckEvent(qp, NAK_PSN_SEQ, r, h.msn)
+        else:
+            ack = AckEvent(qp, SYN_ACK, (r - 1) % PSN_MOD, h.msn)
+        return ack, tuple(read.wr_id for read in left)
+
+    def front(self, qp):
+        """The PSN after the responses placed past ``qp``'s hole (None without a hole): the
+        next one expected there, the newest READ's last PSN + 1 when every READ after the
+        hole is in."""
+        q = self.qps[qp]
+        h = q.hole
+        if h is None:
+            return None
+        if h.fidx == len(q.reads):
+            return (q.reads[-1].last + 1) % PSN_MOD
+        return (q.reads[h.fidx].first + h.fcnt) % PSN_MOD
 
     def ack(self, qp, syndrome, psn, msn=0):
         """An ACKNOWLEDGE of ``qp`` (AETH ``syndrome`` and ``msn``, BTH ``psn``)."""
@@ -324,5 +491,10 @@ class ReadRequesterModel:
         if not 0 <= qp < self.num_qps or not self.qps[qp].reads or \
                 _signed(implied - self.expected(qp)) < 0:
             return self._count(Outcome("ack_pass", ack=AckEvent(qp, syndrome, psn, msn)))
+        q = self.qps[qp]
+        if q.hole is not None:
+            if _signed(psn - self.front(qp)) >= 0:
+                q.hole.lost = True
+            return self._count(Outcome("ack_hold"))
         e, reissue = self._gap(qp)
         return self._count(Outcome("ack_gap", ack=AckEvent(qp, NAK_PSN_SEQ, e, msn), gap=reissue))

@@ -34,12 +34,13 @@ PSN = 0xFFFFF8
 
 
 def run(width, pmtu, memory, wrs, *, faults=(), max_rd_atomic=16, host_rd=16, stats_names=(),
-        seed=0, drop_requests=(), loss=0.0):
+        seed=0, drop_requests=(), loss=0.0, timeout=1):
     """The endpoint posts ``wrs`` (dicts of WORK_REQUEST fields but ``qp``) on QP 0 to the
     host; the host's region holds random bytes, local memory starts as :data:`PATTERN`.
     ``faults``: ``(kind, kwargs)`` for :meth:`Rnic.read_fault`; ``drop_requests``: the
     numbers (from 0) of the endpoint's READ request frames lost on the way to the host;
-    ``loss``: every frame is lost with this probability, each way. Returns the completions, the
+    ``loss``: every frame is lost with this probability, each way; ``timeout``: the QP's
+    retransmit timeout code (4.096 us x 2^code). Returns the completions, the
     local memory image, the host, the host's region as it was and the counters
     ``stats_names``."""
     rng = random.Random(seed)
@@ -113,7 +114,7 @@ def run(width, pmtu, memory, wrs, *, faults=(), max_rd_atomic=16, host_rd=16, st
         ctx.set(ep.qp_ctl.payload, {"qp": 0, "context": {
             "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": HOST_QPN,
             "rkey": RKEY, "base_va": 0, "pmtu_log2": pmtu.bit_length() - 1,
-            "udp_sport": 0xC123, "ack_every_log2": 3, "timeout": 1, "retry_cnt": 7}})
+            "udp_sport": 0xC123, "ack_every_log2": 3, "timeout": timeout, "retry_cnt": 7}})
         ctx.set(ep.qp_ctl.valid, 1)
         await ctx.tick().until(ep.qp_ctl.ready)
         ctx.set(ep.qp_ctl.valid, 0)
@@ -247,6 +248,33 @@ def test_spoiled_responses_are_recovered(kind, kw, width):
         assert dropped >= 1, stats
     if kind != "extra":                 # (a response too many spoils nothing that was due)
         assert stats["rd_reissues"] + stats["roce_timeouts"] >= 1, stats
+
+
+@pytest.mark.parametrize("width, packet", [(64, 1), (512, -1)])
+def test_lost_response_asked_for_alone(width, packet):
+    """A response of the first of 16 READs outstanding lost: the responses of the READs after it
+    are placed as they come, the READ with the loss is asked for again from the lost response
+    by one request (the host executes it as a duplicate READ), nothing else is sent again (no
+    rewind, no timeout: the timeout covers the responses of every READ outstanding, as the
+    READ requester needs); every READ completes OK with the host's bytes, each response of the
+    host's written once."""
+    pmtu = 256
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+    cpls, image, host, remote, stats = run(
+        width, pmtu, "onchip", wrs, faults=[("drop", {"packet": packet, "count": 1})], timeout=4,
+        stats_names=("rd_hole", "rd_ahead", "rd_gap", "rd_reissues", "roce_rewinds",
+                     "roce_timeouts", "rd_done", "rd_good"))
+    assert cpls == [(k, CplStatus.OK) for k in range(16)]
+    check_image(image, wrs, cpls, remote)
+    assert stats["rd_hole"] == stats["rd_reissues"] == 1, stats
+    assert stats["roce_rewinds"] == stats["roce_timeouts"] == 0, stats
+    assert host.counters["read_dup"] == 1 and host.counters["read_rx"] == 16
+    assert stats["rd_ahead"] >= 4 and stats["rd_done"] == 16, stats
+    # (a loss of the READ's last response: the next READ's first opens the hole, written)
+    last = packet % 4 == 3
+    assert stats["rd_good"] + stats["rd_ahead"] + last == 16 * 4, stats
+    assert stats["rd_gap"] == (0 if last else 2 - packet % 4), stats
 
 
 def test_lost_requests_resent_with_the_table_full():

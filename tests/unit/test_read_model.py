@@ -34,14 +34,18 @@ def test_good_responses_in_order():
                                        for k in range(4)]
     assert [o.ack for o in out] == [AckEvent(1, 0x1F, 100, 3), AckEvent(1, 0x1F, 101, 0),
                                     AckEvent(1, 0x1F, 102, 0), AckEvent(1, 0x1F, 103, 4)]
-    assert [o.done for o in out] == [None, None, None, 7]
+    assert [o.done for o in out] == [(), (), (), (7,)]
     assert m.outstanding(1) == () and m.counters["good"] == 4
 
 
-def test_gap_reissue_and_restart():
+def test_go_back_n_reissue_and_restart():
+    """A response after the head READ that is not the next READ's first: the head READ is asked
+    again from the expected PSN, with every later request (go-back-N)."""
     m = model_with_read()
+    m.issue(1, wr_id=8, local_addr=0x9000, remote_va=VA + 4000, rkey=RKEY, length=600,
+            first=104, pmtu=256)
     assert m.response(1, FIRST, 100, DATA[:256]).verdict == "good"
-    gap = m.response(1, MIDDLE, 102, DATA[512:768])
+    gap = m.response(1, MIDDLE, 105, DATA[:256])            # in the next READ, not its first
     assert gap.verdict == "gap" and gap.writes == ()
     assert gap.ack == AckEvent(1, 0x60, 101, 0)
     assert gap.gap == Reissue(1, 7, 101, 256, LOCAL + 256, VA + 256, RKEY, 744)
@@ -52,35 +56,109 @@ def test_gap_reissue_and_restart():
     m.issue(1, wr_id=7, local_addr=LOCAL, length=1000, first=100, pmtu=256, new=False, psn=102)
     assert m.response(1, FIRST, 102, DATA[512:768]).verdict == "good"
     last = m.response(1, LAST, 103, DATA[768:1000])
-    assert (last.verdict, last.done) == ("good", 7)
+    assert (last.verdict, last.done) == ("good", (7,))
     # a reissue from the last PSN makes an ONLY response right there
-    m.issue(1, wr_id=8, local_addr=0, length=600, first=104, pmtu=256)
     m.issue(1, wr_id=8, local_addr=0, length=600, first=104, pmtu=256, new=False, psn=106)
     assert m.response(1, FIRST, 104, DATA[:256]).verdict == "good"
     assert m.response(1, MIDDLE, 105, DATA[:256]).verdict == "good"
-    assert m.response(1, ONLY, 106, DATA[:88]).done == 8
+    assert m.response(1, ONLY, 106, DATA[:88]).done == (8,)
 
 
-def test_drops():
+def test_hole_in_the_head_read():
+    """A response after a lost one in the head READ: the rest of that READ is a hole, asked for
+    again alone (``send``: the later READs are not); its responses after the gap are dropped
+    (the request asks for them again); the next READ's responses are written as they come (the
+    front); the request's responses fill the hole, which closes with one ACK of the PSN before
+    the front."""
     m = model_with_read()
-    assert m.response(0, ONLY, 100, b"").verdict == "unknown"            # no READ on QP 0
-    assert m.response(1, MIDDLE, 100, DATA[:256]).verdict == "opcode"
-    assert m.response(1, ONLY, 100, DATA[:256]).verdict == "opcode"
-    assert m.response(1, LAST, 100, DATA[:256]).verdict == "opcode"
-    assert m.response(1, FIRST, 100, DATA[:255]).verdict == "length"
-    assert m.response(1, FIRST, 104, DATA[:256]).verdict == "unknown"    # after the last PSN
-    assert m.response(1, FIRST, 100, DATA[:256]).verdict == "good"
-    assert m.response(1, FIRST, 100, DATA[:256]).verdict == "duplicate"
-    assert m.response(1, LAST, 101, DATA[:256]).verdict == "opcode"      # not the last PSN
-    assert m.response(1, MIDDLE, 101, DATA[:257]).verdict == "length"
-    assert m.response(1, MIDDLE, 101, DATA[:256]).verdict == "good"
-    assert m.response(1, MIDDLE, 102, DATA[:256]).verdict == "good"
-    assert m.response(1, MIDDLE, 103, DATA[:232]).verdict == "opcode"    # the last PSN
-    assert m.response(1, LAST, 103, DATA[:233]).verdict == "length"      # too long
-    assert m.response(1, LAST, 103, DATA[:232]).done == 7
-    assert m.response(1, MIDDLE, 104, DATA[:256]).verdict == "unknown"   # one too many
+    m.issue(1, wr_id=8, local_addr=0x9000, remote_va=VA + 4000, rkey=RKEY, length=600,
+            first=104, pmtu=256)
+    assert m.response(1, FIRST, 100, DATA[:256], msn=3).verdict == "good"
+    hole = m.response(1, MIDDLE, 102, DATA[512:768])
+    assert (hole.verdict, hole.ack, hole.writes) == ("hole", None, ())
+    assert hole.gap == Reissue(1, 7, 101, 256, LOCAL + 256, VA + 256, RKEY, 744, True)
+    assert m.expected(1) == 101 and m.front(1) == 104
+    assert m.response(1, LAST, 103, DATA[768:1000]).verdict == "gap"   # in the hole
+    ahead = m.response(1, FIRST, 104, DATA[:256], msn=6)
+    assert (ahead.verdict, ahead.ack, ahead.writes) == ("ahead", None, ((0x9000, DATA[:256]),))
+    assert m.response(1, MIDDLE, 106, DATA[:256]).verdict == "gap"     # 105 lost
+    assert m.response(1, MIDDLE, 104, DATA[:256]).verdict == "duplicate"
+    assert m.response(1, MIDDLE, 105, DATA[:256]).verdict == "ahead"   # 105 after all
+    assert m.front(1) == 106
+    # the request from 101: FIRST there, then the rest of the READ
+    assert m.response(1, MIDDLE, 101, DATA[256:511]).verdict == "length"
+    out = [m.response(1, FIRST, 101, DATA[256:512]), m.response(1, MIDDLE, 102, DATA[512:768])]
+    assert [(o.verdict, o.ack, o.done) for o in out] == [("good", None, ())] * 2
+    fill = m.response(1, LAST, 103, DATA[768:1000])
+    # (106 was lost after the front: the NAK PSN sequence error of the front)
+    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(1, 0x60, 106, 6), (7,))
+    assert fill.writes == ((LOCAL + 768, DATA[768:1000]),)
+    assert m.expected(1) == 106 and m.front(1) is None
+    last = m.response(1, LAST, 106, DATA[:88])
+    assert (last.verdict, last.ack, last.done) == ("good", AckEvent(1, 0x1F, 106, 0), (8,))
     c = m.counters
-    assert (c["unknown"], c["opcode"], c["length"], c["duplicate"], c["good"]) == (3, 5, 3, 1, 4)
+    assert (c["good"], c["hole"], c["ahead"], c["gap"], c["length"]) == (5, 1, 2, 2, 1)
+
+
+def test_hole_of_a_whole_read():
+    """READs of one PSN each: a lost response makes the next READ's the front, written; the
+    READs after it are placed as they come, and leave together when the hole is filled."""
+    m = ReadRequesterModel(1)
+    for n in range(4):
+        m.issue(0, wr_id=n, local_addr=0x100 * n, remote_va=0x8000 + 0x100 * n, rkey=RKEY,
+                length=0x80, first=10 + n, pmtu=256)
+    hole = m.response(0, ONLY, 11, DATA[:0x80])
+    assert hole.verdict == "hole" and hole.writes == ((0x100, DATA[:0x80]),)
+    assert hole.gap == Reissue(0, 0, 10, 0, 0, 0x8000, RKEY, 0x80, True)
+    assert m.response(0, ONLY, 12, DATA[:0x80]).verdict == "ahead"
+    assert m.response(0, ONLY, 11, DATA[:0x80]).verdict == "duplicate"    # before the front
+    assert m.response(0, ONLY, 13, DATA[:0x7F]).verdict == "length"
+    assert m.response(0, ONLY, 13, DATA[:0x80], msn=9).verdict == "ahead"
+    fill = m.response(0, ONLY, 10, DATA[:0x80])
+    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(0, 0x1F, 13, 9), (0, 1, 2, 3))
+    assert m.outstanding(0) == () and not m.full(0)
+    # a response of the READ after the next: go-back-N
+    for n in range(3):
+        m.issue(0, wr_id=n, local_addr=0, length=0x80, first=14 + n, pmtu=256)
+    gap = m.response(0, ONLY, 16, DATA[:0x80])
+    assert gap.verdict == "gap" and gap.ack == AckEvent(0, 0x60, 14, 0) and not gap.gap.send
+
+
+def test_losses_after_the_front_and_in_the_hole():
+    """A response lost after the front: the hole closes with the NAK PSN sequence error of the
+    front (go-back-N from there); a response of the hole's request after a loss in it is
+    dropped (the retry engine's timer asks again); acknowledgements are held while a hole is
+    open, and one at or after the front counts as a loss after it."""
+    m = ReadRequesterModel(1)
+    for n in range(3):
+        m.issue(0, wr_id=n, local_addr=0x1000 * n, remote_va=0x8000, rkey=RKEY, length=1024,
+                first=10 + 4 * n, pmtu=256)
+    for psn in (10, 11):
+        assert m.response(0, FIRST if psn == 10 else MIDDLE, psn, DATA[:256]).verdict == "good"
+    assert m.response(0, LAST, 13, DATA[:256]).verdict == "hole"        # 12 lost
+    assert m.response(0, MIDDLE, 15, DATA[:256]).verdict == "gap"       # 14 lost too
+    assert m.response(0, MIDDLE, 16, DATA[:256]).verdict == "gap"
+    assert m.ack(0, 0x1F, 11).verdict == "ack_pass"                     # before the hole
+    held = m.ack(0, 0x1F, 12)
+    assert (held.verdict, held.ack) == ("ack_hold", None)
+    assert m.response(0, FIRST, 14, DATA[:256]).verdict == "ahead"      # 14 after all
+    assert m.front(0) == 15
+    assert m.response(0, FIRST, 12, DATA[:256]).verdict == "good"       # asked again
+    fill = m.response(0, LAST, 13, DATA[:256])
+    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(0, 0x60, 15, 0), (0,))
+    assert m.expected(0) == 15
+
+    m = ReadRequesterModel(1)
+    m.issue(0, wr_id=1, local_addr=0, remote_va=0, rkey=RKEY, length=1024, first=0, pmtu=256)
+    assert m.response(0, MIDDLE, 2, DATA[:256]).verdict == "hole"       # 0, 1 lost
+    assert m.response(0, MIDDLE, 1, DATA[:256]).verdict == "gap"        # 0 lost again
+    assert m.ack(0, 0x1F, 4).verdict == "ack_hold"                      # the front: a loss
+    for psn, op in ((0, FIRST), (1, MIDDLE), (2, MIDDLE)):
+        assert m.response(0, op, psn, DATA[:256]).verdict == "good"
+    fill = m.response(0, LAST, 3, DATA[:256])
+    assert (fill.verdict, fill.ack) == ("good", AckEvent(0, 0x60, 4, 0))
+    m.flush(0)
+    assert m.front(0) is None
 
 
 @pytest.mark.parametrize("syndrome, forwarded", [(0x62, 0x62), (0x61, 0x61), (0x63, 0x63),
@@ -153,10 +231,10 @@ def test_zero_length_and_wrap():
     m.issue(0, wr_id=1, local_addr=5, length=0, first=(1 << 24) - 2, pmtu=512)
     m.issue(0, wr_id=2, local_addr=9, length=1100, first=(1 << 24) - 1, pmtu=512)
     zero = m.response(0, ONLY, (1 << 24) - 2, b"")
-    assert (zero.verdict, zero.writes, zero.done) == ("good", (), 1)
+    assert (zero.verdict, zero.writes, zero.done) == ("good", (), (1,))
     assert m.response(0, FIRST, (1 << 24) - 1, DATA[:512]).verdict == "good"
     assert m.response(0, MIDDLE, 0, DATA[:512]).writes == ((9 + 512, DATA[:512]),)
-    assert m.response(0, LAST, 1, DATA[:76]).done == 2
+    assert m.response(0, LAST, 1, DATA[:76]).done == (2,)
 
 
 def test_parameters():

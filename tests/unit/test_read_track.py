@@ -47,7 +47,7 @@ class Scheduler:
             k = rng.choice([0, rng.randrange(r.npsn)])
             return {"qp": qp, "new": 0, "wr_id": r.wr_id, "local_addr": r.local_addr,
                     "length": r.length, "first": r.first, "psn": (r.first + k) % PSN_MOD,
-                    "pmtu_log2": r.pmtu.bit_length() - 1}
+                    "pmtu_log2": r.pmtu.bit_length() - 1, "va": r.remote_va}
         pmtu = rng.choice(PMTUS)
         length = _length(rng, pmtu)
         first = self.next_psn[qp % self.num_qps]
@@ -56,13 +56,13 @@ class Scheduler:
         self.wr_id += 1
         return {"qp": qp, "new": 1, "wr_id": self.wr_id, "local_addr": rng.getrandbits(32),
                 "length": length, "first": first, "psn": first,
-                "pmtu_log2": pmtu.bit_length() - 1}
+                "pmtu_log2": pmtu.bit_length() - 1, "va": rng.getrandbits(64)}
 
 
 def apply_issue(model, rec):
     return model.issue(rec["qp"], wr_id=rec["wr_id"], local_addr=rec["local_addr"],
                        length=rec["length"], first=rec["first"], pmtu=1 << rec["pmtu_log2"],
-                       new=bool(rec["new"]), psn=rec["psn"])
+                       new=bool(rec["new"]), psn=rec["psn"], remote_va=rec["va"])
 
 
 def check_view(got, want, where):
@@ -77,6 +77,15 @@ def check_view(got, want, where):
                                   head.npsn - 1, head.pmtu.bit_length() - 1), where
     assert (int(got.cnt), int(got.rs), int(got.tail_last)) == \
         (want["cnt"], want["rs"], want["tail_last"]), where
+    assert int(got.open) == (want["hole"] is not None), where
+    second = want["second"]
+    assert int(got.has2) == (second is not None), f"{where}: second READ"
+    if second is not None:
+        e2 = got.entry2
+        assert (int(e2.wr_id), int(e2.first), int(e2.last_idx), int(e2.local_addr),
+                int(e2.va)) == (second.wr_id, second.first, second.npsn - 1, second.local_addr,
+                                second.remote_va), where
+        assert int(got.rs2) == want["rs2"], where
 
 
 def random_limit(rng, max_rd):
