@@ -14,6 +14,7 @@ from rocegen.gateware.roce.read_layouts import (
     OP_READ_ONLY,
     READ_EVENT,
     READ_HOLE,
+    READ_HOLES,
     READ_INPUT,
     READ_NAK_STATUS,
     READ_VIEW,
@@ -93,7 +94,8 @@ class ReadDecide(wiring.Component):
         super().__init__({
             "inp": In(READ_INPUT), "view": In(READ_VIEW),
             "verdict": Out(ReadVerdict), "advance": Out(1), "retire": Out(1), "close": Out(1),
-            "hole_we": Out(1), "hole": Out(READ_HOLE), "fstep": Out(2),
+            "hole_we": Out(1), "hole": Out(READ_HOLE), "fstep": Out(2), "push": Out(1),
+            "push_psn": Out(24),
             "place": Out(RESP_PLACE), "has_event": Out(1), "event": Out(READ_EVENT),
         })
 
@@ -110,16 +112,18 @@ class ReadDecide(wiring.Component):
         s.behind, s.at = (p - exp)[23], p == exp
         s.after_tail = (v.tail_last - p)[23]
         s.in_head = ~(ent.first + ent.last_idx - h.psn)[23]
-        s.in_hole = (h.psn - hole.hend)[23]
+        s.in_front = ~(e2.first + e2.last_idx - h.psn)[23]
+        s.r = r
         s.to_front = Signal(24)
         m.d.comb += s.to_front.eq(h.psn - r)
         # the places a response may take: in the head READ at the expected PSN (A), in the
-        # second READ (B: its first PSN, or the front)
+        # second READ (B: its first PSN, or the front), the first of the third (C)
         s.ka, s.kb = Signal.like(k), Signal.like(k)
         m.d.comb += [s.ka.eq(k), s.kb.eq(Mux(v.open, hole.fcnt, 0))]
         s.a = _check(m, h, ent, s.ka, (s.ka == v.rs) | (v.open & (s.ka == hole.hs)))
         s.b = _check(m, h, e2, s.kb, s.kb == v.rs2)
-        s.use_b = Signal()
+        s.c = _check(m, h, v.entry3, 0, 0)
+        s.use_b, s.use_c = Signal(), Signal()
         self._verdict(m, s)
         self._update(m, s)
         self._outputs(m, s)
@@ -142,14 +146,21 @@ class ReadDecide(wiring.Component):
         with m.Elif(s.after_tail):
             m.d.comb += verdict.eq(ReadVerdict.UNKNOWN)
         with m.Elif(v.open):
-            with m.If(s.in_hole):
+            with m.If(s.in_head):
                 m.d.comb += [checked.eq(s.at), target.eq(ReadVerdict.GOOD),
                              verdict.eq(ReadVerdict.GAP)]
             with m.Elif(~v.has2 | s.to_front[23]):
                 m.d.comb += verdict.eq(ReadVerdict.DUPLICATE)
+            with m.Elif(s.to_front == 0):
+                m.d.comb += [checked.eq(1), s.use_b.eq(1), target.eq(ReadVerdict.AHEAD)]
+            with m.Elif(v.qn == READ_HOLES):
+                m.d.comb += verdict.eq(ReadVerdict.GAP)
+            with m.Elif(s.in_front):
+                m.d.comb += verdict.eq(ReadVerdict.HOLE)
+            with m.Elif(v.has3 & (h.psn == v.entry3.first)):
+                m.d.comb += [checked.eq(1), s.use_c.eq(1), target.eq(ReadVerdict.HOLE)]
             with m.Else():
-                m.d.comb += [checked.eq(s.to_front == 0), s.use_b.eq(1),
-                             target.eq(ReadVerdict.AHEAD), verdict.eq(ReadVerdict.GAP)]
+                m.d.comb += verdict.eq(ReadVerdict.GAP)
         with m.Elif(s.at):
             m.d.comb += [checked.eq(1), target.eq(ReadVerdict.GOOD)]
         with m.Elif(s.in_head):
@@ -158,8 +169,8 @@ class ReadDecide(wiring.Component):
             m.d.comb += [checked.eq(1), s.use_b.eq(1), target.eq(ReadVerdict.HOLE)]
         with m.Else():
             m.d.comb += verdict.eq(ReadVerdict.GAP)
-        op_ok = Mux(s.use_b, s.b[0], s.a[0])
-        len_ok = Mux(s.use_b, s.b[1], s.a[1])
+        op_ok = Mux(s.use_c, s.c[0], Mux(s.use_b, s.b[0], s.a[0]))
+        len_ok = Mux(s.use_c, s.c[1], Mux(s.use_b, s.b[1], s.a[1]))
         with m.If(checked):
             with m.If(~op_ok):
                 m.d.comb += verdict.eq(ReadVerdict.OPCODE)
@@ -171,74 +182,96 @@ class ReadDecide(wiring.Component):
                 m.d.comb += verdict.eq(target)
 
     def _update(self, m, s):
-        """What the verdict does to the table: the head, the hole and its front."""
+        """What the verdict does to the table: the head, the holes and the front."""
         h, v, verdict, hole, new = self.inp.h, self.view, self.verdict, self.view.hole, self.hole
-        a_last, b_last = s.a[2], s.b[2]
+        a_last, b_last, c_last = s.a[2], s.b[2], s.c[2]
         good = verdict == ReadVerdict.GOOD
-        s.fill_end = a_last | (h.psn + 1 == hole.hend)
-        lost = v.open & ((verdict == ReadVerdict.GAP) & ~s.in_hole |
+        lost = v.open & ((verdict == ReadVerdict.GAP) & ~s.in_head |
                          (verdict == ReadVerdict.ACK_HOLD) & ~(h.psn - s.r_any)[23])
+        s.closing = good & v.open & a_last
         m.d.comb += [
-            self.advance.eq(good & ~(v.open & s.fill_end)),
+            self.advance.eq(good & ~s.closing),
             self.retire.eq(good & ~v.open & a_last),
-            self.close.eq(good & v.open & s.fill_end),
+            self.close.eq(s.closing),
             new.eq(hole),
         ]
         with m.Switch(verdict):
             with m.Case(ReadVerdict.HOLE):
-                # the hole: the rest of the head READ; the front: the next READ, after the
-                # response when it is that READ's first (the READ after it when it is its last)
-                m.d.comb += [
-                    self.hole_we.eq(1),
-                    new.hend.eq(v.entry.first + v.entry.last_idx + 1), new.hs.eq(v.cnt),
-                    new.lost.eq(0), new.msn.eq(Mux(s.use_b, h.msn, 0)),
-                    new.fcnt.eq(s.use_b & ~b_last),
-                    self.fstep.eq(Mux(s.use_b, 1 + b_last, 1)),
-                ]
+                with m.If(v.open):
+                    # one more hole: the rest of the front READ; the front: the READ after it,
+                    # after the response when it is that READ's first
+                    m.d.comb += [
+                        self.hole_we.eq(1), self.push.eq(1), self.push_psn.eq(s.r),
+                        new.msn.eq(Mux(s.use_c, h.msn, hole.msn)),
+                        new.fcnt.eq(s.use_c & ~c_last),
+                        self.fstep.eq(Mux(s.use_c, 1 + c_last, 1)),
+                    ]
+                with m.Else():
+                    # the first hole: the rest of the head READ; the front as above
+                    m.d.comb += [
+                        self.hole_we.eq(1),
+                        new.hs.eq(v.cnt), new.lost.eq(0), new.msn.eq(Mux(s.use_b, h.msn, 0)),
+                        new.fcnt.eq(s.use_b & ~b_last),
+                        self.fstep.eq(Mux(s.use_b, 1 + b_last, 1)),
+                    ]
             with m.Case(ReadVerdict.AHEAD):
                 m.d.comb += [
                     self.hole_we.eq(1),
                     new.fcnt.eq(Mux(b_last, 0, s.kb + 1)), self.fstep.eq(b_last),
                     new.msn.eq(Mux(h.opcode == OP_READ_MIDDLE, hole.msn, h.msn)),
                 ]
+            with m.Case(ReadVerdict.GOOD):
+                # the next hole queued is the current one now: its request starts there
+                m.d.comb += [self.hole_we.eq(s.closing & (v.qn != 0)), new.hs.eq(v.nxt.idx)]
             with m.Default():
                 m.d.comb += [self.hole_we.eq(lost), new.lost.eq(1)]
 
     def _outputs(self, m, s):
         """The placement record and the event."""
         h, v, verdict, ev = self.inp.h, self.view, self.verdict, self.event
-        ent, hole = v.entry, v.hole
+        ent, e2, hole = v.entry, v.entry2, v.hole
         good = verdict == ReadVerdict.GOOD
-        closing = good & v.open & s.fill_end
         hole_v = verdict == ReadVerdict.HOLE
         gap = (verdict == ReadVerdict.GAP) & ~v.open | (verdict == ReadVerdict.ACK_GAP)
+        queued = v.qn != 0
         m.d.comb += [
-            self.place.write.eq(good | (hole_v & s.use_b) | (verdict == ReadVerdict.AHEAD)),
-            self.place.addr.eq(Mux(s.use_b, v.entry2.local_addr + s.b[3], ent.local_addr + s.a[3])),
+            self.place.write.eq(good | (hole_v & (s.use_b | s.use_c)) |
+                                (verdict == ReadVerdict.AHEAD)),
+            self.place.addr.eq(Mux(s.use_c, v.entry3.local_addr,
+                                   Mux(s.use_b, e2.local_addr + s.b[3],
+                                       ent.local_addr + s.a[3]))),
             self.place.skip.eq(h.skip), self.place.length.eq(h.length),
         ]
-        # the reissue: the rest of the head READ from the expected PSN
-        offset, _ = _offset(m, ent.pmtu_log2, v.cnt)
+        # the reissue: the rest of the head READ from the expected PSN (go-back-N, the first
+        # hole) or of the front READ from the front (a later hole)
+        at_front = hole_v & v.open
+        r_ent = Signal.like(ent)
+        m.d.comb += r_ent.eq(Mux(at_front, e2, ent))
+        offset, _ = _offset(m, r_ent.pmtu_log2, Mux(at_front, hole.fcnt, v.cnt))
         fatal = Signal()
         for syn in READ_NAK_STATUS:
             with m.If(h.syndrome == syn):
                 m.d.comb += fatal.eq(1)
         m.d.comb += [
-            self.has_event.eq((good & (~v.open | s.fill_end)) | gap | hole_v |
+            self.has_event.eq((good & (~v.open | s.closing)) | gap | hole_v |
                               (verdict == ReadVerdict.NAK) | (verdict == ReadVerdict.ACK_PASS)),
-            ev.ack.qp.eq(h.qp), ev.ack.msn.eq(h.msn), ev.wr_id.eq(ent.wr_id),
+            ev.ack.qp.eq(h.qp), ev.ack.msn.eq(h.msn), ev.wr_id.eq(r_ent.wr_id),
             ev.quiet.eq(hole_v), ev.gap.eq(gap | hole_v), ev.send.eq(hole_v),
-            ev.offset.eq(offset), ev.rest.eq(ent.length - offset), ev.va.eq(ent.va + offset),
-            ev.ndone.eq(Mux(closing, v.fdist, good & ~v.open & s.a[2])),
+            ev.offset.eq(offset), ev.rest.eq(r_ent.length - offset), ev.va.eq(r_ent.va + offset),
+            ev.ndone.eq(Mux(s.closing, Mux(queued, v.nxt.dist, v.fdist),
+                            good & ~v.open & s.a[2])),
         ]
-        with m.If(closing):
-            m.d.comb += [ev.ack.syndrome.eq(Mux(hole.lost, NAK_PSN_SEQ, SYN_ACK)),
-                         ev.ack.psn.eq(Mux(hole.lost, s.r_any, s.r_any - 1)),
-                         ev.ack.msn.eq(hole.msn)]
+        with m.If(s.closing):
+            with m.If(queued):
+                m.d.comb += [ev.ack.syndrome.eq(SYN_ACK), ev.ack.psn.eq(v.nxt.psn - 1)]
+            with m.Else():
+                m.d.comb += [ev.ack.syndrome.eq(Mux(hole.lost, NAK_PSN_SEQ, SYN_ACK)),
+                             ev.ack.psn.eq(Mux(hole.lost, s.r_any, s.r_any - 1))]
+            m.d.comb += ev.ack.msn.eq(hole.msn)
         with m.Elif(good):
             m.d.comb += [ev.ack.syndrome.eq(SYN_ACK), ev.ack.psn.eq(h.psn)]
         with m.Elif(gap | hole_v):
-            m.d.comb += [ev.ack.syndrome.eq(NAK_PSN_SEQ), ev.ack.psn.eq(s.exp)]
+            m.d.comb += [ev.ack.syndrome.eq(NAK_PSN_SEQ), ev.ack.psn.eq(Mux(at_front, s.r, s.exp))]
         with m.Elif(verdict == ReadVerdict.NAK):
             m.d.comb += [ev.ack.syndrome.eq(Mux(fatal, h.syndrome, NAK_REM_OP)),
                          ev.ack.psn.eq(h.psn)]

@@ -16,7 +16,7 @@ __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_
            "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
            "ReadLookupSignature", "READ_NAK_STATUS", "OP_READ_FIRST", "OP_READ_MIDDLE",
            "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd",
-           "READ_LIMIT", "READ_HOLE"]
+           "READ_LIMIT", "READ_HOLE", "READ_HOLES", "READ_NEXT_HOLE"]
 
 #: Most READs a QP may have outstanding (``max_rd_atomic``; ConnectX offers 16).
 MAX_RD_ATOMIC = 16
@@ -53,8 +53,8 @@ class ReadVerdict(enum.Enum, shape=4):
     :data:`rocegen.sim.models.read_requester.VERDICTS`)."""
     GOOD = 0        # at the expected PSN and right: written, acknowledges its PSN
     GAP = 1         # after the expected PSN, not written: the head READ asked again from it with
-                    # every later request (go-back-N), or nothing (inside a hole, or after its
-                    # front: the responses after the front are asked again when it closes)
+                    # every later request (go-back-N), or nothing (inside the current hole; or
+                    # after the front with no room for a hole: go-back-N from the front later)
     DUPLICATE = 2   # before the expected PSN: dropped
     UNKNOWN = 3     # no outstanding READ of the QP at or after the PSN: dropped
     OPCODE = 4      # wrong opcode for its place in the READ: dropped
@@ -62,8 +62,8 @@ class ReadVerdict(enum.Enum, shape=4):
     NAK = 6         # AETH not an ACK: the QP fails (the NAK goes to the retry engine)
     ACK_PASS = 7    # an acknowledgement that passes no READ with responses missing
     ACK_GAP = 8     # an acknowledgement past the expected PSN of an outstanding READ: a gap
-    HOLE = 9        # after the expected PSN, in the head READ or first of the next: written; the
-                    # PSNs before it are a hole, the rest of the head READ asked again alone
+    HOLE = 9        # after the expected (or the front) PSN, in its READ or the first of the next
+                    # (written): the rest of that READ is a hole, asked for again alone
     AHEAD = 10      # the next response after a hole (its front): written
     ACK_HOLD = 11   # an acknowledgement past the expected PSN while a hole is open: dropped
                     # (one at or after the front: the responses after the front were lost)
@@ -102,26 +102,33 @@ READ_ENTRY = data.StructLayout({
     "va": 64,                  # remote virtual address of its first byte
 })
 
-#: A QP's hole: the PSNs from its expected one to ``hend`` (exclusive), all in the head READ,
-#: are missing and asked for again; the responses after them are placed up to the *front*,
-#: ``fcnt`` PSNs into the front READ (the table keeps which READ that is). ``hs``: the head
-#: READ's index where the request asking for the hole starts; ``lost``: responses after the
-#: front were lost too; ``msn``: the MSN of the latest response with an AETH placed after the
-#: hole.
+#: Holes a QP keeps queued after its current one (the model's ``HOLE_QUEUE``).
+READ_HOLES = 8
+
+#: A QP's holes: the current one is the rest of the head READ from its expected PSN (asked for
+#: again by a request that starts at the head READ's index ``hs``); later ones wait in a queue
+#: (the table's); the responses after them are placed up to the *front*, ``fcnt`` PSNs into the
+#: front READ (the table keeps which READ that is). ``lost``: responses after the front were
+#: lost too; ``msn``: the MSN of the latest response with an AETH placed after the holes.
 READ_HOLE = data.StructLayout({
-    "hend": 24,
     "hs": INDEX_BITS,
     "fcnt": INDEX_BITS,
     "lost": 1,
     "msn": 24,
 })
 
+#: The oldest hole queued after the current one: the index in its READ where it starts, its
+#: PSN, and how many READs after the head its READ is.
+READ_NEXT_HOLE = data.StructLayout({"idx": INDEX_BITS, "psn": 24, "dist": 5})
+
 #: What the table shows of a QP: whether it has an outstanding READ, the oldest one (the head),
 #: the PSNs of it received (``cnt``: its expected PSN is ``first + cnt``), the index of the
 #: latest request sent from inside it (``rs``, 0: none) and the newest READ's last PSN; whether
-#: a hole is open (``open``) and its state (``hole``); the *second* READ (``has2``,
-#: ``entry2``, ``rs2``): with a hole open the front READ (``has2`` 0: every READ after the hole
-#: is in), else the READ after the head; ``fdist``: the READs before the front (with a hole).
+#: holes are open (``open``), their state (``hole``), the holes queued (``qn``) and the oldest
+#: of them (``nxt``); the *second* READ (``has2``, ``entry2``, ``rs2``): with holes open the
+#: front READ (``has2`` 0: every READ after the holes is in), else the READ after the head;
+#: ``fdist``: the READs before the front (with holes); the *third* (``has3``, ``entry3``): the
+#: READ after the front, with holes open.
 READ_VIEW = data.StructLayout({
     "has": 1,
     "entry": READ_ENTRY,
@@ -130,10 +137,14 @@ READ_VIEW = data.StructLayout({
     "tail_last": 24,
     "open": 1,
     "hole": READ_HOLE,
+    "qn": 4,
+    "nxt": READ_NEXT_HOLE,
     "has2": 1,
     "entry2": READ_ENTRY,
     "rs2": INDEX_BITS,
     "fdist": 5,
+    "has3": 1,
+    "entry3": READ_ENTRY,
 })
 
 #: A READ response's headers, one per datagram, from the receive path: the QP index (DestQP
@@ -186,10 +197,13 @@ class ReadLookupSignature(wiring.Signature):
     """The READ table's lookup port, seen from the user (the placement's decision stage):
     ``valid``/``qp`` in cycle t, ``view`` of that QP in cycle t+1, and in that same cycle what
     the input did to the QP's READs: ``advance`` (the head READ's expected response came),
-    ``retire`` (that response was its last: it leaves the table), ``close`` (the hole is
-    filled: the READs before the front leave, the head becomes the front READ with the front's
-    count), ``hole_we`` (the QP's hole is ``hole`` from now on, open, its front ``fstep`` READs
-    after the front before -- the head when no hole was open)."""
+    ``retire`` (that response was its last: it leaves the table), ``close`` (the current hole
+    is filled: the READs before the oldest queued hole leave and its READ is the head, from the
+    hole's index; with none queued, the READs before the front leave and the front READ is the
+    head with the front's count), ``hole_we`` (the QP's hole state is ``hole`` from now on,
+    open, its front ``fstep`` READs after the front before -- the head when none was open),
+    ``push`` (the rest of the front READ from the front's count is a hole, queued with PSN
+    ``push_psn``)."""
 
     def __init__(self):
         super().__init__({
@@ -202,4 +216,6 @@ class ReadLookupSignature(wiring.Signature):
             "hole_we": Out(1),
             "hole": Out(READ_HOLE),
             "fstep": Out(2),
+            "push": Out(1),
+            "push_psn": Out(24),
         })

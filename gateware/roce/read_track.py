@@ -10,6 +10,7 @@ from rocegen.gateware.roce.read_layouts import (
     MAX_RD_ATOMIC,
     READ_ENTRY,
     READ_HOLE,
+    READ_HOLES,
     READ_ISSUE,
     READ_LIMIT,
     ReadLookupSignature,
@@ -130,10 +131,15 @@ class ReadTrack(wiring.Component):
         hptrs = m.submodules.head_ptrs = Memory(shape=pw, depth=n, init=[])
         tptrs = m.submodules.tail_ptrs = Memory(shape=pw, depth=n, init=[])
         rsm = m.submodules.restarts = Memory(shape=rs_l, depth=n, init=[])
-        hole_l = data.StructLayout({"hole": READ_HOLE, "fptr": pw})
+        qb = (READ_HOLES - 1).bit_length()
+        hole_l = data.StructLayout({"hole": READ_HOLE, "fptr": pw, "qrd": qb, "qn": qb + 1})
+        queue_l = data.StructLayout({"ptr": pw, "idx": INDEX_BITS, "psn": 24})
         holes = m.submodules.holes = Memory(shape=hole_l, depth=n, init=[])
-        ent_w, ent_r, ent_r2 = ents.write_port(), ents.read_port(), ents.read_port()
+        queue = m.submodules.hole_queue = Memory(shape=queue_l, depth=n * READ_HOLES, init=[])
+        ent_w, ent_r = ents.write_port(), ents.read_port()
+        ent_r2, ent_r3 = ents.read_port(), ents.read_port()
         ho_w, ho_lk = holes.write_port(), holes.read_port(domain="comb")
+        qu_w, qu_lk = queue.write_port(), queue.read_port(domain="comb")
         hd_w, tl_w, rs_w = heads.write_port(), tails.write_port(), rsm.write_port()
         hp_w, tp_w = hptrs.write_port(), tptrs.write_port()
         hd_lk, tl_lk = heads.read_port(domain="comb"), tails.read_port(domain="comb")
@@ -158,44 +164,54 @@ class ReadTrack(wiring.Component):
         m.d.comb += [fl.ready.eq(~l1_valid), tp_fl.addr.eq(fq[:qw])]
         fl_vec = Mux(fl_take, onehot(fq), 0)
 
-        # ---- lookup: the QP's state read in cycle t, its head entry (and the second: the
-        # front READ with a hole open, else the one after the head) from block RAM in t+1
+        # ---- lookup: the QP's state read in cycle t; its head entry, the second (the front
+        # READ with holes open, else the one after the head) and the third (after the front)
+        # from block RAM in t+1
         lq = lk.qp
         l1_qp, l1_head, l1_cnt = Signal(8), Signal(pw), Signal(INDEX_BITS)
         l1_has, l1_last, l1_rs, l1_rsv = Signal(), Signal(24), Signal(rs_l), Signal()
-        l1_open, l1_hole, l1_has2 = Signal(), Signal(hole_l), Signal()
+        l1_open, l1_hole, l1_has2, l1_has3 = Signal(), Signal(hole_l), Signal(), Signal()
+        l1_nxt = Signal(queue_l)
         gone = fl_take & (fq == lq)             # flushed in the cycle of its lookup
         is_open = opened.bit_select(lq[:qw], 1)
+        hl, tl = ho_lk.data, tl_lk.data.ptr
         ptr2 = Signal(pw)
         m.d.comb += [hd_lk.addr.eq(lq[:qw]), tl_lk.addr.eq(lq[:qw]), rs_lk.addr.eq(lq[:qw]),
-                     ho_lk.addr.eq(lq[:qw]),
-                     ptr2.eq(Mux(is_open, ho_lk.data.fptr, hd_lk.data.ptr + 1)),
-                     ent_r.addr.eq(slot(lq, hd_lk.data.ptr)), ent_r2.addr.eq(slot(lq, ptr2))]
+                     ho_lk.addr.eq(lq[:qw]), qu_lk.addr.eq(Cat(hl.qrd, lq[:qw])),
+                     ptr2.eq(Mux(is_open, hl.fptr, hd_lk.data.ptr + 1)),
+                     ent_r.addr.eq(slot(lq, hd_lk.data.ptr)), ent_r2.addr.eq(slot(lq, ptr2)),
+                     ent_r3.addr.eq(slot(lq, hl.fptr + 1))]
         live = (lq < n) & ~gone
+        has = live & (tl != hd_lk.data.ptr)
         m.d.sync += [
             l1_valid.eq(lk.valid), l1_qp.eq(lq), l1_head.eq(hd_lk.data.ptr),
             l1_cnt.eq(hd_lk.data.cnt), l1_last.eq(tl_lk.data.last), l1_rs.eq(rs_lk.data),
-            l1_has.eq(live & (tl_lk.data.ptr != hd_lk.data.ptr)),
-            l1_rsv.eq(rs_valid.bit_select(lq[:qw], 1) & ~gone),
-            l1_open.eq(live & is_open), l1_hole.eq(ho_lk.data),
-            l1_has2.eq(live & (tl_lk.data.ptr != hd_lk.data.ptr) & (ptr2 != tl_lk.data.ptr)),
+            l1_has.eq(has), l1_rsv.eq(rs_valid.bit_select(lq[:qw], 1) & ~gone),
+            l1_open.eq(live & is_open), l1_hole.eq(hl), l1_nxt.eq(qu_lk.data),
+            l1_has2.eq(has & (ptr2 != tl)),
+            l1_has3.eq(has & is_open & (hl.fptr != tl) & (hl.fptr + 1 != tl)),
         ]
         v, e, e2 = lk.view, ent_r.data, ent_r2.data
         m.d.comb += [v.has.eq(l1_has), v.entry.eq(e), v.cnt.eq(l1_cnt), v.tail_last.eq(l1_last),
                      v.rs.eq(Mux(l1_rsv & (l1_rs.first == e.first), l1_rs.idx, 0)),
                      v.open.eq(l1_open), v.hole.eq(l1_hole.hole), v.has2.eq(l1_has2),
                      v.entry2.eq(e2), v.rs2.eq(Mux(l1_rsv & (l1_rs.first == e2.first), l1_rs.idx, 0)),
-                     v.fdist.eq(Mux(l1_open, (l1_hole.fptr - l1_head)[:pw], 0))]
+                     v.fdist.eq(Mux(l1_open, (l1_hole.fptr - l1_head)[:pw], 0)),
+                     v.has3.eq(l1_has3), v.entry3.eq(ent_r3.data),
+                     v.qn.eq(Mux(l1_open, l1_hole.qn, 0)), v.nxt.idx.eq(l1_nxt.idx),
+                     v.nxt.psn.eq(l1_nxt.psn), v.nxt.dist.eq((l1_nxt.ptr - l1_head)[:pw])]
 
-        # ---- the update of the head and the hole (t+1), or a flush
+        # ---- the update of the head and the holes (t+1), or a flush
         act = l1_valid & l1_has
         retire = act & lk.retire
         close = act & l1_open & lk.close
+        queued = l1_hole.qn != 0                # a hole waits: it is the current one next
         nret = Signal(pw)                       # READs leaving the QP's table
-        m.d.comb += nret.eq(Mux(close, l1_hole.fptr - l1_head, retire))
+        m.d.comb += nret.eq(Mux(close, Mux(queued, l1_nxt.ptr, l1_hole.fptr) - l1_head, retire))
         with m.If(close):
-            m.d.comb += [hd_w.addr.eq(l1_qp[:qw]), hd_w.en.eq(1), hd_w.data.ptr.eq(l1_hole.fptr),
-                         hd_w.data.cnt.eq(l1_hole.hole.fcnt)]
+            m.d.comb += [hd_w.addr.eq(l1_qp[:qw]), hd_w.en.eq(1),
+                         hd_w.data.ptr.eq(Mux(queued, l1_nxt.ptr, l1_hole.fptr)),
+                         hd_w.data.cnt.eq(Mux(queued, l1_nxt.idx, l1_hole.hole.fcnt))]
         with m.Elif(act & (lk.advance | lk.retire)):
             m.d.comb += [hd_w.addr.eq(l1_qp[:qw]), hd_w.en.eq(1),
                          hd_w.data.ptr.eq(l1_head + retire),
@@ -203,8 +219,16 @@ class ReadTrack(wiring.Component):
         with m.Elif(fl_take):
             m.d.comb += [hd_w.addr.eq(fq[:qw]), hd_w.en.eq(1), hd_w.data.ptr.eq(tp_fl.data)]
         hole_we = act & lk.hole_we
-        m.d.comb += [ho_w.addr.eq(l1_qp[:qw]), ho_w.en.eq(hole_we), ho_w.data.hole.eq(lk.hole),
-                     ho_w.data.fptr.eq(Mux(l1_open, l1_hole.fptr, l1_head) + lk.fstep)]
+        pop, push = close & queued, act & lk.push
+        qn = Mux(l1_open, l1_hole.qn, 0)
+        m.d.comb += [
+            ho_w.addr.eq(l1_qp[:qw]), ho_w.en.eq(hole_we), ho_w.data.hole.eq(lk.hole),
+            ho_w.data.fptr.eq(Mux(l1_open, l1_hole.fptr, l1_head) + lk.fstep),
+            ho_w.data.qrd.eq(l1_hole.qrd + pop), ho_w.data.qn.eq(qn + push - pop),
+            qu_w.addr.eq(Cat((l1_hole.qrd + qn)[:qb], l1_qp[:qw])), qu_w.en.eq(push),
+            qu_w.data.ptr.eq(l1_hole.fptr), qu_w.data.idx.eq(l1_hole.hole.fcnt),
+            qu_w.data.psn.eq(lk.push_psn),
+        ]
         m.d.sync += opened.eq((opened & ~fl_vec & ~Mux(close, onehot(l1_qp), 0)) |
                               Mux(hole_we, onehot(l1_qp), 0))
 

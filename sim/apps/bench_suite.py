@@ -51,7 +51,7 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   bound ``outstanding`` x size / round trip, :func:`read_bound_gbps`); ``loss``, the same at
   2 us and 1 % random loss each way: 16 READs of 4 KiB outstanding (64 KiB in flight, as the
   goodput batch's loss runs have their 4 KiB WRITEs), 16 and 4 of 64 KiB, and 16 of 64 KiB at
-  0.1 %, the QP's retransmit timeout covering the responses of every READ outstanding
+  0.1 % (16 MiB), the QP's retransmit timeout covering the responses of every READ outstanding
   (:func:`read_timeout`); ``latency``, the cycles from a host READ request's last beat in to
   its first response beat out.
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
@@ -364,8 +364,9 @@ def read_runs(quick=False, requester=True):
         runs += [_read("requester", READ_SIZE, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=t)
                  for t in RTTS for o in READ_OUTSTANDING]
         # the goal's point, then fewer READs outstanding and less loss beside it
-        runs += [_read("loss", s, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=2, loss=p,
-                       timeout=read_timeout(o, s, 2))
+        # (16 MiB at the lower loss: some 4 frames lost each way, as the goodput batch's)
+        runs += [_read("loss", s, 4096, READ_RUN_BYTES * (4 if p < READ_LOSS else 1),
+                       outstanding=o, rtt_us=2, loss=p, timeout=read_timeout(o, s, 2))
                  for s, o, p in ((4096, 16, READ_LOSS), (READ_SIZE, 16, READ_LOSS),
                                  (READ_SIZE, 4, READ_LOSS), (READ_SIZE, 16, READ_LOSS / 10))]
     return runs

@@ -58,17 +58,23 @@ of it already received. A response is classified, in this order (one verdict eac
     as rxe's ``req_retry``), counts one retry against ``retry_cnt`` and is ignored when it
     repeats the NAK of the rewind under way with no progress since.
 
-* with a hole open: a response in the hole at ``e`` is checked as below (FIRST and ONLY also
-  where the hole's request starts) and, right, ``good``: written, ``e`` moves on, no event;
-  when it is the hole's last PSN (the head READ's last) the hole *closes*: every READ before
-  the front leaves (``done``, in order), ``e`` becomes the front ``r``, and one event goes to
-  the retry engine: the ACK of ``r - 1`` with the MSN of the latest response with an AETH
-  placed after the hole, or, when responses after the front were lost, the NAK PSN sequence
-  error of ``r`` (go-back-N from there). One in the hole after ``e``: ``gap``, dropped (the
-  hole's request lost a response; the retry engine's timer asks again). After the hole: before
-  the front ``duplicate``; at the front checked as below and, right, ``ahead``: written, the
-  front moves on; after the front ``gap``: dropped, and the responses after the front are
-  *lost* (the hole closes with go-back-N from the front).
+* with holes open: a response in the head READ (the *current* hole) at ``e`` is checked as
+  below (FIRST and ONLY also where the hole's request starts) and, right, ``good``: written,
+  ``e`` moves on, no event; when it is the head READ's last the hole *closes*. With a later hole
+  queued, the READs before that hole's READ leave (``done``, in order), ``e`` becomes that
+  hole's PSN (its READ is the head, its request's start the index), and the event acknowledges
+  the PSN before it. Without one, every READ before the front leaves, ``e`` becomes the front
+  ``r``, and the event is the ACK of ``r - 1`` with the MSN of the latest response with an AETH
+  placed after the holes, or, when responses after the front were lost, the NAK PSN sequence
+  error of ``r`` (go-back-N from there). One in the head READ after ``e``: ``gap``, dropped
+  (the hole's request lost a response; the retry engine's timer asks again). After the head
+  READ: before the front ``duplicate``; at the front checked as below and, right, ``ahead``:
+  written, the front moves on. After the front, in the front READ or the first PSN of the READ
+  after it (checked and written there), while fewer than :data:`HOLE_QUEUE` holes wait:
+  ``hole``: the rest of the front READ from ``r`` is one more hole, queued, and asked for again
+  by a request of its own; the front moves to the READ after it. Else ``gap``: dropped, and
+  the responses after the front are *lost* (the last hole closes with go-back-N from the
+  front).
 
 Acknowledgements (ACKNOWLEDGE packets, :meth:`ReadRequesterModel.ack`) pass on to the retry
 engine unchanged (``ack_pass``) unless the PSN they acknowledge (``p`` for an ACK, ``p - 1``
@@ -91,13 +97,13 @@ included) are done: taken by on-chip memory, acknowledged by AXI4 memory.
 """
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rocegen.wire import headers as H
 from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, NAK_REM_OP, SYN_ACK
 
 __all__ = ["ReadRequesterModel", "Read", "Reissue", "AckEvent", "Outcome", "VERDICTS",
-           "PSN_MOD", "PMTUS", "MAX_RD_ATOMIC", "READ_FIRST", "READ_MIDDLE", "READ_LAST",
+           "PSN_MOD", "PMTUS", "MAX_RD_ATOMIC", "HOLE_QUEUE", "READ_FIRST", "READ_MIDDLE", "READ_LAST",
            "READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "nak_syndrome"]
 
 PSN_MOD = 1 << 24
@@ -105,6 +111,8 @@ _HALF = 1 << 23
 PMTUS = (256, 512, 1024, 2048, 4096)
 #: Largest ``max_rd_atomic`` (ConnectX offers 16).
 MAX_RD_ATOMIC = 16
+#: Holes a QP keeps after its current one (the gateware's ``READ_HOLES``).
+HOLE_QUEUE = 8
 
 READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY = (
     H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
@@ -185,18 +193,19 @@ class Outcome:
 
 @dataclass
 class _Hole:
-    """A hole of a QP: the PSNs from its expected one ``e`` to ``hend`` (exclusive: the rest of
-    the head READ) are missing; responses after them are placed up to the *front*: the READ at
-    ``fidx`` in the QP's queue (its length: every READ after the hole is in) of which ``fcnt``
-    PSNs came. ``hs``: the head READ's index where the request asking for the hole again
-    starts; ``lost``: responses after the front were lost as well; ``msn``: the MSN of the
-    latest response with an AETH placed after the hole."""
-    hend: int
+    """The holes of a QP. The *current* hole is the rest of the head READ from the expected PSN
+    ``e`` (its responses are asked for again; ``hs``: the head READ's index where that request
+    starts); ``queue``: the later holes, oldest first, each the rest of a later READ ``(read,
+    index, PSN)``; responses after the holes are placed up to the *front*: the READ at ``fidx``
+    in the QP's queue (its length: every READ after the holes is in) of which ``fcnt`` PSNs
+    came. ``lost``: responses after the front were lost as well; ``msn``: the MSN of the latest
+    response with an AETH placed after the holes."""
     hs: int
     fidx: int
     fcnt: int
     msn: int
     lost: bool = False
+    queue: deque = field(default_factory=deque)
 
 
 class _Qp:
@@ -412,7 +421,7 @@ class ReadRequesterModel:
             e, reissue = self._gap(qp)
             return Outcome("gap", ack=AckEvent(qp, NAK_PSN_SEQ, e, msn), gap=reissue)
         _, reissue = self._gap(qp, send=True)
-        q.hole = _Hole(hend=(head.last + 1) % PSN_MOD, hs=q.cnt, fidx=1, fcnt=fcnt, msn=msn)
+        q.hole = _Hole(hs=q.cnt, fidx=1, fcnt=fcnt, msn=msn)
         q.step_front()
         return Outcome("hole", written, gap=reissue)
 
@@ -421,7 +430,7 @@ class ReadRequesterModel:
         READ)."""
         head, h = q.reads[0], q.hole
         e = (head.first + q.cnt) % PSN_MOD
-        if _signed(psn - h.hend) < 0:                   # inside the hole
+        if _signed(head.last - psn) >= 0:               # in the current hole
             if psn != e:
                 return Outcome("gap")
             bad = self._check(q, head, q.cnt, opcode, syndrome, payload,
@@ -430,34 +439,63 @@ class ReadRequesterModel:
                 return refused(bad)
             k = q.cnt
             writes = self._write(head, k, payload)
-            if k == head.npsn - 1 or (psn + 1) % PSN_MOD == h.hend:
+            if k == head.npsn - 1:
                 return Outcome("good", writes, *self._close(q, qp))
             q.cnt += 1
             return Outcome("good", writes)
-        if h.fidx == len(q.reads):                      # every READ after it is in
+        if h.fidx == len(q.reads):                      # every READ after the holes is in
             return Outcome("duplicate")
         read = q.reads[h.fidx]
         r = (read.first + h.fcnt) % PSN_MOD
         if _signed(psn - r) < 0:
             return Outcome("duplicate")
-        if psn != r:
+        if psn == r:
+            bad = self._check(q, read, h.fcnt, opcode, syndrome, payload)
+            if bad:
+                return refused(bad)
+            writes = self._write(read, h.fcnt, payload)
+            if opcode != READ_MIDDLE:
+                h.msn = aeth
+            h.fcnt += 1
+            q.step_front()
+            return Outcome("ahead", writes)
+        # after the front: the rest of the front READ is one more hole, while the queue has room
+        nxt = q.reads[h.fidx + 1] if h.fidx + 1 < len(q.reads) else None
+        if len(h.queue) == HOLE_QUEUE or not (
+                _signed(read.last - psn) >= 0 or (nxt is not None and psn == nxt.first)):
             h.lost = True
             return Outcome("gap")
-        bad = self._check(q, read, h.fcnt, opcode, syndrome, payload)
-        if bad:
-            return refused(bad)
-        writes = self._write(read, h.fcnt, payload)
-        if opcode != READ_MIDDLE:
+        written, placed = (), _signed(read.last - psn) < 0
+        if placed:                                      # the next READ's first: written
+            bad = self._check(q, nxt, 0, opcode, syndrome, payload)
+            if bad:
+                return refused(bad)
+            written = self._write(nxt, 0, payload)
             h.msn = aeth
-        h.fcnt += 1
+        off = h.fcnt * read.pmtu
+        reissue = Reissue(qp, read.wr_id, r, off, (read.local_addr + off) % (1 << 32),
+                          (read.remote_va + off) % (1 << 64), read.rkey, read.length - off, True)
+        h.queue.append((read, h.fcnt, r))
+        h.fidx += 1
+        h.fcnt = int(placed)
         q.step_front()
-        return Outcome("ahead", writes)
+        return Outcome("hole", written, gap=reissue)
 
     def _close(self, q, qp):
-        """The hole is filled: the READs before the front leave, the expected PSN moves to the
-        front ``r``; the event acknowledges ``r - 1``, or (responses after the front were lost)
-        is the NAK PSN sequence error of ``r``. Returns ``(ack, done)``."""
+        """The current hole is filled: the READs before the next hole leave, and the expected
+        PSN moves to that hole, acknowledging the PSN before it; without one, to the front
+        ``r``: the event acknowledges ``r - 1``, or (responses after the front were lost) is
+        the NAK PSN sequence error of ``r``. Returns ``(ack, done)``."""
         h = q.hole
+        if h.queue:
+            read, idx, psn = h.queue.popleft()
+            left = []
+            while q.reads[0] is not read:
+                left.append(q.reads.popleft())
+            h.fidx -= len(left)
+            q.cnt = h.hs = idx
+            return (AckEvent(qp, SYN_ACK, (psn - 1) % PSN_MOD, h.msn),
+                    tuple(x.wr_id for x in left))
         left = [q.reads.popleft() for _ in range(h.fidx)]
         q.hole = None
         if q.reads:

@@ -6,6 +6,7 @@ limit of outstanding READs."""
 import pytest
 
 from rocegen.sim.models.read_requester import (
+    HOLE_QUEUE,
     AckEvent,
     ReadRequesterModel,
     Reissue,
@@ -81,23 +82,28 @@ def test_hole_in_the_head_read():
     assert m.response(1, LAST, 103, DATA[768:1000]).verdict == "gap"   # in the hole
     ahead = m.response(1, FIRST, 104, DATA[:256], msn=6)
     assert (ahead.verdict, ahead.ack, ahead.writes) == ("ahead", None, ((0x9000, DATA[:256]),))
-    assert m.response(1, MIDDLE, 106, DATA[:256]).verdict == "gap"     # 105 lost
+    # 105 lost: the rest of that READ is one more hole, asked for again
+    hole2 = m.response(1, LAST, 106, DATA[:88])
+    assert (hole2.verdict, hole2.writes) == ("hole", ())
+    assert hole2.gap == Reissue(1, 8, 105, 256, 0x9100, VA + 4256, RKEY, 344, True)
     assert m.response(1, MIDDLE, 104, DATA[:256]).verdict == "duplicate"
-    assert m.response(1, MIDDLE, 105, DATA[:256]).verdict == "ahead"   # 105 after all
-    assert m.front(1) == 106
+    assert m.response(1, MIDDLE, 105, DATA[:256]).verdict == "duplicate"   # a later hole
     # the request from 101: FIRST there, then the rest of the READ
     assert m.response(1, MIDDLE, 101, DATA[256:511]).verdict == "length"
     out = [m.response(1, FIRST, 101, DATA[256:512]), m.response(1, MIDDLE, 102, DATA[512:768])]
     assert [(o.verdict, o.ack, o.done) for o in out] == [("good", None, ())] * 2
     fill = m.response(1, LAST, 103, DATA[768:1000])
-    # (106 was lost after the front: the NAK PSN sequence error of the front)
-    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(1, 0x60, 106, 6), (7,))
+    # (the next hole is the current one: the ACK of the PSN before it)
+    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(1, 0x1F, 104, 6), (7,))
     assert fill.writes == ((LOCAL + 768, DATA[768:1000]),)
-    assert m.expected(1) == 106 and m.front(1) is None
+    assert m.expected(1) == 105 and m.front(1) == 107
+    assert m.response(1, ONLY, 105, DATA[:256]).verdict == "opcode"      # not the last
+    assert m.response(1, FIRST, 105, DATA[:256]).verdict == "good"
     last = m.response(1, LAST, 106, DATA[:88])
-    assert (last.verdict, last.ack, last.done) == ("good", AckEvent(1, 0x1F, 106, 0), (8,))
+    assert (last.verdict, last.ack, last.done) == ("good", AckEvent(1, 0x1F, 106, 6), (8,))
+    assert m.front(1) is None and m.outstanding(1) == ()
     c = m.counters
-    assert (c["good"], c["hole"], c["ahead"], c["gap"], c["length"]) == (5, 1, 2, 2, 1)
+    assert (c["good"], c["hole"], c["ahead"], c["opcode"], c["length"]) == (6, 2, 1, 1, 1)
 
 
 def test_hole_of_a_whole_read():
@@ -136,29 +142,53 @@ def test_losses_after_the_front_and_in_the_hole():
     for psn in (10, 11):
         assert m.response(0, FIRST if psn == 10 else MIDDLE, psn, DATA[:256]).verdict == "good"
     assert m.response(0, LAST, 13, DATA[:256]).verdict == "hole"        # 12 lost
-    assert m.response(0, MIDDLE, 15, DATA[:256]).verdict == "gap"       # 14 lost too
-    assert m.response(0, MIDDLE, 16, DATA[:256]).verdict == "gap"
-    assert m.ack(0, 0x1F, 11).verdict == "ack_pass"                     # before the hole
+    assert m.front(0) == 14
+    assert m.response(0, MIDDLE, 16, DATA[:256]).verdict == "hole"      # 14, 15 lost
+    assert m.front(0) == 18
+    assert m.response(0, MIDDLE, 15, DATA[:256]).verdict == "duplicate"  # a later hole
+    assert m.ack(0, 0x1F, 11).verdict == "ack_pass"                     # before the holes
     held = m.ack(0, 0x1F, 12)
     assert (held.verdict, held.ack) == ("ack_hold", None)
-    assert m.response(0, FIRST, 14, DATA[:256]).verdict == "ahead"      # 14 after all
-    assert m.front(0) == 15
+    assert m.ack(0, 0x1F, 19).verdict == "ack_hold"                     # after the front: lost
     assert m.response(0, FIRST, 12, DATA[:256]).verdict == "good"       # asked again
     fill = m.response(0, LAST, 13, DATA[:256])
-    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(0, 0x60, 15, 0), (0,))
-    assert m.expected(0) == 15
+    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(0, 0x1F, 13, 0), (0,))
+    assert (m.expected(0), m.front(0)) == (14, 18)
+    for psn, op in ((14, FIRST), (15, MIDDLE), (16, MIDDLE)):
+        assert m.response(0, op, psn, DATA[:256]).verdict == "good"
+    fill = m.response(0, LAST, 17, DATA[:256])
+    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(0, 0x60, 18, 0), (1,))
+    assert m.expected(0) == 18 and m.front(0) is None
 
     m = ReadRequesterModel(1)
-    m.issue(0, wr_id=1, local_addr=0, remote_va=0, rkey=RKEY, length=1024, first=0, pmtu=256)
-    assert m.response(0, MIDDLE, 2, DATA[:256]).verdict == "hole"       # 0, 1 lost
-    assert m.response(0, MIDDLE, 1, DATA[:256]).verdict == "gap"        # 0 lost again
-    assert m.ack(0, 0x1F, 4).verdict == "ack_hold"                      # the front: a loss
-    for psn, op in ((0, FIRST), (1, MIDDLE), (2, MIDDLE)):
-        assert m.response(0, op, psn, DATA[:256]).verdict == "good"
-    fill = m.response(0, LAST, 3, DATA[:256])
-    assert (fill.verdict, fill.ack) == ("good", AckEvent(0, 0x60, 4, 0))
-    m.flush(0)
-    assert m.front(0) is None
+    for n in range(2):
+        m.issue(0, wr_id=n, local_addr=0x1000 * n, remote_va=0x8000, rkey=RKEY, length=1024,
+                first=10 + 4 * n, pmtu=256)
+    assert m.response(0, LAST, 13, DATA[:256]).verdict == "hole"        # 10..12 lost
+    assert m.response(0, MIDDLE, 19, DATA[:256]).verdict == "unknown"
+    assert m.response(0, MIDDLE, 16, DATA[:256]).verdict == "hole"      # 14, 15 lost
+    assert m.response(0, MIDDLE, 12, DATA[:256]).verdict == "gap"       # 10 lost again
+
+    # the queue of holes: a lost response in each of the READs after the first
+    m = ReadRequesterModel(1, 16)
+    for n in range(HOLE_QUEUE + 3):
+        m.issue(0, wr_id=n, local_addr=0x1000 * n, remote_va=0x8000, rkey=RKEY, length=512,
+                first=2 * n, pmtu=256)
+    outs = [m.response(0, LAST, 2 * n + 1, DATA[:256]) for n in range(HOLE_QUEUE + 2)]
+    assert [o.verdict for o in outs] == ["hole"] * (HOLE_QUEUE + 1) + ["gap"]
+    assert [o.gap.psn for o in outs[:-1]] == [2 * n for n in range(HOLE_QUEUE + 1)]
+    # (the last response lost: the front stays at that READ; after it, nothing has room)
+    assert m.response(0, FIRST, 2 * HOLE_QUEUE + 4, DATA[:256]).verdict == "gap"
+    assert m.response(0, FIRST, 2 * HOLE_QUEUE + 2, DATA[:256]).verdict == "ahead"
+    assert m.response(0, LAST, 2 * HOLE_QUEUE + 3, DATA[:256]).verdict == "ahead"
+    for n in range(HOLE_QUEUE + 1):
+        assert m.response(0, FIRST, 2 * n, DATA[:256]).verdict == "good"
+        fill = m.response(0, LAST, 2 * n + 1, DATA[:256])
+        if n < HOLE_QUEUE:
+            assert (fill.ack, fill.done) == (AckEvent(0, 0x1F, 2 * n + 1, 0), (n,))
+    # the last hole closes on the front: go-back-N from it (responses after it were lost)
+    assert (fill.ack, fill.done) == (AckEvent(0, 0x60, 2 * HOLE_QUEUE + 4, 0),
+                                     (HOLE_QUEUE, HOLE_QUEUE + 1))
 
 
 @pytest.mark.parametrize("syndrome, forwarded", [(0x62, 0x62), (0x61, 0x61), (0x63, 0x63),

@@ -118,8 +118,9 @@ def spoil(resps, rng, p):
         elif r < 6.5 and x["op"] != MIDDLE:
             x["syn"] = rng.choice([0x62, 0x61, 0x63, 0x20, 0x60, 0x7F])
         elif r < 7.5 and x["op"] in (LAST, ONLY):
-            out.append(x)
-            x = dict(x, psn=(x["psn"] + 1) % PSN_MOD, op=rng.choice([MIDDLE, LAST, ONLY]))
+            out.append(x)                                               # one too many
+            x = dict(x, psn=(x["psn"] + 1) % PSN_MOD, op=rng.choice([MIDDLE, LAST, ONLY]),
+                     forged=True)
         elif r < 8.5 and n + 1 < len(resps):
             out.append(dict(resps[n + 1]))                              # swapped
         out.append(x)
@@ -225,6 +226,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
     seen = {v: 0 for v in READ_COUNTERS}
     outcome = {"fail": set()}
     sends = []                                       # the reissues the placement sends itself
+    forged = set()                                   # (QP, PSN) of the responses too many
 
     def new_read(qp):
         pmtu = rng.choice([256, 256, 512])
@@ -331,6 +333,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             resps = []
             while any(per_qp):
                 resps.append(rng.choice([q for q in per_qp if q]).popleft())
+            forged.update((x["qp"], x["psn"]) for x in resps if x.get("forged"))
             acks = []
             for _ in range(rng.randint(0, 6) if p else 0):
                 qp = rng.randrange(QPS)
@@ -419,6 +422,11 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
     assert mon.pulses == {k: model.counters[k] for k in READ_COUNTERS}
     for r in reads.values():
         assert r["state"] in ("done", "failed"), f"READ {r['wr_id']} never completed"
+        # (a response too many whose PSN, opcode and length fit the next READ is that READ's
+        # response to any requester: those READs are written, but not with the peer's bytes)
+        npsn = max(1, -(-r["length"] // r["pmtu"]))
+        if any((r["qp"], (r["first"] + k) % PSN_MOD) in forged for k in range(npsn)):
+            continue
         if r["state"] == "done":
             assert all(r["local"] + i in image for i in range(r["length"]))
             got = bytes(image[r["local"] + i] for i in range(r["length"]))
@@ -435,6 +443,13 @@ def test_closed_loop(width, seed, acked_writes):
     assert all(seen[v] > 0 for v in READ_COUNTERS), seen
     done = sum(r["state"] == "done" for r in reads.values())
     assert done > 40 and done > 0.7 * len(reads), (done, len(reads))
+
+
+def test_sixteen_outstanding():
+    """Sixteen READs per QP and more faults: several holes open at once on a QP."""
+    seen, reads = run_loop(128, seed=13, max_rd=16, rounds=8, clean=8, p_fault=0.2)
+    assert seen["hole"] > 5 and seen["ahead"] > 5 and seen["ack_hold"] > 0, seen
+    assert sum(r["state"] == "done" for r in reads.values()) > 200
 
 
 def test_max_rd_atomic_one():
@@ -546,3 +561,42 @@ def test_throughput():
     beats = sum(-(-(HDR_LEN + (4 if k in (0, N - 1) else 0) + 4096) // 64) for k in range(N))
     assert len(taken) == beats and mon.done == [{"qp": 2}]
     assert taken[-1] - taken[0] + 1 <= beats + N + 4, (taken[-1] - taken[0] + 1, beats)
+
+
+def test_hole_queue_full():
+    """Eleven READs of two responses, the first response of ten of them lost: nine holes (the
+    current one and a full queue), the tenth loss after the front with no room (go-back-N from
+    the front once the holes are filled); the holes' requests answered in order. Verdicts,
+    events, reissues and bytes written are the model's."""
+    B = 8
+    reads = [{"qp": 1, "wr_id": n, "local_addr": 0x400 * n + 3, "length": 300, "first": 2 * n,
+              "pmtu_log2": 8, "va": VA_BASE + 0x200 * n} for n in range(11)]
+
+    def resp(n, k, op):
+        return (1, op, 2 * n + k, REMOTE[0x200 * n + 256 * k:0x200 * n + min(300, 256 * k + 256)])
+    resps = [resp(n, 1, LAST) for n in range(10)] + [resp(9, 0, FIRST), resp(9, 1, LAST)]
+    resps += [x for n in range(9) for x in (resp(n, 0, FIRST), resp(n, 1, LAST))]
+    model = ReadRequesterModel(QPS, 16)
+    for r in reads:
+        model.issue(1, wr_id=r["wr_id"], local_addr=r["local_addr"], length=r["length"],
+                    first=r["first"], pmtu=256, remote_va=r["va"])
+    outs = [model.response(qp, op, psn, data, 0x1F, 0) for qp, op, psn, data in resps]
+    assert [o.verdict for o in outs[:12]] == ["hole"] * 9 + ["gap", "ahead", "ahead"]
+    mon, _ = run_directed(64, reads, resps, idle=0.2, backpressure=0.2, seed=3)
+    assert mon.pulses == {k: model.counters[k] for k in READ_COUNTERS}
+    assert [e for e, _ in mon.events] == [
+        {"qp": o.ack.qp, "syndrome": o.ack.syndrome, "psn": o.ack.psn, "msn": o.ack.msn}
+        for o in outs if o.ack is not None]
+    assert mon.events[-1][0]["syndrome"] == 0x60 and mon.events[-1][0]["psn"] == 20
+    assert mon.reissue == [
+        {"qp": 1, "wr_id": o.gap.wr_id, "psn": o.gap.psn, "offset": o.gap.offset,
+         "length": o.gap.length, "va": o.gap.remote_va, "send": int(o.gap.send)}
+        for o in outs if o.gap is not None]
+    assert len(mon.done) == sum(len(o.done) for o in outs) == 10
+    written = {}
+    for addr, word, be in mon.writes:
+        for i in range(B):
+            if be >> i & 1:
+                written[addr * B + i] = word.to_bytes(B, "little")[i]
+    want = {a + i: b for o in outs for a, d in o.writes for i, b in enumerate(d)}
+    assert written == want
