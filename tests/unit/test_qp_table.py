@@ -86,12 +86,14 @@ def test_parameters_are_validated():
 
 
 def test_read_port():
-    """With ``read_port``, ``rdr_qp`` -> ``rdr_context`` one cycle later, independent of the
-    other context ports read in the same cycle; without it, no such port."""
+    """With ``read_port``, ``rdr_qp`` -> ``rdr_context`` one cycle later (with
+    ``resend_port``, ``rsd_qp`` -> ``rsd_context``), independent of the other context ports
+    read in the same cycle; without them, no such ports."""
     rng = random.Random(3)
     num_qps = 6
-    dut = QpTable(num_qps, info_port=True, resp_port=True, read_port=True)
+    dut = QpTable(num_qps, info_port=True, resp_port=True, read_port=True, resend_port=True)
     assert not hasattr(QpTable(num_qps), "rdr_qp")
+    assert not hasattr(QpTable(num_qps, read_port=True), "rsd_qp")
     contexts = [context(rng, rng.choice(list(QpState))) for _ in range(num_qps)]
 
     def same(got, want):
@@ -106,13 +108,14 @@ def test_read_port():
         ctx.set(dut.ctl.valid, 0)
         ports = [(dut.rd_qp, dut.rd_context), (dut.rx_qp, dut.rx_context),
                  (dut.info_qp, dut.info_context), (dut.resp_qp, dut.resp_context),
-                 (dut.rdr_qp, dut.rdr_context)]
+                 (dut.rdr_qp, dut.rdr_context), (dut.rsd_qp, dut.rsd_context)]
         for _ in range(20):
             qps = [rng.randrange(num_qps) for _ in ports]
-            before = ctx.get(dut.rdr_context)
+            before = ctx.get(dut.rdr_context), ctx.get(dut.rsd_context)
             for (addr, _), k in zip(ports, qps):
                 ctx.set(addr, k)
-            assert ctx.get(dut.rdr_context) == before          # not combinational
+            # (not combinational)
+            assert (ctx.get(dut.rdr_context), ctx.get(dut.rsd_context)) == before
             await ctx.tick()
             for (_, data), k in zip(ports, qps):
                 assert same(ctx.get(data), contexts[k])

@@ -13,7 +13,6 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib.memory import Memory
 
 from rocegen.gateware.roce.layouts import PACKET_DESC, QP_CONTEXT, QpState, WrSource
-from rocegen.gateware.roce.qp_table import QpTable
 from rocegen.gateware.roce.read_resend import ReadResend
 from rocegen.sim.testing.harness import raises, run_sim
 
@@ -177,36 +176,6 @@ def test_latency():
 
     run_sim(WithTable(dut, contexts, False), testbenches=[bench])
     assert seen == [3]
-
-
-def test_qp_table_resend_port():
-    """``resend_port``: ``rsd_qp`` -> ``rsd_context`` one cycle later, beside the other
-    ports; without it, no such port."""
-    rng = random.Random(11)
-    num_qps = 5
-    dut = QpTable(num_qps, read_port=True, resend_port=True)
-    assert not hasattr(QpTable(num_qps, read_port=True), "rsd_qp")
-    contexts = [context(rng, rng.choice(list(QpState))) for _ in range(num_qps)]
-
-    async def tb(ctx):
-        for k, c in enumerate(contexts):
-            ctx.set(dut.ctl.payload, {"qp": k, "context": c})
-            ctx.set(dut.ctl.valid, 1)
-            await ctx.tick()
-        ctx.set(dut.ctl.valid, 0)
-        for _ in range(20):
-            k, j = rng.randrange(num_qps), rng.randrange(num_qps)
-            before = ctx.get(dut.rsd_context)
-            ctx.set(dut.rsd_qp, k)
-            ctx.set(dut.rdr_qp, j)
-            assert ctx.get(dut.rsd_context) == before          # not combinational
-            await ctx.tick()
-            for port, q in ((dut.rsd_context, k), (dut.rdr_context, j)):
-                got = ctx.get(port)
-                want = contexts[q]
-                assert {f: getattr(got, f) for f in want} == want
-
-    run_sim(dut, testbenches=[tb])
 
 
 def test_parameters():
