@@ -157,16 +157,58 @@ class ReadTrack(wiring.Component):
             return Cat(*(qp == k for k in range(n)))
 
         # ---- flush (taken in cycles without an update)
-        lk, fl = self.lookup, self.flush
+        fl = self.flush
         l1_valid = Signal()
         fq = fl.payload
         fl_take = fl.valid & fl.ready & (fq < n)
         m.d.comb += [fl.ready.eq(~l1_valid), tp_fl.addr.eq(fq[:qw])]
         fl_vec = Mux(fl_take, onehot(fq), 0)
 
-        # ---- lookup: the QP's state read in cycle t; its head entry, the second (the front
-        # READ with holes open, else the one after the head) and the third (after the front)
-        # from block RAM in t+1
+        p = _Ports(ent_r=ent_r, ent_r2=ent_r2, ent_r3=ent_r3, ho_lk=ho_lk, ho_w=ho_w,
+                   qu_lk=qu_lk, qu_w=qu_w, hd_lk=hd_lk, hd_w=hd_w, tl_lk=tl_lk, rs_lk=rs_lk,
+                   tp_fl=tp_fl, hole_l=hole_l, queue_l=queue_l, rs_l=rs_l, rs_valid=rs_valid,
+                   opened=opened, slot=slot, onehot=onehot, l1_valid=l1_valid, fl_take=fl_take,
+                   fq=fq, fl_vec=fl_vec, pw=pw, qw=qw, qb=qb)
+        self._lookup(m, p)
+        retire, close, nret = self._update(m, p)
+        l1_qp, l1_head = p.l1_qp, p.l1_head
+
+        # ---- issue: add a new READ at the tail, or record a restart
+        iss, iv = self.issue.payload, self.issue.valid
+        iq = iss.qp
+        m.d.comb += [hp_is.addr.eq(iq[:qw]), tp_is.addr.eq(iq[:qw])]
+        count = Signal(pw)                      # READs of the QP after the flush and update
+        m.d.comb += count.eq(Mux(fl_take & (fq == iq), 0, tp_is.data - hp_is.data -
+                                 Mux(l1_qp == iq, nret, 0)))
+        add = Signal()
+        room = self._limits(m, fl_take, fq, retire | close, nret, l1_qp, l1_head, iq, count, add)
+        m.d.comb += [add.eq(iv & iss.new & (iq < n) & room),
+                     self.overflow.eq(iv & iss.new & ~add)]
+        m.d.comb += [
+            ent_w.addr.eq(slot(iq, tp_is.data)), ent_w.en.eq(add),
+            ent_w.data.wr_id.eq(iss.wr_id), ent_w.data.local_addr.eq(iss.local_addr),
+            ent_w.data.length.eq(iss.length), ent_w.data.first.eq(iss.first),
+            ent_w.data.last_idx.eq(last_index(m, iss.length, iss.pmtu_log2)),
+            ent_w.data.pmtu_log2.eq(iss.pmtu_log2), ent_w.data.va.eq(iss.va),
+            tl_w.addr.eq(iq[:qw]), tl_w.en.eq(add), tl_w.data.ptr.eq(tp_is.data + 1),
+            tl_w.data.last.eq(iss.first + ent_w.data.last_idx),
+        ]
+        restart = iv & ~iss.new & (iq < n) & (iss.psn != iss.first)
+        m.d.comb += [rs_w.addr.eq(iq[:qw]), rs_w.en.eq(restart), rs_w.data.first.eq(iss.first),
+                     rs_w.data.idx.eq(iss.psn - iss.first)]
+        m.d.sync += rs_valid.eq((rs_valid & ~fl_vec) | Mux(restart, onehot(iq), 0))
+        return m
+
+    def _lookup(self, m, p):
+        """The lookup: the QP's state read in cycle t; its head entry, the second (the front
+        READ with holes open, else the one after the head) and the third (after the front) from
+        block RAM in t+1, as the view. Leaves the registered state in ``p``."""
+        n, qw, pw, lk = self.num_qps, p.qw, p.pw, self.lookup
+        fl_take, fq, slot = p.fl_take, p.fq, p.slot
+        hd_lk, tl_lk, rs_lk, ho_lk, qu_lk = p.hd_lk, p.tl_lk, p.rs_lk, p.ho_lk, p.qu_lk
+        ent_r, ent_r2, ent_r3 = p.ent_r, p.ent_r2, p.ent_r3
+        rs_valid, opened, l1_valid = p.rs_valid, p.opened, p.l1_valid
+        rs_l, hole_l, queue_l = p.rs_l, p.hole_l, p.queue_l
         lq = lk.qp
         l1_qp, l1_head, l1_cnt = Signal(8), Signal(pw), Signal(INDEX_BITS)
         l1_has, l1_last, l1_rs, l1_rsv = Signal(), Signal(24), Signal(rs_l), Signal()
@@ -201,7 +243,17 @@ class ReadTrack(wiring.Component):
                      v.qn.eq(Mux(l1_open, l1_hole.qn, 0)), v.nxt.idx.eq(l1_nxt.idx),
                      v.nxt.psn.eq(l1_nxt.psn), v.nxt.dist.eq((l1_nxt.ptr - l1_head)[:pw])]
 
-        # ---- the update of the head and the holes (t+1), or a flush
+        p.l1_qp, p.l1_head, p.l1_cnt, p.l1_has = l1_qp, l1_head, l1_cnt, l1_has
+        p.l1_open, p.l1_hole, p.l1_nxt = l1_open, l1_hole, l1_nxt
+
+    def _update(self, m, p):
+        """The update of the head and the holes in t+1 (or a flush). Returns the retire, the
+        close and the READs leaving the QP's table in this cycle."""
+        lk, pw, qw, qb, onehot = self.lookup, p.pw, p.qw, p.qb, p.onehot
+        hd_w, ho_w, qu_w = p.hd_w, p.ho_w, p.qu_w
+        l1_valid, l1_qp, l1_head, l1_cnt, l1_has = p.l1_valid, p.l1_qp, p.l1_head, p.l1_cnt, p.l1_has
+        l1_open, l1_hole, l1_nxt = p.l1_open, p.l1_hole, p.l1_nxt
+        fl_take, fq, fl_vec, tp_fl, opened = p.fl_take, p.fq, p.fl_vec, p.tp_fl, p.opened
         act = l1_valid & l1_has
         retire = act & lk.retire
         close = act & l1_open & lk.close
@@ -232,31 +284,7 @@ class ReadTrack(wiring.Component):
         m.d.sync += opened.eq((opened & ~fl_vec & ~Mux(close, onehot(l1_qp), 0)) |
                               Mux(hole_we, onehot(l1_qp), 0))
 
-        # ---- issue: add a new READ at the tail, or record a restart
-        iss, iv = self.issue.payload, self.issue.valid
-        iq = iss.qp
-        m.d.comb += [hp_is.addr.eq(iq[:qw]), tp_is.addr.eq(iq[:qw])]
-        count = Signal(pw)                      # READs of the QP after the flush and update
-        m.d.comb += count.eq(Mux(fl_take & (fq == iq), 0, tp_is.data - hp_is.data -
-                                 Mux(l1_qp == iq, nret, 0)))
-        add = Signal()
-        room = self._limits(m, fl_take, fq, retire | close, nret, l1_qp, l1_head, iq, count, add)
-        m.d.comb += [add.eq(iv & iss.new & (iq < n) & room),
-                     self.overflow.eq(iv & iss.new & ~add)]
-        m.d.comb += [
-            ent_w.addr.eq(slot(iq, tp_is.data)), ent_w.en.eq(add),
-            ent_w.data.wr_id.eq(iss.wr_id), ent_w.data.local_addr.eq(iss.local_addr),
-            ent_w.data.length.eq(iss.length), ent_w.data.first.eq(iss.first),
-            ent_w.data.last_idx.eq(last_index(m, iss.length, iss.pmtu_log2)),
-            ent_w.data.pmtu_log2.eq(iss.pmtu_log2), ent_w.data.va.eq(iss.va),
-            tl_w.addr.eq(iq[:qw]), tl_w.en.eq(add), tl_w.data.ptr.eq(tp_is.data + 1),
-            tl_w.data.last.eq(iss.first + ent_w.data.last_idx),
-        ]
-        restart = iv & ~iss.new & (iq < n) & (iss.psn != iss.first)
-        m.d.comb += [rs_w.addr.eq(iq[:qw]), rs_w.en.eq(restart), rs_w.data.first.eq(iss.first),
-                     rs_w.data.idx.eq(iss.psn - iss.first)]
-        m.d.sync += rs_valid.eq((rs_valid & ~fl_vec) | Mux(restart, onehot(iq), 0))
-        return m
+        return retire, close, nret
 
     def _limits(self, m, fl_take, fq, retire, nret, l1_qp, l1_head, iq, count, add):
         """The per-QP limits and the ``full`` bits. Returns whether the QP ``iq`` has room for
@@ -311,3 +339,10 @@ class ReadTrack(wiring.Component):
             hit, sets = hit | vec, sets | Mux(nf, vec, 0)
         m.d.sync += full.eq((full & ~hit) | sets)
         return count < iq_limit
+
+
+class _Ports:
+    """The memories' ports and the signals the table's stages share."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
