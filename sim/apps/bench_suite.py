@@ -322,10 +322,11 @@ READ_LOSS = 0.01
 READ_RUN_BYTES = 4 * MIB
 
 
-def _read(test, size, pmtu, total, *, outstanding=16, rtt_us=0, loss=0.0, **extra):
+def read_run(test, size, pmtu, total, *, outstanding=16, rtt_us=0, loss=0.0, seed=13, **extra):
+    """One run of the READ batch (``test``: responder, latency, requester or loss)."""
     return {"kind": "read", "test": test, "qps": 1, "pmtu": pmtu, "bytes": total, "size": size,
             "opcode": "READ", "line_gbps": LINE_GBPS, "outstanding": outstanding,
-            "rtt_us": rtt_us, "loss": loss, "seed": 13, **extra}
+            "rtt_us": rtt_us, "loss": loss, "seed": seed, **extra}
 
 
 def read_timeout(outstanding, size, rtt_us, line_gbps=LINE_GBPS):
@@ -346,26 +347,26 @@ def read_runs(quick=False, requester=True):
     READs."""
     q = 4 if quick else 1
     if quick:
-        runs = [_read("responder", 4096, 4096, 256 * KIB),
-                _read("latency", 64, 4096, 64 * 4, count=4)]
+        runs = [read_run("responder", 4096, 4096, 256 * KIB),
+                read_run("latency", 64, 4096, 64 * 4, count=4)]
         if requester:
-            runs += [_read("requester", READ_SIZE, 4096, MIB, rtt_us=2),
-                     _read("requester", READ_SIZE, 4096, MIB, outstanding=4, rtt_us=20),
-                     _read("loss", 4096, 4096, MIB, rtt_us=2, loss=READ_LOSS,
+            runs += [read_run("requester", READ_SIZE, 4096, MIB, rtt_us=2),
+                     read_run("requester", READ_SIZE, 4096, MIB, outstanding=4, rtt_us=20),
+                     read_run("loss", 4096, 4096, MIB, rtt_us=2, loss=READ_LOSS,
                            timeout=read_timeout(16, 4096, 2))]
         return runs
     runs = [_resp_warmup()]
     for p in PMTUS:
         for s in READ_SIZES:
             total = max(s, min(RESP_RUN_MESSAGES // q * s, RESP_RUN_BYTES // q), 64 * KIB // q)
-            runs.append(_read("responder", s, p, _whole(total, s)))
-    runs.append(_read("latency", 64, 4096, 64 * 8, count=8))
+            runs.append(read_run("responder", s, p, _whole(total, s)))
+    runs.append(read_run("latency", 64, 4096, 64 * 8, count=8))
     if requester:
-        runs += [_read("requester", READ_SIZE, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=t)
+        runs += [read_run("requester", READ_SIZE, 4096, READ_RUN_BYTES, outstanding=o, rtt_us=t)
                  for t in RTTS for o in READ_OUTSTANDING]
         # the goal's point, then fewer READs outstanding and less loss beside it
         # (16 MiB at the lower loss: some 4 frames lost each way, as the goodput batch's)
-        runs += [_read("loss", s, 4096, READ_RUN_BYTES * (4 if p < READ_LOSS else 1),
+        runs += [read_run("loss", s, 4096, READ_RUN_BYTES * (4 if p < READ_LOSS else 1),
                        outstanding=o, rtt_us=2, loss=p, timeout=read_timeout(o, s, 2))
                  for s, o, p in ((4096, 16, READ_LOSS), (READ_SIZE, 16, READ_LOSS),
                                  (READ_SIZE, 4, READ_LOSS), (READ_SIZE, 16, READ_LOSS / 10))]
@@ -466,7 +467,10 @@ def _framecheck_mode():
     return os.environ.get("ROCEGEN_FRAMECHECK") or ("pool" if usable_cores() >= 2 else "inline")
 
 
-def _run_batch(name, runs, peer="connectx"):
+def run_batch(name, runs, peer="connectx", tag=None):
+    """Run the runs ``runs`` of batch ``name`` in one simulator process (its build: the
+    responder's for :data:`RESPONDER_BATCHES`, the endpoint's otherwise); the results go to
+    ``build/bench/suite-<tag or name>.json``. Returns the batch's figures and the results."""
     from rocegen.sim.testing.cocotb_runner import (
         endpoint_sim_config,
         responder_sim_config,
@@ -479,7 +483,7 @@ def _run_batch(name, runs, peer="connectx"):
     else:
         cfg = endpoint_sim_config(WIDTH, NUM_QPS)
         module, testcase = "rocegen.sim.tb.roce_demo", None
-    out = BUILD / "bench" / f"suite-{name}.json"
+    out = BUILD / "bench" / f"suite-{tag or name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     cfg.build()
@@ -774,7 +778,7 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
             raw += [{**r, "batch": name} for r in results]
             continue
         try:
-            batch, results = _run_batch(name, runs, peer)
+            batch, results = run_batch(name, runs, peer)
         except AssertionError as e:          # a failed run: keep the other batches' figures
             failed.append({"name": name, "runs": runs, "error": str(e)[-4000:]})
             log(f"  FAILED: {str(e)[-2000:]}")
