@@ -1,6 +1,8 @@
 """The READ requester's decision on a READ response or an acknowledgement, from its QP's table
 entries."""
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -103,7 +105,7 @@ class ReadDecide(wiring.Component):
         m = Module()
         h, v, is_ack = self.inp.h, self.view, self.inp.is_ack
         ent, e2, hole, k = v.entry, v.entry2, v.hole, v.cnt
-        s = _Sig()
+        s = SimpleNamespace()
         s.syn_ack = h.syndrome[5:8] == 0
         exp, p, r, s.r_any = Signal(24), Signal(24), Signal(24), Signal(24)
         m.d.comb += [exp.eq(ent.first + k), p.eq(Mux(is_ack & ~s.syn_ack, h.psn - 1, h.psn)),
@@ -118,9 +120,9 @@ class ReadDecide(wiring.Component):
         m.d.comb += s.to_front.eq(h.psn - r)
         # the places a response may take: in the head READ at the expected PSN (A), in the
         # second READ (B: its first PSN, or the front), the first of the third (C)
-        s.ka, s.kb = Signal.like(k), Signal.like(k)
-        m.d.comb += [s.ka.eq(k), s.kb.eq(Mux(v.open, hole.fcnt, 0))]
-        s.a = _check(m, h, ent, s.ka, (s.ka == v.rs) | (v.open & (s.ka == hole.hs)))
+        s.kb = Signal.like(k)
+        m.d.comb += s.kb.eq(Mux(v.open, hole.fcnt, 0))
+        s.a = _check(m, h, ent, k, (k == v.rs) | (v.open & (k == hole.hs)))
         s.b = _check(m, h, e2, s.kb, s.kb == v.rs2)
         s.c = _check(m, h, v.entry3, 0, 0)
         s.use_b, s.use_c = Signal(), Signal()
@@ -277,7 +279,3 @@ class ReadDecide(wiring.Component):
                          ev.ack.psn.eq(h.psn)]
         with m.Else():
             m.d.comb += [ev.ack.syndrome.eq(h.syndrome), ev.ack.psn.eq(h.psn)]
-
-
-class _Sig:
-    """The signals the decision's stages share."""

@@ -1,5 +1,7 @@
 """The RDMA READ requester's table of outstanding READs, per QP."""
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -164,11 +166,12 @@ class ReadTrack(wiring.Component):
         m.d.comb += [fl.ready.eq(~l1_valid), tp_fl.addr.eq(fq[:qw])]
         fl_vec = Mux(fl_take, onehot(fq), 0)
 
-        p = _Ports(ent_r=ent_r, ent_r2=ent_r2, ent_r3=ent_r3, ho_lk=ho_lk, ho_w=ho_w,
-                   qu_lk=qu_lk, qu_w=qu_w, hd_lk=hd_lk, hd_w=hd_w, tl_lk=tl_lk, rs_lk=rs_lk,
-                   tp_fl=tp_fl, hole_l=hole_l, queue_l=queue_l, rs_l=rs_l, rs_valid=rs_valid,
-                   opened=opened, slot=slot, onehot=onehot, l1_valid=l1_valid, fl_take=fl_take,
-                   fq=fq, fl_vec=fl_vec, pw=pw, qw=qw, qb=qb)
+        p = SimpleNamespace(
+            ent_r=ent_r, ent_r2=ent_r2, ent_r3=ent_r3, ho_lk=ho_lk, ho_w=ho_w, qu_lk=qu_lk,
+            qu_w=qu_w, hd_lk=hd_lk, hd_w=hd_w, tl_lk=tl_lk, rs_lk=rs_lk, tp_fl=tp_fl,
+            hole_l=hole_l, queue_l=queue_l, rs_l=rs_l, rs_valid=rs_valid, opened=opened,
+            slot=slot, onehot=onehot, l1_valid=l1_valid, fl_take=fl_take, fq=fq, fl_vec=fl_vec,
+            pw=pw, qw=qw, qb=qb)
         self._lookup(m, p)
         retire, close, nret = self._update(m, p)
         l1_qp, l1_head = p.l1_qp, p.l1_head
@@ -339,10 +342,3 @@ class ReadTrack(wiring.Component):
             hit, sets = hit | vec, sets | Mux(nf, vec, 0)
         m.d.sync += full.eq((full & ~hit) | sets)
         return count < iq_limit
-
-
-class _Ports:
-    """The memories' ports and the signals the table's stages share."""
-
-    def __init__(self, **kw):
-        self.__dict__.update(kw)

@@ -330,14 +330,18 @@ class ReadRequesterModel:
 
     # ---- inputs
 
+    @staticmethod
+    def _rest(qp, read, k, send):
+        """The request for the rest of ``read`` from its index ``k``."""
+        off = k * read.pmtu
+        return Reissue(qp, read.wr_id, (read.first + k) % PSN_MOD, off,
+                       (read.local_addr + off) % (1 << 32), (read.remote_va + off) % (1 << 64),
+                       read.rkey, read.length - off, send)
+
     def _gap(self, qp, send=False):
         q = self.qps[qp]
-        head = q.reads[0]
-        off = q.cnt * head.pmtu
-        e = (head.first + q.cnt) % PSN_MOD
-        return e, Reissue(qp, head.wr_id, e, off, (head.local_addr + off) % (1 << 32),
-                          (head.remote_va + off) % (1 << 64), head.rkey, head.length - off,
-                          send)
+        reissue = self._rest(qp, q.reads[0], q.cnt, send)
+        return reissue.psn, reissue
 
     def _count(self, outcome):
         self.counters[outcome.verdict] += 1
@@ -472,9 +476,7 @@ class ReadRequesterModel:
                 return refused(bad)
             written = self._write(nxt, 0, payload)
             h.msn = aeth
-        off = h.fcnt * read.pmtu
-        reissue = Reissue(qp, read.wr_id, r, off, (read.local_addr + off) % (1 << 32),
-                          (read.remote_va + off) % (1 << 64), read.rkey, read.length - off, True)
+        reissue = self._rest(qp, read, h.fcnt, True)
         h.queue.append((read, h.fcnt, r))
         h.fidx += 1
         h.fcnt = int(placed)
