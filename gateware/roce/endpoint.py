@@ -35,6 +35,7 @@ from rocegen.gateware.roce.payload_memory import MEMORIES, PayloadMemory
 from rocegen.gateware.roce.qp_control import QpControl
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 from rocegen.gateware.roce.read_flush import ReadFlush
+from rocegen.gateware.roce.read_hole_timer import ReadHoleTimer
 from rocegen.gateware.roce.read_ingress import READ_INGRESS_COUNTERS, ReadIngress
 from rocegen.gateware.roce.read_layouts import MAX_RD_ATOMIC, READ_COUNTERS, check_max_rd
 from rocegen.gateware.roce.read_place import ReadPlace
@@ -60,13 +61,15 @@ from rocegen.gateware.roce.wr_merge import WrMerge
 from rocegen.wire.headers import OP_RC_ACKNOWLEDGE, UDP_PORT_ROCEV2
 
 __all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
-           "default_clk_hz"]
+           "RD_HOLE_WAIT", "default_clk_hz"]
 
 #: Largest path MTU; the stack's IP MTU is sized for it.
 PMTU_MAX = 4096
 #: IPv4 packet of a full-PMTU RoCEv2 packet with every extension header: IPv4 20, UDP 8, BTH 12,
 #: RETH 16, ImmDt 4, ICRC 4.
 IP_MTU = PMTU_MAX + 64
+#: Default hole wait of the READ requester, in microseconds (``rd_hole_wait``).
+RD_HOLE_WAIT = 16
 
 
 def default_clk_hz(width):
@@ -161,7 +164,7 @@ class RoceEndpoint(wiring.Component):
         timer code of its RNR NAKs and the receive buffers each QP can have posted.
         With the responder, the connection manager's ACKs name each QP's region (its R_Key,
         base and length: :class:`~rocegen.gateware.roce.cm.ConnectionManager` ``regions``).
-    reads, rd_depth, max_rd_atomic
+    reads, rd_depth, max_rd_atomic, rd_hole_wait
         With the responder: RDMA READ both ways (default: with the responder).
 
         As responder, the peers READ the QPs' regions (their read right,
@@ -184,7 +187,13 @@ class RoceEndpoint(wiring.Component):
         placement, so a READ response acknowledges the WRITEs and SENDs before it and an
         acknowledgement never overtakes a response's data. A gap in the responses (or a timeout)
         reissues a READ for the rest through the retry engine's rewind, within ``retry_cnt``; a
-        NAK fails the QP. ``max_rd_atomic``: READs a QP may have outstanding (1..16, default
+        NAK fails the QP. A lost response is asked for again selectively: the rest of its READ
+        by a READ request of its own (:class:`~rocegen.gateware.roce.read_resend.ReadResend`),
+        and a QP whose holes wait and that has had no response for ``rd_hole_wait``
+        microseconds (default 16; 0: never) asks again
+        (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer`): more than the round
+        trip and a response's line time, or the hole is asked for twice.
+        ``max_rd_atomic``: READs a QP may have outstanding (1..16, default
         16); a QP opened by the connection manager gets at most what its peer states it
         accepts (one if it states nothing). A QP with that many starts no work request until
         one is answered (it still resends after a rewind). Without ``reads`` a READ work
@@ -252,7 +261,7 @@ class RoceEndpoint(wiring.Component):
                  pattern_sink=None, resp_ack_every=0, cnp_interval=None, dscp=0, ecn=True,
                  dcqcn=False, dcqcn_params=None, line_gbps=None, pfc=None, pfc_prio=3,
                  pfc_cable_ns=100, rx_fifo_beats=None, reads=None, rd_depth=16,
-                 max_rd_atomic=MAX_RD_ATOMIC):
+                 max_rd_atomic=MAX_RD_ATOMIC, rd_hole_wait=RD_HOLE_WAIT):
         check_width(width)
         check_num_qps(num_qps)
         if memory not in MEMORIES:
@@ -337,6 +346,18 @@ class RoceEndpoint(wiring.Component):
             self._rd_place = ReadPlace(width, self.word_addr_bits, acked_writes=memory == "axi4")
             self._rd_ingress = ReadIngress(width, num_qps)
             self._rd_resend = ReadResend(num_qps, depth=16)
+            self._rd_timer = None
+            if not isinstance(rd_hole_wait, (int, float)) or isinstance(rd_hole_wait, bool) or \
+                    rd_hole_wait < 0:
+                raise ValueError(f"rd_hole_wait must be a non-negative number of microseconds, "
+                                 f"not {rd_hole_wait!r}")
+            if rd_hole_wait:
+                wait = round(rd_hole_wait * 1e-6 * clk_hz)
+                try:
+                    self._rd_timer = ReadHoleTimer(num_qps, wait)
+                except ValueError as exc:
+                    raise ValueError(f"rd_hole_wait of {rd_hole_wait} us is {wait} cycles at "
+                                     f"{clk_hz / 1e6:g} MHz: {exc}") from None
         self.responder = bool(responder)
         if resp_region is None:
             resp_region = (0, mem_bytes // 2)
@@ -403,7 +424,8 @@ class RoceEndpoint(wiring.Component):
                 "rq_depth": rq_depth, "pattern_sink": pattern_sink,
                 "resp_ack_every": resp_ack_every, "cnp_interval": cnp_interval,
                 "reads": reads,
-                **({"rd_depth": rd_depth, "max_rd_atomic": max_rd_atomic} if reads else {})}
+                **({"rd_depth": rd_depth, "max_rd_atomic": max_rd_atomic,
+                    "rd_hole_wait": rd_hole_wait} if reads else {})}
                if responder else {}),
             "dscp": dscp, "ecn": bool(ecn), "pcp": pcp, "dcqcn": bool(dcqcn),
             "dcqcn_params": dict(dcqcn_params or {}), "line_gbps": line_gbps, "pfc": pfc,
@@ -633,6 +655,12 @@ class RoceEndpoint(wiring.Component):
         # its READ is asked for again by a request of its own, not by a rewind of the QP)
         resend = m.submodules.read_resend = self._rd_resend
         wiring.connect(m, place.reissue, resend.i)
+        # (a QP with a hole open that hears nothing for the hole wait asks for it again)
+        if self._rd_timer is not None:
+            timer = m.submodules.read_hole_timer = self._rd_timer
+            m.d.comb += timer.holes.eq(track.holes)
+            wiring.connect(m, place.touch, timer.touch)
+            wiring.connect(m, timer.expire, place.timer)
         m.d.comb += [qps.rsd_qp.eq(resend.ctx_qp), resend.ctx.eq(qps.rsd_context)]
         wiring.connect(m, place.lookup, track.lookup)
         wiring.connect(m, sched.rd_issue, track.issue)

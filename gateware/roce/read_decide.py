@@ -64,7 +64,7 @@ class ReadDecide(wiring.Component):
     -----
     inp : In(READ_INPUT)
         A READ response's headers, or (``is_ack``) an acknowledgement in ``h.qp``, ``h.psn``,
-        ``h.syndrome``, ``h.msn``.
+        ``h.syndrome``, ``h.msn``, or (``is_timer``) the expiry of QP ``h.qp``'s hole timer.
     view : In(READ_VIEW)
         The QP's table as :class:`~rocegen.gateware.roce.read_track.ReadTrack` shows it.
     verdict : Out(ReadVerdict)
@@ -83,8 +83,9 @@ class ReadDecide(wiring.Component):
         hole, the ACK of the PSN before the front (or, responses after the front lost, the NAK
         PSN sequence error of the front) with the hole's MSN and ``ndone`` the READs before
         the front; the NAK PSN sequence error of the expected PSN for a go-back-N gap
-        (``gap``: ``offset``, ``rest``, ``va`` of the reissue of the head READ); for HOLE the
-        reissue alone (``quiet``, ``gap``, ``send``); the NAK of a response whose AETH is not
+        (``gap``: ``offset``, ``rest``, ``va`` of the reissue of the head READ); for HOLE and
+        REASK the reissue alone (``quiet``, ``gap``, ``send``; REASK: the head READ's rest from
+        the expected PSN, where the hole's request now starts); the NAK of a response whose AETH is not
         an ACK (0x61..0x63 as they are, any other as 0x63); an acknowledgement that passes
         unchanged. None for the others.
 
@@ -136,7 +137,9 @@ class ReadDecide(wiring.Component):
         h, v, verdict = self.inp.h, self.view, self.verdict
         target = Signal(ReadVerdict)            # the verdict of a right response there
         checked = Signal()                      # the response's place is known: check it
-        with m.If(self.inp.is_ack):
+        with m.If(self.inp.is_timer):
+            m.d.comb += verdict.eq(Mux(v.open, ReadVerdict.REASK, ReadVerdict.NO_HOLE))
+        with m.Elif(self.inp.is_ack):
             with m.If(~v.has | s.behind):
                 m.d.comb += verdict.eq(ReadVerdict.ACK_PASS)
             with m.Else():
@@ -222,6 +225,9 @@ class ReadDecide(wiring.Component):
                     new.fcnt.eq(Mux(b_last, 0, s.kb + 1)), self.fstep.eq(b_last),
                     new.msn.eq(Mux(h.opcode == OP_READ_MIDDLE, hole.msn, h.msn)),
                 ]
+            with m.Case(ReadVerdict.REASK):
+                # the current hole asked for again: that request starts at the expected PSN
+                m.d.comb += [self.hole_we.eq(1), new.hs.eq(v.cnt)]
             with m.Case(ReadVerdict.GOOD):
                 # the next hole queued is the current one now: its request starts there
                 m.d.comb += [self.hole_we.eq(s.closing & (v.qn != 0)), new.hs.eq(v.nxt.idx)]
@@ -234,6 +240,8 @@ class ReadDecide(wiring.Component):
         ent, e2, hole = v.entry, v.entry2, v.hole
         good = verdict == ReadVerdict.GOOD
         hole_v = verdict == ReadVerdict.HOLE
+        reask = verdict == ReadVerdict.REASK
+        own = hole_v | reask                    # a request the requester sends itself
         gap = (verdict == ReadVerdict.GAP) & ~v.open | (verdict == ReadVerdict.ACK_GAP)
         queued = v.qn != 0
         m.d.comb += [
@@ -255,10 +263,10 @@ class ReadDecide(wiring.Component):
             with m.If(h.syndrome == syn):
                 m.d.comb += fatal.eq(1)
         m.d.comb += [
-            self.has_event.eq((good & (~v.open | s.closing)) | gap | hole_v |
+            self.has_event.eq((good & (~v.open | s.closing)) | gap | own |
                               (verdict == ReadVerdict.NAK) | (verdict == ReadVerdict.ACK_PASS)),
             ev.ack.qp.eq(h.qp), ev.ack.msn.eq(h.msn), ev.wr_id.eq(r_ent.wr_id),
-            ev.quiet.eq(hole_v), ev.gap.eq(gap | hole_v), ev.send.eq(hole_v),
+            ev.quiet.eq(own), ev.gap.eq(gap | own), ev.send.eq(own),
             ev.offset.eq(offset), ev.rest.eq(r_ent.length - offset), ev.va.eq(r_ent.va + offset),
             ev.ndone.eq(Mux(s.closing, Mux(queued, v.nxt.dist, v.fdist),
                             good & ~v.open & s.a[2])),
@@ -272,7 +280,7 @@ class ReadDecide(wiring.Component):
             m.d.comb += ev.ack.msn.eq(hole.msn)
         with m.Elif(good):
             m.d.comb += [ev.ack.syndrome.eq(SYN_ACK), ev.ack.psn.eq(h.psn)]
-        with m.Elif(gap | hole_v):
+        with m.Elif(gap | own):
             m.d.comb += [ev.ack.syndrome.eq(NAK_PSN_SEQ), ev.ack.psn.eq(Mux(at_front, s.r, s.exp))]
         with m.Elif(verdict == ReadVerdict.NAK):
             m.d.comb += [ev.ack.syndrome.eq(Mux(fatal, h.syndrome, NAK_REM_OP)),

@@ -67,6 +67,8 @@ class ReadVerdict(enum.Enum, shape=4):
     AHEAD = 10      # the next response after a hole (its front): written
     ACK_HOLD = 11   # an acknowledgement past the expected PSN while a hole is open: dropped
                     # (one at or after the front: the responses after the front were lost)
+    REASK = 12      # the hole timer expired with a hole open: the current hole asked for again
+    NO_HOLE = 13    # the hole timer expired with no hole open (it closed meanwhile): nothing
 
 
 #: Pulse outputs, one per :class:`ReadVerdict`.
@@ -160,8 +162,9 @@ READ_RESP_HEADER = data.StructLayout({
     "skip": 7,
 })
 
-#: What the READ placement's intake takes: a response's headers or an acknowledgement.
-READ_INPUT = data.StructLayout({"is_ack": 1, "h": READ_RESP_HEADER})
+#: What the READ placement's intake takes: a response's headers, an acknowledgement
+#: (``is_ack``) or the expiry of a QP's hole timer (``is_timer``, the QP in ``h.qp``).
+READ_INPUT = data.StructLayout({"is_ack": 1, "is_timer": 1, "h": READ_RESP_HEADER})
 
 #: An event waiting for the payload writes before it: the acknowledgement for the retry engine
 #: (none when ``quiet``), the READs it completes (``ndone``), whether it asks for a reissue

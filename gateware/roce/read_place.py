@@ -73,6 +73,13 @@ class ReadPlace(wiring.Component):
         before the payload.
     ack_in : In(stream.Signature(ACK_EVENT))
         The acknowledgements (ACKNOWLEDGE packets) of the receive path.
+    timer : In(stream.Signature(8))
+        QPs whose hole timer expired
+        (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer` ``expire``): with a hole
+        open, the current hole is asked for again (REASK), else nothing (NO_HOLE).
+    touch : Out(stream.Signature(8, always_ready=True))
+        The QP of each response and timer expiry decided, in the cycle it is decided (for the
+        hole timer's ``touch``).
     lookup : Out(ReadLookupSignature())
         To the READ table.
     o : Out(MemWriteSignature(width, addr_width))
@@ -96,8 +103,9 @@ class ReadPlace(wiring.Component):
 
     Behaviour
     ---------
-    * Intake: one input every other cycle, a header and an acknowledgement in turn when both
-      wait, and only while the placement queue and the event queue have room. The QP is looked
+    * Intake: one input every other cycle, a hole timer's expiry first, else a header and an
+      acknowledgement in turn when both wait, and only while the placement queue and the event
+      queue have room. The QP is looked
       up in the intake cycle; the verdict, the table's update, the placement record and the
       event follow in the next cycle.
     * Placement: :class:`~rocegen.gateware.roce.resp_place.RespPlace`, one placement record
@@ -124,6 +132,8 @@ class ReadPlace(wiring.Component):
             "i": In(PacketSignature(width)),
             "hdr": In(stream.Signature(READ_RESP_HEADER)),
             "ack_in": In(stream.Signature(ACK_EVENT)),
+            "timer": In(stream.Signature(8)),
+            "touch": Out(stream.Signature(8, always_ready=True)),
             "lookup": Out(ReadLookupSignature()),
             "o": Out(MemWriteSignature(width, addr_width)),
             **({"mem_durable": In(DURABLE_WIDTH)} if acked_writes else {}),
@@ -145,22 +155,30 @@ class ReadPlace(wiring.Component):
         l1_valid = Signal()
         l1 = Signal(READ_INPUT)
         turn = Signal()                     # an acknowledgement goes first
+        tmr = self.timer
         can = ~l1_valid & acts.w_rdy & evq.w_rdy
-        take_ack = can & ack_in.valid & (turn | ~hdr.valid)
-        take_hdr = can & hdr.valid & ~take_ack
-        m.d.comb += [ack_in.ready.eq(take_ack), hdr.ready.eq(take_hdr),
-                     lk.valid.eq(take_ack | take_hdr),
-                     lk.qp.eq(Mux(take_ack, ack_in.payload.qp, hdr.payload.qp))]
-        m.d.sync += l1_valid.eq(take_ack | take_hdr)
-        with m.If(take_ack):
+        take_tmr = can & tmr.valid
+        take_ack = can & ~tmr.valid & ack_in.valid & (turn | ~hdr.valid)
+        take_hdr = can & ~tmr.valid & hdr.valid & ~take_ack
+        m.d.comb += [tmr.ready.eq(take_tmr), ack_in.ready.eq(take_ack), hdr.ready.eq(take_hdr),
+                     lk.valid.eq(take_tmr | take_ack | take_hdr),
+                     lk.qp.eq(Mux(take_tmr, tmr.payload,
+                                  Mux(take_ack, ack_in.payload.qp, hdr.payload.qp)))]
+        m.d.sync += l1_valid.eq(take_tmr | take_ack | take_hdr)
+        with m.If(take_tmr):
+            m.d.sync += [l1.is_ack.eq(0), l1.is_timer.eq(1), l1.h.eq(0), l1.h.qp.eq(tmr.payload)]
+        with m.Elif(take_ack):
             a = ack_in.payload
-            m.d.sync += [l1.is_ack.eq(1), l1.h.eq(0), l1.h.qp.eq(a.qp), l1.h.psn.eq(a.psn),
+            m.d.sync += [l1.is_ack.eq(1), l1.is_timer.eq(0), l1.h.eq(0), l1.h.qp.eq(a.qp),
+                         l1.h.psn.eq(a.psn),
                          l1.h.syndrome.eq(a.syndrome), l1.h.msn.eq(a.msn), turn.eq(0)]
         with m.Elif(take_hdr):
-            m.d.sync += [l1.is_ack.eq(0), l1.h.eq(hdr.payload), turn.eq(1)]
+            m.d.sync += [l1.is_ack.eq(0), l1.is_timer.eq(0), l1.h.eq(hdr.payload), turn.eq(1)]
 
         # ---- decision (t+1): the table's update, the placement record, the event
-        resp = l1_valid & ~l1.is_ack
+        resp = l1_valid & ~l1.is_ack & ~l1.is_timer
+        # (a QP's hole timer restarts on each of its responses, and when it expires)
+        m.d.comb += [self.touch.valid.eq(l1_valid & ~l1.is_ack), self.touch.payload.eq(l1.h.qp)]
         decided = Signal(SEQ_BITS)          # responses decided, ever
         m.d.sync += decided.eq(decided + resp)
         ev = Signal(READ_EVENT)

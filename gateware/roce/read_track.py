@@ -87,6 +87,9 @@ class ReadTrack(wiring.Component):
         next cycle, a retire, flush or limit as well).
     overflow : Out(1)
         Pulses for a new READ discarded.
+    holes : Out(num_qps)
+        Bit ``q``: QP ``q`` has a hole open (registered: from the cycle after the update that
+        opens it to the cycle of the update that closes it, or of a flush of the QP).
 
     Behaviour
     ---------
@@ -117,6 +120,7 @@ class ReadTrack(wiring.Component):
             "flush": In(stream.Signature(8)),
             "full": Out(num_qps),
             "overflow": Out(1),
+            "holes": Out(num_qps),
         })
 
     def elaborate(self, platform):
@@ -151,6 +155,7 @@ class ReadTrack(wiring.Component):
         m.d.comb += [hp_w.addr.eq(hd_w.addr), hp_w.en.eq(hd_w.en), hp_w.data.eq(hd_w.data.ptr),
                      tp_w.addr.eq(tl_w.addr), tp_w.en.eq(tl_w.en), tp_w.data.eq(tl_w.data.ptr)]
         rs_valid, opened = Signal(n), Signal(n)
+        m.d.comb += self.holes.eq(opened)
 
         def slot(qp, ptr):
             return Cat(ptr[:lg], qp[:qw]) if lg else qp[:qw]

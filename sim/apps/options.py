@@ -3,7 +3,8 @@
 renaming of parameter errors to the option that set them.
 
 The responder's options (``--responder``, ``--resp-region``, ``--rnr-timer``, ``--rq-depth``,
-``--pattern-sink``, and RDMA READ's ``--reads``, ``--rd-depth``, ``--max-rd-atomic``) are off
+``--pattern-sink``, and RDMA READ's ``--reads``, ``--rd-depth``, ``--max-rd-atomic``,
+``--rd-hole-wait``) are off
 by default for ``rocegen verilog`` and ``rocegen build`` (the default cores keep their size)
 and on for ``rocegen sim serve`` (``add_endpoint_options(..., responder=True)``), where
 ``--no-responder`` leaves it out."""
@@ -32,6 +33,7 @@ ENDPOINT_OPTIONS = {
     "--reads": ("reads", ("reads",)),
     "--rd-depth": ("rd_depth", ("rd_depth",)),
     "--max-rd-atomic": ("max_rd_atomic", ("max_rd_atomic",)),
+    "--rd-hole-wait": ("rd_hole_wait", ("rd_hole_wait",)),
     "--dscp": ("dscp", ("dscp",)),
     "--ecn": ("ecn", ("ecn",)),
     "--pcp": ("pcp", ("pcp", "VLAN priority (PCP)")),
@@ -103,6 +105,10 @@ def add_endpoint_options(parser, port_option, *, responder=False):
                         help="with --reads: READs each QP may have outstanding as requester "
                         "(1..16, default 16; a QP the connection manager opens gets at most "
                         "what its peer accepts)")
+    parser.add_argument("--rd-hole-wait", type=float, default=None, metavar="US",
+                        help="with --reads: microseconds a QP waits for a response while a lost "
+                        "one is asked for again before it asks once more (more than the round "
+                        "trip; default 16, 0: leave it to the retransmit timeout)")
     parser.add_argument("--dscp", type=int, default=None,
                         help="DSCP of the QPs' packets after reset (0..63, default 0; at run "
                         "time through the tc_cfg port)")
@@ -138,7 +144,7 @@ def endpoint_params(args):
             params[param] = value
     if not params.get("responder"):
         given = [o for o in ("--resp-region", "--rnr-timer", "--rq-depth", "--pattern-sink",
-                             "--reads", "--rd-depth", "--max-rd-atomic")
+                             "--reads", "--rd-depth", "--max-rd-atomic", "--rd-hole-wait")
                  if ENDPOINT_OPTIONS[o][0] in params and
                  (o != "--reads" or params["reads"])]
         if given:
@@ -146,7 +152,8 @@ def endpoint_params(args):
                              f"(--responder)")
         params.pop("responder", None)
     if params.get("reads") is False:
-        given = [o for o in ("--rd-depth", "--max-rd-atomic") if ENDPOINT_OPTIONS[o][0] in params]
+        given = [o for o in ("--rd-depth", "--max-rd-atomic", "--rd-hole-wait")
+                 if ENDPOINT_OPTIONS[o][0] in params]
         if given:
             raise ValueError(f"{', '.join(given)} need{'s' * (len(given) == 1)} --reads")
     if "pfc_prio" in params and not params.get("pfc"):

@@ -87,6 +87,13 @@ A NAK carried by an ACKNOWLEDGE at the READ request's PSN (remote access error f
 ...) passes: the retry engine fails the QP and the completer completes the READ with the
 error.
 
+The hole timer (:meth:`ReadRequesterModel.hole_timer`): a QP with holes open that has received
+no response for the hole wait (its hole's request, or a response of it, was lost: nothing else
+would ask again before the retry engine's timeout) asks for the current hole again: ``reask``,
+the rest of the head READ from ``e`` by a request of its own (:class:`Reissue` with ``send``;
+that request starts at ``e``, so FIRST and ONLY are right there), no event for the retry
+engine. Without a hole open (it closed meanwhile) ``no_hole``: nothing.
+
 Completion: the READ's work request is posted to the completer like any other, with the PSN of
 its last response as ``last_psn``; it completes OK when the retry engine's acknowledged PSN
 covers it, in order with the QP's other work requests. Events (:class:`Outcome`) leave in the
@@ -122,7 +129,7 @@ _FATAL = (NAK_INV_REQ, NAK_REM_ACCESS, NAK_REM_OP)
 
 #: The verdicts, in the gateware's order (``ReadVerdict``); each is also a counter.
 VERDICTS = ("good", "gap", "duplicate", "unknown", "opcode", "length", "nak", "ack_pass",
-            "ack_gap", "hole", "ahead", "ack_hold")
+            "ack_gap", "hole", "ahead", "ack_hold", "reask", "no_hole")
 
 
 def _signed(x):
@@ -511,6 +518,15 @@ class ReadRequesterModel:
         else:
             ack = AckEvent(qp, SYN_ACK, (r - 1) % PSN_MOD, h.msn)
         return ack, tuple(read.wr_id for read in left)
+
+    def hole_timer(self, qp):
+        """The hole timer of ``qp`` expired (module documentation)."""
+        if not 0 <= qp < self.num_qps or self.qps[qp].hole is None:
+            return self._count(Outcome("no_hole"))
+        q = self.qps[qp]
+        q.hole.hs = q.cnt
+        _, reissue = self._gap(qp, send=True)
+        return self._count(Outcome("reask", gap=reissue))
 
     def front(self, qp):
         """The PSN after the responses placed past ``qp``'s hole (None without a hole): the

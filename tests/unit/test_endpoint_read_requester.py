@@ -277,6 +277,33 @@ def test_lost_response_asked_for_alone(width, packet):
     assert stats["rd_gap"] == (0 if last else 2 - packet % 4), stats
 
 
+@pytest.mark.parametrize("width, lost", [(64, "response"), (512, "request")])
+def test_lost_hole_request_asked_again(width, lost):
+    """The hole's own request loses a response (or is lost itself): nothing later gives it
+    away, and the retry engine's timer hears nothing of a QP with a hole open; the hole timer
+    asks for the hole again after the hole wait, long before the QP's timeout (131 us): every
+    READ completes OK, with no rewind and no timeout."""
+    pmtu = 256
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+    faults = [("drop", {"packet": 1, "count": 1})]
+    if lost == "response":
+        # (the next 15 READs the host executes unspoilt, then the hole's request loses its
+        # second response)
+        faults += [("drop", {"packet": 99, "count": 15}), ("drop", {"packet": 1, "count": 1})]
+    cpls, image, host, remote, stats = run(
+        width, pmtu, "onchip", wrs, faults=faults, timeout=5,
+        drop_requests={16} if lost == "request" else (),
+        stats_names=("rd_hole", "rd_reask", "rd_no_hole", "rd_reissues", "roce_rewinds",
+                     "roce_timeouts", "rd_done"))
+    assert cpls == [(k, CplStatus.OK) for k in range(16)]
+    check_image(image, wrs, cpls, remote)
+    assert stats["rd_hole"] == stats["rd_reask"] == 1 and stats["rd_no_hole"] == 0, stats
+    assert stats["roce_rewinds"] == stats["roce_timeouts"] == 0, stats
+    assert stats["rd_done"] == 16, stats
+    assert host.counters["read_dup"] == (2 if lost == "response" else 1)
+
+
 def test_lost_requests_resent_with_the_table_full():
     """READ requests lost on the way to the host while 16 READs are outstanding (the QP starts
     no more): the host NAKs the gap, and the QP resends from it although its READ table is

@@ -130,6 +130,33 @@ def test_hole_of_a_whole_read():
     assert gap.verdict == "gap" and gap.ack == AckEvent(0, 0x60, 14, 0) and not gap.gap.send
 
 
+def test_hole_timer():
+    """The hole timer of a QP with a hole open asks for the current hole again, from the
+    expected PSN (FIRST right there from then on); with no hole open it does nothing."""
+    m = model_with_read()
+    m.issue(1, wr_id=8, local_addr=0x9000, remote_va=VA + 4000, rkey=RKEY, length=600,
+            first=104, pmtu=256)
+    t = m.hole_timer(1)
+    assert (t.verdict, t.ack, t.gap, t.writes) == ("no_hole", None, None, ())
+    assert m.hole_timer(0).verdict == "no_hole" and m.hole_timer(5).verdict == "no_hole"
+    assert m.response(1, FIRST, 100, DATA[:256]).verdict == "good"
+    hole = m.response(1, MIDDLE, 102, DATA[512:768])             # 101 lost: the hole
+    assert hole.gap == Reissue(1, 7, 101, 256, LOCAL + 256, VA + 256, RKEY, 744, True)
+    # the hole's request brings 101; 102 is lost: only 103 comes, dropped in the hole
+    assert m.response(1, FIRST, 101, DATA[256:512]).verdict == "good"
+    assert m.response(1, LAST, 103, DATA[768:1000]).verdict == "gap"
+    t = m.hole_timer(1)
+    assert (t.verdict, t.ack, t.writes) == ("reask", None, ())
+    assert t.gap == Reissue(1, 7, 102, 512, LOCAL + 512, VA + 512, RKEY, 488, True)
+    assert m.expected(1) == 102 and m.front(1) == 104
+    # that request starts FIRST at 102 and fills the hole
+    assert m.response(1, FIRST, 102, DATA[512:768]).verdict == "good"
+    fill = m.response(1, LAST, 103, DATA[768:1000])
+    assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(1, 0x1F, 103, 0), (7,))
+    assert m.hole_timer(1).verdict == "no_hole"
+    assert (m.counters["reask"], m.counters["no_hole"]) == (1, 4)
+
+
 def test_losses_after_the_front_and_in_the_hole():
     """A response lost after the front: the hole closes with the NAK PSN sequence error of the
     front (go-back-N from there); a response of the hole's request after a loss in it is

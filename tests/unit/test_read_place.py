@@ -7,7 +7,8 @@ gap or a timeout asks for: the head READ from its expected PSN, the later ones w
 answers every request from its memory with READ responses (IPv4 and UDP from scapy, BTH and
 AETH from the header tables), spoiled at random: lost, duplicated, swapped, a wrong opcode, a
 payload too short or too long, a PSN far off, one response too many, a NAK in the AETH; and
-ACKNOWLEDGEs of PSNs before, inside and after the READs go in between. Headers, datagram beats
+ACKNOWLEDGEs of PSNs before, inside and after the READs go in between, as do expiries of the
+QPs' hole timers. Headers, datagram beats
 and acknowledgements come with random idle cycles, memory writes and events leave under random
 backpressure, and with ``acked_writes`` the memory acknowledges the words late. After each round
 the model takes the inputs in the order the gateware took them; the events for the retry
@@ -138,8 +139,9 @@ class Monitor:
         self.p, self.rng = place, rng
         self.backpressure, self.acked_writes = backpressure, acked_writes
         self.cycle = 0
-        self.taken = []                 # ("hdr" | "ack", index within the round)
-        self.counts = {"hdr": 0, "ack": 0}
+        self.taken = []                 # ("hdr" | "ack" | "timer", index within the round)
+        self.counts = {"hdr": 0, "ack": 0, "timer": 0}
+        self.touches = []               # the QPs ``touch`` named
         self.writes = []                # (addr, data, be)
         self.words = 0                  # words taken (on chip) or acknowledged (AXI4)
         self.events = []                # (ack event, words written before it left)
@@ -163,11 +165,12 @@ class Monitor:
                 ctx.set(p.mem_durable, durable)
             elif self.acked_writes:
                 ctx.set(p.mem_durable, 0)
-            (_, _, ov, op, av, ap, dv, dp, rv, rp, hv, hr, kv, kr,
+            (_, _, ov, op, av, ap, dv, dp, rv, rp, hv, hr, kv, kr, tv, tr, uv, up,
              *pulses) = await ctx.tick().sample(
                 p.o.valid, p.o.payload, p.ack.valid, p.ack.payload, p.done.valid, p.done.payload,
                 p.reissue.valid, p.reissue.payload, p.hdr.valid, p.hdr.ready, p.ack_in.valid,
-                p.ack_in.ready, *(getattr(p, name) for name in names))
+                p.ack_in.ready, p.timer.valid, p.timer.ready, p.touch.valid, p.touch.payload,
+                *(getattr(p, name) for name in names))
             self.cycle += 1
             before = self.words
             if av and ack_ready:
@@ -198,6 +201,12 @@ class Monitor:
                 assert not (hv and hr), "one input per cycle"
                 self.taken.append(("ack", self.counts["ack"]))
                 self.counts["ack"] += 1
+            if tv and tr:
+                assert not (hv and hr) and not (kv and kr), "one input per cycle"
+                self.taken.append(("timer", self.counts["timer"]))
+                self.counts["timer"] += 1
+            if uv:
+                self.touches.append(int(up))
             for name, v in zip(names, pulses):
                 self.pulses[name] += v
 
@@ -216,7 +225,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
     mon = Monitor(place, random.Random(seed + 1), backpressure=backpressure,
                   acked_writes=acked_writes)
     beats = StreamDriver(place.i, width, idle=idle, seed=seed + 2)
-    state = {"round": -1, "pkts": [], "hdrs": [], "acks": [], "over": False}
+    state = {"round": -1, "pkts": [], "hdrs": [], "acks": [], "timers": [], "over": False}
     next_psn = [rng.randrange(PSN_MOD) for _ in range(QPS)]
     next_psn[0] = PSN_MOD - 5                       # wraps around soon
     reads = {}                                       # wr_id -> READ
@@ -226,6 +235,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
     seen = {v: 0 for v in READ_COUNTERS}
     outcome = {"fail": set()}
     sends = []                                       # the reissues the placement sends itself
+    t_rng = random.Random(seed + 6)                  # the hole timers' expiries
     forged = set()                                   # (QP, PSN) of the responses too many
 
     def new_read(qp):
@@ -273,6 +283,15 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             if state["round"] > seen_round:
                 seen_round = state["round"]
                 await send_records(ctx, place.ack_in, state["acks"], r, 0.9)
+            else:
+                await ctx.tick()
+
+    async def drive_timers(ctx):
+        seen_round, r = -1, random.Random(seed + 5)
+        while not state["over"]:
+            if state["round"] > seen_round:
+                seen_round = state["round"]
+                await send_records(ctx, place.timer, state["timers"], r, 0.95)
             else:
                 await ctx.tick()
 
@@ -342,16 +361,19 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
                 acks.append({"qp": qp, "psn": (base + rng.randint(-3, 4)) % PSN_MOD,
                              "syndrome": rng.choice([0x1F, 0x03, 0x60, 0x21, 0x62]),
                              "msn": rng.randrange(1 << 24)})
+            # (a hole timer's expiry: of any QP, a hole open or not)
+            timers = [t_rng.randrange(QPS) for _ in range(t_rng.choice([0, 0, 1, 2]))]
             built = [datagram(x["qp"], x["op"], x["psn"], x["payload"], x["syn"], x["msn"])
                      for x in resps]
-            mon.taken, mon.counts = [], {"hdr": 0, "ack": 0}
+            mon.taken, mon.counts = [], {"hdr": 0, "ack": 0, "timer": 0}
+            n_touch = len(mon.touches)
             n_events, n_done, n_reissue = len(mon.events), len(mon.done), len(mon.reissue)
             n_with = mon.done_with_event
             n_writes = len(mon.writes)
             state.update(pkts=[Packet(d) for d, _ in built], hdrs=[h for _, h in built],
-                         acks=acks, round=rnd)
-            await wait(ctx, lambda: (mon.counts["hdr"], mon.counts["ack"]),
-                       (len(built), len(acks)))
+                         acks=acks, timers=timers, round=rnd)
+            await wait(ctx, lambda: (mon.counts["hdr"], mon.counts["ack"], mon.counts["timer"]),
+                       (len(built), len(acks), len(timers)))
             # the model, in the order the inputs were taken
             outs = []
             for kind, k in mon.taken:
@@ -359,9 +381,11 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
                     x = resps[k]
                     outs.append(model.response(x["qp"], x["op"], x["psn"], x["payload"],
                                                x["syn"], 0 if x["op"] == MIDDLE else x["msn"]))
-                else:
+                elif kind == "ack":
                     a = acks[k]
                     outs.append(model.ack(a["qp"], a["syndrome"], a["psn"], a["msn"]))
+                else:
+                    outs.append(model.hole_timer(timers[k]))
             want_events = [o for o in outs if o.ack is not None]
             await wait(ctx, lambda: len(mon.events), n_events + len(want_events))
             # (responses placed after a hole have no event, a hole's reissue no acknowledgement:
@@ -370,6 +394,10 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             await wait(ctx, lambda: len(mon.writes),
                        n_writes + sum(words_of(a, len(d), B) for o in outs for a, d in o.writes))
             await ctx.tick().repeat(40)
+            # (each response and each expiry restarts its QP's hole timer, in the order taken)
+            assert mon.touches[n_touch:] == [
+                resps[k]["qp"] if kind == "hdr" else timers[k]
+                for kind, k in mon.taken if kind != "ack"], f"round {rnd}: touches"
             got = mon.events[n_events:]
             assert [e for e, _ in got] == [
                 {"qp": o.ack.qp, "syndrome": o.ack.syndrome, "psn": o.ack.psn, "msn": o.ack.msn}
@@ -417,7 +445,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
                     outcome["fail"].add(o.ack.qp)
         state["over"] = True
 
-    run_sim(top, testbenches=[orchestrate, drive_beats, drive_hdrs, drive_acks],
+    run_sim(top, testbenches=[orchestrate, drive_beats, drive_hdrs, drive_acks, drive_timers],
             processes=[mon.run], deadline_cycles=3_000_000)
     assert mon.pulses == {k: model.counters[k] for k in READ_COUNTERS}
     for r in reads.values():
@@ -448,7 +476,8 @@ def test_closed_loop(width, seed, acked_writes):
 def test_sixteen_outstanding():
     """Sixteen READs per QP and more faults: several holes open at once on a QP."""
     seen, reads = run_loop(128, seed=13, max_rd=16, rounds=8, clean=8, p_fault=0.2)
-    assert seen["hole"] > 5 and seen["ahead"] > 5 and seen["ack_hold"] > 0, seen
+    assert seen["hole"] > 5 and seen["ahead"] > 3 and seen["ack_hold"] > 0, seen
+    assert seen["reask"] > 0, seen
     assert sum(r["state"] == "done" for r in reads.values()) > 200
 
 
@@ -534,7 +563,7 @@ def test_bad_responses(width):
     mon, _ = run_directed(width, [read], resps, idle=0.3, backpressure=0.3, seed=width)
     assert mon.pulses == {"good": 4, "gap": 1, "duplicate": 1, "unknown": 4, "opcode": 2,
                           "length": 2, "nak": 0, "ack_pass": 0, "ack_gap": 0, "hole": 1,
-                          "ahead": 0, "ack_hold": 0}
+                          "ahead": 0, "ack_hold": 0, "reask": 0, "no_hole": 0}
     assert [(e["syndrome"], e["psn"]) for e, _ in mon.events] == [(0x1F, 100), (0x1F, 103)]
     assert mon.done == [{"qp": 1}]
     assert mon.reissue == [{"qp": 1, "wr_id": 7, "psn": 101, "offset": 256, "length": 744,

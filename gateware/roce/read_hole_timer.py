@@ -1,0 +1,117 @@
+"""The READ requester's hole timer: a QP whose holes wait and that has heard nothing for a while
+asks for its current hole again."""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.roce.layouts import check_num_qps
+
+__all__ = ["ReadHoleTimer", "STEPS", "check_wait"]
+
+#: Steps of a hole wait: a QP expires once its stamp is more than STEPS steps old.
+STEPS = 4
+#: Bits of a stamp (a step count modulo 8).
+_STAMP = 3
+#: Cycles the scan pauses after an expiry is taken (until its touch is written).
+_COOL = 4
+
+
+def check_wait(wait, num_qps):
+    """``wait`` (cycles) if it is an integer of at least ``STEPS x (num_qps + 8)``; else
+    ``TypeError`` or ``ValueError`` naming the parameter."""
+    if not isinstance(wait, int) or isinstance(wait, bool):
+        raise TypeError(f"wait must be an integer number of cycles, not {wait!r}")
+    least = STEPS * (num_qps + 8)
+    if wait < least:
+        raise ValueError(f"wait must be at least {least} cycles for {num_qps} QPs (a step of "
+                         f"wait / {STEPS} must outlast a scan of every QP), not {wait}")
+    return wait
+
+
+class ReadHoleTimer(wiring.Component):
+    """Per-QP timer of the READ requester's holes
+    (:class:`~rocegen.gateware.roce.read_place.ReadPlace`): a QP with a hole open that has had
+    no response for ``wait`` cycles expires, and its current hole is asked for again. A hole's
+    own request, or one of its responses, may be lost; nothing that comes later tells, and the
+    retry engine's timer (which sees nothing of a QP with holes open) has to cover the line time
+    of every READ outstanding.
+
+    Parameters
+    ----------
+    num_qps : int
+        QPs (1..256).
+    wait : int
+        Cycles of silence after which a QP with a hole open expires (at least
+        ``4 x (num_qps + 8)``): the round trip and a response's time on the line, with margin.
+
+    Ports
+    -----
+    holes : In(num_qps)
+        Bit ``q``: QP ``q`` has a hole open (:class:`~rocegen.gateware.roce.read_track.ReadTrack`
+        ``holes``).
+    touch : In(stream.Signature(8, always_ready=True))
+        A response of QP ``payload`` came, or its expiry was taken: its wait starts again.
+    expire : Out(stream.Signature(8))
+        A QP with a hole open whose wait is over; held until taken.
+
+    Behaviour
+    ---------
+    Time goes in steps of ``ceil(wait / 4)`` cycles; a touch stamps the QP with the step count
+    (3 bits, in distributed RAM). A scan visits one QP per cycle and offers it on ``expire``
+    when its hole is open and its stamp is more than 4 steps old (5..7 steps, modulo 8), so a
+    QP expires between ``wait`` and ``wait x 5/4`` cycles after its last touch, plus up to a scan
+    of every QP; a QP found expired is offered from the next cycle until taken (the scan stays
+    on it; a touch meanwhile does not withdraw it), and the scan pauses 4 cycles after it is
+    taken (the touch of its expiry, a cycle later at the user's, restamps it). A QP not scanned while its
+    stamp is 5..7 steps old (the scan held that long: three steps, at least ``3 x (num_qps +
+    8)`` cycles) expires 8 steps later. A hole opens with a response, which touches the QP: a
+    stamp is never older than that when its hole opens.
+    """
+
+    def __init__(self, num_qps, wait):
+        check_num_qps(num_qps)
+        check_wait(wait, num_qps)
+        self.num_qps, self.wait = num_qps, wait
+        #: Cycles per step.
+        self.step = -(-wait // STEPS)
+        super().__init__({
+            "holes": In(num_qps),
+            "touch": In(stream.Signature(8, always_ready=True)),
+            "expire": Out(stream.Signature(8)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.num_qps
+        qw = max(1, (n - 1).bit_length())
+        div, now = Signal(range(self.step)), Signal(_STAMP)
+        with m.If(div == self.step - 1):
+            m.d.sync += [div.eq(0), now.eq(now + 1)]
+        with m.Else():
+            m.d.sync += div.eq(div + 1)
+
+        stamps = m.submodules.stamps = Memory(shape=_STAMP, depth=n, init=[])
+        wr, rd = stamps.write_port(), stamps.read_port(domain="comb")
+        t = self.touch
+        m.d.comb += [wr.addr.eq(t.payload[:qw]), wr.en.eq(t.valid & (t.payload < n)),
+                     wr.data.eq(now)]
+
+        scan, cool = Signal(range(n)), Signal(range(_COOL + 1))
+        pend, old = Signal(), Signal()
+        m.d.comb += [rd.addr.eq(scan), old.eq((now - rd.data)[:_STAMP] > STEPS),
+                     self.expire.valid.eq(pend), self.expire.payload.eq(scan)]
+        # (a QP touched in this very cycle is passed over: its stamp is being renewed)
+        found = ~pend & (cool == 0) & self.holes.bit_select(scan, 1) & old & \
+            ~(t.valid & (t.payload == scan))
+        with m.If(pend):
+            with m.If(self.expire.ready):
+                m.d.sync += [pend.eq(0), cool.eq(_COOL)]
+        with m.Elif(cool != 0):
+            m.d.sync += cool.eq(cool - 1)
+        with m.Elif(found):
+            m.d.sync += pend.eq(1)
+        with m.Else():
+            m.d.sync += scan.eq(Mux(scan == n - 1, 0, scan + 1))
+        return m

@@ -1,0 +1,96 @@
+"""The READ requester's hole timer (:class:`ReadHoleTimer`): random touches, holes opening and
+closing, and backpressure on ``expire``; each expiry offered is of a QP with a hole open that
+had no touch for at least the wait, none comes later than its bound, and an offer is held
+unchanged until taken."""
+
+import random
+
+import pytest
+
+from rocegen.gateware.roce.read_hole_timer import STEPS, ReadHoleTimer, check_wait
+from rocegen.sim.testing.harness import raises, run_sim
+
+COOL = 4        # the scan's pause after an expiry is taken, as documented
+
+
+def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p_flip=0.002):
+    rng = random.Random(seed)
+    dut = ReadHoleTimer(num_qps, wait)
+    step = -(-wait // STEPS)
+    bound = (STEPS + 1) * step + num_qps * (COOL + 2) + 2   # (with no backpressure)
+    stats = {"expired": 0, "held": 0}
+
+    async def bench(ctx):
+        holes = [False] * num_qps
+        last = [0] * num_qps            # cycle of each QP's latest touch
+        since = [0] * num_qps           # cycle its hole opened (or its last touch after that)
+        opening = None
+        echo = None                     # the user's touch of an expiry, a cycle after it
+        held = None
+        for cyc in range(cycles):
+            touch = None
+            if echo is not None:
+                touch, echo = echo, None
+            elif opening is not None:
+                holes[opening] = True
+                opening = None
+            elif rng.random() < p_touch:
+                touch = rng.randrange(num_qps)
+            elif rng.random() < p_flip * num_qps:
+                q = rng.randrange(num_qps)
+                if holes[q]:
+                    holes[q] = False
+                else:
+                    touch = opening = q         # a hole opens with a response's touch
+            ready = rng.random() >= backpressure
+            ctx.set(dut.holes, sum(1 << q for q in range(num_qps) if holes[q]))
+            ctx.set(dut.touch.valid, touch is not None)
+            ctx.set(dut.touch.payload, touch or 0)
+            ctx.set(dut.expire.ready, ready)
+            _, _, valid, qp = await ctx.tick().sample(dut.expire.valid, dut.expire.payload)
+            was_held, held = held, None
+            if was_held is not None:
+                assert valid and qp == was_held, "an expiry offered is held until taken"
+            if valid:
+                if was_held is None:
+                    # found in the cycle before it was offered: no touch since the wait began
+                    assert cyc - 1 - last[qp] >= wait, (cyc, qp, last[qp])
+                if ready:
+                    stats["expired"] += 1
+                    echo = qp
+                else:
+                    held = qp
+                    stats["held"] += 1
+            if touch is not None:
+                last[touch] = since[touch] = cyc
+            for q in range(num_qps):
+                if not holes[q] or opening == q:
+                    since[q] = cyc
+                elif valid and ready and qp == q:
+                    since[q] = cyc
+                elif not backpressure:
+                    assert cyc - since[q] <= bound, f"QP {q} silent with a hole, no expiry"
+
+    run_sim(dut, testbenches=[bench])
+    return stats
+
+
+@pytest.mark.parametrize("num_qps, wait, seed", [(1, 36, 1), (3, 44, 2), (8, 200, 3)])
+def test_expiries_within_bounds(num_qps, wait, seed):
+    stats = run(num_qps, wait, seed=seed)
+    assert stats["expired"] > 10, stats
+
+
+@pytest.mark.parametrize("num_qps, wait, seed", [(3, 44, 4), (5, 100, 5)])
+def test_backpressure(num_qps, wait, seed):
+    stats = run(num_qps, wait, seed=seed, backpressure=0.6)
+    assert stats["expired"] > 10 and stats["held"] > 5, stats
+
+
+def test_parameters():
+    assert check_wait(4 * 9, 1) == 36
+    raises(ValueError, r"wait must be at least 36 cycles for 1 QPs", lambda: ReadHoleTimer(1, 35))
+    raises(ValueError, r"at least 1056 cycles for 256 QPs", lambda: ReadHoleTimer(256, 1000))
+    raises(TypeError, r"wait must be an integer number of cycles, not 40.0",
+           lambda: ReadHoleTimer(1, 40.0))
+    raises(ValueError, r"num_qps", lambda: ReadHoleTimer(0, 100))
