@@ -69,7 +69,7 @@ PMTU_MAX = 4096
 #: RETH 16, ImmDt 4, ICRC 4.
 IP_MTU = PMTU_MAX + 64
 #: Default hole wait of the READ requester, in microseconds (``rd_hole_wait``).
-RD_HOLE_WAIT = 16
+RD_HOLE_WAIT = 8
 
 
 def default_clk_hz(width):
@@ -190,7 +190,7 @@ class RoceEndpoint(wiring.Component):
         NAK fails the QP. A lost response is asked for again selectively: the rest of its READ
         by a READ request of its own (:class:`~rocegen.gateware.roce.read_resend.ReadResend`),
         and a QP whose holes wait and that has had no response for ``rd_hole_wait``
-        microseconds (default 16; 0: never) asks again
+        microseconds (default 8; 0: never) asks again
         (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer`): more than the round
         trip and a response's line time, or the hole is asked for twice.
         ``max_rd_atomic``: READs a QP may have outstanding (1..16, default

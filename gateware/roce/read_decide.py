@@ -77,6 +77,12 @@ class ReadDecide(wiring.Component):
         The placement record of a response: ``write`` for GOOD, AHEAD and a HOLE at the next
         READ's first PSN, at ``local_addr + k x PMTU`` of its READ (``k``: the response's index
         in it), else the datagram is consumed unwritten.
+    poke : Out(1)
+        The QP's hole timer is to expire at once: a response in the current hole after the
+        expected PSN once no original response of the head READ can come (``fresh`` clear),
+        the first response of the oldest queued hole's request (its PSN, a DUPLICATE), neither
+        while ``asked``; or the response that closes the current hole makes a ``redo`` hole
+        the current one.
     has_event, event : Out(1), Out(READ_EVENT)
         The event (``seq`` left 0): the ACK of a GOOD response with no hole open (syndrome
         0x1F, its PSN and MSN; ``ndone`` 1 on the READ's last); for the response that fills a
@@ -100,6 +106,7 @@ class ReadDecide(wiring.Component):
             "hole_we": Out(1), "hole": Out(READ_HOLE), "fstep": Out(2), "push": Out(1),
             "push_psn": Out(24),
             "place": Out(RESP_PLACE), "has_event": Out(1), "event": Out(READ_EVENT),
+            "poke": Out(1),
         })
 
     def elaborate(self, platform):
@@ -194,6 +201,12 @@ class ReadDecide(wiring.Component):
         lost = v.open & ((verdict == ReadVerdict.GAP) & ~s.in_head |
                          (verdict == ReadVerdict.ACK_HOLD) & ~(h.psn - s.r_any)[23])
         s.closing = good & v.open & a_last
+        m.d.comb += self.poke.eq(
+            ~hole.asked & (
+                (verdict == ReadVerdict.GAP) & v.open & s.in_head & ~hole.fresh |
+                (verdict == ReadVerdict.DUPLICATE) & v.open & (v.qn != 0) &
+                (h.psn == v.nxt.psn)) |
+            s.closing & (v.qn != 0) & (hole.redo != 0))
         m.d.comb += [
             self.advance.eq(good & ~s.closing),
             self.retire.eq(good & ~v.open & a_last),
@@ -207,14 +220,15 @@ class ReadDecide(wiring.Component):
                     # after the response when it is that READ's first
                     m.d.comb += [
                         self.hole_we.eq(1), self.push.eq(1), self.push_psn.eq(s.r),
-                        new.msn.eq(Mux(s.use_c, h.msn, hole.msn)),
+                        new.msn.eq(Mux(s.use_c, h.msn, hole.msn)), new.fresh.eq(0),
                         new.fcnt.eq(s.use_c & ~c_last),
                         self.fstep.eq(Mux(s.use_c, 1 + c_last, 1)),
                     ]
                 with m.Else():
                     # the first hole: the rest of the head READ; the front as above
                     m.d.comb += [
-                        self.hole_we.eq(1),
+                        self.hole_we.eq(1), new.fresh.eq(~s.use_b), new.asked.eq(0),
+                        new.redo.eq(0),
                         new.hs.eq(v.cnt), new.lost.eq(0), new.msn.eq(Mux(s.use_b, h.msn, 0)),
                         new.fcnt.eq(s.use_b & ~b_last),
                         self.fstep.eq(Mux(s.use_b, 1 + b_last, 1)),
@@ -222,15 +236,23 @@ class ReadDecide(wiring.Component):
             with m.Case(ReadVerdict.AHEAD):
                 m.d.comb += [
                     self.hole_we.eq(1),
-                    new.fcnt.eq(Mux(b_last, 0, s.kb + 1)), self.fstep.eq(b_last),
+                    new.fcnt.eq(Mux(b_last, 0, s.kb + 1)), self.fstep.eq(b_last), new.fresh.eq(0),
                     new.msn.eq(Mux(h.opcode == OP_READ_MIDDLE, hole.msn, h.msn)),
                 ]
             with m.Case(ReadVerdict.REASK):
-                # the current hole asked for again: that request starts at the expected PSN
-                m.d.comb += [self.hole_we.eq(1), new.hs.eq(v.cnt)]
+                # the current hole asked for again: that request starts at the expected PSN;
+                # the responses of every hole queued now come before it
+                m.d.comb += [self.hole_we.eq(1), new.hs.eq(v.cnt), new.asked.eq(1),
+                             new.redo.eq(v.qn)]
             with m.Case(ReadVerdict.GOOD):
-                # the next hole queued is the current one now: its request starts there
-                m.d.comb += [self.hole_we.eq(s.closing & (v.qn != 0)), new.hs.eq(v.nxt.idx)]
+                # progress in the current hole; on its close, the next hole queued is the
+                # current one: its request starts there
+                pop = s.closing & (v.qn != 0)
+                m.d.comb += [
+                    self.hole_we.eq(pop | (v.open & ~s.closing & (hole.asked | hole.fresh))),
+                    new.hs.eq(Mux(pop, v.nxt.idx, hole.hs)), new.asked.eq(0), new.fresh.eq(0),
+                    new.redo.eq(Mux(pop & (hole.redo != 0), hole.redo - 1, hole.redo)),
+                ]
             with m.Default():
                 m.d.comb += [self.hole_we.eq(lost), new.lost.eq(1)]
 

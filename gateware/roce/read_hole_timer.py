@@ -1,12 +1,13 @@
 """The READ requester's hole timer: a QP whose holes wait and that has heard nothing for a while
 asks for its current hole again."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import check_num_qps
+from rocegen.gateware.roce.read_layouts import READ_TOUCH
 
 __all__ = ["ReadHoleTimer", "STEPS", "check_wait"]
 
@@ -51,8 +52,10 @@ class ReadHoleTimer(wiring.Component):
     holes : In(num_qps)
         Bit ``q``: QP ``q`` has a hole open (:class:`~rocegen.gateware.roce.read_track.ReadTrack`
         ``holes``).
-    touch : In(stream.Signature(8, always_ready=True))
-        A response of QP ``payload`` came, or its expiry was taken: its wait starts again.
+    touch : In(stream.Signature(READ_TOUCH, always_ready=True))
+        A response of QP ``qp`` came, or its expiry was taken: its wait starts again; with
+        ``poke``, the QP expires now instead (once its hole is open when the scan comes to it;
+        later touches do not undo it, a scan that finds no hole open does).
     expire : Out(stream.Signature(8))
         A QP with a hole open whose wait is over; held until taken.
 
@@ -60,11 +63,13 @@ class ReadHoleTimer(wiring.Component):
     ---------
     Time goes in steps of ``ceil(wait / 4)`` cycles; a touch stamps the QP with the step count
     (3 bits, in distributed RAM). A scan visits one QP per cycle and offers it on ``expire``
-    when its hole is open and its stamp is more than 4 steps old (5..7 steps, modulo 8), so a
+    when its hole is open and it was poked or its stamp is more than 4 steps old (5..7
+    steps, modulo 8), so a
     QP expires between ``wait`` and ``wait x 5/4`` cycles after its last touch, plus up to a scan
     of every QP; a QP found expired is offered from the next cycle until taken (the scan stays
     on it; a touch meanwhile does not withdraw it), and the scan pauses 4 cycles after it is
-    taken (the touch of its expiry, a cycle later at the user's, restamps it). A QP not scanned while its
+    taken (the touch of its expiry, a cycle later at the user's, restamps it). A QP not
+    scanned while its
     stamp is 5..7 steps old (the scan held that long: three steps, at least ``3 x (num_qps +
     8)`` cycles) expires 8 steps later. A hole opens with a response, which touches the QP: a
     stamp is never older than that when its hole opens.
@@ -78,7 +83,7 @@ class ReadHoleTimer(wiring.Component):
         self.step = -(-wait // STEPS)
         super().__init__({
             "holes": In(num_qps),
-            "touch": In(stream.Signature(8, always_ready=True)),
+            "touch": In(stream.Signature(READ_TOUCH, always_ready=True)),
             "expire": Out(stream.Signature(8)),
         })
 
@@ -95,16 +100,23 @@ class ReadHoleTimer(wiring.Component):
         stamps = m.submodules.stamps = Memory(shape=_STAMP, depth=n, init=[])
         wr, rd = stamps.write_port(), stamps.read_port(domain="comb")
         t = self.touch
-        m.d.comb += [wr.addr.eq(t.payload[:qw]), wr.en.eq(t.valid & (t.payload < n)),
-                     wr.data.eq(now)]
+        tq = t.payload.qp
+        m.d.comb += [wr.addr.eq(tq[:qw]), wr.en.eq(t.valid & (tq < n)), wr.data.eq(now)]
+        poked = Signal(n)                   # expire at once
 
         scan, cool = Signal(range(n)), Signal(range(_COOL + 1))
         pend, old = Signal(), Signal()
         m.d.comb += [rd.addr.eq(scan), old.eq((now - rd.data)[:_STAMP] > STEPS),
                      self.expire.valid.eq(pend), self.expire.payload.eq(scan)]
         # (a QP touched in this very cycle is passed over: its stamp is being renewed)
-        found = ~pend & (cool == 0) & self.holes.bit_select(scan, 1) & old & \
-            ~(t.valid & (t.payload == scan))
+        is_open = self.holes.bit_select(scan, 1)
+        found = ~pend & (cool == 0) & is_open & \
+            (poked.bit_select(scan, 1) | old & ~(t.valid & (tq == scan)))
+        onehot = Cat(*(scan == k for k in range(n)))
+        set_vec = Mux(t.valid & t.payload.poke, Cat(*(tq == k for k in range(n))), 0)
+        # (an expiry taken, or a scan that finds no hole open, clears the QP's poke)
+        clear = (pend & self.expire.ready) | (~pend & (cool == 0) & ~is_open)
+        m.d.sync += poked.eq((poked & ~Mux(clear, onehot, 0)) | set_vec)
         with m.If(pend):
             with m.If(self.expire.ready):
                 m.d.sync += [pend.eq(0), cool.eq(_COOL)]

@@ -16,7 +16,7 @@ __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_
            "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
            "ReadLookupSignature", "READ_NAK_STATUS", "OP_READ_FIRST", "OP_READ_MIDDLE",
            "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd",
-           "READ_LIMIT", "READ_HOLE", "READ_HOLES", "READ_NEXT_HOLE"]
+           "READ_LIMIT", "READ_HOLE", "READ_HOLES", "READ_NEXT_HOLE", "READ_TOUCH"]
 
 #: Most READs a QP may have outstanding (``max_rd_atomic``; ConnectX offers 16).
 MAX_RD_ATOMIC = 16
@@ -111,12 +111,19 @@ READ_HOLES = 8
 #: again by a request that starts at the head READ's index ``hs``); later ones wait in a queue
 #: (the table's); the responses after them are placed up to the *front*, ``fcnt`` PSNs into the
 #: front READ (the table keeps which READ that is). ``lost``: responses after the front were
-#: lost too; ``msn``: the MSN of the latest response with an AETH placed after the holes.
+#: lost too; ``msn``: the MSN of the latest response with an AETH placed after the holes;
+#: ``fresh``: original responses of the head READ may still come (the first hole opened inside
+#: it, nothing after it came since); ``asked``: the hole timer asked for the current hole again,
+#: with no progress since; ``redo``: the queued holes whose responses came while the current one
+#: waited (each expires the hole timer when it becomes the current one).
 READ_HOLE = data.StructLayout({
     "hs": INDEX_BITS,
     "fcnt": INDEX_BITS,
     "lost": 1,
     "msn": 24,
+    "fresh": 1,
+    "asked": 1,
+    "redo": 4,
 })
 
 #: The oldest hole queued after the current one: the index in its READ where it starts, its
@@ -161,6 +168,10 @@ READ_RESP_HEADER = data.StructLayout({
     "length": LENGTH_BITS,
     "skip": 7,
 })
+
+#: A QP's hole timer restarts (a response or an expiry of it was decided), or (``poke``) expires
+#: at once.
+READ_TOUCH = data.StructLayout({"qp": 8, "poke": 1})
 
 #: What the READ placement's intake takes: a response's headers, an acknowledgement
 #: (``is_ack``) or the expiry of a QP's hole timer (``is_timer``, the QP in ``h.qp``).

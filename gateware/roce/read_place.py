@@ -17,6 +17,7 @@ from rocegen.gateware.roce.read_layouts import (
     READ_INPUT,
     READ_REISSUE,
     READ_RESP_HEADER,
+    READ_TOUCH,
     ReadLookupSignature,
     ReadVerdict,
 )
@@ -77,9 +78,10 @@ class ReadPlace(wiring.Component):
         QPs whose hole timer expired
         (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer` ``expire``): with a hole
         open, the current hole is asked for again (REASK), else nothing (NO_HOLE).
-    touch : Out(stream.Signature(8, always_ready=True))
+    touch : Out(stream.Signature(READ_TOUCH, always_ready=True))
         The QP of each response and timer expiry decided, in the cycle it is decided (for the
-        hole timer's ``touch``).
+        hole timer's ``touch``), with ``poke`` when the decision expires the timer at once
+        (:class:`~rocegen.gateware.roce.read_decide.ReadDecide` ``poke``).
     lookup : Out(ReadLookupSignature())
         To the READ table.
     o : Out(MemWriteSignature(width, addr_width))
@@ -133,7 +135,7 @@ class ReadPlace(wiring.Component):
             "hdr": In(stream.Signature(READ_RESP_HEADER)),
             "ack_in": In(stream.Signature(ACK_EVENT)),
             "timer": In(stream.Signature(8)),
-            "touch": Out(stream.Signature(8, always_ready=True)),
+            "touch": Out(stream.Signature(READ_TOUCH, always_ready=True)),
             "lookup": Out(ReadLookupSignature()),
             "o": Out(MemWriteSignature(width, addr_width)),
             **({"mem_durable": In(DURABLE_WIDTH)} if acked_writes else {}),
@@ -178,7 +180,8 @@ class ReadPlace(wiring.Component):
         # ---- decision (t+1): the table's update, the placement record, the event
         resp = l1_valid & ~l1.is_ack & ~l1.is_timer
         # (a QP's hole timer restarts on each of its responses, and when it expires)
-        m.d.comb += [self.touch.valid.eq(l1_valid & ~l1.is_ack), self.touch.payload.eq(l1.h.qp)]
+        m.d.comb += [self.touch.valid.eq(l1_valid & ~l1.is_ack),
+                     self.touch.payload.qp.eq(l1.h.qp), self.touch.payload.poke.eq(dec.poke)]
         decided = Signal(SEQ_BITS)          # responses decided, ever
         m.d.sync += decided.eq(decided + resp)
         ev = Signal(READ_EVENT)

@@ -92,7 +92,18 @@ no response for the hole wait (its hole's request, or a response of it, was lost
 would ask again before the retry engine's timeout) asks for the current hole again: ``reask``,
 the rest of the head READ from ``e`` by a request of its own (:class:`Reissue` with ``send``;
 that request starts at ``e``, so FIRST and ONLY are right there), no event for the retry
-engine. Without a hole open (it closed meanwhile) ``no_hole``: nothing.
+engine. The responses of the holes queued then came (or will come, before this request's)
+while the current hole waited, and were dropped: each of them, once it is the current hole,
+expires the timer at once (``poke`` on the response that closes the hole before it). Without a
+hole open (it closed meanwhile) ``no_hole``: nothing.
+
+Some outcomes expire the QP's hole timer at once (``poke``), where a response shows a loss in
+a hole's request that nothing else would ask for again: a response in the current hole after
+``e`` once no original response of the head READ can come any more (the hole did not open
+inside the head READ, or a response after the head READ came since), and the first response of
+the oldest queued hole's request (its PSN) while the current hole waits; neither after the
+current hole was asked for again by the timer with no progress since (its request is on its
+way, behind those responses).
 
 Completion: the READ's work request is posted to the completer like any other, with the PSN of
 its last response as ``last_psn``; it completes OK when the retry engine's acknowledged PSN
@@ -190,12 +201,14 @@ class AckEvent:
 class Outcome:
     """What one response or acknowledgement did: its verdict, the payload written (``(byte
     address, bytes)``, at most one), the event for the retry engine, the ``wr_id`` of the READ
-    it completed and the reissue it asks for."""
+    it completed, the reissue it asks for and whether it expires the QP's hole timer at once
+    (``poke``)."""
     verdict: str
     writes: tuple = ()
     ack: AckEvent | None = None
     done: tuple = ()
     gap: Reissue | None = None
+    poke: bool = False
 
 
 @dataclass
@@ -206,12 +219,18 @@ class _Hole:
     index, PSN)``; responses after the holes are placed up to the *front*: the READ at ``fidx``
     in the QP's queue (its length: every READ after the holes is in) of which ``fcnt`` PSNs
     came. ``lost``: responses after the front were lost as well; ``msn``: the MSN of the latest
-    response with an AETH placed after the holes."""
+    response with an AETH placed after the holes; ``fresh``: original responses of the head READ
+    may still come (the first hole opened inside it, and nothing after it came since);
+    ``asked``: the current hole was asked for again (the hole timer) with no progress since;
+    ``redo``: the queued holes whose responses came while the current one waited."""
     hs: int
     fidx: int
     fcnt: int
     msn: int
     lost: bool = False
+    fresh: bool = False
+    asked: bool = False
+    redo: int = 0
     queue: deque = field(default_factory=deque)
 
 
@@ -432,7 +451,7 @@ class ReadRequesterModel:
             e, reissue = self._gap(qp)
             return Outcome("gap", ack=AckEvent(qp, NAK_PSN_SEQ, e, msn), gap=reissue)
         _, reissue = self._gap(qp, send=True)
-        q.hole = _Hole(hs=q.cnt, fidx=1, fcnt=fcnt, msn=msn)
+        q.hole = _Hole(hs=q.cnt, fidx=1, fcnt=fcnt, msn=msn, fresh=not fcnt)
         q.step_front()
         return Outcome("hole", written, gap=reissue)
 
@@ -443,23 +462,28 @@ class ReadRequesterModel:
         e = (head.first + q.cnt) % PSN_MOD
         if _signed(head.last - psn) >= 0:               # in the current hole
             if psn != e:
-                return Outcome("gap")
+                # (a response of the hole's request after a lost one: ask again at once)
+                return Outcome("gap", poke=not (h.fresh or h.asked))
             bad = self._check(q, head, q.cnt, opcode, syndrome, payload,
                               start=q.cnt == h.hs)
             if bad:
                 return refused(bad)
             k = q.cnt
             writes = self._write(head, k, payload)
+            h.fresh = h.asked = False
             if k == head.npsn - 1:
                 return Outcome("good", writes, *self._close(q, qp))
             q.cnt += 1
             return Outcome("good", writes)
+        # (the first response of the oldest queued hole's request while the current one waits:
+        # the current hole's request, or its end, was lost: ask again at once)
+        poke = bool(h.queue) and psn == h.queue[0][2] and not h.asked
         if h.fidx == len(q.reads):                      # every READ after the holes is in
-            return Outcome("duplicate")
+            return Outcome("duplicate", poke=poke)
         read = q.reads[h.fidx]
         r = (read.first + h.fcnt) % PSN_MOD
         if _signed(psn - r) < 0:
-            return Outcome("duplicate")
+            return Outcome("duplicate", poke=poke)
         if psn == r:
             bad = self._check(q, read, h.fcnt, opcode, syndrome, payload)
             if bad:
@@ -468,6 +492,7 @@ class ReadRequesterModel:
             if opcode != READ_MIDDLE:
                 h.msn = aeth
             h.fcnt += 1
+            h.fresh = False
             q.step_front()
             return Outcome("ahead", writes)
         # after the front: the rest of the front READ is one more hole, while the queue has room
@@ -485,6 +510,7 @@ class ReadRequesterModel:
             h.msn = aeth
         reissue = self._rest(qp, read, h.fcnt, True)
         h.queue.append((read, h.fcnt, r))
+        h.fresh = False
         h.fidx += 1
         h.fcnt = int(placed)
         q.step_front()
@@ -492,9 +518,10 @@ class ReadRequesterModel:
 
     def _close(self, q, qp):
         """The current hole is filled: the READs before the next hole leave, and the expected
-        PSN moves to that hole, acknowledging the PSN before it; without one, to the front
-        ``r``: the event acknowledges ``r - 1``, or (responses after the front were lost) is
-        the NAK PSN sequence error of ``r``. Returns ``(ack, done)``."""
+        PSN moves to that hole, acknowledging the PSN before it (when its responses came while
+        the current one waited, the hole timer expires at once: ``poke``); without one, to the
+        front ``r``: the event acknowledges ``r - 1``, or (responses after the front were lost)
+        is the NAK PSN sequence error of ``r``. Returns ``(ack, done, None, poke)``."""
         h = q.hole
         if h.queue:
             read, idx, psn = h.queue.popleft()
@@ -503,8 +530,9 @@ class ReadRequesterModel:
                 left.append(q.reads.popleft())
             h.fidx -= len(left)
             q.cnt = h.hs = idx
+            poke, h.redo = h.redo > 0, max(h.redo - 1, 0)
             return (AckEvent(qp, SYN_ACK, (psn - 1) % PSN_MOD, h.msn),
-                    tuple(x.wr_id for x in left))
+                    tuple(x.wr_id for x in left), None, poke)
         left = [q.reads.popleft() for _ in range(h.fidx)]
         q.hole = None
         if q.reads:
@@ -517,14 +545,15 @@ class ReadRequesterModel:
             ack = AckEvent(qp, NAK_PSN_SEQ, r, h.msn)
         else:
             ack = AckEvent(qp, SYN_ACK, (r - 1) % PSN_MOD, h.msn)
-        return ack, tuple(read.wr_id for read in left)
+        return ack, tuple(read.wr_id for read in left), None, False
 
     def hole_timer(self, qp):
         """The hole timer of ``qp`` expired (module documentation)."""
         if not 0 <= qp < self.num_qps or self.qps[qp].hole is None:
             return self._count(Outcome("no_hole"))
         q = self.qps[qp]
-        q.hole.hs = q.cnt
+        h = q.hole
+        h.hs, h.asked, h.redo = q.cnt, True, len(h.queue)
         _, reissue = self._gap(qp, send=True)
         return self._count(Outcome("reask", gap=reissue))
 

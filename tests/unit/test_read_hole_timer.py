@@ -1,7 +1,7 @@
-"""The READ requester's hole timer (:class:`ReadHoleTimer`): random touches, holes opening and
-closing, and backpressure on ``expire``; each expiry offered is of a QP with a hole open that
-had no touch for at least the wait, none comes later than its bound, and an offer is held
-unchanged until taken."""
+"""The READ requester's hole timer (:class:`ReadHoleTimer`): random touches and pokes, holes
+opening and closing, and backpressure on ``expire``; each expiry offered is of a QP with a hole
+open that was poked or had no touch for at least the wait, none comes later than its bound
+(a poked one within a scan), and an offer is held unchanged until taken."""
 
 import random
 
@@ -13,12 +13,14 @@ from rocegen.sim.testing.harness import raises, run_sim
 COOL = 4        # the scan's pause after an expiry is taken, as documented
 
 
-def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p_flip=0.002):
+def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p_flip=0.002,
+        p_poke=0.1):
     rng = random.Random(seed)
     dut = ReadHoleTimer(num_qps, wait)
     step = -(-wait // STEPS)
     bound = (STEPS + 1) * step + num_qps * (COOL + 2) + 2   # (with no backpressure)
-    stats = {"expired": 0, "held": 0}
+    poke_bound = num_qps * (COOL + 2) + 4
+    stats = {"expired": 0, "held": 0, "poked": 0}
 
     async def bench(ctx):
         holes = [False] * num_qps
@@ -27,8 +29,11 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
         opening = None
         echo = None                     # the user's touch of an expiry, a cycle after it
         held = None
+        # per QP: None, ("set", cycle of the poke) or "unknown" (its hole closed since: a scan
+        # may or may not have cleared it)
+        pokes = [None] * num_qps
         for cyc in range(cycles):
-            touch = None
+            touch, poke = None, False
             if echo is not None:
                 touch, echo = echo, None
             elif opening is not None:
@@ -36,26 +41,35 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                 opening = None
             elif rng.random() < p_touch:
                 touch = rng.randrange(num_qps)
+                # (pokes come from the decisions on a QP with a hole open)
+                poke = holes[touch] and rng.random() < p_poke
+                if poke:
+                    stats["poked"] += 1
+                    if pokes[touch] is None:
+                        pokes[touch] = ("set", cyc)
             elif rng.random() < p_flip * num_qps:
                 q = rng.randrange(num_qps)
                 if holes[q]:
                     holes[q] = False
+                    if pokes[q] is not None:
+                        pokes[q] = "unknown"
                 else:
                     touch = opening = q         # a hole opens with a response's touch
             ready = rng.random() >= backpressure
             ctx.set(dut.holes, sum(1 << q for q in range(num_qps) if holes[q]))
             ctx.set(dut.touch.valid, touch is not None)
-            ctx.set(dut.touch.payload, touch or 0)
+            ctx.set(dut.touch.payload, {"qp": touch or 0, "poke": poke})
             ctx.set(dut.expire.ready, ready)
             _, _, valid, qp = await ctx.tick().sample(dut.expire.valid, dut.expire.payload)
             was_held, held = held, None
             if was_held is not None:
                 assert valid and qp == was_held, "an expiry offered is held until taken"
             if valid:
-                if was_held is None:
+                if was_held is None and pokes[qp] is None:
                     # found in the cycle before it was offered: no touch since the wait began
                     assert cyc - 1 - last[qp] >= wait, (cyc, qp, last[qp])
                 if ready:
+                    pokes[qp] = None
                     stats["expired"] += 1
                     echo = qp
                 else:
@@ -70,6 +84,8 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                     since[q] = cyc
                 elif not backpressure:
                     assert cyc - since[q] <= bound, f"QP {q} silent with a hole, no expiry"
+                    if isinstance(pokes[q], tuple):
+                        assert cyc - pokes[q][1] <= poke_bound, f"QP {q} poked, no expiry"
 
     run_sim(dut, testbenches=[bench])
     return stats
@@ -78,7 +94,7 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
 @pytest.mark.parametrize("num_qps, wait, seed", [(1, 36, 1), (3, 44, 2), (8, 200, 3)])
 def test_expiries_within_bounds(num_qps, wait, seed):
     stats = run(num_qps, wait, seed=seed)
-    assert stats["expired"] > 10, stats
+    assert stats["expired"] > 10 and stats["poked"] > 10, stats
 
 
 @pytest.mark.parametrize("num_qps, wait, seed", [(3, 44, 4), (5, 100, 5)])

@@ -157,6 +157,56 @@ def test_hole_timer():
     assert (m.counters["reask"], m.counters["no_hole"]) == (1, 4)
 
 
+def test_pokes():
+    """Losses in a hole's own request that a later response shows expire the hole timer at once
+    (``poke``): a response of the request after its lost one (not while original responses of
+    the head READ may still come, nor while the timer's request is on its way), and the first
+    response of a queued hole's request while the current hole waits; a hole whose responses
+    came while the one before it waited expires the timer when it becomes the current one."""
+    m = model_with_read()                                        # 100..103
+    m.issue(1, wr_id=8, local_addr=0x9000, remote_va=VA + 4000, rkey=RKEY, length=600,
+            first=104, pmtu=256)                                 # 104..106
+    assert m.response(1, FIRST, 100, DATA[:256]).verdict == "good"
+    hole = m.response(1, MIDDLE, 102, DATA[512:768])             # 101 lost
+    assert (hole.verdict, hole.poke) == ("hole", False)
+    # an original after the gap: no poke (the hole's request brings it again)
+    assert (m.response(1, LAST, 103, DATA[768:1000]).poke, m.counters["gap"]) == (False, 1)
+    assert m.response(1, FIRST, 104, DATA[:256]).verdict == "ahead"
+    hole2 = m.response(1, LAST, 106, DATA[:88])                  # 105 lost: queued
+    assert (hole2.verdict, hole2.poke) == ("hole", False)
+    # the hole's request lost 101: its 102 shows it (the originals are over)
+    gap = m.response(1, MIDDLE, 102, DATA[512:768])
+    assert (gap.verdict, gap.writes, gap.poke) == ("gap", (), True)
+    t = m.hole_timer(1)
+    assert t.verdict == "reask" and t.gap.psn == 101
+    # the queued hole's request answers first (its PSN 105): no poke while the timer's request
+    # is on its way; its responses are dropped
+    dup = m.response(1, FIRST, 105, DATA[:256])
+    assert (dup.verdict, dup.poke) == ("duplicate", False)
+    assert m.response(1, MIDDLE, 102, DATA[512:768]).poke is False
+    # the timer's request fills the hole; the queued hole is the current one, and its
+    # responses came already: the closing response pokes
+    assert m.response(1, FIRST, 101, DATA[256:512]).verdict == "good"
+    assert m.response(1, MIDDLE, 102, DATA[512:768]).verdict == "good"
+    fill = m.response(1, LAST, 103, DATA[768:1000])
+    assert (fill.verdict, fill.ack, fill.poke) == ("good", AckEvent(1, 0x1F, 104, 0), True)
+    assert m.hole_timer(1).gap.psn == 105
+    # a second READ pair: the current hole waits while a queued hole's first response comes
+    m2 = ReadRequesterModel(1)
+    for n in range(3):
+        m2.issue(0, wr_id=n, local_addr=0x400 * n, remote_va=VA + 0x400 * n, rkey=RKEY,
+                 length=0x400, first=10 + 4 * n, pmtu=256)       # 10..13, 14..17, 18..21
+    assert m2.response(0, FIRST, 10, DATA[:256]).verdict == "good"
+    assert m2.response(0, MIDDLE, 12, DATA[512:768]).verdict == "hole"        # 11
+    assert m2.response(0, FIRST, 14, DATA[:256]).verdict == "ahead"
+    assert m2.response(0, MIDDLE, 16, DATA[512:768]).verdict == "hole"        # 15, queued
+    assert m2.response(0, FIRST, 11, DATA[256:512]).verdict == "good"
+    # 12 and 13 of the hole's request lost; the queued hole's request answers: poke
+    dup = m2.response(0, FIRST, 15, DATA[256:512])
+    assert (dup.verdict, dup.poke) == ("duplicate", True)
+    assert m2.response(0, MIDDLE, 16, DATA[512:768]).poke is False
+
+
 def test_losses_after_the_front_and_in_the_hole():
     """A response lost after the front: the hole closes with the NAK PSN sequence error of the
     front (go-back-N from there); a response of the hole's request after a loss in it is

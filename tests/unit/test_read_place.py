@@ -141,7 +141,7 @@ class Monitor:
         self.cycle = 0
         self.taken = []                 # ("hdr" | "ack" | "timer", index within the round)
         self.counts = {"hdr": 0, "ack": 0, "timer": 0}
-        self.touches = []               # the QPs ``touch`` named
+        self.touches = []               # (QP, poke) of each ``touch``
         self.writes = []                # (addr, data, be)
         self.words = 0                  # words taken (on chip) or acknowledged (AXI4)
         self.events = []                # (ack event, words written before it left)
@@ -206,7 +206,7 @@ class Monitor:
                 self.taken.append(("timer", self.counts["timer"]))
                 self.counts["timer"] += 1
             if uv:
-                self.touches.append(int(up))
+                self.touches.append((int(up.qp), int(up.poke)))
             for name, v in zip(names, pulses):
                 self.pulses[name] += v
 
@@ -232,7 +232,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
     ranges = []                                      # local ranges of every READ
     local = [0]
     image = {}                                       # byte address -> byte, as written
-    seen = {v: 0 for v in READ_COUNTERS}
+    seen = {v: 0 for v in READ_COUNTERS} | {"poke": 0}
     outcome = {"fail": set()}
     sends = []                                       # the reissues the placement sends itself
     t_rng = random.Random(seed + 6)                  # the hole timers' expiries
@@ -394,10 +394,12 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             await wait(ctx, lambda: len(mon.writes),
                        n_writes + sum(words_of(a, len(d), B) for o in outs for a, d in o.writes))
             await ctx.tick().repeat(40)
-            # (each response and each expiry restarts its QP's hole timer, in the order taken)
+            # (each response and each expiry restarts its QP's hole timer, in the order taken,
+            # or expires it at once: the model's poke)
             assert mon.touches[n_touch:] == [
-                resps[k]["qp"] if kind == "hdr" else timers[k]
-                for kind, k in mon.taken if kind != "ack"], f"round {rnd}: touches"
+                (resps[k]["qp"] if kind == "hdr" else timers[k], int(o.poke))
+                for (kind, k), o in zip(mon.taken, outs) if kind != "ack"], \
+                f"round {rnd}: touches"
             got = mon.events[n_events:]
             assert [e for e, _ in got] == [
                 {"qp": o.ack.qp, "syndrome": o.ack.syndrome, "psn": o.ack.psn, "msn": o.ack.msn}
@@ -439,6 +441,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             image.update(got_bytes)
             for o in outs:
                 seen[o.verdict] += 1
+                seen["poke"] += o.poke
                 for w in o.done:
                     reads[w]["state"] = "done"
                 if o.verdict == "nak":
@@ -477,7 +480,7 @@ def test_sixteen_outstanding():
     """Sixteen READs per QP and more faults: several holes open at once on a QP."""
     seen, reads = run_loop(128, seed=13, max_rd=16, rounds=8, clean=8, p_fault=0.2)
     assert seen["hole"] > 5 and seen["ahead"] > 3 and seen["ack_hold"] > 0, seen
-    assert seen["reask"] > 0, seen
+    assert seen["reask"] > 0 and seen["poke"] > 0, seen
     assert sum(r["state"] == "done" for r in reads.values()) > 200
 
 
