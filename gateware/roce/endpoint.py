@@ -189,10 +189,12 @@ class RoceEndpoint(wiring.Component):
         reissues a READ for the rest through the retry engine's rewind, within ``retry_cnt``; a
         NAK fails the QP. A lost response is asked for again selectively: the rest of its READ
         by a READ request of its own (:class:`~rocegen.gateware.roce.read_resend.ReadResend`),
-        and a QP whose holes wait and that has had no response for ``rd_hole_wait``
+        and a QP with READs outstanding that has had no response for ``rd_hole_wait``
         microseconds (default 8; 0: never) asks again
-        (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer`): more than the round
-        trip and a response's line time, or the hole is asked for twice.
+        (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer`): for its current hole,
+        or without one by go-back-N from its oldest missing response. The wait should be
+        more than the round trip and the peer's response time (else a hole is asked for
+        twice, or a READ resent early).
         ``max_rd_atomic``: READs a QP may have outstanding (1..16, default
         16); a QP opened by the connection manager gets at most what its peer states it
         accepts (one if it states nothing). A QP with that many starts no work request until
@@ -655,10 +657,10 @@ class RoceEndpoint(wiring.Component):
         # its READ is asked for again by a request of its own, not by a rewind of the QP)
         resend = m.submodules.read_resend = self._rd_resend
         wiring.connect(m, place.reissue, resend.i)
-        # (a QP with a hole open that hears nothing for the hole wait asks for it again)
+        # (a QP with READs outstanding that hears nothing for the hole wait asks again)
         if self._rd_timer is not None:
             timer = m.submodules.read_hole_timer = self._rd_timer
-            m.d.comb += timer.holes.eq(track.holes)
+            m.d.comb += timer.busy.eq(track.busy)
             wiring.connect(m, place.touch, timer.touch)
             wiring.connect(m, timer.expire, place.timer)
         m.d.comb += [qps.rsd_qp.eq(resend.ctx_qp), resend.ctx.eq(qps.rsd_context)]

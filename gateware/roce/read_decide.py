@@ -64,7 +64,8 @@ class ReadDecide(wiring.Component):
     -----
     inp : In(READ_INPUT)
         A READ response's headers, or (``is_ack``) an acknowledgement in ``h.qp``, ``h.psn``,
-        ``h.syndrome``, ``h.msn``, or (``is_timer``) the expiry of QP ``h.qp``'s hole timer.
+        ``h.syndrome``, ``h.msn``, or (``is_timer``) the expiry of QP ``h.qp``'s hole timer
+        (``poked``: by a poke).
     view : In(READ_VIEW)
         The QP's table as :class:`~rocegen.gateware.roce.read_track.ReadTrack` shows it.
     verdict : Out(ReadVerdict)
@@ -88,7 +89,7 @@ class ReadDecide(wiring.Component):
         0x1F, its PSN and MSN; ``ndone`` 1 on the READ's last); for the response that fills a
         hole, the ACK of the PSN before the front (or, responses after the front lost, the NAK
         PSN sequence error of the front) with the hole's MSN and ``ndone`` the READs before
-        the front; the NAK PSN sequence error of the expected PSN for a go-back-N gap
+        the front; the NAK PSN sequence error of the expected PSN for a go-back-N gap (and STALL)
         (``gap``: ``offset``, ``rest``, ``va`` of the reissue of the head READ); for HOLE and
         REASK the reissue alone (``quiet``, ``gap``, ``send``; REASK: the head READ's rest from
         the expected PSN, where the hole's request now starts); the NAK of a response whose AETH is not
@@ -145,7 +146,9 @@ class ReadDecide(wiring.Component):
         target = Signal(ReadVerdict)            # the verdict of a right response there
         checked = Signal()                      # the response's place is known: check it
         with m.If(self.inp.is_timer):
-            m.d.comb += verdict.eq(Mux(v.open, ReadVerdict.REASK, ReadVerdict.NO_HOLE))
+            m.d.comb += verdict.eq(Mux(v.open, ReadVerdict.REASK,
+                                       Mux(v.has & ~self.inp.poked, ReadVerdict.STALL,
+                                           ReadVerdict.IDLE)))
         with m.Elif(self.inp.is_ack):
             with m.If(~v.has | s.behind):
                 m.d.comb += verdict.eq(ReadVerdict.ACK_PASS)
@@ -264,7 +267,8 @@ class ReadDecide(wiring.Component):
         hole_v = verdict == ReadVerdict.HOLE
         reask = verdict == ReadVerdict.REASK
         own = hole_v | reask                    # a request the requester sends itself
-        gap = (verdict == ReadVerdict.GAP) & ~v.open | (verdict == ReadVerdict.ACK_GAP)
+        gap = (verdict == ReadVerdict.GAP) & ~v.open | (verdict == ReadVerdict.ACK_GAP) | \
+            (verdict == ReadVerdict.STALL)
         queued = v.qn != 0
         m.d.comb += [
             self.place.write.eq(good | (hole_v & (s.use_b | s.use_c)) |

@@ -32,47 +32,47 @@ def check_wait(wait, num_qps):
 
 
 class ReadHoleTimer(wiring.Component):
-    """Per-QP timer of the READ requester's holes
-    (:class:`~rocegen.gateware.roce.read_place.ReadPlace`): a QP with a hole open that has had
-    no response for ``wait`` cycles expires, and its current hole is asked for again. A hole's
-    own request, or one of its responses, may be lost; nothing that comes later tells, and the
-    retry engine's timer (which sees nothing of a QP with holes open) has to cover the line time
-    of every READ outstanding.
+    """Per-QP timer of the READ requester
+    (:class:`~rocegen.gateware.roce.read_place.ReadPlace`): a QP with a READ outstanding that has
+    had no response for ``wait`` cycles expires. With a hole open, its current hole is asked for
+    again: the hole's own request, or one of its responses, may be lost, nothing that comes later
+    tells, and the retry engine's timer (which hears nothing of a QP with holes open) has to
+    cover the line time of every READ outstanding. Without one, the QP goes back to its oldest
+    missing response (a request lost at the end of a burst, or the NAK of a lost one lost).
 
     Parameters
     ----------
     num_qps : int
         QPs (1..256).
     wait : int
-        Cycles of silence after which a QP with a hole open expires (at least
-        ``4 x (num_qps + 8)``): the round trip and a response's time on the line, with margin.
+        Cycles of silence after which a busy QP expires (at least ``4 x (num_qps + 8)``): the
+        round trip and the peer's response time, with margin.
 
     Ports
     -----
-    holes : In(num_qps)
-        Bit ``q``: QP ``q`` has a hole open (:class:`~rocegen.gateware.roce.read_track.ReadTrack`
-        ``holes``).
+    busy : In(num_qps)
+        Bit ``q``: QP ``q`` has a READ outstanding
+        (:class:`~rocegen.gateware.roce.read_track.ReadTrack` ``busy``).
     touch : In(stream.Signature(READ_TOUCH, always_ready=True))
         A response of QP ``qp`` came, or its expiry was taken: its wait starts again; with
-        ``poke``, the QP expires now instead (once its hole is open when the scan comes to it;
-        later touches do not undo it, a scan that finds no hole open does).
-    expire : Out(stream.Signature(8))
-        A QP with a hole open whose wait is over; held until taken.
+        ``poke``, the QP expires now instead (later touches do not undo it; an expiry taken,
+        or a scan that finds the QP not busy, does).
+    expire : Out(stream.Signature(READ_TOUCH))
+        A busy QP whose wait is over (``poke``: it was poked), held until taken.
 
     Behaviour
     ---------
     Time goes in steps of ``ceil(wait / 4)`` cycles; a touch stamps the QP with the step count
-    (3 bits, in distributed RAM). A scan visits one QP per cycle and offers it on ``expire``
-    when its hole is open and it was poked or its stamp is more than 4 steps old (5..7
-    steps, modulo 8), so a
-    QP expires between ``wait`` and ``wait x 5/4`` cycles after its last touch, plus up to a scan
-    of every QP; a QP found expired is offered from the next cycle until taken (the scan stays
-    on it; a touch meanwhile does not withdraw it), and the scan pauses 4 cycles after it is
-    taken (the touch of its expiry, a cycle later at the user's, restamps it). A QP not
-    scanned while its
-    stamp is 5..7 steps old (the scan held that long: three steps, at least ``3 x (num_qps +
-    8)`` cycles) expires 8 steps later. A hole opens with a response, which touches the QP: a
-    stamp is never older than that when its hole opens.
+    (3 bits, in distributed RAM), and so does the scan, passing a QP that is not busy, in a
+    cycle without a touch (a QP that gets a READ starts from a stamp at most a scan old). A scan
+    visits one QP per cycle and offers it on ``expire`` when it is busy and was poked or its
+    stamp is more than 4 steps old (5..7 steps, modulo 8), so a QP expires between ``wait`` and
+    ``wait x 5/4`` cycles after its last touch, plus up to a scan of every QP; a QP found
+    expired is offered from the next cycle until taken (the scan stays on it; a touch meanwhile
+    does not withdraw it), and the scan pauses 4 cycles after it is taken (the touch of its
+    expiry, a cycle later at the user's, restamps it). A QP not scanned while its stamp is 5..7
+    steps old (the scan held that long: three steps, at least ``3 x (num_qps + 8)`` cycles)
+    expires 8 steps later.
     """
 
     def __init__(self, num_qps, wait):
@@ -82,9 +82,9 @@ class ReadHoleTimer(wiring.Component):
         #: Cycles per step.
         self.step = -(-wait // STEPS)
         super().__init__({
-            "holes": In(num_qps),
+            "busy": In(num_qps),
             "touch": In(stream.Signature(READ_TOUCH, always_ready=True)),
-            "expire": Out(stream.Signature(8)),
+            "expire": Out(stream.Signature(READ_TOUCH)),
         })
 
     def elaborate(self, platform):
@@ -101,29 +101,37 @@ class ReadHoleTimer(wiring.Component):
         wr, rd = stamps.write_port(), stamps.read_port(domain="comb")
         t = self.touch
         tq = t.payload.qp
-        m.d.comb += [wr.addr.eq(tq[:qw]), wr.en.eq(t.valid & (tq < n)), wr.data.eq(now)]
         poked = Signal(n)                   # expire at once
 
         scan, cool = Signal(range(n)), Signal(range(_COOL + 1))
         pend, old = Signal(), Signal()
+        pend_poke = Signal()
         m.d.comb += [rd.addr.eq(scan), old.eq((now - rd.data)[:_STAMP] > STEPS),
-                     self.expire.valid.eq(pend), self.expire.payload.eq(scan)]
+                     self.expire.valid.eq(pend), self.expire.payload.qp.eq(scan),
+                     self.expire.payload.poke.eq(pend_poke)]
         # (a QP touched in this very cycle is passed over: its stamp is being renewed)
-        is_open = self.holes.bit_select(scan, 1)
+        is_open = self.busy.bit_select(scan, 1)
         found = ~pend & (cool == 0) & is_open & \
             (poked.bit_select(scan, 1) | old & ~(t.valid & (tq == scan)))
         onehot = Cat(*(scan == k for k in range(n)))
         set_vec = Mux(t.valid & t.payload.poke, Cat(*(tq == k for k in range(n))), 0)
-        # (an expiry taken, or a scan that finds no hole open, clears the QP's poke)
+        # (the stamp of a QP that is not busy is renewed as the scan passes it, when no touch
+        # takes the write port: it starts fresh when the QP gets a READ)
+        refresh = ~pend & (cool == 0) & ~is_open
+        tv = t.valid & (tq < n)
+        m.d.comb += [wr.addr.eq(Mux(tv, tq, scan)[:qw]), wr.en.eq(tv | refresh),
+                     wr.data.eq(now)]
+        # (an expiry taken, or a scan that finds the QP not busy, clears the QP's poke, and a
+        # poke in that cycle: it came from a decision before the expiry's)
         clear = (pend & self.expire.ready) | (~pend & (cool == 0) & ~is_open)
-        m.d.sync += poked.eq((poked & ~Mux(clear, onehot, 0)) | set_vec)
+        m.d.sync += poked.eq((poked | set_vec) & ~Mux(clear, onehot, 0))
         with m.If(pend):
             with m.If(self.expire.ready):
                 m.d.sync += [pend.eq(0), cool.eq(_COOL)]
         with m.Elif(cool != 0):
             m.d.sync += cool.eq(cool - 1)
         with m.Elif(found):
-            m.d.sync += pend.eq(1)
+            m.d.sync += [pend.eq(1), pend_poke.eq(poked.bit_select(scan, 1))]
         with m.Else():
             m.d.sync += scan.eq(Mux(scan == n - 1, 0, scan + 1))
         return m

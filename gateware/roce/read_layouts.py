@@ -68,7 +68,9 @@ class ReadVerdict(enum.Enum, shape=4):
     ACK_HOLD = 11   # an acknowledgement past the expected PSN while a hole is open: dropped
                     # (one at or after the front: the responses after the front were lost)
     REASK = 12      # the hole timer expired with a hole open: the current hole asked for again
-    NO_HOLE = 13    # the hole timer expired with no hole open (it closed meanwhile): nothing
+    IDLE = 13       # the hole timer expired with no READ outstanding (all done meanwhile): nothing
+    STALL = 14      # the hole timer expired with READs outstanding and no hole open: a gap at the
+                    # expected PSN (go-back-N, as ACK_GAP)
 
 
 #: Pulse outputs, one per :class:`ReadVerdict`.
@@ -174,8 +176,9 @@ READ_RESP_HEADER = data.StructLayout({
 READ_TOUCH = data.StructLayout({"qp": 8, "poke": 1})
 
 #: What the READ placement's intake takes: a response's headers, an acknowledgement
-#: (``is_ack``) or the expiry of a QP's hole timer (``is_timer``, the QP in ``h.qp``).
-READ_INPUT = data.StructLayout({"is_ack": 1, "is_timer": 1, "h": READ_RESP_HEADER})
+#: (``is_ack``) or the expiry of a QP's hole timer (``is_timer``, the QP in ``h.qp``;
+#: ``poked``: by a poke, not by silence).
+READ_INPUT = data.StructLayout({"is_ack": 1, "is_timer": 1, "poked": 1, "h": READ_RESP_HEADER})
 
 #: An event waiting for the payload writes before it: the acknowledgement for the retry engine
 #: (none when ``quiet``), the READs it completes (``ndone``), whether it asks for a reissue

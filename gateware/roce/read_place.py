@@ -74,10 +74,11 @@ class ReadPlace(wiring.Component):
         before the payload.
     ack_in : In(stream.Signature(ACK_EVENT))
         The acknowledgements (ACKNOWLEDGE packets) of the receive path.
-    timer : In(stream.Signature(8))
-        QPs whose hole timer expired
+    timer : In(stream.Signature(READ_TOUCH))
+        QPs whose hole timer expired (``poke``: by a poke)
         (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer` ``expire``): with a hole
-        open, the current hole is asked for again (REASK), else nothing (NO_HOLE).
+        open, the current hole is asked for again (REASK); with READs outstanding and no hole,
+        go-back-N from the expected PSN (STALL); else nothing (IDLE).
     touch : Out(stream.Signature(READ_TOUCH, always_ready=True))
         The QP of each response and timer expiry decided, in the cycle it is decided (for the
         hole timer's ``touch``), with ``poke`` when the decision expires the timer at once
@@ -134,7 +135,7 @@ class ReadPlace(wiring.Component):
             "i": In(PacketSignature(width)),
             "hdr": In(stream.Signature(READ_RESP_HEADER)),
             "ack_in": In(stream.Signature(ACK_EVENT)),
-            "timer": In(stream.Signature(8)),
+            "timer": In(stream.Signature(READ_TOUCH)),
             "touch": Out(stream.Signature(READ_TOUCH, always_ready=True)),
             "lookup": Out(ReadLookupSignature()),
             "o": Out(MemWriteSignature(width, addr_width)),
@@ -164,11 +165,12 @@ class ReadPlace(wiring.Component):
         take_hdr = can & ~tmr.valid & hdr.valid & ~take_ack
         m.d.comb += [tmr.ready.eq(take_tmr), ack_in.ready.eq(take_ack), hdr.ready.eq(take_hdr),
                      lk.valid.eq(take_tmr | take_ack | take_hdr),
-                     lk.qp.eq(Mux(take_tmr, tmr.payload,
+                     lk.qp.eq(Mux(take_tmr, tmr.payload.qp,
                                   Mux(take_ack, ack_in.payload.qp, hdr.payload.qp)))]
         m.d.sync += l1_valid.eq(take_tmr | take_ack | take_hdr)
         with m.If(take_tmr):
-            m.d.sync += [l1.is_ack.eq(0), l1.is_timer.eq(1), l1.h.eq(0), l1.h.qp.eq(tmr.payload)]
+            m.d.sync += [l1.is_ack.eq(0), l1.is_timer.eq(1), l1.poked.eq(tmr.payload.poke),
+                         l1.h.eq(0), l1.h.qp.eq(tmr.payload.qp)]
         with m.Elif(take_ack):
             a = ack_in.payload
             m.d.sync += [l1.is_ack.eq(1), l1.is_timer.eq(0), l1.h.eq(0), l1.h.qp.eq(a.qp),

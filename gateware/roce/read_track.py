@@ -87,9 +87,8 @@ class ReadTrack(wiring.Component):
         next cycle, a retire, flush or limit as well).
     overflow : Out(1)
         Pulses for a new READ discarded.
-    holes : Out(num_qps)
-        Bit ``q``: QP ``q`` has a hole open (registered: from the cycle after the update that
-        opens it to the cycle of the update that closes it, or of a flush of the QP).
+    busy : Out(num_qps)
+        Bit ``q``: QP ``q`` has a READ outstanding (registered, as ``full``).
 
     Behaviour
     ---------
@@ -120,7 +119,7 @@ class ReadTrack(wiring.Component):
             "flush": In(stream.Signature(8)),
             "full": Out(num_qps),
             "overflow": Out(1),
-            "holes": Out(num_qps),
+            "busy": Out(num_qps),
         })
 
     def elaborate(self, platform):
@@ -155,7 +154,6 @@ class ReadTrack(wiring.Component):
         m.d.comb += [hp_w.addr.eq(hd_w.addr), hp_w.en.eq(hd_w.en), hp_w.data.eq(hd_w.data.ptr),
                      tp_w.addr.eq(tl_w.addr), tp_w.en.eq(tl_w.en), tp_w.data.eq(tl_w.data.ptr)]
         rs_valid, opened = Signal(n), Signal(n)
-        m.d.comb += self.holes.eq(opened)
 
         def slot(qp, ptr):
             return Cat(ptr[:lg], qp[:qw]) if lg else qp[:qw]
@@ -346,4 +344,12 @@ class ReadTrack(wiring.Component):
             vec = Mux(valid, Cat(*(q == k for k in range(n))), 0)
             hit, sets = hit | vec, sets | Mux(nf, vec, 0)
         m.d.sync += full.eq((full & ~hit) | sets)
+        # a QP is busy from the add of a READ to the retire or flush that leaves it none
+        busy = Signal(n)
+        m.d.comb += self.busy.eq(busy)
+        ev = fl_take | retire
+        hq_vec = Mux(ev, Cat(*(hq == k for k in range(n))), 0)
+        left = count_after(hq, base_rt)
+        m.d.sync += busy.eq((busy & ~hq_vec) | Mux(left != 0, hq_vec, 0) |
+                            Mux(add, Cat(*(iq == k for k in range(n))), 0))
         return count < iq_limit

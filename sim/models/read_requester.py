@@ -87,15 +87,21 @@ A NAK carried by an ACKNOWLEDGE at the READ request's PSN (remote access error f
 ...) passes: the retry engine fails the QP and the completer completes the READ with the
 error.
 
-The hole timer (:meth:`ReadRequesterModel.hole_timer`): a QP with holes open that has received
-no response for the hole wait (its hole's request, or a response of it, was lost: nothing else
-would ask again before the retry engine's timeout) asks for the current hole again: ``reask``,
+The hole timer (:meth:`ReadRequesterModel.hole_timer`) expires for a QP with READs outstanding
+that has received no response for the hole wait. With holes open (the hole's request, or a
+response of it, was lost: nothing else would ask again before the retry engine's timeout) it
+asks for the current hole again: ``reask``,
 the rest of the head READ from ``e`` by a request of its own (:class:`Reissue` with ``send``;
 that request starts at ``e``, so FIRST and ONLY are right there), no event for the retry
 engine. The responses of the holes queued then came (or will come, before this request's)
 while the current hole waited, and were dropped: each of them, once it is the current hole,
 expires the timer at once (``poke`` on the response that closes the hole before it). Without a
-hole open (it closed meanwhile) ``no_hole``: nothing.
+READ outstanding (they completed meanwhile), or expired by a poke with no hole open, ``idle``:
+nothing. With READs outstanding and no
+hole open (a request lost at the end of a burst, or the peer's NAK of a lost request lost: no
+later response or request shows it) ``stall``: the gap of the head READ (the NAK PSN sequence
+error of ``e`` and the reissue, go-back-N), as ``ack_gap``; the retry engine ignores it when it
+repeats the NAK of the rewind under way with no progress since.
 
 Some outcomes expire the QP's hole timer at once (``poke``), where a response shows a loss in
 a hole's request that nothing else would ask for again: a response in the current hole after
@@ -140,7 +146,7 @@ _FATAL = (NAK_INV_REQ, NAK_REM_ACCESS, NAK_REM_OP)
 
 #: The verdicts, in the gateware's order (``ReadVerdict``); each is also a counter.
 VERDICTS = ("good", "gap", "duplicate", "unknown", "opcode", "length", "nak", "ack_pass",
-            "ack_gap", "hole", "ahead", "ack_hold", "reask", "no_hole")
+            "ack_gap", "hole", "ahead", "ack_hold", "reask", "idle", "stall")
 
 
 def _signed(x):
@@ -547,11 +553,16 @@ class ReadRequesterModel:
             ack = AckEvent(qp, SYN_ACK, (r - 1) % PSN_MOD, h.msn)
         return ack, tuple(read.wr_id for read in left), None, False
 
-    def hole_timer(self, qp):
-        """The hole timer of ``qp`` expired (module documentation)."""
-        if not 0 <= qp < self.num_qps or self.qps[qp].hole is None:
-            return self._count(Outcome("no_hole"))
+    def hole_timer(self, qp, poked=False):
+        """The hole timer of ``qp`` expired (module documentation); ``poked``: by a poke (only
+        a hole is asked for again then)."""
+        if not 0 <= qp < self.num_qps or not self.qps[qp].reads or \
+                poked and self.qps[qp].hole is None:
+            return self._count(Outcome("idle"))
         q = self.qps[qp]
+        if q.hole is None:
+            e, reissue = self._gap(qp)
+            return self._count(Outcome("stall", ack=AckEvent(qp, NAK_PSN_SEQ, e, 0), gap=reissue))
         h = q.hole
         h.hs, h.asked, h.redo = q.cnt, True, len(h.queue)
         _, reissue = self._gap(qp, send=True)

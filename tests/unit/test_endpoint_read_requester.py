@@ -294,14 +294,31 @@ def test_lost_hole_request_asked_again(width, lost):
     cpls, image, host, remote, stats = run(
         width, pmtu, "onchip", wrs, faults=faults, timeout=5,
         drop_requests={16} if lost == "request" else (),
-        stats_names=("rd_hole", "rd_reask", "rd_no_hole", "rd_reissues", "roce_rewinds",
+        stats_names=("rd_hole", "rd_reask", "rd_stall", "rd_reissues", "roce_rewinds",
                      "roce_timeouts", "rd_done"))
     assert cpls == [(k, CplStatus.OK) for k in range(16)]
     check_image(image, wrs, cpls, remote)
-    assert stats["rd_hole"] == stats["rd_reask"] == 1 and stats["rd_no_hole"] == 0, stats
+    assert stats["rd_hole"] == stats["rd_reask"] == 1 and stats["rd_stall"] == 0, stats
     assert stats["roce_rewinds"] == stats["roce_timeouts"] == 0, stats
     assert stats["rd_done"] == 16, stats
     assert host.counters["read_dup"] == (2 if lost == "response" else 1)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_last_request_lost(width):
+    """The last of 16 READ requests lost: no later request makes the host NAK it and no later
+    response shows it; after the hole wait with no response the QP goes back to it (one
+    rewind, long before the QP's timeout of 131 us): every READ completes OK."""
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+    cpls, image, host, remote, stats = run(
+        width, 256, "onchip", wrs, timeout=5, drop_requests={15},
+        stats_names=("rd_stall", "rd_reask", "rd_hole", "roce_rewinds", "roce_timeouts"))
+    assert cpls == [(k, CplStatus.OK) for k in range(16)]
+    check_image(image, wrs, cpls, remote)
+    assert stats["rd_stall"] == stats["roce_rewinds"] == 1, stats
+    assert stats["roce_timeouts"] == stats["rd_hole"] == stats["rd_reask"] == 0, stats
+    assert host.counters["read_rx"] == 16
 
 
 def test_lost_requests_resent_with_the_table_full():

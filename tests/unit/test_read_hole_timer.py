@@ -1,7 +1,8 @@
-"""The READ requester's hole timer (:class:`ReadHoleTimer`): random touches and pokes, holes
-opening and closing, and backpressure on ``expire``; each expiry offered is of a QP with a hole
-open that was poked or had no touch for at least the wait, none comes later than its bound
-(a poked one within a scan), and an offer is held unchanged until taken."""
+"""The READ requester's hole timer (:class:`ReadHoleTimer`): random touches and pokes, QPs
+getting busy and idle, and backpressure on ``expire``; each expiry offered is of a busy QP that
+was poked (and says so) or had no touch for at least the wait (since it got busy, when it got
+no touch then), none comes later than its bound (a poked one within a scan), and an offer is
+held unchanged until taken."""
 
 import random
 
@@ -14,18 +15,23 @@ COOL = 4        # the scan's pause after an expiry is taken, as documented
 
 
 def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p_flip=0.002,
-        p_poke=0.1):
+        p_poke=0.1, touch_busy=False):
+    """``touch_busy``: a QP that gets busy is touched then (else the scan's renewal of an idle
+    QP's stamp is what the bounds count from)."""
     rng = random.Random(seed)
     dut = ReadHoleTimer(num_qps, wait)
     step = -(-wait // STEPS)
     bound = (STEPS + 1) * step + num_qps * (COOL + 2) + 2   # (with no backpressure)
     poke_bound = num_qps * (COOL + 2) + 4
+    # (an idle QP's stamp is renewed as the scan passes it: within a pass or two, a touch of
+    # another QP taking the write port; the scan pauses for each expiry)
+    renew = 3 * num_qps * (COOL + 2) + 4
     stats = {"expired": 0, "held": 0, "poked": 0}
 
     async def bench(ctx):
-        holes = [False] * num_qps
-        last = [0] * num_qps            # cycle of each QP's latest touch
-        since = [0] * num_qps           # cycle its hole opened (or its last touch after that)
+        holes = [False] * num_qps       # busy
+        last = [0] * num_qps            # cycle each QP's wait started at the earliest
+        since = [0] * num_qps           # cycle it got busy (or its last touch after that)
         opening = None
         echo = None                     # the user's touch of an expiry, a cycle after it
         held = None
@@ -41,7 +47,7 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                 opening = None
             elif rng.random() < p_touch:
                 touch = rng.randrange(num_qps)
-                # (pokes come from the decisions on a QP with a hole open)
+                # (pokes come from the decisions on a QP with a hole open: busy)
                 poke = holes[touch] and rng.random() < p_poke
                 if poke:
                     stats["poked"] += 1
@@ -54,17 +60,26 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                     if pokes[q] is not None:
                         pokes[q] = "unknown"
                 else:
-                    touch = opening = q         # a hole opens with a response's touch
+                    opening = q
+                    if touch_busy:
+                        touch = q
+                    else:
+                        last[q] = max(last[q], cyc - renew)
             ready = rng.random() >= backpressure
-            ctx.set(dut.holes, sum(1 << q for q in range(num_qps) if holes[q]))
+            ctx.set(dut.busy, sum(1 << q for q in range(num_qps) if holes[q]))
             ctx.set(dut.touch.valid, touch is not None)
             ctx.set(dut.touch.payload, {"qp": touch or 0, "poke": poke})
             ctx.set(dut.expire.ready, ready)
             _, _, valid, qp = await ctx.tick().sample(dut.expire.valid, dut.expire.payload)
             was_held, held = held, None
             if was_held is not None:
-                assert valid and qp == was_held, "an expiry offered is held until taken"
+                assert valid and qp.qp == was_held, "an expiry offered is held until taken"
             if valid:
+                pk = pokes[qp.qp]
+                if was_held is None and pk != "unknown" and not (pk and pk[1] >= cyc - 1):
+                    # (a poke after the QP was found, by its age, is not marked)
+                    assert qp.poke == (pk is not None), (cyc, pk)
+                qp = qp.qp
                 if was_held is None and pokes[qp] is None:
                     # found in the cycle before it was offered: no touch since the wait began
                     assert cyc - 1 - last[qp] >= wait, (cyc, qp, last[qp])
@@ -83,7 +98,7 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                 elif valid and ready and qp == q:
                     since[q] = cyc
                 elif not backpressure:
-                    assert cyc - since[q] <= bound, f"QP {q} silent with a hole, no expiry"
+                    assert cyc - since[q] <= bound, f"QP {q} busy and silent, no expiry"
                     if isinstance(pokes[q], tuple):
                         assert cyc - pokes[q][1] <= poke_bound, f"QP {q} poked, no expiry"
 
@@ -99,7 +114,7 @@ def test_expiries_within_bounds(num_qps, wait, seed):
 
 @pytest.mark.parametrize("num_qps, wait, seed", [(3, 44, 4), (5, 100, 5)])
 def test_backpressure(num_qps, wait, seed):
-    stats = run(num_qps, wait, seed=seed, backpressure=0.6)
+    stats = run(num_qps, wait, seed=seed, backpressure=0.6, touch_busy=True)
     assert stats["expired"] > 10 and stats["held"] > 5, stats
 
 

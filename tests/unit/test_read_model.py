@@ -132,29 +132,37 @@ def test_hole_of_a_whole_read():
 
 def test_hole_timer():
     """The hole timer of a QP with a hole open asks for the current hole again, from the
-    expected PSN (FIRST right there from then on); with no hole open it does nothing."""
+    expected PSN (FIRST right there from then on); with READs outstanding and no hole it goes
+    back to the expected PSN (go-back-N, unless a poke expired it); with none it does
+    nothing."""
     m = model_with_read()
     m.issue(1, wr_id=8, local_addr=0x9000, remote_va=VA + 4000, rkey=RKEY, length=600,
             first=104, pmtu=256)
     t = m.hole_timer(1)
-    assert (t.verdict, t.ack, t.gap, t.writes) == ("no_hole", None, None, ())
-    assert m.hole_timer(0).verdict == "no_hole" and m.hole_timer(5).verdict == "no_hole"
+    assert (t.verdict, t.ack, t.writes) == ("stall", AckEvent(1, 0x60, 100, 0), ())
+    assert t.gap == Reissue(1, 7, 100, 0, LOCAL, VA, RKEY, 1000, False)
+    assert m.hole_timer(1, poked=True).verdict == "idle"
+    assert m.hole_timer(0).verdict == "idle" and m.hole_timer(5).verdict == "idle"
     assert m.response(1, FIRST, 100, DATA[:256]).verdict == "good"
     hole = m.response(1, MIDDLE, 102, DATA[512:768])             # 101 lost: the hole
     assert hole.gap == Reissue(1, 7, 101, 256, LOCAL + 256, VA + 256, RKEY, 744, True)
     # the hole's request brings 101; 102 is lost: only 103 comes, dropped in the hole
     assert m.response(1, FIRST, 101, DATA[256:512]).verdict == "good"
     assert m.response(1, LAST, 103, DATA[768:1000]).verdict == "gap"
-    t = m.hole_timer(1)
-    assert (t.verdict, t.ack, t.writes) == ("reask", None, ())
-    assert t.gap == Reissue(1, 7, 102, 512, LOCAL + 512, VA + 512, RKEY, 488, True)
+    for poked in (False, True):
+        t = m.hole_timer(1, poked=poked)
+        assert (t.verdict, t.ack, t.writes) == ("reask", None, ())
+        assert t.gap == Reissue(1, 7, 102, 512, LOCAL + 512, VA + 512, RKEY, 488, True)
     assert m.expected(1) == 102 and m.front(1) == 104
     # that request starts FIRST at 102 and fills the hole
     assert m.response(1, FIRST, 102, DATA[512:768]).verdict == "good"
     fill = m.response(1, LAST, 103, DATA[768:1000])
     assert (fill.verdict, fill.ack, fill.done) == ("good", AckEvent(1, 0x1F, 103, 0), (7,))
-    assert m.hole_timer(1).verdict == "no_hole"
-    assert (m.counters["reask"], m.counters["no_hole"]) == (1, 4)
+    for n in range(3):
+        assert m.response(1, (FIRST, MIDDLE, LAST)[n], 104 + n,
+                          DATA[:256] if n < 2 else DATA[:88]).verdict == "good"
+    assert m.hole_timer(1).verdict == "idle"
+    assert (m.counters["reask"], m.counters["stall"], m.counters["idle"]) == (2, 1, 4)
 
 
 def test_pokes():

@@ -362,7 +362,8 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
                              "syndrome": rng.choice([0x1F, 0x03, 0x60, 0x21, 0x62]),
                              "msn": rng.randrange(1 << 24)})
             # (a hole timer's expiry: of any QP, a hole open or not)
-            timers = [t_rng.randrange(QPS) for _ in range(t_rng.choice([0, 0, 1, 2]))]
+            timers = [{"qp": t_rng.randrange(QPS), "poke": int(t_rng.random() < 0.3)}
+                      for _ in range(t_rng.choice([0, 0, 1, 2]))]
             built = [datagram(x["qp"], x["op"], x["psn"], x["payload"], x["syn"], x["msn"])
                      for x in resps]
             mon.taken, mon.counts = [], {"hdr": 0, "ack": 0, "timer": 0}
@@ -385,7 +386,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
                     a = acks[k]
                     outs.append(model.ack(a["qp"], a["syndrome"], a["psn"], a["msn"]))
                 else:
-                    outs.append(model.hole_timer(timers[k]))
+                    outs.append(model.hole_timer(timers[k]["qp"], bool(timers[k]["poke"])))
             want_events = [o for o in outs if o.ack is not None]
             await wait(ctx, lambda: len(mon.events), n_events + len(want_events))
             # (responses placed after a hole have no event, a hole's reissue no acknowledgement:
@@ -397,7 +398,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             # (each response and each expiry restarts its QP's hole timer, in the order taken,
             # or expires it at once: the model's poke)
             assert mon.touches[n_touch:] == [
-                (resps[k]["qp"] if kind == "hdr" else timers[k], int(o.poke))
+                (resps[k]["qp"] if kind == "hdr" else timers[k]["qp"], int(o.poke))
                 for (kind, k), o in zip(mon.taken, outs) if kind != "ack"], \
                 f"round {rnd}: touches"
             got = mon.events[n_events:]
@@ -439,6 +440,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             assert got_bytes == want_bytes, f"round {rnd}: bytes written"
             assert all(any(lo <= a < hi for lo, hi in ranges) for a in got_bytes)
             image.update(got_bytes)
+            assert ctx.get(track.busy) == sum(1 << q for q in range(QPS) if model.outstanding(q))
             for o in outs:
                 seen[o.verdict] += 1
                 seen["poke"] += o.poke
@@ -566,7 +568,7 @@ def test_bad_responses(width):
     mon, _ = run_directed(width, [read], resps, idle=0.3, backpressure=0.3, seed=width)
     assert mon.pulses == {"good": 4, "gap": 1, "duplicate": 1, "unknown": 4, "opcode": 2,
                           "length": 2, "nak": 0, "ack_pass": 0, "ack_gap": 0, "hole": 1,
-                          "ahead": 0, "ack_hold": 0, "reask": 0, "no_hole": 0}
+                          "ahead": 0, "ack_hold": 0, "reask": 0, "idle": 0, "stall": 0}
     assert [(e["syndrome"], e["psn"]) for e, _ in mon.events] == [(0x1F, 100), (0x1F, 103)]
     assert mon.done == [{"qp": 1}]
     assert mon.reissue == [{"qp": 1, "wr_id": 7, "psn": 101, "offset": 256, "length": 744,

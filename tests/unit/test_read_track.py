@@ -2,8 +2,8 @@
 (:mod:`rocegen.sim.models.read_requester`): random issues (new READs, reissues from inside a
 READ or from its first PSN, adds to a full QP or one outside the table), lookups with their
 advance/retire, flushes and per-QP limits (raised, lowered below the READs outstanding,
-clipped), several in one cycle; every lookup's view, the ``full`` vector in every cycle and
-every ``overflow`` pulse are compared with the model's. Directed cases of the limit, worked out
+clipped), several in one cycle; every lookup's view, the ``full`` and ``busy`` vectors in every
+cycle and every ``overflow`` pulse are compared with the model's. Directed cases of the limit, worked out
 by hand."""
 
 import gc
@@ -109,6 +109,9 @@ def run_random(num_qps, max_rd, seed, cycles=4000, *, p_issue=0.5, p_lookup=0.6,
             full = ctx.get(dut.full)
             want = sum(1 << q for q in range(num_qps) if model.full(q))
             assert full == want, f"cycle {cycle}: full {full:#x}, model {want:#x}"
+            busy = ctx.get(dut.busy)
+            want = sum(1 << q for q in range(num_qps) if model.outstanding(q))
+            assert busy == want, f"cycle {cycle}: busy {busy:#x}, model {want:#x}"
             stats["full_seen"] += bool(full)
             ctx.set(dut.lookup.valid, 0)
             ctx.set(dut.lookup.advance, 0)
