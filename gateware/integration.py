@@ -86,6 +86,9 @@ PORT_DOCS = {
                 "write and read rights) and the RNR timer code of its RNR NAKs. Always taken.",
     "resp_cnp_cfg": "The responder's notification point: the shortest time between two CNPs "
                     "of a QP, in cycles (0: a CNP for every packet marked CE). Always taken.",
+    "rd_wait_cfg": "The READ requester's timer: a step in cycles; a QP with READs outstanding "
+                   "that hears no response for 4 steps asks again for its lost response (0: "
+                   "never; after reset, rd_hole_wait). Always taken.",
     "tc_cfg": "The traffic class: DSCP and ECN code point (2 = ECT(0), 0 = not ECN-capable) of "
               "the data packets of QPs opened from then on, and the 802.1Q priority (PCP) of "
               "every frame from the next one (with a VLAN). Always taken.",

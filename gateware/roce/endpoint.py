@@ -37,7 +37,12 @@ from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 from rocegen.gateware.roce.read_flush import ReadFlush
 from rocegen.gateware.roce.read_hole_timer import ReadHoleTimer
 from rocegen.gateware.roce.read_ingress import READ_INGRESS_COUNTERS, ReadIngress
-from rocegen.gateware.roce.read_layouts import MAX_RD_ATOMIC, READ_COUNTERS, check_max_rd
+from rocegen.gateware.roce.read_layouts import (
+    MAX_RD_ATOMIC,
+    READ_COUNTERS,
+    READ_WAIT_CONFIG,
+    check_max_rd,
+)
 from rocegen.gateware.roce.read_place import ReadPlace
 from rocegen.gateware.roce.read_resend import ReadResend
 from rocegen.gateware.roce.read_track import ReadTrack
@@ -190,7 +195,7 @@ class RoceEndpoint(wiring.Component):
         NAK fails the QP. A lost response is asked for again selectively: the rest of its READ
         by a READ request of its own (:class:`~rocegen.gateware.roce.read_resend.ReadResend`),
         and a QP with READs outstanding that has had no response for ``rd_hole_wait``
-        microseconds (default 8; 0: never) asks again
+        microseconds (default 8; 0: never; at run time through ``rd_wait_cfg``) asks again
         (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer`): for its current hole,
         or without one by go-back-N from its oldest missing response. The wait should be
         more than the round trip and the peer's response time (else a hole is asked for
@@ -233,7 +238,9 @@ class RoceEndpoint(wiring.Component):
     :data:`~rocegen.gateware.roce.resp_layouts.RECV_COMPLETION`), ``resp_cfg`` (each QP's
     region and RNR timer code, :data:`~rocegen.gateware.roce.resp_layouts.RESP_CONFIG_WRITE`,
     always taken), ``resp_cnp_cfg`` (the CNP interval,
-    :data:`~rocegen.gateware.roce.resp_layouts.CNP_CONFIG`, always taken). ``tc_cfg``: the
+    :data:`~rocegen.gateware.roce.resp_layouts.CNP_CONFIG`, always taken); with ``reads``,
+    ``rd_wait_cfg`` (the READ timer's step in cycles, a wait of 4 steps,
+    :data:`~rocegen.gateware.roce.read_layouts.READ_WAIT_CONFIG`, always taken). ``tc_cfg``: the
     traffic class (:data:`~rocegen.gateware.roce.layouts.TRAFFIC_CONFIG`: DSCP and ECN of the
     QPs opened from then on, the VLAN priority of every frame from the next one), always taken.
     With ``dcqcn=True``: ``cc_cfg`` (every DCQCN parameter and the bypass,
@@ -348,18 +355,16 @@ class RoceEndpoint(wiring.Component):
             self._rd_place = ReadPlace(width, self.word_addr_bits, acked_writes=memory == "axi4")
             self._rd_ingress = ReadIngress(width, num_qps)
             self._rd_resend = ReadResend(num_qps, depth=16)
-            self._rd_timer = None
             if not isinstance(rd_hole_wait, (int, float)) or isinstance(rd_hole_wait, bool) or \
                     rd_hole_wait < 0:
                 raise ValueError(f"rd_hole_wait must be a non-negative number of microseconds, "
                                  f"not {rd_hole_wait!r}")
-            if rd_hole_wait:
-                wait = round(rd_hole_wait * 1e-6 * clk_hz)
-                try:
-                    self._rd_timer = ReadHoleTimer(num_qps, wait)
-                except ValueError as exc:
-                    raise ValueError(f"rd_hole_wait of {rd_hole_wait} us is {wait} cycles at "
-                                     f"{clk_hz / 1e6:g} MHz: {exc}") from None
+            wait = round(rd_hole_wait * 1e-6 * clk_hz)
+            try:
+                self._rd_timer = ReadHoleTimer(num_qps, wait)
+            except ValueError as exc:
+                raise ValueError(f"rd_hole_wait of {rd_hole_wait} us is {wait} cycles at "
+                                 f"{clk_hz / 1e6:g} MHz: {exc}") from None
         self.responder = bool(responder)
         if resp_region is None:
             resp_region = (0, mem_bytes // 2)
@@ -474,6 +479,8 @@ class RoceEndpoint(wiring.Component):
                             "recv_cpl": Out(stream.Signature(RECV_COMPLETION)),
                             "resp_cfg": In(stream.Signature(RESP_CONFIG_WRITE)),
                             "resp_cnp_cfg": In(stream.Signature(CNP_CONFIG))})
+            if reads:
+                members["rd_wait_cfg"] = In(stream.Signature(READ_WAIT_CONFIG))
         members["mem_w" if memory == "onchip" else "axi"] = \
             self._mem.signature.members["mem_w" if memory == "onchip" else "axi"]
         super().__init__(members)
@@ -657,12 +664,14 @@ class RoceEndpoint(wiring.Component):
         # its READ is asked for again by a request of its own, not by a rewind of the QP)
         resend = m.submodules.read_resend = self._rd_resend
         wiring.connect(m, place.reissue, resend.i)
-        # (a QP with READs outstanding that hears nothing for the hole wait asks again)
-        if self._rd_timer is not None:
-            timer = m.submodules.read_hole_timer = self._rd_timer
-            m.d.comb += timer.busy.eq(track.busy)
-            wiring.connect(m, place.touch, timer.touch)
-            wiring.connect(m, timer.expire, place.timer)
+        # (a QP with READs outstanding that hears nothing for the hole wait asks again; the
+        # wait at run time through rd_wait_cfg)
+        timer = m.submodules.read_hole_timer = self._rd_timer
+        m.d.comb += [timer.busy.eq(track.busy), timer.cfg.valid.eq(self.rd_wait_cfg.valid),
+                     timer.cfg.payload.eq(self.rd_wait_cfg.payload),
+                     self.rd_wait_cfg.ready.eq(1)]
+        wiring.connect(m, place.touch, timer.touch)
+        wiring.connect(m, timer.expire, place.timer)
         m.d.comb += [qps.rsd_qp.eq(resend.ctx_qp), resend.ctx.eq(qps.rsd_context)]
         wiring.connect(m, place.lookup, track.lookup)
         wiring.connect(m, sched.rd_issue, track.issue)

@@ -7,7 +7,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import check_num_qps
-from rocegen.gateware.roce.read_layouts import READ_TOUCH
+from rocegen.gateware.roce.read_layouts import READ_STEP_BITS, READ_TOUCH, READ_WAIT_CONFIG
 
 __all__ = ["ReadHoleTimer", "STEPS", "check_wait"]
 
@@ -19,15 +19,23 @@ _STAMP = 3
 _COOL = 4
 
 
+def min_step(num_qps):
+    """The shortest step of a timer of ``num_qps`` QPs: three steps must outlast a scan."""
+    return num_qps + 8
+
+
 def check_wait(wait, num_qps):
-    """``wait`` (cycles) if it is an integer of at least ``STEPS x (num_qps + 8)``; else
-    ``TypeError`` or ``ValueError`` naming the parameter."""
+    """``wait`` (cycles) if it is 0 (never) or an integer of at least ``STEPS x (num_qps +
+    8)`` whose step fits :data:`READ_STEP_BITS`; else ``TypeError`` or ``ValueError`` naming
+    the parameter."""
     if not isinstance(wait, int) or isinstance(wait, bool):
         raise TypeError(f"wait must be an integer number of cycles, not {wait!r}")
-    least = STEPS * (num_qps + 8)
-    if wait < least:
-        raise ValueError(f"wait must be at least {least} cycles for {num_qps} QPs (a step of "
-                         f"wait / {STEPS} must outlast a scan of every QP), not {wait}")
+    least = STEPS * min_step(num_qps)
+    if wait and wait < least:
+        raise ValueError(f"wait must be 0 or at least {least} cycles for {num_qps} QPs (a step "
+                         f"of wait / {STEPS} must outlast a scan of every QP), not {wait}")
+    if -(-wait // STEPS) >> READ_STEP_BITS:
+        raise ValueError(f"wait must be below {STEPS << READ_STEP_BITS} cycles, not {wait}")
     return wait
 
 
@@ -45,11 +53,15 @@ class ReadHoleTimer(wiring.Component):
     num_qps : int
         QPs (1..256).
     wait : int
-        Cycles of silence after which a busy QP expires (at least ``4 x (num_qps + 8)``): the
-        round trip and the peer's response time, with margin.
+        Cycles of silence after which a busy QP expires, after reset (0: never, else at least
+        ``4 x (num_qps + 8)``): the round trip and the peer's response time, with margin.
 
     Ports
     -----
+    cfg : In(stream.Signature(READ_WAIT_CONFIG, always_ready=True))
+        The step from the next cycle on: ``step`` cycles, a wait of 4 steps (0: never; a step
+        below ``num_qps + 8`` counts as that). The step under way ends at the old step or the
+        new one, whichever comes first.
     busy : In(num_qps)
         Bit ``q``: QP ``q`` has a READ outstanding
         (:class:`~rocegen.gateware.roce.read_track.ReadTrack` ``busy``).
@@ -62,7 +74,7 @@ class ReadHoleTimer(wiring.Component):
 
     Behaviour
     ---------
-    Time goes in steps of ``ceil(wait / 4)`` cycles; a touch stamps the QP with the step count
+    Time goes in steps of ``ceil(wait / 4)`` cycles (``cfg``); a touch stamps the QP with the step count
     (3 bits, in distributed RAM), and so does the scan, passing a QP that is not busy, in a
     cycle without a touch (a QP that gets a READ starts from a stamp at most a scan old). A scan
     visits one QP per cycle and offers it on ``expire`` when it is busy and was poked or its
@@ -79,9 +91,10 @@ class ReadHoleTimer(wiring.Component):
         check_num_qps(num_qps)
         check_wait(wait, num_qps)
         self.num_qps, self.wait = num_qps, wait
-        #: Cycles per step.
+        #: Cycles per step after reset.
         self.step = -(-wait // STEPS)
         super().__init__({
+            "cfg": In(stream.Signature(READ_WAIT_CONFIG, always_ready=True)),
             "busy": In(num_qps),
             "touch": In(stream.Signature(READ_TOUCH, always_ready=True)),
             "expire": Out(stream.Signature(READ_TOUCH)),
@@ -91,8 +104,14 @@ class ReadHoleTimer(wiring.Component):
         m = Module()
         n = self.num_qps
         qw = max(1, (n - 1).bit_length())
-        div, now = Signal(range(self.step)), Signal(_STAMP)
-        with m.If(div == self.step - 1):
+        least = min_step(n)
+        step = Signal(READ_STEP_BITS, init=self.step)
+        with m.If(self.cfg.valid):
+            m.d.sync += step.eq(Mux(self.cfg.payload.step == 0, 0,
+                                    Mux(self.cfg.payload.step < least, least,
+                                        self.cfg.payload.step)))
+        div, now = Signal(READ_STEP_BITS), Signal(_STAMP)
+        with m.If(div + 1 >= step):
             m.d.sync += [div.eq(0), now.eq(now + 1)]
         with m.Else():
             m.d.sync += div.eq(div + 1)
@@ -111,7 +130,7 @@ class ReadHoleTimer(wiring.Component):
                      self.expire.payload.poke.eq(pend_poke)]
         # (a QP touched in this very cycle is passed over: its stamp is being renewed)
         is_open = self.busy.bit_select(scan, 1)
-        found = ~pend & (cool == 0) & is_open & \
+        found = ~pend & (cool == 0) & is_open & (step != 0) & \
             (poked.bit_select(scan, 1) | old & ~(t.valid & (tq == scan)))
         onehot = Cat(*(scan == k for k in range(n)))
         set_vec = Mux(t.valid & t.payload.poke, Cat(*(tq == k for k in range(n))), 0)

@@ -16,7 +16,8 @@ __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_
            "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
            "ReadLookupSignature", "READ_NAK_STATUS", "OP_READ_FIRST", "OP_READ_MIDDLE",
            "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd",
-           "READ_LIMIT", "READ_HOLE", "READ_HOLES", "READ_NEXT_HOLE", "READ_TOUCH"]
+           "READ_LIMIT", "READ_HOLE", "READ_HOLES", "READ_NEXT_HOLE", "READ_TOUCH",
+           "READ_WAIT_CONFIG", "READ_STEP_BITS"]
 
 #: Most READs a QP may have outstanding (``max_rd_atomic``; ConnectX offers 16).
 MAX_RD_ATOMIC = 16
@@ -170,6 +171,13 @@ READ_RESP_HEADER = data.StructLayout({
     "length": LENGTH_BITS,
     "skip": 7,
 })
+
+#: Bits of the READ timer's step (:data:`READ_WAIT_CONFIG`).
+READ_STEP_BITS = 24
+
+#: The READ timer's step at run time: ``step`` cycles (a QP expires after 4 to 5 steps of
+#: silence; 0: never).
+READ_WAIT_CONFIG = data.StructLayout({"step": READ_STEP_BITS})
 
 #: A QP's hole timer restarts (a response or an expiry of it was decided), or (``poke``) expires
 #: at once.

@@ -322,11 +322,20 @@ READ_LOSS = 0.01
 READ_RUN_BYTES = 4 * MIB
 
 
+def read_hole_wait(rtt_us):
+    """The READ requester's timer of a run (``hole_wait_us``, set through ``rd_wait_cfg``): twice
+    the round trip and 3 us, beyond the silence a QP with READs outstanding meets when nothing
+    is lost (a round trip, the host model's answer delay of up to 2 us and a response)."""
+    return 2 * rtt_us + 3
+
+
 def read_run(test, size, pmtu, total, *, outstanding=16, rtt_us=0, loss=0.0, seed=13, **extra):
     """One run of the READ batch (``test``: responder, latency, requester or loss)."""
     return {"kind": "read", "test": test, "qps": 1, "pmtu": pmtu, "bytes": total, "size": size,
             "opcode": "READ", "line_gbps": LINE_GBPS, "outstanding": outstanding,
-            "rtt_us": rtt_us, "loss": loss, "seed": seed, **extra}
+            "rtt_us": rtt_us, "loss": loss, "seed": seed,
+            **({"hole_wait_us": read_hole_wait(rtt_us)} if test in ("requester", "loss") else {}),
+            **extra}
 
 
 def read_timeout(outstanding, size, rtt_us, line_gbps=LINE_GBPS):

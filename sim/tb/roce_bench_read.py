@@ -118,6 +118,10 @@ async def read_run(env, run, n):
     test = run["test"]
     timeout = timeout_code(run)
     env.mac.clear_sent()
+    if run.get("hole_wait_us") is not None:
+        # (the READ requester's timer for the run's round trip: 4 steps)
+        cycles = run["hole_wait_us"] * board_clock_mhz(W)
+        await env.rdwait.send({"step": -(-round(cycles) // 4)})
     await open_for_reads(env, 0, pmtu=run["pmtu"], psn=env.rng.getrandbits(24), timeout=timeout)
     if test in ("responder", "latency"):
         await fill_region(env, 0)

@@ -63,6 +63,7 @@ from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.read_layouts import READ_WAIT_CONFIG
 from rocegen.gateware.roce.resp_layouts import (
     RECV_COMPLETION,
     RECV_POST,
@@ -185,6 +186,9 @@ class RespEnv:
         self.gen = RecordDriver(dut, "gen", GEN_CONFIG)
         self.recv = RecordDriver(dut, "recv", RECV_POST)
         self.respcfg = RecordDriver(dut, "respcfg", RESP_CONFIG_WRITE)
+        #: the READ requester's timer (``rd_wait_cfg``), in a build with READs
+        self.rdwait = RecordDriver(dut, "rdwait", READ_WAIT_CONFIG) \
+            if hasattr(dut, "rdwait_valid") else None
         self.cpl = RecordCollector(dut, "cpl", COMPLETION, width=W)
         self.rcpl = RecordCollector(dut, "rcpl", RECV_COMPLETION, width=W,
                                     backpressure=self.backpressure,

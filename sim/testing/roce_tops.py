@@ -11,6 +11,7 @@ from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS, RoceEndpoint
 from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from rocegen.gateware.roce.read_layouts import READ_WAIT_CONFIG
 from rocegen.gateware.roce.resp_layouts import RECV_COMPLETION, RECV_POST, RESP_CONFIG_WRITE
 from rocegen.gateware.roce.responder import Responder
 from rocegen.gateware.roce.stream_in import STREAM_META
@@ -122,7 +123,8 @@ class EndpointTop(wiring.Component):
     * with ``responder=True``, the responder's receive completions, ring ``rcpl_cap``
       (:data:`~rocegen.gateware.roce.resp_layouts.RECV_COMPLETION` entries, ports
       ``rcpl_count``, ``rcpl_rd``, ``rcpl_bp_threshold``, ``rcpl_bp_seed``); its receive
-      buffers and region writes are the record inputs ``recv`` and ``respcfg``.
+      buffers and region writes are the record inputs ``recv`` and ``respcfg`` (with
+      ``reads``, the READ timer's step ``rdwait``).
 
     ``cycle`` counts clock edges since the simulation started; ``rx_last_cycle`` is its value
     at the last beat of the most recent frame into ``s_axis``, ``rx_frames`` counts them.
@@ -182,6 +184,8 @@ class EndpointTop(wiring.Component):
                             "rcpl_count": Out(32), "rcpl_rd": In(32),
                             "rcpl_bp_threshold": In(16), "rcpl_bp_seed": In(32),
                             **record_members("respcfg", RESP_CONFIG_WRITE, sink=True)})
+            if ep.reads:
+                members.update(record_members("rdwait", READ_WAIT_CONFIG, sink=True))
         if memory == "onchip":
             members.update(record_members("memw", ep.mem_w.payload.shape(), sink=True))
         else:
@@ -249,6 +253,8 @@ class EndpointTop(wiring.Component):
         if ep.responder:
             connect_record(m, self, "recv", ep.recv, sink=True)
             connect_record(m, self, "respcfg", ep.resp_cfg, sink=True)
+            if ep.reads:
+                connect_record(m, self, "rdwait", ep.rd_wait_cfg, sink=True)
             rc = m.submodules.rcpl_cap = StreamCapture(data.Layout.cast(RECV_COMPLETION).size,
                                                        RCPL_CAPTURE)
             m.d.comb += [

@@ -15,12 +15,15 @@ COOL = 4        # the scan's pause after an expiry is taken, as documented
 
 
 def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p_flip=0.002,
-        p_poke=0.1, touch_busy=False):
+        p_poke=0.1, touch_busy=False, cfg_step=None):
     """``touch_busy``: a QP that gets busy is touched then (else the scan's renewal of an idle
-    QP's stamp is what the bounds count from)."""
+    QP's stamp is what the bounds count from); ``cfg_step``: the step set through ``cfg`` in
+    the first cycle (the wait: 4 steps)."""
     rng = random.Random(seed)
     dut = ReadHoleTimer(num_qps, wait)
     step = -(-wait // STEPS)
+    if cfg_step is not None:
+        step, wait = cfg_step, STEPS * cfg_step
     bound = (STEPS + 1) * step + num_qps * (COOL + 2) + 2   # (with no backpressure)
     poke_bound = num_qps * (COOL + 2) + 4
     # (an idle QP's stamp is renewed as the scan passes it: within a pass or two, a touch of
@@ -38,6 +41,11 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
         # per QP: None, ("set", cycle of the poke) or "unknown" (its hole closed since: a scan
         # may or may not have cleared it)
         pokes = [None] * num_qps
+        if cfg_step is not None:
+            ctx.set(dut.cfg.payload, {"step": cfg_step})
+            ctx.set(dut.cfg.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.cfg.valid, 0)
         for cyc in range(cycles):
             touch, poke = None, False
             if echo is not None:
@@ -74,6 +82,7 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
             was_held, held = held, None
             if was_held is not None:
                 assert valid and qp.qp == was_held, "an expiry offered is held until taken"
+            assert not (valid and cfg_step == 0), "a timer set to never expired"
             if valid:
                 pk = pokes[qp.qp]
                 if was_held is None and pk != "unknown" and not (pk and pk[1] >= cyc - 1):
@@ -97,7 +106,7 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                     since[q] = cyc
                 elif valid and ready and qp == q:
                     since[q] = cyc
-                elif not backpressure:
+                elif not backpressure and step:
                     assert cyc - since[q] <= bound, f"QP {q} busy and silent, no expiry"
                     if isinstance(pokes[q], tuple):
                         assert cyc - pokes[q][1] <= poke_bound, f"QP {q} poked, no expiry"
@@ -112,6 +121,15 @@ def test_expiries_within_bounds(num_qps, wait, seed):
     assert stats["expired"] > 10 and stats["poked"] > 10, stats
 
 
+def test_step_at_run_time():
+    """The step set through ``cfg`` (longer, and shorter, than after reset), and 0: never."""
+    for cfg_step, seed in ((60, 6), (12, 7)):
+        stats = run(3, 200, seed=seed, cfg_step=cfg_step)
+        assert stats["expired"] > 10, stats
+    stats = run(3, 44, seed=8, cfg_step=0, cycles=5_000)
+    assert stats["expired"] == 0 and stats["poked"] > 0, stats
+
+
 @pytest.mark.parametrize("num_qps, wait, seed", [(3, 44, 4), (5, 100, 5)])
 def test_backpressure(num_qps, wait, seed):
     stats = run(num_qps, wait, seed=seed, backpressure=0.6, touch_busy=True)
@@ -120,8 +138,11 @@ def test_backpressure(num_qps, wait, seed):
 
 def test_parameters():
     assert check_wait(4 * 9, 1) == 36
-    raises(ValueError, r"wait must be at least 36 cycles for 1 QPs", lambda: ReadHoleTimer(1, 35))
+    assert check_wait(0, 1) == 0
+    raises(ValueError, r"wait must be 0 or at least 36 cycles for 1 QPs",
+           lambda: ReadHoleTimer(1, 35))
     raises(ValueError, r"at least 1056 cycles for 256 QPs", lambda: ReadHoleTimer(256, 1000))
+    raises(ValueError, r"wait must be below 67108864 cycles", lambda: ReadHoleTimer(1, 1 << 26 + 1))
     raises(TypeError, r"wait must be an integer number of cycles, not 40.0",
            lambda: ReadHoleTimer(1, 40.0))
     raises(ValueError, r"num_qps", lambda: ReadHoleTimer(0, 100))
