@@ -266,9 +266,12 @@ class ReadDecide(wiring.Component):
         good = verdict == ReadVerdict.GOOD
         hole_v = verdict == ReadVerdict.HOLE
         reask = verdict == ReadVerdict.REASK
-        own = hole_v | reask                    # a request the requester sends itself
+        stall = verdict == ReadVerdict.STALL
+        # (a request the requester sends itself; a STALL again: the go-back-N before did not
+        # bring the head READ's response, its NAK ignored as a repeat or its request lost)
+        own = hole_v | reask | stall & self.inp.again
         gap = (verdict == ReadVerdict.GAP) & ~v.open | (verdict == ReadVerdict.ACK_GAP) | \
-            (verdict == ReadVerdict.STALL)
+            stall & ~self.inp.again
         queued = v.qn != 0
         m.d.comb += [
             self.place.write.eq(good | (hole_v & (s.use_b | s.use_c)) |

@@ -7,7 +7,12 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import check_num_qps
-from rocegen.gateware.roce.read_layouts import READ_STEP_BITS, READ_TOUCH, READ_WAIT_CONFIG
+from rocegen.gateware.roce.read_layouts import (
+    READ_EXPIRE,
+    READ_STEP_BITS,
+    READ_TOUCH,
+    READ_WAIT_CONFIG,
+)
 
 __all__ = ["ReadHoleTimer", "STEPS", "check_wait"]
 
@@ -69,8 +74,9 @@ class ReadHoleTimer(wiring.Component):
         A response of QP ``qp`` came, or its expiry was taken: its wait starts again; with
         ``poke``, the QP expires now instead (later touches do not undo it; an expiry taken,
         or a scan that finds the QP not busy, does).
-    expire : Out(stream.Signature(READ_TOUCH))
-        A busy QP whose wait is over (``poke``: it was poked), held until taken.
+    expire : Out(stream.Signature(READ_EXPIRE))
+        A busy QP whose wait is over (``poke``: it was poked; ``again``: it expired before
+        and had no touch but that expiry's since), held until taken.
 
     Behaviour
     ---------
@@ -97,7 +103,7 @@ class ReadHoleTimer(wiring.Component):
             "cfg": In(stream.Signature(READ_WAIT_CONFIG, always_ready=True)),
             "busy": In(num_qps),
             "touch": In(stream.Signature(READ_TOUCH, always_ready=True)),
-            "expire": Out(stream.Signature(READ_TOUCH)),
+            "expire": Out(stream.Signature(READ_EXPIRE)),
         })
 
     def elaborate(self, platform):
@@ -124,10 +130,11 @@ class ReadHoleTimer(wiring.Component):
 
         scan, cool = Signal(range(n)), Signal(range(_COOL + 1))
         pend, old = Signal(), Signal()
-        pend_poke = Signal()
+        pend_poke, pend_again, again = Signal(), Signal(), Signal(n)
         m.d.comb += [rd.addr.eq(scan), old.eq((now - rd.data)[:_STAMP] > STEPS),
                      self.expire.valid.eq(pend), self.expire.payload.qp.eq(scan),
-                     self.expire.payload.poke.eq(pend_poke)]
+                     self.expire.payload.poke.eq(pend_poke),
+                     self.expire.payload.again.eq(pend_again)]
         # (a QP touched in this very cycle is passed over: its stamp is being renewed)
         is_open = self.busy.bit_select(scan, 1)
         found = ~pend & (cool == 0) & is_open & (step != 0) & \
@@ -144,13 +151,19 @@ class ReadHoleTimer(wiring.Component):
         # poke in that cycle: it came from a decision before the expiry's)
         clear = (pend & self.expire.ready) | (~pend & (cool == 0) & ~is_open)
         m.d.sync += poked.eq((poked | set_vec) & ~Mux(clear, onehot, 0))
+        # (an expiry taken sets ``again``; a response's touch, or a scan that finds the QP not
+        # busy, clears it)
+        touched = Mux(t.valid & ~t.payload.expiry, Cat(*(tq == k for k in range(n))), 0)
+        m.d.sync += again.eq((again | Mux(pend & self.expire.ready, onehot, 0)) & ~touched &
+                             ~Mux(~pend & (cool == 0) & ~is_open, onehot, 0))
         with m.If(pend):
             with m.If(self.expire.ready):
                 m.d.sync += [pend.eq(0), cool.eq(_COOL)]
         with m.Elif(cool != 0):
             m.d.sync += cool.eq(cool - 1)
         with m.Elif(found):
-            m.d.sync += [pend.eq(1), pend_poke.eq(poked.bit_select(scan, 1))]
+            m.d.sync += [pend.eq(1), pend_poke.eq(poked.bit_select(scan, 1)),
+                         pend_again.eq(again.bit_select(scan, 1))]
         with m.Else():
             m.d.sync += scan.eq(Mux(scan == n - 1, 0, scan + 1))
         return m

@@ -16,7 +16,7 @@ __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_
            "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
            "ReadLookupSignature", "READ_NAK_STATUS", "OP_READ_FIRST", "OP_READ_MIDDLE",
            "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd",
-           "READ_LIMIT", "READ_HOLE", "READ_HOLES", "READ_NEXT_HOLE", "READ_TOUCH",
+           "READ_LIMIT", "READ_HOLE", "READ_HOLES", "READ_NEXT_HOLE", "READ_TOUCH", "READ_EXPIRE",
            "READ_WAIT_CONFIG", "READ_STEP_BITS"]
 
 #: Most READs a QP may have outstanding (``max_rd_atomic``; ConnectX offers 16).
@@ -71,7 +71,8 @@ class ReadVerdict(enum.Enum, shape=4):
     REASK = 12      # the hole timer expired with a hole open: the current hole asked for again
     IDLE = 13       # the hole timer expired with no READ outstanding (all done meanwhile): nothing
     STALL = 14      # the hole timer expired with READs outstanding and no hole open: a gap at the
-                    # expected PSN (go-back-N, as ACK_GAP)
+                    # expected PSN (go-back-N, as ACK_GAP); again with no response since: the
+                    # head READ asked for again from there by a request of its own
 
 
 #: Pulse outputs, one per :class:`ReadVerdict`.
@@ -179,14 +180,19 @@ READ_STEP_BITS = 24
 #: silence; 0: never).
 READ_WAIT_CONFIG = data.StructLayout({"step": READ_STEP_BITS})
 
-#: A QP's hole timer restarts (a response or an expiry of it was decided), or (``poke``) expires
-#: at once.
-READ_TOUCH = data.StructLayout({"qp": 8, "poke": 1})
+#: A QP's hole timer restarts (a response, or ``expiry``: an expiry of it, was decided), or
+#: (``poke``) expires at once.
+READ_TOUCH = data.StructLayout({"qp": 8, "poke": 1, "expiry": 1})
+
+#: A QP's hole timer expired: by a poke (``poke``), and (``again``) with no response since its
+#: last expiry.
+READ_EXPIRE = data.StructLayout({"qp": 8, "poke": 1, "again": 1})
 
 #: What the READ placement's intake takes: a response's headers, an acknowledgement
 #: (``is_ack``) or the expiry of a QP's hole timer (``is_timer``, the QP in ``h.qp``;
-#: ``poked``: by a poke, not by silence).
-READ_INPUT = data.StructLayout({"is_ack": 1, "is_timer": 1, "poked": 1, "h": READ_RESP_HEADER})
+#: ``poked``: by a poke, not by silence; ``again``: no response since its last expiry).
+READ_INPUT = data.StructLayout({"is_ack": 1, "is_timer": 1, "poked": 1, "again": 1,
+                                "h": READ_RESP_HEADER})
 
 #: An event waiting for the payload writes before it: the acknowledgement for the retry engine
 #: (none when ``quiet``), the READs it completes (``ndone``), whether it asks for a reissue

@@ -14,6 +14,7 @@ from rocegen.gateware.roce.read_layouts import (
     READ_COUNTERS,
     READ_DONE,
     READ_EVENT,
+    READ_EXPIRE,
     READ_INPUT,
     READ_REISSUE,
     READ_RESP_HEADER,
@@ -74,8 +75,9 @@ class ReadPlace(wiring.Component):
         before the payload.
     ack_in : In(stream.Signature(ACK_EVENT))
         The acknowledgements (ACKNOWLEDGE packets) of the receive path.
-    timer : In(stream.Signature(READ_TOUCH))
-        QPs whose hole timer expired (``poke``: by a poke)
+    timer : In(stream.Signature(READ_EXPIRE))
+        QPs whose hole timer expired (``poke``: by a poke; ``again``: with no response since
+        the last expiry)
         (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer` ``expire``): with a hole
         open, the current hole is asked for again (REASK); with READs outstanding and no hole,
         go-back-N from the expected PSN (STALL); else nothing (IDLE).
@@ -135,7 +137,7 @@ class ReadPlace(wiring.Component):
             "i": In(PacketSignature(width)),
             "hdr": In(stream.Signature(READ_RESP_HEADER)),
             "ack_in": In(stream.Signature(ACK_EVENT)),
-            "timer": In(stream.Signature(READ_TOUCH)),
+            "timer": In(stream.Signature(READ_EXPIRE)),
             "touch": Out(stream.Signature(READ_TOUCH, always_ready=True)),
             "lookup": Out(ReadLookupSignature()),
             "o": Out(MemWriteSignature(width, addr_width)),
@@ -170,6 +172,7 @@ class ReadPlace(wiring.Component):
         m.d.sync += l1_valid.eq(take_tmr | take_ack | take_hdr)
         with m.If(take_tmr):
             m.d.sync += [l1.is_ack.eq(0), l1.is_timer.eq(1), l1.poked.eq(tmr.payload.poke),
+                         l1.again.eq(tmr.payload.again),
                          l1.h.eq(0), l1.h.qp.eq(tmr.payload.qp)]
         with m.Elif(take_ack):
             a = ack_in.payload
@@ -183,7 +186,8 @@ class ReadPlace(wiring.Component):
         resp = l1_valid & ~l1.is_ack & ~l1.is_timer
         # (a QP's hole timer restarts on each of its responses, and when it expires)
         m.d.comb += [self.touch.valid.eq(l1_valid & ~l1.is_ack),
-                     self.touch.payload.qp.eq(l1.h.qp), self.touch.payload.poke.eq(dec.poke)]
+                     self.touch.payload.qp.eq(l1.h.qp), self.touch.payload.poke.eq(dec.poke),
+                     self.touch.payload.expiry.eq(l1.is_timer)]
         decided = Signal(SEQ_BITS)          # responses decided, ever
         m.d.sync += decided.eq(decided + resp)
         ev = Signal(READ_EVENT)

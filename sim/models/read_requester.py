@@ -101,7 +101,10 @@ nothing. With READs outstanding and no
 hole open (a request lost at the end of a burst, or the peer's NAK of a lost request lost: no
 later response or request shows it) ``stall``: the gap of the head READ (the NAK PSN sequence
 error of ``e`` and the reissue, go-back-N), as ``ack_gap``; the retry engine ignores it when it
-repeats the NAK of the rewind under way with no progress since.
+repeats the NAK of the rewind under way with no progress since. So a ``stall`` again, with no
+response since the timer's last expiry (that go-back-N brought nothing: its NAK was ignored, or
+its request was lost), asks for the rest of the head READ from ``e`` by a request of its own
+(``send``), with no event for the retry engine.
 
 Some outcomes expire the QP's hole timer at once (``poke``), where a response shows a loss in
 a hole's request that nothing else would ask for again: a response in the current hole after
@@ -553,13 +556,16 @@ class ReadRequesterModel:
             ack = AckEvent(qp, SYN_ACK, (r - 1) % PSN_MOD, h.msn)
         return ack, tuple(read.wr_id for read in left), None, False
 
-    def hole_timer(self, qp, poked=False):
+    def hole_timer(self, qp, poked=False, again=False):
         """The hole timer of ``qp`` expired (module documentation); ``poked``: by a poke (only
-        a hole is asked for again then)."""
+        a hole is asked for again then); ``again``: with no response since its last expiry."""
         if not 0 <= qp < self.num_qps or not self.qps[qp].reads or \
                 poked and self.qps[qp].hole is None:
             return self._count(Outcome("idle"))
         q = self.qps[qp]
+        if q.hole is None and again:
+            _, reissue = self._gap(qp, send=True)
+            return self._count(Outcome("stall", gap=reissue))
         if q.hole is None:
             e, reissue = self._gap(qp)
             return self._count(Outcome("stall", ack=AckEvent(qp, NAK_PSN_SEQ, e, 0), gap=reissue))

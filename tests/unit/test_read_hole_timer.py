@@ -29,7 +29,7 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
     # (an idle QP's stamp is renewed as the scan passes it: within a pass or two, a touch of
     # another QP taking the write port; the scan pauses for each expiry)
     renew = 3 * num_qps * (COOL + 2) + 4
-    stats = {"expired": 0, "held": 0, "poked": 0}
+    stats = {"expired": 0, "held": 0, "poked": 0, "again": 0}
 
     async def bench(ctx):
         holes = [False] * num_qps       # busy
@@ -41,15 +41,19 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
         # per QP: None, ("set", cycle of the poke) or "unknown" (its hole closed since: a scan
         # may or may not have cleared it)
         pokes = [None] * num_qps
+        # per QP: whether an expiry was taken with no response's touch since (None: its busy
+        # dropped since, a scan may or may not have cleared it)
+        again = [False] * num_qps
+        echoed = False
         if cfg_step is not None:
             ctx.set(dut.cfg.payload, {"step": cfg_step})
             ctx.set(dut.cfg.valid, 1)
             await ctx.tick()
             ctx.set(dut.cfg.valid, 0)
         for cyc in range(cycles):
-            touch, poke = None, False
+            touch, poke, echoed = None, False, False
             if echo is not None:
-                touch, echo = echo, None
+                touch, echo, echoed = echo, None, True
             elif opening is not None:
                 holes[opening] = True
                 opening = None
@@ -67,6 +71,7 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                     holes[q] = False
                     if pokes[q] is not None:
                         pokes[q] = "unknown"
+                    again[q] = None
                 else:
                     opening = q
                     if touch_busy:
@@ -76,13 +81,16 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
             ready = rng.random() >= backpressure
             ctx.set(dut.busy, sum(1 << q for q in range(num_qps) if holes[q]))
             ctx.set(dut.touch.valid, touch is not None)
-            ctx.set(dut.touch.payload, {"qp": touch or 0, "poke": poke})
+            ctx.set(dut.touch.payload, {"qp": touch or 0, "poke": poke, "expiry": echoed})
             ctx.set(dut.expire.ready, ready)
             _, _, valid, qp = await ctx.tick().sample(dut.expire.valid, dut.expire.payload)
             was_held, held = held, None
             if was_held is not None:
                 assert valid and qp.qp == was_held, "an expiry offered is held until taken"
             assert not (valid and cfg_step == 0), "a timer set to never expired"
+            if valid and was_held is None and again[qp.qp] is not None:
+                assert qp.again == again[qp.qp], (cyc, qp.qp, again[qp.qp])
+            again_before = valid and qp.again
             if valid:
                 pk = pokes[qp.qp]
                 if was_held is None and pk != "unknown" and not (pk and pk[1] >= cyc - 1):
@@ -94,6 +102,9 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                     assert cyc - 1 - last[qp] >= wait, (cyc, qp, last[qp])
                 if ready:
                     pokes[qp] = None
+                    # (taken when no longer busy: a scan may clear it before it is busy again)
+                    again[qp] = True if holes[qp] else None
+                    stats["again"] += again_before
                     stats["expired"] += 1
                     echo = qp
                 else:
@@ -101,6 +112,8 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
                     stats["held"] += 1
             if touch is not None:
                 last[touch] = since[touch] = cyc
+                if not echoed:
+                    again[touch] = False
             for q in range(num_qps):
                 if not holes[q] or opening == q:
                     since[q] = cyc
@@ -118,7 +131,7 @@ def run(num_qps, wait, *, seed, cycles=20_000, backpressure=0.0, p_touch=0.02, p
 @pytest.mark.parametrize("num_qps, wait, seed", [(1, 36, 1), (3, 44, 2), (8, 200, 3)])
 def test_expiries_within_bounds(num_qps, wait, seed):
     stats = run(num_qps, wait, seed=seed)
-    assert stats["expired"] > 10 and stats["poked"] > 10, stats
+    assert stats["expired"] > 10 and stats["poked"] > 10 and stats["again"] > 3, stats
 
 
 def test_step_at_run_time():

@@ -142,6 +142,10 @@ def test_hole_timer():
     assert (t.verdict, t.ack, t.writes) == ("stall", AckEvent(1, 0x60, 100, 0), ())
     assert t.gap == Reissue(1, 7, 100, 0, LOCAL, VA, RKEY, 1000, False)
     assert m.hole_timer(1, poked=True).verdict == "idle"
+    # (again, with no response since: the go-back-N brought nothing; a request of its own)
+    t = m.hole_timer(1, again=True)
+    assert (t.verdict, t.ack) == ("stall", None)
+    assert t.gap == Reissue(1, 7, 100, 0, LOCAL, VA, RKEY, 1000, True)
     assert m.hole_timer(0).verdict == "idle" and m.hole_timer(5).verdict == "idle"
     assert m.response(1, FIRST, 100, DATA[:256]).verdict == "good"
     hole = m.response(1, MIDDLE, 102, DATA[512:768])             # 101 lost: the hole
@@ -162,7 +166,7 @@ def test_hole_timer():
         assert m.response(1, (FIRST, MIDDLE, LAST)[n], 104 + n,
                           DATA[:256] if n < 2 else DATA[:88]).verdict == "good"
     assert m.hole_timer(1).verdict == "idle"
-    assert (m.counters["reask"], m.counters["stall"], m.counters["idle"]) == (2, 1, 4)
+    assert (m.counters["reask"], m.counters["stall"], m.counters["idle"]) == (2, 2, 4)
 
 
 def test_pokes():

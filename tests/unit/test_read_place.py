@@ -362,7 +362,8 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
                              "syndrome": rng.choice([0x1F, 0x03, 0x60, 0x21, 0x62]),
                              "msn": rng.randrange(1 << 24)})
             # (a hole timer's expiry: of any QP, a hole open or not)
-            timers = [{"qp": t_rng.randrange(QPS), "poke": int(t_rng.random() < 0.3)}
+            timers = [{"qp": t_rng.randrange(QPS), "poke": int(t_rng.random() < 0.3),
+                       "again": int(t_rng.random() < 0.3)}
                       for _ in range(t_rng.choice([0, 0, 1, 2]))]
             built = [datagram(x["qp"], x["op"], x["psn"], x["payload"], x["syn"], x["msn"])
                      for x in resps]
@@ -386,7 +387,8 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
                     a = acks[k]
                     outs.append(model.ack(a["qp"], a["syndrome"], a["psn"], a["msn"]))
                 else:
-                    outs.append(model.hole_timer(timers[k]["qp"], bool(timers[k]["poke"])))
+                    t = timers[k]
+                    outs.append(model.hole_timer(t["qp"], bool(t["poke"]), bool(t["again"])))
             want_events = [o for o in outs if o.ack is not None]
             await wait(ctx, lambda: len(mon.events), n_events + len(want_events))
             # (responses placed after a hole have no event, a hole's reissue no acknowledgement:
