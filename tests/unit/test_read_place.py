@@ -268,32 +268,21 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             else:
                 await ctx.tick()
 
-    async def drive_hdrs(ctx):
-        seen_round, r = -1, random.Random(seed + 3)
-        while not state["over"]:
-            if state["round"] > seen_round:
-                seen_round = state["round"]
-                await send_records(ctx, place.hdr, state["hdrs"], r, idle)
-            else:
-                await ctx.tick()
+    def record_driver(port, key, rng_seed, p_idle):
+        """A testbench sending each round's records ``state[key]`` on ``port``."""
+        async def drive(ctx):
+            seen_round, r = -1, random.Random(rng_seed)
+            while not state["over"]:
+                if state["round"] > seen_round:
+                    seen_round = state["round"]
+                    await send_records(ctx, port, state[key], r, p_idle)
+                else:
+                    await ctx.tick()
+        return drive
 
-    async def drive_acks(ctx):
-        seen_round, r = -1, random.Random(seed + 4)
-        while not state["over"]:
-            if state["round"] > seen_round:
-                seen_round = state["round"]
-                await send_records(ctx, place.ack_in, state["acks"], r, 0.9)
-            else:
-                await ctx.tick()
-
-    async def drive_timers(ctx):
-        seen_round, r = -1, random.Random(seed + 5)
-        while not state["over"]:
-            if state["round"] > seen_round:
-                seen_round = state["round"]
-                await send_records(ctx, place.timer, state["timers"], r, 0.95)
-            else:
-                await ctx.tick()
+    drive_hdrs = record_driver(place.hdr, "hdrs", seed + 3, idle)
+    drive_acks = record_driver(place.ack_in, "acks", seed + 4, 0.9)
+    drive_timers = record_driver(place.timer, "timers", seed + 5, 0.95)
 
     async def wait(ctx, get, target):
         while get() != target:
