@@ -89,11 +89,11 @@ class ReadDecide(wiring.Component):
         0x1F, its PSN and MSN; ``ndone`` 1 on the READ's last); for the response that fills a
         hole, the ACK of the PSN before the front (or, responses after the front lost, the NAK
         PSN sequence error of the front) with the hole's MSN and ``ndone`` the READs before
-        the front; the NAK PSN sequence error of the expected PSN for a go-back-N gap (and STALL)
-        (``gap``: ``offset``, ``rest``, ``va`` of the reissue of the head READ); for HOLE and
-        REASK the reissue alone (``quiet``, ``gap``, ``send``; REASK: the head READ's rest from
-        the expected PSN, where the hole's request now starts); the NAK of a response whose AETH is not
-        an ACK (0x61..0x63 as they are, any other as 0x63); an acknowledgement that passes
+        the front; the NAK PSN sequence error of the expected PSN for a go-back-N gap and a
+        STALL (``gap``: ``offset``, ``rest``, ``va`` of the reissue of the head READ); for
+        HOLE, REASK and a STALL ``again`` the reissue alone (``quiet``, ``gap``, ``send``;
+        REASK and STALL: the head READ's rest from the expected PSN); the NAK of a response
+        whose AETH is not an ACK (0x61..0x63 as they are, any other as 0x63); an acknowledgement that passes
         unchanged. None for the others.
 
     Behaviour: no state; PSN comparisons modulo 2^24 (serial); the path MTU of each READ's entry
