@@ -74,7 +74,7 @@ PMTU_MAX = 4096
 #: RETH 16, ImmDt 4, ICRC 4.
 IP_MTU = PMTU_MAX + 64
 #: Default hole wait of the READ requester, in microseconds (``rd_hole_wait``).
-RD_HOLE_WAIT = 8
+RD_HOLE_WAIT = 32
 
 
 def default_clk_hz(width):
@@ -195,11 +195,11 @@ class RoceEndpoint(wiring.Component):
         NAK fails the QP. A lost response is asked for again selectively: the rest of its READ
         by a READ request of its own (:class:`~rocegen.gateware.roce.read_resend.ReadResend`),
         and a QP with READs outstanding that has had no response for ``rd_hole_wait``
-        microseconds (default 8; 0: never; at run time through ``rd_wait_cfg``) asks again
+        microseconds (default 32; 0: never; at run time through ``rd_wait_cfg``) asks again
         (:class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer`): for its current hole,
         or without one by go-back-N from its oldest missing response. The wait should be
-        more than the round trip and the peer's response time (else a hole is asked for
-        twice, or a READ resent early).
+        more than the round trip, the peer's response time and the line time of two
+        responses (else a hole is asked for twice, or a READ resent early).
         ``max_rd_atomic``: READs a QP may have outstanding (1..16, default
         16); a QP opened by the connection manager gets at most what its peer states it
         accepts (one if it states nothing). A QP with that many starts no work request until

@@ -108,7 +108,7 @@ def add_endpoint_options(parser, port_option, *, responder=False):
     parser.add_argument("--rd-hole-wait", type=float, default=None, metavar="US",
                         help="with --reads: microseconds a QP waits for a response while a lost "
                         "one is asked for again before it asks once more (more than the round "
-                        "trip; default 8, 0: leave it to the retransmit timeout)")
+                        "trip; default 32, 0: leave it to the retransmit timeout)")
     parser.add_argument("--dscp", type=int, default=None,
                         help="DSCP of the QPs' packets after reset (0..63, default 0; at run "
                         "time through the tc_cfg port)")
