@@ -136,28 +136,30 @@ class ReadHoleTimer(wiring.Component):
                      self.expire.payload.poke.eq(pend_poke),
                      self.expire.payload.again.eq(pend_again)]
         # (a QP touched in this very cycle is passed over: its stamp is being renewed)
+        def qp_vec(q, valid):
+            return Mux(valid, Cat(*(q == k for k in range(n))), 0)
+
         is_open = self.busy.bit_select(scan, 1)
-        found = ~pend & (cool == 0) & is_open & (step != 0) & \
+        scanning = ~pend & (cool == 0)
+        found = scanning & is_open & (step != 0) & \
             (poked.bit_select(scan, 1) | old & ~(t.valid & (tq == scan)))
-        onehot = Cat(*(scan == k for k in range(n)))
-        set_vec = Mux(t.valid & t.payload.poke, Cat(*(tq == k for k in range(n))), 0)
+        taken = pend & self.expire.ready
         # (the stamp of a QP that is not busy is renewed as the scan passes it, when no touch
         # takes the write port: it starts fresh when the QP gets a READ)
-        refresh = ~pend & (cool == 0) & ~is_open
+        refresh = scanning & ~is_open
         tv = t.valid & (tq < n)
         m.d.comb += [wr.addr.eq(Mux(tv, tq, scan)[:qw]), wr.en.eq(tv | refresh),
                      wr.data.eq(now)]
         # (an expiry taken, or a scan that finds the QP not busy, clears the QP's poke, and a
         # poke in that cycle: it came from a decision before the expiry's)
-        clear = (pend & self.expire.ready) | (~pend & (cool == 0) & ~is_open)
-        m.d.sync += poked.eq((poked | set_vec) & ~Mux(clear, onehot, 0))
+        m.d.sync += poked.eq((poked | qp_vec(tq, t.valid & t.payload.poke)) &
+                             ~qp_vec(scan, taken | refresh))
         # (an expiry taken sets ``again``; a response's touch, or a scan that finds the QP not
         # busy, clears it)
-        touched = Mux(t.valid & ~t.payload.expiry, Cat(*(tq == k for k in range(n))), 0)
-        m.d.sync += again.eq((again | Mux(pend & self.expire.ready, onehot, 0)) & ~touched &
-                             ~Mux(~pend & (cool == 0) & ~is_open, onehot, 0))
+        m.d.sync += again.eq((again | qp_vec(scan, taken)) &
+                             ~qp_vec(tq, t.valid & ~t.payload.expiry) & ~qp_vec(scan, refresh))
         with m.If(pend):
-            with m.If(self.expire.ready):
+            with m.If(taken):
                 m.d.sync += [pend.eq(0), cool.eq(_COOL)]
         with m.Elif(cool != 0):
             m.d.sync += cool.eq(cool - 1)
