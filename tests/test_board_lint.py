@@ -61,15 +61,31 @@ def verilator():
         pytest.fail(str(e), pytrace=False)
 
 
+#: Every test of this file uses the build folders: they run in one worker (``xdist_group``), so
+#: that each folder is written once.
+pytestmark = pytest.mark.xdist_group("board_builds")
+
+
+class _Builds(dict):
+    """The build folders of :data:`BUILDS`, each written on first use:
+    ``name -> (folder, top module, board, vendor IP modules)``."""
+
+    def __init__(self, tmp_path_factory):
+        super().__init__()
+        self.tmp_path_factory = tmp_path_factory
+
+    def __missing__(self, name):
+        args, top, board, ips = BUILDS[name]
+        folder = self.tmp_path_factory.mktemp(name)
+        assert main(["build", *args, "-o", str(folder)]) == 0
+        self[name] = (folder, top, board, ips)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory):
     verilator()
-    out = {}
-    for name, (args, top, board, ips) in BUILDS.items():
-        folder = tmp_path_factory.mktemp(name)
-        assert main(["build", *args, "-o", str(folder)]) == 0
-        out[name] = (folder, top, board, ips)
-    return out
+    return _Builds(tmp_path_factory)
 
 
 def payload_ram(text):
