@@ -225,3 +225,30 @@ def test_boards_lists_every_board(capsys):
 def test_serve_and_demo_errors(capsys, args, message):
     assert run(args) == 2
     assert message in capsys.readouterr().err
+
+
+def test_read_defaults_written_out_are_the_generators():
+    """The READ defaults the command line's help, the README and the READ design note write
+    out (the help is built without loading the gateware) are the generator's own."""
+    import argparse
+    import inspect
+    from pathlib import Path
+
+    from rocegen.gateware.roce.endpoint import RD_HOLE_WAIT, RoceEndpoint
+    from rocegen.gateware.roce.read_layouts import MAX_RD_ATOMIC
+    from rocegen.sim.apps.options import add_endpoint_options
+
+    parser = argparse.ArgumentParser()
+    add_endpoint_options(parser, "--cm-port", responder=True)
+    helps = {a.option_strings[0]: " ".join(a.help.split()) for a in parser._actions if a.help}
+    rd_depth = inspect.signature(RoceEndpoint).parameters["rd_depth"].default
+    assert f"default {RD_HOLE_WAIT}," in helps["--rd-hole-wait"]
+    assert f"default {MAX_RD_ATOMIC};" in helps["--max-rd-atomic"]
+    assert f"default {rd_depth})" in helps["--rd-depth"]
+    root = Path(__file__).resolve().parents[2]
+    readme = " ".join((root / "README.md").read_text().split())
+    assert f"asks again for what it lacks, default {RD_HOLE_WAIT}," in readme
+    assert f"requester, default {MAX_RD_ATOMIC})" in readme
+    assert f"as responder, default {rd_depth})" in readme
+    design = " ".join((root / "docs" / "read-requester-design.md").read_text().split())
+    assert f"`rd_hole_wait` microseconds (default {RD_HOLE_WAIT};" in design
