@@ -13,7 +13,7 @@ from rocegen.sim.models import icrc
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire import pfc as P
@@ -54,9 +54,8 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
     ``marks["set"]``, ``(cycle, port name, value)`` each);
     ``dcqcn=False``: an endpoint without the reaction point (no rates read); ``endpoint``:
     further parameters of the endpoint."""
-    ep = RoceEndpoint(width, 2, mem_bytes=MEM, ring_bytes=MEM // 2, dcqcn=dcqcn,
-                      dcqcn_params=params if dcqcn else None, dscp=26, vlan=vlan, pcp=1,
-                      **endpoint)
+    ep = shared(RoceEndpoint, width, 2, mem_bytes=MEM, ring_bytes=MEM // 2, dcqcn=dcqcn,
+                dcqcn_params=params if dcqcn else None, dscp=26, vlan=vlan, pcp=1, **endpoint)
     set_at = sorted(set_at, key=lambda x: x[0])
     host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, vlan=vlan)
     host.create_qp(HOST_QPN, peer_qpn=QPN_BASE, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=0,

@@ -25,7 +25,7 @@ from rocegen.gateware.roce.responder import default_config
 from rocegen.sim.models import cm as M
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.wire.addr import parse_net
 from rocegen.wire.headers import ETH, IPV4
 from rocegen.wire.headers import UDP as UDP_HDR
@@ -97,8 +97,8 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
     ``cfg_qp`` / ``cfg`` read port as the responder's table does (one cycle after the QP);
     ``sink_counts``: the pattern sink's ``(checked, wrong)`` on ``counts``, held. With
     ``reads``, the ``rd_limit`` pulses are returned as ``(qp, limit)``."""
-    dut = ConnectionManager(width, num_qps, regions=config is not None,
-                            query=sink_counts is not None, **params)
+    dut = shared(ConnectionManager, width, num_qps, regions=config is not None,
+                 query=sink_counts is not None, **params)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
     ctl = Sink(dut.qp_ctl, backpressure=backpressure, seed=seed + 2)

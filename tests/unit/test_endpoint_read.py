@@ -19,7 +19,7 @@ from rocegen.sim.models.axi_write_mem import AxiWriteMemory
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic, WcOpcode, WcStatus
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, mem_write_watcher
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -50,8 +50,8 @@ def run(width, pmtu, memory, posts, *, psn=0xFFFFF0, fill=True, stats_names=()):
     counters ``stats_names`` and the most READ requests the endpoint had received and not yet
     answered in full (by the host's count)."""
     rng = random.Random(width * 7 + pmtu)
-    ep = RoceEndpoint(width, 2, memory=memory, mem_bytes=MEM, ring_bytes=MEM // 2,
-                      responder=True, pmtu=pmtu)
+    ep = shared(RoceEndpoint, width, 2, memory=memory, mem_bytes=MEM, ring_bytes=MEM // 2,
+                responder=True, pmtu=pmtu)
     assert ep.reads and ep.config["rd_depth"] == 16
     base, _ = ep.config["resp_region"]
     host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL)

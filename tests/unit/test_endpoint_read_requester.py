@@ -17,7 +17,7 @@ from rocegen.sim.models.axi_write_mem import AxiWriteMemory
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, write_word
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -48,9 +48,9 @@ def run(width, pmtu, memory, wrs, *, faults=(), max_rd_atomic=16, host_rd=16, st
     local memory image, the host, the host's region as it was and the counters
     ``stats_names``."""
     rng = random.Random(seed)
-    ep = RoceEndpoint(width, 2, memory=memory, mem_bytes=MEM, ring_bytes=MEM // 2,
-                      responder=True, pmtu=pmtu, max_rd_atomic=max_rd_atomic,
-                      rd_hole_wait=HOLE_WAIT)
+    ep = shared(RoceEndpoint, width, 2, memory=memory, mem_bytes=MEM, ring_bytes=MEM // 2,
+                responder=True, pmtu=pmtu, max_rd_atomic=max_rd_atomic,
+                rd_hole_wait=HOLE_WAIT)
     host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL)
     host.create_qp(HOST_QPN, peer_qpn=QPN_BASE, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=PSN,
                    pmtu=pmtu, access=Access.REMOTE_WRITE | Access.REMOTE_READ,

@@ -25,7 +25,7 @@ from rocegen.sim.testing.amaranth_streams import (
     mem_write_watcher,
     meta_dict,
 )
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -36,8 +36,8 @@ MEM = 1 << 16
                                                  (64, 256, "axi4"), (512, 1024, "axi4")])
 def test_host_writes_and_sends_into_the_endpoint(width, pmtu, memory):
     rng = random.Random(width + len(memory))
-    ep = RoceEndpoint(width, 2, memory=memory, mem_bytes=MEM, ring_bytes=MEM // 2,
-                      responder=True, pmtu=pmtu)
+    ep = shared(RoceEndpoint, width, 2, memory=memory, mem_bytes=MEM, ring_bytes=MEM // 2,
+                responder=True, pmtu=pmtu)
     base, length = ep.config["resp_region"]
     host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL)
     psn = 0xFFFFF0

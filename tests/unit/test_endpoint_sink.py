@@ -12,7 +12,7 @@ from rocegen.sim.models import cm as M
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Rnic, WcStatus
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.pattern import pattern
@@ -24,8 +24,8 @@ PORT = 0x4444           # the host's UDP port for connection-manager replies
 @pytest.mark.parametrize("width", [64, 512])
 def test_region_writes_and_verdict(width):
     pmtu = 256
-    ep = RoceEndpoint(width, 2, mem_bytes=MEM, responder=True, pmtu=pmtu,
-                      resp_region=(0x1000, 0x3000), rkey_seed=0x77)
+    ep = shared(RoceEndpoint, width, 2, mem_bytes=MEM, responder=True, pmtu=pmtu,
+                resp_region=(0x1000, 0x3000), rkey_seed=0x77)
     mr = default_config(2, 0x1000, 0x3000, rkey_seed=0x77)[0]["mr"]
     host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, udp_ports=(PORT,))
     psn = 0xFFFFFA

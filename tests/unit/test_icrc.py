@@ -14,7 +14,7 @@ from rocegen.sim.models import icrc as model
 from rocegen.sim.models.checksum import internet_checksum
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.vectors import read_vectors
 from rocegen.wire.headers import BTH, ETH, ETH_VLAN, IPV4, IPV6, UDP, UDP_PORT_ROCEV2
 
@@ -116,7 +116,7 @@ def test_insert_matches_model(width, offset, ip_version):
 def test_insert_short_packets_are_flagged(width):
     """Packets shorter than the link header + IP + UDP + BTH get 4 bytes and ``error``."""
     rng = random.Random(3)
-    dut = IcrcInsert(width)
+    dut = shared(IcrcInsert, width)
     lengths = list(range(0, dut.min_length + 1)) + [dut.min_length + 7]
     packets = [Packet(rng.randbytes(n)) for n in lengths]
     col, _ = run_block(dut, width, packets, seed=4)
@@ -140,7 +140,7 @@ def test_masked_fields_do_not_change_the_icrc(width):
         f[pos] ^= mask[pos - 14] if mask[pos - 14] else 0x01
         variants.append(bytes(f))
         same.append(mask[pos - 14] == 0xFF)
-    dut = IcrcInsert(width)
+    dut = shared(IcrcInsert, width)
     col, _ = run_block(dut, width, [Packet(base)] + [Packet(v) for v in variants], seed=6)
     ref = col.packets[0].data[-4:]
     assert ref == model.icrc(base[14:])
@@ -286,7 +286,7 @@ def test_insert_full_rate_and_latency(width):
     B = width // 8
     rng = random.Random(11)
     frames = [roce_frame(rng, rng.randrange(0, 3 * B)) for _ in range(120)]
-    dut = IcrcInsert(width)
+    dut = shared(IcrcInsert, width)
     col, trace = run_full_rate(dut, width, [Packet(f) for f in frames])
     assert [p.data for p in col.packets] == [f + model.icrc(f[14:]) for f in frames]
     ins = [t for t, (v, r, last, _, _) in enumerate(trace) if v and r and last]
@@ -310,7 +310,7 @@ def test_check_full_rate_and_latency(width):
     rng = random.Random(12)
     frames = [model_append(roce_frame(rng, rng.randrange(0, 3 * B)), 14) for _ in range(120)]
     frames = [corrupt(rng, f, 14) if k % 3 == 1 else f for k, f in enumerate(frames)]
-    dut = IcrcCheck(width)
+    dut = shared(IcrcCheck, width)
     col, trace = run_full_rate(dut, width, [Packet(f) for f in frames], [dut.icrc_bad])
     assert [p.data for p in col.packets] == [f[:-4] for f in frames]
     assert [p.error for p in col.packets] == [k % 3 == 1 for k in range(len(frames))]

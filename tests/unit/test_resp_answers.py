@@ -18,7 +18,7 @@ from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.responder import CNP_DSCP, NotificationPoint
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
@@ -120,10 +120,10 @@ def run_dut(width, frames, psns, *, backpressure=0.0, seed=0, cfg_interval=None,
     """Every frame into the responder (at most two waiting); the answers out, the cycle of each
     decision and the pulses counted. ``backpressure``: on ``mem`` at random, on ``tx`` in
     stretches (held for 1500 cycles, then at random for 300, until every request is decided)."""
-    top = ResponderTop(width, QPS + 1, MEM,
-                       config_init=[{"mr": {"rkey": rkey(k), "base": k * REGION,
-                                            "length": REGION, "write": 1, "read": 0},
-                                     "rnr_timer": 1} for k in range(QPS + 1)], **params)
+    top = shared(ResponderTop, width, QPS + 1, MEM,
+                 config_init=[{"mr": {"rkey": rkey(k), "base": k * REGION,
+                                      "length": REGION, "write": 1, "read": 0},
+                               "rnr_timer": 1} for k in range(QPS + 1)], **params)
     dut = top.resp
     drv = StreamDriver(dut.i, width, idle=0.1, seed=seed)
     tx = StreamCollector(dut.tx, width, backpressure=backpressure, seed=seed + 1)
@@ -297,7 +297,8 @@ def test_endpoint_cnps_reach_the_nic_model():
 
     width, interval = 64, 2000
     WRITES = 24
-    ep = RoceEndpoint(width, 1, mem_bytes=1 << 16, ring_bytes=1 << 15, responder=True, pmtu=256)
+    ep = shared(RoceEndpoint, width, 1, mem_bytes=1 << 16, ring_bytes=1 << 15, responder=True,
+                pmtu=256)
     assert ep.config["cnp_interval"] == 625 and ep.config["resp_ack_every"] == 0
     host = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=IDEAL)
     host.create_qp(0x21, peer_qpn=QPN_BASE, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=0,

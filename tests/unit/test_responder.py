@@ -16,7 +16,7 @@ from rocegen.gateware.roce.resp_layouts import RecvStatus
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic, WcStatus
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict, write_word
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
@@ -156,7 +156,7 @@ def udp_answer_fields(payload):
 
 def run_dut(width, events, pmtu_log2, psns, *, idle=0.0, backpressure=0.0, seed=0,
             deadline=1_000_000):
-    top = ResponderTop(width, QPS, MEM, config_init=config(), rq_depth=RQ_DEPTH)
+    top = shared(ResponderTop, width, QPS, MEM, config_init=config(), rq_depth=RQ_DEPTH)
     dut = top.resp
     rng = random.Random(seed)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
