@@ -52,7 +52,7 @@ def test_a_cnp_cuts_the_rate_on_the_wire_by_the_model(width):
 def test_the_bypass_ignores_cnps_and_the_priority_changes_at_run_time():
     width = 64
     cfg = dcqcn_config(default_clk_hz(width), default_line_gbps(width), bypass=True, **SLOW)
-    steps = 14_000
+    steps = 10_500
     frames, rates, marks = run_endpoint(width, steps=steps, cnp_at=4000, cc_cfg=cfg, vlan=5,
                                         tc_cfg_at=(9000, {"dscp": 26, "ecn": 2, "pcp": 6}))
     line = cfg["line_rate"] / (1 << 20)

@@ -27,10 +27,10 @@ def quanta_for(width, cycles):
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_core_pfc_holds_the_transmitter_for_the_pause_time(width):
-    q, pause = quanta_for(width, 1500)
+    q, pause = quanta_for(width, 800)
     at = 2500
     frame = P.pfc_frame(parse_mac(HOST_MAC), {3: q, 5: P.MAX_QUANTA})
-    frames, _, marks = run_endpoint(width, steps=at + pause + 2500, frame_at=(at, frame),
+    frames, _, marks = run_endpoint(width, steps=at + pause + 500, frame_at=(at, frame),
                                     pmtu=256 if width == 64 else 1024, dcqcn=False, pfc="core")
     t = marks["frame_in"]
     starts = marks["starts"]
@@ -46,9 +46,9 @@ def test_core_pfc_holds_the_transmitter_for_the_pause_time(width):
 
 def test_mac_pfc_follows_the_mac_pause_level():
     width = 512
-    on, off = 2500, 4000
+    on, off = 2500, 3300
     frames, _, marks = run_endpoint(
-        width, steps=6000, pmtu=1024, dcqcn=False, pfc="mac",
+        width, steps=off + 500, pmtu=1024, dcqcn=False, pfc="mac",
         set_at=[(1000, "pause_rx", 1 << 4), (1800, "pause_rx", 0),
                 (on, "pause_rx", 1 << 3), (off, "pause_rx", 0)])
     starts = marks["starts"]
