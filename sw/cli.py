@@ -332,7 +332,8 @@ def _stop(args):
         note = f" (the FPGA answered: {c['error']})" if c["error"] else ""
         print(f"closed QP {c['fpga_qpn']} (host QP {c['qpn']:#x}){note}")
     print("host agent stopped")
-    return 0
+    # as `close`: a QP the FPGA did not confirm closed may still be open there
+    return 1 if any(c["error"] for c in closed) else 0
 
 
 def main(argv=None):
@@ -436,7 +437,8 @@ def main(argv=None):
     cl.add_argument("--qp", type=int, default=None)
     cl.add_argument("--json", action="store_true")
 
-    sub.add_parser("stop", help="close every QP and stop the agent")
+    sub.add_parser("stop", help="close every QP and stop the agent (exit status 1 when the "
+                   "FPGA did not confirm a close)")
 
     args = p.parse_args(argv)
     try:

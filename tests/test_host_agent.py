@@ -31,6 +31,11 @@ pytestmark = pytest.mark.xdist_group("serve")
 
 NUM_QPS = 4
 FPGA_IP, HOST_IP = "10.0.0.2", "10.0.0.1"
+#: seconds a connection-manager request waits for its reply before it is sent again. The
+#: simulated FPGA answers within milliseconds, but a CI machine busy with other simulations can
+#: hold it up for longer than a real FPGA's 0.5 s, and a retried OPEN_QP takes a second QP when
+#: both copies arrive (the client closes it again only when its reply comes soon enough).
+CM_WAIT = 10.0
 
 
 def _wait_for(predicate, what, tries=600, step=0.1):
@@ -96,7 +101,7 @@ def host(fpga, tmp_path, *args, check=True):
            *args]
     if args[0] == "connect":
         cmd += ["--sim", "--device", f"sim:127.0.0.1:{fpga['wire_port']}",
-                "--cm-port", str(fpga["cm_port"])]
+                "--cm-port", str(fpga["cm_port"]), "--reply-timeout", str(CM_WAIT)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if check:
         assert r.returncode == 0, f"{args}: {r.returncode}\n{r.stdout}\n{r.stderr}"
@@ -219,7 +224,7 @@ def test_host_reads_back_what_it_wrote(fpga, tmp_path):
     the host against the test pattern of its FPGA address; the QPs keep as many READs
     outstanding as the FPGA's OPEN_QP reply says it accepts (1 when it does not say); bytes
     that do not hold the pattern are found, byte for byte."""
-    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=1.0)
+    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=CM_WAIT)
     try:
         probe = cm.open(qpn=0x77, psn=9, rkey=1, vaddr=0, ip=parse_ip(HOST_IP),
                         read_depths=(16, 16))
@@ -303,7 +308,7 @@ def recv_read(fpga, tmp_path, run_bytes, *args):
 def test_query_counts_only_grow(fpga):
     """QUERY from a plain socket: an ACK with the sink's counters, which equal the statistics
     counters' view of them; a host outside the allow-list is refused."""
-    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=1.0)
+    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=CM_WAIT)
     try:
         first = cm.query(qpn=0x33, psn=0x1234)
         second = cm.query()
@@ -385,7 +390,7 @@ def test_host_outside_the_allow_list_is_refused(fpga):
 
 def test_malformed_datagrams_are_ignored(fpga):
     before = stats(fpga)
-    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=1.0, retries=0)
+    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=CM_WAIT, retries=0)
     try:
         junk = [b"", b"x" * 10, M.request(M.REQ_OPEN_QP) + b"\0", b"\xff" * 100,
                 M.pack(info_valid=1, req_type=1, ack_valid=1, ack_type=1),     # a reply
@@ -424,7 +429,7 @@ def test_host_that_vanishes_mid_transfer(fpga, tmp_path):
     # a new host process opens a QP at once; being the same host, it may close the dead one
     again = json.loads(host(fpga, tmp_path, "connect", "--json").stdout)
     assert again[0]["fpga_qpn"] != qp["fpga_qpn"]
-    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=1.0)
+    cm = CmClient("127.0.0.1", fpga["cm_port"], timeout=CM_WAIT)
     try:
         with pytest.raises(CmError) as e:      # an errored QP cannot go back to RTS
             cm.request(M.REQ_MODIFY_QP_RTS, loc_qpn=qp["qpn"], loc_psn=qp["psn"],
@@ -475,7 +480,8 @@ def test_tap_in_a_namespace(fpga, tmp_path, roce_to):
         agent = [*inside, sys.executable, "-m", "rocegen.host.cli", "--state-dir",
                  str(tmp_path / "agent")]
         device = "sim" if roce_to == "wire" else "packet:rgtap0"
-        r = subprocess.run([*agent, "connect", "--device", device, "--fpga", FPGA_IP, "--json"],
+        r = subprocess.run([*agent, "connect", "--device", device, "--fpga", FPGA_IP,
+                            "--reply-timeout", str(CM_WAIT), "--json"],
                            capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         assert [q["fpga_qpn"] for q in json.loads(r.stdout)] == [256]

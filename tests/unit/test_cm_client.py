@@ -5,6 +5,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -19,7 +20,7 @@ FPGA_IP, HOST_IP = "10.0.0.2", "10.0.0.1"
 class ModelFpga:
     """The connection manager's model answering on a loopback UDP port; ``drop_replies``: the
     first N replies are lost (the requests still take effect); ``delay_first``: the first reply
-    leaves that many seconds late."""
+    leaves that many seconds late; ``silent`` set: requests are not even received."""
 
     def __init__(self, num_qps=2, drop_replies=0, allow_net=None, delay_first=0.0, **params):
         self.model = M.ConnectionManagerModel(num_qps, local_ip=parse_ip(FPGA_IP),
@@ -30,6 +31,7 @@ class ModelFpga:
         self.drop = drop_replies
         self.delay_first = delay_first
         self.requests = []
+        self.silent = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -39,6 +41,8 @@ class ModelFpga:
                 data, (addr, sport) = self.sock.recvfrom(4096)
             except OSError:
                 return
+            if self.silent:
+                continue
             self.requests.append(data)
             res = self.model.receive(data, src_ip=parse_ip(HOST_IP), src_port=sport)
             if res.reply is None:
@@ -55,6 +59,50 @@ class ModelFpga:
 
     def close(self):
         self.sock.close()
+
+
+class MemNic:
+    """A host NIC of memory alone: QPs, regions and receive buffers that do nothing."""
+
+    local_ip = HOST_IP
+
+    def __init__(self):
+        self.mem, self.next = {}, 1
+
+    def create_qp(self, depth):
+        self.next += 1
+        return self.next
+
+    def register(self, length):
+        return 0x1000 * self.next, 7
+
+    def connect_qp(self, *args, **kw):
+        pass
+
+    def destroy_qp(self, qpn):
+        pass
+
+    def post_recv(self, *args):
+        pass
+
+    def poll(self, max_entries=64, timeout=0.0):
+        time.sleep(timeout)
+        return []
+
+    def fill(self, addr, length, value=0):
+        pass
+
+    def read(self, addr, length):
+        return bytes(length)
+
+    def counters(self):
+        return {}
+
+    def fpga_time(self, qpn):
+        return None
+
+    def fpga_time_reset(self, qpn):
+        pass
 
 
 @pytest.fixture
@@ -228,44 +276,6 @@ def test_agent_sends_one_run_at_a_time():
 
     from rocegen.host.agent import Agent
 
-    class MemNic:
-        local_ip = HOST_IP
-
-        def __init__(self):
-            self.mem, self.next = {}, 1
-
-        def create_qp(self, depth):
-            self.next += 1
-            return self.next
-
-        def register(self, length):
-            return 0x1000 * self.next, 7
-
-        def connect_qp(self, *args):
-            pass
-
-        def post_recv(self, *args):
-            pass
-
-        def poll(self, max_entries=64, timeout=0.0):
-            _time.sleep(timeout)
-            return []
-
-        def fill(self, addr, length, value=0):
-            pass
-
-        def read(self, addr, length):
-            return bytes(length)
-
-        def counters(self):
-            return {}
-
-        def fpga_time(self, qpn):
-            return None
-
-        def fpga_time_reset(self, qpn):
-            pass
-
     fpga = ModelFpga(num_qps=2)
     cm = client(fpga)
     agent = Agent(MemNic(), cm, FPGA_IP)
@@ -285,5 +295,37 @@ def test_agent_sends_one_run_at_a_time():
     assert [t["rem_qpn"] for t in traffic] == [256, 257]
     assert agent.progress(257)[0]["queued"] is False
     agent.shutdown()
+    cm.close()
+    fpga.close()
+
+
+@pytest.mark.parametrize("answered", [True, False])
+def test_stop_says_whether_the_fpga_closed_every_qp(tmp_path, capsys, answered):
+    """``rocegen-host stop`` closes the agent's QPs with the FPGA and exits with status 0; when
+    the FPGA does not confirm a close (it has gone silent), with status 1 and the reason, since
+    that QP may still be open there."""
+    from rocegen.host.agent import Agent, serve
+    from rocegen.host.cli import main
+
+    fpga = ModelFpga(num_qps=2)
+    cm = client(fpga, timeout=0.05, retries=1)
+    agent = Agent(MemNic(), cm, FPGA_IP)
+    agent.open(2)
+    sock = tmp_path / "agent.sock"
+    server = threading.Thread(target=serve, args=(agent, sock), daemon=True)
+    server.start()
+    for _ in range(500):
+        if sock.exists():
+            break
+        time.sleep(0.01)
+    fpga.silent = not answered
+    assert main(["--state-dir", str(tmp_path), "stop"]) == (0 if answered else 1)
+    out = capsys.readouterr().out
+    assert out.count("closed QP") == 2 and "host agent stopped" in out
+    assert ("the FPGA answered: no reply" in out) is not answered
+    server.join(timeout=10)
+    assert not server.is_alive() and not agent.qps
+    # what the FPGA holds: both QPs free again, or both still open
+    assert fpga.model.qp_open == (0 if answered else 0b11)
     cm.close()
     fpga.close()
