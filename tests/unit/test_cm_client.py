@@ -1,6 +1,7 @@
 """The host's connection-manager client against the connection manager's reference model behind
 a real UDP socket (and against silence), and the host command's errors."""
 
+import json
 import socket
 import subprocess
 import sys
@@ -9,6 +10,8 @@ import time
 
 import pytest
 
+from rocegen.host.agent import Agent, request, serve
+from rocegen.host.cli import main
 from rocegen.host.cm_client import CmClient, CmError
 from rocegen.host.nic import NicError, SimNic, open_nic
 from rocegen.sim.models import cm as M
@@ -67,7 +70,7 @@ class MemNic:
     local_ip = HOST_IP
 
     def __init__(self):
-        self.mem, self.next = {}, 1
+        self.next = 1
 
     def create_qp(self, depth):
         self.next += 1
@@ -103,6 +106,17 @@ class MemNic:
 
     def fpga_time_reset(self, qpn):
         pass
+
+
+def serving(agent, sock, **kw):
+    """The agent's control socket served from a thread (returned) once ``sock`` exists."""
+    server = threading.Thread(target=serve, args=(agent, sock), kwargs=kw, daemon=True)
+    server.start()
+    for _ in range(500):
+        if sock.exists():
+            break
+        time.sleep(0.01)
+    return server
 
 
 @pytest.fixture
@@ -228,10 +242,6 @@ def test_host_command_errors(tmp_path):
 
 def test_agent_control_socket_refuses_malformed_requests(tmp_path):
     """The agent answers bad requests with an error and keeps serving (no NIC work involved)."""
-    import json as _json
-
-    from rocegen.host.agent import Agent, request, serve
-
     class NoNic:
         local_ip = HOST_IP
 
@@ -246,16 +256,11 @@ def test_agent_control_socket_refuses_malformed_requests(tmp_path):
     cm = client(fpga)
     agent = Agent(NoNic(), cm, FPGA_IP)
     sock = tmp_path / "agent.sock"
-    server = threading.Thread(target=serve, args=(agent, sock), kwargs={"keep": True}, daemon=True)
-    server.start()
-    for _ in range(200):
-        if sock.exists():
-            break
-        threading.Event().wait(0.01)
+    server = serving(agent, sock, keep=True)
     s = socket.socket(socket.AF_UNIX)
     s.connect(str(sock))
     s.sendall(b"not json\n")
-    assert _json.loads(s.makefile().readline())["kind"] == "usage"
+    assert json.loads(s.makefile().readline())["kind"] == "usage"
     s.close()
     for req in ({"no": "cmd"}, {"cmd": "explode"}, {"cmd": "traffic", "op": "READ"},
                 {"cmd": "status", "bogus": 1}, {"cmd": "close"}):
@@ -272,26 +277,22 @@ def test_agent_control_socket_refuses_malformed_requests(tmp_path):
 def test_agent_sends_one_run_at_a_time():
     """The FPGA's generator holds one run besides the one going: the agent sends a run's
     datagram only once the runs sent before are complete here."""
-    import time as _time
-
-    from rocegen.host.agent import Agent
-
     fpga = ModelFpga(num_qps=2)
     cm = client(fpga)
     agent = Agent(MemNic(), cm, FPGA_IP)
     agent.open(2)
     runs = agent.traffic(op="SEND", size=100, count=3)
     assert [r["queued"] for r in runs] == [False, True]
-    _time.sleep(0.3)
+    time.sleep(0.3)
     traffic = [M.unpack(r) for r in fpga.requests if M.unpack(r)["txmeta_valid"]]
     assert [t["rem_qpn"] for t in traffic] == [256]          # the second waits
     with agent.lock:                                          # the first run completes here
-        agent.qps[256].run.t_done = _time.monotonic()
+        agent.qps[256].run.t_done = time.monotonic()
     for _ in range(100):
         traffic = [M.unpack(r) for r in fpga.requests if M.unpack(r)["txmeta_valid"]]
         if len(traffic) == 2:
             break
-        _time.sleep(0.02)
+        time.sleep(0.02)
     assert [t["rem_qpn"] for t in traffic] == [256, 257]
     assert agent.progress(257)[0]["queued"] is False
     agent.shutdown()
@@ -304,20 +305,11 @@ def test_stop_says_whether_the_fpga_closed_every_qp(tmp_path, capsys, answered):
     """``rocegen-host stop`` closes the agent's QPs with the FPGA and exits with status 0; when
     the FPGA does not confirm a close (it has gone silent), with status 1 and the reason, since
     that QP may still be open there."""
-    from rocegen.host.agent import Agent, serve
-    from rocegen.host.cli import main
-
     fpga = ModelFpga(num_qps=2)
     cm = client(fpga, timeout=0.05, retries=1)
     agent = Agent(MemNic(), cm, FPGA_IP)
     agent.open(2)
-    sock = tmp_path / "agent.sock"
-    server = threading.Thread(target=serve, args=(agent, sock), daemon=True)
-    server.start()
-    for _ in range(500):
-        if sock.exists():
-            break
-        time.sleep(0.01)
+    server = serving(agent, tmp_path / "agent.sock")
     fpga.silent = not answered
     assert main(["--state-dir", str(tmp_path), "stop"]) == (0 if answered else 1)
     out = capsys.readouterr().out
