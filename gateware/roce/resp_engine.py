@@ -75,8 +75,10 @@ class RespEngine(wiring.Component):
         QP's queue had room when it was read (the next request of the QP is taken a cycle
         later, so that it reads the queue after the push).
     rq_pop : Out(stream.Signature(8, always_ready=True))
-    rq_flush : Out(stream.Signature(8))
-        ``ready`` low while the receive queues flush: no request is taken meanwhile.
+    rq_flush : Out(stream.Signature(8, always_ready=True))
+        Flush a QP's receive queue (in the cycle after the request that put the QP in error
+        acts, with its other actions): the queue ends the flush at the QP's tail of that cycle,
+        beside the other QPs' requests, which go on.
     act : Out(stream.Signature(RESP_PLACE))
         One placement record per request, in order.
     resp : Out(stream.Signature(RESP_RESPONSE))
@@ -144,7 +146,7 @@ class RespEngine(wiring.Component):
             "rd_qp": Out(range(num_qps)), "rd_full": In(1),
             "rd_push": Out(stream.Signature(RESP_READ_JOB, always_ready=True)),
             "rq_pop": Out(stream.Signature(unsigned(8), always_ready=True)),
-            "rq_flush": Out(stream.Signature(unsigned(8))),
+            "rq_flush": Out(stream.Signature(unsigned(8), always_ready=True)),
             "act": Out(stream.Signature(RESP_PLACE)),
             "resp": Out(stream.Signature(RESP_RESPONSE)),
             "cpl": Out(stream.Signature(TAGGED_COMPLETION)),
@@ -206,7 +208,7 @@ class RespEngine(wiring.Component):
         # cycle)
         may_pop = Signal()
         take = Signal()
-        m.d.comb += [take.eq(self.hdr.valid & ~hold & ~(same & may_pop) & self.rq_flush.ready),
+        m.d.comb += [take.eq(self.hdr.valid & ~hold & ~(same & may_pop)),
                      self.hdr.ready.eq(take)]
         rd = Signal(8)
         m.d.comb += rd.eq(Mux(hold, qp, head_qp))
@@ -291,10 +293,11 @@ class RespEngine(wiring.Component):
         ]
         with m.If(withdraw):
             m.d.comb += self.act.payload.write.eq(0)
-        for pending, port in ((p_act, self.act), (p_resp, self.resp), (p_cpl, self.cpl),
-                              (p_flush, self.rq_flush)):
+        for pending, port in ((p_act, self.act), (p_resp, self.resp), (p_cpl, self.cpl)):
             with m.If(port.valid & port.ready):
                 m.d.sync += pending.eq(0)
+        with m.If(p_flush):                 # (offered for one cycle: always taken)
+            m.d.sync += p_flush.eq(0)
         with m.If(withdraw & ~acts):
             m.d.sync += [p_resp.eq(0), p_cpl.eq(0), p_flush.eq(0)]
         with m.If(withdraw & p_act & ~self.act.ready & ~acts):

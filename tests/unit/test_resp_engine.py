@@ -13,6 +13,7 @@ READs pushed into a :class:`RespRead` whose responses are taken slowly, so that 
 fill: each push against the model's READ, decided on the queue's fullness as the engine read
 it."""
 
+import collections
 import random
 
 import pytest
@@ -232,7 +233,7 @@ def test_engine_against_model(seed, idle, backpressure, setups, ack_every, reads
     traffic = Traffic(rng, fatal=bool(setups),
                       reads=0.0 if reads is None else 0.5 if reads == 1.0 else 0.25)
     log = {"take": [], "act": [], "setup": [], "pop": [], "ce": [], "post": [], "full": [],
-           "push": []}
+           "push": [], "blocked": []}
     acts, resps, cpls, flushes, flushed = [], [], [], [], []
     takers = [record_taker(port, random.Random(seed * 10 + j), backpressure, out)
               for j, (port, out) in enumerate([(eng.act, acts), (eng.resp, resps),
@@ -247,10 +248,12 @@ def test_engine_against_model(seed, idle, backpressure, setups, ack_every, reads
                 eng.psn_set.valid, eng.psn_set.payload, eng.rq_pop.valid, eng.rq_pop.payload,
                 eng.ce.valid, eng.ce.payload, eng.rq_flush.valid, eng.rq_flush.ready,
                 eng.rq_flush.payload, eng.resp.valid, eng.resp.ready, eng.resp.payload,
-                eng.rd_full, eng.rd_push.valid, eng.rd_push.payload):
+                eng.rd_full, eng.rd_push.valid, eng.rd_push.payload, top.rq.flushing):
             (hv, hr, hp, dv, verdict, pv, pp, popv, popq, cev, cep, fv, fr, fp,
-             rv, rr, rp, full, puv, pup) = vals
+             rv, rr, rp, full, puv, pup, flushing) = vals
             log["full"].append(full)
+            # (the QPs whose receive queue a read in this cycle finds held by a flush)
+            log["blocked"].append(flushing | (1 << fp if fv and fp < TABLE else 0))
             if puv:
                 log["push"].append((c, meta_dict(pup)))
             if hv and hr:
@@ -318,7 +321,9 @@ def test_engine_against_model(seed, idle, backpressure, setups, ack_every, reads
 
     run_sim(top, testbenches=[tb], processes=[watch, post, *takers], deadline_cycles=None)
     verdicts = check_against_model(log, acts, resps, cpls, flushes, flushed, ack_every)
-    assert verdicts.count(0) > 250, verdicts          # mostly executed: the traffic is sound
+    # the traffic is sound: many executed (with fatal NAKs, most of the rest are the requests
+    # of QPs in the error state, dropped until their next set-up)
+    assert verdicts.count(0) > 150, collections.Counter(verdicts)
     if setups:
         assert any(voids(log)), "no request was voided"
     if reads is not None:
@@ -392,7 +397,9 @@ def check_against_model(log, acts, resps, cpls, flushes, flushed, ack_every):
             assert not [p for c, p in log["push"] if c == a], where
             continue
         st = state.get(qp, RespState())
-        rq = rqs[qp][0] if 0 <= qp < TABLE and rqs[qp] else None
+        # (a QP whose receive queue is flushed has no buffer to take)
+        held = 0 <= qp < TABLE and log["blocked"][t] >> qp & 1
+        rq = rqs[qp][0] if 0 <= qp < TABLE and rqs[qp] and not held else None
         cfg = config()[qp] if 0 <= qp < TABLE else config()[0]
         # (the READ queue's fullness as CHECK read it, in the cycle after the take)
         rd_full = bool(log["full"][t + 1]) if log["full"] else False
