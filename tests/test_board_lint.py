@@ -48,8 +48,8 @@ BUILDS = {
                          JTAG_AXI_MODULE: "jtag_axi"}),
 }
 
-#: Builds left to make test-full: DDR4 at W = 64 on the 10G board (1 MiB), what the 25G build
-#: shows at W = 64 (the 10G board's glue, its XXV MAC, lints in ``vcu118_10g``)
+#: Builds left to make test-full: DDR4 on the 10G board (1 MiB). The gate has DDR4 at W = 64 in
+#: ``vcu118_25g_ddr4`` and the 10G board's glue (its XXV MAC) in ``vcu118_10g``.
 FULL = {"vcu118_10g_ddr4"}
 
 
