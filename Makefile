@@ -36,8 +36,9 @@ yosys-cache: $(STAMP)
 demo: setup
 	$(VENV)/bin/rocegen demo
 
+# the JUnit report gives every test's seconds (.ci/run sums them per file: bench/ci_time.py)
 test: setup lint
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q --junitxml=build/bench/pytest.xml
 
 test-unit: setup
 	$(PY) -m pytest -n $(JOBS) -q tests/unit
