@@ -37,12 +37,13 @@ demo: setup
 	$(VENV)/bin/rocegen demo
 
 # the gate (what CI runs): every property at the smallest configuration that shows it; the
-# tests marked `full` (the wide matrix) are left to test-full
+# tests marked `full` (the wide matrix) are left to test-full. The JUnit report gives every
+# test's seconds (.ci/run sums them per file: bench/ci_time.py)
 test: setup lint
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q -m "not full"
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q -m "not full" --junitxml=build/bench/pytest.xml
 
 test-full: setup lint
-	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q
+	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q --junitxml=build/bench/pytest-full.xml
 
 test-unit: setup
 	$(PY) -m pytest -n $(JOBS) -q tests/unit

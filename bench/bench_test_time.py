@@ -1,11 +1,13 @@
 """How long the test suite takes, and where the time goes: runs ``pytest`` as ``make test`` does
 (``-n JOBS --dist loadgroup``) with every test's duration reported, or reads the output of such a
-run (``--log``), and writes the wall time, the time summed over tests, the sum per file and the
-slowest tests to ``build/bench/test_time.json``.
+run (``--log``) or its JUnit XML report (``--junitxml``, which ``make test`` writes to
+``build/bench/pytest.xml``), and writes the wall time, the time summed over tests, the sum per
+file and the slowest tests to ``build/bench/test_time.json``.
 
     .venv/bin/python bench/bench_test_time.py                 # the whole suite (warm caches: ~25 min)
     .venv/bin/python bench/bench_test_time.py tests/unit      # a part of it
     .venv/bin/python bench/bench_test_time.py --log run.log   # a run's output, with --durations=0
+    .venv/bin/python bench/bench_test_time.py --junitxml build/bench/pytest.xml
 
 A first run on a fresh machine includes the Verilator builds (``build/cocotb``) in its figures;
 run it twice for the warm figure."""
@@ -17,6 +19,7 @@ import re
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
@@ -39,6 +42,43 @@ def parse(lines):
     return dict(tests), passed, seconds
 
 
+def _test_file(classname, root):
+    """The test file (relative to ``root``) and the class path within it of a JUnit
+    ``classname`` as pytest writes it (``tests.unit.test_x`` or ``tests.unit.test_x.TestY``)."""
+    parts = classname.split(".")
+    for i in range(len(parts), 0, -1):
+        path = Path(*parts[:i]).with_suffix(".py")
+        if (root / path).is_file():
+            return path.as_posix(), parts[i:]
+    return classname, []
+
+
+def parse_junit(path, root=ROOT):
+    """Per-test seconds (setup + call + teardown, as pytest's JUnit report gives them), keyed
+    ``file::[Class::]name``, and the session's figures: ``{"tests", "passed", "failed",
+    "errors", "skipped", "seconds"}`` (``seconds``: the session's wall time)."""
+    tree = ET.parse(path)
+    tests = defaultdict(float)
+    counts = {"tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    for case in tree.iter("testcase"):
+        file, classes = _test_file(case.get("classname", ""), root)
+        file = case.get("file") or file           # given by the xunit1 flavour of the report
+        tests["::".join([file, *classes, case.get("name", "?")])] += float(case.get("time") or 0)
+        counts["tests"] += 1
+        tags = {child.tag for child in case}
+        if "error" in tags:
+            counts["errors"] += 1
+        elif "failure" in tags:
+            counts["failed"] += 1
+        elif "skipped" in tags:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    suites = list(tree.iter("testsuite"))
+    counts["seconds"] = round(max((float(s.get("time") or 0) for s in suites), default=0.0), 2)
+    return dict(tests), counts
+
+
 def report(tests, passed, seconds, top):
     files = defaultdict(float)
     for name, s in tests.items():
@@ -55,10 +95,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("paths", nargs="*", help="what to run (default: the whole suite)")
     ap.add_argument("--log", type=Path, help="read this pytest output instead of running pytest")
+    ap.add_argument("--junitxml", type=Path,
+                    help="read this JUnit XML report of pytest instead of running pytest")
     ap.add_argument("--jobs", default=os.environ.get("JOBS", "auto"), help="pytest-xdist workers")
     ap.add_argument("--top", type=int, default=30, help="slowest tests listed (default 30)")
     ap.add_argument("-o", "--output", type=Path, default=ROOT / "build" / "bench" / "test_time.json")
     args = ap.parse_args(argv)
+    if args.junitxml:
+        tests, counts = parse_junit(args.junitxml)
+        return _write(report(tests, counts["passed"], counts["seconds"], args.top), args.output)
     if args.log:
         lines = args.log.read_text(errors="replace").splitlines()
     else:
@@ -81,12 +126,18 @@ def main(argv=None):
     out = report(tests, passed, seconds, args.top)
     if not args.log:
         out["wall_seconds_with_startup"] = round(wall, 1)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"{passed} passed in {seconds / 60:.1f} min; {out['test_seconds'] / 60:.1f} min of tests")
+    return _write(out, args.output)
+
+
+def _write(out, output):
+    """Write the figures of :func:`report` to ``output`` and print their summary."""
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{out['passed']} passed in {out['wall_seconds'] / 60:.1f} min; "
+          f"{out['test_seconds'] / 60:.1f} min of tests")
     for f, s in list(out["files"].items())[:10]:
         print(f"  {s:8.1f} s  {f}")
-    print(f"written: {args.output}")
+    print(f"written: {output}")
     return 0
 
 

