@@ -208,6 +208,11 @@ def main(argv=None):
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(fig, indent=1) + "\n")
     print(f"\nwritten: {args.output}")
+    py = fig["pytest"]
+    if py and "error" not in py:
+        # the tests' verdict once more as the last line, where a reader of the log looks
+        print(f"tests: {py['passed']} passed, {py['failed'] + py['errors']} failed, "
+              f"{py['skipped']} skipped")
     return 0
 
 

@@ -124,6 +124,18 @@ def test_the_table_of_a_run(tmp_path, monkeypatch):
     assert "test_c.py" not in text                          # beyond the top 2
 
 
+def test_the_last_line_is_the_verdict(tmp_path, monkeypatch, capsys):
+    """The tests' counts close the output, in the plain form a log reader looks for."""
+    _checkout(tmp_path)
+    monkeypatch.setattr(ci_time, "parse_junit",
+                        lambda path: parse_junit(path, root=tmp_path))
+    assert ci_time.main(["--phases", str(tmp_path / "none.jsonl"), "--builds",
+                         str(tmp_path / "none.jsonl"), "--junit", str(tmp_path / "pytest.xml"),
+                         "-o", str(tmp_path / "ci_time.json")]) == 0
+    assert capsys.readouterr().out.rstrip().splitlines()[-1] == \
+        "tests: 3 passed, 1 failed, 1 skipped"
+
+
 def test_the_table_of_a_run_that_stopped_early(tmp_path):
     (tmp_path / "phases.jsonl").write_text(
         json.dumps({"phase": "setup", "start": 5.0, "end": 7.5, "status": 2}) + "\n")
