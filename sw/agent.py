@@ -451,12 +451,15 @@ class Agent:
 
     # ------------------------------------------------------------------ into the FPGA
 
-    def write(self, fpga_qpn=None, *, size=65536, count=64, imm=False, stall=30.0):
+    def write(self, fpga_qpn=None, *, size=65536, count=64, imm=False, stall=30.0, rkey=None):
         """RDMA WRITE (with immediate data, the message number, when ``imm``) ``count`` messages
         of ``size`` bytes into the FPGA's region of each selected QP, each the test pattern of
-        the FPGA addresses it goes to, then ask the FPGA's verdict (:meth:`_host_run`)."""
+        the FPGA addresses it goes to, then ask the FPGA's verdict (:meth:`_host_run`).
+        ``rkey``: for fault testing, the R_Key the WRITEs carry instead of the region's (another
+        makes the FPGA NAK them with a remote access error and put its QP in the error
+        state)."""
         return self._host_run("WRITE_IMM" if imm else "WRITE", fpga_qpn, size, count, None,
-                              stall)
+                              stall, rkey)
 
     def send(self, fpga_qpn=None, *, size=4096, count=64, imm=False, at=None, stall=30.0):
         """SEND (with immediate data, the message number, when ``imm``) ``count`` messages of
@@ -465,14 +468,14 @@ class Agent:
         serve`` posts them), then ask the FPGA's verdict (:meth:`_host_run`)."""
         return self._host_run("SEND_IMM" if imm else "SEND", fpga_qpn, size, count, at, stall)
 
-    def read(self, fpga_qpn=None, *, size=65536, count=64, stall=30.0):
+    def read(self, fpga_qpn=None, *, size=65536, count=64, stall=30.0, rkey=None):
         """RDMA READ ``count`` messages of ``size`` bytes from the FPGA's region of each
         selected QP, from the addresses a :meth:`write` of the same size writes, and check every
         byte against the test pattern of the FPGA address it came from (:meth:`_host_run`;
-        ``checked`` / ``wrong`` are this host's count)."""
-        return self._host_run("READ", fpga_qpn, size, count, None, stall)
+        ``checked`` / ``wrong`` are this host's count). ``rkey`` as for :meth:`write`."""
+        return self._host_run("READ", fpga_qpn, size, count, None, stall, rkey)
 
-    def _host_run(self, op, fpga_qpn, size, count, at, stall):
+    def _host_run(self, op, fpga_qpn, size, count, at, stall, rkey=None):
         """The messages on each selected QP in turn, then the verdict: a dict with ``op``,
         ``size``, ``count``, ``qps`` (per QP: ``fpga_qpn``, ``messages`` completed OK,
         ``errors``, ``first_addr``), ``bytes`` sent OK, ``seconds`` and ``gbps`` (wall clock,
@@ -487,10 +490,12 @@ class Agent:
             raise AgentError("usage", f"count must be 0 .. 2^31-1, not {count}")
         if at is not None and not 0 <= at < 1 << 64:
             raise AgentError("usage", f"the FPGA address must be a 64-bit number, not {at}")
+        if rkey is not None and not 0 <= rkey < 1 << 32:
+            raise AgentError("usage", f"the R_Key must be a 32-bit number, not {rkey}")
         qps = self._select(fpga_qpn)
         with self.lock:
             for qp in qps:
-                rkey, base, length = qp.fpga_region
+                _, base, length = qp.fpga_region
                 if not length:
                     raise AgentError("no_region", f"the FPGA offers no memory region on QP "
                                      f"{qp.fpga_qpn} (an FPGA built without the responder)")
@@ -506,7 +511,7 @@ class Agent:
         try:
             before = self._query() if op != "READ" else None
             t0 = time.monotonic()
-            rows = [self._post_messages(qp, op, size, count, at, stall) for qp in qps]
+            rows = [self._post_messages(qp, op, size, count, at, stall, rkey) for qp in qps]
             seconds = max(time.monotonic() - t0, 1e-9)
             sent = sum(r["messages"] for r in rows) * size
             checked = wrong = None
@@ -541,10 +546,12 @@ class Agent:
                 return None
             raise AgentError(e.kind, str(e)) from None
 
-    def _post_messages(self, qp, op, size, count, at, stall):
+    def _post_messages(self, qp, op, size, count, at, stall, rkey=None):
         """Post the ``count`` messages of ``op`` on ``qp``, at most :data:`SEND_DEPTH` (and the
-        staging slots) outstanding; wait for every completion."""
-        rkey, base, length = qp.fpga_region
+        staging slots) outstanding, with the R_Key of the FPGA's region unless ``rkey`` names
+        another; wait for every completion."""
+        region_rkey, base, length = qp.fpga_region
+        rkey = region_rkey if rkey is None else rkey
         fits = max(1, length // size)
         slots = min(SEND_DEPTH, max(1, self.window // size))
         outstanding = deque()

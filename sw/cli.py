@@ -189,6 +189,8 @@ def _host_run(args, cmd):
         req["imm"] = args.imm
     if cmd == "send":
         req["at"] = args.at
+    elif args.rkey is not None:
+        req["rkey"] = args.rkey
     r = _call(args, req)
     if args.json:
         print(json.dumps(r))
@@ -421,6 +423,11 @@ def main(argv=None):
                            help="FPGA address where its receive buffers start, whose pattern "
                            "the messages carry (default: the QP's region base, where rocegen "
                            "sim serve posts them)")
+        else:
+            h.add_argument("--rkey", type=lambda t: int(t, 0), default=None, metavar="KEY",
+                           help="for fault testing: the R_Key the requests carry instead of the "
+                           "one the FPGA named for the QP's region; another makes the FPGA NAK "
+                           "them (remote access error) and put its QP in the error state")
         h.add_argument("--stall", type=float, default=30.0,
                        help="give up after this many seconds without a completion (default 30)")
         h.add_argument("--json", action="store_true")

@@ -1,7 +1,8 @@
 """RoCE traffic end to end on the paths beside the default build (Verilator, W = 64):
 ``rocegen sim demo`` through the endpoint's own XGMII MAC with cocotbext-eth on the line, and
 with 802.1Q VLAN tags both ways (also ``rocegen sim serve --vlan`` with the host agent); and 256
-QPs sending at once, sharing the link evenly. The demo
+QPs sending at once, sharing the link evenly (the full tier's: a QP count of the matrix, and a
+build of its own; the gate shows the strict turns in tests/unit/test_scheduler.py). The demo
 bench (:mod:`rocegen.sim.tb.roce_demo`) compares every byte in the host NIC model's memory and checks
 that every packet was executed exactly once; here its results and its pcap are checked again."""
 
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
@@ -67,6 +69,7 @@ def test_demo_with_vlan_tags(tmp_path):
     assert acks
 
 
+@pytest.mark.full
 def test_256_qps_share_the_link(tmp_path, capsys):
     """256 QPs with 8 KiB each at PMTU 256 (32 packets per QP, 8192 in all) at once: every
     byte arrives, every QP's packets are on the wire, and while all QPs have packets to send

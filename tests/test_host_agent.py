@@ -1,9 +1,9 @@
 """The host agent (``rocegen-host``) against the simulated FPGA (``rocegen sim serve``) over the
 socket bridge, as separate processes exactly as on a bench: open, traffic, check, close, reopen;
 the host's WRITEs and SENDs into the FPGA with its pattern sink's verdict; the host's READs of the
-FPGA and the FPGA's READs of the host; more QPs than exist; a
-host outside the allow-list; malformed datagrams; a host that vanishes in the middle of a
-transfer.
+FPGA and the FPGA's READs of the host; a QP the FPGA NAKs into the error state while another
+keeps working; more QPs than exist; a host outside the allow-list; malformed datagrams; a host
+that vanishes in the middle of a transfer.
 
 One simulated FPGA (W = 64, 4 QPs, the responder, hosts allowed from 10.0.0.0/24) serves every
 test of this file; they run in order in one worker (``xdist_group``) and each leaves no QP open.
@@ -290,6 +290,93 @@ def test_fpga_reads_the_host(fpga, tmp_path):
     assert after["sink_bytes_wrong"] == before["sink_bytes_wrong"]
     table = host(fpga, tmp_path, "recv", "--no-progress").stdout
     assert "FPGA verdict of the READs: " + f"{wraps * 3000} bytes checked, 0 wrong" in table
+    host(fpga, tmp_path, "stop")
+
+
+def fresh_status(fpga):
+    """The status file as the simulated FPGA writes it after this call (its counters and the
+    endpoint's statistics read after it)."""
+    first = json.loads(fpga["status_path"].read_text()).get("cycles", 0)
+
+    def newer():
+        st = json.loads(fpga["status_path"].read_text())
+        return st if (st.get("stats_at") or 0) > first else None
+    return _wait_for(newer, "a fresh status from the simulated FPGA")
+
+
+def test_qp_error_leaves_the_other_qps_working(fpga, tmp_path):
+    """A WRITE with a wrong R_Key (``write --rkey``) on QP A: the FPGA NAKs it (remote access
+    error), puts A's responder in the error state and flushes A's receive queue, exactly the
+    ``rq_depth`` buffers it had (the bench's user logic posts one again for each, kept for A's
+    next connection, and the flush does not chase them); the counters then stay where they are
+    while the FPGA idles. Meanwhile QP B's WRITEs, SENDs and READs complete with every byte
+    right, each request executed. Closed and opened again, A works again: WRITEs and SENDs
+    into the buffers its flush left it."""
+    depth = fpga["responder"]["rq_depth"]
+    regions = fpga["responder"]["regions"]
+    opened = json.loads(host(fpga, tmp_path, "connect", "--qps", "2", "--pmtu", "1024",
+                             "--json").stdout)
+    a, b = (q["fpga_qpn"] for q in opened)
+    assert (a, b) == (256, 257)
+    rkey = regions[a - 256][0]
+    wrong = rkey ^ 0x8000_0000
+    assert wrong not in [r[0] for r in regions]
+    st0 = fresh_status(fpga)
+    before = st0["stats"]
+
+    bad = host_run(fpga, tmp_path, "write", "--qp", str(a), "--count", "1", "--size", "1000",
+                   "--rkey", hex(wrong), ok=False)
+    assert bad["qps"][0]["messages"] == 0 and not bad["ok"], bad
+    assert "REM_ACCESS_ERR" in bad["qps"][0]["errors"][0], bad
+    agent = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
+    assert {q["fpga_qpn"]: q["state"] for q in agent["qps"]} == {a: "ERROR", b: "RTS"}
+    flushed = _wait_for(lambda: (s := fresh_status(fpga))["recv_flushed"]
+                        >= st0["recv_flushed"] + depth and s, "QP A's receive queue flushed")
+
+    # QP B, while A is in error: WRITEs (the FPGA's sink checks every byte), SENDs into its
+    # receive buffers (the same), READs of what the WRITEs wrote (this host checks every byte)
+    runs = [host_run(fpga, tmp_path, "write", "--qp", str(b), "--count", "4", "--size", "3000"),
+            host_run(fpga, tmp_path, "send", "--qp", str(b), "--count", "4", "--size", "1000"),
+            host_run(fpga, tmp_path, "read", "--qp", str(b), "--count", "4", "--size", "3000")]
+    for r in runs:
+        assert r["ok"] and r["checked"] == r["bytes"] == r["size"] * r["count"], r
+        assert r["wrong"] == 0 and r["qps"][0]["messages"] == r["count"], r
+    _wait_for(lambda: fresh_status(fpga)["recv_completions"]
+              >= flushed["recv_completions"] + 4, "QP B's SENDs completed on the FPGA")
+
+    # idle: the counters stay put over three fresh readings (about a second apart)
+    idle = [fresh_status(fpga) for _ in range(3)]
+    assert idle[0]["cycles"] < idle[1]["cycles"] < idle[2]["cycles"]
+    for st in idle:
+        assert st["recv_flushed"] - st0["recv_flushed"] == depth, st
+        assert st["recv_errors"] - st0["recv_errors"] == depth, st
+        assert st["recv_completions"] - st0["recv_completions"] == depth + 4, st
+        assert {k: v for k, v in st["stats"].items() if k.startswith("resp_")} == \
+            {k: v for k, v in idle[0]["stats"].items() if k.startswith("resp_")}, st
+    after = idle[-1]["stats"]
+    assert after["resp_access"] - before["resp_access"] == 1
+    # B's requests, each executed: 4 WRITEs of 3 packets at PMTU 1024, 4 SENDs, 4 READs
+    assert after["resp_executed"] - before["resp_executed"] == 4 * 3 + 4 + 4
+    assert after["resp_drop_error"] == before["resp_drop_error"]
+
+    # A closed and opened again gets its number back, and works
+    closed = json.loads(host(fpga, tmp_path, "close", "--qp", str(a), "--json").stdout)
+    assert [(c["fpga_qpn"], c["error"]) for c in closed] == [(a, None)]
+    again = json.loads(host(fpga, tmp_path, "connect", "--pmtu", "1024", "--json").stdout)
+    assert [q["fpga_qpn"] for q in again] == [a]
+    runs = [host_run(fpga, tmp_path, "write", "--qp", str(a), "--count", "4", "--size", "3000"),
+            host_run(fpga, tmp_path, "send", "--qp", str(a), "--count", str(depth + 4),
+                     "--size", "1000", "--imm"),
+            host_run(fpga, tmp_path, "read", "--qp", str(a), "--count", "4", "--size", "3000")]
+    for r in runs:
+        assert r["ok"] and r["checked"] == r["bytes"] == r["size"] * r["count"], r
+        assert r["wrong"] == 0 and r["qps"][0]["messages"] == r["count"], r
+    end = _wait_for(lambda: (s := fresh_status(fpga))["recv_completions"]
+                    >= idle[-1]["recv_completions"] + depth + 4 and s,
+                    "QP A's SENDs completed on the FPGA")
+    assert end["recv_errors"] == idle[-1]["recv_errors"]
+    agent = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
+    assert {q["fpga_qpn"]: q["state"] for q in agent["qps"]} == {a: "RTS", b: "RTS"}
     host(fpga, tmp_path, "stop")
 
 

@@ -262,7 +262,8 @@ def summary(final):
     if final.get("responder"):
         lines.append(f"responder: {stats.get('resp_executed', 0)} requests executed, "
                      f"{final.get('recv_completions', 0)} receive completions "
-                     f"({final.get('recv_errors', 0)} not OK)")
+                     f"({final.get('recv_errors', 0)} not OK, "
+                     f"{final.get('recv_flushed', 0)} of them flushed)")
         if final["responder"].get("pattern_sink"):
             lines.append(f"pattern sink: {stats.get('sink_bytes_checked', 0)} bytes checked, "
                          f"{stats.get('sink_bytes_wrong', 0)} wrong")

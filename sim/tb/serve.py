@@ -14,12 +14,14 @@ interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the defa
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
 
-With the responder, the bench is the user logic that posts receive buffers: every QP keeps
-``rq_depth`` buffers posted, each the QP's whole region from its base (so a SEND lands at the
-region's base), and each receive completion taken from ``rcpl`` posts one more on its QP
-(counted in the status file: ``recv_completions``, ``recv_errors`` with a status other than
-OK). The frame check then expects the responder's connection-manager replies: ACKs of OPEN_QP,
-SEND_QP_INFO and MODIFY_QP_RTS name the QP's region as built (:class:`ServeFrameChecker`).
+With the responder, the bench is the user logic that posts receive buffers
+(:func:`keep_receive_buffers`): every QP keeps ``rq_depth`` buffers posted, each the QP's whole
+region from its base (so a SEND lands at the region's base), and each receive completion taken
+from ``rcpl``, FLUSHED ones included, posts one more on its QP, never on a QP whose queue is full
+(counted in the status file: ``recv_completions``, ``recv_errors`` with a status other than OK,
+``recv_flushed`` with status FLUSHED). The frame check then expects the responder's
+connection-manager replies: ACKs of OPEN_QP, SEND_QP_INFO and MODIFY_QP_RTS name the QP's region
+as built (:class:`ServeFrameChecker`).
 
 It stops on SIGTERM or SIGINT, when its parent is gone, or after ``max_cycles``; the test then
 passes, so the launcher can tell a clean stop from a failure. Every frame out of the FPGA goes
@@ -124,34 +126,48 @@ class ServeFrameChecker(FrameChecker):
 
 
 async def keep_receive_buffers(dut, resp, counters):
-    """User logic of the responder: ``resp["rq_depth"]`` receive buffers posted on every QP, each
-    the QP's whole region from its base, and one posted again for each completion taken from
-    ``rcpl`` (``counters``: ``recv_completions``, ``recv_errors``)."""
+    """User logic of the responder: every QP keeps ``resp["rq_depth"]`` receive buffers posted,
+    each the QP's whole region from its base (so a SEND lands at the region's base).
+
+    Every completion taken from ``rcpl`` says that its buffer has left the QP's queue, whatever
+    its status (OK, an error, or FLUSHED), and one buffer is posted again on its QP for it. So a
+    QP that a NAK put in the error state gets a buffer for each one its flush completes: the
+    flush ends at the tail the QP had when it was asked for, and the buffers posted after that
+    are kept for the QP's next connection, which finds ``rq_depth`` buffers as a fresh QP does.
+    The bench counts each QP's buffers (posted, less completed) and posts to a QP only while it
+    has fewer than ``rq_depth``, one post per QP in turn: the queue it posts to is never full,
+    and a post to a full queue would hold the single post port (``recv``) for every QP.
+
+    ``counters``: ``recv_completions``, ``recv_errors`` (a status other than OK, FLUSHED
+    included) and ``recv_flushed`` (FLUSHED)."""
     recv = RecordDriver(dut, "recv", RECV_POST)
     rcpl = RecordCollector(dut, "rcpl", RECV_COMPLETION, width=W)
+    depth, regions = resp["rq_depth"], resp["regions"]
+    held = [0] * len(regions)       # buffers posted on each QP and not yet completed
     wr_id = 0
 
-    async def post(k):
-        nonlocal wr_id
-        _, base, length = resp["regions"][k]
-        await recv.send({"qp": k, "wr_id": wr_id, "addr": base, "length": min(length, 0xFFFF_FFFF)})
-        wr_id = (wr_id + 1) & 0xFFFF_FFFF
+    def take():
+        for c in rcpl.items:
+            held[c["qp"]] -= 1
+            counters["recv_completions"] += 1
+            counters["recv_errors"] += c["status"] != RecvStatus.OK.value
+            counters["recv_flushed"] += c["status"] == RecvStatus.FLUSHED.value
+        rcpl.items.clear()
+        rcpl.cycles.clear()
 
-    for _ in range(resp["rq_depth"]):
-        for k in range(len(resp["regions"])):
-            await post(k)
     while True:
-        if not rcpl.items:
+        take()
+        short = [k for k in range(len(regions)) if held[k] < depth]
+        if not short:
             rcpl.event.clear()
             await rcpl.event.wait()
             continue
-        done = list(rcpl.items)
-        rcpl.items.clear()
-        rcpl.cycles.clear()
-        for c in done:
-            counters["recv_completions"] += 1
-            counters["recv_errors"] += c["status"] != RecvStatus.OK.value
-            await post(c["qp"])
+        for k in short:             # a post each, then the completions that came meanwhile
+            _, base, length = regions[k]
+            await recv.send({"qp": k, "wr_id": wr_id, "addr": base,
+                             "length": min(length, 0xFFFF_FFFF)})
+            held[k] += 1
+            wr_id = (wr_id + 1) & 0xFFFF_FFFF
 
 
 def _write_status(path, status):
@@ -218,7 +234,7 @@ async def serve(dut):
 
     tx = {"frames": 0, "bytes": 0, "rx_frames": 0, "rx_bytes": 0}
     if resp:
-        tx.update(recv_completions=0, recv_errors=0)
+        tx.update(recv_completions=0, recv_errors=0, recv_flushed=0)
         cocotb.start_soon(keep_receive_buffers(dut, resp, tx))
     start_cycle = now_cycle(W)
     wall0 = time.monotonic()

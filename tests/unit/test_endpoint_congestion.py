@@ -21,7 +21,7 @@ def model_params(width, **physical):
     return DcqcnParams.from_physical(default_clk_hz(width), default_line_gbps(width), **physical)
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.full)])
 def test_a_cnp_cuts_the_rate_on_the_wire_by_the_model(width):
     # (windows of some 140 frames or more before the CNP, 70 after: one frame more or less
     # in a window is within 1.5 %)

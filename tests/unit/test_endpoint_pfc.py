@@ -25,7 +25,7 @@ def quanta_for(width, cycles):
     return q, math.ceil(q * per)
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.full)])
 def test_core_pfc_holds_the_transmitter_for_the_pause_time(width):
     q, pause = quanta_for(width, 800)
     at = 2500

@@ -22,7 +22,7 @@ def retry_value(qp, sel):
     return (qp * 7919 + sel * 104729 + 12345) % (1 << 32)
 
 
-@pytest.mark.parametrize("num_qps, seed", [(1, 1), (5, 2), (256, 3)])
+@pytest.mark.parametrize("num_qps, seed", [(1, 1), (5, 2), pytest.param(256, 3, marks=pytest.mark.full)])
 def test_counts_and_reads_against_model(num_qps, seed):
     rng = random.Random(seed)
     dut = EndpointQpStats(num_qps)

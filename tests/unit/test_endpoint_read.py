@@ -139,8 +139,9 @@ def in_psn_order(got, psn):
     assert rel == sorted(rel), f"answers out of PSN order: {got}"
 
 
-@pytest.mark.parametrize("width, pmtu, memory", [(64, 256, "onchip"), (512, 1024, "onchip"),
-                                                 (512, 1024, "axi4")])
+@pytest.mark.parametrize("width, pmtu, memory", [
+    (64, 256, "onchip"), pytest.param(512, 1024, "onchip", marks=pytest.mark.full),
+    (512, 1024, "axi4")])
 def test_host_reads_the_endpoint(width, pmtu, memory):
     rng = random.Random(width)
     psn = 0xFFFFF0
@@ -181,7 +182,7 @@ def test_host_reads_the_endpoint(width, pmtu, memory):
     assert most == 16                   # READs outstanding: the host's max_rd_atomic
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.full)])
 def test_bad_reads_are_refused(width):
     pmtu = 256
     rkey = default_config(2, 0, MEM // 2)[0]["mr"]["rkey"]

@@ -181,8 +181,9 @@ def check_image(image, wrs, cpls, remote):
             raise AssertionError(f"local byte {a:#x} is {image[a]:#04x}, not {expected[a]:#04x}")
 
 
-@pytest.mark.parametrize("width, pmtu, memory", [(64, 256, "onchip"), (512, 1024, "onchip"),
-                                                 (512, 1024, "axi4")])
+@pytest.mark.parametrize("width, pmtu, memory", [
+    (64, 256, "onchip"), pytest.param(512, 1024, "onchip", marks=pytest.mark.full),
+    (512, 1024, "axi4")])
 def test_reads_mixed_with_writes(width, pmtu, memory):
     rng = random.Random(width + pmtu)
     lo, hi = TARGET
@@ -213,7 +214,7 @@ def test_reads_mixed_with_writes(width, pmtu, memory):
     assert host.counters["read_rx"] == len(reads)
 
 
-@pytest.mark.parametrize("max_rd, host_rd", [(16, 16), (4, 4)])
+@pytest.mark.parametrize("max_rd, host_rd", [pytest.param(16, 16, marks=pytest.mark.full), (4, 4)])
 def test_outstanding_reads_bounded(max_rd, host_rd):
     """30 READs posted at once: the host (max_dest_rd_atomic) would NAK one beyond its queue."""
     width, pmtu = 512, 1024
@@ -309,7 +310,7 @@ def test_lost_hole_request_asked_again(width, lost):
     assert host.counters["read_dup"] == (2 if lost == "response" else 1)
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.full)])
 def test_last_request_lost(width):
     """The last of 16 READ requests lost: no later request makes the host NAK it and no later
     response shows it; after the hole wait with no response the QP goes back to it (one
@@ -353,7 +354,7 @@ def test_random_loss():
     assert stats["roce_rewinds"] >= 1
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.full)])
 def test_nak_and_local_errors(width):
     """A READ outside the host's region: NAK remote access error, the READ completes with
     REMOTE_ACCESS and the QP's later work requests with FLUSHED. A READ whose local target

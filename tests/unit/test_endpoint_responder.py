@@ -32,8 +32,9 @@ from rocegen.wire.addr import parse_ip, parse_mac
 MEM = 1 << 16
 
 
-@pytest.mark.parametrize("width, pmtu, memory", [(64, 256, "onchip"), (512, 1024, "onchip"),
-                                                 (64, 256, "axi4"), (512, 1024, "axi4")])
+@pytest.mark.parametrize("width, pmtu, memory", [
+    (64, 256, "onchip"), pytest.param(512, 1024, "onchip", marks=pytest.mark.full),
+    pytest.param(64, 256, "axi4", marks=pytest.mark.full), (512, 1024, "axi4")])
 def test_host_writes_and_sends_into_the_endpoint(width, pmtu, memory):
     rng = random.Random(width + len(memory))
     ep = shared(RoceEndpoint, width, 2, memory=memory, mem_bytes=MEM, ring_bytes=MEM // 2,

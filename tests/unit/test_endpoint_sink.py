@@ -21,7 +21,7 @@ MEM = 1 << 15
 PORT = 0x4444           # the host's UDP port for connection-manager replies
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, pytest.param(512, marks=pytest.mark.full)])
 def test_region_writes_and_verdict(width):
     pmtu = 256
     ep = shared(RoceEndpoint, width, 2, mem_bytes=MEM, responder=True, pmtu=pmtu,

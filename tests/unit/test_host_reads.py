@@ -43,6 +43,7 @@ class FakeNic:
         self.mem = bytearray()
         self.done = []
         self.connected = []
+        self.rkeys = []
         self.lock = threading.Lock()
 
     def read_limits(self):
@@ -66,8 +67,12 @@ class FakeNic:
         return []
 
     def post_send(self, qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None):
-        assert op == "READ" and rkey == 0xAB00
+        assert op == "READ"
+        self.rkeys.append(rkey)
         with self.lock:
+            if rkey != 0xAB00:          # not the region's: NAK remote access error
+                self.done.append(SendCpl(qpn, wr_id, "REM_ACCESS_ERR"))
+                return
             self.mem[addr:addr + length] = self.fpga.mem[remote_addr:remote_addr + length]
             self.done.append(SendCpl(qpn, wr_id, "SUCCESS"))
 
@@ -176,6 +181,25 @@ def test_host_reads_check_every_byte():
         assert len(errors) == 4
         with pytest.raises(AgentError, match="larger than the FPGA's region"):
             agent.read(size=LENGTH + 1, count=1)
+    finally:
+        agent.shutdown()
+
+
+def test_host_reads_with_another_rkey_fail():
+    """``rkey`` (``read --rkey``, for fault testing): the READs carry it instead of the region's
+    R_Key; the FPGA's NAK ends the run and puts the QP in ERROR, where it takes no more."""
+    agent, fpga, nic = agent_for()
+    try:
+        agent.open(1)
+        with pytest.raises(AgentError, match="32-bit"):
+            agent.read(size=100, count=1, rkey=1 << 32)
+        bad = agent.read(size=100, count=1, rkey=0xAB01)
+        assert not bad["ok"] and bad["qps"][0]["messages"] == 0, bad
+        assert bad["qps"][0]["errors"] == ["message 0: REM_ACCESS_ERR"], bad
+        assert nic.rkeys == [0xAB01]
+        assert [q["state"] for q in agent.status()["qps"]] == ["ERROR"]
+        with pytest.raises(AgentError, match="is in ERROR"):
+            agent.read(size=100, count=1)
     finally:
         agent.shutdown()
 
