@@ -776,6 +776,8 @@ class RoceEndpoint(wiring.Component):
             # (the QP table takes every PSN write: the responder sees the same ones)
             resp.psn_set.valid.eq(ctl.table_psn.valid & ctl.table_psn.ready),
             resp.psn_set.payload.eq(ctl.table_psn.payload),
+            *([resp.ctx_set.valid.eq(ctl.table_ctl.valid & ctl.table_ctl.ready),
+               resp.ctx_set.payload.eq(ctl.table_ctl.payload)] if self.reads else []),
             resp.cfg_w.valid.eq(self.resp_cfg.valid), resp.cfg_w.payload.eq(self.resp_cfg.payload),
             self.resp_cfg.ready.eq(1),
             resp.cnp_cfg.valid.eq(self.resp_cnp_cfg.valid),

@@ -33,11 +33,15 @@ class RespRead(wiring.Component):
 
     Ports
     -----
-    push, full_qp, full, flush
+    push, full_qp, full, flush, level_qp, level, hold
         Those of :class:`RespReadQueue`: the engine's READs
         (:class:`~rocegen.gateware.roce.resp_engine.RespEngine` ``rd_push``), its read of a
-        QP's queue being full (``rd_qp``, ``rd_full``), the QPs set up again (the engine's
-        ``psn_set``).
+        QP's queue being full (``rd_qp``, ``rd_full``), the QPs whose queues are flushed (set
+        up again, put in error, closed), the READs a QP has queued, the QPs that get no turn
+        (:class:`~rocegen.gateware.roce.resp_read_order.RespReadOrder`).
+    done : Out(stream.Signature(8, always_ready=True))
+        The last response of a READ of this QP made (in the cycle it goes into the generator's
+        output queue: the READ has left the queue, and its packets will all come out on ``o``).
     o : Out(stream.Signature(RESP_READ_PACKET))
         The response packets (:class:`RespReadGen`): the responses of each READ in PSN order,
         the READs of a QP in the order pushed; the QPs' turns interleaved.
@@ -61,6 +65,9 @@ class RespRead(wiring.Component):
             "full_qp": In(range(num_qps)), "full": Out(1),
             "flush": In(stream.Signature(unsigned(8), always_ready=True)),
             "o": Out(stream.Signature(RESP_READ_PACKET)),
+            "level_qp": In(range(num_qps)), "level": Out(range(rd_depth + 1)),
+            "hold": In(num_qps),
+            "done": Out(stream.Signature(unsigned(8), always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -69,7 +76,10 @@ class RespRead(wiring.Component):
         g = m.submodules.gen = self._gen
         wiring.connect(m, wiring.flipped(self.push), q.push)
         wiring.connect(m, wiring.flipped(self.flush), q.flush)
-        m.d.comb += [q.full_qp.eq(self.full_qp), self.full.eq(q.full), g.cancel.eq(q.cancel)]
+        m.d.comb += [q.full_qp.eq(self.full_qp), self.full.eq(q.full), g.cancel.eq(q.cancel),
+                     q.level_qp.eq(self.level_qp), self.level.eq(q.level), q.hold.eq(self.hold),
+                     self.done.valid.eq(g.ret.valid & g.ret.payload.done),
+                     self.done.payload.eq(g.ret.payload.qp)]
         wiring.connect(m, q.turn, g.turn)
         wiring.connect(m, g.ret, q.ret)
         wiring.connect(m, g.o, wiring.flipped(self.o))

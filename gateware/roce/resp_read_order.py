@@ -1,13 +1,16 @@
 """The order of a QP's answers: its ACKs and NAKs, and its READ responses, in PSN order."""
 
-from amaranth.hdl import Array, Module, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import check_num_qps
+from rocegen.gateware.roce.resp_ack import is_plain_ack
 from rocegen.gateware.roce.resp_layouts import RESP_READ_PACKET, RESP_RESPONSE
 from rocegen.gateware.roce.resp_read_gen import RD_FIRST, RD_ONLY
 from rocegen.gateware.roce.resp_read_queue import check_rd_depth
+from rocegen.gateware.roce.sched_tree import first_one
 
 __all__ = ["RespReadOrder"]
 
@@ -16,7 +19,8 @@ class RespReadOrder(wiring.Component):
     """Keeps each QP's answers (ACKs, NAKs) and READ responses in the order of the requests they
     answer, which is their PSN order, although they leave by different paths: the answers
     through the answer queue (:class:`~rocegen.gateware.roce.resp_ack.RespAck`), the READ
-    responses through the payload reader and the packet builder.
+    responses through the payload reader and the packet builder. An answer that must wait for
+    its QP's READs is parked, one per QP, so that the engine goes on with the other QPs.
 
     Parameters
     ----------
@@ -28,15 +32,25 @@ class RespReadOrder(wiring.Component):
 
     Ports
     -----
-    push : In(stream.Signature(8, always_ready=True))
-        A READ of this QP queued (the engine's ``rd_push``, its QP).
+    done : In(stream.Signature(8, always_ready=True))
+        The last response of a READ of this QP made (:class:`~rocegen.gateware.roce.resp_read.RespRead`
+        ``done``): the READ has left its queue.
     sent : In(stream.Signature(8, always_ready=True))
         The last response of a READ of this QP has been taken by the transmitter (past the
         point where the READ responses and the answers merge).
+    level_qp, level : Out(8), In(range(rd_depth + 1))
+        The READ queues' count of the READs queued for a QP (combinational): the QP of the
+        answer on ``ans_i``.
+    hold : Out(num_qps)
+        Bit k: the READ queues give QP k no turn (its next READ is after its parked answer).
     flush : In(stream.Signature(8, always_ready=True))
-        A QP set up again: its count of READs in flight restarts from 0.
+        The QP's READ queue is flushed (the pulse :class:`~rocegen.gateware.roce.resp_read.RespRead`
+        ``flush`` takes): its queued READs will never be answered.
+    drop : In(stream.Signature(8, always_ready=True))
+        A QP set up again: its parked answer is withdrawn (as the engine withdraws the answer
+        in its output register).
     ans_i, ans_o : In/Out(stream.Signature(RESP_RESPONSE))
-        The engine's answers in, to the answer queue out (combinational).
+        The engine's answers in, to the answer queue out.
     rd_i, rd_o : In/Out(stream.Signature(RESP_READ_PACKET))
         The READ response packets in, to the transmit side out (combinational).
     idle : In(1)
@@ -46,23 +60,48 @@ class RespReadOrder(wiring.Component):
 
     Behaviour
     ---------
-    The rule (two holds):
+    Per QP: ``gone``, its READs whose last response has been made but not yet ``sent`` (never
+    cleared: those packets are on their way and all leave); with ``level``, the READs queued,
+    the READs in flight. A parking slot per QP: an answer (a LUT RAM of ``num_qps`` records),
+    whether it is a plain ACK, and ``queued``, the READs before it still queued (its READs in
+    flight are those and ``gone``: while it is parked no READ after it is made).
 
-    * An answer of a QP waits while that QP has READs in flight: pushed, their last response
-      not yet ``sent`` (a count per QP). The answers behind it wait too (the engine's output
-      is one stream); the READ responses go on, so the wait ends.
+    * An answer on ``ans_i`` of a QP with no parked answer and no READ in flight goes straight
+      to ``ans_o`` (combinational; taken when ``ans_o`` takes it and no parked answer leaves in
+      that cycle). Otherwise it is taken at once into its QP's slot (``queued`` from
+      ``level``): when the slot is empty, when it holds a plain ACK (the newer answer replaces
+      it: an ACK or NAK is cumulative, it acknowledges every request before its PSN, and a
+      READ response the requests before its READ; the MSN goes with it), or when the parked
+      answer leaves in that cycle. An answer of a QP whose slot holds a NAK waits on
+      ``ans_i`` (and the engine with it) until that NAK leaves: until the READs before it have
+      sent their last response. A fatal NAK flushes its QP's READs, so that wait is the
+      responses already made (at most the generator's, the payload reader's and the builder's
+      queues); after a sequence or RNR NAK the QP answers again only once the requester
+      resends, and the wait is then up to the QP's READs queued before the NAK (``rd_depth``
+      READs of up to 2^31 bytes).
+    * ``queued`` counts down with each ``done`` of its QP, ``gone`` with each ``sent``; with
+      both at 0 the answer leaves on ``ans_o`` (before any answer of ``ans_i``; the lowest QP
+      first). A flush sets ``queued`` to 0, two cycles later (when the queue is empty and its
+      turn cancelled): the READs before the answer that were made whole still leave, the
+      others never do.
+    * While a QP's answer is parked and ``queued`` is 0, the QP gets no turn (``hold``): its
+      READs queued then are after the answer, and none of their responses may overtake it.
     * The first response of a READ (FIRST or ONLY) waits until ``idle``: every answer of its
       QP from before the READ has left (the engine hands on a request's actions before the
       next request acts, so those answers are in the answer queue by the time the READ is
-      pushed). While it waits, no new answer enters the answer queue, so the wait is bounded
-      by the answers already queued. It also waits for ``written``, so that a READ reads what
-      the WRITEs before it wrote.
+      pushed, or parked, and then the READ gets no turn until they leave). While it waits, no
+      answer enters the answer queue, so the wait is bounded by the answers already queued. It
+      also waits for ``written``, so that a READ reads what the WRITEs before it wrote.
 
-    Both together keep the PSN order of each QP: answers before a READ leave before its
-    responses, answers after it leave after its last response. A set-up (``flush``) clears the
-    QP's count (its queued READs are dropped); a response of the old QP still on its way then
-    counts nothing (the counts never go below 0).
-    Latency: none (combinational gates); the counts change in the cycle after the events.
+    So each QP keeps its PSN order: answers before a READ leave before its responses, answers
+    after it after its last response, and its answers leave in order (a parked plain ACK
+    replaced by a later answer is left out). A set-up (``drop``) withdraws the QP's parked
+    answer; the responses of its old READs already made still count in ``gone`` (never
+    against a READ pushed afterwards).
+    Latency: an answer straight through, none; a parked one leaves at the earliest in the
+    cycle after the ``sent`` that brings its ``ahead`` to 0 (two cycles after it is parked
+    with nothing ahead). Backpressure: ``ans_o.ready`` low parks the answers (one per QP),
+    then holds ``ans_i``; ``rd_o.ready`` passes to ``rd_i``.
     """
 
     def __init__(self, num_qps, rd_depth=16):
@@ -71,7 +110,9 @@ class RespReadOrder(wiring.Component):
         self.num_qps, self.rd_depth = num_qps, rd_depth
         pulse = stream.Signature(unsigned(8), always_ready=True)
         super().__init__({
-            "push": In(pulse), "sent": In(pulse), "flush": In(pulse),
+            "done": In(pulse), "sent": In(pulse), "flush": In(pulse), "drop": In(pulse),
+            "level_qp": Out(8), "level": In(range(rd_depth + 1)),
+            "hold": Out(num_qps),
             "ans_i": In(stream.Signature(RESP_RESPONSE)),
             "ans_o": Out(stream.Signature(RESP_RESPONSE)),
             "rd_i": In(stream.Signature(RESP_READ_PACKET)),
@@ -82,37 +123,87 @@ class RespReadOrder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.num_qps
-        # READs in flight per QP: those queued (rd_depth at most) and those whose packets are
-        # on their way (the generator's queue, the reader's, the builder: far fewer than 4 *
-        # rd_depth)
+        qb = max(1, (n - 1).bit_length())
+        # per QP: its READs made whole and not yet sent (on their way: the generator's queue,
+        # the reader's, the builder; far fewer than 4 * rd_depth); of a parked answer, the
+        # READs before it still queued
         bits = (4 * self.rd_depth).bit_length()
-        count = Array(Signal(bits, name=f"in_flight{k}") for k in range(n))
+        gone = Array(Signal(bits, name=f"gone{k}") for k in range(n))
+        queued = Array(Signal(range(self.rd_depth + 1), name=f"queued{k}") for k in range(n))
+        parked, plain = Signal(n), Signal(n)
+        slots = m.submodules.slots = Memory(shape=RESP_RESPONSE, depth=n, init=[])
+        s_w, s_r = slots.write_port(), slots.read_port(domain="comb")
 
         def qi(v):
-            return v[:max(1, (n - 1).bit_length())] if n > 1 else 0
+            return v[:qb] if n > 1 else 0
 
-        for k in range(n):
-            up = self.push.valid & (self.push.payload == k)
-            down = self.sent.valid & (self.sent.payload == k) & (count[k] != 0)
-            with m.If(self.flush.valid & (self.flush.payload == k)):
-                m.d.sync += count[k].eq(0)
-            with m.Elif(up & ~down):
-                m.d.sync += count[k].eq(count[k] + 1)
-            with m.Elif(down & ~up):
-                m.d.sync += count[k].eq(count[k] - 1)
+        def names(port, q):
+            return port.valid & (port.payload == q)
+
+        # a flush has taken effect in the READ queue two cycles after it comes
+        fl1_v, fl1_q, fl2_v, fl2_q = Signal(), Signal(8), Signal(), Signal(8)
+        m.d.sync += [fl1_v.eq(self.flush.valid), fl1_q.eq(self.flush.payload),
+                     fl2_v.eq(fl1_v), fl2_q.eq(fl1_q)]
 
         # READ responses: a READ's first waits for the answer queue to be empty
         d = self.rd_i.payload.desc
         first = (d.opcode == RD_FIRST) | (d.opcode == RD_ONLY)
         rd_go = ~first | (self.idle & self.written)
+        rd_wait = self.rd_i.valid & first & ~self.idle
         m.d.comb += [self.rd_o.payload.eq(self.rd_i.payload),
                      self.rd_o.valid.eq(self.rd_i.valid & rd_go),
                      self.rd_i.ready.eq(self.rd_o.ready & rd_go)]
-        # answers: wait while their QP has READs in flight, or a READ's first response waits
+
+        # parked answers whose READs have all been sent leave first (the lowest QP)
+        none_gone = Signal(n)
+        m.d.comb += none_gone.eq(Cat(*(gone[q] == 0 for q in range(n))))
+        free = Signal(n)
+        m.d.comb += free.eq(Cat(*(parked[k] & (queued[k] == 0) for k in range(n))) & none_gone)
+        leaves = [(free[k], Const(k, qb)) for k in range(n)]
+        size = 1
+        while size < len(leaves):
+            size *= 4
+        leaves += [(Const(0), Const(0, qb))] * (size - len(leaves))
+        out_any, _, out_q = first_one(m, leaves, "ans_pick")
+        out_go = out_any & ~rd_wait & self.ans_o.ready
+        m.d.comb += s_r.addr.eq(out_q)
+
+        # the answer offered: straight on, or parked
         a = self.ans_i.payload
-        busy = (a.qp < n) & (count[qi(a.qp)] != 0)
-        ans_go = ~busy & ~(self.rd_i.valid & first & ~self.idle)
-        m.d.comb += [self.ans_o.payload.eq(a),
-                     self.ans_o.valid.eq(self.ans_i.valid & ans_go),
-                     self.ans_i.ready.eq(self.ans_o.ready & ans_go)]
+        in_table = a.qp < n
+        k = qi(a.qp) if n > 1 else Const(0, 1)
+        m.d.comb += self.level_qp.eq(a.qp)
+        sv, sack = parked.bit_select(k, 1), plain.bit_select(k, 1)
+        straight = ~in_table | (~sv & (self.level == 0) & none_gone.bit_select(k, 1))
+        direct = ~out_any & ~rd_wait & straight
+        leaving = out_go & (out_q == k)
+        room = in_table & (~sv | sack | leaving)
+        park = self.ans_i.valid & room & ~(direct & self.ans_o.ready)
+        m.d.comb += [
+            self.ans_o.valid.eq(~rd_wait & (out_any | (self.ans_i.valid & straight))),
+            self.ans_o.payload.eq(Mux(out_any, s_r.data, a)),
+            self.ans_i.ready.eq((direct & self.ans_o.ready) | room),
+            s_w.addr.eq(a.qp), s_w.data.eq(a), s_w.en.eq(park),
+        ]
+
+        # per QP: the READs made whole and not sent; the slot, its READs still queued (a
+        # flush leaves none: those made whole still leave, before the answer, the others never)
+        for q in range(n):
+            made = names(self.done, q)
+            sent = names(self.sent, q) & ~none_gone[q]
+            with m.If(made != sent):
+                m.d.sync += gone[q].eq(gone[q] + Mux(made, 1, -1))
+            with m.If(fl2_v & (fl2_q == q)):
+                m.d.sync += queued[q].eq(0)
+            with m.Elif(made & (queued[q] != 0)):
+                m.d.sync += queued[q].eq(queued[q] - 1)
+            with m.If(out_go & (out_q == q)):
+                m.d.sync += parked[q].eq(0)
+            with m.If(park & (k == q)):
+                m.d.sync += [parked[q].eq(1), plain[q].eq(is_plain_ack(a)),
+                             queued[q].eq(self.level - made)]
+            with m.If(names(self.drop, q)):
+                m.d.sync += parked[q].eq(0)
+            # (its READs after the answer get no turn: every READ before it has been made)
+            m.d.comb += self.hold[q].eq(parked[q] & (queued[q] == 0))
         return m

@@ -65,6 +65,11 @@ class RespReadQueue(wiring.Component):
     cancel : Out(1)
         High from the cycle after a flush of the QP of the turn taken until that turn is
         returned (the return then changes nothing).
+    level_qp, level : In(range(num_qps)), Out(range(rd_depth + 1))
+        The READs queued for ``level_qp`` (pushed, their last response not yet made:
+        combinational, from the pointers).
+    hold : In(num_qps)
+        Bit k: QP k gets no turn (it is not picked; a turn already picked goes on).
 
     Behaviour
     ---------
@@ -77,6 +82,9 @@ class RespReadQueue(wiring.Component):
       offered from the next cycle until taken, then returned: the next pick is in the cycle
       after the return (a turn every three cycles at best).
     * Latency: a READ pushed into empty queues in cycle t is offered in cycle t + 2.
+    * Flush timing: a flush that comes in cycle t has emptied the QP's queue by cycle t + 2,
+      and from t + 2 on the generator makes no packet of the READs it dropped (a turn of the
+      QP taken up to cycle t may still make packets in cycle t + 1, then it is cancelled).
     """
 
     def __init__(self, num_qps, rd_depth=16):
@@ -90,6 +98,8 @@ class RespReadQueue(wiring.Component):
             "turn": Out(stream.Signature(READ_TURN)),
             "ret": In(stream.Signature(READ_RETURN, always_ready=True)),
             "cancel": Out(1),
+            "level_qp": In(range(num_qps)), "level": Out(range(rd_depth + 1)),
+            "hold": In(num_qps),
         })
 
     def elaborate(self, platform):
@@ -121,6 +131,8 @@ class RespReadQueue(wiring.Component):
             m.d.sync += tail[pq].eq(tail[pq] + 1)
         fq = self.full_qp[:qb] if n > 1 else 0
         m.d.sync += self.full.eq((tail[fq] - head[fq])[:P] == D)
+        lq = self.level_qp[:qb] if n > 1 else 0
+        m.d.comb += self.level.eq((tail[lq] - head[lq])[:P])
 
         # ---- flush: in the cycle after it comes
         fl_v, fl_q = Signal(), Signal(8)
@@ -129,7 +141,7 @@ class RespReadQueue(wiring.Component):
 
         # ---- turns: pick (memories read), offer, out until returned
         pending = Signal(n)
-        m.d.comb += pending.eq(Cat(*(head[k] != tail[k] for k in range(n))))
+        m.d.comb += pending.eq(Cat(*(head[k] != tail[k] for k in range(n))) & ~self.hold)
         picking, offering, out = Signal(init=1), Signal(), Signal()
         q = Signal(8)
         qi = q[:qb] if n > 1 else 0

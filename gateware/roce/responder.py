@@ -7,7 +7,13 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.memport import MemWriteSignature
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.net.udp_tx import UDP_TX_META
-from rocegen.gateware.roce.layouts import PSN_WRITE, QP_CONTEXT, check_num_qps
+from rocegen.gateware.roce.layouts import (
+    CONTEXT_WRITE,
+    PSN_WRITE,
+    QP_CONTEXT,
+    QpState,
+    check_num_qps,
+)
 from rocegen.gateware.roce.recv_queue import RecvQueue
 from rocegen.gateware.roce.resp_ack import RespAck
 from rocegen.gateware.roce.resp_cnp import DEFAULT_CNP_INTERVAL, RespCnp
@@ -27,6 +33,7 @@ from rocegen.gateware.roce.resp_layouts import (
 )
 from rocegen.gateware.roce.resp_place import RespPlace
 from rocegen.gateware.roce.resp_read import RespRead
+from rocegen.gateware.roce.resp_read_flush import RespReadFlush
 from rocegen.gateware.roce.resp_read_order import RespReadOrder
 from rocegen.gateware.roce.stream_post import DURABLE_WIDTH
 
@@ -134,6 +141,9 @@ class Responder(wiring.Component):
     rd_sent : In(stream.Signature(8, always_ready=True)), with ``reads`` only
         The last response packet of a READ of this QP was taken by the transmitter, past the
         point where ``rd`` and ``tx`` merge: the QP's answers after the READ may go.
+    ctx_set : In(stream.Signature(CONTEXT_WRITE, always_ready=True)), with ``reads`` only
+        The QP table's context writes: one with a state other than RTR and RTS (the QP closed)
+        flushes the QP's READ queue.
     The pulses of :data:`RESP_COUNTERS`.
 
     Behaviour
@@ -152,7 +162,11 @@ class Responder(wiring.Component):
     completion then leaves at the earliest two cycles after ``mem_durable`` counts its
     request's last word; while the count's queue is full the next placement record waits).
     With ``reads``, each QP's answers on ``tx`` and its READ responses on ``rd`` keep the PSN
-    order of their requests (:class:`~rocegen.gateware.roce.resp_read_order.RespReadOrder`).
+    order of their requests (:class:`~rocegen.gateware.roce.resp_read_order.RespReadOrder`):
+    an answer behind its QP's READs is parked, one per QP, and the engine goes on; a QP's READ
+    queue is flushed when it is set up again, when a fatal NAK puts it in error (its READs
+    before the NAK that have not started are never answered) and when it is closed
+    (:class:`~rocegen.gateware.roce.resp_read_flush.RespReadFlush`).
     Byte order: the payload's first byte at its address, lane = address modulo W/8.
     Backpressure: ``mem``, ``tx`` and ``cpl`` may hold their producers; requests then wait in
     the ingress FIFO, and those that find it or its queue of records full are dropped and
@@ -182,6 +196,7 @@ class Responder(wiring.Component):
         self.reads, self.rd_depth = reads, rd_depth
         self._read = RespRead(width, num_qps, rd_depth=rd_depth) if reads else None
         self._order = RespReadOrder(num_qps, rd_depth) if reads else None
+        self._flush = RespReadFlush(num_qps) if reads else None
         super().__init__({
             "i": In(PacketSignature(width)),
             "ctx_qp": Out(range(num_qps)), "ctx": In(QP_CONTEXT),
@@ -195,7 +210,8 @@ class Responder(wiring.Component):
             "tx": Out(PacketSignature(width, UDP_TX_META)),
             "cnp_cfg": In(stream.Signature(CNP_CONFIG, always_ready=True)),
             **({"rd": Out(stream.Signature(RESP_READ_PACKET)),
-                "rd_sent": In(stream.Signature(unsigned(8), always_ready=True))}
+                "rd_sent": In(stream.Signature(unsigned(8), always_ready=True)),
+                "ctx_set": In(stream.Signature(CONTEXT_WRITE, always_ready=True))}
                if reads else {}),
             "ingress_level": Out(range(self.ingress_beats + 1)),
             **{name: Out(1) for name in RESP_COUNTERS},
@@ -290,19 +306,29 @@ class Responder(wiring.Component):
         return m
 
     def _connect_reads(self, m, eng, cnp, ack, placed):
-        """The READ path: the engine's READs into the queues (the set-ups flush them), their
-        response packets out through the order keeper, which also stands between the engine's
-        answers and the notification point."""
+        """The READ path: the engine's READs into the queues (set-ups, fatal NAKs and closes
+        flush them), their response packets out through the order keeper, which also stands
+        between the engine's answers and the notification point."""
         rd = m.submodules.read = self._read
         order = m.submodules.read_order = self._order
+        fl = m.submodules.read_flush = self._flush
         wiring.connect(m, eng.rd_push, rd.push)
+        state = self.ctx_set.payload.context.state
         m.d.comb += [rd.full_qp.eq(eng.rd_qp), eng.rd_full.eq(rd.full),
-                     rd.flush.valid.eq(self.psn_set.valid),
-                     rd.flush.payload.eq(self.psn_set.payload.qp),
-                     order.flush.valid.eq(self.psn_set.valid),
-                     order.flush.payload.eq(self.psn_set.payload.qp),
-                     order.push.valid.eq(eng.rd_push.valid),
-                     order.push.payload.eq(eng.rd_push.payload.qp)]
+                     fl.setup.valid.eq(self.psn_set.valid),
+                     fl.setup.payload.eq(self.psn_set.payload.qp),
+                     fl.error.valid.eq(eng.rq_flush.valid),
+                     fl.error.payload.eq(eng.rq_flush.payload),
+                     fl.close.valid.eq(self.ctx_set.valid & (state != QpState.RTR) &
+                                       (state != QpState.RTS)),
+                     fl.close.payload.eq(self.ctx_set.payload.qp),
+                     rd.flush.valid.eq(fl.o.valid), rd.flush.payload.eq(fl.o.payload),
+                     order.flush.valid.eq(fl.o.valid), order.flush.payload.eq(fl.o.payload),
+                     order.drop.valid.eq(self.psn_set.valid),
+                     order.drop.payload.eq(self.psn_set.payload.qp),
+                     order.done.valid.eq(rd.done.valid), order.done.payload.eq(rd.done.payload),
+                     rd.level_qp.eq(order.level_qp), order.level.eq(rd.level),
+                     rd.hold.eq(order.hold)]
         wiring.connect(m, wiring.flipped(self.rd_sent), order.sent)
         wiring.connect(m, rd.o, order.rd_i)
         wiring.connect(m, order.rd_o, wiring.flipped(self.rd))

@@ -394,20 +394,23 @@ def _plain_ack(a):
 def check_answer_order(want, got):
     """``got``, the answers of one QP as they left, against ``want`` (its list of
     :func:`answer_order`): the same, in the same order, but for plain ACKs left out that a
-    later plain ACK follows with no other answer between them (coalesced). Raises
-    ``AssertionError`` naming the first difference."""
+    later ACKNOWLEDGE of the QP follows (an ACK or NAK acknowledges every request before its
+    PSN): merged into the next ACK in the answer queue, or, parked behind the QP's READs,
+    replaced by the QP's next answer, ACK or NAK, across the responses of READs queued
+    between them. Raises ``AssertionError`` naming the first difference."""
+    later = [False] * len(want)                 # an ACKNOWLEDGE follows want[i]
+    for i in range(len(want) - 2, -1, -1):
+        later[i] = later[i + 1] or want[i + 1][0] == "ACK"
     i = 0
     for j, a in enumerate(got):
-        while i < len(want) and want[i] != a and _plain_ack(want[i]) and \
-                i + 1 < len(want) and _plain_ack(want[i + 1]):
+        while i < len(want) and want[i] != a and _plain_ack(want[i]) and later[i]:
             i += 1
         assert i < len(want) and want[i] == a, \
             f"answer {j} {a} left out of order: expected {want[i] if i < len(want) else None}"
         i += 1
-    while i < len(want) - 1 and _plain_ack(want[i]) and _plain_ack(want[i + 1]):
+    while i < len(want) and _plain_ack(want[i]) and later[i]:
         i += 1
     assert i == len(want), f"answers missing from {want[i]} on"
-
 
 
 #: The verdicts of the requests that come from their QP's peer (DestQP in the table, the QP RTR

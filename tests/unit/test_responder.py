@@ -279,3 +279,133 @@ def test_faulty_link_with_backpressure(width, pmtu, seed, bp):
 def test_bad_writes_end_the_qp(width, seed):
     counters, ref = check(width, 256, seed, bad=True, messages=40)
     assert counters["access"] >= 1, counters
+
+
+def read_config():
+    return [{"mr": {"rkey": rkey(k), "base": k * REGION, "length": REGION, "write": 1, "read": 1},
+             "rnr_timer": RNR_CODE} for k in range(QPS)]
+
+
+def read_frames(seed, pmtu, writes):
+    """QP 0's requests: a READ of its whole region and a WRITE behind it (AckReq on its last
+    packet); then QP 1's: ``writes`` WRITEs. The frames the host sends, each with its QP; the
+    PSNs each QP starts at."""
+    rng = random.Random(seed)
+    host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL)
+    psns = [rng.getrandbits(24) for _ in range(QPS)]
+    for k in range(QPS):
+        host.create_qp(HOST_QPN + k, peer_qpn=QPN_BASE + k, peer_ip=FPGA_IP, peer_mac=FPGA_MAC,
+                       epsn=0, pmtu=pmtu, sq_psn=psns[k], timeout=1, retry_cnt=7,
+                       access=Access.REMOTE_WRITE | Access.REMOTE_READ, max_rd_atomic=16)
+    host.post_send(HOST_QPN, "READ", length=REGION, remote_addr=0, rkey=rkey(0))
+    host.post_send(HOST_QPN, "WRITE", data=rng.randbytes(40), remote_addr=64, rkey=rkey(0))
+    for _ in range(writes):
+        n = rng.choice([0, 8, 100, pmtu])
+        host.post_send(HOST_QPN + 1, "WRITE", data=rng.randbytes(n),
+                       remote_addr=REGION + rng.randrange(REGION - n + 1), rkey=rkey(1))
+    frames = host.next_frames(0, budget=10_000)
+    return [(f, Ether(f)[BTH].dqpn - QPN_BASE) for f in frames], psns
+
+
+@pytest.mark.parametrize("width, seed, idle", [(512, 8, 0.0), (64, 9, 0.3)])
+def test_read_drain_stops_no_other_qp(width, seed, idle):
+    """QP 0's READ of 16 KiB has its responses held (``rd`` not ready) and the ACK of the WRITE
+    behind it waiting: meanwhile QP 1's WRITEs are all decided and answered at the rate they
+    come (none dropped, none waiting), and QP 0's ACK leaves only after the READ's last
+    response. (Before answers were parked, QP 0's ACK held the engine: QP 1's requests were
+    dropped as ``overflow``.)"""
+    pmtu, writes = 1024, 40
+    frames, psns = read_frames(seed, pmtu, writes)
+    assert [qp for _, qp in frames].count(0) == 2
+    top = shared(ResponderTop, width, QPS, MEM, config_init=read_config(), reads=True)
+    dut = top.resp
+    drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
+    tx = StreamCollector(dut.tx, width, backpressure=0.2, seed=seed + 1)
+    names = ("executed", "duplicate", "seq_nak", "seq_drop", "rnr", "invalid", "access",
+             "overflow", "malformed")
+    decided, counts = [], dict.fromkeys(names, 0)     # the cycle of each decision
+    rd_last, tx_at = [], []                           # cycles: the READ's last response, answers
+    fed = []                                          # cycles: each request's last beat in
+    held = [True]
+    cycle = [0]
+
+    async def watch(ctx):
+        rng = random.Random(seed + 2)
+        sent = None
+        async for _, _, *vals, rv, rr, last, rqp, tv, tr, tl, iv, il in ctx.tick().sample(
+                *(getattr(dut, n) for n in names), dut.rd.valid, dut.rd.ready,
+                dut.rd.payload.desc.last, dut.rd.payload.desc.qp, dut.tx.valid, dut.tx.ready,
+                dut.tx.payload.last, dut.i.valid, dut.i.payload.last):
+            cycle[0] += 1
+            for name, v in zip(names, vals):
+                counts[name] += v
+                if v and name != "overflow" and name != "malformed":
+                    decided.append(cycle[0])
+            if tv and tr and tl:
+                tx_at.append(cycle[0])
+            if iv and il:
+                fed.append(cycle[0])
+            # the transmitter takes the READ responses once released; a READ's last one is
+            # reported (``rd_sent``) a few cycles later
+            ctx.set(dut.rd_sent.valid, 0)
+            if sent is not None and cycle[0] >= sent[0]:
+                ctx.set(dut.rd_sent.valid, 1)
+                ctx.set(dut.rd_sent.payload, sent[1])
+                sent = None
+            if rv and rr and last:
+                rd_last.append(cycle[0])
+                sent = (cycle[0] + 5, rqp)
+            ctx.set(dut.rd.ready, not held[0] and rng.random() < 0.7)
+            ctx.set(dut.mem.ready, 1)
+            ctx.set(dut.cpl.ready, 1)
+
+    async def tb(ctx):
+        for k in range(QPS):
+            ctx.set(top.qps.ctl.payload, {"qp": k, "context": {
+                "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": HOST_QPN + k,
+                "pmtu_log2": pmtu.bit_length() - 1, "udp_sport": 0xC000 + k, "dscp": 26}})
+            ctx.set(top.qps.ctl.valid, 1)
+            await ctx.tick()
+            ctx.set(top.qps.ctl.valid, 0)
+            ctx.set(dut.psn_set.payload, {"qp": k, "psn": psns[k]})
+            ctx.set(dut.psn_set.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.psn_set.valid, 0)
+        for f, _ in frames:
+            dgram = f[14:14 + int.from_bytes(f[16:18], "big") - 4]
+            await drv.send(ctx, [Packet(dgram)])
+        for _ in range(4000):
+            if len(decided) + counts["overflow"] >= len(frames):
+                break
+            await ctx.tick()
+        await ctx.tick().repeat(200)
+        # QP 1 answered, QP 0 not yet
+        answered = {qp: [u for u in map(udp_answer_fields, [p.data for p in tx.packets])
+                         if u[0] == HOST_QPN + qp] for qp in range(QPS)}
+        assert counts["overflow"] == 0 and len(decided) == len(frames), \
+            f"{len(decided)} of {len(frames)} requests decided, {counts['overflow']} dropped"
+        assert answered[0] == [] and answered[1], answered
+        assert not rd_last
+        held[0] = False
+        while not rd_last:
+            await ctx.tick()
+        await ctx.tick().repeat(300)
+
+    run_sim(top, testbenches=[tb], processes=[watch, tx.run], deadline_cycles=200_000)
+    assert counts["executed"] == len(frames), counts
+    got = [udp_answer_fields(p.data) for p in tx.packets]
+    want_last = {k: (psns[k] + sum(1 for _, q in frames if q == k) - 1) & 0xFFFFFF
+                 for k in range(QPS)}
+    # (the READ's PSNs count as its responses: QP 0's WRITE is after them)
+    want_last[0] = (psns[0] + REGION // pmtu) & 0xFFFFFF
+    for k in range(QPS):
+        acks = [g for g in got if g[0] == HOST_QPN + k]
+        assert acks and acks[-1][1] == want_last[k] and acks[-1][2] & 0x60 == 0, (k, acks)
+    # QP 0's ACK after the READ's last response (its packet's last beat on ``tx``)
+    qp0 = [t for g, t in zip(got, tx_at) if g[0] == HOST_QPN]
+    assert len(qp0) == 1 and qp0[0] > rd_last[-1]
+    # QP 1's requests decided at the rate they came: each within a few frames' time of its
+    # last beat (the queue of placement records and the answer queue's backpressure), while
+    # QP 0's READ is held for good
+    waits = [d - f for d, f in zip(decided, fed)]
+    assert max(waits[2:]) < 100, waits
