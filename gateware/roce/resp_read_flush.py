@@ -1,11 +1,11 @@
 """The flushes of the responder's READ queues: set-ups, errors and closes, one a cycle."""
 
-from amaranth.hdl import Const, Module, Signal, unsigned
+from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import check_num_qps
-from rocegen.gateware.roce.sched_tree import first_one
+from rocegen.gateware.roce.sched_tree import lowest_one
 
 __all__ = ["RespReadFlush"]
 
@@ -54,14 +54,8 @@ class RespReadFlush(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.num_qps
-        qb = max(1, (n - 1).bit_length())
         pend = Signal(n)
-        leaves = [(pend[k], Const(k, qb)) for k in range(n)]
-        size = 1
-        while size < len(leaves):
-            size *= 4
-        leaves += [(Const(0), Const(0, qb))] * (size - len(leaves))
-        found, _, pick = first_one(m, leaves, "flush_pick")
+        found, pick = lowest_one(m, pend, "flush_pick")
         issue = found & ~self.setup.valid
         m.d.comb += [self.o.valid.eq(self.setup.valid | found),
                      self.o.payload.eq(self.setup.payload)]

@@ -10,7 +10,7 @@ from rocegen.gateware.roce.resp_ack import is_plain_ack
 from rocegen.gateware.roce.resp_layouts import RESP_READ_PACKET, RESP_RESPONSE
 from rocegen.gateware.roce.resp_read_gen import RD_FIRST, RD_ONLY
 from rocegen.gateware.roce.resp_read_queue import check_rd_depth
-from rocegen.gateware.roce.sched_tree import first_one
+from rocegen.gateware.roce.sched_tree import lowest_one
 
 __all__ = ["RespReadOrder"]
 
@@ -159,12 +159,7 @@ class RespReadOrder(wiring.Component):
         m.d.comb += none_gone.eq(Cat(*(gone[q] == 0 for q in range(n))))
         free = Signal(n)
         m.d.comb += free.eq(Cat(*(parked[k] & (queued[k] == 0) for k in range(n))) & none_gone)
-        leaves = [(free[k], Const(k, qb)) for k in range(n)]
-        size = 1
-        while size < len(leaves):
-            size *= 4
-        leaves += [(Const(0), Const(0, qb))] * (size - len(leaves))
-        out_any, _, out_q = first_one(m, leaves, "ans_pick")
+        out_any, out_q = lowest_one(m, free, "ans_pick")
         out_go = out_any & ~rd_wait & self.ans_o.ready
         m.d.comb += s_r.addr.eq(out_q)
 

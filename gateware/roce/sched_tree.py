@@ -3,7 +3,7 @@ side of a kept signal separately, which bounds the LUT levels of the paths throu
 
 from amaranth.hdl import Array, Cat, Const, Signal
 
-__all__ = ["kept", "mux_tree", "first_one"]
+__all__ = ["kept", "mux_tree", "first_one", "lowest_one"]
 
 
 def kept(m, value, name):
@@ -61,3 +61,16 @@ def first_one(m, leaves, name="ff"):
     payload = kept(m, low[len(kids[0][1]):], f"{name}_d") if len(kids[0][2]) else Const(0, 0)
     any_ = kept(m, anys[0] | anys[1] | anys[2] | anys[3], f"{name}_a")
     return any_, pos, payload
+
+
+def lowest_one(m, bits, name="low"):
+    """The lowest set bit of the ``n``-bit value ``bits``: (any set, its index in
+    ``max(1, (n - 1).bit_length())`` bits), as :func:`first_one`'s tree (padded to 4^k leaves)."""
+    n = len(bits)
+    size = 1
+    while size < n:
+        size *= 4
+    leaves = [(bits[k], Const(0, 0)) for k in range(n)] + [(Const(0), Const(0, 0))] * (size - n)
+    found, pos, _ = first_one(m, leaves, name)
+    qb = max(1, (n - 1).bit_length())
+    return found, (pos[:qb] if len(pos) >= qb else Cat(pos, Const(0, qb - len(pos))))

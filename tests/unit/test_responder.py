@@ -141,6 +141,22 @@ def scenario(seed, pmtu, *, messages=24, loss=0.0, dup=0.0, reorder=0.0, corrupt
     return events, answers, ref, psns
 
 
+async def open_qps(ctx, top, dut, psns, *, pmtu_log2, sport, dscp):
+    """Set QPs 0..QPS-1 up: RTS, the host as peer, UDP source port ``sport + k``, and the
+    responder's ePSN ``psns[k]``."""
+    for k in range(QPS):
+        ctx.set(top.qps.ctl.payload, {"qp": k, "context": {
+            "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": HOST_QPN + k,
+            "pmtu_log2": pmtu_log2, "udp_sport": sport + k, "dscp": dscp}})
+        ctx.set(top.qps.ctl.valid, 1)
+        await ctx.tick()
+        ctx.set(top.qps.ctl.valid, 0)
+        ctx.set(dut.psn_set.payload, {"qp": k, "psn": psns[k]})
+        ctx.set(dut.psn_set.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.psn_set.valid, 0)
+
+
 def answer_fields(frame):
     p = Ether(frame)
     return (p[BTH].dqpn, p[BTH].psn, p[AETH].syndrome, p[AETH].msn)
@@ -192,17 +208,7 @@ def run_dut(width, events, pmtu_log2, psns, *, idle=0.0, backpressure=0.0, seed=
             decided[0] += sum(vals[:12])
 
     async def tb(ctx):
-        for k in range(QPS):
-            ctx.set(top.qps.ctl.payload, {"qp": k, "context": {
-                "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": HOST_QPN + k,
-                "pmtu_log2": pmtu_log2, "udp_sport": 0xC100 + k, "dscp": 0}})
-            ctx.set(top.qps.ctl.valid, 1)
-            await ctx.tick()
-            ctx.set(top.qps.ctl.valid, 0)
-            ctx.set(dut.psn_set.payload, {"qp": k, "psn": psns[k]})
-            ctx.set(dut.psn_set.valid, 1)
-            await ctx.tick()
-            ctx.set(dut.psn_set.valid, 0)
+        await open_qps(ctx, top, dut, psns, pmtu_log2=pmtu_log2, sport=0xC100, dscp=0)
         fed = 0
         for ev in events:
             if ev[0] == "post":
@@ -360,17 +366,8 @@ def test_read_drain_stops_no_other_qp(width, seed, idle):
             ctx.set(dut.cpl.ready, 1)
 
     async def tb(ctx):
-        for k in range(QPS):
-            ctx.set(top.qps.ctl.payload, {"qp": k, "context": {
-                "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": HOST_QPN + k,
-                "pmtu_log2": pmtu.bit_length() - 1, "udp_sport": 0xC000 + k, "dscp": 26}})
-            ctx.set(top.qps.ctl.valid, 1)
-            await ctx.tick()
-            ctx.set(top.qps.ctl.valid, 0)
-            ctx.set(dut.psn_set.payload, {"qp": k, "psn": psns[k]})
-            ctx.set(dut.psn_set.valid, 1)
-            await ctx.tick()
-            ctx.set(dut.psn_set.valid, 0)
+        await open_qps(ctx, top, dut, psns, pmtu_log2=pmtu.bit_length() - 1, sport=0xC000,
+                       dscp=26)
         for f, _ in frames:
             dgram = f[14:14 + int.from_bytes(f[16:18], "big") - 4]
             await drv.send(ctx, [Packet(dgram)])
