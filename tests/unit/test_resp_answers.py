@@ -22,6 +22,7 @@ from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
+from tests.unit.test_responder import open_qps
 
 QPS = 3                         # QPs the host uses; the table has one more, left in RESET
 HOST_QPN = 0x21
@@ -146,17 +147,8 @@ def run_dut(width, frames, psns, *, backpressure=0.0, seed=0, cfg_interval=None,
                     decisions.append((cycle, name))
 
     async def tb(ctx):
-        for k in range(QPS):
-            ctx.set(top.qps.ctl.payload, {"qp": k, "context": {
-                "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": HOST_QPN + k,
-                "pmtu_log2": PMTU.bit_length() - 1, "udp_sport": SPORT + k, "dscp": 26}})
-            ctx.set(top.qps.ctl.valid, 1)
-            await ctx.tick()
-            ctx.set(top.qps.ctl.valid, 0)
-            ctx.set(dut.psn_set.payload, {"qp": k, "psn": psns[k]})
-            ctx.set(dut.psn_set.valid, 1)
-            await ctx.tick()
-            ctx.set(dut.psn_set.valid, 0)
+        await open_qps(ctx, top, dut, psns[:QPS], pmtu_log2=PMTU.bit_length() - 1, sport=SPORT,
+                       dscp=26, host_qpn=HOST_QPN)
         if cfg_interval is not None:
             ctx.set(dut.cnp_cfg.payload, {"interval": cfg_interval})
             ctx.set(dut.cnp_cfg.valid, 1)

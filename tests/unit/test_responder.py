@@ -141,12 +141,12 @@ def scenario(seed, pmtu, *, messages=24, loss=0.0, dup=0.0, reorder=0.0, corrupt
     return events, answers, ref, psns
 
 
-async def open_qps(ctx, top, dut, psns, *, pmtu_log2, sport, dscp):
-    """Set QPs 0..QPS-1 up: RTS, the host as peer, UDP source port ``sport + k``, and the
-    responder's ePSN ``psns[k]``."""
-    for k in range(QPS):
+async def open_qps(ctx, top, dut, psns, *, pmtu_log2, sport, dscp, host_qpn=HOST_QPN):
+    """Set QPs 0..len(psns)-1 of a :class:`ResponderTop` up: RTS, the host's QP ``host_qpn + k``
+    as peer, UDP source port ``sport + k``, and the responder's ePSN ``psns[k]``."""
+    for k in range(len(psns)):
         ctx.set(top.qps.ctl.payload, {"qp": k, "context": {
-            "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": HOST_QPN + k,
+            "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": host_qpn + k,
             "pmtu_log2": pmtu_log2, "udp_sport": sport + k, "dscp": dscp}})
         ctx.set(top.qps.ctl.valid, 1)
         await ctx.tick()
