@@ -44,6 +44,9 @@ PORT_DOCS = {
     "wr": "Work requests from the user logic. Taken when `wr_valid & wr_ready`; hold "
           "`wr_data` steady while `wr_valid` is high and `wr_ready` low. Every work request gets "
           "exactly one completion on `cpl`.",
+    "wr_room": "Bit q: QP q's work-request queue has room. A request for a QP without room "
+               "waits on `wr` (and holds the requests behind it); logic that serves several "
+               "QPs offers a request only when its QP's bit is high.",
     "cpl": "Completions of the work requests posted on `wr`, one per work request. "
            "Hold `cpl_ready` low to stall them (nothing is lost).",
     "qp_ctl": "QP table writes from the user logic (a QP's whole context), beside "

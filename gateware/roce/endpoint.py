@@ -220,7 +220,11 @@ class RoceEndpoint(wiring.Component):
     -----
     ``local_mac``, ``local_ip``; ``mac_rx`` / ``mac_tx``: the MAC (frames without FCS; the
     transmit side leaves each frame whole, back to back). ``wr``: work requests
-    (:data:`~rocegen.gateware.roce.layouts.WORK_REQUEST`), ``cpl``: their completions.
+    (:data:`~rocegen.gateware.roce.layouts.WORK_REQUEST`), ``cpl``: their completions;
+    ``wr_room`` (bit per QP, from registers): the QP's queue of ``wr_depth`` requests has room.
+    A request for a QP without room waits on ``wr`` and holds the user's later requests
+    (one stream), never the front end's or the generator's; user logic that serves several
+    QPs offers a request only when its bit is high.
     ``qp_ctl`` / ``qp_psn``: QP table writes (contexts, initial PSNs), beside the connection
     manager's (the hosts open QPs over UDP ``cm_port``); ``qp_open``: QPs the connection manager
     has open. ``gen``: traffic generator
@@ -447,6 +451,7 @@ class RoceEndpoint(wiring.Component):
             "mac_tx": Out(PacketSignature(width)),
             "wr": In(stream.Signature(WORK_REQUEST)),
             "cpl": Out(stream.Signature(COMPLETION)),
+            "wr_room": Out(num_qps),
             "qp_ctl": In(stream.Signature(CONTEXT_WRITE)),
             "qp_psn": In(stream.Signature(PSN_WRITE)),
             "gen": In(stream.Signature(GEN_CONFIG)),
@@ -543,7 +548,8 @@ class RoceEndpoint(wiring.Component):
         wiring.connect(m, front.wr, wrm.front)
         wiring.connect(m, gen.wr, wrm.gen)
         wiring.connect(m, wrm.o, sched.wr)
-        m.d.comb += wrm.bad_full.eq(comp.bad_full)
+        m.d.comb += [wrm.bad_full.eq(comp.bad_full), wrm.room.eq(sched.room),
+                     wrm.room_next.eq(sched.room_next), self.wr_room.eq(sched.room)]
         gen_arb = m.submodules.gen_arbiter = StreamArbiter(GEN_CONFIG, 2)
         wiring.connect(m, wiring.flipped(self.gen), gen_arb.i[0])
         wiring.connect(m, cm.gen, gen_arb.i[1])

@@ -62,6 +62,11 @@ class SchedQueue(wiring.Component):
         The request at ``cur`` has sent a packet; the window is closed until an event (registers).
     pushed : Out(num_qps)
         One-hot of the QP whose request is queued in this cycle.
+    room, room_next : Out(num_qps)
+        Bit ``q`` of ``room``: a request for QP ``q`` offered on ``wr`` now is taken. Of
+        ``room_next``: one would still be taken in the next cycle if a request of QP ``q`` is
+        queued in this cycle (a slot freed in this cycle is not counted). Both from registers
+        only.
 
     Behaviour
     ---------
@@ -101,6 +106,7 @@ class SchedQueue(wiring.Component):
             "sel": In(num_qps), "commit": In(1), "fin": In(1), "new": In(1), "win_shut": In(1),
             "cur": Out(ptrs), "hi": Out(ptrs), "tail": Out(ptrs),
             "started": Out(num_qps), "win_block": Out(num_qps), "pushed": Out(num_qps),
+            "room": Out(num_qps), "room_next": Out(num_qps),
         })
 
     def elaborate(self, platform):
@@ -129,12 +135,16 @@ class SchedQueue(wiring.Component):
         # later)
         room1 = Signal(n)
         room2 = Signal(n)
+        room3 = Signal(n)           # (for room_next: two more after the one queued in that cycle)
         for q in range(n):
             used = [(tail[q] - head[q])[:pw], (tail[q] - cur[q])[:pw]]
             m.d.sync += [room1[q].eq((used[0] < depth) & (used[1] < depth)),
-                         room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1))]
+                         room2[q].eq((used[0] < depth - 1) & (used[1] < depth - 1)),
+                         room3[q].eq((used[0] < depth - 2) & (used[1] < depth - 2))]
         room_q = kept(m, Cat(Mux(push_r[q], room2[q], room1[q]) for q in range(n)), "room_q")
         room = kept(m, mux_tree(m, list(room_q), q_in, "room"), "room")
+        m.d.comb += [self.room.eq(room_q),
+                     self.room_next.eq(Cat(Mux(push_r[q], room3[q], room2[q]) for q in range(n)))]
         bad = t.wr.qp >= n
         m.d.comb += [
             self.bad.valid.eq(self.wr.valid & bad),

@@ -109,6 +109,11 @@ class Scheduler(wiring.Component):
         started before are skipped, and every other request is refused with FLUSHED.
     held : In(num_qps)
         QPs that must not send (an RNR wait): they get no turns.
+    room, room_next : Out(num_qps)
+        Per QP, from registers: a request offered on ``wr`` now is taken (``room``); one would
+        still be taken in the next cycle after a request of the QP is queued in this one
+        (``room_next``). See
+        :class:`~rocegen.gateware.roce.sched_queue.SchedQueue`.
 
     Behaviour
     ---------
@@ -120,8 +125,9 @@ class Scheduler(wiring.Component):
       when ``local_addr`` is not a multiple of W/8 (not for a READ), else LOCAL_LENGTH when
       ``local_addr + length > mem_bytes`` (not for a send of the GENERATOR source, whose
       payload is a pattern). A request for a QP
-      whose ``depth`` slots are taken holds ``wr`` (head of line: requests of other QPs behind it
-      wait too; a slot freed counts one cycle later). ``wr.ready`` depends on registers only
+      whose ``depth`` slots are taken holds ``wr`` (a slot freed counts one cycle later); the
+      endpoint's :class:`~rocegen.gateware.roce.wr_merge.WrMerge` offers a request only when its
+      QP has room, so a full queue holds no other source. ``wr.ready`` depends on registers only
       for a QP inside the table, and on ``post.ready`` for one outside it.
     * Starting a request (when it is next on its QP and wins a turn): it is refused with its
       queued error, FLUSHED if the QP is in the error state, or QP_NOT_READY if the QP's state
@@ -240,6 +246,8 @@ class Scheduler(wiring.Component):
             "acked_psn": In(24),
             "errored": In(num_qps),
             "held": In(num_qps),
+            "room": Out(num_qps),
+            "room_next": Out(num_qps),
         }
         if reads:
             members["rd_issue"] = Out(stream.Signature(READ_ISSUE, always_ready=True))
@@ -261,6 +269,7 @@ class Scheduler(wiring.Component):
 
         qu = m.submodules.queue = SchedQueue(n, self.width, self.mem_bytes, depth,
                                              reads=self.reads)
+        m.d.comb += [self.room.eq(qu.room), self.room_next.eq(qu.room_next)]
         abits = max(1, (n * depth - 1).bit_length())
         bs = m.submodules.build = SchedBuild(n, abits, self.window, reads=self.reads)
         ct = bs.turn

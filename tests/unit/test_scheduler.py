@@ -49,11 +49,14 @@ class SchedulerTop(wiring.Component):
             "full": In(num_qps),
             "ctl": In(stream.Signature(CONTEXT_WRITE)),
             "ctl_psn": In(stream.Signature(PSN_WRITE)),
+            "room": Out(num_qps),
+            "room_next": Out(num_qps),
         })
 
     def elaborate(self, platform):
         m = Module()
         s = m.submodules.sched = self.sched
+        m.d.comb += [self.room.eq(s.room), self.room_next.eq(s.room_next)]
         t = m.submodules.table = self.table
         wiring.connect(m, wiring.flipped(self.wr), s.wr)
         wiring.connect(m, s.desc, wiring.flipped(self.desc))
@@ -296,6 +299,28 @@ class Bench:
         assert got_bad == exp.bad
 
 
+def room_monitor(dut, stats):
+    """Checks the scheduler's ``room`` / ``room_next`` against what ``wr`` does: a request of a
+    QP in the table is taken exactly when ``room`` has its bit; after a request of QP q is
+    taken while ``room_next`` has q's bit, ``room`` has it in the next cycle."""
+    n = dut.num_qps
+
+    async def run(ctx):
+        promised = None
+        async for _, _, valid, ready, qp, room, room_next in ctx.tick().sample(
+                dut.wr.valid, dut.wr.ready, dut.wr.payload.wr.qp, dut.room, dut.room_next):
+            if promised is not None:
+                assert room >> promised & 1, f"room_next promised QP {promised} room, none came"
+                stats["kept"] += 1
+            promised = None
+            if valid and qp < n:
+                assert ready == (room >> qp & 1), f"wr.ready {ready}, room of QP {qp} {room:b}"
+                stats["full"] += not ready
+                if ready and room_next >> qp & 1:
+                    promised = qp
+    return run
+
+
 def lengths_for(rng, pmtu):
     return [0, 1, pmtu - 1, pmtu, pmtu + 1, 2 * pmtu, 3 * pmtu + 7, rng.randrange(1, 4 * pmtu)]
 
@@ -353,6 +378,7 @@ def test_matches_model(width, num_qps, depth, mem_log2, per_qp):
     qps[0].psn = PSN_MOD - 2                        # PSN wraps inside QP 0's first messages
     wrs = random_wrs(rng, qps, width, mem_bytes, per_qp=per_qp)
     bench = Bench(dut, rng.getrandbits(32))
+    room = {"kept": 0, "full": 0}
     exp = Expected()
     model_qps = [Qp(**vars(qp)) for qp in qps]
     for wr in wrs:
@@ -368,10 +394,12 @@ def test_matches_model(width, num_qps, depth, mem_log2, per_qp):
         await bench.feed(ctx, wrs)
         await bench.wait_for(ctx, *exp.count())
 
-    run_sim(dut, testbenches=[tb], processes=[bench.outputs, bench.psn_noise],
+    run_sim(dut, testbenches=[tb], processes=[bench.outputs, bench.psn_noise,
+                                              room_monitor(dut, room)],
             deadline_cycles=DEADLINE)
     bench.check(exp)
     assert bench.noise_cycles
+    assert room["full"] > 10 and (room["kept"] > 10 or depth <= 2), room
 
 
 def test_every_refusal():
