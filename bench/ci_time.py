@@ -65,17 +65,24 @@ def verilator_builds(entries):
     """One row per Verilator build (by name): ``compiled`` when any process compiled it (with the
     seconds compiling took), else ``verilog-unchanged`` (elaborated, Verilog unchanged) or
     ``reused``; ``seconds`` is what the build cost in this run, ``wait_seconds`` the time
-    processes waited for another's build of it."""
+    processes waited for another's build of it; ``design`` and ``params``, the generator
+    configuration built, and ``tests``, the tests that asked for it (the first of each process
+    that did: a process logs a build once)."""
     rank = {"compiled": 3, "built": 3, "verilog-unchanged": 2, "reused": 1}
     rows = {}
     for e in entries:
         r = rows.setdefault(e["name"], {"name": e["name"], "source": e["source"], "seconds": 0.0,
-                                        "wait_seconds": 0.0, "records": 0})
+                                        "wait_seconds": 0.0, "records": 0, "tests": []})
         if rank.get(e["source"], 0) > rank.get(r["source"], 0):
             r["source"] = e["source"]
         r["seconds"] += e.get("seconds", 0.0)
         r["wait_seconds"] += e.get("wait_seconds", 0.0)
         r["records"] += 1
+        for k in ("design", "params"):
+            if k in e:
+                r[k] = e[k]
+        if e.get("test") and e["test"] not in r["tests"]:
+            r["tests"].append(e["test"])
     for r in rows.values():
         r["seconds"], r["wait_seconds"] = round(r["seconds"], 1), round(r["wait_seconds"], 1)
     return sorted(rows.values(), key=lambda r: (-r["seconds"], r["name"]))
@@ -177,6 +184,11 @@ def table(fig, top=15):
         for b in vb:
             wait = f", {b['wait_seconds']:.0f} s waited for it" if b["wait_seconds"] >= 1 else ""
             row(f"  {b['name']}", b["seconds"], f"{b['source']}{wait}")
+            if "params" in b:
+                what = ", ".join(f"{k}={v}" for k, v in sorted(b["params"].items()))
+                lines.append(f"      {b.get('design', '')}({what})")
+            for t in b.get("tests", []):
+                lines.append(f"      used by {t}")
     other = fig["other_yosys_runs"]
     if other["runs"]:
         lines += ["", f"Yosys runs outside the synthesis check (the tests' small designs): "

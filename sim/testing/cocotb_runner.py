@@ -147,8 +147,10 @@ class SimConfig:
         if source == "reused" and self.build_dir in _REUSE_RECORDED:
             return
         _REUSE_RECORDED.add(self.build_dir)
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
         costlog.record("verilator", self.build_dir.name, source, time.monotonic() - t1,
-                       wait_seconds=round(t1 - t0, 3))
+                       wait_seconds=round(t1 - t0, 3), design=self.factory.rsplit(":", 1)[-1],
+                       params=self.params, **({"test": test} if test else {}))
 
     def _build(self):
         """:meth:`build`, with the lock held; returns how the simulator was obtained:

@@ -5,10 +5,16 @@ seconds: about 8 s for a whole endpoint at 64 bits and 11 s at 512 bits. Benches
 the same design many times take it from :func:`shared`, which keeps one instance per set of
 parameters in each process; :func:`run_sim` then keeps its simulator too and, for each run,
 resets it to the initial state (every signal and memory, the clock, the time) and replaces the
-last run's testbenches and processes with the new ones."""
+last run's testbenches and processes with the new ones.
+
+With ``ROCEGEN_SIM_SPEED`` set to a file name, every :func:`run_sim` appends one JSON line to it:
+the design's class, the test, the clock cycles simulated and the seconds they took
+(``bench/bench_sim_speed.py`` turns them into cycles per second)."""
 
 import gc
+import json
 import os
+import time
 import warnings
 from collections import OrderedDict
 
@@ -108,10 +114,13 @@ def run_sim(dut, *, testbenches=(), processes=(), vcd=None, deadline_cycles=DEFA
         sim.add_testbench(tb)
     for p in processes:
         sim.add_process(p)
-    if deadline_cycles is not None:
+    speed_log = os.environ.get("ROCEGEN_SIM_SPEED")
+    cycles = [0]
+    if deadline_cycles is not None or speed_log:
         async def watchdog(ctx):
-            for _ in range(deadline_cycles):
+            while deadline_cycles is None or cycles[0] < deadline_cycles:
                 await ctx.tick()
+                cycles[0] += 1
             raise SimulationHang(f"no end after {deadline_cycles} cycles: the design or the "
                                  f"bench is stuck")
         sim.add_process(watchdog)
@@ -120,11 +129,18 @@ def run_sim(dut, *, testbenches=(), processes=(), vcd=None, deadline_cycles=DEFA
         os.makedirs(wave_dir, exist_ok=True)
         test = os.environ.get("PYTEST_CURRENT_TEST", type(dut).__name__).split(" ")[0]
         vcd = os.path.join(wave_dir, "".join(c if c.isalnum() else "_" for c in test) + ".vcd")
+    t0 = time.perf_counter()
     if vcd:
         with sim.write_vcd(vcd):
             sim.run()
     else:
         sim.run()
+    if speed_log:
+        line = {"design": type(dut).__name__, "cycles": cycles[0],
+                "seconds": round(time.perf_counter() - t0, 3),
+                "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]}
+        with open(speed_log, "a") as f:
+            f.write(json.dumps(line) + "\n")
 
 
 def raises(exc, match, make):

@@ -90,9 +90,11 @@ def test_the_table_of_a_run(tmp_path, monkeypatch):
         {"t": t0 + 62, "kind": "yosys", "name": "endpoint_w64", "source": "cache",
          "seconds": 1.5, "synth_seconds": 30.0, "lut_total": 18214, "lut_levels": 12},
         {"t": t0 + 130, "kind": "verilator", "name": "endpoint-aa", "source": "compiled",
-         "seconds": 90.0, "wait_seconds": 0.0},
+         "seconds": 90.0, "wait_seconds": 0.0, "design": "EndpointTop",
+         "params": {"width": 64, "num_qps": 8}, "test": "tests/test_b.py::test_x"},
         {"t": t0 + 131, "kind": "verilator", "name": "endpoint-aa", "source": "reused",
-         "seconds": 0.0, "wait_seconds": 88.0},
+         "seconds": 0.0, "wait_seconds": 88.0, "design": "EndpointTop",
+         "params": {"width": 64, "num_qps": 8}, "test": "tests/test_b.py::test_y"},
         {"t": t0 + 132, "kind": "verilator", "name": "icrc-bb", "source": "reused", "seconds": 0.1},
         {"t": t0 + 140, "kind": "yosys", "name": "test_chain0", "source": "synthesized",
          "seconds": 4.0},
@@ -109,8 +111,10 @@ def test_the_table_of_a_run(tmp_path, monkeypatch):
     assert fig["other_yosys_runs"] == {"runs": 1, "seconds": 4.0}
     assert fig["verilator_builds"] == [
         {"name": "endpoint-aa", "source": "compiled", "seconds": 90.0, "wait_seconds": 88.0,
-         "records": 2},
-        {"name": "icrc-bb", "source": "reused", "seconds": 0.1, "wait_seconds": 0.0, "records": 1}]
+         "records": 2, "design": "EndpointTop", "params": {"width": 64, "num_qps": 8},
+         "tests": ["tests/test_b.py::test_x", "tests/test_b.py::test_y"]},
+        {"name": "icrc-bb", "source": "reused", "seconds": 0.1, "wait_seconds": 0.0, "records": 1,
+         "tests": []}]
     assert fig["pytest"]["seconds"] == 80.5 and fig["pytest"]["test_seconds"] == 47.0
     assert fig["slowest_files"] == [{"file": "tests/test_b.py", "seconds": 30.5, "tests": 2},
                                     {"file": "tests/unit/test_a.py", "seconds": 15.5, "tests": 2}]
@@ -118,6 +122,7 @@ def test_the_table_of_a_run(tmp_path, monkeypatch):
     assert "synthesis check (make synth-check)" in text and "FAILED (status 1)" in text
     assert "Yosys endpoint_w64" in text and "from the cache" in text
     assert "1 compiled (90 s), 1 from earlier builds" in text
+    assert "EndpointTop(num_qps=8, width=64)" in text and "used by tests/test_b.py::test_y" in text
     assert "pytest session" in text and "1 failed" in text
     assert "make test besides pytest" in text and "19.5 s" in text
     assert text.index("tests/test_b.py") < text.index("tests/unit/test_a.py")
