@@ -43,7 +43,8 @@ PORT_DOCS = {
               "register map beside this file. Bad accesses answer SLVERR and are counted.",
     "wr": "Work requests from the user logic. Taken when `wr_valid & wr_ready`; hold "
           "`wr_data` steady while `wr_valid` is high and `wr_ready` low. Every work request gets "
-          "exactly one completion on `cpl`.",
+          "exactly one completion on `cpl`. `wr_ready` depends on registers and on the request's "
+          "QP number (the QP's room, `wr_room`), never on `wr_valid`.",
     "wr_room": "Bit q: QP q's work-request queue has room. A request for a QP without room "
                "waits on `wr` (and holds the requests behind it); logic that serves several "
                "QPs offers a request only when its QP's bit is high.",

@@ -91,15 +91,17 @@ def test_256_qps_share_the_link(tmp_path, capsys):
 
 
 def test_serve_with_vlan_tags(tmp_path):
-    """``rocegen sim serve --vlan 42`` (the demo's VLAN build) with the host agent on the
+    """``rocegen sim serve --vlan 42 --no-responder`` (the build of ``rocegen sim demo --vlan 42``,
+    which this test shares) with the host agent on the
     simulated NIC: the connection manager through the tunnel, WRITEs checked in the host's
     memory, and every frame at the FPGA's port tagged with VLAN 42 both ways."""
     status, pcap = tmp_path / "status.json", tmp_path / "serve.pcap"
     log = open(tmp_path / "serve.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "rocegen.cli", "sim", "serve", "--width", "64", "--qps",
-         "8", "--vlan", "42", "--tunnel-port", "0", "--wire-port", "0", "--status", str(status),
-         "--pcap", str(pcap)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+         "8", "--vlan", "42", "--no-responder", "--tunnel-port", "0", "--wire-port", "0",
+         "--status", str(status), "--pcap", str(pcap)],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     agent = [sys.executable, "-m", "rocegen.host.cli", "--state-dir", str(tmp_path / "agent")]
 
     def host(*args):

@@ -112,6 +112,22 @@ class TrafficGen(wiring.Component):
         offer = Signal()            # wr.valid, a register
 
         m.d.comb += self.cpl.ready.eq(1)
+        # the request's fields, from registers only (``wr.valid`` says when they count): the
+        # merge behind reads ``qp`` to decide ``wr.ready``
+        w = self.wr.payload.wr
+        m.d.comb += [
+            self.wr.payload.src.eq(WrSource.GENERATOR),
+            w.wr_id.eq(self.posted),
+            w.qp.eq(cfg.qp),
+            w.opcode.eq(cfg.opcode),
+            w.local_addr.eq(Cat(Const(0, GENERATOR_SLOT_SHIFT), self.posted[:6])),
+            w.length.eq(cfg.length),
+            w.remote_offset.eq(offset),
+            w.imm.eq(cfg.imm),
+        ]
+        if self.reads:
+            with m.If(cfg.opcode == WrOpcode.READ):
+                m.d.comb += w.local_addr.eq(offset)
 
         with m.FSM():
             with m.State("IDLE"):
@@ -162,22 +178,7 @@ class TrafficGen(wiring.Component):
                     m.next = "RUN"
 
             with m.State("RUN"):
-                m.d.comb += self.busy.eq(1)
-                w = self.wr.payload.wr
-                m.d.comb += [
-                    self.wr.valid.eq(offer),
-                    self.wr.payload.src.eq(WrSource.GENERATOR),
-                    w.wr_id.eq(self.posted),
-                    w.qp.eq(cfg.qp),
-                    w.opcode.eq(cfg.opcode),
-                    w.local_addr.eq(Cat(Const(0, GENERATOR_SLOT_SHIFT), self.posted[:6])),
-                    w.length.eq(cfg.length),
-                    w.remote_offset.eq(offset),
-                    w.imm.eq(cfg.imm),
-                ]
-                if self.reads:
-                    with m.If(cfg.opcode == WrOpcode.READ):
-                        m.d.comb += w.local_addr.eq(offset)
+                m.d.comb += [self.busy.eq(1), self.wr.valid.eq(offer)]
                 gap_low = Signal()          # gap <= 1: the gap ends in the next cycle
                 m.d.comb += gap_low.eq(gap[1:] == 0)
                 with m.If(gap != 0):
