@@ -25,5 +25,5 @@ def test_error_stays_on_its_qp(config, tmp_path):
                       label=f"isolation-{config}", env={"ROCE_RESULTS": out}) == 1
     figures = json.loads(out.read_text())
     assert {f["kind"] for f in figures} == {"rkey", "range", "length", "sequence",
-                                            "retry", "rnr", "remote", "close"}
+                                            "retry", "rnr", "remote", "close", "full"}
     assert all(f["b_ratio"] >= 0.99 for f in figures), figures

@@ -21,6 +21,12 @@ responder; :data:`REQUESTER_KINDS`: the endpoint's own work requests on A fail):
 ``close``
     A closed (its context written with state RESET, as the connection manager's CLOSE_QP does)
     while its work requests are outstanding: each completes FLUSHED.
+``full``
+    As ``retry``, but A's work comes from the traffic generator, :data:`GEN_MORE` requests more
+    than A's work-request queue holds: A's queue stays full until its retries run out, and the
+    generator's next request for A waits at the endpoint's intake beside B's requests on the
+    user's port (they must pass). Every one of A's requests completes with an error (the
+    generator's ``gen_err``), none OK.
 
 B's traffic is of the same side as the error: the host WRITEs into the endpoint (responder
 kinds) or the endpoint WRITEs into the host (requester kinds), a fixed number of bytes written
@@ -64,6 +70,7 @@ from rocegen.sim.testing.roce_env import (
     open_qp,
     qpn,
     wait_cycles,
+    wait_low,
     write_onchip,
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
@@ -78,7 +85,7 @@ from rocegen.wire.headers import (
 from rocegen.wire.pattern import pattern
 
 RESPONDER_KINDS = ("rkey", "range", "length", "sequence")
-REQUESTER_KINDS = ("retry", "rnr", "remote", "close")
+REQUESTER_KINDS = ("retry", "rnr", "remote", "close", "full")
 A, Bq = 0, 1
 PMTU = 1024
 #: B's work: so many beats of payload (some 24,000 cycles at the line rate), in messages of
@@ -92,8 +99,15 @@ RECV_BYTES = 512
 KEPT = 8
 #: the goodput B keeps while A fails, against the baseline
 KEEP = 0.99
+#: requests of A beyond its work-request queue (the endpoint's default ``wr_depth``) in ``full``
+WR_DEPTH = 64
+GEN_MORE = 16
 #: retransmit timeout code of A and B (8.2 us: A's retries run out within B's work)
 TIMEOUT = 1
+#: A's in ``full`` (131 us): its queue, which fills at the pace B's requests are taken, stays
+#: full for longer than B's queued work lasts, so B needs its next requests taken while A's wait
+#: at the intake
+FULL_TIMEOUT = 5
 MAX_CYCLES = 4_000_000
 
 
@@ -134,14 +148,15 @@ class Isolation:
     def msg_bytes(self):
         return MSG_BEATS * B
 
-    async def open(self, k, **kw):
+    async def open(self, k, timeout=TIMEOUT, **kw):
         self.psn[k] = self.env.rng.getrandbits(24)
         await self.env.open(k, pmtu=PMTU, psn=self.psn[k], region=self.slices[k],
-                            timeout=TIMEOUT)
+                            timeout=timeout)
         if kw:      # the requester's retry counts of this case
             await open_qp(self.env.ctl, self.env.psn, k, peer_ip=parse_ip(HOST_IP),
                           peer_qpn=HOST_QPN + k, rkey=0x3000 + k, base_va=HOST_BASE + (k << 36),
-                          pmtu=PMTU, psn=self.psn[k], udp_sport=0xC200 + k, timeout=TIMEOUT, **kw)
+                          pmtu=PMTU, psn=self.psn[k], udp_sport=0xC200 + k, timeout=timeout,
+                          **kw)
 
     # ------------------------------------------------------------------ B's work, measured
     def b_host_writes(self):
@@ -156,16 +171,20 @@ class Isolation:
         self.env.mac.poke()
         return msgs
 
-    async def b_fpga_writes(self):
-        """B's work as requester: WRITEs of the pattern into the host, one after the other."""
+    def b_fpga_writes(self):
+        """B's work as requester: WRITEs of the pattern into the host, one after the other,
+        posted on the user's port by a task of their own (each post waits until the endpoint
+        takes it: A's error starts while most of B's requests are still to be posted)."""
         n = self.msg_bytes
         first = len(self.env.cpl.items)
         count = B_BEATS // MSG_BEATS
-        for i in range(count):
-            await self.env.wr.send({"wr_id": 0x8000 + i, "qp": Bq, "opcode": WrOpcode.WRITE,
-                                    "local_addr": self.src_at, "length": n,
-                                    "remote_offset": (i * n) % (4 << 20), "imm": 0})
-        return first, count
+
+        async def post():
+            for i in range(count):
+                await self.env.wr.send({"wr_id": 0x8000 + i, "qp": Bq, "opcode": WrOpcode.WRITE,
+                                        "local_addr": self.src_at, "length": n,
+                                        "remote_offset": (i * n) % (4 << 20), "imm": 0})
+        return first, count, cocotb.start_soon(post())
 
     def b_window(self, first_frame, *, inbound):
         """Cycles B's work took on the wire: from its first request's first beat to the first
@@ -196,9 +215,11 @@ class Isolation:
         if inbound:
             msgs = self.b_host_writes()
         else:
-            first, count = await self.b_fpga_writes()
+            first, count, posting = self.b_fpga_writes()
         await wait_cycles(W, 500)
         task = cocotb.start_soon(fault()) if fault else None
+        if not inbound:
+            await posting
         if inbound:
             await env.settle(lambda: not env.nic.send_outstanding(HOST_QPN + Bq),
                              "B's host WRITEs did not complete", max_cycles=MAX_CYCLES)
@@ -264,8 +285,13 @@ class Isolation:
         hq = HOST_QPN + A
         op = WrOpcode.SEND if kind == "rnr" else WrOpcode.WRITE
         offset = (8 << 20) - 32 if kind == "remote" else 0
-        if kind in ("retry", "close"):
+        if kind in ("retry", "close", "full"):
             self.to_nic.drop_matching(lambda f: dest_qp(f) == hq)
+        if kind == "full":
+            count = WR_DEPTH + GEN_MORE
+            await env.gen.send({"qp": A, "opcode": WrOpcode.WRITE, "length": 64, "count": count,
+                                "spacing": 0, "imm": 0, "window": 64 * count})
+            return count, None
         if kind == "rnr":
             env.nic.rnr_for(10 ** 6, qpn=hq)
         ids = [0x400 + j for j in range(4)]
@@ -283,7 +309,8 @@ class Isolation:
         env = self.env
         inbound = kind in RESPONDER_KINDS
         if not inbound:
-            await self.open(A, retry_cnt=1, rnr_retry=1)
+            await self.open(A, retry_cnt=1, rnr_retry=1,
+                            timeout=FULL_TIMEOUT if kind == "full" else TIMEOUT)
         baseline = await self.run_b(kind)
         first_r, first_c = len(env.rcpl.items), len(env.cpl.items)
         made = {}
@@ -320,6 +347,16 @@ class Isolation:
             naks = [f for f, _, fr in env.mac.frames[self.nak_mark:]
                     if roce_opcode(fr) == OP_RC_ACKNOWLEDGE and dest_qp(fr) == HOST_QPN + A]
             flush_cycles = cyc[-1] - naks[0] if naks else None
+        elif kind == "full":
+            count = made["ids"]
+            await wait_low(self.dut, self.dut.gen_busy, W, max_cycles=MAX_CYCLES,
+                           what="full: the traffic generator's requests for A")
+            got = tuple(int(x.value) for x in (self.dut.gen_posted, self.dut.gen_ok,
+                                                 self.dut.gen_err))
+            assert got == (count, 0, count), \
+                f"full: A's {count} requests: (posted, OK, failed) {got}"
+            want = [None] * count
+            flush_cycles = now_cycle(W) - made["t0"]    # (A's first request to its last failure)
         else:
             ids, status = made["ids"], made["first"]
             want = [(ids[0], status.value)] + [(w, CplStatus.FLUSHED.value) for w in ids[1:]]

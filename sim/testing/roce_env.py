@@ -63,7 +63,7 @@ from collections import deque
 import cocotb
 from amaranth.lib import data
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, Event, FallingEdge, First, RisingEdge, Timer, ValueChange
+from cocotb.triggers import ClockCycles, Event, FallingEdge, First, Lock, RisingEdge, Timer, ValueChange
 from cocotb.utils import get_sim_time
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
@@ -706,7 +706,8 @@ def timeout_code(run):
 
 class RecordDriver:
     """Sends records on the flat record-stream input ``<prefix>_data/_valid/_ready``, with an
-    optional chance of an idle cycle before each record."""
+    optional chance of an idle cycle before each record. Coroutines that send at the same time
+    take turns, one record each (a lock)."""
 
     def __init__(self, dut, prefix, layout, *, idle=0.0, seed=0):
         self.dut = dut
@@ -718,9 +719,14 @@ class RecordDriver:
         self.rng = random.Random(seed)
         self.valid.value = 0
         self.sent = 0
+        self.lock = Lock()
 
     async def send(self, fields):
         """Send one record; returns the simulation time (ps) of the clock edge that took it."""
+        async with self.lock:
+            return await self._send(fields)
+
+    async def _send(self, fields):
         while self.idle and self.rng.random() < self.idle:
             await RisingEdge(self.dut.clk)
         self.data.value = pack(self.layout, fields)
