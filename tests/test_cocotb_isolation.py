@@ -1,8 +1,9 @@
 """An error stays on its QP (sim/tb/roce_isolation.py): QP A driven into the error state in
 every way, as responder and as requester, while QP B moves data at the line rate; B keeps its
 goodput (within 1 % of a run without the error), A's flush ends with the predicted completions,
-and A works again once opened again. The gate runs every kind on the responder builds the
-other benches share (on chip, W = 64 and 512); the full tier adds AXI4 memory."""
+and A works again once opened again, also when it is set up again at once after a close with
+work outstanding. The gate runs every kind on the responder builds the other benches share (on
+chip, W = 64 and 512); the full tier adds AXI4 memory."""
 
 import json
 
@@ -27,3 +28,13 @@ def test_error_stays_on_its_qp(config, tmp_path):
     assert {f["kind"] for f in figures} == {"rkey", "range", "length", "sequence",
                                             "retry", "rnr", "remote", "close", "full"}
     assert all(f["b_ratio"] >= 0.99 for f in figures), figures
+
+
+def test_reopen_at_once_waits_for_the_old_work():
+    """A QP closed with 40 work requests outstanding and set up again in the next cycles: the
+    old requests all complete FLUSHED, the new connection's request OK, and nothing old is sent
+    on the new connection (roce_isolation.reopen_at_once, W = 64 on chip)."""
+    params = dict(CONFIGS["onchip-64"])
+    cfg = responder_sim_config(params.pop("width"), **params)
+    assert run_cocotb(cfg, "rocegen.sim.tb.roce_isolation", "reopen_at_once",
+                      label="reopen-at-once") == 1

@@ -514,7 +514,8 @@ class RoceEndpoint(wiring.Component):
         # QP table: control writes from outside, reads by the scheduler and the receive path
         cm = m.submodules.cm = self._cm
         # (to the table and the retry engine, the table's write enable from registers only)
-        ctl = m.submodules.qp_control = QpControl()
+        ctl = m.submodules.qp_control = QpControl(self.num_qps)
+        m.d.comb += [ctl.errored.eq(retry.errored), ctl.busy.eq(sched.busy)]
         wiring.connect(m, wiring.flipped(self.qp_ctl), ctl.user_ctl)
         wiring.connect(m, wiring.flipped(self.qp_psn), ctl.user_psn)
         wiring.connect(m, cm.qp_ctl, ctl.cm_ctl)

@@ -62,6 +62,8 @@ class SchedQueue(wiring.Component):
         The request at ``cur`` has sent a packet; the window is closed until an event (registers).
     pushed : Out(num_qps)
         One-hot of the QP whose request is queued in this cycle.
+    busy : Out(num_qps)
+        The QP has requests not completed (``head != tail``; registers).
     room, room_next : Out(num_qps)
         Bit ``q`` of ``room``: a request for QP ``q`` offered on ``wr`` now is taken. Of
         ``room_next``: one would still be taken in the next cycle if a request of QP ``q`` is
@@ -106,7 +108,7 @@ class SchedQueue(wiring.Component):
             "sel": In(num_qps), "commit": In(1), "fin": In(1), "new": In(1), "win_shut": In(1),
             "cur": Out(ptrs), "hi": Out(ptrs), "tail": Out(ptrs),
             "started": Out(num_qps), "win_block": Out(num_qps), "pushed": Out(num_qps),
-            "room": Out(num_qps), "room_next": Out(num_qps),
+            "room": Out(num_qps), "room_next": Out(num_qps), "busy": Out(num_qps),
         })
 
     def elaborate(self, platform):
@@ -124,7 +126,8 @@ class SchedQueue(wiring.Component):
         tail = ptrs("tail")         # where the next request is queued
         started, win_block = self.started, self.win_block
         for q in range(n):
-            m.d.comb += [self.cur[q].eq(cur[q]), self.hi[q].eq(hi[q]), self.tail[q].eq(tail[q])]
+            m.d.comb += [self.cur[q].eq(cur[q]), self.hi[q].eq(hi[q]), self.tail[q].eq(tail[q]),
+                         self.busy[q].eq(head[q] != tail[q])]
 
         t = self.wr.payload
         q_in = t.wr.qp[:qbits] if qbits else Const(0, 1)

@@ -114,6 +114,8 @@ class Scheduler(wiring.Component):
         still be taken in the next cycle after a request of the QP is queued in this one
         (``room_next``). See
         :class:`~rocegen.gateware.roce.sched_queue.SchedQueue`.
+    busy : Out(num_qps)
+        QPs with work requests not yet completed (registers).
 
     Behaviour
     ---------
@@ -248,6 +250,7 @@ class Scheduler(wiring.Component):
             "held": In(num_qps),
             "room": Out(num_qps),
             "room_next": Out(num_qps),
+            "busy": Out(num_qps),
         }
         if reads:
             members["rd_issue"] = Out(stream.Signature(READ_ISSUE, always_ready=True))
@@ -269,7 +272,8 @@ class Scheduler(wiring.Component):
 
         qu = m.submodules.queue = SchedQueue(n, self.width, self.mem_bytes, depth,
                                              reads=self.reads)
-        m.d.comb += [self.room.eq(qu.room), self.room_next.eq(qu.room_next)]
+        m.d.comb += [self.room.eq(qu.room), self.room_next.eq(qu.room_next),
+                     self.busy.eq(qu.busy)]
         abits = max(1, (n * depth - 1).bit_length())
         bs = m.submodules.build = SchedBuild(n, abits, self.window, reads=self.reads)
         ct = bs.turn

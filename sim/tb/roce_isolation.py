@@ -38,6 +38,11 @@ the buffers posted after it, which stay for A's next connection; the requester's
 request's status, FLUSHED for the rest); A opened again moves data both ways, its next SEND
 landing in the first buffer kept. The figures (cycles from A's NAK or failure to the end of its
 flush, B's goodput in both runs) go to the log and, when ``ROCE_RESULTS`` names a file, there.
+
+The cocotb test ``reopen_at_once``: A is closed with 40 work requests outstanding (their frames
+lost) and set up again at once, without waiting for anything: the set-up waits inside the
+endpoint until the old requests have drained, every one of them completes FLUSHED, and a request
+posted after the set-up completes OK (none of the old ones is sent on the new connection).
 """
 
 import json
@@ -116,6 +121,11 @@ def dest_qp(frame):
     if roce_opcode(frame) is None:
         return None
     return BTH.unpack(frame[l2_length(frame) + IPV4.length + UDP.length:])["dest_qp"]
+
+
+def psn_of(frame):
+    """The BTH PSN of a RoCEv2 frame."""
+    return BTH.unpack(frame[l2_length(frame) + IPV4.length + UDP.length:])["psn"]
 
 
 class Isolation:
@@ -437,3 +447,40 @@ async def isolation(dut):
     if out:
         with open(out, "w") as f:
             json.dump(bench.figures, f, indent=1)
+
+
+@cocotb.test()
+async def reopen_at_once(dut):
+    """A closed with work outstanding and opened again at once (see the module's text)."""
+    bench = Isolation(dut)
+    await bench.start()
+    env = bench.env
+    await bench.open(A, retry_cnt=1, rnr_retry=1)
+    hq = HOST_QPN + A
+    bench.to_nic.drop_matching(lambda f: dest_qp(f) == hq)
+    first = len(env.cpl.items)
+    ids = [0x400 + j for j in range(40)]
+    for j, wid in enumerate(ids):
+        await env.wr.send({"wr_id": wid, "qp": A, "opcode": WrOpcode.WRITE, "local_addr": 0,
+                           "length": 1024, "remote_offset": 1024 * j, "imm": 0})
+    await wait_cycles(W, 20)
+    await env.ctl.send({"qp": A, "context": CLOSED})
+    t0 = now_cycle(W)
+    bench.to_nic.clear_scripts()
+    await bench.open(A)                     # at once: the endpoint holds it while A drains
+    waited = now_cycle(W) - t0
+    mark = len(env.mac.frames)
+    await env.wr.send({"wr_id": 0xB00, "qp": A, "opcode": WrOpcode.WRITE, "local_addr": 0,
+                       "length": 512, "remote_offset": 0, "imm": 0})
+    await env.cpl.wait_for(first + len(ids) + 1, max_cycles=MAX_CYCLES)
+    got = [(c["wr_id"], CplStatus(c["status"]).name) for c in env.cpl.items[first:]
+           if c["qp"] == A]
+    assert got == [(w, "FLUSHED") for w in ids] + [(0xB00, "OK")], got
+    # on the new connection (its PSNs) A sent the one WRITE posted after it (one packet, perhaps
+    # more than once), nothing old (frames of the old requests already on their way out may still leave, with
+    # the old connection's PSNs)
+    psn0 = bench.psn[A]
+    sent = [psn_of(fr) for _, _, fr in env.mac.frames[mark:] if dest_qp(fr) == hq]
+    new = {p for p in sent if (p - psn0) % (1 << 24) < len(ids) + 1}
+    assert new == {psn0}, f"A's PSNs on its new connection (from {psn0:#x}): {sorted(new)}"
+    dut._log.info(f"reopen_at_once: the set-up waited {waited} cycles for 40 requests to drain")
