@@ -52,8 +52,10 @@ PORT_DOCS = {
            "Hold `cpl_ready` low to stall them (nothing is lost).",
     "qp_ctl": "QP table writes from the user logic (a QP's whole context), beside "
               "the connection manager's (which opens QPs for hosts over UDP). Not needed when the "
-              "hosts open QPs themselves.",
-    "qp_psn": "Next-PSN writes into the QP table, with `qp_ctl`.",
+              "hosts open QPs themselves. A write for a QP that is closed or in error and still "
+              "has work requests to complete waits (`qp_ctl_ready` low) until their "
+              "completions have left on `cpl`.",
+    "qp_psn": "Next-PSN writes into the QP table, with `qp_ctl` (and waiting like it).",
     "gen": "Traffic generator runs: `count` WRITE/SEND messages of `length` bytes of "
            "a test pattern to QP `qp`.",
     "gen_busy": "The traffic generator is running.",
