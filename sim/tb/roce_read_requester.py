@@ -279,7 +279,10 @@ async def scenarios(dut):
             channel.set_pause_generator(pauses(rng, p))
     results = []
     for n, sc in enumerate(plan):
-        out = await scenario(env, sc, n)
+        try:
+            out = await scenario(env, sc, n)
+        except Exception as e:      # (the failure names its scenario; later ones do not run)
+            raise AssertionError(f"scenario {sc.get('name', n)}: {e}") from e
         dut._log.info(f"scenario {out['name']}: {out['cycles']} cycles, stats {out['stats']}")
         results.append(out)
         with open(os.environ["ROCE_RESULTS"], "w") as f:     # (what ran, should one fail)
