@@ -1,10 +1,11 @@
 """Clock cycles per second of the whole endpoint in the two simulators the tests use.
 
 * Amaranth's Python simulator: the whole-endpoint tests of ``tests/unit`` (``--amaranth-tests``,
-  by default one READ-requester test at W = 64 and one at W = 512, each against the host NIC
-  model), run by pytest with ``ROCEGEN_SIM_SPEED`` set, so that every simulation logs its cycles
-  and seconds (:func:`rocegen.sim.testing.harness.run_sim`). The seconds are those of the
-  simulation itself, the design's elaboration and the simulator's construction excluded.
+  by default one test of the host READing the endpoint at W = 64 and one at W = 512, each
+  against the host NIC model), run by pytest with ``ROCEGEN_SIM_SPEED`` set, so that every
+  simulation logs its cycles and seconds (:func:`rocegen.sim.testing.harness.run_sim`). The
+  seconds are those of the simulation itself, the design's elaboration and the simulator's
+  construction excluded.
 * Verilator through cocotb: ``rocegen sim demo`` at the same widths (WRITE streams on 8 QPs
   against the host NIC model, every frame checked); the demo reports its cycles and the
   wall-clock seconds they took. The model is built first (a cached build costs nothing).
@@ -25,8 +26,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "build" / "bench" / "sim_speed.json"
 #: whole-endpoint tests in the Amaranth simulator, by width
 AMARANTH_TESTS = {
-    64: "tests/unit/test_endpoint_read_requester.py::test_reads_mixed_with_writes[64-256-onchip]",
-    512: "tests/unit/test_endpoint_read_requester.py::test_reads_mixed_with_writes[512-1024-axi4]",
+    64: "tests/unit/test_endpoint_read.py::test_host_reads_the_endpoint[64-256-onchip]",
+    512: "tests/unit/test_endpoint_read.py::test_host_reads_the_endpoint[512-1024-axi4]",
 }
 
 

@@ -1,0 +1,362 @@
+"""The endpoint as RDMA READ requester (``RoceEndpoint(responder=True)``, READs on by default),
+whole, in Verilator (sim/tb/roce_read_requester.py), against the host NIC model as responder:
+READs of every shape (zero length, one byte, ONLY, FIRST/MIDDLE/LAST, unaligned local
+addresses) mixed with WRITEs and SENDs on one QP complete in order with the host's bytes in
+local memory, on chip and AXI4; no more than the QP's READ limit are ever outstanding (the host
+refuses more); lost, truncated, extra and spoiled responses are recovered by reissues or
+dropped and counted; a NAK ends the READ with an error completion; nothing lands outside a
+READ's local target.
+
+Every scenario of a build runs in one cocotb run, one after the other on one simulator (QP 0
+opened afresh, a fresh host, local memory refilled): the responder builds the other benches
+share (on chip at W = 64 and 512, AXI4 at 512), with the path MTU, the QP's timeout, the READ
+hole wait and (``rd_limit``) the QP's READ limit set at run time. Each test checks every
+scenario of its build and tier and reports each failure with the scenario's name. What the
+Amaranth simulator still proves: ``tests/unit/test_endpoint_read_requester.py`` (a build
+without READs)."""
+
+import base64
+import json
+import random
+
+import pytest
+
+from bench.bench_isolation import CONFIGS
+from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
+from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_cocotb
+
+#: Local bytes the bench takes after each scenario (from address 0): the original test's whole
+#: local memory.
+IMAGE = 1 << 16
+#: The host's region the endpoint READs and WRITEs (virtual address 0).
+HOST_BYTES = 1 << 16
+#: Local bytes the READs may land in.
+TARGET = (0x2000, 0x6000)
+PATTERN = 0x5A
+#: The READ hole wait the bench sets, in microseconds: long enough for the round trip of the
+#: bench's link (a few hundred cycles), far shorter than the QP timeouts the scenarios set
+#: (65 us and more), and short to simulate (the generator's default is sized for real links).
+HOLE_WAIT = 8
+
+
+def read(local, remote, length):
+    return {"opcode": WrOpcode.READ, "local_addr": local, "remote_offset": remote,
+            "length": length}
+
+
+def check_image(image, wrs, cpls, remote):
+    """Local memory is what the READs that completed OK put there, in the order they were
+    posted (a later READ's target may overlap an earlier one's); every byte outside the
+    READs' targets is untouched (the bytes of a READ that failed may hold anything of it)."""
+    status = dict(cpls)
+    expected = bytearray([PATTERN]) * IMAGE
+    loose = bytearray(IMAGE)
+    for k, w in enumerate(wrs):
+        if w["opcode"] != WrOpcode.READ or not 0 <= w["local_addr"] < IMAGE:
+            continue
+        a, n, r = w["local_addr"], min(w["length"], IMAGE - w["local_addr"]), w["remote_offset"]
+        if status[k] == CplStatus.OK:
+            expected[a:a + n] = remote[r:r + n]
+            loose[a:a + n] = bytes(n)
+        else:
+            loose[a:a + n] = b"\1" * n
+    for a in range(IMAGE):
+        if not loose[a] and image[a] != expected[a]:
+            raise AssertionError(f"local byte {a:#x} is {image[a]:#04x}, not {expected[a]:#04x}")
+
+
+class Result:
+    """What the bench reports of a scenario: ``cpls`` ((wr_id, CplStatus) in completion
+    order), ``image`` (local memory from 0), ``host`` (the host's counters), ``region`` (the
+    host's region after the scenario), ``remote`` (before it), ``stats`` (the counters' rise),
+    ``links`` (the links' counters, each way)."""
+
+    def __init__(self, raw, seed):
+        self.cpls = [(k, CplStatus(s)) for k, s in raw["cpls"]]
+        self.image = base64.b64decode(raw["image"])
+        self.region = base64.b64decode(raw["host_region"])
+        self.remote = random.Random(seed).randbytes(HOST_BYTES)     # as the bench drew it
+        self.host = raw["host"]
+        self.stats = raw["stats"]
+        self.cycles = raw["cycles"]
+        self.links = raw["links"]
+
+
+# ------------------------------------------------------------------------------ scenarios
+# Each returns (scenario for the bench, check of its Result); the check holds the original
+# test's assertions.
+
+def reads_mixed_with_writes(width, pmtu):
+    rng = random.Random(width + pmtu)
+    lo, hi = TARGET
+    wrs = [read(lo, 0, 0), read(lo + 1, 5, 1), read(lo + 3, 0x100, pmtu),
+           read(lo + 0x1005, 0x333, 3 * pmtu + 7), read(lo + 0x2000, 0x1000, 2 * pmtu),
+           {"opcode": WrOpcode.WRITE, "local_addr": 0, "remote_offset": 0x8000,
+            "length": 2 * pmtu + 5},
+           read(lo + 0x3001, 0x8000, 2 * pmtu + 5),     # reads back what the WRITE put there
+           {"opcode": WrOpcode.SEND, "local_addr": 0, "remote_offset": 0, "length": 100}]
+    for _ in range(14):
+        n = rng.randrange(1, 3 * pmtu)
+        wrs.append(read(rng.randrange(lo, hi - n), rng.randrange(HOST_BYTES // 2 - n), n))
+
+    def check(r):
+        assert r.cpls == [(k, CplStatus.OK) for k in range(len(wrs))]
+        # (the READ of the WRITE's bytes: the host's region after the WRITE)
+        remote = bytearray(r.remote)
+        n = wrs[5]["length"]
+        assert r.region[0x8000:0x8000 + n] != remote[0x8000:0x8000 + n]
+        remote[0x8000:0x8000 + n] = r.region[0x8000:0x8000 + n]
+        check_image(r.image, wrs, r.cpls, remote)
+        reads = [w for w in wrs if w["opcode"] == WrOpcode.READ]
+        assert r.stats["rd_done"] == len(reads)
+        assert r.stats["rd_good"] == sum(max(1, -(-w["length"] // pmtu)) for w in reads)
+        assert r.stats["rd_gap"] == r.stats["rd_reissues"] == 0
+        assert r.stats["roce_cpl_ok"] == len(wrs)
+        assert r.host["read_rx"] == len(reads)
+    return dict(wrs=wrs, pmtu=pmtu, seed=width,
+                stats=("rd_done", "rd_good", "rd_gap", "rd_reissues", "roce_cpl_ok")), check
+
+
+def outstanding_reads_bounded(max_rd, host_rd):
+    """30 READs posted at once: the host (max_dest_rd_atomic) would NAK one beyond its queue.
+    The QP's READ limit ``max_rd`` is set at run time (the build's ``max_rd_atomic`` is 16)."""
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(30)]
+
+    def check(r):
+        assert r.cpls == [(k, CplStatus.OK) for k in range(30)]
+        check_image(r.image, wrs, r.cpls, r.remote)
+        assert r.host["err_rd_atomic"] == 0
+    return dict(wrs=wrs, pmtu=1024, host_rd=host_rd,
+                **({"rd_limit": max_rd} if max_rd != 16 else {})), check
+
+
+def spoiled_responses_are_recovered(kind, kw):
+    """One spoiled READ of three: the bad response (or the one too many) is dropped and
+    counted, the rest of the READ is asked for again (or the timeout reissues it), every READ
+    completes OK with the host's bytes, nothing lands outside the targets."""
+    pmtu = 256
+    lo, _ = TARGET
+    wrs = [read(lo, 0x10, 4 * pmtu + 3), read(lo + 0x1003, 0x2000, 3 * pmtu),
+           read(lo + 0x2001, 0x3000, pmtu + 1)]
+
+    def check(r):
+        stats = r.stats
+        assert r.cpls == [(k, CplStatus.OK) for k in range(3)]
+        check_image(r.image, wrs, r.cpls, r.remote)
+        assert r.host["read_fault_tx"] == 1
+        assert stats["rd_done"] == 3
+        dropped = stats["rd_gap"] + stats["rd_opcode"] + stats["rd_length"] + \
+            stats["rd_duplicate"] + stats["rd_unknown"]
+        if kind != "drop" or kw["packet"] != -1:
+            assert dropped >= 1, stats
+        if kind != "extra":                 # (a response too many spoils nothing that was due)
+            assert stats["rd_reissues"] + stats["roce_timeouts"] >= 1, stats
+    return dict(wrs=wrs, pmtu=pmtu, faults=[(kind, {**kw, "count": 1})],
+                stats=("rd_gap", "rd_opcode", "rd_length", "rd_duplicate", "rd_unknown",
+                       "rd_reissues", "roce_timeouts", "rd_done")), check
+
+
+def lost_response_asked_for_alone(packet):
+    """A response of the first of 16 READs outstanding lost: the responses of the READs after it
+    are placed as they come, the READ with the loss is asked for again from the lost response
+    by one request (the host executes it as a duplicate READ), nothing else is sent again (no
+    rewind, no timeout: the timeout covers the responses of every READ outstanding, as the
+    READ requester needs); every READ completes OK with the host's bytes, each response of the
+    host's written once."""
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+
+    def check(r):
+        stats = r.stats
+        assert r.cpls == [(k, CplStatus.OK) for k in range(16)]
+        check_image(r.image, wrs, r.cpls, r.remote)
+        assert stats["rd_hole"] == stats["rd_reissues"] == 1, stats
+        assert stats["roce_rewinds"] == stats["roce_timeouts"] == 0, stats
+        assert r.host["read_dup"] == 1 and r.host["read_rx"] == 16
+        assert stats["rd_ahead"] >= 4 and stats["rd_done"] == 16, stats
+        # (a loss of the READ's last response: the next READ's first opens the hole, written)
+        last = packet % 4 == 3
+        assert stats["rd_good"] + stats["rd_ahead"] + last == 16 * 4, stats
+        assert stats["rd_gap"] == (0 if last else 2 - packet % 4), stats
+    return dict(wrs=wrs, pmtu=256, faults=[("drop", {"packet": packet, "count": 1})], timeout=4,
+                stats=("rd_hole", "rd_ahead", "rd_gap", "rd_reissues", "roce_rewinds",
+                       "roce_timeouts", "rd_done", "rd_good")), check
+
+
+def lost_hole_request_asked_again(lost):
+    """The hole's own request loses a response (or is lost itself): nothing later gives it
+    away, and the retry engine's timer hears nothing of a QP with a hole open; the hole timer
+    asks for the hole again after the hole wait, long before the QP's timeout (131 us): every
+    READ completes OK, with no rewind and no timeout."""
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+    faults = [("drop", {"packet": 1, "count": 1})]
+    if lost == "response":
+        # (the next 15 READs the host executes unspoilt, then the hole's request loses its
+        # second response)
+        faults += [("drop", {"packet": 99, "count": 15}), ("drop", {"packet": 1, "count": 1})]
+
+    def check(r):
+        stats = r.stats
+        assert r.cpls == [(k, CplStatus.OK) for k in range(16)]
+        check_image(r.image, wrs, r.cpls, r.remote)
+        assert stats["rd_hole"] == stats["rd_reask"] == 1 and stats["rd_stall"] == 0, stats
+        assert stats["roce_rewinds"] == stats["roce_timeouts"] == 0, stats
+        assert stats["rd_done"] == 16, stats
+        assert r.host["read_dup"] == (2 if lost == "response" else 1)
+    return dict(wrs=wrs, pmtu=256, faults=faults, timeout=5,
+                drop_requests=[16] if lost == "request" else [],
+                stats=("rd_hole", "rd_reask", "rd_stall", "rd_reissues", "roce_rewinds",
+                       "roce_timeouts", "rd_done")), check
+
+
+def last_request_lost():
+    """The last of 16 READ requests lost: no later request makes the host NAK it and no later
+    response shows it; after the hole wait with no response the QP goes back to it (one
+    rewind, long before the QP's timeout of 131 us): every READ completes OK."""
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+
+    def check(r):
+        stats = r.stats
+        assert r.cpls == [(k, CplStatus.OK) for k in range(16)]
+        check_image(r.image, wrs, r.cpls, r.remote)
+        assert stats["rd_stall"] == stats["roce_rewinds"] == 1, stats
+        assert stats["roce_timeouts"] == stats["rd_hole"] == stats["rd_reask"] == 0, stats
+        assert r.host["read_rx"] == 16
+    return dict(wrs=wrs, pmtu=256, timeout=5, drop_requests=[15],
+                stats=("rd_stall", "rd_reask", "rd_hole", "roce_rewinds", "roce_timeouts")), check
+
+
+def lost_requests_resent_with_the_table_full():
+    """READ requests lost on the way to the host while 16 READs are outstanding (the QP starts
+    no more): the host NAKs the gap, and the QP resends from it although its READ table is
+    full; every READ completes."""
+    lo, _ = TARGET
+    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(30)]
+
+    def check(r):
+        assert r.cpls == [(k, CplStatus.OK) for k in range(30)]
+        check_image(r.image, wrs, r.cpls, r.remote)
+        assert r.host["nak_seq_tx"] >= 1 and r.stats["roce_rewinds"] >= 2
+        assert r.stats["rd_done"] == 30
+    return dict(wrs=wrs, pmtu=1024, drop_requests=[4, 21],
+                stats=("roce_rewinds", "rd_done")), check
+
+
+def random_loss():
+    """2 % of the frames lost each way, 16 READs outstanding: every READ completes OK with the
+    host's bytes. (Seed 7: the links lose frames both ways, READ requests among them, which only
+    a rewind recovers; with most seeds the few losses of these ~100 frames are responses, which
+    the hole requests recover without one.)"""
+    lo, _ = TARGET
+    n = 48
+    wrs = [read(lo + 0x100 * (k % 32), 0x100 * k, 0x100 + k) for k in range(n)]
+
+    def check(r):
+        assert r.cpls == [(k, CplStatus.OK) for k in range(n)]
+        check_image(r.image, wrs, r.cpls, r.remote)
+        assert r.links["to_nic"]["dropped"] and r.links["from_nic"]["dropped"], r.links
+        assert r.stats["roce_rewinds"] >= 1
+    return dict(wrs=wrs, pmtu=256, loss=0.02, seed=7, stats=("roce_rewinds",)), check
+
+
+def nak_and_local_errors():
+    """A READ outside the host's region: NAK remote access error, the READ completes with
+    REMOTE_ACCESS and the QP's later work requests with FLUSHED. A READ whose local target
+    runs past local memory (negative: from its end) is refused with LOCAL_LENGTH before
+    anything is sent, one on a QP that was never opened with QP_NOT_READY."""
+    lo, _ = TARGET
+    wrs = [read(lo, 0, 64), read(-10, 0, 64), {**read(lo + 0x400, 0, 64), "qp": 1},
+           read(lo + 0x100, HOST_BYTES - 8, 64), read(lo + 0x200, 0, 64)]
+
+    def check(r):
+        assert sorted(r.cpls) == [(0, CplStatus.OK), (1, CplStatus.LOCAL_LENGTH),
+                                  (2, CplStatus.QP_NOT_READY), (3, CplStatus.REMOTE_ACCESS),
+                                  (4, CplStatus.FLUSHED)]
+        assert r.stats == {"roce_error_naks": 1, "rd_done": 1}
+        assert all(b == PATTERN for b in r.image[lo + 0x100:lo + 0x300])
+        assert all(b == PATTERN for b in r.image[lo + 0x400:lo + 0x440])
+    return dict(wrs=wrs, pmtu=256, stats=("roce_error_naks", "rd_done")), check
+
+
+SPOILED = [("drop", {"packet": 1}, 64), ("drop", {"packet": 0}, 512), ("drop", {"packet": -1}, 64),
+           ("truncate", {}, 512), ("extra", {}, 64), ("opcode", {"packet": 1, "value": 0x10}, 512),
+           ("length", {"packet": 0, "value": -4}, 64), ("length", {"packet": -1, "value": 8}, 512),
+           ("psn", {"packet": 1, "value": 1}, 64), ("psn", {"packet": 2, "value": -1}, 512)]
+
+
+def plan():
+    """Every scenario: (build, full tier, name, (scenario, check))."""
+    out = [("onchip-64", False, "reads_mixed_with_writes[64-256-onchip]",
+            reads_mixed_with_writes(64, 256)),
+           ("onchip-512", True, "reads_mixed_with_writes[512-1024-onchip]",
+            reads_mixed_with_writes(512, 1024)),
+           ("axi4-512", False, "reads_mixed_with_writes[512-1024-axi4]",
+            reads_mixed_with_writes(512, 1024)),
+           ("onchip-512", True, "outstanding_reads_bounded[16-16]",
+            outstanding_reads_bounded(16, 16))]
+    for kind, kw, width in SPOILED:
+        out.append((f"onchip-{width}", False,
+                    f"spoiled_responses_are_recovered[{kind}-{kw}-{width}]",
+                    spoiled_responses_are_recovered(kind, kw)))
+    out += [("onchip-64", False, "lost_response_asked_for_alone[64-1]",
+             lost_response_asked_for_alone(1)),
+            ("onchip-512", False, "lost_response_asked_for_alone[512--1]",
+             lost_response_asked_for_alone(-1)),
+            ("onchip-64", False, "lost_hole_request_asked_again[64-response]",
+             lost_hole_request_asked_again("response")),
+            ("onchip-512", False, "lost_hole_request_asked_again[512-request]",
+             lost_hole_request_asked_again("request")),
+            ("onchip-64", False, "last_request_lost[64]", last_request_lost()),
+            ("onchip-512", True, "last_request_lost[512]", last_request_lost()),
+            ("onchip-512", False, "lost_requests_resent_with_the_table_full",
+             lost_requests_resent_with_the_table_full()),
+            ("onchip-64", False, "random_loss", random_loss()),
+            ("onchip-64", False, "nak_and_local_errors[64]", nak_and_local_errors()),
+            ("onchip-512", True, "nak_and_local_errors[512]", nak_and_local_errors()),
+            # (last of its build: the READ limit it sets is set back after it, all the same)
+            ("onchip-512", False, "outstanding_reads_bounded[4-4]",
+             outstanding_reads_bounded(4, 4))]
+    return out
+
+
+def for_bench(name, sc):
+    """The scenario as the bench takes it (JSON)."""
+    wrs = [{**w, "opcode": w["opcode"].name} for w in sc["wrs"]]
+    return {"name": name, **sc, "wrs": wrs, "stats": list(sc.get("stats", ()))}
+
+
+def run_build(build, full, tmp_path):
+    """Run the scenarios of ``build`` and tier ``full`` in one cocotb run; check each, and fail
+    with every scenario's failure."""
+    chosen = [(name, sc, check) for b, f, name, (sc, check) in plan() if b == build and f == full]
+    params = dict(CONFIGS[build])
+    cfg = responder_sim_config(params.pop("width"), **params)
+    out = tmp_path / "read_requester.json"
+    tier = "full" if full else "gate"
+    assert run_cocotb(cfg, "rocegen.sim.tb.roce_read_requester", "scenarios",
+                      label=f"read-requester-{build}-{tier}",
+                      env={"ROCE_RESULTS": out, "READ_SCENARIOS": json.dumps(
+                          [for_bench(name, sc) for name, sc, _ in chosen])}) == 1
+    results = json.loads(out.read_text())
+    assert [r["name"] for r in results] == [name for name, _, _ in chosen]
+    failures = []
+    for (name, sc, check), raw in zip(chosen, results):
+        try:
+            check(Result(raw, sc.get("seed", 0)))
+        except AssertionError as e:
+            failures.append(f"{name}: {e!r}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("build", ["onchip-64", "onchip-512", "axi4-512"])
+def test_read_requester(build, tmp_path):
+    run_build(build, False, tmp_path)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("build", ["onchip-512"])
+def test_read_requester_full(build, tmp_path):
+    run_build(build, True, tmp_path)
