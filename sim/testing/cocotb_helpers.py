@@ -23,12 +23,16 @@ def frame_bytes(f):
     return bytes(f.tdata)
 
 
-async def read_stats(dut, names=STATS):
-    """Every counter of a statistics block (``stats_addr``/``stats_data``; by default the
-    stack's), by name."""
+async def read_stats(dut, names=STATS, *, block=None):
+    """Counters of a statistics block (``stats_addr``/``stats_data``) by name: ``names`` (by
+    default every counter of the stack's block), each read at its address in ``block``, the
+    block's whole list of counter names in address order (by default ``names`` itself)."""
+    block = list(names if block is None else block)
     values = {}
-    for k, name in enumerate(names):
-        dut.stats_addr.value = k
+    for name in names:
+        if name not in block:
+            raise ValueError(f"{name!r} is not a counter of the block")
+        dut.stats_addr.value = block.index(name)
         await ClockCycles(dut.clk, 2)
         await RisingEdge(dut.clk)
         values[name] = int(dut.stats_data.value)
