@@ -44,6 +44,18 @@ def read(local, remote, length):
             "length": length}
 
 
+def kib_reads(count):
+    """``count`` READs of 1 KiB, READ k from remote offset k KiB to the target's k-th KiB."""
+    lo, _ = TARGET
+    return [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(count)]
+
+
+def all_ok(r, wrs):
+    """Every work request of ``wrs`` completed OK, in order, and local memory is right."""
+    assert r.cpls == [(k, CplStatus.OK) for k in range(len(wrs))]
+    check_image(r.image, wrs, r.cpls, r.remote)
+
+
 def check_image(image, wrs, cpls, remote):
     """Local memory is what the READs that completed OK put there, in the order they were
     posted (a later READ's target may overlap an earlier one's); every byte outside the
@@ -120,12 +132,10 @@ def reads_mixed_with_writes(width, pmtu):
 def outstanding_reads_bounded(max_rd, host_rd):
     """30 READs posted at once: the host (max_dest_rd_atomic) would NAK one beyond its queue.
     The QP's READ limit ``max_rd`` is set at run time (the build's ``max_rd_atomic`` is 16)."""
-    lo, _ = TARGET
-    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(30)]
+    wrs = kib_reads(30)
 
     def check(r):
-        assert r.cpls == [(k, CplStatus.OK) for k in range(30)]
-        check_image(r.image, wrs, r.cpls, r.remote)
+        all_ok(r, wrs)
         assert r.host["err_rd_atomic"] == 0
     return dict(wrs=wrs, pmtu=1024, host_rd=host_rd,
                 **({"rd_limit": max_rd} if max_rd != 16 else {})), check
@@ -142,8 +152,7 @@ def spoiled_responses_are_recovered(kind, kw):
 
     def check(r):
         stats = r.stats
-        assert r.cpls == [(k, CplStatus.OK) for k in range(3)]
-        check_image(r.image, wrs, r.cpls, r.remote)
+        all_ok(r, wrs)
         assert r.host["read_fault_tx"] == 1
         assert stats["rd_done"] == 3
         dropped = stats["rd_gap"] + stats["rd_opcode"] + stats["rd_length"] + \
@@ -164,13 +173,11 @@ def lost_response_asked_for_alone(packet):
     rewind, no timeout: the timeout covers the responses of every READ outstanding, as the
     READ requester needs); every READ completes OK with the host's bytes, each response of the
     host's written once."""
-    lo, _ = TARGET
-    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+    wrs = kib_reads(16)
 
     def check(r):
         stats = r.stats
-        assert r.cpls == [(k, CplStatus.OK) for k in range(16)]
-        check_image(r.image, wrs, r.cpls, r.remote)
+        all_ok(r, wrs)
         assert stats["rd_hole"] == stats["rd_reissues"] == 1, stats
         assert stats["roce_rewinds"] == stats["roce_timeouts"] == 0, stats
         assert r.host["read_dup"] == 1 and r.host["read_rx"] == 16
@@ -189,8 +196,7 @@ def lost_hole_request_asked_again(lost):
     away, and the retry engine's timer hears nothing of a QP with a hole open; the hole timer
     asks for the hole again after the hole wait, long before the QP's timeout (131 us): every
     READ completes OK, with no rewind and no timeout."""
-    lo, _ = TARGET
-    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+    wrs = kib_reads(16)
     faults = [("drop", {"packet": 1, "count": 1})]
     if lost == "response":
         # (the next 15 READs the host executes unspoilt, then the hole's request loses its
@@ -199,8 +205,7 @@ def lost_hole_request_asked_again(lost):
 
     def check(r):
         stats = r.stats
-        assert r.cpls == [(k, CplStatus.OK) for k in range(16)]
-        check_image(r.image, wrs, r.cpls, r.remote)
+        all_ok(r, wrs)
         assert stats["rd_hole"] == stats["rd_reask"] == 1 and stats["rd_stall"] == 0, stats
         assert stats["roce_rewinds"] == stats["roce_timeouts"] == 0, stats
         assert stats["rd_done"] == 16, stats
@@ -215,13 +220,11 @@ def last_request_lost():
     """The last of 16 READ requests lost: no later request makes the host NAK it and no later
     response shows it; after the hole wait with no response the QP goes back to it (one
     rewind, long before the QP's timeout of 131 us): every READ completes OK."""
-    lo, _ = TARGET
-    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(16)]
+    wrs = kib_reads(16)
 
     def check(r):
         stats = r.stats
-        assert r.cpls == [(k, CplStatus.OK) for k in range(16)]
-        check_image(r.image, wrs, r.cpls, r.remote)
+        all_ok(r, wrs)
         assert stats["rd_stall"] == stats["roce_rewinds"] == 1, stats
         assert stats["roce_timeouts"] == stats["rd_hole"] == stats["rd_reask"] == 0, stats
         assert r.host["read_rx"] == 16
@@ -233,12 +236,10 @@ def lost_requests_resent_with_the_table_full():
     """READ requests lost on the way to the host while 16 READs are outstanding (the QP starts
     no more): the host NAKs the gap, and the QP resends from it although its READ table is
     full; every READ completes."""
-    lo, _ = TARGET
-    wrs = [read(lo + 0x400 * k, 0x400 * k, 0x400) for k in range(30)]
+    wrs = kib_reads(30)
 
     def check(r):
-        assert r.cpls == [(k, CplStatus.OK) for k in range(30)]
-        check_image(r.image, wrs, r.cpls, r.remote)
+        all_ok(r, wrs)
         assert r.host["nak_seq_tx"] >= 1 and r.stats["roce_rewinds"] >= 2
         assert r.stats["rd_done"] == 30
     return dict(wrs=wrs, pmtu=1024, drop_requests=[4, 21],
@@ -255,8 +256,7 @@ def random_loss():
     wrs = [read(lo + 0x100 * (k % 32), 0x100 * k, 0x100 + k) for k in range(n)]
 
     def check(r):
-        assert r.cpls == [(k, CplStatus.OK) for k in range(n)]
-        check_image(r.image, wrs, r.cpls, r.remote)
+        all_ok(r, wrs)
         assert r.links["to_nic"]["dropped"] and r.links["from_nic"]["dropped"], r.links
         assert r.stats["roce_rewinds"] >= 1
     return dict(wrs=wrs, pmtu=256, loss=0.02, seed=7, stats=("roce_rewinds",)), check
