@@ -4,7 +4,7 @@ test modules against them from pytest.
 A *configuration* is a factory (an importable ``"module:callable"`` returning an Amaranth
 component) plus its keyword arguments. Its Verilog and Verilator build live in
 ``build/cocotb/<name>-<hash>/``; the design is not even elaborated again while no Python source
-of ``gateware/``, ``boards/`` or ``sim/`` changed, the Verilator build is skipped when the
+of ``wire/``, ``gateware/``, ``boards/`` or ``sim/`` changed, the Verilator build is skipped when the
 generated Verilog is unchanged, and a file lock lets parallel pytest workers share it: one
 builds while the others wait, the stamps are replaced atomically and only once the build is
 complete, and every run executes its own hard link of the simulator taken under the lock (a
@@ -40,7 +40,8 @@ from rocegen.gateware.emit import to_verilog
 from rocegen.sim.testing.verilator import verilator_on_path
 
 __all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config",
-           "responder_sim_config", "RESPONDER_MEM_BYTES", "responder_share"]
+           "responder_sim_config", "RESPONDER_MEM_BYTES", "responder_share", "source_digest",
+           "DESIGN_SOURCES"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("ROCEGEN_BUILD", ROOT / "build"))
@@ -79,13 +80,19 @@ def waves_requested():
     return os.environ.get("WAVES", "0") not in ("", "0")
 
 
-def _source_digest():
-    """Digest of every Python source a design can come from (``gateware/``, ``boards/``,
-    ``sim/``) and of the Amaranth version: while it is unchanged, a configuration's Verilog
-    cannot have changed, so the build is reused without elaborating the design again."""
+#: The folders of the Python sources a design (and a board build) can come from: the wire
+#: constants and header tables the gateware imports, the gateware, the boards and the simulation
+#: tops.
+DESIGN_SOURCES = ("wire", "gateware", "boards", "sim")
+
+
+def source_digest(folders=DESIGN_SOURCES):
+    """Digest of every Python source under ``folders`` (of the repository) and of the Amaranth
+    version: while it is unchanged, a configuration's Verilog cannot have changed, so the build
+    is reused without elaborating the design again."""
     import amaranth
     h = hashlib.sha1(amaranth.__version__.encode())
-    for folder in ("gateware", "boards", "sim"):
+    for folder in folders:
         for path in sorted((ROOT / folder).rglob("*.py")):
             h.update(str(path.relative_to(ROOT)).encode())
             h.update(path.read_bytes())
@@ -155,7 +162,7 @@ class SimConfig:
     def _build(self):
         """:meth:`build`, with the lock held; returns how the simulator was obtained:
         ``"reused"``, ``"verilog-unchanged"`` or ``"compiled"``."""
-        sources = _source_digest()
+        sources = source_digest()
         source_stamp = self.build_dir / ".sources"
         stamp = self.build_dir / ".built"
         if stamp.exists() and source_stamp.exists() and source_stamp.read_text() == sources:

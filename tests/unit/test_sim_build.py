@@ -242,3 +242,22 @@ def test_tools_verilator_sh_calls_take_turns(tmp_path):
     out, err = call.communicate()
     assert call.returncode == 0, err
     assert out.strip().splitlines()[-1] == str(found)
+
+
+def test_the_source_digest_sees_every_folder_a_design_comes_from(tmp_path, monkeypatch):
+    """A change to any Python source a design can import (the wire constants too) changes the
+    digest that lets a build skip elaboration; a file elsewhere does not."""
+    for folder in (*cocotb_runner.DESIGN_SOURCES, "docs"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.py").write_text("X = 1\n")
+    monkeypatch.setattr(cocotb_runner, "ROOT", tmp_path)
+    first = cocotb_runner.source_digest()
+    assert cocotb_runner.source_digest() == first
+    (tmp_path / "docs" / "a.py").write_text("X = 2\n")
+    assert cocotb_runner.source_digest() == first
+    seen = {first}
+    for folder in cocotb_runner.DESIGN_SOURCES:
+        (tmp_path / folder / "a.py").write_text("X = 3\n")
+        seen.add(cocotb_runner.source_digest())
+    assert len(seen) == 1 + len(cocotb_runner.DESIGN_SOURCES)
+    assert "wire" in cocotb_runner.DESIGN_SOURCES
