@@ -88,6 +88,17 @@ def verilator_builds(entries):
     return sorted(rows.values(), key=lambda r: (-r["seconds"], r["name"]))
 
 
+def board_builds(entries):
+    """The board build folders and their lint logs (tests/test_board_lint.py): how many were
+    made and how many kept from an earlier run, with their seconds."""
+    out = {}
+    for e in entries:
+        r = out.setdefault(e.get("what", "build folder"), {"made": 0, "kept": 0, "seconds": 0.0})
+        r["kept" if e["source"] == "reused" else "made"] += 1
+        r["seconds"] = round(r["seconds"] + e.get("seconds", 0.0), 1)
+    return out
+
+
 def yosys_runs(entries):
     """The Yosys runs, in the order they were made."""
     keep = ("name", "source", "seconds", "synth_seconds", "lut_total", "lut_levels", "yosys")
@@ -115,6 +126,7 @@ def collect(phases_path, builds_path, junit_path, since=None, top=15):
         "other_yosys_runs": {"runs": len(other_yosys),
                              "seconds": round(sum(b.get("seconds", 0) for b in other_yosys), 1)},
         "verilator_builds": verilator_builds([b for b in builds if b.get("kind") == "verilator"]),
+        "board_builds": board_builds([b for b in builds if b.get("kind") == "board"]),
         "pytest": None,
         "slowest_files": [],
     }
@@ -189,6 +201,12 @@ def table(fig, top=15):
                 lines.append(f"      {b.get('design', '')}({what})")
             for t in b.get("tests", []):
                 lines.append(f"      used by {t}")
+    boards = fig.get("board_builds") or {}
+    if boards:
+        lines += ["", "Board build folders and their Verilator lint (kept while their sources are "
+                  "unchanged):"]
+        for what, r in boards.items():
+            row(f"  {what}s", r["seconds"], f"{r['made']} made, {r['kept']} kept")
     other = fig["other_yosys_runs"]
     if other["runs"]:
         lines += ["", f"Yosys runs outside the synthesis check (the tests' small designs): "

@@ -5,11 +5,23 @@ lints without width warnings.
 
 Uses the project's Verilator (:func:`rocegen.sim.testing.verilator.verilator_bin_dir`: ``make setup``
 finds or builds it), whatever ``PATH`` holds.
+
+The build folders and the lint logs are kept in ``build/boards/`` as the simulator builds are
+(:mod:`rocegen.sim.testing.cocotb_runner`): a folder is written again only when a Python source
+it comes from (``wire/``, ``gateware/``, ``boards/``, ``cli/``, ``tools/``) changed, and a lint
+log is taken again only when the Verilog, the stubs or the Verilator changed. Every assertion
+runs on every run, on the kept files; the build log of :mod:`rocegen.tools.costlog` says which
+folders and lint logs were made and which were kept (kind ``board``).
 """
 
 import collections
+import hashlib
+import json
+import os
 import re
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,9 +29,15 @@ import pytest
 from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, axi_cdc_module, ddr4_module
 from rocegen.boards.xilinx import JTAG_AXI_MODULE
 from rocegen.cli import main
+from rocegen.sim.testing.cocotb_runner import BUILD, source_digest
 from rocegen.sim.testing.verilator import VerilatorNotFound, verilator_bin_dir
+from rocegen.tools import costlog
 
 STUBS = Path(__file__).resolve().parent.parent / "boards" / "stubs"
+#: Where the build folders and lint logs are kept between runs.
+CACHE = BUILD / "boards"
+#: The sources a build folder comes from.
+SOURCES = ("wire", "gateware", "boards", "cli", "tools")
 
 BUILDS = {
     # name: (command-line arguments, top module, board, vendor IP modules with their instance)
@@ -75,26 +93,71 @@ def verilator():
 pytestmark = pytest.mark.xdist_group("board_builds")
 
 
-class _Builds(dict):
-    """The build folders of :data:`BUILDS`, each written on first use:
-    ``name -> (folder, top module, board, vendor IP modules)``."""
+def _digest(*parts):
+    h = hashlib.sha1()
+    for part in parts:
+        h.update(part if isinstance(part, bytes) else part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
 
-    def __init__(self, tmp_path_factory):
-        super().__init__()
-        self.tmp_path_factory = tmp_path_factory
+
+class _Builds(dict):
+    """The build folders of :data:`BUILDS`, each written on first use unless the kept one is
+    still the sources': ``name -> (folder, top module, board, vendor IP modules)``. A folder is
+    written beside its place and renamed into it, with its stamp (``.sources``) last, so an
+    interrupted build is never taken for a finished one."""
 
     def __missing__(self, name):
         args, top, board, ips = BUILDS[name]
-        folder = self.tmp_path_factory.mktemp(name)
-        assert main(["build", *args, "-o", str(folder)]) == 0
+        home = CACHE / f"{name}-{_digest(*args)[:10]}"
+        folder, stamp = home / "out", home / ".sources"
+        sources = source_digest(SOURCES)
+        t0 = time.monotonic()
+        if stamp.exists() and stamp.read_text() == sources and folder.is_dir():
+            how = "reused"
+        else:
+            stamp.unlink(missing_ok=True)
+            fresh = home / f"out.{os.getpid()}"
+            shutil.rmtree(fresh, ignore_errors=True)
+            assert main(["build", *args, "-o", str(fresh)]) == 0
+            shutil.rmtree(folder, ignore_errors=True)
+            fresh.rename(folder)
+            stamp.write_text(sources)
+            how = "built"
+        costlog.record("board", name, how, time.monotonic() - t0, what="build folder")
         self[name] = (folder, top, board, ips)
         return self[name]
 
 
+def lint_log(name, folder, top):
+    """``verilator --lint-only`` of a build folder's top with the vendor IP stubs: its exit
+    code and output, kept beside the folder and taken again when the Verilog, the stubs or the
+    Verilator changed."""
+    exe = verilator()
+    stubs = sorted(STUBS.glob("*.v"))
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    key = _digest(version, top, (folder / f"{top}.v").read_bytes(),
+                  *(p.name + p.read_text() for p in stubs))
+    kept = folder.parent / "lint.json"
+    t0 = time.monotonic()
+    if kept.exists() and (got := json.loads(kept.read_text()))["key"] == key:
+        costlog.record("board", name, "reused", time.monotonic() - t0, what="lint")
+        return got["returncode"], got["log"]
+    res = subprocess.run(
+        [exe, "--lint-only", "-Wno-fatal", "--top-module", top, str(folder / f"{top}.v"),
+         *map(str, stubs)], capture_output=True, text=True, cwd=folder)
+    got = {"key": key, "returncode": res.returncode, "log": res.stdout + res.stderr}
+    tmp = kept.with_name(f"lint.json.{os.getpid()}")
+    tmp.write_text(json.dumps(got))
+    os.replace(tmp, kept)
+    costlog.record("board", name, "linted", time.monotonic() - t0, what="lint")
+    return got["returncode"], got["log"]
+
+
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory):
+def builds():
     verilator()
-    return _Builds(tmp_path_factory)
+    return _Builds()
 
 
 def payload_ram(text):
@@ -238,12 +301,8 @@ def ddr4_build(folder, top, board, readme, text):
 @pytest.mark.parametrize("name", names())
 def test_verilator_lint(builds, name):
     folder, top, _, ips = builds[name]
-    res = subprocess.run(
-        [verilator(), "--lint-only", "-Wno-fatal", "--top-module", top, str(folder / f"{top}.v"),
-         *sorted(str(p) for p in STUBS.glob("*.v"))],
-        capture_output=True, text=True, cwd=folder)
-    log = res.stdout + res.stderr
-    assert res.returncode == 0 and "%Error" not in log, log[-3000:]
+    returncode, log = lint_log(name, folder, top)
+    assert returncode == 0 and "%Error" not in log, log[-3000:]
     warnings = re.findall(r"^%Warning-(\w+): [^:]*\.v:(\d+):\d+: (.*)$", log, re.M)
     kinds = collections.Counter(k for k, _, _ in warnings)
     print(f"{name}: {sum(kinds.values())} lint warnings: {dict(kinds)}")

@@ -98,6 +98,12 @@ def test_the_table_of_a_run(tmp_path, monkeypatch):
         {"t": t0 + 132, "kind": "verilator", "name": "icrc-bb", "source": "reused", "seconds": 0.1},
         {"t": t0 + 140, "kind": "yosys", "name": "test_chain0", "source": "synthesized",
          "seconds": 4.0},
+        {"t": t0 + 141, "kind": "board", "name": "au250", "source": "built", "seconds": 12.0,
+         "what": "build folder"},
+        {"t": t0 + 142, "kind": "board", "name": "vcu118", "source": "reused", "seconds": 0.0,
+         "what": "build folder"},
+        {"t": t0 + 143, "kind": "board", "name": "au250", "source": "reused", "seconds": 0.5,
+         "what": "lint"},
     ]
     (tmp_path / "builds.jsonl").write_text(
         "".join(json.dumps(b) + "\n" for b in builds) + '{"t": 1, "kind": "yos')   # cut short
@@ -115,6 +121,8 @@ def test_the_table_of_a_run(tmp_path, monkeypatch):
          "tests": ["tests/test_b.py::test_x", "tests/test_b.py::test_y"]},
         {"name": "icrc-bb", "source": "reused", "seconds": 0.1, "wait_seconds": 0.0, "records": 1,
          "tests": []}]
+    assert fig["board_builds"] == {"build folder": {"made": 1, "kept": 1, "seconds": 12.0},
+                                   "lint": {"made": 0, "kept": 1, "seconds": 0.5}}
     assert fig["pytest"]["seconds"] == 80.5 and fig["pytest"]["test_seconds"] == 47.0
     assert fig["slowest_files"] == [{"file": "tests/test_b.py", "seconds": 30.5, "tests": 2},
                                     {"file": "tests/unit/test_a.py", "seconds": 15.5, "tests": 2}]
@@ -123,6 +131,7 @@ def test_the_table_of_a_run(tmp_path, monkeypatch):
     assert "Yosys endpoint_w64" in text and "from the cache" in text
     assert "1 compiled (90 s), 1 from earlier builds" in text
     assert "EndpointTop(num_qps=8, width=64)" in text and "used by tests/test_b.py::test_y" in text
+    assert "build folders" in text and "1 made, 1 kept" in text
     assert "pytest session" in text and "1 failed" in text
     assert "make test besides pytest" in text and "19.5 s" in text
     assert text.index("tests/test_b.py") < text.index("tests/unit/test_a.py")
