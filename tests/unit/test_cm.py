@@ -29,6 +29,7 @@ from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.wire.addr import parse_net
 from rocegen.wire.headers import ETH, IPV4
 from rocegen.wire.headers import UDP as UDP_HDR
+from tests.tiers import full
 
 LOCAL_IP = "10.1.0.100"
 LOCAL_MAC = "02:00:00:00:00:01"
@@ -329,8 +330,8 @@ def scenario(num_qps, steps, seed, allow_net, *, frames=True, dscp=0, ecn=0):
 @pytest.mark.parametrize("width,num_qps,allow_net,steps", [
     (64, 4, NET, 160),
     (512, 4, None, 220),
-    (128, 3, NET, 100),
-    (512, 1, NET, 80),
+    full(128, 3, NET, 100),
+    full(512, 1, NET, 80),
 ])
 def test_random_requests_match_the_model(width, num_qps, allow_net, steps):
     sc = scenario(num_qps, steps, seed=width + num_qps, allow_net=allow_net)
@@ -686,7 +687,7 @@ LIMITS = {4: {0: 1, 1: 1, 8: 4, 16: 4, 300: 4}, 16: {0: 1, 1: 1, 8: 8, 16: 16, 3
 
 
 @pytest.mark.parametrize("width, max_rd, rd_depth, stated", [
-    (64, 4, 16, 16), (512, 16, 0, 0), (128, 16, 1024, 255), (64, 4, 32, 32),
+    (64, 4, 16, 16), (512, 16, 0, 0), (128, 16, 1024, 255), full(64, 4, 32, 32),
 ])
 def test_read_depths(width, max_rd, rd_depth, stated):
     """OPEN_QP and SEND_QP_INFO stating every host rd_depth (and none, as the original tool):
@@ -750,7 +751,7 @@ def test_read_depths(width, max_rd, rd_depth, stated):
 
 @pytest.mark.parametrize("width, num_qps, allow_net, max_rd, rd_depth, responder", [
     (64, 4, NET, 4, 16, False),
-    (512, 3, None, 16, 0, False),
+    full(512, 3, None, 16, 0, False),
     (128, 4, NET, 16, 64, True),
 ])
 def test_random_requests_with_reads(width, num_qps, allow_net, max_rd, rd_depth, responder):

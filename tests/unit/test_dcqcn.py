@@ -16,6 +16,7 @@ from rocegen.gateware.roce.dcqcn_layouts import check_dcqcn_config, dcqcn_config
 from rocegen.sim.models.dcqcn import ALPHA_ONE, DcqcnParams, DcqcnTable, rate_units
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import raises, run_sim
+from tests.tiers import full
 
 CLOCKS = {"100g": (322_265_625, 100), "10g": (156_250_000, 10)}
 
@@ -136,7 +137,7 @@ def run(num_qps, clock, *, cycles, seed, p_cnp=0.02, p_flood=0.002, p_sent=0.5, 
 
 
 @pytest.mark.parametrize("num_qps, clock, cycles, seed", [
-    (5, "100g", 12000, 1), (5, "10g", 12000, 2), (256, "100g", 16000, 3),
+    (5, "100g", 12000, 1), full(5, "10g", 12000, 2), full(256, "100g", 16000, 3),
     (256, "10g", 16000, 4)])
 def test_against_model(num_qps, clock, cycles, seed):
     active = None if num_qps < 8 else [0, 1, 2, 100, 254, 255]

@@ -15,6 +15,7 @@ from rocegen.sim.models.pause import PauseTxModel
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import pfc
+from tests.tiers import full
 
 LOCAL = 0x02_11_22_33_44_55
 CLK, LINE = 322.265625e6, 100           # one quantum is 33/20 cycles
@@ -93,7 +94,7 @@ def check_frame(frame):
 
 
 @pytest.mark.parametrize("width", [64, 512])
-@pytest.mark.parametrize("idle, backpressure", [(0.0, 0.0), (0.3, 0.4)])
+@pytest.mark.parametrize("idle, backpressure", [full(0.0, 0.0), (0.3, 0.4)])
 def test_against_model(width, idle, backpressure):
     rng = random.Random(width + int(10 * backpressure))
     pkts = [Packet(rng.randbytes(rng.choice([60, 64, rng.randrange(14, 1500)])))

@@ -12,6 +12,7 @@ from amaranth.hdl import Fragment
 from rocegen.gateware.roce.rate_limiter import MAX_BURST, RateLimiter
 from rocegen.sim.models.dcqcn import RateLimiterModel, rate_units
 from rocegen.sim.testing.harness import raises, run_sim
+from tests.tiers import full
 
 CLK = {512: 322_265_625, 64: 156_250_000}
 #: Achieved rate against the rate set, over the measuring window.
@@ -117,7 +118,7 @@ def shared_path(dut, width, packets, cycles, *, rates, idle_until=None, rate_at=
 @pytest.mark.parametrize("width, num_qps, gbps, cycles", [
     (512, 4, {0: 1.0, 1: 10.0, 2: 25.0, 3: 40.0}, 48000),
     (64, 4, {0: 0.1, 1: 1.0, 2: 2.5, 3: 5.0}, 56000),
-    (512, 256, {0: 1.0, 100: 25.0, 255: 60.0}, 48000),
+    full(512, 256, {0: 1.0, 100: 25.0, 255: 60.0}, 48000),
 ])
 def test_achieved_rate(width, num_qps, gbps, cycles):
     """Each QP's bytes from its 4th departure to its last, over the cycles between, is its

@@ -30,6 +30,7 @@ from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire.addr import parse_ip, parse_mac
+from tests.tiers import full
 
 OTHER_IP = "10.0.0.77"
 NUM_QPS = 5
@@ -272,7 +273,7 @@ def test_each_kind(width):
 
 
 @pytest.mark.parametrize("width, idle, backpressure, seed", [
-    (64, 0.0, 0.0, 1), (64, 0.3, 0.5, 2), (512, 0.0, 0.0, 3), (512, 0.4, 0.6, 4)])
+    full(64, 0.0, 0.0, 1), (64, 0.3, 0.5, 2), full(512, 0.0, 0.0, 3), (512, 0.4, 0.6, 4)])
 def test_random(width, idle, backpressure, seed):
     rng = random.Random(seed)
     cases = [random_case(rng) for _ in range(150)]

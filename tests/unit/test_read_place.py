@@ -36,6 +36,7 @@ from rocegen.sim.models.read_requester import PSN_MOD, ReadRequesterModel
 from rocegen.sim.testing.amaranth_streams import StreamDriver, meta_dict, send_records
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import headers as H
+from tests.tiers import full
 
 FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
 QPS = 3
@@ -459,7 +460,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
 
 
 @pytest.mark.parametrize("width, seed, acked_writes", [
-    (64, 1, False), (512, 2, False), (64, 3, True), (512, 4, True), (128, 5, False),
+    (64, 1, False), full(512, 2, False), full(64, 3, True), (512, 4, True), full(128, 5, False),
 ])
 def test_closed_loop(width, seed, acked_writes):
     seen, reads = run_loop(width, seed=seed, acked_writes=acked_writes)

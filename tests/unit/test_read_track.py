@@ -16,6 +16,7 @@ from amaranth.hdl import UnusedElaboratable
 from rocegen.gateware.roce.read_track import ReadTrack
 from rocegen.sim.models.read_requester import PMTUS, PSN_MOD, ReadRequesterModel
 from rocegen.sim.testing.harness import raises, run_sim
+from tests.tiers import full
 
 
 def _length(rng, pmtu):
@@ -173,7 +174,7 @@ def run_random(num_qps, max_rd, seed, cycles=4000, *, p_issue=0.5, p_lookup=0.6,
 
 
 @pytest.mark.parametrize("num_qps, max_rd, seed", [
-    (3, 16, 1), (3, 5, 2), (1, 1, 3), (5, 3, 4), (2, 2, 5), (16, 4, 6),
+    (3, 16, 1), full(3, 5, 2), full(1, 1, 3), full(5, 3, 4), full(2, 2, 5), (16, 4, 6),
 ])
 def test_against_model(num_qps, max_rd, seed):
     stats = run_random(num_qps, max_rd, seed)
@@ -183,7 +184,7 @@ def test_against_model(num_qps, max_rd, seed):
 
 
 @pytest.mark.parametrize("num_qps, max_rd, seed", [
-    (3, 16, 11), (2, 4, 12), (5, 3, 13), (1, 1, 14), (4, 8, 15),
+    (3, 16, 11), full(2, 4, 12), (5, 3, 13), full(1, 1, 14), full(4, 8, 15),
 ])
 def test_limits_against_model(num_qps, max_rd, seed):
     """Limits set at random (some below the READs a QP has, some clipped), in cycles with

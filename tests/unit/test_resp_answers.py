@@ -22,6 +22,7 @@ from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
+from tests.tiers import full
 from tests.unit.test_responder import open_qps
 
 QPS = 3                         # QPs the host uses; the table has one more, left in RESET
@@ -211,7 +212,7 @@ def check_acks(got, answers):
         f"answers missing at the end: {rest}"
 
 
-@pytest.mark.parametrize("width, seed, bp", [(64, 1, 0.0), (512, 2, 0.0), (64, 3, 0.6),
+@pytest.mark.parametrize("width, seed, bp", [(64, 1, 0.0), full(512, 2, 0.0), full(64, 3, 0.6),
                                              (512, 4, 0.7)])
 def test_cnp_for_every_mark(width, seed, bp):
     """Interval 0 (set at run time over the generator's 4 us): a CNP for every CE-marked
@@ -260,7 +261,7 @@ def test_cnp_rate(width, seed, interval):
         assert sorted(cnps) == sorted({qp for _, qp, m, why in frames if m and why is None})
 
 
-@pytest.mark.parametrize("width, seed, every", [(64, 8, 1), (512, 9, 3), (64, 10, 5)])
+@pytest.mark.parametrize("width, seed, every", [(64, 8, 1), (512, 9, 3), full(64, 10, 5)])
 def test_ack_every(width, seed, every):
     """ACKs by count: the reference's (a ConnectX's ``ack_every``: besides AckReq, an ACK after
     every N requests executed, each answer restarting the count), over a lossy link."""

@@ -14,6 +14,7 @@ from rocegen.gateware.roce.resp_cnp import DEFAULT_CNP_INTERVAL, RespCnp, cnp_in
 from rocegen.sim.models.responder import CNP_DSCP, NotificationPoint
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import raises, run_sim
+from tests.tiers import full
 
 ZERO_ANSWER = {"qp": 0, "cnp": 0, "syndrome": 0, "psn": 0, "msn": 0, "dest_qpn": 0, "dst_ip": 0,
                "src_port": 0, "dscp": 0}
@@ -110,7 +111,8 @@ def run(num_qps, qps, interval, *, cycles, p_mark, p_burst, p_answer, backpressu
 
 
 @pytest.mark.parametrize("num_qps, qps", [(5, [0, 1, 2, 4, 5, 7]), (256, [0, 1, 17, 200, 255])])
-@pytest.mark.parametrize("interval, backpressure, p_answer", [(0, 0.3, 0.3), (20, 0.6, 0.4),
+@pytest.mark.parametrize("interval, backpressure, p_answer", [
+    (0, 0.3, 0.3), full(20, 0.6, 0.4),
                                                               (150, 0.9, 0.4)])
 def test_against_model(num_qps, qps, interval, backpressure, p_answer):
     seed = num_qps + interval + int(10 * backpressure)

@@ -28,6 +28,7 @@ from rocegen.sim.models.responder import (
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire.roce import PSN_MASK
+from tests.tiers import full
 
 RTR, RTS = 2, 3
 
@@ -163,7 +164,7 @@ def state_dict(st):
                 total=st.total & 0xFFFFFFFF, wr_id=st.wr_id, unacked=st.unacked)
 
 
-@pytest.mark.parametrize("seed, ack_every", [(1, 0), (2, 0), (3, 1), (4, 3), (5, 255)])
+@pytest.mark.parametrize("seed, ack_every", [(1, 0), full(2, 0), full(3, 1), (4, 3), (5, 255)])
 def test_decide_against_model(seed, ack_every):
     rng = random.Random(seed)
     cases = [draw(rng, ack_every) for _ in range(2500)]

@@ -32,6 +32,7 @@ from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import run_sim
 from rocegen.wire import headers as H
 from rocegen.wire.roce import PSN_MASK
+from tests.tiers import full
 
 QPS = 3                          # QPs the traffic uses; the table has one more, left in RESET
 TABLE = QPS + 1
@@ -221,9 +222,9 @@ def record_taker(port, rng, backpressure, log):
 
 
 @pytest.mark.parametrize("seed, idle, backpressure, setups, ack_every, reads", [
-    (1, 0.0, 0.0, 0.0, 0, None), (2, 0.3, 0.3, 0.0, 0, None), (3, 0.2, 0.4, 0.02, 0, None),
-    (4, 0.0, 0.0, 0.05, 2, None), (5, 0.5, 0.6, 0.03, 0, None),
-    (6, 0.0, 0.0, 0.0, 0, 0.3), (7, 0.3, 0.3, 0.01, 3, 1.0), (8, 0.1, 0.2, 0.05, 0, 0.9)])
+    full(1, 0.0, 0.0, 0.0, 0, None), (2, 0.3, 0.3, 0.0, 0, None), full(3, 0.2, 0.4, 0.02, 0, None),
+    (4, 0.0, 0.0, 0.05, 2, None), full(5, 0.5, 0.6, 0.03, 0, None),
+    full(6, 0.0, 0.0, 0.0, 0, 0.3), (7, 0.3, 0.3, 0.01, 3, 1.0), (8, 0.1, 0.2, 0.05, 0, 0.9)])
 def test_engine_against_model(seed, idle, backpressure, setups, ack_every, reads):
     """``reads``: READs in the traffic (a quarter of the requests; half with ``reads`` 1.0),
     their responses taken with this backpressure (1.0: never, the queues fill up)."""

@@ -18,6 +18,7 @@ from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, 
 from rocegen.sim.testing.framecheck import RETH, ImmDt
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import headers as H
+from tests.tiers import full
 
 REQUESTS = list(range(0x00, 0x0D)) + [0x13, 0x14, 0x17]
 OTHERS = [0x0D, 0x10, 0x11, 0x12, 0x81, 0x24, 0x64]
@@ -133,8 +134,8 @@ def check_record(rec, dgram, want):
 
 
 @pytest.mark.parametrize("width, idle, backpressure, seed", [
-    (64, 0.0, 0.0, 1), (64, 0.3, 0.5, 2), (512, 0.0, 0.0, 3), (512, 0.4, 0.7, 4),
-    (128, 0.2, 0.3, 5)])
+    full(64, 0.0, 0.0, 1), (64, 0.3, 0.5, 2), full(512, 0.0, 0.0, 3), (512, 0.4, 0.7, 4),
+    full(128, 0.2, 0.3, 5)])
 def test_requests_parsed_others_dropped(width, idle, backpressure, seed):
     sent, expect, malformed = make_case(seed, 150)
     dut = RespIngress(width)

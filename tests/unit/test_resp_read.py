@@ -26,6 +26,7 @@ from rocegen.sim.models.responder import (
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire.roce import PSN_MASK
+from tests.tiers import full
 
 QPS = 8
 PMTU_LOG2S = (8, 10, 12)
@@ -226,7 +227,7 @@ def test_flush():
     (12, 4096, 1, 4, 3),            # single-packet READs of one QP: a turn each
     (12, 4096, 4, 4, 3),
     (12, 1 << 16, 1, 4, 1.5),       # 16-packet READs: turns of 4 packets in 6 cycles
-    (8, 1 << 16, 3, 4, 1.5),
+    full(8, 1 << 16, 3, 4, 1.5),
     (8, 1 << 16, 2, 1, 3)])
 def test_rate(pmtu_log2, length, qps, burst, cycles):
     """Packets come at a turn of ``burst`` packets every ``burst + 2`` cycles (3 cycles a

@@ -21,6 +21,7 @@ from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire.addr import parse_ip
+from tests.tiers import full
 
 QPS = 2
 HOST_QPN = 0x11
@@ -268,7 +269,7 @@ def check(width, pmtu, seed, *, idle=0.0, backpressure=0.0, **faults):
     return counters, ref
 
 
-@pytest.mark.parametrize("width, pmtu, seed", [(64, 256, 1), (512, 1024, 2), (128, 512, 3)])
+@pytest.mark.parametrize("width, pmtu, seed", [(64, 256, 1), (512, 1024, 2), full(128, 512, 3)])
 def test_clean_link(width, pmtu, seed):
     counters, ref = check(width, pmtu, seed)
     assert counters["executed"] > 20 and counters["overflow"] == 0

@@ -25,6 +25,7 @@ from rocegen.sim.models import retry as model_mod
 from rocegen.sim.models.retry import PSN_MOD, Outputs, RetryModel, ahead
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import roce as wire_roce
+from tests.tiers import full
 
 #: Clock frequencies for a time base that ticks every cycle / every third cycle.
 CLK_HZ = {1: 1e9 / 1024, 3: 3e9 / 1024}
@@ -601,12 +602,12 @@ def run_random(num_qps, tick_cycles, mix, events, seed):
     ("seq", 4, 1, 3000, 2),
     ("rnr", 4, 1, 3000, 3),
     ("fatal", 3, 1, 2000, 4),
-    ("timeouts", 5, 1, 2500, 5),
+    full("timeouts", 5, 1, 2500, 5),
     ("timeouts", 3, 3, 1500, 6),
     ("mix", 6, 1, 6000, 7),
-    ("mix", 1, 3, 2000, 8),
-    ("mix", 13, 3, 4000, 9),
-    ("mix", 40, 1, 3000, 10),
+    full("mix", 1, 3, 2000, 8),
+    full("mix", 13, 3, 4000, 9),
+    full("mix", 40, 1, 3000, 10),
 ])
 def test_against_model(mix, num_qps, tick_cycles, events, seed):
     b = run_random(num_qps, tick_cycles, mix, events, seed)

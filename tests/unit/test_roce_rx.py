@@ -22,6 +22,7 @@ from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.roce import is_request_opcode
+from tests.tiers import full
 
 OTHER_IP = "10.0.0.77"          # a host that is the peer of no QP but QP 3
 NUM_QPS = 5
@@ -266,8 +267,8 @@ def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0, 
     return counts, events, last_cycles, ev_cycles, held[0], cnp_qps
 
 
-@pytest.mark.parametrize("width,count,reads", [(64, 260, False), (128, 120, False),
-                                               (256, 120, False), (512, 300, False),
+@pytest.mark.parametrize("width,count,reads", [(64, 260, False), full(128, 120, False),
+                                               full(256, 120, False), (512, 300, False),
                                                (64, 260, True), (512, 300, True)])
 def test_random_datagrams(width, count, reads):
     rng = random.Random(width)

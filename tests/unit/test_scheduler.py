@@ -28,6 +28,7 @@ from rocegen.sim.models.requester import PMTUS, PSN_MOD, WorkRequest, WrOpcode
 from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, meta_dict
 from rocegen.sim.testing.harness import run_sim
 from rocegen.tools.synth import convert_ports
+from tests.tiers import full
 
 #: Cycles after which a bench counts as hung (every bench here needs far fewer).
 DEADLINE = 50_000
@@ -366,8 +367,8 @@ def random_wrs(rng, qps, width, mem_bytes, *, per_qp, errors=0.15, bad=0.03):
 
 
 @pytest.mark.parametrize("width,num_qps,depth,mem_log2,per_qp", [
-    (64, 4, 2, 16, 150), (512, 3, 1, 20, 150), (512, 4, 4, 32, 150), (128, 2, 2, 18, 150),
-    (256, 1, 2, 16, 150), (64, 16, 2, 20, 40), (512, 13, 8, 24, 40)])
+    (64, 4, 2, 16, 150), (512, 3, 1, 20, 150), full(512, 4, 4, 32, 150), full(128, 2, 2, 18, 150),
+    full(256, 1, 2, 16, 150), full(64, 16, 2, 20, 40), full(512, 13, 8, 24, 40)])
 def test_matches_model(width, num_qps, depth, mem_log2, per_qp):
     rng = random.Random(width * 1000 + num_qps * 10 + depth)
     mem_bytes = 1 << mem_log2
