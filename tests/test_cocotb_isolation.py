@@ -2,8 +2,8 @@
 every way, as responder and as requester, while QP B moves data at the line rate; B keeps its
 goodput (within 1 % of a run without the error), A's flush ends with the predicted completions,
 and A works again once opened again, also when it is set up again at once after a close with
-work outstanding. The gate runs every kind on the responder builds the other benches share (on
-chip, W = 64 and 512); the full tier adds AXI4 memory."""
+work outstanding. The gate runs every kind on the responder build the other benches share at
+W = 64 (on chip); the full tier adds W = 512 and AXI4 memory."""
 
 import json
 
@@ -11,13 +11,11 @@ import pytest
 
 from bench.bench_isolation import CONFIGS
 from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_cocotb
+from tests.tiers import full
 
 
-@pytest.mark.parametrize("config", [
-    "onchip-64", "onchip-512",
-    pytest.param("axi4-64", marks=pytest.mark.full),
-    pytest.param("axi4-512", marks=pytest.mark.full),
-])
+@pytest.mark.parametrize("config", ["onchip-64", full("onchip-512"), full("axi4-64"),
+                                    full("axi4-512")])
 def test_error_stays_on_its_qp(config, tmp_path):
     params = dict(CONFIGS[config])
     cfg = responder_sim_config(params.pop("width"), **params)
