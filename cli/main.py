@@ -13,14 +13,13 @@ from rocegen.boards.core import CoreTop
 from rocegen.gateware.emit import to_verilog
 from rocegen.gateware.integration import write_kit
 from rocegen.gateware.lib.stream import check_width
-from rocegen.gateware.roce.endpoint import RoceEndpoint
 from rocegen.gateware.roce.layouts import MAX_QPS
 from rocegen.gateware.top import StackTop
 from rocegen.gateware.xgmii_top import XgmiiStackTop
 from rocegen.sim.apps import bench_suite, incast, replay, serve
 from rocegen.sim.apps import demo as system_demo
 from rocegen.sim.apps.options import ENDPOINT_OPTIONS, add_endpoint_options, endpoint_params, option_error
-from rocegen.sim.testing.cocotb_runner import BUILD, SimConfig, endpoint_sim_config, run_cocotb
+from rocegen.sim.testing.cocotb_runner import BUILD, SimConfig, endpoint_sim_config, kept_verilog, run_cocotb
 from rocegen.sim.testing.roce_env import board_clock_mhz
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.roce import PMTUS
@@ -159,6 +158,10 @@ OPCODES = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
 #: ``rocegen sim demo``'s message size when ``--size`` is not given (with ``--peer-op``: at most
 #: the QP's share of the responder's region)
 DEMO_SIZE = 65536
+#: What the demo says after the time it took to write the core's Verilog: elaborated, or the
+#: Verilog kept from an earlier run of the same configuration (no design source changed since;
+#: ``build/verilog/``).
+DEMO_VERILOG_HOW = {"elaborated": "", "kept": " (kept from an earlier run: no source changed)"}
 
 
 def _sim_demo(args):
@@ -199,11 +202,13 @@ def _sim_demo(args):
         (f"_vlan{args.vlan}" if args.vlan is not None else "")
     core = out / f"rocegen_endpoint_{tag}.v"
     if xgmii:
-        design = CoreTop(args.width, num_qps, phy="xgmii", **extra)
+        text, how = kept_verilog("rocegen.boards.core:CoreTop", "rocegen_endpoint",
+                                 width=args.width, num_qps=num_qps, phy="xgmii", **extra)
     else:
-        design = RoceEndpoint(args.width, num_qps, **extra)
-    core.write_text(to_verilog(design, name="rocegen_endpoint"))
-    print(f"wrote {core} in {time.perf_counter() - t0:.1f} s")
+        text, how = kept_verilog("rocegen.gateware.roce.endpoint:RoceEndpoint", "rocegen_endpoint",
+                                 width=args.width, num_qps=num_qps, **extra)
+    core.write_text(text)
+    print(f"wrote {core} in {time.perf_counter() - t0:.1f} s{DEMO_VERILOG_HOW[how]}")
     print(f"building the simulator (Verilator; the first build of a configuration takes a few "
           f"minutes, then it is cached under {BUILD / 'cocotb'})")
     cfg = endpoint_sim_config(args.width, num_qps, **extra, **({"phy": "xgmii"} if xgmii else {}))
@@ -339,10 +344,10 @@ def _sim_demo_peer(args):
     t0 = time.perf_counter()
     tag = f"w{args.width}_responder"
     core = out / f"rocegen_endpoint_{tag}.v"
-    design = RoceEndpoint(args.width, num_qps, **{k: v for k, v in cfg.params.items()
-                                                   if k not in ("width", "num_qps")})
-    core.write_text(to_verilog(design, name="rocegen_endpoint"))
-    print(f"wrote {core} in {time.perf_counter() - t0:.1f} s")
+    text, how = kept_verilog("rocegen.gateware.roce.endpoint:RoceEndpoint", "rocegen_endpoint",
+                             **cfg.params)
+    core.write_text(text)
+    print(f"wrote {core} in {time.perf_counter() - t0:.1f} s{DEMO_VERILOG_HOW[how]}")
     print(f"building the simulator (Verilator; the first build of a configuration takes a few "
           f"minutes, then it is cached under {BUILD / 'cocotb'})")
     pcap = Path(args.pcap or out / f"roce_{tag}.pcap").resolve()

@@ -41,7 +41,7 @@ from rocegen.sim.testing.verilator import verilator_on_path
 
 __all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config",
            "responder_sim_config", "RESPONDER_MEM_BYTES", "responder_share", "source_digest",
-           "DESIGN_SOURCES"]
+           "DESIGN_SOURCES", "kept_verilog"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("ROCEGEN_BUILD", ROOT / "build"))
@@ -253,6 +253,26 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
         log = "" if console else (run_dir / "sim.log").read_text(errors="replace")[-6000:]
         raise AssertionError(f"{failed} of {total} cocotb tests failed in {test_module}:\n{log}")
     return total - failed
+
+
+def kept_verilog(factory, name, **params):
+    """The Verilog of the design ``factory(**params)`` (``factory`` a ``"module:callable"``)
+    with top module ``name``, kept in ``build/verilog/`` and taken from there while no Python
+    source of :data:`DESIGN_SOURCES` changed (the stamp beside it holds their digest); returns
+    ``(text, how)``, ``how`` ``"kept"`` or ``"elaborated"``. The file is replaced atomically, so
+    parallel callers of one configuration each read a whole one."""
+    key = json.dumps({"f": factory, "p": params, "n": name}, sort_keys=True, default=str)
+    base = BUILD / "verilog" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    text_path, stamp = base.with_suffix(".v"), base.with_suffix(".sources")
+    sources = source_digest()
+    if stamp.exists() and stamp.read_text() == sources and text_path.exists():
+        return text_path.read_text(), "kept"
+    text = to_verilog(_factory(factory)(**params), name=name)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    _write_atomic(text_path, text)
+    _write_atomic(stamp, sources)
+    return text, "elaborated"
 
 
 def endpoint_sim_config(width, num_qps=8, **params):

@@ -11,6 +11,8 @@ import shutil
 import subprocess
 
 import pytest
+from amaranth.hdl import Module
+from amaranth.lib import wiring
 
 from rocegen.sim.testing import cocotb_runner
 from rocegen.sim.testing.verilator import (
@@ -261,3 +263,32 @@ def test_the_source_digest_sees_every_folder_a_design_comes_from(tmp_path, monke
         seen.add(cocotb_runner.source_digest())
     assert len(seen) == 1 + len(cocotb_runner.DESIGN_SOURCES)
     assert "wire" in cocotb_runner.DESIGN_SOURCES
+
+
+class Tiny(wiring.Component):
+    """A design for :func:`test_kept_verilog_while_no_source_changed`."""
+
+    def __init__(self, width):
+        super().__init__({"a": wiring.In(width), "y": wiring.Out(width)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.y.eq(~self.a)
+        return m
+
+
+def test_kept_verilog_while_no_source_changed(tmp_path, monkeypatch):
+    """The demo's Verilog: elaborated once per configuration and sources, then kept."""
+    monkeypatch.setattr(cocotb_runner, "BUILD", tmp_path)
+    digest = ["one"]
+    monkeypatch.setattr(cocotb_runner, "source_digest", lambda: digest[0])
+    spec = "tests.unit.test_sim_build:Tiny"
+    text, how = cocotb_runner.kept_verilog(spec, "tiny", width=3)
+    assert how == "elaborated" and "module tiny" in text and "[2:0] a" in text
+    assert cocotb_runner.kept_verilog(spec, "tiny", width=3) == (text, "kept")
+    other, how = cocotb_runner.kept_verilog(spec, "tiny", width=5)
+    assert how == "elaborated" and "[4:0] a" in other
+    digest[0] = "two"                           # a design source changed
+    assert cocotb_runner.kept_verilog(spec, "tiny", width=3) == (text, "elaborated")
+    assert cocotb_runner.kept_verilog(spec, "tiny", width=3)[1] == "kept"
+    assert len(list((tmp_path / "verilog").glob("*.v"))) == 2
