@@ -86,6 +86,7 @@ def _compiled(cache):
     return [p for p in cache.rglob("*") if p.is_file() and re.fullmatch(r"[0-9a-f]{40}", p.name)]
 
 
+@pytest.mark.full
 def test_first_runs_in_parallel_on_an_empty_cache(tmp_path):
     cache = tmp_path / "yowasp-cache"
     env = {**os.environ, "YOWASP_CACHE_DIR": str(cache)}
