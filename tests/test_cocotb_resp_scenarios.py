@@ -212,7 +212,8 @@ def reads_right_after_writes(width, pmtu):
     WRITE's bytes (with AXI4 memory, the READ waits for the write responses)."""
     rng = random.Random(width + 5)
     sizes = (1, pmtu - 1, pmtu + 3, 3 * pmtu, 2 * pmtu + 5)
-    writes = [(0x800 * k + rng.randrange(64), rng.randbytes(n)) for k, n in enumerate(sizes)]
+    # (apart: a READ's responses may read memory after the next WRITE was executed)
+    writes = [(0x1000 * k + rng.randrange(64), rng.randbytes(n)) for k, n in enumerate(sizes)]
     posts = []
     for k, (va, data) in enumerate(writes):
         posts += [post("WRITE", 2 * k, data=data, remote_addr=va, rkey=RKEY),
