@@ -170,6 +170,10 @@ class RespEnv:
         self.shadow = bytearray(MEM)
         self.unknown = []
         self.qps = {}
+        #: with AXI4 memory: when set, called at every clock edge with a handshake on the write
+        #: channels, as ``write_watch(aw, w, b)`` (each 1 for a handshake at that edge; the
+        #: channels' signals as sampled there)
+        self.write_watch = None
         self.wr_id = 1 << 20
         self.recv_id = 1 << 20
         self._recv_lock = Lock()
@@ -245,13 +249,18 @@ class RespEnv:
 
     async def _count_axi_writes(self):
         """Count the AXI4 write bursts issued and answered, and the cycles since the last
-        write beat (AXI4 memory only)."""
+        write beat (AXI4 memory only); tell :attr:`write_watch` of every handshake."""
         dut, c = self.dut, self.axi_writes
         while True:
             await RisingEdge(dut.clk)
-            c["aw"] += int(dut.m_axi_awvalid.value) & int(dut.m_axi_awready.value)
-            c["b"] += int(dut.m_axi_bvalid.value) & int(dut.m_axi_bready.value)
-            c["quiet"] = 0 if int(dut.m_axi_wvalid.value) else c["quiet"] + 1
+            aw = int(dut.m_axi_awvalid.value) & int(dut.m_axi_awready.value)
+            b = int(dut.m_axi_bvalid.value) & int(dut.m_axi_bready.value)
+            wvalid = int(dut.m_axi_wvalid.value)
+            c["aw"] += aw
+            c["b"] += b
+            c["quiet"] = 0 if wvalid else c["quiet"] + 1
+            if self.write_watch is not None and (aw or b or wvalid):
+                self.write_watch(aw, wvalid & int(dut.m_axi_wready.value), b)
 
     async def axi_drained(self, *, max_cycles=MAX_CYCLES):
         """Wait until every AXI4 write burst the endpoint issued is answered and neither a

@@ -1,0 +1,352 @@
+"""The endpoint's RC responder (``RoceEndpoint(responder=True)``, READs on by default), whole, in
+Verilator (sim/tb/roce_resp_scenarios.py), against the host NIC model as requester:
+
+* the host WRITEs (with and without immediate) and SENDs with immediate into the endpoint: every
+  message completes, its payload is in local memory at its address, the receive completions
+  come out in order with the messages' lengths and immediates, and the counters count every
+  packet once; with AXI4 memory (write responses held back 20..89 cycles at a time) no receive
+  completion comes out before the write responses of its message's data, and of every message
+  sent before it, were taken, and bursts are in flight together;
+* the host READs the endpoint's region (ONLY and multi-packet responses, zero length, unaligned
+  addresses, 16 READs outstanding) mixed with its WRITEs and SENDs on the same QP: every READ
+  completes with the bytes of local memory (written first through the word-write port or the
+  memory, or by the host's own WRITE before the READ), the QP's answers leave in PSN order, one
+  response packet per PMTU, and the counters count the requests (the responses are not
+  requester packets); a READ right behind a WRITE of the same bytes returns them (with AXI4
+  memory, whose read side holds only acknowledged bytes, the READ waits for the WRITE's write
+  responses); a bad R_Key and a READ past the region's end end in NAK remote access error,
+  counted;
+* OPEN_QP over the connection manager names the QP's region (R_Key, base, length, as a build
+  with that region and R_Key seed has them after reset, set here at run time), the host WRITEs
+  and SENDs the test pattern of the FPGA addresses it writes (one message with bytes changed on
+  purpose), and QUERY answers with the pattern sink's byte-exact verdict (from zero: the
+  scenario runs first on its simulator), which the statistics counters repeat.
+
+With the responder's AXI4 writes taken as acknowledged once the memory port accepts them, the
+completions' check and the READ right behind a WRITE both fail.
+
+Every scenario of a build runs in one cocotb run, one after the other on one simulator (a fresh
+host, QP 0 opened afresh, its region, path MTU and PSN set at run time): the responder builds the
+other benches share (on chip at W = 64 and 512, AXI4 at 64 and 512). The gate runs W = 64 on
+chip and W = 512 with AXI4; the full tier adds W = 512 on chip and W = 64 with AXI4. Each test
+checks every scenario of its build and tier and reports each failure with the scenario's
+name."""
+
+import base64
+import json
+import random
+
+import pytest
+
+from bench.bench_isolation import CONFIGS
+from rocegen.gateware.roce.responder import default_config
+from rocegen.sim.models import cm as M
+from rocegen.sim.models.rnic import WcOpcode, WcStatus
+from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_cocotb
+from rocegen.wire.pattern import pattern
+
+#: QP 0's region in the host-write and host-READ scenarios (set at run time) and its R_Key.
+REGION = 0x8000
+RKEY = 0x7A5E_1100
+#: Bytes of the region filled before the host READs it.
+FILLED = 0x4000
+#: ACKNOWLEDGE's opcode (the other answers are READ responses).
+ACK = 0x11
+PSN = 0xFFFFF0
+
+
+def b64(data):
+    return base64.b64encode(data).decode()
+
+
+def unb64(text):
+    return None if text is None else base64.b64decode(text)
+
+
+class Result:
+    """What the bench reports of a scenario (see sim/tb/roce_resp_scenarios.py): ``cpls``
+    (the host's send completions ``(wr_id, opcode, status, data)``), ``rcpls`` (receive
+    completions as dicts), ``answers`` (``(opcode, PSN)``), ``stats`` (the counters' rise),
+    ``counters`` (their values at the end), ``host``, ``most_reads``, ``cm`` (the connection
+    manager's replies, bytes), ``image``; with AXI4 memory ``acked_image``, ``acks``,
+    ``max_unacked``."""
+
+    def __init__(self, raw):
+        self.cpls = [(w, WcOpcode(o), WcStatus(s), unb64(d)) for w, o, s, d in raw["cpls"]]
+        self.rcpls = [dict(zip(("wr_id", "opcode", "status", "length", "has_imm", "imm",
+                                "cycle"), c)) for c in raw["rcpls"]]
+        self.answers = [tuple(a) for a in raw["answers"]]
+        self.stats, self.counters, self.host = raw["stats"], raw["counters"], raw["host"]
+        self.most_reads = raw["most_reads"]
+        self.cm = [bytes.fromhex(r) for r in raw["cm"]]
+        self.image = unb64(raw["image"])
+        self.acked_image = unb64(raw.get("acked_image"))
+        self.acks = [(c, [(a, unb64(d)) for a, d in w]) for c, w in raw.get("acks", [])]
+        self.max_unacked = raw.get("max_unacked")
+
+    def acked_by(self, cycle, size):
+        """Local memory ``[0, size)`` as the write responses taken up to clock edge ``cycle``
+        acknowledged it (zero where none did)."""
+        image = bytearray(size)
+        for c, writes in self.acks:
+            if c > cycle:
+                break
+            for a, d in writes:
+                if a < size:
+                    image[a:a + len(d)] = d[:size - a]
+        return image
+
+
+def post(op, wr_id, **kw):
+    """A host work request for the bench (``data`` bytes in base64)."""
+    if kw.get("data") is not None:
+        kw["data"] = b64(kw["data"])
+    return {"op": op, "wr_id": wr_id, **kw}
+
+
+def in_psn_order(got, psn):
+    """The answers' PSNs (relative to the first PSN) never go back."""
+    rel = [(p - psn) % (1 << 24) for _, p in got]
+    assert rel == sorted(rel), f"answers out of PSN order: {got}"
+
+
+# ------------------------------------------------------------------------------ scenarios
+# Each returns (scenario for the bench, check of its Result).
+
+def host_writes_and_sends(width, pmtu, memory):
+    """WRITEs of 1, 100 and 3 PMTU + 7 bytes, a WRITE with immediate of 2 PMTU + 5, SENDs with
+    immediate of 0, 64 and 2 PMTU bytes, each into a receive buffer of its own."""
+    rng = random.Random(width + len(memory))
+    rbuf = REGION + 0x100
+    # the messages in the order sent: (opcode, address of the data, data, imm)
+    msgs = [("WRITE", 0x2000 * k + rng.randrange(64), rng.randbytes(n), None)
+            for k, n in enumerate((1, 100, 3 * pmtu + 7))]
+    msgs.append(("WRITE_IMM", 0x6000 + rng.randrange(64), rng.randbytes(2 * pmtu + 5), 0xABC))
+    msgs += [("SEND_IMM", rbuf + 0x1000 * (k + 1), rng.randbytes(n), 0x1000 + k)
+             for k, n in enumerate((0, 64, 2 * pmtu))]
+    posts = [post(op, k, data=data, imm=imm, **({"remote_addr": va, "rkey": RKEY}
+                                                 if op.startswith("WRITE") else {}))
+             for k, (op, va, data, imm) in enumerate(msgs)]
+    # the receive buffers, each consumed by the message with a completion in turn
+    completing = [k for k, (op, *_) in enumerate(msgs) if op.endswith("_IMM")]
+    recvs = [[50 + k, rbuf + 0x1000 * k, 2 * pmtu] for k in range(len(completing))]
+    end = max(va + len(data) for _, va, data, _ in msgs)
+
+    def check(r):
+        assert [c[2] for c in r.cpls] == [WcStatus.SUCCESS] * len(msgs)
+        image = r.image
+        for op, va, data, _ in msgs:
+            assert image[va:va + len(data)] == data, (op, hex(va), image[va - 8:va + 16].hex(),
+                                                      data[:16].hex())
+        if memory == "axi4":
+            assert r.acked_image == r.image
+            assert r.max_unacked > 1            # bursts were in flight together
+            for n, c in enumerate(r.rcpls):
+                # the message's data, and that of every message before it, acknowledged
+                acked = r.acked_by(c["cycle"], end)
+                for op, va, data, _ in msgs[:completing[n] + 1]:
+                    assert acked[va:va + len(data)] == data, \
+                        f"completion {c['wr_id']} out before the data of the {op} at {va:#x} " \
+                        f"was acknowledged"
+        assert [(c["wr_id"], c["status"], c["length"], c["has_imm"], c["imm"])
+                for c in r.rcpls] == \
+            [(50 + n, 0, len(msgs[k][2]), 1, msgs[k][3]) for n, k in enumerate(completing)]
+        packets = sum(max(1, -(-len(data) // pmtu)) for _, _, data, _ in msgs)
+        assert r.stats == {"resp_executed": packets, "roce_rx_requests": packets,
+                           "resp_duplicate": 0}
+    return dict(pmtu=pmtu, psn=PSN, region=[0, REGION], rkey=RKEY, recvs=recvs, posts=posts,
+                stats=["resp_executed", "roce_rx_requests", "resp_duplicate"], image=end,
+                # (a completion is taken in the cycle it is offered: the check of the write
+                # responses before it sees when it came out)
+                rcpl_bp=0.0 if memory == "axi4" else 0.2), check
+
+
+def host_reads(width, pmtu):
+    """20 READs of the filled part of the region (ONLY and multi-packet, zero length,
+    unaligned), then a WRITE, a READ of what it wrote, a SEND and a READ, on one QP."""
+    rng = random.Random(width)
+    reads = [(0, 8), (0x100, 3 * pmtu + 7), (0x333, 0), (0x401, 2 * pmtu + 5),
+             (0x1003, pmtu), (0x2007, pmtu + 1), (0x3F00 - 1, 1)]
+    reads += [(rng.randrange(FILLED - 600), rng.randrange(1, 600)) for _ in range(13)]
+    posts = [post("READ", k, length=n, remote_addr=va, rkey=RKEY)
+             for k, (va, n) in enumerate(reads)]
+    # a WRITE (then READ back), a SEND, a READ, mixed on the same QP
+    wdata = rng.randbytes(2 * pmtu + 3)
+    wva = FILLED + 0x105
+    posts += [post("WRITE", 100, data=wdata, remote_addr=wva, rkey=RKEY),
+              post("READ", 101, length=len(wdata), remote_addr=wva, rkey=RKEY),
+              post("SEND", 102, data=rng.randbytes(100)),
+              post("READ", 103, length=77, remote_addr=0x77, rkey=RKEY)]
+    seed = width * 7 + pmtu
+    filled = random.Random(seed).randbytes(FILLED)      # as the bench fills the region
+    end = wva + len(wdata)
+
+    def check(r):
+        done = r.cpls
+        assert [c[0] for c in done] == [p["wr_id"] for p in posts]
+        assert [c[2] for c in done] == [WcStatus.SUCCESS] * len(posts)
+        image = r.image
+        assert image[:FILLED] == filled and image[wva:end] == wdata
+        for (_, opcode, _, data), p in zip(done, posts):
+            if p["op"] == "READ":
+                va = p["remote_addr"]
+                assert opcode == WcOpcode.RDMA_READ
+                assert data == image[va:va + p["length"]], (p["wr_id"], hex(va))
+        assert done[-3][3] == wdata
+        in_psn_order(r.answers, PSN)
+        packets = sum(max(1, -(-p["length"] // pmtu)) for p in posts if p["op"] == "READ")
+        assert sum(op != ACK for op, _ in r.answers) == packets
+        requests = sum(1 if p["op"] == "READ" else max(1, -(-len(unb64(p["data"])) // pmtu))
+                       for p in posts)
+        assert r.stats == {"resp_executed": requests, "resp_access": 0, "roce_tx_packets": 0}
+        assert r.host["req_read_retry"] == 0
+        assert r.most_reads == 16           # READs outstanding: the host's max_rd_atomic
+    return dict(pmtu=pmtu, psn=PSN, region=[0, REGION], rkey=RKEY, fill=[seed, FILLED],
+                recvs=[[7, REGION, 4096]], posts=posts, max_rd_atomic=16,
+                stats=["resp_executed", "resp_access", "roce_tx_packets"], image=end), check
+
+
+def reads_right_after_writes(width, pmtu):
+    """WRITEs each followed at once by a READ of its bytes, nothing else on the QP (the READ
+    reaches the responder while the WRITE's data is being written): every READ returns the
+    WRITE's bytes (with AXI4 memory, the READ waits for the write responses)."""
+    rng = random.Random(width + 5)
+    sizes = (1, pmtu - 1, pmtu + 3, 3 * pmtu, 2 * pmtu + 5)
+    # (apart: a READ's responses may read memory after the next WRITE was executed)
+    writes = [(0x1000 * k + rng.randrange(64), rng.randbytes(n)) for k, n in enumerate(sizes)]
+    posts = []
+    for k, (va, data) in enumerate(writes):
+        posts += [post("WRITE", 2 * k, data=data, remote_addr=va, rkey=RKEY),
+                  post("READ", 2 * k + 1, length=len(data), remote_addr=va, rkey=RKEY)]
+    end = max(va + len(data) for va, data in writes)
+
+    def check(r):
+        assert [(c[0], c[2]) for c in r.cpls] == [(p["wr_id"], WcStatus.SUCCESS) for p in posts]
+        for k, (va, data) in enumerate(writes):
+            assert r.cpls[2 * k + 1][3] == data, f"the READ of the WRITE at {va:#x}"
+            assert r.image[va:va + len(data)] == data
+    return dict(pmtu=pmtu, psn=PSN, region=[0, REGION], rkey=RKEY, recvs=[], posts=posts,
+                image=end), check
+
+
+def read_with_bad_rkey():
+    """A READ with an R_Key not the region's: NAK remote access error, nothing else sent."""
+    posts = [post("READ", 1, length=16, remote_addr=0x40, rkey=RKEY ^ 0x100)]
+
+    def check(r):
+        assert [(c[0], c[2]) for c in r.cpls] == [(1, WcStatus.REM_ACCESS_ERR)]
+        assert r.stats == {"resp_access": 1, "resp_executed": 0}
+        assert [op for op, _ in r.answers] == [ACK]
+    return dict(pmtu=256, psn=PSN, region=[0, REGION], rkey=RKEY, recvs=[], posts=posts,
+                stats=["resp_access", "resp_executed"]), check
+
+
+def read_past_the_region():
+    """A READ running past the region's end: NAK remote access error."""
+    posts = [post("READ", 2, length=32, remote_addr=REGION - 16, rkey=RKEY)]
+
+    def check(r):
+        assert [(c[0], c[2]) for c in r.cpls] == [(2, WcStatus.REM_ACCESS_ERR)]
+        assert r.stats == {"resp_access": 1}
+    return dict(pmtu=256, psn=PSN, region=[0, REGION], rkey=RKEY, recvs=[], posts=posts,
+                stats=["resp_access"]), check
+
+
+def region_writes_and_verdict():
+    """OPEN_QP names the region; WRITEs of the pattern of the FPGA addresses (the last with 3
+    bytes changed) and a SEND with immediate of the pattern of its receive buffer's address;
+    QUERY before and after."""
+    pmtu = 256
+    region, seed = (0x1000, 0x3000), 0x77
+    mr = default_config(2, *region, rkey_seed=seed)[0]["mr"]
+    writes = [(0x1000, 1), (0x1003, 300), (0x1400, 3 * pmtu + 5), (0x2ff0, 16)]
+    rbuf = 0x3800
+    sends = [100]
+    bad_lanes = (0, 7, 15)
+
+    def write_data(va, n, last):
+        data = bytearray(pattern(va, n))
+        if last:
+            for k in bad_lanes:
+                data[k] ^= 0x5A
+        return bytes(data)
+    posts = [post("WRITE", k, data=write_data(va, n, k == len(writes) - 1), remote_addr=va,
+                  rkey="cm") for k, (va, n) in enumerate(writes)]
+    posts += [post("SEND_IMM", len(writes) + k, data=pattern(rbuf, n), imm=5)
+              for k, n in enumerate(sends)]
+
+    def check(r):
+        assert [c[2] for c in r.cpls] == [WcStatus.SUCCESS] * (len(writes) + 1)
+        before, opened, after = (M.unpack(x) for x in r.cm)
+        assert before["ack_type"] == opened["ack_type"] == after["ack_type"] == M.ACK_ACK
+        assert M.region(opened) == (mr["rkey"], *region)
+        assert opened["rem_vaddr"] == 0x7000_0000 and opened["rem_rkey"] == 0x99
+        total = sum(n for _, n in writes) + sum(sends)
+        assert M.query_counts(r.cm[0]) == (0, 0)
+        assert M.query_counts(r.cm[-1]) == (total, len(bad_lanes))
+        assert r.counters == {"sink_bytes_checked": total, "sink_bytes_wrong": len(bad_lanes)}
+    return dict(pmtu=pmtu, psn=0xFFFFFA, region=list(region), rkey_seed=seed,
+                cm={"loc_rkey": 0x99, "loc_vaddr": 0x7000_0000}, recvs=[[9, rbuf, 0x400]],
+                posts=posts, stats=["sink_bytes_checked", "sink_bytes_wrong"]), check
+
+
+def plan():
+    """Every scenario: (build, full tier, name, (scenario, check)). The pattern sink's scenario
+    comes first on its simulator (its counters count from reset)."""
+    out = []
+    for width, memory, full in ((64, "onchip", False), (512, "onchip", True)):
+        build = f"{memory}-{width}"
+        pmtu = 256 if width == 64 else 1024
+        out += [(build, full, f"region_writes_and_verdict[{width}]", region_writes_and_verdict()),
+                (build, full, f"host_writes_and_sends[{width}-{pmtu}-{memory}]",
+                 host_writes_and_sends(width, pmtu, memory)),
+                (build, full, f"host_reads[{width}-{pmtu}-{memory}]", host_reads(width, pmtu)),
+                (build, full, f"reads_right_after_writes[{width}-{pmtu}-{memory}]",
+                 reads_right_after_writes(width, pmtu)),
+                (build, full, f"read_with_bad_rkey[{width}]", read_with_bad_rkey()),
+                (build, full, f"read_past_the_region[{width}]", read_past_the_region())]
+    out += [("axi4-512", False, "host_writes_and_sends[512-1024-axi4]",
+             host_writes_and_sends(512, 1024, "axi4")),
+            ("axi4-512", False, "host_reads[512-1024-axi4]", host_reads(512, 1024)),
+            ("axi4-512", False, "reads_right_after_writes[512-1024-axi4]",
+             reads_right_after_writes(512, 1024)),
+            ("axi4-64", True, "host_writes_and_sends[64-256-axi4]",
+             host_writes_and_sends(64, 256, "axi4")),
+            ("axi4-64", True, "reads_right_after_writes[64-256-axi4]",
+             reads_right_after_writes(64, 256))]
+    return out
+
+
+def run_build(build, full, tmp_path):
+    """Run the scenarios of ``build`` and tier ``full`` in one cocotb run; check each, and fail
+    with every scenario's failure."""
+    chosen = [(name, sc, check) for b, f, name, (sc, check) in plan() if b == build and f == full]
+    params = dict(CONFIGS[build])
+    cfg = responder_sim_config(params.pop("width"), **params)
+    scenarios = tmp_path / "scenarios.json"
+    scenarios.write_text(json.dumps([{"name": name, **sc} for name, sc, _ in chosen]))
+    out = tmp_path / "resp_scenarios.json"
+    tier = "full" if full else "gate"
+    assert run_cocotb(cfg, "rocegen.sim.tb.roce_resp_scenarios", "scenarios",
+                      label=f"resp-scenarios-{build}-{tier}",
+                      env={"ROCE_RESULTS": out, "RESP_SCENARIOS": scenarios}) == 1
+    results = json.loads(out.read_text())
+    assert [r["name"] for r in results] == [name for name, _, _ in chosen]
+    failures = []
+    for (name, _, check), raw in zip(chosen, results):
+        try:
+            check(Result(raw))
+        except AssertionError as e:
+            failures.append(f"{name}: {e!r}")
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("build", ["onchip-64", "axi4-512"])
+def test_resp_scenarios(build, tmp_path):
+    run_build(build, False, tmp_path)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("build", ["onchip-512", "axi4-64"])
+def test_resp_scenarios_full(build, tmp_path):
+    run_build(build, True, tmp_path)
