@@ -3,41 +3,24 @@ simulator, with CNPs from the host: shared by the endpoint's congestion tests an
 bench. Frames are timed at their first and last beat on ``mac_tx``; the CNP at its last beat
 on ``mac_rx``."""
 
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Dot1Q, Ether
-
 from rocegen.gateware.roce.dcqcn_layouts import DCQCN_CONFIG
 from rocegen.gateware.roce.endpoint import RoceEndpoint
 from rocegen.gateware.roce.layouts import QPN_BASE, TRAFFIC_CONFIG, QpState, WrOpcode
-from rocegen.sim.models import icrc
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim, shared
-from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
-from rocegen.wire import headers as H
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC, cnp_frame
 from rocegen.wire import pfc as P
 from rocegen.wire.addr import parse_ip, parse_mac
 
-__all__ = ["SLOW", "cnp_frame", "run_endpoint", "wire_rate"]
+__all__ = ["SLOW", "run_endpoint", "wire_rate"]
 
 MEM = 1 << 16
 HOST_QPN = 0x21
 RKEY = 0x1234
 #: Timers and byte counter far beyond the run: after a CNP the rate stays where it was cut.
 SLOW = {"timer_us": 2000.0, "alpha_us": 2000.0, "byte_count": 1 << 31}
-
-
-def cnp_frame(dest_qp, vlan=None):
-    """A CNP from the host to the endpoint's QP ``dest_qp`` (scapy for Ethernet, IPv4 and
-    UDP; the header table for the BTH; a valid ICRC)."""
-    bth = H.BTH.pack(opcode=H.OP_CNP, becn=1, pkey=0xFFFF, dest_qp=dest_qp, psn=0)
-    eth = Ether(src=HOST_MAC, dst=FPGA_MAC)
-    if vlan is not None:
-        eth = eth / Dot1Q(vlan=vlan)
-    frame = eth / IP(src=HOST_IP, dst=FPGA_IP, tos=48 << 2, flags="DF") / \
-        UDP(sport=0xC000, dport=H.UDP_PORT_ROCEV2, chksum=0) / (bth + bytes(16) + bytes(4))
-    return icrc.append(bytes(frame)[:-4])
 
 
 def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan=None,
