@@ -198,6 +198,7 @@ class RespEnv:
                                     backpressure=self.backpressure,
                                     seed=self.rng.getrandbits(32))
         dut.s_msg_axis_tvalid.value = 0
+        dut.respcnp_valid.value = 0         # (the CNP interval stays the generator's)
         dut.stats_addr.value = 0
         dut.qp_stats_qp.value = 0
         dut.qp_stats_sel.value = 0

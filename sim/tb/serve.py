@@ -189,6 +189,7 @@ async def serve(dut):
     resp = CONF.get("responder")
     if resp:
         dut.respcfg_valid.value = 0
+        dut.respcnp_valid.value = 0
     await start_clock(dut, W)
 
     stop = {"why": None}

@@ -1,25 +1,18 @@
 """An endpoint with DCQCN's reaction point sending to the host NIC model, in the Amaranth
-simulator, with CNPs from the host: shared by the endpoint's congestion tests and the DCQCN
-bench. Frames are timed at their first and last beat on ``mac_tx``; the CNP at its last beat
-on ``mac_rx``."""
+simulator, with a CNP from the host: the DCQCN bench's whole-endpoint reaction
+(``bench/bench_dcqcn.py``). Frames are timed at their first and last beat on ``mac_tx``; the
+CNP at its last beat on ``mac_rx``."""
 
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Dot1Q, Ether
-
-from rocegen.gateware.roce.dcqcn_layouts import DCQCN_CONFIG
 from rocegen.gateware.roce.endpoint import RoceEndpoint
-from rocegen.gateware.roce.layouts import QPN_BASE, TRAFFIC_CONFIG, QpState, WrOpcode
-from rocegen.sim.models import icrc
+from rocegen.gateware.roce.layouts import QPN_BASE, QpState, WrOpcode
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim, shared
-from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
-from rocegen.wire import headers as H
-from rocegen.wire import pfc as P
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC, cnp_frame
 from rocegen.wire.addr import parse_ip, parse_mac
 
-__all__ = ["SLOW", "cnp_frame", "run_endpoint", "wire_rate"]
+__all__ = ["SLOW", "run_endpoint"]
 
 MEM = 1 << 16
 HOST_QPN = 0x21
@@ -28,36 +21,16 @@ RKEY = 0x1234
 SLOW = {"timer_us": 2000.0, "alpha_us": 2000.0, "byte_count": 1 << 31}
 
 
-def cnp_frame(dest_qp, vlan=None):
-    """A CNP from the host to the endpoint's QP ``dest_qp`` (scapy for Ethernet, IPv4 and
-    UDP; the header table for the BTH; a valid ICRC)."""
-    bth = H.BTH.pack(opcode=H.OP_CNP, becn=1, pkey=0xFFFF, dest_qp=dest_qp, psn=0)
-    eth = Ether(src=HOST_MAC, dst=FPGA_MAC)
-    if vlan is not None:
-        eth = eth / Dot1Q(vlan=vlan)
-    frame = eth / IP(src=HOST_IP, dst=FPGA_IP, tos=48 << 2, flags="DF") / \
-        UDP(sport=0xC000, dport=H.UDP_PORT_ROCEV2, chksum=0) / (bth + bytes(16) + bytes(4))
-    return icrc.append(bytes(frame)[:-4])
-
-
-def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan=None,
-                 pmtu=256, params=SLOW, length=4096, frame_at=None, set_at=(), dcqcn=True,
-                 **endpoint):
+def run_endpoint(width, *, steps, cnp_at=None, pmtu=256, params=SLOW, length=4096):
     """Run the endpoint sending WRITEs of QP 0 to the host for ``steps`` cycles; a CNP arrives
-    at ``cnp_at``; ``cc_cfg`` is written at the start, ``tc_cfg_at = (cycle, config)`` later.
-    WRITEs of ``length`` bytes. Returns the frames sent ``[(cycle of the last beat, frame
-    bytes)]``, the rates read on ``cc_rate`` (``[(cycle, rate)]``) and ``marks``: the cycle the
-    CNP was handed to the driver (``cnp``), of its last beat on ``mac_rx`` (``cnp_in``), of the
-    ``tc_cfg`` write (``tc``), and the first-beat cycles of the frames (``starts``).
-    ``frame_at = (cycle, frame)``: another frame from the host, like the CNP (marks ``frame``,
-    ``frame_in``); ``set_at``: ``(cycle, port name, value)`` inputs set on the way (when:
-    ``marks["set"]``, ``(cycle, port name, value)`` each);
-    ``dcqcn=False``: an endpoint without the reaction point (no rates read); ``endpoint``:
-    further parameters of the endpoint."""
-    ep = shared(RoceEndpoint, width, 2, mem_bytes=MEM, ring_bytes=MEM // 2, dcqcn=dcqcn,
-                dcqcn_params=params if dcqcn else None, dscp=26, vlan=vlan, pcp=1, **endpoint)
-    set_at = sorted(set_at, key=lambda x: x[0])
-    host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, vlan=vlan)
+    at ``cnp_at``. WRITEs of ``length`` bytes; the reaction point's parameters ``params``.
+    Returns the frames sent ``[(cycle of the last beat, frame bytes)]``, the rates read on
+    ``cc_rate`` (``[(cycle, rate)]``) and ``marks``: the cycle the CNP was handed to the driver
+    (``cnp``), of its last beat on ``mac_rx`` (``cnp_in``), and the first-beat cycles of the
+    frames (``starts``)."""
+    ep = shared(RoceEndpoint, width, 2, mem_bytes=MEM, ring_bytes=MEM // 2, dcqcn=True,
+                dcqcn_params=params, dscp=26, pcp=1)
+    host = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL)
     host.create_qp(HOST_QPN, peer_qpn=QPN_BASE, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=0,
                    pmtu=pmtu)
     host.register_mr(0, 64 * length, RKEY)
@@ -78,11 +51,8 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
                 first = bool(last)
                 if last:
                     sent.append(now[0])
-            if iv and ir and ilast:
-                for name in ("cnp", "frame"):
-                    if name in marks and name + "_in" not in marks:
-                        marks[name + "_in"] = now[0]
-                        break
+            if iv and ir and ilast and "cnp" in marks and "cnp_in" not in marks:
+                marks["cnp_in"] = now[0]
 
     async def work_requests(ctx):
         def post(k):
@@ -98,15 +68,10 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
                 post(k)
 
     async def tb(ctx):
-        nonlocal cnp_at, tc_cfg_at, frame_at
+        nonlocal cnp_at
         ctx.set(ep.local_mac, parse_mac(FPGA_MAC))
         ctx.set(ep.local_ip, parse_ip(FPGA_IP))
         ctx.set(ep.cpl.ready, 1)
-        if cc_cfg is not None:
-            ctx.set(ep.cc_cfg.payload, DCQCN_CONFIG.const(cc_cfg))
-            ctx.set(ep.cc_cfg.valid, 1)
-            await ctx.tick()
-            ctx.set(ep.cc_cfg.valid, 0)
         ctx.set(ep.qp_ctl.payload, {"qp": 0, "context": {
             "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": HOST_QPN,
             "rkey": RKEY, "base_va": 0, "pmtu_log2": pmtu.bit_length() - 1,
@@ -121,26 +86,11 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
                 frames += host.receive(col.packets[seen].data)
                 seen += 1
             if cnp_at is not None and now[0] >= cnp_at:
-                frames = [cnp_frame(QPN_BASE, vlan)] + frames     # (first: its time is known)
+                frames = [cnp_frame(QPN_BASE)] + frames     # (first: its time is known)
                 cnp_at, marks["cnp"] = None, now[0]
-            if frame_at is not None and now[0] >= frame_at[0]:
-                frames = [frame_at[1]] + frames
-                frame_at, marks["frame"] = None, now[0]
-            while set_at and now[0] >= set_at[0][0]:
-                _, port, value = set_at.pop(0)
-                ctx.set(getattr(ep, port), value)
-                marks.setdefault("set", []).append((now[0], port, value))
-            if tc_cfg_at is not None and now[0] >= tc_cfg_at[0]:
-                ctx.set(ep.tc_cfg.payload, TRAFFIC_CONFIG.const(tc_cfg_at[1]))
-                ctx.set(ep.tc_cfg.valid, 1)
-                await ctx.tick()
-                ctx.set(ep.tc_cfg.valid, 0)
-                tc_cfg_at, marks["tc"] = None, now[0]
-            if dcqcn:
-                ctx.set(ep.cc_qp, 0)
+            ctx.set(ep.cc_qp, 0)
             await ctx.tick()
-            if dcqcn:
-                rates.append((now[0], ctx.get(ep.cc_rate)))
+            rates.append((now[0], ctx.get(ep.cc_rate)))
             if frames:
                 await drv.send(ctx, [Packet(f) for f in frames])
             else:
@@ -151,7 +101,3 @@ def run_endpoint(width, *, steps, cnp_at=None, cc_cfg=None, tc_cfg_at=None, vlan
     frames = [(c, bytes(p.data)) for c, p in zip(sent, col.packets)]
     return frames, rates, marks
 
-
-def wire_rate(frames, start, end):
-    """Wire bytes per cycle of the frames whose last beat is in [start, end)."""
-    return sum(P.line_bytes(len(f)) for c, f in frames if start <= c < end) / (end - start)

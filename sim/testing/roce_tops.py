@@ -7,12 +7,18 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.axi import axi4_members, connect_axi4
 from rocegen.gateware.lib.axis import axis_members, connect_axis
 from rocegen.gateware.lib.records import connect_record, record_members
+from rocegen.gateware.roce.dcqcn_layouts import DCQCN_CONFIG, RATE_BITS
 from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS, RoceEndpoint
 from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
-from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST
+from rocegen.gateware.roce.layouts import COMPLETION, TRAFFIC_CONFIG, WORK_REQUEST
 from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 from rocegen.gateware.roce.read_layouts import READ_WAIT_CONFIG
-from rocegen.gateware.roce.resp_layouts import RECV_COMPLETION, RECV_POST, RESP_CONFIG_WRITE
+from rocegen.gateware.roce.resp_layouts import (
+    CNP_CONFIG,
+    RECV_COMPLETION,
+    RECV_POST,
+    RESP_CONFIG_WRITE,
+)
 from rocegen.gateware.roce.responder import Responder
 from rocegen.gateware.roce.stream_in import STREAM_META
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
@@ -123,8 +129,19 @@ class EndpointTop(wiring.Component):
     * with ``responder=True``, the responder's receive completions, ring ``rcpl_cap``
       (:data:`~rocegen.gateware.roce.resp_layouts.RECV_COMPLETION` entries, ports
       ``rcpl_count``, ``rcpl_rd``, ``rcpl_bp_threshold``, ``rcpl_bp_seed``); its receive
-      buffers and region writes are the record inputs ``recv`` and ``respcfg`` (with
-      ``reads``, the READ timer's step ``rdwait``).
+      buffers, region writes and CNP interval are the record inputs ``recv``, ``respcfg`` and
+      ``respcnp`` (with ``reads``, the READ timer's step ``rdwait``).
+
+    Congestion management, when the endpoint has it:
+
+    * with ``dcqcn=True``, the reaction point's configuration as the record input ``cccfg``
+      (:data:`~rocegen.gateware.roce.dcqcn_layouts.DCQCN_CONFIG`) and its rate read port
+      ``cc_qp`` -> ``cc_rate``;
+    * with ``pfc="mac"``, the MAC's pause levels ``pause_rx`` (In(8): bit n high while the
+      link partner pauses priority n) and the XOFF requests ``pause_tx`` (Out(8));
+    * with either, the traffic class as the record input ``tccfg``
+      (:data:`~rocegen.gateware.roce.layouts.TRAFFIC_CONFIG`: DSCP and ECN of the QPs the
+      connection manager opens, VLAN priority of the frames).
 
     ``cycle`` counts clock edges since the simulation started; ``rx_last_cycle`` is its value
     at the last beat of the most recent frame into ``s_axis``, ``rx_frames`` counts them.
@@ -184,8 +201,17 @@ class EndpointTop(wiring.Component):
                             "rcpl_count": Out(32), "rcpl_rd": In(32),
                             "rcpl_bp_threshold": In(16), "rcpl_bp_seed": In(32),
                             **record_members("respcfg", RESP_CONFIG_WRITE, sink=True)})
+            members.update(record_members("respcnp", CNP_CONFIG, sink=True))
             if ep.reads:
                 members.update(record_members("rdwait", READ_WAIT_CONFIG, sink=True))
+        dcqcn, pfc = ep.config["dcqcn"], ep.config["pfc"]
+        if dcqcn:
+            members.update({**record_members("cccfg", DCQCN_CONFIG, sink=True),
+                            "cc_qp": In(range(num_qps)), "cc_rate": Out(RATE_BITS)})
+        if pfc == "mac":
+            members.update({"pause_rx": In(8), "pause_tx": Out(8)})
+        if dcqcn or pfc:
+            members.update(record_members("tccfg", TRAFFIC_CONFIG, sink=True))
         if memory == "onchip":
             members.update(record_members("memw", ep.mem_w.payload.shape(), sink=True))
         else:
@@ -253,6 +279,7 @@ class EndpointTop(wiring.Component):
         if ep.responder:
             connect_record(m, self, "recv", ep.recv, sink=True)
             connect_record(m, self, "respcfg", ep.resp_cfg, sink=True)
+            connect_record(m, self, "respcnp", ep.resp_cnp_cfg, sink=True)
             if ep.reads:
                 connect_record(m, self, "rdwait", ep.rd_wait_cfg, sink=True)
             rc = m.submodules.rcpl_cap = StreamCapture(data.Layout.cast(RECV_COMPLETION).size,
@@ -263,4 +290,12 @@ class EndpointTop(wiring.Component):
                 rc.bp_threshold.eq(self.rcpl_bp_threshold), rc.seed.eq(self.rcpl_bp_seed),
                 self.rcpl_count.eq(rc.count),
             ]
+        dcqcn, pfc = ep.config["dcqcn"], ep.config["pfc"]
+        if dcqcn:
+            connect_record(m, self, "cccfg", ep.cc_cfg, sink=True)
+            m.d.comb += [ep.cc_qp.eq(self.cc_qp), self.cc_rate.eq(ep.cc_rate)]
+        if pfc == "mac":
+            m.d.comb += [ep.pause_rx.eq(self.pause_rx), self.pause_tx.eq(ep.pause_tx)]
+        if dcqcn or pfc:
+            connect_record(m, self, "tccfg", ep.tc_cfg, sink=True)
         return m

@@ -7,12 +7,26 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import checksum
 
+from rocegen.sim.models import icrc
+from rocegen.wire import headers as H
+
 __all__ = ["FPGA_MAC", "FPGA_IP", "HOST_MAC", "HOST_IP", "host_frames", "host_requests",
-           "garbage_frames"]
+           "garbage_frames", "cnp_frame"]
 
 FPGA_MAC, FPGA_IP = "02:00:00:00:00:01", "10.0.0.2"
 HOST_MAC, HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
 
+
+def cnp_frame(dest_qp, vlan=None):
+    """A CNP from the host to the endpoint's QP ``dest_qp``, tagged with VLAN ``vlan`` if given
+    (scapy for Ethernet, IPv4 and UDP; the header table for the BTH; a valid ICRC)."""
+    bth = H.BTH.pack(opcode=H.OP_CNP, becn=1, pkey=0xFFFF, dest_qp=dest_qp, psn=0)
+    eth = Ether(src=HOST_MAC, dst=FPGA_MAC)
+    if vlan is not None:
+        eth = eth / Dot1Q(vlan=vlan)
+    frame = eth / IP(src=HOST_IP, dst=FPGA_IP, tos=48 << 2, flags="DF") / \
+        UDP(sport=0xC000, dport=H.UDP_PORT_ROCEV2, chksum=0) / (bth + bytes(16) + bytes(4))
+    return icrc.append(bytes(frame)[:-4])
 
 
 def host_frames(rng):

@@ -3,7 +3,8 @@ marked ECN CE (every one with an interval of 0, at the notification point's rate
 interval, none for requests that are not from a QP's peer, parsed with scapy), and ACKs by
 count (``ack_every``) against the NIC model's strict responder with the same setting. The NIC
 model's requester sends multi-packet WRITEs over three QPs through a link that duplicates and
-loses frames; at 64 and 512 bits."""
+loses frames; at 64 and 512 bits. The whole endpoint's CNPs, taken by the strict NIC model:
+``tests/test_cocotb_congestion.py``."""
 
 import dataclasses
 import random
@@ -12,7 +13,7 @@ import pytest
 from scapy.contrib.roce import AETH, BTH, CNPPadding
 from scapy.layers.l2 import Ether
 
-from rocegen.gateware.roce.layouts import QPN_BASE, QpState
+from rocegen.gateware.roce.layouts import QPN_BASE
 from rocegen.sim.models import icrc
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.responder import CNP_DSCP, NotificationPoint
@@ -278,86 +279,3 @@ def test_ack_every(width, seed, every):
     by_count = [a for a in acks if a[2] & 0x60 == 0 and (a[0] - HOST_QPN + QPN_BASE, a[1]) in no_req]
     assert len(by_count) > 3, len(by_count)
 
-
-def test_endpoint_cnps_reach_the_nic_model():
-    """The whole endpoint: the host's requests all arrive marked CE; the endpoint's CNPs, one per
-    QP per interval (set at run time through ``resp_cnp_cfg``), leave the MAC port with DSCP 48
-    and are taken by the strict NIC model (BECN, PadCnt, 16 zero bytes checked) as CNPs of its
-    QP; the statistics count them."""
-    from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
-    from rocegen.gateware.roce.responder import default_config
-    from rocegen.wire.addr import parse_mac
-
-    width, interval = 64, 2000
-    WRITES = 24
-    ep = shared(RoceEndpoint, width, 1, mem_bytes=1 << 16, ring_bytes=1 << 15, responder=True,
-                pmtu=256)
-    assert ep.config["cnp_interval"] == 625 and ep.config["resp_ack_every"] == 0
-    host = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=IDEAL)
-    host.create_qp(0x21, peer_qpn=QPN_BASE, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=0,
-                   pmtu=256, sq_psn=7, ecn=0b11)
-    rkey = default_config(1, *ep.config["resp_region"])[0]["mr"]["rkey"]
-    drv = StreamDriver(ep.mac_rx, width, gaps="between")
-    col = StreamCollector(ep.mac_tx, width)
-    stats, cnp_cycles, sent = {}, [], []
-
-    async def watch(ctx):
-        seen = 0
-        while True:
-            await ctx.tick()
-            for p in col.packets[seen:]:
-                e = Ether(p.data)
-                if BTH in e and e[BTH].opcode == 0x81:
-                    assert e["IP"].tos == CNP_DSCP << 2 and e[BTH].dqpn == 0x21
-                    cnp_cycles.append(col.spans[seen][0])
-                seen += 1
-
-    async def tb(ctx):
-        ctx.set(ep.local_mac, parse_mac(FPGA_MAC))
-        ctx.set(ep.local_ip, parse_ip(FPGA_IP))
-        ctx.set(ep.qp_ctl.payload, {"qp": 0, "context": {
-            "state": QpState.RTS, "peer_ip": parse_ip(HOST_IP), "peer_qpn": 0x21,
-            "pmtu_log2": 8, "udp_sport": 0xC123}})
-        ctx.set(ep.qp_ctl.valid, 1)
-        await ctx.tick().until(ep.qp_ctl.ready)
-        ctx.set(ep.qp_ctl.valid, 0)
-        ctx.set(ep.qp_psn.payload, {"qp": 0, "psn": 7})
-        ctx.set(ep.qp_psn.valid, 1)
-        await ctx.tick().until(ep.qp_psn.ready)
-        ctx.set(ep.qp_psn.valid, 0)
-        ctx.set(ep.resp_cnp_cfg.payload, {"interval": interval})
-        ctx.set(ep.resp_cnp_cfg.valid, 1)
-        await ctx.tick().until(ep.resp_cnp_cfg.ready)
-        ctx.set(ep.resp_cnp_cfg.valid, 0)
-        for k in range(WRITES):
-            host.post_send(0x21, "WRITE", data=bytes(range(200)), remote_addr=256 * k, rkey=rkey)
-        seen = 0
-        for _ in range(400):
-            frames = host.next_frames(budget=1)
-            while seen < len(col.packets):
-                frames += host.receive(col.packets[seen].data)
-                seen += 1
-            if frames:
-                await drv.send(ctx, [Packet(f) for f in frames])
-            await ctx.tick().repeat(300)            # a WRITE every ~300 cycles
-            if not host.send_outstanding():
-                break
-        await ctx.tick().repeat(200)
-        while seen < len(col.packets):
-            host.receive(col.packets[seen].data)
-            seen += 1
-        sent.append(seen)
-        for name in ("resp_cnp_sent", "resp_cnp_suppressed", "resp_cnp_dropped"):
-            ctx.set(ep.stats_addr, STATS.index(name))
-            await ctx.tick().repeat(3)
-            stats[name] = ctx.get(ep.stats_data)
-
-    run_sim(ep, testbenches=[tb], processes=[watch, col.run], deadline_cycles=400_000)
-    assert not host.send_outstanding()
-    n = host.counters["cnp_rx"]
-    assert n == host.qps[0x21].cnp_rx == len(cnp_cycles) == stats["resp_cnp_sent"] >= 3
-    # (the first CNP waits for the host's MAC address: ARP; the others leave as they are made)
-    # (a WRITE every 300-odd cycles, all marked: the next CNP soon after the interval)
-    assert all(interval <= b - a < interval + 1000
-               for a, b in zip(cnp_cycles[1:], cnp_cycles[2:])), cnp_cycles
-    assert stats["resp_cnp_suppressed"] + n == WRITES and stats["resp_cnp_dropped"] == 0
