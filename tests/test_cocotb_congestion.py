@@ -46,7 +46,12 @@ from rocegen.gateware.roce.dcqcn_layouts import dcqcn_config
 from rocegen.gateware.roce.endpoint import RoceEndpoint, default_clk_hz, default_line_gbps
 from rocegen.sim.models.dcqcn import DcqcnParams, DcqcnRp
 from rocegen.sim.models.responder import CNP_DSCP
-from rocegen.sim.testing.cocotb_runner import endpoint_sim_config, responder_sim_config, run_cocotb
+from rocegen.sim.testing.cocotb_runner import (
+    endpoint_sim_config,
+    responder_sim_config,
+    run_cocotb,
+    run_scenarios,
+)
 from rocegen.sim.testing.congestion import SLOW
 from rocegen.sim.testing.scenarios import HOST_MAC
 from rocegen.wire import pfc as P
@@ -234,21 +239,11 @@ def run_build(build, full, tmp_path):
     with every scenario's failure."""
     chosen = [(name, sc, check) for b, f, name, (sc, check) in plan() if b == build and f == full]
     cfg = endpoint_sim_config(**BUILDS[build])
-    out = tmp_path / "congestion.json"
     tier = "full" if full else "gate"
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce_congestion", "scenarios",
-                      label=f"congestion-{build}-{tier}",
-                      env={"ROCE_RESULTS": out, "CONG_SCENARIOS": json.dumps(
-                          [{"name": name, **sc} for name, sc, _ in chosen])}) == 1
-    results = json.loads(out.read_text())
-    assert [r["name"] for r in results] == [name for name, _, _ in chosen]
-    failures = []
-    for (name, _, check), raw in zip(chosen, results):
-        try:
-            check(Result(raw))
-        except AssertionError as e:
-            failures.append(f"{name}: {e!r}")
-    assert not failures, "\n".join(failures)
+    run_scenarios(cfg, "rocegen.sim.tb.roce_congestion", f"congestion-{build}-{tier}", chosen,
+                  tmp_path / "congestion.json",
+                  {"CONG_SCENARIOS": json.dumps([{"name": name, **sc} for name, sc, _ in chosen])},
+                  lambda raw, sc: Result(raw))
 
 
 @pytest.mark.parametrize("build", ["dcqcn-core-64", "pfc-mac-64"])

@@ -23,7 +23,7 @@ import pytest
 
 from bench.bench_isolation import CONFIGS
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
-from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_cocotb
+from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_scenarios
 
 #: Local bytes the bench takes after each scenario (from address 0): the original test's whole
 #: local memory.
@@ -334,21 +334,11 @@ def run_build(build, full, tmp_path):
     chosen = [(name, sc, check) for b, f, name, (sc, check) in plan() if b == build and f == full]
     params = dict(CONFIGS[build])
     cfg = responder_sim_config(params.pop("width"), **params)
-    out = tmp_path / "read_requester.json"
     tier = "full" if full else "gate"
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce_read_requester", "scenarios",
-                      label=f"read-requester-{build}-{tier}",
-                      env={"ROCE_RESULTS": out, "READ_SCENARIOS": json.dumps(
-                          [for_bench(name, sc) for name, sc, _ in chosen])}) == 1
-    results = json.loads(out.read_text())
-    assert [r["name"] for r in results] == [name for name, _, _ in chosen]
-    failures = []
-    for (name, sc, check), raw in zip(chosen, results):
-        try:
-            check(Result(raw, sc.get("seed", 0)))
-        except AssertionError as e:
-            failures.append(f"{name}: {e!r}")
-    assert not failures, "\n".join(failures)
+    run_scenarios(cfg, "rocegen.sim.tb.roce_read_requester", f"read-requester-{build}-{tier}",
+                  chosen, tmp_path / "read_requester.json",
+                  {"READ_SCENARIOS": json.dumps([for_bench(name, sc) for name, sc, _ in chosen])},
+                  lambda raw, sc: Result(raw, sc.get("seed", 0)))
 
 
 @pytest.mark.parametrize("build", ["onchip-64", "onchip-512", "axi4-512"])

@@ -42,7 +42,7 @@ from bench.bench_isolation import CONFIGS
 from rocegen.gateware.roce.responder import default_config
 from rocegen.sim.models import cm as M
 from rocegen.sim.models.rnic import WcOpcode, WcStatus
-from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_cocotb
+from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_scenarios
 from rocegen.wire.pattern import pattern
 
 #: QP 0's region in the host-write and host-READ scenarios (set at run time) and its R_Key.
@@ -325,20 +325,10 @@ def run_build(build, full, tmp_path):
     cfg = responder_sim_config(params.pop("width"), **params)
     scenarios = tmp_path / "scenarios.json"
     scenarios.write_text(json.dumps([{"name": name, **sc} for name, sc, _ in chosen]))
-    out = tmp_path / "resp_scenarios.json"
     tier = "full" if full else "gate"
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce_resp_scenarios", "scenarios",
-                      label=f"resp-scenarios-{build}-{tier}",
-                      env={"ROCE_RESULTS": out, "RESP_SCENARIOS": scenarios}) == 1
-    results = json.loads(out.read_text())
-    assert [r["name"] for r in results] == [name for name, _, _ in chosen]
-    failures = []
-    for (name, _, check), raw in zip(chosen, results):
-        try:
-            check(Result(raw))
-        except AssertionError as e:
-            failures.append(f"{name}: {e!r}")
-    assert not failures, "\n".join(failures)
+    run_scenarios(cfg, "rocegen.sim.tb.roce_resp_scenarios", f"resp-scenarios-{build}-{tier}",
+                  chosen, tmp_path / "resp_scenarios.json", {"RESP_SCENARIOS": scenarios},
+                  lambda raw, sc: Result(raw))
 
 
 @pytest.mark.parametrize("build", ["onchip-64", "axi4-512"])

@@ -41,7 +41,7 @@ from rocegen.sim.testing.verilator import verilator_on_path
 
 __all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config",
            "responder_sim_config", "RESPONDER_MEM_BYTES", "responder_share", "source_digest",
-           "DESIGN_SOURCES", "kept_verilog"]
+           "DESIGN_SOURCES", "kept_verilog", "run_scenarios"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("ROCEGEN_BUILD", ROOT / "build"))
@@ -253,6 +253,26 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
         log = "" if console else (run_dir / "sim.log").read_text(errors="replace")[-6000:]
         raise AssertionError(f"{failed} of {total} cocotb tests failed in {test_module}:\n{log}")
     return total - failed
+
+
+def run_scenarios(config, test_module, label, chosen, out, env, result):
+    """Run scenarios one after the other in one cocotb run (test ``scenarios`` of
+    ``test_module``) and check each: ``chosen`` is ``[(name, scenario, check)]`` in the order the
+    bench runs them (``env`` tells the bench which), the bench writes one result per scenario,
+    with its ``name``, to ``out`` (``ROCE_RESULTS``), and each ``check`` gets
+    ``result(raw, scenario)``. Fails with the failure of every scenario whose check failed, each
+    named."""
+    assert run_cocotb(config, test_module, "scenarios", label=label,
+                      env={"ROCE_RESULTS": out, **env}) == 1
+    results = json.loads(Path(out).read_text())
+    assert [r["name"] for r in results] == [name for name, _, _ in chosen]
+    failures = []
+    for (name, scenario, check), raw in zip(chosen, results):
+        try:
+            check(result(raw, scenario))
+        except AssertionError as e:
+            failures.append(f"{name}: {e!r}")
+    assert not failures, "\n".join(failures)
 
 
 def kept_verilog(factory, name, **params):
