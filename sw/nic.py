@@ -484,7 +484,10 @@ class VerbsNic:
     local write, remote write and remote read access. The host's own WRITEs, SENDs and READs
     (:meth:`post_send`) share
     the completion queue with the receive completions: :meth:`poll` and :meth:`poll_send` sort
-    them (a send work request's ``wr_id`` carries :data:`SEND_TAG`)."""
+    them (a send work request's ``wr_id`` carries :data:`SEND_TAG`).
+
+    :meth:`close` destroys the verbs objects once a poll under way in another thread has ended;
+    every later use of the NIC raises :class:`NicError` (pyverbs would touch freed memory)."""
 
     _MTU = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}     # enum ibv_mtu
     #: Bit set in the ``wr_id`` of every send work request (an error completion carries no
@@ -492,6 +495,7 @@ class VerbsNic:
     SEND_TAG = 1 << 62
     #: Send work requests a QP can have outstanding.
     SEND_DEPTH = 64
+    _closed = False
 
     def __init__(self, device=None, *, port=1, gid_index=None, cq_depth=4096):
         _import_pyverbs()
@@ -554,8 +558,14 @@ class VerbsNic:
         except OSError:
             return None
 
+    def _check_open(self):
+        if self._closed:
+            raise NicError(f"the RDMA device {self.device} is closed (the host agent is "
+                           f"stopping)")
+
     def create_qp(self, recv_depth):
         from pyverbs.qp import QP, QPCap, QPInitAttr
+        self._check_open()
         cap = QPCap(max_send_wr=self.SEND_DEPTH, max_recv_wr=recv_depth, max_send_sge=1,
                     max_recv_sge=1)
         try:
@@ -568,6 +578,7 @@ class VerbsNic:
 
     def register(self, length):
         from pyverbs.mr import MR
+        self._check_open()
         e = self.e
         try:
             mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE |
@@ -578,6 +589,7 @@ class VerbsNic:
         return mr.buf, mr.rkey
 
     def _mr(self, addr, length):
+        self._check_open()
         for mr in self.mrs:
             if mr.buf <= addr and addr + length <= mr.buf + mr.length:
                 return mr
@@ -596,6 +608,7 @@ class VerbsNic:
     def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1):
         from pyverbs.addr import GID, AHAttr, GlobalRoute
         from pyverbs.qp import QPAttr
+        self._check_open()
         e = self.e
         qp = self.qps[qpn]
         attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=self.port)
@@ -641,6 +654,7 @@ class VerbsNic:
         end = time.monotonic() + timeout
         while True:
             with self._cq_lock:
+                self._check_open()
                 self._drain(max_entries)
                 if queue or time.monotonic() >= end:
                     out = queue[:max_entries]
@@ -686,6 +700,7 @@ class VerbsNic:
         mr.write(data, len(data), addr - mr.buf)
 
     def qp_error(self, qpn):
+        self._check_open()
         attr, _ = self.qps[qpn].query(self.e.IBV_QP_STATE)
         return attr.qp_state == self.e.IBV_QPS_ERR
 
@@ -705,13 +720,22 @@ class VerbsNic:
         pass
 
     def close(self):
-        for qpn in list(self.qps):
-            self.destroy_qp(qpn)
-        for mr in self.mrs:
-            mr.close()
-        self.cq.close()
-        self.pd.close()
-        self.ctx.close()
+        """Destroy the QPs, the regions, the CQ, the PD and the device context, once no poll of
+        the CQ is under way; from then on every use raises :class:`NicError`. A second close
+        does nothing."""
+        with self._cq_lock:
+            if self._closed:
+                return
+            self._closed = True
+            for qp in self.qps.values():
+                qp.close()
+            self.qps.clear()
+            for mr in self.mrs:
+                mr.close()
+            self.mrs.clear()
+            self.cq.close()
+            self.pd.close()
+            self.ctx.close()
 
 
 def open_nic(spec, **kw):
