@@ -77,7 +77,8 @@ from rocegen.host.nic import NicError, SendCpl, open_nic
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.pattern import generator_address, pattern
 
-__all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentError", "fpga_rates"]
+__all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentError", "fpga_rates",
+           "close_all"]
 
 OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ")
 #: The first errors of a run that are kept to report.
@@ -747,9 +748,27 @@ class Agent:
         memory = self.nic.read(qp.addr, len(image))
         return all(memory[a:b] == image[a:b] for a, b in spans)
 
-    def shutdown(self):
+    def shutdown(self, timeout=30.0):
+        """Stop the completion-queue poller and wait for it (at most ``timeout`` seconds; it
+        stops between two polls): once this returns, the agent no longer polls the NIC, which may
+        then be closed (:func:`close_all`)."""
         self.stopping.set()
-        self._poller.join(timeout=2)
+        if self._poller is not threading.current_thread():
+            self._poller.join(timeout)
+        if self._poller.is_alive():
+            print(f"rocegen-host-agent: the CQ poller did not stop within {timeout:g} s",
+                  file=sys.stderr)
+
+
+def close_all(agent, cm, nic):
+    """The agent's way out, in this order: its poller stopped (:meth:`Agent.shutdown`; ``agent``
+    None: none was made), the connection manager's socket closed, then the NIC (the poller must
+    not poll a destroyed completion queue)."""
+    if agent is not None:
+        agent.shutdown()
+    if cm is not None:
+        cm.close()
+    nic.close()
 
 
 # ---------------------------------------------------------------------- control socket
@@ -867,13 +886,19 @@ def main(argv=None):
     args = p.parse_args(argv)
     c = json.loads(args.config)
     out = sys.stdout
+
+    def answer(reply):
+        # flushed at once: whatever happens next, the command that started us reads it
+        out.write(json.dumps(reply) + "\n")
+        out.flush()
+
     try:
         nic = open_nic(c["device"], ip=c.get("local_ip"), mac=c.get("local_mac"),
                        port=c.get("port", 1), gid_index=c.get("gid_index"))
     except NicError as e:
-        out.write(json.dumps({"ok": False, "kind": "nic", "error": str(e)}) + "\n")
+        answer({"ok": False, "kind": "nic", "error": str(e)})
         return 1
-    cm = None
+    cm = agent = None
     try:
         cm = CmClient(c["cm_host"], c["cm_port"], listen_port=c.get("listen_port", 0),
                       timeout=c.get("reply_timeout", 0.5), retries=c.get("retries", 4))
@@ -881,22 +906,16 @@ def main(argv=None):
                       recv_size=c["recv_size"])
         opened = agent.open(c["qps"], pmtu=c.get("pmtu"), timeout=c.get("timeout"),
                             retry_cnt=c.get("retry_cnt"), rnr_retry=c.get("rnr_retry"))
-    except (AgentError, CmError) as e:
-        out.write(json.dumps({"ok": False, "kind": e.kind, "error": str(e)}) + "\n")
-        if cm:
-            cm.close()
-        nic.close()
+    except (AgentError, CmError, NicError, ValueError) as e:
+        kind = getattr(e, "kind", "nic" if isinstance(e, NicError) else "usage")
+        answer({"ok": False, "kind": kind, "error": str(e)})
+        close_all(agent, cm, nic)
         return 1
-    except ValueError as e:
-        out.write(json.dumps({"ok": False, "kind": "usage", "error": str(e)}) + "\n")
-        return 1
-    out.write(json.dumps({"ok": True, "result": opened, "pid": os.getpid()}) + "\n")
-    out.flush()
+    answer({"ok": True, "result": opened, "pid": os.getpid()})
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     serve(agent, c["socket"], keep=c.get("keep", False))
-    cm.close()
-    nic.close()
+    close_all(agent, cm, nic)
     return 0
 
 
