@@ -224,18 +224,30 @@ class Agent:
 
     # ------------------------------------------------------------------ QPs
 
-    def open(self, n=1, *, pmtu=4096, timeout=None, retry_cnt=None, rnr_retry=None):
+    def open(self, n=1, *, pmtu=4096, timeout=None, retry_cnt=None, rnr_retry=None,
+             host_timeout=None, host_retry_cnt=None, host_rnr_retry=None):
         """Open ``n`` QPs with the FPGA; returns their :meth:`HostQp.info`. All or nothing: when
         the FPGA refuses one (NO_QP, NAK) or does not answer, the QPs this call opened are closed
         again and :class:`AgentError` says how many had been opened. ``pmtu`` is always sent
         (both ends must agree on it); ``timeout``/``retry_cnt``/``rnr_retry`` only when given (else
-        the FPGA's defaults)."""
+        the FPGA's defaults). ``host_timeout`` (local ACK timeout code 0..31, 0 = infinite),
+        ``host_retry_cnt``, ``host_rnr_retry`` (0..7) are our QPs' own, the NIC's defaults when
+        None (:meth:`connect_qp` of :mod:`rocegen.host.nic`)."""
         if n < 1:
             raise AgentError("usage", f"the number of QPs to open must be >= 1, not {n}")
+        host = {}
+        for key, value, what, top in (("timeout", host_timeout, "timeout code", 31),
+                                      ("retry_cnt", host_retry_cnt, "retry count", 7),
+                                      ("rnr_retry", host_rnr_retry, "RNR retry count", 7)):
+            if value is not None:
+                if not isinstance(value, int) or not 0 <= value <= top:
+                    raise AgentError("usage", f"the host QP's {what} must be 0..{top}, "
+                                     f"not {value}")
+                host[key] = value
         opened = []
         try:
             for _ in range(n):
-                opened.append(self._open_one(pmtu, timeout, retry_cnt, rnr_retry))
+                opened.append(self._open_one(pmtu, timeout, retry_cnt, rnr_retry, host))
         except AgentError as e:
             for info in opened:
                 self.close(info["fpga_qpn"])
@@ -243,7 +255,7 @@ class Agent:
             raise AgentError(e.kind, f"{e}{more}") from None
         return opened
 
-    def _open_one(self, pmtu, timeout, retry_cnt, rnr_retry):
+    def _open_one(self, pmtu, timeout, retry_cnt, rnr_retry, host):
         qpn = self.nic.create_qp(self.recv_depth)
         size = 2 * self.window + self.recv_depth * self.recv_size
         addr, rkey = self.nic.register(size)
@@ -267,7 +279,7 @@ class Agent:
                     rd_atomic=min(own_atomic, opened.get("rd_depth") or 1), rd_depth=own_depth,
                     fpga_reads=(opened.get("rd_atomic", 0), opened.get("rd_depth", 0)))
         depths = {"rd_atomic": qp.rd_atomic, "rd_depth": qp.rd_depth} if self._read_limits else {}
-        self.nic.connect_qp(qpn, fpga_qpn, self.fpga_ip, fpga_psn, qp.pmtu, **depths)
+        self.nic.connect_qp(qpn, fpga_qpn, self.fpga_ip, fpga_psn, qp.pmtu, **depths, **host)
         for k in range(self.recv_depth):
             self.nic.post_recv(qpn, k, qp.recv_addr + k * self.recv_size, self.recv_size)
         with self.lock:
@@ -905,7 +917,10 @@ def main(argv=None):
         agent = Agent(nic, cm, c["fpga_ip"], window=c["window"], recv_depth=c["recv_depth"],
                       recv_size=c["recv_size"])
         opened = agent.open(c["qps"], pmtu=c.get("pmtu"), timeout=c.get("timeout"),
-                            retry_cnt=c.get("retry_cnt"), rnr_retry=c.get("rnr_retry"))
+                            retry_cnt=c.get("retry_cnt"), rnr_retry=c.get("rnr_retry"),
+                            host_timeout=c.get("host_timeout"),
+                            host_retry_cnt=c.get("host_retry_cnt"),
+                            host_rnr_retry=c.get("host_rnr_retry"))
     except (AgentError, CmError, NicError, ValueError) as e:
         kind = getattr(e, "kind", "nic" if isinstance(e, NicError) else "usage")
         answer({"ok": False, "kind": kind, "error": str(e)})

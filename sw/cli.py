@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 from rocegen.host.agent import OPS, request
-from rocegen.host.nic import SIM_FPGA_IP, SIM_HOST_IP
+from rocegen.host.nic import SIM_FPGA_IP, SIM_HOST_IP, SIM_PEER_TIMEOUT, SIM_TIMEOUT, VERBS_TIMEOUT
 from rocegen.wire.cm import CM_PORT
 
 __all__ = ["main", "state_dir", "rate_clock"]
@@ -94,7 +94,8 @@ def _connect(args):
     sdir = state_dir(args.state_dir)
     sock = sdir / "agent.sock"
     opts = {"pmtu": args.pmtu, "timeout": args.timeout, "retry_cnt": args.retry_cnt,
-            "rnr_retry": args.rnr_retry}
+            "rnr_retry": args.rnr_retry, "host_timeout": args.host_timeout,
+            "host_retry_cnt": args.host_retry_cnt, "host_rnr_retry": args.host_rnr_retry}
     if sock.exists():
         try:
             opened = request(sock, {"cmd": "open", "n": args.qps, **opts})
@@ -376,6 +377,16 @@ def main(argv=None):
     c.add_argument("--retry-cnt", type=int, default=None, help="the FPGA QP's retry count 0..7")
     c.add_argument("--rnr-retry", type=int, default=None,
                    help="the FPGA QP's RNR retry count 0..7 (7 = forever)")
+    c.add_argument("--host-timeout", type=int, default=None,
+                   help="this host's QP's local ACK timeout code 0..31 (4.096 us x 2^code, 0 = "
+                   f"infinite; default {VERBS_TIMEOUT} = 67 ms on an RDMA device, {SIM_TIMEOUT} "
+                   f"on the simulated NIC); use {SIM_PEER_TIMEOUT} against `rocegen sim serve` "
+                   "from an RDMA device, e.g. soft-RoCE on its TAP (4.3 s: the simulated FPGA is "
+                   "about 10^4 times slower than a real one)")
+    c.add_argument("--host-retry-cnt", type=int, default=None,
+                   help="this host's QP's retry count 0..7 (default 7)")
+    c.add_argument("--host-rnr-retry", type=int, default=None,
+                   help="this host's QP's RNR retry count 0..7 (7 = forever; default 7)")
     c.add_argument("--window", type=int, default=4 << 20,
                    help="bytes of host memory the WRITEs of a run cycle through (power of two, "
                    "default 4 MiB)")
@@ -453,6 +464,14 @@ def main(argv=None):
             for name in ("qps", "recv_depth", "recv_size"):
                 if getattr(args, name) < 1:
                     raise Fail(f"--{name.replace('_', '-')} must be >= 1", 2)
+            for name, top, what in (("host_timeout", 31, "local ACK timeout code: 4.096 us x "
+                                     "2^code, 0 = infinite"),
+                                    ("host_retry_cnt", 7, "retry count"),
+                                    ("host_rnr_retry", 7, "RNR retry count, 7 = forever")):
+                value = getattr(args, name)
+                if value is not None and not 0 <= value <= top:
+                    raise Fail(f"--{name.replace('_', '-')} must be 0..{top} (this host's QP's "
+                               f"{what}), not {value}", 2)
             return _connect(args)
         return {"status": _status, "traffic": _traffic, "recv": _recv, "close": _close,
                 "stop": _stop, "write": _write, "send": _send, "read": _read}[args.command](args)

@@ -16,11 +16,14 @@ WRITEs, SENDs and READs into / from the FPGA:
     ``(rd_atomic, rd_depth)``: the most RDMA READs a QP of this NIC can have outstanding
     towards its peer, and the most it accepts from its peer at once (what the host states in
     OPEN_QP, :func:`rocegen.wire.cm.with_read_depths`).
-``connect_qp(qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1)``
+``connect_qp(qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic, rd_depth, timeout, retry_cnt, rnr_retry)``
     to RTR then RTS, expecting PSN ``epsn`` first from the FPGA's QP ``fpga_qpn`` and sending
     from PSN ``epsn`` too (the connection manager sets both directions of the FPGA's QP to the
     same PSN); ``rd_atomic`` READs of ours outstanding at most (``max_rd_atomic``), ``rd_depth``
-    of the FPGA's accepted at once (``max_dest_rd_atomic``).
+    of the FPGA's accepted at once (``max_dest_rd_atomic``); ``timeout`` (the local ACK timeout
+    code 0..31, 4.096 us x 2^code, 0 = infinite), ``retry_cnt`` and ``rnr_retry`` (0..7, 7 = RNR
+    retries forever) of our requester, None: the NIC's own (:data:`VERBS_TIMEOUT`, 7, 7 on an
+    RDMA device; :data:`SIM_TIMEOUT`, 7, 7 on the simulated NIC).
 ``post_recv(qpn, wr_id, addr, length)``
     a receive buffer inside the region.
 ``poll(max_entries)``
@@ -51,7 +54,7 @@ import time
 from typing import NamedTuple
 
 __all__ = ["Cpl", "SendCpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic",
-           "SIM_WIRE", "SEND_OPS"]
+           "SIM_WIRE", "SEND_OPS", "SIM_TIMEOUT", "VERBS_TIMEOUT", "SIM_PEER_TIMEOUT"]
 
 #: Default address of ``rocegen sim serve``'s wire.
 SIM_WIRE = ("127.0.0.1", 17186)
@@ -63,6 +66,14 @@ SIM_RD_DEPTH = 16
 #: Retransmit timeout code of the simulated NIC's requester: 4.096 us x 2^18 = 1.07 s of this
 #: machine's time, long against the simulation's pace (its round trips take milliseconds).
 SIM_TIMEOUT = 18
+#: Local ACK timeout code of a host QP on an RDMA device unless ``connect --host-timeout`` says
+#: otherwise: 4.096 us x 2^14 = 67 ms (retry count and RNR retry count: 7 and 7).
+VERBS_TIMEOUT = 14
+#: The host QP's local ACK timeout code that suits a simulated FPGA (``rocegen sim serve``):
+#: 4.096 us x 2^20 = 4.3 s. The simulated FPGA runs about 10^4 times slower than real time, so
+#: a real NIC or soft-RoCE (rxe) at :data:`VERBS_TIMEOUT` would time out and retransmit
+#: spuriously; ``connect --host-timeout 20`` against it.
+SIM_PEER_TIMEOUT = 20
 #: Packets the simulated NIC's requester may have outstanding per QP.
 SIM_WINDOW = 64
 #: Seconds between looks at the simulated requester's timers.
@@ -145,8 +156,8 @@ class SimNic:
     (the READ responses leave as the FPGA's READs arrive). The wire tells when each frame left
     the FPGA, in its own
     time (:mod:`rocegen.sim.apps.bridge`): :meth:`fpga_time` gives it per QP. The requester's
-    timers run on this machine's clock (retransmit timeout :data:`SIM_TIMEOUT`, at most
-    :data:`SIM_WINDOW` packets outstanding)."""
+    timers run on this machine's clock (retransmit timeout :data:`SIM_TIMEOUT` unless
+    :meth:`connect_qp` is given one, at most :data:`SIM_WINDOW` packets outstanding)."""
 
     def __init__(self, wire=SIM_WIRE, *, mac=None, ip=None, strict=False):
         from rocegen.sim.apps.bridge import FrameReader, encode_frame
@@ -281,11 +292,15 @@ class SimNic:
     def read_limits(self):
         return SIM_RD_DEPTH, SIM_RD_DEPTH
 
-    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1):
+    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1,
+                   timeout=None, retry_cnt=None, rnr_retry=None):
         from rocegen.sim.models.rnic import Access
         with self._lock:
             self.rnic.create_qp(qpn, peer_qpn=fpga_qpn, peer_ip=fpga_ip, epsn=epsn, pmtu=pmtu,
-                                timeout=SIM_TIMEOUT, window=SIM_WINDOW,
+                                timeout=SIM_TIMEOUT if timeout is None else timeout,
+                                retry_cnt=7 if retry_cnt is None else retry_cnt,
+                                rnr_retry=7 if rnr_retry is None else rnr_retry,
+                                window=SIM_WINDOW,
                                 access=Access.REMOTE_WRITE | Access.REMOTE_READ,
                                 max_rd_atomic=rd_atomic, max_dest_rd_atomic=rd_depth)
 
@@ -605,7 +620,8 @@ class VerbsNic:
             init = dest = 1
         return max(1, min(init, 255)), max(1, min(dest, 255))
 
-    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1):
+    def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1,
+                   timeout=None, retry_cnt=None, rnr_retry=None):
         from pyverbs.addr import GID, AHAttr, GlobalRoute
         from pyverbs.qp import QPAttr
         self._check_open()
@@ -625,7 +641,10 @@ class VerbsNic:
         attr.max_dest_rd_atomic = rd_depth
         attr.min_rnr_timer = 1
         attr.sq_psn = epsn              # the FPGA's responder expects the PSN it was told
-        attr.timeout, attr.retry_cnt, attr.rnr_retry, attr.max_rd_atomic = 14, 7, 7, rd_atomic
+        attr.timeout = VERBS_TIMEOUT if timeout is None else timeout
+        attr.retry_cnt = 7 if retry_cnt is None else retry_cnt
+        attr.rnr_retry = 7 if rnr_retry is None else rnr_retry
+        attr.max_rd_atomic = rd_atomic
         try:
             qp.to_rtr(attr)
             qp.to_rts(attr)

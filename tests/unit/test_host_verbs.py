@@ -1,7 +1,9 @@
 """The host agent on its real-verbs path (:class:`rocegen.host.nic.VerbsNic`) with a fake pyverbs
 (:mod:`tests.fake_pyverbs`, whose objects report any use after they were destroyed): the NIC
-closed while its CQ is polled, and the agent's error and stop paths closing the NIC only once
-its poller has stopped."""
+closed while its CQ is polled, the agent's error and stop paths closing the NIC only once its
+poller has stopped, and the host QP's own retransmit timeout and retry counts (``connect
+--host-timeout``, ``--host-retry-cnt``, ``--host-rnr-retry``), on verbs and on the simulated
+NIC."""
 
 import json
 import os
@@ -15,11 +17,13 @@ from pathlib import Path
 import pytest
 
 from rocegen.host import agent as agent_mod
-from rocegen.host.agent import Agent, request
+from rocegen.host import cli
+from rocegen.host.agent import Agent, AgentError, request
 from rocegen.host.cm_client import CmClient
-from rocegen.host.nic import NicError, VerbsNic
+from rocegen.host.nic import SIM_PEER_TIMEOUT, SIM_TIMEOUT, NicError, SimNic, VerbsNic
 from tests.fake_pyverbs import LOCAL_IP, SHIM, modules
 from tests.unit.test_cm_client import ModelFpga, serving
+from tests.unit.test_fpga_time import HOST_MAC, Wire
 
 FPGA_IP = "10.0.0.2"
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,3 +158,119 @@ def test_stop_closes_the_nic_after_the_poller(verbs, tmp_path):
     finally:
         agent.shutdown()
         fpga.close()
+
+
+# ---------------------------------------------------------------------- the host QP's values
+
+def _rts(verbs):
+    (rtr,), (rts,) = verbs.rtr, verbs.rts
+    assert rtr == rts                   # one QPAttr for both state changes
+    return rts["timeout"], rts["retry_cnt"], rts["rnr_retry"]
+
+
+@pytest.mark.parametrize("given, want", [({}, (14, 7, 7)),
+                                         ({"timeout": 20, "retry_cnt": 3, "rnr_retry": 5},
+                                          (20, 3, 5)),
+                                         ({"timeout": 0, "retry_cnt": 0, "rnr_retry": 0},
+                                          (0, 0, 0)),
+                                         ({"retry_cnt": 1}, (14, 1, 7))])
+def test_verbs_qp_takes_the_host_values(verbs, given, want):
+    nic = VerbsNic()
+    qpn = nic.create_qp(4)
+    nic.connect_qp(qpn, 256, FPGA_IP, 0x123, 1024, **given)
+    assert _rts(verbs) == want
+    nic.close()
+
+
+def test_host_values_go_from_the_agent_config_to_the_qp(verbs, tmp_path, capsys):
+    """The agent's configuration (what ``connect`` starts it with) to the QP attributes: the
+    first QP is connected with the host's values, the second gets NO_QP and the agent stops."""
+    fpga = ModelFpga(num_qps=1)
+    try:
+        rc = agent_mod.main(["--config", json.dumps(_config(
+            tmp_path, fpga.port, qps=2, reply_timeout=0.3, host_timeout=SIM_PEER_TIMEOUT,
+            host_retry_cnt=2, host_rnr_retry=6))])
+    finally:
+        fpga.close()
+    assert rc == 1 and json.loads(capsys.readouterr().out)["kind"] == "no_qp"
+    assert _rts(verbs) == (SIM_PEER_TIMEOUT, 2, 6)
+    assert verbs.misuse == []
+
+
+def test_agent_refuses_host_values_out_of_range():
+    agent = Agent(_NoNic(), None, FPGA_IP)
+    try:
+        for kw, text in (({"host_timeout": 32}, "host QP's timeout code must be 0..31, not 32"),
+                         ({"host_retry_cnt": -1}, "host QP's retry count must be 0..7, not -1"),
+                         ({"host_rnr_retry": 8}, "host QP's RNR retry count must be 0..7, not 8")):
+            with pytest.raises(AgentError, match=text) as e:
+                agent.open(1, **kw)
+            assert e.value.kind == "usage"
+    finally:
+        agent.shutdown()
+
+
+class _NoNic:
+    local_ip = "10.0.0.1"
+
+    def poll(self, max_entries=64, timeout=0.0):
+        time.sleep(timeout)
+        return []
+
+
+@pytest.mark.parametrize("given, want", [({}, (SIM_TIMEOUT, 7, 7)),
+                                         ({"timeout": 0, "retry_cnt": 2, "rnr_retry": 3},
+                                          (0, 2, 3))])
+def test_simulated_qp_takes_the_host_values(given, want):
+    wire = Wire()
+    t = threading.Thread(target=wire.accept)
+    t.start()
+    nic = SimNic(("127.0.0.1", wire.port), mac=HOST_MAC, ip="10.0.0.1")
+    t.join()
+    try:
+        nic.connect_qp(0x123, 256, FPGA_IP, 0x55, 1024, **given)
+        sq = nic.rnic.qps[0x123].sq
+        assert (sq.timeout, sq.retry_cnt, sq.rnr_retry) == want
+    finally:
+        nic.close()
+        wire.close()
+
+
+@pytest.mark.parametrize("args, text", [
+    (["--host-timeout", "32"], "--host-timeout must be 0..31"),
+    (["--host-timeout", "-1"], "--host-timeout must be 0..31"),
+    (["--host-retry-cnt", "8"], "--host-retry-cnt must be 0..7"),
+    (["--host-rnr-retry", "-1"], "--host-rnr-retry must be 0..7")])
+def test_connect_refuses_host_values_out_of_range(tmp_path, capsys, args, text):
+    assert cli.main(["--state-dir", str(tmp_path), "connect", "--sim", *args]) == 2
+    err = capsys.readouterr().err
+    assert text in err and f"not {args[1]}" in err, err
+    assert not (tmp_path / "agent.log").exists()        # no agent was started
+
+
+def test_connect_hands_the_host_values_to_the_agent(tmp_path, monkeypatch, capsys):
+    started = []
+
+    class Proc:
+        def __init__(self, argv, **kw):
+            started.append(json.loads(argv[argv.index("--config") + 1]))
+            self.stdout = self
+            self.returncode = 1
+
+        def readline(self):
+            return b'{"ok": false, "kind": "timeout", "error": "no reply"}\n'
+
+        def close(self):
+            pass
+
+        def wait(self):
+            return 1
+
+    monkeypatch.setattr(cli.subprocess, "Popen", Proc)
+    base = ["--state-dir", str(tmp_path), "connect", "--sim"]
+    assert cli.main([*base, "--host-timeout", "20", "--host-retry-cnt", "0",
+                     "--host-rnr-retry", "3"]) == 1
+    assert cli.main(base) == 1
+    assert [(c["host_timeout"], c["host_retry_cnt"], c["host_rnr_retry"]) for c in started] == \
+        [(20, 0, 3), (None, None, None)]
+    assert "no reply" in capsys.readouterr().err
