@@ -13,10 +13,11 @@ JOBS ?= auto
 WIDTH ?= 512
 BOARD ?= vcu118
 
-.PHONY: setup verilator yosys-cache demo test test-full test-unit lint bench soak verilog build boards synth synth-quick synth-check clean tshark interop
+.PHONY: setup verilator yosys-cache demo test test-full test-unit lint bench soak verilog build boards synth synth-quick synth-check clean tshark interop qemu rxe-guest interop-rxe
 
 setup: $(STAMP) verilator yosys-cache
 	@$(MAKE) --no-print-directory tshark || echo "make interop and tests/test_interop.py need tshark (see above)"
+	@$(MAKE) --no-print-directory rxe-guest || echo "rocegen sim rxe and tests/test_rxe.py need QEMU and root (see above)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "rocegen needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
@@ -75,6 +76,31 @@ tshark:
 		echo "tshark is missing: as root, run 'make tshark' or" \
 		     "'DEBIAN_FRONTEND=noninteractive apt-get install -y tshark'"; exit 1; \
 	fi
+
+# QEMU, debootstrap and cpio, for rocegen sim rxe and its test (tests/test_rxe.py): installed
+# through apt-get when missing and run as root, else how to
+qemu:
+	@command -v qemu-system-x86_64 >/dev/null && command -v debootstrap >/dev/null && \
+		command -v cpio >/dev/null && exit 0; \
+	if [ "$$(id -u)" = 0 ]; then \
+		(DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends qemu-system-x86 debootstrap cpio || \
+		 (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+		  qemu-system-x86 debootstrap cpio)) >/dev/null; \
+	else \
+		echo "QEMU, debootstrap or cpio is missing: as root, run 'make qemu' or" \
+		     "'apt-get install --no-install-recommends qemu-system-x86 debootstrap cpio'"; exit 1; \
+	fi
+
+# the guest of rocegen sim rxe (Debian's kernel with rdma_rxe, rdma-core, pyverbs), built once
+# into ~/.cache/rocegen/rxe-guest (sim/apps/rxe_guest.py); needs root
+rxe-guest: $(STAMP) qemu
+	@$(PY) -c 'from rocegen.sim.apps.rxe_guest import build_guest; build_guest()'
+
+# the endpoint in Verilator against Linux's soft-RoCE in a QEMU guest: every op both ways, then
+# once more with frames lost each way (docs/rxe.md)
+interop-rxe: setup
+	$(VENV)/bin/rocegen sim rxe --output build/rxe/clean
+	$(VENV)/bin/rocegen sim rxe --output build/rxe/lossy --loss-to-fpga 0.05 --loss-from-fpga 0.05
 
 # Wireshark's view of the captures the demo and the benches write (sim/apps/interop.py): a RoCE demo
 # at W=64 over a lossy link (data, ACKs, NAKs, retransmissions), the network-stack demo (ARP,

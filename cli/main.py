@@ -16,7 +16,7 @@ from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.layouts import MAX_QPS
 from rocegen.gateware.top import StackTop
 from rocegen.gateware.xgmii_top import XgmiiStackTop
-from rocegen.sim.apps import bench_suite, incast, replay, serve
+from rocegen.sim.apps import bench_suite, incast, replay, rxe, serve
 from rocegen.sim.apps import demo as system_demo
 from rocegen.sim.apps.options import ENDPOINT_OPTIONS, add_endpoint_options, endpoint_params, option_error
 from rocegen.sim.testing.cocotb_runner import BUILD, SimConfig, endpoint_sim_config, kept_verilog, run_cocotb
@@ -574,6 +574,7 @@ def main(argv=None):
     pg.add_argument("-o", "--output", default="build/demo", help="folder for Verilog, pcap, report")
     replay.add_parser(ssub)
     serve.add_parser(ssub)
+    rxe.add_parser(ssub)
     incast.add_parser(ssub)
     bench_suite.add_parser(sub)
 
@@ -603,6 +604,8 @@ def main(argv=None):
             return replay.run(args)
         if args.command == "sim" and args.sim_command == "serve":
             return serve.run(args)
+        if args.command == "sim" and args.sim_command == "rxe":
+            return rxe.run(args)
         if args.command == "sim" and args.sim_command == "incast":
             return incast.run(args)
         if args.command == "bench":

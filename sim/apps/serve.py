@@ -87,6 +87,12 @@ def add_parser(subparsers):
                    "is an untagged port of the VLAN; default: untagged)")
     s.add_argument("--netns", default="rocegen",
                    help="name of the namespace --tap creates (default rocegen)")
+    s.add_argument("--loss-to-fpga", type=float, default=0.0, metavar="P",
+                   help="probability that a RoCEv2 frame to the FPGA is lost (default 0)")
+    s.add_argument("--loss-from-fpga", type=float, default=0.0, metavar="P",
+                   help="probability that a RoCEv2 frame from the FPGA is lost (default 0)")
+    s.add_argument("--loss-seed", type=int, default=1,
+                   help="seed of the lossy links (default 1)")
     s.add_argument("--pcap", default=None, help="write every frame both ways to this file")
     s.add_argument("--status", default=None,
                    help="JSON file rewritten with the ports once ready, counters while running "
@@ -143,6 +149,10 @@ def serve_config(args):
                          "the wire)")
     if args.vlan is not None and not 1 <= args.vlan <= 4094:
         raise ValueError(f"--vlan must be a VLAN ID 1..4094, not {args.vlan}")
+    for option, p in (("--loss-to-fpga", args.loss_to_fpga),
+                      ("--loss-from-fpga", args.loss_from_fpga)):
+        if not 0 <= p <= 0.5:
+            raise ValueError(f"{option} must be a probability 0..0.5, not {p}")
     params = endpoint_params(args)
     if args.vlan is not None:
         params["vlan"] = args.vlan
@@ -160,7 +170,9 @@ def serve_config(args):
             "fpga_cm_port": fpga_cm_port, "line_gbps": line, "parent": os.getpid(),
             "pcap": str(Path(args.pcap).resolve()) if args.pcap else None,
             "max_cycles": args.max_cycles, "clock_mhz": board_clock_mhz(args.width),
-            "roce_to": args.roce_to, "vlan": args.vlan, "responder": resp}
+            "roce_to": args.roce_to, "vlan": args.vlan, "responder": resp,
+            "loss": {"to_fpga": args.loss_to_fpga, "from_fpga": args.loss_from_fpga,
+                     "seed": args.loss_seed}}
     return cfg, conf
 
 
@@ -259,6 +271,9 @@ def summary(final):
              f"{final['wire_rx']} in, {final['wire_no_peer']} with nobody connected",
              "connection manager: " + (", ".join(f"{k[3:]} {v}" for k, v in sorted(cm.items()))
                                        or "no requests")]
+    for way, c in (final.get("loss") or {}).items():
+        lines.append(f"lossy link {way.replace('_', ' ')}: {c['dropped']} of {c['sent']} RoCEv2 "
+                     f"frames lost")
     if final.get("responder"):
         lines.append(f"responder: {stats.get('resp_executed', 0)} requests executed, "
                      f"{final.get('recv_completions', 0)} receive completions "

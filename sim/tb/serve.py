@@ -9,7 +9,10 @@ the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process
 stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
 interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the default, or
 ``"wire"``, where RoCEv2 frames go), ``vlan`` (the FPGA port's VLAN ID, None for untagged),
-``stop_file`` (the bench stops once this file exists), ``responder`` (with the RC responder:
+``stop_file`` (the bench stops once this file exists), ``loss`` (optional: ``to_fpga`` and
+``from_fpga``, the probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is
+a :class:`~rocegen.sim.models.link.Link` of its own, other frames are never lost; the status
+file counts its frames in ``loss``), ``responder`` (with the RC responder:
 ``regions``, each QP's ``[rkey, base, length]`` as built, and ``rq_depth``; else None). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
@@ -52,7 +55,8 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
-from rocegen.sim.apps.bridge import HostSide
+from rocegen.sim.apps.bridge import HostSide, _udp_dst_port
+from rocegen.sim.models.link import Link
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
 from rocegen.sim.testing.pcap import PcapWriter
@@ -75,7 +79,7 @@ from rocegen.wire.cm import (
     REQ_QUERY,
     REQ_SEND_QP_INFO,
 )
-from rocegen.wire.headers import CM
+from rocegen.wire.headers import CM, UDP_PORT_ROCEV2
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 CONF = json.loads(os.environ["ROCEGEN_SERVE"])
@@ -243,9 +247,23 @@ async def serve(dut):
     check = ServeFrameChecker("sim serve", resp["regions"], resp.get("reads")) if resp else \
         FrameChecker("sim serve")
     failed = []
+    loss = CONF.get("loss") or {}
+    links = {way: Link(loss=loss[way], seed=loss.get("seed", 0) * 2 + i, name=way)
+             for i, way in enumerate(("to_fpga", "from_fpga")) if loss.get(way)}
+
+    def lost(way, frame):
+        """Whether the lossy link of ``way`` loses ``frame`` (RoCEv2 frames only)."""
+        link = links.get(way)
+        if link is None or _udp_dst_port(frame) != UDP_PORT_ROCEV2:
+            return False
+        now = now_cycle(W)
+        link.send(frame, now)
+        return not link.due(now)
 
     def to_fpga(frames):
         for f in frames:
+            if lost("to_fpga", f):
+                continue
             check.request(f)
             if pcap:
                 pcap.write(f, cocotb.utils.get_sim_time("ns"))
@@ -283,6 +301,8 @@ async def serve(dut):
                 stop["why"] = "frame check failed"
             if pcap:
                 pcap.write(frame, cocotb.utils.get_sim_time("ns"))
+            if lost("from_fpga", frame):
+                continue
             to_fpga(host.from_fpga(frame, (first + offset, last + offset, clock_hz)))
         if busy or not source.idle():
             quiet = 0
@@ -300,6 +320,7 @@ async def serve(dut):
                 stop["why"] = "stopped"
             cycles = now_cycle(W) - start_cycle
             _write_status(status_path, {**ready, "cycles": cycles, **tx, **host.counters,
+                                        "loss": {w: dict(k.counters) for w, k in links.items()},
                                         "stats": stats["last"], "stats_at": stats["at"]})
             if stats["task"] is None or stats["task"].done():
                 stats["task"] = cocotb.start_soon(refresh_stats())
@@ -316,7 +337,8 @@ async def serve(dut):
         pcap.close()
     final = {**ready, "state": "stopped", "why": stop["why"], "cycles": cycles,
              "sim_us": cycles / mhz, "wall_s": wall, "cycles_per_s": cycles / wall if wall else 0,
-             **tx, **host.counters, "stats": final_stats, "framecheck": dict(check.counts)}
+             **tx, **host.counters, "stats": final_stats, "framecheck": dict(check.counts),
+             "loss": {w: dict(k.counters) for w, k in links.items()}}
     _write_status(status_path, final)
     log(f"stopped ({stop['why']}) after {cycles} cycles ({cycles / mhz:.1f} us simulated) in "
         f"{wall:.1f} s: {tx['frames']} frames from the FPGA, {tx['rx_frames']} to it; "

@@ -1,0 +1,380 @@
+"""``rocegen sim rxe``: the endpoint in Verilator against Linux's own RDMA stack, ``rdma_rxe``
+(soft-RoCE), in a QEMU guest; every byte checked both ways.
+
+1. The guest (:mod:`rocegen.sim.apps.rxe_guest`): built once into ``~/.cache/rocegen``.
+2. ``rocegen sim serve --tap`` runs the endpoint (with its RC responder, pattern sink and READ
+   requester) in a network namespace of its own, ``--loss-to-fpga`` / ``--loss-from-fpga``
+   losing RoCEv2 frames on the way. In that namespace a bridge joins serve's TAP to the TAP of
+   QEMU's virtio NIC: the guest is the host at 10.0.0.1 (with the host's MAC), the FPGA is
+   10.0.0.2. Nothing changes in this machine's own network.
+3. The guest adds ``rxe0`` on its NIC and plays the story (:mod:`rocegen.sim.apps.rxe_story`) with
+   the host agent on pyverbs: connect ``--qps`` QPs over the connection manager (UDP 17185), the
+   FPGA's traffic generator WRITEs, WRITE_IMMs, SENDs, SEND_IMMs into rxe memory and READs it,
+   the host WRITEs, SENDs (both with and without immediate data) into the FPGA and READs it
+   back, the QPs are closed and opened again and data moves once more both ways.
+4. The figures: per step the bytes checked and wrong, the messages, the frames each way and
+   the NAKs (rxe's counters and the FPGA's), then the whole capture by kind (ACKs, each NAK
+   kind, READ requests and responses, duplicates) each way, the lossy links' counts, and the
+   wall time against the simulated time. Files in ``--output``: ``serve.pcap`` (every frame
+   the FPGA's port saw), ``report.json``, ``serve.log``, ``guest/`` (the job, the story's
+   ``story.json``, the agent's log, the guest's console).
+
+Faults: ``--loss-to-fpga`` / ``--loss-from-fpga`` (lossy links), ``--recv-depth N`` (few
+receive buffers on the host: the FPGA's SENDs meet RNR NAKs), ``--host-timeout 8`` (rxe
+retransmits spuriously: its timer is far shorter than the simulated FPGA needs to answer).
+Everything after ``--`` goes to ``rocegen sim serve`` (the endpoint's build options: ``--rq-depth``,
+``--rnr-timer``, ``--resp-region``, ...).
+
+Needs root, QEMU, debootstrap and cpio (``make qemu``); KVM when ``/dev/kvm`` works, else TCG.
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from rocegen.sim.apps import rxe_guest, rxe_story
+from rocegen.sim.testing.scenarios import FPGA_IP, HOST_IP, HOST_MAC
+
+__all__ = ["add_parser", "run", "classify_pcap", "SIM_HOST_TIMEOUT"]
+
+#: The host QP's local ACK timeout code against the simulated FPGA (4.096 us x 2^20 = 4.3 s):
+#: the simulation runs some 10^4 times slower than the FPGA would, so a real stack's usual 14
+#: (67 ms) retransmits long before the answer comes.
+SIM_HOST_TIMEOUT = 20
+BRIDGE, QEMU_TAP = "rgbr0", "rgqemu0"
+PORT_MAC = "02:00:00:00:00:fe"          # serve's TAP, once on the bridge
+DEFAULT_STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM",
+                 "fpga:READ", "host:WRITE", "host:WRITE_IMM", "host:SEND", "host:SEND_IMM",
+                 "host:READ", "close", "connect", "fpga:WRITE", "host:WRITE", "stop")
+#: rxe's counters shown per step (sysfs hw_counters names)
+RXE_SHOWN = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request",
+             "rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "completer_retry_err",
+             "retry_exceeded_err", "ack_deferred")
+#: the FPGA's counters shown per step
+FPGA_SHOWN = ("roce_tx_packets", "roce_rx_packets", "roce_rx_naks", "roce_seq_naks",
+              "roce_rnr_naks", "roce_timeouts", "resp_naks_seq", "resp_naks_rnr",
+              "resp_duplicates", "sink_bytes_checked", "sink_bytes_wrong")
+
+
+def add_parser(subparsers):
+    """Add the ``rxe`` sub-command to ``rocegen sim``'s sub-parsers."""
+    r = subparsers.add_parser(
+        "rxe", help="co-simulate the endpoint (Verilator) against Linux's soft-RoCE rdma_rxe in "
+        "a QEMU guest: the host agent on pyverbs, every op both ways, every byte checked",
+        description=__doc__.split("\n\n")[0])
+    r.add_argument("--width", type=int, default=64, help="datapath width (default 64)")
+    r.add_argument("--qps", type=int, default=2, help="QPs opened (default 2)")
+    r.add_argument("--pmtu", type=int, choices=(1024, 4096), default=1024,
+                   help="path MTU (default 1024; 4096 gives the guest an MTU of 9000)")
+    r.add_argument("--count", type=int, default=3, help="messages per QP and step (default 3)")
+    r.add_argument("--size", type=int, default=3000, help="bytes per message (default 3000)")
+    r.add_argument("--steps", default=",".join(DEFAULT_STEPS),
+                   help="the story's steps, comma-separated (default: all ops both ways, close, "
+                   "reopen, once more both ways, stop)")
+    r.add_argument("--loss-to-fpga", type=float, default=0.0, metavar="P",
+                   help="probability that a RoCEv2 frame from rxe is lost (default 0)")
+    r.add_argument("--loss-from-fpga", type=float, default=0.0, metavar="P",
+                   help="probability that a RoCEv2 frame to rxe is lost (default 0)")
+    r.add_argument("--loss-seed", type=int, default=1)
+    r.add_argument("--recv-depth", type=int, default=None,
+                   help="receive buffers per host QP (few: the FPGA's SENDs meet RNR NAKs)")
+    r.add_argument("--host-timeout", type=int, default=SIM_HOST_TIMEOUT,
+                   help=f"the host QP's ACK timeout code (default {SIM_HOST_TIMEOUT}: 4.3 s; "
+                   f"small values make rxe retransmit spuriously)")
+    r.add_argument("--host-retry-cnt", type=int, default=7)
+    r.add_argument("--host-rnr-retry", type=int, default=7)
+    r.add_argument("--output", default="build/rxe", help="folder of the run's files "
+                   "(default build/rxe)")
+    r.add_argument("--guest-timeout", type=float, default=1800,
+                   help="seconds the guest may take for the story (default 1800)")
+    r.add_argument("--json", action="store_true", help="print the report as JSON")
+    r.add_argument("serve_args", nargs=argparse.REMAINDER,
+                   help="after --: options of rocegen sim serve (the endpoint's build)")
+    return r
+
+
+def _validate(args):
+    steps = [s for s in args.steps.split(",") if s]
+    bad = [s for s in steps if s not in rxe_story.STEPS]
+    if bad:
+        raise ValueError(f"--steps: unknown {bad}; steps are {', '.join(rxe_story.STEPS)}")
+    if not steps or steps[0] != "connect":
+        raise ValueError("--steps must begin with connect")
+    if not 1 <= args.qps <= 8:
+        raise ValueError(f"--qps must be 1..8, not {args.qps}")
+    if not 1 <= args.count <= 4096 or not 1 <= args.size <= 65536:
+        raise ValueError("--count must be 1..4096 and --size 1..65536")
+    if args.recv_depth is not None and not 1 <= args.recv_depth <= 4096:
+        raise ValueError(f"--recv-depth must be 1..4096, not {args.recv_depth}")
+    if not 0 <= args.host_timeout <= 31:
+        raise ValueError(f"--host-timeout must be 0..31, not {args.host_timeout}")
+    for option, v in (("--host-retry-cnt", args.host_retry_cnt),
+                      ("--host-rnr-retry", args.host_rnr_retry)):
+        if not 0 <= v <= 7:
+            raise ValueError(f"{option} must be 0..7, not {v}")
+    extra = list(args.serve_args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    for own in ("--tap", "--netns", "--status", "--pcap", "--width", "--qps", "--host-ip",
+                "--host-mac", "--ip"):
+        if own in extra:
+            raise ValueError(f"{own} is set by rocegen sim rxe, not after --")
+    return steps, extra
+
+
+def _ns(netns, *cmd, check=True):
+    r = subprocess.run(["ip", "netns", "exec", netns, *cmd], capture_output=True, text=True)
+    if check and r.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} in namespace {netns}: {r.stderr.strip()}")
+    return r
+
+
+def _bridge(netns, mtu):
+    """serve's TAP and QEMU's TAP on one bridge in the namespace; the namespace itself keeps no
+    address on the segment (the guest is the host there)."""
+    from rocegen.sim.apps.tap import TAP_NAME
+    _ns(netns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", check=False)
+    _ns(netns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1", check=False)
+    _ns(netns, "ip", "addr", "flush", "dev", TAP_NAME)
+    # serve gave its TAP the host's MAC, which the guest now has: a bridge port keeping it would
+    # take the guest's frames for the bridge itself
+    _ns(netns, "ip", "link", "set", TAP_NAME, "address", PORT_MAC)
+    _ns(netns, "ip", "link", "add", BRIDGE, "type", "bridge")
+    _ns(netns, "ip", "tuntap", "add", "dev", QEMU_TAP, "mode", "tap")
+    for dev in (TAP_NAME, QEMU_TAP):
+        _ns(netns, "ip", "link", "set", dev, "mtu", str(mtu))
+        _ns(netns, "ip", "link", "set", dev, "master", BRIDGE)
+        _ns(netns, "ip", "link", "set", dev, "up")
+    _ns(netns, "ip", "link", "set", BRIDGE, "mtu", str(mtu))
+    _ns(netns, "ip", "link", "set", BRIDGE, "up")
+
+
+def _job_sh(mtu):
+    return f"""set -x
+export PATH=/usr/local/bin:$PATH
+ip link set eth0 mtu {mtu} up
+ip addr add {HOST_IP}/24 dev eth0
+rdma link add rxe0 type rxe netdev eth0
+rdma link show
+python3 /mnt/src/sim/apps/rxe_story.py /mnt/out/job.json
+"""
+
+
+def _wait_ready(status, proc, timeout=3600):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            return None
+        try:
+            st = json.loads(status.read_text())
+            if st.get("state") == "ready" or "cycles" in st:
+                return st
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    return None
+
+
+def classify_pcap(path, host_mac=HOST_MAC):
+    """Every RoCEv2 frame of the capture by direction (``"to_fpga"``: sent by the host's MAC)
+    and kind: the BTH opcode's name, ACKs split by AETH syndrome (``ACK``, ``NAK PSN sequence``,
+    ``NAK invalid request``, ``NAK remote access``, ``NAK remote operation``, ``RNR NAK``), and
+    ``duplicate`` for a request whose (QP, PSN, opcode) came that way before. Returns
+    ``{direction: Counter}``."""
+    from rocegen.sim.testing.pcap import read_pcap
+    from rocegen.wire import headers as H
+    from rocegen.wire import roce as R
+    from rocegen.wire.addr import parse_mac
+    host = parse_mac(host_mac)
+    out = {"to_fpga": Counter(), "from_fpga": Counter()}
+    seen = {"to_fpga": set(), "from_fpga": set()}
+    at = H.ETH.length + H.IPV4.length + H.UDP.length
+    for _ts, frame in read_pcap(path):
+        eth = H.ETH.unpack(frame[:H.ETH.length])
+        if eth["ethertype"] != H.ETHERTYPE_IPV4 or len(frame) < at + H.BTH.length:
+            continue
+        udp = H.UDP.unpack(frame[H.ETH.length + H.IPV4.length:at])
+        if udp["dst_port"] != H.UDP_PORT_ROCEV2:
+            continue
+        way = "to_fpga" if eth["src"] == host else "from_fpga"
+        bth = H.BTH.unpack(frame[at:at + H.BTH.length])
+        op = bth["opcode"]
+        kind = R.opcode_name(op)
+        if op == H.OP_RC_ACKNOWLEDGE:
+            a = at + H.BTH.length
+            syn = H.AETH.unpack(frame[a:a + H.AETH.length])["syndrome"]
+            kind = {R.NAK_PSN_SEQ: "NAK PSN sequence", R.NAK_INV_REQ: "NAK invalid request",
+                    R.NAK_REM_ACCESS: "NAK remote access",
+                    R.NAK_REM_OP: "NAK remote operation"}.get(syn)
+            if kind is None:
+                kind = "RNR NAK" if syn >> 5 == 1 else "ACK"
+        out[way][kind] += 1
+        if R.is_request_opcode(op):
+            key = (bth["dest_qp"], bth["psn"], op)
+            if key in seen[way]:
+                out[way]["duplicate"] += 1
+            seen[way].add(key)
+    return out
+
+
+def _delta(after, before, names):
+    return {n: after.get(n, 0) - before.get(n, 0) for n in names if n in after}
+
+
+def report(story, final, pcap, guest_manifest):
+    """The report (a dict) of a run: per step what the story saw, with rxe's and the FPGA's
+    counters over it, and the whole capture by kind."""
+    steps = []
+    prev_rxe = story.get("counters_start", {})
+    prev_fpga = {}
+    for s in story.get("steps", []):
+        fpga = (s.get("fpga") or {}).get("stats", {})
+        tallied = [c for c in s["commands"] if "checked_by" in c]
+        row = {"step": s["step"], "ok": s["ok"], "wall_s": round(s["wall_s"], 1),
+               "checked_by": tallied[0]["checked_by"] if tallied else None,
+               "checked": sum(c["checked"] for c in tallied),
+               "wrong": sum(c["wrong"] for c in tallied),
+               "messages": sum(c["messages"] for c in tallied),
+               "rxe": _delta(s["counters"], prev_rxe, RXE_SHOWN),
+               "fpga": _delta(fpga, prev_fpga, FPGA_SHOWN) if fpga else {}}
+        prev_rxe, prev_fpga = s["counters"], fpga or prev_fpga
+        steps.append(row)
+    cycles = final.get("cycles", 0)
+    mhz = final.get("clock_mhz", 1)
+    frames = {w: dict(c) for w, c in classify_pcap(pcap).items()} if pcap.exists() else {}
+    stats = final.get("stats", {})
+    return {"steps": steps, "frames": frames, "loss": final.get("loss", {}),
+            "rxe_counters": story.get("steps", [{}])[-1].get("counters", {}) if story.get("steps")
+            else {},
+            "fpga": {k: stats.get(k, 0) for k in FPGA_SHOWN},
+            "framecheck": final.get("framecheck", {}), "why_stopped": final.get("why"),
+            "sim_us": cycles / mhz, "wall_s": final.get("wall_s"), "cycles": cycles,
+            "guest": guest_manifest,
+            "ok": bool(steps) and all(r["ok"] for r in steps) and
+            len(steps) == len(story["job"]["steps"]) and
+            not any(r["wrong"] for r in steps) and final.get("why") != "frame check failed" and
+            final.get("stats", {}).get("sink_bytes_wrong", 0) == 0}
+
+
+def table(rep):
+    """The lines of the pass/fail table."""
+    lines = [f"{'step':<16}{'ok':<6}{'wall s':>7}{'checked by':>16}{'wrong':>6}{'msgs':>6}"
+             f"{'rxe tx/rx':>12}{'FPGA tx/rx':>12}  NAKs (rxe got seq/rnr, sent rnr; FPGA got "
+             f"seq/rnr, sent seq/rnr), rxe retries"]
+    for r in rep["steps"]:
+        x, f = r["rxe"], r["fpga"]
+        by = f"{r['checked']} {r['checked_by']}" if r["checked_by"] else ""
+        lines.append(
+            f"{r['step']:<16}{'PASS' if r['ok'] else 'FAIL':<6}{r['wall_s']:>7.1f}"
+            f"{by:>16}{r['wrong']:>6}{r['messages']:>6}"
+            f"{x.get('sent_pkts', 0):>6}/{x.get('rcvd_pkts', 0):<5}"
+            f"{f.get('roce_tx_packets', 0):>6}/{f.get('roce_rx_packets', 0):<5}  "
+            f"{x.get('rcvd_seq_err', 0)}/{x.get('rcvd_rnr_err', 0)}, {x.get('send_rnr_err', 0)}; "
+            f"{f.get('roce_seq_naks', 0)}/{f.get('roce_rnr_naks', 0)}, "
+            f"{f.get('resp_naks_seq', 0)}/{f.get('resp_naks_rnr', 0)}; "
+            f"{x.get('completer_retry_err', 0)}")
+    for way, c in rep["frames"].items():
+        lines.append(f"frames {way.replace('_', ' ')}: " +
+                     ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
+    for way, c in rep["loss"].items():
+        lines.append(f"lossy link {way.replace('_', ' ')}: {c['dropped']} of {c['sent']} lost")
+    lines.append(f"simulated {rep['sim_us']:.0f} us of FPGA time in {rep['wall_s'] or 0:.0f} s "
+                 f"({rep['cycles']} cycles); frame check: " +
+                 ", ".join(f"{k} {v}" for k, v in sorted(rep["framecheck"].items())))
+    lines.append("PASS" if rep["ok"] else "FAIL")
+    return lines
+
+
+def run(args):
+    """``rocegen sim rxe``: returns the exit code."""
+    steps, extra = _validate(args)
+    why = rxe_guest.missing_tools()
+    if why:
+        print(f"rocegen sim rxe cannot run here: {why}", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    gdir = rxe_guest.build_guest()
+    manifest = json.loads((gdir / "manifest.json").read_text())
+    out = Path(args.output).resolve()
+    gout = out / "guest"
+    gout.mkdir(parents=True, exist_ok=True)
+    for old in gout.iterdir():
+        old.unlink()
+    status, pcap = gout / "serve.json", out / "serve.pcap"
+    status.unlink(missing_ok=True)
+    mtu = 9000 if args.pmtu == 4096 else 1500
+    netns = f"rgrxe{os.getpid()}"
+    bindir = Path(sys.executable).parent
+    rocegen = [str(bindir / "rocegen")] if (bindir / "rocegen").exists() else \
+        [sys.executable, "-m", "rocegen.cli"]
+    serve_cmd = [*rocegen, "sim", "serve", "--tap", "--netns", netns, "--width", str(args.width),
+                 "--qps", str(max(args.qps, 2)), "--status", str(status), "--pcap", str(pcap),
+                 "--loss-to-fpga", str(args.loss_to_fpga), "--loss-from-fpga",
+                 str(args.loss_from_fpga), "--loss-seed", str(args.loss_seed), *extra]
+    connect = ["--host-timeout", str(args.host_timeout), "--host-retry-cnt",
+               str(args.host_retry_cnt), "--host-rnr-retry", str(args.host_rnr_retry)]
+    if args.recv_depth is not None:
+        connect += ["--recv-depth", str(args.recv_depth)]
+    job = {"fpga_ip": FPGA_IP, "qps": args.qps, "pmtu": args.pmtu, "count": args.count,
+           "size": args.size, "connect": connect, "steps": steps}
+    (gout / "job.json").write_text(json.dumps(job, indent=1))
+    (gout / "job.sh").write_text(_job_sh(mtu))
+    print(f"$ {' '.join(serve_cmd)}", flush=True)
+    log = open(out / "serve.log", "w")
+    serve = subprocess.Popen(serve_cmd, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        if _wait_ready(status, serve) is None:
+            raise RuntimeError("rocegen sim serve did not start:\n" +
+                               (out / "serve.log").read_text()[-3000:])
+        _bridge(netns, mtu)
+        src = Path(__file__).resolve().parents[2]
+        qemu = rxe_guest.qemu_command(gdir, src, gout, tap=QEMU_TAP, mac=HOST_MAC)
+        print(f"booting the guest ({'KVM' if 'kvm' in qemu else 'TCG: no KVM here'}); "
+              f"the story: {', '.join(steps)}", flush=True)
+        tq = time.monotonic()
+        with open(gout / "console.log", "w") as console:
+            guest = subprocess.Popen(["ip", "netns", "exec", netns, *qemu],
+                                     stdout=console, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+            try:
+                guest.wait(timeout=args.guest_timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(guest.pid, signal.SIGKILL)
+                guest.wait()
+                print(f"the guest did not finish in {args.guest_timeout:.0f} s", file=sys.stderr)
+        guest_s = time.monotonic() - tq
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGTERM)
+            try:
+                serve.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(serve.pid, signal.SIGKILL)
+                serve.wait()
+        log.close()
+    story_path = gout / "story.json"
+    story = json.loads(story_path.read_text()) if story_path.exists() else \
+        {"job": job, "steps": []}
+    final = json.loads(status.read_text()) if status.exists() else {}
+    rep = report(story, final, pcap, manifest)
+    rep.update(guest_s=round(guest_s, 1), total_s=round(time.monotonic() - t0, 1),
+               pcap=str(pcap), output=str(out))
+    (out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    if args.json:
+        print(json.dumps(rep))
+    else:
+        print("\n".join(table(rep)))
+        print(f"guest ran {guest_s:.0f} s (boot included), all in {rep['total_s']:.0f} s; files in "
+              f"{out} (serve.pcap: every frame; guest/story.json, guest/console.log, "
+              f"guest/agent.log)")
+    if not rep["ok"] and (gout / "job.log").exists():
+        print((gout / "job.log").read_text()[-3000:], file=sys.stderr)
+    return 0 if rep["ok"] else 1
+

@@ -1,0 +1,163 @@
+"""The story ``rocegen sim rxe`` plays inside its guest: the host agent (``rocegen-host``, on
+pyverbs over the soft-RoCE device ``rxe0``) against the simulated FPGA, every byte checked.
+
+Run by the guest's job as ``python3 /mnt/src/sim/apps/rxe_story.py /mnt/out/job.json``, with only
+the guest's Python and ``rocegen.host`` / ``rocegen.wire`` (no other part of the project) at hand.
+The job (JSON, written by :mod:`rocegen.sim.apps.rxe`) gives ``fpga_ip``, ``qps``, ``pmtu``,
+``count``, ``size``, ``connect`` (extra options of ``rocegen-host connect``) and ``steps`` (the
+names of :data:`STEPS` to play, in order).
+
+Every step is one or two ``rocegen-host`` commands with ``--json``; what each printed, its exit
+status and wall time, and rxe's counters after it (``rdma statistic`` of ``rxe0/1``; the sysfs
+``hw_counters``) go to ``/mnt/out/story.json``, rewritten after every step so a run stopped
+half-way still tells how far it came. A step fails on a non-zero exit status or on any byte
+found wrong; the story goes on with the next step unless the agent is gone.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT = Path("/mnt/out")
+HOST = ["rocegen-host"]
+#: The steps a job may name: ``fpga:OP`` (the FPGA's traffic generator, checked by the host or,
+#: for READ, by the FPGA's pattern sink), ``host:OP`` (the host's own WRITE/SEND/READ into the
+#: FPGA, checked by the FPGA's sink or, for READ, by the host), ``connect``, ``close``, ``stop``.
+STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
+         "host:WRITE", "host:WRITE_IMM", "host:SEND", "host:SEND_IMM", "host:READ", "close", "stop")
+
+
+def rxe_counters():
+    """rxe's counters: ``rdma statistic`` of rxe0 port 1 and the sysfs hw_counters."""
+    counters = {}
+    hw = Path("/sys/class/infiniband/rxe0/ports/1/hw_counters")
+    if hw.is_dir():
+        for f in sorted(hw.iterdir()):
+            try:
+                counters[f.name] = int(f.read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    r = subprocess.run(["rdma", "-j", "statistic", "show", "link", "rxe0/1"],
+                       capture_output=True, text=True)
+    if r.returncode == 0 and r.stdout.strip():
+        try:
+            for entry in json.loads(r.stdout):
+                for k, v in entry.items():
+                    if isinstance(v, int):
+                        counters.setdefault(k, v)
+        except ValueError:
+            pass
+    return counters
+
+
+def fpga_status(after):
+    """The simulated FPGA's status (``rocegen sim serve``'s file, in the run folder) once it was
+    rewritten after the wall-clock time ``after`` (it is, about once a second), else the last."""
+    path = OUT / "serve.json"
+    end = time.time() + 5
+    while True:
+        try:
+            st = path.stat()
+            if st.st_mtime > after + 1.1 or time.time() > end:
+                return json.loads(path.read_text())
+        except (OSError, ValueError):
+            if time.time() > end:
+                return {}
+        time.sleep(0.2)
+
+
+def host(*args):
+    t = time.monotonic()
+    r = subprocess.run([*HOST, *args], capture_output=True, text=True)
+    out = r.stdout.strip().splitlines()
+    try:
+        parsed = json.loads(out[-1]) if out else None
+    except ValueError:
+        parsed = None
+    return {"cmd": ["rocegen-host", *args], "rc": r.returncode, "wall_s": time.monotonic() - t,
+            "json": parsed, "stderr": r.stderr[-2000:]}
+
+
+def tally(cmd, by, checked, wrong, messages):
+    """Note on a command who checked its bytes (``"host"``: the agent, against the test
+    pattern; ``"fpga"``: the FPGA's pattern sink), how many and how many were wrong."""
+    cmd.update(checked_by=by, checked=checked or 0, wrong=wrong or 0, messages=messages)
+
+
+def play(job, name):
+    count, size = str(job["count"]), job["size"]
+    if name == "connect":
+        r = host("connect", "--device", "rxe0", "--fpga", job["fpga_ip"], "--qps", str(job["qps"]),
+                 "--pmtu", str(job["pmtu"]), *job.get("connect", []), "--json")
+        r["ok"] = r["rc"] == 0 and isinstance(r["json"], list) and len(r["json"]) == job["qps"]
+        return [r]
+    if name in ("close", "stop"):
+        r = host(name, *(["--json"] if name == "close" else []))
+        r["ok"] = r["rc"] == 0
+        return [r]
+    who, op = name.split(":")
+    if who == "fpga":
+        start = host("traffic", "--op", op, "--count", count, "--size", str(size), "--json")
+        start["ok"] = start["rc"] == 0
+        if not start["ok"]:
+            return [start]
+        r = host("recv", "--no-progress", "--json")
+        rows = [x for x in (r["json"] or {}).get("result") or [] if "op" in x]
+        messages = sum(x["verified"] for x in rows)
+        if op == "READ":        # the FPGA's sink checked what it read
+            tally(r, "fpga", sum(x["checked"] or 0 for x in rows),
+                  sum(x["wrong"] or 0 for x in rows), messages)
+        else:                   # the agent checked every message against the pattern
+            tally(r, "host", sum(x["bytes"] for x in rows), sum(x["bad"] for x in rows) * size,
+                  messages)
+        r["ok"] = r["rc"] == 0 and bool(rows) and all(x.get("ok") for x in rows) and \
+            r["wrong"] == 0 and r["checked"] == job["count"] * job["size"] * job["qps"]
+        return [start, r]
+    verb = {"WRITE": "write", "WRITE_IMM": "write", "SEND": "send", "SEND_IMM": "send",
+            "READ": "read"}[op]
+    r = host(verb, "--count", count, "--size", str(size), *(["--imm"] if op.endswith("_IMM") else []),
+             "--json")
+    res = r["json"] or {}
+    tally(r, "host" if op == "READ" else "fpga", res.get("checked"), res.get("wrong"),
+          sum(q.get("messages", 0) for q in res.get("qps", [])))
+    r["ok"] = r["rc"] == 0 and bool(res.get("ok")) and r["wrong"] == 0 and \
+        r["checked"] == job["count"] * job["size"] * job["qps"]
+    return [r]
+
+
+def main(path):
+    job = json.loads(Path(path).read_text())
+    unknown = [s for s in job["steps"] if s not in STEPS]
+    if unknown:
+        raise SystemExit(f"unknown steps {unknown}")
+    os.environ.setdefault("ROCEGEN_HOST_STATE", "/run/rocegen-host")
+    story = {"job": job, "steps": [], "counters_start": rxe_counters()}
+    agent = False
+    for name in job["steps"]:
+        if not agent and name != "connect":
+            story["steps"].append({"step": name, "ok": False, "wall_s": 0.0, "commands": [],
+                                   "skipped": "no host agent (connect failed or not done)",
+                                   "counters": story["counters_start"]})
+            continue
+        t = time.monotonic()
+        cmds = play(job, name)
+        step = {"step": name, "ok": all(c["ok"] for c in cmds), "wall_s": time.monotonic() - t,
+                "commands": cmds, "counters": rxe_counters(), "fpga": fpga_status(time.time())}
+        story["steps"].append(step)
+        agent = (agent or name == "connect" and step["ok"]) and name != "stop"
+        (OUT / "story.json").write_text(json.dumps(story, indent=1))
+        print(f"{name}: {'ok' if step['ok'] else 'FAILED'} in {step['wall_s']:.1f} s", flush=True)
+        if not step["ok"]:
+            for c in cmds:
+                print(f"  {' '.join(c['cmd'])}: status {c['rc']}\n  {c['stderr']}", flush=True)
+    log = Path(os.environ["ROCEGEN_HOST_STATE"]) / "agent.log"
+    if log.exists():
+        (OUT / "agent.log").write_text(log.read_text()[-20000:])
+    return 0 if all(s["ok"] for s in story["steps"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
