@@ -41,7 +41,8 @@ from pathlib import Path
 from rocegen.sim.apps import rxe_guest, rxe_story
 from rocegen.sim.testing.scenarios import FPGA_IP, HOST_IP, HOST_MAC
 
-__all__ = ["add_parser", "run", "classify_pcap", "SIM_HOST_TIMEOUT"]
+__all__ = ["add_parser", "run", "frame_kinds", "classify_pcap", "rxe_vectors", "write_vectors",
+           "SIM_HOST_TIMEOUT"]
 
 #: The host QP's local ACK timeout code against the simulated FPGA (4.096 us x 2^20 = 4.3 s):
 #: the simulation runs some 10^4 times slower than the FPGA would, so a real stack's usual 14
@@ -94,6 +95,11 @@ def add_parser(subparsers):
     r.add_argument("--guest-timeout", type=float, default=1800,
                    help="seconds the guest may take for the story (default 1800)")
     r.add_argument("--json", action="store_true", help="print the report as JSON")
+    r.add_argument("--vectors", default=None, metavar="FILE",
+                   help="write one frame of each kind rxe sent (the vector format of "
+                   "tests/vectors) to FILE; with --vectors-from, of those captures too")
+    r.add_argument("--vectors-from", action="append", default=[], metavar="PCAP",
+                   help="an earlier run's serve.pcap whose rxe frames --vectors also takes")
     r.add_argument("serve_args", nargs=argparse.REMAINDER,
                    help="after --: options of rocegen sim serve (the endpoint's build)")
     return r
@@ -181,20 +187,21 @@ def _wait_ready(status, proc, timeout=3600):
     return None
 
 
-def classify_pcap(path, host_mac=HOST_MAC):
-    """Every RoCEv2 frame of the capture by direction (``"to_fpga"``: sent by the host's MAC)
-    and kind: the BTH opcode's name, ACKs split by AETH syndrome (``ACK``, ``NAK PSN sequence``,
-    ``NAK invalid request``, ``NAK remote access``, ``NAK remote operation``, ``RNR NAK``), and
-    ``duplicate`` for a request whose (QP, PSN, opcode) came that way before. Returns
-    ``{direction: Counter}``."""
+def frame_kinds(path, host_mac=HOST_MAC):
+    """``(direction, kind, frame)`` of every RoCEv2 frame of the capture, in order: direction
+    ``"to_fpga"`` (sent by the host's MAC) or ``"from_fpga"``; kind the BTH opcode's name, an
+    ACKNOWLEDGE by its AETH syndrome (``ACK``, ``NAK PSN sequence``, ``NAK invalid request``,
+    ``NAK remote access``, ``NAK remote operation``, ``RNR NAK``), and a request whose (QP, PSN,
+    opcode) came that way before as ``duplicate <opcode>``."""
     from rocegen.sim.testing.pcap import read_pcap
     from rocegen.wire import headers as H
     from rocegen.wire import roce as R
     from rocegen.wire.addr import parse_mac
     host = parse_mac(host_mac)
-    out = {"to_fpga": Counter(), "from_fpga": Counter()}
     seen = {"to_fpga": set(), "from_fpga": set()}
     at = H.ETH.length + H.IPV4.length + H.UDP.length
+    naks = {R.NAK_PSN_SEQ: "NAK PSN sequence", R.NAK_INV_REQ: "NAK invalid request",
+            R.NAK_REM_ACCESS: "NAK remote access", R.NAK_REM_OP: "NAK remote operation"}
     for _ts, frame in read_pcap(path):
         eth = H.ETH.unpack(frame[:H.ETH.length])
         if eth["ethertype"] != H.ETHERTYPE_IPV4 or len(frame) < at + H.BTH.length:
@@ -209,18 +216,50 @@ def classify_pcap(path, host_mac=HOST_MAC):
         if op == H.OP_RC_ACKNOWLEDGE:
             a = at + H.BTH.length
             syn = H.AETH.unpack(frame[a:a + H.AETH.length])["syndrome"]
-            kind = {R.NAK_PSN_SEQ: "NAK PSN sequence", R.NAK_INV_REQ: "NAK invalid request",
-                    R.NAK_REM_ACCESS: "NAK remote access",
-                    R.NAK_REM_OP: "NAK remote operation"}.get(syn)
-            if kind is None:
-                kind = "RNR NAK" if syn >> 5 == 1 else "ACK"
-        out[way][kind] += 1
-        if R.is_request_opcode(op):
+            kind = naks.get(syn) or ("RNR NAK" if syn >> 5 == 1 else "ACK")
+        elif R.is_request_opcode(op):
             key = (bth["dest_qp"], bth["psn"], op)
             if key in seen[way]:
-                out[way]["duplicate"] += 1
+                kind = f"duplicate {kind}"
             seen[way].add(key)
+        yield way, kind, frame
+
+
+def classify_pcap(path, host_mac=HOST_MAC):
+    """``{direction: Counter of kinds}`` of the capture's RoCEv2 frames (:func:`frame_kinds`;
+    duplicates also counted together as ``duplicate``)."""
+    out = {"to_fpga": Counter(), "from_fpga": Counter()}
+    for way, kind, _ in frame_kinds(path, host_mac):
+        out[way][kind] += 1
+        if kind.startswith("duplicate "):
+            out[way]["duplicate"] += 1
     return out
+
+
+def rxe_vectors(pcaps):
+    """The first frame of each kind rxe sent in the captures ``[(pcap, run)]`` (``run``: a
+    few words on the run it came from): ``[(name, frame, comment)]``."""
+    out, kinds = [], set()
+    for path, run in pcaps:
+        for way, kind, frame in frame_kinds(path):
+            if way == "to_fpga" and kind not in kinds:
+                kinds.add(kind)
+                name = "rxe-" + kind.lower().replace("_", "-").replace(" ", "-")
+                out.append((name, frame, f"{kind}, from {run}"))
+    return out
+
+
+def write_vectors(path, vectors, manifest):
+    """The vector file (the format of :mod:`rocegen.sim.testing.vectors`) of ``vectors``."""
+    head = [f"# RoCEv2 frames sent by Linux's soft-RoCE (rdma_rxe, Debian {manifest['suite']} "
+            f"kernel {manifest['kernel']}, rdma-core {manifest['packages'].get('rdma-core', '?')})",
+            "# to the endpoint under Verilator in `rocegen sim rxe` runs, as the FPGA's port "
+            "received them", "# (one frame of each kind; written by rocegen sim rxe --vectors).",
+            "# name: a short name; hex: the whole Ethernet frame as captured, without FCS.", "#"]
+    body = []
+    for name, frame, comment in vectors:
+        body += [f"# {comment}", f"name: {name}", f"hex: {frame.hex()}"]
+    Path(path).write_text("\n".join(head + body) + "\n")
 
 
 def _delta(after, before, names):
@@ -367,6 +406,10 @@ def run(args):
     rep.update(guest_s=round(guest_s, 1), total_s=round(time.monotonic() - t0, 1),
                pcap=str(pcap), output=str(out))
     (out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    if args.vectors:
+        runs = [(Path(p), f"an earlier run ({p})") for p in args.vectors_from]
+        runs.append((pcap, "rocegen sim rxe " + " ".join(sys.argv[3:])))
+        write_vectors(args.vectors, rxe_vectors(runs), manifest)
     if args.json:
         print(json.dumps(rep))
     else:
