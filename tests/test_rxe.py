@@ -74,7 +74,7 @@ def test_frames_were_lost_both_ways_and_recovered(lossy):
     assert frames == {w: type(c)(rep["frames"][w]) for w, c in frames.items()}
     recovery = [k for w in frames for k in frames[w] if k.startswith(("NAK", "RNR", "duplicate"))]
     fpga = rep["fpga"]
-    assert recovery or fpga["roce_timeouts"] or fpga["resp_duplicates"], rep
+    assert recovery or fpga["roce_timeouts"] or fpga["resp_duplicate"], rep
 
 
 def test_wireshark_decodes_every_frame(lossy):

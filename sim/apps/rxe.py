@@ -59,8 +59,8 @@ RXE_SHOWN = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request"
              "retry_exceeded_err", "ack_deferred")
 #: the FPGA's counters shown per step
 FPGA_SHOWN = ("roce_tx_packets", "roce_rx_packets", "roce_rx_naks", "roce_seq_naks",
-              "roce_rnr_naks", "roce_timeouts", "resp_naks_seq", "resp_naks_rnr",
-              "resp_duplicates", "sink_bytes_checked", "sink_bytes_wrong")
+              "roce_rnr_naks", "roce_timeouts", "resp_seq_nak", "resp_rnr",
+              "resp_duplicate", "rd_duplicate", "sink_bytes_checked", "sink_bytes_wrong")
 
 
 def add_parser(subparsers):
@@ -316,7 +316,7 @@ def table(rep):
             f"{f.get('roce_tx_packets', 0):>6}/{f.get('roce_rx_packets', 0):<5}  "
             f"{x.get('rcvd_seq_err', 0)}/{x.get('rcvd_rnr_err', 0)}, {x.get('send_rnr_err', 0)}; "
             f"{f.get('roce_seq_naks', 0)}/{f.get('roce_rnr_naks', 0)}, "
-            f"{f.get('resp_naks_seq', 0)}/{f.get('resp_naks_rnr', 0)}; "
+            f"{f.get('resp_seq_nak', 0)}/{f.get('resp_rnr', 0)}; "
             f"{x.get('completer_retry_err', 0)}")
     for way, c in rep["frames"].items():
         lines.append(f"frames {way.replace('_', ' ')}: " +

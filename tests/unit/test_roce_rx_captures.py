@@ -1,10 +1,14 @@
 """RoCEv2 frames captured from real NICs (tests/vectors/roce-captures.txt, each with its public
-source) through the receive path (rocegen.gateware.roce.rx): read with ``struct`` as the wire
-spec lays them out, an ACKNOWLEDGE must leave as the event the spec says (QP, syndrome, PSN, MSN)
-and a CNP as a CNP of its QP, when the QP is open to that peer; the same frames to a closed QP,
-from another peer, to a QP number outside the table or with one bit flipped are dropped, each
-counted by its reason, and any other opcode is dropped as such. Random idle cycles and
-backpressure, at 64 and 512 bits."""
+source) and from Linux's soft-RoCE talking to the endpoint (tests/vectors/rxe-captures.txt,
+``rocegen sim rxe``: ACKs, NAKs, requests of every kind, duplicates, READ responses) through the
+receive path (rocegen.gateware.roce.rx, with the READ requester's verdict): read with ``struct``
+as the wire spec lays them out, an ACKNOWLEDGE must leave as the event the spec says (QP,
+syndrome, PSN, MSN) and a CNP as a CNP of its QP, when the QP is open to that peer; the same
+frames to a closed QP, from another peer, to a QP number outside the table or with one bit
+flipped are dropped, each counted by its reason; requests and READ responses pass the length and
+ICRC checks to the responder's and the READ requester's ingress (``requests``,
+``read_responses``), and with one bit flipped are dropped by the ICRC check. Random idle cycles
+and backpressure, at 64 and 512 bits."""
 
 import ipaddress
 import random
@@ -19,7 +23,7 @@ from rocegen.gateware.roce.rx import COUNTERS, RoceRx
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamDriver, meta_dict
 from rocegen.sim.testing.harness import run_sim
-from rocegen.sim.testing.vectors import CAPTURE_VECTORS, read_vectors
+from rocegen.sim.testing.vectors import CAPTURE_VECTORS, RXE_VECTORS, read_vectors
 from rocegen.wire import headers as H
 
 NUM_QPS = 32                    # room for the captured DestQPs (QP numbers from 256)
@@ -28,7 +32,7 @@ OTHER_PEER = "192.0.2.99"
 
 class Top(Elaboratable):
     def __init__(self, width):
-        self.rx = RoceRx(width, NUM_QPS)
+        self.rx = RoceRx(width, NUM_QPS, reads=True)
         self.table = QpTable(NUM_QPS)
 
     def elaborate(self, platform):
@@ -123,7 +127,35 @@ def run(width, datagrams, qps, *, seed):
     return counts, events, cnps
 
 
-CAPTURES = read_vectors(CAPTURE_VECTORS)
+CAPTURES = read_vectors(CAPTURE_VECTORS) + read_vectors(RXE_VECTORS)
+READ_RESPONSES = range(0x0D, 0x11)
+
+
+def test_the_rxe_captures_hold_every_kind():
+    """rxe's frames cover what the endpoint must take from a real stack: ACKs, sequence and RNR
+    NAKs, READ requests and every READ response, WRITEs and SENDs of every position, with and
+    without immediate data, and duplicates."""
+    names = {n for n, _ in read_vectors(RXE_VECTORS)}
+    want = {"rxe-ack", "rxe-nak-psn-sequence", "rxe-rnr-nak", "rxe-rdma-read-request",
+            "rxe-rdma-read-response-first", "rxe-rdma-read-response-middle",
+            "rxe-rdma-read-response-last", "rxe-rdma-read-response-only", "rxe-send-first",
+            "rxe-send-middle", "rxe-send-last", "rxe-send-only", "rxe-rdma-write-first",
+            "rxe-rdma-write-last-with-immediate"}
+    assert want <= names, want - names
+    assert any(n.startswith("rxe-duplicate-") for n in names)
+
+
+def test_scapy_parses_the_rxe_captures():
+    """scapy's RoCE layer reads rxe's frames with the BTH fields struct reads, and builds them
+    again byte for byte."""
+    from scapy.contrib.roce import BTH
+    from scapy.layers.l2 import Ether
+    for name, frame in read_vectors(RXE_VECTORS):
+        p = Ether(frame)
+        f = spec_fields(frame)
+        assert BTH in p, name
+        assert (p[BTH].opcode, p[BTH].dqpn, p[BTH].psn) == (f["opcode"], f["dest_qp"], f["psn"])
+        assert bytes(p) == frame, name
 
 
 def test_the_captures_are_what_their_source_says():
@@ -161,10 +193,19 @@ def test_captured_frames_through_the_receive_path(width):
             want["acks"] += 1
             want_events.append({"qp": qp, "syndrome": f["syndrome"], "psn": f["psn"],
                                 "msn": f["msn"]})
+        elif f["opcode"] in READ_RESPONSES:
+            want["read_responses"] += 1
+        elif f["opcode"] < 0x0D:
+            want["requests"] += 1
         else:
             want["drop_opcode"] += 1
         datagrams.append((payload, meta))
         if f["opcode"] not in (0x11, 0x81):
+            if f["opcode"] <= 0x10:                         # one bit flipped: ICRC check
+                bad = bytearray(payload)
+                bad[len(payload) // 2] ^= 0x10
+                datagrams.append((bytes(bad), meta))
+                want["icrc_bad"] += 1
             continue                                        # the other checks come after it
         # the same frame from another peer, to the closed QP, to a QP outside the table
         other = dict(meta, ipv4=dict(meta["ipv4"], src=int(ipaddress.IPv4Address(OTHER_PEER))))
@@ -177,7 +218,7 @@ def test_captured_frames_through_the_receive_path(width):
         to[5:8] = (256 + NUM_QPS).to_bytes(3, "big")
         datagrams.append((_with_icrc(to, meta), meta))
         want["drop_qp"] += 1
-        for bit in (0, 8 * len(payload) - 1, 8 * 20 + 3):  # one bit flipped: ICRC check
+        for bit in (0, 8 * len(payload) - 1, 8 * min(20, len(payload) - 2) + 3):  # ICRC check
             bad = bytearray(payload)
             bad[bit // 8] ^= 1 << (bit % 8)
             datagrams.append((bytes(bad), meta))
