@@ -39,7 +39,12 @@ from collections import Counter
 from pathlib import Path
 
 from rocegen.sim.apps import rxe_guest, rxe_story
+from rocegen.sim.apps.tap import TAP_NAME
+from rocegen.sim.testing.pcap import read_pcap
 from rocegen.sim.testing.scenarios import FPGA_IP, HOST_IP, HOST_MAC
+from rocegen.wire import headers as H
+from rocegen.wire import roce as R
+from rocegen.wire.addr import parse_mac
 
 __all__ = ["add_parser", "run", "frame_kinds", "classify_pcap", "rxe_vectors", "write_vectors",
            "SIM_HOST_TIMEOUT"]
@@ -144,7 +149,6 @@ def _ns(netns, *cmd, check=True):
 def _bridge(netns, mtu):
     """serve's TAP and QEMU's TAP on one bridge in the namespace; the namespace itself keeps no
     address on the segment (the guest is the host there)."""
-    from rocegen.sim.apps.tap import TAP_NAME
     _ns(netns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", check=False)
     _ns(netns, "sysctl", "-qw", "net.ipv6.conf.default.disable_ipv6=1", check=False)
     _ns(netns, "ip", "addr", "flush", "dev", TAP_NAME)
@@ -193,10 +197,6 @@ def frame_kinds(path, host_mac=HOST_MAC):
     ACKNOWLEDGE by its AETH syndrome (``ACK``, ``NAK PSN sequence``, ``NAK invalid request``,
     ``NAK remote access``, ``NAK remote operation``, ``RNR NAK``), and a request whose (QP, PSN,
     opcode) came that way before as ``duplicate <opcode>``."""
-    from rocegen.sim.testing.pcap import read_pcap
-    from rocegen.wire import headers as H
-    from rocegen.wire import roce as R
-    from rocegen.wire.addr import parse_mac
     host = parse_mac(host_mac)
     seen = {"to_fpga": set(), "from_fpga": set()}
     at = H.ETH.length + H.IPV4.length + H.UDP.length

@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from rocegen.sim.testing.verilator import cache_root
+
 __all__ = ["SUITE", "PACKAGES", "MODULES", "guest_dir", "missing_tools", "build_guest",
            "qemu_command", "kvm_works", "INSTALL_HINT"]
 
@@ -48,7 +50,6 @@ PACKAGES = ("linux-image-amd64", "kmod", "iproute2", "iputils-ping", "procps", "
 MODULES = ("crc32_generic", "crc32_pclmul", "virtio_pci", "virtio_net", "9pnet_virtio", "9p",
            "rdma_rxe", "ib_uverbs", "rdma_ucm", "ib_umad", "sch_netem")
 INSTALL_HINT = "as root, `make qemu` installs them (Debian's qemu-system-x86, debootstrap, cpio)"
-CACHE = Path(os.environ.get("ROCEGEN_CACHE", Path.home() / ".cache" / "rocegen")) / "rxe-guest"
 
 INIT = """#!/bin/sh
 # rocegen rxe guest: mounts, modules, the run's job, power off
@@ -82,8 +83,10 @@ def guest_key():
 
 
 def guest_dir(cache=None):
-    """Folder of the guest (it may not be built yet)."""
-    return Path(cache or CACHE) / guest_key()
+    """Folder of the guest (it may not be built yet), in ``cache`` (default: ``rxe-guest`` in the
+    per-user cache directory the Verilator build also uses, ``$ROCEGEN_CACHE`` or
+    ``~/.cache/rocegen``)."""
+    return Path(cache or cache_root() / "rxe-guest") / guest_key()
 
 
 def missing_tools(root_needed=True):

@@ -1,0 +1,156 @@
+"""The parts of ``rocegen sim rxe`` that need no guest: the capture's frames by kind (scapy builds
+them), the vector file written and read back, the story's verdicts on what ``rocegen-host``
+answers, the options refused, and ``sim serve``'s lossy links refused out of range."""
+
+import argparse
+import json
+
+import pytest
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Raw
+
+from rocegen.sim.apps import rxe, rxe_guest, rxe_story, serve
+from rocegen.sim.testing.pcap import PcapWriter
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing.vectors import read_vectors
+
+
+def _frame(bth, payload=b"", *, from_host=True):
+    src, dst = (HOST_MAC, FPGA_MAC) if from_host else (FPGA_MAC, HOST_MAC)
+    sip, dip = (HOST_IP, FPGA_IP) if from_host else (FPGA_IP, HOST_IP)
+    return bytes(Ether(src=src, dst=dst) / IP(src=sip, dst=dip) /
+                 UDP(sport=0xC000, dport=4791, chksum=0) / bth / Raw(payload))
+
+
+def _pcap(path, frames):
+    with PcapWriter(path) as p:
+        for k, f in enumerate(frames):
+            p.write(f, k)
+    return path
+
+
+def test_frames_by_direction_and_kind(tmp_path):
+    send = _frame(BTH(opcode=0x04, dqpn=256, psn=7), bytes(64))
+    frames = [
+        send, send,                                                     # a duplicate SEND_ONLY
+        _frame(BTH(opcode=0x11, dqpn=256, psn=7) / AETH(syndrome=0x1F, msn=1)),
+        _frame(BTH(opcode=0x11, dqpn=256, psn=8) / AETH(syndrome=0x60, msn=1)),
+        _frame(BTH(opcode=0x11, dqpn=256, psn=8) / AETH(syndrome=0x2E, msn=1)),
+        _frame(BTH(opcode=0x11, dqpn=17, psn=3) / AETH(syndrome=0x62, msn=0), from_host=False),
+        _frame(BTH(opcode=0x0C, dqpn=17, psn=4), bytes(16), from_host=False),
+        bytes(Ether(src=HOST_MAC, dst=FPGA_MAC) / IP(src=HOST_IP, dst=FPGA_IP) /
+              UDP(sport=1, dport=17185) / Raw(bytes(64))),              # not RoCEv2
+    ]
+    path = _pcap(tmp_path / "c.pcap", frames)
+    kinds = [(w, k) for w, k, _ in rxe.frame_kinds(path)]
+    assert kinds == [("to_fpga", "SEND_ONLY"), ("to_fpga", "duplicate SEND_ONLY"),
+                     ("to_fpga", "ACK"), ("to_fpga", "NAK PSN sequence"), ("to_fpga", "RNR NAK"),
+                     ("from_fpga", "NAK remote access"), ("from_fpga", "RDMA_READ_REQUEST")]
+    counts = rxe.classify_pcap(path)
+    assert counts["to_fpga"]["duplicate"] == 1 and counts["from_fpga"]["duplicate"] == 0
+
+
+def test_vectors_one_of_each_kind_round_trip(tmp_path):
+    ack = _frame(BTH(opcode=0x11, dqpn=256, psn=1) / AETH(syndrome=0x1F, msn=1))
+    frames = [ack, ack, _frame(BTH(opcode=0x0C, dqpn=17, psn=4), bytes(16), from_host=False)]
+    vectors = rxe.rxe_vectors([(_pcap(tmp_path / "c.pcap", frames), "a test")])
+    assert [(n, f) for n, f, _ in vectors] == [("rxe-ack", ack)]       # rxe's frames only, once
+    manifest = {"suite": "bookworm", "kernel": "6.1", "packages": {"rdma-core": "44.0-2"}}
+    rxe.write_vectors(tmp_path / "v.txt", vectors, manifest)
+    assert read_vectors(tmp_path / "v.txt") == [("rxe-ack", ack)]
+    assert "rdma-core 44.0-2" in (tmp_path / "v.txt").read_text()
+
+
+def _run(op, qps, **kw):
+    return {"op": op, "verified": kw.get("verified", 2), "bytes": kw.get("bytes", 2000),
+            "bad": kw.get("bad", 0), "checked": kw.get("checked"), "wrong": kw.get("wrong"),
+            "ok": kw.get("ok", True), "fpga_qpn": qps}
+
+
+@pytest.mark.parametrize("step, answers, verdict", [
+    # the FPGA's WRITEs: the agent checked every message
+    ("fpga:WRITE", [{"ok": True}, {"ok": True, "result": [_run("WRITE", 256)]}],
+     ("host", 2000, 0, True)),
+    # one message found bad: its bytes count as wrong
+    ("fpga:SEND", [{"ok": True}, {"ok": False, "result": [_run("SEND", 256, bad=1,
+                                                                 ok=False)]}],
+     ("host", 2000, 1000, False)),
+    # the FPGA's READ: its sink checked; short of what was asked is a failure
+    ("fpga:READ", [{"ok": True}, {"ok": True, "result": [_run("READ", 256, checked=1500,
+                                                                wrong=0)]}],
+     ("fpga", 1500, 0, False)),
+    # the host's SEND: the FPGA's sink checked
+    ("host:SEND", [{"op": "SEND", "ok": True, "checked": 2000, "wrong": 0, "bytes": 2000,
+                    "qps": [{"messages": 2}]}], ("fpga", 2000, 0, True)),
+    # the host's READ: the agent checked, one byte wrong
+    ("host:READ", [{"op": "READ", "ok": False, "checked": 2000, "wrong": 1, "bytes": 2000,
+                    "qps": [{"messages": 2}]}], ("host", 2000, 1, False)),
+])
+def test_the_story_judges_what_the_agent_answers(monkeypatch, step, answers, verdict):
+    replies = iter(answers)
+
+    def fake_host(*args):
+        return {"cmd": ["rocegen-host", *args], "rc": 0, "wall_s": 0.0, "json": next(replies),
+                "stderr": ""}
+
+    monkeypatch.setattr(rxe_story, "host", fake_host)
+    job = {"fpga_ip": FPGA_IP, "qps": 1, "pmtu": 1024, "count": 2, "size": 1000, "steps": [step]}
+    cmds = rxe_story.play(job, step)
+    last = cmds[-1]
+    assert (last["checked_by"], last["checked"], last["wrong"], last["ok"]) == verdict
+    assert last["messages"] == 2
+
+
+def _rxe_args(*argv):
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd")
+    rxe.add_parser(sub)
+    return p.parse_args(["rxe", *argv])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "connect,fpga:FETCH_ADD"], "unknown"),
+    (["--steps", "fpga:WRITE"], "must begin with connect"),
+    (["--qps", "9"], "--qps must be 1..8"),
+    (["--host-timeout", "32"], "--host-timeout must be 0..31"),
+    (["--host-rnr-retry", "8"], "--host-rnr-retry must be 0..7"),
+    (["--recv-depth", "0"], "--recv-depth must be 1..4096"),
+    (["--", "--tap"], "--tap is set by rocegen sim rxe"),
+])
+def test_rxe_options_refused(argv, message):
+    with pytest.raises(ValueError, match=message):
+        rxe._validate(_rxe_args(*argv))
+
+
+def test_serve_args_after_the_separator_pass_through():
+    steps, extra = rxe._validate(_rxe_args("--", "--rq-depth", "2"))
+    assert extra == ["--rq-depth", "2"] and steps[0] == "connect"
+
+
+@pytest.mark.parametrize("option", ["--loss-to-fpga", "--loss-from-fpga"])
+def test_serve_refuses_a_loss_out_of_range(option):
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd")
+    serve.add_parser(sub)
+    args = p.parse_args(["serve", "--width", "64", option, "0.9"])
+    with pytest.raises(ValueError, match=f"{option} must be a probability 0..0.5"):
+        serve.serve_config(args)
+
+
+def test_the_guest_key_follows_what_builds_it(monkeypatch):
+    key = rxe_guest.guest_key()
+    monkeypatch.setattr(rxe_guest, "PACKAGES", rxe_guest.PACKAGES + ("strace",))
+    assert rxe_guest.guest_key() != key
+    monkeypatch.setattr(rxe_guest.shutil, "which", lambda tool: None)
+    why = rxe_guest.missing_tools(root_needed=False)
+    assert "qemu-system-x86_64, debootstrap, cpio missing" in why and "make qemu" in why
+
+
+def test_qemu_command_shares_the_sources_read_only(tmp_path):
+    cmd = rxe_guest.qemu_command(tmp_path, "/src", tmp_path / "out", tap="t0", mac=HOST_MAC,
+                                 kvm=False)
+    assert "tcg" in cmd and "local,path=/src,mount_tag=src,security_model=none,readonly=on" in cmd
+    assert f"virtio-net-pci,netdev=n0,mac={HOST_MAC}" in cmd
+    assert json.dumps(cmd)          # plain strings only
