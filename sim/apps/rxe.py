@@ -47,12 +47,16 @@ from rocegen.wire import roce as R
 from rocegen.wire.addr import parse_mac
 
 __all__ = ["add_parser", "run", "frame_kinds", "classify_pcap", "rxe_vectors", "write_vectors",
-           "SIM_HOST_TIMEOUT"]
+           "SIM_HOST_TIMEOUT", "SIM_FPGA_TIMEOUT"]
 
 #: The host QP's local ACK timeout code against the simulated FPGA (4.096 us x 2^20 = 4.3 s):
 #: the simulation runs some 10^4 times slower than the FPGA would, so a real stack's usual 14
 #: (67 ms) retransmits long before the answer comes.
 SIM_HOST_TIMEOUT = 20
+#: The FPGA QP's retransmit timeout code in a co-simulation (4.096 us x 2^10 = 4.2 ms of the
+#: FPGA's time, some 10 s of wall time at W = 64): the endpoint's default, 14 (67 ms), is minutes
+#: of wall time, so a lost last ACK would stall a step far longer than the host agent waits.
+SIM_FPGA_TIMEOUT = 10
 BRIDGE, QEMU_TAP = "rgbr0", "rgqemu0"
 PORT_MAC = "02:00:00:00:00:fe"          # serve's TAP, once on the bridge
 DEFAULT_STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM",
@@ -93,6 +97,9 @@ def add_parser(subparsers):
     r.add_argument("--host-timeout", type=int, default=SIM_HOST_TIMEOUT,
                    help=f"the host QP's ACK timeout code (default {SIM_HOST_TIMEOUT}: 4.3 s; "
                    f"small values make rxe retransmit spuriously)")
+    r.add_argument("--fpga-timeout", type=int, default=SIM_FPGA_TIMEOUT,
+                   help=f"the FPGA QP's retransmit timeout code, in the FPGA's time (default "
+                   f"{SIM_FPGA_TIMEOUT}: 4.2 ms)")
     r.add_argument("--host-retry-cnt", type=int, default=7)
     r.add_argument("--host-rnr-retry", type=int, default=7)
     r.add_argument("--output", default="build/rxe", help="folder of the run's files "
@@ -125,6 +132,8 @@ def _validate(args):
         raise ValueError(f"--recv-depth must be 1..4096, not {args.recv_depth}")
     if not 0 <= args.host_timeout <= 31:
         raise ValueError(f"--host-timeout must be 0..31, not {args.host_timeout}")
+    if not 1 <= args.fpga_timeout <= 31:
+        raise ValueError(f"--fpga-timeout must be 1..31, not {args.fpga_timeout}")
     for option, v in (("--host-retry-cnt", args.host_retry_cnt),
                       ("--host-rnr-retry", args.host_rnr_retry)):
         if not 0 <= v <= 7:
@@ -356,8 +365,9 @@ def run(args):
                  "--qps", str(max(args.qps, 2)), "--status", str(status), "--pcap", str(pcap),
                  "--loss-to-fpga", str(args.loss_to_fpga), "--loss-from-fpga",
                  str(args.loss_from_fpga), "--loss-seed", str(args.loss_seed), *extra]
-    connect = ["--host-timeout", str(args.host_timeout), "--host-retry-cnt",
-               str(args.host_retry_cnt), "--host-rnr-retry", str(args.host_rnr_retry)]
+    connect = ["--timeout", str(args.fpga_timeout), "--host-timeout", str(args.host_timeout),
+               "--host-retry-cnt", str(args.host_retry_cnt), "--host-rnr-retry",
+               str(args.host_rnr_retry)]
     if args.recv_depth is not None:
         connect += ["--recv-depth", str(args.recv_depth)]
     job = {"fpga_ip": FPGA_IP, "qps": args.qps, "pmtu": args.pmtu, "count": args.count,

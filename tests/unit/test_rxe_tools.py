@@ -116,6 +116,7 @@ def _rxe_args(*argv):
     (["--qps", "9"], "--qps must be 1..8"),
     (["--host-timeout", "32"], "--host-timeout must be 0..31"),
     (["--host-rnr-retry", "8"], "--host-rnr-retry must be 0..7"),
+    (["--fpga-timeout", "0"], "--fpga-timeout must be 1..31"),
     (["--recv-depth", "0"], "--recv-depth must be 1..4096"),
     (["--", "--tap"], "--tap is set by rocegen sim rxe"),
 ])
