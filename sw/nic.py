@@ -53,6 +53,8 @@ import threading
 import time
 from typing import NamedTuple
 
+from rocegen.wire.roce import SIMULATED_PEER_TIMEOUT
+
 __all__ = ["Cpl", "SendCpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic",
            "SIM_WIRE", "SEND_OPS", "SIM_TIMEOUT", "VERBS_TIMEOUT", "SIM_PEER_TIMEOUT"]
 
@@ -70,10 +72,8 @@ SIM_TIMEOUT = 18
 #: otherwise: 4.096 us x 2^14 = 67 ms (retry count and RNR retry count: 7 and 7).
 VERBS_TIMEOUT = 14
 #: The host QP's local ACK timeout code that suits a simulated FPGA (``rocegen sim serve``):
-#: 4.096 us x 2^20 = 4.3 s. The simulated FPGA runs about 10^4 times slower than real time, so
-#: a real NIC or soft-RoCE (rxe) at :data:`VERBS_TIMEOUT` would time out and retransmit
-#: spuriously; ``connect --host-timeout 20`` against it.
-SIM_PEER_TIMEOUT = 20
+#: :data:`rocegen.wire.roce.SIMULATED_PEER_TIMEOUT`; ``connect --host-timeout 20`` against it.
+SIM_PEER_TIMEOUT = SIMULATED_PEER_TIMEOUT
 #: Packets the simulated NIC's requester may have outstanding per QP.
 SIM_WINDOW = 64
 #: Seconds between looks at the simulated requester's timers.

@@ -75,5 +75,11 @@ def timeout_ns(code):
     return 4096 << code
 
 
+#: The local ACK timeout code a real RDMA stack's QP needs against a simulated FPGA (``rocegen
+#: sim serve``, ``rocegen sim rxe``): 4.096 us x 2^20 = 4.3 s. The simulation runs some 10^3 to
+#: 10^4 times slower than the FPGA, while a real stack's timers run in real time, so at the usual
+#: 14 (67 ms) it would retransmit long before the simulated FPGA answers.
+SIMULATED_PEER_TIMEOUT = 20
+
 #: Shortest Ethernet frame before its FCS; a MAC pads shorter ones and drops shorter received ones.
 ETH_MIN_FRAME = 60

@@ -45,14 +45,11 @@ from rocegen.sim.testing.scenarios import FPGA_IP, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire import roce as R
 from rocegen.wire.addr import parse_mac
+from rocegen.wire.roce import SIMULATED_PEER_TIMEOUT
 
 __all__ = ["add_parser", "run", "frame_kinds", "classify_pcap", "rxe_vectors", "write_vectors",
-           "SIM_HOST_TIMEOUT", "SIM_FPGA_TIMEOUT"]
+           "SIM_FPGA_TIMEOUT"]
 
-#: The host QP's local ACK timeout code against the simulated FPGA (4.096 us x 2^20 = 4.3 s):
-#: the simulation runs some 10^4 times slower than the FPGA would, so a real stack's usual 14
-#: (67 ms) retransmits long before the answer comes.
-SIM_HOST_TIMEOUT = 20
 #: The FPGA QP's retransmit timeout code in a co-simulation (4.096 us x 2^10 = 4.2 ms of the
 #: FPGA's time, some 10 s of wall time at W = 64): the endpoint's default, 14 (67 ms), is minutes
 #: of wall time, so a lost last ACK would stall a step far longer than the host agent waits.
@@ -94,8 +91,8 @@ def add_parser(subparsers):
     r.add_argument("--loss-seed", type=int, default=1)
     r.add_argument("--recv-depth", type=int, default=None,
                    help="receive buffers per host QP (few: the FPGA's SENDs meet RNR NAKs)")
-    r.add_argument("--host-timeout", type=int, default=SIM_HOST_TIMEOUT,
-                   help=f"the host QP's ACK timeout code (default {SIM_HOST_TIMEOUT}: 4.3 s; "
+    r.add_argument("--host-timeout", type=int, default=SIMULATED_PEER_TIMEOUT,
+                   help=f"the host QP's ACK timeout code (default {SIMULATED_PEER_TIMEOUT}: 4.3 s; "
                    f"small values make rxe retransmit spuriously)")
     r.add_argument("--fpga-timeout", type=int, default=SIM_FPGA_TIMEOUT,
                    help=f"the FPGA QP's retransmit timeout code, in the FPGA's time (default "
