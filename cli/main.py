@@ -605,7 +605,11 @@ def main(argv=None):
         if args.command == "sim" and args.sim_command == "serve":
             return serve.run(args)
         if args.command == "sim" and args.sim_command == "rxe":
-            return rxe.run(args)
+            try:
+                return rxe.run(args)
+            except RuntimeError as e:
+                print(f"rocegen: sim rxe failed: {e}", file=sys.stderr)
+                return 1
         if args.command == "sim" and args.sim_command == "incast":
             return incast.run(args)
         if args.command == "bench":

@@ -358,6 +358,7 @@ def run(args):
     bindir = Path(sys.executable).parent
     rocegen = [str(bindir / "rocegen")] if (bindir / "rocegen").exists() else \
         [sys.executable, "-m", "rocegen.cli"]
+    # an endpoint of at least 2 QPs: a run of one QP shares the Verilator build of two
     serve_cmd = [*rocegen, "sim", "serve", "--tap", "--netns", netns, "--width", str(args.width),
                  "--qps", str(max(args.qps, 2)), "--status", str(status), "--pcap", str(pcap),
                  "--loss-to-fpga", str(args.loss_to_fpga), "--loss-from-fpga",
