@@ -25,12 +25,13 @@ simulation but the ``--sim`` of step 3: against a board, the same host commands 
 import json
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from rocegen.sim.apps.serve import stop_server
 
 __all__ = ["add_parser", "run"]
 
@@ -190,12 +191,7 @@ def run(args):
         print("\n== 7. close the QPs and stop the simulated FPGA", flush=True)
         _run([*host, "close"], env)
     finally:
-        os.killpg(serve.pid, signal.SIGTERM)
-        try:
-            serve.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-            serve.wait()
+        stop_server(serve)
         log.close()
     final = json.loads(status.read_text())
     if final.get("state") != "stopped":

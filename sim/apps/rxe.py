@@ -39,6 +39,7 @@ from collections import Counter
 from pathlib import Path
 
 from rocegen.sim.apps import rxe_guest, rxe_story
+from rocegen.sim.apps.serve import stop_server
 from rocegen.sim.apps.tap import TAP_NAME
 from rocegen.sim.testing.pcap import read_pcap
 from rocegen.sim.testing.scenarios import FPGA_IP, HOST_IP, HOST_MAC
@@ -398,13 +399,7 @@ def run(args):
                 print(f"the guest did not finish in {args.guest_timeout:.0f} s", file=sys.stderr)
         guest_s = time.monotonic() - tq
     finally:
-        if serve.poll() is None:
-            os.killpg(serve.pid, signal.SIGTERM)
-            try:
-                serve.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(serve.pid, signal.SIGKILL)
-                serve.wait()
+        stop_server(serve)
         log.close()
     story_path = gout / "story.json"
     story = json.loads(story_path.read_text()) if story_path.exists() else \

@@ -39,6 +39,7 @@ import ipaddress
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,7 +47,7 @@ from pathlib import Path
 
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
-__all__ = ["add_parser", "run", "serve_config", "DEFAULT_WIRE_PORT"]
+__all__ = ["add_parser", "run", "serve_config", "stop_server", "DEFAULT_WIRE_PORT"]
 
 DEFAULT_WIRE_PORT = 17186
 
@@ -257,6 +258,20 @@ def _simulate(args, cfg, conf):
     final = json.loads(status.read_text())
     print(summary(final))
     return 0
+
+
+def stop_server(proc, timeout=120):
+    """Stop a ``rocegen sim serve`` started in a session of its own (``start_new_session``):
+    SIGTERM to its process group (the bench stops and writes its final status), SIGKILL after
+    ``timeout`` seconds. Nothing when it has already exited."""
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def summary(final):
