@@ -25,6 +25,7 @@ from rocegen.sim.models import icrc
 from rocegen.sim.models.checksum import internet_checksum
 from rocegen.sim.models.switch import PacedSender, Switch, line_ns, pfc_headroom, run
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 NIC_MAC = 0x02_00_00_00_00_10
 NIC_IP = 0x0A_00_00_64
@@ -45,7 +46,7 @@ def write_middle(sender, psn, payload):
     frame = (H.ETH.pack(dst=NIC_MAC, src=0x02_00_00_00_00_01 + sender,
                         ethertype=H.ETHERTYPE_IPV4) + ip
              + H.UDP.pack(src_port=0xC000 + sender, dst_port=H.UDP_PORT_ROCEV2, length=udp_len)
-             + H.BTH.pack(opcode=H.OP_RC_RDMA_WRITE_MIDDLE, pkey=0xFFFF, dest_qp=0x100 + sender,
+             + H.BTH.pack(opcode=opc.OP_RC_RDMA_WRITE_MIDDLE, pkey=0xFFFF, dest_qp=0x100 + sender,
                           psn=psn)
              + bytes(payload))
     return icrc.append(frame)

@@ -25,15 +25,7 @@ __all__ = [
     "ETHERTYPE_IPV4", "ETHERTYPE_ARP", "ETHERTYPE_VLAN",
     "IP_PROTO_ICMP", "IP_PROTO_UDP",
     "IPV6", "ETHERTYPE_IPV6",
-    "BTH", "RETH", "AETH", "IMMDT", "CNP_PAYLOAD", "UDP_PORT_ROCEV2",
-    "OP_RC_SEND_FIRST", "OP_RC_SEND_MIDDLE", "OP_RC_SEND_LAST", "OP_RC_SEND_LAST_WITH_IMMEDIATE",
-    "OP_RC_SEND_ONLY", "OP_RC_SEND_ONLY_WITH_IMMEDIATE",
-    "OP_RC_RDMA_WRITE_FIRST", "OP_RC_RDMA_WRITE_MIDDLE", "OP_RC_RDMA_WRITE_LAST",
-    "OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE", "OP_RC_RDMA_WRITE_ONLY",
-    "OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE", "OP_RC_RDMA_READ_REQUEST", "OP_RC_ACKNOWLEDGE",
-    "OP_RC_RDMA_READ_RESPONSE_FIRST", "OP_RC_RDMA_READ_RESPONSE_MIDDLE",
-    "OP_RC_RDMA_READ_RESPONSE_LAST", "OP_RC_RDMA_READ_RESPONSE_ONLY",
-    "OP_CNP",
+    "BTH", "RETH", "AETH", "IMMDT", "ATOMIC_ETH", "ATOMIC_ACK_ETH", "CNP_PAYLOAD", "UDP_PORT_ROCEV2",
 ]
 
 
@@ -225,27 +217,15 @@ IMMDT = Header("immdt", [("imm", 32)])
 #: The 16 reserved (zero) bytes that follow the BTH of a CNP.
 CNP_PAYLOAD = Header("cnp", [("reserved", 128)])
 
-# BTH opcodes: reliable connection (RC) sends and RDMA writes, as the requester uses them
-OP_RC_SEND_FIRST = 0x00
-OP_RC_SEND_MIDDLE = 0x01
-OP_RC_SEND_LAST = 0x02
-OP_RC_SEND_LAST_WITH_IMMEDIATE = 0x03        # ImmDt
-OP_RC_SEND_ONLY = 0x04
-OP_RC_SEND_ONLY_WITH_IMMEDIATE = 0x05        # ImmDt
-OP_RC_RDMA_WRITE_FIRST = 0x06                # RETH
-OP_RC_RDMA_WRITE_MIDDLE = 0x07
-OP_RC_RDMA_WRITE_LAST = 0x08
-OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09  # ImmDt
-OP_RC_RDMA_WRITE_ONLY = 0x0A                 # RETH
-OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0B  # RETH then ImmDt
-OP_RC_RDMA_READ_REQUEST = 0x0C               # RETH
-OP_RC_RDMA_READ_RESPONSE_FIRST = 0x0D        # AETH
-OP_RC_RDMA_READ_RESPONSE_MIDDLE = 0x0E
-OP_RC_RDMA_READ_RESPONSE_LAST = 0x0F         # AETH
-OP_RC_RDMA_READ_RESPONSE_ONLY = 0x10         # AETH
-OP_RC_ACKNOWLEDGE = 0x11                     # AETH
-#: Congestion Notification Packet (BECN set, DestQP = the notified QP, then :data:`CNP_PAYLOAD`).
-OP_CNP = 0x81
+#: Atomic Extended Transport Header of COMPARE_SWAP and FETCH_ADD: remote virtual address,
+#: R_Key, the swap (or add) data and the compare data.
+ATOMIC_ETH = Header("atomic_eth", [("va", 64), ("rkey", 32), ("swap_add", 64), ("compare", 64)])
+
+#: Atomic Acknowledge Extended Transport Header: the remote data before the atomic operation.
+ATOMIC_ACK_ETH = Header("atomic_ack_eth", [("orig", 64)])
+
+# The BTH opcodes, the extension headers each carries and what it means are in the opcode
+# catalogue, :mod:`rocegen.wire.opcodes`.
 
 #: The 64-byte datagram of the out-of-band connection manager (UDP port 17185; see
 #: :mod:`rocegen.gateware.roce.cm`). ``loc_*`` describe the sender, ``rem_*`` its peer. Byte 0

@@ -1,50 +1,12 @@
 """RoCEv2 transport facts (InfiniBand Architecture Specification volume 1 and its Annex A17, as
-summarised in the project's wire notes): opcode names, path MTUs, PSN arithmetic, AETH
-syndromes and the timer tables behind retransmit timeout and RNR codes."""
-
-from rocegen.wire import headers as H
+summarised in the project's wire notes): path MTUs, PSN arithmetic, AETH syndromes and the timer
+tables behind retransmit timeout and RNR codes. The opcodes are in :mod:`rocegen.wire.opcodes`."""
 
 __all__ = [
-    "OPCODE_NAMES", "opcode_name", "is_request_opcode", "PMTUS", "PSN_MOD", "PSN_MASK",
+    "PMTUS", "PSN_MOD", "PSN_MASK",
     "SYN_ACK", "SYN_RNR", "NAK_PSN_SEQ", "NAK_INV_REQ", "NAK_REM_ACCESS", "NAK_REM_OP",
     "RNR_DELAY_US", "timeout_ns", "ETH_MIN_FRAME",
 ]
-
-#: BTH opcode -> its name in the specification (RC and CNP as rocegen sends and receives them).
-OPCODE_NAMES = {
-    H.OP_RC_SEND_FIRST: "SEND_FIRST",
-    H.OP_RC_SEND_MIDDLE: "SEND_MIDDLE",
-    H.OP_RC_SEND_LAST: "SEND_LAST",
-    H.OP_RC_SEND_LAST_WITH_IMMEDIATE: "SEND_LAST_WITH_IMMEDIATE",
-    H.OP_RC_SEND_ONLY: "SEND_ONLY",
-    H.OP_RC_SEND_ONLY_WITH_IMMEDIATE: "SEND_ONLY_WITH_IMMEDIATE",
-    H.OP_RC_RDMA_WRITE_FIRST: "RDMA_WRITE_FIRST",
-    H.OP_RC_RDMA_WRITE_MIDDLE: "RDMA_WRITE_MIDDLE",
-    H.OP_RC_RDMA_WRITE_LAST: "RDMA_WRITE_LAST",
-    H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: "RDMA_WRITE_LAST_WITH_IMMEDIATE",
-    H.OP_RC_RDMA_WRITE_ONLY: "RDMA_WRITE_ONLY",
-    H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: "RDMA_WRITE_ONLY_WITH_IMMEDIATE",
-    H.OP_RC_RDMA_READ_REQUEST: "RDMA_READ_REQUEST",
-    0x0D: "RDMA_READ_RESPONSE_FIRST",
-    0x0E: "RDMA_READ_RESPONSE_MIDDLE",
-    0x0F: "RDMA_READ_RESPONSE_LAST",
-    0x10: "RDMA_READ_RESPONSE_ONLY",
-    H.OP_RC_ACKNOWLEDGE: "ACKNOWLEDGE",
-    H.OP_CNP: "CNP",
-}
-
-
-def opcode_name(opcode):
-    """The name of a BTH opcode, or ``"0xNN"`` for one rocegen does not know."""
-    return OPCODE_NAMES.get(opcode, f"0x{opcode:02x}")
-
-
-def is_request_opcode(opcode):
-    """``opcode`` is one a responder answers: an RC request (SEND, WRITE, READ, atomic, or a
-    reserved RC code, which it refuses), not a READ response, an ACKNOWLEDGE, an ATOMIC
-    ACKNOWLEDGE or another transport."""
-    return opcode >> 5 == 0 and not 0x0D <= opcode <= 0x12
-
 
 #: Path MTUs in bytes (the IB MTU codes 1..5).
 PMTUS = (256, 512, 1024, 2048, 4096)

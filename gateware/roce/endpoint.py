@@ -63,7 +63,8 @@ from rocegen.gateware.roce.scheduler import Scheduler
 from rocegen.gateware.roce.stream_in import STREAM_META, StreamFrontEnd
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG, TrafficGen
 from rocegen.gateware.roce.wr_merge import WrMerge
-from rocegen.wire.headers import OP_RC_ACKNOWLEDGE, UDP_PORT_ROCEV2
+from rocegen.wire.headers import UDP_PORT_ROCEV2
+from rocegen.wire.opcodes import OP_RC_ACKNOWLEDGE
 
 __all__ = ["RoceEndpoint", "ROCE_STATS", "STATS", "MEMORIES", "PMTU_MAX", "QP_COUNTERS",
            "RD_HOLE_WAIT", "default_clk_hz"]

@@ -4,6 +4,7 @@
 from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
+from rocegen.wire import verbs
 from rocegen.wire.headers import CM
 
 __all__ = ["check_num_qps", "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
@@ -27,14 +28,20 @@ def check_num_qps(num_qps):
     return num_qps
 
 
-class WrOpcode(enum.Enum, shape=3):
-    """What a work request does (codes 5..7 are refused with
-    :attr:`CplStatus.UNSUPPORTED`)."""
-    WRITE = 0
-    WRITE_IMM = 1
-    SEND = 2
-    SEND_IMM = 3
-    READ = 4          # RDMA READ: ``length`` bytes from the peer into ``local_addr``
+def _hardware_enum(py_enum, shape):
+    """The Amaranth enum of ``shape`` with the members of ``py_enum`` (a :mod:`rocegen.wire.verbs`
+    enum): the same name, member names, values and docstring."""
+    namespace = enum.EnumType.__prepare__(py_enum.__name__, (enum.Enum,), shape=shape)
+    namespace["__module__"] = __name__
+    namespace["__qualname__"] = py_enum.__name__
+    namespace["__doc__"] = py_enum.__doc__
+    for member in py_enum:
+        namespace[member.name] = member.value
+    return enum.EnumType(py_enum.__name__, (enum.Enum,), namespace, shape=shape)
+
+
+#: What a work request does (:class:`rocegen.wire.verbs.WrOpcode`).
+WrOpcode = _hardware_enum(verbs.WrOpcode, 3)
 
 
 #: A work request, as the user's logic (or the traffic generator) posts it.
@@ -56,20 +63,8 @@ class WrSource(enum.Enum, shape=2):
     RESPONDER = 3     # the responder's RDMA READ responses (no work request, no completion)
 
 
-class CplStatus(enum.Enum, shape=4):
-    """Status of a completion."""
-    OK = 0              # every packet of the message was acknowledged
-    BAD_QP = 1          # QP index outside the QP table
-    QP_NOT_READY = 2    # the QP was not ready to send (RTS) when the request came to be sent
-    LOCAL_ALIGN = 3     # local address not a multiple of the memory word (W/8 bytes)
-    LOCAL_LENGTH = 4    # local buffer [local_addr, local_addr + length) outside local memory
-    FLUSHED = 5         # the QP went to the error state (or was closed) before it completed
-    RETRY_EXCEEDED = 6  # timeouts / sequence-error rewinds ran out of retries (retry_cnt)
-    RNR_RETRY_EXCEEDED = 7  # RNR NAKs ran out of retries (rnr_retry)
-    REMOTE_INVALID = 8  # the responder answered NAK invalid request
-    REMOTE_ACCESS = 9   # the responder answered NAK remote access error
-    REMOTE_OP = 10      # the responder answered NAK remote operational error
-    UNSUPPORTED = 11    # an opcode the endpoint was built without (READ without its requester)
+#: Status of a completion (:class:`rocegen.wire.verbs.CplStatus`).
+CplStatus = _hardware_enum(verbs.CplStatus, 4)
 
 
 #: A work request with the source that posted it (what the scheduler takes).
@@ -153,12 +148,8 @@ TRAFFIC_CONFIG = data.StructLayout({"dscp": 6, "ecn": 2, "pcp": 3})
 PFC_CONFIG = data.StructLayout({"enable": 1, "prio": 3})
 
 
-class QpState(enum.Enum, shape=3):
-    RESET = 0
-    INIT = 1
-    RTR = 2
-    RTS = 3
-    ERROR = 4
+#: The state of a QP (:class:`rocegen.wire.verbs.QpState`).
+QpState = _hardware_enum(verbs.QpState, 3)
 
 
 #: First QP number; QP index k has QPN ``QPN_BASE + k``.

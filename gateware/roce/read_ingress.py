@@ -13,6 +13,7 @@ from rocegen.gateware.roce.read_layouts import READ_RESP_HEADER
 from rocegen.gateware.roce.resp_layouts import LENGTH_BITS
 from rocegen.gateware.roce.rx import has_aeth, is_read_response
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = ["ReadIngress", "READ_INGRESS_COUNTERS", "READ_HDR_MIN", "READ_HDR_MAX"]
 
@@ -140,7 +141,7 @@ class ReadIngress(wiring.Component):
 
         # ---- stage A -> B: the checks, the record
         op, qpn = a_bth.opcode, a_bth.dest_qp
-        is_ack = op == H.OP_RC_ACKNOWLEDGE
+        is_ack = op == opc.OP_RC_ACKNOWLEDGE
         aeth_on = has_aeth(op) | is_ack
         hdr_len = Mux(aeth_on, READ_HDR_MAX, READ_HDR_MIN)
         length, bad = payload_length(m, a_udp_len, hdr_len, a_bth.padcnt, LENGTH_BITS)

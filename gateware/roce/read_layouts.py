@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.roce.layouts import ACK_EVENT, INDEX_BITS, CplStatus
 from rocegen.gateware.roce.resp_engine import SEQ_BITS
 from rocegen.gateware.roce.resp_layouts import LENGTH_BITS
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import NAK_PSN_SEQ, NAK_REM_OP, SYN_ACK
 
 __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_ENTRY",
@@ -22,10 +22,8 @@ __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_
 #: Most READs a QP may have outstanding (``max_rd_atomic``; ConnectX offers 16).
 MAX_RD_ATOMIC = 16
 
-#: READ response opcodes (the wire notes' "RC opcodes"; AETH on FIRST, LAST and ONLY).
-OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = (
-    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+#: READ response opcodes (FIRST, MIDDLE, LAST, ONLY; AETH on all but MIDDLE).
+OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = opc.verb_opcodes(opc.Verb.RDMA_READ_RESPONSE)
 # (the AETH syndromes the READ requester hands to the retry engine of its own, from
 # rocegen.wire.roce: SYN_ACK for a response written, NAK_PSN_SEQ for a gap, NAK_REM_OP for any
 # unexpected NAK code in a READ response's AETH, as in rxe)

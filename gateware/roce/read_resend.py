@@ -13,7 +13,7 @@ from rocegen.gateware.roce.layouts import (
     check_num_qps,
 )
 from rocegen.gateware.roce.read_layouts import READ_REISSUE
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = ["ReadResend", "check_resend_depth"]
 
@@ -110,7 +110,7 @@ class ReadResend(wiring.Component):
         d = Signal(PACKET_DESC)
         m.d.comb += [
             d.wr_id.eq(head.wr_id), d.qp.eq(head.qp), d.dest_qpn.eq(ctx.peer_qpn),
-            d.opcode.eq(H.OP_RC_RDMA_READ_REQUEST), d.psn.eq(head.psn), d.ack_req.eq(1),
+            d.opcode.eq(opc.OP_RC_RDMA_READ_REQUEST), d.psn.eq(head.psn), d.ack_req.eq(1),
             d.has_reth.eq(1), d.va.eq(head.va), d.rkey.eq(ctx.rkey), d.dma_len.eq(head.length),
             d.last.eq(1), d.src.eq(WrSource.USER), d.peer_ip.eq(ctx.peer_ip),
             d.udp_sport.eq(ctx.udp_sport), d.dscp.eq(ctx.dscp), d.ecn.eq(ctx.ecn),

@@ -10,6 +10,7 @@ from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
 from rocegen.gateware.net.udp_tx import ICRC_BYTES, UDP_TX_META
 from rocegen.gateware.roce.resp_layouts import ACK_PAYLOAD, CNP_PAYLOAD_BYTES, RESP_RESPONSE
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = ["RespAck", "is_plain_ack"]
 
@@ -137,7 +138,7 @@ class RespAck(wiring.Component):
 
         # the packet: BTH, then the AETH (ACKNOWLEDGE) or zeros (CNP)
         bth, aeth = Signal(H.BTH.layout), Signal(H.AETH.layout)
-        m.d.comb += [bth.opcode.eq(Mux(cur.cnp, H.OP_CNP, H.OP_RC_ACKNOWLEDGE)),
+        m.d.comb += [bth.opcode.eq(Mux(cur.cnp, opc.OP_CNP, opc.OP_RC_ACKNOWLEDGE)),
                      bth.pkey.eq(0xFFFF), bth.becn.eq(cur.cnp), bth.dest_qp.eq(cur.dest_qpn)]
         with m.If(~cur.cnp):
             m.d.comb += [bth.psn.eq(cur.psn), aeth.syndrome.eq(cur.syndrome), aeth.msn.eq(cur.msn)]

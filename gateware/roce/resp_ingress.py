@@ -10,6 +10,7 @@ from rocegen.gateware.roce.ingress_store import ICRC_BYTES, IngressStore, payloa
 from rocegen.gateware.roce.resp_layouts import LENGTH_BITS, REQ_HDR_MAX, REQ_HDR_MIN, RESP_HEADER
 from rocegen.gateware.roce.resp_precheck import RESP_REQUEST, RespPrecheck, has_imm
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = ["RespIngress", "is_request", "has_reth", "has_imm", "ICRC_BYTES"]
 
@@ -21,16 +22,14 @@ _EXT_AT = 8 * REQ_HDR_MIN
 def is_request(opcode):
     """The BTH ``opcode`` is one a responder answers: an RC request (SEND, WRITE, READ, atomic
     or a reserved RC code, which it refuses), not a response, an ACKNOWLEDGE or another
-    transport."""
-    return (opcode[5:8] == 0) & ~((opcode >= H.OP_RC_RDMA_READ_REQUEST + 1) &
-                                  (opcode <= H.OP_RC_ACKNOWLEDGE + 1))
+    transport (:func:`rocegen.wire.opcodes.is_request`)."""
+    return (opc.transport(opcode) == opc.TRANSPORT_RC) & ~opc.matches(opcode, opc.RESPONSES)
 
 
 def has_reth(opcode):
-    """WRITE FIRST, WRITE ONLY (with or without immediate) and READ carry a RETH."""
-    return ((opcode == H.OP_RC_RDMA_WRITE_FIRST) | (opcode == H.OP_RC_RDMA_WRITE_ONLY) |
-            (opcode == H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE) |
-            (opcode == H.OP_RC_RDMA_READ_REQUEST))
+    """The request ``opcode`` carries a RETH (WRITE FIRST, WRITE ONLY with or without immediate,
+    READ)."""
+    return opc.matches(opcode, opc.codes(has_reth=True, supported=True))
 
 
 class RespIngress(wiring.Component):

@@ -5,17 +5,30 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.resp_layouts import LENGTH_BITS, READ_MAX, RESP_HEADER, RespKind
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = ["RespPrecheck", "RESP_FACTS", "RESP_REQUEST", "PMTU_CODES", "has_imm", "kind_of"]
 
 
 def has_imm(opcode):
     """The *_WITH_IMMEDIATE opcodes carry an ImmDt (after the RETH, if any)."""
-    return ((opcode == H.OP_RC_SEND_LAST_WITH_IMMEDIATE) |
-            (opcode == H.OP_RC_SEND_ONLY_WITH_IMMEDIATE) |
-            (opcode == H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE) |
-            (opcode == H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE))
+    return opc.matches(opcode, opc.codes(has_imm=True, supported=True))
+
+
+_SEND = opc.codes(verb=opc.Verb.SEND)
+_WRITE = opc.codes(verb=opc.Verb.RDMA_WRITE)
+
+
+def _place(codes):
+    """Position -> the offsets of its opcodes from the verb's first (same for every verb)."""
+    return {p: tuple(c - codes[0] for c in codes if opc.row(c).position is p) for p in opc.Position}
+
+
+# A request's place in its message, from its offset from the first opcode of its verb: SEND and
+# RDMA WRITE lay out their positions alike, and SEND's codes start at 0.
+_PLACE = _place(_SEND)
+if _place(_WRITE) != _PLACE or _SEND[0] != 0:
+    raise AssertionError("SEND and RDMA WRITE opcodes are not laid out alike from 0")
 
 
 #: Values of a QP context's ``pmtu_log2`` field (4 bits) the facts cover: all of them.
@@ -74,15 +87,16 @@ class RespPrecheck(wiring.Component):
         h, f = self.h, self.facts
         bth, reth, n = h.bth, h.reth, h.length
         op = bth.opcode
-        send = op <= H.OP_RC_SEND_ONLY_WITH_IMMEDIATE
-        write = (op >= H.OP_RC_RDMA_WRITE_FIRST) & (op <= H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+        send = opc.matches(op, _SEND)
+        write = opc.matches(op, _WRITE)
         sub = Signal(3)                                 # 0 F, 1 M, 2-3 L, 4-5 O
-        m.d.comb += sub.eq(Mux(send, op, op - H.OP_RC_RDMA_WRITE_FIRST))
-        first, middle = sub == 0, sub == 1
-        last, only = (sub == 2) | (sub == 3), (sub == 4) | (sub == 5)
+        m.d.comb += sub.eq(Mux(send, op, op - _WRITE[0]))
+        P = opc.Position
+        first, middle = opc.matches(sub, _PLACE[P.FIRST]), opc.matches(sub, _PLACE[P.MIDDLE])
+        last, only = opc.matches(sub, _PLACE[P.LAST]), opc.matches(sub, _PLACE[P.ONLY])
         imm = has_imm(op)
         m.d.comb += [
-            f.read.eq(op == H.OP_RC_RDMA_READ_REQUEST),
+            f.read.eq(op == opc.opcode(opc.Verb.RDMA_READ, opc.Position.ONLY)),
             f.read_len_bad.eq((n != 0) | (bth.padcnt != 0) | (reth.dma_len > READ_MAX)),
             f.send.eq(send), f.write.eq(write), f.first.eq(first), f.middle.eq(middle),
             f.last.eq(last), f.only.eq(only), f.imm.eq(imm),

@@ -13,15 +13,13 @@ from rocegen.gateware.roce.resp_layouts import (
     READ_TURN,
     RESP_READ_PACKET,
 )
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import SYN_ACK
 
 __all__ = ["RespReadGen", "RD_FIRST", "RD_MIDDLE", "RD_LAST", "RD_ONLY"]
 
-#: READ response opcodes.
-RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = (
-    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+#: READ response opcodes (FIRST, MIDDLE, LAST, ONLY).
+RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = opc.verb_opcodes(opc.Verb.RDMA_READ_RESPONSE)
 
 
 def _positive_int(name, value, low, high):

@@ -10,6 +10,7 @@ from rocegen.gateware.roce.icrc import ICRC_BYTES, IcrcCheck
 from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_num_qps
 from rocegen.gateware.roce.resp_ingress import is_request
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN", "READ_AETH_MIN",
            "is_read_response", "has_aeth"]
@@ -46,20 +47,15 @@ class Verdict(enum.Enum, shape=4):
 COUNTERS = ("drop_short", "icrc_bad", "drop_opcode", "drop_pkey", "drop_qp", "drop_state",
             "drop_peer", "acks", "cnp", "requests", "read_responses")
 
-#: The READ response opcodes that carry an AETH (FIRST, LAST, ONLY; MIDDLE has none).
-_READ_AETH = (H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_LAST,
-              H.OP_RC_RDMA_READ_RESPONSE_ONLY)
-
 
 def is_read_response(opcode):
-    """The BTH ``opcode`` is an RC RDMA READ response (FIRST, MIDDLE, LAST or ONLY: 0x0D..0x10)."""
-    return ((opcode >= H.OP_RC_RDMA_READ_RESPONSE_FIRST) &
-            (opcode <= H.OP_RC_RDMA_READ_RESPONSE_ONLY))
+    """The BTH ``opcode`` is an RC RDMA READ response (FIRST, MIDDLE, LAST or ONLY)."""
+    return opc.matches(opcode, opc.READ_RESPONSES)
 
 
 def has_aeth(opcode):
     """A READ response ``opcode`` that carries an AETH (all but MIDDLE)."""
-    return ((opcode == _READ_AETH[0]) | (opcode == _READ_AETH[1]) | (opcode == _READ_AETH[2]))
+    return opc.matches(opcode, [c for c in opc.READ_RESPONSES if opc.has_aeth(c)])
 
 # the datagram as it leaves the ICRC check: IPv4 header, UDP header, BTH, AETH
 _LANES = _IP_UDP + H.BTH.length + H.AETH.length
@@ -275,8 +271,8 @@ class RoceRx(wiring.Component):
         ip = H.IPV4.from_lanes(h_lanes[:8 * H.IPV4.length])
         bth = H.BTH.from_lanes(h_lanes[_BTH_AT:_BTH_AT + 8 * H.BTH.length])
         aeth = H.AETH.from_lanes(h_lanes[_AETH_AT:_AETH_AT + 8 * H.AETH.length])
-        is_ack = bth.opcode == H.OP_RC_ACKNOWLEDGE
-        is_cnp = bth.opcode == H.OP_CNP
+        is_ack = bth.opcode == opc.OP_RC_ACKNOWLEDGE
+        is_cnp = bth.opcode == opc.OP_CNP
         verdict = Signal(Verdict)
         short = ~h_len["bth"] | (is_ack & ~h_len["ack"]) | (is_cnp & ~h_len["cnp"])
         if self.reads:

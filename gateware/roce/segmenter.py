@@ -1,3 +1,5 @@
+import functools
+import operator
 from typing import NamedTuple
 
 from amaranth.hdl import Module, Mux, Signal
@@ -11,7 +13,8 @@ from rocegen.gateware.roce.layouts import (
     WORK_REQUEST,
     WrOpcode,
 )
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
+from rocegen.wire import verbs
 
 __all__ = ["Segmenter", "WR_IN", "INDEX_BITS", "PacketLogic", "describe_packet"]
 
@@ -19,18 +22,14 @@ __all__ = ["Segmenter", "WR_IN", "INDEX_BITS", "PacketLogic", "describe_packet"]
 WR_IN = data.StructLayout({"wr": WORK_REQUEST, "qp": QP_SEGMENT})
 
 
-# (FIRST, MIDDLE, LAST, ONLY) BTH opcodes of each work request opcode
-_OPCODES = {
-    WrOpcode.WRITE: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE,
-                     H.OP_RC_RDMA_WRITE_LAST, H.OP_RC_RDMA_WRITE_ONLY),
-    WrOpcode.WRITE_IMM: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE,
-                         H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                         H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
-    WrOpcode.SEND: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE, H.OP_RC_SEND_LAST,
-                    H.OP_RC_SEND_ONLY),
-    WrOpcode.SEND_IMM: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE,
-                        H.OP_RC_SEND_LAST_WITH_IMMEDIATE, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
-}
+# (FIRST, MIDDLE, LAST, ONLY) BTH opcodes of each work request opcode that sends a message
+_OPCODES = {kind: opc.message_opcodes(kind.value) for kind in WrOpcode
+            if verbs.WrOpcode(kind.value).sends_payload}
+
+
+def _any_of(value, kinds):
+    """``value`` equals one of ``kinds`` (comparisons or-ed in order)."""
+    return functools.reduce(operator.or_, (value == kind for kind in kinds))
 
 
 class PacketLogic(NamedTuple):
@@ -108,9 +107,9 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
                 m.d.comb += opcode.eq(op_middle)
     if reads:
         with m.If(is_read):
-            m.d.comb += opcode.eq(H.OP_RC_RDMA_READ_REQUEST)
-    is_write = (wr.opcode == WrOpcode.WRITE) | (wr.opcode == WrOpcode.WRITE_IMM)
-    has_imm = (wr.opcode == WrOpcode.WRITE_IMM) | (wr.opcode == WrOpcode.SEND_IMM)
+            m.d.comb += opcode.eq(opc.OP_RC_RDMA_READ_REQUEST)
+    is_write = _any_of(wr.opcode, (kind for kind, ops in _OPCODES.items() if opc.has_reth(ops[0])))
+    has_imm = _any_of(wr.opcode, (kind for kind, ops in _OPCODES.items() if opc.has_imm(ops[3])))
     mask = Signal(8)
     with m.Switch(ack_every_log2):
         for n in range(8):

@@ -44,6 +44,7 @@ from rocegen.sim.apps.tap import TAP_NAME
 from rocegen.sim.testing.pcap import read_pcap
 from rocegen.sim.testing.scenarios import FPGA_IP, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire import roce as R
 from rocegen.wire.addr import parse_mac
 from rocegen.wire.roce import SIMULATED_PEER_TIMEOUT
@@ -219,12 +220,12 @@ def frame_kinds(path, host_mac=HOST_MAC):
         way = "to_fpga" if eth["src"] == host else "from_fpga"
         bth = H.BTH.unpack(frame[at:at + H.BTH.length])
         op = bth["opcode"]
-        kind = R.opcode_name(op)
-        if op == H.OP_RC_ACKNOWLEDGE:
+        kind = opc.name(op)
+        if op == opc.OP_RC_ACKNOWLEDGE:
             a = at + H.BTH.length
             syn = H.AETH.unpack(frame[a:a + H.AETH.length])["syndrome"]
             kind = naks.get(syn) or ("RNR NAK" if syn >> 5 == 1 else "ACK")
-        elif R.is_request_opcode(op):
+        elif opc.is_request(op):
             key = (bth["dest_qp"], bth["psn"], op)
             if key in seen[way]:
                 kind = f"duplicate {kind}"

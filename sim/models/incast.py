@@ -86,6 +86,7 @@ from rocegen.sim.models.switch import (
     wire_bytes,
 )
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire import pfc as P
 
 __all__ = ["IncastConfig", "simulate", "jain_index", "CLK_HZ", "DATA_DSCP", "DATA_PRIORITY",
@@ -135,7 +136,7 @@ def _prefix(k, payload):
 
 
 def _bth(k, psn):
-    return H.BTH.pack(opcode=H.OP_RC_RDMA_WRITE_MIDDLE, pkey=0xFFFF, dest_qp=HOST_QPN + k,
+    return H.BTH.pack(opcode=opc.OP_RC_RDMA_WRITE_MIDDLE, pkey=0xFFFF, dest_qp=HOST_QPN + k,
                       psn=psn & 0xFFFFFF)
 
 
@@ -171,7 +172,7 @@ def cnp_frame(k):
     frame = (H.ETH.pack(dst=sender_mac(k), src=NIC_MAC, ethertype=H.ETHERTYPE_IPV4)
              + _ipv4(NIC_IP, _sender_ip(k), CNP_DSCP, ECN_NOT_ECT, udp_len)
              + H.UDP.pack(src_port=0xC000 + k, dst_port=H.UDP_PORT_ROCEV2, length=udp_len)
-             + H.BTH.pack(opcode=H.OP_CNP, pkey=0xFFFF, becn=1, dest_qp=SENDER_QPN + k)
+             + H.BTH.pack(opcode=opc.OP_CNP, pkey=0xFFFF, becn=1, dest_qp=SENDER_QPN + k)
              + H.CNP_PAYLOAD.pack())
     return icrc.append(frame)
 
@@ -549,7 +550,7 @@ class _Run:
             self.schedule_start(s, t)
             return
         bth = H.BTH.unpack(frame[_OFF_BTH:_OFF_BTH + H.BTH.length])
-        if eth["ethertype"] != H.ETHERTYPE_IPV4 or bth["opcode"] != H.OP_CNP \
+        if eth["ethertype"] != H.ETHERTYPE_IPV4 or bth["opcode"] != opc.OP_CNP \
                 or bth["dest_qp"] != SENDER_QPN + s.k:
             s.rx_other += 1
             return

@@ -126,7 +126,7 @@ included) are done: taken by on-chip memory, acknowledged by AXI4 memory.
 from collections import deque
 from dataclasses import dataclass, field
 
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, NAK_REM_OP, SYN_ACK
 
 __all__ = ["ReadRequesterModel", "Read", "Reissue", "AckEvent", "Outcome", "VERDICTS",
@@ -142,8 +142,8 @@ MAX_RD_ATOMIC = 16
 HOLE_QUEUE = 8
 
 READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY = (
-    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+    opc.OP_RC_RDMA_READ_RESPONSE_FIRST, opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+    opc.OP_RC_RDMA_READ_RESPONSE_LAST, opc.OP_RC_RDMA_READ_RESPONSE_ONLY)
 _OPCODES = (READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY)
 _FATAL = (NAK_INV_REQ, NAK_REM_ACCESS, NAK_REM_OP)
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.models.checksum import internet_checksum
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = ["WrOpcode", "SEND_OPCODES", "WorkRequest", "QpState", "PacketDesc", "segment",
            "resend", "psn_count", "build_frame", "PMTUS", "PSN_MOD"]
@@ -75,15 +76,15 @@ class PacketDesc:
 
 _OPS = {
     # opcode kind: (FIRST, MIDDLE, LAST, ONLY)
-    WrOpcode.WRITE: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE,
-                     H.OP_RC_RDMA_WRITE_LAST, H.OP_RC_RDMA_WRITE_ONLY),
-    WrOpcode.WRITE_IMM: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE,
-                         H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                         H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
-    WrOpcode.SEND: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE, H.OP_RC_SEND_LAST,
-                    H.OP_RC_SEND_ONLY),
-    WrOpcode.SEND_IMM: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE,
-                        H.OP_RC_SEND_LAST_WITH_IMMEDIATE, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
+    WrOpcode.WRITE: (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE,
+                     opc.OP_RC_RDMA_WRITE_LAST, opc.OP_RC_RDMA_WRITE_ONLY),
+    WrOpcode.WRITE_IMM: (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE,
+                         opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                         opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
+    WrOpcode.SEND: (opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE, opc.OP_RC_SEND_LAST,
+                    opc.OP_RC_SEND_ONLY),
+    WrOpcode.SEND_IMM: (opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE,
+                        opc.OP_RC_SEND_LAST_WITH_IMMEDIATE, opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
 }
 
 
@@ -95,7 +96,7 @@ def psn_count(wr, pmtu):
 def _read_request(wr, qp, psn, index):
     offset = index * qp.pmtu
     return PacketDesc(
-        opcode=H.OP_RC_RDMA_READ_REQUEST, psn=psn, ack_req=True, se=False, padcnt=0,
+        opcode=opc.OP_RC_RDMA_READ_REQUEST, psn=psn, ack_req=True, se=False, padcnt=0,
         offset=offset, length=0,
         reth=((qp.base_va + wr.remote_offset + offset) % (1 << 64), qp.rkey, wr.length - offset),
         imm=None, last=True, psns=psn_count(wr, qp.pmtu) - index)

@@ -69,7 +69,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass
 
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_MASK, SYN_ACK, SYN_RNR
 
 __all__ = ["Verdict", "Kind", "RespState", "Decision", "decide", "OPCODES", "psn_delta",
@@ -110,18 +110,18 @@ class RecvStatus(enum.IntEnum):
 FIRST, MIDDLE, LAST, ONLY = "FIRST", "MIDDLE", "LAST", "ONLY"
 #: opcode -> (kind, position, ImmDt)
 OPCODES = {
-    H.OP_RC_SEND_FIRST: (Kind.SEND, FIRST, False),
-    H.OP_RC_SEND_MIDDLE: (Kind.SEND, MIDDLE, False),
-    H.OP_RC_SEND_LAST: (Kind.SEND, LAST, False),
-    H.OP_RC_SEND_LAST_WITH_IMMEDIATE: (Kind.SEND, LAST, True),
-    H.OP_RC_SEND_ONLY: (Kind.SEND, ONLY, False),
-    H.OP_RC_SEND_ONLY_WITH_IMMEDIATE: (Kind.SEND, ONLY, True),
-    H.OP_RC_RDMA_WRITE_FIRST: (Kind.WRITE, FIRST, False),
-    H.OP_RC_RDMA_WRITE_MIDDLE: (Kind.WRITE, MIDDLE, False),
-    H.OP_RC_RDMA_WRITE_LAST: (Kind.WRITE, LAST, False),
-    H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: (Kind.WRITE, LAST, True),
-    H.OP_RC_RDMA_WRITE_ONLY: (Kind.WRITE, ONLY, False),
-    H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: (Kind.WRITE, ONLY, True),
+    opc.OP_RC_SEND_FIRST: (Kind.SEND, FIRST, False),
+    opc.OP_RC_SEND_MIDDLE: (Kind.SEND, MIDDLE, False),
+    opc.OP_RC_SEND_LAST: (Kind.SEND, LAST, False),
+    opc.OP_RC_SEND_LAST_WITH_IMMEDIATE: (Kind.SEND, LAST, True),
+    opc.OP_RC_SEND_ONLY: (Kind.SEND, ONLY, False),
+    opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE: (Kind.SEND, ONLY, True),
+    opc.OP_RC_RDMA_WRITE_FIRST: (Kind.WRITE, FIRST, False),
+    opc.OP_RC_RDMA_WRITE_MIDDLE: (Kind.WRITE, MIDDLE, False),
+    opc.OP_RC_RDMA_WRITE_LAST: (Kind.WRITE, LAST, False),
+    opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: (Kind.WRITE, LAST, True),
+    opc.OP_RC_RDMA_WRITE_ONLY: (Kind.WRITE, ONLY, False),
+    opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: (Kind.WRITE, ONLY, True),
 }
 
 QP_STATE_RTR, QP_STATE_RTS = 2, 3       # QpState values of the QP table
@@ -132,8 +132,8 @@ READ_MAX = 1 << 31
 READ_PMTU_LOG2 = range(8, 13)
 #: READ response opcodes.
 RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = (
-    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+    opc.OP_RC_RDMA_READ_RESPONSE_FIRST, opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+    opc.OP_RC_RDMA_READ_RESPONSE_LAST, opc.OP_RC_RDMA_READ_RESPONSE_ONLY)
 
 
 def psn_delta(a, b):
@@ -245,7 +245,7 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0, rd_full=False):
             return out(Verdict.SEQ_DROP)
         return out(Verdict.SEQ_NAK, st.replace(nak_pending=True, unacked=0),
                    dict(syndrome=NAK_PSN_SEQ, psn=st.epsn, msn=st.msn))
-    read = op == H.OP_RC_RDMA_READ_REQUEST
+    read = op == opc.OP_RC_RDMA_READ_REQUEST
     if d < 0:
         if read:
             if read_fault(h, ctx, mr, rd_full):

@@ -86,6 +86,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import (
     NAK_INV_REQ,
     NAK_PSN_SEQ,
@@ -110,10 +111,10 @@ DEFAULT_TIMEOUT = 8
 DEFAULT_RD_ATOMIC = 16
 
 #: RDMA READ request and response opcodes (the wire notes' "RC opcodes" table)
-OP_READ_REQUEST = H.OP_RC_RDMA_READ_REQUEST
+OP_READ_REQUEST = opc.OP_RC_RDMA_READ_REQUEST
 OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = (
-    H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-    H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+    opc.OP_RC_RDMA_READ_RESPONSE_FIRST, opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+    opc.OP_RC_RDMA_READ_RESPONSE_LAST, opc.OP_RC_RDMA_READ_RESPONSE_ONLY)
 READ_RESPONSES = (OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY)
 
 
@@ -128,14 +129,14 @@ class SendOp(enum.StrEnum):
 
 # opcode: (FIRST, MIDDLE, LAST, ONLY)
 _OPCODES = {
-    SendOp.WRITE: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE, H.OP_RC_RDMA_WRITE_LAST,
-                   H.OP_RC_RDMA_WRITE_ONLY),
-    SendOp.WRITE_IMM: (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE,
-                       H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                       H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
-    SendOp.SEND: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE, H.OP_RC_SEND_LAST, H.OP_RC_SEND_ONLY),
-    SendOp.SEND_IMM: (H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE, H.OP_RC_SEND_LAST_WITH_IMMEDIATE,
-                      H.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
+    SendOp.WRITE: (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE, opc.OP_RC_RDMA_WRITE_LAST,
+                   opc.OP_RC_RDMA_WRITE_ONLY),
+    SendOp.WRITE_IMM: (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE,
+                       opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                       opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
+    SendOp.SEND: (opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE, opc.OP_RC_SEND_LAST, opc.OP_RC_SEND_ONLY),
+    SendOp.SEND_IMM: (opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE, opc.OP_RC_SEND_LAST_WITH_IMMEDIATE,
+                      opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
 }
 
 # completion statuses of the fatal NAKs (other NAK codes: remote operational error, as rxe)

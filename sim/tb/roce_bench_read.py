@@ -59,7 +59,7 @@ from rocegen.sim.testing.roce_env import (
     wait_cycles,
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC
-from rocegen.wire.headers import (
+from rocegen.wire.opcodes import (
     OP_RC_RDMA_READ_REQUEST,
     OP_RC_RDMA_READ_RESPONSE_FIRST,
     OP_RC_RDMA_READ_RESPONSE_ONLY,

@@ -131,19 +131,14 @@ from rocegen.sim.testing.roce_env import (
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
-from rocegen.wire.headers import (
-    BTH,
-    IMMDT,
-    IPV4,
+from rocegen.wire.headers import BTH, IMMDT, IPV4, RETH, UDP, UDP_PORT_ROCEV2
+from rocegen.wire.opcodes import (
     OP_RC_RDMA_WRITE_FIRST,
     OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
     OP_RC_RDMA_WRITE_ONLY,
     OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
     OP_RC_SEND_LAST_WITH_IMMEDIATE,
     OP_RC_SEND_ONLY_WITH_IMMEDIATE,
-    RETH,
-    UDP,
-    UDP_PORT_ROCEV2,
 )
 from rocegen.wire.pattern import generator_address, pattern
 

@@ -62,7 +62,7 @@ from rocegen.sim.tb.roce_resp import (
 from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.roce_env import board_clock_mhz, link_pair, now_cycle, qpn, timeout_code
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC
-from rocegen.wire.headers import (
+from rocegen.wire.opcodes import (
     OP_RC_RDMA_READ_REQUEST,
     OP_RC_RDMA_READ_RESPONSE_FIRST,
     OP_RC_RDMA_READ_RESPONSE_ONLY,

@@ -80,13 +80,8 @@ from rocegen.sim.testing.roce_env import (
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
 from rocegen.wire.addr import parse_ip
-from rocegen.wire.headers import (
-    BTH,
-    IPV4,
-    OP_RC_ACKNOWLEDGE,
-    OP_RC_RDMA_WRITE_MIDDLE,
-    UDP,
-)
+from rocegen.wire.headers import BTH, IPV4, UDP
+from rocegen.wire.opcodes import OP_RC_ACKNOWLEDGE, OP_RC_RDMA_WRITE_MIDDLE
 from rocegen.wire.pattern import pattern
 
 RESPONDER_KINDS = ("rkey", "range", "length", "sequence")

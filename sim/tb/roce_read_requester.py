@@ -84,7 +84,7 @@ from rocegen.sim.testing.roce_env import (
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
-from rocegen.wire.headers import OP_RC_RDMA_READ_REQUEST
+from rocegen.wire.opcodes import OP_RC_RDMA_READ_REQUEST
 
 #: The host's QP that answers QP 0, and the R_Key of its region.
 HOST_QPN = 0x21

@@ -100,7 +100,8 @@ from rocegen.sim.testing.roce_env import (
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
-from rocegen.wire.headers import BTH, IPV4, OP_RC_ACKNOWLEDGE, UDP, UDP_PORT_ROCEV2
+from rocegen.wire.headers import BTH, IPV4, UDP, UDP_PORT_ROCEV2
+from rocegen.wire.opcodes import OP_RC_ACKNOWLEDGE
 from rocegen.wire.pattern import generator_address, pattern
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])

@@ -99,7 +99,7 @@ from rocegen.sim.testing.cocotb_helpers import pauses, read_stats
 from rocegen.sim.testing.roce_env import now_cycle, open_qp, qpn, wait_cycles, write_onchip
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
-from rocegen.wire.headers import OP_RC_RDMA_READ_REQUEST
+from rocegen.wire.opcodes import OP_RC_RDMA_READ_REQUEST
 
 #: The host's QP that talks to the endpoint's QP.
 HOST_QPN = 0x21

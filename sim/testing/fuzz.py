@@ -94,9 +94,9 @@ from rocegen.sim.models.checksum import (
 )
 from rocegen.sim.testing.scenarios import HOST_MAC
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.cm import CM_PORT
-from rocegen.wire.roce import is_request_opcode
 
 __all__ = ["MUTATIONS", "VERDICT_COUNTERS", "valid_ack", "valid_cnp", "mutate", "mutations", "scapy_fuzz",
            "random_frame", "fuzz_frames", "could_acknowledge", "roce_datagram", "roce_verdict",
@@ -206,7 +206,7 @@ def valid_ack(*, our_mac, our_ip, peer_ip, qpn, psn, msn=0, syndrome=0x1F, peer_
         {"version": 4, "dscp": dscp, "ecn": ecn, "identification": identification, "df": 1,
          "ttl": ttl, "protocol": H.IP_PROTO_UDP, "src": _ip(peer_ip), "dst": _ip(our_ip)},
         {"src_port": udp_sport, "dst_port": H.UDP_PORT_ROCEV2, "checksum": 0},
-        H.BTH.pack(opcode=H.OP_RC_ACKNOWLEDGE, m=migreq, pkey=pkey, dest_qp=qpn, psn=psn)
+        H.BTH.pack(opcode=opc.OP_RC_ACKNOWLEDGE, m=migreq, pkey=pkey, dest_qp=qpn, psn=psn)
         + H.AETH.pack(syndrome=syndrome, msn=msn))
     return f.build()
 
@@ -220,7 +220,7 @@ def valid_cnp(*, our_mac, our_ip, peer_ip, qpn, peer_mac=HOST_MAC, udp_sport=0xC
     f = _Frame.parse(valid_ack(our_mac=our_mac, our_ip=our_ip, peer_ip=peer_ip, qpn=qpn, psn=0,
                                peer_mac=peer_mac, udp_sport=udp_sport,
                                identification=identification))
-    f.roce = H.BTH.pack(opcode=H.OP_CNP, becn=1, pkey=0xFFFF, dest_qp=qpn) + bytes(
+    f.roce = H.BTH.pack(opcode=opc.OP_CNP, becn=1, pkey=0xFFFF, dest_qp=qpn) + bytes(
         H.CNP_PAYLOAD.length)
     f.icrc = None
     return f.build()
@@ -336,14 +336,14 @@ def _m_pkey(f, frame, rng, ctx):
 
 def _m_opcode(f, frame, rng, ctx):
     f.set_bth(opcode=_other(rng, lambda: rng.choice(
-        [rng.getrandbits(8), rng.randrange(0x15), H.OP_CNP, 0x12, 0x31]), {H.OP_RC_ACKNOWLEDGE}))
+        [rng.getrandbits(8), rng.randrange(0x15), opc.OP_CNP, 0x12, 0x31]), {opc.OP_RC_ACKNOWLEDGE}))
     f.icrc = None
     return f.build()
 
 
 def _m_cnp(f, frame, rng, ctx):
     f.roce = f.roce[:H.BTH.length] + bytes(H.CNP_PAYLOAD.length)
-    f.set_bth(opcode=H.OP_CNP, becn=1, psn=0, se=0, padcnt=0, ack_req=0)
+    f.set_bth(opcode=opc.OP_CNP, becn=1, psn=0, se=0, padcnt=0, ack_req=0)
     if rng.random() < 0.3:          # too short for a CNP
         f.roce = f.roce[:rng.randrange(H.BTH.length, len(f.roce))]
     f.icrc = None
@@ -551,7 +551,7 @@ def scapy_fuzz(rng, *, our_mac, our_ip, peer_ip, qpn, psn, peer_mac=HOST_MAC, la
             "eth": Ether(dst=mac(our_mac), src=mac(peer_mac)),
             "ip": IP(src=ip(peer_ip), dst=ip(our_ip), flags="DF"),
             "udp": UDP(sport=sport, dport=H.UDP_PORT_ROCEV2, chksum=0),
-            "bth": BTH(opcode=H.OP_RC_ACKNOWLEDGE, migreq=1, pkey=0xFFFF, dqpn=qpn, psn=psn),
+            "bth": BTH(opcode=opc.OP_RC_ACKNOWLEDGE, migreq=1, pkey=0xFFFF, dqpn=qpn, psn=psn),
             "aeth": AETH(syndrome=0x1F, msn=rng.getrandbits(24)),
         }
         scapy_roce = rng.random() < 0.5
@@ -610,14 +610,14 @@ def could_acknowledge(frame, *, peer_ip, qpns):
     """True when some reading of ``frame`` (see the safety rule in the module documentation)
     is an ACKNOWLEDGE with a correct ICRC and a valid P_Key, to a QP in ``qpns`` (QP numbers),
     from ``peer_ip``."""
-    return _could_pass(frame, peer_ip, qpns, lambda op: op == H.OP_RC_ACKNOWLEDGE)
+    return _could_pass(frame, peer_ip, qpns, lambda op: op == opc.OP_RC_ACKNOWLEDGE)
 
 
 def could_request(frame, *, peer_ip, qpns):
     """True when some reading of ``frame`` (as :func:`could_acknowledge` reads it) is a request
-    (:func:`~rocegen.wire.roce.is_request_opcode`) with a correct ICRC and a valid P_Key, to a
+    (:func:`~rocegen.wire.opcodes.is_request`) with a correct ICRC and a valid P_Key, to a
     QP in ``qpns``, from ``peer_ip``."""
-    return _could_pass(frame, peer_ip, qpns, is_request_opcode)
+    return _could_pass(frame, peer_ip, qpns, opc.is_request)
 
 
 def _could_pass(frame, peer_ip, qpns, opcode_ok):
@@ -777,8 +777,8 @@ def roce_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP_MT
 
 
 #: READ response opcodes; all but MIDDLE carry an AETH.
-_READ_RESPONSES = (H.OP_RC_RDMA_READ_RESPONSE_FIRST, H.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-                   H.OP_RC_RDMA_READ_RESPONSE_LAST, H.OP_RC_RDMA_READ_RESPONSE_ONLY)
+_READ_RESPONSES = (opc.OP_RC_RDMA_READ_RESPONSE_FIRST, opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
+                   opc.OP_RC_RDMA_READ_RESPONSE_LAST, opc.OP_RC_RDMA_READ_RESPONSE_ONLY)
 
 
 def _verdict(ip, udp, payload, peers, num_qps, reads=False):
@@ -788,17 +788,17 @@ def _verdict(ip, udp, payload, peers, num_qps, reads=False):
     bth = H.BTH.unpack(payload)
     op = bth["opcode"]
     read_resp = reads and op in _READ_RESPONSES
-    aeth = op == H.OP_RC_ACKNOWLEDGE or (read_resp and op != H.OP_RC_RDMA_READ_RESPONSE_MIDDLE)
-    if (aeth and n < ACK_MIN) or (op == H.OP_CNP and n < CNP_MIN):
+    aeth = op == opc.OP_RC_ACKNOWLEDGE or (read_resp and op != opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE)
+    if (aeth and n < ACK_MIN) or (op == opc.OP_CNP and n < CNP_MIN):
         return "drop_short"
     covered = H.IPV4.pack(**ip) + H.UDP.pack(**udp) + payload[:-_ICRC]
     if icrc_model.icrc(covered) != payload[-_ICRC:]:
         return "icrc_bad"
-    if is_request_opcode(op):
+    if opc.is_request(op):
         return "requests"
     if read_resp:
         return "read_responses"
-    if op not in (H.OP_RC_ACKNOWLEDGE, H.OP_CNP):
+    if op not in (opc.OP_RC_ACKNOWLEDGE, opc.OP_CNP):
         return "drop_opcode"
     if bth["pkey"] & 0x7FFF != 0x7FFF:
         return "drop_pkey"
@@ -808,7 +808,7 @@ def _verdict(ip, udp, payload, peers, num_qps, reads=False):
         return "drop_state"
     if ip["src"] != peers[bth["dest_qp"]]:
         return "drop_peer"
-    return "acks" if op == H.OP_RC_ACKNOWLEDGE else "cnp"
+    return "acks" if op == opc.OP_RC_ACKNOWLEDGE else "cnp"
 
 
 def count_roce_candidates(frames, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
@@ -824,11 +824,11 @@ def count_roce_candidates(frames, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
 def _ext_length(opcode):
     """Bytes of the extension headers the responder expects after the BTH of ``opcode``: a RETH
     on WRITE FIRST / ONLY (with immediate too) and READ, an ImmDt on the *_WITH_IMMEDIATE."""
-    reth = opcode in (H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_ONLY,
-                      H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, H.OP_RC_RDMA_READ_REQUEST)
-    imm = opcode in (H.OP_RC_SEND_LAST_WITH_IMMEDIATE, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE,
-                     H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                     H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+    reth = opcode in (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_ONLY,
+                      opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, opc.OP_RC_RDMA_READ_REQUEST)
+    imm = opcode in (opc.OP_RC_SEND_LAST_WITH_IMMEDIATE, opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE,
+                     opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+                     opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
     return H.RETH.length * reth + H.IMMDT.length * imm
 
 
@@ -865,8 +865,8 @@ def _plausible_request(rng, qpn, psn, pmtu, rkey, region, addr):
     """A single-packet SEND or WRITE (with or without immediate) to ``qpn`` at PSN ``psn``
     that the QP executes unless something before it went wrong: a payload of up to a PMTU,
     R_Key ``rkey``, inside ``region``."""
-    op = rng.choice([H.OP_RC_SEND_ONLY, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE, H.OP_RC_RDMA_WRITE_ONLY,
-                     H.OP_RC_RDMA_WRITE_ONLY, H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE])
+    op = rng.choice([opc.OP_RC_SEND_ONLY, opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE, opc.OP_RC_RDMA_WRITE_ONLY,
+                     opc.OP_RC_RDMA_WRITE_ONLY, opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE])
     n = rng.randrange(0, min(pmtu, 256) + 1)
     base, length = region
     return valid_request(qpn=qpn, psn=psn & 0xFFFFFF, opcode=op, payload=rng.randbytes(n),
@@ -881,7 +881,7 @@ def _hostile_request(rng, qpn, psn, pmtu, rkey, region, addr):
     PSN at or near ``psn``, a payload length around the PMTU, a PadCnt, R_Key ``rkey`` or
     another, an address inside ``region`` (base, length), across its end or anywhere."""
     op = rng.choice([rng.randrange(0x20), rng.randrange(0x0C), rng.randrange(0x0C),
-                     H.OP_RC_SEND_ONLY, H.OP_RC_RDMA_WRITE_ONLY, H.OP_RC_RDMA_WRITE_FIRST])
+                     opc.OP_RC_SEND_ONLY, opc.OP_RC_RDMA_WRITE_ONLY, opc.OP_RC_RDMA_WRITE_FIRST])
     psn = (psn + rng.choice([0, 0, 0, 1, 2, -1, -2, rng.randrange(-64, 64),
                              rng.getrandbits(24)])) & 0xFFFFFF
     n = rng.choice([0, 1, 4, pmtu, pmtu - 4, pmtu + 4, rng.randrange(0, 2 * pmtu),

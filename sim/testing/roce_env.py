@@ -84,11 +84,10 @@ from rocegen.wire.headers import (
     ETHERTYPE_VLAN,
     IP_PROTO_UDP,
     IPV4,
-    OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-    OP_RC_SEND_FIRST,
     UDP,
     UDP_PORT_ROCEV2,
 )
+from rocegen.wire.opcodes import OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, OP_RC_SEND_FIRST
 
 __all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "XgmiiMacModel", "RecordDriver",
            "RecordCollector",

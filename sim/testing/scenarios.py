@@ -9,6 +9,7 @@ from scapy.utils import checksum
 
 from rocegen.sim.models import icrc
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = ["FPGA_MAC", "FPGA_IP", "HOST_MAC", "HOST_IP", "host_frames", "host_requests",
            "garbage_frames", "cnp_frame"]
@@ -20,7 +21,7 @@ HOST_MAC, HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
 def cnp_frame(dest_qp, vlan=None):
     """A CNP from the host to the endpoint's QP ``dest_qp``, tagged with VLAN ``vlan`` if given
     (scapy for Ethernet, IPv4 and UDP; the header table for the BTH; a valid ICRC)."""
-    bth = H.BTH.pack(opcode=H.OP_CNP, becn=1, pkey=0xFFFF, dest_qp=dest_qp, psn=0)
+    bth = H.BTH.pack(opcode=opc.OP_CNP, becn=1, pkey=0xFFFF, dest_qp=dest_qp, psn=0)
     eth = Ether(src=HOST_MAC, dst=FPGA_MAC)
     if vlan is not None:
         eth = eth / Dot1Q(vlan=vlan)

@@ -16,16 +16,17 @@ from rocegen.sim.testing.fuzz import (
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 ADDR = {"our_mac": FPGA_MAC, "our_ip": FPGA_IP, "peer_ip": HOST_IP}
 GOOD, VICTIM, CLOSED = [256, 257], 258, [259, 260]
 PEERS = {q: HOST_IP for q in GOOD + [VICTIM]}
 
 
-@pytest.mark.parametrize("opcode, n", [(H.OP_RC_RDMA_WRITE_ONLY, 0), (H.OP_RC_RDMA_WRITE_FIRST, 256),
-                                       (H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 5),
-                                       (H.OP_RC_SEND_ONLY_WITH_IMMEDIATE, 33),
-                                       (H.OP_RC_SEND_MIDDLE, 1024), (H.OP_RC_RDMA_WRITE_LAST, 7)])
+@pytest.mark.parametrize("opcode, n", [(opc.OP_RC_RDMA_WRITE_ONLY, 0), (opc.OP_RC_RDMA_WRITE_FIRST, 256),
+                                       (opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, 5),
+                                       (opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE, 33),
+                                       (opc.OP_RC_SEND_MIDDLE, 1024), (opc.OP_RC_RDMA_WRITE_LAST, 7)])
 def test_valid_request_is_what_scapy_builds(opcode, n):
     frame = valid_request(qpn=GOOD[0], psn=0xFFFFFE, opcode=opcode, payload=bytes(range(n % 256)) *
                           (n // 256) + bytes(n % 256), va=0x1000, rkey=0xABCD, imm=0x1234, **ADDR)
@@ -37,7 +38,7 @@ def test_valid_request_is_what_scapy_builds(opcode, n):
 
 def test_request_verdicts():
     def verdict(**kw):
-        args = {"qpn": GOOD[0], "psn": 1, "opcode": H.OP_RC_SEND_ONLY, "payload": bytes(8), **ADDR,
+        args = {"qpn": GOOD[0], "psn": 1, "opcode": opc.OP_RC_SEND_ONLY, "payload": bytes(8), **ADDR,
                 **kw}
         return request_verdict(valid_request(**args), our_mac=FPGA_MAC, our_ip=FPGA_IP,
                                peers=PEERS, num_qps=8)
@@ -49,12 +50,12 @@ def test_request_verdicts():
     assert verdict(padcnt=3, payload=bytes(2)) == "malformed"        # PadCnt more than held
     assert verdict(padcnt=0, payload=bytes(6)) == "malformed"        # not whole words
     # a WRITE ONLY whose datagram ends inside its RETH
-    frame = valid_request(qpn=GOOD[0], psn=1, opcode=H.OP_RC_RDMA_WRITE_ONLY, **ADDR)
+    frame = valid_request(qpn=GOOD[0], psn=1, opcode=opc.OP_RC_RDMA_WRITE_ONLY, **ADDR)
     ip_at = H.ETH.length
     cut = bytearray(frame[:ip_at + 20 + 8 + 12 + 8])
     assert request_verdict(bytes(cut), our_mac=FPGA_MAC, our_ip=FPGA_IP, peers=PEERS,
                            num_qps=8) is None          # its IPv4 length is more than it holds
-    assert verdict(opcode=H.OP_RC_ACKNOWLEDGE) is None
+    assert verdict(opcode=opc.OP_RC_ACKNOWLEDGE) is None
 
 
 def test_hostile_mix_keeps_the_safety_rule():

@@ -18,6 +18,7 @@ from rocegen.sim.models.requester import (
 )
 from rocegen.sim.models.rnic import Rnic
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 FPGA_MAC, FPGA_IP = 0x020000000001, 0x0A000002
 HOST_MAC, HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
@@ -95,7 +96,7 @@ def test_frames_are_accepted_by_the_rnic_model():
 
     last = datagram(answers[-1])
     bth = H.BTH.unpack(last[28:40])
-    assert bth["opcode"] == H.OP_RC_ACKNOWLEDGE and bth["psn"] == (100 + len(frames) - 1)
+    assert bth["opcode"] == opc.OP_RC_ACKNOWLEDGE and bth["psn"] == (100 + len(frames) - 1)
 
 
 def test_build_frame_rejects_a_payload_of_the_wrong_length():

@@ -30,7 +30,7 @@ from rocegen.gateware.roce.resp_read import RespRead
 from rocegen.sim.models.responder import FROM_PEER, RespState, decide, read_packets
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import run_sim
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import PSN_MASK
 from tests.tiers import full
 
@@ -137,13 +137,13 @@ class Traffic:
         r = rng.random()
         if r < 0.03:                    # not for a QP of the peer's
             return rng.choice([
-                lambda: self.header(rng.choice([QPS, 40]), H.OP_RC_SEND_ONLY, 8, psn=0),
-                lambda: self.header(k, H.OP_RC_SEND_ONLY, 8, src_ip=PEER_IP + 1),
-                lambda: self.header(k, H.OP_RC_SEND_ONLY, 8, pkey=0x7FFE)])()
+                lambda: self.header(rng.choice([QPS, 40]), opc.OP_RC_SEND_ONLY, 8, psn=0),
+                lambda: self.header(k, opc.OP_RC_SEND_ONLY, 8, src_ip=PEER_IP + 1),
+                lambda: self.header(k, opc.OP_RC_SEND_ONLY, 8, pkey=0x7FFE)])()
         if r < 0.05 and self.sent[k]:   # a duplicate
             return rng.choice(list(self.sent[k].values()))
         if r < 0.06:                    # ahead of ePSN
-            return self.header(k, H.OP_RC_SEND_ONLY, 4, psn=(self.psn[k] + 2) & PSN_MASK)
+            return self.header(k, opc.OP_RC_SEND_ONLY, 4, psn=(self.psn[k] + 2) & PSN_MASK)
         if self.replay[k]:
             return self.replay[k].pop(0)
         if self.msg[k] is None and r < self.reads and (self.fatal or k != 1):
@@ -152,11 +152,11 @@ class Traffic:
             size = rng.choice([0, 1, PMTU, PMTU + 1, 5 * PMTU - 3])
             va = k * REGION + rng.randrange(REGION - size + 1)
             rkey = 0x999 if self.fatal and rng.random() < 0.05 else 0x500 + k
-            h = self.header(k, H.OP_RC_RDMA_READ_REQUEST, 0, reth=(va, rkey, size))
+            h = self.header(k, opc.OP_RC_RDMA_READ_REQUEST, 0, reth=(va, rkey, size))
         elif self.fatal and r < 0.07:     # a MIDDLE of no message, or a bad R_Key
             h = rng.choice([
-                lambda: self.header(k, H.OP_RC_SEND_MIDDLE, PMTU),
-                lambda: self.header(k, H.OP_RC_RDMA_WRITE_ONLY, 8,
+                lambda: self.header(k, opc.OP_RC_SEND_MIDDLE, PMTU),
+                lambda: self.header(k, opc.OP_RC_RDMA_WRITE_ONLY, 8,
                                     reth=(k * REGION, 0x999, 8))])()
         elif self.msg[k] is None:
             send, imm = rng.random() < 0.4, int(rng.random() < 0.3)
@@ -167,18 +167,18 @@ class Traffic:
             n = size if packets == 1 else PMTU
             with_imm = rng.getrandbits(32) if imm and packets == 1 else None
             if send:
-                op = H.OP_RC_SEND_ONLY + imm if packets == 1 else H.OP_RC_SEND_FIRST
+                op = opc.OP_RC_SEND_ONLY + imm if packets == 1 else opc.OP_RC_SEND_FIRST
                 h = self.header(k, op, n, imm=with_imm)
             else:
-                op = (H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE if imm else
-                      H.OP_RC_RDMA_WRITE_ONLY) if packets == 1 else H.OP_RC_RDMA_WRITE_FIRST
+                op = (opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE if imm else
+                      opc.OP_RC_RDMA_WRITE_ONLY) if packets == 1 else opc.OP_RC_RDMA_WRITE_FIRST
                 va = k * REGION + rng.randrange(REGION - size + 1)
                 h = self.header(k, op, n, reth=(va, 0x500 + k, size), imm=with_imm)
             if packets > 1:
                 self.msg[k] = ("SEND" if send else "WRITE", packets - 1, size - n, imm)
         else:
             kind, left, size, imm = self.msg[k]
-            base = H.OP_RC_SEND_FIRST if kind == "SEND" else H.OP_RC_RDMA_WRITE_FIRST
+            base = opc.OP_RC_SEND_FIRST if kind == "SEND" else opc.OP_RC_RDMA_WRITE_FIRST
             if left > 1:
                 h = self.header(k, base + 1, PMTU)
                 self.msg[k] = (kind, left - 1, size - PMTU, imm)
@@ -195,7 +195,7 @@ class Traffic:
 
 def span(h):
     """PSNs a request takes: a READ's responses, else 1."""
-    if h["bth"]["opcode"] == H.OP_RC_RDMA_READ_REQUEST:
+    if h["bth"]["opcode"] == opc.OP_RC_RDMA_READ_REQUEST:
         return read_packets(h["reth"]["dma_len"], PMTU_LOG2)
     return 1
 
@@ -501,9 +501,9 @@ def rate(headers, *, cycles=400):
 
 def test_decision_rate():
     t = Traffic(random.Random(0))
-    write = [t.header(0, H.OP_RC_RDMA_WRITE_ONLY, 64, reth=(0, 0x500, 64))]
-    send = [t.header(0, H.OP_RC_SEND_ONLY, 0)]
-    send2 = [t.header(0, H.OP_RC_SEND_ONLY, 0), t.header(1, H.OP_RC_SEND_ONLY, 0)]
+    write = [t.header(0, opc.OP_RC_RDMA_WRITE_ONLY, 64, reth=(0, 0x500, 64))]
+    send = [t.header(0, opc.OP_RC_SEND_ONLY, 0)]
+    send2 = [t.header(0, opc.OP_RC_SEND_ONLY, 0), t.header(1, opc.OP_RC_SEND_ONLY, 0)]
     assert rate(write) == {2}           # WRITEs of one QP: every other cycle
     assert rate(send) == {3}            # each takes the buffer the next one reads
     assert rate(send2) == {2}           # of two QPs, alternately
@@ -523,7 +523,7 @@ def test_setup_in_flight(offset, answers):
     top = EngineTop()
     eng = top.eng
     t = Traffic(random.Random(0))
-    old, new = (t.header(0, H.OP_RC_RDMA_WRITE_ONLY, 8, reth=(0, 0x500, 8), psn=p)
+    old, new = (t.header(0, opc.OP_RC_RDMA_WRITE_ONLY, 8, reth=(0, 0x500, 8), psn=p)
                 for p in (100, 500))
     for h in (old, new):
         h["bth"]["ack_req"], h["ecn"] = 1, 0

@@ -18,6 +18,7 @@ from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, 
 from rocegen.sim.testing.framecheck import RETH, ImmDt
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from tests.tiers import full
 
 REQUESTS = list(range(0x00, 0x0D)) + [0x13, 0x14, 0x17]
@@ -264,7 +265,7 @@ def test_full_fifo_drops_and_counts():
 
 def test_ack_is_not_a_request():
     ack = bytes(IP(src="10.0.0.2", dst="10.0.0.1") / UDP(sport=0xC000, dport=4791) /
-                BTH(opcode=H.OP_RC_ACKNOWLEDGE, pkey=0xFFFF) / AETH())[:-4]
+                BTH(opcode=opc.OP_RC_ACKNOWLEDGE, pkey=0xFFFF) / AETH())[:-4]
     dut = RespIngress(512)
     drv = StreamDriver(dut.i, 512)
     col = StreamCollector(dut.o, 512)

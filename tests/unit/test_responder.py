@@ -20,6 +20,7 @@ from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.sim.testing.roce_tops import ResponderTop
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip
 from tests.tiers import full
 
@@ -167,7 +168,7 @@ def udp_answer_fields(payload):
     """The fields of an ACKNOWLEDGE as the responder hands it to UDP (its bytes are checked
     against scapy's in the transmitter's own test)."""
     bth, aeth = H.BTH.unpack(payload), H.AETH.unpack(payload[H.BTH.length:])
-    assert bth["opcode"] == H.OP_RC_ACKNOWLEDGE and len(payload) == 16
+    assert bth["opcode"] == opc.OP_RC_ACKNOWLEDGE and len(payload) == 16
     return (bth["dest_qp"], bth["psn"], aeth["syndrome"], aeth["msn"])
 
 

@@ -31,6 +31,7 @@ from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip, parse_mac
 
 PMTU = 256
@@ -143,11 +144,11 @@ def test_every_opcode_is_covered():
     rng = random.Random(0)
     _, _, model, _ = make_stream(work_requests(rng), rng)
     assert {pkt.opcode for pkt, _, _ in model} == {
-        H.OP_RC_SEND_FIRST, H.OP_RC_SEND_MIDDLE, H.OP_RC_SEND_LAST,
-        H.OP_RC_SEND_LAST_WITH_IMMEDIATE, H.OP_RC_SEND_ONLY, H.OP_RC_SEND_ONLY_WITH_IMMEDIATE,
-        H.OP_RC_RDMA_WRITE_FIRST, H.OP_RC_RDMA_WRITE_MIDDLE, H.OP_RC_RDMA_WRITE_LAST,
-        H.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, H.OP_RC_RDMA_WRITE_ONLY,
-        H.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, H.OP_RC_RDMA_READ_REQUEST}
+        opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE, opc.OP_RC_SEND_LAST,
+        opc.OP_RC_SEND_LAST_WITH_IMMEDIATE, opc.OP_RC_SEND_ONLY, opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE,
+        opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE, opc.OP_RC_RDMA_WRITE_LAST,
+        opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, opc.OP_RC_RDMA_WRITE_ONLY,
+        opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, opc.OP_RC_RDMA_READ_REQUEST}
     assert {pkt.padcnt for pkt, _, _ in model} == {0, 1, 2, 3}
 
 
@@ -186,7 +187,7 @@ def test_packets_parse_with_scapy():
            WorkRequest(4, WrOpcode.SEND_IMM, PMTU + 1, imm=7),
            WorkRequest(5, WrOpcode.READ, 3 * PMTU + 1, remote_offset=0x77)]
     sent, want, model, qp = make_stream(wrs, rng)
-    assert model[-1][0].opcode == H.OP_RC_RDMA_READ_REQUEST
+    assert model[-1][0].opcode == opc.OP_RC_RDMA_READ_REQUEST
     col = run_builder(width, sent, idle=0.2, backpressure=0.2, seed=2)
     check(col, want)
     for got, (pkt, payload, _) in zip(col.packets, model):

@@ -16,6 +16,7 @@ from scapy.layers.l2 import Ether
 
 from rocegen.sim.testing.vectors import read_vectors
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.headers import AETH, BTH, CNP_PAYLOAD, IMMDT, IPV6, RETH
 
 # our field name -> scapy's
@@ -53,7 +54,7 @@ def test_bth_matches_scapy():
 def test_aeth_matches_scapy_in_a_whole_packet():
     rng = random.Random(2)
     for _ in range(100):
-        bth = random_fields(BTH, rng) | {"opcode": H.OP_RC_ACKNOWLEDGE}
+        bth = random_fields(BTH, rng) | {"opcode": opc.OP_RC_ACKNOWLEDGE}
         aeth = random_fields(AETH, rng)
         pkt = Ether() / IP() / ScapyUDP(sport=0xC000, dport=H.UDP_PORT_ROCEV2) / \
             roce.BTH(**{BTH_NAMES[k]: v for k, v in bth.items()}) / roce.AETH(**aeth)
@@ -72,7 +73,7 @@ def test_cnp_matches_scapy():
     qp = rng.getrandbits(24)
     wire = raw(Ether() / IP() / ScapyUDP(dport=H.UDP_PORT_ROCEV2) / roce.cnp(qp))
     body = wire[42:-4]
-    assert body == BTH.pack(opcode=H.OP_CNP, pkey=0xFFFF, becn=1, dest_qp=qp) + CNP_PAYLOAD.pack()
+    assert body == BTH.pack(opcode=opc.OP_CNP, pkey=0xFFFF, becn=1, dest_qp=qp) + CNP_PAYLOAD.pack()
 
 
 def test_opcodes_and_port_match_scapy():
@@ -80,7 +81,7 @@ def test_opcodes_and_port_match_scapy():
     assert len(consts) == 19
     for name, value in consts.items():
         assert roce._bth_opcodes[value] == name[3:], name
-    assert roce.CNP_OPCODE == H.OP_CNP
+    assert roce.CNP_OPCODE == opc.OP_CNP
     pkt = Ether(raw(Ether() / IP() / ScapyUDP(dport=H.UDP_PORT_ROCEV2) / roce.BTH(opcode=4)))
     assert pkt.haslayer(roce.BTH)
 
@@ -110,13 +111,13 @@ def test_headers_in_the_shared_vectors():
                                                "rkey": int(reth.group(2), 16),
                                                "dma_len": int(reth.group(3))}
             checked += 1
-        if bth["opcode"] == H.OP_RC_ACKNOWLEDGE:
+        if bth["opcode"] == opc.OP_RC_ACKNOWLEDGE:
             syndrome = AETH.unpack(frame[54:])["syndrome"]
             code = re.search(r"\((0x[0-9a-f]+)\)", name[name.index("AETH"):])
             credits = re.search(r"credits=(0x[0-9a-f]+)", name)
             assert syndrome == int((code or credits).group(1), 16), name
             checked += 1
-        if bth["opcode"] == H.OP_RC_SEND_LAST_WITH_IMMEDIATE:
+        if bth["opcode"] == opc.OP_RC_SEND_LAST_WITH_IMMEDIATE:
             assert IMMDT.unpack(frame[54:]) == {"imm": 0xAABBCCDD}
             checked += 1
     assert checked >= 5

@@ -20,8 +20,8 @@ from rocegen.sim.testing.amaranth_streams import StreamDriver, meta_dict
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip, parse_mac
-from rocegen.wire.roce import is_request_opcode
 from tests.tiers import full
 
 OTHER_IP = "10.0.0.77"          # a host that is the peer of no QP but QP 3
@@ -105,18 +105,18 @@ def classify(payload, meta, error=False, reads=False):
         return Verdict.SHORT, None
     b = H.BTH.unpack(payload[:12])
     op = b["opcode"]
-    if (op == H.OP_RC_ACKNOWLEDGE and n < 20) or (op == H.OP_CNP and n < 32):
+    if (op == opc.OP_RC_ACKNOWLEDGE and n < 20) or (op == opc.OP_CNP and n < 32):
         return Verdict.SHORT, None
     if reads and op in (0x0D, 0x0F, 0x10) and n < 20:
         return Verdict.SHORT, None
     covered = H.IPV4.pack(**meta["ipv4"]) + H.UDP.pack(**meta["udp"]) + payload[:-4]
     if error or icrc_model.icrc(covered) != payload[-4:]:
         return Verdict.ICRC, None
-    if is_request_opcode(op):
+    if opc.is_request(op):
         return Verdict.REQUEST, None
     if reads and op in READ_OPS:
         return Verdict.READ_RESPONSE, None
-    if op not in (H.OP_RC_ACKNOWLEDGE, H.OP_CNP):
+    if op not in (opc.OP_RC_ACKNOWLEDGE, opc.OP_CNP):
         return Verdict.OPCODE, None
     if b["pkey"] & 0x7FFF != 0x7FFF:
         return Verdict.PKEY, None
@@ -128,7 +128,7 @@ def classify(payload, meta, error=False, reads=False):
         return Verdict.STATE, None
     if meta["ipv4"]["src"] != parse_ip(peer):
         return Verdict.PEER, None
-    if op == H.OP_CNP:
+    if op == opc.OP_CNP:
         return Verdict.CNP, qp
     a = H.AETH.unpack(payload[12:16])
     return Verdict.ACK, {"qp": qp, "syndrome": a["syndrome"], "psn": b["psn"], "msn": a["msn"]}
@@ -175,7 +175,7 @@ def random_case(rng, cases, reads=False):
                                              msn=rng.getrandbits(24)))
         return payload, meta, False
     if r < 0.55:                                         # a CNP
-        payload, meta = datagram(rng, bth(rng, H.OP_CNP, QPN_BASE + rng.randrange(NUM_QPS + 1))
+        payload, meta = datagram(rng, bth(rng, opc.OP_CNP, QPN_BASE + rng.randrange(NUM_QPS + 1))
                                  + bytes(16), src=rng.choice([HOST_IP, OTHER_IP]))
         return payload, meta, False
     if r < 0.63:                                         # other opcodes, some with payload
@@ -327,9 +327,9 @@ def test_each_reason(width):
         (*ack("low"), False, Verdict.QP),
         (*datagram(rng, bth(rng, 0x04, QPN_BASE)), False, Verdict.REQUEST),
         (*datagram(rng, bth(rng, 0x10, QPN_BASE)), False, Verdict.OPCODE),
-        (*datagram(rng, bth(rng, H.OP_CNP, QPN_BASE + 1) + bytes(16)), False, Verdict.CNP),
-        (*datagram(rng, bth(rng, H.OP_CNP, QPN_BASE + 1) + bytes(15)), False, Verdict.SHORT),
-        (*datagram(rng, bth(rng, H.OP_RC_ACKNOWLEDGE, QPN_BASE) + bytes(3)), False, Verdict.SHORT),
+        (*datagram(rng, bth(rng, opc.OP_CNP, QPN_BASE + 1) + bytes(16)), False, Verdict.CNP),
+        (*datagram(rng, bth(rng, opc.OP_CNP, QPN_BASE + 1) + bytes(15)), False, Verdict.SHORT),
+        (*datagram(rng, bth(rng, opc.OP_RC_ACKNOWLEDGE, QPN_BASE) + bytes(3)), False, Verdict.SHORT),
         (*datagram(rng, bth(rng, 0x04, QPN_BASE)[:11]), False, Verdict.SHORT),
         *((*datagram(rng, p[:n], icrc=False), False, Verdict.SHORT) for n in range(16)),
     ]

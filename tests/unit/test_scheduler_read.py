@@ -32,6 +32,7 @@ from rocegen.sim.models.requester import PMTUS, PSN_MOD, WorkRequest, WrOpcode
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import run_sim
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 from tests.unit.test_scheduler import DEADLINE, Qp, expected_desc, got_desc, random_qp
 
 
@@ -149,7 +150,7 @@ class Expected:
         for p in packets:
             self.descs[wr.qp].append(expected_desc(wr, qp, p))
             self.sent[wr.qp].append((p.psn + p.psns - 1) % PSN_MOD)
-            if p.opcode == H.OP_RC_RDMA_READ_REQUEST:
+            if p.opcode == opc.OP_RC_RDMA_READ_REQUEST:
                 self.issues[wr.qp].append({
                     "qp": wr.qp, "new": int(new), "wr_id": wr.req.wr_id,
                     "local_addr": wr.req.local_addr, "length": wr.req.length, "first": first,
@@ -524,4 +525,4 @@ def test_model_read_request(pmtu):
                                   udp_sport=5)
         bth = frame[H.ETH.length + H.IPV4.length + H.UDP.length:]
         assert len(bth) == H.BTH.length + H.RETH.length + 4          # + ICRC
-        assert bth[0] == H.OP_RC_RDMA_READ_REQUEST
+        assert bth[0] == opc.OP_RC_RDMA_READ_REQUEST

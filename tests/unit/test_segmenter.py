@@ -16,7 +16,7 @@ from rocegen.sim.models.requester import (
     segment,
 )
 from rocegen.sim.testing.harness import run_sim
-from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 
 def cases(rng, pmtu, opcodes):
@@ -102,7 +102,7 @@ def test_segmenter_matches_model(pmtu, reads):
         assert g.wr_id == wr.wr_id and g.dest_qpn == qp.dest_qpn and g.qp == 3
     assert done == [(e.psn + e.psns) % (1 << 24) for _, _, e in expected if e.last]
     if reads:
-        assert sum(g.opcode == H.OP_RC_RDMA_READ_REQUEST for g in got) >= 5
+        assert sum(g.opcode == opc.OP_RC_RDMA_READ_REQUEST for g in got) >= 5
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
