@@ -23,6 +23,7 @@ from rocegen.sim.testing.cocotb_runner import BUILD, SimConfig, endpoint_sim_con
 from rocegen.sim.testing.roce_env import board_clock_mhz
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.roce import PMTUS
+from rocegen.wire.verbs import VERBS
 
 __all__ = ["main"]
 
@@ -154,7 +155,6 @@ def _boards(args):
     return 0
 
 
-OPCODES = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
 #: ``rocegen sim demo``'s message size when ``--size`` is not given (with ``--peer-op``: at most
 #: the QP's share of the responder's region)
 DEMO_SIZE = 65536
@@ -528,7 +528,7 @@ def main(argv=None):
                    "local buffer; with --peer-op or --op READ 1 up to each QP's share of the "
                    "responder's region (the lower half of the endpoint's memory, 2 MiB at W = "
                    "512 and 256 KiB at the other widths, split between the --qps QPs)")
-    d.add_argument("--op", "--opcode", dest="opcode", choices=(*OPCODES, "READ"), default=None,
+    d.add_argument("--op", "--opcode", dest="opcode", choices=VERBS, default=None,
                    help="what the endpoint does: WRITE, WRITE_IMM, SEND or SEND_IMM into the "
                    "host (default WRITE), or READ: with its RC responder and READ requester, "
                    "the endpoint RDMA-READs --bytes per QP of random host memory in --size "
@@ -536,7 +536,7 @@ def main(argv=None):
                    "responder's region (a run larger than the share goes in rounds). Checked: "
                    "every READ completes OK, in order, and the endpoint's memory, written back "
                    "to the host by its own RDMA WRITEs, holds the bytes read. Not with --peer-op")
-    d.add_argument("--peer-op", choices=(*OPCODES, "READ"), default=None, metavar="OP",
+    d.add_argument("--peer-op", choices=VERBS, default=None, metavar="OP",
                    help="the other direction: the host NIC model's requester sends --bytes per "
                    "QP in --size messages of OP (WRITE, WRITE_IMM, SEND, SEND_IMM or READ) to "
                    "the endpoint built with its RC responder; WRITEs land one after the other in "

@@ -76,11 +76,11 @@ from rocegen.host.cm_client import CmClient, CmError
 from rocegen.host.nic import NicError, SendCpl, open_nic
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.pattern import generator_address, pattern
+from rocegen.wire.verbs import VERBS
 
-__all__ = ["Agent", "TrafficRun", "HostQp", "OPS", "main", "request", "AgentError", "fpga_rates",
+__all__ = ["Agent", "TrafficRun", "HostQp", "main", "request", "AgentError", "fpga_rates",
            "close_all"]
 
-OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ")
 #: The first errors of a run that are kept to report.
 KEEP_ERRORS = 5
 #: Messages of a host run a QP has outstanding at most.
@@ -320,8 +320,8 @@ class Agent:
 
     def traffic(self, fpga_qpn=None, *, op="WRITE", size=65536, count=16, spacing=0):
         """Start the FPGA's traffic generator on the selected QPs and remember the run to check."""
-        if op not in OPS:
-            raise AgentError("usage", f"op must be one of {', '.join(OPS)}, not {op!r}")
+        if op not in VERBS:
+            raise AgentError("usage", f"op must be one of {', '.join(VERBS)}, not {op!r}")
         if not 1 <= size <= self.window:
             raise AgentError("usage", f"size must be 1..{self.window} bytes (the window), not {size}")
         if op.startswith("SEND") and size > self.recv_size:

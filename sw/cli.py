@@ -35,9 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-from rocegen.host.agent import OPS, request
+from rocegen.host.agent import request
 from rocegen.host.nic import SIM_FPGA_IP, SIM_HOST_IP, SIM_PEER_TIMEOUT, SIM_TIMEOUT, VERBS_TIMEOUT
 from rocegen.wire.cm import CM_PORT
+from rocegen.wire.verbs import VERBS
 
 __all__ = ["main", "state_dir", "rate_clock"]
 
@@ -404,7 +405,7 @@ def main(argv=None):
 
     t = sub.add_parser("traffic", help="start the FPGA's traffic generator on a QP (or all)")
     t.add_argument("--qp", type=int, default=None, help="the FPGA's QP number (default: all)")
-    t.add_argument("--op", choices=OPS, default="WRITE",
+    t.add_argument("--op", choices=VERBS, default="WRITE",
                    help="what the FPGA does: WRITE, WRITE_IMM, SEND, SEND_IMM into the host, or "
                    "READ the host's memory (filled first with the test pattern; checked by the "
                    "FPGA's pattern sink); default WRITE")

@@ -54,14 +54,13 @@ import time
 from typing import NamedTuple
 
 from rocegen.wire.roce import SIMULATED_PEER_TIMEOUT
+from rocegen.wire.verbs import VERBS
 
 __all__ = ["Cpl", "SendCpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic",
-           "SIM_WIRE", "SEND_OPS", "SIM_TIMEOUT", "VERBS_TIMEOUT", "SIM_PEER_TIMEOUT"]
+           "SIM_WIRE", "SIM_TIMEOUT", "VERBS_TIMEOUT", "SIM_PEER_TIMEOUT"]
 
 #: Default address of ``rocegen sim serve``'s wire.
 SIM_WIRE = ("127.0.0.1", 17186)
-#: The send work request opcodes.
-SEND_OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ")
 #: RDMA READs a QP of the simulated NIC keeps outstanding at most, and accepts at once (a
 #: ConnectX's 16).
 SIM_RD_DEPTH = 16
@@ -104,8 +103,8 @@ class SendCpl(NamedTuple):
 
 
 def _check_send(op, length, imm):
-    if op not in SEND_OPS:
-        raise NicError(f"send opcode must be one of {', '.join(SEND_OPS)}, not {op!r}")
+    if op not in VERBS:
+        raise NicError(f"send opcode must be one of {', '.join(VERBS)}, not {op!r}")
     if op.endswith("_IMM") != (imm is not None):
         raise NicError(f"{op} {'needs' if op.endswith('_IMM') else 'takes no'} immediate data")
     if length < 0:

@@ -96,7 +96,7 @@ class RespPrecheck(wiring.Component):
         last, only = opc.matches(sub, _PLACE[P.LAST]), opc.matches(sub, _PLACE[P.ONLY])
         imm = has_imm(op)
         m.d.comb += [
-            f.read.eq(op == opc.opcode(opc.Verb.RDMA_READ, opc.Position.ONLY)),
+            f.read.eq(op == opc.OP_RC_RDMA_READ_REQUEST),
             f.read_len_bad.eq((n != 0) | (bth.padcnt != 0) | (reth.dma_len > READ_MAX)),
             f.send.eq(send), f.write.eq(write), f.first.eq(first), f.middle.eq(middle),
             f.last.eq(last), f.only.eq(only), f.imm.eq(imm),

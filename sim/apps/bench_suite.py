@@ -86,6 +86,7 @@ from pathlib import Path
 
 from rocegen.sim.apps import incast
 from rocegen.sim.testing.cocotb_runner import BUILD, ROOT
+from rocegen.wire.verbs import VERBS
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
            "read_bound_gbps", "read_runs", "read_timeout", "suite_runs", "run_suite",
@@ -117,7 +118,7 @@ def packet_frames(size, pmtu, opcode="WRITE"):
     the first packet of a WRITE / WRITE_IMM, the ImmDt on the last one of a WRITE_IMM /
     SEND_IMM, the ICRC. ``READ``: the packets of its responses (the payload-carrying direction),
     the AETH on the first and the last (FIRST and LAST; ONLY carries one)."""
-    if opcode not in ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM", "READ"):
+    if opcode not in VERBS:
         raise ValueError(f"unknown opcode {opcode!r}")
     packets = max(1, -(-size // pmtu))
     out = []

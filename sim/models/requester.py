@@ -11,31 +11,23 @@ into frames (header table for the RoCE headers, ICRC from :mod:`rocegen.sim.mode
 benches that feed the RNIC model directly.
 """
 
-import enum
 from dataclasses import dataclass
 
 from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.models.checksum import internet_checksum
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
+from rocegen.wire.verbs import WrOpcode
 
-__all__ = ["WrOpcode", "SEND_OPCODES", "WorkRequest", "QpState", "PacketDesc", "segment",
+__all__ = ["WrOpcode", "SEND_OPCODES", "WorkRequest", "QpSegment", "PacketDesc", "segment",
            "resend", "psn_count", "build_frame", "PMTUS", "PSN_MOD"]
 
 PMTUS = (256, 512, 1024, 2048, 4096)
 PSN_MOD = 1 << 24
 
 
-class WrOpcode(enum.IntEnum):
-    WRITE = 0
-    WRITE_IMM = 1
-    SEND = 2
-    SEND_IMM = 3
-    READ = 4
-
-
-#: The opcodes that send the message's payload (all but READ).
-SEND_OPCODES = (WrOpcode.WRITE, WrOpcode.WRITE_IMM, WrOpcode.SEND, WrOpcode.SEND_IMM)
+#: The work request opcodes that send the message's payload (all but READ).
+SEND_OPCODES = tuple(op for op in WrOpcode if op.sends_payload)
 
 
 @dataclass(frozen=True)
@@ -49,7 +41,9 @@ class WorkRequest:
 
 
 @dataclass
-class QpState:
+class QpSegment:
+    """What segmentation needs of a QP (the gateware's ``QP_SEGMENT``); ``psn`` advances as
+    messages are segmented."""
     dest_qpn: int
     rkey: int
     base_va: int
@@ -72,20 +66,6 @@ class PacketDesc:
     imm: int | None
     last: bool
     psns: int = 1                # PSNs the packet takes (a READ request: its responses')
-
-
-_OPS = {
-    # opcode kind: (FIRST, MIDDLE, LAST, ONLY)
-    WrOpcode.WRITE: (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE,
-                     opc.OP_RC_RDMA_WRITE_LAST, opc.OP_RC_RDMA_WRITE_ONLY),
-    WrOpcode.WRITE_IMM: (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE,
-                         opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                         opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
-    WrOpcode.SEND: (opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE, opc.OP_RC_SEND_LAST,
-                    opc.OP_RC_SEND_ONLY),
-    WrOpcode.SEND_IMM: (opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE,
-                        opc.OP_RC_SEND_LAST_WITH_IMMEDIATE, opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
-}
 
 
 def psn_count(wr, pmtu):
@@ -113,9 +93,9 @@ def segment(wr, qp):
         pkt = _read_request(wr, qp, qp.psn, 0)
         qp.psn = (qp.psn + pkt.psns) % PSN_MOD
         return [pkt]
-    first_op, middle_op, last_op, only_op = _OPS[WrOpcode(wr.opcode)]
-    is_write = wr.opcode in (WrOpcode.WRITE, WrOpcode.WRITE_IMM)
-    has_imm = wr.opcode in (WrOpcode.WRITE_IMM, WrOpcode.SEND_IMM)
+    first_op, middle_op, last_op, only_op = opc.message_opcodes(wr.opcode)
+    is_write = opc.has_reth(first_op)
+    has_imm = opc.has_imm(only_op)
     solicited = wr.opcode != WrOpcode.WRITE          # SE on SENDs and WRITE_WITH_IMMEDIATE
     count = max(1, -(-wr.length // qp.pmtu))
     reth = ((qp.base_va + wr.remote_offset) % (1 << 64), qp.rkey, wr.length) if is_write else None
@@ -158,7 +138,7 @@ def resend(wr, qp, first, psn):
         raise ValueError(f"PSN {psn} is not inside the request from PSN {first}")
     if WrOpcode(wr.opcode) == WrOpcode.READ:
         return [_read_request(wr, qp, psn, index)]
-    return segment(wr, QpState(**{**vars(qp), "psn": first}))[index:]
+    return segment(wr, QpSegment(**{**vars(qp), "psn": first}))[index:]
 
 
 def build_frame(pkt, payload, qp, *, src_mac, dst_mac, src_ip, dst_ip, udp_sport,

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 
 from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_MASK, SYN_ACK, SYN_RNR
+from rocegen.wire.verbs import QpState
 
 __all__ = ["Verdict", "Kind", "RespState", "Decision", "decide", "OPCODES", "psn_delta",
            "NotificationPoint", "CNP_DSCP", "FROM_PEER", "READ_MAX", "read_packets", "read_fault",
@@ -107,33 +108,20 @@ class RecvStatus(enum.IntEnum):
     FLUSHED = 3
 
 
-FIRST, MIDDLE, LAST, ONLY = "FIRST", "MIDDLE", "LAST", "ONLY"
-#: opcode -> (kind, position, ImmDt)
-OPCODES = {
-    opc.OP_RC_SEND_FIRST: (Kind.SEND, FIRST, False),
-    opc.OP_RC_SEND_MIDDLE: (Kind.SEND, MIDDLE, False),
-    opc.OP_RC_SEND_LAST: (Kind.SEND, LAST, False),
-    opc.OP_RC_SEND_LAST_WITH_IMMEDIATE: (Kind.SEND, LAST, True),
-    opc.OP_RC_SEND_ONLY: (Kind.SEND, ONLY, False),
-    opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE: (Kind.SEND, ONLY, True),
-    opc.OP_RC_RDMA_WRITE_FIRST: (Kind.WRITE, FIRST, False),
-    opc.OP_RC_RDMA_WRITE_MIDDLE: (Kind.WRITE, MIDDLE, False),
-    opc.OP_RC_RDMA_WRITE_LAST: (Kind.WRITE, LAST, False),
-    opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE: (Kind.WRITE, LAST, True),
-    opc.OP_RC_RDMA_WRITE_ONLY: (Kind.WRITE, ONLY, False),
-    opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE: (Kind.WRITE, ONLY, True),
-}
+FIRST, MIDDLE, LAST, ONLY = (p.value for p in opc.Position)
+_KIND = {opc.Verb.SEND: Kind.SEND, opc.Verb.RDMA_WRITE: Kind.WRITE}
+#: opcode -> (kind, position, ImmDt) of the SEND and WRITE opcodes the responder executes
+OPCODES = {r.code: (_KIND[r.verb], r.position.value, r.has_imm)
+           for r in opc.ROWS if r.verb in _KIND and r.supported}
 
-QP_STATE_RTR, QP_STATE_RTS = 2, 3       # QpState values of the QP table
+QP_STATE_RTR, QP_STATE_RTS = QpState.RTR.value, QpState.RTS.value     # of the QP table
 
 #: Largest DMA length of a READ (IBTA: messages of at most 2^31 bytes).
 READ_MAX = 1 << 31
 #: The PMTU codes (log2 of the bytes) a READ's responses may use.
 READ_PMTU_LOG2 = range(8, 13)
 #: READ response opcodes.
-RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = (
-    opc.OP_RC_RDMA_READ_RESPONSE_FIRST, opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-    opc.OP_RC_RDMA_READ_RESPONSE_LAST, opc.OP_RC_RDMA_READ_RESPONSE_ONLY)
+RD_FIRST, RD_MIDDLE, RD_LAST, RD_ONLY = opc.verb_opcodes(opc.Verb.RDMA_READ_RESPONSE)
 
 
 def psn_delta(a, b):

@@ -151,6 +151,7 @@ from rocegen.sim.models.rnic_requester import (
     SendQueue,
 )
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
 
 __all__ = [
     "Rnic", "QueuePair", "MemoryRegion", "RecvWqe", "Completion", "Access", "WcOpcode", "WcStatus",
@@ -249,30 +250,8 @@ IDEAL = Behaviour(credits="none", ack_every=None, ack_timer_ns=0.0, response_ns=
                   min_frame=0, mtu=None, max_msg=None)
 
 
-class Op(enum.IntEnum):
-    """RC BTH opcodes (and the CNP)."""
-    SEND_FIRST = 0x00
-    SEND_MIDDLE = 0x01
-    SEND_LAST = 0x02
-    SEND_LAST_WITH_IMMEDIATE = 0x03
-    SEND_ONLY = 0x04
-    SEND_ONLY_WITH_IMMEDIATE = 0x05
-    RDMA_WRITE_FIRST = 0x06
-    RDMA_WRITE_MIDDLE = 0x07
-    RDMA_WRITE_LAST = 0x08
-    RDMA_WRITE_LAST_WITH_IMMEDIATE = 0x09
-    RDMA_WRITE_ONLY = 0x0A
-    RDMA_WRITE_ONLY_WITH_IMMEDIATE = 0x0B
-    RDMA_READ_REQUEST = 0x0C
-    RDMA_READ_RESPONSE_FIRST = 0x0D
-    RDMA_READ_RESPONSE_MIDDLE = 0x0E
-    RDMA_READ_RESPONSE_LAST = 0x0F
-    RDMA_READ_RESPONSE_ONLY = 0x10
-    ACKNOWLEDGE = 0x11
-    ATOMIC_ACKNOWLEDGE = 0x12
-    COMPARE_SWAP = 0x13
-    FETCH_ADD = 0x14
-    CNP = 0x81
+#: RC BTH opcodes (and the CNP), by their names: every row of :mod:`rocegen.wire.opcodes`.
+Op = enum.IntEnum("Op", [(r.name, r.code) for r in opc.ROWS], module=__name__)
 
 
 class Access(enum.IntFlag):
@@ -423,33 +402,18 @@ def psn_diff(a, b):
 
 
 # (kind, position, RETH, ImmDt) of the request opcodes the responder executes
-FIRST, MIDDLE, LAST, ONLY = "FIRST", "MIDDLE", "LAST", "ONLY"
-_REQ = {
-    Op.SEND_FIRST: ("SEND", FIRST, False, False),
-    Op.SEND_MIDDLE: ("SEND", MIDDLE, False, False),
-    Op.SEND_LAST: ("SEND", LAST, False, False),
-    Op.SEND_LAST_WITH_IMMEDIATE: ("SEND", LAST, False, True),
-    Op.SEND_ONLY: ("SEND", ONLY, False, False),
-    Op.SEND_ONLY_WITH_IMMEDIATE: ("SEND", ONLY, False, True),
-    Op.RDMA_WRITE_FIRST: ("WRITE", FIRST, True, False),
-    Op.RDMA_WRITE_MIDDLE: ("WRITE", MIDDLE, False, False),
-    Op.RDMA_WRITE_LAST: ("WRITE", LAST, False, False),
-    Op.RDMA_WRITE_LAST_WITH_IMMEDIATE: ("WRITE", LAST, False, True),
-    Op.RDMA_WRITE_ONLY: ("WRITE", ONLY, True, False),
-    Op.RDMA_WRITE_ONLY_WITH_IMMEDIATE: ("WRITE", ONLY, True, True),
-}
+FIRST, MIDDLE, LAST, ONLY = (p.value for p in opc.Position)
+_KIND = {opc.Verb.SEND: "SEND", opc.Verb.RDMA_WRITE: "WRITE"}
+_REQ = {Op(r.code): (_KIND[r.verb], r.position.value, r.has_reth, r.has_imm)
+        for r in opc.ROWS if r.verb in _KIND and r.supported}
 #: the READ response faults :meth:`Rnic.read_fault` injects
 READ_FAULTS = ("drop", "truncate", "extra", "opcode", "length", "psn", "syndrome")
 # opcodes with an AETH
-_AETH_OPS = frozenset({Op.RDMA_READ_RESPONSE_FIRST, Op.RDMA_READ_RESPONSE_LAST,
-                       Op.RDMA_READ_RESPONSE_ONLY, Op.ACKNOWLEDGE, Op.ATOMIC_ACKNOWLEDGE})
+_AETH_OPS = frozenset(Op(c) for c in opc.codes(has_aeth=True))
 # extension header bytes of the other RC opcodes (for the packet length check)
-_OTHER_HDR = {
-    Op.RDMA_READ_REQUEST: 16, Op.RDMA_READ_RESPONSE_FIRST: 4, Op.RDMA_READ_RESPONSE_MIDDLE: 0,
-    Op.RDMA_READ_RESPONSE_LAST: 4, Op.RDMA_READ_RESPONSE_ONLY: 4, Op.ACKNOWLEDGE: 4,
-    Op.ATOMIC_ACKNOWLEDGE: 12, Op.COMPARE_SWAP: 28, Op.FETCH_ADD: 28,
-}
-_RESPONSES = range(Op.RDMA_READ_RESPONSE_FIRST, Op.ATOMIC_ACKNOWLEDGE + 1)
+_OTHER_HDR = {Op(r.code): r.ext_length for r in opc.ROWS
+              if opc.transport(r.code) == opc.TRANSPORT_RC and r.code not in _REQ}
+_RESPONSES = frozenset(opc.RESPONSES)
 
 COUNTERS = (
     "rx_frames", "tx_frames",

@@ -96,6 +96,7 @@ from rocegen.wire.roce import (
     RNR_DELAY_US,
     timeout_ns,
 )
+from rocegen.wire.verbs import VERBS, WrOpcode
 
 __all__ = ["SendOp", "SendWr", "SendQueue", "MAX_MSG", "DEFAULT_WINDOW", "DEFAULT_TIMEOUT",
            "DEFAULT_RD_ATOMIC"]
@@ -110,34 +111,17 @@ DEFAULT_TIMEOUT = 8
 #: (max_dest_rd_atomic): a ConnectX's 16.
 DEFAULT_RD_ATOMIC = 16
 
-#: RDMA READ request and response opcodes (the wire notes' "RC opcodes" table)
+#: RDMA READ request and response opcodes (the catalogue's)
 OP_READ_REQUEST = opc.OP_RC_RDMA_READ_REQUEST
-OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = (
-    opc.OP_RC_RDMA_READ_RESPONSE_FIRST, opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-    opc.OP_RC_RDMA_READ_RESPONSE_LAST, opc.OP_RC_RDMA_READ_RESPONSE_ONLY)
-READ_RESPONSES = (OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY)
+READ_RESPONSES = opc.verb_opcodes(opc.Verb.RDMA_READ_RESPONSE)
+OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = READ_RESPONSES
 
-
-class SendOp(enum.StrEnum):
-    """The send work request opcodes (``IBV_WR_*``)."""
-    WRITE = "WRITE"
-    WRITE_IMM = "WRITE_IMM"
-    SEND = "SEND"
-    SEND_IMM = "SEND_IMM"
-    READ = "READ"
-
+#: The send work request opcodes (``IBV_WR_*``): the verbs' names.
+SendOp = enum.StrEnum("SendOp", [(v, v) for v in VERBS], module=__name__)
 
 # opcode: (FIRST, MIDDLE, LAST, ONLY)
-_OPCODES = {
-    SendOp.WRITE: (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE, opc.OP_RC_RDMA_WRITE_LAST,
-                   opc.OP_RC_RDMA_WRITE_ONLY),
-    SendOp.WRITE_IMM: (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_MIDDLE,
-                       opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                       opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE),
-    SendOp.SEND: (opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE, opc.OP_RC_SEND_LAST, opc.OP_RC_SEND_ONLY),
-    SendOp.SEND_IMM: (opc.OP_RC_SEND_FIRST, opc.OP_RC_SEND_MIDDLE, opc.OP_RC_SEND_LAST_WITH_IMMEDIATE,
-                      opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE),
-}
+_OPCODES = {op: opc.message_opcodes(WrOpcode[op.value]) for op in SendOp
+            if WrOpcode[op.value].sends_payload}
 
 # completion statuses of the fatal NAKs (other NAK codes: remote operational error, as rxe)
 _NAK_STATUS = {NAK_INV_REQ: "REM_INV_REQ_ERR", NAK_REM_ACCESS: "REM_ACCESS_ERR",
@@ -505,8 +489,7 @@ def _response_error(wr, op, a, syndrome, n, padcnt, pmtu):
     rest = wr.read_len - off
     last = a == wr.last
     at_start = a in wr.starts
-    name = {OP_READ_FIRST: "FIRST", OP_READ_MIDDLE: "MIDDLE", OP_READ_LAST: "LAST",
-            OP_READ_ONLY: "ONLY"}[op]
+    name = opc.row(op).position.value
     if op == OP_READ_ONLY and not (last and at_start):
         return (f"READ_RESPONSE_ONLY at offset {off} of a READ of {wr.read_len} bytes"
                 + ("" if last else " (not its last PSN)") + ("" if at_start else

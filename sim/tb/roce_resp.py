@@ -103,6 +103,7 @@ from rocegen.wire.addr import parse_ip
 from rocegen.wire.headers import BTH, IPV4, UDP, UDP_PORT_ROCEV2
 from rocegen.wire.opcodes import OP_RC_ACKNOWLEDGE
 from rocegen.wire.pattern import generator_address, pattern
+from rocegen.wire.verbs import SEND_VERBS
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 W = PARAMS["width"]
@@ -128,7 +129,7 @@ HOST_BASE = 0x20_0000_0000
 #: of the endpoint's memory from there
 HOST_BYTES = 8 << 20
 READBACK = 4 << 20
-OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
+OPS = SEND_VERBS
 #: a host request's verbs opcode, as the NIC model names it, and what the receive completion says
 RECV_OPCODE = {"WRITE_IMM": RecvOpcode.WRITE_IMM, "SEND": RecvOpcode.SEND,
                "SEND_IMM": RecvOpcode.SEND}

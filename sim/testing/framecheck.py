@@ -48,6 +48,9 @@ from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Packet, Padding, Raw
 
+from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
+
 __all__ = ["FrameCheckError", "FrameChecker", "RETH", "ImmDt", "roce_layers", "CM_PORT",
            "CM_REPLY_PORT", "cm_decode", "cm_encode"]
 
@@ -81,19 +84,19 @@ class ImmDt(Packet):
         return b"", s
 
 
-# RC opcodes of the spec's table: extension headers in order, and whether the packet is the last
-# of its message (only those may carry pad). UC uses 0x20 + the SEND/WRITE codes.
-_RC = {
-    0x00: ((), False), 0x01: ((), False), 0x02: ((), True), 0x03: ((ImmDt,), True),
-    0x04: ((), True), 0x05: ((ImmDt,), True),
-    0x06: ((RETH,), False), 0x07: ((), False), 0x08: ((), True), 0x09: ((ImmDt,), True),
-    0x0A: ((RETH,), True), 0x0B: ((RETH, ImmDt), True), 0x0C: ((RETH,), True),
-    0x0D: ((AETH,), False), 0x0E: ((), False), 0x0F: ((AETH,), True), 0x10: ((AETH,), True),
-    0x11: ((AETH,), True),
-}
-OPCODES = {**_RC, **{0x20 + op: v for op, v in _RC.items() if op <= 0x0B}}
-OP_ACKNOWLEDGE = 0x11
-OP_CNP = 0x81
+# The RC opcodes the endpoint handles (the rows of the opcode catalogue, its headers mapped to
+# this module's own scapy layers): extension headers in order, and whether the packet is the
+# last of its message (only those may carry pad). UC uses 0x20 + the SEND/WRITE codes.
+_LAYER = {H.RETH: RETH, H.IMMDT: ImmDt, H.AETH: AETH}
+_RC = {r.code: (tuple(_LAYER[h] for h in r.headers),
+                r.position in (opc.Position.LAST, opc.Position.ONLY))
+       for r in opc.ROWS
+       if r.supported and opc.transport(r.code) == opc.TRANSPORT_RC}
+_UC = 0b001 << 5
+OPCODES = {**_RC, **{_UC | op: v for op, v in _RC.items()
+                     if opc.row(op).verb in (opc.Verb.SEND, opc.Verb.RDMA_WRITE)}}
+OP_ACKNOWLEDGE = opc.OP_RC_ACKNOWLEDGE
+OP_CNP = opc.OP_CNP
 
 
 def roce_layers(opcode, rest):

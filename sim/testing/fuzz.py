@@ -334,9 +334,16 @@ def _m_pkey(f, frame, rng, ctx):
     return f.build()
 
 
+#: One past the highest RC opcode of the catalogue; the ACKNOWLEDGE code under the UC transport
+#: (no opcode: UC has no acknowledgements).
+_RC_END = max(r.code for r in opc.ROWS if opc.transport(r.code) == opc.TRANSPORT_RC) + 1
+_UC_ACKNOWLEDGE = 0b001 << 5 | opc.OP_RC_ACKNOWLEDGE
+
+
 def _m_opcode(f, frame, rng, ctx):
     f.set_bth(opcode=_other(rng, lambda: rng.choice(
-        [rng.getrandbits(8), rng.randrange(0x15), opc.OP_CNP, 0x12, 0x31]), {opc.OP_RC_ACKNOWLEDGE}))
+        [rng.getrandbits(8), rng.randrange(_RC_END), opc.OP_CNP, opc.OP_RC_ATOMIC_ACKNOWLEDGE,
+         _UC_ACKNOWLEDGE]), {opc.OP_RC_ACKNOWLEDGE}))
     f.icrc = None
     return f.build()
 
@@ -776,19 +783,14 @@ def roce_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP_MT
                                  num_qps, reads)
 
 
-#: READ response opcodes; all but MIDDLE carry an AETH.
-_READ_RESPONSES = (opc.OP_RC_RDMA_READ_RESPONSE_FIRST, opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE,
-                   opc.OP_RC_RDMA_READ_RESPONSE_LAST, opc.OP_RC_RDMA_READ_RESPONSE_ONLY)
-
-
 def _verdict(ip, udp, payload, peers, num_qps, reads=False):
     n = len(payload)
     if n < BTH_MIN:
         return "drop_short"
     bth = H.BTH.unpack(payload)
     op = bth["opcode"]
-    read_resp = reads and op in _READ_RESPONSES
-    aeth = op == opc.OP_RC_ACKNOWLEDGE or (read_resp and op != opc.OP_RC_RDMA_READ_RESPONSE_MIDDLE)
+    read_resp = reads and op in opc.READ_RESPONSES
+    aeth = opc.has_aeth(op) and (op == opc.OP_RC_ACKNOWLEDGE or read_resp)
     if (aeth and n < ACK_MIN) or (op == opc.OP_CNP and n < CNP_MIN):
         return "drop_short"
     covered = H.IPV4.pack(**ip) + H.UDP.pack(**udp) + payload[:-_ICRC]
@@ -824,12 +826,7 @@ def count_roce_candidates(frames, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
 def _ext_length(opcode):
     """Bytes of the extension headers the responder expects after the BTH of ``opcode``: a RETH
     on WRITE FIRST / ONLY (with immediate too) and READ, an ImmDt on the *_WITH_IMMEDIATE."""
-    reth = opcode in (opc.OP_RC_RDMA_WRITE_FIRST, opc.OP_RC_RDMA_WRITE_ONLY,
-                      opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE, opc.OP_RC_RDMA_READ_REQUEST)
-    imm = opcode in (opc.OP_RC_SEND_LAST_WITH_IMMEDIATE, opc.OP_RC_SEND_ONLY_WITH_IMMEDIATE,
-                     opc.OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-                     opc.OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
-    return H.RETH.length * reth + H.IMMDT.length * imm
+    return H.RETH.length * opc.has_reth(opcode) + H.IMMDT.length * opc.has_imm(opcode)
 
 
 def valid_request(*, our_mac, our_ip, peer_ip, qpn, psn, opcode, payload=b"", va=0, rkey=0,
@@ -840,7 +837,7 @@ def valid_request(*, our_mac, our_ip, peer_ip, qpn, psn, opcode, payload=b"", va
     ``dma_len``, default the payload's length; ImmDt ``imm``), ``payload`` and its pad to 4
     bytes (``padcnt`` given: that PadCnt and as many zero bytes), IPv4 DF, UDP checksum 0, a
     good ICRC, padded to 60 bytes."""
-    if not 0 <= opcode < 0x20:
+    if not (0 <= opcode <= 0xFF and opc.transport(opcode) == opc.TRANSPORT_RC):
         raise ValueError(f"opcode must be an RC code 0x00..0x1f, not {opcode!r}")
     payload = bytes(payload)
     pad = -len(payload) % 4 if padcnt is None else padcnt
@@ -876,11 +873,18 @@ def _plausible_request(rng, qpn, psn, pmtu, rkey, region, addr):
                          identification=rng.getrandbits(16), **addr)
 
 
+#: How many BTH opcodes the RC transport has (its bits 4:0); one past the highest SEND or RDMA
+#: WRITE opcode (they are the codes from 0 up).
+_RC_CODES = 1 << 5
+_SEND_WRITE_END = max(opc.codes(verb=opc.Verb.SEND) + opc.codes(verb=opc.Verb.RDMA_WRITE)) + 1
+
+
 def _hostile_request(rng, qpn, psn, pmtu, rkey, region, addr):
     """A request to ``qpn`` with every field drawn: any RC opcode (mostly SEND and WRITE), a
     PSN at or near ``psn``, a payload length around the PMTU, a PadCnt, R_Key ``rkey`` or
     another, an address inside ``region`` (base, length), across its end or anywhere."""
-    op = rng.choice([rng.randrange(0x20), rng.randrange(0x0C), rng.randrange(0x0C),
+    op = rng.choice([rng.randrange(_RC_CODES), rng.randrange(_SEND_WRITE_END),
+                     rng.randrange(_SEND_WRITE_END),
                      opc.OP_RC_SEND_ONLY, opc.OP_RC_RDMA_WRITE_ONLY, opc.OP_RC_RDMA_WRITE_FIRST])
     psn = (psn + rng.choice([0, 0, 0, 1, 2, -1, -2, rng.randrange(-64, 64),
                              rng.getrandbits(24)])) & 0xFFFFFF

@@ -371,12 +371,12 @@ def bench(monkeypatch):
 def _frames(count, psn=PSN0, length=256):
     """``count`` one-packet RDMA WRITEs of ``length`` bytes from PSN ``psn``, as the endpoint
     sends them."""
-    from rocegen.sim.models.requester import QpState, WorkRequest, WrOpcode, build_frame, segment
+    from rocegen.sim.models.requester import QpSegment, WorkRequest, WrOpcode, build_frame, segment
     from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
     def addr(text, sep, base):
         return int.from_bytes(bytes(int(x, base) for x in text.split(sep)), "big")
-    qp = QpState(dest_qpn=HOST_QPN, rkey=RKEY, base_va=VA, psn=psn, pmtu=256)
+    qp = QpSegment(dest_qpn=HOST_QPN, rkey=RKEY, base_va=VA, psn=psn, pmtu=256)
     out = []
     for k in range(count):
         (pkt,) = segment(WorkRequest(k, WrOpcode.WRITE, length, remote_offset=k * length), qp)

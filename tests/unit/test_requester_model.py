@@ -10,7 +10,7 @@ from rocegen.sim.models.requester import (
     PMTUS,
     PSN_MOD,
     SEND_OPCODES,
-    QpState,
+    QpSegment,
     WorkRequest,
     WrOpcode,
     build_frame,
@@ -35,7 +35,7 @@ def host():
 @pytest.mark.parametrize("opcode", SEND_OPCODES)
 def test_segmentation_rules(pmtu, opcode):
     for length in (0, 1, pmtu - 1, pmtu, pmtu + 1, 3 * pmtu, 3 * pmtu + 5):
-        qp = QpState(dest_qpn=0x11, rkey=0x1234, base_va=0x1000, psn=PSN_MOD - 2, pmtu=pmtu,
+        qp = QpSegment(dest_qpn=0x11, rkey=0x1234, base_va=0x1000, psn=PSN_MOD - 2, pmtu=pmtu,
                      ack_every=2)
         pkts = segment(WorkRequest(1, opcode, length, remote_offset=0x40, imm=0xCAFE), qp)
         assert len(pkts) == max(1, -(-length // pmtu))
@@ -77,7 +77,7 @@ def test_frames_are_accepted_by_the_rnic_model():
     nic.register_mr(0x10000, 1 << 16, rkey=0xABCD)
     for k in range(3):
         nic.post_recv(0x11, 4096, wr_id=k)
-    qp = QpState(dest_qpn=0x11, rkey=0xABCD, base_va=0x10000, psn=100, pmtu=1024)
+    qp = QpSegment(dest_qpn=0x11, rkey=0xABCD, base_va=0x10000, psn=100, pmtu=1024)
     wrs = [WorkRequest(1, WrOpcode.WRITE, 5000, remote_offset=0x100),
            WorkRequest(2, WrOpcode.WRITE_IMM, 3, remote_offset=0x9000, imm=7),
            WorkRequest(3, WrOpcode.SEND, 2049),
@@ -100,7 +100,7 @@ def test_frames_are_accepted_by_the_rnic_model():
 
 
 def test_build_frame_rejects_a_payload_of_the_wrong_length():
-    qp = QpState(dest_qpn=1, rkey=1, base_va=0, psn=0)
+    qp = QpSegment(dest_qpn=1, rkey=1, base_va=0, psn=0)
     pkt = segment(WorkRequest(1, WrOpcode.WRITE, 10), qp)[0]
     with pytest.raises(ValueError, match="payload"):
         build_frame(pkt, b"short", qp, src_mac=1, dst_mac=2, src_ip=3, dst_ip=4, udp_sport=0xC000)

@@ -17,6 +17,7 @@ from scapy.utils import checksum
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.rnic import IDEAL, Behaviour, Rnic, WcOpcode, WcStatus
 from rocegen.wire.roce import RNR_DELAY_US
+from rocegen.wire.verbs import SEND_VERBS
 
 A_MAC, A_IP = "02:00:00:00:00:0a", "10.0.0.10"
 B_MAC, B_IP = "02:00:00:00:00:0b", "10.0.0.11"
@@ -25,7 +26,7 @@ QA2, QB2 = 0x22, 0x43
 PSN0 = 0x12345
 VA, MRLEN, RKEY = 0x7F00_0000_0000, 512 * 1024, 0xBEEF
 FILL = 0xA5
-OPS = ("WRITE", "WRITE_IMM", "SEND", "SEND_IMM")
+OPS = SEND_VERBS
 ONE_PACKET_OPS = {"WRITE": 0x0A, "WRITE_IMM": 0x0B, "SEND": 0x04, "SEND_IMM": 0x05}
 FIRST_MIDDLE_LAST = {"WRITE": (0x06, 0x07, 0x08), "WRITE_IMM": (0x06, 0x07, 0x09),
                      "SEND": (0x00, 0x01, 0x02), "SEND_IMM": (0x00, 0x01, 0x03)}

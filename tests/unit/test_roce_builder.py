@@ -20,7 +20,7 @@ from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.requester import (
     SEND_OPCODES,
-    QpState,
+    QpSegment,
     WorkRequest,
     WrOpcode,
     build_frame,
@@ -97,7 +97,7 @@ def work_requests(rng):
 
 def make_stream(wrs, rng):
     """(packets for the builder, expected (datagram, meta), model packets with payloads)."""
-    qp = QpState(dest_qpn=rng.getrandbits(24), rkey=rng.getrandbits(32),
+    qp = QpSegment(dest_qpn=rng.getrandbits(24), rkey=rng.getrandbits(32),
                  base_va=rng.getrandbits(64), psn=rng.getrandbits(24), pmtu=PMTU,
                  ack_every=rng.choice([1, 2, 64]))
     routes = [Route(rng.getrandbits(32), rng.getrandbits(16), rng.getrandbits(6),
@@ -235,7 +235,7 @@ def test_through_stack_to_host_nic(width):
     nic.create_qp(host_qpn, peer_qpn=256, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=epsn, pmtu=pmtu)
     region, region_len = 0x10000, 0x4000
     nic.register_mr(region, region_len, rkey=0x5A5A)
-    qp = QpState(dest_qpn=host_qpn, rkey=0x5A5A, base_va=region, psn=epsn, pmtu=pmtu)
+    qp = QpSegment(dest_qpn=host_qpn, rkey=0x5A5A, base_va=region, psn=epsn, pmtu=pmtu)
     wrs = [WorkRequest(1, WrOpcode.WRITE, 1500, remote_offset=0x0),
            WorkRequest(2, WrOpcode.SEND, 700),
            WorkRequest(3, WrOpcode.WRITE_IMM, 13, remote_offset=0x1000, imm=0x1234),

@@ -151,7 +151,7 @@ class Expected:
         if status is not None:
             posts.append((wr.req.wr_id, wr.src, status, 0))
             return
-        seg = model.QpState(dest_qpn=qp.peer_qpn, rkey=qp.rkey, base_va=qp.base_va, psn=qp.psn,
+        seg = model.QpSegment(dest_qpn=qp.peer_qpn, rkey=qp.rkey, base_va=qp.base_va, psn=qp.psn,
                             pmtu=qp.pmtu, ack_every=qp.ack_every)
         packets = segment_of(wr, seg)
         qp.psn = seg.psn
@@ -476,7 +476,7 @@ def test_qp_state_changes():
         want = []
         for w, p in zip(dynamic, posts):
             if p["status"] == CplStatus.OK.value:
-                seg = model.QpState(dest_qpn=qp.peer_qpn, rkey=qp.rkey, base_va=qp.base_va,
+                seg = model.QpSegment(dest_qpn=qp.peer_qpn, rkey=qp.rkey, base_va=qp.base_va,
                                     psn=qp.psn, pmtu=qp.pmtu, ack_every=qp.ack_every)
                 packets = segment_of(w, seg)
                 qp.psn = seg.psn
@@ -763,7 +763,7 @@ def test_longest_message():
                              local_addr=mem_bytes - 3 * 4096))]
     # its first 40 packets are those of a 41-packet message but for the RETH's DMA length
     head = Wr(0, dataclasses.replace(huge.req, length=41 * 256))
-    seg = model.QpState(dest_qpn=qps[0].peer_qpn, rkey=qps[0].rkey, base_va=qps[0].base_va,
+    seg = model.QpSegment(dest_qpn=qps[0].peer_qpn, rkey=qps[0].rkey, base_va=qps[0].base_va,
                         psn=qps[0].psn, pmtu=256, ack_every=qps[0].ack_every)
     want0 = [expected_desc(head, qps[0], p) for p in segment_of(head, seg)[:40]]
     want0[0]["dma_len"] = huge.req.length

@@ -129,7 +129,7 @@ def status_of(wr, qp, *, reads, width, mem_bytes):
 
 
 def seg_state(qp, psn=None):
-    return model.QpState(dest_qpn=qp.peer_qpn, rkey=qp.rkey, base_va=qp.base_va,
+    return model.QpSegment(dest_qpn=qp.peer_qpn, rkey=qp.rkey, base_va=qp.base_va,
                          psn=qp.psn if psn is None else psn, pmtu=qp.pmtu,
                          ack_every=qp.ack_every)
 
@@ -506,7 +506,7 @@ def test_model_read_request(pmtu):
     AckReq, no SE) that takes one PSN per path MTU (1 for 0 bytes); sent again from a PSN
     inside it, the request for the rest."""
     for length in (0, 1, pmtu - 1, pmtu, pmtu + 1, 5 * pmtu, 5 * pmtu + 3, (1 << 31) - 1):
-        qp = model.QpState(dest_qpn=0x11, rkey=0xABCD, base_va=(1 << 64) - 0x100,
+        qp = model.QpSegment(dest_qpn=0x11, rkey=0xABCD, base_va=(1 << 64) - 0x100,
                            psn=PSN_MOD - 2, pmtu=pmtu)
         wr = WorkRequest(1, WrOpcode.READ, length, local_addr=0x1003, remote_offset=0x40)
         (pkt,) = model.segment(wr, qp)

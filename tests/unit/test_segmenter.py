@@ -10,7 +10,7 @@ from rocegen.gateware.roce.segmenter import Segmenter
 from rocegen.sim.models.requester import (
     PMTUS,
     SEND_OPCODES,
-    QpState,
+    QpSegment,
     WorkRequest,
     WrOpcode,
     segment,
@@ -27,7 +27,7 @@ def cases(rng, pmtu, opcodes):
         wr = WorkRequest(wr_id=rng.getrandbits(32), opcode=rng.choice(opcodes), length=n,
                          local_addr=rng.getrandbits(20), remote_offset=rng.getrandbits(40),
                          imm=rng.getrandbits(32))
-        qp = QpState(dest_qpn=rng.getrandbits(24), rkey=rng.getrandbits(32),
+        qp = QpSegment(dest_qpn=rng.getrandbits(24), rkey=rng.getrandbits(32),
                      base_va=rng.getrandbits(64), psn=rng.choice([0, (1 << 24) - 3,
                                                                  rng.getrandbits(24)]),
                      pmtu=pmtu, ack_every=1 << rng.randrange(0, 4))
@@ -44,13 +44,13 @@ def test_segmenter_matches_model(pmtu, reads):
     if reads:
         work += [(WorkRequest(wr_id=k, opcode=WrOpcode.READ, length=n,
                               local_addr=rng.getrandbits(32), remote_offset=rng.getrandbits(64)),
-                  QpState(dest_qpn=1, rkey=2, base_va=rng.getrandbits(64),
+                  QpSegment(dest_qpn=1, rkey=2, base_va=rng.getrandbits(64),
                           psn=(1 << 24) - 2, pmtu=pmtu))
                  for k, n in enumerate([0, 1, pmtu, pmtu + 1, 7 * pmtu + 3])]
         rng.shuffle(work)
     expected = []
     for wr, qp in work:
-        model_qp = QpState(**vars(qp))
+        model_qp = QpSegment(**vars(qp))
         for p in segment(wr, model_qp):
             expected.append((wr, qp, p))
     got, done = [], []

@@ -9,7 +9,7 @@ from scapy.layers.l2 import ARP, Ether
 from rocegen.gateware.net.stack import NetStack
 from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.models.requester import QpState, WorkRequest, WrOpcode, build_frame, segment
+from rocegen.sim.models.requester import QpSegment, WorkRequest, WrOpcode, build_frame, segment
 from rocegen.sim.models.rnic import Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
@@ -26,7 +26,7 @@ def test_roce_packets_get_their_icrc(width):
     nic.register_mr(0x2000, 4096, rkey=0x77)
     nic.post_recv(0x11, 1024, wr_id=9)
     nic.post_recv(0x11, 1024, wr_id=10)      # WRITE with immediate consumes one too
-    qp = QpState(dest_qpn=0x11, rkey=0x77, base_va=0x2000, psn=5, pmtu=256)
+    qp = QpSegment(dest_qpn=0x11, rkey=0x77, base_va=0x2000, psn=5, pmtu=256)
     wrs = [WorkRequest(1, WrOpcode.WRITE, 700, remote_offset=0x10),
            WorkRequest(2, WrOpcode.SEND_IMM, 0, imm=0xABCD),
            WorkRequest(3, WrOpcode.WRITE_IMM, 13, remote_offset=0x800, imm=3)]

@@ -18,9 +18,10 @@ from rocegen.gateware.roce.layouts import CplStatus, WrOpcode, WrSource
 from rocegen.gateware.roce.stream_in import STREAM_META, StreamFrontEnd
 from rocegen.sim.models.axi_ram import AxiRam
 from rocegen.sim.testing.harness import run_sim
+from rocegen.wire.verbs import SEND_VERBS
 
 #: The send opcodes (READ is the scheduler's business, not this block's).
-SEND_OPS = (WrOpcode.WRITE, WrOpcode.WRITE_IMM, WrOpcode.SEND, WrOpcode.SEND_IMM)
+SEND_OPS = tuple(WrOpcode[name] for name in SEND_VERBS)
 
 WIDTHS = [64, 512]
 NOT_OK = [s.value for s in CplStatus if s != CplStatus.OK]

@@ -9,9 +9,10 @@ from rocegen.gateware.roce.layouts import WrOpcode, WrSource
 from rocegen.gateware.roce.stream_post import StreamPoster
 from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.wire.verbs import SEND_VERBS
 
 #: The send opcodes (READ is the scheduler's business, not this block's).
-SEND_OPS = (WrOpcode.WRITE, WrOpcode.WRITE_IMM, WrOpcode.SEND, WrOpcode.SEND_IMM)
+SEND_OPS = tuple(WrOpcode[name] for name in SEND_VERBS)
 
 
 def random_wr(rng, n):
