@@ -17,7 +17,7 @@ import struct
 from dataclasses import dataclass, field
 
 from rocegen.gateware.roce.cm import COUNTERS, UDP_SPORT_BASE
-from rocegen.gateware.roce.layouts import QPN_BASE, QpState, WrOpcode
+from rocegen.gateware.roce.layouts import QPN_BASE
 from rocegen.sim.models.checksum import udp_checksum
 from rocegen.sim.models.read_requester import MAX_RD_ATOMIC
 from rocegen.wire.addr import in_net, parse_net
@@ -52,6 +52,7 @@ from rocegen.wire.cm import (
     with_read_depths,
 )
 from rocegen.wire.headers import CM
+from rocegen.wire.verbs import QpState, WrOpcode
 
 __all__ = [
     "CM_PORT", "REPLY_PORT", "DATAGRAM_BYTES", "COUNTERS", "UDP_SPORT_BASE",

@@ -70,6 +70,8 @@ The state of a QP before its first ``psn_set`` is not specified: set every QP's 
 
 from dataclasses import dataclass, field
 
+from rocegen.wire.verbs import CplStatus, QpState
+
 __all__ = ["RetryModel", "Outputs", "PSN_MOD", "TIME_TICK_NS", "RNR_DELAY_US", "QP_COUNTERS",
            "COUNTERS", "SCHED_KINDS", "FAIL_STATUSES", "QP_STATES", "timeout_ticks", "rnr_ticks",
            "covers", "ahead"]
@@ -96,9 +98,9 @@ COUNTERS = ("acks", "stale_acks", "seq_naks", "rnr_naks", "error_naks", "timeout
             "rewinds", "qp_errors")
 
 SCHED_KINDS = ("ADVANCE", "REWIND", "RESET")
-FAIL_STATUSES = ("FLUSHED", "RETRY_EXCEEDED", "RNR_RETRY_EXCEEDED", "REMOTE_INVALID",
-                 "REMOTE_ACCESS", "REMOTE_OP")
-QP_STATES = ("RESET", "INIT", "RTR", "RTS", "ERROR")
+#: The completion statuses of a QP failed by the retry engine (FLUSHED .. REMOTE_OP).
+FAIL_STATUSES = tuple(s.name for s in CplStatus if CplStatus.FLUSHED <= s <= CplStatus.REMOTE_OP)
+QP_STATES = tuple(s.name for s in QpState)
 
 _SYN_SEQ = 0x60
 _FATAL = {0x61: "REMOTE_INVALID", 0x62: "REMOTE_ACCESS", 0x63: "REMOTE_OP"}

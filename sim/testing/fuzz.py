@@ -837,7 +837,7 @@ def valid_request(*, our_mac, our_ip, peer_ip, qpn, psn, opcode, payload=b"", va
     ``dma_len``, default the payload's length; ImmDt ``imm``), ``payload`` and its pad to 4
     bytes (``padcnt`` given: that PadCnt and as many zero bytes), IPv4 DF, UDP checksum 0, a
     good ICRC, padded to 60 bytes."""
-    if not (0 <= opcode <= 0xFF and opc.transport(opcode) == opc.TRANSPORT_RC):
+    if opcode not in range(1 << 8) or opc.transport(opcode) != opc.TRANSPORT_RC:
         raise ValueError(f"opcode must be an RC code 0x00..0x1f, not {opcode!r}")
     payload = bytes(payload)
     pad = -len(payload) % 4 if padcnt is None else padcnt

@@ -26,6 +26,7 @@ from rocegen.sim.models import cm as M
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
 from rocegen.sim.testing.harness import run_sim, shared
+from rocegen.wire import verbs
 from rocegen.wire.addr import parse_net
 from rocegen.wire.headers import ETH, IPV4
 from rocegen.wire.headers import UDP as UDP_HDR
@@ -565,7 +566,7 @@ def test_the_pool_never_leaks():
 
 
 def test_transition_table():
-    S = QpState
+    S = verbs.QpState
     for old in S:
         assert M.legal_transition(old, S.RESET) and M.legal_transition(old, S.ERROR)
     legal = {(a, b) for a in S for b in S if M.legal_transition(a, b)}
