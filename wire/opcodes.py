@@ -197,12 +197,14 @@ def codes(**where):
 
 
 def opcode(verb, position, *, imm=False):
-    """The opcode of ``verb`` at ``position`` (``imm``: the one with an ImmDt); ``KeyError`` if
-    the catalogue has none."""
-    for r in ROWS:
-        if r.verb is verb and r.position is position and r.has_imm == imm:
-            return r.code
-    raise KeyError(f"no opcode for {verb.name} {position.name}{' with immediate' * imm}")
+    """The supported opcode of ``verb`` at ``position`` (``imm``: the one with an ImmDt);
+    ``KeyError`` if the catalogue has none, or more than one."""
+    found = [r.code for r in ROWS if r.supported and r.verb is verb and r.position is position
+             and r.has_imm == imm]
+    if len(found) != 1:
+        raise KeyError(f"{len(found)} supported opcodes for {verb.name} {position.name}"
+                       f"{' with immediate' * imm}")
+    return found[0]
 
 
 def verb_opcodes(verb, *, imm=False):

@@ -15,8 +15,8 @@ def has_imm(opcode):
     return opc.matches(opcode, opc.codes(has_imm=True, supported=True))
 
 
-_SEND = opc.codes(verb=opc.Verb.SEND)
-_WRITE = opc.codes(verb=opc.Verb.RDMA_WRITE)
+_SEND = opc.codes(verb=opc.Verb.SEND, supported=True)
+_WRITE = opc.codes(verb=opc.Verb.RDMA_WRITE, supported=True)
 
 
 def _place(codes):

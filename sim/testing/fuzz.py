@@ -876,7 +876,8 @@ def _plausible_request(rng, qpn, psn, pmtu, rkey, region, addr):
 #: How many BTH opcodes the RC transport has (its bits 4:0); one past the highest SEND or RDMA
 #: WRITE opcode (they are the codes from 0 up).
 _RC_CODES = 1 << 5
-_SEND_WRITE_END = max(opc.codes(verb=opc.Verb.SEND) + opc.codes(verb=opc.Verb.RDMA_WRITE)) + 1
+_SEND_WRITE_END = max(opc.codes(verb=opc.Verb.SEND, supported=True)
+                      + opc.codes(verb=opc.Verb.RDMA_WRITE, supported=True)) + 1
 
 
 def _hostile_request(rng, qpn, psn, pmtu, rkey, region, addr):
