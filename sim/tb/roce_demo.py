@@ -130,16 +130,9 @@ from rocegen.sim.testing.roce_env import (
     write_onchip,
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.headers import BTH, IMMDT, IPV4, RETH, UDP, UDP_PORT_ROCEV2
-from rocegen.wire.opcodes import (
-    OP_RC_RDMA_WRITE_FIRST,
-    OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
-    OP_RC_RDMA_WRITE_ONLY,
-    OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
-    OP_RC_SEND_LAST_WITH_IMMEDIATE,
-    OP_RC_SEND_ONLY_WITH_IMMEDIATE,
-)
 from rocegen.wire.pattern import generator_address, pattern
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
@@ -177,9 +170,9 @@ def roce_frame_info(frame):
 
 
 #: Request opcodes (RC SEND / RDMA WRITE) with a RETH, and those with immediate data
-RETH_OPCODES = (OP_RC_RDMA_WRITE_FIRST, OP_RC_RDMA_WRITE_ONLY, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
-IMM_OPCODES = (OP_RC_SEND_LAST_WITH_IMMEDIATE, OP_RC_SEND_ONLY_WITH_IMMEDIATE,
-               OP_RC_RDMA_WRITE_LAST_WITH_IMMEDIATE, OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE)
+_SEND_WRITE = (opc.Verb.SEND, opc.Verb.RDMA_WRITE)
+RETH_OPCODES = tuple(r.code for r in opc.ROWS if r.verb in _SEND_WRITE and r.has_reth)
+IMM_OPCODES = tuple(r.code for r in opc.ROWS if r.verb in _SEND_WRITE and r.has_imm)
 
 
 def data_payload(frame):
