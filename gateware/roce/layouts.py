@@ -4,6 +4,7 @@
 from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
+from rocegen.wire.cm import QPN_BASE
 from rocegen.wire.headers import CM
 
 __all__ = ["check_num_qps", "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
@@ -161,8 +162,6 @@ class QpState(enum.Enum, shape=3):
     ERROR = 4
 
 
-#: First QP number; QP index k has QPN ``QPN_BASE + k``.
-QPN_BASE = 256
 
 #: A QP's context in the QP table (everything but its next PSN, which has its own port).
 QP_CONTEXT = data.StructLayout({
