@@ -27,7 +27,7 @@ COUNTERS = (
     "read_rx", "read_dup", "read_dup_drop", "read_resp_tx", "read_bytes",
     # faults injected towards the requester (Behaviour, read_fault)
     "ack_dup_tx", "ack_ghost_tx", "runt_tx", "oversize_tx", "read_dup_tx", "read_fault_tx",
-    # requester (rnic_requester): data packets sent (resends included) and resent, AETHs
+    # requester (requester.py): data packets sent (resends included) and resent, AETHs
     # received by kind, stale and never-sent ones, timeouts, retries exhausted, completions
     "req_tx", "req_retx", "req_ack_rx", "req_nak_seq_rx", "req_rnr_rx", "req_nak_err_rx",
     "req_ack_stale", "req_ack_ghost", "req_timeouts", "req_retry_exc", "req_rnr_retry_exc",
