@@ -15,7 +15,7 @@ from rocegen.sim.models.rnic.frames import FrameBuilder
 from rocegen.sim.models.rnic.ingress import Ingress
 from rocegen.sim.models.rnic.memory import Access, Memory
 from rocegen.sim.models.rnic.qp import QueuePair, RecvWqe
-from rocegen.sim.models.rnic.read_responder import ReadResponder, _ReadJob
+from rocegen.sim.models.rnic.read_responder import ReadResponder
 from rocegen.sim.models.rnic.requester import DEFAULT_RD_ATOMIC, DEFAULT_TIMEOUT, DEFAULT_WINDOW, SendQueue
 from rocegen.sim.models.rnic.responder import Responder
 from rocegen.wire.roce import PMTUS, PSN_MASK
@@ -328,6 +328,7 @@ class Rnic:
 
     def qp_state(self, qpn):
         return self.qps[qpn].state
+
     def read_mem(self, addr, length):
         return self.memory.read(addr, length)
 
@@ -406,11 +407,7 @@ class Rnic:
         times = [qp.ack_deadline for qp in self.qps.values() if qp.ack_deadline is not None]
         times += [t for t in (qp.sq.next_deadline() for qp in self.qps.values()
                               if qp.state != "ERR") if t is not None]
-        for qp in self.qps.values():        # READ responses whose delay is not over
-            head = next((j for j in qp.rsp_out if not isinstance(j, _ReadJob) or j.left()), None)
-            if isinstance(head, _ReadJob) and head.ready_at is not None and (
-                    self.answers.now is None or head.ready_at > self.answers.now):
-                times.append(head.ready_at)
+        times += [t for t in map(self.reads.ready_at, self.qps.values()) if t is not None]
         if self.answers.head() is not None:
             times.append(self.answers.head())
         return min(times, default=None)

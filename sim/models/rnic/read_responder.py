@@ -206,6 +206,16 @@ class ReadResponder:
         return n
 
 
+    def ready_at(self, qp):
+        """When the READ responses at the head of ``qp``'s answers may leave, if their response
+        delay is not over yet; else None."""
+        now = self.nic.answers.now
+        head = next((j for j in qp.rsp_out if not isinstance(j, _ReadJob) or j.left()), None)
+        if isinstance(head, _ReadJob) and head.ready_at is not None and (
+                now is None or head.ready_at > now):
+            return head.ready_at
+        return None
+
     def left(self, qp):
         """Frames of ``qp``'s READ responses and the answers behind them still to send."""
         return sum(item.left() if isinstance(item, _ReadJob) else 1 for item in qp.rsp_out)
