@@ -54,7 +54,7 @@ that does not state it: 1), and accepts as many as it stated.
 Rates (:meth:`TrafficRun.summary`): ``seconds``/``gbps``/``mmsgs`` are measured on the wall
 clock, from sending the run's datagram to its last message checked. When the NIC knows the
 FPGA's own time (the simulated NIC: the simulation's frames carry their core-clock cycles,
-:mod:`rocegen.sim.apps.bridge`), ``fpga_*`` give the same in the FPGA's time: ``fpga_cycles`` from
+:mod:`rocegen.wire.simwire`), ``fpga_*`` give the same in the FPGA's time: ``fpga_cycles`` from
 the first beat of the run's first data frame on the FPGA's MAC port to the last beat of its last
 one, at ``fpga_clock_mhz``. In simulation only those are the FPGA's rates: the wall clock then
 measures how fast this machine simulates.

@@ -53,14 +53,24 @@ import threading
 import time
 from typing import NamedTuple
 
+from rocegen.wire.headers import ARP, ETH, ETHERTYPE_ARP, IPV4, UDP_PORT_ROCEV2
 from rocegen.wire.roce import SIMULATED_PEER_TIMEOUT
+from rocegen.wire.simwire import (
+    FPGA_IP,
+    HOST_IP,
+    HOST_MAC,
+    WIRE_PORT,
+    FrameReader,
+    encode_frame,
+    udp_dst_port,
+)
 from rocegen.wire.verbs import VERBS
 
 __all__ = ["Cpl", "SendCpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic",
            "SIM_WIRE", "SIM_TIMEOUT", "VERBS_TIMEOUT", "SIM_PEER_TIMEOUT"]
 
 #: Default address of ``rocegen sim serve``'s wire.
-SIM_WIRE = ("127.0.0.1", 17186)
+SIM_WIRE = ("127.0.0.1", WIRE_PORT)
 #: RDMA READs a QP of the simulated NIC keeps outstanding at most, and accepts at once (a
 #: ConnectX's 16).
 SIM_RD_DEPTH = 16
@@ -125,10 +135,10 @@ def _data_dest_qp(frame):
     return int.from_bytes(bth[5:8], "big") if bth[0] in _DATA_OPCODES else None
 
 
-#: The addresses ``rocegen sim serve`` gives the simulated FPGA and its host by default (those of
-#: the simulation scenarios, :mod:`rocegen.sim.testing.scenarios`).
-SIM_FPGA_IP = "10.0.0.2"
-SIM_HOST_MAC, SIM_HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
+#: The addresses ``rocegen sim serve`` gives the simulated FPGA and its host by default
+#: (:mod:`rocegen.wire.simwire`).
+SIM_FPGA_IP = FPGA_IP
+SIM_HOST_MAC, SIM_HOST_IP = HOST_MAC, HOST_IP
 
 
 def _sim_access():
@@ -154,12 +164,11 @@ class SimNic:
     (its log is in :meth:`counters`). It answers the FPGA's RDMA READs of the host's regions
     (the READ responses leave as the FPGA's READs arrive). The wire tells when each frame left
     the FPGA, in its own
-    time (:mod:`rocegen.sim.apps.bridge`): :meth:`fpga_time` gives it per QP. The requester's
+    time (:mod:`rocegen.wire.simwire`): :meth:`fpga_time` gives it per QP. The requester's
     timers run on this machine's clock (retransmit timeout :data:`SIM_TIMEOUT` unless
     :meth:`connect_qp` is given one, at most :data:`SIM_WINDOW` packets outstanding)."""
 
     def __init__(self, wire=SIM_WIRE, *, mac=None, ip=None, strict=False):
-        from rocegen.sim.apps.bridge import FrameReader, encode_frame
         mac, ip = mac or SIM_HOST_MAC, ip or SIM_HOST_IP
         self._encode = encode_frame
         self.local_ip = ip
@@ -393,8 +402,7 @@ class PacketNic(SimNic):
     carry none (:meth:`fpga_time` stays None)."""
 
     def __init__(self, iface, *, mac=None, ip=None, strict=False):
-        from rocegen.sim.testing.scenarios import HOST_IP, HOST_MAC
-        mac, ip = mac or HOST_MAC, ip or HOST_IP
+        mac, ip = mac or SIM_HOST_MAC, ip or SIM_HOST_IP
         self.local_ip = ip
         self.rnic = _sim_rnic(mac, ip, strict)
         self._lock = threading.Lock()
@@ -426,13 +434,11 @@ class PacketNic(SimNic):
         """True for an untagged IPv4/UDP frame (no IP options) to our IP and UDP port 4791, or
         an ARP reply to our IP (the requester's resolution of the FPGA; the kernel answers the
         requests)."""
-        from rocegen.sim.apps.bridge import _udp_dst_port
-        from rocegen.wire.headers import ARP, ETH, ETHERTYPE_ARP, IPV4, UDP_PORT_ROCEV2
         if len(frame) >= ETH.length + ARP.length and \
                 ETH.unpack(frame[:ETH.length])["ethertype"] == ETHERTYPE_ARP:
             arp = ARP.unpack(frame[ETH.length:])
             return arp["oper"] == 2 and arp["tpa"] == self._ip
-        return (_udp_dst_port(frame) == UDP_PORT_ROCEV2
+        return (udp_dst_port(frame) == UDP_PORT_ROCEV2
                 and IPV4.unpack(frame[ETH.length:])["dst"] == self._ip)
 
     def _send_frames(self, frames):

@@ -35,7 +35,7 @@ __all__ = [
     "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES", "QUERY_REPLY", "COUNT_BITS",
     "READ_DEPTHS", "READ_DEPTH_MAX",
     "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "region", "query_counts",
-    "read_depths", "with_read_depths",
+    "read_depths", "with_read_depths", "QPN_BASE", "UDP_SPORT_BASE", "COUNTERS",
 ]
 
 #: UDP port the connection manager listens on.
@@ -44,6 +44,15 @@ CM_PORT = 17185
 REPLY_PORT = 0x8765
 #: Length of every datagram, request or reply.
 DATAGRAM_BYTES = CM.length
+#: The QP numbers an FPGA hands out (``loc_qpn`` of its OPEN_QP ACK): QP ``k`` is
+#: ``QPN_BASE + k``.
+QPN_BASE = 256
+#: The FPGA's QP ``k`` sends its RoCEv2 packets from UDP source port ``UDP_SPORT_BASE | k``.
+UDP_SPORT_BASE = 0xC000
+#: What a connection manager counts of the datagrams it takes and answers (the gateware's counter
+#: pulses, in this order, and the reference model's counters).
+COUNTERS = ("rx_requests", "replies", "drop_length", "drop_unknown", "drop_ip", "nak_illegal",
+            "nak_owner", "nak_not_allowed", "no_qp", "drop_gen")
 
 REQ_NULL = 0
 REQ_OPEN_QP = 1

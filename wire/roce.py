@@ -5,7 +5,7 @@ tables behind retransmit timeout and RNR codes. The opcodes are in :mod:`rocegen
 __all__ = [
     "PMTUS", "PSN_MOD", "PSN_MASK",
     "SYN_ACK", "SYN_RNR", "NAK_PSN_SEQ", "NAK_INV_REQ", "NAK_REM_ACCESS", "NAK_REM_OP",
-    "RNR_DELAY_US", "timeout_ns", "ETH_MIN_FRAME",
+    "RNR_DELAY_US", "timeout_ns", "ETH_MIN_FRAME", "CNP_INTERVAL_NS", "cnp_interval_cycles",
 ]
 
 #: Path MTUs in bytes (the IB MTU codes 1..5).
@@ -45,3 +45,12 @@ SIMULATED_PEER_TIMEOUT = 20
 
 #: Shortest Ethernet frame before its FCS; a MAC pads shorter ones and drops shorter received ones.
 ETH_MIN_FRAME = 60
+
+#: The shortest time between two CNPs of a QP by default: 4 us ("a few microseconds",
+#: ``shared/spec/roce-wire.md``; a ConnectX sets it in microseconds too).
+CNP_INTERVAL_NS = 4000
+
+
+def cnp_interval_cycles(clk_hz, ns=CNP_INTERVAL_NS):
+    """``ns`` nanoseconds in cycles of a ``clk_hz`` clock, rounded up."""
+    return -(-int(ns) * int(clk_hz) // 1_000_000_000)

@@ -9,6 +9,7 @@ from rocegen.wire.cm import (
     ACK_NAK,
     ACK_NO_QP,
     CM_PORT,
+    COUNTERS,
     REPLY_PORT,
     REQ_CLOSE_QP,
     REQ_ERROR,
@@ -17,6 +18,7 @@ from rocegen.wire.cm import (
     REQ_OPEN_QP,
     REQ_QUERY,
     REQ_SEND_QP_INFO,
+    UDP_SPORT_BASE,
 )
 from rocegen.wire.roce import PMTUS
 
@@ -25,12 +27,8 @@ __all__ = ["CM_PORT", "REPLY_PORT", "UDP_SPORT_BASE", "COUNTERS", "PMTU_LOG2",
            "REQ_QUERY", "REQ_ERROR", "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "int_param", "parse_net",
            "read_params"]
 
-# (the wire's codes and ports are rocegen.wire.cm's; named here for the blocks)
-#: QP ``k`` sends from UDP source port ``UDP_SPORT_BASE | k``.
-UDP_SPORT_BASE = 0xC000
-#: Counter pulses, in port order.
-COUNTERS = ("rx_requests", "replies", "drop_length", "drop_unknown", "drop_ip", "nak_illegal",
-            "nak_owner", "nak_not_allowed", "no_qp", "drop_gen")
+# (the wire's codes and ports, the source ports of the QPs and the counters are rocegen.wire.cm's;
+# named here for the blocks)
 
 #: Path MTU in bytes -> its log2 (the QP context's ``pmtu_log2``).
 PMTU_LOG2 = {p: p.bit_length() - 1 for p in PMTUS}

@@ -5,6 +5,7 @@ from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
 from rocegen.wire import verbs
+from rocegen.wire.cm import QPN_BASE
 from rocegen.wire.headers import CM
 
 __all__ = ["check_num_qps", "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
@@ -152,8 +153,6 @@ PFC_CONFIG = data.StructLayout({"enable": 1, "prio": 3})
 QpState = _hardware_enum(verbs.QpState, 3)
 
 
-#: First QP number; QP index k has QPN ``QPN_BASE + k``.
-QPN_BASE = 256
 
 #: A QP's context in the QP table (everything but its next PSN, which has its own port).
 QP_CONTEXT = data.StructLayout({

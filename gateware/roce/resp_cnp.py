@@ -14,20 +14,13 @@ from rocegen.gateware.roce.resp_layouts import (
     CNP_MARK,
     RESP_RESPONSE,
 )
+from rocegen.wire.roce import CNP_INTERVAL_NS, cnp_interval_cycles
 
 __all__ = ["RespCnp", "cnp_interval_cycles", "CNP_INTERVAL_NS", "DEFAULT_CNP_INTERVAL",
            "TIME_BITS"]
 
-#: The shortest time between two CNPs of a QP by default: 4 us ("a few microseconds",
-#: ``shared/spec/roce-wire.md``; a ConnectX sets it in microseconds too).
-CNP_INTERVAL_NS = 4000
 #: Bits of the cycle counter the notification point stamps its CNPs with.
 TIME_BITS = 32
-
-
-def cnp_interval_cycles(clk_hz, ns=CNP_INTERVAL_NS):
-    """``ns`` nanoseconds in cycles of a ``clk_hz`` clock, rounded up."""
-    return -(-int(ns) * int(clk_hz) // 1_000_000_000)
 
 
 #: :data:`CNP_INTERVAL_NS` at the CMAC clock (322.265625 MHz): 1290 cycles.

@@ -27,19 +27,9 @@ plays that port:
   FPGA get it (priority ``pcp``).
 * **Wire** (the RDMA NIC's part). A TCP listener on ``listen:wire_port`` takes any number of
   connections (a hub: every FPGA frame not taken by the tunnel goes to every connection; each
-  connection's frames go to the FPGA). On a connection each frame is a 4-byte big-endian length
-  and the frame's bytes (Ethernet, no FCS): :func:`encode_frame` / :class:`FrameReader`. The host
-  agent's simulated NIC is one such connection; a test can add another host on the segment.
-
-  **FPGA time on the wire.** The simulation keeps the FPGA's own time, which the wall clock of
-  this machine does not tell (a simulated second takes minutes). So towards the connections,
-  each frame that left the FPGA comes after a *time record*: the 4-byte word
-  :data:`TIME_RECORD` (``0x80000014``: the top bit, which no frame length has, and the record's
-  20 bytes), then three big-endian numbers: the core-clock cycle of the frame's first beat on
-  the FPGA's MAC port (8 bytes), the cycle of its last beat (8 bytes) and the core clock in Hz
-  (4 bytes), cycles counted from the start of the simulation (:func:`encode_time`).
-  :meth:`FrameReader.feed_stamped` returns each frame with its :class:`FpgaTime`;
-  :meth:`FrameReader.feed` skips the records. Towards the FPGA a connection sends frames only.
+  connection's frames go to the FPGA). The framing on a connection (a length before each frame,
+  and a time record in the FPGA's time before each frame from the FPGA) is
+  :mod:`rocegen.wire.simwire`'s, which the host agent's simulated NIC uses too.
 
 Nothing here depends on the simulator: :meth:`HostSide.from_fpga` takes a frame the FPGA sent,
 :meth:`HostSide.poll` returns the frames for the FPGA that arrived on the sockets.
@@ -50,7 +40,6 @@ import os
 import selectors
 import socket
 import struct
-from typing import NamedTuple
 
 from rocegen.sim.models.checksum import internet_checksum, udp_checksum
 from rocegen.wire.addr import parse_ip, parse_mac
@@ -66,16 +55,21 @@ from rocegen.wire.headers import (
     UDP,
     UDP_PORT_ROCEV2,
 )
+from rocegen.wire.simwire import (
+    MAX_FRAME,
+    TIME_RECORD,
+    WIRE_PORT,
+    FpgaTime,
+    FrameReader,
+    encode_frame,
+    encode_time,
+    udp_dst_port,
+)
 
 __all__ = ["HostSide", "FrameReader", "FpgaTime", "encode_frame", "encode_time", "udp_frame",
            "open_tap", "vlan_tag", "vlan_untag", "MAX_FRAME", "COUNTERS", "TIME_RECORD",
            "ROCE_PATHS"]
 
-#: Largest frame a wire connection may carry (a 9000-byte jumbo frame with its headers).
-MAX_FRAME = 9018 + 4
-#: The first word of a time record on a wire connection (see the module documentation).
-TIME_RECORD = 0x8000_0000 | 20
-_TIME = struct.Struct(">QQI")
 #: Seconds a wire connection may refuse to take a frame before it is closed.
 SEND_TIMEOUT = 10.0
 #: What :attr:`HostSide.counters` counts.
@@ -101,18 +95,6 @@ def open_tap(name):
     return fd
 
 
-def _udp_dst_port(frame):
-    """The UDP destination port of an untagged IPv4 frame without options, else None."""
-    if len(frame) < ETH.length + IPV4.length + UDP.length or \
-            ETH.unpack(frame[:ETH.length])["ethertype"] != ETHERTYPE_IPV4:
-        return None
-    ip = IPV4.unpack(frame[ETH.length:ETH.length + IPV4.length])
-    if ip["ihl"] != 5 or ip["protocol"] != IP_PROTO_UDP:
-        return None
-    at = ETH.length + IPV4.length
-    return UDP.unpack(frame[at:at + UDP.length])["dst_port"]
-
-
 def vlan_tag(frame, vid, pcp=0):
     """An untagged Ethernet frame with an 802.1Q tag of VLAN ``vid`` (priority ``pcp``) inserted
     after its addresses."""
@@ -132,66 +114,6 @@ def vlan_untag(frame, vid):
     out = ETH.pack(dst=eth["dst"], src=eth["src"], ethertype=eth["ethertype"]) + \
         bytes(frame[ETH_VLAN.length:])
     return out + bytes(max(0, 60 - len(out)))
-
-
-def encode_frame(frame):
-    """A frame as it travels on a wire connection: 4-byte big-endian length, then the bytes."""
-    if not 14 <= len(frame) <= MAX_FRAME:
-        raise ValueError(f"a frame is 14..{MAX_FRAME} bytes, not {len(frame)}")
-    return struct.pack(">I", len(frame)) + bytes(frame)
-
-
-class FpgaTime(NamedTuple):
-    """When a frame crossed the FPGA's MAC port, in the FPGA's time: the core-clock cycles of its
-    first and last beat (counted from the start of the simulation) and the clock in Hz."""
-    first_cycle: int
-    last_cycle: int
-    clock_hz: int
-
-
-def encode_time(first_cycle, last_cycle, clock_hz):
-    """The time record that goes before a frame from the FPGA on a wire connection."""
-    if not 0 <= first_cycle <= last_cycle < 1 << 64 or not 0 < clock_hz < 1 << 32:
-        raise ValueError(f"cycles {first_cycle}..{last_cycle} at {clock_hz} Hz do not fit a "
-                         f"time record")
-    return struct.pack(">I", TIME_RECORD) + _TIME.pack(first_cycle, last_cycle, clock_hz)
-
-
-class FrameReader:
-    """Splits the byte stream of a wire connection into frames. :meth:`feed` returns the whole
-    frames received so far; a length outside 14..:data:`MAX_FRAME` raises ``ValueError`` (the
-    connection is then unusable and is closed by its owner). Time records are taken when
-    ``times`` (the direction from the FPGA), else they are such a bad length."""
-
-    def __init__(self, times=True):
-        self._buf = bytearray()
-        self._times = times
-        self._time = None
-
-    def feed(self, data):
-        return [frame for frame, _ in self.feed_stamped(data)]
-
-    def feed_stamped(self, data):
-        """Like :meth:`feed`, each frame with the :class:`FpgaTime` of the time record just
-        before it (None without one)."""
-        self._buf += data
-        out = []
-        while len(self._buf) >= 4:
-            n = struct.unpack(">I", self._buf[:4])[0]
-            if n == TIME_RECORD and self._times:
-                if len(self._buf) < 4 + _TIME.size:
-                    break
-                self._time = FpgaTime(*_TIME.unpack(self._buf[4:4 + _TIME.size]))
-                del self._buf[:4 + _TIME.size]
-                continue
-            if not 14 <= n <= MAX_FRAME:
-                raise ValueError(f"frame length {n} on the wire connection (14..{MAX_FRAME})")
-            if len(self._buf) < 4 + n:
-                break
-            out.append((bytes(self._buf[4:4 + n]), self._time))
-            self._time = None
-            del self._buf[:4 + n]
-        return out
 
 
 def udp_frame(src_mac, dst_mac, src_ip, dst_ip, sport, dport, payload, ident=1):
@@ -221,7 +143,7 @@ class HostSide:
     """
 
     def __init__(self, *, fpga_mac, fpga_ip, fpga_cm_port=17185, host_mac, host_ip,
-                 listen="127.0.0.1", cm_port=17185, wire_port=17186, tap=None, roce="tap",
+                 listen="127.0.0.1", cm_port=17185, wire_port=WIRE_PORT, tap=None, roce="tap",
                  vlan=None, pcp=0, log=print):
         if roce not in ROCE_PATHS:
             raise ValueError(f"roce must be one of {', '.join(ROCE_PATHS)}, not {roce!r}")
@@ -394,7 +316,7 @@ class HostSide:
     def _from_fpga_tap(self, frame, time):
         """With a TAP, every frame goes to it (the host's kernel answers ARP, ICMP, UDP; a RoCE
         peer on the interface takes RoCEv2), but RoCEv2 goes to the wire with ``roce="wire"``."""
-        if self.roce == "wire" and _udp_dst_port(frame) == UDP_PORT_ROCEV2:
+        if self.roce == "wire" and udp_dst_port(frame) == UDP_PORT_ROCEV2:
             self._to_peers(frame, time)
         else:
             try:

@@ -42,12 +42,12 @@ from rocegen.sim.apps import rxe_guest, rxe_story
 from rocegen.sim.apps.serve import stop_server
 from rocegen.sim.apps.tap import TAP_NAME
 from rocegen.sim.testing.pcap import read_pcap
-from rocegen.sim.testing.scenarios import FPGA_IP, HOST_IP, HOST_MAC
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 from rocegen.wire import roce as R
 from rocegen.wire.addr import parse_mac
 from rocegen.wire.roce import SIMULATED_PEER_TIMEOUT
+from rocegen.wire.simwire import FPGA_IP, HOST_IP, HOST_MAC
 
 __all__ = ["add_parser", "run", "frame_kinds", "classify_pcap", "rxe_vectors", "write_vectors",
            "SIM_FPGA_TIMEOUT"]

@@ -45,11 +45,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.wire.simwire import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC, WIRE_PORT
 
 __all__ = ["add_parser", "run", "serve_config", "stop_server", "DEFAULT_WIRE_PORT"]
 
-DEFAULT_WIRE_PORT = 17186
+DEFAULT_WIRE_PORT = WIRE_PORT
 
 
 def add_parser(subparsers):

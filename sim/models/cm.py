@@ -16,8 +16,6 @@ format under one name.
 import struct
 from dataclasses import dataclass, field
 
-from rocegen.gateware.roce.cm import COUNTERS, UDP_SPORT_BASE
-from rocegen.gateware.roce.layouts import QPN_BASE
 from rocegen.sim.models.checksum import udp_checksum
 from rocegen.sim.models.read_requester import MAX_RD_ATOMIC
 from rocegen.wire.addr import in_net, parse_net
@@ -27,8 +25,10 @@ from rocegen.wire.cm import (
     ACK_NAK,
     ACK_NO_QP,
     CM_PORT,
+    COUNTERS,
     DATAGRAM_BYTES,
     PMTU_BYTES,
+    QPN_BASE,
     QUERY_REPLY,
     READ_DEPTH_MAX,
     REGION_REQUESTS,
@@ -40,6 +40,7 @@ from rocegen.wire.cm import (
     REQ_OPEN_QP,
     REQ_QUERY,
     REQ_SEND_QP_INFO,
+    UDP_SPORT_BASE,
     pack,
     pmtu_code,
     query_counts,

@@ -42,10 +42,10 @@ senders' response; without, frames that find no room are dropped.
 
 Host: a notification point per sender's QP (:class:`~rocegen.sim.models.responder.
 NotificationPoint`): a frame arriving marked CE makes a CNP to its sender's QP unless that QP
-had one less than ``cnp_interval_ns`` before (default the gateware's
-``DEFAULT_CNP_INTERVAL``: 1290 cycles at 322.27 MHz, 4.003 us). The CNP is a real frame (BTH
-opcode 0x81, BECN, 16 zero bytes, ICRC; DSCP 48, not ECN-capable) sent on the host's line as
-soon as it is decided, through the switch to the sender.
+had one less than ``cnp_interval_ns`` before (default the gateware's: 4 us in whole cycles of
+322.27 MHz, :func:`~rocegen.wire.roce.cnp_interval_cycles`, 1290 cycles, 4.003 us). The CNP
+is a real frame (BTH opcode 0x81, BECN, 16 zero bytes, ICRC; DSCP 48, not ECN-capable) sent on
+the host's line as soon as it is decided, through the switch to the sender.
 
 Figures (:func:`simulate` returns a dict, every value JSON-ready; flows are numbered as the
 senders): ``utilization`` (the egress line's busy time over the run, 0..1) and
@@ -71,7 +71,6 @@ import math
 import zlib
 from dataclasses import asdict, dataclass, field, fields
 
-from rocegen.gateware.roce.resp_cnp import DEFAULT_CNP_INTERVAL
 from rocegen.sim.models import icrc
 from rocegen.sim.models.checksum import internet_checksum
 from rocegen.sim.models.dcqcn import MOD, RATE_ONE, DcqcnParams, DcqcnRp
@@ -88,6 +87,7 @@ from rocegen.sim.models.switch import (
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 from rocegen.wire import pfc as P
+from rocegen.wire.roce import cnp_interval_cycles
 
 __all__ = ["IncastConfig", "simulate", "jain_index", "CLK_HZ", "DATA_DSCP", "DATA_PRIORITY",
            "CNP_PRIORITY", "VISIT_CYCLES", "MAX_SENDERS", "data_frame", "cnp_frame",
@@ -213,7 +213,7 @@ class IncastConfig:
     params: DcqcnParams | None = None
     burst: int = 8192
     rate_latency_cycles: int = 11
-    cnp_interval_ns: float = DEFAULT_CNP_INTERVAL * 1e9 / CLK_HZ
+    cnp_interval_ns: float = cnp_interval_cycles(CLK_HZ) * 1e9 / CLK_HZ
     pfc_response_ns: float = 0.0
     series: bool = field(default=True, compare=False)
 

@@ -55,7 +55,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
-from rocegen.sim.apps.bridge import HostSide, _udp_dst_port
+from rocegen.sim.apps.bridge import HostSide
 from rocegen.sim.models.link import Link
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
@@ -80,6 +80,7 @@ from rocegen.wire.cm import (
     REQ_SEND_QP_INFO,
 )
 from rocegen.wire.headers import CM, UDP_PORT_ROCEV2
+from rocegen.wire.simwire import udp_dst_port
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
 CONF = json.loads(os.environ["ROCEGEN_SERVE"])
@@ -254,7 +255,7 @@ async def serve(dut):
     def lost(way, frame):
         """Whether the lossy link of ``way`` loses ``frame`` (RoCEv2 frames only)."""
         link = links.get(way)
-        if link is None or _udp_dst_port(frame) != UDP_PORT_ROCEV2:
+        if link is None or udp_dst_port(frame) != UDP_PORT_ROCEV2:
             return False
         now = now_cycle(W)
         link.send(frame, now)

@@ -10,12 +10,11 @@ from scapy.utils import checksum
 from rocegen.sim.models import icrc
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
+from rocegen.wire.simwire import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 
 __all__ = ["FPGA_MAC", "FPGA_IP", "HOST_MAC", "HOST_IP", "host_frames", "host_requests",
            "garbage_frames", "cnp_frame"]
 
-FPGA_MAC, FPGA_IP = "02:00:00:00:00:01", "10.0.0.2"
-HOST_MAC, HOST_IP = "02:00:00:00:00:99", "10.0.0.1"
 
 
 def cnp_frame(dest_qp, vlan=None):

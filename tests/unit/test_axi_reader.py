@@ -8,9 +8,9 @@ from rocegen.gateware.lib.axi import BURST_INCR, Axi4Signature
 from rocegen.gateware.roce.axi_reader import AxiPayloadReader
 from rocegen.gateware.roce.layouts import WrSource
 from rocegen.sim.models.axi_ram import AxiRam
-from rocegen.sim.models.payload import edge_lengths, expected_packet, random_desc
 from rocegen.sim.testing.amaranth_streams import StreamCollector, send_records
 from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.payload import edge_lengths, expected_packet, random_desc
 
 MEM_SIZE = 1 << 16
 

@@ -10,9 +10,9 @@ from amaranth.hdl import Fragment
 from rocegen.gateware.roce.payload_memory import PayloadMemory
 from rocegen.gateware.roce.stream_in import DURABLE_WIDTH
 from rocegen.sim.models.axi_ram import AxiRam
-from rocegen.sim.models.payload import expected_packet, random_desc
 from rocegen.sim.testing.amaranth_streams import StreamCollector, send_records
 from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.sim.testing.payload import expected_packet, random_desc
 
 MEM_BYTES = 1 << 13
 

@@ -13,9 +13,9 @@ from rocegen.gateware.roce.payload_memory import PayloadMemory
 from rocegen.gateware.roce.stream_in import DURABLE_WIDTH
 from rocegen.sim.models.axi_ram import AxiRam
 from rocegen.sim.models.axi_write_mem import AxiWriteMemory
-from rocegen.sim.models.payload import expected_packet, random_desc
 from rocegen.sim.testing.amaranth_streams import StreamCollector, send_records
 from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.payload import expected_packet, random_desc
 
 MEM_BYTES = 1 << 14
 

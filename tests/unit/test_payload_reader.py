@@ -8,9 +8,9 @@ from amaranth.lib import wiring
 from rocegen.gateware.roce.layouts import WrSource
 from rocegen.gateware.roce.payload_ram import PayloadRam
 from rocegen.gateware.roce.payload_reader import PayloadReader
-from rocegen.sim.models.payload import edge_lengths, expected_packet, random_desc
 from rocegen.sim.testing.amaranth_streams import StreamCollector, send_records
 from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.payload import edge_lengths, expected_packet, random_desc
 from rocegen.wire.pattern import generator_address
 
 WIDTHS = [64, 128, 256, 512]

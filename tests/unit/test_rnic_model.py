@@ -14,7 +14,8 @@ from scapy.layers.l2 import ARP, Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import checksum
 
-from rocegen.sim.models.rnic import IDEAL, Access, Behaviour, Rnic, _icrc
+from rocegen.sim.models.icrc import icrc as _icrc
+from rocegen.sim.models.rnic import IDEAL, Access, Behaviour, Rnic
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.sim.testing.vectors import ICRC_VECTORS
 from tests.tiers import full

@@ -1,5 +1,5 @@
 """RDMA READ in the host RNIC model (:mod:`rocegen.sim.models.rnic`, its requester in
-:mod:`rocegen.sim.models.rnic_requester`): one model (A) READs from another (B), back to back,
+:mod:`rocegen.sim.models.rnic.requester`): one model (A) READs from another (B), back to back,
 by hand (untimed) or through two faulty links (:mod:`rocegen.sim.models.link`) with an event
 loop that paces each side's line at 100 Gb/s. Expected frames, PSNs, data and completions come
 from the data the tests choose; frames are dissected with scapy and the header tables, not with

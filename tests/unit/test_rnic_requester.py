@@ -1,4 +1,4 @@
-"""The requester side of the host RNIC model (:mod:`rocegen.sim.models.rnic_requester`): one
+"""The requester side of the host RNIC model (:mod:`rocegen.sim.models.rnic.requester`): one
 model (A, the requester host) WRITEs and SENDs into another (B, the responder side), back to
 back through two faulty links (:mod:`rocegen.sim.models.link`), with an event loop that paces
 A's frames at 100 Gb/s. Expectations come from the data the tests choose; A's frames are also

@@ -1,11 +1,13 @@
-"""The RC *requester* side of the host RNIC model (:class:`~rocegen.sim.models.rnic.Rnic`): the
+"""The RC *requester* of the host RNIC model (:class:`~rocegen.sim.models.rnic.Rnic`): the
 host RDMA-WRITEs, SENDs and RDMA-READs towards the FPGA over the same QPs on which the model is
 a responder.
 
 One :class:`SendQueue` per QP holds the send work requests and the reliability state; the
-:class:`~rocegen.sim.models.rnic.Rnic` builds the frames (the same helper as its ACKs), owns the
-clock, the counters and the send completion queue, and hands the ACKNOWLEDGE frames and READ
-responses of a QP to its send queue. The rules are the project's wire notes ("Segmentation
+functions here post work requests (:func:`post`), make its packets (:func:`frame`, with the same
+frame builder as the ACKs) and take the ACKNOWLEDGE frames and READ responses of the QP
+(:func:`handle_aeth`, :func:`handle_read_response`). The
+:class:`~rocegen.sim.models.rnic.Rnic` owns the clock, the counters and the send completion
+queue. The rules are the project's wire notes ("Segmentation
 (requester)", "Requester reliability rules", "RNR timer codes"), as a ConnectX / rxe requester
 applies them:
 
@@ -85,6 +87,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
+from rocegen.sim.models.rnic.memory import Access
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import (
@@ -99,7 +102,7 @@ from rocegen.wire.roce import (
 from rocegen.wire.verbs import VERBS, WrOpcode
 
 __all__ = ["SendOp", "SendWr", "SendQueue", "MAX_MSG", "DEFAULT_WINDOW", "DEFAULT_TIMEOUT",
-           "DEFAULT_RD_ATOMIC"]
+           "DEFAULT_RD_ATOMIC", "post", "frame"]
 
 #: Largest message a send work request may carry (2^31, a ConnectX's max_msg_sz).
 MAX_MSG = 1 << 31
@@ -578,3 +581,67 @@ def tick(nic, qp, now):
 def fail(nic, qp, status):
     qp.sq.flush(status, lambda wr, st: nic._complete_send(qp, wr, st))
     nic._qp_error(qp)
+
+
+def post(nic, qp, opcode, *, data, length, remote_addr, rkey, imm, wr_id, local_addr):
+    """A send work request posted on ``qp`` (:meth:`Rnic.post_send`), checked; the
+    :class:`SendWr`."""
+    op = SendOp(send_op(opcode))
+    if op == SendOp.READ:
+        return _post_read(nic, qp, length=length, data=data, imm=imm, remote_addr=remote_addr,
+                          rkey=rkey, wr_id=wr_id, local_addr=local_addr)
+    if local_addr is not None:
+        raise ValueError(f"{op} has no local_addr (only a READ has)")
+    if data is None:
+        data = bytes(length or 0)
+    else:
+        data = bytes(data)
+        if length is not None and length != len(data):
+            raise ValueError(f"length {length} but {len(data)} bytes of data")
+    if len(data) > MAX_MSG:
+        raise ValueError(f"message of {len(data)} bytes, more than {MAX_MSG}")
+    if op in (SendOp.WRITE_IMM, SendOp.SEND_IMM):
+        if imm is None or not 0 <= imm <= 0xFFFFFFFF:
+            raise ValueError(f"{op} needs imm, a 32-bit number (not {imm!r})")
+    elif imm is not None:
+        raise ValueError(f"{op} carries no immediate data")
+    if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= 0xFFFFFFFF:
+        raise ValueError("remote_addr is a 64-bit and rkey a 32-bit number")
+    if qp.peer_mac is None and qp.peer_ip not in nic.arp_cache:
+        raise ValueError(f"no MAC known for {qp.peer_ip}: give peer_mac or resolve it by ARP")
+    wr = qp.sq.post(wr_id, op, data, remote_addr, rkey, imm, qp.pmtu)
+    if qp.state == "ERR":
+        fail(nic, qp, "WR_FLUSH_ERR")
+    return wr
+
+
+def _post_read(nic, qp, *, length, data, imm, remote_addr, rkey, wr_id, local_addr):
+    if data is not None or imm is not None:
+        raise ValueError("a READ carries no data and no imm: give length (and local_addr)")
+    if length is None or not 0 <= length <= MAX_MSG:
+        raise ValueError(f"a READ needs length, 0..{MAX_MSG} bytes (not {length!r})")
+    if not 0 <= remote_addr < 1 << 64 or not 0 <= rkey <= 0xFFFFFFFF:
+        raise ValueError("remote_addr is a 64-bit and rkey a 32-bit number")
+    if local_addr is not None and length:
+        mr = nic.memory.at(local_addr, length)
+        if mr is None or not mr.access & Access.LOCAL_WRITE:
+            raise ValueError(f"READ buffer [{local_addr:#x}, +{length}) is not in a region "
+                             "with LOCAL_WRITE access")
+    if qp.peer_mac is None and qp.peer_ip not in nic.arp_cache:
+        raise ValueError(f"no MAC known for {qp.peer_ip}: give peer_mac or resolve it by ARP")
+    wr = qp.sq.post(wr_id, SendOp.READ, b"", remote_addr, rkey, None, qp.pmtu,
+                    read_len=length, local_addr=local_addr)
+    if qp.state == "ERR":
+        fail(nic, qp, "WR_FLUSH_ERR")
+    return wr
+
+
+def frame(nic, qp, now):
+    """The requester's next packet on ``qp`` (sent at ``now``), counted."""
+    psn = qp.sq.wire(qp.sq.nxt)
+    opcode, se, ackreq, padcnt, body = qp.sq.packet(qp.pmtu)
+    out = nic.frames.roce(qp, None, opcode, psn, body, se=se, ackreq=ackreq, padcnt=padcnt)
+    nic.counters["req_tx"] += 1
+    if qp.sq.sent(now):
+        nic.counters["req_retx"] += 1
+    return out
