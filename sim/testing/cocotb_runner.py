@@ -19,7 +19,7 @@ made the W = 512 endpoint about six times slower to simulate and to compile.
 ``ROCEGEN_PUBLIC=all`` in the environment builds with every signal visible again, for a test that
 needs to look inside the design.
 
-Each build says what it cost in the build log of :mod:`rocegen.tools.costlog` (kind
+Each build says what it cost in the build log of :mod:`rocegen.gateware.costlog` (kind
 ``verilator``, named by its directory): ``compiled`` (elaborated, Verilated and compiled, with
 the seconds), ``verilog-unchanged`` (elaborated again, the Verilog was the built one's) or
 ``reused`` (no source changed: once per process and build).
@@ -36,6 +36,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from rocegen.gateware import costlog
 from rocegen.gateware.emit import to_verilog
 from rocegen.sim.testing.verilator import verilator_on_path
 
@@ -147,8 +148,6 @@ class SimConfig:
     def _build_and_record(self, t0):
         """:meth:`_build`, and its line in the build log (see the module documentation);
         ``t0`` is when the caller started waiting for the lock."""
-        # the build log belongs to the build tooling, a layer above: imported when used
-        from rocegen.tools import costlog
         t1 = time.monotonic()
         source = self._build()
         if source == "reused" and self.build_dir in _REUSE_RECORDED:
