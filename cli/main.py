@@ -216,7 +216,7 @@ def _sim_demo(args):
     results = (out / f"roce_{tag}.json").resolve()
     run = demo_run(args, line)
     try:
-        run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"demo-{args.width}",
+        run_cocotb(cfg, "rocegen.sim.cocotb.roce_demo", label=f"demo-{args.width}",
                    env={"PCAP": pcap, "ROCE_RUNS": json.dumps([run]), "ROCE_RESULTS": results})
     except AssertionError as e:
         print(e, file=sys.stderr)
@@ -317,7 +317,7 @@ def _print_link(run, r):
 def _sim_demo_peer(args):
     """``rocegen sim demo --peer-op`` (the host NIC model WRITEs, SENDs or READs into / from the
     endpoint) and ``--op READ`` (the endpoint READs the host), on the endpoint built with its
-    RC responder (:mod:`rocegen.sim.tb.roce_resp`, :mod:`rocegen.sim.tb.roce_demo_read`)."""
+    RC responder (:mod:`rocegen.sim.cocotb.roce_resp_runs`, :mod:`rocegen.sim.cocotb.roce_demo_read`)."""
     from rocegen.sim.testing.cocotb_runner import responder_share, responder_sim_config
     option = "--peer-op" if args.peer_op else "--op READ"
     if args.phy != "axis" or args.vlan is not None:
@@ -354,7 +354,7 @@ def _sim_demo_peer(args):
     results = (out / f"roce_{tag}.json").resolve()
     run = {**demo_run(args, line), "kind": reads or "responder",
            "opcode": args.peer_op or "READ"}
-    module = "rocegen.sim.tb.roce_demo_read" if reads else "rocegen.sim.tb.roce_resp"
+    module = "rocegen.sim.cocotb.roce_demo_read" if reads else "rocegen.sim.cocotb.roce_resp_runs"
     try:
         run_cocotb(cfg, module, "runs", label=f"demo-{'read' if reads else 'peer'}-{args.width}",
                    env={"PCAP": pcap, "ROCE_RUNS": json.dumps([run]), "ROCE_RESULTS": results})
@@ -417,7 +417,7 @@ def _demo_read_report(args, run, r, line, mhz, pcap):
 
 
 def demo_run(args, line_gbps):
-    """The run of ``rocegen sim demo`` (see :mod:`rocegen.sim.tb.roce_demo`) from its options."""
+    """The run of ``rocegen sim demo`` (see :mod:`rocegen.sim.cocotb.roce_demo`) from its options."""
     return {"qps": args.qps, "pmtu": args.pmtu, "bytes": args.bytes, "size": args.size,
             "opcode": args.opcode, "source": "memory", "line_gbps": line_gbps,
             "loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt,
@@ -435,7 +435,7 @@ def _sim_ping(args):
     pcap = (out / f"demo_w{args.width}.pcap").resolve()
     report = (out / f"demo_w{args.width}.txt").resolve()
     try:
-        run_cocotb(cfg, "rocegen.sim.tb.ping", label=f"ping-{args.width}",
+        run_cocotb(cfg, "rocegen.sim.cocotb.ping", label=f"ping-{args.width}",
                    env={"PCAP": pcap, "DEMO_REPORT": report})
     except AssertionError as e:
         print(e, file=sys.stderr)

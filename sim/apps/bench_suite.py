@@ -3,7 +3,7 @@
 Cycle-accurate runs in Verilator of the endpoint (:class:`~rocegen.sim.testing.roce_tops.EndpointTop`,
 W = 512, 8 QPs, on-chip memory: the build of
 :func:`rocegen.sim.testing.cocotb_runner.endpoint_sim_config` the tests use) against the host NIC model,
-through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (322.266 MHz):
+through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board clock (322.266 MHz):
 
 * **Goodput vs message size** for WRITE, WRITE with immediate and SEND, at PMTU 1024 and 4096,
   on one QP (traffic generator) and on 8 QPs (work requests from local memory, round robin; the
@@ -29,7 +29,7 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
 * **Responder** (batch ``responder``; ``responder-axi4`` too when the endpoint's responder
   can place payloads into AXI4 memory): the host NIC model's requester WRITEs and SENDs into
   the endpoint built with its RC responder (:func:`~rocegen.sim.testing.cocotb_runner.responder_sim_config`,
-  W = 512, 2 MiB of on-chip memory; the cocotb bench :mod:`rocegen.sim.tb.roce_resp`): one QP's
+  W = 512, 2 MiB of on-chip memory; the cocotb testbench :mod:`rocegen.sim.cocotb.roce_resp`): one QP's
   goodput at PMTU 1024 and 4096, 64 B .. 1 MiB, the host's line paced at 100 Gb/s (against
   :func:`limit_gbps`: the host's requests have the wire format of the endpoint's), payload over
   the time from the first request's start on the line to the endpoint's last ACK (runs of 1024
@@ -40,8 +40,8 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   time on its line, which the other direction's ACKs share). Every byte is read back through
   the endpoint's own RDMA WRITEs and compared.
 * **READ** (batch ``read``; in ``quick-responder`` with ``--quick``; the build of the
-  responder's batch, :mod:`rocegen.sim.tb.roce_bench_read` through the cocotb bench
-  :mod:`rocegen.sim.tb.roce_resp`), rows ``"kind": "read"`` with ``test``: ``responder``, the
+  responder's batch, :mod:`rocegen.sim.cocotb.roce_resp_runs` through the cocotb testbench
+  :mod:`rocegen.sim.cocotb.roce_resp`), rows ``"kind": "read"`` with ``test``: ``responder``, the
   host NIC model READs the endpoint's region (16 READs outstanding), 64 B .. 1 MiB at PMTU
   1024 and 4096, goodput over the READ responses' time on the endpoint's 100G line against
   the limit of READ responses (:func:`limit_gbps` with opcode ``READ``: AETH on FIRST, LAST and
@@ -55,7 +55,7 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   (:func:`read_timeout`); ``latency``, the cycles from a host READ request's last beat in to
   its first response beat out.
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
-  frames during responder traffic (:func:`rocegen.sim.tb.roce_resp.fuzz_run`): data intact, no
+  frames during responder traffic (:func:`rocegen.sim.cocotb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
 * **Incast** (batch ``incast``; ``quick-incast`` in ``--quick``): not the endpoint in
   Verilator but the Python model of a closed-loop incast (:mod:`rocegen.sim.models.incast`,
@@ -387,7 +387,7 @@ def read_runs(quick=False, requester=True):
 MODEL_BATCHES = ("incast", "quick-incast")
 #: batches run only when named with ``--only``
 ON_REQUEST = ("soak", "resp_fuzz")
-#: batches of the responder's build and bench (:mod:`rocegen.sim.tb.roce_resp`)
+#: batches of the responder's build and bench (:mod:`rocegen.sim.cocotb.roce_resp`)
 RESPONDER_BATCHES = ("responder", "responder-axi4", "resp_fuzz", "quick-responder", "read")
 
 
@@ -488,10 +488,10 @@ def run_batch(name, runs, peer="connectx", tag=None):
     if name in RESPONDER_BATCHES:
         axi4 = {"memory": "axi4", "mem_bytes": RESP_AXI4_BYTES} if name.endswith("axi4") else {}
         cfg = responder_sim_config(WIDTH, NUM_QPS, **axi4)
-        module, testcase = "rocegen.sim.tb.roce_resp", "runs"
+        module, testcase = "rocegen.sim.cocotb.roce_resp_runs", "runs"
     else:
         cfg = endpoint_sim_config(WIDTH, NUM_QPS)
-        module, testcase = "rocegen.sim.tb.roce_demo", None
+        module, testcase = "rocegen.sim.cocotb.roce_demo", None
     out = BUILD / "bench" / f"suite-{tag or name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

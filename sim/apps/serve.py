@@ -23,14 +23,14 @@ WRITEs and SENDs into the FPGA's memory and READs it (``rocegen-host write`` / `
 the host's memory (``rocegen-host traffic --op READ``), its pattern sink checking the bytes.
 The bench plays the user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers
 posted, each its whole region from the region's base, and posts one again for every receive
-completion (:mod:`rocegen.sim.tb.serve`).
+completion (:mod:`rocegen.sim.cocotb.serve`).
 
 With ``--vlan ID`` the endpoint is built to tag its frames 802.1Q with that VLAN and to take only
 frames of it; the host side is an untagged access port of the VLAN (:mod:`rocegen.sim.apps.bridge`):
 the tunnel, the TAP and the wire see untagged frames, the FPGA tagged ones (the pcap holds them
 as the FPGA's port sees them).
 
-The cocotb side is :mod:`rocegen.sim.tb.serve`; the design is the endpoint's Verilator build
+The cocotb side is :mod:`rocegen.sim.cocotb.serve`; the design is the endpoint's Verilator build
 shared with the tests and ``rocegen sim demo``
 (:func:`rocegen.sim.testing.cocotb_runner.endpoint_sim_config`).
 """
@@ -244,7 +244,7 @@ def _simulate(args, cfg, conf):
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        run_cocotb(cfg, "rocegen.sim.tb.serve", label=f"serve-{os.getpid()}",
+        run_cocotb(cfg, "rocegen.sim.cocotb.serve", label=f"serve-{os.getpid()}",
                    env={"ROCEGEN_SERVE": json.dumps(conf), "COCOTB_LOG_LEVEL": "WARNING",
                         "GPI_LOG_LEVEL": "WARNING",
                         "PYTHONWARNINGS": "ignore::DeprecationWarning"},

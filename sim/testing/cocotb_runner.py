@@ -323,7 +323,7 @@ def responder_sim_config(width, num_qps=8, **params):
 def responder_share(params, qps):
     """Bytes of the responder's region (after reset: the lower half of the local memory, or
     ``resp_region``) that each of ``qps`` QPs gets in the responder benches
-    (:func:`rocegen.sim.tb.roce_resp.share`), for a build of parameters ``params``."""
+    (:func:`rocegen.sim.cocotb.roce_resp.share`), for a build of parameters ``params``."""
     mem = params.get("mem_bytes") or (256 * 1024 if params.get("memory", "onchip") == "onchip"
                                       else 1 << 32)
     region = params.get("resp_region") or (0, mem // 2)

@@ -95,7 +95,7 @@ __all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "XgmiiMacMod
            "start_clock", "wait_cycles", "wait_low", "wait_until", "cycle_offset", "MacFrames",
            "open_qp", "qpn", "write_onchip", "peer_behaviour", "PEERS",
            "roce_data_key", "is_ipv4", "link_pair", "FAULTS", "timeout_code", "LINE_OVERHEAD",
-           "l2_length"]
+           "l2_length", "AETH_SENT"]
 
 #: fixed point of the capture ring's line-rate budget (bytes per cycle times 2**16)
 CREDIT_ONE = 1 << 16
@@ -626,6 +626,11 @@ def roce_data_key(frame):
     if not OP_RC_SEND_FIRST <= bth["opcode"] <= OP_RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE:
         return None
     return bth["dest_qp"], bth["psn"]
+
+
+#: The NIC model's counters of the AETH frames it sends (ACKs, NAKs, copies and ghosts).
+AETH_SENT = ("ack_tx", "ack_dup_tx", "ack_ghost_tx", "nak_seq_tx", "rnr_nak_tx", "nak_inv_req_tx",
+             "nak_rem_access_tx", "nak_rem_op_tx")
 
 
 #: The fault probabilities of a run (see :func:`link_pair`).

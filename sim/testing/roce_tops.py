@@ -1,4 +1,4 @@
-"""Test-only top levels of the RoCEv2 blocks with AXI-Stream port names, for the cocotb benches."""
+"""Test-only top levels of the RoCEv2 blocks with AXI-Stream port names, for the cocotb testbenches."""
 
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.lib import data, wiring
@@ -113,7 +113,7 @@ class ResponderTop(Elaboratable):
 
 class EndpointTop(wiring.Component):
     """:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with flat port names for the
-    cocotb benches: the MAC as ``s_axis`` (frames in); record streams as
+    cocotb testbenches: the MAC as ``s_axis`` (frames in); record streams as
     ``<name>_data/_valid/_ready`` (``wr``, ``qpctl``, ``qppsn``, ``gen``, and ``memw`` with
     on-chip memory); the streaming front end as ``s_msg_axis`` plus ``msg_meta``; the AXI4
     memory port as ``m_axi_*``; addresses fixed.

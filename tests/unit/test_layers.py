@@ -158,6 +158,35 @@ def test_only_entry_points_import_the_command_line():
     assert not wrong, "\n".join(wrong)
 
 
+#: folders of the repository beside the package: the package never imports them
+OUTSIDE = ("tests", "bench", "examples")
+
+
+def _strings(path):
+    return [(n.value, n.lineno) for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def test_the_package_never_reaches_the_tests_or_the_benchmarks():
+    """No module of the package imports the tests, the benchmark scripts or the examples, nor
+    runs a testbench of the tests (a module name given to the cocotb runner); every testbench
+    module it names exists."""
+    wrong = []
+    for package in PACKAGES:
+        for path in _files(package):
+            where = path.relative_to(ROOT)
+            wrong += [f"{where}:{i.line} {i}" for i in _imports(path)
+                      if i.module.split(".")[0] in OUTSIDE]
+            for text, line in _strings(path):
+                if text.split(".")[0] in OUTSIDE and text.count(".") and " " not in text \
+                        and not text.endswith((".py", ".json")):
+                    wrong.append(f"{where}:{line} names {text}")
+                if text.startswith("rocegen.sim.cocotb.") and " " not in text and not (
+                        ROOT / "sim" / "cocotb" / f"{text.split('.')[3]}.py").is_file():
+                    wrong.append(f"{where}:{line} names {text}, which does not exist")
+    assert not wrong, "\n".join(wrong)
+
+
 @pytest.mark.parametrize("package, source", [
     ("gateware", "from rocegen.sim.models import rnic\n"),
     ("gateware", "def f():\n    import rocegen.sim.testing.fuzz\n"),
