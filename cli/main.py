@@ -16,7 +16,7 @@ from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.layouts import MAX_QPS
 from rocegen.gateware.top import StackTop
 from rocegen.gateware.xgmii_top import XgmiiStackTop
-from rocegen.sim.apps import bench_suite, incast, replay, rxe, serve
+from rocegen.sim.apps import bench, incast, replay, rxe, serve
 from rocegen.sim.apps import demo as system_demo
 from rocegen.sim.apps.options import ENDPOINT_OPTIONS, add_endpoint_options, endpoint_params, option_error
 from rocegen.sim.testing.cocotb_runner import BUILD, SimConfig, endpoint_sim_config, kept_verilog, run_cocotb
@@ -576,7 +576,7 @@ def main(argv=None):
     serve.add_parser(ssub)
     rxe.add_parser(ssub)
     incast.add_parser(ssub)
-    bench_suite.add_parser(sub)
+    bench.add_parser(sub)
 
     args = p.parse_args(argv)
     try:
@@ -613,7 +613,7 @@ def main(argv=None):
         if args.command == "sim" and args.sim_command == "incast":
             return incast.run(args)
         if args.command == "bench":
-            return bench_suite.run(args)
+            return bench.run(args)
     except ValueError as e:
         print(f"rocegen: error: {e}", file=sys.stderr)
         return 2
