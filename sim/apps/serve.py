@@ -21,7 +21,7 @@ The endpoint has the RC responder and its pattern sink unless ``--no-responder``
 WRITEs and SENDs into the FPGA's memory and READs it (``rocegen-host write`` / ``send`` /
 ``read``), and with the responder comes the READ requester: the FPGA's traffic generator READs
 the host's memory (``rocegen-host traffic --op READ``), its pattern sink checking the bytes.
-The bench plays the user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers
+The testbench plays the user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers
 posted, each its whole region from the region's base, and posts one again for every receive
 completion (:mod:`rocegen.sim.cocotb.serve`).
 
@@ -178,7 +178,7 @@ def serve_config(args):
 
 
 def responder_conf(width, num_qps, params):
-    """What the bench needs of the responder of the endpoint ``params`` describe: ``regions``
+    """What the testbench needs of the responder of the endpoint ``params`` describe: ``regions``
     (each QP's ``[rkey, base, length]`` after reset), ``rq_depth``, ``pattern_sink`` and
     ``reads`` (None without the READ requester, else the READ depths its connection manager
     states: ``{"max_rd_atomic", "rd_depth"}``); None without the responder. Raises ValueError
@@ -262,7 +262,7 @@ def _simulate(args, cfg, conf):
 
 def stop_server(proc, timeout=120):
     """Stop a ``rocegen sim serve`` started in a session of its own (``start_new_session``):
-    SIGTERM to its process group (the bench stops and writes its final status), SIGKILL after
+    SIGTERM to its process group (the testbench stops and writes its final status), SIGKILL after
     ``timeout`` seconds. Nothing when it has already exited."""
     if proc.poll() is not None:
         return

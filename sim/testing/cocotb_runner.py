@@ -257,8 +257,8 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
 def run_scenarios(config, test_module, label, chosen, out, env, result):
     """Run scenarios one after the other in one cocotb run (test ``scenarios`` of
     ``test_module``) and check each: ``chosen`` is ``[(name, scenario, check)]`` in the order the
-    bench runs them (``env`` tells the bench which), the bench writes one result per scenario,
-    with its ``name``, to ``out`` (``ROCE_RESULTS``), and each ``check`` gets
+    testbench runs them (``env`` tells it which), the testbench writes one result per
+    scenario, with its ``name``, to ``out`` (``ROCE_RESULTS``), and each ``check`` gets
     ``result(raw, scenario)``. Fails with the failure of every scenario whose check failed, each
     named."""
     assert run_cocotb(config, test_module, "scenarios", label=label,
@@ -322,7 +322,7 @@ def responder_sim_config(width, num_qps=8, **params):
 
 def responder_share(params, qps):
     """Bytes of the responder's region (after reset: the lower half of the local memory, or
-    ``resp_region``) that each of ``qps`` QPs gets in the responder benches
+    ``resp_region``) that each of ``qps`` QPs gets in the responder testbenches
     (:func:`rocegen.sim.cocotb.roce_resp.share`), for a build of parameters ``params``."""
     mem = params.get("mem_bytes") or (256 * 1024 if params.get("memory", "onchip") == "onchip"
                                       else 1 << 32)
