@@ -2,8 +2,8 @@
 
 The endpoint with 256 QPs (W = 64, on-chip memory, Verilator) sends the same number of bytes on
 every QP at once (RDMA WRITEs from local memory, work requests posted round robin) into the host
-NIC model's memory, through :mod:`rocegen.sim.tb.roce_demo` (every byte compared, every packet
-executed exactly once). The figure is the fairness of :func:`rocegen.sim.tb.roce_demo.fairness`:
+NIC model's memory, through :mod:`rocegen.sim.cocotb.roce_demo` (every byte compared, every packet
+executed exactly once). The figure is the fairness of :func:`rocegen.sim.cocotb.roce_demo.fairness`:
 payload bytes per QP from the first packet of the QP that started last until some QP has its
 last packet to send, max / min over the QPs, with the window's length and the goodput.
 
@@ -37,7 +37,7 @@ def measure(runs, out):
     out.mkdir(parents=True, exist_ok=True)
     results = (out / "fairness_runs.json").resolve()
     cfg = endpoint_sim_config(WIDTH, NUM_QPS)
-    run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label="bench-fairness",
+    run_cocotb(cfg, "rocegen.sim.cocotb.roce_demo", label="bench-fairness",
                env={"ROCE_RUNS": json.dumps(runs), "ROCE_RESULTS": results})
     return json.loads(results.read_text())
 

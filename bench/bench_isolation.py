@@ -1,5 +1,5 @@
 """Benchmark of error isolation between QPs (not a test): the bench of
-``tests/test_cocotb_isolation.py`` (sim/tb/roce_isolation.py) on the responder builds, on chip
+``tests/test_cocotb_isolation.py`` (sim/cocotb/roce_isolation.py) on the responder builds, on chip
 and with AXI4 memory at W = 64 and 512, and a table per build of what it measured: for each way
 QP A enters the error state, QP B's goodput with the error on A and without it (bytes per
 cycle and the ratio), A's completions, and the cycles from A's NAK (responder kinds: its first
@@ -35,7 +35,7 @@ def main(argv=None):
         params = dict(CONFIGS[name])
         cfg = responder_sim_config(params.pop("width"), **params)
         out = out_dir / f"isolation-{name}.json"
-        run_cocotb(cfg, "rocegen.sim.tb.roce_isolation", "isolation",
+        run_cocotb(cfg, "rocegen.sim.cocotb.roce_isolation", "isolation",
                    label=f"bench-isolation-{name}", env={"ROCE_RESULTS": out})
         every[name] = json.loads(out.read_text())
         print(f"\n{name}: QP B's goodput (bytes/cycle) with an error on QP A, and without")

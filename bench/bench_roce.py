@@ -66,7 +66,7 @@ def main(argv=None):
     out = BUILD / "bench" / f"roce_w{args.width}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"bench-roce-{args.width}",
+    run_cocotb(cfg, "rocegen.sim.cocotb.roce_demo", label=f"bench-roce-{args.width}",
                env={"ROCE_RUNS": json.dumps(runs), "ROCE_RESULTS": out.resolve()})
     wall = time.perf_counter() - t0
     results = json.loads(out.read_text())

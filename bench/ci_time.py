@@ -4,7 +4,7 @@ Reads what the run left in ``build/bench/``:
 
 * ``ci_phases.jsonl``: one line per phase of ``.ci/run`` (``{"phase", "start", "end",
   "status"}``, times in seconds since the epoch): set-up, tshark, the synthesis check, the tests;
-* ``builds.jsonl``: the build log of :mod:`rocegen.tools.costlog`, one line per Yosys run
+* ``builds.jsonl``: the build log of :mod:`rocegen.gateware.costlog`, one line per Yosys run
   (synthesized, or taken from the result cache) and per Verilator model build (compiled, or
   reused);
 * ``pytest.xml``: the JUnit report of the pytest session (``make test`` writes it), for the

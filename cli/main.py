@@ -16,7 +16,7 @@ from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.layouts import MAX_QPS
 from rocegen.gateware.top import StackTop
 from rocegen.gateware.xgmii_top import XgmiiStackTop
-from rocegen.sim.apps import bench_suite, incast, replay, rxe, serve
+from rocegen.sim.apps import bench, incast, replay, rxe, serve
 from rocegen.sim.apps import demo as system_demo
 from rocegen.sim.apps.options import ENDPOINT_OPTIONS, add_endpoint_options, endpoint_params, option_error
 from rocegen.sim.testing.cocotb_runner import BUILD, SimConfig, endpoint_sim_config, kept_verilog, run_cocotb
@@ -216,7 +216,7 @@ def _sim_demo(args):
     results = (out / f"roce_{tag}.json").resolve()
     run = demo_run(args, line)
     try:
-        run_cocotb(cfg, "rocegen.sim.tb.roce_demo", label=f"demo-{args.width}",
+        run_cocotb(cfg, "rocegen.sim.cocotb.roce_demo", label=f"demo-{args.width}",
                    env={"PCAP": pcap, "ROCE_RUNS": json.dumps([run]), "ROCE_RESULTS": results})
     except AssertionError as e:
         print(e, file=sys.stderr)
@@ -317,7 +317,7 @@ def _print_link(run, r):
 def _sim_demo_peer(args):
     """``rocegen sim demo --peer-op`` (the host NIC model WRITEs, SENDs or READs into / from the
     endpoint) and ``--op READ`` (the endpoint READs the host), on the endpoint built with its
-    RC responder (:mod:`rocegen.sim.tb.roce_resp`, :mod:`rocegen.sim.tb.roce_demo_read`)."""
+    RC responder (:mod:`rocegen.sim.cocotb.roce_resp_runs`, :mod:`rocegen.sim.cocotb.roce_demo_read`)."""
     from rocegen.sim.testing.cocotb_runner import responder_share, responder_sim_config
     option = "--peer-op" if args.peer_op else "--op READ"
     if args.phy != "axis" or args.vlan is not None:
@@ -354,7 +354,7 @@ def _sim_demo_peer(args):
     results = (out / f"roce_{tag}.json").resolve()
     run = {**demo_run(args, line), "kind": reads or "responder",
            "opcode": args.peer_op or "READ"}
-    module = "rocegen.sim.tb.roce_demo_read" if reads else "rocegen.sim.tb.roce_resp"
+    module = "rocegen.sim.cocotb.roce_demo_read" if reads else "rocegen.sim.cocotb.roce_resp_runs"
     try:
         run_cocotb(cfg, module, "runs", label=f"demo-{'read' if reads else 'peer'}-{args.width}",
                    env={"PCAP": pcap, "ROCE_RUNS": json.dumps([run]), "ROCE_RESULTS": results})
@@ -417,7 +417,7 @@ def _demo_read_report(args, run, r, line, mhz, pcap):
 
 
 def demo_run(args, line_gbps):
-    """The run of ``rocegen sim demo`` (see :mod:`rocegen.sim.tb.roce_demo`) from its options."""
+    """The run of ``rocegen sim demo`` (see :mod:`rocegen.sim.cocotb.roce_demo`) from its options."""
     return {"qps": args.qps, "pmtu": args.pmtu, "bytes": args.bytes, "size": args.size,
             "opcode": args.opcode, "source": "memory", "line_gbps": line_gbps,
             "loss": args.loss, "dup": args.dup, "reorder": args.reorder, "corrupt": args.corrupt,
@@ -435,7 +435,7 @@ def _sim_ping(args):
     pcap = (out / f"demo_w{args.width}.pcap").resolve()
     report = (out / f"demo_w{args.width}.txt").resolve()
     try:
-        run_cocotb(cfg, "rocegen.sim.tb.ping", label=f"ping-{args.width}",
+        run_cocotb(cfg, "rocegen.sim.cocotb.ping", label=f"ping-{args.width}",
                    env={"PCAP": pcap, "DEMO_REPORT": report})
     except AssertionError as e:
         print(e, file=sys.stderr)
@@ -576,7 +576,7 @@ def main(argv=None):
     serve.add_parser(ssub)
     rxe.add_parser(ssub)
     incast.add_parser(ssub)
-    bench_suite.add_parser(sub)
+    bench.add_parser(sub)
 
     args = p.parse_args(argv)
     try:
@@ -613,7 +613,7 @@ def main(argv=None):
         if args.command == "sim" and args.sim_command == "incast":
             return incast.run(args)
         if args.command == "bench":
-            return bench_suite.run(args)
+            return bench.run(args)
     except ValueError as e:
         print(f"rocegen: error: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ The build folders and the lint logs are kept in ``build/boards/`` as the simulat
 (:mod:`rocegen.sim.testing.cocotb_runner`): a folder is written again only when a Python source
 it comes from (``wire/``, ``gateware/``, ``boards/``, ``cli/``, ``tools/``) changed, and a lint
 log is taken again only when the Verilog, the stubs or the Verilator changed. Every assertion
-runs on every run, on the kept files; the build log of :mod:`rocegen.tools.costlog` says which
+runs on every run, on the kept files; the build log of :mod:`rocegen.gateware.costlog` says which
 folders and lint logs were made and which were kept (kind ``board``).
 """
 
@@ -29,9 +29,9 @@ import pytest
 from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, axi_cdc_module, ddr4_module
 from rocegen.boards.xilinx import JTAG_AXI_MODULE
 from rocegen.cli import main
+from rocegen.gateware import costlog
 from rocegen.sim.testing.cocotb_runner import BUILD, source_digest
 from rocegen.sim.testing.verilator import VerilatorNotFound, verilator_bin_dir
-from rocegen.tools import costlog
 
 STUBS = Path(__file__).resolve().parent.parent / "boards" / "stubs"
 #: Where the build folders and lint logs are kept between runs.

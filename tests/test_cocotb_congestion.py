@@ -1,4 +1,4 @@
-"""The endpoint's congestion management, whole, in Verilator (sim/tb/roce_congestion.py), QP 0
+"""The endpoint's congestion management, whole, in Verilator (tests/cocotb/roce_congestion.py), QP 0
 sending RDMA WRITEs to the host NIC model as fast as the endpoint lets it:
 
 * DCQCN's reaction point (``RoceEndpoint(dcqcn=True)``): the data packets are ECN-capable with
@@ -240,7 +240,7 @@ def run_build(build, full, tmp_path):
     chosen = [(name, sc, check) for b, f, name, (sc, check) in plan() if b == build and f == full]
     cfg = endpoint_sim_config(**BUILDS[build])
     tier = "full" if full else "gate"
-    run_scenarios(cfg, "rocegen.sim.tb.roce_congestion", f"congestion-{build}-{tier}", chosen,
+    run_scenarios(cfg, "tests.cocotb.roce_congestion", f"congestion-{build}-{tier}", chosen,
                   tmp_path / "congestion.json",
                   {"CONG_SCENARIOS": json.dumps([{"name": name, **sc} for name, sc, _ in chosen])},
                   lambda raw, sc: Result(raw))
@@ -277,7 +277,7 @@ def test_responder_cnps_reach_the_nic_model(tmp_path):
     built = built_config(cfg.params)
     assert built["cnp_interval"] == 625 and built["resp_ack_every"] == 0
     out = tmp_path / "cnps.json"
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce_congestion", "responder_cnps",
+    assert run_cocotb(cfg, "tests.cocotb.roce_congestion", "responder_cnps",
                       label="responder-cnps",
                       env={"ROCE_RESULTS": out, "CNP_RUN": json.dumps(
                           {"interval": interval, "writes": writes, "size": 200, "spacing": 300,

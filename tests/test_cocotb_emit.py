@@ -15,4 +15,4 @@ def test_constant_blocks_are_guarded():
 
 def test_constant_slices_under_verilator():
     cfg = SimConfig("const-slices", "rocegen.sim.testing.tops:ConstSliceTop", toplevel="t")
-    assert run_cocotb(cfg, "rocegen.sim.tb.const_slices") == 1
+    assert run_cocotb(cfg, "tests.cocotb.const_slices") == 1

@@ -10,4 +10,4 @@ from rocegen.sim.testing.cocotb_runner import SimConfig, run_cocotb
     pytest.param(42, 64, marks=pytest.mark.full), (42, 512)])
 def test_framing_loop(width, header_len):
     cfg = SimConfig("framing", "rocegen.sim.testing.tops:FramingLoopTop", width=width, header_len=header_len)
-    assert run_cocotb(cfg, "rocegen.sim.tb.framing_loop", label=f"loop-{width}-{header_len}") == 1
+    assert run_cocotb(cfg, "tests.cocotb.framing_loop", label=f"loop-{width}-{header_len}") == 1

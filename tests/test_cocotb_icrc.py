@@ -6,4 +6,4 @@ from rocegen.sim.testing.cocotb_runner import SimConfig, run_cocotb
 @pytest.mark.parametrize("width", [64, 512])
 def test_icrc_paths(width):
     cfg = SimConfig("icrc", "rocegen.sim.testing.roce_tops:IcrcTop", width=width)
-    assert run_cocotb(cfg, "rocegen.sim.tb.icrc", label=f"icrc-{width}") == 1
+    assert run_cocotb(cfg, "tests.cocotb.icrc", label=f"icrc-{width}") == 1

@@ -1,4 +1,4 @@
-"""An error stays on its QP (sim/tb/roce_isolation.py): QP A driven into the error state in
+"""An error stays on its QP (sim/cocotb/roce_isolation.py): QP A driven into the error state in
 every way, as responder and as requester, while QP B moves data at the line rate; B keeps its
 goodput (within 1 % of a run without the error), A's flush ends with the predicted completions,
 and A works again once opened again, also when it is set up again at once after a close with
@@ -20,7 +20,7 @@ def test_error_stays_on_its_qp(config, tmp_path):
     params = dict(CONFIGS[config])
     cfg = responder_sim_config(params.pop("width"), **params)
     out = tmp_path / "isolation.json"
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce_isolation", "isolation",
+    assert run_cocotb(cfg, "rocegen.sim.cocotb.roce_isolation", "isolation",
                       label=f"isolation-{config}", env={"ROCE_RESULTS": out}) == 1
     figures = json.loads(out.read_text())
     assert {f["kind"] for f in figures} == {"rkey", "range", "length", "sequence",
@@ -34,5 +34,5 @@ def test_reopen_at_once_waits_for_the_old_work():
     on the new connection (roce_isolation.reopen_at_once, W = 64 on chip)."""
     params = dict(CONFIGS["onchip-64"])
     cfg = responder_sim_config(params.pop("width"), **params)
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce_isolation", "reopen_at_once",
+    assert run_cocotb(cfg, "rocegen.sim.cocotb.roce_isolation", "reopen_at_once",
                       label="reopen-at-once") == 1

@@ -1,5 +1,5 @@
 """The endpoint as RDMA READ requester (``RoceEndpoint(responder=True)``, READs on by default),
-whole, in Verilator (sim/tb/roce_read_requester.py), against the host NIC model as responder:
+whole, in Verilator (tests/cocotb/roce_read_requester.py), against the host NIC model as responder:
 READs of every shape (zero length, one byte, ONLY, FIRST/MIDDLE/LAST, unaligned local
 addresses) mixed with WRITEs and SENDs on one QP complete in order with the host's bytes in
 local memory, on chip and AXI4; no more than the QP's READ limit are ever outstanding (the host
@@ -335,7 +335,7 @@ def run_build(build, full, tmp_path):
     params = dict(CONFIGS[build])
     cfg = responder_sim_config(params.pop("width"), **params)
     tier = "full" if full else "gate"
-    run_scenarios(cfg, "rocegen.sim.tb.roce_read_requester", f"read-requester-{build}-{tier}",
+    run_scenarios(cfg, "tests.cocotb.roce_read_requester", f"read-requester-{build}-{tier}",
                   chosen, tmp_path / "read_requester.json",
                   {"READ_SCENARIOS": json.dumps([for_bench(name, sc) for name, sc, _ in chosen])},
                   lambda raw, sc: Result(raw, sc.get("seed", 0)))

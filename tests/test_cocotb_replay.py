@@ -1,4 +1,4 @@
-"""``rocegen sim replay`` (sim/apps/replay.py, sim/tb/replay.py): a capture of a few hand-made frames
+"""``rocegen sim replay`` (sim/apps/replay.py, sim/cocotb/replay.py): a capture of a few hand-made frames
 and 1000 receive-fuzz frames replayed into the endpoint (Verilator, 512 bits); every counter it
 reports must be the sum of what the models say of each frame."""
 

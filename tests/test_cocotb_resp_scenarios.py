@@ -1,5 +1,5 @@
 """The endpoint's RC responder (``RoceEndpoint(responder=True)``, READs on by default), whole, in
-Verilator (sim/tb/roce_resp_scenarios.py), against the host NIC model as requester:
+Verilator (tests/cocotb/roce_resp_scenarios.py), against the host NIC model as requester:
 
 * the host WRITEs (with and without immediate) and SENDs with immediate into the endpoint: every
   message completes, its payload is in local memory at its address, the receive completions
@@ -64,7 +64,7 @@ def unb64(text):
 
 
 class Result:
-    """What the bench reports of a scenario (see sim/tb/roce_resp_scenarios.py): ``cpls``
+    """What the bench reports of a scenario (see tests/cocotb/roce_resp_scenarios.py): ``cpls``
     (the host's send completions ``(wr_id, opcode, status, data)``), ``rcpls`` (receive
     completions as dicts), ``answers`` (``(opcode, PSN)``), ``stats`` (the counters' rise),
     ``counters`` (their values at the end), ``host``, ``most_reads``, ``cm`` (the connection
@@ -326,7 +326,7 @@ def run_build(build, full, tmp_path):
     scenarios = tmp_path / "scenarios.json"
     scenarios.write_text(json.dumps([{"name": name, **sc} for name, sc, _ in chosen]))
     tier = "full" if full else "gate"
-    run_scenarios(cfg, "rocegen.sim.tb.roce_resp_scenarios", f"resp-scenarios-{build}-{tier}",
+    run_scenarios(cfg, "tests.cocotb.roce_resp_scenarios", f"resp-scenarios-{build}-{tier}",
                   chosen, tmp_path / "resp_scenarios.json", {"RESP_SCENARIOS": scenarios},
                   lambda raw, sc: Result(raw))
 

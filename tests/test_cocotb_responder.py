@@ -1,5 +1,5 @@
 """The endpoint's RC responder in Verilator against the host NIC model's requester
-(sim/tb/roce_resp.py): the host WRITEs and SENDs (with immediate) into the endpoint over a
+(sim/cocotb/roce_resp.py): the host WRITEs and SENDs (with immediate) into the endpoint over a
 lossy, duplicating, reordering and corrupting link, both directions at once on one QP, and a
 few thousand hostile frames during responder traffic; the data is read back through the
 endpoint's own RDMA WRITEs. One W = 64 build (on-chip memory) for all of them, which
@@ -19,7 +19,7 @@ TESTS = ["host_into_fpga", "both_directions", "responder_fuzz"]
 @pytest.mark.parametrize("test", TESTS)
 def test_responder(test):
     cfg = responder_sim_config(64)
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce_resp", test, label=f"onchip-64-{test}") == 1
+    assert run_cocotb(cfg, "rocegen.sim.cocotb.roce_resp", test, label=f"onchip-64-{test}") == 1
 
 
 def test_demo_peer_op(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The RoCE endpoint in Verilator against the host NIC model (sim/tb/roce.py): on-chip
+"""The RoCE endpoint in Verilator against the host NIC model (tests/cocotb/roce.py): on-chip
 memory at 64 and 512 bits, and an AXI4 memory (cocotbext-axi AxiRam) at 512 bits.
 
 The gate runs every test on chip at W = 64; at W = 512 the ones whose property depends on the
@@ -29,4 +29,4 @@ FULL |= {("axi4-512", t) for t in ("generator_multi_megabyte", "refused_requests
     for c in sorted(CONFIGS) for t in TESTS])
 def test_endpoint(config, test):
     cfg = endpoint_sim_config(**CONFIGS[config])
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce", test, label=f"{config}-{test}") == 1
+    assert run_cocotb(cfg, "tests.cocotb.roce", test, label=f"{config}-{test}") == 1

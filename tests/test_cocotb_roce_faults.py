@@ -1,4 +1,4 @@
-"""The RoCE endpoint's reliability in Verilator (sim/tb/roce_faults.py): a faulty link
+"""The RoCE endpoint's reliability in Verilator (tests/cocotb/roce_faults.py): a faulty link
 each way, RNR storms, remote errors, dead links and receive fuzzing, at 64 and 512 bits with
 on-chip payload memory and at 512 bits with an AXI4 (DDR4) payload memory (cocotbext-axi
 AxiRam). The simulator builds are the ones tests/test_cocotb_roce.py uses.
@@ -27,4 +27,4 @@ FULL = {(c, t) for c in ("onchip-512", "axi4-512") for t in ("errors_and_recover
     for c in sorted(CONFIGS) for t in TESTS])
 def test_endpoint_faults(config, test):
     cfg = endpoint_sim_config(**CONFIGS[config])
-    assert run_cocotb(cfg, "rocegen.sim.tb.roce_faults", test, label=f"{config}-{test}") == 1
+    assert run_cocotb(cfg, "tests.cocotb.roce_faults", test, label=f"{config}-{test}") == 1

@@ -3,7 +3,7 @@
 with 802.1Q VLAN tags both ways (also ``rocegen sim serve --vlan`` with the host agent); and 256
 QPs sending at once, sharing the link evenly (the full tier's: a QP count of the matrix, and a
 build of its own; the gate shows the strict turns in tests/unit/test_scheduler.py). The demo
-bench (:mod:`rocegen.sim.tb.roce_demo`) compares every byte in the host NIC model's memory and checks
+bench (:mod:`rocegen.sim.cocotb.roce_demo`) compares every byte in the host NIC model's memory and checks
 that every packet was executed exactly once; here its results and its pcap are checked again."""
 
 import json

@@ -9,4 +9,4 @@ TESTS = ["rx_frames_from_xgmii_source", "rx_flags_bad_frames", "tx_frames_to_xgm
 @pytest.mark.parametrize("testcase", TESTS)
 def test_cocotb_xgmii(testcase):
     cfg = SimConfig("xgmii", "rocegen.sim.testing.mac_tops:XgmiiLoopTop", max_frame=1522)
-    assert run_cocotb(cfg, "rocegen.sim.tb.xgmii_mac", testcase, label=testcase) == 1
+    assert run_cocotb(cfg, "tests.cocotb.xgmii_mac", testcase, label=testcase) == 1

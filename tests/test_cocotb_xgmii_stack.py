@@ -7,7 +7,7 @@ from rocegen.sim.testing.cocotb_runner import SimConfig, run_cocotb
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.full)])
 def test_xgmii_stack_host_conversation(seed):
     cfg = SimConfig("xgmii_stack", "rocegen.gateware.xgmii_top:XgmiiStackTop")
-    assert run_cocotb(cfg, "rocegen.sim.tb.xgmii_stack", env={"SEED": seed}, label=f"seed-{seed}") == 1
+    assert run_cocotb(cfg, "tests.cocotb.xgmii_stack", env={"SEED": seed}, label=f"seed-{seed}") == 1
 
 
 @pytest.mark.parametrize("width", [128, 512])

@@ -32,7 +32,7 @@ the LUT library of a depth target, the number of worst paths kept and the source
 figures are read back, with ``cached`` true. An entry that cannot be read or does not match its
 key is ignored and replaced. ``bench/bench_synth.py`` (``make synth-check``) uses it; by default
 :func:`synthesize` runs Yosys every time. Every call, synthesized or cached, adds a line to the
-build log of :mod:`rocegen.tools.costlog`.
+build log of :mod:`rocegen.gateware.costlog`.
 
 LUT mapping
 -----------
@@ -121,7 +121,7 @@ from typing import NamedTuple
 from amaranth.hdl import Const, Elaboratable, Value
 from amaranth.lib import wiring
 
-from rocegen.tools import costlog
+from rocegen.gateware import costlog
 
 __all__ = ["synthesize", "convert_ports", "to_rtlil", "analyse_netlist", "yosys_command",
            "yosys_version", "yosys_description", "SynthesisError", "FAMILIES", "prepare_yowasp",

@@ -43,8 +43,8 @@ def run(width=64, msg_bytes=8192, messages=8, pmtu=4096, out=None, results=None)
     """Build and run the example; returns the test's result figures (a dict)."""
     from cocotb_tools.runner import Verilator, get_results
 
+    from rocegen.gateware import costlog
     from rocegen.sim.testing.verilator import verilator_on_path
-    from rocegen.tools import costlog
 
     out = Path(out or ROOT / "build" / f"example-{width}")
     out.mkdir(parents=True, exist_ok=True)

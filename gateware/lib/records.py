@@ -3,7 +3,7 @@
 A record stream (an :class:`amaranth.lib.stream.Signature` of a ``StructLayout``) appears at a
 top level as ``<prefix>_data`` (the record's bits, field offsets as in the layout, first field in
 the low bits), ``<prefix>_valid`` and ``<prefix>_ready``, so that Verilog instantiating the core
-and cocotb benches see plain vectors. :func:`pack` / :func:`unpack` convert between a ``dict``
+and cocotb testbenches see plain vectors. :func:`pack` / :func:`unpack` convert between a ``dict``
 and those bits on the Python side.
 """
 

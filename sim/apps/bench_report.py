@@ -580,7 +580,7 @@ def _responder_markdown(results):
            "The endpoint built with its RC responder (`responder=True`, W = 512, 8 QPs, 2 MiB of "
            "on-chip memory; the responder's region is its lower half), the host NIC model's "
            "requester WRITEing or SENDing into it on one QP, the host's line paced at 100 Gb/s "
-           "(`rocegen.sim.tb.roce_resp`). Goodput: the payload over the time from the first "
+           "(`rocegen.sim.cocotb.roce_resp`). Goodput: the payload over the time from the first "
            "request's start on the host's line to the first beat of the endpoint's last ACK "
            "(1024 messages or 1 MiB per run, whichever is less: the one ACK latency after the "
            "last request, 50 to 140 cycles, weighs under 1 %); "
@@ -657,7 +657,7 @@ def _read_markdown(results):
     out = ["### RDMA READ", "",
            "The build of the responder's batch (`responder=True`, which answers READs and issues "
            "them: `reads`, 16 READs outstanding per QP at most), one QP, both lines at 100 Gb/s "
-           "(`rocegen.sim.tb.roce_bench_read`, rows `\"kind\": \"read\"`). The limit is the line's "
+           "(`rocegen.sim.cocotb.roce_resp_runs`, rows `\"kind\": \"read\"`). The limit is the line's "
            "for READ responses: per packet preamble, SFD and gap 20, Ethernet 14, IPv4 20, UDP 8, "
            "BTH 12, AETH 4 on FIRST, LAST and ONLY, payload and pad, ICRC 4, FCS 4 "
            "(`limit_gbps(size, pmtu, opcode=\"READ\")`). The host's READs keep 16 outstanding "

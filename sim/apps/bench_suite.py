@@ -3,7 +3,7 @@
 Cycle-accurate runs in Verilator of the endpoint (:class:`~rocegen.sim.testing.roce_tops.EndpointTop`,
 W = 512, 8 QPs, on-chip memory: the build of
 :func:`rocegen.sim.testing.cocotb_runner.endpoint_sim_config` the tests use) against the host NIC model,
-through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (322.266 MHz):
+through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board clock (322.266 MHz):
 
 * **Goodput vs message size** for WRITE, WRITE with immediate and SEND, at PMTU 1024 and 4096,
   on one QP (traffic generator) and on 8 QPs (work requests from local memory, round robin; the
@@ -29,7 +29,7 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
 * **Responder** (batch ``responder``; ``responder-axi4`` too when the endpoint's responder
   can place payloads into AXI4 memory): the host NIC model's requester WRITEs and SENDs into
   the endpoint built with its RC responder (:func:`~rocegen.sim.testing.cocotb_runner.responder_sim_config`,
-  W = 512, 2 MiB of on-chip memory; the cocotb bench :mod:`rocegen.sim.tb.roce_resp`): one QP's
+  W = 512, 2 MiB of on-chip memory; the cocotb testbench :mod:`rocegen.sim.cocotb.roce_resp`): one QP's
   goodput at PMTU 1024 and 4096, 64 B .. 1 MiB, the host's line paced at 100 Gb/s (against
   :func:`limit_gbps`: the host's requests have the wire format of the endpoint's), payload over
   the time from the first request's start on the line to the endpoint's last ACK (runs of 1024
@@ -40,8 +40,8 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   time on its line, which the other direction's ACKs share). Every byte is read back through
   the endpoint's own RDMA WRITEs and compared.
 * **READ** (batch ``read``; in ``quick-responder`` with ``--quick``; the build of the
-  responder's batch, :mod:`rocegen.sim.tb.roce_bench_read` through the cocotb bench
-  :mod:`rocegen.sim.tb.roce_resp`), rows ``"kind": "read"`` with ``test``: ``responder``, the
+  responder's batch, :mod:`rocegen.sim.cocotb.roce_resp_runs` through the cocotb testbench
+  :mod:`rocegen.sim.cocotb.roce_resp`), rows ``"kind": "read"`` with ``test``: ``responder``, the
   host NIC model READs the endpoint's region (16 READs outstanding), 64 B .. 1 MiB at PMTU
   1024 and 4096, goodput over the READ responses' time on the endpoint's 100G line against
   the limit of READ responses (:func:`limit_gbps` with opcode ``READ``: AETH on FIRST, LAST and
@@ -55,7 +55,7 @@ through the cocotb bench :mod:`rocegen.sim.tb.roce_demo`, at the board clock (32
   (:func:`read_timeout`); ``latency``, the cycles from a host READ request's last beat in to
   its first response beat out.
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
-  frames during responder traffic (:func:`rocegen.sim.tb.roce_resp.fuzz_run`): data intact, no
+  frames during responder traffic (:func:`rocegen.sim.cocotb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
 * **Incast** (batch ``incast``; ``quick-incast`` in ``--quick``): not the endpoint in
   Verilator but the Python model of a closed-loop incast (:mod:`rocegen.sim.models.incast`,
@@ -80,7 +80,6 @@ import json
 import os
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -90,7 +89,7 @@ from rocegen.wire.verbs import VERBS
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
            "read_bound_gbps", "read_runs", "read_timeout", "suite_runs", "run_suite",
-           "batch_of", "add_parser", "run", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
+           "batch_of", "resources", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
 
 WIDTH = 512
 NUM_QPS = 8
@@ -388,7 +387,7 @@ def read_runs(quick=False, requester=True):
 MODEL_BATCHES = ("incast", "quick-incast")
 #: batches run only when named with ``--only``
 ON_REQUEST = ("soak", "resp_fuzz")
-#: batches of the responder's build and bench (:mod:`rocegen.sim.tb.roce_resp`)
+#: batches of the responder's build and bench (:mod:`rocegen.sim.cocotb.roce_resp`)
 RESPONDER_BATCHES = ("responder", "responder-axi4", "resp_fuzz", "quick-responder", "read")
 
 
@@ -489,10 +488,10 @@ def run_batch(name, runs, peer="connectx", tag=None):
     if name in RESPONDER_BATCHES:
         axi4 = {"memory": "axi4", "mem_bytes": RESP_AXI4_BYTES} if name.endswith("axi4") else {}
         cfg = responder_sim_config(WIDTH, NUM_QPS, **axi4)
-        module, testcase = "rocegen.sim.tb.roce_resp", "runs"
+        module, testcase = "rocegen.sim.cocotb.roce_resp_runs", "runs"
     else:
         cfg = endpoint_sim_config(WIDTH, NUM_QPS)
-        module, testcase = "rocegen.sim.tb.roce_demo", None
+        module, testcase = "rocegen.sim.cocotb.roce_demo", None
     out = BUILD / "bench" / f"suite-{tag or name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -679,7 +678,7 @@ def _read_row(r, row):
     return row
 
 
-def _resources():
+def resources():
     """The endpoint's figures from the last Yosys report of ``bench.bench_synth``, or why
     there are none."""
     path = BUILD / "bench" / "synth.json"
@@ -847,72 +846,5 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
                              "cycles_per_second": round(cycles / inside) if inside else None},
         "headline": _headline(fig),
         **fig,
-        "resources": _resources(),
+        "resources": resources(),
     }
-
-
-def add_parser(sub):
-    """The ``bench`` sub-command of ``rocegen``."""
-    p = sub.add_parser("bench", help="run the benchmark suite of the endpoint (Verilator): "
-                       "goodput, message rate, latency, loss, resources")
-    p.add_argument("--quick", action="store_true",
-                   help="a few points of each kind, in one simulator process (a smoke test)")
-    p.add_argument("--json", default=None, metavar="FILE",
-                   help="results file (default bench/results.json; build/bench/quick.json with "
-                   "--quick)")
-    p.add_argument("--no-doc", action="store_true",
-                   help="do not regenerate docs/performance.md, its plots and the README headline "
-                   "(never done with --quick)")
-    p.add_argument("--doc-only", action="store_true",
-                   help="only regenerate the documents from the results file")
-    p.add_argument("--resources", action="store_true",
-                   help="only take the resource figures of the last Yosys report (make synth) "
-                   "into the results file, then regenerate the documents")
-    p.add_argument("--peer", choices=("connectx", "ideal"), default="connectx",
-                   help="behaviour of the host NIC model: a ConnectX's (ACKs coalesced by count "
-                   "and timer, answers 0.3..1.2 us late, credit codes of the receive queue, "
-                   "port MTU 4200; the default) or the ideal peer (an ACK per AckReq at once)")
-    p.add_argument("--only", nargs="+", metavar="BATCH",
-                   help="run only these batches and replace their figures in the results file "
-                   "(the others keep theirs, with the revision they were measured at)")
-    return p
-
-
-def run(args):
-    """``rocegen bench``."""
-    from rocegen.sim.apps import bench_report
-    default = BUILD / "bench" / "quick.json" if args.quick else ROOT / "bench" / "results.json"
-    path = Path(args.json) if args.json else default
-    if args.doc_only or args.resources:
-        if not path.exists():
-            raise ValueError(f"{path} does not exist: run the suite first")
-        results = json.loads(path.read_text())
-        if args.resources:
-            results["resources"] = _resources()
-            path.write_text(json.dumps(results, indent=1) + "\n")
-            print(f"wrote {path}")
-    else:
-        previous = json.loads(path.read_text()) if args.only and path.exists() else None
-        if args.only and previous is None:
-            raise ValueError(f"--only replaces batches of an earlier run, but {path} does not exist")
-        results = run_suite(args.quick, log=lambda s: print(s, flush=True), only=args.only,
-                            previous=previous, peer=args.peer)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"wrote {path}")
-    print(bench_report.summary(results))
-    if results["failed_batches"]:
-        print("failed batches: " + ", ".join(b["name"] for b in results["failed_batches"]),
-              file=sys.stderr)
-        return 1
-    if not args.quick and not args.no_doc and not results.get("quick"):
-        for written in bench_report.write_docs(results, ROOT):
-            print(f"wrote {written}")
-    return 0
-
-
-if __name__ == "__main__":
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    add_parser(ap.add_subparsers(dest="command", required=True))
-    sys.exit(run(ap.parse_args(["bench", *sys.argv[1:]])))

@@ -5,7 +5,7 @@ The frames go into the MAC port (``s_axis``) of the endpoint's Verilator build
 (:func:`rocegen.sim.testing.cocotb_runner.endpoint_sim_config`, shared with the tests and ``rocegen sim
 demo``) one after the other, after QPs 0..N-1 (QP numbers 256..) are opened through the QP
 control ports with the given peer. The frames the endpoint sends are taken as they come. The
-cocotb side is :mod:`rocegen.sim.tb.replay`.
+cocotb side is :mod:`rocegen.sim.cocotb.replay`.
 
 The capture must hold Ethernet frames (link type 1) without FCS, as pcap (microsecond or
 nanosecond) or pcapng. The endpoint's addresses are those of the test top: MAC
@@ -115,7 +115,7 @@ def run(args):
               "peer_qpn": args.peer_qpn, "psn": args.psn, "results": str(results)}
     t0 = time.perf_counter()
     try:
-        run_cocotb(cfg, "rocegen.sim.tb.replay", label=f"replay-{args.width}",
+        run_cocotb(cfg, "rocegen.sim.cocotb.replay", label=f"replay-{args.width}",
                    env={"REPLAY_CONFIG": json.dumps(config)})
     except AssertionError as e:
         print(e, file=sys.stderr)

@@ -21,16 +21,16 @@ The endpoint has the RC responder and its pattern sink unless ``--no-responder``
 WRITEs and SENDs into the FPGA's memory and READs it (``rocegen-host write`` / ``send`` /
 ``read``), and with the responder comes the READ requester: the FPGA's traffic generator READs
 the host's memory (``rocegen-host traffic --op READ``), its pattern sink checking the bytes.
-The bench plays the user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers
+The testbench plays the user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers
 posted, each its whole region from the region's base, and posts one again for every receive
-completion (:mod:`rocegen.sim.tb.serve`).
+completion (:mod:`rocegen.sim.cocotb.serve`).
 
 With ``--vlan ID`` the endpoint is built to tag its frames 802.1Q with that VLAN and to take only
 frames of it; the host side is an untagged access port of the VLAN (:mod:`rocegen.sim.apps.bridge`):
 the tunnel, the TAP and the wire see untagged frames, the FPGA tagged ones (the pcap holds them
 as the FPGA's port sees them).
 
-The cocotb side is :mod:`rocegen.sim.tb.serve`; the design is the endpoint's Verilator build
+The cocotb side is :mod:`rocegen.sim.cocotb.serve`; the design is the endpoint's Verilator build
 shared with the tests and ``rocegen sim demo``
 (:func:`rocegen.sim.testing.cocotb_runner.endpoint_sim_config`).
 """
@@ -178,7 +178,7 @@ def serve_config(args):
 
 
 def responder_conf(width, num_qps, params):
-    """What the bench needs of the responder of the endpoint ``params`` describe: ``regions``
+    """What the testbench needs of the responder of the endpoint ``params`` describe: ``regions``
     (each QP's ``[rkey, base, length]`` after reset), ``rq_depth``, ``pattern_sink`` and
     ``reads`` (None without the READ requester, else the READ depths its connection manager
     states: ``{"max_rd_atomic", "rd_depth"}``); None without the responder. Raises ValueError
@@ -244,7 +244,7 @@ def _simulate(args, cfg, conf):
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        run_cocotb(cfg, "rocegen.sim.tb.serve", label=f"serve-{os.getpid()}",
+        run_cocotb(cfg, "rocegen.sim.cocotb.serve", label=f"serve-{os.getpid()}",
                    env={"ROCEGEN_SERVE": json.dumps(conf), "COCOTB_LOG_LEVEL": "WARNING",
                         "GPI_LOG_LEVEL": "WARNING",
                         "PYTHONWARNINGS": "ignore::DeprecationWarning"},
@@ -262,7 +262,7 @@ def _simulate(args, cfg, conf):
 
 def stop_server(proc, timeout=120):
     """Stop a ``rocegen sim serve`` started in a session of its own (``start_new_session``):
-    SIGTERM to its process group (the bench stops and writes its final status), SIGKILL after
+    SIGTERM to its process group (the testbench stops and writes its final status), SIGKILL after
     ``timeout`` seconds. Nothing when it has already exited."""
     if proc.poll() is not None:
         return

@@ -1,4 +1,4 @@
-"""Pieces shared by the cocotb benches (they run inside the simulator process)."""
+"""Pieces shared by the cocotb testbenches (they run inside the simulator process)."""
 
 from cocotb.triggers import ClockCycles, RisingEdge
 from scapy.layers.inet import IP, UDP

@@ -19,7 +19,7 @@ made the W = 512 endpoint about six times slower to simulate and to compile.
 ``ROCEGEN_PUBLIC=all`` in the environment builds with every signal visible again, for a test that
 needs to look inside the design.
 
-Each build says what it cost in the build log of :mod:`rocegen.tools.costlog` (kind
+Each build says what it cost in the build log of :mod:`rocegen.gateware.costlog` (kind
 ``verilator``, named by its directory): ``compiled`` (elaborated, Verilated and compiled, with
 the seconds), ``verilog-unchanged`` (elaborated again, the Verilog was the built one's) or
 ``reused`` (no source changed: once per process and build).
@@ -36,6 +36,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from rocegen.gateware import costlog
 from rocegen.gateware.emit import to_verilog
 from rocegen.sim.testing.verilator import verilator_on_path
 
@@ -147,8 +148,6 @@ class SimConfig:
     def _build_and_record(self, t0):
         """:meth:`_build`, and its line in the build log (see the module documentation);
         ``t0`` is when the caller started waiting for the lock."""
-        # the build log belongs to the build tooling, a layer above: imported when used
-        from rocegen.tools import costlog
         t1 = time.monotonic()
         source = self._build()
         if source == "reused" and self.build_dir in _REUSE_RECORDED:
@@ -258,8 +257,8 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
 def run_scenarios(config, test_module, label, chosen, out, env, result):
     """Run scenarios one after the other in one cocotb run (test ``scenarios`` of
     ``test_module``) and check each: ``chosen`` is ``[(name, scenario, check)]`` in the order the
-    bench runs them (``env`` tells the bench which), the bench writes one result per scenario,
-    with its ``name``, to ``out`` (``ROCE_RESULTS``), and each ``check`` gets
+    testbench runs them (``env`` tells it which), the testbench writes one result per
+    scenario, with its ``name``, to ``out`` (``ROCE_RESULTS``), and each ``check`` gets
     ``result(raw, scenario)``. Fails with the failure of every scenario whose check failed, each
     named."""
     assert run_cocotb(config, test_module, "scenarios", label=label,
@@ -323,8 +322,8 @@ def responder_sim_config(width, num_qps=8, **params):
 
 def responder_share(params, qps):
     """Bytes of the responder's region (after reset: the lower half of the local memory, or
-    ``resp_region``) that each of ``qps`` QPs gets in the responder benches
-    (:func:`rocegen.sim.tb.roce_resp.share`), for a build of parameters ``params``."""
+    ``resp_region``) that each of ``qps`` QPs gets in the responder testbenches
+    (:func:`rocegen.sim.cocotb.roce_resp.share`), for a build of parameters ``params``."""
     mem = params.get("mem_bytes") or (256 * 1024 if params.get("memory", "onchip") == "onchip"
                                       else 1 << 32)
     region = params.get("resp_region") or (0, mem // 2)

@@ -1,5 +1,5 @@
 """An endpoint with DCQCN's reaction point sending to the host NIC model, in the Amaranth
-simulator, with a CNP from the host: the DCQCN bench's whole-endpoint reaction
+simulator, with a CNP from the host: the DCQCN benchmark's whole-endpoint reaction
 (``bench/bench_dcqcn.py``). Frames are timed at their first and last beat on ``mac_tx``; the
 CNP at its last beat on ``mac_rx``."""
 

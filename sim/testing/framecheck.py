@@ -7,7 +7,7 @@ layouts come from the shared wire and connection-manager specifications, the RoC
 ``post_build``) plus RETH and ImmDt written below as scapy layers (``scapy.contrib.roce`` has
 none), and every length, checksum and ICRC is computed again by scapy.
 
-:class:`FrameChecker` is used in two places of a bench's frame path:
+:class:`FrameChecker` is used in two places of a testbench's frame path:
 
 * :meth:`FrameChecker.check` for every frame the endpoint sends. The frame is dissected by scapy,
   the computed fields are dropped (IPv4 total length and header checksum, UDP length and
@@ -34,7 +34,7 @@ none), and every length, checksum and ICRC is computed again by scapy.
 :attr:`FrameChecker.counts` counts the frames checked by kind (``roce``, ``cm_reply``, ``udp``,
 ``arp``, ``icmp``, ``other``) and ``frames`` in all; :meth:`FrameChecker.summary` says it in one
 line. Scapy needs about 3 ms a frame on the project's machines (:attr:`FrameChecker.seconds`);
-the benches run the checker in a worker process beside the simulator
+the testbenches run the checker in a worker process beside the simulator
 (:mod:`rocegen.sim.testing.framecheck_pool`) so that this time is not spent inside it.
 """
 

@@ -17,7 +17,7 @@ Behaviour
     waits until the worker has checked every frame given so far. A failure found by the worker
     is raised as :class:`~rocegen.sim.testing.framecheck.FrameCheckError` with the inline
     message by the next ``request``/``check`` after the worker reported it, and by every
-    ``drain`` (it stays raised: a bad frame fails the bench at the latest when the run ends or
+    ``drain`` (it stays raised: a bad frame fails the testbench at the latest when the run ends or
     the counts are read). After a failure the worker checks no further frame.
 
     The worker is a plain ``python -m rocegen.sim.testing.framecheck_pool`` child (no fork of the

@@ -1,4 +1,4 @@
-"""Small helpers to run Amaranth-simulator benches.
+"""Small helpers to run Amaranth-simulator testbenches.
 
 Building a simulator for a large design (elaborating it and compiling it to Python) takes
 seconds: about 8 s for a whole endpoint at 64 bits and 11 s at 512 bits. Benches that simulate
@@ -46,8 +46,8 @@ def _key(value):
 def shared(cls, *args, **kwargs):
     """``cls(*args, **kwargs)``, made once per process for each set of arguments (compared by
     value; dicts, lists and sets by their contents, anything else must be hashable) and handed
-    out again for the same arguments, so that :func:`run_sim` builds its simulator once. A bench
-    that takes a design from here must leave it as it found it (it is the next bench's design
+    out again for the same arguments, so that :func:`run_sim` builds its simulator once. A testbench
+    that takes a design from here must leave it as it found it (it is the next testbench's design
     too): set signals only in testbenches and processes, add no submodules."""
     try:
         key = (cls, _key(args), _key(kwargs))
@@ -90,7 +90,7 @@ DEFAULT_DEADLINE = 2_000_000
 
 
 class SimulationHang(AssertionError):
-    """The design (or the bench) stopped making progress: the run reached its cycle deadline."""
+    """The design (or the testbench) stopped making progress: the run reached its cycle deadline."""
 
 
 def run_sim(dut, *, testbenches=(), processes=(), vcd=None, deadline_cycles=DEFAULT_DEADLINE):
@@ -122,7 +122,7 @@ def run_sim(dut, *, testbenches=(), processes=(), vcd=None, deadline_cycles=DEFA
                 await ctx.tick()
                 cycles[0] += 1
             raise SimulationHang(f"no end after {deadline_cycles} cycles: the design or the "
-                                 f"bench is stuck")
+                                 f"testbench is stuck")
         sim.add_process(watchdog)
     if vcd is None and os.environ.get("WAVES", "0") not in ("", "0"):
         wave_dir = os.environ.get("WAVES_DIR", "build/waves")

@@ -1,5 +1,5 @@
 """Test-only top level of the XGMII MAC with AXI-Stream and XGMII port names, for the cocotb
-benches (sim/tb/xgmii_mac.py)."""
+testbenches (tests/cocotb/xgmii_mac.py)."""
 
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring

@@ -1,5 +1,5 @@
 """Test-only top levels of the payload readers with flat AXI4 / AXI-Stream port names, for the
-cocotb benches."""
+cocotb testbenches."""
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring

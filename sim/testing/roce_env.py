@@ -1,4 +1,4 @@
-"""cocotb side of the RoCE endpoint benches: the endpoint's MAC port wired to the host NIC model
+"""cocotb side of the RoCE endpoint testbenches: the endpoint's MAC port wired to the host NIC model
 (:class:`~rocegen.sim.models.rnic.Rnic`), record-stream drivers for work requests, QP control
 and the traffic generator, and a completion collector.
 
@@ -46,13 +46,13 @@ The RoCE data frames the endpoint sends (RC SEND and RDMA WRITE packets) are cou
 those whose (destination QP, PSN) was sent before are counted as retransmissions.
 
 Every frame out of the endpoint also goes through :class:`~rocegen.sim.testing.framecheck.FrameChecker`
-(:attr:`MacModel.framecheck`), which rebuilds it with scapy and fails the bench when the bytes
+(:attr:`MacModel.framecheck`), which rebuilds it with scapy and fails the testbench when the bytes
 differ; the host's frames (the NIC model's answers and :meth:`MacModel.to_endpoint`) are noted
 there so that connection-manager replies are checked against the requests they answer. When a
 core is free (or with ``ROCEGEN_FRAMECHECK=pool``) the check runs in a worker process beside the
 simulator (:mod:`rocegen.sim.testing.framecheck_pool`), in the order the frames came, and a
-failure fails the bench at the next frame after the worker found it, when the counts are read,
-or when the bench's test ends (the worker is stopped then, after every frame is checked).
+failure fails the testbench at the next frame after the worker found it, when the counts are read,
+or when the testbench's test ends (the worker is stopped then, after every frame is checked).
 Otherwise (``ROCEGEN_FRAMECHECK=inline``) each frame is checked where it is taken.
 """
 
@@ -94,7 +94,7 @@ __all__ = ["board_clock_mhz", "period_ps", "now_cycle", "MacModel", "XgmiiMacMod
            "start_clock", "wait_cycles", "wait_low", "wait_until", "cycle_offset", "MacFrames",
            "open_qp", "qpn", "write_onchip", "peer_behaviour", "PEERS",
            "roce_data_key", "is_ipv4", "link_pair", "FAULTS", "timeout_code", "LINE_OVERHEAD",
-           "l2_length"]
+           "l2_length", "AETH_SENT"]
 
 #: fixed point of the capture ring's line-rate budget (bytes per cycle times 2**16)
 CREDIT_ONE = 1 << 16
@@ -228,7 +228,7 @@ class MacModel:
         self._host_backlog = False      # a frame waited while the line was busy
         self._requester_turn = False    # whose frame the host's line takes next when both wait
         #: every frame out of the endpoint is rebuilt by scapy and compared byte for byte, and
-        #: every connection-manager reply with the spec's encoding (a mismatch fails the bench);
+        #: every connection-manager reply with the spec's encoding (a mismatch fails the testbench);
         #: in a worker process beside the simulator when a core is free for it, or with
         #: ``ROCEGEN_FRAMECHECK=pool`` (:mod:`rocegen.sim.testing.framecheck_pool`)
         self.framecheck = make_framecheck()
@@ -627,6 +627,11 @@ def roce_data_key(frame):
     return bth["dest_qp"], bth["psn"]
 
 
+#: The NIC model's counters of the AETH frames it sends (ACKs, NAKs, copies and ghosts).
+AETH_SENT = ("ack_tx", "ack_dup_tx", "ack_ghost_tx", "nak_seq_tx", "rnr_nak_tx", "nak_inv_req_tx",
+             "nak_rem_access_tx", "nak_rem_op_tx")
+
+
 #: The fault probabilities of a run (see :func:`link_pair`).
 FAULTS = ("loss", "dup", "reorder", "corrupt")
 
@@ -655,12 +660,12 @@ def link_pair(run, clock_mhz):
                  for k, name in enumerate(("to NIC", "from NIC")))
 
 
-#: The peer models a bench may choose (:func:`peer_behaviour`).
+#: The peer models a testbench may choose (:func:`peer_behaviour`).
 PEERS = ("connectx", "ideal")
 
 
 def peer_behaviour(seed, peer="connectx", *, faults=True):
-    """The NIC model's :class:`~rocegen.sim.models.rnic.Behaviour` for a bench: ``"ideal"``,
+    """The NIC model's :class:`~rocegen.sim.models.rnic.Behaviour` for a testbench: ``"ideal"``,
     the kind peer (:data:`~rocegen.sim.models.rnic.IDEAL`); ``"connectx"``, a ConnectX's, with
     its figures drawn from ``seed``: credit codes as a ConnectX sends them or any of
     0x00..0x1F, an ACK after every 1..32 packets or only on AckReq, an ACK timer of 0..3 us,
@@ -735,7 +740,7 @@ class RecordDriver:
             if int(self.ready.value):
                 break
             # refused: sleep until ready rises instead of looking at every edge. After a clock
-            # edge this bench sees the values sampled at it; ready rising shows after an edge, and
+            # edge this testbench sees the values sampled at it; ready rising shows after an edge, and
             # the record is taken at the next edge, which the loop's check then sees.
             await RisingEdge(self.ready)
         self.valid.value = 0

@@ -1,4 +1,4 @@
-"""Test-only top levels of the RoCEv2 blocks with AXI-Stream port names, for the cocotb benches."""
+"""Test-only top levels of the RoCEv2 blocks with AXI-Stream port names, for the cocotb testbenches."""
 
 from amaranth.hdl import Cat, Elaboratable, Module, Signal
 from amaranth.lib import data, wiring
@@ -96,7 +96,7 @@ class IcrcTop(wiring.Component):
 
 class ResponderTop(Elaboratable):
     """The :class:`~rocegen.gateware.roce.responder.Responder` (``resp``, its other ports the
-    bench's) beside the QP table it reads its contexts from (``qps``: write contexts through
+    testbench's) beside the QP table it reads its contexts from (``qps``: write contexts through
     ``qps.ctl``), for the Amaranth simulator. ``mem_bytes``: the local memory written."""
 
     def __init__(self, width, num_qps, mem_bytes, **params):
@@ -113,12 +113,12 @@ class ResponderTop(Elaboratable):
 
 class EndpointTop(wiring.Component):
     """:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with flat port names for the
-    cocotb benches: the MAC as ``s_axis`` (frames in); record streams as
+    cocotb testbenches: the MAC as ``s_axis`` (frames in); record streams as
     ``<name>_data/_valid/_ready`` (``wr``, ``qpctl``, ``qppsn``, ``gen``, and ``memw`` with
     on-chip memory); the streaming front end as ``s_msg_axis`` plus ``msg_meta``; the AXI4
     memory port as ``m_axi_*``; addresses fixed.
 
-    The outputs the benches follow at speed end in :class:`~rocegen.sim.testing.capture.StreamCapture`
+    The outputs the testbenches follow at speed end in :class:`~rocegen.sim.testing.capture.StreamCapture`
     rings that the cocotb side reads once per frame (:class:`~rocegen.sim.testing.cocotb_helpers.Capture`):
 
     * the MAC's frames out, ring ``mac_cap`` (:func:`MAC_CAPTURE` entries), with the CMAC's

@@ -1,4 +1,4 @@
-"""Traffic scenarios shared by the Amaranth-simulator tests and the cocotb benches."""
+"""Traffic scenarios shared by the Amaranth-simulator tests and the cocotb testbenches."""
 
 import struct
 

@@ -1,4 +1,4 @@
-"""Test-only top levels with AXI-Stream port names, for the cocotb benches."""
+"""Test-only top levels with AXI-Stream port names, for the cocotb testbenches."""
 
 from amaranth.hdl import Module
 from amaranth.lib import data, wiring

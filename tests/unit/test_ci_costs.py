@@ -1,4 +1,4 @@
-"""The figures of what a CI run cost: the build log of :mod:`rocegen.tools.costlog` (written by
+"""The figures of what a CI run cost: the build log of :mod:`rocegen.gateware.costlog` (written by
 parallel processes), the per-file sums of pytest's JUnit report (``bench/bench_test_time.py``) and
 the table ``.ci/run`` prints (``bench/ci_time.py``), from hand-made inputs."""
 
@@ -9,11 +9,11 @@ import textwrap
 
 from bench import ci_time
 from bench.bench_test_time import parse_junit
-from rocegen.tools import costlog
+from rocegen.gateware import costlog
 
 WRITER = """
 import sys
-from rocegen.tools import costlog
+from rocegen.gateware import costlog
 for i in range(int(sys.argv[1])):
     costlog.record("verilator", f"w{sys.argv[2]}-{i}", "reused", 0.001, note="x" * 300)
 """

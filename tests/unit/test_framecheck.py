@@ -299,15 +299,15 @@ def test_mac_model_checks_every_frame_out_and_notes_requests(monkeypatch):
     from types import SimpleNamespace
 
     from rocegen.sim.models.rnic import Rnic
-    from rocegen.sim.testing import roce_env as roce_bench
+    from rocegen.sim.testing import roce_env
     monkeypatch.setenv("ROCEGEN_FRAMECHECK", "inline")      # a failure raises at the frame
-    monkeypatch.setattr(roce_bench, "AxiStreamSource", _Source)
-    monkeypatch.setattr(roce_bench, "AxiStreamBus", type("Bus", (), {"from_prefix": staticmethod(
+    monkeypatch.setattr(roce_env, "AxiStreamSource", _Source)
+    monkeypatch.setattr(roce_env, "AxiStreamBus", type("Bus", (), {"from_prefix": staticmethod(
         lambda dut, prefix: None)}))
-    monkeypatch.setattr(roce_bench.cocotb, "start_soon", lambda coro: coro.close())
-    monkeypatch.setattr(roce_bench.cocotb.utils, "get_sim_time", lambda unit: 0)
+    monkeypatch.setattr(roce_env.cocotb, "start_soon", lambda coro: coro.close())
+    monkeypatch.setattr(roce_env.cocotb.utils, "get_sim_time", lambda unit: 0)
     nic = Rnic("02:00:00:00:00:01", "10.0.0.1", strict=False)
-    mac = roce_bench.MacModel(SimpleNamespace(clk=None, rst=None), 64, nic)
+    mac = roce_env.MacModel(SimpleNamespace(clk=None, rst=None), 64, nic)
     mac._frame_done(0, 1, arp_reply())
     assert mac.framecheck.counts["arp"] == 1
     bad = roce(bth(0x0A, ackreq=1) + reth(dlen=4) + b"abcd", bad_icrc=True)

@@ -352,19 +352,19 @@ class _Source:
 def bench(monkeypatch):
     """A MacModel without a simulator: its frame plumbing driven by hand, cycle by cycle."""
     from rocegen.sim.models.rnic import IDEAL, Rnic
-    from rocegen.sim.testing import roce_env as roce_bench
+    from rocegen.sim.testing import roce_env
     from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
-    monkeypatch.setattr(roce_bench, "AxiStreamSource", _Source)
-    monkeypatch.setattr(roce_bench, "AxiStreamBus", type("Bus", (), {"from_prefix": staticmethod(
+    monkeypatch.setattr(roce_env, "AxiStreamSource", _Source)
+    monkeypatch.setattr(roce_env, "AxiStreamBus", type("Bus", (), {"from_prefix": staticmethod(
         lambda dut, prefix: None)}))
-    monkeypatch.setattr(roce_bench.cocotb, "start_soon", lambda coro: coro.close())
+    monkeypatch.setattr(roce_env.cocotb, "start_soon", lambda coro: coro.close())
 
     def make(behaviour=IDEAL, **links):
         nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=behaviour)
         nic.create_qp(HOST_QPN, peer_qpn=FPGA_QPN, peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=PSN0,
                       pmtu=256)
         nic.register_mr(VA, 1 << 16, RKEY)
-        return roce_bench.MacModel(SimpleNamespace(clk=None, rst=None), 64, nic, **links)
+        return roce_env.MacModel(SimpleNamespace(clk=None, rst=None), 64, nic, **links)
     return make
 
 

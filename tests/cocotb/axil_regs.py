@@ -49,7 +49,7 @@ def ip_int(text):
     return int.from_bytes(bytes(int(p) for p in text.split(".")), "big")
 
 
-class Bench:
+class Testbench:
     def __init__(self, dut):
         self.dut = dut
         cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
@@ -152,7 +152,7 @@ async def gen_run(b, count, length):
 
 @cocotb.test()
 async def registers(dut):
-    b = Bench(dut)
+    b = Testbench(dut)
     await b.start()
     # the values after reset the port table promises
     for name in ("m_axis_tvalid", "cpl_valid", "qp_open", "gen_busy", "gen_posted",
@@ -240,7 +240,7 @@ async def registers(dut):
 async def malformed_work_requests(dut):
     """Work requests the core cannot carry out complete with an error status, in order,
     without stalling the port; a zero-length WRITE is legal and completes OK."""
-    b = Bench(dut)
+    b = Testbench(dut)
     await b.start()
     host_qpn, rkey, base, reply = await open_qp(b, "10.0.0.2")
     mem = 256 * 1024

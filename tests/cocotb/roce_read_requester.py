@@ -1,7 +1,7 @@
-"""cocotb bench of the endpoint as RDMA READ requester (``RoceEndpoint(responder=True)``, READs on
+"""cocotb testbench of the endpoint as RDMA READ requester (``RoceEndpoint(responder=True)``, READs on
 by default; the responder builds of :func:`~rocegen.sim.testing.cocotb_runner.responder_sim_config`)
 against the host NIC model (:class:`~rocegen.sim.models.rnic.Rnic`, :data:`IDEAL`, not strict) as
-responder, on :class:`~rocegen.sim.tb.roce_resp.RespEnv`: the scenarios of
+responder, on :class:`~rocegen.sim.cocotb.roce_resp.RespEnv`: the scenarios of
 ``tests/test_cocotb_read_requester.py``, one after the other on one simulator.
 
 The cocotb test ``scenarios`` runs the scenarios listed in ``READ_SCENARIOS`` (JSON) and writes
@@ -30,7 +30,7 @@ dict:
     Optional: QP 0's READ limit (the READs it may have outstanding, at most the build's
     ``max_rd_atomic``), set at run time by a connection-manager OPEN_QP that states it as the
     host's READ depth (the QP's context and PSN are then written as in every scenario), and set
-    back by a CLOSE_QP after the scenario (the bench checks the replies; the MAC model's frame
+    back by a CLOSE_QP after the scenario (the testbench checks the replies; the MAC model's frame
     check leaves them out: :class:`SkipCmReplies`).
 ``stats``
     Endpoint counters (:data:`STATS` names) to report.
@@ -59,6 +59,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.layouts import WrOpcode
+from rocegen.sim.cocotb.roce_resp import MEM, MEMORY, RespEnv, W, roce_opcode, share
 from rocegen.sim.models.cm import (
     ACK_ACK,
     CM_PORT,
@@ -72,7 +73,6 @@ from rocegen.sim.models.cm import (
 )
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic
-from rocegen.sim.tb.roce_resp import MEM, MEMORY, RespEnv, W, roce_opcode, share
 from rocegen.sim.testing.cocotb_helpers import pauses
 from rocegen.sim.testing.roce_env import (
     board_clock_mhz,
@@ -121,7 +121,7 @@ class SkipCmReplies:
     """The MAC model's frame check, but for the connection manager's replies, which it leaves
     out: the check encodes the replies of an endpoint without the responder (no memory region,
     no READ depths), and a responder build's ACK names its QP's region and READ depths. The
-    bench checks the replies it asks for itself (:func:`cm_exchange`)."""
+    testbench checks the replies it asks for itself (:func:`cm_exchange`)."""
 
     def __init__(self, inner):
         self.inner = inner

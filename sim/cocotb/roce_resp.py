@@ -1,4 +1,4 @@
-"""cocotb benches of the endpoint's RC responder (``RoceEndpoint(responder=True)``, the test top
+"""cocotb testbenches of the endpoint's RC responder (``RoceEndpoint(responder=True)``, the test top
 :class:`~rocegen.sim.testing.roce_tops.EndpointTop`) against the host NIC model's requester
 (:class:`~rocegen.sim.models.rnic.Rnic`, strict): the host RDMA-WRITEs and SENDs (with or
 without immediate) into the endpoint's memory through the MAC model
@@ -15,39 +15,9 @@ Tests (each a cocotb test of this module): ``host_into_fpga`` (WRITE, WRITE_IMM,
 SEND_IMM on two QPs over a link that loses, duplicates, reorders and corrupts frames),
 ``both_directions`` (the traffic generator WRITEs to the host while the host WRITEs into the
 endpoint on the same QP), ``responder_fuzz`` (hostile requests during responder traffic, see
-:func:`fuzz_run`) and ``runs``: the runs listed in ``ROCE_RUNS`` (JSON), with their figures
-written to the file ``ROCE_RESULTS`` (the benchmark suite's responder batches and ``rocegen sim
-demo --peer-op``). A run is a dict:
-
-``kind``
-    ``responder`` (goodput and message rate), ``resp_latency``, ``bidir``, ``resp_fuzz`` or
-    ``read`` (RDMA READ both ways: :mod:`rocegen.sim.tb.roce_bench_read`).
-``qps``, ``pmtu``, ``bytes``, ``size``, ``opcode``
-    QPs used, their path MTU, bytes per QP in messages of ``size`` bytes, the host's opcode
-    (``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``). WRITEs land one after the other in the
-    QP's share of the responder's region, SENDs in receive buffers posted there; what does not
-    fit goes in further rounds, each checked before the next.
-``line_gbps``
-    The line rate of both directions (0: the MAC takes a beat every cycle and the host sends
-    a beat every cycle).
-``loss``, ``dup``, ``reorder``, ``corrupt``, ``seed``, ``rtt_us``, ``timeout``
-    The link (:func:`~rocegen.sim.testing.roce_env.link_pair`) and the retransmit timeout code
-    of both requesters (:func:`~rocegen.sim.testing.roce_env.timeout_code`).
-``frames``
-    ``resp_fuzz``: hostile frames sent.
-
-A result adds ``goodput_gbps`` (payload over the time from the first request's start on the
-host's line to the first beat of the endpoint's last ACK), ``line_cycles`` (that time),
-``messages``, ``packets``, ``checked_bytes`` (bytes read back and compared), ``host_frames``,
-``retransmitted`` (requests the host sent again), ``rnr_naks`` and ``seq_naks`` (the NAKs it
-received: a request the responder's ingress had no room for is dropped, and resent after the
-sequence NAK of the next one), the link counters,
-``sim_cycles``, ``wall_seconds`` and the frame check's figures; ``resp_latency``:
-``latency_cycles`` (last beat of a request in to first beat of its ACK out); ``bidir``:
-``tx_goodput_gbps`` (the generator's WRITEs to the host over their time on the line, from the
-first one's start to the last one's end: the frames before the read-back, which follows once
-the generator's last WRITE is acknowledged), ``tx_frames``, ``tx_acks`` (the responder's ACKs
-that shared the line with them) and ``rx_goodput_gbps``; ``resp_fuzz``: the counters and their predictions.
+:func:`fuzz_run`). The runs of the benchmark suite's responder batches and of ``rocegen sim demo
+--peer-op`` are :mod:`rocegen.sim.cocotb.roce_resp_runs`'s, on :class:`RespEnv`, with
+:func:`data_run` and :func:`fuzz_run` of this module.
 """
 
 import json
@@ -74,11 +44,9 @@ from rocegen.gateware.roce.resp_layouts import (
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.rnic import Rnic, WcStatus
-from rocegen.sim.tb.roce import AETH_SENT
-from rocegen.sim.tb.roce_demo import framecheck_wait
 from rocegen.sim.testing.cocotb_helpers import read_stats
-from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.roce_env import (
+    AETH_SENT,
     MacModel,
     RecordCollector,
     RecordDriver,
@@ -86,7 +54,6 @@ from rocegen.sim.testing.roce_env import (
     cycle_offset,
     is_ipv4,
     l2_length,
-    link_pair,
     now_cycle,
     open_qp,
     peer_behaviour,
@@ -137,7 +104,7 @@ MAX_CYCLES = 20_000_000
 
 
 def rkey_of(k):
-    """The R_Key the benches give QP k's region (through ``respcfg``)."""
+    """The R_Key the testbenches give QP k's region (through ``respcfg``)."""
     return 0x5100_0000 | (k * 0x10101 & 0xFFFFFF)
 
 
@@ -152,7 +119,7 @@ def roce_opcode(frame):
 
 
 class RespEnv:
-    """One endpoint with its responder, the NIC model behind its MAC and the bench's view of the
+    """One endpoint with its responder, the NIC model behind its MAC and the testbench's view of the
     endpoint's memory (:attr:`shadow`: what every byte must hold; :attr:`unknown`: byte ranges
     whose contents are not predicted, left out of the comparisons)."""
 
@@ -167,7 +134,7 @@ class RespEnv:
         self.links = (to_nic, from_nic)
         self.pcap = pcap
         if MEM > 64 << 20:
-            raise ValueError(f"the bench keeps a copy of the endpoint's memory: mem_bytes must "
+            raise ValueError(f"the testbench keeps a copy of the endpoint's memory: mem_bytes must "
                              f"be at most 64 MiB, not {MEM}")
         self.shadow = bytearray(MEM)
         self.unknown = []
@@ -688,47 +655,8 @@ async def fuzz_run(dut, run, env=None):
 
 # ---------------------------------------------------------------------------------- runs
 
-@cocotb.test()
-async def runs(dut):
-    """The runs of ``ROCE_RUNS``; results to ``ROCE_RESULTS`` (see the module documentation)."""
-    plan = json.loads(os.environ["ROCE_RUNS"])
-    pcap = PcapWriter(os.environ["PCAP"]) if os.environ.get("PCAP") else None
-    env = RespEnv(dut, peer=os.environ.get("ROCE_PEER", "connectx"), pcap=pcap)
-    await env.start()
-    results = []
-    for n, run in enumerate(plan):
-        await env.mac.drained()
-        run_cycle, run_wall = now_cycle(W), time.perf_counter()
-        fc = (Counter(env.mac.framecheck.counts), len(env.mac.frames), env.mac.framecheck.seconds,
-              framecheck_wait(env.mac))
-        env.mac.bytes_per_cycle = (run["line_gbps"] * 1e9 / 8 / (board_clock_mhz(W) * 1e6)
-                                   if run.get("line_gbps") else None)
-        if run["kind"] == "resp_fuzz":
-            env.mac.to_nic = env.mac.from_nic = None
-            out = await fuzz_run(dut, run, env)
-        else:
-            env.mac.to_nic, env.mac.from_nic = link_pair(run, board_clock_mhz(W))
-            if run["kind"] == "read":
-                from rocegen.sim.tb.roce_bench_read import read_run  # (it builds on this module)
-                out = await read_run(env, run, n)
-            else:
-                out = await data_run(env, run, n)
-        new = {k: v - fc[0][k] for k, v in env.mac.framecheck.counts.items() if v - fc[0][k]}
-        assert new.get("frames", 0) == len(env.mac.frames) - fc[1], "frames not checked"
-        results.append({**run, **out, "width": W, "clock_mhz": board_clock_mhz(W),
-                        "memory": MEMORY, "framecheck": new,
-                        "framecheck_seconds": round(env.mac.framecheck.seconds - fc[2], 3),
-                        "framecheck_wait_seconds": round(framecheck_wait(env.mac) - fc[3], 3),
-                        "sim_cycles": now_cycle(W) - run_cycle,
-                        "wall_seconds": time.perf_counter() - run_wall})
-    if pcap:
-        pcap.close()
-    with open(os.environ["ROCE_RESULTS"], "w") as f:
-        json.dump(results, f, indent=1)
-
-
 async def data_run(env, run, n):
-    """A ``responder``, ``resp_latency`` or ``bidir`` run (see the module documentation)."""
+    """A ``responder``, ``resp_latency`` or ``bidir`` run (see :mod:`rocegen.sim.cocotb.roce_resp_runs`)."""
     kind = run["kind"]
     qps, pmtu = run.get("qps", 1), run["pmtu"]
     op = run.get("opcode", "WRITE")

@@ -1,11 +1,11 @@
-"""cocotb benches of the RoCE endpoint (EndpointTop) against the host NIC model in strict mode:
+"""cocotb testbenches of the RoCE endpoint (EndpointTop) against the host NIC model in strict mode:
 every opcode and length around every path MTU on QPs interleaved, PSN wrap-around,
 multi-megabyte messages, the traffic generator, the streaming front end, refused work requests,
 and back-to-back packets at line rate. Random idle cycles on the inputs and random backpressure
 from the MAC unless a test measures line rate. The NIC model behaves like a ConnectX whose
 figures are drawn from the seed (coalesced, late ACKs, credit codes), and it also sends
 duplicate and ghost ACKs, runts and oversize frames (:func:`rocegen.sim.testing.roce_env.peer_behaviour`;
-``ROCE_PEER=ideal`` for the kind peer); the benches check that the endpoint's counters account
+``ROCE_PEER=ideal`` for the kind peer); the testbenches check that the endpoint's counters account
 for all of it."""
 
 import json
@@ -29,6 +29,7 @@ from rocegen.sim.models.cm import unpack as cm_unpack
 from rocegen.sim.models.rnic import Rnic, WcStatus
 from rocegen.sim.testing.cocotb_helpers import read_qp_stats, read_stats
 from rocegen.sim.testing.roce_env import (
+    AETH_SENT,
     MacModel,
     RecordCollector,
     RecordDriver,
@@ -61,7 +62,7 @@ IMM_OPS = (WrOpcode.WRITE_IMM, WrOpcode.SEND_IMM)
 SEND_OPS = (WrOpcode.SEND, WrOpcode.SEND_IMM)
 
 
-class Bench:
+class Testbench:
     """One endpoint with the NIC model behind its MAC, QPs opened on both sides."""
 
     def __init__(self, dut, *, backpressure=0.3, idle=0.2, line_gbps=None, seed=SEED):
@@ -133,11 +134,6 @@ class Bench:
 
     def remote(self, k, offset, length):
         return self.nic.read_mem(self.qps[k]["base"] + offset, length)
-
-
-#: The NIC model's counters of the AETH frames it sends (ACKs, NAKs, copies and ghosts).
-AETH_SENT = ("ack_tx", "ack_dup_tx", "ack_ghost_tx", "nak_seq_tx", "rnr_nak_tx", "nak_inv_req_tx",
-             "nak_rem_access_tx", "nak_rem_op_tx")
 
 
 async def check_peer_counters(b):
@@ -221,7 +217,7 @@ async def post_and_check(b, rng, per_qp, expect_mem, expect_recv):
 async def every_opcode_length_and_pmtu(dut):
     """Five QPs, one per path MTU, interleaved; every opcode at lengths around the MTU (and
     every length 0..PMTU+1 on the 256-byte QP); PSNs wrap on two QPs."""
-    b = Bench(dut)
+    b = Testbench(dut)
     await b.start()
     rng = b.rng
     local = rng.randbytes(64 * 1024)
@@ -267,7 +263,7 @@ async def generator_multi_megabyte(dut):
     """The traffic generator: WRITEs of 2 MiB + 5 bytes (two at W >= 128, one at W = 64, where
     the simulation is eight times slower per byte), then SENDs with immediate; the host memory
     holds the pattern."""
-    b = Bench(dut)
+    b = Testbench(dut)
     await b.start()
     n = (2 << 20) + 5
     count = 2 if W >= 128 else 1
@@ -301,7 +297,7 @@ async def wait_gen(dut, count, max_cycles=3_000_000):
 async def stream_front_end(dut):
     """Messages pushed on the streaming input land in the host's memory; more bytes than the
     ring holds, so its space is reused as acknowledgements free it."""
-    b = Bench(dut)
+    b = Testbench(dut)
     await b.start()
     await b.open(0, pmtu=1024, psn=7, mr_bytes=8 << 20)
     src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_msg_axis"), dut.clk, dut.rst)
@@ -335,7 +331,7 @@ async def stream_front_end(dut):
 async def refused_requests(dut):
     """Requests naming no QP, a QP not ready to send, a misaligned or out-of-memory buffer
     complete with their error status, in order, and the QP still works afterwards."""
-    b = Bench(dut)
+    b = Testbench(dut)
     await b.start()
     await b.open(0, pmtu=1024, psn=0)
     await b.open(1, pmtu=1024, psn=0, state=QpState.INIT)
@@ -372,7 +368,7 @@ async def connection_manager(dut):
     """A host opens a QP over UDP 17185 with the existing 64-byte format, starts the traffic
     generator with a test-traffic datagram, and closes the QP; the replies carry a correct UDP
     checksum and the data lands in the host's memory."""
-    b = Bench(dut, backpressure=0.2)
+    b = Testbench(dut, backpressure=0.2)
     b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, udp_ports=(50001,), behaviour=b.nic.behaviour)
     await b.start()
     host_qpn, host_psn, rkey, base = 0x77, 0xFFFFF0, 0x4242, 0x5000_0000
@@ -416,7 +412,7 @@ async def connection_manager(dut):
 async def back_to_back_at_line_rate(dut):
     """One QP, MAC always ready: the frames of long WRITEs leave with no idle beat between
     them."""
-    b = Bench(dut, backpressure=0.0, idle=0.0)
+    b = Testbench(dut, backpressure=0.0, idle=0.0)
     await b.start()
     await b.open(0, pmtu=4096, psn=0, mr_bytes=1 << 20)
     n = 256 * 1024
@@ -438,7 +434,7 @@ async def hostile_peer(dut):
     duplicate copy, a ghost ACK (of a PSN never sent), a runt or an oversize frame. WRITEs,
     SENDs and WRITEs with immediate on four QPs: every byte lands once, every work request
     completes OK, and the endpoint's counters account for every frame the model sent."""
-    b = Bench(dut)
+    b = Testbench(dut)
     seed = b.rng.getrandbits(32)
     b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, behaviour=peer_behaviour(seed | 1).replace(
         credits="random", ack_every=b.rng.randint(2, 8), ack_timer_ns=1500.0,

@@ -1,9 +1,9 @@
-"""cocotb benches of the RoCE endpoint's reliability: a faulty link
+"""cocotb testbenches of the RoCE endpoint's reliability: a faulty link
 (:class:`~rocegen.sim.models.link.Link`) between the endpoint's MAC and the host NIC model
 drops, duplicates, reorders, delays and corrupts frames in both directions; the endpoint must
 deliver every message exactly once and in order, complete every work request OK, and fail QPs
 cleanly (right status, other QPs unaffected, QP reusable) on RNR storms, remote access errors
-and dead links. A receive fuzz bench throws random and mutated frames at the receive path while
+and dead links. A receive fuzz testbench throws random and mutated frames at the receive path while
 real traffic runs. The NIC model behaves like a ConnectX drawn from the seed (coalesced,
 late ACKs, credit codes) and also sends duplicate and ghost ACKs, runts and oversize frames
 (:func:`~rocegen.sim.testing.roce_env.peer_behaviour`)."""
@@ -18,22 +18,9 @@ from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
 from rocegen.sim.models.link import Link
 from rocegen.sim.models.rnic import WcStatus
-from rocegen.sim.tb.roce import (
-    AETH_SENT,
-    HOST_QPN,
-    IMM_OPS,
-    MEMORY,
-    OPCODES,
-    PARAMS,
-    REMOTE_BASE,
-    SEED,
-    SEND_OPS,
-    B,
-    Bench,
-    W,
-)
 from rocegen.sim.testing.cocotb_helpers import read_qp_stats, read_stats
 from rocegen.sim.testing.roce_env import (
+    AETH_SENT,
     MacModel,
     RecordCollector,
     RecordDriver,
@@ -45,11 +32,24 @@ from rocegen.sim.testing.roce_env import (
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
+from tests.cocotb.roce import (
+    HOST_QPN,
+    IMM_OPS,
+    MEMORY,
+    OPCODES,
+    PARAMS,
+    REMOTE_BASE,
+    SEED,
+    SEND_OPS,
+    B,
+    Testbench,
+    W,
+)
 
 #: Retransmit timeout code of the QPs: about 5000 cycles at the board clock (16.4 us at 512
 #: bits, 32.8 us at 64), longer than any packet waits in the transmit path.
 TIMEOUT = 2 if W > 64 else 3
-#: Cycles a bench may take at most (a hang fails the bench).
+#: Cycles a testbench may take at most (a hang fails the testbench).
 MAX_CYCLES = 6_000_000
 
 
@@ -72,8 +72,8 @@ def bth_of(frame):
     return BTH.unpack(frame[at:at + BTH.length])
 
 
-class FaultBench(Bench):
-    """:class:`rocegen.sim.tb.roce.Bench` with a faulty link each way."""
+class FaultyTestbench(Testbench):
+    """:class:`tests.cocotb.roce.Testbench` with a faulty link each way."""
 
     def __init__(self, dut, *, to_nic=None, from_nic=None, **kwargs):
         super().__init__(dut, **kwargs)
@@ -214,7 +214,7 @@ async def lossy_link(dut):
     bursts in the 1 % phase), duplicates, reorders and corrupts some, and for a while loses
     every acknowledgement: all data arrives exactly once and in order, every work request
     completes OK."""
-    b = FaultBench(dut, backpressure=0.1, idle=0.1)
+    b = FaultyTestbench(dut, backpressure=0.1, idle=0.1)
     await b.start()
     local = b.rng.randbytes(32 * 1024)
     await b.write_local(0, local)
@@ -266,7 +266,7 @@ async def errors_and_recovery(dut):
     the remote region, and a dead link exhausting the retries: each QP fails with the right
     status, its later requests complete FLUSHED, other QPs' traffic completes OK meanwhile, and
     a failed QP works again once it is set up anew."""
-    b = FaultBench(dut, backpressure=0.1, idle=0.1)
+    b = FaultyTestbench(dut, backpressure=0.1, idle=0.1)
     await b.start()
     local = b.rng.randbytes(16 * 1024)
     await b.write_local(0, local)
@@ -347,7 +347,7 @@ async def receive_fuzz(dut):
     exactly one receive verdict."""
     from rocegen.sim.testing.fuzz import VERDICT_COUNTERS, count_roce_candidates, fuzz_frames
 
-    b = FaultBench(dut, backpressure=0.05, idle=0.05)
+    b = FaultyTestbench(dut, backpressure=0.05, idle=0.05)
     await b.start()
     local = b.rng.randbytes(16 * 1024)
     await b.write_local(0, local)

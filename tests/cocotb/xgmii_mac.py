@@ -1,4 +1,4 @@
-"""cocotb bench of the XGMII MAC (rocegen.sim.testing.mac_tops.XgmiiLoopTop) against cocotbext-eth's
+"""cocotb testbench of the XGMII MAC (rocegen.sim.testing.mac_tops.XgmiiLoopTop) against cocotbext-eth's
 XgmiiSource / XgmiiSink and cocotbext-axi's AXI-Stream source and sink.
 
 * receive: frames sent by XgmiiSource (deficit idle count on and off, starts forced into lane 4,
@@ -69,7 +69,7 @@ def last_tuser(frame):
     return t[-1] if isinstance(t, list) else (t or 0)
 
 
-class Bench:
+class Testbench:
     def __init__(self, dut):
         self.dut = dut
         cocotb.start_soon(Clock(dut.clk, 6.4, unit="ns").start())
@@ -105,9 +105,9 @@ class Bench:
 async def rx_frames_from_xgmii_source(dut):
     """Frames from XgmiiSource with DIC on, off and lane-4 starts forced, with sequence ordered
     sets between some of them, all arrive intact on m_axis."""
-    bench = Bench(dut)
+    tb = Testbench(dut)
     src = XgmiiSource(dut.xgmii_rxd, dut.xgmii_rxc, dut.clk, dut.rst)
-    await bench.reset()
+    await tb.reset()
     rng = make_rng(1)
     lanes_seen = {}
     total = 0
@@ -126,7 +126,7 @@ async def rx_frames_from_xgmii_source(dut):
                 src.set_seq_os(None)
             await src.send(XgmiiFrame.from_payload(
                 f, tx_complete=lambda fr, starts=starts: starts.append(fr.start_lane)))
-        got = await bench.recv_axis(len(frames))
+        got = await tb.recv_axis(len(frames))
         await src.wait()
         lanes_seen[mode] = set(starts)
         for (data, tuser), f in zip(got, frames):
@@ -136,8 +136,8 @@ async def rx_frames_from_xgmii_source(dut):
     assert lanes_seen["dic"] == {0, 4}
     assert lanes_seen["lane4"] == {4}
     await ClockCycles(dut.clk, 10)
-    assert bench.axis_sink.empty()
-    c = bench.counters()
+    assert tb.axis_sink.empty()
+    c = tb.counters()
     assert c["rx_frames"] == total
     assert all(c[k] == 0 for k in ("rx_fcs_errors", "rx_runts", "rx_too_long", "rx_bad_codes",
                                    "rx_bad_preambles"))
@@ -147,9 +147,9 @@ async def rx_frames_from_xgmii_source(dut):
 async def rx_flags_bad_frames(dut):
     """Runts, bad FCS, too long, /E/ inside and a bad SFD: flagged with tuser (or, bad SFD,
     dropped) and counted; good frames around them are intact."""
-    bench = Bench(dut)
+    tb = Testbench(dut)
     src = XgmiiSource(dut.xgmii_rxd, dut.xgmii_rxc, dut.clk, dut.rst)
-    await bench.reset()
+    await tb.reset()
     rng = make_rng(2)
     good = real_frame(100, rng)
     cases = []
@@ -177,20 +177,20 @@ async def rx_flags_bad_frames(dut):
         if kind != "bad_preamble":
             expected.append((data, 1))
         expected.append((good, 0))
-    got = await bench.recv_axis(len(expected))
+    got = await tb.recv_axis(len(expected))
     assert got == expected
     await src.wait()
     await ClockCycles(dut.clk, 10)
-    assert bench.axis_sink.empty()
-    c = bench.counters()
+    assert tb.axis_sink.empty()
+    c = tb.counters()
     assert c["rx_frames"] == len(expected)
     assert (c["rx_runts"], c["rx_fcs_errors"], c["rx_too_long"], c["rx_bad_codes"],
             c["rx_bad_preambles"]) == (1, 1, 1, 1, 1)
 
 
-async def send_axis(bench, frames):
+async def send_axis(tb, frames):
     for data, err in frames:
-        await bench.axis_src.send(AxiStreamFrame(data, tuser=int(err)))
+        await tb.axis_src.send(AxiStreamFrame(data, tuser=int(err)))
 
 
 def check_sunk(rx, data, err):
@@ -212,14 +212,14 @@ def check_sunk(rx, data, err):
 async def tx_frames_to_xgmii_sink(dut):
     """Frames on s_axis with random pauses (store-and-forward FIFO) leave on XGMII with a good
     FCS, lane-0 starts and at least 12 octets between them; tuser=1 frames end with /E/."""
-    bench = Bench(dut)
+    tb = Testbench(dut)
     sink = XgmiiSink(dut.xgmii_txd, dut.xgmii_txc, dut.clk, dut.rst)
-    await bench.reset()
+    await tb.reset()
     rng = make_rng(3)
-    bench.axis_src.set_pause_generator(pause_pattern(rng, 0.3))
+    tb.axis_src.set_pause_generator(pause_pattern(rng, 0.3))
     frames = [(real_frame(n, rng), rng.random() < 0.1)
               for n in list(range(1, 90)) + [rng.randrange(90, 1519) for _ in range(10)]]
-    await send_axis(bench, frames)
+    await send_axis(tb, frames)
     prev_end = None
     for data, err in frames:
         rx = await sink.recv()
@@ -231,7 +231,7 @@ async def tx_frames_to_xgmii_sink(dut):
         prev_end = rx.sim_time_end
     await ClockCycles(dut.clk, 20)
     assert sink.empty()
-    c = bench.counters()
+    c = tb.counters()
     assert c["tx_frames"] == len(frames)
     assert c["tx_underruns"] == 0
 
@@ -240,14 +240,14 @@ async def tx_frames_to_xgmii_sink(dut):
 async def tx_cut_through_underruns(dut):
     """Cut-through FIFO and a pausing source: frames that starve the MAC are cut with /E/ and
     counted as underruns, the others are intact; with pauses off every frame is intact."""
-    bench = Bench(dut)
+    tb = Testbench(dut)
     sink = XgmiiSink(dut.xgmii_txd, dut.xgmii_txc, dut.clk, dut.rst)
     dut.tx_cut_through.value = 1
-    await bench.reset()
+    await tb.reset()
     rng = make_rng(4)
-    bench.axis_src.set_pause_generator(pause_pattern(rng, 0.04))
+    tb.axis_src.set_pause_generator(pause_pattern(rng, 0.04))
     frames = [real_frame(rng.randrange(60, 250), rng) for _ in range(40)]
-    await send_axis(bench, [(f, False) for f in frames])
+    await send_axis(tb, [(f, False) for f in frames])
     cut = 0
     for f in frames:
         rx = await sink.recv()
@@ -260,27 +260,27 @@ async def tx_cut_through_underruns(dut):
             assert rx.ctrl[-1] == 1 and rx.data[-1] == XgmiiCtrl.ERROR
             part = bytes(rx.data[8:-1])
             assert 0 < len(part) < len(f) and len(part) % 8 == 0 and f.startswith(part)
-    await bench.axis_src.wait()
+    await tb.axis_src.wait()
     await ClockCycles(dut.clk, 20)
-    c = bench.counters()
+    c = tb.counters()
     assert c["tx_underruns"] == cut
     assert 0 < cut < len(frames)
     assert c["tx_frames"] == len(frames)
-    bench.axis_src.set_pause_generator(None)
+    tb.axis_src.set_pause_generator(None)
     frames = [real_frame(rng.randrange(60, 600), rng) for _ in range(10)]
-    await send_axis(bench, [(f, False) for f in frames])
+    await send_axis(tb, [(f, False) for f in frames])
     for f in frames:
         rx = await sink.recv()
         check_sunk(rx, f, False)
-    assert bench.counters()["tx_underruns"] == cut
+    assert tb.counters()["tx_underruns"] == cut
 
 
 @cocotb.test(timeout_time=500, timeout_unit="us")
 async def loopback(dut):
     """xgmii_txd/txc wired back to xgmii_rxd/rxc: s_axis frames (paused at random) come back on
     m_axis, padded to 60 octets; tuser=1 frames come back flagged and counted as bad code."""
-    bench = Bench(dut)
-    await bench.reset()
+    tb = Testbench(dut)
+    await tb.reset()
 
     async def wire():
         while True:
@@ -290,13 +290,13 @@ async def loopback(dut):
 
     cocotb.start_soon(wire())
     rng = make_rng(5)
-    bench.axis_src.set_pause_generator(pause_pattern(rng, 0.3))
+    tb.axis_src.set_pause_generator(pause_pattern(rng, 0.3))
     frames = [(real_frame(rng.randrange(14, 1519), rng), rng.random() < 0.2) for _ in range(40)]
-    await send_axis(bench, frames)
-    got = await bench.recv_axis(len(frames))
+    await send_axis(tb, frames)
+    got = await tb.recv_axis(len(frames))
     assert got == [(padded(f), int(e)) for f, e in frames]
     await ClockCycles(dut.clk, 20)
-    c = bench.counters()
+    c = tb.counters()
     n_err = sum(e for _, e in frames)
     assert (c["rx_frames"], c["rx_bad_codes"], c["tx_frames"]) == (len(frames), n_err, len(frames))
     assert c["rx_fcs_errors"] == c["rx_runts"] == c["tx_underruns"] == 0

@@ -1,15 +1,15 @@
-"""cocotb bench behind ``rocegen sim serve``: the endpoint in Verilator, its MAC port joined to
+"""cocotb testbench behind ``rocegen sim serve``: the endpoint in Verilator, its MAC port joined to
 the host's sockets by :class:`~rocegen.sim.apps.bridge.HostSide`, running until it is told to stop.
 
 ``ROCEGEN_SERVE`` (JSON) configures it: ``listen``, ``cm_port``, ``wire_port`` (0: any free
 port), ``host_mac``, ``host_ip``, ``fpga_mac``, ``fpga_ip``, ``fpga_cm_port``, ``line_gbps`` (the
-MAC's line rate; 0 takes a beat every cycle), ``status`` (a JSON file the bench rewrites: first
+MAC's line rate; 0 takes a beat every cycle), ``status`` (a JSON file the testbench rewrites: first
 ``{"state": "ready", ...}`` with the ports once the sockets listen, at the end ``"stopped"`` with
-the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process id: the bench
+the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process id: the testbench
 stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
 interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the default, or
 ``"wire"``, where RoCEv2 frames go), ``vlan`` (the FPGA port's VLAN ID, None for untagged),
-``stop_file`` (the bench stops once this file exists), ``loss`` (optional: ``to_fpga`` and
+``stop_file`` (the testbench stops once this file exists), ``loss`` (optional: ``to_fpga`` and
 ``from_fpga``, the probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is
 a :class:`~rocegen.sim.models.link.Link` of its own, other frames are never lost; the status
 file counts its frames in ``loss``), ``responder`` (with the RC responder:
@@ -17,7 +17,7 @@ file counts its frames in ``loss``), ``responder`` (with the RC responder:
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
 
-With the responder, the bench is the user logic that posts receive buffers
+With the responder, the testbench is the user logic that posts receive buffers
 (:func:`keep_receive_buffers`): every QP keeps ``rq_depth`` buffers posted, each the QP's whole
 region from its base (so a SEND lands at the region's base), and each receive completion taken
 from ``rcpl``, FLUSHED ones included, posts one more on its QP, never on a QP whose queue is full
@@ -29,12 +29,12 @@ as built (:class:`ServeFrameChecker`).
 It stops on SIGTERM or SIGINT, when its parent is gone, or after ``max_cycles``; the test then
 passes, so the launcher can tell a clean stop from a failure. Every frame out of the FPGA goes
 through the independent frame check (:mod:`rocegen.sim.testing.framecheck`; the connection-manager
-requests of the host are noted for it): the first mismatch is logged, stops the bench and fails
+requests of the host are noted for it): the first mismatch is logged, stops the testbench and fails
 it. The final status holds the frames checked by kind (``framecheck``).
 
 How the clock is spent: the MAC takes frames in the test top itself (the capture ring of
 :class:`~rocegen.sim.testing.roce_tops.EndpointTop`, with the CMAC's line-rate budget: frame + 24 bytes
-of line time), and the bench wakes once per frame out of the FPGA. While frames move (one left
+of line time), and the testbench wakes once per frame out of the FPGA. While frames move (one left
 the FPGA since the last look, or frames are queued towards it) it looks at the sockets every 64
 cycles; when the port is quiet, every 2048 cycles; after about a million quiet cycles with the
 traffic generator idle it also waits up to 20 ms for a socket, so an idle server costs little.
@@ -87,7 +87,7 @@ CONF = json.loads(os.environ["ROCEGEN_SERVE"])
 W = PARAMS["width"]
 QUIET_STEP = 2048               # cycles run at once while the port is quiet
 BUSY_STEP = 64                  # cycles between looks at the sockets while frames move
-DEEP_IDLE = 1 << 20             # quiet cycles before the bench also waits on the sockets
+DEEP_IDLE = 1 << 20             # quiet cycles before the testbench also waits on the sockets
 STATUS_EVERY = 1.0              # seconds between status file updates
 
 
@@ -139,7 +139,7 @@ async def keep_receive_buffers(dut, resp, counters):
     QP that a NAK put in the error state gets a buffer for each one its flush completes: the
     flush ends at the tail the QP had when it was asked for, and the buffers posted after that
     are kept for the QP's next connection, which finds ``rq_depth`` buffers as a fresh QP does.
-    The bench counts each QP's buffers (posted, less completed) and posts to a QP only while it
+    The testbench counts each QP's buffers (posted, less completed) and posts to a QP only while it
     has fewer than ``rq_depth``, one post per QP in turn: the queue it posts to is never full,
     and a post to a full queue would hold the single post port (``recv``) for every QP.
 

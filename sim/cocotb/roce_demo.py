@@ -1,4 +1,4 @@
-"""cocotb bench behind ``rocegen sim demo`` and the RoCE benchmark: the endpoint writes into the
+"""cocotb testbench behind ``rocegen sim demo`` and the RoCE benchmark: the endpoint writes into the
 host NIC model's memory, the data is checked byte for byte, and the figures of every run go to
 the JSON file named by ``ROCE_RESULTS``.
 

@@ -1,4 +1,4 @@
-"""cocotb bench of the ICRC blocks (sim.roce_tops.IcrcTop) on the generated Verilog.
+"""cocotb testbench of the ICRC blocks (sim.roce_tops.IcrcTop) on the generated Verilog.
 
 Frames are built by scapy (whose ``contrib.roce`` computes the ICRC) and taken from the shared
 vectors; cocotbext-axi drives them with random idle cycles and backpressure on all three paths at

@@ -1,4 +1,4 @@
-"""cocotb bench of the network stack (StackTop): a scapy host ARPs, pings and exchanges UDP
+"""cocotb testbench of the network stack (StackTop): a scapy host ARPs, pings and exchanges UDP
 datagrams with the endpoint, mixed with malformed frames; responses and counters are checked
 against the reference model. Random idle cycles on input, random backpressure on output."""
 

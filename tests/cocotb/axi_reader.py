@@ -1,4 +1,4 @@
-"""cocotb bench of the AXI4 payload reader (sim.payload_tops.AxiReaderTop) on the generated
+"""cocotb testbench of the AXI4 payload reader (sim.payload_tops.AxiReaderTop) on the generated
 Verilog, its memory a cocotbext-axi AxiRam (or an AXI slave that answers SLVERR for one region).
 
 Descriptors of every interesting length, from memory and generated, in random places (many

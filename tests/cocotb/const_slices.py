@@ -1,4 +1,4 @@
-"""cocotb bench: constant slices of a signal must read as their constants under Verilator."""
+"""cocotb testbench: constant slices of a signal must read as their constants under Verilator."""
 
 import cocotb
 from cocotb.triggers import Timer

@@ -1,19 +1,19 @@
-"""cocotb bench of RDMA READ between the endpoint built with its RC responder (and, with it, its
+"""cocotb testbench of RDMA READ between the endpoint built with its RC responder (and, with it, its
 READ requester: ``RoceEndpoint(responder=True)``, the test top
 :class:`~rocegen.sim.testing.roce_tops.EndpointTop`) and the host NIC model (strict), behind
 ``rocegen sim demo --peer-op READ`` and ``--op READ``. The set-up, the MAC model, the links and
-the read-back of the endpoint's memory are those of :mod:`rocegen.sim.tb.roce_resp`
-(:class:`~rocegen.sim.tb.roce_resp.RespEnv`).
+the read-back of the endpoint's memory are those of :mod:`rocegen.sim.cocotb.roce_resp`
+(:class:`~rocegen.sim.cocotb.roce_resp.RespEnv`).
 
 The cocotb test ``runs`` takes the runs listed in ``ROCE_RUNS`` (JSON) and writes their figures
 to the file ``ROCE_RESULTS``. A run is a dict with ``qps``, ``pmtu``, ``bytes`` (per QP),
 ``size`` (message size), ``line_gbps`` and the link's ``loss``, ``dup``, ``reorder``,
-``corrupt``, ``seed``, ``rtt_us`` (as :mod:`rocegen.sim.tb.roce_resp`'s runs), and ``kind``:
+``corrupt``, ``seed``, ``rtt_us`` (as :mod:`rocegen.sim.cocotb.roce_resp`'s runs), and ``kind``:
 
 ``peer_read``
     The host READs the endpoint. Each round, the host first RDMA-WRITEs random bytes into each
     QP's share of the responder's region (one message of ``size`` bytes after the other, each
-    at a random small skew: :func:`~rocegen.sim.tb.roce_resp.plan_messages`), every WRITE
+    at a random small skew: :func:`~rocegen.sim.cocotb.roce_resp.plan_messages`), every WRITE
     completing OK; then it READs every one of those messages back, round robin over the QPs
     (the NIC model keeps 16 READs outstanding per QP, the endpoint takes 16). Checked: every
     READ completes OK with exactly the bytes the endpoint's memory holds there (what the
@@ -44,9 +44,8 @@ from collections import Counter
 import cocotb
 
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
-from rocegen.sim.models.rnic import Access, WcOpcode, WcStatus
-from rocegen.sim.tb.roce_demo import framecheck_wait
-from rocegen.sim.tb.roce_resp import (
+from rocegen.sim.cocotb.roce_demo import framecheck_wait
+from rocegen.sim.cocotb.roce_resp import (
     HOST_BASE,
     HOST_BYTES,
     HOST_QPN,
@@ -59,6 +58,7 @@ from rocegen.sim.tb.roce_resp import (
     send_round,
     share,
 )
+from rocegen.sim.models.rnic import Access, WcOpcode, WcStatus
 from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.roce_env import board_clock_mhz, link_pair, now_cycle, qpn, timeout_code
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC
@@ -231,7 +231,7 @@ async def host_reads(env, msgs, n):
 async def endpoint_reads(env, msgs, bases, n):
     """The endpoint READs every message of ``msgs`` from the host's memory (at the message's
     offset from its QP's share base, ``bases[k]``) into its own; returns the line cycles. The
-    bench's shadow of the endpoint's memory learns the bytes."""
+    testbench's shadow of the endpoint's memory learns the bytes."""
     mac, nic = env.mac, env.nic
     for m in msgs:
         m["remote"] = m["addr"] - bases[m["k"]]

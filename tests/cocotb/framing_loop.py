@@ -1,4 +1,4 @@
-"""cocotb bench: depacketizer -> packetizer loop driven by cocotbext-axi with idle cycles and
+"""cocotb testbench: depacketizer -> packetizer loop driven by cocotbext-axi with idle cycles and
 backpressure; every frame of at least the header length must come back byte for byte."""
 
 import itertools

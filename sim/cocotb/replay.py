@@ -1,4 +1,4 @@
-"""cocotb bench behind ``rocegen sim replay``: the frames of a capture file into the endpoint's
+"""cocotb testbench behind ``rocegen sim replay``: the frames of a capture file into the endpoint's
 MAC receive port, then its counters, completions and answers to the JSON file named in the
 configuration.
 
@@ -7,7 +7,7 @@ any frame), ``peer_ip``, ``peer_qpn`` (of QP 0; QP k gets peer_qpn + k), ``psn``
 of every QP), ``results`` (path of the JSON written), optionally ``quiet_cycles`` (default 2000).
 
 Sequence: reset; QPs opened through ``qppsn`` / ``qpctl``; every non-empty frame sent on
-``s_axis`` back to back (``tuser`` 0: no FCS error); then the bench waits until the endpoint is
+``s_axis`` back to back (``tuser`` 0: no FCS error); then the testbench waits until the endpoint is
 idle -- no counter has changed and no frame has left for ``quiet_cycles`` cycles -- and reads
 every counter of :data:`rocegen.gateware.roce.endpoint.STATS`. The MAC is always ready;
 ``cpl`` too. Nothing else is driven: no work request is posted, so any completion comes from
@@ -76,7 +76,7 @@ MAX_WAITS = 1000
 class FrameSink:
     """Takes every frame the endpoint sends (the test top's MAC capture, always ready), once per
     frame; each goes through the independent frame check (:mod:`rocegen.sim.testing.framecheck`), which
-    fails the bench on a mismatch."""
+    fails the testbench on a mismatch."""
 
     def __init__(self, dut):
         self.dut = dut

@@ -1,7 +1,44 @@
-"""RDMA READ runs of the benchmark suite's responder build (``rocegen bench``, batch ``read``),
-run by the cocotb bench :mod:`rocegen.sim.tb.roce_resp` (test ``runs``, ``"kind": "read"``):
-the host NIC model READs the endpoint's region (the endpoint's RC responder answers), and the
-endpoint READs the host's memory (its READ requester: work requests with opcode READ on ``wr``,
+"""The runs of the endpoint's RC responder build, on :class:`~rocegen.sim.cocotb.roce_resp.RespEnv`:
+the cocotb test ``runs`` runs those listed in ``ROCE_RUNS`` (JSON) and writes their figures to
+the file ``ROCE_RESULTS`` (the benchmark suite's responder batches, ``rocegen bench``, and
+``rocegen sim demo --peer-op``); :func:`~rocegen.sim.cocotb.roce_resp.data_run` and
+:func:`~rocegen.sim.cocotb.roce_resp.fuzz_run` do the data and fuzz runs, :func:`read_run` the
+READ runs. A run is a dict:
+
+
+``kind``
+    ``responder`` (goodput and message rate), ``resp_latency``, ``bidir``, ``resp_fuzz`` or
+    ``read`` (RDMA READ both ways, below).
+``qps``, ``pmtu``, ``bytes``, ``size``, ``opcode``
+    QPs used, their path MTU, bytes per QP in messages of ``size`` bytes, the host's opcode
+    (``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``). WRITEs land one after the other in the
+    QP's share of the responder's region, SENDs in receive buffers posted there; what does not
+    fit goes in further rounds, each checked before the next.
+``line_gbps``
+    The line rate of both directions (0: the MAC takes a beat every cycle and the host sends
+    a beat every cycle).
+``loss``, ``dup``, ``reorder``, ``corrupt``, ``seed``, ``rtt_us``, ``timeout``
+    The link (:func:`~rocegen.sim.testing.roce_env.link_pair`) and the retransmit timeout code
+    of both requesters (:func:`~rocegen.sim.testing.roce_env.timeout_code`).
+``frames``
+    ``resp_fuzz``: hostile frames sent.
+
+A result adds ``goodput_gbps`` (payload over the time from the first request's start on the
+host's line to the first beat of the endpoint's last ACK), ``line_cycles`` (that time),
+``messages``, ``packets``, ``checked_bytes`` (bytes read back and compared), ``host_frames``,
+``retransmitted`` (requests the host sent again), ``rnr_naks`` and ``seq_naks`` (the NAKs it
+received: a request the responder's ingress had no room for is dropped, and resent after the
+sequence NAK of the next one), the link counters,
+``sim_cycles``, ``wall_seconds`` and the frame check's figures; ``resp_latency``:
+``latency_cycles`` (last beat of a request in to first beat of its ACK out); ``bidir``:
+``tx_goodput_gbps`` (the generator's WRITEs to the host over their time on the line, from the
+first one's start to the last one's end: the frames before the read-back, which follows once
+the generator's last WRITE is acknowledged), ``tx_frames``, ``tx_acks`` (the responder's ACKs
+that shared the line with them) and ``rx_goodput_gbps``; ``resp_fuzz``: the counters and their predictions.
+
+READ runs (``"kind": "read"``, the benchmark suite's batch ``read``): the host NIC model READs
+the endpoint's region (the endpoint's RC responder answers), and the endpoint READs the host's
+memory (its READ requester: work requests with opcode READ on ``wr``,
 remote address = the QP's base address + ``remote_offset``), on one QP, through the MAC model at
 the run's line rate, over the run's link (round trip, loss).
 
@@ -9,7 +46,7 @@ A run's ``test``:
 
 ``responder``
     The host posts ``bytes // size`` READs of ``size`` bytes of the endpoint's region (filled
-    before by the host's own WRITEs, the bench's shadow knowing every byte), its requester
+    before by the host's own WRITEs, the testbench's shadow knowing every byte), its requester
     keeping :data:`HOST_RD_ATOMIC` in flight. Goodput: payload over the READ responses' time on
     the endpoint's line, from the first one's start to the last one's end (``line_cycles``).
 ``requester``, ``loss``
@@ -31,28 +68,42 @@ the link counters and ``timeout``; ``requester`` and ``loss`` runs also ``counte
 increase of the endpoint's counters of :data:`RUN_COUNTERS` and ``rd_*`` over their READs. A
 ``loss`` run whose QP fails (a READ completing with an error, RETRY_EXCEEDED when its retries
 ran out) ends there with ``failed`` (the status, the work request, the READs completed before
-it) and no goodput; on a perfect link that fails the bench.
+it) and no goodput; on a perfect link that fails the run.
 """
+
+import json
+import os
+import time
+from collections import Counter
+
+import cocotb
 
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
-from rocegen.sim.models.rnic import Access, WcOpcode, WcStatus
-from rocegen.sim.tb.roce_resp import (
+from rocegen.sim.cocotb.roce_demo import framecheck_wait
+from rocegen.sim.cocotb.roce_resp import (
     HOST_BASE,
     HOST_BYTES,
     HOST_QPN,
     MAX_CYCLES,
+    MEMORY,
     READBACK,
+    RespEnv,
     W,
+    data_run,
+    fuzz_run,
     plan_messages,
     rkey_of,
     roce_opcode,
     send_round,
     share,
 )
+from rocegen.sim.models.rnic import Access, WcOpcode, WcStatus
 from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.roce_env import (
     board_clock_mhz,
+    link_pair,
     now_cycle,
     qpn,
     timeout_code,
@@ -75,6 +126,44 @@ SOURCE_BYTES = READBACK
 RUN_COUNTERS = ("roce_timeouts", "roce_rewinds", "roce_rx_read_responses")
 
 
+@cocotb.test()
+async def runs(dut):
+    """The runs of ``ROCE_RUNS``; results to ``ROCE_RESULTS`` (see the module documentation)."""
+    plan = json.loads(os.environ["ROCE_RUNS"])
+    pcap = PcapWriter(os.environ["PCAP"]) if os.environ.get("PCAP") else None
+    env = RespEnv(dut, peer=os.environ.get("ROCE_PEER", "connectx"), pcap=pcap)
+    await env.start()
+    results = []
+    for n, run in enumerate(plan):
+        await env.mac.drained()
+        run_cycle, run_wall = now_cycle(W), time.perf_counter()
+        fc = (Counter(env.mac.framecheck.counts), len(env.mac.frames), env.mac.framecheck.seconds,
+              framecheck_wait(env.mac))
+        env.mac.bytes_per_cycle = (run["line_gbps"] * 1e9 / 8 / (board_clock_mhz(W) * 1e6)
+                                   if run.get("line_gbps") else None)
+        if run["kind"] == "resp_fuzz":
+            env.mac.to_nic = env.mac.from_nic = None
+            out = await fuzz_run(dut, run, env)
+        else:
+            env.mac.to_nic, env.mac.from_nic = link_pair(run, board_clock_mhz(W))
+            if run["kind"] == "read":
+                out = await read_run(env, run, n)
+            else:
+                out = await data_run(env, run, n)
+        new = {k: v - fc[0][k] for k, v in env.mac.framecheck.counts.items() if v - fc[0][k]}
+        assert new.get("frames", 0) == len(env.mac.frames) - fc[1], "frames not checked"
+        results.append({**run, **out, "width": W, "clock_mhz": board_clock_mhz(W),
+                        "memory": MEMORY, "framecheck": new,
+                        "framecheck_seconds": round(env.mac.framecheck.seconds - fc[2], 3),
+                        "framecheck_wait_seconds": round(framecheck_wait(env.mac) - fc[3], 3),
+                        "sim_cycles": now_cycle(W) - run_cycle,
+                        "wall_seconds": time.perf_counter() - run_wall})
+    if pcap:
+        pcap.close()
+    with open(os.environ["ROCE_RESULTS"], "w") as f:
+        json.dump(results, f, indent=1)
+
+
 async def open_for_reads(env, k, *, pmtu, psn, timeout):
     """Open QP k on both sides (see :meth:`RespEnv.open`), the host's QP answering READs and
     keeping :data:`HOST_RD_ATOMIC` of its own outstanding, its memory region readable."""
@@ -94,7 +183,7 @@ async def open_for_reads(env, k, *, pmtu, psn, timeout):
 
 
 async def fill_region(env, k):
-    """Have the host WRITE random bytes over QP k's share of the region (once per bench: the
+    """Have the host WRITE random bytes over QP k's share of the region (once per testbench: the
     shadow follows every later write)."""
     if getattr(env, "read_filled", False):
         return

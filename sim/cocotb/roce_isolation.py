@@ -1,4 +1,4 @@
-"""cocotb bench: an error stays on its QP. QP A (index 0) is driven into the error state in
+"""cocotb testbench: an error stays on its QP. QP A (index 0) is driven into the error state in
 every way it can enter it, as responder and as requester, while QP B (index 1) moves data at
 the line rate; then A is opened again and works.
 
@@ -53,9 +53,7 @@ from cocotbext.axi import AxiStreamFrame
 
 from rocegen.gateware.roce.layouts import CplStatus, QpState, WrOpcode
 from rocegen.gateware.roce.resp_layouts import RecvStatus
-from rocegen.sim.models.link import Link
-from rocegen.sim.models.rnic import WcStatus
-from rocegen.sim.tb.roce_resp import (
+from rocegen.sim.cocotb.roce_resp import (
     HOST_BASE,
     HOST_QPN,
     MEM,
@@ -68,6 +66,8 @@ from rocegen.sim.tb.roce_resp import (
     roce_opcode,
     share,
 )
+from rocegen.sim.models.link import Link
+from rocegen.sim.models.rnic import WcStatus
 from rocegen.sim.testing.fuzz import valid_request
 from rocegen.sim.testing.roce_env import (
     l2_length,
@@ -124,7 +124,7 @@ def psn_of(frame):
 
 
 class Isolation:
-    """The bench: :class:`RespEnv` with a link to the host whose scripts lose A's frames."""
+    """The testbench: :class:`RespEnv` with a link to the host whose scripts lose A's frames."""
 
     def __init__(self, dut):
         self.to_nic = Link(name="to NIC")
@@ -433,26 +433,26 @@ async def isolation(dut):
     """Every kind in turn on one endpoint (or those the environment variable ``ISOLATION_KINDS``
     names, separated by commas)."""
     kinds = os.environ.get("ISOLATION_KINDS", ",".join(RESPONDER_KINDS + REQUESTER_KINDS))
-    bench = Isolation(dut)
-    await bench.start()
+    tb = Isolation(dut)
+    await tb.start()
     for kind in kinds.split(","):
-        await bench.case(kind)
-    assert bench.env.mac.framecheck.counts["roce"] > 0
+        await tb.case(kind)
+    assert tb.env.mac.framecheck.counts["roce"] > 0
     out = os.environ.get("ROCE_RESULTS")
     if out:
         with open(out, "w") as f:
-            json.dump(bench.figures, f, indent=1)
+            json.dump(tb.figures, f, indent=1)
 
 
 @cocotb.test()
 async def reopen_at_once(dut):
     """A closed with work outstanding and opened again at once (see the module's text)."""
-    bench = Isolation(dut)
-    await bench.start()
-    env = bench.env
-    await bench.open(A, retry_cnt=1, rnr_retry=1)
+    tb = Isolation(dut)
+    await tb.start()
+    env = tb.env
+    await tb.open(A, retry_cnt=1, rnr_retry=1)
     hq = HOST_QPN + A
-    bench.to_nic.drop_matching(lambda f: dest_qp(f) == hq)
+    tb.to_nic.drop_matching(lambda f: dest_qp(f) == hq)
     first = len(env.cpl.items)
     ids = [0x400 + j for j in range(40)]
     for j, wid in enumerate(ids):
@@ -461,8 +461,8 @@ async def reopen_at_once(dut):
     await wait_cycles(W, 20)
     await env.ctl.send({"qp": A, "context": CLOSED})
     t0 = now_cycle(W)
-    bench.to_nic.clear_scripts()
-    await bench.open(A)                     # at once: the endpoint holds it while A drains
+    tb.to_nic.clear_scripts()
+    await tb.open(A)                     # at once: the endpoint holds it while A drains
     waited = now_cycle(W) - t0
     mark = len(env.mac.frames)
     await env.wr.send({"wr_id": 0xB00, "qp": A, "opcode": WrOpcode.WRITE, "local_addr": 0,
@@ -474,7 +474,7 @@ async def reopen_at_once(dut):
     # on the new connection (its PSNs) A sent the one WRITE posted after it (one packet, perhaps
     # more than once), nothing old (frames of the old requests already on their way out may still leave, with
     # the old connection's PSNs)
-    psn0 = bench.psn[A]
+    psn0 = tb.psn[A]
     sent = [psn_of(fr) for _, _, fr in env.mac.frames[mark:] if dest_qp(fr) == hq]
     new = {p for p in sent if (p - psn0) % (1 << 24) < len(ids) + 1}
     assert new == {psn0}, f"A's PSNs on its new connection (from {psn0:#x}): {sorted(new)}"

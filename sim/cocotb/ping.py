@@ -1,4 +1,4 @@
-"""cocotb bench behind ``rocegen sim ping``: a scapy host on the endpoint's Ethernet port ARPs
+"""cocotb testbench behind ``rocegen sim ping``: a scapy host on the endpoint's Ethernet port ARPs
 for it, pings it and exchanges UDP datagrams with its echo service. Every frame crossing the
 port goes to a pcap file; a readable account goes to the file named by ``DEMO_REPORT``."""
 

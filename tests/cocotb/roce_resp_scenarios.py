@@ -1,7 +1,7 @@
-"""cocotb bench of the endpoint's RC responder (``RoceEndpoint(responder=True)``, READs on by
+"""cocotb testbench of the endpoint's RC responder (``RoceEndpoint(responder=True)``, READs on by
 default; the responder builds of :func:`~rocegen.sim.testing.cocotb_runner.responder_sim_config`)
 against the host NIC model (:class:`~rocegen.sim.models.rnic.Rnic`, :data:`IDEAL`, strict) as
-requester, on :class:`~rocegen.sim.tb.roce_resp.RespEnv`: the scenarios of
+requester, on :class:`~rocegen.sim.cocotb.roce_resp.RespEnv`: the scenarios of
 ``tests/test_cocotb_resp_scenarios.py``, one after the other on one simulator.
 
 The cocotb test ``scenarios`` runs the scenarios listed in the JSON file ``RESP_SCENARIOS`` and
@@ -83,6 +83,7 @@ from scapy.layers.inet import IP, UDP
 
 from rocegen.gateware.roce.endpoint import STATS
 from rocegen.gateware.roce.responder import default_config
+from rocegen.sim.cocotb.roce_resp import MEM, MEMORY, NUM_QPS, PARAMS, REGION, B, RespEnv, W, share
 from rocegen.sim.models.cm import (
     CM_PORT,
     REQ_CLOSE_QP,
@@ -93,13 +94,12 @@ from rocegen.sim.models.cm import (
     unpack,
 )
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic, WcOpcode
-from rocegen.sim.tb.roce_read_requester import SkipCmReplies
-from rocegen.sim.tb.roce_resp import MEM, MEMORY, NUM_QPS, PARAMS, REGION, B, RespEnv, W, share
 from rocegen.sim.testing.cocotb_helpers import pauses, read_stats
 from rocegen.sim.testing.roce_env import now_cycle, open_qp, qpn, wait_cycles, write_onchip
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.opcodes import OP_RC_RDMA_READ_REQUEST
+from tests.cocotb.roce_read_requester import SkipCmReplies
 
 #: The host's QP that talks to the endpoint's QP.
 HOST_QPN = 0x21

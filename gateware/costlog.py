@@ -1,4 +1,4 @@
-"""A log of what the project's builds cost: one JSON object per line, appended by every process.
+"""A log of what building the gateware cost: one JSON object per line, appended by every process.
 
 The Verilator model builds (:mod:`rocegen.sim.testing.cocotb_runner`) and the Yosys runs
 (:func:`rocegen.tools.synth.synthesize`) each add a line saying what was built, how long it took

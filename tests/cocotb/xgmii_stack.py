@@ -1,5 +1,5 @@
-"""cocotb bench of the 10G/25G endpoint (rocegen.gateware.xgmii_top.XgmiiStackTop): the host
-conversation of sim/tb/stack.py -- a scapy host ARPs, pings and exchanges UDP datagrams
+"""cocotb testbench of the 10G/25G endpoint (rocegen.gateware.xgmii_top.XgmiiStackTop): the host
+conversation of tests/cocotb/stack.py -- a scapy host ARPs, pings and exchanges UDP datagrams
 with the endpoint, mixed with malformed frames -- but on the 64-bit XGMII, through cocotbext-eth's
 XgmiiSource (deficit idle count on, so frames start in lane 0 and lane 4, at the minimum gap) and
 XgmiiSink. Responses and counters are checked against the reference model.

@@ -1,4 +1,4 @@
-"""cocotb bench of the endpoint's congestion management (the test top
+"""cocotb testbench of the endpoint's congestion management (the test top
 :class:`~rocegen.sim.testing.roce_tops.EndpointTop` of a build with ``dcqcn=True`` or ``pfc``)
 and of the responder's CNPs, against the host NIC model (:class:`~rocegen.sim.models.rnic.Rnic`,
 :data:`IDEAL`, strict) behind the MAC model (:class:`~rocegen.sim.testing.roce_env.MacModel`,
@@ -10,7 +10,7 @@ scenarios of ``tests/test_cocotb_congestion.py``. Two cocotb tests:
     what each produced goes to the file ``ROCE_RESULTS`` (JSON, a list in the same order). In
     each, QP 0 sends RDMA WRITEs of ``length`` bytes (local address 0, remote offsets
     ``(k % 64) * length``) to a fresh host whose QP :data:`HOST_QPN` expects PSN 0, as fast as
-    the endpoint lets it: the bench keeps :data:`BACKLOG` work requests outstanding (posting the
+    the endpoint lets it: the testbench keeps :data:`BACKLOG` work requests outstanding (posting the
     next one when one completes). A scenario is a dict:
 
     ``name``
@@ -38,7 +38,7 @@ scenarios of ``tests/test_cocotb_congestion.py``. Two cocotb tests:
         from that cycle (it is 0 at cycle 0).
 
     QP 0's context: DSCP 26, ECN ECT(0) (``0b10``), an AckReq every 8 packets, no retransmit
-    timeout. After ``cycles`` the bench stops posting, lifts the limiter (bypass) and releases
+    timeout. After ``cycles`` the testbench stops posting, lifts the limiter (bypass) and releases
     the pause, and waits for every work request's completion (all must be OK) and for the links
     to empty. A result holds ``name``, ``frames`` (``[first, last, frame as hex]`` of every
     frame the endpoint sent in ``[0, cycles]``, by the cycles of its first and last beat on the
@@ -96,7 +96,7 @@ VLAN = PARAMS.get("vlan")
 #: The host's QP that QP 0 sends to, and the R_Key of its region.
 HOST_QPN = 0x21
 RKEY = 0x1234
-#: Work requests the bench keeps outstanding on QP 0: enough that the queue never runs dry
+#: Work requests the testbench keeps outstanding on QP 0: enough that the queue never runs dry
 #: between a completion and the next post, few enough that it drains quickly after a scenario.
 BACKLOG = 8
 #: Cycles given to a configuration with the bypass to put every QP back to its initial state
@@ -305,8 +305,8 @@ async def scenarios(dut):
 @cocotb.test()
 async def responder_cnps(dut):
     """The run of ``CNP_RUN`` on a responder build; its result to ``ROCE_RESULTS``."""
-    from rocegen.sim.tb.roce_resp import HOST_QPN as RESP_HOST_QPN
-    from rocegen.sim.tb.roce_resp import RespEnv, rkey_of, share
+    from rocegen.sim.cocotb.roce_resp import HOST_QPN as RESP_HOST_QPN
+    from rocegen.sim.cocotb.roce_resp import RespEnv, rkey_of, share
     run = json.loads(os.environ["CNP_RUN"])
     env = RespEnv(dut, peer="ideal")
     await env.start()
