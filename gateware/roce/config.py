@@ -18,7 +18,7 @@ from rocegen.wire.cm import CM_PORT
 from rocegen.wire.headers import UDP_PORT_ROCEV2
 from rocegen.wire.roce import PMTUS
 
-__all__ = ["EndpointConfig", "Param", "params", "markdown_table", "default_clk_hz",
+__all__ = ["EndpointConfig", "Param", "params", "check_field", "markdown_table", "default_clk_hz",
            "default_line_gbps", "WIDTHS", "MAX_QPS", "MEMORIES", "PFC_MODES", "MAX_RD_ATOMIC",
            "RD_HOLE_WAIT"]
 
@@ -149,7 +149,8 @@ class EndpointConfig:
                      "through `mem_w` and by the streaming front end), or an external memory "
                      "through the AXI4 master `axi`", kind="str", choices=MEMORIES)
     mem_bytes: int = _p(None, "local memory size, a power of two (default 256 KiB on chip, "
-                        "4 GiB of AXI4 address space)", lo=1, hi=1 << 32, power_of_two=True)
+                        "4 GiB of AXI4 address space)", lo=1, hi=1 << 32, power_of_two=True,
+                        what="a power of two from 16 words to 2^32")
     wr_depth: int = _p(64, "work requests held per QP until they complete (default 64)",
                        lo=1, hi=64, power_of_two=True, what="a power of two from 1 to 64",
                        cli="--wr-depth", aliases=("depth",))
@@ -219,7 +220,7 @@ class EndpointConfig:
                    "than drop them (default on)", kind="bool", cli="--ecn")
     dcqcn: bool = _p(False, "DCQCN's reaction point: a rate limiter per QP driven by the CNPs "
                      "it receives, against a line of 100 Gb/s (10 at W = 64); parameters and "
-                     "bypass at run time through cc_cfg; default off)", kind="bool",
+                     "bypass at run time through cc_cfg; default off", kind="bool",
                      cli="--dcqcn", aliases=("dcqcn_params",))
     dcqcn_params: dict = _p(None, "with dcqcn: the reaction point's parameters after reset, in "
                             "physical units (`timer_us`, `ai_mbps`, `min_mbps`, ..., `bypass`; "
@@ -299,8 +300,8 @@ class EndpointConfig:
             set_("ring_base", mem_bytes - self.ring_bytes)
         if self.max_message is None:
             set_("max_message", min(self.ring_bytes // 4, 64 * 1024))
-        if self.ring_base + self.ring_bytes > mem_bytes:
-            raise ConfigError("ring_base", f"the ring [{self.ring_base:#x}, "
+        if self.ring_base < 0 or self.ring_base + self.ring_bytes > mem_bytes:
+            raise ConfigError("ring_base", f"ring_base, ring_bytes: the ring [{self.ring_base:#x}, "
                               f"+{self.ring_bytes:#x}) is not inside local memory of "
                               f"{mem_bytes:#x} bytes")
 
@@ -335,6 +336,12 @@ def markdown_table():
              "|---|---|---|---|---|"]
     for name, (default, p) in params().items():
         opt = f"`{p.cli}`" if p.cli else ""
-        dflt = "derived" if default is None else f"`{default!r}`"
+        dflt = f"`{default!r}`"
         lines.append(f"| `{name}` | {dflt} | {_range_text(p)} | {opt} | {p.help} |")
     return "\n".join(lines) + "\n"
+
+
+def check_field(name, value):
+    """Check one parameter's type and range alone (None passes: its default); the error names
+    it, as :class:`EndpointConfig` would."""
+    _check(name, params()[name][1], value)
