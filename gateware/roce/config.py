@@ -167,8 +167,8 @@ class EndpointConfig:
     max_inflight: int = _p(64, "the front end's messages in flight", lo=1, hi=4096)
     cm_port: int = _p(CM_PORT, f"UDP port of the connection manager (default {CM_PORT})",
                       lo=1, hi=65535, cli="--cm-port", aliases=("port",))
-    cm_allow_net: tuple = _p(None, "only hosts in this IPv4 subnet may open QPs, `(ip, "
-                             "prefix_len)` (default: any host)", kind="net", cli="--allow-net",
+    cm_allow_net: tuple = _p(None, "only hosts in this IPv4 subnet may open QPs "
+                             "(default: any host)", kind="net", cli="--allow-net",
                              metavar="A.B.C.D/N", aliases=("allow_net",))
     pmtu: int = _p(4096, "path MTU a QP gets unless its OPEN_QP names one (256..4096, "
                    "default 4096)", choices=PMTUS, cli="--pmtu", aliases=("default_pmtu",))
