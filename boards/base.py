@@ -19,7 +19,7 @@ from rocegen.boards.core import CoreTop
 from rocegen.boards.xilinx.jtag_axi import JtagAxiLite
 from rocegen.gateware.emit import to_verilog
 from rocegen.gateware.integration import write_kit
-from rocegen.gateware.roce.layouts import MAX_QPS
+from rocegen.gateware.roce.config import MAX_QPS, EndpointConfig
 from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["Board", "PinMap", "RETRANSMIT_MEMORIES", "write_build", "check_build_params",
@@ -258,9 +258,21 @@ puts "rocegen: wrote [file join $outdir $top.bit]"
 
 
 def check_build_params(board, *, num_qps, mac, ip, retransmit_memory, width=None,
-                       mem_bytes=None):
+                       mem_bytes=None, endpoint=None):
     """Validate the parameters of a board build; returns ``(memory, mem_bytes)`` for the core.
-    Raises :exc:`ValueError` with a message naming the parameter."""
+    ``endpoint``: further parameters of the core, checked by
+    :class:`~rocegen.gateware.roce.config.EndpointConfig` with the board's width and the
+    memory chosen. Raises :exc:`ValueError` (or :exc:`TypeError`) with a message naming the
+    parameter."""
+    memory, mem_bytes = _check_board_params(board, num_qps=num_qps, mac=mac, ip=ip,
+                                            retransmit_memory=retransmit_memory, width=width,
+                                            mem_bytes=mem_bytes)
+    EndpointConfig(width=board.width, num_qps=num_qps, memory=memory, mem_bytes=mem_bytes,
+                   **(endpoint or {}))
+    return memory, mem_bytes
+
+
+def _check_board_params(board, *, num_qps, mac, ip, retransmit_memory, width, mem_bytes):
     if width is not None and width != board.width:
         raise ValueError(f"--width {width} does not match the {board.name} board: its MAC "
                          f"({board.mac}) takes {board.width}-bit words")
@@ -333,7 +345,7 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
     endpoint = dict(endpoint or {})
     memory, mem_bytes = check_build_params(board, num_qps=num_qps, mac=mac, ip=ip,
                                            retransmit_memory=retransmit_memory, width=width,
-                                           mem_bytes=mem_bytes)
+                                           mem_bytes=mem_bytes, endpoint=endpoint)
     top_name = top_name or board.top_name
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", top_name):
         raise ValueError(f"--name must be a Verilog identifier, not {top_name!r}")

@@ -86,6 +86,11 @@ class Depacketizer(wiring.Component):
 
         m.d.comb += o.payload.meta.eq(meta)
 
+        return self._elaborate_lanes(m, B, hdr_buf, i, idx, latch_meta, o, q, r)
+
+    def _elaborate_lanes(self, m, B, hdr_buf, i, idx, latch_meta, o, q, r):
+        """The lanes: the held beat and the current one shifted into the output beat, the header
+        latched."""
         if r:
             # R holds the previous beat of this packet; it contributes its lanes r..B-1.
             r_data = Signal(self.width)

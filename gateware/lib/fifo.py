@@ -183,6 +183,13 @@ class PacketFifo(wiring.Component):
         m.d.comb += [wr_next.eq(wr_ptr), rd_next.eq(rd_ptr),
                      full_next.eq((wr_next - rd_next)[AW])]
         m.d.sync += [wr_ptr.eq(wr_next), rd_ptr.eq(rd_next), full.eq(full_next)]
+        return self._elaborate_flow(m, AW, B, depth, fetch, full, full_next, i, o, rd_next, rd_ptr, rp,
+                                    wp, wr_commit, wr_next, wr_ptr)
+
+    def _elaborate_flow(self, m, AW, B, depth, fetch, full, full_next, i, o, rd_next, rd_ptr, rp, wp,
+                        wr_commit, wr_next, wr_ptr):
+        """The commit pointer, the metadata queue, the write side (committed per packet in
+        store-and-forward) and the read side with its output register."""
         if self.store_and_forward:
             commit_next = Signal(AW + 1)
             m.d.comb += commit_next.eq(wr_commit)

@@ -137,6 +137,11 @@ class XgmiiRx(wiring.Component):
         good0 = (w0_d == START_WORD) & (w0_c == START_CTRL)
         good4 = (w4_d == START_WORD) & (w4_c == START_CTRL)
 
+        return self._elaborate_frame(m, good0, good4, max_frame, mode4, o, rc, rd, s0, s4, skip4)
+
+    def _elaborate_frame(self, m, good0, good4, max_frame, mode4, o, rc, rd, s0, s4, skip4):
+        """The frame state: words assembled from the two start positions, the FCS checked, errors
+        and lengths counted."""
         # Frame state.
         count = Signal(range(max_frame + LANES + 1))   # frame octets in the words taken so far
         crc = Signal(32, init=Crc32.INIT)             # CRC state over those octets

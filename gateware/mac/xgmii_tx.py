@@ -202,6 +202,13 @@ class XgmiiTx(wiring.Component):
                 with m.If(i.valid & pay.last):
                     m.next = "IDLE"
 
+        return self._elaborate_fsm(m, crc, p_abort, p_count, p_data, p_err, p_last, p_valid, start,
+                                   tail_c, tail_d, tail_valid)
+
+    def _elaborate_fsm(self, m, crc, p_abort, p_count, p_data, p_err, p_last, p_valid, start, tail_c,
+                       tail_d, tail_valid):
+        """Word assembly (the last word of a frame built as 16 lanes: data, FCS, end character,
+        idles) and the words sent."""
         # Word assembly: the last word of a frame is built as 16 lanes (data, FCS, end
         # character, idles); lanes 8..15 become the tail word when the FCS does not fit.
         fcs = Signal(32)

@@ -112,6 +112,11 @@ class Arp(wiring.Component):
             return hit
 
         answer(self.lookup.ip, self.lookup.hit, self.lookup.mac)
+        return self._elaborate_receive(m, W, ips, macs, match, valid, victim)
+
+    def _elaborate_receive(self, m, W, ips, macs, match, valid, victim):
+        """The wait port, the receive side (requests and replies checked, the cache learnt) and the
+        replies sent."""
         # the wait port answers a cycle later: the compare of each entry's address with
         # ``wait_ip`` is registered, and counts only if that entry's address was not written
         # since (``ip_written``); valid bits and MACs are read when answering

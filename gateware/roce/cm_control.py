@@ -211,6 +211,11 @@ class CmControl(wiring.Component):
         if self.reads:
             self._read_depths(m, kind, ack, idx)
 
+        return self._elaborate_fsm(m, ack, c, ctx, dg, idx, kind, lk, rec_we, release, req, take)
+
+    def _elaborate_fsm(self, m, ack, c, ctx, dg, idx, kind, lk, rec_we, release, req, take):
+        """The control state machine: a request's records read and checked, the QP table written,
+        the answer sent."""
         pulse = {name: getattr(self, name) for name in CONTROL_COUNTERS}
         with m.FSM():
             with m.State("WAIT"):

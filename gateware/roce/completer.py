@@ -233,6 +233,14 @@ class Completer(wiring.Component):
         ]
         picked_vec = Mux(pick, chosen, 0)
 
+        return self._elaborate_scan(m, acks, dirty, done_vec, emptied, ent_w, entry_addr, errored_d, full,
+                                    head_post, n, nonempty, out, picked_vec, ptr_w, q_w, s1_done, s1_qp,
+                                    s1_valid, tail_post, tail_w)
+
+    def _elaborate_scan(self, m, acks, dirty, done_vec, emptied, ent_w, entry_addr, errored_d, full,
+                        head_post, n, nonempty, out, picked_vec, ptr_w, q_w, s1_done, s1_qp, s1_valid,
+                        tail_post, tail_w):
+        """The posts (entries written at the tail), the per-QP bits and the scan's completion out."""
         # ---- posts
         p = self.post.payload
         in_table = p.qp < n

@@ -256,6 +256,13 @@ class RespEngine(wiring.Component):
                          st_w.en.eq(ps_r.qp < n)]
         with m.Else():
             m.d.comb += [st_w.addr.eq(qp), st_w.data.eq(dec.new_st), st_w.en.eq(acts & ~stale)]
+        return self._elaborate_stages(m, acts, c_seq, cpl, dec, h, p_act, p_cpl, p_flush, p_resp, peer_r,
+                                      place, qp, resp, seq, v_r, void, withdraw)
+
+    def _elaborate_stages(self, m, acts, c_seq, cpl, dec, h, p_act, p_cpl, p_flush, p_resp, peer_r, place,
+                          qp, resp, seq, v_r, void, withdraw):
+        """The decision's actions (receive-queue pops, placements, completions, responses) and the
+        output register, where a set-up withdraws what is left."""
         m.d.comb += [self.rq_pop.valid.eq(acts & dec.rq_pop & ~void),
                      self.rq_pop.payload.eq(qp),
                      self.rd_push.valid.eq(acts & dec.rd_valid & ~void),

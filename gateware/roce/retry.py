@@ -208,6 +208,11 @@ class RetryEngine(wiring.Component):
 
         # ---- the intake: the event chosen, registered for stage A (E)
         e_valid = Signal()
+        return self._elaborate_events(m, decide, e_valid, errored, n, now, now1, now_next, scan_rp)
+
+    def _elaborate_events(self, m, decide, e_valid, errored, n, now, now1, now_next, scan_rp):
+        """The timer scan, and the event picked among acknowledgements, sent packets and expired
+        timers, registered for stage A."""
         e = Signal(RETRY_EVENT)
         e_qvec = Signal(n)                  # one-hot of the QP (none: no event, or outside)
         a_qvec = decide.decided_qvec        # the same, of the event in stage B

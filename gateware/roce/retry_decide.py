@@ -93,6 +93,11 @@ class RetryDecide(wiring.Component):
         e_err = self.errored
         live = e_valid & e.in_table & ~e_err    # events other than psn_set/ctx_set: not failed
 
+        return self._elaborate_rnr(m, e, e_err, e_pm1, e_psn1, e_valid, live, p, st)
+
+    def _elaborate_rnr(self, m, e, e_err, e_pm1, e_psn1, e_valid, live, p, st):
+        """The PSN windows, and the decision for each kind of event: acknowledgement, sequence and
+        RNR NAK, fatal NAK, timeout."""
         span = Signal(24)                   # sent_max - acked: 1 + packets outstanding
         implied = Signal(24)                # NAK: p - 1 - acked (ACK: p - acked - 1)
         past = Signal(24)                   # p - sent_max

@@ -225,6 +225,13 @@ class RoceRx(wiring.Component):
 
         # stage C: verdict of the header checks, context read
         c_valid = Signal()
+        return self._elaborate_verdict(m, W, c_valid, h_err, h_lanes, h_len, h_valid, length_at_least,
+                                       lengths, s, top)
+
+    def _elaborate_verdict(self, m, W, c_valid, h_err, h_lanes, h_len, h_valid, length_at_least, lengths,
+                           s, top):
+        """Stages H -> C -> D: the header checks, the DestQP lookup and the context read, then each
+        packet's verdict, its event registers and the counters."""
         c_verdict = Signal(Verdict)
         c_qp = Signal(8)
         c_src = Signal(32)

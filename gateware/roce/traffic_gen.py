@@ -106,6 +106,13 @@ class TrafficGen(wiring.Component):
         todo0, todo1 = Signal(), Signal()
         left = Signal(32)           # completions still to count
         left0, left1 = Signal(), Signal()
+        return self._elaborate_fsm(m, bit, cfg, gap, left, left0, left1, offset, rem, step, timing, todo,
+                                   todo0, todo1)
+
+    def _elaborate_fsm(self, m, bit, cfg, gap, left, left0, left1, offset, rem, step, timing, todo, todo0,
+                       todo1):
+        """The request's fields and the run state machine: a run's configuration taken, its work
+        requests posted, its completions counted."""
         back_to_back = Signal()     # spacing 0 or 1
         wrap_step = Signal(34)      # step - window: the next offset is offset + step, or
                                     # offset + wrap_step (window less) when that is >= 0

@@ -111,16 +111,16 @@ def test_verilog_endpoint_xgmii_axi4(tmp_path):
     (["--core", "stack", "--memory", "axi4"], "--memory applies to --core endpoint only"),
     (["--core", "stack", "--port", "70000"], "--port must be a UDP port"),
     (["--name", "9lives"], "--name must be a Verilog identifier"),
-    (["--pmtu", "300"], "--pmtu: default_pmtu must be one of 256, 512, 1024, 2048, 4096"),
-    (["--timeout", "32"], "--timeout: default_timeout must be 0..31, not 32"),
-    (["--retry-cnt", "8"], "--retry-cnt: default_retry must be 0..7, not 8"),
-    (["--rnr-retry", "-1"], "--rnr-retry: default_rnr_retry must be 0..7, not -1"),
+    (["--pmtu", "300"], "--pmtu: pmtu must be one of 256, 512, 1024, 2048, 4096"),
+    (["--timeout", "32"], "--timeout: cm_timeout must be 0..31, not 32"),
+    (["--retry-cnt", "8"], "--retry-cnt: cm_retry must be 0..7, not 8"),
+    (["--rnr-retry", "-1"], "--rnr-retry: cm_rnr_retry must be 0..7, not -1"),
     (["--allow-net", "10.0.0.0"], "--allow-net must be A.B.C.D/N, not '10.0.0.0'"),
-    (["--allow-net", "10.0.0.0/33"], "--allow-net: allow_net prefix length must be 0..32"),
+    (["--allow-net", "10.0.0.0/33"], "--allow-net: cm_allow_net prefix length must be 0..32"),
     (["--allow-net", "10.0.0.1/24"], "has host bits set"),
     (["--window", "0"], "--window: window must be 1..2^23-1 packets, not 0"),
-    (["--wr-depth", "3"], "--wr-depth: depth must be a power of two from 1 to 64, not 3"),
-    (["--cm-port", "70000"], "the connection manager's port must be 1..65535, not 70000"),
+    (["--wr-depth", "3"], "--wr-depth: wr_depth must be a power of two from 1 to 64, not 3"),
+    (["--cm-port", "70000"], "--cm-port: cm_port must be 1..65535, not 70000"),
     (["--cm-port", "4791"], "--cm-port: cm_port must not be 4791, the RoCEv2 port"),
     (["--clk-mhz", "0"], "--clk-mhz must be a clock frequency"),
     (["--core", "stack", "--pmtu", "1024"], "--pmtu applies to --core endpoint only"),
@@ -131,7 +131,7 @@ def test_verilog_endpoint_xgmii_axi4(tmp_path):
      "--rq-depth, --pattern-sink need the responder (--responder)"),
     (["--responder", "--rnr-timer", "40"],
      "--rnr-timer: rnr_timer must be an RNR timer code 0..31, not 40"),
-    (["--responder", "--rq-depth", "3"], "--rq-depth must be a power of two 1..1024, not 3"),
+    (["--responder", "--rq-depth", "3"], "--rq-depth: rq_depth must be a power of two 1..1024, not 3"),
     (["--responder", "--resp-region", "0:0x100000"],
      "--resp-region: resp_region [0x0, +0x100000) is not inside local memory of 0x40000 bytes"),
 ])
@@ -171,8 +171,8 @@ def test_argument_errors_exit_2(tmp_path, capsys, args, message):
     (["--board", "vcu118_10g", "--mac", "00-11-22-33-44-55"], "--mac: not a MAC address"),
     (["--board", "vcu118_10g", "--name", "a b"], "--name must be a Verilog identifier"),
     (["--board", "vcu118", "--port", "4791"], "--port: cm_port must not be 4791"),
-    (["--board", "vcu118", "--pmtu", "100"], "--pmtu: default_pmtu must be one of"),
-    (["--board", "vcu118", "--allow-net", "1.2.3.4/8"], "--allow-net: allow_net"),
+    (["--board", "vcu118", "--pmtu", "100"], "--pmtu: pmtu must be one of"),
+    (["--board", "vcu118", "--allow-net", "1.2.3.4/8"], "--allow-net: cm_allow_net"),
 ])
 def test_build_errors(tmp_path, capsys, args, message):
     out = tmp_path / "build"
@@ -231,24 +231,26 @@ def test_read_defaults_written_out_are_the_generators():
     """The READ defaults the command line's help, the README and the READ design note write
     out (the help is built without loading the gateware) are the generator's own."""
     import argparse
-    import inspect
     from pathlib import Path
 
-    from rocegen.gateware.roce.endpoint import RD_HOLE_WAIT, RoceEndpoint
+    from rocegen.gateware.roce.config import params
+    from rocegen.gateware.roce.endpoint import RD_HOLE_WAIT
     from rocegen.gateware.roce.read_layouts import MAX_RD_ATOMIC
     from rocegen.sim.apps.options import add_endpoint_options
 
     parser = argparse.ArgumentParser()
     add_endpoint_options(parser, "--cm-port", responder=True)
     helps = {a.option_strings[0]: " ".join(a.help.split()) for a in parser._actions if a.help}
-    rd_depth = inspect.signature(RoceEndpoint).parameters["rd_depth"].default
+    fields = params()
+    rd_depth = fields["rd_depth"][0]
+    assert (fields["rd_hole_wait"][0], fields["max_rd_atomic"][0]) == (RD_HOLE_WAIT, MAX_RD_ATOMIC)
     assert f"default {RD_HOLE_WAIT}," in helps["--rd-hole-wait"]
     assert f"default {MAX_RD_ATOMIC};" in helps["--max-rd-atomic"]
     assert f"default {rd_depth})" in helps["--rd-depth"]
     root = Path(__file__).resolve().parents[2]
     readme = " ".join((root / "README.md").read_text().split())
-    assert f"asks again for what it lacks, default {RD_HOLE_WAIT}," in readme
-    assert f"requester, default {MAX_RD_ATOMIC})" in readme
-    assert f"as responder, default {rd_depth})" in readme
+    assert f"| `rd_hole_wait` | `{RD_HOLE_WAIT}` |" in readme
+    assert f"| `max_rd_atomic` | `{MAX_RD_ATOMIC}` |" in readme
+    assert f"| `rd_depth` | `{rd_depth}` |" in readme
     design = " ".join((root / "docs" / "read-requester-design.md").read_text().split())
     assert f"`rd_hole_wait` microseconds (default {RD_HOLE_WAIT};" in design
