@@ -14,16 +14,6 @@ from amaranth.sim import Simulator
 
 from rocegen.boards import BOARDS, RETRANSMIT_MEMORIES, get_board
 from rocegen.boards.base import add_ram_style, check_build_params
-from rocegen.boards.common import (
-    LevelSync,
-    ResetSync,
-    StatsWatch,
-    StatusLeds,
-    Stretch,
-    core_control,
-)
-from rocegen.boards.core import CoreTop
-from rocegen.boards.mem_reset import MemResetControl
 from rocegen.boards.vcu118 import (
     CMAC_MODULE,
     DDR4_C1,
@@ -295,15 +285,23 @@ def _port_bits(top):
     return bits
 
 
+_DESIGNS = {}
 _INSTANCES = {}
 
 
+def _design(top):
+    """``top`` elaborated. A design elaborates once, so it is kept for the next test that asks
+    about the same top (its instances, its constraints)."""
+    if id(top) not in _DESIGNS:
+        _DESIGNS[id(top)] = (top, Fragment.get(top, None))
+    return _DESIGNS[id(top)][1]
+
+
 def _instances(top):
-    """The instances of ``top``'s design by type (one of each type). A design elaborates once,
-    so the answer is kept for the next test that asks about the same top."""
+    """The instances of ``top``'s design by type (one of each type)."""
     from amaranth.hdl import Instance
     if id(top) in _INSTANCES:
-        return _INSTANCES[id(top)][1]
+        return _INSTANCES[id(top)]
     found = {}
 
     def walk(frag):
@@ -312,15 +310,15 @@ def _instances(top):
             found[frag.type] = frag
         for sub, _, _ in getattr(frag, "subfragments", []):
             walk(sub)
-    walk(Fragment.get(top, None))
-    _INSTANCES[id(top)] = (top, found)
+    walk(_design(top))
+    _INSTANCES[id(top)] = found
     return found
 
 
 @pytest.mark.parametrize("board", VCU118)
 def test_xdc_places_every_port_once(tops, board):
     b = get_board(board)
-    xdc = b.xdc(tops[board])
+    xdc = b.xdc(tops[board], design=_design(tops[board]))
     placed = re.findall(r"set_property -dict \{PACKAGE_PIN (\S+)([^}]*)\} \[get_ports \{(\S+)\}\]",
                         xdc)
     ports = [p for _, _, p in placed]
@@ -355,7 +353,7 @@ def test_xdc_places_every_ddr4_port(ddr4_tops, board):
     """Every bit of every port of a DDR4 build is placed once, with an I/O standard; the DDR4
     ports on the pins of DDR4 C1 and its reference clock."""
     top = ddr4_tops[board]
-    xdc = get_board(board).xdc(top)
+    xdc = get_board(board).xdc(top, design=_design(top))
     placed = _PLACED.findall(xdc)
     assert sorted(p for _, _, p in placed) == sorted(_port_bits(top))
     pins = [pin for pin, _, _ in placed]
