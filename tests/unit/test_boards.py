@@ -27,23 +27,33 @@ from rocegen.boards.vcu118 import (
     leds_for,
 )
 from rocegen.boards.xilinx import JTAG_AXI_MODULE
+from rocegen.gateware.core import CoreTop
+from rocegen.gateware.lib.level_sync import LevelSync
+from rocegen.gateware.lib.reset_sync import ResetSync
 from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
 from rocegen.gateware.roce.regmap import REGISTERS, windows_for
 from rocegen.gateware.roce.regs import AxiLiteRegs
+from rocegen.gateware.shell.control import core_control
+from rocegen.gateware.shell.mem_reset import MemResetControl
+from rocegen.gateware.shell.stats_watch import StatsWatch
+from rocegen.gateware.shell.status_leds import StatusLeds
+from rocegen.gateware.shell.stretch import Stretch
 from rocegen.sim.testing.harness import run_sim
 
 PART = "xcvu9p-flga2104-2L-e"
-#: The VCU118 targets (the Alveo U250 has its own tests: test_board_au250.py).
+#: The VCU118 targets (the Alveo cards have their own tests: test_board_au250.py,
+#: test_board_au55c.py).
 VCU118 = sorted(n for n in BOARDS if n.startswith("vcu118"))
 
 
 # -- registry and platform ---------------------------------------------------------------------
 
 def test_registry_describes_every_board():
-    assert set(BOARDS) == {"vcu118", "vcu118_25g", "vcu118_10g", "au250"}
+    assert set(BOARDS) == {"vcu118", "vcu118_25g", "vcu118_10g", "au250", "au55c"}
     for name, board in BOARDS.items():
         assert board.name == name
-        assert board.part == (PART if name in VCU118 else "xcu250-figd2104-2-e")
+        assert board.part == (PART if name in VCU118 else {"au250": "xcu250-figd2104-2-e",
+                                                           "au55c": "xcu55c-fsvh2892-2L-e"}[name])
         row = board.summary()
         assert set(row) == {"board", "mac", "line", "width", "core clock", "part", "clocks"}
         assert row["line"] == f"{board.line_rate_gbps:g}G"
