@@ -193,9 +193,18 @@ class CardTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        q = self.qsfp
+        clk, sys_reset, button, init_heartbeat = self._board_clock(m)
+        ep, mac, cd_sync = self._mac_and_core_clock(m, clk, sys_reset, button)
+        watch, acked = self._core_control(m, ep, mac, cd_sync)
+        self._leds(m, ep, mac, cd_sync, watch, acked, init_heartbeat)
+        return m
 
-        # board clock -> IBUFDS -> BUFG, domain "init" (reset by the reset button)
+    def _board_clock(self, m):
+        """Board clock -> IBUFDS -> BUFG, domain ``init`` (reset by the reset button); the MAC's
+        power-on reset ``sys_reset``, which holds the QSFP module in reset as long; the board
+        clock's heartbeat when an LED shows it. Returns ``(clock, sys_reset, button,
+        heartbeat)``."""
+        q = self.qsfp
         clk = m.submodules[self.clock_submodule] = ClockInput()
         m.d.comb += [clk.p.eq(getattr(self, f"{self.clock}_p")),
                      clk.n.eq(getattr(self, f"{self.clock}_n"))]
@@ -204,8 +213,6 @@ class CardTop(wiring.Component):
         button = _bit(self, self.reset_button)
         m.d.comb += [cd_init.clk.eq(clk.clk), rs_init.arst.eq(button),
                      cd_init.rst.eq(rs_init.rst)]
-
-        # MAC reset: held after configuration / the button; the QSFP module is reset as long
         por = Signal(range(self.power_on_cycles + 1))
         sys_reset = Signal(init=1)
         with m.If(por != self.power_on_cycles):
@@ -216,6 +223,7 @@ class CardTop(wiring.Component):
                          getattr(self, f"{q}_resetl").eq(~sys_reset)]
         m.d.comb += [getattr(self, name).eq(value)
                      for name, (_, value) in self.constant_outputs.items()]
+        init_heartbeat = None
         if "init_heartbeat" in self.leds:
             beat = Signal(range(int(self.clock_hz // 2)))
             init_heartbeat = Signal()
@@ -223,8 +231,13 @@ class CardTop(wiring.Component):
                 m.d.init += [beat.eq(0), init_heartbeat.eq(~init_heartbeat)]
             with m.Else():
                 m.d.init += beat.eq(beat + 1)
+        return clk, sys_reset, button, init_heartbeat
 
-        # the MAC on the cage, its clock the core's domain "sync"
+    def _mac_and_core_clock(self, m, clk, sys_reset, button):
+        """The core and the MAC on the cage, the MAC's clock the core's domain ``sync``, and
+        that domain's reset (with DDR4, the memory behind the core's AXI4 port sequences it).
+        Returns ``(endpoint, mac, sync domain)``."""
+        q = self.qsfp
         ep = m.submodules.endpoint = self.endpoint
         mac = m.submodules[self.mac_kind] = self.mac_ip
         m.d.comb += [
@@ -244,7 +257,6 @@ class CardTop(wiring.Component):
         if self.reset_button is not None:
             reset_request = reset_request | button
         if self.ddr4_axi is not None:
-            # the DDR4 behind the core's AXI4 port; it sequences the core's reset
             ddr = m.submodules.ddr4 = self.ddr4_axi
             label = self.ddr4.label
             wiring.connect(m, ep.axi, ddr.axi)
@@ -257,9 +269,12 @@ class CardTop(wiring.Component):
         else:
             m.submodules.rst_sync_core = rs_core = ResetSync("sync")
             m.d.comb += [rs_core.arst.eq(reset_request), cd_sync.rst.eq(rs_core.rst)]
+        return ep, mac, cd_sync
 
-        # the core: addresses, counters for the LEDs, registers over JTAG (with axil); ports a
-        # board does not use are tied off
+    def _core_control(self, m, ep, mac, cd_sync):
+        """The core's addresses, the counters the LEDs watch, its registers over JTAG (with
+        ``axil``), the pause ports; the ports the board does not use are tied off. Returns the
+        counter watcher and, when the ACK counter is watched, the level it sets."""
         acks = "qp" in self.leds and (self.watch_acks or not self.has_connection_manager)
         groups = [[STATS.index(n) for n in ERROR_COUNTERS]]
         if acks:
@@ -278,27 +293,29 @@ class CardTop(wiring.Component):
         if self.memory == "axi4":
             used.add("axi")
         tie_off(m, ep, used)
-
-        # LEDs
+        acked = None
         if acks:
             acked = Signal()
             with m.If(watch.changed[1]):
                 m.d.sync += acked.eq(1)
+        return watch, acked
+
+    def _leds(self, m, ep, mac, cd_sync, watch, acked, init_heartbeat):
+        """The status LEDs and what each LED of the board shows (:attr:`leds`)."""
         if self.has_connection_manager:
             qp_open = ep.qp_open.any()
         else:
-            qp_open = acked if acks else Const(0, 1)
+            qp_open = acked if acked is not None else Const(0, 1)
         leds = m.submodules.leds = StatusLeds(blink=cycles_for(0.05, self.core_clock_hz),
                                               heartbeat=cycles_for(0.5, self.core_clock_hz))
         source = {
             "link": leds.led_link, "qp": leds.led_qp, "traffic": leds.led_traffic,
             "error": leds.led_error, "heartbeat": leds.led_heartbeat,
-            "module_present": ~getattr(self, f"{q}_modprsl") if self.sideband else None,
+            "module_present": ~getattr(self, f"{self.qsfp}_modprsl") if self.sideband else None,
             "core_reset": cd_sync.rst,
+            "init_heartbeat": (self.ddr4_axi.calib_done if self.ddr4_axi is not None
+                               else init_heartbeat),
         }
-        if "init_heartbeat" in self.leds:
-            source["init_heartbeat"] = (self.ddr4_axi.calib_done if self.ddr4_axi is not None
-                                        else init_heartbeat)
         m.d.comb += [
             leds.link.eq(mac.link),
             leds.qp_open.eq(qp_open),
@@ -308,7 +325,6 @@ class CardTop(wiring.Component):
             leds.clear.eq(_bit(self, self.clear_button)),
             self.led.eq(Cat(source[s] for s in self.leds)),
         ]
-        return m
 
 
 class CardBoard(Board):
