@@ -3,9 +3,12 @@
 ``BOARDS`` maps each target's name to its :class:`~rocegen.boards.base.Board`;
 ``rocegen boards`` lists them and ``rocegen build --board NAME`` writes a build folder for one.
 Vendor IP and primitives (MACs, DDR4 memory controller, AXI clock converter, clock buffers)
-appear only in this package.
+appear only in this package; a board file holds its pins, the placement of its MAC and what its
+LEDs show, and the composition every card shares is :mod:`rocegen.boards.card`. The portable
+core and the portable part of the shell around it are in :mod:`rocegen.gateware`.
 """
 
+from rocegen.boards.au55c import Au55cCmac
 from rocegen.boards.au250 import Au250Cmac
 from rocegen.boards.base import RETRANSMIT_MEMORIES, Board, write_build
 from rocegen.boards.vcu118 import Vcu118Cmac, Vcu118Xxv
@@ -13,7 +16,8 @@ from rocegen.boards.vcu118 import Vcu118Cmac, Vcu118Xxv
 __all__ = ["BOARDS", "Board", "RETRANSMIT_MEMORIES", "get_board", "write_build"]
 
 #: Every board target, by name.
-BOARDS = {b.name: b for b in (Vcu118Cmac(), Vcu118Xxv(25), Vcu118Xxv(10), Au250Cmac())}
+BOARDS = {b.name: b for b in (Vcu118Cmac(), Vcu118Xxv(25), Vcu118Xxv(10), Au250Cmac(),
+                               Au55cCmac())}
 
 
 def get_board(name):

@@ -15,17 +15,11 @@ builds for.
 """
 
 from amaranth.build import Attrs, Clock, DiffPairs, Pins, Resource, Subsignal
-from amaranth.hdl import Cat, ClockDomain, Module, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from amaranth.vendor import XilinxPlatform
 
-from rocegen.boards.base import Board, PinMap
-from rocegen.boards.common import ResetSync, StatusLeds, core_control, cycles_for, tie_off
-from rocegen.boards.xilinx import ClockInput, Cmac, CmacPlacement, JtagAxiLite, connect_axil
-from rocegen.boards.xilinx.cmac import connect_pause, has_pause_ports
-from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
-from rocegen.wire.addr import parse_ip, parse_mac
+from rocegen.boards.base import PinMap
+from rocegen.boards.card import CardBoard, CardTop
+from rocegen.boards.xilinx import CmacPlacement
 
 __all__ = ["AU250Platform", "Au250Top", "Au250Cmac", "CMAC_PLACEMENT", "LEDS"]
 
@@ -36,9 +30,6 @@ CMAC_PLACEMENT = CmacPlacement("CMACE4_X0Y8", ("X1Y44", "X1Y45", "X1Y46", "X1Y47
                                ref_clk_mhz=161.1328125, drp_clk_mhz=156.25,
                                where="QSFP28 cage 0")
 USER_CLOCK_HZ = 156.25e6
-#: Cycles of the user clock the MAC's ``sys_reset`` is held after configuration or DIP switch 0.
-POWER_ON_CYCLES = 1 << 17
-ERROR_COUNTERS = ("rx_bad_frame", "roce_rx_icrc_bad", "roce_rx_naks", "roce_cpl_error")
 
 #: What the three user LEDs show.
 LEDS = (
@@ -79,102 +70,24 @@ class AU250Platform(XilinxPlatform):
     connectors = []
 
 
-class Au250Top(wiring.Component):
+class Au250Top(CardTop):
     """Top level of the ``au250`` target: the endpoint at W = 512 behind the CMAC on QSFP28
-    cage 0.
-
-    Parameters: ``num_qps``, ``mac``, ``ip``, ``mem_bytes``, ``axil`` (the register block
-    behind the JTAG-to-AXI Master IP, default on) and ``**endpoint_params`` as
-    :class:`~rocegen.boards.vcu118.Vcu118Top` (on-chip payload memory only).
+    cage 0, payloads on chip (:class:`~rocegen.boards.card.CardTop`).
 
     Ports (the card's pins): ``clk_user_p/n`` (156.25 MHz: the MAC's init/DRP clock, resets);
-    ``sw``: DIP switches 0 (reset while on) and 1 (clears the error LED); ``qsfp0_mgt_refclk_1_p/n``;
-    ``qsfp0_rx_p/n``, ``qsfp0_tx_p/n`` (4 lanes); ``qsfp0_modsell``, ``_resetl``, ``_lpmode``,
-    ``_modprsl``, ``_intl``; ``qsfp0_refclk_reset`` (held low: the SI5335 runs) and ``qsfp0_fs``
-    (0b10: 161.1328125 MHz); ``led`` (:data:`LEDS`).
-
-    Clocks and resets as on the VCU118: the core runs on the CMAC's ``gt_txusrclk2``; the MAC's
-    ``sys_reset`` (and the QSFP module's reset) is held :data:`POWER_ON_CYCLES` user-clock cycles
-    after configuration or DIP switch 0; the core's reset follows it and the MAC's user resets.
+    ``sw``: DIP switches 0 (reset while on) and 1 (clears the error LED);
+    ``qsfp0_mgt_refclk_1_p/n``; ``qsfp0_rx_p/n``, ``qsfp0_tx_p/n`` (4 lanes); ``qsfp0_modsell``,
+    ``_resetl``, ``_lpmode``, ``_modprsl``, ``_intl``; ``qsfp0_refclk_reset`` (held low: the
+    SI5335 runs) and ``qsfp0_fs`` (0b10: 161.1328125 MHz); ``led`` (:data:`LEDS`).
     """
 
-    width = 512
-    core_clock_hz = 322.265625e6
-    memory = "onchip"
-
-    def __init__(self, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.0.2", mem_bytes=None,
-                 axil=True, **endpoint_params):
-        if "clk_hz" in endpoint_params:
-            raise ValueError("clk_hz is the board's core clock; it cannot be set")
-        self.mac, self.ip = parse_mac(mac), parse_ip(ip)
-        self.axil = bool(axil)
-        self.endpoint = RoceEndpoint(512, num_qps, mem_bytes=mem_bytes,
-                                     clk_hz=self.core_clock_hz, qp_info=self.axil,
-                                     **endpoint_params)
-        self.has_connection_manager = "qp_open" in self.endpoint.signature.members
-        self.mac_ip = Cmac(CMAC_PLACEMENT, pfc=has_pause_ports(self.endpoint))
-        self.jtag_axi = JtagAxiLite() if self.axil else None
-        self.io_ports = {}
-        super().__init__({
-            "clk_user_p": In(1), "clk_user_n": In(1), "sw": In(2),
-            "qsfp0_mgt_refclk_1_p": In(1), "qsfp0_mgt_refclk_1_n": In(1),
-            "qsfp0_rx_p": In(4), "qsfp0_rx_n": In(4), "qsfp0_tx_p": Out(4), "qsfp0_tx_n": Out(4),
-            "qsfp0_modsell": Out(1), "qsfp0_resetl": Out(1), "qsfp0_lpmode": Out(1),
-            "qsfp0_modprsl": In(1), "qsfp0_intl": In(1),
-            "qsfp0_refclk_reset": Out(1), "qsfp0_fs": Out(2), "led": Out(3),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        clk = m.submodules.clk_user = ClockInput()
-        m.d.comb += [clk.p.eq(self.clk_user_p), clk.n.eq(self.clk_user_n)]
-        m.domains.init = cd_init = ClockDomain("init")
-        m.submodules.rst_sync_init = rs_init = ResetSync("init")
-        m.d.comb += [cd_init.clk.eq(clk.clk), rs_init.arst.eq(self.sw[0]), cd_init.rst.eq(rs_init.rst)]
-        por = Signal(range(POWER_ON_CYCLES + 1))
-        sys_reset = Signal(init=1)
-        with m.If(por != POWER_ON_CYCLES):
-            m.d.init += por.eq(por + 1)
-        m.d.init += sys_reset.eq(por != POWER_ON_CYCLES)
-        m.d.comb += [self.qsfp0_modsell.eq(0), self.qsfp0_lpmode.eq(0),
-                     self.qsfp0_resetl.eq(~sys_reset), self.qsfp0_refclk_reset.eq(0),
-                     self.qsfp0_fs.eq(0b10)]
-
-        ep = m.submodules.endpoint = self.endpoint
-        mac = m.submodules.cmac = self.mac_ip
-        m.d.comb += [
-            mac.gt_ref_clk_p.eq(self.qsfp0_mgt_refclk_1_p),
-            mac.gt_ref_clk_n.eq(self.qsfp0_mgt_refclk_1_n),
-            mac.gt_rx_p.eq(self.qsfp0_rx_p), mac.gt_rx_n.eq(self.qsfp0_rx_n),
-            self.qsfp0_tx_p.eq(mac.gt_tx_p), self.qsfp0_tx_n.eq(mac.gt_tx_n),
-            mac.init_clk.eq(clk.clk), mac.sys_reset.eq(sys_reset),
-        ]
-        wiring.connect(m, mac.rx, ep.mac_rx)
-        wiring.connect(m, ep.mac_tx, mac.tx)
-        m.domains.sync = cd_sync = ClockDomain("sync")
-        m.submodules.rst_sync_core = rs_core = ResetSync("sync")
-        m.d.comb += [cd_sync.clk.eq(mac.clk), cd_sync.rst.eq(rs_core.rst),
-                     rs_core.arst.eq(sys_reset | mac.usr_rx_reset | mac.usr_tx_reset | self.sw[0])]
-
-        watch, regs, used = core_control(m, ep, mac=self.mac, ip=self.ip, axil=self.axil,
-                                         watch_groups=[[STATS.index(n) for n in ERROR_COUNTERS]])
-        if regs is not None:
-            jtag = m.submodules.jtag_axi = self.jtag_axi
-            connect_axil(m, jtag, regs)
-            m.d.comb += jtag.rst.eq(cd_sync.rst)
-        used |= {"mac_rx", "mac_tx", "qp_open"}
-        if connect_pause(m, mac, ep):
-            used |= {"pause_rx", "pause_tx"}
-        tie_off(m, ep, used & set(ep.signature.members))
-        leds = m.submodules.leds = StatusLeds(blink=cycles_for(0.05, self.core_clock_hz),
-                                              heartbeat=cycles_for(0.5, self.core_clock_hz))
-        m.d.comb += [
-            leds.link.eq(mac.link), leds.qp_open.eq(ep.qp_open.any()),
-            leds.tx.eq(ep.mac_tx.valid & ep.mac_tx.ready), leds.rx.eq(ep.mac_rx.valid),
-            leds.error.eq(watch.changed[0] | mac.error), leds.clear.eq(self.sw[1]),
-            self.led.eq(Cat(leds.led_link, leds.led_qp, leds.led_error)),
-        ]
-        return m
+    clock, clock_hz, clock_submodule = "clk_user", USER_CLOCK_HZ, "clk_user"
+    qsfp, refclk = "qsfp0", "qsfp0_mgt_refclk_1"
+    buttons = {"sw": 2}
+    reset_button, clear_button = ("sw", 0), ("sw", 1)
+    constant_outputs = {"qsfp0_refclk_reset": (1, 0), "qsfp0_fs": (2, 0b10)}
+    leds = ("link", "qp", "error")
+    placements = {"cmac": CMAC_PLACEMENT}
 
 
 _PINS = [
@@ -189,41 +102,26 @@ _PINS = [
 ]
 
 
-class Au250Cmac(Board):
+class Au250Cmac(CardBoard):
     """Alveo U250, QSFP28 cage 0 at 100GbE through the integrated CMAC."""
 
     name = "au250"
     title = "Alveo U250, QSFP28 cage 0, 100GbE (CMAC)"
     platform = AU250Platform
     top_name = "rocegen_au250"
+    top_class = Au250Top
     mac = "CMAC (cmac_usplus, CAUI-4, RS-FEC)"
     line_rate_gbps = 100
     width = 512
-    core_clock_hz = Au250Top.core_clock_hz
+    core_clock_hz = 322.265625e6
     clocks = (
         ("clk_user", USER_CLOCK_HZ, "SI570 user clock: CMAC init and DRP clock, resets"),
         ("qsfp0_mgt_refclk_1", 161.1328125e6, "transceiver reference of GTY quad 231 (SI5335)"),
         ("gt_txusrclk2", 322.265625e6, "CMAC user clock (generated): the core's clock"),
     )
     pins = _PINS
-
-    def top(self, *, num_qps, mac, ip, memory, mem_bytes, axil=True, **endpoint_params):
-        if memory != "onchip":
-            raise ValueError(f"the {self.name} board keeps payloads on chip, not in {memory!r}")
-        return Au250Top(num_qps=num_qps, mac=mac, ip=ip, mem_bytes=mem_bytes, axil=axil,
-                        **endpoint_params)
-
-    def ip_tcl(self, top=None):
-        text = (top.mac_ip if top is not None else Cmac(CMAC_PLACEMENT)).ip_tcl()
-        if getattr(top, "jtag_axi", None) is not None:
-            text += top.jtag_axi.ip_tcl()
-        return text
-
-    def leds(self, top=None):
-        return LEDS
-
-    def notes(self, top=None):
-        return (top.mac_ip if top is not None else Cmac(CMAC_PLACEMENT)).notes() + """
+    led_meanings = LEDS
+    sources_note = """\
 ## What was checked, what to check
 
 The pin locations, the GT channels and the CMAC site come from Corundum's public Alveo U250
@@ -232,23 +130,4 @@ before programming a card. The SI570 must be at its power-up 156.25 MHz (the IP'
 setting). The design was checked with Verilator against port-compatible stubs of the CMAC; it
 has not been through Vivado here. The card's management controller (CMS) is not instantiated:
 QSFP module access over I2C is left to it.
-"""
-
-    def extra_xdc(self, top):
-        return """\
-# the user clock and the transceiver clocks (derived from the QSFP reference) are unrelated
-set_clock_groups -asynchronous \\
-    -group [get_clocks -include_generated_clocks clk_user_p] \\
-    -group [get_clocks -include_generated_clocks qsfp0_mgt_refclk_1_p]
-
-# reset synchronizers: their flip-flops are preset asynchronously; the preset is not timed
-set_false_path -to [get_pins -of_objects [get_cells -hierarchical -filter \\
-    {ASYNC_REG == TRUE && NAME =~ *rst_sync_*}] -filter {REF_PIN_NAME == PRE}]
-# level synchronizers (switches, link status): the first flip-flop samples an unrelated signal
-set_false_path -to [get_pins -of_objects [get_cells -hierarchical -filter \\
-    {ASYNC_REG == TRUE && NAME =~ *cdc0_reg*}] -filter {REF_PIN_NAME == D}]
-
-# LEDs, switches and the QSFP sideband are static or slow: not timed
-set_false_path -to [get_ports {led[*] qsfp0_modsell qsfp0_resetl qsfp0_lpmode qsfp0_refclk_reset qsfp0_fs[*]}]
-set_false_path -from [get_ports {sw[*] qsfp0_modprsl qsfp0_intl}]
 """

@@ -13,17 +13,18 @@ import time
 import warnings
 from pathlib import Path
 
-from amaranth.hdl import UnusedElaboratable
+from amaranth.hdl import Fragment, UnusedElaboratable
 
-from rocegen.boards.core import CoreTop
 from rocegen.boards.xilinx.jtag_axi import JtagAxiLite
-from rocegen.gateware.emit import to_verilog
+from rocegen.gateware.core import CoreTop
+from rocegen.gateware.emit import component_ports, to_verilog
 from rocegen.gateware.integration import write_kit
+from rocegen.gateware.lib.false_path import design_false_paths
 from rocegen.gateware.roce.config import MAX_QPS, EndpointConfig
 from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["Board", "PinMap", "RETRANSMIT_MEMORIES", "write_build", "check_build_params",
-           "add_ram_style"]
+           "add_ram_style", "xdc_false_paths"]
 
 #: Where work-request payloads are kept (and read again for a retransmission).
 RETRANSMIT_MEMORIES = ("bram", "uram", "ddr4")
@@ -165,9 +166,13 @@ class Board(abc.ABC):
                 "width": self.width, "core clock": f"{self.core_clock_hz / 1e6:.3f} MHz",
                 "part": self.part, "clocks": clocks}
 
-    def xdc(self, top, top_name=None):
-        """The constraints file: pins and I/O standards from the platform, clocks, then the
-        board's own constraints."""
+    def xdc(self, top, top_name=None, *, design=None):
+        """The constraints file: pins and I/O standards from the platform, clocks, the board's
+        own constraints, then the timing exceptions the synchronizers of the design carry
+        (:func:`~rocegen.gateware.lib.false_path.design_false_paths`). ``design``: ``top``
+        elaborated (:meth:`amaranth.hdl.Fragment.get`; elaborated here when not given)."""
+        if design is None:
+            design = Fragment.get(top, None)
         plat = self.platform()
         lines = [f"# rocegen: constraints of the {self.title}",
                  f"# part {self.part}; top level {top_name or self.top_name}", "",
@@ -198,6 +203,7 @@ class Board(abc.ABC):
         for port, hz in clocks:
             lines.append(f"create_clock -period {1e9 / hz:.3f} -name {port} [get_ports {port}]")
         lines += ["", self.extra_xdc(top).strip(), ""]
+        lines += xdc_false_paths(design_false_paths(design))
         return "\n".join(lines)
 
     def tcl(self, *, top_name, verilog, xdc, report_prefix="post_route", top=None):
@@ -255,6 +261,20 @@ if {{$wns < 0 || $whs < 0}} {{
 write_bitstream -force [file join $outdir $top.bit]
 puts "rocegen: wrote [file join $outdir $top.bit]"
 """
+
+
+def xdc_false_paths(false_paths):
+    """Lines of XDC stating ``false_paths``
+    (:class:`~rocegen.gateware.lib.false_path.FalsePath`), a comment and one constraint each."""
+    lines = []
+    if false_paths:
+        lines.append("# synchronizers: the timing exceptions each kind in the design carries")
+    for fp in false_paths:
+        lines += [f"# {fp.why}",
+                  "set_false_path -to [get_pins -of_objects [get_cells -hierarchical -filter \\",
+                  f"    {{ASYNC_REG == TRUE && NAME =~ {fp.cells}}}] -filter "
+                  f"{{REF_PIN_NAME == {fp.pin}}}]"]
+    return lines + [""] if lines else lines
 
 
 def check_build_params(board, *, num_qps, mac, ip, retransmit_memory, width=None,
@@ -352,7 +372,8 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
     t0 = time.perf_counter()
     top = board.top(num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes,
                     axil=axil, **endpoint)
-    text = to_verilog(top, name=top_name)
+    design = Fragment.get(top, None)
+    text = to_verilog(design, name=top_name, ports=component_ports(top))
     if retransmit_memory == "uram":
         text = add_ram_style(text, "ultra", drop_zero_init=True)
     out = Path(out_dir)
@@ -364,7 +385,7 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
         "readme": out / "BUILD.md",
     }
     files["verilog"].write_text(text)
-    files["xdc"].write_text(board.xdc(top, top_name))
+    files["xdc"].write_text(board.xdc(top, top_name, design=design))
     files["tcl"].write_text(board.tcl(top_name=top_name, verilog=files["verilog"].name,
                                       xdc=files["xdc"].name, top=top))
     with warnings.catch_warnings():
@@ -388,7 +409,7 @@ def write_build(board, out_dir, *, num_qps=8, mac="02:00:00:00:00:01", ip="10.0.
 
 
 def core_of(top, *, mac, ip, endpoint, mem_bytes):
-    """The :class:`~rocegen.boards.core.CoreTop` with the configuration of the core inside board
+    """The :class:`~rocegen.gateware.core.CoreTop` with the configuration of the core inside board
     top ``top`` (its width, QPs, memory, clock, register block and endpoint parameters): what
     ``rocegen verilog`` emits for it, described by the build's integration kit."""
     ep = top.endpoint

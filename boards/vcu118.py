@@ -8,7 +8,7 @@ Every target can keep its payloads in the board's DDR4 C1 component memory inste
 (``rocegen build --retransmit-memory ddr4``): the DDR4 memory controller IP (``ddr4``, AXI4 slave
 port) on its own 250 MHz reference clock, reached from the core's AXI4 master through an AXI
 clock converter (``axi_clock_converter``), with the resets sequenced by
-:class:`~rocegen.boards.mem_reset.MemResetControl`.
+:class:`~rocegen.gateware.shell.mem_reset.MemResetControl`.
 
 Two targets use QSFP28 cage 1 (GTY quad 231, X1Y48..X1Y51, 156.25 MHz reference clock):
 
@@ -19,38 +19,24 @@ Two targets use QSFP28 cage 1 (GTY quad 231, X1Y48..X1Y51, 156.25 MHz reference 
   rocegen's own XGMII MAC (:mod:`rocegen.gateware.mac`) and the endpoint at W = 64. A QSFP28 to
   4xSFP28 breakout cable (or a QSFP+ / SFP+ adapter at 10G) connects lane 0 to the peer.
 
-This file is the board's pins and the composition of its parts: the vendor IP and primitives
-(CMAC, 10G/25G subsystem, DDR4 controller, AXI clock converter, IBUFDS, BUFG) are components in
-:mod:`rocegen.boards.xilinx`; the core and the board glue are portable Amaranth.
+This file is the board's pins, the MAC's placement and what its LEDs show; the composition of
+the parts is the one every card shares (:mod:`rocegen.boards.card`).
 """
 
 from amaranth.build import Attrs, Clock, DiffPairs, Pins, Resource, Subsignal
-from amaranth.hdl import Cat, ClockDomain, IOPort, Module, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 from amaranth.vendor import XilinxPlatform
 
-from rocegen.boards.base import Board, PinMap
-from rocegen.boards.common import ResetSync, StatusLeds, core_control, cycles_for, tie_off
-from rocegen.boards.core import XGMII_MAX_FRAME
+from rocegen.boards.base import PinMap
+from rocegen.boards.card import CardBoard, CardTop
 from rocegen.boards.xilinx import (
     CMAC_MODULE,
     XXV_MODULE,
-    ClockInput,
-    Cmac,
     CmacPlacement,
-    Ddr4Axi,
     Ddr4Memory,
-    JtagAxiLite,
-    XxvMac,
     XxvPlacement,
     axi_cdc_module,
-    connect_axil,
     ddr4_module,
 )
-from rocegen.boards.xilinx.cmac import connect_pause, has_pause_ports
-from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
-from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["VCU118Platform", "Vcu118Top", "Vcu118Cmac", "Vcu118Xxv", "CMAC_MODULE",
            "XXV_MODULE", "DDR4_C1", "CMAC_PLACEMENT", "XXV_PLACEMENT", "ddr4_module",
@@ -190,10 +176,6 @@ class VCU118Platform(XilinxPlatform):
     connectors = []
 
 
-#: Endpoint counters the LEDs watch, by group.
-ERROR_COUNTERS = ("rx_bad_frame", "roce_rx_icrc_bad", "roce_rx_naks", "roce_cpl_error")
-ACK_COUNTERS = ("roce_rx_acks",)
-
 #: What the eight user LEDs show.
 LEDS = (
     (0, "link up (CMAC: RX aligned; 10/25G: PCS RX status)"),
@@ -219,238 +201,30 @@ def leds_for(memory):
         return tuple(DDR4_CALIB_LED if i == DDR4_CALIB_LED[0] else (i, what) for i, what in LEDS)
     return LEDS
 
-INIT_CLOCK_HZ = 125e6
-#: Cycles of the board clock the MAC's ``sys_reset`` is held after configuration or CPU_RESET.
-POWER_ON_CYCLES = 1 << 17
 
 
-class Vcu118Top(wiring.Component):
-    """Top level of the VCU118 targets: the endpoint core behind the MAC on QSFP28 cage 1.
+class Vcu118Top(CardTop):
+    """Top level of the VCU118 targets: the endpoint core behind the MAC on QSFP28 cage 1
+    (:class:`~rocegen.boards.card.CardTop`: ``mac_kind`` ``"cmac"`` at 100G, ``"xxv"`` at
+    25G/10G; ``memory="axi4"`` keeps the payloads in DDR4 C1, :data:`DDR4_C1`).
 
-    Parameters
-    ----------
-    mac_kind : ``"cmac"`` or ``"xxv"``
-        100GbE through the CMAC (core at W = 512), or one lane at 25G/10G through the 10G/25G
-        subsystem as PCS/PMA with the built-in XGMII MAC (core at W = 64).
-    line_rate_gbps : int
-        100 with ``"cmac"``; 25 or 10 with ``"xxv"``.
-    axil : bool
-        The core's AXI4-Lite register block (:class:`~rocegen.gateware.roce.regs.AxiLiteRegs`)
-        with the JTAG-to-AXI Master IP (:class:`~rocegen.boards.xilinx.jtag_axi.JtagAxiLite`)
-        as its master: the addresses become registers (``mac`` / ``ip`` their reset values) and
-        every counter and the QP table can be read from Vivado's hardware manager. The status
-        LEDs' counter watcher shares the statistics read port with it
-        (:func:`~rocegen.boards.common.core_control`). Default on.
-    num_qps, mac, ip, memory, mem_bytes
-        The core's parameters (:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint`). With
-        ``memory="axi4"`` the payloads are kept in DDR4 C1 (:data:`DDR4_C1`): ``mem_bytes``
-        (default and at most 2 GiB, the whole memory) from address 0.
-    **endpoint_params
-        Further parameters of the endpoint (``pmtu``, ``cm_port``, ``cm_allow_net``,
-        ``cm_timeout``, ``wr_depth``, ``window``...); ``clk_hz`` is the core clock.
-
-    Ports (the board's pins)
-    ------------------------
-    ``clk_125mhz_p/n``: 125 MHz board clock (the MAC's init/DRP clock and the reset logic).
-    ``cpu_reset``: the CPU_RESET button, resets everything. ``btn_c``: clears the error LED.
-    ``qsfp1_mgt_refclk_0_p/n``: the 156.25 MHz transceiver reference. ``qsfp1_rx_p/n``,
-    ``qsfp1_tx_p/n``: 4 lanes (CMAC) or lane 0 (10/25G). ``qsfp1_modsell``, ``qsfp1_resetl``,
-    ``qsfp1_lpmode``, ``qsfp1_modprsl``, ``qsfp1_intl``: module sideband. ``led``: see
-    :func:`leds_for`. With DDR4 also ``c1_sys_clk_p/n`` (the controller's 250 MHz reference
-    clock), ``c1_ddr4_adr``, ``_ba``, ``_bg``, ``_ck_t``, ``_ck_c``, ``_cke``, ``_cs_n``,
-    ``_act_n``, ``_odt``, ``_reset_n`` and the bidirectional ``c1_ddr4_dq``, ``_dqs_t``,
-    ``_dqs_c``, ``_dm_dbi_n`` (I/O ports, listed in :attr:`io_ports`).
-
-    Clocks and resets: the core and the MAC's user interface run in one domain, the MAC's
-    transmit user clock (CMAC ``gt_txusrclk2``, 322.266 MHz, with ``rx_clk`` tied to it so the
-    receive side is in the same domain; 10/25G ``tx_mii_clk_0``, 390.625 / 156.25 MHz, with the
-    receive FIFO's ``rx_core_clk_0`` tied to it). The MAC's ``sys_reset`` is held for
-    :data:`POWER_ON_CYCLES` cycles of the board clock after configuration or CPU_RESET (and the
-    QSFP module is held in reset as long); the core's reset is asserted asynchronously by that
-    reset or the MAC's user resets and released synchronously to the core clock. Byte order
-    on the MAC port: byte 0 of a frame in the low lane of the first beat, on both sides; the
-    MAC adds and strips the FCS.
-
-    With DDR4: the controller runs on its reference clock and hands out its user clock
-    ``c0_ddr4_ui_clk`` (300 MHz, domain ``ui``); its ``sys_rst`` is the MAC's ``sys_reset``. The
-    core's AXI4 master (W bits, byte addresses of ``log2(mem_bytes)`` bits, 1-bit IDs) goes
-    through the asynchronous AXI clock converter (zero-extended to 31-bit addresses and 4-bit
-    IDs) to the controller's AXI slave port. :class:`~rocegen.boards.mem_reset.MemResetControl`
-    resets both AXI sides together (CPU_RESET, the MAC's resets, the controller's
-    ``c0_ddr4_ui_clk_sync_rst``, or calibration not complete) and releases the core's reset
-    after both.
+    Ports (the board's pins): ``clk_125mhz_p/n`` (the MAC's init/DRP clock, the reset logic);
+    ``cpu_reset`` (the CPU_RESET button: resets everything); ``btn_c`` (clears the error LED);
+    ``qsfp1_mgt_refclk_0_p/n`` (156.25 MHz); ``qsfp1_rx_p/n``, ``qsfp1_tx_p/n`` (4 lanes, or
+    lane 0 at 10/25G); the module sideband ``qsfp1_modsell``, ``_resetl``, ``_lpmode``,
+    ``_modprsl``, ``_intl``; ``led`` (:func:`leds_for`); with DDR4 ``c1_sys_clk_p/n`` and the
+    ``c1_ddr4_*`` memory pins.
     """
 
-    def __init__(self, *, mac_kind="cmac", line_rate_gbps=100, num_qps=8,
-                 mac="02:00:00:00:00:01", ip="10.0.0.2", memory="onchip", mem_bytes=None,
-                 axil=True, **endpoint_params):
-        if mac_kind not in ("cmac", "xxv"):
-            raise ValueError(f"mac_kind must be 'cmac' or 'xxv', not {mac_kind!r}")
-        rates = {"cmac": (100,), "xxv": (25, 10)}[mac_kind]
-        if line_rate_gbps not in rates:
-            raise ValueError(f"line_rate_gbps must be one of {rates} with mac_kind "
-                             f"{mac_kind!r}, not {line_rate_gbps!r}")
-        self.mac_kind = mac_kind
-        self.line_rate_gbps = line_rate_gbps
-        self.width = 512 if mac_kind == "cmac" else 64
-        self.core_clock_hz = {100: 322.265625e6, 25: 390.625e6, 10: 156.25e6}[line_rate_gbps]
-        self.mac = parse_mac(mac)
-        self.ip = parse_ip(ip)
-        if "clk_hz" in endpoint_params:
-            raise ValueError("clk_hz is the board's core clock; it cannot be set")
-        if memory == "axi4":
-            ddr = DDR4_C1
-            if mem_bytes is None:
-                mem_bytes = ddr.size_bytes
-            elif (not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool)
-                  or not ddr.min_bytes <= mem_bytes <= ddr.size_bytes
-                  or mem_bytes & (mem_bytes - 1)):
-                raise ValueError(f"mem_bytes with DDR4 must be a power of two from "
-                                 f"{ddr.min_bytes} (1 MiB) to {ddr.size_bytes} (2 GiB, the size "
-                                 f"of {ddr.name}), not {mem_bytes!r}")
-        self.memory = memory
-        self.axil = bool(axil)
-        self.endpoint = RoceEndpoint(self.width, num_qps, memory=memory, mem_bytes=mem_bytes,
-                                     clk_hz=self.core_clock_hz, qp_info=self.axil,
-                                     **endpoint_params)
-        self.has_connection_manager = "qp_open" in self.endpoint.signature.members
-        lanes = 4 if mac_kind == "cmac" else 1
-        members = {
-            "clk_125mhz_p": In(1), "clk_125mhz_n": In(1),
-            "cpu_reset": In(1), "btn_c": In(1),
-            "qsfp1_mgt_refclk_0_p": In(1), "qsfp1_mgt_refclk_0_n": In(1),
-            "qsfp1_rx_p": In(lanes), "qsfp1_rx_n": In(lanes),
-            "qsfp1_tx_p": Out(lanes), "qsfp1_tx_n": Out(lanes),
-            "qsfp1_modsell": Out(1), "qsfp1_resetl": Out(1), "qsfp1_lpmode": Out(1),
-            "qsfp1_modprsl": In(1), "qsfp1_intl": In(1),
-            "led": Out(8),
-        }
-        #: Bidirectional top-level ports (DDR4 data, strobes, masks), by name.
-        self.io_ports = {}
-        if memory == "axi4":
-            members.update({
-                "c1_sys_clk_p": In(1), "c1_sys_clk_n": In(1),
-                "c1_ddr4_adr": Out(17), "c1_ddr4_ba": Out(2), "c1_ddr4_bg": Out(1),
-                "c1_ddr4_ck_t": Out(1), "c1_ddr4_ck_c": Out(1), "c1_ddr4_cke": Out(1),
-                "c1_ddr4_cs_n": Out(1), "c1_ddr4_act_n": Out(1), "c1_ddr4_odt": Out(1),
-                "c1_ddr4_reset_n": Out(1),
-            })
-            lanes8 = DDR4_C1.data_width // 8
-            for name, width in (("c1_ddr4_dq", DDR4_C1.data_width), ("c1_ddr4_dqs_t", lanes8),
-                                ("c1_ddr4_dqs_c", lanes8), ("c1_ddr4_dm_dbi_n", lanes8)):
-                port = IOPort(width, name=name)
-                self.io_ports[name] = port
-                setattr(self, name, port)
-        super().__init__(members)
-        #: The parts around the core: the MAC, and with DDR4 the memory behind its AXI4 port.
-        if mac_kind == "cmac":
-            self.mac_ip = Cmac(CMAC_PLACEMENT, pfc=has_pause_ports(self.endpoint))
-        else:
-            self.mac_ip = XxvMac(line_rate_gbps, XXV_PLACEMENT, max_frame=XGMII_MAX_FRAME)
-        #: The master of the register block (with ``axil``): JTAG-to-AXI, for the hardware manager.
-        self.jtag_axi = JtagAxiLite() if self.axil else None
-        self.ddr4_axi = None
-        if memory == "axi4":
-            self.ddr4_axi = Ddr4Axi(DDR4_C1, self.width, len(self.endpoint.axi.aw.payload.addr),
-                                    **{n: self.io_ports[f"c1_ddr4_{n}"]
-                                       for n in ("dq", "dqs_t", "dqs_c", "dm_dbi_n")})
-
-    def elaborate(self, platform):
-        m = Module()
-
-        # board clock: 125 MHz LVDS -> IBUFDS -> BUFG, domain "init" (reset by CPU_RESET)
-        clk125 = m.submodules.clk125 = ClockInput()
-        m.d.comb += [clk125.p.eq(self.clk_125mhz_p), clk125.n.eq(self.clk_125mhz_n)]
-        m.domains.init = cd_init = ClockDomain("init")
-        m.submodules.rst_sync_init = rs_init = ResetSync("init")
-        m.d.comb += [cd_init.clk.eq(clk125.clk), rs_init.arst.eq(self.cpu_reset),
-                     cd_init.rst.eq(rs_init.rst)]
-
-        # MAC reset: held after configuration / CPU_RESET; the QSFP module is reset as long
-        por = Signal(range(POWER_ON_CYCLES + 1))
-        sys_reset = Signal(init=1)
-        with m.If(por != POWER_ON_CYCLES):
-            m.d.init += por.eq(por + 1)
-        m.d.init += sys_reset.eq(por != POWER_ON_CYCLES)
-        m.d.comb += [self.qsfp1_modsell.eq(0), self.qsfp1_lpmode.eq(0),
-                     self.qsfp1_resetl.eq(~sys_reset)]
-        beat = Signal(range(int(INIT_CLOCK_HZ // 2)))
-        init_heartbeat = Signal()
-        with m.If(beat == int(INIT_CLOCK_HZ // 2) - 1):
-            m.d.init += [beat.eq(0), init_heartbeat.eq(~init_heartbeat)]
-        with m.Else():
-            m.d.init += beat.eq(beat + 1)
-
-        # the MAC on QSFP28 cage 1, its clock the core's domain "sync"
-        ep = m.submodules.endpoint = self.endpoint
-        mac = m.submodules[self.mac_kind] = self.mac_ip
-        m.d.comb += [
-            mac.gt_ref_clk_p.eq(self.qsfp1_mgt_refclk_0_p),
-            mac.gt_ref_clk_n.eq(self.qsfp1_mgt_refclk_0_n),
-            mac.gt_rx_p.eq(self.qsfp1_rx_p), mac.gt_rx_n.eq(self.qsfp1_rx_n),
-            self.qsfp1_tx_p.eq(mac.gt_tx_p), self.qsfp1_tx_n.eq(mac.gt_tx_n),
-            (mac.init_clk if self.mac_kind == "cmac" else mac.dclk).eq(clk125.clk),
-            mac.sys_reset.eq(sys_reset),
-        ]
-        # the receive side has no backpressure: the core's network stack never stalls mac_rx
-        wiring.connect(m, mac.rx, ep.mac_rx)
-        wiring.connect(m, ep.mac_tx, mac.tx)
-        m.domains.sync = cd_sync = ClockDomain("sync")
-        m.d.comb += cd_sync.clk.eq(mac.clk)
-        reset_request = sys_reset | mac.usr_rx_reset | mac.usr_tx_reset | self.cpu_reset
-        if self.ddr4_axi is not None:
-            # DDR4 C1 behind the core's AXI4 port; it sequences the core's reset
-            ddr = m.submodules.ddr4 = self.ddr4_axi
-            wiring.connect(m, ep.axi, ddr.axi)
-            m.d.comb += [ddr.sys_clk_p.eq(self.c1_sys_clk_p), ddr.sys_clk_n.eq(self.c1_sys_clk_n),
-                         ddr.sys_reset.eq(sys_reset), ddr.reset_request.eq(reset_request),
-                         cd_sync.rst.eq(ddr.core_rst)]
-            m.d.comb += [getattr(self, f"c1_ddr4_{n}").eq(getattr(ddr, n))
-                         for n in ("adr", "ba", "bg", "ck_t", "ck_c", "cke", "cs_n", "act_n",
-                                   "odt", "reset_n")]
-        else:
-            m.submodules.rst_sync_core = rs_core = ResetSync("sync")
-            m.d.comb += [rs_core.arst.eq(reset_request), cd_sync.rst.eq(rs_core.rst)]
-
-        # the core: addresses, counters for the LEDs, registers over JTAG (with axil); ports a
-        # board does not use are tied off
-        watch, regs, used = core_control(
-            m, ep, mac=self.mac, ip=self.ip, axil=self.axil,
-            watch_groups=[[STATS.index(n) for n in ERROR_COUNTERS],
-                          [STATS.index(n) for n in ACK_COUNTERS]])
-        if regs is not None:
-            jtag = m.submodules.jtag_axi = self.jtag_axi
-            connect_axil(m, jtag, regs)
-            m.d.comb += jtag.rst.eq(cd_sync.rst)
-        used |= {"mac_rx", "mac_tx"}
-        if self.mac_kind == "cmac" and connect_pause(m, mac, ep):
-            used |= {"pause_rx", "pause_tx"}
-        if self.has_connection_manager:
-            used.add("qp_open")
-        if self.memory == "axi4":
-            used.add("axi")
-        tie_off(m, ep, used)
-
-        # LEDs
-        acked = Signal()
-        with m.If(watch.changed[1]):
-            m.d.sync += acked.eq(1)
-        qp_open = ep.qp_open.any() if self.has_connection_manager else acked
-        leds = m.submodules.leds = StatusLeds(blink=cycles_for(0.05, self.core_clock_hz),
-                                              heartbeat=cycles_for(0.5, self.core_clock_hz))
-        m.d.comb += [
-            leds.link.eq(mac.link),
-            leds.qp_open.eq(qp_open),
-            leds.tx.eq(ep.mac_tx.valid & ep.mac_tx.ready),
-            leds.rx.eq(ep.mac_rx.valid),
-            leds.error.eq(watch.changed[0] | mac.error),
-            leds.clear.eq(self.btn_c),
-            self.led.eq(Cat(leds.led_link, leds.led_qp, leds.led_traffic, leds.led_error,
-                            self.ddr4_axi.calib_done if self.ddr4_axi is not None
-                            else init_heartbeat,
-                            leds.led_heartbeat, ~self.qsfp1_modprsl, cd_sync.rst)),
-        ]
-        return m
+    clock, clock_hz, clock_submodule = "clk_125mhz", 125e6, "clk125"
+    qsfp, refclk = "qsfp1", "qsfp1_mgt_refclk_0"
+    buttons = {"cpu_reset": 1, "btn_c": 1}
+    reset_button, clear_button = "cpu_reset", "btn_c"
+    leds = ("link", "qp", "traffic", "error", "init_heartbeat", "heartbeat", "module_present",
+            "core_reset")
+    watch_acks = True
+    placements = {"cmac": CMAC_PLACEMENT, "xxv": XXV_PLACEMENT}
+    ddr4 = DDR4_C1
 
 
 _COMMON_PINS = [
@@ -490,14 +264,32 @@ _DDR4_PINS = [
 ]
 
 
+_SOURCES_NOTE = """\
+## What was checked, what to check
+
+The pin locations come from the VCU118's public constraint files (UG1224 lists the same
+nets); compare them with the VCU118 board files of your Vivado before programming a board.
+The board's platform description (`rocegen.boards.vcu118.VCU118Platform`) also has the 300 MHz
+system clock (G31/F31) and the two 250 MHz memory reference clocks (E12/D12, that of DDR4 C1,
+used by builds with DDR4 payload memory; AW26/AW27); this design runs its reset logic and the
+MAC IP's init/DRP clock on the 125 MHz clock (AY24/AY23, LVDS), whose frequency is the DRP
+clock frequency set in the IP.
+The design was checked with Verilator against port-compatible stubs of the vendor IP (the stub
+port lists follow the cores' instantiation templates); it has not been through Vivado here.
+If Vivado reports a port of the IP instance that does not exist, open the `.veo` template the
+IP generates under `vivado/ip/` and compare the names.
+"""
+
+
 def _uses_ddr4(top):
     return getattr(top, "memory", None) == "axi4"
 
 
-class _Vcu118Board(Board):
+class _Vcu118Board(CardBoard):
     platform = VCU118Platform
     top_name = "rocegen_vcu118"
-    ddr4 = DDR4_C1
+    top_class = Vcu118Top
+    sources_note = _SOURCES_NOTE
 
     def leds(self, top=None):
         return leds_for("axi4" if _uses_ddr4(top) else "onchip")
@@ -516,76 +308,10 @@ class _Vcu118Board(Board):
                 ("c0_ddr4_ui_clk", DDR4_C1.ui_clock_hz, "memory controller user clock "
                  "(generated): the controller's AXI port, the clock converter's master side"))
 
-    def ip_tcl(self, top=None):
-        text = (top.mac_ip if top is not None else self._mac_ip()).ip_tcl()
-        if _uses_ddr4(top):
-            text += top.ddr4_axi.ip_tcl()
-        if getattr(top, "jtag_axi", None) is not None:
-            text += top.jtag_axi.ip_tcl()
-        return text
-
-    def notes(self, top=None):
-        parts = [(top.mac_ip if top is not None else self._mac_ip()).notes()]
-        if _uses_ddr4(top):
-            parts.append(top.ddr4_axi.notes(top.endpoint.mem_bytes))
-        parts.append(_SOURCES_NOTE)
-        return "\n".join(p.strip() + "\n" for p in parts)
-
     def _lane_pins(self, lanes):
         bits = None if lanes == 4 else tuple(range(lanes))
         return [PinMap(f"qsfp1_{d}_{s}", "qsfp", 0, (d,), side=s, bits=bits)
                 for d in ("rx", "tx") for s in ("p", "n")]
-
-    def extra_xdc(self, top):
-        ddr4 = "" if not _uses_ddr4(top) else """\
-# the board clock and the DDR4 controller's clocks (derived from its reference) are unrelated;
-# the core clock and the controller's user clock stay related: between them are only the AXI
-# clock converter (timed by its own constraints) and the synchronizers below
-set_clock_groups -asynchronous \\
-    -group [get_clocks -include_generated_clocks clk_125mhz_p] \\
-    -group [get_clocks -include_generated_clocks c1_sys_clk_p]
-"""
-        return """\
-# the board clock and the transceiver clocks (derived from the QSFP reference) are unrelated
-set_clock_groups -asynchronous \\
-    -group [get_clocks -include_generated_clocks clk_125mhz_p] \\
-    -group [get_clocks -include_generated_clocks qsfp1_mgt_refclk_0_p]
-""" + ddr4 + """\
-
-# reset synchronizers: their flip-flops are preset asynchronously; the preset is not timed
-set_false_path -to [get_pins -of_objects [get_cells -hierarchical -filter \\
-    {ASYNC_REG == TRUE && NAME =~ *rst_sync_*}] -filter {REF_PIN_NAME == PRE}]
-# level synchronizers (link status, button; with DDR4 also calibration and the memory side's
-# AXI reset): the first flip-flop samples an unrelated signal
-set_false_path -to [get_pins -of_objects [get_cells -hierarchical -filter \\
-    {ASYNC_REG == TRUE && NAME =~ *cdc0_reg*}] -filter {REF_PIN_NAME == D}]
-
-# LEDs, buttons and the QSFP sideband are static or slow: not timed
-set_false_path -to [get_ports {led[*] qsfp1_modsell qsfp1_resetl qsfp1_lpmode}]
-set_false_path -from [get_ports {cpu_reset btn_c qsfp1_modprsl qsfp1_intl}]
-"""
-
-    def top(self, *, num_qps, mac, ip, memory, mem_bytes, axil=True, **endpoint_params):
-        return Vcu118Top(mac_kind=self.mac_kind, line_rate_gbps=self.line_rate_gbps,
-                         num_qps=num_qps, mac=mac, ip=ip, memory=memory, mem_bytes=mem_bytes,
-                         axil=axil, **endpoint_params)
-
-
-_SOURCES_NOTE = """\
-## What was checked, what to check
-
-The pin locations come from the VCU118's public constraint files (UG1224 lists the same
-nets); compare them with the VCU118 board files of your Vivado before programming a board.
-The board's platform description (`rocegen.boards.vcu118.VCU118Platform`) also has the 300 MHz
-system clock (G31/F31) and the two 250 MHz memory reference clocks (E12/D12, that of DDR4 C1,
-used by builds with DDR4 payload memory; AW26/AW27); this design runs its reset logic and the
-MAC IP's init/DRP clock on the 125 MHz clock (AY24/AY23, LVDS), whose frequency is the DRP
-clock frequency set in the IP.
-The design was checked with Verilator against port-compatible stubs of the vendor IP (the stub
-port lists follow the cores' instantiation templates); it has not been through Vivado here.
-If Vivado reports a port of the IP instance that does not exist, open the `.veo` template the
-IP generates under `vivado/ip/` and compare the names.
-"""
 
 
 class Vcu118Cmac(_Vcu118Board):
@@ -604,9 +330,6 @@ class Vcu118Cmac(_Vcu118Board):
         ("gt_txusrclk2", 322.265625e6, "CMAC user clock (generated): the core's clock"),
     )
     pins = property(lambda self: _COMMON_PINS + self._lane_pins(4))
-
-    def _mac_ip(self):
-        return Cmac(CMAC_PLACEMENT)
 
 
 class Vcu118Xxv(_Vcu118Board):
@@ -630,6 +353,3 @@ class Vcu118Xxv(_Vcu118Board):
         )
 
     pins = property(lambda self: _COMMON_PINS + self._lane_pins(1))
-
-    def _mac_ip(self):
-        return XxvMac(self.line_rate_gbps, XXV_PLACEMENT, max_frame=XGMII_MAX_FRAME)

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from rocegen.boards import BOARDS, get_board, write_build
-from rocegen.boards.core import CoreTop
+from rocegen.gateware.core import CoreTop
 from rocegen.gateware.emit import to_verilog
 from rocegen.gateware.integration import write_kit
 from rocegen.gateware.lib.stream import check_width
@@ -233,7 +233,7 @@ def _sim_demo(args):
         (f"_vlan{args.vlan}" if args.vlan is not None else "")
     core = out / f"rocegen_endpoint_{tag}.v"
     if xgmii:
-        text, how = kept_verilog("rocegen.boards.core:CoreTop", "rocegen_endpoint",
+        text, how = kept_verilog("rocegen.gateware.core:CoreTop", "rocegen_endpoint",
                                  width=args.width, num_qps=num_qps, phy="xgmii", **extra)
     else:
         text, how = kept_verilog("rocegen.gateware.roce.endpoint:RoceEndpoint", "rocegen_endpoint",

@@ -16,8 +16,11 @@ agree. Everything else is left as Yosys wrote it.
 import re
 
 from amaranth.back import verilog
+from amaranth.hdl import Value, ValueCastable
+from amaranth.hdl._ir import PortDirection
+from amaranth.lib import wiring
 
-__all__ = ["to_verilog", "repair_constant_blocks"]
+__all__ = ["to_verilog", "repair_constant_blocks", "component_ports"]
 
 _DUMMY_DECL = re.compile(r"^\s*reg (\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+)\s*= 0;", re.M)
 _CONST_BLOCK = re.compile(
@@ -54,3 +57,18 @@ def to_verilog(elaboratable, name="top", **kwargs):
     """Verilog text of ``elaboratable`` (see :func:`amaranth.back.verilog.convert`)."""
     kwargs.setdefault("emit_src", False)
     return repair_constant_blocks(verilog.convert(elaboratable, name=name, **kwargs))
+
+
+def component_ports(component):
+    """The ports of ``component`` (a :class:`~amaranth.lib.wiring.Component`) as
+    :func:`to_verilog` takes them, named and directed as Amaranth names the ports of a component
+    it converts itself: to convert a design elaborated beforehand
+    (:meth:`amaranth.hdl.Fragment.get`) into the same Verilog as the component."""
+    ports = {}
+    for path, member, value in component.signature.flatten(component):
+        if isinstance(value, ValueCastable):
+            value = value.as_value()
+        if isinstance(value, Value):
+            direction = PortDirection.Input if member.flow == wiring.In else PortDirection.Output
+            ports["__".join(map(str, path))] = (value, direction)
+    return ports

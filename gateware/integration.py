@@ -1,4 +1,4 @@
-"""The integration kit of the portable endpoint core (:class:`~rocegen.boards.core.CoreTop`),
+"""The integration kit of the portable endpoint core (:class:`~rocegen.gateware.core.CoreTop`),
 generated from its signature and the Amaranth layouts of its record ports, so that it always
 describes the Verilog it comes with:
 

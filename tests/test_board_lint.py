@@ -51,6 +51,8 @@ BUILDS = {
                    {XXV_MODULE: "xxv"}),
     "au250": (["--board", "au250", "--qps", "4"], "rocegen_au250", "au250",
               {CMAC_MODULE: "cmac", JTAG_AXI_MODULE: "jtag_axi"}),
+    "au55c": (["--board", "au55c", "--qps", "2"], "rocegen_au55c", "au55c",
+              {CMAC_MODULE: "cmac", JTAG_AXI_MODULE: "jtag_axi"}),
     # payloads in DDR4 C1: the whole of it at 100G, 64 MiB at 25G, 1 MiB at 10G
     "vcu118_ddr4": (["--board", "vcu118", "--qps", "2", "--retransmit-memory", "ddr4"],
                     "rocegen_vcu118", "vcu118",
@@ -213,6 +215,11 @@ def test_build_folder(builds, name):
     elif name == "au250":
         assert "| QPs | 4 (QPNs 256..259) |" in readme and "CMAC site CMACE4_X0Y8" in readme
         assert "corundum" in readme.lower() and "qsfp0_fs" in (folder / "au250.xdc").read_text()
+    elif name == "au55c":
+        assert "| QPs | 2 (QPNs 256..257) |" in readme and "CMAC site CMACE4_X0Y3" in readme
+        xdc = (folder / "au55c.xdc").read_text()
+        assert "corundum" in readme.lower() and "PACKAGE_PIN BE45" in xdc
+        assert "hbm_cattrip = 1'h0;" in text or "assign hbm_cattrip = 1'h0;" in text
     elif name == "vcu118":
         assert "| IPv4 address | 192.168.7.2 |" in readme and "| QPs | 2 (QPNs 256..257) |" in readme
         assert "262144 bytes of block RAM" in readme

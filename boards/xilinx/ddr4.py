@@ -1,17 +1,21 @@
 """DDR4 payload memory behind the core's AXI4 master: the DDR4 memory controller IP (``ddr4``,
 AXI4 slave port), an AXI clock converter (``axi_clock_converter``) from the core's clock to the
 controller's user clock, and the reset sequencing of both
-(:class:`~rocegen.boards.mem_reset.MemResetControl`), as one component; with the Tcl that
+(:class:`~rocegen.gateware.shell.mem_reset.MemResetControl`), as one component; with the Tcl that
 creates the two IPs and the BUILD.md section that describes them."""
 
 from amaranth.hdl import ClockDomain, ClockSignal, Const, Instance, IOPort, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.boards.mem_reset import MemResetControl
 from rocegen.gateware.lib.axi import Axi4Signature
+from rocegen.gateware.shell.mem_reset import MemResetControl
 
-__all__ = ["Ddr4Memory", "Ddr4Axi", "ddr4_module", "axi_cdc_module"]
+__all__ = ["Ddr4Memory", "Ddr4Axi", "ddr4_module", "axi_cdc_module", "PIN_WIDTHS"]
+
+#: The memory's address, command and clock pins (outputs of :class:`Ddr4Axi`), by name: widths.
+PIN_WIDTHS = {"adr": 17, "ba": 2, "bg": 1, "ck_t": 1, "ck_c": 1, "cke": 1, "cs_n": 1, "act_n": 1,
+              "odt": 1, "reset_n": 1}
 
 
 def ddr4_module(width, label="c1"):
@@ -115,8 +119,7 @@ class Ddr4Axi(wiring.Component):
             "sys_clk_p": In(1), "sys_clk_n": In(1), "sys_reset": In(1),
             "reset_request": In(1), "core_rst": Out(1), "calib_done": Out(1),
             "axi": In(Axi4Signature(addr_width, width, 1)),
-            "adr": Out(17), "ba": Out(2), "bg": Out(1), "ck_t": Out(1), "ck_c": Out(1),
-            "cke": Out(1), "cs_n": Out(1), "act_n": Out(1), "odt": Out(1), "reset_n": Out(1),
+            **{name: Out(width) for name, width in PIN_WIDTHS.items()},
         })
 
     def elaborate(self, platform):

@@ -28,7 +28,7 @@ from amaranth.hdl import Cat, Const, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream
 
 __all__ = ["WIDTHS", "check_width", "packet_layout", "PacketSignature", "keep_mask",
-           "keep_count", "empty_meta", "first_beat", "leading_lanes"]
+           "keep_count", "empty_meta", "first_beat", "leading_lanes", "is_packet_stream"]
 
 WIDTHS = (64, 128, 256, 512)
 
@@ -121,3 +121,14 @@ def leading_lanes(m, beat, take, width, nbytes, *, count_to=None):
             m.d.sync += idx.eq(idx + 1)
     lanes = Cat(*(Mux(idx == k, beat.data, cap[k * width:(k + 1) * width]) for k in range(nb)))
     return lanes, idx
+
+
+def _is_packet_layout(layout):
+    return (isinstance(layout, data.StructLayout)
+            and set(layout.members) == {"data", "keep", "last", "error", "meta"})
+
+
+def is_packet_stream(member):
+    """Whether ``member`` (a signature member) is a packet stream (:func:`PacketSignature`)."""
+    return (member.is_signature and isinstance(member.signature, stream.Signature)
+            and _is_packet_layout(data.Layout.cast(member.signature.members["payload"].shape)))

@@ -147,7 +147,7 @@ class EndpointTop(wiring.Component):
     at the last beat of the most recent frame into ``s_axis``, ``rx_frames`` counts them.
 
     With ``phy="xgmii"`` (``width`` 64 only) the endpoint sits behind the built-in 10G/25G XGMII
-    MAC (:func:`~rocegen.boards.core.xgmii_mac`, as in the core's XGMII build): the MAC side is
+    MAC (:func:`~rocegen.gateware.core.xgmii_mac`, as in the core's XGMII build): the MAC side is
     ``xgmii_rxd``/``xgmii_rxc`` in and ``xgmii_txd``/``xgmii_txc`` out (FCS, preamble, padding
     and inter-frame gap on the line) with the MAC's ``mac_*`` counters
     (:data:`~rocegen.gateware.xgmii_top.MAC_COUNTERS`), in place of ``s_axis`` and the ``mac_cap``
@@ -242,7 +242,7 @@ class EndpointTop(wiring.Component):
             ]
             cycle = mac.cycle
         else:
-            from rocegen.boards.core import xgmii_mac
+            from rocegen.gateware.core import xgmii_mac
             rx, tx = xgmii_mac(m, ep, counters=self)
             m.d.comb += [rx.rxd.eq(self.xgmii_rxd), rx.rxc.eq(self.xgmii_rxc),
                          self.xgmii_txd.eq(tx.txd), self.xgmii_txc.eq(tx.txc)]

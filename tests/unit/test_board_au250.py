@@ -77,6 +77,16 @@ def test_top_elaborates(num_qps):
     assert (len(top.qsfp0_tx_p), len(top.led), len(top.qsfp0_fs)) == (4, 3, 2)
 
 
+_DESIGNS = {}
+
+
+def _design(top):
+    """``top`` elaborated, once (a design elaborates once), for every test that looks at it."""
+    if id(top) not in _DESIGNS:
+        _DESIGNS[id(top)] = (top, Fragment.get(top, None))
+    return _DESIGNS[id(top)][1]
+
+
 def _instances(top):
     found = {}
 
@@ -85,7 +95,7 @@ def _instances(top):
             found.setdefault(frag.type, []).append(frag)
         for sub, _, _ in getattr(frag, "subfragments", []):
             walk(sub)
-    walk(Fragment.get(top, None))
+    walk(_design(top))
     return found
 
 
@@ -112,7 +122,7 @@ def test_cmac_wiring(top):
 
 
 def test_xdc_places_every_port_once(top):
-    xdc = get_board("au250").xdc(top)
+    xdc = get_board("au250").xdc(top, design=_design(top))
     placed = re.findall(r"set_property -dict \{PACKAGE_PIN (\S+)([^}]*)\} \[get_ports \{(\S+)\}\]",
                         xdc)
     bits = []

@@ -14,16 +14,6 @@ from amaranth.sim import Simulator
 
 from rocegen.boards import BOARDS, RETRANSMIT_MEMORIES, get_board
 from rocegen.boards.base import add_ram_style, check_build_params
-from rocegen.boards.common import (
-    LevelSync,
-    ResetSync,
-    StatsWatch,
-    StatusLeds,
-    Stretch,
-    core_control,
-)
-from rocegen.boards.core import CoreTop
-from rocegen.boards.mem_reset import MemResetControl
 from rocegen.boards.vcu118 import (
     CMAC_MODULE,
     DDR4_C1,
@@ -37,23 +27,33 @@ from rocegen.boards.vcu118 import (
     leds_for,
 )
 from rocegen.boards.xilinx import JTAG_AXI_MODULE
+from rocegen.gateware.core import CoreTop
+from rocegen.gateware.lib.level_sync import LevelSync
+from rocegen.gateware.lib.reset_sync import ResetSync
 from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
 from rocegen.gateware.roce.regmap import REGISTERS, windows_for
 from rocegen.gateware.roce.regs import AxiLiteRegs
+from rocegen.gateware.shell.control import core_control
+from rocegen.gateware.shell.mem_reset import MemResetControl
+from rocegen.gateware.shell.stats_watch import StatsWatch
+from rocegen.gateware.shell.status_leds import StatusLeds
+from rocegen.gateware.shell.stretch import Stretch
 from rocegen.sim.testing.harness import run_sim
 
 PART = "xcvu9p-flga2104-2L-e"
-#: The VCU118 targets (the Alveo U250 has its own tests: test_board_au250.py).
+#: The VCU118 targets (the Alveo cards have their own tests: test_board_au250.py,
+#: test_board_au55c.py).
 VCU118 = sorted(n for n in BOARDS if n.startswith("vcu118"))
 
 
 # -- registry and platform ---------------------------------------------------------------------
 
 def test_registry_describes_every_board():
-    assert set(BOARDS) == {"vcu118", "vcu118_25g", "vcu118_10g", "au250"}
+    assert set(BOARDS) == {"vcu118", "vcu118_25g", "vcu118_10g", "au250", "au55c"}
     for name, board in BOARDS.items():
         assert board.name == name
-        assert board.part == (PART if name in VCU118 else "xcu250-figd2104-2-e")
+        assert board.part == (PART if name in VCU118 else {"au250": "xcu250-figd2104-2-e",
+                                                           "au55c": "xcu55c-fsvh2892-2L-e"}[name])
         row = board.summary()
         assert set(row) == {"board", "mac", "line", "width", "core clock", "part", "clocks"}
         assert row["line"] == f"{board.line_rate_gbps:g}G"
@@ -295,15 +295,23 @@ def _port_bits(top):
     return bits
 
 
+_DESIGNS = {}
 _INSTANCES = {}
 
 
+def _design(top):
+    """``top`` elaborated. A design elaborates once, so it is kept for the next test that asks
+    about the same top (its instances, its constraints)."""
+    if id(top) not in _DESIGNS:
+        _DESIGNS[id(top)] = (top, Fragment.get(top, None))
+    return _DESIGNS[id(top)][1]
+
+
 def _instances(top):
-    """The instances of ``top``'s design by type (one of each type). A design elaborates once,
-    so the answer is kept for the next test that asks about the same top."""
+    """The instances of ``top``'s design by type (one of each type)."""
     from amaranth.hdl import Instance
     if id(top) in _INSTANCES:
-        return _INSTANCES[id(top)][1]
+        return _INSTANCES[id(top)]
     found = {}
 
     def walk(frag):
@@ -312,15 +320,15 @@ def _instances(top):
             found[frag.type] = frag
         for sub, _, _ in getattr(frag, "subfragments", []):
             walk(sub)
-    walk(Fragment.get(top, None))
-    _INSTANCES[id(top)] = (top, found)
+    walk(_design(top))
+    _INSTANCES[id(top)] = found
     return found
 
 
 @pytest.mark.parametrize("board", VCU118)
 def test_xdc_places_every_port_once(tops, board):
     b = get_board(board)
-    xdc = b.xdc(tops[board])
+    xdc = b.xdc(tops[board], design=_design(tops[board]))
     placed = re.findall(r"set_property -dict \{PACKAGE_PIN (\S+)([^}]*)\} \[get_ports \{(\S+)\}\]",
                         xdc)
     ports = [p for _, _, p in placed]
@@ -355,7 +363,7 @@ def test_xdc_places_every_ddr4_port(ddr4_tops, board):
     """Every bit of every port of a DDR4 build is placed once, with an I/O standard; the DDR4
     ports on the pins of DDR4 C1 and its reference clock."""
     top = ddr4_tops[board]
-    xdc = get_board(board).xdc(top)
+    xdc = get_board(board).xdc(top, design=_design(top))
     placed = _PLACED.findall(xdc)
     assert sorted(p for _, _, p in placed) == sorted(_port_bits(top))
     pins = [pin for pin, _, _ in placed]

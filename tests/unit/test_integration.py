@@ -12,8 +12,8 @@ import pytest
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-from rocegen.boards.core import CoreTop
 from rocegen.gateware import integration
+from rocegen.gateware.core import CoreTop
 from rocegen.gateware.roce import regmap
 from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS, RoceEndpoint
 from rocegen.gateware.roce.layouts import QP_CONTEXT, QpState

@@ -10,7 +10,7 @@ import pytest
 from amaranth.hdl import Fragment, UnusedElaboratable
 from amaranth.lib import data
 
-from rocegen.boards.core import CoreTop
+from rocegen.gateware.core import CoreTop
 from rocegen.gateware.roce.dcqcn_layouts import DCQCN_CONFIG, dcqcn_config, rate_units
 from rocegen.gateware.roce.endpoint import RoceEndpoint
 from rocegen.gateware.roce.regmap import python_accessor

@@ -5,10 +5,10 @@ from amaranth.hdl import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.boards.common import is_packet_stream
 from rocegen.gateware.lib.axi import Axi4Signature, axi4_members, connect_axi4
 from rocegen.gateware.lib.axis import axis_members, connect_axis
 from rocegen.gateware.lib.records import connect_record, record_members
+from rocegen.gateware.lib.stream import is_packet_stream
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
 from rocegen.gateware.roce.endpoint import IP_MTU, RoceEndpoint

@@ -5,7 +5,8 @@ from amaranth.hdl import ClockDomain, ClockSignal, DomainRenamer, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.boards.common import LevelSync, ResetSync
+from rocegen.gateware.lib.level_sync import LevelSync
+from rocegen.gateware.lib.reset_sync import ResetSync
 
 __all__ = ["MemResetControl"]
 
@@ -28,7 +29,8 @@ class MemResetControl(wiring.Component):
     makes the resets. Its flip-flops run in local domains reset by its two reset synchronizers
     (submodules ``rst_sync_core`` / ``rst_sync_mem``, flip-flops with ``ASYNC_REG``), and the
     signals crossing between the clocks go through two-flip-flop synchronizers (``cdc0`` /
-    ``cdc1``), so the board constraints that cut the paths into those apply.
+    ``cdc1``); both kinds carry their timing exceptions, which a build writes into the
+    constraints.
 
     Ports
     -----
