@@ -1,8 +1,8 @@
 """DCQCN's reaction point and the per-QP rate limiter: reaction time, size, and the rate law's
 trajectory.
 
-* reaction: the :class:`~rocegen.gateware.roce.dcqcn.DcqcnEngine` joined to a
-  :class:`~rocegen.gateware.roce.rate_limiter.RateLimiter` (its ``rate_w`` into the limiter's
+* reaction: the :class:`~rocegen.gateware.roce.cc.dcqcn.DcqcnEngine` joined to a
+  :class:`~rocegen.gateware.roce.cc.rate_limiter.RateLimiter` (its ``rate_w`` into the limiter's
   ``rate``, the reports of the packets sent into both), at 512 bits and 322.27 MHz with a 100G
   line and at 64 bits and 156.25 MHz with a 10G line, 8 and 256 QPs; QP 0 backlogged with
   1 KiB RDMA WRITEs (1106 bytes on the wire) on a path of W/8 bytes per cycle, a CNP for it in
@@ -19,7 +19,7 @@ trajectory.
   wire over the 16 frames before and from then on against the new rate.
 * size (``--synth``): Yosys figures of both blocks at 8 and 256 QPs (the limiter at 512 bits),
   mapped for area and for 8 LUT levels.
-* trajectory: the model (:class:`rocegen.sim.models.dcqcn.DcqcnRp`, the published defaults) of
+* trajectory: the model (:class:`rocegen.sim.models.cc.dcqcn.DcqcnRp`, the published defaults) of
   a QP sending at its rate after a burst of five CNPs 50 us apart, and after one CNP: RC, RT,
   alpha and the step counts.
 
@@ -34,10 +34,10 @@ from pathlib import Path
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
-from rocegen.gateware.roce.dcqcn import DcqcnEngine
-from rocegen.gateware.roce.dcqcn_layouts import dcqcn_config
-from rocegen.gateware.roce.rate_limiter import RateLimiter
-from rocegen.sim.models.dcqcn import DcqcnParams, DcqcnRp, rate_gbps
+from rocegen.gateware.roce.cc.dcqcn import DcqcnEngine
+from rocegen.gateware.roce.cc.dcqcn_layouts import dcqcn_config
+from rocegen.gateware.roce.cc.rate_limiter import RateLimiter
+from rocegen.sim.models.cc.dcqcn import DcqcnParams, DcqcnRp, rate_gbps
 from rocegen.sim.testing.congestion import SLOW, run_endpoint
 from rocegen.sim.testing.harness import run_sim
 from rocegen.tools.synth import synthesize

@@ -1,6 +1,6 @@
 """Throughput, message rate, ACK latency and size of the RC responder.
 
-The :class:`~rocegen.gateware.roce.responder.Responder` block (with a QP table) in the Amaranth
+The :class:`~rocegen.gateware.roce.responder.responder.Responder` block (with a QP table) in the Amaranth
 simulator, fed the request datagrams of the NIC model's requester (one QP, no loss, every
 payload checked in memory), memory and transmitter always ready:
 
@@ -35,13 +35,13 @@ from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
 from bench.bench_synth import LEVEL_GOAL
-from rocegen.gateware.roce.endpoint import RoceEndpoint, default_clk_hz
+from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint, default_clk_hz
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState
-from rocegen.gateware.roce.payload_memory import PayloadMemory
-from rocegen.gateware.roce.qp_table import QpTable
-from rocegen.gateware.roce.resp_cnp import RespCnp
-from rocegen.gateware.roce.responder import Responder, default_config
-from rocegen.sim.models.axi_write_mem import AxiWriteMemory
+from rocegen.gateware.roce.memory.payload_memory import PayloadMemory
+from rocegen.gateware.roce.requester.qp_table import QpTable
+from rocegen.gateware.roce.responder.resp_cnp import RespCnp
+from rocegen.gateware.roce.responder.responder import Responder, default_config
+from rocegen.sim.models.memory.axi_write_mem import AxiWriteMemory
 from rocegen.sim.models.packets import Packet, to_beats
 from rocegen.sim.models.rnic import IDEAL, Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver

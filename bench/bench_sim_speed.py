@@ -33,11 +33,11 @@ AMARANTH_READS = 24
 def amaranth_speed(width, reads=AMARANTH_READS):
     """(cycles, seconds) of the whole endpoint in Amaranth's simulator answering ``reads`` READs
     of the host (see the module documentation)."""
-    from rocegen.gateware.roce.endpoint import RoceEndpoint
+    from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint
     from rocegen.gateware.roce.layouts import QPN_BASE, QpState
-    from rocegen.gateware.roce.responder import default_config
-    from rocegen.sim.models.axi_ram import AxiRam
-    from rocegen.sim.models.axi_write_mem import AxiWriteMemory
+    from rocegen.gateware.roce.responder.responder import default_config
+    from rocegen.sim.models.memory.axi_ram import AxiRam
+    from rocegen.sim.models.memory.axi_write_mem import AxiWriteMemory
     from rocegen.sim.models.packets import Packet
     from rocegen.sim.models.rnic import IDEAL, Access, Rnic
     from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver

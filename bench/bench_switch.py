@@ -1,12 +1,12 @@
-"""Incast through the switch model (:mod:`rocegen.sim.models.switch`), PFC off and on.
+"""Incast through the switch model (:mod:`rocegen.sim.models.fabric.switch`), PFC off and on.
 
-Several senders (:class:`~rocegen.sim.models.switch.PacedSender`) at the full 100 Gb/s each
+Several senders (:class:`~rocegen.sim.models.fabric.switch.PacedSender`) at the full 100 Gb/s each
 send the same number of RoCEv2 RDMA WRITE MIDDLE frames (path MTU 1024: 1082 bytes, DSCP 26,
 ECT(0), valid ICRC) to one host behind one 100G port, over cables of ``--cable-ns`` each way.
 The switch classifies by DSCP (26 is priority 3), marks ECN with the DCQCN paper's RED
 settings (Kmin 5 KB, Kmax 200 KB, Pmax 1 %) and has ``--buffer`` bytes of shared buffer; with
 PFC, priority 3 is lossless with ``--xoff`` / ``--xon`` thresholds per ingress and the headroom
-:func:`~rocegen.sim.models.switch.pfc_headroom` gives for the cable.
+:func:`~rocegen.sim.models.fabric.switch.pfc_headroom` gives for the cable.
 
 Figures per run: utilization of the egress line (busy time over the time from its first frame
 to its last), goodput of the frames delivered over that time, frames delivered and dropped,
@@ -22,8 +22,8 @@ import argparse
 import time
 
 from rocegen.sim.models import icrc
-from rocegen.sim.models.checksum import internet_checksum
-from rocegen.sim.models.switch import PacedSender, Switch, line_ns, pfc_headroom, run
+from rocegen.sim.models.fabric.switch import PacedSender, Switch, line_ns, pfc_headroom, run
+from rocegen.sim.models.net.checksum import internet_checksum
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 

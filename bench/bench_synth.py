@@ -1,6 +1,6 @@
 """Resources of the RoCEv2 endpoint on AMD UltraScale+ from Yosys synthesis.
 
-Synthesizes the default cores (:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with 8 QPs
+Synthesizes the default cores (:class:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint` with 8 QPs
 and on-chip payload memory at W = 512 and 64, and with AXI4 memory at 512), each mapped for area
 (Yosys's default) and for :data:`LEVEL_GOAL` LUT levels, and, at W = 512, its
 major blocks one by one, and the W = 512 core once more mapped module by module to show which
@@ -42,7 +42,7 @@ from pathlib import Path
 import amaranth
 
 from rocegen.gateware.net.layouts import IP_OUT_META
-from rocegen.gateware.roce.endpoint import RoceEndpoint
+from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint
 from rocegen.gateware.roce.icrc import IcrcInsert
 from rocegen.tools.synth import (
     SynthesisError,

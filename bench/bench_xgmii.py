@@ -18,7 +18,7 @@ from amaranth.sim import Simulator
 
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
-from rocegen.sim.models import xgmii as X
+from rocegen.sim.models.mac import xgmii as X
 from rocegen.sim.models.packets import to_beats
 
 

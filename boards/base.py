@@ -20,7 +20,7 @@ from rocegen.gateware.core import CoreTop
 from rocegen.gateware.emit import component_ports, to_verilog
 from rocegen.gateware.integration import write_kit
 from rocegen.gateware.lib.false_path import design_false_paths
-from rocegen.gateware.roce.config import MAX_QPS, EndpointConfig
+from rocegen.gateware.roce.endpoint.config import MAX_QPS, EndpointConfig
 from rocegen.wire.addr import parse_ip, parse_mac
 
 __all__ = ["Board", "PinMap", "RETRANSMIT_MEMORIES", "write_build", "check_build_params",
@@ -124,7 +124,7 @@ class Board(abc.ABC):
     @abc.abstractmethod
     def top(self, *, num_qps, mac, ip, memory, mem_bytes, axil=True, **endpoint_params):
         """The board's top-level component around the core (``endpoint_params``: further
-        :class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` parameters; ``axil``: the core's
+        :class:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint` parameters; ``axil``: the core's
         AXI4-Lite register block with a JTAG-to-AXI master). The component has the attributes
         ``endpoint``, ``mac``, ``ip`` (integers), ``axil``, ``width`` and ``core_clock_hz``."""
 
@@ -281,7 +281,7 @@ def check_build_params(board, *, num_qps, mac, ip, retransmit_memory, width=None
                        mem_bytes=None, endpoint=None):
     """Validate the parameters of a board build; returns ``(memory, mem_bytes)`` for the core.
     ``endpoint``: further parameters of the core, checked by
-    :class:`~rocegen.gateware.roce.config.EndpointConfig` with the board's width and the
+    :class:`~rocegen.gateware.roce.endpoint.config.EndpointConfig` with the board's width and the
     memory chosen. Raises :exc:`ValueError` (or :exc:`TypeError`) with a message naming the
     parameter."""
     memory, mem_bytes = _check_board_params(board, num_qps=num_qps, mac=mac, ip=ip,

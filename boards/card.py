@@ -18,7 +18,7 @@ from rocegen.boards.xilinx.cmac import connect_pause, has_pause_ports
 from rocegen.boards.xilinx.ddr4 import PIN_WIDTHS
 from rocegen.gateware.core import XGMII_MAX_FRAME
 from rocegen.gateware.lib.reset_sync import ResetSync
-from rocegen.gateware.roce.endpoint import STATS, RoceEndpoint
+from rocegen.gateware.roce.endpoint.endpoint import STATS, RoceEndpoint
 from rocegen.gateware.shell.control import core_control, cycles_for, tie_off
 from rocegen.gateware.shell.status_leds import StatusLeds
 from rocegen.wire.addr import parse_ip, parse_mac
@@ -91,7 +91,7 @@ class CardTop(wiring.Component):
     Parameters: ``mac_kind`` (``"cmac"``: W = 512; ``"xxv"``: W = 64), ``line_rate_gbps`` (100;
     25 or 10), ``num_qps``, ``mac``, ``ip``, ``memory`` (``"onchip"`` or ``"axi4"``: the DDR4),
     ``mem_bytes``, ``axil`` (the register block behind the JTAG-to-AXI master) and
-    ``**endpoint_params`` (:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint`; ``clk_hz``
+    ``**endpoint_params`` (:class:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint`; ``clk_hz``
     is the MAC's user clock and cannot be set).
 
     Clocks and resets: the core and the MAC's user interface run in one domain, the MAC's

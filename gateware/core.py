@@ -11,8 +11,8 @@ from rocegen.gateware.lib.records import connect_record, record_members
 from rocegen.gateware.lib.stream import is_packet_stream
 from rocegen.gateware.mac.xgmii_rx import XgmiiRx
 from rocegen.gateware.mac.xgmii_tx import XgmiiTx
-from rocegen.gateware.roce.endpoint import IP_MTU, RoceEndpoint
-from rocegen.gateware.roce.regs import AxiLiteRegs, axil_members
+from rocegen.gateware.roce.endpoint.endpoint import IP_MTU, RoceEndpoint
+from rocegen.gateware.roce.endpoint.regs import AxiLiteRegs, axil_members
 from rocegen.gateware.xgmii_top import MAC_COUNTERS, XGMII_WIDTH
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -55,7 +55,7 @@ def xgmii_mac(m, endpoint, counters=None):
 
 
 class CoreTop(wiring.Component):
-    """:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with flat, Verilog-friendly port
+    """:class:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint` with flat, Verilog-friendly port
     names and fixed addresses: the core to instantiate in a hand-written FPGA top level.
 
     Every port of the endpoint appears at the top level, named after it:
@@ -86,7 +86,7 @@ class CoreTop(wiring.Component):
     Parameters
     ----------
     width, num_qps, memory
-        As for :class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` (W must be 64 with
+        As for :class:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint` (W must be 64 with
         ``phy="xgmii"``).
     phy : ``"axis"`` or ``"xgmii"``
         The MAC side (see above).
@@ -95,8 +95,8 @@ class CoreTop(wiring.Component):
         the reset values of the ``MAC_HI``/``MAC_LO``/``IP`` registers with ``axil``.
     axil : bool
         Add the AXI4-Lite control and status slave ``s_axil_*``
-        (:class:`~rocegen.gateware.roce.regs.AxiLiteRegs`, register map in
-        :mod:`~rocegen.gateware.roce.regmap`). It then owns the endpoint's read ports:
+        (:class:`~rocegen.gateware.roce.endpoint.regs.AxiLiteRegs`, register map in
+        :mod:`~rocegen.gateware.roce.endpoint.regmap`). It then owns the endpoint's read ports:
         ``stats_*``, ``qp_stats_*`` are not top-level ports; every counter, the per-QP counters
         and the QP table are read through it.
     **params

@@ -359,7 +359,7 @@ def port_table(top, name):
             "| Status | Value | Meaning |", "|---|---|---|"]
     out += [f"| `{s.name}` | {s.value} | {_STATUS_DOCS[s.name]} |" for s in CplStatus]
     if "stats_addr" in top.signature.members:
-        from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS
+        from rocegen.gateware.roce.endpoint.endpoint import QP_COUNTERS, STATS
         out += ["", "## Counters", "", "`stats_addr` -> `stats_data`:", "",
                 "| Address | Counter |", "|---|---|"]
         out += [f"| {k} | `{n}` |" for k, n in enumerate(STATS)]
@@ -436,7 +436,7 @@ def write_kit(top, name, folder):
         "template": (folder / f"{name}_inst.sv", instantiation(top, name)),
     }
     if top.axil:
-        from rocegen.gateware.roce import regmap
+        from rocegen.gateware.roce.endpoint import regmap
         cfg = top.endpoint.config
         files["registers"] = (folder / f"{name}_registers.md", regmap.registers_markdown(
             cfg, top.mac, top.ip, title=f"Registers of `{name}`"))

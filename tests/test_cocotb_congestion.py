@@ -42,10 +42,10 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Dot1Q, Ether
 
-from rocegen.gateware.roce.dcqcn_layouts import dcqcn_config
-from rocegen.gateware.roce.endpoint import RoceEndpoint, default_clk_hz, default_line_gbps
-from rocegen.sim.models.dcqcn import DcqcnParams, DcqcnRp
-from rocegen.sim.models.responder import CNP_DSCP
+from rocegen.gateware.roce.cc.dcqcn_layouts import dcqcn_config
+from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint, default_clk_hz, default_line_gbps
+from rocegen.sim.models.cc.dcqcn import DcqcnParams, DcqcnRp
+from rocegen.sim.models.responder.responder import CNP_DSCP
 from rocegen.sim.testing.cocotb_runner import (
     endpoint_sim_config,
     responder_sim_config,

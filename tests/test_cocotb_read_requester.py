@@ -12,7 +12,7 @@ opened afresh, a fresh host, local memory refilled): the responder builds the ot
 share (on chip at W = 64 and 512, AXI4 at 512), with the path MTU, the QP's timeout, the READ
 hole wait and (``rd_limit``) the QP's READ limit set at run time. Each test checks every
 scenario of its build and tier and reports each failure with the scenario's name. What the
-Amaranth simulator still proves: ``tests/unit/test_endpoint_read_requester.py`` (a build
+Amaranth simulator still proves: ``tests/unit/endpoint/test_endpoint_read_requester.py`` (a build
 without READs)."""
 
 import base64

@@ -11,9 +11,9 @@ import pytest
 from scapy.layers.l2 import ARP, Ether
 from scapy.utils import wrpcap
 
-from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.endpoint.endpoint import STATS
 from rocegen.sim.apps.replay import add_parser, run
-from rocegen.sim.models.netstack import NetStackModel
+from rocegen.sim.models.net.netstack import NetStackModel
 from rocegen.sim.testing import fuzz
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 

@@ -39,8 +39,8 @@ import random
 import pytest
 
 from bench.bench_isolation import CONFIGS
-from rocegen.gateware.roce.responder import default_config
-from rocegen.sim.models import cm as M
+from rocegen.gateware.roce.responder.responder import default_config
+from rocegen.sim.models.cm import cm as M
 from rocegen.sim.models.rnic import WcOpcode, WcStatus
 from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_scenarios
 from rocegen.wire.pattern import pattern

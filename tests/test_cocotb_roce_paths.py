@@ -2,7 +2,7 @@
 ``rocegen sim demo`` through the endpoint's own XGMII MAC with cocotbext-eth on the line, and
 with 802.1Q VLAN tags both ways (also ``rocegen sim serve --vlan`` with the host agent); and 256
 QPs sending at once, sharing the link evenly (the full tier's: a QP count of the matrix, and a
-build of its own; the gate shows the strict turns in tests/unit/test_scheduler.py). The demo
+build of its own; the gate shows the strict turns in tests/unit/requester/test_scheduler.py). The demo
 bench (:mod:`rocegen.sim.cocotb.roce_demo`) compares every byte in the host NIC model's memory and checks
 that every packet was executed exactly once; here its results and its pcap are checked again."""
 

@@ -22,7 +22,7 @@ import pytest
 from rocegen.host.agent import request
 from rocegen.host.cm_client import CmClient, CmError
 from rocegen.sim.apps.bridge import FrameReader, encode_frame
-from rocegen.sim.models import cm as M
+from rocegen.sim.models.cm import cm as M
 from rocegen.sim.models.rnic import Rnic
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.pattern import pattern

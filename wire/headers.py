@@ -228,7 +228,7 @@ ATOMIC_ACK_ETH = Header("atomic_ack_eth", [("orig", 64)])
 # catalogue, :mod:`rocegen.wire.opcodes`.
 
 #: The 64-byte datagram of the out-of-band connection manager (UDP port 17185; see
-#: :mod:`rocegen.gateware.roce.cm`). ``loc_*`` describe the sender, ``rem_*`` its peer. Byte 0
+#: :mod:`rocegen.gateware.roce.cm.cm`). ``loc_*`` describe the sender, ``rem_*`` its peer. Byte 0
 #: holds the request and reply codes; ``pmtu_code`` (byte 1), ``timeout_code`` (byte 5), the
 #: retry byte 25 and ``window_log2`` (byte 29: the remote window of test traffic) are zero in the
 #: original format; byte 51 flags test traffic (``tx_read``, bit 4, an extension: the test

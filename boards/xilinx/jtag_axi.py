@@ -6,22 +6,22 @@ from amaranth.hdl import ClockSignal, Instance, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.endpoint import STATS
-from rocegen.gateware.roce.regmap import ADDR_WIDTH, REGISTERS, windows_for
-from rocegen.gateware.roce.regs import axil_members
+from rocegen.gateware.roce.endpoint.endpoint import STATS
+from rocegen.gateware.roce.endpoint.regmap import ADDR_WIDTH, REGISTERS, windows_for
+from rocegen.gateware.roce.endpoint.regs import axil_members
 
 __all__ = ["JTAG_AXI_MODULE", "JtagAxiLite", "master_members", "connect_axil"]
 
 #: Module name of the JTAG-to-AXI Master IP in the build.
 JTAG_AXI_MODULE = "jtag_axi_lite"
 #: The IP's address width (its ``M_AXI_ADDR_WIDTH``); the register block decodes the low
-#: :data:`~rocegen.gateware.roce.regmap.ADDR_WIDTH` bits.
+#: :data:`~rocegen.gateware.roce.endpoint.regmap.ADDR_WIDTH` bits.
 IP_ADDR_WIDTH = 32
 
 
 def master_members(prefix, addr_width=ADDR_WIDTH):
     """Members of an AXI4-Lite master port ``<prefix>_*``: those of
-    :func:`~rocegen.gateware.roce.regs.axil_members` with every direction flipped."""
+    :func:`~rocegen.gateware.roce.endpoint.regs.axil_members` with every direction flipped."""
     return {name: (Out if m.flow == In else In)(m.shape)
             for name, m in axil_members(prefix, addr_width).items()}
 
@@ -47,7 +47,7 @@ class JtagAxiLite(wiring.Component):
     -----
     ``rst`` : In(1)
         Reset of the core's domain ``sync`` (active high; the IP's ``aresetn`` is its inverse).
-    ``m_axil_*`` : the AXI4-Lite master, :data:`~rocegen.gateware.roce.regmap.ADDR_WIDTH`-bit
+    ``m_axil_*`` : the AXI4-Lite master, :data:`~rocegen.gateware.roce.endpoint.regmap.ADDR_WIDTH`-bit
         byte addresses (the low bits of the IP's 32-bit addresses; the register block is the
         only slave, so the high bits are not decoded), 32-bit data.
 

@@ -25,9 +25,9 @@ from cocotbext.axi import (
     AxiStreamSource,
 )
 
-from rocegen.sim.models.cm import ACK_ACK, REQ_OPEN_QP, pmtu_code
-from rocegen.sim.models.cm import request as cm_request
-from rocegen.sim.models.cm import unpack as cm_unpack
+from rocegen.sim.models.cm.cm import ACK_ACK, REQ_OPEN_QP, pmtu_code
+from rocegen.sim.models.cm.cm import request as cm_request
+from rocegen.sim.models.cm.cm import unpack as cm_unpack
 from rocegen.sim.models.rnic import Rnic
 
 W = int(os.environ["EXAMPLE_WIDTH"])

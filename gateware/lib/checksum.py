@@ -5,7 +5,7 @@ a zero low byte. The checksum field of a header is the complement of the sum.
 
 Every function and block here returns the *sum* (not its complement) in the usual end-around
 carry form: 0 only when every word is zero, otherwise a value from 1 to 0xFFFF (a sum that is a
-multiple of 0xFFFF comes out as 0xFFFF). :mod:`rocegen.sim.models.checksum` computes the same.
+multiple of 0xFFFF comes out as 0xFFFF). :mod:`rocegen.sim.models.net.checksum` computes the same.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value

@@ -1,6 +1,6 @@
 """Datagrams stored whole with a record each, the two kept in step: the back half of the receive
-ingresses (:class:`~rocegen.gateware.roce.resp_ingress.RespIngress`,
-:class:`~rocegen.gateware.roce.read_ingress.ReadIngress`)."""
+ingresses (:class:`~rocegen.gateware.roce.responder.resp_ingress.RespIngress`,
+:class:`~rocegen.gateware.roce.read.read_ingress.ReadIngress`)."""
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring

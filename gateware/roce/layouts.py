@@ -247,7 +247,7 @@ RETRY_EVENT = data.StructLayout({
 })
 
 #: What an event does to its QP, as the retry engine's decision stage works it out (one flag
-#: each: see :class:`~rocegen.gateware.roce.retry_decide.RetryDecide`).
+#: each: see :class:`~rocegen.gateware.roce.requester.retry_decide.RetryDecide`).
 RETRY_FLAGS = data.StructLayout({name: 1 for name in (
     "psn", "ctx", "sent", "prog", "prog_end", "acks", "stale", "seq", "seq_rew", "rnr",
     "rnr_start", "fatal", "ignored_range", "ignored_seq", "ignored_rnr", "ignored_code",

@@ -8,7 +8,7 @@ from rocegen.gateware.lib.stream import PacketSignature, check_width, leading_la
 from rocegen.gateware.net.layouts import UDP_RX_META
 from rocegen.gateware.roce.icrc import ICRC_BYTES, IcrcCheck
 from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_num_qps
-from rocegen.gateware.roce.resp_ingress import is_request
+from rocegen.gateware.roce.responder.resp_ingress import is_request
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 
@@ -111,11 +111,11 @@ class RoceRx(wiring.Component):
         Every datagram as the ICRC check leaves it (IPv4 header first, ICRC removed, ``error``
         on the last beat when it was bad), beat by beat in the cycle it is taken, for the
         responder, whose ingress is always ready (``req.ready`` is not looked at). Requests (BTH
-        opcode :func:`~rocegen.gateware.roce.resp_ingress.is_request`) get the ``requests``
+        opcode :func:`~rocegen.gateware.roce.responder.resp_ingress.is_request`) get the ``requests``
         verdict after the length and ICRC checks: the responder makes the others. With
         ``reads``, so do READ responses (:func:`is_read_response`, the ``read_responses``
         verdict): the READ requester's ingress
-        (:class:`~rocegen.gateware.roce.read_ingress.ReadIngress`) makes the others. Without
+        (:class:`~rocegen.gateware.roce.read.read_ingress.ReadIngress`) makes the others. Without
         ``reads``, ``read_responses`` is constant 0.
 
     Behaviour

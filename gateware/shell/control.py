@@ -4,7 +4,7 @@ AXI4-Lite register block, and the tie-off of the ports a board leaves unused."""
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.regs import AxiLiteRegs
+from rocegen.gateware.roce.endpoint.regs import AxiLiteRegs
 from rocegen.gateware.shell.stats_watch import StatsWatch
 
 __all__ = ["cycles_for", "tie_off", "core_control"]
@@ -49,7 +49,7 @@ def core_control(m, endpoint, *, mac, ip, watch_groups, axil):
     """The control and status side of a board top's endpoint, in module ``m``: the endpoint's
     addresses, the status LEDs' counter watcher and, with ``axil``, the AXI4-Lite register
     block. Returns ``(watch, regs, used)``: the :class:`StatsWatch` (submodule
-    ``stats_watch``) of ``watch_groups``, the :class:`~rocegen.gateware.roce.regs.AxiLiteRegs`
+    ``stats_watch``) of ``watch_groups``, the :class:`~rocegen.gateware.roce.endpoint.regs.AxiLiteRegs`
     (submodule ``regs``; ``None`` without ``axil``) whose ``s_axil_*`` slave port the caller
     connects to a master, and the endpoint ports used here (for :func:`tie_off`).
 

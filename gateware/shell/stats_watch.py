@@ -9,7 +9,7 @@ __all__ = ["StatsWatch"]
 
 class StatsWatch(wiring.Component):
     """Watches a few counters of a statistics read port (``stats_addr`` in, ``stats_data`` out
-    one cycle later, as :class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` has) and reports
+    one cycle later, as :class:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint` has) and reports
     which of them changed.
 
     The watcher drives ``stats_addr`` and reads the counters in turn, one per cycle, round robin

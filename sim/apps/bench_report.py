@@ -477,7 +477,7 @@ def markdown(results):
     if loss:
         out += ["### Goodput under loss", "", "![loss](img/loss.png)", "",
                 "One QP, 4 KiB RDMA WRITEs from the traffic generator, PMTU 4096, MAC at 100 Gb/s, "
-                "through the link model (`sim/models/link.py`), which loses frames at random with "
+                "through the link model (`sim/models/fabric/link.py`), which loses frames at random with "
                 "the same probability in each direction (data and acknowledgements alike) and "
                 "delays each direction by half the round trip. Goodput is the payload over the time "
                 "from the start of the run to its last completion (the last acknowledgement's round "
@@ -738,7 +738,7 @@ def _read_markdown(results):
 def _incast_markdown(results):
     """The "Incast" section: the closed-loop incast model's runs (batch ``incast``)."""
     from rocegen.sim.apps import incast
-    from rocegen.sim.models.dcqcn import rate_gbps
+    from rocegen.sim.models.cc.dcqcn import rate_gbps
     rows = results.get("incast", [])
     if not rows:
         return []
@@ -764,11 +764,11 @@ def _incast_markdown(results):
                 "the incast's first microseconds window by window, on the right the whole run.",
                 ""]
     out += [f"Not the endpoint in Verilator: the Python model behind `rocegen sim incast` "
-            f"(`sim/models/incast.py`; batch `{rows[0]['batch']}`{when}), event by event. "
+            f"(`sim/models/fabric/incast.py`; batch `{rows[0]['batch']}`{when}), event by event. "
             f"{p['senders']} senders (FPGA endpoints, one RC QP each, each on its own "
             f"{p['line_gbps']:g} Gb/s line) send RDMA WRITE packets of {p['pmtu']} bytes "
             f"({rows[0]['frame_bytes']}-byte frames, DSCP 26, ECT(0)) through the switch model "
-            f"(`sim/models/switch.py`) into one {p['line_gbps']:g}G port towards the host NIC, "
+            f"(`sim/models/fabric/switch.py`) into one {p['line_gbps']:g}G port towards the host NIC, "
             f"for {p['us'] / 1e3:g} ms; \"converged\" figures are taken from "
             f"{p['settle_us'] / 1e3:g} ms on. Each sender paces itself as the gateware does: the "
             f"DCQCN rate law of each QP (`DcqcnRp`, the DCQCN paper's parameters: g = "

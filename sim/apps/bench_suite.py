@@ -58,7 +58,7 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   frames during responder traffic (:func:`rocegen.sim.cocotb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
 * **Incast** (batch ``incast``; ``quick-incast`` in ``--quick``): not the endpoint in
-  Verilator but the Python model of a closed-loop incast (:mod:`rocegen.sim.models.incast`,
+  Verilator but the Python model of a closed-loop incast (:mod:`rocegen.sim.models.fabric.incast`,
   :mod:`rocegen.sim.apps.incast`), 4 senders with the gateware's DCQCN reaction point into one
   100G switch port, DCQCN on and off, PFC on and off: utilization, fairness, queue, drops,
   pauses, CNPs. Run in the suite's process; its batches are listed under ``model_batches``.
@@ -280,7 +280,7 @@ def responder_axi4():
 
     from amaranth.hdl import UnusedElaboratable
 
-    from rocegen.gateware.roce.endpoint import RoceEndpoint
+    from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedElaboratable)      # built only to ask
         try:

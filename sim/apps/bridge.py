@@ -41,7 +41,7 @@ import selectors
 import socket
 import struct
 
-from rocegen.sim.models.checksum import internet_checksum, udp_checksum
+from rocegen.sim.models.net.checksum import internet_checksum, udp_checksum
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.headers import (
     ARP,

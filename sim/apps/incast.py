@@ -1,4 +1,4 @@
-"""``rocegen sim incast``: the closed-loop incast of :mod:`rocegen.sim.models.incast` (senders
+"""``rocegen sim incast``: the closed-loop incast of :mod:`rocegen.sim.models.fabric.incast` (senders
 with the gateware's DCQCN reaction point and rate limiter, the switch model's ECN marking and
 PFC, the host's notification point) from the command line, its figures as JSON and plots; and
 the ``incast`` batch of ``rocegen bench`` (:func:`bench_runs`, :func:`run_bench`), whose rows
@@ -41,7 +41,7 @@ _FIELDS = {"--senders": "senders", "--us": "us", "--kmin": "kmin", "--kmax": "km
 
 def add_parser(subparsers):
     """Add the ``incast`` sub-command to ``rocegen sim``'s sub-parsers."""
-    from rocegen.sim.models import incast as m
+    from rocegen.sim.models.fabric import incast as m
     d = m.IncastConfig()
     p = subparsers.add_parser(
         "incast", help="N senders with DCQCN into one 100G switch port (ECN, PFC): link "
@@ -114,9 +114,9 @@ def add_parser(subparsers):
 
 
 def config_of(args):
-    """The :class:`~rocegen.sim.models.incast.IncastConfig` of parsed options; ValueError naming
+    """The :class:`~rocegen.sim.models.fabric.incast.IncastConfig` of parsed options; ValueError naming
     the option for a bad value."""
-    from rocegen.sim.models.incast import IncastConfig
+    from rocegen.sim.models.fabric.incast import IncastConfig
     kw = {field: getattr(args, field) for field in _FIELDS.values()}
     try:
         return IncastConfig(dcqcn=args.dcqcn, pfc=args.pfc, **kw)
@@ -153,7 +153,7 @@ def summary(r):
 
 def run(args):
     """``rocegen sim incast``: returns the exit status."""
-    from rocegen.sim.models.incast import simulate
+    from rocegen.sim.models.fabric.incast import simulate
     cfg = config_of(args)
     t0 = time.perf_counter()
     r = simulate(cfg)
@@ -293,7 +293,7 @@ def run_bench(runs, log=print):
     "incast"``); the plotted runs (:data:`PLOTTED`) keep their series in windows of
     :data:`PLOT_STEP_US` (and every sample of the first :data:`START_US`), as far as the plots
     show them (no queue snapshots; no DCQCN rates without DCQCN), the others none."""
-    from rocegen.sim.models.incast import IncastConfig, simulate
+    from rocegen.sim.models.fabric.incast import IncastConfig, simulate
     rows = []
     t0 = time.perf_counter()
     for spec in runs:
@@ -312,7 +312,7 @@ def run_bench(runs, log=print):
         log(f"  {_title(r)}: utilization {100 * r['utilization_converged']:.2f} % converged, "
             f"Jain {r['jain_fairness']:.4f}, drops {r['drops']}, {wall:.1f} s")
     seconds = time.perf_counter() - t0
-    batch = {"runs": len(rows), "model": "rocegen.sim.models.incast",
+    batch = {"runs": len(rows), "model": "rocegen.sim.models.fabric.incast",
              "simulated_us": sum(r["parameters"]["us"] for r in rows),
              "process_seconds": round(seconds, 2)}
     return batch, rows

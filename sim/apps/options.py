@@ -1,6 +1,6 @@
 """Command-line options of the endpoint's generator parameters, shared by ``rocegen verilog``,
 ``rocegen build`` and ``rocegen sim serve``: made from the fields of
-:class:`~rocegen.gateware.roce.config.EndpointConfig` (name, help, type, range), with the
+:class:`~rocegen.gateware.roce.endpoint.config.EndpointConfig` (name, help, type, range), with the
 checks of which options need which, and the renaming of parameter errors to the option that
 set them.
 
@@ -14,7 +14,7 @@ and on for ``rocegen sim serve`` (``add_endpoint_options(..., responder=True)``)
 import argparse
 import dataclasses
 
-from rocegen.gateware.roce.config import check_field, params
+from rocegen.gateware.roce.endpoint.config import check_field, params
 
 __all__ = ["ENDPOINT_OPTIONS", "add_endpoint_options", "endpoint_params", "option_error",
            "parse_region"]
@@ -22,7 +22,7 @@ __all__ = ["ENDPOINT_OPTIONS", "add_endpoint_options", "endpoint_params", "optio
 
 #: Endpoint parameters with a command-line option (the connection manager's port aside, whose
 #: option each command names): option -> (parameter, how the error messages name it), from the
-#: fields of :class:`~rocegen.gateware.roce.config.EndpointConfig`.
+#: fields of :class:`~rocegen.gateware.roce.endpoint.config.EndpointConfig`.
 ENDPOINT_OPTIONS = {p.cli: (name, (*p.aliases, name)) for name, (_, p) in params().items()
                     if p.cli and name != "cm_port"}
 
@@ -54,7 +54,7 @@ def _add_option(parser, option, p, default):
 
 def add_endpoint_options(parser, port_option, *, responder=False):
     """The endpoint's options on ``parser``, one per field of
-    :class:`~rocegen.gateware.roce.config.EndpointConfig` that has one (``port_option``: the
+    :class:`~rocegen.gateware.roce.endpoint.config.EndpointConfig` that has one (``port_option``: the
     name of the connection manager's port option); ``responder``: whether the RC responder is
     on unless told. Every option defaults to None (the config's default), ``--responder`` to
     ``responder``."""

@@ -190,7 +190,7 @@ def responder_conf(width, num_qps, params):
 
     from amaranth.hdl import UnusedElaboratable
 
-    from rocegen.gateware.roce.responder import default_config
+    from rocegen.gateware.roce.responder.responder import default_config
     from rocegen.sim.apps.options import option_error
     from rocegen.sim.testing.roce_tops import EndpointTop
     # (built for its configuration only, never elaborated: no warnings about that)

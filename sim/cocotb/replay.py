@@ -9,7 +9,7 @@ of every QP), ``results`` (path of the JSON written), optionally ``quiet_cycles`
 Sequence: reset; QPs opened through ``qppsn`` / ``qpctl``; every non-empty frame sent on
 ``s_axis`` back to back (``tuser`` 0: no FCS error); then the testbench waits until the endpoint is
 idle -- no counter has changed and no frame has left for ``quiet_cycles`` cycles -- and reads
-every counter of :data:`rocegen.gateware.roce.endpoint.STATS`. The MAC is always ready;
+every counter of :data:`rocegen.gateware.roce.endpoint.endpoint.STATS`. The MAC is always ready;
 ``cpl`` too. Nothing else is driven: no work request is posted, so any completion comes from
 the frames.
 
@@ -47,9 +47,9 @@ from cocotb.triggers import ClockCycles, ValueChange
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.net.stack import STATS as NET_STATS
-from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.endpoint.endpoint import STATS
 from rocegen.gateware.roce.layouts import COMPLETION, CplStatus, WrSource
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.sim.apps.replay import read_frames
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.framecheck import FrameChecker

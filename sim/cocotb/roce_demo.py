@@ -96,13 +96,13 @@ import cocotb
 from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
 
+from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
-from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
-from rocegen.sim.models.cm import ACK_ACK, CM_PORT, REPLY_PORT, REQ_CLOSE_QP, REQ_OPEN_QP, pmtu_code
-from rocegen.sim.models.cm import request as cm_request
-from rocegen.sim.models.cm import unpack as cm_unpack
-from rocegen.sim.models.link import Link
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.sim.models.cm.cm import ACK_ACK, CM_PORT, REPLY_PORT, REQ_CLOSE_QP, REQ_OPEN_QP, pmtu_code
+from rocegen.sim.models.cm.cm import request as cm_request
+from rocegen.sim.models.cm.cm import unpack as cm_unpack
+from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.models.rnic import Rnic
 from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.roce_env import (

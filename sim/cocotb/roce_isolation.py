@@ -52,7 +52,7 @@ import cocotb
 from cocotbext.axi import AxiStreamFrame
 
 from rocegen.gateware.roce.layouts import CplStatus, QpState, WrOpcode
-from rocegen.gateware.roce.resp_layouts import RecvStatus
+from rocegen.gateware.roce.responder.resp_layouts import RecvStatus
 from rocegen.sim.cocotb.roce_resp import (
     HOST_BASE,
     HOST_QPN,
@@ -66,7 +66,7 @@ from rocegen.sim.cocotb.roce_resp import (
     roce_opcode,
     share,
 )
-from rocegen.sim.models.link import Link
+from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.models.rnic import WcStatus
 from rocegen.sim.testing.fuzz import valid_request
 from rocegen.sim.testing.roce_env import (

@@ -30,19 +30,19 @@ import cocotb
 from cocotb.triggers import ClockCycles, Event, First, Lock, RisingEdge, Timer
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
 
-from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.endpoint.endpoint import STATS
+from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
-from rocegen.gateware.roce.read_layouts import READ_WAIT_CONFIG
-from rocegen.gateware.roce.resp_layouts import (
+from rocegen.gateware.roce.read.read_layouts import READ_WAIT_CONFIG
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.responder.resp_layouts import (
     RECV_COMPLETION,
     RECV_POST,
     RESP_CONFIG_WRITE,
     RecvOpcode,
     RecvStatus,
 )
-from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
-from rocegen.sim.models.link import Link
+from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.models.rnic import Rnic, WcStatus
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.roce_env import (

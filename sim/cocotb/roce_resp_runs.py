@@ -78,7 +78,7 @@ from collections import Counter
 
 import cocotb
 
-from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.endpoint.endpoint import STATS
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
 from rocegen.sim.cocotb.roce_demo import framecheck_wait
 from rocegen.sim.cocotb.roce_resp import (

@@ -11,7 +11,7 @@ interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the defa
 ``"wire"``, where RoCEv2 frames go), ``vlan`` (the FPGA port's VLAN ID, None for untagged),
 ``stop_file`` (the testbench stops once this file exists), ``loss`` (optional: ``to_fpga`` and
 ``from_fpga``, the probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is
-a :class:`~rocegen.sim.models.link.Link` of its own, other frames are never lost; the status
+a :class:`~rocegen.sim.models.fabric.link.Link` of its own, other frames are never lost; the status
 file counts its frames in ``loss``), ``responder`` (with the RC responder:
 ``regions``, each QP's ``[rkey, base, length]`` as built, and ``rq_depth``; else None). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
@@ -53,10 +53,10 @@ import cocotb
 from cocotb.triggers import First, Timer, ValueChange
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
-from rocegen.gateware.roce.endpoint import STATS
-from rocegen.gateware.roce.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
+from rocegen.gateware.roce.endpoint.endpoint import STATS
+from rocegen.gateware.roce.responder.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
 from rocegen.sim.apps.bridge import HostSide
-from rocegen.sim.models.link import Link
+from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
 from rocegen.sim.testing.pcap import PcapWriter

@@ -5,7 +5,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from rocegen.gateware.net.stack import STATS
-from rocegen.sim.models.netstack import normalise
+from rocegen.sim.models.net.netstack import normalise
 
 __all__ = ["pauses", "frame_bytes", "read_stats", "compare_responses"]
 

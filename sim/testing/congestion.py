@@ -3,7 +3,7 @@ simulator, with a CNP from the host: the DCQCN benchmark's whole-endpoint reacti
 (``bench/bench_dcqcn.py``). Frames are timed at their first and last beat on ``mac_tx``; the
 CNP at its last beat on ``mac_rx``."""
 
-from rocegen.gateware.roce.endpoint import RoceEndpoint
+from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState, WrOpcode
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.models.rnic import IDEAL, Rnic

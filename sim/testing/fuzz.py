@@ -82,11 +82,11 @@ correct ICRC, a request opcode, a valid P_Key, a good QP as DestQP and ``peer_ip
 import random
 from contextlib import contextmanager
 
-from rocegen.gateware.roce.endpoint import IP_MTU
+from rocegen.gateware.roce.endpoint.endpoint import IP_MTU
 from rocegen.gateware.roce.layouts import MAX_QPS, QPN_BASE
 from rocegen.gateware.roce.rx import ACK_MIN, BTH_MIN, CNP_MIN, COUNTERS
 from rocegen.sim.models import icrc as icrc_model
-from rocegen.sim.models.checksum import (
+from rocegen.sim.models.net.checksum import (
     data_sum,
     internet_checksum,
     pseudo_header_sum,
@@ -728,7 +728,7 @@ def roce_datagram(frame, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
     """``(ipv4, udp, payload)`` -- the IPv4 header fields, the UDP header fields and the UDP
     payload -- of a frame the network stack delivers to UDP port 4791, or None (the rules are
     in the module documentation). ``vlan`` and ``mtu`` are the stack's parameters (the
-    endpoint's defaults: untagged, :data:`~rocegen.gateware.roce.endpoint.IP_MTU`)."""
+    endpoint's defaults: untagged, :data:`~rocegen.gateware.roce.endpoint.endpoint.IP_MTU`)."""
     frame = bytes(frame)
     hlen = H.ETH.length if vlan is None else H.ETH_VLAN.length
     if len(frame) < hlen:

@@ -7,8 +7,8 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.axi import Axi4Signature, axi4_members, connect_axi4
 from rocegen.gateware.lib.axis import axis_members, connect_axis
-from rocegen.gateware.roce.axi_reader import AxiPayloadReader
 from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.gateware.roce.memory.axi_reader import AxiPayloadReader
 
 __all__ = ["AxiReaderTop"]
 

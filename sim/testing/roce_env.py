@@ -34,7 +34,7 @@ wakes when the line is free again and at the requester's timers (retransmit time
 RNR wait: :meth:`~rocegen.sim.models.rnic.Rnic.next_due` covers them). :attr:`MacModel.requests` records
 the line time of each requester packet.
 
-Optionally a faulty link (:class:`~rocegen.sim.models.link.Link`) sits in each direction:
+Optionally a faulty link (:class:`~rocegen.sim.models.fabric.link.Link`) sits in each direction:
 ``to_nic`` between the endpoint's MAC and the NIC model, ``from_nic`` between the NIC model's
 answers and ``s_axis``. A frame the link corrupted is given to the NIC model with its strict
 checks off (a real NIC drops it on its checksum or ICRC), and the NIC model's log entries it
@@ -70,8 +70,8 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 from rocegen.gateware.lib.memport import mem_write_layout
 from rocegen.gateware.lib.records import pack, unpack
 from rocegen.gateware.roce.layouts import COMPLETION, QPN_BASE, WORK_REQUEST, QpState
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
-from rocegen.sim.models.link import Link
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.models.rnic import IDEAL, Behaviour
 from rocegen.sim.testing.cocotb_helpers import Capture
 from rocegen.sim.testing.framecheck_pool import make_framecheck
@@ -180,7 +180,7 @@ class MacFrames:
 class MacModel:
     """The MAC and the host NIC on the far side of it (see the module documentation).
 
-    ``to_nic`` / ``from_nic``: optional :class:`~rocegen.sim.models.link.Link` of each direction
+    ``to_nic`` / ``from_nic``: optional :class:`~rocegen.sim.models.fabric.link.Link` of each direction
     (``None``: a perfect link without delay). They may be replaced between runs, when
     :attr:`in_flight` is 0. :attr:`bytes_per_cycle` (the line-rate budget, ``None`` for none)
     and :attr:`backpressure` may be changed at any time.

@@ -7,21 +7,21 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.axi import axi4_members, connect_axi4
 from rocegen.gateware.lib.axis import axis_members, connect_axis
 from rocegen.gateware.lib.records import connect_record, record_members
-from rocegen.gateware.roce.dcqcn_layouts import DCQCN_CONFIG, RATE_BITS
-from rocegen.gateware.roce.endpoint import QP_COUNTERS, STATS, RoceEndpoint
+from rocegen.gateware.roce.cc.dcqcn_layouts import DCQCN_CONFIG, RATE_BITS
+from rocegen.gateware.roce.endpoint.endpoint import QP_COUNTERS, STATS, RoceEndpoint
+from rocegen.gateware.roce.frontend.stream_in import STREAM_META
+from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG
 from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
 from rocegen.gateware.roce.layouts import COMPLETION, TRAFFIC_CONFIG, WORK_REQUEST
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
-from rocegen.gateware.roce.read_layouts import READ_WAIT_CONFIG
-from rocegen.gateware.roce.resp_layouts import (
+from rocegen.gateware.roce.read.read_layouts import READ_WAIT_CONFIG
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from rocegen.gateware.roce.responder.resp_layouts import (
     CNP_CONFIG,
     RECV_COMPLETION,
     RECV_POST,
     RESP_CONFIG_WRITE,
 )
-from rocegen.gateware.roce.responder import Responder
-from rocegen.gateware.roce.stream_in import STREAM_META
-from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
+from rocegen.gateware.roce.responder.responder import Responder
 from rocegen.sim.testing.capture import StreamCapture
 from rocegen.wire.addr import parse_ip, parse_mac
 
@@ -95,7 +95,7 @@ class IcrcTop(wiring.Component):
 
 
 class ResponderTop(Elaboratable):
-    """The :class:`~rocegen.gateware.roce.responder.Responder` (``resp``, its other ports the
+    """The :class:`~rocegen.gateware.roce.responder.responder.Responder` (``resp``, its other ports the
     testbench's) beside the QP table it reads its contexts from (``qps``: write contexts through
     ``qps.ctl``), for the Amaranth simulator. ``mem_bytes``: the local memory written."""
 
@@ -112,7 +112,7 @@ class ResponderTop(Elaboratable):
 
 
 class EndpointTop(wiring.Component):
-    """:class:`~rocegen.gateware.roce.endpoint.RoceEndpoint` with flat port names for the
+    """:class:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint` with flat port names for the
     cocotb testbenches: the MAC as ``s_axis`` (frames in); record streams as
     ``<name>_data/_valid/_ready`` (``wr``, ``qpctl``, ``qppsn``, ``gen``, and ``memw`` with
     on-chip memory); the streaming front end as ``s_msg_axis`` plus ``msg_meta``; the AXI4
@@ -127,7 +127,7 @@ class EndpointTop(wiring.Component):
     * the completions, ring ``cpl_cap`` (:data:`COMPLETION` entries) with random backpressure
       (``cpl_bp_threshold``, ``cpl_bp_seed``); ports ``cpl_count``, ``cpl_rd``;
     * with ``responder=True``, the responder's receive completions, ring ``rcpl_cap``
-      (:data:`~rocegen.gateware.roce.resp_layouts.RECV_COMPLETION` entries, ports
+      (:data:`~rocegen.gateware.roce.responder.resp_layouts.RECV_COMPLETION` entries, ports
       ``rcpl_count``, ``rcpl_rd``, ``rcpl_bp_threshold``, ``rcpl_bp_seed``); its receive
       buffers, region writes and CNP interval are the record inputs ``recv``, ``respcfg`` and
       ``respcnp`` (with ``reads``, the READ timer's step ``rdwait``).
@@ -135,7 +135,7 @@ class EndpointTop(wiring.Component):
     Congestion management, when the endpoint has it:
 
     * with ``dcqcn=True``, the reaction point's configuration as the record input ``cccfg``
-      (:data:`~rocegen.gateware.roce.dcqcn_layouts.DCQCN_CONFIG`) and its rate read port
+      (:data:`~rocegen.gateware.roce.cc.dcqcn_layouts.DCQCN_CONFIG`) and its rate read port
       ``cc_qp`` -> ``cc_rate``;
     * with ``pfc="mac"``, the MAC's pause levels ``pause_rx`` (In(8): bit n high while the
       link partner pauses priority n) and the XOFF requests ``pause_tx`` (Out(8));

@@ -21,12 +21,12 @@ from cocotbext.axi import (
 )
 
 from rocegen.gateware.lib.records import pack, unpack
-from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.endpoint.endpoint import STATS
+from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
-from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
-from rocegen.sim.models.cm import ACK_ACK, REQ_OPEN_QP, pmtu_code
-from rocegen.sim.models.cm import request as cm_request
-from rocegen.sim.models.cm import unpack as cm_unpack
+from rocegen.sim.models.cm.cm import ACK_ACK, REQ_OPEN_QP, pmtu_code
+from rocegen.sim.models.cm.cm import request as cm_request
+from rocegen.sim.models.cm.cm import unpack as cm_unpack
 from rocegen.sim.models.rnic import Rnic
 from rocegen.wire.pattern import generator_address, pattern
 

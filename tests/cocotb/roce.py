@@ -17,15 +17,15 @@ from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
 from rocegen.gateware.lib.records import pack
-from rocegen.gateware.roce.endpoint import QP_COUNTERS, ROCE_STATS, STATS
+from rocegen.gateware.roce.endpoint.endpoint import QP_COUNTERS, ROCE_STATS, STATS
+from rocegen.gateware.roce.frontend.stream_in import STREAM_META
+from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, QpState, WrOpcode
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
-from rocegen.gateware.roce.stream_in import STREAM_META
-from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
-from rocegen.sim.models.cm import ACK_ACK, ACK_NAK, REQ_CLOSE_QP, REQ_OPEN_QP, pmtu_code
-from rocegen.sim.models.cm import request as cm_request
-from rocegen.sim.models.cm import traffic as cm_traffic
-from rocegen.sim.models.cm import unpack as cm_unpack
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.sim.models.cm.cm import ACK_ACK, ACK_NAK, REQ_CLOSE_QP, REQ_OPEN_QP, pmtu_code
+from rocegen.sim.models.cm.cm import request as cm_request
+from rocegen.sim.models.cm.cm import traffic as cm_traffic
+from rocegen.sim.models.cm.cm import unpack as cm_unpack
 from rocegen.sim.models.rnic import Rnic, WcStatus
 from rocegen.sim.testing.cocotb_helpers import read_qp_stats, read_stats
 from rocegen.sim.testing.roce_env import (

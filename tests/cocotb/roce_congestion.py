@@ -21,7 +21,7 @@ scenarios of ``tests/test_cocotb_congestion.py``. Two cocotb tests:
         QP 0's path MTU and the WRITEs' length.
     ``cc_cfg``
         (builds with DCQCN) The reaction point's configuration (every field of
-        :data:`~rocegen.gateware.roce.dcqcn_layouts.DCQCN_CONFIG`), written at cycle 0 after
+        :data:`~rocegen.gateware.roce.cc.dcqcn_layouts.DCQCN_CONFIG`), written at cycle 0 after
         a configuration with the bypass has put every QP back to its initial state.
     ``tc_cfg``
         (builds with DCQCN or PFC) The traffic class
@@ -69,11 +69,11 @@ import os
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge, ValueChange
 
-from rocegen.gateware.roce.dcqcn_layouts import DCQCN_CONFIG
-from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.cc.dcqcn_layouts import DCQCN_CONFIG
+from rocegen.gateware.roce.endpoint.endpoint import STATS
 from rocegen.gateware.roce.layouts import COMPLETION, TRAFFIC_CONFIG, WORK_REQUEST, CplStatus, WrOpcode
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
-from rocegen.gateware.roce.resp_layouts import CNP_CONFIG
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.gateware.roce.responder.resp_layouts import CNP_CONFIG
 from rocegen.sim.models.rnic import IDEAL, Rnic
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.roce_env import (

@@ -1,5 +1,5 @@
 """cocotb testbenches of the RoCE endpoint's reliability: a faulty link
-(:class:`~rocegen.sim.models.link.Link`) between the endpoint's MAC and the host NIC model
+(:class:`~rocegen.sim.models.fabric.link.Link`) between the endpoint's MAC and the host NIC model
 drops, duplicates, reorders, delays and corrupts frames in both directions; the endpoint must
 deliver every message exactly once and in order, complete every work request OK, and fail QPs
 cleanly (right status, other QPs unaffected, QP reusable) on RNR storms, remote access errors
@@ -12,11 +12,11 @@ import cocotb
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiBus, AxiRam, AxiStreamFrame
 
-from rocegen.gateware.roce.endpoint import QP_COUNTERS, ROCE_STATS, STATS
+from rocegen.gateware.roce.endpoint.endpoint import QP_COUNTERS, ROCE_STATS, STATS
+from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE
-from rocegen.gateware.roce.traffic_gen import GEN_CONFIG
-from rocegen.sim.models.link import Link
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
+from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.models.rnic import WcStatus
 from rocegen.sim.testing.cocotb_helpers import read_qp_stats, read_stats
 from rocegen.sim.testing.roce_env import (

@@ -57,10 +57,10 @@ import random
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
 
-from rocegen.gateware.roce.endpoint import STATS
+from rocegen.gateware.roce.endpoint.endpoint import STATS
 from rocegen.gateware.roce.layouts import WrOpcode
 from rocegen.sim.cocotb.roce_resp import MEM, MEMORY, RespEnv, W, roce_opcode, share
-from rocegen.sim.models.cm import (
+from rocegen.sim.models.cm.cm import (
     ACK_ACK,
     CM_PORT,
     REPLY_PORT,
@@ -71,7 +71,7 @@ from rocegen.sim.models.cm import (
     unpack,
     with_read_depths,
 )
-from rocegen.sim.models.link import Link
+from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic
 from rocegen.sim.testing.cocotb_helpers import pauses
 from rocegen.sim.testing.roce_env import (

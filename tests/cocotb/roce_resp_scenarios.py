@@ -16,7 +16,7 @@ scenario is a dict:
     ``(base, length)``: QP 0's region, set at run time (``respcfg``) with R_Key ``rkey``.
 ``rkey_seed``
     Instead of ``rkey``: every QP's region is ``region`` with the R_Key
-    :func:`~rocegen.gateware.roce.responder.default_config` gives it with this seed (what a
+    :func:`~rocegen.gateware.roce.responder.responder.default_config` gives it with this seed (what a
     build with ``resp_region=region, rkey_seed=rkey_seed`` has after reset); the build's own
     regions are set back after the scenario.
 ``cm``
@@ -81,10 +81,10 @@ from cocotb.triggers import ClockCycles
 from cocotbext.axi.sparse_memory import SparseMemory
 from scapy.layers.inet import IP, UDP
 
-from rocegen.gateware.roce.endpoint import STATS
-from rocegen.gateware.roce.responder import default_config
+from rocegen.gateware.roce.endpoint.endpoint import STATS
+from rocegen.gateware.roce.responder.responder import default_config
 from rocegen.sim.cocotb.roce_resp import MEM, MEMORY, NUM_QPS, PARAMS, REGION, B, RespEnv, W, share
-from rocegen.sim.models.cm import (
+from rocegen.sim.models.cm.cm import (
     CM_PORT,
     REQ_CLOSE_QP,
     REQ_OPEN_QP,

@@ -12,7 +12,7 @@ from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from rocegen.gateware.net.stack import STATS
-from rocegen.sim.models.netstack import NetStackModel
+from rocegen.sim.models.net.netstack import NetStackModel
 from rocegen.sim.testing.cocotb_helpers import compare_responses, frame_bytes, pauses, read_stats
 from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, host_frames

@@ -30,7 +30,7 @@ from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
 from rocegen.gateware.xgmii_top import MAC_COUNTERS
-from rocegen.sim.models.netstack import NetStackModel
+from rocegen.sim.models.net.netstack import NetStackModel
 from rocegen.sim.testing.cocotb_helpers import compare_responses, read_stats
 from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC, host_frames

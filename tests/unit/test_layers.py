@@ -53,7 +53,7 @@ FORBIDDEN_AT_TOP = {"wire": {"amaranth"}}
 #: reference model answers with frames scapy builds, on purpose independent of the project's
 #: header table; the host never reaches it (the host NIC model it drives is checked at run time
 #: with scapy blocked, below)
-EXCEPTIONS = {"sim/models/netstack.py": {"scapy"}}
+EXCEPTIONS = {"sim/models/net/netstack.py": {"scapy"}}
 
 
 class _Import:
@@ -318,7 +318,7 @@ def test_host_agent_on_verbs_never_imports_scapy_amaranth_or_cocotb(tmp_path):
     agent's own start against a connection manager (the host NIC model's FPGA, in this
     process), which opens and connects one QP and stops at the second, which the FPGA does not
     have. Nothing tried to import the blocked packages, even inside a function."""
-    from tests.unit.test_cm_client import ModelFpga
+    from tests.unit.host.test_cm_client import ModelFpga
 
     fpga = ModelFpga(num_qps=1)
     config = {"device": "fake0", "fpga_ip": "10.0.0.2", "cm_host": "127.0.0.1",

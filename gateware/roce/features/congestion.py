@@ -4,8 +4,8 @@ from amaranth.hdl import Signal
 from amaranth.lib import stream
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.congestion import ReactionPoint
-from rocegen.gateware.roce.dcqcn_layouts import DCQCN_CONFIG, RATE_BITS, dcqcn_config
+from rocegen.gateware.roce.cc.congestion import ReactionPoint
+from rocegen.gateware.roce.cc.dcqcn_layouts import DCQCN_CONFIG, RATE_BITS, dcqcn_config
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.layouts import ECN_ECT0, TRAFFIC_CONFIG
 
@@ -14,7 +14,7 @@ __all__ = ["CongestionFeature"]
 
 class CongestionFeature(Feature):
     """The traffic class of the QPs, and with ``dcqcn`` the reaction point
-    (:class:`~rocegen.gateware.roce.congestion.ReactionPoint`).
+    (:class:`~rocegen.gateware.roce.cc.congestion.ReactionPoint`).
 
     Parameters
     ----------

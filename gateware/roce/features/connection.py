@@ -4,19 +4,19 @@ table's writes."""
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.cm import ConnectionManager
+from rocegen.gateware.roce.cm.cm import ConnectionManager
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.layouts import QP_CONTEXT
-from rocegen.gateware.roce.qp_control import QpControl
-from rocegen.gateware.roce.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
+from rocegen.gateware.roce.requester.qp_control import QpControl
+from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE, QpTable
 
 __all__ = ["ConnectionFeature"]
 
 
 class ConnectionFeature(Feature):
-    """The QPs: :class:`~rocegen.gateware.roce.qp_table.QpTable`,
-    :class:`~rocegen.gateware.roce.cm.ConnectionManager` and
-    :class:`~rocegen.gateware.roce.qp_control.QpControl`.
+    """The QPs: :class:`~rocegen.gateware.roce.requester.qp_table.QpTable`,
+    :class:`~rocegen.gateware.roce.cm.cm.ConnectionManager` and
+    :class:`~rocegen.gateware.roce.requester.qp_control.QpControl`.
 
     Parameters
     ----------

@@ -6,8 +6,8 @@ __all__ = ["Feature"]
 
 
 class Feature:
-    """A feature of :class:`~rocegen.gateware.roce.endpoint.RoceEndpoint`: the blocks it
-    builds from the :class:`~rocegen.gateware.roce.config.EndpointConfig` ``cfg`` (made when
+    """A feature of :class:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint`: the blocks it
+    builds from the :class:`~rocegen.gateware.roce.endpoint.config.EndpointConfig` ``cfg`` (made when
     the feature is), the endpoint ports it brings (:meth:`members`, as a
     :class:`~amaranth.lib.wiring.Signature`: :attr:`signature`) and, in its ``connect``
     methods, the wiring of its blocks inside the endpoint's module, to the endpoint's ports

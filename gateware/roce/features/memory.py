@@ -4,13 +4,13 @@ reader."""
 from amaranth.lib import wiring
 
 from rocegen.gateware.roce.features.feature import Feature
-from rocegen.gateware.roce.payload_memory import PayloadMemory
+from rocegen.gateware.roce.memory.payload_memory import PayloadMemory
 
 __all__ = ["MemoryFeature"]
 
 
 class MemoryFeature(Feature):
-    """Local memory (:class:`~rocegen.gateware.roce.payload_memory.PayloadMemory`).
+    """Local memory (:class:`~rocegen.gateware.roce.memory.payload_memory.PayloadMemory`).
 
     Parameters
     ----------

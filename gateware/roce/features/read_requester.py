@@ -6,25 +6,25 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In
 
 from rocegen.gateware.roce.features.feature import Feature
-from rocegen.gateware.roce.read_flush import ReadFlush
-from rocegen.gateware.roce.read_hole_timer import ReadHoleTimer
-from rocegen.gateware.roce.read_ingress import ReadIngress
-from rocegen.gateware.roce.read_layouts import READ_WAIT_CONFIG
-from rocegen.gateware.roce.read_place import ReadPlace
-from rocegen.gateware.roce.read_resend import ReadResend
-from rocegen.gateware.roce.read_track import ReadTrack
+from rocegen.gateware.roce.read.read_flush import ReadFlush
+from rocegen.gateware.roce.read.read_hole_timer import ReadHoleTimer
+from rocegen.gateware.roce.read.read_ingress import ReadIngress
+from rocegen.gateware.roce.read.read_layouts import READ_WAIT_CONFIG
+from rocegen.gateware.roce.read.read_place import ReadPlace
+from rocegen.gateware.roce.read.read_resend import ReadResend
+from rocegen.gateware.roce.read.read_track import ReadTrack
 from rocegen.wire.opcodes import OP_RC_ACKNOWLEDGE
 
 __all__ = ["ReadRequesterFeature"]
 
 
 class ReadRequesterFeature(Feature):
-    """The READ requester's receive side: :class:`~rocegen.gateware.roce.read_track.ReadTrack`,
-    :class:`~rocegen.gateware.roce.read_ingress.ReadIngress`,
-    :class:`~rocegen.gateware.roce.read_place.ReadPlace`,
-    :class:`~rocegen.gateware.roce.read_resend.ReadResend`,
-    :class:`~rocegen.gateware.roce.read_hole_timer.ReadHoleTimer` and
-    :class:`~rocegen.gateware.roce.read_flush.ReadFlush`.
+    """The READ requester's receive side: :class:`~rocegen.gateware.roce.read.read_track.ReadTrack`,
+    :class:`~rocegen.gateware.roce.read.read_ingress.ReadIngress`,
+    :class:`~rocegen.gateware.roce.read.read_place.ReadPlace`,
+    :class:`~rocegen.gateware.roce.read.read_resend.ReadResend`,
+    :class:`~rocegen.gateware.roce.read.read_hole_timer.ReadHoleTimer` and
+    :class:`~rocegen.gateware.roce.read.read_flush.ReadFlush`.
 
     Parameters
     ----------

@@ -9,30 +9,30 @@ from rocegen.gateware.lib.buffer import StreamRegisterSlice
 from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
-from rocegen.gateware.roce.builder import RocePacketBuilder
-from rocegen.gateware.roce.completer import Completer
-from rocegen.gateware.roce.cpl_dispatch import CplDispatch
 from rocegen.gateware.roce.features.feature import Feature
+from rocegen.gateware.roce.frontend.cpl_dispatch import CplDispatch
+from rocegen.gateware.roce.frontend.stream_in import STREAM_META, StreamFrontEnd
+from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG, TrafficGen
+from rocegen.gateware.roce.frontend.wr_merge import WrMerge
 from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST
-from rocegen.gateware.roce.retry import RetryEngine
+from rocegen.gateware.roce.requester.builder import RocePacketBuilder
+from rocegen.gateware.roce.requester.completer import Completer
+from rocegen.gateware.roce.requester.retry import RetryEngine
+from rocegen.gateware.roce.requester.scheduler import Scheduler
 from rocegen.gateware.roce.rx import RoceRx
-from rocegen.gateware.roce.scheduler import Scheduler
-from rocegen.gateware.roce.stream_in import STREAM_META, StreamFrontEnd
-from rocegen.gateware.roce.traffic_gen import GEN_CONFIG, TrafficGen
-from rocegen.gateware.roce.wr_merge import WrMerge
 
 __all__ = ["RequesterFeature"]
 
 
 class RequesterFeature(Feature):
-    """The requester: :class:`~rocegen.gateware.roce.scheduler.Scheduler`,
-    :class:`~rocegen.gateware.roce.completer.Completer`,
-    :class:`~rocegen.gateware.roce.retry.RetryEngine`,
-    :class:`~rocegen.gateware.roce.builder.RocePacketBuilder`,
+    """The requester: :class:`~rocegen.gateware.roce.requester.scheduler.Scheduler`,
+    :class:`~rocegen.gateware.roce.requester.completer.Completer`,
+    :class:`~rocegen.gateware.roce.requester.retry.RetryEngine`,
+    :class:`~rocegen.gateware.roce.requester.builder.RocePacketBuilder`,
     :class:`~rocegen.gateware.roce.rx.RoceRx`, and the work-request sources
-    (:class:`~rocegen.gateware.roce.wr_merge.WrMerge` of the user's port,
-    :class:`~rocegen.gateware.roce.stream_in.StreamFrontEnd` and
-    :class:`~rocegen.gateware.roce.traffic_gen.TrafficGen`).
+    (:class:`~rocegen.gateware.roce.frontend.wr_merge.WrMerge` of the user's port,
+    :class:`~rocegen.gateware.roce.frontend.stream_in.StreamFrontEnd` and
+    :class:`~rocegen.gateware.roce.frontend.traffic_gen.TrafficGen`).
 
     Parameters
     ----------

@@ -8,24 +8,24 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.features.pfc import pfc_ingress_beats
+from rocegen.gateware.roce.frontend.pattern_sink import PatternSink
 from rocegen.gateware.roce.layouts import PACKET_DESC, WrSource
-from rocegen.gateware.roce.pattern_sink import PatternSink
-from rocegen.gateware.roce.resp_cnp import cnp_interval_cycles
-from rocegen.gateware.roce.resp_layouts import (
+from rocegen.gateware.roce.responder.resp_cnp import cnp_interval_cycles
+from rocegen.gateware.roce.responder.resp_layouts import (
     CNP_CONFIG,
     RECV_COMPLETION,
     RECV_POST,
     RESP_CONFIG_WRITE,
 )
-from rocegen.gateware.roce.resp_read_align import RespReadAlign, reader_descriptor
-from rocegen.gateware.roce.responder import Responder, default_config
+from rocegen.gateware.roce.responder.resp_read_align import RespReadAlign, reader_descriptor
+from rocegen.gateware.roce.responder.responder import Responder, default_config
 
 __all__ = ["ResponderFeature"]
 
 
 class ResponderFeature(Feature):
-    """The RC responder (:class:`~rocegen.gateware.roce.responder.Responder`), with
-    ``pattern_sink`` a :class:`~rocegen.gateware.roce.pattern_sink.PatternSink`, with
+    """The RC responder (:class:`~rocegen.gateware.roce.responder.responder.Responder`), with
+    ``pattern_sink`` a :class:`~rocegen.gateware.roce.frontend.pattern_sink.PatternSink`, with
     ``reads`` the READ responses' way to the payload reader.
 
     Parameters

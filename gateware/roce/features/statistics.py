@@ -4,14 +4,14 @@ ones in another."""
 from amaranth.hdl import Const
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.cm import COUNTERS as CM_COUNTERS
-from rocegen.gateware.roce.endpoint_qp_stats import QP_COUNTERS, EndpointQpStats
-from rocegen.gateware.roce.endpoint_stats import PULSE_COUNTERS, STATS, EndpointStats
+from rocegen.gateware.roce.cm.cm import COUNTERS as CM_COUNTERS
+from rocegen.gateware.roce.endpoint.endpoint_qp_stats import QP_COUNTERS, EndpointQpStats
+from rocegen.gateware.roce.endpoint.endpoint_stats import PULSE_COUNTERS, STATS, EndpointStats
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.layouts import CplStatus, WrSource
-from rocegen.gateware.roce.read_ingress import READ_INGRESS_COUNTERS
-from rocegen.gateware.roce.read_layouts import READ_COUNTERS
-from rocegen.gateware.roce.responder import RESP_COUNTERS
+from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
+from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
+from rocegen.gateware.roce.responder.responder import RESP_COUNTERS
 
 __all__ = ["StatisticsFeature"]
 
@@ -82,8 +82,8 @@ def _feature_events(f):
 
 
 class StatisticsFeature(Feature):
-    """The counters (:class:`~rocegen.gateware.roce.endpoint_stats.EndpointStats` and
-    :class:`~rocegen.gateware.roce.endpoint_qp_stats.EndpointQpStats`).
+    """The counters (:class:`~rocegen.gateware.roce.endpoint.endpoint_stats.EndpointStats` and
+    :class:`~rocegen.gateware.roce.endpoint.endpoint_qp_stats.EndpointQpStats`).
 
     Parameters
     ----------
@@ -93,9 +93,9 @@ class StatisticsFeature(Feature):
     Ports
     -----
     ``stats_addr`` / ``stats_data``: every counter of
-    :data:`~rocegen.gateware.roce.endpoint_stats.STATS`, one cycle after the address.
+    :data:`~rocegen.gateware.roce.endpoint.endpoint_stats.STATS`, one cycle after the address.
     ``qp_stats_qp`` / ``qp_stats_sel`` / ``qp_stats_data``: the per-QP counters of
-    :data:`~rocegen.gateware.roce.endpoint_qp_stats.QP_COUNTERS`, one cycle after the address.
+    :data:`~rocegen.gateware.roce.endpoint.endpoint_qp_stats.QP_COUNTERS`, one cycle after the address.
 
     Behaviour
     ---------

@@ -57,7 +57,7 @@ proper only. ``runt``, ``oversize`` and ``dup_ack`` also apply to every READ res
 copies follow it; a second copy counts ``read_dup_tx``), and :meth:`Rnic.read_fault` spoils
 chosen READ responses (dropped, too few or too many packets, a wrong opcode, length, PSN or AETH
 syndrome: :data:`READ_FAULTS`, counted ``read_fault_tx``). Loss, duplication, reordering and
-corruption on the wire are the links' (:mod:`rocegen.sim.models.link`), for READ responses as for
+corruption on the wire are the links' (:mod:`rocegen.sim.models.fabric.link`), for READ responses as for
 every frame.
 
 ``strict=True`` turns every *malformed* frame or *protocol violation by the requester* into an

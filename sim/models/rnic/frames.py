@@ -5,8 +5,8 @@ minimum."""
 
 import functools
 
-from rocegen.sim.models.checksum import checksum, udp_checksum
 from rocegen.sim.models.icrc import icrc
+from rocegen.sim.models.net.checksum import checksum, udp_checksum
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 from rocegen.wire.roce import ETH_MIN_FRAME, PSN_MASK

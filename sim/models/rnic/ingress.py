@@ -6,8 +6,8 @@ a request to the responder."""
 import struct
 from types import SimpleNamespace
 
-from rocegen.sim.models.checksum import checksum
 from rocegen.sim.models.icrc import icrc
+from rocegen.sim.models.net.checksum import checksum
 from rocegen.sim.models.rnic import requester
 from rocegen.sim.models.rnic.frames import ip_str, mac_str
 from rocegen.sim.models.rnic.opcodes import (

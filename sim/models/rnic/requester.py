@@ -133,7 +133,7 @@ _NAK_STATUS = {NAK_INV_REQ: "REM_INV_REQ_ERR", NAK_REM_ACCESS: "REM_ACCESS_ERR",
 
 def send_op(opcode):
     """``opcode`` as a :class:`SendOp`: a SendOp, its name (``"WRITE"``...), or any enum member
-    of that name (such as :class:`rocegen.sim.models.requester.WrOpcode`)."""
+    of that name (such as :class:`rocegen.sim.models.requester.requester.WrOpcode`)."""
     name = opcode.name if isinstance(opcode, enum.Enum) and not isinstance(opcode, SendOp) \
         else opcode
     try:

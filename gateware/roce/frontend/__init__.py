@@ -1,0 +1,1 @@
+"""The front ends: streaming input, traffic generator, pattern sink, WR merge, completions."""

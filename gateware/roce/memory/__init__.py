@@ -1,0 +1,1 @@
+"""The payload memory: on-chip buffer or AXI4 memory, its readers and writers."""

@@ -1,0 +1,1 @@
+"""The RC requester: scheduler, segmenter, packet builder, QP table, completer, retry."""

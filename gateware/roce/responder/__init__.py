@@ -1,0 +1,1 @@
+"""The RC responder: requests checked, payload placed, ACKs, NAKs, CNPs, READ responses."""

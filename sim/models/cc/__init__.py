@@ -1,0 +1,1 @@
+"""Reference models of DCQCN's reaction point and the per-QP rate limiter."""

@@ -1,0 +1,1 @@
+"""Reference model of the connection manager and its datagram functions."""

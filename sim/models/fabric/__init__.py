@@ -1,0 +1,1 @@
+"""The network between endpoints: a faulty link, a switch, and the incast experiment."""

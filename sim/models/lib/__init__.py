@@ -1,0 +1,1 @@
+"""Reference models of the packet-stream library's blocks."""

@@ -1,0 +1,1 @@
+"""Reference models of the MAC side: the XGMII MAC and the pause blocks."""

@@ -1,0 +1,1 @@
+"""Reference models of the payload memory: AXI4 memories and the payload readers."""

@@ -1,0 +1,1 @@
+"""Reference model of the RDMA READ requester."""

@@ -1,0 +1,1 @@
+"""Reference models of the RC requester: segmentation, completions, retransmission."""

@@ -1,0 +1,1 @@
+"""Reference model of the RC responder's decision and its notification point."""

@@ -1,0 +1,1 @@
+"""Unit tests, by the part of the project they test."""

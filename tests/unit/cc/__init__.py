@@ -1,0 +1,1 @@
+"""Tests of congestion control: DCQCN, the rate limiter, the incast model."""

@@ -1,0 +1,1 @@
+"""Tests of the whole endpoint: parameters, statistics, registers, integration kit."""

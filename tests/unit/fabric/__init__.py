@@ -1,0 +1,1 @@
+"""Tests of the link and switch models."""

@@ -1,0 +1,1 @@
+"""Tests of the front ends: streaming input, traffic generator, pattern sink."""

@@ -1,0 +1,1 @@
+"""Tests of the MAC side: the XGMII MAC, pause and PFC."""

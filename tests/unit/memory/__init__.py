@@ -1,0 +1,1 @@
+"""Tests of the payload memory, its readers and writers."""

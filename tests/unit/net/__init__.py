@@ -1,0 +1,1 @@
+"""Tests of the Ethernet/ARP/IPv4/ICMP/UDP stack."""

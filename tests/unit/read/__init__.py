@@ -1,0 +1,1 @@
+"""Tests of the RDMA READ requester."""

@@ -1,0 +1,1 @@
+"""Tests of the verification infrastructure and the simulation tools."""

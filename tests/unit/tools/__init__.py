@@ -1,0 +1,1 @@
+"""Tests of the synthesis tooling and the benchmark scripts."""
