@@ -155,3 +155,35 @@ def test_qemu_command_shares_the_sources_read_only(tmp_path):
     assert "tcg" in cmd and "local,path=/src,mount_tag=src,security_model=none,readonly=on" in cmd
     assert f"virtio-net-pci,netdev=n0,mac={HOST_MAC}" in cmd
     assert json.dumps(cmd)          # plain strings only
+
+
+@pytest.mark.parametrize("outcome, works", [
+    ("[    1.2] Kernel panic - not syncing: VFS: Unable to mount root fs", True),
+    ("SeaBIOS\nBooting from ROM...\n", False),      # a machine that starts, a kernel that never runs
+    ("timeout", False),
+])
+def test_kvm_counts_only_when_the_kernel_boots(monkeypatch, tmp_path, outcome, works):
+    """KVM is taken only when the guest's kernel runs under it, not when /dev/kvm merely opens:
+    under some nested hypervisors QEMU starts and the kernel never prints a line."""
+    import subprocess
+
+    calls = []
+
+    def fake_run(cmd, **kw):
+        calls.append(cmd)
+        if outcome == "timeout":
+            raise subprocess.TimeoutExpired(cmd, kw.get("timeout"))
+        return subprocess.CompletedProcess(cmd, 0, stdout=outcome, stderr="")
+
+    monkeypatch.setattr(rxe_guest.os, "access", lambda path, mode: True)
+    monkeypatch.setattr(rxe_guest.subprocess, "run", fake_run)
+    rxe_guest._kvm_boots.cache_clear()
+    kernel = tmp_path / f"vmlinuz-{len(outcome)}"
+    assert rxe_guest.kvm_works(kernel) is works
+    assert rxe_guest.kvm_works(kernel) is works and len(calls) == 1       # one probe per kernel
+    assert ["-kernel", str(kernel)] == calls[0][calls[0].index("-kernel"):][:2]
+    assert "kvm" in calls[0]
+    cmd = rxe_guest.qemu_command(tmp_path, "/src", tmp_path / "out", tap="t0", mac=HOST_MAC)
+    assert calls[-1][calls[-1].index("-kernel") + 1] == str(tmp_path / "vmlinuz")  # its own
+    assert ("kvm" in cmd) is works and ("tcg" in cmd) is not works
+    rxe_guest._kvm_boots.cache_clear()
