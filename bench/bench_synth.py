@@ -7,10 +7,11 @@ major blocks one by one, and the W = 512 core once more mapped module by module 
 blocks its deepest paths cross, with :func:`rocegen.tools.synth.synthesize`
 (``synth_xilinx -family xcup -flatten``). Writes the tables to ``docs/resources.md`` and every
 figure (with the worst paths) to ``build/bench/synth.json``; the Yosys working files go to
-``build/synth/<design>/``. Takes some 40 minutes on two cores with the WebAssembly Yosys.
+``build/synth/<design>/``. Runs one Yosys per CPU at a time (``--jobs``); takes some 25 minutes
+on two cores with the WebAssembly Yosys.
 
 Run: python -m bench.bench_synth [--quick] [--only NAME ...] [--no-doc] [--doc-only] [--reanalyse]
-[--check] [--no-cache] [--qp-curve [--by-module]] (``--only`` replaces those designs' figures in
+[--check] [--no-cache] [--jobs N] [--qp-curve [--by-module]] (``--only`` replaces those designs' figures in
 the last report and keeps the others; ``--reanalyse`` reads the netlists of the last run again,
 keeping its wall times; ``--check`` exits with status 1 when a whole core misses a goal, naming
 it). The report's tables also go to ``build/bench/resources.md`` on every run (``make
@@ -37,6 +38,7 @@ import re
 import subprocess
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import amaranth
@@ -628,6 +630,56 @@ def write_qp_section():
     print(f"wrote {doc}")
 
 
+def _reanalysed(design, last, worst):
+    """The figures of ``design`` from the netlist of the last run (None when there is none)."""
+    name = design[0]
+    workdir = ROOT / "build" / "synth" / name
+    if name not in last or not (workdir / "netlist.json").exists():
+        why = ("its figures came from the synthesis cache (no netlist)"
+               if last.get(name, {}).get("cached") else "not in the last run")
+        print(f"{name}: {why}, skipped")
+        return None
+    return {**last[name], **analyse_netlist(workdir / "netlist.json", "top", worst=worst)}
+
+
+def _synthesized(chosen, args):
+    """The figures of each design of ``chosen``, in order: their RTLIL made one after the other
+    (each whole core once, for all its mappings: 10 to 30 s a core), then up to ``args.jobs``
+    Yosys runs at a time. A design whose synthesis fails gets ``{"failed": why}``, and the others
+    go on."""
+    converted, rtlil_seconds, work = {}, {}, []
+    for name, desc, params, factory, kind, options in chosen:
+        print(f"{name}: {desc}: converting ...", flush=True)
+        if kind not in ("core", "trace"):   # blocks: their parameters do not name them
+            design = factory()
+        elif params in converted:
+            design = converted[params]
+        else:
+            t0 = time.monotonic()
+            design = converted[params] = to_rtlil(factory(), "top")
+            rtlil_seconds[name] = round(time.monotonic() - t0, 2)
+        work.append((name, design, options))
+
+    def run(item):
+        name, design, options = item
+        try:
+            r = synthesize(design, top="top", workdir=ROOT / "build" / "synth" / name,
+                           worst=args.worst, cache=not args.no_cache, label=name, **options)
+        except SynthesisError as e:
+            # (the run goes on: one design's failure costs only its own figures)
+            why = str(e).splitlines()[0].replace(f"{ROOT}/", "").removesuffix("; log tail:")
+            if "__assert_fail" in str(e) and "abc::" in str(e):
+                why += ": an assertion failed inside ABC (abc9)"
+            return {"failed": why}
+        if name in rtlil_seconds:
+            r["convert_seconds"] = rtlil_seconds[name]
+        return r
+
+    print(f"synthesizing {len(work)} design(s), {args.jobs} at a time ...", flush=True)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:   # each run is a Yosys process
+        return list(pool.map(run, work))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="only the two on-chip cores")
@@ -641,6 +693,8 @@ def main():
                     help="exit with status 1 when a whole core misses the LUT or depth goal")
     ap.add_argument("--reanalyse", action="store_true",
                     help="read the netlists of the last run again instead of synthesizing")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                    help="Yosys runs at a time (default: one per CPU, %(default)s here)")
     ap.add_argument("--no-cache", action="store_true",
                     help="run Yosys even for designs whose figures are in the result cache")
     ap.add_argument("--qp-curve", action="store_true",
@@ -686,51 +740,27 @@ def main():
         old = json.loads((ROOT / "build" / "bench" / "synth.json").read_text())
         last = {d["name"]: d for d in old["designs"]}
         report.update({k: v for k, v in old.items() if k != "designs"})
-    # the RTLIL of each whole core, converted once for its mappings (a core takes 10 to 20 s)
-    converted = {}
-    for name, desc, params, factory, kind, options in DESIGNS:
-        if name not in names:
+    chosen = [d for d in DESIGNS if d[0] in names]
+    if args.reanalyse:
+        results = [_reanalysed(d, last, args.worst) for d in chosen]
+    else:
+        results = _synthesized(chosen, args)
+    for (name, desc, params, _factory, kind, options), r in zip(chosen, results):
+        if r is None:
             continue
-        print(f"{name}: {desc} ...", flush=True)
-        workdir = ROOT / "build" / "synth" / name
-        if args.reanalyse:
-            if name not in last or not (workdir / "netlist.json").exists():
-                why = ("its figures came from the synthesis cache (no netlist)"
-                       if last.get(name, {}).get("cached") else "not in the last run")
-                print(f"  {why}, skipped")
-                continue
-            r = {**last[name], **analyse_netlist(workdir / "netlist.json", "top", worst=args.worst)}
-        else:
-            try:
-                convert_seconds = None
-                if kind not in ("core", "trace"):   # blocks: their parameters do not name them
-                    design = factory()
-                elif params in converted:
-                    design = converted[params]
-                else:
-                    t0 = time.monotonic()
-                    design = converted[params] = to_rtlil(factory(), "top")
-                    convert_seconds = time.monotonic() - t0
-                r = synthesize(design, top="top", workdir=workdir, worst=args.worst,
-                               cache=not args.no_cache, label=name, **options)
-                if convert_seconds is not None:
-                    r["convert_seconds"] = round(convert_seconds, 2)
-            except SynthesisError as e:
-                # (the run goes on: one design's failure costs only its own figures)
-                why = str(e).splitlines()[0].replace(f"{ROOT}/", "").removesuffix("; log tail:")
-                if "__assert_fail" in str(e) and "abc::" in str(e):
-                    why += ": an assertion failed inside ABC (abc9)"
-                print(f"  FAILED: {why}", flush=True)
-                report["designs"].append({"name": name, "description": desc, "parameters": params,
-                                          "kind": kind, "options": options, "failed": why,
-                                          "revision": report["revision"]})
-                continue
+        if "failed" in r:
+            print(f"{name}: FAILED: {r['failed']}", flush=True)
+            report["designs"].append({"name": name, "description": desc, "parameters": params,
+                                      "kind": kind, "options": options, "failed": r["failed"],
+                                      "revision": report["revision"]})
+            continue
         report["yosys"] = r["yosys"]
         r.update(name=name, description=desc, parameters=params, kind=kind, options=options)
         r.setdefault("revision", report["revision"])     # the source this netlist came from
         r.pop("core", None)
         report["designs"].append(r)
-        print(f"  {r['lut_total']:,} LUTs ({r['lut']:,} logic + {r['lut_as_memory']:,} memory), "
+        print(f"{name}: {desc}\n"
+              f"  {r['lut_total']:,} LUTs ({r['lut']:,} logic + {r['lut_as_memory']:,} memory), "
               f"{r['ff']:,} FFs, {r['carry']:,} CARRY4, {r['bram36']} RAMB36 + {r['bram18']} "
               f"RAMB18, {r['uram']} URAM, {r['dsp']} DSP; {r['lut_levels']} LUT levels, "
               f"{r['logic_levels']} logic levels; RTLIL {r['convert_seconds']:.0f} s, Yosys "
