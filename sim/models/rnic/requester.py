@@ -78,6 +78,14 @@ RDMA READ (the project's wire notes, "RDMA READ"; where they are silent, the IBT
   other gap starts another one (``req_read_stale``: a timeout still does). The retransmit timer
   runs while a READ is outstanding, and its timeout reissues the same way.
 
+Atomics (the wire notes' "Atomics"): a COMPARE_SWAP or FETCH_ADD work request is one request
+packet (BTH + AtomicETH, AckReq set, one PSN) and is handled as a one-packet READ: it counts
+against ``max_rd_atomic``, no acknowledgement passes it before its ATOMIC_ACKNOWLEDGE came (an
+ACK past it is rxe's implied NAK: go-back-N from it, the same PSN and operands again, which the
+responder answers from its results), and it completes (opcode COMP_SWAP or FETCH_ADD) when its
+ATOMIC_ACKNOWLEDGE is taken, the original value (8 bytes, little-endian) at its ``local_addr``
+and in the completion's ``data``.
+
 Time is the model's (nanoseconds, from the ``now`` of the :class:`Rnic` calls). Without time (a
 model used without ``now``) there is no retransmit timer and RNR waits end at once.
 """
