@@ -4,8 +4,9 @@ byte, and connection-manager replies checked against an encoding written here wi
 Nothing here uses the project's own header table, ICRC model or connection-manager model: the
 layouts come from the shared wire and connection-manager specifications, the RoCE layers from
 ``scapy.contrib.roce`` (BTH, AETH, the CNP's padding; BTH computes the ICRC in its
-``post_build``) plus RETH and ImmDt written below as scapy layers (``scapy.contrib.roce`` has
-none), and every length, checksum and ICRC is computed again by scapy.
+``post_build``) plus RETH, ImmDt, AtomicETH and AtomicAckETH written below as scapy layers
+(``scapy.contrib.roce`` has none), and every length, checksum and ICRC is computed again by
+scapy.
 
 :class:`FrameChecker` is used in two places of a testbench's frame path:
 
@@ -18,7 +19,8 @@ none), and every length, checksum and ICRC is computed again by scapy.
   follow the spec's fixed rules (IPv4 version 4, IHL 5, DF, protocol 17, TTL not 0, UDP source
   port 0xC000..0xFFFF, TVer 0, reserved bits 0, P_Key 0xFFFF, the extension headers of their
   opcode, PadCnt zero bytes of pad making the payload a multiple of 4, no pad on a packet that
-  is not the last of a message, no payload on ACKNOWLEDGE and CNP), and Ethernet padding may
+  is not the last of a message, no payload on ACKNOWLEDGE, CNP, the atomics and their
+  acknowledgement), and Ethernet padding may
   only fill a short frame to 60 bytes, with zeros.
 * :meth:`FrameChecker.request` for every frame sent to the endpoint: connection-manager requests
   (UDP to port 17185, 64 bytes) are remembered, so that each reply (from UDP port 0x8765) can be
@@ -51,7 +53,8 @@ from scapy.packet import Packet, Padding, Raw
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 
-__all__ = ["FrameCheckError", "FrameChecker", "RETH", "ImmDt", "roce_layers", "CM_PORT",
+__all__ = ["FrameCheckError", "FrameChecker", "RETH", "ImmDt", "AtomicETH", "AtomicAckETH",
+           "roce_layers", "CM_PORT",
            "CM_REPLY_PORT", "cm_decode", "cm_encode"]
 
 ROCE_PORT = 4791
@@ -84,14 +87,38 @@ class ImmDt(Packet):
         return b"", s
 
 
-# The RC opcodes the endpoint handles (the rows of the opcode catalogue, its headers mapped to
-# this module's own scapy layers): extension headers in order, and whether the packet is the
-# last of its message (only those may carry pad). UC uses 0x20 + the SEND/WRITE codes.
-_LAYER = {H.RETH: RETH, H.IMMDT: ImmDt, H.AETH: AETH}
+class AtomicETH(Packet):
+    """Atomic extended transport header (28 bytes) of COMPARE_SWAP and FETCH_ADD: virtual
+    address, R_Key, swap (or add) data, compare data."""
+    name = "AtomicETH"
+    fields_desc = [XLongField("va", 0), XIntField("rkey", 0), XLongField("swap_add", 0),
+                   XLongField("compare", 0)]
+
+    def extract_padding(self, s):
+        return b"", s
+
+
+class AtomicAckETH(Packet):
+    """Atomic acknowledge extended transport header (8 bytes): the original remote data."""
+    name = "AtomicAckETH"
+    fields_desc = [XLongField("orig", 0)]
+
+    def extract_padding(self, s):
+        return b"", s
+
+
+# The RC opcodes of the spec (the rows of the opcode catalogue, its headers mapped to this
+# module's own scapy layers, their lengths written here): extension headers in order, and
+# whether the packet is the last of its message (only those may carry pad). UC uses 0x20 + the
+# SEND/WRITE codes.
+_LAYER = {H.RETH: RETH, H.IMMDT: ImmDt, H.AETH: AETH, H.ATOMIC_ETH: AtomicETH,
+          H.ATOMIC_ACK_ETH: AtomicAckETH}
+_SIZE = {RETH: 16, ImmDt: 4, AETH: 4, AtomicETH: 28, AtomicAckETH: 8}
 _RC = {r.code: (tuple(_LAYER[h] for h in r.headers),
                 r.position in (opc.Position.LAST, opc.Position.ONLY))
-       for r in opc.ROWS
-       if r.supported and opc.transport(r.code) == opc.TRANSPORT_RC}
+       for r in opc.ROWS if opc.transport(r.code) == opc.TRANSPORT_RC}
+#: the opcodes that carry no payload (ACKNOWLEDGE, the atomics and their acknowledgement)
+_NO_PAYLOAD = frozenset(r.code for r in opc.ROWS if not r.payload)
 _UC = 0b001 << 5
 OPCODES = {**_RC, **{_UC | op: v for op, v in _RC.items()
                      if opc.row(op).verb in (opc.Verb.SEND, opc.Verb.RDMA_WRITE)}}
@@ -111,7 +138,7 @@ def roce_layers(opcode, rest):
         raise ValueError(f"opcode {opcode:#04x} is not an RC/UC opcode of the spec")
     layers = []
     for cls in OPCODES[opcode][0]:
-        size = {RETH: 16, ImmDt: 4, AETH: 4}[cls]
+        size = _SIZE[cls]
         if len(rest) < size:
             raise ValueError(f"opcode {opcode:#04x}: {len(rest)} bytes left for {cls.__name__}")
         layers.append(cls(rest[:size]))
@@ -327,9 +354,9 @@ class FrameChecker:
             return problems + [str(e)]
         pc = bth.padcount
         is_last = bth.opcode == OP_CNP or OPCODES[bth.opcode][1]
-        if bth.opcode in (OP_ACKNOWLEDGE, OP_CNP) and (payload or pc):
+        if bth.opcode in _NO_PAYLOAD and (payload or pc):
             problems.append(f"{len(payload)} payload bytes and PadCnt {pc} on "
-                            f"{'a CNP' if bth.opcode == OP_CNP else 'an ACKNOWLEDGE'}")
+                            f"{'a CNP' if bth.opcode == OP_CNP else opc.name(bth.opcode)}")
         if len(payload) % 4:
             problems.append(f"payload and pad are {len(payload)} bytes, not a multiple of 4")
         if pc and not is_last:

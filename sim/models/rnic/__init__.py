@@ -109,10 +109,19 @@ Decisions where the spec is silent (and which follow rxe / the IBTA as noted):
   it carries, if one of the last ``max_dest_rd_atomic`` READs holds that PSN and the request
   reads a part of what that READ read with its R_Key (rxe); else it is dropped
   (``read_dup_drop``). Its responses read the memory again.
-* Atomics are not supported: NAK invalid request. Response opcodes (READ responses,
-  ACKNOWLEDGE, to a QP whose requester has sent nothing yet; ATOMIC_ACKNOWLEDGE always) are
-  dropped (``drop_response``); the ACKNOWLEDGEs and READ responses of a QP that has sent
-  requests go to its requester. CNPs are counted (``cnp_rx``) and otherwise ignored.
+* Atomics (COMPARE_SWAP, FETCH_ADD; :mod:`~rocegen.sim.models.rnic.atomic_responder`) are
+  executed on a QP whose ``access`` holds REMOTE_ATOMIC (else an unsupported opcode: NAK
+  invalid request), in rxe's order: opcode sequence, ``max_dest_rd_atomic`` (shared with the
+  READs), no payload, an 8-byte aligned VA (else NAK invalid request, ``err_atomic_align``),
+  then R_Key, REMOTE_ATOMIC access of the region and the 8 bytes inside it (else NAK remote
+  access error). The 64-bit value is little-endian in memory, as on a host. The answer,
+  ATOMIC_ACKNOWLEDGE with the original value, queues behind the QP's READ responses. A
+  duplicate is answered from the results of the QP's last ``max_dest_rd_atomic`` atomics and
+  not executed again; one of no result kept is dropped (``atomic_dup_drop``).
+* Response opcodes (READ responses, ACKNOWLEDGE, ATOMIC_ACKNOWLEDGE) to a QP whose requester
+  has sent nothing yet are dropped (``drop_response``); those of a QP that has sent requests go
+  to its requester (atomics: :func:`~rocegen.sim.models.rnic.requester.handle_atomic_ack`).
+  CNPs are counted (``cnp_rx``) and otherwise ignored.
 * A QP has one state: a class C error of its responder flushes its send work requests too, and
   a failure of its requester (fatal NAK, retries exhausted) flushes its receive WQEs.
 * IPv4 only (the ICRC helper also handles IPv6). UDP datagrams to other ports listed in

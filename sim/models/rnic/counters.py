@@ -25,6 +25,9 @@ COUNTERS = (
     # RDMA READ responder: READs executed, duplicates executed again and dropped, response
     # packets and their payload bytes
     "read_rx", "read_dup", "read_dup_drop", "read_resp_tx", "read_bytes",
+    # atomic responder: atomics executed, duplicates answered from the results kept and dropped,
+    # ATOMIC_ACKNOWLEDGEs sent, misaligned addresses refused
+    "atomic_rx", "atomic_dup", "atomic_dup_drop", "atomic_ack_tx", "err_atomic_align",
     # faults injected towards the requester (Behaviour, read_fault)
     "ack_dup_tx", "ack_ghost_tx", "runt_tx", "oversize_tx", "read_dup_tx", "read_fault_tx",
     # requester (requester.py): data packets sent (resends included) and resent, AETHs
@@ -34,6 +37,8 @@ COUNTERS = (
     "req_completions",
     # requester READs: responses taken and their bytes, stale and bad ones dropped, reissues
     "req_read_rx", "req_read_bytes", "req_read_stale", "req_read_bad", "req_read_retry",
+    # requester atomics: ATOMIC_ACKNOWLEDGEs taken, stale ones and bad ones dropped
+    "req_atomic_rx", "req_atomic_stale", "req_atomic_bad",
     # deviations from the wire conventions that a receiver tolerates (strict mode raises)
     "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
     "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",
@@ -47,6 +52,7 @@ STRICT_CHECKS = frozenset({
     "ip_drop_addr", "ip_drop_protocol", "udp_drop_length", "udp_drop_checksum", "udp_drop_port",
     "drop_short", "drop_icrc", "drop_tver", "drop_transport", "drop_dest_qp", "drop_src_ip",
     "drop_pkey", "drop_malformed", "drop_response", "req_ack_ghost", "req_read_bad",
+    "req_atomic_bad",
     "err_opcode_seq", "err_unsupported", "err_length", "err_rd_atomic",
     "warn_eth_bcast", "warn_ip_trailing", "warn_ip_df", "warn_ip_id", "warn_ip_ttl",
     "warn_udp_sport", "warn_bth_reserved", "warn_pad_nonzero", "warn_ackreq", "warn_cnp",

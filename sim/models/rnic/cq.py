@@ -13,6 +13,8 @@ class WcOpcode(enum.StrEnum):
     SEND = "SEND"                                   # requester: a SEND (with or without imm.)
     RDMA_WRITE = "RDMA_WRITE"                       # requester: a WRITE (with or without imm.)
     RDMA_READ = "RDMA_READ"                         # requester: a READ
+    COMP_SWAP = "COMP_SWAP"                         # requester: a COMPARE_SWAP
+    FETCH_ADD = "FETCH_ADD"                         # requester: a FETCH_ADD
 
 
 class WcStatus(enum.StrEnum):

@@ -169,10 +169,9 @@ class Ingress:
         elif sport != qp.peer_sport:
             nic._event("warn_udp_sport", f"{where}: UDP source port {sport:#06x} changed (was "
                         f"{qp.peer_sport:#06x}; it must be constant per QP)")
-        if op in _RESPONSES and not (op != Op.ATOMIC_ACKNOWLEDGE and qp.sq.sent_any):
+        if op in _RESPONSES and not qp.sq.sent_any:
             return nic._drop("drop_response", f"{where}: a response opcode sent to a QP "
-                              "whose requester has sent no request" if not qp.sq.sent_any else
-                              f"{where}: atomics are not supported")
+                              "whose requester has sent no request")
         info = _REQ.get(op)
         if info is None:
             hdr = 12 + _OTHER_HDR.get(op, 0)
@@ -207,6 +206,9 @@ class Ingress:
             return nic._drop("drop_qp_error", f"{where}: QP is in the error state")
         if op == Op.ACKNOWLEDGE:
             requester.handle_aeth(nic, qp, ext[0], psn, nic.answers.now, where)
+            return []
+        if op == Op.ATOMIC_ACKNOWLEDGE:
+            requester.handle_atomic_ack(nic, qp, ext, psn, nic.answers.now, where)
             return []
         if op in READ_RESPONSES:
             requester.handle_read_response(nic, qp, op, ext, payload, padcnt, psn, nic.answers.now,

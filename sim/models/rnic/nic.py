@@ -1,13 +1,14 @@
 """The host RNIC model composed: :class:`Rnic` holds the parts (memory, completion queues, ARP,
-frame builder, receive path, responder, READ responder, requester, the answers in time), offers
-the verbs-like calls and the frames in and out, and keeps the counters and the log that every part
-writes to. The model as a whole is described in :mod:`rocegen.sim.models.rnic`."""
+frame builder, receive path, responder, READ responder, atomic responder, requester, the answers
+in time), offers the verbs-like calls and the frames in and out, and keeps the counters and the
+log that every part writes to. The model as a whole is described in :mod:`rocegen.sim.models.rnic`."""
 
 import random
 
 from rocegen.sim.models.rnic import requester
 from rocegen.sim.models.rnic.answers import Answers
 from rocegen.sim.models.rnic.arp import Arp
+from rocegen.sim.models.rnic.atomic_responder import AtomicResponder
 from rocegen.sim.models.rnic.behaviour import Behaviour
 from rocegen.sim.models.rnic.counters import COUNTERS, STRICT_CHECKS
 from rocegen.sim.models.rnic.cq import Completion, CompletionQueue, WcOpcode, WcStatus
@@ -37,7 +38,8 @@ class Rnic:
 
     The parts, one role each: :attr:`memory` (the regions), :attr:`cq` and :attr:`send_cq` (the
     completion queues), :attr:`arp`, :attr:`frames` (what the NIC sends), :attr:`ingress` (the
-    checks of what it takes), :attr:`responder`, :attr:`reads` (the READ responder), the
+    checks of what it takes), :attr:`responder`, :attr:`reads` (the READ responder),
+    :attr:`atomics` (the atomic responder, 64-bit values little-endian as on a host), the
     requester (:mod:`~rocegen.sim.models.rnic.requester`, its state in each QP's ``sq``) and
     :attr:`answers` (the answers in time).
     """
@@ -74,6 +76,7 @@ class Rnic:
         self.ingress = Ingress(self)
         self.responder = Responder(self)
         self.reads = ReadResponder(self)
+        self.atomics = AtomicResponder(self)
 
     # ------------------------------------------------------------------ addresses and state
 
@@ -142,7 +145,13 @@ class Rnic:
         :attr:`Access.REMOTE_READ` for the QP to answer READs (default: REMOTE_WRITE only, and a
         READ is NAKed invalid request as an unsupported opcode; a WRITE needs REMOTE_WRITE);
         ``max_dest_rd_atomic`` (0..255, default 16), the READs the responder queues;
-        ``max_rd_atomic`` (1..255, default 16), the READs its requester keeps outstanding."""
+        ``max_rd_atomic`` (1..255, default 16), the READs its requester keeps outstanding.
+
+        Atomics: ``access`` must hold :attr:`Access.REMOTE_ATOMIC` for the QP to execute them
+        (else NAK invalid request), and the region REMOTE_ATOMIC too (else NAK remote access).
+        They count against ``max_dest_rd_atomic`` and ``max_rd_atomic`` with the READs, and the
+        responder keeps the results of its last ``max_dest_rd_atomic`` atomics to answer
+        duplicates with."""
         if not 2 <= qpn <= PSN_MASK:
             raise ValueError(f"QPN {qpn:#x} out of range (2..0xFFFFFF; 0 and 1 are special)")
         if qpn in self.qps:
@@ -214,21 +223,25 @@ class Rnic:
             qp.rq.append(wqe)
 
     def post_send(self, qpn, opcode, *, data=None, length=None, remote_addr=0, rkey=0, imm=None,
-                  wr_id=0, local_addr=None):
+                  wr_id=0, local_addr=None, swap_add=None, compare=None):
         """Post a send work request on QP ``qpn``: ``opcode`` a :class:`SendOp` or its name
         (``"WRITE"``, ``"WRITE_IMM"``, ``"SEND"``, ``"SEND_IMM"``, ``"READ"``); the message is
         ``data`` (bytes) or ``length`` zero bytes; ``remote_addr`` and ``rkey`` go in the RETH
         of a WRITE or READ; ``imm`` (32 bits) is required by the _IMM opcodes and refused by the
         others. A READ takes ``length`` bytes at ``remote_addr`` of the peer into host memory
         at ``local_addr`` (inside a region with LOCAL_WRITE access), or into a buffer of its own
-        when ``local_addr`` is None; either way its completion carries them in ``data``.
+        when ``local_addr`` is None; either way its completion carries them in ``data``. An
+        atomic (``"FETCH_ADD"``, ``"COMPARE_SWAP"``) works on the 8 bytes at ``remote_addr``
+        with ``swap_add`` (and ``compare``); the original value (8 bytes, little-endian as on a
+        host) lands at ``local_addr`` or in a buffer of its own, and in the completion's
+        ``data`` (opcode FETCH_ADD or COMP_SWAP).
         Its packets leave through :meth:`next_frames`; its completion (opcode SEND, RDMA_WRITE
         or RDMA_READ) comes in :attr:`send_cq`, in the order of posting. On a QP in the error
         state it completes at once with WR_FLUSH_ERR. Returns the
         :class:`~rocegen.sim.models.rnic.requester.SendWr`."""
         return requester.post(self, self.qps[qpn], opcode, data=data, length=length,
                               remote_addr=remote_addr, rkey=rkey, imm=imm, wr_id=wr_id,
-                              local_addr=local_addr)
+                              local_addr=local_addr, swap_add=swap_add, compare=compare)
 
     def read_fault(self, kind, *, packet=0, value=None, qpn=None, count=1):
         """Spoil the responses of the next ``count`` READs the responder executes (new ones and
@@ -446,8 +459,9 @@ class Rnic:
 
     def _complete_send(self, qp, wr, status):
         data = None
-        if wr.is_read:
-            opcode = WcOpcode.RDMA_READ
+        if wr.responded:
+            opcode = (WcOpcode.RDMA_READ if wr.is_read else WcOpcode.COMP_SWAP
+                      if wr.op == "COMPARE_SWAP" else WcOpcode.FETCH_ADD)
             if status == "SUCCESS":
                 data = (bytes(wr.buf) if wr.buf is not None
                         else self.memory.read(wr.local_addr, wr.read_len) if wr.read_len else b"")

@@ -6,7 +6,7 @@ import enum
 
 from rocegen.wire import opcodes as opc
 
-__all__ = ["Op", "FIRST", "MIDDLE", "LAST", "ONLY"]
+__all__ = ["Op", "FIRST", "MIDDLE", "LAST", "ONLY", "ATOMIC_OPCODES"]
 
 
 #: RC BTH opcodes (and the CNP), by their names: every row of :mod:`rocegen.wire.opcodes`.
@@ -24,6 +24,8 @@ _AETH_OPS = frozenset(Op(c) for c in opc.codes(has_aeth=True))
 _OTHER_HDR = {Op(r.code): r.ext_length for r in opc.ROWS
               if opc.transport(r.code) == opc.TRANSPORT_RC and r.code not in _REQ}
 _RESPONSES = frozenset(opc.RESPONSES)
+#: the atomic request opcodes (COMPARE_SWAP, FETCH_ADD: an AtomicETH each)
+ATOMIC_OPCODES = frozenset(Op(c) for c in opc.codes(has_atomic_eth=True))
 
 
 def _opname(op):

@@ -4,6 +4,7 @@ requester's in :class:`~rocegen.sim.models.rnic.requester.SendQueue`) and PSN ar
 from collections import deque
 from dataclasses import dataclass, field
 
+from rocegen.sim.models.responder.atomic import AtomicResults
 from rocegen.sim.models.rnic.memory import Access, MemoryRegion
 from rocegen.sim.models.rnic.requester import DEFAULT_RD_ATOMIC, SendQueue
 from rocegen.wire.roce import PSN_MASK
@@ -60,6 +61,8 @@ class QueuePair:
     # in the order they leave: _ReadJob (responses still to send) and frames queued behind one
     rd_res: deque = field(default_factory=deque)
     rsp_out: deque = field(default_factory=deque)
+    # atomic responder: the results duplicates are answered from (atomic_responder.py)
+    atomic_res: AtomicResults | None = None
 
 
 def psn_diff(a, b):

@@ -126,6 +126,13 @@ class ReadResponder:
                          f"region [{mr.addr:#x}, +{mr.length:#x}) of R_Key {rkey:#x}")
         return mr
 
+    @staticmethod
+    def resources_held(qp):
+        """Responder resources (of ``max_dest_rd_atomic``) ``qp`` holds: its new READs whose
+        responses are not all sent (an atomic is answered at once and holds none after)."""
+        return sum(isinstance(j, _ReadJob) and j.new and j.responses_left() > 0
+                   for j in qp.rsp_out)
+
     def job(self, qp, psn, va, dlen, mr, src_mac, new):
         """Queue the responses of a READ of ``dlen`` bytes at ``va`` (in ``mr``) from PSN
         ``psn``: they leave through :meth:`Rnic.next_frames`, after the response delay."""
@@ -147,8 +154,7 @@ class ReadResponder:
         if qp.in_msg is not None:
             raise _Fatal(NAK_INV_REQ, "err_opcode_seq", "opcode out of sequence: an "
                          f"{qp.in_msg} message is in progress")
-        queued = sum(isinstance(j, _ReadJob) and j.new and j.responses_left() > 0
-                     for j in qp.rsp_out)
+        queued = self.resources_held(qp)
         if queued >= qp.max_dest_rd_atomic:
             raise _Fatal(NAK_INV_REQ, "err_rd_atomic", f"{queued} READs queued already "
                          f"(max_dest_rd_atomic {qp.max_dest_rd_atomic})")

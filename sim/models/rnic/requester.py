@@ -78,6 +78,14 @@ RDMA READ (the project's wire notes, "RDMA READ"; where they are silent, the IBT
   other gap starts another one (``req_read_stale``: a timeout still does). The retransmit timer
   runs while a READ is outstanding, and its timeout reissues the same way.
 
+Atomics (the wire notes' "Atomics"): a COMPARE_SWAP or FETCH_ADD work request is one request
+packet (BTH + AtomicETH, AckReq set, one PSN) and is handled as a one-packet READ: it counts
+against ``max_rd_atomic``, no acknowledgement passes it before its ATOMIC_ACKNOWLEDGE came (an
+ACK past it is rxe's implied NAK: go-back-N from it, the same PSN and operands again, which the
+responder answers from its results), and it completes (opcode COMP_SWAP or FETCH_ADD) when its
+ATOMIC_ACKNOWLEDGE is taken, the original value (8 bytes, little-endian) at its ``local_addr``
+and in the completion's ``data``.
+
 Time is the model's (nanoseconds, from the ``now`` of the :class:`Rnic` calls). Without time (a
 model used without ``now``) there is no retransmit timer and RNR waits end at once.
 """
@@ -87,6 +95,7 @@ from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 
+from rocegen.sim.models.responder.atomic import ATOMIC_BYTES
 from rocegen.sim.models.rnic.memory import Access
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
@@ -102,7 +111,7 @@ from rocegen.wire.roce import (
 from rocegen.wire.verbs import VERBS, WrOpcode
 
 __all__ = ["SendOp", "SendWr", "SendQueue", "MAX_MSG", "DEFAULT_WINDOW", "DEFAULT_TIMEOUT",
-           "DEFAULT_RD_ATOMIC", "post", "frame"]
+           "DEFAULT_RD_ATOMIC", "ATOMIC_VERBS", "post", "frame", "handle_atomic_ack"]
 
 #: Largest message a send work request may carry (2^31, a ConnectX's max_msg_sz).
 MAX_MSG = 1 << 31
@@ -119,12 +128,15 @@ OP_READ_REQUEST = opc.OP_RC_RDMA_READ_REQUEST
 READ_RESPONSES = opc.verb_opcodes(opc.Verb.RDMA_READ_RESPONSE)
 OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = READ_RESPONSES
 
-#: The send work request opcodes (``IBV_WR_*``): the verbs' names.
-SendOp = enum.StrEnum("SendOp", [(v, v) for v in VERBS], module=__name__)
+#: The atomic work requests (``IBV_WR_ATOMIC_CMP_AND_SWP``, ``IBV_WR_ATOMIC_FETCH_AND_ADD``):
+#: the catalogue's verbs of the opcodes with an AtomicETH, by opcode.
+ATOMIC_VERBS = {r.verb.value: r.code for r in opc.ROWS if r.has_atomic_eth}
+#: The send work request opcodes (``IBV_WR_*``): the verbs' names, then the atomics'.
+SendOp = enum.StrEnum("SendOp", [(v, v) for v in (*VERBS, *ATOMIC_VERBS)], module=__name__)
 
 # opcode: (FIRST, MIDDLE, LAST, ONLY)
 _OPCODES = {op: opc.message_opcodes(WrOpcode[op.value]) for op in SendOp
-            if WrOpcode[op.value].sends_payload}
+            if op.value in VERBS and WrOpcode[op.value].sends_payload}
 
 # completion statuses of the fatal NAKs (other NAK codes: remote operational error, as rxe)
 _NAK_STATUS = {NAK_INV_REQ: "REM_INV_REQ_ERR", NAK_REM_ACCESS: "REM_ACCESS_ERR",
@@ -160,11 +172,13 @@ class SendWr:
     imm: int | None
     first: int              # absolute PSN of its first packet
     npkts: int
-    read_len: int = 0       # READ: bytes to read
-    local_addr: int | None = None   # READ: where they go (None: ``buf``)
+    read_len: int = 0       # READ: bytes to read; atomic: 8 (the original value)
+    local_addr: int | None = None   # READ, atomic: where they go (None: ``buf``)
     buf: bytearray | None = None
     starts: set = field(default_factory=set)    # READ: PSNs of the requests sent for it
-    issued: bool = False    # READ: its request was sent (it counts against max_rd_atomic)
+    issued: bool = False    # READ, atomic: its request was sent (it counts against max_rd_atomic)
+    swap_add: int = 0       # atomic: the swap (COMPARE_SWAP) or add (FETCH_ADD) operand
+    compare: int = 0        # atomic: COMPARE_SWAP's compare operand
 
     @property
     def last(self):
@@ -179,9 +193,19 @@ class SendWr:
         return self.op == SendOp.READ
 
     @property
+    def is_atomic(self):
+        return self.op in ATOMIC_VERBS
+
+    @property
+    def responded(self):
+        """A READ or an atomic: its answer carries data, it holds one of ``max_rd_atomic``,
+        and no acknowledgement passes it before that answer came."""
+        return self.op == SendOp.READ or self.op in ATOMIC_VERBS
+
+    @property
     def length(self):
-        """The message length (of a READ: the bytes it reads)."""
-        return self.read_len if self.op == SendOp.READ else len(self.data)
+        """The message length (of a READ: the bytes it reads; of an atomic: 8)."""
+        return self.read_len if self.responded else len(self.data)
 
 
 @dataclass
@@ -209,7 +233,7 @@ class SendQueue:
     rewound: int | None = None      # PSN of the last go-back-N, until it is sent again
     retries: int = 0                # timeouts + sequence NAKs since the last progress
     rnr_retries: int = 0            # RNR NAKs since the last progress
-    reads: deque = field(default_factory=deque)     # READ WRs not completed, in order
+    reads: deque = field(default_factory=deque)     # READ, atomic WRs not completed, in order
     reads_out: int = 0              # how many of them were sent (against max_rd_atomic)
     read_retry: int | None = None   # PSN of a go-back-N under way (no other gap retries it)
 
@@ -237,14 +261,16 @@ class SendQueue:
     # ---- posting and sending ----
 
     def post(self, wr_id, op, data, remote_addr, rkey, imm, pmtu, *, read_len=0,
-             local_addr=None):
+             local_addr=None, swap_add=0, compare=0):
         n = read_len if op == SendOp.READ else len(data)
-        npkts = max(1, -(-n // pmtu))
-        wr = SendWr(wr_id, op, data, remote_addr, rkey, imm, self.posted, npkts)
-        if op == SendOp.READ:
-            wr.read_len, wr.local_addr = read_len, local_addr
+        npkts = 1 if op in ATOMIC_VERBS else max(1, -(-n // pmtu))
+        wr = SendWr(wr_id, op, data, remote_addr, rkey, imm, self.posted, npkts,
+                    swap_add=swap_add, compare=compare)
+        if wr.responded:
+            wr.read_len = ATOMIC_BYTES if wr.is_atomic else read_len
+            wr.local_addr = local_addr
             if local_addr is None:
-                wr.buf = bytearray(read_len)
+                wr.buf = bytearray(wr.read_len)
             self.reads.append(wr)
         self.wrs.append(wr)
         self.firsts.append(wr.first)
@@ -266,7 +292,7 @@ class SendQueue:
             while self.wrs[i].last < psn:
                 i += 1
             wr = self.wrs[i]
-            if wr.is_read:
+            if wr.responded:
                 if not wr.issued:
                     if self.reads_out + new >= self.max_rd_atomic:
                         break
@@ -291,10 +317,16 @@ class SendQueue:
             self.cur += 1
         wr = self.wrs[self.cur]
         k = self.nxt - wr.first
-        if wr.is_read:
-            off = k * pmtu
-            body = H.RETH.pack(va=(wr.remote_addr + off) & ((1 << 64) - 1), rkey=wr.rkey,
-                               dma_len=wr.read_len - off)
+        if wr.responded:
+            if wr.is_atomic:
+                opcode = ATOMIC_VERBS[wr.op]
+                body = H.ATOMIC_ETH.pack(va=wr.remote_addr, rkey=wr.rkey, swap_add=wr.swap_add,
+                                         compare=wr.compare)
+            else:
+                opcode = OP_READ_REQUEST
+                off = k * pmtu
+                body = H.RETH.pack(va=(wr.remote_addr + off) & ((1 << 64) - 1), rkey=wr.rkey,
+                                   dma_len=wr.read_len - off)
             wr.starts.add(self.nxt)
             if not wr.issued:
                 wr.issued = True
@@ -304,7 +336,7 @@ class SendQueue:
             if self.rewound == self.nxt:
                 self.rewound = None
             self.nxt = wr.last + 1
-            return OP_READ_REQUEST, 0, 1, 0, body
+            return opcode, 0, 1, 0, body
         first, last = k == 0, k == wr.npkts - 1
         payload = wr.data[k * pmtu:(k + 1) * pmtu]
         ops = _OPCODES[wr.op]
@@ -350,7 +382,7 @@ class SendQueue:
             self.seek(una)
         while self.head < len(self.wrs) and self.wrs[self.head].last < una:
             wr = self.wrs[self.head]
-            if wr.is_read:
+            if wr.responded:
                 self._read_done(wr)
             complete(wr, "SUCCESS")
             self.head += 1
@@ -373,8 +405,8 @@ class SendQueue:
             self.reads_out -= 1
 
     def read_limit(self, psn):
-        """``psn``, or the first unacknowledged PSN before it that belongs to a READ (an
-        acknowledgement never passes a READ whose data did not all come)."""
+        """``psn``, or the first unacknowledged PSN before it that belongs to a READ or an
+        atomic (an acknowledgement never passes one whose answer did not all come)."""
         if self.reads:
             first = max(self.una, self.reads[0].first)
             if first < psn:
@@ -583,13 +615,21 @@ def fail(nic, qp, status):
     nic._qp_error(qp)
 
 
-def post(nic, qp, opcode, *, data, length, remote_addr, rkey, imm, wr_id, local_addr):
+def post(nic, qp, opcode, *, data, length, remote_addr, rkey, imm, wr_id, local_addr,
+         swap_add=None, compare=None):
     """A send work request posted on ``qp`` (:meth:`Rnic.post_send`), checked; the
     :class:`SendWr`."""
     op = SendOp(send_op(opcode))
     if op == SendOp.READ:
         return _post_read(nic, qp, length=length, data=data, imm=imm, remote_addr=remote_addr,
                           rkey=rkey, wr_id=wr_id, local_addr=local_addr)
+    if op in ATOMIC_VERBS:
+        if data is not None or imm is not None or length not in (None, ATOMIC_BYTES):
+            raise ValueError(f"{op} carries no data and no imm: give swap_add (and compare)")
+        return _post_atomic(nic, qp, op, remote_addr=remote_addr, rkey=rkey, wr_id=wr_id,
+                            local_addr=local_addr, swap_add=swap_add, compare=compare)
+    if swap_add is not None or compare is not None:
+        raise ValueError(f"{op} has no swap_add or compare (only the atomics have)")
     if local_addr is not None:
         raise ValueError(f"{op} has no local_addr (only a READ has)")
     if data is None:
@@ -634,6 +674,75 @@ def _post_read(nic, qp, *, length, data, imm, remote_addr, rkey, wr_id, local_ad
     if qp.state == "ERR":
         fail(nic, qp, "WR_FLUSH_ERR")
     return wr
+
+
+def _post_atomic(nic, qp, op, *, remote_addr, rkey, wr_id, local_addr, swap_add, compare):
+    """An atomic work request: FETCH_ADD adds ``swap_add``; COMPARE_SWAP writes ``swap_add``
+    where the value equals ``compare``. The requester does not check the remote address's
+    alignment (the responder refuses a misaligned one, as rxe's does)."""
+    if op == SendOp.FETCH_ADD and compare is not None:
+        raise ValueError("FETCH_ADD has no compare operand")
+    compare = compare or 0
+    for name, v, bits in (("swap_add", swap_add, 64), ("compare", compare, 64),
+                          ("remote_addr", remote_addr, 64), ("rkey", rkey, 32)):
+        if not isinstance(v, int) or not 0 <= v < 1 << bits:
+            raise ValueError(f"{op}: {name} must be a {bits}-bit number, not {v!r}")
+    if local_addr is not None:
+        mr = nic.memory.at(local_addr, ATOMIC_BYTES)
+        if mr is None or not mr.access & Access.LOCAL_WRITE:
+            raise ValueError(f"{op} result [{local_addr:#x}, +{ATOMIC_BYTES}) is not in a region "
+                             "with LOCAL_WRITE access")
+    if qp.peer_mac is None and qp.peer_ip not in nic.arp_cache:
+        raise ValueError(f"no MAC known for {qp.peer_ip}: give peer_mac or resolve it by ARP")
+    wr = qp.sq.post(wr_id, op, b"", remote_addr, rkey, None, qp.pmtu, local_addr=local_addr,
+                    swap_add=swap_add, compare=compare)
+    if qp.state == "ERR":
+        fail(nic, qp, "WR_FLUSH_ERR")
+    return wr
+
+
+def handle_atomic_ack(nic, qp, ext, psn, now, where):
+    """An ATOMIC_ACKNOWLEDGE (AETH and AtomicAckETH in ``ext``) of wire PSN ``psn`` for the
+    requester of ``qp``, received at ``now`` by ``nic``: the original value goes to the atomic's
+    result (8 bytes, in the byte order of ``nic.atomics``), and the atomic and what came before
+    it are acknowledged. A PSN never sent is ``req_ack_ghost``; one acknowledged already (the
+    answer to a duplicate) ``req_atomic_stale``; one that is not an atomic's, or an AETH that is
+    not an ACK, ``req_atomic_bad``."""
+    sq = qp.sq
+    a = sq.absolute(psn)
+    if a >= sq.sent_hi:
+        nic._event("req_ack_ghost", f"{where}: PSN never sent (next new PSN "
+                   f"{sq.wire(sq.sent_hi):#08x})")
+        return
+    if a < sq.una:
+        nic._event("req_atomic_stale", f"{where}: PSN acknowledged already (oldest "
+                   f"unacknowledged {sq.wire(sq.una):#08x})")
+        return
+    wr = sq.wr_at(a)
+    syndrome = H.AETH.unpack(ext)["syndrome"]
+    if wr is None or not wr.is_atomic or syndrome >> 5:
+        why = (f"AETH syndrome {syndrome:#04x} is not an ACK" if syndrome >> 5 else
+               "the PSN is not one of an atomic")
+        nic._event("req_atomic_bad", f"{where}: {why}")
+        return
+
+    def complete(w, status):
+        nic._complete_send(qp, w, status)
+
+    limit = sq.read_limit(a)
+    if limit > sq.una:
+        sq.progress(limit, now, complete)          # the WRITE/SENDs before it are done
+    if a > sq.una:
+        read_gap(nic, qp, f"{where}: PSN {sq.wire(sq.una):#08x} missing")
+        return
+    original = H.ATOMIC_ACK_ETH.unpack(ext[H.AETH.length:])["orig"]
+    value = original.to_bytes(ATOMIC_BYTES, nic.atomics.byteorder)
+    if wr.buf is not None:
+        wr.buf[:] = value
+    else:
+        nic.write_mem(wr.local_addr, value)
+    nic.counters["req_atomic_rx"] += 1
+    sq.progress(a + 1, now, complete)
 
 
 def frame(nic, qp, now):

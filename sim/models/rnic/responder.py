@@ -2,14 +2,23 @@
 RNR), the execution of SENDs and RDMA WRITEs into the receive WQEs and the memory, the class C
 errors that NAK and take the QP to the error state, and the ACKs (coalesced, cumulative, with the
 credit code and the faults the behaviour injects). RDMA READ requests go to
-:mod:`~rocegen.sim.models.rnic.read_responder`."""
+:mod:`~rocegen.sim.models.rnic.read_responder`, atomics (on a QP with REMOTE_ATOMIC access) to
+:mod:`~rocegen.sim.models.rnic.atomic_responder`."""
 
 import struct
 
 from rocegen.sim.models.rnic.behaviour import credit_code
 from rocegen.sim.models.rnic.cq import WcOpcode, WcStatus
 from rocegen.sim.models.rnic.memory import Access
-from rocegen.sim.models.rnic.opcodes import FIRST, LAST, MIDDLE, ONLY, Op, _segmentation_error
+from rocegen.sim.models.rnic.opcodes import (
+    ATOMIC_OPCODES,
+    FIRST,
+    LAST,
+    MIDDLE,
+    ONLY,
+    Op,
+    _segmentation_error,
+)
 from rocegen.sim.models.rnic.qp import psn_diff
 from rocegen.wire.roce import (
     ETH_MIN_FRAME,
@@ -67,6 +76,7 @@ class Responder:
             self.cancel_ack(qp)
             return [self.ack(qp, NAK_PSN_SEQ, qp.epsn, src_mac)]
         read = bth.opcode == Op.RDMA_READ_REQUEST and qp.access & Access.REMOTE_READ
+        atomic = bth.opcode in ATOMIC_OPCODES and qp.access & Access.REMOTE_ATOMIC
         if d < 0:
             nic._event("duplicate", f"{where}: behind ePSN {qp.epsn:#08x}")
             if read:
@@ -74,12 +84,17 @@ class Responder:
                     return nic.reads.duplicate(qp, psn, ext, where, src_mac)
                 except _Fatal as e:
                     return self.fatal(qp, psn, e, where, src_mac)
+            if atomic:
+                return nic.atomics.duplicate(qp, psn, bth.opcode, ext, where, src_mac)
             self.cancel_ack(qp)
             return self.send_ack(qp, src_mac)
         qp.nak_pending = False
         try:
             if read:
                 return nic.reads.read(qp, psn, ext, payload, padcnt, where, src_mac)
+            if atomic:
+                return nic.atomics.atomic(qp, psn, bth.opcode, ext, payload, padcnt, where,
+                                          src_mac)
             return self.execute(qp, bth, info, ext, payload, padcnt, where, src_mac)
         except _Fatal as e:
             return self.fatal(qp, psn, e, where, src_mac)

@@ -65,6 +65,10 @@ def reth(va=0x1000_0000_0040, rkey=0x1234, dlen=300):
     return struct.pack(">QII", va, rkey, dlen)
 
 
+def atomic_eth(va=0x1000_0000_0048, rkey=0x1234, swap_add=1, compare=0):
+    return struct.pack(">QIQQ", va, rkey, swap_add, compare)
+
+
 def good_frames():
     return {
         "write first": roce(bth(0x06, psn=1) + reth() + bytes(range(256))),
@@ -78,6 +82,9 @@ def good_frames():
         "ack": roce(bth(0x11) + b"\x1f\x00\x00\x03"),
         "cnp": roce(bth(0x81, byte4=0x40) + bytes(16)),
         "vlan": roce(bth(0x0A, ackreq=1) + reth(dlen=8) + bytes(8), vlan=(3 << 13) | 100),
+        "compare swap": roce(bth(0x13, ackreq=1) + atomic_eth(swap_add=7, compare=6)),
+        "fetch add": roce(bth(0x14, ackreq=1) + atomic_eth()),
+        "atomic ack": roce(bth(0x12) + b"\x1f\x00\x00\x04" + struct.pack(">Q", 2**64 - 2)),
     }
 
 
@@ -113,7 +120,7 @@ def test_good_frames_pass_and_are_counted():
     assert c.check(arp_reply(pad=False)) == "arp"           # the MAC pads it
     assert c.counts["frames"] == len(frames) + 2
     assert c.counts["roce"] == len(frames)
-    assert "12 frames rebuilt by scapy" in c.summary()
+    assert f"{len(frames) + 2} frames rebuilt by scapy" in c.summary()
 
 
 def test_wrong_icrc_fails():
@@ -140,6 +147,14 @@ def test_wrong_icrc_fails():
     ("ACK with payload", lambda: roce(bth(0x11) + b"\x1f\0\0\0" + bytes(4)), ["ACKNOWLEDGE"]),
     ("RETH cut", lambda: roce(bth(0x0A) + reth()[:12]), ["bytes left for RETH"]),
     ("CNP length", lambda: roce(bth(0x81, byte4=0x40) + bytes(12)), ["16 bytes"]),
+    ("atomic with payload", lambda: roce(bth(0x14, ackreq=1) + atomic_eth() + bytes(4)),
+     ["4 payload bytes", "FETCH_ADD"]),
+    ("AtomicETH cut", lambda: roce(bth(0x13) + atomic_eth()[:20]),
+     ["bytes left for AtomicETH"]),
+    ("AtomicAckETH cut", lambda: roce(bth(0x12) + b"\x1f\0\0\0" + bytes(4)),
+     ["bytes left for AtomicAckETH"]),
+    ("READ request with payload", lambda: roce(bth(0x0C) + reth(dlen=4) + bytes(4)),
+     ["4 payload bytes", "RDMA_READ_REQUEST"]),
 ])
 def test_wrong_field_fails(fault, frame, words):
     check_fails(frame(), *words)
