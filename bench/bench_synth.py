@@ -650,14 +650,16 @@ def _synthesized(chosen, args):
     converted, rtlil_seconds, work = {}, {}, []
     for name, desc, params, factory, kind, options in chosen:
         print(f"{name}: {desc}: converting ...", flush=True)
-        if kind not in ("core", "trace"):   # blocks: their parameters do not name them
-            design = factory()
-        elif params in converted:
+        # every design becomes RTLIL text here, in this thread: only Yosys runs in the pool
+        block = kind not in ("core", "trace")     # blocks: their parameters do not name them
+        if not block and params in converted:
             design = converted[params]
         else:
             t0 = time.monotonic()
-            design = converted[params] = to_rtlil(factory(), "top")
+            design = to_rtlil(factory(), "top")
             rtlil_seconds[name] = round(time.monotonic() - t0, 2)
+            if not block:
+                converted[params] = design
         work.append((name, design, options))
 
     def run(item):
