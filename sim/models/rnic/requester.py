@@ -544,6 +544,24 @@ def _response_error(wr, op, a, syndrome, n, padcnt, pmtu):
     return None
 
 
+def _answer_in_order(nic, qp, a, now, where):
+    """A READ response or ATOMIC_ACKNOWLEDGE of absolute PSN ``a`` came: the WRITE/SENDs before
+    its request are acknowledged; if answers before it are missing, a retry starts (None);
+    else the ``complete(wr, status)`` that acknowledging ``a`` takes."""
+    sq = qp.sq
+
+    def complete(w, status):
+        nic._complete_send(qp, w, status)
+
+    limit = sq.read_limit(a)
+    if limit > sq.una:
+        sq.progress(limit, now, complete)          # the WRITE/SENDs before it are done
+    if a > sq.una:
+        read_gap(nic, qp, f"{where}: PSN {sq.wire(sq.una):#08x} missing")
+        return None
+    return complete
+
+
 def handle_read_response(nic, qp, op, ext, payload, padcnt, psn, now, where):
     """A READ response (``op``, AETH in ``ext`` but on MIDDLE, ``payload``) of wire PSN ``psn``
     for the requester of ``qp``, received at ``now`` by ``nic``."""
@@ -567,14 +585,8 @@ def handle_read_response(nic, qp, op, ext, payload, padcnt, psn, now, where):
         nic._event("req_read_bad", f"{where}: {err}")
         return
 
-    def complete(w, status):
-        nic._complete_send(qp, w, status)
-
-    limit = sq.read_limit(a)
-    if limit > sq.una:
-        sq.progress(limit, now, complete)          # the WRITE/SENDs before it are done
-    if a > sq.una:
-        read_gap(nic, qp, f"{where}: PSN {sq.wire(sq.una):#08x} missing")
+    complete = _answer_in_order(nic, qp, a, now, where)
+    if complete is None:
         return
     off = (a - wr.first) * qp.pmtu
     if wr.buf is not None:
@@ -726,14 +738,8 @@ def handle_atomic_ack(nic, qp, ext, psn, now, where):
         nic._event("req_atomic_bad", f"{where}: {why}")
         return
 
-    def complete(w, status):
-        nic._complete_send(qp, w, status)
-
-    limit = sq.read_limit(a)
-    if limit > sq.una:
-        sq.progress(limit, now, complete)          # the WRITE/SENDs before it are done
-    if a > sq.una:
-        read_gap(nic, qp, f"{where}: PSN {sq.wire(sq.una):#08x} missing")
+    complete = _answer_in_order(nic, qp, a, now, where)
+    if complete is None:
         return
     original = H.ATOMIC_ACK_ETH.unpack(ext[H.AETH.length:])["orig"]
     value = original.to_bytes(ATOMIC_BYTES, nic.atomics.byteorder)
