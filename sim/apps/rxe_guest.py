@@ -31,6 +31,7 @@ import functools
 import hashlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -223,13 +224,20 @@ def build_guest(cache=None, mirror=MIRROR, log=sys.stdout):
     return gdir
 
 
+#: How long the KVM probe waits for the kernel's first line ("Linux version"), then for its
+#: panic: a working KVM gets there in a second or two.
+KVM_FIRST_LINE_SECONDS = 10
+KVM_PANIC_SECONDS = 30
+
+
 def kvm_works(kernel):
     """Whether a Linux kernel boots under KVM here. ``/dev/kvm`` may exist where it does not
     work: on a host whose processor gives no virtualisation to guests QEMU aborts at the
     machine's reset, and under some nested hypervisors the machine starts but the kernel never
     prints a line. So ``kernel`` (the guest's own) is booted with no root file system, and KVM
-    counts as working when it reaches its panic ("VFS: Unable to mount root") within 30 s, a
-    few seconds under a working KVM. One probe per kernel and process."""
+    counts as working when it prints its first line within :data:`KVM_FIRST_LINE_SECONDS` and
+    reaches its panic ("VFS: Unable to mount root") within :data:`KVM_PANIC_SECONDS`. One probe
+    per kernel and process."""
     return _kvm_boots(str(kernel))
 
 
@@ -238,17 +246,38 @@ def _kvm_boots(kernel):
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False
     try:
-        r = subprocess.run(["qemu-system-x86_64", "-machine", "q35", "-accel", "kvm", "-cpu", "host",
-                            "-m", "256", "-nographic", "-no-reboot", "-nodefaults",
-                            "-serial", "stdio", "-kernel", kernel,
-                            "-append", "console=ttyS0 panic=-1"],
-                           stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           errors="replace", timeout=30)
-    except subprocess.TimeoutExpired:
-        return False
+        p = subprocess.Popen(["qemu-system-x86_64", "-machine", "q35", "-accel", "kvm", "-cpu",
+                              "host", "-m", "256", "-nographic", "-no-reboot", "-nodefaults",
+                              "-serial", "stdio", "-kernel", kernel,
+                              "-append", "console=ttyS0 panic=-1"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
     except OSError:
         return False
-    return "Kernel panic" in r.stdout
+    try:
+        return _reaches_panic(p.stdout.fileno())
+    finally:
+        p.kill()
+        p.wait()
+
+
+def _reaches_panic(fd):
+    """Read the probe's console from ``fd`` until the kernel panics (True), or its first line
+    or its panic is late, or the machine ends without one (False)."""
+    start, seen = time.monotonic(), b""
+    while True:
+        limit = KVM_PANIC_SECONDS if b"Linux version" in seen else KVM_FIRST_LINE_SECONDS
+        left = start + limit - time.monotonic()
+        if left <= 0:
+            return False
+        if not select.select([fd], [], [], left)[0]:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return False
+        seen += chunk
+        if b"Kernel panic" in seen:
+            return True
 
 
 def qemu_command(gdir, src, out, *, tap, mac, memory_mib=1024, kvm=None):

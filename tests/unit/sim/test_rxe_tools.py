@@ -4,6 +4,8 @@ answers, the options refused, and ``sim serve``'s lossy links refused out of ran
 
 import argparse
 import json
+import os
+import time
 
 import pytest
 from scapy.contrib.roce import AETH, BTH
@@ -157,33 +159,40 @@ def test_qemu_command_shares_the_sources_read_only(tmp_path):
     assert json.dumps(cmd)          # plain strings only
 
 
-@pytest.mark.parametrize("outcome, works", [
-    ("[    1.2] Kernel panic - not syncing: VFS: Unable to mount root fs", True),
-    ("SeaBIOS\nBooting from ROM...\n", False),      # a machine that starts, a kernel that never runs
-    ("timeout", False),
+@pytest.mark.parametrize("console, works", [
+    ("echo '[    0.0] Linux version 6.1'; sleep 0.3; "
+     "echo '[    1.2] Kernel panic - not syncing: VFS: Unable to mount root fs'; exec sleep 60", True),
+    # a machine that starts, a kernel that never runs: given up after the first line's time
+    ("echo SeaBIOS; echo 'Booting from ROM...'; exec sleep 60", False),
+    # a kernel that runs and never gets to its panic: given up after the panic's time
+    ("echo '[    0.0] Linux version 6.1'; exec sleep 60", False),
+    ("exit 1", False),                            # QEMU refuses KVM
 ])
-def test_kvm_counts_only_when_the_kernel_boots(monkeypatch, tmp_path, outcome, works):
+def test_kvm_counts_only_when_the_kernel_boots(monkeypatch, tmp_path, console, works):
     """KVM is taken only when the guest's kernel runs under it, not when /dev/kvm merely opens:
-    under some nested hypervisors QEMU starts and the kernel never prints a line."""
-    import subprocess
-
-    calls = []
-
-    def fake_run(cmd, **kw):
-        calls.append(cmd)
-        if outcome == "timeout":
-            raise subprocess.TimeoutExpired(cmd, kw.get("timeout"))
-        return subprocess.CompletedProcess(cmd, 0, stdout=outcome, stderr="")
-
+    under some nested hypervisors QEMU starts and the kernel never prints a line. The probe is
+    a stand-in QEMU on PATH printing what such a console shows; the probe is killed at its
+    verdict."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    qemu = bindir / "qemu-system-x86_64"
+    qemu.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'calls'}\n{console}\n")
+    qemu.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
     monkeypatch.setattr(rxe_guest.os, "access", lambda path, mode: True)
-    monkeypatch.setattr(rxe_guest.subprocess, "run", fake_run)
+    monkeypatch.setattr(rxe_guest, "KVM_FIRST_LINE_SECONDS", 1)
+    monkeypatch.setattr(rxe_guest, "KVM_PANIC_SECONDS", 2)
     rxe_guest._kvm_boots.cache_clear()
-    kernel = tmp_path / f"vmlinuz-{len(outcome)}"
+    kernel = tmp_path / "vmlinuz-probe"
+    t0 = time.monotonic()
     assert rxe_guest.kvm_works(kernel) is works
-    assert rxe_guest.kvm_works(kernel) is works and len(calls) == 1       # one probe per kernel
-    assert ["-kernel", str(kernel)] == calls[0][calls[0].index("-kernel"):][:2]
-    assert "kvm" in calls[0]
+    assert time.monotonic() - t0 < 30        # killed at its verdict, not left to its sleep
+    assert rxe_guest.kvm_works(kernel) is works
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert len(calls) == 1                   # one probe per kernel
+    assert "-accel kvm" in calls[0] and f"-kernel {kernel} " in calls[0]
+    (tmp_path / "calls").unlink()
     cmd = rxe_guest.qemu_command(tmp_path, "/src", tmp_path / "out", tap="t0", mac=HOST_MAC)
-    assert calls[-1][calls[-1].index("-kernel") + 1] == str(tmp_path / "vmlinuz")  # its own
+    assert f"-kernel {tmp_path / 'vmlinuz'} " in (tmp_path / "calls").read_text()  # its own
     assert ("kvm" in cmd) is works and ("tcg" in cmd) is not works
     rxe_guest._kvm_boots.cache_clear()
