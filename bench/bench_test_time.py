@@ -9,7 +9,7 @@ file and the slowest tests to ``build/bench/test_time.json``.
     .venv/bin/python bench/bench_test_time.py --log run.log   # a run's output, with --durations=0
     .venv/bin/python bench/bench_test_time.py --junitxml build/bench/pytest.xml
 
-A first run on a fresh machine includes the Verilator builds (``build/cocotb``) in its figures;
+A first run on a fresh machine includes the Verilator builds (``~/.cache/rocegen/sim``) in its figures;
 run it twice for the warm figure."""
 
 import argparse

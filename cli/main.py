@@ -21,7 +21,13 @@ from rocegen.gateware.xgmii_top import XgmiiStackTop
 from rocegen.sim.apps import bench, incast, replay, rxe, serve
 from rocegen.sim.apps import demo as system_demo
 from rocegen.sim.apps.options import ENDPOINT_OPTIONS, add_endpoint_options, endpoint_params, option_error
-from rocegen.sim.testing.cocotb_runner import BUILD, SimConfig, endpoint_sim_config, kept_verilog, run_cocotb
+from rocegen.sim.testing.cocotb_runner import (
+    SIM_CACHE,
+    SimConfig,
+    endpoint_sim_config,
+    kept_verilog,
+    run_cocotb,
+)
 from rocegen.sim.testing.roce_env import board_clock_mhz
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.roce import PMTUS
@@ -241,7 +247,7 @@ def _sim_demo(args):
     core.write_text(text)
     print(f"wrote {core} in {time.perf_counter() - t0:.1f} s{DEMO_VERILOG_HOW[how]}")
     print(f"building the simulator (Verilator; the first build of a configuration takes a few "
-          f"minutes, then it is cached under {BUILD / 'cocotb'})")
+          f"minutes, then it is cached under {SIM_CACHE})")
     cfg = endpoint_sim_config(args.width, num_qps, **extra, **({"phy": "xgmii"} if xgmii else {}))
     pcap = Path(args.pcap or out / f"roce_{tag}.pcap").resolve()
     results = (out / f"roce_{tag}.json").resolve()
@@ -380,7 +386,7 @@ def _sim_demo_peer(args):
     core.write_text(text)
     print(f"wrote {core} in {time.perf_counter() - t0:.1f} s{DEMO_VERILOG_HOW[how]}")
     print(f"building the simulator (Verilator; the first build of a configuration takes a few "
-          f"minutes, then it is cached under {BUILD / 'cocotb'})")
+          f"minutes, then it is cached under {SIM_CACHE})")
     pcap = Path(args.pcap or out / f"roce_{tag}.pcap").resolve()
     results = (out / f"roce_{tag}.json").resolve()
     run = {**demo_run(args, line), "kind": reads or "responder",
@@ -461,7 +467,7 @@ def _sim_ping(args):
     _verilog(argparse.Namespace(width=args.width, mac=args.mac, ip=args.ip, port=[17185],
                                 name="rocegen_stack", output=out / f"rocegen_stack_w{args.width}.v"))
     print(f"building the simulator (Verilator; the first build of a width takes a few minutes, "
-          f"then it is cached under {BUILD / 'cocotb'})")
+          f"then it is cached under {SIM_CACHE})")
     cfg = SimConfig("stack", "rocegen.gateware.top:StackTop", width=args.width)
     pcap = (out / f"demo_w{args.width}.pcap").resolve()
     report = (out / f"demo_w{args.width}.txt").resolve()

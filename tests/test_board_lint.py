@@ -6,9 +6,10 @@ lints without width warnings.
 Uses the project's Verilator (:func:`rocegen.sim.testing.verilator.verilator_bin_dir`: ``make setup``
 finds or builds it), whatever ``PATH`` holds.
 
-The build folders and the lint logs are kept in ``build/boards/`` as the simulator builds are
-(:mod:`rocegen.sim.testing.cocotb_runner`): a folder is written again only when a Python source
-it comes from (``wire/``, ``gateware/``, ``boards/``, ``cli/``, ``tools/``) changed, and a lint
+The build folders and the lint logs are kept in the per-user cache (``~/.cache/rocegen/boards/``)
+as the simulator builds are (:mod:`rocegen.sim.testing.cocotb_runner`): a folder is written again
+only when a Python source it comes from (``wire/``, ``gateware/``, ``boards/``, ``cli/``,
+``tools/``) changed, and a lint
 log is taken again only when the Verilog, the stubs or the Verilator changed. Every assertion
 runs on every run, on the kept files; the build log of :mod:`rocegen.gateware.costlog` says which
 folders and lint logs were made and which were kept (kind ``board``).
@@ -30,14 +31,14 @@ from rocegen.boards.vcu118 import CMAC_MODULE, XXV_MODULE, axi_cdc_module, ddr4_
 from rocegen.boards.xilinx import JTAG_AXI_MODULE
 from rocegen.cli import main
 from rocegen.gateware import costlog
-from rocegen.sim.testing.cocotb_runner import BUILD, source_digest
-from rocegen.sim.testing.verilator import VerilatorNotFound, verilator_bin_dir
+from rocegen.sim.testing.cocotb_runner import source_digest
+from rocegen.sim.testing.verilator import VerilatorNotFound, cache_root, verilator_bin_dir
 
 STUBS = Path(__file__).resolve().parent.parent / "boards" / "stubs"
 #: Where the build folders and lint logs are kept between runs.
-CACHE = BUILD / "boards"
+CACHE = cache_root() / "boards"
 #: The sources a build folder comes from.
-SOURCES = ("wire", "gateware", "boards", "cli", "tools")
+SOURCES = tuple(f"{folder}/**/*.py" for folder in ("wire", "gateware", "boards", "cli", "tools"))
 
 BUILDS = {
     # name: (command-line arguments, top module, board, vendor IP modules with their instance)

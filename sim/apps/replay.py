@@ -98,7 +98,7 @@ def run(args):
     """Run ``rocegen sim replay`` for parsed ``args``; prints the results as JSON on stdout
     (progress on stderr) and writes them to ``<output>/replay_w<W>.json``. Returns the exit
     status; raises ValueError for bad parameters or an unreadable capture."""
-    from rocegen.sim.testing.cocotb_runner import BUILD, endpoint_sim_config, run_cocotb
+    from rocegen.sim.testing.cocotb_runner import SIM_CACHE, endpoint_sim_config, run_cocotb
     _check(args)
     pcap = Path(args.pcap).resolve()
     frames = read_frames(pcap)
@@ -110,7 +110,7 @@ def run(args):
     cfg = endpoint_sim_config(args.width, num_qps=max(8, args.qps))
     print(f"replaying {len(frames)} frames of {pcap}; building the simulator if needed "
           f"(Verilator; the first build of a configuration takes a few minutes, then it is "
-          f"cached under {BUILD / 'cocotb'})", file=sys.stderr)
+          f"cached under {SIM_CACHE})", file=sys.stderr)
     config = {"pcap": str(pcap), "qps": args.qps, "peer_ip": args.peer_ip,
               "peer_qpn": args.peer_qpn, "psn": args.psn, "results": str(results)}
     t0 = time.perf_counter()

@@ -222,7 +222,7 @@ def run(args):
 
 def _simulate(args, cfg, conf):
     from rocegen.sim.apps.options import option_error
-    from rocegen.sim.testing.cocotb_runner import BUILD, run_cocotb
+    from rocegen.sim.testing.cocotb_runner import SIM_CACHE, run_cocotb
     status = Path(args.status).resolve() if args.status else \
         Path(tempfile.mkdtemp(prefix="rocegen-serve-")) / "status.json"
     conf["status"] = str(status)
@@ -230,7 +230,7 @@ def _simulate(args, cfg, conf):
     Path(conf["stop_file"]).unlink(missing_ok=True)
     status.unlink(missing_ok=True)
     print(f"building the simulator (Verilator; the first build of a configuration takes a few "
-          f"minutes, then it is cached under {BUILD / 'cocotb'})", flush=True)
+          f"minutes, then it is cached under {SIM_CACHE})", flush=True)
     t0 = time.perf_counter()
     try:
         cfg.build()

@@ -2,10 +2,14 @@
 test modules against them from pytest.
 
 A *configuration* is a factory (an importable ``"module:callable"`` returning an Amaranth
-component) plus its keyword arguments. Its Verilog and Verilator build live in
-``build/cocotb/<name>-<hash>/``; the design is not even elaborated again while no Python source
-of ``wire/``, ``gateware/``, ``boards/`` or ``sim/`` changed, the Verilator build is skipped when the
-generated Verilog is unchanged, and a file lock lets parallel pytest workers share it: one
+component) plus its keyword arguments. Its Verilog and Verilator build live in the per-user cache,
+``~/.cache/rocegen/sim/<name>-<hash>/`` (:data:`SIM_CACHE`), which every checkout on the machine
+shares, and its runs in the checkout's ``build/cocotb/<name>-<hash>/runs/``. The design is not
+even elaborated again while no Python source it can import changed (:data:`DESIGN_SOURCES`: the
+wire constants, the gateware, the boards and the simulation tops, not the models or the
+testbenches), the Verilator build is skipped when the generated Verilog is unchanged (so a
+checkout at another revision costs one elaboration, and a compile only if its Verilog differs),
+and a file lock lets parallel pytest workers and checkouts share it: one
 builds while the others wait, the stamps are replaced atomically and only once the build is
 complete, and every run executes its own hard link of the simulator taken under the lock (a
 later rebuild links a new file and cannot change a binary that runs or is about to start).
@@ -38,14 +42,17 @@ from pathlib import Path
 
 from rocegen.gateware import costlog
 from rocegen.gateware.emit import to_verilog
-from rocegen.sim.testing.verilator import verilator_on_path
+from rocegen.sim.testing.verilator import cache_root, verilator_on_path
 
-__all__ = ["ROOT", "BUILD", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config",
+__all__ = ["ROOT", "BUILD", "SIM_CACHE", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config",
            "responder_sim_config", "RESPONDER_MEM_BYTES", "responder_share", "source_digest",
            "DESIGN_SOURCES", "kept_verilog", "run_scenarios"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("ROCEGEN_BUILD", ROOT / "build"))
+#: Where the Verilator builds live: ``$ROCEGEN_SIM_CACHE``, else ``sim/`` of the per-user cache
+#: (:func:`rocegen.sim.testing.verilator.cache_root`), shared by the checkouts of the machine.
+SIM_CACHE = Path(os.environ.get("ROCEGEN_SIM_CACHE") or cache_root() / "sim")
 
 
 #: Verilator options of every build (part of the build's identity).
@@ -81,22 +88,29 @@ def waves_requested():
     return os.environ.get("WAVES", "0") not in ("", "0")
 
 
-#: The folders of the Python sources a design (and a board build) can come from: the wire
-#: constants and header tables the gateware imports, the gateware, the boards and the simulation
-#: tops.
-DESIGN_SOURCES = ("wire", "gateware", "boards", "sim")
+#: The Python sources a design (and a board build) can come from, as globs relative to the
+#: repository: the wire constants and header tables the gateware imports, the gateware, the boards
+#: and the simulation tops with what they import (``tests/unit/sim/test_sim_build.py`` checks
+#: that importing every top loads no other source of the repository). The models, the
+#: testbenches and the applications are not among them: an edit there cannot change a design.
+DESIGN_SOURCES = ("wire/**/*.py", "gateware/**/*.py", "boards/**/*.py", "sim/__init__.py",
+                  "sim/testing/__init__.py", "sim/testing/*tops.py", "sim/testing/capture.py")
 
 
-def source_digest(folders=DESIGN_SOURCES):
-    """Digest of every Python source under ``folders`` (of the repository) and of the Amaranth
-    version: while it is unchanged, a configuration's Verilog cannot have changed, so the build
-    is reused without elaborating the design again."""
+def design_files(patterns=DESIGN_SOURCES):
+    """The files of ``patterns`` (globs relative to the repository), sorted."""
+    return sorted({p for pattern in patterns for p in ROOT.glob(pattern) if p.is_file()})
+
+
+def source_digest(patterns=DESIGN_SOURCES):
+    """Digest of every Python source of ``patterns`` and of the Amaranth version: while it is
+    unchanged, a configuration's Verilog cannot have changed, so the build is reused without
+    elaborating the design again."""
     import amaranth
     h = hashlib.sha1(amaranth.__version__.encode())
-    for folder in folders:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            h.update(str(path.relative_to(ROOT)).encode())
-            h.update(path.read_bytes())
+    for path in design_files(patterns):
+        h.update(str(path.relative_to(ROOT)).encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -128,7 +142,9 @@ class SimConfig:
         key = json.dumps({"f": factory, "p": params, "w": self.waves, "a": BUILD_ARGS,
                           "v": PUBLIC_CONTROL.format(top=toplevel) + os.environ.get("ROCEGEN_PUBLIC", "")},
                          sort_keys=True, default=str)
-        self.build_dir = BUILD / "cocotb" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+        self.key = f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+        self.build_dir = SIM_CACHE / self.key
+        self.runs_dir = BUILD / "cocotb" / self.key / "runs"
 
     @contextmanager
     def _locked(self):
@@ -220,7 +236,7 @@ def run_cocotb(config, test_module, testcase=None, *, env=None, seed=None, label
     goes to this process's standard output instead of the run's ``sim.log``."""
     from cocotb_tools.runner import get_results, get_runner
     label = label or (testcase if isinstance(testcase, str) else test_module.rsplit(".", 1)[-1])
-    run_dir = config.build_dir / "runs" / label
+    run_dir = config.runs_dir / label
     run_dir.mkdir(parents=True, exist_ok=True)
     sim_dir = config.simulator_for(run_dir)
     results = run_dir / "results.xml"

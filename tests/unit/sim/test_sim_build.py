@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from amaranth.hdl import Module
@@ -154,6 +156,7 @@ def build_env(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("ROCEGEN_COST_LOG", str(tmp_path / "builds.jsonl"))
     monkeypatch.setattr(cocotb_runner, "BUILD", tmp_path / "build")
+    monkeypatch.setattr(cocotb_runner, "SIM_CACHE", tmp_path / "cache" / "sim")
     return d
 
 
@@ -222,6 +225,7 @@ def test_no_verilator_is_a_clear_error_of_the_build(tmp_path, monkeypatch):
     monkeypatch.setenv("ROCEGEN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr("sys.prefix", str(tmp_path / "venv"))
     monkeypatch.setattr(cocotb_runner, "BUILD", tmp_path / "build")
+    monkeypatch.setattr(cocotb_runner, "SIM_CACHE", tmp_path / "cache" / "sim")
     cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
     with pytest.raises(VerilatorNotFound, match="make setup"):
         cfg.build()
@@ -246,23 +250,51 @@ def test_tools_verilator_sh_calls_take_turns(tmp_path):
     assert out.strip().splitlines()[-1] == str(found)
 
 
-def test_the_source_digest_sees_every_folder_a_design_comes_from(tmp_path, monkeypatch):
+def test_the_source_digest_sees_every_file_a_design_comes_from(tmp_path, monkeypatch):
     """A change to any Python source a design can import (the wire constants too) changes the
-    digest that lets a build skip elaboration; a file elsewhere does not."""
-    for folder in (*cocotb_runner.DESIGN_SOURCES, "docs"):
-        (tmp_path / folder).mkdir()
-        (tmp_path / folder / "a.py").write_text("X = 1\n")
+    digest that lets a build skip elaboration; a file elsewhere (a model, a testbench, the
+    documentation) does not."""
+    files = ["wire/a.py", "wire/deep/b.py", "gateware/a.py", "gateware/roce/x/c.py",
+             "boards/a.py", "sim/__init__.py", "sim/testing/__init__.py", "sim/testing/tops.py",
+             "sim/testing/roce_tops.py", "sim/testing/capture.py"]
+    elsewhere = ["docs/a.py", "sim/models/a.py", "sim/apps/a.py", "sim/testing/harness.py",
+                 "tests/a.py"]
+    for name in files + elsewhere:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("X = 1\n")
     monkeypatch.setattr(cocotb_runner, "ROOT", tmp_path)
+    assert cocotb_runner.design_files() == sorted(tmp_path / name for name in files)
     first = cocotb_runner.source_digest()
     assert cocotb_runner.source_digest() == first
-    (tmp_path / "docs" / "a.py").write_text("X = 2\n")
+    for name in elsewhere:
+        (tmp_path / name).write_text("X = 2\n")
     assert cocotb_runner.source_digest() == first
     seen = {first}
-    for folder in cocotb_runner.DESIGN_SOURCES:
-        (tmp_path / folder / "a.py").write_text("X = 3\n")
+    for name in files:
+        (tmp_path / name).write_text("X = 3\n")
         seen.add(cocotb_runner.source_digest())
-    assert len(seen) == 1 + len(cocotb_runner.DESIGN_SOURCES)
-    assert "wire" in cocotb_runner.DESIGN_SOURCES
+    assert len(seen) == 1 + len(files)
+
+
+def test_every_top_imports_only_design_sources():
+    """Importing the simulation tops (and so the gateware they build) in a fresh interpreter
+    loads no source of the repository that the digest leaves out: an edit the digest does not
+    see cannot change a design."""
+    tops = sorted(p.stem for p in (ROOT / "sim" / "testing").glob("*tops.py"))
+    assert {"tops", "roce_tops", "payload_tops", "mac_tops"} <= set(tops)
+    modules = [f"rocegen.sim.testing.{t}" for t in tops] + [
+        "rocegen.gateware.core", "rocegen.gateware.top", "rocegen.gateware.xgmii_top"]
+    code = ("import importlib, json, sys\n"
+            f"for m in {modules!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(getattr(m, '__file__', None) or '' for m in "
+            "list(sys.modules.values()))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    root = ROOT.resolve()
+    loaded = {Path(f).resolve() for f in json.loads(out.stdout) if f}
+    ours = {f for f in loaded if f.is_relative_to(root) and ".venv" not in f.parts}
+    assert ours, "the tops were not imported from this repository"
+    assert ours <= {p.resolve() for p in cocotb_runner.design_files()}, \
+        sorted(str(f.relative_to(root)) for f in ours - set(cocotb_runner.design_files()))
 
 
 class Tiny(wiring.Component):
