@@ -21,14 +21,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from rocegen.wire import opcodes as opc
+from rocegen.wire.atomics import ATOMIC_BYTES, BYTE_ORDERS
 
 __all__ = ["ATOMIC_BYTES", "BYTE_ORDERS", "AtomicRequest", "AtomicResults", "apply", "execute",
            "misaligned", "load", "store"]
 
-#: Bytes an atomic reads and writes, and the alignment of its address.
-ATOMIC_BYTES = 8
-#: The byte orders of the 64-bit value in memory.
-BYTE_ORDERS = ("little", "big")
 _MASK = (1 << 64) - 1
 
 

@@ -1,0 +1,12 @@
+"""Wire facts of the RDMA atomics (IBTA volume 1, 9.4.5): the size and alignment of their target
+and the byte orders a 64-bit value can have in memory. The operands and the original value are
+big-endian on the wire (AtomicETH, AtomicAckETH: :mod:`rocegen.wire.headers`), whatever the
+memory's order."""
+
+__all__ = ["ATOMIC_BYTES", "BYTE_ORDERS"]
+
+#: Bytes an atomic reads and writes, and the alignment of its address.
+ATOMIC_BYTES = 8
+#: The byte orders of the 64-bit value in memory: ``"little"`` (what a host CPU of the x86 or Arm
+#: kind reads as a counter) or ``"big"`` (the wire's).
+BYTE_ORDERS = ("little", "big")
