@@ -79,7 +79,34 @@ class _Import:
 
 def _imports(path):
     """Every import statement of the file ``path``, at any depth (module level, ``try``/``if``
-    blocks, class bodies, functions)."""
+    blocks, class bodies, functions). The parse runs in a process of its own: CPython 3.11
+    keeps the AST builder's recursion count per interpreter, not per thread, so a parse while
+    another thread of a long test process compiles fails with "AST constructor recursion depth
+    mismatch"."""
+    return [_Import(*i) for i in _parsed(str(path))]
+
+
+#: The imports of each file parsed so far (path -> statements as tuples).
+_PARSED = {}
+
+
+def _parsed(path):
+    if path not in _PARSED:
+        # the first call parses every file of the packages at once, later ones their own file
+        every = set() if _PARSED else {str(p) for package in PACKAGES for p in _files(package)}
+        files = sorted(every | {path})
+        code = ("import json, sys\nfrom pathlib import Path\n"
+                "from tests.unit.test_layers import _imports_here\n"
+                "print(json.dumps({p: [(i.module, i.names, i.line, i.lazy) "
+                "for i in _imports_here(Path(p))] for p in json.load(sys.stdin)}))")
+        out = subprocess.run([sys.executable, "-c", code], input=json.dumps(files), cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        _PARSED.update({p: [tuple(i) for i in found] for p, found in json.loads(out).items()})
+    return _PARSED[path]
+
+
+def _imports_here(path):
+    """:func:`_imports` in this process."""
     found = []
 
     def visit(node, lazy):
