@@ -38,8 +38,10 @@ demo: setup
 	$(VENV)/bin/rocegen demo
 
 # the gate (what CI runs): every property at the smallest configuration that shows it; the
-# tests marked `full` (the wide matrix) are left to test-full. The JUnit report gives every
-# test's seconds (.ci/run sums them per file: bench/ci_time.py)
+# tests marked `full` (the wide matrix, and the tests of tests/full_tier.txt that
+# bench/gate_plan.py leaves out for the budget) are left to test-full. The JUnit report gives
+# every test's seconds (.ci/run sums them per file: bench/ci_time.py; bench/gate_plan.py
+# plans the gate from it)
 test: setup lint
 	$(PY) -m pytest -n $(JOBS) --dist loadgroup -q -m "not full" --junitxml=build/bench/pytest.xml
 
