@@ -197,7 +197,7 @@ def _boards(args):
 DEMO_SIZE = 65536
 #: What the demo says after the time it took to write the core's Verilog: elaborated, or the
 #: Verilog kept from an earlier run of the same configuration (no design source changed since;
-#: ``build/verilog/``).
+#: ``~/.cache/rocegen/sim/verilog/``).
 DEMO_VERILOG_HOW = {"elaborated": "", "kept": " (kept from an earlier run: no source changed)"}
 
 

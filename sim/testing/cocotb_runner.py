@@ -292,12 +292,13 @@ def run_scenarios(config, test_module, label, chosen, out, env, result):
 
 def kept_verilog(factory, name, **params):
     """The Verilog of the design ``factory(**params)`` (``factory`` a ``"module:callable"``)
-    with top module ``name``, kept in ``build/verilog/`` and taken from there while no Python
-    source of :data:`DESIGN_SOURCES` changed (the stamp beside it holds their digest); returns
+    with top module ``name``, kept in ``verilog/`` of :data:`SIM_CACHE` (shared by the
+    checkouts of the machine) and taken from there while no Python source of
+    :data:`DESIGN_SOURCES` changed (the stamp beside it holds their digest); returns
     ``(text, how)``, ``how`` ``"kept"`` or ``"elaborated"``. The file is replaced atomically, so
     parallel callers of one configuration each read a whole one."""
     key = json.dumps({"f": factory, "p": params, "n": name}, sort_keys=True, default=str)
-    base = BUILD / "verilog" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    base = SIM_CACHE / "verilog" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     text_path, stamp = base.with_suffix(".v"), base.with_suffix(".sources")
     sources = source_digest()
     if stamp.exists() and stamp.read_text() == sources and text_path.exists():

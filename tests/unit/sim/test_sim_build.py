@@ -311,7 +311,7 @@ class Tiny(wiring.Component):
 
 def test_kept_verilog_while_no_source_changed(tmp_path, monkeypatch):
     """The demo's Verilog: elaborated once per configuration and sources, then kept."""
-    monkeypatch.setattr(cocotb_runner, "BUILD", tmp_path)
+    monkeypatch.setattr(cocotb_runner, "SIM_CACHE", tmp_path)
     digest = ["one"]
     monkeypatch.setattr(cocotb_runner, "source_digest", lambda: digest[0])
     spec = "tests.unit.sim.test_sim_build:Tiny"
