@@ -17,8 +17,8 @@ The rule, per test function (all the cases of one parametrized test):
 The seconds come from the run's JUnit report (``make test`` writes ``build/bench/pytest.xml``),
 less the builds the run made (the build log of :mod:`rocegen.gateware.costlog`,
 ``build/bench/builds.jsonl``: elaborations and Verilator compiles belong to a cold run, not to
-the test). Run it on a report of the gate *before* the list (the tests the list moved are not
-in a later gate's report):
+the test). The tests the list names already are not in a later gate's report: they stay in
+the list (a test of the report is planned again, so a test that became cheap comes back):
 
     .venv/bin/python -m bench.gate_plan --junitxml build/bench/pytest.xml \\
         --builds build/bench/builds.jsonl [--write]
@@ -60,6 +60,12 @@ PROOFS = (
 #: test functions whose name holds one of these keep their cheapest case whatever it costs: the
 #: checks of every parameter's precise error
 KEEP_NAMES = ("parameter",)
+
+
+def full_tier(path=LIST):
+    """The node ids of the list ``path``: one per line, ``#`` starts a comment line."""
+    return {line.strip() for line in Path(path).read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")}
 
 
 def _function(nodeid):
@@ -111,7 +117,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--junitxml", required=True, help="JUnit report of a gate run")
     ap.add_argument("--builds", help="build log of the same run (builds.jsonl)")
-    ap.add_argument("--write", action="store_true", help=f"write {LIST.relative_to(ROOT)}")
+    ap.add_argument("--write", action="store_true", help="write the list (tests/full_tier.txt)")
     args = ap.parse_args(argv)
     tests, _ = parse_junit(args.junitxml)
     builds = build_seconds(args.builds)
@@ -123,6 +129,8 @@ def main(argv=None):
     for n, s in sorted(kept.items(), key=lambda x: -x[1])[:15]:
         print(f"  {s:7.1f} s  {n}")
     if args.write:
+        earlier = full_tier(LIST) if LIST.exists() else set()
+        moved = sorted(set(moved) | {n for n in earlier if n not in seconds})
         LIST.write_text(
             "# Tests the gate (make test) leaves to the full tier (make test-full): written by\n"
             "# bench/gate_plan.py from the measured seconds of a gate run (see its rule);\n"

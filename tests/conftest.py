@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-FULL_TIER = Path(__file__).with_name("full_tier.txt")
-
-
-def full_tier(path=FULL_TIER):
-    """The node ids of ``path``: one per line, ``#`` starts a comment line."""
-    return {line.strip() for line in path.read_text().splitlines()
-            if line.strip() and not line.lstrip().startswith("#")}
+from bench.gate_plan import LIST as FULL_TIER
+from bench.gate_plan import full_tier
 
 
 def _whole_suite(config):

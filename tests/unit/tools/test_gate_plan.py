@@ -5,7 +5,8 @@ exist and leaves every test file something in the gate."""
 import json
 
 from bench import gate_plan
-from tests.conftest import FULL_TIER, full_tier
+from bench.gate_plan import LIST as FULL_TIER
+from bench.gate_plan import full_tier
 
 
 def test_the_rule(monkeypatch):
@@ -51,3 +52,29 @@ def test_comments_and_blank_lines_are_not_tests(tmp_path):
     f = tmp_path / "list.txt"
     f.write_text("# a comment\n\n  tests/a.py::t[1]  \n  # another\n")
     assert full_tier(f) == {"tests/a.py::t[1]"}
+
+
+def test_a_new_plan_keeps_what_the_report_could_not_measure(tmp_path, monkeypatch):
+    """The tests the list moved are not in a later gate's report: they stay listed; a listed
+    test the report measured again is planned again."""
+    listed = tmp_path / "full_tier.txt"
+    listed.write_text("# list\ntests/a.py::old\ntests/a.py::t[2]\n")
+    monkeypatch.setattr(gate_plan, "LIST", listed)
+    report = tmp_path / "pytest.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest" tests="3" time="9">'
+        '<testcase classname="tests.a" name="t[1]" time="1.5"/>'
+        '<testcase classname="tests.a" name="t[2]" time="1.2"/>'
+        '<testcase classname="tests.a" name="slow" time="30"/>'
+        '</testsuite></testsuites>')
+    monkeypatch.setattr(gate_plan, "parse_junit",
+                        lambda path: gate_plan_parse(path, tmp_path))
+    assert gate_plan.main(["--junitxml", str(report), "--write"]) == 0
+    assert full_tier(listed) == {"tests/a.py::old", "tests/a.py::t[1]", "tests/a.py::slow"}
+
+
+def gate_plan_parse(path, root):
+    from bench.bench_test_time import parse_junit
+    (root / "tests").mkdir(exist_ok=True)
+    (root / "tests" / "a.py").write_text("")
+    return parse_junit(path, root)
