@@ -18,7 +18,8 @@ The seconds come from the run's JUnit report (``make test`` writes ``build/bench
 less the builds the run made (the build log of :mod:`rocegen.gateware.costlog`,
 ``build/bench/builds.jsonl``: elaborations and Verilator compiles belong to a cold run, not to
 the test). The tests the list names already are not in a later gate's report: they stay in
-the list (a test of the report is planned again, so a test that became cheap comes back):
+the list, and the tests the report measured are planned again. A report of ``make test-full``
+measures every test, so planning from it reconsiders the whole list:
 
     .venv/bin/python -m bench.gate_plan --junitxml build/bench/pytest.xml \\
         --builds build/bench/builds.jsonl [--write]
