@@ -18,8 +18,10 @@ The seconds come from the run's JUnit report (``make test`` writes ``build/bench
 less the builds the run made (the build log of :mod:`rocegen.gateware.costlog`,
 ``build/bench/builds.jsonl``: elaborations and Verilator compiles belong to a cold run, not to
 the test). The tests the list names already are not in a later gate's report: they stay in
-the list, and the tests the report measured are planned again. A report of ``make test-full``
-measures every test, so planning from it reconsiders the whole list:
+the list, and the tests the report measured are planned again. To reconsider a listed test,
+delete its line and plan from the next gate run's report (a report of ``make test-full`` would
+not do: it holds the cases marked ``full`` in their files too, which the plan cannot tell
+apart):
 
     .venv/bin/python -m bench.gate_plan --junitxml build/bench/pytest.xml \\
         --builds build/bench/builds.jsonl [--write]
