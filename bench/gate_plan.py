@@ -42,7 +42,7 @@ LIST = ROOT / "tests" / "full_tier.txt"
 #: seconds: a case under this stays in the gate beside its function's cheapest one
 SMALL = 1.0
 #: seconds: a function whose cheapest case takes longer goes to the full tier (but PROOFS)
-LIMIT = 8.0
+LIMIT = 6.0
 #: test functions that keep all their gate cases, whatever they cost
 PROOFS = (
     "tests/test_rxe.py::",                        # Linux's RDMA stack as the peer
@@ -59,6 +59,8 @@ PROOFS = (
     # a board's build folder and its lint with the vendor IP stubs (the folder is kept warm)
     "tests/test_board_lint.py::test_build_folder[vcu118]",
     "tests/test_board_lint.py::test_verilator_lint[vcu118]",
+    # the 10/25G stack (XGMII MAC) with a host conversation
+    "tests/test_cocotb_xgmii_stack.py::test_xgmii_stack_host_conversation[1]",
 )
 #: test functions whose name holds one of these keep their cheapest case whatever it costs: the
 #: checks of every parameter's precise error
