@@ -31,11 +31,11 @@ Prints the plan (the gate's measured seconds summed over tests, before and after
 """
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from bench.bench_test_time import parse_junit
+from bench.ci_time import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 LIST = ROOT / "tests" / "full_tier.txt"
@@ -80,11 +80,9 @@ def _function(nodeid):
 def build_seconds(path):
     """Seconds of builds per test (node id) in a build log."""
     out = defaultdict(float)
-    if path and Path(path).exists():
-        for line in Path(path).read_text().splitlines():
-            entry = json.loads(line)
-            if entry.get("test"):
-                out[entry["test"]] += entry.get("seconds", 0) + entry.get("wait_seconds", 0)
+    for entry in read_jsonl(path) if path else []:
+        if entry.get("test"):
+            out[entry["test"]] += entry.get("seconds", 0) + entry.get("wait_seconds", 0)
     return out
 
 
