@@ -13,7 +13,8 @@ __all__ = ["check_num_qps", "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DE
            "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "SENT", "SchedKind", "SCHED_EVENT", "FREED",
            "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED",
            "CM_DATAGRAM", "CM_REPLY", "CM_RECORD_WRITE", "CM_CHECKS", "CM_RUN", "STREAM_FINISHED",
-           "RING_COMMIT", "TRAFFIC_CONFIG", "ECN_ECT0", "PFC_CONFIG"]
+           "RING_COMMIT", "TRAFFIC_CONFIG", "ECN_ECT0", "PFC_CONFIG", "AtomicOp", "ATOMIC_WORK",
+           "ATOMIC_RESULT"]
 
 #: Largest QP table (QP indices are 8 bits wide everywhere).
 MAX_QPS = 256
@@ -66,6 +67,26 @@ class WrSource(enum.Enum, shape=2):
 
 #: Status of a completion (:class:`rocegen.wire.verbs.CplStatus`).
 CplStatus = _hardware_enum(verbs.CplStatus, 4)
+
+
+class AtomicOp(enum.Enum, shape=2):
+    """What the payload reader does with the memory word of a responder's descriptor: the
+    responder's atomics are executed where their word is read, so that the read, the
+    arithmetic and the write back are one step against every other write of the memory."""
+    NONE = 0            # any packet but an atomic's answer: the memory's bytes as they are
+    FETCH_ADD = 1       # the 8 bytes plus ``swap_add`` written back; the original answered
+    COMPARE_SWAP = 2    # ``swap_add`` written back when the 8 bytes equal ``compare``
+    REPLAY = 3          # a duplicate's answer: ``swap_add`` is the original value, no memory
+
+
+#: The atomic an ATOMIC_ACKNOWLEDGE descriptor answers, beside the descriptor on its way to the
+#: payload reader: the operation and its operands as numbers (the AtomicETH's, big-endian on
+#: the wire); a REPLAY's ``swap_add`` is the original value it answers with.
+ATOMIC_WORK = data.StructLayout({"op": AtomicOp, "swap_add": 64, "compare": 64})
+
+#: An atomic executed: its QP, its request's PSN and the value its 8 bytes held before (the
+#: responder keeps the last ones to answer duplicates with).
+ATOMIC_RESULT = data.StructLayout({"qp": 8, "psn": 24, "orig": 64})
 
 
 #: A work request with the source that posted it (what the scheduler takes).
