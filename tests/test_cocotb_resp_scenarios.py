@@ -41,6 +41,7 @@ import pytest
 from bench.bench_isolation import CONFIGS
 from rocegen.gateware.roce.responder.responder import default_config
 from rocegen.sim.models.cm import cm as M
+from rocegen.sim.models.responder import atomic as atomic_model
 from rocegen.sim.models.rnic import WcOpcode, WcStatus
 from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_scenarios
 from rocegen.wire.pattern import pattern
@@ -50,6 +51,8 @@ REGION = 0x8000
 RKEY = 0x7A5E_1100
 #: Bytes of the region filled before the host READs it.
 FILLED = 0x4000
+#: The atomic work requests' BTH opcodes.
+ATOMIC_CODES = {"COMPARE_SWAP": 0x13, "FETCH_ADD": 0x14}
 #: ACKNOWLEDGE's opcode (the other answers are READ responses).
 ACK = 0x11
 PSN = 0xFFFFF0
@@ -290,6 +293,149 @@ def region_writes_and_verdict():
                 posts=posts, stats=["sink_bytes_checked", "sink_bytes_wrong"]), check
 
 
+def _model_atomics(image, base, ops):
+    """The original values of ``ops`` (dicts of ``op``, ``remote_addr``, ``swap_add``,
+    ``compare``) executed in order on ``image`` (a bytearray of local memory from ``base``,
+    changed in place), values little-endian, by the reference model."""
+    out = []
+    for p in ops:
+        req = atomic_model.AtomicRequest(ATOMIC_CODES[p["op"]], p["remote_addr"],
+                                         RKEY, p["swap_add"], p.get("compare") or 0)
+        out.append(atomic_model.execute(image, p["remote_addr"] - base, req, "little"))
+    return out
+
+
+def host_atomics(width):
+    """FETCH_ADDs and COMPARE_SWAPs (matching and not) on one QP, on targets in every lane of
+    a word, several on one target back to back, an add that carries through all 64 bits,
+    mixed with WRITEs of their bytes and READs of them: every atomic completes with the value
+    the reference model gives in PSN order, the WRITE before an atomic is what it finds, the
+    READ after it sees its result, and memory ends as the model's."""
+    rng = random.Random(width + 43)
+    seed = width * 11
+    filled = bytearray(random.Random(seed).randbytes(FILLED))    # as the bench fills it
+    word = width // 8
+    targets = [0x800 + 8 * k for k in range(max(2, word // 8))] + [0x1000, 0x1FF8]
+    posts, atomics = [], []
+
+    def atomic(op, va, swap_add, compare=None):
+        p = post(op, len(posts), remote_addr=va, rkey=RKEY, swap_add=swap_add,
+                 **({"compare": compare} if op == "COMPARE_SWAP" else {}))
+        posts.append(p)
+        atomics.append(p)
+    image = bytearray(filled)
+    for va in targets:
+        atomic("FETCH_ADD", va, rng.getrandbits(64))
+    va = targets[0]
+    for _ in range(4):                                   # back to back on one target
+        atomic("FETCH_ADD", va, 1)
+    now = int.from_bytes(bytes(_shadow(filled, atomics)[va:va + 8]), "little")
+    atomic("COMPARE_SWAP", va, 0x1122334455667788, now)             # matches
+    atomic("COMPARE_SWAP", va, 0xDEAD, now)                         # no longer
+    wdata = (2**64 - 1).to_bytes(8, "little")
+    posts.append(post("WRITE", len(posts), data=wdata, remote_addr=0x1000, rkey=RKEY))
+    atomic("FETCH_ADD", 0x1000, 1)                                  # carries through: 0
+    posts.append(post("READ", len(posts), length=16, remote_addr=0x1000 - 8, rkey=RKEY))
+    for _ in range(20):
+        op = rng.choice(["FETCH_ADD", "COMPARE_SWAP"])
+        atomic(op, rng.choice(targets), rng.getrandbits(64), rng.getrandbits(64))
+    for p in posts:         # (the model in PSN order: the WRITE in its place)
+        if p["op"] == "WRITE":
+            image[p["remote_addr"]:p["remote_addr"] + 8] = unb64(p["data"])
+            continue
+        if p["op"] == "READ":
+            p["_want"] = bytes(image[p["remote_addr"]:p["remote_addr"] + p["length"]])
+            continue
+        p["_orig"] = _model_atomics(image, 0, [p])[0]
+    want = {p["wr_id"]: p.pop("_orig") for p in posts if "_orig" in p}
+    want_read = {p["wr_id"]: p.pop("_want") for p in posts if "_want" in p}
+    end = 0x2000
+
+    def check(r):
+        assert [(c[0], c[2]) for c in r.cpls] == [(p["wr_id"], WcStatus.SUCCESS) for p in posts]
+        for wr_id, opcode, _, data in r.cpls:
+            if wr_id in want:
+                assert opcode in (WcOpcode.FETCH_ADD, WcOpcode.COMP_SWAP), (wr_id, opcode)
+                assert int.from_bytes(data, "little") == want[wr_id], wr_id
+            if wr_id in want_read:
+                assert data == want_read[wr_id], wr_id
+        assert r.image[:end] == image[:end]
+        in_psn_order(r.answers, PSN)
+        assert sum(op == 0x12 for op, _ in r.answers) == len(atomics)
+        assert r.stats == {"resp_executed": len(posts), "resp_invalid": 0, "resp_access": 0}
+    return dict(pmtu=256 if width == 64 else 1024, psn=PSN, region=[0, REGION], rkey=RKEY,
+                fill=[seed, FILLED], recvs=[], posts=posts, max_rd_atomic=16,
+                stats=["resp_executed", "resp_invalid", "resp_access"], image=end), check
+
+
+def _shadow(filled, atomics):
+    """``filled`` with ``atomics`` applied in order (a copy)."""
+    image = bytearray(filled)
+    _model_atomics(image, 0, atomics)
+    return image
+
+
+def contended_counter(qps, per_qp):
+    """The contended counter: ``qps`` host QPs, each on its own endpoint QP, FETCH_ADD 1 to one
+    8-byte counter ``per_qp`` times (16 outstanding each), then COMPARE_SWAPs racing on a
+    second one (each QP tries compare k, swap k + 1 for k = 0..per_qp - 1): the counter ends at
+    ``qps * per_qp`` and the values returned are exactly 0 .. ``qps * per_qp`` - 1; the
+    COMPARE_SWAPs that found their compare value are as many as the second counter's end, and
+    no two of them found the same one."""
+    counter, lock = 0x3000, 0x3008
+    posts = []
+    for k in range(per_qp):
+        for q in range(qps):
+            posts.append(post("FETCH_ADD", len(posts), qp=q, remote_addr=counter, rkey=RKEY,
+                              swap_add=1))
+    for k in range(per_qp):
+        for q in range(qps):
+            posts.append(post("COMPARE_SWAP", len(posts), qp=q, remote_addr=lock, rkey=RKEY,
+                              swap_add=k + 1, compare=k))
+    n = qps * per_qp
+
+    def check(r):
+        assert sorted(c[0] for c in r.cpls) == [p["wr_id"] for p in posts]
+        assert all(c[2] == WcStatus.SUCCESS for c in r.cpls)
+        by_id = {c[0]: int.from_bytes(c[3], "little") for c in r.cpls}
+        fetched = sorted(by_id[p["wr_id"]] for p in posts if p["op"] == "FETCH_ADD")
+        assert fetched == list(range(n)), fetched[:20]
+        final = int.from_bytes(r.image[counter:counter + 8], "little")
+        assert final == n
+        won = [p["compare"] for p in posts if p["op"] == "COMPARE_SWAP"
+               and by_id[p["wr_id"]] == p["compare"]]
+        assert len(won) == len(set(won)), "two COMPARE_SWAPs found the same value"
+        assert sorted(won) == list(range(int.from_bytes(r.image[lock:lock + 8], "little")))
+        assert int.from_bytes(r.image[lock:lock + 8], "little") == per_qp
+    return dict(pmtu=256, psn=PSN, region=[0, REGION], rkey=RKEY, fill=[5, FILLED], qps=qps,
+                recvs=[], posts=posts, max_rd_atomic=16, image=lock + 8,
+                poke=[[counter, b64(bytes(16))]]), check
+
+
+def atomic_refusals():
+    """An atomic on a target that is not 8-byte aligned: NAK invalid request (after the region
+    check, as rxe); one with a wrong R_Key: NAK remote access error (each on a QP opened
+    afresh by its own scenario, so only the first counts here: the QP is in error after it)."""
+    posts = [post("FETCH_ADD", 1, remote_addr=0x104, rkey=RKEY, swap_add=1)]
+
+    def check(r):
+        assert [(c[0], c[2]) for c in r.cpls] == [(1, WcStatus.REM_INV_REQ_ERR)]
+        assert r.stats == {"resp_invalid": 1, "resp_executed": 0}
+    return dict(pmtu=256, psn=PSN, region=[0, REGION], rkey=RKEY, recvs=[], posts=posts,
+                stats=["resp_invalid", "resp_executed"]), check
+
+
+def atomic_bad_rkey():
+    """An atomic with an R_Key not the region's: NAK remote access error."""
+    posts = [post("COMPARE_SWAP", 1, remote_addr=0x100, rkey=RKEY ^ 1, swap_add=1, compare=0)]
+
+    def check(r):
+        assert [(c[0], c[2]) for c in r.cpls] == [(1, WcStatus.REM_ACCESS_ERR)]
+        assert r.stats == {"resp_access": 1}
+    return dict(pmtu=256, psn=PSN, region=[0, REGION], rkey=RKEY, recvs=[], posts=posts,
+                stats=["resp_access"]), check
+
+
 def plan():
     """Every scenario: (build, full tier, name, (scenario, check)). The pattern sink's scenario
     comes first on its simulator (its counters count from reset)."""
@@ -304,7 +450,11 @@ def plan():
                 (build, full, f"reads_right_after_writes[{width}-{pmtu}-{memory}]",
                  reads_right_after_writes(width, pmtu)),
                 (build, full, f"read_with_bad_rkey[{width}]", read_with_bad_rkey()),
-                (build, full, f"read_past_the_region[{width}]", read_past_the_region())]
+                (build, full, f"read_past_the_region[{width}]", read_past_the_region()),
+                (build, full, f"host_atomics[{width}]", host_atomics(width)),
+                (build, full, f"contended_counter[{width}]", contended_counter(4, 32)),
+                (build, full, f"atomic_refusals[{width}]", atomic_refusals()),
+                (build, full, f"atomic_bad_rkey[{width}]", atomic_bad_rkey())]
     out += [("axi4-512", False, "host_writes_and_sends[512-1024-axi4]",
              host_writes_and_sends(512, 1024, "axi4")),
             ("axi4-512", False, "host_reads[512-1024-axi4]", host_reads(512, 1024)),

@@ -28,6 +28,9 @@ scenario is a dict:
     Optional ``[seed, length]``: local memory from the region's base holds ``length`` bytes
     of ``random.Random(seed).randbytes(length)`` before the host starts (on chip through the
     word-write port ``memw``, AXI4 in the memory model).
+``poke``
+    Optional ``[[addr, data], ...]`` (``data`` base64): bytes of local memory set after
+    ``fill``, before the host starts.
 ``recvs``
     Receive buffers ``[wr_id, addr, length]`` posted on QP 0, after it is opened (before the
     OPEN_QP with ``cm``).
@@ -37,7 +40,13 @@ scenario is a dict:
     :meth:`Rnic.post_send` (``data`` in base64; ``rkey`` ``"cm"``: the R_Key the OPEN_QP's
     reply names).
 ``max_rd_atomic``
-    The host QP's READs outstanding at most (default 16).
+    The host QP's READs (and atomics) outstanding at most (default 16).
+``qps``
+    Optional, without ``cm``: host QPs ``HOST_QPN + k`` talking to the endpoint's QPs ``k``
+    (``k`` < ``qps``, default 1), each opened with the same path MTU, PSN and region; a post's
+    ``qp`` (default 0) names the one it goes on. Atomics (``FETCH_ADD``, ``COMPARE_SWAP``
+    with ``swap_add``, ``compare``, ``remote_addr``, ``rkey``) post as the other work requests;
+    their completions' ``data`` is the original value (8 bytes, little-endian).
 ``stats``
     Endpoint counters (:data:`STATS` names) to report (their increase over the scenario).
 ``image``
@@ -105,8 +114,9 @@ from tests.cocotb.roce_read_requester import SkipCmReplies
 HOST_QPN = 0x21
 #: The host's UDP port for the connection manager's replies.
 CM_REPLY_PORT = 0x4444
-#: BTH opcodes of the answers of a QP: READ responses (FIRST, MIDDLE, LAST, ONLY), ACKNOWLEDGE.
-ANSWERS = {0x0D, 0x0E, 0x0F, 0x10, 0x11}
+#: BTH opcodes of the answers of a QP: READ responses (FIRST, MIDDLE, LAST, ONLY), ACKNOWLEDGE,
+#: ATOMIC_ACKNOWLEDGE.
+ANSWERS = {0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12}
 #: The QP whose RDMA WRITE reads the on-chip memory back (opened after a scenario, closed again).
 READBACK_QP = 7
 MAX_CYCLES = 2_000_000
@@ -250,10 +260,14 @@ async def scenario(env, sc):
     if sc.get("fill"):
         seed, n = sc["fill"]
         await fill(env, base, random.Random(seed).randbytes(n))
+    for addr, data in sc.get("poke", ()):
+        await fill(env, addr, base64.b64decode(data))
+    qps = sc.get("qps", 1)
     if sc.get("rkey_seed") is not None:
         await set_regions(env, base, length, sc["rkey_seed"])
     else:
-        await env.set_region(0, base, length, rkey=sc["rkey"])
+        for k in range(qps):
+            await env.set_region(k, base, length, rkey=sc["rkey"])
     names = list(sc.get("stats", ()))
     before = await read_stats(dut, names, block=STATS)
     frames0 = len(env.mac.frames)
@@ -277,21 +291,22 @@ async def scenario(env, sc):
         nic.create_qp(HOST_QPN, peer_qpn=opened["loc_qpn"], peer_ip=FPGA_IP, peer_mac=FPGA_MAC,
                       epsn=psn, pmtu=pmtu, access=access, max_rd_atomic=rd_atomic)
     else:
-        nic.create_qp(HOST_QPN, peer_qpn=qpn(0), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=0,
-                      pmtu=pmtu, sq_psn=psn, access=access, max_rd_atomic=rd_atomic)
-        await open_qp(env.ctl, env.psn, 0, peer_ip=parse_ip(HOST_IP), peer_qpn=HOST_QPN,
-                      rkey=0, base_va=0, pmtu=pmtu, psn=psn, udp_sport=0xC123)
+        for k in range(qps):
+            nic.create_qp(HOST_QPN + k, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC,
+                          epsn=0, pmtu=pmtu, sq_psn=psn, access=access, max_rd_atomic=rd_atomic)
+            await open_qp(env.ctl, env.psn, k, peer_ip=parse_ip(HOST_IP), peer_qpn=HOST_QPN + k,
+                          rkey=0, base_va=0, pmtu=pmtu, psn=psn, udp_sport=0xC123 + k)
         for wr_id, addr, n in sc["recvs"]:
             await env.post_recv(0, wr_id, addr, n)
     env.mac.clear_sent()
     rcpl0 = len(env.rcpl.items)
     for p in sc["posts"]:
-        kw = {k: v for k, v in p.items() if k != "op"}
+        kw = {k: v for k, v in p.items() if k not in ("op", "qp")}
         if kw.get("data") is not None:
             kw["data"] = base64.b64decode(kw["data"])
         if kw.get("rkey") == "cm":
             kw["rkey"] = opened["loc_rkey"]
-        nic.post_send(HOST_QPN, p["op"], **kw)
+        nic.post_send(HOST_QPN + p.get("qp", 0), p["op"], **kw)
     env.mac.poke()
     n_recv = len(sc["recvs"])
     await env.settle(lambda: not nic.send_outstanding() and len(env.rcpl.items) - rcpl0 >= n_recv,
@@ -314,6 +329,8 @@ async def scenario(env, sc):
     if cm:
         await cm_request(env, request(REQ_CLOSE_QP, rem_qpn=qpn(0), listening_port=CM_REPLY_PORT),
                          [], f"{name}: CLOSE_QP")
+    for k in range(1, qps):                     # (the other QPs closed again)
+        await env.ctl.send({"qp": k, "context": {"state": 0}})
     if sc.get("rkey_seed") is not None:         # the build's regions back
         await set_regions(env, *REGION, PARAMS.get("rkey_seed", 0x5EED))
     await env.mac.drained()

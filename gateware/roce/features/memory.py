@@ -15,8 +15,8 @@ class MemoryFeature(Feature):
     Parameters
     ----------
     cfg : EndpointConfig
-        ``width``, ``memory``, ``mem_bytes``, and ``responder`` / ``reads`` (their write
-        ports).
+        ``width``, ``memory``, ``mem_bytes``, ``responder`` / ``reads`` (their write
+        ports) and ``atomics`` (the reader executes the responder's atomics).
 
     Ports
     -----
@@ -33,7 +33,7 @@ class MemoryFeature(Feature):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.mem = PayloadMemory(cfg.width, cfg.memory, cfg.mem_bytes, responder=cfg.responder,
-                                 reads=cfg.reads)
+                                 reads=cfg.reads, atomics=cfg.atomics)
 
     @property
     def port_name(self):

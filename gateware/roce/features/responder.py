@@ -2,14 +2,14 @@
 pattern sink."""
 
 from amaranth.hdl import Cat, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.features.pfc import pfc_ingress_beats
 from rocegen.gateware.roce.frontend.pattern_sink import PatternSink
-from rocegen.gateware.roce.layouts import PACKET_DESC, WrSource
+from rocegen.gateware.roce.layouts import ATOMIC_WORK, PACKET_DESC, WrSource
 from rocegen.gateware.roce.responder.resp_cnp import cnp_interval_cycles
 from rocegen.gateware.roce.responder.resp_layouts import (
     CNP_CONFIG,
@@ -20,7 +20,11 @@ from rocegen.gateware.roce.responder.resp_layouts import (
 from rocegen.gateware.roce.responder.resp_read_align import RespReadAlign, reader_descriptor
 from rocegen.gateware.roce.responder.responder import Responder, default_config
 
-__all__ = ["ResponderFeature"]
+__all__ = ["ResponderFeature", "READER_JOB"]
+
+#: A descriptor for the payload reader with the atomic its packet answers (``op`` NONE for every
+#: packet but the responder's ATOMIC_ACKNOWLEDGEs).
+READER_JOB = data.StructLayout({"desc": PACKET_DESC, "atomic": ATOMIC_WORK})
 
 
 class ResponderFeature(Feature):
@@ -68,7 +72,7 @@ class ResponderFeature(Feature):
                                                          rnr_timer=cfg.rnr_timer),
                               acked_writes=cfg.memory == "axi4",
                               ingress_beats=pfc_ingress_beats(cfg), reads=cfg.reads,
-                              rd_depth=cfg.rd_depth)
+                              rd_depth=cfg.rd_depth, atomics=cfg.atomics is not None)
         self.sink = PatternSink(cfg.width, word_addr_bits) if cfg.pattern_sink else None
 
     def members(self):
@@ -85,14 +89,28 @@ class ResponderFeature(Feature):
         arbiter, where ``rd_sent`` reports it."""
         f = ep.features
         mem, builder, resp = f.memory.mem, f.requester.builder, self.resp
-        arb = m.submodules.desc_arbiter = StreamArbiter(PACKET_DESC, 3 if self.cfg.reads else 2)
-        wiring.connect(m, f.requester.sched.desc, arb.i[0])
-        m.d.comb += [arb.i[1].valid.eq(resp.rd.valid), resp.rd.ready.eq(arb.i[1].ready),
-                     arb.i[1].payload.eq(reader_descriptor(m, resp.rd.payload.desc,
-                                                           self.cfg.width))]
+        # (with atomics, each descriptor with the atomic its packet answers: none but the
+        # responder's)
+        atomics = self.cfg.atomics is not None
+        arb = m.submodules.desc_arbiter = StreamArbiter(READER_JOB if atomics else PACKET_DESC,
+                                                        3 if self.cfg.reads else 2)
+
+        def desc(port):
+            return port.payload.desc if atomics else port.payload
+
+        def offer(port, source, payload):
+            m.d.comb += [port.valid.eq(source.valid), source.ready.eq(port.ready),
+                         desc(port).eq(payload)]
+
+        offer(arb.i[0], f.requester.sched.desc, f.requester.sched.desc.payload)
+        offer(arb.i[1], resp.rd, reader_descriptor(m, resp.rd.payload.desc, self.cfg.width))
+        if atomics:
+            m.d.comb += arb.i[1].payload.atomic.eq(resp.rd.payload.atomic)
         if self.cfg.reads:
-            wiring.connect(m, f.read.resend.o, arb.i[2])
-        wiring.connect(m, arb.o, mem.desc)
+            offer(arb.i[2], f.read.resend.o, f.read.resend.o.payload)
+        offer(mem.desc, arb.o, desc(arb.o))
+        if atomics:
+            m.d.comb += mem.atomic.eq(arb.o.payload.atomic)
         align = m.submodules.read_align = RespReadAlign(self.cfg.width)
         wiring.connect(m, mem.o, align.i)
         wiring.connect(m, align.o, rd_reg.i)
@@ -133,6 +151,8 @@ class ResponderFeature(Feature):
             resp.cnp_cfg.payload.eq(ep.resp_cnp_cfg.payload), ep.resp_cnp_cfg.ready.eq(1),
         ]
         wiring.connect(m, resp.mem, mem.resp_w)
+        if resp.atomics:
+            wiring.connect(m, mem.atomic_done, resp.atomic_done)
         if resp.acked_writes:
             m.d.comb += resp.mem_durable.eq(mem.resp_durable)
         wiring.connect(m, wiring.flipped(ep.recv), resp.recv)

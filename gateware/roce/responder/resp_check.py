@@ -49,6 +49,9 @@ class RespCheck(wiring.Component):
         The QP has a receive buffer posted; the first one (``length`` is used).
     rd_full : In(1)
         The QP's READ queue is full.
+    res_hit : In(1)
+        The QP's atomic results hold one for the request's PSN (a duplicate atomic is answered
+        with it).
     verdict : Out(RespVerdict)
     length_fault : Out(1)
         With ``verdict`` INVALID: the request failed the last check, its bytes against the
@@ -61,7 +64,8 @@ class RespCheck(wiring.Component):
         A READ request passes the checks of a READ but the opcode sequence: no payload, a DMA
         length of at most 2^31, a PMTU code 8..12, room in the READ queue, the region (with a
         DMA length > 0: the R_Key, read access, the range). With ``verdict`` DUPLICATE it is
-        executed again; an EXECUTED READ has it.
+        executed again; an EXECUTED READ has it. An atomic: room in the READ queue and
+        ``res_hit`` (a duplicate is answered from its result, never executed again).
 
     Behaviour
     ---------
@@ -73,7 +77,7 @@ class RespCheck(wiring.Component):
         super().__init__({
             "h": In(RESP_HEADER), "f": In(RESP_FACTS), "in_table": In(1), "ctx": In(QP_CONTEXT),
             "st": In(RESP_STATE), "ahead": In(1), "behind": In(1), "mr": In(MR_ENTRY),
-            "rq_valid": In(1), "rq_head": In(RECV_POST), "rd_full": In(1),
+            "rq_valid": In(1), "rq_head": In(RECV_POST), "rd_full": In(1), "res_hit": In(1),
             "verdict": Out(RespVerdict), "length_fault": Out(1), "from_peer": Out(1),
             "rd_ok": Out(1),
         })
@@ -86,20 +90,24 @@ class RespCheck(wiring.Component):
 
         # ---- the opcode's place in the QP's message, the packet's length for the QP's PMTU
         seq_bad = Mux(st.kind == RespKind.NONE, f.middle | f.last,
-                      start | f.read | (kind_of(f) != st.kind.as_value()))
+                      start | f.read | f.atomic | (kind_of(f) != st.kind.as_value()))
         seg_ok = f.seg_ok.bit_select(ctx.pmtu_log2, 1)
         # (a READ: no payload, a length and PMTU its responses can have, room in its queue)
         rd_bad = f.read_len_bad | (ctx.pmtu_log2 < 8) | (ctx.pmtu_log2 > 12) | self.rd_full
+        # (an atomic: no payload, room in the READ queue; its region read and write)
+        at_bad = f.read_len_bad | self.rd_full
         # ---- a WRITE's or READ's region; the bytes the message has left, as this packet
         # finds them
         region_end = Signal(34)
         m.d.comb += region_end.eq(mr.base + mr.length)
         access_ok = f.dma_zero | (
-            (reth.rkey == mr.rkey) & Mux(f.read, mr.read, mr.write) & (reth.va >= mr.base) &
-            (f.va_end <= region_end))
-        m.d.comb += self.rd_ok.eq(~rd_bad & access_ok)
+            (reth.rkey == mr.rkey) & Mux(f.read, mr.read, Mux(f.atomic, mr.read & mr.write,
+                                                              mr.write)) &
+            (reth.va >= mr.base) & (f.va_end <= region_end))
+        m.d.comb += self.rd_ok.eq(Mux(f.atomic, ~self.rd_full & self.res_hit,
+                                      ~rd_bad & access_ok))
         rem = st.remaining
-        len_bad = ~f.read & Mux(start & f.send, n > self.rq_head.length,
+        len_bad = ~f.read & ~f.atomic & Mux(start & f.send, n > self.rq_head.length,
                                 Mux(start, f.write_len_bad,
                                     Mux(f.write, Mux(end, n != rem, n >= rem), n > rem)))
 
@@ -121,14 +129,16 @@ class RespCheck(wiring.Component):
             m.d.comb += v.eq(Mux(st.nak_pending, RespVerdict.SEQ_DROP, RespVerdict.SEQ_NAK))
         with m.Elif(self.behind):                                   # behind: a duplicate
             m.d.comb += v.eq(RespVerdict.DUPLICATE)
-        with m.Elif((~f.send & ~f.write & ~f.read) | seq_bad):
+        with m.Elif((~f.send & ~f.write & ~f.read & ~f.atomic) | seq_bad):
             m.d.comb += v.eq(RespVerdict.INVALID)
         with m.Elif(f.needs_rq & ~self.rq_valid):
             m.d.comb += v.eq(RespVerdict.RNR)
-        with m.Elif(Mux(f.read, rd_bad, ~seg_ok)):
+        with m.Elif(Mux(f.read, rd_bad, Mux(f.atomic, at_bad, ~seg_ok))):
             m.d.comb += v.eq(RespVerdict.INVALID)
-        with m.Elif(((f.write & start) | f.read) & ~access_ok):
+        with m.Elif(((f.write & start) | f.read | f.atomic) & ~access_ok):
             m.d.comb += v.eq(RespVerdict.ACCESS)
+        with m.Elif(f.atomic & f.unaligned):                       # (after the region, as rxe)
+            m.d.comb += v.eq(RespVerdict.INVALID)
         with m.Elif(len_bad):
             m.d.comb += [v.eq(RespVerdict.INVALID), self.length_fault.eq(1)]
         with m.Else():

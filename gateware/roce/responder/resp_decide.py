@@ -4,6 +4,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from rocegen.gateware.roce.layouts import ATOMIC_WORK, AtomicOp
 from rocegen.gateware.roce.responder.resp_layouts import (
     RECV_COMPLETION,
     RECV_POST,
@@ -55,6 +56,9 @@ class RespDecide(wiring.Component):
         The QP's PMTU code (a READ's PSNs: 8 .. 12).
     rq_head : In(RECV_POST)
         The QP's first receive buffer (used when the request takes it).
+    res_orig : In(64)
+        The original value the QP's atomic results hold for the request's PSN (a duplicate
+        atomic's answer).
     new_st : Out(RESP_STATE)
         The QP's state after the request (equal to ``st`` when it is dropped).
     place : Out(RESP_PLACE)
@@ -73,7 +77,9 @@ class RespDecide(wiring.Component):
         A READ to queue: an executed READ request (ePSN + max(1, ceil(length / PMTU)), MSN + 1,
         its responses carrying the new MSN, no ACK) or a duplicate one executed again (from its
         own PSN, with the QP's MSN, no ACK; a duplicate READ not executed again is dropped
-        silently).
+        silently). An atomic goes the same way, with ``rd_work`` (else ``op`` NONE): executed, ePSN + 1, MSN + 1,
+        its operation and operands; a duplicate one with ``rd_ok`` is answered again (``op``
+        REPLAY, ``swap_add`` the original value ``res_orig``, the QP's MSN).
 
     Behaviour
     ---------
@@ -92,12 +98,12 @@ class RespDecide(wiring.Component):
             "verdict": In(RespVerdict), "length_fault": In(1), "rd_ok": In(1),
             "h": In(RESP_HEADER), "f": In(RESP_FACTS), "st": In(RESP_STATE),
             "rnr_timer": In(5), "pmtu_log2": In(4),
-            "rq_head": In(RECV_POST),
+            "rq_head": In(RECV_POST), "res_orig": In(64),
             "new_st": Out(RESP_STATE), "place": Out(RESP_PLACE),
             "resp_valid": Out(1), "resp": Out(ACK_FIELDS),
             "cpl_valid": Out(1), "cpl": Out(RECV_COMPLETION),
             "rq_pop": Out(1), "flush": Out(1),
-            "rd_valid": Out(1), "rd": Out(RESP_READ),
+            "rd_valid": Out(1), "rd": Out(RESP_READ), "rd_work": Out(ATOMIC_WORK),
         })
 
     def elaborate(self, platform):
@@ -141,7 +147,8 @@ class RespDecide(wiring.Component):
             ]
 
         # ---- a READ: its PSNs less one, max(1, ceil(length / PMTU)) - 1 (PMTU codes 8..12)
-        rd, read = self.rd, f.read
+        # (READs and atomics both go to the READ queue: ``rq``)
+        rd, work, read = self.rd, self.rd_work, f.read | f.atomic
         span = Signal(24)
         dma_m1 = Signal(32)
         m.d.comb += dma_m1.eq(reth.dma_len - 1)
@@ -150,7 +157,13 @@ class RespDecide(wiring.Component):
                 with m.Case(j):
                     m.d.comb += span.eq(Mux(f.dma_zero, 0, dma_m1[j:]))
         m.d.comb += [rd.psn.eq(psn), rd.va.eq(reth.va[:32]), rd.length.eq(reth.dma_len),
-                     rd.msn.eq(st.msn), rd.pmtu_log2.eq(self.pmtu_log2)]
+                     rd.msn.eq(st.msn), rd.pmtu_log2.eq(self.pmtu_log2),
+                     work.swap_add.eq(h.atomic.swap_add), work.compare.eq(h.atomic.compare)]
+        with m.If(f.atomic):
+            m.d.comb += work.op.eq(Mux(f.cas, AtomicOp.COMPARE_SWAP, AtomicOp.FETCH_ADD))
+            with m.If(v == RespVerdict.DUPLICATE):
+                m.d.comb += [work.op.eq(AtomicOp.REPLAY), work.swap_add.eq(self.res_orig),
+                             work.compare.eq(0)]
 
         # ---- ACKs by count: the QP's requests executed since its last answer, this one included
         every = self.ack_every

@@ -70,6 +70,9 @@ class RespEngine(wiring.Component):
         The receive queues' read port (one cycle after the QP).
     rd_qp, rd_full : Out(range(num_qps)), In(1)
         The READ queues' read port (one cycle after the QP): the QP's queue is full.
+    res_psn, res_hit, res_orig : Out(24), In(1), In(64)
+        The atomic results' lookup (:class:`~rocegen.gateware.roce.responder.resp_results.RespResults`,
+        with the QP on ``rd_qp``; one cycle after): the results keep one for the PSN, its value.
     rd_push : Out(stream.Signature(RESP_READ_JOB, always_ready=True))
         A READ to queue (executed, or a duplicate executed again), in the cycle it acts: the
         QP's queue had room when it was read (the next request of the QP is taken a cycle
@@ -118,7 +121,7 @@ class RespEngine(wiring.Component):
     queue's head moves with the pop): SEND FIRST/ONLY and WRITEs with immediate of one QP take
     three cycles each; so does a READ, whose push fills the READ queue the next one reads
     (and whose ePSN moves by its responses' PSNs, not by one as the forwarded place
-    assumes). Latency: a header offered in cycle t (the pipeline empty) has its actions
+    assumes), and an atomic. Latency: a header offered in cycle t (the pipeline empty) has its actions
     offered in cycle t + 3.
 
     A ``psn_set`` takes effect in the cycle after it comes (the state memory's write port is
@@ -144,6 +147,7 @@ class RespEngine(wiring.Component):
             "cfg_qp": In(range(num_qps)), "cfg": Out(RESP_QP_CONFIG),
             "rq_qp": Out(range(num_qps)), "rq_valid": In(1), "rq_head": In(RECV_POST),
             "rd_qp": Out(range(num_qps)), "rd_full": In(1),
+            "res_psn": Out(24), "res_hit": In(1), "res_orig": In(64),
             "rd_push": Out(stream.Signature(RESP_READ_JOB, always_ready=True)),
             "rq_pop": Out(stream.Signature(unsigned(8), always_ready=True)),
             "rq_flush": Out(stream.Signature(unsigned(8), always_ready=True)),
@@ -214,6 +218,7 @@ class RespEngine(wiring.Component):
         m.d.comb += rd.eq(Mux(hold, qp, head_qp))
         for port in (st_r.addr, cf_r.addr, self.ctx_qp, self.rq_qp, self.rd_qp):
             m.d.comb += port.eq(rd)
+        m.d.comb += self.res_psn.eq(Mux(hold, h.bth.psn, head.bth.psn))
         # the state the acting request leaves, its ePSN that of the request if it executes
         # (else unchanged: the read of the acting request is still on the port)
         after = Signal(24)
@@ -222,7 +227,8 @@ class RespEngine(wiring.Component):
         with m.If(take):
             m.d.sync += [h.eq(head), f.eq(hf), qp.eq(head_qp),
                          in_table.eq((head.bth.dest_qp[8:] == QPN_BASE >> 8) & (head_qp < n)),
-                         may_pop.eq(hf.needs_rq | (hf.send & (hf.first | hf.only)) | hf.read),
+                         may_pop.eq(hf.needs_rq | (hf.send & (hf.first | hf.only)) | hf.read |
+                                    hf.atomic),
                          stale.eq(ps_v & (ps_r.qp == head_qp)), seq.eq(seq + 1),
                          fwd.eq(same & ~void), fwd_st.eq(dec.new_st),
                          fwd_ahead.eq(ahead_f), fwd_behind.eq(behind_f)]
@@ -241,16 +247,18 @@ class RespEngine(wiring.Component):
                      chk.ahead.eq(Mux(fwd, fwd_ahead, ahead_m)),
                      chk.behind.eq(Mux(fwd, fwd_behind, behind_m)),
                      chk.mr.eq(cfg.mr), chk.rq_valid.eq(self.rq_valid),
-                     chk.rq_head.eq(self.rq_head), chk.rd_full.eq(self.rd_full)]
+                     chk.rq_head.eq(self.rq_head), chk.rd_full.eq(self.rd_full),
+                     chk.res_hit.eq(self.res_hit)]
+        orig_r = Signal(64)                 # (a duplicate atomic's result, as CHECK found it)
         with m.If(checking):
             m.d.sync += [v_r.eq(chk.verdict), fault_r.eq(chk.length_fault),
-                         peer_r.eq(chk.from_peer), rd_ok_r.eq(chk.rd_ok)]
+                         peer_r.eq(chk.from_peer), rd_ok_r.eq(chk.rd_ok), orig_r.eq(self.res_orig)]
 
         # ---- ACT: the actions of the verdict; the state written (a set-up first)
         m.d.comb += [dec.verdict.eq(v_r), dec.length_fault.eq(fault_r), dec.rd_ok.eq(rd_ok_r),
                      dec.h.eq(h), dec.f.eq(f), dec.st.eq(st_r.data),
                      dec.rnr_timer.eq(cfg.rnr_timer), dec.pmtu_log2.eq(self.ctx.pmtu_log2),
-                     dec.rq_head.eq(self.rq_head)]
+                     dec.rq_head.eq(self.rq_head), dec.res_orig.eq(orig_r)]
         with m.If(ps_v):
             m.d.comb += [st_w.addr.eq(ps_r.qp), st_w.data.epsn.eq(ps_r.psn),
                          st_w.en.eq(ps_r.qp < n)]
@@ -267,6 +275,7 @@ class RespEngine(wiring.Component):
                      self.rq_pop.payload.eq(qp),
                      self.rd_push.valid.eq(acts & dec.rd_valid & ~void),
                      self.rd_push.payload.qp.eq(qp), self.rd_push.payload.read.eq(dec.rd),
+                     self.rd_push.payload.atomic.eq(dec.rd_work),
                      self.rd_push.payload.route.dest_qpn.eq(self.ctx.peer_qpn),
                      self.rd_push.payload.route.dst_ip.eq(self.ctx.peer_ip),
                      self.rd_push.payload.route.src_port.eq(self.ctx.udp_sport),

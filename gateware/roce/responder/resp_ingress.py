@@ -7,10 +7,17 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.fifo import fifo_depth
 from rocegen.gateware.lib.stream import PacketSignature, check_width, leading_lanes
 from rocegen.gateware.roce.ingress_store import ICRC_BYTES, IngressStore, payload_length
-from rocegen.gateware.roce.responder.resp_layouts import LENGTH_BITS, REQ_HDR_MAX, REQ_HDR_MIN, RESP_HEADER
+from rocegen.gateware.roce.responder.resp_layouts import (
+    LENGTH_BITS,
+    REQ_HDR_ATOMIC,
+    REQ_HDR_MAX,
+    REQ_HDR_MIN,
+    RESP_HEADER,
+)
 from rocegen.gateware.roce.responder.resp_precheck import RESP_REQUEST, RespPrecheck, has_imm
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
+from rocegen.wire.atomics import ATOMIC_BYTES
 
 __all__ = ["RespIngress", "is_request", "has_reth", "has_imm", "ICRC_BYTES"]
 
@@ -45,6 +52,10 @@ class RespIngress(wiring.Component):
         largest IP packet the endpoint takes, 4160 bytes).
     headers : int
         Requests whose headers can wait on ``hdr`` (a power of two from 2 to 256; default 32).
+    atomics : bool
+        Atomic requests are parsed (their AtomicETH: the VA and R_Key as a RETH's with a DMA
+        length of 8, the operands in ``atomic``) and their facts worked out (default False:
+        they are requests like any other the responder refuses).
 
     Ports
     -----
@@ -94,8 +105,11 @@ class RespIngress(wiring.Component):
       ``error``, and the FIFO drops the datagram.
     """
 
-    def __init__(self, width, depth=None, *, headers=32):
+    def __init__(self, width, depth=None, *, headers=32, atomics=False):
         check_width(width)
+        if not isinstance(atomics, bool):
+            raise TypeError(f"atomics must be a bool, not {atomics!r}")
+        self.atomics = atomics
         if depth is None:
             depth = fifo_depth(4160, width, packets=2)
         self.width = width
@@ -118,10 +132,12 @@ class RespIngress(wiring.Component):
         wiring.connect(m, store.hdr, wiring.flipped(self.hdr))
         m.d.comb += [self.level.eq(store.level), self.i.ready.eq(1)]
 
-        # the first REQ_HDR_MAX bytes of each datagram, captured beat by beat
+        # the first REQ_HDR_MAX bytes of each datagram (REQ_HDR_ATOMIC with atomics), captured
+        # beat by beat
         beat = self.i.payload
         take = self.i.valid
-        lanes, _ = leading_lanes(m, beat, take, W, REQ_HDR_MAX)
+        lanes, _ = leading_lanes(m, beat, take, W,
+                                 max(REQ_HDR_MAX, REQ_HDR_ATOMIC) if self.atomics else REQ_HDR_MAX)
 
         # the headers, read at the last beat (fields beyond a short datagram are don't-cares:
         # such a datagram is malformed)
@@ -131,11 +147,16 @@ class RespIngress(wiring.Component):
         reth = H.RETH.from_lanes(lanes[_EXT_AT:_EXT_AT + 8 * H.RETH.length])
         op = bth.opcode
         r, i = has_reth(op), has_imm(op)
+        atomic = 0
+        if self.atomics:
+            aeth = H.ATOMIC_ETH.from_lanes(lanes[_EXT_AT:_EXT_AT + 8 * H.ATOMIC_ETH.length])
+            atomic = (op == opc.OP_RC_COMPARE_SWAP) | (op == opc.OP_RC_FETCH_ADD)
         imm_at = _EXT_AT + 8 * H.RETH.length
         imm = Mux(r, H.IMMDT.from_lanes(lanes[imm_at:imm_at + 32]).imm,
                   H.IMMDT.from_lanes(lanes[_EXT_AT:_EXT_AT + 32]).imm)
         hdr_len = Signal(7)
-        m.d.comb += hdr_len.eq(REQ_HDR_MIN + Mux(r, H.RETH.length, 0) + Mux(i, H.IMMDT.length, 0))
+        m.d.comb += hdr_len.eq(REQ_HDR_MIN + Mux(r, H.RETH.length, 0) + Mux(i, H.IMMDT.length, 0) +
+                               Mux(atomic, H.ATOMIC_ETH.length, 0))
         # payload and pad: the UDP payload less BTH, extension headers and ICRC
         length, bad = payload_length(m, udp.length, hdr_len, bth.padcnt, LENGTH_BITS)
 
@@ -156,6 +177,11 @@ class RespIngress(wiring.Component):
                 hd.src_ip.eq(ip.src), hd.src_port.eq(udp.src_port),
                 hd.ecn.eq(ip.ecn), hd.bth.eq(bth),
                 hd.reth.eq(Mux(r, reth.as_value(), 0)),
+                *([hd.reth.va.eq(Mux(r, reth.va, Mux(atomic, aeth.va, 0))),
+                   hd.reth.rkey.eq(Mux(r, reth.rkey, Mux(atomic, aeth.rkey, 0))),
+                   hd.reth.dma_len.eq(Mux(r, reth.dma_len, Mux(atomic, 8, 0))),
+                   hd.atomic.swap_add.eq(Mux(atomic, aeth.swap_add, 0)),
+                   hd.atomic.compare.eq(Mux(atomic, aeth.compare, 0))] if self.atomics else []),
                 hd.imm.eq(Mux(i, imm, 0)),
                 hd.hdr_len.eq(hdr_len),
                 hd.length.eq(length),
@@ -164,7 +190,7 @@ class RespIngress(wiring.Component):
                      self.malformed.eq(take & beat.last & ~beat.error & req & bad & whole_bth)]
 
         # the store commits a good request with its record, or drops it for want of room
-        pre = m.submodules.precheck = RespPrecheck()
+        pre = m.submodules.precheck = RespPrecheck(atomics=self.atomics)
         m.d.comb += [pre.h.eq(hd), store.rec.h.eq(hd), store.rec.f.eq(pre.facts),
                      fi.payload.error.eq(err), self.overflow.eq(store.overflow)]
         return m

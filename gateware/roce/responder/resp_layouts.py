@@ -4,7 +4,7 @@ headers are in :mod:`rocegen.wire.headers`, the requester's records in
 
 from amaranth.lib import data, enum
 
-from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.gateware.roce.layouts import ATOMIC_WORK, PACKET_DESC
 from rocegen.wire import headers as H
 
 __all__ = ["RespVerdict", "RespKind", "RESP_HEADER", "RESP_PLACE", "RESP_RESPONSE", "RESP_STATE", "MR_ENTRY",
@@ -12,12 +12,14 @@ __all__ = ["RespVerdict", "RespKind", "RESP_HEADER", "RESP_PLACE", "RESP_RESPONS
            "REQ_HDR_MAX", "REQ_HDR_MIN", "ACK_PAYLOAD", "CNP_PAYLOAD_BYTES", "LENGTH_BITS",
            "UNACKED_BITS", "CNP_MARK", "CNP_CONFIG", "CNP_INTERVAL_BITS", "CNP_DSCP",
            "RESP_READ", "RESP_READ_JOB", "READ_ROUTE", "READ_MAX", "READ_PROGRESS", "READ_TURN",
-           "READ_RETURN", "READ_MEM", "RESP_READ_PACKET"]
+           "READ_RETURN", "READ_MEM", "RESP_READ_PACKET", "ATOMIC_OPERANDS", "REQ_HDR_ATOMIC"]
 
 #: Bytes from the start of a request's IPv4 header to its payload: IPv4 20, UDP 8, BTH 12, at
 #: most RETH 16 and ImmDt 4.
 REQ_HDR_MIN = H.IPV4.length + H.UDP.length + H.BTH.length
 REQ_HDR_MAX = REQ_HDR_MIN + H.RETH.length + H.IMMDT.length
+#: ... and to an atomic request's end (AtomicETH 28, no payload).
+REQ_HDR_ATOMIC = REQ_HDR_MIN + H.ATOMIC_ETH.length
 #: UDP payload of an ACKNOWLEDGE before its ICRC (BTH and AETH) and of a CNP (BTH, 16 zero bytes).
 ACK_PAYLOAD = H.BTH.length + H.AETH.length
 CNP_PAYLOAD_BYTES = H.BTH.length + H.CNP_PAYLOAD.length
@@ -55,6 +57,9 @@ class RespKind(enum.Enum, shape=2):
     WRITE = 2
 
 
+#: An atomic request's operands, as numbers (big-endian on the wire, in its AtomicETH).
+ATOMIC_OPERANDS = data.StructLayout({"swap_add": 64, "compare": 64})
+
 #: A request's headers as the responder's parse stage reads them from the first bytes of the
 #: datagram (IPv4, UDP, BTH, and the RETH and ImmDt of its opcode; the ICRC already checked
 #: and removed), with the lengths worked out. Carried as the packet's metadata.
@@ -63,8 +68,11 @@ RESP_HEADER = data.StructLayout({
     "src_port": 16,            # UDP source port of the requester
     "ecn": 2,                  # IPv4 ECN field as received (0b11: congestion experienced)
     "bth": H.BTH.layout,
-    "reth": H.RETH.layout,     # zero unless the opcode carries a RETH
+    "reth": H.RETH.layout,     # zero unless the opcode carries a RETH; an atomic's VA and
+                               # R_Key (the AtomicETH's first 12 bytes are laid out as a
+                               # RETH's) with a DMA length of 8
     "imm": 32,                 # zero unless the opcode carries an ImmDt
+    "atomic": ATOMIC_OPERANDS, # an atomic's operands (zero for every other opcode)
     "hdr_len": 7,              # bytes before the payload: REQ_HDR_MIN + 16 RETH + 4 ImmDt
     "length": LENGTH_BITS,     # payload bytes, without the pad
 })
@@ -143,7 +151,10 @@ READ_ROUTE = data.StructLayout({
 })
 
 #: A READ handed to the READ queue: its QP, the READ, where its responses go.
-RESP_READ_JOB = data.StructLayout({"qp": 8, "read": RESP_READ, "route": READ_ROUTE})
+#: With ``atomic.op`` other than NONE, an atomic: its answer is one ATOMIC_ACKNOWLEDGE of the 8
+#: bytes at ``read.va`` (``read.length`` 8).
+RESP_READ_JOB = data.StructLayout({"qp": 8, "read": RESP_READ, "route": READ_ROUTE,
+                                   "atomic": ATOMIC_WORK})
 
 #: How far the responses of a QP's oldest queued READ have gone: the PSN, local byte address
 #: and bytes of the next response, and whether the first has been made.
@@ -156,6 +167,7 @@ READ_TURN = data.StructLayout({
     "msn": 24,
     "pmtu_log2": 4,
     "route": READ_ROUTE,
+    "atomic": ATOMIC_WORK,     # an atomic's operation (``op`` NONE for a READ)
 })
 
 #: The end of a turn: the READ done (all its responses made), or how far it has gone.
@@ -168,7 +180,8 @@ READ_MEM = data.StructLayout({"addr": 32, "offset": 6, "words": 10})
 #: One READ response packet: its descriptor for the packet builder
 #: (:data:`~rocegen.gateware.roce.layouts.PACKET_DESC`: the AETH travels as an ImmDt, the same
 #: four bytes after the BTH) and the memory read of its payload.
-RESP_READ_PACKET = data.StructLayout({"desc": PACKET_DESC, "mem": READ_MEM})
+RESP_READ_PACKET = data.StructLayout({"desc": PACKET_DESC, "mem": READ_MEM,
+                                      "atomic": ATOMIC_WORK})
 
 #: A QP's memory region: the local bytes [base, base + length) the peer may write (``write``)
 #: or read (``read``) with R_Key ``rkey`` (the virtual address a requester uses is the local

@@ -40,6 +40,10 @@ RESP_FACTS = data.StructLayout({
     "send": 1,                 # a SEND (with or without immediate)
     "write": 1,                # an RDMA WRITE (with or without immediate)
     "read": 1,                 # an RDMA READ request (none of first .. only)
+    "atomic": 1,               # an atomic request (none of first .. only), when the responder
+                               # executes them
+    "cas": 1,                  # the atomic is a COMPARE_SWAP (else FETCH_ADD)
+    "unaligned": 1,            # the RETH VA is not a multiple of 8 (an atomic's target)
     "first": 1, "middle": 1, "last": 1, "only": 1,
     "imm": 1,                  # carries an ImmDt
     "needs_rq": 1,             # takes a receive buffer: SEND FIRST/ONLY, WRITE with immediate
@@ -48,7 +52,8 @@ RESP_FACTS = data.StructLayout({
     "va_end": 65,              # RETH VA + DMA length
     "dma_zero": 1,             # RETH DMA length 0
     "write_len_bad": 1,        # a WRITE FIRST/ONLY's length against its DMA length is wrong
-    "read_len_bad": 1,         # a READ carries payload or pad, or a DMA length over READ_MAX
+    "read_len_bad": 1,         # a READ or atomic carries payload or pad, or a DMA length over
+                               # READ_MAX
 })
 
 #: A request as the responder's ingress hands it to the engine: its headers and their facts.
@@ -72,14 +77,26 @@ class RespPrecheck(wiring.Component):
         ``write_len_bad``: a WRITE FIRST/ONLY carries as many bytes as its DMA length or more
         (FIRST), or other than its DMA length (ONLY). ``read``: an RDMA READ request (it is
         none of ``first`` .. ``only``); ``read_len_bad``: it carries payload or pad, or asks
-        for more than :data:`~rocegen.gateware.roce.responder.resp_layouts.READ_MAX` bytes.
+        for more than :data:`~rocegen.gateware.roce.responder.resp_layouts.READ_MAX` bytes
+        (an atomic: payload or pad). ``atomic`` (with the parameter only): COMPARE_SWAP or
+        FETCH_ADD (``cas``: the former); ``unaligned``: the RETH VA (an atomic's target) is
+        not a multiple of 8.
+
+    Parameters
+    ----------
+    atomics : bool
+        The responder executes atomics (default False: ``atomic`` is 0, and an atomic request
+        is refused as any opcode it does not execute).
 
     Behaviour
     ---------
     Combinational (latency 0, no state, no handshakes).
     """
 
-    def __init__(self):
+    def __init__(self, *, atomics=False):
+        if not isinstance(atomics, bool):
+            raise TypeError(f"atomics must be a bool, not {atomics!r}")
+        self.atomics = atomics
         super().__init__({"h": In(RESP_HEADER), "facts": Out(RESP_FACTS)})
 
     def elaborate(self, platform):
@@ -92,10 +109,17 @@ class RespPrecheck(wiring.Component):
         sub = Signal(3)                                 # 0 F, 1 M, 2-3 L, 4-5 O
         m.d.comb += sub.eq(Mux(send, op, op - _WRITE[0]))
         P = opc.Position
-        first, middle = opc.matches(sub, _PLACE[P.FIRST]), opc.matches(sub, _PLACE[P.MIDDLE])
-        last, only = opc.matches(sub, _PLACE[P.LAST]), opc.matches(sub, _PLACE[P.ONLY])
+        # (positions of SENDs and WRITEs only: another opcode's offset means nothing)
+        sw = send | write
+        first, middle = (sw & opc.matches(sub, _PLACE[P.FIRST]),
+                         sw & opc.matches(sub, _PLACE[P.MIDDLE]))
+        last, only = sw & opc.matches(sub, _PLACE[P.LAST]), sw & opc.matches(sub, _PLACE[P.ONLY])
         imm = has_imm(op)
+        if self.atomics:
+            cas = op == opc.OP_RC_COMPARE_SWAP
+            m.d.comb += [f.atomic.eq(cas | (op == opc.OP_RC_FETCH_ADD)), f.cas.eq(cas)]
         m.d.comb += [
+            f.unaligned.eq(reth.va[:3] != 0),
             f.read.eq(op == opc.OP_RC_RDMA_READ_REQUEST),
             f.read_len_bad.eq((n != 0) | (bth.padcnt != 0) | (reth.dma_len > READ_MAX)),
             f.send.eq(send), f.write.eq(write), f.first.eq(first), f.middle.eq(middle),

@@ -30,6 +30,8 @@ class RespRead(wiring.Component):
         ``max_dest_rd_atomic``.
     burst, out_depth : int
         Packets per turn and packets of the output queue (:class:`RespReadGen`).
+    atomics : bool
+        Atomics share the queues and make their ATOMIC_ACKNOWLEDGEs (default False).
 
     Ports
     -----
@@ -54,11 +56,11 @@ class RespRead(wiring.Component):
     W = 512), so the generator runs ahead of the reads by whatever its consumer queues.
     """
 
-    def __init__(self, width, num_qps, *, rd_depth=16, burst=4, out_depth=4):
+    def __init__(self, width, num_qps, *, rd_depth=16, burst=4, out_depth=4, atomics=False):
         check_num_qps(num_qps)
         check_rd_depth(rd_depth)
         self.width, self.num_qps, self.rd_depth = width, num_qps, rd_depth
-        self._queue = RespReadQueue(num_qps, rd_depth)
+        self._queue = RespReadQueue(num_qps, rd_depth, atomics=atomics)
         self._gen = RespReadGen(width, burst=burst, out_depth=out_depth)
         super().__init__({
             "push": In(stream.Signature(RESP_READ_JOB, always_ready=True)),

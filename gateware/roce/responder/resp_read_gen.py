@@ -6,7 +6,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import check_width
-from rocegen.gateware.roce.layouts import WrSource
+from rocegen.gateware.roce.layouts import AtomicOp, WrSource
 from rocegen.gateware.roce.responder.resp_layouts import (
     READ_PROGRESS,
     READ_RETURN,
@@ -112,15 +112,18 @@ class RespReadGen(wiring.Component):
 
         # the next packet
         p = t.prog
-        last = p.left <= pmtu
+        atomic = t.atomic.op != AtomicOp.NONE       # (one packet, whatever the PMTU)
+        last = (p.left <= pmtu) | atomic
         size = Signal(13)
         m.d.comb += size.eq(Mux(last, p.left, pmtu))
         pkt = Signal(RESP_READ_PACKET)
         d, mem = pkt.desc, pkt.mem
         m.d.comb += [
             d.qp.eq(t.qp), d.dest_qpn.eq(t.route.dest_qpn), d.psn.eq(p.psn),
-            d.opcode.eq(Mux(p.started, Mux(last, RD_LAST, RD_MIDDLE),
-                            Mux(last, RD_ONLY, RD_FIRST))),
+            d.opcode.eq(Mux(atomic, opc.OP_RC_ATOMIC_ACKNOWLEDGE,
+                            Mux(p.started, Mux(last, RD_LAST, RD_MIDDLE),
+                                Mux(last, RD_ONLY, RD_FIRST)))),
+            pkt.atomic.eq(t.atomic),
             d.padcnt.eq(-size), d.local_addr.eq(p.va), d.length.eq(size),
             d.has_imm.eq(~p.started | last), d.imm.eq((SYN_ACK << 24) | t.msn),
             d.last.eq(last), d.src.eq(WrSource.RESPONDER),

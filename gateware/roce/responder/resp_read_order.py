@@ -10,6 +10,7 @@ from rocegen.gateware.roce.requester.sched_tree import lowest_one
 from rocegen.gateware.roce.responder.resp_ack import is_plain_ack
 from rocegen.gateware.roce.responder.resp_layouts import RESP_READ_PACKET, RESP_RESPONSE
 from rocegen.gateware.roce.responder.resp_read_gen import RD_FIRST, RD_ONLY
+from rocegen.wire import opcodes as opc
 from rocegen.gateware.roce.responder.resp_read_queue import check_rd_depth
 
 __all__ = ["RespReadOrder"]
@@ -149,7 +150,8 @@ class RespReadOrder(wiring.Component):
 
         # READ responses: a READ's first waits for the answer queue to be empty
         d = self.rd_i.payload.desc
-        first = (d.opcode == RD_FIRST) | (d.opcode == RD_ONLY)
+        first = (d.opcode == RD_FIRST) | (d.opcode == RD_ONLY) | \
+            (d.opcode == opc.OP_RC_ATOMIC_ACKNOWLEDGE)
         rd_go = ~first | (self.idle & self.written)
         rd_wait = self.rd_i.valid & first & ~self.idle
         m.d.comb += [self.rd_o.payload.eq(self.rd_i.payload),

@@ -6,7 +6,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import check_num_qps
+from rocegen.gateware.roce.layouts import ATOMIC_WORK, check_num_qps
 from rocegen.gateware.roce.requester.sched_tree import first_one
 from rocegen.gateware.roce.responder.resp_layouts import (
     READ_PROGRESS,
@@ -41,6 +41,10 @@ class RespReadQueue(wiring.Component):
         QPs (1..256).
     rd_depth : int
         READs each QP can have queued (:func:`check_rd_depth`; default 16).
+    atomics : bool
+        Atomics share the queues (``push.atomic``, ``turn.atomic``: their operation and
+        operands in a memory of their own beside the READs'); default False (``turn.atomic``
+        0, nothing stored).
 
     Ports
     -----
@@ -74,7 +78,8 @@ class RespReadQueue(wiring.Component):
     Behaviour
     ---------
     * Storage: the READs in a memory of ``num_qps * rd_depth`` entries (116 bits; block RAM,
-      one write port for ``push``, one registered read port for the turns); the routes and
+      one write port for ``push``, one registered read port for the turns; with ``atomics``
+      their operations beside them, 130 bits); the routes and
       the progress of each QP's oldest READ in memories of ``num_qps`` entries; the head and
       tail pointers of each QP, and whether its oldest READ starts afresh, in registers.
     * Turns: a QP with READs queued is picked in round robin (the first after the last one
@@ -87,10 +92,12 @@ class RespReadQueue(wiring.Component):
       QP taken up to cycle t may still make packets in cycle t + 1, then it is cancelled).
     """
 
-    def __init__(self, num_qps, rd_depth=16):
+    def __init__(self, num_qps, rd_depth=16, *, atomics=False):
         check_num_qps(num_qps)
         check_rd_depth(rd_depth)
-        self.num_qps, self.rd_depth = num_qps, rd_depth
+        if not isinstance(atomics, bool):
+            raise TypeError(f"atomics must be a bool, not {atomics!r}")
+        self.num_qps, self.rd_depth, self.atomics = num_qps, rd_depth, atomics
         super().__init__({
             "push": In(stream.Signature(RESP_READ_JOB, always_ready=True)),
             "full_qp": In(range(num_qps)), "full": Out(1),
@@ -165,6 +172,11 @@ class RespReadQueue(wiring.Component):
                          above.eq(Cat(*(pick < k for k in range(n))))]
 
         job, t = RESP_READ(j_r.data), self.turn.payload
+        if self.atomics:
+            works = m.submodules.works = Memory(shape=ATOMIC_WORK, depth=n * D, init=[])
+            a_w, a_r = works.write_port(), works.read_port()
+            m.d.comb += [a_w.addr.eq(j_w.addr), a_w.data.eq(pu.atomic), a_w.en.eq(push),
+                         a_r.addr.eq(j_r.addr), a_r.en.eq(go), t.atomic.eq(a_r.data)]
         with m.If(fresh.bit_select(qi, 1)):
             m.d.comb += [t.prog.psn.eq(job.psn), t.prog.va.eq(job.va),
                          t.prog.left.eq(job.length), t.prog.started.eq(0)]

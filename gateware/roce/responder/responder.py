@@ -9,6 +9,7 @@ from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.net.udp_tx import UDP_TX_META
 from rocegen.gateware.roce.frontend.stream_post import DURABLE_WIDTH
 from rocegen.gateware.roce.layouts import (
+    ATOMIC_RESULT,
     CONTEXT_WRITE,
     PSN_WRITE,
     QP_CONTEXT,
@@ -36,6 +37,7 @@ from rocegen.gateware.roce.responder.resp_place import RespPlace
 from rocegen.gateware.roce.responder.resp_read import RespRead
 from rocegen.gateware.roce.responder.resp_read_flush import RespReadFlush
 from rocegen.gateware.roce.responder.resp_read_order import RespReadOrder
+from rocegen.gateware.roce.responder.resp_results import RespResults
 
 __all__ = ["Responder", "RESP_COUNTERS", "default_config", "ACT_DEPTH"]
 
@@ -101,6 +103,11 @@ class Responder(wiring.Component):
         :class:`~rocegen.gateware.roce.responder.resp_read_order.RespReadOrder`; default False).
     rd_depth : int
         READs each QP can have queued, with ``reads`` (a power of two, 16..1024; default 16).
+    atomics : bool
+        With ``reads``: the RDMA atomics (COMPARE_SWAP, FETCH_ADD) executed, in the READ queues
+        beside the READs, their results kept for duplicates
+        (:class:`~rocegen.gateware.roce.responder.resp_results.RespResults`); the payload reader
+        executes them (port ``atomic_done``). Default False: refused, NAK invalid request.
     cnp_interval, cnp_dscp : int
         The notification point (:class:`~rocegen.gateware.roce.responder.resp_cnp.RespCnp`): cycles
         between two CNPs of a QP after reset (0: a CNP for every request marked CE; default
@@ -141,6 +148,9 @@ class Responder(wiring.Component):
     rd_sent : In(stream.Signature(8, always_ready=True)), with ``reads`` only
         The last response packet of a READ of this QP was taken by the transmitter, past the
         point where ``rd`` and ``tx`` merge: the QP's answers after the READ may go.
+    atomic_done : In(stream.Signature(ATOMIC_RESULT, always_ready=True)), with ``atomics`` only
+        Each atomic the payload reader executed (its QP, PSN and original value), for the
+        answers to its duplicates.
     ctx_set : In(stream.Signature(CONTEXT_WRITE, always_ready=True)), with ``reads`` only
         The QP table's context writes: one with a state other than RTR and RTS (the QP closed)
         flushes the QP's READ queue.
@@ -176,11 +186,16 @@ class Responder(wiring.Component):
     def __init__(self, width, num_qps, addr_width, *, rq_depth=16, config_init=None,
                  cpl_depth=32, ack_every=0, cnp_interval=DEFAULT_CNP_INTERVAL,
                  cnp_dscp=CNP_DSCP, acked_writes=False, ingress_beats=None, reads=False,
-                 rd_depth=16):
+                 rd_depth=16, atomics=False):
         check_width(width)
         check_num_qps(num_qps)
         self.width, self.num_qps = width, num_qps
-        self._ingress = RespIngress(width, ingress_beats)
+        if not isinstance(atomics, bool):
+            raise TypeError(f"atomics must be a bool, not {atomics!r}")
+        if atomics and not reads:
+            raise ValueError("atomics needs reads=True (atomics share the READ queues)")
+        self.atomics = atomics
+        self._ingress = RespIngress(width, ingress_beats, atomics=atomics)
         #: Beats of the ingress FIFO (its fill level is ``ingress_level``).
         self.ingress_beats = self._ingress.depth
         self._engine = RespEngine(num_qps, config_init=config_init, ack_every=ack_every)
@@ -194,7 +209,8 @@ class Responder(wiring.Component):
         if not isinstance(reads, bool):
             raise TypeError(f"reads must be a bool, not {reads!r}")
         self.reads, self.rd_depth = reads, rd_depth
-        self._read = RespRead(width, num_qps, rd_depth=rd_depth) if reads else None
+        self._read = RespRead(width, num_qps, rd_depth=rd_depth, atomics=atomics) if reads else None
+        self._results = RespResults(num_qps, rd_depth) if atomics else None
         self._order = RespReadOrder(num_qps, rd_depth) if reads else None
         self._flush = RespReadFlush(num_qps) if reads else None
         super().__init__({
@@ -213,6 +229,8 @@ class Responder(wiring.Component):
                 "rd_sent": In(stream.Signature(unsigned(8), always_ready=True)),
                 "ctx_set": In(stream.Signature(CONTEXT_WRITE, always_ready=True))}
                if reads else {}),
+            **({"atomic_done": In(stream.Signature(ATOMIC_RESULT, always_ready=True))}
+               if atomics else {}),
             "ingress_level": Out(range(self.ingress_beats + 1)),
             **{name: Out(1) for name in RESP_COUNTERS},
         })
@@ -295,6 +313,11 @@ class Responder(wiring.Component):
                      cq.r_en.eq(self.cpl.ready & written)]
         if self._read is not None:
             self._connect_reads(m, eng, cnp, ack, placed)
+        if self._results is not None:
+            res = m.submodules.results = self._results
+            wiring.connect(m, wiring.flipped(self.atomic_done), res.put)
+            m.d.comb += [res.qp.eq(eng.rd_qp), res.psn.eq(eng.res_psn),
+                         eng.res_hit.eq(res.hit), eng.res_orig.eq(res.orig)]
 
         # counters
         for v in RespVerdict:

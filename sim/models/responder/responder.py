@@ -52,6 +52,23 @@ silent) go through steps 1 and 2, then:
    the QP to the error state). Neither answers with an ACK; the state is left as it was (a
    replayed READ restarts ``unacked``).
 
+RDMA atomics (COMPARE_SWAP 0x13, FETCH_ADD 0x14; IBTA 9.4.5, Linux rxe where it is silent), with
+``atomics`` (else they are refused as any opcode the responder does not execute: NAK invalid
+request), take a place in the READ queue, where they keep their order with the QP's READs, and
+count against its ``rd_depth`` (IBTA's responder resources are shared by READs and atomics).
+They go through steps 1 and 2, then:
+
+3. At ePSN: no message open (else NAK invalid request); no payload and no pad, room in the READ
+   queue (else NAK invalid request); the R_Key the region's, the region readable and writable,
+   [VA, VA + 8) inside it (else NAK remote access error); VA a multiple of 8 (else NAK invalid
+   request: rxe checks the alignment after the region). Executed: ePSN + 1, MSN + 1, no ACK (its
+   ATOMIC_ACKNOWLEDGE is the answer), the atomic queued (:attr:`Decision.read` with ``op``
+   ``"FETCH_ADD"`` or ``"COMPARE_SWAP"`` and its operands), its answer carrying the new MSN.
+4. Behind ePSN: never executed again. When the QP's results still hold the original value of
+   that PSN (``result``) and the queue has room, the answer is queued again with it (``op``
+   ``"REPLAY"``, the QP's MSN); otherwise dropped silently (the original's answer may still be
+   on its way; rxe drops a duplicate atomic it has no result for).
+
 :func:`read_responses` is the model of the response generator: the packets of a queued READ.
 :func:`answer_order` is the order rule of the answers of a QP: ACKs, NAKs and READ responses
 leave in the order of the requests they answer (PSN order); of consecutive ACKs of a QP, with
@@ -71,13 +88,14 @@ import enum
 from dataclasses import dataclass
 
 from rocegen.wire import opcodes as opc
+from rocegen.wire.atomics import ATOMIC_BYTES
 from rocegen.wire.roce import NAK_INV_REQ, NAK_PSN_SEQ, NAK_REM_ACCESS, PSN_MASK, SYN_ACK, SYN_RNR
 from rocegen.wire.verbs import QpState
 
 __all__ = ["Verdict", "Kind", "RespState", "Decision", "decide", "OPCODES", "psn_delta",
            "NotificationPoint", "CNP_DSCP", "FROM_PEER", "READ_MAX", "read_packets", "read_fault",
            "read_responses", "memory_read", "answer_order", "check_answer_order",
-           "RD_FIRST", "RD_MIDDLE", "RD_LAST", "RD_ONLY"]
+           "RD_FIRST", "RD_MIDDLE", "RD_LAST", "RD_ONLY", "ATOMIC_OPS", "atomic_fault"]
 
 
 class Verdict(enum.IntEnum):
@@ -162,7 +180,9 @@ class Decision:
     #: not an earlier check
     length_fault: bool = False
     #: A READ to queue (executed or replayed): ``psn`` (of its first response), ``va`` (local
-    #: byte address), ``length``, ``msn`` (the AETH MSN of its responses), ``pmtu_log2``
+    #: byte address), ``length``, ``msn`` (the AETH MSN of its responses), ``pmtu_log2``; an
+    #: atomic's also ``op`` (``"FETCH_ADD"``, ``"COMPARE_SWAP"`` or ``"REPLAY"``), ``swap_add``
+    #: and ``compare`` (a REPLAY's ``swap_add``: the original value)
     read: dict | None = None
 
 
@@ -197,7 +217,28 @@ def read_fault(h, ctx, mr, rd_full):
     return None
 
 
-def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0, rd_full=False):
+#: The atomic request opcodes, and the name of each one's operation.
+ATOMIC_OPS = {opc.OP_RC_FETCH_ADD: "FETCH_ADD", opc.OP_RC_COMPARE_SWAP: "COMPARE_SWAP"}
+
+
+def atomic_fault(h, mr, rd_full):
+    """What stops an atomic request with headers ``h`` (``h["atomic"]``: ``va``, ``rkey``,
+    ``swap_add``, ``compare``): None, ``"invalid"`` or ``"access"``, in the order of the
+    checks of step 3 of the atomics (the opcode sequence aside)."""
+    a = h["atomic"]
+    va = a["va"]
+    if h["length"] or h["bth"]["padcnt"] or rd_full:
+        return "invalid"
+    if not (a["rkey"] == mr["rkey"] and mr["read"] and mr["write"] and
+            mr["base"] <= va and va + ATOMIC_BYTES <= mr["base"] + mr["length"]):
+        return "access"
+    if va % ATOMIC_BYTES:
+        return "invalid"
+    return None
+
+
+def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0, rd_full=False, *, atomics=False,
+           result=None):
     """The decision for one request.
 
     ``h``: the headers (``RESP_HEADER`` as a dict: ``src_ip``, ``bth`` {opcode, psn, pkey,
@@ -207,7 +248,9 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0, rd_full=False):
     the QP's RNR timer code. ``rq_head``: ``wr_id``, ``addr``, ``length`` of the first posted
     receive buffer, or None. ``ack_every``: an ACK after so many requests executed without
     one (0: only on AckReq). ``rd_full``: the QP's READ queue is full. ``mr["read"]``: the
-    region may be read.
+    region may be read. ``atomics``: the responder executes atomics (``h["atomic"]`` holds an
+    atomic's AtomicETH); ``result``: the original value the QP's results hold for this PSN, or
+    None.
     """
     bth = h["bth"]
     psn, op, n = bth["psn"], bth["opcode"], h["length"]
@@ -235,7 +278,13 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0, rd_full=False):
         return out(Verdict.SEQ_NAK, st.replace(nak_pending=True, unacked=0),
                    dict(syndrome=NAK_PSN_SEQ, psn=st.epsn, msn=st.msn))
     read = op == opc.OP_RC_RDMA_READ_REQUEST
+    atomic = atomics and op in ATOMIC_OPS
     if d < 0:
+        if atomic:
+            if result is None or rd_full:
+                return out(Verdict.DUPLICATE)
+            return out(Verdict.DUPLICATE, st.replace(unacked=0),
+                       read=_atomic_job(h, ctx, st.msn, "REPLAY", result))
         if read:
             if read_fault(h, ctx, mr, rd_full):
                 return out(Verdict.DUPLICATE)
@@ -257,6 +306,16 @@ def decide(h, ctx, st, mr, rnr_timer, rq_head, ack_every=0, rd_full=False):
                    dict(syndrome=syndrome, psn=psn, msn=st.msn), completion=cpl, rq_pop=rq_pop,
                    flush=True, length_fault=length_fault)
 
+    if atomic:
+        if st.kind != Kind.NONE:
+            return fatal(NAK_INV_REQ, Verdict.INVALID)
+        fault = atomic_fault(h, mr, rd_full)
+        if fault:
+            return fatal(*((NAK_INV_REQ, Verdict.INVALID) if fault == "invalid" else
+                           (NAK_REM_ACCESS, Verdict.ACCESS)))
+        msn = (st.msn + 1) & PSN_MASK
+        return out(Verdict.EXECUTED, st.replace(epsn=(st.epsn + 1) & PSN_MASK, msn=msn, unacked=0),
+                   read=_atomic_job(h, ctx, msn, ATOMIC_OPS[op]))
     if read:
         if st.kind != Kind.NONE:
             return fatal(NAK_INV_REQ, Verdict.INVALID)
@@ -330,13 +389,25 @@ def _read_job(h, ctx, msn):
                 msn=msn, pmtu_log2=ctx["pmtu_log2"])
 
 
+def _atomic_job(h, ctx, msn, op, original=None):
+    a = h["atomic"]
+    return dict(psn=h["bth"]["psn"], va=a["va"] & 0xFFFFFFFF, length=ATOMIC_BYTES, msn=msn,
+                pmtu_log2=ctx["pmtu_log2"], op=op,
+                swap_add=a["swap_add"] if original is None else original,
+                compare=a["compare"] if original is None else 0)
+
+
 def read_responses(job, syndrome=SYN_ACK):
     """The response packets of a queued READ (``job`` as :attr:`Decision.read`), in order: dicts
     of ``opcode`` (ONLY when the length is at most the PMTU, zero included; else FIRST,
     MIDDLE..., LAST), ``psn`` (from the request's, + 1 each), ``aeth`` ((syndrome, MSN) on
     FIRST, LAST and ONLY: an ACK, as the responder's ACKs are, with the job's MSN; None on
     MIDDLE), ``addr`` (local byte address of the payload), ``length`` (the PMTU but on the
-    last) and ``padcnt``."""
+    last) and ``padcnt``. An atomic's answer is one ATOMIC_ACKNOWLEDGE (its AtomicAckETH, the
+    original value, is the 8 bytes of ``length`` at ``addr`` as the atomic finds them)."""
+    if job.get("op"):
+        return [dict(opcode=opc.OP_RC_ATOMIC_ACKNOWLEDGE, psn=job["psn"],
+                     aeth=(syndrome, job["msn"]), addr=job["va"], length=ATOMIC_BYTES, padcnt=0)]
     pmtu = 1 << job["pmtu_log2"]
     n = read_packets(job["length"], job["pmtu_log2"])
     out = []

@@ -119,8 +119,8 @@ class Chain(Elaboratable):
     ``decide``, :class:`RespCheck`'s verdict into :class:`RespDecide`, combinationally, with one
     header input (``pre.h``) for all."""
 
-    def __init__(self, ack_every=0, *, decide=True):
-        self.pre, self.check = RespPrecheck(), RespCheck()
+    def __init__(self, ack_every=0, *, decide=True, atomics=False):
+        self.pre, self.check = RespPrecheck(atomics=atomics), RespCheck()
         self.decide = RespDecide(ack_every=ack_every) if decide else None
 
     def elaborate(self, platform):
@@ -199,6 +199,7 @@ def test_decide_against_model(seed, ack_every):
             assert ctx.get(dut.rd_valid) == (want.read is not None), where
             if want.read:
                 assert meta_dict(ctx.get(dut.rd)) == want.read, where
+                assert meta_dict(ctx.get(dut.rd_work))["op"] == 0, where
             assert ctx.get(dut.rq_pop) == want.rq_pop, where
             assert ctx.get(dut.flush) == want.flush, where
             assert ctx.get(dut.cpl_valid) == (want.completion is not None), where
@@ -222,6 +223,113 @@ def test_decide_against_model(seed, ack_every):
                 (Verdict.DUPLICATE, True, False), (Verdict.DUPLICATE, False, False),
                 (Verdict.ACCESS, False, False), (Verdict.INVALID, False, False)]:
         assert reads[key] > 5, (key, reads)
+
+
+ATOMIC_CODES = (0x13, 0x14)
+
+
+def draw_atomic(rng, ack_every=0):
+    """A random case (:func:`draw`) made an atomic request, mostly a good one (at ePSN or a
+    duplicate, no payload, an aligned target inside a readable and writable region), with the
+    QP's result for its PSN or none: the case, the model's headers (``atomic``: the AtomicETH)
+    and the result (None or the original value)."""
+    h, ctx, st, mr, rnr, rq, rd_full = draw(rng, ack_every)
+    op = rng.choice(ATOMIC_CODES)
+    base = mr["base"] & ~7
+    mr.update(base=base, length=max(mr["length"], 1 << 12), write=int(rng.random() < 0.9),
+              read=int(rng.random() < 0.9))
+    va = base + 8 * rng.randrange(1 << 9)
+    va = rng.choice([va] * 12 + [va + rng.randrange(1, 8), base - 8, base + mr["length"] - 4,
+                                 base + mr["length"]]) & ((1 << 64) - 1)
+    rkey = mr["rkey"] if rng.random() < 0.9 else mr["rkey"] ^ 0x100
+    h["bth"]["opcode"] = op
+    h["bth"]["psn"] = (st.epsn - rng.choice([0] * 6 + [1, 3] + [rng.randrange(-2, 3)])) & PSN_MASK
+    h["length"] = 0 if rng.random() < 0.93 else rng.choice([4, 8])
+    h["bth"]["padcnt"] = 0 if rng.random() < 0.95 else 2
+    h["hdr_len"] = 68
+    h["imm"] = 0
+    operands = dict(swap_add=rng.getrandbits(64), compare=rng.getrandbits(64))
+    model_h = dict(h, atomic=dict(va=va, rkey=rkey, **operands))
+    gate_h = dict(h, reth=dict(va=va, rkey=rkey, dma_len=8), atomic=operands)
+    if rng.random() < 0.8:
+        ctx.update(in_table=1, state=RTS)
+        st = st.replace(error=False, kind=Kind.NONE if rng.random() < 0.9 else Kind.SEND)
+    result = rng.getrandbits(64) if rng.random() < 0.6 else None
+    return (gate_h, ctx, st, mr, rnr, rq, rd_full), model_h, result
+
+
+@pytest.mark.parametrize("seed", [1, full(2)])
+def test_decide_atomics_against_model(seed):
+    """Atomic requests (and the other requests, atomics refused or not) through the chain with
+    atomics, against the model: verdicts, state, the queued job with its operation, operands
+    and a duplicate's original value."""
+    rng = random.Random(seed)
+    cases = []
+    for _ in range(2000):
+        case = draw(rng)
+        if rng.random() < 0.6 or case[0]["bth"]["opcode"] in ATOMIC_CODES:
+            cases.append(draw_atomic(rng))
+        else:
+            cases.append((case, case[0], None))
+    top = Chain(atomics=True)
+    chk, dut = top.check, top.decide
+    seen = collections.Counter()
+
+    async def tb(ctx):
+        for case, model_h, result in cases:
+            apply_case(ctx, top, case)
+            ctx.set(chk.res_hit, result is not None)
+            ctx.set(dut.res_orig, result or 0)
+            h, qctx, st, mr, rnr, rq, rd_full = case
+            want = decide(model_h, qctx, st, mr, rnr, rq, rd_full=rd_full, atomics=True,
+                          result=result)
+            where = f"case {model_h} {qctx} {st} {mr} rd_full={rd_full} result={result}: {want}"
+            atomic = model_h["bth"]["opcode"] in ATOMIC_CODES
+            if atomic:
+                seen[(want.verdict, want.read["op"] if want.read else None)] += 1
+            assert int(meta_dict(ctx.get(chk.verdict))) == want.verdict, where
+            assert meta_dict(ctx.get(dut.new_st)) == state_dict(want.state), where
+            assert ctx.get(dut.resp_valid) == (want.response is not None), where
+            if want.response:
+                assert meta_dict(ctx.get(dut.resp)) == want.response, where
+            assert ctx.get(dut.rd_valid) == (want.read is not None), where
+            if want.read:
+                got = meta_dict(ctx.get(dut.rd))
+                work = meta_dict(ctx.get(dut.rd_work))
+                want_job = dict(want.read)
+                op = want_job.pop("op", None)
+                operands = (want_job.pop("swap_add", 0), want_job.pop("compare", 0))
+                assert got == want_job, where
+                assert work["op"] == {None: 0, "FETCH_ADD": 1, "COMPARE_SWAP": 2,
+                                      "REPLAY": 3}[op], where
+                if op:
+                    assert (work["swap_add"], work["compare"]) == operands, where
+            assert ctx.get(dut.flush) == want.flush, where
+
+    run_sim(top, testbenches=[tb], deadline_cycles=None)
+    for key in [(Verdict.EXECUTED, "FETCH_ADD"), (Verdict.EXECUTED, "COMPARE_SWAP"),
+                (Verdict.DUPLICATE, "REPLAY"), (Verdict.DUPLICATE, None),
+                (Verdict.ACCESS, None), (Verdict.INVALID, None)]:
+        assert seen[key] > 5, (key, seen)
+
+
+def test_atomics_refused_without_the_parameter():
+    """Without ``atomics`` an atomic request is an opcode the responder does not execute: NAK
+    invalid request, as the model says of it with ``atomics`` False."""
+    rng = random.Random(7)
+    top = Chain()
+    chk = top.check
+
+    async def tb(ctx):
+        for _ in range(50):
+            case, model_h, result = draw_atomic(rng)
+            apply_case(ctx, top, case)
+            h, qctx, st, mr, rnr, rq, rd_full = case
+            want = decide(model_h, qctx, st, mr, rnr, rq, rd_full=rd_full)
+            assert want.read is None
+            assert int(meta_dict(ctx.get(chk.verdict))) == want.verdict
+
+    run_sim(top, testbenches=[tb], deadline_cycles=None)
 
 
 def test_read_by_hand():

@@ -420,7 +420,8 @@ def check_against_model(log, acts, resps, cpls, flushes, flushed, ack_every):
         assert [p for cyc, p in log["push"] if cyc == a] == (
             [{"qp": qp, "read": want.read,
               "route": {"dest_qpn": c["peer_qpn"], "dst_ip": PEER_IP,
-                        "src_port": c["udp_sport"], "dscp": c["dscp"], "ecn": 2}}]
+                        "src_port": c["udp_sport"], "dscp": c["dscp"], "ecn": 2},
+              "atomic": {"op": 0, "swap_add": 0, "compare": 0}}]
             if want.read else []), where
         if want.rq_pop:
             rqs[qp].pop(0)

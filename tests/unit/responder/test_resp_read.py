@@ -63,8 +63,26 @@ def expected(qp, j, width):
                 "imm": syn << 24 | msn, "last": int(k == len(resp) - 1), "src": 3,
                 "peer_ip": r["dst_ip"], "udp_sport": r["src_port"], "dscp": r["dscp"],
                 "ecn": r["ecn"]}
-        out.append({"desc": desc, "mem": {"addr": addr, "offset": off, "words": words}})
+        out.append({"desc": desc, "mem": {"addr": addr, "offset": off, "words": words},
+                    "atomic": work(j)})
     return out
+
+
+ATOMIC_OPS = {None: 0, "FETCH_ADD": 1, "COMPARE_SWAP": 2, "REPLAY": 3}
+
+
+def work(j):
+    """The ``atomic`` field of job ``j``'s packets (the model's job: a READ's has no ``op``)."""
+    return {"op": ATOMIC_OPS[j.get("op")], "swap_add": j.get("swap_add", 0),
+            "compare": j.get("compare", 0)}
+
+
+def atomic_job(rng, pmtu_log2):
+    """A random atomic as the model queues it (an aligned target, any operation)."""
+    op = rng.choice(["FETCH_ADD", "COMPARE_SWAP", "REPLAY"])
+    return {"psn": rng.getrandbits(24), "va": rng.getrandbits(32) & ~7, "length": 8,
+            "msn": rng.getrandbits(24), "pmtu_log2": pmtu_log2, "op": op,
+            "swap_add": rng.getrandbits(64), "compare": 0 if op == "REPLAY" else rng.getrandbits(64)}
 
 
 def normalise(pkt):
@@ -89,21 +107,27 @@ def taker(port, rng, backpressure, log):
 
 
 async def push(ctx, dut, qp, j):
-    ctx.set(dut.push.payload, {"qp": qp, "read": j, "route": route(qp)})
+    read = {k: j[k] for k in ("psn", "va", "length", "msn", "pmtu_log2")}
+    ctx.set(dut.push.payload, {"qp": qp, "read": read, "route": route(qp), "atomic": work(j)})
     ctx.set(dut.push.valid, 1)
     await ctx.tick()
     ctx.set(dut.push.valid, 0)
 
 
-@pytest.mark.parametrize("width, idle, backpressure, burst", [
-    (64, 0.0, 0.0, 4), (512, 0.0, 0.0, 1), (512, 0.5, 0.4, 4), (64, 0.2, 0.7, 3)])
-def test_responses_against_model(width, idle, backpressure, burst):
+@pytest.mark.parametrize("width, idle, backpressure, burst, atomics", [
+    (64, 0.0, 0.0, 4, False), (512, 0.0, 0.0, 1, False), (512, 0.5, 0.4, 4, True),
+    (64, 0.2, 0.7, 3, True)])
+def test_responses_against_model(width, idle, backpressure, burst, atomics):
     """READs of every length of :func:`lengths` at each PMTU, twice, to random QPs at random
     cycles (never more than a QP's queue holds), the responses taken with backpressure: each
-    QP's packets are its READs' responses in push order, field for field."""
+    QP's packets are its READs' responses in push order, field for field. With ``atomics``,
+    atomics among them: one ATOMIC_ACKNOWLEDGE each, with its operation, in its QP's order."""
     rng = random.Random(width + burst)
-    dut = RespRead(width, QPS, burst=burst)
+    dut = RespRead(width, QPS, burst=burst, atomics=atomics)
     jobs = [(rng.randrange(QPS), job(rng, n, j)) for j in PMTU_LOG2S for n in lengths(j)] * 2
+    if atomics:
+        jobs += [(rng.randrange(QPS), atomic_job(rng, rng.choice(PMTU_LOG2S)))
+                 for _ in range(len(jobs) // 2)]
     rng.shuffle(jobs)
     got = []
     want = {qp: [] for qp in range(QPS)}
@@ -128,6 +152,8 @@ def test_responses_against_model(width, idle, backpressure, burst):
         assert len(mine) == len(want[qp]), qp
         for k, (g, w) in enumerate(zip(mine, want[qp])):
             assert g == w, f"QP {qp} packet {k}"
+    if atomics:
+        assert sum(p["desc"]["opcode"] == 0x12 for _, p in got) == len(jobs) // 3
     # the QPs take turns: the packets of several QPs interleave
     switches = sum(a["desc"]["qp"] != b["desc"]["qp"] for (_, a), (_, b) in zip(got, got[1:]))
     assert switches > 2 * len(jobs), switches
@@ -253,7 +279,8 @@ def paced_run(reads, total, burst, *, paced):
 
     async def tb(ctx):
         for qp, j in reads:
-            ctx.set(dut.push.payload, {"qp": qp, "read": j, "route": route(qp)})
+            ctx.set(dut.push.payload, {"qp": qp, "read": j, "route": route(qp),
+                                       "atomic": work(j)})
             ctx.set(dut.push.valid, 1)
             await ctx.tick()
         ctx.set(dut.push.valid, 0)
