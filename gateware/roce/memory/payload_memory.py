@@ -6,12 +6,12 @@ from rocegen.gateware.lib.axi import Axi4Signature
 from rocegen.gateware.lib.memport import MemWriteSignature
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.roce.frontend.stream_in import DURABLE_WIDTH
-from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.gateware.roce.layouts import ATOMIC_RESULT, ATOMIC_WORK, PACKET_DESC
 from rocegen.gateware.roce.memory.axi_reader import AxiPayloadReader
 from rocegen.gateware.roce.memory.axi_writer import AxiWriter
 from rocegen.gateware.roce.memory.mem_merge import MemWriteMerge
 from rocegen.gateware.roce.memory.payload_ram import PayloadRam
-from rocegen.gateware.roce.memory.payload_reader import PayloadReader
+from rocegen.gateware.roce.memory.payload_reader import PayloadReader, check_atomics
 
 __all__ = ["PayloadMemory", "MEMORIES"]
 
@@ -42,6 +42,11 @@ class PayloadMemory(wiring.Component):
     reads : bool
         With a third write source, the READ requester's (``read_w``: the payload of READ
         responses); only with ``responder``.
+    atomics : None, ``"little"`` or ``"big"``
+        None (default): no atomics. Else the reader executes the responder's atomics in the
+        buffer, the 64-bit value in memory in this byte order (see
+        :class:`~rocegen.gateware.roce.memory.payload_reader.PayloadReader`); on chip and with
+        ``responder`` only (atomics on the AXI4 memory are not built yet).
 
     Ports
     -----
@@ -75,6 +80,12 @@ class PayloadMemory(wiring.Component):
         (:class:`~rocegen.gateware.roce.read.read_place.ReadPlace` ``mem_durable``).
     axi : Out(Axi4Signature(max(addr_bits, 12), width)), AXI4 only
         The memory.
+    atomic : In(ATOMIC_WORK), with ``atomics`` only
+        The sideband of ``desc``: the atomic a descriptor answers (``op`` NONE for every other
+        descriptor), sampled with it (the reader's ``atomic``).
+    atomic_done : Out(stream.Signature(ATOMIC_RESULT, always_ready=True)), with ``atomics`` only
+        One record per atomic executed and per REPLAY, in descriptor order (the reader's
+        ``done``): two cycles after the atomic's word is read, before its packet leaves ``o``.
 
     Behaviour, latency and backpressure: those of the reader and writer; this block only
     selects them and joins the write sources (combinationally: on chip, into the buffer's one
@@ -83,9 +94,16 @@ class PayloadMemory(wiring.Component):
     each write response counts for its source). Priority: ``wr``, ``resp_w``, ``read_w``, then
     (on chip) ``mem_w``. One write per cycle from any source, as the buffer or the writer takes
     them; a later source waits while an earlier one offers a write.
+
+    With ``atomics``, the reader's write backs (its ``aw``) come first on the buffer's write
+    port, always taken in the cycle they are offered; in a cycle the reader's ``lock`` is high
+    (an atomic's word read, or back from the buffer, its write back still to come) no other
+    source is taken (their ``ready`` low), so no write falls between an atomic's read and its
+    write back. Each atomic holds the other sources back for three cycles (two for a
+    COMPARE_SWAP that does not match); ``durable`` counts only what is taken, as before.
     """
 
-    def __init__(self, width, memory, mem_bytes, *, responder=False, reads=False):
+    def __init__(self, width, memory, mem_bytes, *, responder=False, reads=False, atomics=None):
         check_width(width)
         if memory not in MEMORIES:
             raise ValueError(f"memory must be one of {', '.join(MEMORIES)}, not {memory!r}")
@@ -96,17 +114,24 @@ class PayloadMemory(wiring.Component):
         if reads and not responder:
             raise ValueError("reads needs responder=True (the READ requester's writes are the "
                              "third source)")
+        check_atomics(atomics)
+        if atomics is not None and memory != "onchip":
+            raise ValueError(f"atomics needs memory='onchip', not {memory!r} (atomics on the "
+                             f"AXI4 memory are not built yet)")
+        if atomics is not None and not responder:
+            raise ValueError("atomics needs responder=True (the atomics are the responder's)")
         self.width = width
         self.memory = memory
         self.mem_bytes = mem_bytes
         self.responder = bool(responder)
         self.reads = bool(reads)
+        self.atomics = atomics
         members = {"desc": In(stream.Signature(PACKET_DESC)),
                    "o": Out(PacketSignature(width, PACKET_DESC)),
                    "durable": Out(DURABLE_WIDTH)}
         if memory == "onchip":
             self._ram = PayloadRam(width, mem_bytes)
-            self._reader = PayloadReader(width, self._ram.addr_width)
+            self._reader = PayloadReader(width, self._ram.addr_width, atomics=atomics)
             #: Bits of a word address.
             self.word_addr_bits = self._ram.addr_width
             members["mem_w"] = In(MemWriteSignature(width, self.word_addr_bits))
@@ -128,6 +153,9 @@ class PayloadMemory(wiring.Component):
                 members["read_w"] = In(MemWriteSignature(width, self.word_addr_bits))
                 members["read_durable"] = Out(DURABLE_WIDTH)
         members["wr"] = In(MemWriteSignature(width, self.word_addr_bits))
+        if atomics is not None:
+            members["atomic"] = In(ATOMIC_WORK)
+            members["atomic_done"] = Out(stream.Signature(ATOMIC_RESULT, always_ready=True))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -138,14 +166,25 @@ class PayloadMemory(wiring.Component):
         if self.memory == "onchip":
             ram = m.submodules.ram = self._ram
             wiring.connect(m, reader.mem, ram.rd)
-            # the buffer's write port: the streaming front end first, then the responder, then
-            # the READ requester, then the user
+            # the buffer's write port: the atomics' write backs first (nothing else while an
+            # atomic is between its read and its write back), then the streaming front end,
+            # then the responder, then the READ requester, then the user
             def take(w):
                 m.d.comb += [ram.wr.payload.eq(w.payload), ram.wr.valid.eq(w.valid),
                              w.ready.eq(ram.wr.ready)]
             fw = self.wr
-            with m.If(fw.valid):
-                take(fw)
+            if self.atomics is not None:
+                m.d.comb += reader.atomic.eq(self.atomic)
+                wiring.connect(m, reader.done, wiring.flipped(self.atomic_done))
+                with m.If(reader.aw.valid):
+                    take(reader.aw)
+                with m.Elif(reader.lock):
+                    pass                            # every source's ready low
+                with m.Elif(fw.valid):
+                    take(fw)
+            else:
+                with m.If(fw.valid):
+                    take(fw)
             if self.responder:
                 with m.Elif(self.resp_w.valid):
                     take(self.resp_w)
