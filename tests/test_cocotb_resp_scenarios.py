@@ -384,7 +384,7 @@ def contended_counter(qps, per_qp):
     no two of them found the same one."""
     counter, lock = 0x3000, 0x3008
     posts = []
-    for k in range(per_qp):
+    for _ in range(per_qp):
         for q in range(qps):
             posts.append(post("FETCH_ADD", len(posts), qp=q, remote_addr=counter, rkey=RKEY,
                               swap_add=1))

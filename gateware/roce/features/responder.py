@@ -98,17 +98,18 @@ class ResponderFeature(Feature):
         def desc(port):
             return port.payload.desc if atomics else port.payload
 
-        def offer(port, source, payload):
+        def job(port, source, payload):
             m.d.comb += [port.valid.eq(source.valid), source.ready.eq(port.ready),
                          desc(port).eq(payload)]
 
-        offer(arb.i[0], f.requester.sched.desc, f.requester.sched.desc.payload)
-        offer(arb.i[1], resp.rd, reader_descriptor(m, resp.rd.payload.desc, self.cfg.width))
+        job(arb.i[0], f.requester.sched.desc, f.requester.sched.desc.payload)
+        job(arb.i[1], resp.rd, reader_descriptor(m, resp.rd.payload.desc, self.cfg.width))
         if atomics:
             m.d.comb += arb.i[1].payload.atomic.eq(resp.rd.payload.atomic)
         if self.cfg.reads:
-            offer(arb.i[2], f.read.resend.o, f.read.resend.o.payload)
-        offer(mem.desc, arb.o, desc(arb.o))
+            job(arb.i[2], f.read.resend.o, f.read.resend.o.payload)
+        m.d.comb += [mem.desc.valid.eq(arb.o.valid), arb.o.ready.eq(mem.desc.ready),
+                     mem.desc.payload.eq(desc(arb.o))]
         if atomics:
             m.d.comb += mem.atomic.eq(arb.o.payload.atomic)
         align = m.submodules.read_align = RespReadAlign(self.cfg.width)

@@ -176,8 +176,9 @@ class PayloadReader(wiring.Component):
     * Atomicity: an atomic's word is not read while an earlier atomic's write back is still to
       come or in that same cycle (a read then would see the value before it), so atomics on
       one word apply each to the previous one's result: one atomic every three cycles (two
-      after a COMPARE_SWAP that did not match). Ordinary descriptors are not held: a word read
-      in t+1 or t+2 of an atomic read in t has the value before its write back.
+      after a COMPARE_SWAP that did not match). No other word is read then either, so that a
+      READ right behind an atomic finds its result: an atomic costs the reads after it two
+      cycles (one after a COMPARE_SWAP that did not match).
     * REPLAY (a duplicate's answer): no memory read (``mem.en`` stays low); every beat holds
       ``swap_add`` as 8 big-endian bytes in every lane; ``done`` reports it (``orig`` =
       ``swap_add``) two cycles after its beat's issue, as for an executed atomic. ``lock`` and
@@ -246,9 +247,10 @@ class PayloadReader(wiring.Component):
             h_replay = Signal()
             h_report = Signal()
             h_lane = Signal(range(max(2, W // (8 * ATOMIC_BYTES))))
-            # an atomic's write back is still to come, or in this cycle: no atomic read now
+            # an atomic's write back is still to come, or in this cycle: no read now (one
+            # would see the value before it)
             busy = Signal()
-            m.d.comb += issue.eq(h_valid & room & ~(h_rmw & busy))
+            m.d.comb += issue.eq(h_valid & room & ~busy)
         else:
             m.d.comb += issue.eq(h_valid & room)
         m.d.comb += [
@@ -372,7 +374,7 @@ class PayloadReader(wiring.Component):
             done.valid.eq(alu.o.valid | r_report),
             done.payload.qp.eq(r_qp), done.payload.psn.eq(r_psn),
             done.payload.orig.eq(Mux(r_report, r_value, r.orig)),
-            # no atomic read while the word of one is back (t+1) or written back (t+2)
+            # no read while the word of an atomic is back (t+1) or written back (t+2)
             busy.eq(s_rmw | write_back),
             self.lock.eq((issue & h_rmw) | s_rmw),
         ]

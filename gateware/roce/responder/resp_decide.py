@@ -77,9 +77,12 @@ class RespDecide(wiring.Component):
         A READ to queue: an executed READ request (ePSN + max(1, ceil(length / PMTU)), MSN + 1,
         its responses carrying the new MSN, no ACK) or a duplicate one executed again (from its
         own PSN, with the QP's MSN, no ACK; a duplicate READ not executed again is dropped
-        silently). An atomic goes the same way, with ``rd_work`` (else ``op`` NONE): executed, ePSN + 1, MSN + 1,
-        its operation and operands; a duplicate one with ``rd_ok`` is answered again (``op``
-        REPLAY, ``swap_add`` the original value ``res_orig``, the QP's MSN).
+        silently). An atomic goes the same way, with ``rd_work`` (else ``op`` NONE):
+        executed, ePSN + 1, MSN + 1, its operation and operands; a duplicate one with
+        ``rd_ok`` is answered again (``op`` REPLAY, ``swap_add`` the original value
+        ``res_orig``, the QP's MSN).
+    rd_work : Out(ATOMIC_WORK)
+        With ``rd_valid``: the atomic's operation (``op`` NONE for a READ).
 
     Behaviour
     ---------

@@ -179,7 +179,7 @@ class RespIngress(wiring.Component):
                 hd.reth.eq(Mux(r, reth.as_value(), 0)),
                 *([hd.reth.va.eq(Mux(r, reth.va, Mux(atomic, aeth.va, 0))),
                    hd.reth.rkey.eq(Mux(r, reth.rkey, Mux(atomic, aeth.rkey, 0))),
-                   hd.reth.dma_len.eq(Mux(r, reth.dma_len, Mux(atomic, 8, 0))),
+                   hd.reth.dma_len.eq(Mux(r, reth.dma_len, Mux(atomic, ATOMIC_BYTES, 0))),
                    hd.atomic.swap_add.eq(Mux(atomic, aeth.swap_add, 0)),
                    hd.atomic.compare.eq(Mux(atomic, aeth.compare, 0))] if self.atomics else []),
                 hd.imm.eq(Mux(i, imm, 0)),

@@ -10,8 +10,8 @@ from rocegen.gateware.roce.requester.sched_tree import lowest_one
 from rocegen.gateware.roce.responder.resp_ack import is_plain_ack
 from rocegen.gateware.roce.responder.resp_layouts import RESP_READ_PACKET, RESP_RESPONSE
 from rocegen.gateware.roce.responder.resp_read_gen import RD_FIRST, RD_ONLY
-from rocegen.wire import opcodes as opc
 from rocegen.gateware.roce.responder.resp_read_queue import check_rd_depth
+from rocegen.wire import opcodes as opc
 
 __all__ = ["RespReadOrder"]
 
