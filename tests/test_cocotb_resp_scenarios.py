@@ -86,6 +86,7 @@ class Result:
         self.acked_image = unb64(raw.get("acked_image"))
         self.acks = [(c, [(a, unb64(d)) for a, d in w]) for c, w in raw.get("acks", [])]
         self.max_unacked = raw.get("max_unacked")
+        self.links = raw.get("links")
 
     def acked_by(self, cycle, size):
         """Local memory ``[0, size)`` as the write responses taken up to clock edge ``cycle``
@@ -375,13 +376,15 @@ def _shadow(filled, atomics):
     return image
 
 
-def contended_counter(qps, per_qp):
+def contended_counter(qps, per_qp, link=None):
     """The contended counter: ``qps`` host QPs, each on its own endpoint QP, FETCH_ADD 1 to one
     8-byte counter ``per_qp`` times (16 outstanding each), then COMPARE_SWAPs racing on a
     second one (each QP tries compare k, swap k + 1 for k = 0..per_qp - 1): the counter ends at
     ``qps * per_qp`` and the values returned are exactly 0 .. ``qps * per_qp`` - 1; the
     COMPARE_SWAPs that found their compare value are as many as the second counter's end, and
-    no two of them found the same one."""
+    no two of them found the same one. With ``link``, over a link that loses, duplicates and
+    reorders frames each way: the host sends atomics again with their PSNs, and the endpoint
+    answers those it executed from its results, never executing one twice."""
     counter, lock = 0x3000, 0x3008
     posts = []
     for _ in range(per_qp):
@@ -407,9 +410,13 @@ def contended_counter(qps, per_qp):
         assert len(won) == len(set(won)), "two COMPARE_SWAPs found the same value"
         assert sorted(won) == list(range(int.from_bytes(r.image[lock:lock + 8], "little")))
         assert int.from_bytes(r.image[lock:lock + 8], "little") == per_qp
+        if link:
+            assert r.links["to_nic"]["dropped"] > 0 and r.links["from_nic"]["dropped"] > 0
+            assert r.stats["resp_duplicate"] > 0, r.stats        # answered from the results
+    extra = dict(link=link, timeout=3) if link else {}
     return dict(pmtu=256, psn=PSN, region=[0, REGION], rkey=RKEY, fill=[5, FILLED], qps=qps,
                 recvs=[], posts=posts, max_rd_atomic=16, image=lock + 8,
-                poke=[[counter, b64(bytes(16))]]), check
+                poke=[[counter, b64(bytes(16))]], stats=["resp_duplicate"], **extra), check
 
 
 def atomic_refusals():
@@ -453,6 +460,8 @@ def plan():
                 (build, full, f"read_past_the_region[{width}]", read_past_the_region()),
                 (build, full, f"host_atomics[{width}]", host_atomics(width)),
                 (build, full, f"contended_counter[{width}]", contended_counter(4, 32)),
+                (build, full, f"contended_counter_lossy[{width}]",
+                 contended_counter(4, 24, dict(loss=0.03, dup=0.02, reorder=0.02))),
                 (build, full, f"atomic_refusals[{width}]", atomic_refusals()),
                 (build, full, f"atomic_bad_rkey[{width}]", atomic_bad_rkey())]
     out += [("axi4-512", False, "host_writes_and_sends[512-1024-axi4]",

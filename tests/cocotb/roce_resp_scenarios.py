@@ -28,6 +28,11 @@ scenario is a dict:
     Optional ``[seed, length]``: local memory from the region's base holds ``length`` bytes
     of ``random.Random(seed).randbytes(length)`` before the host starts (on chip through the
     word-write port ``memw``, AXI4 in the memory model).
+``link``, ``timeout``
+    Optional: the link loses, duplicates and reorders frames each way during the scenario
+    (:class:`~rocegen.sim.models.fabric.link.Link` keywords: ``loss``, ``dup``, ``reorder``;
+    no corruption, which the strict host would take for a fault), and the host QPs' retransmit
+    timeout code (default the model's).
 ``poke``
     Optional ``[[addr, data], ...]`` (``data`` base64): bytes of local memory set after
     ``fill``, before the host starts.
@@ -102,6 +107,7 @@ from rocegen.sim.models.cm.cm import (
     request,
     unpack,
 )
+from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic, WcOpcode
 from rocegen.sim.testing.cocotb_helpers import pauses, read_stats
 from rocegen.sim.testing.roce_env import now_cycle, open_qp, qpn, wait_cycles, write_onchip
@@ -120,6 +126,8 @@ ANSWERS = {0x0D, 0x0E, 0x0F, 0x10, 0x11, 0x12}
 #: The QP whose RDMA WRITE reads the on-chip memory back (opened after a scenario, closed again).
 READBACK_QP = 7
 MAX_CYCLES = 2_000_000
+#: Seed of the lossy links' draws (``link``).
+SEED_LINK = 1234
 
 
 def answers(frames):
@@ -293,11 +301,16 @@ async def scenario(env, sc):
     else:
         for k in range(qps):
             nic.create_qp(HOST_QPN + k, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC,
-                          epsn=0, pmtu=pmtu, sq_psn=psn, access=access, max_rd_atomic=rd_atomic)
+                          epsn=0, pmtu=pmtu, sq_psn=psn, access=access, max_rd_atomic=rd_atomic,
+                          **({"timeout": sc["timeout"]} if "timeout" in sc else {}))
             await open_qp(env.ctl, env.psn, k, peer_ip=parse_ip(HOST_IP), peer_qpn=HOST_QPN + k,
                           rkey=0, base_va=0, pmtu=pmtu, psn=psn, udp_sport=0xC123 + k)
         for wr_id, addr, n in sc["recvs"]:
             await env.post_recv(0, wr_id, addr, n)
+    link = sc.get("link")
+    if link:
+        env.mac.to_nic, env.mac.from_nic = (Link(**link, seed=SEED_LINK + d, name=name)
+                                            for d, name in enumerate(("to NIC", "from NIC")))
     env.mac.clear_sent()
     rcpl0 = len(env.rcpl.items)
     for p in sc["posts"]:
@@ -313,6 +326,11 @@ async def scenario(env, sc):
                      lambda: f"{name}: {nic.send_outstanding()} host work requests outstanding, "
                      f"{len(env.rcpl.items) - rcpl0} of {n_recv} receive completions; the host "
                      f"logged {nic.log[-3:]}", max_cycles=MAX_CYCLES)
+    if link:
+        await env.mac.drained()
+        links = {"to_nic": dict(env.mac.to_nic.counters),
+                 "from_nic": dict(env.mac.from_nic.counters)}
+        env.mac.to_nic = env.mac.from_nic = None
     after = await read_stats(dut, names, block=STATS)
     bits = len(dut.stats_data)
     stats = {k: (after[k] - before[k]) % (1 << bits) for k in names}
@@ -325,7 +343,8 @@ async def scenario(env, sc):
                       cycle] for c, cycle in zip(env.rcpl.items[rcpl0:], env.rcpl.cycles[rcpl0:])],
            "answers": answers(f for _, _, f in env.mac.frames[frames0:]),
            "stats": stats, "counters": after, "host": dict(nic.counters),
-           "most_reads": reads["most"], "cm": [r.hex() for r in replies]}
+           "most_reads": reads["most"], "cm": [r.hex() for r in replies],
+           "links": links if link else None}
     if cm:
         await cm_request(env, request(REQ_CLOSE_QP, rem_qpn=qpn(0), listening_port=CM_REPLY_PORT),
                          [], f"{name}: CLOSE_QP")
