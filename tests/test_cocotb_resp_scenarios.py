@@ -363,10 +363,12 @@ def host_atomics(width):
         assert r.image[:end] == image[:end]
         in_psn_order(r.answers, PSN)
         assert sum(op == 0x12 for op, _ in r.answers) == len(atomics)
-        assert r.stats == {"resp_executed": len(posts), "resp_invalid": 0, "resp_access": 0}
+        assert r.stats == {"resp_executed": len(posts), "resp_invalid": 0, "resp_access": 0,
+                           "resp_atomic_executed": len(atomics), "resp_atomic_replayed": 0}
     return dict(pmtu=256 if width == 64 else 1024, psn=PSN, region=[0, REGION], rkey=RKEY,
                 fill=[seed, FILLED], recvs=[], posts=posts, max_rd_atomic=16,
-                stats=["resp_executed", "resp_invalid", "resp_access"], image=end), check
+                stats=["resp_executed", "resp_invalid", "resp_access", "resp_atomic_executed",
+                       "resp_atomic_replayed"], image=end), check
 
 
 def _shadow(filled, atomics):
@@ -410,13 +412,19 @@ def contended_counter(qps, per_qp, link=None):
         assert len(won) == len(set(won)), "two COMPARE_SWAPs found the same value"
         assert sorted(won) == list(range(int.from_bytes(r.image[lock:lock + 8], "little")))
         assert int.from_bytes(r.image[lock:lock + 8], "little") == per_qp
+        # every atomic executed once, however often it came
+        assert r.stats["resp_atomic_executed"] == len(posts), r.stats
         if link:
             assert r.links["to_nic"]["dropped"] > 0 and r.links["from_nic"]["dropped"] > 0
-            assert r.stats["resp_duplicate"] > 0, r.stats        # answered from the results
+            assert r.stats["resp_atomic_replayed"] > 0, r.stats        # from the results
+            assert r.stats["resp_duplicate"] >= r.stats["resp_atomic_replayed"] + \
+                r.stats["resp_atomic_dropped"], r.stats
     extra = dict(link=link, timeout=3) if link else {}
     return dict(pmtu=256, psn=PSN, region=[0, REGION], rkey=RKEY, fill=[5, FILLED], qps=qps,
                 recvs=[], posts=posts, max_rd_atomic=16, image=lock + 8,
-                poke=[[counter, b64(bytes(16))]], stats=["resp_duplicate"], **extra), check
+                poke=[[counter, b64(bytes(16))]],
+                stats=["resp_duplicate", "resp_atomic_executed", "resp_atomic_replayed",
+                       "resp_atomic_dropped"], **extra), check
 
 
 def atomic_refusals():

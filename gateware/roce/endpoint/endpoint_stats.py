@@ -7,7 +7,7 @@ from rocegen.gateware.net.stack import STATS as NET_STATS
 from rocegen.gateware.roce.cm.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
-from rocegen.gateware.roce.responder.responder import RESP_COUNTERS
+from rocegen.gateware.roce.responder.responder import ATOMIC_COUNTERS, RESP_COUNTERS
 
 __all__ = ["EndpointStats", "ROCE_STATS", "STATS", "MOVED_COUNTERS", "PULSE_COUNTERS",
            "WIDE_COUNTERS", "WIDE_BITS"]
@@ -35,7 +35,9 @@ ROCE_STATS = [
     # (the READ requester's: zero without it)
     "roce_rx_read_responses"] + [f"rd_{name}" for name in READ_COUNTERS + READ_INGRESS_COUNTERS] + [
     "rd_table_overflow", "rd_done", "rd_reissues", "rd_resend_dropped", "rd_resend_stale",
-] + list(WIDE_COUNTERS)
+] + [
+    # (the responder's atomics: zero without them)
+    f"resp_{name}" for name in ATOMIC_COUNTERS] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

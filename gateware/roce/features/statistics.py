@@ -11,7 +11,7 @@ from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.layouts import CplStatus, WrSource
 from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
-from rocegen.gateware.roce.responder.responder import RESP_COUNTERS
+from rocegen.gateware.roce.responder.responder import ATOMIC_COUNTERS, RESP_COUNTERS
 
 __all__ = ["StatisticsFeature"]
 
@@ -58,6 +58,8 @@ def _feature_events(f):
     events = {}
     for name in RESP_COUNTERS:
         events[f"resp_{name}"] = getattr(resp, name) if resp else _ZERO
+    for name in ATOMIC_COUNTERS:
+        events[f"resp_{name}"] = getattr(resp, name) if resp and resp.atomics else _ZERO
     for name in READ_COUNTERS:
         events[f"rd_{name}"] = getattr(rd.place, name) if rd else _ZERO
     for name in READ_INGRESS_COUNTERS:

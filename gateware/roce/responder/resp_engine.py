@@ -90,6 +90,8 @@ class RespEngine(wiring.Component):
         2^:data:`SEQ_BITS`, this one included) of the request whose placement it must follow.
     decided, verdict : Out(1), Out(RespVerdict)
         A pulse per request with what became of it (``verdict`` from a register).
+    atomic : Out(1)
+        With ``decided``: the request is an atomic.
     ce : Out(stream.Signature(CNP_MARK, always_ready=True))
         A pulse, in the cycle after ``decided``, for a request that arrived marked ECN CE
         (``RESP_HEADER.ecn`` 0b11) from its QP's peer (``RespCheck.from_peer``: whatever its
@@ -154,7 +156,8 @@ class RespEngine(wiring.Component):
             "act": Out(stream.Signature(RESP_PLACE)),
             "resp": Out(stream.Signature(RESP_RESPONSE)),
             "cpl": Out(stream.Signature(TAGGED_COMPLETION)),
-            "decided": Out(1), "verdict": Out(RespVerdict), "seq": Out(SEQ_BITS),
+            "decided": Out(1), "verdict": Out(RespVerdict), "atomic": Out(1),
+            "seq": Out(SEQ_BITS),
             "ce": Out(stream.Signature(CNP_MARK, always_ready=True)),
         })
 
@@ -281,7 +284,7 @@ class RespEngine(wiring.Component):
                      self.rd_push.payload.route.src_port.eq(self.ctx.udp_sport),
                      self.rd_push.payload.route.dscp.eq(self.ctx.dscp),
                      self.rd_push.payload.route.ecn.eq(self.ctx.ecn),
-                     self.decided.eq(acts), self.verdict.eq(v_r)]
+                     self.decided.eq(acts), self.verdict.eq(v_r), self.atomic.eq(dec.f.atomic)]
         with m.If(acts):
             m.d.sync += [
                 place.eq(dec.place), place.write.eq(dec.place.write & ~void),

@@ -13,6 +13,7 @@ from rocegen.gateware.roce.layouts import (
     CONTEXT_WRITE,
     PSN_WRITE,
     QP_CONTEXT,
+    AtomicOp,
     QpState,
     check_num_qps,
 )
@@ -39,11 +40,16 @@ from rocegen.gateware.roce.responder.resp_read_flush import RespReadFlush
 from rocegen.gateware.roce.responder.resp_read_order import RespReadOrder
 from rocegen.gateware.roce.responder.resp_results import RespResults
 
-__all__ = ["Responder", "RESP_COUNTERS", "default_config", "ACT_DEPTH"]
+__all__ = ["Responder", "RESP_COUNTERS", "ATOMIC_COUNTERS", "default_config", "ACT_DEPTH"]
 
 #: Placement records the queue between the engine and the placement stage holds: the engine
 #: decides while the packets before are still being placed.
 ACT_DEPTH = 4
+
+#: Pulse outputs with ``atomics``: atomics executed (queued to run: FETCH_ADD, COMPARE_SWAP),
+#: duplicates answered again from their results, duplicates dropped for want of a result (or
+#: of room in the READ queue). They count within the verdicts' counters too.
+ATOMIC_COUNTERS = ("atomic_executed", "atomic_replayed", "atomic_dropped")
 
 #: Pulse outputs: one per :class:`RespVerdict` (in its order), then the ingress's, the
 #: transmitter's and the receive queues', then the notification point's (CNPs sent, not made
@@ -154,7 +160,7 @@ class Responder(wiring.Component):
     ctx_set : In(stream.Signature(CONTEXT_WRITE, always_ready=True)), with ``reads`` only
         The QP table's context writes: one with a state other than RTR and RTS (the QP closed)
         flushes the QP's READ queue.
-    The pulses of :data:`RESP_COUNTERS`.
+    The pulses of :data:`RESP_COUNTERS` (and with ``atomics`` of :data:`ATOMIC_COUNTERS`).
 
     Behaviour
     ---------
@@ -229,8 +235,8 @@ class Responder(wiring.Component):
                 "rd_sent": In(stream.Signature(unsigned(8), always_ready=True)),
                 "ctx_set": In(stream.Signature(CONTEXT_WRITE, always_ready=True))}
                if reads else {}),
-            **({"atomic_done": In(stream.Signature(ATOMIC_RESULT, always_ready=True))}
-               if atomics else {}),
+            **({"atomic_done": In(stream.Signature(ATOMIC_RESULT, always_ready=True)),
+                **{name: Out(1) for name in ATOMIC_COUNTERS}} if atomics else {}),
             "ingress_level": Out(range(self.ingress_beats + 1)),
             **{name: Out(1) for name in RESP_COUNTERS},
         })
@@ -318,6 +324,14 @@ class Responder(wiring.Component):
             wiring.connect(m, wiring.flipped(self.atomic_done), res.put)
             m.d.comb += [res.qp.eq(eng.rd_qp), res.psn.eq(eng.res_psn),
                          eng.res_hit.eq(res.hit), eng.res_orig.eq(res.orig)]
+            push, op = eng.rd_push.valid, eng.rd_push.payload.atomic.op
+            m.d.comb += [
+                self.atomic_executed.eq(push & ((op == AtomicOp.FETCH_ADD) |
+                                                (op == AtomicOp.COMPARE_SWAP))),
+                self.atomic_replayed.eq(push & (op == AtomicOp.REPLAY)),
+                self.atomic_dropped.eq(eng.decided & eng.atomic & ~push &
+                                       (eng.verdict == RespVerdict.DUPLICATE)),
+            ]
 
         # counters
         for v in RespVerdict:
