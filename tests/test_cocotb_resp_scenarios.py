@@ -386,7 +386,10 @@ def contended_counter(qps, per_qp, link=None):
     COMPARE_SWAPs that found their compare value are as many as the second counter's end, and
     no two of them found the same one. With ``link``, over a link that loses, duplicates and
     reorders frames each way: the host sends atomics again with their PSNs, and the endpoint
-    answers those it executed from its results, never executing one twice."""
+    answers those it executed from its results, never executing one twice. (Over the lossy
+    link the host keeps 8 atomics outstanding, half the READ queue: the replays of duplicates
+    take places in the queue too, and a new atomic that finds it full of them is refused,
+    NAK invalid request; docs/responder-design.md, "Not yet done".)"""
     counter, lock = 0x3000, 0x3008
     posts = []
     for _ in range(per_qp):
@@ -412,8 +415,9 @@ def contended_counter(qps, per_qp, link=None):
         assert len(won) == len(set(won)), "two COMPARE_SWAPs found the same value"
         assert sorted(won) == list(range(int.from_bytes(r.image[lock:lock + 8], "little")))
         assert int.from_bytes(r.image[lock:lock + 8], "little") == per_qp
-        # every atomic executed once, however often it came
+        # every atomic executed once, however often it came, none refused
         assert r.stats["resp_atomic_executed"] == len(posts), r.stats
+        assert r.stats["resp_invalid"] == 0, r.stats
         if link:
             assert r.links["to_nic"]["dropped"] > 0 and r.links["from_nic"]["dropped"] > 0
             assert r.stats["resp_atomic_replayed"] > 0, r.stats        # from the results
@@ -421,10 +425,10 @@ def contended_counter(qps, per_qp, link=None):
                 r.stats["resp_atomic_dropped"], r.stats
     extra = dict(link=link, timeout=3) if link else {}
     return dict(pmtu=256, psn=PSN, region=[0, REGION], rkey=RKEY, fill=[5, FILLED], qps=qps,
-                recvs=[], posts=posts, max_rd_atomic=16, image=lock + 8,
+                recvs=[], posts=posts, max_rd_atomic=8 if link else 16, image=lock + 8,
                 poke=[[counter, b64(bytes(16))]],
                 stats=["resp_duplicate", "resp_atomic_executed", "resp_atomic_replayed",
-                       "resp_atomic_dropped"], **extra), check
+                       "resp_atomic_dropped", "resp_invalid"], **extra), check
 
 
 def atomic_refusals():
