@@ -281,6 +281,85 @@ def nak_and_local_errors():
     return dict(wrs=wrs, pmtu=256, stats=("roce_error_naks", "rd_done")), check
 
 
+#: Local bytes the atomics' operands and results are in (16 bytes each, a word apart).
+ATOMIC_LOCAL = 0x8000
+
+
+def endpoint_atomics(width, *, loss=0.0, seed=0, count=24):
+    """The endpoint issues FETCH_ADDs and COMPARE_SWAPs (matching and not, an add that
+    carries through 64 bits) into the host's memory, several on one target back to back and
+    on neighbouring targets, among READs of the same bytes: every atomic completes OK in order,
+    its original value (the host's model executing them in PSN order) is in local memory over
+    its first operand, the compare operand untouched, and the host's memory ends as the model
+    says. With ``loss``, frames are lost each way: the atomics and their answers that are lost
+    are sent again with their PSNs, and the host (which keeps its last results) never executes
+    one twice."""
+    rng = random.Random(width * 3 + count)
+    step = max(16, width // 8)
+    remote = bytearray(random.Random(seed).randbytes(HOST_BYTES))     # as the bench draws it
+    targets = [0x100, 0x108, 0x200, 0x3F8]
+    wrs, pokes, want = [], [], {}
+    for k in range(count):
+        local = ATOMIC_LOCAL + k * step
+        va = rng.choice(targets)
+        if k == 2:                  # an add that carries out of the 64 bits: 5 is left
+            va = 0x200
+            op, add, cmp = "FETCH_ADD", (5 - int.from_bytes(remote[va:va + 8], "little")) % 2**64, 0
+        elif rng.random() < 0.5:
+            op, add, cmp = "FETCH_ADD", rng.choice([1, rng.getrandbits(64)]), 0
+        else:
+            now = int.from_bytes(remote[va:va + 8], "little")
+            op, add, cmp = "COMPARE_SWAP", rng.getrandbits(64), \
+                rng.choice([now, now, rng.getrandbits(64)])
+        old = int.from_bytes(remote[va:va + 8], "little")
+        new = (old + add) % 2**64 if op == "FETCH_ADD" else (add if old == cmp else old)
+        remote[va:va + 8] = new.to_bytes(8, "little")
+        want[k] = (local, old, cmp)
+        wrs.append({"opcode": WrOpcode[op], "local_addr": local, "remote_offset": va,
+                    "length": 8})
+        pokes.append([local, base64.b64encode(add.to_bytes(8, "little") +
+                                              cmp.to_bytes(8, "little")).decode()])
+    # a READ of the targets behind them (answered after the atomics, in PSN order)
+    lo, _ = TARGET
+    wrs.append(read(lo, 0x100, 0x300))
+    n = len(wrs)
+
+    def check(r):
+        assert r.cpls == [(k, CplStatus.OK) for k in range(n)]
+        for k, (local, old, cmp) in want.items():
+            got = int.from_bytes(r.image[local:local + 8], "little")
+            assert got == old, f"atomic {k}: original {got:#x}, the host's model {old:#x}"
+            assert r.image[local + 8:local + 16] == cmp.to_bytes(8, "little"), k
+        assert r.region == bytes(remote)
+        assert r.image[lo:lo + 0x300] == bytes(remote[0x100:0x400])
+        assert r.host["atomic_rx"] == count          # each executed once by the host
+        if loss:
+            assert r.links["to_nic"]["dropped"] and r.links["from_nic"]["dropped"], r.links
+            assert r.host["atomic_dup"] > 0, r.host     # answered again from its results
+    sc = dict(wrs=wrs, pmtu=256, poke=pokes, seed=seed, stats=("roce_rewinds",))
+    if loss:
+        sc.update(loss=loss)
+    return sc, check
+
+
+def atomic_errors():
+    """An atomic whose local operands are not at a word address: LOCAL_ALIGN, nothing sent;
+    one on a host target that is not 8-byte aligned: the host answers NAK invalid request, the
+    atomic completes REMOTE_INVALID and the QP's later work requests FLUSHED."""
+    wrs = [{"opcode": WrOpcode.FETCH_ADD, "local_addr": ATOMIC_LOCAL + 4, "remote_offset": 0,
+            "length": 8},
+           {"opcode": WrOpcode.FETCH_ADD, "local_addr": ATOMIC_LOCAL, "remote_offset": 0x104,
+            "length": 8},
+           {"opcode": WrOpcode.COMPARE_SWAP, "local_addr": ATOMIC_LOCAL + 0x40,
+            "remote_offset": 0x100, "length": 8}]
+
+    def check(r):
+        assert sorted(r.cpls) == [(0, CplStatus.LOCAL_ALIGN), (1, CplStatus.REMOTE_INVALID),
+                                  (2, CplStatus.FLUSHED)]
+        assert r.region == r.remote
+    return dict(wrs=wrs, pmtu=256), check
+
+
 SPOILED = [("drop", {"packet": 1}, 64), ("drop", {"packet": 0}, 512), ("drop", {"packet": -1}, 64),
            ("truncate", {}, 512), ("extra", {}, 64), ("opcode", {"packet": 1, "value": 0x10}, 512),
            ("length", {"packet": 0, "value": -4}, 64), ("length", {"packet": -1, "value": 8}, 512),
@@ -315,6 +394,11 @@ def plan():
              lost_requests_resent_with_the_table_full()),
             ("onchip-64", False, "random_loss", random_loss()),
             ("onchip-64", False, "nak_and_local_errors[64]", nak_and_local_errors()),
+            ("onchip-64", False, "endpoint_atomics[64]", endpoint_atomics(64)),
+            ("onchip-64", False, "endpoint_atomics_lossy[64]",
+             endpoint_atomics(64, loss=0.08, seed=5, count=40)),
+            ("onchip-64", False, "atomic_errors[64]", atomic_errors()),
+            ("onchip-512", False, "endpoint_atomics[512]", endpoint_atomics(512)),
             ("onchip-512", True, "nak_and_local_errors[512]", nak_and_local_errors()),
             # (last of its build: the READ limit it sets is set back after it, all the same)
             ("onchip-512", False, "outstanding_reads_bounded[4-4]",

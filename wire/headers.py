@@ -25,7 +25,8 @@ __all__ = [
     "ETHERTYPE_IPV4", "ETHERTYPE_ARP", "ETHERTYPE_VLAN",
     "IP_PROTO_ICMP", "IP_PROTO_UDP",
     "IPV6", "ETHERTYPE_IPV6",
-    "BTH", "RETH", "AETH", "IMMDT", "ATOMIC_ETH", "ATOMIC_ACK_ETH", "CNP_PAYLOAD", "UDP_PORT_ROCEV2",
+    "BTH", "RETH", "AETH", "IMMDT", "ATOMIC_ETH", "ATOMIC_TARGET", "ATOMIC_ACK_ETH", "CNP_PAYLOAD",
+    "UDP_PORT_ROCEV2",
 ]
 
 
@@ -220,6 +221,10 @@ CNP_PAYLOAD = Header("cnp", [("reserved", 128)])
 #: Atomic Extended Transport Header of COMPARE_SWAP and FETCH_ADD: remote virtual address,
 #: R_Key, the swap (or add) data and the compare data.
 ATOMIC_ETH = Header("atomic_eth", [("va", 64), ("rkey", 32), ("swap_add", 64), ("compare", 64)])
+#: The AtomicETH's target, its first 12 bytes (the same fields as :data:`ATOMIC_ETH`'s first two):
+#: the endpoint's packet builder sends them from the descriptor and the operands after them from
+#: local memory, as a payload.
+ATOMIC_TARGET = Header("atomic_target", [("va", 64), ("rkey", 32)])
 
 #: Atomic Acknowledge Extended Transport Header: the remote data before the atomic operation.
 ATOMIC_ACK_ETH = Header("atomic_ack_eth", [("orig", 64)])

@@ -10,12 +10,12 @@ and the CLI -- asks this module, through the queries below, rather than writing 
 
 Supported rows
 --------------
-``Row.supported`` says whether the endpoint handles the opcode. The atomic requests (0x13
-COMPARE_SWAP, 0x14 FETCH_ADD) are executed by a responder built with atomics (the generator's
-``atomics``; without it they are refused, NAK invalid request, as the reserved RC codes are).
-ATOMIC_ACKNOWLEDGE (0x12) is a wire fact only (``supported`` False): the endpoint's requester
-issues no atomics yet, and drops one as a response it did not ask for. Queries that describe the wire (:func:`is_request`, :data:`RESPONSES`)
-take every row; those that describe what the endpoint does take ``supported=True``.
+``Row.supported`` says whether the endpoint handles the opcode: every row. The atomics (0x12
+ATOMIC_ACKNOWLEDGE, 0x13 COMPARE_SWAP, 0x14 FETCH_ADD) need an endpoint built with them (the
+generator's ``atomics``); without it an atomic request is refused (NAK invalid request, as the
+reserved RC codes are) and an ATOMIC_ACKNOWLEDGE dropped as a response nobody asked for.
+Queries that describe the wire (:func:`is_request`, :data:`RESPONSES`) take every row; those
+that describe what the endpoint does take ``supported=True``.
 
 Adding an opcode means adding its row here (and its constant below) plus its behaviour.
 
@@ -160,7 +160,7 @@ ROWS = (
     Row(0x10, "RDMA_READ_RESPONSE_ONLY", _RR, _O, _RSP, (H.AETH,), True),
     Row(0x11, "ACKNOWLEDGE", Verb.ACKNOWLEDGE, _O, _RSP, (H.AETH,), False),
     Row(0x12, "ATOMIC_ACKNOWLEDGE", Verb.ATOMIC_ACKNOWLEDGE, _O, _RSP,
-        (H.AETH, H.ATOMIC_ACK_ETH), False, supported=False),
+        (H.AETH, H.ATOMIC_ACK_ETH), False),
     Row(0x13, "COMPARE_SWAP", Verb.COMPARE_SWAP, _O, _REQ, (H.ATOMIC_ETH,), False),
     Row(0x14, "FETCH_ADD", Verb.FETCH_ADD, _O, _REQ, (H.ATOMIC_ETH,), False),
     Row(0x81, "CNP", Verb.CNP, _O, Role.NOTIFICATION, (H.CNP_PAYLOAD,), False),

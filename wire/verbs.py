@@ -14,18 +14,27 @@ __all__ = ["WrOpcode", "CplStatus", "QpState", "VERBS", "SEND_VERBS"]
 
 
 class WrOpcode(enum.IntEnum):
-    """What a work request does (codes 5..7 of the 3-bit field are refused with
-    :attr:`CplStatus.UNSUPPORTED`)."""
+    """What a work request does (code 7 of the 3-bit field is refused with
+    :attr:`CplStatus.UNSUPPORTED`, as are the codes of a feature the endpoint was built
+    without)."""
     WRITE = 0
     WRITE_IMM = 1
     SEND = 2
     SEND_IMM = 3
     READ = 4          # RDMA READ: ``length`` bytes from the peer into ``local_addr``
+    COMPARE_SWAP = 5  # atomics: the operands are the 16 bytes at ``local_addr`` (swap or add,
+    FETCH_ADD = 6     # then compare), the original value replaces the first 8 of them
 
     @property
     def sends_payload(self):
-        """The message's payload goes out in the request packets (all but READ)."""
-        return self is not WrOpcode.READ
+        """The message's payload goes out in the request packets (the sends: not READ nor
+        the atomics, whose operands travel in their AtomicETH)."""
+        return self <= WrOpcode.SEND_IMM
+
+    @property
+    def is_atomic(self):
+        """COMPARE_SWAP or FETCH_ADD."""
+        return self in (WrOpcode.COMPARE_SWAP, WrOpcode.FETCH_ADD)
 
     @property
     def has_imm(self):
@@ -33,8 +42,9 @@ class WrOpcode(enum.IntEnum):
         return self in (WrOpcode.WRITE_IMM, WrOpcode.SEND_IMM)
 
 
-#: The verb names a user picks from (CLI, host agent, benchmarks), in :class:`WrOpcode` order.
-VERBS = tuple(op.name for op in WrOpcode)
+#: The verb names a user picks from (CLI, host agent, benchmarks), in :class:`WrOpcode` order:
+#: the messages (the atomics are picked where a tool offers them).
+VERBS = tuple(op.name for op in WrOpcode if not op.is_atomic)
 #: The verbs whose message goes out as payload (all but READ).
 SEND_VERBS = tuple(op.name for op in WrOpcode if op.sends_payload)
 

@@ -385,9 +385,10 @@ SCHED_TURN = data.StructLayout({
 #: request is a READ (``read``), the PSN its ``sent`` record reports (``sent_psn``: a READ
 #: request's last PSN, the packet's PSN otherwise), and for the READ requester's table the
 #: request's local address (not advanced by a resume), whole length and first PSN, and the QP's
-#: path MTU code.
+#: path MTU code; an atomic is one, of 8 bytes, with its operation.
 SCHED_READ = data.StructLayout({
     "read": 1, "sent_psn": 24, "local_addr": 32, "length": 31, "first": 24, "pmtu_log2": 4,
+    "atomic": AtomicOp,       # an atomic (``read`` set too: it is answered as an 8-byte READ)
 })
 
 #: A write into the scheduler's memory of the PSNs a work request took (slot address, a

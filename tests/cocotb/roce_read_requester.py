@@ -34,6 +34,9 @@ dict:
     check leaves them out: :class:`SkipCmReplies`).
 ``stats``
     Endpoint counters (:data:`STATS` names) to report.
+``poke``
+    Optional ``[[addr, data], ...]`` (``data`` base64): local bytes set after the pattern
+    (e.g. atomics' operands).
 
 Per scenario: QP 0 is opened afresh at PSN :data:`PSN` (its PSNs wrap within the scenario), the
 host is a fresh :class:`Rnic` whose QP :data:`HOST_QPN` answers QP 0 from its region of
@@ -185,10 +188,10 @@ async def scenario(env, sc, n):
     nic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, udp_ports=(CM_REPLY_PORT,))
     env.nic = env.mac.nic = nic
     nic.create_qp(HOST_QPN, peer_qpn=qpn(0), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=PSN,
-                  pmtu=pmtu, access=Access.REMOTE_WRITE | Access.REMOTE_READ,
+                  pmtu=pmtu, access=Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC,
                   max_dest_rd_atomic=sc.get("host_rd", 16))
-    mr = nic.register_mr(0, HOST_REGION, RKEY,
-                         Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
+    mr = nic.register_mr(0, HOST_REGION, RKEY, Access.LOCAL_WRITE | Access.REMOTE_WRITE |
+                         Access.REMOTE_READ | Access.REMOTE_ATOMIC)
     mr.buf[:] = rng.randbytes(HOST_REGION)
     for kind, kw in sc.get("faults", ()):
         nic.read_fault(kind, **kw)
@@ -214,6 +217,13 @@ async def scenario(env, sc, n):
     to_nic.drop_matching(lost_request)
     env.mac.to_nic, env.mac.from_nic = to_nic, from_nic
     await fill_pattern(env, getattr(env, "image", None))
+    for addr, data in sc.get("poke", ()):
+        data = base64.b64decode(data)
+        if MEMORY == "onchip":
+            await write_onchip(dut, W, MEM, addr, data)
+        else:
+            env.ram.write(addr, data)
+        env.image = None            # (the pattern's copy no longer holds)
     if sc.get("rd_limit"):
         reply = await cm_exchange(env, with_read_depths(request(
             REQ_OPEN_QP, loc_qpn=HOST_QPN, loc_psn=PSN, loc_rkey=RKEY, loc_vaddr=0,

@@ -52,8 +52,9 @@ class ReadRequesterFeature(Feature):
         super().__init__(cfg)
         n = cfg.num_qps
         self.track = ReadTrack(n, cfg.max_rd_atomic)
-        self.place = ReadPlace(cfg.width, word_addr_bits, acked_writes=cfg.memory == "axi4")
-        self.ingress = ReadIngress(cfg.width, n)
+        self.place = ReadPlace(cfg.width, word_addr_bits, acked_writes=cfg.memory == "axi4",
+                               atomics=cfg.atomics)
+        self.ingress = ReadIngress(cfg.width, n, atomics=cfg.atomics is not None)
         self.resend = ReadResend(n, depth=16)
         wait = round(cfg.rd_hole_wait * 1e-6 * cfg.clk_hz)
         try:

@@ -61,10 +61,10 @@ class RequesterFeature(Feature):
         super().__init__(cfg)
         w, n = cfg.width, cfg.num_qps
         self.sched = Scheduler(n, w, cfg.mem_bytes, depth=cfg.wr_depth, window=cfg.window,
-                               reads=cfg.reads)
+                               reads=cfg.reads, atomics=cfg.atomics is not None)
         self.completer = Completer(n, depth=cfg.wr_depth)
         self.retry = RetryEngine(n, cfg.clk_hz)
-        self.builder = RocePacketBuilder(w)
+        self.builder = RocePacketBuilder(w, atomics=cfg.atomics)
         self.rx = RoceRx(w, n, reads=cfg.reads)
         self.gen = TrafficGen(reads=cfg.reads)
         self.wr_merge = WrMerge(n)

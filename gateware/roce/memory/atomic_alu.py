@@ -7,9 +7,17 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.stream import check_width
 from rocegen.wire.atomics import ATOMIC_BYTES, BYTE_ORDERS
 
-__all__ = ["AtomicAlu", "atomic_alu_in_layout", "atomic_alu_out_layout"]
+__all__ = ["AtomicAlu", "atomic_alu_in_layout", "atomic_alu_out_layout", "lanes_reversed"]
 
 _BITS = 8 * ATOMIC_BYTES
+
+
+def lanes_reversed(word):
+    """``word`` (a Value) with the bytes of each of its 8-byte lanes in reverse order: a 64-bit
+    value of each lane between little-endian and the wire's big-endian (pure wiring)."""
+    n = ATOMIC_BYTES
+    return Cat(*(word[8 * (n * k + j):8 * (n * k + j) + 8]
+                 for k in range(len(word) // (8 * n)) for j in reversed(range(n))))
 
 
 def _lanes(width):

@@ -10,7 +10,7 @@ from rocegen.gateware.lib.fifo import PacketFifo
 from rocegen.gateware.lib.memport import MemReadSignature, MemWriteSignature, check_addr_width
 from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
 from rocegen.gateware.roce.layouts import ATOMIC_RESULT, ATOMIC_WORK, PACKET_DESC, AtomicOp, WrSource
-from rocegen.gateware.roce.memory.atomic_alu import AtomicAlu
+from rocegen.gateware.roce.memory.atomic_alu import AtomicAlu, lanes_reversed
 from rocegen.wire.atomics import ATOMIC_BYTES, BYTE_ORDERS
 
 __all__ = ["PayloadReader", "pattern_beat", "payload_words", "PATTERN_ADDR_BITS", "check_atomics"]
@@ -64,13 +64,6 @@ def check_atomics(atomics):
         raise ValueError(f"atomics must be None or one of {', '.join(BYTE_ORDERS)} (the byte "
                          f"order of the 64-bit value in memory), not {atomics!r}")
     return atomics
-
-
-def _lanes_reversed(word):
-    """``word`` with the bytes of each of its 8-byte lanes in reverse order."""
-    n = ATOMIC_BYTES
-    return Cat(*(word[8 * (n * k + j):8 * (n * k + j) + 8]
-                 for k in range(len(word) // (8 * n)) for j in reversed(range(n))))
 
 
 def from_memory(desc):
@@ -351,8 +344,8 @@ class PayloadReader(wiring.Component):
         # the memory holds the value little-endian
         word = mem.data
         if self.atomics == "little":
-            word = Mux(s_rmw, _lanes_reversed(mem.data), mem.data)
-        replay = _lanes_reversed(s_atom.swap_add).replicate(W // (8 * ATOMIC_BYTES))
+            word = Mux(s_rmw, lanes_reversed(mem.data), mem.data)
+        replay = lanes_reversed(s_atom.swap_add).replicate(W // (8 * ATOMIC_BYTES))
         beat = Mux(s_replay, replay, Mux(s_mem, word, pattern_beat(s_addr, W)))
 
         # --- t+2: the write back and the result -------------------------------------------------

@@ -7,9 +7,11 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from rocegen.gateware.roce.layouts import AtomicOp
 from rocegen.gateware.roce.read.read_layouts import (
     NAK_PSN_SEQ,
     NAK_REM_OP,
+    OP_ATOMIC_ACK,
     OP_READ_FIRST,
     OP_READ_LAST,
     OP_READ_MIDDLE,
@@ -48,9 +50,11 @@ def _check(m, h, ent, idx, start):
     m.d.comb += last.eq(idx == ent.last_idx)
     start = (idx == 0) | start
     op = h.opcode
-    op_ok = (((op == OP_READ_ONLY) & last & start) | ((op == OP_READ_FIRST) & ~last & start) |
-             ((op == OP_READ_MIDDLE) & ~last & (idx != 0)) |
-             ((op == OP_READ_LAST) & last & (idx != 0)))
+    # (an atomic's one answer is its ATOMIC_ACKNOWLEDGE; a READ's are READ responses)
+    op_ok = Mux(ent.atomic != AtomicOp.NONE, (op == OP_ATOMIC_ACK) & last & start,
+                ((op == OP_READ_ONLY) & last & start) | ((op == OP_READ_FIRST) & ~last & start) |
+                ((op == OP_READ_MIDDLE) & ~last & (idx != 0)) |
+                ((op == OP_READ_LAST) & last & (idx != 0)))
     offset, pmtu = _offset(m, ent.pmtu_log2, idx)
     len_ok = h.length == Mux(last, ent.length - offset, pmtu)
     return op_ok, len_ok, last, offset
@@ -297,6 +301,7 @@ class ReadDecide(wiring.Component):
             ev.ack.qp.eq(h.qp), ev.ack.msn.eq(h.msn), ev.wr_id.eq(r_ent.wr_id),
             ev.quiet.eq(own), ev.gap.eq(gap | own), ev.send.eq(own),
             ev.offset.eq(offset), ev.rest.eq(r_ent.length - offset), ev.va.eq(r_ent.va + offset),
+            ev.atomic.eq(r_ent.atomic), ev.local_addr.eq(r_ent.local_addr),
             ev.ndone.eq(Mux(s.closing, Mux(queued, v.nxt.dist, v.fdist),
                             good & ~v.open & s.a[2])),
         ]

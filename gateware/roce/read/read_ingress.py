@@ -48,6 +48,9 @@ class ReadIngress(wiring.Component):
         largest IP packet the endpoint takes, 4160 bytes).
     headers : int
         Responses whose records can wait on ``hdr`` (a power of two from 2 to 256; default 32).
+    atomics : bool
+        ATOMIC_ACKNOWLEDGE datagrams (0x12) are taken as responses too: BTH and AETH their
+        headers, the AtomicAckETH (8 bytes) their payload (default False: dropped).
 
     Ports
     -----
@@ -96,9 +99,12 @@ class ReadIngress(wiring.Component):
       queue; the input is never held (a response that does not fit is dropped and counted).
     """
 
-    def __init__(self, width, num_qps, depth=None, *, headers=32):
+    def __init__(self, width, num_qps, depth=None, *, headers=32, atomics=False):
         check_width(width)
         check_num_qps(num_qps)
+        if not isinstance(atomics, bool):
+            raise TypeError(f"atomics must be a bool, not {atomics!r}")
+        self.atomics = atomics
         if depth is None:
             depth = fifo_depth(4160, width, packets=2)
         self.width, self.num_qps = width, num_qps
@@ -142,12 +148,15 @@ class ReadIngress(wiring.Component):
         # ---- stage A -> B: the checks, the record
         op, qpn = a_bth.opcode, a_bth.dest_qp
         is_ack = op == opc.OP_RC_ACKNOWLEDGE
-        aeth_on = has_aeth(op) | is_ack
+        # (an ATOMIC_ACKNOWLEDGE, with atomics: a response whose AtomicAckETH is its payload)
+        atomic_ack = (op == opc.OP_RC_ATOMIC_ACKNOWLEDGE) if self.atomics else 0
+        aeth_on = has_aeth(op) | is_ack | atomic_ack
         hdr_len = Mux(aeth_on, READ_HDR_MAX, READ_HDR_MIN)
         length, bad = payload_length(m, a_udp_len, hdr_len, a_bth.padcnt, LENGTH_BITS)
         # (fields beyond a datagram shorter than its headers are don't-cares: it is dropped)
         whole = a_udp_len >= hdr_len - H.IPV4.length + ICRC_BYTES
-        end = a_valid & a_beat.last & ~a_beat.error & (is_read_response(op) | is_ack) & whole
+        end = a_valid & a_beat.last & ~a_beat.error & (is_read_response(op) | atomic_ack | is_ack) & \
+            whole
         ctx = self.ctx
         fails = [bad, a_bth.pkey[:15] != 0x7FFF,
                  (qpn < QPN_BASE) | (qpn >= QPN_BASE + self.num_qps),

@@ -6,7 +6,7 @@ rules."""
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import ACK_EVENT, INDEX_BITS, CplStatus
+from rocegen.gateware.roce.layouts import ACK_EVENT, INDEX_BITS, AtomicOp, CplStatus
 from rocegen.gateware.roce.responder.resp_engine import SEQ_BITS
 from rocegen.gateware.roce.responder.resp_layouts import LENGTH_BITS
 from rocegen.wire import opcodes as opc
@@ -15,7 +15,8 @@ from rocegen.wire.roce import NAK_PSN_SEQ, NAK_REM_OP, SYN_ACK
 __all__ = ["MAX_RD_ATOMIC", "ReadVerdict", "READ_COUNTERS", "READ_ISSUE", "READ_ENTRY",
            "READ_VIEW", "READ_RESP_HEADER", "READ_INPUT", "READ_EVENT", "READ_DONE", "READ_REISSUE",
            "ReadLookupSignature", "READ_NAK_STATUS", "OP_READ_FIRST", "OP_READ_MIDDLE",
-           "OP_READ_LAST", "OP_READ_ONLY", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP", "check_max_rd",
+           "OP_READ_LAST", "OP_READ_ONLY", "OP_ATOMIC_ACK", "SYN_ACK", "NAK_PSN_SEQ", "NAK_REM_OP",
+           "check_max_rd",
            "READ_LIMIT", "READ_HOLE", "READ_HOLES", "READ_NEXT_HOLE", "READ_TOUCH", "READ_EXPIRE",
            "READ_WAIT_CONFIG", "READ_STEP_BITS"]
 
@@ -24,6 +25,8 @@ MAX_RD_ATOMIC = 16
 
 #: READ response opcodes (FIRST, MIDDLE, LAST, ONLY; AETH on all but MIDDLE).
 OP_READ_FIRST, OP_READ_MIDDLE, OP_READ_LAST, OP_READ_ONLY = opc.verb_opcodes(opc.Verb.RDMA_READ_RESPONSE)
+#: An atomic's answer.
+OP_ATOMIC_ACK = opc.OP_RC_ATOMIC_ACKNOWLEDGE
 # (the AETH syndromes the READ requester hands to the retry engine of its own, from
 # rocegen.wire.roce: SYN_ACK for a response written, NAK_PSN_SEQ for a gap, NAK_REM_OP for any
 # unexpected NAK code in a READ response's AETH, as in rxe)
@@ -93,6 +96,8 @@ READ_ISSUE = data.StructLayout({
     "pmtu_log2": 4,            # 8 .. 12
     "va": 64,                  # the request's remote virtual address (the READ's first byte's
                                # when new)
+    "atomic": AtomicOp,        # an atomic (FETCH_ADD, COMPARE_SWAP): one PSN, 8 bytes, answered
+                               # by an ATOMIC_ACKNOWLEDGE; NONE for a READ
 })
 
 #: An outstanding READ, as the table keeps it.
@@ -104,6 +109,7 @@ READ_ENTRY = data.StructLayout({
     "last_idx": INDEX_BITS,    # PSNs it spans - 1
     "pmtu_log2": 4,
     "va": 64,                  # remote virtual address of its first byte
+    "atomic": AtomicOp,        # an atomic's operation (NONE for a READ)
 })
 
 #: Holes a QP keeps queued after its current one (the model's ``HOLE_QUEUE``).
@@ -208,6 +214,8 @@ READ_EVENT = data.StructLayout({
     "rest": 31,
     "va": 64,
     "seq": SEQ_BITS,
+    "atomic": AtomicOp,        # the READ asked again for is an atomic (sent again whole)
+    "local_addr": 32,          # its local address (an atomic's operands)
 })
 
 #: A READ of QP ``qp`` whose responses are all written (one record per READ).
@@ -217,9 +225,10 @@ READ_DONE = data.StructLayout({"qp": 8})
 #: local addresses advanced by as much), ``length`` bytes left, from remote virtual address
 #: ``va``. ``send``: the READ requester sends this request itself (a selective reissue: the
 #: QP's later requests are not sent again); else the retry engine's rewind sends it (with every
-#: later request of the QP).
+#: later request of the QP). An atomic (``atomic``) is sent again whole, its operands read
+#: again at ``local_addr``.
 READ_REISSUE = data.StructLayout({"qp": 8, "wr_id": 32, "psn": 24, "offset": 31, "length": 31,
-                                  "va": 64, "send": 1})
+                                  "va": 64, "send": 1, "atomic": AtomicOp, "local_addr": 32})
 
 
 class ReadLookupSignature(wiring.Signature):

@@ -12,6 +12,7 @@ from rocegen.gateware.roce.frontend.stream_post import DURABLE_WIDTH
 from rocegen.gateware.roce.layouts import ACK_EVENT
 from rocegen.gateware.roce.read.read_decide import ReadDecide
 from rocegen.gateware.roce.read.read_layouts import (
+    OP_ATOMIC_ACK,
     READ_COUNTERS,
     READ_DONE,
     READ_EVENT,
@@ -27,6 +28,7 @@ from rocegen.gateware.roce.responder.resp_durable import RespDurable
 from rocegen.gateware.roce.responder.resp_engine import SEQ_BITS
 from rocegen.gateware.roce.responder.resp_layouts import RESP_PLACE
 from rocegen.gateware.roce.responder.resp_place import RespPlace
+from rocegen.wire.atomics import BYTE_ORDERS
 
 __all__ = ["ReadPlace"]
 
@@ -64,6 +66,11 @@ class ReadPlace(wiring.Component):
         Events that may wait for their writes (4..1024; default 32).
     act_depth : int
         Placement records that may wait for their datagrams (2..64; default 4).
+    atomics : None or str
+        The byte order of the 64-bit values in local memory when the requester issues atomics
+        (an ATOMIC_ACKNOWLEDGE answers one as the ONLY response of an 8-byte READ; its
+        AtomicAckETH is placed as the payload, reversed per 8 bytes for ``"little"``); None
+        (default) or ``"big"``: placed as it is.
 
     Ports
     -----
@@ -126,10 +133,14 @@ class ReadPlace(wiring.Component):
       are held, ``i`` waits for its placement record). Nothing is dropped here.
     """
 
-    def __init__(self, width, addr_width, *, acked_writes=False, events=32, act_depth=4):
+    def __init__(self, width, addr_width, *, acked_writes=False, events=32, act_depth=4,
+                 atomics=None):
         check_width(width)
         check_addr_width(addr_width)
-        self.width, self.addr_width = width, addr_width
+        if atomics is not None and atomics not in BYTE_ORDERS:
+            raise ValueError(f"atomics must be None or one of {', '.join(BYTE_ORDERS)}, "
+                             f"not {atomics!r}")
+        self.width, self.addr_width, self.atomics = width, addr_width, atomics
         self.acked_writes = bool(acked_writes)
         self.events = _check_depth("events", events, 4, 1024)
         self.act_depth = _check_depth("act_depth", act_depth, 2, 64)
@@ -151,8 +162,9 @@ class ReadPlace(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         dec = m.submodules.decide = ReadDecide()
-        place = m.submodules.place = RespPlace(self.width, self.addr_width)
-        acts = m.submodules.acts = SyncFIFO(width=RESP_PLACE.size, depth=self.act_depth)
+        swap8 = self.atomics == "little"
+        place = m.submodules.place = RespPlace(self.width, self.addr_width, swap8=swap8)
+        acts = m.submodules.acts = SyncFIFO(width=RESP_PLACE.size + swap8, depth=self.act_depth)
         evq = m.submodules.events = SyncFIFO(width=READ_EVENT.size, depth=self.events)
         lk, hdr, ack_in = self.lookup, self.hdr, self.ack_in
 
@@ -207,7 +219,11 @@ class ReadPlace(wiring.Component):
         # ---- placement, and the count of responses whose payload is written
         wiring.connect(m, wiring.flipped(self.i), place.i)
         wiring.connect(m, place.o, wiring.flipped(self.o))
-        m.d.comb += place.act.payload.eq(acts.r_data)
+        m.d.comb += place.act.payload.eq(acts.r_data[:RESP_PLACE.size])
+        if swap8:
+            # (an ATOMIC_ACKNOWLEDGE's value is big-endian on the wire, little-endian in memory)
+            m.d.comb += [acts.w_data[RESP_PLACE.size].eq(l1.h.opcode == OP_ATOMIC_ACK),
+                         place.swap.eq(acts.r_data[RESP_PLACE.size])]
         if self.acked_writes:
             dur = m.submodules.durable = RespDurable()
             go = ~dur.hold
@@ -245,6 +261,8 @@ class ReadPlace(wiring.Component):
             self.reissue.payload.offset.eq(head.offset),
             self.reissue.payload.length.eq(head.rest),
             self.reissue.payload.va.eq(head.va), self.reissue.payload.send.eq(head.send),
+            self.reissue.payload.atomic.eq(head.atomic),
+            self.reissue.payload.local_addr.eq(head.local_addr),
         ]
         return m
 

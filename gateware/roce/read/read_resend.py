@@ -1,19 +1,21 @@
 """The READ requester's own READ requests: the rest of a READ after a lost response, asked for
 again without rewinding the QP's later requests."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import (
     PACKET_DESC,
     QP_CONTEXT,
+    AtomicOp,
     QpState,
     WrSource,
     check_num_qps,
 )
 from rocegen.gateware.roce.read.read_layouts import READ_REISSUE
 from rocegen.wire import opcodes as opc
+from rocegen.wire.atomics import ATOMIC_OPERAND_BYTES
 
 __all__ = ["ReadResend", "check_resend_depth"]
 
@@ -55,7 +57,10 @@ class ReadResend(wiring.Component):
         ``psn``, AckReq, RETH virtual address ``va``, the context's R_Key, DMA length
         ``length``, no payload (``length`` 0, ``last``), destination QPN ``peer_qpn``,
         ``peer_ip``, ``udp_sport``, ``dscp`` and ``ecn`` from the context, ``wr_id`` and
-        ``qp`` from the record, ``src`` USER; every other field 0. Registered.
+        ``qp`` from the record, ``src`` USER; every other field 0. Registered. A record of an
+        atomic (``atomic``) is its request again: opcode COMPARE_SWAP or FETCH_ADD, the
+        AtomicETH's target ``va`` with the context's R_Key, the 16 bytes of operands at
+        ``local_addr`` as payload, no RETH.
     dropped : Out(1)
         Pulses (combinationally) for a record with ``send`` set that finds the queue full:
         no request is sent for it.
@@ -115,6 +120,15 @@ class ReadResend(wiring.Component):
             d.last.eq(1), d.src.eq(WrSource.USER), d.peer_ip.eq(ctx.peer_ip),
             d.udp_sport.eq(ctx.udp_sport), d.dscp.eq(ctx.dscp), d.ecn.eq(ctx.ecn),
         ]
+        # (an atomic asked for again: the request whole, its operands read again from local
+        # memory as its payload, the same PSN)
+        with m.If(head.atomic != AtomicOp.NONE):
+            m.d.comb += [
+                d.opcode.eq(Mux(head.atomic == AtomicOp.COMPARE_SWAP, opc.OP_RC_COMPARE_SWAP,
+                                opc.OP_RC_FETCH_ADD)),
+                d.has_reth.eq(0), d.dma_len.eq(0), d.local_addr.eq(head.local_addr),
+                d.length.eq(ATOMIC_OPERAND_BYTES),
+            ]
 
         o = self.o
         free = ~o.valid | o.ready

@@ -196,6 +196,7 @@ class ReadTrack(wiring.Component):
             ent_w.data.length.eq(iss.length), ent_w.data.first.eq(iss.first),
             ent_w.data.last_idx.eq(last_index(m, iss.length, iss.pmtu_log2)),
             ent_w.data.pmtu_log2.eq(iss.pmtu_log2), ent_w.data.va.eq(iss.va),
+            ent_w.data.atomic.eq(iss.atomic),
             tl_w.addr.eq(iq[:qw]), tl_w.en.eq(add), tl_w.data.ptr.eq(tp_is.data + 1),
             tl_w.data.last.eq(iss.first + ent_w.data.last_idx),
         ]

@@ -7,13 +7,18 @@ from rocegen.gateware.lib.varpacketizer import VarPacketizer
 from rocegen.gateware.net.layouts import UDP_TX
 from rocegen.gateware.net.udp_tx import ICRC_BYTES, UDP_TX_META
 from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.gateware.roce.memory.atomic_alu import lanes_reversed
 from rocegen.wire import headers as H
+from rocegen.wire import opcodes as opc
+from rocegen.wire.atomics import BYTE_ORDERS
 
 __all__ = ["RocePacketBuilder", "HEADER_LENGTHS", "MAX_HEADER"]
 
 #: Transport headers the builder emits: BTH, BTH+RETH, BTH+ImmDt, BTH+RETH+ImmDt.
 HEADER_LENGTHS = (H.BTH.length, H.BTH.length + H.IMMDT.length, H.BTH.length + H.RETH.length,
                   H.BTH.length + H.RETH.length + H.IMMDT.length)
+#: ... and an atomic request's (BTH and the AtomicETH's target; its operands follow as payload).
+ATOMIC_HEADER = H.BTH.length + H.ATOMIC_TARGET.length
 MAX_HEADER = max(HEADER_LENGTHS)
 
 #: The P_Key of the default partition (full membership).
@@ -47,10 +52,19 @@ class RocePacketBuilder(wiring.Component):
     ``padcnt`` + 4 (the ICRC the stack adds), ``dscp``, ``ecn``, ``icrc`` 1. The payload length
     is taken from the descriptor, not measured; the stack cuts or flags a payload that differs.
 
+    With ``atomics``, an atomic request (``opcode`` COMPARE_SWAP or FETCH_ADD) is
+    ``BTH | AtomicETH``: the AtomicETH's ``va`` and R_Key from the descriptor (``va``,
+    ``rkey``), its ``swap_add`` and ``compare`` the packet's 16 bytes of payload (the work
+    request's operands in local memory, each 8-byte value turned from the memory's byte order
+    into the wire's); ``has_reth`` and ``has_imm`` are 0 on it.
+
     Parameters
     ----------
     width : int
         Data width W in bits (64..512, power of two).
+    atomics : None or str
+        The byte order of atomic operands in memory (``"little"``, ``"big"``); None (the
+        default): no atomic requests (their descriptors are built as any other).
 
     Behaviour
     ---------
@@ -66,9 +80,12 @@ class RocePacketBuilder(wiring.Component):
     * ``error`` of the last input beat is carried to the last output beat.
     """
 
-    def __init__(self, width):
+    def __init__(self, width, *, atomics=None):
         check_width(width)
-        self.width = width
+        if atomics is not None and atomics not in BYTE_ORDERS:
+            raise ValueError(f"atomics must be None or one of {', '.join(BYTE_ORDERS)}, "
+                             f"not {atomics!r}")
+        self.width, self.atomics = width, atomics
         super().__init__({
             "i": In(PacketSignature(width, PACKET_DESC)),
             "o": Out(PacketSignature(width, UDP_TX_META)),
@@ -78,8 +95,10 @@ class RocePacketBuilder(wiring.Component):
         m = Module()
         i, o = self.i, self.o
         d = i.payload.meta
+        atomics = self.atomics is not None
+        lengths = HEADER_LENGTHS + ((ATOMIC_HEADER,) if atomics else ())
         vp = m.submodules.packetizer = VarPacketizer(self.width, MAX_HEADER, _INNER_META,
-                                                     lengths=HEADER_LENGTHS)
+                                                     lengths=lengths)
 
         bth = Signal(H.BTH.layout)
         reth = Signal(H.RETH.layout)
@@ -101,6 +120,16 @@ class RocePacketBuilder(wiring.Component):
         hdr_len = Signal(range(MAX_HEADER + 1))
         m.d.comb += hdr_len.eq(H.BTH.length + Mux(d.has_reth, H.RETH.length, 0)
                                + Mux(d.has_imm, H.IMMDT.length, 0))
+        data = i.payload.data
+        if atomics:
+            atomic = (d.opcode == opc.OP_RC_COMPARE_SWAP) | (d.opcode == opc.OP_RC_FETCH_ADD)
+            target = Signal(H.ATOMIC_TARGET.layout)
+            m.d.comb += [target.va.eq(d.va), target.rkey.eq(d.rkey)]
+            ext = Mux(atomic, H.ATOMIC_TARGET.to_lanes(target), ext)
+            with m.If(atomic):
+                m.d.comb += hdr_len.eq(ATOMIC_HEADER)
+            if self.atomics == "little":
+                data = Mux(atomic, lanes_reversed(i.payload.data), i.payload.data)
 
         meta = vp.i.payload.meta
         u = meta.udp
@@ -115,7 +144,7 @@ class RocePacketBuilder(wiring.Component):
             u.dscp.eq(d.dscp),
             u.ecn.eq(d.ecn),
             u.icrc.eq(1),
-            vp.i.payload.data.eq(i.payload.data),
+            vp.i.payload.data.eq(data),
             vp.i.payload.keep.eq(i.payload.keep),
             vp.i.payload.last.eq(i.payload.last),
             vp.i.payload.error.eq(i.payload.error),

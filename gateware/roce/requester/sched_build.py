@@ -10,6 +10,7 @@ from rocegen.gateware.roce.layouts import (
     SCHED_TURN,
     SLOT,
     SLOT_PSNS,
+    AtomicOp,
     CplStatus,
     QpState,
     SchedKind,
@@ -17,6 +18,7 @@ from rocegen.gateware.roce.layouts import (
     check_num_qps,
 )
 from rocegen.gateware.roce.requester.segmenter import INDEX_BITS, describe_packet
+from rocegen.wire.atomics import ATOMIC_BYTES
 
 __all__ = ["SchedBuild", "turn_signature"]
 
@@ -93,7 +95,7 @@ class SchedBuild(wiring.Component):
     comes) and the turn at the inputs is lost: the stage before must not offer one.
     """
 
-    def __init__(self, num_qps, addr_bits, window, *, reads=False):
+    def __init__(self, num_qps, addr_bits, window, *, reads=False, atomics=False):
         check_num_qps(num_qps)
         if not isinstance(addr_bits, int) or isinstance(addr_bits, bool) or addr_bits < 1:
             raise ValueError(f"addr_bits must be a positive integer, not {addr_bits!r}")
@@ -105,6 +107,7 @@ class SchedBuild(wiring.Component):
         self.num_qps = num_qps
         self.window = window
         self.reads = reads
+        self.atomics = bool(atomics)
         super().__init__({
             "valid": In(1), "q": In(range(num_qps)), "sel": In(num_qps), "addr": In(addr_bits),
             "going": In(1), "new": In(1), "slot": In(SLOT), "pslot": In(SLOT_PSNS),
@@ -166,7 +169,8 @@ class SchedBuild(wiring.Component):
 
         pk = describe_packet(m, slot.wr, index, psn, dest_qpn=ctx.peer_qpn, rkey=ctx.rkey,
                              base_va=ctx.base_va, pmtu_log2=ctx.pmtu_log2,
-                             ack_every_log2=ctx.ack_every_log2, offset=offset, reads=self.reads)
+                             ack_every_log2=ctx.ack_every_log2, offset=offset, reads=self.reads,
+                             atomics=self.atomics)
         # what this turn does
         new_start = is_start & is_new                       # posts the request
         refuse = new_start & (status != CplStatus.OK)
@@ -221,15 +225,23 @@ class SchedBuild(wiring.Component):
             m.d.sync += [o.valid.eq(0), o.sel.eq(0)]
         if self.reads:
             # a READ request's PSN is its index's: its last PSN is last_index - index after it
-            is_read = slot.wr.opcode == WrOpcode.READ
+            # (an atomic is answered as a READ of 8 bytes: its ATOMIC_ACKNOWLEDGE's value)
+            atomic = Signal(AtomicOp)
+            if self.atomics:
+                with m.Switch(slot.wr.opcode):
+                    with m.Case(WrOpcode.FETCH_ADD):
+                        m.d.comb += atomic.eq(AtomicOp.FETCH_ADD)
+                    with m.Case(WrOpcode.COMPARE_SWAP):
+                        m.d.comb += atomic.eq(AtomicOp.COMPARE_SWAP)
+            is_read = (slot.wr.opcode == WrOpcode.READ) | (atomic != AtomicOp.NONE)
             read_last = Signal(24)
             m.d.comb += read_last.eq(psn + (pk.last_index - index))
             with m.If(o.done):
                 m.d.sync += [
-                    o.rd.read.eq(is_read),
+                    o.rd.read.eq(is_read), o.rd.atomic.eq(atomic),
                     o.rd.sent_psn.eq(Mux(is_read, read_last, psn)),
                     o.rd.local_addr.eq(slot.wr.local_addr),
-                    o.rd.length.eq(slot.wr.length),
+                    o.rd.length.eq(Mux(atomic != AtomicOp.NONE, ATOMIC_BYTES, slot.wr.length)),
                     o.rd.first.eq(Mux(is_start, psn, pslot.first)),
                     o.rd.pmtu_log2.eq(ctx.pmtu_log2),
                 ]

@@ -199,6 +199,6 @@ class SchedIssue(wiring.Component):
                 ri.payload.wr_id.eq(c.post.wr_id), ri.payload.local_addr.eq(rd.local_addr),
                 ri.payload.length.eq(rd.length), ri.payload.first.eq(rd.first),
                 ri.payload.psn.eq(c.psn), ri.payload.pmtu_log2.eq(rd.pmtu_log2),
-                ri.payload.va.eq(c.desc.va),
+                ri.payload.va.eq(c.desc.va), ri.payload.atomic.eq(rd.atomic),
             ]
         return m

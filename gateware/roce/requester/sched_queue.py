@@ -16,6 +16,7 @@ from rocegen.gateware.roce.layouts import (
     check_num_qps,
 )
 from rocegen.gateware.roce.requester.sched_tree import kept, mux_tree
+from rocegen.wire.atomics import ATOMIC_OPERAND_BYTES
 
 __all__ = ["SchedQueue"]
 
@@ -77,14 +78,16 @@ class SchedQueue(wiring.Component):
     SEND_IMM) nor, with ``reads``, READ, else LOCAL_ALIGN when ``local_addr`` is not a multiple
     of W/8 (never for a READ), else LOCAL_LENGTH when ``local_addr + length > mem_bytes`` (not
     for a send of the GENERATOR source, whose payload is a pattern; always for a READ, whose
-    data is written there), else OK. A request for a
+    data is written there), else OK. With ``atomics``, COMPARE_SWAP and FETCH_ADD are taken:
+    LOCAL_ALIGN when ``local_addr`` is not a multiple of W/8, LOCAL_LENGTH when its 16 bytes of
+    operands do not fit local memory, whatever ``length`` says. A request for a
     QP with no free slot (``tail - head`` or ``tail - cur`` at ``depth``) waits, holding
     ``wr``: the room is registered from the pointers of the previous cycle, so a freed slot
     counts one cycle later. ``wr.ready`` depends on registers only for a QP inside the table.
     Latency: the pointers move at the clock edge after their cause.
     """
 
-    def __init__(self, num_qps, width, mem_bytes, depth, *, reads=False):
+    def __init__(self, num_qps, width, mem_bytes, depth, *, reads=False, atomics=False):
         check_num_qps(num_qps)
         check_width(width)
         if not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool) or \
@@ -98,6 +101,7 @@ class SchedQueue(wiring.Component):
             raise TypeError(f"reads must be a bool, not {reads!r}")
         self.num_qps, self.width, self.mem_bytes, self.depth = num_qps, width, mem_bytes, depth
         self.reads = reads
+        self.atomics = bool(atomics)
         ptrs = data.ArrayLayout(depth.bit_length(), num_qps)
         super().__init__({
             "wr": In(stream.Signature(WR_TAGGED)),
@@ -173,6 +177,17 @@ class SchedQueue(wiring.Component):
                 m.d.comb += w.payload.slot.status.eq(
                     Mux(t.wr.local_addr + t.wr.length > self.mem_bytes,
                         CplStatus.LOCAL_LENGTH, CplStatus.OK))
+            if self.atomics:
+                # (an atomic's 16 bytes of operands at a word address, as a payload's; its
+                # original value over the first 8)
+                with m.Elif((t.wr.opcode == WrOpcode.COMPARE_SWAP) |
+                            (t.wr.opcode == WrOpcode.FETCH_ADD)):
+                    with m.If(t.wr.local_addr[:word_bits] != 0):
+                        m.d.comb += w.payload.slot.status.eq(CplStatus.LOCAL_ALIGN)
+                    with m.Elif(t.wr.local_addr + ATOMIC_OPERAND_BYTES > self.mem_bytes):
+                        m.d.comb += w.payload.slot.status.eq(CplStatus.LOCAL_LENGTH)
+                    with m.Else():
+                        m.d.comb += w.payload.slot.status.eq(CplStatus.OK)
             with m.Elif(op[2]):
                 m.d.comb += w.payload.slot.status.eq(CplStatus.UNSUPPORTED)
         else:

@@ -47,6 +47,10 @@ class Scheduler(wiring.Component):
         PSNs a QP may have outstanding: a packet whose PSN is more than ``window`` after the
         QP's acknowledged PSN waits (1..2^23-1). A READ request is checked on its own PSN (the
         PSNs of its responses may reach past the window).
+    atomics : bool
+        With ``reads``: COMPARE_SWAP and FETCH_ADD work requests are sent (one request packet
+        each, answered as a READ of 8 bytes: the ATOMIC_ACKNOWLEDGE's original value); else
+        refused with UNSUPPORTED.
     reads : bool
         Send RDMA READ requests for READ work requests (``rd_issue`` exists). Without it (the
         default) a READ is refused with UNSUPPORTED when queued.
@@ -208,7 +212,8 @@ class Scheduler(wiring.Component):
     scheduler holds the three memories, registers R's reads for B and joins the stages.
     """
 
-    def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024, *, reads=False):
+    def __init__(self, num_qps, width, mem_bytes, depth=16, window=1024, *, reads=False,
+                 atomics=False):
         check_num_qps(num_qps)
         check_width(width)
         if not isinstance(mem_bytes, int) or isinstance(mem_bytes, bool):
@@ -226,6 +231,11 @@ class Scheduler(wiring.Component):
             raise ValueError(f"window must be 1..2^23-1 packets, not {window}")
         if not isinstance(reads, bool):
             raise TypeError(f"reads must be a bool, not {reads!r}")
+        if not isinstance(atomics, bool):
+            raise TypeError(f"atomics must be a bool, not {atomics!r}")
+        if atomics and not reads:
+            raise ValueError("atomics needs reads=True (an atomic is answered as a READ)")
+        self.atomics = atomics
         self.num_qps = num_qps
         self.reads = reads
         self.width = width
@@ -271,11 +281,12 @@ class Scheduler(wiring.Component):
         prog_r = prog_mem.read_port()
 
         qu = m.submodules.queue = SchedQueue(n, self.width, self.mem_bytes, depth,
-                                             reads=self.reads)
+                                             reads=self.reads, atomics=self.atomics)
         m.d.comb += [self.room.eq(qu.room), self.room_next.eq(qu.room_next),
                      self.busy.eq(qu.busy)]
         abits = max(1, (n * depth - 1).bit_length())
-        bs = m.submodules.build = SchedBuild(n, abits, self.window, reads=self.reads)
+        bs = m.submodules.build = SchedBuild(n, abits, self.window, reads=self.reads,
+                                                   atomics=self.atomics)
         ct = bs.turn
         iss = m.submodules.issue = SchedIssue(n, abits, reads=self.reads)
 

@@ -15,6 +15,7 @@ from rocegen.gateware.roce.layouts import (
 )
 from rocegen.wire import opcodes as opc
 from rocegen.wire import verbs
+from rocegen.wire.atomics import ATOMIC_OPERAND_BYTES
 
 __all__ = ["Segmenter", "WR_IN", "INDEX_BITS", "PacketLogic", "describe_packet"]
 
@@ -41,7 +42,7 @@ class PacketLogic(NamedTuple):
 
 
 def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ack_every_log2,
-                    offset=None, reads=False):
+                    offset=None, reads=False, atomics=False):
     """Combinational description of packet ``index`` of work request ``wr``.
 
     ``psn`` is the PSN of that packet; the QP's path MTU (``pmtu_log2`` 8..12, anything else is
@@ -59,6 +60,12 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
     fields of a packet without RETH are then of its offset too (nobody reads them). Without
     ``reads`` the descriptor of a READ (and of codes 5..7) is meaningless: the caller refuses
     those requests.
+
+    With ``atomics`` (and ``reads``), a COMPARE_SWAP or FETCH_ADD work request is one request
+    packet (BTH 0x13 or 0x14, ``last``, AckReq, no SE, ``last_index`` 0): the AtomicETH's
+    target (``va`` = ``base_va + remote_offset``, ``rkey``) from the descriptor, its operands
+    the 16-byte payload at ``local_addr`` (:data:`~rocegen.wire.atomics.ATOMIC_OPERAND_BYTES`;
+    the packet builder puts them in wire order); ``has_reth`` 0, ``padcnt`` 0.
     """
     plog = Signal(range(13))
     with m.Switch(pmtu_log2):
@@ -136,6 +143,16 @@ def describe_packet(m, wr, index, psn, *, dest_qpn, rkey, base_va, pmtu_log2, ac
             d.has_reth.eq((first & is_write) | is_read),
             d.va.eq(base_va + wr.remote_offset + offset), d.dma_len.eq(remaining),
         ]
+    if atomics:
+        cas = wr.opcode == WrOpcode.COMPARE_SWAP
+        with m.If(cas | (wr.opcode == WrOpcode.FETCH_ADD)):
+            m.d.comb += [
+                last.eq(1), last_index.eq(0), length.eq(ATOMIC_OPERAND_BYTES),
+                opcode.eq(Mux(cas, opc.OP_RC_COMPARE_SWAP, opc.OP_RC_FETCH_ADD)),
+                d.ack_req.eq(1), d.se.eq(0), d.padcnt.eq(0), d.has_reth.eq(0), d.has_imm.eq(0),
+                d.local_addr.eq(wr.local_addr), d.va.eq(base_va + wr.remote_offset),
+                d.dma_len.eq(0),
+            ]
     return PacketLogic(d, last, last_index, length)
 
 
@@ -157,6 +174,7 @@ class Segmenter(wiring.Component):
     With ``reads`` (default off), a READ work request is one RDMA READ request descriptor
     (:func:`describe_packet`) and ``next_psn`` skips every PSN of its responses; without it a
     READ's descriptor is meaningless (the scheduler refuses READs when built without them).
+    With ``atomics`` too, a COMPARE_SWAP or FETCH_ADD is one atomic request descriptor.
 
     The packet logic itself is :func:`describe_packet`, stateless; this component adds the
     packet index and running PSN of one message in registers. The multi-QP
@@ -167,10 +185,14 @@ class Segmenter(wiring.Component):
     Backpressure: ``i`` is held until the message's last descriptor is taken by ``o``.
     """
 
-    def __init__(self, *, reads=False):
+    def __init__(self, *, reads=False, atomics=False):
         if not isinstance(reads, bool):
             raise TypeError(f"reads must be a bool, not {reads!r}")
-        self.reads = reads
+        if not isinstance(atomics, bool):
+            raise TypeError(f"atomics must be a bool, not {atomics!r}")
+        if atomics and not reads:
+            raise ValueError("atomics needs reads=True (an atomic is answered as a READ)")
+        self.reads, self.atomics = reads, atomics
         super().__init__({
             "i": In(stream.Signature(WR_IN)),
             "o": Out(stream.Signature(PACKET_DESC)),
@@ -188,7 +210,8 @@ class Segmenter(wiring.Component):
         psn = Mux(index == 0, qp.psn, psn_reg)
         pk = describe_packet(m, wr, index, psn, dest_qpn=qp.dest_qpn, rkey=qp.rkey,
                              base_va=qp.base_va, pmtu_log2=qp.pmtu_log2,
-                             ack_every_log2=qp.ack_every_log2, reads=self.reads)
+                             ack_every_log2=qp.ack_every_log2, reads=self.reads,
+                             atomics=self.atomics)
         m.d.comb += [
             o.payload.eq(pk.desc),
             o.valid.eq(i.valid),

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.memport import MemWriteSignature, check_addr_width
 from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
+from rocegen.gateware.roce.memory.atomic_alu import lanes_reversed
 from rocegen.gateware.roce.responder.resp_layouts import LENGTH_BITS, RESP_PLACE
 
 __all__ = ["RespPlace"]
@@ -46,12 +47,19 @@ class RespPlace(wiring.Component):
         Data width W in bits (64..512, power of two): the beat and the memory word.
     addr_width : int
         Word-address bits of the memory (1..32).
+    swap8 : bool
+        With port ``swap``: a packet whose record came with ``swap`` high has every word it
+        writes reversed per 8-byte lane (its 64-bit values turned between the wire's byte
+        order and little-endian; the READ requester places an ATOMIC_ACKNOWLEDGE's value so).
+        Default False.
 
     Ports
     -----
     i : In(PacketSignature(width))
         The request datagrams, byte 0 in lane 0 of the first beat. ``error`` is ignored
         (upstream has dropped damaged packets).
+    swap : In(1), with ``swap8`` only
+        Read with ``act`` (in the cycle a record is taken): reverse the packet's words.
     act : In(stream.Signature(RESP_PLACE))
         One record per packet of ``i``, in packet order: what to do with the packet's bytes
         ``skip .. skip + length - 1`` (``write``, destination byte address ``addr``).
@@ -97,14 +105,18 @@ class RespPlace(wiring.Component):
       record is held or the packet's last beat is taken in the cycle.
     """
 
-    def __init__(self, width, addr_width):
+    def __init__(self, width, addr_width, *, swap8=False):
         check_width(width)
         check_addr_width(addr_width)
+        if not isinstance(swap8, bool):
+            raise TypeError(f"swap8 must be a bool, not {swap8!r}")
         self.width = width
         self.addr_width = addr_width
+        self.swap8 = swap8
         super().__init__({
             "i": In(PacketSignature(width)),
             "act": In(stream.Signature(RESP_PLACE)),
+            **({"swap": In(1)} if swap8 else {}),
             "o": Out(MemWriteSignature(width, addr_width)),
             "done": Out(1),
         })
@@ -114,6 +126,9 @@ class RespPlace(wiring.Component):
         B, AW = self.width // 8, self.addr_width
         lb = B.bit_length() - 1
         i, act, o, rec = self.i, self.act, self.o, self.act.payload
+        # the word written (with ``swap8``, a register the output reverses per 8-byte lane
+        # when its packet's record asked for it)
+        data = Signal(self.width) if self.swap8 else o.payload.data
 
         # the record of the packet at the input, worked out when taken
         held = Signal()                     # a record is held
@@ -158,7 +173,7 @@ class RespPlace(wiring.Component):
                 bubble.eq(~writes & last & ~spill),
                 end.eq(last & ~spill),
                 o.payload.addr.eq(waddr),
-                o.payload.data.eq(_pick(low, carry, rot_data, 8)),
+                data.eq(_pick(low, carry, rot_data, 8)),
                 o.payload.be.eq(carry_be | (rot_en & ~low)),
                 carry.eq(rot_data),
                 carry_be.eq(rot_en & low),
@@ -173,7 +188,7 @@ class RespPlace(wiring.Component):
             m.d.sync += [
                 o.valid.eq(1), bubble.eq(0), end.eq(1),
                 o.payload.addr.eq(flush_addr),
-                o.payload.data.eq(carry),
+                data.eq(carry),
                 o.payload.be.eq(carry_be),
                 carry_be.eq(0),
                 flush.eq(0),
@@ -195,4 +210,13 @@ class RespPlace(wiring.Component):
                 before.eq(rec.skip),
                 until.eq(Mux(rec.write, rec.skip + rec.length, 0)),
             ]
+        if self.swap8:
+            swap, o_swap, flush_swap = Signal(), Signal(), Signal()
+            with m.If(act.valid & act.ready):
+                m.d.sync += swap.eq(self.swap)
+            with m.If(take):
+                m.d.sync += [o_swap.eq(swap), flush_swap.eq(swap)]
+            with m.Elif(flush & room):
+                m.d.sync += o_swap.eq(flush_swap)
+            m.d.comb += o.payload.data.eq(Mux(o_swap, lanes_reversed(data), data))
         return m

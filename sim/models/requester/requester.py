@@ -17,6 +17,7 @@ from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.models.net.checksum import internet_checksum
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
+from rocegen.wire.atomics import ATOMIC_BYTES, ATOMIC_OPERAND_BYTES
 from rocegen.wire.verbs import WrOpcode
 
 __all__ = ["WrOpcode", "SEND_OPCODES", "WorkRequest", "QpSegment", "PacketDesc", "segment",
@@ -66,6 +67,8 @@ class PacketDesc:
     imm: int | None
     last: bool
     psns: int = 1                # PSNs the packet takes (a READ request: its responses')
+    atomic: tuple | None = None  # an atomic request's target (va, rkey): its AtomicETH's first
+                                 # fields, the payload (16 bytes of local memory) its operands
 
 
 def psn_count(wr, pmtu):
@@ -82,13 +85,25 @@ def _read_request(wr, qp, psn, index):
         imm=None, last=True, psns=psn_count(wr, qp.pmtu) - index)
 
 
+def _atomic_request(wr, qp, psn):
+    op = opc.OP_RC_COMPARE_SWAP if wr.opcode == WrOpcode.COMPARE_SWAP else opc.OP_RC_FETCH_ADD
+    return PacketDesc(opcode=op, psn=psn, ack_req=True, se=False, padcnt=0, offset=0,
+                      length=ATOMIC_OPERAND_BYTES, reth=None, imm=None, last=True,
+                      atomic=((qp.base_va + wr.remote_offset) % (1 << 64), qp.rkey))
+
+
 def segment(wr, qp):
     """The packets of ``wr`` on ``qp``; advances ``qp.psn`` past them (past every response PSN
-    of a READ)."""
+    of a READ). An atomic (COMPARE_SWAP, FETCH_ADD) is one request packet whose payload is its
+    16 bytes of operands in local memory (``length`` ignored)."""
     if qp.pmtu not in PMTUS:
         raise ValueError(f"path MTU must be one of {PMTUS}, not {qp.pmtu}")
     if not 0 <= wr.length < 1 << 31:
         raise ValueError(f"message length must be 0..2^31-1, not {wr.length}")
+    if WrOpcode(wr.opcode).is_atomic:
+        pkt = _atomic_request(wr, qp, qp.psn)
+        qp.psn = (qp.psn + 1) % PSN_MOD
+        return [pkt]
     if WrOpcode(wr.opcode) == WrOpcode.READ:
         pkt = _read_request(wr, qp, qp.psn, 0)
         qp.psn = (qp.psn + pkt.psns) % PSN_MOD
@@ -142,8 +157,10 @@ def resend(wr, qp, first, psn):
 
 
 def build_frame(pkt, payload, qp, *, src_mac, dst_mac, src_ip, dst_ip, udp_sport,
-                ip_id=1, dscp=0, ecn=0, migreq=1):
-    """The Ethernet frame (no FCS) of packet ``pkt`` carrying ``payload`` bytes."""
+                ip_id=1, dscp=0, ecn=0, migreq=1, atomics="little"):
+    """The Ethernet frame (no FCS) of packet ``pkt`` carrying ``payload`` bytes. An atomic
+    request's payload is its operands as local memory holds them (``swap_add`` then
+    ``compare``, 8 bytes each in byte order ``atomics``): its AtomicETH carries them."""
     payload = bytes(payload)
     if len(payload) != pkt.length:
         raise ValueError(f"payload of {len(payload)} bytes for a {pkt.length}-byte packet")
@@ -155,6 +172,13 @@ def build_frame(pkt, payload, qp, *, src_mac, dst_mac, src_ip, dst_ip, udp_sport
         roce += H.RETH.pack(va=va, rkey=rkey, dma_len=dma_len)
     if pkt.imm is not None:
         roce += H.IMMDT.pack(imm=pkt.imm)
+    if pkt.atomic is not None:
+        va, rkey = pkt.atomic
+        n = ATOMIC_BYTES
+        roce += H.ATOMIC_ETH.pack(va=va, rkey=rkey,
+                                  swap_add=int.from_bytes(payload[:n], atomics),
+                                  compare=int.from_bytes(payload[n:2 * n], atomics))
+        payload = b""
     roce += payload + bytes(pkt.padcnt)
     udp_len = H.UDP.length + len(roce) + icrc_model.ICRC_LEN
     udp = H.UDP.pack(src_port=udp_sport, dst_port=H.UDP_PORT_ROCEV2, length=udp_len, checksum=0)

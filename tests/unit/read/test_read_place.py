@@ -185,7 +185,11 @@ class Monitor:
                 # (the reissue of a hole leaves without an acknowledgement)
                 assert (av and ack_ready) != bool(rp.send), \
                     "a go-back-N reissue pulses only as its event leaves"
-                self.reissue.append(meta_dict(rp))
+                r = meta_dict(rp)
+                # (READs only here: an atomic's fields stay clear)
+                assert r.pop("atomic") == 0
+                r.pop("local_addr")
+                self.reissue.append(r)
             if ov and o_ready:
                 self.writes.append((int(op.addr), int(op.data), int(op.be)))
                 if self.acked_writes:

@@ -52,6 +52,8 @@ def desc_meta(pkt, qp, route, rng, *, wr_id=0, qp_index=0):
     builder must ignore them."""
     va, rkey, dma_len = pkt.reth if pkt.reth is not None else (
         rng.getrandbits(64), rng.getrandbits(32), rng.getrandbits(32))
+    if pkt.atomic is not None:
+        va, rkey = pkt.atomic
     return {
         "wr_id": wr_id, "qp": qp_index, "dest_qpn": qp.dest_qpn, "opcode": pkt.opcode,
         "psn": pkt.psn, "ack_req": int(pkt.ack_req), "se": int(pkt.se), "padcnt": pkt.padcnt,
@@ -65,11 +67,11 @@ def desc_meta(pkt, qp, route, rng, *, wr_id=0, qp_index=0):
     }
 
 
-def expected_datagram(pkt, payload, qp, route):
+def expected_datagram(pkt, payload, qp, route, atomics="little"):
     """The UDP payload without ICRC, from the model's whole frame."""
     frame = build_frame(pkt, payload, qp, src_mac=parse_mac(FPGA_MAC), dst_mac=parse_mac(HOST_MAC),
                         src_ip=parse_ip(FPGA_IP), dst_ip=route.peer_ip, udp_sport=route.udp_sport,
-                        dscp=route.dscp, ecn=route.ecn)
+                        dscp=route.dscp, ecn=route.ecn, atomics=atomics)
     return frame[ETH_IP_UDP:-ICRC]
 
 
@@ -79,12 +81,15 @@ def expected_meta(datagram, route):
                     "dscp": route.dscp, "ecn": route.ecn, "icrc": 1, "checksum": 0}}
 
 
-def work_requests(rng):
+def work_requests(rng, *, atomics=False):
     """Every opcode as ONLY packets of lengths 0..PMTU (all PadCnt values, beat boundaries) and
-    as FIRST/MIDDLE/LAST messages; READs as their request (RETH, no payload)."""
+    as FIRST/MIDDLE/LAST messages; READs as their request (RETH, no payload); with ``atomics``
+    the atomics too (AtomicETH, the operands from the payload)."""
     wrs = []
     n = 0
     for op in WrOpcode:
+        if op.is_atomic and not atomics:
+            continue
         lengths = [0, 1, 2, 3, 4, 7, 8, 9, 63, 64, 65, PMTU - 1, PMTU,
                    2 * PMTU + 1, 3 * PMTU, rng.randrange(PMTU + 1), rng.randrange(PMTU + 1)]
         for length in lengths:
@@ -95,7 +100,7 @@ def work_requests(rng):
     return wrs
 
 
-def make_stream(wrs, rng):
+def make_stream(wrs, rng, atomics="little"):
     """(packets for the builder, expected (datagram, meta), model packets with payloads)."""
     qp = QpSegment(dest_qpn=rng.getrandbits(24), rkey=rng.getrandbits(32),
                  base_va=rng.getrandbits(64), psn=rng.getrandbits(24), pmtu=PMTU,
@@ -110,14 +115,14 @@ def make_stream(wrs, rng):
             meta = desc_meta(pkt, qp, route, rng, wr_id=wr.wr_id, qp_index=rng.getrandbits(8))
             err = rng.random() < 0.1
             sent.append(Packet(payload, meta, error=err))
-            dgram = expected_datagram(pkt, payload, qp, route)
+            dgram = expected_datagram(pkt, payload, qp, route, atomics)
             want.append((dgram, expected_meta(dgram, route), err))
             model.append((pkt, payload, route))
     return sent, want, model, qp
 
 
-def run_builder(width, sent, *, idle, backpressure, seed):
-    dut = RocePacketBuilder(width)
+def run_builder(width, sent, *, idle, backpressure, seed, atomics=None):
+    dut = RocePacketBuilder(width, atomics=atomics)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
 
@@ -158,6 +163,30 @@ def test_matches_model(width):
     sent, want, _, _ = make_stream(work_requests(rng), rng)
     col = run_builder(width, sent, idle=0.3, backpressure=0.3, seed=width)
     check(col, want)
+
+
+@pytest.mark.parametrize("width, order", [(64, "little"), (512, "big"), (128, "little")])
+def test_atomic_requests_match_model(width, order):
+    """With atomics, every opcode with the atomic requests among them: BTH and AtomicETH, the
+    target from the descriptor and the operands from the payload in the memory's byte order;
+    the AtomicETH read back from the datagram holds them."""
+    rng = random.Random(width + 77)
+    wrs = work_requests(rng, atomics=True)
+    sent, want, model, _ = make_stream(wrs, rng, order)
+    assert {opc.OP_RC_COMPARE_SWAP, opc.OP_RC_FETCH_ADD} <= {p.opcode for p, _, _ in model}
+    col = run_builder(width, sent, idle=0.3, backpressure=0.3, seed=width, atomics=order)
+    check(col, want)
+    n = opc.row(opc.OP_RC_FETCH_ADD)
+    for (pkt, payload, _), (dgram, _, _) in zip(model, want):
+        if pkt.atomic is None:
+            continue
+        bth = BTH(dgram)
+        assert bth.opcode == pkt.opcode and len(dgram) == H.BTH.length + H.ATOMIC_ETH.length
+        f = H.ATOMIC_ETH.unpack(dgram[H.BTH.length:])
+        assert (f["va"], f["rkey"]) == pkt.atomic
+        assert f["swap_add"] == int.from_bytes(payload[:8], order)
+        assert f["compare"] == int.from_bytes(payload[8:16], order)
+    assert n.has_atomic_eth
 
 
 @pytest.mark.parametrize("width", [64, 128, 512])

@@ -154,7 +154,8 @@ class Expected:
                 self.issues[wr.qp].append({
                     "qp": wr.qp, "new": int(new), "wr_id": wr.req.wr_id,
                     "local_addr": wr.req.local_addr, "length": wr.req.length, "first": first,
-                    "psn": p.psn, "pmtu_log2": qp.pmtu.bit_length() - 1, "va": p.reth[0]})
+                    "psn": p.psn, "pmtu_log2": qp.pmtu.bit_length() - 1, "va": p.reth[0],
+                    "atomic": 0})
 
     def add(self, wr, qps, **checks):
         """Account for a new request; advances the model QP's PSN."""

@@ -35,18 +35,27 @@ def cases(rng, pmtu, opcodes):
     return out
 
 
-@pytest.mark.parametrize("reads", [False, True])
+@pytest.mark.parametrize("reads, atomics", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("pmtu", PMTUS)
-def test_segmenter_matches_model(pmtu, reads):
+def test_segmenter_matches_model(pmtu, reads, atomics):
     rng = random.Random(pmtu + reads)
-    dut = Segmenter(reads=reads)
-    work = cases(rng, pmtu, list(WrOpcode) if reads else SEND_OPCODES)
+    dut = Segmenter(reads=reads, atomics=atomics)
+    opcodes = [op for op in WrOpcode if atomics or not op.is_atomic]
+    work = cases(rng, pmtu, opcodes if reads else SEND_OPCODES)
     if reads:
         work += [(WorkRequest(wr_id=k, opcode=WrOpcode.READ, length=n,
                               local_addr=rng.getrandbits(32), remote_offset=rng.getrandbits(64)),
                   QpSegment(dest_qpn=1, rkey=2, base_va=rng.getrandbits(64),
                           psn=(1 << 24) - 2, pmtu=pmtu))
                  for k, n in enumerate([0, 1, pmtu, pmtu + 1, 7 * pmtu + 3])]
+    if atomics:
+        work += [(WorkRequest(wr_id=100 + k, opcode=op, length=n, local_addr=64 * k,
+                              remote_offset=rng.getrandbits(64) & ~7),
+                  QpSegment(dest_qpn=1, rkey=rng.getrandbits(32), base_va=rng.getrandbits(64),
+                            psn=(1 << 24) - 1, pmtu=pmtu))
+                 for k, (op, n) in enumerate([(WrOpcode.FETCH_ADD, 8), (WrOpcode.COMPARE_SWAP, 0),
+                                              (WrOpcode.FETCH_ADD, 5000)])]
+    if reads:
         rng.shuffle(work)
     expected = []
     for wr, qp in work:
@@ -99,10 +108,14 @@ def test_segmenter_matches_model(pmtu, reads):
         assert g.has_imm == (e.imm is not None)
         if e.imm is not None:
             assert g.imm == e.imm
+        if e.atomic:
+            assert (g.va, g.rkey) == e.atomic
         assert g.wr_id == wr.wr_id and g.dest_qpn == qp.dest_qpn and g.qp == 3
     assert done == [(e.psn + e.psns) % (1 << 24) for _, _, e in expected if e.last]
     if reads:
         assert sum(g.opcode == opc.OP_RC_RDMA_READ_REQUEST for g in got) >= 5
+    if atomics:
+        assert {opc.OP_RC_COMPARE_SWAP, opc.OP_RC_FETCH_ADD} <= {g.opcode for g in got}
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
