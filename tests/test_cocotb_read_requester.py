@@ -342,6 +342,33 @@ def endpoint_atomics(width, *, loss=0.0, seed=0, count=24):
     return sc, check
 
 
+def endpoint_contended_counter(width, qps=4, per_qp=24):
+    """The contended counter the other way: ``qps`` endpoint QPs, each FETCH_ADD 1 to one
+    8-byte counter in the host's memory ``per_qp`` times (their work requests interleaved):
+    the counter ends ``qps * per_qp`` above where it was, and the values returned (in local
+    memory) are each of the ``qps * per_qp`` before it once."""
+    step = max(16, width // 8)
+    counter = 0x800
+    start = int.from_bytes(random.Random(0).randbytes(HOST_BYTES)[counter:counter + 8], "little")
+    wrs, pokes = [], []
+    for k in range(qps * per_qp):
+        local = ATOMIC_LOCAL + k * step
+        wrs.append({"opcode": WrOpcode.FETCH_ADD, "local_addr": local, "remote_offset": counter,
+                    "length": 8, "qp": k % qps})
+        pokes.append([local, base64.b64encode((1).to_bytes(8, "little") + bytes(8)).decode()])
+    n = qps * per_qp
+
+    def check(r):
+        assert sorted(r.cpls) == [(k, CplStatus.OK) for k in range(n)]
+        got = sorted(int.from_bytes(r.image[w["local_addr"]:w["local_addr"] + 8], "little")
+                     for w in wrs)
+        assert got == [(start + k) % 2**64 for k in range(n)], got[:8]
+        final = int.from_bytes(r.region[counter:counter + 8], "little")
+        assert final == (start + n) % 2**64
+        assert r.host["atomic_rx"] == n
+    return dict(wrs=wrs, pmtu=256, poke=pokes, qps=qps), check
+
+
 def atomic_errors():
     """An atomic whose local operands are not at a word address: LOCAL_ALIGN, nothing sent;
     one on a host target that is not 8-byte aligned: the host answers NAK invalid request, the
@@ -397,6 +424,8 @@ def plan():
             ("onchip-64", False, "endpoint_atomics[64]", endpoint_atomics(64)),
             ("onchip-64", False, "endpoint_atomics_lossy[64]",
              endpoint_atomics(64, loss=0.08, seed=5, count=40)),
+            ("onchip-64", False, "endpoint_contended_counter[64]",
+             endpoint_contended_counter(64)),
             ("onchip-64", False, "atomic_errors[64]", atomic_errors()),
             ("onchip-512", False, "endpoint_atomics[512]", endpoint_atomics(512)),
             ("onchip-512", True, "nak_and_local_errors[512]", nak_and_local_errors()),

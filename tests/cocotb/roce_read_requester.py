@@ -34,6 +34,9 @@ dict:
     check leaves them out: :class:`SkipCmReplies`).
 ``stats``
     Endpoint counters (:data:`STATS` names) to report.
+``qps``
+    Optional (default 1): endpoint QPs ``k`` < ``qps`` opened, each to host QP
+    ``HOST_QPN + k`` on the same host region (a work request's ``qp`` names its QP).
 ``poke``
     Optional ``[[addr, data], ...]`` (``data`` base64): local bytes set after the pattern
     (e.g. atomics' operands).
@@ -187,9 +190,12 @@ async def scenario(env, sc, n):
     # a fresh host, its region random bytes
     nic = Rnic(HOST_MAC, HOST_IP, behaviour=IDEAL, udp_ports=(CM_REPLY_PORT,))
     env.nic = env.mac.nic = nic
-    nic.create_qp(HOST_QPN, peer_qpn=qpn(0), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=PSN,
-                  pmtu=pmtu, access=Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC,
-                  max_dest_rd_atomic=sc.get("host_rd", 16))
+    qps = sc.get("qps", 1)
+    for k in range(qps):
+        nic.create_qp(HOST_QPN + k, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC,
+                      epsn=PSN, pmtu=pmtu,
+                      access=Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC,
+                      max_dest_rd_atomic=sc.get("host_rd", 16))
     mr = nic.register_mr(0, HOST_REGION, RKEY, Access.LOCAL_WRITE | Access.REMOTE_WRITE |
                          Access.REMOTE_READ | Access.REMOTE_ATOMIC)
     mr.buf[:] = rng.randbytes(HOST_REGION)
@@ -232,14 +238,15 @@ async def scenario(env, sc, n):
         assert reply["loc_qpn"] == qpn(0), f"{name}: the connection manager opened {reply}"
     names = sc.get("stats", ())
     before = await read_counters(dut, names)
-    await open_qp(env.ctl, env.psn, 0, peer_ip=parse_ip(HOST_IP), peer_qpn=HOST_QPN, rkey=RKEY,
-                  base_va=0, pmtu=pmtu, psn=PSN, udp_sport=0xC123, ack_every_log2=3,
-                  timeout=sc.get("timeout", 1), retry_cnt=7)
+    for k in range(qps):
+        await open_qp(env.ctl, env.psn, k, peer_ip=parse_ip(HOST_IP), peer_qpn=HOST_QPN + k,
+                      rkey=RKEY, base_va=0, pmtu=pmtu, psn=PSN, udp_sport=0xC123 + k,
+                      ack_every_log2=3, timeout=sc.get("timeout", 1), retry_cnt=7)
     env.mac.clear_sent()
     start = now_cycle(W)
     first = len(env.cpl.items)
     for k, w in enumerate(wrs):
-        await env.wr.send({"qp": 0, "wr_id": k, "imm": 0, **w})
+        await env.wr.send({"qp": 0, "wr_id": k, "imm": 0, **w})     # (``qp`` in w wins)
         if rng.random() < 0.3:
             await ClockCycles(dut.clk, rng.randrange(1, 30))
     await env.cpl.wait_for(first + len(wrs), max_cycles=MAX_CYCLES)
@@ -255,6 +262,8 @@ async def scenario(env, sc, n):
     if sc.get("rd_limit"):
         await cm_exchange(env, request(REQ_CLOSE_QP, rem_qpn=qpn(0),
                                        listening_port=CM_REPLY_PORT), f"{name}: CLOSE_QP")
+    for k in range(1, qps):         # (the other QPs closed again)
+        await env.ctl.send({"qp": k, "context": {"state": 0}})
     # the local memory image: the links are perfect from here
     await env.mac.drained()
     env.mac.to_nic = env.mac.from_nic = None
