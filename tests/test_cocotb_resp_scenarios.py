@@ -20,7 +20,14 @@ Verilator (tests/cocotb/roce_resp_scenarios.py), against the host NIC model as r
   with that region and R_Key seed has them after reset, set here at run time), the host WRITEs
   and SENDs the test pattern of the FPGA addresses it writes (one message with bytes changed on
   purpose), and QUERY answers with the pattern sink's byte-exact verdict (from zero: the
-  scenario runs first on its simulator), which the statistics counters repeat.
+  scenario runs first on its simulator), which the statistics counters repeat;
+* the host's atomics (FETCH_ADD, COMPARE_SWAP), on chip and on AXI4 memory: every original
+  value and the final memory as the reference model's, a WRITE before and a READ after on the
+  same bytes; the contended counter over 4 QPs (the values returned 0..n-1, each once; the
+  racing COMPARE_SWAPs), over a lossy link too (duplicates answered from the results);
+  refusals (unaligned: NAK invalid request; wrong R_Key: NAK remote access error). On AXI4
+  the atomic's read sees only acknowledged writes and its write back's response is held back
+  as the others': every value still comes out right.
 
 With the responder's AXI4 writes taken as acknowledged once the memory port accepts them, the
 completions' check and the READ right behind a WRITE both fail.
@@ -469,10 +476,20 @@ def plan():
             ("axi4-512", False, "host_reads[512-1024-axi4]", host_reads(512, 1024)),
             ("axi4-512", False, "reads_right_after_writes[512-1024-axi4]",
              reads_right_after_writes(512, 1024)),
+            # (the atomics on AXI4: each holds the memory for two round trips, write responses
+            # held back 20..89 cycles; the gate takes a short contended counter)
+            ("axi4-512", False, "host_atomics[512-axi4]", host_atomics(512)),
+            ("axi4-512", False, "contended_counter[512-axi4]", contended_counter(4, 8)),
             ("axi4-64", True, "host_writes_and_sends[64-256-axi4]",
              host_writes_and_sends(64, 256, "axi4")),
             ("axi4-64", True, "reads_right_after_writes[64-256-axi4]",
-             reads_right_after_writes(64, 256))]
+             reads_right_after_writes(64, 256)),
+            ("axi4-64", True, "host_atomics[64-axi4]", host_atomics(64)),
+            ("axi4-64", True, "contended_counter[64-axi4]", contended_counter(4, 32)),
+            ("axi4-64", True, "contended_counter_lossy[64-axi4]",
+             contended_counter(4, 24, dict(loss=0.03, dup=0.02, reorder=0.02))),
+            ("axi4-64", True, "atomic_refusals[64-axi4]", atomic_refusals()),
+            ("axi4-64", True, "atomic_bad_rkey[64-axi4]", atomic_bad_rkey())]
     return out
 
 

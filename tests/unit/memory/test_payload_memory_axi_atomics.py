@@ -28,7 +28,9 @@ from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.sim.testing.payload import random_desc
 from tests.unit.memory.test_payload_memory_atomics import WORDS, workload
 from tests.unit.memory.test_payload_reader_atomics import (
+    OPS,
     Item,
+    atomic_desc,
     lanes_reversed,
     no_atomic,
     reads_of,
@@ -246,3 +248,50 @@ def test_ports_and_parameters():
     raises(ValueError, "atomics needs responder=True",
            lambda: PayloadMemory(64, "axi4", 1 << 12, atomics="big"))
     gc.collect()
+
+
+@pytest.mark.parametrize("latency, b_latency", [(2, 1), (20, 40)])
+def test_cycles_per_atomic(latency, b_latency):
+    """FETCH_ADDs back to back, then COMPARE_SWAPs that do not match, nothing else, no stalls:
+    with ``latency`` cycles from an AR to its beat and ``b_latency`` from a write burst's data
+    to its response, an atomic's AR comes ``latency + b_latency + 7`` cycles after the previous
+    one's (the write back's three cycles through the writer, its response, ``quiet`` the cycle
+    after, three cycles to the next AR), ``latency + 3`` after a COMPARE_SWAP that did not
+    match; the other sources are held for ``latency + b_latency + 6`` (``latency + 2``)."""
+    width = 64
+    rng = random.Random(latency)
+    dut = PayloadMemory(width, "axi4", MEM_BYTES, responder=True, reads=True, atomics="little")
+    axi = AxiWriteMemory(width, MEM_BYTES, aw=dut.axi.aw, w=dut.axi.w, b=dut.axi.b,
+                         b_latency=(b_latency, b_latency))
+    ram = AxiRam(width, MEM_BYTES, ar=dut.axi.ar, r=dut.axi.r, mem=axi.acked, latency=latency)
+    items = []
+    for k in range(6):
+        opcode = next(c for c, op in OPS.items() if op == (AtomicOp.FETCH_ADD if k < 4 else
+                                                           AtomicOp.COMPARE_SWAP))
+        req = model.AtomicRequest(opcode, 8 * (k % 2), 0, k + 1, 2 ** 64 - 1)
+        items.append(Item(atomic_desc(rng, width, k % 2, 0),
+                          {"op": OPS[opcode], "swap_add": k + 1, "compare": 2 ** 64 - 1}, req))
+    col = StreamCollector(dut.o, width)
+    ars, lock = [], []
+
+    async def monitor(ctx):
+        cycle = 0
+        async for _, _, av, ar_, lk in ctx.tick().sample(dut.axi.ar.valid, dut.axi.ar.ready,
+                                                         dut._reader.lock):
+            if av and ar_:
+                ars.append(cycle)
+            lock.append(lk)
+            cycle += 1
+
+    async def tb(ctx):
+        await send_items(ctx, dut, items, rng, 0.0)
+        while len(col.packets) < len(items) or ctx.get(dut._reader.lock):
+            await ctx.tick()
+
+    run_sim(dut, testbenches=[tb], processes=[axi.run, ram.run, col.run, monitor],
+            deadline_cycles=5000)
+    assert [b - a for a, b in zip(ars, ars[1:])] == \
+        [latency + b_latency + 7] * 4 + [latency + 3]
+    spans = [len(run) for run in "".join("1" if x else "0" for x in lock).split("0") if run]
+    assert spans == [latency + b_latency + 6] * 4 + [latency + 2] * 2
+    assert [int.from_bytes(axi.mem[a:a + 8], "little") for a in (0, 8)] == [1 + 3, 2 + 4]
