@@ -318,7 +318,8 @@ def host_atomics(width):
     a word, several on one target back to back, an add that carries through all 64 bits,
     mixed with WRITEs of their bytes and READs of them: every atomic completes with the value
     the reference model gives in PSN order, the WRITE before an atomic is what it finds, the
-    READ after it sees its result, and memory ends as the model's."""
+    READ after it sees its result, and memory ends as the model's. (The WRITE is fenced: it
+    writes a target of earlier atomics, which it may otherwise overtake.)"""
     rng = random.Random(width + 43)
     seed = width * 11
     filled = bytearray(random.Random(seed).randbytes(FILLED))    # as the bench fills it
@@ -341,7 +342,11 @@ def host_atomics(width):
     atomic("COMPARE_SWAP", va, 0x1122334455667788, now)             # matches
     atomic("COMPARE_SWAP", va, 0xDEAD, now)                         # no longer
     wdata = (2**64 - 1).to_bytes(8, "little")
-    posts.append(post("WRITE", len(posts), data=wdata, remote_addr=0x1000, rkey=RKEY))
+    # (fenced: it writes a target of the atomics before it, which a responder may otherwise
+    # execute after it, as IBTA allows; on AXI4 memory, whose atomics take two round trips
+    # each, it would)
+    posts.append(post("WRITE", len(posts), data=wdata, remote_addr=0x1000, rkey=RKEY,
+                      fence=True))
     atomic("FETCH_ADD", 0x1000, 1)                                  # carries through: 0
     posts.append(post("READ", len(posts), length=16, remote_addr=0x1000 - 8, rkey=RKEY))
     for _ in range(20):
