@@ -3,8 +3,9 @@ reference model (``sim/models/responder/atomic.py``): random mixes of ordinary d
 FETCH_ADDs, COMPARE_SWAPs (half of them matching) and REPLAYs, runs of atomics on one word, at 64
 and 512 bits, both byte orders, random idle cycles on ``desc``, backpressure on ``o``, AR and R
 stalls and read latency. Behind ``aw`` a write side that holds ``aw.ready`` low at random and
-lands each write back a random number of cycles later (``quiet`` low meanwhile); the read side
-reads only what has landed. With no other writer, everything must be as the model in
+lands each write back a random number of cycles later (``quiet`` low meanwhile), and another
+writer's words (to words nothing reads, only while ``lock`` is low) count for ``quiet`` too; the
+read side reads only what has landed. Everything the descriptors see must be as the model in
 descriptor order says: each packet (a READ behind an atomic sees its result, one before it does
 not), each ``done``, the final memory; and the protocol: the atomic's one-beat AR only with
 ``lock`` high, ``quiet`` and every earlier read beat in, no AR between it and its write back's
@@ -38,6 +39,9 @@ from tests.unit.memory.test_payload_reader_atomics import (
 
 #: Bytes behind the words the workload uses (descriptors near the end run into them).
 PAD = 8192
+#: The opcodes of FETCH_ADD and COMPARE_SWAP.
+OPS_FA = next(k for k, v in OPS.items() if v == AtomicOp.FETCH_ADD)
+OPS_CS = next(k for k, v in OPS.items() if v == AtomicOp.COMPARE_SWAP)
 
 
 class WriteSide:
@@ -243,7 +247,7 @@ def test_against_model(width, byteorder, idle, backpressure, latency):
     assert len(run.packets) == len(items)
     for k, (got, exp) in enumerate(zip(run.packets, packets)):
         assert got == exp, f"packet {k} ({items[k].op.name}, {items[k].desc['length']} bytes)"
-    assert [dn[1:] for dn in run.done] == [x for x in done]
+    assert [dn[1:] for dn in run.done] == done
     B = width // 8
     assert bytes(run.ram.mem[:-16 * B]) == final[:-16 * B]
     assert run.write_side.foreign_writes >= 5
@@ -298,9 +302,6 @@ def test_read_error():
     assert col.packets[3].data == ram.mem[3 * B:4 * B]
 
 
-OPS_FA = next(k for k, v in OPS.items() if v == AtomicOp.FETCH_ADD)
-
-
 @pytest.mark.parametrize("width", [64, 512])
 @pytest.mark.parametrize("latency, w_latency", [(1, 1), (10, 3), (40, 60)])
 def test_cycles_per_atomic(width, latency, w_latency):
@@ -321,8 +322,7 @@ def test_cycles_per_atomic(width, latency, w_latency):
             req = model.AtomicRequest(OPS_FA, word * B + 8 * lane, 0, k + 1)
             atom = {"op": AtomicOp.FETCH_ADD, "swap_add": k + 1, "compare": 0}
         else:       # compares that cannot match
-            cmp_op = next(c for c, v in OPS.items() if v == AtomicOp.COMPARE_SWAP)
-            req = model.AtomicRequest(cmp_op, word * B + 8 * lane, 0, 1, 2 ** 64 - 1 - k)
+            req = model.AtomicRequest(OPS_CS, word * B + 8 * lane, 0, 1, 2 ** 64 - 1 - k)
             atom = {"op": AtomicOp.COMPARE_SWAP, "swap_add": 1, "compare": 2 ** 64 - 1 - k}
         items.append(Item(atomic_desc(rng, width, word, lane), atom, req))
     mem = bytearray(image)
