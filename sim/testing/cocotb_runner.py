@@ -329,12 +329,10 @@ def responder_sim_config(width, num_qps=8, **params):
     """The Verilator build of the endpoint test top with the RC responder (``responder=True``)
     shared by the responder's tests, its benchmark batches and ``rocegen sim demo --peer-op``:
     on-chip memory of :data:`RESPONDER_MEM_BYTES` (the region every QP may be written in after
-    reset is its lower half), :data:`RESPONDER_RQ_DEPTH` receive buffers per QP and, on chip, the
-    atomics (values little-endian in memory). ``params``
-    add to or replace these (``memory="axi4"`` for an AXI4 memory)."""
-    base = {"responder": True, "rq_depth": RESPONDER_RQ_DEPTH}
-    if params.get("memory", "onchip") == "onchip":
-        base["atomics"] = "little"
+    reset is its lower half), :data:`RESPONDER_RQ_DEPTH` receive buffers per QP and the atomics
+    (values little-endian in memory). ``params`` add to or replace these (``memory="axi4"`` for
+    an AXI4 memory)."""
+    base = {"responder": True, "rq_depth": RESPONDER_RQ_DEPTH, "atomics": "little"}
     if width in RESPONDER_MEM_BYTES:
         base["mem_bytes"] = RESPONDER_MEM_BYTES[width]
     return endpoint_sim_config(width, num_qps, **{**base, **params})

@@ -43,7 +43,10 @@ scenario is a dict:
     The host's work requests on its QP :data:`HOST_QPN`, in order: dicts of ``op`` (``WRITE``,
     ``WRITE_IMM``, ``SEND``, ``SEND_IMM``, ``READ``), ``wr_id`` and the fields of
     :meth:`Rnic.post_send` (``data`` in base64; ``rkey`` ``"cm"``: the R_Key the OPEN_QP's
-    reply names).
+    reply names). A post with ``fence`` true is posted only once every work request before it
+    has completed (what the fence of IBV_SEND_FENCE gives for the READs and atomics before it:
+    without it a responder may execute a WRITE before an earlier atomic or READ has read its
+    bytes; the host model has no fence of its own).
 ``max_rd_atomic``
     The host QP's READs (and atomics) outstanding at most (default 16).
 ``qps``
@@ -313,8 +316,13 @@ async def scenario(env, sc):
                                             for d, name in enumerate(("to NIC", "from NIC")))
     env.mac.clear_sent()
     rcpl0 = len(env.rcpl.items)
-    for p in sc["posts"]:
-        kw = {k: v for k, v in p.items() if k not in ("op", "qp")}
+    for n, p in enumerate(sc["posts"]):
+        if p.get("fence") and n:
+            env.mac.poke()
+            await env.settle(lambda: not nic.send_outstanding(),
+                             lambda: f"{name}: {nic.send_outstanding()} host work requests "
+                             f"outstanding before a fenced one", max_cycles=MAX_CYCLES)
+        kw = {k: v for k, v in p.items() if k not in ("op", "qp", "fence")}
         if kw.get("data") is not None:
             kw["data"] = base64.b64decode(kw["data"])
         if kw.get("rkey") == "cm":

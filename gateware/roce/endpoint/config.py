@@ -250,11 +250,12 @@ class EndpointConfig:
                             f"requester (1..{MAX_RD_ATOMIC}, default {MAX_RD_ATOMIC}; a QP the "
                             "connection manager opens gets at most what its peer accepts)",
                             lo=1, hi=MAX_RD_ATOMIC, cli="--max-rd-atomic")
-    atomics: str = _p(None, "with reads and on-chip memory: hosts' RDMA atomics (COMPARE_SWAP, "
-                      "FETCH_ADD) executed on the FPGA's regions, the 64-bit value stored in "
-                      "this byte order (little: as a host CPU reads a counter; big: the wire's); "
-                      "default off (refused: NAK invalid request)", kind="str",
-                      choices=BYTE_ORDERS, cli="--atomics")
+    atomics: str = _p(None, "with reads: hosts' RDMA atomics (COMPARE_SWAP, FETCH_ADD) "
+                      "executed on the FPGA's regions, the 64-bit value stored in this byte "
+                      "order (little: as a host CPU reads a counter; big: the wire's); on chip "
+                      "one every 3 cycles, on AXI4 one every two memory round trips (each "
+                      "holds the memory's other writes); default off (refused: NAK invalid "
+                      "request)", kind="str", choices=BYTE_ORDERS, cli="--atomics")
     rd_hole_wait: float = _p(RD_HOLE_WAIT, "with reads: microseconds a QP waits for a response "
                              "while a lost one is asked for again before it asks once more "
                              f"(more than the round trip; default {RD_HOLE_WAIT}, 0: leave it "
@@ -283,10 +284,9 @@ class EndpointConfig:
         if self.reads and not self.responder:
             raise ConfigError("reads", "reads are answered by the responder, and their "
                               "responses placed by its memory path: they need responder=True")
-        if self.atomics is not None and not (self.reads and self.memory == "onchip"):
+        if self.atomics is not None and not self.reads:
             raise ConfigError("atomics", "atomics share the responder's READ queues and are "
-                              "executed where the payload reader reads on-chip memory: they "
-                              "need reads=True and memory='onchip'")
+                              "executed where the payload reader reads: they need reads=True")
         if self.resp_region is None:
             set_("resp_region", (0, self.mem_bytes // 2))
         base, length = self.resp_region

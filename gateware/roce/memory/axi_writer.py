@@ -59,6 +59,11 @@ class AxiWriter(wiring.Component):
         Write sources told apart (1..16): with more than one, each word on ``i`` carries a
         ``tag``, a burst holds words of one tag only, and ``durable_tag`` says whose words
         ``durable`` counts.
+    rmw_tag : int or None
+        None (default), or the tag (``0..tags - 1``, with ``tags`` > 1) of a locked
+        read-modify-write's write backs (the payload reader's atomics): each word of this tag is
+        a burst of its own, closed in the cycle after it is taken (not after ``idle_flush``
+        cycles), and the writer has the ``quiet`` port.
 
     Ports
     -----
@@ -83,24 +88,30 @@ class AxiWriter(wiring.Component):
         answered for them).
     outstanding : Out(range(max_outstanding + 1))
         Bursts closed and not yet answered.
+    quiet : Out(1), with ``rmw_tag`` only
+        No write outstanding: every word taken on ``i`` before this cycle has had its write
+        response (none held, none in an open burst, every closed burst answered).
+        Combinational from registers; a word taken in this cycle counts from the next one,
+        and a response taken in cycle c from cycle c + 1 (with ``durable``).
 
     Bursts
         Every burst is INCR with ``len + 1`` consecutive words. A burst is closed at the word
         before which the next word's address does not follow, or (``tags`` > 1) whose tag
-        differs (a new burst starts there), at
-        ``max_burst`` words, at the last word of a 4 KiB page (a burst never crosses a 4 KiB
-        boundary), or when no word has come for ``idle_flush`` cycles. To know whether a word
-        ends its burst the writer holds it until the next word arrives (or one of the other
-        conditions is met). AW of a burst is offered once the burst is closed; W beats of a
-        burst are offered once the burst is closed too (never before its AW is queued), and
-        ``wvalid`` never waits for ``awready`` nor ``awvalid`` for ``wready``. Bursts are queued
-        (``max_outstanding`` deep for AW, ``2 * max_burst`` words for W), so many bursts are in
-        flight; ``bready`` is always high.
+        differs (a new burst starts there), at ``max_burst`` words, at the last word of a 4 KiB
+        page (a burst never crosses a 4 KiB boundary), at a word of ``rmw_tag`` (alone in its
+        burst: the burst before it is closed by the tag change), or when no word has come for
+        ``idle_flush`` cycles. To know whether a word ends its burst the writer holds it until
+        the next word arrives (or one of the other conditions is met). AW of a burst is offered
+        once the burst is closed; W beats of a burst are offered once the burst is closed too
+        (never before its AW is queued), and ``wvalid`` never waits for ``awready`` nor
+        ``awvalid`` for ``wready``. Bursts are queued (``max_outstanding`` deep for AW,
+        ``2 * max_burst`` words for W), so many bursts are in flight; ``bready`` is always high.
 
     Throughput and latency
         One word per cycle on ``i`` while the queues have room. A burst is closed in the cycle its
         last word leaves the holding register: the cycle after that word is taken when the next
-        word or a page/length limit decides it, else after ``idle_flush`` cycles without input.
+        word or a page/length limit (or ``rmw_tag``) decides it, else after ``idle_flush`` cycles
+        without input.
         Its AW and its last W beat are offered 2 cycles after it is closed at the earliest (the
         queues' latency); ``durable`` counts its words in the cycle after its write response.
         ``i.ready`` depends on ``i.valid``/``i.payload`` and on registers only, never on the AXI
@@ -108,17 +119,23 @@ class AxiWriter(wiring.Component):
     """
 
     def __init__(self, width, addr_width=32, id_width=1, max_burst=64, max_outstanding=16,
-                 idle_flush=4, *, tags=1):
+                 idle_flush=4, *, tags=1, rmw_tag=None):
         check_width(width)
         sig = Axi4Signature(addr_width, width, id_width)
         _check_int("max_burst", max_burst, 1, 256)
         _check_int("max_outstanding", max_outstanding, 1, 256)
         _check_int("idle_flush", idle_flush, 1, 256)
         _check_int("tags", tags, 1, 16)
+        if rmw_tag is not None:
+            if tags == 1:
+                raise ValueError("rmw_tag needs tags > 1 (the write backs are a source of their "
+                                 "own)")
+            _check_int("rmw_tag", rmw_tag, 0, tags - 1)
         B = width // 8
         self.width, self.addr_width, self.id_width = width, addr_width, id_width
         self.max_burst, self.max_outstanding, self.idle_flush = max_burst, max_outstanding, idle_flush
         self.tags = tags
+        self.rmw_tag = rmw_tag
         self.mem_addr_width = min(32, addr_width - (B.bit_length() - 1))
         if tags == 1:
             i_sig = MemWriteSignature(width, self.mem_addr_width)
@@ -133,6 +150,7 @@ class AxiWriter(wiring.Component):
             **({"durable_tag": Out(range(tags))} if tags > 1 else {}),
             "write_errors": Out(32),
             "outstanding": Out(range(max_outstanding + 1)),
+            **({"quiet": Out(1)} if rmw_tag is not None else {}),
         })
 
     def elaborate(self, platform):
@@ -162,6 +180,9 @@ class AxiWriter(wiring.Component):
         m.d.comb += follows.eq(next_addr if self.tags == 1 else
                                next_addr & (i.payload.tag == hold.tag))
         forced = (count == self.max_burst - 1) | hold.addr[:page_bits].all()
+        if self.rmw_tag is not None:
+            # (a write back goes at once: the payload reader waits for its response)
+            forced = forced | (hold.tag == self.rmw_tag)
         flush = ~i.valid & (idle == self.idle_flush - 1)
         end_here = Signal()
         m.d.comb += end_here.eq(forced | (i.valid & ~follows) | flush)
@@ -235,4 +256,7 @@ class AxiWriter(wiring.Component):
         with m.If(self.b.valid & (self.b.payload.resp != 0)):
             m.d.sync += self.write_errors.eq(self.write_errors + 1)
         m.d.comb += self.outstanding.eq(lens.level)
+        if self.rmw_tag is not None:
+            # (an open burst's last word is always held: nothing held, nothing open)
+            m.d.comb += self.quiet.eq(~hold_v & (lens.level == 0))
         return m

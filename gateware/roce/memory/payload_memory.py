@@ -44,9 +44,10 @@ class PayloadMemory(wiring.Component):
         responses); only with ``responder``.
     atomics : None, ``"little"`` or ``"big"``
         None (default): no atomics. Else the reader executes the responder's atomics in the
-        buffer, the 64-bit value in memory in this byte order (see
-        :class:`~rocegen.gateware.roce.memory.payload_reader.PayloadReader`); on chip and with
-        ``responder`` only (atomics on the AXI4 memory are not built yet).
+        memory, the 64-bit value in this byte order (see
+        :class:`~rocegen.gateware.roce.memory.payload_reader.PayloadReader` on chip,
+        :class:`~rocegen.gateware.roce.memory.axi_reader.AxiPayloadReader` on AXI4); with
+        ``responder`` only.
 
     Ports
     -----
@@ -85,7 +86,8 @@ class PayloadMemory(wiring.Component):
         descriptor), sampled with it (the reader's ``atomic``).
     atomic_done : Out(stream.Signature(ATOMIC_RESULT, always_ready=True)), with ``atomics`` only
         One record per atomic executed and per REPLAY, in descriptor order (the reader's
-        ``done``): two cycles after the atomic's word is read, before its packet leaves ``o``.
+        ``done``): on chip two cycles after the atomic's word is read, before its packet leaves
+        ``o``; on AXI4 the cycle after its word came back on R.
 
     Behaviour, latency and backpressure: those of the reader and writer; this block only
     selects them and joins the write sources (combinationally: on chip, into the buffer's one
@@ -101,6 +103,16 @@ class PayloadMemory(wiring.Component):
     source is taken (their ``ready`` low), so no write falls between an atomic's read and its
     write back. Each atomic holds the other sources back for three cycles (two for a
     COMPARE_SWAP that does not match); ``durable`` counts only what is taken, as before.
+
+    On AXI4 with ``atomics`` the write backs (the reader's ``aw``) are the writer's last source,
+    with a tag of their own (``tags`` one more, the writer's ``rmw_tag``): each is a burst of
+    its own, sent at once, and its write response counts for none of ``durable``,
+    ``resp_durable``, ``read_durable``. While the reader's ``lock`` is high the other sources'
+    words do not reach the merge (their ``ready`` low), and the writer's ``quiet`` tells the
+    reader when every word taken has been answered: an atomic's read waits for every earlier
+    write's response, and its write back's response comes before any later read or other
+    write is issued. Each atomic holds the other sources back for about two AXI round trips
+    (see :class:`~rocegen.gateware.roce.memory.axi_reader.AxiPayloadReader`).
     """
 
     def __init__(self, width, memory, mem_bytes, *, responder=False, reads=False, atomics=None):
@@ -115,9 +127,6 @@ class PayloadMemory(wiring.Component):
             raise ValueError("reads needs responder=True (the READ requester's writes are the "
                              "third source)")
         check_atomics(atomics)
-        if atomics is not None and memory != "onchip":
-            raise ValueError(f"atomics needs memory='onchip', not {memory!r} (atomics on the "
-                             f"AXI4 memory are not built yet)")
         if atomics is not None and not responder:
             raise ValueError("atomics needs responder=True (the atomics are the responder's)")
         self.width = width
@@ -141,9 +150,15 @@ class PayloadMemory(wiring.Component):
                 members["read_w"] = In(MemWriteSignature(width, self.word_addr_bits))
         else:
             axi_bits = max((mem_bytes - 1).bit_length(), 12)
-            self._reader = AxiPayloadReader(width, addr_width=axi_bits)
-            self._writer = AxiWriter(width, addr_width=axi_bits,
-                                     tags=3 if reads else 2 if responder else 1)
+            tags = 3 if reads else 2 if responder else 1
+            if atomics is None:
+                self._reader = AxiPayloadReader(width, addr_width=axi_bits)
+                self._writer = AxiWriter(width, addr_width=axi_bits, tags=tags)
+            else:
+                # the atomics' write backs: the writer's last source, a tag of their own
+                self._reader = AxiPayloadReader(width, addr_width=axi_bits, atomics=atomics)
+                self._writer = AxiWriter(width, addr_width=axi_bits, tags=tags + 1,
+                                         rmw_tag=tags)
             self.word_addr_bits = self._writer.mem_addr_width
             members["axi"] = Out(Axi4Signature(axi_bits, width))
             if responder:
@@ -200,15 +215,19 @@ class PayloadMemory(wiring.Component):
             if self.responder:
                 merge = m.submodules.merge = MemWriteMerge(self.width, self.word_addr_bits,
                                                            sources=self._writer.tags)
-                wiring.connect(m, wiring.flipped(self.wr), merge.a)
-                wiring.connect(m, wiring.flipped(self.resp_w), merge.b)
+                if self.atomics is None:
+                    wiring.connect(m, wiring.flipped(self.wr), merge.a)
+                    wiring.connect(m, wiring.flipped(self.resp_w), merge.b)
+                else:
+                    self._atomic_sources(m, reader, writer, merge)
                 wiring.connect(m, merge.o, writer.i)
                 m.d.comb += [merge.durable.eq(writer.durable),
                              merge.durable_tag.eq(writer.durable_tag),
                              self.durable.eq(merge.a_durable),
                              self.resp_durable.eq(merge.b_durable)]
                 if self.reads:
-                    wiring.connect(m, wiring.flipped(self.read_w), merge.c)
+                    if self.atomics is None:
+                        wiring.connect(m, wiring.flipped(self.read_w), merge.c)
                     m.d.comb += self.read_durable.eq(merge.c_durable)
             else:
                 wiring.connect(m, wiring.flipped(self.wr), writer.i)
@@ -219,3 +238,17 @@ class PayloadMemory(wiring.Component):
             wiring.connect(m, reader.ar, axi.ar)
             wiring.connect(m, axi.r, reader.r)
         return m
+
+    def _atomic_sources(self, m, reader, writer, merge):
+        """AXI4 with atomics: the sources into the merge, the atomics' write backs last (the
+        writer's ``rmw_tag``); while an atomic holds ``lock``, no other source's word reaches the
+        merge (its ``valid`` hidden, its ``ready`` low), so the write backs have it alone."""
+        sources = [self.wr, self.resp_w] + ([self.read_w] if self.reads else [])
+        lock = reader.lock
+        for k, port in enumerate(sources):
+            source = merge.source(k)
+            m.d.comb += [source.valid.eq(port.valid & ~lock), source.payload.eq(port.payload),
+                         port.ready.eq(source.ready & ~lock)]
+        wiring.connect(m, reader.aw, merge.source(len(sources)))
+        m.d.comb += [reader.atomic.eq(self.atomic), reader.quiet.eq(writer.quiet)]
+        wiring.connect(m, reader.done, wiring.flipped(self.atomic_done))

@@ -254,3 +254,88 @@ def test_parameter_validation(kwargs, exc):
     with pytest.raises(exc):
         AxiWriter(**args)
     gc.collect()    # the half-built component warns when collected: inside this test
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_rmw_tag_and_quiet(width):
+    """``rmw_tag``: a word of that tag is a burst of its own, on AXI without waiting for
+    ``idle_flush``; ``quiet`` is high exactly in the cycles in which every word taken before
+    has had its write response (three tags, random stalls and response latency)."""
+    lanes = width // 8
+    rng = random.Random(width + 9)
+    writes = []
+    for addr, data, be in make_writes(rng, width, 600):
+        tag = 2 if rng.random() < 0.1 else rng.randrange(2)
+        writes.append((addr, data, be, tag))
+    dut = AxiWriter(width, max_burst=16, tags=3, rmw_tag=2, idle_flush=16)
+    slave = AxiWriteSlave(dut, width, max_burst=16, aw_stall=0.2, w_stall=0.2, b_latency=(1, 20),
+                          seed=width)
+    log = []                    # per cycle: (taken tag or None, durable, quiet)
+
+    async def feed(ctx):
+        for addr, data, be, tag in writes:
+            while rng.random() < 0.4:
+                ctx.set(dut.i.valid, 0)
+                await ctx.tick().repeat(rng.choice([1, 1, 5, 30]))
+            ctx.set(dut.i.payload, {"addr": addr, "data": data, "be": be, "tag": tag})
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+        while sum(d for _, d, _ in log) < len(writes):
+            await ctx.tick()
+        await ctx.tick().repeat(3)
+
+    async def watch(ctx):
+        async for _, _, v, r, p, d, q in ctx.tick().sample(dut.i.valid, dut.i.ready,
+                                                           dut.i.payload, dut.durable, dut.quiet):
+            log.append((int(p.tag) if v and r else None, d, q))
+
+    run_sim(dut, testbenches=[feed], processes=[slave.run, watch], deadline_cycles=200_000)
+    assert slave.mem == expected_memory([w[:3] for w in writes], lanes)
+    taken = answered = 0
+    for cycle, (tag, d, q) in enumerate(log):
+        answered += d
+        assert bool(q) == (taken == answered), f"cycle {cycle}: quiet {q}"
+        taken += tag is not None
+    # the write backs alone in their bursts; the bursts in the order of the words
+    k = 0
+    for _, n in slave.bursts:
+        tags = {w[3] for w in writes[k:k + n]}
+        assert len(tags) == 1 and (2 not in tags or n == 1)
+        k += n
+    assert any(q for _, _, q in log) and not all(q for _, _, q in log)
+
+
+def test_rmw_word_goes_at_once():
+    """No stalls: a write back's AW and W are offered 3 cycles after the cycle it is taken
+    (held one cycle, then the queues' two), where a lone word of another tag waits
+    ``idle_flush`` - 1 cycles more; ``quiet`` is high from the cycle after the response."""
+    dut = AxiWriter(64, tags=2, rmw_tag=1, idle_flush=8)
+    cycles = {}
+
+    async def tb(ctx):
+        ctx.set(dut.aw.ready, 1)
+        ctx.set(dut.w.ready, 1)
+        for tag in (1, 0):
+            ctx.set(dut.i.payload, {"addr": 5, "data": 1, "be": 0xFF, "tag": tag})
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+            start = 0
+            while not ctx.get(dut.aw.valid):
+                await ctx.tick()
+                start += 1
+            assert ctx.get(dut.w.valid) and ctx.get(dut.w.payload.last)
+            await ctx.tick()
+            ctx.set(dut.b.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.b.valid, 0)
+            after = 0
+            while not ctx.get(dut.quiet):
+                await ctx.tick()
+                after += 1
+            cycles[tag] = (start, after)
+
+    run_sim(dut, testbenches=[tb], deadline_cycles=200)
+    assert cycles[1] == (2, 0)
+    assert cycles[0] == (9, 0)
