@@ -428,6 +428,7 @@ def plan():
              endpoint_contended_counter(64)),
             ("onchip-64", False, "atomic_errors[64]", atomic_errors()),
             ("onchip-512", False, "endpoint_atomics[512]", endpoint_atomics(512)),
+            ("axi4-512", False, "endpoint_atomics[512-axi4]", endpoint_atomics(512)),
             ("onchip-512", True, "nak_and_local_errors[512]", nak_and_local_errors()),
             # (last of its build: the READ limit it sets is set back after it, all the same)
             ("onchip-512", False, "outstanding_reads_bounded[4-4]",

@@ -10,10 +10,9 @@ from rocegen.gateware.lib.axi import BURST_INCR, Axi4Signature
 from rocegen.gateware.lib.memport import MemWriteSignature
 from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
 from rocegen.gateware.roce.layouts import ATOMIC_RESULT, ATOMIC_WORK, PACKET_DESC, AtomicOp
-from rocegen.gateware.roce.memory.atomic_alu import AtomicAlu
+from rocegen.gateware.roce.memory.atomic_alu import AtomicAlu, lanes_reversed
 from rocegen.gateware.roce.memory.payload_reader import (
     PATTERN_ADDR_BITS,
-    _lanes_reversed,
     check_atomics,
     from_memory,
     last_count,
@@ -337,7 +336,7 @@ class AxiPayloadReader(wiring.Component):
         if self.atomics == "little":
             # (an atomic's word with each 8-byte lane reversed: the target's lane holds the
             # original value big-endian, as the AtomicAckETH carries it)
-            r_data = Mux(a_state == _A_READ, _lanes_reversed(r_data), r_data)
+            r_data = Mux(a_state == _A_READ, lanes_reversed(r_data), r_data)
         m.d.comb += [
             r.ready.eq(1),
             wq.w_en.eq(r.valid),
@@ -360,7 +359,7 @@ class AxiPayloadReader(wiring.Component):
             h_value = dq.r_data[PACKET_DESC.size + 1:]
             h_mem = h_mem & ~h_replay
             # a REPLAY's beats: its value as 8 big-endian bytes in every lane
-            beat = Mux(h_replay, _lanes_reversed(h_value).replicate(W // (8 * ATOMIC_BYTES)),
+            beat = Mux(h_replay, lanes_reversed(h_value).replicate(W // (8 * ATOMIC_BYTES)),
                        Mux(h_mem, rw.data, pattern_beat(addr, W)))
         else:
             beat = Mux(h_mem, rw.data, pattern_beat(addr, W))
