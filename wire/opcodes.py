@@ -14,8 +14,9 @@ Supported rows
 COMPARE_SWAP, 0x14 FETCH_ADD) are executed by a responder built with atomics (the generator's
 ``atomics``; without it they are refused, NAK invalid request, as the reserved RC codes are).
 ATOMIC_ACKNOWLEDGE (0x12) is a wire fact only (``supported`` False): the endpoint's requester
-issues no atomics yet, and drops one as a response it did not ask for. Queries that describe the wire (:func:`is_request`, :data:`RESPONSES`)
-take every row; those that describe what the endpoint does take ``supported=True``.
+issues no atomics yet, and drops one as a response it did not ask for. Queries that describe
+the wire (:func:`is_request`, :data:`RESPONSES`) take every row; those that describe what the
+endpoint does take ``supported=True``.
 
 Adding an opcode means adding its row here (and its constant below) plus its behaviour.
 
