@@ -3,10 +3,14 @@ and the byte orders a 64-bit value can have in memory. The operands and the orig
 big-endian on the wire (AtomicETH, AtomicAckETH: :mod:`rocegen.wire.headers`), whatever the
 memory's order."""
 
-__all__ = ["ATOMIC_BYTES", "BYTE_ORDERS"]
+__all__ = ["ATOMIC_BYTES", "BYTE_ORDERS", "ATOMIC_VERBS"]
 
 #: Bytes an atomic reads and writes, and the alignment of its address.
 ATOMIC_BYTES = 8
 #: The byte orders of the 64-bit value in memory: ``"little"`` (what a host CPU of the x86 or Arm
 #: kind reads as a counter) or ``"big"`` (the wire's).
 BYTE_ORDERS = ("little", "big")
+#: The atomic verbs a requester posts (the names the host agent, the NIC model and the CLI use):
+#: FETCH_ADD adds its operand to the target; COMPARE_SWAP writes its swap operand there when the
+#: target equals its compare operand. Both complete with the target's original value.
+ATOMIC_VERBS = ("FETCH_ADD", "COMPARE_SWAP")
