@@ -3,9 +3,9 @@
 
 A QP lives in the process that created it (as with verbs), so ``rocegen-host connect`` starts
 this agent in the background; later commands (``status``, ``traffic``, ``recv``, ``write``,
-``send``, ``read``, ``close``) talk to it through ``STATE_DIR/agent.sock`` with one JSON request per
-connection and JSON lines in answer (``recv`` sends progress lines, then its result). The
-agent exits when its last QP is closed, on ``shutdown``, or on SIGTERM/SIGINT.
+``send``, ``read``, ``atomic``, ``close``) talk to it through ``STATE_DIR/agent.sock`` with one
+JSON request per connection and JSON lines in answer (``recv`` sends progress lines, then its
+result). The agent exits when its last QP is closed, on ``shutdown``, or on SIGTERM/SIGINT.
 
 Memory: each QP has one region of ``2 * window + recv_depth * recv_size`` bytes: the first
 ``window`` bytes (a power of two) are where the FPGA's WRITEs go and what its READs read (a

@@ -98,7 +98,8 @@ def _print_qps(qps):
                   f"R_Key {rkey:#010x}" + (f"; {q['sent']} messages ({q['sent_bytes']} bytes) "
                                            f"sent into it or read" if q.get("sent") else "")
                   + (f"; READs: {q['rd_atomic']} of ours outstanding at most, "
-                     f"{q['rd_depth']} of the FPGA's accepted" if "rd_atomic" in q else ""))
+                     f"{q['rd_depth']} of the FPGA's accepted" if "rd_atomic" in q else "")
+                  + (f"; this NIC's atomics: {q['atomics']}" if q.get("atomics") else ""))
 
 
 def _connect(args):
