@@ -30,6 +30,7 @@ from rocegen.sim.testing.cocotb_runner import (
 )
 from rocegen.sim.testing.roce_env import board_clock_mhz
 from rocegen.wire.addr import parse_ip, parse_mac
+from rocegen.wire.atomics import ATOMIC_VERBS
 from rocegen.wire.roce import PMTUS
 from rocegen.wire.verbs import VERBS
 
@@ -304,9 +305,11 @@ DEMO_DESCRIPTION = """\
 The endpoint core (Verilator) behind its MAC, the host NIC model on the other side of the line.
 Without --peer-op the endpoint RDMA-WRITEs or SENDs (--op) into the host's memory, or with --op
 READ RDMA-READs the host's memory into its own; with --peer-op the host WRITEs, SENDs or READs
-into / from the endpoint. READs in either direction, and anything the host sends, need the
-endpoint's RC responder, which those runs are built with. The data is checked either way; the
-goodput is reported and every frame written to a pcap file."""
+into / from the endpoint, or runs the contended counter on it with atomics (FETCH_ADD,
+COMPARE_SWAP). READs in either direction, atomics and anything the host sends need the
+endpoint's RC responder, which those runs are built with (atomics on, little-endian). The data
+is checked either way; the goodput (the atomics' rate) is reported and every frame written to a
+pcap file."""
 
 DEMO_EXAMPLES = "\n".join([
     "examples:",
@@ -322,7 +325,10 @@ DEMO_EXAMPLES = "\n".join([
     "  rocegen sim demo --peer-op READ --width 64 --bytes 65536 --size 8192",
     "      the host WRITEs 64 KiB on each of 2 QPs into the endpoint, then READs it back",
     "  rocegen sim demo --op READ --width 64 --bytes 65536 --size 8192",
-    "      the endpoint READs 64 KiB on each of 2 QPs from the host's memory into its own"])
+    "      the endpoint READs 64 KiB on each of 2 QPs from the host's memory into its own",
+    "  rocegen sim demo --peer-op FETCH_ADD --width 64 --qps 4 --count 32",
+    "      the contended counter: 4 host QPs at once FETCH_ADD 1 on one 8-byte counter of the",
+    "      endpoint, 32 times each"])
 
 
 def _demo_link_checks(args):
@@ -364,12 +370,19 @@ def _sim_demo_peer(args):
         raise ValueError("--opcode is what the endpoint sends; with --peer-op the host sends "
                          "(give one of them)")
     reads = "peer_read" if args.peer_op == "READ" else "read" if not args.peer_op else None
+    atomic = args.peer_op in ATOMIC_VERBS
     num_qps = max(8, args.qps)
     cfg = responder_sim_config(args.width, num_qps)
     share = responder_share(cfg.params, args.qps)
-    if args.size is None:
+    if atomic:
+        if not 1 <= args.count <= 1 << 16:
+            raise ValueError(f"--count must be 1..65536 with {option}, not {args.count}")
+        if not 1 <= args.outstanding <= 16:
+            raise ValueError(f"--outstanding must be 1..16 (the host QP's max_rd_atomic), not "
+                             f"{args.outstanding}")
+    elif args.size is None:
         args.size = min(DEMO_SIZE, share)
-    if not 1 <= args.size <= share:
+    if not atomic and not 1 <= args.size <= share:
         raise ValueError(f"--size must be 1..{share} with {option} (each QP's share of the "
                          f"responder's region with {args.qps} QPs at W = {args.width}), not "
                          f"{args.size}")
@@ -389,8 +402,10 @@ def _sim_demo_peer(args):
           f"minutes, then it is cached under {SIM_CACHE})")
     pcap = Path(args.pcap or out / f"roce_{tag}.pcap").resolve()
     results = (out / f"roce_{tag}.json").resolve()
-    run = {**demo_run(args, line), "kind": reads or "responder",
+    run = {**demo_run(args, line), "kind": reads or ("atomic" if atomic else "responder"),
            "opcode": args.peer_op or "READ"}
+    if atomic:
+        run.update(count=args.count, outstanding=args.outstanding)
     module = "rocegen.sim.cocotb.roce_demo_read" if reads else "rocegen.sim.cocotb.roce_resp_runs"
     try:
         run_cocotb(cfg, module, "runs", label=f"demo-{'read' if reads else 'peer'}-{args.width}",
@@ -402,6 +417,8 @@ def _sim_demo_peer(args):
     mhz = board_clock_mhz(args.width)
     if reads:
         return _demo_read_report(args, run, r, line, mhz, pcap)
+    if atomic:
+        return _demo_atomic_report(args, run, r, line, mhz, pcap)
     print(f"W={args.width} at {mhz:.3f} MHz, line {line:g} Gb/s{' (unthrottled)' if not line else ''}"
           f", PMTU {args.pmtu}: the host sends {args.peer_op} messages of {args.size} bytes to "
           f"the endpoint's responder, {args.bytes} bytes on each of {args.qps} QP"
@@ -449,6 +466,33 @@ def _demo_read_report(args, run, r, line, mhz, pcap):
     print(f"goodput {r['goodput_gbps']:.2f} Gb/s ({args.bytes * args.qps} bytes in "
           f"{r['line_cycles'] / mhz:.1f} us {span}{', summed over the rounds' if rounds > 1 else ''}"
           f"); {check} ({r['checked_bytes']} bytes compared)")
+    print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
+    return 0
+
+
+def _demo_atomic_report(args, run, r, line, mhz, pcap):
+    """What ``rocegen sim demo --peer-op FETCH_ADD`` / ``COMPARE_SWAP`` prints of its result
+    ``r``."""
+    cas = args.peer_op == "COMPARE_SWAP"
+    qps = f"{args.qps} QP{'s' if args.qps > 1 else ''}"
+    what = "COMPARE_SWAP spins (compare k, swap k + 1) until" if cas else "FETCH_ADDs of 1:"
+    print(f"W={args.width} at {mhz:.3f} MHz, line {line:g} Gb/s{' (unthrottled)' if not line else ''}"
+          f": the contended counter, {qps} at once, {what} {args.count} per QP"
+          f"{' took' if cas else ''}, on the endpoint's 8 bytes at {r['counter']:#x} (up to "
+          f"{args.outstanding} outstanding per QP)")
+    _print_link(run, r)
+    total = args.qps * args.count
+    print(f"ops: {r['ops']} atomics executed" + (f", {r['successes']} swaps took" if cas else "")
+          + f" ({r['atomic_acks']} ATOMIC_ACKNOWLEDGEs, {r['packets']} requests on the host's "
+          f"line)")
+    print(f"counter: {r['initial']:#x} -> {r['final']:#x} (final value {r['final']}; "
+          f"expected {(r['initial'] + total) % 2**64}), {r['distinct']} distinct values "
+          f"{'found by the swaps that took' if cas else 'returned'}, consecutive from "
+          f"{r['initial']:#x}")
+    us = r["line_cycles"] / mhz
+    print(f"cycles: {r['line_cycles']:.0f} ({us:.1f} us) from the first atomic on the host's line to "
+          f"the endpoint's last ATOMIC_ACKNOWLEDGE; {r['ops_per_s'] / 1e6:.2f} M atomics/s at "
+          f"the build's {mhz:.3f} MHz clock")
     print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
     return 0
 
@@ -578,7 +622,7 @@ def main(argv=None):
                    "responder's region (a run larger than the share goes in rounds). Checked: "
                    "every READ completes OK, in order, and the endpoint's memory, written back "
                    "to the host by its own RDMA WRITEs, holds the bytes read. Not with --peer-op")
-    d.add_argument("--peer-op", choices=VERBS, default=None, metavar="OP",
+    d.add_argument("--peer-op", choices=(*VERBS, *ATOMIC_VERBS), default=None, metavar="OP",
                    help="the other direction: the host NIC model's requester sends --bytes per "
                    "QP in --size messages of OP (WRITE, WRITE_IMM, SEND, SEND_IMM or READ) to "
                    "the endpoint built with its RC responder; WRITEs land one after the other in "
@@ -591,7 +635,19 @@ def main(argv=None):
                    "line to the endpoint's last ACK. READ: the host WRITEs random bytes there "
                    "first, then READs every message back; checked: each READ completes OK with "
                    "exactly what the endpoint's memory holds; goodput over the time from the "
-                   "first READ request to the endpoint's last READ response")
+                   "first READ request to the endpoint's last READ response. FETCH_ADD or "
+                   "COMPARE_SWAP: the contended counter on the endpoint built with atomics: "
+                   "every QP at once, --count FETCH_ADDs of 1 (or COMPARE_SWAP spins until "
+                   "--count swaps took) on one 8-byte counter, --outstanding per QP; checked: "
+                   "the counter rose by QPs x count and the values returned are that many "
+                   "distinct consecutive numbers; figures: atomics, cycles, atomics/s at the "
+                   "build's clock, final value, distinct values")
+    d.add_argument("--count", type=int, default=64,
+                   help="with --peer-op FETCH_ADD or COMPARE_SWAP: atomics (swaps that took) per "
+                   "QP (default 64)")
+    d.add_argument("--outstanding", type=int, default=16,
+                   help="with --peer-op FETCH_ADD or COMPARE_SWAP: atomics each QP keeps in "
+                   "flight, 1..16 (default 16)")
     d.add_argument("--line-gbps", type=float, default=None,
                    help="MAC line rate (default 100 at W >= 128, 10 at W = 64; 0: unthrottled)")
     d.add_argument("--loss", type=float, default=0.0, metavar="P",

@@ -3,9 +3,9 @@
 
 A QP lives in the process that created it (as with verbs), so ``rocegen-host connect`` starts
 this agent in the background; later commands (``status``, ``traffic``, ``recv``, ``write``,
-``send``, ``read``, ``close``) talk to it through ``STATE_DIR/agent.sock`` with one JSON request per
-connection and JSON lines in answer (``recv`` sends progress lines, then its result). The
-agent exits when its last QP is closed, on ``shutdown``, or on SIGTERM/SIGINT.
+``send``, ``read``, ``atomic``, ``close``) talk to it through ``STATE_DIR/agent.sock`` with one
+JSON request per connection and JSON lines in answer (``recv`` sends progress lines, then its
+result). The agent exits when its last QP is closed, on ``shutdown``, or on SIGTERM/SIGINT.
 
 Memory: each QP has one region of ``2 * window + recv_depth * recv_size`` bytes: the first
 ``window`` bytes (a power of two) are where the FPGA's WRITEs go and what its READs read (a
@@ -51,6 +51,14 @@ READ depths: the host states its own in OPEN_QP (the NIC's :meth:`read_limits`),
 at most as many READs outstanding as the FPGA's ACK says it accepts (``rd_depth``; 0, an FPGA
 that does not state it: 1), and accepts as many as it stated.
 
+Atomics (:meth:`Agent.atomic`, an FPGA built with ``--atomics``): the contended counter of
+:mod:`rocegen.host.counter` on one 8-byte target in the FPGA's region, every selected QP at
+once, READ before and after; the atomics count against the QP's READ limit on the wire. The
+host's QPs and regions also take atomics (remote atomic access, when the NIC offers them): the
+place for an FPGA that issues atomics into the host's memory. The connection manager's format
+has no byte that says whether the FPGA executes atomics: an FPGA built without them answers
+the first with NAK invalid request, and the QP goes to the error state.
+
 Rates (:meth:`TrafficRun.summary`): ``seconds``/``gbps``/``mmsgs`` are measured on the wall
 clock, from sending the run's datagram to its last message checked. When the NIC knows the
 FPGA's own time (the simulated NIC: the simulation's frames carry their core-clock cycles,
@@ -73,8 +81,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rocegen.host.cm_client import CmClient, CmError
+from rocegen.host.counter import CounterQp, counter_problems
 from rocegen.host.nic import NicError, SendCpl, open_nic
 from rocegen.wire.addr import parse_ip
+from rocegen.wire.atomics import ATOMIC_BYTES, ATOMIC_VERBS, BYTE_ORDERS
 from rocegen.wire.pattern import generator_address, pattern
 from rocegen.wire.verbs import VERBS
 
@@ -90,6 +100,13 @@ SEND_DEPTH = 32
 VERDICT_TRIES = 6
 #: Seconds between QUERYs while the FPGA's READ run goes on (the first; doubled up to 0.5).
 READ_POLL = 0.05
+#: Atomics a QP of an atomic run keeps outstanding at most (a ConnectX's max_rd_atomic).
+ATOMIC_DEPTH = 16
+#: ``wr_id`` of the READs of an atomic run's target (its atomics count from 0).
+TARGET_READ = 1 << 40
+#: A send completion's status for a NAK invalid request: the simulated NIC's, and pyverbs'
+#: (``IBV_WC_REM_INV_REQ_ERR``).
+INVALID_REQUEST = ("REM_INV_REQ_ERR", "status 9")
 
 
 class AgentError(Exception):
@@ -176,6 +193,8 @@ class HostQp:
     rd_atomic: int = 1                  # READs of ours outstanding at most (max_rd_atomic)
     rd_depth: int = 1                   # READs of the FPGA accepted at once (max_dest_rd_atomic)
     fpga_reads: tuple = (0, 0)          # the READ depths the FPGA stated; zeros: none (no READs)
+    atomics: str | None = None          # the host NIC's atomics (atomic_cap); the QP takes the
+    #                                     FPGA's atomics on its memory when not None
 
     def info(self):
         return {"qpn": self.qpn, "psn": self.psn, "fpga_qpn": self.fpga_qpn, "pmtu": self.pmtu,
@@ -185,7 +204,7 @@ class HostQp:
                 "fpga_region": list(self.fpga_region), "sent": self.sent,
                 "sent_bytes": self.sent_bytes, "rd_atomic": self.rd_atomic,
                 "rd_depth": self.rd_depth, "fpga_reads": list(self.fpga_reads),
-                "run": self.run.summary() if self.run else None}
+                "atomics": self.atomics, "run": self.run.summary() if self.run else None}
 
 
 def _log2(n):
@@ -277,7 +296,8 @@ class Agent:
                     addr + 2 * self.window, self.recv_size, self.recv_depth,
                     fpga_region=(opened["rkey"], opened["base"], opened["length"]),
                     rd_atomic=min(own_atomic, opened.get("rd_depth") or 1), rd_depth=own_depth,
-                    fpga_reads=(opened.get("rd_atomic", 0), opened.get("rd_depth", 0)))
+                    fpga_reads=(opened.get("rd_atomic", 0), opened.get("rd_depth", 0)),
+                    atomics=self._atomic_cap())
         depths = {"rd_atomic": qp.rd_atomic, "rd_depth": qp.rd_depth} if self._read_limits else {}
         self.nic.connect_qp(qpn, fpga_qpn, self.fpga_ip, fpga_psn, qp.pmtu, **depths, **host)
         for k in range(self.recv_depth):
@@ -286,6 +306,10 @@ class Agent:
             self.qps[fpga_qpn] = qp
             self._by_host[qpn] = qp
         return qp.info()
+
+    def _atomic_cap(self):
+        """The host NIC's atomics (its ``atomic_cap()``; a NIC that does not say has none)."""
+        return self.nic.atomic_cap() if hasattr(self.nic, "atomic_cap") else None
 
     def _select(self, fpga_qpn):
         with self.lock:
@@ -549,6 +573,177 @@ class Agent:
         return {"op": op, "size": size, "count": count, "qps": rows, "bytes": sent,
                 "seconds": seconds, "gbps": sent * 8 / seconds / 1e9, "checked": checked,
                 "wrong": wrong, "ok": ok}
+
+    # ------------------------------------------------------------------ atomics
+
+    def atomic(self, fpga_qpn=None, *, op="FETCH_ADD", count=64, offset=None, depth=ATOMIC_DEPTH,
+               byte_order="little", stall=30.0):
+        """The contended counter (:mod:`rocegen.host.counter`): on every selected QP at once,
+        ``count`` FETCH_ADDs of 1 (``op`` ``"FETCH_ADD"``) or COMPARE_SWAP loops until ``count``
+        swaps took (``"COMPARE_SWAP"``) on the 8 bytes at ``offset`` of the QP's FPGA region
+        (default: its last 8-byte word), up to ``depth`` outstanding per QP. The target is READ
+        before and after (its 64-bit value in ``byte_order``, the FPGA's ``--atomics``); QPs
+        whose regions put the offset at the same FPGA address share one counter. Returns
+        ``op``, ``count``, ``depth``, ``qps`` (per QP: ``fpga_qpn``, ``target``, ``done`` (adds
+        completed or swaps that took), ``attempts``, ``errors``), ``targets`` (per target:
+        ``addr``, ``fpga_qpns``, ``initial``, ``final``, ``expected``, ``ops``, ``distinct``,
+        ``consecutive``, ``successes`` for COMPARE_SWAP, ``problems``), ``ops`` (atomics
+        executed), ``seconds`` and ``ops_per_s`` (wall clock, the atomics only) and ``ok``."""
+        if op not in ATOMIC_VERBS:
+            raise AgentError("usage", f"op must be one of {', '.join(ATOMIC_VERBS)}, not {op!r}")
+        if not 1 <= count < 1 << 31:
+            raise AgentError("usage", f"count must be 1 .. 2^31-1, not {count}")
+        if not 1 <= depth <= ATOMIC_DEPTH:
+            raise AgentError("usage", f"depth must be 1..{ATOMIC_DEPTH}, not {depth}")
+        if byte_order not in BYTE_ORDERS:
+            raise AgentError("usage", f"byte order must be one of {', '.join(BYTE_ORDERS)}, "
+                             f"not {byte_order!r}")
+        if self._atomic_cap() is None:
+            raise AgentError("no_atomics", "this host's RDMA device offers no atomics "
+                             "(atomic_caps IBV_ATOMIC_NONE)")
+        qps = self._select(fpga_qpn)
+        with self.lock:
+            parts = [self._counter_part(qp, op, count, offset, depth) for qp in qps]
+            for qp in qps:
+                qp.sending = True
+        try:
+            return self._atomic_run(qps, parts, op, count, depth, byte_order, stall)
+        finally:
+            with self.lock:
+                for qp in qps:
+                    qp.sending = False
+
+    def _counter_part(self, qp, op, count, offset, depth):
+        """QP ``qp``'s :class:`CounterQp` (checked: region, target, state; lock held)."""
+        rkey, base, length = qp.fpga_region
+        if not length:
+            raise AgentError("no_region", f"the FPGA offers no memory region on QP "
+                             f"{qp.fpga_qpn} (an FPGA built without the responder)")
+        at = ((base + length) // ATOMIC_BYTES - 1) * ATOMIC_BYTES - base if offset is None \
+            else offset
+        if not 0 <= at <= length - ATOMIC_BYTES:
+            raise AgentError("usage", f"offset {at:#x} is not inside the FPGA's region of QP "
+                             f"{qp.fpga_qpn} ({length:#x} bytes)")
+        if (base + at) % ATOMIC_BYTES:
+            raise AgentError("usage", f"the target {base + at:#x} (offset {at:#x} in the region "
+                             f"of QP {qp.fpga_qpn}) is not a multiple of {ATOMIC_BYTES}")
+        if qp.state != "RTS":
+            raise AgentError("state", f"QP {qp.fpga_qpn} is in {qp.state}")
+        if qp.sending or (qp.run is not None and not qp.run.done):
+            raise AgentError("busy", f"QP {qp.fpga_qpn} has a run going")
+        return CounterQp(qp.qpn, qp.fpga_qpn, op, count, base + at, rkey, qp.addr, depth)
+
+    def _atomic_run(self, qps, parts, op, count, depth, order, stall):
+        groups = {}
+        for qp, part in zip(qps, parts):
+            groups.setdefault(part.target, []).append((qp, part))
+        before = {t: self._read_target(*g[0], stall) for t, g in groups.items()}
+        for t, group in groups.items():
+            for _, part in group:
+                part.guess = int.from_bytes(before[t], order)
+        t0 = time.monotonic()
+        try:
+            self._run_counter(qps, parts, stall)
+        except NicError as e:
+            for qp, part in zip(qps, parts):
+                if part.outstanding:
+                    part.errors.append(str(e))
+                    part.failed = True
+                    qp.state = "ERROR"
+        seconds = max(time.monotonic() - t0, 1e-9)
+        targets = [self._judge(op, t, group, before[t], order, stall)
+                   for t, group in groups.items()]
+        ops = sum(len(p.values) for p in parts)
+        return {"op": op, "count": count, "depth": depth, "byte_order": order,
+                "qps": [{"fpga_qpn": p.fpga_qpn, "target": p.target, "done": p.done,
+                         "attempts": len(p.values), "errors": p.errors} for p in parts],
+                "targets": targets, "ops": ops, "seconds": seconds, "ops_per_s": ops / seconds,
+                "ok": all(not p.errors for p in parts) and
+                all(not t["problems"] for t in targets)}
+
+    def _judge(self, op, target, group, before, order, stall):
+        """A target's row of the result: READ again (on a QP still working), then checked."""
+        row = {"addr": target, "fpga_qpns": [p.fpga_qpn for _, p in group],
+               "initial": int.from_bytes(before, order), "final": None}
+        live = [(qp, p) for qp, p in group if qp.state == "RTS"]
+        if not live:
+            return {**row, "problems": ["no QP left to READ the target with"]}
+        try:
+            after = self._read_target(*live[0], stall)
+        except AgentError as e:
+            return {**row, "problems": [str(e)]}
+        row["final"] = int.from_bytes(after, order)
+        parts = [p for _, p in group]
+        problems, figures = counter_problems(op, row["initial"], row["final"], parts)
+        other = next(o for o in BYTE_ORDERS if o != order)
+        if problems and not counter_problems(op, int.from_bytes(before, other),
+                                             int.from_bytes(after, other), parts)[0]:
+            problems.append(f"read {other}-endian, the target's values pass every check: the "
+                            f"FPGA stores it {other}-endian (--byte-order {other})")
+        return {**row, **figures, "problems": problems}
+
+    def _read_target(self, qp, part, stall):
+        """RDMA READ the 8 bytes of ``part``'s target on ``qp``: the bytes."""
+        local = part.slots + part.depth * ATOMIC_BYTES
+        self.nic.post_send(qp.qpn, TARGET_READ, "READ", local, ATOMIC_BYTES,
+                           remote_addr=part.target, rkey=part.rkey)
+        end = time.monotonic() + stall
+        while True:
+            got = [c for c in self.nic.poll_send(64, timeout=0.05) if c.qpn == qp.qpn]
+            if got:
+                break
+            if time.monotonic() > end:
+                qp.state = "ERROR"
+                raise AgentError("stalled", f"QP {qp.fpga_qpn}: no completion of the READ of "
+                                 f"the target for {stall:g} s")
+        if got[0].wr_id != TARGET_READ or got[0].status != "SUCCESS":
+            qp.state = "ERROR"
+            raise AgentError("failed", f"QP {qp.fpga_qpn}: the READ of the target "
+                             f"{part.target:#x} failed ({got[0].status})")
+        return self.nic.read(local, ATOMIC_BYTES)
+
+    def _run_counter(self, qps, parts, stall):
+        """Post every part's atomics, up to its depth outstanding, until all completed (or
+        failed); ``NicError`` when nothing completed for ``stall`` seconds."""
+        by_qpn = {p.qpn: (qp, p) for qp, p in zip(qps, parts)}
+        order = getattr(self.nic, "result_order", sys.byteorder)
+        last_move = time.monotonic()
+
+        def fill(qp, part):
+            while part.wants():
+                k, swap_add, compare = part.next_post()
+                try:
+                    self.nic.post_send(part.qpn, k, part.op, part.slot(k), ATOMIC_BYTES,
+                                       remote_addr=part.target, rkey=part.rkey,
+                                       swap_add=swap_add, compare=compare)
+                except NicError as e:
+                    part.outstanding.pop()
+                    part.errors.append(str(e))
+                    part.failed = True
+                    qp.state = "ERROR"
+        for qp, part in zip(qps, parts):
+            fill(qp, part)
+        while any(p.outstanding for p in parts):
+            got = self.nic.poll_send(64, timeout=0.05)
+            now = time.monotonic()
+            if got:
+                last_move = now
+            elif now - last_move > stall:
+                raise NicError(f"no completion for {stall:g} s")
+            for c in got:
+                if c.qpn not in by_qpn:
+                    continue
+                qp, part = by_qpn[c.qpn]
+                value = int.from_bytes(self.nic.read(part.slot(c.wr_id), ATOMIC_BYTES), order) \
+                    if c.status == "SUCCESS" else None
+                part.completed(c.wr_id, c.status, value, KEEP_ERRORS)
+                if part.failed:
+                    qp.state = "ERROR"
+                    if c.status in INVALID_REQUEST and \
+                            part.errors[-1:] == [f"atomic {c.wr_id}: {c.status}"]:
+                        part.errors[-1] += (" (NAK invalid request: an FPGA built without "
+                                            "--atomics refuses atomics)")
+                fill(qp, part)
 
     def _query(self):
         """The FPGA's pattern sink counters ``(checked, wrong)``, or None without a sink."""
@@ -821,6 +1016,7 @@ class _Handler(socketserver.StreamRequestHandler):
                 return
             commands = {"open": agent.open, "close": agent.close, "traffic": agent.traffic,
                         "write": agent.write, "send": agent.send, "read": agent.read,
+                        "atomic": agent.atomic,
                         "status": agent.status, "progress": agent.progress,
                         "shutdown": lambda: agent.close() if agent.qps else []}
             if cmd not in commands:

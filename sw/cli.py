@@ -11,6 +11,7 @@ traffic generator and check what arrives.
     rocegen-host read --count 64 --size 65536                  # and back from it
     rocegen-host send --count 64 --size 4096 [--imm]           # into its receive buffers
     rocegen-host traffic --op READ --count 64 --size 65536     # the FPGA reads the host
+    rocegen-host atomic --op FETCH_ADD --count 64              # the contended counter
     rocegen-host status
     rocegen-host close
 
@@ -21,6 +22,14 @@ addresses ``write`` writes and checks every byte against the test pattern of its
 (so write first). ``traffic --op READ`` (an FPGA with the READ requester): the FPGA READs the
 host's memory, which the agent has filled with the test pattern of the FPGA addresses the bytes
 land at; its pattern sink checks them and ``recv`` shows its verdict.
+
+``atomic`` (an FPGA built with ``--atomics``): the contended counter, on every QP at once (or
+``--qp``), ``--count`` FETCH_ADDs of 1 or COMPARE_SWAP loops (compare k, swap k + 1, tried
+again from the value found until ``--count`` swaps took) on one 8-byte target of the FPGA's
+region (``--offset``), up to 16 outstanding per QP; the target RDMA-READ before and after.
+Checked: the target rose by N x M (N QPs, M each), the values returned are N x M distinct
+consecutive numbers (COMPARE_SWAP: the swaps that took are as many as the rise, none on a value
+another took).
 
 ``connect`` starts the host agent (:mod:`rocegen.host.agent`) in the background, holding the QPs
 and their memory; the other commands talk to it. Exit status: 0 done, 1 refused / failed /
@@ -35,12 +44,13 @@ import sys
 import time
 from pathlib import Path
 
-from rocegen.host.agent import request
+from rocegen.host.agent import ATOMIC_DEPTH, request
 from rocegen.host.nic import SIM_FPGA_IP, SIM_HOST_IP, SIM_PEER_TIMEOUT, SIM_TIMEOUT, VERBS_TIMEOUT
+from rocegen.wire.atomics import ATOMIC_VERBS, BYTE_ORDERS
 from rocegen.wire.cm import CM_PORT
 from rocegen.wire.verbs import VERBS
 
-__all__ = ["main", "state_dir", "rate_clock"]
+__all__ = ["main", "state_dir", "rate_clock", "atomic_lines"]
 
 
 
@@ -88,7 +98,8 @@ def _print_qps(qps):
                   f"R_Key {rkey:#010x}" + (f"; {q['sent']} messages ({q['sent_bytes']} bytes) "
                                            f"sent into it or read" if q.get("sent") else "")
                   + (f"; READs: {q['rd_atomic']} of ours outstanding at most, "
-                     f"{q['rd_depth']} of the FPGA's accepted" if "rd_atomic" in q else ""))
+                     f"{q['rd_depth']} of the FPGA's accepted" if "rd_atomic" in q else "")
+                  + (f"; this NIC's atomics: {q['atomics']}" if q.get("atomics") else ""))
 
 
 def _connect(args):
@@ -221,6 +232,50 @@ def _host_run(args, cmd):
                        "rocegen-host write --count N --size S)")
         raise Fail("bytes wrong in the FPGA's memory" if r["wrong"] else "the run failed")
     return 0
+
+
+def _atomic(args):
+    req = {"cmd": "atomic", "fpga_qpn": args.qp, "op": args.op, "count": args.count,
+           "offset": args.offset, "depth": args.outstanding, "byte_order": args.byte_order,
+           "stall": args.stall}
+    r = _call(args, req)
+    if args.json:
+        print(json.dumps(r))
+    else:
+        for line in atomic_lines(r):
+            print(line)
+    if not r["ok"]:
+        raise Fail("the contended counter's checks failed" if any(
+            t["problems"] for t in r["targets"]) else "atomics failed")
+    return 0
+
+
+def atomic_lines(r):
+    """What ``rocegen-host atomic`` prints of the agent's result ``r``."""
+    cas = r["op"] == "COMPARE_SWAP"
+    lines = []
+    for q in r["qps"]:
+        what = (f"{q['done']} of {r['count']} COMPARE_SWAPs took (compare k, swap k + 1), "
+                f"{q['attempts']} tried" if cas else
+                f"{q['done']} of {r['count']} FETCH_ADDs of 1 completed")
+        lines.append(f"QP {q['fpga_qpn']}: {what} on FPGA address {q['target']:#x}")
+        lines += [f"  QP {q['fpga_qpn']}: {e}" for e in q["errors"]]
+    for t in r["targets"]:
+        qps = len(t["fpga_qpns"])
+        head = f"target {t['addr']:#x} ({qps} QP{'s' * (qps != 1)}): "
+        if t["final"] is None:
+            lines.append(head + f"{t['initial']:#x} before, not READ after")
+        else:
+            lines.append(head + f"{t['initial']:#x} -> {t['final']:#x} (expected "
+                         f"{t['expected']:#x}: {qps} x {r['count']} increments); " + (
+                             f"{t['successes']} swaps took, {t['distinct']} distinct values"
+                             if cas else f"{t['ops']} values returned, {t['distinct']} distinct")
+                         + (", consecutive from the initial value" if t["consecutive"] else ""))
+        lines += [f"  target {t['addr']:#x}: {p}" for p in t["problems"]]
+    lines.append(f"{r['ops']} atomics in {r['seconds']:.3f} s, {r['ops_per_s']:.0f} atomics/s "
+                 f"(wall clock; up to {r['depth']} outstanding per QP)")
+    lines.append("every check holds" if r["ok"] else "FAILED")
+    return lines
 
 
 def _write(args):
@@ -444,6 +499,27 @@ def main(argv=None):
                        help="give up after this many seconds without a completion (default 30)")
         h.add_argument("--json", action="store_true")
 
+    a = sub.add_parser("atomic", help="the contended counter: RDMA atomics (FETCH_ADD or "
+                       "COMPARE_SWAP loops) from every QP at once on one 8-byte target of the "
+                       "FPGA's region (an FPGA with --atomics), READ before and after, checked")
+    a.add_argument("--op", choices=ATOMIC_VERBS, default="FETCH_ADD",
+                   help="FETCH_ADD: add 1, --count times per QP (default); COMPARE_SWAP: compare "
+                   "k, swap k + 1, tried again from the value found until --count swaps took")
+    a.add_argument("--qp", type=int, default=None, help="the FPGA's QP number (default: all)")
+    a.add_argument("--count", type=int, default=64,
+                   help="FETCH_ADDs, or COMPARE_SWAPs that take, per QP (default 64)")
+    a.add_argument("--offset", type=lambda t: int(t, 0), default=None, metavar="BYTES",
+                   help="the target's offset in the QP's FPGA region, at an 8-byte aligned FPGA "
+                   "address (default: the region's last 8-byte word)")
+    a.add_argument("--outstanding", type=int, default=ATOMIC_DEPTH, metavar="N",
+                   help=f"atomics outstanding per QP, 1..{ATOMIC_DEPTH} (default {ATOMIC_DEPTH})")
+    a.add_argument("--byte-order", choices=BYTE_ORDERS, default="little",
+                   help="the order of the 64-bit target in the FPGA's memory, as its --atomics "
+                   "(default little), to read its value before and after")
+    a.add_argument("--stall", type=float, default=30.0,
+                   help="give up after this many seconds without a completion (default 30)")
+    a.add_argument("--json", action="store_true")
+
     r = sub.add_parser("recv", help="wait for the runs, checking every message; live progress, "
                        "then rates labelled with their clock (in simulation the FPGA's time)")
     r.add_argument("--qp", type=int, default=None)
@@ -475,7 +551,8 @@ def main(argv=None):
                                f"{what}), not {value}", 2)
             return _connect(args)
         return {"status": _status, "traffic": _traffic, "recv": _recv, "close": _close,
-                "stop": _stop, "write": _write, "send": _send, "read": _read}[args.command](args)
+                "stop": _stop, "write": _write, "send": _send, "read": _read,
+                "atomic": _atomic}[args.command](args)
     except Fail as e:
         print(f"rocegen-host: {e}", file=sys.stderr)
         return e.code

@@ -4,14 +4,19 @@ simulated one (:class:`SimNic`): the project's RNIC model on a simulated Etherne
 
 Both offer what the agent needs of an RC QP, as the responder of the FPGA's traffic (its WRITEs
 and SENDs, and its RDMA READs of the host's memory) and as the requester of the host's own
-WRITEs, SENDs and READs into / from the FPGA:
+WRITEs, SENDs, READs and atomics into / from the FPGA:
 
 ``local_ip``
     the IPv4 address RoCE packets reach us at (goes in OPEN_QP's ``loc_ip``).
 ``create_qp(recv_depth)``
     a QP in RESET; returns its number.
 ``register(length)``
-    a memory region with local write, remote write and remote read access: ``(addr, rkey)``.
+    a memory region with local write, remote write and remote read access, and remote atomic
+    access when the NIC offers atomics: ``(addr, rkey)``.
+``atomic_cap()``
+    the NIC's atomics: ``"HCA"`` (atomic against the atomics of this NIC, what a ConnectX and
+    rxe state), ``"GLOB"`` (against every writer of the memory too), or None (no atomics: a
+    host QP cannot issue them, and its memory does not take the peer's).
 ``read_limits()``
     ``(rd_atomic, rd_depth)``: the most RDMA READs a QP of this NIC can have outstanding
     towards its peer, and the most it accepts from its peer at once (what the host states in
@@ -19,8 +24,10 @@ WRITEs, SENDs and READs into / from the FPGA:
 ``connect_qp(qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic, rd_depth, timeout, retry_cnt, rnr_retry)``
     to RTR then RTS, expecting PSN ``epsn`` first from the FPGA's QP ``fpga_qpn`` and sending
     from PSN ``epsn`` too (the connection manager sets both directions of the FPGA's QP to the
-    same PSN); ``rd_atomic`` READs of ours outstanding at most (``max_rd_atomic``), ``rd_depth``
-    of the FPGA's accepted at once (``max_dest_rd_atomic``); ``timeout`` (the local ACK timeout
+    same PSN); ``rd_atomic`` READs and atomics of ours outstanding at most (``max_rd_atomic``),
+    ``rd_depth`` of the FPGA's accepted at once (``max_dest_rd_atomic``); the QP takes the
+    FPGA's RDMA WRITEs and READs, and its atomics when the NIC offers them (``atomic_cap()``;
+    remote atomic access: the place for an FPGA that issues atomics); ``timeout`` (the local ACK timeout
     code 0..31, 4.096 us x 2^code, 0 = infinite), ``retry_cnt`` and ``rnr_retry`` (0..7, 7 = RNR
     retries forever) of our requester, None: the NIC's own (:data:`VERBS_TIMEOUT`, 7, 7 on an
     RDMA device; :data:`SIM_TIMEOUT`, 7, 7 on the simulated NIC).
@@ -28,11 +35,18 @@ WRITEs, SENDs and READs into / from the FPGA:
     a receive buffer inside the region.
 ``poll(max_entries)``
     receive completions as :class:`Cpl`.
-``post_send(qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None)``
+``post_send(qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None, swap_add=None, compare=None)``
     a send work request (``op``: ``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``: the message is
     the ``length`` bytes at ``addr`` of a region, read when the NIC sends them; ``READ``: the
     ``length`` bytes at ``remote_addr`` of the peer land at ``addr``, in place once the READ
+    has completed; an atomic of :data:`~rocegen.wire.atomics.ATOMIC_VERBS`, ``length`` 8:
+    ``FETCH_ADD`` adds ``swap_add`` to the 8 bytes at ``remote_addr`` of the peer,
+    ``COMPARE_SWAP`` writes ``swap_add`` there when they equal ``compare``; the original
+    value lands at ``addr`` in this host's byte order (:attr:`result_order`) once the atomic
     has completed).
+``result_order``
+    the byte order of an atomic's original value in local memory: the host CPU's (rxe and the
+    verbs providers store it so), ``"little"`` on the simulated NIC (the NIC model's).
 ``poll_send(max_entries, timeout)``
     send completions as :class:`SendCpl`, in order per QP.
 ``read(addr, length)`` / ``fill(addr, length, value)`` / ``write(addr, data)``
@@ -49,10 +63,12 @@ Errors a user can meet are :class:`NicError` with a sentence that says what to d
 
 import random
 import socket
+import sys
 import threading
 import time
 from typing import NamedTuple
 
+from rocegen.wire.atomics import ATOMIC_BYTES, ATOMIC_VERBS
 from rocegen.wire.headers import ARP, ETH, ETHERTYPE_ARP, IPV4, UDP_PORT_ROCEV2
 from rocegen.wire.roce import SIMULATED_PEER_TIMEOUT
 from rocegen.wire.simwire import (
@@ -112,9 +128,21 @@ class SendCpl(NamedTuple):
     status: str
 
 
-def _check_send(op, length, imm):
+def _check_send(op, length, imm, swap_add=None, compare=None):
+    if op in ATOMIC_VERBS:
+        if length != ATOMIC_BYTES or imm is not None:
+            raise NicError(f"{op} works on {ATOMIC_BYTES} bytes and takes no immediate data")
+        for name, v in (("swap_add", swap_add), ("compare", compare)):
+            if (v is not None or name == "swap_add" or op == "COMPARE_SWAP") and \
+                    (not isinstance(v, int) or not 0 <= v < 1 << 64):
+                raise NicError(f"{op}: {name} must be a 64-bit number, not {v!r}")
+        if op == "FETCH_ADD" and compare is not None:
+            raise NicError("FETCH_ADD has no compare operand")
+        return
     if op not in VERBS:
-        raise NicError(f"send opcode must be one of {', '.join(VERBS)}, not {op!r}")
+        raise NicError(f"send opcode must be one of {', '.join(VERBS + ATOMIC_VERBS)}, not {op!r}")
+    if swap_add is not None or compare is not None:
+        raise NicError(f"{op} has no atomic operands")
     if op.endswith("_IMM") != (imm is not None):
         raise NicError(f"{op} {'needs' if op.endswith('_IMM') else 'takes no'} immediate data")
     if length < 0:
@@ -143,7 +171,7 @@ SIM_HOST_MAC, SIM_HOST_IP = HOST_MAC, HOST_IP
 
 def _sim_access():
     from rocegen.sim.models.rnic import Access
-    return Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+    return Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
 
 
 def _sim_rnic(mac, ip, strict):
@@ -297,8 +325,17 @@ class SimNic:
             self.rnic.register_mr(addr, length, rkey, _sim_access())
         return addr, rkey
 
+    #: the NIC model stores an atomic's original value little-endian, as a host CPU of the x86
+    #: or Arm kind reads it
+    result_order = "little"
+
     def read_limits(self):
         return SIM_RD_DEPTH, SIM_RD_DEPTH
+
+    def atomic_cap(self):
+        """``"HCA"``: the NIC model executes its peer's atomics, and issues its own, as a
+        ConnectX does."""
+        return "HCA"
 
     def connect_qp(self, qpn, fpga_qpn, fpga_ip, epsn, pmtu, *, rd_atomic=1, rd_depth=1,
                    timeout=None, retry_cnt=None, rnr_retry=None):
@@ -309,15 +346,17 @@ class SimNic:
                                 retry_cnt=7 if retry_cnt is None else retry_cnt,
                                 rnr_retry=7 if rnr_retry is None else rnr_retry,
                                 window=SIM_WINDOW,
-                                access=Access.REMOTE_WRITE | Access.REMOTE_READ,
+                                access=Access.REMOTE_WRITE | Access.REMOTE_READ |
+                                Access.REMOTE_ATOMIC,
                                 max_rd_atomic=rd_atomic, max_dest_rd_atomic=rd_depth)
 
     def post_recv(self, qpn, wr_id, addr, length):
         with self._lock:
             self.rnic.post_recv(qpn, length, wr_id, addr=addr)
 
-    def post_send(self, qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None):
-        _check_send(op, length, imm)
+    def post_send(self, qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None,
+                  swap_add=None, compare=None):
+        _check_send(op, length, imm, swap_add, compare)
         with self._lock:
             peer = self.rnic.qps[qpn].peer_ip
         self._resolve(peer)
@@ -328,6 +367,10 @@ class SimNic:
                 if op == "READ":
                     self.rnic.post_send(qpn, op, length=length, remote_addr=remote_addr,
                                         rkey=rkey, local_addr=addr, wr_id=wr_id)
+                elif op in ATOMIC_VERBS:
+                    self.rnic.post_send(qpn, op, remote_addr=remote_addr, rkey=rkey,
+                                        local_addr=addr, wr_id=wr_id, swap_add=swap_add,
+                                        compare=compare)
                 else:
                     data = self.rnic.read_mem(addr, length)
                     self.rnic.post_send(qpn, op, data=data, remote_addr=remote_addr, rkey=rkey,
@@ -485,7 +528,6 @@ def _import_pyverbs():
     try:
         import pyverbs  # noqa: F401
     except ImportError:
-        import sys
         for path in ("/usr/lib/python3/dist-packages", "/usr/local/lib/python3/dist-packages"):
             if path not in sys.path:
                 sys.path.append(path)
@@ -501,7 +543,8 @@ class VerbsNic:
     """A real RDMA NIC through pyverbs (rdma-core's Python bindings): device ``device`` (default:
     the first one), port ``port``, GID index ``gid_index`` (default: the first RoCEv2 GID holding
     an IPv4 address). One protection domain, one completion queue for every QP, regions with
-    local write, remote write and remote read access. The host's own WRITEs, SENDs and READs
+    local write, remote write and remote read access (and remote atomic access when the device
+    offers atomics, :meth:`atomic_cap`). The host's own WRITEs, SENDs, READs and atomics
     (:meth:`post_send`) share
     the completion queue with the receive completions: :meth:`poll` and :meth:`poll_send` sort
     them (a send work request's ``wr_id`` carries :data:`SEND_TAG`).
@@ -515,7 +558,10 @@ class VerbsNic:
     SEND_TAG = 1 << 62
     #: Send work requests a QP can have outstanding.
     SEND_DEPTH = 64
+    #: an atomic's original value lands in local memory in the host CPU's byte order
+    result_order = sys.byteorder
     _closed = False
+    _atomic_cap = False         # not asked yet
 
     def __init__(self, device=None, *, port=1, gid_index=None, cq_depth=4096):
         _import_pyverbs()
@@ -596,13 +642,34 @@ class VerbsNic:
         self.qps[qp.qp_num] = qp
         return qp.qp_num
 
+    def _remote_access(self):
+        """The remote access of the regions and QPs: write, read, and atomic when the device
+        offers atomics."""
+        e = self.e
+        access = e.IBV_ACCESS_REMOTE_WRITE | e.IBV_ACCESS_REMOTE_READ
+        if self.atomic_cap() is not None:
+            access |= e.IBV_ACCESS_REMOTE_ATOMIC
+        return access
+
+    def atomic_cap(self):
+        """The device's ``atomic_caps``: ``"HCA"``, ``"GLOB"``, or None (``IBV_ATOMIC_NONE``, or a
+        device that does not say)."""
+        if self._atomic_cap is False:
+            try:
+                cap = self.ctx.query_device().atomic_caps
+            except (self._Error, AttributeError):
+                cap = None
+            e = self.e
+            self._atomic_cap = {getattr(e, "IBV_ATOMIC_HCA", 1): "HCA",
+                                getattr(e, "IBV_ATOMIC_GLOB", 2): "GLOB"}.get(cap)
+        return self._atomic_cap
+
     def register(self, length):
         from pyverbs.mr import MR
         self._check_open()
         e = self.e
         try:
-            mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE |
-                    e.IBV_ACCESS_REMOTE_READ)
+            mr = MR(self.pd, length, e.IBV_ACCESS_LOCAL_WRITE | self._remote_access())
         except self._Error as err:
             raise NicError(f"cannot register {length} bytes: {err}") from None
         self.mrs.append(mr)
@@ -633,8 +700,7 @@ class VerbsNic:
         e = self.e
         qp = self.qps[qpn]
         attr = QPAttr(qp_state=e.IBV_QPS_INIT, port_num=self.port)
-        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE | \
-            e.IBV_ACCESS_REMOTE_READ
+        attr.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | self._remote_access()
         attr.pkey_index = 0
         ip = socket.inet_aton(fpga_ip).hex()
         gid = GID(f"0000:0000:0000:0000:0000:ffff:{ip[:4]}:{ip[4:]}")
@@ -689,19 +755,25 @@ class VerbsNic:
     def poll(self, max_entries=64, timeout=0.0):
         return self._wait(self._recv_done, max_entries, timeout)
 
-    def post_send(self, qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None):
+    def post_send(self, qpn, wr_id, op, addr, length, *, remote_addr=0, rkey=0, imm=None,
+                  swap_add=None, compare=None):
         from pyverbs.wr import SGE, SendWR
-        _check_send(op, length, imm)
+        _check_send(op, length, imm, swap_add, compare)
         e = self.e
         opcode = {"WRITE": e.IBV_WR_RDMA_WRITE, "WRITE_IMM": e.IBV_WR_RDMA_WRITE_WITH_IMM,
                   "SEND": e.IBV_WR_SEND, "SEND_IMM": e.IBV_WR_SEND_WITH_IMM,
-                  "READ": e.IBV_WR_RDMA_READ}[op]
+                  "READ": e.IBV_WR_RDMA_READ, "FETCH_ADD": e.IBV_WR_ATOMIC_FETCH_AND_ADD,
+                  "COMPARE_SWAP": e.IBV_WR_ATOMIC_CMP_AND_SWP}[op]
         mr = self._mr(addr, length)
         wr = SendWR(wr_id=wr_id | self.SEND_TAG, opcode=opcode, num_sge=1,
                     sg=[SGE(addr, length, mr.lkey)], send_flags=e.IBV_SEND_SIGNALED,
                     imm_data=socket.htonl(imm) if imm is not None else 0)
         if op.startswith("WRITE") or op == "READ":
             wr.set_wr_rdma(rkey, remote_addr)
+        elif op == "FETCH_ADD":         # verbs' compare_add is the value added
+            wr.set_wr_atomic(rkey, remote_addr, swap_add, 0)
+        elif op == "COMPARE_SWAP":
+            wr.set_wr_atomic(rkey, remote_addr, compare, swap_add)
         try:
             self.qps[qpn].post_send(wr)
         except self._Error as err:

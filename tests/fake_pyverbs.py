@@ -2,9 +2,12 @@
 on a machine without an RDMA device: the modules, classes and functions it imports, as modules
 built here (:func:`modules`), to put in ``sys.modules``.
 
-Device ``fake0`` with one port whose GID 0 holds the IPv4 address :data:`LOCAL_IP`. Its objects
-record what is done to them in a :class:`Verbs` (``modules()["pyverbs"].state``): the QP
-attributes each state change was given, and every use of an object after it was destroyed
+Device ``fake0`` with one port whose GID 0 holds the IPv4 address :data:`LOCAL_IP`, offering
+atomics as a ConnectX does (``atomic_caps`` ``IBV_ATOMIC_HCA``; ``state.atomic_caps`` changes
+it). Its objects record what is done to them in a :class:`Verbs` (``modules()["pyverbs"].state``):
+the QP attributes each state change was given, the access flags of every memory region, the
+work requests posted (each QP's ``posted``; a send work request keeps what
+``set_wr_rdma`` / ``set_wr_atomic`` set), and every use of an object after it was destroyed
 (``misuse``), which in the C library would touch freed memory. A CQ destroyed while a poll of
 it is under way counts too. With ``crash``, such a use says so on stderr and kills the process
 with SIGSEGV as the C library would (for an agent in its own process); else it raises
@@ -52,6 +55,8 @@ class Verbs:
         self.misuse = []            # what was used after it was destroyed
         self.closed = []            # the kinds of object destroyed, in order
         self.rtr, self.rts = [], []     # the QPAttr of each to_rtr / to_rts, as dicts
+        self.mr_access = []             # the access flags of each MR registered
+        self.atomic_caps = 1            # what query_device says: IBV_ATOMIC_HCA
         self.polls = 0
 
     def freed(self, what):
@@ -85,13 +90,16 @@ def modules(*, crash=False):
     fresh :class:`Verbs` as ``pyverbs.state``."""
     state = Verbs(crash)
 
+    # (libibverbs' values: enum ibv_access_flags, ibv_wr_opcode, ibv_wc_opcode, ibv_atomic_cap)
     enums = types.SimpleNamespace(
         IBV_QPT_RC=2, IBV_ACCESS_LOCAL_WRITE=1, IBV_ACCESS_REMOTE_WRITE=2,
-        IBV_ACCESS_REMOTE_READ=4, IBV_QPS_RESET=0, IBV_QPS_INIT=1, IBV_QPS_RTR=2,
-        IBV_QPS_RTS=3, IBV_QPS_ERR=6, IBV_QP_STATE=1, IBV_WC_SUCCESS=0, IBV_WC_WITH_IMM=2,
-        IBV_WC_RECV=128, IBV_WC_RECV_RDMA_WITH_IMM=129, IBV_WR_RDMA_WRITE=0,
-        IBV_WR_RDMA_WRITE_WITH_IMM=1, IBV_WR_SEND=2, IBV_WR_SEND_WITH_IMM=3,
-        IBV_WR_RDMA_READ=4, IBV_SEND_SIGNALED=2)
+        IBV_ACCESS_REMOTE_READ=4, IBV_ACCESS_REMOTE_ATOMIC=8, IBV_QPS_RESET=0, IBV_QPS_INIT=1,
+        IBV_QPS_RTR=2, IBV_QPS_RTS=3, IBV_QPS_ERR=6, IBV_QP_STATE=1, IBV_WC_SUCCESS=0,
+        IBV_WC_WITH_IMM=2, IBV_WC_COMP_SWAP=3, IBV_WC_FETCH_ADD=4, IBV_WC_RECV=128,
+        IBV_WC_RECV_RDMA_WITH_IMM=129, IBV_WR_RDMA_WRITE=0, IBV_WR_RDMA_WRITE_WITH_IMM=1,
+        IBV_WR_SEND=2, IBV_WR_SEND_WITH_IMM=3, IBV_WR_RDMA_READ=4, IBV_WR_ATOMIC_CMP_AND_SWP=5,
+        IBV_WR_ATOMIC_FETCH_AND_ADD=6, IBV_SEND_SIGNALED=2, IBV_ATOMIC_NONE=0,
+        IBV_ATOMIC_HCA=1, IBV_ATOMIC_GLOB=2)
 
     class Device:
         name = b"fake0"
@@ -119,7 +127,8 @@ def modules(*, crash=False):
 
         def query_device(self):
             self._use("query_device")
-            return types.SimpleNamespace(max_qp_init_rd_atom=16, max_qp_rd_atom=16)
+            return types.SimpleNamespace(max_qp_init_rd_atom=16, max_qp_rd_atom=16,
+                                         atomic_caps=state.atomic_caps)
 
         def close(self):
             if not self._closed:
@@ -169,7 +178,10 @@ def modules(*, crash=False):
             self.buf, self.length = MR._next[0], length
             MR._next[0] += (length + 0xFFFF) & ~0xFFFF
             self.lkey, self.rkey = 0x100 + self.buf % 97, 0x200 + self.buf % 89
+            self.access = access
             self._mem = bytearray(length)
+            with state.lock:
+                state.mr_access.append(access)
 
         def read(self, length, offset):
             self._use("read")
@@ -256,10 +268,13 @@ def modules(*, crash=False):
         def __init__(self, wr_id=0, opcode=0, num_sge=0, sg=None, send_flags=0, imm_data=0):
             super().__init__(wr_id, num_sge, sg)
             self.opcode, self.send_flags, self.imm_data = opcode, send_flags, imm_data
-            self.rdma = None
+            self.rdma = self.atomic = None
 
         def set_wr_rdma(self, rkey, addr):
             self.rdma = (rkey, addr)
+
+        def set_wr_atomic(self, rkey, addr, compare_add, swap=0):
+            self.atomic = (rkey, addr, compare_add, swap)
 
     def module(name, **attrs):
         m = types.ModuleType(name)

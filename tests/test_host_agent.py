@@ -1,11 +1,11 @@
 """The host agent (``rocegen-host``) against the simulated FPGA (``rocegen sim serve``) over the
 socket bridge, as separate processes exactly as on a bench: open, traffic, check, close, reopen;
 the host's WRITEs and SENDs into the FPGA with its pattern sink's verdict; the host's READs of the
-FPGA and the FPGA's READs of the host; a QP the FPGA NAKs into the error state while another
-keeps working; more QPs than exist; a host outside the allow-list; malformed datagrams; a host
-that vanishes in the middle of a transfer.
+FPGA and the FPGA's READs of the host; the host's atomics (the contended counter); a QP the FPGA
+NAKs into the error state while another keeps working; more QPs than exist; a host outside the
+allow-list; malformed datagrams; a host that vanishes in the middle of a transfer.
 
-One simulated FPGA (W = 64, 4 QPs, the responder, hosts allowed from 10.0.0.0/24) serves every
+One simulated FPGA (W = 64, 4 QPs, the responder with atomics, hosts allowed from 10.0.0.0/24) serves every
 test of this file; they run in order in one worker (``xdist_group``) and each leaves no QP open.
 """
 
@@ -263,6 +263,31 @@ def test_host_reads_back_what_it_wrote(fpga, tmp_path):
     st = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
     for bad in ("drop", "nak", "seq", "req_read_bad", "req_read_retry"):
         assert not [k for k in st["nic_counters"] if k.startswith(bad)], st["nic_counters"]
+    host(fpga, tmp_path, "stop")
+
+
+def test_host_atomics_on_the_fpga(fpga, tmp_path):
+    """``rocegen-host atomic``: the contended counter against the endpoint (``rocegen sim
+    serve`` builds it with atomics, little-endian): 4 QPs at once FETCH_ADD 1 on the region's
+    last word 12 times each (the target rises by 48, the values returned are 48 distinct
+    consecutive numbers), then spin on COMPARE_SWAPs on another word until 6 swaps each took;
+    the responder counted every atomic and the READs of the target as executed, and the pattern
+    sink saw none of their writes."""
+    _, base, length = fpga["responder"]["regions"][0]
+    host(fpga, tmp_path, "connect", "--qps", str(NUM_QPS), "--pmtu", "1024")
+    before = stats(fpga)
+    add = host_run(fpga, tmp_path, "atomic", "--count", "12")
+    cas = host_run(fpga, tmp_path, "atomic", "--op", "COMPARE_SWAP", "--count", "6",
+                   "--offset", "0x40")
+    for r, addr in ((add, base + length - 8), (cas, base + 0x40)):
+        (t,) = r["targets"]
+        assert r["ok"] and t["addr"] == addr and t["fpga_qpns"] == [256, 257, 258, 259], r
+        assert (t["final"] - t["initial"]) % 2**64 == NUM_QPS * r["count"], t
+        assert t["distinct"] == NUM_QPS * r["count"] and t["consecutive"], t
+    assert cas["targets"][0]["successes"] == NUM_QPS * 6 <= cas["ops"]
+    after = stats(fpga)
+    assert after["resp_executed"] - before["resp_executed"] == add["ops"] + cas["ops"] + 4
+    assert after["sink_bytes_checked"] == before["sink_bytes_checked"]
     host(fpga, tmp_path, "stop")
 
 

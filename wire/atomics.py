@@ -3,7 +3,7 @@ and the byte orders a 64-bit value can have in memory. The operands and the orig
 big-endian on the wire (AtomicETH, AtomicAckETH: :mod:`rocegen.wire.headers`), whatever the
 memory's order."""
 
-__all__ = ["ATOMIC_BYTES", "BYTE_ORDERS", "ATOMIC_OPERAND_BYTES"]
+__all__ = ["ATOMIC_BYTES", "BYTE_ORDERS", "ATOMIC_OPERAND_BYTES", "ATOMIC_VERBS"]
 
 #: Bytes an atomic reads and writes, and the alignment of its address.
 ATOMIC_BYTES = 8
@@ -15,3 +15,7 @@ BYTE_ORDERS = ("little", "big")
 #: (the value swapped in, or added), then ``compare``, each 8 bytes in the memory's byte order;
 #: the original value the answer brings replaces the first 8.
 ATOMIC_OPERAND_BYTES = 2 * ATOMIC_BYTES
+#: The atomic verbs a requester posts (the names the host agent, the NIC model and the CLI use):
+#: FETCH_ADD adds its operand to the target; COMPARE_SWAP writes its swap operand there when the
+#: target equals its compare operand. Both complete with the target's original value.
+ATOMIC_VERBS = ("FETCH_ADD", "COMPARE_SWAP")

@@ -5,11 +5,12 @@ checks of which options need which, and the renaming of parameter errors to the 
 set them.
 
 The responder's options (``--responder``, ``--resp-region``, ``--rnr-timer``, ``--rq-depth``,
-``--pattern-sink``, and RDMA READ's ``--reads``, ``--rd-depth``, ``--max-rd-atomic``,
-``--rd-hole-wait``) are off
+``--pattern-sink``, RDMA READ's ``--reads``, ``--rd-depth``, ``--max-rd-atomic``,
+``--rd-hole-wait``, and ``--atomics``) are off
 by default for ``rocegen verilog`` and ``rocegen build`` (the default cores keep their size)
 and on for ``rocegen sim serve`` (``add_endpoint_options(..., responder=True)``), where
-``--no-responder`` leaves it out."""
+``--no-responder`` leaves it out; there ``--atomics`` also takes ``off``, and without it the
+endpoint executes atomics little-endian whenever it has READs (:func:`serve_atomics`)."""
 
 import argparse
 import dataclasses
@@ -17,7 +18,10 @@ import dataclasses
 from rocegen.gateware.roce.endpoint.config import check_field, params
 
 __all__ = ["ENDPOINT_OPTIONS", "add_endpoint_options", "endpoint_params", "option_error",
-           "parse_region"]
+           "parse_region", "serve_atomics", "ATOMICS_OFF"]
+
+#: ``--atomics off`` (with ``responder=True`` options): no atomics (refused, NAK invalid request)
+ATOMICS_OFF = "off"
 
 
 #: Endpoint parameters with a command-line option (the connection manager's port aside, whose
@@ -67,6 +71,13 @@ def add_endpoint_options(parser, port_option, *, responder=False):
             _add_option(parser, p.cli, dataclasses.replace(
                 p, help=f"{p.help} (default {'on' if responder else 'off'})"),
                 True if responder else None)
+        elif name == "atomics" and responder:
+            _add_option(parser, p.cli, dataclasses.replace(
+                p, choices=(*p.choices, ATOMICS_OFF),
+                help="hosts' RDMA atomics (COMPARE_SWAP, FETCH_ADD) executed on the FPGA's "
+                "regions, the 64-bit value stored in this byte order (little: as a host CPU "
+                "reads a counter; big: the wire's); default little with READs, off: refused "
+                "(NAK invalid request)"), None)
         else:
             _add_option(parser, p.cli, p, None)
 
@@ -78,11 +89,12 @@ def endpoint_params(args, port_option="--cm-port"):
     params = {} if args.cm_port is None else {"cm_port": args.cm_port}
     for option, (param, _) in ENDPOINT_OPTIONS.items():
         value = getattr(args, option[2:].replace("-", "_"))
-        if value is not None:
+        if value is not None and not (param == "atomics" and value == ATOMICS_OFF):
             params[param] = value
     if not params.get("responder"):
         given = [o for o in ("--resp-region", "--rnr-timer", "--rq-depth", "--pattern-sink",
-                             "--reads", "--rd-depth", "--max-rd-atomic", "--rd-hole-wait")
+                             "--reads", "--rd-depth", "--max-rd-atomic", "--rd-hole-wait",
+                             "--atomics")
                  if ENDPOINT_OPTIONS[o][0] in params and
                  (o != "--reads" or params["reads"])]
         if given:
@@ -90,7 +102,7 @@ def endpoint_params(args, port_option="--cm-port"):
                              f"(--responder)")
         params.pop("responder", None)
     if params.get("reads") is False:
-        given = [o for o in ("--rd-depth", "--max-rd-atomic", "--rd-hole-wait")
+        given = [o for o in ("--rd-depth", "--max-rd-atomic", "--rd-hole-wait", "--atomics")
                  if ENDPOINT_OPTIONS[o][0] in params]
         if given:
             raise ValueError(f"{', '.join(given)} need{'s' * (len(given) == 1)} --reads")
@@ -118,3 +130,13 @@ def option_error(message, port_option="--cm-port"):
             if message.startswith(name + " ") or message.startswith(name + ":"):
                 return f"{option}: {message}"
     return message
+
+
+def serve_atomics(args, params):
+    """``rocegen sim serve``'s atomics: ``params`` (from :func:`endpoint_params`) with
+    ``atomics="little"`` added when the endpoint has the responder with READs (on-chip memory,
+    the simulated FPGA's) and ``--atomics`` was not given (``off`` leaves them out)."""
+    if getattr(args, "atomics", None) is None and params.get("responder") and \
+            params.get("reads") is not False and params.get("memory", "onchip") == "onchip":
+        return {**params, "atomics": "little"}
+    return params

@@ -11,7 +11,10 @@
    the host agent on pyverbs: connect ``--qps`` QPs over the connection manager (UDP 17185), the
    FPGA's traffic generator WRITEs, WRITE_IMMs, SENDs, SEND_IMMs into rxe memory and READs it,
    the host WRITEs, SENDs (both with and without immediate data) into the FPGA and READs it
-   back, the QPs are closed and opened again and data moves once more both ways.
+   back, rxe issues atomics into the FPGA's memory (the contended counter of ``rocegen-host
+   atomic``: FETCH_ADDs, then COMPARE_SWAP spins, every QP at once on one target; the endpoint
+   is built with atomics, little-endian, as rxe keeps a 64-bit value), the QPs are closed and
+   opened again and data moves once more both ways.
 4. The figures: per step the bytes checked and wrong, the messages, the frames each way and
    the NAKs (rxe's counters and the FPGA's), then the whole capture by kind (ACKs, each NAK
    kind, READ requests and responses, duplicates) each way, the lossy links' counts, and the
@@ -60,7 +63,8 @@ BRIDGE, QEMU_TAP = "rgbr0", "rgqemu0"
 PORT_MAC = "02:00:00:00:00:fe"          # serve's TAP, once on the bridge
 DEFAULT_STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM",
                  "fpga:READ", "host:WRITE", "host:WRITE_IMM", "host:SEND", "host:SEND_IMM",
-                 "host:READ", "close", "connect", "fpga:WRITE", "host:WRITE", "stop")
+                 "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "connect",
+                 "fpga:WRITE", "host:WRITE", "stop")
 #: rxe's counters shown per step (sysfs hw_counters names)
 RXE_SHOWN = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request",
              "rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "completer_retry_err",
@@ -84,8 +88,8 @@ def add_parser(subparsers):
     r.add_argument("--count", type=int, default=3, help="messages per QP and step (default 3)")
     r.add_argument("--size", type=int, default=3000, help="bytes per message (default 3000)")
     r.add_argument("--steps", default=",".join(DEFAULT_STEPS),
-                   help="the story's steps, comma-separated (default: all ops both ways, close, "
-                   "reopen, once more both ways, stop)")
+                   help="the story's steps, comma-separated (default: all ops both ways, the "
+                   "host's atomics, close, reopen, once more both ways, stop)")
     r.add_argument("--loss-to-fpga", type=float, default=0.0, metavar="P",
                    help="probability that a RoCEv2 frame from rxe is lost (default 0)")
     r.add_argument("--loss-from-fpga", type=float, default=0.0, metavar="P",
@@ -289,7 +293,8 @@ def report(story, final, pcap, guest_manifest):
                "wrong": sum(c["wrong"] for c in tallied),
                "messages": sum(c["messages"] for c in tallied),
                "rxe": _delta(s["counters"], prev_rxe, RXE_SHOWN),
-               "fpga": _delta(fpga, prev_fpga, FPGA_SHOWN) if fpga else {}}
+               "fpga": _delta(fpga, prev_fpga, FPGA_SHOWN) if fpga else {},
+               "atomic": next((c["atomic"] for c in s["commands"] if c.get("atomic")), None)}
         prev_rxe, prev_fpga = s["counters"], fpga or prev_fpga
         steps.append(row)
     cycles = final.get("cycles", 0)
@@ -311,14 +316,14 @@ def report(story, final, pcap, guest_manifest):
 
 def table(rep):
     """The lines of the pass/fail table."""
-    lines = [f"{'step':<16}{'ok':<6}{'wall s':>7}{'checked by':>16}{'wrong':>6}{'msgs':>6}"
+    lines = [f"{'step':<19}{'ok':<6}{'wall s':>7}{'checked by':>16}{'wrong':>6}{'msgs':>6}"
              f"{'rxe tx/rx':>12}{'FPGA tx/rx':>12}  NAKs (rxe got seq/rnr, sent rnr; FPGA got "
              f"seq/rnr, sent seq/rnr), rxe retries"]
     for r in rep["steps"]:
         x, f = r["rxe"], r["fpga"]
         by = f"{r['checked']} {r['checked_by']}" if r["checked_by"] else ""
         lines.append(
-            f"{r['step']:<16}{'PASS' if r['ok'] else 'FAIL':<6}{r['wall_s']:>7.1f}"
+            f"{r['step']:<19}{'PASS' if r['ok'] else 'FAIL':<6}{r['wall_s']:>7.1f}"
             f"{by:>16}{r['wrong']:>6}{r['messages']:>6}"
             f"{x.get('sent_pkts', 0):>6}/{x.get('rcvd_pkts', 0):<5}"
             f"{f.get('roce_tx_packets', 0):>6}/{f.get('roce_rx_packets', 0):<5}  "
@@ -326,6 +331,14 @@ def table(rep):
             f"{f.get('roce_seq_naks', 0)}/{f.get('roce_rnr_naks', 0)}, "
             f"{f.get('resp_seq_nak', 0)}/{f.get('resp_rnr', 0)}; "
             f"{x.get('completer_retry_err', 0)}")
+        a = r.get("atomic")
+        for t in (a or {}).get("targets", []):
+            final = "not READ" if t["final"] is None else f"{t['final']:#x}"
+            lines.append(f"  contended counter: {a['qps']} QP{'s' * (a['qps'] != 1)} x "
+                         f"{a['count']} {a['op']}s on {t['addr']:#x}: {t['initial']:#x} -> "
+                         f"{final}, {a['ops']} atomics, {t['distinct']} distinct values"
+                         + (f", {t['successes']} swaps took" if t.get("successes") is not None
+                            else "") + "".join(f"; {p}" for p in t["problems"] or ()))
     for way, c in rep["frames"].items():
         lines.append(f"frames {way.replace('_', ' ')}: " +
                      ", ".join(f"{k} {v}" for k, v in sorted(c.items())))

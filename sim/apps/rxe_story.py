@@ -25,9 +25,15 @@ OUT = Path("/mnt/out")
 HOST = ["rocegen-host"]
 #: The steps a job may name: ``fpga:OP`` (the FPGA's traffic generator, checked by the host or,
 #: for READ, by the FPGA's pattern sink), ``host:OP`` (the host's own WRITE/SEND/READ into the
-#: FPGA, checked by the FPGA's sink or, for READ, by the host), ``connect``, ``close``, ``stop``.
+#: FPGA, checked by the FPGA's sink or, for READ, by the host; FETCH_ADD/COMPARE_SWAP, the
+#: contended counter of ``rocegen-host atomic`` on every QP at once, checked by the host),
+#: ``connect``, ``close``, ``stop``. (The FPGA does not issue atomics yet: ``fpga:FETCH_ADD`` /
+#: ``fpga:COMPARE_SWAP`` would be its atomics on rxe's memory, which the host's QPs take.)
 STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
-         "host:WRITE", "host:WRITE_IMM", "host:SEND", "host:SEND_IMM", "host:READ", "close", "stop")
+         "host:WRITE", "host:WRITE_IMM", "host:SEND", "host:SEND_IMM", "host:READ",
+         "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop")
+#: The host's atomic steps' ops (``rocegen-host atomic --op``).
+ATOMICS = ("FETCH_ADD", "COMPARE_SWAP")
 
 
 def rxe_counters():
@@ -116,6 +122,8 @@ def play(job, name):
         r["ok"] = r["rc"] == 0 and bool(rows) and all(x.get("ok") for x in rows) and \
             r["wrong"] == 0 and r["checked"] == job["count"] * job["size"] * job["qps"]
         return [start, r]
+    if op in ATOMICS:
+        return [atomic(job, op)]
     verb = {"WRITE": "write", "WRITE_IMM": "write", "SEND": "send", "SEND_IMM": "send",
             "READ": "read"}[op]
     r = host(verb, "--count", count, "--size", str(size), *(["--imm"] if op.endswith("_IMM") else []),
@@ -126,6 +134,28 @@ def play(job, name):
     r["ok"] = r["rc"] == 0 and bool(res.get("ok")) and r["wrong"] == 0 and \
         r["checked"] == job["count"] * job["size"] * job["qps"]
     return [r]
+
+
+def atomic(job, op):
+    """``host:FETCH_ADD`` / ``host:COMPARE_SWAP``: the contended counter, ``count`` per QP on
+    every QP at once (one target: the regions' last word); the agent checked the values it got
+    back (every one counts as checked, each failed check as wrong), and the target rose by
+    ``qps * count``."""
+    r = host("atomic", "--op", op, "--count", str(job["count"]), "--json")
+    res = r["json"] or {}
+    targets = res.get("targets") or []
+    r["atomic"] = {"op": op, "qps": len(res.get("qps") or []), "count": job["count"],
+                   "ops": res.get("ops", 0),
+                   "targets": [{k: t.get(k) for k in ("addr", "initial", "final", "expected",
+                                                      "distinct", "consecutive", "successes",
+                                                      "problems")} for t in targets]}
+    tally(r, "host", res.get("ops"), sum(len(t.get("problems") or []) for t in targets),
+          res.get("ops", 0))
+    n = job["qps"] * job["count"]
+    r["ok"] = r["rc"] == 0 and bool(res.get("ok")) and r["wrong"] == 0 and bool(targets) and \
+        all(t.get("final") is not None and (t["final"] - t["initial"]) % 2**64 == n and
+            t.get("distinct") == n for t in targets)
+    return r
 
 
 def main(path):

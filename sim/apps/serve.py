@@ -21,6 +21,8 @@ The endpoint has the RC responder and its pattern sink unless ``--no-responder``
 WRITEs and SENDs into the FPGA's memory and READs it (``rocegen-host write`` / ``send`` /
 ``read``), and with the responder comes the READ requester: the FPGA's traffic generator READs
 the host's memory (``rocegen-host traffic --op READ``), its pattern sink checking the bytes.
+With the READs come the atomics (``--atomics``, default little, ``off`` to refuse them): the
+host's FETCH_ADDs and COMPARE_SWAPs on the FPGA's regions (``rocegen-host atomic``).
 The testbench plays the user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers
 posted, each its whole region from the region's base, and posts one again for every receive
 completion (:mod:`rocegen.sim.cocotb.serve`).
@@ -118,7 +120,7 @@ def serve_config(args):
     """``(SimConfig, ROCEGEN_SERVE dict)`` of the options (validated)."""
     from rocegen.gateware.lib.stream import check_width
     from rocegen.gateware.roce.layouts import MAX_QPS
-    from rocegen.sim.apps.options import endpoint_params
+    from rocegen.sim.apps.options import endpoint_params, serve_atomics
     from rocegen.sim.testing.cocotb_runner import endpoint_sim_config
     from rocegen.sim.testing.roce_env import board_clock_mhz
     from rocegen.wire.addr import parse_ip, parse_mac
@@ -154,7 +156,7 @@ def serve_config(args):
                       ("--loss-from-fpga", args.loss_from_fpga)):
         if not 0 <= p <= 0.5:
             raise ValueError(f"{option} must be a probability 0..0.5, not {p}")
-    params = endpoint_params(args)
+    params = serve_atomics(args, endpoint_params(args))
     if args.vlan is not None:
         params["vlan"] = args.vlan
     if args.mac.lower() != FPGA_MAC:

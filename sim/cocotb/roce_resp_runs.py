@@ -42,6 +42,21 @@ memory (its READ requester: work requests with opcode READ on ``wr``,
 remote address = the QP's base address + ``remote_offset``), on one QP, through the MAC model at
 the run's line rate, over the run's link (round trip, loss).
 
+Atomic runs (``"kind": "atomic"``, ``rocegen sim demo --peer-op FETCH_ADD|COMPARE_SWAP``, a
+build with ``atomics``): the contended counter. The host NIC model opens ``qps`` QPs, each with
+the responder's whole region, READs the 8-byte counter (the region's last word), then every QP
+at once keeps up to ``outstanding`` (default :data:`HOST_RD_ATOMIC`) atomics in flight on it:
+``count`` FETCH_ADDs of 1 each (``opcode`` FETCH_ADD), or a COMPARE_SWAP spin (compare k, swap
+k + 1, guessing on from its last value, tried again from the value found) until ``count`` swaps
+each took; then it READs the counter again. Checked: every atomic completes OK, the counter rose
+by ``qps * count``, the values returned (FETCH_ADD) or the values the swaps that took found
+(COMPARE_SWAP) are ``qps * count`` distinct consecutive numbers from the first READ. A result
+adds ``ops`` (atomics executed), ``successes`` (swaps that took), ``initial``, ``final``,
+``distinct``, ``line_cycles`` (from the start of the first atomic on the host's line to the end
+of the endpoint's last ATOMIC_ACKNOWLEDGE on its own), ``ops_per_s`` (``ops`` over that time at
+the build's clock), ``atomic_acks`` (ATOMIC_ACKNOWLEDGE frames sent, resent answers to
+duplicates included), the link counters and ``timeout``.
+
 A run's ``test``:
 
 ``responder``
@@ -88,6 +103,7 @@ from rocegen.sim.cocotb.roce_resp import (
     MAX_CYCLES,
     MEMORY,
     READBACK,
+    REGION,
     RespEnv,
     W,
     data_run,
@@ -111,6 +127,7 @@ from rocegen.sim.testing.roce_env import (
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC
 from rocegen.wire.opcodes import (
+    OP_RC_ATOMIC_ACKNOWLEDGE,
     OP_RC_RDMA_READ_REQUEST,
     OP_RC_RDMA_READ_RESPONSE_FIRST,
     OP_RC_RDMA_READ_RESPONSE_ONLY,
@@ -148,6 +165,8 @@ async def runs(dut):
             env.mac.to_nic, env.mac.from_nic = link_pair(run, board_clock_mhz(W))
             if run["kind"] == "read":
                 out = await read_run(env, run, n)
+            elif run["kind"] == "atomic":
+                out = await atomic_run(env, run, n)
             else:
                 out = await data_run(env, run, n)
         new = {k: v - fc[0][k] for k, v in env.mac.framecheck.counts.items() if v - fc[0][k]}
@@ -391,3 +410,120 @@ async def endpoint_reads(env, run, n):
             "goodput_gbps": payload * 8 / (line_cycles * period * 1e3) if line_cycles else 0.0,
             "goodput_to_completion_gbps": payload * 8 / (elapsed * period * 1e3)
             if elapsed else 0.0}
+
+
+#: a 64-bit value's bits
+MASK64 = (1 << 64) - 1
+#: what the host NIC model logs of its atomics' recovery on a faulty link: an answer to a
+#: duplicate (its atomic was acknowledged already), an answer after a gap (the atomics from the
+#: gap reissued), and the answers after that gap while the reissue is under way
+ATOMIC_RECOVERY = ("req_atomic_stale", "req_read_retry", "req_read_stale")
+
+
+def _past(a, b):
+    """Whether 64-bit ``a`` is past ``b`` (by less than 2^63, modulo 2^64)."""
+    return 0 < (a - b) & MASK64 < 1 << 63
+
+
+async def _read_counter(env, k, addr, n):
+    """The 8 bytes at ``addr`` of the endpoint's memory, READ by the host on QP k: their value
+    (little-endian, as the build's atomics store it)."""
+    first = len(env.nic.send_cq)
+    env.nic.post_send(HOST_QPN + k, "READ", length=8, remote_addr=addr, rkey=rkey_of(k),
+                      wr_id=1 << 40)
+    env.mac.poke()
+    await env.settle(lambda: len(env.nic.send_cq) > first,
+                     lambda: f"run {n}: the READ of the counter did not complete")
+    (c,) = env.nic.send_cq[first:]
+    assert c.status == WcStatus.SUCCESS, f"run {n}: the READ of the counter: {c.status}; " \
+        f"the host logged {env.nic.log[-6:]}"
+    del env.nic.send_cq[first:]
+    return int.from_bytes(c.data, "little")
+
+
+def _post_atomics(env, q, op, count, depth):
+    """Post QP ``q``'s next atomics (``q``: its state in :func:`atomic_run`), up to ``depth``
+    outstanding."""
+    while len(q["out"]) < depth and (q["posted"] < count if op == "FETCH_ADD"
+                                     else len(q["won"]) + len(q["out"]) < count):
+        wr = q["posted"]
+        q["posted"] += 1
+        if op == "FETCH_ADD":
+            env.nic.post_send(HOST_QPN + q["k"], op, remote_addr=q["addr"], rkey=rkey_of(q["k"]),
+                              swap_add=1, wr_id=wr)
+            q["out"][wr] = None
+        else:
+            guess = q["guess"]
+            q["guess"] = (guess + 1) & MASK64
+            env.nic.post_send(HOST_QPN + q["k"], op, remote_addr=q["addr"], rkey=rkey_of(q["k"]),
+                              swap_add=(guess + 1) & MASK64, compare=guess, wr_id=wr)
+            q["out"][wr] = guess
+
+
+async def atomic_run(env, run, n):
+    """An ``atomic`` run (see the module documentation); returns its figures."""
+    op, qps, count = run["opcode"], run["qps"], run["count"]
+    depth = run.get("outstanding", HOST_RD_ATOMIC)
+    timeout = timeout_code(run)
+    env.mac.clear_sent()
+    base, length = REGION
+    addr = base + length - 8
+    # the set-up on a perfect link (a lost ARP would hold the endpoint's answers back for its
+    # ARP retry time, longer than the host's retries), the counter's rise over the run's
+    links = env.mac.to_nic, env.mac.from_nic
+    env.mac.to_nic = env.mac.from_nic = None
+    for k in range(qps):
+        await env.open(k, pmtu=run["pmtu"], psn=env.rng.getrandbits(24), region=REGION,
+                       timeout=timeout)
+    initial = await _read_counter(env, 0, addr, n)
+    env.mac.to_nic, env.mac.from_nic = links
+    mark_frames, mark_host = len(env.mac.frames), len(env.mac.requests)
+    state = [{"k": k, "addr": addr, "posted": 0, "out": {}, "values": [], "won": [],
+              "guess": initial} for k in range(qps)]
+    for q in state:
+        _post_atomics(env, q, op, count, depth)
+    env.mac.poke()
+    while any(q["out"] for q in state):
+        await env.settle(lambda: len(env.nic.send_cq) > 0,
+                         lambda: f"run {n}: {sum(len(q['out']) for q in state)} atomics "
+                         f"outstanding; the host logged {env.nic.log[-3:]}")
+        for c in env.nic.poll_send_cq():
+            q = state[c.qpn - HOST_QPN]
+            assert c.status == WcStatus.SUCCESS, f"run {n}: atomic {c.wr_id} on QP {q['k']}: " \
+                f"{c.status}"
+            compare = q["out"].pop(c.wr_id)
+            value = int.from_bytes(c.data, "little")
+            q["values"].append(value)
+            if op == "COMPARE_SWAP":
+                if value == compare:
+                    q["won"].append(compare)
+                elif _past(compare, value) or _past(value, q["guess"]):
+                    q["guess"] = value      # the guesses ran past it, or the others did
+            _post_atomics(env, q, op, count, depth)
+        env.mac.poke()
+    host = env.mac.requests[mark_host:]
+    acks = _frames_since(env, mark_frames, (OP_RC_ATOMIC_ACKNOWLEDGE,))
+    final = await _read_counter(env, 0, addr, n)
+    cycles = env.mac.line[acks[-1][0]][1] - host[0][0] if acks and host else 0
+    total = qps * count
+    got = [v for q in state for v in (q["values"] if op == "FETCH_ADD" else q["won"])]
+    offsets = sorted((v - initial) & MASK64 for v in got)
+    assert (final - initial) & MASK64 == total, \
+        f"run {n}: the counter went from {initial:#x} to {final:#x}, not up by {total}"
+    assert offsets == list(range(total)), \
+        f"run {n}: the values {'returned' if op == 'FETCH_ADD' else 'swapped'} are not " \
+        f"{total} distinct consecutive numbers from {initial:#x}: {sorted(got)[:8]} ..."
+    env.shadow[addr:addr + 8] = final.to_bytes(8, "little")
+    faulty = any(run.get(f) for f in ("loss", "dup", "reorder", "corrupt"))
+    problems = [e for e in env.host_problems(faulty=faulty)
+                if not (faulty and e.split(":", 1)[0] in ATOMIC_RECOVERY)]
+    assert not problems, f"run {n}: the host logged {problems[:3]}"
+    ops = sum(len(q["values"]) for q in state)
+    secs = cycles / (board_clock_mhz(W) * 1e6)
+    return {"messages": ops, "ops": ops, "successes": len(got) if op == "COMPARE_SWAP" else ops,
+            "initial": initial, "final": final, "distinct": len(set(got)), "counter": addr,
+            "line_cycles": cycles, "ops_per_s": ops / secs if secs else 0.0,
+            "atomic_acks": len(acks), "packets": len(host), "checked_bytes": 8 * len(got),
+            "timeout": timeout,
+            "link_to_nic": dict(env.mac.to_nic.counters) if env.mac.to_nic else None,
+            "link_from_nic": dict(env.mac.from_nic.counters) if env.mac.from_nic else None}

@@ -212,6 +212,9 @@ def test_boards_lists_every_board(capsys):
      "--resp-region needs the responder (--responder)"),
     (["sim", "serve", "--pattern-sink", "--no-responder"],
      "--pattern-sink needs the responder (--responder)"),
+    (["sim", "serve", "--atomics", "big", "--no-responder"],
+     "--atomics needs the responder (--responder)"),
+    (["sim", "serve", "--atomics", "little", "--no-reads"], "--atomics needs --reads"),
     (["sim", "demo", "--phy", "xgmii", "--width", "512"],
      "--width must be 64 with --phy xgmii (the XGMII word), not 512"),
     (["sim", "demo", "--phy", "xgmii", "--line-gbps", "100"],
@@ -225,6 +228,22 @@ def test_boards_lists_every_board(capsys):
 def test_serve_and_demo_errors(capsys, args, message):
     assert run(args) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, atomics", [([], "little"), (["--atomics", "big"], "big"),
+                                            (["--atomics", "off"], None),
+                                            (["--no-reads"], None), (["--no-responder"], None)])
+def test_serve_executes_atomics_with_its_reads(extra, atomics):
+    """``rocegen sim serve``'s endpoint executes atomics (little-endian) whenever it has READs,
+    unless ``--atomics off``."""
+    import argparse
+
+    from rocegen.sim.apps import serve
+    from rocegen.sim.apps.options import endpoint_params, serve_atomics
+    p = argparse.ArgumentParser()
+    serve.add_parser(p.add_subparsers(dest="c"))
+    args = p.parse_args(["serve", *extra])
+    assert serve_atomics(args, endpoint_params(args)).get("atomics") == atomics
 
 
 def test_read_defaults_written_out_are_the_generators():

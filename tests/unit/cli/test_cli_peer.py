@@ -32,6 +32,9 @@ def run(argv):
     (["--peer-op", "WRITE", "--vlan", "5"], "--peer-op runs on the AXI-Stream MAC port"),
     (["--peer-op", "WRITE_IMM", "--loss", "1"], "--loss must be a probability in [0, 1), not 1.0"),
     (["--peer-op", "WRITE", "--line-gbps", "-1"], "--line-gbps must be a line rate 0..1000 Gb/s"),
+    (["--peer-op", "FETCH_ADD", "--count", "0"], "--count must be 1..65536 with --peer-op"),
+    (["--peer-op", "COMPARE_SWAP", "--outstanding", "17"],
+     "--outstanding must be 1..16 (the host QP's max_rd_atomic), not 17"),
     (["--line-gbps", "nan"], "--line-gbps must be a line rate 0..1000 Gb/s"),
 ])
 def test_bad_peer_options_are_clear_errors(tmp_path, capsys, args, message):
@@ -53,7 +56,8 @@ def test_help_describes_peer_op_and_its_examples_parse(capsys, monkeypatch):
     assert "--peer-op OP" in words and "WRITE, WRITE_IMM, SEND, SEND_IMM or READ" in words
     examples = [line.strip() for line in text.splitlines()
                 if line.strip().startswith("rocegen sim demo")]
-    assert len(examples) == 5 and any("--peer-op READ" in e for e in examples) and \
+    assert "FETCH_ADD or COMPARE_SWAP: the contended counter" in words
+    assert len(examples) == 6 and any("--peer-op READ" in e for e in examples) and \
         any("--op READ" in e for e in examples)
     # each example, as typed, passes argparse (the runs themselves are in
     # tests/test_cocotb_responder.py): a bad one would exit 2 before the handler
@@ -62,4 +66,4 @@ def test_help_describes_peer_op_and_its_examples_parse(capsys, monkeypatch):
                         lambda args: seen.append(args) or 0)
     for e in examples:
         assert main(shlex.split(e)[1:]) == 0, e
-    assert [a.peer_op for a in seen] == [None, "SEND_IMM", "WRITE", "READ", None]
+    assert [a.peer_op for a in seen] == [None, "SEND_IMM", "WRITE", "READ", None, "FETCH_ADD"]
