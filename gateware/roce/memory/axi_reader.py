@@ -236,7 +236,7 @@ class AxiPayloadReader(wiring.Component):
         W, B = self.width, self.width // 8
         lb = B.bit_length() - 1
         C = self.outstanding_beats
-        desc, o, ar, r = self.desc, self.o, self.ar, self.r
+        desc, ar, r = self.desc, self.ar, self.r
         d = desc.payload
         atomics = self.atomics is not None
 
@@ -343,6 +343,18 @@ class AxiPayloadReader(wiring.Component):
             wq.w_data.eq(Cat(r_data, r.payload.resp != 0)),
         ]
 
+        pop = self._output(m, dq, wq, word)
+        m.d.sync += credit.eq(credit - Mux(ar_fire, blen, 0) + pop)
+        return m
+
+    def _output(self, m, dq, wq, word):
+        """The head descriptor's packet on ``o`` from the two queues; returns ``pop``, a data
+        word taken from the data queue in this cycle."""
+        W, B = self.width, self.width // 8
+        lb = B.bit_length() - 1
+        o = self.o
+        atomics = self.atomics is not None
+        max_words = 8192 // B
         # --- output --------------------------------------------------------------------------------
         head = PACKET_DESC(dq.r_data[:PACKET_DESC.size] if atomics else dq.r_data)
         rw = word(wq.r_data)
@@ -385,8 +397,7 @@ class AxiPayloadReader(wiring.Component):
             ]
         m.d.sync += self.read_error.eq(fire & o.payload.error)
 
-        m.d.sync += credit.eq(credit - Mux(ar_fire, blen, 0) + pop)
-        return m
+        return pop
 
     def _atomics(self, m, a_state, finish, ar_fire, baddr, credit, rd_out, take, take_replay):
         """The atomic's steps in the burst generator (``a_state``, ``finish``), its AtomicAlu,

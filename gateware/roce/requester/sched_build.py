@@ -224,25 +224,31 @@ class SchedBuild(wiring.Component):
         with m.Elif((ev_stale & o.sel).any()):
             m.d.sync += [o.valid.eq(0), o.sel.eq(0)]
         if self.reads:
-            # a READ request's PSN is its index's: its last PSN is last_index - index after it
-            # (an atomic is answered as a READ of 8 bytes: its ATOMIC_ACKNOWLEDGE's value)
-            atomic = Signal(AtomicOp)
-            if self.atomics:
-                with m.Switch(slot.wr.opcode):
-                    with m.Case(WrOpcode.FETCH_ADD):
-                        m.d.comb += atomic.eq(AtomicOp.FETCH_ADD)
-                    with m.Case(WrOpcode.COMPARE_SWAP):
-                        m.d.comb += atomic.eq(AtomicOp.COMPARE_SWAP)
-            is_read = (slot.wr.opcode == WrOpcode.READ) | (atomic != AtomicOp.NONE)
-            read_last = Signal(24)
-            m.d.comb += read_last.eq(psn + (pk.last_index - index))
-            with m.If(o.done):
-                m.d.sync += [
-                    o.rd.read.eq(is_read), o.rd.atomic.eq(atomic),
-                    o.rd.sent_psn.eq(Mux(is_read, read_last, psn)),
-                    o.rd.local_addr.eq(slot.wr.local_addr),
-                    o.rd.length.eq(Mux(atomic != AtomicOp.NONE, ATOMIC_BYTES, slot.wr.length)),
-                    o.rd.first.eq(Mux(is_start, psn, pslot.first)),
-                    o.rd.pmtu_log2.eq(ctx.pmtu_log2),
-                ]
+            self._read_turn(m, psn, index, pk, is_start)
         return m
+
+    def _read_turn(self, m, psn, index, pk, is_start):
+        """The turn's READ facts (``turn.rd``): whether it is a READ's or an atomic's request,
+        its last PSN, where its answer lands."""
+        slot, pslot, ctx, o = self.slot, self.pslot, self.context, self.turn
+        # a READ request's PSN is its index's: its last PSN is last_index - index after it
+        # (an atomic is answered as a READ of 8 bytes: its ATOMIC_ACKNOWLEDGE's value)
+        atomic = Signal(AtomicOp)
+        if self.atomics:
+            with m.Switch(slot.wr.opcode):
+                with m.Case(WrOpcode.FETCH_ADD):
+                    m.d.comb += atomic.eq(AtomicOp.FETCH_ADD)
+                with m.Case(WrOpcode.COMPARE_SWAP):
+                    m.d.comb += atomic.eq(AtomicOp.COMPARE_SWAP)
+        is_read = (slot.wr.opcode == WrOpcode.READ) | (atomic != AtomicOp.NONE)
+        read_last = Signal(24)
+        m.d.comb += read_last.eq(psn + (pk.last_index - index))
+        with m.If(o.done):
+            m.d.sync += [
+                o.rd.read.eq(is_read), o.rd.atomic.eq(atomic),
+                o.rd.sent_psn.eq(Mux(is_read, read_last, psn)),
+                o.rd.local_addr.eq(slot.wr.local_addr),
+                o.rd.length.eq(Mux(atomic != AtomicOp.NONE, ATOMIC_BYTES, slot.wr.length)),
+                o.rd.first.eq(Mux(is_start, psn, pslot.first)),
+                o.rd.pmtu_log2.eq(ctx.pmtu_log2),
+            ]
