@@ -13,6 +13,9 @@ and a file lock lets parallel pytest workers and checkouts share it: one
 builds while the others wait, the stamps are replaced atomically and only once the build is
 complete, and every run executes its own hard link of the simulator taken under the lock (a
 later rebuild links a new file and cannot change a binary that runs or is about to start).
+A simulator is linked against the cocotb libraries of the virtual environment that built it:
+another checkout reuses it while that environment exists with the same cocotb version, and
+builds it again otherwise.
 Verilator is :func:`rocegen.sim.testing.verilator.verilator_bin_dir`'s, whatever ``PATH`` holds; its
 make uses ccache when it is installed. ``WAVES=1`` in the environment builds a tracing variant
 and writes an FST/VCD per run.
@@ -114,6 +117,31 @@ def source_digest(patterns=DESIGN_SOURCES):
     return h.hexdigest()
 
 
+def _cocotb_libs():
+    """The cocotb a simulator built here is linked with (it loads its libraries from that path):
+    the virtual environment's, as ``"<libs directory> <version>"``."""
+    import cocotb
+    from cocotb_tools.config import libs_dir
+    return f"{Path(libs_dir).resolve()} {cocotb.__version__}"
+
+
+def _linked_cocotb_usable(build_dir, here):
+    """Whether the simulator in ``build_dir`` can run with this process's cocotb ``here``
+    (:func:`_cocotb_libs`): the cocotb it was linked with still exists and is of the same
+    version. Another checkout's build passes while that checkout's environment exists; a
+    build of an environment since removed does not."""
+    record = build_dir / ".cocotb"
+    if not record.exists():
+        # a build older than the record: usable while the cocotb main its make dependencies
+        # name is still there
+        deps = build_dir / "verilator.d"
+        main = next((w for w in (deps.read_text().split() if deps.exists() else ())
+                     if w.endswith("/lib/verilator/verilator.cpp")), None)
+        return main is not None and Path(main).is_file()
+    libs, _, version = record.read_text().rpartition(" ")
+    return version == here.rpartition(" ")[2] and Path(libs).is_dir()
+
+
 def _write_atomic(path, text):
     """Replace ``path`` by a file holding ``text``: a reader sees the old or the new one."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -180,6 +208,15 @@ class SimConfig:
         sources = source_digest()
         source_stamp = self.build_dir / ".sources"
         stamp = self.build_dir / ".built"
+        libs = _cocotb_libs()
+        libs_stamp = self.build_dir / ".cocotb"
+        if not _linked_cocotb_usable(self.build_dir, libs):
+            # built by another cocotb installation (another checkout's virtual environment) that
+            # is gone or of another version: its simulator loads that one's libraries and its
+            # make dependencies name that one's files. Link again with this one.
+            for name in (self.toplevel, "verilator.o", "verilator.d"):
+                (self.build_dir / name).unlink(missing_ok=True)
+            stamp.unlink(missing_ok=True)
         if stamp.exists() and source_stamp.exists() and source_stamp.read_text() == sources:
             return "reused"     # no Python source changed since the last build
         design = _factory(self.factory)(**self.params)
@@ -206,6 +243,7 @@ class SimConfig:
                 timescale=("1ns", "1ps"),
                 log_file=self.build_dir / "build.log",
             )
+        _write_atomic(libs_stamp, libs)
         _write_atomic(stamp, digest)
         _write_atomic(source_stamp, sources)
         return "compiled"

@@ -219,6 +219,43 @@ def test_a_run_keeps_its_simulator_through_a_rebuild(build_env, monkeypatch, tmp
     assert (sim / "top").read_text().endswith("echo build two\n")
 
 
+def test_a_build_linked_with_a_cocotb_gone_is_built_again(build_env, monkeypatch, tmp_path):
+    """A simulator loads the cocotb libraries it was linked with, and its make dependencies name
+    that installation's files: a build of another virtual environment is reused while that
+    environment exists with the same cocotb version, and built again once it is gone (its stale
+    make dependency of cocotb's main removed first) or of another version."""
+    monkeypatch.setenv("FAKE_BUILD", "one")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
+    cfg.build()
+    here = cocotb_runner._cocotb_libs()
+    assert (cfg.build_dir / ".cocotb").read_text() == here
+    version = here.rpartition(" ")[2]
+    other = tmp_path / "other" / ".venv" / "cocotb" / "libs"
+    other.mkdir(parents=True)
+    monkeypatch.setenv("FAKE_BUILD", "two")
+    for record, rebuilt in ((f"{other} {version}", False), (f"{other} 0.0.1", True),
+                            (f"{tmp_path}/gone/cocotb/libs {version}", True)):
+        (cfg.build_dir / ".cocotb").write_text(record)
+        (cfg.build_dir / "verilator.d").write_text("verilator.o: /gone/verilator.cpp\n")
+        (cfg.build_dir / "top").write_text("echo build one\n")
+        cfg.build()
+        assert (cfg.build_dir / "top").read_text().endswith(
+            "echo build two\n" if rebuilt else "echo build one\n"), record
+        assert (cfg.build_dir / "verilator.d").exists() != rebuilt
+        assert (cfg.build_dir / ".cocotb").read_text() == (here if rebuilt else record)
+    # a build from before the record: judged by the cocotb main its make dependencies name
+    main = tmp_path / "other" / "cocotb" / "share" / "lib" / "verilator" / "verilator.cpp"
+    main.parent.mkdir(parents=True)
+    main.write_text("")
+    for deps, rebuilt in ((main, False), (tmp_path / "gone" / main.relative_to(tmp_path), True)):
+        (cfg.build_dir / ".cocotb").unlink(missing_ok=True)
+        (cfg.build_dir / "verilator.d").write_text(f"verilator.o: \\\n {deps} \\\n Vtop.h\n")
+        (cfg.build_dir / "top").write_text("echo build one\n")
+        cfg.build()
+        assert (cfg.build_dir / "top").read_text().endswith(
+            "echo build two\n" if rebuilt else "echo build one\n"), deps
+
+
 def test_no_verilator_is_a_clear_error_of_the_build(tmp_path, monkeypatch):
     monkeypatch.delenv("ROCEGEN_VERILATOR", raising=False)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
