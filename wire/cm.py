@@ -35,7 +35,8 @@ __all__ = [
     "ACK_ACK", "ACK_NO_QP", "ACK_NAK", "ACK_ERROR", "PMTU_BYTES", "QUERY_REPLY", "COUNT_BITS",
     "READ_DEPTHS", "READ_DEPTH_MAX",
     "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "region", "query_counts",
-    "read_depths", "with_read_depths", "QPN_BASE", "UDP_SPORT_BASE", "COUNTERS",
+    "read_depths", "with_read_depths", "QPN_BASE", "UDP_SPORT_BASE", "COUNTERS", "TX_ATOMIC",
+    "ATOMIC_SLOT_SHIFT",
 ]
 
 #: UDP port the connection manager listens on.
@@ -111,15 +112,32 @@ def request(req_type, **fields):
 
 
 def traffic(rem_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=False, start=True,
-            window_log2=0, read=False, **fields):
+            window_log2=0, read=False, atomic=None, **fields):
     """A test-traffic datagram for the FPGA QP ``rem_qpn``; ``window_log2`` (byte 29, an
     extension): message ``s`` goes to remote offset ``(s * dma_length) mod 2^window_log2`` (0: all
     at offset 0). ``read`` (byte 51 bit 4, an extension): the messages are RDMA READs of the
     peer's region at those offsets, into the FPGA's local memory at the same offsets (``write``
-    and ``imm`` ignored)."""
+    and ``imm`` ignored). ``atomic`` (``"FETCH_ADD"`` or ``"COMPARE_SWAP"``, byte 51 bits 6-5,
+    an extension, :data:`TX_ATOMIC`): the messages are atomics on the 8 bytes at those offsets
+    (``dma_length`` should then be 8), as :data:`TX_ATOMIC` says."""
+    if atomic is not None and atomic not in TX_ATOMIC:
+        raise ValueError(f"atomic must be None or one of {', '.join(TX_ATOMIC)}, not {atomic!r}")
     return pack(txmeta_valid=1, start=int(start), is_imm=int(imm), tx_type=int(write),
-                tx_read=int(read), rem_qpn=rem_qpn, dma_length=dma_length,
-                n_transfers=n_transfers, frequency=frequency, window_log2=window_log2, **fields)
+                tx_read=int(read), tx_atomic=TX_ATOMIC.get(atomic, 0), rem_qpn=rem_qpn,
+                dma_length=dma_length, n_transfers=n_transfers, frequency=frequency,
+                window_log2=window_log2, **fields)
+
+
+#: ``tx_atomic`` of a test-traffic datagram (byte 51 bits 6-5; 0: no atomics): message ``s`` of
+#: a FETCH_ADD run adds 1 to its target; message ``s`` of a COMPARE_SWAP run swaps in ``s + 1``
+#: where it finds ``s`` (so a run on one target that starts at 0 counts it up to ``n_transfers``).
+#: The original value of message ``s`` lands in the FPGA's local memory at byte
+#: ``(s mod 64) * 64`` (:data:`ATOMIC_SLOT_SHIFT`). Codes 3 and a run whose QP's endpoint was
+#: built without atomics: each request is refused (the generator's run completes in error).
+TX_ATOMIC = {"FETCH_ADD": 1, "COMPARE_SWAP": 2}
+#: The original value of the generator's atomic ``s`` lands at local byte ``(s mod 64) <<
+#: ATOMIC_SLOT_SHIFT``.
+ATOMIC_SLOT_SHIFT = 6
 
 
 def region(fields):

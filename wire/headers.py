@@ -237,13 +237,14 @@ ATOMIC_ACK_ETH = Header("atomic_ack_eth", [("orig", 64)])
 #: holds the request and reply codes; ``pmtu_code`` (byte 1), ``timeout_code`` (byte 5), the
 #: retry byte 25 and ``window_log2`` (byte 29: the remote window of test traffic) are zero in the
 #: original format; byte 51 flags test traffic (``tx_read``, bit 4, an extension: the test
-#: traffic is RDMA READs of the peer's region).
+#: traffic is RDMA READs of the peer's region; ``tx_atomic``, bits 6-5, an extension: it is
+#: RDMA atomics on the peer's region, :data:`rocegen.wire.cm.TX_ATOMIC`).
 CM = Header("cm", [("ack_type", 3), ("ack_valid", 1), ("req_type", 3), ("info_valid", 1),
                    ("pmtu_code", 8), ("loc_qpn", 24), ("timeout_code", 8), ("loc_psn", 24),
                    ("loc_rkey", 32), ("loc_vaddr", 64), ("loc_ip", 32),
                    ("retry_set", 1), ("rnr_retry", 3), ("resv25", 1), ("retry_cnt", 3),
                    ("rem_qpn", 24), ("window_log2", 8), ("rem_psn", 24), ("rem_rkey", 32),
                    ("rem_vaddr", 64), ("rem_ip", 32), ("listening_port", 16),
-                   ("resv51", 3), ("tx_read", 1), ("tx_type", 1), ("is_imm", 1), ("start", 1),
-                   ("txmeta_valid", 1),
+                   ("resv51", 1), ("tx_atomic", 2), ("tx_read", 1), ("tx_type", 1), ("is_imm", 1),
+                   ("start", 1), ("txmeta_valid", 1),
                    ("dma_length", 32), ("n_transfers", 32), ("frequency", 32)])
