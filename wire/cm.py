@@ -132,8 +132,8 @@ def traffic(rem_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=Fa
 #: a FETCH_ADD run adds 1 to its target; message ``s`` of a COMPARE_SWAP run swaps in ``s + 1``
 #: where it finds ``s`` (so a run on one target that starts at 0 counts it up to ``n_transfers``).
 #: The original value of message ``s`` lands in the FPGA's local memory at byte
-#: ``(s mod 64) * 64`` (:data:`ATOMIC_SLOT_SHIFT`). Codes 3 and a run whose QP's endpoint was
-#: built without atomics: each request is refused (the generator's run completes in error).
+#: ``(s mod 64) * 64`` (:data:`ATOMIC_SLOT_SHIFT`). Code 3 is read as 0. An endpoint built
+#: without atomics refuses each request of such a run (the run completes in error).
 TX_ATOMIC = {"FETCH_ADD": 1, "COMPARE_SWAP": 2}
 #: The original value of the generator's atomic ``s`` lands at local byte ``(s mod 64) <<
 #: ATOMIC_SLOT_SHIFT``.

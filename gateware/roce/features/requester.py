@@ -66,7 +66,7 @@ class RequesterFeature(Feature):
         self.retry = RetryEngine(n, cfg.clk_hz)
         self.builder = RocePacketBuilder(w, atomics=cfg.atomics)
         self.rx = RoceRx(w, n, reads=cfg.reads)
-        self.gen = TrafficGen(reads=cfg.reads)
+        self.gen = TrafficGen(reads=cfg.reads, atomics=cfg.atomics is not None)
         self.wr_merge = WrMerge(n)
         self.front = StreamFrontEnd(w, ring_base=cfg.ring_base, ring_bytes=cfg.ring_bytes,
                                     max_message=cfg.max_message,

@@ -5,6 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import COMPLETION, WR_TAGGED, CplStatus, WrOpcode, WrSource
+from rocegen.wire.cm import ATOMIC_SLOT_SHIFT
 
 __all__ = ["TrafficGen", "GEN_CONFIG", "GENERATOR_SLOT_SHIFT"]
 
@@ -62,6 +63,15 @@ class TrafficGen(wiring.Component):
         first work request is taken to the cycle the last completion arrives (0 for a run of 0
         messages), for throughput measurements: ``count * length / (cycles * clock period)``.
 
+    Atomic runs (``atomics=True`` only; without it such a run's requests are refused as
+    above): message ``s`` of a FETCH_ADD or COMPARE_SWAP run is an atomic on the 8 bytes at
+    ``remote_offset`` (a run of ``length`` 8 steps through the targets of its ``window``); its
+    operands are not read from memory but made by the packet builder from ``imm`` and ``wr_id``
+    (:class:`~rocegen.gateware.roce.requester.builder.RoceBuilder`: a FETCH_ADD adds ``imm``, a
+    COMPARE_SWAP swaps ``imm + s + 1`` for ``imm + s``), and its original value lands in local
+    memory at ``local_addr = (s mod 64) << 6`` (:data:`rocegen.wire.cm.ATOMIC_SLOT_SHIFT`: 64
+    slots of 64 bytes, each aligned to any data width, the last 64 originals kept).
+
     READ runs (``reads=True`` only; without it a READ run's requests are refused by the
     scheduler like any other opcode it was not built for): message ``s`` READs ``length``
     bytes at ``remote_offset`` into local memory at ``local_addr = remote_offset``, the same
@@ -75,10 +85,13 @@ class TrafficGen(wiring.Component):
     register of its own), and the message rate is unchanged: one per ``max(spacing, 1)`` cycles.
     """
 
-    def __init__(self, *, reads=False):
-        if not isinstance(reads, bool):
-            raise TypeError(f"reads must be a bool, not {reads!r}")
-        self.reads = reads
+    def __init__(self, *, reads=False, atomics=False):
+        for name, value in (("reads", reads), ("atomics", atomics)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, not {value!r}")
+        if atomics and not reads:
+            raise ValueError("atomics needs reads=True (an atomic is answered as a READ)")
+        self.reads, self.atomics = reads, atomics
         super().__init__({
             "start": In(stream.Signature(GEN_CONFIG)),
             "wr": Out(stream.Signature(WR_TAGGED)),
@@ -135,6 +148,9 @@ class TrafficGen(wiring.Component):
         if self.reads:
             with m.If(cfg.opcode == WrOpcode.READ):
                 m.d.comb += w.local_addr.eq(offset)
+        if self.atomics:
+            with m.If((cfg.opcode == WrOpcode.FETCH_ADD) | (cfg.opcode == WrOpcode.COMPARE_SWAP)):
+                m.d.comb += w.local_addr.eq(Cat(Const(0, ATOMIC_SLOT_SHIFT), self.posted[:6]))
 
         with m.FSM():
             with m.State("IDLE"):

@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -6,7 +6,7 @@ from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.lib.varpacketizer import VarPacketizer
 from rocegen.gateware.net.layouts import UDP_TX
 from rocegen.gateware.net.udp_tx import ICRC_BYTES, UDP_TX_META
-from rocegen.gateware.roce.layouts import PACKET_DESC
+from rocegen.gateware.roce.layouts import PACKET_DESC, WrSource
 from rocegen.gateware.roce.memory.atomic_alu import lanes_reversed
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
@@ -56,7 +56,10 @@ class RocePacketBuilder(wiring.Component):
     ``BTH | AtomicETH``: the AtomicETH's ``va`` and R_Key from the descriptor (``va``,
     ``rkey``), its ``swap_add`` and ``compare`` the packet's 16 bytes of payload (the work
     request's operands in local memory, each 8-byte value turned from the memory's byte order
-    into the wire's); ``has_reth`` and ``has_imm`` are 0 on it.
+    into the wire's); ``has_reth`` and ``has_imm`` are 0 on it. The traffic generator's atomics
+    (``src`` GENERATOR, whose payload is the test pattern) get operands made here instead: a
+    FETCH_ADD adds ``imm``; the COMPARE_SWAP with ``wr_id`` s swaps ``imm + s + 1`` for
+    ``imm + s`` (64-bit sums).
 
     Parameters
     ----------
@@ -130,6 +133,7 @@ class RocePacketBuilder(wiring.Component):
                 m.d.comb += hdr_len.eq(ATOMIC_HEADER)
             if self.atomics == "little":
                 data = Mux(atomic, lanes_reversed(i.payload.data), i.payload.data)
+            data = Mux(atomic & (d.src == WrSource.GENERATOR), self._generated(m), data)
 
         meta = vp.i.payload.meta
         u = meta.udp
@@ -153,3 +157,23 @@ class RocePacketBuilder(wiring.Component):
         ]
         wiring.connect(m, vp.o, wiring.flipped(o))
         return m
+
+    def _generated(self, m):
+        """The operands of a traffic generator's atomic in wire order, in the lanes of the
+        current payload beat: ``swap_add`` then ``compare``, 8 big-endian bytes each; a
+        FETCH_ADD adds ``imm``, the COMPARE_SWAP of ``wr_id`` s swaps ``imm + s + 1`` for
+        ``imm + s``."""
+        i = self.i
+        d = i.payload.meta
+        cas = d.opcode == opc.OP_RC_COMPARE_SWAP
+        base = Signal(64)
+        m.d.comb += base.eq(d.imm + d.wr_id)
+        swap_add = Mux(cas, base + 1, d.imm)
+        compare = Mux(cas, base, 0)
+        be = [lanes_reversed(Value.cast(v)[:64]) for v in (swap_add, compare)]
+        if self.width > 64:
+            return Cat(*be)
+        second = Signal()               # the payload's second beat: the compare
+        with m.If(i.valid & i.ready):
+            m.d.sync += second.eq(~i.payload.last)
+        return Mux(second, be[1], be[0])

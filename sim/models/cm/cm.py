@@ -40,6 +40,7 @@ from rocegen.wire.cm import (
     REQ_OPEN_QP,
     REQ_QUERY,
     REQ_SEND_QP_INFO,
+    TX_ATOMIC,
     UDP_SPORT_BASE,
     pack,
     pmtu_code,
@@ -331,15 +332,20 @@ class ConnectionManagerModel:
         if self.state(k) != QpState.RTS.value or req["dma_length"] >> 31 or req["window_log2"] > 31:
             res.pulses.add("nak_illegal")
             return
-        if req["tx_read"]:
-            opcode = WrOpcode.READ
+        imm = QPN_BASE + k
+        atomics = {code: WrOpcode[name] for name, code in TX_ATOMIC.items()}
+        if req["tx_atomic"] in atomics:
+            # (TX_ATOMIC: a FETCH_ADD run adds 1, a COMPARE_SWAP run counts from 0)
+            opcode = atomics[req["tx_atomic"]].value
+            imm = 1 if opcode == WrOpcode.FETCH_ADD else 0
+        elif req["tx_read"]:
+            opcode = WrOpcode.READ.value
         elif req["tx_type"]:
-            opcode = WrOpcode.WRITE_IMM if req["is_imm"] else WrOpcode.WRITE
+            opcode = (WrOpcode.WRITE_IMM if req["is_imm"] else WrOpcode.WRITE).value
         else:
-            opcode = WrOpcode.SEND_IMM if req["is_imm"] else WrOpcode.SEND
-        res.gen = {"qp": k, "opcode": opcode.value, "length": req["dma_length"],
-                   "count": req["n_transfers"], "spacing": req["frequency"],
-                   "imm": QPN_BASE + k,
+            opcode = (WrOpcode.SEND_IMM if req["is_imm"] else WrOpcode.SEND).value
+        res.gen = {"qp": k, "opcode": opcode, "length": req["dma_length"],
+                   "count": req["n_transfers"], "spacing": req["frequency"], "imm": imm,
                    "window": 1 << req["window_log2"] if req["window_log2"] else 0}
 
     def _reply(self, req, ack, qpn, src_ip, src_port, stated=None):

@@ -21,7 +21,7 @@ from rocegen.wire.atomics import ATOMIC_BYTES, ATOMIC_OPERAND_BYTES
 from rocegen.wire.verbs import WrOpcode
 
 __all__ = ["WrOpcode", "SEND_OPCODES", "WorkRequest", "QpSegment", "PacketDesc", "segment",
-           "resend", "psn_count", "build_frame", "PMTUS", "PSN_MOD"]
+           "resend", "psn_count", "build_frame", "generator_operands", "PMTUS", "PSN_MOD"]
 
 PMTUS = (256, 512, 1024, 2048, 4096)
 PSN_MOD = 1 << 24
@@ -154,6 +154,22 @@ def resend(wr, qp, first, psn):
     if WrOpcode(wr.opcode) == WrOpcode.READ:
         return [_read_request(wr, qp, psn, index)]
     return segment(wr, QpSegment(**{**vars(qp), "psn": first}))[index:]
+
+
+def generator_operands(opcode, imm, wr_id, atomics="little"):
+    """The operands of the traffic generator's atomic ``wr_id`` (its message number) with
+    immediate ``imm``, as local memory would hold them (``swap_add`` then ``compare``, 8 bytes
+    each in byte order ``atomics``): a FETCH_ADD adds ``imm``; a COMPARE_SWAP swaps
+    ``imm + wr_id + 1`` for ``imm + wr_id`` (sums modulo 2^64). The packet builder makes them
+    in place of the generator's payload, which is the test pattern."""
+    base = (imm + wr_id) % 2**64
+    if opcode == opc.OP_RC_COMPARE_SWAP:
+        swap_add, compare = (base + 1) % 2**64, base
+    elif opcode == opc.OP_RC_FETCH_ADD:
+        swap_add, compare = imm, 0
+    else:
+        raise ValueError(f"opcode {opcode:#04x} is not an atomic request")
+    return swap_add.to_bytes(ATOMIC_BYTES, atomics) + compare.to_bytes(ATOMIC_BYTES, atomics)
 
 
 def build_frame(pkt, payload, qp, *, src_mac, dst_mac, src_ip, dst_ip, udp_sport,

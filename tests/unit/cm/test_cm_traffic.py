@@ -24,7 +24,9 @@ def runs(rng, n):
         raw = M.traffic(QPN_BASE + k, rng.choice([0, 1, 4096, rng.getrandbits(31)]),
                         rng.getrandbits(32), rng.getrandbits(32), write=rng.random() < 0.5,
                         imm=rng.random() < 0.5, window_log2=rng.choice([0, 1, 31, rng.randrange(32)]),
-                        loc_ip=HOST)
+                        read=rng.random() < 0.3, loc_ip=HOST)
+        # READ, the atomics and the code of none (3) too (byte 51 bits 6-5)
+        raw = raw[:51] + bytes([raw[51] | rng.choice([0, 0, 1, 2, 3]) << 5]) + raw[52:]
         res = model.receive(raw, src_ip=HOST)
         assert res.gen is not None, res.pulses
         out.append(({"qp": k, "req": CM.unpack(raw)}, res.gen))
@@ -55,3 +57,4 @@ def test_runs_match_the_model():
     run_sim(dut, testbenches=[tb], processes=[sink.run])
     assert sink.items == expected
     assert 10 < len(expected) < len(cases)          # some dropped while a run was held
+    assert {g["opcode"] for g in expected} == set(range(7))     # every work-request code

@@ -59,5 +59,23 @@ def test_read_runs(opcode, reads, length, window):
             assert w.local_addr == generator_address(s)
 
 
+@pytest.mark.parametrize("opcode", [WrOpcode.FETCH_ADD, WrOpcode.COMPARE_SWAP])
+@pytest.mark.parametrize("atomics", [True, False])
+def test_atomic_runs(opcode, atomics):
+    """An atomic run (``atomics=True``) steps through the 8-byte targets of its window; message
+    s's original value lands in local slot s mod 64 (64 bytes each); built without atomics its
+    requests are as any other run's (the scheduler refuses them)."""
+    count = 150
+    cfg = {"qp": 1, "opcode": opcode.value, "length": 8, "count": count, "spacing": 0,
+           "imm": 5, "window": 64}
+    got = _run(TrafficGen(reads=True, atomics=atomics), cfg, seed=opcode.value)
+    assert [w.wr_id for w in got] == list(range(count))
+    for s, w in enumerate(got):
+        assert w.opcode == opcode and w.imm == 5 and w.remote_offset == (s * 8) % 64
+        assert w.local_addr == ((s % 64) * 64 if atomics else generator_address(s))
+
+
 def test_parameters():
     raises(TypeError, "reads", lambda: TrafficGen(reads=1))
+    raises(TypeError, "atomics", lambda: TrafficGen(reads=True, atomics=1))
+    raises(ValueError, "atomics needs reads", lambda: TrafficGen(atomics=True))

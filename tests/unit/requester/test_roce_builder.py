@@ -24,6 +24,7 @@ from rocegen.sim.models.requester.requester import (
     WorkRequest,
     WrOpcode,
     build_frame,
+    generator_operands,
     segment,
 )
 from rocegen.sim.models.rnic import Rnic
@@ -115,6 +116,9 @@ def make_stream(wrs, rng, atomics="little"):
             meta = desc_meta(pkt, qp, route, rng, wr_id=wr.wr_id, qp_index=rng.getrandbits(8))
             err = rng.random() < 0.1
             sent.append(Packet(payload, meta, error=err))
+            if pkt.atomic is not None and meta["src"] == WrSource.GENERATOR.value:
+                # the generator's payload is the test pattern: the builder makes its operands
+                payload = generator_operands(pkt.opcode, meta["imm"], wr.wr_id, atomics)
             dgram = expected_datagram(pkt, payload, qp, route, atomics)
             want.append((dgram, expected_meta(dgram, route), err))
             model.append((pkt, payload, route))
@@ -174,6 +178,9 @@ def test_atomic_requests_match_model(width, order):
     wrs = work_requests(rng, atomics=True)
     sent, want, model, _ = make_stream(wrs, rng, order)
     assert {opc.OP_RC_COMPARE_SWAP, opc.OP_RC_FETCH_ADD} <= {p.opcode for p, _, _ in model}
+    generated = {(p.opcode, m.meta["src"]) for (p, _, _), m in zip(model, sent) if p.atomic}
+    assert {(o, WrSource.GENERATOR.value) for o in (opc.OP_RC_COMPARE_SWAP, opc.OP_RC_FETCH_ADD)} \
+        <= generated
     col = run_builder(width, sent, idle=0.3, backpressure=0.3, seed=width, atomics=order)
     check(col, want)
     n = opc.row(opc.OP_RC_FETCH_ADD)
@@ -186,6 +193,14 @@ def test_atomic_requests_match_model(width, order):
         assert (f["va"], f["rkey"]) == pkt.atomic
         assert f["swap_add"] == int.from_bytes(payload[:8], order)
         assert f["compare"] == int.from_bytes(payload[8:16], order)
+    # the generator's: a FETCH_ADD adds imm, COMPARE_SWAP s swaps imm + s + 1 for imm + s
+    for (pkt, _, _), m, (dgram, _, _) in zip(model, sent, want):
+        if pkt.atomic is not None and m.meta["src"] == WrSource.GENERATOR.value:
+            f = H.ATOMIC_ETH.unpack(dgram[H.BTH.length:])
+            imm, s = m.meta["imm"], m.meta["wr_id"]
+            assert (f["swap_add"], f["compare"]) == (
+                ((imm + s + 1) % 2**64, imm + s) if pkt.opcode == opc.OP_RC_COMPARE_SWAP
+                else (imm, 0))
     assert n.has_atomic_eth
 
 
