@@ -13,11 +13,13 @@ adds:
   the responder (``Responder``: the AtomicETH in the ingress, the decision, the queues' operand
   memory, the store of results), the payload memory and its reader alone (``PayloadMemory``,
   ``PayloadReader``: the read-modify-write, the write back's port, the lock), the arithmetic
-  alone (``AtomicAlu(512)``) and, unless ``--quick``, the whole cores. Results come from the
+  alone (``AtomicAlu(512)``, and at 64 bits) and, unless ``--quick``, the whole cores; the
+  arithmetic and the reader also mapped for :data:`~bench.bench_synth.LEVEL_GOAL` LUT levels
+  (``depth_target``, as ``bench_synth`` maps the cores a second time). Results come from the
   synthesis result cache when an earlier run (any checkout) synthesized the same netlist.
-* burst (``--burst``): the W = 512 endpoint with atomics in the Amaranth simulator, one QP and
-  then 8 QPs each sending 16 FETCH_ADDs (the most its READ queue takes) back to back into
-  ``mac_rx``, a beat a cycle, ``mac_tx`` always ready: when the atomics were queued
+* burst (``--burst``): the endpoint with atomics in the Amaranth simulator, at W = 512 one QP
+  and then 8 QPs, at W = 64 8 QPs, each sending 16 FETCH_ADDs (the most its READ queue takes)
+  back to back into ``mac_rx``, a beat a cycle, ``mac_tx`` always ready: when the atomics were queued
   (``RespRead.push``) and when the answers left (their first beats on ``mac_tx``, and the
   cycles between them), and how many cycles the READ generator's output
   (``RespReadOrder.rd_i``) waited for ``written`` (every request up to the newest READ or
@@ -33,7 +35,7 @@ import time
 import warnings
 from pathlib import Path
 
-from bench.bench_synth import git_revision
+from bench.bench_synth import LEVEL_GOAL, git_revision
 from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint
 from rocegen.gateware.roce.memory.atomic_alu import AtomicAlu
 from rocegen.tools.synth import synthesize
@@ -45,8 +47,8 @@ FIGURES = ("lut_total", "lut", "lut_as_memory", "ff", "carry", "bram36", "bram18
            "logic_levels")
 
 
-def _endpoint(atomics):
-    return RoceEndpoint(WIDTH, NUM_QPS, responder=True,
+def _endpoint(atomics, width=WIDTH):
+    return RoceEndpoint(width, NUM_QPS, responder=True,
                         **({"atomics": atomics} if atomics else {}))
 
 
@@ -60,28 +62,34 @@ def _block(path, atomics):
     return make
 
 
-#: (name, description, factory, whole core); the pairs without and with atomics side by side
+#: (name, description, factory, whole core, synthesize() options); the pairs without and with
+#: atomics side by side
 DESIGNS = []
 for _atomics in (None, "little"):
     _with = "with atomics" if _atomics else "without atomics"
     _tag = "_atomics" if _atomics else ""
     DESIGNS += [
         (f"responder{_tag}", f"Responder, W = 512, 8 QPs, READs, {_with}",
-         _block(("features", "responder", "resp"), _atomics), False),
+         _block(("features", "responder", "resp"), _atomics), False, {}),
         (f"payload_memory{_tag}", f"PayloadMemory, W = 512, 256 KiB on chip, responder and "
-         f"READ ports, {_with}", _block(("features", "memory", "mem"), _atomics), False),
+         f"READ ports, {_with}", _block(("features", "memory", "mem"), _atomics), False, {}),
         (f"payload_reader{_tag}", f"PayloadReader, W = 512, {_with}",
-         _block(("features", "memory", "mem", "_reader"), _atomics), False),
+         _block(("features", "memory", "mem", "_reader"), _atomics), False, {}),
+        (f"payload_reader{_tag}_depth", f"PayloadReader, W = 512, {_with}, mapped for "
+         f"{LEVEL_GOAL} LUT levels", _block(("features", "memory", "mem", "_reader"), _atomics),
+         False, {"depth_target": LEVEL_GOAL}),
     ]
 DESIGNS += [
     ("atomic_alu", "AtomicAlu, W = 512, little-endian", lambda: AtomicAlu(512, byteorder="little"),
-     False),
+     False, {}),
+    ("atomic_alu_depth", f"AtomicAlu, W = 512, little-endian, mapped for {LEVEL_GOAL} LUT levels",
+     lambda: AtomicAlu(512, byteorder="little"), False, {"depth_target": LEVEL_GOAL}),
     ("atomic_alu_w64", "AtomicAlu, W = 64, little-endian", lambda: AtomicAlu(64, byteorder="little"),
-     False),
+     False, {}),
     ("endpoint_responder", "RoceEndpoint(512, 8, responder=True), on-chip memory",
-     lambda: _endpoint(None), True),
+     lambda: _endpoint(None), True, {}),
     ("endpoint_responder_atomics", "RoceEndpoint(512, 8, responder=True, atomics=\"little\"), "
-     "on-chip memory", lambda: _endpoint("little"), True),
+     "on-chip memory", lambda: _endpoint("little"), True, {}),
 ]
 
 
@@ -89,16 +97,16 @@ def synth_figures(quick=False):
     """The Yosys figures of :data:`DESIGNS` (``quick``: not the whole cores)."""
     rows = []
     revision = git_revision()
-    for name, description, factory, core in DESIGNS:
+    for name, description, factory, core, options in DESIGNS:
         if core and quick:
             continue
         print(f"{name}: {description} ...", flush=True)
         r = synthesize(factory(), top="top", workdir=ROOT / "build" / "synth" / f"atomics_{name}",
-                       cache=True, label=f"atomics-{name}")
+                       cache=True, label=f"atomics-{name}", **options)
         print(f"  {r['lut_total']:,} LUTs, {r['ff']:,} FF, {r['bram36']} RAMB36 + "
               f"{r['bram18']} RAMB18, {r['lut_levels']} LUT levels "
               f"({r['synth_seconds']:.0f} s{', cached' if r['cached'] else ''})", flush=True)
-        rows.append({"kind": "size", "name": name, "description": description,
+        rows.append({"kind": "size", "name": name, "description": description, **options,
                      "revision": revision, "yosys": r["yosys"], "cached": r["cached"],
                      "synth_seconds": round(r["synth_seconds"], 1),
                      **{k: r[k] for k in FIGURES}})
@@ -113,8 +121,8 @@ def synth_figures(quick=False):
     return rows
 
 
-def burst(qps=NUM_QPS):
-    """``qps`` QPs x 16 FETCH_ADDs back to back into the W = 512 endpoint (Amaranth
+def burst(qps=NUM_QPS, width=WIDTH):
+    """``qps`` QPs x 16 FETCH_ADDs back to back into the endpoint at ``width`` (Amaranth
     simulator); see the module documentation."""
     from rocegen.gateware.roce.layouts import QPN_BASE, QpState
     from rocegen.gateware.roce.responder.responder import default_config
@@ -125,7 +133,7 @@ def burst(qps=NUM_QPS):
     from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
     from rocegen.wire.addr import parse_ip, parse_mac
 
-    ep = _endpoint("little")
+    ep = _endpoint("little", width)
     order = ep.features.responder.resp._order
     push = ep.features.responder.resp._read.push
     base = ep.config["resp_region"][0]
@@ -136,8 +144,8 @@ def burst(qps=NUM_QPS):
     for k in range(qps):
         host.create_qp(host_qpn + k, peer_qpn=QPN_BASE + k, peer_ip=FPGA_IP, peer_mac=FPGA_MAC,
                        epsn=0, pmtu=1024, sq_psn=5, access=Access.REMOTE_WRITE, max_rd_atomic=16)
-    drv = StreamDriver(ep.mac_rx, WIDTH, gaps="between")
-    col = StreamCollector(ep.mac_tx, WIDTH)
+    drv = StreamDriver(ep.mac_rx, width, gaps="between")
+    col = StreamCollector(ep.mac_tx, width)
     counter = base + 0x200
     trace, rec, out = [], {"on": False}, {}
 
@@ -209,16 +217,18 @@ def burst(qps=NUM_QPS):
     waited_in = sum(1 for i, t in enumerate(trace)
                     if start <= i <= pushes[-1] + start and t[4] and not t[5])
     gaps = [b - a for a, b in zip(answers, answers[1:])]
-    row = {"kind": "burst", "name": f"burst-512-{qps}qp", "qps": qps, "atomics": len(answers),
-           "last_request_in": last_in, "first_push": pushes[0], "last_push": pushes[-1],
+    row = {"kind": "burst", "name": f"burst-{width}-{qps}qp", "width": width, "qps": qps,
+           "atomics": len(answers), "last_request_in": last_in, "first_push": pushes[0],
+           "last_push": pushes[-1],
            "first_answer_out": answers[0], "last_answer_out": answers[-1],
            "answer_gap_min": min(gaps), "answer_gap_max": max(gaps),
            "answer_gap_mean": round((answers[-1] - answers[0]) / (len(answers) - 1), 3),
            "cycles_waiting_for_written": waited,
            "cycles_waiting_for_written_while_queueing": waited_in}
-    print(f"  burst of {row['atomics']} FETCH_ADDs, {qps} QP{'s' if qps > 1 else ''}: requests "
-          f"in over cycles 0..{last_in} (queued {pushes[0]}..{pushes[-1]}); answers out {answers[0]}.."
-          f"{answers[-1]}, {min(gaps)}..{max(gaps)} cycles apart (mean "
+    print(f"  burst at W = {width}, {row['atomics']} FETCH_ADDs on {qps} "
+          f"QP{'s' if qps > 1 else ''}: requests in over cycles 0..{last_in} (queued "
+          f"{pushes[0]}..{pushes[-1]}); answers out {answers[0]}..{answers[-1]}, "
+          f"{min(gaps)}..{max(gaps)} cycles apart (mean "
           f"{row['answer_gap_mean']}); the generator's output waited {waited} cycles for "
           f"`written`, {waited_in} of them while atomics were being queued", flush=True)
     return row
@@ -228,15 +238,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", help="write the figures to this file")
     ap.add_argument("--quick", action="store_true", help="not the whole cores")
-    ap.add_argument("--burst", action="store_true", help="also the burst in the Amaranth "
-                    "simulator (about a minute)")
+    ap.add_argument("--burst", action="store_true", help="also the bursts in the Amaranth "
+                    "simulator (a few minutes)")
     ap.add_argument("--no-synth", action="store_true", help="no Yosys run")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore", message=r".* created but never used")
     t0 = time.time()
     rows = [] if args.no_synth else synth_figures(args.quick)
     if args.burst:
-        rows += [burst(1), burst(NUM_QPS)]
+        rows += [burst(1), burst(NUM_QPS), burst(NUM_QPS, 64)]
     print(f"({time.time() - t0:.0f} s)")
     if args.json:
         path = Path(args.json)
