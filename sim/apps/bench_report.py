@@ -97,7 +97,10 @@ def _headline_rows(results):
         check = (f"; {checked:,} frames rebuilt by scapy and compared"
                  + (" in a worker process beside the simulator" if modes == {"pool"} else "")
                  if checked else "")
-        rows.append(("simulation speed (Verilator, W = 512, 8 QPs, with the cocotb host model)",
+        widths = " and ".join(str(w) for w in sorted(
+            {b.get("width", 512) for b in results["batches"]}, reverse=True))
+        rows.append((f"simulation speed (Verilator, W = {widths}, 8 QPs, with the cocotb host "
+                     "model)",
                      f"{sp['cycles_per_second'] / 1e3:.1f} k cycles per second{check}"))
     return rows
 
