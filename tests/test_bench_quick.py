@@ -4,6 +4,8 @@ rates consistent with the cycle counts, positive latencies, loss runs that deliv
 the responder's rows (the host writing into the endpoint) within the same limits with every
 byte read back, the READ rows (the host READing the endpoint, the endpoint READing the host)
 within the limit of READ responses and the bound of their outstanding READs, every byte compared,
+the atomic rows (the host's atomics executed by the endpoint) within the line's and the atomic
+unit's rates with every value returned and the targets checked,
 the revision recorded, the resource figures of the synthesis report (which must exist in CI,
 where ``CI=true``: ``.ci/run`` synthesizes first). Never a wall-clock time."""
 
@@ -13,7 +15,14 @@ import shutil
 
 from rocegen.cli import main
 from rocegen.sim.apps import bench_report
-from rocegen.sim.apps.bench_suite import CLOCK_MHZ, limit_gbps, read_bound_gbps, suite_runs
+from rocegen.sim.apps.bench_suite import (
+    ATOMIC_UNIT_CYCLES,
+    CLOCK_MHZ,
+    atomic_limit_mops,
+    limit_gbps,
+    read_bound_gbps,
+    suite_runs,
+)
 from rocegen.sim.testing.cocotb_runner import ROOT
 
 TOL = 1e-6
@@ -28,10 +37,26 @@ def test_quick_suite(tmp_path):
     plan = dict(suite_runs(True))
     assert len(r["goodput"]) + len(r["message_rate"]) + len(r["latency"]) + len(r["cm"]) + \
         len(r["loss"]) == len(plan["quick"])
-    # the responder's rows: all but the warm-up run and the READ runs
+    # the responder's rows: all but the warm-up run, the READ runs and the atomic runs
     assert len(r["responder"]) == len([x for x in plan["quick-responder"]
-                                       if x["kind"] not in ("warmup", "read")])
+                                       if x["kind"] not in ("warmup", "read", "atomic")])
     assert len(r["read"]) == len([x for x in plan["quick-responder"] if x["kind"] == "read"])
+    atomic = [x for x in plan["quick-responder"] if x["kind"] == "atomic"]
+    assert len(r["atomic"]) == len(atomic) and {g["test"] for g in r["atomic"]} >= {"rate",
+                                                                                  "latency"}
+    for g in r["atomic"]:
+        # every value returned checked, the targets read back, one answer per atomic
+        assert g["data_checked"] and g["checked_atomics"] == g["messages"], g
+        assert g["width"] == 512 and g["clock_mhz"] == CLOCK_MHZ, g
+        if g["test"] == "latency":
+            assert all(isinstance(c, int) and c > 0 for c in g["latency_cycles"]["samples"]), g
+            continue
+        assert g["messages"] == g["qps"] * g["count"] == g["answers"] == g["requests"], g
+        assert g["limit_mops"] == atomic_limit_mops(g["line_gbps"]), g
+        assert g["unit_mops"] == CLOCK_MHZ / ATOMIC_UNIT_CYCLES, g
+        assert 0 < g["mops"] <= min(g["limit_mops"], g["unit_mops"]) * (1 + TOL), g
+        # (answers after the first over the cycles between the first's start and the last's)
+        assert abs(g["mops"] - (g["messages"] - 1) * CLOCK_MHZ / g["cycles"]) < 1e-9 * g["mops"]
     for g in r["read"]:
         assert g["kind"] == "read" and g["opcode"] == "READ" and g["data_checked"], g
         if g["test"] == "latency":
@@ -125,6 +150,7 @@ def test_quick_suite(tmp_path):
     perf = (tmp_path / "docs" / "performance.md").read_text()
     assert perf.count(bench_report.BEGIN) == 1 and r["revision"][:12] in perf
     assert "### Responder" in perf and "WRITE PMTU 4096" in perf
+    assert "### RDMA atomics" in perf and "FETCH_ADD" in perf
     readme = (tmp_path / "README.md").read_text()
     assert readme.count(bench_report.H_BEGIN) == 1
     # both say which peer the figures were measured against

@@ -7,7 +7,17 @@ derived from the results file; nothing is measured here."""
 
 from pathlib import Path
 
-from rocegen.sim.apps.bench_suite import CLOCK_MHZ, KIB, MIB, limit_gbps, rate_limit_mmsgs
+from rocegen.sim.apps.bench_suite import (
+    ATOMIC_BATCHES,
+    ATOMIC_OUTSTANDING,
+    ATOMIC_UNIT_CYCLES,
+    CLOCK_MHZ,
+    KIB,
+    MIB,
+    atomic_frames,
+    limit_gbps,
+    rate_limit_mmsgs,
+)
 
 __all__ = ["summary", "markdown", "headline_markdown", "plots", "write_docs"]
 
@@ -87,7 +97,10 @@ def _headline_rows(results):
         check = (f"; {checked:,} frames rebuilt by scapy and compared"
                  + (" in a worker process beside the simulator" if modes == {"pool"} else "")
                  if checked else "")
-        rows.append(("simulation speed (Verilator, W = 512, 8 QPs, with the cocotb host model)",
+        widths = " and ".join(str(w) for w in sorted(
+            {b.get("width", 512) for b in results["batches"]}, reverse=True))
+        rows.append((f"simulation speed (Verilator, W = {widths}, 8 QPs, with the cocotb host "
+                     "model)",
                      f"{sp['cycles_per_second'] / 1e3:.1f} k cycles per second{check}"))
     return rows
 
@@ -162,6 +175,19 @@ def summary(results):
                    f"({r['percent_of_limit']:7.3f} %)"
                    + (f", bound {r['bound_gbps']:.2f}" if r["bound_gbps"] < r["limit_gbps"]
                       else ""))
+    for r in results.get("atomic", []):
+        if r["test"] == "rate":
+            mac = f"{r['line_gbps']}G" if r["line_gbps"] else "free"
+            qps = f"{r['qps']} QP" + ("s" if r["qps"] > 1 else " ")
+            out.append(f"atomic W={r['width']}: {r['opcode']:12} {qps} "
+                       f"{mac:>4}: {r['mops']:7.2f} M/s ({r['percent_of_limit']:5.1f} % of "
+                       f"{r['limit_mops']:.2f}, {r['percent_of_unit']:5.1f} % of the unit's "
+                       f"{r['unit_mops']:.2f})")
+        else:
+            c = r["latency_cycles"]
+            what = r["opcode"] if r["test"] == "latency" else f"READ {size_text(r['size'])}"
+            out.append(f"atomic W={r['width']}: {what} request's last beat in to its answer's "
+                       f"first beat out {c['min']}..{c['max']} cycles")
     for r in results.get("incast", []):
         p = r["parameters"]
         out.append(f"incast, {p['senders']} senders, DCQCN {'on' if p['dcqcn'] else 'off'}, PFC "
@@ -532,6 +558,7 @@ def markdown(results):
 
     out += _responder_markdown(results)
     out += _read_markdown(results)
+    out += _atomic_markdown(results)
     out += _incast_markdown(results)
 
     res = results["resources"]
@@ -560,7 +587,7 @@ def markdown(results):
              for b in results["batches"]]
     sp = results["simulation_speed"]
     table.append(["all", sum(b["runs"] for b in results["batches"]), f"{sp['sim_cycles']:,}",
-                  f"{sp['sim_cycles'] / CLOCK_MHZ / 1e3:.2f} ms",
+                  f"{sp.get('simulated_us', sp['sim_cycles'] / CLOCK_MHZ) / 1e3:.2f} ms",
                   f"{sum(b['process_seconds'] for b in results['batches']):.0f} s",
                   f"{sp['cycles_per_second']:,}"])
     out += _table(["batch", "runs", "cycles", "simulated time", "process", "cycles per second"],
@@ -732,6 +759,80 @@ def _read_markdown(results):
             out += [f"Latency: the last beat of a host's {size_text(r['size'])} READ request in to "
                     f"the first beat of its response out: {c['min']}..{c['max']} cycles "
                     f"({c['min'] * ns:.1f} ns at best).", ""]
+    return out
+
+
+def _atomic_markdown(results):
+    """The "RDMA atomics" section: the host's atomics executed by the endpoint's responder, their
+    rate on one and 8 QPs and their latency beside the READ's (batches ``atomic`` and
+    ``atomic-w64``)."""
+    rows = results.get("atomic", [])
+    if not rows:
+        return []
+    request, answer = atomic_frames()
+    widths = sorted({r["width"] for r in rows}, reverse=True)
+    lines = {w: line for w, line in ATOMIC_BATCHES.values()}
+    setups = "; ".join(f"W = {w} at {next(r['clock_mhz'] for r in rows if r['width'] == w):.3f} "
+                       f"MHz, both lines at {lines.get(w, '?')} Gb/s" for w in widths)
+    out = ["### RDMA atomics", "",
+           "The responder's build with atomics (`atomics=\"little\"`, on-chip memory, 8 QPs; "
+           f"{setups}: at W = 64 the 10G XGMII's clock and line) against the host NIC model's "
+           "requester (`rocegen.sim.cocotb.roce_resp_runs`, rows `\"kind\": \"atomic\"`). Each "
+           f"host QP keeps {ATOMIC_OUTSTANDING} atomics in flight (its `max_rd_atomic`, the "
+           "endpoint's `rd_depth`), posted round robin over the QPs: FETCH_ADD adds 1 to one "
+           "counter all the QPs share; COMPARE_SWAP steps each QP's own word from v to v + 1 "
+           "(every one finds its compare value and writes). Rate: the ATOMIC_ACKNOWLEDGEs after "
+           "the first over the time from the first one's start on the endpoint's line to the "
+           f"last one's start. The line's limit is its request frames' ({request} bytes, "
+           f"{request + 24} of line time; an ATOMIC_ACKNOWLEDGE is {answer}); \"free\": both "
+           "ends take a beat every cycle, and the limit is the host's offered rate (a request "
+           f"every {-(-request // 64)} beats at W = 512, {-(-request // 8)} at W = 64). The atomic "
+           f"unit executes one atomic every {ATOMIC_UNIT_CYCLES} cycles (its read, arithmetic "
+           "and write back; two for a COMPARE_SWAP that does not match). Every run checks every "
+           "value returned (the shared counter's values each exactly once, increasing on each "
+           "QP; each QP's COMPARE_SWAPs in order), one answer and one request per atomic, and "
+           "the targets read back through the endpoint's RDMA WRITE; a run that fails gives no "
+           "figure.", ""]
+    rate = [r for r in rows if r["test"] == "rate"]
+    if rate:
+        cells = {(r["width"], r["qps"], r["line_gbps"], r["opcode"]): r for r in rate}
+        table = []
+        for w in widths:
+            for q, line in sorted({(r["qps"], r["line_gbps"]) for r in rate if r["width"] == w},
+                                  key=lambda c: (c[1] == 0, c[0])):
+                row = [f"W = {w}", q, f"{line}G" if line else "free"]
+                for op in ("FETCH_ADD", "COMPARE_SWAP"):
+                    r = cells.get((w, q, line, op))
+                    row.append(f"{r['mops']:.2f} ({r['percent_of_limit']:.1f} % / "
+                               f"{r['percent_of_unit']:.1f} %)" if r else "-")
+                both = [r for (cw, cq, cl, _), r in cells.items() if (cw, cq, cl) == (w, q, line)]
+                row += [f"{both[0]['limit_mops']:.2f}", f"{both[0]['unit_mops']:.2f}",
+                        f"{sum(r['messages'] for r in both):,}"]
+                table.append(row)
+        out += ["**Atomics per second** (millions; in brackets: % of the limit / % of the atomic "
+                "unit's rate)", ""]
+        out += _table(["build", "QPs", "line", "FETCH_ADD", "COMPARE_SWAP", "limit (line or "
+                       "offered)", "atomic unit", "atomics checked"], table) + [""]
+    lat = [r for r in rows if r["test"] in ("latency", "read_latency")]
+    if lat:
+        table = []
+        for w in widths:
+            mine = [r for r in lat if r["width"] == w]
+            if not mine:
+                continue
+            clock = mine[0]["clock_mhz"]
+            for r in sorted(mine, key=lambda r: (r["test"] != "latency", r["opcode"] != "FETCH_ADD",
+                                                 r["size"])):
+                c = r["latency_cycles"]
+                what = (r["opcode"] if r["test"] == "latency"
+                        else f"READ of {size_text(r['size'])} (its first response)")
+                table.append([f"W = {w}", what, f"{c['min']}..{c['max']} cycles",
+                              f"{c['min'] * 1e3 / clock:.1f} ns", len(c["samples"])])
+        out += ["**Latency**: single requests on an idle endpoint, the cycles from the last beat "
+                "of the request into the endpoint to the first beat of its answer out "
+                "(ATOMIC_ACKNOWLEDGE, or the READ's first response), minimum..maximum over the "
+                "samples (the atomics each on the next 8-byte lane of a word).", ""]
+        out += _table(["build", "request", "latency", "at best", "samples"], table) + [""]
     return out
 
 

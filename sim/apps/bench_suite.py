@@ -54,6 +54,18 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   0.1 % (16 MiB), the QP's retransmit timeout covering the responses of every READ outstanding
   (:func:`read_timeout`); ``latency``, the cycles from a host READ request's last beat in to
   its first response beat out.
+* **Atomics** (batches ``atomic``, the responder's build at W = 512 with its lines at 100 Gb/s,
+  and ``atomic-w64``, the same build at W = 64 at 156.25 MHz with its lines at 10 Gb/s, the
+  line of the 10G XGMII; a few runs in ``quick-responder`` with ``--quick``;
+  :mod:`rocegen.sim.cocotb.roce_resp_runs`, rows ``"kind": "atomic"``): the host NIC model's
+  FETCH_ADDs and COMPARE_SWAPs executed by the endpoint's responder (``atomics="little"``),
+  16 outstanding per QP, on one QP and on 8: atomics per second over their answers' time on
+  the endpoint's line against the line's limit (:func:`atomic_limit_mops`, the request frames')
+  and the atomic unit's (one atomic every :data:`ATOMIC_UNIT_CYCLES` cycles), also with both
+  ends taking a beat every cycle; each run checks every value returned (the counter's values
+  each once) and the words read back. Latency: the cycles from an atomic request's last beat in
+  to its ATOMIC_ACKNOWLEDGE's first beat out, beside the READ latency measured the same way in
+  the same build (8 and 64 bytes).
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
   frames during responder traffic (:func:`rocegen.sim.cocotb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
@@ -85,10 +97,12 @@ from pathlib import Path
 
 from rocegen.sim.apps import incast
 from rocegen.sim.testing.cocotb_runner import BUILD, ROOT
+from rocegen.wire.headers import ATOMIC_ACK_ETH, ATOMIC_ETH
 from rocegen.wire.verbs import VERBS
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
-           "read_bound_gbps", "read_runs", "read_timeout", "suite_runs", "run_suite",
+           "read_bound_gbps", "read_runs", "read_timeout", "atomic_frames", "atomic_limit_mops",
+           "atomic_runs", "suite_runs", "run_suite",
            "batch_of", "resources", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
 
 WIDTH = 512
@@ -382,13 +396,72 @@ def read_runs(quick=False, requester=True):
     return runs
 
 
+#: the atomics' batches: the width of their build (the responder's, with ``atomics``) and the
+#: line rate of both directions (at W = 64 the 10G XGMII's, as ``bench.bench_roce --width 64``)
+ATOMIC_BATCHES = {"atomic": (512, LINE_GBPS), "atomic-w64": (64, 10)}
+ATOMIC_OPS = ("FETCH_ADD", "COMPARE_SWAP")
+#: atomics per QP of a rate run, by the number of QPs (quick: a sixteenth)
+ATOMIC_COUNT = {1: 2048, 8: 512}
+#: atomics each host QP keeps in flight (its ``max_rd_atomic``; the endpoint's ``rd_depth``)
+ATOMIC_OUTSTANDING = 16
+#: cycles the payload reader spends on an atomic that writes (read, arithmetic, write back:
+#: docs/responder-design.md); a COMPARE_SWAP that does not match takes two
+ATOMIC_UNIT_CYCLES = 3
+
+
+def atomic_frames():
+    """Frame lengths (bytes without FCS) of an atomic request (BTH, AtomicETH) and of its
+    ATOMIC_ACKNOWLEDGE (BTH, AETH, AtomicAckETH)."""
+    return (max(HEADERS + ATOMIC_ETH.length + ICRC, MIN_FRAME),
+            max(HEADERS + AETH + ATOMIC_ACK_ETH.length + ICRC, MIN_FRAME))
+
+
+def atomic_limit_mops(line_gbps=LINE_GBPS):
+    """The most atomics per second (millions) a line of ``line_gbps`` carries: its request
+    frames' rate (they are longer than the answers)."""
+    return line_gbps * 1e3 / 8 / (max(atomic_frames()) + LINE_OVERHEAD)
+
+
+def atomic_offered_mops(width, clock_mhz):
+    """The atomics per second (millions) a host sending a beat every cycle offers: one request
+    frame every so many beats."""
+    return clock_mhz / -(-max(atomic_frames()) // (width // 8))
+
+
+def atomic_run(test, opcode, qps=1, *, line_gbps=LINE_GBPS, count=8, size=8, **extra):
+    """One run of an atomic batch (``test``: rate, latency or read_latency)."""
+    return {"kind": "atomic", "test": test, "qps": qps, "pmtu": 1024, "opcode": opcode,
+            "count": count, "outstanding": ATOMIC_OUTSTANDING, "size": size,
+            "bytes": size * count * qps, "line_gbps": line_gbps, **extra}
+
+
+def atomic_runs(width=WIDTH, quick=False):
+    """The runs of an atomic batch at ``width`` (see the module documentation); ``quick``: one
+    rate run and one latency run, for ``quick-responder`` (W = 512)."""
+    line = dict(ATOMIC_BATCHES.values())[width]
+    if quick:
+        return [atomic_run("rate", "FETCH_ADD", 1, line_gbps=line, count=128),
+                atomic_run("latency", "COMPARE_SWAP", line_gbps=line, count=2)]
+    warmup = {**_responder(4096, 1024, "WRITE", True), "bytes": 4096, "kind": "warmup",
+              "line_gbps": line}
+    runs = [warmup]
+    runs += [atomic_run("rate", op, q, line_gbps=line, count=ATOMIC_COUNT[q])
+             for op in ATOMIC_OPS for q in (1, 8)]
+    # both ends taking a beat every cycle: the endpoint's own limit
+    runs += [atomic_run("rate", op, 8, line_gbps=0, count=ATOMIC_COUNT[8]) for op in ATOMIC_OPS]
+    runs += [atomic_run("latency", op, line_gbps=line) for op in ATOMIC_OPS]
+    runs += [atomic_run("read_latency", "READ", line_gbps=line, size=s) for s in (8, 64)]
+    return runs
+
+
 #: batches of Python models (:mod:`rocegen.sim.apps.incast`), run in the suite's own process and
 #: listed under ``model_batches``, not ``batches`` (no simulator, no cycles)
 MODEL_BATCHES = ("incast", "quick-incast")
 #: batches run only when named with ``--only``
 ON_REQUEST = ("soak", "resp_fuzz")
 #: batches of the responder's build and bench (:mod:`rocegen.sim.cocotb.roce_resp`)
-RESPONDER_BATCHES = ("responder", "responder-axi4", "resp_fuzz", "quick-responder", "read")
+RESPONDER_BATCHES = ("responder", "responder-axi4", "resp_fuzz", "quick-responder", "read",
+                     *ATOMIC_BATCHES)
 
 
 def suite_runs(quick=False, on_request=False):
@@ -406,7 +479,8 @@ def suite_runs(quick=False, on_request=False):
                 _latency(64, 4),
                 {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 2},
                 _loss(0.01, 2, 512 * KIB)]
-        return [("quick", runs), ("quick-responder", responder_runs(True) + read_runs(True)),
+        return [("quick", runs), ("quick-responder", responder_runs(True) + read_runs(True)
+                                  + atomic_runs(quick=True)),
                 ("quick-incast", incast.bench_runs(True))]
     batches = [("goodput-1qp-write", [_goodput(s, p, "WRITE", 1, line, False) for p in PMTUS
                                       for line in (LINE_GBPS, 0) for s in SIZES_1QP])]
@@ -437,6 +511,7 @@ def suite_runs(quick=False, on_request=False):
     batches.append(("read", read_runs()))
     if responder_axi4():
         batches.append(("responder-axi4", responder_runs(memory="axi4")))
+    batches += [(name, atomic_runs(width)) for name, (width, _) in ATOMIC_BATCHES.items()]
     batches.append(("incast", incast.bench_runs()))
     if on_request:
         batches.append(("soak", soak_runs()))
@@ -485,9 +560,11 @@ def run_batch(name, runs, peer="connectx", tag=None):
         responder_sim_config,
         run_cocotb,
     )
+    from rocegen.sim.testing.roce_env import board_clock_mhz
+    width = ATOMIC_BATCHES[name][0] if name in ATOMIC_BATCHES else WIDTH
     if name in RESPONDER_BATCHES:
         axi4 = {"memory": "axi4", "mem_bytes": RESP_AXI4_BYTES} if name.endswith("axi4") else {}
-        cfg = responder_sim_config(WIDTH, NUM_QPS, **axi4)
+        cfg = responder_sim_config(width, NUM_QPS, **axi4)
         module, testcase = "rocegen.sim.cocotb.roce_resp_runs", "runs"
     else:
         cfg = endpoint_sim_config(WIDTH, NUM_QPS)
@@ -505,9 +582,11 @@ def run_batch(name, runs, peer="connectx", tag=None):
     results = json.loads(out.read_text())
     cycles = sum(r["sim_cycles"] for r in results)
     inside = sum(r["wall_seconds"] for r in results)
+    clock = board_clock_mhz(width)
     batch = {"name": name, "runs": len(results), "build_check_seconds": round(t1 - t0, 2),
              "process_seconds": round(t2 - t1, 2), "sim_cycles": cycles,
-             "simulated_us": round(cycles / CLOCK_MHZ, 3),
+             **({"width": width, "clock_mhz": clock} if width != WIDTH else {}),
+             "simulated_us": round(cycles / clock, 3),
              "run_seconds": round(inside, 2),
              "cycles_per_second": round(cycles / inside) if inside else None,
              "cycles_per_second_with_startup": round(cycles / (t2 - t1)) if t2 > t1 else None,
@@ -532,7 +611,7 @@ def _ns(cycles):
 def _figures(results):
     """Every figure of the suite from the runs' raw results."""
     out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": [],
-           "soak": [], "responder": [], "resp_fuzz": [], "incast": [], "read": []}
+           "soak": [], "responder": [], "resp_fuzz": [], "incast": [], "read": [], "atomic": []}
     keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
             "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
             "wall_seconds")
@@ -609,6 +688,8 @@ def _figures(results):
             out["incast"].append(r)
         elif kind == "read":
             out["read"].append(_read_row(r, row))
+        elif kind == "atomic":
+            out["atomic"].append(_atomic_row(r, row))
         elif kind == "resp_fuzz":
             row.update({k: r[k] for k in ("frames", "candidates", "good_messages", "rounds",
                                           "checked_bytes", "victim_answers_lost", "counters",
@@ -678,6 +759,35 @@ def _read_row(r, row):
     return row
 
 
+def _atomic_row(r, row):
+    """A row of the atomics' figures (``"kind": "atomic"``; ``test`` says which), at the clock
+    of the run's build."""
+    clock = r["clock_mhz"]
+    row.update(kind="atomic", test=r["test"], width=r["width"], clock_mhz=clock,
+               count=r["count"], outstanding=r["outstanding"], messages=r["messages"])
+    if r["test"] == "read_latency":
+        lat = _stats(r["latency_cycles"])
+        row.update(latency_cycles=lat, latency_ns=round(lat["min"] * 1e3 / clock, 1),
+                   data_checked=r["checked_bytes"] == r["size"] * r["messages"])
+        return row
+    row.update(answers=r["answers"], requests=r["requests"],
+               checked_atomics=r["checked_atomics"], final_checked=r["final_checked"],
+               # every value returned checked, the targets read back, nothing sent twice
+               data_checked=(r["checked_atomics"] == r["messages"] == r["answers"]
+                             == r["requests"] and r["final_checked"] > 0))
+    if r["test"] == "latency":
+        lat = _stats(r["latency_cycles"])
+        row.update(latency_cycles=lat, latency_ns=round(lat["min"] * 1e3 / clock, 1))
+        return row
+    line = r["line_gbps"]
+    unit = clock / ATOMIC_UNIT_CYCLES
+    limit = atomic_limit_mops(line) if line else atomic_offered_mops(r["width"], clock)
+    row.update(mops=r["mops"], mops_elapsed=r["mops_elapsed"], cycles=r["line_cycles"],
+               elapsed_cycles=r["elapsed_cycles"], limit_mops=limit, unit_mops=unit,
+               percent_of_limit=100 * r["mops"] / limit, percent_of_unit=100 * r["mops"] / unit)
+    return row
+
+
 def resources():
     """The endpoint's figures from the last Yosys report of ``bench.bench_synth``, or why
     there are none."""
@@ -739,6 +849,8 @@ def batch_of(row, key):
         return "resp_fuzz"
     if key == "read":
         return "read"
+    if key == "atomic":
+        return "atomic-w64" if row.get("width") == 64 else "atomic"
     if key == "responder":
         return "responder-axi4" if row.get("memory") == "axi4" else "responder"
     if key in ("latency", "cm"):
@@ -751,7 +863,7 @@ def batch_of(row, key):
 
 
 FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak", "responder",
-           "resp_fuzz", "incast", "read")
+           "resp_fuzz", "incast", "read", "atomic")
 
 
 def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx"):
@@ -810,8 +922,14 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
         failed = [f for f in previous.get("failed_batches", []) if f["name"] not in only] + failed
         model_batches = [b for b in previous.get("model_batches", [])
                          if b["name"] not in only] + model_batches
+    res = resources()
+    if only and previous and not res.get("available") and \
+            previous.get("resources", {}).get("available"):
+        # (no Yosys report here: the figures the earlier run took from one stay)
+        res = previous["resources"]
     # the suite's speed: the batches a plain run makes (not the soak, run on request)
     cycles = sum(b["sim_cycles"] for b in batches if b["name"] not in ON_REQUEST)
+    simulated = sum(b["simulated_us"] for b in batches if b["name"] not in ON_REQUEST)
     inside = sum(b["run_seconds"] for b in batches if b["name"] not in ON_REQUEST)
     return {
         "suite": "rocegen bench" + (" --quick" if quick else ""),
@@ -842,9 +960,10 @@ def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx")
         "batches": batches,
         "model_batches": model_batches,
         "failed_batches": failed,
-        "simulation_speed": {"sim_cycles": cycles, "run_seconds": round(inside, 1),
+        "simulation_speed": {"sim_cycles": cycles, "simulated_us": round(simulated, 3),
+                             "run_seconds": round(inside, 1),
                              "cycles_per_second": round(cycles / inside) if inside else None},
         "headline": _headline(fig),
         **fig,
-        "resources": resources(),
+        "resources": res,
     }

@@ -3,12 +3,12 @@ the cocotb test ``runs`` runs those listed in ``ROCE_RUNS`` (JSON) and writes th
 the file ``ROCE_RESULTS`` (the benchmark suite's responder batches, ``rocegen bench``, and
 ``rocegen sim demo --peer-op``); :func:`~rocegen.sim.cocotb.roce_resp.data_run` and
 :func:`~rocegen.sim.cocotb.roce_resp.fuzz_run` do the data and fuzz runs, :func:`read_run` the
-READ runs. A run is a dict:
+READ runs, :func:`atomic_run` the atomics' runs. A run is a dict:
 
 
 ``kind``
-    ``responder`` (goodput and message rate), ``resp_latency``, ``bidir``, ``resp_fuzz`` or
-    ``read`` (RDMA READ both ways, below).
+    ``responder`` (goodput and message rate), ``resp_latency``, ``bidir``, ``resp_fuzz``,
+    ``read`` (RDMA READ both ways, below) or ``atomic`` (the host's RDMA atomics, below).
 ``qps``, ``pmtu``, ``bytes``, ``size``, ``opcode``
     QPs used, their path MTU, bytes per QP in messages of ``size`` bytes, the host's opcode
     (``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``). WRITEs land one after the other in the
@@ -42,20 +42,21 @@ memory (its READ requester: work requests with opcode READ on ``wr``,
 remote address = the QP's base address + ``remote_offset``), on one QP, through the MAC model at
 the run's line rate, over the run's link (round trip, loss).
 
-Atomic runs (``"kind": "atomic"``, ``rocegen sim demo --peer-op FETCH_ADD|COMPARE_SWAP``, a
-build with ``atomics``): the contended counter. The host NIC model opens ``qps`` QPs, each with
-the responder's whole region, READs the 8-byte counter (the region's last word), then every QP
-at once keeps up to ``outstanding`` (default :data:`HOST_RD_ATOMIC`) atomics in flight on it:
-``count`` FETCH_ADDs of 1 each (``opcode`` FETCH_ADD), or a COMPARE_SWAP spin (compare k, swap
-k + 1, guessing on from its last value, tried again from the value found) until ``count`` swaps
-each took; then it READs the counter again. Checked: every atomic completes OK, the counter rose
-by ``qps * count``, the values returned (FETCH_ADD) or the values the swaps that took found
-(COMPARE_SWAP) are ``qps * count`` distinct consecutive numbers from the first READ. A result
-adds ``ops`` (atomics executed), ``successes`` (swaps that took), ``initial``, ``final``,
-``distinct``, ``line_cycles`` (from the start of the first atomic on the host's line to the end
-of the endpoint's last ATOMIC_ACKNOWLEDGE on its own), ``ops_per_s`` (``ops`` over that time at
-the build's clock), ``atomic_acks`` (ATOMIC_ACKNOWLEDGE frames sent, resent answers to
-duplicates included), the link counters and ``timeout``.
+Atomic runs without ``test`` (``"kind": "atomic"``, ``rocegen sim demo --peer-op
+FETCH_ADD|COMPARE_SWAP``, a build with ``atomics``): the contended counter. The host NIC model
+opens ``qps`` QPs, each with the responder's whole region, READs the 8-byte counter (the
+region's last word), then every QP at once keeps up to ``outstanding`` (default
+:data:`HOST_RD_ATOMIC`) atomics in flight on it: ``count`` FETCH_ADDs of 1 each (``opcode``
+FETCH_ADD), or a COMPARE_SWAP spin (compare k, swap k + 1, guessing on from its last value,
+tried again from the value found) until ``count`` swaps each took; then it READs the counter
+again. Checked: every atomic completes OK, the counter rose by ``qps * count``, the values
+returned (FETCH_ADD) or the values the swaps that took found (COMPARE_SWAP) are ``qps * count``
+distinct consecutive numbers from the first READ. A result adds ``ops`` (atomics executed),
+``successes`` (swaps that took), ``initial``, ``final``, ``distinct``, ``line_cycles`` (from the
+start of the first atomic on the host's line to the end of the endpoint's last
+ATOMIC_ACKNOWLEDGE on its own), ``ops_per_s`` (``ops`` over that time at the build's clock),
+``atomic_acks`` (ATOMIC_ACKNOWLEDGE frames sent, resent answers to duplicates included), the
+link counters and ``timeout``.
 
 A run's ``test``:
 
@@ -84,6 +85,44 @@ increase of the endpoint's counters of :data:`RUN_COUNTERS` and ``rd_*`` over th
 ``loss`` run whose QP fails (a READ completing with an error, RETRY_EXCEEDED when its retries
 ran out) ends there with ``failed`` (the status, the work request, the READs completed before
 it) and no goodput; on a perfect link that fails the run.
+
+Atomic runs (``"kind": "atomic"``, the benchmark suite's batches ``atomic`` and ``atomic-w64``;
+a build with ``atomics``): the host NIC model's requester sends RDMA atomics (``opcode``
+``FETCH_ADD`` or ``COMPARE_SWAP``) to the endpoint's region, which its responder executes, on
+``qps`` QPs, through the MAC model at the run's line rate, on a perfect link. The targets are
+8-byte words in the last 4 KiB of the region (:data:`ATOMIC_AREA`), set through the on-chip
+memory's word-write port before the run. A run's ``test``:
+
+``rate``
+    ``count`` atomics on each of ``qps`` QPs, the host's requester keeping ``outstanding``
+    (at most :data:`HOST_RD_ATOMIC`, its ``max_rd_atomic``) of each QP's in flight, posted
+    round robin over the QPs. FETCH_ADD: every QP adds 1 to one counter they share (from a
+    random start); COMPARE_SWAP: QP k swaps its own word from v to v + 1, v = its start, start
+    + 1, ... (each finds its compare value: every one writes). Checks: every atomic completes
+    OK with the right opcode; the FETCH_ADDs returned exactly the values start .. start + n - 1,
+    each once, increasing on each QP (its PSN order); each QP's COMPARE_SWAPs returned start,
+    start + 1, ... in order; the targets read back (the endpoint's own RDMA WRITE) hold start
+    + n (FETCH_ADD) and each QP's start + ``count`` (COMPARE_SWAP); one ATOMIC_ACKNOWLEDGE per
+    atomic and one request frame per atomic (nothing sent twice). Rate: the atomics over the
+    ATOMIC_ACKNOWLEDGEs' time on the endpoint's line: the answers after the first over the
+    time from the first one's start to the last one's start (``line_cycles``; an answer is
+    shorter than a request, so the last one's own line time is not counted); ``elapsed_cycles``:
+    from the first request's start on the host's line to the end of the last answer.
+``latency``
+    ``count`` single atomics on an endpoint idle for :data:`IDLE_CYCLES` cycles, each on the
+    next 8-byte lane of a word:
+    the cycles from the last beat of the request into the endpoint to the first beat of its
+    ATOMIC_ACKNOWLEDGE out (``latency_cycles``); each returned value and the word after it
+    are checked (the latter after the samples).
+``read_latency``
+    The READ runs' ``latency`` (single READs of ``size`` bytes, measured the same way) in the
+    same build, for comparison, after the region is filled and :data:`IDLE_CYCLES` cycles.
+
+A result adds ``messages`` (atomics), ``answers`` (ATOMIC_ACKNOWLEDGEs sent), ``requests``
+(atomic request frames the host sent), ``checked_atomics`` (atomics whose returned value was
+checked), ``final_checked`` (the targets read back as predicted), ``line_cycles``,
+``elapsed_cycles``, ``mops`` (millions of atomics per second at the build's clock), and the
+latency runs ``latency_cycles``.
 """
 
 import json
@@ -101,7 +140,9 @@ from rocegen.sim.cocotb.roce_resp import (
     HOST_BYTES,
     HOST_QPN,
     MAX_CYCLES,
+    MEM,
     MEMORY,
+    PARAMS,
     READBACK,
     REGION,
     RespEnv,
@@ -124,6 +165,7 @@ from rocegen.sim.testing.roce_env import (
     qpn,
     timeout_code,
     wait_cycles,
+    write_onchip,
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC
 from rocegen.wire.opcodes import (
@@ -141,6 +183,17 @@ SOURCE_BYTES = READBACK
 #: the endpoint's counters a requester run reports (their increase over its READs, the
 #: read-backs left out): the retry engine's, and the READ requester's (``rd_*``)
 RUN_COUNTERS = ("roce_timeouts", "roce_rewinds", "roce_rx_read_responses")
+#: the byte order of the atomics' values in the build's memory (None: a build without atomics)
+ATOMICS = PARAMS.get("atomics")
+#: the atomic runs' targets: 8-byte words from here (the last 4 KiB of the responder's region)
+ATOMIC_AREA = REGION[0] + REGION[1] - 4096
+#: what the completions of the atomics say, by the NIC model's name of the operation
+ATOMIC_WC = {"FETCH_ADD": WcOpcode.FETCH_ADD, "COMPARE_SWAP": WcOpcode.COMP_SWAP}
+W_BYTES = W // 8
+M64 = (1 << 64) - 1
+#: cycles an endpoint is left idle before each latency sample (the requests before it all placed
+#: and answered)
+IDLE_CYCLES = 2000
 
 
 @cocotb.test()
@@ -412,8 +465,209 @@ async def endpoint_reads(env, run, n):
             if elapsed else 0.0}
 
 
-#: a 64-bit value's bits
-MASK64 = (1 << 64) - 1
+# --------------------------------------------------------------------------------- atomics
+
+async def open_for_atomics(env, k, *, pmtu, psn, timeout, outstanding=HOST_RD_ATOMIC):
+    """Open QP k on both sides (see :meth:`RespEnv.open`) with the whole responder region (every
+    QP's, so that QPs can share a target), the host's QP keeping ``outstanding`` atomics in
+    flight at most (its ``max_rd_atomic``)."""
+    nic, hq = env.nic, HOST_QPN + k
+    if hq in nic.qps:
+        nic.destroy_qp(hq)
+    nic.create_qp(hq, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=psn, pmtu=pmtu,
+                  timeout=timeout or 8, access=Access.REMOTE_WRITE | Access.REMOTE_READ,
+                  max_rd_atomic=outstanding, max_dest_rd_atomic=HOST_RD_ATOMIC)
+    if not any(m.rkey == 0x3000 + k for m in nic.mrs):
+        nic.register_mr(HOST_BASE + (k << 36), HOST_BYTES, 0x3000 + k,
+                        Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    await env.open(k, pmtu=pmtu, psn=psn, region=REGION, timeout=timeout, host=False)
+
+
+async def set_words(env, values):
+    """Local memory's 8-byte words at ``addr`` := ``value`` (in the build's byte order,
+    :data:`ATOMICS`) for ``values`` ``{addr: value}``, through the word-write port (whole beats,
+    the others' bytes as the shadow has them); the shadow learns them."""
+    for addr, value in values.items():
+        env.shadow[addr:addr + 8] = value.to_bytes(8, ATOMICS)
+    beats = sorted({a - a % W_BYTES for a in values})
+    for a in beats:
+        await write_onchip(env.dut, W, MEM, a, bytes(env.shadow[a:a + W_BYTES]))
+
+
+
+def _value(data):
+    """An atomic's original value from its completion's data (little-endian, as on a host)."""
+    return int.from_bytes(data, "little")
+
+
+async def atomic_run(env, run, n):
+    """One atomic run (see the module documentation); returns its figures."""
+    if ATOMICS is None:
+        raise ValueError(f"run {n}: the build has no atomics (atomics=None)")
+    test = run.get("test", "counter")
+    if test == "counter":
+        return await atomic_counter(env, run, n)
+    timeout = timeout_code(run)
+    env.mac.clear_sent()
+    log = len(env.nic.log)      # (what the host logged during earlier runs is theirs)
+    qps = run.get("qps", 1)
+    outstanding = run.get("outstanding", HOST_RD_ATOMIC)
+    if not 1 <= outstanding <= HOST_RD_ATOMIC:
+        raise ValueError(f"run {n}: outstanding must be 1..{HOST_RD_ATOMIC}, not {outstanding}")
+    for k in range(qps):
+        await open_for_atomics(env, k, pmtu=run["pmtu"], psn=env.rng.getrandbits(24),
+                               timeout=timeout, outstanding=outstanding)
+    if test == "rate":
+        out = await atomic_rate(env, run, n)
+    elif test == "latency":
+        out = await atomic_latency(env, run, n)
+    elif test == "read_latency":
+        await fill_region(env, 0)
+        await env.mac.drained()
+        await wait_cycles(W, IDLE_CYCLES)       # (the fill's last payload placed)
+        out = await latency(env, run, n)
+    else:
+        raise ValueError(f"run {n}: unknown atomic test {test!r}")
+    out["timeout"] = timeout
+    problems = env.nic.log[log:]
+    assert not problems, f"run {n}: the host logged {problems[:3]}"
+    return out
+
+
+def _post_atomic(env, k, op, addr, *, swap_add, compare=0, wr_id=0):
+    env.nic.post_send(HOST_QPN + k, op, remote_addr=addr, rkey=rkey_of(k), swap_add=swap_add,
+                      compare=compare if op == "COMPARE_SWAP" else None, wr_id=wr_id)
+
+
+async def _atomics_done(env, first, count, op, n):
+    """Wait until the host has no work request outstanding; check that the ``count``
+    completions from ``first`` are OK and of ``op``; returns them."""
+    await env.settle(lambda: not env.nic.send_outstanding(),
+                     lambda: f"run {n}: {env.nic.send_outstanding()} host atomics outstanding; "
+                     f"the host logged {env.nic.log[-3:]}")
+    done = env.nic.send_cq[first:]
+    assert len(done) == count, f"run {n}: {len(done)} completions for {count} atomics"
+    bad = [c for c in done if c.status != WcStatus.SUCCESS or c.opcode != ATOMIC_WC[op]]
+    assert not bad, f"run {n}: host atomics failed: {bad[:3]}"
+    return done
+
+
+async def _check_words(env, want, n):
+    """Read the words ``want`` (``{addr: value}``) back through the endpoint's RDMA WRITE (QP
+    0) and compare; the shadow learns them. Returns the number of words checked."""
+    lo, hi = min(want), max(want) + 8
+    got = await env.readback(0, lo, hi - lo)
+    for addr, value in sorted(want.items()):
+        have = int.from_bytes(got[addr - lo:addr - lo + 8], ATOMICS)
+        assert have == value, (f"run {n}: the word at {addr:#x} holds {have:#018x} after the "
+                               f"atomics, expected {value:#018x}")
+        env.shadow[addr:addr + 8] = value.to_bytes(8, ATOMICS)
+    return len(want)
+
+
+async def atomic_rate(env, run, n):
+    """A ``rate`` run: ``count`` atomics per QP on ``qps`` QPs (see the module documentation)."""
+    op, qps, count = run["opcode"], run.get("qps", 1), run["count"]
+    rng = env.rng
+    total = qps * count
+    if op == "FETCH_ADD":
+        targets = {k: ATOMIC_AREA for k in range(qps)}
+        start = {ATOMIC_AREA: rng.getrandbits(64)}
+    else:
+        targets = {k: ATOMIC_AREA + 8 * k for k in range(qps)}
+        start = {targets[k]: rng.getrandbits(64) for k in range(qps)}
+    await set_words(env, start)
+    await env.mac.drained()
+    mark_frames, mark_req = len(env.mac.frames), len(env.mac.requests)
+    first = len(env.nic.send_cq)
+    posted = {k: [] for k in range(qps)}         # wr_ids in posting order, per QP
+    for i in range(count):
+        for k in range(qps):
+            wr_id = i * qps + k
+            if op == "FETCH_ADD":
+                _post_atomic(env, k, op, targets[k], swap_add=1, wr_id=wr_id)
+            else:
+                v = (start[targets[k]] + i) & M64
+                _post_atomic(env, k, op, targets[k], swap_add=(v + 1) & M64, compare=v,
+                             wr_id=wr_id)
+            posted[k].append(wr_id)
+    env.mac.poke()
+    done = await _atomics_done(env, first, total, op, n)
+    got = {c.wr_id: _value(c.data) for c in done}
+    assert len(got) == total, f"run {n}: completions with the same wr_id"
+    if op == "FETCH_ADD":
+        s0 = start[ATOMIC_AREA]
+        fetched = sorted((v - s0) & M64 for v in got.values())
+        assert fetched == list(range(total)), (f"run {n}: the FETCH_ADDs returned "
+                                               f"{fetched[:8]} ... (from the start value), "
+                                               f"not 0 .. {total - 1} each once")
+        for k in range(qps):
+            mine = [(got[w] - s0) & M64 for w in posted[k]]
+            assert mine == sorted(mine), f"run {n}: QP {k}'s FETCH_ADDs out of PSN order"
+        want = {ATOMIC_AREA: (s0 + total) & M64}
+    else:
+        for k in range(qps):
+            s0 = start[targets[k]]
+            mine = [(got[w] - s0) & M64 for w in posted[k]]
+            assert mine == list(range(count)), (f"run {n}: QP {k}'s COMPARE_SWAPs returned "
+                                                f"{mine[:8]} ... (from its start value)")
+        want = {targets[k]: (start[targets[k]] + count) & M64 for k in range(qps)}
+    answers = _frames_since(env, mark_frames, (OP_RC_ATOMIC_ACKNOWLEDGE,))
+    requests = env.mac.requests[mark_req:]
+    assert len(answers) == total, f"run {n}: {len(answers)} ATOMIC_ACKNOWLEDGEs for {total}"
+    assert len(requests) == total, f"run {n}: the host sent {len(requests)} requests for {total}"
+    line = env.mac.line
+    # (answers after the first over the time between the starts: an ATOMIC_ACKNOWLEDGE is
+    # shorter than a request, so counting the last one's own line time would credit the run
+    # with more than the line carries)
+    cycles = line[answers[-1][0]][0] - line[answers[0][0]][0]
+    elapsed = line[answers[-1][0]][1] - requests[0][0]
+    final = await _check_words(env, want, n)
+    clock = board_clock_mhz(W)
+    return {"messages": total, "answers": len(answers), "requests": len(requests),
+            "checked_atomics": total, "final_checked": final, "line_cycles": cycles,
+            "elapsed_cycles": elapsed, "mops": (total - 1) * clock / cycles,
+            "mops_elapsed": total * clock / elapsed}
+
+
+async def atomic_latency(env, run, n):
+    """A ``latency`` run: single atomics on an idle endpoint, one lane after the other."""
+    op, count = run["opcode"], run.get("count", 8)
+    rng = env.rng
+    lanes = max(1, W_BYTES // 8)
+    words = {ATOMIC_AREA + 8 * (i % lanes): rng.getrandbits(64) for i in range(min(count, lanes))}
+    await set_words(env, words)
+    lat, mark_req = [], len(env.mac.requests)
+    for i in range(count):
+        addr = ATOMIC_AREA + 8 * (i % lanes)
+        now = words[addr]
+        await env.mac.drained()
+        await wait_cycles(W, IDLE_CYCLES)
+        mark = len(env.mac.frames)
+        first = len(env.nic.send_cq)
+        if op == "FETCH_ADD":
+            add = rng.getrandbits(64)
+            _post_atomic(env, 0, op, addr, swap_add=add, wr_id=i)
+            new = (now + add) & M64
+        else:
+            new = rng.getrandbits(64)
+            _post_atomic(env, 0, op, addr, swap_add=new, compare=now, wr_id=i)
+        env.mac.poke()
+        done = await _atomics_done(env, first, 1, op, n)
+        assert _value(done[0].data) == now, (f"run {n}: atomic {i} returned "
+                                             f"{_value(done[0].data):#x}, the word held {now:#x}")
+        words[addr] = new
+        answers = _frames_since(env, mark, (OP_RC_ATOMIC_ACKNOWLEDGE,))
+        assert len(answers) == 1, f"run {n}: {len(answers)} ATOMIC_ACKNOWLEDGEs for one atomic"
+        # (the request is the last frame into the endpoint: the host sends nothing after it)
+        last_in = int(env.dut.rx_last_cycle.value) + env.offset
+        lat.append(answers[0][1][0] - last_in)
+    requests = len(env.mac.requests) - mark_req
+    final = await _check_words(env, words, n)
+    return {"latency_cycles": lat, "messages": count, "answers": len(lat), "requests": requests,
+            "checked_atomics": count, "final_checked": final}
+
+
 #: what the host NIC model logs of its atomics' recovery on a faulty link: an answer to a
 #: duplicate (its atomic was acknowledged already), an answer after a gap (the atomics from the
 #: gap reissued), and the answers after that gap while the reissue is under way
@@ -422,7 +676,7 @@ ATOMIC_RECOVERY = ("req_atomic_stale", "req_read_retry", "req_read_stale")
 
 def _past(a, b):
     """Whether 64-bit ``a`` is past ``b`` (by less than 2^63, modulo 2^64)."""
-    return 0 < (a - b) & MASK64 < 1 << 63
+    return 0 < (a - b) & M64 < 1 << 63
 
 
 async def _read_counter(env, k, addr, n):
@@ -442,7 +696,7 @@ async def _read_counter(env, k, addr, n):
 
 
 def _post_atomics(env, q, op, count, depth):
-    """Post QP ``q``'s next atomics (``q``: its state in :func:`atomic_run`), up to ``depth``
+    """Post QP ``q``'s next atomics (``q``: its state in :func:`atomic_counter`), up to ``depth``
     outstanding."""
     while len(q["out"]) < depth and (q["posted"] < count if op == "FETCH_ADD"
                                      else len(q["won"]) + len(q["out"]) < count):
@@ -454,14 +708,15 @@ def _post_atomics(env, q, op, count, depth):
             q["out"][wr] = None
         else:
             guess = q["guess"]
-            q["guess"] = (guess + 1) & MASK64
+            q["guess"] = (guess + 1) & M64
             env.nic.post_send(HOST_QPN + q["k"], op, remote_addr=q["addr"], rkey=rkey_of(q["k"]),
-                              swap_add=(guess + 1) & MASK64, compare=guess, wr_id=wr)
+                              swap_add=(guess + 1) & M64, compare=guess, wr_id=wr)
             q["out"][wr] = guess
 
 
-async def atomic_run(env, run, n):
-    """An ``atomic`` run (see the module documentation); returns its figures."""
+async def atomic_counter(env, run, n):
+    """An atomic run without ``test``: the contended counter (see the module documentation);
+    returns its figures."""
     op, qps, count = run["opcode"], run["qps"], run["count"]
     depth = run.get("outstanding", HOST_RD_ATOMIC)
     timeout = timeout_code(run)
@@ -507,8 +762,8 @@ async def atomic_run(env, run, n):
     cycles = env.mac.line[acks[-1][0]][1] - host[0][0] if acks and host else 0
     total = qps * count
     got = [v for q in state for v in (q["values"] if op == "FETCH_ADD" else q["won"])]
-    offsets = sorted((v - initial) & MASK64 for v in got)
-    assert (final - initial) & MASK64 == total, \
+    offsets = sorted((v - initial) & M64 for v in got)
+    assert (final - initial) & M64 == total, \
         f"run {n}: the counter went from {initial:#x} to {final:#x}, not up by {total}"
     assert offsets == list(range(total)), \
         f"run {n}: the values {'returned' if op == 'FETCH_ADD' else 'swapped'} are not " \

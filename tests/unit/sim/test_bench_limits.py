@@ -4,7 +4,12 @@ line-rate figures and hand-counted frames."""
 import pytest
 
 from rocegen.sim.apps.bench_suite import (
+    ATOMIC_BATCHES,
     MODEL_BATCHES,
+    RESPONDER_BATCHES,
+    atomic_frames,
+    atomic_limit_mops,
+    atomic_offered_mops,
     ideal_beats,
     limit_gbps,
     packet_frames,
@@ -111,3 +116,34 @@ def test_read_runs():
     # without the endpoint's own READs: only the responder's points
     assert {r["test"] for r in read_runs(requester=False) if r["kind"] == "read"} == {
         "responder", "latency"}
+
+
+def test_atomic_frames():
+    # request: Eth 14 + IPv4 20 + UDP 8 + BTH 12 + AtomicETH 28 + ICRC 4; answer: ... + AETH 4
+    # + AtomicAckETH 8 + ICRC 4
+    assert atomic_frames() == (86, 70)
+    # the line carries the longer frames' rate: 86 + 24 bytes of line time each
+    assert atomic_limit_mops(100) == pytest.approx(100e3 / 8 / 110)          # 113.6 M/s
+    assert atomic_limit_mops(10) == pytest.approx(10e3 / 8 / 110)
+    # a beat a cycle: 2 beats at W = 512, 11 at W = 64
+    assert atomic_offered_mops(512, 322.265625) == pytest.approx(322.265625 / 2)
+    assert atomic_offered_mops(64, 156.25) == pytest.approx(156.25 / 11)
+
+
+def test_atomic_runs():
+    batches = dict(suite_runs(False))
+    assert set(ATOMIC_BATCHES) <= set(batches) and set(ATOMIC_BATCHES) <= set(RESPONDER_BATCHES)
+    for name, (_width, line) in ATOMIC_BATCHES.items():
+        runs = [r for r in batches[name] if r["kind"] == "atomic"]
+        rate = {(r["opcode"], r["qps"], r["line_gbps"]) for r in runs if r["test"] == "rate"}
+        # one QP and 8 at the batch's line, 8 with a beat a cycle, both operations
+        assert rate == {(op, q, ln) for op in ("FETCH_ADD", "COMPARE_SWAP")
+                        for q, ln in ((1, line), (8, line), (8, 0))}, name
+        assert all(r["outstanding"] == 16 for r in runs)
+        assert {r["opcode"] for r in runs if r["test"] == "latency"} == {"FETCH_ADD",
+                                                                       "COMPARE_SWAP"}
+        assert {r["size"] for r in runs if r["test"] == "read_latency"} == {8, 64}
+    assert (ATOMIC_BATCHES["atomic"], ATOMIC_BATCHES["atomic-w64"]) == ((512, 100), (64, 10))
+    # the quick suite: a rate run and a latency run in the responder's process
+    quick = dict(suite_runs(True))["quick-responder"]
+    assert {r["test"] for r in quick if r["kind"] == "atomic"} == {"rate", "latency"}
