@@ -369,6 +369,43 @@ def endpoint_contended_counter(width, qps=4, per_qp=24):
     return dict(wrs=wrs, pmtu=256, poke=pokes, qps=qps), check
 
 
+def stream_doorbells(width):
+    """The streaming front end's atomics: WRITE messages, each followed on the same QP by a
+    16-byte FETCH_ADD message (its operands: add the WRITE's length, compare unused) on a
+    counter in the host's memory, the doorbell of data that is there; then a COMPARE_SWAP that
+    finds its compare value and one that does not. The host executes every atomic once, after
+    the data before it, and its memory ends as a plain model of the messages says."""
+    rng = random.Random(width + 5)
+    remote = bytearray(random.Random(0).randbytes(HOST_BYTES))     # as the bench draws it
+    counter, lock, other = 0x900, 0x908, 0x910
+
+    def word(addr):
+        return int.from_bytes(remote[addr:addr + 8], "little")
+
+    def operands(swap_add, compare=0):
+        return base64.b64encode(swap_add.to_bytes(8, "little") + compare.to_bytes(8, "little")) \
+            .decode()
+    stream, offset = [], 0x1000
+    for _ in range(4):
+        n = rng.choice([1, width // 8, 300, rng.randrange(1, 2000)])
+        data = rng.randbytes(n)
+        stream.append(["WRITE", offset, base64.b64encode(data).decode()])
+        remote[offset:offset + n] = data
+        offset += n + rng.randrange(8)
+        stream.append(["FETCH_ADD", counter, operands(n)])
+        remote[counter:counter + 8] = ((word(counter) + n) % 2**64).to_bytes(8, "little")
+    swap = rng.getrandbits(64)
+    stream.append(["COMPARE_SWAP", lock, operands(swap, word(lock))])
+    remote[lock:lock + 8] = swap.to_bytes(8, "little")
+    stream.append(["COMPARE_SWAP", other, operands(rng.getrandbits(64), word(other) ^ 1)])
+
+    def check(r):
+        assert r.cpls == []
+        assert r.host["atomic_rx"] == 6, r.host
+        assert r.region == bytes(remote)
+    return dict(wrs=[], pmtu=256, stream=stream), check
+
+
 def atomic_errors():
     """An atomic whose local operands are not at a word address: LOCAL_ALIGN, nothing sent;
     one on a host target that is not 8-byte aligned: the host answers NAK invalid request, the
@@ -427,8 +464,10 @@ def plan():
             ("onchip-64", False, "endpoint_contended_counter[64]",
              endpoint_contended_counter(64)),
             ("onchip-64", False, "atomic_errors[64]", atomic_errors()),
+            ("onchip-64", False, "stream_doorbells[64]", stream_doorbells(64)),
             ("onchip-512", False, "endpoint_atomics[512]", endpoint_atomics(512)),
             ("axi4-512", False, "endpoint_atomics[512-axi4]", endpoint_atomics(512)),
+            ("axi4-512", False, "stream_doorbells[512-axi4]", stream_doorbells(512)),
             ("onchip-512", True, "nak_and_local_errors[512]", nak_and_local_errors()),
             # (last of its build: the READ limit it sets is set back after it, all the same)
             ("onchip-512", False, "outstanding_reads_bounded[4-4]",

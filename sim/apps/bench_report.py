@@ -179,14 +179,14 @@ def summary(results):
         if r["test"] == "rate":
             mac = f"{r['line_gbps']}G" if r["line_gbps"] else "free"
             qps = f"{r['qps']} QP" + ("s" if r["qps"] > 1 else " ")
-            out.append(f"atomic W={r['width']}: {r['opcode']:12} {qps} "
+            out.append(f"atomic {_atomic_build(r)}: {r['opcode']:12} {qps} "
                        f"{mac:>4}: {r['mops']:7.2f} M/s ({r['percent_of_limit']:5.1f} % of "
                        f"{r['limit_mops']:.2f}, {r['percent_of_unit']:5.1f} % of the unit's "
                        f"{r['unit_mops']:.2f})")
         else:
             c = r["latency_cycles"]
             what = r["opcode"] if r["test"] == "latency" else f"READ {size_text(r['size'])}"
-            out.append(f"atomic W={r['width']}: {what} request's last beat in to its answer's "
+            out.append(f"atomic {_atomic_build(r)}: {what} request's last beat in to its answer's "
                        f"first beat out {c['min']}..{c['max']} cycles")
     for r in results.get("incast", []):
         p = r["parameters"]
@@ -762,6 +762,11 @@ def _read_markdown(results):
     return out
 
 
+def _atomic_build(row):
+    """The build of an atomic row: ``W=512``, ``W=512 AXI4``."""
+    return f"W={row['width']}" + (" AXI4" if row.get("memory") == "axi4" else "")
+
+
 def _atomic_markdown(results):
     """The "RDMA atomics" section: the host's atomics executed by the endpoint's responder, their
     rate on one and 8 QPs and their latency beside the READ's (batches ``atomic`` and
@@ -770,12 +775,15 @@ def _atomic_markdown(results):
     if not rows:
         return []
     request, answer = atomic_frames()
-    widths = sorted({r["width"] for r in rows}, reverse=True)
+    builds = sorted({_atomic_build(r) for r in rows},
+                    key=lambda b: (-int(b.split()[0][2:]), b))
     lines = {w: line for w, line in ATOMIC_BATCHES.values()}
-    setups = "; ".join(f"W = {w} at {next(r['clock_mhz'] for r in rows if r['width'] == w):.3f} "
-                       f"MHz, both lines at {lines.get(w, '?')} Gb/s" for w in widths)
+    setups = "; ".join(
+        f"{b.replace('=', ' = ')} at {next(r['clock_mhz'] for r in rows if _atomic_build(r) == b):.3f} "
+        f"MHz, both lines at {lines.get(int(b.split()[0][2:]), '?')} Gb/s" for b in builds)
     out = ["### RDMA atomics", "",
-           "The responder's build with atomics (`atomics=\"little\"`, on-chip memory, 8 QPs; "
+           "The responder's build with atomics (`atomics=\"little\"`, on-chip memory or, "
+           "\"AXI4\", cocotbext-axi's AXI4 RAM, stalling none of its channels; 8 QPs; "
            f"{setups}: at W = 64 the 10G XGMII's clock and line) against the host NIC model's "
            "requester (`rocegen.sim.cocotb.roce_resp_runs`, rows `\"kind\": \"atomic\"`). Each "
            f"host QP keeps {ATOMIC_OUTSTANDING} atomics in flight (its `max_rd_atomic`, the "
@@ -795,12 +803,13 @@ def _atomic_markdown(results):
            "figure.", ""]
     rate = [r for r in rows if r["test"] == "rate"]
     if rate:
-        cells = {(r["width"], r["qps"], r["line_gbps"], r["opcode"]): r for r in rate}
+        cells = {(_atomic_build(r), r["qps"], r["line_gbps"], r["opcode"]): r for r in rate}
         table = []
-        for w in widths:
-            for q, line in sorted({(r["qps"], r["line_gbps"]) for r in rate if r["width"] == w},
+        for w in builds:
+            for q, line in sorted({(r["qps"], r["line_gbps"]) for r in rate
+                                   if _atomic_build(r) == w},
                                   key=lambda c: (c[1] == 0, c[0])):
-                row = [f"W = {w}", q, f"{line}G" if line else "free"]
+                row = [w.replace("=", " = "), q, f"{line}G" if line else "free"]
                 for op in ("FETCH_ADD", "COMPARE_SWAP"):
                     r = cells.get((w, q, line, op))
                     row.append(f"{r['mops']:.2f} ({r['percent_of_limit']:.1f} % / "
@@ -816,8 +825,8 @@ def _atomic_markdown(results):
     lat = [r for r in rows if r["test"] in ("latency", "read_latency")]
     if lat:
         table = []
-        for w in widths:
-            mine = [r for r in lat if r["width"] == w]
+        for w in builds:
+            mine = [r for r in lat if _atomic_build(r) == w]
             if not mine:
                 continue
             clock = mine[0]["clock_mhz"]
@@ -826,7 +835,7 @@ def _atomic_markdown(results):
                 c = r["latency_cycles"]
                 what = (r["opcode"] if r["test"] == "latency"
                         else f"READ of {size_text(r['size'])} (its first response)")
-                table.append([f"W = {w}", what, f"{c['min']}..{c['max']} cycles",
+                table.append([w.replace("=", " = "), what, f"{c['min']}..{c['max']} cycles",
                               f"{c['min'] * 1e3 / clock:.1f} ns", len(c["samples"])])
         out += ["**Latency**: single requests on an idle endpoint, the cycles from the last beat "
                 "of the request into the endpoint to the first beat of its answer out "

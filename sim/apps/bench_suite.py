@@ -65,7 +65,9 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   ends taking a beat every cycle; each run checks every value returned (the counter's values
   each once) and the words read back. Latency: the cycles from an atomic request's last beat in
   to its ATOMIC_ACKNOWLEDGE's first beat out, beside the READ latency measured the same way in
-  the same build (8 and 64 bytes).
+  the same build (8 and 64 bytes). Batch ``atomic-axi4``: the same runs on the build with AXI4
+  memory (cocotbext-axi's RAM), where each atomic holds the memory for a read and a write
+  round trip.
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
   frames during responder traffic (:func:`rocegen.sim.cocotb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
@@ -398,7 +400,8 @@ def read_runs(quick=False, requester=True):
 
 #: the atomics' batches: the width of their build (the responder's, with ``atomics``) and the
 #: line rate of both directions (at W = 64 the 10G XGMII's, as ``bench.bench_roce --width 64``)
-ATOMIC_BATCHES = {"atomic": (512, LINE_GBPS), "atomic-w64": (64, 10)}
+ATOMIC_BATCHES = {"atomic": (512, LINE_GBPS), "atomic-w64": (64, 10),
+                  "atomic-axi4": (512, LINE_GBPS)}
 ATOMIC_OPS = ("FETCH_ADD", "COMPARE_SWAP")
 #: atomics per QP of a rate run, by the number of QPs (quick: a sixteenth)
 ATOMIC_COUNT = {1: 2048, 8: 512}
@@ -764,7 +767,8 @@ def _atomic_row(r, row):
     of the run's build."""
     clock = r["clock_mhz"]
     row.update(kind="atomic", test=r["test"], width=r["width"], clock_mhz=clock,
-               count=r["count"], outstanding=r["outstanding"], messages=r["messages"])
+               memory=r.get("memory", "onchip"), count=r["count"],
+               outstanding=r["outstanding"], messages=r["messages"])
     if r["test"] == "read_latency":
         lat = _stats(r["latency_cycles"])
         row.update(latency_cycles=lat, latency_ns=round(lat["min"] * 1e3 / clock, 1),
@@ -780,7 +784,8 @@ def _atomic_row(r, row):
         row.update(latency_cycles=lat, latency_ns=round(lat["min"] * 1e3 / clock, 1))
         return row
     line = r["line_gbps"]
-    unit = clock / ATOMIC_UNIT_CYCLES
+    # (on AXI4 the memory's round trips bound the unit: its rate is the run's own figure)
+    unit = clock / ATOMIC_UNIT_CYCLES if row["memory"] == "onchip" else r["mops"]
     limit = atomic_limit_mops(line) if line else atomic_offered_mops(r["width"], clock)
     row.update(mops=r["mops"], mops_elapsed=r["mops_elapsed"], cycles=r["line_cycles"],
                elapsed_cycles=r["elapsed_cycles"], limit_mops=limit, unit_mops=unit,
@@ -850,6 +855,8 @@ def batch_of(row, key):
     if key == "read":
         return "read"
     if key == "atomic":
+        if row.get("memory") == "axi4":
+            return "atomic-axi4"
         return "atomic-w64" if row.get("width") == 64 else "atomic"
     if key == "responder":
         return "responder-axi4" if row.get("memory") == "axi4" else "responder"

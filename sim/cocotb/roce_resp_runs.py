@@ -485,13 +485,17 @@ async def open_for_atomics(env, k, *, pmtu, psn, timeout, outstanding=HOST_RD_AT
 
 async def set_words(env, values):
     """Local memory's 8-byte words at ``addr`` := ``value`` (in the build's byte order,
-    :data:`ATOMICS`) for ``values`` ``{addr: value}``, through the word-write port (whole beats,
-    the others' bytes as the shadow has them); the shadow learns them."""
+    :data:`ATOMICS`) for ``values`` ``{addr: value}``, through the on-chip memory's word-write
+    port or into the AXI4 RAM (whole beats, the others' bytes as the shadow has them); the
+    shadow learns them."""
     for addr, value in values.items():
         env.shadow[addr:addr + 8] = value.to_bytes(8, ATOMICS)
     beats = sorted({a - a % W_BYTES for a in values})
     for a in beats:
-        await write_onchip(env.dut, W, MEM, a, bytes(env.shadow[a:a + W_BYTES]))
+        if MEMORY == "onchip":
+            await write_onchip(env.dut, W, MEM, a, bytes(env.shadow[a:a + W_BYTES]))
+        else:
+            env.ram.write(a, bytes(env.shadow[a:a + W_BYTES]))
 
 
 

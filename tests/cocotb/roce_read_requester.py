@@ -40,6 +40,10 @@ dict:
 ``poke``
     Optional ``[[addr, data], ...]`` (``data`` base64): local bytes set after the pattern
     (e.g. atomics' operands).
+``stream``
+    Optional ``[[opcode, remote_offset, data], ...]`` (``data`` base64): messages pushed on the
+    streaming input for QP 0 after the work requests were posted; the scenario then also waits
+    until the host has executed as many atomics as the messages hold.
 
 Per scenario: QP 0 is opened afresh at PSN :data:`PSN` (its PSNs wrap within the scenario), the
 host is a fresh :class:`Rnic` whose QP :data:`HOST_QPN` answers QP 0 from its region of
@@ -62,8 +66,11 @@ import random
 
 import cocotb
 from cocotb.triggers import ClockCycles, RisingEdge
+from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
+from rocegen.gateware.lib.records import pack
 from rocegen.gateware.roce.endpoint.endpoint import STATS
+from rocegen.gateware.roce.frontend.stream_in import STREAM_META
 from rocegen.gateware.roce.layouts import WrOpcode
 from rocegen.sim.cocotb.roce_resp import MEM, MEMORY, RespEnv, W, roce_opcode, share
 from rocegen.sim.models.cm.cm import (
@@ -86,6 +93,7 @@ from rocegen.sim.testing.roce_env import (
     open_qp,
     qpn,
     wait_cycles,
+    wait_until,
     write_onchip,
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
@@ -249,7 +257,15 @@ async def scenario(env, sc, n):
         await env.wr.send({"qp": 0, "wr_id": k, "imm": 0, **w})     # (``qp`` in w wins)
         if rng.random() < 0.3:
             await ClockCycles(dut.clk, rng.randrange(1, 30))
+    stream = sc.get("stream", ())
+    if stream:
+        await push_stream(env, stream)
     await env.cpl.wait_for(first + len(wrs), max_cycles=MAX_CYCLES)
+    atomics = sum(op in ("FETCH_ADD", "COMPARE_SWAP") for op, _, _ in stream)
+    await wait_until(env.mac, lambda: nic.counters["atomic_rx"] >= atomics,
+                     max_cycles=MAX_CYCLES,
+                     what=lambda: f"{name}: the host executed {nic.counters['atomic_rx']} of "
+                     f"the {atomics} streamed atomics")
     cycles = now_cycle(W) - start
     after = await read_counters(dut, names)
     bits = len(dut.stats_data)
@@ -277,6 +293,18 @@ async def scenario(env, sc, n):
             "links": links,
             "host_region": base64.b64encode(region).decode(),
             "image": base64.b64encode(image).decode()}
+
+
+async def push_stream(env, stream):
+    """The messages ``stream`` (see the module documentation) on the streaming input."""
+    dut = env.dut
+    src = AxiStreamSource(AxiStreamBus.from_prefix(dut, "s_msg_axis"), dut.clk, dut.rst)
+    src.log.setLevel("WARNING")
+    for op, offset, data in stream:
+        dut.msg_meta.value = pack(STREAM_META, {"qp": 0, "opcode": WrOpcode[op], "imm": 0,
+                                                "remote_offset": offset})
+        await src.send(AxiStreamFrame(base64.b64decode(data), tuser=0))
+        await src.wait()
 
 
 @cocotb.test()

@@ -101,6 +101,17 @@ class StreamFrontEnd(wiring.Component):
         space back at once: the next message is written over it. Words beyond ``max_message`` of
         a too-long message are not written.
 
+    Atomics
+        A message whose ``meta.opcode`` is FETCH_ADD or COMPARE_SWAP (an endpoint built with
+        atomics) is its 16 operand bytes, as every atomic's operands sit in local memory
+        (``swap_add`` then ``compare``, 8 bytes each in the memory's byte order); its work
+        request is posted in message order like the others, so a FETCH_ADD after WRITEs on the
+        same QP is a doorbell the peer sees only once their data is there. Its length is not
+        checked: a shorter message's operands end in whatever the ring holds after it. The
+        original value lands over the message's first 8 bytes in the ring, which is freed at
+        its completion: the front end does not report it (post the atomic on the endpoint's
+        ``wr`` port when the value is wanted).
+
     Completion order
         The front end frees ring space in posting order, one message per completion: it assumes
         its completions come back in the order its work requests were posted. That holds when its

@@ -13,6 +13,13 @@ data goes to, the remote VA and R_Key, its length (0..2^31-1 bytes), its first P
 and the PSNs it spans: ceil(length / PMTU), 1 for length 0. All PSN arithmetic is modulo 2^24
 (serial: ``a`` is after ``b`` when ``(a - b) mod 2^24`` is in 1..2^23-1).
 
+An RDMA atomic (COMPARE_SWAP, FETCH_ADD) is a READ of 8 bytes with one PSN (``atomic`` its
+operation): it counts against the limit, keeps PSN order with the READs and is recovered as
+they are; its one answer is an ATOMIC_ACKNOWLEDGE (0x12) whose payload, the AtomicAckETH, is the
+original value big-endian, written to its local address in the model's byte order
+(``atomics``, reversed for ``"little"``). A READ response for an atomic, or an
+ATOMIC_ACKNOWLEDGE for a READ, is an ``opcode`` verdict.
+
 Issuing (:meth:`ReadRequesterModel.issue`, what the scheduler sends):
 
 * ``new``: the READ is added behind the QP's others (its request goes out with its first PSN);
@@ -142,7 +149,11 @@ MAX_RD_ATOMIC = 16
 HOLE_QUEUE = 8
 
 READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY = opc.verb_opcodes(opc.Verb.RDMA_READ_RESPONSE)
-_OPCODES = (READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY)
+#: An atomic's answer (its payload the AtomicAckETH: the original value, big-endian).
+ATOMIC_ACK = opc.OP_RC_ATOMIC_ACKNOWLEDGE
+_OPCODES = (READ_FIRST, READ_MIDDLE, READ_LAST, READ_ONLY, ATOMIC_ACK)
+#: What an atomic is (a READ's ``atomic``), as the gateware's ``AtomicOp`` numbers it.
+ATOMIC_NONE, ATOMIC_FETCH_ADD, ATOMIC_COMPARE_SWAP = 0, 1, 2
 _FATAL = (NAK_INV_REQ, NAK_REM_ACCESS, NAK_REM_OP)
 
 #: The verdicts, in the gateware's order (``ReadVerdict``); each is also a counter.
@@ -170,6 +181,7 @@ class Read:
     length: int
     first: int
     pmtu: int
+    atomic: int = ATOMIC_NONE
 
     @property
     def npsn(self):
@@ -193,6 +205,7 @@ class Reissue:
     rkey: int
     length: int
     send: bool = False
+    atomic: int = ATOMIC_NONE
 
 
 @dataclass(frozen=True)
@@ -265,9 +278,13 @@ class ReadRequesterModel:
     """The READ requester's rules (module documentation) for ``num_qps`` QPs of at most
     ``max_rd_atomic`` outstanding READs each (each QP's limit: :attr:`limits`)."""
 
-    def __init__(self, num_qps, max_rd_atomic=MAX_RD_ATOMIC):
+    def __init__(self, num_qps, max_rd_atomic=MAX_RD_ATOMIC, atomics="little"):
         if not isinstance(num_qps, int) or not 1 <= num_qps <= 256:
             raise ValueError(f"num_qps must be 1..256, not {num_qps!r}")
+        if atomics not in ("little", "big"):
+            raise ValueError(f"atomics must be 'little' or 'big', not {atomics!r}")
+        #: the byte order of an atomic's original value in local memory
+        self.atomics = atomics
         if not isinstance(max_rd_atomic, int) or not 1 <= max_rd_atomic <= MAX_RD_ATOMIC:
             raise ValueError(f"max_rd_atomic must be 1..{MAX_RD_ATOMIC}, not {max_rd_atomic!r}")
         self.num_qps = num_qps
@@ -311,11 +328,17 @@ class ReadRequesterModel:
     # ---- the table
 
     def issue(self, qp, *, wr_id, local_addr, length, first, pmtu, remote_va=0, rkey=0,
-              new=True, psn=None):
+              new=True, psn=None, atomic=ATOMIC_NONE):
         """A READ request sent: a new READ (``new``), or a reissue of the READ whose first PSN
-        is ``first`` from PSN ``psn``. Returns False when a new READ is refused."""
+        is ``first`` from PSN ``psn``. Returns False when a new READ is refused. ``atomic``
+        (FETCH_ADD or COMPARE_SWAP): the request is an atomic, a READ of 8 bytes with one PSN
+        whose one answer is an ATOMIC_ACKNOWLEDGE."""
         if pmtu not in PMTUS:
             raise ValueError(f"path MTU must be one of {PMTUS}, not {pmtu}")
+        if atomic not in (ATOMIC_NONE, ATOMIC_FETCH_ADD, ATOMIC_COMPARE_SWAP):
+            raise ValueError(f"atomic must be 0 (none), 1 or 2, not {atomic!r}")
+        if atomic and length != 8:
+            raise ValueError(f"an atomic is answered with 8 bytes, not {length}")
         if not 0 <= length < 1 << 31:
             raise ValueError(f"READ length must be 0..2^31-1, not {length}")
         if not 0 <= qp < self.num_qps:
@@ -329,7 +352,7 @@ class ReadRequesterModel:
                 self.counters["overflow"] += 1
                 return False
             q.reads.append(Read(wr_id, local_addr % (1 << 32), remote_va % (1 << 64), rkey,
-                                length, first, pmtu))
+                                length, first, pmtu, atomic))
             return True
         psn = first if psn is None else psn % PSN_MOD
         if psn != first:
@@ -369,7 +392,7 @@ class ReadRequesterModel:
         off = k * read.pmtu
         return Reissue(qp, read.wr_id, (read.first + k) % PSN_MOD, off,
                        (read.local_addr + off) % (1 << 32), (read.remote_va + off) % (1 << 64),
-                       read.rkey, read.length - off, send)
+                       read.rkey, read.length - off, send, read.atomic)
 
     def _gap(self, qp, send=False):
         q = self.qps[qp]
@@ -386,8 +409,12 @@ class ReadRequesterModel:
         an ACK in its AETH, the right length), else ``(verdict, ack event or None)``."""
         last = k == read.npsn - 1
         start = start or k == 0 or k == q.restart_index(read)
-        ok = {READ_ONLY: last and start, READ_FIRST: not last and start,
-              READ_MIDDLE: not last and k != 0, READ_LAST: last and k != 0}[opcode]
+        if read.atomic:
+            ok = opcode == ATOMIC_ACK and last and start
+        else:
+            ok = {READ_ONLY: last and start, READ_FIRST: not last and start,
+                  READ_MIDDLE: not last and k != 0, READ_LAST: last and k != 0,
+                  ATOMIC_ACK: False}[opcode]
         if not ok:
             return "opcode"
         if opcode != READ_MIDDLE and syndrome >> 5:
@@ -397,14 +424,16 @@ class ReadRequesterModel:
             return "length"
         return None
 
-    @staticmethod
-    def _write(read, k, payload):
+    def _write(self, read, k, payload):
         off = k * read.pmtu
+        if read.atomic and self.atomics == "little":
+            payload = payload[::-1]         # (the original value as a host CPU stores it)
         return (((read.local_addr + off) % (1 << 32), payload),) if payload else ()
 
     def response(self, qp, opcode, psn, payload=b"", syndrome=SYN_ACK, msn=0):
-        """A READ response of ``qp`` (``opcode`` 0x0D..0x10, BTH ``psn``, ``payload`` without
-        the pad, AETH ``syndrome`` and ``msn``, ignored on MIDDLE)."""
+        """A READ response of ``qp`` (``opcode`` 0x0D..0x10, or 0x12 an atomic's answer whose
+        ``payload`` is its AtomicAckETH; BTH ``psn``, ``payload`` without the pad, AETH
+        ``syndrome`` and ``msn``, ignored on MIDDLE)."""
         if opcode not in _OPCODES:
             raise ValueError(f"not a READ response opcode: {opcode:#04x}")
         payload = bytes(payload)

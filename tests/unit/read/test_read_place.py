@@ -39,6 +39,7 @@ from rocegen.wire import headers as H
 from tests.tiers import full
 
 FIRST, MIDDLE, LAST, ONLY = 0x0D, 0x0E, 0x0F, 0x10
+ATOMIC_ACK = 0x12
 QPS = 3
 MEM = 1 << 17                       # bytes of local memory the READs land in
 REMOTE = random.Random(77).randbytes(1 << 16)
@@ -49,10 +50,10 @@ VA_BASE = 0x7F12_3400_0000                  # the peer's virtual address of REMO
 class Top(Elaboratable):
     """A :class:`ReadTrack` and a :class:`ReadPlace` joined by the lookup port."""
 
-    def __init__(self, width, max_rd, acked_writes):
+    def __init__(self, width, max_rd, acked_writes, atomics=None):
         self.track = ReadTrack(QPS, max_rd)
         self.place = ReadPlace(width, (MEM // (width // 8)).bit_length() - 1,
-                               acked_writes=acked_writes)
+                               acked_writes=acked_writes, atomics=atomics)
 
     def elaborate(self, platform):
         m = Module()
@@ -83,8 +84,15 @@ def datagram(qp, opcode, psn, payload, syndrome, msn):
 
 
 def answer(req, rng):
-    """The responses to a READ request ``req`` (its READ, and the PSN it was sent from)."""
+    """The responses to a READ request ``req`` (its READ, and the PSN it was sent from); an
+    atomic's: one ATOMIC_ACKNOWLEDGE, its payload the 8 bytes at its target (as the AtomicAckETH
+    carries the original value)."""
     r, psn = req["read"], req["psn"]
+    if r["atomic"]:
+        return [{"qp": r["qp"], "op": ATOMIC_ACK, "psn": r["first"],
+                 "payload": REMOTE[r["va"]:r["va"] + 8],
+                 "syn": rng.choice([0x1F, 0x1F, rng.randrange(0x1F)]),
+                 "msn": rng.randrange(1 << 24)}]
     k0 = (psn - r["first"]) % PSN_MOD
     npsn = max(1, -(-r["length"] // r["pmtu"]))
     out = []
@@ -99,8 +107,10 @@ def answer(req, rng):
     return out
 
 
-def spoil(resps, rng, p):
-    """The peer's faults, each with chance ``p``."""
+def spoil(resps, rng, p, atomics=False):
+    """The peer's faults, each with chance ``p`` (a wrong opcode may be ATOMIC_ACKNOWLEDGE with
+    ``atomics``: the receive path passes it on only then)."""
+    opcodes = (FIRST, MIDDLE, LAST, ONLY) + ((ATOMIC_ACK,) if atomics else ())
     out = []
     for n, x in enumerate(resps):
         r = rng.random() / p if p else 99
@@ -110,7 +120,7 @@ def spoil(resps, rng, p):
         if r < 2:
             out.append(dict(x))                                         # duplicated
         elif r < 3:
-            x["op"] = rng.choice([o for o in (FIRST, MIDDLE, LAST, ONLY) if o != x["op"]])
+            x["op"] = rng.choice([o for o in opcodes if o != x["op"]])
         elif r < 4:
             x["payload"] = x["payload"][:-rng.randint(1, 3)] if x["payload"] else b"\x01"
         elif r < 5:
@@ -119,7 +129,7 @@ def spoil(resps, rng, p):
             x["psn"] = (x["psn"] + rng.choice([1000, -1000, 1 << 22])) % PSN_MOD
         elif r < 6.5 and x["op"] != MIDDLE:
             x["syn"] = rng.choice([0x62, 0x61, 0x63, 0x20, 0x60, 0x7F])
-        elif r < 7.5 and x["op"] in (LAST, ONLY):
+        elif r < 7.5 and x["op"] in (LAST, ONLY, ATOMIC_ACK):
             out.append(x)                                               # one too many
             x = dict(x, psn=(x["psn"] + 1) % PSN_MOD, op=rng.choice([MIDDLE, LAST, ONLY]),
                      forged=True)
@@ -186,8 +196,6 @@ class Monitor:
                 assert (av and ack_ready) != bool(rp.send), \
                     "a go-back-N reissue pulses only as its event leaves"
                 r = meta_dict(rp)
-                # (READs only here: an atomic's fields stay clear)
-                assert r.pop("atomic") == 0
                 r.pop("local_addr")
                 self.reissue.append(r)
             if ov and o_ready:
@@ -221,12 +229,15 @@ def words_of(addr, n, B):
 
 
 def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p_fault=0.06,
-             idle=0.2, backpressure=0.2):
+             idle=0.2, backpressure=0.2, atomics=None):
+    """The closed loop (module documentation); with ``atomics`` (the local byte order) a
+    quarter of the new requests are atomics (FETCH_ADD or COMPARE_SWAP: 8 bytes, one PSN, at a
+    word address), answered by ATOMIC_ACKNOWLEDGEs, spoiled as the READ responses are."""
     rng = random.Random(seed)
     B = width // 8
-    top = Top(width, max_rd, acked_writes)
+    top = Top(width, max_rd, acked_writes, atomics)
     track, place = top.track, top.place
-    model = ReadRequesterModel(QPS, max_rd)
+    model = ReadRequesterModel(QPS, max_rd, atomics or "little")
     mon = Monitor(place, random.Random(seed + 1), backpressure=backpressure,
                   acked_writes=acked_writes)
     beats = StreamDriver(place.i, width, idle=idle, seed=seed + 2)
@@ -246,15 +257,21 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
     def new_read(qp):
         pmtu = rng.choice([256, 256, 512])
         length = rng.choice([0, 1, pmtu - 1, pmtu, pmtu + 1, rng.randint(1, 3 * pmtu + 7)])
-        if local[0] + length + 64 > MEM:
+        atomic = rng.choice([1, 2]) if atomics and rng.random() < 0.25 else 0
+        if atomic:
+            length = 8
+        if local[0] + length + (2 * B if atomic else 0) + 64 > MEM:
             return None
         addr = local[0] + rng.randrange(64)
+        if atomic:
+            addr += -addr % B                   # (a word address, as the requester's are)
         local[0] = addr + length
         first = next_psn[qp]
         next_psn[qp] = (first + max(1, -(-length // pmtu)) + rng.choice([0, 0, 1, 3])) % PSN_MOD
+        va = rng.randrange(len(REMOTE) - length)
         r = {"qp": qp, "wr_id": len(reads) + 1, "local": addr, "length": length,
-             "first": first, "pmtu": pmtu, "va": rng.randrange(len(REMOTE) - length),
-             "state": "out"}
+             "first": first, "pmtu": pmtu, "va": va - va % 8 if atomic else va,
+             "state": "out", "atomic": atomic}
         reads[r["wr_id"]] = r
         ranges.append((addr, addr + length))
         return r
@@ -262,7 +279,8 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
     def issue_rec(r, new, psn):
         return {"qp": r["qp"], "new": int(new), "wr_id": r["wr_id"], "local_addr": r["local"],
                 "length": r["length"], "first": r["first"], "psn": psn,
-                "pmtu_log2": r["pmtu"].bit_length() - 1, "va": VA_BASE + r["va"]}
+                "pmtu_log2": r["pmtu"].bit_length() - 1, "va": VA_BASE + r["va"],
+                "atomic": r["atomic"]}
 
     async def drive_beats(ctx):
         seen_round = -1
@@ -336,13 +354,13 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
                 assert model.issue(rec["qp"], wr_id=rec["wr_id"], local_addr=rec["local_addr"],
                                    length=rec["length"], first=rec["first"],
                                    pmtu=1 << rec["pmtu_log2"], new=bool(rec["new"]),
-                                   psn=rec["psn"], remote_va=rec["va"])
+                                   psn=rec["psn"], remote_va=rec["va"], atomic=rec["atomic"])
                 await ctx.tick()
             ctx.set(track.issue.valid, 0)
             # the peer's answers, the QPs interleaved, and acknowledgements among them
             per_qp = [deque() for _ in range(QPS)]
             for _, req in requests:
-                per_qp[req["read"]["qp"]].extend(spoil(answer(req, rng), rng, p))
+                per_qp[req["read"]["qp"]].extend(spoil(answer(req, rng), rng, p, bool(atomics)))
             resps = []
             while any(per_qp):
                 resps.append(rng.choice([q for q in per_qp if q]).popleft())
@@ -407,7 +425,7 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
             assert mon.reissue[n_reissue:] == [
                 {"qp": o.gap.qp, "wr_id": o.gap.wr_id, "psn": o.gap.psn,
                  "offset": o.gap.offset, "length": o.gap.length, "va": o.gap.remote_va,
-                 "send": int(o.gap.send)}
+                 "send": int(o.gap.send), "atomic": o.gap.atomic}
                 for o in outs if o.gap is not None], f"round {rnd}: reissues"
             sends[:] = [o.gap for o in outs if o.gap is not None and o.gap.send]
             assert mon.pulses == {k: model.counters[k] for k in READ_COUNTERS}, \
@@ -459,7 +477,10 @@ def run_loop(width, *, seed, acked_writes=False, max_rd=4, rounds=10, clean=8, p
         if r["state"] == "done":
             assert all(r["local"] + i in image for i in range(r["length"]))
             got = bytes(image[r["local"] + i] for i in range(r["length"]))
-            assert got == REMOTE[r["va"]:r["va"] + r["length"]], f"READ {r['wr_id']}: data"
+            want = REMOTE[r["va"]:r["va"] + r["length"]]
+            if r["atomic"] and atomics == "little":
+                want = want[::-1]               # (the original value as a host CPU stores it)
+            assert got == want, f"READ {r['wr_id']}: data"
     return seen, reads
 
 
@@ -472,6 +493,17 @@ def test_closed_loop(width, seed, acked_writes):
     assert all(seen[v] > 0 for v in READ_COUNTERS), seen
     done = sum(r["state"] == "done" for r in reads.values())
     assert done > 40 and done > 0.7 * len(reads), (done, len(reads))
+
+
+@pytest.mark.parametrize("width, seed, atomics", [(64, 21, "little"), (256, 22, "big")])
+def test_closed_loop_with_atomics(width, seed, atomics):
+    """Atomics among the READs: their ATOMIC_ACKNOWLEDGEs placed (the original value in the
+    memory's byte order), spoiled and recovered as READ responses are, a READ response for an
+    atomic and an ATOMIC_ACKNOWLEDGE for a READ refused (``opcode``), all as the model says."""
+    seen, reads = run_loop(width, seed=seed, atomics=atomics)
+    assert all(seen[v] > 0 for v in READ_COUNTERS), seen
+    atomic = [r for r in reads.values() if r["atomic"]]
+    assert len(atomic) > 20 and sum(r["state"] == "done" for r in atomic) > 0.6 * len(atomic)
 
 
 def test_sixteen_outstanding():
@@ -568,7 +600,7 @@ def test_bad_responses(width):
     assert [(e["syndrome"], e["psn"]) for e, _ in mon.events] == [(0x1F, 100), (0x1F, 103)]
     assert mon.done == [{"qp": 1}]
     assert mon.reissue == [{"qp": 1, "wr_id": 7, "psn": 101, "offset": 256, "length": 744,
-                            "va": VA_BASE + VA + 256, "send": 1}]
+                            "va": VA_BASE + VA + 256, "send": 1, "atomic": 0}]
     written = {}
     for addr, word, be in mon.writes:
         for i in range(B):
@@ -620,7 +652,7 @@ def test_hole_queue_full():
     assert mon.events[-1][0]["syndrome"] == 0x60 and mon.events[-1][0]["psn"] == 20
     assert mon.reissue == [
         {"qp": 1, "wr_id": o.gap.wr_id, "psn": o.gap.psn, "offset": o.gap.offset,
-         "length": o.gap.length, "va": o.gap.remote_va, "send": int(o.gap.send)}
+         "length": o.gap.length, "va": o.gap.remote_va, "send": int(o.gap.send), "atomic": 0}
         for o in outs if o.gap is not None]
     assert len(mon.done) == sum(len(o.done) for o in outs) == 10
     written = {}
