@@ -36,7 +36,7 @@ __all__ = [
     "READ_DEPTHS", "READ_DEPTH_MAX",
     "pack", "unpack", "request", "traffic", "pmtu_code", "retry_byte", "region", "query_counts",
     "read_depths", "with_read_depths", "QPN_BASE", "UDP_SPORT_BASE", "COUNTERS", "TX_ATOMIC",
-    "ATOMIC_SLOT_SHIFT",
+    "ATOMIC_SLOT_SHIFT", "ATOMIC_CAPS", "atomic_caps",
 ]
 
 #: UDP port the connection manager listens on.
@@ -135,6 +135,12 @@ def traffic(rem_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=Fa
 #: ``(s mod 64) * 64`` (:data:`ATOMIC_SLOT_SHIFT`). Code 3 is read as 0. An endpoint built
 #: without atomics refuses each request of such a run (the run completes in error).
 TX_ATOMIC = {"FETCH_ADD": 1, "COMPARE_SWAP": 2}
+#: ``tx_atomic`` of an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS from an FPGA with the
+#: responder (byte 51 bits 6-5, an extension; the existing tools read nothing there): whether
+#: it executes RDMA atomics on its regions (and issues them), and the byte order of the 64-bit
+#: values in its memory: 0 none (what every other reply and every other FPGA carries), 1
+#: little-endian, 2 big-endian (:func:`atomic_caps`).
+ATOMIC_CAPS = {None: 0, "little": 1, "big": 2}
 #: The original value of the generator's atomic ``s`` lands at local byte ``(s mod 64) <<
 #: ATOMIC_SLOT_SHIFT``.
 ATOMIC_SLOT_SHIFT = 6
@@ -144,6 +150,12 @@ def region(fields):
     """The memory region a reply names (``fields`` as :func:`unpack` gives them): ``(rkey,
     base, length)``; ``(0, 0, 0)`` from an FPGA without the responder."""
     return fields["loc_rkey"], fields["loc_vaddr"], fields["dma_length"]
+
+
+def atomic_caps(fields):
+    """The atomics a reply says the FPGA executes (``fields`` as :func:`unpack` gives them):
+    None, or the byte order of its memory, ``"little"`` or ``"big"`` (:data:`ATOMIC_CAPS`)."""
+    return {code: order for order, code in ATOMIC_CAPS.items()}.get(fields["tx_atomic"])
 
 
 def query_counts(raw):

@@ -27,6 +27,7 @@ from rocegen.gateware.roce.layouts import MAX_QPS, TRAFFIC_CONFIG
 from rocegen.gateware.roce.read.read_layouts import MAX_RD_ATOMIC, READ_LIMIT
 from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.responder.resp_layouts import RESP_QP_CONFIG
+from rocegen.wire.cm import ATOMIC_CAPS
 
 __all__ = ["ConnectionManager", "COUNTERS", "UDP_SPORT_BASE"]
 
@@ -107,7 +108,9 @@ class ConnectionManager(wiring.Component):
     OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS carries the QP's memory region as the responder's
     configuration table holds it (``cfg_qp`` / ``cfg``): R_Key in ``loc_rkey``, base in
     ``loc_vaddr``, length in ``dma_length`` (bytes 52-55; 2^32 - 1 for a region of 2^32
-    bytes). ``o_checksum`` holds the UDP checksum of the
+    bytes), and with ``atomics`` the byte order of the responder's atomics in ``tx_atomic``
+    (byte 51 bits 6-5, :data:`~rocegen.wire.cm.ATOMIC_CAPS`). ``o_checksum`` holds the UDP
+    checksum of the
     reply (pseudo-header with source ``local_ip``, UDP header, payload; never 0) for the whole
     packet, for the UDP transmitter to put in the header (it is also driven into
     ``meta.udp.checksum`` should that field exist).
@@ -185,6 +188,9 @@ class ConnectionManager(wiring.Component):
     rd_depth : int
         The READ responder's queue per QP (a power of two from 16 to 1024), or 0 (default):
         no READ responder.
+    atomics : None, ``"little"`` or ``"big"``
+        With ``regions``: the byte order of the atomics the responder executes, stated in the
+        ACKs that name a region (None, the default: none stated, 0).
 
     The traffic class of the QPs an OPEN_QP opens (DSCP, ECN of their data packets) is that of
     input ``tclass`` (:data:`~rocegen.gateware.roce.layouts.TRAFFIC_CONFIG`) in the cycle of
@@ -194,8 +200,13 @@ class ConnectionManager(wiring.Component):
     def __init__(self, width, num_qps, *, allow_net=None, default_pmtu=4096, default_timeout=14,
                  default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT,
                  regions=False, query=False, reads=False, max_rd_atomic=MAX_RD_ATOMIC,
-                 rd_depth=0):
+                 rd_depth=0, atomics=None):
         check_width(width)
+        if atomics not in ATOMIC_CAPS:
+            raise ValueError(f"atomics must be None, 'little' or 'big', not {atomics!r}")
+        if atomics is not None and not regions:
+            raise ValueError("atomics are stated with the regions: atomics needs regions=True")
+        self.atomics = atomics
         int_param("num_qps", num_qps, 1, MAX_QPS)
         if isinstance(default_pmtu, bool) or not isinstance(default_pmtu, int):
             raise TypeError(f"default_pmtu must be an integer, not {default_pmtu!r}")
@@ -253,7 +264,8 @@ class ConnectionManager(wiring.Component):
             default_pmtu=self.default_pmtu, default_timeout=self.default_timeout,
             default_retry=self.default_retry, default_rnr_retry=self.default_rnr_retry,
             ack_every_log2=self.ack_every_log2, regions=self.regions, query=self.query,
-            reads=self.reads, max_rd_atomic=self.max_rd_atomic, rd_depth=self.rd_depth)
+            reads=self.reads, max_rd_atomic=self.max_rd_atomic, rd_depth=self.rd_depth,
+            atomics=self.atomics)
         tx = m.submodules.reply = CmReplySender(self.width)
         traffic = m.submodules.traffic = CmTraffic()
 

@@ -37,7 +37,7 @@ from rocegen.gateware.roce.layouts import (
 from rocegen.gateware.roce.read.read_layouts import MAX_RD_ATOMIC, READ_LIMIT
 from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.gateware.roce.responder.resp_layouts import RESP_QP_CONFIG
-from rocegen.wire.cm import QUERY_REPLY, READ_DEPTH_MAX, READ_DEPTHS
+from rocegen.wire.cm import ATOMIC_CAPS, QUERY_REPLY, READ_DEPTH_MAX, READ_DEPTHS
 from rocegen.wire.headers import CM
 
 __all__ = ["CmControl", "CONTROL_COUNTERS"]
@@ -68,6 +68,9 @@ class CmControl(wiring.Component):
     reads, max_rd_atomic, rd_depth : bool, int, int
         With ``reads``: ACKs of OPEN_QP and SEND_QP_INFO state the READ depths and port
         ``rd_limit`` sets each QP's READ limit, as for
+        :class:`~rocegen.gateware.roce.cm.cm.ConnectionManager`.
+    atomics : None, ``"little"`` or ``"big"``
+        With ``regions``: stated in ``tx_atomic`` of the ACKs that name a region, as for
         :class:`~rocegen.gateware.roce.cm.cm.ConnectionManager`.
     default_pmtu, default_timeout, default_retry, default_rnr_retry, ack_every_log2 : int
         Context defaults, as for :class:`~rocegen.gateware.roce.cm.cm_context.CmContext`.
@@ -123,7 +126,9 @@ class CmControl(wiring.Component):
     """
 
     def __init__(self, num_qps, *, allow_net=None, port=CM_PORT, regions=False, query=False,
-                 reads=False, max_rd_atomic=MAX_RD_ATOMIC, rd_depth=0, **context_defaults):
+                 reads=False, max_rd_atomic=MAX_RD_ATOMIC, rd_depth=0, atomics=None,
+                 **context_defaults):
+        self.atomics = atomics
         self.num_qps = int_param("num_qps", num_qps, 1, MAX_QPS)
         for name, value in (("regions", regions), ("query", query)):
             if not isinstance(value, bool):
@@ -327,7 +332,8 @@ class CmControl(wiring.Component):
             with m.If(acked & ((kind == REQ_OPEN_QP) | (kind == REQ_SEND_QP_INFO) |
                                (kind == REQ_MODIFY_QP_RTS))):
                 m.d.comb += [f.loc_rkey.eq(mr.rkey), f.loc_vaddr.eq(mr.base),
-                             f.dma_length.eq(Mux(mr.length[32], 0xFFFF_FFFF, mr.length[:32]))]
+                             f.dma_length.eq(Mux(mr.length[32], 0xFFFF_FFFF, mr.length[:32])),
+                             f.tx_atomic.eq(ATOMIC_CAPS[self.atomics])]
         if self.query:
             q = Signal(QUERY_REPLY.layout)
             m.d.comb += [q.checked.eq(self.counts.checked), q.wrong.eq(self.counts.wrong)]

@@ -47,7 +47,8 @@ class ConnectionFeature(Feature):
                                     default_pmtu=cfg.pmtu, default_timeout=cfg.cm_timeout,
                                     default_retry=cfg.cm_retry,
                                     default_rnr_retry=cfg.cm_rnr_retry, port=cfg.cm_port,
-                                    regions=cfg.responder, query=cfg.pattern_sink, **reads)
+                                    regions=cfg.responder, query=cfg.pattern_sink,
+                                    atomics=cfg.atomics if cfg.responder else None, **reads)
         self.qps = QpTable(cfg.num_qps, info_port=cfg.qp_info, resp_port=cfg.responder,
                            **({"read_port": True, "resend_port": True} if cfg.reads else {}))
         self.ctl = None

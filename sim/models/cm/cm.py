@@ -24,6 +24,7 @@ from rocegen.wire.cm import (
     ACK_ERROR,
     ACK_NAK,
     ACK_NO_QP,
+    ATOMIC_CAPS,
     CM_PORT,
     COUNTERS,
     DATAGRAM_BYTES,
@@ -117,7 +118,11 @@ class ConnectionManagerModel:
     def __init__(self, num_qps, *, local_ip, allow_net=None, default_pmtu=4096, default_timeout=14,
                  default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT,
                  regions=None, query=False, reads=False, max_rd_atomic=MAX_RD_ATOMIC, rd_depth=0,
-                 dscp=0, ecn=0):
+                 dscp=0, ecn=0, atomics=None):
+        if atomics not in ATOMIC_CAPS:
+            raise ValueError(f"atomics must be None, 'little' or 'big', not {atomics!r}")
+        #: the byte order of the responder's atomics (stated in the ACKs that name a region)
+        self.atomics = atomics
         self.num_qps = num_qps
         self.dscp, self.ecn = dscp, ecn     # the traffic class of the QPs opened
         self.local_ip = local_ip
@@ -366,7 +371,8 @@ class ConnectionManagerModel:
             k = (qpn if opening else req["rem_qpn"]) - QPN_BASE
             mr = self.regions[k]
             fields.update(loc_rkey=mr["rkey"], loc_vaddr=mr["base"],
-                          dma_length=min(mr["length"], 0xFFFF_FFFF))
+                          dma_length=min(mr["length"], 0xFFFF_FFFF),
+                          tx_atomic=ATOMIC_CAPS[self.atomics])
         payload = pack(**fields)
         if kind == REQ_QUERY and ack == ACK_ACK:
             checked, wrong = self.counts

@@ -28,6 +28,7 @@ from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollect
 from rocegen.sim.testing.harness import run_sim, shared
 from rocegen.wire import verbs
 from rocegen.wire.addr import parse_net
+from rocegen.wire.cm import atomic_caps
 from rocegen.wire.headers import ETH, IPV4
 from rocegen.wire.headers import UDP as UDP_HDR
 from tests.tiers import full
@@ -362,21 +363,22 @@ def test_opened_qps_take_the_traffic_class(width, dscp, ecn):
     check(out, sc.model, sc.results)
 
 
-@pytest.mark.parametrize("width,num_qps,allow_net,steps", [
-    (64, 3, NET, 120),
-    (512, 4, None, 120),
+@pytest.mark.parametrize("width,num_qps,allow_net,steps,atomics", [
+    (64, 3, NET, 120, "little"),
+    (512, 4, None, 120, None),
+    (128, 2, NET, 60, "big"),
 ])
-def test_regions_and_query_match_the_model(width, num_qps, allow_net, steps):
+def test_regions_and_query_match_the_model(width, num_qps, allow_net, steps, atomics):
     """With the responder: ACKs of OPEN_QP, SEND_QP_INFO and MODIFY_QP_RTS name the QP's region
-    as its configuration holds it, QUERY's ACK carries the sink's counters; every other reply
-    is as without the responder."""
+    as its configuration holds it (and the byte order of its atomics, when it executes them),
+    QUERY's ACK carries the sink's counters; every other reply is as without the responder."""
     rng = random.Random(width)
     config = default_config(num_qps, 0, 0)
     for c, length in zip(config, [1 << 32, 0, 4096, rng.getrandbits(32)]):
         c["mr"].update(rkey=rng.getrandbits(32), base=rng.getrandbits(32), length=length)
     sink = (rng.getrandbits(48), rng.getrandbits(48))
     model = M.ConnectionManagerModel(num_qps, local_ip=ip(LOCAL_IP), allow_net=allow_net,
-                                     regions=config, query=True)
+                                     regions=config, query=True, atomics=atomics)
     model.counts = sink
     sc = Scenario(model, rng, INSIDE + OUTSIDE if allow_net else INSIDE, query_rate=0.12)
     for _ in range(steps):
@@ -392,17 +394,19 @@ def test_regions_and_query_match_the_model(width, num_qps, allow_net, steps):
         if f["ack_type"] == M.ACK_ACK and f["req_type"] in M.REGION_REQUESTS:
             mr = config[f["loc_qpn"] - QPN_BASE]["mr"]
             assert M.region(f) == (mr["rkey"], mr["base"], min(mr["length"], (1 << 32) - 1))
+            assert atomic_caps(f) == atomics
         elif kind == (M.REQ_QUERY, M.ACK_ACK):
             assert M.query_counts(r.reply.payload) == sink
         else:
             assert f["dma_length"] == f["n_transfers"] == f["frequency"] == 0
+            assert atomic_caps(f) is None
     assert {(M.REQ_OPEN_QP, M.ACK_ACK), (M.REQ_SEND_QP_INFO, M.ACK_ACK),
             (M.REQ_MODIFY_QP_RTS, M.ACK_ACK), (M.REQ_QUERY, M.ACK_ACK),
             (M.REQ_CLOSE_QP, M.ACK_ACK)} <= set(kinds), kinds
     if allow_net:
         assert kinds[(M.REQ_QUERY, M.ACK_NAK)] > 0
     out = simulate(width, num_qps, sc.packets, allow_net=allow_net, config=config,
-                   sink_counts=sink, seed=width + 1,
+                   sink_counts=sink, seed=width + 1, atomics=atomics,
                    expect_replies=sum(r.reply is not None for r in sc.results))
     check(out, model, sc.results)
 
