@@ -4,13 +4,16 @@ The byte layout is the ``CM`` header of :mod:`rocegen.wire.headers`. :func:`pack
 :func:`unpack` convert all fields by name; :func:`request` builds a request, :func:`traffic` a
 test-traffic datagram; :func:`pmtu_code` and :func:`retry_byte` encode the extension fields.
 
-Two additions of an FPGA with the RC responder, in bytes the existing tools send and read as
+Additions of an FPGA with the RC responder, in bytes the existing tools send and read as
 zero (so those tools work unchanged):
 
 * the memory region a host may write: in an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS,
   ``loc_rkey`` is the QP's R_Key, ``loc_vaddr`` the region's base (the virtual address a
   requester uses is the FPGA's local byte address) and ``dma_length`` (bytes 52-55) the region's
   length in bytes; all zero from an FPGA without the responder (:func:`region`);
+* the responder's RDMA atomics: in those ACKs, ``tx_atomic`` (byte 51 bits 6-5) is 1 or 2 when
+  the FPGA executes (and issues) atomics, with its memory's 64-bit values little- or
+  big-endian (:data:`ATOMIC_CAPS`, :func:`atomic_caps`); 0 otherwise;
 * :data:`REQ_QUERY` (``req_type`` 5), which the existing tools never send: the FPGA answers ACK
   with the counters of its pattern sink in bytes 52-63 (:data:`QUERY_REPLY`: bytes checked
   against the test pattern of their local address, and bytes found wrong; 48 bits each, never
