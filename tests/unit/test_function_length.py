@@ -4,6 +4,8 @@ stages, the endpoint composes feature blocks."""
 import ast
 from pathlib import Path
 
+from tests.pyast import parse
+
 GATEWARE = Path(__file__).resolve().parents[2] / "gateware"
 MAX_LINES = 120
 
@@ -12,7 +14,7 @@ def long_functions(root=GATEWARE, limit=MAX_LINES):
     """``[(lines, "file:line name")]`` of the functions of ``root`` longer than ``limit``."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(parse(path.read_text(), str(path))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > limit:

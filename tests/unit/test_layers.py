@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.pyast import parse
+
 ROOT = Path(__file__).resolve().parents[2]
 #: package of the project -> folder
 PACKAGES = {"wire": "wire", "gateware": "gateware", "boards": "boards", "sim": "sim",
@@ -119,7 +121,7 @@ def _imports_here(path):
                                      [a.name for a in child.names], child.lineno, lazy))
             visit(child, inner)
 
-    visit(ast.parse(path.read_text()), False)
+    visit(parse(path.read_text()), False)
     return found
 
 
@@ -197,7 +199,7 @@ OUTSIDE = ("tests", "bench", "examples")
 
 
 def _strings(path):
-    return [(n.value, n.lineno) for n in ast.walk(ast.parse(path.read_text()))
+    return [(n.value, n.lineno) for n in ast.walk(parse(path.read_text()))
             if isinstance(n, ast.Constant) and isinstance(n.value, str)]
 
 

@@ -16,6 +16,7 @@ from rocegen.gateware.roce import layouts
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 from rocegen.wire import verbs
+from tests.pyast import parse
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -208,7 +209,7 @@ def opcode_literals(text):
     a name of a row (with that row's code), or keys of a table of opcodes (three or more integer
     keys, all codes, one of them past the SEND and WRITE codes). ARP has an ``op`` field too
     (1 request, 2 reply): functions named for ARP and ``ARP(...)`` calls are not looked at."""
-    tree = ast.parse(text)
+    tree = parse(text)
     skip = set()
     for node in ast.walk(tree):
         arp_fn = isinstance(node, ast.FunctionDef) and "arp" in node.name.lower()
