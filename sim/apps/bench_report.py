@@ -181,8 +181,9 @@ def summary(results):
             qps = f"{r['qps']} QP" + ("s" if r["qps"] > 1 else " ")
             out.append(f"atomic {_atomic_build(r)}: {r['opcode']:12} {qps} "
                        f"{mac:>4}: {r['mops']:7.2f} M/s ({r['percent_of_limit']:5.1f} % of "
-                       f"{r['limit_mops']:.2f}, {r['percent_of_unit']:5.1f} % of the unit's "
-                       f"{r['unit_mops']:.2f})")
+                       f"{r['limit_mops']:.2f}"
+                       + (f", {r['percent_of_unit']:5.1f} % of the unit's {r['unit_mops']:.2f})"
+                          if r["unit_mops"] else ")"))
         else:
             c = r["latency_cycles"]
             what = r["opcode"] if r["test"] == "latency" else f"READ {size_text(r['size'])}"
@@ -813,9 +814,11 @@ def _atomic_markdown(results):
                 for op in ("FETCH_ADD", "COMPARE_SWAP"):
                     r = cells.get((w, q, line, op))
                     row.append(f"{r['mops']:.2f} ({r['percent_of_limit']:.1f} % / "
-                               f"{r['percent_of_unit']:.1f} %)" if r else "-")
+                               + (f"{r['percent_of_unit']:.1f} %)" if r["unit_mops"] else "-)")
+                               if r else "-")
                 both = [r for (cw, cq, cl, _), r in cells.items() if (cw, cq, cl) == (w, q, line)]
-                row += [f"{both[0]['limit_mops']:.2f}", f"{both[0]['unit_mops']:.2f}",
+                unit = both[0]["unit_mops"]
+                row += [f"{both[0]['limit_mops']:.2f}", f"{unit:.2f}" if unit else "-",
                         f"{sum(r['messages'] for r in both):,}"]
                 table.append(row)
         out += ["**Atomics per second** (millions; in brackets: % of the limit / % of the atomic "

@@ -784,12 +784,13 @@ def _atomic_row(r, row):
         row.update(latency_cycles=lat, latency_ns=round(lat["min"] * 1e3 / clock, 1))
         return row
     line = r["line_gbps"]
-    # (on AXI4 the memory's round trips bound the unit: its rate is the run's own figure)
-    unit = clock / ATOMIC_UNIT_CYCLES if row["memory"] == "onchip" else r["mops"]
+    # (on AXI4 the memory's round trips set the unit's rate: no figure of its own)
+    unit = clock / ATOMIC_UNIT_CYCLES if row["memory"] == "onchip" else None
     limit = atomic_limit_mops(line) if line else atomic_offered_mops(r["width"], clock)
     row.update(mops=r["mops"], mops_elapsed=r["mops_elapsed"], cycles=r["line_cycles"],
                elapsed_cycles=r["elapsed_cycles"], limit_mops=limit, unit_mops=unit,
-               percent_of_limit=100 * r["mops"] / limit, percent_of_unit=100 * r["mops"] / unit)
+               percent_of_limit=100 * r["mops"] / limit,
+               percent_of_unit=100 * r["mops"] / unit if unit else None)
     return row
 
 
