@@ -387,12 +387,12 @@ def _table(rows):
     FPGA's time first, then this machine's wall clock (how fast it simulates)."""
     runs = [r for r in rows if "op" in r]
     fpga = rate_clock(runs) != "wall clock"
-    head = f"{'FPGA QP':>8} {'op':>9} {'size':>8} {'messages':>9} {'checked':>8} {'bad':>4}"
+    head = f"{'FPGA QP':>8} {'op':>12} {'size':>8} {'messages':>9} {'checked':>8} {'bad':>4}"
     if fpga:
         head += f" {'cycles':>10} {'FPGA us':>10} {'FPGA Gb/s':>10} {'FPGA kmsg/s':>11}"
     lines = [head + f" {'wall s':>8} {'wall Gb/s':>10} {'wall kmsg/s':>11}"]
     for r in runs:
-        line = (f"{r['fpga_qpn']:>8} {r['op']:>9} {r['size']:>8} {r['count']:>9} "
+        line = (f"{r['fpga_qpn']:>8} {r['op']:>12} {r['size']:>8} {r['count']:>9} "
                 f"{r['verified']:>8} {r['bad']:>4}")
         if fpga and r.get("fpga_cycles") is not None:
             line += (f" {r['fpga_cycles']:>10} {r['fpga_seconds'] * 1e6:>10.1f} "
