@@ -36,7 +36,7 @@ address ``(s mod 64) << 26``, :mod:`rocegen.wire.pattern`; its WRITE goes to rem
   TX_ATOMIC`: a FETCH_ADD adds 1, the COMPARE_SWAP of message ``s`` swaps in ``s + 1`` where it
   finds ``s``). The agent zeroes the targets before the run's datagram goes and watches them:
   the run is done when each holds what the plain-Python model of the run says
-  (:func:`rocegen.host.counter.generator_run`), wrong when one went past it, and given up when
+  (:func:`rocegen.wire.atomic_runs.generator_run`), wrong when one went past it, and given up when
   none changed for its stall time (an FPGA built without atomics refuses each request: nothing
   changes, and the error says so; an FPGA without the READ requester, which states no READ
   depths in OPEN_QP, is refused at once).
@@ -94,16 +94,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from rocegen.host.cm_client import CmClient, CmError
-from rocegen.host.counter import (
-    MASK,
-    ORIGINAL_SLOTS,
-    CounterQp,
-    counter_problems,
-    generator_run,
-    original_slot,
-)
+from rocegen.host.counter import CounterQp, counter_problems
 from rocegen.host.nic import NicError, SendCpl, open_nic
 from rocegen.wire.addr import parse_ip
+from rocegen.wire.atomic_runs import MASK, ORIGINAL_SLOTS, generator_run, original_slot
 from rocegen.wire.atomics import ATOMIC_BYTES, ATOMIC_VERBS, BYTE_ORDERS
 from rocegen.wire.pattern import generator_address, pattern
 from rocegen.wire.verbs import VERBS
@@ -383,7 +377,7 @@ class Agent:
         size must be 8). An atomic run works on ``targets`` 8-byte targets (a power of two, at
         most the window's) from the start of the QP's memory, zeroed first, message ``s`` on
         target ``s mod targets``; it is done when every target holds what
-        :func:`~rocegen.host.counter.generator_run` says the run leaves, and fails when they
+        :func:`~rocegen.wire.atomic_runs.generator_run` says the run leaves, and fails when they
         have not changed for ``stall`` seconds."""
         if op not in VERBS + ATOMIC_VERBS:
             raise AgentError("usage", f"op must be one of {', '.join(VERBS + ATOMIC_VERBS)}, "
@@ -755,20 +749,21 @@ class Agent:
         * ``COMPARE_SWAP``: a chain per QP: the counter is zeroed before each run, whose message
           ``s`` swaps in ``s + 1`` where it finds ``s``: each run counts it up to ``count``.
 
-        Each run is done when the counter holds what :func:`~rocegen.host.counter.generator_run`
-        says (given up when it has not changed for ``stall`` seconds; the next run is not
-        started then). Then, where the FPGA's region of a QP holds its local addresses
-        ``0 .. 64 * 64`` (its memory, where the originals land), the host RDMA-READs the
-        original values of the last run's last 64 messages (:func:`~rocegen.host.counter.
-        original_slot`; in ``byte_order``, the FPGA's ``--atomics``) and checks them: each as
-        the model says, all distinct. Returns ``direction``, ``op``, ``count``, ``byte_order``,
-        ``runs`` (per QP in order: ``fpga_qpn``, ``initial``, ``expected``, ``final``, ``ok``,
-        ``errors``, the rates of :meth:`TrafficRun.summary`), ``counter`` (``addr``,
-        ``fpga_qpns``, ``final``, ``expected``, ``problems``), ``originals`` (``fpga_qpn``,
-        ``fpga_addr``, ``slots``, ``values``, ``expected``, ``distinct``, ``problems``; or
-        ``skipped``: why not READ), ``ops`` (atomics seen executed), ``seconds`` and
-        ``ops_per_s`` (wall clock, the runs only), ``fpga_cycles`` / ``fpga_ops_per_s`` (the
-        FPGA's time, when the NIC knows it; else None) and ``ok``."""
+        Each run is done when the counter holds what the model of the run says
+        (:func:`~rocegen.wire.atomic_runs.generator_run`; given up when it has not changed for
+        ``stall`` seconds, and the next run is not started then). Then, where the FPGA's region of
+        a QP holds its local addresses ``0 .. 64 * 64`` (its memory, where the originals land),
+        the host RDMA-READs the original values of the last run's last 64 messages
+        (:func:`~rocegen.wire.atomic_runs.original_slot`; in ``byte_order``, the FPGA's
+        ``--atomics``) and checks them: each as the model says, all distinct. Returns
+        ``direction``, ``op``, ``count``, ``byte_order``, ``runs`` (per QP in order: ``fpga_qpn``,
+        ``initial``, ``expected``, ``final``, ``ok``, ``errors``, the rates of
+        :meth:`TrafficRun.summary`), ``counter`` (``addr``, ``fpga_qpns``, ``final``,
+        ``expected``, ``problems``), ``originals`` (``fpga_qpn``, ``fpga_addr``, ``slots``,
+        ``values``, ``expected``, ``distinct``, ``problems``; or ``skipped``: why not READ),
+        ``ops`` (atomics seen executed), ``seconds`` and ``ops_per_s`` (wall clock, the runs
+        only), ``fpga_cycles`` / ``fpga_ops_per_s`` (the FPGA's time, when the NIC knows it; else
+        None) and ``ok``."""
         if op not in ATOMIC_VERBS:
             raise AgentError("usage", f"op must be one of {', '.join(ATOMIC_VERBS)}, not {op!r}")
         if not 1 <= count < 1 << 31:

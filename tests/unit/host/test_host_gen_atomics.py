@@ -22,10 +22,10 @@ import pytest
 from rocegen.host import cli
 from rocegen.host.agent import NO_GEN_ATOMICS, Agent, AgentError
 from rocegen.host.cm_client import CmClient
-from rocegen.host.counter import MASK, ORIGINAL_SLOTS, generator_run, original_slot
 from rocegen.host.nic import SimNic
 from rocegen.sim.models.rnic import Access, Behaviour, Rnic
 from rocegen.wire.addr import parse_ip
+from rocegen.wire.atomic_runs import MASK, ORIGINAL_SLOTS, generator_run, original_slot
 from rocegen.wire.cm import traffic
 from rocegen.wire.simwire import FrameReader, encode_frame
 from rocegen.wire.verbs import QpState, WrOpcode
