@@ -273,6 +273,7 @@ class ReadPlace(wiring.Component):
             self.reissue.payload.va.eq(head.va), self.reissue.payload.send.eq(head.send),
             self.reissue.payload.atomic.eq(head.atomic),
             self.reissue.payload.local_addr.eq(head.local_addr),
+            self.reissue.payload.gen.eq(head.gen),
         ]
         return m
 

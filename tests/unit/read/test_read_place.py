@@ -187,7 +187,7 @@ class Monitor:
                     "a go-back-N reissue pulses only as its event leaves"
                 r = meta_dict(rp)
                 # (READs only here: an atomic's fields stay clear)
-                assert r.pop("atomic") == 0
+                assert r.pop("atomic") == 0 and r.pop("gen") == 0
                 r.pop("local_addr")
                 self.reissue.append(r)
             if ov and o_ready:
