@@ -38,7 +38,7 @@ def test_fpga_atomic_demo(tmp_path, capsys):
     """The endpoint's generator: 2 QPs' runs of 8 FETCH_ADDs, one after the other, on one counter
     of the host's memory: it ends at 16, each run's originals (read back from the endpoint's
     memory) are the model's, the 16 of them distinct; each atomic went on the line once and
-    was answered once (a perfect link)."""
+    was answered once (a perfect link). Then the same over a lossy link."""
     argv = example(capsys, "rocegen sim demo --op FETCH_ADD")
     assert argv[argv.index("--qps") + 1] == "2" and argv[argv.index("--count") + 1] == "8"
     assert main([*argv, "-o", str(tmp_path)]) == 0
@@ -58,3 +58,12 @@ def test_fpga_atomic_demo(tmp_path, capsys):
                      r"says, 16 distinct", text), text
     assert re.search(r"cycles: \d+ \([\d.]+ us\) from each run's first work request .* "
                      r"[\d.]+ M atomics/s at the build's 156\.250 MHz clock", text), text
+    # over a link that loses a fifth of the frames each way: the answers lost are asked for again
+    # (by rewinds and by the READ requester's own requests for holes), each the same request as
+    # the first time, answered by the host from its results, never executed twice
+    lossy = tmp_path / "lossy"
+    assert main([*argv, "--loss", "0.2", "--seed", "2", "-o", str(lossy)]) == 0
+    r = json.loads((lossy / "roce_w64_responder.json").read_text())[0]
+    assert (r["final"], r["originals_checked"], r["distinct"]) == (16, 16, 16), r
+    assert r["host_executed"] == 16 and r["host_duplicates"] >= 1, r
+    assert r["counters"]["rd_hole"] >= 1 and r["link_from_nic"]["dropped"] >= 1, r

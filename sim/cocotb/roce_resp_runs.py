@@ -59,23 +59,29 @@ duplicates included), the link counters and ``timeout``.
 
 Atomic runs of the endpoint (``"kind": "gen_atomic"``, ``rocegen sim demo --op FETCH_ADD|
 COMPARE_SWAP``, a build with atomics): the endpoint's traffic generator works on one 8-byte
-counter of the host's memory (the first word of QP 0's; every QP's context points there, and
-the host's QPs and region take atomics). One run per QP, one after the other (the generator's
-runs as the connection manager starts them: ``count`` messages of 8 bytes, window 0, ``imm`` 1
-for FETCH_ADD and 0 for COMPARE_SWAP): ``count`` FETCH_ADDs of 1 each (the counter zeroed
-first, QP ``i``'s run takes it from ``i * count`` to ``(i + 1) * count``), or a COMPARE_SWAP
-chain each (message ``s`` swaps in ``s + 1`` where it finds ``s``; the counter zeroed before
-each run, which counts it up to ``count``). After each run: the generator counted ``count``
-completions OK and none in error, the counter holds what the model of the run
-(:func:`rocegen.wire.atomic_runs.generator_run`) says, and the original values of its last (up to)
-64 messages, read back from the endpoint's memory (slots ``(s mod 64) * 64``, little-endian),
-are the model's. A result adds ``ops``, ``initial`` (0), ``final``, ``expected``,
-``originals_checked`` (originals read back and compared), ``distinct`` (distinct values among
-them), ``counter`` (the host address), ``gen_cycles`` (the generator's cycles from each run's
-first work request to its last completion, summed), ``ops_per_s`` (``ops`` over that time at
-the build's clock), ``atomic_acks`` (ATOMIC_ACKNOWLEDGEs the host sent, answers to duplicates
-included), ``packets`` (atomic request frames the endpoint sent, resent ones included), the link
-counters and ``timeout``.
+counter of the host's memory (the first word of QP 0's; every QP's context points there, and the
+host's QPs and region take atomics). One run per QP, one after the other (the generator's runs
+as the connection manager starts them: ``count`` messages of 8 bytes, window 0, ``imm`` 1 for
+FETCH_ADD and 0 for COMPARE_SWAP): ``count`` FETCH_ADDs of 1 each (the counter zeroed first, QP
+``i``'s run takes it from ``i * count`` to ``(i + 1) * count``), or a COMPARE_SWAP chain each
+(message ``s`` swaps in ``s + 1`` where it finds ``s``; the counter zeroed before each run,
+which counts it up to ``count``). After each run: the generator counted ``count`` completions OK
+and none in error, the counter holds what the model of the run
+(:func:`rocegen.wire.atomic_runs.generator_run`) says, and the original values of its last (up
+to) 64 messages, read back from the endpoint's memory (slots ``(s mod 64) * 64``,
+little-endian), are the model's. A result adds ``ops``, ``initial`` (0), ``final``,
+``expected``, ``originals_checked`` (originals read back and compared), ``distinct`` (distinct
+values among them), ``counter`` (the host address), ``gen_cycles`` (the generator's cycles from
+each run's first work request to its last completion, summed), ``ops_per_s`` (``ops`` over that
+time at the build's clock), ``atomic_acks`` (ATOMIC_ACKNOWLEDGEs the host sent, answers to
+duplicates included), ``host_executed`` (atomics the host executed: each once),
+``host_duplicates`` (duplicates it answered from its results: the endpoint asked again for
+atomics whose answers were lost), ``counters`` (the increase of the endpoint's counters of
+:data:`RUN_COUNTERS` and ``rd_*`` over the run, the read-backs included: ``rd_hole``,
+``rd_reissues`` tell its READ requester's own requests again), ``packets`` (atomic request
+frames the endpoint sent, resent ones included), the link counters and ``timeout``. On a faulty
+link a duplicate the host cannot answer from its results (one not the same request as the atomic
+it executed at that PSN) fails the run.
 
 A run's ``test``:
 
@@ -601,7 +607,9 @@ async def gen_atomic_run(env, run, n):
     env.mac.to_nic, env.mac.from_nic = links
     counter = HOST_BASE
     nic.write_mem(counter, bytes(8))
-    acks0, mark = nic.counters["atomic_ack_tx"], len(env.mac.frames)
+    c0, mark = dict(nic.counters), len(env.mac.frames)
+    counted = [name for name in STATS if name in RUN_COUNTERS or name.startswith("rd_")]
+    stats0 = await read_stats(dut, STATS)
     cycles, seen, final = 0, [], None
     for i in range(qps):
         first = i * count & MASK64 if op == "FETCH_ADD" else 0
@@ -634,6 +642,7 @@ async def gen_atomic_run(env, run, n):
             seen.append(value)
     assert env.dut.gen_err.value == 0
     frames = _frames_since(env, mark, (OP_RC_FETCH_ADD, OP_RC_COMPARE_SWAP))
+    stats = await read_stats(dut, STATS)
     faulty = any(run.get(f) for f in ("loss", "dup", "reorder", "corrupt"))
     problems = env.host_problems(faulty=faulty)
     assert not problems, f"run {n}: the host logged {problems[:3]}"
@@ -643,7 +652,11 @@ async def gen_atomic_run(env, run, n):
             "expected": ops & MASK64 if op == "FETCH_ADD" else count,
             "originals_checked": len(seen), "distinct": len(set(seen)), "counter": counter,
             "gen_cycles": cycles, "ops_per_s": ops / secs if secs else 0.0,
-            "atomic_acks": nic.counters["atomic_ack_tx"] - acks0, "packets": len(frames),
+            "atomic_acks": nic.counters["atomic_ack_tx"] - c0["atomic_ack_tx"],
+            "host_executed": nic.counters["atomic_rx"] - c0["atomic_rx"],
+            "host_duplicates": nic.counters["atomic_dup"] - c0["atomic_dup"],
+            "packets": len(frames),
+            "counters": {k: stats[k] - stats0[k] for k in counted if stats[k] - stats0[k]},
             "checked_bytes": 8 * (len(seen) + qps), "timeout": timeout,
             "link_to_nic": dict(env.mac.to_nic.counters) if env.mac.to_nic else None,
             "link_from_nic": dict(env.mac.from_nic.counters) if env.mac.from_nic else None}
