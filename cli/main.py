@@ -221,7 +221,7 @@ def _sim_demo(args):
         raise ValueError(f"--line-gbps must be a line rate 0..1000 Gb/s (0: unthrottled), not "
                          f"{args.line_gbps:g}")
     _demo_link_checks(args)
-    if args.peer_op or args.opcode == "READ":
+    if args.peer_op or args.opcode in ("READ", *ATOMIC_VERBS):
         return _sim_demo_peer(args)
     args.opcode = args.opcode or "WRITE"
     args.size = DEMO_SIZE if args.size is None else args.size
@@ -304,12 +304,13 @@ def _sim_demo(args):
 DEMO_DESCRIPTION = """\
 The endpoint core (Verilator) behind its MAC, the host NIC model on the other side of the line.
 Without --peer-op the endpoint RDMA-WRITEs or SENDs (--op) into the host's memory, or with --op
-READ RDMA-READs the host's memory into its own; with --peer-op the host WRITEs, SENDs or READs
-into / from the endpoint, or runs the contended counter on it with atomics (FETCH_ADD,
-COMPARE_SWAP). READs in either direction, atomics and anything the host sends need the
-endpoint's RC responder, which those runs are built with (atomics on, little-endian). The data
-is checked either way; the goodput (the atomics' rate) is reported and every frame written to a
-pcap file."""
+READ RDMA-READs the host's memory into its own, or with --op FETCH_ADD or COMPARE_SWAP its
+traffic generator runs atomics on a counter in the host's memory; with --peer-op the host
+WRITEs, SENDs or READs into / from the endpoint, or runs the contended counter on it with
+atomics (FETCH_ADD, COMPARE_SWAP). READs in either direction, atomics either way and anything
+the host sends need the endpoint's RC responder, which those runs are built with (atomics on,
+little-endian). The data is checked either way; the goodput (the atomics' rate) is reported and
+every frame written to a pcap file."""
 
 DEMO_EXAMPLES = "\n".join([
     "examples:",
@@ -328,7 +329,10 @@ DEMO_EXAMPLES = "\n".join([
     "      the endpoint READs 64 KiB on each of 2 QPs from the host's memory into its own",
     "  rocegen sim demo --peer-op FETCH_ADD --width 64 --qps 4 --count 32",
     "      the contended counter: 4 host QPs at once FETCH_ADD 1 on one 8-byte counter of the",
-    "      endpoint, 32 times each"])
+    "      endpoint, 32 times each",
+    "  rocegen sim demo --op FETCH_ADD --width 64 --qps 2 --count 8",
+    "      the other way: the endpoint's traffic generator FETCH_ADDs 1 on one 8-byte counter of",
+    "      the host's memory, 8 times from each of 2 QPs, one run after the other"])
 
 
 def _demo_link_checks(args):
@@ -359,30 +363,41 @@ def _print_link(run, r):
 
 def _sim_demo_peer(args):
     """``rocegen sim demo --peer-op`` (the host NIC model WRITEs, SENDs or READs into / from the
-    endpoint) and ``--op READ`` (the endpoint READs the host), on the endpoint built with its
-    RC responder (:mod:`rocegen.sim.cocotb.roce_resp_runs`, :mod:`rocegen.sim.cocotb.roce_demo_read`)."""
+    endpoint, or runs atomics on it), ``--op READ`` (the endpoint READs the host) and ``--op
+    FETCH_ADD|COMPARE_SWAP`` (the endpoint's traffic generator runs atomics on the host's
+    memory), on the endpoint built with its RC responder (:mod:`rocegen.sim.cocotb.roce_resp_runs`,
+    :mod:`rocegen.sim.cocotb.roce_demo_read`)."""
     from rocegen.sim.testing.cocotb_runner import responder_share, responder_sim_config
-    option = "--peer-op" if args.peer_op else "--op READ"
+    option = "--peer-op" if args.peer_op else f"--op {args.opcode}"
     if args.phy != "axis" or args.vlan is not None:
         raise ValueError(f"{option} runs on the AXI-Stream MAC port, untagged: leave out --phy "
                          f"xgmii and --vlan")
     if args.peer_op and args.opcode is not None:
         raise ValueError("--opcode is what the endpoint sends; with --peer-op the host sends "
                          "(give one of them)")
-    reads = "peer_read" if args.peer_op == "READ" else "read" if not args.peer_op else None
+    gen_atomic = not args.peer_op and args.opcode in ATOMIC_VERBS
+    reads = "peer_read" if args.peer_op == "READ" else \
+        "read" if not args.peer_op and not gen_atomic else None
     atomic = args.peer_op in ATOMIC_VERBS
     num_qps = max(8, args.qps)
     cfg = responder_sim_config(args.width, num_qps)
     share = responder_share(cfg.params, args.qps)
-    if atomic:
+    if atomic or gen_atomic:
         if not 1 <= args.count <= 1 << 16:
             raise ValueError(f"--count must be 1..65536 with {option}, not {args.count}")
+        if gen_atomic and args.outstanding is not None:
+            raise ValueError(f"--outstanding is the host's (--peer-op); with {option} the "
+                             f"endpoint keeps as many atomics outstanding as its READ limit")
+        args.outstanding = 16 if args.outstanding is None else args.outstanding
         if not 1 <= args.outstanding <= 16:
             raise ValueError(f"--outstanding must be 1..16 (the host QP's max_rd_atomic), not "
                              f"{args.outstanding}")
+        if gen_atomic and args.size not in (None, 8):
+            raise ValueError(f"--size must be 8 with {option} (each message is one 8-byte "
+                             f"atomic), not {args.size}")
     elif args.size is None:
         args.size = min(DEMO_SIZE, share)
-    if not atomic and not 1 <= args.size <= share:
+    if not (atomic or gen_atomic) and not 1 <= args.size <= share:
         raise ValueError(f"--size must be 1..{share} with {option} (each QP's share of the "
                          f"responder's region with {args.qps} QPs at W = {args.width}), not "
                          f"{args.size}")
@@ -402,10 +417,12 @@ def _sim_demo_peer(args):
           f"minutes, then it is cached under {SIM_CACHE})")
     pcap = Path(args.pcap or out / f"roce_{tag}.pcap").resolve()
     results = (out / f"roce_{tag}.json").resolve()
-    run = {**demo_run(args, line), "kind": reads or ("atomic" if atomic else "responder"),
-           "opcode": args.peer_op or "READ"}
+    kind = reads or ("atomic" if atomic else "gen_atomic" if gen_atomic else "responder")
+    run = {**demo_run(args, line), "kind": kind, "opcode": args.peer_op or args.opcode}
     if atomic:
         run.update(count=args.count, outstanding=args.outstanding)
+    if gen_atomic:
+        run.update(count=args.count, size=8)
     module = "rocegen.sim.cocotb.roce_demo_read" if reads else "rocegen.sim.cocotb.roce_resp_runs"
     try:
         run_cocotb(cfg, module, "runs", label=f"demo-{'read' if reads else 'peer'}-{args.width}",
@@ -419,6 +436,8 @@ def _sim_demo_peer(args):
         return _demo_read_report(args, run, r, line, mhz, pcap)
     if atomic:
         return _demo_atomic_report(args, run, r, line, mhz, pcap)
+    if gen_atomic:
+        return _demo_gen_atomic_report(args, run, r, line, mhz, pcap)
     print(f"W={args.width} at {mhz:.3f} MHz, line {line:g} Gb/s{' (unthrottled)' if not line else ''}"
           f", PMTU {args.pmtu}: the host sends {args.peer_op} messages of {args.size} bytes to "
           f"the endpoint's responder, {args.bytes} bytes on each of {args.qps} QP"
@@ -493,6 +512,31 @@ def _demo_atomic_report(args, run, r, line, mhz, pcap):
     print(f"cycles: {r['line_cycles']:.0f} ({us:.1f} us) from the first atomic on the host's line to "
           f"the endpoint's last ATOMIC_ACKNOWLEDGE; {r['ops_per_s'] / 1e6:.2f} M atomics/s at "
           f"the build's {mhz:.3f} MHz clock")
+    print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
+    return 0
+
+
+def _demo_gen_atomic_report(args, run, r, line, mhz, pcap):
+    """What ``rocegen sim demo --op FETCH_ADD`` / ``COMPARE_SWAP`` prints of its result ``r``."""
+    cas = args.opcode == "COMPARE_SWAP"
+    qps = f"{args.qps} QP{'s' if args.qps > 1 else ''}"
+    what = ("a COMPARE_SWAP chain (message s swaps in s + 1 where it finds s; the counter zeroed "
+            "before each run)" if cas else "FETCH_ADDs of 1")
+    print(f"W={args.width} at {mhz:.3f} MHz, line {line:g} Gb/s{' (unthrottled)' if not line else ''}"
+          f": the endpoint's traffic generator runs {what}, {args.count} per QP on {qps} one run "
+          f"after the other, on one 8-byte counter of the host's memory at {r['counter']:#x}")
+    _print_link(run, r)
+    print(f"ops: {r['ops']} atomics executed by the host ({r['atomic_acks']} "
+          f"ATOMIC_ACKNOWLEDGEs, {r['packets']} atomic requests on the endpoint's line)")
+    how = f"each run counts it up to {args.count}" if cas else \
+        f"{args.qps} x {args.count} FETCH_ADDs"
+    print(f"counter: {r['initial']:#x} -> {r['final']:#x} (final value {r['final']}; expected "
+          f"{r['expected']}: {how}); originals: {r['originals_checked']} read back from the "
+          f"endpoint's memory, each as the model says, {r['distinct']} distinct")
+    us = r["gen_cycles"] / mhz
+    print(f"cycles: {r['gen_cycles']} ({us:.1f} us) from each run's first work request to its "
+          f"last completion, summed; {r['ops_per_s'] / 1e6:.2f} M atomics/s at the build's "
+          f"{mhz:.3f} MHz clock")
     print(f"every frame is in {pcap} (Wireshark decodes UDP port 4791 as RoCE)")
     return 0
 
@@ -614,9 +658,17 @@ def main(argv=None):
                    "local buffer; with --peer-op or --op READ 1 up to each QP's share of the "
                    "responder's region (the lower half of the endpoint's memory, 2 MiB at W = "
                    "512 and 256 KiB at the other widths, split between the --qps QPs)")
-    d.add_argument("--op", "--opcode", dest="opcode", choices=VERBS, default=None,
+    d.add_argument("--op", "--opcode", dest="opcode", choices=(*VERBS, *ATOMIC_VERBS),
+                   default=None,
                    help="what the endpoint does: WRITE, WRITE_IMM, SEND or SEND_IMM into the "
-                   "host (default WRITE), or READ: with its RC responder and READ requester, "
+                   "host (default WRITE); FETCH_ADD or COMPARE_SWAP (built with its RC responder, "
+                   "READs and atomics): its traffic generator's atomic runs, one per QP in turn, "
+                   "--count messages each, on one 8-byte counter of the host's memory (FETCH_ADD "
+                   "adds 1; COMPARE_SWAP message s swaps in s + 1 where it finds s, the counter "
+                   "zeroed before each run), checked after each run against a model: the "
+                   "counter, and the original values read back from the endpoint's memory; "
+                   "figures: atomics/s over the generator's cycles; or READ: with its RC "
+                   "responder and READ requester, "
                    "the endpoint RDMA-READs --bytes per QP of random host memory in --size "
                    "messages (work requests on its wr port) into each QP's share of the "
                    "responder's region (a run larger than the share goes in rounds). Checked: "
@@ -644,8 +696,9 @@ def main(argv=None):
                    "build's clock, final value, distinct values")
     d.add_argument("--count", type=int, default=64,
                    help="with --peer-op FETCH_ADD or COMPARE_SWAP: atomics (swaps that took) per "
-                   "QP (default 64)")
-    d.add_argument("--outstanding", type=int, default=16,
+                   "QP; with --op FETCH_ADD or COMPARE_SWAP: messages of each QP's run (default "
+                   "64)")
+    d.add_argument("--outstanding", type=int, default=None,
                    help="with --peer-op FETCH_ADD or COMPARE_SWAP: atomics each QP keeps in "
                    "flight, 1..16 (default 16)")
     d.add_argument("--line-gbps", type=float, default=None,

@@ -31,6 +31,15 @@ address ``(s mod 64) << 26``, :mod:`rocegen.wire.pattern`; its WRITE goes to rem
   none wrong (message ``s`` counts as checked once ``(s + 1) * size`` bytes are). The window of
   a READ run is at most the FPGA's region (the largest power of two in its length): the local
   addresses must be inside its memory.
+* FETCH_ADD / COMPARE_SWAP (an FPGA built with ``--atomics``; size 8): message ``s`` is an atomic
+  on the 8 bytes at offset ``8 s mod (8 * targets)`` of the QP's memory (:data:`rocegen.wire.cm.
+  TX_ATOMIC`: a FETCH_ADD adds 1, the COMPARE_SWAP of message ``s`` swaps in ``s + 1`` where it
+  finds ``s``). The agent zeroes the targets before the run's datagram goes and watches them:
+  the run is done when each holds what the plain-Python model of the run says
+  (:func:`rocegen.wire.atomic_runs.generator_run`), wrong when one went past it, and given up when
+  none changed for its stall time (an FPGA built without atomics refuses each request: nothing
+  changes, and the error says so; an FPGA without the READ requester, which states no READ
+  depths in OPEN_QP, is refused at once).
 
 The host's own WRITEs and SENDs into the FPGA (:meth:`Agent.write`, :meth:`Agent.send`; an FPGA
 with the RC responder): the OPEN_QP reply named each QP's region on the FPGA (R_Key, base,
@@ -54,10 +63,14 @@ that does not state it: 1), and accepts as many as it stated.
 Atomics (:meth:`Agent.atomic`, an FPGA built with ``--atomics``): the contended counter of
 :mod:`rocegen.host.counter` on one 8-byte target in the FPGA's region, every selected QP at
 once, READ before and after; the atomics count against the QP's READ limit on the wire. The
-host's QPs and regions also take atomics (remote atomic access, when the NIC offers them): the
-place for an FPGA that issues atomics into the host's memory. The connection manager's format
-has no byte that says whether the FPGA executes atomics: an FPGA built without them answers
-the first with NAK invalid request, and the QP goes to the error state.
+host's QPs and regions also take atomics (remote atomic access, when the NIC offers them), and
+:meth:`Agent.fpga_atomics` (``atomic --direction fpga-to-host``) has the FPGA's traffic
+generator run them on one counter in the host's memory from every selected QP in turn (the other
+QPs pointed at it with SEND_QP_INFO), then READs the originals of the last run back from the
+FPGA's memory. The connection manager's format has no byte that says whether the FPGA executes
+atomics: an FPGA built without them answers the host's first with NAK invalid request, and the
+QP goes to the error state; it refuses its generator's, which change nothing in the host's
+memory.
 
 Rates (:meth:`TrafficRun.summary`): ``seconds``/``gbps``/``mmsgs`` are measured on the wall
 clock, from sending the run's datagram to its last message checked. When the NIC knows the
@@ -84,6 +97,7 @@ from rocegen.host.cm_client import CmClient, CmError
 from rocegen.host.counter import CounterQp, counter_problems
 from rocegen.host.nic import NicError, SendCpl, open_nic
 from rocegen.wire.addr import parse_ip
+from rocegen.wire.atomic_runs import MASK, ORIGINAL_SLOTS, generator_run, original_slot
 from rocegen.wire.atomics import ATOMIC_BYTES, ATOMIC_VERBS, BYTE_ORDERS
 from rocegen.wire.pattern import generator_address, pattern
 from rocegen.wire.verbs import VERBS
@@ -104,6 +118,16 @@ READ_POLL = 0.05
 ATOMIC_DEPTH = 16
 #: ``wr_id`` of the READs of an atomic run's target (its atomics count from 0).
 TARGET_READ = 1 << 40
+#: Seconds an atomic run of the FPGA may leave the host's targets unchanged before it is given
+#: up (:meth:`Agent.traffic`).
+ATOMIC_STALL = 30.0
+#: The likely cause of an atomic run that changed nothing in the host's memory.
+NO_GEN_ATOMICS = ("an FPGA built without --atomics refuses each of its generator's atomics, "
+                  "and the run completes in error there; the connection manager's format does "
+                  "not say whether an FPGA has them")
+#: The directions of ``rocegen-host atomic``: the host's atomics on the FPGA's memory, or the
+#: FPGA's (its traffic generator's) on the host's.
+DIRECTIONS = ("host-to-fpga", "fpga-to-host")
 #: A send completion's status for a NAK invalid request: the simulated NIC's, and pyverbs'
 #: (``IBV_WC_REM_INV_REQ_ERR``).
 INVALID_REQUEST = ("REM_INV_REQ_ERR", "status 9")
@@ -134,6 +158,7 @@ class TrafficRun:
     fpga: dict | None = None        # the NIC's fpga_time() when the run was done
     checked: int | None = None      # READ: bytes the FPGA's pattern sink checked in the run
     wrong: int | None = None        # READ: bytes it found wrong
+    atomic: dict | None = None      # FETCH_ADD / COMPARE_SWAP: the targets and their model
 
     @property
     def done(self):
@@ -153,6 +178,9 @@ class TrafficRun:
                 "seconds": secs, "bytes": good, "gbps": good * 8 / secs / 1e9,
                 "mmsgs": self.verified / secs / 1e6, "checked": self.checked,
                 "wrong": self.wrong,
+                **({"targets": self.atomic["used"], "targets_right": self.atomic["right"],
+                    "targets_moved": self.atomic["moved"], "target_addr": self.atomic["base"]}
+                   if self.atomic else {}),
                 **fpga_rates(self.fpga if self.done else fpga, good, self.verified)}
 
 
@@ -342,10 +370,21 @@ class Agent:
 
     # ------------------------------------------------------------------ traffic
 
-    def traffic(self, fpga_qpn=None, *, op="WRITE", size=65536, count=16, spacing=0):
-        """Start the FPGA's traffic generator on the selected QPs and remember the run to check."""
-        if op not in VERBS:
-            raise AgentError("usage", f"op must be one of {', '.join(VERBS)}, not {op!r}")
+    def traffic(self, fpga_qpn=None, *, op="WRITE", size=None, count=16, spacing=0, targets=1,
+                stall=ATOMIC_STALL):
+        """Start the FPGA's traffic generator on the selected QPs and remember the run to check.
+        ``size`` default: 64 KiB, 8 for the atomics (``op`` FETCH_ADD or COMPARE_SWAP, whose
+        size must be 8). An atomic run works on ``targets`` 8-byte targets (a power of two, at
+        most the window's) from the start of the QP's memory, zeroed first, message ``s`` on
+        target ``s mod targets``; it is done when every target holds what
+        :func:`~rocegen.wire.atomic_runs.generator_run` says the run leaves, and fails when they
+        have not changed for ``stall`` seconds."""
+        if op not in VERBS + ATOMIC_VERBS:
+            raise AgentError("usage", f"op must be one of {', '.join(VERBS + ATOMIC_VERBS)}, "
+                             f"not {op!r}")
+        if op in ATOMIC_VERBS:
+            return self._atomic_traffic(fpga_qpn, op, size, count, spacing, targets, stall)
+        size = 65536 if size is None else size
         if not 1 <= size <= self.window:
             raise AgentError("usage", f"size must be 1..{self.window} bytes (the window), not {size}")
         if op.startswith("SEND") and size > self.recv_size:
@@ -377,6 +416,65 @@ class Agent:
                 self._dispatch()
             runs.append({"fpga_qpn": qp.fpga_qpn, **run.summary()})
         return runs
+
+    def _atomic_traffic(self, fpga_qpn, op, size, count, spacing, targets, stall):
+        """:meth:`traffic` of FETCH_ADD / COMPARE_SWAP runs."""
+        if size not in (None, ATOMIC_BYTES):
+            raise AgentError("usage", f"an atomic run's size must be {ATOMIC_BYTES} (each message "
+                             f"is one atomic on 8 bytes), not {size}")
+        top = self.window // ATOMIC_BYTES
+        if not isinstance(targets, int) or not 1 <= targets <= top or targets & (targets - 1):
+            raise AgentError("usage", f"targets must be a power of two 1..{top} (8-byte targets "
+                             f"in the window of {self.window} bytes), not {targets}")
+        if not 0 <= count < 1 << 32 or not 0 <= spacing < 1 << 32:
+            raise AgentError("usage", "count and spacing must be 0 .. 2^32-1")
+        if not stall > 0:
+            raise AgentError("usage", f"stall must be > 0 seconds, not {stall}")
+        self._host_takes_atomics()
+        qps = self._select(fpga_qpn)
+        runs = []
+        with self.lock:
+            for qp in qps:
+                self._gen_atomics_ready(qp)
+            for qp in qps:
+                run = self._gen_atomic_run(qp, op, count, spacing, targets, stall)
+                qp.run = run
+                self._queue.append(qp)
+                self._dispatch()
+                runs.append({"fpga_qpn": qp.fpga_qpn, **run.summary()})
+        return runs
+
+    def _host_takes_atomics(self):
+        if self._atomic_cap() is None:
+            raise AgentError("no_atomics", "this host's RDMA device offers no atomics "
+                             "(atomic_caps IBV_ATOMIC_NONE): its memory does not take the "
+                             "FPGA's")
+
+    def _gen_atomics_ready(self, qp):
+        """Whether the FPGA's generator may run atomics on ``qp`` now (lock held)."""
+        if not any(qp.fpga_reads):
+            raise AgentError("no_atomics", f"the FPGA stated no READ depths when QP "
+                             f"{qp.fpga_qpn} was opened: it is built without the READ "
+                             f"requester, so without atomics (they are answered as READs are)")
+        if qp.state != "RTS":
+            raise AgentError("state", f"QP {qp.fpga_qpn} is in {qp.state}")
+        if qp.sending or (qp.run is not None and not qp.run.done):
+            raise AgentError("busy", f"QP {qp.fpga_qpn} has a run going")
+
+    def _gen_atomic_run(self, qp, op, count, spacing, targets, stall, *, base=None,
+                        initial=None, zero=True):
+        """The :class:`TrafficRun` of an atomic run on ``qp``: its targets at host address
+        ``base`` (default: the QP's memory), from ``initial`` (default 0: ``zero`` them before
+        the datagram goes)."""
+        final, originals = generator_run(op, count, targets, initial)
+        used = len(final)
+        run = TrafficRun(op, ATOMIC_BYTES, count, spacing, targets * ATOMIC_BYTES, None)
+        run.atomic = {"base": qp.addr if base is None else base, "used": used,
+                      "initial": [0] * used if initial is None else list(initial),
+                      "final": final, "originals": originals, "zero": zero, "stall": stall,
+                      "moved_at": None, "seen": None, "values": None, "right": 0,
+                      "moved": False}
+        return run
 
     def _read_window(self, qp, size):
         """The window of a READ run on ``qp``: this agent's, or less, the largest power of two
@@ -416,6 +514,14 @@ class Agent:
             if run.op == "READ":
                 threading.Thread(target=self._read_run, args=(qp, run), name="read-run",
                                  daemon=True).start()
+                continue
+            if run.atomic is not None:
+                a = run.atomic
+                if a["zero"]:
+                    self.nic.fill(a["base"], a["used"] * ATOMIC_BYTES, 0)
+                a["moved_at"] = run.t_start
+                self.cm.traffic(qp.fpga_qpn, ATOMIC_BYTES, run.count, run.spacing, write=False,
+                                window_log2=_log2(run.window), atomic=run.op)
                 continue
             self.cm.traffic(qp.fpga_qpn, run.size, run.count, run.spacing,
                             write=run.op.startswith("WRITE"), imm=run.op.endswith("IMM"),
@@ -576,9 +682,11 @@ class Agent:
 
     # ------------------------------------------------------------------ atomics
 
-    def atomic(self, fpga_qpn=None, *, op="FETCH_ADD", count=64, offset=None, depth=ATOMIC_DEPTH,
-               byte_order="little", stall=30.0):
-        """The contended counter (:mod:`rocegen.host.counter`): on every selected QP at once,
+    def atomic(self, fpga_qpn=None, *, op="FETCH_ADD", count=64, offset=None, depth=None,
+               byte_order="little", stall=30.0, direction="host-to-fpga"):
+        """The contended counter (:mod:`rocegen.host.counter`). ``direction`` ``"fpga-to-host"``:
+        the FPGA's atomics on the host's memory, :meth:`fpga_atomics` (``offset`` and ``depth``
+        do not apply). Else the host's on the FPGA's: on every selected QP at once,
         ``count`` FETCH_ADDs of 1 (``op`` ``"FETCH_ADD"``) or COMPARE_SWAP loops until ``count``
         swaps took (``"COMPARE_SWAP"``) on the 8 bytes at ``offset`` of the QP's FPGA region
         (default: its last 8-byte word), up to ``depth`` outstanding per QP. The target is READ
@@ -589,10 +697,24 @@ class Agent:
         ``addr``, ``fpga_qpns``, ``initial``, ``final``, ``expected``, ``ops``, ``distinct``,
         ``consecutive``, ``successes`` for COMPARE_SWAP, ``problems``), ``ops`` (atomics
         executed), ``seconds`` and ``ops_per_s`` (wall clock, the atomics only) and ``ok``."""
+        if direction not in DIRECTIONS:
+            raise AgentError("usage", f"direction must be one of {', '.join(DIRECTIONS)}, not "
+                             f"{direction!r}")
         if op not in ATOMIC_VERBS:
             raise AgentError("usage", f"op must be one of {', '.join(ATOMIC_VERBS)}, not {op!r}")
         if not 1 <= count < 1 << 31:
             raise AgentError("usage", f"count must be 1 .. 2^31-1, not {count}")
+        if direction == "fpga-to-host":
+            for name, value, why in (("offset", offset, "the FPGA's atomics work on the host's "
+                                      "first word of the first QP's memory"),
+                                     ("depth", depth, "the FPGA keeps as many outstanding as "
+                                      "its QP's READ limit")):
+                if value is not None:
+                    raise AgentError("usage", f"{name} applies to the host's atomics "
+                                     f"(host-to-fpga), not to the FPGA's: {why}")
+            return self.fpga_atomics(fpga_qpn, op=op, count=count, byte_order=byte_order,
+                                     stall=stall)
+        depth = ATOMIC_DEPTH if depth is None else depth
         if not 1 <= depth <= ATOMIC_DEPTH:
             raise AgentError("usage", f"depth must be 1..{ATOMIC_DEPTH}, not {depth}")
         if byte_order not in BYTE_ORDERS:
@@ -612,6 +734,202 @@ class Agent:
             with self.lock:
                 for qp in qps:
                     qp.sending = False
+
+    def fpga_atomics(self, fpga_qpn=None, *, op="FETCH_ADD", count=64, byte_order="little",
+                     stall=ATOMIC_STALL):
+        """The contended counter the other way: the FPGA's traffic generator works on one
+        8-byte counter of the host's memory (the first word of the first selected QP's), from
+        every selected QP in turn, one run each (the FPGA has one generator: runs go one after
+        the other). The other QPs are pointed at that counter first (SEND_QP_INFO with the first
+        QP's R_Key and address) and back at their own memory afterwards.
+
+        * ``FETCH_ADD``: the counter is zeroed, then each QP's run adds 1 ``count`` times: run
+          ``i`` takes it from ``i * count`` to ``(i + 1) * count``; after N QPs it holds
+          ``N * count``.
+        * ``COMPARE_SWAP``: a chain per QP: the counter is zeroed before each run, whose message
+          ``s`` swaps in ``s + 1`` where it finds ``s``: each run counts it up to ``count``.
+
+        Each run is done when the counter holds what the model of the run says
+        (:func:`~rocegen.wire.atomic_runs.generator_run`; given up when it has not changed for
+        ``stall`` seconds, and the next run is not started then). Then, where the FPGA's region of
+        a QP holds its local addresses ``0 .. 64 * 64`` (its memory, where the originals land),
+        the host RDMA-READs the original values of the last run's last 64 messages
+        (:func:`~rocegen.wire.atomic_runs.original_slot`; in ``byte_order``, the FPGA's
+        ``--atomics``) and checks them: each as the model says, all distinct. Returns
+        ``direction``, ``op``, ``count``, ``byte_order``, ``runs`` (per QP in order: ``fpga_qpn``,
+        ``initial``, ``expected``, ``final``, ``ok``, ``errors``, the rates of
+        :meth:`TrafficRun.summary`), ``counter`` (``addr``, ``fpga_qpns``, ``final``,
+        ``expected``, ``problems``), ``originals`` (``fpga_qpn``, ``fpga_addr``, ``slots``,
+        ``values``, ``expected``, ``distinct``, ``problems``; or ``skipped``: why not READ),
+        ``ops`` (atomics seen executed), ``seconds`` and ``ops_per_s`` (wall clock, the runs
+        only), ``fpga_cycles`` / ``fpga_ops_per_s`` (the FPGA's time, when the NIC knows it; else
+        None) and ``ok``."""
+        if op not in ATOMIC_VERBS:
+            raise AgentError("usage", f"op must be one of {', '.join(ATOMIC_VERBS)}, not {op!r}")
+        if not 1 <= count < 1 << 31:
+            raise AgentError("usage", f"count must be 1 .. 2^31-1, not {count}")
+        if byte_order not in BYTE_ORDERS:
+            raise AgentError("usage", f"byte order must be one of {', '.join(BYTE_ORDERS)}, "
+                             f"not {byte_order!r}")
+        if not stall > 0:
+            raise AgentError("usage", f"stall must be > 0 seconds, not {stall}")
+        self._host_takes_atomics()
+        qps = self._select(fpga_qpn)
+        with self.lock:
+            for qp in qps:
+                self._gen_atomics_ready(qp)
+            for qp in qps:
+                qp.sending = True
+        try:
+            return self._fpga_counter(qps, op, count, byte_order, stall)
+        finally:
+            with self.lock:
+                for qp in qps:
+                    qp.sending = False
+
+    def _fpga_counter(self, qps, op, count, order, stall):
+        home = qps[0]
+        counter = home.addr
+        pointed, runs, problems = [], [], []
+        try:
+            for qp in qps[1:]:
+                self._point(qp, home.rkey, counter)
+                pointed.append(qp)
+            for i, qp in enumerate(qps):
+                first = i * count & MASK if op == "FETCH_ADD" else 0
+                run = self._gen_atomic_run(qp, op, count, 0, 1, stall, base=counter,
+                                           initial=[first], zero=op == "COMPARE_SWAP" or i == 0)
+                with self.lock:
+                    qp.run = run
+                    self._queue.append(qp)
+                    self._dispatch()
+                while not run.done:
+                    if self.stopping.is_set() or self.fatal:
+                        with self.lock:
+                            self._error(run, self.fatal or "the agent is stopping")
+                            self._finish(qp, run)
+                        break
+                    time.sleep(0.02)
+                runs.append((qp, run))
+                if run.bad:
+                    left = [q.fpga_qpn for q in qps[i + 1:]]
+                    if left:
+                        problems.append(f"the runs of QP{'s' * (len(left) > 1)} "
+                                        f"{', '.join(map(str, left))} were not started: the run "
+                                        f"of QP {qp.fpga_qpn} failed")
+                    break
+        finally:
+            for qp in pointed:
+                try:
+                    self._point(qp, qp.rkey, qp.addr)
+                except AgentError as e:
+                    problems.append(f"QP {qp.fpga_qpn} could not be pointed back at its own "
+                                    f"memory: {e}")
+        return self._fpga_counter_result(qps, op, count, order, stall, counter, runs, problems)
+
+    def _fpga_counter_result(self, qps, op, count, order, stall, counter, runs, problems):
+        rows = []
+        for qp, run in runs:
+            a = run.atomic
+            final = a["values"][0] if a["values"] else None
+            rows.append({"fpga_qpn": qp.fpga_qpn, "initial": a["initial"][0],
+                         "expected": a["final"][0], "final": final,
+                         "ok": run.done and not run.bad, "errors": list(run.errors),
+                         **{k: v for k, v in run.summary().items()
+                            if k in ("seconds", "verified", "fpga_cycles", "fpga_clock_mhz",
+                                     "fpga_seconds", "fpga_mmsgs")}})
+        expected = len(qps) * count & MASK if op == "FETCH_ADD" else count
+        final = rows[-1]["final"] if rows else None
+        if final != expected and not problems:
+            problems.append(f"the counter holds {final if final is None else hex(final)}, not "
+                            f"{expected:#x}")
+        originals = {"skipped": "no run completed"}
+        if runs and all(r["ok"] for r in rows):
+            qp, run = runs[-1]
+            originals = self._read_originals(qps, qp, run, order, stall)
+        seconds = max(sum(r["seconds"] for r in rows), 1e-9)
+        ops = sum(r["verified"] for r in rows)
+        cycles = [r["fpga_cycles"] for r in rows]
+        fpga = None not in cycles and bool(cycles)
+        fpga_s = sum(r["fpga_seconds"] for r in rows) if fpga else None
+        return {"direction": "fpga-to-host", "op": op, "count": count, "byte_order": order,
+                "runs": rows,
+                "counter": {"addr": counter, "fpga_qpns": [q.fpga_qpn for q in qps],
+                            "final": final, "expected": expected, "problems": problems},
+                "originals": originals, "ops": ops, "seconds": seconds,
+                "ops_per_s": ops / seconds, "fpga_cycles": sum(cycles) if fpga else None,
+                "fpga_clock_mhz": rows[0]["fpga_clock_mhz"] if fpga else None,
+                "fpga_ops_per_s": ops / fpga_s if fpga and fpga_s else None,
+                "ok": len(rows) == len(qps) and all(r["ok"] for r in rows) and not problems
+                and not originals.get("problems")}
+
+    def _point(self, qp, rkey, vaddr):
+        """SEND_QP_INFO: the FPGA's QP ``qp`` works on the host's memory at ``vaddr`` (R_Key
+        ``rkey``) from now."""
+        try:
+            self.cm.send_qp_info(qpn=qp.qpn, psn=qp.psn, fpga_qpn=qp.fpga_qpn, rkey=rkey,
+                                 vaddr=vaddr, ip=parse_ip(self.nic.local_ip),
+                                 read_depths=self._read_limits)
+        except CmError as e:
+            raise AgentError(e.kind, f"SEND_QP_INFO of QP {qp.fpga_qpn}: {e}") from None
+
+    def _read_originals(self, qps, last, run, order, stall):
+        """RDMA READ the original values of the last run's last messages from the FPGA's
+        memory (through a QP whose region holds them) and check them against the model."""
+        n = min(run.count, ORIGINAL_SLOTS)
+        span = original_slot(n - 1) + ATOMIC_BYTES
+        by = [q for q in [last, *qps] if q.state == "RTS" and q.fpga_region[2] and
+              q.fpga_region[1] == 0 and q.fpga_region[2] >= span]
+        if not by:
+            return {"skipped": f"no QP's FPGA region holds the FPGA's local addresses 0 .. "
+                    f"{span:#x} (where the originals land)"}
+        qp = by[0]
+        rkey = qp.fpga_region[0]
+        data = self._rdma_read(qp, 0, rkey, qp.addr + self.window, span, stall,
+                               "the originals")
+        messages = range(run.count - n, run.count)
+        want = [run.atomic["originals"][s] for s in messages]
+
+        def values(o):
+            return [int.from_bytes(data[original_slot(s):original_slot(s) + ATOMIC_BYTES], o)
+                    for s in messages]
+        got = values(order)
+        problems = []
+        wrong = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+        if wrong:
+            i = wrong[0]
+            problems.append(f"{len(wrong)} of {n} differ from the model: message {messages[i]}'s "
+                            f"(FPGA address {original_slot(messages[i]):#x}) is {got[i]:#x}, "
+                            f"not {want[i]:#x}")
+        if len(set(got)) != n:
+            problems.append(f"{n - len(set(got))} values appear more than once")
+        other = next(o for o in BYTE_ORDERS if o != order)
+        if problems and values(other) == want:
+            problems.append(f"read {other}-endian, they are as the model says: the FPGA stores "
+                            f"them {other}-endian (--byte-order {other})")
+        return {"fpga_qpn": qp.fpga_qpn, "fpga_addr": 0, "slots": n, "first": messages[0],
+                "values": got, "expected": want, "distinct": len(set(got)),
+                "problems": problems}
+
+    def _rdma_read(self, qp, remote, rkey, local, length, stall, what):
+        """RDMA READ ``length`` bytes at FPGA address ``remote`` into ``local`` on ``qp`` and
+        wait for it: the bytes. The QP goes to ERROR when it fails."""
+        self.nic.post_send(qp.qpn, TARGET_READ, "READ", local, length, remote_addr=remote,
+                           rkey=rkey)
+        end = time.monotonic() + stall
+        while True:
+            got = [c for c in self.nic.poll_send(64, timeout=0.05) if c.qpn == qp.qpn]
+            if got:
+                break
+            if time.monotonic() > end:
+                qp.state = "ERROR"
+                raise AgentError("stalled", f"QP {qp.fpga_qpn}: no completion of the READ of "
+                                 f"{what} for {stall:g} s")
+        if got[0].wr_id != TARGET_READ or got[0].status != "SUCCESS":
+            qp.state = "ERROR"
+            raise AgentError("failed", f"QP {qp.fpga_qpn}: the READ of {what} at FPGA address "
+                             f"{remote:#x} failed ({got[0].status})")
+        return self.nic.read(local, length)
 
     def _counter_part(self, qp, op, count, offset, depth):
         """QP ``qp``'s :class:`CounterQp` (checked: region, target, state; lock held)."""
@@ -684,23 +1002,9 @@ class Agent:
 
     def _read_target(self, qp, part, stall):
         """RDMA READ the 8 bytes of ``part``'s target on ``qp``: the bytes."""
-        local = part.slots + part.depth * ATOMIC_BYTES
-        self.nic.post_send(qp.qpn, TARGET_READ, "READ", local, ATOMIC_BYTES,
-                           remote_addr=part.target, rkey=part.rkey)
-        end = time.monotonic() + stall
-        while True:
-            got = [c for c in self.nic.poll_send(64, timeout=0.05) if c.qpn == qp.qpn]
-            if got:
-                break
-            if time.monotonic() > end:
-                qp.state = "ERROR"
-                raise AgentError("stalled", f"QP {qp.fpga_qpn}: no completion of the READ of "
-                                 f"the target for {stall:g} s")
-        if got[0].wr_id != TARGET_READ or got[0].status != "SUCCESS":
-            qp.state = "ERROR"
-            raise AgentError("failed", f"QP {qp.fpga_qpn}: the READ of the target "
-                             f"{part.target:#x} failed ({got[0].status})")
-        return self.nic.read(local, ATOMIC_BYTES)
+        return self._rdma_read(qp, part.target, part.rkey,
+                               part.slots + part.depth * ATOMIC_BYTES, ATOMIC_BYTES, stall,
+                               "the target")
 
     def _run_counter(self, qps, parts, stall):
         """Post every part's atomics, up to its depth outstanding, until all completed (or
@@ -901,6 +1205,9 @@ class Agent:
         self.nic.post_recv(qp.qpn, c.wr_id, buf, qp.recv_size)
 
     def _check_memory(self, qp, run):
+        if run.atomic is not None and run.t_start is not None:
+            self._check_atomic(qp, run)
+            return
         if not run.op.startswith("WRITE"):
             return
         if run.op == "WRITE_IMM" and run.received < run.count:
@@ -923,6 +1230,56 @@ class Agent:
         elif run.op == "WRITE_IMM":          # every completion came, so the data must be there
             self._error(run, "memory does not hold the messages the completions announced")
             self._finish(qp, run)
+
+    def _check_atomic(self, qp, run):
+        """An atomic run's targets against the model: done when each holds what the run
+        leaves; failed when one went past it, or when none changed for the run's stall time."""
+        a = run.atomic
+        data = self.nic.read(a["base"], a["used"] * ATOMIC_BYTES)
+        now = time.monotonic()
+        if data != a["seen"]:
+            order = self._host_order()
+            a["seen"], a["moved_at"] = data, now
+            a["values"] = values = [int.from_bytes(data[i:i + ATOMIC_BYTES], order)
+                                    for i in range(0, len(data), ATOMIC_BYTES)]
+            seen = right = 0
+            for t, (v, first, last) in enumerate(zip(values, a["initial"], a["final"])):
+                got, want = (v - first) & MASK, (last - first) & MASK
+                if got > want:
+                    self._error(run, f"target {t} (host address {a['base'] + 8 * t:#x}) holds "
+                                f"{v:#x}, past the {last:#x} the run leaves (from {first:#x}): "
+                                f"an atomic executed twice, or another writer")
+                    self._finish(qp, run)
+                    return
+                seen += got
+                right += v == last
+            a["right"], a["moved"] = right, values != a["initial"]
+            run.received = run.verified = run.count if right == a["used"] else seen
+            if right == a["used"]:
+                self._finish(qp, run)
+        elif now - a["moved_at"] > a["stall"]:
+            self._error(run, self._atomic_stall(run))
+            self._finish(qp, run)
+
+    def _atomic_stall(self, run):
+        """Why an atomic run is given up: its targets against the model, and the likely cause
+        when nothing reached them."""
+        a = run.atomic
+        values = a["values"]
+        wrong = [t for t, (v, last) in enumerate(zip(values, a["final"])) if v != last]
+        t = wrong[0]
+        text = (f"the host's targets did not change for {a['stall']:g} s: {a['right']} of "
+                f"{a['used']} hold what the run leaves; target {t} (host address "
+                f"{a['base'] + 8 * t:#x}) holds {values[t]:#x}, the run leaves "
+                f"{a['final'][t]:#x}")
+        if values == a["initial"]:
+            text += f" (nothing reached them: {NO_GEN_ATOMICS})"
+        return text
+
+    def _host_order(self):
+        """The byte order of a 64-bit value in the host's memory as its CPU reads it (the order
+        the NIC executes the FPGA's atomics in, and stores the host's originals in)."""
+        return getattr(self.nic, "result_order", sys.byteorder)
 
     def _finish(self, qp, run):
         """The run is done: its end on the wall clock and in the FPGA's time."""
@@ -1049,6 +1406,9 @@ class _Handler(socketserver.StreamRequestHandler):
                 return
             if agent.fatal or now - last_move > stall:
                 why = agent.fatal or f"no progress for {stall:g} s"
+                if any(r.get("op") in ATOMIC_VERBS and not r["done"] and
+                       not r["queued"] and not r["targets_moved"] for r in rows):
+                    why += f" (an atomic run changed none of its targets: {NO_GEN_ATOMICS})"
                 self._send({"ok": False, "kind": "stalled", "error": why, "result": rows})
                 return
             self._send({"progress": rows})

@@ -12,6 +12,8 @@ traffic generator and check what arrives.
     rocegen-host send --count 64 --size 4096 [--imm]           # into its receive buffers
     rocegen-host traffic --op READ --count 64 --size 65536     # the FPGA reads the host
     rocegen-host atomic --op FETCH_ADD --count 64              # the contended counter
+    rocegen-host traffic --op FETCH_ADD --count 64             # the FPGA's atomics on the host
+    rocegen-host atomic --direction fpga-to-host --count 64    # their contended counter
     rocegen-host status
     rocegen-host close
 
@@ -31,6 +33,13 @@ Checked: the target rose by N x M (N QPs, M each), the values returned are N x M
 consecutive numbers (COMPARE_SWAP: the swaps that took are as many as the rise, none on a value
 another took).
 
+The other way (an FPGA built with ``--atomics``): ``traffic --op FETCH_ADD|COMPARE_SWAP`` (size
+8) has the FPGA's traffic generator run atomics on ``--targets`` zeroed 8-byte words of the
+host's memory, and ``recv`` reports when they hold what a model of the run says; ``atomic
+--direction fpga-to-host`` is the contended counter of the FPGA's QPs, one run per QP in turn on
+one counter of the host's, whose final value is checked, then the original values of the last
+run READ back from the FPGA's memory and checked.
+
 ``connect`` starts the host agent (:mod:`rocegen.host.agent`) in the background, holding the QPs
 and their memory; the other commands talk to it. Exit status: 0 done, 1 refused / failed /
 data wrong, 2 bad usage.
@@ -44,7 +53,7 @@ import sys
 import time
 from pathlib import Path
 
-from rocegen.host.agent import ATOMIC_DEPTH, request
+from rocegen.host.agent import ATOMIC_DEPTH, DIRECTIONS, request
 from rocegen.host.nic import SIM_FPGA_IP, SIM_HOST_IP, SIM_PEER_TIMEOUT, SIM_TIMEOUT, VERBS_TIMEOUT
 from rocegen.wire.atomics import ATOMIC_VERBS, BYTE_ORDERS
 from rocegen.wire.cm import CM_PORT
@@ -184,14 +193,25 @@ def _status(args):
 
 
 def _traffic(args):
-    runs = _call(args, {"cmd": "traffic", "fpga_qpn": args.qp, "op": args.op, "size": args.size,
-                        "count": args.count, "spacing": args.spacing})
+    req = {"cmd": "traffic", "fpga_qpn": args.qp, "op": args.op, "size": args.size,
+           "count": args.count, "spacing": args.spacing}
+    if args.op in ATOMIC_VERBS:
+        req.update(targets=1 if args.targets is None else args.targets, stall=args.stall)
+    elif args.targets is not None:
+        raise Fail("--targets applies to the atomics (--op FETCH_ADD or COMPARE_SWAP)", 2)
+    runs = _call(args, req)
     if args.json:
         print(json.dumps(runs))
     else:
         for r in runs:
-            print(f"QP {r['fpga_qpn']}: {r['count']} x {r['op']} of {r['size']} bytes started "
-                  f"(spacing {r['spacing']} cycles, window {r['window']} bytes)")
+            if r["op"] in ATOMIC_VERBS:
+                n = r["targets"]
+                print(f"QP {r['fpga_qpn']}: {r['count']} x {r['op']} started on {n} 8-byte "
+                      f"target{'s' * (n != 1)} of the host's memory from {r['target_addr']:#x}, "
+                      f"zeroed (spacing {r['spacing']} cycles)")
+            else:
+                print(f"QP {r['fpga_qpn']}: {r['count']} x {r['op']} of {r['size']} bytes "
+                      f"started (spacing {r['spacing']} cycles, window {r['window']} bytes)")
     return 0
 
 
@@ -236,8 +256,15 @@ def _host_run(args, cmd):
 
 def _atomic(args):
     req = {"cmd": "atomic", "fpga_qpn": args.qp, "op": args.op, "count": args.count,
-           "offset": args.offset, "depth": args.outstanding, "byte_order": args.byte_order,
-           "stall": args.stall}
+           "byte_order": args.byte_order, "stall": args.stall, "direction": args.direction}
+    if args.direction == "fpga-to-host":
+        for option, value in (("--offset", args.offset), ("--outstanding", args.outstanding)):
+            if value is not None:
+                raise Fail(f"{option} applies to the host's atomics (--direction host-to-fpga): "
+                           f"the FPGA's work on the first word of the first QP's memory, as "
+                           f"many outstanding as its READ limit", 2)
+    else:
+        req.update(offset=args.offset, depth=args.outstanding)
     r = _call(args, req)
     if args.json:
         print(json.dumps(r))
@@ -245,6 +272,8 @@ def _atomic(args):
         for line in atomic_lines(r):
             print(line)
     if not r["ok"]:
+        if r.get("direction") == "fpga-to-host":
+            raise Fail("the FPGA's atomics on the host's counter failed their checks")
         raise Fail("the contended counter's checks failed" if any(
             t["problems"] for t in r["targets"]) else "atomics failed")
     return 0
@@ -252,6 +281,8 @@ def _atomic(args):
 
 def atomic_lines(r):
     """What ``rocegen-host atomic`` prints of the agent's result ``r``."""
+    if r.get("direction") == "fpga-to-host":
+        return fpga_atomic_lines(r)
     cas = r["op"] == "COMPARE_SWAP"
     lines = []
     for q in r["qps"]:
@@ -274,6 +305,49 @@ def atomic_lines(r):
         lines += [f"  target {t['addr']:#x}: {p}" for p in t["problems"]]
     lines.append(f"{r['ops']} atomics in {r['seconds']:.3f} s, {r['ops_per_s']:.0f} atomics/s "
                  f"(wall clock; up to {r['depth']} outstanding per QP)")
+    lines.append("every check holds" if r["ok"] else "FAILED")
+    return lines
+
+
+def fpga_atomic_lines(r):
+    """What ``rocegen-host atomic --direction fpga-to-host`` prints of the agent's result
+    ``r``."""
+    cas = r["op"] == "COMPARE_SWAP"
+    c = r["counter"]
+    what = "COMPARE_SWAPs (message s swaps in s + 1 where it finds s)" if cas else \
+        "FETCH_ADDs of 1"
+    lines = []
+    for q in r["runs"]:
+        final = "?" if q["final"] is None else f"{q['final']:#x}"
+        lines.append(f"FPGA QP {q['fpga_qpn']}: {r['count']} {what} on host address "
+                     f"{c['addr']:#x}: {q['initial']:#x} -> {final} (expected "
+                     f"{q['expected']:#x})" + ("" if q["ok"] else ": FAILED"))
+        lines += [f"  FPGA QP {q['fpga_qpn']}: {e}" for e in q["errors"]]
+    n = len(c["fpga_qpns"])
+    final = "?" if c["final"] is None else f"{c['final']:#x}"
+    how = (f"zeroed before each run, counted up to {r['count']} by each" if cas else
+           f"{n} x {r['count']} FETCH_ADDs")
+    lines.append(f"counter {c['addr']:#x} ({n} FPGA QP{'s' * (n != 1)}, one run after the "
+                 f"other): {final} (expected {c['expected']:#x}: {how})")
+    lines += [f"  counter: {p}" for p in c["problems"]]
+    o = r["originals"]
+    if "skipped" in o:
+        lines.append(f"originals not READ: {o['skipped']}")
+    else:
+        last = o["first"] + o["slots"] - 1
+        lines.append(f"originals of FPGA QP {r['runs'][-1]['fpga_qpn']}'s messages "
+                     f"{o['first']}..{last}, READ back from the FPGA's memory at "
+                     f"{o['fpga_addr']:#x}..{o['fpga_addr'] + 64 * o['slots'] - 1:#x} (QP "
+                     f"{o['fpga_qpn']}): {o['distinct']} distinct"
+                     + ("" if o["problems"] else ", each as the model says"))
+        lines += [f"  originals: {p}" for p in o["problems"]]
+    line = (f"{r['ops']} atomics in {r['seconds']:.3f} s, {r['ops_per_s']:.0f} atomics/s (wall "
+            f"clock)")
+    if r.get("fpga_ops_per_s"):
+        line += (f"; {r['fpga_ops_per_s'] / 1e6:.2f} M atomics/s in the FPGA's time "
+                 f"({r['fpga_cycles']} cycles at {r['fpga_clock_mhz']:.2f} MHz, from each run's "
+                 f"first atomic on its MAC port to its last)")
+    lines.append(line)
     lines.append("every check holds" if r["ok"] else "FAILED")
     return lines
 
@@ -313,12 +387,12 @@ def _table(rows):
     FPGA's time first, then this machine's wall clock (how fast it simulates)."""
     runs = [r for r in rows if "op" in r]
     fpga = rate_clock(runs) != "wall clock"
-    head = f"{'FPGA QP':>8} {'op':>9} {'size':>8} {'messages':>9} {'checked':>8} {'bad':>4}"
+    head = f"{'FPGA QP':>8} {'op':>12} {'size':>8} {'messages':>9} {'checked':>8} {'bad':>4}"
     if fpga:
         head += f" {'cycles':>10} {'FPGA us':>10} {'FPGA Gb/s':>10} {'FPGA kmsg/s':>11}"
     lines = [head + f" {'wall s':>8} {'wall Gb/s':>10} {'wall kmsg/s':>11}"]
     for r in runs:
-        line = (f"{r['fpga_qpn']:>8} {r['op']:>9} {r['size']:>8} {r['count']:>9} "
+        line = (f"{r['fpga_qpn']:>8} {r['op']:>12} {r['size']:>8} {r['count']:>9} "
                 f"{r['verified']:>8} {r['bad']:>4}")
         if fpga and r.get("fpga_cycles") is not None:
             line += (f" {r['fpga_cycles']:>10} {r['fpga_seconds'] * 1e6:>10.1f} "
@@ -330,6 +404,13 @@ def _table(rows):
         if r.get("checked") is not None:
             lines.append(f"  QP {r['fpga_qpn']}: FPGA verdict of the READs: {r['checked']} bytes "
                          f"checked, {r['wrong']} wrong")
+        if r.get("targets") is not None:
+            n = r["targets"]
+            lines.append(f"  QP {r['fpga_qpn']}: {r['targets_right']} of {n} target"
+                         f"{'s' * (n != 1)} in the host's memory from {r['target_addr']:#x} "
+                         f"hold{'s' * (n == 1)} what the run leaves ("
+                         + ("+1 per FETCH_ADD" if r["op"] == "FETCH_ADD" else
+                            "message s swaps in s + 1 where it finds s") + ")")
         lines += [f"  QP {r['fpga_qpn']}: {e}" for e in r["errors"]]
     if fpga:
         lines.append(f"FPGA: Gb/s ({rate_clock(runs)}), the simulated cycles from the first beat "
@@ -460,14 +541,26 @@ def main(argv=None):
 
     t = sub.add_parser("traffic", help="start the FPGA's traffic generator on a QP (or all)")
     t.add_argument("--qp", type=int, default=None, help="the FPGA's QP number (default: all)")
-    t.add_argument("--op", choices=VERBS, default="WRITE",
-                   help="what the FPGA does: WRITE, WRITE_IMM, SEND, SEND_IMM into the host, or "
+    t.add_argument("--op", choices=VERBS + ATOMIC_VERBS, default="WRITE",
+                   help="what the FPGA does: WRITE, WRITE_IMM, SEND, SEND_IMM into the host, "
                    "READ the host's memory (filled first with the test pattern; checked by the "
-                   "FPGA's pattern sink); default WRITE")
+                   "FPGA's pattern sink), or RDMA atomics on it (an FPGA built with --atomics): "
+                   "FETCH_ADD (message s adds 1 to its target) or COMPARE_SWAP (message s swaps "
+                   "in s + 1 where it finds s), on --targets zeroed 8-byte targets, checked "
+                   "against a model of the run; default WRITE")
     t.add_argument("--count", type=int, default=64, help="messages (default 64)")
-    t.add_argument("--size", type=int, default=65536, help="bytes per message (default 64 KiB)")
+    t.add_argument("--size", type=int, default=None,
+                   help="bytes per message (default 64 KiB; 8, and only 8, for the atomics)")
     t.add_argument("--spacing", type=int, default=0,
                    help="FPGA clock cycles between messages (default 0: back to back)")
+    t.add_argument("--targets", type=int, default=None, metavar="N",
+                   help="atomics only: the 8-byte targets the run steps through, a power of "
+                   "two: message s works on target s mod N, from the start of the QP's memory "
+                   "(default 1: one counter, which a FETCH_ADD run counts up to --count and a "
+                   "COMPARE_SWAP chain too)")
+    t.add_argument("--stall", type=float, default=30.0,
+                   help="atomics only: give up the run when its targets have not changed for "
+                   "this many seconds (default 30)")
     t.add_argument("--json", action="store_true")
 
     for name, what, size in (("write", "RDMA WRITE the test pattern into the FPGA's memory "
@@ -501,23 +594,37 @@ def main(argv=None):
 
     a = sub.add_parser("atomic", help="the contended counter: RDMA atomics (FETCH_ADD or "
                        "COMPARE_SWAP loops) from every QP at once on one 8-byte target of the "
-                       "FPGA's region (an FPGA with --atomics), READ before and after, checked")
+                       "FPGA's region (an FPGA with --atomics), READ before and after, checked; "
+                       "or with --direction fpga-to-host the FPGA's atomics on a counter in the "
+                       "host's memory")
+    a.add_argument("--direction", choices=DIRECTIONS, default="host-to-fpga",
+                   help="host-to-fpga (default): the host's atomics on the FPGA's memory; "
+                   "fpga-to-host: the FPGA's traffic generator's, one run per QP in turn on one "
+                   "counter in the host's memory (the first QP's first word; the other QPs "
+                   "pointed at it with SEND_QP_INFO, and back after), checked after each run "
+                   "against a model, then the originals of the last run READ back from the "
+                   "FPGA's memory and checked")
     a.add_argument("--op", choices=ATOMIC_VERBS, default="FETCH_ADD",
                    help="FETCH_ADD: add 1, --count times per QP (default); COMPARE_SWAP: compare "
-                   "k, swap k + 1, tried again from the value found until --count swaps took")
+                   "k, swap k + 1, tried again from the value found until --count swaps took "
+                   "(fpga-to-host: a chain per QP, the counter zeroed before each run, message "
+                   "s swapping in s + 1 where it finds s)")
     a.add_argument("--qp", type=int, default=None, help="the FPGA's QP number (default: all)")
     a.add_argument("--count", type=int, default=64,
                    help="FETCH_ADDs, or COMPARE_SWAPs that take, per QP (default 64)")
     a.add_argument("--offset", type=lambda t: int(t, 0), default=None, metavar="BYTES",
-                   help="the target's offset in the QP's FPGA region, at an 8-byte aligned FPGA "
-                   "address (default: the region's last 8-byte word)")
-    a.add_argument("--outstanding", type=int, default=ATOMIC_DEPTH, metavar="N",
-                   help=f"atomics outstanding per QP, 1..{ATOMIC_DEPTH} (default {ATOMIC_DEPTH})")
+                   help="host-to-fpga: the target's offset in the QP's FPGA region, at an "
+                   "8-byte aligned FPGA address (default: the region's last 8-byte word)")
+    a.add_argument("--outstanding", type=int, default=None, metavar="N",
+                   help=f"host-to-fpga: atomics outstanding per QP, 1..{ATOMIC_DEPTH} (default "
+                   f"{ATOMIC_DEPTH})")
     a.add_argument("--byte-order", choices=BYTE_ORDERS, default="little",
-                   help="the order of the 64-bit target in the FPGA's memory, as its --atomics "
-                   "(default little), to read its value before and after")
+                   help="the order of a 64-bit value in the FPGA's memory, as its --atomics "
+                   "(default little): of the target read before and after (host-to-fpga), of "
+                   "the originals READ back (fpga-to-host)")
     a.add_argument("--stall", type=float, default=30.0,
-                   help="give up after this many seconds without a completion (default 30)")
+                   help="give up after this many seconds without a completion (fpga-to-host: "
+                   "without a change of the counter; default 30)")
     a.add_argument("--json", action="store_true")
 
     r = sub.add_parser("recv", help="wait for the runs, checking every message; live progress, "

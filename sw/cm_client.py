@@ -82,12 +82,13 @@ class CmClient:
         self.sent += 1
 
     def traffic(self, fpga_qpn, dma_length, n_transfers, frequency=0, *, write=True, imm=False,
-                window_log2=0, read=False):
+                window_log2=0, read=False, atomic=None):
         """Start the FPGA's traffic generator on ``fpga_qpn`` (no reply is sent); ``read``: a
-        run of RDMA READs of our region (:func:`rocegen.wire.cm.traffic`)."""
+        run of RDMA READs of our region; ``atomic`` (``"FETCH_ADD"``, ``"COMPARE_SWAP"``): a run
+        of RDMA atomics on it (:func:`rocegen.wire.cm.traffic`)."""
         with self._lock:
             self.send_raw(M.traffic(fpga_qpn, dma_length, n_transfers, frequency, write=write,
-                                    imm=imm, window_log2=window_log2, read=read,
+                                    imm=imm, window_log2=window_log2, read=read, atomic=atomic,
                                     listening_port=self.listen_port))
 
     def request(self, req_type, *, read_depths=None, raw=False, **fields):
@@ -186,6 +187,15 @@ class CmClient:
         if read_depths is not None:
             out["rd_atomic"], out["rd_depth"] = M.read_depths(data)
         return out
+
+    def send_qp_info(self, *, qpn, psn, fpga_qpn, rkey, vaddr, ip, read_depths=None):
+        """SEND_QP_INFO to the FPGA's QP ``fpga_qpn`` (open, ours): our QP ``qpn`` (first PSN
+        ``psn``, which this request does not change), address ``ip`` (an integer) and the
+        memory the FPGA's QP works on from now, R_Key ``rkey`` at ``vaddr`` (its WRITEs, READs
+        and atomics of test traffic go there). ``read_depths``: ours, as in :meth:`open` (the
+        ACK sets the QP's READ limit again from them)."""
+        self.request(M.REQ_SEND_QP_INFO, read_depths=read_depths, loc_qpn=qpn, loc_psn=psn,
+                     loc_rkey=rkey, loc_vaddr=vaddr, loc_ip=ip, rem_qpn=fpga_qpn)
 
     def query(self, *, qpn=0, psn=None):
         """QUERY: the FPGA's pattern sink counters ``(checked, wrong)`` (bytes compared with the

@@ -21,12 +21,10 @@ and polls.
 
 from dataclasses import dataclass, field
 
+from rocegen.wire.atomic_runs import MASK
 from rocegen.wire.atomics import ATOMIC_BYTES
 
 __all__ = ["CounterQp", "counter_problems", "MASK", "ahead"]
-
-MASK = (1 << 64) - 1
-
 
 def ahead(a, b):
     """Whether 64-bit value ``a`` is past ``b`` (by less than 2^63, modulo 2^64)."""

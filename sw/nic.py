@@ -53,10 +53,11 @@ WRITEs, SENDs, READs and atomics into / from the FPGA:
     the region's memory.
 ``destroy_qp(qpn)``, ``counters()``, ``close()``.
 ``fpga_time(qpn)`` / ``fpga_time_reset(qpn)``
-    the FPGA's own time of the data frames that reached the QP since the reset: a dict with the
-    core-clock cycles of the first frame's first beat and of the last frame's last beat on the
-    FPGA's MAC port, the clock in Hz and the number of frames; None when the NIC cannot know it
-    (a real NIC, whose frames carry no time: rates are then measured on the wall clock).
+    the FPGA's own time of the data frames (and atomics) that reached the QP since the reset: a
+    dict with the core-clock cycles of the first frame's first beat and of the last frame's
+    last beat on the FPGA's MAC port, the clock in Hz and the number of frames; None when the
+    NIC cannot know it (a real NIC, whose frames carry no time: rates are then measured on the
+    wall clock).
 
 Errors a user can meet are :class:`NicError` with a sentence that says what to do.
 """
@@ -149,13 +150,15 @@ def _check_send(op, length, imm, swap_add=None, compare=None):
         raise NicError(f"message length must be >= 0, not {length}")
 
 
-#: BTH opcodes of the RC requests that carry data (SEND and RDMA WRITE, every part).
-_DATA_OPCODES = range(0x00, 0x0C)
+#: BTH opcodes of the RC requests whose FPGA time counts: those that carry data (SEND and RDMA
+#: WRITE, every part) and the atomics (COMPARE_SWAP 0x13, FETCH_ADD 0x14), which the FPGA's
+#: generator issues like them.
+_DATA_OPCODES = (*range(0x00, 0x0C), 0x13, 0x14)
 
 
 def _data_dest_qp(frame):
-    """The destination QP of a RoCEv2 RC SEND / WRITE packet (untagged IPv4 without options),
-    else None."""
+    """The destination QP of a RoCEv2 RC SEND / WRITE packet or atomic (untagged IPv4 without
+    options), else None."""
     if len(frame) < 14 + 20 + 8 + 12 or frame[12:14] != b"\x08\x00" or frame[14] != 0x45 or \
             frame[23] != 17 or int.from_bytes(frame[36:38], "big") != 4791:
         return None

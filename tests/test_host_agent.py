@@ -1,9 +1,10 @@
 """The host agent (``rocegen-host``) against the simulated FPGA (``rocegen sim serve``) over the
 socket bridge, as separate processes exactly as on a bench: open, traffic, check, close, reopen;
 the host's WRITEs and SENDs into the FPGA with its pattern sink's verdict; the host's READs of the
-FPGA and the FPGA's READs of the host; the host's atomics (the contended counter); a QP the FPGA
-NAKs into the error state while another keeps working; more QPs than exist; a host outside the
-allow-list; malformed datagrams; a host that vanishes in the middle of a transfer.
+FPGA and the FPGA's READs of the host; the host's atomics (the contended counter) and the FPGA's
+on the host's memory; a QP the FPGA NAKs into the error state while another keeps working; more
+QPs than exist; a host outside the allow-list; malformed datagrams; a host that vanishes in the
+middle of a transfer.
 
 One simulated FPGA (W = 64, 4 QPs, the responder with atomics, hosts allowed from 10.0.0.0/24) serves every
 test of this file; they run in order in one worker (``xdist_group``) and each leaves no QP open.
@@ -288,6 +289,41 @@ def test_host_atomics_on_the_fpga(fpga, tmp_path):
     after = stats(fpga)
     assert after["resp_executed"] - before["resp_executed"] == add["ops"] + cas["ops"] + 4
     assert after["sink_bytes_checked"] == before["sink_bytes_checked"]
+    host(fpga, tmp_path, "stop")
+
+
+def test_fpga_atomics_on_the_host(fpga, tmp_path):
+    """The FPGA's traffic generator's atomics on the host's memory (``rocegen sim serve`` builds
+    it with atomics): ``traffic --op FETCH_ADD`` over 4 targets and a COMPARE_SWAP chain, each
+    checked by ``recv`` against the model of the run; then ``atomic --direction fpga-to-host``,
+    the contended counter of 2 QPs (the second pointed at the first's memory with SEND_QP_INFO,
+    and back), 70 FETCH_ADDs each: it ends at 140, and the last run's originals READ back from
+    the FPGA are 64 distinct values as the model says. The pattern sink leaves the originals
+    out (no byte counted wrong), and the host NIC executed every atomic once."""
+    opened = json.loads(host(fpga, tmp_path, "connect", "--qps", "2", "--pmtu", "1024",
+                             "--json").stdout)
+    before = stats(fpga)
+    host(fpga, tmp_path, "traffic", "--op", "FETCH_ADD", "--count", "10", "--targets", "4")
+    rows = json.loads(host(fpga, tmp_path, "recv", "--json").stdout)["result"]
+    for row in rows:
+        assert row["ok"] and row["verified"] == 10 and row["targets_right"] == 4, row
+        assert row["fpga_cycles"] > 0 and row["fpga_clock_mhz"] == 156.25, row
+    host(fpga, tmp_path, "traffic", "--qp", "257", "--op", "COMPARE_SWAP", "--count", "12")
+    (row,) = [r for r in json.loads(host(fpga, tmp_path, "recv", "--json").stdout)["result"]
+              if r["fpga_qpn"] == 257]
+    assert row["ok"] and row["verified"] == 12 and row["targets"] == 1, row
+    r = host_run(fpga, tmp_path, "atomic", "--direction", "fpga-to-host", "--count", "70")
+    assert r["ok"] and [(q["initial"], q["final"]) for q in r["runs"]] == [(0, 70), (70, 140)]
+    assert (r["counter"]["addr"], r["counter"]["final"]) == (opened[0]["addr"], 140), r
+    o = r["originals"]
+    assert (o["slots"], o["first"], o["distinct"], o["problems"]) == (64, 6, 64, []), o
+    assert o["values"] == list(range(76, 140)) and r["fpga_ops_per_s"] > 0, o
+    after = stats(fpga)
+    assert after["sink_bytes_wrong"] == before["sink_bytes_wrong"]
+    assert after["sink_bytes_checked"] == before["sink_bytes_checked"]
+    st = json.loads(host(fpga, tmp_path, "status", "--json").stdout)
+    n = st["nic_counters"]
+    assert n["atomic_rx"] == n["atomic_ack_tx"] == 2 * 10 + 12 + 2 * 70, n
     host(fpga, tmp_path, "stop")
 
 

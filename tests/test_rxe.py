@@ -1,13 +1,14 @@
 """``rocegen sim rxe`` in the gate: the endpoint (Verilator, W = 64) against Linux's own RDMA
 stack, soft-RoCE ``rdma_rxe`` in a QEMU guest, with the host agent on real pyverbs. One short
 co-simulation: the FPGA WRITEs with immediate data, SENDs into rxe memory and READs it, the host
-WRITEs, SENDs with immediate data into the FPGA and READs it back, then rxe's FETCH_ADDs and
-COMPARE_SWAPs on a counter in the FPGA's memory (``rocegen-host atomic``); a tenth of the RoCEv2
-frames is lost each way. Every byte is checked (by the host agent against the test pattern, by
-the FPGA's pattern sink), every atomic's original value by the agent (the counter rose by the
-atomics' number, each value came back once), every frame the FPGA sent passed the independent
-frame check, and Wireshark's dissector (when tshark is here) decodes every frame of the capture,
-rxe's and the FPGA's.
+WRITEs, SENDs with immediate data into the FPGA and READs it back, the FPGA's traffic generator
+FETCH_ADDs on a counter in rxe's memory (``rocegen-host atomic --direction fpga-to-host``), then
+rxe's FETCH_ADDs and COMPARE_SWAPs on a counter in the FPGA's memory (``rocegen-host atomic``);
+a tenth of the RoCEv2 frames is lost each way. Every byte is checked (by the host agent against
+the test pattern, by the FPGA's pattern sink), every atomic's original value by the agent (the
+counter rose by the atomics' number, each value came back once), every frame the FPGA sent
+passed the independent frame check, and Wireshark's dissector (when tshark is here) decodes
+every frame of the capture, rxe's and the FPGA's.
 
 Needs root, ``/dev/net/tun``, QEMU, debootstrap and cpio (``make setup`` installs them as root
 and builds the guest, ``make rxe-guest``): skipped elsewhere with what is missing; a failure in
@@ -27,14 +28,16 @@ from rocegen.sim.apps.rxe_guest import missing_tools
 pytestmark = pytest.mark.xdist_group("rxe")
 
 COUNT, SIZE = 2, 2500
-STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "host:WRITE", "host:SEND_IMM",
-         "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "stop")
+STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "fpga:FETCH_ADD", "host:WRITE",
+         "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "stop")
 #: (who checks, steps): the host agent checks what the FPGA WRITEs and SENDs and what it READs
 #: back; the FPGA's pattern sink what the host writes and sends and what it READs from the host
 HOST_CHECKS = ("fpga:WRITE_IMM", "fpga:SEND", "host:READ")
 FPGA_CHECKS = ("fpga:READ", "host:WRITE", "host:SEND_IMM")
 #: rxe's atomics on the FPGA's counter, checked by the host agent
 ATOMIC_CHECKS = ("host:FETCH_ADD", "host:COMPARE_SWAP")
+#: the FPGA's atomics on a counter in rxe's memory, checked by the host agent
+FPGA_ATOMIC_CHECKS = ("fpga:FETCH_ADD",)
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +77,15 @@ def test_every_step_passes_with_every_byte_checked(lossy):
         (t,) = s["atomic"]["targets"]
         assert (t["final"] - t["initial"]) % 2**64 == COUNT and t["distinct"] == COUNT, s
         assert t["consecutive"] and t["problems"] == [], s
+    for step in FPGA_ATOMIC_CHECKS:
+        # one QP, one run: the counter in rxe's memory ends at COUNT, and the run's originals,
+        # READ back from the FPGA's memory, are the model's (0 .. COUNT - 1), each once
+        s = by[step]
+        assert (s["checked_by"], s["checked"], s["wrong"], s["messages"]) == \
+            ("host", COUNT, 0, COUNT), s
+        (t,) = s["atomic"]["targets"]
+        assert (t["final"], t["expected"], t["originals"], t["distinct"], t["problems"]) == \
+            (COUNT, COUNT, COUNT, COUNT, []), s
 
 
 def test_frames_were_lost_both_ways_and_recovered(lossy):

@@ -10,6 +10,9 @@
 3. The guest adds ``rxe0`` on its NIC and plays the story (:mod:`rocegen.sim.apps.rxe_story`) with
    the host agent on pyverbs: connect ``--qps`` QPs over the connection manager (UDP 17185), the
    FPGA's traffic generator WRITEs, WRITE_IMMs, SENDs, SEND_IMMs into rxe memory and READs it,
+   the FPGA's traffic generator runs atomics on a counter in rxe's memory (``rocegen-host
+   atomic --direction fpga-to-host``: FETCH_ADDs, then COMPARE_SWAP chains, one run per QP in
+   turn, the originals READ back from the FPGA),
    the host WRITEs, SENDs (both with and without immediate data) into the FPGA and READs it
    back, rxe issues atomics into the FPGA's memory (the contended counter of ``rocegen-host
    atomic``: FETCH_ADDs, then COMPARE_SWAP spins, every QP at once on one target; the endpoint
@@ -62,9 +65,9 @@ SIM_FPGA_TIMEOUT = 10
 BRIDGE, QEMU_TAP = "rgbr0", "rgqemu0"
 PORT_MAC = "02:00:00:00:00:fe"          # serve's TAP, once on the bridge
 DEFAULT_STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM",
-                 "fpga:READ", "host:WRITE", "host:WRITE_IMM", "host:SEND", "host:SEND_IMM",
-                 "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "connect",
-                 "fpga:WRITE", "host:WRITE", "stop")
+                 "fpga:READ", "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE",
+                 "host:WRITE_IMM", "host:SEND", "host:SEND_IMM", "host:READ", "host:FETCH_ADD",
+                 "host:COMPARE_SWAP", "close", "connect", "fpga:WRITE", "host:WRITE", "stop")
 #: rxe's counters shown per step (sysfs hw_counters names)
 RXE_SHOWN = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request",
              "rcvd_seq_err", "rcvd_rnr_err", "send_rnr_err", "completer_retry_err",
@@ -89,7 +92,7 @@ def add_parser(subparsers):
     r.add_argument("--size", type=int, default=3000, help="bytes per message (default 3000)")
     r.add_argument("--steps", default=",".join(DEFAULT_STEPS),
                    help="the story's steps, comma-separated (default: all ops both ways, the "
-                   "host's atomics, close, reopen, once more both ways, stop)")
+                   "atomics both ways, close, reopen, once more both ways, stop)")
     r.add_argument("--loss-to-fpga", type=float, default=0.0, metavar="P",
                    help="probability that a RoCEv2 frame from rxe is lost (default 0)")
     r.add_argument("--loss-from-fpga", type=float, default=0.0, metavar="P",
@@ -334,6 +337,14 @@ def table(rep):
         a = r.get("atomic")
         for t in (a or {}).get("targets", []):
             final = "not READ" if t["final"] is None else f"{t['final']:#x}"
+            if a.get("direction") == "fpga-to-host":
+                lines.append(f"  the FPGA's atomics on rxe's counter: {a['qps']} QP"
+                             f"{'s' * (a['qps'] != 1)} x {a['count']} {a['op']}s, one run after "
+                             f"the other, on {t['addr']:#x}: {final} (expected "
+                             f"{t['expected']:#x}), {a['ops']} atomics; {t['originals']} "
+                             f"originals READ back from the FPGA, {t['distinct']} distinct"
+                             + "".join(f"; {p}" for p in t["problems"] or ()))
+                continue
             lines.append(f"  contended counter: {a['qps']} QP{'s' * (a['qps'] != 1)} x "
                          f"{a['count']} {a['op']}s on {t['addr']:#x}: {t['initial']:#x} -> "
                          f"{final}, {a['ops']} atomics, {t['distinct']} distinct values"

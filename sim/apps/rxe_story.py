@@ -24,14 +24,15 @@ from pathlib import Path
 OUT = Path("/mnt/out")
 HOST = ["rocegen-host"]
 #: The steps a job may name: ``fpga:OP`` (the FPGA's traffic generator, checked by the host or,
-#: for READ, by the FPGA's pattern sink), ``host:OP`` (the host's own WRITE/SEND/READ into the
-#: FPGA, checked by the FPGA's sink or, for READ, by the host; FETCH_ADD/COMPARE_SWAP, the
-#: contended counter of ``rocegen-host atomic`` on every QP at once, checked by the host),
-#: ``connect``, ``close``, ``stop``. (The FPGA does not issue atomics yet: ``fpga:FETCH_ADD`` /
-#: ``fpga:COMPARE_SWAP`` would be its atomics on rxe's memory, which the host's QPs take.)
+#: for READ, by the FPGA's pattern sink; FETCH_ADD/COMPARE_SWAP, its atomics on a counter in
+#: rxe's memory, ``rocegen-host atomic --direction fpga-to-host``: one run per QP in turn,
+#: checked by the host against a model, the originals READ back from the FPGA), ``host:OP`` (the
+#: host's own WRITE/SEND/READ into the FPGA, checked by the FPGA's sink or, for READ, by the
+#: host; FETCH_ADD/COMPARE_SWAP, the contended counter of ``rocegen-host atomic`` on every QP at
+#: once, checked by the host), ``connect``, ``close``, ``stop``.
 STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
-         "host:WRITE", "host:WRITE_IMM", "host:SEND", "host:SEND_IMM", "host:READ",
-         "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop")
+         "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE", "host:WRITE_IMM", "host:SEND",
+         "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop")
 #: The host's atomic steps' ops (``rocegen-host atomic --op``).
 ATOMICS = ("FETCH_ADD", "COMPARE_SWAP")
 
@@ -105,6 +106,8 @@ def play(job, name):
         r["ok"] = r["rc"] == 0
         return [r]
     who, op = name.split(":")
+    if who == "fpga" and op in ATOMICS:
+        return [fpga_atomic(job, op)]
     if who == "fpga":
         start = host("traffic", "--op", op, "--count", count, "--size", str(size), "--json")
         start["ok"] = start["rc"] == 0
@@ -155,6 +158,34 @@ def atomic(job, op):
     r["ok"] = r["rc"] == 0 and bool(res.get("ok")) and r["wrong"] == 0 and bool(targets) and \
         all(t.get("final") is not None and (t["final"] - t["initial"]) % 2**64 == n and
             t.get("distinct") == n for t in targets)
+    return r
+
+
+def fpga_atomic(job, op):
+    """``fpga:FETCH_ADD`` / ``fpga:COMPARE_SWAP``: the FPGA's traffic generator on one counter in
+    rxe's memory, ``count`` atomics per QP, one run per QP in turn (one ``rocegen-host``
+    command); the agent checked the counter after each run against its model (each atomic it
+    saw executed counts as checked, each failed check as wrong) and the originals of the last
+    run, READ back from the FPGA's memory."""
+    r = host("atomic", "--direction", "fpga-to-host", "--op", op, "--count", str(job["count"]),
+             "--json")
+    res = r["json"] or {}
+    c, o = res.get("counter") or {}, res.get("originals") or {}
+    problems = [*(c.get("problems") or []), *(o.get("problems") or []),
+                *(e for q in res.get("runs") or [] for e in q.get("errors") or [])]
+    runs = res.get("runs") or []
+    r["atomic"] = {"op": op, "direction": "fpga-to-host", "qps": len(runs),
+                   "count": job["count"], "ops": res.get("ops", 0),
+                   "targets": [{"addr": c.get("addr"), "initial": runs[0]["initial"] if runs
+                                else None, "final": c.get("final"),
+                                "expected": c.get("expected"),
+                                "originals": o.get("slots", 0), "distinct": o.get("distinct"),
+                                "problems": problems}] if c else []}
+    tally(r, "host", res.get("ops"), len(problems), res.get("ops", 0))
+    want = job["qps"] * job["count"] if op == "FETCH_ADD" else job["count"]
+    r["ok"] = r["rc"] == 0 and bool(res.get("ok")) and r["wrong"] == 0 and \
+        c.get("final") == want and res.get("ops") == job["qps"] * job["count"] and \
+        o.get("distinct") == min(job["count"], 64)
     return r
 
 

@@ -22,7 +22,9 @@ WRITEs and SENDs into the FPGA's memory and READs it (``rocegen-host write`` / `
 ``read``), and with the responder comes the READ requester: the FPGA's traffic generator READs
 the host's memory (``rocegen-host traffic --op READ``), its pattern sink checking the bytes.
 With the READs come the atomics (``--atomics``, default little, ``off`` to refuse them): the
-host's FETCH_ADDs and COMPARE_SWAPs on the FPGA's regions (``rocegen-host atomic``).
+host's FETCH_ADDs and COMPARE_SWAPs on the FPGA's regions (``rocegen-host atomic``), and the
+FPGA's traffic generator's on the host's memory (``rocegen-host traffic --op FETCH_ADD``,
+``rocegen-host atomic --direction fpga-to-host``).
 The testbench plays the user logic that posts receive buffers: each QP keeps ``--rq-depth`` buffers
 posted, each its whole region from the region's base, and posts one again for every receive
 completion (:mod:`rocegen.sim.cocotb.serve`).

@@ -58,6 +58,32 @@ ATOMIC_ACKNOWLEDGE on its own), ``ops_per_s`` (``ops`` over that time at the bui
 ``atomic_acks`` (ATOMIC_ACKNOWLEDGE frames sent, resent answers to duplicates included), the
 link counters and ``timeout``.
 
+Atomic runs of the endpoint (``"kind": "gen_atomic"``, ``rocegen sim demo --op FETCH_ADD|
+COMPARE_SWAP``, a build with atomics): the endpoint's traffic generator works on one 8-byte
+counter of the host's memory (the first word of QP 0's; every QP's context points there, and the
+host's QPs and region take atomics). One run per QP, one after the other (the generator's runs
+as the connection manager starts them: ``count`` messages of 8 bytes, window 0, ``imm`` 1 for
+FETCH_ADD and 0 for COMPARE_SWAP): ``count`` FETCH_ADDs of 1 each (the counter zeroed first, QP
+``i``'s run takes it from ``i * count`` to ``(i + 1) * count``), or a COMPARE_SWAP chain each
+(message ``s`` swaps in ``s + 1`` where it finds ``s``; the counter zeroed before each run,
+which counts it up to ``count``). After each run: the generator counted ``count`` completions OK
+and none in error, the counter holds what the model of the run
+(:func:`rocegen.wire.atomic_runs.generator_run`) says, and the original values of its last (up
+to) 64 messages, read back from the endpoint's memory (slots ``(s mod 64) * 64``,
+little-endian), are the model's. A result adds ``ops``, ``initial`` (0), ``final``,
+``expected``, ``originals_checked`` (originals read back and compared), ``distinct`` (distinct
+values among them), ``counter`` (the host address), ``gen_cycles`` (the generator's cycles from
+each run's first work request to its last completion, summed), ``ops_per_s`` (``ops`` over that
+time at the build's clock), ``atomic_acks`` (ATOMIC_ACKNOWLEDGEs the host sent, answers to
+duplicates included), ``host_executed`` (atomics the host executed: each once),
+``host_duplicates`` (duplicates it answered from its results: the endpoint asked again for
+atomics whose answers were lost), ``counters`` (the increase of the endpoint's counters of
+:data:`RUN_COUNTERS` and ``rd_*`` over the run, the read-backs included: ``rd_hole``,
+``rd_reissues`` tell its READ requester's own requests again), ``packets`` (atomic request
+frames the endpoint sent, resent ones included), the link counters and ``timeout``. On a faulty
+link a duplicate the host cannot answer from its results (one not the same request as the atomic
+it executed at that PSN) fails the run.
+
 A run's ``test``:
 
 ``responder``
@@ -162,14 +188,20 @@ from rocegen.sim.testing.roce_env import (
     board_clock_mhz,
     link_pair,
     now_cycle,
+    open_qp,
     qpn,
     timeout_code,
     wait_cycles,
+    wait_low,
     write_onchip,
 )
-from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
+from rocegen.wire.addr import parse_ip
+from rocegen.wire.atomic_runs import ORIGINAL_SLOTS, generator_run, original_slot
 from rocegen.wire.opcodes import (
     OP_RC_ATOMIC_ACKNOWLEDGE,
+    OP_RC_COMPARE_SWAP,
+    OP_RC_FETCH_ADD,
     OP_RC_RDMA_READ_REQUEST,
     OP_RC_RDMA_READ_RESPONSE_FIRST,
     OP_RC_RDMA_READ_RESPONSE_ONLY,
@@ -220,6 +252,8 @@ async def runs(dut):
                 out = await read_run(env, run, n)
             elif run["kind"] == "atomic":
                 out = await atomic_run(env, run, n)
+            elif run["kind"] == "gen_atomic":
+                out = await gen_atomic_run(env, run, n)
             else:
                 out = await data_run(env, run, n)
         new = {k: v - fc[0][k] for k, v in env.mac.framecheck.counts.items() if v - fc[0][k]}
@@ -784,5 +818,104 @@ async def atomic_counter(env, run, n):
             "line_cycles": cycles, "ops_per_s": ops / secs if secs else 0.0,
             "atomic_acks": len(acks), "packets": len(host), "checked_bytes": 8 * len(got),
             "timeout": timeout,
+            "link_to_nic": dict(env.mac.to_nic.counters) if env.mac.to_nic else None,
+            "link_from_nic": dict(env.mac.from_nic.counters) if env.mac.from_nic else None}
+
+
+#: the generator's ``imm`` of an atomic run, as the connection manager starts it: a FETCH_ADD run
+#: adds 1, a COMPARE_SWAP run's message s swaps in s + 1 where it finds s
+#: (:class:`~rocegen.gateware.roce.cm.cm_traffic.CmTraffic`)
+GEN_IMM = {"FETCH_ADD": 1, "COMPARE_SWAP": 0}
+
+
+async def open_for_gen_atomics(env, k, *, pmtu, psn, timeout):
+    """QP k on both sides, the endpoint's context pointing at QP 0's host memory (R_Key 0x3000,
+    base :data:`HOST_BASE`), the host's QP and that region taking atomics."""
+    nic, hq = env.nic, HOST_QPN + k
+    if hq in nic.qps:
+        nic.destroy_qp(hq)
+    nic.create_qp(hq, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=psn, pmtu=pmtu,
+                  timeout=timeout or 8, access=Access.REMOTE_WRITE | Access.REMOTE_READ |
+                  Access.REMOTE_ATOMIC, max_rd_atomic=HOST_RD_ATOMIC,
+                  max_dest_rd_atomic=HOST_RD_ATOMIC)
+    mr = next((m for m in nic.mrs if m.rkey == 0x3000), None)
+    if mr is None:
+        nic.register_mr(HOST_BASE, HOST_BYTES, 0x3000, Access.LOCAL_WRITE | Access.REMOTE_WRITE |
+                        Access.REMOTE_READ | Access.REMOTE_ATOMIC)
+    else:
+        mr.access |= Access.REMOTE_READ | Access.REMOTE_ATOMIC
+    await env.set_region(k, *REGION)
+    await open_qp(env.ctl, env.psn, k, peer_ip=parse_ip(HOST_IP), peer_qpn=hq, rkey=0x3000,
+                  base_va=HOST_BASE, pmtu=pmtu, psn=psn, udp_sport=0xC200 + k, timeout=timeout)
+    env.qps[k] = {"pmtu": pmtu, "region": REGION}
+
+
+async def gen_atomic_run(env, run, n):
+    """A ``gen_atomic`` run (see the module documentation); returns its figures."""
+    op, qps, count = run["opcode"], run["qps"], run["count"]
+    dut, nic = env.dut, env.nic
+    timeout = timeout_code(run)
+    env.mac.clear_sent()
+    for k in range(qps):
+        await open_for_gen_atomics(env, k, pmtu=run["pmtu"], psn=env.rng.getrandbits(24),
+                                   timeout=timeout)
+    # the endpoint learns the host's MAC (ARP) on a perfect link: one word read back
+    links = env.mac.to_nic, env.mac.from_nic
+    env.mac.to_nic = env.mac.from_nic = None
+    await env.readback(0, 0, 8)
+    env.mac.to_nic, env.mac.from_nic = links
+    counter = HOST_BASE
+    nic.write_mem(counter, bytes(8))
+    c0, mark = dict(nic.counters), len(env.mac.frames)
+    counted = [name for name in STATS if name in RUN_COUNTERS or name.startswith("rd_")]
+    stats0 = await read_stats(dut, STATS)
+    cycles, seen, final = 0, [], None
+    for i in range(qps):
+        first = i * count & M64 if op == "FETCH_ADD" else 0
+        if op == "COMPARE_SWAP":
+            nic.write_mem(counter, bytes(8))
+        await env.gen.send({"qp": i, "opcode": WrOpcode[op], "length": 8, "count": count,
+                            "spacing": 0, "imm": GEN_IMM[op], "window": 0})
+        await wait_cycles(W, 4)
+        await wait_low(dut, dut.gen_busy, W, max_cycles=MAX_CYCLES,
+                       what=f"run {n}: the traffic generator's {op} run on QP {i}")
+        ok, err = int(dut.gen_ok.value), int(dut.gen_err.value)
+        assert (ok, err) == (count, 0), \
+            f"run {n}: QP {i}'s run completed {ok} atomics OK and {err} in error, of {count}"
+        cycles += int(dut.gen_cycles.value)
+        (want,), originals = generator_run(op, count, 1, [first])
+        final = int.from_bytes(nic.read_mem(counter, 8), "little")
+        assert final == want, f"run {n}: after QP {i}'s run the host's counter holds " \
+            f"{final:#x}, the model {want:#x}"
+        slots = min(count, ORIGINAL_SLOTS)
+        saved = env.mac.bytes_per_cycle
+        env.mac.bytes_per_cycle = None      # the read-back at the MAC's pace
+        mem = await env.readback(0, 0, original_slot(slots - 1) + 8)
+        env.mac.bytes_per_cycle = saved
+        for s in range(count - slots, count):
+            at = original_slot(s)
+            value = int.from_bytes(mem[at:at + 8], "little")
+            assert value == originals[s], f"run {n}: QP {i}'s message {s} found " \
+                f"{value:#x} (its original, at local {at:#x}), the model says {originals[s]:#x}"
+            env.shadow[at:at + 8] = mem[at:at + 8]
+            seen.append(value)
+    assert env.dut.gen_err.value == 0
+    frames = _frames_since(env, mark, (OP_RC_FETCH_ADD, OP_RC_COMPARE_SWAP))
+    stats = await read_stats(dut, STATS)
+    faulty = any(run.get(f) for f in ("loss", "dup", "reorder", "corrupt"))
+    problems = env.host_problems(faulty=faulty)
+    assert not problems, f"run {n}: the host logged {problems[:3]}"
+    ops = qps * count
+    secs = cycles / (board_clock_mhz(W) * 1e6)
+    return {"messages": ops, "ops": ops, "initial": 0, "final": final,
+            "expected": ops & M64 if op == "FETCH_ADD" else count,
+            "originals_checked": len(seen), "distinct": len(set(seen)), "counter": counter,
+            "gen_cycles": cycles, "ops_per_s": ops / secs if secs else 0.0,
+            "atomic_acks": nic.counters["atomic_ack_tx"] - c0["atomic_ack_tx"],
+            "host_executed": nic.counters["atomic_rx"] - c0["atomic_rx"],
+            "host_duplicates": nic.counters["atomic_dup"] - c0["atomic_dup"],
+            "packets": len(frames),
+            "counters": {k: stats[k] - stats0[k] for k in counted if stats[k] - stats0[k]},
+            "checked_bytes": 8 * (len(seen) + qps), "timeout": timeout,
             "link_to_nic": dict(env.mac.to_nic.counters) if env.mac.to_nic else None,
             "link_from_nic": dict(env.mac.from_nic.counters) if env.mac.from_nic else None}

@@ -112,6 +112,10 @@ class ReadRequesterFeature(Feature):
         wiring.connect(m, place.touch, timer.touch)
         wiring.connect(m, timer.expire, place.timer)
         m.d.comb += [qps.rsd_qp.eq(resend.ctx_qp), resend.ctx.eq(qps.rsd_context)]
+        gen = f.requester.gen
+        if gen.atomics:
+            # (a reissued atomic of the generator gets its operands made again from its imm)
+            m.d.comb += resend.gen_imm.eq(gen.run_imm)
         wiring.connect(m, place.lookup, track.lookup)
         wiring.connect(m, sched.rd_issue, track.issue)
         # (a QP with as many READs outstanding as its limit starts no work request; it still

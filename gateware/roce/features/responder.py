@@ -167,7 +167,12 @@ class ResponderFeature(Feature):
             m.d.comb += [sink.i.valid.eq(resp.mem.valid & resp.mem.ready),
                          sink.i.payload.eq(resp.mem.payload), cm.counts.eq(sink.counts)]
             if self.cfg.reads:
-                # (and the READ responses' payload: the memory takes one write a cycle)
-                rw = f.read.place.o
-                with m.If(rw.valid & rw.ready):
+                # (and the READ responses' payload: the memory takes one write a cycle; not the
+                # original values of the FPGA's own atomics, which are no test pattern)
+                place = f.read.place
+                rw = place.o
+                data_write = rw.valid & rw.ready
+                if self.cfg.atomics is not None:
+                    data_write &= ~place.o_atomic
+                with m.If(data_write):
                     m.d.comb += [sink.i.valid.eq(1), sink.i.payload.eq(rw.payload)]

@@ -62,6 +62,8 @@ class TrafficGen(wiring.Component):
         cleared when a run starts; ``cycles`` is the number of clock cycles from the cycle the
         first work request is taken to the cycle the last completion arrives (0 for a run of 0
         messages), for throughput measurements: ``count * length / (cycles * clock period)``.
+        ``run_imm`` (``atomics`` only): the current (or last) run's ``imm``, from which the
+        READ requester makes a reissued atomic's operands again.
 
     Atomic runs (``atomics=True`` only; without it such a run's requests are refused as
     above): message ``s`` of a FETCH_ADD or COMPARE_SWAP run is an atomic on the 8 bytes at
@@ -102,6 +104,7 @@ class TrafficGen(wiring.Component):
             "completed_ok": Out(32),
             "completed_err": Out(32),
             "cycles": Out(48),
+            **({"run_imm": Out(32)} if atomics else {}),
         })
 
     def elaborate(self, platform):
@@ -145,6 +148,8 @@ class TrafficGen(wiring.Component):
             w.remote_offset.eq(offset),
             w.imm.eq(cfg.imm),
         ]
+        if self.atomics:
+            m.d.comb += self.run_imm.eq(cfg.imm)
         if self.reads:
             with m.If(cfg.opcode == WrOpcode.READ):
                 m.d.comb += w.local_addr.eq(offset)

@@ -301,7 +301,7 @@ class ReadDecide(wiring.Component):
             ev.ack.qp.eq(h.qp), ev.ack.msn.eq(h.msn), ev.wr_id.eq(r_ent.wr_id),
             ev.quiet.eq(own), ev.gap.eq(gap | own), ev.send.eq(own),
             ev.offset.eq(offset), ev.rest.eq(r_ent.length - offset), ev.va.eq(r_ent.va + offset),
-            ev.atomic.eq(r_ent.atomic), ev.local_addr.eq(r_ent.local_addr),
+            ev.atomic.eq(r_ent.atomic), ev.local_addr.eq(r_ent.local_addr), ev.gen.eq(r_ent.gen),
             ev.ndone.eq(Mux(s.closing, Mux(queued, v.nxt.dist, v.fdist),
                             good & ~v.open & s.a[2])),
         ]

@@ -98,6 +98,7 @@ READ_ISSUE = data.StructLayout({
                                # when new)
     "atomic": AtomicOp,        # an atomic (FETCH_ADD, COMPARE_SWAP): one PSN, 8 bytes, answered
                                # by an ATOMIC_ACKNOWLEDGE; NONE for a READ
+    "gen": 1,                  # the traffic generator's (its atomics' operands are made, not read)
 })
 
 #: An outstanding READ, as the table keeps it.
@@ -110,6 +111,7 @@ READ_ENTRY = data.StructLayout({
     "pmtu_log2": 4,
     "va": 64,                  # remote virtual address of its first byte
     "atomic": AtomicOp,        # an atomic's operation (NONE for a READ)
+    "gen": 1,                  # the traffic generator's
 })
 
 #: Holes a QP keeps queued after its current one (the model's ``HOLE_QUEUE``).
@@ -216,6 +218,7 @@ READ_EVENT = data.StructLayout({
     "seq": SEQ_BITS,
     "atomic": AtomicOp,        # the READ asked again for is an atomic (sent again whole)
     "local_addr": 32,          # its local address (an atomic's operands)
+    "gen": 1,                  # the traffic generator's (an atomic's operands made again)
 })
 
 #: A READ of QP ``qp`` whose responses are all written (one record per READ).
@@ -226,9 +229,11 @@ READ_DONE = data.StructLayout({"qp": 8})
 #: ``va``. ``send``: the READ requester sends this request itself (a selective reissue: the
 #: QP's later requests are not sent again); else the retry engine's rewind sends it (with every
 #: later request of the QP). An atomic (``atomic``) is sent again whole, its operands read
-#: again at ``local_addr``.
+#: again at ``local_addr``, or with ``gen`` (the traffic generator's) made again from its
+#: ``wr_id`` and the generator's ``imm``, as the first time.
 READ_REISSUE = data.StructLayout({"qp": 8, "wr_id": 32, "psn": 24, "offset": 31, "length": 31,
-                                  "va": 64, "send": 1, "atomic": AtomicOp, "local_addr": 32})
+                                  "va": 64, "send": 1, "atomic": AtomicOp, "local_addr": 32,
+                                  "gen": 1})
 
 
 class ReadLookupSignature(wiring.Signature):

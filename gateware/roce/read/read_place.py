@@ -97,6 +97,9 @@ class ReadPlace(wiring.Component):
     o : Out(MemWriteSignature(width, addr_width))
         Payload writes: word address, data, byte enables (lane k: byte at ``addr * W/8 + k``),
         the payload's first byte at the byte address its READ and index give it.
+    o_atomic : Out(1), with ``atomics`` only
+        High with each word on ``o`` that is an atomic's original value (the payload of an
+        ATOMIC_ACKNOWLEDGE), not READ data: the pattern sink leaves those out.
     mem_durable : In(DURABLE_WIDTH), with ``acked_writes`` only
         Words of ``o`` acknowledged by the memory in this cycle, in the order taken.
     ack : Out(stream.Signature(ACK_EVENT))
@@ -152,6 +155,7 @@ class ReadPlace(wiring.Component):
             "touch": Out(stream.Signature(READ_TOUCH, always_ready=True)),
             "lookup": Out(ReadLookupSignature()),
             "o": Out(MemWriteSignature(width, addr_width)),
+            **({"o_atomic": Out(1)} if atomics is not None else {}),
             **({"mem_durable": In(DURABLE_WIDTH)} if acked_writes else {}),
             "ack": Out(stream.Signature(ACK_EVENT)),
             "done": Out(stream.Signature(READ_DONE, always_ready=True)),
@@ -162,9 +166,11 @@ class ReadPlace(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         dec = m.submodules.decide = ReadDecide()
-        swap8 = self.atomics == "little"
-        place = m.submodules.place = RespPlace(self.width, self.addr_width, swap8=swap8)
-        acts = m.submodules.acts = SyncFIFO(width=RESP_PLACE.size + swap8, depth=self.act_depth)
+        swap8, atomics = self.atomics == "little", self.atomics is not None
+        place = m.submodules.place = RespPlace(self.width, self.addr_width, swap8=swap8,
+                                               tag=atomics)
+        acts = m.submodules.acts = SyncFIFO(width=RESP_PLACE.size + atomics,
+                                            depth=self.act_depth)
         evq = m.submodules.events = SyncFIFO(width=READ_EVENT.size, depth=self.events)
         lk, hdr, ack_in = self.lookup, self.hdr, self.ack_in
 
@@ -220,10 +226,14 @@ class ReadPlace(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), place.i)
         wiring.connect(m, place.o, wiring.flipped(self.o))
         m.d.comb += place.act.payload.eq(acts.r_data[:RESP_PLACE.size])
-        if swap8:
-            # (an ATOMIC_ACKNOWLEDGE's value is big-endian on the wire, little-endian in memory)
+        if atomics:
+            # an ATOMIC_ACKNOWLEDGE's value is marked on its way to memory (and with "little",
+            # big-endian on the wire, turned little-endian)
+            is_atomic = acts.r_data[RESP_PLACE.size]
             m.d.comb += [acts.w_data[RESP_PLACE.size].eq(l1.h.opcode == OP_ATOMIC_ACK),
-                         place.swap.eq(acts.r_data[RESP_PLACE.size])]
+                         place.tag.eq(is_atomic), self.o_atomic.eq(place.o_tag)]
+            if swap8:
+                m.d.comb += place.swap.eq(is_atomic)
         if self.acked_writes:
             dur = m.submodules.durable = RespDurable()
             go = ~dur.hold
@@ -263,6 +273,7 @@ class ReadPlace(wiring.Component):
             self.reissue.payload.va.eq(head.va), self.reissue.payload.send.eq(head.send),
             self.reissue.payload.atomic.eq(head.atomic),
             self.reissue.payload.local_addr.eq(head.local_addr),
+            self.reissue.payload.gen.eq(head.gen),
         ]
         return m
 

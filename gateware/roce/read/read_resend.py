@@ -60,7 +60,12 @@ class ReadResend(wiring.Component):
         ``qp`` from the record, ``src`` USER; every other field 0. Registered. A record of an
         atomic (``atomic``) is its request again: opcode COMPARE_SWAP or FETCH_ADD, the
         AtomicETH's target ``va`` with the context's R_Key, the 16 bytes of operands at
-        ``local_addr`` as payload, no RETH.
+        ``local_addr`` as payload, no RETH; the traffic generator's (``gen``) with ``src``
+        GENERATOR and ``imm`` ``gen_imm``, so that the packet builder makes its operands again
+        from its ``wr_id`` and ``imm``, as the first time.
+    gen_imm : In(32)
+        The traffic generator's ``imm`` (its current run's: an atomic of the generator is
+        outstanding only while its run goes on).
     dropped : Out(1)
         Pulses (combinationally) for a record with ``send`` set that finds the queue full:
         no request is sent for it.
@@ -91,6 +96,7 @@ class ReadResend(wiring.Component):
             "ctx_qp": Out(8),
             "ctx": In(QP_CONTEXT),
             "o": Out(stream.Signature(PACKET_DESC)),
+            "gen_imm": In(32),
             "dropped": Out(1),
             "stale": Out(1),
         })
@@ -129,6 +135,8 @@ class ReadResend(wiring.Component):
                 d.has_reth.eq(0), d.dma_len.eq(0), d.local_addr.eq(head.local_addr),
                 d.length.eq(ATOMIC_OPERAND_BYTES),
             ]
+            with m.If(head.gen):
+                m.d.comb += [d.src.eq(WrSource.GENERATOR), d.imm.eq(self.gen_imm)]
 
         o = self.o
         free = ~o.valid | o.ready

@@ -50,7 +50,7 @@ class ReadTrack(wiring.Component):
         QPs (1..256), QP index ``0 .. num_qps - 1``.
     max_rd_atomic : int
         READs a QP may have outstanding at most (1..16). Each QP has a power-of-two number of
-        slots (at least ``max_rd_atomic``) in one entry memory of :data:`READ_ENTRY` (210 bits).
+        slots (at least ``max_rd_atomic``) in one entry memory of :data:`READ_ENTRY` (213 bits).
 
     Ports
     -----
@@ -196,7 +196,7 @@ class ReadTrack(wiring.Component):
             ent_w.data.length.eq(iss.length), ent_w.data.first.eq(iss.first),
             ent_w.data.last_idx.eq(last_index(m, iss.length, iss.pmtu_log2)),
             ent_w.data.pmtu_log2.eq(iss.pmtu_log2), ent_w.data.va.eq(iss.va),
-            ent_w.data.atomic.eq(iss.atomic),
+            ent_w.data.atomic.eq(iss.atomic), ent_w.data.gen.eq(iss.gen),
             tl_w.addr.eq(iq[:qw]), tl_w.en.eq(add), tl_w.data.ptr.eq(tp_is.data + 1),
             tl_w.data.last.eq(iss.first + ent_w.data.last_idx),
         ]

@@ -11,6 +11,7 @@ from rocegen.gateware.roce.layouts import (
     SENT,
     SLOT_PSNS_WRITE,
     SchedKind,
+    WrSource,
     check_num_qps,
 )
 from rocegen.gateware.roce.read.read_layouts import READ_ISSUE
@@ -200,5 +201,6 @@ class SchedIssue(wiring.Component):
                 ri.payload.length.eq(rd.length), ri.payload.first.eq(rd.first),
                 ri.payload.psn.eq(c.psn), ri.payload.pmtu_log2.eq(rd.pmtu_log2),
                 ri.payload.va.eq(c.desc.va), ri.payload.atomic.eq(rd.atomic),
+                ri.payload.gen.eq(c.desc.src == WrSource.GENERATOR),
             ]
         return m

@@ -52,6 +52,10 @@ class RespPlace(wiring.Component):
         writes reversed per 8-byte lane (its 64-bit values turned between the wire's byte
         order and little-endian; the READ requester places an ATOMIC_ACKNOWLEDGE's value so).
         Default False.
+    tag : bool
+        With ports ``tag`` and ``o_tag``: a bit of each packet's record that comes out with
+        each of its word writes (the READ requester marks an ATOMIC_ACKNOWLEDGE's value so, for
+        the pattern sink to leave it out). Default False.
 
     Ports
     -----
@@ -60,12 +64,16 @@ class RespPlace(wiring.Component):
         (upstream has dropped damaged packets).
     swap : In(1), with ``swap8`` only
         Read with ``act`` (in the cycle a record is taken): reverse the packet's words.
+    tag : In(1), with ``tag`` only
+        Read with ``act``: the packet's tag.
     act : In(stream.Signature(RESP_PLACE))
         One record per packet of ``i``, in packet order: what to do with the packet's bytes
         ``skip .. skip + length - 1`` (``write``, destination byte address ``addr``).
     o : Out(MemWriteSignature(width, addr_width))
         Word writes: ``addr`` a word address, ``be`` bit k for lane k, the byte at byte address
         ``addr * W/8 + k``.
+    o_tag : Out(1), with ``tag`` only
+        The tag of the packet the word on ``o`` belongs to (a register, as ``o``).
     done : Out(1)
         One-cycle pulse per packet, in packet order, registered: in the cycle after the
         packet's last word write was accepted on ``o``; when its last beat adds no write (a pad
@@ -105,18 +113,20 @@ class RespPlace(wiring.Component):
       record is held or the packet's last beat is taken in the cycle.
     """
 
-    def __init__(self, width, addr_width, *, swap8=False):
+    def __init__(self, width, addr_width, *, swap8=False, tag=False):
         check_width(width)
         check_addr_width(addr_width)
-        if not isinstance(swap8, bool):
-            raise TypeError(f"swap8 must be a bool, not {swap8!r}")
+        for name, value in (("swap8", swap8), ("tag", tag)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, not {value!r}")
         self.width = width
         self.addr_width = addr_width
-        self.swap8 = swap8
+        self.swap8, self.tagged = swap8, tag
         super().__init__({
             "i": In(PacketSignature(width)),
             "act": In(stream.Signature(RESP_PLACE)),
             **({"swap": In(1)} if swap8 else {}),
+            **({"tag": In(1), "o_tag": Out(1)} if tag else {}),
             "o": Out(MemWriteSignature(width, addr_width)),
             "done": Out(1),
         })
@@ -210,13 +220,18 @@ class RespPlace(wiring.Component):
                 before.eq(rec.skip),
                 until.eq(Mux(rec.write, rec.skip + rec.length, 0)),
             ]
-        if self.swap8:
-            swap, o_swap, flush_swap = Signal(), Signal(), Signal()
+        if self.swap8 or self.tagged:
+            # the packet's bits (swap, tag) from its record, with the words it writes
+            bits, o_bits, flush_bits = Signal(2), Signal(2), Signal(2)
             with m.If(act.valid & act.ready):
-                m.d.sync += swap.eq(self.swap)
+                m.d.sync += bits.eq(Cat(self.swap if self.swap8 else 0,
+                                        self.tag if self.tagged else 0))
             with m.If(take):
-                m.d.sync += [o_swap.eq(swap), flush_swap.eq(swap)]
+                m.d.sync += [o_bits.eq(bits), flush_bits.eq(bits)]
             with m.Elif(flush & room):
-                m.d.sync += o_swap.eq(flush_swap)
-            m.d.comb += o.payload.data.eq(Mux(o_swap, lanes_reversed(data), data))
+                m.d.sync += o_bits.eq(flush_bits)
+            if self.swap8:
+                m.d.comb += o.payload.data.eq(Mux(o_bits[0], lanes_reversed(data), data))
+            if self.tagged:
+                m.d.comb += self.o_tag.eq(o_bits[1])
         return m

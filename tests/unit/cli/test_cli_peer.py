@@ -36,6 +36,13 @@ def run(argv):
     (["--peer-op", "COMPARE_SWAP", "--outstanding", "17"],
      "--outstanding must be 1..16 (the host QP's max_rd_atomic), not 17"),
     (["--line-gbps", "nan"], "--line-gbps must be a line rate 0..1000 Gb/s"),
+    # the endpoint's own atomics
+    (["--op", "FETCH_ADD", "--count", "0"], "--count must be 1..65536 with --op FETCH_ADD"),
+    (["--op", "COMPARE_SWAP", "--size", "16"],
+     "--size must be 8 with --op COMPARE_SWAP (each message is one 8-byte atomic), not 16"),
+    (["--op", "FETCH_ADD", "--outstanding", "4"],
+     "--outstanding is the host's (--peer-op); with --op FETCH_ADD the endpoint keeps"),
+    (["--op", "FETCH_ADD", "--peer-op", "WRITE"], "--opcode is what the endpoint sends"),
 ])
 def test_bad_peer_options_are_clear_errors(tmp_path, capsys, args, message):
     out = tmp_path / "demo"
@@ -57,8 +64,8 @@ def test_help_describes_peer_op_and_its_examples_parse(capsys, monkeypatch):
     examples = [line.strip() for line in text.splitlines()
                 if line.strip().startswith("rocegen sim demo")]
     assert "FETCH_ADD or COMPARE_SWAP: the contended counter" in words
-    assert len(examples) == 6 and any("--peer-op READ" in e for e in examples) and \
-        any("--op READ" in e for e in examples)
+    assert len(examples) == 7 and any("--peer-op READ" in e for e in examples) and \
+        any("--op READ" in e for e in examples) and any("--op FETCH_ADD" in e for e in examples)
     # each example, as typed, passes argparse (the runs themselves are in
     # tests/test_cocotb_responder.py): a bad one would exit 2 before the handler
     seen = []
@@ -66,4 +73,6 @@ def test_help_describes_peer_op_and_its_examples_parse(capsys, monkeypatch):
                         lambda args: seen.append(args) or 0)
     for e in examples:
         assert main(shlex.split(e)[1:]) == 0, e
-    assert [a.peer_op for a in seen] == [None, "SEND_IMM", "WRITE", "READ", None, "FETCH_ADD"]
+    assert [a.peer_op for a in seen] == [None, "SEND_IMM", "WRITE", "READ", None, "FETCH_ADD",
+                                         None]
+    assert (seen[-1].opcode, seen[-1].qps, seen[-1].count) == ("FETCH_ADD", 2, 8)

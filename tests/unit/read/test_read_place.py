@@ -196,6 +196,8 @@ class Monitor:
                 assert (av and ack_ready) != bool(rp.send), \
                     "a go-back-N reissue pulses only as its event leaves"
                 r = meta_dict(rp)
+                # (no generator's atomics here: their bit stays clear)
+                assert r.pop("gen") == 0
                 r.pop("local_addr")
                 self.reissue.append(r)
             if ov and o_ready:

@@ -12,7 +12,7 @@ import pytest
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib.memory import Memory
 
-from rocegen.gateware.roce.layouts import PACKET_DESC, QP_CONTEXT, QpState, WrSource
+from rocegen.gateware.roce.layouts import PACKET_DESC, QP_CONTEXT, AtomicOp, QpState, WrSource
 from rocegen.gateware.roce.read.read_resend import ReadResend
 from rocegen.sim.testing.harness import raises, run_sim
 
@@ -68,13 +68,15 @@ class WithTable(Elaboratable):
         return m
 
 
-def simulate(dut, contexts, comb, feed, ready, *, drain=True):
+def simulate(dut, contexts, comb, feed, ready, *, drain=True, setup=None):
     """Run with ``feed`` (per cycle: a record or None) on ``i`` and ``ready(cycle)`` on
     ``o.ready``; returns the descriptors taken, the records the block signalled dropped and
     the count of stale pulses. Checks on the way that ``o`` holds its offer until taken."""
     got, dropped, stale = [], [], [0]
 
     async def bench(ctx):
+        if setup is not None:
+            await setup(ctx)
         held = None
         cycle = 0
         sent = [r for r in feed if r is not None and r["send"]]
@@ -132,6 +134,34 @@ def test_random_reissues(num_qps, depth, comb, seed):
     assert stale, "no stale record was ever discarded"
     if depth == 2:
         assert dropped, "a queue of 2 under backpressure never overflowed"
+
+
+def test_atomic_reissues():
+    """An atomic asked for again is its request whole: FETCH_ADD or COMPARE_SWAP, no RETH, the
+    16 bytes of operands at ``local_addr`` as its payload; a user's with ``src`` USER (the
+    operands read from memory again), the traffic generator's (``gen``) with ``src`` GENERATOR
+    and the generator's ``imm`` (the packet builder makes the operands again from it and the
+    ``wr_id``, as the first time)."""
+    rng = random.Random(9)
+    contexts = [context(rng, QpState.RTS) for _ in range(2)]
+    feed = []
+    for n in range(40):
+        atomic = rng.choice([AtomicOp.FETCH_ADD, AtomicOp.COMPARE_SWAP])
+        feed += [dict(record(rng, 2, 1), atomic=atomic.value, local_addr=rng.getrandbits(32),
+                      gen=n % 2), None]
+    dut = ReadResend(2, 16)
+
+    async def imm(ctx):
+        ctx.set(dut.gen_imm, 0x1234_5678)
+    got, dropped, stale = simulate(dut, contexts, False, feed, lambda c: True, setup=imm)
+    assert not dropped and not stale and len(got) == 40
+    for r, d in zip([r for r in feed if r], got):
+        want = expected(r, contexts[r["qp"]])
+        want.update(opcode=0x14 if r["atomic"] == AtomicOp.FETCH_ADD.value else 0x13,
+                    has_reth=0, dma_len=0, local_addr=r["local_addr"], length=16)
+        if r["gen"]:
+            want.update(src=WrSource.GENERATOR.value, imm=0x1234_5678)
+        assert d == want
 
 
 @pytest.mark.parametrize("depth", [2, 16])

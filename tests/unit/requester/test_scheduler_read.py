@@ -155,7 +155,7 @@ class Expected:
                     "qp": wr.qp, "new": int(new), "wr_id": wr.req.wr_id,
                     "local_addr": wr.req.local_addr, "length": wr.req.length, "first": first,
                     "psn": p.psn, "pmtu_log2": qp.pmtu.bit_length() - 1, "va": p.reth[0],
-                    "atomic": 0})
+                    "atomic": 0, "gen": int(wr.src == WrSource.GENERATOR)})
 
     def add(self, wr, qps, **checks):
         """Account for a new request; advances the model QP's PSN."""

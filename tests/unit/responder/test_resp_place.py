@@ -274,7 +274,61 @@ def test_record_before_and_after_beats():
     check(port, cases, 64)
 
 
+@pytest.mark.parametrize("width, swap8", [(64, False), (64, True), (512, True)])
+def test_tags_come_out_with_their_packets_words(width, swap8):
+    """``tag``: every word write carries the tag its packet's record came with (the READ
+    requester marks an atomic's original so); with ``swap8`` too, a packet whose record asked
+    for it has each written word reversed per 8-byte lane, the others as they are."""
+    rng = random.Random(width + swap8)
+    cases = make_cases(rng, width, 80)
+    tags = [rng.getrandbits(1) for _ in cases]
+    swaps = [rng.getrandbits(1) if swap8 else 0 for _ in cases]
+    dut = RespPlace(width, AW, swap8=swap8, tag=True)
+    driver = StreamDriver(dut.i, width, idle=0.3, seed=5)
+    writes, dones = [], []
+
+    async def port(ctx):
+        cycle = 0
+        while True:
+            ctx.set(dut.o.ready, rng.random() >= 0.3)
+            _, _, valid, ready, payload, tag, done = await ctx.tick().sample(
+                dut.o.valid, dut.o.ready, dut.o.payload, dut.o_tag, dut.done)
+            cycle += 1
+            if valid and ready:
+                writes.append((cycle, int(payload.addr), int(payload.data), int(payload.be),
+                               int(tag)))
+            if done:
+                dones.append(cycle)
+
+    async def beats(ctx):
+        await driver.send(ctx, [pkt for pkt, _ in cases])
+        while len(dones) < len(cases):
+            await ctx.tick()
+
+    async def records(ctx):
+        for (_, rec), tag, swap in zip(cases, tags, swaps):
+            ctx.set(dut.tag, tag)
+            if swap8:
+                ctx.set(dut.swap, swap)
+            await send_records(ctx, dut.act, [rec])
+
+    run_sim(dut, testbenches=[beats, records], processes=[port], deadline_cycles=200_000)
+    B, start = width // 8, 0
+    for n, ((pkt, rec), done) in enumerate(zip(cases, dones)):
+        got = [w for w in writes if start <= w[0] < done]
+        start = done
+        want = expected_writes(pkt, rec, width)
+        assert [(a, be, t) for _, a, _, be, t in got] == [(a, be, tags[n]) for a, be, _ in want]
+        for (_, a, data, _, _), (_, _, lanes) in zip(got, want):
+            word = data.to_bytes(B, "little")
+            if swaps[n]:
+                word = b"".join(word[i:i + 8][::-1] for i in range(0, B, 8))
+            assert {k: word[k] for k in lanes} == lanes, f"packet {n}: data of word {a:#x}"
+    assert any(tags) and not all(tags)
+
+
 def test_parameters():
+    raises(TypeError, r"tag must be a bool, not 1", lambda: RespPlace(64, 8, tag=1))
     raises(ValueError, r"width must be one of 64, 128, 256, 512 bits, not 96", lambda: RespPlace(96, 8))
     raises(TypeError, r"width must be an integer number of bits, not '64'", lambda: RespPlace("64", 8))
     raises(ValueError, r"addr_width must be 1\.\.32 bits, not 0", lambda: RespPlace(64, 0))

@@ -70,6 +70,15 @@ def _run(op, qps, **kw):
             "ok": kw.get("ok", True), "fpga_qpn": qps}
 
 
+def _fpga_atomics(problems=()):
+    """What ``rocegen-host atomic --direction fpga-to-host --json`` answers for 1 QP x 2."""
+    return {"direction": "fpga-to-host", "op": "FETCH_ADD", "ok": not problems, "ops": 2,
+            "runs": [{"fpga_qpn": 256, "initial": 0, "final": 2, "expected": 2, "ok": True,
+                      "errors": []}],
+            "counter": {"addr": 0x7F00, "final": 2, "expected": 2, "problems": []},
+            "originals": {"slots": 2, "distinct": 2, "problems": list(problems)}}
+
+
 @pytest.mark.parametrize("step, answers, verdict", [
     # the FPGA's WRITEs: the agent checked every message
     ("fpga:WRITE", [{"ok": True}, {"ok": True, "result": [_run("WRITE", 256)]}],
@@ -88,6 +97,11 @@ def _run(op, qps, **kw):
     # the host's READ: the agent checked, one byte wrong
     ("host:READ", [{"op": "READ", "ok": False, "checked": 2000, "wrong": 1, "bytes": 2000,
                     "qps": [{"messages": 2}]}], ("host", 2000, 1, False)),
+    # the FPGA's atomics on rxe's counter: the agent checked each run and the originals
+    ("fpga:FETCH_ADD", [_fpga_atomics()], ("host", 2, 0, True)),
+    # an original not as the model says: a failed check counts as wrong
+    ("fpga:FETCH_ADD", [_fpga_atomics(problems=["1 of 2 differ from the model"])],
+     ("host", 2, 1, False)),
 ])
 def test_the_story_judges_what_the_agent_answers(monkeypatch, step, answers, verdict):
     replies = iter(answers)
@@ -102,6 +116,16 @@ def test_the_story_judges_what_the_agent_answers(monkeypatch, step, answers, ver
     last = cmds[-1]
     assert (last["checked_by"], last["checked"], last["wrong"], last["ok"]) == verdict
     assert last["messages"] == 2
+    if step == "fpga:FETCH_ADD":
+        assert cmds[0]["cmd"][1:5] == ["atomic", "--direction", "fpga-to-host", "--op"]
+        row = {"step": step, "ok": last["ok"], "wall_s": 1.0, "checked_by": "host", "checked": 2,
+               "wrong": last["wrong"], "messages": 2, "rxe": {}, "fpga": {},
+               "atomic": last["atomic"]}
+        lines = rxe.table({"steps": [row], "frames": {}, "loss": {}, "sim_us": 1.0,
+                           "wall_s": 1.0, "cycles": 1, "framecheck": {}, "ok": last["ok"]})
+        assert lines[2].startswith("  the FPGA's atomics on rxe's counter: 1 QP x 2 FETCH_ADDs, "
+                                   "one run after the other, on 0x7f00: 0x2 (expected 0x2), 2 "
+                                   "atomics; 2 originals READ back from the FPGA, 2 distinct")
 
 
 def _rxe_args(*argv):
@@ -112,7 +136,7 @@ def _rxe_args(*argv):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--steps", "connect,fpga:FETCH_ADD"], "unknown"),
+    (["--steps", "connect,fpga:SWAP"], "unknown"),
     (["--steps", "fpga:WRITE"], "must begin with connect"),
     (["--qps", "9"], "--qps must be 1..8"),
     (["--host-timeout", "32"], "--host-timeout must be 0..31"),
