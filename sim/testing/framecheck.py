@@ -31,7 +31,8 @@ scapy.
   zero: the endpoint offers no memory region); ``rem_*`` echo the request's ``loc_*``;
   ``listening_port`` echoed and the reply sent to it (to the request's source port when 0); the
   extension bytes (1, 5, 25, 29) and the test-traffic bytes 51..63 zero, as the original tools
-  expect; a UDP checksum that is not 0.
+  expect (but the atomics' capability, byte 51 bits 6-5 of an ACK of OPEN_QP, SEND_QP_INFO
+  or MODIFY_QP_RTS: 1 or 2); a UDP checksum that is not 0.
 
 :attr:`FrameChecker.counts` counts the frames checked by kind (``roce``, ``cm_reply``, ``udp``,
 ``arp``, ``icmp``, ``other``) and ``frames`` in all; :meth:`FrameChecker.summary` says it in one
@@ -425,5 +426,9 @@ class FrameChecker:
             byte1=0, byte5=0, byte25=0, byte29=0, **ours, loc_ip=_ip_int(our_ip),
             rem_qpn=req["loc_qpn"], rem_psn=req["loc_psn"], rem_rkey=req["loc_rkey"],
             rem_vaddr=req["loc_vaddr"], rem_ip=req["loc_ip"],
-            listening_port=req["listening_port"], byte51=0, dma_length=0, n_transfers=0,
-            frequency=0)
+            listening_port=req["listening_port"],
+            # (an extension: an ACK that names a region may state the responder's atomics in
+            # bits 6-5, 1 little-endian or 2 big-endian; nothing else of the byte)
+            byte51=got["byte51"] if got["ack_type"] == 1 and req["req_type"] in (1, 2, 3)
+            and got["byte51"] in (0x20, 0x40) else 0,
+            dma_length=0, n_transfers=0, frequency=0)
