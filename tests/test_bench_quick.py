@@ -37,9 +37,22 @@ def test_quick_suite(tmp_path):
     plan = dict(suite_runs(True))
     assert len(r["goodput"]) + len(r["message_rate"]) + len(r["latency"]) + len(r["cm"]) + \
         len(r["loss"]) == len(plan["quick"])
-    # the responder's rows: all but the warm-up run, the READ runs and the atomic runs
-    assert len(r["responder"]) == len([x for x in plan["quick-responder"]
-                                       if x["kind"] not in ("warmup", "read", "atomic")])
+    # the responder's rows: all but the warm-up run, the READ, atomic and round-trip runs
+    assert len(r["responder"]) == len([x for x in plan["quick-responder"] if x["kind"] not in
+                                       ("warmup", "read", "atomic", "roundtrip")])
+    trips = [x for x in plan["quick-responder"] if x["kind"] == "roundtrip"]
+    assert sorted(g["test"] for g in r["roundtrip"]) == sorted(x["test"] for x in trips) == \
+        ["send", "write"]
+    for g in r["roundtrip"]:
+        # every sample's bytes compared, its parts adding up to it
+        assert g["data_checked"] and g["parts_add_up"], g
+        c, parts = g["rtt_cycles"], g["parts_cycles"]
+        assert len(c["samples"]) == g["count"] and 0 < c["min"] <= c["max"], g
+        assert g["rtt_ns"] == round(c["min"] * 1e3 / CLOCK_MHZ, 1), g
+        # the endpoint's own parts take time; a round trip is more than its line times
+        mine = ("tx", "rx") if g["test"] == "send" else ("resp",)
+        assert all(parts[k] > 0 for k in mine), g
+        assert c["min"] > parts["in"] + parts["out"], g
     assert len(r["read"]) == len([x for x in plan["quick-responder"] if x["kind"] == "read"])
     atomic = [x for x in plan["quick-responder"] if x["kind"] == "atomic"]
     assert len(r["atomic"]) == len(atomic) and {g["test"] for g in r["atomic"]} >= {"rate",
@@ -151,6 +164,7 @@ def test_quick_suite(tmp_path):
     assert perf.count(bench_report.BEGIN) == 1 and r["revision"][:12] in perf
     assert "### Responder" in perf and "WRITE PMTU 4096" in perf
     assert "### RDMA atomics" in perf and "FETCH_ADD" in perf
+    assert "### Round trips" in perf and "SEND ping-pong" in perf
     readme = (tmp_path / "README.md").read_text()
     assert readme.count(bench_report.H_BEGIN) == 1
     # both say which peer the figures were measured against

@@ -14,6 +14,7 @@ from rocegen.sim.apps.bench_suite import (
     CLOCK_MHZ,
     KIB,
     MIB,
+    ROUNDTRIP_BATCHES,
     atomic_frames,
     limit_gbps,
     rate_limit_mmsgs,
@@ -189,6 +190,12 @@ def summary(results):
             what = r["opcode"] if r["test"] == "latency" else f"READ {size_text(r['size'])}"
             out.append(f"atomic {_atomic_build(r)}: {what} request's last beat in to its answer's "
                        f"first beat out {c['min']}..{c['max']} cycles")
+    for r in results.get("roundtrip", []):
+        c = r["rtt_cycles"]
+        what = "SEND ping-pong" if r["test"] == "send" else "host WRITE to its ACK"
+        out.append(f"round trip {_roundtrip_build(r)}: {what} of {size_text(r['size'])}: "
+                   f"{c['min']:g}..{c['max']:g} cycles ({r['rtt_ns']} ns at best, half "
+                   f"{r['half_ns']} ns)")
     for r in results.get("incast", []):
         p = r["parameters"]
         out.append(f"incast, {p['senders']} senders, DCQCN {'on' if p['dcqcn'] else 'off'}, PFC "
@@ -560,6 +567,7 @@ def markdown(results):
     out += _responder_markdown(results)
     out += _read_markdown(results)
     out += _atomic_markdown(results)
+    out += _roundtrip_markdown(results)
     out += _incast_markdown(results)
 
     res = results["resources"]
@@ -845,6 +853,87 @@ def _atomic_markdown(results):
                 "(ATOMIC_ACKNOWLEDGE, or the READ's first response), minimum..maximum over the "
                 "samples (the atomics each on the next 8-byte lane of a word).", ""]
         out += _table(["build", "request", "latency", "at best", "samples"], table) + [""]
+    return out
+
+
+#: ConnectX latencies as NVIDIA publishes them: (adapter, figure, where). Like the figures of
+#: ``ib_send_lat`` and ``ib_write_lat`` (perftest's latency tests print half of a ping-pong's
+#: round trip), they are one-way times between two hosts, their PCIe and software included.
+CONNECTX_PUBLISHED = (
+    ("ConnectX-6 VPI (InfiniBand)", "sub-600 ns",
+     "https://docs.nvidia.com/networking/display/ConnectX6EN/Introduction"),
+    ("ConnectX-6 EN (Ethernet)", "sub 0.8 us",
+     "ConnectX-6 EN adapter card product brief"),
+)
+#: the parts of a round trip, in order, by test, and what each is
+ROUNDTRIP_PARTS = {
+    "send": (("tx", "endpoint: work request to the SEND's first beat"),
+             ("out", "the SEND on the line"),
+             ("turn", "host: to the echo's start (its ACK first, if it goes first)"),
+             ("in", "the echo on the line"),
+             ("rx", "endpoint: the echo's end to its receive completion")),
+    "write": (("in", "the WRITE on the line"),
+              ("resp", "endpoint: the WRITE's end to its ACK's first beat"),
+              ("out", "the ACK on the line")),
+}
+
+
+def _roundtrip_build(row):
+    """The build of a round-trip row: ``W = 512``, ``W = 512 AXI4``."""
+    return f"W = {row['width']}" + (" AXI4" if row.get("memory") == "axi4" else "")
+
+
+def _roundtrip_markdown(results):
+    """The "Round trips" section: the endpoint's SEND echoed by the host NIC model and the
+    host's WRITE to its ACK, with no software in either, beside ConnectX's published
+    latencies (batches ``roundtrip``, ``roundtrip-axi4``, ``roundtrip-w64``)."""
+    rows = results.get("roundtrip", [])
+    if not rows:
+        return []
+    lines = {(w, m): line for w, line, m in ROUNDTRIP_BATCHES.values()}
+    builds = sorted({_roundtrip_build(r) for r in rows}, key=lambda b: (len(b) > 8, b))
+    out = ["### Round trips", "",
+           "Round trips with no software in them, on an idle endpoint (the responder's build, "
+           "8 QPs; one QP, PMTU 4096; "
+           + "; ".join(f"{b} at {r['clock_mhz']:.3f} MHz, both lines at "
+                       f"{lines.get((r['width'], r['memory']), '?')} Gb/s"
+                       for b in builds for r in [next(x for x in rows
+                                                       if _roundtrip_build(x) == b)])
+           + "; `rocegen.sim.cocotb.roce_roundtrip`, rows `\"kind\": \"roundtrip\"`):",
+           "",
+           "- **SEND ping-pong**: the endpoint SENDs from its memory; the host NIC model SENDs "
+           "the bytes back as soon as it has the SEND whole (the end of its line time); from "
+           "the clock edge that takes the endpoint's work request to the receive completion of "
+           "the echo.",
+           "- **host WRITE to its ACK**: from the start of the host's RDMA WRITE on its line to "
+           "the end of the endpoint's ACK on the line.",
+           "",
+           "Every sample compares the bytes (both ways for the SEND). The host model answers in "
+           "no time and the link has no length: these are the endpoint's share of a round trip "
+           "and the frames' time on the line, not two NICs' and their hosts'.", ""]
+    table = []
+    for b in builds:
+        for test in ("send", "write"):
+            for r in sorted((r for r in rows if _roundtrip_build(r) == b and r["test"] == test),
+                            key=lambda r: r["size"]):
+                c = r["rtt_cycles"]
+                ns = 1e3 / r["clock_mhz"]
+                parts = " + ".join(f"{r['parts_cycles'][k]:g}"
+                                   for k, _ in ROUNDTRIP_PARTS[test] if k in r["parts_cycles"])
+                table.append([b, "SEND ping-pong" if test == "send" else "WRITE to ACK",
+                              size_text(r["size"]), f"{c['min']:g}..{c['max']:g} cycles",
+                              f"{c['min'] * ns:.1f} ns", f"{c['min'] * ns / 2:.1f} ns", parts,
+                              len(c["samples"])])
+    out += _table(["build", "round trip", "payload", "round trip", "at best", "half",
+                   "parts (medians, cycles)", "samples"], table) + [""]
+    for test, name in (("send", "SEND ping-pong"), ("write", "WRITE to ACK")):
+        out.append(f"Parts of a {name}: " + "; ".join(f"{what}" for _, what in
+                                                      ROUNDTRIP_PARTS[test]) + ".")
+    out += ["", "ConnectX latencies as NVIDIA publishes them (one way between two hosts, PCIe "
+            "and software included, as `ib_send_lat` and `ib_write_lat` print half a "
+            "ping-pong's round trip):", ""]
+    out += _table(["adapter", "latency", "source"],
+                  [list(x) for x in CONNECTX_PUBLISHED]) + [""]
     return out
 
 

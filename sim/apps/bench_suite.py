@@ -68,6 +68,14 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   the same build (8 and 64 bytes). Batch ``atomic-axi4``: the same runs on the build with AXI4
   memory (cocotbext-axi's RAM), where each atomic holds the memory for a read and a write
   round trip.
+* **Round trips** (batches ``roundtrip``, the responder's build at W = 512 with its lines at
+  100 Gb/s, ``roundtrip-axi4``, the same with AXI4 memory, and ``roundtrip-w64``, at W = 64
+  with 10 Gb/s lines; a SEND and a WRITE sample in ``quick-responder`` with ``--quick``;
+  :mod:`rocegen.sim.cocotb.roce_roundtrip`, rows ``"kind": "roundtrip"``): round trips with
+  no software in them, on an idle endpoint: the endpoint's SEND, echoed by the host NIC model
+  as soon as it has it whole, to the echo's receive completion (a ping-pong as ``ib_send_lat``
+  makes one), and the host's RDMA WRITE to the end of its ACK, split into the endpoint's and
+  the line's parts.
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
   frames during responder traffic (:func:`rocegen.sim.cocotb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
@@ -104,7 +112,7 @@ from rocegen.wire.verbs import VERBS
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
            "read_bound_gbps", "read_runs", "read_timeout", "atomic_frames", "atomic_limit_mops",
-           "atomic_runs", "suite_runs", "run_suite",
+           "atomic_runs", "roundtrip_runs", "suite_runs", "run_suite",
            "batch_of", "resources", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
 
 WIDTH = 512
@@ -457,6 +465,36 @@ def atomic_runs(width=WIDTH, quick=False):
     return runs
 
 
+#: the round trips' batches: the width of their build (the responder's), the line rate of both
+#: directions and the payload memory
+ROUNDTRIP_BATCHES = {"roundtrip": (512, LINE_GBPS, "onchip"),
+                     "roundtrip-axi4": (512, LINE_GBPS, "axi4"),
+                     "roundtrip-w64": (64, 10, "onchip")}
+#: payload sizes of the round trips
+ROUNDTRIP_SIZES = (8, 64, 1024, 4096)
+
+
+def roundtrip_run(test, size, *, line_gbps=LINE_GBPS, count=8):
+    """One round-trip run (``test``: ``send`` or ``write``)."""
+    return {"kind": "roundtrip", "test": test, "qps": 1, "pmtu": 4096, "size": size,
+            "bytes": size, "count": count, "line_gbps": line_gbps}
+
+
+def roundtrip_runs(name=None, quick=False):
+    """The runs of round-trip batch ``name``; ``quick``: a SEND and a WRITE of 64 bytes, two
+    samples each, for ``quick-responder`` (W = 512)."""
+    if quick:
+        return [roundtrip_run(t, 64, count=2) for t in ("send", "write")]
+    line = ROUNDTRIP_BATCHES[name][1]
+    return [roundtrip_run(t, s, line_gbps=line) for t in ("send", "write")
+            for s in ROUNDTRIP_SIZES]
+
+
+#: the width of each batch whose build is not at :data:`WIDTH`
+BATCH_WIDTH = {**{k: v[0] for k, v in ATOMIC_BATCHES.items()},
+               **{k: v[0] for k, v in ROUNDTRIP_BATCHES.items()}}
+
+
 #: batches of Python models (:mod:`rocegen.sim.apps.incast`), run in the suite's own process and
 #: listed under ``model_batches``, not ``batches`` (no simulator, no cycles)
 MODEL_BATCHES = ("incast", "quick-incast")
@@ -464,7 +502,7 @@ MODEL_BATCHES = ("incast", "quick-incast")
 ON_REQUEST = ("soak", "resp_fuzz")
 #: batches of the responder's build and bench (:mod:`rocegen.sim.cocotb.roce_resp`)
 RESPONDER_BATCHES = ("responder", "responder-axi4", "resp_fuzz", "quick-responder", "read",
-                     *ATOMIC_BATCHES)
+                     *ATOMIC_BATCHES, *ROUNDTRIP_BATCHES)
 
 
 def suite_runs(quick=False, on_request=False):
@@ -483,7 +521,7 @@ def suite_runs(quick=False, on_request=False):
                 {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 2},
                 _loss(0.01, 2, 512 * KIB)]
         return [("quick", runs), ("quick-responder", responder_runs(True) + read_runs(True)
-                                  + atomic_runs(quick=True)),
+                                  + atomic_runs(quick=True) + roundtrip_runs(quick=True)),
                 ("quick-incast", incast.bench_runs(True))]
     batches = [("goodput-1qp-write", [_goodput(s, p, "WRITE", 1, line, False) for p in PMTUS
                                       for line in (LINE_GBPS, 0) for s in SIZES_1QP])]
@@ -515,6 +553,8 @@ def suite_runs(quick=False, on_request=False):
     if responder_axi4():
         batches.append(("responder-axi4", responder_runs(memory="axi4")))
     batches += [(name, atomic_runs(width)) for name, (width, _) in ATOMIC_BATCHES.items()]
+    batches += [(name, roundtrip_runs(name)) for name, (_, _, memory) in ROUNDTRIP_BATCHES.items()
+                if memory == "onchip" or responder_axi4()]
     batches.append(("incast", incast.bench_runs()))
     if on_request:
         batches.append(("soak", soak_runs()))
@@ -564,7 +604,7 @@ def run_batch(name, runs, peer="connectx", tag=None):
         run_cocotb,
     )
     from rocegen.sim.testing.roce_env import board_clock_mhz
-    width = ATOMIC_BATCHES[name][0] if name in ATOMIC_BATCHES else WIDTH
+    width = BATCH_WIDTH.get(name, WIDTH)
     if name in RESPONDER_BATCHES:
         axi4 = {"memory": "axi4", "mem_bytes": RESP_AXI4_BYTES} if name.endswith("axi4") else {}
         cfg = responder_sim_config(width, NUM_QPS, **axi4)
@@ -614,7 +654,8 @@ def _ns(cycles):
 def _figures(results):
     """Every figure of the suite from the runs' raw results."""
     out = {"goodput": [], "message_rate": [], "latency": [], "cm": [], "loss": [], "recovery": [],
-           "soak": [], "responder": [], "resp_fuzz": [], "incast": [], "read": [], "atomic": []}
+           "soak": [], "responder": [], "resp_fuzz": [], "incast": [], "read": [], "atomic": [],
+           "roundtrip": []}
     keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
             "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
             "wall_seconds")
@@ -693,6 +734,8 @@ def _figures(results):
             out["read"].append(_read_row(r, row))
         elif kind == "atomic":
             out["atomic"].append(_atomic_row(r, row))
+        elif kind == "roundtrip":
+            out["roundtrip"].append(_roundtrip_row(r, row))
         elif kind == "resp_fuzz":
             row.update({k: r[k] for k in ("frames", "candidates", "good_messages", "rounds",
                                           "checked_bytes", "victim_answers_lost", "counters",
@@ -794,6 +837,26 @@ def _atomic_row(r, row):
     return row
 
 
+def _roundtrip_row(r, row):
+    """A row of the round trips' figures (``"kind": "roundtrip"``; ``test`` says which), at
+    the clock of the run's build: the round trip's samples, the least in ns and half of it
+    (the one-way figure ``ib_send_lat`` and ``ib_write_lat`` print), each part's median."""
+    clock = r["clock_mhz"]
+    rtt = _stats(r["rtt_cycles"])
+    row.update(kind="roundtrip", test=r["test"], width=r["width"], clock_mhz=clock,
+               memory=r.get("memory", "onchip"), count=r["count"], rtt_cycles=rtt,
+               rtt_ns=round(rtt["min"] * 1e3 / clock, 1),
+               half_ns=round(rtt["min"] * 1e3 / clock / 2, 1),
+               parts_cycles={k: _stats(v)["median"] for k, v in r["parts"].items()},
+               # the parts add up to each sample's round trip
+               parts_add_up=all(abs(sum(p[i] for p in r["parts"].values()) - c) < 1e-2
+                                for i, c in enumerate(r["rtt_cycles"])),
+               # the bytes of every sample compared (both ways for a SEND)
+               data_checked=r["checked_bytes"] == r["size"] * r["count"]
+               * (2 if r["test"] == "send" else 1))
+    return row
+
+
 def resources():
     """The endpoint's figures from the last Yosys report of ``bench.bench_synth``, or why
     there are none."""
@@ -855,6 +918,10 @@ def batch_of(row, key):
         return "resp_fuzz"
     if key == "read":
         return "read"
+    if key == "roundtrip":
+        if row.get("memory") == "axi4":
+            return "roundtrip-axi4"
+        return "roundtrip-w64" if row.get("width") == 64 else "roundtrip"
     if key == "atomic":
         if row.get("memory") == "axi4":
             return "atomic-axi4"
@@ -871,7 +938,7 @@ def batch_of(row, key):
 
 
 FIGURES = ("goodput", "message_rate", "latency", "cm", "loss", "recovery", "soak", "responder",
-           "resp_fuzz", "incast", "read", "atomic")
+           "resp_fuzz", "incast", "read", "atomic", "roundtrip")
 
 
 def run_suite(quick=False, log=print, only=None, previous=None, peer="connectx"):

@@ -3,12 +3,14 @@ the cocotb test ``runs`` runs those listed in ``ROCE_RUNS`` (JSON) and writes th
 the file ``ROCE_RESULTS`` (the benchmark suite's responder batches, ``rocegen bench``, and
 ``rocegen sim demo --peer-op``); :func:`~rocegen.sim.cocotb.roce_resp.data_run` and
 :func:`~rocegen.sim.cocotb.roce_resp.fuzz_run` do the data and fuzz runs, :func:`read_run` the
-READ runs, :func:`atomic_run` the atomics' runs. A run is a dict:
+READ runs, :func:`atomic_run` the atomics' runs and
+:func:`~rocegen.sim.cocotb.roce_roundtrip.roundtrip_run` the round trips. A run is a dict:
 
 
 ``kind``
     ``responder`` (goodput and message rate), ``resp_latency``, ``bidir``, ``resp_fuzz``,
-    ``read`` (RDMA READ both ways, below) or ``atomic`` (the host's RDMA atomics, below).
+    ``read`` (RDMA READ both ways, below), ``atomic`` (the host's RDMA atomics, below),
+    ``gen_atomic`` (the endpoint's) or ``roundtrip`` (:mod:`rocegen.sim.cocotb.roce_roundtrip`).
 ``qps``, ``pmtu``, ``bytes``, ``size``, ``opcode``
     QPs used, their path MTU, bytes per QP in messages of ``size`` bytes, the host's opcode
     (``WRITE``, ``WRITE_IMM``, ``SEND``, ``SEND_IMM``). WRITEs land one after the other in the
@@ -181,6 +183,7 @@ from rocegen.sim.cocotb.roce_resp import (
     send_round,
     share,
 )
+from rocegen.sim.cocotb.roce_roundtrip import roundtrip_run
 from rocegen.sim.models.rnic import Access, WcOpcode, WcStatus
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.pcap import PcapWriter
@@ -254,6 +257,8 @@ async def runs(dut):
                 out = await atomic_run(env, run, n)
             elif run["kind"] == "gen_atomic":
                 out = await gen_atomic_run(env, run, n)
+            elif run["kind"] == "roundtrip":
+                out = await roundtrip_run(env, run, n)
             else:
                 out = await data_run(env, run, n)
         new = {k: v - fc[0][k] for k, v in env.mac.framecheck.counts.items() if v - fc[0][k]}
