@@ -72,6 +72,14 @@ def _headline_rows(results):
                        "out")):
         if key in h:
             rows.append((what, f"{h[key]['cycles']} cycles ({h[key]['ns']:.1f} ns)"))
+    trips = {r["test"]: r for r in results.get("roundtrip", [])
+             if r["size"] == 64 and r["width"] == 512 and r["memory"] == "onchip"}
+    if len(trips) == 2:
+        rows.append(("round trip without software, 64 B: the endpoint's SEND echoed by the host "
+                     "model / the host's WRITE to its ACK",
+                     " / ".join(f"{trips[t]['rtt_ns']:.1f} ns" for t in ("send", "write"))
+                     + " (half: " + " / ".join(f"{trips[t]['half_ns']:.1f} ns"
+                                               for t in ("send", "write")) + ")"))
     free = [r for r in results["goodput"] if r["qps"] == 1 and r["opcode"] == "WRITE"
             and r["pmtu"] == 4096 and not r["line_gbps"] and r["size"] == 64 * KIB]
     if free:
@@ -891,7 +899,7 @@ def _roundtrip_markdown(results):
     if not rows:
         return []
     lines = {(w, m): line for w, line, m in ROUNDTRIP_BATCHES.values()}
-    builds = sorted({_roundtrip_build(r) for r in rows}, key=lambda b: (len(b) > 8, b))
+    builds = sorted({_roundtrip_build(r) for r in rows}, key=lambda b: (-int(b.split()[2]), b))
     out = ["### Round trips", "",
            "Round trips with no software in them, on an idle endpoint (the responder's build, "
            "8 QPs; one QP, PMTU 4096; "
