@@ -42,7 +42,7 @@ def test_quick_suite(tmp_path):
                                        ("warmup", "read", "atomic", "roundtrip")])
     trips = [x for x in plan["quick-responder"] if x["kind"] == "roundtrip"]
     assert sorted(g["test"] for g in r["roundtrip"]) == sorted(x["test"] for x in trips) == \
-        ["send", "write"]
+        ["read", "send", "write"]
     for g in r["roundtrip"]:
         # every sample's bytes compared, its parts adding up to it
         assert g["data_checked"] and g["parts_add_up"], g
@@ -53,6 +53,11 @@ def test_quick_suite(tmp_path):
         mine = ("tx", "rx") if g["test"] == "send" else ("resp",)
         assert all(parts[k] > 0 for k in mine), g
         assert c["min"] > parts["in"] + parts["out"], g
+        if g["test"] != "send":
+            # the endpoint's own latency (last beat in to first beat out) is within its part
+            lat = g["latency_cycles"]
+            assert len(lat["samples"]) == g["count"] and 0 < lat["min"], g
+            assert lat["max"] <= parts["resp"] + parts["in"], g
     assert len(r["read"]) == len([x for x in plan["quick-responder"] if x["kind"] == "read"])
     atomic = [x for x in plan["quick-responder"] if x["kind"] == "atomic"]
     assert len(r["atomic"]) == len(atomic) and {g["test"] for g in r["atomic"]} >= {"rate",
@@ -165,6 +170,7 @@ def test_quick_suite(tmp_path):
     assert "### Responder" in perf and "WRITE PMTU 4096" in perf
     assert "### RDMA atomics" in perf and "FETCH_ADD" in perf
     assert "### Round trips" in perf and "SEND ping-pong" in perf
+    assert "### Latency goals" in perf
     readme = (tmp_path / "README.md").read_text()
     assert readme.count(bench_report.H_BEGIN) == 1
     # both say which peer the figures were measured against

@@ -200,7 +200,7 @@ def summary(results):
                        f"first beat out {c['min']}..{c['max']} cycles")
     for r in results.get("roundtrip", []):
         c = r["rtt_cycles"]
-        what = "SEND ping-pong" if r["test"] == "send" else "host WRITE to its ACK"
+        what = ROUNDTRIP_NAMES[r["test"]]
         out.append(f"round trip {_roundtrip_build(r)}: {what} of {size_text(r['size'])}: "
                    f"{c['min']:g}..{c['max']:g} cycles ({r['rtt_ns']} ns at best, half "
                    f"{r['half_ns']} ns)")
@@ -503,13 +503,13 @@ def markdown(results):
             "datagram on UDP 17185) into the receive port to the first beat of its reply on the "
             "transmit port (each followed by a CLOSE_QP).", ""]
     table = []
-    for r in results["latency"]:
+    for r in _main_build(results["latency"]):
         w, a = r["wr_to_wire_cycles"], r["ack_to_cpl_cycles"]
         table.append([f"{size_text(r['size'])} WRITE ({r['frame_bytes']}-byte frame)",
                       f"{w['min']}..{w['max']} cycles ({w['min'] * ns:.1f} ns)",
                       f"{a['min']}..{a['max']} cycles ({a['min'] * ns:.1f} ns)"])
     out += _table(["message", "work request to wire", "ACK to completion"], table) + [""]
-    for r in results["cm"]:
+    for r in _main_build(results["cm"]):
         c = r["cm_cycles"]
         out += [f"Connection manager, OPEN_QP request to reply: **{c['min']}..{c['max']} cycles "
                 f"({c['min'] * ns:.1f}..{c['max'] * ns:.1f} ns)** over {len(c['samples'])} "
@@ -576,6 +576,7 @@ def markdown(results):
     out += _read_markdown(results)
     out += _atomic_markdown(results)
     out += _roundtrip_markdown(results)
+    out += _goals_markdown(results)
     out += _incast_markdown(results)
 
     res = results["resources"]
@@ -883,7 +884,82 @@ ROUNDTRIP_PARTS = {
     "write": (("in", "the WRITE on the line"),
               ("resp", "endpoint: the WRITE's end to its ACK's first beat"),
               ("out", "the ACK on the line")),
+    "read": (("in", "the READ request on the line"),
+             ("resp", "endpoint: the request's end to the first beat of its response"),
+             ("out", "the responses on the line")),
 }
+#: the round trips' names, by test
+ROUNDTRIP_NAMES = {"send": "SEND ping-pong", "write": "WRITE to ACK", "read": "READ"}
+
+
+def _main_build(rows):
+    """The rows of the suite's main build (W = 512, on-chip memory)."""
+    return [r for r in rows if r.get("width", 512) == 512 and r.get("memory", "onchip") == "onchip"]
+
+
+#: the latency goals: (figure, what, goal in cycles or, for the message rate, % of the line)
+GOALS = (
+    ("wr_to_wire", "work request accepted to its first beat on the MAC (64 B WRITE)", 16),
+    ("ack_to_cpl", "last beat of an ACK in to its completion out", 12),
+    ("write_ack", "responder: last beat of a 64 B WRITE in to the first beat of its ACK out", 16),
+    ("read_resp", "READ responder: last beat of a 64 B READ request in to the first beat of its "
+                  "response", 24),
+    ("cm", "connection manager (UDP 17185): OPEN_QP in to the reply out", 24),
+    ("rate_64b", "one QP of 64 B WRITEs against the ConnectX-like peer, % of the line", 95),
+)
+
+
+def _goal_figures(results):
+    """The figures of :data:`GOALS` by build (``W = 512``, ``W = 512 AXI4``, ``W = 64``): the
+    least cycles over the samples (the message rate: % of the line's limit)."""
+    out = {}
+
+    def put(row, key, value):
+        build = out.setdefault(_roundtrip_build({"width": row.get("width", 512),
+                                                 "memory": row.get("memory", "onchip")}), {})
+        build[key] = value
+        # (rows written before rows named their build: the main build's clock)
+        build["clock"] = row.get("clock_mhz", CLOCK_MHZ)
+    for r in results.get("latency", []):
+        if r["size"] == 64:
+            put(r, "wr_to_wire", r["wr_to_wire_cycles"]["min"])
+            put(r, "ack_to_cpl", r["ack_to_cpl_cycles"]["min"])
+    for r in results.get("cm", []):
+        put(r, "cm", r["cm_cycles"]["min"])
+    for r in results.get("roundtrip", []):
+        if r["size"] == 64 and "latency_cycles" in r:
+            put(r, {"write": "write_ack", "read": "read_resp"}[r["test"]],
+                r["latency_cycles"]["min"])
+    for r in results.get("message_rate", []):
+        if r["qps"] == 1 and r["size"] == 64 and r["line_gbps"]:
+            put(r, "rate_64b", 100 * r["mmsgs"] / r["limit_mmsgs"])
+    return out
+
+
+def _goals_markdown(results):
+    """The "Latency goals" section: each goal beside its figure in every build measured."""
+    figs = _goal_figures(results)
+    if not figs:
+        return []
+    builds = sorted(figs, key=lambda b: (-int(b.split()[2]), b))
+    rows = []
+    for key, what, goal in GOALS:
+        row = [what]
+        for b in builds:
+            v = figs[b].get(key)
+            if v is None:
+                row.append("-")
+            elif key == "rate_64b":
+                row.append(f"{v:.1f} %")
+            else:
+                row.append(f"{v:g} ({v * 1e3 / figs[b]['clock']:.0f} ns)")
+        row.append(f"{goal} %" if key == "rate_64b" else str(goal))
+        rows.append(row)
+    return ["### Latency goals", "",
+            "The endpoint's own latencies (single requests on an idle endpoint, the least cycles "
+            "over the samples; from the latency, round-trip and message-rate rows above) beside "
+            "the goals they are to reach. A \"-\": not measured in that build.", ""] + \
+        _table(["path", *builds, "goal"], rows) + [""]
 
 
 def _roundtrip_build(row):
@@ -915,26 +991,28 @@ def _roundtrip_markdown(results):
            "the echo.",
            "- **host WRITE to its ACK**: from the start of the host's RDMA WRITE on its line to "
            "the end of the endpoint's ACK on the line.",
+           "- **host READ**: from the start of the host's RDMA READ request on its line to the "
+           "end of the endpoint's last response on the line.",
            "",
            "Every sample compares the bytes (both ways for the SEND). The host model answers in "
            "no time and the link has no length: these are the endpoint's share of a round trip "
            "and the frames' time on the line, not two NICs' and their hosts'.", ""]
     table = []
     for b in builds:
-        for test in ("send", "write"):
+        for test in ROUNDTRIP_PARTS:
             for r in sorted((r for r in rows if _roundtrip_build(r) == b and r["test"] == test),
                             key=lambda r: r["size"]):
                 c = r["rtt_cycles"]
                 ns = 1e3 / r["clock_mhz"]
                 parts = " + ".join(f"{r['parts_cycles'][k]:g}"
                                    for k, _ in ROUNDTRIP_PARTS[test] if k in r["parts_cycles"])
-                table.append([b, "SEND ping-pong" if test == "send" else "WRITE to ACK",
+                table.append([b, ROUNDTRIP_NAMES[test],
                               size_text(r["size"]), f"{c['min']:g}..{c['max']:g} cycles",
                               f"{c['min'] * ns:.1f} ns", f"{c['min'] * ns / 2:.1f} ns", parts,
                               len(c["samples"])])
     out += _table(["build", "round trip", "payload", "round trip", "at best", "half",
                    "parts (medians, cycles)", "samples"], table) + [""]
-    for test, name in (("send", "SEND ping-pong"), ("write", "WRITE to ACK")):
+    for test, name in ROUNDTRIP_NAMES.items():
         out.append(f"Parts of a {name}: " + "; ".join(f"{what}" for _, what in
                                                       ROUNDTRIP_PARTS[test]) + ".")
     out += ["", "ConnectX latencies as NVIDIA publishes them (one way between two hosts, PCIe "

@@ -15,7 +15,9 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   throttled (against :func:`rate_limit_mmsgs`) and unthrottled.
 * **Latency**: a work request to its first beat on the MAC, the last beat of an acknowledgement
   to its completion (single messages on an idle endpoint), and a connection-manager OPEN_QP
-  request's last beat into the MAC receive port to its reply's first beat out.
+  request's last beat into the MAC receive port to its reply's first beat out (batch
+  ``latency``; ``latency-w64`` and ``latency-axi4`` the 64-byte WRITE and the connection manager
+  again at W = 64 and with AXI4 memory, for the latency goals).
 * **Loss**: one QP of 4 KiB WRITEs at 0, 0.1 % and 1 % random loss each way with a 2 us and a
   20 us round trip (goodput up to the last completion), and the recovery after one lost packet.
 * **Resources**: read from the last Yosys report of ``python -m bench.bench_synth``
@@ -75,7 +77,7 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   no software in them, on an idle endpoint: the endpoint's SEND, echoed by the host NIC model
   as soon as it has it whole, to the echo's receive completion (a ping-pong as ``ib_send_lat``
   makes one), and the host's RDMA WRITE to the end of its ACK, split into the endpoint's and
-  the line's parts.
+  the line's parts, and the host's RDMA READ to the end of its last response.
 * **Responder fuzz** (only when named: ``rocegen bench --only resp_fuzz``): 100,000 hostile
   frames during responder traffic (:func:`rocegen.sim.cocotb.roce_resp.fuzz_run`): data intact, no
   write outside a region, every datagram's verdict and every drop counted as predicted.
@@ -112,7 +114,7 @@ from rocegen.wire.verbs import VERBS
 
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
            "read_bound_gbps", "read_runs", "read_timeout", "atomic_frames", "atomic_limit_mops",
-           "atomic_runs", "roundtrip_runs", "suite_runs", "run_suite",
+           "atomic_runs", "roundtrip_runs", "latency_runs", "suite_runs", "run_suite",
            "batch_of", "resources", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
 
 WIDTH = 512
@@ -474,25 +476,46 @@ ROUNDTRIP_BATCHES = {"roundtrip": (512, LINE_GBPS, "onchip"),
 ROUNDTRIP_SIZES = (8, 64, 1024, 4096)
 
 
+#: the tests of a round-trip batch (:mod:`rocegen.sim.cocotb.roce_roundtrip`)
+ROUNDTRIP_TESTS = ("send", "write", "read")
+
+
 def roundtrip_run(test, size, *, line_gbps=LINE_GBPS, count=8):
-    """One round-trip run (``test``: ``send`` or ``write``)."""
+    """One round-trip run (``test``: one of :data:`ROUNDTRIP_TESTS`)."""
     return {"kind": "roundtrip", "test": test, "qps": 1, "pmtu": 4096, "size": size,
             "bytes": size, "count": count, "line_gbps": line_gbps}
 
 
 def roundtrip_runs(name=None, quick=False):
-    """The runs of round-trip batch ``name``; ``quick``: a SEND and a WRITE of 64 bytes, two
-    samples each, for ``quick-responder`` (W = 512)."""
+    """The runs of round-trip batch ``name``; ``quick``: each test at 64 bytes, two samples
+    each, for ``quick-responder`` (W = 512)."""
     if quick:
-        return [roundtrip_run(t, 64, count=2) for t in ("send", "write")]
+        return [roundtrip_run(t, 64, count=2) for t in ROUNDTRIP_TESTS]
     line = ROUNDTRIP_BATCHES[name][1]
-    return [roundtrip_run(t, s, line_gbps=line) for t in ("send", "write")
+    return [roundtrip_run(t, s, line_gbps=line) for t in ROUNDTRIP_TESTS
             for s in ROUNDTRIP_SIZES]
+
+
+#: the latency batches (the endpoint's build): its width and payload memory
+LATENCY_BATCHES = {"latency": (512, "onchip"), "latency-w64": (64, "onchip"),
+                   "latency-axi4": (512, "axi4")}
+#: the AXI4 memory of the endpoint's build in the batches whose name ends in ``axi4`` (the
+#: size of ``tests/test_cocotb_roce.py``'s, whose build they share)
+ENDPOINT_AXI4_BYTES = 16 << 20
+
+
+def latency_runs(name):
+    """The runs of latency batch ``name``: single WRITEs of 64 B (and at W = 512 on chip 1 KiB
+    and 4 KiB), then the connection manager's OPEN_QP exchanges."""
+    sizes = ((64, 8), (1024, 4), (4096, 4)) if name == "latency" else ((64, 8),)
+    return [_latency(s, n) for s, n in sizes] + [{"kind": "cm", "qps": 1, "pmtu": 4096,
+                                                  "bytes": 0, "cm": 8}]
 
 
 #: the width of each batch whose build is not at :data:`WIDTH`
 BATCH_WIDTH = {**{k: v[0] for k, v in ATOMIC_BATCHES.items()},
-               **{k: v[0] for k, v in ROUNDTRIP_BATCHES.items()}}
+               **{k: v[0] for k, v in ROUNDTRIP_BATCHES.items()},
+               **{k: v[0] for k, v in LATENCY_BATCHES.items()}}
 
 
 #: batches of Python models (:mod:`rocegen.sim.apps.incast`), run in the suite's own process and
@@ -534,8 +557,7 @@ def suite_runs(quick=False, on_request=False):
         for line in (LINE_GBPS, 0) if line or p == 4096 for s in SIZES_8QP]))
     batches.append(("message-rate", [_rate(s, q, line, False) for q in (1, 8)
                                      for line in (LINE_GBPS, 0) for s in SIZES_RATE]))
-    batches.append(("latency", [_latency(64, 8), _latency(1024, 4), _latency(4096, 4),
-                                {"kind": "cm", "qps": 1, "pmtu": 4096, "bytes": 0, "cm": 8}]))
+    batches += [(name, latency_runs(name)) for name in LATENCY_BATCHES]
     # a warm-up run first (the endpoint resolves the host's address by ARP: not to be counted in
     # the first loss point's time); 16 MiB at 0.1 % (some 4 losses each way), 8 MiB otherwise
     loss = [{**_goodput(64 * KIB, 4096, "WRITE", 1, LINE_GBPS, True), "kind": "warmup"}]
@@ -610,7 +632,9 @@ def run_batch(name, runs, peer="connectx", tag=None):
         cfg = responder_sim_config(width, NUM_QPS, **axi4)
         module, testcase = "rocegen.sim.cocotb.roce_resp_runs", "runs"
     else:
-        cfg = endpoint_sim_config(WIDTH, NUM_QPS)
+        axi4 = {"memory": "axi4", "mem_bytes": ENDPOINT_AXI4_BYTES} if name.endswith("axi4") \
+            else {}
+        cfg = endpoint_sim_config(width, NUM_QPS, **axi4)
         module, testcase = "rocegen.sim.cocotb.roce_demo", None
     out = BUILD / "bench" / f"suite-{tag or name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -647,8 +671,16 @@ def _stats(values):
             "samples": values}
 
 
-def _ns(cycles):
-    return round(cycles * 1e3 / CLOCK_MHZ, 1)
+def _ns(cycles, clock=CLOCK_MHZ):
+    return round(cycles * 1e3 / clock, 1)
+
+
+def _build(r, row):
+    """Note the build of a run's result ``r`` (width, clock, payload memory) in ``row``;
+    returns its clock."""
+    clock = r.get("clock_mhz", CLOCK_MHZ)
+    row.update(width=r.get("width", WIDTH), clock_mhz=clock, memory=r.get("memory", "onchip"))
+    return clock
 
 
 def _figures(results):
@@ -692,14 +724,15 @@ def _figures(results):
             w, a = _stats(r["latency_cycles"]), _stats(r["ack_to_cpl_cycles"])
             row["wr_to_wire_cycles"] = w
             row["ack_to_cpl_cycles"] = a
-            row["wr_to_wire_ns"] = _ns(w["min"])
-            row["ack_to_cpl_ns"] = _ns(a["min"])
+            clock = _build(r, row)
+            row["wr_to_wire_ns"] = _ns(w["min"], clock)
+            row["ack_to_cpl_ns"] = _ns(a["min"], clock)
             row["frame_bytes"] = packet_frames(r["size"], r["pmtu"], r["opcode"])[0]
             out["latency"].append(row)
         elif kind == "cm":
             c = _stats(r["cm_cycles"])
             row["cm_cycles"] = c
-            row["cm_ns"] = _ns(c["min"])
+            row["cm_ns"] = _ns(c["min"], _build(r, row))
             out["cm"].append(row)
         elif kind in ("loss", "recovery"):
             lim = limit_gbps(r["size"], r["pmtu"], r["line_gbps"], r["opcode"])
@@ -848,6 +881,8 @@ def _roundtrip_row(r, row):
                rtt_ns=round(rtt["min"] * 1e3 / clock, 1),
                half_ns=round(rtt["min"] * 1e3 / clock / 2, 1),
                parts_cycles={k: _stats(v)["median"] for k, v in r["parts"].items()},
+               **({"latency_cycles": _stats(r["latency_cycles"])} if r.get("latency_cycles")
+                  else {}),
                # the parts add up to each sample's round trip
                parts_add_up=all(abs(sum(p[i] for p in r["parts"].values()) - c) < 1e-2
                                 for i, c in enumerate(r["rtt_cycles"])),
@@ -895,12 +930,16 @@ def _headline(fig):
         r = pick(fig["message_rate"], qps=1, size=64, line_gbps=line)
         if r:
             h[key] = {"mmsgs": r["mmsgs"], "limit_mmsgs": r["limit_mmsgs"]}
-    r = pick(fig["latency"], size=64)
+    main = [r for r in fig["latency"] if r.get("width", WIDTH) == WIDTH
+            and r.get("memory", "onchip") == "onchip"]
+    r = pick(main, size=64)
     if r:
         h["wr_to_wire"] = {"cycles": r["wr_to_wire_cycles"]["min"], "ns": r["wr_to_wire_ns"]}
         h["ack_to_cpl"] = {"cycles": r["ack_to_cpl_cycles"]["min"], "ns": r["ack_to_cpl_ns"]}
-    if fig["cm"]:
-        c = fig["cm"][0]
+    cm = [r for r in fig["cm"] if r.get("width", WIDTH) == WIDTH
+          and r.get("memory", "onchip") == "onchip"]
+    if cm:
+        c = cm[0]
         h["cm_request_to_reply"] = {"cycles": c["cm_cycles"]["min"], "ns": c["cm_ns"]}
     return h
 
@@ -929,7 +968,9 @@ def batch_of(row, key):
     if key == "responder":
         return "responder-axi4" if row.get("memory") == "axi4" else "responder"
     if key in ("latency", "cm"):
-        return "latency"
+        if row.get("memory") == "axi4":
+            return "latency-axi4"
+        return "latency-w64" if row.get("width") == 64 else "latency"
     if key == "message_rate":
         return "message-rate"
     if row["qps"] == 8:

@@ -262,7 +262,7 @@ async def runs(dut):
             mac.bytes_per_cycle = None
             cm_cycles = await cm_exchanges(dut, mac, nic, last_in, run, n, rng)
             results.append({**run, "width": W, "clock_mhz": board_clock_mhz(W),
-                            "cm_cycles": cm_cycles, "sim_cycles": now_cycle(W) - run_cycle,
+                            "memory": memory, "cm_cycles": cm_cycles, "sim_cycles": now_cycle(W) - run_cycle,
                             "wall_seconds": time.perf_counter() - run_wall,
                             **checked_since(mac, checked)})
             continue
@@ -443,7 +443,7 @@ async def runs(dut):
         total = per_qp * qps
         frame_checks = checked_since(mac, checked)     # waits for the check of every frame
         results.append({
-            **run, "width": W, "clock_mhz": board_clock_mhz(W),
+            **run, "width": W, "clock_mhz": board_clock_mhz(W), "memory": memory,
             "frames": len(frames), "beats_span": span, "beats_ideal": beats_ideal,
             "idle_beats": span - sum(-(-len(fr) // B) for _, _, fr in frames) if frames else 0,
             "line_cycles": line_span,

@@ -25,13 +25,22 @@ counted, lets the endpoint learn the host's MAC address (its ARP lookup).
 ``write``
     The host NIC model RDMA WRITEs ``size`` bytes into the endpoint's region. Round trip: from
     the start of the WRITE on the host's line to the end of the line time of the endpoint's
-    ACK, when the host has it whole. Parts: ``in`` (the WRITE's line time), ``resp`` (the end of
-    it to the first beat of the ACK out) and ``out`` (from the ACK's first beat to the end of
-    its line time). Checked: the host's
-    WRITE completed OK, the bytes read back.
+    ACK, when the host has it whole. Parts: ``in`` (the WRITE's line time), ``resp`` (the end
+    of it to the first beat of the ACK out) and ``out`` (from the ACK's first beat to the end
+    of its line time). Checked: the host's WRITE completed OK, the bytes read back.
+``read``
+    The host NIC model RDMA READs ``size`` bytes of the endpoint's region (random bytes put
+    there before). Round trip: from the start of the READ request on the host's line to the
+    end of the line time of the endpoint's last response. Parts: ``in`` (the request's line
+    time), ``resp`` (the end of it to the first beat of the first response) and ``out`` (from
+    there to the end of the last response's line time). Checked: the READ completed OK with
+    the region's bytes.
 
 A result adds ``rtt_cycles`` (one per sample), ``parts`` (each part's cycles, one per sample,
-line times in fractions of a cycle) and ``checked_bytes``.
+line times in fractions of a cycle; they add up to the round trip), ``checked_bytes`` and, for
+``write`` and ``read``, ``latency_cycles``: the endpoint's own latency as the other latency
+figures count it, from the last beat of the request into the endpoint to the first beat of its
+answer out (the ACK, the first READ response).
 """
 
 import math
@@ -47,6 +56,7 @@ from rocegen.sim.cocotb.roce_resp import (
     MEMORY,
     W,
     plan_messages,
+    rkey_of,
     roce_opcode,
     send_round,
     share,
@@ -59,12 +69,19 @@ from rocegen.sim.testing.roce_env import (
     wait_cycles,
     write_onchip,
 )
-from rocegen.wire.opcodes import OP_RC_ACKNOWLEDGE, OP_RC_SEND_FIRST, OP_RC_SEND_ONLY
+from rocegen.wire.opcodes import (
+    OP_RC_ACKNOWLEDGE,
+    OP_RC_RDMA_READ_RESPONSE_FIRST,
+    OP_RC_RDMA_READ_RESPONSE_ONLY,
+    OP_RC_SEND_FIRST,
+    OP_RC_SEND_ONLY,
+)
 
 #: cycles the endpoint is left idle before each sample (everything before it answered and placed)
 IDLE_CYCLES = 2000
 #: the tests of a round-trip run
-TESTS = ("send", "write")
+TESTS = ("send", "write", "read")
+RESPONSES = range(OP_RC_RDMA_READ_RESPONSE_FIRST, OP_RC_RDMA_READ_RESPONSE_ONLY + 1)
 B = W // 8
 
 
@@ -80,19 +97,22 @@ async def roundtrip_run(env, run, n):
     env.mac.clear_sent()
     await env.open(0, pmtu=run.get("pmtu", 4096), psn=env.rng.getrandbits(24),
                    region=share(0, 1), timeout=timeout)
-    sample = _send_sample if test == "send" else _write_sample
-    rtt, parts, checked = [], {}, 0
+    sample = {"send": _send_sample, "write": _write_sample, "read": _read_sample}[test]
+    rtt, parts, checked, latency = [], {}, 0, []
     await sample(env, size, f"run {n}, warm-up")     # (the endpoint learns the host's MAC)
     for i in range(count):
         await wait_cycles(W, IDLE_CYCLES)
         got = await sample(env, size, f"run {n}, sample {i}")
         rtt.append(round(got.pop("rtt"), 3))
         checked += got.pop("checked")
+        if "latency" in got:
+            latency.append(got.pop("latency"))
         for name, value in got.items():
             parts.setdefault(name, []).append(round(value, 3))
     problems = env.host_problems()
     assert not problems, f"run {n}: the host logged {problems[:3]}"
-    return {"rtt_cycles": rtt, "parts": parts, "checked_bytes": checked, "timeout": timeout}
+    return {"rtt_cycles": rtt, "parts": parts, "checked_bytes": checked, "timeout": timeout,
+            **({"latency_cycles": latency} if latency else {})}
 
 
 async def _fill(env, addr, data):
@@ -144,6 +164,7 @@ async def _send_sample(env, size, what):
     # (the MAC model hands a frame over with its last beat; the host has it at the end of its
     # line time)
     await wait_cycles(W, max(0, math.ceil(out_end) - now_cycle(W)))
+    cq0 = len(nic.send_cq)
     mac.post_send(hq, "SEND", data=data)
     await env.settle(lambda: len(env.rcpl.items) > rcpl0 and len(env.cpl.items) > cpl0,
                      f"{what}: no receive completion of the echo", max_cycles=MAX_CYCLES)
@@ -156,7 +177,7 @@ async def _send_sample(env, size, what):
     echo = mac.requests[reqs0:]
     assert echo, f"{what}: the host's echo never left it"
     echo_start, echo_end = echo[0][0], echo[-1][1]
-    await _settled(env, mac)
+    await _settled(env, cq0)
     env.shadow[dst:dst + size] = data
     checked = await env.check_memory(0, dst, size, what=what)
     return {"rtt": done - t0, "checked": checked + size, "tx": first - t0, "out": out_end - first,
@@ -175,14 +196,46 @@ async def _write_sample(env, size, what):
     assert write and acks, f"{what}: {len(write)} WRITE packets, {len(acks)} ACKs"
     start, in_end = write[0][0], write[-1][1]
     ack_first, ack_end = mac.frames[acks[0]][0], mac.line[acks[0]][1]
+    # (the WRITE is the last frame into the endpoint: the host sends nothing after it)
+    last_in = int(env.dut.rx_last_cycle.value) + env.offset
     checked = await env.check_memory(0, msgs[0]["addr"], size, what=what)
     return {"rtt": ack_end - start, "checked": checked, "in": in_end - start,
-            "resp": ack_first - in_end, "out": ack_end - ack_first}
+            "resp": ack_first - in_end, "out": ack_end - ack_first, "latency": ack_first - last_in}
 
 
-async def _settled(env, mac):
-    """Wait until the host's requester has nothing outstanding (its echo acknowledged)."""
+async def _read_sample(env, size, what):
+    """One host READ to its last response (see the module documentation)."""
+    nic, mac = env.nic, env.mac
+    base, length = share(0, 1)
+    addr = base + env.rng.randrange(0, length // 2 - size)
+    await _fill(env, addr - addr % B, env.rng.randbytes(size + addr % B))
+    frames0, reqs0, cq0 = len(mac.frames), len(mac.requests), len(nic.send_cq)
+    env.wr_id += 1
+    mac.post_send(HOST_QPN, "READ", length=size, remote_addr=addr, rkey=rkey_of(0),
+                  wr_id=env.wr_id)
+    await env.settle(lambda: not nic.send_outstanding(),
+                     lambda: f"{what}: the host's READ never completed; it logged {nic.log[-3:]}",
+                     max_cycles=MAX_CYCLES)
+    done = nic.send_cq[cq0:]
+    assert [(c.wr_id, c.opcode, c.status) for c in done] == \
+        [(env.wr_id, WcOpcode.RDMA_READ, WcStatus.SUCCESS)], f"{what}: the READ completed {done}"
+    assert bytes(done[0].data) == bytes(env.shadow[addr:addr + size]), \
+        f"{what}: the READ brought other bytes than the region holds"
+    request = mac.requests[reqs0:]
+    resp = [i for i in range(frames0, len(mac.frames))
+            if roce_opcode(mac.frames[i][2]) in RESPONSES]
+    assert len(request) == 1 and resp, f"{what}: {len(request)} requests, {len(resp)} responses"
+    last_in = int(env.dut.rx_last_cycle.value) + env.offset
+    start, in_end = request[0]
+    first, end = mac.frames[resp[0]][0], mac.line[resp[-1]][1]
+    return {"rtt": end - start, "checked": size, "in": in_end - start, "resp": first - in_end,
+            "out": end - first, "latency": first - last_in}
+
+
+async def _settled(env, cq0):
+    """Wait until the host's requester has nothing outstanding (its echo acknowledged, its
+    completion the one after ``cq0`` in the host's send queue)."""
     await env.settle(lambda: not env.nic.send_outstanding(),
                      "the host's echo was never acknowledged", max_cycles=MAX_CYCLES)
-    done = env.nic.send_cq.poll()
+    done = env.nic.send_cq[cq0:]
     assert [c.status for c in done] == [WcStatus.SUCCESS], f"the host's echo completed {done}"
