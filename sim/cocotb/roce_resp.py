@@ -617,7 +617,8 @@ async def fuzz_run(dut, run, env=None):
     d = {k: stats[k] - stats0[k] for k in STATS}
     nic = {k: env.nic.counters[k] - nic0[k] for k in nic0}
     pred = Counter(request_verdict(f, our_mac=FPGA_MAC, our_ip=FPGA_IP, peers=peers,
-                                   num_qps=NUM_QPS) for f in frames)
+                                   num_qps=NUM_QPS, atomics=PARAMS.get("atomics") is not None)
+                   for f in frames)
     candidates = count_roce_candidates(frames, FPGA_MAC, FPGA_IP)
     host_roce = nic["req_tx"] + sum(nic[k] for k in AETH_SENT)
     checks = {

@@ -823,10 +823,14 @@ def count_roce_candidates(frames, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
 
 # ---------------------------------------------------------------- requests (the responder)
 
-def _ext_length(opcode):
+def _ext_length(opcode, atomics=False):
     """Bytes of the extension headers the responder expects after the BTH of ``opcode``: a RETH
-    on WRITE FIRST / ONLY (with immediate too) and READ, an ImmDt on the *_WITH_IMMEDIATE."""
-    return H.RETH.length * opc.has_reth(opcode) + H.IMMDT.length * opc.has_imm(opcode)
+    on WRITE FIRST / ONLY (with immediate too) and READ, an ImmDt on the *_WITH_IMMEDIATE and,
+    in a responder built with ``atomics``, an AtomicETH on FETCH_ADD and COMPARE_SWAP (without
+    them it reads an atomic's as payload, and refuses the request)."""
+    row = opc.BY_CODE.get(opcode)
+    return (H.RETH.length * opc.has_reth(opcode) + H.IMMDT.length * opc.has_imm(opcode)
+            + (H.ATOMIC_ETH.length if atomics and row is not None and row.has_atomic_eth else 0))
 
 
 def valid_request(*, our_mac, our_ip, peer_ip, qpn, psn, opcode, payload=b"", va=0, rkey=0,
@@ -990,10 +994,12 @@ REQUEST_VERDICTS = {"malformed": "resp_malformed", "drop_qp": "resp_drop_qp",
                     "drop_pkey": "resp_drop_pkey", "decided": None}
 
 
-def request_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP_MTU):
+def request_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP_MTU,
+                    atomics=False):
     """What the responder makes of ``frame`` (a key of :data:`REQUEST_VERDICTS`), or None when
     it is not a request reaching it (:func:`roce_verdict` is not ``roce_rx_requests``).
-    ``peers`` and ``num_qps`` as for :func:`roce_verdict`."""
+    ``peers`` and ``num_qps`` as for :func:`roce_verdict`; ``atomics``: the responder was built
+    with atomics (an atomic's AtomicETH is a header, its absence makes the request malformed)."""
     peers = {q: _ip(p) for q, p in peers.items()}
     got = roce_datagram(frame, our_mac, our_ip, vlan=vlan, mtu=mtu)
     if got is None:
@@ -1002,7 +1008,7 @@ def request_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP
     if _verdict(ip, udp, payload, peers, num_qps) != "requests":
         return None
     bth = H.BTH.unpack(payload)
-    body = len(payload) - H.BTH.length - _ext_length(bth["opcode"]) - _ICRC
+    body = len(payload) - H.BTH.length - _ext_length(bth["opcode"], atomics) - _ICRC
     if body < 0 or body % 4 or bth["padcnt"] > body:
         return "malformed"
     qpn = bth["dest_qp"]

@@ -74,3 +74,20 @@ def test_hostile_mix_keeps_the_safety_rule():
     decided = [f for f in frames if request_verdict(f, our_mac=FPGA_MAC, our_ip=FPGA_IP,
                                                     peers=PEERS, num_qps=8) == "decided"]
     assert {H.BTH.unpack(f[H.ETH.length + 28:])["dest_qp"] for f in decided} == {VICTIM}
+
+
+@pytest.mark.parametrize("opcode", [opc.OP_RC_FETCH_ADD, opc.OP_RC_COMPARE_SWAP])
+def test_atomic_verdicts_follow_the_build(opcode):
+    """A responder built with atomics reads the 28-byte AtomicETH as a header: an atomic that
+    ends inside it is malformed there, and a request like any other in a build without them
+    (which reads those bytes as payload, and refuses the request)."""
+    def verdict(n, atomics, **kw):
+        frame = valid_request(qpn=GOOD[0], psn=1, opcode=opcode, payload=bytes(n), **ADDR, **kw)
+        return request_verdict(frame, our_mac=FPGA_MAC, our_ip=FPGA_IP, peers=PEERS,
+                               num_qps=8, atomics=atomics)
+    assert H.ATOMIC_ETH.length == 28
+    assert verdict(28, True) == verdict(28, False) == "decided"
+    assert verdict(24, True) == "malformed" and verdict(24, False) == "decided"
+    assert verdict(0, True) == "malformed" and verdict(0, False) == "decided"
+    # not whole words
+    assert verdict(30, True, padcnt=0) == verdict(30, False, padcnt=0) == "malformed"
