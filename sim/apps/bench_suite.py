@@ -72,7 +72,7 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   round trip.
 * **Round trips** (batches ``roundtrip``, the responder's build at W = 512 with its lines at
   100 Gb/s, ``roundtrip-axi4``, the same with AXI4 memory, and ``roundtrip-w64``, at W = 64
-  with 10 Gb/s lines; a SEND and a WRITE sample in ``quick-responder`` with ``--quick``;
+  with 10 Gb/s lines; a sample of each at 64 bytes in ``quick-responder`` with ``--quick``;
   :mod:`rocegen.sim.cocotb.roce_roundtrip`, rows ``"kind": "roundtrip"``): round trips with
   no software in them, on an idle endpoint: the endpoint's SEND, echoed by the host NIC model
   as soon as it has it whole, to the echo's receive completion (a ping-pong as ``ib_send_lat``
