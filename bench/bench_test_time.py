@@ -55,15 +55,20 @@ def _test_file(classname, root):
 
 def parse_junit(path, root=ROOT):
     """Per-test seconds (setup + call + teardown, as pytest's JUnit report gives them), keyed
-    ``file::[Class::]name``, and the session's figures: ``{"tests", "passed", "failed",
-    "errors", "skipped", "seconds"}`` (``seconds``: the session's wall time)."""
+    ``file::[Class::]name`` (the ``@group`` that ``--dist loadgroup`` appends to the names of
+    the tests of an ``xdist_group`` left out, so that the keys are the tests' IDs), and the
+    session's figures: ``{"tests", "passed", "failed", "errors", "skipped", "seconds"}``
+    (``seconds``: the session's wall time)."""
     tree = ET.parse(path)
     tests = defaultdict(float)
     counts = {"tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
     for case in tree.iter("testcase"):
         file, classes = _test_file(case.get("classname", ""), root)
         file = case.get("file") or file           # given by the xunit1 flavour of the report
-        tests["::".join([file, *classes, case.get("name", "?")])] += float(case.get("time") or 0)
+        name = case.get("name", "?")
+        if name.rfind("@") > name.rfind("]"):       # (an @ inside parameters is theirs)
+            name = name[:name.rfind("@")]
+        tests["::".join([file, *classes, name])] += float(case.get("time") or 0)
         counts["tests"] += 1
         tags = {child.tag for child in case}
         if "error" in tags:

@@ -47,10 +47,10 @@ def test_the_log_can_be_turned_off_or_moved(tmp_path, monkeypatch):
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="0" failures="1" skipped="1" tests="5" time="80.5">
 <testcase classname="tests.unit.test_a" name="test_one" time="10.0"/>
-<testcase classname="tests.unit.test_a.TestGroup" name="test_two[x]" time="5.5"/>
-<testcase classname="tests.test_b" name="test_three" time="30.0"><failure message="no"/></testcase>
+<testcase classname="tests.unit.test_a.TestGroup" name="test_two[x]@grp" time="5.5"/>
+<testcase classname="tests.test_b" name="test_three@rxe" time="30.0"><failure message="no"/></testcase>
 <testcase classname="tests.test_b" name="test_four" time="0.5"><skipped message="later"/></testcase>
-<testcase classname="tests.test_c" name="test_five" time="1.0"/>
+<testcase classname="tests.test_c" name="test_five[a@b]" time="1.0"/>
 </testsuite></testsuites>
 """
 
@@ -68,7 +68,7 @@ def test_junit_report_per_test_and_per_file(tmp_path):
     assert tests == {"tests/unit/test_a.py::test_one": 10.0,
                      "tests/unit/test_a.py::TestGroup::test_two[x]": 5.5,
                      "tests/test_b.py::test_three": 30.0, "tests/test_b.py::test_four": 0.5,
-                     "tests/test_c.py::test_five": 1.0}
+                     "tests/test_c.py::test_five[a@b]": 1.0}
     assert counts == {"tests": 5, "passed": 3, "failed": 1, "errors": 0, "skipped": 1,
                       "seconds": 80.5}
 
