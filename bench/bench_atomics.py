@@ -30,12 +30,11 @@ Run: python -m bench.bench_atomics [--json FILE] [--quick] [--burst] [--no-synth
 """
 
 import argparse
-import json
 import time
 import warnings
 from pathlib import Path
 
-from bench.bench_synth import LEVEL_GOAL, git_revision
+from bench.bench_synth import LEVEL_GOAL, git_revision, write_rows
 from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint
 from rocegen.gateware.roce.memory.atomic_alu import AtomicAlu
 from rocegen.tools.synth import synthesize
@@ -249,9 +248,7 @@ def main(argv=None):
         rows += [burst(1), burst(NUM_QPS), burst(NUM_QPS, 64)]
     print(f"({time.time() - t0:.0f} s)")
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(rows, indent=1) + "\n")
+        write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

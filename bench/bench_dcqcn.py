@@ -27,13 +27,12 @@ Run: python -m bench.bench_dcqcn [--json FILE] [--synth]
 """
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
+from bench.bench_synth import write_rows
 from rocegen.gateware.roce.cc.dcqcn import DcqcnEngine
 from rocegen.gateware.roce.cc.dcqcn_layouts import dcqcn_config
 from rocegen.gateware.roce.cc.rate_limiter import RateLimiter
@@ -226,9 +225,7 @@ def main(argv=None):
         rows += synth_figures()
     print(f"({time.time() - t0:.0f} s)")
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(rows, indent=1) + "\n")
+        write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

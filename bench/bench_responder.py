@@ -27,14 +27,12 @@ Run: python -m bench.bench_responder [--json FILE] [--synth] [--quick]
 """
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 from amaranth.hdl import Elaboratable, Module
 from amaranth.lib import wiring
 
-from bench.bench_synth import LEVEL_GOAL
+from bench.bench_synth import LEVEL_GOAL, write_rows
 from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint, default_clk_hz
 from rocegen.gateware.roce.layouts import QPN_BASE, QpState
 from rocegen.gateware.roce.memory.payload_memory import PayloadMemory
@@ -405,9 +403,7 @@ def main(argv=None):
         rows += cnp_synth_figures()
     print(f"({time.time() - t0:.0f} s)")
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(rows, indent=1) + "\n")
+        write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -110,6 +110,14 @@ KIND = {d[0]: d[4] for d in DESIGNS}
 QUICK = ("endpoint_w512", "endpoint_w512_depth", "endpoint_w64", "endpoint_w64_depth")
 
 
+def write_rows(path, rows):
+    """Write a bench script's figures ``rows`` as JSON to ``path`` (its folder made if need
+    be)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1) + "\n")
+
+
 def git_revision():
     """The commit the design is built from, with ``-dirty`` when tracked files differ from it
     (the netlist is then of changes no commit holds)."""

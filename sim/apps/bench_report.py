@@ -201,7 +201,7 @@ def summary(results):
     for r in results.get("roundtrip", []):
         c = r["rtt_cycles"]
         what = ROUNDTRIP_NAMES[r["test"]]
-        out.append(f"round trip {_roundtrip_build(r)}: {what} of {size_text(r['size'])}: "
+        out.append(f"round trip {_build_label(r)}: {what} of {size_text(r['size'])}: "
                    f"{c['min']:g}..{c['max']:g} cycles ({r['rtt_ns']} ns at best, half "
                    f"{r['half_ns']} ns)")
     for r in results.get("incast", []):
@@ -915,7 +915,7 @@ def _goal_figures(results):
     out = {}
 
     def put(row, key, value):
-        build = out.setdefault(_roundtrip_build({"width": row.get("width", 512),
+        build = out.setdefault(_build_label({"width": row.get("width", 512),
                                                  "memory": row.get("memory", "onchip")}), {})
         build[key] = value
         # (rows written before rows named their build: the main build's clock)
@@ -962,9 +962,10 @@ def _goals_markdown(results):
         _table(["path", *builds, "goal"], rows) + [""]
 
 
-def _roundtrip_build(row):
-    """The build of a round-trip row: ``W = 512``, ``W = 512 AXI4``."""
-    return f"W = {row['width']}" + (" AXI4" if row.get("memory") == "axi4" else "")
+def _build_label(row):
+    """The build of a row as the round-trip and goal tables name it: ``W = 512``,
+    ``W = 512 AXI4``."""
+    return _atomic_build(row).replace("=", " = ")
 
 
 def _roundtrip_markdown(results):
@@ -975,14 +976,14 @@ def _roundtrip_markdown(results):
     if not rows:
         return []
     lines = {(w, m): line for w, line, m in ROUNDTRIP_BATCHES.values()}
-    builds = sorted({_roundtrip_build(r) for r in rows}, key=lambda b: (-int(b.split()[2]), b))
+    builds = sorted({_build_label(r) for r in rows}, key=lambda b: (-int(b.split()[2]), b))
     out = ["### Round trips", "",
            "Round trips with no software in them, on an idle endpoint (the responder's build, "
            "8 QPs; one QP, PMTU 4096; "
            + "; ".join(f"{b} at {r['clock_mhz']:.3f} MHz, both lines at "
                        f"{lines.get((r['width'], r['memory']), '?')} Gb/s"
                        for b in builds for r in [next(x for x in rows
-                                                       if _roundtrip_build(x) == b)])
+                                                       if _build_label(x) == b)])
            + "; `rocegen.sim.cocotb.roce_roundtrip`, rows `\"kind\": \"roundtrip\"`):",
            "",
            "- **SEND ping-pong**: the endpoint SENDs from its memory; the host NIC model SENDs "
@@ -1000,7 +1001,7 @@ def _roundtrip_markdown(results):
     table = []
     for b in builds:
         for test in ROUNDTRIP_PARTS:
-            for r in sorted((r for r in rows if _roundtrip_build(r) == b and r["test"] == test),
+            for r in sorted((r for r in rows if _build_label(r) == b and r["test"] == test),
                             key=lambda r: r["size"]):
                 c = r["rtt_cycles"]
                 ns = 1e3 / r["clock_mhz"]

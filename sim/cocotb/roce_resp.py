@@ -64,6 +64,7 @@ from rocegen.sim.testing.roce_env import (
     timeout_code,
     wait_cycles,
     wait_low,
+    write_onchip,
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
@@ -249,6 +250,16 @@ class RespEnv:
                 raise AssertionError(f"AXI4 writes not drained after {max_cycles} cycles: "
                                      f"{c['aw']} bursts issued, {c['b']} answered")
             await wait_cycles(W, 32)
+
+    async def store(self, addr, length):
+        """Put the :attr:`shadow`'s bytes of the whole beats that cover ``[addr, addr +
+        length)`` into the endpoint's memory: through the on-chip memory's word-write port, or
+        into the AXI4 RAM."""
+        lo, hi = addr - addr % B, addr + length + (-(addr + length) % B)
+        if MEMORY == "onchip":
+            await write_onchip(self.dut, W, MEM, lo, bytes(self.shadow[lo:hi]))
+        else:
+            self.ram.write(lo, bytes(self.shadow[lo:hi]))
 
     # ---------------------------------------------------------------------- checks
     async def readback(self, k, addr, length, *, max_cycles=MAX_CYCLES):

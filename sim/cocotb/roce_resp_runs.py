@@ -168,7 +168,6 @@ from rocegen.sim.cocotb.roce_resp import (
     HOST_BYTES,
     HOST_QPN,
     MAX_CYCLES,
-    MEM,
     MEMORY,
     PARAMS,
     READBACK,
@@ -196,7 +195,6 @@ from rocegen.sim.testing.roce_env import (
     timeout_code,
     wait_cycles,
     wait_low,
-    write_onchip,
 )
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
 from rocegen.wire.addr import parse_ip
@@ -275,21 +273,30 @@ async def runs(dut):
         json.dump(results, f, indent=1)
 
 
-async def open_for_reads(env, k, *, pmtu, psn, timeout):
-    """Open QP k on both sides (see :meth:`RespEnv.open`), the host's QP answering READs and
-    keeping :data:`HOST_RD_ATOMIC` of its own outstanding, its memory region readable."""
+def _host_qp(env, k, *, pmtu, psn, timeout, outstanding, readable):
+    """The host's QP of QP k made anew, answering READs and atomics and keeping
+    ``outstanding`` of its own in flight at most (its ``max_rd_atomic``), and its memory region
+    (registered once per testbench; with ``readable`` the peer may READ it too)."""
     nic, hq = env.nic, HOST_QPN + k
     if hq in nic.qps:
         nic.destroy_qp(hq)
     nic.create_qp(hq, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=psn, pmtu=pmtu,
                   timeout=timeout or 8, access=Access.REMOTE_WRITE | Access.REMOTE_READ,
-                  max_rd_atomic=HOST_RD_ATOMIC, max_dest_rd_atomic=HOST_RD_ATOMIC)
+                  max_rd_atomic=outstanding, max_dest_rd_atomic=HOST_RD_ATOMIC)
+    read = Access.REMOTE_READ if readable else Access(0)
     mr = next((m for m in nic.mrs if m.rkey == 0x3000 + k), None)
     if mr is None:
         nic.register_mr(HOST_BASE + (k << 36), HOST_BYTES, 0x3000 + k,
-                        Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
+                        Access.LOCAL_WRITE | Access.REMOTE_WRITE | read)
     else:
-        mr.access |= Access.REMOTE_READ
+        mr.access |= read
+
+
+async def open_for_reads(env, k, *, pmtu, psn, timeout):
+    """Open QP k on both sides (see :meth:`RespEnv.open`), the host's QP answering READs and
+    keeping :data:`HOST_RD_ATOMIC` of its own outstanding, its memory region readable."""
+    _host_qp(env, k, pmtu=pmtu, psn=psn, timeout=timeout, outstanding=HOST_RD_ATOMIC,
+             readable=True)
     await env.open(k, pmtu=pmtu, psn=psn, region=share(k, 1), timeout=timeout, host=False)
 
 
@@ -510,15 +517,8 @@ async def open_for_atomics(env, k, *, pmtu, psn, timeout, outstanding=HOST_RD_AT
     """Open QP k on both sides (see :meth:`RespEnv.open`) with the whole responder region (every
     QP's, so that QPs can share a target), the host's QP keeping ``outstanding`` atomics in
     flight at most (its ``max_rd_atomic``)."""
-    nic, hq = env.nic, HOST_QPN + k
-    if hq in nic.qps:
-        nic.destroy_qp(hq)
-    nic.create_qp(hq, peer_qpn=qpn(k), peer_ip=FPGA_IP, peer_mac=FPGA_MAC, epsn=psn, pmtu=pmtu,
-                  timeout=timeout or 8, access=Access.REMOTE_WRITE | Access.REMOTE_READ,
-                  max_rd_atomic=outstanding, max_dest_rd_atomic=HOST_RD_ATOMIC)
-    if not any(m.rkey == 0x3000 + k for m in nic.mrs):
-        nic.register_mr(HOST_BASE + (k << 36), HOST_BYTES, 0x3000 + k,
-                        Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    _host_qp(env, k, pmtu=pmtu, psn=psn, timeout=timeout, outstanding=outstanding,
+             readable=False)
     await env.open(k, pmtu=pmtu, psn=psn, region=REGION, timeout=timeout, host=False)
 
 
@@ -529,12 +529,8 @@ async def set_words(env, values):
     shadow learns them."""
     for addr, value in values.items():
         env.shadow[addr:addr + 8] = value.to_bytes(8, ATOMICS)
-    beats = sorted({a - a % W_BYTES for a in values})
-    for a in beats:
-        if MEMORY == "onchip":
-            await write_onchip(env.dut, W, MEM, a, bytes(env.shadow[a:a + W_BYTES]))
-        else:
-            env.ram.write(a, bytes(env.shadow[a:a + W_BYTES]))
+    for a in sorted({a - a % W_BYTES for a in values}):
+        await env.store(a, W_BYTES)
 
 
 

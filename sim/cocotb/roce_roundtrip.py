@@ -52,8 +52,7 @@ from rocegen.gateware.roce.responder.resp_layouts import RecvOpcode, RecvStatus
 from rocegen.sim.cocotb.roce_resp import (
     HOST_QPN,
     MAX_CYCLES,
-    MEM,
-    MEMORY,
+    B,
     W,
     plan_messages,
     rkey_of,
@@ -67,7 +66,6 @@ from rocegen.sim.testing.roce_env import (
     period_ps,
     timeout_code,
     wait_cycles,
-    write_onchip,
 )
 from rocegen.wire.opcodes import (
     OP_RC_ACKNOWLEDGE,
@@ -82,7 +80,6 @@ IDLE_CYCLES = 2000
 #: the tests of a round-trip run
 TESTS = ("send", "write", "read")
 RESPONSES = range(OP_RC_RDMA_READ_RESPONSE_FIRST, OP_RC_RDMA_READ_RESPONSE_ONLY + 1)
-B = W // 8
 
 
 async def roundtrip_run(env, run, n):
@@ -118,15 +115,9 @@ async def roundtrip_run(env, run, n):
 
 
 async def _fill(env, addr, data):
-    """The endpoint's memory ``[addr, addr + len(data))`` := ``data`` (``addr`` a multiple of
-    a beat; whole beats written, the shadow's bytes around it); the shadow learns it."""
-    end = addr + len(data)
-    env.shadow[addr:end] = data
-    hi = end + (-end % B)
-    if MEMORY == "onchip":
-        await write_onchip(env.dut, W, MEM, addr, bytes(env.shadow[addr:hi]))
-    else:
-        env.ram.write(addr, bytes(env.shadow[addr:hi]))
+    """The endpoint's memory ``[addr, addr + len(data))`` := ``data``; the shadow learns it."""
+    env.shadow[addr:addr + len(data)] = data
+    await env.store(addr, len(data))
 
 
 async def _send_sample(env, size, what):
