@@ -26,7 +26,7 @@ __all__ = [
     "IP_PROTO_ICMP", "IP_PROTO_UDP",
     "IPV6", "ETHERTYPE_IPV6",
     "BTH", "RETH", "AETH", "IMMDT", "ATOMIC_ETH", "ATOMIC_TARGET", "ATOMIC_ACK_ETH", "CNP_PAYLOAD",
-    "UDP_PORT_ROCEV2",
+    "DETH", "UDP_PORT_ROCEV2",
 ]
 
 
@@ -228,6 +228,12 @@ ATOMIC_TARGET = Header("atomic_target", [("va", 64), ("rkey", 32)])
 
 #: Atomic Acknowledge Extended Transport Header: the remote data before the atomic operation.
 ATOMIC_ACK_ETH = Header("atomic_ack_eth", [("orig", 64)])
+
+#: Datagram Extended Transport Header of the unreliable datagram (UD) transport: the Q_Key the
+#: receiving QP checks and the sending QP's number (QP1, the management QP, sends the
+#: communication manager's MADs with the well-known Q_Key
+#: :data:`rocegen.wire.ibcm.QP1_QKEY`).
+DETH = Header("deth", [("qkey", 32), ("reserved", 8), ("src_qp", 24)])
 
 # The BTH opcodes, the extension headers each carries and what it means are in the opcode
 # catalogue, :mod:`rocegen.wire.opcodes`.

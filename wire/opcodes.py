@@ -1,5 +1,6 @@
 """The opcode catalogue: one row per BTH opcode of the reliable connection (RC) transport and the
-CNP, as the project's wire notes (InfiniBand volume 1, Annex A17) define them.
+CNP, as the project's wire notes (InfiniBand volume 1, Annex A17) define them, and the unreliable
+datagram (UD) SEND opcodes that carry the communication manager's MADs to and from QP1.
 
 Each :class:`Row` says what the opcode is -- its verb, its position in a message, whether it is a
 request, a response or a notification -- which extension headers follow its BTH (in wire order,
@@ -10,7 +11,12 @@ and the CLI -- asks this module, through the queries below, rather than writing 
 
 Supported rows
 --------------
-``Row.supported`` says whether the endpoint handles the opcode: every row. The atomics (0x12
+``Row.supported`` says whether the endpoint handles the opcode: every row of :data:`ROWS`. The
+UD rows (:data:`UD_ROWS`) are not supported: the endpoint's RC datapath drops them; the
+communication manager on QP1 takes them, apart from the datapath. They are in :data:`BY_CODE`
+(so :func:`row`, :func:`name` and the ``has_*`` facts know them) but not in :data:`ROWS`, which
+the queries below (:func:`codes`, :func:`opcode`, :data:`REQUESTS`...) and the datapath's
+tables read. The atomics (0x12
 ATOMIC_ACKNOWLEDGE, 0x13 COMPARE_SWAP, 0x14 FETCH_ADD) need an endpoint built with them (the
 generator's ``atomics``); without it an atomic request is refused (NAK invalid request, as the
 reserved RC codes are) and an ATOMIC_ACKNOWLEDGE dropped as a response nobody asked for.
@@ -32,7 +38,8 @@ from rocegen.wire import headers as H
 from rocegen.wire.verbs import WrOpcode
 
 __all__ = [
-    "Verb", "Position", "Role", "Row", "ROWS", "BY_CODE", "TRANSPORT_RC", "TRANSPORT_CNP",
+    "Verb", "Position", "Role", "Row", "ROWS", "UD_ROWS", "BY_CODE", "TRANSPORT_RC", "TRANSPORT_UD",
+    "TRANSPORT_CNP",
     "transport", "row", "name", "names", "codes", "opcode", "verb_opcodes", "message_opcodes",
     "matches", "is_request", "is_response", "has_reth", "has_imm", "has_aeth", "ext_length",
     "REQUESTS", "RESPONSES", "READ_RESPONSES",
@@ -44,6 +51,7 @@ __all__ = [
     "OP_RC_RDMA_READ_RESPONSE_FIRST", "OP_RC_RDMA_READ_RESPONSE_MIDDLE",
     "OP_RC_RDMA_READ_RESPONSE_LAST", "OP_RC_RDMA_READ_RESPONSE_ONLY", "OP_RC_ACKNOWLEDGE",
     "OP_RC_ATOMIC_ACKNOWLEDGE", "OP_RC_COMPARE_SWAP", "OP_RC_FETCH_ADD", "OP_CNP",
+    "OP_UD_SEND_ONLY", "OP_UD_SEND_ONLY_WITH_IMMEDIATE",
 ]
 
 
@@ -77,8 +85,10 @@ class Role(enum.Enum):
     NOTIFICATION = "NOTIFICATION"
 
 
-#: The BTH opcode's bits 7:5 (the transport): reliable connection, congestion notification.
+#: The BTH opcode's bits 7:5 (the transport): reliable connection, unreliable datagram,
+#: congestion notification.
 TRANSPORT_RC = 0b000
+TRANSPORT_UD = 0b011
 TRANSPORT_CNP = 0b100
 
 
@@ -166,10 +176,20 @@ ROWS = (
     Row(0x81, "CNP", Verb.CNP, _O, Role.NOTIFICATION, (H.CNP_PAYLOAD,), False),
 )
 
-#: Opcode -> its row.
-BY_CODE = {r.code: r for r in ROWS}
-_BY_NAME = {r.name: r for r in ROWS}
-if len(BY_CODE) != len(ROWS) or len(_BY_NAME) != len(ROWS):
+#: The unreliable datagram SENDs (transport 011): a DETH after the BTH, an ImmDt after it on the
+#: one with immediate, then the payload (a 256-byte MAD on QP1). A datagram is one packet, so
+#: only the ONLY codes exist. Named ``UD_`` + the specification's name, as Wireshark and scapy
+#: name them, so that every row's name is unique. Not supported by the datapath (see above).
+UD_ROWS = (
+    Row(0x64, "UD_SEND_ONLY", _S, _O, _REQ, (H.DETH,), True, supported=False),
+    Row(0x65, "UD_SEND_ONLY_WITH_IMMEDIATE", _S, _O, _REQ, (H.DETH, H.IMMDT), True,
+        supported=False),
+)
+
+#: Opcode -> its row (every row: :data:`ROWS` and :data:`UD_ROWS`).
+BY_CODE = {r.code: r for r in ROWS + UD_ROWS}
+_BY_NAME = {r.name: r for r in ROWS + UD_ROWS}
+if len(BY_CODE) != len(ROWS + UD_ROWS) or len(_BY_NAME) != len(ROWS + UD_ROWS):
     raise AssertionError("opcode catalogue: a code or a name appears twice")
 
 
@@ -185,12 +205,13 @@ def name(code):
 
 
 def names():
-    """Opcode -> name, every row."""
+    """Opcode -> name, every row of :data:`ROWS` (the RC rows and the CNP)."""
     return {r.code: r.name for r in ROWS}
 
 
 def codes(**where):
-    """The opcodes (ascending) of the rows whose attributes equal ``where``'s values, for example
+    """The opcodes (ascending) of the rows of :data:`ROWS` (the RC rows and the CNP) whose
+    attributes equal ``where``'s values, for example
     ``codes(verb=Verb.SEND)`` or ``codes(has_reth=True, supported=True)``."""
     return tuple(r.code for r in ROWS if all(getattr(r, k) == v for k, v in where.items()))
 
@@ -306,3 +327,6 @@ OP_RC_ATOMIC_ACKNOWLEDGE = _code("ATOMIC_ACKNOWLEDGE")
 OP_RC_COMPARE_SWAP = _code("COMPARE_SWAP")
 OP_RC_FETCH_ADD = _code("FETCH_ADD")
 OP_CNP = _code("CNP")
+# (UD: ``OP_UD_`` and the specification's name)
+OP_UD_SEND_ONLY = _code("UD_SEND_ONLY")
+OP_UD_SEND_ONLY_WITH_IMMEDIATE = _code("UD_SEND_ONLY_WITH_IMMEDIATE")

@@ -63,6 +63,36 @@ def test_rows_are_the_spec_table():
         assert opc.name(r.code) == name and opc.row(r.code) is r
 
 
+#: The UD SEND opcodes: the wire notes' "UD SEND_ONLY is 0x64 (with DETH)"; 0x65, with an ImmDt
+#: after the DETH, from InfiniBand volume 1's opcode table (the SEND_ONLY_WITH_IMMEDIATE code,
+#: 0x05, in the UD transport, 011).
+SPEC_UD = {0x64: ("UD_SEND_ONLY", ("DETH",)), 0x65: ("UD_SEND_ONLY_WITH_IMMEDIATE",
+                                                     ("DETH", "ImmDt"))}
+#: DETH: Q_Key (4), reserved (1), source QP (3).
+SPEC_DETH_LENGTH = 8
+
+
+def test_ud_rows():
+    """The UD rows: in :data:`BY_CODE`, not in :data:`ROWS` (nor, so, in the datapath's
+    queries), not supported, the headers and names the notes and scapy give them."""
+    assert [r.code for r in opc.UD_ROWS] == sorted(SPEC_UD)
+    assert H.DETH.length == SPEC_DETH_LENGTH
+    lengths = {**SPEC_LENGTH, "DETH": SPEC_DETH_LENGTH}
+    headers = {**HEADER_OF, "DETH": H.DETH}
+    for r in opc.UD_ROWS:
+        name, carries = SPEC_UD[r.code]
+        assert r.name == name and opc.name(r.code) == name and opc.row(r.code) is r
+        assert r.headers == tuple(headers[h] for h in carries)
+        assert r.ext_length == sum(lengths[h] for h in carries)
+        assert scapy_roce._bth_opcodes[r.code] == name
+        assert opc.transport(r.code) == opc.TRANSPORT_UD
+        assert not r.supported and r not in opc.ROWS
+        assert r.verb is opc.Verb.SEND and r.position is opc.Position.ONLY and r.payload
+        assert not opc.is_request(r.code) and r.code not in opc.codes(verb=opc.Verb.SEND)
+    assert opc.OP_UD_SEND_ONLY == 0x64 and opc.OP_UD_SEND_ONLY_WITH_IMMEDIATE == 0x65
+    assert opc.has_imm(0x65) and not opc.has_imm(0x64)
+
+
 def test_rows_agree_with_their_names():
     for r in opc.ROWS:
         if r.verb in (opc.Verb.SEND, opc.Verb.RDMA_WRITE, opc.Verb.RDMA_READ_RESPONSE):
