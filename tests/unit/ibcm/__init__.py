@@ -1,0 +1,1 @@
+"""Tests of the InfiniBand Communication Manager: its wire tables and reference model."""
