@@ -113,12 +113,21 @@ class ConnectionManagerModel:
     ``query``: QUERY is answered with :attr:`counts` (the pattern sink's ``(checked, wrong)``,
     set by the caller). ``reads``: ACKs of OPEN_QP and SEND_QP_INFO state the READ depths
     (``max_rd_atomic``, ``rd_depth``) and each ACK that sets a QP's READ limit says so in
-    :attr:`CmResult.rd_limit`; :attr:`rd_limits` holds every QP's."""
+    :attr:`CmResult.rd_limit`; :attr:`rd_limits` holds every QP's. ``pool``: the QP pool the
+    node's connection managers share (an object with ``allocate() -> qpn or None`` and
+    ``free(qpn)``, such as :class:`rocegen.sim.models.ibcm.QpPool`, whose numbers are
+    ``QPN_BASE .. QPN_BASE + num_qps - 1``): OPEN_QP takes its QP from it (NO_QP when it has
+    none) and CLOSE_QP gives it back; None: the QPs are this manager's alone (the lowest free
+    one is opened)."""
 
     def __init__(self, num_qps, *, local_ip, allow_net=None, default_pmtu=4096, default_timeout=14,
                  default_retry=7, default_rnr_retry=7, ack_every_log2=4, port=CM_PORT,
                  regions=None, query=False, reads=False, max_rd_atomic=MAX_RD_ATOMIC, rd_depth=0,
-                 dscp=0, ecn=0, atomics=None):
+                 dscp=0, ecn=0, atomics=None, pool=None):
+        if pool is not None and not (callable(getattr(pool, "allocate", None))
+                                     and callable(getattr(pool, "free", None))):
+            raise ValueError(f"pool must have allocate() and free(qpn), not {pool!r}")
+        self.pool = pool
         if atomics not in ATOMIC_CAPS:
             raise ValueError(f"atomics must be None, 'little' or 'big', not {atomics!r}")
         #: the byte order of the responder's atomics (stated in the ACKs that name a region)
@@ -227,6 +236,21 @@ class ConnectionManagerModel:
         res.pulses.add("drop_unknown")
         return res
 
+    def _allocate(self):
+        """The index of the QP OPEN_QP opens (from the pool when there is one), or None."""
+        if self.pool is None:
+            free = self.free()
+            return free[0] if free else None
+        qpn = self.pool.allocate()
+        if qpn is None:
+            return None
+        k = qpn - QPN_BASE
+        if not 0 <= k < self.num_qps or self.in_use[k]:
+            self.pool.free(qpn)
+            raise ValueError(f"the pool handed out QP {qpn}, not a free one of "
+                             f"{QPN_BASE}..{QPN_BASE + self.num_qps - 1}")
+        return k
+
     def _target(self, req):
         """QP index named by ``rem_qpn`` if it is in use, else None."""
         k = req["rem_qpn"] - QPN_BASE
@@ -258,11 +282,10 @@ class ConnectionManagerModel:
             if not self._ext_ok(req):
                 res.pulses.add("nak_illegal")
                 return ACK_NAK, 0
-            free = self.free()
-            if not free:
+            k = self._allocate()
+            if k is None:
                 res.pulses.add("no_qp")
                 return ACK_NO_QP, 0
-            k = free[0]
             ctx = {"state": QpState.RTS.value, "pmtu_log2": self.default_pmtu_log2,
                    "udp_sport": UDP_SPORT_BASE | k, "dscp": self.dscp, "ecn": self.ecn,
                    "ack_every_log2": self.ack_every_log2, "timeout": self.default_timeout,
@@ -301,6 +324,8 @@ class ConnectionManagerModel:
             ctx = self.reset_context()
             self.in_use[k] = False
             self.owner[k] = 0
+            if self.pool is not None:
+                self.pool.free(QPN_BASE + k)
         self.context[k] = ctx
         res.context = (k, dict(ctx))
         return ACK_ACK, None

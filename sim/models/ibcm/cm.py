@@ -18,9 +18,9 @@ class version other than 2). A Get of ClassPortInfo gets its GetResp.
 
 Passive side, a REQ: refused with a REJ when its service ID is not a listened port
 (``INVALID_SERVICE_ID``), its transport is not RC (``INVALID_TRANSPORT_TYPE``), its path MTU is
-not an IB MTU code (``INVALID_MTU``), it asks to issue RDMA READs to a node that serves none
-(``INSUFFICIENT_RESP_RESOURCES``), its peer still holds a connection on the same QP
-(``STALE_CONN``), its ``cma_hdr`` is not version 0 / IPv4 / the REQ's source and our address, or
+not an IB MTU code (``INVALID_MTU``), it wants to send RDMA READs to a node that serves none
+(``INSUFFICIENT_RESP_RESOURCES``), its peer's QP still has a live (not time-wait) connection
+with us (``STALE_CONN``), its ``cma_hdr`` is not version 0 / IPv4 / the REQ's source and our address, or
 the ``accept`` hook declines (``CONSUMER_DEFINED``, what rdma_cm sends when it cannot take a
 REQ), or the QP pool is empty (``NO_QP``). Otherwise it takes a QP from the pool and answers a
 REP: our QPN and starting PSN, responder resources ``min(ours, the REQ's initiator depth)``,
@@ -107,7 +107,9 @@ class Connection:
     """One connection as a node holds it. ``local_comm_id`` names it; ``qpn`` is our QP (from
     the pool), ``peer_*`` the other side's; ``responder_resources`` are the RDMA READs we serve
     at once, ``initiator_depth`` those we may have outstanding; ``path_mtu`` an IB MTU code;
-    ``peer_region`` the region the peer's REP advertised (active side)."""
+    ``peer_region`` the region the peer's REP advertised (active side); ``private_data`` the
+    application's private data of the REQ (ours or the peer's); ``history`` the names of the
+    events of this connection, in order."""
     local_comm_id: int
     role: Role
     state: State
@@ -176,7 +178,7 @@ class IbCm:
     CA GUID (64 bits; REQ, REP, the ARI of a REJ ``TIMEOUT``). ``ports``: the TCP ports we
     listen on (service IDs ``0x0000000001060000 | port``); :meth:`listen` adds more.
     ``region``: the :class:`Region` our REPs advertise (None: zeros). ``responder_resources``,
-    ``initiator_depth``: the RDMA READs we serve at once and may issue at once (0..255).
+    ``initiator_depth``: the RDMA READs we serve at once and may have outstanding at once (0..255).
     ``max_mtu``: the largest path MTU in bytes we take or ask for. ``cm_response_timeout``: our
     CM response time (0..31, 4.096 us x 2^t), stated in our REQs (both timeouts) and
     ClassPortInfo, and how long we wait for the peer's answer to our REQ. ``max_cm_retries``

@@ -54,7 +54,7 @@ def test_connect_transfer_parameters_and_disconnect():
     assert (a.peer_qpn, a.peer_psn, p.peer_qpn, p.peer_psn) == (p.qpn, p.psn, a.qpn, a.psn)
     assert a.remote_comm_id == p.local_comm_id and p.remote_comm_id == a.local_comm_id
     assert a.peer_region == REGION and p.private_data[:5] == b"hello"
-    # the passive side serves min(its 1, the REQ's initiator depth 2) READs and issues
+    # the passive side serves min(its 1, the REQ's initiator depth 2) READs and sends
     # min(its 8, the REQ's responder resources 4); the active side takes the REP's numbers
     assert (p.responder_resources, p.initiator_depth) == (1, 4)
     assert (a.responder_resources, a.initiator_depth) == (4, 1)
