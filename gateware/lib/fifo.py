@@ -1,6 +1,6 @@
 """Packet FIFO: a block-RAM queue of packet stream beats that can drop whole packets."""
 
-from amaranth.hdl import Const, Module, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -27,18 +27,33 @@ class PacketFifo(wiring.Component):
         Metadata of the packets, stored once per packet (not per beat).
     store_and_forward : bool
         ``True``: a packet becomes visible at the output only once its last beat is written, so
-        a packet can be taken back. ``False``: an ordinary beat FIFO with backpressure
-        (cut-through); it then needs ``overflow="wait"`` and ``drop_errors=False``.
+        a packet can be taken back. ``False``: every beat is visible as soon as it is written
+        (cut-through); it then needs ``drop_errors=False`` (an errored packet leaves with
+        ``error`` set on its last beat). With ``overflow="wait"`` it is an ordinary beat FIFO
+        with backpressure; with ``overflow="drop"`` see below for how a packet that meets a full
+        FIFO is cut short.
     drop_errors : bool
-        Store-and-forward only. ``True``: a packet whose last beat has ``error`` set is discarded
-        (``drop_error`` pulses); ``False``: it is stored and leaves with ``error`` set.
+        Store-and-forward packets only. ``True``: a packet whose last beat has ``error`` set is
+        discarded (``drop_error`` pulses); ``False``: it is stored and leaves with ``error`` set.
     overflow : ``"drop"`` or ``"wait"``
         ``"drop"``: ``i.ready`` is always 1 (for a source that cannot be stalled, such as a
-        MAC); a packet that does not fit in the free space is dropped whole and ``drop_overflow``
-        pulses once for it. ``"wait"``: ``i.ready`` is low while the FIFO is full (or, with
-        metadata, while ``meta_depth`` packets are queued); a packet of more than ``depth``
-        beats can never fit in store-and-forward mode, so once it has filled the whole memory it
-        is dropped and counted in ``drop_overflow`` instead of deadlocking.
+        MAC). A store-and-forward packet that does not fit in the free space is dropped whole
+        and ``drop_overflow`` pulses once for it. A cut-through packet starts only with room
+        for two beats (or one, for a one-beat packet) and the metadata, else it is dropped
+        whole; once started, a beat that would leave no room for the packet's end is written
+        as its last beat with ``error`` set (the packet is *truncated*: its beats may already
+        have left, so the consumer must drop a packet marked ``error``), ``drop_overflow``
+        pulses and the rest of the input packet is discarded. ``"wait"``: ``i.ready`` is low
+        while the FIFO is full (or, with metadata, while ``meta_depth`` packets are queued); a
+        store-and-forward packet of more than ``depth`` beats can never fit, so once it has
+        filled the whole memory it is dropped and counted in ``drop_overflow`` instead of
+        deadlocking.
+    cut_input : bool
+        Store-and-forward only (``store_and_forward=True``). ``True`` adds the input ``cut``,
+        sampled with the first beat of each packet: a packet with ``cut`` set passes as in
+        cut-through (visible beat by beat, kept whatever its ``error``, truncated on overflow
+        in ``"drop"`` mode), the others are stored and forwarded. Packets of both kinds leave
+        in arrival order.
     ram_style : None, ``"block"`` or ``"distributed"``
         The ``ram_style`` attribute of the beats' memory, for synthesis (``None``: none, the
         tool chooses by size; ``"block"`` suits a shallow queue of wide beats where LUTs are
@@ -53,6 +68,8 @@ class PacketFifo(wiring.Component):
     -----
     i : In(PacketSignature(width, meta))
     o : Out(PacketSignature(width, meta))
+    cut : In(1)
+        Only with ``cut_input``: the packet whose first beat is on ``i`` passes cut-through.
     drop_error : Out(1)
         One-cycle pulse per packet discarded because of its ``error`` flag, registered: it comes
         in the cycle after the packet's last beat is accepted.
@@ -70,6 +87,7 @@ class PacketFifo(wiring.Component):
       full accepts again in the cycle after a beat leaves.)
     * Latency: two cycles. The first beat of a packet is offered on ``o`` two cycles after its
       last beat (store-and-forward) or itself (cut-through) is accepted, if the output was idle.
+      A cut-through packet behind a stored one waits for that one's last beat.
     * Backpressure: ``i.ready`` is 1 (``"drop"``) or depends on registers only (``"wait"``:
       "full" and, store-and-forward, "full of one unfinished packet" are registers worked out
       from the pointers' next values, so ``i.ready`` is one or two LUTs from registers), never
@@ -82,11 +100,12 @@ class PacketFifo(wiring.Component):
       ``error`` as they came. ``keep`` is stored as a byte count (the stream guarantees a
       thermometer code) and rebuilt as a thermometer code, so a malformed ``keep`` cannot leak
       a non-thermometer code. Metadata is sampled on the last beat (store-and-forward) or the
-      first beat (cut-through) and held over the whole output packet.
+      first beat (cut-through) and held over the whole output packet. A truncated packet leaves
+      with the beats written before its cut (every one full) and ``error`` on the last.
     * Byte order: beats are stored and replayed whole, lanes untouched (byte 0 in lane 0).
     * Malformed input never hangs the FIFO: a packet that never ends is dropped once it fills
-      the memory (store-and-forward), ``error`` on beats other than the last is carried but does
-      not drop the packet.
+      the memory (store-and-forward) or is truncated (cut-through, ``"drop"``), ``error`` on
+      beats other than the last is carried but does not drop the packet.
 
     Implementation: beats live in an :class:`amaranth.lib.memory.Memory` with a write port and a
     synchronous read port; the pointers are our own, not :mod:`amaranth.lib.fifo`, because
@@ -97,7 +116,7 @@ class PacketFifo(wiring.Component):
     """
 
     def __init__(self, width, depth, meta=None, *, store_and_forward=True, drop_errors=True,
-                 overflow="drop", meta_depth=None, ram_style=None):
+                 overflow="drop", meta_depth=None, ram_style=None, cut_input=False):
         check_width(width)
         if not isinstance(depth, int) or isinstance(depth, bool):
             raise TypeError(f"depth must be an integer number of beats, not {depth!r}")
@@ -110,9 +129,11 @@ class PacketFifo(wiring.Component):
         if overflow not in OVERFLOW_MODES:
             raise ValueError(f"overflow must be one of {', '.join(map(repr, OVERFLOW_MODES))}, "
                              f"not {overflow!r}")
-        if not store_and_forward and overflow != "wait":
-            raise ValueError("a cut-through FIFO (store_and_forward=False) cannot drop packets that "
-                             "do not fit; it needs overflow='wait'")
+        if not isinstance(cut_input, bool):
+            raise TypeError(f"cut_input must be a bool, not {cut_input!r}")
+        if cut_input and not store_and_forward:
+            raise ValueError("cut_input chooses cut-through per packet in a store-and-forward FIFO; "
+                             "a cut-through FIFO (store_and_forward=False) passes every packet so")
         if not store_and_forward and drop_errors:
             raise ValueError("a cut-through FIFO (store_and_forward=False) cannot take back the "
                              "beats of an errored packet; it needs drop_errors=False")
@@ -136,17 +157,20 @@ class PacketFifo(wiring.Component):
         self.overflow = overflow
         self.meta_depth = meta_depth
         self.ram_style = ram_style
-        super().__init__({
+        self.cut_input = cut_input
+        ports = {
             "i": In(PacketSignature(width, meta)),
             "o": Out(PacketSignature(width, meta)),
             "drop_error": Out(1),
             "drop_overflow": Out(1),
             "level": Out(range(depth + 1)),
-        })
+        }
+        if cut_input:
+            ports["cut"] = In(1)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
-        i, o = self.i, self.o
         W, B, depth = self.width, self.width // 8, self.depth
         AW = depth.bit_length() - 1        # address bits; pointers carry one more (wrap) bit
 
@@ -164,10 +188,11 @@ class PacketFifo(wiring.Component):
         wr_ptr = Signal(AW + 1)             # next slot to write (speculative in S&F)
         fetch = Signal(AW + 1)              # next slot to read into the read port
         rd_ptr = Signal(AW + 1)             # oldest slot whose beat has not left ``o``
-        if self.store_and_forward:
-            wr_commit = Signal(AW + 1)      # end of the last complete (committed) packet
-        else:
-            wr_commit = wr_ptr
+        # the pointer the read side may read up to: committed packet by packet (store and
+        # forward, and cut-through with "drop", whose truncation needs the machinery), or the
+        # write pointer itself (a plain cut-through FIFO)
+        committed = self.store_and_forward or self.overflow == "drop"
+        wr_commit = Signal(AW + 1) if committed else wr_ptr
 
         level = Signal(AW + 1)
         m.d.comb += [
@@ -175,109 +200,156 @@ class PacketFifo(wiring.Component):
             self.level.eq(level),
         ]
         # the pointers' next values; ``full`` (level == depth = 2**AW) is a register worked out
-        # from them, so it always equals ``level[AW]`` and ``i.ready`` needs no subtraction
+        # from them, so it always equals ``level[AW]`` and ``i.ready`` needs no subtraction;
+        # ``spare`` (at least two free slots) likewise, for truncating cut-through packets
         wr_next = Signal(AW + 1)
         rd_next = Signal(AW + 1)
         full_next = Signal()
         full = Signal()
+        spare = Signal(init=1)           # at least two slots free (depth >= 2)
         m.d.comb += [wr_next.eq(wr_ptr), rd_next.eq(rd_ptr),
                      full_next.eq((wr_next - rd_next)[AW])]
-        m.d.sync += [wr_ptr.eq(wr_next), rd_ptr.eq(rd_next), full.eq(full_next)]
-        return self._elaborate_flow(m, AW, B, depth, fetch, full, full_next, i, o, rd_next, rd_ptr, rp,
-                                    wp, wr_commit, wr_next, wr_ptr)
+        m.d.sync += [wr_ptr.eq(wr_next), rd_ptr.eq(rd_next), full.eq(full_next),
+                     spare.eq((wr_next - rd_next)[:AW + 1] < depth - 1)]
+        ptrs = dict(fetch=fetch, rd_next=rd_next, rd_ptr=rd_ptr, wr_commit=wr_commit,
+                    wr_next=wr_next, wr_ptr=wr_ptr, full=full, full_next=full_next, spare=spare)
+        self._elaborate_write(m, AW, B, ptrs, rp, wp, committed)
+        return m
 
-    def _elaborate_flow(self, m, AW, B, depth, fetch, full, full_next, i, o, rd_next, rd_ptr, rp, wp,
-                        wr_commit, wr_next, wr_ptr):
+    def _meta_queue(self, m):
+        """The metadata queue: (room for one more packet, entry ready, push, pop)."""
+        i, o, depth = self.i, self.o, self.depth
+        if not self.meta.size:
+            return Const(1, 1), Const(1, 1), Signal(), Signal()
+        m.submodules.meta_fifo = mf = SyncFIFOBuffered(width=self.meta.size,
+                                                       depth=self.meta_depth + 1)
+        meta_ok = Signal()              # room for one more packet's metadata
+        # ``level`` of SyncFIFOBuffered counts every queued entry exactly; one spare entry
+        # keeps its inner memory from ever being full when we write (w_rdy stays high).
+        if self.meta_depth >= depth:
+            # every queued packet has a beat stored (its last, until it leaves), so the
+            # queue holds fewer than ``depth`` entries whenever the memory is not full: the
+            # write side needs no look at its level (``full`` says it all)
+            m.d.comb += meta_ok.eq(1)
+        else:
+            m.d.comb += meta_ok.eq(mf.level < self.meta_depth)
+        m.d.comb += [
+            mf.w_data.eq(i.payload.meta.as_value()),
+            o.payload.meta.as_value().eq(mf.r_data),
+        ]
+        return meta_ok, mf.r_rdy, mf.w_en, mf.r_en
+
+    def _elaborate_write(self, m, AW, B, ptrs, rp, wp, committed):
         """The commit pointer, the metadata queue, the write side (committed per packet in
-        store-and-forward) and the read side with its output register."""
-        if self.store_and_forward:
+        store-and-forward, per beat for cut-through packets) and the read side."""
+        i = self.i
+        wr_ptr, wr_next, wr_commit = ptrs["wr_ptr"], ptrs["wr_next"], ptrs["wr_commit"]
+        full = ptrs["full"]
+        if committed:
             commit_next = Signal(AW + 1)
             m.d.comb += commit_next.eq(wr_commit)
             m.d.sync += wr_commit.eq(commit_next)
+        meta_ok, meta_rdy, meta_push, meta_pop = self._meta_queue(m)
 
-        # --- metadata queue --------------------------------------------------------------
-        if self.meta.size:
-            m.submodules.meta_fifo = mf = SyncFIFOBuffered(width=self.meta.size,
-                                                           depth=self.meta_depth + 1)
-            meta_ok = Signal()              # room for one more packet's metadata
-            meta_rdy = mf.r_rdy
-            # ``level`` of SyncFIFOBuffered counts every queued entry exactly; one spare entry
-            # keeps its inner memory from ever being full when we write (w_rdy stays high).
-            if self.meta_depth >= depth:
-                # every queued packet has a beat stored (its last, until it leaves), so the
-                # queue holds fewer than ``depth`` entries whenever the memory is not full: the
-                # write side needs no look at its level (``full`` says it all)
-                m.d.comb += meta_ok.eq(1)
-            else:
-                m.d.comb += meta_ok.eq(mf.level < self.meta_depth)
-            m.d.comb += [
-                mf.w_data.eq(i.payload.meta.as_value()),
-                o.payload.meta.as_value().eq(mf.r_data),
-            ]
-            meta_push = mf.w_en
-            meta_pop = mf.r_en
-        else:
-            meta_ok = meta_rdy = Const(1, 1)
-            meta_push = Signal()
-            meta_pop = Signal()
-
-        # --- write side ----------------------------------------------------------------------
+        # a beat cut short on overflow is written as the packet's last, marked ``error``
+        force_end = Signal()
         m.d.comb += [
             wp.addr.eq(wr_ptr[:AW]),
             wp.data.data.eq(i.payload.data),
             wp.data.count.eq(keep_count(i.payload.keep)),
-            wp.data.last.eq(i.payload.last),
-            wp.data.error.eq(i.payload.error),
+            wp.data.last.eq(i.payload.last | force_end),
+            wp.data.error.eq(i.payload.error | force_end),
         ]
         accept = Signal()
         m.d.comb += accept.eq(i.valid & i.ready)
-        last = i.payload.last
+        first = Signal(init=1)              # the next beat starts a packet
+        with m.If(accept):
+            m.d.sync += first.eq(i.payload.last)
 
-        if self.store_and_forward:
-            dropping = Signal()             # discarding the rest of a dropped packet
-            if self.overflow == "drop":
-                m.d.comb += i.ready.eq(1)
-            else:
-                # full of a single unfinished packet: it can never fit, take it to drop it (a
-                # register worked out from the next pointers, like ``full``)
-                hopeless = Signal()
-                m.d.sync += hopeless.eq(full_next & (rd_next == commit_next))
-                m.d.comb += i.ready.eq(dropping | (~full & meta_ok) | hopeless)
-
-            drop_error = Signal()
-            drop_overflow = Signal()
-            err_drop = (last & i.payload.error) if self.drop_errors else Const(0)
-            m.d.sync += [self.drop_error.eq(drop_error), self.drop_overflow.eq(drop_overflow)]
-            # a beat is written when it is taken, not part of a dropped packet and has room; in
-            # "wait" mode room (with ``meta_ok``) is what makes ``ready`` high, so the write
-            # decision is made without ``ready`` (and its ``hopeless`` term)
-            room = ~full & meta_ok if self.overflow == "wait" else ~full & (~last | meta_ok)
-            write = Signal()
-            m.d.comb += write.eq(i.valid & ~dropping & ~err_drop & room)
-            with m.If(write):
-                m.d.comb += [wp.en.eq(1), wr_next.eq(wr_ptr + 1)]
-                with m.If(last):
-                    m.d.comb += [commit_next.eq(wr_ptr + 1), meta_push.eq(1)]
-            with m.Elif(accept):
-                with m.If(dropping):
-                    with m.If(last):
-                        m.d.sync += dropping.eq(0)
-                with m.Elif(err_drop):
-                    m.d.comb += [wr_next.eq(wr_commit), drop_error.eq(1)]
-                with m.Else():
-                    # full, or (the last beat) no room for the metadata
-                    m.d.comb += [wr_next.eq(wr_commit), drop_overflow.eq(1)]
-                    with m.If(~last):
-                        m.d.sync += dropping.eq(1)
+        if committed:
+            self._committed_write(m, ptrs, wp, meta_ok, meta_push, commit_next, accept, first,
+                                  force_end)
         else:
-            first = Signal(init=1)          # the next beat starts a packet
             m.d.comb += i.ready.eq(~full & (~first | meta_ok))
             with m.If(accept):
                 m.d.comb += [wp.en.eq(1), meta_push.eq(first), wr_next.eq(wr_ptr + 1)]
-                m.d.sync += first.eq(last)
+        self._elaborate_read(m, ptrs, rp, B, meta_rdy, meta_pop)
 
-        # --- read side ---------------------------------------------------------------------
-        # The read port's output register is the output stage: ``rv`` says it holds a beat.
+    def _committed_write(self, m, ptrs, wp, meta_ok, meta_push, commit_next, accept, first,
+                         force_end):
+        """The write side of a FIFO that commits what the read side may take: whole packets
+        (store-and-forward) or every beat (cut-through packets, which are cut short on
+        overflow in "drop" mode)."""
+        i = self.i
+        wr_ptr, wr_next, wr_commit = ptrs["wr_ptr"], ptrs["wr_next"], ptrs["wr_commit"]
+        full, spare = ptrs["full"], ptrs["spare"]
+        last = i.payload.last
+        # is the packet on ``i`` cut-through: sampled with its first beat
+        if self.cut_input:
+            cut_reg = Signal()
+            with m.If(accept & first):
+                m.d.sync += cut_reg.eq(self.cut)
+            cut = Signal()
+            m.d.comb += cut.eq(Mux(first, self.cut, cut_reg))
+        else:
+            cut = Const(int(not self.store_and_forward), 1)
+
+        dropping = Signal()             # discarding the rest of a dropped packet
+        if self.overflow == "drop":
+            m.d.comb += i.ready.eq(1)
+        else:
+            # full of a single unfinished packet: it can never fit, take it to drop it (a
+            # register worked out from the next pointers, like ``full``)
+            hopeless = Signal()
+            m.d.sync += hopeless.eq(ptrs["full_next"] & (ptrs["rd_next"] == commit_next))
+            m.d.comb += i.ready.eq(dropping | (~full & meta_ok) | hopeless)
+
+        drop_error = Signal()
+        drop_overflow = Signal()
+        err_drop = (last & i.payload.error & ~cut) if self.drop_errors else Const(0)
+        m.d.sync += [self.drop_error.eq(drop_error), self.drop_overflow.eq(drop_overflow)]
+        # a beat is written when it is taken, not part of a dropped packet and has room; in
+        # "wait" mode room (with ``meta_ok``) is what makes ``ready`` high, so the write
+        # decision is made without ``ready`` (and its ``hopeless`` term). A cut-through packet
+        # in "drop" mode starts only with room for its end (two beats, or one for a one-beat
+        # packet) and, once started, always has a free slot: a beat that would leave none is
+        # written as the packet's end (``force_end``)
+        if self.overflow == "wait":
+            room = ~full & meta_ok
+        else:
+            sf_room = ~full & (~last | meta_ok)
+            cut_room = Mux(first, (spare | last & ~full) & meta_ok, 1)
+            room = Mux(cut, cut_room, sf_room)
+            m.d.comb += force_end.eq(cut & ~first & ~last & ~spare)
+        write = Signal()
+        m.d.comb += write.eq(i.valid & ~dropping & ~err_drop & room)
+        with m.If(write):
+            m.d.comb += [wp.en.eq(1), wr_next.eq(wr_ptr + 1)]
+            with m.If(cut):
+                m.d.comb += [commit_next.eq(wr_ptr + 1), meta_push.eq(first)]
+            with m.Elif(last):
+                m.d.comb += [commit_next.eq(wr_ptr + 1), meta_push.eq(1)]
+            with m.If(force_end):
+                m.d.comb += drop_overflow.eq(1)
+                m.d.sync += dropping.eq(1)
+        with m.Elif(accept):
+            with m.If(dropping):
+                with m.If(last):
+                    m.d.sync += dropping.eq(0)
+            with m.Elif(err_drop):
+                m.d.comb += [wr_next.eq(wr_commit), drop_error.eq(1)]
+            with m.Else():
+                # full, or (the last beat) no room for the metadata
+                m.d.comb += [wr_next.eq(wr_commit), drop_overflow.eq(1)]
+                with m.If(~last):
+                    m.d.sync += dropping.eq(1)
+
+    def _elaborate_read(self, m, ptrs, rp, B, meta_rdy, meta_pop):
+        """The read side: the read port's output register is the output stage."""
+        o = self.o
+        fetch, wr_commit = ptrs["fetch"], ptrs["wr_commit"]
+        AW = len(fetch) - 1
+        # ``rv`` says the read port's output register holds a beat
         rv = Signal()
         take = Signal()
         load = Signal()
@@ -300,8 +372,7 @@ class PacketFifo(wiring.Component):
             with m.If(avail):
                 m.d.sync += fetch.eq(fetch + 1)
         with m.If(take):
-            m.d.comb += rd_next.eq(rd_ptr + 1)
-        return m
+            m.d.comb += ptrs["rd_next"].eq(ptrs["rd_ptr"] + 1)
 
 
 def fifo_depth(max_bytes, width, *, packets=1):

@@ -26,11 +26,13 @@ def _passed(pkt, drop_errors):
 
 
 def packet_fifo(packets, width, depth, *, store_and_forward=True, drop_errors=True,
-                overflow="drop", meta_depth=None):
+                overflow="drop", meta_depth=None, cut=None):
     """Outcome of sending ``packets`` through a ``PacketFifo`` of ``depth`` beats.
 
     ``meta_depth`` is the size of the FIFO's metadata queue, ``None`` when the FIFO has no
-    metadata (no limit on the number of packets).
+    metadata (no limit on the number of packets). ``cut`` (with ``store_and_forward``, for a
+    FIFO with ``cut_input``): one bool per packet, the packets that pass cut-through; without
+    ``store_and_forward`` every packet does.
 
     * ``overflow="wait"`` and cut-through: the outcome does not depend on timing. A packet is
       dropped as an overflow when it can never fit: more than ``depth`` beats, or (errored and
@@ -40,25 +42,45 @@ def packet_fifo(packets, width, depth, *, store_and_forward=True, drop_errors=Tr
       kept greedily in arrival order while they fit in the ``depth`` beats (and ``meta_depth``
       packets) left by those kept before; ``level`` is the number of beats held at the end.
 
-    Decision order for one packet, as in the hardware: an errored packet (``drop_errors``) is
-    dropped as an error if the beats before its last fit (its last beat needs no room), else as
-    an overflow; any other packet is kept if all its beats fit and the metadata queue has room,
-    else dropped as an overflow.
+    Decision order for one store-and-forward packet, as in the hardware: an errored packet
+    (``drop_errors``) is dropped as an error if the beats before its last fit (its last beat
+    needs no room), else as an overflow; any other packet is kept if all its beats fit and the
+    metadata queue has room, else dropped as an overflow. A cut-through packet is never dropped
+    for its error; in drop mode it starts if the metadata queue has room and two beats are free
+    (one for a one-beat packet), else it is dropped whole as an overflow; one that does not fit
+    whole is truncated to the free beats (each full), marked ``error`` and counted as an
+    overflow.
     """
     res = FifoOutcome()
-    if not store_and_forward:
-        res.out = [Packet(p.data, dict(p.meta), p.error) for p in packets]
-        res.level = sum(beat_count(p, width) for p in packets)
-        return res
     if overflow not in ("drop", "wait"):
         raise ValueError(f"unknown overflow mode {overflow!r}")
+    if cut is None:
+        cut = [not store_and_forward] * len(packets)
+    elif not store_and_forward:
+        raise ValueError("cut names the cut-through packets of a store-and-forward FIFO")
+    if len(cut) != len(packets):
+        raise ValueError(f"cut has {len(cut)} entries for {len(packets)} packets")
+    B = width // 8
     used = 0          # beats held (drop mode: nothing leaves during the input phase)
     kept = 0          # packets held
-    for pkt in packets:
+    for pkt, through in zip(packets, cut):
         n = beat_count(pkt, width)
         room = depth - used if overflow == "drop" else depth
         pkt_room = (meta_depth is None or overflow == "wait" or kept < meta_depth)
-        if drop_errors and pkt.error:
+        if through:
+            if overflow == "wait":
+                res.out.append(Packet(pkt.data, dict(pkt.meta), pkt.error))
+            elif not pkt_room or room < min(n, 2):
+                res.drop_overflow += 1
+            else:
+                if n <= room:
+                    res.out.append(Packet(pkt.data, dict(pkt.meta), pkt.error))
+                else:
+                    res.out.append(Packet(pkt.data[:room * B], dict(pkt.meta), True))
+                    res.drop_overflow += 1
+                used += min(n, room)
+                kept += 1
+        elif drop_errors and pkt.error:
             if n - 1 <= room:
                 res.drop_error += 1
             else:

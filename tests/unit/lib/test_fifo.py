@@ -76,6 +76,7 @@ class Run:
                 await ctx.tick()
             await ctx.tick().repeat(3 * dut.depth + 10)
 
+        self.out = self.col.packets
         run_sim(dut, testbenches=[tb], processes=[self.col.run, monitor, watchdog(max_cycles)])
         self.out = self.col.packets
 
@@ -251,10 +252,170 @@ def test_cut_through_passes_everything(width):
     dut = PacketFifo(width, 4, META, store_and_forward=False, overflow="wait", drop_errors=False,
                      meta_depth=2)
     run = Run(dut, packets, idle=0.3, backpressure=0.4, seed=5)
-    model = packet_fifo(packets, width, 4, store_and_forward=False, drop_errors=False)
+    model = packet_fifo(packets, width, 4, store_and_forward=False, drop_errors=False,
+                        overflow="wait")
     assert model.out == packets
     check_model(run, model)
     assert run.max_level <= 4
+
+
+# --- cut-through with "drop": truncation; cut-through chosen per packet ----------------------
+
+class CutByKind(PacketFifo):
+    """A FIFO with ``cut_input`` whose ``cut`` is bit 0 of the packets' ``kind`` (so that the
+    drivers' metadata chooses it with the first beat)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, cut_input=True, **kwargs)
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.comb += self.cut.eq(self.i.payload.meta.kind[0])
+        return m
+
+
+def cut_of(packets):
+    return [bool(p.meta["kind"] & 1) for p in packets]
+
+
+def check_truncating_invariants(sent, got, drop_overflow, width):
+    """What holds whatever the timing for a FIFO whose packets pass cut-through with "drop":
+    every packet out is, in order, an input packet whole or a truncated head of one (whole
+    beats, ``error`` set), and every overflow pulse is a packet dropped whole or truncated.
+    Returns the number truncated."""
+    B = width // 8
+    it = iter(sent)
+    truncated = 0
+    for n, g in enumerate(got):
+        for s_ in it:
+            if g == s_:
+                break
+            if (g.error and g.meta == s_.meta and len(g.data) % B == 0
+                    and len(s_.data) > len(g.data) and s_.data.startswith(g.data)):
+                truncated += 1
+                break
+        else:
+            raise AssertionError(f"output packet {n} is neither an input packet nor the head of "
+                                 f"one, in order")
+    assert len(got) + drop_overflow == len(sent) + truncated, (
+        f"{len(sent)} in, {len(got)} out ({truncated} truncated), {drop_overflow} overflows")
+    return truncated
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("depth, meta_depth", [(16, None), (8, 3), (2, 1)])
+def test_cut_through_drop_mode_stalled_matches_model(width, depth, meta_depth):
+    """Output stalled while packets arrive: packets are kept while they fit, the first that
+    does not is truncated to the room left (if it could start), and errored packets pass with
+    their error."""
+    B = width // 8
+    rng = random.Random(depth * width + 5)
+    lengths = [rng.choice([0, 1, B - 1, B, B + 1, 3 * B + 1, 4 * B, rng.randrange(0, 5 * B)])
+               for _ in range(30)]
+    packets = make_packets(rng, lengths, error_rate=0.2)
+    if depth > 2:
+        # the memory filled to 3 free beats, then a 5-beat packet: cut to 3 beats
+        packets[:0] = make_packets(rng, [(depth - 3) * B, 5 * B])
+    dut = PacketFifo(width, depth, META, store_and_forward=False, overflow="drop",
+                     drop_errors=False, meta_depth=meta_depth)
+    run = Run(dut, packets, idle=0.3, backpressure=0.3, seed=depth, stall_input=True)
+    model = packet_fifo(packets, width, depth, store_and_forward=False, drop_errors=False,
+                        meta_depth=dut.meta_depth)
+    assert model.drop_overflow >= 3
+    if depth > 2:
+        assert any(p.error and p not in packets for p in model.out), "no packet truncated"
+    check_model(run, model)
+    assert run.level_after_input == model.level
+    assert run.ready_low == 0
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_cut_through_drop_mode_truncates_exactly(width):
+    """Into 8 free beats: a 5-beat packet fits, a 4-beat one is cut to its first 3 beats (it
+    starts with 3 free and keeps one slot for its end), a 2-beat one finds no room to start,
+    a one-beat one finds none either (the memory is full)."""
+    B = width // 8
+    rng = random.Random(8)
+    packets = [Packet(rng.randbytes(5 * B - 1)), Packet(rng.randbytes(4 * B)),
+               Packet(rng.randbytes(2 * B)), Packet(rng.randbytes(1))]
+    dut = PacketFifo(width, 8, store_and_forward=False, overflow="drop", drop_errors=False)
+    run = Run(dut, packets, stall_input=True)
+    assert run.out == [packets[0], Packet(packets[1].data[:3 * B], {}, True)]
+    assert (run.drop_error, run.drop_overflow, run.level_after_input) == (0, 3, 8)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_cut_through_drop_mode_random_timing(width):
+    """Under random idle cycles and backpressure: whole packets or truncated heads, in order,
+    every overflow counted, ``i.ready`` always 1, errored packets through with their error."""
+    B = width // 8
+    rng = random.Random(width * 7)
+    lengths = every_length(width) + [rng.randrange(0, 12 * B) for _ in range(40)]
+    rng.shuffle(lengths)
+    packets = make_packets(rng, lengths, error_rate=0.15)
+    dut = PacketFifo(width, 16, META, store_and_forward=False, overflow="drop",
+                     drop_errors=False)
+    run = Run(dut, packets, idle=0.1, backpressure=0.6, seed=9)
+    truncated = check_truncating_invariants(packets, run.out, run.drop_overflow, width)
+    assert truncated > 0 and run.drop_overflow > truncated
+    assert any(p.error for p in run.out if p in packets)
+    assert run.drop_error == 0 and run.ready_low == 0 and run.max_level <= 16
+
+
+def test_truncating_checker_rejects_violations():
+    """The check above is not vacuous."""
+    a, b = Packet(bytes(range(20)), {"tag": 1}), Packet(b"bb")
+    head = Packet(bytes(range(8)), {"tag": 1}, True)
+    assert check_truncating_invariants([a, b], [head, b], 1, 64) == 1
+    bad = [([b, a], 0), ([Packet(bytes(range(8)), {"tag": 1}), b], 1),   # reordered; no error
+           ([Packet(bytes(range(5)), {"tag": 1}, True), b], 1),           # not whole beats
+           ([head, b], 0), ([a], 0)]                                       # uncounted drops
+    for got, ovf in bad:
+        with pytest.raises(AssertionError):
+            check_truncating_invariants([a, b], got, ovf, 64)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("overflow", ["wait", "drop"])
+def test_cut_input_matches_model(width, overflow):
+    """Packets chosen cut-through by ``cut`` keep their error (and are truncated on overflow in
+    drop mode, output stalled); the others are stored and forwarded, errored ones dropped; all
+    leave in order."""
+    B = width // 8
+    depth = 16
+    rng = random.Random(width + len(overflow))
+    lengths = every_length(width) + [rng.randrange(0, 6 * B) for _ in range(20)]
+    rng.shuffle(lengths)
+    packets = make_packets(rng, lengths, error_rate=0.25)
+    # an errored packet of each kind first (they fit whatever the mode)
+    packets[:0] = [Packet(rng.randbytes(B + 1), {"tag": 1, "kind": k}, True) for k in (0, 1)]
+    dut = CutByKind(width, depth, META, overflow=overflow)
+    stalled = overflow == "drop"
+    run = Run(dut, packets, idle=0.3, backpressure=0.4, seed=width, stall_input=stalled)
+    model = packet_fifo(packets, width, depth, overflow=overflow, cut=cut_of(packets))
+    through = [p for p, c in zip(packets, cut_of(packets)) if c]
+    assert any(p.error for p in model.out), "no errored cut-through packet passed"
+    assert model.drop_error > 0 and any(p in model.out for p in through)
+    check_model(run, model)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_cut_input_latency(width):
+    """A cut-through packet's first beat leaves two cycles after it enters; a stored packet's
+    two cycles after its last beat; one behind the other waits for it."""
+    B = width // 8
+    rng = random.Random(1)
+    through = Packet(rng.randbytes(4 * B), {"tag": 1, "kind": 1})
+    stored = Packet(rng.randbytes(4 * B), {"tag": 2, "kind": 0})
+    for packets in ([through], [stored], [stored, through]):
+        dut = CutByKind(width, 16, META)
+        in_cycles, out_cycles, col = run_full_rate(dut, packets, prefill=0)
+        assert col.packets == packets
+        if packets == [through]:
+            assert out_cycles == [c + 2 for c in in_cycles]
+        else:
+            assert out_cycles[0] == in_cycles[3] + 2
+            assert consecutive(out_cycles)
 
 
 # --- throughput and latency (cycle counts in the simulator) -----------------------------------
@@ -385,7 +546,7 @@ def drive_raw(ctx, dut, rng, n, lanes):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("mode", ["drop", "wait", "cut"])
+@pytest.mark.parametrize("mode", ["drop", "wait", "cut", "cut-drop"])
 def test_malformed_input_then_recovers(width, mode):
     """Garbage (non-thermometer keep, partial middle beats, error on any beat, meta changing
     inside packets, packets longer than the memory) never hangs the FIFO, every beat that leaves
@@ -395,6 +556,9 @@ def test_malformed_input_then_recovers(width, mode):
     depth = 8
     if mode == "cut":
         dut = PacketFifo(width, depth, META, store_and_forward=False, overflow="wait",
+                         drop_errors=False)
+    elif mode == "cut-drop":
+        dut = PacketFifo(width, depth, META, store_and_forward=False, overflow="drop",
                          drop_errors=False)
     else:
         dut = PacketFifo(width, depth, META, overflow=mode)
@@ -438,9 +602,13 @@ def test_malformed_input_then_recovers(width, mode):
     assert long_dropped == [0 if mode == "cut" else 1]
     for _, keep, *_ in beats:
         assert keep & (keep + 1) == 0, f"keep {keep:#x} not a thermometer code"
-    if mode != "cut":
+    if mode in ("drop", "wait"):
         # the long packet and the garbage packets longer than the memory never come out whole
         assert all(len(p.data) <= depth * B for p in split_packets(beats, width))
+    if mode == "cut-drop":
+        # the long packet is cut short (its head leaves, marked damaged) and counted
+        assert long_dropped == [1]
+        assert split_packets(beats, width)[0].error
 
 
 def split_packets(beats, width):
@@ -466,8 +634,9 @@ def split_packets(beats, width):
     ({"width": 64, "depth": "8"}, TypeError, "integer"),
     ({"width": 48, "depth": 8}, ValueError, "width must be one of"),
     ({"width": 64, "depth": 8, "overflow": "block"}, ValueError, "overflow must be one of"),
-    ({"width": 64, "depth": 8, "store_and_forward": False, "drop_errors": False},
-     ValueError, "overflow='wait'"),
+    ({"width": 64, "depth": 8, "store_and_forward": False, "drop_errors": False,
+      "cut_input": True}, ValueError, "cut_input chooses"),
+    ({"width": 64, "depth": 8, "cut_input": 1}, TypeError, "cut_input must be a bool"),
     ({"width": 64, "depth": 8, "store_and_forward": False, "overflow": "wait"},
      ValueError, "drop_errors=False"),
     ({"width": 64, "depth": 8, "meta_depth": 9}, ValueError, "meta_depth"),
