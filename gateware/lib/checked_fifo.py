@@ -7,7 +7,13 @@ from rocegen.gateware.lib.checksum import PacketChecksum
 from rocegen.gateware.lib.fifo import PacketFifo
 from rocegen.gateware.lib.gate import PacketGate
 from rocegen.gateware.lib.pipe import StreamForwardRegister
-from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat, packet_layout
+from rocegen.gateware.lib.stream import (
+    PacketSignature,
+    check_width,
+    empty_meta,
+    first_beat,
+    packet_layout,
+)
 
 __all__ = ["ChecksumCheckedFifo"]
 
@@ -26,8 +32,15 @@ class ChecksumCheckedFifo(wiring.Component):
     with the first beat of each packet. Packets longer than ``depth`` beats cannot be stored and
     are dropped (``drop_overflow``); the input is held while the FIFO is full.
 
+    With ``cut_input``, a packet whose input ``cut`` is high with its first beat (driven like
+    ``seed``) passes cut-through instead: its beats leave as they come, behind the packets
+    before it, without a verdict (its checksum is not checked: a parent sets ``cut`` only for a
+    packet with nothing to check, such as UDP's checksum 0), and a damaged one leaves with
+    ``error`` on its last beat, for the consumer to drop (it pulses no ``drop_error``).
+
     Parameters: ``width`` (W bits), ``depth`` (beats, a power of two of at least 2), ``meta``
-    (the packets' metadata layout or None) and ``output_slice``: True (default) puts a
+    (the packets' metadata layout or None), ``cut_input`` (bool) and ``output_slice``: True
+    (default) puts a
     :class:`~rocegen.gateware.lib.buffer.RegisterSlice` at the output, so ``o`` is registered and
     ``o.ready`` ends in it; False leaves ``o`` straight from the gate (the block RAM's read data
     through the keep decoder) and ``o.ready`` driving the read side, for a parent that registers
@@ -38,19 +51,23 @@ class ChecksumCheckedFifo(wiring.Component):
     (``seed`` and ``skip`` with each beat; ``i.ready`` a few LUTs from registers), one cycle;
     then a packet can leave once its last beat is stored and its verdict is known,
     ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest, and goes out
-    through the output slice (one cycle more; none without it). Throughput: one beat per cycle
-    in and out.
+    through the output slice (one cycle more; none without it). A cut-through packet's first
+    beat leaves 3 cycles after it enters (4 with the output slice). Throughput: one beat per
+    cycle in and out.
     """
 
-    def __init__(self, width, depth, meta=None, *, output_slice=True):
+    def __init__(self, width, depth, meta=None, *, output_slice=True, cut_input=False):
         check_width(width)
         if not isinstance(output_slice, bool):
             raise TypeError(f"output_slice must be a bool, not {output_slice!r}")
+        if not isinstance(cut_input, bool):
+            raise TypeError(f"cut_input must be a bool, not {cut_input!r}")
         self.output_slice = output_slice
+        self.cut_input = cut_input
         self.width = width
         self.depth = depth
         self.meta = meta
-        super().__init__({
+        ports = {
             "i": In(PacketSignature(width, meta)),
             "o": Out(PacketSignature(width, meta)),
             "seed": In(16),
@@ -58,25 +75,38 @@ class ChecksumCheckedFifo(wiring.Component):
             "drop_checksum": Out(1),
             "drop_error": Out(1),
             "drop_overflow": Out(1),
-        })
+        }
+        if cut_input:
+            ports["cut"] = In(1)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        store = m.submodules.store = PacketFifo(W, self.depth, self.meta, store_and_forward=True,
-                                                drop_errors=True, overflow="wait")
-        # an input forward register, with ``seed`` and ``skip`` beside each beat: the store's
-        # write side starts in registers; the store's ``ready`` is worked out from registers
-        # (its ``full`` is one), so ``i.ready`` is a few LUTs from registers, and the register
-        # costs no LUT per bit
+        # the store's metadata: the packets' own and whether the packet passes cut-through
+        # (sampled with a cut packet's first beat, a stored packet's last: it is the packet's
+        # ``cut`` either way)
+        meta = empty_meta() if self.meta is None else self.meta
+        inner = data.StructLayout({"m": meta, "cut": 1})
+        store = m.submodules.store = PacketFifo(W, self.depth, inner, store_and_forward=True,
+                                                drop_errors=True, overflow="wait",
+                                                cut_input=self.cut_input)
+        # an input forward register, with ``seed``, ``skip`` and ``cut`` beside each beat: the
+        # store's write side starts in registers; the store's ``ready`` is worked out from
+        # registers (its ``full`` is one), so ``i.ready`` is a few LUTs from registers, and the
+        # register costs no LUT per bit
         sl = m.submodules.input = StreamForwardRegister(data.StructLayout({
-            "beat": packet_layout(W, self.meta), "seed": 16, "skip": 1}))
+            "beat": packet_layout(W, self.meta), "seed": 16, "skip": 1, "cut": 1}))
+        src = sl.o.payload.beat
         m.d.comb += [
             sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
             sl.i.payload.beat.eq(self.i.payload),
             sl.i.payload.seed.eq(self.seed), sl.i.payload.skip.eq(self.skip),
+            sl.i.payload.cut.eq(self.cut if self.cut_input else 0),
             store.i.valid.eq(sl.o.valid), sl.o.ready.eq(store.i.ready),
-            store.i.payload.eq(sl.o.payload.beat),
+            store.i.payload.data.eq(src.data), store.i.payload.keep.eq(src.keep),
+            store.i.payload.last.eq(src.last), store.i.payload.error.eq(src.error),
+            store.i.payload.meta.m.eq(src.meta),
         ]
         seed, skip = sl.o.payload.seed, sl.o.payload.skip
         m.d.comb += [self.drop_error.eq(store.drop_error),
@@ -91,10 +121,16 @@ class ChecksumCheckedFifo(wiring.Component):
         i = store.i
         first = first_beat(m, i)
         skip_reg = Signal()
+        cut_reg = Signal()
         with m.If(i.valid & i.ready & first):
-            m.d.sync += skip_reg.eq(skip)
+            m.d.sync += [skip_reg.eq(skip), cut_reg.eq(sl.o.payload.cut)]
         skip_now = Signal()
-        m.d.comb += skip_now.eq(first & skip | ~first & skip_reg)
+        cut_now = Signal()
+        m.d.comb += [skip_now.eq(first & skip | ~first & skip_reg),
+                     cut_now.eq(first & sl.o.payload.cut | ~first & cut_reg),
+                     i.payload.meta.cut.eq(cut_now)]
+        if self.cut_input:
+            m.d.comb += store.cut.eq(sl.o.payload.cut)
         ends = i.valid & i.ready & i.payload.last
         # in "wait" mode the FIFO drops exactly the packets longer than its memory
         beats = Signal(range(self.depth + 2))
@@ -103,7 +139,8 @@ class ChecksumCheckedFifo(wiring.Component):
                 m.d.sync += beats.eq(0)
             with m.Elif(beats <= self.depth):
                 m.d.sync += beats.eq(beats + 1)
-        kept = ends & ~i.payload.error & (beats < self.depth)
+        # (a cut-through packet has no verdict: it is always kept and never checked)
+        kept = ends & ~i.payload.error & (beats < self.depth) & ~cut_now
         pipe_kept = Signal(cs.latency)
         pipe_skip = Signal(cs.latency)
         m.d.sync += [
@@ -117,11 +154,16 @@ class ChecksumCheckedFifo(wiring.Component):
         ]
 
         gate = m.submodules.gate = PacketGate(W, self.meta)
-        wiring.connect(m, store.o, gate.i)
+        so, gi = store.o.payload, gate.i.payload
+        through = so.meta.cut
         m.d.comb += [
-            gate.verdict.valid.eq(verdicts.r_rdy),
-            gate.verdict.payload.eq(verdicts.r_data),
-            verdicts.r_en.eq(gate.verdict.ready),
+            gate.i.valid.eq(store.o.valid), store.o.ready.eq(gate.i.ready),
+            gi.data.eq(so.data), gi.keep.eq(so.keep), gi.last.eq(so.last),
+            gi.error.eq(so.error), gi.meta.eq(so.meta.m),
+            # a cut-through packet passes without a verdict
+            gate.verdict.valid.eq(through | verdicts.r_rdy),
+            gate.verdict.payload.eq(through | verdicts.r_data),
+            verdicts.r_en.eq(gate.verdict.ready & ~through),
             self.drop_checksum.eq(gate.dropped),
         ]
         # an output register slice: the memory's read data (and its keep decoder) end in it,

@@ -58,6 +58,10 @@ class NetStack(wiring.Component):
     rx_fifo_beats : int or None
         Depth of the receive FIFO behind the MAC (a power of two; default: two maximum frames).
         Its fill level in beats is output ``rx_level`` (for PFC's XOFF).
+    cut_through_ports : sequence of int
+        Ports of ``udp_ports`` whose consumers drop a datagram marked ``error`` (damaged on the
+        way in) themselves: their datagrams with UDP checksum 0 pass UDP receive cut-through
+        (:class:`~rocegen.gateware.net.udp_rx.UdpRx`).
     arp_entries, arp_retry_cycles, arp_retries
         ARP cache size, request repeat interval in cycles and number of repeats.
 
@@ -65,8 +69,12 @@ class NetStack(wiring.Component):
     -----
     ``local_mac``, ``local_ip``: our addresses (tie to constants or registers).
     ``mac_rx``: frames from the MAC without FCS, ``error`` set on a frame with a bad FCS; the
-    stack never stalls it (``ready`` is always 1): a frame that finds no room is dropped whole
-    and counted (``rx_overflow``), as are bad frames (``rx_bad_frame``).
+    stack never stalls it (``ready`` is always 1). The receive FIFO passes frames cut-through:
+    a frame marked ``error`` is counted (``rx_bad_frame``) and goes on with its mark, and the
+    layer that would act on it drops it and counts it too (ARP's ``arp_drop_bad``, ICMP's and
+    UDP's ``*_drop_error``, a cut-through port's consumer), after any header check that drops it
+    first. A frame that meets a full FIFO is counted (``rx_overflow``) and dropped whole, or, if
+    it had started, cut short and marked ``error`` (then dropped and counted as above).
     ``mac_tx``: frames to the MAC without FCS, padded to 60 bytes, each sent whole from a
     store-and-forward FIFO so that ``valid`` never drops inside a frame (the CMAC and the XGMII
     MAC both require this); ``error`` on the last beat
@@ -78,7 +86,8 @@ class NetStack(wiring.Component):
     """
 
     def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, pcp=0,
-                 rx_fifo_beats=None, arp_entries=4, arp_retry_cycles=100_000, arp_retries=3):
+                 rx_fifo_beats=None, arp_entries=4, arp_retry_cycles=100_000, arp_retries=3,
+                 cut_through_ports=()):
         check_width(width)
         if rx_fifo_beats is None:
             rx_fifo_beats = fifo_depth(mtu + MAX_L2_HEADER, width, packets=2)
@@ -92,15 +101,16 @@ class NetStack(wiring.Component):
         self.arp_args = dict(entries=arp_entries, retry_cycles=arp_retry_cycles,
                              retries=arp_retries)
         # validate here so that errors name the stack's parameters
-        self._udp_rx = UdpRx(width, self.udp_ports, mtu=mtu)
+        self._udp_rx = UdpRx(width, self.udp_ports, mtu=mtu, cut_ports=cut_through_ports)
         self._ip_rx = Ipv4Rx(width, mtu=mtu)
         self._arp = Arp(width, **self.arp_args)
         self._eth_rx = EthRx(width, vlan=vlan)
         self._eth_tx = EthTx(width, vlan=vlan, pcp=pcp)
         self._stats = StatsBlock(STATS)
         n = len(self.udp_ports)
-        self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=True,
-                                   drop_errors=True, overflow="drop")
+        # cut-through: a frame goes on before its FCS verdict (its last beat's ``error``)
+        self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=False,
+                                   drop_errors=False, overflow="drop")
         self._tx_fifo = PacketFifo(width, self.tx_fifo_beats, store_and_forward=True,
                                    drop_errors=False, overflow="wait")
         self._icmp = IcmpEcho(width, mtu=mtu)
@@ -152,7 +162,8 @@ class NetStack(wiring.Component):
         wiring.connect(m, wiring.flipped(self.mac_rx), rx_fifo.i)
         m.d.comb += self.rx_level.eq(rx_fifo.level)
         ev["rx_frames"] = self.mac_rx.valid & self.mac_rx.ready & self.mac_rx.payload.last
-        ev["rx_bad_frame"] = rx_fifo.drop_error
+        ev["rx_bad_frame"] = (self.mac_rx.valid & self.mac_rx.ready & self.mac_rx.payload.last
+                              & self.mac_rx.payload.error)
         ev["rx_overflow"] = rx_fifo.drop_overflow
 
         eth_rx = m.submodules.eth_rx = self._eth_rx

@@ -26,18 +26,27 @@ class UdpRx(wiring.Component):
     ``drop_length`` (UDP length disagrees with the IP payload length), ``drop_port``
     (no such port), ``drop_error`` (damaged on the way in, or longer than the store).
 
+    ``cut_ports`` (a subset of ``ports``) names the ports whose consumers drop a datagram marked
+    ``error`` themselves. A datagram for one of them with checksum 0 (nothing to verify) passes
+    the store cut-through: it leaves as it comes, and one damaged on the way in leaves with
+    ``error`` on its last beat (not counted here). RoCEv2, whose senders send checksum 0 and
+    whose ICRC check drops damaged packets, is the case for it.
+
     Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat
     (the length and port checks go with it through a
     :class:`~rocegen.gateware.lib.pipe.ForwardRegister` before the dispatch, one of those cycles;
-    the store has a forward register at its input, another).
+    the store has a forward register at its input, another); a cut-through datagram's first
+    beat leaves 6 cycles after it enters (the store's 4, the depacketizer's and the forward
+    register's).
     Backpressure: from the addressed port (``ready`` of the ports passes the forward register
     and the depacketizer and ends in the store's output register slice); the input is held
     while the store is full.
     """
 
-    def __init__(self, width, ports, *, mtu=1500):
+    def __init__(self, width, ports, *, mtu=1500, cut_ports=()):
         check_width(width)
         ports = tuple(ports)
+        cut_ports = tuple(cut_ports)
         if not ports:
             raise ValueError("UDP receive needs at least one port")
         for p in ports:
@@ -45,8 +54,12 @@ class UdpRx(wiring.Component):
                 raise ValueError(f"UDP port must be 1..65535, not {p!r}")
         if len(set(ports)) != len(ports):
             raise ValueError(f"UDP ports must be distinct, got {ports}")
+        for p in cut_ports:
+            if p not in ports:
+                raise ValueError(f"cut-through port {p!r} is not one of the ports {ports}")
         self.width = width
         self.ports = ports
+        self.cut_ports = cut_ports
         self.depth = fifo_depth(mtu - IPV4.length, width)
         super().__init__({
             "i": In(PacketSignature(width, IP_RX_META)),
@@ -61,7 +74,8 @@ class UdpRx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META)
+        store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META,
+                                                         cut_input=bool(self.cut_ports))
         wiring.connect(m, wiring.flipped(self.i), store.i)
         ip = self.i.payload.meta.ipv4
         pseudo = be_words(IPV4.to_lanes(ip))[6:10]            # source and destination address
@@ -75,6 +89,14 @@ class UdpRx(wiring.Component):
             self.drop_checksum.eq(store.drop_checksum),
             self.drop_error.eq(store.drop_error | store.drop_overflow),
         ]
+        if self.cut_ports:
+            # the first beat holds the whole header (keep's 8th byte): a runt is stored, so that
+            # the depacketizer sees it whole and counts it
+            to_cut = first_hdr.dst_port == self.cut_ports[0]
+            for p in self.cut_ports[1:]:
+                to_cut = to_cut | (first_hdr.dst_port == p)
+            m.d.comb += store.cut.eq(self.i.payload.keep[UDP.length - 1]
+                                     & (first_hdr.checksum == 0) & to_cut)
 
         dp = m.submodules.depacketizer = Depacketizer(UDP, W, IP_RX_META)
         wiring.connect(m, store.o, dp.i)

@@ -40,7 +40,10 @@ class NetworkFeature(Feature):
         self.stack = NetStack(cfg.width, (UDP_PORT_ROCEV2, cfg.cm_port), mtu=IP_MTU,
                               vlan=cfg.vlan, pcp=cfg.pcp, arp_entries=cfg.arp_entries,
                               arp_retry_cycles=cfg.arp_retry_cycles,
-                              arp_retries=cfg.arp_retries, rx_fifo_beats=pfc_rx_fifo_beats(cfg))
+                              arp_retries=cfg.arp_retries, rx_fifo_beats=pfc_rx_fifo_beats(cfg),
+                              # RoceRx (its ICRC check) and the connection manager drop a
+                              # damaged datagram themselves
+                              cut_through_ports=(UDP_PORT_ROCEV2, cfg.cm_port))
 
     def members(self):
         w = self.cfg.width

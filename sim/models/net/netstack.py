@@ -10,8 +10,17 @@ Headers are read from the raw bytes (not by scapy dissection), so any byte strin
 malformed, is a valid input. Responses are built with scapy.
 
 Options that follow the gateware's parameters: ``vlan``/``pcp`` (802.1Q: only frames tagged
-with that VLAN ID are taken, responses are tagged with it and priority ``pcp``) and
-``arp_entries`` (ARP cache size, replaced round robin as in the gateware; ``None``: unbounded).
+with that VLAN ID are taken, responses are tagged with it and priority ``pcp``),
+``arp_entries`` (ARP cache size, replaced round robin as in the gateware; ``None``: unbounded)
+and ``cut_ports`` (the UDP ports that take datagrams with checksum 0 cut-through).
+
+A frame the MAC marks bad (``fcs_ok=False``) is counted in ``rx_bad_frame`` and then goes
+through the layers as the gateware passes it on (cut-through, marked damaged): each layer's
+header checks still drop and count it, and the layer that would act on it drops it and counts
+it as damaged (``arp_drop_bad``, ``icmp_drop_error``, ``udp_drop_error``). A damaged datagram
+for a cut-through port with checksum 0 reaches that port marked damaged (no stack counter:
+its consumer drops it). A damaged frame changes no state (the ARP cache) and is never
+answered.
 """
 
 import struct
@@ -46,11 +55,14 @@ def _pad(frame):
 
 class NetStackModel:
     def __init__(self, mac, ip, *, echo_port=7, udp_ports=(17185,), mtu=1500, vlan=None, pcp=0,
-                 arp_entries=None):
+                 arp_entries=None, cut_ports=()):
         self.mac = mac.lower()
         self.ip = ip
         self.echo_port = echo_port
         self.ports = (echo_port, *udp_ports)
+        self.cut_ports = tuple(cut_ports)
+        #: datagrams handed to a port other than the echo's: (port, UDP payload, damaged)
+        self.delivered = []
         self.mtu = mtu
         self.vlan = vlan
         self.pcp = pcp
@@ -109,7 +121,12 @@ class NetStackModel:
     def handle_all(self, frame, *, fcs_ok=True):
         frame = bytes(frame)
         if not fcs_ok:
-            return [], ["rx_bad_frame"]
+            out, counters = self._frame(frame, damaged=True)
+            assert not out, "a damaged frame was answered"
+            return [], ["rx_bad_frame", *counters]
+        return self._frame(frame, damaged=False)
+
+    def _frame(self, frame, *, damaged):
         hlen = 14 if self.vlan is None else 18
         if len(frame) < hlen:
             return [], ["eth_runt"]
@@ -123,13 +140,13 @@ class NetStackModel:
         etype = int.from_bytes(frame[hlen - 2:hlen], "big")
         body = frame[hlen:]
         if etype == 0x0806:
-            return self._arp(body)
+            return self._arp(body, damaged)
         if etype != 0x0800:
             return [], ["eth_drop_ethertype"]
-        return self._ipv4(mac_str(frame[6:12]), body)
+        return self._ipv4(mac_str(frame[6:12]), body, damaged)
 
-    def _arp(self, body):
-        if len(body) < 28:
+    def _arp(self, body, damaged):
+        if len(body) < 28 or damaged:
             return [], ["arp_drop_bad"]
         htype, ptype, hlen, plen, op = struct.unpack(">HHBBH", body[:8])
         if (htype, ptype, hlen, plen) != (1, 0x0800, 6, 4) or op not in (1, 2):
@@ -145,7 +162,7 @@ class NetStackModel:
             return [_pad(reply)], ["arp_rx_request", "arp_tx_reply"]
         return [], ["arp_rx_request" if op == 1 else "arp_rx_reply"]
 
-    def _ipv4(self, src_mac, body):
+    def _ipv4(self, src_mac, body, damaged):
         if len(body) < 20:
             return [], ["ip_runt"]
         ver, ihl = body[0] >> 4, body[0] & 15
@@ -169,13 +186,17 @@ class NetStackModel:
             return drop("ip_drop_protocol")
         if total > len(body):
             # leaves towards ICMP/UDP marked as damaged, which drop it
-            return [], ["ip_truncated", "icmp_drop_error" if ip.proto == 1 else "udp_drop_error"]
+            if ip.proto == 1:
+                return [], ["ip_truncated", "icmp_drop_error"]
+            return [], ["ip_truncated", *self._udp(ip, body[20:], True)[1]]
         payload = body[20:total]
         if ip.proto == 1:
-            return self._icmp(src_mac, ip, payload)
-        return self._udp(ip, payload)
+            return self._icmp(src_mac, ip, payload, damaged)
+        return self._udp(ip, payload, damaged)
 
-    def _icmp(self, src_mac, ip, msg):
+    def _icmp(self, src_mac, ip, msg, damaged):
+        if damaged:
+            return [], ["icmp_drop_error"]
         if checksum(msg) != 0:
             return [], ["icmp_drop_checksum"]
         if len(msg) < 8:
@@ -188,21 +209,26 @@ class NetStackModel:
             type=0, id=req.id, seq=req.seq) / Raw(msg[8:])
         return [_pad(reply)], ["icmp_echo_reply"]
 
-    def _udp(self, ip, dgram):
+    def _udp(self, ip, dgram, damaged):
         if len(dgram) < 8:
-            return [], ["udp_runt"]
+            return [], ["udp_drop_error" if damaged else "udp_runt"]
         ck = int.from_bytes(dgram[6:8], "big")
+        dport = int.from_bytes(dgram[2:4], "big")
+        through = ck == 0 and dport in self.cut_ports
+        if damaged and not through:
+            return [], ["udp_drop_error"]
         if ck:
             pseudo = (bytes(map(int, ip.src.split("."))) + bytes(map(int, ip.dst.split(".")))
                       + bytes([0, 17]) + len(dgram).to_bytes(2, "big"))
             if checksum(pseudo + dgram) != 0:
                 return [], ["udp_drop_checksum"]
         sport, dport, ulen = struct.unpack(">HHH", dgram[:6])
-        if ulen != len(dgram):
+        if ulen != ip.len - 20:          # (the IPv4 header's length: a truncated one is longer)
             return [], ["udp_drop_length"]
         if dport not in self.ports:
             return [], ["udp_drop_port"]
-        if dport != self.echo_port:
+        if damaged or dport != self.echo_port:
+            self.delivered.append((dport, dgram[8:], damaged))
             return [], []
         mac = self.arp_cache.get(ip.src)
         if mac is None:
