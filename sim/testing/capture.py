@@ -61,6 +61,10 @@ class StreamCapture(wiring.Component):
         xorshift generator); 0: never.
     seed : In(32)
         The generator restarts from ``seed`` whenever ``seed`` changes (0 is taken as 1).
+    starved : Out(32)
+        Cycles in which ``i_ready`` was high inside a frame (after its first beat, before its
+        last) but ``i_valid`` low: a MAC that must send a frame without a pause (the CMAC, the
+        XGMII MAC) would have underrun. It must stay 0.
 
     Behaviour
     ---------
@@ -87,6 +91,7 @@ class StreamCapture(wiring.Component):
             "i_bytes": In(max(bytes_width, 1)),
             "count": Out(32), "frames": Out(32), "cycle": Out(32), "rd": In(32),
             "credit_step": In(32), "bp_threshold": In(16), "seed": In(32),
+            "starved": Out(32),
         })
 
     def elaborate(self, platform):
@@ -100,10 +105,13 @@ class StreamCapture(wiring.Component):
         take = self.i_valid & self.i_ready
         m.d.comb += [wp.addr.eq(self.count), wp.data.eq(Cat(self.i_payload, cycle)),
                      wp.en.eq(take)]
+        inside = Signal()               # a frame has begun and not ended
         with m.If(take):
-            m.d.sync += self.count.eq(self.count + 1)
+            m.d.sync += [self.count.eq(self.count + 1), inside.eq(~self.i_last)]
             with m.If(self.i_last):
                 m.d.sync += self.frames.eq(self.frames + 1)
+        with m.If(inside & self.i_ready & ~self.i_valid):
+            m.d.sync += self.starved.eq(self.starved + 1)
 
         # random backpressure: xorshift32, restarted from `seed` when it changes
         rng = Signal(32, init=1)

@@ -467,6 +467,10 @@ class MacModel:
                 if aborted:
                     raise AssertionError("the endpoint aborted a frame (tuser on tlast)")
                 self._frame_done(first + offset, last + offset, frame)
+            starved = int(dut.mac_starved.value)
+            if starved:
+                raise AssertionError(f"valid dropped inside a frame to the MAC ({starved} cycles "
+                                     f"by frame {len(self.frames)}): the MAC would underrun")
             self.tx_beats = mac.beats
             self._poll_links()
             self.event.set()

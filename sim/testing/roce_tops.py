@@ -123,7 +123,8 @@ class EndpointTop(wiring.Component):
 
     * the MAC's frames out, ring ``mac_cap`` (:func:`MAC_CAPTURE` entries), with the CMAC's
       line-rate budget (``mac_credit_step``) and random backpressure (``mac_bp_threshold``,
-      ``mac_bp_seed``); ports ``mac_count``, ``mac_frames``, ``mac_rd``;
+      ``mac_bp_seed``); ports ``mac_count``, ``mac_frames``, ``mac_rd``, and ``mac_starved``
+      (cycles the MAC was ready inside a frame without a beat: an underrun, must stay 0);
     * the completions, ring ``cpl_cap`` (:data:`COMPLETION` entries) with random backpressure
       (``cpl_bp_threshold``, ``cpl_bp_seed``); ports ``cpl_count``, ``cpl_rd``;
     * with ``responder=True``, the responder's receive completions, ring ``rcpl_cap``
@@ -171,7 +172,8 @@ class EndpointTop(wiring.Component):
             mac_members = {
                 **axis_members("s_axis", width, sink=True),
                 "mac_count": Out(32), "mac_frames": Out(32), "mac_rd": In(32),
-                "mac_credit_step": In(32), "mac_bp_threshold": In(16), "mac_bp_seed": In(32),
+                "mac_starved": Out(32), "mac_credit_step": In(32), "mac_bp_threshold": In(16),
+                "mac_bp_seed": In(32),
             }
         else:
             mac_members = {"xgmii_rxd": In(64), "xgmii_rxc": In(8), "xgmii_txd": Out(64),
@@ -239,6 +241,7 @@ class EndpointTop(wiring.Component):
                 mac.rd.eq(self.mac_rd), mac.credit_step.eq(self.mac_credit_step),
                 mac.bp_threshold.eq(self.mac_bp_threshold), mac.seed.eq(self.mac_bp_seed),
                 self.mac_count.eq(mac.count), self.mac_frames.eq(mac.frames),
+                self.mac_starved.eq(mac.starved),
             ]
             cycle = mac.cycle
         else:

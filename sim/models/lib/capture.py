@@ -31,6 +31,9 @@ class StreamCaptureModel:
         self.count = 0
         self.frames = 0
         self.cycle = 0
+        #: cycles ready inside a frame without a beat (``starved``)
+        self.starved = 0
+        self.inside = False
         #: cycles in which a beat was offered and the ring had no room for it
         self.full_stalls = 0
         #: (payload, cycle) of every entry taken, in order
@@ -45,7 +48,10 @@ class StreamCaptureModel:
         take = bool(valid and self.ready(rd))
         if valid and self.ready_reg and not take:
             self.full_stalls += 1
+        if self.inside and self.ready(rd) and not valid:
+            self.starved = (self.starved + 1) & MASK32
         if take:
+            self.inside = not last
             self.entries.append((payload, self.cycle))
             self.count = (self.count + 1) & MASK32
             self.frames = (self.frames + bool(last)) & MASK32

@@ -47,6 +47,7 @@ def _run(width, depth, *, budget, step, threshold, reader_lag, seed, cycles=1500
             assert ctx.get(dut.count) == model.count
             assert ctx.get(dut.frames) == model.frames
             assert ctx.get(dut.cycle) == model.cycle
+            assert ctx.get(dut.starved) == model.starved
             took = model.step(valid=valid, payload=payload, last=last, nbytes=nbytes, rd=rd,
                               credit_step=step, bp_threshold=threshold, seed=sd)
             seen["taken"] += took
@@ -76,9 +77,10 @@ def _run(width, depth, *, budget, step, threshold, reader_lag, seed, cycles=1500
     (True, 3 << CREDIT_FRAC_BITS, 9000),    # budget and backpressure
 ])
 def test_capture_matches_its_model(width, budget, step, threshold):
-    taken, _ = _run(width, 16, budget=budget, step=step, threshold=threshold, reader_lag=0.5,
-                    seed=width * 7 + threshold)
+    taken, model = _run(width, 16, budget=budget, step=step, threshold=threshold, reader_lag=0.5,
+                        seed=width * 7 + threshold)
     assert taken > 100            # the ring took beats: the comparison covered something
+    assert model.starved > 10     # (random valid): the underrun count was compared too
 
 
 def test_a_slow_reader_fills_the_ring_and_it_waits():
