@@ -208,6 +208,51 @@ def test_every_answer_is_the_models(width):
                        "rejected", "drop_length", "drop_attribute"}
 
 
+def rej(sc, ip, cid, *, ours=True):
+    """Host ``ip`` rejects its connection ``cid`` (naming our ID, or only its own)."""
+    local = sc.ours(ip, cid).local_comm_id if ours else 0
+    return sc.deliver(ip, mad(I.ATTR_REJ, 11, I.REJ.pack(
+        local_comm_id=cid, remote_comm_id=local, reason=I.RejReason.CONSUMER_DEFINED)))
+
+
+def dreq(sc, ip, local, remote, qpn):
+    return sc.deliver(ip, mad(I.ATTR_DREQ, 12, I.DREQ.pack(
+        local_comm_id=local, remote_comm_id=remote, remote_qpn=qpn)))
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_what_a_connection_leaves_behind(width):
+    """A connection in time-wait does not make its peer's QP stale; a rejected one is
+    forgotten (its REQ again is a new connection); a DREQ with another QPN leaves the
+    connection as it is; a peer whose communication ID is 0 is matched by any ID."""
+    rng = random.Random(7)
+    sc = Scenario(qpns=range(0x200, 0x208))
+    a, _ = sc.connect(HOST)
+    sc.send(HOST, sc.host(HOST).disconnect(0, a))
+    assert sc.ours(HOST, a).state is State.TIMEWAIT
+    sc.deliver(HOST, req(rng, comm_id=0x900, qpn=sc.ours(HOST, a).peer_qpn))     # a REP
+    b, b_req = sc.connect(HOST2, lose_rep=True)
+    rej(sc, HOST2, b)
+    sc.deliver(HOST2, b_req)                                # a new connection: a new REP
+    c, c_req = sc.connect(HOST2)
+    ours = sc.ours(HOST2, c)
+    dreq(sc, HOST2, c, ours.local_comm_id, ours.qpn ^ 1)    # DREP of no connection
+    sc.deliver(HOST2, c_req)                                # still established: nothing
+    assert ours.state is State.ESTABLISHED
+    sc.deliver(HOST, req(rng, comm_id=0, qpn=0x77))
+    zero = sc.ours(HOST, 0)
+    sc.deliver(HOST, mad(I.ATTR_RTU, 13, I.RTU.pack(local_comm_id=5,
+                                                    remote_comm_id=zero.local_comm_id)))
+    assert zero.state is State.ESTABLISHED
+    dreq(sc, HOST, 6, zero.local_comm_id, zero.qpn)         # DREP (ours, 0): time-wait
+    sc.deliver(HOST, mad(I.ATTR_RTU, 14, I.RTU.pack(local_comm_id=5,
+                                                    remote_comm_id=zero.local_comm_id)))
+    assert zero.state is State.TIMEWAIT                     # (an RTU does not bring it back)
+    sc.deliver(HOST, req(rng, comm_id=0, qpn=0x77))         # REJ STALE_CONN
+    names = check(sc, width, seed=width + 9)
+    assert names == ["REP", "DREP", "REP", "REP", "REP", "REP", "DREP", "REP", "DREP", "REJ"]
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_no_resources_for_reads(width):
     """A node that serves no RDMA READ refuses a REQ that would send some, takes one that
