@@ -10,6 +10,7 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import (
     MAD_RECORD,
     QP_GRANT,
     REPLY_RECORD,
+    VERDICT_COUNTERS,
     ConnState,
     ReplyKind,
     Verdict,
@@ -17,11 +18,19 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import (
 )
 from rocegen.wire import ibcm as I
 
-__all__ = ["IbCmPassive", "PSN_TAPS"]
+__all__ = ["IbCmPassive", "PSN_TAPS", "COUNTERS"]
 
 #: The starting PSNs come from a 24-bit Galois LFSR (x^24 + x^23 + x^22 + x^17 + 1): shifted
 #: right, these taps XORed in when the bit shifted out is 1.
 PSN_TAPS = 0xE10000
+
+#: The passive side's counter strobes: the reference model's counters of the same names (those
+#: of the passive side), and ``unanswered_get_set`` (Gets and Sets the model answers with an
+#: echo, counting ``answered_bad_version`` or ``answered_unsupported``).
+COUNTERS = ("rx_mads", "tx_mads", *VERDICT_COUNTERS.values(), "unanswered_get_set",
+            "class_port_info", "req_rejected", "req_duplicate", "req_stale", "rep_unknown",
+            "rtu_unknown", "rtu_duplicate", "mra_unknown", "rej_unknown", "dreq_unknown",
+            "dreq_duplicate", "drep_unknown", "established", "rejected")
 
 
 def _min(a, b):
@@ -67,6 +76,9 @@ class IbCmPassive(wiring.Component):
     o : Out(stream.Signature(REPLY_RECORD))
         The reply, to the MAD's sender (``src_ip``, ``src_qp``, ``pkey``), for
         :class:`~rocegen.gateware.roce.ibcm.ibcm_reply.IbCmReply`.
+    <name> : Out(1), for each name of :data:`COUNTERS`
+        High for one cycle when the model would count that counter: ``rx_mads`` when a record
+        is taken, ``tx_mads`` when a reply leaves, the others at the decision.
 
     Behaviour
     ---------
@@ -123,6 +135,7 @@ class IbCmPassive(wiring.Component):
             "qp_grant": In(stream.Signature(QP_GRANT)),
             "qp_free": Out(stream.Signature(24)),
             "o": Out(stream.Signature(REPLY_RECORD)),
+            **{name: Out(1) for name in COUNTERS},
         })
 
     def elaborate(self, platform):
@@ -162,9 +175,11 @@ class IbCmPassive(wiring.Component):
             with m.State("SEND"):
                 m.d.comb += self.o.valid.eq(1)
                 with m.If(self.o.ready):
+                    self._count(m, "tx_mads")
                     m.next = "DONE"
             with m.State("DONE"):
                 m.d.comb += self.i.ready.eq(1)
+                self._count(m, "rx_mads")
                 m.next = "IDLE"
         return m
 
@@ -213,56 +228,98 @@ class IbCmPassive(wiring.Component):
             out.responder_resources.eq(e.responder_resources),
             out.initiator_depth.eq(e.initiator_depth), out.region.eq(self.region)]
 
-    def _reject_req(self, m, s, rec, reason, local=0):
+    def _count(self, m, name):
+        m.d.comb += getattr(self, name).eq(1)
+
+    def _reject_req(self, m, s, rec, reason, local=0, counter="req_rejected"):
         m.d.sync += self._reply(s, rec, ReplyKind.REJ, local, rec.local_comm_id,
                                 reason=reason, message=I.MsgResponse.REQ)
+        self._count(m, counter)
         m.next = "SEND"
 
     def _decide(self, m, s, wr, rec):
         """The decision, the cycle after the scan: the reply, the table write, what follows."""
-        hdr, e = rec.hdr, s.hit_e
-        attr = hdr.attribute_id
+        attr, e = rec.hdr.attribute_id, s.hit_e
         # the connection the message names, as the model's _mine finds it (states apart)
         mine = s.hit & (e.peer_ip == rec.src_ip) & ((e.remote_comm_id == 0) |
                                                     (e.remote_comm_id == rec.local_comm_id))
         m.d.comb += [wr.addr.eq(s.hit_idx), wr.data.eq(e)]
         m.next = "DONE"
-        with m.If(rec.verdict == Verdict.GET_SET):
-            with m.If((hdr.class_version == I.CM_CLASS_VERSION) & (hdr.method == I.METHOD_GET)
-                      & (attr == I.ATTR_CLASS_PORT_INFO)):
-                m.d.sync += self._reply(s, rec, ReplyKind.CLASS_PORT_INFO, 0, 0)
-                m.d.sync += [s.out.class_specific.eq(hdr.class_specific),
-                             s.out.hdr_reserved.eq(hdr.reserved),
-                             s.out.attribute_modifier.eq(hdr.attribute_modifier)]
-                m.next = "SEND"
-        with m.Elif(rec.verdict != Verdict.OK):
+        with m.Switch(rec.verdict):
+            for verdict, counter in VERDICT_COUNTERS.items():
+                with m.Case(verdict):
+                    self._count(m, counter)
+            with m.Case(Verdict.GET_SET):
+                self._decide_get_set(m, s, rec)
+        with m.If(rec.verdict != Verdict.OK):
             pass
         with m.Elif(attr == I.ATTR_REQ):
             self._decide_req(m, s, rec)
-        with m.Elif(attr == I.ATTR_RTU):
-            with m.If(mine & (e.state == ConnState.REP_SENT)):
-                m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.ESTABLISHED)]
+        with m.Elif((attr == I.ATTR_RTU) | (attr == I.ATTR_MRA)):
+            self._decide_rtu_mra(m, s, wr, rec, mine)
         with m.Elif(attr == I.ATTR_DREQ):
-            known = mine & (rec.remote_qpn == e.qpn)
-            with m.If(known):
-                m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT)]
-                m.d.sync += self._reply(s, rec, ReplyKind.DREP, e.local_comm_id,
-                                        e.remote_comm_id)
-            with m.Else():
-                m.d.sync += self._reply(s, rec, ReplyKind.DREP, rec.remote_comm_id,
-                                        rec.local_comm_id)
-            m.next = "SEND"
+            self._decide_dreq(m, s, wr, rec, mine)
         with m.Elif(attr == I.ATTR_REJ):
-            with m.If(mine & (e.state == ConnState.REP_SENT)):
+            live = mine & (e.state != ConnState.TIMEWAIT)
+            with m.If(live):
+                self._count(m, "rejected")
+            with m.Else():
+                self._count(m, "rej_unknown")
+            with m.If(live & (e.state == ConnState.REP_SENT)):
                 m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
                 m.next = "FREE"
-            with m.Elif(mine & (e.state == ConnState.ESTABLISHED)):
+            with m.Elif(live):
                 m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT)]
         with m.Elif(attr == I.ATTR_REP):
             m.d.sync += self._reply(s, rec, ReplyKind.REJ, 0, rec.local_comm_id,
                                     reason=I.RejReason.INVALID_COMM_ID,
                                     message=I.MsgResponse.REP)
+            self._count(m, "rep_unknown")
             m.next = "SEND"
+        with m.Elif(attr == I.ATTR_DREP):
+            self._count(m, "drep_unknown")
+
+    def _decide_get_set(self, m, s, rec):
+        hdr = rec.hdr
+        with m.If((hdr.class_version == I.CM_CLASS_VERSION) & (hdr.method == I.METHOD_GET)
+                  & (hdr.attribute_id == I.ATTR_CLASS_PORT_INFO)):
+            m.d.sync += self._reply(s, rec, ReplyKind.CLASS_PORT_INFO, 0, 0)
+            m.d.sync += [s.out.class_specific.eq(hdr.class_specific),
+                         s.out.hdr_reserved.eq(hdr.reserved),
+                         s.out.attribute_modifier.eq(hdr.attribute_modifier)]
+            self._count(m, "class_port_info")
+            m.next = "SEND"
+        with m.Else():
+            self._count(m, "unanswered_get_set")
+
+    def _decide_rtu_mra(self, m, s, wr, rec, mine):
+        e = s.hit_e
+        with m.If(rec.hdr.attribute_id == I.ATTR_MRA):
+            # an MRA of our REP: the REP's timer waits longer (the timers come later)
+            with m.If(~(mine & (e.state == ConnState.REP_SENT)
+                        & (rec.message == I.MsgResponse.REP))):
+                self._count(m, "mra_unknown")
+        with m.Elif(mine & (e.state == ConnState.REP_SENT)):
+            m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.ESTABLISHED)]
+            self._count(m, "established")
+        with m.Elif(mine & (e.state == ConnState.ESTABLISHED)):
+            self._count(m, "rtu_duplicate")
+        with m.Else():
+            self._count(m, "rtu_unknown")
+
+    def _decide_dreq(self, m, s, wr, rec, mine):
+        e = s.hit_e
+        with m.If(mine & (rec.remote_qpn == e.qpn)):
+            with m.If(e.state == ConnState.TIMEWAIT):
+                self._count(m, "dreq_duplicate")
+            with m.Else():
+                m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT)]
+            m.d.sync += self._reply(s, rec, ReplyKind.DREP, e.local_comm_id, e.remote_comm_id)
+        with m.Else():
+            self._count(m, "dreq_unknown")
+            m.d.sync += self._reply(s, rec, ReplyKind.DREP, rec.remote_comm_id,
+                                    rec.local_comm_id)
+        m.next = "SEND"
 
     def _listened(self, rec):
         if not self.ports:
@@ -278,9 +335,13 @@ class IbCmPassive(wiring.Component):
         with m.If(s.hit):
             with m.If(e.state == ConnState.REP_SENT):
                 m.d.sync += self._rep(s, rec, e)
+                self._count(m, "req_duplicate")
                 m.next = "SEND"
             with m.Elif(e.state == ConnState.TIMEWAIT):
-                self._reject_req(m, s, rec, R.STALE_CONN, local=e.local_comm_id)
+                self._reject_req(m, s, rec, R.STALE_CONN, local=e.local_comm_id,
+                                 counter="req_stale")
+            with m.Else():
+                self._count(m, "req_duplicate")
         with m.Elif(~self._listened(rec)):
             self._reject_req(m, s, rec, R.INVALID_SERVICE_ID)
         with m.Elif(rec.transport_service_type != I.TRANSPORT_RC):

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS
 from rocegen.sim.models.ibcm import IbCm, QpPool, Region, State
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
@@ -110,6 +111,13 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
                for ip, d in sc.inputs]
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
+    counts = dict.fromkeys(COUNTERS, 0)
+
+    async def count(ctx):
+        strobes = [getattr(dut.cm, name) for name in COUNTERS]
+        async for _, _, *values in ctx.tick().sample(*strobes):
+            for name, v in zip(COUNTERS, values):
+                counts[name] += v
 
     async def tb(ctx):
         ctx.set(dut.local_ip, FPGA)
@@ -120,21 +128,31 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
             await ctx.tick()
 
     run_sim(dut, testbenches=[tb], processes=[
-        col.run, pool_process(dut, pool, rng, backpressure=backpressure, delay=3)])
+        col.run, count, pool_process(dut, pool, rng, backpressure=backpressure, delay=3)])
     for p in col.packets:
         assert not p.error
         assert (p.meta["dst_qp"], p.meta["pkey"]) == (I.QP1, I.DEFAULT_PKEY)
-    return [(p.meta["dst_ip"], p.data) for p in col.packets], pool
+    return [(p.meta["dst_ip"], p.data) for p in col.packets], pool, counts
+
+
+def model_counts(sc):
+    """The model's counters as the blocks count them: its echoes neither sent nor answered."""
+    c = sc.fpga.counters
+    out = {name: c[name] for name in COUNTERS if name in c}
+    out["tx_mads"] -= len(sc.echoes)
+    out["unanswered_get_set"] = c["answered_bad_version"] + c["answered_unsupported"]
+    return out
 
 
 def check(sc, width, **kw):
-    sent, pool = run(sc, width, **kw)
+    sent, pool, counts = run(sc, width, **kw)
     names = [parse(d)[0] for _, d in sent]
     want = [parse(d)[0] for _, d in sc.expected]
     assert names == want
     for n, (got, exp) in enumerate(zip(sent, sc.expected)):
         assert got == exp, (n, names[n])
     assert pool.allocated == sc.pool.allocated
+    assert counts == model_counts(sc)
     return names
 
 
@@ -224,7 +242,8 @@ def dreq(sc, ip, local, remote, qpn):
 def test_what_a_connection_leaves_behind(width):
     """A connection in time-wait does not make its peer's QP stale; a rejected one is
     forgotten (its REQ again is a new connection); a DREQ with another QPN leaves the
-    connection as it is; a peer whose communication ID is 0 is matched by any ID."""
+    connection as it is; a peer whose communication ID is 0 is matched by any ID; an MRA of
+    our REP is known, others not; an RTU again is a duplicate."""
     rng = random.Random(7)
     sc = Scenario(qpns=range(0x200, 0x208))
     a, _ = sc.connect(HOST)
@@ -232,10 +251,15 @@ def test_what_a_connection_leaves_behind(width):
     assert sc.ours(HOST, a).state is State.TIMEWAIT
     sc.deliver(HOST, req(rng, comm_id=0x900, qpn=sc.ours(HOST, a).peer_qpn))     # a REP
     b, b_req = sc.connect(HOST2, lose_rep=True)
+    for msg in (I.MsgResponse.REP, I.MsgResponse.OTHER, I.MsgResponse.REQ):   # one known MRA
+        sc.deliver(HOST2, mad(I.ATTR_MRA, 15, I.MRA.pack(
+            local_comm_id=b, remote_comm_id=sc.ours(HOST2, b).local_comm_id, message_mraed=msg,
+            service_timeout=20)))
     rej(sc, HOST2, b)
     sc.deliver(HOST2, b_req)                                # a new connection: a new REP
     c, c_req = sc.connect(HOST2)
     ours = sc.ours(HOST2, c)
+    sc.deliver(HOST2, sc.inputs[-1][1])                     # its RTU again: nothing
     dreq(sc, HOST2, c, ours.local_comm_id, ours.qpn ^ 1)    # DREP of no connection
     sc.deliver(HOST2, c_req)                                # still established: nothing
     assert ours.state is State.ESTABLISHED
@@ -250,6 +274,8 @@ def test_what_a_connection_leaves_behind(width):
     assert zero.state is State.TIMEWAIT                     # (an RTU does not bring it back)
     sc.deliver(HOST, req(rng, comm_id=0, qpn=0x77))         # REJ STALE_CONN
     names = check(sc, width, seed=width + 9)
+    assert {c: sc.fpga.counters[c] for c in ("rtu_duplicate", "mra_unknown")} == \
+        {"rtu_duplicate": 1, "mra_unknown": 2}
     assert names == ["REP", "DREP", "REP", "REP", "REP", "REP", "DREP", "REP", "DREP", "REJ"]
 
 
@@ -274,8 +300,9 @@ def test_table_full_is_no_qp():
         sc.deliver(HOST, req(rng, comm_id=n + 1, qpn=0x10 + n))
     assert [parse(d)[2].get("reason") for _, d in sc.expected] == [None, None, I.RejReason.NO_QP]
     sc.pool = QpPool(QPNS)
-    sent, pool = run(sc, 64, connections=2)
+    sent, pool, counts = run(sc, 64, connections=2)
     assert sent == sc.expected and len(pool.allocated) == 2
+    assert counts == model_counts(sc)
 
 
 @pytest.mark.parametrize("width", [64, 512])
