@@ -109,10 +109,12 @@ class IbCmPassive(wiring.Component):
     the checks is taken) come later. Communication IDs are not checked against those in use
     (they would repeat after 2^32 connections).
 
-    Latency: a MAD record is matched against the whole table, one entry per cycle:
-    ``connections`` + 2 cycles from ``i.valid`` to the decision, then one cycle per handshake
-    (``qp_req``, ``qp_grant``, ``qp_free``, ``o``: each waits for its peer), and ``i.ready`` one
-    cycle after the last. The table is one memory of ``connections`` entries
+    Latency: a MAD record is matched against the whole table, one entry per cycle: if it is
+    offered in cycle t, the decision is made in cycle t + ``connections`` + 2; then each
+    handshake it needs (``qp_req``, ``qp_grant``, ``qp_free``, ``o``, in that order) is offered
+    in the cycle after the previous one and waits for its peer, and ``i.ready`` is high in the
+    cycle after the last (t + ``connections`` + 3 when there is none; t + ``connections`` + 4
+    for a reply taken at once). The table is one memory of ``connections`` entries
     (:data:`CONNECTION`, 250 bits) with one read and one write port.
     """
 

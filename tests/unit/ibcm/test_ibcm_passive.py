@@ -212,10 +212,10 @@ def story(rng):
     return sc
 
 
-@pytest.mark.parametrize("width", [64, 512])
-def test_every_answer_is_the_models(width):
+@pytest.mark.parametrize("width,connections", [(64, 8), (512, 8), (512, 256)])
+def test_every_answer_is_the_models(width, connections):
     sc = story(random.Random(width))
-    names = check(sc, width, seed=width)
+    names = check(sc, width, connections=connections, seed=width)
     for name in ("REP", "REJ", "DREP", "ClassPortInfo"):
         assert name in names
     assert len(sc.expected) >= 30
@@ -352,3 +352,40 @@ def test_parameters_are_checked():
     raises(ValueError, "first_comm_id", lambda: IbCmPassive(ports=[], first_comm_id=0))
     raises(ValueError, "psn_seed", lambda: IbCmPassive(ports=[], psn_seed=0))
     raises(ValueError, "psn_seed", lambda: IbCmPassive(ports=[], psn_seed=1 << 24))
+
+
+@pytest.mark.parametrize("connections", [4, 16])
+def test_latency(connections):
+    """The decision ``connections`` + 2 cycles after the record is offered: a reply offered
+    the cycle after, the record taken the cycle after the reply; without a reply, taken the
+    cycle after the decision."""
+    from rocegen.gateware.roce.ibcm.ibcm_layouts import Verdict
+    from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
+    dut = IbCmPassive(ports=[PORT], connections=connections)
+    hdr = {"attribute_id": I.ATTR_REP}
+    records = [{"verdict": Verdict.OK, "hdr": hdr, "src_ip": HOST},      # REJ INVALID_COMM_ID
+               {"verdict": Verdict.LENGTH, "hdr": hdr, "src_ip": HOST}]  # dropped
+    seen = []
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 1)
+        cycle = 0
+        for r in records:
+            ctx.set(dut.i.payload, r)
+            ctx.set(dut.i.valid, 1)
+            start, reply = cycle, None
+            while True:
+                _, _, ready, o_valid = await ctx.tick().sample(dut.i.ready, dut.o.valid)
+                if o_valid and reply is None:
+                    reply = cycle - start
+                cycle += 1
+                if ready:
+                    break
+            seen.append((reply, cycle - 1 - start))
+            ctx.set(dut.i.valid, 0)
+            await ctx.tick()
+            cycle += 1
+
+    run_sim(dut, testbenches=[tb])
+    n = connections
+    assert seen == [(n + 3, n + 4), (None, n + 3)]
