@@ -84,7 +84,8 @@ class IbCmPassive(wiring.Component):
     ---------
     A Get of ClassPortInfo (class version 2) gets its GetResp (the request's header echoed).
     A REQ is matched against the table by its sender and communication ID: a duplicate of one
-    in REP_SENT gets the same REP again (its REQ's transaction ID), of one in time-wait a REJ
+    in REP_SENT gets the same REP again (its REQ's transaction ID; ``region`` as it is then),
+    of one in time-wait a REJ
     ``STALE_CONN``, of an established one nothing. Else it is checked, in the model's order:
     service ID a listened port (``INVALID_SERVICE_ID``), transport RC
     (``INVALID_TRANSPORT_TYPE``), path MTU an IB MTU code (``INVALID_MTU``), no RDMA READs asked

@@ -212,7 +212,8 @@ def story(rng):
     return sc
 
 
-@pytest.mark.parametrize("width,connections", [(64, 8), (512, 8), (512, 256)])
+@pytest.mark.parametrize("width,connections", [(64, 8), (128, 8), (256, 8), (512, 8),
+                                               (512, 256)])
 def test_every_answer_is_the_models(width, connections):
     sc = story(random.Random(width))
     names = check(sc, width, connections=connections, seed=width)
