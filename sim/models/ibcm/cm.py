@@ -187,6 +187,11 @@ class IbCm:
     ``time_wait_ns``: the time-wait (default: the local ACK timeout's 4.096 us x 2^t).
     ``accept``: a function of a :class:`ConnectRequest` returning whether to take it (None:
     take all). ``seed``: of the starting PSNs, communication IDs and transaction IDs.
+    ``first_comm_id`` (1..2^32-1): the first communication ID handed out, instead of one drawn
+    from ``seed`` (the next ones count up from it as usual). ``psn``: a function of no argument
+    returning each new connection's starting PSN (24 bits), instead of drawing it from ``seed``.
+    The two make the model's choices those of a node that counts its IDs and draws its PSNs
+    from a known sequence (the gateware's).
 
     Results: each call returns the :class:`Outgoing` MADs to send; :attr:`events` collects
     ``(name, local_comm_id, detail)`` tuples ("established", "rejected" with the reason,
@@ -198,7 +203,8 @@ class IbCm:
     def __init__(self, *, pool, local_ip, ca_guid, ports=(), region=None,
                  responder_resources=1, initiator_depth=1, max_mtu=4096,
                  cm_response_timeout=20, max_cm_retries=15, local_ack_timeout=14,
-                 retry_count=7, rnr_retry_count=7, time_wait_ns=None, accept=None, seed=0):
+                 retry_count=7, rnr_retry_count=7, time_wait_ns=None, accept=None, seed=0,
+                 first_comm_id=None, psn=None):
         if not callable(getattr(pool, "allocate", None)) or not callable(getattr(pool, "free",
                                                                                    None)):
             raise ValueError(f"pool must have allocate() and free(qpn), not {pool!r}")
@@ -225,6 +231,11 @@ class IbCm:
         self._rng = random.Random(seed)
         self._next_comm_id = self._rng.randrange(1, 1 << 31)
         self._next_tid = self._rng.randrange(1 << 32) << 32
+        if first_comm_id is not None:
+            self._next_comm_id = _check_int("first_comm_id", first_comm_id, 1, (1 << 32) - 1)
+        if psn is not None and not callable(psn):
+            raise ValueError(f"psn must be callable or None, not {psn!r}")
+        self._psn_source = psn
         self.ports = set()
         for p in ports:
             self.listen(p)
@@ -251,6 +262,11 @@ class IbCm:
     def _tid(self):
         self._next_tid = (self._next_tid + 1) & ((1 << 64) - 1)
         return self._next_tid
+
+    def _psn(self):
+        if self._psn_source is None:
+            return self._rng.randrange(1 << 24)
+        return _check_int("psn()", self._psn_source(), 0, (1 << 24) - 1)
 
     def _comm_id(self):
         while True:
@@ -323,7 +339,7 @@ class IbCm:
             self.counters["connect_no_qp"] += 1
             return None, []
         conn = Connection(local_comm_id=self._comm_id(), role=Role.ACTIVE, state=State.REQ_SENT,
-                          peer_ip=dst_ip, port=port, qpn=qpn, psn=self._rng.randrange(1 << 24),
+                          peer_ip=dst_ip, port=port, qpn=qpn, psn=self._psn(),
                           tid=self._tid(), path_mtu=mtu, local_ack_timeout=self.local_ack_timeout,
                           retry_count=self.retry_count, rnr_retry_count=self.rnr_retry_count,
                           responder_resources=self.responder_resources,
@@ -558,7 +574,7 @@ class IbCm:
             return self._reject_req(hdr, f, src_ip, out, R.NO_QP)
         conn = Connection(
             local_comm_id=self._comm_id(), role=Role.PASSIVE, state=State.REP_SENT,
-            peer_ip=src_ip, port=port, qpn=qpn, psn=self._rng.randrange(1 << 24),
+            peer_ip=src_ip, port=port, qpn=qpn, psn=self._psn(),
             tid=hdr["transaction_id"], remote_comm_id=f["local_comm_id"],
             peer_qpn=f["local_qpn"], peer_psn=f["starting_psn"],
             path_mtu=min(f["path_mtu"], self.max_mtu_code),

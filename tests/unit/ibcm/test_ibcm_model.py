@@ -375,6 +375,27 @@ def test_parameters_are_checked():
     assert cm.connect(11, dst_ip=2, port=1) == (None, []) and cm.counters["connect_no_qp"] == 1
 
 
+def test_comm_ids_and_psns_can_be_injected():
+    """``first_comm_id`` and ``psn`` replace the seeded draws: IDs count up from the first
+    (0xFFFFFFFF wraps to 1), PSNs come from the function; both sides use them."""
+    psns = iter([0x123456, 0xABCDEF, 0x000001])
+    host, fpga, link = nodes(fpga_kw=dict(first_comm_id=0xFFFFFFFF, psn=lambda: next(psns)))
+    for _ in range(2):
+        connect(host, link)
+    reps = [parse(m)[2] for m in link.sent("REP")]
+    assert [(r["local_comm_id"], r["starting_psn"]) for r in reps] == \
+        [(0xFFFFFFFF, 0x123456), (1, 0xABCDEF)]
+    _, out = fpga.connect(0, dst_ip=HOST, port=1)
+    req = parse(out[0].mad)[2]
+    assert (req["local_comm_id"], req["starting_psn"]) == (2, 1)
+    for kw, match in ((dict(first_comm_id=0), "first_comm_id"), (dict(psn=3), "psn")):
+        with pytest.raises(ValueError, match=match):
+            IbCm(pool=QpPool([2]), local_ip=1, ca_guid=1, **kw)
+    cm = IbCm(pool=QpPool([2]), local_ip=1, ca_guid=1, psn=lambda: 1 << 24)
+    with pytest.raises(ValueError, match="psn"):
+        cm.connect(0, dst_ip=2, port=1)
+
+
 def test_pool_never_leaks():
     """A random run: connects (some to ports nobody listens on), disconnects from either side,
     10 % of MADs lost and 5 % delivered twice, the other connection manager of the FPGA taking

@@ -1,0 +1,108 @@
+"""Records and sideband layouts of the IB CM blocks (the MADs' own layouts are
+:mod:`rocegen.wire.ibcm`'s)."""
+
+from amaranth.lib import data, enum
+
+from rocegen.gateware.roce.cm.cm_defs import int_param
+from rocegen.wire import ibcm as I
+
+__all__ = ["IBCM_RX_META", "IBCM_TX_META", "Verdict", "VERDICT_COUNTERS", "MAD_RECORD",
+           "ReplyKind", "REPLY_RECORD", "QP_GRANT", "ConnState", "CONNECTION", "int_param"]
+
+
+#: What the UD receive path tells about a MAD it delivers to QP1: the sender's IPv4 address, its
+#: QP (the DETH's source QP, 1 for a CM) and the BTH's P_Key (answers go back with it). The
+#: Q_Key (:data:`rocegen.wire.ibcm.QP1_QKEY`) is checked before, by the UD receive path.
+IBCM_RX_META = data.StructLayout({"src_ip": 32, "src_qp": 24, "pkey": 16})
+
+#: Where an answer goes: the IPv4 address, the QP (its DETH carries QP1 and
+#: :data:`~rocegen.wire.ibcm.QP1_QKEY`) and the P_Key of its BTH.
+IBCM_TX_META = data.StructLayout({"dst_ip": 32, "dst_qp": 24, "pkey": 16})
+
+
+class Verdict(enum.Enum, shape=4):
+    """What the receiver makes of a MAD, in the order the model checks
+    (``rocegen.sim.models.ibcm.IbCm.receive``): the first that applies."""
+    OK = 0              # a Send of REQ, MRA, REJ, REP, RTU, DREQ or DREP, class version 2
+    GET_SET = 1         # a Get or a Set (of any class version and attribute)
+    LENGTH = 2          # not 256 bytes, or ``error`` set
+    BASE_VERSION = 3    # base version not 1
+    CLASS = 4           # management class not the CM's (7)
+    RESPONSE = 5        # a response (method bit 7 set)
+    METHOD = 6          # a method other than Get, Set, Send
+    CLASS_VERSION = 7   # a Send with a class version other than 2
+    ATTRIBUTE = 8       # a Send of an attribute that is none of the seven messages
+
+
+#: The model's counter of each verdict that drops the MAD.
+VERDICT_COUNTERS = {v: "drop_" + v.name.lower() for v in Verdict
+                    if v not in (Verdict.OK, Verdict.GET_SET)}
+
+#: The fields of one MAD the CM acts on. ``hdr``: the whole MAD header. ``local_comm_id``: every
+#: message's; ``remote_comm_id``: every message's but the REQ's (there: its reserved word). From a
+#: REQ: ``service_id`` .. ``max_cm_retries`` by the REQ's names, ``local_ack_timeout`` (the
+#: primary path's), and from its private data's ``cma_hdr``: ``cma_version``, ``cma_ip_version``,
+#: ``cma_src_port``, the low 32 bits of its two addresses (``cma_src_ip``, ``cma_dst_ip``) and
+#: ``cma_high_zero``: their other 96 bits are all zero (IPv4). From a DREQ: ``remote_qpn``. From
+#: a REJ or an MRA: ``message`` (rejected / MRAed), from a REJ ``reason``, from an MRA
+#: ``service_timeout``. Fields of other messages than the MAD's hold its bytes at their offsets.
+MAD_RECORD = data.StructLayout({
+    "verdict": Verdict,
+    "src_ip": 32, "src_qp": 24, "pkey": 16,
+    "hdr": I.MAD_HDR.layout,
+    "local_comm_id": 32, "remote_comm_id": 32,
+    "service_id": 64, "local_qpn": 24, "responder_resources": 8, "initiator_depth": 8,
+    "transport_service_type": 2, "starting_psn": 24, "local_cm_response_timeout": 5,
+    "retry_count": 3, "path_mtu": 4, "rnr_retry_count": 3, "max_cm_retries": 4,
+    "local_ack_timeout": 5,
+    "cma_version": 8, "cma_ip_version": 4, "cma_src_port": 16, "cma_src_ip": 32,
+    "cma_dst_ip": 32, "cma_high_zero": 1,
+    "remote_qpn": 24,
+    "message": 2, "reason": 16, "service_timeout": 5,
+})
+
+
+class ReplyKind(enum.Enum, shape=3):
+    """The MAD a reply record asks for."""
+    REP = 0
+    REJ = 1
+    RTU = 2
+    DREP = 3
+    CLASS_PORT_INFO = 4     # the GetResp of a Get of ClassPortInfo
+
+
+#: A MAD to send. ``dst_*``: :data:`IBCM_TX_META`. ``transaction_id`` and, for a GetResp, the
+#: request's ``class_specific``, ``hdr_reserved`` and ``attribute_modifier`` (echoed). The
+#: message: ``local_comm_id``, ``remote_comm_id``; REP: ``local_qpn``, ``starting_psn``,
+#: ``responder_resources``, ``initiator_depth``, ``region`` (its private data); REJ:
+#: ``message`` (rejected) and ``reason``.
+REPLY_RECORD = data.StructLayout({
+    "kind": ReplyKind,
+    "dst_ip": 32, "dst_qp": 24, "pkey": 16,
+    "transaction_id": 64, "class_specific": 16, "hdr_reserved": 16, "attribute_modifier": 32,
+    "local_comm_id": 32, "remote_comm_id": 32,
+    "local_qpn": 24, "starting_psn": 24, "responder_resources": 8, "initiator_depth": 8,
+    "region": I.REGION.layout,
+    "message": 2, "reason": 16,
+})
+
+#: The QP pool's answer to a request: ``ok`` and the QP number, or ``ok`` low: none free.
+QP_GRANT = data.StructLayout({"ok": 1, "qpn": 24})
+
+
+class ConnState(enum.Enum, shape=2):
+    """A connection table entry's state (IBTA's names; FREE: no connection)."""
+    FREE = 0
+    REP_SENT = 1
+    ESTABLISHED = 2
+    TIMEWAIT = 3
+
+
+#: One entry of the passive side's connection table: what a duplicate REQ, an RTU, a REJ or a
+#: DREQ is matched against, and what the REP sent again holds.
+CONNECTION = data.StructLayout({
+    "state": ConnState,
+    "local_comm_id": 32, "remote_comm_id": 32, "peer_ip": 32, "peer_qpn": 24,
+    "qpn": 24, "psn": 24, "responder_resources": 8, "initiator_depth": 8,
+    "tid": 64,
+})

@@ -1,0 +1,173 @@
+"""The IB CM's reply builder: a reply record streamed out as its 256-byte MAD."""
+
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.roce.ibcm.ibcm_layouts import (
+    IBCM_TX_META,
+    REPLY_RECORD,
+    ReplyKind,
+    int_param,
+)
+from rocegen.wire import ibcm as I
+
+__all__ = ["IbCmReply"]
+
+#: Reply kind -> the MAD's attribute ID.
+_ATTRIBUTE = {ReplyKind.REP: I.ATTR_REP, ReplyKind.REJ: I.ATTR_REJ, ReplyKind.RTU: I.ATTR_RTU,
+              ReplyKind.DREP: I.ATTR_DREP, ReplyKind.CLASS_PORT_INFO: I.ATTR_CLASS_PORT_INFO}
+
+
+class IbCmReply(wiring.Component):
+    """Builds the MAD a reply record asks for and sends it.
+
+    Parameters
+    ----------
+    width : int
+        Data width W of ``o`` (64..512).
+    ca_guid : int
+        Our CA GUID (64 bits), the REP's ``local_ca_guid``.
+    rnr_retry_count : int
+        The REP's RNR retry count (0..7).
+    cm_response_timeout : int
+        Our CM response time (0..31), a ClassPortInfo's ``resp_time_value``.
+
+    Ports
+    -----
+    i : In(stream.Signature(REPLY_RECORD))
+        A reply to send; ``i.ready`` is high while nothing is being sent (a register).
+    o : Out(PacketSignature(width, IBCM_TX_META))
+        The MAD, 256 bytes, byte 0 in lane 0 of the first beat, every lane kept, ``error`` low;
+        ``meta``: the record's ``dst_ip``, ``dst_qp``, ``pkey``. Its header: base version 1,
+        class 7, class version 2, status 0, the record's ``transaction_id``,
+        ``class_specific``, ``hdr_reserved`` (the header's ``reserved``) and
+        ``attribute_modifier``; method GetResp and attribute ClassPortInfo for
+        ``CLASS_PORT_INFO``, else Send and the kind's attribute. Its data (every field not
+        named zero, as are the bytes after a layout's end):
+
+        * REP: ``local_comm_id``, ``remote_comm_id``, ``local_qpn``, ``starting_psn``,
+          ``responder_resources``, ``initiator_depth``, ``end_to_end_flow_control`` 1,
+          ``rnr_retry_count``, ``local_ca_guid``; its private data the record's ``region``
+          (:data:`rocegen.wire.ibcm.REGION`: address, R_Key, length), then zeros;
+        * REJ: ``local_comm_id``, ``remote_comm_id``, ``message_rejected`` (``message``),
+          ``reason`` (no additional information);
+        * RTU, DREP: ``local_comm_id``, ``remote_comm_id``;
+        * CLASS_PORT_INFO: ClassPortInfo with base version 1, class version 2 and
+          ``resp_time_value`` ``cm_response_timeout``.
+
+    Behaviour
+    ---------
+    One MAD at a time: if a record is taken in cycle t, its first beat is offered in cycle
+    t + 1 and one beat follows per cycle while ``o.ready`` is high (2048 / W beats); ``i.ready``
+    is high again in the cycle after the last beat leaves. Backpressure: ``o`` may stall for
+    any time. The record is kept in registers; the beats are selected from the MAD's lanes,
+    built combinationally from them with the wire layouts.
+    """
+
+    def __init__(self, width, *, ca_guid=0, rnr_retry_count=7, cm_response_timeout=20):
+        check_width(width)
+        self.width = width
+        self.ca_guid = int_param("ca_guid", ca_guid, 0, (1 << 64) - 1)
+        self.rnr_retry_count = int_param("rnr_retry_count", rnr_retry_count, 0, 7)
+        self.cm_response_timeout = int_param("cm_response_timeout", cm_response_timeout, 0, 31)
+        super().__init__({
+            "i": In(stream.Signature(REPLY_RECORD)),
+            "o": Out(PacketSignature(width, IBCM_TX_META)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        NB = 8 * I.MAD_LENGTH // W
+        rec = Signal(REPLY_RECORD)
+        busy = Signal()
+        beat = Signal(range(NB))
+        m.d.comb += self.i.ready.eq(~busy)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [rec.eq(self.i.payload), busy.eq(1), beat.eq(0)]
+
+        mad = Signal(8 * I.MAD_LENGTH)
+        m.d.comb += mad.eq(Cat(self._header(m, rec), self._data(m, rec)))
+        o = self.o.payload
+        m.d.comb += [
+            self.o.valid.eq(busy),
+            o.data.eq(mad.word_select(beat, W)),
+            o.keep.eq((1 << (W // 8)) - 1),
+            o.last.eq(beat == NB - 1),
+            o.meta.dst_ip.eq(rec.dst_ip), o.meta.dst_qp.eq(rec.dst_qp),
+            o.meta.pkey.eq(rec.pkey),
+        ]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += beat.eq(beat + 1)
+            with m.If(beat == NB - 1):
+                m.d.sync += busy.eq(0)
+        return m
+
+    def _header(self, m, rec):
+        """The MAD header's lanes."""
+        hdr = Signal(I.MAD_HDR.layout)
+        cpi = rec.kind == ReplyKind.CLASS_PORT_INFO
+        m.d.comb += [hdr.base_version.eq(I.BASE_VERSION), hdr.mgmt_class.eq(I.MGMT_CLASS_CM),
+                     hdr.class_version.eq(I.CM_CLASS_VERSION),
+                     hdr.method.eq(I.METHOD_SEND),
+                     hdr.class_specific.eq(rec.class_specific), hdr.reserved.eq(rec.hdr_reserved),
+                     hdr.attribute_modifier.eq(rec.attribute_modifier),
+                     hdr.transaction_id.eq(rec.transaction_id)]
+        with m.If(cpi):
+            m.d.comb += hdr.method.eq(I.METHOD_GET_RESP)
+        with m.Switch(rec.kind):
+            for kind, attr in _ATTRIBUTE.items():
+                with m.Case(kind):
+                    m.d.comb += hdr.attribute_id.eq(attr)
+        lanes = Signal(8 * I.MAD_HDR_LENGTH)
+        m.d.comb += lanes.eq(I.MAD_HDR.to_lanes(hdr))
+        return lanes
+
+    def _data(self, m, rec):
+        """The class data's lanes (232 bytes), by kind."""
+        nbits = 8 * I.MAD_DATA_LENGTH
+
+        def padded(*parts):
+            lanes = Cat(*parts)
+            return Cat(lanes, Const(0, nbits - len(lanes)))
+
+        rep = Signal(I.REP.layout)
+        m.d.comb += [rep.local_comm_id.eq(rec.local_comm_id),
+                     rep.remote_comm_id.eq(rec.remote_comm_id), rep.local_qpn.eq(rec.local_qpn),
+                     rep.starting_psn.eq(rec.starting_psn),
+                     rep.responder_resources.eq(rec.responder_resources),
+                     rep.initiator_depth.eq(rec.initiator_depth),
+                     rep.end_to_end_flow_control.eq(1),
+                     rep.rnr_retry_count.eq(self.rnr_retry_count),
+                     rep.local_ca_guid.eq(self.ca_guid)]
+        pd = I.REP.offset("private_data")[0]
+        rep_lanes = padded(I.REP.to_lanes(rep)[:8 * pd], I.REGION.to_lanes(rec.region))
+
+        rej = Signal(I.REJ.layout)
+        m.d.comb += [rej.local_comm_id.eq(rec.local_comm_id),
+                     rej.remote_comm_id.eq(rec.remote_comm_id),
+                     rej.message_rejected.eq(rec.message), rej.reason.eq(rec.reason)]
+        rtu, drep = Signal(I.RTU.layout), Signal(I.DREP.layout)
+        m.d.comb += [rtu.local_comm_id.eq(rec.local_comm_id),
+                     rtu.remote_comm_id.eq(rec.remote_comm_id),
+                     drep.local_comm_id.eq(rec.local_comm_id),
+                     drep.remote_comm_id.eq(rec.remote_comm_id)]
+        cpi = Signal(I.CLASS_PORT_INFO.layout)
+        m.d.comb += [cpi.base_version.eq(I.BASE_VERSION), cpi.class_version.eq(I.CM_CLASS_VERSION),
+                     cpi.resp_time_value.eq(self.cm_response_timeout)]
+
+        data = Signal(nbits)
+        with m.Switch(rec.kind):
+            with m.Case(ReplyKind.REP):
+                m.d.comb += data.eq(rep_lanes)
+            with m.Case(ReplyKind.REJ):
+                m.d.comb += data.eq(padded(I.REJ.to_lanes(rej)))
+            with m.Case(ReplyKind.RTU):
+                m.d.comb += data.eq(padded(I.RTU.to_lanes(rtu)))
+            with m.Case(ReplyKind.DREP):
+                m.d.comb += data.eq(padded(I.DREP.to_lanes(drep)))
+            with m.Case(ReplyKind.CLASS_PORT_INFO):
+                m.d.comb += data.eq(padded(I.CLASS_PORT_INFO.to_lanes(cpi)))
+        return data

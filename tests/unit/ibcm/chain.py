@@ -1,0 +1,73 @@
+"""The IB CM's blocks in a row for the tests: receiver, passive side, reply builder; and a
+process that serves the passive side's QP requests from a :class:`QpPool`."""
+
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.stream import PacketSignature
+from rocegen.gateware.roce.ibcm.ibcm_layouts import IBCM_RX_META, IBCM_TX_META, QP_GRANT
+from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
+from rocegen.gateware.roce.ibcm.ibcm_receive import IbCmReceiver
+from rocegen.gateware.roce.ibcm.ibcm_reply import IbCmReply
+from rocegen.wire import ibcm as I
+
+
+class Chain(wiring.Component):
+    """MADs in on ``i``, replies out on ``o``; the passive side's other ports passed through."""
+
+    def __init__(self, width, *, ca_guid, rnr_retry_count, cm_response_timeout, **passive):
+        self.width = width
+        self.rx = IbCmReceiver(width)
+        self.cm = IbCmPassive(**passive)
+        self.tx = IbCmReply(width, ca_guid=ca_guid, rnr_retry_count=rnr_retry_count,
+                            cm_response_timeout=cm_response_timeout)
+        super().__init__({
+            "i": In(PacketSignature(width, IBCM_RX_META)),
+            "o": Out(PacketSignature(width, IBCM_TX_META)),
+            "local_ip": In(32), "region": In(I.REGION.layout),
+            "qp_req": Out(stream.Signature(0)), "qp_grant": In(stream.Signature(QP_GRANT)),
+            "qp_free": Out(stream.Signature(24)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rx, m.submodules.cm, m.submodules.tx = self.rx, self.cm, self.tx
+        wiring.connect(m, wiring.flipped(self.i), self.rx.i)
+        wiring.connect(m, self.rx.o, self.cm.i)
+        wiring.connect(m, self.cm.o, self.tx.i)
+        wiring.connect(m, self.tx.o, wiring.flipped(self.o))
+        wiring.connect(m, self.cm.qp_req, wiring.flipped(self.qp_req))
+        wiring.connect(m, wiring.flipped(self.qp_grant), self.cm.qp_grant)
+        wiring.connect(m, self.cm.qp_free, wiring.flipped(self.qp_free))
+        m.d.comb += [self.cm.local_ip.eq(self.local_ip), self.cm.region.eq(self.region)]
+        return m
+
+
+def pool_process(dut, pool, rng, *, backpressure=0.0, delay=0):
+    """A process answering ``dut.qp_req`` on ``dut.qp_grant`` from ``pool`` (after 0..``delay``
+    cycles; ``qp_req.ready`` low with chance ``backpressure``) and giving ``dut.qp_free``'s QPs
+    back to it."""
+    async def run(ctx):
+        pending, wait = None, 0
+        ctx.set(dut.qp_free.ready, 1)
+        while True:
+            req_ready = pending is None and rng.random() >= backpressure
+            giving = pending is not None and wait == 0
+            ctx.set(dut.qp_req.ready, req_ready)
+            ctx.set(dut.qp_grant.valid, giving)
+            if giving:
+                ctx.set(dut.qp_grant.payload, pending)
+            _, _, req_valid, grant_ready, free_valid, freed = await ctx.tick().sample(
+                dut.qp_req.valid, dut.qp_grant.ready, dut.qp_free.valid, dut.qp_free.payload)
+            if giving and grant_ready:
+                pending = None
+            elif pending is not None:
+                wait = max(wait - 1, 0)
+            if req_ready and req_valid:
+                q = pool.allocate()
+                pending = {"ok": int(q is not None), "qpn": q or 0}
+                wait = rng.randrange(delay + 1)
+            if free_valid:
+                pool.free(freed)
+    return run
