@@ -54,7 +54,8 @@ def model_counts(frames):
     """RoCE verdicts, stack counters (but rx_frames / tx_frames) and frames sent, by the
     models."""
     roce, stack, out = collections.Counter(), collections.Counter(), 0
-    stack_model = NetStackModel(FPGA_MAC, FPGA_IP, echo_port=4791, udp_ports=())
+    stack_model = NetStackModel(FPGA_MAC, FPGA_IP, echo_port=4791, udp_ports=(),
+                                cut_ports=(4791,))
     for f in frames:
         v = fuzz.roce_verdict(f, our_mac=FPGA_MAC, our_ip=FPGA_IP, peers=OPEN, num_qps=NUM_QPS)
         answers, counters = stack_model.handle_all(f)
@@ -63,6 +64,8 @@ def model_counts(frames):
             out += len(answers)
         else:
             roce[v] += 1
+            if fuzz.roce_datagram(f, FPGA_MAC, FPGA_IP).damaged:
+                stack.update(counters)      # (ip_truncated: the IPv4 layer counts it too)
     return roce, stack, out
 
 

@@ -25,16 +25,20 @@ Model of the receive path, written from the gateware's documented checks (networ
 :mod:`rocegen.gateware.net`, RoCE: :class:`~rocegen.gateware.roce.rx.RoceRx`):
 
 * :func:`roce_datagram`: the IPv4 and UDP headers and UDP payload of a frame the stack hands to
-  UDP port 4791, or None. The frame must be to our MAC address or broadcast, carry EtherType
-  IPv4 (untagged; with ``vlan``, one 802.1Q tag of that VLAN ID), an IPv4 header of version 4
-  and IHL 5 with a correct header checksum, a total length of 20 to ``mtu`` bytes that the frame
-  holds whole, no fragment bits (MF clear, offset 0), our IPv4 address as destination and
-  protocol UDP; then a UDP length equal to the IPv4 payload length (at least 8), a UDP checksum
-  of 0 or one that verifies, and destination port 4791. Ethernet padding after the IPv4 total
-  length is ignored, as are the IPv4 TOS, TTL, identification, DF and reserved flag bits.
+  UDP port 4791 (a :class:`Datagram`), or None. The frame must be to our MAC address or
+  broadcast, carry EtherType IPv4 (untagged; with ``vlan``, one 802.1Q tag of that VLAN ID), an
+  IPv4 header of version 4 and IHL 5 with a correct header checksum, a total length of 20 to
+  ``mtu`` bytes, no fragment bits (MF clear, offset 0), our IPv4 address as destination and
+  protocol UDP; then a UDP length equal to the IPv4 total length less 20 (at least 8), a UDP
+  checksum of 0 or one that verifies, and destination port 4791. Ethernet padding after the
+  IPv4 total length is ignored, as are the IPv4 TOS, TTL, identification, DF and reserved flag
+  bits. Port 4791 takes datagrams with checksum 0 cut-through: one whose frame ends before its
+  IPv4 total length (at least its UDP header there) still arrives, *damaged* (marked
+  ``error``); one with a checksum does not (it cannot be verified).
 * :func:`roce_verdict`: which of the RoCE receive counters (:data:`VERDICT_COUNTERS`) such a
-  datagram increments (exactly one), in the order the endpoint checks: length, ICRC, opcode
-  (ACKNOWLEDGE and CNP taken), P_Key, DestQP in the QP table, QP state, IPv4 source.
+  datagram increments (exactly one), in the order the endpoint checks: length, ICRC (a damaged
+  datagram fails it), opcode (ACKNOWLEDGE and CNP taken), P_Key, DestQP in the QP table, QP
+  state, IPv4 source.
 * :func:`count_roce_candidates`: how many frames reach UDP port 4791 processing; the endpoint's
   ``roce_rx_packets`` counter and the sum of its verdict counters must both equal it.
 * :func:`request_verdict`: what the responder (``RoceEndpoint(responder=True)``) makes of a
@@ -81,6 +85,7 @@ correct ICRC, a request opcode, a valid P_Key, a good QP as DestQP and ``peer_ip
 
 import random
 from contextlib import contextmanager
+from typing import NamedTuple
 
 from rocegen.gateware.roce.endpoint.endpoint import IP_MTU
 from rocegen.gateware.roce.layouts import MAX_QPS, QPN_BASE
@@ -99,7 +104,8 @@ from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.cm import CM_PORT
 
 __all__ = ["MUTATIONS", "VERDICT_COUNTERS", "valid_ack", "valid_cnp", "mutate", "mutations", "scapy_fuzz",
-           "random_frame", "fuzz_frames", "could_acknowledge", "roce_datagram", "roce_verdict",
+           "random_frame", "fuzz_frames", "could_acknowledge", "Datagram", "roce_datagram",
+           "roce_verdict",
            "count_roce_candidates", "valid_request", "request_fuzz_frames", "could_request",
            "request_verdict", "REQUEST_VERDICTS"]
 
@@ -724,11 +730,24 @@ def _damage_icrc(frame, rng):
 
 # ---------------------------------------------------------------- the receive path's model
 
+class Datagram(NamedTuple):
+    """What the network stack hands to UDP port 4791 (:func:`roce_datagram`)."""
+    #: the IPv4 header's fields
+    ip: dict
+    #: the UDP header's fields
+    udp: dict
+    #: the UDP payload as it arrives (a damaged one: what the frame holds of it)
+    payload: bytes
+    #: the frame ends before the IPv4 total length: port 4791 takes datagrams cut-through, so
+    #: such a datagram arrives marked ``error`` and RoCE drops it
+    damaged: bool
+
+
 def roce_datagram(frame, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
-    """``(ipv4, udp, payload)`` -- the IPv4 header fields, the UDP header fields and the UDP
-    payload -- of a frame the network stack delivers to UDP port 4791, or None (the rules are
-    in the module documentation). ``vlan`` and ``mtu`` are the stack's parameters (the
-    endpoint's defaults: untagged, :data:`~rocegen.gateware.roce.endpoint.endpoint.IP_MTU`)."""
+    """The :class:`Datagram` of a frame the network stack delivers to UDP port 4791, or None
+    (the rules are in the module documentation). ``vlan`` and ``mtu`` are the stack's
+    parameters (the endpoint's defaults: untagged,
+    :data:`~rocegen.gateware.roce.endpoint.endpoint.IP_MTU`)."""
     frame = bytes(frame)
     hlen = H.ETH.length if vlan is None else H.ETH_VLAN.length
     if len(frame) < hlen:
@@ -751,17 +770,20 @@ def roce_datagram(frame, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
     total = ip["total_length"]
     if (ip["version"], ip["ihl"]) != (4, 5) or data_sum(body[:H.IPV4.length]) != 0xFFFF or \
             not H.IPV4.length <= total <= mtu or ip["mf"] or ip["frag_offset"] or \
-            ip["dst"] != _ip(our_ip) or ip["protocol"] != H.IP_PROTO_UDP or total > len(body):
+            ip["dst"] != _ip(our_ip) or ip["protocol"] != H.IP_PROTO_UDP:
         return None
+    damaged = total > len(body)
     dgram = body[H.IPV4.length:total]
     if len(dgram) < H.UDP.length:
         return None
     udp = H.UDP.unpack(dgram)
+    if damaged and udp["checksum"]:
+        return None
     if udp["checksum"] and data_sum(dgram, _pseudo_sum(ip, len(dgram))) != 0xFFFF:
         return None
-    if udp["length"] != len(dgram) or udp["dst_port"] != H.UDP_PORT_ROCEV2:
+    if udp["length"] != total - H.IPV4.length or udp["dst_port"] != H.UDP_PORT_ROCEV2:
         return None
-    return ip, udp, dgram[H.UDP.length:]
+    return Datagram(ip, udp, dgram[H.UDP.length:], damaged)
 
 
 def _pseudo_sum(ip, length):
@@ -778,12 +800,11 @@ def roce_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP_MT
     got = roce_datagram(frame, our_mac, our_ip, vlan=vlan, mtu=mtu)
     if got is None:
         return None
-    ip, udp, payload = got
-    return "roce_rx_" + _verdict(ip, udp, payload, {q: _ip(p) for q, p in peers.items()},
-                                 num_qps, reads)
+    return "roce_rx_" + _verdict(got, {q: _ip(p) for q, p in peers.items()}, num_qps, reads)
 
 
-def _verdict(ip, udp, payload, peers, num_qps, reads=False):
+def _verdict(got, peers, num_qps, reads=False):
+    ip, payload = got.ip, got.payload
     n = len(payload)
     if n < BTH_MIN:
         return "drop_short"
@@ -793,7 +814,9 @@ def _verdict(ip, udp, payload, peers, num_qps, reads=False):
     aeth = opc.has_aeth(op) and (op == opc.OP_RC_ACKNOWLEDGE or read_resp)
     if (aeth and n < ACK_MIN) or (op == opc.OP_CNP and n < CNP_MIN):
         return "drop_short"
-    covered = H.IPV4.pack(**ip) + H.UDP.pack(**udp) + payload[:-_ICRC]
+    if got.damaged:
+        return "icrc_bad"
+    covered = H.IPV4.pack(**ip) + H.UDP.pack(**got.udp) + payload[:-_ICRC]
     if icrc_model.icrc(covered) != payload[-_ICRC:]:
         return "icrc_bad"
     if opc.is_request(op):
@@ -1004,9 +1027,9 @@ def request_verdict(frame, *, our_mac, our_ip, peers, num_qps, vlan=None, mtu=IP
     got = roce_datagram(frame, our_mac, our_ip, vlan=vlan, mtu=mtu)
     if got is None:
         return None
-    ip, udp, payload = got
-    if _verdict(ip, udp, payload, peers, num_qps) != "requests":
+    if _verdict(got, peers, num_qps) != "requests":
         return None
+    ip, payload = got.ip, got.payload
     bth = H.BTH.unpack(payload)
     body = len(payload) - H.BTH.length - _ext_length(bth["opcode"], atomics) - _ICRC
     if body < 0 or body % 4 or bth["padcnt"] > body:

@@ -204,6 +204,9 @@ class MacModel:
         self.backpressure = backpressure
         self.seed = random.Random(seed).getrandbits(32) | 1
         self.pcap = pcap
+        #: callables called with every frame the host puts on the endpoint's line (the NIC
+        #: model's answers, its requester's packets, :meth:`to_endpoint`), in that order
+        self.taps = []
         self.cycle = 0
         #: (first cycle, last cycle, frame bytes) of every frame the endpoint sent
         self.frames = []
@@ -400,6 +403,8 @@ class MacModel:
 
     def _to_endpoint(self, frame):
         self.framecheck.request(frame)
+        for tap in self.taps:
+            tap(frame)
         if self.pcap:
             self.pcap.write(frame, cocotb.utils.get_sim_time("ns"))
         self.source.send_nowait(AxiStreamFrame(frame, tuser=0))

@@ -105,7 +105,7 @@ EXPECT = {
     "grow": "roce_rx_icrc_bad", "shrink": "roce_rx_drop_short", "broadcast": "roce_rx_acks",
     "trailing": "roce_rx_acks", "masked": "roce_rx_acks", "bth_fields": "roce_rx_acks",
     "udp_checksum": {None, "roce_rx_acks"},
-    "truncate": None, "flip": {None, "roce_rx_icrc_bad", "roce_rx_acks"},
+    "truncate": {None, "roce_rx_drop_short"}, "flip": {None, "roce_rx_icrc_bad", "roce_rx_acks"},
     "flips": {None, "roce_rx_icrc_bad", "roce_rx_acks"},
     "flip_field": {None, "roce_rx_icrc_bad", "roce_rx_acks"},
 }
@@ -127,7 +127,7 @@ def test_every_mutation():
             assert v in want if isinstance(want, set) else v == want, (kind, v, f.hex())
             seen[kind].add(v)
     # the random choices reach every outcome listed
-    for kind in ("dest_qp", "opcode", "cnp", "udp_checksum"):
+    for kind in ("dest_qp", "opcode", "cnp", "udp_checksum", "truncate"):
         assert seen[kind] == EXPECT[kind], kind
     with pytest.raises(ValueError, match="unknown mutation"):
         fuzz.mutate(base, rng, "bogus")
@@ -185,14 +185,17 @@ def test_verdict_mix(frames):
 
 
 def stack_model():
-    """The network stack's reference model with RoCEv2's port as its only UDP port (it is the
-    model's echo port: a datagram delivered there is answered, or needs ARP first)."""
-    return NetStackModel(FPGA_MAC, FPGA_IP, echo_port=4791, udp_ports=(), mtu=IP_MTU)
+    """The network stack's reference model with RoCEv2's port as its only UDP port, taken
+    cut-through as the endpoint does (it is the model's echo port: a datagram delivered there
+    whole is answered, or needs ARP first; a damaged one is handed on)."""
+    return NetStackModel(FPGA_MAC, FPGA_IP, echo_port=4791, udp_ports=(), mtu=IP_MTU,
+                         cut_ports=(4791,))
 
 
 def delivered(model, frame):
+    model.delivered.clear()
     _, counters = model.handle_all(frame)
-    return counters in ([], ["arp_tx_request"])
+    return counters in ([], ["arp_tx_request"]) or bool(model.delivered)
 
 
 def test_candidates_match_the_stack_model(frames):
@@ -217,9 +220,12 @@ def test_candidate_rules():
         (ok + bytes(30), True),                                         # Ethernet padding
         (bytes(Ether(dst="ff:ff:ff:ff:ff:ff") / Ether(ok)[IP]), True),  # broadcast
         (bytes(Ether(dst="02:00:00:00:00:02") / Ether(ok)[IP]), False),
-        (ok[:-1], False),                                               # truncated
-        (ok[:14 + 27], False),
+        (ok[:-1], True),                            # truncated: arrives damaged (cut-through)
+        (ok[:14 + 27], False),                                          # no whole UDP header
     ]
+    p = Ether(ok)
+    p[UDP].chksum = None
+    cases.append((bytes(p)[:-1], False))              # truncated, with a checksum to verify
     p = Ether(ok)
     p[UDP].chksum = None                                               # a correct checksum
     cases.append((bytes(p), True))
