@@ -159,7 +159,8 @@ class Depacketizer(wiring.Component):
                              o.payload.error.eq(empty_error)]
                 with m.If(o.ready):
                     m.d.sync += empty.eq(0)
-            with m.Elif(idx == q):
+            # (never while ``empty``: it follows a packet's last beat) the body
+            with m.If(idx == q):
                 m.d.comb += [
                     o.valid.eq(i.valid),
                     o.payload.data.eq(i.payload.data),
@@ -170,7 +171,9 @@ class Depacketizer(wiring.Component):
                 ]
                 with m.If(i.valid & o.ready & i.payload.last):
                     m.d.sync += idx.eq(0)
-            with m.Else():
+            # the header: taken while an owed empty beat leaves too, so that the input is never
+            # held while ``o.ready`` is high (the latch below takes effect after that beat)
+            with m.Elif(~empty | o.ready):
                 m.d.comb += i.ready.eq(1)
                 with m.If(i.valid):
                     m.d.sync += hdr_buf.eq(Cat(hdr_buf[8 * B:], i.payload.data))
