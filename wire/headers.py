@@ -26,7 +26,7 @@ __all__ = [
     "IP_PROTO_ICMP", "IP_PROTO_UDP",
     "IPV6", "ETHERTYPE_IPV6",
     "BTH", "RETH", "AETH", "IMMDT", "ATOMIC_ETH", "ATOMIC_TARGET", "ATOMIC_ACK_ETH", "CNP_PAYLOAD",
-    "DETH", "UDP_PORT_ROCEV2",
+    "DETH", "UDP_PORT_ROCEV2", "joined",
 ]
 
 
@@ -158,6 +158,15 @@ class Header:
     def lanes_value(self, **values):
         """Field values -> the integer that :meth:`to_lanes` would produce (byte 0 lowest)."""
         return int.from_bytes(self.pack(**values), "little")
+
+
+def joined(name, *headers):
+    """One :class:`Header` named ``name`` made of ``headers`` back to back, in that order: field
+    ``f`` of header ``h`` is field ``{h.name}_{f}`` of it (for a block that takes or puts several
+    headers at once)."""
+    if not headers or not all(isinstance(h, Header) for h in headers):
+        raise TypeError(f"joined needs one or more Headers, not {headers!r}")
+    return Header(name, [(f"{h.name}_{f}", bits) for h in headers for f, bits in h.fields])
 
 
 ETHERTYPE_IPV4 = 0x0800

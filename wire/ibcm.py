@@ -21,6 +21,7 @@ the first 72 bytes of its MAD's data and zeros the rest (:func:`class_data`).
 
 import enum
 
+from rocegen.wire import headers as H
 from rocegen.wire.headers import Header
 
 __all__ = [
@@ -31,7 +32,7 @@ __all__ = [
     "STATUS_UNSUPPORTED_METHOD", "STATUS_UNSUPPORTED_METHOD_ATTR", "STATUS_INVALID_ATTR_VALUE",
     "ATTR_CLASS_PORT_INFO", "ATTR_REQ", "ATTR_MRA", "ATTR_REJ", "ATTR_REP", "ATTR_RTU",
     "ATTR_DREQ", "ATTR_DREP", "ATTR_SIDR_REQ", "ATTR_SIDR_REP", "ATTR_LAP", "ATTR_APR",
-    "QP1", "QP1_QKEY", "DEFAULT_PKEY", "LID_PERMISSIVE",
+    "QP1", "QP1_QKEY", "DEFAULT_PKEY", "LID_PERMISSIVE", "UDP_SPORT", "UD_IN", "UD_OUT",
     "MAD_HDR", "REQ", "MRA", "REJ", "REP", "RTU", "DREQ", "DREP", "CLASS_PORT_INFO", "CMA_HDR",
     "GID_IPV4", "REGION", "MESSAGES", "PRIVATE_DATA_LENGTH",
     "RejReason", "MsgResponse", "TRANSPORT_RC", "TRANSPORT_UC",
@@ -93,6 +94,15 @@ ATTR_APR = 0x001A
 QP1 = 1
 QP1_QKEY = 0x80010000
 DEFAULT_PKEY = 0xFFFF
+#: The UDP source port of the MADs the endpoint sends (RoCEv2 leaves it to the sender; Linux
+#: spreads flows over 0xC000..0xFFFF).
+UDP_SPORT = 0xC000
+#: The headers in front of a MAD in a RoCEv2 datagram as the receive path hands it on (IPv4
+#: header first), and those a sender puts in front of a MAD inside the UDP payload: one
+#: :class:`~rocegen.wire.headers.Header` each (:func:`~rocegen.wire.headers.joined`; fields
+#: ``ipv4_*``, ``udp_*``, ``bth_*``, ``deth_*``).
+UD_IN = H.joined("ud", H.IPV4, H.UDP, H.BTH, H.DETH)
+UD_OUT = H.joined("ud", H.BTH, H.DETH)
 #: The permissive LID: what Linux's CM writes in a REQ's LIDs when the path leaves the subnet
 #: (hop limit above 1, as on RoCEv2; ``cm_format_req``).
 LID_PERMISSIVE = 0xFFFF

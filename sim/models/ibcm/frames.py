@@ -18,8 +18,8 @@ from rocegen.wire.roce import ETH_MIN_FRAME, PSN_MASK
 
 __all__ = ["CmFrame", "wrap", "unwrap", "UDP_SPORT"]
 
-#: UDP source port of the frames :func:`wrap` builds unless told otherwise.
-UDP_SPORT = 0xC000
+#: UDP source port of the frames :func:`wrap` builds unless told otherwise (the endpoint's).
+UDP_SPORT = I.UDP_SPORT
 _HEADERS = H.ETH.length + H.IPV4.length + H.UDP.length + H.BTH.length + H.DETH.length
 _FRAME_LENGTH = _HEADERS + I.MAD_LENGTH + icrc_model.ICRC_LEN
 
