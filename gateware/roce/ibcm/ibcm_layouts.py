@@ -75,7 +75,8 @@ class ReplyKind(enum.Enum, shape=3):
 #: request's ``class_specific``, ``hdr_reserved`` and ``attribute_modifier`` (echoed). The
 #: message: ``local_comm_id``, ``remote_comm_id``; REP: ``local_qpn``, ``starting_psn``,
 #: ``responder_resources``, ``initiator_depth``, ``region`` (its private data); REJ:
-#: ``message`` (rejected) and ``reason``.
+#: ``message`` (rejected), ``reason`` and ``ari_guid``: its additional reject information our
+#: CA GUID (8 bytes, as a REJ ``TIMEOUT`` carries it), else none.
 REPLY_RECORD = data.StructLayout({
     "kind": ReplyKind,
     "dst_ip": 32, "dst_qp": 24, "pkey": 16,
@@ -83,7 +84,7 @@ REPLY_RECORD = data.StructLayout({
     "local_comm_id": 32, "remote_comm_id": 32,
     "local_qpn": 24, "starting_psn": 24, "responder_resources": 8, "initiator_depth": 8,
     "region": I.REGION.layout,
-    "message": 2, "reason": 16,
+    "message": 2, "reason": 16, "ari_guid": 1,
 })
 
 #: The QP pool's answer to a request: ``ok`` and the QP number, or ``ok`` low: none free.

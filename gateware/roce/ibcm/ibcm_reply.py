@@ -52,7 +52,8 @@ class IbCmReply(wiring.Component):
           ``rnr_retry_count``, ``local_ca_guid``; its private data the record's ``region``
           (:data:`rocegen.wire.ibcm.REGION`: address, R_Key, length), then zeros;
         * REJ: ``local_comm_id``, ``remote_comm_id``, ``message_rejected`` (``message``),
-          ``reason`` (no additional information);
+          ``reason``; with ``ari_guid``, ``reject_info_length`` 8 and ``ca_guid`` the first 8
+          bytes of ``ari``, else no additional information;
         * RTU, DREP: ``local_comm_id``, ``remote_comm_id``;
         * CLASS_PORT_INFO: ClassPortInfo with base version 1, class version 2 and
           ``resp_time_value`` ``cm_response_timeout``.
@@ -149,6 +150,10 @@ class IbCmReply(wiring.Component):
         m.d.comb += [rej.local_comm_id.eq(rec.local_comm_id),
                      rej.remote_comm_id.eq(rec.remote_comm_id),
                      rej.message_rejected.eq(rec.message), rej.reason.eq(rec.reason)]
+        with m.If(rec.ari_guid):
+            ari_bits = len(rej.ari)
+            m.d.comb += [rej.reject_info_length.eq(8),
+                         rej.ari.eq(self.ca_guid << (ari_bits - 64))]
         rtu, drep = Signal(I.RTU.layout), Signal(I.DREP.layout)
         m.d.comb += [rtu.local_comm_id.eq(rec.local_comm_id),
                      rtu.remote_comm_id.eq(rec.remote_comm_id),

@@ -1,6 +1,7 @@
 """IB CM reply builder: random records of every kind against the MADs the reference model
-builds (its own REJ, DREP and RTU builders, its GetResp to a Get of ClassPortInfo, a REP
-packed as the model packs it), with idle cycles and backpressure; its latency."""
+builds (its own REJ builder, with our CA GUID as the ARI as in its REJ TIMEOUT or without ARI,
+its DREP and RTU builders, its GetResp to a Get of ClassPortInfo, a REP packed as the model
+packs it), with idle cycles and backpressure; its latency."""
 
 import random
 
@@ -31,7 +32,9 @@ def random_record(rng, kind):
          "region": {"addr": rng.getrandbits(64), "rkey": rng.getrandbits(32),
                     "length": rng.getrandbits(32)},
          "message": rng.randrange(3), "reason": rng.choice(list(I.RejReason)).value,
-         "class_specific": 0, "hdr_reserved": 0, "attribute_modifier": 0}
+         "ari_guid": 0, "class_specific": 0, "hdr_reserved": 0, "attribute_modifier": 0}
+    if kind is ReplyKind.REJ:
+        r["ari_guid"] = rng.randrange(2)
     if kind is ReplyKind.CLASS_PORT_INFO:
         r |= {"class_specific": rng.getrandbits(16), "hdr_reserved": rng.getrandbits(16),
               "attribute_modifier": rng.getrandbits(32)}
@@ -44,7 +47,9 @@ def expected(r):
     local, remote = r["local_comm_id"], r["remote_comm_id"]
     kind = r["kind"]
     if kind is ReplyKind.REJ:
-        return cm._rej(tid, local=local, remote=remote, msg=r["message"], reason=r["reason"])
+        ari = GUID.to_bytes(8, "big") if r["ari_guid"] else b""
+        return cm._rej(tid, local=local, remote=remote, msg=r["message"], reason=r["reason"],
+                       ari=ari)
     if kind is ReplyKind.DREP:
         return cm._drep(tid, local, remote)
     if kind is ReplyKind.RTU:
@@ -91,6 +96,7 @@ def test_replies_are_the_models(width):
     rng = random.Random(width)
     records = [random_record(rng, k) for k in ReplyKind for _ in range(4)]
     rng.shuffle(records)
+    assert {r["ari_guid"] for r in records if r["kind"] is ReplyKind.REJ} == {0, 1}
     col, _ = run(width, records, idle=0.3, backpressure=0.3, seed=width + 1)
     assert len(col.packets) == len(records)
     for n, (r, pkt) in enumerate(zip(records, col.packets)):
