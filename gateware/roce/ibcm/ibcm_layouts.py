@@ -7,7 +7,8 @@ from rocegen.gateware.roce.cm.cm_defs import int_param
 from rocegen.wire import ibcm as I
 
 __all__ = ["IBCM_RX_META", "IBCM_TX_META", "Verdict", "VERDICT_COUNTERS", "MAD_RECORD",
-           "ReplyKind", "REPLY_RECORD", "QP_GRANT", "ConnState", "CONNECTION", "int_param"]
+           "ReplyKind", "REPLY_RECORD", "QP_GRANT", "ConnState", "CONNECTION", "TIME_BITS",
+           "TICK_NS", "int_param"]
 
 
 #: What the UD receive path tells about a MAD it delivers to QP1: the sender's IPv4 address, its
@@ -99,11 +100,22 @@ class ConnState(enum.Enum, shape=2):
     TIMEWAIT = 3
 
 
+#: Bits of the passive side's time (in ticks of :data:`TICK_NS`): a deadline is at most
+#: 2^31 + 1 ticks ahead, so ``now - deadline`` modulo 2^33 tells which comes first.
+TIME_BITS = 33
+
+#: The passive side's time unit, in ns: 4.096 us, the CM's (a CM time value t is 2^t ticks).
+TICK_NS = 4096
+
 #: One entry of the passive side's connection table: what a duplicate REQ, an RTU, a REJ or a
-#: DREQ is matched against, and what the REP sent again holds.
+#: DREQ is matched against, and what the REP sent again holds (``pkey``: the REQ's P_Key). Its
+#: timer: ``deadline`` (in ticks, :data:`TIME_BITS` wrapping), in REP_SENT the REP's (sent
+#: again ``retries`` more times, each ``2^timeout`` ticks after the last: the REQ's local CM
+#: response timeout and max CM retries), in TIMEWAIT the time-wait's end.
 CONNECTION = data.StructLayout({
     "state": ConnState,
     "local_comm_id": 32, "remote_comm_id": 32, "peer_ip": 32, "peer_qpn": 24,
     "qpn": 24, "psn": 24, "responder_resources": 8, "initiator_depth": 8,
-    "tid": 64,
+    "tid": 64, "pkey": 16,
+    "deadline": TIME_BITS, "retries": 4, "timeout": 5,
 })

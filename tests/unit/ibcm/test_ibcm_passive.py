@@ -23,6 +23,10 @@ REGION = Region(addr=0x0000_7F00_1234_5000, rkey=0xA5A5_0001, length=1 << 20)
 GUID, RNR, RESP_TIME = 0x0002C9030012AB34, 6, 18
 FIRST_CID, PSN_SEED = 0x1234_0000, 0x00BEEF
 QPNS = range(0x200, 0x204)
+#: The blocks' QP numbers (those of every pool here) and clock (no timer is due in the
+#: untimed tests: their REQs wait seconds, the time-wait 67 ms)
+BLOCK_QPNS = range(0x200, 0x310)
+CLK_HZ = 100_000_000
 
 
 def lfsr_psns(seed):
@@ -42,15 +46,21 @@ class Scenario:
     """MADs delivered to the model node (and recorded for the blocks), its answers kept; the
     echoes of unmatched Gets and Sets (which the blocks do not send) kept apart."""
 
-    def __init__(self, *, qpns=QPNS, responder_resources=2, initiator_depth=3):
+    def __init__(self, *, qpns=QPNS, responder_resources=2, initiator_depth=3, **model):
         self.pool = QpPool(qpns)
         self.params = dict(responder_resources=responder_resources,
                            initiator_depth=initiator_depth)
-        self.fpga = IbCm(pool=self.pool, local_ip=FPGA, ca_guid=GUID, ports=[PORT, PORT2],
-                         region=REGION, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
-                         first_comm_id=FIRST_CID, psn=lfsr_psns(PSN_SEED), **self.params)
+        self.model = model
+        self.fpga = self.node(self.pool)
         self.inputs, self.expected, self.echoes = [], [], []
         self.hosts = {}
+
+    def node(self, pool):
+        """A model node as the blocks are made, on ``pool``."""
+        return IbCm(pool=pool, local_ip=FPGA, ca_guid=GUID, ports=[PORT, PORT2],
+                    region=REGION, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
+                    first_comm_id=FIRST_CID, psn=lfsr_psns(PSN_SEED), **self.params,
+                    **self.model)
 
     def deliver(self, src_ip, data):
         """``data`` to the model from ``src_ip``; its answers."""
@@ -64,12 +74,13 @@ class Scenario:
             self.expected += [(o.dst_ip, o.mad) for o in outs]
         return outs
 
-    def host(self, ip):
+    def host(self, ip, **kw):
+        """Host ``ip``'s model node (made with ``kw`` the first time)."""
         if ip not in self.hosts:
             self.hosts[ip] = IbCm(pool=QpPool(range(0x100 + (ip & 0xFF) * 16,
                                                     0x110 + (ip & 0xFF) * 16)),
                                   local_ip=ip, ca_guid=ip, seed=ip, initiator_depth=2,
-                                  responder_resources=4)
+                                  responder_resources=4, **kw)
         return self.hosts[ip]
 
     def connect(self, ip, *, port=PORT, lose_rep=False):
@@ -104,7 +115,7 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     blocks' QP pool."""
     dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
                 ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
-                psn_seed=PSN_SEED, **sc.params)
+                psn_seed=PSN_SEED, clk_hz=CLK_HZ, qpns=BLOCK_QPNS, **sc.params)
     rng = random.Random(seed)
     pool = QpPool(sc.pool._all)
     packets = [Packet(d, {"src_ip": ip, "src_qp": I.QP1, "pkey": I.DEFAULT_PKEY})
@@ -135,12 +146,12 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     return [(p.meta["dst_ip"], p.data) for p in col.packets], pool, counts
 
 
-def model_counts(sc):
+def model_counts(sc, node=None):
     """The model's counters as the blocks count them: its echoes neither sent nor answered."""
-    c = sc.fpga.counters
+    c = (node or sc.fpga).counters
     out = {name: c[name] for name in COUNTERS if name in c}
-    out["tx_mads"] -= len(sc.echoes)
     out["unanswered_get_set"] = c["answered_bad_version"] + c["answered_unsupported"]
+    out["tx_mads"] -= out["unanswered_get_set"]
     return out
 
 
@@ -342,17 +353,42 @@ def test_random_sequences(width):
 
 
 def test_parameters_are_checked():
-    from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
-    raises(ValueError, "port", lambda: IbCmPassive(ports=[70000]))
-    raises(TypeError, "port", lambda: IbCmPassive(ports=["x"]))
-    raises(ValueError, "connections", lambda: IbCmPassive(ports=[], connections=0))
-    raises(ValueError, "connections", lambda: IbCmPassive(ports=[], connections=257))
-    raises(ValueError, "responder_resources",
-           lambda: IbCmPassive(ports=[], responder_resources=256))
-    raises(ValueError, "initiator_depth", lambda: IbCmPassive(ports=[], initiator_depth=-1))
-    raises(ValueError, "first_comm_id", lambda: IbCmPassive(ports=[], first_comm_id=0))
-    raises(ValueError, "psn_seed", lambda: IbCmPassive(ports=[], psn_seed=0))
-    raises(ValueError, "psn_seed", lambda: IbCmPassive(ports=[], psn_seed=1 << 24))
+    import gc
+    import warnings
+    from fractions import Fraction
+    from functools import partial
+
+    from amaranth.hdl import UnusedElaboratable
+
+    from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive, tick_cycles
+    P = partial(IbCmPassive, clk_hz=CLK_HZ)
+    raises(ValueError, "port", lambda: P(ports=[70000]))
+    raises(TypeError, "port", lambda: P(ports=["x"]))
+    raises(ValueError, "connections", lambda: P(ports=[], connections=0))
+    raises(ValueError, "connections", lambda: P(ports=[], connections=257))
+    raises(ValueError, "responder_resources", lambda: P(ports=[], responder_resources=256))
+    raises(ValueError, "initiator_depth", lambda: P(ports=[], initiator_depth=-1))
+    raises(ValueError, "first_comm_id", lambda: P(ports=[], first_comm_id=0))
+    raises(ValueError, "psn_seed", lambda: P(ports=[], psn_seed=0))
+    raises(ValueError, "psn_seed", lambda: P(ports=[], psn_seed=1 << 24))
+    raises(TypeError, "clk_hz must be a number", lambda: IbCmPassive(ports=[], clk_hz="1e8"))
+    raises(TypeError, "clk_hz must be a number", lambda: IbCmPassive(ports=[], clk_hz=True))
+    raises(ValueError, "clk_hz must be a positive", lambda: IbCmPassive(ports=[], clk_hz=0))
+    raises(ValueError, "clk_hz must be a positive",
+           lambda: IbCmPassive(ports=[], clk_hz=float("inf")))
+    raises(ValueError, r"clk_hz must be at least 244140\.625 Hz",
+           lambda: IbCmPassive(ports=[], clk_hz=244140))
+    assert tick_cycles(244140.625) == 1 and tick_cycles(10e6) == Fraction(5120, 125)
+    raises(TypeError, "qpns must be a range", lambda: P(ports=[], qpns=[256, 257]))
+    for bad in (range(256, 256), range(256, 300, 2), range(1, 10), range(256, 256 + 4097),
+                range((1 << 24) - 1, (1 << 24) + 1)):
+        raises(ValueError, "qpns must be a range of 1..4096", partial(P, ports=[], qpns=bad))
+    raises(ValueError, "time_wait_ns", lambda: P(ports=[], time_wait_ns=-1))
+    raises(ValueError, "time_wait_ns", lambda: P(ports=[], time_wait_ns=(4096 << 31) + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        assert [P(ports=[], time_wait_ns=t).time_wait_ticks for t in (0, 4096, 4097)] == [0, 1, 2]
+        gc.collect()
 
 
 @pytest.mark.parametrize("connections", [4, 16])
@@ -362,7 +398,7 @@ def test_latency(connections):
     cycle after the decision."""
     from rocegen.gateware.roce.ibcm.ibcm_layouts import Verdict
     from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
-    dut = IbCmPassive(ports=[PORT], connections=connections)
+    dut = IbCmPassive(ports=[PORT], connections=connections, clk_hz=CLK_HZ)
     hdr = {"attribute_id": I.ATTR_REP}
     records = [{"verdict": Verdict.OK, "hdr": hdr, "src_ip": HOST},      # REJ INVALID_COMM_ID
                {"verdict": Verdict.LENGTH, "hdr": hdr, "src_ip": HOST}]  # dropped
@@ -390,3 +426,4 @@ def test_latency(connections):
     run_sim(dut, testbenches=[tb])
     n = connections
     assert seen == [(n + 3, n + 4), (None, n + 3)]
+
