@@ -1,6 +1,7 @@
 """IB CM receiver: every MAD held with its sender, its verdict the one the reference model
 makes of it (the counter it counts), and the fields of the good ones as the wire tables read
-them; idle cycles on the input and a random hold on the output."""
+them, the whole MAD on its read port while the record is held; idle cycles on the input and
+a random hold on the output."""
 
 import random
 
@@ -87,19 +88,28 @@ def run(width, packets, *, idle, hold, seed):
     taken = HandshakeMonitor(dut.i)
     seen = []
 
+    def read_mad(ctx):
+        """The MAD on ``mad``, beat by beat."""
+        words = []
+        for k in range(2048 // width):
+            ctx.set(dut.mad.addr, k)
+            words.append(ctx.get(dut.mad.data))
+        return b"".join(w.to_bytes(width // 8, "little") for w in words)
+
     async def consumer(ctx):
         for _ in packets:
             if not ctx.get(dut.o.valid):
                 await ctx.tick().until(dut.o.valid)
-            first = meta_dict(ctx.get(dut.o.payload))
+            first, mad = meta_dict(ctx.get(dut.o.payload)), read_mad(ctx)
             for _ in range(rng.randrange(hold + 1)):
                 assert ctx.get(dut.o.valid) and not ctx.get(dut.i.ready)
                 assert meta_dict(ctx.get(dut.o.payload)) == first, "held record changed"
                 await ctx.tick()
+            assert read_mad(ctx) == mad, "held MAD changed"
             ctx.set(dut.o.ready, 1)
             await ctx.tick()
             ctx.set(dut.o.ready, 0)
-            seen.append(first)
+            seen.append((first, mad))
 
     async def tb(ctx):
         await drv.send(ctx, packets)
@@ -115,10 +125,12 @@ def test_verdicts_and_fields_are_the_models(width):
     seen, _ = run(width, packets, idle=0.3, hold=5, seed=width + 1)
     assert len(seen) == len(packets)
     verdicts = set()
-    for n, (pkt, rec) in enumerate(zip(packets, seen)):
+    for n, (pkt, (rec, whole)) in enumerate(zip(packets, seen)):
         verdict = model_verdict(pkt.data, pkt.error)
         verdicts.add(verdict)
         assert rec["verdict"] == verdict.value, (n, verdict)
+        if verdict is not Verdict.LENGTH:
+            assert whole == pkt.data, n
         assert {k: rec[k] for k in ("src_ip", "src_qp", "pkey")} == pkt.meta, n
         if verdict in (Verdict.OK, Verdict.GET_SET):
             for name, value in expected_fields(pkt.data).items():
@@ -137,7 +149,7 @@ def test_latency_and_release(width):
     assert len(cycles) == 4 * beats
     starts = cycles[::beats]
     assert all(b - a == beats + 2 for a, b in zip(starts, starts[1:]))
-    assert all(d["verdict"] == Verdict.OK.value for d in seen)
+    assert all(d["verdict"] == Verdict.OK.value for d, _ in seen)
 
 
 def test_width_is_checked():
