@@ -33,13 +33,12 @@ __all__ = ["IbCmPassive", "PSN_TAPS", "COUNTERS", "MAX_QPNS", "DEFAULT_QPNS",
 PSN_TAPS = 0xE10000
 
 #: The passive side's counter strobes: the reference model's counters of the same names (those
-#: of the passive side), and ``unanswered_get_set`` (Gets and Sets the model answers with an
-#: echo, counting ``answered_bad_version`` or ``answered_unsupported``).
-COUNTERS = ("rx_mads", "tx_mads", *VERDICT_COUNTERS.values(), "unanswered_get_set",
-            "class_port_info", "req_rejected", "req_duplicate", "req_stale", "rep_unknown",
-            "rtu_unknown", "rtu_duplicate", "mra_unknown", "rej_unknown", "dreq_unknown",
-            "dreq_duplicate", "drep_unknown", "established", "rejected", "retransmits",
-            "rep_timeouts", "timewait_exits")
+#: of the passive side).
+COUNTERS = ("rx_mads", "tx_mads", *VERDICT_COUNTERS.values(), "answered_bad_version",
+            "answered_unsupported", "class_port_info", "req_rejected", "req_duplicate",
+            "req_stale", "rep_unknown", "rtu_unknown", "rtu_duplicate", "mra_unknown",
+            "rej_unknown", "dreq_unknown", "dreq_duplicate", "drep_unknown", "established",
+            "rejected", "retransmits", "rep_timeouts", "timewait_exits")
 
 #: The most QP numbers ``qpns`` may name (a flip-flop each).
 MAX_QPNS = 4096
@@ -128,7 +127,8 @@ class IbCmPassive(wiring.Component):
     -----
     i : In(stream.Signature(MAD_RECORD))
         The MAD to act on (:class:`~rocegen.gateware.roce.ibcm.ibcm_receive.IbCmReceiver`'s
-        ``o``); read while it is held, taken (``i.ready``) when its reply has gone.
+        ``o``); read while it is held, taken (``i.ready``) when its reply has gone (an echo's
+        when its last beat has: the reply builder reads the receiver's MAD until then).
     local_ip : In(32)
         Our IPv4 address (the REQ's ``cma_hdr`` must name it).
     region : In(I.REGION.layout)
@@ -155,7 +155,10 @@ class IbCmPassive(wiring.Component):
 
     Behaviour
     ---------
-    A Get of ClassPortInfo (class version 2) gets its GetResp (the request's header echoed).
+    A Get of ClassPortInfo (class version 2) gets its GetResp (the request's header echoed);
+    another Get or Set is echoed (``ECHO``: the reply builder sends the MAD the receiver holds
+    as a GetResp) with the status ``BAD_VERSION`` when its class version is not 2, else
+    ``UNSUPPORTED_METHOD_ATTR``, as Linux's MAD layer answers one it has no agent for.
     A REQ is matched against the table by its sender and communication ID: a duplicate of one
     in REP_SENT gets the same REP again (its REQ's transaction ID; ``region`` as it is then),
     of one in time-wait a REJ
@@ -210,11 +213,9 @@ class IbCmPassive(wiring.Component):
     it established, counted then (an RTU counts ``rtu_duplicate`` too: the model counted the
     establishment at the packet).
 
-    Not here yet, where the model differs: Gets and Sets other than the Get of ClassPortInfo
-    are not answered (the model echoes them with an error status: the echo needs the whole
-    MAD); the active side (REQ, MRA) and the ``accept`` hook (every REQ that passes the checks
-    is taken) come later. Communication IDs are not checked against those in use (they would
-    repeat after 2^32 connections).
+    Not here yet, where the model differs: the active side (REQ, MRA) and the ``accept`` hook
+    (every REQ that passes the checks is taken) come later. Communication IDs are not checked
+    against those in use (they would repeat after 2^32 connections).
 
     Latency: a MAD record is matched against the whole table, one entry per cycle: if it is
     offered in cycle t while the passive side is idle (else when the action under way is
@@ -457,7 +458,8 @@ class IbCmPassive(wiring.Component):
                 out.pkey.eq(pkey), out.transaction_id.eq(tid),
                 out.class_specific.eq(0), out.hdr_reserved.eq(0), out.attribute_modifier.eq(0),
                 out.local_comm_id.eq(local), out.remote_comm_id.eq(remote),
-                out.message.eq(message), out.reason.eq(reason), out.ari_guid.eq(ari_guid)]
+                out.message.eq(message), out.reason.eq(reason), out.ari_guid.eq(ari_guid),
+                out.status.eq(0)]
 
     def _rep(self, s, to, e):
         """The REP of connection ``e`` (a view of :data:`CONNECTION`), to ``to``."""
@@ -546,9 +548,15 @@ class IbCmPassive(wiring.Component):
                          s.out.hdr_reserved.eq(hdr.reserved),
                          s.out.attribute_modifier.eq(hdr.attribute_modifier)]
             self._count(m, "class_port_info")
-            m.next = "SEND"
+        with m.Elif(hdr.class_version != I.CM_CLASS_VERSION):
+            m.d.sync += self._answer(s, rec, ReplyKind.ECHO, 0, 0)
+            m.d.sync += s.out.status.eq(I.STATUS_BAD_VERSION)
+            self._count(m, "answered_bad_version")
         with m.Else():
-            self._count(m, "unanswered_get_set")
+            m.d.sync += self._answer(s, rec, ReplyKind.ECHO, 0, 0)
+            m.d.sync += s.out.status.eq(I.STATUS_UNSUPPORTED_METHOD_ATTR)
+            self._count(m, "answered_unsupported")
+        m.next = "SEND"
 
     def _decide_rtu_mra(self, m, s, wr, rec, mine):
         e = s.hit_e

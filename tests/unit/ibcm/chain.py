@@ -39,6 +39,7 @@ class Chain(wiring.Component):
         wiring.connect(m, self.rx.o, self.cm.i)
         wiring.connect(m, self.cm.o, self.tx.i)
         wiring.connect(m, self.tx.o, wiring.flipped(self.o))
+        wiring.connect(m, self.tx.mad, self.rx.mad)
         wiring.connect(m, self.cm.qp_req, wiring.flipped(self.qp_req))
         wiring.connect(m, wiring.flipped(self.qp_grant), self.cm.qp_grant)
         wiring.connect(m, self.cm.qp_free, wiring.flipped(self.qp_free))
