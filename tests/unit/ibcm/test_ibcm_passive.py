@@ -17,7 +17,7 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import TICK_NS
 from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS
 from rocegen.sim.models.ibcm import IbCm, QpPool, Region, State
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, send_records
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import ibcm as I
 from tests.unit.ibcm.chain import Chain, Watch, pool_process
@@ -756,8 +756,7 @@ def test_many_due_in_one_scan(width):
         random_message(rng, a) for a in (I.ATTR_MRA, I.ATTR_RTU, I.ATTR_REJ, I.ATTR_DREQ,
                                          I.ATTR_DREP, I.ATTR_REP)] + [
         mad(I.ATTR_CLASS_PORT_INFO, n, method=I.METHOD_GET) for n in range(2)]
-    junk = rng.sample(junk, 16)
-    for n, m in enumerate(junk):
+    for n, m in enumerate(rng.sample(junk, 16)):
         sc.at(650 + gap * n).deliver(other, m)
     watch, node, story = check_timed(sc, width, end=1800, seed=width + 5)
     tick = 256
@@ -768,3 +767,53 @@ def test_many_due_in_one_scan(width):
     for ip in hosts:
         assert [n for n, _ in story[ip]] == ["REP", "REP", "REJ"]
     assert not node.connections and node.counters["rep_timeouts"] == 4
+
+
+def test_records_back_to_back_leave_room_for_the_timers():
+    """The passive side alone, records offered back to back (``i.valid`` never low: the
+    background scan never runs) and a tick of one cycle (the slowest clock): the REP of a
+    REQ taken is sent again and then REJ TIMEOUT with its QP back, each after the record
+    under way when it falls due and the next one (whose matching notes it)."""
+    from rocegen.gateware.roce.ibcm.ibcm_layouts import ReplyKind, Verdict
+    from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
+    N, t = 2, 3
+    dut = IbCmPassive(ports=[PORT], connections=N, clk_hz=244140.625, qpns=QPNS)
+    cma = {"cma_version": I.CMA_VERSION, "cma_ip_version": I.CMA_IP_VERSION_4,
+           "cma_high_zero": 1, "cma_src_ip": HOST, "cma_dst_ip": FPGA}
+    req_record = {"verdict": Verdict.OK, "hdr": {"attribute_id": I.ATTR_REQ,
+                                                 "transaction_id": 77},
+                  "src_ip": HOST, "src_qp": I.QP1, "pkey": I.DEFAULT_PKEY,
+                  "local_comm_id": 5, "service_id": I.service_id(PORT), "local_qpn": 0x99,
+                  "transport_service_type": I.TRANSPORT_RC, "path_mtu": 5,
+                  "local_cm_response_timeout": t, "max_cm_retries": 1, **cma}
+    dropped = {"verdict": Verdict.LENGTH, "hdr": {}, "src_ip": HOST2}
+    pool = QpPool(QPNS)
+    sent, offered, strobes = [], [], {"retransmits": [], "rep_timeouts": []}
+
+    async def tb(ctx):
+        ctx.set(dut.local_ip, FPGA)
+        await send_records(ctx, dut.i, [req_record] + [dropped] * 16)
+
+    async def watch(ctx):
+        ctx.set(dut.o.ready, 1)
+        cycle = 0
+        async for _, _, iv, ov, out, again, gave_up in ctx.tick().sample(
+                dut.i.valid, dut.o.valid, dut.o.payload, dut.retransmits, dut.rep_timeouts):
+            offered.append(iv)
+            if ov:
+                sent.append((cycle, out.kind, out.reason, out.ari_guid, out.message))
+            for name, v in (("retransmits", again), ("rep_timeouts", gave_up)):
+                if v:
+                    strobes[name].append(cycle)
+            cycle += 1
+
+    run_sim(dut, testbenches=[tb], processes=[watch, pool_process(dut, pool, random.Random(1))])
+    rep, rej = ReplyKind.REP, ReplyKind.REJ
+    assert [k for _, k, *_ in sent] == [rep, rep, rej]
+    assert sent[2][2:] == (I.RejReason.TIMEOUT, 1, I.MsgResponse.OTHER)
+    assert not pool.allocated                                   # the QP given back
+    record = N + 4                       # a dropped record: offered to taken, back to back
+    for name, due in (("retransmits", 2 ** t + 1), ("rep_timeouts", 2 * 2 ** t + 1)):
+        (act,) = strobes[name]           # (the REQ offered in cycle 0, in tick 0)
+        assert due < act <= due + 2 * record + 2, (name, act)
+        assert all(offered[:act + 1])    # no idle cycle: no background scan
