@@ -1,13 +1,15 @@
 """Records and sideband layouts of the IB CM blocks (the MADs' own layouts are
 :mod:`rocegen.wire.ibcm`'s)."""
 
-from amaranth.lib import data, enum
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.cm.cm_defs import int_param
 from rocegen.wire import ibcm as I
 
 __all__ = ["IBCM_RX_META", "IBCM_TX_META", "Verdict", "VERDICT_COUNTERS", "MAD_RECORD",
-           "ReplyKind", "REPLY_RECORD", "QP_GRANT", "ConnState", "CONNECTION", "int_param"]
+           "ReplyKind", "REPLY_RECORD", "QP_GRANT", "ConnState", "CONNECTION", "TIME_BITS",
+           "TICK_NS", "mad_read_signature", "int_param"]
 
 
 #: What the UD receive path tells about a MAD it delivers to QP1: the sender's IPv4 address, its
@@ -69,13 +71,16 @@ class ReplyKind(enum.Enum, shape=3):
     RTU = 2
     DREP = 3
     CLASS_PORT_INFO = 4     # the GetResp of a Get of ClassPortInfo
+    ECHO = 5                # the MAD the receiver holds, as a GetResp with a status
 
 
 #: A MAD to send. ``dst_*``: :data:`IBCM_TX_META`. ``transaction_id`` and, for a GetResp, the
-#: request's ``class_specific``, ``hdr_reserved`` and ``attribute_modifier`` (echoed). The
+#: request's ``class_specific``, ``hdr_reserved`` and ``attribute_modifier`` (echoed); for an
+#: ``ECHO``, ``status`` (the rest is the MAD the receiver holds). The
 #: message: ``local_comm_id``, ``remote_comm_id``; REP: ``local_qpn``, ``starting_psn``,
 #: ``responder_resources``, ``initiator_depth``, ``region`` (its private data); REJ:
-#: ``message`` (rejected) and ``reason``.
+#: ``message`` (rejected), ``reason`` and ``ari_guid``: its additional reject information our
+#: CA GUID (8 bytes, as a REJ ``TIMEOUT`` carries it), else none.
 REPLY_RECORD = data.StructLayout({
     "kind": ReplyKind,
     "dst_ip": 32, "dst_qp": 24, "pkey": 16,
@@ -83,8 +88,14 @@ REPLY_RECORD = data.StructLayout({
     "local_comm_id": 32, "remote_comm_id": 32,
     "local_qpn": 24, "starting_psn": 24, "responder_resources": 8, "initiator_depth": 8,
     "region": I.REGION.layout,
-    "message": 2, "reason": 16,
+    "message": 2, "reason": 16, "ari_guid": 1, "status": 16,
 })
+
+
+def mad_read_signature(width):
+    """A read port of the MAD the receiver holds, as its reader sees it: ``addr`` a beat of a
+    ``width``-bit stream (0 .. 2048 / width - 1), ``data`` that beat, in the same cycle."""
+    return wiring.Signature({"addr": Out(range(8 * I.MAD_LENGTH // width)), "data": In(width)})
 
 #: The QP pool's answer to a request: ``ok`` and the QP number, or ``ok`` low: none free.
 QP_GRANT = data.StructLayout({"ok": 1, "qpn": 24})
@@ -98,11 +109,22 @@ class ConnState(enum.Enum, shape=2):
     TIMEWAIT = 3
 
 
+#: Bits of the passive side's time (in ticks of :data:`TICK_NS`): a deadline is at most
+#: 2^31 + 1 ticks ahead, so ``now - deadline`` modulo 2^33 tells which comes first.
+TIME_BITS = 33
+
+#: The passive side's time unit, in ns: 4.096 us, the CM's (a CM time value t is 2^t ticks).
+TICK_NS = 4096
+
 #: One entry of the passive side's connection table: what a duplicate REQ, an RTU, a REJ or a
-#: DREQ is matched against, and what the REP sent again holds.
+#: DREQ is matched against, and what the REP sent again holds (``pkey``: the REQ's P_Key). Its
+#: timer: ``deadline`` (in ticks, :data:`TIME_BITS` wrapping), in REP_SENT the REP's (sent
+#: again ``retries`` more times, each ``2^timeout`` ticks after the last: the REQ's local CM
+#: response timeout and max CM retries), in TIMEWAIT the time-wait's end.
 CONNECTION = data.StructLayout({
     "state": ConnState,
     "local_comm_id": 32, "remote_comm_id": 32, "peer_ip": 32, "peer_qpn": 24,
     "qpn": 24, "psn": 24, "responder_resources": 8, "initiator_depth": 8,
-    "tid": 64,
+    "tid": 64, "pkey": 16,
+    "deadline": TIME_BITS, "retries": 4, "timeout": 5,
 })

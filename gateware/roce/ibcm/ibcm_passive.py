@@ -1,54 +1,116 @@
-"""The IB CM's passive side: what one MAD record makes the CM do, with its connection table."""
+"""The IB CM's passive side: what one MAD record makes the CM do, with its connection table
+and its timers."""
+
+from fractions import Fraction
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from rocegen.gateware.mac.pause_time import quanta_elapsed
 from rocegen.gateware.roce.ibcm.ibcm_layouts import (
     CONNECTION,
     MAD_RECORD,
     QP_GRANT,
     REPLY_RECORD,
+    TICK_NS,
+    TIME_BITS,
     VERDICT_COUNTERS,
     ConnState,
     ReplyKind,
     Verdict,
     int_param,
 )
+from rocegen.gateware.roce.layouts import MAX_QPS, QPN_BASE
 from rocegen.wire import ibcm as I
 
-__all__ = ["IbCmPassive", "PSN_TAPS", "COUNTERS"]
+__all__ = ["IbCmPassive", "PSN_TAPS", "COUNTERS", "MAX_QPNS", "DEFAULT_QPNS",
+           "DEFAULT_TIME_WAIT_NS", "tick_cycles"]
 
 #: The starting PSNs come from a 24-bit Galois LFSR (x^24 + x^23 + x^22 + x^17 + 1): shifted
 #: right, these taps XORed in when the bit shifted out is 1.
 PSN_TAPS = 0xE10000
 
 #: The passive side's counter strobes: the reference model's counters of the same names (those
-#: of the passive side), and ``unanswered_get_set`` (Gets and Sets the model answers with an
-#: echo, counting ``answered_bad_version`` or ``answered_unsupported``).
-COUNTERS = ("rx_mads", "tx_mads", *VERDICT_COUNTERS.values(), "unanswered_get_set",
-            "class_port_info", "req_rejected", "req_duplicate", "req_stale", "rep_unknown",
-            "rtu_unknown", "rtu_duplicate", "mra_unknown", "rej_unknown", "dreq_unknown",
-            "dreq_duplicate", "drep_unknown", "established", "rejected")
+#: of the passive side).
+COUNTERS = ("rx_mads", "tx_mads", *VERDICT_COUNTERS.values(), "answered_bad_version",
+            "answered_unsupported", "class_port_info", "req_rejected", "req_duplicate",
+            "req_stale", "rep_unknown", "rtu_unknown", "rtu_duplicate", "mra_unknown",
+            "rej_unknown", "dreq_unknown", "dreq_duplicate", "drep_unknown", "established",
+            "rejected", "retransmits", "rep_timeouts", "timewait_exits")
+
+#: The most QP numbers ``qpns`` may name (a flip-flop each).
+MAX_QPNS = 4096
+
+#: ``qpns`` by default: the endpoint's QP numbers.
+DEFAULT_QPNS = range(QPN_BASE, QPN_BASE + MAX_QPS)
+
+#: ``time_wait_ns`` by default: the model's (4.096 us x 2^14, its default local ACK timeout).
+DEFAULT_TIME_WAIT_NS = I.cm_timeout_ns(14)
+
+
+def tick_cycles(clk_hz):
+    """Cycles of ``clk_hz`` (Hz; a float is read as the decimal it prints as) in a tick of
+    :data:`~rocegen.gateware.roce.ibcm.ibcm_layouts.TICK_NS`, exactly (a ``Fraction``).
+    TypeError / ValueError naming ``clk_hz`` for a clock that is not a number, or so slow that
+    a tick would be shorter than a cycle."""
+    if isinstance(clk_hz, bool) or not isinstance(clk_hz, (int, float)):
+        raise TypeError(f"clk_hz must be a number of Hz, not {clk_hz!r}")
+    if not 0 < clk_hz < float("inf"):
+        raise ValueError(f"clk_hz must be a positive finite number of Hz, not {clk_hz!r}")
+    hz = Fraction(repr(clk_hz)) if isinstance(clk_hz, float) else Fraction(clk_hz)
+    cycles = hz * TICK_NS / 10 ** 9
+    if cycles < 1:
+        raise ValueError(f"clk_hz must be at least 244140.625 Hz (a tick of {TICK_NS} ns "
+                         f"lasts a cycle or more), not {clk_hz!r}")
+    return cycles
+
+
+def _qpns(qpns):
+    if not isinstance(qpns, range):
+        raise TypeError(f"qpns must be a range of QP numbers, not {qpns!r}")
+    if qpns.step != 1 or not 1 <= len(qpns) <= MAX_QPNS or qpns.start < 2 or \
+            qpns.stop > 1 << 24:
+        raise ValueError(f"qpns must be a range of 1..{MAX_QPNS} QP numbers from 2 to 2^24-1 "
+                         f"with step 1, not {qpns!r}")
+    return qpns
 
 
 def _min(a, b):
     return Mux(a < b, a, b)
 
 
+def _pow2(t):
+    """2^t for a 5-bit CM time value t (ticks)."""
+    return Const(1, 1) << t
+
+
+def _sender(rec):
+    """Where a reply to record ``rec`` goes: its sender's address and QP, its P_Key."""
+    return rec.src_ip, rec.src_qp, rec.pkey
+
+
 class IbCmPassive(wiring.Component):
     """The passive side of the IB CM (``rdma_listen``/``rdma_accept`` as librdmacm's peer sees
     them): decides, for one MAD record at a time, the reply and what changes in the connection
-    table, as the reference model ``rocegen.sim.models.ibcm.IbCm`` does.
+    table, and runs the table's timers, as the reference model
+    ``rocegen.sim.models.ibcm.IbCm`` does.
 
     Parameters
     ----------
     ports : iterable of int
         The TCP ports listened on (0..65535; service IDs ``0x0000000001060000 | port``).
+    clk_hz : int or float
+        The clock's frequency in Hz (a float is read as the decimal it prints as): at least
+        244140.625, so that a tick of 4.096 us lasts a cycle or more.
     connections : int
         Entries of the connection table (1..256): connections in REP_SENT, ESTABLISHED or
         time-wait at once. Make it at least the QPs the pool may give this CM.
+    qpns : range
+        The QP numbers the pool may give this CM (1..:data:`MAX_QPNS` of them, step 1;
+        default the endpoint's, 256..511): a flip-flop each notes a packet on it
+        (``data_seen``). A connection on a QP outside is established by its RTU only.
     responder_resources, initiator_depth : int
         The RDMA READs we serve at once and may have outstanding at once (0..255).
     first_comm_id : int
@@ -57,32 +119,46 @@ class IbCmPassive(wiring.Component):
         The first starting PSN (1..2^24-1); each next one is the last shifted right by one,
         XORed with :data:`PSN_TAPS` when the bit shifted out is 1 (a maximal-length LFSR: the
         PSNs repeat after 2^24 - 1 connections).
+    time_wait_ns : int
+        How long a connection stays in time-wait (0..4096 x 2^31 ns), rounded up to ticks;
+        default the model's, 4.096 us x 2^14 (its default local ACK timeout).
 
     Ports
     -----
     i : In(stream.Signature(MAD_RECORD))
         The MAD to act on (:class:`~rocegen.gateware.roce.ibcm.ibcm_receive.IbCmReceiver`'s
-        ``o``); read while it is held, taken (``i.ready``) when its reply has gone.
+        ``o``); read while it is held, taken (``i.ready``) when its reply has gone (an echo's
+        when its last beat has: the reply builder reads the receiver's MAD until then).
     local_ip : In(32)
         Our IPv4 address (the REQ's ``cma_hdr`` must name it).
     region : In(I.REGION.layout)
         The memory region our REPs advertise.
+    data_seen : In(stream.Signature(24, always_ready=True))
+        The QP number of each packet the receive path takes on a QP (the model's
+        ``data_seen``): the first on a connection that waits for its RTU establishes it.
     qp_req : Out(stream.Signature(0))
         A QP is wanted from the pool, answered on ``qp_grant``.
     qp_grant : In(stream.Signature(QP_GRANT))
         The pool's answer: ``ok`` and the QP number, or none free.
     qp_free : Out(stream.Signature(24))
-        A QP given back to the pool (a REJ of a connection that had its REP).
+        A QP given back to the pool: a REJ of a connection that had its REP, a REJ
+        ``TIMEOUT`` sent, the end of a time-wait.
     o : Out(stream.Signature(REPLY_RECORD))
-        The reply, to the MAD's sender (``src_ip``, ``src_qp``, ``pkey``), for
-        :class:`~rocegen.gateware.roce.ibcm.ibcm_reply.IbCmReply`.
+        A MAD to send: the reply, to the MAD's sender (``src_ip``, ``src_qp``, ``pkey``), or a
+        timer's REP or REJ ``TIMEOUT``, to the REQ's sender (its address, QP1, the REQ's
+        P_Key); for :class:`~rocegen.gateware.roce.ibcm.ibcm_reply.IbCmReply`.
     <name> : Out(1), for each name of :data:`COUNTERS`
         High for one cycle when the model would count that counter: ``rx_mads`` when a record
-        is taken, ``tx_mads`` when a reply leaves, the others at the decision.
+        is taken, ``tx_mads`` when a MAD leaves, the others at the decision (for
+        ``retransmits``, ``rep_timeouts``, ``timewait_exits`` and an ``established`` by a
+        packet: at the entry's action).
 
     Behaviour
     ---------
-    A Get of ClassPortInfo (class version 2) gets its GetResp (the request's header echoed).
+    A Get of ClassPortInfo (class version 2) gets its GetResp (the request's header echoed);
+    another Get or Set is echoed (``ECHO``: the reply builder sends the MAD the receiver holds
+    as a GetResp) with the status ``BAD_VERSION`` when its class version is not 2, else
+    ``UNSUPPORTED_METHOD_ATTR``, as Linux's MAD layer answers one it has no agent for.
     A REQ is matched against the table by its sender and communication ID: a duplicate of one
     in REP_SENT gets the same REP again (its REQ's transaction ID; ``region`` as it is then),
     of one in time-wait a REJ
@@ -100,40 +176,81 @@ class IbCmPassive(wiring.Component):
     connection gets a DREP with its IDs swapped (as Linux answers). A REJ of a connection not in
     time-wait (by our ID, or by its sender's ID when it names none of ours) frees a REP_SENT
     one and its QP, moves an established one to time-wait. A REP gets a REJ
-    ``INVALID_COMM_ID`` (this side makes no REQ). MRAs, DREPs, RTUs and REJs of no connection,
-    MADs with another verdict: nothing.
+    ``INVALID_COMM_ID`` (this side makes no REQ). An MRA of our REP makes it wait longer (below).
+    MRAs, DREPs, RTUs and REJs of no connection, MADs with another verdict: nothing.
 
-    Not here yet, where the model differs: Gets and Sets other than the Get of ClassPortInfo
-    are not answered (the model echoes them with an error status: the echo needs the whole
-    MAD); the timers (the REP sent again, REJ ``TIMEOUT``, the end of time-wait: entries stay
-    in time-wait), the active side (REQ, MRA) and the ``accept`` hook (every REQ that passes
-    the checks is taken) come later. Communication IDs are not checked against those in use
-    (they would repeat after 2^32 connections).
+    Timers. Their resolution is a tick of 4.096 us (``TICK_NS``, the CM's unit: a CM time
+    value t is 2^t ticks), counted from the clock by a fractional prescaler: after k cycles
+    exactly ``floor(k / c)`` ticks have passed (``c`` cycles a tick, :func:`tick_cycles`), so a
+    tick comes at most a cycle after its time, never before. A MAD's timer counts from
+    ``t0``, the tick in which the passive side took the MAD up: a wait of d ticks is due at
+    tick ``t0 + d + 1``, between d and d + 1 ticks (and a cycle) after the MAD came (the
+    model's time), never before. A REQ taken arms its REP's timer: d = 2^t, t its
+    local CM response timeout; when due, the REP is sent again (as for a duplicate REQ), due
+    again 2^t ticks after the last due tick, at most its max CM retries times; due after
+    those, REJ ``TIMEOUT`` (message OTHER, our CA GUID as ARI), the QP given back and the entry
+    freed (the model forgets the connection). An MRA of the REP sets it due its service
+    timeout's 2^t ticks from the MRA's ``t0`` (the retries stay). A DREQ or REJ that moves a
+    connection to time-wait arms its end, d = ``time_wait_ns`` rounded up to ticks (so up to a
+    tick more than the model waits): then the entry is freed and its QP given back.
+
+    The scan. While no record waits, the table is read one entry per cycle round and round,
+    each entry checked the cycle after: one due (its timer, or a packet on its QP below) is
+    read again and acted on (a record may have changed it). A record is taken up first; its
+    matching reads every entry and notes a due one too (the first from the background scan's
+    place on, else the first), acted on after the record. So an entry is acted on at most
+    N + 3 cycles (N: ``connections``) after it is due while nothing else is going on; the
+    records (at most one between two actions) and the actions of other due entries (each at
+    most once before it: the scan goes round) take their cycles first, their handshakes'
+    waits included. The timers' worst-case lateness, from the model's time to the action: a
+    tick (two for a time-wait whose length is not a whole number of ticks), a cycle, N + 3
+    cycles and that work. A message that comes less than that after a timer is due may be
+    handled before it (the model, on time, acts on the timer first).
+
+    Packets (``data_seen``): a QP number of ``qpns`` sets the QP's flip-flop; a REQ taking the
+    QP clears it. An entry in REP_SENT whose QP's flip-flop is set is due: established
+    (``established`` counted) when the scan comes to it. A record that names it before finds
+    it established, counted then (an RTU counts ``rtu_duplicate`` too: the model counted the
+    establishment at the packet).
+
+    Not here yet, where the model differs: the active side (REQ, MRA) and the ``accept`` hook
+    (every REQ that passes the checks is taken) come later. Communication IDs are not checked
+    against those in use (they would repeat after 2^32 connections).
 
     Latency: a MAD record is matched against the whole table, one entry per cycle: if it is
-    offered in cycle t, the decision is made in cycle t + ``connections`` + 2; then each
-    handshake it needs (``qp_req``, ``qp_grant``, ``qp_free``, ``o``, in that order) is offered
-    in the cycle after the previous one and waits for its peer, and ``i.ready`` is high in the
-    cycle after the last (t + ``connections`` + 3 when there is none; t + ``connections`` + 4
-    for a reply taken at once). The table is one memory of ``connections`` entries
-    (:data:`CONNECTION`, 250 bits) with one read and one write port.
+    offered in cycle t while the passive side is idle (else when the action under way is
+    done), the decision is made in cycle t + ``connections`` + 2; then each handshake it needs
+    (``qp_req``, ``qp_grant``, ``qp_free``, ``o``, in that order) is offered in the cycle after
+    the previous one and waits for its peer, and ``i.ready`` is high in the cycle after the
+    last (t + ``connections`` + 3 when there is none; t + ``connections`` + 4 for a reply taken
+    at once). An action: the entry read again in the cycle after it is found (or after
+    ``i.ready``), acted on the cycle after; its handshakes (``o``, then ``qp_free``) follow as
+    a record's. The table is one memory of ``connections`` entries (:data:`CONNECTION`, 308
+    bits) with one read and one write port; the time is a 33-bit tick counter.
     """
 
-    def __init__(self, *, ports, connections=16, responder_resources=1, initiator_depth=1,
-                 first_comm_id=1, psn_seed=1):
+    def __init__(self, *, ports, clk_hz, connections=16, qpns=DEFAULT_QPNS,
+                 responder_resources=1, initiator_depth=1, first_comm_id=1, psn_seed=1,
+                 time_wait_ns=DEFAULT_TIME_WAIT_NS):
         ports = list(ports)
         for p in ports:
             int_param("each port", p, 0, 0xFFFF)
         self.ports = sorted(set(ports))
+        self.tick = tick_cycles(clk_hz)
+        self.clk_hz = clk_hz
         self.connections = int_param("connections", connections, 1, 256)
+        self.qpns = _qpns(qpns)
         self.responder_resources = int_param("responder_resources", responder_resources, 0, 255)
         self.initiator_depth = int_param("initiator_depth", initiator_depth, 0, 255)
         self.first_comm_id = int_param("first_comm_id", first_comm_id, 1, (1 << 32) - 1)
         self.psn_seed = int_param("psn_seed", psn_seed, 1, (1 << 24) - 1)
+        self.time_wait_ns = int_param("time_wait_ns", time_wait_ns, 0, TICK_NS << 31)
+        self.time_wait_ticks = -(-self.time_wait_ns // TICK_NS)
         super().__init__({
             "i": In(stream.Signature(MAD_RECORD)),
             "local_ip": In(32),
             "region": In(I.REGION.layout),
+            "data_seen": In(stream.Signature(24, always_ready=True)),
             "qp_req": Out(stream.Signature(0)),
             "qp_grant": In(stream.Signature(QP_GRANT)),
             "qp_free": Out(stream.Signature(24)),
@@ -146,16 +263,16 @@ class IbCmPassive(wiring.Component):
         N = self.connections
         m.submodules.table = table = Memory(shape=CONNECTION, depth=N, init=[])
         rd, wr = table.read_port(domain="sync"), table.write_port()
-        s = _State(N, self.first_comm_id, self.psn_seed)
+        s = _State(N, self.first_comm_id, self.psn_seed, len(self.qpns))
         rec = self.i.payload
         m.d.comb += self.o.payload.eq(s.out)
+        now = self._clock(m)
+        self._packets(m, s, rd.data)
+        self._due(m, s, rd.data, now)
 
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(self.i.valid):
-                    m.d.sync += [s.idx.eq(0), s.ev.eq(0), s.hit.eq(0), s.stale.eq(0),
-                                 s.free_ok.eq(0)]
-                    m.next = "SCAN"
+                self._idle(m, s, rd, now)
             with m.State("SCAN"):
                 self._scan(m, s, rd, rec)
                 with m.If(s.idx == N):
@@ -171,27 +288,141 @@ class IbCmPassive(wiring.Component):
                 with m.If(self.qp_grant.valid):
                     self._take(m, s, wr, rec, self.qp_grant.payload)
                     m.next = "SEND"
-            with m.State("FREE"):
-                m.d.comb += [self.qp_free.valid.eq(1), self.qp_free.payload.eq(s.hit_e.qpn)]
-                with m.If(self.qp_free.ready):
-                    m.next = "DONE"
-            with m.State("SEND"):
-                m.d.comb += self.o.valid.eq(1)
-                with m.If(self.o.ready):
-                    self._count(m, "tx_mads")
-                    m.next = "DONE"
-            with m.State("DONE"):
-                m.d.comb += self.i.ready.eq(1)
-                self._count(m, "rx_mads")
-                m.next = "IDLE"
+            with m.State("TREAD"):
+                m.d.comb += rd.addr.eq(s.act_idx)
+                m.next = "TACT"
+            with m.State("TACT"):
+                self._act(m, s, wr, rd.data)
+            self._handshakes(m, s)
         return m
+
+    def _handshakes(self, m, s):
+        """The states that wait for a peer: the QP given back, the MAD sent, the record taken;
+        then back to the scan, or a due entry its matching noted."""
+        with m.State("FREE"):
+            m.d.comb += [self.qp_free.valid.eq(1), self.qp_free.payload.eq(s.hit_e.qpn)]
+            with m.If(self.qp_free.ready):
+                m.d.sync += s.then_free.eq(0)
+                with m.If(s.timer):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "DONE"
+        with m.State("SEND"):
+            m.d.comb += self.o.valid.eq(1)
+            with m.If(self.o.ready):
+                self._count(m, "tx_mads")
+                with m.If(s.then_free):
+                    m.next = "FREE"
+                with m.Elif(s.timer):
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "DONE"
+        with m.State("DONE"):
+            m.d.comb += self.i.ready.eq(1)
+            self._count(m, "rx_mads")
+            with m.If(s.note):
+                m.d.sync += s.act_idx.eq(Mux(s.note_hi, s.note_hi_idx, s.note_idx))
+                m.next = "TREAD"
+            with m.Else():
+                m.next = "IDLE"
+
+    # ---- time, packets, due entries
+
+    def _clock(self, m):
+        """The time in ticks (wrapping): ``floor(k / c)`` ticks in k cycles."""
+        now = Signal(TIME_BITS)
+        step = quanta_elapsed(m, self.tick.numerator, self.tick.denominator, name="tick")
+        m.d.sync += now.eq(now + step)
+        return now
+
+    def _qp_bit(self, qpn):
+        """``(index, in range)``: the flip-flop of QP ``qpn`` among those of ``qpns``."""
+        Q = self.qpns
+        bits = max(1, (len(Q) - 1).bit_length())
+        return (qpn - Q.start)[:bits], (qpn >= Q.start) & (qpn < Q.stop)
+
+    def _packets(self, m, s, e):
+        """``data_seen``: a flip-flop per QP of ``qpns`` set by a packet on it (a REQ taking
+        the QP clears it, :meth:`_take`); ``s.seen_e``: that of entry ``e``'s QP."""
+        idx, ok = self._qp_bit(self.data_seen.payload)
+        with m.If(self.data_seen.valid & ok):
+            m.d.sync += s.seen.bit_select(idx, 1).eq(1)
+        e_idx, e_ok = self._qp_bit(e.qpn)
+        m.d.comb += s.seen_e.eq(e_ok & s.seen.bit_select(e_idx, 1))
+
+    def _due(self, m, s, e, now):
+        """Of entry ``e`` (the read port's data): ``s.expired``, its timer is due;
+        ``s.promote``, it waits for an RTU and a packet came on its QP; ``s.due``, either
+        applies to its state."""
+        late = Signal(TIME_BITS)
+        rep_sent = e.state == ConnState.REP_SENT
+        m.d.comb += [late.eq(now - e.deadline), s.expired.eq(~late[-1]),
+                     s.promote.eq(rep_sent & s.seen_e),
+                     s.due.eq((rep_sent & (s.expired | s.seen_e))
+                              | ((e.state == ConnState.TIMEWAIT) & s.expired))]
+
+    def _idle(self, m, s, rd, now):
+        """Waiting for a record; meanwhile the background scan: entry ``bg`` read, checked the
+        cycle after (``bg_ev``), a due one acted on. A record goes first (the entry read in
+        that cycle is read again after it)."""
+        m.d.comb += rd.addr.eq(s.bg)
+        m.d.sync += s.bg_ev.eq(0)
+        with m.If(self.i.valid):
+            m.d.sync += [s.idx.eq(0), s.ev.eq(0), s.hit.eq(0), s.stale.eq(0), s.free_ok.eq(0),
+                         s.note.eq(0), s.note_hi.eq(0), s.t0.eq(now), s.timer.eq(0),
+                         s.then_free.eq(0)]
+            m.next = "SCAN"
+        with m.Elif(s.bg_ev & s.due):
+            m.d.sync += s.act_idx.eq(s.bg_prev)
+            m.next = "TREAD"
+        with m.Else():
+            m.d.sync += [s.bg_prev.eq(s.bg), s.bg.eq(self._after(s.bg)), s.bg_ev.eq(1)]
+
+    def _after(self, idx):
+        """The table entry after ``idx``, round."""
+        return Mux(idx == self.connections - 1, 0, idx + 1)
+
+    def _at(self, s, ticks):
+        """The tick a wait of ``ticks`` from the record's ``t0`` is due at."""
+        return (s.t0 + ticks + 1)[:TIME_BITS]
+
+    def _act(self, m, s, wr, e):
+        """Entry ``act_idx`` (``e``, read again) if still due: established by a packet; its
+        REP sent again; REJ ``TIMEOUT``, freed, its QP given back; the end of its
+        time-wait, freed, its QP given back. The background scan goes on after it."""
+        rep_sent = e.state == ConnState.REP_SENT
+        m.d.comb += [wr.addr.eq(s.act_idx), wr.data.eq(e)]
+        m.d.sync += [s.bg.eq(self._after(s.act_idx)), s.hit_e.eq(e), s.timer.eq(1)]
+        m.next = "IDLE"
+        to = (e.peer_ip, I.QP1, e.pkey)
+        with m.If(s.promote):
+            m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.ESTABLISHED)]
+            self._count(m, "established")
+        with m.Elif(rep_sent & s.expired & (e.retries != 0)):
+            m.d.comb += [wr.en.eq(1), wr.data.retries.eq(e.retries - 1),
+                         wr.data.deadline.eq(e.deadline + _pow2(e.timeout))]
+            m.d.sync += self._rep(s, to, e)
+            self._count(m, "retransmits")
+            m.next = "SEND"
+        with m.Elif(rep_sent & s.expired):
+            m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
+            m.d.sync += self._reply(s, to, ReplyKind.REJ, e.local_comm_id, e.remote_comm_id,
+                                    tid=e.tid, reason=I.RejReason.TIMEOUT,
+                                    message=I.MsgResponse.OTHER, ari_guid=1)
+            m.d.sync += s.then_free.eq(1)
+            self._count(m, "rep_timeouts")
+            m.next = "SEND"
+        with m.Elif((e.state == ConnState.TIMEWAIT) & s.expired):
+            m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
+            self._count(m, "timewait_exits")
+            m.next = "FREE"
 
     # ---- matching
 
     def _scan(self, m, s, rd, rec):
         """One table entry read per cycle (``idx``), compared the cycle after (``ev``): the
-        first entry the message names, whether the sender's QP has a live connection, the first
-        free entry."""
+        first entry the message names (as a packet on its QP left it), whether the sender's QP
+        has a live connection, the first free entry, the due entries."""
         N = self.connections
         m.d.comb += rd.addr.eq(s.idx)
         m.d.sync += [s.idx.eq(s.idx + 1), s.ev.eq(s.idx < N), s.ev_idx.eq(s.idx)]
@@ -203,50 +434,67 @@ class IbCmPassive(wiring.Component):
         use_peer = (attr == I.ATTR_REQ) | ((attr == I.ATTR_REJ) & (rec.remote_comm_id == 0))
         with m.If(s.ev):
             with m.If(live & Mux(use_peer, by_peer, by_id) & ~s.hit):
-                m.d.sync += [s.hit.eq(1), s.hit_idx.eq(s.ev_idx), s.hit_e.eq(e)]
+                m.d.sync += [s.hit.eq(1), s.hit_idx.eq(s.ev_idx), s.hit_e.eq(e),
+                             s.hit_promote.eq(s.promote)]
+                with m.If(s.promote):
+                    m.d.sync += s.hit_e.state.eq(ConnState.ESTABLISHED)
             with m.If(live & (e.state != ConnState.TIMEWAIT) & (e.peer_ip == rec.src_ip)
                       & (e.peer_qpn == rec.local_qpn)):
                 m.d.sync += s.stale.eq(1)
             with m.If(~live & ~s.free_ok):
                 m.d.sync += [s.free_ok.eq(1), s.free_idx.eq(s.ev_idx)]
+            with m.If(s.due & ~s.note):
+                m.d.sync += [s.note.eq(1), s.note_idx.eq(s.ev_idx)]
+            with m.If(s.due & ~s.note_hi & (s.ev_idx >= s.bg)):
+                m.d.sync += [s.note_hi.eq(1), s.note_hi_idx.eq(s.ev_idx)]
 
     # ---- deciding
 
-    def _reply(self, s, rec, kind, local, remote, *, tid=None, reason=0, message=0):
-        """Assignments of the reply register: ``kind`` to the MAD's sender."""
+    def _reply(self, s, to, kind, local, remote, *, tid, reason=0, message=0, ari_guid=0):
+        """Assignments of the reply register: ``kind`` to ``to`` (address, QP, P_Key)."""
         out = s.out
-        return [out.kind.eq(kind), out.dst_ip.eq(rec.src_ip), out.dst_qp.eq(rec.src_qp),
-                out.pkey.eq(rec.pkey),
-                out.transaction_id.eq(rec.hdr.transaction_id if tid is None else tid),
+        dst_ip, dst_qp, pkey = to
+        return [out.kind.eq(kind), out.dst_ip.eq(dst_ip), out.dst_qp.eq(dst_qp),
+                out.pkey.eq(pkey), out.transaction_id.eq(tid),
                 out.class_specific.eq(0), out.hdr_reserved.eq(0), out.attribute_modifier.eq(0),
                 out.local_comm_id.eq(local), out.remote_comm_id.eq(remote),
-                out.message.eq(message), out.reason.eq(reason)]
+                out.message.eq(message), out.reason.eq(reason), out.ari_guid.eq(ari_guid),
+                out.status.eq(0)]
 
-    def _rep(self, s, rec, e):
-        """The REP of connection ``e`` (a view of :data:`CONNECTION`)."""
+    def _rep(self, s, to, e):
+        """The REP of connection ``e`` (a view of :data:`CONNECTION`), to ``to``."""
         out = s.out
-        return self._reply(s, rec, ReplyKind.REP, e.local_comm_id, e.remote_comm_id,
+        return self._reply(s, to, ReplyKind.REP, e.local_comm_id, e.remote_comm_id,
                            tid=e.tid) + [
             out.local_qpn.eq(e.qpn), out.starting_psn.eq(e.psn),
             out.responder_resources.eq(e.responder_resources),
             out.initiator_depth.eq(e.initiator_depth), out.region.eq(self.region)]
 
+    def _answer(self, s, rec, kind, local, remote, **kw):
+        """The reply register: ``kind`` to the sender of record ``rec``, its transaction ID."""
+        return self._reply(s, _sender(rec), kind, local, remote, tid=rec.hdr.transaction_id,
+                           **kw)
+
     def _count(self, m, name):
         m.d.comb += getattr(self, name).eq(1)
 
     def _reject_req(self, m, s, rec, reason, local=0, counter="req_rejected"):
-        m.d.sync += self._reply(s, rec, ReplyKind.REJ, local, rec.local_comm_id,
-                                reason=reason, message=I.MsgResponse.REQ)
+        m.d.sync += self._answer(s, rec, ReplyKind.REJ, local, rec.local_comm_id,
+                                 reason=reason, message=I.MsgResponse.REQ)
         self._count(m, counter)
         m.next = "SEND"
 
     def _decide(self, m, s, wr, rec):
-        """The decision, the cycle after the scan: the reply, the table write, what follows."""
+        """The decision, the cycle after the scan: the reply, the table write, what follows.
+        An entry a packet established is written so (and counted) whatever else happens."""
         attr, e = rec.hdr.attribute_id, s.hit_e
         # the connection the message names, as the model's _mine finds it (states apart)
         mine = s.hit & (e.peer_ip == rec.src_ip) & ((e.remote_comm_id == 0) |
                                                     (e.remote_comm_id == rec.local_comm_id))
         m.d.comb += [wr.addr.eq(s.hit_idx), wr.data.eq(e)]
+        with m.If(s.hit & s.hit_promote):
+            m.d.comb += wr.en.eq(1)
+            self._count(m, "established")
         m.next = "DONE"
         with m.Switch(rec.verdict):
             for verdict, counter in VERDICT_COUNTERS.items():
@@ -263,46 +511,64 @@ class IbCmPassive(wiring.Component):
         with m.Elif(attr == I.ATTR_DREQ):
             self._decide_dreq(m, s, wr, rec, mine)
         with m.Elif(attr == I.ATTR_REJ):
-            live = mine & (e.state != ConnState.TIMEWAIT)
-            with m.If(live):
-                self._count(m, "rejected")
-            with m.Else():
-                self._count(m, "rej_unknown")
-            with m.If(live & (e.state == ConnState.REP_SENT)):
-                m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
-                m.next = "FREE"
-            with m.Elif(live):
-                m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT)]
+            self._decide_rej(m, s, wr, mine)
         with m.Elif(attr == I.ATTR_REP):
-            m.d.sync += self._reply(s, rec, ReplyKind.REJ, 0, rec.local_comm_id,
-                                    reason=I.RejReason.INVALID_COMM_ID,
-                                    message=I.MsgResponse.REP)
+            m.d.sync += self._answer(s, rec, ReplyKind.REJ, 0, rec.local_comm_id,
+                                     reason=I.RejReason.INVALID_COMM_ID,
+                                     message=I.MsgResponse.REP)
             self._count(m, "rep_unknown")
             m.next = "SEND"
         with m.Elif(attr == I.ATTR_DREP):
             self._count(m, "drep_unknown")
 
+    def _timewait(self, m, s, wr):
+        """The named entry written in time-wait, its end armed."""
+        m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT),
+                     wr.data.deadline.eq(self._at(s, self.time_wait_ticks))]
+
+    def _decide_rej(self, m, s, wr, mine):
+        e = s.hit_e
+        live = mine & (e.state != ConnState.TIMEWAIT)
+        with m.If(live):
+            self._count(m, "rejected")
+        with m.Else():
+            self._count(m, "rej_unknown")
+        with m.If(live & (e.state == ConnState.REP_SENT)):
+            m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
+            m.next = "FREE"
+        with m.Elif(live):
+            self._timewait(m, s, wr)
+
     def _decide_get_set(self, m, s, rec):
         hdr = rec.hdr
         with m.If((hdr.class_version == I.CM_CLASS_VERSION) & (hdr.method == I.METHOD_GET)
                   & (hdr.attribute_id == I.ATTR_CLASS_PORT_INFO)):
-            m.d.sync += self._reply(s, rec, ReplyKind.CLASS_PORT_INFO, 0, 0)
+            m.d.sync += self._answer(s, rec, ReplyKind.CLASS_PORT_INFO, 0, 0)
             m.d.sync += [s.out.class_specific.eq(hdr.class_specific),
                          s.out.hdr_reserved.eq(hdr.reserved),
                          s.out.attribute_modifier.eq(hdr.attribute_modifier)]
             self._count(m, "class_port_info")
-            m.next = "SEND"
+        with m.Elif(hdr.class_version != I.CM_CLASS_VERSION):
+            m.d.sync += self._answer(s, rec, ReplyKind.ECHO, 0, 0)
+            m.d.sync += s.out.status.eq(I.STATUS_BAD_VERSION)
+            self._count(m, "answered_bad_version")
         with m.Else():
-            self._count(m, "unanswered_get_set")
+            m.d.sync += self._answer(s, rec, ReplyKind.ECHO, 0, 0)
+            m.d.sync += s.out.status.eq(I.STATUS_UNSUPPORTED_METHOD_ATTR)
+            self._count(m, "answered_unsupported")
+        m.next = "SEND"
 
     def _decide_rtu_mra(self, m, s, wr, rec, mine):
         e = s.hit_e
+        rep_sent = mine & (e.state == ConnState.REP_SENT)
         with m.If(rec.hdr.attribute_id == I.ATTR_MRA):
-            # an MRA of our REP: the REP's timer waits longer (the timers come later)
-            with m.If(~(mine & (e.state == ConnState.REP_SENT)
-                        & (rec.message == I.MsgResponse.REP))):
+            # an MRA of our REP: the REP waits its service timeout from now
+            with m.If(rep_sent & (rec.message == I.MsgResponse.REP)):
+                m.d.comb += [wr.en.eq(1),
+                             wr.data.deadline.eq(self._at(s, _pow2(rec.service_timeout)))]
+            with m.Else():
                 self._count(m, "mra_unknown")
-        with m.Elif(mine & (e.state == ConnState.REP_SENT)):
+        with m.Elif(rep_sent):
             m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.ESTABLISHED)]
             self._count(m, "established")
         with m.Elif(mine & (e.state == ConnState.ESTABLISHED)):
@@ -316,12 +582,12 @@ class IbCmPassive(wiring.Component):
             with m.If(e.state == ConnState.TIMEWAIT):
                 self._count(m, "dreq_duplicate")
             with m.Else():
-                m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT)]
-            m.d.sync += self._reply(s, rec, ReplyKind.DREP, e.local_comm_id, e.remote_comm_id)
+                self._timewait(m, s, wr)
+            m.d.sync += self._answer(s, rec, ReplyKind.DREP, e.local_comm_id, e.remote_comm_id)
         with m.Else():
             self._count(m, "dreq_unknown")
-            m.d.sync += self._reply(s, rec, ReplyKind.DREP, rec.remote_comm_id,
-                                    rec.local_comm_id)
+            m.d.sync += self._answer(s, rec, ReplyKind.DREP, rec.remote_comm_id,
+                                     rec.local_comm_id)
         m.next = "SEND"
 
     def _listened(self, rec):
@@ -337,7 +603,7 @@ class IbCmPassive(wiring.Component):
         mtu_ok = (rec.path_mtu >= min(I.MTU_CODES)) & (rec.path_mtu <= max(I.MTU_CODES))
         with m.If(s.hit):
             with m.If(e.state == ConnState.REP_SENT):
-                m.d.sync += self._rep(s, rec, e)
+                m.d.sync += self._rep(s, _sender(rec), e)
                 self._count(m, "req_duplicate")
                 m.next = "SEND"
             with m.Elif(e.state == ConnState.TIMEWAIT):
@@ -363,38 +629,61 @@ class IbCmPassive(wiring.Component):
             m.next = "QP_REQ"
 
     def _take(self, m, s, wr, rec, grant):
-        """The pool's answer to a REQ that passed: the new connection and its REP, or REJ
-        ``NO_QP``."""
+        """The pool's answer to a REQ that passed: the new connection, its REP and its timer
+        (the QP's packet flip-flop cleared), or REJ ``NO_QP``."""
         new = Signal(CONNECTION)
+        timeout = rec.local_cm_response_timeout
         m.d.comb += [new.state.eq(ConnState.REP_SENT), new.local_comm_id.eq(s.next_cid),
                      new.remote_comm_id.eq(rec.local_comm_id), new.peer_ip.eq(rec.src_ip),
                      new.peer_qpn.eq(rec.local_qpn), new.qpn.eq(grant.qpn), new.psn.eq(s.psn),
                      new.responder_resources.eq(_min(self.responder_resources,
                                                      rec.initiator_depth)),
                      new.initiator_depth.eq(_min(self.initiator_depth, rec.responder_resources)),
-                     new.tid.eq(rec.hdr.transaction_id)]
+                     new.tid.eq(rec.hdr.transaction_id), new.pkey.eq(rec.pkey),
+                     new.deadline.eq(self._at(s, _pow2(timeout))), new.timeout.eq(timeout),
+                     new.retries.eq(rec.max_cm_retries)]
         with m.If(grant.ok):
             m.d.comb += [wr.addr.eq(s.free_idx), wr.data.eq(new), wr.en.eq(1)]
-            m.d.sync += self._rep(s, rec, new)
+            m.d.sync += self._rep(s, _sender(rec), new)
             m.d.sync += [s.next_cid.eq(Mux(s.next_cid == 0xFFFFFFFF, 1, s.next_cid + 1)),
                          s.psn.eq(Mux(s.psn[0], (s.psn >> 1) ^ PSN_TAPS, s.psn >> 1))]
+            idx, ok = self._qp_bit(grant.qpn)
+            with m.If(ok):
+                m.d.sync += s.seen.bit_select(idx, 1).eq(0)
         with m.Else():
             self._reject_req(m, s, rec, I.RejReason.NO_QP)
 
 
 class _State:
-    """The passive side's registers."""
+    """The passive side's registers (and the read entry's comb flags)."""
 
-    def __init__(self, n, first_comm_id, psn_seed):
+    def __init__(self, n, first_comm_id, psn_seed, qps):
         self.idx = Signal(range(n + 1))          # the entry read now
         self.ev = Signal()                       # an entry read last cycle is compared now
         self.ev_idx = Signal(range(n))
         self.hit = Signal()                      # the entry the message names ...
         self.hit_idx = Signal(range(n))
-        self.hit_e = Signal(CONNECTION)          # ... and its contents
+        self.hit_e = Signal(CONNECTION)          # ... and its contents (or the acted-on entry)
+        self.hit_promote = Signal()              # ... which a packet established
         self.stale = Signal()                    # the sender's QP has a live connection
         self.free_ok = Signal()                  # a free entry ...
         self.free_idx = Signal(range(n))         # ... the first
         self.out = Signal(REPLY_RECORD)          # the reply
         self.next_cid = Signal(32, init=first_comm_id)     # our next communication ID
         self.psn = Signal(24, init=psn_seed)               # our next starting PSN
+        # timers
+        self.t0 = Signal(TIME_BITS)              # the tick the record was taken up in
+        self.bg = Signal(range(n))               # the background scan's entry read now ...
+        self.bg_ev = Signal()                    # ... one read last cycle checked now ...
+        self.bg_prev = Signal(range(n))          # ... which
+        self.note = Signal()                     # the matching's first due entry ...
+        self.note_idx = Signal(range(n))
+        self.note_hi = Signal()                  # ... and its first from ``bg`` on
+        self.note_hi_idx = Signal(range(n))
+        self.act_idx = Signal(range(n))          # the entry acted on
+        self.timer = Signal()                    # an action under way, not a record
+        self.then_free = Signal()                # its QP goes back after its MAD
+        self.seen = Signal(qps)                  # a packet came on QP qpns[k]
+        # the read port's entry: its timer is due, a packet came on its QP in REP_SENT, either
+        self.expired, self.promote, self.due = Signal(), Signal(), Signal()
+        self.seen_e = Signal()                   # the flip-flop of its QP

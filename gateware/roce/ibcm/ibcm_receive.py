@@ -2,10 +2,16 @@
 
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import PacketSignature, check_width
-from rocegen.gateware.roce.ibcm.ibcm_layouts import IBCM_RX_META, MAD_RECORD, Verdict
+from rocegen.gateware.roce.ibcm.ibcm_layouts import (
+    IBCM_RX_META,
+    MAD_RECORD,
+    Verdict,
+    mad_read_signature,
+)
 from rocegen.wire import ibcm as I
 
 __all__ = ["IbCmReceiver", "KEPT_BYTES"]
@@ -72,12 +78,17 @@ class IbCmReceiver(wiring.Component):
         a response, Get or Set (``GET_SET``), Send, class version 2, one of the seven messages
         (``OK``). The fields are meaningful when the verdict is ``OK`` or ``GET_SET`` (those of
         the MAD's own message).
+    mad : In(mad_read_signature(width))
+        The MAD taken last, beat ``addr`` on ``data`` in the same cycle, as it came (the
+        reply builder echoes a Get or Set from it); meaningful while ``o`` holds it and the
+        verdict is not ``LENGTH``.
 
     Behaviour
     ---------
-    Cost: of the 256 bytes only :data:`KEPT_BYTES` (the header, the fields of the record and
-    the REQ's ``cma_hdr``: 89 bytes) are kept, each in a byte register written when its beat
-    passes (no shift register, no memory: a MAD is answered from its fields only). Latency: if
+    Cost: the record's fields come from :data:`KEPT_BYTES` (the header, the fields of the
+    record and the REQ's ``cma_hdr``: 89 bytes), each in a byte register written when its beat
+    passes; the whole MAD is also written, a beat a word, to a memory of 2048 / W words of W
+    bits read asynchronously (``mad``: 2048 bits, distributed RAM). Latency: if
     the last beat of a MAD moves in cycle t, ``o.valid`` is high from cycle t + 1 (verdict and
     fields combinational from the registers). Backpressure: ``o`` is held, and ``i.ready`` low,
     until ``o.ready``; ``i.ready`` is high again in the cycle after. A MAD longer than 256
@@ -90,6 +101,7 @@ class IbCmReceiver(wiring.Component):
         super().__init__({
             "i": In(PacketSignature(width, IBCM_RX_META)),
             "o": Out(stream.Signature(MAD_RECORD)),
+            "mad": In(mad_read_signature(width)),
         })
 
     def elaborate(self, platform):
@@ -110,6 +122,11 @@ class IbCmReceiver(wiring.Component):
         meta = Signal(IBCM_RX_META)
         m.d.comb += [self.i.ready.eq(recv), self.o.valid.eq(~recv)]
         p = self.i.payload
+        m.submodules.mad = mad = Memory(shape=self.width, depth=NB, init=[])
+        wr, rd = mad.write_port(), mad.read_port(domain="comb")
+        m.d.comb += [wr.addr.eq(beat), wr.data.eq(p.data),
+                     wr.en.eq(self.i.valid & recv & (beat != NB)),
+                     rd.addr.eq(self.mad.addr), self.mad.data.eq(rd.data)]
         with m.If(self.i.valid & recv):
             for k in range(NB):
                 here = [b for b in regs if b // B == k]

@@ -1,6 +1,6 @@
 """The IB CM's reply builder: a reply record streamed out as its 256-byte MAD."""
 
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -10,6 +10,7 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import (
     REPLY_RECORD,
     ReplyKind,
     int_param,
+    mad_read_signature,
 )
 from rocegen.wire import ibcm as I
 
@@ -37,10 +38,15 @@ class IbCmReply(wiring.Component):
     Ports
     -----
     i : In(stream.Signature(REPLY_RECORD))
-        A reply to send; ``i.ready`` is high while nothing is being sent (a register).
+        A reply to send. A record of another kind than ``ECHO`` is taken at once when nothing
+        is being sent (``i.ready`` a register); an ``ECHO`` is read while it is held and taken
+        in the cycle its last beat leaves (the MAD it echoes must stay until then).
+    mad : Out(mad_read_signature(width))
+        The MAD an ``ECHO`` sends, a beat at a time (the receiver's, read asynchronously).
     o : Out(PacketSignature(width, IBCM_TX_META))
         The MAD, 256 bytes, byte 0 in lane 0 of the first beat, every lane kept, ``error`` low;
-        ``meta``: the record's ``dst_ip``, ``dst_qp``, ``pkey``. Its header: base version 1,
+        ``meta``: the record's ``dst_ip``, ``dst_qp``, ``pkey``. An ``ECHO`` below; else its
+        header: base version 1,
         class 7, class version 2, status 0, the record's ``transaction_id``,
         ``class_specific``, ``hdr_reserved`` (the header's ``reserved``) and
         ``attribute_modifier``; method GetResp and attribute ClassPortInfo for
@@ -52,18 +58,24 @@ class IbCmReply(wiring.Component):
           ``rnr_retry_count``, ``local_ca_guid``; its private data the record's ``region``
           (:data:`rocegen.wire.ibcm.REGION`: address, R_Key, length), then zeros;
         * REJ: ``local_comm_id``, ``remote_comm_id``, ``message_rejected`` (``message``),
-          ``reason`` (no additional information);
+          ``reason``; with ``ari_guid``, ``reject_info_length`` 8 and ``ca_guid`` the first 8
+          bytes of ``ari``, else no additional information;
         * RTU, DREP: ``local_comm_id``, ``remote_comm_id``;
         * CLASS_PORT_INFO: ClassPortInfo with base version 1, class version 2 and
-          ``resp_time_value`` ``cm_response_timeout``.
+          ``resp_time_value`` ``cm_response_timeout``;
+        * ECHO: the MAD read on ``mad`` (header and data), its method GetResp and its status
+          the record's ``status`` (a Get or Set answered as Linux's MAD layer answers one it
+          has no agent for).
 
     Behaviour
     ---------
     One MAD at a time: if a record is taken in cycle t, its first beat is offered in cycle
     t + 1 and one beat follows per cycle while ``o.ready`` is high (2048 / W beats); ``i.ready``
-    is high again in the cycle after the last beat leaves. Backpressure: ``o`` may stall for
-    any time. The record is kept in registers; the beats are selected from the MAD's lanes,
-    built combinationally from them with the wire layouts.
+    is high again in the cycle after the last beat leaves. An ``ECHO`` offered in cycle t has
+    its first beat offered in cycle t + 1 as well, and is taken with its last beat.
+    Backpressure: ``o`` may stall for any time. The record is kept in registers; the beats are
+    selected from the MAD's lanes, built combinationally from them with the wire layouts (an
+    ``ECHO``'s from ``mad``).
     """
 
     def __init__(self, width, *, ca_guid=0, rnr_retry_count=7, cm_response_timeout=20):
@@ -75,6 +87,7 @@ class IbCmReply(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(REPLY_RECORD)),
             "o": Out(PacketSignature(width, IBCM_TX_META)),
+            "mad": Out(mad_read_signature(width)),
         })
 
     def elaborate(self, platform):
@@ -84,8 +97,11 @@ class IbCmReply(wiring.Component):
         rec = Signal(REPLY_RECORD)
         busy = Signal()
         beat = Signal(range(NB))
-        m.d.comb += self.i.ready.eq(~busy)
-        with m.If(self.i.valid & self.i.ready):
+        echo = rec.kind == ReplyKind.ECHO
+        last = self.o.valid & self.o.ready & (beat == NB - 1)
+        m.d.comb += self.i.ready.eq(Mux(busy, echo & last,
+                                        self.i.payload.kind != ReplyKind.ECHO))
+        with m.If(self.i.valid & ~busy):
             m.d.sync += [rec.eq(self.i.payload), busy.eq(1), beat.eq(0)]
 
         mad = Signal(8 * I.MAD_LENGTH)
@@ -93,7 +109,8 @@ class IbCmReply(wiring.Component):
         o = self.o.payload
         m.d.comb += [
             self.o.valid.eq(busy),
-            o.data.eq(mad.word_select(beat, W)),
+            self.mad.addr.eq(beat),
+            o.data.eq(Mux(echo, self._echo(beat, rec), mad.word_select(beat, W))),
             o.keep.eq((1 << (W // 8)) - 1),
             o.last.eq(beat == NB - 1),
             o.meta.dst_ip.eq(rec.dst_ip), o.meta.dst_qp.eq(rec.dst_qp),
@@ -104,6 +121,14 @@ class IbCmReply(wiring.Component):
             with m.If(beat == NB - 1):
                 m.d.sync += busy.eq(0)
         return m
+
+    def _echo(self, beat, rec):
+        """Beat ``beat`` of an ``ECHO``: the MAD read on ``mad``, in its first beat the
+        method GetResp and the status (bytes 3, 4 and 5) the record's."""
+        word = self.mad.data
+        status = Cat(rec.status[8:], rec.status[:8])          # big-endian on the wire
+        first = Cat(word[:24], Const(I.METHOD_GET_RESP, 8), status, word[48:])
+        return Mux(beat == 0, first, word)
 
     def _header(self, m, rec):
         """The MAD header's lanes."""
@@ -149,6 +174,10 @@ class IbCmReply(wiring.Component):
         m.d.comb += [rej.local_comm_id.eq(rec.local_comm_id),
                      rej.remote_comm_id.eq(rec.remote_comm_id),
                      rej.message_rejected.eq(rec.message), rej.reason.eq(rec.reason)]
+        with m.If(rec.ari_guid):
+            ari_bits = len(rej.ari)
+            m.d.comb += [rej.reject_info_length.eq(8),
+                         rej.ari.eq(self.ca_guid << (ari_bits - 64))]
         rtu, drep = Signal(I.RTU.layout), Signal(I.DREP.layout)
         m.d.comb += [rtu.local_comm_id.eq(rec.local_comm_id),
                      rtu.remote_comm_id.eq(rec.remote_comm_id),

@@ -1,5 +1,6 @@
-"""The IB CM's blocks in a row for the tests: receiver, passive side, reply builder; and a
-process that serves the passive side's QP requests from a :class:`QpPool`."""
+"""The IB CM's blocks in a row for the tests: receiver, passive side, reply builder; a process
+that serves the passive side's QP requests from a :class:`QpPool`, and one that records, cycle
+by cycle, what the passive side does."""
 
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
@@ -7,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import PacketSignature
 from rocegen.gateware.roce.ibcm.ibcm_layouts import IBCM_RX_META, IBCM_TX_META, QP_GRANT
-from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
+from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS, IbCmPassive
 from rocegen.gateware.roce.ibcm.ibcm_receive import IbCmReceiver
 from rocegen.gateware.roce.ibcm.ibcm_reply import IbCmReply
 from rocegen.wire import ibcm as I
@@ -28,6 +29,7 @@ class Chain(wiring.Component):
             "local_ip": In(32), "region": In(I.REGION.layout),
             "qp_req": Out(stream.Signature(0)), "qp_grant": In(stream.Signature(QP_GRANT)),
             "qp_free": Out(stream.Signature(24)),
+            "data_seen": In(stream.Signature(24, always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -37,9 +39,11 @@ class Chain(wiring.Component):
         wiring.connect(m, self.rx.o, self.cm.i)
         wiring.connect(m, self.cm.o, self.tx.i)
         wiring.connect(m, self.tx.o, wiring.flipped(self.o))
+        wiring.connect(m, self.tx.mad, self.rx.mad)
         wiring.connect(m, self.cm.qp_req, wiring.flipped(self.qp_req))
         wiring.connect(m, wiring.flipped(self.qp_grant), self.cm.qp_grant)
         wiring.connect(m, self.cm.qp_free, wiring.flipped(self.qp_free))
+        wiring.connect(m, wiring.flipped(self.data_seen), self.cm.data_seen)
         m.d.comb += [self.cm.local_ip.eq(self.local_ip), self.cm.region.eq(self.region)]
         return m
 
@@ -71,3 +75,45 @@ def pool_process(dut, pool, rng, *, backpressure=0.0, delay=0):
             if free_valid:
                 pool.free(freed)
     return run
+
+
+class Watch:
+    """A process recording what the passive side of a :class:`Chain` does, by cycle (counted
+    from 0, as its tick counter counts): ``offers``, the cycle each record is first offered to
+    it; ``sent``, the cycles its ``o`` moves; ``frees``, ``(cycle, qpn)`` of ``qp_free``;
+    ``data``, ``(cycle, qpn)`` of ``data_seen``; ``strobes``, the cycles of each counter
+    strobe; ``busy``, per cycle, whether a record is offered or a MAD or a QP waits to leave
+    (the cycles the background scan does not run, but for its own actions' reads);
+    ``cycle``, the cycles seen so far."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.offers, self.sent, self.frees, self.data, self.busy = [], [], [], [], []
+        self.strobes = {name: [] for name in COUNTERS}
+        self.cycle = 0
+
+    async def run(self, ctx):
+        cm = self.dut.cm
+        ports = [cm.i.valid, cm.i.ready, cm.o.valid, cm.o.ready, cm.qp_free.valid,
+                 cm.qp_free.ready, cm.qp_free.payload, cm.data_seen.valid, cm.data_seen.payload,
+                 *(getattr(cm, name) for name in COUNTERS)]
+        held = False
+        async for _, _, iv, ir, ov, o_r, fv, fr, fq, dv, dq, *strobes in ctx.tick().sample(*ports):
+            c = self.cycle
+            if iv and not held:
+                self.offers.append(c)
+            held = iv and not ir
+            if ov and o_r:
+                self.sent.append(c)
+            if fv and fr:
+                self.frees.append((c, fq))
+            if dv:
+                self.data.append((c, dq))
+            for name, v in zip(COUNTERS, strobes):
+                if v:
+                    self.strobes[name].append(c)
+            self.busy.append(bool(iv or ov or fv))
+            self.cycle += 1
+
+    def counts(self):
+        return {name: len(cycles) for name, cycles in self.strobes.items()}

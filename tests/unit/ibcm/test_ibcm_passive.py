@@ -2,19 +2,25 @@
 sequences of MADs (from the reference model's active side, from the wire tables, malformed)
 fed to the blocks and to the reference model, the blocks' replies compared byte for byte with
 the model's, the QP pool's state with the model's; idle cycles on the input, backpressure on
-the output and on the pool, at 64 and 512 bits."""
+the output and on the pool, at 64 and 512 bits. Then in time: MADs and received packets
+(``data_seen``) at given cycles, the model met with each MAD at the cycle the blocks were
+offered it and its timers run on time; what the blocks' timers send (the REP again, REJ
+TIMEOUT) and the QPs they give back (REJ TIMEOUT, the end of time-wait) no earlier than the
+model's and late by at most the lateness the passive side documents."""
 
+import math
 import random
 
 import pytest
 
+from rocegen.gateware.roce.ibcm.ibcm_layouts import TICK_NS
 from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS
 from rocegen.sim.models.ibcm import IbCm, QpPool, Region, State
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, send_records
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import ibcm as I
-from tests.unit.ibcm.chain import Chain, pool_process
+from tests.unit.ibcm.chain import Chain, Watch, pool_process
 from tests.unit.ibcm.link import parse
 from tests.unit.ibcm.mads import FPGA, HOST, HOST2, mad, malformed, random_message, req
 
@@ -23,6 +29,10 @@ REGION = Region(addr=0x0000_7F00_1234_5000, rkey=0xA5A5_0001, length=1 << 20)
 GUID, RNR, RESP_TIME = 0x0002C9030012AB34, 6, 18
 FIRST_CID, PSN_SEED = 0x1234_0000, 0x00BEEF
 QPNS = range(0x200, 0x204)
+#: The blocks' QP numbers (those of every pool here) and clock (no timer is due in the
+#: untimed tests: their REQs wait seconds, the time-wait 67 ms)
+BLOCK_QPNS = range(0x200, 0x310)
+CLK_HZ = 100_000_000
 
 
 def lfsr_psns(seed):
@@ -39,37 +49,38 @@ def lfsr_psns(seed):
 
 
 class Scenario:
-    """MADs delivered to the model node (and recorded for the blocks), its answers kept; the
-    echoes of unmatched Gets and Sets (which the blocks do not send) kept apart."""
+    """MADs delivered to the model node (and recorded for the blocks), its answers kept."""
 
-    def __init__(self, *, qpns=QPNS, responder_resources=2, initiator_depth=3):
+    def __init__(self, *, qpns=QPNS, responder_resources=2, initiator_depth=3, **model):
         self.pool = QpPool(qpns)
         self.params = dict(responder_resources=responder_resources,
                            initiator_depth=initiator_depth)
-        self.fpga = IbCm(pool=self.pool, local_ip=FPGA, ca_guid=GUID, ports=[PORT, PORT2],
-                         region=REGION, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
-                         first_comm_id=FIRST_CID, psn=lfsr_psns(PSN_SEED), **self.params)
-        self.inputs, self.expected, self.echoes = [], [], []
+        self.model = model
+        self.fpga = self.node(self.pool)
+        self.inputs, self.expected = [], []
         self.hosts = {}
+
+    def node(self, pool):
+        """A model node as the blocks are made, on ``pool``."""
+        return IbCm(pool=pool, local_ip=FPGA, ca_guid=GUID, ports=[PORT, PORT2],
+                    region=REGION, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
+                    first_comm_id=FIRST_CID, psn=lfsr_psns(PSN_SEED), **self.params,
+                    **self.model)
 
     def deliver(self, src_ip, data):
         """``data`` to the model from ``src_ip``; its answers."""
         self.inputs.append((src_ip, data))
-        before = dict(self.fpga.counters)
         outs = self.fpga.receive(0, data, src_ip=src_ip)
-        if any(self.fpga.counters[c] > before[c]
-               for c in ("answered_bad_version", "answered_unsupported")):
-            self.echoes += outs
-        else:
-            self.expected += [(o.dst_ip, o.mad) for o in outs]
+        self.expected += [(o.dst_ip, o.mad) for o in outs]
         return outs
 
-    def host(self, ip):
+    def host(self, ip, **kw):
+        """Host ``ip``'s model node (made with ``kw`` the first time)."""
         if ip not in self.hosts:
             self.hosts[ip] = IbCm(pool=QpPool(range(0x100 + (ip & 0xFF) * 16,
                                                     0x110 + (ip & 0xFF) * 16)),
                                   local_ip=ip, ca_guid=ip, seed=ip, initiator_depth=2,
-                                  responder_resources=4)
+                                  responder_resources=4, **kw)
         return self.hosts[ip]
 
     def connect(self, ip, *, port=PORT, lose_rep=False):
@@ -104,7 +115,7 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     blocks' QP pool."""
     dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
                 ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
-                psn_seed=PSN_SEED, **sc.params)
+                psn_seed=PSN_SEED, clk_hz=CLK_HZ, qpns=BLOCK_QPNS, **sc.params)
     rng = random.Random(seed)
     pool = QpPool(sc.pool._all)
     packets = [Packet(d, {"src_ip": ip, "src_qp": I.QP1, "pkey": I.DEFAULT_PKEY})
@@ -135,13 +146,10 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     return [(p.meta["dst_ip"], p.data) for p in col.packets], pool, counts
 
 
-def model_counts(sc):
-    """The model's counters as the blocks count them: its echoes neither sent nor answered."""
-    c = sc.fpga.counters
-    out = {name: c[name] for name in COUNTERS if name in c}
-    out["tx_mads"] -= len(sc.echoes)
-    out["unanswered_get_set"] = c["answered_bad_version"] + c["answered_unsupported"]
-    return out
+def model_counts(sc, node=None):
+    """The model's counters of those the blocks count."""
+    c = (node or sc.fpga).counters
+    return {name: c[name] for name in COUNTERS}
 
 
 def check(sc, width, **kw):
@@ -203,12 +211,13 @@ def story(rng):
     # a REP to us, an MRA, a DREP, RTU and REJ naming nothing: REJ INVALID_COMM_ID, nothing
     for attr in (I.ATTR_REP, I.ATTR_MRA, I.ATTR_DREP, I.ATTR_RTU, I.ATTR_REJ):
         sc.deliver(HOST, random_message(rng, attr))
-    # ClassPortInfo; malformed MADs (the echoes of unmatched Gets and Sets apart)
+    # ClassPortInfo; malformed MADs (unmatched Gets and Sets echoed)
     sc.deliver(HOST, mad(I.ATTR_CLASS_PORT_INFO, 0x42, method=I.METHOD_GET, class_specific=5,
                          attribute_modifier=0x1234))
     for _, m in malformed(rng):
         sc.deliver(HOST2, m)
-    assert len(sc.echoes) == 3
+    assert sc.fpga.counters["answered_bad_version"] == 1
+    assert sc.fpga.counters["answered_unsupported"] == 2
     return sc
 
 
@@ -342,17 +351,42 @@ def test_random_sequences(width):
 
 
 def test_parameters_are_checked():
-    from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
-    raises(ValueError, "port", lambda: IbCmPassive(ports=[70000]))
-    raises(TypeError, "port", lambda: IbCmPassive(ports=["x"]))
-    raises(ValueError, "connections", lambda: IbCmPassive(ports=[], connections=0))
-    raises(ValueError, "connections", lambda: IbCmPassive(ports=[], connections=257))
-    raises(ValueError, "responder_resources",
-           lambda: IbCmPassive(ports=[], responder_resources=256))
-    raises(ValueError, "initiator_depth", lambda: IbCmPassive(ports=[], initiator_depth=-1))
-    raises(ValueError, "first_comm_id", lambda: IbCmPassive(ports=[], first_comm_id=0))
-    raises(ValueError, "psn_seed", lambda: IbCmPassive(ports=[], psn_seed=0))
-    raises(ValueError, "psn_seed", lambda: IbCmPassive(ports=[], psn_seed=1 << 24))
+    import gc
+    import warnings
+    from fractions import Fraction
+    from functools import partial
+
+    from amaranth.hdl import UnusedElaboratable
+
+    from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive, tick_cycles
+    P = partial(IbCmPassive, clk_hz=CLK_HZ)
+    raises(ValueError, "port", lambda: P(ports=[70000]))
+    raises(TypeError, "port", lambda: P(ports=["x"]))
+    raises(ValueError, "connections", lambda: P(ports=[], connections=0))
+    raises(ValueError, "connections", lambda: P(ports=[], connections=257))
+    raises(ValueError, "responder_resources", lambda: P(ports=[], responder_resources=256))
+    raises(ValueError, "initiator_depth", lambda: P(ports=[], initiator_depth=-1))
+    raises(ValueError, "first_comm_id", lambda: P(ports=[], first_comm_id=0))
+    raises(ValueError, "psn_seed", lambda: P(ports=[], psn_seed=0))
+    raises(ValueError, "psn_seed", lambda: P(ports=[], psn_seed=1 << 24))
+    raises(TypeError, "clk_hz must be a number", lambda: IbCmPassive(ports=[], clk_hz="1e8"))
+    raises(TypeError, "clk_hz must be a number", lambda: IbCmPassive(ports=[], clk_hz=True))
+    raises(ValueError, "clk_hz must be a positive", lambda: IbCmPassive(ports=[], clk_hz=0))
+    raises(ValueError, "clk_hz must be a positive",
+           lambda: IbCmPassive(ports=[], clk_hz=float("inf")))
+    raises(ValueError, r"clk_hz must be at least 244140\.625 Hz",
+           lambda: IbCmPassive(ports=[], clk_hz=244140))
+    assert tick_cycles(244140.625) == 1 and tick_cycles(10e6) == Fraction(5120, 125)
+    raises(TypeError, "qpns must be a range", lambda: P(ports=[], qpns=[256, 257]))
+    for bad in (range(256, 256), range(256, 300, 2), range(1, 10), range(256, 256 + 4097),
+                range((1 << 24) - 1, (1 << 24) + 1)):
+        raises(ValueError, "qpns must be a range of 1..4096", partial(P, ports=[], qpns=bad))
+    raises(ValueError, "time_wait_ns", lambda: P(ports=[], time_wait_ns=-1))
+    raises(ValueError, "time_wait_ns", lambda: P(ports=[], time_wait_ns=(4096 << 31) + 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        assert [P(ports=[], time_wait_ns=t).time_wait_ticks for t in (0, 4096, 4097)] == [0, 1, 2]
+        gc.collect()
 
 
 @pytest.mark.parametrize("connections", [4, 16])
@@ -362,7 +396,7 @@ def test_latency(connections):
     cycle after the decision."""
     from rocegen.gateware.roce.ibcm.ibcm_layouts import Verdict
     from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
-    dut = IbCmPassive(ports=[PORT], connections=connections)
+    dut = IbCmPassive(ports=[PORT], connections=connections, clk_hz=CLK_HZ)
     hdr = {"attribute_id": I.ATTR_REP}
     records = [{"verdict": Verdict.OK, "hdr": hdr, "src_ip": HOST},      # REJ INVALID_COMM_ID
                {"verdict": Verdict.LENGTH, "hdr": hdr, "src_ip": HOST}]  # dropped
@@ -390,3 +424,396 @@ def test_latency(connections):
     run_sim(dut, testbenches=[tb])
     n = connections
     assert seen == [(n + 3, n + 4), (None, n + 3)]
+
+
+# ---- with time: the timers and data_seen
+
+#: The strobes of the passive side's actions on due entries (``established`` of an RTU too:
+#: counting more work only widens a bound)
+ACTIONS = ("retransmits", "rep_timeouts", "timewait_exits", "established")
+
+
+class Timed(Scenario):
+    """A scenario in time: MADs and packets (``data_seen``) at cycles of a ``clk_hz`` clock (a
+    whole number of ns each). The model node meets them at those cycles, its timers run
+    meanwhile and what they send is lost; that makes the hosts' messages. (The blocks are
+    checked against another model node, which meets each MAD when the blocks took it up.)"""
+
+    def __init__(self, *, clk_hz, time_wait_ns=4096 * 8, **kw):
+        self.clk_hz, self.time_wait_ns = clk_hz, time_wait_ns
+        self.cycle_ns, rest = divmod(10 ** 9, clk_hz)
+        assert not rest
+        super().__init__(time_wait_ns=time_wait_ns, **kw)
+        self.cycle = 0
+        self.mads, self.packets = [], []          # (cycle, src_ip, mad), (cycle, qpn)
+
+    def at(self, cycle):
+        """From now on at ``cycle``; the model node's timers run until then."""
+        assert cycle >= self.cycle
+        self.cycle = cycle
+        while (d := self.fpga.next_deadline()) is not None and d <= cycle * self.cycle_ns:
+            self.fpga.poll(d)
+        return self
+
+    def deliver(self, src_ip, data):
+        self.mads.append((self.cycle, src_ip, data))
+        return self.fpga.receive(self.cycle * self.cycle_ns, data, src_ip=src_ip)
+
+    def packet(self, qpn):
+        self.packets.append((self.cycle, qpn))
+        self.fpga.data_seen(self.cycle * self.cycle_ns, qpn)
+
+    def lost_rep(self, ip, port=PORT):
+        """Host ``ip`` connects; the REP does not reach it. Returns its comm ID and REP."""
+        cid, (req,) = self.host(ip).connect(0, dst_ip=FPGA, port=port)
+        (rep,) = self.deliver(ip, req.mad)
+        return cid, rep
+
+    def answer(self, ip, outs):
+        """What host ``ip`` sends back for ``outs`` (delivered at the current cycle)."""
+        for o in outs:
+            for x in self.hosts[ip].receive(0, o.mad, src_ip=FPGA):
+                self.deliver(ip, x.mad)
+
+
+def run_timed(sc, width, *, end, connections, idle=0.3, backpressure=0.3, seed=0):
+    """The scenario's MADs (each sent from its cycle on, after the one before) and packets
+    through the blocks until cycle ``end``; returns the chain, the watch, ``[(dst_ip, mad)]``
+    sent and the blocks' QP pool."""
+    dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
+                ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
+                psn_seed=PSN_SEED, clk_hz=sc.clk_hz, time_wait_ns=sc.time_wait_ns,
+                qpns=BLOCK_QPNS, **sc.params)
+    rng = random.Random(seed)
+    pool = QpPool(sc.pool._all)
+    watch = Watch(dut)
+    drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
+    col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
+
+    async def mads(ctx):
+        ctx.set(dut.local_ip, FPGA)
+        ctx.set(dut.region, {"addr": REGION.addr, "rkey": REGION.rkey, "length": REGION.length})
+        for cycle, ip, data in sc.mads:
+            while watch.cycle < cycle:
+                await ctx.tick()
+            await drv.send(ctx, [Packet(data, {"src_ip": ip, "src_qp": I.QP1,
+                                               "pkey": I.DEFAULT_PKEY})])
+        while watch.cycle < end:
+            await ctx.tick()
+
+    async def packets(ctx):
+        for cycle, qpn in sc.packets:
+            while watch.cycle < cycle:
+                await ctx.tick()
+            ctx.set(dut.data_seen.payload, qpn)
+            ctx.set(dut.data_seen.valid, 1)
+            await ctx.tick()
+            ctx.set(dut.data_seen.valid, 0)
+
+    run_sim(dut, testbenches=[mads, packets], processes=[
+        col.run, watch.run, pool_process(dut, pool, rng, backpressure=backpressure, delay=3)])
+    for p in col.packets:
+        assert not p.error
+        assert (p.meta["dst_qp"], p.meta["pkey"]) == (I.QP1, I.DEFAULT_PKEY)
+    return dut, watch, [(p.meta["dst_ip"], p.data) for p in col.packets], pool
+
+
+class LoggedPool(QpPool):
+    """A QP pool recording ``(now, qpn, window, rounding)`` of each QP given back
+    (``rounding`` for those of ``rounded``)."""
+
+    def __init__(self, qpns):
+        super().__init__(qpns)
+        self.now, self.window, self.rounding, self.rounded, self.log = 0, None, 0, (), []
+
+    def free(self, qpn):
+        super().free(qpn)
+        self.log.append((self.now, qpn, self.window,
+                         self.rounding if qpn in self.rounded else 0))
+
+
+def _timer(conn):
+    return conn.state, conn.deadline, conn.timewait_until, conn.pending is None
+
+
+def replay(sc, watch, end):
+    """A model node meeting the scenario's MADs at the cycles the blocks were offered them and
+    its packets at theirs, its timers run on time until cycle ``end``. Returns the node, its
+    pool and ``[(ns, dst_ip, mad, window)]`` sent; ``window``: for what a timer sent, the cycle
+    of the MAD that armed the timer of a connection due then (the earliest), else None. The
+    pool's log has the window of each QP a timer gave back and, for the end of a time-wait,
+    what the blocks' rounding of ``time_wait_ns`` up to ticks adds (ns)."""
+    assert len(watch.offers) == len(sc.mads)
+    pool = LoggedPool(sc.pool._all)
+    node = sc.node(pool)
+    arm, sent = {}, []
+
+    def timers(until):
+        while (d := node.next_deadline()) is not None and d <= until:
+            due = [c for c in node.connections.values()
+                   if (c.timewait_until if c.state is State.TIMEWAIT else
+                       c.deadline if c.pending is not None else until + 1) <= d]
+            pool.now, pool.window = d, min(arm[c.local_comm_id] for c in due)
+            pool.rounding = -sc.time_wait_ns % TICK_NS
+            pool.rounded = {c.qpn for c in due if c.state is State.TIMEWAIT}
+            sent.extend((d, o.dst_ip, o.mad, pool.window) for o in node.poll(d))
+            pool.window, pool.rounded = None, ()
+
+    events = sorted([(c, 0, n) for n, c in enumerate(watch.offers)]
+                    + [(c, 1, q) for c, q in watch.data])
+    for cycle, kind, x in events:
+        t = cycle * sc.cycle_ns
+        timers(t)
+        pool.now = t
+        if kind == 1:
+            node.data_seen(t, x)
+            continue
+        _, ip, data = sc.mads[x]
+        before = {cid: _timer(c) for cid, c in node.connections.items()}
+        sent.extend((t, o.dst_ip, o.mad, None) for o in node.receive(t, data, src_ip=ip))
+        arm |= {cid: cycle for cid, c in node.connections.items() if before.get(cid) != _timer(c)}
+    timers(end * sc.cycle_ns)
+    return node, pool, sent
+
+
+def check_timed(sc, width, *, end, connections=4, **kw):
+    """The blocks against the model in time: to each destination the same MADs in the same
+    order, the QPs given back the same; what a timer sends, and the QP it gives back, from the
+    model's time on, late by at most the documented bound: a tick (and the rounding of
+    ``time_wait_ns`` up to ticks at the end of a time-wait), a cycle, N + 3 cycles, and the
+    work that came first (the wait of the MAD that armed the timer before it was taken up;
+    from the model's time on, cycles a record was offered or a MAD or QP waited to leave, and
+    4 cycles for each record and action). Returns the watch, the model node and, per
+    destination, ``[(name, cycle of the timer's action or None)]``."""
+    dut, watch, sent, pool = run_timed(sc, width, end=end, connections=connections, **kw)
+    node, mpool, model_sent = replay(sc, watch, end)
+    ns, tick = sc.cycle_ns, math.ceil(dut.cm.tick)
+
+    def bound(arm, due, act):
+        """The lateness allowed an action in cycle ``act`` due (the model's time) in cycle
+        ``due``, armed by a MAD offered in cycle ``arm``: the tick, a cycle, N + 3 cycles;
+        the wait before that MAD was taken up (at most the busy cycles from its offer on);
+        from ``due`` on, the busy cycles and 4 for each record and action (one more for one
+        under way)."""
+        taken_up = arm
+        while watch.busy[taken_up]:
+            taken_up += 1
+        work = 1 + sum(due <= c <= act for c in watch.offers) + \
+            sum(due <= c <= act for a in ACTIONS for c in watch.strobes[a])
+        return (tick + 1 + connections + 3 + (taken_up - arm) + sum(watch.busy[due:act + 1])
+                + 4 * work)
+
+    def within(t, arm, cycle, rounding=0):
+        limit = bound(arm, t // ns, cycle)
+        assert t <= cycle * ns <= t + rounding + limit * ns, (t / ns, cycle, rounding / ns, limit)
+
+    # each MAD the blocks sent, with the cycle of the timer's action that sent it, if one did
+    assert len(watch.sent) == len(sent)
+    acts, prev, ours = sorted(watch.strobes["retransmits"] + watch.strobes["rep_timeouts"]), -1, []
+    for h, (dst, data) in zip(watch.sent, sent):
+        by = [c for c in acts if prev < c < h]
+        assert len(by) <= 1
+        ours.append((dst, data, by[0] if by else None))
+        prev = h
+    story = {}
+    for dst in {d for _, d, _, _ in model_sent} | {d for d, _, _ in ours}:
+        theirs = [(t, m, w) for t, d, m, w in model_sent if d == dst]
+        mine = [(m, act) for d, m, act in ours if d == dst]
+        assert [parse(m)[0] for _, m, _ in theirs] == [parse(m)[0] for m, _ in mine], hex(dst)
+        for (t, m, window), (m2, act) in zip(theirs, mine):
+            assert m2 == m
+            assert (window is None) == (act is None)
+            if act is not None:
+                within(t, window, act)
+        story[dst] = [(parse(m)[0], act) for m, act in mine]
+    for qpn in {q for _, q, _, _ in mpool.log} | {q for _, q in watch.frees}:
+        theirs = [(t, w, r) for t, q, w, r in mpool.log if q == qpn]
+        mine = [c for c, q in watch.frees if q == qpn]
+        assert len(theirs) == len(mine), hex(qpn)
+        for (t, window, rounding), c in zip(theirs, mine):
+            if window is not None:
+                within(t, window, c, rounding)
+    assert pool.allocated == mpool.allocated
+    assert watch.counts() == model_counts(sc, node)
+    return watch, node, story
+
+
+def _host_timers(t, retries):
+    """A host whose REQs ask for a response within 2^t ticks and ``retries`` REPs again."""
+    return dict(cm_response_timeout=t, max_cm_retries=retries)
+
+
+@pytest.mark.parametrize("width", [512])
+def test_rep_sent_again_then_rej_timeout(width):
+    """A REP not answered is sent again each 2^t ticks of the REQ's local CM response timeout,
+    as often as its max CM retries; then REJ TIMEOUT (our CA GUID as ARI) and the QP back in
+    the pool. An RTU just before the first time it would be sent again: never again; just
+    after: once. An MRA holds it back for its service timeout; a duplicate REQ meanwhile gets
+    it at once. A tick is 32 cycles here."""
+    sc = Timed(clk_hz=7_812_500)
+    A, B, C, D = HOST, HOST2, HOST + 7, HOST + 9
+    sc.host(A, **_host_timers(2, 2))
+    sc.host(B, **_host_timers(4, 2))
+    sc.host(C, **_host_timers(3, 2))
+    sc.host(D, **_host_timers(2, 1))
+    sc.at(0).lost_rep(A)                         # REP at 0, 128, 256; REJ at 384 (cycles)
+    _, b_rep = sc.at(40).lost_rep(B)             # first due at 40 + 512
+    _, c_rep = sc.at(80).lost_rep(C)             # first due at 80 + 256
+    d_cid, _ = sc.at(100).lost_rep(D)
+    sc.at(150).deliver(D, mad(I.ATTR_MRA, 3, I.MRA.pack(
+        local_comm_id=d_cid, remote_comm_id=sc.ours(D, d_cid).local_comm_id,
+        message_mraed=I.MsgResponse.REP, service_timeout=4)))      # due at 150 + 512
+    sc.at(200).deliver(D, sc.mads[3][2])         # its REQ again: the REP again
+    sc.at(80 + 256 + 90).answer(C, [c_rep])      # C's RTU, after its first due
+    sc.at(40 + 512 - 30).answer(B, [b_rep])      # B's RTU, before its first due
+    watch, node, story = check_timed(sc, width, end=1000, seed=1)
+    assert [(n, c is None) for n, c in story[A]] == [("REP", True), ("REP", False),
+                                                      ("REP", False), ("REJ", False)]
+    assert [n for n, _ in story[B]] == ["REP"]
+    assert [(n, c is None) for n, c in story[C]] == [("REP", True), ("REP", False)]
+    assert [(n, c is None) for n, c in story[D]] == [("REP", True), ("REP", True),
+                                                      ("REP", False), ("REJ", False)]
+    assert node.counters["retransmits"] == 4 and node.counters["rep_timeouts"] == 2
+    assert {c.peer_ip: c.state for c in node.connections.values()} == \
+        {B: State.ESTABLISHED, C: State.ESTABLISHED}
+
+
+def test_time_wait_ends():
+    """A DREQ or a host's REJ puts an established connection in time-wait; at its end
+    (``time_wait_ns``, not a whole number of ticks: rounded up) the QP is back in the pool and
+    the connection forgotten: its REQ again is a new connection, not STALE_CONN as during the
+    time-wait, and a REQ refused for want of a QP is taken. A clock of 10 MHz: 40.96 cycles
+    a tick, the prescaler's fractions at work."""
+    sc = Timed(clk_hz=10_000_000, time_wait_ns=4096 * 6 + 1000, qpns=QPNS[:2])
+    A, B, C = HOST, HOST2, HOST + 7
+    a_cid, a_req = sc.at(0).connect(A)
+    b_cid, _ = sc.at(40).connect(B)
+    sc.at(100).send(A, sc.host(A).disconnect(0, a_cid))              # time-wait until ~387
+    sc.at(150).deliver(B, mad(I.ATTR_REJ, 4, I.REJ.pack(            # time-wait until ~437
+        local_comm_id=b_cid, remote_comm_id=sc.ours(B, b_cid).local_comm_id,
+        reason=I.RejReason.CONSUMER_DEFINED)))
+    dreq = sc.mads[-2][2]
+    sc.at(200).deliver(A, a_req)                                     # REJ STALE_CONN
+    _, (c_req,) = sc.at(220).host(C).connect(0, dst_ip=FPGA, port=PORT)
+    sc.deliver(C, c_req.mad)                                         # REJ NO_QP
+    sc.at(560).deliver(C, c_req.mad)                                 # a REP
+    sc.at(600).deliver(A, a_req)                                     # a REP
+    sc.at(640).deliver(A, dreq)                                      # DREP, of no connection
+    watch, node, story = check_timed(sc, 64, end=800, seed=3)
+    assert [n for n, _ in story[A]] == ["REP", "DREP", "REJ", "REP", "DREP"]
+    assert [n for n, _ in story[C]] == ["REJ", "REP"]
+    assert node.counters["timewait_exits"] == 2 and node.counters["req_stale"] == 1
+    assert {c.peer_ip for c in node.connections.values()} == {A, C}
+
+
+def test_data_seen_establishes():
+    """The first packet on the QP of a connection waiting for its RTU establishes it: its REP
+    is not sent again, its RTU then is a duplicate, its REQ again gets nothing. A packet on
+    any other QP does nothing: before the QP is taken (a REQ taking it forgets it), on an
+    established or a free QP, outside ``qpns``; nor does one that comes with the RTU twice."""
+    sc = Timed(clk_hz=7_812_500)
+    A, B, C, D = HOST, HOST2, HOST + 7, HOST + 9
+    for ip in (A, B, C, D):
+        sc.host(ip, **_host_timers(3, 1))
+    sc.at(0).packet(QPNS[0])                     # before A's REQ takes it
+    _, a_rep = sc.at(10).lost_rep(A)             # QPNS[0]: REP again at ~266
+    b_cid, b_rep = sc.at(30).lost_rep(B)         # QPNS[1]
+    b_req = sc.mads[-1][2]
+    _, c_rep = sc.at(50).lost_rep(C)             # QPNS[2]
+    sc.at(100).packet(QPNS[1])                   # B established
+    sc.at(150).answer(B, [b_rep])                # its RTU: a duplicate
+    sc.at(160).deliver(B, b_req)                 # its REQ again: nothing
+    sc.at(180).packet(QPNS[2])                   # C's packet and RTU together
+    sc.answer(C, [c_rep])
+    sc.at(182).packet(QPNS[2])
+    sc.at(200).packet(0x500)                     # outside qpns
+    sc.at(201).packet(QPNS[3])                   # free
+    _, d_rep = sc.at(230).lost_rep(D)            # takes QPNS[3]: REP again at ~490
+    sc.at(400).answer(A, [a_rep])
+    sc.at(450).packet(QPNS[0])                   # established already
+    sc.at(600).answer(D, [d_rep])
+    watch, node, story = check_timed(sc, 512, end=800, seed=4)
+    assert [(n, c is None) for n, c in story[A]] == [("REP", True), ("REP", False)]
+    assert [(n, c is None) for n, c in story[D]] == [("REP", True), ("REP", False)]
+    assert [n for n, _ in story[B]] == [n for n, _ in story[C]] == ["REP"]
+    assert node.counters["established"] == 4 and node.counters["rtu_duplicate"] == 2
+    assert all(c.state is State.ESTABLISHED for c in node.connections.values())
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_many_due_in_one_scan(width):
+    """Four connections whose REPs are due in the same tick (256 cycles here) are each sent
+    again, then each REJ TIMEOUT with its QP back; meanwhile other MADs keep coming (unknown
+    messages, malformed ones, Gets), each taken up between two of the actions."""
+    rng = random.Random(width)
+    sc = Timed(clk_hz=62_500_000)
+    hosts = [HOST + 16 * k for k in range(4)]
+    for n, ip in enumerate(hosts):
+        sc.host(ip, **_host_timers(1, 1))
+        sc.at(5 * n).lost_rep(ip)
+    other, gap = HOST + 100, 2 * 2048 // width        # a MAD every two MADs' beats
+    junk = [m for _, m in malformed(rng)] + [
+        random_message(rng, a) for a in (I.ATTR_MRA, I.ATTR_RTU, I.ATTR_REJ, I.ATTR_DREQ,
+                                         I.ATTR_DREP, I.ATTR_REP)] + [
+        mad(I.ATTR_CLASS_PORT_INFO, n, method=I.METHOD_GET) for n in range(2)]
+    for n, m in enumerate(rng.sample(junk, 16)):
+        sc.at(650 + gap * n).deliver(other, m)
+    watch, node, story = check_timed(sc, width, end=1800, seed=width + 5)
+    tick = 256
+    assert len({c // tick for c in watch.offers[:4]}) == 1      # the REQs: one tick
+    again = sorted(watch.strobes["retransmits"])
+    assert len(again) == 4 and again[0] // tick == again[-1] // tick
+    assert any(again[0] < c < again[-1] for c in watch.offers)  # a record among them
+    for ip in hosts:
+        assert [n for n, _ in story[ip]] == ["REP", "REP", "REJ"]
+    assert not node.connections and node.counters["rep_timeouts"] == 4
+
+
+def test_records_back_to_back_leave_room_for_the_timers():
+    """The passive side alone, records offered back to back (``i.valid`` never low: the
+    background scan never runs) and a tick of one cycle (the slowest clock): the REP of a
+    REQ taken is sent again and then REJ TIMEOUT with its QP back, each after the record
+    under way when it falls due and the next one (whose matching notes it)."""
+    from rocegen.gateware.roce.ibcm.ibcm_layouts import ReplyKind, Verdict
+    from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
+    N, t = 2, 3
+    dut = IbCmPassive(ports=[PORT], connections=N, clk_hz=244140.625, qpns=QPNS)
+    cma = {"cma_version": I.CMA_VERSION, "cma_ip_version": I.CMA_IP_VERSION_4,
+           "cma_high_zero": 1, "cma_src_ip": HOST, "cma_dst_ip": FPGA}
+    req_record = {"verdict": Verdict.OK, "hdr": {"attribute_id": I.ATTR_REQ,
+                                                 "transaction_id": 77},
+                  "src_ip": HOST, "src_qp": I.QP1, "pkey": I.DEFAULT_PKEY,
+                  "local_comm_id": 5, "service_id": I.service_id(PORT), "local_qpn": 0x99,
+                  "transport_service_type": I.TRANSPORT_RC, "path_mtu": 5,
+                  "local_cm_response_timeout": t, "max_cm_retries": 1, **cma}
+    dropped = {"verdict": Verdict.LENGTH, "hdr": {}, "src_ip": HOST2}
+    pool = QpPool(QPNS)
+    sent, offered, strobes = [], [], {"retransmits": [], "rep_timeouts": []}
+
+    async def tb(ctx):
+        ctx.set(dut.local_ip, FPGA)
+        await send_records(ctx, dut.i, [req_record] + [dropped] * 16)
+
+    async def watch(ctx):
+        ctx.set(dut.o.ready, 1)
+        cycle = 0
+        async for _, _, iv, ov, out, again, gave_up in ctx.tick().sample(
+                dut.i.valid, dut.o.valid, dut.o.payload, dut.retransmits, dut.rep_timeouts):
+            offered.append(iv)
+            if ov:
+                sent.append((cycle, out.kind, out.reason, out.ari_guid, out.message))
+            for name, v in (("retransmits", again), ("rep_timeouts", gave_up)):
+                if v:
+                    strobes[name].append(cycle)
+            cycle += 1
+
+    run_sim(dut, testbenches=[tb], processes=[watch, pool_process(dut, pool, random.Random(1))])
+    rep, rej = ReplyKind.REP, ReplyKind.REJ
+    assert [k for _, k, *_ in sent] == [rep, rep, rej]
+    assert sent[2][2:] == (I.RejReason.TIMEOUT, 1, I.MsgResponse.OTHER)
+    assert not pool.allocated                                   # the QP given back
+    record = N + 4                       # a dropped record: offered to taken, back to back
+    for name, due in (("retransmits", 2 ** t + 1), ("rep_timeouts", 2 * 2 ** t + 1)):
+        (act,) = strobes[name]           # (the REQ offered in cycle 0, in tick 0)
+        assert due < act <= due + 2 * record + 2, (name, act)
+        assert all(offered[:act + 1])    # no idle cycle: no background scan

@@ -1,6 +1,7 @@
 """IB CM receiver: every MAD held with its sender, its verdict the one the reference model
 makes of it (the counter it counts), and the fields of the good ones as the wire tables read
-them; idle cycles on the input and a random hold on the output."""
+them, the whole MAD on its read port while the record is held; idle cycles on the input and
+a random hold on the output."""
 
 import random
 
@@ -80,12 +81,20 @@ def mads(rng):
     return packets
 
 
-def run(width, packets, *, idle, hold, seed):
+def run(width, packets, *, idle, hold, seed, read=False):
     dut = IbCmReceiver(width)
     rng = random.Random(seed)
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     taken = HandshakeMonitor(dut.i)
     seen = []
+
+    def read_mad(ctx):
+        """The MAD on ``mad``, beat by beat."""
+        words = []
+        for k in range(2048 // width):
+            ctx.set(dut.mad.addr, k)
+            words.append(ctx.get(dut.mad.data))
+        return b"".join(w.to_bytes(width // 8, "little") for w in words)
 
     async def consumer(ctx):
         for _ in packets:
@@ -96,10 +105,11 @@ def run(width, packets, *, idle, hold, seed):
                 assert ctx.get(dut.o.valid) and not ctx.get(dut.i.ready)
                 assert meta_dict(ctx.get(dut.o.payload)) == first, "held record changed"
                 await ctx.tick()
+            mad = read_mad(ctx) if read else None     # (after the hold)
             ctx.set(dut.o.ready, 1)
             await ctx.tick()
             ctx.set(dut.o.ready, 0)
-            seen.append(first)
+            seen.append((first, mad))
 
     async def tb(ctx):
         await drv.send(ctx, packets)
@@ -115,7 +125,7 @@ def test_verdicts_and_fields_are_the_models(width):
     seen, _ = run(width, packets, idle=0.3, hold=5, seed=width + 1)
     assert len(seen) == len(packets)
     verdicts = set()
-    for n, (pkt, rec) in enumerate(zip(packets, seen)):
+    for n, (pkt, (rec, _)) in enumerate(zip(packets, seen)):
         verdict = model_verdict(pkt.data, pkt.error)
         verdicts.add(verdict)
         assert rec["verdict"] == verdict.value, (n, verdict)
@@ -124,6 +134,17 @@ def test_verdicts_and_fields_are_the_models(width):
             for name, value in expected_fields(pkt.data).items():
                 assert rec[name] == value, (n, name)
     assert verdicts == set(Verdict)
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_the_mad_is_kept_whole(width):
+    """The MAD on ``mad`` as it came, after its record was held: Gets and Sets (which the
+    reply builder echoes from it) and a REQ."""
+    rng = random.Random(width + 7)
+    data = [m for name, m in malformed(rng) if name.startswith("answered")] + [req(rng)]
+    packets = [Packet(d, {}) for d in data]
+    seen, _ = run(width, packets, idle=0.3, hold=5, seed=width, read=True)
+    assert [mad for _, mad in seen] == data
 
 
 @pytest.mark.parametrize("width", [64, 512])
@@ -137,7 +158,7 @@ def test_latency_and_release(width):
     assert len(cycles) == 4 * beats
     starts = cycles[::beats]
     assert all(b - a == beats + 2 for a, b in zip(starts, starts[1:]))
-    assert all(d["verdict"] == Verdict.OK.value for d in seen)
+    assert all(d["verdict"] == Verdict.OK.value for d, _ in seen)
 
 
 def test_width_is_checked():

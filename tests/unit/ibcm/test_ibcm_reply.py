@@ -1,6 +1,8 @@
 """IB CM reply builder: random records of every kind against the MADs the reference model
-builds (its own REJ, DREP and RTU builders, its GetResp to a Get of ClassPortInfo, a REP
-packed as the model packs it), with idle cycles and backpressure; its latency."""
+builds (its own REJ builder, with our CA GUID as the ARI as in its REJ TIMEOUT or without ARI,
+its DREP and RTU builders, its GetResp to a Get of ClassPortInfo, its echo of a Get or Set it
+does not support, a REP packed as the model packs it), with idle cycles and backpressure; its
+latency, an echo taken with its last beat."""
 
 import random
 
@@ -22,6 +24,21 @@ def model():
                 cm_response_timeout=RESP_TIME)
 
 
+def echoed(rng):
+    """A Get or Set the model echoes (unsupported, or of a class version it has not), random
+    but its MAD header's class, base version and method, and the model's echo of it."""
+    get = rng.random() < 0.5
+    attr = rng.randrange(I.ATTR_CLASS_PORT_INFO + 1, 1 << 16)     # (not ClassPortInfo)
+    request = mad(attr, rng.getrandbits(64),
+                  bytes(rng.getrandbits(8) for _ in range(I.MAD_DATA_LENGTH)),
+                  method=I.METHOD_GET if get else I.METHOD_SET,
+                  version=rng.choice([I.CM_CLASS_VERSION, 1, 3]), status=rng.getrandbits(16),
+                  class_specific=rng.getrandbits(16), reserved=rng.getrandbits(16),
+                  attribute_modifier=rng.getrandbits(32))
+    (out,) = model().receive(0, request, src_ip=1)
+    return request, out.mad
+
+
 def random_record(rng, kind):
     r = {"kind": kind, "dst_ip": rng.getrandbits(32), "dst_qp": rng.getrandbits(24),
          "pkey": rng.getrandbits(16), "transaction_id": rng.getrandbits(64),
@@ -31,7 +48,13 @@ def random_record(rng, kind):
          "region": {"addr": rng.getrandbits(64), "rkey": rng.getrandbits(32),
                     "length": rng.getrandbits(32)},
          "message": rng.randrange(3), "reason": rng.choice(list(I.RejReason)).value,
-         "class_specific": 0, "hdr_reserved": 0, "attribute_modifier": 0}
+         "ari_guid": 0, "class_specific": 0, "hdr_reserved": 0, "attribute_modifier": 0,
+         "status": 0}
+    if kind is ReplyKind.REJ:
+        r["ari_guid"] = rng.randrange(2)
+    if kind is ReplyKind.ECHO:
+        r["request"], r["echo"] = echoed(rng)
+        r["status"] = I.MAD_HDR.unpack(r["echo"])["status"]
     if kind is ReplyKind.CLASS_PORT_INFO:
         r |= {"class_specific": rng.getrandbits(16), "hdr_reserved": rng.getrandbits(16),
               "attribute_modifier": rng.getrandbits(32)}
@@ -43,8 +66,12 @@ def expected(r):
     cm, tid = model(), r["transaction_id"]
     local, remote = r["local_comm_id"], r["remote_comm_id"]
     kind = r["kind"]
+    if kind is ReplyKind.ECHO:
+        return r["echo"]
     if kind is ReplyKind.REJ:
-        return cm._rej(tid, local=local, remote=remote, msg=r["message"], reason=r["reason"])
+        ari = GUID.to_bytes(8, "big") if r["ari_guid"] else b""
+        return cm._rej(tid, local=local, remote=remote, msg=r["message"], reason=r["reason"],
+                       ari=ari)
     if kind is ReplyKind.DREP:
         return cm._drep(tid, local, remote)
     if kind is ReplyKind.RTU:
@@ -72,7 +99,7 @@ def run(width, records, *, idle, backpressure, seed):
     cycle = [0]
 
     async def tb(ctx):
-        await send_records(ctx, dut.i, records, rng, idle)
+        await send_records(ctx, dut.i, [strip(r) for r in records], rng, idle)
         while len(col.packets) < len(records):
             await ctx.tick()
 
@@ -82,8 +109,23 @@ def run(width, records, *, idle, backpressure, seed):
             if v and r:
                 taken.append(cycle[0])
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, watch])
+    async def receiver(ctx):
+        """The receiver's MAD: that of the ECHO offered, read asynchronously."""
+        async for addr, valid, payload in ctx.changed(dut.mad.addr, dut.i.valid, dut.i.payload):
+            tid = payload.transaction_id
+            if valid and tid in held:
+                ctx.set(dut.mad.data, int.from_bytes(held[tid][addr * B:(addr + 1) * B],
+                                                     "little"))
+
+    B = width // 8
+    held = {r["transaction_id"]: r["request"] for r in records if r["kind"] is ReplyKind.ECHO}
+    run_sim(dut, testbenches=[tb], processes=[col.run, watch, receiver])
     return col, taken
+
+
+def strip(r):
+    """A record as the reply builder takes it (without the test's MADs)."""
+    return {k: v for k, v in r.items() if k not in ("request", "echo")}
 
 
 @pytest.mark.parametrize("width", [64, 512])
@@ -91,6 +133,9 @@ def test_replies_are_the_models(width):
     rng = random.Random(width)
     records = [random_record(rng, k) for k in ReplyKind for _ in range(4)]
     rng.shuffle(records)
+    assert {r["status"] for r in records if r["kind"] is ReplyKind.ECHO} == \
+        {I.STATUS_BAD_VERSION, I.STATUS_UNSUPPORTED_METHOD_ATTR}
+    assert {r["ari_guid"] for r in records if r["kind"] is ReplyKind.REJ} == {0, 1}
     col, _ = run(width, records, idle=0.3, backpressure=0.3, seed=width + 1)
     assert len(col.packets) == len(records)
     for n, (r, pkt) in enumerate(zip(records, col.packets)):
@@ -110,6 +155,20 @@ def test_latency(width):
     for t, (first, last) in zip(taken, col.spans):
         assert (first, last) == (t + 1, t + beats)
     assert [b - a for a, b in zip([s[1] for s in col.spans], taken[1:])] == [1, 1]
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_echo_is_taken_with_its_last_beat(width):
+    """An echo: first beat the cycle after it is offered, taken in the cycle of its last beat;
+    the next record's first beat two cycles after."""
+    rng = random.Random(4)
+    records = [random_record(rng, k) for k in (ReplyKind.ECHO, ReplyKind.ECHO, ReplyKind.REP)]
+    col, taken = run(width, records, idle=0, backpressure=0, seed=1)
+    beats = 2048 // width
+    assert [p.data for p in col.packets] == [expected(r) for r in records]
+    assert [last for _, last in col.spans[:2]] == taken[:2]
+    assert [last - first for first, last in col.spans] == [beats - 1] * 3
+    assert [b[0] - a for a, b in zip(taken, col.spans[1:])] == [2, 2]
 
 
 def test_parameters_are_checked():
