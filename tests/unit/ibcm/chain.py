@@ -1,51 +1,24 @@
-"""The IB CM's blocks in a row for the tests: receiver, passive side, reply builder; a process
-that serves the passive side's QP requests from a :class:`QpPool`, and one that records, cycle
-by cycle, what the passive side does."""
+"""The IB CM's blocks in a row for the tests (receiver, passive side, reply builder:
+``IbCmMads``); a process that adds up counter strobes, one that serves the passive side's QP
+requests from a :class:`QpPool`, and one that records, cycle by cycle, what the passive side
+does."""
 
-from amaranth.hdl import Module
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from rocegen.gateware.roce.ibcm.ibcm_mads import IbCmMads
+from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS
 
-from rocegen.gateware.lib.stream import PacketSignature
-from rocegen.gateware.roce.ibcm.ibcm_layouts import IBCM_RX_META, IBCM_TX_META, QP_GRANT
-from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS, IbCmPassive
-from rocegen.gateware.roce.ibcm.ibcm_receive import IbCmReceiver
-from rocegen.gateware.roce.ibcm.ibcm_reply import IbCmReply
-from rocegen.wire import ibcm as I
+#: The blocks in a row, as the tests call them.
+Chain = IbCmMads
 
 
-class Chain(wiring.Component):
-    """MADs in on ``i``, replies out on ``o``; the passive side's other ports passed through."""
+def counter_process(strobes, counts):
+    """A process adding up, in ``counts``, the strobes of ``strobes`` (name -> signal)."""
+    names = list(strobes)
 
-    def __init__(self, width, *, ca_guid, rnr_retry_count, cm_response_timeout, **passive):
-        self.width = width
-        self.rx = IbCmReceiver(width)
-        self.cm = IbCmPassive(**passive)
-        self.tx = IbCmReply(width, ca_guid=ca_guid, rnr_retry_count=rnr_retry_count,
-                            cm_response_timeout=cm_response_timeout)
-        super().__init__({
-            "i": In(PacketSignature(width, IBCM_RX_META)),
-            "o": Out(PacketSignature(width, IBCM_TX_META)),
-            "local_ip": In(32), "region": In(I.REGION.layout),
-            "qp_req": Out(stream.Signature(0)), "qp_grant": In(stream.Signature(QP_GRANT)),
-            "qp_free": Out(stream.Signature(24)),
-            "data_seen": In(stream.Signature(24, always_ready=True)),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.rx, m.submodules.cm, m.submodules.tx = self.rx, self.cm, self.tx
-        wiring.connect(m, wiring.flipped(self.i), self.rx.i)
-        wiring.connect(m, self.rx.o, self.cm.i)
-        wiring.connect(m, self.cm.o, self.tx.i)
-        wiring.connect(m, self.tx.o, wiring.flipped(self.o))
-        wiring.connect(m, self.tx.mad, self.rx.mad)
-        wiring.connect(m, self.cm.qp_req, wiring.flipped(self.qp_req))
-        wiring.connect(m, wiring.flipped(self.qp_grant), self.cm.qp_grant)
-        wiring.connect(m, self.cm.qp_free, wiring.flipped(self.qp_free))
-        wiring.connect(m, wiring.flipped(self.data_seen), self.cm.data_seen)
-        m.d.comb += [self.cm.local_ip.eq(self.local_ip), self.cm.region.eq(self.region)]
-        return m
+    async def run(ctx):
+        async for _, _, *values in ctx.tick().sample(*(strobes[n] for n in names)):
+            for name, v in zip(names, values):
+                counts[name] += v
+    return run
 
 
 def pool_process(dut, pool, rng, *, backpressure=0.0, delay=0):

@@ -20,7 +20,7 @@ from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, send_records
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import ibcm as I
-from tests.unit.ibcm.chain import Chain, Watch, pool_process
+from tests.unit.ibcm.chain import Chain, Watch, counter_process, pool_process
 from tests.unit.ibcm.link import parse
 from tests.unit.ibcm.mads import FPGA, HOST, HOST2, mad, malformed, random_message, req
 
@@ -124,11 +124,7 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
     counts = dict.fromkeys(COUNTERS, 0)
 
-    async def count(ctx):
-        strobes = [getattr(dut.cm, name) for name in COUNTERS]
-        async for _, _, *values in ctx.tick().sample(*strobes):
-            for name, v in zip(COUNTERS, values):
-                counts[name] += v
+    count = counter_process({name: getattr(dut.cm, name) for name in COUNTERS}, counts)
 
     async def tb(ctx):
         ctx.set(dut.local_ip, FPGA)

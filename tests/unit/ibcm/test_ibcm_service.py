@@ -17,7 +17,7 @@ from rocegen.sim.testing.harness import run_sim
 from rocegen.wire import headers as H
 from rocegen.wire import ibcm as I
 from rocegen.wire import opcodes as opc
-from tests.unit.ibcm.chain import pool_process
+from tests.unit.ibcm.chain import counter_process, pool_process
 from tests.unit.ibcm.mads import FPGA
 from tests.unit.ibcm.test_ibcm_passive import (
     BLOCK_QPNS,
@@ -70,11 +70,7 @@ def run(width, packets, sc, *, connections=8, seed=0):
     col = StreamCollector(dut.o, width, backpressure=0.3, seed=seed + 1)
     counts = dict.fromkeys(COUNTERS, 0)
 
-    async def count(ctx):
-        strobes = [getattr(dut, name) for name in COUNTERS]
-        async for _, _, *values in ctx.tick().sample(*strobes):
-            for name, v in zip(COUNTERS, values):
-                counts[name] += v
+    count = counter_process({name: getattr(dut, name) for name in COUNTERS}, counts)
 
     async def tb(ctx):
         ctx.set(dut.local_ip, FPGA)
@@ -82,7 +78,7 @@ def run(width, packets, sc, *, connections=8, seed=0):
         for p in packets:           # (one MAD at a time: the queue never overflows)
             await drv.send(ctx, [p])
             await ctx.tick().repeat(4)
-            while ctx.get(dut.ingress.o.valid) or not ctx.get(dut.rx.i.ready):
+            while ctx.get(dut.ingress.o.valid) or not ctx.get(dut.core.rx.i.ready):
                 await ctx.tick()
         await ctx.tick().repeat(2 * connections + 4 * 2048 // width + 60)
 

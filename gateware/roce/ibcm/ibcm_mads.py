@@ -1,0 +1,91 @@
+"""The IB CM's passive side at the MAD level: MADs in, the answers out."""
+
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.lib.stream import PacketSignature
+from rocegen.gateware.roce.ibcm.ibcm_layouts import IBCM_RX_META, IBCM_TX_META, QP_GRANT
+from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
+from rocegen.gateware.roce.ibcm.ibcm_receive import IbCmReceiver
+from rocegen.gateware.roce.ibcm.ibcm_reply import IbCmReply
+from rocegen.wire import ibcm as I
+
+__all__ = ["IbCmMads", "cm_ports", "connect_cm_ports"]
+
+
+def cm_ports():
+    """The passive side's ports that a block holding it passes on: our IPv4 address, the
+    region our REPs advertise, the QP pool's handshakes and the QPs packets arrive on."""
+    return {
+        "local_ip": In(32), "region": In(I.REGION.layout),
+        "qp_req": Out(stream.Signature(0)), "qp_grant": In(stream.Signature(QP_GRANT)),
+        "qp_free": Out(stream.Signature(24)),
+        "data_seen": In(stream.Signature(24, always_ready=True)),
+    }
+
+
+def connect_cm_ports(m, inner, outer):
+    """The :func:`cm_ports` of ``inner`` (a block inside ``outer``) joined to ``outer``'s."""
+    wiring.connect(m, inner.qp_req, wiring.flipped(outer.qp_req))
+    wiring.connect(m, wiring.flipped(outer.qp_grant), inner.qp_grant)
+    wiring.connect(m, inner.qp_free, wiring.flipped(outer.qp_free))
+    wiring.connect(m, wiring.flipped(outer.data_seen), inner.data_seen)
+    m.d.comb += [inner.local_ip.eq(outer.local_ip), inner.region.eq(outer.region)]
+
+
+class IbCmMads(wiring.Component):
+    """:class:`~rocegen.gateware.roce.ibcm.ibcm_receive.IbCmReceiver`,
+    :class:`~rocegen.gateware.roce.ibcm.ibcm_passive.IbCmPassive` (:attr:`cm`, whose counter
+    strobes are read there) and :class:`~rocegen.gateware.roce.ibcm.ibcm_reply.IbCmReply` in a
+    row.
+
+    Parameters
+    ----------
+    width : int
+        Data width W in bits (64..512, power of two).
+    ca_guid, rnr_retry_count, cm_response_timeout :
+        The reply builder's (our CA GUID; the RNR retry count of our REPs; the response time
+        our ClassPortInfo states).
+    ports, clk_hz, and any other keyword :
+        The passive side's.
+
+    Ports
+    -----
+    i : In(PacketSignature(width, IBCM_RX_META))
+        MADs with their senders (the receiver's ``i``).
+    o : Out(PacketSignature(width, IBCM_TX_META))
+        The answers (the reply builder's ``o``).
+    local_ip, region, qp_req, qp_grant, qp_free, data_seen :
+        The passive side's.
+
+    Behaviour
+    ---------
+    The blocks' own: a MAD is held by the receiver while the passive side decides; the reply
+    builder reads an echoed MAD from the receiver's memory (``mad``). Latency and
+    backpressure: see each block.
+    """
+
+    def __init__(self, width, *, ca_guid=0, rnr_retry_count=7, cm_response_timeout=20,
+                 **passive):
+        self.width = width
+        self.rx = IbCmReceiver(width)
+        self.cm = IbCmPassive(**passive)
+        self.reply = IbCmReply(width, ca_guid=ca_guid, rnr_retry_count=rnr_retry_count,
+                               cm_response_timeout=cm_response_timeout)
+        super().__init__({
+            "i": In(PacketSignature(width, IBCM_RX_META)),
+            "o": Out(PacketSignature(width, IBCM_TX_META)),
+            **cm_ports(),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rx, m.submodules.cm, m.submodules.reply = self.rx, self.cm, self.reply
+        wiring.connect(m, wiring.flipped(self.i), self.rx.i)
+        wiring.connect(m, self.rx.o, self.cm.i)
+        wiring.connect(m, self.cm.o, self.reply.i)
+        wiring.connect(m, self.reply.mad, self.rx.mad)
+        wiring.connect(m, self.reply.o, wiring.flipped(self.o))
+        connect_cm_ports(m, self.cm, self)
+        return m
