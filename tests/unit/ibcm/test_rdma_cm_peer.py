@@ -3,12 +3,13 @@ models connect over QP1 as rdma_connect / rdma_accept do, move data both ways on
 connection made, the first packet standing in for a lost RTU, and disconnect through time-wait
 with every QP given back."""
 
-from rocegen.sim.models.ibcm import Region
+from rocegen.sim.models.ibcm import Region, unwrap
 from rocegen.sim.models.ibcm.cm import State
 from rocegen.sim.models.rnic import Rnic
 from rocegen.sim.models.rnic.cq import WcStatus
 from rocegen.sim.models.rnic.memory import Access
 from rocegen.sim.models.rnic.rdma_cm import ACCESS, CmPeer
+from rocegen.wire import ibcm as I
 
 A = ("02:00:00:00:00:01", "10.0.0.1")
 B = ("02:00:00:00:00:02", "10.0.0.2")
@@ -105,8 +106,6 @@ def test_the_first_packet_stands_for_a_lost_rtu():
     rtu = {"lost": 0}
 
     def drop(frame):
-        from rocegen.sim.models.ibcm import unwrap
-        from rocegen.wire import ibcm as I
         try:
             mad = unwrap(frame).mad
         except ValueError:
