@@ -9,7 +9,7 @@ from rocegen.wire import ibcm as I
 
 __all__ = ["IBCM_RX_META", "IBCM_TX_META", "Verdict", "VERDICT_COUNTERS", "MAD_RECORD",
            "ReplyKind", "REPLY_RECORD", "QP_GRANT", "ConnState", "CONNECTION", "TIME_BITS",
-           "TICK_NS", "mad_read_signature", "int_param"]
+           "TICK_NS", "QP_SET", "mad_read_signature", "int_param"]
 
 
 #: What the UD receive path tells about a MAD it delivers to QP1: the sender's IPv4 address, its
@@ -99,6 +99,20 @@ def mad_read_signature(width):
 
 #: The QP pool's answer to a request: ``ok`` and the QP number, or ``ok`` low: none free.
 QP_GRANT = data.StructLayout({"ok": 1, "qpn": 24})
+
+
+#: What the passive side tells of a QP's connection. ``open`` set: a REQ took QP ``qpn``, which
+#: is to be made ready to send and receive (IBTA's RTS) with the REQ's sender (``peer_ip``,
+#: ``peer_qpn``), starting at PSN ``psn`` (the REQ's, as our REP states it), at path MTU code
+#: ``path_mtu`` (the smaller of the REQ's and ours), with the REQ's local ACK timeout
+#: (``ack_timeout``) and retry counts, and the READ depths negotiated. ``open`` clear: the
+#: connection of QP ``qpn`` ended (a DREQ or REJ moved it to time-wait): the QP goes to the
+#: error state (its work flushed); it is given back on ``qp_free`` at the end of the time-wait.
+QP_SET = data.StructLayout({
+    "open": 1, "qpn": 24, "peer_ip": 32, "peer_qpn": 24, "psn": 24, "path_mtu": 4,
+    "ack_timeout": 5, "retry_count": 3, "rnr_retry_count": 3,
+    "responder_resources": 8, "initiator_depth": 8,
+})
 
 
 class ConnState(enum.Enum, shape=2):

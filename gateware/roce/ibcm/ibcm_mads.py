@@ -5,7 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import PacketSignature
-from rocegen.gateware.roce.ibcm.ibcm_layouts import IBCM_RX_META, IBCM_TX_META, QP_GRANT
+from rocegen.gateware.roce.ibcm.ibcm_layouts import IBCM_RX_META, IBCM_TX_META, QP_GRANT, QP_SET
 from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
 from rocegen.gateware.roce.ibcm.ibcm_receive import IbCmReceiver
 from rocegen.gateware.roce.ibcm.ibcm_reply import IbCmReply
@@ -16,11 +16,13 @@ __all__ = ["IbCmMads", "cm_ports", "connect_cm_ports"]
 
 def cm_ports():
     """The passive side's ports that a block holding it passes on: our IPv4 address, the
-    region our REPs advertise, the QP pool's handshakes and the QPs packets arrive on."""
+    region our REPs advertise, the QP pool's handshakes, the QPs' set-ups and closes and the
+    QPs packets arrive on."""
     return {
         "local_ip": In(32), "region": In(I.REGION.layout),
         "qp_req": Out(stream.Signature(0)), "qp_grant": In(stream.Signature(QP_GRANT)),
         "qp_free": Out(stream.Signature(24)),
+        "qp_set": Out(stream.Signature(QP_SET)),
         "data_seen": In(stream.Signature(24, always_ready=True)),
     }
 
@@ -30,6 +32,7 @@ def connect_cm_ports(m, inner, outer):
     wiring.connect(m, inner.qp_req, wiring.flipped(outer.qp_req))
     wiring.connect(m, wiring.flipped(outer.qp_grant), inner.qp_grant)
     wiring.connect(m, inner.qp_free, wiring.flipped(outer.qp_free))
+    wiring.connect(m, inner.qp_set, wiring.flipped(outer.qp_set))
     wiring.connect(m, wiring.flipped(outer.data_seen), inner.data_seen)
     m.d.comb += [inner.local_ip.eq(outer.local_ip), inner.region.eq(outer.region)]
 
@@ -56,7 +59,7 @@ class IbCmMads(wiring.Component):
         MADs with their senders (the receiver's ``i``).
     o : Out(PacketSignature(width, IBCM_TX_META))
         The answers (the reply builder's ``o``).
-    local_ip, region, qp_req, qp_grant, qp_free, data_seen :
+    local_ip, region, qp_req, qp_grant, qp_free, qp_set, data_seen :
         The passive side's.
 
     Behaviour

@@ -13,6 +13,7 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import (
     CONNECTION,
     MAD_RECORD,
     QP_GRANT,
+    QP_SET,
     REPLY_RECORD,
     TICK_NS,
     TIME_BITS,
@@ -119,6 +120,12 @@ class IbCmPassive(wiring.Component):
         The first starting PSN (1..2^24-1); each next one is the last shifted right by one,
         XORed with :data:`PSN_TAPS` when the bit shifted out is 1 (a maximal-length LFSR: the
         PSNs repeat after 2^24 - 1 connections).
+    psn_from_req : bool
+        Our starting PSN is the REQ's own instead (``psn_seed`` unused): for an endpoint whose
+        QPs count one PSN for both directions, as the model's ``psn="req"``.
+    max_mtu : int
+        The largest path MTU in bytes our QPs take (256..4096, an IB MTU): ``qp_set``'s
+        ``path_mtu`` is the smaller of the REQ's and this.
     time_wait_ns : int
         How long a connection stays in time-wait (0..4096 x 2^31 ns), rounded up to ticks;
         default the model's, 4.096 us x 2^14 (its default local ACK timeout).
@@ -143,6 +150,10 @@ class IbCmPassive(wiring.Component):
     qp_free : Out(stream.Signature(24))
         A QP given back to the pool: a REJ of a connection that had its REP, a REJ
         ``TIMEOUT`` sent, the end of a time-wait.
+    qp_set : Out(stream.Signature(QP_SET))
+        A connection's QP to be set up (``open``: when a REQ takes it, beside its REP) or put
+        in the error state (when the connection enters time-wait); see :data:`QP_SET`. A
+        record is not taken (``i.ready``) before its ``qp_set`` is; an action sets up none.
     o : Out(stream.Signature(REPLY_RECORD))
         A MAD to send: the reply, to the MAD's sender (``src_ip``, ``src_qp``, ``pkey``), or a
         timer's REP or REJ ``TIMEOUT``, to the REQ's sender (its address, QP1, the REQ's
@@ -231,7 +242,7 @@ class IbCmPassive(wiring.Component):
 
     def __init__(self, *, ports, clk_hz, connections=16, qpns=DEFAULT_QPNS,
                  responder_resources=1, initiator_depth=1, first_comm_id=1, psn_seed=1,
-                 time_wait_ns=DEFAULT_TIME_WAIT_NS):
+                 time_wait_ns=DEFAULT_TIME_WAIT_NS, psn_from_req=False, max_mtu=4096):
         ports = list(ports)
         for p in ports:
             int_param("each port", p, 0, 0xFFFF)
@@ -246,6 +257,13 @@ class IbCmPassive(wiring.Component):
         self.psn_seed = int_param("psn_seed", psn_seed, 1, (1 << 24) - 1)
         self.time_wait_ns = int_param("time_wait_ns", time_wait_ns, 0, TICK_NS << 31)
         self.time_wait_ticks = -(-self.time_wait_ns // TICK_NS)
+        if not isinstance(psn_from_req, bool):
+            raise TypeError(f"psn_from_req must be a bool, not {psn_from_req!r}")
+        self.psn_from_req = psn_from_req
+        if max_mtu not in I.MTU_CODES.values():
+            raise ValueError(f"max_mtu must be one of {sorted(I.MTU_CODES.values())} bytes, "
+                             f"not {max_mtu!r}")
+        self.max_mtu = max_mtu
         super().__init__({
             "i": In(stream.Signature(MAD_RECORD)),
             "local_ip": In(32),
@@ -254,6 +272,7 @@ class IbCmPassive(wiring.Component):
             "qp_req": Out(stream.Signature(0)),
             "qp_grant": In(stream.Signature(QP_GRANT)),
             "qp_free": Out(stream.Signature(24)),
+            "qp_set": Out(stream.Signature(QP_SET)),
             "o": Out(stream.Signature(REPLY_RECORD)),
             **{name: Out(1) for name in COUNTERS},
         })
@@ -265,7 +284,10 @@ class IbCmPassive(wiring.Component):
         rd, wr = table.read_port(domain="sync"), table.write_port()
         s = _State(N, self.first_comm_id, self.psn_seed, len(self.qpns))
         rec = self.i.payload
-        m.d.comb += self.o.payload.eq(s.out)
+        m.d.comb += [self.o.payload.eq(s.out), self.qp_set.valid.eq(s.set_valid),
+                     self.qp_set.payload.eq(s.set)]
+        with m.If(self.qp_set.ready):
+            m.d.sync += s.set_valid.eq(0)
         now = self._clock(m)
         self._packets(m, s, rd.data)
         self._due(m, s, rd.data, now)
@@ -318,12 +340,16 @@ class IbCmPassive(wiring.Component):
                 with m.Else():
                     m.next = "DONE"
         with m.State("DONE"):
-            m.d.comb += self.i.ready.eq(1)
-            self._count(m, "rx_mads")
-            with m.If(s.note):
+            with m.If(s.set_valid & ~self.qp_set.ready):
+                pass
+            with m.Elif(s.note):
+                m.d.comb += self.i.ready.eq(1)
+                self._count(m, "rx_mads")
                 m.d.sync += s.act_idx.eq(Mux(s.note_hi, s.note_hi_idx, s.note_idx))
                 m.next = "TREAD"
             with m.Else():
+                m.d.comb += self.i.ready.eq(1)
+                self._count(m, "rx_mads")
                 m.next = "IDLE"
 
     # ---- time, packets, due entries
@@ -522,9 +548,10 @@ class IbCmPassive(wiring.Component):
             self._count(m, "drep_unknown")
 
     def _timewait(self, m, s, wr):
-        """The named entry written in time-wait, its end armed."""
+        """The named entry written in time-wait, its end armed, its QP to the error state."""
         m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT),
                      wr.data.deadline.eq(self._at(s, self.time_wait_ticks))]
+        m.d.sync += [s.set_valid.eq(1), s.set.eq(0), s.set.qpn.eq(s.hit_e.qpn)]
 
     def _decide_rej(self, m, s, wr, mine):
         e = s.hit_e
@@ -635,7 +662,8 @@ class IbCmPassive(wiring.Component):
         timeout = rec.local_cm_response_timeout
         m.d.comb += [new.state.eq(ConnState.REP_SENT), new.local_comm_id.eq(s.next_cid),
                      new.remote_comm_id.eq(rec.local_comm_id), new.peer_ip.eq(rec.src_ip),
-                     new.peer_qpn.eq(rec.local_qpn), new.qpn.eq(grant.qpn), new.psn.eq(s.psn),
+                     new.peer_qpn.eq(rec.local_qpn), new.qpn.eq(grant.qpn),
+                     new.psn.eq(rec.starting_psn if self.psn_from_req else s.psn),
                      new.responder_resources.eq(_min(self.responder_resources,
                                                      rec.initiator_depth)),
                      new.initiator_depth.eq(_min(self.initiator_depth, rec.responder_resources)),
@@ -645,13 +673,28 @@ class IbCmPassive(wiring.Component):
         with m.If(grant.ok):
             m.d.comb += [wr.addr.eq(s.free_idx), wr.data.eq(new), wr.en.eq(1)]
             m.d.sync += self._rep(s, _sender(rec), new)
-            m.d.sync += [s.next_cid.eq(Mux(s.next_cid == 0xFFFFFFFF, 1, s.next_cid + 1)),
-                         s.psn.eq(Mux(s.psn[0], (s.psn >> 1) ^ PSN_TAPS, s.psn >> 1))]
+            m.d.sync += self._open(s, rec, new)
+            m.d.sync += s.next_cid.eq(Mux(s.next_cid == 0xFFFFFFFF, 1, s.next_cid + 1))
+            if not self.psn_from_req:
+                m.d.sync += s.psn.eq(Mux(s.psn[0], (s.psn >> 1) ^ PSN_TAPS, s.psn >> 1))
             idx, ok = self._qp_bit(grant.qpn)
             with m.If(ok):
                 m.d.sync += s.seen.bit_select(idx, 1).eq(0)
         with m.Else():
             self._reject_req(m, s, rec, I.RejReason.NO_QP)
+
+
+    def _open(self, s, rec, new):
+        """The ``qp_set`` register: connection ``new`` (of REQ ``rec``) opens its QP."""
+        ours = I.mtu_code(self.max_mtu)
+        return [s.set_valid.eq(1), s.set.open.eq(1), s.set.qpn.eq(new.qpn),
+                s.set.peer_ip.eq(new.peer_ip), s.set.peer_qpn.eq(new.peer_qpn),
+                s.set.psn.eq(new.psn), s.set.path_mtu.eq(_min(rec.path_mtu, ours)),
+                s.set.ack_timeout.eq(rec.local_ack_timeout),
+                s.set.retry_count.eq(rec.retry_count),
+                s.set.rnr_retry_count.eq(rec.rnr_retry_count),
+                s.set.responder_resources.eq(new.responder_resources),
+                s.set.initiator_depth.eq(new.initiator_depth)]
 
 
 class _State:
@@ -684,6 +727,8 @@ class _State:
         self.timer = Signal()                    # an action under way, not a record
         self.then_free = Signal()                # its QP goes back after its MAD
         self.seen = Signal(qps)                  # a packet came on QP qpns[k]
+        self.set_valid = Signal()                # a QP set-up waits on ``qp_set`` ...
+        self.set = Signal(QP_SET)                # ... this one
         # the read port's entry: its timer is due, a packet came on its QP in REP_SENT, either
         self.expired, self.promote, self.due = Signal(), Signal(), Signal()
         self.seen_e = Signal()                   # the flip-flop of its QP

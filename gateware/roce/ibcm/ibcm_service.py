@@ -43,9 +43,9 @@ class IbCmService(wiring.Component):
     o : Out(PacketSignature(width, UDP_TX_META))
         The CM's MADs as UD SEND_ONLY packets from QP1, for the stack's RoCEv2 port (the stack
         appends the ICRC).
-    local_ip, region, qp_req, qp_grant, qp_free, data_seen :
+    local_ip, region, qp_req, qp_grant, qp_free, qp_set, data_seen :
         The passive side's: our IPv4 address, the region our REPs advertise, the QP pool's
-        handshakes, the QPs packets arrive on.
+        handshakes, the QPs' set-ups and closes, the QPs packets arrive on.
     <name> : Out(1), for each name of :data:`COUNTERS`
         The blocks' counter strobes.
 

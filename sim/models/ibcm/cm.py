@@ -189,7 +189,9 @@ class IbCm:
     take all). ``seed``: of the starting PSNs, communication IDs and transaction IDs.
     ``first_comm_id`` (1..2^32-1): the first communication ID handed out, instead of one drawn
     from ``seed`` (the next ones count up from it as usual). ``psn``: a function of no argument
-    returning each new connection's starting PSN (24 bits), instead of drawing it from ``seed``.
+    returning each new connection's starting PSN (24 bits), instead of drawing it from ``seed``;
+    or ``"req"``: a passive connection starts at its REQ's starting PSN (a node whose QPs count
+    one PSN for both directions; an active one still draws its own).
     The two make the model's choices those of a node that counts its IDs and draws its PSNs
     from a known sequence (the gateware's).
 
@@ -233,8 +235,8 @@ class IbCm:
         self._next_tid = self._rng.randrange(1 << 32) << 32
         if first_comm_id is not None:
             self._next_comm_id = _check_int("first_comm_id", first_comm_id, 1, (1 << 32) - 1)
-        if psn is not None and not callable(psn):
-            raise ValueError(f"psn must be callable or None, not {psn!r}")
+        if psn is not None and psn != "req" and not callable(psn):
+            raise ValueError(f"psn must be callable, \"req\" or None, not {psn!r}")
         self._psn_source = psn
         self.ports = set()
         for p in ports:
@@ -263,8 +265,10 @@ class IbCm:
         self._next_tid = (self._next_tid + 1) & ((1 << 64) - 1)
         return self._next_tid
 
-    def _psn(self):
-        if self._psn_source is None:
+    def _psn(self, req_psn=None):
+        if self._psn_source == "req" and req_psn is not None:
+            return req_psn
+        if self._psn_source is None or self._psn_source == "req":
             return self._rng.randrange(1 << 24)
         return _check_int("psn()", self._psn_source(), 0, (1 << 24) - 1)
 
@@ -574,7 +578,7 @@ class IbCm:
             return self._reject_req(hdr, f, src_ip, out, R.NO_QP)
         conn = Connection(
             local_comm_id=self._comm_id(), role=Role.PASSIVE, state=State.REP_SENT,
-            peer_ip=src_ip, port=port, qpn=qpn, psn=self._psn(),
+            peer_ip=src_ip, port=port, qpn=qpn, psn=self._psn(f["starting_psn"]),
             tid=hdr["transaction_id"], remote_comm_id=f["local_comm_id"],
             peer_qpn=f["local_qpn"], peer_psn=f["starting_psn"],
             path_mtu=min(f["path_mtu"], self.max_mtu_code),

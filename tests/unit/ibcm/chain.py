@@ -3,6 +3,7 @@
 requests from a :class:`QpPool`, and one that records, cycle by cycle, what the passive side
 does."""
 
+from rocegen.gateware.roce.ibcm.ibcm_layouts import QP_SET
 from rocegen.gateware.roce.ibcm.ibcm_mads import IbCmMads
 from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS
 
@@ -21,22 +22,29 @@ def counter_process(strobes, counts):
     return run
 
 
-def pool_process(dut, pool, rng, *, backpressure=0.0, delay=0):
+def pool_process(dut, pool, rng, *, backpressure=0.0, delay=0, sets=None):
     """A process answering ``dut.qp_req`` on ``dut.qp_grant`` from ``pool`` (after 0..``delay``
-    cycles; ``qp_req.ready`` low with chance ``backpressure``) and giving ``dut.qp_free``'s QPs
-    back to it."""
+    cycles; ``qp_req.ready`` low with chance ``backpressure``), giving ``dut.qp_free``'s QPs
+    back to it and taking ``dut.qp_set`` (``ready`` low with chance ``backpressure``; each
+    taken appended to ``sets`` as a dict, when given)."""
     async def run(ctx):
         pending, wait = None, 0
         ctx.set(dut.qp_free.ready, 1)
         while True:
             req_ready = pending is None and rng.random() >= backpressure
             giving = pending is not None and wait == 0
+            set_ready = rng.random() >= backpressure
             ctx.set(dut.qp_req.ready, req_ready)
             ctx.set(dut.qp_grant.valid, giving)
+            ctx.set(dut.qp_set.ready, set_ready)
             if giving:
                 ctx.set(dut.qp_grant.payload, pending)
-            _, _, req_valid, grant_ready, free_valid, freed = await ctx.tick().sample(
-                dut.qp_req.valid, dut.qp_grant.ready, dut.qp_free.valid, dut.qp_free.payload)
+            _, _, req_valid, grant_ready, free_valid, freed, set_valid, qp_set = \
+                await ctx.tick().sample(dut.qp_req.valid, dut.qp_grant.ready,
+                                        dut.qp_free.valid, dut.qp_free.payload,
+                                        dut.qp_set.valid, dut.qp_set.payload)
+            if set_valid and set_ready and sets is not None:
+                sets.append({f: getattr(qp_set, f) for f in QP_SET.members})
             if giving and grant_ready:
                 pending = None
             elif pending is not None:

@@ -13,7 +13,7 @@ import random
 
 import pytest
 
-from rocegen.gateware.roce.ibcm.ibcm_layouts import TICK_NS
+from rocegen.gateware.roce.ibcm.ibcm_layouts import QP_SET, TICK_NS
 from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS
 from rocegen.sim.models.ibcm import IbCm, QpPool, Region, State
 from rocegen.sim.models.packets import Packet
@@ -48,30 +48,52 @@ def lfsr_psns(seed):
     return psn
 
 
+def opened(conn, req_mad, max_mtu):
+    """The ``qp_set`` of a QP the model's connection ``conn`` (taken from REQ ``req_mad``)
+    opens: from the model's connection, the path MTU the smaller of the REQ's and
+    ``max_mtu``'s."""
+    f = I.REQ.unpack(req_mad[I.MAD_HDR_LENGTH:])
+    return {"open": 1, "qpn": conn.qpn, "peer_ip": conn.peer_ip, "peer_qpn": conn.peer_qpn,
+            "psn": conn.psn, "path_mtu": min(f["path_mtu"], I.mtu_code(max_mtu)),
+            "ack_timeout": conn.local_ack_timeout, "retry_count": conn.retry_count,
+            "rnr_retry_count": conn.rnr_retry_count,
+            "responder_resources": conn.responder_resources,
+            "initiator_depth": conn.initiator_depth}
+
+
 class Scenario:
     """MADs delivered to the model node (and recorded for the blocks), its answers kept."""
 
-    def __init__(self, *, qpns=QPNS, responder_resources=2, initiator_depth=3, **model):
+    def __init__(self, *, qpns=QPNS, responder_resources=2, initiator_depth=3, block=None,
+                 **model):
         self.pool = QpPool(qpns)
         self.params = dict(responder_resources=responder_resources,
                            initiator_depth=initiator_depth)
+        self.block = block or {}        # the blocks' own parameters besides
         self.model = model
         self.fpga = self.node(self.pool)
         self.inputs, self.expected = [], []
+        self.sets = []          # the QP set-ups and closes (``qp_set``) the model's changes make
         self.hosts = {}
 
     def node(self, pool):
         """A model node as the blocks are made, on ``pool``."""
         return IbCm(pool=pool, local_ip=FPGA, ca_guid=GUID, ports=[PORT, PORT2],
                     region=REGION, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
-                    first_comm_id=FIRST_CID, psn=lfsr_psns(PSN_SEED), **self.params,
-                    **self.model)
+                    first_comm_id=FIRST_CID, **self.params,
+                    **({"psn": lfsr_psns(PSN_SEED)} | self.model))
 
     def deliver(self, src_ip, data):
         """``data`` to the model from ``src_ip``; its answers."""
         self.inputs.append((src_ip, data))
+        before = {cid: c.state for cid, c in self.fpga.connections.items()}
         outs = self.fpga.receive(0, data, src_ip=src_ip)
         self.expected += [(o.dst_ip, o.mad) for o in outs]
+        for cid, c in self.fpga.connections.items():
+            if cid not in before:
+                self.sets.append(opened(c, data, self.model.get("max_mtu", 4096)))
+            elif c.state is State.TIMEWAIT and before[cid] is not State.TIMEWAIT:
+                self.sets.append(dict.fromkeys(QP_SET.members, 0) | {"qpn": c.qpn})
         return outs
 
     def host(self, ip, **kw):
@@ -115,9 +137,10 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     blocks' QP pool."""
     dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
                 ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
-                psn_seed=PSN_SEED, clk_hz=CLK_HZ, qpns=BLOCK_QPNS, **sc.params)
+                psn_seed=PSN_SEED, clk_hz=CLK_HZ, qpns=BLOCK_QPNS, **sc.params, **sc.block)
     rng = random.Random(seed)
     pool = QpPool(sc.pool._all)
+    sets = []
     packets = [Packet(d, {"src_ip": ip, "src_qp": I.QP1, "pkey": I.DEFAULT_PKEY})
                for ip, d in sc.inputs]
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
@@ -135,11 +158,12 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
             await ctx.tick()
 
     run_sim(dut, testbenches=[tb], processes=[
-        col.run, count, pool_process(dut, pool, rng, backpressure=backpressure, delay=3)])
+        col.run, count, pool_process(dut, pool, rng, backpressure=backpressure, delay=3,
+                                     sets=sets)])
     for p in col.packets:
         assert not p.error
         assert (p.meta["dst_qp"], p.meta["pkey"]) == (I.QP1, I.DEFAULT_PKEY)
-    return [(p.meta["dst_ip"], p.data) for p in col.packets], pool, counts
+    return [(p.meta["dst_ip"], p.data) for p in col.packets], pool, counts, sets
 
 
 def model_counts(sc, node=None):
@@ -149,7 +173,7 @@ def model_counts(sc, node=None):
 
 
 def check(sc, width, **kw):
-    sent, pool, counts = run(sc, width, **kw)
+    sent, pool, counts, sets = run(sc, width, **kw)
     names = [parse(d)[0] for _, d in sent]
     want = [parse(d)[0] for _, d in sc.expected]
     assert names == want
@@ -157,6 +181,7 @@ def check(sc, width, **kw):
         assert got == exp, (n, names[n])
     assert pool.allocated == sc.pool.allocated
     assert counts == model_counts(sc)
+    assert sets == sc.sets
     return names
 
 
@@ -230,6 +255,21 @@ def test_every_answer_is_the_models(width, connections):
                        "rtu_unknown", "mra_unknown", "rej_unknown", "dreq_unknown",
                        "dreq_duplicate", "drep_unknown", "class_port_info", "established",
                        "rejected", "drop_length", "drop_attribute"}
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_qps_start_at_the_reqs_psn(width):
+    """With ``psn_from_req`` a REP states, and ``qp_set`` opens the QP at, the REQ's own
+    starting PSN (the model's ``psn="req"``); a smaller MTU of ours bounds the QP's."""
+    rng = random.Random(3)
+    sc = Scenario(block={"psn_from_req": True, "max_mtu": 1024}, psn="req", max_mtu=1024)
+    for k in range(3):
+        sc.deliver(HOST, req(rng, comm_id=0x40 + k, path_mtu=5 - 2 * k))
+    reps = [I.REP.unpack(d[I.MAD_HDR_LENGTH:]) for _, d in sc.expected]
+    reqs = [I.REQ.unpack(d[I.MAD_HDR_LENGTH:]) for _, d in sc.inputs]
+    assert [r["starting_psn"] for r in reps] == [r["starting_psn"] for r in reqs]
+    assert [st["path_mtu"] for st in sc.sets] == [3, 3, 1]
+    check(sc, width, seed=width)
 
 
 def rej(sc, ip, cid, *, ours=True):
@@ -306,7 +346,7 @@ def test_table_full_is_no_qp():
         sc.deliver(HOST, req(rng, comm_id=n + 1, qpn=0x10 + n))
     assert [parse(d)[2].get("reason") for _, d in sc.expected] == [None, None, I.RejReason.NO_QP]
     sc.pool = QpPool(QPNS)
-    sent, pool, counts = run(sc, 64, connections=2)
+    sent, pool, counts, _ = run(sc, 64, connections=2)
     assert sent == sc.expected and len(pool.allocated) == 2
     assert counts == model_counts(sc)
 
