@@ -11,6 +11,7 @@ from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_
 from rocegen.gateware.roce.responder.resp_ingress import is_request
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
+from rocegen.wire.ibcm import QP1
 
 __all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN", "READ_AETH_MIN",
            "is_read_response", "has_aeth"]
@@ -41,11 +42,14 @@ class Verdict(enum.Enum, shape=4):
     REQUEST = 9     # a request (SEND, WRITE, READ, atomic): handed to the responder on ``req``
     PENDING = 10    # (internal: the context checks are still to be made)
     READ_RESPONSE = 11  # (``reads`` only) a READ response: handed to the READ requester on ``req``
+    MAD = 12        # (``ibcm`` only) a UD SEND_ONLY to QP1: handed to the IB CM on ``req``
 
 
 #: Pulse outputs, one per verdict (in :class:`Verdict` order, PENDING left out).
 COUNTERS = ("drop_short", "icrc_bad", "drop_opcode", "drop_pkey", "drop_qp", "drop_state",
-            "drop_peer", "acks", "cnp", "requests", "read_responses")
+            "drop_peer", "acks", "cnp", "requests", "read_responses", "mads")
+#: The verdict each pulse output counts.
+_COUNTER_VERDICTS = dict(zip(COUNTERS, (v for v in Verdict if v != Verdict.PENDING)))
 
 
 def is_read_response(opcode):
@@ -81,6 +85,9 @@ class RoceRx(wiring.Component):
     reads : bool
         The endpoint has a READ requester: READ responses get a verdict of their own
         (``read_responses``) instead of ``drop_opcode``.
+    ibcm : bool
+        The endpoint has the IB CM: UD SEND_ONLY packets to QP1 get a verdict of their own
+        (``mads``) instead of ``drop_opcode``.
 
     Ports
     -----
@@ -95,7 +102,7 @@ class RoceRx(wiring.Component):
     rx_qp / rx_context
         To the QP table's receive-side context read (``rx_context`` one cycle after ``rx_qp``).
     drop_short, icrc_bad, drop_opcode, drop_pkey, drop_qp, drop_state, drop_peer, acks, cnp,
-    requests, read_responses
+    requests, read_responses, mads
         Exactly one of these pulses for one cycle per datagram (:class:`Verdict`), in the order
         the checks are made: length (shorter than :data:`BTH_MIN` bytes, or an ACKNOWLEDGE
         shorter than :data:`ACK_MIN`, or a CNP shorter than :data:`CNP_MIN`, or, with
@@ -116,7 +123,14 @@ class RoceRx(wiring.Component):
         ``reads``, so do READ responses (:func:`is_read_response`, the ``read_responses``
         verdict): the READ requester's ingress
         (:class:`~rocegen.gateware.roce.read.read_ingress.ReadIngress`) makes the others. Without
-        ``reads``, ``read_responses`` is constant 0.
+        ``reads``, ``read_responses`` is constant 0. With ``ibcm``, so do UD SEND_ONLY
+        packets to QP1 (the ``mads`` verdict): the IB CM's QP1 ingress
+        (:class:`~rocegen.gateware.roce.ibcm.qp1_ingress.Qp1Ingress`) makes the others. Without
+        ``ibcm``, ``mads`` is constant 0.
+    data_seen : Out(stream.Signature(24, always_ready=True))
+        The BTH DestQP of each datagram with the ``requests`` verdict, in the cycle of the
+        verdict: the QPs packets arrive on, for the IB CM (the first on a QP whose REP went
+        establishes its connection).
 
     Behaviour
     ---------
@@ -145,14 +159,16 @@ class RoceRx(wiring.Component):
       resume in order when ``ack.ready`` rises; nothing is lost.
     """
 
-    def __init__(self, width, num_qps, *, reads=False):
+    def __init__(self, width, num_qps, *, reads=False, ibcm=False):
         check_width(width)
         check_num_qps(num_qps)
-        if not isinstance(reads, bool):
-            raise TypeError(f"reads must be a bool, not {reads!r}")
+        for name, value in (("reads", reads), ("ibcm", ibcm)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, not {value!r}")
         self.width = width
         self.num_qps = num_qps
         self.reads = reads
+        self.ibcm = ibcm
         self._icrc = IcrcCheck(width, None, offset=0, ip_version=4)
         #: Cycles from the last input beat of a 20-byte ACKNOWLEDGE to its ``ack`` event.
         self.ack_latency = self.event_latency(ACK_MIN)
@@ -167,6 +183,7 @@ class RoceRx(wiring.Component):
             **{name: Out(1) for name in COUNTERS},
             "cnp_qp": Out(8),
             "req": Out(PacketSignature(width)),
+            "data_seen": Out(stream.Signature(24, always_ready=True)),
         })
 
     def event_latency(self, length):
@@ -234,6 +251,7 @@ class RoceRx(wiring.Component):
         packet's verdict, its event registers and the counters."""
         c_verdict = Signal(Verdict)
         c_qp = Signal(8)
+        c_dest = Signal(24)
         c_src = Signal(32)
         c_ev = Signal(ACK_EVENT)
         c_is_ack = Signal()
@@ -290,6 +308,8 @@ class RoceRx(wiring.Component):
             m.d.comb += verdict.eq(Verdict.ICRC)
         with m.Elif(is_request(bth.opcode)):
             m.d.comb += verdict.eq(Verdict.REQUEST)
+        with m.Elif(self.ibcm & (bth.opcode == opc.OP_UD_SEND_ONLY) & (bth.dest_qp == QP1)):
+            m.d.comb += verdict.eq(Verdict.MAD)
         with m.Elif(~is_ack & ~is_cnp):
             m.d.comb += verdict.eq(Verdict.OPCODE)
             if self.reads:
@@ -310,6 +330,7 @@ class RoceRx(wiring.Component):
                 c_valid.eq(h_valid),
                 c_verdict.eq(verdict),
                 c_qp.eq(self.lookup_index),
+                c_dest.eq(bth.dest_qp),
                 c_src.eq(ip.src),
                 c_is_ack.eq(is_ack),
                 c_ev.qp.eq(self.lookup_index),
@@ -332,11 +353,11 @@ class RoceRx(wiring.Component):
         with m.Else():
             m.d.comb += final.eq(Verdict.CNP)
         decided = c_valid & ~stall
-        for k, name in enumerate(COUNTERS[:-1]):
-            m.d.comb += getattr(self, name).eq(decided & (final == Verdict(k)))
-        if self.reads:
-            m.d.comb += self.read_responses.eq(decided & (final == Verdict.READ_RESPONSE))
-        m.d.comb += self.cnp_qp.eq(c_qp)
+        for name, v in _COUNTER_VERDICTS.items():
+            if (name != "read_responses" or self.reads) and (name != "mads" or self.ibcm):
+                m.d.comb += getattr(self, name).eq(decided & (final == v))
+        m.d.comb += [self.cnp_qp.eq(c_qp), self.data_seen.payload.eq(c_dest),
+                     self.data_seen.valid.eq(decided & (final == Verdict.REQUEST))]
         with m.If(decided & (final == Verdict.ACK)):
             m.d.sync += [d_valid.eq(1), d_ev.eq(c_ev)]
         return m

@@ -40,8 +40,8 @@ def counter(verdict):
 class Top(Elaboratable):
     """The receive path with a QP table beside it."""
 
-    def __init__(self, width, reads=False):
-        self.rx = RoceRx(width, NUM_QPS, reads=reads)
+    def __init__(self, width, reads=False, mads=False):
+        self.rx = RoceRx(width, NUM_QPS, reads=reads, ibcm=mads)
         self.table = QpTable(NUM_QPS)
 
     def elaborate(self, platform):
@@ -97,9 +97,10 @@ def bth(rng, opcode, dest_qp, psn=0, pkey=0xFFFF):
                       ack_req=rng.getrandbits(1), psn=psn)
 
 
-def classify(payload, meta, error=False, reads=False):
+def classify(payload, meta, error=False, reads=False, mads=False):
     """Reference verdict of a datagram, and its event when it is a good ACK (``reads``: the
-    READ responses have a verdict of their own; FIRST, LAST and ONLY need an AETH)."""
+    READ responses have a verdict of their own; FIRST, LAST and ONLY need an AETH; ``mads``: so
+    have UD SEND_ONLY packets to QP1)."""
     n = len(payload)
     if n < 16:
         return Verdict.SHORT, None
@@ -114,6 +115,8 @@ def classify(payload, meta, error=False, reads=False):
         return Verdict.ICRC, None
     if opc.is_request(op):
         return Verdict.REQUEST, None
+    if mads and op == opc.OP_UD_SEND_ONLY and b["dest_qp"] == 1:
+        return Verdict.MAD, None
     if reads and op in READ_OPS:
         return Verdict.READ_RESPONSE, None
     if op not in (opc.OP_RC_ACKNOWLEDGE, opc.OP_CNP):
@@ -179,8 +182,9 @@ def random_case(rng, cases, reads=False):
                                  + bytes(16), src=rng.choice([HOST_IP, OTHER_IP]))
         return payload, meta, False
     if r < 0.63:                                         # other opcodes, some with payload
-        op = rng.choice([0x04, 0x06, 0x0A, 0x00, 0x0C, 0x10, 0x12, 0x64, 0x24, 0xFF])
-        body = bth(rng, op, QPN_BASE + rng.randrange(NUM_QPS)) + rng.randbytes(rng.randrange(40))
+        op = rng.choice([0x04, 0x06, 0x0A, 0x00, 0x0C, 0x10, 0x12, 0x64, 0x64, 0x65, 0x24, 0xFF])
+        dest = rng.choice([1, 1, 0xFFFF01, QPN_BASE + rng.randrange(NUM_QPS)])
+        body = bth(rng, op, dest) + rng.randbytes(rng.randrange(40))
         payload, meta = datagram(rng, body)
         return payload, meta, False
     if r < 0.72:                                         # a damaged ACK
@@ -210,10 +214,12 @@ def random_case(rng, cases, reads=False):
     return (*datagram(rng, body, icrc=False), False)
 
 
-def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0, reads=False):
+def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0, reads=False,
+        seen=None):
     """Send the datagrams; returns (counts per counter, events, input last-beat cycles, event
-    cycles, cycles with ``i`` held)."""
-    dut = Top(width, reads)
+    cycles, cycles with ``i`` held). With ``seen`` (a list), the IB CM's verdict too
+    (``mads``), and the QPs of ``data_seen`` appended to it."""
+    dut = Top(width, reads, mads=seen is not None)
     rx = dut.rx
     drv = StreamDriver(rx.i, width, idle=idle, seed=seed)
     rng = random.Random(seed + 100)
@@ -226,8 +232,11 @@ def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0, 
     async def monitor(ctx):
         signals = [getattr(rx, c) for c in COUNTERS]
         async for _, _, *vals in ctx.tick().sample(rx.i.valid, rx.i.ready, rx.i.payload.last,
-                                                   rx.cnp_qp, *signals):
-            valid, ready, last, cnp_qp, *pulses = vals
+                                                   rx.cnp_qp, rx.data_seen.valid,
+                                                   rx.data_seen.payload, *signals):
+            valid, ready, last, cnp_qp, seen_valid, seen_qp, *pulses = vals
+            if seen_valid and seen is not None:
+                seen.append(seen_qp)
             cycle[0] += 1
             if valid and ready and last:
                 last_cycles.append(cycle[0])
@@ -275,19 +284,25 @@ def test_random_datagrams(width, count, reads):
     cases = nics()
     datagrams = [random_case(rng, cases, reads) for _ in range(count)]
     want = dict.fromkeys(COUNTERS, 0)
-    want_events, want_cnps = [], []
+    want_events, want_cnps, want_seen = [], [], []
     for payload, meta, err in datagrams:
-        verdict, ev = classify(payload, meta, err, reads)
+        verdict, ev = classify(payload, meta, err, reads, mads=reads)
         want[counter(verdict)] += 1
+        if verdict == Verdict.REQUEST:
+            want_seen.append(H.BTH.unpack(payload[:12])["dest_qp"])
         if verdict == Verdict.ACK:
             want_events.append(ev)
         elif verdict == Verdict.CNP:
             want_cnps.append(ev)
-    reached = COUNTERS if reads else COUNTERS[:-1]
+    # (the builds with READs have the IB CM here too: its verdict, and data_seen, checked)
+    reached = COUNTERS if reads else [c for c in COUNTERS if c not in ("read_responses", "mads")]
     assert all(want[c] for c in reached), f"some verdict never reached: {want}"
+    seen = [] if reads else None
     counts, events, *_, held, cnp_qps = run(width, datagrams, idle=0.3, backpressure=0.4,
-                                            seed=width, reads=reads)
+                                            seed=width, reads=reads, seen=seen)
     assert counts == want
+    if reads:
+        assert seen == want_seen and len(seen) > 5
     assert events == want_events
     assert cnp_qps == want_cnps
     # the verdict of every datagram was reached once, and no more
@@ -403,3 +418,4 @@ def test_parameters_are_validated():
     raises(ValueError, r"num_qps must be 1\.\.256, not 300", lambda: RoceRx(64, 300))
     raises(TypeError, "num_qps must be an integer", lambda: RoceRx(64, "4"))
     raises(TypeError, "reads must be a bool", lambda: RoceRx(64, 4, reads="yes"))
+    raises(TypeError, "ibcm must be a bool", lambda: RoceRx(64, 4, ibcm=1))
