@@ -43,6 +43,15 @@ def parse_region(text):
             f"a region is BASE:LENGTH in bytes (e.g. 0:0x20000), not {text!r}") from None
 
 
+def parse_ports(text):
+    """``PORT[,PORT...]`` -> a tuple of integers."""
+    try:
+        return tuple(int(v, 0) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"ports are PORT[,PORT...] (e.g. 7471,20079), not {text!r}") from None
+
+
 def _add_option(parser, option, p, default):
     kw = {"default": default, "help": p.help}
     if p.metavar:
@@ -51,8 +60,9 @@ def _add_option(parser, option, p, default):
         kw["action"] = argparse.BooleanOptionalAction
     elif p.kind == "str":
         kw["choices"] = p.choices
-    elif p.kind in ("int", "number", "region"):
-        kw["type"] = {"int": int, "number": float, "region": parse_region}[p.kind]
+    elif p.kind in ("int", "number", "region", "ports"):
+        kw["type"] = {"int": int, "number": float, "region": parse_region,
+                      "ports": parse_ports}[p.kind]
     parser.add_argument(option, **kw)
 
 

@@ -195,6 +195,14 @@ class ConnectionManager(wiring.Component):
     The traffic class of the QPs an OPEN_QP opens (DSCP, ECN of their data packets) is that of
     input ``tclass`` (:data:`~rocegen.gateware.roce.layouts.TRAFFIC_CONFIG`) in the cycle of
     the decision.
+
+    The QP pool may be shared with another manager (the IB CM's
+    :class:`~rocegen.gateware.roce.ibcm.ibcm_qps.IbCmQps`): input ``reserved`` (bit k: QP k is
+    the other's) keeps its QPs out of the free QP OPEN_QP takes (a QP reserved in cycle t is
+    never taken by a decision after t + 1), and a request naming one of them finds it not in
+    use (NAK illegal: neither manager can close or change the other's QPs). Output
+    ``pool_idle`` is high in a cycle in which no decision is made nor will be in the next and
+    no QP is being taken: the other may take a QP then.
     """
 
     def __init__(self, width, num_qps, *, allow_net=None, default_pmtu=4096, default_timeout=14,
@@ -245,6 +253,8 @@ class ConnectionManager(wiring.Component):
             "gen": Out(stream.Signature(GEN_CONFIG)),
             "qp_open": Out(num_qps),
             "errored": In(num_qps),
+            "reserved": In(num_qps),
+            "pool_idle": Out(1),
         }
         if regions:
             members.update({"cfg_qp": Out(range(num_qps)), "cfg": In(RESP_QP_CONFIG)})
@@ -283,6 +293,7 @@ class ConnectionManager(wiring.Component):
             ctl.local_ip.eq(self.local_ip), ctl.tclass.eq(self.tclass), ctl.reply_busy.eq(tx.busy),
             ctl.gen_busy.eq(traffic.gen.valid),
             records.errored.eq(self.errored), self.qp_open.eq(records.qp_open),
+            records.reserved.eq(self.reserved), self.pool_idle.eq(ctl.pool_idle),
             self.o_checksum.eq(tx.o_checksum), self.replies.eq(tx.sent),
         ]
         m.d.comb += [getattr(self, name).eq(getattr(ctl, name)) for name in CONTROL_COUNTERS]

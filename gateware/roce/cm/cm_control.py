@@ -103,6 +103,10 @@ class CmControl(wiring.Component):
     gen_busy : In(1)
         The previous run is still offered to the generator: a new one is refused (``drop_gen``;
         requests are never held up by the generator).
+    pool_idle : Out(1)
+        No request is offered, none is decided, no QP is being taken: another manager sharing
+        the pool may take a QP in this cycle (the look-up's free QP sees it two cycles on, before
+        a request offered from the next cycle on is decided).
     cfg_qp, cfg : Out(range(num_qps)), In(RESP_QP_CONFIG), with ``regions`` only
         A read port of the responder's configuration table (``cfg`` one cycle after
         ``cfg_qp``): the QP an OPEN_QP would take, else the QP ``rem_qpn`` names. An ACK of
@@ -150,6 +154,7 @@ class CmControl(wiring.Component):
             "qp_psn": Out(stream.Signature(PSN_WRITE)),
             "run": Out(stream.Signature(CM_RUN, always_ready=True)),
             "gen_busy": In(1),
+            "pool_idle": Out(1),
         }
         if regions:
             members.update({"cfg_qp": Out(range(num_qps)), "cfg": In(RESP_QP_CONFIG)})
@@ -224,6 +229,7 @@ class CmControl(wiring.Component):
         pulse = {name: getattr(self, name) for name in CONTROL_COUNTERS}
         with m.FSM():
             with m.State("WAIT"):
+                m.d.comb += self.pool_idle.eq(~self.i.valid & ~take)
                 # the records of rem_qpn are read and checked in this cycle
                 with m.If(self.i.valid):
                     m.next = "EXEC"

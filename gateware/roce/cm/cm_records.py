@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.roce.cm.cm_defs import int_param
 from rocegen.gateware.roce.layouts import CM_RECORD_WRITE, MAX_QPS, QP_CONTEXT, QPN_BASE, QpState
 
-__all__ = ["CmRecords", "LOOKUP"]
+__all__ = ["CmRecords", "LOOKUP", "first_zero"]
 
 #: The look-up of a QP, as the asking side sees it: ``qpn`` and ``src_ip`` out, the answers in.
 LOOKUP = wiring.Signature({
@@ -26,7 +26,7 @@ LOOKUP = wiring.Signature({
 _RECORD = data.StructLayout({"owner": 32, "context": QP_CONTEXT})
 
 
-def _first_zero(bits, n):
+def first_zero(bits, n):
     """Index of the lowest zero among ``bits[0:n]`` by a balanced tree (depth log2 n):
     ``(found, index)``."""
     nodes = [(~bits[k], Const(0, 0)) for k in range(n)]
@@ -61,6 +61,8 @@ class CmRecords(wiring.Component):
         cycle after).
     errored : In(num_qps)
         Bit k: QP k was put in the error state by the transmit side.
+    reserved : In(num_qps)
+        Bit k: QP k is held elsewhere (the IB CM's): never the free QP.
     qp_open : Out(num_qps)
         Bit k: QP k is in use (a register).
     """
@@ -72,6 +74,7 @@ class CmRecords(wiring.Component):
             "lookup": In(LOOKUP),
             "write": In(stream.Signature(CM_RECORD_WRITE, always_ready=True)),
             "errored": In(num_qps),
+            "reserved": In(num_qps),
             "qp_open": Out(num_qps),
         })
 
@@ -86,7 +89,7 @@ class CmRecords(wiring.Component):
 
         in_use = Signal(n)                  # bit k: QP k is open
         m.d.comb += self.qp_open.eq(in_use)
-        found, first = _first_zero(in_use, n)
+        found, first = first_zero(in_use | self.reserved, n)
         m.d.sync += [lk.any_free.eq(found), lk.free_idx.eq(first)]
 
         # the QP named by qpn: its record read and checked, registered

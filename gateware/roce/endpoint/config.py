@@ -68,7 +68,8 @@ class ConfigTypeError(TypeError):
 @dataclass(frozen=True)
 class Param:
     """What a field of :class:`EndpointConfig` is: ``help`` (one paragraph), ``kind``
-    (``"int"``, ``"bool"``, ``"number"``, ``"str"``, ``"region"``, ``"net"``, ``"dict"``),
+    (``"int"``, ``"bool"``, ``"number"``, ``"str"``, ``"region"``, ``"net"``, ``"dict"``,
+    ``"ports"``: a tuple of distinct integers in ``lo..hi``),
     ``lo``/``hi`` (inclusive range) or ``choices``, ``power_of_two``, ``what`` (how an error
     states the range, else made from them), ``cli`` (the command-line option, or None),
     ``metavar`` and ``aliases`` (the names the blocks' own errors give the parameter)."""
@@ -120,6 +121,11 @@ def _check(name, p, value):
             raise ConfigTypeError(name, f"{name} must be a (base, length) tuple of bytes, "
                                   f"not {value!r}")
         return
+    elif p.kind == "ports":
+        if not (isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool)
+                                                 for v in value)):
+            raise ConfigTypeError(name, f"{name} must be a tuple of port numbers, not {value!r}")
+        bad = any(not p.lo <= v <= p.hi for v in value) or len(set(value)) != len(value)
     elif p.kind == "net":
         try:
             parse_net(value)
@@ -171,6 +177,18 @@ class EndpointConfig:
     cm_allow_net: tuple = _p(None, "only hosts in this IPv4 subnet may open QPs "
                              "(default: any host)", kind="net", cli="--allow-net",
                              metavar="A.B.C.D/N", aliases=("allow_net",))
+    rdma_cm_ports: tuple = _p((), "TCP ports the standard RDMA connection manager (the IB CM "
+                              "over QP1, as librdmacm's rdma_connect reaches it) listens on "
+                              "(service ID 0x0106 << 16 | port); its QPs come from the same "
+                              "pool as the UDP connection manager's; default none: no IB CM",
+                              kind="ports", lo=0, hi=65535,
+                              what="distinct TCP ports 0..65535", cli="--rdma-cm-port",
+                              metavar="PORT[,PORT...]")
+    rdma_cm_time_wait_us: float = _p(None, "with rdma_cm_ports: how long a disconnected "
+                                     "connection's QP stays in time-wait before it is free "
+                                     "again, in microseconds (default 67108.864: 4.096 us x "
+                                     "2^14)", kind="number", lo=0, hi=4096 * 2 ** 31 / 1000,
+                                     cli="--rdma-cm-time-wait", metavar="US")
     pmtu: int = _p(4096, "path MTU a QP gets unless its OPEN_QP names one (256..4096, "
                    "default 4096)", choices=PMTUS, cli="--pmtu", aliases=("default_pmtu",))
     cm_timeout: int = _p(14, "default retransmit timeout code: 4.096 us x 2^CODE (0 = never; "
@@ -293,6 +311,8 @@ class EndpointConfig:
         if not 0 <= base < base + length <= self.mem_bytes:
             raise ConfigError("resp_region", f"resp_region [{base:#x}, +{length:#x}) is not "
                               f"inside local memory of {self.mem_bytes:#x} bytes")
+        if self.rdma_cm_time_wait_us is not None and not self.rdma_cm_ports:
+            raise ConfigError("rdma_cm_time_wait_us", "rdma_cm_time_wait_us needs rdma_cm_ports")
         if self.dcqcn_params is not None and not self.dcqcn:
             raise ConfigError("dcqcn_params", "dcqcn_params needs dcqcn=True")
 
@@ -333,6 +353,8 @@ def _range_text(p):
         return "(base, length)"
     if p.kind == "net":
         return "(ip, prefix_len)"
+    if p.kind == "ports":
+        return "tuple of " + p.describe()
     if p.kind == "dict":
         return "dict"
     if p.choices:

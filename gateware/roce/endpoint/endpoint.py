@@ -13,6 +13,7 @@ from rocegen.gateware.roce.endpoint.endpoint_qp_stats import QP_COUNTERS
 from rocegen.gateware.roce.endpoint.endpoint_stats import ROCE_STATS, STATS
 from rocegen.gateware.roce.features.congestion import CongestionFeature
 from rocegen.gateware.roce.features.connection import ConnectionFeature
+from rocegen.gateware.roce.features.ibcm import IbCmFeature
 from rocegen.gateware.roce.features.memory import MemoryFeature
 from rocegen.gateware.roce.features.network import NetworkFeature
 from rocegen.gateware.roce.features.pfc import IP_MTU, PMTU_MAX, PfcFeature
@@ -245,6 +246,7 @@ class RoceEndpoint(wiring.Component):
         f.requester = RequesterFeature(cfg, self.word_addr_bits)
         f.read = ReadRequesterFeature(cfg, self.word_addr_bits) if cfg.reads else None
         f.responder = ResponderFeature(cfg, self.word_addr_bits) if cfg.responder else None
+        f.ibcm = IbCmFeature(cfg) if cfg.rdma_cm_ports else None
         f.pfc = None
         if cfg.pfc is not None:
             buffers = {"rx": f.network.stack.rx_fifo_beats}
@@ -279,7 +281,11 @@ class RoceEndpoint(wiring.Component):
             "max_message": cfg.max_message, "max_inflight": cfg.max_inflight,
             "cm_port": cfg.cm_port, "cm_allow_net": f.connection.cm.net, "pmtu": cfg.pmtu,
             "cm_timeout": cfg.cm_timeout, "cm_retry": cfg.cm_retry,
-            "cm_rnr_retry": cfg.cm_rnr_retry, "responder": cfg.responder,
+            "cm_rnr_retry": cfg.cm_rnr_retry,
+            **({"rdma_cm_ports": cfg.rdma_cm_ports,
+                "rdma_cm_time_wait_ns": f.ibcm.service.core.cm.time_wait_ns}
+               if f.ibcm else {}),
+            "responder": cfg.responder,
             **({"resp_region": cfg.resp_region, "rkey_seed": cfg.rkey_seed,
                 "rnr_timer": cfg.rnr_timer, "rq_depth": cfg.rq_depth,
                 "pattern_sink": cfg.pattern_sink, "resp_ack_every": cfg.resp_ack_every,
@@ -321,5 +327,7 @@ class RoceEndpoint(wiring.Component):
             f.responder.connect(m, self)
         if f.read is not None:
             f.read.connect(m, self)
+        if f.ibcm is not None:
+            f.ibcm.connect(m, self)
         f.statistics.connect(m, self)
         return m

@@ -5,6 +5,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.stats import StatsBlock
 from rocegen.gateware.net.stack import STATS as NET_STATS
 from rocegen.gateware.roce.cm.cm import COUNTERS as CM_COUNTERS
+from rocegen.gateware.roce.ibcm.ibcm_service import COUNTERS as IBCM_COUNTERS
 from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
 from rocegen.gateware.roce.responder.responder import ATOMIC_COUNTERS, RESP_COUNTERS
@@ -37,7 +38,9 @@ ROCE_STATS = [
     "rd_table_overflow", "rd_done", "rd_reissues", "rd_resend_dropped", "rd_resend_stale",
 ] + [
     # (the responder's atomics: zero without them)
-    f"resp_{name}" for name in ATOMIC_COUNTERS] + list(WIDE_COUNTERS)
+    f"resp_{name}" for name in ATOMIC_COUNTERS] + [
+    # (the IB CM's: zero without it)
+    "roce_rx_mads"] + [f"ibcm_{name}" for name in IBCM_COUNTERS] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

@@ -28,7 +28,8 @@ class ConnectionFeature(Feature):
     Ports
     -----
     ``qp_ctl`` / ``qp_psn``: QP table writes (contexts, initial PSNs), beside the connection
-    manager's; ``qp_open``: QPs the connection manager has open. With ``qp_info``:
+    managers'; ``qp_open``: QPs the connection managers have open (with ``rdma_cm_ports``,
+    the IB CM's too). With ``qp_info``:
     ``qp_info_qp`` -> ``qp_info_context`` / ``qp_info_psn``, one cycle after the address.
 
     Behaviour
@@ -70,7 +71,8 @@ class ConnectionFeature(Feature):
         sched, rx, retry = f.requester.sched, f.requester.rx, f.requester.retry
         cm = m.submodules.cm = self.cm
         # (to the table and the retry engine, the table's write enable from registers only)
-        ctl = self.ctl = m.submodules.qp_control = QpControl(self.cfg.num_qps)
+        ctl = self.ctl = m.submodules.qp_control = QpControl(
+            self.cfg.num_qps, ibcm=bool(self.cfg.rdma_cm_ports))
         m.d.comb += [ctl.errored.eq(retry.errored), ctl.busy.eq(sched.busy)]
         wiring.connect(m, wiring.flipped(ep.qp_ctl), ctl.user_ctl)
         wiring.connect(m, wiring.flipped(ep.qp_psn), ctl.user_psn)
@@ -80,7 +82,9 @@ class ConnectionFeature(Feature):
         wiring.connect(m, ctl.table_psn, qps.ctl_psn)
         wiring.connect(m, ctl.engine_ctl, retry.ctx_set)
         wiring.connect(m, ctl.engine_psn, retry.psn_set)
-        m.d.comb += [cm.local_ip.eq(ep.local_ip), ep.qp_open.eq(cm.qp_open)]
+        # (the QPs of the IB CM too, which takes its own from the same pool)
+        held = f.ibcm.qps.held if f.ibcm is not None else 0
+        m.d.comb += [cm.local_ip.eq(ep.local_ip), ep.qp_open.eq(cm.qp_open | held)]
         wiring.connect(m, st.udp_rx[1], cm.i)
         wiring.connect(m, cm.o, st.udp_tx[1])
         m.d.comb += [

@@ -121,7 +121,7 @@ class ReadRequesterFeature(Feature):
         # (a QP with as many READs outstanding as its limit starts no work request; it still
         # resends after a rewind, which is how its READs get answered)
         m.d.comb += sched.full.eq(f.requester.completer.full | track.full)
-        wiring.connect(m, f.connection.cm.rd_limit, track.limit)
+        self._connect_limits(m, f, track)
         m.d.comb += [flush.errored.eq(retry.errored),
                      flush.sched.valid.eq(retry.sched.valid),
                      flush.sched.payload.eq(retry.sched.payload)]
@@ -129,3 +129,16 @@ class ReadRequesterFeature(Feature):
         wiring.connect(m, place.o, mem.read_w)
         if place.acked_writes:
             m.d.comb += place.mem_durable.eq(mem.read_durable)
+
+    @staticmethod
+    def _connect_limits(m, f, track):
+        """The QPs' READ limits: the UDP connection manager's (always ready), and the IB CM's
+        in the cycles the other sets none."""
+        cm_limit = f.connection.cm.rd_limit
+        if f.ibcm is None:
+            wiring.connect(m, cm_limit, track.limit)
+            return
+        ib = f.ibcm.qps.rd_limit
+        m.d.comb += [track.limit.valid.eq(cm_limit.valid | ib.valid),
+                     track.limit.payload.eq(Mux(cm_limit.valid, cm_limit.payload, ib.payload)),
+                     ib.ready.eq(~cm_limit.valid)]

@@ -65,7 +65,7 @@ class RequesterFeature(Feature):
         self.completer = Completer(n, depth=cfg.wr_depth)
         self.retry = RetryEngine(n, cfg.clk_hz)
         self.builder = RocePacketBuilder(w, atomics=cfg.atomics)
-        self.rx = RoceRx(w, n, reads=cfg.reads)
+        self.rx = RoceRx(w, n, reads=cfg.reads, ibcm=bool(cfg.rdma_cm_ports))
         self.gen = TrafficGen(reads=cfg.reads, atomics=cfg.atomics is not None)
         self.wr_merge = WrMerge(n)
         self.front = StreamFrontEnd(w, ring_base=cfg.ring_base, ring_bytes=cfg.ring_bytes,
@@ -121,14 +121,17 @@ class RequesterFeature(Feature):
         wiring.connect(m, builder.o, tx_reg.i)
         if self.cfg.reads:
             f.responder.connect_read_responses(m, ep, rd_reg, tx_reg)
-        if f.responder is None:
+        sources = [tx_reg.o] + ([f.responder.resp.tx] if f.responder else []) + \
+            ([f.ibcm.service.o] if f.ibcm else [])
+        if len(sources) == 1:
             wiring.connect(m, tx_reg.o, st.udp_tx[0])
         else:
-            # the responder's ACKs share UDP port 4791 with the requests, a packet each in turn
-            tx_arb = m.submodules.tx_arbiter = PacketArbiter(self.cfg.width,
-                                                             tx_reg.o.payload.meta.shape(), 2)
-            wiring.connect(m, tx_reg.o, tx_arb.i[0])
-            wiring.connect(m, f.responder.resp.tx, tx_arb.i[1])
+            # the responder's ACKs and the IB CM's MADs share UDP port 4791 with the requests,
+            # a packet each in turn
+            tx_arb = m.submodules.tx_arbiter = PacketArbiter(
+                self.cfg.width, tx_reg.o.payload.meta.shape(), len(sources))
+            for k, src in enumerate(sources):
+                wiring.connect(m, src, tx_arb.i[k])
             wiring.connect(m, tx_arb.o, st.udp_tx[0])
 
     def connect_receive(self, m, ep):

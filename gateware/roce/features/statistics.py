@@ -8,6 +8,7 @@ from rocegen.gateware.roce.cm.cm import COUNTERS as CM_COUNTERS
 from rocegen.gateware.roce.endpoint.endpoint_qp_stats import QP_COUNTERS, EndpointQpStats
 from rocegen.gateware.roce.endpoint.endpoint_stats import PULSE_COUNTERS, STATS, EndpointStats
 from rocegen.gateware.roce.features.feature import Feature
+from rocegen.gateware.roce.ibcm.ibcm_service import COUNTERS as IBCM_COUNTERS
 from rocegen.gateware.roce.layouts import CplStatus, WrSource
 from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
@@ -79,7 +80,10 @@ def _feature_events(f):
         "pfc_rx_pause": pfc.rx_pause if pfc else _ZERO,
         "pfc_rx_bad": pfc.rx_bad if pfc else _ZERO,
         "pfc_tx_frames": pfc.tx_pfc if pfc else _ZERO,
+        "roce_rx_mads": f.requester.rx.mads if f.ibcm else _ZERO,
     })
+    events.update({f"ibcm_{name}": getattr(f.ibcm.service, name) if f.ibcm else _ZERO
+                   for name in IBCM_COUNTERS})
     return events
 
 

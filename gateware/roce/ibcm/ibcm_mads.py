@@ -14,11 +14,12 @@ from rocegen.wire import ibcm as I
 __all__ = ["IbCmMads", "cm_ports", "connect_cm_ports"]
 
 
-def cm_ports():
+def cm_ports(region_port=False):
     """The passive side's ports that a block holding it passes on: our IPv4 address, the
-    region our REPs advertise, the QP pool's handshakes, the QPs' set-ups and closes and the
-    QPs packets arrive on."""
+    region our REPs advertise (with ``region_port``: read per QP, ``region_qp`` out), the QP
+    pool's handshakes, the QPs' set-ups and closes and the QPs packets arrive on."""
     return {
+        **({"region_qp": Out(24)} if region_port else {}),
         "local_ip": In(32), "region": In(I.REGION.layout),
         "qp_req": Out(stream.Signature(0)), "qp_grant": In(stream.Signature(QP_GRANT)),
         "qp_free": Out(stream.Signature(24)),
@@ -28,13 +29,16 @@ def cm_ports():
 
 
 def connect_cm_ports(m, inner, outer):
-    """The :func:`cm_ports` of ``inner`` (a block inside ``outer``) joined to ``outer``'s."""
+    """The :func:`cm_ports` of ``inner`` (a block inside ``outer``) joined to ``outer``'s
+    (``region_qp`` when both have it)."""
     wiring.connect(m, inner.qp_req, wiring.flipped(outer.qp_req))
     wiring.connect(m, wiring.flipped(outer.qp_grant), inner.qp_grant)
     wiring.connect(m, inner.qp_free, wiring.flipped(outer.qp_free))
     wiring.connect(m, inner.qp_set, wiring.flipped(outer.qp_set))
     wiring.connect(m, wiring.flipped(outer.data_seen), inner.data_seen)
     m.d.comb += [inner.local_ip.eq(outer.local_ip), inner.region.eq(outer.region)]
+    if hasattr(inner, "region_qp") and hasattr(outer, "region_qp"):
+        m.d.comb += outer.region_qp.eq(inner.region_qp)
 
 
 class IbCmMads(wiring.Component):
@@ -47,9 +51,9 @@ class IbCmMads(wiring.Component):
     ----------
     width : int
         Data width W in bits (64..512, power of two).
-    ca_guid, rnr_retry_count, cm_response_timeout :
+    ca_guid, rnr_retry_count, cm_response_timeout, region_port :
         The reply builder's (our CA GUID; the RNR retry count of our REPs; the response time
-        our ClassPortInfo states).
+        our ClassPortInfo states; REPs whose region is read per QP).
     ports, clk_hz, and any other keyword :
         The passive side's.
 
@@ -60,7 +64,8 @@ class IbCmMads(wiring.Component):
     o : Out(PacketSignature(width, IBCM_TX_META))
         The answers (the reply builder's ``o``).
     local_ip, region, qp_req, qp_grant, qp_free, qp_set, data_seen :
-        The passive side's.
+        The passive side's; with ``region_port``, ``region`` is the reply builder's (the
+        region of QP ``region_qp``, one cycle after it).
 
     Behaviour
     ---------
@@ -70,16 +75,17 @@ class IbCmMads(wiring.Component):
     """
 
     def __init__(self, width, *, ca_guid=0, rnr_retry_count=7, cm_response_timeout=20,
-                 **passive):
+                 region_port=False, **passive):
         self.width = width
         self.rx = IbCmReceiver(width)
         self.cm = IbCmPassive(**passive)
         self.reply = IbCmReply(width, ca_guid=ca_guid, rnr_retry_count=rnr_retry_count,
-                               cm_response_timeout=cm_response_timeout)
+                               cm_response_timeout=cm_response_timeout, region_port=region_port)
+        self.region_port = region_port
         super().__init__({
             "i": In(PacketSignature(width, IBCM_RX_META)),
             "o": Out(PacketSignature(width, IBCM_TX_META)),
-            **cm_ports(),
+            **cm_ports(region_port),
         })
 
     def elaborate(self, platform):
@@ -91,4 +97,7 @@ class IbCmMads(wiring.Component):
         wiring.connect(m, self.reply.mad, self.rx.mad)
         wiring.connect(m, self.reply.o, wiring.flipped(self.o))
         connect_cm_ports(m, self.cm, self)
+        if self.region_port:
+            m.d.comb += [self.cm.region.eq(0), self.reply.region.eq(self.region),
+                         self.region_qp.eq(self.reply.region_qp)]
         return m

@@ -34,6 +34,9 @@ class IbCmReply(wiring.Component):
         The REP's RNR retry count (0..7).
     cm_response_timeout : int
         Our CM response time (0..31), a ClassPortInfo's ``resp_time_value``.
+    region_port : bool
+        A REP's region is read per QP (ports ``region_qp``, ``region``) instead of taken from
+        its record.
 
     Ports
     -----
@@ -43,6 +46,12 @@ class IbCmReply(wiring.Component):
         in the cycle its last beat leaves (the MAD it echoes must stay until then).
     mad : Out(mad_read_signature(width))
         The MAD an ``ECHO`` sends, a beat at a time (the receiver's, read asynchronously).
+    region_qp : Out(24), with ``region_port``
+        The QP number of the record being sent (``local_qpn``; of the record offered, while
+        none is), ...
+    region : In(I.REGION.layout), with ``region_port``
+        ... its region, one cycle after (a read port of the regions, e.g. the responder's
+        configuration table): a REP's private data from the cycle after its record is taken.
     o : Out(PacketSignature(width, IBCM_TX_META))
         The MAD, 256 bytes, byte 0 in lane 0 of the first beat, every lane kept, ``error`` low;
         ``meta``: the record's ``dst_ip``, ``dst_qp``, ``pkey``. An ``ECHO`` below; else its
@@ -78,16 +87,21 @@ class IbCmReply(wiring.Component):
     ``ECHO``'s from ``mad``).
     """
 
-    def __init__(self, width, *, ca_guid=0, rnr_retry_count=7, cm_response_timeout=20):
+    def __init__(self, width, *, ca_guid=0, rnr_retry_count=7, cm_response_timeout=20,
+                 region_port=False):
         check_width(width)
         self.width = width
         self.ca_guid = int_param("ca_guid", ca_guid, 0, (1 << 64) - 1)
         self.rnr_retry_count = int_param("rnr_retry_count", rnr_retry_count, 0, 7)
         self.cm_response_timeout = int_param("cm_response_timeout", cm_response_timeout, 0, 31)
+        if not isinstance(region_port, bool):
+            raise TypeError(f"region_port must be a bool, not {region_port!r}")
+        self.region_port = region_port
         super().__init__({
             "i": In(stream.Signature(REPLY_RECORD)),
             "o": Out(PacketSignature(width, IBCM_TX_META)),
             "mad": Out(mad_read_signature(width)),
+            **({"region_qp": Out(24), "region": In(I.REGION.layout)} if region_port else {}),
         })
 
     def elaborate(self, platform):
@@ -103,6 +117,8 @@ class IbCmReply(wiring.Component):
                                         self.i.payload.kind != ReplyKind.ECHO))
         with m.If(self.i.valid & ~busy):
             m.d.sync += [rec.eq(self.i.payload), busy.eq(1), beat.eq(0)]
+        if self.region_port:
+            m.d.comb += self.region_qp.eq(Mux(busy, rec.local_qpn, self.i.payload.local_qpn))
 
         mad = Signal(8 * I.MAD_LENGTH)
         m.d.comb += mad.eq(Cat(self._header(m, rec), self._data(m, rec)))
@@ -168,7 +184,8 @@ class IbCmReply(wiring.Component):
                      rep.rnr_retry_count.eq(self.rnr_retry_count),
                      rep.local_ca_guid.eq(self.ca_guid)]
         pd = I.REP.offset("private_data")[0]
-        rep_lanes = padded(I.REP.to_lanes(rep)[:8 * pd], I.REGION.to_lanes(rec.region))
+        region = self.region if self.region_port else rec.region
+        rep_lanes = padded(I.REP.to_lanes(rep)[:8 * pd], I.REGION.to_lanes(region))
 
         rej = Signal(I.REJ.layout)
         m.d.comb += [rej.local_comm_id.eq(rec.local_comm_id),

@@ -46,6 +46,8 @@ class IbCmService(wiring.Component):
     local_ip, region, qp_req, qp_grant, qp_free, qp_set, data_seen :
         The passive side's: our IPv4 address, the region our REPs advertise, the QP pool's
         handshakes, the QPs' set-ups and closes, the QPs packets arrive on.
+    region_qp : Out(24), with ``region_port``
+        The QP whose region ``region`` brings one cycle after (:class:`IbCmMads`').
     <name> : Out(1), for each name of :data:`COUNTERS`
         The blocks' counter strobes.
 
@@ -68,7 +70,7 @@ class IbCmService(wiring.Component):
         super().__init__({
             "i": In(PacketSignature(width)),
             "o": Out(PacketSignature(width, UDP_TX_META)),
-            **cm_ports(),
+            **cm_ports(self.core.region_port),
             **{name: Out(1) for name in COUNTERS},
         })
 

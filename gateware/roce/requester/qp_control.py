@@ -12,19 +12,21 @@ __all__ = ["QpControl"]
 
 
 class QpControl(wiring.Component):
-    """The QP table's control writes: those of the user's ports and of the connection manager,
-    merged, each to both the QP table and the retry engine.
+    """The QP table's control writes: those of the user's ports and of the connection manager
+    (and of the IB CM), merged, each to both the QP table and the retry engine.
 
     Parameters
     ----------
     num_qps : int
         QPs of the endpoint (1..256).
+    ibcm : bool
+        A third writer, the IB CM's (``ibcm_ctl``, ``ibcm_psn``).
 
     Ports
     -----
-    user_ctl, cm_ctl : In(stream.Signature(CONTEXT_WRITE))
-        QP context writes (the user's, the connection manager's).
-    user_psn, cm_psn : In(stream.Signature(PSN_WRITE))
+    user_ctl, cm_ctl, ibcm_ctl : In(stream.Signature(CONTEXT_WRITE))
+        QP context writes (the user's, the connection manager's, with ``ibcm`` the IB CM's).
+    user_psn, cm_psn, ibcm_psn : In(stream.Signature(PSN_WRITE))
         Initial-PSN writes.
     table_ctl / table_psn : Out(stream.Signature(CONTEXT_WRITE / PSN_WRITE))
         To the QP table.
@@ -36,7 +38,7 @@ class QpControl(wiring.Component):
         QPs with work requests not yet completed (the scheduler's queues, from registers).
 
     Behaviour: per kind of write, a round-robin :class:`~rocegen.gateware.lib.stream_arbiter.
-    StreamArbiter` of the user's and the connection manager's input into a forward register,
+    StreamArbiter` of the writers' inputs into a forward register,
     whose write moves when both the table and a register slice in front of the engine take it,
     in the same cycle. So every write reaches both, in the order merged: the table one cycle
     after the arbiter passes it, the engine one cycle or more later (when its own arbitration
@@ -56,14 +58,15 @@ class QpControl(wiring.Component):
     depends on its own QP number.
     """
 
-    def __init__(self, num_qps):
+    def __init__(self, num_qps, *, ibcm=False):
         check_num_qps(num_qps)
+        if not isinstance(ibcm, bool):
+            raise TypeError(f"ibcm must be a bool, not {ibcm!r}")
         self.num_qps = num_qps
+        self.writers = ("user", "cm", "ibcm") if ibcm else ("user", "cm")
         super().__init__({
-            "user_ctl": In(stream.Signature(CONTEXT_WRITE)),
-            "cm_ctl": In(stream.Signature(CONTEXT_WRITE)),
-            "user_psn": In(stream.Signature(PSN_WRITE)),
-            "cm_psn": In(stream.Signature(PSN_WRITE)),
+            **{f"{who}_ctl": In(stream.Signature(CONTEXT_WRITE)) for who in self.writers},
+            **{f"{who}_psn": In(stream.Signature(PSN_WRITE)) for who in self.writers},
             "table_ctl": Out(stream.Signature(CONTEXT_WRITE)),
             "table_psn": Out(stream.Signature(PSN_WRITE)),
             "engine_ctl": Out(stream.Signature(CONTEXT_WRITE)),
@@ -81,12 +84,12 @@ class QpControl(wiring.Component):
         closed = Signal(n)          # a close passing the merge in this cycle (one-hot)
         m.d.sync += closing.eq((closing | closed) & ~self.errored & self.busy)
         for kind, layout in (("ctl", CONTEXT_WRITE), ("psn", PSN_WRITE)):
-            arb = m.submodules[f"{kind}_arbiter"] = StreamArbiter(layout, 2)
+            arb = m.submodules[f"{kind}_arbiter"] = StreamArbiter(layout, len(self.writers))
             reg = m.submodules[f"{kind}_reg"] = StreamForwardRegister(layout)
             sl = m.submodules[f"{kind}_slice"] = StreamRegisterSlice(layout)
             table_in = getattr(self, f"table_{kind}")
             qbits = max(1, (n - 1).bit_length())
-            for k, who in enumerate(("user", "cm")):
+            for k, who in enumerate(self.writers):
                 src = getattr(self, f"{who}_{kind}")
                 wait = Signal(name=f"{who}_{kind}_wait")
                 m.d.comb += [

@@ -66,6 +66,8 @@ class RespEngine(wiring.Component):
     cfg_qp, cfg : In(range(num_qps)), Out(RESP_QP_CONFIG)
         A second read port of the configuration (one cycle after the QP), for the connection
         manager.
+    cfg2_qp, cfg2 : In(range(num_qps)), Out(RESP_QP_CONFIG)
+        A third, for the IB CM.
     rq_qp, rq_valid, rq_head : Out(range(num_qps)), In(1), In(RECV_POST)
         The receive queues' read port (one cycle after the QP).
     rd_qp, rd_full : Out(range(num_qps)), In(1)
@@ -147,6 +149,7 @@ class RespEngine(wiring.Component):
             "psn_set": In(stream.Signature(PSN_WRITE, always_ready=True)),
             "cfg_w": In(stream.Signature(RESP_CONFIG_WRITE, always_ready=True)),
             "cfg_qp": In(range(num_qps)), "cfg": Out(RESP_QP_CONFIG),
+            "cfg2_qp": In(range(num_qps)), "cfg2": Out(RESP_QP_CONFIG),
             "rq_qp": Out(range(num_qps)), "rq_valid": In(1), "rq_head": In(RECV_POST),
             "rd_qp": Out(range(num_qps)), "rd_full": In(1),
             "res_psn": Out(24), "res_hit": In(1), "res_orig": In(64),
@@ -169,9 +172,10 @@ class RespEngine(wiring.Component):
         m.submodules.state = self._state
         m.submodules.config = self._config
         st_r, st_w = self._state.read_port(), self._state.write_port()
-        cf_r, cf_w, cf_cm = (self._config.read_port(), self._config.write_port(),
-                             self._config.read_port())
+        cf_r, cf_w, cf_cm, cf_ib = (self._config.read_port(), self._config.write_port(),
+                                    self._config.read_port(), self._config.read_port())
         m.d.comb += [cf_cm.addr.eq(self.cfg_qp), self.cfg.eq(cf_cm.data),
+                     cf_ib.addr.eq(self.cfg2_qp), self.cfg2.eq(cf_ib.data),
                      cf_w.addr.eq(self.cfg_w.payload.qp), cf_w.data.eq(self.cfg_w.payload.config),
                      cf_w.en.eq(self.cfg_w.valid & (self.cfg_w.payload.qp < n))]
 

@@ -131,6 +131,8 @@ class Responder(wiring.Component):
     cfg_w : In(stream.Signature(RESP_CONFIG_WRITE, always_ready=True))
     cfg_qp, cfg : In(range(num_qps)), Out(RESP_QP_CONFIG)
         The configuration table's writes and a read port (one cycle after the QP).
+    cfg2_qp, cfg2 : In(range(num_qps)), Out(RESP_QP_CONFIG)
+        Another read port (for the IB CM's REPs).
     recv : In(stream.Signature(RECV_POST))
         Receive buffers posted by user logic (held while the QP's queue is full).
     cpl : Out(stream.Signature(RECV_COMPLETION))
@@ -225,6 +227,7 @@ class Responder(wiring.Component):
             "psn_set": In(stream.Signature(PSN_WRITE, always_ready=True)),
             "cfg_w": In(stream.Signature(RESP_CONFIG_WRITE, always_ready=True)),
             "cfg_qp": In(range(num_qps)), "cfg": Out(RESP_QP_CONFIG),
+            "cfg2_qp": In(range(num_qps)), "cfg2": Out(RESP_QP_CONFIG),
             "recv": In(stream.Signature(RECV_POST)),
             "cpl": Out(stream.Signature(RECV_COMPLETION)),
             "mem": Out(MemWriteSignature(width, addr_width)),
@@ -258,6 +261,7 @@ class Responder(wiring.Component):
         m.d.comb += [
             self.ctx_qp.eq(eng.ctx_qp), eng.ctx.eq(self.ctx),
             eng.cfg_qp.eq(self.cfg_qp), self.cfg.eq(eng.cfg),
+            eng.cfg2_qp.eq(self.cfg2_qp), self.cfg2.eq(eng.cfg2),
         ]
         # (a record that finds the queue empty goes straight on if the placement stage takes it)
         acts = m.submodules.act_queue = fifo.SyncFIFO(width=RESP_PLACE.size, depth=ACT_DEPTH)

@@ -91,8 +91,11 @@ def expected(r):
         private_data=I.private_data(I.REP, I.REGION.pack(**r["region"]))))
 
 
-def run(width, records, *, idle, backpressure, seed):
-    dut = IbCmReply(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME)
+def run(width, records, *, idle, backpressure, seed, regions=None):
+    """The records through the reply builder; with ``regions`` (QP number -> region), its
+    ``region_port`` read from them one cycle after ``region_qp``."""
+    dut = IbCmReply(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
+                    region_port=regions is not None)
     rng = random.Random(seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed)
     taken = []
@@ -117,9 +120,14 @@ def run(width, records, *, idle, backpressure, seed):
                 ctx.set(dut.mad.data, int.from_bytes(held[tid][addr * B:(addr + 1) * B],
                                                      "little"))
 
+    async def region_port(ctx):
+        async for _, _, qpn in ctx.tick().sample(dut.region_qp):
+            ctx.set(dut.region, regions.get(qpn, {"addr": 0, "rkey": 0, "length": 0}))
+
     B = width // 8
     held = {r["transaction_id"]: r["request"] for r in records if r["kind"] is ReplyKind.ECHO}
-    run_sim(dut, testbenches=[tb], processes=[col.run, watch, receiver])
+    run_sim(dut, testbenches=[tb], processes=[col.run, watch, receiver] +
+            ([region_port] if regions is not None else []))
     return col, taken
 
 
@@ -171,8 +179,26 @@ def test_echo_is_taken_with_its_last_beat(width):
     assert [b[0] - a for a, b in zip(taken, col.spans[1:])] == [2, 2]
 
 
+@pytest.mark.parametrize("width", [64, 512])
+def test_regions_read_per_qp(width):
+    """With ``region_port``, a REP carries the region read for its QP, whatever its record's."""
+    rng = random.Random(8)
+    records = [random_record(rng, k) for k in list(ReplyKind) * 3]
+    regions = {}
+    for r in records:
+        regions[r["local_qpn"]] = {"addr": rng.getrandbits(64), "rkey": rng.getrandbits(32),
+                                   "length": rng.getrandbits(32)}
+    col, _ = run(width, records, idle=0.3, backpressure=0.3, seed=3, regions=regions)
+    for r, pkt in zip(records, col.packets):
+        if r["kind"] is ReplyKind.REP:
+            assert r["region"] != regions[r["local_qpn"]]
+            r["region"] = regions[r["local_qpn"]]
+        assert pkt.data == expected(r), r["kind"]
+
+
 def test_parameters_are_checked():
     raises(ValueError, "width", lambda: IbCmReply(32))
     raises(ValueError, "ca_guid", lambda: IbCmReply(64, ca_guid=1 << 64))
     raises(ValueError, "rnr_retry_count", lambda: IbCmReply(64, rnr_retry_count=8))
     raises(ValueError, "cm_response_timeout", lambda: IbCmReply(64, cm_response_timeout=32))
+    raises(TypeError, "region_port", lambda: IbCmReply(64, region_port=1))

@@ -1,0 +1,91 @@
+"""The standard RDMA connection manager: the IB CM's passive side over QP1, its QPs from the
+pool the UDP connection manager takes its own from."""
+
+from amaranth.hdl import Mux
+from amaranth.lib import wiring
+
+from rocegen.gateware.roce.features.feature import Feature
+from rocegen.gateware.roce.ibcm.ibcm_passive import DEFAULT_TIME_WAIT_NS
+from rocegen.gateware.roce.ibcm.ibcm_qps import IbCmQps
+from rocegen.gateware.roce.ibcm.ibcm_service import IbCmService
+from rocegen.gateware.roce.layouts import QPN_BASE
+
+__all__ = ["IbCmFeature", "ibcm_params"]
+
+
+def ibcm_params(cfg):
+    """The passive side's parameters in an endpoint of ``cfg`` (an
+    :class:`~rocegen.gateware.roce.endpoint.config.EndpointConfig` with ``rdma_cm_ports``): a
+    connection per QP, the endpoint's QP numbers and clock, READ depths of the responder and
+    of the READ requester (none without READs), the path MTU at most ``pmtu``, one PSN per QP
+    (the REQ's), the time-wait ``rdma_cm_time_wait_us``."""
+    wait = DEFAULT_TIME_WAIT_NS if cfg.rdma_cm_time_wait_us is None else \
+        round(cfg.rdma_cm_time_wait_us * 1000)
+    return {"ports": cfg.rdma_cm_ports, "clk_hz": cfg.clk_hz, "connections": cfg.num_qps,
+            "qpns": range(QPN_BASE, QPN_BASE + cfg.num_qps),
+            "responder_resources": min(cfg.rd_depth, 255) if cfg.reads else 0,
+            "initiator_depth": cfg.max_rd_atomic if cfg.reads else 0,
+            "psn_from_req": True, "max_mtu": cfg.pmtu, "time_wait_ns": wait,
+            "region_port": cfg.responder, "rnr_retry_count": cfg.cm_rnr_retry}
+
+
+class IbCmFeature(Feature):
+    """The IB CM (:class:`~rocegen.gateware.roce.ibcm.ibcm_service.IbCmService`: QP1's
+    ingress, the passive side and its replies, QP1's egress) and its QPs
+    (:class:`~rocegen.gateware.roce.ibcm.ibcm_qps.IbCmQps`).
+
+    Parameters
+    ----------
+    cfg : EndpointConfig
+        ``rdma_cm_ports`` (not empty), ``rdma_cm_time_wait_us``, ``num_qps``, ``clk_hz``,
+        ``pmtu``, ``cm_rnr_retry`` (the RNR retry count our REPs state), ``responder`` (the
+        REPs' regions), ``reads``, ``rd_depth``, ``max_rd_atomic``.
+
+    Ports
+    -----
+    None of its own: it joins the receive path (every datagram of UDP port 4791 after the
+    ICRC check; the QPs requests arrive on), the transmit path (its MADs share UDP port 4791
+    with the requests and the responder's packets), the QP control (a third writer), the UDP
+    connection manager (the QPs each holds) and, with the responder, its configuration table
+    (the region of each QP, which a REP states). ``qp_open`` shows the QPs of both managers.
+
+    Behaviour
+    ---------
+    As :class:`IbCmService` and :class:`IbCmQps` describe: a REQ for a listened port takes the
+    lowest QP neither manager holds, opens it (RTS, one PSN for both directions: the REQ's,
+    which our REP states too) and answers with a REP carrying the QP's region (address,
+    R_Key, length: :data:`rocegen.wire.ibcm.REGION`); a DREQ puts the QP in error; the end of
+    the time-wait (or a REJ) gives it back to the pool, reset.
+    """
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.service = IbCmService(cfg.width, **ibcm_params(cfg))
+        self.qps = IbCmQps(cfg.num_qps, reads=cfg.reads, max_rd_atomic=cfg.max_rd_atomic)
+
+    def connect(self, m, ep):
+        """The service on the receive path's datagrams and QPs, into UDP port 4791's
+        arbitration (made by the requester feature), its QPs between the pool and the QP
+        control."""
+        f = ep.features
+        svc = m.submodules.ibcm = self.service
+        qps = m.submodules.ibcm_qps = self.qps
+        rx, cm = f.requester.rx, f.connection.cm
+        m.d.comb += [svc.i.valid.eq(rx.req.valid), svc.i.payload.eq(rx.req.payload),
+                     svc.local_ip.eq(ep.local_ip)]
+        wiring.connect(m, rx.data_seen, svc.data_seen)
+        for name in ("qp_req", "qp_free", "qp_set"):
+            wiring.connect(m, getattr(svc, name), getattr(qps, name))
+        wiring.connect(m, qps.qp_grant, svc.qp_grant)
+        m.d.comb += [qps.others.eq(cm.qp_open), qps.pool_idle.eq(cm.pool_idle),
+                     cm.reserved.eq(qps.held), qps.tclass.eq(cm.tclass)]
+        ctl = f.connection.ctl
+        wiring.connect(m, qps.qp_ctl, ctl.ibcm_ctl)
+        wiring.connect(m, qps.qp_psn, ctl.ibcm_psn)
+        if f.responder is not None:
+            resp = f.responder.resp
+            index = (svc.region_qp - QPN_BASE)[:max(1, (self.cfg.num_qps - 1).bit_length())]
+            mr = resp.cfg2.mr
+            m.d.comb += [resp.cfg2_qp.eq(index), svc.region.addr.eq(mr.base),
+                         svc.region.rkey.eq(mr.rkey),
+                         svc.region.length.eq(Mux(mr.length[32], 0xFFFF_FFFF, mr.length))]

@@ -1,0 +1,187 @@
+"""The IB CM's QPs in the endpoint: its share of the QP pool and its writes of the QP table."""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from rocegen.gateware.roce.cm.cm_records import first_zero
+from rocegen.gateware.roce.ibcm.ibcm_layouts import QP_GRANT, QP_SET, int_param
+from rocegen.gateware.roce.layouts import (
+    CONTEXT_WRITE,
+    PSN_WRITE,
+    QPN_BASE,
+    TRAFFIC_CONFIG,
+    QpState,
+    check_num_qps,
+)
+from rocegen.gateware.roce.read.read_layouts import READ_LIMIT
+from rocegen.wire.cm import UDP_SPORT_BASE
+
+__all__ = ["IbCmQps"]
+
+#: The log2 of the path MTU of IB MTU code c is c + 7 (256 bytes: code 1).
+_MTU_LOG2 = 7
+
+
+class IbCmQps(wiring.Component):
+    """The QPs of the IB CM's passive side
+    (:class:`~rocegen.gateware.roce.ibcm.ibcm_passive.IbCmPassive`) in the endpoint: grants
+    them from the QP pool it shares with the UDP 17185 connection manager, and writes their
+    contexts and starting PSNs into the QP table (through
+    :class:`~rocegen.gateware.roce.requester.qp_control.QpControl`).
+
+    Parameters
+    ----------
+    num_qps : int
+        QPs of the endpoint (1..256), QP numbers from 256.
+    ack_every_log2 : int
+        AckReq on every 2^n-th packet inside long messages, as the other manager's QPs
+        (0..7).
+    reads : bool
+        The endpoint has a READ requester: each QP opened gets its READ limit (``rd_limit``).
+    max_rd_atomic : int
+        With ``reads``: the most READs a QP may have outstanding (1..16).
+
+    Ports
+    -----
+    qp_req : In(stream.Signature(0))
+        The passive side wants a QP ...
+    qp_grant : Out(stream.Signature(QP_GRANT))
+        ... answered: ``ok`` and its QP number, or none free.
+    qp_free : In(stream.Signature(24))
+        A QP (a QP number this block granted) given back: written RESET, then free.
+    qp_set : In(stream.Signature(QP_SET))
+        A QP to open (RTS) or to put in the error state (:data:`QP_SET`).
+    others : In(num_qps)
+        Bit k: QP k is held by the other manager (its ``qp_open``).
+    pool_idle : In(1)
+        The other manager takes no QP in this cycle nor the next (its free QP look-up then
+        sees the QPs this block holds from the cycle after a grant on).
+    held : Out(num_qps)
+        Bit k: QP k is this block's (granted, not yet given back). A register.
+    tclass : In(TRAFFIC_CONFIG)
+        DSCP and ECN of the QPs opened.
+    qp_ctl : Out(stream.Signature(CONTEXT_WRITE))
+        Context writes. Opened: state RTS, the peer's address and QP, no remote region
+        (R_Key and base 0: the peer states its buffers in its own way, e.g. rping's SEND),
+        path MTU 2^(``path_mtu`` + 7), UDP source port ``0xC000 | k``, DSCP and ECN from
+        ``tclass``, ``ack_every_log2``, the REQ's ACK timeout and retry counts. Closed: all
+        zero in state ERROR. Given back: all zero (RESET).
+    qp_psn : Out(stream.Signature(PSN_WRITE))
+        An opened QP's PSN (both directions: ``qp_set``'s ``psn``).
+    rd_limit : Out(stream.Signature(READ_LIMIT)), with ``reads``
+        An opened QP's READ limit: the smaller of its initiator depth and ``max_rd_atomic``.
+
+    Behaviour
+    ---------
+    One thing at a time, in this order of precedence: a ``qp_set`` (its writes offered from
+    registers the cycle after it is seen, at once; ``qp_set.ready`` in the cycle the last is
+    taken), a ``qp_free`` (its write likewise, ``qp_free.ready`` with it; the QP free from the
+    next cycle), a ``qp_req`` in a cycle with ``pool_idle`` (the lowest QP neither manager
+    holds, held from the next cycle, offered on ``qp_grant`` from then; ``ok`` low when there
+    is none). Backpressure: each handshake waits for its peer; nothing else is done meanwhile.
+    """
+
+    def __init__(self, num_qps, *, ack_every_log2=4, reads=False, max_rd_atomic=16):
+        check_num_qps(num_qps)
+        self.num_qps = num_qps
+        self.ack_every_log2 = int_param("ack_every_log2", ack_every_log2, 0, 7)
+        if not isinstance(reads, bool):
+            raise TypeError(f"reads must be a bool, not {reads!r}")
+        self.reads = reads
+        self.max_rd_atomic = int_param("max_rd_atomic", max_rd_atomic, 1, 16)
+        members = {
+            "qp_req": In(stream.Signature(0)),
+            "qp_grant": Out(stream.Signature(QP_GRANT)),
+            "qp_free": In(stream.Signature(24)),
+            "qp_set": In(stream.Signature(QP_SET)),
+            "others": In(num_qps),
+            "pool_idle": In(1),
+            "held": Out(num_qps),
+            "tclass": In(TRAFFIC_CONFIG),
+            "qp_ctl": Out(stream.Signature(CONTEXT_WRITE)),
+            "qp_psn": Out(stream.Signature(PSN_WRITE)),
+        }
+        if reads:
+            members["rd_limit"] = Out(stream.Signature(READ_LIMIT))
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self.num_qps
+        held = Signal(n)
+        m.d.comb += self.held.eq(held)
+        found, first = first_zero(held | self.others, n)
+        pending = self._writes(m)
+        st = self.qp_set.payload
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.qp_set.valid):
+                    self._set_writes(m, st)
+                    m.next = "SET"
+                with m.Elif(self.qp_free.valid):
+                    m.d.sync += self._context(self.qp_free.payload, QpState.RESET)
+                    m.next = "FREE"
+                with m.Elif(self.qp_req.valid & self.pool_idle):
+                    m.d.comb += self.qp_req.ready.eq(1)
+                    m.d.sync += [self.qp_grant.payload.ok.eq(found),
+                                 self.qp_grant.payload.qpn.eq(QPN_BASE + first)]
+                    with m.If(found):
+                        m.d.sync += held.bit_select(first, 1).eq(1)
+                    m.next = "GRANT"
+            with m.State("GRANT"):
+                m.d.comb += self.qp_grant.valid.eq(1)
+                with m.If(self.qp_grant.ready):
+                    m.next = "IDLE"
+            with m.State("SET"):
+                with m.If(~pending):
+                    m.d.comb += self.qp_set.ready.eq(1)
+                    m.next = "IDLE"
+            with m.State("FREE"):
+                with m.If(~pending):
+                    m.d.comb += self.qp_free.ready.eq(1)
+                    m.d.sync += held.bit_select(self._index(self.qp_free.payload), 1).eq(0)
+                    m.next = "IDLE"
+        return m
+
+    def _index(self, qpn):
+        return (qpn - QPN_BASE)[:max(1, (self.num_qps - 1).bit_length())]
+
+    def _writes(self, m):
+        """The write registers: each offered while its ``valid`` is set, cleared when it is
+        taken. Returns a signal high while one is still offered."""
+        outs = [self.qp_ctl, self.qp_psn] + ([self.rd_limit] if self.reads else [])
+        for o in outs:
+            with m.If(o.ready):
+                m.d.sync += o.valid.eq(0)
+        pending = Signal()
+        m.d.comb += pending.eq(Cat(o.valid for o in outs).any())
+        return pending
+
+    def _context(self, qpn, state):
+        """Assignments: the context write of ``qpn``, all zero in ``state``, offered."""
+        c = self.qp_ctl.payload
+        return [self.qp_ctl.valid.eq(1), c.qp.eq(self._index(qpn)), c.context.eq(0),
+                c.context.state.eq(state)]
+
+    def _set_writes(self, m, st):
+        """The writes of ``qp_set`` ``st``: an open's context, PSN and READ limit; a close's
+        context in ERROR."""
+        c = self.qp_ctl.payload.context
+        idx = self._index(st.qpn)
+        m.d.sync += self._context(st.qpn, Mux(st.open, QpState.RTS, QpState.ERROR))
+        with m.If(st.open):
+            m.d.sync += [
+                c.peer_ip.eq(st.peer_ip), c.peer_qpn.eq(st.peer_qpn),
+                c.pmtu_log2.eq(st.path_mtu + _MTU_LOG2), c.udp_sport.eq(UDP_SPORT_BASE | idx),
+                c.dscp.eq(self.tclass.dscp), c.ecn.eq(self.tclass.ecn),
+                c.ack_every_log2.eq(self.ack_every_log2), c.timeout.eq(st.ack_timeout),
+                c.retry_cnt.eq(st.retry_count), c.rnr_retry.eq(st.rnr_retry_count),
+                self.qp_psn.valid.eq(1), self.qp_psn.payload.qp.eq(idx),
+                self.qp_psn.payload.psn.eq(st.psn)]
+            if self.reads:
+                depth = Mux(st.initiator_depth > self.max_rd_atomic, self.max_rd_atomic,
+                            st.initiator_depth)
+                m.d.sync += [self.rd_limit.valid.eq(1), self.rd_limit.payload.qp.eq(idx),
+                             self.rd_limit.payload.limit.eq(depth)]
