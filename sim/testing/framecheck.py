@@ -46,7 +46,7 @@ import time
 from collections import Counter
 
 from scapy.contrib.roce import AETH, BTH, CNPPadding
-from scapy.fields import IntField, XIntField, XLongField
+from scapy.fields import ByteField, IntField, X3BytesField, XIntField, XLongField
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Packet, Padding, Raw
@@ -54,7 +54,7 @@ from scapy.packet import Packet, Padding, Raw
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 
-__all__ = ["FrameCheckError", "FrameChecker", "RETH", "ImmDt", "AtomicETH", "AtomicAckETH",
+__all__ = ["FrameCheckError", "FrameChecker", "RETH", "ImmDt", "AtomicETH", "AtomicAckETH", "DETH",
            "roce_layers", "CM_PORT",
            "CM_REPLY_PORT", "cm_decode", "cm_encode"]
 
@@ -62,6 +62,11 @@ ROCE_PORT = 4791
 CM_PORT = 17185
 CM_REPLY_PORT = 0x8765
 MIN_FRAME = 60                  # Ethernet minimum without the FCS
+#: the communication manager's datagrams (IBTA Vol. 1, chapters 13 and 16): UD SEND_ONLY to and
+#: from QP1, the well-known Q_Key, a 256-byte MAD of base version 1
+OP_UD_SEND_ONLY = 0x64
+QP1_QKEY = 0x80010000
+MAD_BYTES = 256
 CM_FRAME = 14 + 20 + 8 + 64     # a connection-manager request: Ethernet, IPv4, UDP, datagram
 
 
@@ -83,6 +88,15 @@ class ImmDt(Packet):
     """Immediate data extended transport header (4 bytes)."""
     name = "ImmDt"
     fields_desc = [XIntField("imm", 0)]
+
+    def extract_padding(self, s):
+        return b"", s
+
+
+class DETH(Packet):
+    """Datagram extended transport header (8 bytes): Q_Key, reserved, source QP."""
+    name = "DETH"
+    fields_desc = [XIntField("qkey", 0), ByteField("resv", 0), X3BytesField("src_qp", 0)]
 
     def extract_padding(self, s):
         return b"", s
@@ -114,7 +128,7 @@ class AtomicAckETH(Packet):
 # SEND/WRITE codes.
 _LAYER = {H.RETH: RETH, H.IMMDT: ImmDt, H.AETH: AETH, H.ATOMIC_ETH: AtomicETH,
           H.ATOMIC_ACK_ETH: AtomicAckETH}
-_SIZE = {RETH: 16, ImmDt: 4, AETH: 4, AtomicETH: 28, AtomicAckETH: 8}
+_SIZE = {RETH: 16, ImmDt: 4, AETH: 4, AtomicETH: 28, AtomicAckETH: 8, DETH: 8}
 _RC = {r.code: (tuple(_LAYER[h] for h in r.headers),
                 r.position in (opc.Position.LAST, opc.Position.ONLY))
        for r in opc.ROWS if opc.transport(r.code) == opc.TRANSPORT_RC}
@@ -122,9 +136,26 @@ _RC = {r.code: (tuple(_LAYER[h] for h in r.headers),
 _NO_PAYLOAD = frozenset(r.code for r in opc.ROWS if not r.payload)
 _UC = 0b001 << 5
 OPCODES = {**_RC, **{_UC | op: v for op, v in _RC.items()
-                     if opc.row(op).verb in (opc.Verb.SEND, opc.Verb.RDMA_WRITE)}}
+                     if opc.row(op).verb in (opc.Verb.SEND, opc.Verb.RDMA_WRITE)},
+           OP_UD_SEND_ONLY: ((DETH,), True)}
 OP_ACKNOWLEDGE = opc.OP_RC_ACKNOWLEDGE
 OP_CNP = opc.OP_CNP
+
+
+def _mad_rules(bth, deth, payload):
+    """What the endpoint's IB CM datagrams must be: from QP1 with the well-known Q_Key, a
+    256-byte MAD of base version 1 and the CM's class (7, class version 2), no pad."""
+    problems = []
+    if (deth.qkey, deth.src_qp, deth.resv) != (QP1_QKEY, 1, 0):
+        problems.append(f"DETH Q_Key {deth.qkey:#x}, source QP {deth.src_qp}, reserved "
+                        f"{deth.resv}: a CM datagram is from QP1 with Q_Key {QP1_QKEY:#x}")
+    if len(payload) != MAD_BYTES or bth.padcount:
+        problems.append(f"a UD SEND_ONLY of the endpoint carries a {MAD_BYTES}-byte MAD without "
+                        f"pad, not {len(payload)} bytes with PadCnt {bth.padcount}")
+    elif payload[:3] != bytes([1, 7, 2]):
+        problems.append(f"MAD base version, class, class version {payload[:3].hex()}: the CM's "
+                        f"are 01 07 02")
+    return problems
 
 
 def roce_layers(opcode, rest):
@@ -354,6 +385,8 @@ class FrameChecker:
         except ValueError as e:
             return problems + [str(e)]
         pc = bth.padcount
+        if bth.opcode == OP_UD_SEND_ONLY:
+            problems += _mad_rules(bth, layers[0], payload)
         is_last = bth.opcode == OP_CNP or OPCODES[bth.opcode][1]
         if bth.opcode in _NO_PAYLOAD and (payload or pc):
             problems.append(f"{len(payload)} payload bytes and PadCnt {pc} on "
@@ -375,6 +408,7 @@ class FrameChecker:
         return problems
 
     # --------------------------------------------------------------- connection-manager replies
+    # (the 64-byte datagrams of UDP port 17185; the IB CM's MADs are RoCE frames, above)
     def _cm_reply(self, p, checksum_zero):
         ip, udp = p[IP], p[UDP]
         raw = bytes(udp.payload)

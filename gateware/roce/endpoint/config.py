@@ -179,7 +179,7 @@ class EndpointConfig:
                              metavar="A.B.C.D/N", aliases=("allow_net",))
     rdma_cm_ports: tuple = _p((), "TCP ports the standard RDMA connection manager (the IB CM "
                               "over QP1, as librdmacm's rdma_connect reaches it) listens on "
-                              "(service ID 0x0106 << 16 | port); its QPs come from the same "
+                              "(service ID 0x01060000 + port); its QPs come from the same "
                               "pool as the UDP connection manager's; default none: no IB CM",
                               kind="ports", lo=0, hi=65535,
                               what="distinct TCP ports 0..65535", cli="--rdma-cm-port",

@@ -31,7 +31,9 @@ class CmPeer:
     """``nic`` (a :class:`~rocegen.sim.models.rnic.Rnic`) with a CM whose QP numbers are
     ``qpns``; ``ca_guid``, ``ports`` (listened TCP ports) and any other keyword are
     :class:`~rocegen.sim.models.ibcm.IbCm`'s. :attr:`cm` is the CM, :attr:`qps` maps each
-    connection's local communication ID to the NIC QP made for it."""
+    connection's local communication ID to the NIC QP made for it. A testbench drives it as it
+    drives the NIC (:meth:`receive`, :meth:`due`, :meth:`next_due`; every other attribute is
+    the NIC's)."""
 
     def __init__(self, nic, *, qpns, ca_guid=0x0002C90300000001, ports=(), **cm_kwargs):
         self.nic = nic
@@ -80,6 +82,35 @@ class CmPeer:
     def next_deadline(self):
         """When :meth:`poll` next has something to do (None: nothing waits)."""
         return self.cm.next_deadline()
+
+    # ---- standing where the NIC would: its timers with the CM's, everything else its own
+
+    def due(self, now):
+        """The NIC's answers due at ``now`` (:meth:`~rocegen.sim.models.rnic.Rnic.due`), then
+        the frames of the CM's timers due then (:meth:`poll`)."""
+        return self.nic.due(now) + self.poll(now)
+
+    def next_due(self):
+        """The earliest time :meth:`due` has something to do: the NIC's or the CM's (None:
+        nothing waits)."""
+        times = [t for t in (self.nic.next_due(), self.next_deadline()) if t is not None]
+        return min(times, default=None)
+
+    @property
+    def strict(self):
+        """The NIC's :attr:`~rocegen.sim.models.rnic.Rnic.strict`."""
+        return self.nic.strict
+
+    @strict.setter
+    def strict(self, value):
+        self.nic.strict = value
+
+    def __getattr__(self, name):
+        """Any other attribute is the NIC's (its work requests, completions, log ...)."""
+        nic = self.__dict__.get("nic")
+        if nic is None:
+            raise AttributeError(name)
+        return getattr(nic, name)
 
     # ---- the NIC's QPs
 

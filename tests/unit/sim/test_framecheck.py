@@ -123,6 +123,27 @@ def test_good_frames_pass_and_are_counted():
     assert f"{len(frames) + 2} frames rebuilt by scapy" in c.summary()
 
 
+def deth(qkey=0x80010000, src_qp=1):
+    return struct.pack(">IB3s", qkey, 0, src_qp.to_bytes(3, "big"))
+
+
+def mad(head=b"\x01\x07\x02\x03", n=256):
+    """A MAD: base version, class, class version, method, then zeros (``n`` bytes in all)."""
+    return (head + bytes(n))[:n]
+
+
+def test_cm_datagrams_pass_and_their_rules_hold():
+    """The IB CM's UD SEND_ONLY frames from QP1: rebuilt with the DETH; the Q_Key, source QP,
+    MAD length and the MAD's first bytes checked."""
+    c = FrameChecker("test")
+    assert c.check(roce(bth(0x64, qpn=1) + deth() + mad())) == "roce"
+    check_fails(roce(bth(0x64, qpn=1) + deth(qkey=0x1234) + mad()), "Q_Key 0x1234")
+    check_fails(roce(bth(0x64, qpn=1) + deth(src_qp=2) + mad()), "source QP 2")
+    check_fails(roce(bth(0x64, qpn=1) + deth() + mad(n=252)), "256-byte MAD", "not 252")
+    check_fails(roce(bth(0x64, qpn=1) + deth() + mad(b"\x01\x04\x01")), "01 07 02")
+    check_fails(roce(bth(0x64, qpn=1) + deth()[:6]), "bytes left for DETH")
+
+
 def test_wrong_icrc_fails():
     frame = roce(bth(0x0A, ackreq=1) + reth(dlen=4) + b"abcd", bad_icrc=True)
     check_fails(frame, "BTH.icrc", "differs from scapy's rebuild")

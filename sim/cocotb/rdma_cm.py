@@ -1,0 +1,198 @@
+"""cocotb testbench: the standard RDMA connection manager of an endpoint built with
+``rdma_cm_ports`` (the IB CM over QP1), against the host NIC model as a librdmacm peer
+(:class:`~rocegen.sim.models.rnic.rdma_cm.CmPeer`: its ``rdma_connect`` and ``rdma_disconnect``
+go to the endpoint as MADs, its QPs are made when the connection is).
+
+The cocotb test ``connections``:
+
+* the host connects to the listened port: the REP names a QP of the endpoint (``qp_open``
+  shows it), states the QP's region (its base, R_Key and length in the responder's table) and
+  the REQ's own starting PSN; the host's RTU establishes the connection;
+* the host RDMA-WRITEs into the region and READs it back, byte for byte; the endpoint SENDs
+  to the host (a receive buffer the host posted): data moves both ways on the QP the CM
+  opened, with the PSNs and MTU the REQ asked for;
+* a 17185 OPEN_QP meanwhile gets another QP, and a 17185 CLOSE_QP of the IB CM's QP is
+  refused (neither manager touches the other's);
+* a REQ for a port nobody listens on gets REJ INVALID_SERVICE_ID and takes no QP;
+* the host disconnects: DREP, the endpoint's QP leaves ``qp_open`` after the time-wait;
+  then the host connects again and moves data again;
+* the endpoint's counters agree with what went on the line (MADs in and out, connections
+  established, refused) and every frame it sent passes the independent frame check.
+"""
+
+import os
+import random
+
+import cocotb
+
+from rocegen.gateware.roce.endpoint.endpoint_stats import STATS
+from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
+from rocegen.sim.cocotb.roce_resp import NUM_QPS, REGION, RespEnv, W, rkey_of
+from rocegen.sim.models.cm.cm import ACK_ACK, ACK_NAK, CM_PORT, REQ_CLOSE_QP, REQ_OPEN_QP
+from rocegen.sim.models.cm.cm import request as cm_request
+from rocegen.sim.models.cm.cm import unpack as cm_unpack
+from rocegen.sim.models.ibcm.cm import State
+from rocegen.sim.models.rnic import WcStatus
+from rocegen.sim.models.rnic.memory import Access
+from rocegen.sim.models.rnic.rdma_cm import CmPeer
+from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.roce_env import now_cycle, period_ps, wait_cycles
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
+from rocegen.wire import ibcm as I
+from rocegen.wire.addr import parse_ip
+from rocegen.wire.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
+
+#: the TCP port the build listens on (``rdma_cm_ports``)
+PORT = int(os.environ.get("RDMA_CM_PORT", "7471"))
+SEED = int(os.environ.get("SEED", "5"))
+#: the host's QP numbers (the CM's) and where its buffers live
+HOST_QPNS = range(0x300, 0x310)
+HOST_BUF = 0x10_0000_0000
+MAX_CYCLES = 2_000_000
+CM_SPORT, CM_LISTEN = 0x5123, 0x5124
+
+
+def _now_ns():
+    return now_cycle(W) * period_ps(W) / 1000
+
+
+def _is_mad(frame):
+    """A UD SEND_ONLY to QP1 (an untagged RoCEv2 frame)."""
+    at = ETH.length + IPV4.length
+    if len(frame) < at + UDP.length + BTH.length or \
+            UDP.unpack(frame[at:])["dst_port"] != UDP_PORT_ROCEV2:
+        return False
+    bth = BTH.unpack(frame[at + UDP.length:])
+    return bth["opcode"] == 0x64 and bth["dest_qp"] == I.QP1
+
+
+class CmEnv(RespEnv):
+    """:class:`RespEnv` whose host NIC model is a librdmacm peer; counts the MADs each way."""
+
+    def __init__(self, dut):
+        super().__init__(dut, seed=SEED)
+        self.peer = self.nic = CmPeer(self.nic, qpns=HOST_QPNS)
+        self.nic.register_mr(HOST_BUF, 1 << 16, 0x7700, Access.LOCAL_WRITE)
+        self.mads_in = 0
+
+    async def start(self):
+        await super().start()
+        self.mac.taps.append(self._tap)
+
+    def _tap(self, frame):
+        self.mads_in += _is_mad(frame)
+
+    def mads_out(self):
+        return sum(_is_mad(fr) for _, _, fr in self.mac.frames)
+
+    def send(self, frames):
+        for f in frames:
+            self.mac.to_endpoint(f)
+        self.mac.poke()
+
+    async def connect(self, port=PORT):
+        """``rdma_connect`` to ``port``: the connection (its state when the answer came)."""
+        cid, frames = self.peer.connect(_now_ns(), dst_ip=FPGA_IP, dst_mac=FPGA_MAC, port=port)
+        self.send(frames)
+        conn = self.peer.cm.connections[cid]
+        await self.settle(lambda: cid not in self.peer.cm.connections or
+                          conn.state is not State.REQ_SENT, f"no answer to the REQ on {port}")
+        return cid, conn
+
+    async def qp_open(self):
+        await wait_cycles(W, 2)
+        return int(self.dut.qp_open.value)
+
+
+async def cm17185(env, payload):
+    """One exchange with the UDP 17185 connection manager: its reply's fields."""
+    seen = len(env.nic.udp_rx)
+    env.mac.to_endpoint(env.nic.udp_frame(FPGA_IP, CM_SPORT, CM_PORT, payload, dst_mac=FPGA_MAC))
+    env.mac.poke()
+    await env.settle(lambda: len(env.nic.udp_rx) > seen, "no 17185 reply")
+    return cm_unpack(env.nic.udp_rx[seen][3])
+
+
+async def move_data(env, conn, rng, what):
+    """The host WRITEs a message into the region the REP stated and READs it back; the
+    endpoint SENDs one to the host."""
+    hq, k = conn.qpn, conn.peer_qpn - 256
+    r = conn.peer_region
+    data = rng.randbytes(rng.randrange(1500, 5000))
+    off = rng.randrange(0, r.length - len(data)) & ~7
+    w = env.peer.post_send(hq, "WRITE", data=data, remote_addr=r.addr + off, rkey=r.rkey)
+    rd = env.peer.post_send(hq, "READ", length=len(data), remote_addr=r.addr + off, rkey=r.rkey)
+    env.mac.poke()
+    await env.settle(lambda: not env.peer.send_outstanding(), f"{what}: host WRITE and READ")
+    done = {c.wr_id: c for c in env.peer.send_cq if c.wr_id in (w, rd)}
+    assert all(c.status == WcStatus.SUCCESS for c in done.values()), (what, done)
+    assert done[rd].data == data, f"{what}: the READ returned other bytes than written"
+    env.shadow[r.addr + off:r.addr + off + len(data)] = data
+    # the endpoint SENDs 600 bytes of its memory to a buffer the host posted
+    env.peer.post_recv(hq, 4096, 0x99, addr=HOST_BUF)
+    first = len(env.cpl.items)
+    await env.wr.send({"wr_id": 0x5000 + k, "qp": k, "opcode": WrOpcode.SEND,
+                       "local_addr": r.addr + off, "length": 600, "remote_offset": 0, "imm": 0})
+    cpl = (await env.cpl.wait_for(first + 1, max_cycles=MAX_CYCLES))[first]
+    assert cpl["status"] == CplStatus.OK.value, (what, cpl)
+    assert env.peer.read_mem(HOST_BUF, 600) == data[:600], f"{what}: the SEND's bytes"
+
+
+@cocotb.test()
+async def connections(dut):
+    rng = random.Random(SEED)
+    env = CmEnv(dut)
+    await env.start()
+    # a connection: the REP names a QP, its region and the REQ's PSN; the RTU establishes it
+    cid, conn = await env.connect()
+    assert conn.state is State.ESTABLISHED, conn
+    k = conn.peer_qpn - 256
+    assert 0 <= k < NUM_QPS and (await env.qp_open()) >> k & 1
+    assert (conn.peer_region.addr, conn.peer_region.rkey, conn.peer_region.length) == \
+        (REGION[0], rkey_of(k), REGION[1]), conn.peer_region
+    assert conn.peer_psn == conn.psn, "the endpoint's QP starts at the REQ's PSN"
+    await move_data(env, conn, rng, "first connection")
+
+    # the UDP manager: another QP; the IB CM's is not its to close
+    reply = await cm17185(env, cm_request(REQ_OPEN_QP, loc_qpn=0x77, loc_psn=5,
+                                          loc_ip=parse_ip(HOST_IP), listening_port=CM_LISTEN))
+    assert reply["ack_type"] == ACK_ACK and reply["loc_qpn"] != conn.peer_qpn, reply
+    oob = reply["loc_qpn"]
+    reply = await cm17185(env, cm_request(REQ_CLOSE_QP, rem_qpn=conn.peer_qpn,
+                                          loc_ip=parse_ip(HOST_IP), listening_port=CM_LISTEN))
+    assert reply["ack_type"] == ACK_NAK, reply
+
+    # nobody listens on PORT + 1: REJ INVALID_SERVICE_ID, no QP taken
+    before = await env.qp_open()
+    bad, _ = await env.connect(PORT + 1)
+    assert bad not in env.peer.cm.connections
+    assert ("rejected", bad, I.RejReason.INVALID_SERVICE_ID) in env.peer.cm.events
+    assert await env.qp_open() == before
+
+    # disconnect: DREP, time-wait, the QP free again; connect again and move data
+    env.send(env.peer.disconnect(_now_ns(), cid))
+    await env.settle(lambda: conn.state is State.TIMEWAIT, "no DREP")
+    await env.settle(lambda: not int(dut.qp_open.value) >> k & 1, "the QP stays open")
+    _, again = await env.connect()
+    assert again.state is State.ESTABLISHED
+    await move_data(env, again, rng, "second connection")
+    reply = await cm17185(env, cm_request(REQ_CLOSE_QP, rem_qpn=oob, loc_ip=parse_ip(HOST_IP),
+                                          listening_port=CM_LISTEN))
+    assert reply["ack_type"] == ACK_ACK, reply
+
+    await check_counters(env)
+    assert not env.host_problems(), env.host_problems()
+    dut._log.info(env.mac.framecheck.summary())
+
+
+async def check_counters(env):
+    """The endpoint's counters against what went on the line."""
+    await wait_cycles(W, 50)
+    names = ["roce_rx_mads", "ibcm_qp1_mads", "ibcm_rx_mads", "ibcm_tx_mads",
+             "ibcm_established", "ibcm_req_rejected", "ibcm_qp1_drop_qkey", "roce_rx_drop_opcode"]
+    got = await read_stats(env.dut, names, block=STATS)
+    want = {"roce_rx_mads": env.mads_in, "ibcm_qp1_mads": env.mads_in,
+            "ibcm_rx_mads": env.mads_in, "ibcm_tx_mads": env.mads_out(),
+            "ibcm_established": 2, "ibcm_req_rejected": 1, "ibcm_qp1_drop_qkey": 0,
+            "roce_rx_drop_opcode": 0}
+    assert got == want, (got, want)
