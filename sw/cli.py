@@ -45,8 +45,7 @@ run READ back from the FPGA's memory and checked.
 and their memory; the other commands talk to it. It opens each QP with OPEN_QP over UDP 17185,
 or with ``--rdma-cm`` through the InfiniBand CM on the FPGA's QP1 as librdmacm's
 ``rdma_connect`` does (to TCP port ``--rdma-cm-port``, default 7174, rping's); ``status`` says
-which CM opened each QP. Exit status: 0 done, 1 refused / failed /
-data wrong, 2 bad usage.
+which CM opened each QP. Exit status: 0 done, 1 refused / failed / data wrong, 2 bad usage.
 """
 
 import argparse
@@ -99,7 +98,7 @@ def _call(args, req, **kw):
     return reply["result"]
 
 
-def cm_name(q):
+def _cm_name(q):
     """What opened the QP ``q`` (a :meth:`HostQp.info`): ``UDP`` (OPEN_QP to the connection
     manager) or ``RDMA CM:PORT`` (the InfiniBand CM, to that TCP port)."""
     return f"RDMA CM:{q['cm_port']}" if q.get("cm") == "rdma_cm" else "UDP"
@@ -110,7 +109,7 @@ def _print_qps(qps):
           f"{'bytes':>12}  CM")
     for q in qps:
         print(f"{q['fpga_qpn']:>8} {q['qpn']:>#8x} {q['psn']:>#8x} {q['pmtu']:>5} "
-              f"{q['state']:>6} {q['messages']:>9} {q['bytes']:>12}  {cm_name(q)}")
+              f"{q['state']:>6} {q['messages']:>9} {q['bytes']:>12}  {_cm_name(q)}")
     for q in qps:
         rkey, base, length = q.get("fpga_region") or (0, 0, 0)
         if length:

@@ -704,6 +704,16 @@ def _import_pyverbs():
                            "`rocegen sim serve`") from None
 
 
+def _rep_region(data):
+    """The region of a REP's private data (:func:`rocegen.wire.ibcm.rep_region`), or
+    :class:`NicError` saying why there is none."""
+    try:
+        return rep_region(data)
+    except ValueError as err:
+        raise NicError(f"the REP does not carry a memory region of a rocegen FPGA in its "
+                       f"private data: {err}") from None
+
+
 #: The librdmacm events :class:`VerbsNic` names (``enum rdma_cm_event_type``).
 _CM_EVENTS = ("ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR",
               "CONNECT_RESPONSE", "CONNECT_ERROR", "UNREACHABLE", "REJECTED")
@@ -1029,14 +1039,10 @@ class VerbsNic:
             self.cmids[qpn] = (CMID(creator=channel, port_space=ce.RDMA_PS_TCP), channel)
             cmid = self.cmids[qpn][0]
             self._cm_route(cmid, channel, ce, fpga_ip, port)
-            region = rep_region(self._cm_request(cmid, channel, ce, qpn, rd_atomic, rd_depth,
-                                                 peer_retry_cnt, peer_rnr_retry))
+            region = _rep_region(self._cm_request(cmid, channel, ce, qpn, rd_atomic, rd_depth,
+                                                  peer_retry_cnt, peer_rnr_retry))
             got = self._cm_ready(qpn, cmid, timeout, retry_cnt, rnr_retry)
             cmid.establish()
-        except ValueError as err:
-            self._cm_drop(qpn)
-            raise NicError(f"the REP from {where} does not carry a memory region of a rocegen "
-                           f"FPGA in its private data: {err}") from None
         except (self._Error, NicError) as err:
             self._cm_drop(qpn)
             raise NicError(f"RDMA CM connection to {where}: {err}") from None

@@ -146,7 +146,8 @@ def test_verbs_rep_without_a_region_is_a_clear_error(verbs, data, text):
     nic = VerbsNic()
     with pytest.raises(NicError, match=text) as e:
         nic.cm_connect(FPGA_IP, PORT, recv_depth=4)
-    assert f"the REP from {FPGA_IP} port {PORT} does not carry a memory region" in str(e.value)
+    assert f"connection to {FPGA_IP} port {PORT}: the REP does not carry a memory region of a " \
+        f"rocegen FPGA in its private data: " in str(e.value)
     assert "establish" not in _calls(verbs)
     assert _calls(verbs)[-2:] == ["destroy_id", "destroy_channel"]
     assert nic.qps == {} and nic.cmids == {} and verbs.closed.count("QP") == 1
