@@ -21,7 +21,7 @@ import time
 import pytest
 
 from rocegen.host import cli
-from rocegen.host.agent import Agent, AgentError
+from rocegen.host.agent import Agent, AgentError, request
 from rocegen.host.cm_client import CmClient
 from rocegen.host.nic import SIM_WINDOW, NicError, SimNic, VerbsNic
 from rocegen.sim.models.ibcm import Region, State, unwrap
@@ -316,7 +316,7 @@ def test_sim_connects_moves_data_and_disconnects_over_the_ib_cm(sim, tmp_path, c
         assert (wc.wr_id, wc.byte_len, str(wc.status)) == (77, 100, "SUCCESS")
         assert fpga.rnic.read_mem(REGION.addr + 8192, 100) == pattern(REGION.addr + 8192, 100)
     # status says which CM opened the QP
-    serving(agent, tmp_path / "agent.sock", keep=True)
+    server = serving(agent, tmp_path / "agent.sock", keep=True)
     assert cli.main(["--state-dir", str(tmp_path), "status"]) == 0
     line = [x for x in capsys.readouterr().out.splitlines() if x.lstrip().startswith(str(
         q["fpga_qpn"]))]
@@ -328,6 +328,9 @@ def test_sim_connects_moves_data_and_disconnects_over_the_ib_cm(sim, tmp_path, c
         assert fpga.mads[-2:] == [("host", "DREQ"), ("fpga", "DREP")]
         assert ("disconnected", conn.local_comm_id, None) in fpga.peer.cm.events
     _until(lambda: q["qpn"] not in nic.rnic.qps)
+    assert request(tmp_path / "agent.sock", {"cmd": "shutdown"}) == {"ok": True, "result": []}
+    server.join(timeout=10)
+    assert not server.is_alive()
 
 
 def test_sim_refusals_leave_nothing_open(sim):
@@ -394,3 +397,12 @@ def test_connect_hands_the_rdma_cm_port_to_the_agent(tmp_path, monkeypatch, caps
     assert [(c["rdma_cm"], c["pmtu"], c["retry_cnt"]) for c in started] == \
         [(PORT, None, None), (9000, None, 3), (None, 1024, None)]
     assert "refused (REJ)" in capsys.readouterr().err
+
+
+def test_the_qp_table_says_which_cm_opened_each_qp(capsys):
+    row = {"qpn": 0x123, "psn": 0x55, "pmtu": 4096, "state": "RTS", "messages": 0, "bytes": 0,
+           "fpga_region": [0, 0, 0]}
+    cli._print_qps([{**row, "fpga_qpn": 256, "cm": "udp", "cm_port": None},
+                    {**row, "fpga_qpn": 33, "cm": "rdma_cm", "cm_port": 9000}])
+    head, udp, rdma = capsys.readouterr().out.splitlines()
+    assert head.endswith("  CM") and udp.endswith("  UDP") and rdma.endswith("  RDMA CM:9000")
