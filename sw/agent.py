@@ -7,6 +7,13 @@ this agent in the background; later commands (``status``, ``traffic``, ``recv``,
 JSON request per connection and JSON lines in answer (``recv`` sends progress lines, then its
 result). The agent exits when its last QP is closed, on ``shutdown``, or on SIGTERM/SIGINT.
 
+QPs are opened with OPEN_QP over the connection manager's UDP port, or through the InfiniBand
+CM (``connect --rdma-cm``, :meth:`Agent.open` with ``rdma_cm``): the NIC connects as
+librdmacm's ``rdma_connect`` does, the FPGA's REP names its memory region in its private data,
+and closing is ``rdma_disconnect``. Such a QP takes the host's own WRITEs, READs, SENDs and
+atomics (the connection manager's QUERY still gives the FPGA's verdict), but not the FPGA's
+traffic generator, which works on the host memory OPEN_QP names (a REQ names none).
+
 Memory: each QP has one region of ``2 * window + recv_depth * recv_size`` bytes: the first
 ``window`` bytes (a power of two) are where the FPGA's WRITEs go and what its READs read (a
 message may run up to ``window`` bytes past it), then the receive buffers for SENDs and WRITEs
@@ -223,6 +230,9 @@ class HostQp:
     fpga_reads: tuple = (0, 0)          # the READ depths the FPGA stated; zeros: none (no READs)
     atomics: str | None = None          # the host NIC's atomics (atomic_cap); the QP takes the
     #                                     FPGA's atomics on its memory when not None
+    cm: str = "udp"                     # what opened it: "udp" (OPEN_QP to the connection
+    #                                     manager) or "rdma_cm" (the InfiniBand CM, a REQ to QP1)
+    cm_port: int | None = None          # rdma_cm: the TCP port connected to
 
     def info(self):
         return {"qpn": self.qpn, "psn": self.psn, "fpga_qpn": self.fpga_qpn, "pmtu": self.pmtu,
@@ -232,7 +242,8 @@ class HostQp:
                 "fpga_region": list(self.fpga_region), "sent": self.sent,
                 "sent_bytes": self.sent_bytes, "rd_atomic": self.rd_atomic,
                 "rd_depth": self.rd_depth, "fpga_reads": list(self.fpga_reads),
-                "atomics": self.atomics, "run": self.run.summary() if self.run else None}
+                "atomics": self.atomics, "cm": self.cm, "cm_port": self.cm_port,
+                "run": self.run.summary() if self.run else None}
 
 
 def _log2(n):
@@ -271,17 +282,24 @@ class Agent:
 
     # ------------------------------------------------------------------ QPs
 
-    def open(self, n=1, *, pmtu=4096, timeout=None, retry_cnt=None, rnr_retry=None,
-             host_timeout=None, host_retry_cnt=None, host_rnr_retry=None):
+    def open(self, n=1, *, pmtu=None, timeout=None, retry_cnt=None, rnr_retry=None,
+             host_timeout=None, host_retry_cnt=None, host_rnr_retry=None, rdma_cm=None):
         """Open ``n`` QPs with the FPGA; returns their :meth:`HostQp.info`. All or nothing: when
-        the FPGA refuses one (NO_QP, NAK) or does not answer, the QPs this call opened are closed
-        again and :class:`AgentError` says how many had been opened. ``pmtu`` is always sent
-        (both ends must agree on it); ``timeout``/``retry_cnt``/``rnr_retry`` only when given (else
-        the FPGA's defaults). ``host_timeout`` (local ACK timeout code 0..31, 0 = infinite),
-        ``host_retry_cnt``, ``host_rnr_retry`` (0..7) are our QPs' own, the NIC's defaults when
-        None (:meth:`connect_qp` of :mod:`rocegen.host.nic`)."""
+        the FPGA refuses one (NO_QP, NAK, REJ) or does not answer, the QPs this call opened are
+        closed again and :class:`AgentError` says how many had been opened. ``pmtu`` is always
+        sent (default 4096; both ends must agree on it); ``timeout``/``retry_cnt``/``rnr_retry``
+        only when given (else the FPGA's defaults). ``host_timeout`` (local ACK timeout code
+        0..31, 0 = infinite), ``host_retry_cnt``, ``host_rnr_retry`` (0..7) are our QPs' own, the
+        NIC's defaults when None (:meth:`connect_qp` of :mod:`rocegen.host.nic`).
+
+        ``rdma_cm``: a TCP port; each QP is then connected through the InfiniBand CM as
+        librdmacm's ``rdma_connect`` does (the NIC's ``cm_connect``, service ID ``0x0106 << 16
+        | port``), not with OPEN_QP: the FPGA's region comes from the REP's private data, the
+        path MTU and the FPGA QP's local ACK timeout are the CM's (``pmtu`` and ``timeout`` are
+        refused), ``retry_cnt``/``rnr_retry`` go in the REQ (default 7)."""
         if n < 1:
             raise AgentError("usage", f"the number of QPs to open must be >= 1, not {n}")
+        self._check_cm_choice(rdma_cm, pmtu, timeout, retry_cnt, rnr_retry)
         host = {}
         for key, value, what, top in (("timeout", host_timeout, "timeout code", 31),
                                       ("retry_cnt", host_retry_cnt, "retry count", 7),
@@ -294,7 +312,10 @@ class Agent:
         opened = []
         try:
             for _ in range(n):
-                opened.append(self._open_one(pmtu, timeout, retry_cnt, rnr_retry, host))
+                opened.append(
+                    self._open_one(4096 if pmtu is None else pmtu, timeout, retry_cnt, rnr_retry,
+                                   host) if rdma_cm is None else
+                    self._open_cm_one(rdma_cm, retry_cnt, rnr_retry, host))
         except AgentError as e:
             for info in opened:
                 self.close(info["fpga_qpn"])
@@ -328,12 +349,57 @@ class Agent:
                     atomics=self._atomic_cap())
         depths = {"rd_atomic": qp.rd_atomic, "rd_depth": qp.rd_depth} if self._read_limits else {}
         self.nic.connect_qp(qpn, fpga_qpn, self.fpga_ip, fpga_psn, qp.pmtu, **depths, **host)
+        return self._keep(qp)
+
+    def _keep(self, qp):
+        """Post the receive buffers of a connected QP and hold it; its :meth:`HostQp.info`."""
         for k in range(self.recv_depth):
-            self.nic.post_recv(qpn, k, qp.recv_addr + k * self.recv_size, self.recv_size)
+            self.nic.post_recv(qp.qpn, k, qp.recv_addr + k * self.recv_size, self.recv_size)
         with self.lock:
-            self.qps[fpga_qpn] = qp
-            self._by_host[qpn] = qp
+            self.qps[qp.fpga_qpn] = qp
+            self._by_host[qp.qpn] = qp
         return qp.info()
+
+    def _check_cm_choice(self, rdma_cm, pmtu, timeout, retry_cnt, rnr_retry):
+        """Refuse what the RDMA CM cannot carry, and a port that is not one."""
+        if rdma_cm is None:
+            return
+        if not isinstance(rdma_cm, int) or isinstance(rdma_cm, bool) or \
+                not 0 <= rdma_cm <= 0xFFFF:
+            raise AgentError("usage", f"the RDMA CM port must be 0..65535, not {rdma_cm!r}")
+        for name, value, why in (("pmtu", pmtu, "the path MTU is the route's, which the REQ "
+                                  "states"),
+                                 ("timeout", timeout, "the FPGA QP's local ACK timeout is the "
+                                  "one the REQ states, librdmacm's")):
+            if value is not None:
+                raise AgentError("usage", f"{name} applies to QPs opened with OPEN_QP: over the "
+                                 f"RDMA CM {why}")
+        for name, value in (("retry count", retry_cnt), ("RNR retry count", rnr_retry)):
+            if value is not None and (not isinstance(value, int) or not 0 <= value <= 7):
+                raise AgentError("usage", f"the FPGA QP's {name} must be 0..7, not {value}")
+        if not hasattr(self.nic, "cm_connect"):
+            raise AgentError("usage", f"the NIC {type(self.nic).__name__} cannot connect "
+                             f"through the RDMA CM")
+
+    def _open_cm_one(self, port, retry_cnt, rnr_retry, host):
+        """One QP connected through the InfiniBand CM to ``port`` (:meth:`open`)."""
+        size = 2 * self.window + self.recv_depth * self.recv_size
+        addr, rkey = self.nic.register(size)
+        own_atomic, own_depth = self._read_limits or (1, 1)
+        try:
+            c = self.nic.cm_connect(self.fpga_ip, port, recv_depth=self.recv_depth,
+                                    rd_atomic=own_atomic, rd_depth=own_depth,
+                                    peer_retry_cnt=retry_cnt, peer_rnr_retry=rnr_retry, **host)
+        except NicError as e:
+            raise AgentError("rdma_cm", str(e)) from None
+        # (the REP's initiator depth and responder resources are the READ depths the FPGA
+        # states: those it issues, those it takes)
+        return self._keep(HostQp(
+            c.qpn, c.psn, c.fpga_qpn, c.pmtu, addr, rkey, self.window, addr + 2 * self.window,
+            self.recv_size, self.recv_depth,
+            fpga_region=(c.region_rkey, c.region_addr, c.region_length),
+            rd_atomic=c.rd_atomic, rd_depth=c.rd_depth, fpga_reads=(c.rd_depth, c.rd_atomic),
+            atomics=self._atomic_cap(), cm="rdma_cm", cm_port=port))
 
     def _atomic_cap(self):
         """The host NIC's atomics (its ``atomic_cap()``; a NIC that does not say has none)."""
@@ -351,21 +417,26 @@ class Agent:
             return [self.qps[fpga_qpn]]
 
     def close(self, fpga_qpn=None):
-        """CLOSE_QP each selected QP with the FPGA, then destroy ours. Returns the FPGA QPNs
-        closed; a refusal (for example an FPGA that no longer knows the QP) still destroys ours
-        and is reported in the result."""
+        """Close each selected QP with the FPGA the way it was opened, CLOSE_QP then ours
+        destroyed, or ``rdma_disconnect`` (the NIC's ``cm_disconnect``: a DREQ, the QP gone
+        with it). Returns the FPGA QPNs closed; a refusal (for example an FPGA that no longer
+        knows the QP, or no DREP) still destroys ours and is reported in the result."""
         out = []
         for qp in self._select(fpga_qpn):
             err = None
             try:
-                self.cm.close_qp(qpn=qp.qpn, psn=qp.psn, fpga_qpn=qp.fpga_qpn)
-            except CmError as e:
+                if qp.cm == "rdma_cm":
+                    self.nic.cm_disconnect(qp.qpn)
+                else:
+                    self.cm.close_qp(qpn=qp.qpn, psn=qp.psn, fpga_qpn=qp.fpga_qpn)
+            except (CmError, NicError) as e:
                 err = str(e)
             with self.lock:
                 self.qps.pop(qp.fpga_qpn, None)
                 self._by_host.pop(qp.qpn, None)
-            self.nic.destroy_qp(qp.qpn)
-            out.append({"fpga_qpn": qp.fpga_qpn, "qpn": qp.qpn, "error": err})
+            if qp.cm != "rdma_cm":
+                self.nic.destroy_qp(qp.qpn)
+            out.append({"fpga_qpn": qp.fpga_qpn, "qpn": qp.qpn, "cm": qp.cm, "error": err})
         return out
 
     # ------------------------------------------------------------------ traffic
@@ -394,6 +465,7 @@ class Agent:
             raise AgentError("usage", "count and spacing must be 0 .. 2^32-1")
         runs = []
         for qp in self._select(fpga_qpn):
+            self._generator_reaches(qp)
             window = self._read_window(qp, size) if op == "READ" else self.window
             if qp.state != "RTS":
                 raise AgentError("state", f"QP {qp.fpga_qpn} is in {qp.state}")
@@ -450,8 +522,19 @@ class Agent:
                              "(atomic_caps IBV_ATOMIC_NONE): its memory does not take the "
                              "FPGA's")
 
+    @staticmethod
+    def _generator_reaches(qp):
+        """Refuse a run of the FPGA's traffic generator on a QP the RDMA CM opened: the FPGA
+        knows the host memory of a QP from OPEN_QP, and a REQ names none."""
+        if qp.cm == "rdma_cm":
+            raise AgentError("rdma_cm", f"QP {qp.fpga_qpn} was opened through the RDMA CM, "
+                             f"whose REQ tells the FPGA no host memory: its traffic generator "
+                             f"(traffic, atomic --direction fpga-to-host) runs on QPs opened "
+                             f"with OPEN_QP (connect without --rdma-cm)")
+
     def _gen_atomics_ready(self, qp):
         """Whether the FPGA's generator may run atomics on ``qp`` now (lock held)."""
+        self._generator_reaches(qp)
         if not any(qp.fpga_reads):
             raise AgentError("no_atomics", f"the FPGA stated no READ depths when QP "
                              f"{qp.fpga_qpn} was opened: it is built without the READ "
@@ -1476,7 +1559,7 @@ def main(argv=None):
                             retry_cnt=c.get("retry_cnt"), rnr_retry=c.get("rnr_retry"),
                             host_timeout=c.get("host_timeout"),
                             host_retry_cnt=c.get("host_retry_cnt"),
-                            host_rnr_retry=c.get("host_rnr_retry"))
+                            host_rnr_retry=c.get("host_rnr_retry"), rdma_cm=c.get("rdma_cm"))
     except (AgentError, CmError, NicError, ValueError) as e:
         kind = getattr(e, "kind", "nic" if isinstance(e, NicError) else "usage")
         answer({"ok": False, "kind": kind, "error": str(e)})

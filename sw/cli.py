@@ -5,6 +5,7 @@ traffic generator and check what arrives.
 
     rocegen-host connect --fpga 10.0.0.2 [--device mlx5_0]     # a ConnectX NIC (pyverbs)
     rocegen-host connect --sim                                 # rocegen sim serve on this machine
+    rocegen-host connect --fpga 10.0.0.2 --rdma-cm             # through the IB CM (librdmacm)
     rocegen-host traffic --op WRITE --count 64 --size 65536
     rocegen-host recv                                          # live progress, then the table
     rocegen-host write --count 64 --size 65536 [--imm]         # into the FPGA's memory
@@ -41,8 +42,10 @@ one counter of the host's, whose final value is checked, then the original value
 run READ back from the FPGA's memory and checked.
 
 ``connect`` starts the host agent (:mod:`rocegen.host.agent`) in the background, holding the QPs
-and their memory; the other commands talk to it. Exit status: 0 done, 1 refused / failed /
-data wrong, 2 bad usage.
+and their memory; the other commands talk to it. It opens each QP with OPEN_QP over UDP 17185,
+or with ``--rdma-cm`` through the InfiniBand CM on the FPGA's QP1 as librdmacm's
+``rdma_connect`` does (to TCP port ``--rdma-cm-port``, default 7174, rping's); ``status`` says
+which CM opened each QP. Exit status: 0 done, 1 refused / failed / data wrong, 2 bad usage.
 """
 
 import argparse
@@ -57,6 +60,7 @@ from rocegen.host.agent import ATOMIC_DEPTH, DIRECTIONS, request
 from rocegen.host.nic import SIM_FPGA_IP, SIM_HOST_IP, SIM_PEER_TIMEOUT, SIM_TIMEOUT, VERBS_TIMEOUT
 from rocegen.wire.atomics import ATOMIC_VERBS, BYTE_ORDERS
 from rocegen.wire.cm import CM_PORT
+from rocegen.wire.ibcm import RPING_PORT
 from rocegen.wire.verbs import VERBS
 
 __all__ = ["main", "state_dir", "rate_clock", "atomic_lines"]
@@ -94,12 +98,18 @@ def _call(args, req, **kw):
     return reply["result"]
 
 
+def _cm_name(q):
+    """What opened the QP ``q`` (a :meth:`HostQp.info`): ``UDP`` (OPEN_QP to the connection
+    manager) or ``RDMA CM:PORT`` (the InfiniBand CM, to that TCP port)."""
+    return f"RDMA CM:{q['cm_port']}" if q.get("cm") == "rdma_cm" else "UDP"
+
+
 def _print_qps(qps):
     print(f"{'FPGA QP':>8} {'host QP':>8} {'PSN':>8} {'PMTU':>5} {'state':>6} {'messages':>9} "
-          f"{'bytes':>12}")
+          f"{'bytes':>12}  CM")
     for q in qps:
         print(f"{q['fpga_qpn']:>8} {q['qpn']:>#8x} {q['psn']:>#8x} {q['pmtu']:>5} "
-              f"{q['state']:>6} {q['messages']:>9} {q['bytes']:>12}")
+              f"{q['state']:>6} {q['messages']:>9} {q['bytes']:>12}  {_cm_name(q)}")
     for q in qps:
         rkey, base, length = q.get("fpga_region") or (0, 0, 0)
         if length:
@@ -116,7 +126,9 @@ def _connect(args):
     sock = sdir / "agent.sock"
     opts = {"pmtu": args.pmtu, "timeout": args.timeout, "retry_cnt": args.retry_cnt,
             "rnr_retry": args.rnr_retry, "host_timeout": args.host_timeout,
-            "host_retry_cnt": args.host_retry_cnt, "host_rnr_retry": args.host_rnr_retry}
+            "host_retry_cnt": args.host_retry_cnt, "host_rnr_retry": args.host_rnr_retry,
+            "rdma_cm": (RPING_PORT if args.rdma_cm_port is None else args.rdma_cm_port)
+            if args.rdma_cm else None}
     if sock.exists():
         try:
             opened = request(sock, {"cmd": "open", "n": args.qps, **opts})
@@ -476,9 +488,27 @@ def _stop(args):
     return 1 if any(c["error"] for c in closed) else 0
 
 
+def _check_rdma_cm(parser, args):
+    """``connect``'s RDMA CM options: an argparse error (exit status 2) for ``--rdma-cm-port``
+    without ``--rdma-cm`` or out of range, and for ``--rdma-cm`` with an option only OPEN_QP
+    carries."""
+    if not args.rdma_cm:
+        if args.rdma_cm_port is not None:
+            parser.error("--rdma-cm-port applies to --rdma-cm")
+        return
+    if args.rdma_cm_port is not None and not 0 <= args.rdma_cm_port <= 0xFFFF:
+        parser.error(f"--rdma-cm-port must be 0..65535, not {args.rdma_cm_port}")
+    for option, value, why in (("--pmtu", args.pmtu, "the REQ states the route's path MTU"),
+                               ("--timeout", args.timeout, "the REQ states librdmacm's local "
+                                "ACK timeout")):
+        if value is not None:
+            parser.error(f"argument {option}: not allowed with --rdma-cm ({option} goes in "
+                         f"OPEN_QP; {why})")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="rocegen-host", description="host agent for rocegen FPGAs: "
-                                "QP set-up over UDP 17185, test traffic, checks")
+                                "QP set-up over UDP 17185 or the RDMA CM, test traffic, checks")
     p.add_argument("--state-dir", default=None,
                    help="where the agent's socket lives (default $XDG_RUNTIME_DIR/rocegen-host or "
                    "~/.cache/rocegen/host)")
@@ -507,13 +537,29 @@ def main(argv=None):
     c.add_argument("--listen-port", type=int, default=0,
                    help="UDP port for the FPGA's replies (default: any free port)")
     c.add_argument("--qps", type=int, default=1, help="QPs to open (default 1)")
-    c.add_argument("--pmtu", type=int, default=4096,
-                   help="path MTU 256..4096, told to the FPGA in OPEN_QP (default 4096)")
+    c.add_argument("--pmtu", type=int, default=None,
+                   help="path MTU 256..4096, told to the FPGA in OPEN_QP (default 4096; not "
+                   "with --rdma-cm, whose REQ states the route's)")
     c.add_argument("--timeout", type=int, default=None,
-                   help="the FPGA QP's retransmit timeout code 1..31 (4.096 us x 2^code)")
-    c.add_argument("--retry-cnt", type=int, default=None, help="the FPGA QP's retry count 0..7")
+                   help="the FPGA QP's retransmit timeout code 1..31 (4.096 us x 2^code), in "
+                   "OPEN_QP (not with --rdma-cm, whose REQ states librdmacm's)")
+    c.add_argument("--retry-cnt", type=int, default=None,
+                   help="the FPGA QP's retry count 0..7 (in OPEN_QP when given; with --rdma-cm "
+                   "in the REQ, default 7)")
     c.add_argument("--rnr-retry", type=int, default=None,
-                   help="the FPGA QP's RNR retry count 0..7 (7 = forever)")
+                   help="the FPGA QP's RNR retry count 0..7 (7 = forever; in OPEN_QP when "
+                   "given; with --rdma-cm in the REQ, default 7)")
+    c.add_argument("--rdma-cm", action="store_true",
+                   help="open the QPs through the InfiniBand CM on the FPGA's QP1, as "
+                   "librdmacm's rdma_connect does (a REQ for TCP port --rdma-cm-port, service ID "
+                   "0x0106 << 16 | port; the FPGA's memory region from its REP's private data), "
+                   "not with OPEN_QP; on an RDMA device through librdmacm (pyverbs' CMID), on the "
+                   "simulated NIC through its model of the CM. The connection manager on UDP "
+                   "(--cm-host, --cm-port) still answers QUERY for the FPGA's verdict of write "
+                   "and send; the FPGA's traffic generator needs QPs opened with OPEN_QP")
+    c.add_argument("--rdma-cm-port", type=int, default=None, metavar="PORT",
+                   help=f"with --rdma-cm: the TCP port the FPGA's InfiniBand CM listens on, "
+                   f"0..65535 (default {RPING_PORT}, rping's)")
     c.add_argument("--host-timeout", type=int, default=None,
                    help="this host's QP's local ACK timeout code 0..31 (4.096 us x 2^code, 0 = "
                    f"infinite; default {VERBS_TIMEOUT} = 67 ms on an RDMA device, {SIM_TIMEOUT} "
@@ -645,6 +691,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     try:
         if args.command == "connect":
+            _check_rdma_cm(c, args)
             for name in ("qps", "recv_depth", "recv_size"):
                 if getattr(args, name) < 1:
                     raise Fail(f"--{name.replace('_', '-')} must be >= 1", 2)

@@ -52,6 +52,18 @@ WRITEs, SENDs, READs and atomics into / from the FPGA:
 ``read(addr, length)`` / ``fill(addr, length, value)`` / ``write(addr, data)``
     the region's memory.
 ``destroy_qp(qpn)``, ``counters()``, ``close()``.
+``cm_connect(fpga_ip, port, *, recv_depth, rd_atomic, rd_depth, peer_retry_cnt, ...)``
+    a QP connected through the InfiniBand CM as librdmacm's ``rdma_connect`` does it (a REQ to
+    QP1 of ``fpga_ip`` for TCP port ``port``, service ID ``0x0106 << 16 | port``; the REP
+    answered with an RTU), instead of :meth:`create_qp` and :meth:`connect_qp`: a
+    :class:`CmConn` with the QP, the PSNs, the path MTU and READ depths the CM settled and the
+    FPGA's memory region from the REP's private data (:func:`rocegen.wire.ibcm.rep_region`).
+    ``rd_atomic`` / ``rd_depth`` are the initiator depth and responder resources asked for,
+    ``peer_retry_cnt`` / ``peer_rnr_retry`` the retry counts the REQ states for the FPGA's QP
+    (None: 7), ``timeout`` / ``retry_cnt`` / ``rnr_retry`` the host QP's own as in
+    :meth:`connect_qp`.
+``cm_disconnect(qpn)``
+    ``rdma_disconnect`` (a DREQ) of a QP :meth:`cm_connect` made, and the QP gone with it.
 ``fpga_time(qpn)`` / ``fpga_time_reset(qpn)``
     the FPGA's own time of the data frames (and atomics) that reached the QP since the reset: a
     dict with the core-clock cycles of the first frame's first beat and of the last frame's
@@ -67,10 +79,13 @@ import socket
 import sys
 import threading
 import time
+import types
 from typing import NamedTuple
 
+from rocegen.wire.addr import format_ip
 from rocegen.wire.atomics import ATOMIC_BYTES, ATOMIC_VERBS
 from rocegen.wire.headers import ARP, ETH, ETHERTYPE_ARP, IPV4, UDP_PORT_ROCEV2
+from rocegen.wire.ibcm import RejReason, mtu_bytes, rep_region
 from rocegen.wire.roce import SIMULATED_PEER_TIMEOUT
 from rocegen.wire.simwire import (
     FPGA_IP,
@@ -83,8 +98,8 @@ from rocegen.wire.simwire import (
 )
 from rocegen.wire.verbs import VERBS
 
-__all__ = ["Cpl", "SendCpl", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic",
-           "SIM_WIRE", "SIM_TIMEOUT", "VERBS_TIMEOUT", "SIM_PEER_TIMEOUT"]
+__all__ = ["Cpl", "SendCpl", "CmConn", "NicError", "SimNic", "PacketNic", "VerbsNic", "open_nic",
+           "SIM_WIRE", "SIM_TIMEOUT", "VERBS_TIMEOUT", "SIM_PEER_TIMEOUT", "SIM_CM_QPNS"]
 
 #: Default address of ``rocegen sim serve``'s wire.
 SIM_WIRE = ("127.0.0.1", WIRE_PORT)
@@ -106,8 +121,32 @@ SIM_WINDOW = 64
 SIM_TICK = 0.05
 
 
+#: The QP numbers of the simulated NIC's connections through the InfiniBand CM (its
+#: :meth:`SimNic.create_qp` counts up from 0x100..0x10FF, far below them).
+SIM_CM_QPNS = range(0x10000, 0x10400)
+
+
 class NicError(Exception):
     """The NIC could not be opened or used."""
+
+
+class CmConn(NamedTuple):
+    """A QP connected through the InfiniBand CM (:meth:`SimNic.cm_connect`,
+    :meth:`VerbsNic.cm_connect`): our QP and the first PSN it sends, the FPGA's QP and the first
+    PSN it sends, the path MTU in bytes, the READs of ours outstanding at most
+    (``max_rd_atomic``, the REP's responder resources) and the FPGA's we accept at once
+    (``max_dest_rd_atomic``, the REP's initiator depth), and the FPGA's memory region of the
+    REP's private data (``region_*``; all zero: none)."""
+    qpn: int
+    psn: int
+    fpga_qpn: int
+    fpga_psn: int
+    pmtu: int
+    rd_atomic: int
+    rd_depth: int
+    region_addr: int
+    region_rkey: int
+    region_length: int
 
 
 class Cpl(NamedTuple):
@@ -186,6 +225,14 @@ def _sim_rnic(mac, ip, strict):
                                                             ack_timer_ns=0.0))
 
 
+def _cm_conn(conn, qpn):
+    """The :class:`CmConn` of a CM model's established connection whose NIC QP is ``qpn``."""
+    region = conn.peer_region
+    return CmConn(qpn, conn.psn, conn.peer_qpn, conn.peer_psn, mtu_bytes(conn.path_mtu),
+                  conn.initiator_depth, conn.responder_resources, region.addr, region.rkey,
+                  region.length)
+
+
 class SimNic:
     """The simulated RDMA NIC: :class:`rocegen.sim.models.rnic.Rnic` on a TCP connection to
     ``rocegen sim serve``'s wire (frames as 4-byte length + bytes). A thread takes the frames the
@@ -197,7 +244,16 @@ class SimNic:
     the FPGA, in its own
     time (:mod:`rocegen.wire.simwire`): :meth:`fpga_time` gives it per QP. The requester's
     timers run on this machine's clock (retransmit timeout :data:`SIM_TIMEOUT` unless
-    :meth:`connect_qp` is given one, at most :data:`SIM_WINDOW` packets outstanding)."""
+    :meth:`connect_qp` is given one, at most :data:`SIM_WINDOW` packets outstanding).
+
+    :meth:`cm_connect` speaks the InfiniBand CM on the wire instead: from the first call on, the
+    model is a librdmacm peer (:class:`rocegen.sim.models.rnic.rdma_cm.CmPeer`, its QPs
+    numbered from :data:`SIM_CM_QPNS`): every frame goes through it, the CM's MADs to its CM,
+    the rest to the NIC, and its timers (the REQ and DREQ sent again, time-wait) run with the
+    requester's."""
+
+    _cm = None              # the CmPeer, once cm_connect has been called
+    _cm_events = 0          # its CM's events the waiters have been told of
 
     def __init__(self, wire=SIM_WIRE, *, mac=None, ip=None, strict=False):
         mac, ip = mac or SIM_HOST_MAC, ip or SIM_HOST_IP
@@ -233,14 +289,28 @@ class SimNic:
             self.sock.sendall(b"".join(self._encode(f) for f in frames))
 
     def _pump(self):
-        """The requester's packets its windows and timers allow now, and the READ responses
-        the model owes the FPGA (with the lock held); waiters on completions are woken."""
+        """The requester's packets its windows and timers allow now, the READ responses the
+        model owes the FPGA, and what the CM's timers send (with the lock held); waiters on
+        completions and on the CM are woken."""
         now = self._now()
+        out = self._cm.poll(now) if self._cm is not None else []
         busy = self.rnic.send_outstanding() or self.rnic.tx_pending(now=now)
-        out = self.rnic.next_frames(now) if busy else []
-        if self.rnic.cq or self.rnic.send_cq:
+        out += self.rnic.next_frames(now) if busy else []
+        if self.rnic.cq or self.rnic.send_cq or self._cm_moved():
             self._cpl.notify_all()
         return out
+
+    def _cm_moved(self):
+        """Whether the CM has had events since the last look (lock held)."""
+        if self._cm is None or len(self._cm.cm.events) == self._cm_events:
+            return False
+        self._cm_events = len(self._cm.cm.events)
+        return True
+
+    def _take(self, frame, now):
+        """One frame from the wire into the model (lock held): through the CM peer once there
+        is one. Returns the frames sent in answer."""
+        return (self._cm or self.rnic).receive(frame, now)
 
     def _run(self):
         while True:
@@ -260,7 +330,7 @@ class SimNic:
                 out = []
                 with self._lock:
                     for f, when in frames:
-                        out += self.rnic.receive(f, self._now())
+                        out += self._take(f, self._now())
                         if when is not None:
                             self._note_time(f, when)
                     out += self._pump()
@@ -429,6 +499,98 @@ class SimNic:
         with self._lock:
             return {k: v for k, v in self.rnic.counters.items() if v}
 
+    # ---- connections through the InfiniBand CM
+
+    def cm_connect(self, fpga_ip, port, *, recv_depth, rd_atomic=1, rd_depth=1,
+                   peer_retry_cnt=None, peer_rnr_retry=None, timeout=None, retry_cnt=None,
+                   rnr_retry=None):
+        """A QP connected to ``fpga_ip`` through the IB CM on the wire (module documentation;
+        ``recv_depth`` is taken as :meth:`create_qp` takes it): the FPGA's MAC asked by ARP,
+        the REQ sent (again until an answer comes, as the CM's timers say), the REP answered
+        with an RTU, which leaves the NIC's QP ready (a window of :data:`SIM_WINDOW` packets, the
+        host's timeout and retry counts). Returns a :class:`CmConn`; :class:`NicError` when the
+        FPGA refuses (REJ), does not answer, or no QP number is free."""
+        from rocegen.sim.models.ibcm.cm import State
+        self._resolve(fpga_ip)
+        with self._lock:
+            peer = self._cm_peer()
+            peer.cm.responder_resources, peer.cm.initiator_depth = rd_depth, rd_atomic
+            peer.cm.retry_count = 7 if peer_retry_cnt is None else peer_retry_cnt
+            peer.cm.rnr_retry_count = 7 if peer_rnr_retry is None else peer_rnr_retry
+            peer.qp_options = {"window": SIM_WINDOW,
+                               "timeout": SIM_TIMEOUT if timeout is None else timeout,
+                               "retry_cnt": 7 if retry_cnt is None else retry_cnt,
+                               "rnr_retry": 7 if rnr_retry is None else rnr_retry}
+            seen = len(peer.cm.events)
+            cid, frames = peer.connect(self._now(), dst_ip=fpga_ip, port=port,
+                                       dst_mac=self.rnic.arp_cache[fpga_ip])
+        if cid is None:
+            raise NicError(f"no QP number free for another connection (the simulated NIC has "
+                           f"{len(SIM_CM_QPNS)})")
+        self._send_frames(frames)
+        conn = self._cm_wait(cid, lambda c: c.state is not State.REQ_SENT)
+        with self._lock:
+            if conn is None or conn.state is not State.ESTABLISHED:
+                raise NicError(self._cm_failure(peer.cm.events[seen:], cid, fpga_ip, port))
+            return _cm_conn(conn, peer.qps[cid])
+
+    def cm_disconnect(self, qpn):
+        """``rdma_disconnect`` of the connection of ``qpn``: the DREQ sent (again until the DREP
+        comes, as the CM's timers say), then time-wait, after which the CM peer destroys the
+        QP. :class:`NicError` when the connection was not established any more (the FPGA closed
+        it first) or no DREP came (the QP goes all the same)."""
+        from rocegen.sim.models.ibcm.cm import State
+        with self._lock:
+            cid = next((c for c, q in (self._cm.qps if self._cm else {}).items() if q == qpn),
+                       None)
+            conn = None if cid is None else self._cm.cm.connections.get(cid)
+            if conn is None or conn.state is not State.ESTABLISHED:
+                raise NicError(f"QP {qpn:#x} has no established connection to disconnect "
+                               f"(closed by the FPGA?)")
+            seen = len(self._cm.cm.events)
+            frames = self._cm.disconnect(self._now(), cid)
+        self._send_frames(frames)
+        self._cm_wait(cid, lambda c: c.state is State.TIMEWAIT)
+        with self._lock:
+            if ("dreq_timeout", cid, None) in self._cm.cm.events[seen:]:
+                raise NicError(f"no DREP from {format_ip(conn.peer_ip)} for QP {qpn:#x}: the "
+                               f"FPGA may still hold its end")
+
+    def _cm_peer(self):
+        """The CM peer, made on first use (lock held)."""
+        if self._cm is None:
+            from rocegen.sim.models.rnic.rdma_cm import CmPeer
+            self._cm = CmPeer(self.rnic, qpns=SIM_CM_QPNS, seed=random.getrandbits(32))
+        return self._cm
+
+    def _cm_wait(self, cid, done):
+        """Wait until the connection ``cid`` is ``done(connection)`` or forgotten by the CM
+        (whose timers give up in the end); returns it, or None once forgotten."""
+        with self._cpl:
+            while True:
+                if self.fatal:
+                    raise NicError(self.fatal)
+                conn = self._cm.cm.connections.get(cid)
+                if conn is None or done(conn):
+                    return conn
+                self._cpl.wait(SIM_TICK)
+
+    @staticmethod
+    def _cm_failure(events, cid, fpga_ip, port):
+        """What went wrong with the connection ``cid`` to ``fpga_ip``:``port``, from the CM's
+        ``events`` since its REQ."""
+        for name, which, detail in events:
+            if which != cid:
+                continue
+            if name == "rejected":
+                why = {RejReason.INVALID_SERVICE_ID: f": nothing listens on port {port}",
+                       RejReason.NO_QP: ": no QP free"}.get(detail, "")
+                what = detail.name if isinstance(detail, RejReason) else detail
+                return f"the FPGA at {fpga_ip} refused the connection to port {port} (REJ " \
+                       f"{what}){why}"
+        return f"no answer from the FPGA's CM at {fpga_ip} (QP1) to the REQ for port {port}, " \
+               f"after every retry: is it built with the InfiniBand CM?"
+
     def close(self):
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
@@ -509,7 +671,7 @@ class PacketNic(SimNic):
                 continue
             try:
                 with self._lock:
-                    out = self.rnic.receive(frame, self._now()) if frame is not None else []
+                    out = self._take(frame, self._now()) if frame is not None else []
                     out += self._pump()
                 self._send_frames(out)
             except (ValueError, AssertionError, OSError) as e:
@@ -542,6 +704,40 @@ def _import_pyverbs():
                            "`rocegen sim serve`") from None
 
 
+def _rep_region(data):
+    """The region of a REP's private data (:func:`rocegen.wire.ibcm.rep_region`), or
+    :class:`NicError` saying why there is none."""
+    try:
+        return rep_region(data)
+    except ValueError as err:
+        raise NicError(f"the REP does not carry a memory region of a rocegen FPGA in its "
+                       f"private data: {err}") from None
+
+
+#: The librdmacm events :class:`VerbsNic` names (``enum rdma_cm_event_type``).
+_CM_EVENTS = ("ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR",
+              "CONNECT_RESPONSE", "CONNECT_ERROR", "UNREACHABLE", "REJECTED")
+
+
+def _rdmacm_enums():
+    """librdmacm's constants as pyverbs names them, in a namespace: ``RDMA_PS_TCP`` and the
+    events of :data:`_CM_EVENTS` (``ADDR_RESOLVED``...). pyverbs has them in
+    ``pyverbs.librdmacm_enums`` (``pyverbs.cm_enums`` before rdma-core 50), each a name of the
+    module or a member of its enum class (``rdma_port_space``, ``rdma_cm_event_type``)."""
+    try:
+        import pyverbs.librdmacm_enums as m
+    except ImportError:
+        import pyverbs.cm_enums as m
+
+    def value(name, group):
+        v = getattr(m, name, None)
+        return int(getattr(getattr(m, group), name) if v is None else v)
+
+    return types.SimpleNamespace(
+        RDMA_PS_TCP=value("RDMA_PS_TCP", "rdma_port_space"),
+        **{n: value(f"RDMA_CM_EVENT_{n}", "rdma_cm_event_type") for n in _CM_EVENTS})
+
+
 class VerbsNic:
     """A real RDMA NIC through pyverbs (rdma-core's Python bindings): device ``device`` (default:
     the first one), port ``port``, GID index ``gid_index`` (default: the first RoCEv2 GID holding
@@ -553,7 +749,15 @@ class VerbsNic:
     them (a send work request's ``wr_id`` carries :data:`SEND_TAG`).
 
     :meth:`close` destroys the verbs objects once a poll under way in another thread has ended;
-    every later use of the NIC raises :class:`NicError` (pyverbs would touch freed memory)."""
+    every later use of the NIC raises :class:`NicError` (pyverbs would touch freed memory).
+
+    :meth:`cm_connect` connects a QP through librdmacm (pyverbs' ``CMID`` on an event channel of
+    its own): the QP is this NIC's (:meth:`create_qp`: its PD and CQ), handed to
+    ``rdma_connect`` by number, and moved to RTS with the attributes ``rdma_init_qp_attr``
+    gives once the REP is in (an external QP, as rdma-core's tests connect one), then
+    ``rdma_establish`` sends the RTU. librdmacm resolves the FPGA's address from this NIC's
+    (:attr:`local_ip`), and must route it through this device. pyverbs waits for each CM event
+    without letting other threads run (the CQ poller too), for as long as librdmacm takes."""
 
     _MTU = {256: 1, 512: 2, 1024: 3, 2048: 4, 4096: 5}     # enum ibv_mtu
     #: Bit set in the ``wr_id`` of every send work request (an error completion carries no
@@ -597,6 +801,7 @@ class VerbsNic:
         self.gid_index, self.local_ip = self._find_gid(gid_index)
         self.qps = {}
         self.mrs = []
+        self.cmids = {}             # qpn -> (CMID, CMEventChannel) of cm_connect
         self._cq_lock = threading.Lock()
         self._recv_done, self._send_done = [], []
 
@@ -808,6 +1013,131 @@ class VerbsNic:
         if qp is not None:
             qp.close()
 
+    # ---- connections through librdmacm
+
+    #: Milliseconds librdmacm may take to resolve the FPGA's address, and the route to it.
+    CM_RESOLVE_MS = 2000
+
+    def cm_connect(self, fpga_ip, port, *, recv_depth, rd_atomic=1, rd_depth=1,
+                   peer_retry_cnt=None, peer_rnr_retry=None, timeout=None, retry_cnt=None,
+                   rnr_retry=None):
+        """A QP connected to TCP port ``port`` of ``fpga_ip`` through librdmacm (class
+        documentation): ``rdma_resolve_addr`` from :attr:`local_ip`, ``rdma_resolve_route``,
+        ``rdma_connect`` with the connection parameters (responder resources ``rd_depth``,
+        initiator depth ``rd_atomic``, the FPGA's retry counts ``peer_retry_cnt`` and
+        ``peer_rnr_retry``, default 7, and the QP's number), the REP's private data read as the
+        FPGA's region (:func:`rocegen.wire.ibcm.rep_region`), the QP to INIT (this NIC's remote
+        access), RTR and RTS (the host's ``timeout``, ``retry_cnt``, ``rnr_retry`` as in
+        :meth:`connect_qp`), ``rdma_establish``. A :class:`CmConn`; on any failure the QP and
+        the CM ID are destroyed and :class:`NicError` says why."""
+        from pyverbs.cmid import CMID, CMEventChannel
+        ce = _rdmacm_enums()
+        qpn = self.create_qp(recv_depth)
+        where = f"{fpga_ip} port {port}"
+        try:
+            channel = CMEventChannel()
+            self.cmids[qpn] = (CMID(creator=channel, port_space=ce.RDMA_PS_TCP), channel)
+            cmid = self.cmids[qpn][0]
+            self._cm_route(cmid, channel, ce, fpga_ip, port)
+            region = _rep_region(self._cm_request(cmid, channel, ce, qpn, rd_atomic, rd_depth,
+                                                  peer_retry_cnt, peer_rnr_retry))
+            got = self._cm_ready(qpn, cmid, timeout, retry_cnt, rnr_retry)
+            cmid.establish()
+        except (self._Error, NicError) as err:
+            self._cm_drop(qpn)
+            raise NicError(f"RDMA CM connection to {where}: {err}") from None
+        return CmConn(qpn, got["psn"], got["fpga_qpn"], got["fpga_psn"], got["pmtu"],
+                      got["rd_atomic"], got["rd_depth"], region["addr"], region["rkey"],
+                      region["length"])
+
+    def _cm_route(self, cmid, channel, ce, fpga_ip, port):
+        """``rdma_resolve_addr`` (from :attr:`local_ip` to TCP port ``port`` of ``fpga_ip``) and
+        ``rdma_resolve_route``; :class:`NicError` when librdmacm routes it through another
+        device."""
+        from pyverbs.cmid import AddrInfo
+        ai = AddrInfo(src=self.local_ip, dst=fpga_ip, dst_service=str(port),
+                      port_space=ce.RDMA_PS_TCP)
+        try:
+            cmid.resolve_addr(ai, self.CM_RESOLVE_MS)
+        finally:
+            ai.close()
+        self._cm_event(channel, ce.ADDR_RESOLVED, ce, f"cannot resolve the address from "
+                       f"{self.local_ip}")
+        device = getattr(cmid, "dev_name", self.device)
+        if device != self.device:
+            raise NicError(f"librdmacm reaches {fpga_ip} through {device}, not {self.device}: "
+                           f"use --device {device}")
+        cmid.resolve_route(self.CM_RESOLVE_MS)
+        self._cm_event(channel, ce.ROUTE_RESOLVED, ce, "no route")
+
+    def _cm_request(self, cmid, channel, ce, qpn, rd_atomic, rd_depth, retry, rnr):
+        """``rdma_connect`` for QP ``qpn``; the REP's private data."""
+        from pyverbs.cmid import ConnParam
+        cmid.connect(ConnParam(resources=rd_depth, depth=rd_atomic,
+                               retry=7 if retry is None else retry,
+                               rnr_retry=7 if rnr is None else rnr, qp_num=qpn))
+        return self._cm_event(channel, ce.CONNECT_RESPONSE, ce,
+                              "the FPGA did not take the connection")
+
+    @staticmethod
+    def _cm_event(channel, want, ce, what):
+        """The next event of ``channel``, acknowledged: its private data when it is ``want``,
+        else :class:`NicError` (``what``, and why)."""
+        from pyverbs.cmid import CMEvent
+        event = CMEvent(channel)
+        kind, name = event.event_type, event.event_str()
+        data = event.private_data if kind == want else b""
+        event.ack_cm_event()
+        if kind != want:
+            why = {ce.REJECTED: "refused (REJ): nothing listens on that port, or no QP is free",
+                   ce.UNREACHABLE: "no answer to the REQ: is the FPGA built with the InfiniBand "
+                                   "CM, and reachable?",
+                   ce.CONNECT_ERROR: "the connection failed"}.get(kind, "librdmacm said so")
+            raise NicError(f"{what}: {why} ({name})")
+        return data
+
+    def _cm_ready(self, qpn, cmid, timeout, retry_cnt, rnr_retry):
+        """QP ``qpn`` to INIT, RTR and RTS with the attributes ``rdma_init_qp_attr`` gives (the
+        access flags this NIC's, the timeout and retry counts the host's); what the QP took:
+        ``psn``, ``fpga_qpn``, ``fpga_psn``, ``pmtu`` (bytes), ``rd_atomic``, ``rd_depth``."""
+        e, qp = self.e, self.qps[qpn]
+        init, mask = cmid.init_qp_attr(e.IBV_QPS_INIT)
+        init.qp_access_flags = e.IBV_ACCESS_LOCAL_WRITE | self._remote_access()
+        qp.modify(init, mask | e.IBV_QP_ACCESS_FLAGS)
+        rtr, mask = cmid.init_qp_attr(e.IBV_QPS_RTR)
+        qp.modify(rtr, mask)
+        rts, mask = cmid.init_qp_attr(e.IBV_QPS_RTS)
+        rts.timeout = VERBS_TIMEOUT if timeout is None else timeout
+        rts.retry_cnt = 7 if retry_cnt is None else retry_cnt
+        rts.rnr_retry = 7 if rnr_retry is None else rnr_retry
+        qp.modify(rts, mask | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY)
+        return {"psn": rts.sq_psn, "fpga_qpn": rtr.dest_qp_num, "fpga_psn": rtr.rq_psn,
+                "pmtu": mtu_bytes(rtr.path_mtu), "rd_atomic": rts.max_rd_atomic,
+                "rd_depth": rtr.max_dest_rd_atomic}
+
+    def _cm_drop(self, qpn):
+        """Destroy the CM ID, its event channel and the QP of a connection that failed."""
+        cmid, channel = self.cmids.pop(qpn, (None, None))
+        for obj in (cmid, channel):
+            if obj is not None:
+                obj.close()
+        self.destroy_qp(qpn)
+
+    def cm_disconnect(self, qpn):
+        """``rdma_disconnect`` (the DREQ; librdmacm and the kernel's CM see to the DREP and
+        time-wait), then the QP, the CM ID and its event channel destroyed. :class:`NicError`
+        when the QP has no connection of :meth:`cm_connect`, or the disconnect failed (the
+        objects are destroyed all the same)."""
+        self._check_open()
+        if qpn not in self.cmids:
+            raise NicError(f"QP {qpn:#x} was not connected through the RDMA CM")
+        try:
+            self.cmids[qpn][0].disconnect()
+        except self._Error as err:
+            raise NicError(f"rdma_disconnect of QP {qpn:#x}: {err}") from None
+        finally:
+            self._cm_drop(qpn)
+
     def counters(self):
         return {}
 
@@ -819,13 +1149,18 @@ class VerbsNic:
         pass
 
     def close(self):
-        """Destroy the QPs, the regions, the CQ, the PD and the device context, once no poll of
-        the CQ is under way; from then on every use raises :class:`NicError`. A second close
+        """Destroy the CM IDs of :meth:`cm_connect` (the kernel's CM sends the DREQ of a
+        connection still up), the QPs, the regions, the CQ, the PD and the device context, once
+        no poll of the CQ is under way; from then on every use raises :class:`NicError`. A second close
         does nothing."""
         with self._cq_lock:
             if self._closed:
                 return
             self._closed = True
+            for cmid, channel in self.cmids.values():
+                cmid.close()
+                channel.close()
+            self.cmids.clear()
             for qp in self.qps.values():
                 qp.close()
             self.qps.clear()

@@ -17,17 +17,32 @@ Destroying the device context takes :data:`CLOSE_SECONDS` (a real device's close
 instant), so a thread that still polls while the NIC is closed meets the destroyed CQ every
 time rather than by chance.
 
+librdmacm (``pyverbs.cmid``, ``pyverbs.librdmacm_enums``) is there for the active side of an RC
+connection on an event channel, as :class:`rocegen.host.nic.VerbsNic` uses it: the FPGA on the
+other end is a script (``state.cm_peer``, :data:`CM_PEER`: whether the address resolves, which
+device routes it, whether the REQ gets a REP, a REJ or nothing, the REP's QP, PSN, READ depths,
+RNR retry count and private data), and every call is recorded in ``state.cm`` as ``(call,
+details)``: the CM ID made, the addresses resolved, the connection parameters, each
+``init_qp_attr``, ``establish``, ``disconnect``, ``destroy_id``, ``destroy_channel``, events
+acknowledged. The QP attributes ``init_qp_attr`` gives are those the kernel's CM derives from
+the REP (``cm_init_qp_*_attr``); a QP's ``modify`` calls are recorded in ``state.modify`` (its
+number, the state, the mask and every attribute), and a state change out of RESET -> INIT ->
+RTR -> RTS order raises. An event used after it was acknowledged counts as a use after free.
+
 In a process of its own (the host agent that ``rocegen-host connect`` starts), a package
 directory on ``PYTHONPATH`` whose ``pyverbs/__init__.py`` is :data:`SHIM` stands for the real one.
 """
 
+import collections
+import enum
 import os
 import signal
 import threading
 import time
 import types
 
-__all__ = ["modules", "Verbs", "UseAfterFree", "LOCAL_IP", "SHIM", "CLOSE_SECONDS"]
+__all__ = ["modules", "Verbs", "UseAfterFree", "LOCAL_IP", "SHIM", "CLOSE_SECONDS", "CM_PEER",
+           "REP_REGION", "CM_EVENTS"]
 
 LOCAL_IP = "10.0.0.1"
 CLOSE_SECONDS = 0.05
@@ -36,6 +51,34 @@ CLOSE_SECONDS = 0.05
 SHIM = ("import sys\n"
         "from tests.fake_pyverbs import modules\n"
         "sys.modules.update(modules(crash=True))\n")
+
+
+#: The region the scripted FPGA's REP carries by default: (addr, rkey, length).
+REP_REGION = (0x4000_0000, 0x00C0FFEE, 1 << 20)
+
+
+def _rep_data(addr, rkey, length):
+    """196 bytes of REP private data: the region (rocegen.wire.ibcm.REGION's layout: addr 8,
+    rkey 4, length 4, big-endian), then zeros."""
+    return (addr.to_bytes(8, "big") + rkey.to_bytes(4, "big") + length.to_bytes(4, "big")).ljust(
+        196, b"\0")
+
+
+#: What the scripted FPGA does (``state.cm_peer`` starts as a copy): ``resolves`` (the address
+#: resolves), ``device`` (the device librdmacm routes through), ``answer`` (``"REP"``, ``"REJ"``
+#: or ``"none"``), the REP's ``qpn`` (of the first REQ; the next ones count up), ``psn``,
+#: ``responder_resources``, ``initiator_depth``, ``rnr_retry``, ``private_data``; ``path_mtu``
+#: (IB MTU code of the route), ``sq_psn`` (the starting PSN the kernel's CM chose for us),
+#: ``timeout`` (the local ACK timeout it derives from the path).
+CM_PEER = {"resolves": True, "device": "fake0", "answer": "REP", "qpn": 0x2A, "psn": 0xABCDE,
+           "responder_resources": 8, "initiator_depth": 4, "rnr_retry": 6,
+           "private_data": _rep_data(*REP_REGION), "path_mtu": 3, "sq_psn": 0x5A5A5,
+           "timeout": 18}
+#: ``enum rdma_cm_event_type`` (rdma_cma.h), in order.
+CM_EVENTS = ("ADDR_RESOLVED", "ADDR_ERROR", "ROUTE_RESOLVED", "ROUTE_ERROR", "CONNECT_REQUEST",
+             "CONNECT_RESPONSE", "CONNECT_ERROR", "UNREACHABLE", "REJECTED", "ESTABLISHED",
+             "DISCONNECTED", "DEVICE_REMOVAL", "MULTICAST_JOIN", "MULTICAST_ERROR",
+             "ADDR_CHANGE", "TIMEWAIT_EXIT")
 
 
 class UseAfterFree(AssertionError):
@@ -58,6 +101,9 @@ class Verbs:
         self.mr_access = []             # the access flags of each MR registered
         self.atomic_caps = 1            # what query_device says: IBV_ATOMIC_HCA
         self.polls = 0
+        self.modify = []                # each QP.modify: {"qpn", "state", "mask", attributes}
+        self.cm = []                    # librdmacm calls: (call, details)
+        self.cm_peer = dict(CM_PEER)
 
     def freed(self, what):
         with self.lock:
@@ -99,7 +145,11 @@ def modules(*, crash=False):
         IBV_WC_RECV_RDMA_WITH_IMM=129, IBV_WR_RDMA_WRITE=0, IBV_WR_RDMA_WRITE_WITH_IMM=1,
         IBV_WR_SEND=2, IBV_WR_SEND_WITH_IMM=3, IBV_WR_RDMA_READ=4, IBV_WR_ATOMIC_CMP_AND_SWP=5,
         IBV_WR_ATOMIC_FETCH_AND_ADD=6, IBV_SEND_SIGNALED=2, IBV_ATOMIC_NONE=0,
-        IBV_ATOMIC_HCA=1, IBV_ATOMIC_GLOB=2)
+        IBV_ATOMIC_HCA=1, IBV_ATOMIC_GLOB=2, IBV_QP_ACCESS_FLAGS=8, IBV_QP_PKEY_INDEX=16,
+        IBV_QP_PORT=32, IBV_QP_AV=128, IBV_QP_PATH_MTU=256, IBV_QP_TIMEOUT=512,
+        IBV_QP_RETRY_CNT=1024, IBV_QP_RNR_RETRY=2048, IBV_QP_RQ_PSN=4096,
+        IBV_QP_MAX_QP_RD_ATOMIC=8192, IBV_QP_MIN_RNR_TIMER=32768, IBV_QP_SQ_PSN=65536,
+        IBV_QP_DEST_QPN=1048576, IBV_QP_MAX_DEST_RD_ATOMIC=131072)
 
     class Device:
         name = b"fake0"
@@ -242,6 +292,18 @@ def modules(*, crash=False):
             self._use("query")
             return types.SimpleNamespace(qp_state=self.qp_state), None
 
+        def modify(self, attr, mask):
+            self._use("modify")
+            order = {enums.IBV_QPS_RESET: enums.IBV_QPS_INIT, enums.IBV_QPS_INIT: enums.IBV_QPS_RTR,
+                     enums.IBV_QPS_RTR: enums.IBV_QPS_RTS}
+            if not mask & enums.IBV_QP_STATE or order.get(self.qp_state) != attr.qp_state:
+                raise PyverbsError(f"QP {self.qp_num:#x}: no change from state {self.qp_state} "
+                                   f"to {attr.qp_state} (mask {mask:#x})")
+            with state.lock:
+                state.modify.append({"qpn": self.qp_num, "state": attr.qp_state, "mask": mask,
+                                     **vars(attr)})
+            self.qp_state = attr.qp_state
+
     class GID:
         def __init__(self, text):
             self.text = text
@@ -276,6 +338,8 @@ def modules(*, crash=False):
         def set_wr_atomic(self, rkey, addr, compare_add, swap=0):
             self.atomic = (rkey, addr, compare_add, swap)
 
+    cm_mods = _cm_modules(state, enums, QPAttr, _Obj)
+
     def module(name, **attrs):
         m = types.ModuleType(name)
         m.__dict__.update(attrs)
@@ -291,6 +355,164 @@ def modules(*, crash=False):
         "qp": module("pyverbs.qp", QP=QP, QPCap=QPCap, QPInitAttr=QPInitAttr, QPAttr=QPAttr),
         "addr": module("pyverbs.addr", GID=GID, AHAttr=AHAttr, GlobalRoute=GlobalRoute),
         "wr": module("pyverbs.wr", SGE=SGE, RecvWR=RecvWR, SendWR=SendWR),
+        **{k: module(f"pyverbs.{k}", **attrs) for k, attrs in cm_mods.items()},
     }
     top = module("pyverbs", state=state, __path__=[], **subs)
     return {"pyverbs": top, **{f"pyverbs.{k}": m for k, m in subs.items()}}
+
+
+def _cm_modules(state, enums, QPAttr, Obj):
+    """The contents of ``pyverbs.librdmacm_enums`` and ``pyverbs.cmid`` (their names: dicts)."""
+    port_space = enum.IntEnum("rdma_port_space", {"RDMA_PS_IPOIB": 0x0002, "RDMA_PS_TCP": 0x0106,
+                                                  "RDMA_PS_UDP": 0x0111, "RDMA_PS_IB": 0x013F})
+    event_type = enum.IntEnum("rdma_cm_event_type",
+                              {f"RDMA_CM_EVENT_{n}": k for k, n in enumerate(CM_EVENTS)})
+    ev = {n: event_type[f"RDMA_CM_EVENT_{n}"] for n in CM_EVENTS}
+
+    def record(call, **details):
+        with state.lock:
+            state.cm.append((call, details))
+
+    class AddrInfo:
+        def __init__(self, src=None, dst=None, src_service=None, dst_service=None, port_space=0,
+                     flags=0):
+            self.src, self.dst, self.dst_service = src, dst, dst_service
+            self.src_service, self.port_space, self.flags = src_service, port_space, flags
+
+        def close(self):
+            pass
+
+    class ConnParam:
+        def __init__(self, resources=1, depth=1, flow_control=0, retry=5, rnr_retry=5, srq=0,
+                     qp_num=0, data_len=0):
+            self.responder_resources, self.initiator_depth = resources, depth
+            self.flow_control, self.retry_count, self.rnr_retry_count = flow_control, retry, rnr_retry
+            self.srq, self.qp_num = srq, qp_num
+
+    class CMEventChannel(Obj):
+        kind = "event channel"
+
+        def __init__(self):
+            super().__init__(state)
+            self.events = collections.deque()
+
+        def close(self):
+            if not self._closed:
+                record("destroy_channel")
+            super().close()
+
+    class CMEvent(Obj):
+        kind = "CM event"
+
+        def __init__(self, channel):
+            super().__init__(state)
+            channel._use("rdma_get_cm_event")
+            if not channel.events:
+                raise AssertionError("rdma_get_cm_event would wait for ever: no event is coming")
+            self._type, self._data = channel.events.popleft()
+
+        @property
+        def event_type(self):
+            self._use("event_type")
+            return self._type
+
+        @property
+        def private_data(self):
+            self._use("private_data")
+            return self._data
+
+        def event_str(self):
+            self._use("event_str")
+            return self._type.name
+
+        def ack_cm_event(self):
+            self._use("ack_cm_event")
+            record("ack", event=self._type.name)
+            self.close()
+
+    class CMID(Obj):
+        kind = "CMID"
+
+        def __init__(self, creator=None, qp_init_attr=None, pd=None,
+                     port_space=port_space.RDMA_PS_TCP, listen_id=None):
+            super().__init__(state)
+            self.channel, self.param = creator, None
+            record("create_id", port_space=int(port_space), channel=creator is not None)
+
+        def _event(self, name, data=b""):
+            self.channel.events.append((ev[name], data))
+
+        @property
+        def dev_name(self):
+            self._use("dev_name")
+            return state.cm_peer["device"]
+
+        def resolve_addr(self, rai, timeout_ms=2000):
+            self._use("resolve_addr")
+            record("resolve_addr", src=rai.src, dst=rai.dst, dst_service=rai.dst_service,
+                   port_space=int(rai.port_space), timeout_ms=timeout_ms)
+            self._event("ADDR_RESOLVED" if state.cm_peer["resolves"] else "ADDR_ERROR")
+
+        def resolve_route(self, timeout_ms=2000):
+            self._use("resolve_route")
+            record("resolve_route", timeout_ms=timeout_ms)
+            self._event("ROUTE_RESOLVED")
+
+        def connect(self, param=None):
+            self._use("connect")
+            self.param = param
+            with state.lock:    # the FPGA's QPs are numbered from the script's, one per REQ
+                self.fpga_qpn = state.cm_peer["qpn"] + sum(c == "connect" for c, _ in state.cm)
+            record("connect", **vars(param))
+            peer = state.cm_peer
+            if peer["answer"] == "REP":
+                self._event("CONNECT_RESPONSE", peer["private_data"])
+            else:
+                self._event("REJECTED" if peer["answer"] == "REJ" else "UNREACHABLE")
+
+        def init_qp_attr(self, qp_state):
+            self._use("init_qp_attr")
+            record("init_qp_attr", qp_state=qp_state)
+            return _kernel_qp_attr(qp_state, state.cm_peer, self.fpga_qpn, self.param, enums,
+                                   QPAttr)
+
+        def establish(self):
+            self._use("establish")
+            record("establish")
+
+        def disconnect(self):
+            self._use("disconnect")
+            record("disconnect")
+            self._event("DISCONNECTED")
+
+        def close(self):
+            if not self._closed:
+                record("destroy_id")
+            super().close()
+
+    return {"librdmacm_enums": {"rdma_port_space": port_space, "rdma_cm_event_type": event_type},
+            "cmid": {"AddrInfo": AddrInfo, "ConnParam": ConnParam, "CMEventChannel": CMEventChannel,
+                     "CMEvent": CMEvent, "CMID": CMID}}
+
+
+def _kernel_qp_attr(qp_state, peer, fpga_qpn, param, e, QPAttr):
+    """``(QPAttr, mask)`` as the kernel's CM gives them to the active side once the REP of
+    ``peer`` (from its QP ``fpga_qpn``) answered the connection parameters ``param``
+    (``cm_init_qp_init_attr``, ``_rtr_attr``, ``_rts_attr``)."""
+    attr = QPAttr(qp_state=qp_state)
+    if qp_state == e.IBV_QPS_INIT:
+        attr.qp_access_flags = e.IBV_ACCESS_REMOTE_WRITE | (
+            e.IBV_ACCESS_REMOTE_READ | e.IBV_ACCESS_REMOTE_ATOMIC
+            if peer["initiator_depth"] else 0)
+        attr.pkey_index = 0
+        return attr, e.IBV_QP_STATE | e.IBV_QP_ACCESS_FLAGS | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT
+    if qp_state == e.IBV_QPS_RTR:
+        attr.path_mtu, attr.dest_qp_num, attr.rq_psn = peer["path_mtu"], fpga_qpn, peer["psn"]
+        attr.max_dest_rd_atomic, attr.min_rnr_timer = peer["initiator_depth"], 0
+        return attr, (e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN
+                      | e.IBV_QP_RQ_PSN | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
+    attr.sq_psn, attr.timeout = peer["sq_psn"], peer["timeout"]
+    attr.retry_cnt, attr.rnr_retry = param.retry_count, peer["rnr_retry"]
+    attr.max_rd_atomic = peer["responder_resources"]
+    return attr, (e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY
+                  | e.IBV_QP_SQ_PSN | e.IBV_QP_MAX_QP_RD_ATOMIC)

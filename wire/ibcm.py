@@ -34,10 +34,10 @@ __all__ = [
     "ATTR_DREQ", "ATTR_DREP", "ATTR_SIDR_REQ", "ATTR_SIDR_REP", "ATTR_LAP", "ATTR_APR",
     "QP1", "QP1_QKEY", "DEFAULT_PKEY", "LID_PERMISSIVE", "UDP_SPORT", "UD_IN", "UD_OUT",
     "MAD_HDR", "REQ", "MRA", "REJ", "REP", "RTU", "DREQ", "DREP", "CLASS_PORT_INFO", "CMA_HDR",
-    "GID_IPV4", "REGION", "MESSAGES", "PRIVATE_DATA_LENGTH",
+    "GID_IPV4", "REGION", "rep_region", "MESSAGES", "PRIVATE_DATA_LENGTH",
     "RejReason", "MsgResponse", "TRANSPORT_RC", "TRANSPORT_UC",
     "MTU_CODES", "mtu_code", "mtu_bytes",
-    "RDMA_PS_TCP", "SERVICE_ID_TCP", "service_id", "service_port",
+    "RDMA_PS_TCP", "SERVICE_ID_TCP", "RPING_PORT", "service_id", "service_port",
     "CMA_VERSION", "CMA_IP_VERSION_4", "CMA_IP_VERSION_6", "CMA_PRIVATE_DATA_MAX",
     "cm_timeout_ns", "ipv4_gid", "gid_ipv4",
     "private_data", "private_bytes", "class_data",
@@ -268,6 +268,8 @@ def mtu_bytes(code):
 #: ``port space << 16 | port`` (``rdma_get_service_id``).
 RDMA_PS_TCP = 0x0106
 SERVICE_ID_TCP = RDMA_PS_TCP << 16
+#: The TCP port ``rping`` (librdmacm/examples/rping.c) listens on and connects to by default.
+RPING_PORT = 7174
 
 
 def service_id(port):
@@ -322,6 +324,28 @@ def gid_ipv4(gid):
 #: memory region the peer may access (its base address, R_Key and length in bytes), laid out
 #: as rping's advertisement of a buffer.
 REGION = Header("cm_region", [("addr", 64), ("rkey", 32), ("length", 32)])
+
+
+def rep_region(data):
+    """The :data:`REGION` (a dict: ``addr``, ``rkey``, ``length``) that ``data``, a REP's private
+    data as librdmacm hands it to the active side (all of it, or at least the region), carries.
+    ``ValueError`` saying what is wrong when it cannot be this project's: shorter than the
+    region, a byte after it that is not zero, a region that runs past the end of the 64-bit
+    address space, or an R_Key or address with a length of 0 (no region is all zeros)."""
+    data = bytes(data)
+    if len(data) < REGION.length:
+        raise ValueError(f"{len(data)} bytes of private data, shorter than a region's "
+                         f"{REGION.length}")
+    if any(data[REGION.length:]):
+        raise ValueError(f"the private data after the region is not zero ({data.hex()})")
+    region = REGION.unpack(data)
+    if region["addr"] + region["length"] > 1 << 64:
+        raise ValueError(f"region [{region['addr']:#x}, +{region['length']:#x}) runs past the end "
+                         f"of the address space")
+    if region["length"] == 0 and (region["addr"] or region["rkey"]):
+        raise ValueError(f"a region of 0 bytes with address {region['addr']:#x} and R_Key "
+                         f"{region['rkey']:#x} (no region is all zeros)")
+    return region
 
 # ---- time
 

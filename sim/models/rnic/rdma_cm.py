@@ -31,12 +31,17 @@ class CmPeer:
     """``nic`` (a :class:`~rocegen.sim.models.rnic.Rnic`) with a CM whose QP numbers are
     ``qpns``; ``ca_guid``, ``ports`` (listened TCP ports) and any other keyword are
     :class:`~rocegen.sim.models.ibcm.IbCm`'s. :attr:`cm` is the CM, :attr:`qps` maps each
-    connection's local communication ID to the NIC QP made for it. A testbench drives it as it
-    drives the NIC (:meth:`receive`, :meth:`due`, :meth:`next_due`; every other attribute is
-    the NIC's)."""
+    connection's local communication ID to the NIC QP made for it. :attr:`qp_options` (a dict,
+    empty unless given) holds keywords of the NIC's ``create_qp`` for every QP made from then
+    on, over what the connection says (a requester window, or the QP's own local ACK timeout and
+    retry counts, as a librdmacm user sets them on its QP). A testbench drives it as it drives
+    the NIC (:meth:`receive`, :meth:`due`, :meth:`next_due`; every other attribute is the
+    NIC's)."""
 
-    def __init__(self, nic, *, qpns, ca_guid=0x0002C90300000001, ports=(), **cm_kwargs):
+    def __init__(self, nic, *, qpns, ca_guid=0x0002C90300000001, ports=(), qp_options=None,
+                 **cm_kwargs):
         self.nic = nic
+        self.qp_options = dict(qp_options or {})
         self.cm = IbCm(pool=QpPool(qpns), local_ip=parse_ip(nic.ip), ca_guid=ca_guid,
                        ports=ports, **cm_kwargs)
         self.qps = {}
@@ -131,13 +136,14 @@ class CmPeer:
             self.nic.destroy_qp(self.qps.pop(cid))
 
     def _create(self, cid, conn):
-        self.nic.create_qp(
-            conn.qpn, peer_qpn=conn.peer_qpn, peer_ip=format_ip(conn.peer_ip),
+        options = dict(
+            peer_qpn=conn.peer_qpn, peer_ip=format_ip(conn.peer_ip),
             peer_mac=format_mac(self._macs[conn.peer_ip]), epsn=conn.peer_psn, sq_psn=conn.psn,
             pmtu=I.mtu_bytes(conn.path_mtu), timeout=conn.local_ack_timeout,
             retry_cnt=conn.retry_count, rnr_retry=conn.rnr_retry_count, access=ACCESS,
             max_rd_atomic=max(1, conn.initiator_depth),
             max_dest_rd_atomic=conn.responder_resources)
+        self.nic.create_qp(conn.qpn, **{**options, **self.qp_options})
         self.qps[cid] = conn.qpn
 
 

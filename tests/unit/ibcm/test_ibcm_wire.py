@@ -228,3 +228,19 @@ def test_private_and_class_data():
     assert len(I.class_data(b"x")) == 232
     with pytest.raises(ValueError, match="more than 232"):
         I.class_data(bytes(233))
+
+
+def test_the_region_of_a_rep():
+    region = I.REGION.pack(addr=0x1_0000_2000, rkey=0xABCD, length=65536)
+    rep = I.private_bytes(I.REP, I.REP.unpack(I.REP.pack(
+        private_data=I.private_data(I.REP, region))))
+    assert len(rep) == 196
+    assert I.rep_region(rep) == {"addr": 0x1_0000_2000, "rkey": 0xABCD, "length": 65536}
+    assert I.rep_region(region) == I.rep_region(rep)            # the region alone will do
+    assert I.rep_region(bytes(196)) == {"addr": 0, "rkey": 0, "length": 0}     # none
+    for bad, text in ((region[:15], "15 bytes of private data, shorter than a region's 16"),
+                      (region + b"\x01", "after the region is not zero"),
+                      (I.REGION.pack(addr=(1 << 64) - 8, rkey=1, length=16), "runs past the end"),
+                      (I.REGION.pack(addr=0, rkey=5, length=0), "a region of 0 bytes")):
+        with pytest.raises(ValueError, match=text):
+            I.rep_region(bad)

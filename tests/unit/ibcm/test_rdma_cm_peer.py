@@ -131,3 +131,16 @@ def test_a_refused_connect_leaves_no_qp():
     wire.run(a, frames)
     assert cid not in a.cm.connections and a.qps == {} and not a.nic.qps
     assert a.cm.pool.free_count == 2 and b.cm.counters["req_rejected"] == 1
+
+
+def test_qp_options_go_over_what_the_connection_says():
+    a, b = peers()
+    a.qp_options = {"window": 8, "timeout": 20, "retry_cnt": 2}
+    wire = Wire(a, b)
+    cid = connect(a, b, wire)
+    sq = a.nic.qps[a.qps[cid]].sq
+    assert (sq.window, sq.timeout, sq.retry_cnt) == (8, 20, 2)
+    assert sq.rnr_retry == a.cm.connections[cid].rnr_retry_count == 7
+    (conn_b,) = b.cm.connections.values()
+    assert b.nic.qps[conn_b.qpn].sq.timeout == a.cm.local_ack_timeout == 14    # from the REQ
+    write_and_check(a, b, wire, cid, b"w" * 300)
