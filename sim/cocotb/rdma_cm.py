@@ -27,7 +27,7 @@ import cocotb
 
 from rocegen.gateware.roce.endpoint.endpoint_stats import STATS
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
-from rocegen.sim.cocotb.roce_resp import NUM_QPS, REGION, RespEnv, W, rkey_of
+from rocegen.sim.cocotb.roce_resp import NUM_QPS, RespEnv, W, rkey_of, share
 from rocegen.sim.models.cm.cm import ACK_ACK, ACK_NAK, CM_PORT, REQ_CLOSE_QP, REQ_OPEN_QP
 from rocegen.sim.models.cm.cm import request as cm_request
 from rocegen.sim.models.cm.cm import unpack as cm_unpack
@@ -71,13 +71,18 @@ class CmEnv(RespEnv):
 
     def __init__(self, dut):
         super().__init__(dut, seed=SEED)
+        self.nic.udp_ports = (CM_LISTEN,)       # (the 17185 manager's replies)
         self.peer = self.nic = CmPeer(self.nic, qpns=HOST_QPNS)
         self.nic.register_mr(HOST_BUF, 1 << 16, 0x7700, Access.LOCAL_WRITE)
         self.mads_in = 0
 
     async def start(self):
+        """The MAC model, the MADs counted; each QP's region a share of the responder's with
+        the testbench's R_Key (:func:`rkey_of`)."""
         await super().start()
         self.mac.taps.append(self._tap)
+        for k in range(NUM_QPS):
+            await self.set_region(k, *share(k, NUM_QPS))
 
     def _tap(self, frame):
         self.mads_in += _is_mad(frame)
@@ -120,8 +125,11 @@ async def move_data(env, conn, rng, what):
     r = conn.peer_region
     data = rng.randbytes(rng.randrange(1500, 5000))
     off = rng.randrange(0, r.length - len(data)) & ~7
-    w = env.peer.post_send(hq, "WRITE", data=data, remote_addr=r.addr + off, rkey=r.rkey)
-    rd = env.peer.post_send(hq, "READ", length=len(data), remote_addr=r.addr + off, rkey=r.rkey)
+    env.wr_id += 2
+    w, rd = env.wr_id - 1, env.wr_id
+    env.peer.post_send(hq, "WRITE", data=data, remote_addr=r.addr + off, rkey=r.rkey, wr_id=w)
+    env.peer.post_send(hq, "READ", length=len(data), remote_addr=r.addr + off, rkey=r.rkey,
+                       wr_id=rd)
     env.mac.poke()
     await env.settle(lambda: not env.peer.send_outstanding(), f"{what}: host WRITE and READ")
     done = {c.wr_id: c for c in env.peer.send_cq if c.wr_id in (w, rd)}
@@ -148,8 +156,9 @@ async def connections(dut):
     assert conn.state is State.ESTABLISHED, conn
     k = conn.peer_qpn - 256
     assert 0 <= k < NUM_QPS and (await env.qp_open()) >> k & 1
+    base, length = share(k, NUM_QPS)
     assert (conn.peer_region.addr, conn.peer_region.rkey, conn.peer_region.length) == \
-        (REGION[0], rkey_of(k), REGION[1]), conn.peer_region
+        (base, rkey_of(k), length), conn.peer_region
     assert conn.peer_psn == conn.psn, "the endpoint's QP starts at the REQ's PSN"
     await move_data(env, conn, rng, "first connection")
 

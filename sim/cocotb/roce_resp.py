@@ -153,7 +153,8 @@ class RespEnv:
         await start_clock(dut, W)
         self.mac = MacModel(dut, W, self.nic, line_gbps=self.line_gbps,
                             backpressure=self.backpressure, seed=self.rng.getrandbits(32),
-                            to_nic=self.links[0], from_nic=self.links[1], pcap=self.pcap)
+                            to_nic=self.links[0], from_nic=self.links[1], pcap=self.pcap,
+                            cm_regions=True)
         self.ctl = RecordDriver(dut, "qpctl", CONTEXT_WRITE)
         self.psn = RecordDriver(dut, "qppsn", PSN_WRITE)
         self.wr = RecordDriver(dut, "wr", WORK_REQUEST)

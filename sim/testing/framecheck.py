@@ -246,10 +246,15 @@ def _field_diff(sent, expected):
 
 
 class FrameChecker:
-    """See the module documentation. ``name`` prefixes the error messages and the summary."""
+    """See the module documentation. ``name`` prefixes the error messages and the summary.
+    ``regions``: the endpoint is built with the responder, whose connection manager states a
+    QP's memory region in an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS (``loc_rkey``,
+    ``loc_vaddr``, ``dma_length``: the endpoint's to choose) and the READ depths in bytes 56-57
+    of an ACK of OPEN_QP or SEND_QP_INFO (bytes 58-59 stay zero)."""
 
-    def __init__(self, name="endpoint"):
+    def __init__(self, name="endpoint", *, regions=False):
         self.name = name
+        self.regions = regions
         self.counts = Counter()
         #: wall-clock seconds spent in :meth:`check` (scapy takes a few milliseconds a frame)
         self.seconds = 0.0
@@ -444,8 +449,7 @@ class FrameChecker:
         self._requests.remove(next(r for r in self._requests if r[2] is cands[n][1]))
         return problems
 
-    @staticmethod
-    def _cm_expected(req, got, our_ip):
+    def _cm_expected(self, req, got, our_ip):
         """The reply the spec asks for to ``req``. Where the spec leaves a value to the
         endpoint (the ACK type, its QPN on a granted OPEN_QP) it is taken from ``got``."""
         if req["req_type"] == REQ_OPEN_QP:
@@ -465,4 +469,14 @@ class FrameChecker:
             # bits 6-5, 1 little-endian or 2 big-endian; nothing else of the byte)
             byte51=got["byte51"] if got["ack_type"] == 1 and req["req_type"] in (1, 2, 3)
             and got["byte51"] in (0x20, 0x40) else 0,
-            dma_length=0, n_transfers=0, frequency=0)
+            dma_length=0, n_transfers=0, frequency=0) | self._cm_region(req, got)
+
+    def _cm_region(self, req, got):
+        """With ``regions``: the fields of an ACK that states the QP's region (and the READ
+        depths), as sent."""
+        if not self.regions or got["ack_type"] != 1 or req["req_type"] not in (1, 2, 3):
+            return {}
+        out = {k: got[k] for k in ("loc_rkey", "loc_vaddr", "dma_length")}
+        if req["req_type"] in (1, 2):
+            out["n_transfers"] = got["n_transfers"] & 0xFFFF_0000
+        return out

@@ -183,11 +183,13 @@ class MacModel:
     ``to_nic`` / ``from_nic``: optional :class:`~rocegen.sim.models.fabric.link.Link` of each direction
     (``None``: a perfect link without delay). They may be replaced between runs, when
     :attr:`in_flight` is 0. :attr:`bytes_per_cycle` (the line-rate budget, ``None`` for none)
-    and :attr:`backpressure` may be changed at any time.
+    and :attr:`backpressure` may be changed at any time. ``cm_regions``: the endpoint's
+    connection manager states regions (a build with the responder; the frame check's
+    ``regions``).
     """
 
     def __init__(self, dut, width, nic, *, line_gbps=None, backpressure=0.0, seed=0, pcap=None,
-                 to_nic=None, from_nic=None):
+                 to_nic=None, from_nic=None, cm_regions=False):
         for name, link in (("to_nic", to_nic), ("from_nic", from_nic)):
             if link is not None and not isinstance(link, Link):
                 raise TypeError(f"{name} must be a Link or None, not {link!r}")
@@ -234,7 +236,7 @@ class MacModel:
         #: every connection-manager reply with the spec's encoding (a mismatch fails the testbench);
         #: in a worker process beside the simulator when a core is free for it, or with
         #: ``ROCEGEN_FRAMECHECK=pool`` (:mod:`rocegen.sim.testing.framecheck_pool`)
-        self.framecheck = make_framecheck()
+        self.framecheck = make_framecheck(regions=cm_regions)
         #: set whenever a frame left the endpoint or a link delivered one
         self.event = Event()
         self._sent = set()

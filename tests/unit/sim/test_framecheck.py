@@ -267,6 +267,29 @@ def open_exchange(reply=None, *, checksum=True, dport=50001):
     return c, frame
 
 
+def test_cm_reply_with_a_region_passes_only_a_responder_build():
+    """An ACK of OPEN_QP stating the QP's region (R_Key, base, length) and the READ depths in
+    bytes 56-57: right for a build with the responder (``regions``), wrong for one without;
+    bytes 58-59 stay zero either way."""
+    reply = bytearray(raw_reply(ACK_OPEN, 0x100, 0xABCDEF, 0x123, 0xABCDEF, 0x55AA,
+                                0x7F00_0000_1000, 50001))
+    reply[9:13] = (0x51010101).to_bytes(4, "big")
+    reply[13:21] = (0x8000).to_bytes(8, "big")
+    reply[52:56] = (0x8000).to_bytes(4, "big")
+    reply[56:58] = b"\x01\x10"
+    for regions, ok in ((True, True), (False, False)):
+        c, frame = open_exchange(bytes(reply))
+        c.regions = regions
+        if ok:
+            assert c.check(frame) == "cm_reply"
+        else:
+            check_fails(frame, "loc_rkey", "dma_length", checker=c)
+    reply[58] = 1
+    c, frame = open_exchange(bytes(reply))
+    c.regions = True
+    check_fails(frame, "n_transfers", checker=c)
+
+
 def test_runts_sent_to_the_endpoint_are_no_requests():
     c, frame = open_exchange()
     good = udp_frame(HOST_IP, FPGA_IP, CM_HOST_PORT, 17185, cm_request(1, **OPEN))
