@@ -62,6 +62,10 @@ __all__ = ["add_parser", "run", "frame_kinds", "classify_pcap", "rxe_vectors", "
 #: FPGA's time, some 10 s of wall time at W = 64): the endpoint's default, 14 (67 ms), is minutes
 #: of wall time, so a lost last ACK would stall a step far longer than the host agent waits.
 SIM_FPGA_TIMEOUT = 10
+#: The IB CM's time-wait in a co-simulation, in the FPGA's time (about 1 s of wall time at
+#: W = 64): long enough for every DREQ sent again to meet it, short enough that the QPs are
+#: free again within a step.
+CM_TIME_WAIT_US = 500
 BRIDGE, QEMU_TAP = "rgbr0", "rgqemu0"
 PORT_MAC = "02:00:00:00:00:fe"          # serve's TAP, once on the bridge
 DEFAULT_STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM",
@@ -106,6 +110,11 @@ def add_parser(subparsers):
     r.add_argument("--fpga-timeout", type=int, default=SIM_FPGA_TIMEOUT,
                    help=f"the FPGA QP's retransmit timeout code, in the FPGA's time (default "
                    f"{SIM_FPGA_TIMEOUT}: 4.2 ms)")
+    r.add_argument("--rdma-cm-port", type=int, default=None, metavar="PORT",
+                   help="build the endpoint with the standard RDMA connection manager listening "
+                   "on TCP port PORT (IB CM over QP1, a time-wait of "
+                   f"{CM_TIME_WAIT_US} us): the steps cm:connect (the host agent's QPs through "
+                   "librdmacm) and cm:cmtime (librdmacm's cmtime, --qps connections at once)")
     r.add_argument("--host-retry-cnt", type=int, default=7)
     r.add_argument("--host-rnr-retry", type=int, default=7)
     r.add_argument("--output", default="build/rxe", help="folder of the run's files "
@@ -128,8 +137,12 @@ def _validate(args):
     bad = [s for s in steps if s not in rxe_story.STEPS]
     if bad:
         raise ValueError(f"--steps: unknown {bad}; steps are {', '.join(rxe_story.STEPS)}")
-    if not steps or steps[0] != "connect":
-        raise ValueError("--steps must begin with connect")
+    if not steps or steps[0] not in rxe_story.STARTS + rxe_story.STANDALONE:
+        raise ValueError("--steps must begin with connect, cm:connect or cm:cmtime")
+    if args.rdma_cm_port is None and any(s.startswith("cm:") for s in steps):
+        raise ValueError("the cm: steps need --rdma-cm-port")
+    if args.rdma_cm_port is not None and not 0 <= args.rdma_cm_port <= 65535:
+        raise ValueError(f"--rdma-cm-port must be 0..65535, not {args.rdma_cm_port}")
     if not 1 <= args.qps <= 8:
         raise ValueError(f"--qps must be 1..8, not {args.qps}")
     if not 1 <= args.count <= 4096 or not 1 <= args.size <= 65536:
@@ -148,7 +161,7 @@ def _validate(args):
     if extra and extra[0] == "--":
         extra = extra[1:]
     for own in ("--tap", "--netns", "--status", "--pcap", "--width", "--qps", "--host-ip",
-                "--host-mac", "--ip"):
+                "--host-mac", "--ip", "--rdma-cm-port", "--rdma-cm-time-wait"):
         if own in extra:
             raise ValueError(f"{own} is set by rocegen sim rxe, not after --")
     return steps, extra
@@ -389,13 +402,19 @@ def run(args):
                  "--qps", str(max(args.qps, 2)), "--status", str(status), "--pcap", str(pcap),
                  "--loss-to-fpga", str(args.loss_to_fpga), "--loss-from-fpga",
                  str(args.loss_from_fpga), "--loss-seed", str(args.loss_seed), *extra]
+    if args.rdma_cm_port is not None:
+        serve_cmd += ["--rdma-cm-port", str(args.rdma_cm_port), "--rdma-cm-time-wait",
+                      str(CM_TIME_WAIT_US)]
     connect = ["--timeout", str(args.fpga_timeout), "--host-timeout", str(args.host_timeout),
                "--host-retry-cnt", str(args.host_retry_cnt), "--host-rnr-retry",
                str(args.host_rnr_retry)]
     if args.recv_depth is not None:
         connect += ["--recv-depth", str(args.recv_depth)]
     job = {"fpga_ip": FPGA_IP, "qps": args.qps, "pmtu": args.pmtu, "count": args.count,
-           "size": args.size, "connect": connect, "steps": steps}
+           "size": args.size, "connect": connect, "steps": steps,
+           "rdma_cm_port": args.rdma_cm_port,
+           # (through the IB CM the REQ states the QPs' ACK timeouts: the host's own only)
+           "cm_connect": connect[2:]}
     (gout / "job.json").write_text(json.dumps(job, indent=1))
     (gout / "job.sh").write_text(_job_sh(mtu))
     print(f"$ {' '.join(serve_cmd)}", flush=True)

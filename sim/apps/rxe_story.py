@@ -29,10 +29,20 @@ HOST = ["rocegen-host"]
 #: checked by the host against a model, the originals READ back from the FPGA), ``host:OP`` (the
 #: host's own WRITE/SEND/READ into the FPGA, checked by the FPGA's sink or, for READ, by the
 #: host; FETCH_ADD/COMPARE_SWAP, the contended counter of ``rocegen-host atomic`` on every QP at
-#: once, checked by the host), ``connect``, ``close``, ``stop``.
+#: once, checked by the host), ``connect``, ``close``, ``stop``; with the FPGA's IB CM
+#: (``rdma_cm_port``), ``cm:connect`` (the agent's QPs opened through librdmacm, ``connect
+#: --rdma-cm``) and ``cm:cmtime`` (librdmacm's own ``cmtime``: ``qps`` connections made and torn
+#: down at once).
 STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
          "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE", "host:WRITE_IMM", "host:SEND",
-         "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop")
+         "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop",
+         "cm:connect", "cm:cmtime")
+#: The steps that start the host agent, and those that need none.
+STARTS = ("connect", "cm:connect")
+STANDALONE = ("cm:cmtime",)
+#: cmtime's steps (its table's rows)
+CMTIME_STEPS = ("create id", "resolve addr", "resolve route", "create qp", "connect",
+                "disconnect", "destroy")
 #: The host's atomic steps' ops (``rocegen-host atomic --op``).
 ATOMICS = ("FETCH_ADD", "COMPARE_SWAP")
 
@@ -101,6 +111,14 @@ def play(job, name):
                  "--pmtu", str(job["pmtu"]), *job.get("connect", []), "--json")
         r["ok"] = r["rc"] == 0 and isinstance(r["json"], list) and len(r["json"]) == job["qps"]
         return [r]
+    if name == "cm:connect":
+        r = host("connect", "--device", "rxe0", "--fpga", job["fpga_ip"], "--qps", str(job["qps"]),
+                 "--rdma-cm", "--rdma-cm-port", str(job["rdma_cm_port"]),
+                 *job.get("cm_connect", []), "--json")
+        r["ok"] = r["rc"] == 0 and isinstance(r["json"], list) and len(r["json"]) == job["qps"]
+        return [r]
+    if name == "cm:cmtime":
+        return [cmtime(job)]
     if name in ("close", "stop"):
         r = host(name, *(["--json"] if name == "close" else []))
         r["ok"] = r["rc"] == 0
@@ -137,6 +155,32 @@ def play(job, name):
     r["ok"] = r["rc"] == 0 and bool(res.get("ok")) and r["wrong"] == 0 and \
         r["checked"] == job["count"] * job["size"] * job["qps"]
     return [r]
+
+
+def cmtime(job):
+    """``cm:cmtime``: librdmacm's ``cmtime`` connects ``qps`` QPs to the FPGA's port at once and
+    disconnects them; its table (per step: total ms, max ms, min us, us per connection) in
+    ``json``. Passes when it ends well, every step of its table is there and the FPGA counted
+    each connection established."""
+    cmd = ["cmtime", "-s", job["fpga_ip"], "-p", str(job["rdma_cm_port"]), "-c",
+           str(job["qps"])]
+    before = fpga_status(time.time()).get("stats", {})
+    t = time.monotonic()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        rc, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = -1, e.stdout or "", "cmtime did not finish in 600 s"
+    table = {}
+    for line in out.splitlines():
+        name, sep, figures = line.partition(":")
+        if sep and name.strip() in CMTIME_STEPS:
+            table[name.strip()] = [float(x) for x in figures.split()]
+    after = fpga_status(time.time()).get("stats", {})
+    made = after.get("ibcm_established", 0) - before.get("ibcm_established", 0)
+    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t, "json": {
+            "table": table, "fpga_established": made}, "stderr": (err + out)[-2000:],
+            "ok": rc == 0 and set(table) == set(CMTIME_STEPS) and made == job["qps"]}
 
 
 def atomic(job, op):
@@ -198,7 +242,7 @@ def main(path):
     story = {"job": job, "steps": [], "counters_start": rxe_counters()}
     agent = False
     for name in job["steps"]:
-        if not agent and name != "connect":
+        if not agent and name not in STARTS + STANDALONE:
             story["steps"].append({"step": name, "ok": False, "wall_s": 0.0, "commands": [],
                                    "skipped": "no host agent (connect failed or not done)",
                                    "counters": story["counters_start"]})
@@ -208,7 +252,7 @@ def main(path):
         step = {"step": name, "ok": all(c["ok"] for c in cmds), "wall_s": time.monotonic() - t,
                 "commands": cmds, "counters": rxe_counters(), "fpga": fpga_status(time.time())}
         story["steps"].append(step)
-        agent = (agent or name == "connect" and step["ok"]) and name != "stop"
+        agent = (agent or name in STARTS and step["ok"]) and name != "stop"
         (OUT / "story.json").write_text(json.dumps(story, indent=1))
         print(f"{name}: {'ok' if step['ok'] else 'FAILED'} in {step['wall_s']:.1f} s", flush=True)
         if not step["ok"]:

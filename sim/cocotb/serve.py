@@ -108,7 +108,7 @@ class ServeFrameChecker(FrameChecker):
         self.reads = reads
 
     def _cm_expected(self, req, got, our_ip):
-        exp = FrameChecker._cm_expected(req, got, our_ip)
+        exp = super()._cm_expected(req, got, our_ip)
         if got["ack_type"] != 1:
             return exp
         if req["req_type"] in REGION_REQUESTS and 0 <= exp["loc_qpn"] - 256 < len(self.regions):

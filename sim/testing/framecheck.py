@@ -247,14 +247,14 @@ def _field_diff(sent, expected):
 
 class FrameChecker:
     """See the module documentation. ``name`` prefixes the error messages and the summary.
-    ``regions``: the endpoint is built with the responder, whose connection manager states a
+    ``region_acks``: the endpoint is built with the responder, whose connection manager states a
     QP's memory region in an ACK of OPEN_QP, SEND_QP_INFO or MODIFY_QP_RTS (``loc_rkey``,
     ``loc_vaddr``, ``dma_length``: the endpoint's to choose) and the READ depths in bytes 56-57
     of an ACK of OPEN_QP or SEND_QP_INFO (bytes 58-59 stay zero)."""
 
-    def __init__(self, name="endpoint", *, regions=False):
+    def __init__(self, name="endpoint", *, region_acks=False):
         self.name = name
-        self.regions = regions
+        self.region_acks = region_acks
         self.counts = Counter()
         #: wall-clock seconds spent in :meth:`check` (scapy takes a few milliseconds a frame)
         self.seconds = 0.0
@@ -472,9 +472,9 @@ class FrameChecker:
             dma_length=0, n_transfers=0, frequency=0) | self._cm_region(req, got)
 
     def _cm_region(self, req, got):
-        """With ``regions``: the fields of an ACK that states the QP's region (and the READ
+        """With ``region_acks``: the fields of an ACK that states the QP's region (and the READ
         depths), as sent."""
-        if not self.regions or got["ack_type"] != 1 or req["req_type"] not in (1, 2, 3):
+        if not self.region_acks or got["ack_type"] != 1 or req["req_type"] not in (1, 2, 3):
             return {}
         out = {k: got[k] for k in ("loc_rkey", "loc_vaddr", "dma_length")}
         if req["req_type"] in (1, 2):

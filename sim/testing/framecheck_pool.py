@@ -62,7 +62,7 @@ _LEN = struct.Struct(">I")
 _live = weakref.WeakSet()
 
 
-def make_framecheck(name="endpoint", mode=None, *, regions=False):
+def make_framecheck(name="endpoint", mode=None, *, region_acks=False):
     """A frame checker named ``name``: a :class:`FrameCheckPool` for ``mode="pool"``, a
     :class:`~rocegen.sim.testing.framecheck.FrameChecker` for ``mode="inline"``; ``auto`` takes
     the pool only when a core is free for its worker (see :func:`core_free`): on a machine whose
@@ -74,8 +74,8 @@ def make_framecheck(name="endpoint", mode=None, *, regions=False):
         raise ValueError(f"ROCEGEN_FRAMECHECK must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "auto":
         mode = "pool" if core_free() else "inline"
-    return FrameChecker(name, regions=regions) if mode == "inline" else \
-        FrameCheckPool(name, regions=regions)
+    return FrameChecker(name, region_acks=region_acks) if mode == "inline" else \
+        FrameCheckPool(name, region_acks=region_acks)
 
 
 def usable_cores():
@@ -119,7 +119,7 @@ class FrameCheckPool:
     """See the module documentation. ``name`` prefixes the error messages and the summary, as
     :class:`~rocegen.sim.testing.framecheck.FrameChecker`'s ``name`` does."""
 
-    def __init__(self, name="endpoint", *, regions=False):
+    def __init__(self, name="endpoint", *, region_acks=False):
         self.name = name
         #: seconds the caller waited on the pool (full pipe, drain): the check's share of the
         #: simulation's wall time
@@ -135,7 +135,7 @@ class FrameCheckPool:
         self._cond = threading.Condition()
         self._proc = subprocess.Popen(
             [_python(), "-m", "rocegen.sim.testing.framecheck_pool", name,
-             *(["--regions"] if regions else [])],
+             *(["--region-acks"] if region_acks else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         self._reader = threading.Thread(target=self._read_results, daemon=True,
                                         name=f"framecheck {name}")
@@ -281,11 +281,11 @@ atexit.register(_close_all)
 
 # -------------------------------------------------------------------------------- the worker
 
-def _worker(name, inp, out, regions=False):
-    """Check the batches read from ``inp`` with one ``FrameChecker`` (``regions`` its own);
+def _worker(name, inp, out, region_acks=False):
+    """Check the batches read from ``inp`` with one ``FrameChecker`` (``region_acks`` its own);
     answer each with ``(batches done, counts, seconds, first failure)``; return at the end of
     ``inp``."""
-    checker = FrameChecker(name, regions=regions)
+    checker = FrameChecker(name, region_acks=region_acks)
     done, error = 0, None
     while (batch := _read(inp)) is not None:
         for tag, frame in batch if error is None else ():
@@ -311,4 +311,4 @@ if __name__ == "__main__":
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     _worker(sys.argv[1] if len(sys.argv) > 1 else "endpoint", sys.stdin.buffer, _answers,
-            regions="--regions" in sys.argv[2:])
+            region_acks="--region-acks" in sys.argv[2:])

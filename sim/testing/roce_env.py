@@ -185,7 +185,7 @@ class MacModel:
     :attr:`in_flight` is 0. :attr:`bytes_per_cycle` (the line-rate budget, ``None`` for none)
     and :attr:`backpressure` may be changed at any time. ``cm_regions``: the endpoint's
     connection manager states regions (a build with the responder; the frame check's
-    ``regions``).
+    ``region_acks``).
     """
 
     def __init__(self, dut, width, nic, *, line_gbps=None, backpressure=0.0, seed=0, pcap=None,
@@ -236,7 +236,7 @@ class MacModel:
         #: every connection-manager reply with the spec's encoding (a mismatch fails the testbench);
         #: in a worker process beside the simulator when a core is free for it, or with
         #: ``ROCEGEN_FRAMECHECK=pool`` (:mod:`rocegen.sim.testing.framecheck_pool`)
-        self.framecheck = make_framecheck(regions=cm_regions)
+        self.framecheck = make_framecheck(region_acks=cm_regions)
         #: set whenever a frame left the endpoint or a link delivered one
         self.event = Event()
         self._sent = set()

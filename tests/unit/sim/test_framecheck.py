@@ -269,7 +269,7 @@ def open_exchange(reply=None, *, checksum=True, dport=50001):
 
 def test_cm_reply_with_a_region_passes_only_a_responder_build():
     """An ACK of OPEN_QP stating the QP's region (R_Key, base, length) and the READ depths in
-    bytes 56-57: right for a build with the responder (``regions``), wrong for one without;
+    bytes 56-57: right for a build with the responder (``region_acks``), wrong for one without;
     bytes 58-59 stay zero either way."""
     reply = bytearray(raw_reply(ACK_OPEN, 0x100, 0xABCDEF, 0x123, 0xABCDEF, 0x55AA,
                                 0x7F00_0000_1000, 50001))
@@ -279,14 +279,14 @@ def test_cm_reply_with_a_region_passes_only_a_responder_build():
     reply[56:58] = b"\x01\x10"
     for regions, ok in ((True, True), (False, False)):
         c, frame = open_exchange(bytes(reply))
-        c.regions = regions
+        c.region_acks = regions
         if ok:
             assert c.check(frame) == "cm_reply"
         else:
             check_fails(frame, "loc_rkey", "dma_length", checker=c)
     reply[58] = 1
     c, frame = open_exchange(bytes(reply))
-    c.regions = True
+    c.region_acks = True
     check_fails(frame, "n_transfers", checker=c)
 
 
