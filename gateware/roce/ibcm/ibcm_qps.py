@@ -75,11 +75,12 @@ class IbCmQps(wiring.Component):
     Behaviour
     ---------
     One thing at a time, in this order of precedence: a ``qp_set`` (its writes offered from
-    registers the cycle after it is seen, at once; ``qp_set.ready`` in the cycle the last is
-    taken), a ``qp_free`` (its write likewise, ``qp_free.ready`` with it; the QP free from the
-    next cycle), a ``qp_req`` in a cycle with ``pool_idle`` (the lowest QP neither manager
-    holds, held from the next cycle, offered on ``qp_grant`` from then; ``ok`` low when there
-    is none). Backpressure: each handshake waits for its peer; nothing else is done meanwhile.
+    registers the cycle after it is seen, at once; ``qp_set.ready`` in the cycle after the
+    last is taken), a ``qp_free`` (its write likewise, ``qp_free.ready`` in the cycle after
+    it is taken; the QP free from the next cycle), a ``qp_req`` in a cycle with ``pool_idle``
+    (the lowest QP neither manager holds, held from the next cycle, offered on ``qp_grant``
+    from then; ``ok`` low when there is none, ``qpn`` then meaning nothing). Backpressure:
+    each handshake waits for its peer; nothing else is done meanwhile.
     """
 
     def __init__(self, num_qps, *, ack_every_log2=4, reads=False, max_rd_atomic=16):
