@@ -20,7 +20,7 @@ from rocegen.gateware.roce.responder.resp_layouts import RESP_QP_CONFIG
 from rocegen.gateware.roce.responder.responder import default_config
 from rocegen.sim.models.cm import cm as M
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import run_sim, shared
 from tests.tiers import full
 from tests.unit.cm.test_cm import INSIDE, LOCAL_IP, Sink, datagram, ip
 
@@ -116,6 +116,7 @@ class Host:
         f, (qp_open, held) = await self.ask(ctx, watch, M.request(
             M.REQ_OPEN_QP, loc_qpn=self.rng.getrandbits(24), loc_ip=ip(src)), src)
         if f["ack_type"] == M.ACK_NO_QP:
+            assert f["loc_qpn"] == 0        # refused: no QP named
             self.seen["no_qp"] += 1
             return None
         assert f["ack_type"] == M.ACK_ACK and f["loc_qpn"] not in self.open, f
@@ -195,10 +196,10 @@ class IbSide:
                 "psn": rng.getrandbits(24), "path_mtu": rng.randrange(1, 6)})
 
 
-def sinks(dut, rng):
+def sinks(dut, rng, backpressure=0.3):
     """Takers, with backpressure, of both managers' QP table writes and the generator's runs."""
     ports = [dut.cm.qp_ctl, dut.cm.qp_psn, dut.cm.gen, dut.qps.qp_ctl, dut.qps.qp_psn]
-    return [Sink(p, backpressure=0.3, seed=rng.random()).run for p in ports]
+    return [Sink(p, backpressure=backpressure, seed=rng.random()).run for p in ports]
 
 
 async def host_run(ctx, host, ib, watch, steps):
@@ -265,3 +266,46 @@ def test_the_managers_never_share_a_qp(num_qps, steps, seed):
     if num_qps > 1:
         wanted += ["both_busy", "passed_by"]
     assert all(seen[k] > 0 for k in wanted), seen
+
+
+def race(dut, give_back, offset):
+    """One OPEN_QP, its datagram sent (8 beats) once the IB CM holds all QPs but one
+    (``give_back`` False) or all, against the IB CM taking (``give_back`` False) or giving back
+    a QP ``offset`` cycles on: the QPN the OPEN_QP got, or None."""
+    rng = random.Random(offset)
+    watch, host, ib = Watch(dut), Host(dut, rng), IbSide(dut, rng)
+    host.drv.idle = 0
+    got = []
+
+    async def host_tb(ctx):
+        ctx.set(dut.cm.local_ip, ip(LOCAL_IP))
+        while not got:
+            await ctx.tick()
+        got[0] = await host.open_qp(ctx, watch)
+
+    async def ib_tb(ctx):
+        for _ in range(dut.num_qps - (not give_back)):
+            await ib.take(ctx)
+        got.append("start")                 # the datagram starts now
+        for _ in range(offset):
+            await ctx.tick()
+        if give_back:
+            await ib.give_back(ctx, ib.mine[-1])
+        else:
+            await ib.take(ctx)
+
+    run_sim(dut, testbenches=[host_tb, ib_tb], processes=[watch.run, host.col.run,
+            dut.cfg_port] + sinks(dut, rng, backpressure=0), deadline_cycles=2000)
+    return got[0]
+
+
+@pytest.mark.parametrize("give_back", [True, False])
+def test_an_open_racing_a_change_of_the_pool(give_back):
+    """The pool full but for one QP, or full with one QP about to come back: an OPEN_QP whose
+    datagram arrives around the cycle the IB CM takes (``give_back`` False) or gives back
+    (True) a QP, at every offset of a range covering the datagram's arrival, is answered
+    consistently: an ACK names a QP the ConnectionManager then holds, with that QP's region,
+    or NO_QP names none; the two managers never hold one QP."""
+    dut = shared(Pair, 2)
+    outcomes = Counter(race(dut, give_back, offset) for offset in range(16))
+    assert outcomes[None] > 0 and sum(outcomes.values()) > outcomes[None], outcomes
