@@ -39,7 +39,7 @@ class QpsModel:
         self.offered = {}           # the writes still offered (name -> payload)
         self.grant = None
         self.seen = {k: 0 for k in ("open", "close", "free", "grant", "none_free", "passed_by",
-                                    "precedence", "not_idle", "stalled")}
+                                    "precedence", "not_idle", "stalled", "free_waits")}
 
     def index(self, qpn):
         return (qpn - QPN_BASE) % (1 << max(1, (self.n - 1).bit_length()))
@@ -101,6 +101,8 @@ class QpsModel:
             out.update(self.offered)
             self.seen["stalled"] += any(not inp[f"{w}_ready"] for w in self.offered)
             self.offered = {w: p for w, p in self.offered.items() if not inp[f"{w}_ready"]}
+        elif self.mode == "free" and not inp["pool_idle"]:
+            self.seen["free_waits"] += 1    # a QP is given back only with pool_idle
         else:                           # the last write was taken: the request is done
             out[f"{self.mode}_ready"] = 1
             if self.mode == "free":
@@ -229,7 +231,8 @@ def run_random(n, cycles, seed, *, reads, max_rd_atomic=16, ack_every_log2=4,
 ])
 def test_random_requests_match_the_model(n, reads, max_rd, ack, cycles):
     """Grants (the lowest QP neither manager holds, only with ``pool_idle``; none free: ``ok``
-    low), opens (context, PSN, READ limit), closes (ERROR), frees (RESET, the QP free again),
+    low), opens (context, PSN, READ limit), closes (ERROR), frees (RESET, the QP free again,
+    only with ``pool_idle``),
     the precedence ``qp_set`` > ``qp_free`` > ``qp_req``, ``ready`` only once the writes are
     taken, and ``held`` as the model has them, cycle by cycle; the run covers each case."""
     model = run_random(n, cycles, seed=n + cycles, reads=reads, max_rd_atomic=max_rd,
