@@ -890,11 +890,11 @@ def replied_requests(rng, num_qps, steps):
 
 @pytest.mark.parametrize("width", [64, full(128)])
 def test_pool_idle_is_low_around_each_request(width):
-    """``pool_idle`` is low from the cycle after a datagram's last beat (its request then
-    offered) to its reply's last beat, so in the three cycles before a QP shows in ``qp_open``
+    """``pool_idle`` is low from the cycle of a datagram's last beat (its request offered in
+    the next) to its reply's last beat, so in the three cycles before a QP shows in ``qp_open``
     (the decision's cycle before, the decision's, the QP's take); it is high again from the
     third cycle after the reply (the request is let go two cycles after it) until the next
-    request is offered (at these widths a datagram takes cycles to arrive: the check covers
+    datagram's last beat (at these widths a datagram takes cycles to arrive: the check covers
     several cycles between requests)."""
     num_qps = 3
     sc = replied_requests(random.Random(width), num_qps, 40)
@@ -907,11 +907,11 @@ def test_pool_idle_is_low_around_each_request(width):
     ends = [k for k, c in enumerate(trace) if c.reply_end]
     assert len(starts) == len(ends) == len(sc.packets)
     for t, e in zip(starts, ends):
-        assert not any(idle[t + 1:e + 1]), (t, e)
+        assert not any(idle[t:e + 1]), (t, e)
     for e, t in zip(ends, starts[1:]):
-        assert all(idle[e + 3:t + 1]), (e, t)
-    assert sum(max(0, t - e - 2) for e, t in zip(ends, starts[1:])) > len(starts)
-    assert all(idle[:starts[0] + 1]) and all(idle[ends[-1] + 3:])
+        assert all(idle[e + 3:t]), (e, t)
+    assert sum(max(0, t - e - 3) for e, t in zip(ends, starts[1:])) > len(starts)
+    assert all(idle[:starts[0]]) and all(idle[ends[-1] + 3:])
     takes = [k for k in range(1, len(trace)) if trace[k].qp_open & ~trace[k - 1].qp_open]
     assert len(takes) >= num_qps
     assert not any(idle[k - 3] or idle[k - 2] or idle[k - 1] for k in takes)
