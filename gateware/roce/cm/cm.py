@@ -201,8 +201,10 @@ class ConnectionManager(wiring.Component):
     the other's) keeps its QPs out of the free QP OPEN_QP takes (a QP reserved in cycle t is
     never taken by a decision after t + 1), and a request naming one of them finds it not in
     use (NAK illegal: neither manager can close or change the other's QPs). Output
-    ``pool_idle`` is high in a cycle in which no decision is made nor will be in the next and
-    no QP is being taken: the other may take a QP then.
+    ``pool_idle`` is high in a cycle in which no request is offered nor will be in the next
+    (no datagram's last beat moves), none is decided and no QP is being taken: the other may
+    take or give back a QP then (its ``reserved`` changing from the next cycle), and the free
+    QP of a request's look-up (its region's read included) is the one its decision takes.
     """
 
     def __init__(self, width, num_qps, *, allow_net=None, default_pmtu=4096, default_timeout=14,
@@ -293,7 +295,9 @@ class ConnectionManager(wiring.Component):
             ctl.local_ip.eq(self.local_ip), ctl.tclass.eq(self.tclass), ctl.reply_busy.eq(tx.busy),
             ctl.gen_busy.eq(traffic.gen.valid),
             records.errored.eq(self.errored), self.qp_open.eq(records.qp_open),
-            records.reserved.eq(self.reserved), self.pool_idle.eq(ctl.pool_idle),
+            records.reserved.eq(self.reserved),
+            # (a datagram ending now is a request offered in the next cycle)
+            self.pool_idle.eq(ctl.pool_idle & ~(self.i.valid & self.i.ready & self.i.payload.last)),
             self.o_checksum.eq(tx.o_checksum), self.replies.eq(tx.sent),
         ]
         m.d.comb += [getattr(self, name).eq(getattr(ctl, name)) for name in CONTROL_COUNTERS]

@@ -104,9 +104,11 @@ class CmControl(wiring.Component):
         The previous run is still offered to the generator: a new one is refused (``drop_gen``;
         requests are never held up by the generator).
     pool_idle : Out(1)
-        No request is offered, none is decided, no QP is being taken: another manager sharing
-        the pool may take a QP in this cycle (the look-up's free QP sees it two cycles on, before
-        a request offered from the next cycle on is decided).
+        No request is offered, none is decided, no QP is being taken. Another manager sharing
+        the pool may change ``reserved`` from the next cycle when this is high and no request is
+        offered in the next cycle either (the connection manager sees to that): the look-up of a
+        request, made the cycle before its decision (its free QP, the region read by
+        ``cfg_qp``, ``open_ok``), then sees the pool its decision sees.
     cfg_qp, cfg : Out(range(num_qps)), In(RESP_QP_CONFIG), with ``regions`` only
         A read port of the responder's configuration table (``cfg`` one cycle after
         ``cfg_qp``): the QP an OPEN_QP would take, else the QP ``rem_qpn`` names. An ACK of

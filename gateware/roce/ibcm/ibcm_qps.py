@@ -55,8 +55,9 @@ class IbCmQps(wiring.Component):
     others : In(num_qps)
         Bit k: QP k is held by the other manager (its ``qp_open``).
     pool_idle : In(1)
-        The other manager takes no QP in this cycle nor the next (its free QP look-up then
-        sees the QPs this block holds from the cycle after a grant on).
+        The other manager looks up no free QP in this cycle nor the next and takes none: a
+        change of ``held`` from the next cycle (a grant, a QP given back) is seen by its next
+        look-up, and no look-up sees ``held`` change before its decision.
     held : Out(num_qps)
         Bit k: QP k is this block's (granted, not yet given back). A register.
     tclass : In(TRAFFIC_CONFIG)
@@ -75,11 +76,13 @@ class IbCmQps(wiring.Component):
     Behaviour
     ---------
     One thing at a time, in this order of precedence: a ``qp_set`` (its writes offered from
-    registers the cycle after it is seen, at once; ``qp_set.ready`` in the cycle the last is
-    taken), a ``qp_free`` (its write likewise, ``qp_free.ready`` with it; the QP free from the
-    next cycle), a ``qp_req`` in a cycle with ``pool_idle`` (the lowest QP neither manager
-    holds, held from the next cycle, offered on ``qp_grant`` from then; ``ok`` low when there
-    is none). Backpressure: each handshake waits for its peer; nothing else is done meanwhile.
+    registers the cycle after it is seen, at once; ``qp_set.ready`` in the cycle after the
+    last is taken), a ``qp_free`` (its write likewise, ``qp_free.ready`` in the first cycle
+    with ``pool_idle`` after it is taken; the QP free from the next cycle), a ``qp_req`` in a
+    cycle with ``pool_idle`` (the lowest QP neither manager holds, held from the next cycle,
+    offered on ``qp_grant`` from then; ``ok`` low when there is none, ``qpn`` then meaning
+    nothing). Backpressure: each handshake waits for its peer; nothing else is done
+    meanwhile.
     """
 
     def __init__(self, num_qps, *, ack_every_log2=4, reads=False, max_rd_atomic=16):
@@ -139,7 +142,7 @@ class IbCmQps(wiring.Component):
                     m.d.comb += self.qp_set.ready.eq(1)
                     m.next = "IDLE"
             with m.State("FREE"):
-                with m.If(~pending):
+                with m.If(~pending & self.pool_idle):
                     m.d.comb += self.qp_free.ready.eq(1)
                     m.d.sync += held.bit_select(self._index(self.qp_free.payload), 1).eq(0)
                     m.next = "IDLE"

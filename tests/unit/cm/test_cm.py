@@ -6,7 +6,7 @@ import gc
 import random
 import struct
 import warnings
-from collections import Counter
+from collections import Counter, namedtuple
 from ipaddress import IPv4Address
 
 import pytest
@@ -72,6 +72,10 @@ def reply_checksum_by_scapy(reply):
 
 # ---- the gateware bench ----
 
+#: What :func:`simulate` traces in a cycle: a datagram's last beat taken, a reply's last beat
+#: sent, ``pool_idle``, ``qp_open``.
+Cycle = namedtuple("Cycle", "request_end reply_end pool_idle qp_open")
+
 class Sink:
     """Takes every beat of a stream (random ``ready``; never ready when ``stall``)."""
 
@@ -94,10 +98,13 @@ class Sink:
 
 
 def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=0.3, seed=0,
-             gen_stall=False, errored=0, config=None, sink_counts=None, tclass=None, **params):
-    """Run ``packets`` through a ConnectionManager (``errored``: its input of that name, held);
-    returns what came out. ``config``: each QP's responder configuration, served on the
-    ``cfg_qp`` / ``cfg`` read port as the responder's table does (one cycle after the QP);
+             gen_stall=False, errored=0, reserved=0, config=None, sink_counts=None, tclass=None,
+             trace=None, **params):
+    """Run ``packets`` through a ConnectionManager (``errored``, ``reserved``: its inputs of
+    those names, held); returns what came out. ``trace``: a list to append, each cycle, a
+    :class:`Cycle` of the datagrams' and replies' last beats, ``pool_idle`` and ``qp_open``.
+    ``config``: each QP's responder configuration, served on the ``cfg_qp`` / ``cfg`` read
+    port as the responder's table does (one cycle after the QP);
     ``sink_counts``: the pattern sink's ``(checked, wrong)`` on ``counts``, held. With
     ``reads``, the ``rd_limit`` pulses are returned as ``(qp, limit)``."""
     dut = shared(ConnectionManager, width, num_qps, regions=config is not None,
@@ -128,6 +135,13 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
             for name, p in zip(M.COUNTERS, pulses):
                 counts[name] += p
 
+    async def tracer(ctx):
+        async for _, _, *values in ctx.tick().sample(
+                dut.i.valid, dut.i.ready, dut.i.payload.last, dut.o.valid, dut.o.ready,
+                dut.o.payload.last, dut.pool_idle, dut.qp_open):
+            iv, ir, il, ov, o_r, ol, idle, qp_open = values
+            trace.append(Cycle(iv and ir and il, ov and o_r and ol, idle, qp_open))
+
     async def cfg_port(ctx):
         async for _, _, qp in ctx.tick().sample(dut.cfg_qp):
             # (a QP number past the table reads as anything; zeros here)
@@ -136,6 +150,7 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
     async def tb(ctx):
         ctx.set(dut.local_ip, ip(LOCAL_IP))
         ctx.set(dut.errored, errored)
+        ctx.set(dut.reserved, reserved)
         if tclass is not None:
             ctx.set(dut.tclass, TRAFFIC_CONFIG.const(tclass))
         if sink_counts is not None:
@@ -149,7 +164,8 @@ def simulate(width, num_qps, packets, *, expect_replies, idle=0.3, backpressure=
         final["qp_open"] = ctx.get(dut.qp_open)
 
     run_sim(dut, testbenches=[tb], processes=[col.run, ctl.run, psn.run, gen.run, monitor] +
-            ([cfg_port] if config is not None else []) + ([limit_port] if dut.reads else []))
+            ([cfg_port] if config is not None else []) + ([limit_port] if dut.reads else []) +
+            ([tracer] if trace is not None else []))
     assert len(checksums) == len(col.packets)
     out = {"replies": col.packets, "checksums": checksums, "ctl": ctl.items, "psn": psn.items,
            "gen": gen.items, "counts": counts, "qp_open": final["qp_open"]}
@@ -299,8 +315,9 @@ class Scenario:
             qpn, src = self.target()
             self.send(M.request(M.REQ_CLOSE_QP, **self.fields(src), rem_qpn=qpn), src)
 
-    def cleanup(self):
-        """Close every open QP as its owner, then open all QPs and one more: nothing leaked."""
+    def cleanup(self, reserved=0):
+        """Close every open QP as its owner, then open all QPs (but those of ``reserved``, held
+        by another manager) and one more: nothing leaked."""
         m = self.model
         for k in range(m.num_qps):
             if m.in_use[k]:
@@ -310,7 +327,7 @@ class Scenario:
                 assert r.reply.fields["ack_type"] == M.ACK_ACK
         assert m.qp_open == 0
         host = self.hosts[0]
-        for k in range(m.num_qps):
+        for k in (k for k in range(m.num_qps) if not reserved >> k & 1):
             r = self.send(M.request(M.REQ_OPEN_QP, loc_ip=ip(host), loc_qpn=0x11 + k), host)
             assert r.reply.fields["loc_qpn"] == QPN_BASE + k
         r = self.send(M.request(M.REQ_OPEN_QP, loc_ip=ip(host)), host)
@@ -787,3 +804,114 @@ def test_random_requests_with_reads(width, num_qps, allow_net, max_rd, rd_depth,
                    rd_depth=rd_depth,
                    expect_replies=sum(r.reply is not None for r in sc.results))
     check(out, model, sc.results)
+
+
+# ---- a QP pool shared with another manager ----
+
+class ReservedPool:
+    """The QPs the connection manager may open while another manager holds those of
+    ``reserved`` (bit k: QP k), as the model's ``pool``: the lowest neither open nor reserved."""
+
+    def __init__(self, num_qps, reserved):
+        self.free_qpns = {QPN_BASE + k for k in range(num_qps) if not reserved >> k & 1}
+
+    def allocate(self):
+        if not self.free_qpns:
+            return None
+        qpn = min(self.free_qpns)
+        self.free_qpns.remove(qpn)
+        return qpn
+
+    def free(self, qpn):
+        self.free_qpns.add(qpn)
+
+
+def naming_reserved(sc, theirs):
+    """A request or a test traffic run naming one of the other manager's QPs ``theirs``; the
+    model's result."""
+    rng = sc.rng
+    qpn, src = rng.choice(theirs), rng.choice(sc.hosts)
+    if rng.random() < 0.2:
+        return sc.send(M.traffic(qpn, 4096, 3), src)
+    kind = rng.choice([M.REQ_CLOSE_QP, M.REQ_SEND_QP_INFO, M.REQ_MODIFY_QP_RTS])
+    return sc.send(M.request(kind, **sc.fields(src), rem_qpn=qpn), src)
+
+
+@pytest.mark.parametrize("width, num_qps, reserved", [
+    (64, 6, 0b010010),
+    (512, 3, 0b001),
+    full(128, 8, 0b10000001),
+])
+def test_reserved_qps_are_never_opened(width, num_qps, reserved):
+    """With the QPs of ``reserved`` held by another manager: OPEN_QP takes the lowest QP neither
+    open nor reserved (NO_QP when every QP is one or the other), a request or a test traffic
+    run naming a reserved QP is refused (NAK illegal: not in use here), random requests do as
+    the model with that pool, and at the end every other QP opens again, in order."""
+    rng = random.Random(width + reserved)
+    model = M.ConnectionManagerModel(num_qps, local_ip=ip(LOCAL_IP),
+                                     pool=ReservedPool(num_qps, reserved))
+    sc = Scenario(model, rng, INSIDE)
+    theirs = [QPN_BASE + k for k in range(num_qps) if reserved >> k & 1]
+    for _ in range(100):
+        sc.step()
+        if rng.random() < 0.2:
+            r = naming_reserved(sc, theirs)
+            assert "nak_illegal" in r.pulses and r.context is None and r.gen is None
+            assert r.reply is None or r.reply.fields["ack_type"] == M.ACK_NAK
+        model.check_pool()
+    sc.cleanup(reserved)
+    opens = Counter(r.reply.fields["ack_type"] for r in sc.results if r.reply is not None
+                    and r.reply.fields["req_type"] == M.REQ_OPEN_QP)
+    assert opens[M.ACK_ACK] > num_qps and opens[M.ACK_NO_QP] > 1, opens
+    assert not {r.reply.fields["loc_qpn"] for r in sc.results if r.reply is not None
+                and r.reply.fields["req_type"] == M.REQ_OPEN_QP} & set(theirs)
+    out = simulate(width, num_qps, sc.packets, reserved=reserved, seed=width,
+                   expect_replies=sum(r.reply is not None for r in sc.results))
+    check(out, model, sc.results)
+    assert out["qp_open"] == ((1 << num_qps) - 1) & ~reserved
+
+
+def replied_requests(rng, num_qps, steps):
+    """``steps`` random OPEN_QP, CLOSE_QP and SEND_QP_INFO requests (each answered), with the
+    model's results."""
+    model = M.ConnectionManagerModel(num_qps, local_ip=ip(LOCAL_IP))
+    sc = Scenario(model, rng, INSIDE)
+    for _ in range(steps):
+        src = rng.choice(INSIDE)
+        if rng.random() < 0.5:
+            sc.send(M.request(M.REQ_OPEN_QP, **sc.fields(src)), src)
+        else:
+            qpn, src = sc.target()
+            kind = rng.choice([M.REQ_CLOSE_QP, M.REQ_CLOSE_QP, M.REQ_SEND_QP_INFO])
+            sc.send(M.request(kind, **sc.fields(src), rem_qpn=qpn), src)
+    assert all(r.reply is not None for r in sc.results)
+    return sc
+
+
+@pytest.mark.parametrize("width", [64, full(128)])
+def test_pool_idle_is_low_around_each_request(width):
+    """``pool_idle`` is low from the cycle of a datagram's last beat (its request offered in
+    the next) to its reply's last beat, so in the three cycles before a QP shows in ``qp_open``
+    (the decision's cycle before, the decision's, the QP's take); it is high again from the
+    third cycle after the reply (the request is let go two cycles after it) until the next
+    datagram's last beat (at these widths a datagram takes cycles to arrive: the check covers
+    several cycles between requests)."""
+    num_qps = 3
+    sc = replied_requests(random.Random(width), num_qps, 40)
+    trace = []
+    out = simulate(width, num_qps, sc.packets, expect_replies=len(sc.packets), seed=width + 5,
+                   trace=trace)
+    check(out, sc.model, sc.results)
+    idle = [c.pool_idle for c in trace]
+    starts = [k for k, c in enumerate(trace) if c.request_end]
+    ends = [k for k, c in enumerate(trace) if c.reply_end]
+    assert len(starts) == len(ends) == len(sc.packets)
+    for t, e in zip(starts, ends):
+        assert not any(idle[t:e + 1]), (t, e)
+    for e, t in zip(ends, starts[1:]):
+        assert all(idle[e + 3:t]), (e, t)
+    assert sum(max(0, t - e - 3) for e, t in zip(ends, starts[1:])) > len(starts)
+    assert all(idle[:starts[0]]) and all(idle[ends[-1] + 3:])
+    takes = [k for k in range(1, len(trace)) if trace[k].qp_open & ~trace[k - 1].qp_open]
+    assert len(takes) >= num_qps
+    assert not any(idle[k - 3] or idle[k - 2] or idle[k - 1] for k in takes)

@@ -1,5 +1,6 @@
 """Connection manager records: look-ups, record writes and the pool of free QPs against a
-Python model, with random writes, look-ups and error bits."""
+Python model, with random writes, look-ups, error bits and QPs reserved by another manager
+(never the free QP)."""
 
 import random
 
@@ -33,9 +34,9 @@ class Model:
             if release:
                 self.in_use[qp] = False
 
-    def lookup(self, qpn, src_ip, errored):
+    def lookup(self, qpn, src_ip, errored, reserved=0):
         k = (qpn - QPN_BASE) & ((1 << (self.n - 1).bit_length()) - 1)    # the index bits
-        free = [i for i in range(self.n) if not self.in_use[i]]
+        free = [i for i in range(self.n) if not self.in_use[i] and not reserved >> i & 1]
         ans = {"is_open": int(QPN_BASE <= qpn < QPN_BASE + self.n and self.in_use[k]),
                "any_free": int(bool(free)), "free_idx": free[0] if free else None}
         if k < self.n and self.context[k] is not None:
@@ -50,12 +51,15 @@ def test_against_the_model(num_qps):
     dut = CmRecords(num_qps)
     model = Model(num_qps)
     hosts = [rng.getrandbits(32) for _ in range(3)]
-    checked = {"lookups": 0, "open": 0, "full": 0}
+    checked = {"lookups": 0, "open": 0, "full": 0, "skipped": 0}
 
     async def tb(ctx):
         for _ in range(400 if num_qps < 256 else 1500):
             errored = rng.getrandbits(num_qps)
             ctx.set(dut.errored, errored)
+            density = rng.choice([0.0, 0.0, 0.3, 0.7])
+            reserved = sum(1 << k for k in range(num_qps) if rng.random() < density)
+            ctx.set(dut.reserved, reserved)
             if rng.random() < 0.6:
                 w = {"qp": rng.randrange(num_qps), "owner": rng.choice(hosts),
                      "context": random_context(rng), "take": 0, "release": 0}
@@ -72,7 +76,7 @@ def test_against_the_model(num_qps):
             ctx.set(dut.lookup.qpn, qpn)
             ctx.set(dut.lookup.src_ip, src)
             await ctx.tick()                # the record answers: one cycle
-            want = model.lookup(qpn, src, errored)
+            want = model.lookup(qpn, src, errored, reserved)
             got = {name: ctx.get(getattr(dut.lookup, name)) for name in
                    ("is_open", "owner_ok", "state", "context")}
             assert got["is_open"] == want["is_open"]
@@ -88,9 +92,12 @@ def test_against_the_model(num_qps):
             checked["lookups"] += 1
             checked["open"] += want["is_open"]
             checked["full"] += not want["any_free"]
+            unused = [k for k in range(num_qps) if not model.in_use[k]]
+            checked["skipped"] += bool(unused) and reserved >> unused[0] & 1
 
     run_sim(dut, testbenches=[tb])
     assert checked["open"] > 20                     # the sequence covers open QPs...
+    assert checked["skipped"] > 5                   # ... a reserved QP passed over ...
     if num_qps < 256:
         assert checked["full"] > 5                  # ... and a full pool
 

@@ -1,10 +1,12 @@
-"""The QP control merge (:class:`QpControl`): the user's and the connection manager's writes,
-with idle cycles on both and backpressure on all four outputs, reach the QP table and the retry
-engine complete, in the same merged order (each source's own order kept), the table first; a
-write for a QP whose old work is draining (closed or in error, with work requests not completed)
-waits until that work has drained, while writes for other QPs pass."""
+"""The QP control merge (:class:`QpControl`): the user's and the connection manager's writes
+(and with ``ibcm`` the IB CM's), with idle cycles on all and backpressure on all four outputs,
+reach the QP table and the retry engine complete, in the same merged order (each source's own
+order kept, the sources interleaved), the table first; a write for a QP whose old work is
+draining (closed or in error, with work requests not completed) waits until that work has
+drained, whichever writer it comes from, while writes for other QPs pass."""
 
 import random
+from collections import Counter
 
 import pytest
 from amaranth.hdl import Fragment, Shape
@@ -12,7 +14,7 @@ from amaranth.hdl import Fragment, Shape
 from rocegen.gateware.roce.layouts import QpState
 from rocegen.gateware.roce.requester.qp_control import QpControl
 from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
-from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.harness import raises, run_sim
 
 
 def source(port, values, rng, idle):
@@ -41,46 +43,59 @@ def sink(port, got, rng, backpressure):
     return run
 
 
-@pytest.mark.parametrize("seed, backpressure", [(1, 0.0), (2, 0.3), (3, 0.7)])
-def test_both_outputs_get_every_write_in_one_order(seed, backpressure):
+@pytest.mark.parametrize("seed, backpressure, ibcm", [(1, 0.0, False), (2, 0.3, False),
+                                                     (3, 0.7, False), (4, 0.0, True),
+                                                     (5, 0.5, True)])
+def test_both_outputs_get_every_write_in_one_order(seed, backpressure, ibcm):
+    """Every writer's writes (tagged with the writer's number in their top two bits) reach the
+    table and the engine, the same merged order on both, each writer's own order kept, the
+    writers interleaved (round robin), the engine never before the table."""
     rng = random.Random(seed)
-    dut = QpControl(256)
+    dut = QpControl(256, ibcm=ibcm)
+    writers = dut.writers
     n = 150
-    writes = {f"{who}_{kind}": [(who == "cm") << (Shape.cast(layout).width - 1) |
-                                rng.getrandbits(Shape.cast(layout).width - 1) for _ in range(n)]
-              for who in ("user", "cm") for kind, layout in (("ctl", CONTEXT_WRITE),
-                                                              ("psn", PSN_WRITE))}
+    writes = {f"{who}_{kind}": [k << (Shape.cast(layout).width - 2) |
+                                rng.getrandbits(Shape.cast(layout).width - 2) for _ in range(n)]
+              for k, who in enumerate(writers) for kind, layout in (("ctl", CONTEXT_WRITE),
+                                                                    ("psn", PSN_WRITE))}
     got = {f"{to}_{kind}": [] for to in ("table", "engine") for kind in ("ctl", "psn")}
     srcs = [source(getattr(dut, name), values, random.Random(rng.random()), 0.4)
             for name, values in writes.items()]
     sinks = [sink(getattr(dut, name), values, random.Random(rng.random()), backpressure)
              for name, values in got.items()]
+    total = len(writers) * n
 
     async def tb(ctx):
-        while min(len(v) for v in got.values()) < 2 * n:
+        while min(len(v) for v in got.values()) < total:
             await ctx.tick()
         await ctx.tick().repeat(10)
 
-    run_sim(dut, testbenches=[tb], processes=srcs + sinks, deadline_cycles=50_000)
+    run_sim(dut, testbenches=[tb], processes=srcs + sinks, deadline_cycles=80_000)
     for kind, layout in (("ctl", CONTEXT_WRITE), ("psn", PSN_WRITE)):
-        top = Shape.cast(layout).width - 1
+        top = Shape.cast(layout).width - 2
         table, engine = got[f"table_{kind}"], got[f"engine_{kind}"]
-        assert len(table) == len(engine) == 2 * n
+        assert len(table) == len(engine) == total
         assert [v for _, v in table] == [v for _, v in engine]
-        for who, flag in (("user", 0), ("cm", 1)):
-            assert [v for _, v in table if v >> top == flag] == writes[f"{who}_{kind}"]
+        for k, who in enumerate(writers):
+            assert [v for _, v in table if v >> top == k] == writes[f"{who}_{kind}"]
         # the engine gets each write at least a cycle after the table did
         assert all(e > t for (t, _), (e, _) in zip(table, engine))
-        # the two sources were interleaved, not one after the other
-        switches = sum((a >> top) != (b >> top) for (_, a), (_, b) in zip(table, table[1:]))
-        assert switches > 20
+        # the sources were interleaved, not one after the other
+        switches = Counter((a >> top, b >> top) for (_, a), (_, b) in zip(table, table[1:])
+                           if a >> top != b >> top)
+        assert len(switches) == len(writers) * (len(writers) - 1)
+        assert sum(switches.values()) > 20 * (len(writers) - 1)
 
 
-def test_a_new_connection_waits_for_the_old_work():
-    """QP 3 has work outstanding: its close passes, then its set-up (PSN, then RTS context) waits
-    while the error state has not yet risen (the close is in flight), while it is in error with
-    work left, and passes once its work has drained; QP 5's writes pass meanwhile."""
-    dut = QpControl(8)
+@pytest.mark.parametrize("who, other, ibcm", [("user", "cm", False), ("ibcm", "user", True),
+                                             ("cm", "ibcm", True)])
+def test_a_new_connection_waits_for_the_old_work(who, other, ibcm):
+    """QP 3 has work outstanding: its close (by writer ``who``) passes, then its set-up (PSN,
+    then RTS context) waits while the error state has not yet risen (the close is in flight),
+    while it is in error with work left, and passes once its work has drained; QP 5's writes
+    (by writer ``other``) pass meanwhile."""
+    dut = QpControl(8, ibcm=ibcm)
+    w_ctl, w_psn = getattr(dut, f"{who}_ctl"), getattr(dut, f"{who}_psn")
     events = []
 
     def ctx(qp, state):
@@ -104,35 +119,45 @@ def test_a_new_connection_waits_for_the_old_work():
             while True:
                 await c2.tick()
                 cycle[0] += 1
-        await write(dut.user_ctl, ctx(3, QpState.RESET), "close 3")
+        await write(w_ctl, ctx(3, QpState.RESET), "close 3")
         # the set-up of QP 3 comes at once: held (closing), also while QP 5's write passes
-        c.set(dut.user_psn.payload, {"qp": 3, "psn": 77})
-        c.set(dut.user_psn.valid, 1)
+        c.set(w_psn.payload, {"qp": 3, "psn": 77})
+        c.set(w_psn.valid, 1)
         for _ in range(6):
             await c.tick()
-            assert not c.get(dut.user_psn.ready)
-        await write(dut.cm_psn, {"qp": 5, "psn": 9}, "psn 5")
+            assert not c.get(w_psn.ready)
+        await write(getattr(dut, f"{other}_psn"), {"qp": 5, "psn": 9}, "psn 5")
         c.set(dut.errored, 1 << 3)            # the error state rises: still held (busy)
         for _ in range(6):
             await c.tick()
-            assert not c.get(dut.user_psn.ready)
+            assert not c.get(w_psn.ready)
         c.set(dut.busy, 1 << 5)               # QP 3's work has drained
-        await c.tick().until(dut.user_psn.ready)
-        c.set(dut.user_psn.valid, 0)
+        await c.tick().until(w_psn.ready)
+        c.set(w_psn.valid, 0)
         c.set(dut.errored, 0)
-        await write(dut.user_ctl, ctx(3, QpState.RTS), "open 3")
+        await write(w_ctl, ctx(3, QpState.RTS), "open 3")
         # a close of an idle QP holds nothing
         c.set(dut.busy, 1 << 5)
-        await write(dut.user_ctl, ctx(2, QpState.ERROR), "close 2")
-        await write(dut.user_psn, {"qp": 2, "psn": 1}, "psn 2")
+        await write(w_ctl, ctx(2, QpState.ERROR), "close 2")
+        await write(w_psn, {"qp": 2, "psn": 1}, "psn 2")
 
     run_sim(dut, testbenches=[tb], deadline_cycles=1000)
     assert [w for w, _ in events] == ["close 3", "psn 5", "open 3", "close 2", "psn 2"]
 
 
-def test_signature():
-    dut = QpControl(4)
+@pytest.mark.parametrize("ibcm", [False, True])
+def test_signature(ibcm):
+    """The writers' ports, the IB CM's only with ``ibcm``."""
+    dut = QpControl(4, ibcm=ibcm)
     for kind, layout in (("ctl", CONTEXT_WRITE), ("psn", PSN_WRITE)):
         for name in (f"user_{kind}", f"cm_{kind}", f"table_{kind}", f"engine_{kind}"):
             assert getattr(dut, name).payload.shape() == layout
+        assert hasattr(dut, f"ibcm_{kind}") == ibcm
+        if ibcm:
+            assert getattr(dut, f"ibcm_{kind}").payload.shape() == layout
     Fragment.get(dut, None)
+
+
+def test_parameters_are_validated():
+    raises(TypeError, "ibcm", lambda: QpControl(4, ibcm=1))
+    raises(ValueError, "num_qps", lambda: QpControl(0))
