@@ -4,7 +4,11 @@ co-simulation: the FPGA WRITEs with immediate data, SENDs into rxe memory and RE
 WRITEs, SENDs with immediate data into the FPGA and READs it back, the FPGA's traffic generator
 FETCH_ADDs on a counter in rxe's memory (``rocegen-host atomic --direction fpga-to-host``), then
 rxe's FETCH_ADDs and COMPARE_SWAPs on a counter in the FPGA's memory (``rocegen-host atomic``);
-a tenth of the RoCEv2 frames is lost each way. Every byte is checked (by the host agent against
+then, through the FPGA's standard RDMA connection manager (the IB CM over QP1, built with
+``--rdma-cm-port``), librdmacm's own ``cmtime`` connects to the FPGA and disconnects, and the
+host agent connects through librdmacm (``connect --rdma-cm``), WRITEs into the region the
+FPGA's REP stated and READs it back; a tenth of the RoCEv2 frames (the CM's MADs too) is lost
+each way. Every byte is checked (by the host agent against
 the test pattern, by the FPGA's pattern sink), every atomic's original value by the agent (the
 counter rose by the atomics' number, each value came back once), every frame the FPGA sent
 passed the independent frame check, and Wireshark's dissector (when tshark is here) decodes
@@ -29,7 +33,10 @@ pytestmark = pytest.mark.xdist_group("rxe")
 
 COUNT, SIZE = 2, 2500
 STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "fpga:FETCH_ADD", "host:WRITE",
-         "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "stop")
+         "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "stop",
+         "cm:cmtime", "cm:connect", "host:WRITE", "host:READ", "stop")
+#: the TCP port the FPGA's IB CM listens on (rping's)
+RDMA_CM_PORT = 7174
 #: (who checks, steps): the host agent checks what the FPGA WRITEs and SENDs and what it READs
 #: back; the FPGA's pattern sink what the host writes and sends and what it READs from the host
 HOST_CHECKS = ("fpga:WRITE_IMM", "fpga:SEND", "host:READ")
@@ -51,6 +58,7 @@ def lossy(tmp_path_factory):
     cmd = [sys.executable, "-m", "rocegen.cli", "sim", "rxe", "--width", "64", "--qps", "1",
            "--count", str(COUNT), "--size", str(SIZE), "--steps", ",".join(STEPS),
            "--loss-to-fpga", "0.1", "--loss-from-fpga", "0.1", "--loss-seed", "3",
+           "--rdma-cm-port", str(RDMA_CM_PORT),
            "--output", str(out), "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True)
     lines = r.stdout.strip().splitlines()
@@ -65,8 +73,8 @@ def test_every_step_passes_with_every_byte_checked(lossy):
     assert not failed and lossy["rc"] == 0 and rep["ok"], (failed, lossy["stderr"][-4000:])
     by = {s["step"]: s for s in rep["steps"]}
     for who, steps in (("host", HOST_CHECKS), ("fpga", FPGA_CHECKS)):
-        for step in steps:
-            s = by[step]
+        # (host:WRITE and host:READ run twice: on the QP of UDP 17185, then of the IB CM)
+        for s in (s for s in rep["steps"] if s["step"] in steps):
             assert (s["checked_by"], s["checked"], s["wrong"], s["messages"]) == \
                 (who, COUNT * SIZE, 0, COUNT), s
     for step in ATOMIC_CHECKS:
@@ -86,6 +94,17 @@ def test_every_step_passes_with_every_byte_checked(lossy):
         (t,) = s["atomic"]["targets"]
         assert (t["final"], t["expected"], t["originals"], t["distinct"], t["problems"]) == \
             (COUNT, COUNT, COUNT, COUNT, []), s
+
+
+def test_librdmacm_connects_through_the_fpgas_cm(lossy):
+    """cmtime's every step ended (its table whole) with the FPGA counting the connection
+    established; the agent's connection through librdmacm moved the bytes checked above; the
+    CM's MADs went both ways (UD SEND_ONLY to QP1)."""
+    rep = lossy["report"]
+    (cmtime,) = [s for s in rep["steps"] if s["step"] == "cm:cmtime"]
+    assert cmtime["ok"] and set(cmtime["cmtime"]) >= {"connect", "disconnect"}, cmtime
+    assert cmtime["fpga_established"] == 1, cmtime
+    assert all(rep["frames"][w].get("UD_SEND_ONLY", 0) >= 4 for w in rep["frames"]), rep["frames"]
 
 
 def test_frames_were_lost_both_ways_and_recovered(lossy):

@@ -311,6 +311,9 @@ def report(story, final, pcap, guest_manifest):
                "rxe": _delta(s["counters"], prev_rxe, RXE_SHOWN),
                "fpga": _delta(fpga, prev_fpga, FPGA_SHOWN) if fpga else {},
                "atomic": next((c["atomic"] for c in s["commands"] if c.get("atomic")), None)}
+        cm = next((c["json"] for c in s["commands"] if c["cmd"][0] == "cmtime"), None)
+        if cm is not None:      # librdmacm's cmtime: its table, the connections the FPGA made
+            row.update(cmtime=cm["table"], fpga_established=cm["fpga_established"])
         prev_rxe, prev_fpga = s["counters"], fpga or prev_fpga
         steps.append(row)
     cycles = final.get("cycles", 0)

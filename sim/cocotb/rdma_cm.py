@@ -15,7 +15,9 @@ The cocotb test ``connections``:
   refused (neither manager touches the other's);
 * a REQ for a port nobody listens on gets REJ INVALID_SERVICE_ID and takes no QP;
 * the host disconnects: DREP, the endpoint's QP leaves ``qp_open`` after the time-wait;
-  then the host connects again and moves data again;
+  then the host connects again and moves data again, while it sends MADs no connection asked
+  for (one malformed MAD of each kind, random messages naming no connection): the endpoint
+  counts each as the reference model does and the data is not disturbed;
 * the endpoint's counters agree with what went on the line (MADs in and out, connections
   established, refused) and every frame it sent passes the independent frame check.
 """
@@ -31,16 +33,20 @@ from rocegen.sim.cocotb.roce_resp import NUM_QPS, RespEnv, W, rkey_of, share
 from rocegen.sim.models.cm.cm import ACK_ACK, ACK_NAK, CM_PORT, REQ_CLOSE_QP, REQ_OPEN_QP
 from rocegen.sim.models.cm.cm import request as cm_request
 from rocegen.sim.models.cm.cm import unpack as cm_unpack
+from rocegen.sim.models.ibcm import IbCm, QpPool
 from rocegen.sim.models.ibcm.cm import State
+from rocegen.sim.models.ibcm.frames import wrap
 from rocegen.sim.models.rnic import WcStatus
 from rocegen.sim.models.rnic.memory import Access
 from rocegen.sim.models.rnic.rdma_cm import CmPeer
 from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.ibcm_mads import malformed, random_message
 from rocegen.sim.testing.roce_env import now_cycle, period_ps, wait_cycles
-from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire import ibcm as I
-from rocegen.wire.addr import parse_ip
+from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.headers import BTH, ETH, IPV4, UDP, UDP_PORT_ROCEV2
+from rocegen.wire.opcodes import OP_UD_SEND_ONLY
 
 #: the TCP port the build listens on (``rdma_cm_ports``)
 PORT = int(os.environ.get("RDMA_CM_PORT", "7471"))
@@ -63,7 +69,7 @@ def _is_mad(frame):
             UDP.unpack(frame[at:])["dst_port"] != UDP_PORT_ROCEV2:
         return False
     bth = BTH.unpack(frame[at + UDP.length:])
-    return bth["opcode"] == 0x64 and bth["dest_qp"] == I.QP1
+    return bth["opcode"] == OP_UD_SEND_ONLY and bth["dest_qp"] == I.QP1
 
 
 class CmEnv(RespEnv):
@@ -118,9 +124,33 @@ async def cm17185(env, payload):
     return cm_unpack(env.nic.udp_rx[seen][3])
 
 
-async def move_data(env, conn, rng, what):
-    """The host WRITEs a message into the region the REP stated and READs it back; the
-    endpoint SENDs one to the host."""
+#: cycles between two hostile MADs: more than the CM takes for one at W = 64 (its ingress
+#: queue holds two; a burst beyond that is dropped and counted, ``ibcm_qp1_drop_overflow``)
+HOSTILE_GAP = 300
+
+
+async def hostile_mads(env, rng, counts):
+    """MADs no connection asked for, sent from the host while data moves, one every
+    :data:`HOSTILE_GAP` cycles: one malformed MAD of each kind the reference model drops or
+    answers (those of 256 bytes: a RoCEv2 frame to QP1 carries each), and random messages
+    naming no connection. ``counts`` gets the counters the reference model (a node without
+    connections) counts for them."""
+    model = IbCm(pool=QpPool([2]), local_ip=parse_ip(FPGA_IP), ca_guid=1, ports=[PORT])
+    mads = [m for _, m in malformed(rng) if len(m) == I.MAD_LENGTH]
+    mads += [random_message(rng, attr) for attr in (I.ATTR_RTU, I.ATTR_DREP, I.ATTR_MRA,
+                                                     I.ATTR_REJ, I.ATTR_REP, I.ATTR_DREQ)]
+    for m in mads:
+        model.receive(0, m, src_ip=parse_ip(HOST_IP))
+        env.send([wrap(m, src_mac=parse_mac(HOST_MAC), dst_mac=parse_mac(FPGA_MAC),
+                       src_ip=parse_ip(HOST_IP), dst_ip=parse_ip(FPGA_IP))])
+        await wait_cycles(W, HOSTILE_GAP)
+    counts.update({f"ibcm_{k}": v for k, v in model.counters.items() if f"ibcm_{k}" in STATS})
+
+
+async def move_data(env, conn, rng, what, during=None):
+    """The host WRITEs a message into the region the REP stated and READs it back (``during``:
+    a coroutine started once both are posted, awaited after); the endpoint SENDs one to the
+    host."""
     hq, k = conn.qpn, conn.peer_qpn - 256
     r = conn.peer_region
     data = rng.randbytes(rng.randrange(1500, 5000))
@@ -131,10 +161,13 @@ async def move_data(env, conn, rng, what):
     env.peer.post_send(hq, "READ", length=len(data), remote_addr=r.addr + off, rkey=r.rkey,
                        wr_id=rd)
     env.mac.poke()
+    side = cocotb.start_soon(during) if during is not None else None
     await env.settle(lambda: not env.peer.send_outstanding(), f"{what}: host WRITE and READ")
     done = {c.wr_id: c for c in env.peer.send_cq if c.wr_id in (w, rd)}
     assert all(c.status == WcStatus.SUCCESS for c in done.values()), (what, done)
     assert done[rd].data == data, f"{what}: the READ returned other bytes than written"
+    if side is not None:
+        await side
     env.shadow[r.addr + off:r.addr + off + len(data)] = data
     # the endpoint SENDs 600 bytes of its memory to a buffer the host posted
     env.peer.post_recv(hq, 4096, 0x99, addr=HOST_BUF)
@@ -184,7 +217,14 @@ async def connections(dut):
     await env.settle(lambda: not int(dut.qp_open.value) >> k & 1, "the QP stays open")
     _, again = await env.connect()
     assert again.state is State.ESTABLISHED
-    await move_data(env, again, rng, "second connection")
+    before = await read_stats(dut, STATS)
+    hostile = {}
+    await move_data(env, again, rng, "second connection, hostile MADs meanwhile",
+                    during=hostile_mads(env, rng, hostile))
+    await wait_cycles(W, 2000)
+    after = await read_stats(dut, STATS)
+    got = {k: after[k] - before[k] for k in hostile}
+    assert got == hostile and hostile["ibcm_rx_mads"] >= 15, (got, hostile)
     reply = await cm17185(env, cm_request(REQ_CLOSE_QP, rem_qpn=oob, loc_ip=parse_ip(HOST_IP),
                                           listening_port=CM_LISTEN))
     assert reply["ack_type"] == ACK_ACK, reply

@@ -64,7 +64,7 @@ CM_REPLY_PORT = 0x8765
 MIN_FRAME = 60                  # Ethernet minimum without the FCS
 #: the communication manager's datagrams (IBTA Vol. 1, chapters 13 and 16): UD SEND_ONLY to and
 #: from QP1, the well-known Q_Key, a 256-byte MAD of base version 1
-OP_UD_SEND_ONLY = 0x64
+OP_UD_SEND_ONLY = opc.OP_UD_SEND_ONLY
 QP1_QKEY = 0x80010000
 MAD_BYTES = 256
 CM_FRAME = 14 + 20 + 8 + 64     # a connection-manager request: Ethernet, IPv4, UDP, datagram
@@ -144,17 +144,22 @@ OP_CNP = opc.OP_CNP
 
 def _mad_rules(bth, deth, payload):
     """What the endpoint's IB CM datagrams must be: from QP1 with the well-known Q_Key, a
-    256-byte MAD of base version 1 and the CM's class (7, class version 2), no pad."""
+    256-byte MAD of base version 1 and the CM's class (7, class version 2, or the version of a
+    request answered as one of a bad version), no pad."""
     problems = []
+    # (a Get or Set of an unknown class version is answered with the request's header: its
+    # class version, method GetResp, status bad version)
+    bad_version_answer = payload[3:6] == bytes([0x81, 0x00, 0x04])
     if (deth.qkey, deth.src_qp, deth.resv) != (QP1_QKEY, 1, 0):
         problems.append(f"DETH Q_Key {deth.qkey:#x}, source QP {deth.src_qp}, reserved "
                         f"{deth.resv}: a CM datagram is from QP1 with Q_Key {QP1_QKEY:#x}")
     if len(payload) != MAD_BYTES or bth.padcount:
         problems.append(f"a UD SEND_ONLY of the endpoint carries a {MAD_BYTES}-byte MAD without "
                         f"pad, not {len(payload)} bytes with PadCnt {bth.padcount}")
-    elif payload[:3] != bytes([1, 7, 2]):
+    elif payload[:2] != bytes([1, 7]) or (payload[2] != 2 and not bad_version_answer):
         problems.append(f"MAD base version, class, class version {payload[:3].hex()}: the CM's "
-                        f"are 01 07 02")
+                        f"are 01 07 02 (another class version only in a GetResp with the status "
+                        f"bad version, 0x0004)")
     return problems
 
 

@@ -19,10 +19,10 @@ from rocegen.sim.models.ibcm import IbCm, QpPool, Region, State
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, send_records
 from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.sim.testing.ibcm_mads import FPGA, HOST, HOST2, mad, malformed, random_message, req
 from rocegen.wire import ibcm as I
 from tests.unit.ibcm.chain import Chain, Watch, counter_process, pool_process
 from tests.unit.ibcm.link import parse
-from tests.unit.ibcm.mads import FPGA, HOST, HOST2, mad, malformed, random_message, req
 
 PORT, PORT2 = 7174, 20000
 REGION = Region(addr=0x0000_7F00_1234_5000, rkey=0xA5A5_0001, length=1 << 20)

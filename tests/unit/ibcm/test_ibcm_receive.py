@@ -13,8 +13,8 @@ from rocegen.sim.models.ibcm import IbCm, QpPool
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamDriver, meta_dict
 from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.sim.testing.ibcm_mads import FPGA, malformed, random_message, req
 from rocegen.wire import ibcm as I
-from tests.unit.ibcm.mads import FPGA, malformed, random_message, req
 
 COUNTER_VERDICT = {c: v for v, c in VERDICT_COUNTERS.items()}
 

@@ -13,8 +13,8 @@ from rocegen.gateware.roce.ibcm.ibcm_reply import IbCmReply
 from rocegen.sim.models.ibcm import IbCm, QpPool
 from rocegen.sim.testing.amaranth_streams import StreamCollector, send_records
 from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.sim.testing.ibcm_mads import mad
 from rocegen.wire import ibcm as I
-from tests.unit.ibcm.mads import mad
 
 GUID, RNR, RESP_TIME = 0x0002C9030012AB34, 5, 17
 

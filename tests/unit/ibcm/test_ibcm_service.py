@@ -14,11 +14,11 @@ from rocegen.sim.models.ibcm.qp1 import egress, ingress
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
+from rocegen.sim.testing.ibcm_mads import FPGA
 from rocegen.wire import headers as H
 from rocegen.wire import ibcm as I
 from rocegen.wire import opcodes as opc
 from tests.unit.ibcm.chain import counter_process, pool_process
-from tests.unit.ibcm.mads import FPGA
 from tests.unit.ibcm.test_ibcm_passive import (
     BLOCK_QPNS,
     CLK_HZ,

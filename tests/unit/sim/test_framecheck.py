@@ -141,6 +141,10 @@ def test_cm_datagrams_pass_and_their_rules_hold():
     check_fails(roce(bth(0x64, qpn=1) + deth(src_qp=2) + mad()), "source QP 2")
     check_fails(roce(bth(0x64, qpn=1) + deth() + mad(n=252)), "256-byte MAD", "not 252")
     check_fails(roce(bth(0x64, qpn=1) + deth() + mad(b"\x01\x04\x01")), "01 07 02")
+    check_fails(roce(bth(0x64, qpn=1) + deth() + mad(b"\x01\x07\x03\x03")), "01 07 02")
+    # a Get of class version 3 answered: GetResp, status bad version, its version kept
+    assert c.check(roce(bth(0x64, qpn=1) + deth() + mad(b"\x01\x07\x03\x81\x00\x04"))) == \
+        "roce"
     check_fails(roce(bth(0x64, qpn=1) + deth()[:6]), "bytes left for DETH")
 
 

@@ -1,9 +1,11 @@
-"""MADs for the gateware tests, made with the wire tables (:mod:`rocegen.wire.ibcm`) and the
-reference model's active side: good messages with random fields, Gets, and one malformed MAD
-of each kind the model drops."""
+"""MADs for the tests and testbenches of the IB CM, made with the wire tables
+(:mod:`rocegen.wire.ibcm`) and the reference model's active side: good messages with random
+fields, Gets, and one malformed MAD of each kind the model drops."""
 
 from rocegen.sim.models.ibcm import IbCm, QpPool
 from rocegen.wire import ibcm as I
+
+__all__ = ["HOST", "HOST2", "FPGA", "mad", "random_fields", "random_message", "req", "malformed"]
 
 HOST, HOST2, FPGA = 0x0A000001, 0x0A000003, 0x0A000002
 
