@@ -55,9 +55,12 @@ class IbCmService(wiring.Component):
     ---------
     The blocks' own, in a row: a MAD is queued by the ingress, held by the receiver while the
     passive side decides, and answered (REP, REJ, DREP, GetResp...) through the reply builder
-    and the egress. Latency from a REQ's last beat to its REP's first beat: the ingress's two
-    cycles, the receiver's one, the passive side's ``connections`` + 3 (with the QP pool
-    answering at once) and the reply builder's and egress's paths (see each block).
+    and the egress. Latency from a REQ's last beat to its REP's first beat, with the QP pool
+    answering at once and ``o`` ready: ``connections`` + 2048 / W + 8 cycles: the ingress's
+    two, the MAD's move into the receiver (2048 / W - 1), the receiver's one, the passive
+    side's decision (``connections`` + 2) and its three handshakes (``qp_req``, ``qp_grant``,
+    the reply), the reply builder's one; the egress adds none (see each block; measured by
+    ``bench/bench_rdma_cm.py``).
     Backpressure: ``o.ready`` holds the reply, then the passive side, then the receiver; the
     ingress queue takes the MADs meanwhile and drops what does not fit (counted).
     """
