@@ -21,7 +21,6 @@ from rocegen.sim.models.rnic import Access, Behaviour, Rnic
 from rocegen.wire.atomics import ATOMIC_VERBS
 from rocegen.wire.opcodes import ROWS
 from rocegen.wire.simwire import FrameReader, encode_frame
-from tests.fake_pyverbs import modules
 from tests.unit.host.test_cm_client import serving
 
 FPGA_MAC, FPGA_IP = "02:00:00:00:00:01", "10.0.0.2"
@@ -254,14 +253,6 @@ def test_compare_swap_guesses_follow_the_target():
 
 # ---------------------------------------------------------------------- pyverbs
 
-
-@pytest.fixture
-def verbs(monkeypatch):
-    import sys
-    mods = modules()
-    for name, module in mods.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    return mods["pyverbs"].state
 
 
 def test_verbs_atomics(verbs):

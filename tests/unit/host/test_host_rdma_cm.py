@@ -11,10 +11,8 @@ plain Python: the FPGA stands in as a second NIC model behind a passive CM peer 
 port; the agent connects (REQ, REP, RTU), WRITEs, READs and SENDs with the region of the REP,
 and disconnects (DREQ, DREP). Then the command line's options and ``status``."""
 
-import json
 import re
 import socket
-import sys
 import threading
 import time
 
@@ -30,7 +28,8 @@ from rocegen.sim.models.rnic.rdma_cm import ACCESS, CmPeer
 from rocegen.wire import ibcm as I
 from rocegen.wire.pattern import pattern
 from rocegen.wire.simwire import FrameReader, encode_frame
-from tests.fake_pyverbs import CM_PEER, LOCAL_IP, REP_REGION, modules
+from tests.fake_pyverbs import CM_PEER, LOCAL_IP, REP_REGION
+from tests.unit.host.stubs import refusing_agent
 from tests.unit.host.test_cm_client import serving
 
 FPGA_IP, FPGA_MAC = "10.0.0.2", "02:00:00:00:00:02"
@@ -39,14 +38,6 @@ PORT = I.RPING_PORT
 REGION = Region(0x10000, 0x1234_5678, 1 << 16)
 ACCESS_ALL = 1 | 2 | 4 | 8            # the fake's IBV_ACCESS_LOCAL_WRITE .. REMOTE_ATOMIC
 
-
-@pytest.fixture
-def verbs(monkeypatch):
-    """The fake pyverbs in ``sys.modules``; its record of what was done (``Verbs``)."""
-    mods = modules()
-    for name, module in mods.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    return mods["pyverbs"].state
 
 
 @pytest.fixture
@@ -372,24 +363,7 @@ def test_connect_refuses_options_the_rdma_cm_does_not_take(tmp_path, capsys, arg
 
 
 def test_connect_hands_the_rdma_cm_port_to_the_agent(tmp_path, monkeypatch, capsys):
-    started = []
-
-    class Proc:
-        def __init__(self, argv, **kw):
-            started.append(json.loads(argv[argv.index("--config") + 1]))
-            self.stdout = self
-            self.returncode = 1
-
-        def readline(self):
-            return b'{"ok": false, "kind": "rdma_cm", "error": "refused (REJ)"}\n'
-
-        def close(self):
-            pass
-
-        def wait(self):
-            return 1
-
-    monkeypatch.setattr(cli.subprocess, "Popen", Proc)
+    started = refusing_agent(monkeypatch, {"ok": False, "kind": "rdma_cm", "error": "refused (REJ)"})
     base = ["--state-dir", str(tmp_path), "connect", "--sim"]
     assert cli.main([*base, "--rdma-cm"]) == 1
     assert cli.main([*base, "--rdma-cm", "--rdma-cm-port", "9000", "--retry-cnt", "3"]) == 1

@@ -21,21 +21,14 @@ from rocegen.host import cli
 from rocegen.host.agent import Agent, AgentError, request
 from rocegen.host.cm_client import CmClient
 from rocegen.host.nic import SIM_PEER_TIMEOUT, SIM_TIMEOUT, NicError, SimNic, VerbsNic
-from tests.fake_pyverbs import LOCAL_IP, SHIM, modules
+from tests.fake_pyverbs import LOCAL_IP, SHIM
+from tests.unit.host.stubs import refusing_agent
 from tests.unit.host.test_cm_client import ModelFpga, serving
 from tests.unit.host.test_fpga_time import HOST_MAC, Wire
 
 FPGA_IP = "10.0.0.2"
 ROOT = Path(__file__).resolve().parents[3]
 
-
-@pytest.fixture
-def verbs(monkeypatch):
-    """The fake pyverbs in ``sys.modules``; its record of what was done (:class:`Verbs`)."""
-    mods = modules()
-    for name, module in mods.items():
-        monkeypatch.setitem(sys.modules, name, module)
-    return mods["pyverbs"].state
 
 
 @pytest.fixture
@@ -249,24 +242,7 @@ def test_connect_refuses_host_values_out_of_range(tmp_path, capsys, args, text):
 
 
 def test_connect_hands_the_host_values_to_the_agent(tmp_path, monkeypatch, capsys):
-    started = []
-
-    class Proc:
-        def __init__(self, argv, **kw):
-            started.append(json.loads(argv[argv.index("--config") + 1]))
-            self.stdout = self
-            self.returncode = 1
-
-        def readline(self):
-            return b'{"ok": false, "kind": "timeout", "error": "no reply"}\n'
-
-        def close(self):
-            pass
-
-        def wait(self):
-            return 1
-
-    monkeypatch.setattr(cli.subprocess, "Popen", Proc)
+    started = refusing_agent(monkeypatch, {"ok": False, "kind": "timeout", "error": "no reply"})
     base = ["--state-dir", str(tmp_path), "connect", "--sim"]
     assert cli.main([*base, "--host-timeout", "20", "--host-retry-cnt", "0",
                      "--host-rnr-retry", "3"]) == 1
