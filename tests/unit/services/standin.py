@@ -206,6 +206,8 @@ class Endpoint:
             spots.append(tail)
         if lay.base >= a:
             spots.append(lay.base - a)
+        if lay.base >= lay.bytes_per_qp:           # where a slot would be, slices before
+            spots.append(lay.base - r.randrange(1, lay.base // lay.bytes_per_qp + 1) * lay.bytes_per_qp)
         if lay.end + a <= len(self.mem):
             spots.append(lay.end)
         self._write(r.choice(spots), r.randbytes(r.randrange(1, a + 1)))
@@ -238,7 +240,8 @@ def model_event(server, ep, kind, item):
         return server.completion(*item)
     addr = ep.layout.recv_addr(item["qp"])
     return server.recv_completion(item["qp"], item["wr_id"], item["status"], item["length"],
-                                  bytes(ep.mem[addr:addr + ADV_BYTES]))
+                                  bytes(ep.mem[addr:addr + ADV_BYTES]),
+                                  is_send=item.get("opcode", 0) == 0)
 
 
 def apply(ep, actions):
