@@ -29,7 +29,7 @@ import cocotb
 
 from rocegen.gateware.roce.endpoint.endpoint_stats import STATS
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
-from rocegen.sim.cocotb.roce_resp import NUM_QPS, RespEnv, W, rkey_of, share
+from rocegen.sim.cocotb.roce_resp import NUM_QPS, B, RespEnv, W, rkey_of, share
 from rocegen.sim.models.cm.cm import ACK_ACK, ACK_NAK, CM_PORT, REQ_CLOSE_QP, REQ_OPEN_QP
 from rocegen.sim.models.cm.cm import request as cm_request
 from rocegen.sim.models.cm.cm import unpack as cm_unpack
@@ -154,7 +154,8 @@ async def move_data(env, conn, rng, what, during=None):
     hq, k = conn.qpn, conn.peer_qpn - 256
     r = conn.peer_region
     data = rng.randbytes(rng.randrange(1500, 5000))
-    off = rng.randrange(0, r.length - len(data)) & ~7
+    # (a whole word: the endpoint's SEND below takes its bytes from there)
+    off = rng.randrange(0, r.length - len(data)) // B * B
     env.wr_id += 2
     w, rd = env.wr_id - 1, env.wr_id
     env.peer.post_send(hq, "WRITE", data=data, remote_addr=r.addr + off, rkey=r.rkey, wr_id=w)
