@@ -8,7 +8,8 @@ from rocegen.wire import verbs
 from rocegen.wire.cm import QPN_BASE
 from rocegen.wire.headers import CM
 
-__all__ = ["check_num_qps", "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
+__all__ = ["check_num_qps", "qp_index",
+           "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
            "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "SENT", "SchedKind", "SCHED_EVENT", "FREED",
            "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED",
@@ -28,6 +29,12 @@ def check_num_qps(num_qps):
     if not 1 <= num_qps <= MAX_QPS:
         raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
     return num_qps
+
+
+def qp_index(qpn, num_qps):
+    """The index in a table of ``num_qps`` QPs (numbered from :data:`QPN_BASE`) of QP number
+    ``qpn`` (a value), as many bits as an index needs (at least one)."""
+    return (qpn - QPN_BASE)[:max(1, (num_qps - 1).bit_length())]
 
 
 def _hardware_enum(py_enum, shape):

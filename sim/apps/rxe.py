@@ -408,16 +408,16 @@ def run(args):
     if args.rdma_cm_port is not None:
         serve_cmd += ["--rdma-cm-port", str(args.rdma_cm_port), "--rdma-cm-time-wait",
                       str(CM_TIME_WAIT_US)]
-    connect = ["--timeout", str(args.fpga_timeout), "--host-timeout", str(args.host_timeout),
-               "--host-retry-cnt", str(args.host_retry_cnt), "--host-rnr-retry",
-               str(args.host_rnr_retry)]
+    host = ["--host-timeout", str(args.host_timeout), "--host-retry-cnt",
+            str(args.host_retry_cnt), "--host-rnr-retry", str(args.host_rnr_retry)]
     if args.recv_depth is not None:
-        connect += ["--recv-depth", str(args.recv_depth)]
+        host += ["--recv-depth", str(args.recv_depth)]
+    connect = ["--timeout", str(args.fpga_timeout), *host]
     job = {"fpga_ip": FPGA_IP, "qps": args.qps, "pmtu": args.pmtu, "count": args.count,
            "size": args.size, "connect": connect, "steps": steps,
            "rdma_cm_port": args.rdma_cm_port,
            # (through the IB CM the REQ states the QPs' ACK timeouts: the host's own only)
-           "cm_connect": connect[2:]}
+           "cm_connect": host}
     (gout / "job.json").write_text(json.dumps(job, indent=1))
     (gout / "job.sh").write_text(_job_sh(mtu))
     print(f"$ {' '.join(serve_cmd)}", flush=True)

@@ -8,7 +8,7 @@ from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.ibcm.ibcm_passive import DEFAULT_TIME_WAIT_NS
 from rocegen.gateware.roce.ibcm.ibcm_qps import IbCmQps
 from rocegen.gateware.roce.ibcm.ibcm_service import IbCmService
-from rocegen.gateware.roce.layouts import QPN_BASE
+from rocegen.gateware.roce.layouts import QPN_BASE, qp_index
 
 __all__ = ["IbCmFeature", "ibcm_params"]
 
@@ -84,8 +84,7 @@ class IbCmFeature(Feature):
         wiring.connect(m, qps.qp_psn, ctl.ibcm_psn)
         if f.responder is not None:
             resp = f.responder.resp
-            index = (svc.region_qp - QPN_BASE)[:max(1, (self.cfg.num_qps - 1).bit_length())]
             mr = resp.cfg2.mr
-            m.d.comb += [resp.cfg2_qp.eq(index), svc.region.addr.eq(mr.base),
-                         svc.region.rkey.eq(mr.rkey),
+            m.d.comb += [resp.cfg2_qp.eq(qp_index(svc.region_qp, self.cfg.num_qps)),
+                         svc.region.addr.eq(mr.base), svc.region.rkey.eq(mr.rkey),
                          svc.region.length.eq(Mux(mr.length[32], 0xFFFF_FFFF, mr.length))]

@@ -13,6 +13,7 @@ from rocegen.gateware.roce.layouts import (
     TRAFFIC_CONFIG,
     QpState,
     check_num_qps,
+    qp_index,
 )
 from rocegen.gateware.roce.read.read_layouts import READ_LIMIT
 from rocegen.wire.cm import UDP_SPORT_BASE
@@ -149,7 +150,7 @@ class IbCmQps(wiring.Component):
         return m
 
     def _index(self, qpn):
-        return (qpn - QPN_BASE)[:max(1, (self.num_qps - 1).bit_length())]
+        return qp_index(qpn, self.num_qps)
 
     def _writes(self, m):
         """The write registers: each offered while its ``valid`` is set, cleared when it is
