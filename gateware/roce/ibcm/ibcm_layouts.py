@@ -105,13 +105,14 @@ QP_GRANT = data.StructLayout({"ok": 1, "qpn": 24})
 #: is to be made ready to send and receive (IBTA's RTS) with the REQ's sender (``peer_ip``,
 #: ``peer_qpn``), starting at PSN ``psn`` (the REQ's, as our REP states it), at path MTU code
 #: ``path_mtu`` (the smaller of the REQ's and ours), with the REQ's local ACK timeout
-#: (``ack_timeout``) and retry counts, and the READ depths negotiated. ``open`` clear: the
+#: (``ack_timeout``) and retry counts, and the READ depths negotiated; ``port`` is the TCP port
+#: the REQ's service ID names (what serves the connection). ``open`` clear: the
 #: connection of QP ``qpn`` ended (a DREQ or REJ moved it to time-wait): the QP goes to the
 #: error state (its work flushed); it is given back on ``qp_free`` at the end of the time-wait.
 QP_SET = data.StructLayout({
     "open": 1, "qpn": 24, "peer_ip": 32, "peer_qpn": 24, "psn": 24, "path_mtu": 4,
     "ack_timeout": 5, "retry_count": 3, "rnr_retry_count": 3,
-    "responder_resources": 8, "initiator_depth": 8,
+    "responder_resources": 8, "initiator_depth": 8, "port": 16,
 })
 
 

@@ -694,7 +694,8 @@ class IbCmPassive(wiring.Component):
                 s.set.retry_count.eq(rec.retry_count),
                 s.set.rnr_retry_count.eq(rec.rnr_retry_count),
                 s.set.responder_resources.eq(new.responder_resources),
-                s.set.initiator_depth.eq(new.initiator_depth)]
+                s.set.initiator_depth.eq(new.initiator_depth),
+                s.set.port.eq(rec.service_id[:16])]
 
 
 class _State:

@@ -9,6 +9,7 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import QP_GRANT, QP_SET, int_param
 from rocegen.gateware.roce.layouts import (
     CONTEXT_WRITE,
     PSN_WRITE,
+    QP_SERVICE,
     QPN_BASE,
     TRAFFIC_CONFIG,
     QpState,
@@ -42,6 +43,10 @@ class IbCmQps(wiring.Component):
         The endpoint has a READ requester: each QP opened gets its READ limit (``rd_limit``).
     max_rd_atomic : int
         With ``reads``: the most READs a QP may have outstanding (1..16).
+    service_port : int or None
+        The TCP port (0..65535) whose connections a gateware service serves (the rping
+        server): their QPs are told on ``service`` and marked in ``served``. Default None: no
+        such ports.
 
     Ports
     -----
@@ -73,6 +78,17 @@ class IbCmQps(wiring.Component):
         An opened QP's PSN (both directions: ``qp_set``'s ``psn``).
     rd_limit : Out(stream.Signature(READ_LIMIT)), with ``reads``
         An opened QP's READ limit: the smaller of its initiator depth and ``max_rd_atomic``.
+    service : Out(stream.Signature(QP_SERVICE)), with ``service_port``
+        A QP opened for ``service_port`` (``open`` set), offered with its writes; a served
+        QP closed or given back (``open`` clear; a QP put in error and later given back is
+        told twice).
+    rq_flush : Out(stream.Signature(8)), with ``service_port``
+        With each ``service`` close: the QP index, whose receive buffers (the service's) are
+        to be flushed.
+    served : Out(num_qps), with ``service_port``
+        Bit k: QP k's work requests and receive buffers are the service's (its completions go
+        there): set when it is opened for ``service_port``, cleared when this block grants it
+        again or the other manager holds it (``others``). A register.
 
     Behaviour
     ---------
@@ -86,7 +102,8 @@ class IbCmQps(wiring.Component):
     meanwhile.
     """
 
-    def __init__(self, num_qps, *, ack_every_log2=4, reads=False, max_rd_atomic=16):
+    def __init__(self, num_qps, *, ack_every_log2=4, reads=False, max_rd_atomic=16,
+                 service_port=None):
         check_num_qps(num_qps)
         self.num_qps = num_qps
         self.ack_every_log2 = int_param("ack_every_log2", ack_every_log2, 0, 7)
@@ -94,6 +111,9 @@ class IbCmQps(wiring.Component):
             raise TypeError(f"reads must be a bool, not {reads!r}")
         self.reads = reads
         self.max_rd_atomic = int_param("max_rd_atomic", max_rd_atomic, 1, 16)
+        self.service_port = service_port
+        if service_port is not None:
+            int_param("service_port", service_port, 0, 0xFFFF)
         members = {
             "qp_req": In(stream.Signature(0)),
             "qp_grant": Out(stream.Signature(QP_GRANT)),
@@ -108,6 +128,9 @@ class IbCmQps(wiring.Component):
         }
         if reads:
             members["rd_limit"] = Out(stream.Signature(READ_LIMIT))
+        if service_port is not None:
+            members.update({"service": Out(stream.Signature(QP_SERVICE)),
+                            "rq_flush": Out(stream.Signature(8)), "served": Out(num_qps)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -117,15 +140,19 @@ class IbCmQps(wiring.Component):
         m.d.comb += self.held.eq(held)
         found, first = first_zero(held | self.others, n)
         pending = self._writes(m)
+        if self.service_port is not None:
+            self._served(m)
         st = self.qp_set.payload
 
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.qp_set.valid):
                     self._set_writes(m, st)
+                    self._service(m, st.qpn, st.open, st.port)
                     m.next = "SET"
                 with m.Elif(self.qp_free.valid):
                     m.d.sync += self._context(self.qp_free.payload, QpState.RESET)
+                    self._service(m, self.qp_free.payload, 0, None)
                     m.next = "FREE"
                 with m.Elif(self.qp_req.valid & self.pool_idle):
                     m.d.comb += self.qp_req.ready.eq(1)
@@ -133,6 +160,8 @@ class IbCmQps(wiring.Component):
                                  self.qp_grant.payload.qpn.eq(QPN_BASE + first)]
                     with m.If(found):
                         m.d.sync += held.bit_select(first, 1).eq(1)
+                        if self.service_port is not None:
+                            m.d.comb += self._unserve.bit_select(first, 1).eq(1)
                     m.next = "GRANT"
             with m.State("GRANT"):
                 m.d.comb += self.qp_grant.valid.eq(1)
@@ -155,7 +184,8 @@ class IbCmQps(wiring.Component):
     def _writes(self, m):
         """The write registers: each offered while its ``valid`` is set, cleared when it is
         taken. Returns a signal high while one is still offered."""
-        outs = [self.qp_ctl, self.qp_psn] + ([self.rd_limit] if self.reads else [])
+        outs = [self.qp_ctl, self.qp_psn] + ([self.rd_limit] if self.reads else []) + \
+            ([self.service, self.rq_flush] if self.service_port is not None else [])
         for o in outs:
             with m.If(o.ready):
                 m.d.sync += o.valid.eq(0)
@@ -189,3 +219,26 @@ class IbCmQps(wiring.Component):
                             st.initiator_depth)
                 m.d.sync += [self.rd_limit.valid.eq(1), self.rd_limit.payload.qp.eq(idx),
                              self.rd_limit.payload.limit.eq(depth)]
+
+    def _served(self, m):
+        """The ``served`` register: set by :meth:`_service`'s opens (``_serve``), cleared by a
+        grant (``_unserve``) and by the other manager's QPs."""
+        n = self.num_qps
+        self._serve, self._unserve = Signal(n), Signal(n)
+        m.d.sync += self.served.eq((self.served & ~self._unserve & ~self.others) | self._serve)
+
+    def _service(self, m, qpn, is_open, port):
+        """With ``service_port``: the ``service`` (and ``rq_flush``) offers of an open for the
+        service's ``port`` or of a close or give-back (``is_open`` low) of a served QP."""
+        if self.service_port is None:
+            return
+        idx = self._index(qpn)
+        was = self.served.bit_select(idx, 1)
+        with m.If(is_open & (port == self.service_port) if port is not None else 0):
+            m.d.comb += self._serve.bit_select(idx, 1).eq(1)
+            m.d.sync += [self.service.valid.eq(1), self.service.payload.qp.eq(idx),
+                         self.service.payload.open.eq(1)]
+        with m.If(~is_open & was):
+            m.d.sync += [self.service.valid.eq(1), self.service.payload.qp.eq(idx),
+                         self.service.payload.open.eq(0), self.rq_flush.valid.eq(1),
+                         self.rq_flush.payload.eq(idx)]

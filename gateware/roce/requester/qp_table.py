@@ -9,6 +9,7 @@ from rocegen.gateware.roce.layouts import (
     PSN_WRITE,
     QP_CONTEXT,
     QPN_BASE,
+    RKEY_WRITE,
     check_num_qps,
 )
 
@@ -36,6 +37,11 @@ class QpTable(wiring.Component):
     ``resend_port=True``, ``rsd_qp`` -> ``rsd_context`` one cycle later is one more, for the READ
     requester's own READ requests.
 
+    With ``rkey_port=True``, ``rkey_w`` writes a QP's R_Key alone (the ``rkey`` the contexts read
+    on ``rd_context``, ``rsd_context`` and ``info_context`` have from the next cycle on: what the
+    QP's READs and WRITEs name); a ``ctl`` write of the same cycle wins (``rkey_w.ready`` is
+    low while ``ctl.valid`` is high) and sets the R_Key with the rest of its context.
+
     A write naming a QP outside the table changes nothing and pulses ``rejected``.
 
     ``lookup_qpn`` -> ``lookup_index`` / ``lookup_valid`` combinationally: the index of a
@@ -43,13 +49,14 @@ class QpTable(wiring.Component):
     """
 
     def __init__(self, num_qps, *, info_port=False, resp_port=False, read_port=False,
-                 resend_port=False):
+                 resend_port=False, rkey_port=False):
         check_num_qps(num_qps)
         self.num_qps = num_qps
         self.info_port = bool(info_port)
         self.resp_port = bool(resp_port)
         self.read_port = bool(read_port)
         self.resend_port = bool(resend_port)
+        self.rkey_port = bool(rkey_port)
         self._contexts = Memory(shape=QP_CONTEXT, depth=num_qps, init=[])
         self._psns = Memory(shape=24, depth=num_qps, init=[])
         members = {
@@ -75,6 +82,8 @@ class QpTable(wiring.Component):
             members.update({"rdr_qp": In(range(num_qps)), "rdr_context": Out(QP_CONTEXT)})
         if self.resend_port:
             members.update({"rsd_qp": In(range(num_qps)), "rsd_context": Out(QP_CONTEXT)})
+        if self.rkey_port:
+            members["rkey_w"] = In(stream.Signature(RKEY_WRITE))
         super().__init__(members)
 
     def qpn(self, index):
@@ -120,6 +129,8 @@ class QpTable(wiring.Component):
         if self.resend_port:
             cr_rsd = self._contexts.read_port()
             m.d.comb += [cr_rsd.addr.eq(self.rsd_qp), self.rsd_context.eq(cr_rsd.data)]
+        if self.rkey_port:
+            self._rkeys(m, in_range)
         m.d.comb += self.ctl_psn.ready.eq(1)
         with m.If(self.ctl_psn.valid):
             m.d.comb += [pw.addr.eq(self.ctl_psn.payload.qp), pw.data.eq(self.ctl_psn.payload.psn),
@@ -129,8 +140,12 @@ class QpTable(wiring.Component):
                          pw.addr.eq(self.psn_w.payload.qp), pw.data.eq(self.psn_w.payload.psn),
                          pw.en.eq(self.psn_w.valid & (self.psn_w.payload.qp < self.num_qps))]
 
+        rkey_bad = 0
+        if self.rkey_port:
+            rkey_bad = self.rkey_w.valid & self.rkey_w.ready & \
+                (self.rkey_w.payload.qp >= self.num_qps)
         m.d.comb += self.rejected.eq(
-            (self.ctl.valid & ~in_range) |
+            rkey_bad | (self.ctl.valid & ~in_range) |
             (self.ctl_psn.valid & (self.ctl_psn.payload.qp >= self.num_qps)) |
             (self.psn_w.valid & self.psn_w.ready & (self.psn_w.payload.qp >= self.num_qps)))
 
@@ -142,3 +157,24 @@ class QpTable(wiring.Component):
                                  (self.lookup_qpn < QPN_BASE + self.num_qps)),
         ]
         return m
+
+    def _rkeys(self, m, in_range):
+        """The R_Keys in a memory of their own, written by ``ctl`` and ``rkey_w``, read beside
+        the contexts of ``rd_context``, ``rsd_context`` and ``info_context``."""
+        rkeys = m.submodules.rkeys = Memory(shape=32, depth=self.num_qps, init=[])
+        w, ctl, rw = rkeys.write_port(), self.ctl, self.rkey_w
+        m.d.comb += rw.ready.eq(~ctl.valid)
+        with m.If(ctl.valid):
+            m.d.comb += [w.addr.eq(ctl.payload.qp), w.data.eq(ctl.payload.context.rkey),
+                         w.en.eq(in_range)]
+        with m.Else():
+            m.d.comb += [w.addr.eq(rw.payload.qp), w.data.eq(rw.payload.rkey),
+                         w.en.eq(rw.valid & (rw.payload.qp < self.num_qps))]
+        ports = [(self.rd_qp, self.rd_context)]
+        if self.resend_port:
+            ports.append((self.rsd_qp, self.rsd_context))
+        if self.info_port:
+            ports.append((self.info_qp, self.info_context))
+        for qp, context in ports:
+            r = rkeys.read_port()
+            m.d.comb += [r.addr.eq(qp), context.rkey.eq(r.data)]

@@ -114,6 +114,8 @@ class Responder(wiring.Component):
         beside the READs, their results kept for duplicates
         (:class:`~rocegen.gateware.roce.responder.resp_results.RespResults`); the payload reader
         executes them (port ``atomic_done``). Default False: refused, NAK invalid request.
+    flush_port : bool
+        With port ``rq_flush``: receive queues flushed from outside (default False).
     cnp_interval, cnp_dscp : int
         The notification point (:class:`~rocegen.gateware.roce.responder.resp_cnp.RespCnp`): cycles
         between two CNPs of a QP after reset (0: a CNP for every request marked CE; default
@@ -135,6 +137,10 @@ class Responder(wiring.Component):
         Another read port (for the IB CM's REPs).
     recv : In(stream.Signature(RECV_POST))
         Receive buffers posted by user logic (held while the QP's queue is full).
+    rq_flush : In(stream.Signature(8)), with ``flush_port`` only
+        A QP whose receive buffers are to be flushed (its connection closed: each completes
+        FLUSHED on ``cpl``, as after a fatal error); taken in a cycle the engine asks for no
+        flush of its own.
     cpl : Out(stream.Signature(RECV_COMPLETION))
         Receive completions: a SEND (with the bytes received and any immediate), a WRITE with
         immediate (the DMA length and the immediate), or a buffer ended by an error or flushed.
@@ -194,7 +200,7 @@ class Responder(wiring.Component):
     def __init__(self, width, num_qps, addr_width, *, rq_depth=16, config_init=None,
                  cpl_depth=32, ack_every=0, cnp_interval=DEFAULT_CNP_INTERVAL,
                  cnp_dscp=CNP_DSCP, acked_writes=False, ingress_beats=None, reads=False,
-                 rd_depth=16, atomics=False):
+                 rd_depth=16, atomics=False, flush_port=False):
         check_width(width)
         check_num_qps(num_qps)
         self.width, self.num_qps = width, num_qps
@@ -203,6 +209,9 @@ class Responder(wiring.Component):
         if atomics and not reads:
             raise ValueError("atomics needs reads=True (atomics share the READ queues)")
         self.atomics = atomics
+        if not isinstance(flush_port, bool):
+            raise TypeError(f"flush_port must be a bool, not {flush_port!r}")
+        self.flush_port = flush_port
         self._ingress = RespIngress(width, ingress_beats, atomics=atomics)
         #: Beats of the ingress FIFO (its fill level is ``ingress_level``).
         self.ingress_beats = self._ingress.depth
@@ -229,6 +238,7 @@ class Responder(wiring.Component):
             "cfg_qp": In(range(num_qps)), "cfg": Out(RESP_QP_CONFIG),
             "cfg2_qp": In(range(num_qps)), "cfg2": Out(RESP_QP_CONFIG),
             "recv": In(stream.Signature(RECV_POST)),
+            **({"rq_flush": In(stream.Signature(8))} if flush_port else {}),
             "cpl": Out(stream.Signature(RECV_COMPLETION)),
             "mem": Out(MemWriteSignature(width, addr_width)),
             **({"mem_durable": In(DURABLE_WIDTH)} if acked_writes else {}),
@@ -295,7 +305,15 @@ class Responder(wiring.Component):
         m.d.comb += [rq.rd_qp.eq(eng.rq_qp), eng.rq_valid.eq(rq.head_valid),
                      eng.rq_head.eq(rq.head)]
         wiring.connect(m, eng.rq_pop, rq.pop)
-        wiring.connect(m, eng.rq_flush, rq.flush)
+        if self.flush_port:
+            # (the engine's flushes first: an outside one waits for a cycle without)
+            ext = self.rq_flush
+            m.d.comb += [rq.flush.valid.eq(eng.rq_flush.valid | ext.valid),
+                         rq.flush.payload.eq(Mux(eng.rq_flush.valid, eng.rq_flush.payload,
+                                                 ext.payload)),
+                         ext.ready.eq(~eng.rq_flush.valid)]
+        else:
+            wiring.connect(m, eng.rq_flush, rq.flush)
 
         # completions wait for their request's payload to be written: taken by the on-chip
         # buffer, or acknowledged by the memory (`acked_writes`) (the flushed ones follow the

@@ -4,6 +4,8 @@ the rules."""
 
 from amaranth.lib import data, enum
 
+from rocegen.gateware.roce.layouts import QP_SERVICE, RKEY_WRITE
+
 __all__ = ["ADV_BYTES", "OPENED", "RKEY_WRITE", "Phase", "WrKind", "EvKind", "RPING_QP",
            "RPING_EVENT"]
 
@@ -12,10 +14,7 @@ ADV_BYTES = 16
 
 #: A QP of rping's port opened (``open`` set: a new connection) or closed (its connection
 #: ended): ``qp`` the QP index (QPN - 256), as in WORK_REQUEST.
-OPENED = data.StructLayout({"qp": 8, "open": 1})
-
-#: The R_Key the READs and WRITEs of QP ``qp`` name from now on: the QP context's ``rkey``.
-RKEY_WRITE = data.StructLayout({"qp": 8, "rkey": 32})
+OPENED = QP_SERVICE
 
 
 class Phase(enum.Enum, shape=3):

@@ -58,7 +58,7 @@ def opened(conn, req_mad, max_mtu):
             "ack_timeout": conn.local_ack_timeout, "retry_count": conn.retry_count,
             "rnr_retry_count": conn.rnr_retry_count,
             "responder_resources": conn.responder_resources,
-            "initiator_depth": conn.initiator_depth}
+            "initiator_depth": conn.initiator_depth, "port": f["service_id"] & 0xFFFF}
 
 
 class Scenario:

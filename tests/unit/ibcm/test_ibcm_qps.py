@@ -17,7 +17,11 @@ from rocegen.sim.testing.harness import raises, run_sim
 from tests.tiers import full
 
 #: The outputs of writes, and the model's names for them.
-WRITES = {"ctl": "qp_ctl", "psn": "qp_psn", "lim": "rd_limit"}
+WRITES = {"ctl": "qp_ctl", "psn": "qp_psn", "lim": "rd_limit", "svc": "service",
+          "flush": "rq_flush"}
+
+#: The service's port in the runs with one, and another port.
+SERVICE_PORT, OTHER_PORT = 7174, 7175
 
 
 def zero_context(state):
@@ -31,15 +35,20 @@ class QpsModel:
     """:class:`IbCmQps` as its docstring describes it, cycle by cycle. :meth:`cycle` takes the
     inputs of a cycle and returns the outputs the block must show in it."""
 
-    def __init__(self, n, *, ack_every_log2, reads, max_rd_atomic):
+    def __init__(self, n, *, ack_every_log2, reads, max_rd_atomic, service_port=None):
         self.n, self.ack_every_log2 = n, ack_every_log2
         self.reads, self.max_rd_atomic = reads, max_rd_atomic
+        self.service_port = service_port
         self.held = set()
+        self.served = set()         # with service_port: the QPs whose work is the service's
+        self.serving = set()        # ... and one opened for it in this cycle
         self.mode = "idle"          # idle, set, free, grant
         self.offered = {}           # the writes still offered (name -> payload)
         self.grant = None
         self.seen = {k: 0 for k in ("open", "close", "free", "grant", "none_free", "passed_by",
                                     "precedence", "not_idle", "stalled", "free_waits")}
+        if service_port is not None:
+            self.seen.update({"served_open": 0, "served_close": 0, "served_free": 0})
 
     def index(self, qpn):
         return (qpn - QPN_BASE) % (1 << max(1, (self.n - 1).bit_length()))
@@ -68,11 +77,13 @@ class QpsModel:
             self.offered = (self.open_writes(st, inp["tclass"]) if st["open"] else
                             {"ctl": {"qp": self.index(st["qpn"]),
                                      "context": zero_context(QpState.ERROR)}})
+            self.service(st["qpn"], st["open"], st.get("port"), "close")
             self.mode = "set"
         elif inp["free"] is not None:
             self.seen["precedence"] += inp["req"]
             self.offered = {"ctl": {"qp": self.index(inp["free"]),
                                     "context": zero_context(QpState.RESET)}}
+            self.service(inp["free"], 0, None, "free")
             self.mode = "free"
         elif inp["req"] and not inp["pool_idle"]:
             self.seen["not_idle"] += 1
@@ -84,12 +95,30 @@ class QpsModel:
             self.seen["passed_by"] += bool(free) and any(k in busy for k in range(free[0]))
             if free:
                 self.held.add(free[0])
+                self.served.discard(free[0])
             self.mode = "grant"
+
+    def service(self, qpn, is_open, port, why):
+        """With ``service_port``: an open for it is told (``svc``) and the QP served from the
+        next cycle; a close or give-back of a served QP is told and its receive queue
+        flushed."""
+        if self.service_port is None:
+            return
+        k = self.index(qpn)
+        if is_open and port == self.service_port:
+            self.offered["svc"] = {"qp": k, "open": 1}
+            self.serving.add(k)
+            self.seen["served_open"] += 1
+        elif not is_open and k in self.served:
+            self.offered.update({"svc": {"qp": k, "open": 0}, "flush": k})
+            self.seen[f"served_{why}"] += 1
 
     def cycle(self, inp):
         """The outputs in a cycle with inputs ``inp`` (the writes' and the grant's ``ready``
         included); the state moves on to the next cycle."""
         out = {"held": sum(1 << k for k in self.held), "req_ready": 0, "free_ready": 0,
+               "served": sum(1 << k for k in self.served) if self.service_port is not None
+               else None,
                "set_ready": 0, "grant": None, **{w: None for w in WRITES}}
         if self.mode == "idle":
             self.decide(inp, out)
@@ -109,6 +138,10 @@ class QpsModel:
                 self.held.discard(self.index(inp["free"]))
                 self.seen["free"] += 1
             self.mode = "idle"
+        # (an open's QP is served from the next cycle, whatever ``others`` says)
+        self.served = (self.served - {k for k in range(self.n) if inp["others"] >> k & 1}) | \
+            self.serving
+        self.serving = set()
         return out
 
 
@@ -131,7 +164,8 @@ class Stimulus:
                 "psn": rng.getrandbits(24), "path_mtu": rng.randrange(1, 6),
                 "ack_timeout": rng.getrandbits(5), "retry_count": rng.getrandbits(3),
                 "rnr_retry_count": rng.getrandbits(3), "responder_resources": rng.getrandbits(8),
-                "initiator_depth": rng.choice([0, 1, 4, 16, 17, rng.getrandbits(8)])}
+                "initiator_depth": rng.choice([0, 1, 4, 16, 17, rng.getrandbits(8)]),
+                "port": rng.choice([SERVICE_PORT, OTHER_PORT])}
 
     def random_others(self):
         rng, n = self.rng, self.n
@@ -148,7 +182,8 @@ class Stimulus:
         if not self.req and rng.random() < 0.25:
             self.req = True
         if rng.random() < 0.05:
-            self.others = self.random_others()
+            # (as the pool has it: the other manager holds none of this block's QPs)
+            self.others = self.random_others() & ~sum(1 << k for k in held)
         if rng.random() < 0.02:
             self.tclass = {"dscp": rng.getrandbits(6), "ecn": rng.getrandbits(2),
                            "pcp": rng.getrandbits(3)}
@@ -191,7 +226,8 @@ def observe(ctx, dut):
         return meta_dict(ctx.get(port.payload)) if ctx.get(port.valid) else None
     out = {"held": ctx.get(dut.held), "req_ready": ctx.get(dut.qp_req.ready),
            "free_ready": ctx.get(dut.qp_free.ready), "set_ready": ctx.get(dut.qp_set.ready),
-           "grant": offered(dut.qp_grant)}
+           "grant": offered(dut.qp_grant),
+           "served": ctx.get(dut.served) if hasattr(dut, "served") else None}
     if out["grant"] is not None and not out["grant"]["ok"]:
         out["grant"]["qpn"] = None          # none free: no QP named
 
@@ -201,11 +237,13 @@ def observe(ctx, dut):
 
 
 def run_random(n, cycles, seed, *, reads, max_rd_atomic=16, ack_every_log2=4,
-               backpressure=0.4):
+               backpressure=0.4, service_port=None):
     """``cycles`` cycles of random inputs; the block's outputs must be the model's in each.
     Returns the model (what it saw)."""
-    dut = IbCmQps(n, reads=reads, max_rd_atomic=max_rd_atomic, ack_every_log2=ack_every_log2)
-    model = QpsModel(n, ack_every_log2=ack_every_log2, reads=reads, max_rd_atomic=max_rd_atomic)
+    dut = IbCmQps(n, reads=reads, max_rd_atomic=max_rd_atomic, ack_every_log2=ack_every_log2,
+                  service_port=service_port)
+    model = QpsModel(n, ack_every_log2=ack_every_log2, reads=reads, max_rd_atomic=max_rd_atomic,
+                     service_port=service_port)
     stim = Stimulus(random.Random(seed), n, backpressure=backpressure)
 
     async def tb(ctx):
@@ -222,21 +260,21 @@ def run_random(n, cycles, seed, *, reads, max_rd_atomic=16, ack_every_log2=4,
     return model
 
 
-@pytest.mark.parametrize("n, reads, max_rd, ack, cycles", [
-    (1, False, 16, 0, 3000),
-    (5, True, 4, 4, 4000),
-    (256, True, 16, 7, 1500),
-    full(5, False, 16, 2, 20000),
-    full(256, True, 1, 5, 8000),
+@pytest.mark.parametrize("n, reads, max_rd, ack, cycles, service", [
+    (1, False, 16, 0, 3000, None),
+    (5, True, 4, 4, 4000, SERVICE_PORT),
+    (256, True, 16, 7, 1500, None),
+    full(5, False, 16, 2, 20000, SERVICE_PORT),
+    full(256, True, 1, 5, 8000, SERVICE_PORT),
 ])
-def test_random_requests_match_the_model(n, reads, max_rd, ack, cycles):
+def test_random_requests_match_the_model(n, reads, max_rd, ack, cycles, service):
     """Grants (the lowest QP neither manager holds, only with ``pool_idle``; none free: ``ok``
     low), opens (context, PSN, READ limit), closes (ERROR), frees (RESET, the QP free again,
     only with ``pool_idle``),
     the precedence ``qp_set`` > ``qp_free`` > ``qp_req``, ``ready`` only once the writes are
     taken, and ``held`` as the model has them, cycle by cycle; the run covers each case."""
     model = run_random(n, cycles, seed=n + cycles, reads=reads, max_rd_atomic=max_rd,
-                       ack_every_log2=ack)
+                       ack_every_log2=ack, service_port=service)
     seen = model.seen
     assert all(v > 0 for k, v in seen.items() if n > 1 or k != "passed_by"), seen
     assert seen["grant"] >= (n if n < 256 else 20), seen

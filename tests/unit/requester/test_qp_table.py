@@ -121,3 +121,52 @@ def test_read_port():
                 assert same(ctx.get(data), contexts[k])
 
     run_sim(dut, testbenches=[tb])
+
+
+@pytest.mark.parametrize("num_qps", [1, 6])
+def test_rkey_port(num_qps):
+    """With ``rkey_port``, ``rkey_w`` writes a QP's R_Key alone: ``rd_context``,
+    ``rsd_context`` and ``info_context`` read it from the next cycle, the rest of the context
+    as ``ctl`` wrote it; ``ctl`` wins in a cycle both write (``rkey_w.ready`` low); a QP outside
+    the table is rejected. Checked against a dictionary of the writes, in random order."""
+    rng = random.Random(num_qps)
+    dut = QpTable(num_qps, info_port=True, resend_port=True, rkey_port=True)
+    assert not hasattr(QpTable(num_qps), "rkey_w")
+    model = {}
+    rejected = []
+
+    def same(got, want):
+        return {f: (got[f].value if f == "state" else got[f]) for f in want} == \
+            {f: (v.value if f == "state" else v) for f, v in want.items()}
+
+    async def tb(ctx):
+        for step in range(40 * num_qps):
+            k, j = rng.randrange(num_qps), rng.randrange(num_qps + 1)
+            do_ctl = step < num_qps or rng.random() < 0.3
+            c = context(rng, rng.choice(list(QpState)))
+            if step < num_qps:
+                k = step
+            rkey = rng.getrandbits(32)
+            ctx.set(dut.ctl.payload, {"qp": k, "context": c})
+            ctx.set(dut.ctl.valid, do_ctl)
+            ctx.set(dut.rkey_w.payload, {"qp": j, "rkey": rkey})
+            ctx.set(dut.rkey_w.valid, 1)
+            _, _, ready, rej = await ctx.tick().sample(dut.rkey_w.ready, dut.rejected)
+            assert ready == (not do_ctl)
+            if do_ctl:
+                model[k] = c
+            elif j < num_qps:
+                model[j] = {**model[j], "rkey": rkey}
+            rejected.append(bool(rej))
+            assert bool(rej) == (not do_ctl and j >= num_qps)
+            ctx.set(dut.ctl.valid, 0)
+            ctx.set(dut.rkey_w.valid, 0)
+            q = [rng.randrange(num_qps) for _ in range(3)]
+            for port, k in zip((dut.rd_qp, dut.rsd_qp, dut.info_qp), q):
+                ctx.set(port, k)
+            await ctx.tick()
+            for data, k in zip((dut.rd_context, dut.rsd_context, dut.info_context), q):
+                assert k not in model or same(ctx.get(data), model[k])
+
+    run_sim(dut, testbenches=[tb])
+    assert any(rejected)

@@ -408,3 +408,44 @@ def test_read_drain_stops_no_other_qp(width, seed, idle):
     # QP 0's READ is held for good
     waits = [d - f for d, f in zip(decided, fed)]
     assert max(waits[2:]) < 100, waits
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_receive_queues_flushed_from_outside(width):
+    """With ``flush_port``, a QP named on ``rq_flush`` has its posted buffers complete FLUSHED,
+    in posting order, and no other QP's; buffers posted after the flush stay (the next
+    connection's). Without it, no such port."""
+    from rocegen.gateware.roce.responder.responder import Responder
+    assert not hasattr(Responder(width, QPS, 10), "rq_flush")
+    dut = Responder(width, QPS, 10, rq_depth=RQ_DEPTH, flush_port=True)
+    rng = random.Random(width)
+    qps = [k % QPS for k in range(QPS * (RQ_DEPTH - 1))]
+    rng.shuffle(qps)
+    posts = [{"qp": q, "wr_id": k, "addr": 64 * k, "length": 64} for k, q in enumerate(qps)]
+    got = []
+
+    async def post(ctx, p):
+        ctx.set(dut.recv.payload, p)
+        ctx.set(dut.recv.valid, 1)
+        await ctx.tick().until(dut.recv.ready)
+        ctx.set(dut.recv.valid, 0)
+
+    async def collect(ctx):
+        ctx.set(dut.cpl.ready, 1)
+        async for _, _, valid, c in ctx.tick().sample(dut.cpl.valid, dut.cpl.payload):
+            if valid:
+                got.append((c.qp, c.wr_id, c.status))
+
+    async def tb(ctx):
+        for p in posts:
+            await post(ctx, p)
+        ctx.set(dut.rq_flush.payload, 0)
+        ctx.set(dut.rq_flush.valid, 1)
+        await ctx.tick().until(dut.rq_flush.ready)
+        ctx.set(dut.rq_flush.valid, 0)
+        await post(ctx, {"qp": 0, "wr_id": 99, "addr": 0, "length": 64})
+        await ctx.tick().repeat(200)
+        want = [(0, p["wr_id"], RecvStatus.FLUSHED) for p in posts if p["qp"] == 0]
+        assert got == want and want
+
+    run_sim(dut, testbenches=[tb], processes=[collect], deadline_cycles=2000)
