@@ -142,6 +142,10 @@ def _check(name, p, value):
         raise ConfigError(name, f"{name} must be {p.describe()}, not {value!r}")
 
 
+#: The rping server's bytes per QP by default: rping's ``-S 4096`` and more, at every width.
+RPING_BYTES_PER_QP = 8192
+
+
 @dataclass(frozen=True)
 class EndpointConfig:
     """Every generator parameter of the endpoint, validated when made; the fields left None
@@ -189,6 +193,14 @@ class EndpointConfig:
                                      "again, in microseconds (default 67108.864: 4.096 us x "
                                      "2^14)", kind="number", lo=0, hi=4096 * 2 ** 31 / 1000,
                                      cli="--rdma-cm-time-wait", metavar="US")
+    rping_port: int = _p(None, "with rdma_cm_ports and reads: the port (one of "
+                         "rdma_cm_ports) whose connections the gateware rping server serves, "
+                         "as `rping -s` does (rping's default port is 7174); default none",
+                         lo=0, hi=65535, cli="--rping-server", metavar="PORT")
+    rping_region: tuple = _p(None, "with rping_port: the local memory the rping server's "
+                             "buffers take, an equal slice of a power of two bytes per QP "
+                             "(default the upper num_qps x 8 KiB of resp_region)",
+                             kind="region", cli="--rping-region", metavar="BASE:LENGTH")
     pmtu: int = _p(4096, "path MTU a QP gets unless its OPEN_QP names one (256..4096, "
                    "default 4096)", choices=PMTUS, cli="--pmtu", aliases=("default_pmtu",))
     cm_timeout: int = _p(14, "default retransmit timeout code: 4.096 us x 2^CODE (0 = never; "
@@ -313,8 +325,48 @@ class EndpointConfig:
                               f"inside local memory of {self.mem_bytes:#x} bytes")
         if self.rdma_cm_time_wait_us is not None and not self.rdma_cm_ports:
             raise ConfigError("rdma_cm_time_wait_us", "rdma_cm_time_wait_us needs rdma_cm_ports")
+        self._check_rping(set_)
         if self.dcqcn_params is not None and not self.dcqcn:
             raise ConfigError("dcqcn_params", "dcqcn_params needs dcqcn=True")
+
+    def _check_rping(self, set_):
+        """``rping_port`` and ``rping_region`` (its default made)."""
+        if self.rping_port is None:
+            if self.rping_region is not None:
+                raise ConfigError("rping_region", "rping_region needs rping_port")
+            return
+        if self.rping_port not in self.rdma_cm_ports:
+            raise ConfigError("rping_port", f"rping_port {self.rping_port} must be one of "
+                              f"rdma_cm_ports {list(self.rdma_cm_ports)}: its connections "
+                              f"come through the IB CM")
+        if not self.reads:
+            raise ConfigError("rping_port", "the rping server READs the client's buffer: "
+                              "rping_port needs reads=True")
+        if self.rping_region is None:
+            base, length = self.resp_region
+            size = self.num_qps * RPING_BYTES_PER_QP
+            if size > length // 2:
+                raise ConfigError("rping_region", f"the default rping_region (the upper "
+                                  f"{size:#x} bytes of resp_region) takes more than half of "
+                                  f"resp_region ({length:#x} bytes): give rping_region")
+            set_("rping_region", (base + length - size, size))
+        base, length = self.rping_region
+        if not 0 <= base < base + length <= self.mem_bytes:
+            raise ConfigError("rping_region", f"rping_region [{base:#x}, +{length:#x}) is not "
+                              f"inside local memory of {self.mem_bytes:#x} bytes")
+        align = max(16, self.width // 8)
+        per_qp = 1 << ((length // self.num_qps).bit_length() - 1) if length >= self.num_qps \
+            else 0
+        if base % align or per_qp <= 2 * align:
+            raise ConfigError("rping_region", f"rping_region must start at a multiple of "
+                              f"{align} bytes and give each of the {self.num_qps} QPs more "
+                              f"than {2 * align} bytes, not [{base:#x}, +{length:#x})")
+
+    @property
+    def rping_slices(self):
+        """With ``rping_port``: the rping server's (base, bytes per QP), a power of two."""
+        base, length = self.rping_region
+        return base, 1 << ((length // self.num_qps).bit_length() - 1)
 
     def _resolve_memory(self, set_):
         width, mem_bytes = self.width, self.mem_bytes

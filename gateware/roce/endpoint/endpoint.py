@@ -20,6 +20,7 @@ from rocegen.gateware.roce.features.pfc import IP_MTU, PMTU_MAX, PfcFeature
 from rocegen.gateware.roce.features.read_requester import ReadRequesterFeature
 from rocegen.gateware.roce.features.requester import RequesterFeature
 from rocegen.gateware.roce.features.responder import ResponderFeature
+from rocegen.gateware.roce.features.rping import RpingFeature
 from rocegen.gateware.roce.features.statistics import StatisticsFeature
 from rocegen.gateware.roce.memory.payload_memory import MEMORIES
 
@@ -247,6 +248,7 @@ class RoceEndpoint(wiring.Component):
         f.read = ReadRequesterFeature(cfg, self.word_addr_bits) if cfg.reads else None
         f.responder = ResponderFeature(cfg, self.word_addr_bits) if cfg.responder else None
         f.ibcm = IbCmFeature(cfg) if cfg.rdma_cm_ports else None
+        f.rping = RpingFeature(cfg, self.word_addr_bits) if cfg.rping_port is not None else None
         f.pfc = None
         if cfg.pfc is not None:
             buffers = {"rx": f.network.stack.rx_fifo_beats}
@@ -285,6 +287,8 @@ class RoceEndpoint(wiring.Component):
             **({"rdma_cm_ports": cfg.rdma_cm_ports,
                 "rdma_cm_time_wait_ns": f.ibcm.service.core.cm.time_wait_ns}
                if f.ibcm else {}),
+            **({"rping_port": cfg.rping_port, "rping_region": cfg.rping_region}
+               if f.rping else {}),
             "responder": cfg.responder,
             **({"resp_region": cfg.resp_region, "rkey_seed": cfg.rkey_seed,
                 "rnr_timer": cfg.rnr_timer, "rq_depth": cfg.rq_depth,
@@ -329,5 +333,7 @@ class RoceEndpoint(wiring.Component):
             f.read.connect(m, self)
         if f.ibcm is not None:
             f.ibcm.connect(m, self)
+        if f.rping is not None:
+            f.rping.connect(m, self)
         f.statistics.connect(m, self)
         return m

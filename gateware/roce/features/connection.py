@@ -51,6 +51,7 @@ class ConnectionFeature(Feature):
                                     regions=cfg.responder, query=cfg.pattern_sink,
                                     atomics=cfg.atomics if cfg.responder else None, **reads)
         self.qps = QpTable(cfg.num_qps, info_port=cfg.qp_info, resp_port=cfg.responder,
+                           rkey_port=cfg.rping_port is not None,
                            **({"read_port": True, "resend_port": True} if cfg.reads else {}))
         self.ctl = None
 

@@ -61,7 +61,8 @@ class IbCmFeature(Feature):
     def __init__(self, cfg):
         super().__init__(cfg)
         self.service = IbCmService(cfg.width, **ibcm_params(cfg))
-        self.qps = IbCmQps(cfg.num_qps, reads=cfg.reads, max_rd_atomic=cfg.max_rd_atomic)
+        self.qps = IbCmQps(cfg.num_qps, reads=cfg.reads, max_rd_atomic=cfg.max_rd_atomic,
+                           service_port=cfg.rping_port)
 
     def connect(self, m, ep):
         """The service on the receive path's datagrams and QPs, into UDP port 4791's

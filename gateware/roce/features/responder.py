@@ -72,7 +72,8 @@ class ResponderFeature(Feature):
                                                          rnr_timer=cfg.rnr_timer),
                               acked_writes=cfg.memory == "axi4",
                               ingress_beats=pfc_ingress_beats(cfg), reads=cfg.reads,
-                              rd_depth=cfg.rd_depth, atomics=cfg.atomics is not None)
+                              rd_depth=cfg.rd_depth, atomics=cfg.atomics is not None,
+                              flush_port=cfg.rping_port is not None)
         self.sink = PatternSink(cfg.width, word_addr_bits) if cfg.pattern_sink else None
 
     def members(self):
@@ -156,8 +157,15 @@ class ResponderFeature(Feature):
             wiring.connect(m, mem.atomic_done, resp.atomic_done)
         if resp.acked_writes:
             m.d.comb += resp.mem_durable.eq(mem.resp_durable)
-        wiring.connect(m, wiring.flipped(ep.recv), resp.recv)
-        wiring.connect(m, resp.cpl, wiring.flipped(ep.recv_cpl))
+        if f.rping is None:
+            wiring.connect(m, wiring.flipped(ep.recv), resp.recv)
+            wiring.connect(m, resp.cpl, wiring.flipped(ep.recv_cpl))
+        else:   # (the user's receive buffers merged with the rping server's)
+            ports = f.rping.ports
+            wiring.connect(m, wiring.flipped(ep.recv), ports.user_recv)
+            wiring.connect(m, ports.recv, resp.recv)
+            wiring.connect(m, resp.cpl, ports.recv_cpl)
+            wiring.connect(m, ports.user_recv_cpl, wiring.flipped(ep.recv_cpl))
         # the connection manager names each QP's region; the pattern sink watches the payload
         # writes the memory takes, and answers QUERY through it
         cm = f.connection.cm

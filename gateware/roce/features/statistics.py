@@ -13,6 +13,7 @@ from rocegen.gateware.roce.layouts import CplStatus, WrSource
 from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
 from rocegen.gateware.roce.responder.responder import ATOMIC_COUNTERS, RESP_COUNTERS
+from rocegen.gateware.roce.services.rping_server import COUNTERS as RPING_COUNTERS
 
 __all__ = ["StatisticsFeature"]
 
@@ -84,6 +85,8 @@ def _feature_events(f):
     })
     events.update({f"ibcm_{name}": getattr(f.ibcm.service, name) if f.ibcm else _ZERO
                    for name in IBCM_COUNTERS})
+    events.update({f"rping_{name}": getattr(f.rping.server, name) if f.rping else _ZERO
+                   for name in RPING_COUNTERS})
     return events
 
 

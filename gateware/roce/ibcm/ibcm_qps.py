@@ -1,6 +1,6 @@
 """The IB CM's QPs in the endpoint: its share of the QP pool and its writes of the QP table."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import C, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -152,7 +152,7 @@ class IbCmQps(wiring.Component):
                     m.next = "SET"
                 with m.Elif(self.qp_free.valid):
                     m.d.sync += self._context(self.qp_free.payload, QpState.RESET)
-                    self._service(m, self.qp_free.payload, 0, None)
+                    self._service(m, self.qp_free.payload, C(0, 1), None)
                     m.next = "FREE"
                 with m.Elif(self.qp_req.valid & self.pool_idle):
                     m.d.comb += self.qp_req.ready.eq(1)

@@ -1,0 +1,169 @@
+"""cocotb testbench: the rping server of an endpoint built with ``rping_port`` (one of its
+``rdma_cm_ports``), against the host NIC model as ``rping -c`` over librdmacm
+(:class:`~rocegen.sim.models.rnic.rdma_cm.CmPeer` connects; the client's steps are
+:class:`~rocegen.sim.models.services.rping.RpingClient`'s, its buffers registered in the
+NIC model's memory, which the endpoint READs and WRITEs).
+
+The cocotb test ``rping``:
+
+* two clients connect to rping's port at once (``-C 10 -S 4096 -V`` and ``-C 6 -S 100 -V``) and
+  run to the end: every ping's bytes came back whole (``-V``);
+* meanwhile the user's logic SENDs on a connection of the other port: its completion comes to
+  the user's port, none of the server's to it;
+* the first client disconnects and connects again (its QP's receive buffer was flushed, the
+  service starts afresh) and runs ``-C 3 -S 26 -V``;
+* the server's counters: the pings done, and no service ended by an error.
+"""
+
+import os
+import random
+
+import cocotb
+
+from rocegen.gateware.roce.endpoint.endpoint_stats import STATS
+from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
+from rocegen.sim.cocotb.rdma_cm import HOST_BUF, MAX_CYCLES, PORT, CmEnv, _now_ns
+from rocegen.sim.cocotb.roce_resp import W
+from rocegen.sim.models.ibcm.cm import State
+from rocegen.sim.models.rnic import WcStatus
+from rocegen.sim.models.rnic.cq import WcOpcode
+from rocegen.sim.models.rnic.memory import Access
+from rocegen.sim.models.services.rping import ADV_BYTES, MemoryRegion, RpingClient, ping_data
+from rocegen.sim.testing.cocotb_helpers import read_stats
+from rocegen.sim.testing.roce_env import wait_cycles
+
+#: rping's port in the build (``rping_port``)
+RPING_PORT = int(os.environ.get("RPING_PORT", "7174"))
+SEED = int(os.environ.get("SEED", "7"))
+#: where each client's buffers live in the host's memory (a slot of 1 MiB per client)
+CLIENT_BASE, CLIENT_SLOT = 0x20_0000_0000, 1 << 20
+
+
+class Client:
+    """One ``rping -c``: its connection, its buffers registered in the NIC model (``start_buf``
+    and ``rdma_buf`` remote read and write, ``recv_buf`` and ``send_buf``), the model of its
+    steps."""
+
+    def __init__(self, env, slot, size, count):
+        self.env, self.size = env, size
+        base = CLIENT_BASE + slot * CLIENT_SLOT
+        key = 0x4000 + 16 * slot
+        self.recv_buf, self.send_buf = base, base + 0x100
+        start, rdma = base + 0x1000, base + 0x1000 + (size + 0xFFF) // 0x1000 * 0x1000
+        nic = env.peer
+        nic.register_mr(self.recv_buf, ADV_BYTES, key, Access.LOCAL_WRITE)
+        nic.register_mr(self.send_buf, ADV_BYTES, key + 1, Access.LOCAL_WRITE)
+        both = Access.LOCAL_WRITE | Access.REMOTE_READ | Access.REMOTE_WRITE
+        nic.register_mr(start, size, key + 2, both)
+        nic.register_mr(rdma, size, key + 3, both)
+        self.model = RpingClient(size, count, start=MemoryRegion(start, key + 2, bytearray(size)),
+                                 rdma=MemoryRegion(rdma, key + 3, bytearray(size)))
+        self.cid = self.conn = None
+
+    async def run(self):
+        """Connect, ping until the model's ``result``, disconnect; returns the result."""
+        env, model = self.env, self.model
+        self.cid, self.conn = await env.connect(RPING_PORT)
+        assert self.conn.state is State.ESTABLISHED, self.conn
+        hq = self.conn.qpn
+        env.peer.post_recv(hq, ADV_BYTES, 1, addr=self.recv_buf)
+        self._send(hq, model.connected())
+        while model.result is None:
+            cpl = await self._receive(hq)
+            if cpl.status != WcStatus.SUCCESS:
+                model.fail(f"receive completion {cpl.status.name}")
+                break
+            env.peer.post_recv(hq, ADV_BYTES, 1, addr=self.recv_buf)
+            model.rdma.data[:] = env.peer.read_mem(model.rdma.addr, self.size)
+            msg = model.received(cpl.byte_len)
+            if msg is not None:
+                self._send(hq, msg)
+        env.send(env.peer.disconnect(_now_ns(), self.cid))
+        await env.settle(lambda: self.conn.state is State.TIMEWAIT, "no DREP")
+        return model.result
+
+    def _send(self, hq, msg):
+        """The client's SEND of ``msg`` (``start_buf`` in host memory as the model has it)."""
+        model = self.model
+        self.env.peer.write_mem(model.start.addr, bytes(model.start.data))
+        self.env.peer.write_mem(self.send_buf, msg)
+        self.env.peer.post_send(hq, "SEND", data=msg, wr_id=2)
+        self.env.mac.poke()
+
+    async def _receive(self, hq):
+        got = []
+
+        def done():
+            got.extend(c for c in self.env.peer.poll_cq() if c.qpn == hq or self._other(c))
+            return any(c.qpn == hq for c in got)
+
+        await self.env.settle(done, f"rping client on host QP {hq:#x}: no go-ahead")
+        mine = [c for c in got if c.qpn == hq]
+        assert len(mine) == 1 and mine[0].opcode == WcOpcode.RECV, mine
+        return mine[0]
+
+    def _other(self, c):
+        """A completion of another client's QP, put back for it."""
+        self.env.others.append(c)
+        return False
+
+
+class RpingEnv(CmEnv):
+    """:class:`CmEnv` whose clients share the NIC model's receive completions."""
+
+    def __init__(self, dut):
+        super().__init__(dut)
+        self.others = []
+        poll = self.peer.poll_cq
+
+        def poll_all(max_entries=None):
+            mine, self.others[:] = list(self.others), []
+            return mine + poll(max_entries)
+        self.peer.poll_cq = poll_all
+
+
+async def user_send(env, conn, k):
+    """The user's logic SENDs 256 bytes on QP ``k`` (a connection of the other port): the
+    completion comes to the user's port."""
+    env.peer.post_recv(conn.qpn, 4096, 0x99, addr=HOST_BUF)
+    first = len(env.cpl.items)
+    await env.wr.send({"wr_id": 0x6000 + k, "qp": k, "opcode": WrOpcode.SEND,
+                       "local_addr": 0, "length": 256, "remote_offset": 0, "imm": 0})
+    cpl = (await env.cpl.wait_for(first + 1, max_cycles=MAX_CYCLES))[first]
+    assert cpl["status"] == CplStatus.OK.value and cpl["wr_id"] == 0x6000 + k, cpl
+    return cpl
+
+
+@cocotb.test()
+async def rping(dut):
+    random.seed(SEED)
+    env = RpingEnv(dut)
+    await env.start()
+    before = await read_stats(dut, STATS)
+    # the user's own connection on the other port
+    _, other = await env.connect(PORT)
+    assert other.state is State.ESTABLISHED
+    a, b = Client(env, 0, 4096, 10), Client(env, 1, 100, 6)
+    runs = [cocotb.start_soon(c.run()) for c in (a, b)]
+    await wait_cycles(W, 3000)
+    user_cpls = len(env.cpl.items)
+    await user_send(env, other, other.peer_qpn - 256)
+    results = [await r for r in runs]
+    assert results == ["ok", "ok"], results
+    # the user's port saw its own completion only
+    assert len(env.cpl.items) == user_cpls + 1, env.cpl.items[user_cpls:]
+    # (what rping's -V compared, ping by ping: the bytes the endpoint wrote back)
+    assert a.model.log == [ping_data(i, 4096) for i in range(10)]
+    assert b.model.log == [ping_data(i, 100) for i in range(6)]
+    # again, after the first client's disconnect (the same QP, once free again)
+    await env.settle(lambda: not int(dut.qp_open.value) >> (a.conn.peer_qpn - 256) & 1,
+                     "the rping QP stays open")
+    c = Client(env, 2, 26, 3)
+    assert await c.run() == "ok"
+    await wait_cycles(W, 2000)
+    after = await read_stats(dut, STATS)
+    got = {k: after[k] - before[k] for k in STATS if k.startswith("rping_")}
+    assert got == {"rping_pings": 19, "rping_ended": 3, "rping_bad_adv": 0,
+                   "rping_bad_status": 0, "rping_bad_event": 0}, got
+    assert not env.host_problems(), env.host_problems()
+    dut._log.info(env.mac.framecheck.summary())
