@@ -9,8 +9,9 @@ read per QP) at W = 64 (156.25 MHz) and W = 512 (322.265625 MHz), 8 and 256 QPs:
 
 * size: Yosys figures (:func:`rocegen.tools.synth.synthesize`, ``synth_xilinx -family xcup``,
   mapped for area, as ``bench_synth`` and ``bench_atomics`` map their blocks; LUTs,
-  flip-flops, block RAM, LUT levels) of ``IbCmService`` at each point and of ``IbCmQps`` at 8
-  and 256 QPs. Results come from the synthesis result cache when an earlier run synthesized the
+  flip-flops, block RAM, LUT levels) of ``IbCmService`` at each point, of ``IbCmQps`` at 8
+  and 256 QPs, and of the rping server (``RpingServer`` at W = 64 and 512, ``ServicePorts``)
+  at 8 QPs. Results come from the synthesis result cache when an earlier run synthesized the
   same netlist. What the IB CM adds to a whole endpoint is not measured here: a core's Yosys
   run takes 3 to 6 minutes (``docs/resources.md``), two per point, past this script's budget.
 * latency: ``IbCmService`` in the Amaranth simulator, fed one REQ made by the reference
@@ -49,10 +50,12 @@ from pathlib import Path
 from bench.bench_synth import git_revision, write_rows
 from rocegen.gateware.roce.endpoint.config import EndpointConfig
 from rocegen.gateware.roce.features.ibcm import ibcm_params
+from rocegen.gateware.roce.features.rping import RpingFeature
 from rocegen.gateware.roce.ibcm.ibcm_layouts import TICK_NS
 from rocegen.gateware.roce.ibcm.ibcm_qps import IbCmQps
 from rocegen.gateware.roce.ibcm.ibcm_service import COUNTERS, IbCmService
 from rocegen.gateware.roce.layouts import QPN_BASE
+from rocegen.gateware.roce.services.service_ports import ServicePorts
 from rocegen.sim.models.ibcm import IbCm, QpPool, wrap
 from rocegen.sim.models.ibcm.qp1 import egress
 from rocegen.sim.models.icrc import ICRC_LEN
@@ -66,6 +69,8 @@ from rocegen.wire import ibcm as I
 ROOT = Path(__file__).resolve().parent.parent
 #: the TCP port listened on (rping's)
 PORT = 7174
+#: the rping server's port in the rping points (PORT is then the other connections')
+RPING_PORT = 7175
 #: (W, QPs) of every figure
 POINTS = ((64, 8), (64, 256), (512, 8), (512, 256))
 #: connections set up and torn down per rate run, by QPs (``--quick``: the second)
@@ -73,6 +78,12 @@ RATE_K = {8: (8, 8), 256: (64, 16)}
 #: the time-waits of the bound, in microseconds (None: the endpoint's default)
 TIME_WAITS_US = (None, 500)
 FIGURES = ("lut_total", "lut", "lut_as_memory", "ff", "carry", "bram36", "bram18", "lut_levels")
+
+
+def rping_config(width, num_qps):
+    """An endpoint with the rping server on :data:`RPING_PORT` beside :data:`PORT`."""
+    return EndpointConfig(width=width, num_qps=num_qps, responder=True,
+                          rdma_cm_ports=(PORT, RPING_PORT), rping_port=RPING_PORT)
 
 
 def endpoint_config(width, num_qps, time_wait_us=None):
@@ -84,6 +95,12 @@ def endpoint_config(width, num_qps, time_wait_us=None):
 def service(cfg):
     """``IbCmService`` as :class:`~rocegen.gateware.roce.features.ibcm.IbCmFeature` builds it."""
     return IbCmService(cfg.width, **ibcm_params(cfg))
+
+
+def rping_server(cfg):
+    """``RpingServer`` as :class:`~rocegen.gateware.roce.features.rping.RpingFeature` builds it
+    (``cfg`` with ``rping_port``; a word address of 2^32 bytes' memory)."""
+    return RpingFeature(cfg, 32 - (cfg.width // 8).bit_length() + 1).server
 
 
 def qp_block(cfg):
@@ -105,6 +122,11 @@ def designs(quick=False):
         if not (quick and qps > 8):
             out.append((f"ibcm_qps_{qps}qp", f"IbCmQps, {qps} QPs, READs",
                         lambda q=qps: qp_block(endpoint_config(64, q))))
+    # the rping server and the ports it shares with the user's logic
+    for width in (64, 512):
+        out.append((f"rping_server_w{width}_8qp", f"RpingServer, W = {width}, 8 QPs",
+                    lambda w=width: rping_server(rping_config(w, 8))))
+    out.append(("service_ports_8qp", "ServicePorts, 8 QPs", lambda: ServicePorts(8)))
     return out
 
 

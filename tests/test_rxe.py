@@ -5,8 +5,9 @@ WRITEs, SENDs with immediate data into the FPGA and READs it back, the FPGA's tr
 FETCH_ADDs on a counter in rxe's memory (``rocegen-host atomic --direction fpga-to-host``), then
 rxe's FETCH_ADDs and COMPARE_SWAPs on a counter in the FPGA's memory (``rocegen-host atomic``);
 then, through the FPGA's standard RDMA connection manager (the IB CM over QP1, built with
-``--rdma-cm-port``), librdmacm's own ``cmtime`` connects to the FPGA and disconnects, and the
-host agent connects through librdmacm (``connect --rdma-cm``), WRITEs into the region the
+``--rdma-cm-port``), librdmacm's own ``cmtime`` connects to the FPGA and disconnects, stock
+``rping -c -C 10 -S 4096 -V`` pings the FPGA's rping server, and the host agent connects
+through librdmacm (``connect --rdma-cm``), WRITEs into the region the
 FPGA's REP stated and READs it back; a tenth of the RoCEv2 frames (the CM's MADs too) is lost
 each way. Every byte is checked (by the host agent against
 the test pattern, by the FPGA's pattern sink), every atomic's original value by the agent (the
@@ -34,9 +35,10 @@ pytestmark = pytest.mark.xdist_group("rxe")
 COUNT, SIZE = 2, 2500
 STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "fpga:FETCH_ADD", "host:WRITE",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "stop",
-         "cm:cmtime", "cm:connect", "host:WRITE", "host:READ", "stop")
-#: the TCP port the FPGA's IB CM listens on (rping's)
-RDMA_CM_PORT = 7174
+         "cm:cmtime", "cm:rping", "cm:connect", "host:WRITE", "host:READ", "stop")
+#: the TCP port the FPGA's IB CM listens on for the agent and cmtime (rping's, 7174, is the
+#: FPGA's rping server's)
+RDMA_CM_PORT = 7471
 #: (who checks, steps): the host agent checks what the FPGA WRITEs and SENDs and what it READs
 #: back; the FPGA's pattern sink what the host writes and sends and what it READs from the host
 HOST_CHECKS = ("fpga:WRITE_IMM", "fpga:SEND", "host:READ")
@@ -105,6 +107,13 @@ def test_librdmacm_connects_through_the_fpgas_cm(lossy):
     assert cmtime["ok"] and set(cmtime["cmtime"]) >= {"connect", "disconnect"}, cmtime
     assert cmtime["fpga_established"] == 1, cmtime
     assert all(rep["frames"][w].get("UD_SEND_ONLY", 0) >= 4 for w in rep["frames"]), rep["frames"]
+
+
+def test_rping_reaches_the_fpgas_rping_server(lossy):
+    """Stock ``rping -c -C 10 -S 4096 -V -v`` against the FPGA's rping server: it ended well,
+    printed its ten pings (each compared by rping itself, ``-V``), and the FPGA counted them."""
+    (rp,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rping"]
+    assert rp["ok"] and rp["rping"]["pings"] == 10 and rp["rping"]["fpga_pings"] == 10, rp
 
 
 def test_frames_were_lost_both_ways_and_recovered(lossy):

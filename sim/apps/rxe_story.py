@@ -31,15 +31,18 @@ HOST = ["rocegen-host"]
 #: host; FETCH_ADD/COMPARE_SWAP, the contended counter of ``rocegen-host atomic`` on every QP at
 #: once, checked by the host), ``connect``, ``close``, ``stop``; with the FPGA's IB CM
 #: (``rdma_cm_port``), ``cm:connect`` (the agent's QPs opened through librdmacm, ``connect
-#: --rdma-cm``) and ``cm:cmtime`` (librdmacm's own ``cmtime``: ``qps`` connections made and torn
-#: down at once).
+#: --rdma-cm``), ``cm:cmtime`` (librdmacm's own ``cmtime``: ``qps`` connections made and torn
+#: down at once) and ``cm:rping`` (librdmacm's ``rping -c`` against the FPGA's rping server).
 STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
          "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE", "host:WRITE_IMM", "host:SEND",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop",
-         "cm:connect", "cm:cmtime")
+         "cm:connect", "cm:cmtime", "cm:rping")
 #: The steps that start the host agent, and those that need none.
 STARTS = ("connect", "cm:connect")
-STANDALONE = ("cm:cmtime",)
+STANDALONE = ("cm:cmtime", "cm:rping")
+#: The FPGA's rping server's port (rping's own default) and what ``cm:rping`` runs against it.
+RPING_PORT = 7174
+RPING_ARGS = ("-C", "10", "-S", "4096", "-V", "-v")
 #: cmtime's steps (its table's rows)
 CMTIME_STEPS = ("create id", "resolve addr", "resolve route", "create qp", "connect",
                 "disconnect", "destroy")
@@ -119,6 +122,8 @@ def play(job, name):
         return [r]
     if name == "cm:cmtime":
         return [cmtime(job)]
+    if name == "cm:rping":
+        return [rping(job)]
     if name in ("close", "stop"):
         r = host(name, *(["--json"] if name == "close" else []))
         r["ok"] = r["rc"] == 0
@@ -192,6 +197,28 @@ def cmtime(job):
     return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t, "json": {
             "table": table, "fpga_established": made}, "stderr": (err + out)[-2000:],
             "ok": rc == 0 and set(table) == set(CMTIME_STEPS) and made == job["qps"]}
+
+
+def rping(job):
+    """``cm:rping``: ``rping -c -a FPGA -p 7174 -C 10 -S 4096 -V -v`` against the FPGA's rping
+    server (each ping's bytes READ by the FPGA, WRITten back and compared by rping: ``-V``).
+    Passes when rping ends well, printed each ping's data, and the FPGA counted the pings."""
+    count = int(RPING_ARGS[RPING_ARGS.index("-C") + 1])
+    cmd = ["rping", "-c", "-a", job["fpga_ip"], "-p", str(RPING_PORT), *RPING_ARGS]
+    before = fpga_status(time.time() + 1).get("stats", {})
+    t = time.monotonic()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        rc, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = -1, e.stdout or "", "rping did not finish in 600 s"
+    out = out if isinstance(out, str) else out.decode(errors="replace")
+    pings = sum(line.startswith("ping data: ") for line in out.splitlines())
+    done = fpga_count("rping_pings", before.get("rping_pings", 0), count)
+    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t, "json": {
+            "pings": pings, "fpga_pings": done, "output": out[:300] + out[-300:]},
+            "stderr": (err + out)[-2000:],
+            "ok": rc == 0 and pings == count and done == count}
 
 
 def atomic(job, op):

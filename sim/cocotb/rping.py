@@ -6,10 +6,13 @@ NIC model's memory, which the endpoint READs and WRITEs).
 
 The cocotb test ``rping``:
 
+* the user's logic has left two receive buffers on every QP for its next connections;
 * two clients connect to rping's port at once (``-C 10 -S 4096 -V`` and ``-C 6 -S 100 -V``) and
   run to the end: every ping's bytes came back whole (``-V``);
 * meanwhile the user's logic SENDs on a connection of the other port: its completion comes to
-  the user's port, none of the server's to it;
+  the user's port, none of the server's to it; the user's buffers on the two rping QPs came
+  back FLUSHED (flushed when the QP was opened for the server), the others stay; a buffer the
+  user posts on an rping QP is refused (FLUSHED at once);
 * the first client disconnects and connects again (its QP's receive buffer was flushed, the
   service starts afresh) and runs ``-C 3 -S 26 -V``;
 * the server's counters: the pings done, and no service ended by an error.
@@ -22,8 +25,9 @@ import cocotb
 
 from rocegen.gateware.roce.endpoint.endpoint_stats import STATS
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
+from rocegen.gateware.roce.responder.resp_layouts import RecvStatus
 from rocegen.sim.cocotb.rdma_cm import HOST_BUF, MAX_CYCLES, PORT, CmEnv, _now_ns
-from rocegen.sim.cocotb.roce_resp import W
+from rocegen.sim.cocotb.roce_resp import NUM_QPS, W
 from rocegen.sim.models.ibcm.cm import State
 from rocegen.sim.models.rnic import WcStatus
 from rocegen.sim.models.rnic.cq import WcOpcode
@@ -37,6 +41,8 @@ RPING_PORT = int(os.environ.get("RPING_PORT", "7174"))
 SEED = int(os.environ.get("SEED", "7"))
 #: where each client's buffers live in the host's memory (a slot of 1 MiB per client)
 CLIENT_BASE, CLIENT_SLOT = 0x20_0000_0000, 1 << 20
+#: the work request IDs of the user's receive buffers
+USER_BUF = 0x7000
 
 
 class Client:
@@ -140,6 +146,10 @@ async def rping(dut):
     env = RpingEnv(dut)
     await env.start()
     before = await read_stats(dut, STATS)
+    # the user's buffers, left on every QP for its next connections
+    for k in range(NUM_QPS):
+        for j in range(2):
+            await env.post_recv(k, USER_BUF + 2 * k + j, 0, 64)
     # the user's own connection on the other port
     _, other = await env.connect(PORT)
     assert other.state is State.ESTABLISHED
@@ -152,6 +162,18 @@ async def rping(dut):
     assert results == ["ok", "ok"], results
     # the user's port saw its own completion only
     assert len(env.cpl.items) == user_cpls + 1, env.cpl.items[user_cpls:]
+    # the user's buffers on the rping QPs came back flushed, the others stay; a buffer posted
+    # on an rping QP is refused
+    rping_qps = {a.conn.peer_qpn - 256, b.conn.peer_qpn - 256}
+    mine = [(c["qp"], c["wr_id"], c["status"]) for c in env.rcpl.items
+            if c["wr_id"] >> 8 == USER_BUF >> 8]
+    assert sorted(mine) == [(k, USER_BUF + 2 * k + j, RecvStatus.FLUSHED.value)
+                            for k in sorted(rping_qps) for j in range(2)], mine
+    seen = len(env.rcpl.items)
+    await env.post_recv(a.conn.peer_qpn - 256, USER_BUF + 0xFF, 0, 64)
+    await env.settle(lambda: len(env.rcpl.items) > seen, "the refused buffer's completion")
+    assert [(c["wr_id"], c["status"]) for c in env.rcpl.items[seen:]] == \
+        [(USER_BUF + 0xFF, RecvStatus.FLUSHED.value)]
     # (what rping's -V compared, ping by ping: the bytes the endpoint wrote back)
     assert a.model.log == [ping_data(i, 4096) for i in range(10)]
     assert b.model.log == [ping_data(i, 100) for i in range(6)]

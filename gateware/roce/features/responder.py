@@ -184,3 +184,10 @@ class ResponderFeature(Feature):
                     data_write &= ~place.o_atomic
                 with m.If(data_write):
                     m.d.comb += [sink.i.valid.eq(1), sink.i.payload.eq(rw.payload)]
+            if self.cfg.rping_port is not None:
+                # (not the rping server's buffers: rping's bytes are no test pattern)
+                base, length = self.cfg.rping_region
+                word = self.cfg.width // 8
+                a = sink.i.payload.addr
+                with m.If((a >= base // word) & (a < (base + length + word - 1) // word)):
+                    m.d.comb += sink.i.valid.eq(0)

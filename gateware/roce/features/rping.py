@@ -47,7 +47,7 @@ class RpingFeature(Feature):
         self.server = RpingServer(cfg.num_qps, width=cfg.width, addr_width=word_addr_bits,
                                   base=base, bytes_per_qp=per_qp,
                                   max_size=min(per_qp - 2 * align, (1 << 31) - 1))
-        self.ports = ServicePorts(cfg.num_qps)
+        self.ports = ServicePorts(cfg.num_qps, cfg.rq_depth)
 
     def connect(self, m, ep):
         """The server's events from the IB CM's QPs, its requests and buffers through the

@@ -79,12 +79,13 @@ class IbCmQps(wiring.Component):
     rd_limit : Out(stream.Signature(READ_LIMIT)), with ``reads``
         An opened QP's READ limit: the smaller of its initiator depth and ``max_rd_atomic``.
     service : Out(stream.Signature(QP_SERVICE)), with ``service_port``
-        A QP opened for ``service_port`` (``open`` set), offered with its writes; a served
-        QP closed or given back (``open`` clear; a QP put in error and later given back is
-        told twice).
+        A QP opened for ``service_port`` (``open`` set), offered with its writes once its
+        ``rq_flush`` is taken; a served QP closed or given back (``open`` clear, with its
+        writes; a QP put in error and later given back is told twice).
     rq_flush : Out(stream.Signature(8)), with ``service_port``
-        With each ``service`` close: the QP index, whose receive buffers (the service's) are
-        to be flushed.
+        With each ``service`` event: the QP index, whose receive buffers are to be flushed
+        (at an open, those the user left on the QP for its next connection; at a close, the
+        service's).
     served : Out(num_qps), with ``service_port``
         Bit k: QP k's work requests and receive buffers are the service's (its completions go
         there): set when it is opened for ``service_port``, cleared when this block grants it
@@ -185,12 +186,20 @@ class IbCmQps(wiring.Component):
         """The write registers: each offered while its ``valid`` is set, cleared when it is
         taken. Returns a signal high while one is still offered."""
         outs = [self.qp_ctl, self.qp_psn] + ([self.rd_limit] if self.reads else []) + \
-            ([self.service, self.rq_flush] if self.service_port is not None else [])
+            ([self.rq_flush] if self.service_port is not None else [])
         for o in outs:
             with m.If(o.ready):
                 m.d.sync += o.valid.eq(0)
         pending = Signal()
         m.d.comb += pending.eq(Cat(o.valid for o in outs).any())
+        if self.service_port is not None:
+            # (the service's event after its QP's flush: an open's receive buffers are then
+            # the service's alone)
+            self._svc_pend = Signal()
+            m.d.comb += [self.service.valid.eq(self._svc_pend & ~self.rq_flush.valid),
+                         pending.eq(Cat(o.valid for o in outs).any() | self._svc_pend)]
+            with m.If(self.service.valid & self.service.ready):
+                m.d.sync += self._svc_pend.eq(0)
         return pending
 
     def _context(self, qpn, state):
@@ -234,11 +243,10 @@ class IbCmQps(wiring.Component):
             return
         idx = self._index(qpn)
         was = self.served.bit_select(idx, 1)
+        tell = [self._svc_pend.eq(1), self.service.payload.qp.eq(idx),
+                self.rq_flush.valid.eq(1), self.rq_flush.payload.eq(idx)]
         with m.If(is_open & (port == self.service_port) if port is not None else 0):
             m.d.comb += self._serve.bit_select(idx, 1).eq(1)
-            m.d.sync += [self.service.valid.eq(1), self.service.payload.qp.eq(idx),
-                         self.service.payload.open.eq(1)]
+            m.d.sync += [*tell, self.service.payload.open.eq(1)]
         with m.If(~is_open & was):
-            m.d.sync += [self.service.valid.eq(1), self.service.payload.qp.eq(idx),
-                         self.service.payload.open.eq(0), self.rq_flush.valid.eq(1),
-                         self.rq_flush.payload.eq(idx)]
+            m.d.sync += [*tell, self.service.payload.open.eq(0)]

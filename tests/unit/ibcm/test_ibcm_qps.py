@@ -106,7 +106,7 @@ class QpsModel:
             return
         k = self.index(qpn)
         if is_open and port == self.service_port:
-            self.offered["svc"] = {"qp": k, "open": 1}
+            self.offered.update({"svc": {"qp": k, "open": 1}, "flush": k})
             self.serving.add(k)
             self.seen["served_open"] += 1
         elif not is_open and k in self.served:
@@ -127,9 +127,13 @@ class QpsModel:
             if inp["grant_ready"]:
                 self.mode = "idle"
         elif self.offered:
-            out.update(self.offered)
-            self.seen["stalled"] += any(not inp[f"{w}_ready"] for w in self.offered)
-            self.offered = {w: p for w, p in self.offered.items() if not inp[f"{w}_ready"]}
+            # (the service's event only once its flush is taken)
+            shown = {w: p for w, p in self.offered.items() if w != "svc" or
+                     "flush" not in self.offered}
+            out.update(shown)
+            self.seen["stalled"] += any(not inp[f"{w}_ready"] for w in shown)
+            self.offered = {w: p for w, p in self.offered.items()
+                            if w not in shown or not inp[f"{w}_ready"]}
         elif self.mode == "free" and not inp["pool_idle"]:
             self.seen["free_waits"] += 1    # a QP is given back only with pool_idle
         else:                           # the last write was taken: the request is done
