@@ -50,7 +50,7 @@ from pathlib import Path
 from bench.bench_synth import git_revision, write_rows
 from rocegen.gateware.roce.endpoint.config import EndpointConfig
 from rocegen.gateware.roce.features.ibcm import ibcm_params
-from rocegen.gateware.roce.features.rping import RpingFeature
+from rocegen.gateware.roce.features.services import ServicesFeature
 from rocegen.gateware.roce.ibcm.ibcm_layouts import TICK_NS
 from rocegen.gateware.roce.ibcm.ibcm_qps import IbCmQps
 from rocegen.gateware.roce.ibcm.ibcm_service import COUNTERS, IbCmService
@@ -100,7 +100,7 @@ def service(cfg):
 def rping_server(cfg):
     """``RpingServer`` as :class:`~rocegen.gateware.roce.features.rping.RpingFeature` builds it
     (``cfg`` with ``rping_port``; a word address of 2^32 bytes' memory)."""
-    return RpingFeature(cfg, 32 - (cfg.width // 8).bit_length() + 1).server
+    return ServicesFeature(cfg, 32 - (cfg.width // 8).bit_length() + 1).rping
 
 
 def qp_block(cfg):
@@ -126,7 +126,7 @@ def designs(quick=False):
     for width in (64, 512):
         out.append((f"rping_server_w{width}_8qp", f"RpingServer, W = {width}, 8 QPs",
                     lambda w=width: rping_server(rping_config(w, 8))))
-    out.append(("service_ports_8qp", "ServicePorts, 8 QPs", lambda: ServicePorts(8)))
+    out.append(("service_ports_8qp", "ServicePorts, 8 QPs", lambda: ServicePorts(8, 16)))
     return out
 
 

@@ -66,6 +66,10 @@ PORT_DOCS = {
                   "last completion.",
     "qp_open": "Bit k high: QP k (QPN 256 + k) was opened by a host through the connection "
                "manager and is not closed.",
+    "service_qps": "With `--rping-server`: bit k high: QP k is the gateware rping server's (the "
+                   "IB CM opened it on rping's port): its completions go to the server, and a "
+                   "receive buffer posted on `recv` for it completes FLUSHED at once. Post on "
+                   "the other QPs.",
     "msg": "The streaming front end: messages to send (AXI-Stream, W bits, `tlast` ends a "
            "message; `msg_meta` is sampled on the last beat: QP, opcode, "
            "immediate, remote offset). Bytes outside `tkeep` are ignored; `tuser` on the last "

@@ -6,7 +6,8 @@ FETCH_ADDs on a counter in rxe's memory (``rocegen-host atomic --direction fpga-
 rxe's FETCH_ADDs and COMPARE_SWAPs on a counter in the FPGA's memory (``rocegen-host atomic``);
 then, through the FPGA's standard RDMA connection manager (the IB CM over QP1, built with
 ``--rdma-cm-port``), librdmacm's own ``cmtime`` connects to the FPGA and disconnects, stock
-``rping -c -C 10 -S 4096 -V`` pings the FPGA's rping server, and the host agent connects
+``rping -c -C 10 -S 4096 -V`` pings the FPGA's rping server, librdmacm's ``rdma_client``
+example gets its message back from the FPGA's SEND echo, and the host agent connects
 through librdmacm (``connect --rdma-cm``), WRITEs into the region the
 FPGA's REP stated and READs it back; a tenth of the RoCEv2 frames (the CM's MADs too) is lost
 each way. Every byte is checked (by the host agent against
@@ -35,10 +36,11 @@ pytestmark = pytest.mark.xdist_group("rxe")
 COUNT, SIZE = 2, 2500
 STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "fpga:FETCH_ADD", "host:WRITE",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "stop",
-         "cm:cmtime", "cm:rping", "cm:connect", "host:WRITE", "host:READ", "stop")
+         "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:connect", "host:WRITE", "host:READ",
+         "stop")
 #: the TCP port the FPGA's IB CM listens on for the agent and cmtime (rping's, 7174, is the
-#: FPGA's rping server's)
-RDMA_CM_PORT = 7471
+#: FPGA's rping server's; rdma_client's, 7471, its SEND echo's)
+RDMA_CM_PORT = 7470
 #: (who checks, steps): the host agent checks what the FPGA WRITEs and SENDs and what it READs
 #: back; the FPGA's pattern sink what the host writes and sends and what it READs from the host
 HOST_CHECKS = ("fpga:WRITE_IMM", "fpga:SEND", "host:READ")
@@ -114,6 +116,13 @@ def test_rping_reaches_the_fpgas_rping_server(lossy):
     printed its ten pings (each compared by rping itself, ``-V``), and the FPGA counted them."""
     (rp,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rping"]
     assert rp["ok"] and rp["rping"]["pings"] == 10 and rp["rping"]["fpga_pings"] == 10, rp
+
+
+def test_rdma_client_reaches_the_fpgas_send_echo(lossy):
+    """librdmacm's ``rdma_client`` example against the FPGA's SEND echo: its 16 bytes came back
+    (it ended ``rdma_client: end 0``), and the FPGA counted the echo."""
+    (rc,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_client"]
+    assert rc["ok"] and rc["rdma_client"]["fpga_echoes"] == 1, rc
 
 
 def test_frames_were_lost_both_ways_and_recovered(lossy):

@@ -113,10 +113,11 @@ def add_parser(subparsers):
     r.add_argument("--rdma-cm-port", type=int, default=None, metavar="PORT",
                    help="build the endpoint with the standard RDMA connection manager listening "
                    "on TCP port PORT (IB CM over QP1, a time-wait of "
-                   f"{CM_TIME_WAIT_US} us) and its rping server on port "
-                   f"{rxe_story.RPING_PORT}: the steps cm:connect (the host agent's QPs through "
-                   "librdmacm), cm:cmtime (librdmacm's cmtime, --qps connections at once) and "
-                   "cm:rping (rping -c against the FPGA)")
+                   f"{CM_TIME_WAIT_US} us), its rping server on port {rxe_story.RPING_PORT} and "
+                   f"its SEND echo on {rxe_story.ECHO_PORT}: the steps cm:connect (the host "
+                   "agent's QPs through librdmacm), cm:cmtime (librdmacm's cmtime, --qps "
+                   "connections at once), cm:rping (rping -c against the FPGA) and "
+                   "cm:rdma_client (librdmacm's rdma_client against the echo)")
     r.add_argument("--host-retry-cnt", type=int, default=7)
     r.add_argument("--host-rnr-retry", type=int, default=7)
     r.add_argument("--output", default="build/rxe", help="folder of the run's files "
@@ -140,14 +141,16 @@ def _validate(args):
     if bad:
         raise ValueError(f"--steps: unknown {bad}; steps are {', '.join(rxe_story.STEPS)}")
     if not steps or steps[0] not in rxe_story.STARTS + rxe_story.STANDALONE:
-        raise ValueError("--steps must begin with connect, cm:connect, cm:cmtime or cm:rping")
+        raise ValueError("--steps must begin with connect, cm:connect, cm:cmtime, cm:rping or "
+                         "cm:rdma_client")
     if args.rdma_cm_port is None and any(s.startswith("cm:") for s in steps):
         raise ValueError("the cm: steps need --rdma-cm-port")
     if args.rdma_cm_port is not None and not 0 <= args.rdma_cm_port <= 65535:
         raise ValueError(f"--rdma-cm-port must be 0..65535, not {args.rdma_cm_port}")
-    if args.rdma_cm_port == rxe_story.RPING_PORT:
-        raise ValueError(f"--rdma-cm-port must not be {rxe_story.RPING_PORT}, the FPGA's rping "
-                         f"server's port")
+    if args.rdma_cm_port in (rxe_story.RPING_PORT, rxe_story.ECHO_PORT):
+        raise ValueError(f"--rdma-cm-port must not be {rxe_story.RPING_PORT} or "
+                         f"{rxe_story.ECHO_PORT}, the ports of the FPGA's rping server and "
+                         f"SEND echo")
     if not 1 <= args.qps <= 8:
         raise ValueError(f"--qps must be 1..8, not {args.qps}")
     if not 1 <= args.count <= 4096 or not 1 <= args.size <= 65536:
@@ -167,7 +170,7 @@ def _validate(args):
         extra = extra[1:]
     for own in ("--tap", "--netns", "--status", "--pcap", "--width", "--qps", "--host-ip",
                 "--host-mac", "--ip", "--rdma-cm-port", "--rdma-cm-time-wait",
-                "--rping-server"):
+                "--rping-server", "--send-echo"):
         if own in extra:
             raise ValueError(f"{own} is set by rocegen sim rxe, not after --")
     return steps, extra
@@ -323,6 +326,9 @@ def report(story, final, pcap, guest_manifest):
         rp = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rping"), None)
         if rp is not None:      # rping -c: the pings it printed, those the FPGA counted
             row.update(rping=rp)
+        rc = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rdma_client"), None)
+        if rc is not None:      # rdma_client: its output, the echoes the FPGA counted
+            row.update(rdma_client=rc)
         prev_rxe, prev_fpga = s["counters"], fpga or prev_fpga
         steps.append(row)
     cycles = final.get("cycles", 0)
@@ -415,9 +421,13 @@ def run(args):
                  "--loss-to-fpga", str(args.loss_to_fpga), "--loss-from-fpga",
                  str(args.loss_from_fpga), "--loss-seed", str(args.loss_seed), *extra]
     if args.rdma_cm_port is not None:
-        serve_cmd += ["--rdma-cm-port", f"{args.rdma_cm_port},{rxe_story.RPING_PORT}",
-                      "--rping-server", str(rxe_story.RPING_PORT), "--rdma-cm-time-wait",
+        serve_cmd += ["--rdma-cm-port", f"{args.rdma_cm_port},{rxe_story.RPING_PORT},"
+                      f"{rxe_story.ECHO_PORT}", "--rping-server", str(rxe_story.RPING_PORT),
+                      "--send-echo", str(rxe_story.ECHO_PORT), "--rdma-cm-time-wait",
                       str(CM_TIME_WAIT_US)]
+        if "--timeout" not in extra:
+            # (the IB CM's QPs: librdmacm's REQs ask for 2 s, in the FPGA's simulated time)
+            serve_cmd += ["--timeout", str(args.fpga_timeout)]
     host = ["--host-timeout", str(args.host_timeout), "--host-retry-cnt",
             str(args.host_retry_cnt), "--host-rnr-retry", str(args.host_rnr_retry)]
     if args.recv_depth is not None:

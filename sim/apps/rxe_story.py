@@ -32,17 +32,20 @@ HOST = ["rocegen-host"]
 #: once, checked by the host), ``connect``, ``close``, ``stop``; with the FPGA's IB CM
 #: (``rdma_cm_port``), ``cm:connect`` (the agent's QPs opened through librdmacm, ``connect
 #: --rdma-cm``), ``cm:cmtime`` (librdmacm's own ``cmtime``: ``qps`` connections made and torn
-#: down at once) and ``cm:rping`` (librdmacm's ``rping -c`` against the FPGA's rping server).
+#: down at once), ``cm:rping`` (librdmacm's ``rping -c`` against the FPGA's rping server) and
+#: ``cm:rdma_client`` (librdmacm's ``rdma_client`` example against the FPGA's SEND echo).
 STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
          "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE", "host:WRITE_IMM", "host:SEND",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop",
-         "cm:connect", "cm:cmtime", "cm:rping")
+         "cm:connect", "cm:cmtime", "cm:rping", "cm:rdma_client")
 #: The steps that start the host agent, and those that need none.
 STARTS = ("connect", "cm:connect")
-STANDALONE = ("cm:cmtime", "cm:rping")
+STANDALONE = ("cm:cmtime", "cm:rping", "cm:rdma_client")
 #: The FPGA's rping server's port (rping's own default) and what ``cm:rping`` runs against it.
 RPING_PORT = 7174
 RPING_ARGS = ("-C", "10", "-S", "4096", "-V", "-v")
+#: The FPGA's SEND echo's port (``rdma_client``'s own default).
+ECHO_PORT = 7471
 #: cmtime's steps (its table's rows)
 CMTIME_STEPS = ("create id", "resolve addr", "resolve route", "create qp", "connect",
                 "disconnect", "destroy")
@@ -124,6 +127,8 @@ def play(job, name):
         return [cmtime(job)]
     if name == "cm:rping":
         return [rping(job)]
+    if name == "cm:rdma_client":
+        return [rdma_client(job)]
     if name in ("close", "stop"):
         r = host(name, *(["--json"] if name == "close" else []))
         r["ok"] = r["rc"] == 0
@@ -219,6 +224,26 @@ def rping(job):
             "pings": pings, "fpga_pings": done, "output": out[:300] + out[-300:]},
             "stderr": (err + out)[-2000:],
             "ok": rc == 0 and pings == count and done == count}
+
+
+def rdma_client(job):
+    """``cm:rdma_client``: librdmacm's ``rdma_client -s FPGA -p 7471`` against the FPGA's SEND
+    echo (it SENDs 16 bytes and waits for them to come back). Passes when it ends with
+    ``rdma_client: end 0`` and the FPGA counted the echo."""
+    cmd = ["rdma_client", "-s", job["fpga_ip"], "-p", str(ECHO_PORT)]
+    before = fpga_status(time.time() + 1).get("stats", {})
+    t = time.monotonic()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        rc, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = -1, e.stdout or "", "rdma_client did not finish in 600 s"
+    out = out if isinstance(out, str) else out.decode(errors="replace")
+    echoes = fpga_count("echo_echoes", before.get("echo_echoes", 0), 1)
+    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t,
+            "json": {"output": out[-300:], "fpga_echoes": echoes},
+            "stderr": (err + out)[-2000:],
+            "ok": rc == 0 and "rdma_client: end 0" in out and echoes == 1}
 
 
 def atomic(job, op):

@@ -141,7 +141,8 @@ async def keep_receive_buffers(dut, resp, counters):
     are kept for the QP's next connection, which finds ``rq_depth`` buffers as a fresh QP does.
     The testbench counts each QP's buffers (posted, less completed) and posts to a QP only while it
     has fewer than ``rq_depth``, one post per QP in turn: the queue it posts to is never full,
-    and a post to a full queue would hold the single post port (``recv``) for every QP.
+    and a post to a full queue would hold the single post port (``recv``) for every QP. With
+    the rping server (``service_qps``), its QPs get none (the endpoint would refuse them).
 
     ``counters``: ``recv_completions``, ``recv_errors`` (a status other than OK, FLUSHED
     included) and ``recv_flushed`` (FLUSHED)."""
@@ -160,12 +161,17 @@ async def keep_receive_buffers(dut, resp, counters):
         rcpl.items.clear()
         rcpl.cycles.clear()
 
+    served = getattr(dut, "service_qps", None)
     while True:
         take()
-        short = [k for k in range(len(regions)) if held[k] < depth]
+        theirs = int(served.value) if served is not None else 0
+        short = [k for k in range(len(regions)) if held[k] < depth and not theirs >> k & 1]
         if not short:
             rcpl.event.clear()
-            await rcpl.event.wait()
+            if theirs:      # (a QP the server gives back gets buffers again)
+                await First(rcpl.event.wait(), Timer(10_000 * period_ps(W), unit="ps"))
+            else:
+                await rcpl.event.wait()
             continue
         for k in short:             # a post each, then the completions that came meanwhile
             _, base, length = regions[k]

@@ -207,6 +207,8 @@ class EndpointTop(wiring.Component):
             if ep.reads:
                 members.update(record_members("rdwait", READ_WAIT_CONFIG, sink=True))
         dcqcn, pfc = ep.config["dcqcn"], ep.config["pfc"]
+        if "service_qps" in ep.signature.members:       # (with the rping server)
+            members["service_qps"] = Out(num_qps)
         if dcqcn:
             members.update({**record_members("cccfg", DCQCN_CONFIG, sink=True),
                             "cc_qp": In(range(num_qps)), "cc_rate": Out(RATE_BITS)})
@@ -270,6 +272,8 @@ class EndpointTop(wiring.Component):
         m.d.comb += [self.gen_busy.eq(ep.gen_busy), self.gen_posted.eq(ep.gen_posted),
                      self.gen_ok.eq(ep.gen_ok), self.gen_err.eq(ep.gen_err),
                      self.gen_cycles.eq(ep.gen_cycles), self.qp_open.eq(ep.qp_open)]
+        if "service_qps" in ep.signature.members:
+            m.d.comb += self.service_qps.eq(ep.service_qps)
         connect_axis(m, self, "s_msg_axis", ep.msg, sink=True)
         m.d.comb += ep.msg.payload.meta.as_value().eq(self.msg_meta)
         m.d.comb += [ep.stats_addr.eq(self.stats_addr), self.stats_data.eq(ep.stats_data),

@@ -142,8 +142,8 @@ def _check(name, p, value):
         raise ConfigError(name, f"{name} must be {p.describe()}, not {value!r}")
 
 
-#: The rping server's bytes per QP by default: rping's ``-S 4096`` and more, at every width.
-RPING_BYTES_PER_QP = 8192
+#: The gateware services' bytes per QP by default: rping's ``-S 4096`` and more, at every width.
+SERVICE_BYTES_PER_QP = 8192
 
 
 @dataclass(frozen=True)
@@ -197,10 +197,16 @@ class EndpointConfig:
                          "rdma_cm_ports) whose connections the gateware rping server serves, "
                          "as `rping -s` does (rping's default port is 7174); default none",
                          lo=0, hi=65535, cli="--rping-server", metavar="PORT")
-    rping_region: tuple = _p(None, "with rping_port: the local memory the rping server's "
-                             "buffers take, an equal slice of a power of two bytes per QP "
-                             "(default the upper num_qps x 8 KiB of resp_region)",
-                             kind="region", cli="--rping-region", metavar="BASE:LENGTH")
+    echo_port: int = _p(None, "with rdma_cm_ports and the responder: the port (one of "
+                        "rdma_cm_ports) whose connections the gateware SEND echo serves, each "
+                        "message SENT back, as librdmacm's rdma_server answers rdma_client "
+                        "(whose default port is 7471); default none", lo=0, hi=65535,
+                        cli="--send-echo", metavar="PORT")
+    service_region: tuple = _p(None, "with rping_port or echo_port: the local memory the "
+                               "gateware services' buffers take, an equal slice of a power of "
+                               "two bytes per QP (default the upper num_qps x 8 KiB of "
+                               "resp_region)", kind="region", cli="--service-region",
+                               metavar="BASE:LENGTH")
     pmtu: int = _p(4096, "path MTU a QP gets unless its OPEN_QP names one (256..4096, "
                    "default 4096)", choices=PMTUS, cli="--pmtu", aliases=("default_pmtu",))
     cm_timeout: int = _p(14, "default retransmit timeout code: 4.096 us x 2^CODE (0 = never; "
@@ -325,47 +331,61 @@ class EndpointConfig:
                               f"inside local memory of {self.mem_bytes:#x} bytes")
         if self.rdma_cm_time_wait_us is not None and not self.rdma_cm_ports:
             raise ConfigError("rdma_cm_time_wait_us", "rdma_cm_time_wait_us needs rdma_cm_ports")
-        self._check_rping(set_)
+        self._check_services(set_)
         if self.dcqcn_params is not None and not self.dcqcn:
             raise ConfigError("dcqcn_params", "dcqcn_params needs dcqcn=True")
 
-    def _check_rping(self, set_):
-        """``rping_port`` and ``rping_region`` (its default made)."""
-        if self.rping_port is None:
-            if self.rping_region is not None:
-                raise ConfigError("rping_region", "rping_region needs rping_port")
+    def _check_services(self, set_):
+        """``rping_port``, ``echo_port`` and ``service_region`` (its default made)."""
+        ports = {"rping_port": self.rping_port, "echo_port": self.echo_port}
+        if all(p is None for p in ports.values()):
+            if self.service_region is not None:
+                raise ConfigError("service_region", "service_region needs rping_port or "
+                                  "echo_port")
             return
-        if self.rping_port not in self.rdma_cm_ports:
-            raise ConfigError("rping_port", f"rping_port {self.rping_port} must be one of "
-                              f"rdma_cm_ports {list(self.rdma_cm_ports)}: its connections "
-                              f"come through the IB CM")
-        if not self.reads:
+        for name, port in ports.items():
+            if port is not None and port not in self.rdma_cm_ports:
+                raise ConfigError(name, f"{name} {port} must be one of rdma_cm_ports "
+                                  f"{list(self.rdma_cm_ports)}: its connections come through "
+                                  f"the IB CM")
+        if self.rping_port is not None and self.rping_port == self.echo_port:
+            raise ConfigError("echo_port", f"echo_port must not be rping_port "
+                              f"({self.rping_port}): a port has one service")
+        if self.rping_port is not None and not self.reads:
             raise ConfigError("rping_port", "the rping server READs the client's buffer: "
                               "rping_port needs reads=True")
-        if self.rping_region is None:
+        if not self.responder:
+            raise ConfigError("echo_port", "the SEND echo receives into the responder's "
+                              "buffers: echo_port needs responder=True")
+        if self.service_region is None:
             base, length = self.resp_region
-            size = self.num_qps * RPING_BYTES_PER_QP
+            size = self.num_qps * SERVICE_BYTES_PER_QP
             if size > length // 2:
-                raise ConfigError("rping_region", f"the default rping_region (the upper "
+                raise ConfigError("service_region", f"the default service_region (the upper "
                                   f"{size:#x} bytes of resp_region) takes more than half of "
-                                  f"resp_region ({length:#x} bytes): give rping_region")
-            set_("rping_region", (base + length - size, size))
-        base, length = self.rping_region
+                                  f"resp_region ({length:#x} bytes): give service_region")
+            set_("service_region", (base + length - size, size))
+        base, length = self.service_region
         if not 0 <= base < base + length <= self.mem_bytes:
-            raise ConfigError("rping_region", f"rping_region [{base:#x}, +{length:#x}) is not "
-                              f"inside local memory of {self.mem_bytes:#x} bytes")
+            raise ConfigError("service_region", f"service_region [{base:#x}, +{length:#x}) is "
+                              f"not inside local memory of {self.mem_bytes:#x} bytes")
         align = max(16, self.width // 8)
         per_qp = 1 << ((length // self.num_qps).bit_length() - 1) if length >= self.num_qps \
             else 0
         if base % align or per_qp <= 2 * align:
-            raise ConfigError("rping_region", f"rping_region must start at a multiple of "
+            raise ConfigError("service_region", f"service_region must start at a multiple of "
                               f"{align} bytes and give each of the {self.num_qps} QPs more "
                               f"than {2 * align} bytes, not [{base:#x}, +{length:#x})")
 
     @property
-    def rping_slices(self):
-        """With ``rping_port``: the rping server's (base, bytes per QP), a power of two."""
-        base, length = self.rping_region
+    def service_ports(self):
+        """The ports of the gateware services present: (rping's, the echo's), as given."""
+        return tuple(p for p in (self.rping_port, self.echo_port) if p is not None)
+
+    @property
+    def service_slices(self):
+        """With a gateware service: its buffers' (base, bytes per QP), a power of two."""
+        base, length = self.service_region
         return base, 1 << ((length // self.num_qps).bit_length() - 1)
 
     def _resolve_memory(self, set_):

@@ -20,7 +20,7 @@ from rocegen.gateware.roce.features.pfc import IP_MTU, PMTU_MAX, PfcFeature
 from rocegen.gateware.roce.features.read_requester import ReadRequesterFeature
 from rocegen.gateware.roce.features.requester import RequesterFeature
 from rocegen.gateware.roce.features.responder import ResponderFeature
-from rocegen.gateware.roce.features.rping import RpingFeature
+from rocegen.gateware.roce.features.services import ServicesFeature
 from rocegen.gateware.roce.features.statistics import StatisticsFeature
 from rocegen.gateware.roce.memory.payload_memory import MEMORIES
 
@@ -31,7 +31,8 @@ __all__ = ["RoceEndpoint", "PORT_ORDER", "EndpointConfig", "ROCE_STATS", "STATS"
 #: kit's tables); the ports of a feature not listed here follow, in the order of the features.
 PORT_ORDER = (
     "local_mac", "local_ip", "mac_rx", "mac_tx", "wr", "cpl", "wr_room", "qp_ctl", "qp_psn",
-    "gen", "gen_busy", "gen_posted", "gen_ok", "gen_err", "gen_cycles", "qp_open", "msg",
+    "gen", "gen_busy", "gen_posted", "gen_ok", "gen_err", "gen_cycles", "qp_open", "service_qps",
+    "msg",
     "qp_stats_qp", "qp_stats_sel", "qp_stats_data", "stats_addr", "stats_data", "tc_cfg",
     "pfc_cfg", "pause_rx", "pause_tx", "cc_cfg", "cc_qp", "cc_rate", "qp_info_qp",
     "qp_info_context", "qp_info_psn", "recv", "recv_cpl", "resp_cfg", "resp_cnp_cfg",
@@ -248,7 +249,7 @@ class RoceEndpoint(wiring.Component):
         f.read = ReadRequesterFeature(cfg, self.word_addr_bits) if cfg.reads else None
         f.responder = ResponderFeature(cfg, self.word_addr_bits) if cfg.responder else None
         f.ibcm = IbCmFeature(cfg) if cfg.rdma_cm_ports else None
-        f.rping = RpingFeature(cfg, self.word_addr_bits) if cfg.rping_port is not None else None
+        f.services = ServicesFeature(cfg, self.word_addr_bits) if cfg.service_ports else None
         f.pfc = None
         if cfg.pfc is not None:
             buffers = {"rx": f.network.stack.rx_fifo_beats}
@@ -266,7 +267,7 @@ class RoceEndpoint(wiring.Component):
         self.config = self._config_dict()
         members = {}
         for feature in (f.network, f.requester, f.connection, f.statistics, f.congestion, f.pfc,
-                        f.responder, f.read, f.memory):
+                        f.responder, f.read, f.services, f.memory):
             if feature is not None:
                 members.update(feature.members())
         order = {name: i for i, name in enumerate(PORT_ORDER)}
@@ -287,8 +288,8 @@ class RoceEndpoint(wiring.Component):
             **({"rdma_cm_ports": cfg.rdma_cm_ports,
                 "rdma_cm_time_wait_ns": f.ibcm.service.core.cm.time_wait_ns}
                if f.ibcm else {}),
-            **({"rping_port": cfg.rping_port, "rping_region": cfg.rping_region}
-               if f.rping else {}),
+            **({"rping_port": cfg.rping_port, "echo_port": cfg.echo_port,
+                "service_region": cfg.service_region} if f.services else {}),
             "responder": cfg.responder,
             **({"resp_region": cfg.resp_region, "rkey_seed": cfg.rkey_seed,
                 "rnr_timer": cfg.rnr_timer, "rq_depth": cfg.rq_depth,
@@ -333,7 +334,7 @@ class RoceEndpoint(wiring.Component):
             f.read.connect(m, self)
         if f.ibcm is not None:
             f.ibcm.connect(m, self)
-        if f.rping is not None:
-            f.rping.connect(m, self)
+        if f.services is not None:
+            f.services.connect(m, self)
         f.statistics.connect(m, self)
         return m

@@ -10,6 +10,7 @@ from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
 from rocegen.gateware.roce.responder.responder import ATOMIC_COUNTERS, RESP_COUNTERS
 from rocegen.gateware.roce.services.rping_server import COUNTERS as RPING_COUNTERS
+from rocegen.gateware.roce.services.send_echo import COUNTERS as ECHO_COUNTERS
 
 __all__ = ["EndpointStats", "ROCE_STATS", "STATS", "MOVED_COUNTERS", "PULSE_COUNTERS",
            "WIDE_COUNTERS", "WIDE_BITS"]
@@ -42,8 +43,9 @@ ROCE_STATS = [
     f"resp_{name}" for name in ATOMIC_COUNTERS] + [
     # (the IB CM's: zero without it)
     "roce_rx_mads"] + [f"ibcm_{name}" for name in IBCM_COUNTERS] + [
-    # (the rping server's: zero without it)
-    f"rping_{name}" for name in RPING_COUNTERS] + list(WIDE_COUNTERS)
+    # (the gateware services': zero without them)
+    f"rping_{name}" for name in RPING_COUNTERS] + [
+    f"echo_{name}" for name in ECHO_COUNTERS] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

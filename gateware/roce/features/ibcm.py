@@ -38,7 +38,8 @@ class IbCmFeature(Feature):
     ----------
     cfg : EndpointConfig
         ``rdma_cm_ports`` (not empty), ``rdma_cm_time_wait_us``, ``num_qps``, ``clk_hz``,
-        ``pmtu``, ``cm_rnr_retry`` (the RNR retry count our REPs state), ``responder`` (the
+        ``pmtu``, ``cm_timeout`` (the longest ACK timeout a QP gets), ``cm_rnr_retry`` (the RNR
+        retry count our REPs state), ``responder`` (the
         REPs' regions), ``reads``, ``rd_depth``, ``max_rd_atomic``.
 
     Ports
@@ -62,7 +63,8 @@ class IbCmFeature(Feature):
         super().__init__(cfg)
         self.service = IbCmService(cfg.width, **ibcm_params(cfg))
         self.qps = IbCmQps(cfg.num_qps, reads=cfg.reads, max_rd_atomic=cfg.max_rd_atomic,
-                           service_port=cfg.rping_port)
+                           max_timeout=cfg.cm_timeout,
+                           service_ports=cfg.service_ports)
 
     def connect(self, m, ep):
         """The service on the receive path's datagrams and QPs, into UDP port 4791's

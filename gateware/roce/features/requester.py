@@ -86,12 +86,12 @@ class RequesterFeature(Feature):
         generator's runs from the user's port and the connection manager's."""
         sched, comp, gen, front = self.sched, self.completer, self.gen, self.front
         wrm = m.submodules.wr_merge = self.wr_merge
-        rping = ep.features.rping
-        if rping is None:
+        services = ep.features.services
+        if services is None:
             wiring.connect(m, wiring.flipped(ep.wr), wrm.user)
-        else:   # (the user's work requests merged with the rping server's)
-            wiring.connect(m, wiring.flipped(ep.wr), rping.ports.user_wr)
-            wiring.connect(m, rping.ports.wr, wrm.user)
+        else:   # (the user's work requests merged with the gateware services')
+            wiring.connect(m, wiring.flipped(ep.wr), services.ports.user_wr)
+            wiring.connect(m, services.ports.wr, wrm.user)
         wiring.connect(m, front.wr, wrm.front)
         wiring.connect(m, gen.wr, wrm.gen)
         wiring.connect(m, wrm.o, sched.wr)
@@ -175,11 +175,11 @@ class RequesterFeature(Feature):
 
         dispatch = m.submodules.cpl_dispatch = CplDispatch()
         wiring.connect(m, comp.cpl, dispatch.i)
-        rping = f.rping
-        if rping is None:
+        services = f.services
+        if services is None:
             wiring.connect(m, dispatch.user, wiring.flipped(ep.cpl))
-        else:   # (the rping server's QPs' completions go to it)
-            wiring.connect(m, dispatch.user, rping.ports.cpl)
-            wiring.connect(m, rping.ports.user_cpl, wiring.flipped(ep.cpl))
+        else:   # (the services' QPs' completions go to them)
+            wiring.connect(m, dispatch.user, services.ports.cpl)
+            wiring.connect(m, services.ports.user_cpl, wiring.flipped(ep.cpl))
         wiring.connect(m, dispatch.front, self.front.cpl)
         wiring.connect(m, dispatch.gen, self.gen.cpl)

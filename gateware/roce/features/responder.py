@@ -73,7 +73,7 @@ class ResponderFeature(Feature):
                               acked_writes=cfg.memory == "axi4",
                               ingress_beats=pfc_ingress_beats(cfg), reads=cfg.reads,
                               rd_depth=cfg.rd_depth, atomics=cfg.atomics is not None,
-                              flush_port=cfg.rping_port is not None)
+                              flush_port=bool(cfg.service_ports))
         self.sink = PatternSink(cfg.width, word_addr_bits) if cfg.pattern_sink else None
 
     def members(self):
@@ -157,11 +157,11 @@ class ResponderFeature(Feature):
             wiring.connect(m, mem.atomic_done, resp.atomic_done)
         if resp.acked_writes:
             m.d.comb += resp.mem_durable.eq(mem.resp_durable)
-        if f.rping is None:
+        if f.services is None:
             wiring.connect(m, wiring.flipped(ep.recv), resp.recv)
             wiring.connect(m, resp.cpl, wiring.flipped(ep.recv_cpl))
-        else:   # (the user's receive buffers merged with the rping server's)
-            ports = f.rping.ports
+        else:   # (the user's receive buffers merged with the gateware services')
+            ports = f.services.ports
             wiring.connect(m, wiring.flipped(ep.recv), ports.user_recv)
             wiring.connect(m, ports.recv, resp.recv)
             wiring.connect(m, resp.cpl, ports.recv_cpl)
@@ -184,9 +184,9 @@ class ResponderFeature(Feature):
                     data_write &= ~place.o_atomic
                 with m.If(data_write):
                     m.d.comb += [sink.i.valid.eq(1), sink.i.payload.eq(rw.payload)]
-            if self.cfg.rping_port is not None:
-                # (not the rping server's buffers: rping's bytes are no test pattern)
-                base, length = self.cfg.rping_region
+            if self.cfg.service_ports:
+                # (not the services' buffers: rping's or a client's bytes are no test pattern)
+                base, length = self.cfg.service_region
                 word = self.cfg.width // 8
                 a = sink.i.payload.addr
                 with m.If((a >= base // word) & (a < (base + length + word - 1) // word)):

@@ -14,6 +14,7 @@ from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
 from rocegen.gateware.roce.responder.responder import ATOMIC_COUNTERS, RESP_COUNTERS
 from rocegen.gateware.roce.services.rping_server import COUNTERS as RPING_COUNTERS
+from rocegen.gateware.roce.services.send_echo import COUNTERS as ECHO_COUNTERS
 
 __all__ = ["StatisticsFeature"]
 
@@ -85,8 +86,12 @@ def _feature_events(f):
     })
     events.update({f"ibcm_{name}": getattr(f.ibcm.service, name) if f.ibcm else _ZERO
                    for name in IBCM_COUNTERS})
-    events.update({f"rping_{name}": getattr(f.rping.server, name) if f.rping else _ZERO
+    rping = f.services.rping if f.services else None
+    echo = f.services.echo if f.services else None
+    events.update({f"rping_{name}": getattr(rping, name) if rping else _ZERO
                    for name in RPING_COUNTERS})
+    events.update({f"echo_{name}": getattr(echo, name) if echo else _ZERO
+                   for name in ECHO_COUNTERS})
     return events
 
 

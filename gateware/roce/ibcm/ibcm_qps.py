@@ -43,10 +43,13 @@ class IbCmQps(wiring.Component):
         The endpoint has a READ requester: each QP opened gets its READ limit (``rd_limit``).
     max_rd_atomic : int
         With ``reads``: the most READs a QP may have outstanding (1..16).
-    service_port : int or None
-        The TCP port (0..65535) whose connections a gateware service serves (the rping
-        server): their QPs are told on ``service`` and marked in ``served``. Default None: no
-        such ports.
+    max_timeout : int
+        The longest ACK timeout code a QP opened gets (0..31; 0: none longer than the REQ's):
+        a REQ's longer one (or its 0, never) is cut to this, as the path MTU is.
+    service_ports : tuple of int
+        The TCP ports (0..65535, distinct) whose connections gateware services serve (the rping
+        server, the SEND echo), service ``j`` those of ``service_ports[j]``: their QPs are told
+        on ``service[j]`` and marked in ``served[j]``. Default none.
 
     Ports
     -----
@@ -72,24 +75,25 @@ class IbCmQps(wiring.Component):
         Context writes. Opened: state RTS, the peer's address and QP, no remote region
         (R_Key and base 0: the peer states its buffers in its own way, e.g. rping's SEND),
         path MTU 2^(``path_mtu`` + 7), UDP source port ``0xC000 | k``, DSCP and ECN from
-        ``tclass``, ``ack_every_log2``, the REQ's ACK timeout and retry counts. Closed: all
+        ``tclass``, ``ack_every_log2``, the ACK timeout (the REQ's, at most ``max_timeout``)
+        and the REQ's retry counts. Closed: all
         zero in state ERROR. Given back: all zero (RESET).
     qp_psn : Out(stream.Signature(PSN_WRITE))
         An opened QP's PSN (both directions: ``qp_set``'s ``psn``).
     rd_limit : Out(stream.Signature(READ_LIMIT)), with ``reads``
         An opened QP's READ limit: the smaller of its initiator depth and ``max_rd_atomic``.
-    service : Out(stream.Signature(QP_SERVICE)), with ``service_port``
-        A QP opened for ``service_port`` (``open`` set), offered with its writes once its
-        ``rq_flush`` is taken; a served QP closed or given back (``open`` clear, with its
-        writes; a QP put in error and later given back is told twice).
-    rq_flush : Out(stream.Signature(8)), with ``service_port``
+    service : Out(stream.Signature(QP_SERVICE)).array(len(service_ports))
+        Service ``j``'s QPs: one opened for ``service_ports[j]`` (``open`` set), offered with
+        its writes once its ``rq_flush`` is taken; one of its QPs closed or given back (``open``
+        clear, with its writes; a QP put in error and later given back is told twice).
+    rq_flush : Out(stream.Signature(8)), with ``service_ports``
         With each ``service`` event: the QP index, whose receive buffers are to be flushed
         (at an open, those the user left on the QP for its next connection; at a close, the
         service's).
-    served : Out(num_qps), with ``service_port``
-        Bit k: QP k's work requests and receive buffers are the service's (its completions go
-        there): set when it is opened for ``service_port``, cleared when this block grants it
-        again or the other manager holds it (``others``). A register.
+    served : Out(num_qps).array(len(service_ports))
+        Bit k of ``served[j]``: QP k's work requests and receive buffers are service ``j``'s
+        (its completions go there): set when it is opened for ``service_ports[j]``, cleared
+        when this block grants it again or the other manager holds it (``others``). Registers.
 
     Behaviour
     ---------
@@ -104,7 +108,7 @@ class IbCmQps(wiring.Component):
     """
 
     def __init__(self, num_qps, *, ack_every_log2=4, reads=False, max_rd_atomic=16,
-                 service_port=None):
+                 max_timeout=0, service_ports=()):
         check_num_qps(num_qps)
         self.num_qps = num_qps
         self.ack_every_log2 = int_param("ack_every_log2", ack_every_log2, 0, 7)
@@ -112,9 +116,12 @@ class IbCmQps(wiring.Component):
             raise TypeError(f"reads must be a bool, not {reads!r}")
         self.reads = reads
         self.max_rd_atomic = int_param("max_rd_atomic", max_rd_atomic, 1, 16)
-        self.service_port = service_port
-        if service_port is not None:
-            int_param("service_port", service_port, 0, 0xFFFF)
+        self.max_timeout = int_param("max_timeout", max_timeout, 0, 31)
+        self.service_ports = tuple(service_ports)
+        for p in self.service_ports:
+            int_param("each service port", p, 0, 0xFFFF)
+        if len(set(self.service_ports)) != len(self.service_ports):
+            raise ValueError(f"service_ports must be distinct, not {self.service_ports}")
         members = {
             "qp_req": In(stream.Signature(0)),
             "qp_grant": Out(stream.Signature(QP_GRANT)),
@@ -129,9 +136,11 @@ class IbCmQps(wiring.Component):
         }
         if reads:
             members["rd_limit"] = Out(stream.Signature(READ_LIMIT))
-        if service_port is not None:
-            members.update({"service": Out(stream.Signature(QP_SERVICE)),
-                            "rq_flush": Out(stream.Signature(8)), "served": Out(num_qps)})
+        if self.service_ports:
+            k = len(self.service_ports)
+            members.update({"service": Out(stream.Signature(QP_SERVICE)).array(k),
+                            "rq_flush": Out(stream.Signature(8)),
+                            "served": Out(num_qps).array(k)})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -141,7 +150,7 @@ class IbCmQps(wiring.Component):
         m.d.comb += self.held.eq(held)
         found, first = first_zero(held | self.others, n)
         pending = self._writes(m)
-        if self.service_port is not None:
+        if self.service_ports:
             self._served(m)
         st = self.qp_set.payload
 
@@ -161,7 +170,7 @@ class IbCmQps(wiring.Component):
                                  self.qp_grant.payload.qpn.eq(QPN_BASE + first)]
                     with m.If(found):
                         m.d.sync += held.bit_select(first, 1).eq(1)
-                        if self.service_port is not None:
+                        if self.service_ports:
                             m.d.comb += self._unserve.bit_select(first, 1).eq(1)
                     m.next = "GRANT"
             with m.State("GRANT"):
@@ -186,20 +195,21 @@ class IbCmQps(wiring.Component):
         """The write registers: each offered while its ``valid`` is set, cleared when it is
         taken. Returns a signal high while one is still offered."""
         outs = [self.qp_ctl, self.qp_psn] + ([self.rd_limit] if self.reads else []) + \
-            ([self.rq_flush] if self.service_port is not None else [])
+            ([self.rq_flush] if self.service_ports else [])
         for o in outs:
             with m.If(o.ready):
                 m.d.sync += o.valid.eq(0)
         pending = Signal()
         m.d.comb += pending.eq(Cat(o.valid for o in outs).any())
-        if self.service_port is not None:
+        if self.service_ports:
             # (the service's event after its QP's flush: an open's receive buffers are then
             # the service's alone)
-            self._svc_pend = Signal()
-            m.d.comb += [self.service.valid.eq(self._svc_pend & ~self.rq_flush.valid),
-                         pending.eq(Cat(o.valid for o in outs).any() | self._svc_pend)]
-            with m.If(self.service.valid & self.service.ready):
-                m.d.sync += self._svc_pend.eq(0)
+            self._svc_pend = Signal(len(self.service_ports))
+            m.d.comb += pending.eq(Cat(o.valid for o in outs).any() | self._svc_pend.any())
+            for j, svc in enumerate(self.service):
+                m.d.comb += svc.valid.eq(self._svc_pend[j] & ~self.rq_flush.valid)
+                with m.If(svc.valid & svc.ready):
+                    m.d.sync += self._svc_pend[j].eq(0)
         return pending
 
     def _context(self, qpn, state):
@@ -219,7 +229,7 @@ class IbCmQps(wiring.Component):
                 c.peer_ip.eq(st.peer_ip), c.peer_qpn.eq(st.peer_qpn),
                 c.pmtu_log2.eq(st.path_mtu + _MTU_LOG2), c.udp_sport.eq(UDP_SPORT_BASE | idx),
                 c.dscp.eq(self.tclass.dscp), c.ecn.eq(self.tclass.ecn),
-                c.ack_every_log2.eq(self.ack_every_log2), c.timeout.eq(st.ack_timeout),
+                c.ack_every_log2.eq(self.ack_every_log2), c.timeout.eq(self._timeout(st.ack_timeout)),
                 c.retry_cnt.eq(st.retry_count), c.rnr_retry.eq(st.rnr_retry_count),
                 self.qp_psn.valid.eq(1), self.qp_psn.payload.qp.eq(idx),
                 self.qp_psn.payload.psn.eq(st.psn)]
@@ -229,24 +239,34 @@ class IbCmQps(wiring.Component):
                 m.d.sync += [self.rd_limit.valid.eq(1), self.rd_limit.payload.qp.eq(idx),
                              self.rd_limit.payload.limit.eq(depth)]
 
+    def _timeout(self, code):
+        """The ACK timeout of a QP whose REQ asked for ``code``: at most ``max_timeout``."""
+        ours = self.max_timeout
+        if ours == 0:
+            return code
+        return Mux((code == 0) | (code > ours), ours, code)
+
     def _served(self, m):
-        """The ``served`` register: set by :meth:`_service`'s opens (``_serve``), cleared by a
+        """The ``served`` registers: set by :meth:`_service`'s opens (``_serve``), cleared by a
         grant (``_unserve``) and by the other manager's QPs."""
         n = self.num_qps
-        self._serve, self._unserve = Signal(n), Signal(n)
-        m.d.sync += self.served.eq((self.served & ~self._unserve & ~self.others) | self._serve)
+        self._serve = [Signal(n, name=f"serve_{j}") for j in range(len(self.service_ports))]
+        self._unserve = Signal(n)
+        for served, serve in zip(self.served, self._serve, strict=True):
+            m.d.sync += served.eq((served & ~self._unserve & ~self.others) | serve)
 
     def _service(self, m, qpn, is_open, port):
-        """With ``service_port``: the ``service`` (and ``rq_flush``) offers of an open for the
+        """With ``service_ports``: the ``service`` (and ``rq_flush``) offers of an open for a
         service's ``port`` or of a close or give-back (``is_open`` low) of a served QP."""
-        if self.service_port is None:
+        if not self.service_ports:
             return
         idx = self._index(qpn)
-        was = self.served.bit_select(idx, 1)
-        tell = [self._svc_pend.eq(1), self.service.payload.qp.eq(idx),
-                self.rq_flush.valid.eq(1), self.rq_flush.payload.eq(idx)]
-        with m.If(is_open & (port == self.service_port) if port is not None else 0):
-            m.d.comb += self._serve.bit_select(idx, 1).eq(1)
-            m.d.sync += [*tell, self.service.payload.open.eq(1)]
-        with m.If(~is_open & was):
-            m.d.sync += [*tell, self.service.payload.open.eq(0)]
+        flush = [self.rq_flush.valid.eq(1), self.rq_flush.payload.eq(idx)]
+        for j, p in enumerate(self.service_ports):
+            svc = self.service[j]
+            tell = [*flush, self._svc_pend[j].eq(1), svc.payload.qp.eq(idx)]
+            with m.If(is_open & (port == p) if port is not None else 0):
+                m.d.comb += self._serve[j].bit_select(idx, 1).eq(1)
+                m.d.sync += [*tell, svc.payload.open.eq(1)]
+            with m.If(~is_open & self.served[j].bit_select(idx, 1)):
+                m.d.sync += [*tell, svc.payload.open.eq(0)]

@@ -5,6 +5,7 @@ the rules."""
 from amaranth.lib import data, enum
 
 from rocegen.gateware.roce.layouts import QP_SERVICE, RKEY_WRITE
+from rocegen.gateware.roce.services.service_layouts import SERVICE_EVENT, EvKind
 
 __all__ = ["ADV_BYTES", "OPENED", "RKEY_WRITE", "Phase", "WrKind", "EvKind", "RPING_QP",
            "RPING_EVENT"]
@@ -35,19 +36,8 @@ class WrKind(enum.Enum, shape=3):
     ABORT = 4
 
 
-class EvKind(enum.Enum, shape=2):
-    """The kind of an event the server takes."""
-    OPEN = 0
-    CLOSE = 1
-    RECV = 2        # a receive completion
-    CPL = 3         # a work request's completion
-
-
 #: A QP's service: its phase, whether a go-ahead SEND is outstanding, the ping's length.
 RPING_QP = data.StructLayout({"phase": Phase, "go_out": 1, "length": 31})
 
-#: An event as the server holds it while it decides: the QP, the work request ID, the status
-#: (``ok``; ``flushed``: FLUSHED), a receive's length and whether a SEND filled its buffer.
-RPING_EVENT = data.StructLayout({
-    "kind": EvKind, "qp": 8, "wr_id": 32, "ok": 1, "flushed": 1, "length": 32, "is_send": 1,
-})
+#: An event as the server holds it (the services' own layout).
+RPING_EVENT = SERVICE_EVENT

@@ -7,12 +7,10 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.memport import check_addr_width, mem_write_layout
 from rocegen.gateware.lib.stream import check_width
-from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, CplStatus, WrOpcode, check_num_qps
+from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, WrOpcode, check_num_qps
 from rocegen.gateware.roce.responder.resp_layouts import (
     RECV_COMPLETION,
     RECV_POST,
-    RecvOpcode,
-    RecvStatus,
 )
 from rocegen.gateware.roce.services.rping_layouts import (
     ADV_BYTES,
@@ -24,6 +22,7 @@ from rocegen.gateware.roce.services.rping_layouts import (
     Phase,
     WrKind,
 )
+from rocegen.gateware.roce.services.service_events import take_event
 
 __all__ = ["RpingServer", "COUNTERS"]
 
@@ -156,7 +155,7 @@ class RpingServer(wiring.Component):
         m.d.sync += [getattr(self, name).eq(s) for name, s in strobes.items()]
         with m.FSM():
             with m.State("TAKE"):
-                with m.If(self._take(m, ev, st_r, adv_r)):
+                with m.If(take_event(m, self, ev, (st_r, adv_r))):
                     m.next = "DECIDE"
             with m.State("DECIDE"):
                 d.decide(st_r.data, adv_r.data)
@@ -194,33 +193,6 @@ class RpingServer(wiring.Component):
         with m.If(~(self.adv_w.valid & inside & hit)):
             m.d.comb += wp.en.eq(0)
         return wp
-
-    def _take(self, m, ev, st_r, adv_r):
-        """Takes the first event offered (``opened``, ``cpl``, ``recv_cpl``) into ``ev`` and
-        reads its QP's state and receive slot; returns whether one of a QP in the table is
-        taken."""
-        o, c, r = self.opened, self.cpl, self.recv_cpl
-        new = Signal(RPING_EVENT)
-        with m.If(o.valid):
-            m.d.comb += [o.ready.eq(1), new.qp.eq(o.payload.qp),
-                         new.kind.eq(EvKind.CLOSE)]
-            with m.If(o.payload.open):
-                m.d.comb += new.kind.eq(EvKind.OPEN)
-        with m.Elif(c.valid):
-            m.d.comb += [c.ready.eq(1), new.kind.eq(EvKind.CPL), new.qp.eq(c.payload.qp),
-                         new.wr_id.eq(c.payload.wr_id),
-                         new.ok.eq(c.payload.status == CplStatus.OK),
-                         new.flushed.eq(c.payload.status == CplStatus.FLUSHED)]
-        with m.Elif(r.valid):
-            m.d.comb += [r.ready.eq(1), new.kind.eq(EvKind.RECV), new.qp.eq(r.payload.qp),
-                         new.wr_id.eq(r.payload.wr_id),
-                         new.ok.eq(r.payload.status == RecvStatus.OK),
-                         new.flushed.eq(r.payload.status == RecvStatus.FLUSHED),
-                         new.length.eq(r.payload.length),
-                         new.is_send.eq(r.payload.opcode == RecvOpcode.SEND)]
-        m.d.comb += [st_r.addr.eq(new.qp), adv_r.addr.eq(new.qp)]
-        m.d.sync += ev.eq(new)
-        return (o.valid | c.valid | r.valid) & (new.qp < self.num_qps)
 
     def _latch(self, m, d, p):
         """The decision's outputs into the registers they are offered from (``p``: which are

@@ -17,11 +17,19 @@ from rocegen.sim.testing.harness import raises, run_sim
 from tests.tiers import full
 
 #: The outputs of writes, and the model's names for them.
-WRITES = {"ctl": "qp_ctl", "psn": "qp_psn", "lim": "rd_limit", "svc": "service",
-          "flush": "rq_flush"}
+WRITES = {"ctl": "qp_ctl", "psn": "qp_psn", "lim": "rd_limit", "svc0": ("service", 0),
+          "svc1": ("service", 1), "flush": "rq_flush"}
 
-#: The service's port in the runs with one, and another port.
-SERVICE_PORT, OTHER_PORT = 7174, 7175
+#: The services' ports in the runs with them, and another port.
+SERVICE_PORTS, OTHER_PORT = (7174, 7471), 7175
+
+
+def port_of(dut, name):
+    """The block's output ``name`` of :data:`WRITES`, or None when it has none."""
+    if isinstance(name, tuple):
+        ports = getattr(dut, name[0], None)
+        return ports[name[1]] if ports is not None and name[1] < len(ports) else None
+    return getattr(dut, name, None)
 
 
 def zero_context(state):
@@ -35,19 +43,22 @@ class QpsModel:
     """:class:`IbCmQps` as its docstring describes it, cycle by cycle. :meth:`cycle` takes the
     inputs of a cycle and returns the outputs the block must show in it."""
 
-    def __init__(self, n, *, ack_every_log2, reads, max_rd_atomic, service_port=None):
+    def __init__(self, n, *, ack_every_log2, reads, max_rd_atomic, service_ports=(),
+                 max_timeout=0):
         self.n, self.ack_every_log2 = n, ack_every_log2
         self.reads, self.max_rd_atomic = reads, max_rd_atomic
-        self.service_port = service_port
+        self.service_ports = tuple(service_ports)
+        self.max_timeout = max_timeout
         self.held = set()
-        self.served = set()         # with service_port: the QPs whose work is the service's
+        # with service_ports: the QPs whose work is service j's
+        self.served = [set() for _ in self.service_ports]
         self.serving = set()        # ... and one opened for it in this cycle
         self.mode = "idle"          # idle, set, free, grant
         self.offered = {}           # the writes still offered (name -> payload)
         self.grant = None
         self.seen = {k: 0 for k in ("open", "close", "free", "grant", "none_free", "passed_by",
                                     "precedence", "not_idle", "stalled", "free_waits")}
-        if service_port is not None:
+        if self.service_ports:
             self.seen.update({"served_open": 0, "served_close": 0, "served_free": 0})
 
     def index(self, qpn):
@@ -59,7 +70,9 @@ class QpsModel:
         ctx = {**zero_context(QpState.RTS), "peer_ip": st["peer_ip"],
                "peer_qpn": st["peer_qpn"], "pmtu_log2": st["path_mtu"] + 7,
                "udp_sport": 0xC000 | k, "dscp": tclass["dscp"], "ecn": tclass["ecn"],
-               "ack_every_log2": self.ack_every_log2, "timeout": st["ack_timeout"],
+               "ack_every_log2": self.ack_every_log2,
+               "timeout": st["ack_timeout"] if not self.max_timeout or
+               0 < st["ack_timeout"] <= self.max_timeout else self.max_timeout,
                "retry_cnt": st["retry_count"], "rnr_retry": st["rnr_retry_count"]}
         w = {"ctl": {"qp": k, "context": ctx}, "psn": {"qp": k, "psn": st["psn"]}}
         if self.reads:
@@ -95,30 +108,29 @@ class QpsModel:
             self.seen["passed_by"] += bool(free) and any(k in busy for k in range(free[0]))
             if free:
                 self.held.add(free[0])
-                self.served.discard(free[0])
+                for served in self.served:
+                    served.discard(free[0])
             self.mode = "grant"
 
     def service(self, qpn, is_open, port, why):
-        """With ``service_port``: an open for it is told (``svc``) and the QP served from the
-        next cycle; a close or give-back of a served QP is told and its receive queue
+        """With ``service_ports``: an open for one is told (``svcJ``) and the QP served from
+        the next cycle; a close or give-back of a served QP is told and its receive queue
         flushed."""
-        if self.service_port is None:
-            return
         k = self.index(qpn)
-        if is_open and port == self.service_port:
-            self.offered.update({"svc": {"qp": k, "open": 1}, "flush": k})
-            self.serving.add(k)
-            self.seen["served_open"] += 1
-        elif not is_open and k in self.served:
-            self.offered.update({"svc": {"qp": k, "open": 0}, "flush": k})
-            self.seen[f"served_{why}"] += 1
+        for j, p in enumerate(self.service_ports):
+            if is_open and port == p:
+                self.offered.update({f"svc{j}": {"qp": k, "open": 1}, "flush": k})
+                self.serving.add((j, k))
+                self.seen["served_open"] += 1
+            elif not is_open and k in self.served[j]:
+                self.offered.update({f"svc{j}": {"qp": k, "open": 0}, "flush": k})
+                self.seen[f"served_{why}"] += 1
 
     def cycle(self, inp):
         """The outputs in a cycle with inputs ``inp`` (the writes' and the grant's ``ready``
         included); the state moves on to the next cycle."""
         out = {"held": sum(1 << k for k in self.held), "req_ready": 0, "free_ready": 0,
-               "served": sum(1 << k for k in self.served) if self.service_port is not None
-               else None,
+               "served": [sum(1 << k for k in s) for s in self.served],
                "set_ready": 0, "grant": None, **{w: None for w in WRITES}}
         if self.mode == "idle":
             self.decide(inp, out)
@@ -128,7 +140,7 @@ class QpsModel:
                 self.mode = "idle"
         elif self.offered:
             # (the service's event only once its flush is taken)
-            shown = {w: p for w, p in self.offered.items() if w != "svc" or
+            shown = {w: p for w, p in self.offered.items() if not w.startswith("svc") or
                      "flush" not in self.offered}
             out.update(shown)
             self.seen["stalled"] += any(not inp[f"{w}_ready"] for w in shown)
@@ -143,8 +155,9 @@ class QpsModel:
                 self.seen["free"] += 1
             self.mode = "idle"
         # (an open's QP is served from the next cycle, whatever ``others`` says)
-        self.served = (self.served - {k for k in range(self.n) if inp["others"] >> k & 1}) | \
-            self.serving
+        others = {k for k in range(self.n) if inp["others"] >> k & 1}
+        self.served = [(s - others) | {k for i, k in self.serving if i == j}
+                       for j, s in enumerate(self.served)]
         self.serving = set()
         return out
 
@@ -169,7 +182,7 @@ class Stimulus:
                 "ack_timeout": rng.getrandbits(5), "retry_count": rng.getrandbits(3),
                 "rnr_retry_count": rng.getrandbits(3), "responder_resources": rng.getrandbits(8),
                 "initiator_depth": rng.choice([0, 1, 4, 16, 17, rng.getrandbits(8)]),
-                "port": rng.choice([SERVICE_PORT, OTHER_PORT])}
+                "port": rng.choice([*SERVICE_PORTS, OTHER_PORT])}
 
     def random_others(self):
         rng, n = self.rng, self.n
@@ -220,8 +233,8 @@ def drive(ctx, dut, inp):
     ctx.set(dut.tclass, inp["tclass"])
     ctx.set(dut.qp_grant.ready, inp["grant_ready"])
     for w, name in WRITES.items():
-        if hasattr(dut, name):
-            ctx.set(getattr(dut, name).ready, inp[f"{w}_ready"])
+        if port_of(dut, name) is not None:
+            ctx.set(port_of(dut, name).ready, inp[f"{w}_ready"])
 
 
 def observe(ctx, dut):
@@ -231,23 +244,23 @@ def observe(ctx, dut):
     out = {"held": ctx.get(dut.held), "req_ready": ctx.get(dut.qp_req.ready),
            "free_ready": ctx.get(dut.qp_free.ready), "set_ready": ctx.get(dut.qp_set.ready),
            "grant": offered(dut.qp_grant),
-           "served": ctx.get(dut.served) if hasattr(dut, "served") else None}
+           "served": [ctx.get(s) for s in dut.served] if hasattr(dut, "served") else []}
     if out["grant"] is not None and not out["grant"]["ok"]:
         out["grant"]["qpn"] = None          # none free: no QP named
 
-    out.update({w: offered(getattr(dut, name)) if hasattr(dut, name) else None
+    out.update({w: offered(port_of(dut, name)) if port_of(dut, name) is not None else None
                 for w, name in WRITES.items()})
     return out
 
 
 def run_random(n, cycles, seed, *, reads, max_rd_atomic=16, ack_every_log2=4,
-               backpressure=0.4, service_port=None):
+               backpressure=0.4, service_ports=(), max_timeout=0):
     """``cycles`` cycles of random inputs; the block's outputs must be the model's in each.
     Returns the model (what it saw)."""
     dut = IbCmQps(n, reads=reads, max_rd_atomic=max_rd_atomic, ack_every_log2=ack_every_log2,
-                  service_port=service_port)
+                  service_ports=service_ports, max_timeout=max_timeout)
     model = QpsModel(n, ack_every_log2=ack_every_log2, reads=reads, max_rd_atomic=max_rd_atomic,
-                     service_port=service_port)
+                     service_ports=service_ports, max_timeout=max_timeout)
     stim = Stimulus(random.Random(seed), n, backpressure=backpressure)
 
     async def tb(ctx):
@@ -264,21 +277,21 @@ def run_random(n, cycles, seed, *, reads, max_rd_atomic=16, ack_every_log2=4,
     return model
 
 
-@pytest.mark.parametrize("n, reads, max_rd, ack, cycles, service", [
-    (1, False, 16, 0, 3000, None),
-    (5, True, 4, 4, 4000, SERVICE_PORT),
-    (256, True, 16, 7, 1500, None),
-    full(5, False, 16, 2, 20000, SERVICE_PORT),
-    full(256, True, 1, 5, 8000, SERVICE_PORT),
+@pytest.mark.parametrize("n, reads, max_rd, ack, cycles, service, max_timeout", [
+    (1, False, 16, 0, 3000, (), 0),
+    (5, True, 4, 4, 4000, SERVICE_PORTS, 14),
+    (256, True, 16, 7, 1500, (), 10),
+    full(5, False, 16, 2, 20000, SERVICE_PORTS[:1], 31),
+    full(256, True, 1, 5, 8000, SERVICE_PORTS, 0),
 ])
-def test_random_requests_match_the_model(n, reads, max_rd, ack, cycles, service):
+def test_random_requests_match_the_model(n, reads, max_rd, ack, cycles, service, max_timeout):
     """Grants (the lowest QP neither manager holds, only with ``pool_idle``; none free: ``ok``
     low), opens (context, PSN, READ limit), closes (ERROR), frees (RESET, the QP free again,
     only with ``pool_idle``),
     the precedence ``qp_set`` > ``qp_free`` > ``qp_req``, ``ready`` only once the writes are
     taken, and ``held`` as the model has them, cycle by cycle; the run covers each case."""
     model = run_random(n, cycles, seed=n + cycles, reads=reads, max_rd_atomic=max_rd,
-                       ack_every_log2=ack, service_port=service)
+                       ack_every_log2=ack, service_ports=service, max_timeout=max_timeout)
     seen = model.seen
     assert all(v > 0 for k, v in seen.items() if n > 1 or k != "passed_by"), seen
     assert seen["grant"] >= (n if n < 256 else 20), seen
@@ -327,6 +340,9 @@ def test_parameters_are_validated():
     raises(ValueError, "ack_every_log2", lambda: IbCmQps(4, ack_every_log2=8))
     raises(TypeError, "ack_every_log2", lambda: IbCmQps(4, ack_every_log2=True))
     raises(TypeError, "reads", lambda: IbCmQps(4, reads=1))
+    raises(ValueError, "max_timeout", lambda: IbCmQps(4, max_timeout=32))
+    raises(ValueError, "distinct", lambda: IbCmQps(4, service_ports=(1, 1)))
+    raises(ValueError, "each service port", lambda: IbCmQps(4, service_ports=(70000,)))
     raises(ValueError, "max_rd_atomic", lambda: IbCmQps(4, reads=True, max_rd_atomic=0))
     raises(ValueError, "max_rd_atomic", lambda: IbCmQps(4, reads=True, max_rd_atomic=17))
     plain, reading = IbCmQps(4), IbCmQps(4, reads=True)
