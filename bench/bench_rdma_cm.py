@@ -10,10 +10,11 @@ read per QP) at W = 64 (156.25 MHz) and W = 512 (322.265625 MHz), 8 and 256 QPs:
 * size: Yosys figures (:func:`rocegen.tools.synth.synthesize`, ``synth_xilinx -family xcup``,
   mapped for area, as ``bench_synth`` and ``bench_atomics`` map their blocks; LUTs,
   flip-flops, block RAM, LUT levels) of ``IbCmService`` at each point, of ``IbCmQps`` at 8
-  and 256 QPs, and of the rping server (``RpingServer`` at W = 64 and 512, ``ServicePorts``)
-  at 8 QPs. Results come from the synthesis result cache when an earlier run synthesized the
-  same netlist. What the IB CM adds to a whole endpoint is not measured here: a core's Yosys
-  run takes 3 to 6 minutes (``docs/resources.md``), two per point, past this script's budget.
+  and 256 QPs, and of the services at 8 QPs (``RpingServer`` at W = 64 and 512, ``SendEcho``,
+  ``ServicePorts`` for two services). Results come from the synthesis result cache when an
+  earlier run synthesized the same netlist. What the IB CM adds to a whole endpoint is not
+  measured here: a core's Yosys run takes 3 to 6 minutes (``docs/resources.md``), two per
+  point, past this script's budget.
 * latency: ``IbCmService`` in the Amaranth simulator, fed one REQ made by the reference
   model's active side (``IbCm.connect``), wrapped in a RoCEv2 frame by the reference model
   (``sim.models.ibcm.wrap``) and handed on as RoCE's ICRC check does (IPv4 header first, ICRC
@@ -80,10 +81,12 @@ TIME_WAITS_US = (None, 500)
 FIGURES = ("lut_total", "lut", "lut_as_memory", "ff", "carry", "bram36", "bram18", "lut_levels")
 
 
-def rping_config(width, num_qps):
-    """An endpoint with the rping server on :data:`RPING_PORT` beside :data:`PORT`."""
+def rping_config(width, num_qps, echo=False):
+    """An endpoint with the rping server on :data:`RPING_PORT` beside :data:`PORT` (``echo``:
+    and the SEND echo on :data:`PORT`)."""
     return EndpointConfig(width=width, num_qps=num_qps, responder=True,
-                          rdma_cm_ports=(PORT, RPING_PORT), rping_port=RPING_PORT)
+                          rdma_cm_ports=(PORT, RPING_PORT), rping_port=RPING_PORT,
+                          echo_port=PORT if echo else None)
 
 
 def endpoint_config(width, num_qps, time_wait_us=None):
@@ -126,7 +129,10 @@ def designs(quick=False):
     for width in (64, 512):
         out.append((f"rping_server_w{width}_8qp", f"RpingServer, W = {width}, 8 QPs",
                     lambda w=width: rping_server(rping_config(w, 8))))
-    out.append(("service_ports_8qp", "ServicePorts, 8 QPs", lambda: ServicePorts(8, 16)))
+    out.append(("send_echo_w512_8qp", "SendEcho, W = 512, 8 QPs",
+                lambda: ServicesFeature(rping_config(512, 8, echo=True), 26).echo))
+    out.append(("service_ports_8qp", "ServicePorts, 8 QPs, two services",
+                lambda: ServicePorts(8, 16, 2)))
     return out
 
 
