@@ -179,6 +179,20 @@ def fpga_count(name, base, want, wait=30.0):
             return got
 
 
+def run_tool(cmd):
+    """Runs the librdmacm tool ``cmd`` (at most 600 s): the FPGA's counters before it, its
+    status, output and error output, the seconds it took."""
+    before = fpga_status(time.time() + 1).get("stats", {})
+    t = time.monotonic()
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        rc, out, err = r.returncode, r.stdout, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = -1, e.stdout or "", f"{cmd[0]} did not finish in 600 s"
+    out = out if isinstance(out, str) else out.decode(errors="replace")
+    return before, rc, out, err, time.monotonic() - t
+
+
 def cmtime(job):
     """``cm:cmtime``: librdmacm's ``cmtime`` connects ``qps`` QPs to the FPGA's port at once and
     disconnects them; its table (per step: total ms, max ms, min us, us per connection) in
@@ -186,20 +200,14 @@ def cmtime(job):
     each connection established."""
     cmd = ["cmtime", "-s", job["fpga_ip"], "-p", str(job["rdma_cm_port"]), "-c",
            str(job["qps"])]
-    before = fpga_status(time.time() + 1).get("stats", {})
-    t = time.monotonic()
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        rc, out, err = r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, out, err = -1, e.stdout or "", "cmtime did not finish in 600 s"
+    before, rc, out, err, secs = run_tool(cmd)
     table = {}
     for line in out.splitlines():
         name, sep, figures = line.partition(":")
         if sep and name.strip() in CMTIME_STEPS:
             table[name.strip()] = [float(x) for x in figures.split()]
     made = fpga_count("ibcm_established", before.get("ibcm_established", 0), job["qps"])
-    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t, "json": {
+    return {"cmd": cmd, "rc": rc, "wall_s": secs, "json": {
             "table": table, "fpga_established": made}, "stderr": (err + out)[-2000:],
             "ok": rc == 0 and set(table) == set(CMTIME_STEPS) and made == job["qps"]}
 
@@ -210,17 +218,10 @@ def rping(job):
     Passes when rping ends well, printed each ping's data, and the FPGA counted the pings."""
     count = int(RPING_ARGS[RPING_ARGS.index("-C") + 1])
     cmd = ["rping", "-c", "-a", job["fpga_ip"], "-p", str(RPING_PORT), *RPING_ARGS]
-    before = fpga_status(time.time() + 1).get("stats", {})
-    t = time.monotonic()
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        rc, out, err = r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, out, err = -1, e.stdout or "", "rping did not finish in 600 s"
-    out = out if isinstance(out, str) else out.decode(errors="replace")
+    before, rc, out, err, secs = run_tool(cmd)
     pings = sum(line.startswith("ping data: ") for line in out.splitlines())
     done = fpga_count("rping_pings", before.get("rping_pings", 0), count)
-    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t, "json": {
+    return {"cmd": cmd, "rc": rc, "wall_s": secs, "json": {
             "pings": pings, "fpga_pings": done, "output": out[:300] + out[-300:]},
             "stderr": (err + out)[-2000:],
             "ok": rc == 0 and pings == count and done == count}
@@ -231,16 +232,9 @@ def rdma_client(job):
     echo (it SENDs 16 bytes and waits for them to come back). Passes when it ends with
     ``rdma_client: end 0`` and the FPGA counted the echo."""
     cmd = ["rdma_client", "-s", job["fpga_ip"], "-p", str(ECHO_PORT)]
-    before = fpga_status(time.time() + 1).get("stats", {})
-    t = time.monotonic()
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        rc, out, err = r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired as e:
-        rc, out, err = -1, e.stdout or "", "rdma_client did not finish in 600 s"
-    out = out if isinstance(out, str) else out.decode(errors="replace")
+    before, rc, out, err, secs = run_tool(cmd)
     echoes = fpga_count("echo_echoes", before.get("echo_echoes", 0), 1)
-    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t,
+    return {"cmd": cmd, "rc": rc, "wall_s": secs,
             "json": {"output": out[-300:], "fpga_echoes": echoes},
             "stderr": (err + out)[-2000:],
             "ok": rc == 0 and "rdma_client: end 0" in out and echoes == 1}

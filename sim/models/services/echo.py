@@ -39,7 +39,12 @@ import enum
 from dataclasses import dataclass
 
 from rocegen.sim.models.responder.responder import RecvStatus
-from rocegen.sim.models.services.rping import Actions, RecvPost, WorkRequest
+from rocegen.sim.models.services.rping import (
+    Actions,
+    RecvPost,
+    WorkRequest,
+    check_qps_and_width,
+)
 from rocegen.wire.verbs import CplStatus, WrOpcode
 
 __all__ = ["ECHO_PORT", "EchoKind", "EchoPhase", "COUNTERS", "EchoMemory", "EchoServer"]
@@ -74,10 +79,7 @@ class EchoMemory:
     width: int
 
     def __post_init__(self):
-        if not 1 <= self.num_qps <= 256:
-            raise ValueError(f"num_qps must be 1..256, not {self.num_qps}")
-        if self.width not in (64, 128, 256, 512):
-            raise ValueError(f"width must be 64, 128, 256 or 512, not {self.width}")
+        check_qps_and_width(self.num_qps, self.width)
         word = self.width // 8
         if self.base < 0 or self.base % word:
             raise ValueError(f"base must be a multiple of {word}, not {self.base}")

@@ -104,8 +104,9 @@ from rocegen.sim.models.responder.responder import RecvStatus
 from rocegen.wire.verbs import CplStatus, WrOpcode
 
 __all__ = ["ADV_BYTES", "RPING_MIN_SIZE", "RPING_MAX_SIZE", "WrKind", "Phase", "COUNTERS",
-           "pack_adv", "unpack_adv", "ping_data", "RpingMemory", "RecvPost", "RkeyWrite",
-           "WorkRequest", "Actions", "RpingServer", "MemoryRegion", "RpingClient"]
+           "pack_adv", "unpack_adv", "ping_data", "check_qps_and_width", "RpingMemory",
+           "RecvPost", "RkeyWrite", "WorkRequest", "Actions", "RpingServer", "MemoryRegion",
+           "RpingClient"]
 
 #: ``sizeof(struct rping_rdma_info)``: buf (u64), rkey (u32), size (u32), big-endian.
 ADV_BYTES = 16
@@ -167,6 +168,14 @@ def ping_data(ping, size):
     return bytes(buf)
 
 
+def check_qps_and_width(num_qps, width):
+    """The checks every service's memory layout makes of the endpoint's QPs and word."""
+    if not 1 <= num_qps <= 256:
+        raise ValueError(f"num_qps must be 1..256, not {num_qps}")
+    if width not in (64, 128, 256, 512):
+        raise ValueError(f"width must be 64, 128, 256 or 512, not {width}")
+
+
 @dataclass(frozen=True)
 class RpingMemory:
     """The slices of local memory the server's QPs own: ``num_qps`` slices of ``bytes_per_qp``
@@ -179,10 +188,7 @@ class RpingMemory:
     width: int
 
     def __post_init__(self):
-        if not 1 <= self.num_qps <= 256:
-            raise ValueError(f"num_qps must be 1..256, not {self.num_qps}")
-        if self.width not in (64, 128, 256, 512):
-            raise ValueError(f"width must be 64, 128, 256 or 512, not {self.width}")
+        check_qps_and_width(self.num_qps, self.width)
         a = self.align
         if self.base < 0 or self.base % a:
             raise ValueError(f"base must be a multiple of {a}, not {self.base}")
