@@ -278,7 +278,7 @@ def run_random(n, cycles, seed, *, reads, max_rd_atomic=16, ack_every_log2=4,
 
 
 @pytest.mark.parametrize("n, reads, max_rd, ack, cycles, service, max_timeout", [
-    (1, False, 16, 0, 3000, (), 0),
+    (1, False, 16, 0, 3000, SERVICE_PORTS[:1], 14),
     (5, True, 4, 4, 4000, SERVICE_PORTS, 14),
     (256, True, 16, 7, 1500, (), 10),
     full(5, False, 16, 2, 20000, SERVICE_PORTS[:1], 31),

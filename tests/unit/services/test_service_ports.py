@@ -181,7 +181,7 @@ def test_requests_merged_and_completions_routed(num_qps, seed, services):
 
 def test_parameters_are_checked():
     raises(ValueError, "1..256", lambda: ServicePorts(0, 4))
-    raises(TypeError, "", lambda: ServicePorts(2.0, 4))
+    raises(TypeError, "num_qps must be an integer", lambda: ServicePorts(2.0, 4))
     raises(ValueError, "rq_depth", lambda: ServicePorts(2, 0))
     raises(ValueError, "rq_depth", lambda: ServicePorts(2, 2048))
     raises(ValueError, "services", lambda: ServicePorts(2, 4, 0))
