@@ -7,14 +7,12 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.memport import check_addr_width, mem_write_layout
 from rocegen.gateware.lib.stream import check_width
-from rocegen.gateware.roce.layouts import COMPLETION, WORK_REQUEST, WrOpcode, check_num_qps
+from rocegen.gateware.roce.layouts import WORK_REQUEST, WrOpcode, check_num_qps
 from rocegen.gateware.roce.responder.resp_layouts import (
-    RECV_COMPLETION,
     RECV_POST,
 )
 from rocegen.gateware.roce.services.rping_layouts import (
     ADV_BYTES,
-    OPENED,
     RKEY_WRITE,
     RPING_EVENT,
     RPING_QP,
@@ -22,7 +20,7 @@ from rocegen.gateware.roce.services.rping_layouts import (
     Phase,
     WrKind,
 )
-from rocegen.gateware.roce.services.service_events import take_event
+from rocegen.gateware.roce.services.service_events import service_members, take_event
 
 __all__ = ["RpingServer", "COUNTERS"]
 
@@ -128,11 +126,7 @@ class RpingServer(wiring.Component):
             raise ValueError(f"the QPs' slices end at byte {end:#x}, outside local memory "
                              f"({limit:#x} bytes)")
         super().__init__({
-            "opened": In(stream.Signature(OPENED)),
-            "recv": Out(stream.Signature(RECV_POST)),
-            "recv_cpl": In(stream.Signature(RECV_COMPLETION)),
-            "wr": Out(stream.Signature(WORK_REQUEST)),
-            "cpl": In(stream.Signature(COMPLETION)),
+            **service_members(),
             "rkey": Out(stream.Signature(RKEY_WRITE)),
             "adv_w": In(stream.Signature(mem_write_layout(width, addr_width), always_ready=True)),
             **{name: Out(1) for name in COUNTERS},

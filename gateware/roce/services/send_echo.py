@@ -1,20 +1,16 @@
 """A SEND echo in gateware: the service librdmacm's ``rdma_client`` example talks to."""
 
 from amaranth.hdl import Module, Signal
-from amaranth.lib import enum, stream, wiring
+from amaranth.lib import enum, wiring
 from amaranth.lib.memory import Memory
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import Out
 
 from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.layouts import (
-    COMPLETION,
-    QP_SERVICE,
-    WORK_REQUEST,
     WrOpcode,
     check_num_qps,
 )
-from rocegen.gateware.roce.responder.resp_layouts import RECV_COMPLETION, RECV_POST
-from rocegen.gateware.roce.services.service_events import take_event
+from rocegen.gateware.roce.services.service_events import service_members, take_event
 from rocegen.gateware.roce.services.service_layouts import SERVICE_EVENT, EvKind
 
 __all__ = ["SendEcho", "EchoPhase", "EchoKind", "COUNTERS"]
@@ -93,14 +89,7 @@ class SendEcho(wiring.Component):
             raise ValueError(f"bytes_per_qp must be a power of two from {word} to 2^30, not "
                              f"{bytes_per_qp}")
         self.base, self.bytes_per_qp = base, bytes_per_qp
-        super().__init__({
-            "opened": In(stream.Signature(QP_SERVICE)),
-            "recv": Out(stream.Signature(RECV_POST)),
-            "recv_cpl": In(stream.Signature(RECV_COMPLETION)),
-            "wr": Out(stream.Signature(WORK_REQUEST)),
-            "cpl": In(stream.Signature(COMPLETION)),
-            **{name: Out(1) for name in COUNTERS},
-        })
+        super().__init__({**service_members(), **{name: Out(1) for name in COUNTERS}})
 
     def elaborate(self, platform):
         m = Module()

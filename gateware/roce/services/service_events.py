@@ -2,12 +2,32 @@
 then a work request's completion, then a receive completion."""
 
 from amaranth.hdl import Signal
+from amaranth.lib import stream
+from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import CplStatus
-from rocegen.gateware.roce.responder.resp_layouts import RecvOpcode, RecvStatus
+from rocegen.gateware.roce.layouts import COMPLETION, QP_SERVICE, WORK_REQUEST, CplStatus
+from rocegen.gateware.roce.responder.resp_layouts import (
+    RECV_COMPLETION,
+    RECV_POST,
+    RecvOpcode,
+    RecvStatus,
+)
 from rocegen.gateware.roce.services.service_layouts import SERVICE_EVENT, EvKind
 
-__all__ = ["take_event"]
+__all__ = ["take_event", "service_members"]
+
+
+def service_members():
+    """The ports every service has: ``opened`` (its QPs opened and closed), ``recv`` /
+    ``recv_cpl`` (its receive buffers and their completions), ``wr`` / ``cpl`` (its work
+    requests and theirs)."""
+    return {
+        "opened": In(stream.Signature(QP_SERVICE)),
+        "recv": Out(stream.Signature(RECV_POST)),
+        "recv_cpl": In(stream.Signature(RECV_COMPLETION)),
+        "wr": Out(stream.Signature(WORK_REQUEST)),
+        "cpl": In(stream.Signature(COMPLETION)),
+    }
 
 
 def take_event(m, service, ev, reads):
