@@ -1,10 +1,12 @@
 """The figures of the rxe co-simulation (``rocegen sim rxe``, docs/rxe.md): the guest's build
 time and size, the wall time of a whole run against the simulated time, and per step the bytes
 checked, the frames each way and the NAKs; then the same story with RoCEv2 frames lost each way,
-with rxe's counters.
+with rxe's counters; then librdmacm's own tools against the FPGA's standard connection manager
+and its services (``librdmacm``: cmtime, ``rping -c -C 10 -S 4096 -V -v``, rdma_client), with
+what they printed.
 
-``python -m bench.bench_rxe [--out build/bench/rxe.json] [--loss P]``: needs what ``rocegen sim
-rxe`` needs (root, QEMU; ``make setup`` as root). Measures, asserts nothing.
+``python -m bench.bench_rxe [--out build/bench/rxe.json] [--loss P] [--only RUN...]``: needs
+what ``rocegen sim rxe`` needs (root, QEMU; ``make setup`` as root). Measures, asserts nothing.
 """
 
 import argparse
@@ -15,7 +17,8 @@ import time
 from pathlib import Path
 
 RUNS = {"clean": [], "lossy": ["--loss-to-fpga", "{loss}", "--loss-from-fpga", "{loss}",
-                               "--loss-seed", "3"]}
+                               "--loss-seed", "3"],
+        "librdmacm": ["--rdma-cm-port", "7470", "--steps", "cm:cmtime,cm:rping,cm:rdma_client"]}
 RXE_KEPT = ("sent_pkts", "rcvd_pkts", "duplicate_request", "out_of_seq_request", "rcvd_seq_err",
             "rcvd_rnr_err", "send_rnr_err", "completer_retry_err", "retry_exceeded_err",
             "ack_deferred")
@@ -40,10 +43,13 @@ def main(argv=None):
     p.add_argument("--out", default="build/bench/rxe.json")
     p.add_argument("--loss", type=float, default=0.05)
     p.add_argument("--runs", default="build/bench/rxe")
+    p.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS),
+                   help="the runs to make (default all)")
     args = p.parse_args(argv)
     out = Path(args.runs)
     results = {}
-    for name, extra in RUNS.items():
+    for name in args.only:
+        extra = RUNS[name]
         rep = run(name, [a.format(loss=args.loss) for a in extra], out)
         results[name] = rep
         g = rep["guest"]
@@ -56,6 +62,16 @@ def main(argv=None):
                   f"{s['checked']:>7} B checked by {s['checked_by'] or '-':<4} wrong {s['wrong']}  "
                   f"rxe tx/rx {x.get('sent_pkts', 0)}/{x.get('rcvd_pkts', 0)}  FPGA tx/rx "
                   f"{f.get('roce_tx_packets', 0)}/{f.get('roce_rx_packets', 0)}")
+        for s in rep["steps"]:
+            if s.get("rping"):
+                print(f"  rping: {s['rping']['pings']} pings printed, FPGA counted "
+                      f"{s['rping']['fpga_pings']}; {s['rping']['output'][:70]}...")
+            if s.get("rdma_client"):
+                print(f"  rdma_client: {s['rdma_client']['output'].strip()!r}, FPGA echoes "
+                      f"{s['rdma_client']['fpga_echoes']}")
+            if s.get("cmtime"):
+                print("  cmtime (ms total per step): " +
+                      ", ".join(f"{k} {v[0]}" for k, v in s["cmtime"].items()))
         for way, c in rep["frames"].items():
             print(f"  frames {way}: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
         for way, c in rep["loss"].items():
