@@ -370,9 +370,7 @@ class EndpointConfig:
             raise ConfigError("service_region", f"service_region [{base:#x}, +{length:#x}) is "
                               f"not inside local memory of {self.mem_bytes:#x} bytes")
         align = max(16, self.width // 8)
-        per_qp = 1 << ((length // self.num_qps).bit_length() - 1) if length >= self.num_qps \
-            else 0
-        if base % align or per_qp <= 2 * align:
+        if base % align or length < self.num_qps or self.service_slices[1] <= 2 * align:
             raise ConfigError("service_region", f"service_region must start at a multiple of "
                               f"{align} bytes and give each of the {self.num_qps} QPs more "
                               f"than {2 * align} bytes, not [{base:#x}, +{length:#x})")

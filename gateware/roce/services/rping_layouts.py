@@ -1,22 +1,14 @@
 """Records of the rping server (:class:`~rocegen.gateware.roce.services.rping_server.RpingServer`):
-its ports' own layouts and what it keeps per QP. ``rocegen.sim.models.services.rping`` states
+what it keeps per QP (its ports' layouts are the QP table's ``RKEY_WRITE`` and every service's
+own, ``service_events``). ``rocegen.sim.models.services.rping`` states
 the rules."""
 
 from amaranth.lib import data, enum
 
-from rocegen.gateware.roce.layouts import QP_SERVICE, RKEY_WRITE
-from rocegen.gateware.roce.services.service_layouts import SERVICE_EVENT, EvKind
-
-__all__ = ["ADV_BYTES", "OPENED", "RKEY_WRITE", "Phase", "WrKind", "EvKind", "RPING_QP",
-           "RPING_EVENT"]
+__all__ = ["ADV_BYTES", "Phase", "WrKind", "RPING_QP"]
 
 #: ``sizeof(struct rping_rdma_info)``: buf (u64), rkey (u32), size (u32), big-endian.
 ADV_BYTES = 16
-
-#: A QP of rping's port opened (``open`` set: a new connection) or closed (its connection
-#: ended): ``qp`` the QP index (QPN - 256), as in WORK_REQUEST.
-OPENED = QP_SERVICE
-
 
 class Phase(enum.Enum, shape=3):
     """Where a QP's service is (the model's ``Phase``)."""
@@ -38,6 +30,3 @@ class WrKind(enum.Enum, shape=3):
 
 #: A QP's service: its phase, whether a go-ahead SEND is outstanding, the ping's length.
 RPING_QP = data.StructLayout({"phase": Phase, "go_out": 1, "length": 31})
-
-#: An event as the server holds it (the services' own layout).
-RPING_EVENT = SERVICE_EVENT

@@ -7,20 +7,18 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.memport import check_addr_width, mem_write_layout
 from rocegen.gateware.lib.stream import check_width
-from rocegen.gateware.roce.layouts import WORK_REQUEST, WrOpcode, check_num_qps
+from rocegen.gateware.roce.layouts import (
+    RKEY_WRITE,
+    WORK_REQUEST,
+    WrOpcode,
+    check_num_qps,
+)
 from rocegen.gateware.roce.responder.resp_layouts import (
     RECV_POST,
 )
-from rocegen.gateware.roce.services.rping_layouts import (
-    ADV_BYTES,
-    RKEY_WRITE,
-    RPING_EVENT,
-    RPING_QP,
-    EvKind,
-    Phase,
-    WrKind,
-)
+from rocegen.gateware.roce.services.rping_layouts import ADV_BYTES, RPING_QP, Phase, WrKind
 from rocegen.gateware.roce.services.service_events import service_members, take_event
+from rocegen.gateware.roce.services.service_layouts import SERVICE_EVENT, EvKind
 
 __all__ = ["RpingServer", "COUNTERS"]
 
@@ -64,7 +62,7 @@ class RpingServer(wiring.Component):
 
     Ports
     -----
-    opened : In(stream.Signature(OPENED))
+    opened : In(stream.Signature(QP_SERVICE))
         QPs of rping's port opened (a new connection: the service starts) and closed (it ends).
     recv : Out(stream.Signature(RECV_POST))
         Receive buffers: each QP's receive slot, 16 bytes, wr_id ``WrKind.RECV``.
@@ -142,7 +140,7 @@ class RpingServer(wiring.Component):
         st_r = states.read_port(transparent_for=(st_w,))
         adv_r = advs.read_port(transparent_for=(adv_wp,))
 
-        ev = Signal(RPING_EVENT)
+        ev = Signal(SERVICE_EVENT)
         d = _Decision(self, m, ev)
         pend = {k: Signal(name=f"pend_{k}") for k in ("recv", "rkey", "wr")}
         strobes = {name: Signal(name=f"count_{name}") for name in COUNTERS}
