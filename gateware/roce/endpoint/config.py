@@ -193,6 +193,11 @@ class EndpointConfig:
                                      "again, in microseconds (default 67108.864: 4.096 us x "
                                      "2^14)", kind="number", lo=0, hi=4096 * 2 ** 31 / 1000,
                                      cli="--rdma-cm-time-wait", metavar="US")
+    rdma_cm_queue: int = _p(8, "with rdma_cm_ports: MADs QP1's receive queue holds while "
+                            "the IB CM answers the one before (default 8); a longer burst "
+                            "(many REQs or DREQs at once) loses the last ones until the peer's "
+                            "CM sends them again", lo=1, hi=16, what="1..16 MADs",
+                            cli="--rdma-cm-queue", metavar="MADS")
     rping_port: int = _p(None, "with rdma_cm_ports and reads: the port (one of "
                          "rdma_cm_ports) whose connections the gateware rping server serves, "
                          "as `rping -s` does (rping's default port is 7174); default none",

@@ -18,7 +18,8 @@ def ibcm_params(cfg):
     :class:`~rocegen.gateware.roce.endpoint.config.EndpointConfig` with ``rdma_cm_ports``): a
     connection per QP, the endpoint's QP numbers and clock, READ depths of the responder and
     of the READ requester (none without READs), the path MTU at most ``pmtu``, one PSN per QP
-    (the REQ's), the time-wait ``rdma_cm_time_wait_us``."""
+    (the REQ's), the time-wait ``rdma_cm_time_wait_us``, QP1's queue of ``rdma_cm_queue``
+    MADs."""
     wait = DEFAULT_TIME_WAIT_NS if cfg.rdma_cm_time_wait_us is None else \
         round(cfg.rdma_cm_time_wait_us * 1000)
     return {"ports": cfg.rdma_cm_ports, "clk_hz": cfg.clk_hz, "connections": cfg.num_qps,
@@ -26,7 +27,8 @@ def ibcm_params(cfg):
             "responder_resources": min(cfg.rd_depth, 255) if cfg.reads else 0,
             "initiator_depth": cfg.max_rd_atomic if cfg.reads else 0,
             "psn_from_req": True, "max_mtu": cfg.pmtu, "time_wait_ns": wait,
-            "region_port": cfg.responder, "rnr_retry_count": cfg.cm_rnr_retry}
+            "region_port": cfg.responder, "rnr_retry_count": cfg.cm_rnr_retry,
+            "queue": cfg.rdma_cm_queue}
 
 
 class IbCmFeature(Feature):

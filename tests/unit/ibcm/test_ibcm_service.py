@@ -14,7 +14,7 @@ from rocegen.sim.models.ibcm.qp1 import egress, ingress
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
-from rocegen.sim.testing.ibcm_mads import FPGA
+from rocegen.sim.testing.ibcm_mads import FPGA, req
 from rocegen.wire import headers as H
 from rocegen.wire import ibcm as I
 from rocegen.wire import opcodes as opc
@@ -105,3 +105,44 @@ def test_the_story_through_qp1(width):
              "qp1_drop_qkey": sum(v is not None and v.verdict == "drop_qkey" for v in seen)}
     assert {c: counts[c] for c in want} == want and want["qp1_drop_qkey"] > 0
     assert {c: counts[c] for c in model_counts(sc)} == model_counts(sc)
+
+
+def burst(width, queue, n, seed):
+    """``n`` REQs from ``n`` hosts back to back into a service of ``queue`` MADs (no idle
+    cycle in, none of backpressure out, the pool answering at once): the REPs out and the
+    counts."""
+    rng = random.Random(seed)
+    packets = [Packet(datagram(0x0A00_0100 + k, req(rng, src_ip=0x0A00_0100 + k, port=PORT)))
+               for k in range(n)]
+    dut = IbCmService(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
+                      ports=[PORT], connections=n, first_comm_id=FIRST_CID, psn_seed=PSN_SEED,
+                      clk_hz=CLK_HZ, qpns=BLOCK_QPNS, queue=queue, responder_resources=1,
+                      initiator_depth=1)
+    pool = QpPool(list(BLOCK_QPNS)[:n])
+    drv = StreamDriver(dut.i, width, idle=0.0, seed=seed)
+    col = StreamCollector(dut.o, width, backpressure=0.0, seed=seed)
+    counts = dict.fromkeys(COUNTERS, 0)
+
+    async def tb(ctx):
+        ctx.set(dut.local_ip, FPGA)
+        await drv.send(ctx, packets)
+        await ctx.tick().repeat(n * (2 * n + 4 * 2048 // width + 60))
+
+    run_sim(dut, testbenches=[tb], processes=[
+        col.run, counter_process({name: getattr(dut, name) for name in COUNTERS}, counts),
+        pool_process(dut, pool, rng)])
+    reps = [p for p in col.packets
+            if I.MAD_HDR.unpack(p.data[I.UD_OUT.length:])["attribute_id"] == I.ATTR_REP]
+    return reps, counts
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_a_burst_of_reqs_waits_in_the_queue(width):
+    """Eight REQs at the line's pace: a queue of eight MADs holds those the CM has not taken
+    up yet, and each gets its REP; a queue of two loses some (counted), which the hosts' CMs
+    would send again."""
+    reps, counts = burst(width, 8, 8, seed=width)
+    assert len(reps) == 8 and counts["qp1_drop_overflow"] == 0, counts
+    assert counts["established"] == 0 and counts["qp1_mads"] == 8
+    reps, counts = burst(width, 2, 8, seed=width)
+    assert counts["qp1_drop_overflow"] > 0 and len(reps) == 8 - counts["qp1_drop_overflow"]
