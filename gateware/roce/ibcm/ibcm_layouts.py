@@ -72,6 +72,7 @@ class ReplyKind(enum.Enum, shape=3):
     DREP = 3
     CLASS_PORT_INFO = 4     # the GetResp of a Get of ClassPortInfo
     ECHO = 5                # the MAD the receiver holds, as a GetResp with a status
+    DREQ = 6
 
 
 #: A MAD to send. ``dst_*``: :data:`IBCM_TX_META`. ``transaction_id`` and, for a GetResp, the
@@ -80,7 +81,8 @@ class ReplyKind(enum.Enum, shape=3):
 #: message: ``local_comm_id``, ``remote_comm_id``; REP: ``local_qpn``, ``starting_psn``,
 #: ``responder_resources``, ``initiator_depth``, ``region`` (its private data); REJ:
 #: ``message`` (rejected), ``reason`` and ``ari_guid``: its additional reject information our
-#: CA GUID (8 bytes, as a REJ ``TIMEOUT`` carries it), else none.
+#: CA GUID (8 bytes, as a REJ ``TIMEOUT`` carries it), else none; DREQ: ``remote_qpn`` (the
+#: peer's QP).
 REPLY_RECORD = data.StructLayout({
     "kind": ReplyKind,
     "dst_ip": 32, "dst_qp": 24, "pkey": 16,
@@ -88,7 +90,7 @@ REPLY_RECORD = data.StructLayout({
     "local_comm_id": 32, "remote_comm_id": 32,
     "local_qpn": 24, "starting_psn": 24, "responder_resources": 8, "initiator_depth": 8,
     "region": I.REGION.layout,
-    "message": 2, "reason": 16, "ari_guid": 1, "status": 16,
+    "message": 2, "reason": 16, "ari_guid": 1, "status": 16, "remote_qpn": 24,
 })
 
 
@@ -116,12 +118,13 @@ QP_SET = data.StructLayout({
 })
 
 
-class ConnState(enum.Enum, shape=2):
+class ConnState(enum.Enum, shape=3):
     """A connection table entry's state (IBTA's names; FREE: no connection)."""
     FREE = 0
     REP_SENT = 1
     ESTABLISHED = 2
     TIMEWAIT = 3
+    DREQ_SENT = 4
 
 
 #: Bits of the passive side's time (in ticks of :data:`TICK_NS`): a deadline is at most
@@ -135,11 +138,13 @@ TICK_NS = 4096
 #: DREQ is matched against, and what the REP sent again holds (``pkey``: the REQ's P_Key). Its
 #: timer: ``deadline`` (in ticks, :data:`TIME_BITS` wrapping), in REP_SENT the REP's (sent
 #: again ``retries`` more times, each ``2^timeout`` ticks after the last: the REQ's local CM
-#: response timeout and max CM retries), in TIMEWAIT the time-wait's end.
+#: response timeout and max CM retries), in DREQ_SENT our DREQ's (``tid`` its transaction ID,
+#: sent again ``retries`` more times, from ``max_retries``: the REQ's max CM retries), in
+#: TIMEWAIT the time-wait's end.
 CONNECTION = data.StructLayout({
     "state": ConnState,
     "local_comm_id": 32, "remote_comm_id": 32, "peer_ip": 32, "peer_qpn": 24,
     "qpn": 24, "psn": 24, "responder_resources": 8, "initiator_depth": 8,
     "tid": 64, "pkey": 16,
-    "deadline": TIME_BITS, "retries": 4, "timeout": 5,
+    "deadline": TIME_BITS, "retries": 4, "timeout": 5, "max_retries": 4,
 })

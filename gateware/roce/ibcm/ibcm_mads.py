@@ -17,7 +17,8 @@ __all__ = ["IbCmMads", "cm_ports", "connect_cm_ports"]
 def cm_ports(region_port=False):
     """The passive side's ports that a block holding it passes on: our IPv4 address, the
     region our REPs advertise (with ``region_port``: read per QP, ``region_qp`` out), the QP
-    pool's handshakes, the QPs' set-ups and closes and the QPs packets arrive on."""
+    pool's handshakes, the QPs' set-ups and closes, the QPs packets arrive on and the QPs whose
+    connections are to be closed."""
     return {
         **({"region_qp": Out(24)} if region_port else {}),
         "local_ip": In(32), "region": In(I.REGION.layout),
@@ -25,6 +26,7 @@ def cm_ports(region_port=False):
         "qp_free": Out(stream.Signature(24)),
         "qp_set": Out(stream.Signature(QP_SET)),
         "data_seen": In(stream.Signature(24, always_ready=True)),
+        "disconnect": In(stream.Signature(24)),
     }
 
 
@@ -36,6 +38,7 @@ def connect_cm_ports(m, inner, outer):
     wiring.connect(m, inner.qp_free, wiring.flipped(outer.qp_free))
     wiring.connect(m, inner.qp_set, wiring.flipped(outer.qp_set))
     wiring.connect(m, wiring.flipped(outer.data_seen), inner.data_seen)
+    wiring.connect(m, wiring.flipped(outer.disconnect), inner.disconnect)
     m.d.comb += [inner.local_ip.eq(outer.local_ip), inner.region.eq(outer.region)]
     if hasattr(inner, "region_qp") and hasattr(outer, "region_qp"):
         m.d.comb += outer.region_qp.eq(inner.region_qp)

@@ -3,12 +3,13 @@ and its timers."""
 
 from fractions import Fraction
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.mac.pause_time import quanta_elapsed
+from rocegen.gateware.roce.ibcm.ibcm_decide import PSN_TAPS, PassiveDecisions, pow2
 from rocegen.gateware.roce.ibcm.ibcm_layouts import (
     CONNECTION,
     MAD_RECORD,
@@ -20,7 +21,6 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import (
     VERDICT_COUNTERS,
     ConnState,
     ReplyKind,
-    Verdict,
     int_param,
 )
 from rocegen.gateware.roce.layouts import MAX_QPS, QPN_BASE
@@ -29,17 +29,14 @@ from rocegen.wire import ibcm as I
 __all__ = ["IbCmPassive", "PSN_TAPS", "COUNTERS", "MAX_QPNS", "DEFAULT_QPNS",
            "DEFAULT_TIME_WAIT_NS", "tick_cycles"]
 
-#: The starting PSNs come from a 24-bit Galois LFSR (x^24 + x^23 + x^22 + x^17 + 1): shifted
-#: right, these taps XORed in when the bit shifted out is 1.
-PSN_TAPS = 0xE10000
-
 #: The passive side's counter strobes: the reference model's counters of the same names (those
 #: of the passive side).
 COUNTERS = ("rx_mads", "tx_mads", *VERDICT_COUNTERS.values(), "answered_bad_version",
             "answered_unsupported", "class_port_info", "req_rejected", "req_duplicate",
             "req_stale", "rep_unknown", "rtu_unknown", "rtu_duplicate", "mra_unknown",
             "rej_unknown", "dreq_unknown", "dreq_duplicate", "drep_unknown", "established",
-            "rejected", "retransmits", "rep_timeouts", "timewait_exits")
+            "rejected", "retransmits", "rep_timeouts", "timewait_exits", "disconnects",
+            "disconnect_unknown", "dreq_timeouts")
 
 #: The most QP numbers ``qpns`` may name (a flip-flop each).
 MAX_QPNS = 4096
@@ -78,21 +75,7 @@ def _qpns(qpns):
     return qpns
 
 
-def _min(a, b):
-    return Mux(a < b, a, b)
-
-
-def _pow2(t):
-    """2^t for a 5-bit CM time value t (ticks)."""
-    return Const(1, 1) << t
-
-
-def _sender(rec):
-    """Where a reply to record ``rec`` goes: its sender's address and QP, its P_Key."""
-    return rec.src_ip, rec.src_qp, rec.pkey
-
-
-class IbCmPassive(wiring.Component):
+class IbCmPassive(PassiveDecisions, wiring.Component):
     """The passive side of the IB CM (``rdma_listen``/``rdma_accept`` as librdmacm's peer sees
     them): decides, for one MAD record at a time, the reply and what changes in the connection
     table, and runs the table's timers, as the reference model
@@ -242,7 +225,8 @@ class IbCmPassive(wiring.Component):
 
     def __init__(self, *, ports, clk_hz, connections=16, qpns=DEFAULT_QPNS,
                  responder_resources=1, initiator_depth=1, first_comm_id=1, psn_seed=1,
-                 time_wait_ns=DEFAULT_TIME_WAIT_NS, psn_from_req=False, max_mtu=4096):
+                 time_wait_ns=DEFAULT_TIME_WAIT_NS, psn_from_req=False, max_mtu=4096,
+                 first_tid=1):
         ports = list(ports)
         for p in ports:
             int_param("each port", p, 0, 0xFFFF)
@@ -255,6 +239,7 @@ class IbCmPassive(wiring.Component):
         self.initiator_depth = int_param("initiator_depth", initiator_depth, 0, 255)
         self.first_comm_id = int_param("first_comm_id", first_comm_id, 1, (1 << 32) - 1)
         self.psn_seed = int_param("psn_seed", psn_seed, 1, (1 << 24) - 1)
+        self.first_tid = int_param("first_tid", first_tid, 0, (1 << 64) - 1)
         self.time_wait_ns = int_param("time_wait_ns", time_wait_ns, 0, TICK_NS << 31)
         self.time_wait_ticks = -(-self.time_wait_ns // TICK_NS)
         if not isinstance(psn_from_req, bool):
@@ -269,6 +254,7 @@ class IbCmPassive(wiring.Component):
             "local_ip": In(32),
             "region": In(I.REGION.layout),
             "data_seen": In(stream.Signature(24, always_ready=True)),
+            "disconnect": In(stream.Signature(24)),
             "qp_req": Out(stream.Signature(0)),
             "qp_grant": In(stream.Signature(QP_GRANT)),
             "qp_free": Out(stream.Signature(24)),
@@ -282,7 +268,7 @@ class IbCmPassive(wiring.Component):
         N = self.connections
         m.submodules.table = table = Memory(shape=CONNECTION, depth=N, init=[])
         rd, wr = table.read_port(domain="sync"), table.write_port()
-        s = _State(N, self.first_comm_id, self.psn_seed, len(self.qpns))
+        s = _State(N, self.first_comm_id, self.psn_seed, len(self.qpns), self.first_tid)
         rec = self.i.payload
         m.d.comb += [self.o.payload.eq(s.out), self.qp_set.valid.eq(s.set_valid),
                      self.qp_set.payload.eq(s.set)]
@@ -314,7 +300,7 @@ class IbCmPassive(wiring.Component):
                 m.d.comb += rd.addr.eq(s.act_idx)
                 m.next = "TACT"
             with m.State("TACT"):
-                self._act(m, s, wr, rd.data)
+                self._act(m, s, wr, rd.data, now)
             self._handshakes(m, s)
         return m
 
@@ -340,17 +326,15 @@ class IbCmPassive(wiring.Component):
                 with m.Else():
                     m.next = "DONE"
         with m.State("DONE"):
-            with m.If(s.set_valid & ~self.qp_set.ready):
-                pass
-            with m.Elif(s.note):
-                m.d.comb += self.i.ready.eq(1)
-                self._count(m, "rx_mads")
-                m.d.sync += s.act_idx.eq(Mux(s.note_hi, s.note_hi_idx, s.note_idx))
-                m.next = "TREAD"
-            with m.Else():
-                m.d.comb += self.i.ready.eq(1)
-                self._count(m, "rx_mads")
-                m.next = "IDLE"
+            with m.If(~s.set_valid | self.qp_set.ready):
+                m.d.comb += [self.i.ready.eq(~s.dis), self.disconnect.ready.eq(s.dis)]
+                with m.If(~s.dis):
+                    self._count(m, "rx_mads")
+                with m.If(s.note):
+                    m.d.sync += s.act_idx.eq(Mux(s.note_hi, s.note_hi_idx, s.note_idx))
+                    m.next = "TREAD"
+                with m.Else():
+                    m.next = "IDLE"
 
     # ---- time, packets, due entries
 
@@ -379,26 +363,29 @@ class IbCmPassive(wiring.Component):
     def _due(self, m, s, e, now):
         """Of entry ``e`` (the read port's data): ``s.expired``, its timer is due;
         ``s.promote``, it waits for an RTU and a packet came on its QP; ``s.due``, either
-        applies to its state."""
+        applies to its state (a timer: in REP_SENT, DREQ_SENT and TIMEWAIT)."""
         late = Signal(TIME_BITS)
         rep_sent = e.state == ConnState.REP_SENT
+        waits = (e.state == ConnState.TIMEWAIT) | (e.state == ConnState.DREQ_SENT)
         m.d.comb += [late.eq(now - e.deadline), s.expired.eq(~late[-1]),
                      s.promote.eq(rep_sent & s.seen_e),
-                     s.due.eq((rep_sent & (s.expired | s.seen_e))
-                              | ((e.state == ConnState.TIMEWAIT) & s.expired))]
+                     s.due.eq((rep_sent & (s.expired | s.seen_e)) | (waits & s.expired))]
 
     def _idle(self, m, s, rd, now):
-        """Waiting for a record; meanwhile the background scan: entry ``bg`` read, checked the
-        cycle after (``bg_ev``), a due one acted on. A record goes first (the entry read in
-        that cycle is read again after it)."""
+        """Waiting for a record or a disconnect; meanwhile the background scan: entry ``bg``
+        read, checked the cycle after (``bg_ev``), a due one acted on (once a QP set-up
+        before it is taken). A record or a disconnect goes first (the entry read in that cycle
+        is read again after it)."""
         m.d.comb += rd.addr.eq(s.bg)
         m.d.sync += s.bg_ev.eq(0)
-        with m.If(self.i.valid):
+        # a disconnect goes first unless the last taken up was one and a record waits
+        dis = self.disconnect.valid & ~(self.i.valid & s.dis)
+        with m.If(self.i.valid | self.disconnect.valid):
             m.d.sync += [s.idx.eq(0), s.ev.eq(0), s.hit.eq(0), s.stale.eq(0), s.free_ok.eq(0),
                          s.note.eq(0), s.note_hi.eq(0), s.t0.eq(now), s.timer.eq(0),
-                         s.then_free.eq(0)]
+                         s.then_free.eq(0), s.dis.eq(dis)]
             m.next = "SCAN"
-        with m.Elif(s.bg_ev & s.due):
+        with m.Elif(s.bg_ev & s.due & ~s.set_valid):
             m.d.sync += s.act_idx.eq(s.bg_prev)
             m.next = "TREAD"
         with m.Else():
@@ -412,11 +399,13 @@ class IbCmPassive(wiring.Component):
         """The tick a wait of ``ticks`` from the record's ``t0`` is due at."""
         return (s.t0 + ticks + 1)[:TIME_BITS]
 
-    def _act(self, m, s, wr, e):
+    def _act(self, m, s, wr, e, now):
         """Entry ``act_idx`` (``e``, read again) if still due: established by a packet; its
-        REP sent again; REJ ``TIMEOUT``, freed, its QP given back; the end of its
-        time-wait, freed, its QP given back. The background scan goes on after it."""
+        REP sent again; REJ ``TIMEOUT``, freed, its QP given back; its DREQ sent again; its
+        time-wait begun when no DREP came; the end of its time-wait, freed, its QP given back.
+        The background scan goes on after it."""
         rep_sent = e.state == ConnState.REP_SENT
+        dreq_sent = e.state == ConnState.DREQ_SENT
         m.d.comb += [wr.addr.eq(s.act_idx), wr.data.eq(e)]
         m.d.sync += [s.bg.eq(self._after(s.act_idx)), s.hit_e.eq(e), s.timer.eq(1)]
         m.next = "IDLE"
@@ -426,7 +415,7 @@ class IbCmPassive(wiring.Component):
             self._count(m, "established")
         with m.Elif(rep_sent & s.expired & (e.retries != 0)):
             m.d.comb += [wr.en.eq(1), wr.data.retries.eq(e.retries - 1),
-                         wr.data.deadline.eq(e.deadline + _pow2(e.timeout))]
+                         wr.data.deadline.eq(e.deadline + pow2(e.timeout))]
             m.d.sync += self._rep(s, to, e)
             self._count(m, "retransmits")
             m.next = "SEND"
@@ -438,6 +427,16 @@ class IbCmPassive(wiring.Component):
             m.d.sync += s.then_free.eq(1)
             self._count(m, "rep_timeouts")
             m.next = "SEND"
+        with m.Elif(dreq_sent & s.expired & (e.retries != 0)):
+            m.d.comb += [wr.en.eq(1), wr.data.retries.eq(e.retries - 1),
+                         wr.data.deadline.eq(e.deadline + pow2(e.timeout))]
+            m.d.sync += self._dreq(s, e, e.tid)
+            self._count(m, "retransmits")
+            m.next = "SEND"
+        with m.Elif(dreq_sent & s.expired):
+            m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT),
+                         wr.data.deadline.eq(e.deadline + self.time_wait_ticks)]
+            self._count(m, "dreq_timeouts")
         with m.Elif((e.state == ConnState.TIMEWAIT) & s.expired):
             m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
             self._count(m, "timewait_exits")
@@ -447,8 +446,9 @@ class IbCmPassive(wiring.Component):
 
     def _scan(self, m, s, rd, rec):
         """One table entry read per cycle (``idx``), compared the cycle after (``ev``): the
-        first entry the message names (as a packet on its QP left it), whether the sender's QP
-        has a live connection, the first free entry, the due entries."""
+        first entry the message names (a disconnect: by its QP; as a packet on its QP left
+        it), whether the sender's QP has a live connection, the first free entry, the due
+        entries."""
         N = self.connections
         m.d.comb += rd.addr.eq(s.idx)
         m.d.sync += [s.idx.eq(s.idx + 1), s.ev.eq(s.idx < N), s.ev_idx.eq(s.idx)]
@@ -458,8 +458,9 @@ class IbCmPassive(wiring.Component):
         by_id = e.local_comm_id == rec.remote_comm_id
         by_peer = (e.peer_ip == rec.src_ip) & (e.remote_comm_id == rec.local_comm_id)
         use_peer = (attr == I.ATTR_REQ) | ((attr == I.ATTR_REJ) & (rec.remote_comm_id == 0))
+        named = Mux(s.dis, e.qpn == self.disconnect.payload, Mux(use_peer, by_peer, by_id))
         with m.If(s.ev):
-            with m.If(live & Mux(use_peer, by_peer, by_id) & ~s.hit):
+            with m.If(live & named & ~s.hit):
                 m.d.sync += [s.hit.eq(1), s.hit_idx.eq(s.ev_idx), s.hit_e.eq(e),
                              s.hit_promote.eq(s.promote)]
                 with m.If(s.promote):
@@ -474,234 +475,10 @@ class IbCmPassive(wiring.Component):
             with m.If(s.due & ~s.note_hi & (s.ev_idx >= s.bg)):
                 m.d.sync += [s.note_hi.eq(1), s.note_hi_idx.eq(s.ev_idx)]
 
-    # ---- deciding
-
-    def _reply(self, s, to, kind, local, remote, *, tid, reason=0, message=0, ari_guid=0):
-        """Assignments of the reply register: ``kind`` to ``to`` (address, QP, P_Key)."""
-        out = s.out
-        dst_ip, dst_qp, pkey = to
-        return [out.kind.eq(kind), out.dst_ip.eq(dst_ip), out.dst_qp.eq(dst_qp),
-                out.pkey.eq(pkey), out.transaction_id.eq(tid),
-                out.class_specific.eq(0), out.hdr_reserved.eq(0), out.attribute_modifier.eq(0),
-                out.local_comm_id.eq(local), out.remote_comm_id.eq(remote),
-                out.message.eq(message), out.reason.eq(reason), out.ari_guid.eq(ari_guid),
-                out.status.eq(0)]
-
-    def _rep(self, s, to, e):
-        """The REP of connection ``e`` (a view of :data:`CONNECTION`), to ``to``."""
-        out = s.out
-        return self._reply(s, to, ReplyKind.REP, e.local_comm_id, e.remote_comm_id,
-                           tid=e.tid) + [
-            out.local_qpn.eq(e.qpn), out.starting_psn.eq(e.psn),
-            out.responder_resources.eq(e.responder_resources),
-            out.initiator_depth.eq(e.initiator_depth), out.region.eq(self.region)]
-
-    def _answer(self, s, rec, kind, local, remote, **kw):
-        """The reply register: ``kind`` to the sender of record ``rec``, its transaction ID."""
-        return self._reply(s, _sender(rec), kind, local, remote, tid=rec.hdr.transaction_id,
-                           **kw)
-
-    def _count(self, m, name):
-        m.d.comb += getattr(self, name).eq(1)
-
-    def _reject_req(self, m, s, rec, reason, local=0, counter="req_rejected"):
-        m.d.sync += self._answer(s, rec, ReplyKind.REJ, local, rec.local_comm_id,
-                                 reason=reason, message=I.MsgResponse.REQ)
-        self._count(m, counter)
-        m.next = "SEND"
-
-    def _decide(self, m, s, wr, rec):
-        """The decision, the cycle after the scan: the reply, the table write, what follows.
-        An entry a packet established is written so (and counted) whatever else happens."""
-        attr, e = rec.hdr.attribute_id, s.hit_e
-        # the connection the message names, as the model's _mine finds it (states apart)
-        mine = s.hit & (e.peer_ip == rec.src_ip) & ((e.remote_comm_id == 0) |
-                                                    (e.remote_comm_id == rec.local_comm_id))
-        m.d.comb += [wr.addr.eq(s.hit_idx), wr.data.eq(e)]
-        with m.If(s.hit & s.hit_promote):
-            m.d.comb += wr.en.eq(1)
-            self._count(m, "established")
-        m.next = "DONE"
-        with m.Switch(rec.verdict):
-            for verdict, counter in VERDICT_COUNTERS.items():
-                with m.Case(verdict):
-                    self._count(m, counter)
-            with m.Case(Verdict.GET_SET):
-                self._decide_get_set(m, s, rec)
-        with m.If(rec.verdict != Verdict.OK):
-            pass
-        with m.Elif(attr == I.ATTR_REQ):
-            self._decide_req(m, s, rec)
-        with m.Elif((attr == I.ATTR_RTU) | (attr == I.ATTR_MRA)):
-            self._decide_rtu_mra(m, s, wr, rec, mine)
-        with m.Elif(attr == I.ATTR_DREQ):
-            self._decide_dreq(m, s, wr, rec, mine)
-        with m.Elif(attr == I.ATTR_REJ):
-            self._decide_rej(m, s, wr, mine)
-        with m.Elif(attr == I.ATTR_REP):
-            m.d.sync += self._answer(s, rec, ReplyKind.REJ, 0, rec.local_comm_id,
-                                     reason=I.RejReason.INVALID_COMM_ID,
-                                     message=I.MsgResponse.REP)
-            self._count(m, "rep_unknown")
-            m.next = "SEND"
-        with m.Elif(attr == I.ATTR_DREP):
-            self._count(m, "drep_unknown")
-
-    def _timewait(self, m, s, wr):
-        """The named entry written in time-wait, its end armed, its QP to the error state."""
-        m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.TIMEWAIT),
-                     wr.data.deadline.eq(self._at(s, self.time_wait_ticks))]
-        m.d.sync += [s.set_valid.eq(1), s.set.eq(0), s.set.qpn.eq(s.hit_e.qpn)]
-
-    def _decide_rej(self, m, s, wr, mine):
-        e = s.hit_e
-        live = mine & (e.state != ConnState.TIMEWAIT)
-        with m.If(live):
-            self._count(m, "rejected")
-        with m.Else():
-            self._count(m, "rej_unknown")
-        with m.If(live & (e.state == ConnState.REP_SENT)):
-            m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
-            m.next = "FREE"
-        with m.Elif(live):
-            self._timewait(m, s, wr)
-
-    def _decide_get_set(self, m, s, rec):
-        hdr = rec.hdr
-        with m.If((hdr.class_version == I.CM_CLASS_VERSION) & (hdr.method == I.METHOD_GET)
-                  & (hdr.attribute_id == I.ATTR_CLASS_PORT_INFO)):
-            m.d.sync += self._answer(s, rec, ReplyKind.CLASS_PORT_INFO, 0, 0)
-            m.d.sync += [s.out.class_specific.eq(hdr.class_specific),
-                         s.out.hdr_reserved.eq(hdr.reserved),
-                         s.out.attribute_modifier.eq(hdr.attribute_modifier)]
-            self._count(m, "class_port_info")
-        with m.Elif(hdr.class_version != I.CM_CLASS_VERSION):
-            m.d.sync += self._answer(s, rec, ReplyKind.ECHO, 0, 0)
-            m.d.sync += s.out.status.eq(I.STATUS_BAD_VERSION)
-            self._count(m, "answered_bad_version")
-        with m.Else():
-            m.d.sync += self._answer(s, rec, ReplyKind.ECHO, 0, 0)
-            m.d.sync += s.out.status.eq(I.STATUS_UNSUPPORTED_METHOD_ATTR)
-            self._count(m, "answered_unsupported")
-        m.next = "SEND"
-
-    def _decide_rtu_mra(self, m, s, wr, rec, mine):
-        e = s.hit_e
-        rep_sent = mine & (e.state == ConnState.REP_SENT)
-        with m.If(rec.hdr.attribute_id == I.ATTR_MRA):
-            # an MRA of our REP: the REP waits its service timeout from now
-            with m.If(rep_sent & (rec.message == I.MsgResponse.REP)):
-                m.d.comb += [wr.en.eq(1),
-                             wr.data.deadline.eq(self._at(s, _pow2(rec.service_timeout)))]
-            with m.Else():
-                self._count(m, "mra_unknown")
-        with m.Elif(rep_sent):
-            m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.ESTABLISHED)]
-            self._count(m, "established")
-        with m.Elif(mine & (e.state == ConnState.ESTABLISHED)):
-            self._count(m, "rtu_duplicate")
-        with m.Else():
-            self._count(m, "rtu_unknown")
-
-    def _decide_dreq(self, m, s, wr, rec, mine):
-        e = s.hit_e
-        with m.If(mine & (rec.remote_qpn == e.qpn)):
-            with m.If(e.state == ConnState.TIMEWAIT):
-                self._count(m, "dreq_duplicate")
-            with m.Else():
-                self._timewait(m, s, wr)
-            m.d.sync += self._answer(s, rec, ReplyKind.DREP, e.local_comm_id, e.remote_comm_id)
-        with m.Else():
-            self._count(m, "dreq_unknown")
-            m.d.sync += self._answer(s, rec, ReplyKind.DREP, rec.remote_comm_id,
-                                     rec.local_comm_id)
-        m.next = "SEND"
-
-    def _listened(self, rec):
-        if not self.ports:
-            return Const(0, 1)
-        return Cat(*(rec.service_id == I.service_id(p) for p in self.ports)).any()
-
-    def _decide_req(self, m, s, rec):
-        R, e = I.RejReason, s.hit_e
-        cma_ok = ((rec.cma_version == I.CMA_VERSION) & (rec.cma_ip_version == I.CMA_IP_VERSION_4)
-                  & rec.cma_high_zero & (rec.cma_src_ip == rec.src_ip)
-                  & (rec.cma_dst_ip == self.local_ip))
-        mtu_ok = (rec.path_mtu >= min(I.MTU_CODES)) & (rec.path_mtu <= max(I.MTU_CODES))
-        with m.If(s.hit):
-            with m.If(e.state == ConnState.REP_SENT):
-                m.d.sync += self._rep(s, _sender(rec), e)
-                self._count(m, "req_duplicate")
-                m.next = "SEND"
-            with m.Elif(e.state == ConnState.TIMEWAIT):
-                self._reject_req(m, s, rec, R.STALE_CONN, local=e.local_comm_id,
-                                 counter="req_stale")
-            with m.Else():
-                self._count(m, "req_duplicate")
-        with m.Elif(~self._listened(rec)):
-            self._reject_req(m, s, rec, R.INVALID_SERVICE_ID)
-        with m.Elif(rec.transport_service_type != I.TRANSPORT_RC):
-            self._reject_req(m, s, rec, R.INVALID_TRANSPORT_TYPE)
-        with m.Elif(~mtu_ok):
-            self._reject_req(m, s, rec, R.INVALID_MTU)
-        with m.Elif((rec.initiator_depth > 0) & (self.responder_resources == 0)):
-            self._reject_req(m, s, rec, R.INSUFFICIENT_RESP_RESOURCES)
-        with m.Elif(s.stale):
-            self._reject_req(m, s, rec, R.STALE_CONN)
-        with m.Elif(~cma_ok):
-            self._reject_req(m, s, rec, R.CONSUMER_DEFINED)
-        with m.Elif(~s.free_ok):
-            self._reject_req(m, s, rec, R.NO_QP)
-        with m.Else():
-            m.next = "QP_REQ"
-
-    def _take(self, m, s, wr, rec, grant):
-        """The pool's answer to a REQ that passed: the new connection, its REP and its timer
-        (the QP's packet flip-flop cleared), or REJ ``NO_QP``."""
-        new = Signal(CONNECTION)
-        timeout = rec.local_cm_response_timeout
-        m.d.comb += [new.state.eq(ConnState.REP_SENT), new.local_comm_id.eq(s.next_cid),
-                     new.remote_comm_id.eq(rec.local_comm_id), new.peer_ip.eq(rec.src_ip),
-                     new.peer_qpn.eq(rec.local_qpn), new.qpn.eq(grant.qpn),
-                     new.psn.eq(rec.starting_psn if self.psn_from_req else s.psn),
-                     new.responder_resources.eq(_min(self.responder_resources,
-                                                     rec.initiator_depth)),
-                     new.initiator_depth.eq(_min(self.initiator_depth, rec.responder_resources)),
-                     new.tid.eq(rec.hdr.transaction_id), new.pkey.eq(rec.pkey),
-                     new.deadline.eq(self._at(s, _pow2(timeout))), new.timeout.eq(timeout),
-                     new.retries.eq(rec.max_cm_retries)]
-        with m.If(grant.ok):
-            m.d.comb += [wr.addr.eq(s.free_idx), wr.data.eq(new), wr.en.eq(1)]
-            m.d.sync += self._rep(s, _sender(rec), new)
-            m.d.sync += self._open(s, rec, new)
-            m.d.sync += s.next_cid.eq(Mux(s.next_cid == 0xFFFFFFFF, 1, s.next_cid + 1))
-            if not self.psn_from_req:
-                m.d.sync += s.psn.eq(Mux(s.psn[0], (s.psn >> 1) ^ PSN_TAPS, s.psn >> 1))
-            idx, ok = self._qp_bit(grant.qpn)
-            with m.If(ok):
-                m.d.sync += s.seen.bit_select(idx, 1).eq(0)
-        with m.Else():
-            self._reject_req(m, s, rec, I.RejReason.NO_QP)
-
-
-    def _open(self, s, rec, new):
-        """The ``qp_set`` register: connection ``new`` (of REQ ``rec``) opens its QP."""
-        ours = I.mtu_code(self.max_mtu)
-        return [s.set_valid.eq(1), s.set.open.eq(1), s.set.qpn.eq(new.qpn),
-                s.set.peer_ip.eq(new.peer_ip), s.set.peer_qpn.eq(new.peer_qpn),
-                s.set.psn.eq(new.psn), s.set.path_mtu.eq(_min(rec.path_mtu, ours)),
-                s.set.ack_timeout.eq(rec.local_ack_timeout),
-                s.set.retry_count.eq(rec.retry_count),
-                s.set.rnr_retry_count.eq(rec.rnr_retry_count),
-                s.set.responder_resources.eq(new.responder_resources),
-                s.set.initiator_depth.eq(new.initiator_depth),
-                s.set.port.eq(rec.service_id[:16])]
-
-
 class _State:
     """The passive side's registers (and the read entry's comb flags)."""
 
-    def __init__(self, n, first_comm_id, psn_seed, qps):
+    def __init__(self, n, first_comm_id, psn_seed, qps, first_tid):
         self.idx = Signal(range(n + 1))          # the entry read now
         self.ev = Signal()                       # an entry read last cycle is compared now
         self.ev_idx = Signal(range(n))
@@ -715,6 +492,8 @@ class _State:
         self.out = Signal(REPLY_RECORD)          # the reply
         self.next_cid = Signal(32, init=first_comm_id)     # our next communication ID
         self.psn = Signal(24, init=psn_seed)               # our next starting PSN
+        self.tid = Signal(64, init=first_tid)              # our next DREQ's transaction ID
+        self.dis = Signal()                      # a disconnect taken up, not a record
         # timers
         self.t0 = Signal(TIME_BITS)              # the tick the record was taken up in
         self.bg = Signal(range(n))               # the background scan's entry read now ...

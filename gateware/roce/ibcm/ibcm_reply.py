@@ -18,7 +18,8 @@ __all__ = ["IbCmReply"]
 
 #: Reply kind -> the MAD's attribute ID.
 _ATTRIBUTE = {ReplyKind.REP: I.ATTR_REP, ReplyKind.REJ: I.ATTR_REJ, ReplyKind.RTU: I.ATTR_RTU,
-              ReplyKind.DREP: I.ATTR_DREP, ReplyKind.CLASS_PORT_INFO: I.ATTR_CLASS_PORT_INFO}
+              ReplyKind.DREP: I.ATTR_DREP, ReplyKind.DREQ: I.ATTR_DREQ,
+              ReplyKind.CLASS_PORT_INFO: I.ATTR_CLASS_PORT_INFO}
 
 
 class IbCmReply(wiring.Component):
@@ -70,6 +71,7 @@ class IbCmReply(wiring.Component):
           ``reason``; with ``ari_guid``, ``reject_info_length`` 8 and ``ca_guid`` the first 8
           bytes of ``ari``, else no additional information;
         * RTU, DREP: ``local_comm_id``, ``remote_comm_id``;
+        * DREQ: ``local_comm_id``, ``remote_comm_id``, ``remote_qpn``;
         * CLASS_PORT_INFO: ClassPortInfo with base version 1, class version 2 and
           ``resp_time_value`` ``cm_response_timeout``;
         * ECHO: the MAD read on ``mad`` (header and data), its method GetResp and its status
@@ -195,11 +197,11 @@ class IbCmReply(wiring.Component):
             ari_bits = len(rej.ari)
             m.d.comb += [rej.reject_info_length.eq(8),
                          rej.ari.eq(self.ca_guid << (ari_bits - 64))]
-        rtu, drep = Signal(I.RTU.layout), Signal(I.DREP.layout)
-        m.d.comb += [rtu.local_comm_id.eq(rec.local_comm_id),
-                     rtu.remote_comm_id.eq(rec.remote_comm_id),
-                     drep.local_comm_id.eq(rec.local_comm_id),
-                     drep.remote_comm_id.eq(rec.remote_comm_id)]
+        rtu, drep, dreq = Signal(I.RTU.layout), Signal(I.DREP.layout), Signal(I.DREQ.layout)
+        for msg in (rtu, drep, dreq):
+            m.d.comb += [msg.local_comm_id.eq(rec.local_comm_id),
+                         msg.remote_comm_id.eq(rec.remote_comm_id)]
+        m.d.comb += dreq.remote_qpn.eq(rec.remote_qpn)
         cpi = Signal(I.CLASS_PORT_INFO.layout)
         m.d.comb += [cpi.base_version.eq(I.BASE_VERSION), cpi.class_version.eq(I.CM_CLASS_VERSION),
                      cpi.resp_time_value.eq(self.cm_response_timeout)]
@@ -214,6 +216,8 @@ class IbCmReply(wiring.Component):
                 m.d.comb += data.eq(padded(I.RTU.to_lanes(rtu)))
             with m.Case(ReplyKind.DREP):
                 m.d.comb += data.eq(padded(I.DREP.to_lanes(drep)))
+            with m.Case(ReplyKind.DREQ):
+                m.d.comb += data.eq(padded(I.DREQ.to_lanes(dreq)))
             with m.Case(ReplyKind.CLASS_PORT_INFO):
                 m.d.comb += data.eq(padded(I.CLASS_PORT_INFO.to_lanes(cpi)))
         return data

@@ -155,7 +155,7 @@ COUNTERS = (
     "rtu_unknown", "rtu_duplicate", "mra_unknown", "rej_unknown", "dreq_unknown",
     "dreq_duplicate", "drep_unknown", "connect_no_qp",
     "retransmits", "req_timeouts", "rep_timeouts", "dreq_timeouts",
-    "established", "rejected", "timewait_exits",
+    "established", "rejected", "timewait_exits", "disconnects", "disconnect_unknown",
 )
 
 
@@ -193,7 +193,8 @@ class IbCm:
     or ``"req"``: a passive connection starts at its REQ's starting PSN (a node whose QPs count
     one PSN for both directions; an active one still draws its own).
     The two make the model's choices those of a node that counts its IDs and draws its PSNs
-    from a known sequence (the gateware's).
+    from a known sequence (the gateware's). ``first_tid`` (0..2^64-1): the transaction ID of
+    our first request (REQ or DREQ), the next ones counting up, instead of one from ``seed``.
 
     Results: each call returns the :class:`Outgoing` MADs to send; :attr:`events` collects
     ``(name, local_comm_id, detail)`` tuples ("established", "rejected" with the reason,
@@ -206,7 +207,7 @@ class IbCm:
                  responder_resources=1, initiator_depth=1, max_mtu=4096,
                  cm_response_timeout=20, max_cm_retries=15, local_ack_timeout=14,
                  retry_count=7, rnr_retry_count=7, time_wait_ns=None, accept=None, seed=0,
-                 first_comm_id=None, psn=None):
+                 first_comm_id=None, psn=None, first_tid=None):
         if not callable(getattr(pool, "allocate", None)) or not callable(getattr(pool, "free",
                                                                                    None)):
             raise ValueError(f"pool must have allocate() and free(qpn), not {pool!r}")
@@ -233,6 +234,9 @@ class IbCm:
         self._rng = random.Random(seed)
         self._next_comm_id = self._rng.randrange(1, 1 << 31)
         self._next_tid = self._rng.randrange(1 << 32) << 32
+        if first_tid is not None:
+            self._next_tid = (_check_int("first_tid", first_tid, 0, (1 << 64) - 1) - 1) \
+                & ((1 << 64) - 1)
         if first_comm_id is not None:
             self._next_comm_id = _check_int("first_comm_id", first_comm_id, 1, (1 << 32) - 1)
         if psn is not None and psn != "req" and not callable(psn):
@@ -381,15 +385,25 @@ class IbCm:
         if conn is None or conn.state is not State.ESTABLISHED:
             state = None if conn is None else conn.state.name
             raise ValueError(f"connection {local_comm_id!r} is not established (state {state})")
+        self.counters["disconnects"] += 1
         conn.dreq_tid = self._tid()
-        mad = self._mad(I.ATTR_DREQ, conn.dreq_tid, I.DREQ.pack(
-            local_comm_id=conn.local_comm_id, remote_comm_id=conn.remote_comm_id,
-            remote_qpn=conn.peer_qpn))
+        mad = self._dreq(conn.dreq_tid, conn.local_comm_id, conn.remote_comm_id, conn.peer_qpn)
         conn.state = State.DREQ_SENT
         out = []
         self._send(out, conn.peer_ip, mad)
         self._arm(conn, mad, now, conn.peer_timeout_ns, conn.max_retries)
         return out
+
+    def disconnect_qp(self, now, qpn):
+        """:meth:`disconnect` the established connection on our QP ``qpn``; a QP with none
+        (not ours, not yet established, already closing) is counted as
+        ``disconnect_unknown`` and nothing is sent."""
+        self._advance(now)
+        for conn in self.connections.values():
+            if conn.qpn == qpn and conn.state is State.ESTABLISHED:
+                return self.disconnect(now, conn.local_comm_id)
+        self.counters["disconnect_unknown"] += 1
+        return []
 
     def data_seen(self, now, qpn):
         """A packet arrived on our QP ``qpn``: a passive connection waiting for its RTU is
@@ -675,6 +689,10 @@ class IbCm:
             self._forget(conn)
         else:
             self._timewait(conn, now)
+
+    def _dreq(self, tid, local, remote, remote_qpn):
+        return self._mad(I.ATTR_DREQ, tid, I.DREQ.pack(local_comm_id=local, remote_comm_id=remote,
+                                                       remote_qpn=remote_qpn))
 
     def _drep(self, tid, local, remote):
         return self._mad(I.ATTR_DREP, tid, I.DREP.pack(local_comm_id=local,

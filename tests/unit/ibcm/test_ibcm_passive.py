@@ -27,7 +27,7 @@ from tests.unit.ibcm.link import parse
 PORT, PORT2 = 7174, 20000
 REGION = Region(addr=0x0000_7F00_1234_5000, rkey=0xA5A5_0001, length=1 << 20)
 GUID, RNR, RESP_TIME = 0x0002C9030012AB34, 6, 18
-FIRST_CID, PSN_SEED = 0x1234_0000, 0x00BEEF
+FIRST_CID, PSN_SEED, FIRST_TID = 0x1234_0000, 0x00BEEF, 0x5EED_0000_FFFF_FFFE
 QPNS = range(0x200, 0x204)
 #: The blocks' QP numbers (those of every pool here) and clock (no timer is due in the
 #: untimed tests: their REQs wait seconds, the time-wait 67 ms)
@@ -80,19 +80,29 @@ class Scenario:
         """A model node as the blocks are made, on ``pool``."""
         return IbCm(pool=pool, local_ip=FPGA, ca_guid=GUID, ports=[PORT, PORT2],
                     region=REGION, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
-                    first_comm_id=FIRST_CID, **self.params,
+                    first_comm_id=FIRST_CID, first_tid=FIRST_TID, **self.params,
                     **({"psn": lfsr_psns(PSN_SEED)} | self.model))
 
     def deliver(self, src_ip, data):
         """``data`` to the model from ``src_ip``; its answers."""
         self.inputs.append((src_ip, data))
+        return self._record(data, lambda: self.fpga.receive(0, data, src_ip=src_ip))
+
+    def close(self, qpn):
+        """The FPGA's user disconnects QP ``qpn`` (``disconnect``); the model's DREQ."""
+        self.inputs.append((None, qpn))
+        return self._record(None, lambda: self.fpga.disconnect_qp(0, qpn))
+
+    def _record(self, data, act):
+        """What ``act`` (the model met with an input) sends and does to the QPs."""
         before = {cid: c.state for cid, c in self.fpga.connections.items()}
-        outs = self.fpga.receive(0, data, src_ip=src_ip)
+        outs = act()
         self.expected += [(o.dst_ip, o.mad) for o in outs]
+        closing = (State.TIMEWAIT, State.DREQ_SENT)
         for cid, c in self.fpga.connections.items():
             if cid not in before:
                 self.sets.append(opened(c, data, self.model.get("max_mtu", 4096)))
-            elif c.state is State.TIMEWAIT and before[cid] is not State.TIMEWAIT:
+            elif c.state in closing and before[cid] not in closing:
                 self.sets.append(dict.fromkeys(QP_SET.members, 0) | {"qpn": c.qpn})
         return outs
 
@@ -137,12 +147,13 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     blocks' QP pool."""
     dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
                 ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
-                psn_seed=PSN_SEED, clk_hz=CLK_HZ, qpns=BLOCK_QPNS, **sc.params, **sc.block)
+                psn_seed=PSN_SEED, clk_hz=CLK_HZ, qpns=BLOCK_QPNS, first_tid=FIRST_TID,
+                **sc.params, **sc.block)
     rng = random.Random(seed)
     pool = QpPool(sc.pool._all)
     sets = []
-    packets = [Packet(d, {"src_ip": ip, "src_qp": I.QP1, "pkey": I.DEFAULT_PKEY})
-               for ip, d in sc.inputs]
+    inputs = [(ip, Packet(d, {"src_ip": ip, "src_qp": I.QP1, "pkey": I.DEFAULT_PKEY})
+               if ip is not None else d) for ip, d in sc.inputs]
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
     counts = dict.fromkeys(COUNTERS, 0)
@@ -152,10 +163,19 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     async def tb(ctx):
         ctx.set(dut.local_ip, FPGA)
         ctx.set(dut.region, {"addr": REGION.addr, "rkey": REGION.rkey, "length": REGION.length})
-        await drv.send(ctx, packets)
-        # the last MAD's answer (the scan of the table, then the MAD)
-        for _ in range(connections + 40 + 2048 // width * 8):
-            await ctx.tick()
+        settle = connections + 40 + 2048 // width * 8
+        for ip, x in inputs:
+            if ip is not None:
+                await drv.send(ctx, [x])
+                continue
+            # a disconnect once the MADs before it are answered, held until it is taken
+            await ctx.tick().repeat(settle)
+            ctx.set(dut.disconnect.payload, x)
+            ctx.set(dut.disconnect.valid, 1)
+            await ctx.tick().until(dut.disconnect.ready)
+            ctx.set(dut.disconnect.valid, 0)
+        # the last input's answer (the scan of the table, then the MAD)
+        await ctx.tick().repeat(settle)
 
     run_sim(dut, testbenches=[tb], processes=[
         col.run, count, pool_process(dut, pool, rng, backpressure=backpressure, delay=3,
@@ -326,6 +346,41 @@ def test_what_a_connection_leaves_behind(width):
 
 
 @pytest.mark.parametrize("width", [64, 512])
+def test_the_fpga_disconnects(width):
+    """A disconnect of an established connection's QP sends its DREQ (our next transaction
+    ID, the peer's QPN) and puts the QP in the error state; the host's DREP starts the
+    time-wait. A disconnect of a QP in time-wait, of one waiting for its RTU, of one of no
+    connection: nothing. A DREQ of the host crossing ours: DREP, time-wait; a REJ in its
+    place: time-wait; a DREP of no DREQ of ours: nothing."""
+    sc = Scenario(qpns=range(0x200, 0x208))
+    a, _ = sc.connect(HOST)
+    b, _ = sc.connect(HOST2)
+    c, _ = sc.connect(HOST, lose_rep=True)                  # waits for its RTU
+    d, _ = sc.connect(HOST2, port=PORT2)
+    qa = sc.ours(HOST, a).qpn
+    sc.back(HOST, sc.close(qa))                             # DREQ; the host's DREP
+    assert sc.ours(HOST, a).state is State.TIMEWAIT
+    drep = sc.inputs[-1][1]
+    for qpn in (qa, sc.ours(HOST, c).qpn, 0x207, 0x2FF):    # nothing
+        assert sc.close(qpn) == []
+    (lost,) = sc.close(sc.ours(HOST2, b).qpn)               # DREQ lost; the host's own DREQ
+    assert sc.ours(HOST2, b).state is State.DREQ_SENT
+    sc.send(HOST2, sc.host(HOST2).disconnect(0, b))
+    assert sc.ours(HOST2, b).state is State.TIMEWAIT
+    sc.close(sc.ours(HOST2, d).qpn)                         # DREQ lost; a REJ
+    rej(sc, HOST2, d)
+    assert sc.ours(HOST2, d).state is State.TIMEWAIT
+    sc.deliver(HOST, drep)                                  # a DREP again: nothing
+    names = check(sc, width, seed=width + 3)
+    assert names == ["REP", "REP", "REP", "REP", "DREQ", "DREQ", "DREP", "DREQ"]
+    assert {k: sc.fpga.counters[k] for k in ("disconnects", "disconnect_unknown",
+                                              "drep_unknown")} == \
+        {"disconnects": 3, "disconnect_unknown": 4, "drep_unknown": 1}
+    assert I.DREQ.unpack(lost.mad[I.MAD_HDR_LENGTH:])["remote_qpn"] == \
+        sc.ours(HOST2, b).peer_qpn
+
+
+@pytest.mark.parametrize("width", [64, 512])
 def test_no_resources_for_reads(width):
     """A node that serves no RDMA READ refuses a REQ that would send some, takes one that
     would not."""
@@ -481,7 +536,8 @@ class Timed(Scenario):
         assert not rest
         super().__init__(time_wait_ns=time_wait_ns, **kw)
         self.cycle = 0
-        self.mads, self.packets = [], []          # (cycle, src_ip, mad), (cycle, qpn)
+        # (cycle, src_ip, mad), (cycle, qpn) of data_seen, (cycle, qpn) of disconnect
+        self.mads, self.packets, self.closes = [], [], []
 
     def at(self, cycle):
         """From now on at ``cycle``; the model node's timers run until then."""
@@ -494,6 +550,10 @@ class Timed(Scenario):
     def deliver(self, src_ip, data):
         self.mads.append((self.cycle, src_ip, data))
         return self.fpga.receive(self.cycle * self.cycle_ns, data, src_ip=src_ip)
+
+    def close(self, qpn):
+        self.closes.append((self.cycle, qpn))
+        return self.fpga.disconnect_qp(self.cycle * self.cycle_ns, qpn)
 
     def packet(self, qpn):
         self.packets.append((self.cycle, qpn))
@@ -519,7 +579,7 @@ def run_timed(sc, width, *, end, connections, idle=0.3, backpressure=0.3, seed=0
     dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
                 ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
                 psn_seed=PSN_SEED, clk_hz=sc.clk_hz, time_wait_ns=sc.time_wait_ns,
-                qpns=BLOCK_QPNS, **sc.params)
+                qpns=BLOCK_QPNS, first_tid=FIRST_TID, **sc.params)
     rng = random.Random(seed)
     pool = QpPool(sc.pool._all)
     watch = Watch(dut)
@@ -546,7 +606,16 @@ def run_timed(sc, width, *, end, connections, idle=0.3, backpressure=0.3, seed=0
             await ctx.tick()
             ctx.set(dut.data_seen.valid, 0)
 
-    run_sim(dut, testbenches=[mads, packets], processes=[
+    async def closes(ctx):
+        for cycle, qpn in sc.closes:
+            while watch.cycle < cycle:
+                await ctx.tick()
+            ctx.set(dut.disconnect.payload, qpn)
+            ctx.set(dut.disconnect.valid, 1)
+            await ctx.tick().until(dut.disconnect.ready)
+            ctx.set(dut.disconnect.valid, 0)
+
+    run_sim(dut, testbenches=[mads, packets, closes], processes=[
         col.run, watch.run, pool_process(dut, pool, rng, backpressure=backpressure, delay=3)])
     for p in col.packets:
         assert not p.error
@@ -595,8 +664,10 @@ def replay(sc, watch, end):
             sent.extend((d, o.dst_ip, o.mad, pool.window) for o in node.poll(d))
             pool.window, pool.rounded = None, ()
 
+    assert len(watch.closes) == len(sc.closes)
     events = sorted([(c, 0, n) for n, c in enumerate(watch.offers)]
-                    + [(c, 1, q) for c, q in watch.data])
+                    + [(c, 1, q) for c, q in watch.data]
+                    + [(c, 2, q) for c, (_, q) in zip(watch.closes, sc.closes)])
     for cycle, kind, x in events:
         t = cycle * sc.cycle_ns
         timers(t)
@@ -604,9 +675,13 @@ def replay(sc, watch, end):
         if kind == 1:
             node.data_seen(t, x)
             continue
-        _, ip, data = sc.mads[x]
         before = {cid: _timer(c) for cid, c in node.connections.items()}
-        sent.extend((t, o.dst_ip, o.mad, None) for o in node.receive(t, data, src_ip=ip))
+        if kind == 2:
+            outs = node.disconnect_qp(t, x)
+        else:
+            _, ip, data = sc.mads[x]
+            outs = node.receive(t, data, src_ip=ip)
+        sent.extend((t, o.dst_ip, o.mad, None) for o in outs)
         arm |= {cid: cycle for cid, c in node.connections.items() if before.get(cid) != _timer(c)}
     timers(end * sc.cycle_ns)
     return node, pool, sent
@@ -634,7 +709,7 @@ def check_timed(sc, width, *, end, connections=4, **kw):
         taken_up = arm
         while watch.busy[taken_up]:
             taken_up += 1
-        work = 1 + sum(due <= c <= act for c in watch.offers) + \
+        work = 1 + sum(due <= c <= act for c in watch.offers + watch.closes) + \
             sum(due <= c <= act for a in ACTIONS for c in watch.strobes[a])
         return (tick + 1 + connections + 3 + (taken_up - arm) + sum(watch.busy[due:act + 1])
                 + 4 * work)
@@ -712,6 +787,31 @@ def test_rep_sent_again_then_rej_timeout(width):
     assert node.counters["retransmits"] == 4 and node.counters["rep_timeouts"] == 2
     assert {c.peer_ip: c.state for c in node.connections.values()} == \
         {B: State.ESTABLISHED, C: State.ESTABLISHED}
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_dreq_sent_again_then_time_wait(width):
+    """Our DREQ not answered is sent again each 2^t ticks of the REQ's local CM response
+    timeout, as often as its max CM retries (a host that vanished); then the time-wait, at
+    its end the QP back in the pool. A DREP after the first DREQ sent again: the time-wait from
+    then on. A tick is 32 cycles here, the time-wait 8 ticks."""
+    sc = Timed(clk_hz=7_812_500)
+    A, B = HOST, HOST2
+    sc.host(A, **_host_timers(2, 2))
+    sc.host(B, **_host_timers(3, 1))
+    sc.at(0).connect(A)
+    b_cid, _ = sc.at(20).connect(B)
+    sc.at(300).close(sc.fpga.connections[FIRST_CID].qpn)     # DREQ at 300, 428, 556; 684
+    (b_dreq,) = sc.at(320).close(sc.ours(B, b_cid).qpn)     # DREQ at 320, 576
+    sc.at(620).answer(B, [b_dreq])                          # B's DREP: time-wait
+    watch, node, story = check_timed(sc, width, end=1300, seed=5)
+    assert [(n, c is None) for n, c in story[A]] == [("REP", True), ("DREQ", True),
+                                                      ("DREQ", False), ("DREQ", False)]
+    assert [(n, c is None) for n, c in story[B]] == [("REP", True), ("DREQ", True),
+                                                      ("DREQ", False)]
+    assert {k: node.counters[k] for k in ("retransmits", "dreq_timeouts", "timewait_exits")} \
+        == {"retransmits": 3, "dreq_timeouts": 1, "timewait_exits": 2}
+    assert node.connections == {} and len(watch.frees) == 2
 
 
 def test_time_wait_ends():

@@ -1,6 +1,6 @@
 """IB CM reply builder: random records of every kind against the MADs the reference model
 builds (its own REJ builder, with our CA GUID as the ARI as in its REJ TIMEOUT or without ARI,
-its DREP and RTU builders, its GetResp to a Get of ClassPortInfo, its echo of a Get or Set it
+its DREQ, DREP and RTU builders, its GetResp to a Get of ClassPortInfo, its echo of a Get or Set it
 does not support, a REP packed as the model packs it), with idle cycles and backpressure; its
 latency, an echo taken with its last beat."""
 
@@ -49,7 +49,7 @@ def random_record(rng, kind):
                     "length": rng.getrandbits(32)},
          "message": rng.randrange(3), "reason": rng.choice(list(I.RejReason)).value,
          "ari_guid": 0, "class_specific": 0, "hdr_reserved": 0, "attribute_modifier": 0,
-         "status": 0}
+         "status": 0, "remote_qpn": rng.getrandbits(24)}
     if kind is ReplyKind.REJ:
         r["ari_guid"] = rng.randrange(2)
     if kind is ReplyKind.ECHO:
@@ -74,6 +74,8 @@ def expected(r):
                        ari=ari)
     if kind is ReplyKind.DREP:
         return cm._drep(tid, local, remote)
+    if kind is ReplyKind.DREQ:
+        return cm._dreq(tid, local, remote, r["remote_qpn"])
     if kind is ReplyKind.RTU:
         return cm._mad(I.ATTR_RTU, tid, I.RTU.pack(local_comm_id=local, remote_comm_id=remote))
     if kind is ReplyKind.CLASS_PORT_INFO:

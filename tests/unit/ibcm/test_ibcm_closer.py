@@ -1,0 +1,109 @@
+"""Which IB CM connections to close (``IbCmCloser``): random user requests (some naming no
+QP), random QPs failing and the IB CM taking and giving back QPs, backpressure on ``o``; each
+request offered once, in order, each failure of a QP the IB CM still holds once, nothing else;
+its latency."""
+
+import random
+from collections import Counter
+
+import pytest
+
+from rocegen.gateware.roce.ibcm.ibcm_closer import IbCmCloser
+from rocegen.gateware.roce.layouts import QPN_BASE
+from rocegen.sim.testing.harness import raises, run_sim
+
+
+def run(num_qps, seed, cycles=1500):
+    """Random user requests; the IB CM holding a random half of the QPs; QPs failing and
+    recovering. Returns the requests, the QP indices offered and, per QP, how often its bit
+    rose while the IB CM held it."""
+    rng = random.Random(seed)
+    dut = IbCmCloser(num_qps)
+    requests = [rng.randrange(num_qps) if num_qps == 256 or rng.random() < 0.8 else
+                rng.randrange(num_qps, 256) for _ in range(40)]
+    held = rng.getrandbits(num_qps) | 1
+    got, rises = [], Counter()
+
+    async def user(ctx):
+        for r in requests:
+            while rng.random() < 0.5:
+                await ctx.tick()
+            ctx.set(dut.user.payload, r)
+            ctx.set(dut.user.valid, 1)
+            await ctx.tick().until(dut.user.ready)
+            ctx.set(dut.user.valid, 0)
+        await ctx.tick().repeat(cycles)
+
+    async def qps(ctx):
+        errored = 0
+        ctx.set(dut.held, held)
+        async for _ in ctx.tick():
+            if rng.random() < 0.1:
+                k = rng.randrange(num_qps) if rng.random() < 0.5 else 0
+                if not errored >> k & 1 and held >> k & 1:
+                    rises[k] += 1
+                errored ^= 1 << k
+                ctx.set(dut.errored, errored)
+
+    async def sink(ctx):
+        ctx.set(dut.o.ready, 1)
+        async for _, _, v, r, p in ctx.tick().sample(dut.o.valid, dut.o.ready, dut.o.payload):
+            if v and r:
+                got.append(p - QPN_BASE)
+            ctx.set(dut.o.ready, rng.random() < 0.7)
+
+    run_sim(dut, testbenches=[user], processes=[qps, sink])
+    return requests, got, rises
+
+
+@pytest.mark.parametrize("num_qps", [4, 256])
+def test_requests_and_failures_offered_once(num_qps):
+    """The user's requests of QPs that exist, in order; each QP held that failed, at least
+    once and at most as often as its bit rose (a rise while its note waits adds none); no
+    QP that is not held and never failed."""
+    requests, got, rises = run(num_qps, seed=num_qps)
+    user = [r for r in requests if r < num_qps]
+    assert (len(user) < len(requests) or num_qps == 256) and sum(rises.values()) > 10
+    rest = Counter(got)
+    it = iter(got)
+    assert all(any(g == r for g in it) for r in user), (user, got)
+    rest.subtract(user)
+    assert all(n >= 0 for n in rest.values())
+    for k, n in rest.items():
+        assert (n == 0 and rises[k] == 0) or 1 <= n <= rises[k], (k, n, rises[k])
+    assert all(rest[k] >= 1 for k in rises)
+
+
+def test_latency():
+    dut = IbCmCloser(8)
+    seen = {}
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.held, 0xFF)
+        ctx.set(dut.user.payload, 3)
+        ctx.set(dut.user.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.user.valid, 0)
+        assert ctx.get(dut.o.valid) and ctx.get(dut.o.payload) == QPN_BASE + 3
+        ctx.set(dut.errored, 1 << 5)
+        await ctx.tick()
+        assert not ctx.get(dut.o.valid)
+        await ctx.tick()
+        assert ctx.get(dut.o.valid) and ctx.get(dut.o.payload) == QPN_BASE + 5
+        await ctx.tick().repeat(4)
+        assert not ctx.get(dut.o.valid)          # once
+        ctx.set(dut.errored, 1 << 6)             # QP 6 fails, is given back at once: dropped
+        await ctx.tick()
+        ctx.set(dut.held, 0xFF & ~(1 << 6))
+        await ctx.tick().repeat(4)
+        assert not ctx.get(dut.o.valid)
+        seen["done"] = True
+
+    run_sim(dut, testbenches=[tb])
+    assert seen
+
+
+def test_parameters_are_checked():
+    for bad in (0, 257):
+        raises(ValueError, "num_qps", lambda bad=bad: IbCmCloser(bad))
