@@ -70,6 +70,13 @@ PORT_DOCS = {
                    "IB CM opened it on rping's port): its completions go to the server, and a "
                    "receive buffer posted on `recv` for it completes FLUSHED at once. Post on "
                    "the other QPs.",
+    "rdma_cm_disconnect": "With `--rdma-cm-port`: a QP index whose standard-CM connection to "
+                          "close: the core sends the peer a DREQ (again until its DREP or the "
+                          "REQ's CM retries run out), puts the QP in error (its work requests "
+                          "complete FLUSHED) and gives it back after the time-wait. A QP of "
+                          "no established connection is ignored (counted in "
+                          "`ibcm_disconnect_unknown`). A QP that fails (retries exhausted: "
+                          "the host is gone) is disconnected the same way by itself.",
     "msg": "The streaming front end: messages to send (AXI-Stream, W bits, `tlast` ends a "
            "message; `msg_meta` is sampled on the last beat: QP, opcode, "
            "immediate, remote offset). Bytes outside `tkeep` are ignored; `tuser` on the last "

@@ -26,6 +26,7 @@ import os
 import random
 
 import cocotb
+from cocotb.triggers import FallingEdge, RisingEdge
 
 from rocegen.gateware.roce.endpoint.endpoint_stats import STATS
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
@@ -230,9 +231,32 @@ async def connections(dut):
                                           listening_port=CM_LISTEN))
     assert reply["ack_type"] == ACK_ACK, reply
 
+    # the FPGA disconnects (the user's logic on rdma_cm_disconnect): its DREQ, the host's
+    # DREP, the QP free again after the time-wait; the same QP again at once: nothing
+    k2 = again.peer_qpn - 256
+    for qp in (k2, k2):
+        await fpga_disconnect(env, qp)
+    await env.settle(lambda: again.state is State.TIMEWAIT, "no DREQ from the FPGA")
+    await env.settle(lambda: not int(dut.qp_open.value) >> k2 & 1, "the QP stays open")
+    got = await read_stats(dut, ["ibcm_disconnects", "ibcm_disconnect_unknown"], block=STATS)
+    assert got == {"ibcm_disconnects": 1, "ibcm_disconnect_unknown": 1}, got
+
     await check_counters(env)
     assert not env.host_problems(), env.host_problems()
     dut._log.info(env.mac.framecheck.summary())
+
+
+async def fpga_disconnect(env, qp):
+    """The user's logic asks the endpoint to close QP ``qp``'s connection."""
+    dut = env.dut
+    dut.cmdis_data.value = qp
+    dut.cmdis_valid.value = 1
+    while True:
+        await FallingEdge(dut.clk)           # (ready settled: taken at the next rising edge)
+        if dut.cmdis_ready.value:
+            break
+    await RisingEdge(dut.clk)
+    dut.cmdis_valid.value = 0
 
 
 async def check_counters(env):

@@ -209,6 +209,8 @@ class EndpointTop(wiring.Component):
         dcqcn, pfc = ep.config["dcqcn"], ep.config["pfc"]
         if "service_qps" in ep.signature.members:       # (with the rping server)
             members["service_qps"] = Out(num_qps)
+        if "rdma_cm_disconnect" in ep.signature.members:   # (with the IB CM)
+            members.update(record_members("cmdis", data.StructLayout({"qp": 8}), sink=True))
         if dcqcn:
             members.update({**record_members("cccfg", DCQCN_CONFIG, sink=True),
                             "cc_qp": In(range(num_qps)), "cc_rate": Out(RATE_BITS)})
@@ -274,6 +276,10 @@ class EndpointTop(wiring.Component):
                      self.gen_cycles.eq(ep.gen_cycles), self.qp_open.eq(ep.qp_open)]
         if "service_qps" in ep.signature.members:
             m.d.comb += self.service_qps.eq(ep.service_qps)
+        if "rdma_cm_disconnect" in ep.signature.members:
+            m.d.comb += [ep.rdma_cm_disconnect.valid.eq(self.cmdis_valid),
+                         ep.rdma_cm_disconnect.payload.eq(self.cmdis_data),
+                         self.cmdis_ready.eq(ep.rdma_cm_disconnect.ready)]
         connect_axis(m, self, "s_msg_axis", ep.msg, sink=True)
         m.d.comb += ep.msg.payload.meta.as_value().eq(self.msg_meta)
         m.d.comb += [ep.stats_addr.eq(self.stats_addr), self.stats_data.eq(ep.stats_data),

@@ -32,7 +32,7 @@ __all__ = ["RoceEndpoint", "PORT_ORDER", "EndpointConfig", "ROCE_STATS", "STATS"
 PORT_ORDER = (
     "local_mac", "local_ip", "mac_rx", "mac_tx", "wr", "cpl", "wr_room", "qp_ctl", "qp_psn",
     "gen", "gen_busy", "gen_posted", "gen_ok", "gen_err", "gen_cycles", "qp_open", "service_qps",
-    "msg",
+    "rdma_cm_disconnect", "msg",
     "qp_stats_qp", "qp_stats_sel", "qp_stats_data", "stats_addr", "stats_data", "tc_cfg",
     "pfc_cfg", "pause_rx", "pause_tx", "cc_cfg", "cc_qp", "cc_rate", "qp_info_qp",
     "qp_info_context", "qp_info_psn", "recv", "recv_cpl", "resp_cfg", "resp_cnp_cfg",
@@ -267,7 +267,7 @@ class RoceEndpoint(wiring.Component):
         self.config = self._config_dict()
         members = {}
         for feature in (f.network, f.requester, f.connection, f.statistics, f.congestion, f.pfc,
-                        f.responder, f.read, f.services, f.memory):
+                        f.responder, f.read, f.ibcm, f.services, f.memory):
             if feature is not None:
                 members.update(feature.members())
         order = {name: i for i, name in enumerate(PORT_ORDER)}

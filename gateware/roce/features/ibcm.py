@@ -2,9 +2,11 @@
 pool the UDP connection manager takes its own from."""
 
 from amaranth.hdl import Mux
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In
 
 from rocegen.gateware.roce.features.feature import Feature
+from rocegen.gateware.roce.ibcm.ibcm_closer import IbCmCloser
 from rocegen.gateware.roce.ibcm.ibcm_passive import DEFAULT_TIME_WAIT_NS
 from rocegen.gateware.roce.ibcm.ibcm_qps import IbCmQps
 from rocegen.gateware.roce.ibcm.ibcm_service import IbCmService
@@ -46,7 +48,11 @@ class IbCmFeature(Feature):
 
     Ports
     -----
-    None of its own: it joins the receive path (every datagram of UDP port 4791 after the
+    rdma_cm_disconnect : In(stream.Signature(8))
+        A QP index (QPN - 256) whose IB CM connection the user's logic closes (a DREQ, see
+        :class:`~rocegen.gateware.roce.ibcm.ibcm_closer.IbCmCloser`).
+
+    Otherwise it joins the receive path (every datagram of UDP port 4791 after the
     ICRC check; the QPs requests arrive on), the transmit path (its MADs share UDP port 4791
     with the requests and the responder's packets), the QP control (a third writer), the UDP
     connection manager (the QPs each holds) and, with the responder, its configuration table
@@ -58,7 +64,10 @@ class IbCmFeature(Feature):
     lowest QP neither manager holds, opens it (RTS, one PSN for both directions: the REQ's,
     which our REP states too) and answers with a REP carrying the QP's region (address,
     R_Key, length: :data:`rocegen.wire.ibcm.REGION`); a DREQ puts the QP in error; the end of
-    the time-wait (or a REJ) gives it back to the pool, reset.
+    the time-wait (or a REJ) gives it back to the pool, reset. The FPGA disconnects (DREQ,
+    sent again until a DREP or the REQ's retries run out, then time-wait) a connection the
+    user's logic names on ``rdma_cm_disconnect`` and one whose QP fails (the retry engine's
+    ``errored``: a peer that vanished), so no QP stays taken by a host that is gone.
     """
 
     def __init__(self, cfg):
@@ -67,6 +76,10 @@ class IbCmFeature(Feature):
         self.qps = IbCmQps(cfg.num_qps, reads=cfg.reads, max_rd_atomic=cfg.max_rd_atomic,
                            max_timeout=cfg.cm_timeout,
                            service_ports=cfg.service_ports)
+        self.closer = IbCmCloser(cfg.num_qps)
+
+    def members(self):
+        return {"rdma_cm_disconnect": In(stream.Signature(8))}
 
     def connect(self, m, ep):
         """The service on the receive path's datagrams and QPs, into UDP port 4791's
@@ -82,6 +95,10 @@ class IbCmFeature(Feature):
         for name in ("qp_req", "qp_free", "qp_set"):
             wiring.connect(m, getattr(svc, name), getattr(qps, name))
         wiring.connect(m, qps.qp_grant, svc.qp_grant)
+        closer = m.submodules.ibcm_closer = self.closer
+        wiring.connect(m, wiring.flipped(ep.rdma_cm_disconnect), closer.user)
+        wiring.connect(m, closer.o, svc.disconnect)
+        m.d.comb += [closer.errored.eq(f.requester.retry.errored), closer.held.eq(qps.live)]
         m.d.comb += [qps.others.eq(cm.qp_open), qps.pool_idle.eq(cm.pool_idle),
                      cm.reserved.eq(qps.held), qps.tclass.eq(cm.tclass)]
         ctl = f.connection.ctl

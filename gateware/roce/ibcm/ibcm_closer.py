@@ -31,15 +31,16 @@ class IbCmCloser(wiring.Component):
     errored : In(num_qps)
         Bit k: QP k is in the error state (the retry engine's ``errored``).
     held : In(num_qps)
-        Bit k: the IB CM holds QP k (:class:`~rocegen.gateware.roce.ibcm.ibcm_qps.IbCmQps`'s
-        ``held``).
+        Bit k: QP k is an open connection of the IB CM
+        (:class:`~rocegen.gateware.roce.ibcm.ibcm_qps.IbCmQps`'s ``live``: not one it closed,
+        whose error state is its own doing).
     o : Out(stream.Signature(24))
         The QP numbers to close, one at a time (a register, held until ``o.ready``).
 
     Behaviour
     ---------
-    A QP the IB CM holds whose ``errored`` bit rises is noted (a flip-flop per QP) and offered
-    on ``o`` once, the lowest index first; a note of a QP the IB CM no longer holds is dropped.
+    A QP of ``held`` whose ``errored`` bit rises is noted (a flip-flop per QP) and offered on
+    ``o`` once, the lowest index first; a note of a QP no longer in ``held`` is dropped.
     The user's requests and the noted QPs take turns when both wait. Latency (``o`` free): a
     request is offered on ``o`` in the cycle after it is taken, a QP whose bit rises two
     cycles after the bit. Backpressure: ``o.ready`` low holds the offer, then ``user`` (its

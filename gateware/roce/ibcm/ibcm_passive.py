@@ -112,6 +112,8 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
     time_wait_ns : int
         How long a connection stays in time-wait (0..4096 x 2^31 ns), rounded up to ticks;
         default the model's, 4.096 us x 2^14 (its default local ACK timeout).
+    first_tid : int
+        The transaction ID of our first DREQ (0..2^64-1); the next ones count up.
 
     Ports
     -----
@@ -126,6 +128,10 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
     data_seen : In(stream.Signature(24, always_ready=True))
         The QP number of each packet the receive path takes on a QP (the model's
         ``data_seen``): the first on a connection that waits for its RTU establishes it.
+    disconnect : In(stream.Signature(24))
+        A QP number whose connection to close (the user's, or a QP that failed:
+        :class:`~rocegen.gateware.roce.ibcm.ibcm_closer.IbCmCloser`); taken up as a record
+        is (the two take turns), taken (``ready``) when its DREQ has gone.
     qp_req : Out(stream.Signature(0))
         A QP is wanted from the pool, answered on ``qp_grant``.
     qp_grant : In(stream.Signature(QP_GRANT))
@@ -172,6 +178,11 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
     one and its QP, moves an established one to time-wait. A REP gets a REJ
     ``INVALID_COMM_ID`` (this side makes no REQ). An MRA of our REP makes it wait longer (below).
     MRAs, DREPs, RTUs and REJs of no connection, MADs with another verdict: nothing.
+    A disconnect of the QP of an established connection moves it to DREQ_SENT: its DREQ
+    (our IDs, the peer's QPN, our next transaction ID) to the peer's QP1, the QP put in the
+    error state (``qp_set``); a disconnect of any other QP (none of ours, not established,
+    already closing) is counted (``disconnect_unknown``) and does nothing. In DREQ_SENT a DREP,
+    the peer's DREQ (answered by a DREP) or a REJ moves the connection to time-wait.
 
     Timers. Their resolution is a tick of 4.096 us (``TICK_NS``, the CM's unit: a CM time
     value t is 2^t ticks), counted from the clock by a fractional prescaler: after k cycles
@@ -186,7 +197,10 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
     freed (the model forgets the connection). An MRA of the REP sets it due its service
     timeout's 2^t ticks from the MRA's ``t0`` (the retries stay). A DREQ or REJ that moves a
     connection to time-wait arms its end, d = ``time_wait_ns`` rounded up to ticks (so up to a
-    tick more than the model waits): then the entry is freed and its QP given back.
+    tick more than the model waits): then the entry is freed and its QP given back. A DREQ
+    taken up arms its timer as a REP's, d = 2^t (t the REQ's local CM response timeout): sent
+    again as often as the REQ's max CM retries; due after those, the connection enters
+    time-wait (``dreq_timeouts``), its end counted from the DREQ's last due tick.
 
     The scan. While no record waits, the table is read one entry per cycle round and round,
     each entry checked the cycle after: one due (its timer, or a packet on its QP below) is

@@ -69,6 +69,9 @@ class IbCmQps(wiring.Component):
         look-up, and no look-up sees ``held`` change before its decision.
     held : Out(num_qps)
         Bit k: QP k is this block's (granted, not yet given back). A register.
+    live : Out(num_qps)
+        Bit k: QP k is open (a ``qp_set`` opened it and none has closed it, nor has it been
+        given back). A register, set and cleared as the ``qp_set`` or ``qp_free`` is taken up.
     tclass : In(TRAFFIC_CONFIG)
         DSCP and ECN of the QPs opened.
     qp_ctl : Out(stream.Signature(CONTEXT_WRITE))
@@ -130,6 +133,7 @@ class IbCmQps(wiring.Component):
             "others": In(num_qps),
             "pool_idle": In(1),
             "held": Out(num_qps),
+            "live": Out(num_qps),
             "tclass": In(TRAFFIC_CONFIG),
             "qp_ctl": Out(stream.Signature(CONTEXT_WRITE)),
             "qp_psn": Out(stream.Signature(PSN_WRITE)),
@@ -146,8 +150,8 @@ class IbCmQps(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n = self.num_qps
-        held = Signal(n)
-        m.d.comb += self.held.eq(held)
+        held, live = Signal(n), Signal(n)
+        m.d.comb += [self.held.eq(held), self.live.eq(live)]
         found, first = first_zero(held | self.others, n)
         pending = self._writes(m)
         if self.service_ports:
@@ -159,10 +163,12 @@ class IbCmQps(wiring.Component):
                 with m.If(self.qp_set.valid):
                     self._set_writes(m, st)
                     self._service(m, st.qpn, st.open, st.port)
+                    m.d.sync += live.bit_select(self._index(st.qpn), 1).eq(st.open)
                     m.next = "SET"
                 with m.Elif(self.qp_free.valid):
                     m.d.sync += self._context(self.qp_free.payload, QpState.RESET)
                     self._service(m, self.qp_free.payload, C(0, 1), None)
+                    m.d.sync += live.bit_select(self._index(self.qp_free.payload), 1).eq(0)
                     m.next = "FREE"
                 with m.Elif(self.qp_req.valid & self.pool_idle):
                     m.d.comb += self.qp_req.ready.eq(1)
