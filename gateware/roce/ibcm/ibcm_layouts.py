@@ -47,7 +47,11 @@ VERDICT_COUNTERS = {v: "drop_" + v.name.lower() for v in Verdict
 #: ``cma_src_port``, the low 32 bits of its two addresses (``cma_src_ip``, ``cma_dst_ip``) and
 #: ``cma_high_zero``: their other 96 bits are all zero (IPv4). From a DREQ: ``remote_qpn``. From
 #: a REJ or an MRA: ``message`` (rejected / MRAed), from a REJ ``reason``, from an MRA
-#: ``service_timeout``. Fields of other messages than the MAD's hold its bytes at their offsets.
+#: ``service_timeout``. From a REP: ``rep_local_qpn``, ``rep_starting_psn``,
+#: ``rep_responder_resources``, ``rep_initiator_depth``, ``rep_rnr_retry_count`` and its private
+#: data's first 16 bytes as a :data:`~rocegen.wire.ibcm.REGION` (``rep_addr``, ``rep_rkey``,
+#: ``rep_length``: the region a listener of ours states, when it does). Fields of other
+#: messages than the MAD's hold its bytes at their offsets.
 MAD_RECORD = data.StructLayout({
     "verdict": Verdict,
     "src_ip": 32, "src_qp": 24, "pkey": 16,
@@ -61,6 +65,9 @@ MAD_RECORD = data.StructLayout({
     "cma_dst_ip": 32, "cma_high_zero": 1,
     "remote_qpn": 24,
     "message": 2, "reason": 16, "service_timeout": 5,
+    "rep_local_qpn": 24, "rep_starting_psn": 24, "rep_responder_resources": 8,
+    "rep_initiator_depth": 8, "rep_rnr_retry_count": 3,
+    "rep_addr": 64, "rep_rkey": 32, "rep_length": 32,
 })
 
 
@@ -73,6 +80,7 @@ class ReplyKind(enum.Enum, shape=3):
     CLASS_PORT_INFO = 4     # the GetResp of a Get of ClassPortInfo
     ECHO = 5                # the MAD the receiver holds, as a GetResp with a status
     DREQ = 6
+    REQ = 7
 
 
 #: A MAD to send. ``dst_*``: :data:`IBCM_TX_META`. ``transaction_id`` and, for a GetResp, the
@@ -82,7 +90,9 @@ class ReplyKind(enum.Enum, shape=3):
 #: ``responder_resources``, ``initiator_depth``, ``region`` (its private data); REJ:
 #: ``message`` (rejected), ``reason`` and ``ari_guid``: its additional reject information our
 #: CA GUID (8 bytes, as a REJ ``TIMEOUT`` carries it), else none; DREQ: ``remote_qpn`` (the
-#: peer's QP).
+#: peer's QP); REQ: ``local_comm_id``, ``local_qpn``, ``starting_psn``, ``responder_resources``,
+#: ``initiator_depth``, ``port`` (the TCP port connected to), ``path_mtu`` (an IB MTU code) and
+#: ``src_port`` (ours, in its ``cma_hdr``).
 REPLY_RECORD = data.StructLayout({
     "kind": ReplyKind,
     "dst_ip": 32, "dst_qp": 24, "pkey": 16,
@@ -91,6 +101,7 @@ REPLY_RECORD = data.StructLayout({
     "local_qpn": 24, "starting_psn": 24, "responder_resources": 8, "initiator_depth": 8,
     "region": I.REGION.layout,
     "message": 2, "reason": 16, "ari_guid": 1, "status": 16, "remote_qpn": 24,
+    "port": 16, "path_mtu": 4, "src_port": 16,
 })
 
 

@@ -100,6 +100,7 @@ class IbCmMads(wiring.Component):
         wiring.connect(m, self.reply.mad, self.rx.mad)
         wiring.connect(m, self.reply.o, wiring.flipped(self.o))
         connect_cm_ports(m, self.cm, self)
+        m.d.comb += self.reply.local_ip.eq(self.local_ip)
         if self.region_port:
             m.d.comb += [self.cm.region.eq(0), self.reply.region.eq(self.region),
                          self.region_qp.eq(self.reply.region_qp)]

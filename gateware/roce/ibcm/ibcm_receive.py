@@ -17,6 +17,7 @@ from rocegen.wire import ibcm as I
 __all__ = ["IbCmReceiver", "KEPT_BYTES"]
 
 _REQ_PD = I.MAD_HDR_LENGTH + I.REQ.offset("private_data")[0]   # the cma_hdr's first byte
+_REP_PD = I.MAD_HDR_LENGTH + I.REP.offset("private_data")[0]   # a REP's region
 
 #: Record field -> (header, byte of the MAD where the header starts, the header's field).
 _SOURCES = {
@@ -34,6 +35,10 @@ _SOURCES = {
     "message": (I.REJ, I.MAD_HDR_LENGTH, "message_rejected"),
     "reason": (I.REJ, I.MAD_HDR_LENGTH, "reason"),
     "service_timeout": (I.MRA, I.MAD_HDR_LENGTH, "service_timeout"),
+    **{f"rep_{f}": (I.REP, I.MAD_HDR_LENGTH, f) for f in (
+        "local_qpn", "starting_psn", "responder_resources", "initiator_depth",
+        "rnr_retry_count")},
+    **{f"rep_{f}": (I.REGION, _REP_PD, f) for f in ("addr", "rkey", "length")},
 }
 
 
@@ -86,9 +91,9 @@ class IbCmReceiver(wiring.Component):
     Behaviour
     ---------
     Cost: the record's fields come from :data:`KEPT_BYTES` (the header, the fields of the
-    record and the REQ's ``cma_hdr``: 89 bytes), each in a byte register written when its beat
-    passes; the whole MAD is also written, a beat a word, to a memory of 2048 / W words of W
-    bits read asynchronously (``mad``: 2048 bits, distributed RAM). Latency: if
+    record, the REQ's ``cma_hdr`` and the REP's region: 103 bytes), each in a byte register
+    written when its beat passes; the whole MAD is also written, a beat a word, to a memory
+    of 2048 / W words of W bits read asynchronously (``mad``: 2048 bits, distributed RAM). Latency: if
     the last beat of a MAD moves in cycle t, ``o.valid`` is high from cycle t + 1 (verdict and
     fields combinational from the registers). Backpressure: ``o`` is held, and ``i.ready`` low,
     until ``o.ready``; ``i.ready`` is high again in the cycle after. A MAD longer than 256

@@ -18,7 +18,7 @@ __all__ = ["IbCmReply"]
 
 #: Reply kind -> the MAD's attribute ID.
 _ATTRIBUTE = {ReplyKind.REP: I.ATTR_REP, ReplyKind.REJ: I.ATTR_REJ, ReplyKind.RTU: I.ATTR_RTU,
-              ReplyKind.DREP: I.ATTR_DREP, ReplyKind.DREQ: I.ATTR_DREQ,
+              ReplyKind.DREP: I.ATTR_DREP, ReplyKind.DREQ: I.ATTR_DREQ, ReplyKind.REQ: I.ATTR_REQ,
               ReplyKind.CLASS_PORT_INFO: I.ATTR_CLASS_PORT_INFO}
 
 
@@ -34,7 +34,11 @@ class IbCmReply(wiring.Component):
     rnr_retry_count : int
         The REP's RNR retry count (0..7).
     cm_response_timeout : int
-        Our CM response time (0..31), a ClassPortInfo's ``resp_time_value``.
+        Our CM response time (0..31), a ClassPortInfo's ``resp_time_value`` and both CM
+        response timeouts of our REQs.
+    max_cm_retries, local_ack_timeout, retry_count : int
+        What our REQs state: how often they are sent again (0..15), the local ACK timeout of
+        our QPs (0..31) and their retry count (0..7).
     region_port : bool
         A REP's region is read per QP (ports ``region_qp``, ``region``) instead of taken from
         its record.
@@ -50,6 +54,8 @@ class IbCmReply(wiring.Component):
     region_qp : Out(24), with ``region_port``
         The QP number of the record being sent (``local_qpn``; of the record offered, while
         none is), ...
+    local_ip : In(32)
+        Our IPv4 address (a REQ's GID and ``cma_hdr``).
     region : In(I.REGION.layout), with ``region_port``
         ... its region, one cycle after (a read port of the regions, e.g. the responder's
         configuration table): a REP's private data from the cycle after its record is taken.
@@ -72,6 +78,14 @@ class IbCmReply(wiring.Component):
           bytes of ``ari``, else no additional information;
         * RTU, DREP: ``local_comm_id``, ``remote_comm_id``;
         * DREQ: ``local_comm_id``, ``remote_comm_id``, ``remote_qpn``;
+        * REQ, as Linux's CM sends one for librdmacm over RoCE: ``local_comm_id``, service ID
+          ``0x01060000 | port``, ``local_ca_guid``, ``local_qpn``, ``responder_resources``,
+          ``initiator_depth``, both CM response timeouts ``cm_response_timeout``, transport
+          RC, end-to-end flow control 1, ``starting_psn``, ``retry_count``, the P_Key
+          ``pkey``, ``path_mtu``, ``rnr_retry_count``, ``max_cm_retries``; its primary path:
+          both LIDs permissive (0xFFFF), GIDs ``::ffff:local_ip`` and ``::ffff:dst_ip``, hop
+          limit 64, ``local_ack_timeout``; its private data a ``cma_hdr`` (version 0, IPv4,
+          ``src_port``, ``local_ip``, ``dst_ip``), then zeros;
         * CLASS_PORT_INFO: ClassPortInfo with base version 1, class version 2 and
           ``resp_time_value`` ``cm_response_timeout``;
         * ECHO: the MAD read on ``mad`` (header and data), its method GetResp and its status
@@ -90,12 +104,15 @@ class IbCmReply(wiring.Component):
     """
 
     def __init__(self, width, *, ca_guid=0, rnr_retry_count=7, cm_response_timeout=20,
-                 region_port=False):
+                 region_port=False, max_cm_retries=15, local_ack_timeout=14, retry_count=7):
         check_width(width)
         self.width = width
         self.ca_guid = int_param("ca_guid", ca_guid, 0, (1 << 64) - 1)
         self.rnr_retry_count = int_param("rnr_retry_count", rnr_retry_count, 0, 7)
         self.cm_response_timeout = int_param("cm_response_timeout", cm_response_timeout, 0, 31)
+        self.max_cm_retries = int_param("max_cm_retries", max_cm_retries, 0, 15)
+        self.local_ack_timeout = int_param("local_ack_timeout", local_ack_timeout, 0, 31)
+        self.retry_count = int_param("retry_count", retry_count, 0, 7)
         if not isinstance(region_port, bool):
             raise TypeError(f"region_port must be a bool, not {region_port!r}")
         self.region_port = region_port
@@ -103,6 +120,7 @@ class IbCmReply(wiring.Component):
             "i": In(stream.Signature(REPLY_RECORD)),
             "o": Out(PacketSignature(width, IBCM_TX_META)),
             "mad": Out(mad_read_signature(width)),
+            "local_ip": In(32),
             **({"region_qp": Out(24), "region": In(I.REGION.layout)} if region_port else {}),
         })
 
@@ -202,6 +220,7 @@ class IbCmReply(wiring.Component):
             m.d.comb += [msg.local_comm_id.eq(rec.local_comm_id),
                          msg.remote_comm_id.eq(rec.remote_comm_id)]
         m.d.comb += dreq.remote_qpn.eq(rec.remote_qpn)
+        req_lanes = self._req(m, rec, padded)
         cpi = Signal(I.CLASS_PORT_INFO.layout)
         m.d.comb += [cpi.base_version.eq(I.BASE_VERSION), cpi.class_version.eq(I.CM_CLASS_VERSION),
                      cpi.resp_time_value.eq(self.cm_response_timeout)]
@@ -218,6 +237,34 @@ class IbCmReply(wiring.Component):
                 m.d.comb += data.eq(padded(I.DREP.to_lanes(drep)))
             with m.Case(ReplyKind.DREQ):
                 m.d.comb += data.eq(padded(I.DREQ.to_lanes(dreq)))
+            with m.Case(ReplyKind.REQ):
+                m.d.comb += data.eq(req_lanes)
             with m.Case(ReplyKind.CLASS_PORT_INFO):
                 m.d.comb += data.eq(padded(I.CLASS_PORT_INFO.to_lanes(cpi)))
         return data
+
+    def _req(self, m, rec, padded):
+        """A REQ's class data lanes (see the class's docstring)."""
+        req = Signal(I.REQ.layout)
+        m.d.comb += [
+            req.local_comm_id.eq(rec.local_comm_id),
+            req.service_id.eq(I.SERVICE_ID_TCP | rec.port), req.local_ca_guid.eq(self.ca_guid),
+            req.local_qpn.eq(rec.local_qpn), req.responder_resources.eq(rec.responder_resources),
+            req.initiator_depth.eq(rec.initiator_depth),
+            req.remote_cm_response_timeout.eq(self.cm_response_timeout),
+            req.transport_service_type.eq(I.TRANSPORT_RC), req.end_to_end_flow_control.eq(1),
+            req.starting_psn.eq(rec.starting_psn),
+            req.local_cm_response_timeout.eq(self.cm_response_timeout),
+            req.retry_count.eq(self.retry_count), req.partition_key.eq(rec.pkey),
+            req.path_mtu.eq(rec.path_mtu), req.rnr_retry_count.eq(self.rnr_retry_count),
+            req.max_cm_retries.eq(self.max_cm_retries),
+            req.primary_local_lid.eq(I.LID_PERMISSIVE), req.primary_remote_lid.eq(I.LID_PERMISSIVE),
+            req.primary_local_gid.eq(Cat(self.local_ip, Const(0xFFFF, 16))),
+            req.primary_remote_gid.eq(Cat(rec.dst_ip, Const(0xFFFF, 16))),
+            req.primary_hop_limit.eq(64), req.primary_local_ack_timeout.eq(self.local_ack_timeout)]
+        cma = Signal(I.CMA_HDR.layout)
+        m.d.comb += [cma.cma_version.eq(I.CMA_VERSION), cma.ip_version.eq(I.CMA_IP_VERSION_4),
+                     cma.src_port.eq(rec.src_port), cma.src_addr.eq(self.local_ip),
+                     cma.dst_addr.eq(rec.dst_ip)]
+        pd = I.REQ.offset("private_data")[0]
+        return padded(I.REQ.to_lanes(req)[:8 * pd], I.CMA_HDR.to_lanes(cma))

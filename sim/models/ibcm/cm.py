@@ -355,27 +355,32 @@ class IbCm:
                           peer_timeout_ns=I.cm_timeout_ns(self.cm_response_timeout),
                           max_retries=self.max_cm_retries)
         self.connections[conn.local_comm_id] = conn
-        cma = I.CMA_HDR.pack(cma_version=I.CMA_VERSION, ip_version=I.CMA_IP_VERSION_4,
-                             src_port=src_port,
-                             src_addr=_cma_addr(self.local_ip), dst_addr=_cma_addr(dst_ip))
-        req = I.REQ.pack(
-            local_comm_id=conn.local_comm_id, service_id=I.service_id(port),
-            local_ca_guid=self.ca_guid, local_qpn=qpn,
-            responder_resources=self.responder_resources, initiator_depth=self.initiator_depth,
-            remote_cm_response_timeout=self.cm_response_timeout,
-            transport_service_type=I.TRANSPORT_RC, end_to_end_flow_control=1,
-            starting_psn=conn.psn, local_cm_response_timeout=self.cm_response_timeout,
-            retry_count=self.retry_count, partition_key=I.DEFAULT_PKEY, path_mtu=mtu,
-            rnr_retry_count=self.rnr_retry_count, max_cm_retries=self.max_cm_retries,
-            primary_local_lid=I.LID_PERMISSIVE, primary_remote_lid=I.LID_PERMISSIVE,
-            primary_local_gid=I.ipv4_gid(self.local_ip), primary_remote_gid=I.ipv4_gid(dst_ip),
-            primary_hop_limit=64, primary_local_ack_timeout=self.local_ack_timeout,
-            private_data=I.private_data(I.REQ, cma + private_data))
-        mad = self._mad(I.ATTR_REQ, conn.tid, req)
+        mad = self._req(conn, src_port)
         out = []
         self._send(out, dst_ip, mad)
         self._arm(conn, mad, now, conn.peer_timeout_ns, conn.max_retries)
         return conn.local_comm_id, out
+
+    def _req(self, conn, src_port):
+        """The REQ of active connection ``conn`` (``src_port``: ours in its ``cma_hdr``)."""
+        cma = I.CMA_HDR.pack(cma_version=I.CMA_VERSION, ip_version=I.CMA_IP_VERSION_4,
+                             src_port=src_port,
+                             src_addr=_cma_addr(self.local_ip), dst_addr=_cma_addr(conn.peer_ip))
+        req = I.REQ.pack(
+            local_comm_id=conn.local_comm_id, service_id=I.service_id(conn.port),
+            local_ca_guid=self.ca_guid, local_qpn=conn.qpn,
+            responder_resources=conn.responder_resources, initiator_depth=conn.initiator_depth,
+            remote_cm_response_timeout=self.cm_response_timeout,
+            transport_service_type=I.TRANSPORT_RC, end_to_end_flow_control=1,
+            starting_psn=conn.psn, local_cm_response_timeout=self.cm_response_timeout,
+            retry_count=conn.retry_count, partition_key=I.DEFAULT_PKEY, path_mtu=conn.path_mtu,
+            rnr_retry_count=conn.rnr_retry_count, max_cm_retries=self.max_cm_retries,
+            primary_local_lid=I.LID_PERMISSIVE, primary_remote_lid=I.LID_PERMISSIVE,
+            primary_local_gid=I.ipv4_gid(self.local_ip),
+            primary_remote_gid=I.ipv4_gid(conn.peer_ip), primary_hop_limit=64,
+            primary_local_ack_timeout=conn.local_ack_timeout,
+            private_data=I.private_data(I.REQ, cma + conn.private_data))
+        return self._mad(I.ATTR_REQ, conn.tid, req)
 
     def disconnect(self, now, local_comm_id):
         """Close an established connection: send a DREQ (sent again until a DREP, then

@@ -58,6 +58,10 @@ def expected_fields(data):
                 "cma_src_port": cma["src_port"], "cma_src_ip": cma["src_addr"] & 0xFFFFFFFF,
                 "cma_dst_ip": cma["dst_addr"] & 0xFFFFFFFF,
                 "cma_high_zero": int(cma["src_addr"] >> 32 == 0 == cma["dst_addr"] >> 32)}
+    if attr == I.ATTR_REP:
+        out |= {f"rep_{n}": f[n] for n in ("local_qpn", "starting_psn", "responder_resources",
+                                           "initiator_depth", "rnr_retry_count")}
+        out |= {f"rep_{n}": v for n, v in I.REGION.unpack(I.private_bytes(I.REP, f)).items()}
     if attr == I.ATTR_DREQ:
         out["remote_qpn"] = f["remote_qpn"]
     if attr == I.ATTR_REJ:

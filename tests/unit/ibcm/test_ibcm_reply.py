@@ -1,6 +1,6 @@
 """IB CM reply builder: random records of every kind against the MADs the reference model
 builds (its own REJ builder, with our CA GUID as the ARI as in its REJ TIMEOUT or without ARI,
-its DREQ, DREP and RTU builders, its GetResp to a Get of ClassPortInfo, its echo of a Get or Set it
+its REQ, DREQ, DREP and RTU builders, its GetResp to a Get of ClassPortInfo, its echo of a Get or Set it
 does not support, a REP packed as the model packs it), with idle cycles and backpressure; its
 latency, an echo taken with its last beat."""
 
@@ -11,17 +11,21 @@ import pytest
 from rocegen.gateware.roce.ibcm.ibcm_layouts import ReplyKind
 from rocegen.gateware.roce.ibcm.ibcm_reply import IbCmReply
 from rocegen.sim.models.ibcm import IbCm, QpPool
+from rocegen.sim.models.ibcm.cm import Connection, Role, State
 from rocegen.sim.testing.amaranth_streams import StreamCollector, send_records
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.sim.testing.ibcm_mads import mad
 from rocegen.wire import ibcm as I
 
 GUID, RNR, RESP_TIME = 0x0002C9030012AB34, 5, 17
+#: our address, and what our REQs state besides
+LOCAL_IP, CM_RETRIES, ACK_TIMEOUT, RETRY = 0x0A00_0002, 9, 13, 6
 
 
 def model():
-    return IbCm(pool=QpPool([2]), local_ip=1, ca_guid=GUID, rnr_retry_count=RNR,
-                cm_response_timeout=RESP_TIME)
+    return IbCm(pool=QpPool([2]), local_ip=LOCAL_IP, ca_guid=GUID, rnr_retry_count=RNR,
+                cm_response_timeout=RESP_TIME, max_cm_retries=CM_RETRIES,
+                local_ack_timeout=ACK_TIMEOUT, retry_count=RETRY)
 
 
 def echoed(rng):
@@ -49,7 +53,10 @@ def random_record(rng, kind):
                     "length": rng.getrandbits(32)},
          "message": rng.randrange(3), "reason": rng.choice(list(I.RejReason)).value,
          "ari_guid": 0, "class_specific": 0, "hdr_reserved": 0, "attribute_modifier": 0,
-         "status": 0, "remote_qpn": rng.getrandbits(24)}
+         "status": 0, "remote_qpn": rng.getrandbits(24), "port": rng.getrandbits(16),
+         "path_mtu": rng.choice(list(I.MTU_CODES)), "src_port": rng.getrandbits(16)}
+    if kind is ReplyKind.REQ:
+        r["pkey"] = I.DEFAULT_PKEY
     if kind is ReplyKind.REJ:
         r["ari_guid"] = rng.randrange(2)
     if kind is ReplyKind.ECHO:
@@ -76,6 +83,14 @@ def expected(r):
         return cm._drep(tid, local, remote)
     if kind is ReplyKind.DREQ:
         return cm._dreq(tid, local, remote, r["remote_qpn"])
+    if kind is ReplyKind.REQ:
+        conn = Connection(
+            local_comm_id=local, role=Role.ACTIVE, state=State.REQ_SENT, peer_ip=r["dst_ip"],
+            port=r["port"], qpn=r["local_qpn"], psn=r["starting_psn"], tid=tid,
+            path_mtu=r["path_mtu"], responder_resources=r["responder_resources"],
+            initiator_depth=r["initiator_depth"], local_ack_timeout=ACK_TIMEOUT,
+            retry_count=RETRY, rnr_retry_count=RNR)
+        return cm._req(conn, r["src_port"])
     if kind is ReplyKind.RTU:
         return cm._mad(I.ATTR_RTU, tid, I.RTU.pack(local_comm_id=local, remote_comm_id=remote))
     if kind is ReplyKind.CLASS_PORT_INFO:
@@ -97,13 +112,15 @@ def run(width, records, *, idle, backpressure, seed, regions=None):
     """The records through the reply builder; with ``regions`` (QP number -> region), its
     ``region_port`` read from them one cycle after ``region_qp``."""
     dut = IbCmReply(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
-                    region_port=regions is not None)
+                    region_port=regions is not None, max_cm_retries=CM_RETRIES,
+                    local_ack_timeout=ACK_TIMEOUT, retry_count=RETRY)
     rng = random.Random(seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed)
     taken = []
     cycle = [0]
 
     async def tb(ctx):
+        ctx.set(dut.local_ip, LOCAL_IP)
         await send_records(ctx, dut.i, [strip(r) for r in records], rng, idle)
         while len(col.packets) < len(records):
             await ctx.tick()
@@ -141,7 +158,7 @@ def strip(r):
 @pytest.mark.parametrize("width", [64, 512])
 def test_replies_are_the_models(width):
     rng = random.Random(width)
-    records = [random_record(rng, k) for k in ReplyKind for _ in range(4)]
+    records = [random_record(rng, k) for k in ReplyKind for _ in range(6)]
     rng.shuffle(records)
     assert {r["status"] for r in records if r["kind"] is ReplyKind.ECHO} == \
         {I.STATUS_BAD_VERSION, I.STATUS_UNSUPPORTED_METHOD_ATTR}
