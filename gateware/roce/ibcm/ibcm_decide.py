@@ -3,6 +3,7 @@ the reply it gets, the QP it takes or closes (a part of
 :class:`~rocegen.gateware.roce.ibcm.ibcm_passive.IbCmPassive`)."""
 
 from amaranth.hdl import Cat, Const, Mux, Signal
+from amaranth.lib import enum
 
 from rocegen.gateware.roce.ibcm.ibcm_layouts import (
     CONNECTION,
@@ -13,14 +14,21 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import (
 )
 from rocegen.wire import ibcm as I
 
-__all__ = ["PassiveDecisions", "PSN_TAPS", "pow2"]
+__all__ = ["PassiveDecisions", "PSN_TAPS", "Src", "pow2", "min_of"]
 
 #: The starting PSNs come from a 24-bit Galois LFSR (x^24 + x^23 + x^22 + x^17 + 1): shifted
 #: right, these taps XORed in when the bit shifted out is 1.
 PSN_TAPS = 0xE10000
 
 
-def _min(a, b):
+class Src(enum.Enum, shape=2):
+    """What the CM took up to act on."""
+    RECORD = 0          # a MAD's record
+    DISCONNECT = 1      # a QP to disconnect
+    CONNECT = 2         # a connection to ask for
+
+
+def min_of(a, b):
     return Mux(a < b, a, b)
 
 
@@ -84,8 +92,10 @@ class PassiveDecisions:
             m.d.comb += wr.en.eq(1)
             self._count(m, "established")
         m.next = "DONE"
-        with m.If(s.dis):
+        with m.If(s.src == Src.DISCONNECT):
             self._decide_disconnect(m, s, wr)
+        with m.Elif(s.src == Src.CONNECT):
+            self._decide_connect(m, s)
         with m.Else():
             self._decide_record(m, s, wr, rec, mine)
 
@@ -106,13 +116,9 @@ class PassiveDecisions:
         with m.Elif(attr == I.ATTR_DREQ):
             self._decide_dreq(m, s, wr, rec, mine)
         with m.Elif(attr == I.ATTR_REJ):
-            self._decide_rej(m, s, wr, mine)
+            self._decide_rej(m, s, wr, rec, mine)
         with m.Elif(attr == I.ATTR_REP):
-            m.d.sync += self._answer(s, rec, ReplyKind.REJ, 0, rec.local_comm_id,
-                                     reason=I.RejReason.INVALID_COMM_ID,
-                                     message=I.MsgResponse.REP)
-            self._count(m, "rep_unknown")
-            m.next = "SEND"
+            self._decide_rep(m, s, wr, rec, mine)
         with m.Elif(attr == I.ATTR_DREP):
             with m.If(mine & (s.hit_e.state == ConnState.DREQ_SENT)):
                 self._timewait(m, s, wr)
@@ -151,15 +157,17 @@ class PassiveDecisions:
         with m.Else():
             self._count(m, "disconnect_unknown")
 
-    def _decide_rej(self, m, s, wr, mine):
+    def _decide_rej(self, m, s, wr, rec, mine):
         e = s.hit_e
         live = mine & (e.state != ConnState.TIMEWAIT)
         with m.If(live):
             self._count(m, "rejected")
         with m.Else():
             self._count(m, "rej_unknown")
-        with m.If(live & (e.state == ConnState.REP_SENT)):
+        with m.If(live & ((e.state == ConnState.REP_SENT) | (e.state == ConnState.REQ_SENT))):
             m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
+            with m.If(e.state == ConnState.REQ_SENT):
+                self._event(m, e, rec.reason)
             m.next = "FREE"
         with m.Elif(live):
             self._timewait(m, s, wr)
@@ -188,7 +196,9 @@ class PassiveDecisions:
         rep_sent = mine & (e.state == ConnState.REP_SENT)
         with m.If(rec.hdr.attribute_id == I.ATTR_MRA):
             # an MRA of our REP: the REP waits its service timeout from now
-            with m.If(rep_sent & (rec.message == I.MsgResponse.REP)):
+            req_sent = mine & (e.state == ConnState.REQ_SENT)
+            with m.If((rep_sent & (rec.message == I.MsgResponse.REP)) |
+                      (req_sent & (rec.message == I.MsgResponse.REQ))):
                 m.d.comb += [wr.en.eq(1),
                              wr.data.deadline.eq(self._at(s, pow2(rec.service_timeout)))]
             with m.Else():
@@ -196,14 +206,14 @@ class PassiveDecisions:
         with m.Elif(rep_sent):
             m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.ESTABLISHED)]
             self._count(m, "established")
-        with m.Elif(mine & (e.state == ConnState.ESTABLISHED)):
+        with m.Elif(mine & (e.state == ConnState.ESTABLISHED) & ~e.active):
             self._count(m, "rtu_duplicate")
         with m.Else():
             self._count(m, "rtu_unknown")
 
     def _decide_dreq(self, m, s, wr, rec, mine):
         e = s.hit_e
-        with m.If(mine & (rec.remote_qpn == e.qpn)):
+        with m.If(mine & (rec.remote_qpn == e.qpn) & (e.state != ConnState.REQ_SENT)):
             with m.If(e.state == ConnState.TIMEWAIT):
                 self._count(m, "dreq_duplicate")
             with m.Else():
@@ -262,13 +272,13 @@ class PassiveDecisions:
                      new.remote_comm_id.eq(rec.local_comm_id), new.peer_ip.eq(rec.src_ip),
                      new.peer_qpn.eq(rec.local_qpn), new.qpn.eq(grant.qpn),
                      new.psn.eq(rec.starting_psn if self.psn_from_req else s.psn),
-                     new.responder_resources.eq(_min(self.responder_resources,
+                     new.responder_resources.eq(min_of(self.responder_resources,
                                                      rec.initiator_depth)),
-                     new.initiator_depth.eq(_min(self.initiator_depth, rec.responder_resources)),
+                     new.initiator_depth.eq(min_of(self.initiator_depth, rec.responder_resources)),
                      new.tid.eq(rec.hdr.transaction_id), new.pkey.eq(rec.pkey),
                      new.deadline.eq(self._at(s, pow2(timeout))), new.timeout.eq(timeout),
                      new.retries.eq(rec.max_cm_retries),
-                     new.max_retries.eq(rec.max_cm_retries)]
+                     new.max_retries.eq(rec.max_cm_retries), new.port.eq(rec.service_id[:16])]
         with m.If(grant.ok):
             m.d.comb += [wr.addr.eq(s.free_idx), wr.data.eq(new), wr.en.eq(1)]
             m.d.sync += self._rep(s, _sender(rec), new)
@@ -288,12 +298,13 @@ class PassiveDecisions:
         ours = I.mtu_code(self.max_mtu)
         return [s.set_valid.eq(1), s.set.open.eq(1), s.set.qpn.eq(new.qpn),
                 s.set.peer_ip.eq(new.peer_ip), s.set.peer_qpn.eq(new.peer_qpn),
-                s.set.psn.eq(new.psn), s.set.path_mtu.eq(_min(rec.path_mtu, ours)),
+                s.set.psn.eq(new.psn), s.set.path_mtu.eq(min_of(rec.path_mtu, ours)),
                 s.set.ack_timeout.eq(rec.local_ack_timeout),
                 s.set.retry_count.eq(rec.retry_count),
                 s.set.rnr_retry_count.eq(rec.rnr_retry_count),
                 s.set.responder_resources.eq(new.responder_resources),
                 s.set.initiator_depth.eq(new.initiator_depth),
-                s.set.port.eq(rec.service_id[:16])]
+                s.set.port.eq(rec.service_id[:16]), s.set.epsn.eq(new.psn), s.set.rkey.eq(0),
+                s.set.base.eq(0)]
 
 

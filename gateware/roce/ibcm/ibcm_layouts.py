@@ -9,7 +9,7 @@ from rocegen.wire import ibcm as I
 
 __all__ = ["IBCM_RX_META", "IBCM_TX_META", "Verdict", "VERDICT_COUNTERS", "MAD_RECORD",
            "ReplyKind", "REPLY_RECORD", "QP_GRANT", "ConnState", "CONNECTION", "TIME_BITS",
-           "TICK_NS", "QP_SET", "mad_read_signature", "int_param"]
+           "TICK_NS", "QP_SET", "CONNECT", "CM_EVENT", "mad_read_signature", "int_param"]
 
 
 #: What the UD receive path tells about a MAD it delivers to QP1: the sender's IPv4 address, its
@@ -122,11 +122,24 @@ QP_GRANT = data.StructLayout({"ok": 1, "qpn": 24})
 #: the REQ's service ID names (what serves the connection). ``open`` clear: the
 #: connection of QP ``qpn`` ended (a DREQ or REJ moved it to time-wait): the QP goes to the
 #: error state (its work flushed); it is given back on ``qp_free`` at the end of the time-wait.
+#: ``psn`` is the PSN the QP sends from, ``epsn`` the one it expects (the same for a connection
+#: the peer asked for: one PSN for both directions; the peer's REP's for one we asked for);
+#: ``rkey`` and ``base``: the peer's region its REP stated (zero for one the peer asked for).
 QP_SET = data.StructLayout({
     "open": 1, "qpn": 24, "peer_ip": 32, "peer_qpn": 24, "psn": 24, "path_mtu": 4,
     "ack_timeout": 5, "retry_count": 3, "rnr_retry_count": 3,
     "responder_resources": 8, "initiator_depth": 8, "port": 16,
+    "epsn": 24, "rkey": 32, "base": 64,
 })
+
+#: A connection the FPGA asks for: to TCP port ``port`` of ``dst_ip`` (librdmacm's
+#: ``rdma_connect``), ``src_port`` ours in the REQ's ``cma_hdr``.
+CONNECT = data.StructLayout({"dst_ip": 32, "port": 16, "src_port": 16})
+
+#: How a connection the FPGA asked for went: ``ok`` and its QP (established: the REP came, the
+#: RTU went), or not and why (``reason``: the peer's REJ reason, ``TIMEOUT`` when no REP
+#: came, ``NO_QP`` when no QP or table entry was free); ``dst_ip`` and ``port`` as asked.
+CM_EVENT = data.StructLayout({"ok": 1, "qpn": 24, "dst_ip": 32, "port": 16, "reason": 16})
 
 
 class ConnState(enum.Enum, shape=3):
@@ -136,6 +149,7 @@ class ConnState(enum.Enum, shape=3):
     ESTABLISHED = 2
     TIMEWAIT = 3
     DREQ_SENT = 4
+    REQ_SENT = 5
 
 
 #: Bits of the passive side's time (in ticks of :data:`TICK_NS`): a deadline is at most
@@ -151,11 +165,13 @@ TICK_NS = 4096
 #: again ``retries`` more times, each ``2^timeout`` ticks after the last: the REQ's local CM
 #: response timeout and max CM retries), in DREQ_SENT our DREQ's (``tid`` its transaction ID,
 #: sent again ``retries`` more times, from ``max_retries``: the REQ's max CM retries), in
-#: TIMEWAIT the time-wait's end.
+#: REQ_SENT our REQ's (``active`` set: we asked for the connection, to ``port``, ours
+#: ``src_port``), in TIMEWAIT the time-wait's end.
 CONNECTION = data.StructLayout({
     "state": ConnState,
     "local_comm_id": 32, "remote_comm_id": 32, "peer_ip": 32, "peer_qpn": 24,
     "qpn": 24, "psn": 24, "responder_resources": 8, "initiator_depth": 8,
     "tid": 64, "pkey": 16,
     "deadline": TIME_BITS, "retries": 4, "timeout": 5, "max_retries": 4,
+    "active": 1, "port": 16, "src_port": 16,
 })

@@ -5,7 +5,14 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import PacketSignature
-from rocegen.gateware.roce.ibcm.ibcm_layouts import IBCM_RX_META, IBCM_TX_META, QP_GRANT, QP_SET
+from rocegen.gateware.roce.ibcm.ibcm_layouts import (
+    CM_EVENT,
+    CONNECT,
+    IBCM_RX_META,
+    IBCM_TX_META,
+    QP_GRANT,
+    QP_SET,
+)
 from rocegen.gateware.roce.ibcm.ibcm_passive import IbCmPassive
 from rocegen.gateware.roce.ibcm.ibcm_receive import IbCmReceiver
 from rocegen.gateware.roce.ibcm.ibcm_reply import IbCmReply
@@ -54,9 +61,12 @@ class IbCmMads(wiring.Component):
     ----------
     width : int
         Data width W in bits (64..512, power of two).
-    ca_guid, rnr_retry_count, cm_response_timeout, region_port :
-        The reply builder's (our CA GUID; the RNR retry count of our REPs; the response time
-        our ClassPortInfo states; REPs whose region is read per QP).
+    ca_guid, rnr_retry_count, region_port :
+        The reply builder's (our CA GUID; the RNR retry count of our REPs; REPs whose region
+        is read per QP).
+    cm_response_timeout, max_cm_retries, local_ack_timeout, retry_count :
+        The reply builder's and the passive side's: what our REQs state and how long and
+        how often they wait for the REP (our ClassPortInfo's response time too).
     ports, clk_hz, and any other keyword :
         The passive side's.
 
@@ -66,7 +76,9 @@ class IbCmMads(wiring.Component):
         MADs with their senders (the receiver's ``i``).
     o : Out(PacketSignature(width, IBCM_TX_META))
         The answers (the reply builder's ``o``).
-    local_ip, region, qp_req, qp_grant, qp_free, qp_set, data_seen :
+    connect, connected :
+        The passive side's: connections the FPGA asks for, and how each went.
+    local_ip, region, qp_req, qp_grant, qp_free, qp_set, data_seen, disconnect :
         The passive side's; with ``region_port``, ``region`` is the reply builder's (the
         region of QP ``region_qp``, one cycle after it).
 
@@ -78,17 +90,22 @@ class IbCmMads(wiring.Component):
     """
 
     def __init__(self, width, *, ca_guid=0, rnr_retry_count=7, cm_response_timeout=20,
-                 region_port=False, **passive):
+                 region_port=False, max_cm_retries=15, local_ack_timeout=14, retry_count=7,
+                 **passive):
         self.width = width
         self.rx = IbCmReceiver(width)
-        self.cm = IbCmPassive(**passive)
+        ours = {"cm_response_timeout": cm_response_timeout, "max_cm_retries": max_cm_retries,
+                "local_ack_timeout": local_ack_timeout, "retry_count": retry_count}
+        self.cm = IbCmPassive(**passive, **ours)
         self.reply = IbCmReply(width, ca_guid=ca_guid, rnr_retry_count=rnr_retry_count,
-                               cm_response_timeout=cm_response_timeout, region_port=region_port)
+                               region_port=region_port, **ours)
         self.region_port = region_port
         super().__init__({
             "i": In(PacketSignature(width, IBCM_RX_META)),
             "o": Out(PacketSignature(width, IBCM_TX_META)),
             **cm_ports(region_port),
+            "connect": In(stream.Signature(CONNECT)),
+            "connected": Out(stream.Signature(CM_EVENT, always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -101,6 +118,8 @@ class IbCmMads(wiring.Component):
         wiring.connect(m, self.reply.o, wiring.flipped(self.o))
         connect_cm_ports(m, self.cm, self)
         m.d.comb += self.reply.local_ip.eq(self.local_ip)
+        wiring.connect(m, wiring.flipped(self.connect), self.cm.connect)
+        wiring.connect(m, self.cm.connected, wiring.flipped(self.connected))
         if self.region_port:
             m.d.comb += [self.cm.region.eq(0), self.reply.region.eq(self.region),
                          self.region_qp.eq(self.reply.region_qp)]

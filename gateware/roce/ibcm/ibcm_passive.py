@@ -1,16 +1,19 @@
-"""The IB CM's passive side: what one MAD record makes the CM do, with its connection table
-and its timers."""
+"""The IB CM: what one MAD record (or a connect or disconnect) makes the CM do, with its
+connection table and its timers; the passive side with the active side beside it."""
 
 from fractions import Fraction
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.mac.pause_time import quanta_elapsed
-from rocegen.gateware.roce.ibcm.ibcm_decide import PSN_TAPS, PassiveDecisions, pow2
+from rocegen.gateware.roce.ibcm.ibcm_active import ActiveDecisions
+from rocegen.gateware.roce.ibcm.ibcm_decide import PSN_TAPS, PassiveDecisions, Src, pow2
 from rocegen.gateware.roce.ibcm.ibcm_layouts import (
+    CM_EVENT,
+    CONNECT,
     CONNECTION,
     MAD_RECORD,
     QP_GRANT,
@@ -36,7 +39,8 @@ COUNTERS = ("rx_mads", "tx_mads", *VERDICT_COUNTERS.values(), "answered_bad_vers
             "req_stale", "rep_unknown", "rtu_unknown", "rtu_duplicate", "mra_unknown",
             "rej_unknown", "dreq_unknown", "dreq_duplicate", "drep_unknown", "established",
             "rejected", "retransmits", "rep_timeouts", "timewait_exits", "disconnects",
-            "disconnect_unknown", "dreq_timeouts")
+            "disconnect_unknown", "dreq_timeouts", "connects", "connect_no_qp", "rep_duplicate",
+            "req_timeouts")
 
 #: The most QP numbers ``qpns`` may name (a flip-flop each).
 MAX_QPNS = 4096
@@ -75,7 +79,7 @@ def _qpns(qpns):
     return qpns
 
 
-class IbCmPassive(PassiveDecisions, wiring.Component):
+class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
     """The passive side of the IB CM (``rdma_listen``/``rdma_accept`` as librdmacm's peer sees
     them): decides, for one MAD record at a time, the reply and what changes in the connection
     table, and runs the table's timers, as the reference model
@@ -113,7 +117,13 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
         How long a connection stays in time-wait (0..4096 x 2^31 ns), rounded up to ticks;
         default the model's, 4.096 us x 2^14 (its default local ACK timeout).
     first_tid : int
-        The transaction ID of our first DREQ (0..2^64-1); the next ones count up.
+        The transaction ID of our first REQ or DREQ (0..2^64-1); the next ones count up.
+    cm_response_timeout, max_cm_retries : int
+        Our REQs' wait for the REP (2^t ticks, t 0..31) and how often they are sent again
+        (0..15).
+    local_ack_timeout, retry_count : int
+        The ACK timeout (0..31) and retry count (0..7) of the QPs of connections we asked
+        for (our REQs state them).
 
     Ports
     -----
@@ -128,6 +138,13 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
     data_seen : In(stream.Signature(24, always_ready=True))
         The QP number of each packet the receive path takes on a QP (the model's
         ``data_seen``): the first on a connection that waits for its RTU establishes it.
+    connect : In(stream.Signature(CONNECT))
+        A connection to ask for (librdmacm's ``rdma_connect``): taken up as a record is (the
+        three take turns), taken (``ready``) when its REQ has gone (or no QP was free).
+    connected : Out(stream.Signature(CM_EVENT, always_ready=True))
+        How each connection asked for went (a pulse): established when its REP came (the
+        QP), or refused (the REJ's reason), or no REP came (``TIMEOUT``), or no QP or table
+        entry was free (``NO_QP``).
     disconnect : In(stream.Signature(24))
         A QP number whose connection to close (the user's, or a QP that failed:
         :class:`~rocegen.gateware.roce.ibcm.ibcm_closer.IbCmCloser`); taken up as a record
@@ -221,9 +238,22 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
     it established, counted then (an RTU counts ``rtu_duplicate`` too: the model counted the
     establishment at the packet).
 
-    Not here yet, where the model differs: the active side (REQ, MRA) and the ``accept`` hook
-    (every REQ that passes the checks is taken) come later. Communication IDs are not checked
-    against those in use (they would repeat after 2^32 connections).
+    The active side. A connect takes a free table entry and a QP from the pool (else
+    ``connected`` says ``NO_QP``: nothing is sent) and sends the REQ (our next communication
+    ID, starting PSN from the LFSR, transaction ID; our READ depths, ``max_mtu``, the port's
+    service ID, ``src_port`` and the addresses in its ``cma_hdr``): REQ_SENT, its timer armed
+    as a REP's (2^``cm_response_timeout`` ticks, ``max_cm_retries`` times again, then REJ
+    ``TIMEOUT``, the QP given back, ``connected`` says ``TIMEOUT``; an MRA of the REQ makes it
+    wait its service timeout). The REP of a connection in REQ_SENT opens the QP (``qp_set``:
+    the REP's QPN, our PSN to send from and the REP's to expect, the REP's RNR retry count,
+    the READ depths negotiated, the region its private data states as ``rkey`` and ``base``)
+    and is answered with the RTU: established, ``connected`` says so. A REP again gets the RTU
+    again; a REJ of a connection in REQ_SENT frees it and its QP (``connected``: the reason).
+    A REQ never names a connection we asked for; an RTU of one is unknown.
+
+    Not here, where the model differs: the ``accept`` hook (every REQ that passes the checks
+    is taken). Communication IDs are not checked against those in use (they would repeat
+    after 2^32 connections).
 
     Latency: a MAD record is matched against the whole table, one entry per cycle: if it is
     offered in cycle t while the passive side is idle (else when the action under way is
@@ -240,7 +270,8 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
     def __init__(self, *, ports, clk_hz, connections=16, qpns=DEFAULT_QPNS,
                  responder_resources=1, initiator_depth=1, first_comm_id=1, psn_seed=1,
                  time_wait_ns=DEFAULT_TIME_WAIT_NS, psn_from_req=False, max_mtu=4096,
-                 first_tid=1):
+                 first_tid=1, cm_response_timeout=20, max_cm_retries=15, local_ack_timeout=14,
+                 retry_count=7):
         ports = list(ports)
         for p in ports:
             int_param("each port", p, 0, 0xFFFF)
@@ -254,6 +285,10 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
         self.first_comm_id = int_param("first_comm_id", first_comm_id, 1, (1 << 32) - 1)
         self.psn_seed = int_param("psn_seed", psn_seed, 1, (1 << 24) - 1)
         self.first_tid = int_param("first_tid", first_tid, 0, (1 << 64) - 1)
+        self.cm_response_timeout = int_param("cm_response_timeout", cm_response_timeout, 0, 31)
+        self.max_cm_retries = int_param("max_cm_retries", max_cm_retries, 0, 15)
+        self.local_ack_timeout = int_param("local_ack_timeout", local_ack_timeout, 0, 31)
+        self.retry_count = int_param("retry_count", retry_count, 0, 7)
         self.time_wait_ns = int_param("time_wait_ns", time_wait_ns, 0, TICK_NS << 31)
         self.time_wait_ticks = -(-self.time_wait_ns // TICK_NS)
         if not isinstance(psn_from_req, bool):
@@ -269,6 +304,8 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
             "region": In(I.REGION.layout),
             "data_seen": In(stream.Signature(24, always_ready=True)),
             "disconnect": In(stream.Signature(24)),
+            "connect": In(stream.Signature(CONNECT)),
+            "connected": Out(stream.Signature(CM_EVENT, always_ready=True)),
             "qp_req": Out(stream.Signature(0)),
             "qp_grant": In(stream.Signature(QP_GRANT)),
             "qp_free": Out(stream.Signature(24)),
@@ -288,6 +325,7 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
                      self.qp_set.payload.eq(s.set)]
         with m.If(self.qp_set.ready):
             m.d.sync += s.set_valid.eq(0)
+        m.d.sync += self.connected.valid.eq(0)
         now = self._clock(m)
         self._packets(m, s, rd.data)
         self._due(m, s, rd.data, now)
@@ -308,8 +346,11 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
             with m.State("QP_WAIT"):
                 m.d.comb += self.qp_grant.ready.eq(1)
                 with m.If(self.qp_grant.valid):
-                    self._take(m, s, wr, rec, self.qp_grant.payload)
                     m.next = "SEND"
+                    with m.If(s.src == Src.CONNECT):
+                        self._take_connect(m, s, wr, self.qp_grant.payload)
+                    with m.Else():
+                        self._take(m, s, wr, rec, self.qp_grant.payload)
             with m.State("TREAD"):
                 m.d.comb += rd.addr.eq(s.act_idx)
                 m.next = "TACT"
@@ -341,8 +382,10 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
                     m.next = "DONE"
         with m.State("DONE"):
             with m.If(~s.set_valid | self.qp_set.ready):
-                m.d.comb += [self.i.ready.eq(~s.dis), self.disconnect.ready.eq(s.dis)]
-                with m.If(~s.dis):
+                m.d.comb += [self.i.ready.eq(s.src == Src.RECORD),
+                             self.disconnect.ready.eq(s.src == Src.DISCONNECT),
+                             self.connect.ready.eq(s.src == Src.CONNECT)]
+                with m.If(s.src == Src.RECORD):
                     self._count(m, "rx_mads")
                 with m.If(s.note):
                     m.d.sync += s.act_idx.eq(Mux(s.note_hi, s.note_hi_idx, s.note_idx))
@@ -380,7 +423,8 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
         applies to its state (a timer: in REP_SENT, DREQ_SENT and TIMEWAIT)."""
         late = Signal(TIME_BITS)
         rep_sent = e.state == ConnState.REP_SENT
-        waits = (e.state == ConnState.TIMEWAIT) | (e.state == ConnState.DREQ_SENT)
+        waits = (e.state == ConnState.TIMEWAIT) | (e.state == ConnState.DREQ_SENT) | \
+            (e.state == ConnState.REQ_SENT)
         m.d.comb += [late.eq(now - e.deadline), s.expired.eq(~late[-1]),
                      s.promote.eq(rep_sent & s.seen_e),
                      s.due.eq((rep_sent & (s.expired | s.seen_e)) | (waits & s.expired))]
@@ -392,12 +436,18 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
         is read again after it)."""
         m.d.comb += rd.addr.eq(s.bg)
         m.d.sync += s.bg_ev.eq(0)
-        # a disconnect goes first unless the last taken up was one and a record waits
-        dis = self.disconnect.valid & ~(self.i.valid & s.dis)
-        with m.If(self.i.valid | self.disconnect.valid):
+        # records, disconnects and connects take turns: the first waiting after the last taken
+        valid = Cat(self.i.valid, self.disconnect.valid, self.connect.valid)
+        pick = Signal(Src)
+        for off in (3, 2, 1):       # (the last assignment wins: the first after ``s.src``)
+            for cur in Src:
+                cand = (cur.value + off) % 3
+                with m.If((s.src == cur) & valid[cand]):
+                    m.d.comb += pick.eq(cand)
+        with m.If(valid.any()):
             m.d.sync += [s.idx.eq(0), s.ev.eq(0), s.hit.eq(0), s.stale.eq(0), s.free_ok.eq(0),
                          s.note.eq(0), s.note_hi.eq(0), s.t0.eq(now), s.timer.eq(0),
-                         s.then_free.eq(0), s.dis.eq(dis)]
+                         s.then_free.eq(0), s.src.eq(pick)]
             m.next = "SCAN"
         with m.Elif(s.bg_ev & s.due & ~s.set_valid):
             m.d.sync += s.act_idx.eq(s.bg_prev)
@@ -427,19 +477,27 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
         with m.If(s.promote):
             m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.ESTABLISHED)]
             self._count(m, "established")
-        with m.Elif(rep_sent & s.expired & (e.retries != 0)):
+        req_sent = e.state == ConnState.REQ_SENT
+        with m.Elif((rep_sent | req_sent) & s.expired & (e.retries != 0)):
             m.d.comb += [wr.en.eq(1), wr.data.retries.eq(e.retries - 1),
                          wr.data.deadline.eq(e.deadline + pow2(e.timeout))]
-            m.d.sync += self._rep(s, to, e)
+            with m.If(req_sent):
+                m.d.sync += self._req_out(s, e)
+            with m.Else():
+                m.d.sync += self._rep(s, to, e)
             self._count(m, "retransmits")
             m.next = "SEND"
-        with m.Elif(rep_sent & s.expired):
+        with m.Elif((rep_sent | req_sent) & s.expired):
             m.d.comb += [wr.en.eq(1), wr.data.state.eq(ConnState.FREE)]
             m.d.sync += self._reply(s, to, ReplyKind.REJ, e.local_comm_id, e.remote_comm_id,
                                     tid=e.tid, reason=I.RejReason.TIMEOUT,
                                     message=I.MsgResponse.OTHER, ari_guid=1)
             m.d.sync += s.then_free.eq(1)
-            self._count(m, "rep_timeouts")
+            with m.If(req_sent):
+                self._count(m, "req_timeouts")
+                self._event(m, e, I.RejReason.TIMEOUT)
+            with m.Else():
+                self._count(m, "rep_timeouts")
             m.next = "SEND"
         with m.Elif(dreq_sent & s.expired & (e.retries != 0)):
             m.d.comb += [wr.en.eq(1), wr.data.retries.eq(e.retries - 1),
@@ -472,7 +530,10 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
         by_id = e.local_comm_id == rec.remote_comm_id
         by_peer = (e.peer_ip == rec.src_ip) & (e.remote_comm_id == rec.local_comm_id)
         use_peer = (attr == I.ATTR_REQ) | ((attr == I.ATTR_REJ) & (rec.remote_comm_id == 0))
-        named = Mux(s.dis, e.qpn == self.disconnect.payload, Mux(use_peer, by_peer, by_id))
+        # (a REQ names only the connections the peer asked for; a connect names none)
+        by_peer &= ~(e.active & (attr == I.ATTR_REQ))
+        named = Mux(s.src == Src.DISCONNECT, e.qpn == self.disconnect.payload,
+                    Mux(s.src == Src.CONNECT, 0, Mux(use_peer, by_peer, by_id)))
         with m.If(s.ev):
             with m.If(live & named & ~s.hit):
                 m.d.sync += [s.hit.eq(1), s.hit_idx.eq(s.ev_idx), s.hit_e.eq(e),
@@ -480,7 +541,7 @@ class IbCmPassive(PassiveDecisions, wiring.Component):
                 with m.If(s.promote):
                     m.d.sync += s.hit_e.state.eq(ConnState.ESTABLISHED)
             with m.If(live & (e.state != ConnState.TIMEWAIT) & (e.peer_ip == rec.src_ip)
-                      & (e.peer_qpn == rec.local_qpn)):
+                      & (e.peer_qpn == rec.local_qpn) & ~e.active):
                 m.d.sync += s.stale.eq(1)
             with m.If(~live & ~s.free_ok):
                 m.d.sync += [s.free_ok.eq(1), s.free_idx.eq(s.ev_idx)]
@@ -506,8 +567,8 @@ class _State:
         self.out = Signal(REPLY_RECORD)          # the reply
         self.next_cid = Signal(32, init=first_comm_id)     # our next communication ID
         self.psn = Signal(24, init=psn_seed)               # our next starting PSN
-        self.tid = Signal(64, init=first_tid)              # our next DREQ's transaction ID
-        self.dis = Signal()                      # a disconnect taken up, not a record
+        self.tid = Signal(64, init=first_tid)    # our next REQ's or DREQ's transaction ID
+        self.src = Signal(Src)                   # what was taken up: a record, a disconnect...
         # timers
         self.t0 = Signal(TIME_BITS)              # the tick the record was taken up in
         self.bg = Signal(range(n))               # the background scan's entry read now ...

@@ -156,6 +156,7 @@ COUNTERS = (
     "dreq_duplicate", "drep_unknown", "connect_no_qp",
     "retransmits", "req_timeouts", "rep_timeouts", "dreq_timeouts",
     "established", "rejected", "timewait_exits", "disconnects", "disconnect_unknown",
+    "connects",
 )
 
 
@@ -355,6 +356,7 @@ class IbCm:
                           peer_timeout_ns=I.cm_timeout_ns(self.cm_response_timeout),
                           max_retries=self.max_cm_retries)
         self.connections[conn.local_comm_id] = conn
+        self.counters["connects"] += 1
         mad = self._req(conn, src_port)
         out = []
         self._send(out, dst_ip, mad)
@@ -646,6 +648,7 @@ class IbCm:
         region = I.REGION.unpack(I.private_bytes(I.REP, f))
         conn.remote_comm_id = f["local_comm_id"]
         conn.peer_qpn, conn.peer_psn = f["local_qpn"], f["starting_psn"]
+        conn.rnr_retry_count = f["rnr_retry_count"]     # (the REP's is for our QP, as IBTA has it)
         conn.responder_resources = min(conn.responder_resources, f["initiator_depth"])
         conn.initiator_depth = min(conn.initiator_depth, f["responder_resources"])
         conn.peer_region = Region(region["addr"], region["rkey"], region["length"])

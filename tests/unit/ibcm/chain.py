@@ -61,16 +61,17 @@ def pool_process(dut, pool, rng, *, backpressure=0.0, delay=0, sets=None):
 class Watch:
     """A process recording what the passive side of a :class:`Chain` does, by cycle (counted
     from 0, as its tick counter counts): ``offers``, the cycle each record is first offered to
-    it; ``closes``, the cycle each disconnect is; ``sent``, the cycles its ``o`` moves;
-    ``frees``, ``(cycle, qpn)`` of ``qp_free``; ``data``, ``(cycle, qpn)`` of ``data_seen``;
-    ``strobes``, the cycles of each counter strobe; ``busy``, per cycle, whether a record or a
-    disconnect is offered or a MAD or a QP waits to leave (the cycles the background scan
-    does not run, but for its own actions' reads); ``cycle``, the cycles seen so far."""
+    it; ``closes`` and ``connects``, the cycle each disconnect and connect is; ``sent``, the
+    cycles its ``o`` moves; ``frees``, ``(cycle, qpn)`` of ``qp_free``; ``data``,
+    ``(cycle, qpn)`` of ``data_seen``; ``strobes``, the cycles of each counter strobe;
+    ``busy``, per cycle, whether a record, a disconnect or a connect is offered or a MAD or a
+    QP waits to leave (the cycles the background scan does not run, but for its own actions'
+    reads); ``cycle``, the cycles seen so far."""
 
     def __init__(self, dut):
         self.dut = dut
         self.offers, self.sent, self.frees, self.data, self.busy = [], [], [], [], []
-        self.closes = []
+        self.closes, self.connects = [], []
         self.strobes = {name: [] for name in COUNTERS}
         self.cycle = 0
 
@@ -78,17 +79,19 @@ class Watch:
         cm = self.dut.cm
         ports = [cm.i.valid, cm.i.ready, cm.o.valid, cm.o.ready, cm.qp_free.valid,
                  cm.qp_free.ready, cm.qp_free.payload, cm.data_seen.valid, cm.data_seen.payload,
-                 cm.disconnect.valid, cm.disconnect.ready,
+                 cm.disconnect.valid, cm.disconnect.ready, cm.connect.valid, cm.connect.ready,
                  *(getattr(cm, name) for name in COUNTERS)]
-        held = held_close = False
-        async for _, _, iv, ir, ov, o_r, fv, fr, fq, dv, dq, cv, cr, *strobes in \
+        held = held_close = held_connect = False
+        async for _, _, iv, ir, ov, o_r, fv, fr, fq, dv, dq, cv, cr, nv, nr, *strobes in \
                 ctx.tick().sample(*ports):
             c = self.cycle
             if iv and not held:
                 self.offers.append(c)
             if cv and not held_close:
                 self.closes.append(c)
-            held, held_close = iv and not ir, cv and not cr
+            if nv and not held_connect:
+                self.connects.append(c)
+            held, held_close, held_connect = iv and not ir, cv and not cr, nv and not nr
             if ov and o_r:
                 self.sent.append(c)
             if fv and fr:
@@ -98,7 +101,7 @@ class Watch:
             for name, v in zip(COUNTERS, strobes):
                 if v:
                     self.strobes[name].append(c)
-            self.busy.append(bool(iv or ov or fv or cv))
+            self.busy.append(bool(iv or ov or fv or cv or nv))
             self.cycle += 1
 
     def counts(self):

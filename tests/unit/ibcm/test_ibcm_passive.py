@@ -15,7 +15,7 @@ import pytest
 
 from rocegen.gateware.roce.ibcm.ibcm_layouts import QP_SET, TICK_NS
 from rocegen.gateware.roce.ibcm.ibcm_passive import COUNTERS
-from rocegen.sim.models.ibcm import IbCm, QpPool, Region, State
+from rocegen.sim.models.ibcm import IbCm, QpPool, Region, Role, State
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, send_records
 from rocegen.sim.testing.harness import raises, run_sim
@@ -48,6 +48,19 @@ def lfsr_psns(seed):
     return psn
 
 
+def opened_active(conn):
+    """The ``qp_set`` of a QP the model's connection ``conn`` (one it asked for) opens when
+    the REP comes."""
+    r = conn.peer_region
+    return {"open": 1, "qpn": conn.qpn, "peer_ip": conn.peer_ip, "peer_qpn": conn.peer_qpn,
+            "psn": conn.psn, "epsn": conn.peer_psn, "path_mtu": conn.path_mtu,
+            "ack_timeout": conn.local_ack_timeout, "retry_count": conn.retry_count,
+            "rnr_retry_count": conn.rnr_retry_count,
+            "responder_resources": conn.responder_resources,
+            "initiator_depth": conn.initiator_depth, "port": conn.port, "rkey": r.rkey,
+            "base": r.addr}
+
+
 def opened(conn, req_mad, max_mtu):
     """The ``qp_set`` of a QP the model's connection ``conn`` (taken from REQ ``req_mad``)
     opens: from the model's connection, the path MTU the smaller of the REQ's and
@@ -58,7 +71,8 @@ def opened(conn, req_mad, max_mtu):
             "ack_timeout": conn.local_ack_timeout, "retry_count": conn.retry_count,
             "rnr_retry_count": conn.rnr_retry_count,
             "responder_resources": conn.responder_resources,
-            "initiator_depth": conn.initiator_depth, "port": f["service_id"] & 0xFFFF}
+            "initiator_depth": conn.initiator_depth, "port": f["service_id"] & 0xFFFF,
+            "epsn": conn.psn, "rkey": 0, "base": 0}
 
 
 class Scenario:
@@ -74,14 +88,16 @@ class Scenario:
         self.fpga = self.node(self.pool)
         self.inputs, self.expected = [], []
         self.sets = []          # the QP set-ups and closes (``qp_set``) the model's changes make
+        self.events = []        # (ok, qpn, dst_ip, port, reason) of the FPGA's connections
         self.hosts = {}
 
     def node(self, pool):
         """A model node as the blocks are made, on ``pool``."""
         return IbCm(pool=pool, local_ip=FPGA, ca_guid=GUID, ports=[PORT, PORT2],
-                    region=REGION, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
-                    first_comm_id=FIRST_CID, first_tid=FIRST_TID, **self.params,
-                    **({"psn": lfsr_psns(PSN_SEED)} | self.model))
+                    region=REGION, rnr_retry_count=RNR, first_comm_id=FIRST_CID,
+                    first_tid=FIRST_TID, **self.params,
+                    **({"psn": lfsr_psns(PSN_SEED), "cm_response_timeout": RESP_TIME}
+                       | self.model))
 
     def deliver(self, src_ip, data):
         """``data`` to the model from ``src_ip``; its answers."""
@@ -93,26 +109,54 @@ class Scenario:
         self.inputs.append((None, qpn))
         return self._record(None, lambda: self.fpga.disconnect_qp(0, qpn))
 
+    def fpga_connect(self, ip, port=PORT, src_port=0xC000):
+        """The FPGA's user connects to ``ip``'s ``port`` (``connect``); the model's REQ."""
+        c = {"dst_ip": ip, "port": port, "src_port": src_port}
+        self.inputs.append(("connect", c))
+        no_qp = self.fpga.counters["connect_no_qp"]
+        outs = self._record(None, lambda: self.fpga.connect(0, dst_ip=ip, port=port,
+                                                            src_port=src_port)[1])
+        if self.fpga.counters["connect_no_qp"] > no_qp:
+            self.events.append((0, 0, ip, port, I.RejReason.NO_QP))
+        return outs
+
     def _record(self, data, act):
-        """What ``act`` (the model met with an input) sends and does to the QPs."""
-        before = {cid: c.state for cid, c in self.fpga.connections.items()}
+        """What ``act`` (the model met with an input) sends, does to the QPs and tells of the
+        connections the FPGA asked for."""
+        before = {cid: (c.state, c.qpn, c.peer_ip, c.port, c.role)
+                  for cid, c in self.fpga.connections.items()}
+        seen = len(self.fpga.events)
         outs = act()
         self.expected += [(o.dst_ip, o.mad) for o in outs]
         closing = (State.TIMEWAIT, State.DREQ_SENT)
         for cid, c in self.fpga.connections.items():
-            if cid not in before:
+            if cid not in before and c.role is Role.PASSIVE:
                 self.sets.append(opened(c, data, self.model.get("max_mtu", 4096)))
-            elif c.state in closing and before[cid] not in closing:
+            elif cid not in before:
+                pass
+            elif c.state is State.ESTABLISHED and before[cid][0] is State.REQ_SENT:
+                self.sets.append(opened_active(c))
+            elif c.state in closing and before[cid][0] not in closing:
                 self.sets.append(dict.fromkeys(QP_SET.members, 0) | {"qpn": c.qpn})
+        for name, cid, detail in self.fpga.events[seen:]:
+            if cid not in before or before[cid][4] is not Role.ACTIVE or \
+                    before[cid][0] is not State.REQ_SENT:
+                continue
+            _, qpn, ip, port, _ = before[cid]
+            if name == "established":
+                self.events.append((1, qpn, ip, port, 0))
+            elif name in ("rejected", "req_timeout"):
+                reason = I.RejReason.TIMEOUT if name == "req_timeout" else detail
+                self.events.append((0, qpn, ip, port, int(reason)))
         return outs
 
     def host(self, ip, **kw):
         """Host ``ip``'s model node (made with ``kw`` the first time)."""
         if ip not in self.hosts:
+            kw = {"initiator_depth": 2, "responder_resources": 4} | kw
             self.hosts[ip] = IbCm(pool=QpPool(range(0x100 + (ip & 0xFF) * 16,
                                                     0x110 + (ip & 0xFF) * 16)),
-                                  local_ip=ip, ca_guid=ip, seed=ip, initiator_depth=2,
-                                  responder_resources=4, **kw)
+                                  local_ip=ip, ca_guid=ip, seed=ip, **kw)
         return self.hosts[ip]
 
     def connect(self, ip, *, port=PORT, lose_rep=False):
@@ -135,6 +179,12 @@ class Scenario:
             for x in self.hosts[ip].receive(0, a.mad, src_ip=FPGA):
                 self.deliver(ip, x.mad)
 
+    def talk(self, ip, outs):
+        """``outs`` (the FPGA's) to host ``ip``, its answers to the FPGA, and so on."""
+        while outs:
+            outs = [x for o in outs for a in self.hosts[ip].receive(0, o.mad, src_ip=FPGA)
+                    for x in self.deliver(ip, a.mad)]
+
     def ours(self, ip, cid):
         """The model node's connection with host ``ip``'s ``cid``."""
         (conn,) = [c for c in self.fpga.connections.values()
@@ -143,8 +193,8 @@ class Scenario:
 
 
 def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
-    """The recorded inputs through the blocks; returns ``[(dst_ip, mad)]`` sent and the
-    blocks' QP pool."""
+    """The recorded inputs through the blocks; returns ``[(dst_ip, mad)]`` sent, the blocks'
+    QP pool, their counts, their QP set-ups and closes and their ``connected`` events."""
     dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
                 ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
                 psn_seed=PSN_SEED, clk_hz=CLK_HZ, qpns=BLOCK_QPNS, first_tid=FIRST_TID,
@@ -153,7 +203,8 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
     pool = QpPool(sc.pool._all)
     sets = []
     inputs = [(ip, Packet(d, {"src_ip": ip, "src_qp": I.QP1, "pkey": I.DEFAULT_PKEY})
-               if ip is not None else d) for ip, d in sc.inputs]
+               if isinstance(ip, int) else d) for ip, d in sc.inputs]
+    events = []
     drv = StreamDriver(dut.i, width, idle=idle, seed=seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed + 1)
     counts = dict.fromkeys(COUNTERS, 0)
@@ -165,25 +216,32 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
         ctx.set(dut.region, {"addr": REGION.addr, "rkey": REGION.rkey, "length": REGION.length})
         settle = connections + 40 + 2048 // width * 8
         for ip, x in inputs:
-            if ip is not None:
+            if isinstance(ip, int):
                 await drv.send(ctx, [x])
                 continue
-            # a disconnect once the MADs before it are answered, held until it is taken
+            # a disconnect or a connect once the MADs before it are answered, held until it
+            # is taken
+            port = dut.connect if ip == "connect" else dut.disconnect
             await ctx.tick().repeat(settle)
-            ctx.set(dut.disconnect.payload, x)
-            ctx.set(dut.disconnect.valid, 1)
-            await ctx.tick().until(dut.disconnect.ready)
-            ctx.set(dut.disconnect.valid, 0)
+            ctx.set(port.payload, x)
+            ctx.set(port.valid, 1)
+            await ctx.tick().until(port.ready)
+            ctx.set(port.valid, 0)
         # the last input's answer (the scan of the table, then the MAD)
         await ctx.tick().repeat(settle)
 
+    async def watch_events(ctx):
+        async for _, _, v, e in ctx.tick().sample(dut.connected.valid, dut.connected.payload):
+            if v:
+                events.append((e.ok, e.qpn, e.dst_ip, e.port, e.reason))
+
     run_sim(dut, testbenches=[tb], processes=[
-        col.run, count, pool_process(dut, pool, rng, backpressure=backpressure, delay=3,
-                                     sets=sets)])
+        col.run, count, watch_events,
+        pool_process(dut, pool, rng, backpressure=backpressure, delay=3, sets=sets)])
     for p in col.packets:
         assert not p.error
         assert (p.meta["dst_qp"], p.meta["pkey"]) == (I.QP1, I.DEFAULT_PKEY)
-    return [(p.meta["dst_ip"], p.data) for p in col.packets], pool, counts, sets
+    return [(p.meta["dst_ip"], p.data) for p in col.packets], pool, counts, sets, events
 
 
 def model_counts(sc, node=None):
@@ -193,7 +251,7 @@ def model_counts(sc, node=None):
 
 
 def check(sc, width, **kw):
-    sent, pool, counts, sets = run(sc, width, **kw)
+    sent, pool, counts, sets, events = run(sc, width, **kw)
     names = [parse(d)[0] for _, d in sent]
     want = [parse(d)[0] for _, d in sc.expected]
     assert names == want
@@ -202,6 +260,7 @@ def check(sc, width, **kw):
     assert pool.allocated == sc.pool.allocated
     assert counts == model_counts(sc)
     assert sets == sc.sets
+    assert events == sc.events
     return names
 
 
@@ -381,6 +440,46 @@ def test_the_fpga_disconnects(width):
 
 
 @pytest.mark.parametrize("width", [64, 512])
+def test_the_fpga_connects(width):
+    """A connection the FPGA asks for: its REQ (our ID, QP, PSN and transaction ID; the port,
+    our address and ``src_port`` in its ``cma_hdr``); the host's REP opens the QP (its QPN and
+    PSN, the region it states, its RNR retry count, the depths negotiated) and gets the RTU;
+    ``connected`` says so. The REP again: the RTU again. A host that does not listen on the
+    port: its REJ frees the QP, ``connected`` gives the reason. A REP naming no connection:
+    REJ. No QP left: ``connected`` says NO_QP and nothing is sent. The FPGA's connection
+    disconnected by the FPGA: DREQ, the host's DREP."""
+    sc = Scenario(qpns=range(0x200, 0x203))
+    region = Region(addr=0x7F00_0000_1000, rkey=0xABCD_0001, length=1 << 16)
+    A, B, C = HOST, HOST2, HOST + 7
+    sc.host(A, ports=[PORT], region=region, rnr_retry_count=3, responder_resources=1)
+    sc.host(B)
+    sc.host(C, ports=[PORT])
+    (req,) = sc.fpga_connect(A, PORT, 0xC123)
+    f = I.REQ.unpack(req.mad[I.MAD_HDR_LENGTH:])
+    assert I.CMA_HDR.unpack(I.private_bytes(I.REQ, f))["src_port"] == 0xC123
+    rep = sc.hosts[A].receive(0, req.mad, src_ip=FPGA)
+    for a in rep:
+        sc.deliver(A, a.mad)                             # the RTU (lost on its way)
+    ours = sc.fpga.connections[FIRST_CID]
+    assert ours.state is State.ESTABLISHED and ours.peer_region == region
+    sc.talk(A, [])
+    sc.deliver(A, rep[0].mad)                            # the REP again: the RTU again
+    sc.talk(B, sc.fpga_connect(B, PORT2))               # REJ INVALID_SERVICE_ID
+    sc.deliver(C, mad(I.ATTR_REP, 9, I.REP.pack(local_comm_id=5, remote_comm_id=0x777)))
+    sc.fpga_connect(C)                                  # (no answer: REQ_SENT)
+    sc.connect(C)                                       # the last QP, to C's REQ
+    sc.fpga_connect(A)                                  # no QP: NO_QP
+    sc.talk(A, sc.close(ours.qpn))                      # DREQ; DREP
+    names = check(sc, width, seed=width + 5)
+    assert names == ["REQ", "RTU", "RTU", "REQ", "REJ", "REQ", "REP", "DREQ"]
+    assert [e[0] for e in sc.events] == [1, 0, 0] and \
+        sc.events[1][4] == I.RejReason.INVALID_SERVICE_ID and \
+        sc.events[2][4] == I.RejReason.NO_QP
+    assert {k: sc.fpga.counters[k] for k in ("connects", "rep_duplicate", "connect_no_qp")} \
+        == {"connects": 3, "rep_duplicate": 1, "connect_no_qp": 1}
+
+
+@pytest.mark.parametrize("width", [64, 512])
 def test_no_resources_for_reads(width):
     """A node that serves no RDMA READ refuses a REQ that would send some, takes one that
     would not."""
@@ -401,7 +500,7 @@ def test_table_full_is_no_qp():
         sc.deliver(HOST, req(rng, comm_id=n + 1, qpn=0x10 + n))
     assert [parse(d)[2].get("reason") for _, d in sc.expected] == [None, None, I.RejReason.NO_QP]
     sc.pool = QpPool(QPNS)
-    sent, pool, counts, _ = run(sc, 64, connections=2)
+    sent, pool, counts, _, _ = run(sc, 64, connections=2)
     assert sent == sc.expected and len(pool.allocated) == 2
     assert counts == model_counts(sc)
 
@@ -537,7 +636,7 @@ class Timed(Scenario):
         super().__init__(time_wait_ns=time_wait_ns, **kw)
         self.cycle = 0
         # (cycle, src_ip, mad), (cycle, qpn) of data_seen, (cycle, qpn) of disconnect
-        self.mads, self.packets, self.closes = [], [], []
+        self.mads, self.packets, self.closes, self.connects = [], [], [], []
 
     def at(self, cycle):
         """From now on at ``cycle``; the model node's timers run until then."""
@@ -554,6 +653,11 @@ class Timed(Scenario):
     def close(self, qpn):
         self.closes.append((self.cycle, qpn))
         return self.fpga.disconnect_qp(self.cycle * self.cycle_ns, qpn)
+
+    def fpga_connect(self, ip, port=PORT, src_port=0xC000):
+        c = {"dst_ip": ip, "port": port, "src_port": src_port}
+        self.connects.append((self.cycle, c))
+        return self.fpga.connect(self.cycle * self.cycle_ns, **c)[1]
 
     def packet(self, qpn):
         self.packets.append((self.cycle, qpn))
@@ -576,7 +680,9 @@ def run_timed(sc, width, *, end, connections, idle=0.3, backpressure=0.3, seed=0
     """The scenario's MADs (each sent from its cycle on, after the one before) and packets
     through the blocks until cycle ``end``; returns the chain, the watch, ``[(dst_ip, mad)]``
     sent and the blocks' QP pool."""
-    dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR, cm_response_timeout=RESP_TIME,
+    ours = {k: sc.model[k] for k in ("cm_response_timeout", "max_cm_retries") if k in sc.model}
+    dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR,
+                **({"cm_response_timeout": RESP_TIME} | ours),
                 ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
                 psn_seed=PSN_SEED, clk_hz=sc.clk_hz, time_wait_ns=sc.time_wait_ns,
                 qpns=BLOCK_QPNS, first_tid=FIRST_TID, **sc.params)
@@ -606,16 +712,19 @@ def run_timed(sc, width, *, end, connections, idle=0.3, backpressure=0.3, seed=0
             await ctx.tick()
             ctx.set(dut.data_seen.valid, 0)
 
-    async def closes(ctx):
-        for cycle, qpn in sc.closes:
-            while watch.cycle < cycle:
-                await ctx.tick()
-            ctx.set(dut.disconnect.payload, qpn)
-            ctx.set(dut.disconnect.valid, 1)
-            await ctx.tick().until(dut.disconnect.ready)
-            ctx.set(dut.disconnect.valid, 0)
+    def requests(port, items):
+        async def run(ctx):
+            for cycle, x in items:
+                while watch.cycle < cycle:
+                    await ctx.tick()
+                ctx.set(port.payload, x)
+                ctx.set(port.valid, 1)
+                await ctx.tick().until(port.ready)
+                ctx.set(port.valid, 0)
+        return run
 
-    run_sim(dut, testbenches=[mads, packets, closes], processes=[
+    run_sim(dut, testbenches=[mads, packets, requests(dut.disconnect, sc.closes),
+                              requests(dut.connect, sc.connects)], processes=[
         col.run, watch.run, pool_process(dut, pool, rng, backpressure=backpressure, delay=3)])
     for p in col.packets:
         assert not p.error
@@ -664,10 +773,11 @@ def replay(sc, watch, end):
             sent.extend((d, o.dst_ip, o.mad, pool.window) for o in node.poll(d))
             pool.window, pool.rounded = None, ()
 
-    assert len(watch.closes) == len(sc.closes)
+    assert len(watch.closes) == len(sc.closes) and len(watch.connects) == len(sc.connects)
     events = sorted([(c, 0, n) for n, c in enumerate(watch.offers)]
                     + [(c, 1, q) for c, q in watch.data]
-                    + [(c, 2, q) for c, (_, q) in zip(watch.closes, sc.closes)])
+                    + [(c, 2, q) for c, (_, q) in zip(watch.closes, sc.closes)]
+                    + [(c, 3, n) for n, c in enumerate(watch.connects)])
     for cycle, kind, x in events:
         t = cycle * sc.cycle_ns
         timers(t)
@@ -678,6 +788,8 @@ def replay(sc, watch, end):
         before = {cid: _timer(c) for cid, c in node.connections.items()}
         if kind == 2:
             outs = node.disconnect_qp(t, x)
+        elif kind == 3:
+            outs = node.connect(t, **sc.connects[x][1])[1]
         else:
             _, ip, data = sc.mads[x]
             outs = node.receive(t, data, src_ip=ip)
@@ -709,7 +821,8 @@ def check_timed(sc, width, *, end, connections=4, **kw):
         taken_up = arm
         while watch.busy[taken_up]:
             taken_up += 1
-        work = 1 + sum(due <= c <= act for c in watch.offers + watch.closes) + \
+        work = 1 + sum(due <= c <= act for c in watch.offers + watch.closes +
+                       watch.connects) + \
             sum(due <= c <= act for a in ACTIONS for c in watch.strobes[a])
         return (tick + 1 + connections + 3 + (taken_up - arm) + sum(watch.busy[due:act + 1])
                 + 4 * work)
@@ -720,7 +833,8 @@ def check_timed(sc, width, *, end, connections=4, **kw):
 
     # each MAD the blocks sent, with the cycle of the timer's action that sent it, if one did
     assert len(watch.sent) == len(sent)
-    acts, prev, ours = sorted(watch.strobes["retransmits"] + watch.strobes["rep_timeouts"]), -1, []
+    acts, prev, ours = sorted(watch.strobes["retransmits"] + watch.strobes["rep_timeouts"] +
+                              watch.strobes["req_timeouts"]), -1, []
     for h, (dst, data) in zip(watch.sent, sent):
         by = [c for c in acts if prev < c < h]
         assert len(by) <= 1
@@ -812,6 +926,33 @@ def test_dreq_sent_again_then_time_wait(width):
     assert {k: node.counters[k] for k in ("retransmits", "dreq_timeouts", "timewait_exits")} \
         == {"retransmits": 3, "dreq_timeouts": 1, "timewait_exits": 2}
     assert node.connections == {} and len(watch.frees) == 2
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_req_sent_again_then_rej_timeout(width):
+    """Our REQ not answered is sent again each 2^t ticks of our CM response timeout, as often
+    as our max CM retries; then REJ TIMEOUT (our CA GUID as ARI), the QP back in the pool,
+    ``connected`` says TIMEOUT. An MRA of the REQ holds it back for its service timeout; the
+    REP after it establishes the connection. A tick is 32 cycles here."""
+    sc = Timed(clk_hz=7_812_500, cm_response_timeout=2, max_cm_retries=2)
+    A, B = HOST, HOST2
+    sc.host(A, ports=[PORT])
+    sc.host(B, ports=[PORT])
+    sc.at(0).fpga_connect(A)                       # REQ at 0, 128, 256; REJ at 384
+    (b_req,) = sc.at(40).fpga_connect(B)           # REQ at 40
+    sc.at(100).deliver(B, mad(I.ATTR_MRA, 3, I.MRA.pack(
+        local_comm_id=0x55, remote_comm_id=FIRST_CID + 1, message_mraed=I.MsgResponse.REQ,
+        service_timeout=4)))                      # due at 100 + 512
+    sc.at(700).answer(B, [b_req])                  # B's REP: established, the RTU
+    watch, node, story = check_timed(sc, width, end=1000, seed=7)
+    assert [(n, c is None) for n, c in story[A]] == [("REQ", True), ("REQ", False),
+                                                      ("REQ", False), ("REJ", False)]
+    assert [(n, c is None) for n, c in story[B]] == [("REQ", True), ("REQ", False),
+                                                      ("RTU", True)]
+    assert {k: node.counters[k] for k in ("retransmits", "req_timeouts", "established")} \
+        == {"retransmits": 3, "req_timeouts": 1, "established": 1}
+    assert len(watch.frees) == 1 and \
+        [c.state for c in node.connections.values()] == [State.ESTABLISHED]
 
 
 def test_time_wait_ends():
