@@ -70,6 +70,18 @@ PORT_DOCS = {
                    "IB CM opened it on rping's port): its completions go to the server, and a "
                    "receive buffer posted on `recv` for it completes FLUSHED at once. Post on "
                    "the other QPs.",
+    "rdma_cm_connect": "With `--rdma-cm-port`: a connection to ask for, as librdmacm's "
+                       "`rdma_connect`: to TCP port `port` of `dst_ip` (the host listens with "
+                       "`rdma_listen`), `src_port` ours in the REQ. The core takes a QP, sends "
+                       "the REQ (again after 4.3 s, up to 15 times) and answers the host's REP "
+                       "with the RTU; the QP then sends from its own PSN, expects the host's, "
+                       "and its WRITEs and READs name the region the REP's private data states "
+                       "(address, R_Key, length: `docs/rdma-cm.md`).",
+    "rdma_cm_event": "With `--rdma-cm-port`: one event per `rdma_cm_connect`: `ok` and the "
+                     "QP (`qpn`) once established, or not `ok` and the reason (the host's REJ "
+                     "reason, 1 NO_QP, 3 TIMEOUT); `dst_ip` and `port` as asked. Held until "
+                     "`rdma_cm_event_ready`; the IB CM does nothing else meanwhile, so take "
+                     "it.",
     "rdma_cm_disconnect": "With `--rdma-cm-port`: a QP index whose standard-CM connection to "
                           "close: the core sends the peer a DREQ (again until its DREP or the "
                           "REQ's CM retries run out), puts the QP in error (its work requests "

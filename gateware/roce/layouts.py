@@ -11,8 +11,8 @@ from rocegen.wire.headers import CM
 __all__ = ["check_num_qps", "qp_index",
            "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
-           "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "RKEY_WRITE", "QP_SERVICE", "SENT", "SchedKind",
-           "SCHED_EVENT", "FREED",
+           "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "PSN_SET", "RKEY_WRITE", "QP_SERVICE", "SENT",
+           "SchedKind", "SCHED_EVENT", "FREED",
            "TIME_BITS", "RETRY_STATE", "RetryEvKind", "RETRY_EVENT", "RETRY_FLAGS", "RETRY_DECIDED",
            "CM_DATAGRAM", "CM_REPLY", "CM_RECORD_WRITE", "CM_CHECKS", "CM_RUN", "STREAM_FINISHED",
            "RING_COMMIT", "TRAFFIC_CONFIG", "ECN_ECT0", "PFC_CONFIG", "AtomicOp", "ATOMIC_WORK",
@@ -207,6 +207,11 @@ CONTEXT_WRITE = data.StructLayout({"qp": 8, "context": QP_CONTEXT})
 #: A write of a QP's next PSN: from the control side (a connection set up) into the QP table and
 #: the retry engine, and from the scheduler into the QP table (a message started).
 PSN_WRITE = data.StructLayout({"qp": 8, "psn": 24})
+
+#: A PSN write that sets, beside the QP's next PSN, the PSN its responder expects (``epsn``):
+#: the IB CM's, whose connections the FPGA asked for expect the peer's own starting PSN (the
+#: others expect the one they send from).
+PSN_SET = data.StructLayout({"qp": 8, "psn": 24, "epsn": 24})
 
 #: A write of a QP's R_Key alone (the context's ``rkey``: the one the QP's READs and WRITEs name
 #: in their RETHs from then on), by a service that learns its peer's buffers as it goes.

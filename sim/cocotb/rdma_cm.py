@@ -18,6 +18,10 @@ The cocotb test ``connections``:
   then the host connects again and moves data again, while it sends MADs no connection asked
   for (one malformed MAD of each kind, random messages naming no connection): the endpoint
   counts each as the reference model does and the data is not disturbed;
+* the FPGA disconnects (``rdma_cm_disconnect``); then it connects to the host
+  (``rdma_cm_connect``): refused on a port the host does not listen on, established on the
+  one it does; it WRITEs into the region the host's REP stated, the host SENDs to it (the
+  FPGA's QP expects the host's own PSN) and it WRITEs that back; it disconnects;
 * the endpoint's counters agree with what went on the line (MADs in and out, connections
   established, refused) and every frame it sent passes the independent frame check.
 """
@@ -28,14 +32,17 @@ import random
 import cocotb
 from cocotb.triggers import FallingEdge, RisingEdge
 
+from rocegen.gateware.lib.records import pack, unpack
 from rocegen.gateware.roce.endpoint.endpoint_stats import STATS
+from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
 from rocegen.gateware.roce.layouts import CplStatus, WrOpcode
+from rocegen.gateware.roce.responder.resp_layouts import RecvStatus
 from rocegen.sim.cocotb.roce_resp import NUM_QPS, B, RespEnv, W, rkey_of, share
 from rocegen.sim.models.cm.cm import ACK_ACK, ACK_NAK, CM_PORT, REQ_CLOSE_QP, REQ_OPEN_QP
 from rocegen.sim.models.cm.cm import request as cm_request
 from rocegen.sim.models.cm.cm import unpack as cm_unpack
-from rocegen.sim.models.ibcm import IbCm, QpPool
-from rocegen.sim.models.ibcm.cm import State
+from rocegen.sim.models.ibcm import IbCm, QpPool, Region
+from rocegen.sim.models.ibcm.cm import Role, State
 from rocegen.sim.models.ibcm.frames import wrap
 from rocegen.sim.models.rnic import WcStatus
 from rocegen.sim.models.rnic.memory import Access
@@ -57,6 +64,9 @@ HOST_QPNS = range(0x300, 0x310)
 HOST_BUF = 0x10_0000_0000
 MAX_CYCLES = 2_000_000
 CM_SPORT, CM_LISTEN = 0x5123, 0x5124
+#: the port the host listens on for the FPGA's connections, and the region its REPs state
+HOST_LISTEN = 18515
+HOST_REGION = Region(addr=0x7F_0000_0000, rkey=0x5151, length=1 << 16)
 
 
 def _now_ns():
@@ -79,8 +89,12 @@ class CmEnv(RespEnv):
     def __init__(self, dut):
         super().__init__(dut, seed=SEED)
         self.nic.udp_ports = (CM_LISTEN,)       # (the 17185 manager's replies)
-        self.peer = self.nic = CmPeer(self.nic, qpns=HOST_QPNS)
+        # (the host also listens, for the FPGA's connections: its REPs state HOST_REGION)
+        self.peer = self.nic = CmPeer(self.nic, qpns=HOST_QPNS, ports=(HOST_LISTEN,),
+                                      region=HOST_REGION)
         self.nic.register_mr(HOST_BUF, 1 << 16, 0x7700, Access.LOCAL_WRITE)
+        self.nic.register_mr(HOST_REGION.addr, HOST_REGION.length, HOST_REGION.rkey,
+                             Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ)
         self.mads_in = 0
 
     async def start(self):
@@ -241,9 +255,81 @@ async def connections(dut):
     got = await read_stats(dut, ["ibcm_disconnects", "ibcm_disconnect_unknown"], block=STATS)
     assert got == {"ibcm_disconnects": 1, "ibcm_disconnect_unknown": 1}, got
 
+    await fpga_connects(env, rng)
     await check_counters(env)
     assert not env.host_problems(), env.host_problems()
     dut._log.info(env.mac.framecheck.summary())
+
+
+async def fpga_connect(env, port):
+    """The user's logic asks the endpoint to connect to the host's ``port``: the event that
+    answers (its fields)."""
+    dut = env.dut
+    dut.cmev_ready.value = 1
+    dut.cmconn_data.value = pack(CONNECT, {"dst_ip": parse_ip(HOST_IP), "port": port,
+                                           "src_port": 0xC777})
+    dut.cmconn_valid.value = 1
+    while True:
+        await FallingEdge(dut.clk)
+        if dut.cmconn_ready.value:
+            break
+    await RisingEdge(dut.clk)
+    dut.cmconn_valid.value = 0
+    for _ in range(MAX_CYCLES):
+        await FallingEdge(dut.clk)
+        if dut.cmev_valid.value:
+            return unpack(CM_EVENT, int(dut.cmev_data.value))
+    raise AssertionError(f"no event for the connection to port {port}")
+
+
+async def fpga_connects(env, rng):
+    """The FPGA connects to the host (``rdma_cm_connect``): a port the host does not listen
+    on is refused (the event gives the REJ's reason) and takes no QP; the one it listens on
+    gives a QP; the FPGA WRITEs into the region the host's REP stated (its R_Key and address),
+    the host SENDs to the FPGA (the FPGA's responder expects the host's own PSN) and the
+    FPGA WRITEs those bytes back; then the FPGA disconnects."""
+    dut = env.dut
+    before = await env.qp_open()
+    ev = await fpga_connect(env, HOST_LISTEN + 1)
+    assert not ev["ok"] and ev["reason"] == I.RejReason.INVALID_SERVICE_ID, ev
+    await env.settle(lambda: int(dut.qp_open.value) == before, "the refused QP stays taken")
+    ev = await fpga_connect(env, HOST_LISTEN)
+    assert ev["ok"] and ev["port"] == HOST_LISTEN, ev
+    k = ev["qpn"] - 256
+    (conn,) = [c for c in env.peer.cm.connections.values()
+               if c.peer_qpn == ev["qpn"] and c.role is Role.PASSIVE]
+    await env.settle(lambda: conn.state is State.ESTABLISHED, "the host got no RTU")
+    assert conn.psn != conn.peer_psn, "(the two directions' PSNs should differ here)"
+    # the FPGA WRITEs bytes of its memory into the host's region
+    data = rng.randbytes(2500)
+    at = share(k, NUM_QPS)[0]
+    env.shadow[at:at + len(data)] = data
+    await env.store(at, len(data))
+    first = len(env.cpl.items)
+    await env.wr.send({"wr_id": 0x6000, "qp": k, "opcode": WrOpcode.WRITE, "local_addr": at,
+                       "length": len(data), "remote_offset": 0x100, "imm": 0})
+    cpl = (await env.cpl.wait_for(first + 1, max_cycles=MAX_CYCLES))[first]
+    assert cpl["status"] == CplStatus.OK.value, cpl
+    assert env.peer.read_mem(HOST_REGION.addr + 0x100, len(data)) == data
+    # the host SENDs to the FPGA, which WRITEs what came back to the host
+    back = rng.randbytes(1800)
+    land = at + 4096
+    got = len(env.rcpl.items)
+    await env.post_recv(k, 0x77, land, 4096)
+    env.peer.post_send(conn.qpn, "SEND", data=back, wr_id=0x78)
+    env.mac.poke()
+    rc = (await env.rcpl.wait_for(got + 1, max_cycles=MAX_CYCLES))[got]
+    assert rc["status"] == RecvStatus.OK.value and rc["length"] == len(back), rc
+    env.shadow[land:land + len(back)] = back
+    first = len(env.cpl.items)
+    await env.wr.send({"wr_id": 0x6001, "qp": k, "opcode": WrOpcode.WRITE, "local_addr": land,
+                       "length": len(back), "remote_offset": 0x4000, "imm": 0})
+    cpl = (await env.cpl.wait_for(first + 1, max_cycles=MAX_CYCLES))[first]
+    assert cpl["status"] == CplStatus.OK.value, cpl
+    assert env.peer.read_mem(HOST_REGION.addr + 0x4000, len(back)) == back
+    await fpga_disconnect(env, k)
+    await env.settle(lambda: conn.state is State.TIMEWAIT, "no DREQ from the FPGA")
+    await env.settle(lambda: not int(dut.qp_open.value) >> k & 1, "the QP stays open")
 
 
 async def fpga_disconnect(env, qp):
@@ -267,6 +353,6 @@ async def check_counters(env):
     got = await read_stats(env.dut, names, block=STATS)
     want = {"roce_rx_mads": env.mads_in, "ibcm_qp1_mads": env.mads_in,
             "ibcm_rx_mads": env.mads_in, "ibcm_tx_mads": env.mads_out(),
-            "ibcm_established": 2, "ibcm_req_rejected": 1, "ibcm_qp1_drop_qkey": 0,
+            "ibcm_established": 3, "ibcm_req_rejected": 1, "ibcm_qp1_drop_qkey": 0,
             "roce_rx_drop_opcode": 0}
     assert got == want, (got, want)

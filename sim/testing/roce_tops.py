@@ -11,6 +11,7 @@ from rocegen.gateware.roce.cc.dcqcn_layouts import DCQCN_CONFIG, RATE_BITS
 from rocegen.gateware.roce.endpoint.endpoint import QP_COUNTERS, STATS, RoceEndpoint
 from rocegen.gateware.roce.frontend.stream_in import STREAM_META
 from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG
+from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
 from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
 from rocegen.gateware.roce.layouts import COMPLETION, TRAFFIC_CONFIG, WORK_REQUEST
 from rocegen.gateware.roce.read.read_layouts import READ_WAIT_CONFIG
@@ -211,6 +212,8 @@ class EndpointTop(wiring.Component):
             members["service_qps"] = Out(num_qps)
         if "rdma_cm_disconnect" in ep.signature.members:   # (with the IB CM)
             members.update(record_members("cmdis", data.StructLayout({"qp": 8}), sink=True))
+            members.update(record_members("cmconn", CONNECT, sink=True))
+            members.update(record_members("cmev", CM_EVENT, sink=False))
         if dcqcn:
             members.update({**record_members("cccfg", DCQCN_CONFIG, sink=True),
                             "cc_qp": In(range(num_qps)), "cc_rate": Out(RATE_BITS)})
@@ -277,6 +280,8 @@ class EndpointTop(wiring.Component):
         if "service_qps" in ep.signature.members:
             m.d.comb += self.service_qps.eq(ep.service_qps)
         if "rdma_cm_disconnect" in ep.signature.members:
+            connect_record(m, self, "cmconn", ep.rdma_cm_connect, sink=True)
+            connect_record(m, self, "cmev", ep.rdma_cm_event, sink=False)
             m.d.comb += [ep.rdma_cm_disconnect.valid.eq(self.cmdis_valid),
                          ep.rdma_cm_disconnect.payload.eq(self.cmdis_data),
                          self.cmdis_ready.eq(ep.rdma_cm_disconnect.ready)]

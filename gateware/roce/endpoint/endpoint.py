@@ -32,7 +32,7 @@ __all__ = ["RoceEndpoint", "PORT_ORDER", "EndpointConfig", "ROCE_STATS", "STATS"
 PORT_ORDER = (
     "local_mac", "local_ip", "mac_rx", "mac_tx", "wr", "cpl", "wr_room", "qp_ctl", "qp_psn",
     "gen", "gen_busy", "gen_posted", "gen_ok", "gen_err", "gen_cycles", "qp_open", "service_qps",
-    "rdma_cm_disconnect", "msg",
+    "rdma_cm_connect", "rdma_cm_event", "rdma_cm_disconnect", "msg",
     "qp_stats_qp", "qp_stats_sel", "qp_stats_data", "stats_addr", "stats_data", "tc_cfg",
     "pfc_cfg", "pause_rx", "pause_tx", "cc_cfg", "cc_qp", "cc_rate", "qp_info_qp",
     "qp_info_context", "qp_info_psn", "recv", "recv_cpl", "resp_cfg", "resp_cnp_cfg",

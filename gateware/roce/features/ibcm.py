@@ -3,10 +3,11 @@ pool the UDP connection manager takes its own from."""
 
 from amaranth.hdl import Mux
 from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In
+from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.ibcm.ibcm_closer import IbCmCloser
+from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
 from rocegen.gateware.roce.ibcm.ibcm_passive import DEFAULT_TIME_WAIT_NS
 from rocegen.gateware.roce.ibcm.ibcm_qps import IbCmQps
 from rocegen.gateware.roce.ibcm.ibcm_service import IbCmService
@@ -21,7 +22,8 @@ def ibcm_params(cfg):
     connection per QP, the endpoint's QP numbers and clock, READ depths of the responder and
     of the READ requester (none without READs), the path MTU at most ``pmtu``, one PSN per QP
     (the REQ's), the time-wait ``rdma_cm_time_wait_us``, QP1's queue of ``rdma_cm_queue``
-    MADs."""
+    MADs, the ACK timeout of the QPs we connect ``cm_timeout`` (librdmacm's CM response timeout,
+    CM retries and QP retry count: 20, 15 and 7)."""
     wait = DEFAULT_TIME_WAIT_NS if cfg.rdma_cm_time_wait_us is None else \
         round(cfg.rdma_cm_time_wait_us * 1000)
     return {"ports": cfg.rdma_cm_ports, "clk_hz": cfg.clk_hz, "connections": cfg.num_qps,
@@ -30,6 +32,7 @@ def ibcm_params(cfg):
             "initiator_depth": cfg.max_rd_atomic if cfg.reads else 0,
             "psn_from_req": True, "max_mtu": cfg.pmtu, "time_wait_ns": wait,
             "region_port": cfg.responder, "rnr_retry_count": cfg.cm_rnr_retry,
+            "local_ack_timeout": cfg.cm_timeout,
             "queue": cfg.rdma_cm_queue}
 
 
@@ -51,6 +54,11 @@ class IbCmFeature(Feature):
     rdma_cm_disconnect : In(stream.Signature(8))
         A QP index (QPN - 256) whose IB CM connection the user's logic closes (a DREQ, see
         :class:`~rocegen.gateware.roce.ibcm.ibcm_closer.IbCmCloser`).
+    rdma_cm_connect : In(stream.Signature(CONNECT))
+        A connection the user's logic asks for (``rdma_connect`` to ``dst_ip``'s ``port``).
+    rdma_cm_event : Out(stream.Signature(CM_EVENT))
+        How each went: its QP once established, or why not (held until ``ready``: the CM
+        waits meanwhile).
 
     Otherwise it joins the receive path (every datagram of UDP port 4791 after the
     ICRC check; the QPs requests arrive on), the transmit path (its MADs share UDP port 4791
@@ -79,7 +87,9 @@ class IbCmFeature(Feature):
         self.closer = IbCmCloser(cfg.num_qps)
 
     def members(self):
-        return {"rdma_cm_disconnect": In(stream.Signature(8))}
+        return {"rdma_cm_disconnect": In(stream.Signature(8)),
+                "rdma_cm_connect": In(stream.Signature(CONNECT)),
+                "rdma_cm_event": Out(stream.Signature(CM_EVENT))}
 
     def connect(self, m, ep):
         """The service on the receive path's datagrams and QPs, into UDP port 4791's
@@ -98,6 +108,8 @@ class IbCmFeature(Feature):
         closer = m.submodules.ibcm_closer = self.closer
         wiring.connect(m, wiring.flipped(ep.rdma_cm_disconnect), closer.user)
         wiring.connect(m, closer.o, svc.disconnect)
+        wiring.connect(m, wiring.flipped(ep.rdma_cm_connect), svc.connect)
+        wiring.connect(m, svc.connected, wiring.flipped(ep.rdma_cm_event))
         m.d.comb += [closer.errored.eq(f.requester.retry.errored), closer.held.eq(qps.live)]
         m.d.comb += [qps.others.eq(cm.qp_open), qps.pool_idle.eq(cm.pool_idle),
                      cm.reserved.eq(qps.held), qps.tclass.eq(cm.tclass)]

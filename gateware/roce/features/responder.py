@@ -142,9 +142,12 @@ class ResponderFeature(Feature):
         wiring.connect(m, rx.req, resp.i)
         m.d.comb += [
             qps.resp_qp.eq(resp.ctx_qp), resp.ctx.eq(qps.resp_context),
-            # (the QP table takes every PSN write: the responder sees the same ones)
+            # (the QP table takes every PSN write: the responder sees the same ones, with the
+            # PSN it expects)
             resp.psn_set.valid.eq(ctl.table_psn.valid & ctl.table_psn.ready),
-            resp.psn_set.payload.eq(ctl.table_psn.payload),
+            resp.psn_set.payload.qp.eq(ctl.table_psn.payload.qp),
+            resp.psn_set.payload.psn.eq(ctl.table_epsn if f.ibcm is not None
+                                        else ctl.table_psn.payload.psn),
             *([resp.ctx_set.valid.eq(ctl.table_ctl.valid & ctl.table_ctl.ready),
                resp.ctx_set.payload.eq(ctl.table_ctl.payload)] if self.cfg.reads else []),
             resp.cfg_w.valid.eq(ep.resp_cfg.valid), resp.cfg_w.payload.eq(ep.resp_cfg.payload),

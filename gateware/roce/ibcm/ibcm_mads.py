@@ -24,8 +24,8 @@ __all__ = ["IbCmMads", "cm_ports", "connect_cm_ports"]
 def cm_ports(region_port=False):
     """The passive side's ports that a block holding it passes on: our IPv4 address, the
     region our REPs advertise (with ``region_port``: read per QP, ``region_qp`` out), the QP
-    pool's handshakes, the QPs' set-ups and closes, the QPs packets arrive on and the QPs whose
-    connections are to be closed."""
+    pool's handshakes, the QPs' set-ups and closes, the QPs packets arrive on, the QPs whose
+    connections are to be closed, the connections to ask for and how each went."""
     return {
         **({"region_qp": Out(24)} if region_port else {}),
         "local_ip": In(32), "region": In(I.REGION.layout),
@@ -34,6 +34,8 @@ def cm_ports(region_port=False):
         "qp_set": Out(stream.Signature(QP_SET)),
         "data_seen": In(stream.Signature(24, always_ready=True)),
         "disconnect": In(stream.Signature(24)),
+        "connect": In(stream.Signature(CONNECT)),
+        "connected": Out(stream.Signature(CM_EVENT)),
     }
 
 
@@ -46,6 +48,8 @@ def connect_cm_ports(m, inner, outer):
     wiring.connect(m, inner.qp_set, wiring.flipped(outer.qp_set))
     wiring.connect(m, wiring.flipped(outer.data_seen), inner.data_seen)
     wiring.connect(m, wiring.flipped(outer.disconnect), inner.disconnect)
+    wiring.connect(m, wiring.flipped(outer.connect), inner.connect)
+    wiring.connect(m, inner.connected, wiring.flipped(outer.connected))
     m.d.comb += [inner.local_ip.eq(outer.local_ip), inner.region.eq(outer.region)]
     if hasattr(inner, "region_qp") and hasattr(outer, "region_qp"):
         m.d.comb += outer.region_qp.eq(inner.region_qp)
@@ -104,8 +108,6 @@ class IbCmMads(wiring.Component):
             "i": In(PacketSignature(width, IBCM_RX_META)),
             "o": Out(PacketSignature(width, IBCM_TX_META)),
             **cm_ports(region_port),
-            "connect": In(stream.Signature(CONNECT)),
-            "connected": Out(stream.Signature(CM_EVENT, always_ready=True)),
         })
 
     def elaborate(self, platform):
@@ -118,8 +120,6 @@ class IbCmMads(wiring.Component):
         wiring.connect(m, self.reply.o, wiring.flipped(self.o))
         connect_cm_ports(m, self.cm, self)
         m.d.comb += self.reply.local_ip.eq(self.local_ip)
-        wiring.connect(m, wiring.flipped(self.connect), self.cm.connect)
-        wiring.connect(m, self.cm.connected, wiring.flipped(self.connected))
         if self.region_port:
             m.d.comb += [self.cm.region.eq(0), self.reply.region.eq(self.region),
                          self.region_qp.eq(self.reply.region_qp)]

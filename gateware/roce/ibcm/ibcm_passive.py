@@ -141,10 +141,11 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
     connect : In(stream.Signature(CONNECT))
         A connection to ask for (librdmacm's ``rdma_connect``): taken up as a record is (the
         three take turns), taken (``ready``) when its REQ has gone (or no QP was free).
-    connected : Out(stream.Signature(CM_EVENT, always_ready=True))
-        How each connection asked for went (a pulse): established when its REP came (the
-        QP), or refused (the REJ's reason), or no REP came (``TIMEOUT``), or no QP or table
-        entry was free (``NO_QP``).
+    connected : Out(stream.Signature(CM_EVENT))
+        How each connection asked for went: established when its REP came (the QP), or
+        refused (the REJ's reason), or no REP came (``TIMEOUT``), or no QP or table entry was
+        free (``NO_QP``). A register held until ``ready``; meanwhile the CM takes nothing new
+        up (records, disconnects, connects, timer actions wait).
     disconnect : In(stream.Signature(24))
         A QP number whose connection to close (the user's, or a QP that failed:
         :class:`~rocegen.gateware.roce.ibcm.ibcm_closer.IbCmCloser`); taken up as a record
@@ -305,7 +306,7 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
             "data_seen": In(stream.Signature(24, always_ready=True)),
             "disconnect": In(stream.Signature(24)),
             "connect": In(stream.Signature(CONNECT)),
-            "connected": Out(stream.Signature(CM_EVENT, always_ready=True)),
+            "connected": Out(stream.Signature(CM_EVENT)),
             "qp_req": Out(stream.Signature(0)),
             "qp_grant": In(stream.Signature(QP_GRANT)),
             "qp_free": Out(stream.Signature(24)),
@@ -325,7 +326,8 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
                      self.qp_set.payload.eq(s.set)]
         with m.If(self.qp_set.ready):
             m.d.sync += s.set_valid.eq(0)
-        m.d.sync += self.connected.valid.eq(0)
+        with m.If(self.connected.ready):
+            m.d.sync += self.connected.valid.eq(0)
         now = self._clock(m)
         self._packets(m, s, rd.data)
         self._due(m, s, rd.data, now)
@@ -444,7 +446,9 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
                 cand = (cur.value + off) % 3
                 with m.If((s.src == cur) & valid[cand]):
                     m.d.comb += pick.eq(cand)
-        with m.If(valid.any()):
+        with m.If(self.connected.valid):
+            pass                    # (an event waits to be taken: nothing new until then)
+        with m.Elif(valid.any()):
             m.d.sync += [s.idx.eq(0), s.ev.eq(0), s.hit.eq(0), s.stale.eq(0), s.free_ok.eq(0),
                          s.note.eq(0), s.note_hi.eq(0), s.t0.eq(now), s.timer.eq(0),
                          s.then_free.eq(0), s.src.eq(pick)]

@@ -8,7 +8,7 @@ from rocegen.gateware.roce.cm.cm_records import first_zero
 from rocegen.gateware.roce.ibcm.ibcm_layouts import QP_GRANT, QP_SET, int_param
 from rocegen.gateware.roce.layouts import (
     CONTEXT_WRITE,
-    PSN_WRITE,
+    PSN_SET,
     QP_SERVICE,
     QPN_BASE,
     TRAFFIC_CONFIG,
@@ -75,14 +75,16 @@ class IbCmQps(wiring.Component):
     tclass : In(TRAFFIC_CONFIG)
         DSCP and ECN of the QPs opened.
     qp_ctl : Out(stream.Signature(CONTEXT_WRITE))
-        Context writes. Opened: state RTS, the peer's address and QP, no remote region
-        (R_Key and base 0: the peer states its buffers in its own way, e.g. rping's SEND),
-        path MTU 2^(``path_mtu`` + 7), UDP source port ``0xC000 | k``, DSCP and ECN from
-        ``tclass``, ``ack_every_log2``, the ACK timeout (the REQ's, at most ``max_timeout``)
-        and the REQ's retry counts. Closed: all
-        zero in state ERROR. Given back: all zero (RESET).
-    qp_psn : Out(stream.Signature(PSN_WRITE))
-        An opened QP's PSN (both directions: ``qp_set``'s ``psn``).
+        Context writes. Opened: state RTS, the peer's address and QP, the remote region
+        ``qp_set`` states (R_Key and base: those a REP stated for a connection we asked for;
+        0 for one the peer asked for, whose peer states its buffers in its own way, e.g.
+        rping's SEND), path MTU 2^(``path_mtu`` + 7), UDP source port ``0xC000 | k``, DSCP
+        and ECN from ``tclass``, ``ack_every_log2``, the ACK timeout (``qp_set``'s, at most
+        ``max_timeout``) and its retry counts. Closed: all zero in state ERROR. Given back:
+        all zero (RESET).
+    qp_psn : Out(stream.Signature(PSN_SET))
+        An opened QP's PSNs: the one it sends from (``qp_set``'s ``psn``) and the one its
+        responder expects (``epsn``).
     rd_limit : Out(stream.Signature(READ_LIMIT)), with ``reads``
         An opened QP's READ limit: the smaller of its initiator depth and ``max_rd_atomic``.
     service : Out(stream.Signature(QP_SERVICE)).array(len(service_ports))
@@ -136,7 +138,7 @@ class IbCmQps(wiring.Component):
             "live": Out(num_qps),
             "tclass": In(TRAFFIC_CONFIG),
             "qp_ctl": Out(stream.Signature(CONTEXT_WRITE)),
-            "qp_psn": Out(stream.Signature(PSN_WRITE)),
+            "qp_psn": Out(stream.Signature(PSN_SET)),
         }
         if reads:
             members["rd_limit"] = Out(stream.Signature(READ_LIMIT))
@@ -237,8 +239,9 @@ class IbCmQps(wiring.Component):
                 c.dscp.eq(self.tclass.dscp), c.ecn.eq(self.tclass.ecn),
                 c.ack_every_log2.eq(self.ack_every_log2), c.timeout.eq(self._timeout(st.ack_timeout)),
                 c.retry_cnt.eq(st.retry_count), c.rnr_retry.eq(st.rnr_retry_count),
+                c.rkey.eq(st.rkey), c.base_va.eq(st.base),
                 self.qp_psn.valid.eq(1), self.qp_psn.payload.qp.eq(idx),
-                self.qp_psn.payload.psn.eq(st.psn)]
+                self.qp_psn.payload.psn.eq(st.psn), self.qp_psn.payload.epsn.eq(st.epsn)]
             if self.reads:
                 depth = Mux(st.initiator_depth > self.max_rd_atomic, self.max_rd_atomic,
                             st.initiator_depth)

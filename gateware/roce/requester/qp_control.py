@@ -5,7 +5,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.buffer import StreamRegisterSlice
 from rocegen.gateware.lib.pipe import StreamForwardRegister
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
-from rocegen.gateware.roce.layouts import QpState, check_num_qps
+from rocegen.gateware.roce.layouts import PSN_SET, QpState, check_num_qps
 from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
 
 __all__ = ["QpControl"]
@@ -26,10 +26,13 @@ class QpControl(wiring.Component):
     -----
     user_ctl, cm_ctl, ibcm_ctl : In(stream.Signature(CONTEXT_WRITE))
         QP context writes (the user's, the connection manager's, with ``ibcm`` the IB CM's).
-    user_psn, cm_psn, ibcm_psn : In(stream.Signature(PSN_WRITE))
-        Initial-PSN writes.
+    user_psn, cm_psn : In(stream.Signature(PSN_WRITE)); ibcm_psn : In(stream.Signature(PSN_SET))
+        Initial-PSN writes (the IB CM's with the PSN its responder expects).
     table_ctl / table_psn : Out(stream.Signature(CONTEXT_WRITE / PSN_WRITE))
         To the QP table.
+    table_epsn : Out(24), with ``ibcm``
+        With ``table_psn``: the PSN the QP's responder expects (``table_psn``'s own but for
+        the IB CM's writes, which state it).
     engine_ctl / engine_psn : Out(stream.Signature(CONTEXT_WRITE / PSN_WRITE))
         To the retry engine.
     errored : In(num_qps)
@@ -66,7 +69,9 @@ class QpControl(wiring.Component):
         self.writers = ("user", "cm", "ibcm") if ibcm else ("user", "cm")
         super().__init__({
             **{f"{who}_ctl": In(stream.Signature(CONTEXT_WRITE)) for who in self.writers},
-            **{f"{who}_psn": In(stream.Signature(PSN_WRITE)) for who in self.writers},
+            **{f"{who}_psn": In(stream.Signature(PSN_SET if who == "ibcm" else PSN_WRITE))
+               for who in self.writers},
+            **({"table_epsn": Out(24)} if ibcm else {}),
             "table_ctl": Out(stream.Signature(CONTEXT_WRITE)),
             "table_psn": Out(stream.Signature(PSN_WRITE)),
             "engine_ctl": Out(stream.Signature(CONTEXT_WRITE)),
@@ -83,18 +88,26 @@ class QpControl(wiring.Component):
         m.d.comb += draining.eq((self.errored | closing) & self.busy)
         closed = Signal(n)          # a close passing the merge in this cycle (one-hot)
         m.d.sync += closing.eq((closing | closed) & ~self.errored & self.busy)
-        for kind, layout in (("ctl", CONTEXT_WRITE), ("psn", PSN_WRITE)):
+        ibcm = "ibcm" in self.writers
+        for kind, layout, out in (("ctl", CONTEXT_WRITE, CONTEXT_WRITE),
+                                  ("psn", PSN_SET if ibcm else PSN_WRITE, PSN_WRITE)):
             arb = m.submodules[f"{kind}_arbiter"] = StreamArbiter(layout, len(self.writers))
             reg = m.submodules[f"{kind}_reg"] = StreamForwardRegister(layout)
-            sl = m.submodules[f"{kind}_slice"] = StreamRegisterSlice(layout)
+            sl = m.submodules[f"{kind}_slice"] = StreamRegisterSlice(out)
             table_in = getattr(self, f"table_{kind}")
             qbits = max(1, (n - 1).bit_length())
             for k, who in enumerate(self.writers):
                 src = getattr(self, f"{who}_{kind}")
                 wait = Signal(name=f"{who}_{kind}_wait")
+                if kind == "psn" and ibcm and who != "ibcm":
+                    # (a writer of the QP's PSN alone: its responder expects the same)
+                    m.d.comb += [arb.i[k].payload.qp.eq(src.payload.qp),
+                                 arb.i[k].payload.psn.eq(src.payload.psn),
+                                 arb.i[k].payload.epsn.eq(src.payload.psn)]
+                else:
+                    m.d.comb += arb.i[k].payload.eq(src.payload)
                 m.d.comb += [
                     wait.eq((src.payload.qp < n) & draining.bit_select(src.payload.qp[:qbits], 1)),
-                    arb.i[k].payload.eq(src.payload),
                     arb.i[k].valid.eq(src.valid & ~wait),
                     src.ready.eq(arb.i[k].ready & ~wait),
                 ]
@@ -106,9 +119,16 @@ class QpControl(wiring.Component):
                           ((state == QpState.RESET) | (state == QpState.ERROR))):
                     m.d.comb += closed.eq(Const(1, n) << qp[:qbits])
             wiring.connect(m, sl.o, wiring.flipped(getattr(self, f"engine_{kind}")))
+            if kind == "psn":
+                m.d.comb += [sl.i.payload.qp.eq(reg.o.payload.qp),
+                             sl.i.payload.psn.eq(reg.o.payload.psn)]
+            else:
+                m.d.comb += sl.i.payload.eq(reg.o.payload)
             m.d.comb += [
-                sl.i.payload.eq(reg.o.payload), sl.i.valid.eq(reg.o.valid & table_in.ready),
-                table_in.payload.eq(reg.o.payload), table_in.valid.eq(reg.o.valid & sl.i.ready),
+                sl.i.valid.eq(reg.o.valid & table_in.ready),
+                table_in.payload.eq(sl.i.payload), table_in.valid.eq(reg.o.valid & sl.i.ready),
                 reg.o.ready.eq(sl.i.ready & table_in.ready),
             ]
+            if kind == "psn" and ibcm:
+                m.d.comb += self.table_epsn.eq(reg.o.payload.epsn)
         return m

@@ -231,6 +231,7 @@ def run(sc, width, *, connections=8, idle=0.3, backpressure=0.3, seed=0):
         await ctx.tick().repeat(settle)
 
     async def watch_events(ctx):
+        ctx.set(dut.connected.ready, 1)
         async for _, _, v, e in ctx.tick().sample(dut.connected.valid, dut.connected.payload):
             if v:
                 events.append((e.ok, e.qpn, e.dst_ip, e.port, e.reason))
@@ -694,6 +695,7 @@ def run_timed(sc, width, *, end, connections, idle=0.3, backpressure=0.3, seed=0
 
     async def mads(ctx):
         ctx.set(dut.local_ip, FPGA)
+        ctx.set(dut.connected.ready, 1)
         ctx.set(dut.region, {"addr": REGION.addr, "rkey": REGION.rkey, "length": REGION.length})
         for cycle, ip, data in sc.mads:
             while watch.cycle < cycle:

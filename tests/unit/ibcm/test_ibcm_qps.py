@@ -73,8 +73,10 @@ class QpsModel:
                "ack_every_log2": self.ack_every_log2,
                "timeout": st["ack_timeout"] if not self.max_timeout or
                0 < st["ack_timeout"] <= self.max_timeout else self.max_timeout,
-               "retry_cnt": st["retry_count"], "rnr_retry": st["rnr_retry_count"]}
-        w = {"ctl": {"qp": k, "context": ctx}, "psn": {"qp": k, "psn": st["psn"]}}
+               "retry_cnt": st["retry_count"], "rnr_retry": st["rnr_retry_count"],
+               "rkey": st["rkey"], "base_va": st["base"]}
+        w = {"ctl": {"qp": k, "context": ctx},
+             "psn": {"qp": k, "psn": st["psn"], "epsn": st["epsn"]}}
         if self.reads:
             w["lim"] = {"qp": k, "limit": min(st["initiator_depth"], self.max_rd_atomic)}
         return w
@@ -182,7 +184,8 @@ class Stimulus:
                 "ack_timeout": rng.getrandbits(5), "retry_count": rng.getrandbits(3),
                 "rnr_retry_count": rng.getrandbits(3), "responder_resources": rng.getrandbits(8),
                 "initiator_depth": rng.choice([0, 1, 4, 16, 17, rng.getrandbits(8)]),
-                "port": rng.choice([*SERVICE_PORTS, OTHER_PORT])}
+                "port": rng.choice([*SERVICE_PORTS, OTHER_PORT]), "epsn": rng.getrandbits(24),
+                "rkey": rng.getrandbits(32) * (rng.random() < 0.5), "base": rng.getrandbits(64)}
 
     def random_others(self):
         rng, n = self.rng, self.n

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from amaranth.hdl import Fragment, Shape
 
-from rocegen.gateware.roce.layouts import QpState
+from rocegen.gateware.roce.layouts import PSN_SET, QpState
 from rocegen.gateware.roce.requester.qp_control import QpControl
 from rocegen.gateware.roce.requester.qp_table import CONTEXT_WRITE, PSN_WRITE
 from rocegen.sim.testing.harness import raises, run_sim
@@ -30,16 +30,22 @@ def source(port, values, rng, idle):
     return run
 
 
-def sink(port, got, rng, backpressure):
+def sink(port, got, rng, backpressure, beside=None, also=None):
+    """Takes ``port``'s writes (``(cycle, payload)`` into ``got``); with ``beside``, the value
+    of that signal with each into ``also``."""
     async def run(ctx):
         cycle = 0
+        extra = [] if beside is None else [beside]
         while True:
             ready = rng.random() >= backpressure
             ctx.set(port.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(port.valid, port.payload.as_value())
+            _, _, valid, payload, *x = await ctx.tick().sample(
+                port.valid, port.payload.as_value(), *extra)
             cycle += 1
             if valid and ready:
                 got.append((cycle, payload))
+                if also is not None:
+                    also.append(x[0])
     return run
 
 
@@ -49,7 +55,8 @@ def sink(port, got, rng, backpressure):
 def test_both_outputs_get_every_write_in_one_order(seed, backpressure, ibcm):
     """Every writer's writes (tagged with the writer's number in their top two bits) reach the
     table and the engine, the same merged order on both, each writer's own order kept, the
-    writers interleaved (round robin), the engine never before the table."""
+    writers interleaved (round robin), the engine never before the table; with ``ibcm``, the
+    table's ``table_epsn`` is the IB CM's ``epsn`` with its writes, the PSN with the others'."""
     rng = random.Random(seed)
     dut = QpControl(256, ibcm=ibcm)
     writers = dut.writers
@@ -58,10 +65,17 @@ def test_both_outputs_get_every_write_in_one_order(seed, backpressure, ibcm):
                                 rng.getrandbits(Shape.cast(layout).width - 2) for _ in range(n)]
               for k, who in enumerate(writers) for kind, layout in (("ctl", CONTEXT_WRITE),
                                                                     ("psn", PSN_WRITE))}
+    epsns = {}
+    if ibcm:        # (the IB CM's PSN writes state the PSN their responder expects too)
+        epsns = {v: rng.getrandbits(24) for v in writes["ibcm_psn"]}
     got = {f"{to}_{kind}": [] for to in ("table", "engine") for kind in ("ctl", "psn")}
-    srcs = [source(getattr(dut, name), values, random.Random(rng.random()), 0.4)
+    srcs = [source(getattr(dut, name), [v | epsns.get(v, 0) << 32 if name == "ibcm_psn" else v
+                                        for v in values], random.Random(rng.random()), 0.4)
             for name, values in writes.items()]
-    sinks = [sink(getattr(dut, name), values, random.Random(rng.random()), backpressure)
+    table_epsn = []
+    sinks = [sink(getattr(dut, name), values, random.Random(rng.random()), backpressure,
+                  **({"beside": dut.table_epsn, "also": table_epsn}
+                     if ibcm and name == "table_psn" else {}))
              for name, values in got.items()]
     total = len(writers) * n
 
@@ -85,6 +99,8 @@ def test_both_outputs_get_every_write_in_one_order(seed, backpressure, ibcm):
                            if a >> top != b >> top)
         assert len(switches) == len(writers) * (len(writers) - 1)
         assert sum(switches.values()) > 20 * (len(writers) - 1)
+    if ibcm:
+        assert table_epsn == [epsns.get(v, v >> 8 & 0xFFFFFF) for _, v in got["table_psn"]]
 
 
 @pytest.mark.parametrize("who, other, ibcm", [("user", "cm", False), ("ibcm", "user", True),
@@ -154,7 +170,9 @@ def test_signature(ibcm):
             assert getattr(dut, name).payload.shape() == layout
         assert hasattr(dut, f"ibcm_{kind}") == ibcm
         if ibcm:
-            assert getattr(dut, f"ibcm_{kind}").payload.shape() == layout
+            assert getattr(dut, f"ibcm_{kind}").payload.shape() == \
+                (PSN_SET if kind == "psn" else layout)
+    assert hasattr(dut, "table_epsn") == ibcm
     Fragment.get(dut, None)
 
 
