@@ -20,7 +20,8 @@ __all__ = ["CoreTop", "PHYS", "xgmii_mac", "XGMII_MAX_FRAME"]
 
 #: Endpoint ports the AXI4-Lite register block owns when it is there.
 REGS_OWN = ("stats_addr", "stats_data", "qp_stats_qp", "qp_stats_sel", "qp_stats_data",
-            "qp_info_qp", "qp_info_context", "qp_info_psn", "tc_cfg", "cc_cfg", "cc_qp", "cc_rate")
+            "qp_info_qp", "qp_info_context", "qp_info_psn", "tc_cfg", "cc_cfg", "cc_qp", "cc_rate",
+            "rdma_cm_connect", "rdma_cm_disconnect", "rdma_cm_event")
 
 #: MAC sides of the core: the CMAC-shaped AXI-Stream port, or the built-in XGMII MAC.
 PHYS = ("axis", "xgmii")
@@ -191,7 +192,7 @@ class CoreTop(wiring.Component):
                         m.d.comb += getattr(regs, name).eq(getattr(self, name))
                     else:
                         m.d.comb += getattr(self, name).eq(getattr(regs, name))
-                elif regs.signature.members[name].is_signature:     # tc_cfg, cc_cfg
+                elif regs.signature.members[name].is_signature:     # tc_cfg, cc_cfg, rdma_cm_*
                     wiring.connect(m, getattr(regs, name), getattr(ep, name))
                 elif regs.signature.members[name].flow == In:
                     m.d.comb += getattr(regs, name).eq(getattr(ep, name))

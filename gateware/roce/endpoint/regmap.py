@@ -36,6 +36,7 @@ from rocegen.gateware.roce.endpoint.endpoint import QP_COUNTERS, STATS
 from rocegen.gateware.roce.layouts import ECN_ECT0, TRAFFIC_CONFIG
 
 __all__ = ["Register", "Window", "REGISTERS", "WINDOWS", "QP_WORDS", "TC_FIELDS", "CC_WORDS",
+           "RDMA_CM_WORDS",
            "ADDR_WIDTH", "MAGIC", "VERSION", "register_values", "windows_for", "settings_reset",
            "tc_word", "cc_line_rate_max", "registers_markdown", "c_header", "python_accessor",
            "MEMORY_CODES"]
@@ -185,9 +186,36 @@ CC_WORDS = (
      "counted) per cycle, Q7.20."),
 )
 
+#: Words of the ``RDMA_CM`` window, ``(name, access, field, doc)`` (``field`` always None: the
+#: shape of :data:`CC_WORDS`): the IB CM's connections started and ended by software.
+RDMA_CM_WORDS = (
+    ("RDMA_CM_DST_IP", "rw", None,
+     "The host's IPv4 address the next RDMA_CM_CONNECT connects to (first byte in bits "
+     "31:24)."),
+    ("RDMA_CM_PORTS", "rw", None,
+     "Bits 15:0: the host's TCP port the next RDMA_CM_CONNECT connects to (its "
+     "`rdma_listen`); bits 31:16: ours, in the REQ's `cma_hdr`."),
+    ("RDMA_CM_CONNECT", "wo", None,
+     "Write any value: connect to RDMA_CM_DST_IP, port RDMA_CM_PORTS[15:0], as librdmacm's "
+     "`rdma_connect` (the core's `rdma_cm_connect`); how it went comes in RDMA_CM_EVENT."),
+    ("RDMA_CM_DISCONNECT", "wo", None,
+     "Write a QP index (bits 7:0): close its IB CM connection (a DREQ; the core's "
+     "`rdma_cm_disconnect`). Refused for an index of no QP."),
+    ("RDMA_CM_EVENTS", "ro", None,
+     "How many connects have been answered (RDMA_CM_EVENT holds the last), counting."),
+    ("RDMA_CM_EVENT", "ro", None,
+     "The last answer: bit 31 set: established, bits 7:0 its QP index; clear: refused, bits "
+     "23:8 the reason (the host's REJ reason, 1 no QP free, 3 no answer)."),
+)
+
 WINDOWS = (
     Window("QP_OPEN", 0x0C0, 4, 8, tuple(f"QP_OPEN_{j}" for j in range(8)),
            "QPs the connection manager has open: bit k of word j is QP 32 j + k."),
+    Window("RDMA_CM", 0x0E0, 4, 8, tuple(w[0] for w in RDMA_CM_WORDS),
+           "The standard RDMA connection manager's connections started and ended by "
+           "software, in cores built with it (`--rdma-cm-port`; elsewhere unmapped: reads and "
+           "writes answer SLVERR and are counted). After a write of RDMA_CM_CONNECT or "
+           "RDMA_CM_DISCONNECT, the next write waits until the core has taken the request."),
     Window("CC", 0x100, 4, 64, tuple(w[0] for w in CC_WORDS),
            "Congestion control: DCQCN's reaction point, in cores built with DCQCN (elsewhere "
            "unmapped: reads and writes answer SLVERR and are counted). Units: times in cycles "
@@ -210,6 +238,7 @@ def windows_for(config):
     :attr:`~rocegen.gateware.roce.endpoint.endpoint.RoceEndpoint.config`): how many blocks exist."""
     n = config["num_qps"]
     counts = {"QP_OPEN": (n + 31) // 32, "CC": len(CC_WORDS) if config.get("dcqcn") else 0,
+              "RDMA_CM": len(RDMA_CM_WORDS) if config.get("rdma_cm_ports") else 0,
               "COUNTER": len(STATS), "QP_COUNTER": n, "QP": n}
     return [(w, counts[w.name]) for w in WINDOWS]
 
@@ -328,6 +357,11 @@ def registers_markdown(config, mac, ip, *, title="Registers"):
         if w.name == "CC":
             out += _cc_markdown(w, config, values)
             continue
+        if w.name == "RDMA_CM":
+            out += _words_markdown(w, RDMA_CM_WORDS, values) if count else [
+                "Not in this core (built without `--rdma-cm-port`): every word answers "
+                "SLVERR.", ""]
+            continue
         if w.stride == 4:
             out += [f"{count} words, word k at `{w.base:#06x} + 4 k`.", ""]
         else:
@@ -353,8 +387,14 @@ def _cc_markdown(w, config, values):
                "built with DCQCN (`--dcqcn`) at this clock and line rate:", ""]
     else:
         out = [f"{len(CC_WORDS)} words, word k at `{w.base:#06x} + 4 k`.", ""]
-    out += ["| Offset | Name | Access | Reset | Description |", "|---|---|---|---|---|"]
-    for k, (name, access, _, doc) in enumerate(CC_WORDS):
+    return out + _words_markdown(w, CC_WORDS, values)[2:]
+
+
+def _words_markdown(w, words, values):
+    """The table of the words of window ``w`` (``(name, access, field, doc)`` each)."""
+    out = [f"{len(words)} words, word k at `{w.base:#06x} + 4 k`.", "",
+           "| Offset | Name | Access | Reset | Description |", "|---|---|---|---|---|"]
+    for k, (name, access, _, doc) in enumerate(words):
         v = values.get(name)
         shown = "" if v is None else f"{v:#x}"
         out.append(f"| `{w.base + 4 * k:#06x}` | `{name}` | {access} | {shown} | {doc} |")
@@ -383,7 +423,7 @@ def c_header(config, mac, ip, *, prefix="ROCEGEN"):
             if w.name == "COUNTER":
                 for k, name in enumerate(w.words):
                     out.append(f"#define {prefix}_COUNTER_{name} 0x{w.base + 4 * k:04X}u")
-            if w.name == "CC":      # fixed offsets; CC_COUNT 0: the core has no DCQCN
+            if w.name in ("CC", "RDMA_CM"):     # fixed offsets; COUNT 0: not in the core
                 for k, name in enumerate(w.words):
                     out.append(f"#define {prefix}_{name} 0x{w.base + 4 * k:04X}u")
         else:
@@ -431,6 +471,7 @@ QP_WORDS = {qp_words!r}
 QP_STATES = ("RESET", "INIT", "RTR", "RTS", "ERROR")
 TC_FIELDS = {tc_fields!r}
 CC_WORDS = {cc_words!r}
+RDMA_CM_WORDS = {rdma_cm_words!r}
 #: The CC window's parameter words and the DCQCN fields they hold.
 CC_FIELDS = {cc_fields!r}
 
@@ -555,6 +596,33 @@ class Registers:
         """QP ``qp``'s current DCQCN rate, bytes per cycle Q7.20 (through CC_RATE_QP)."""
         select, rate = self._cc("CC_RATE_QP"), self._cc("CC_RATE")
         return _seq(lambda: self.bus.write(select, qp), lambda: self.bus.read(rate))
+
+    def _rdma_cm(self, name):
+        base, _, count = WINDOWS["RDMA_CM"]
+        if not count:
+            raise RuntimeError("this core was built without the IB CM: it has no RDMA_CM "
+                               "registers")
+        return base + 4 * RDMA_CM_WORDS.index(name)
+
+    def rdma_cm_connect(self, ip, port, src_port=0xC000):
+        """Connect to TCP port ``port`` of ``ip`` (an integer IPv4 address); watch
+        :meth:`rdma_cm_event` for the answer."""
+        return _seq(lambda: self.bus.write(self._rdma_cm("RDMA_CM_DST_IP"), ip),
+                    lambda: self.bus.write(self._rdma_cm("RDMA_CM_PORTS"),
+                                           port | src_port << 16),
+                    lambda: self.bus.write(self._rdma_cm("RDMA_CM_CONNECT"), 1), lambda: None)
+
+    def rdma_cm_disconnect(self, qp):
+        """Close QP ``qp``'s IB CM connection (a DREQ)."""
+        return self.bus.write(self._rdma_cm("RDMA_CM_DISCONNECT"), qp)
+
+    def rdma_cm_event(self):
+        """The connects answered so far and the last answer, as a dict: count, ok, qp (when
+        ok), reason (when not)."""
+        reads = [self.bus.read(self._rdma_cm("RDMA_CM_EVENTS")),
+                 self.bus.read(self._rdma_cm("RDMA_CM_EVENT"))]
+        return _then(reads, lambda n, v: {{"count": n, "ok": v >> 31, "qp": v & 0xFF,
+                                           "reason": v >> 8 & 0xFFFF}})
 '''
 
 
@@ -568,7 +636,7 @@ def python_accessor(config, mac, ip):
         windows={w.name: (w.base, w.stride, count) for w, count in windows_for(config)},
         counters=tuple(STATS), qp_counters=tuple(QP_COUNTERS),
         qp_words=tuple((w, tuple(f)) for w, f in QP_WORDS), tc_fields=TC_FIELDS,
-        cc_words=tuple(w[0] for w in CC_WORDS),
+        cc_words=tuple(w[0] for w in CC_WORDS), rdma_cm_words=tuple(w[0] for w in RDMA_CM_WORDS),
         cc_fields={name: field for name, _, field, _ in CC_WORDS if field})
 
 

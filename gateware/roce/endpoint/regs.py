@@ -11,20 +11,23 @@ from rocegen.gateware.roce.endpoint.regmap import (
     ADDR_WIDTH,
     CC_WORDS,
     QP_WORDS,
+    RDMA_CM_WORDS,
     REGISTERS,
     cc_line_rate_max,
     register_values,
     settings_reset,
     windows_for,
 )
-from rocegen.gateware.roce.layouts import MAX_QPS, QP_CONTEXT, TRAFFIC_CONFIG
+from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
+from rocegen.gateware.roce.layouts import MAX_QPS, QP_CONTEXT, QPN_BASE, TRAFFIC_CONFIG
 
 __all__ = ["AxiLiteRegs", "axil_members", "SETTINGS_PORTS", "OKAY", "SLVERR"]
 
 OKAY, SLVERR = 0, 2
 
 #: Endpoint ports the block drives or reads with ``settings=True`` (those the endpoint has).
-SETTINGS_PORTS = ("tc_cfg", "cc_cfg", "cc_qp", "cc_rate")
+SETTINGS_PORTS = ("tc_cfg", "cc_cfg", "cc_qp", "cc_rate", "rdma_cm_connect",
+                  "rdma_cm_disconnect", "rdma_cm_event")
 
 
 def axil_members(prefix, addr_width=ADDR_WIDTH):
@@ -59,8 +62,9 @@ class AxiLiteRegs(wiring.Component):
     settings : bool
         Drive the endpoint's run-time settings: ``tc_cfg`` from ``TC`` and, in a core with
         DCQCN (``config["dcqcn"]``), ``cc_cfg`` / ``cc_qp`` / ``cc_rate`` from the ``CC``
-        window. Without (the default), the block has none of these ports and ``TC`` and the
-        ``CC`` window are unmapped (SLVERR, counted).
+        window; in a core with the IB CM (``config["rdma_cm_ports"]``), its connects and
+        disconnects from the ``RDMA_CM`` window. Without (the default), the block has none of
+        these ports and ``TC`` and the windows are unmapped (SLVERR, counted).
 
     Ports
     -----
@@ -80,6 +84,13 @@ class AxiLiteRegs(wiring.Component):
     ``cc_cfg`` : Out(stream.Signature(DCQCN_CONFIG)), with ``settings`` and DCQCN
         Every DCQCN parameter at once, sent in the cycle after a write of ``CC_COMMIT`` is
         accepted (valid until ready).
+    ``rdma_cm_connect`` : Out(stream.Signature(CONNECT)), with ``settings`` and the IB CM
+        A connect, offered from the cycle after a write of ``RDMA_CM_CONNECT`` until taken
+        (``RDMA_CM_DST_IP`` and ``RDMA_CM_PORTS`` as they are then).
+    ``rdma_cm_disconnect`` : Out(stream.Signature(8)), with ``settings`` and the IB CM
+        A QP index to disconnect, from a write of ``RDMA_CM_DISCONNECT``, likewise.
+    ``rdma_cm_event`` : In(stream.Signature(CM_EVENT)), with ``settings`` and the IB CM
+        Taken at once: counted in ``RDMA_CM_EVENTS``, kept in ``RDMA_CM_EVENT``.
     ``cc_qp`` : Out(range(num_qps)); ``cc_rate`` : In(RATE_BITS), with ``settings`` and DCQCN
         The endpoint's rate read port: ``cc_qp`` is ``CC_RATE_QP``, ``cc_rate`` (a QP's rate
         one cycle after its index) is read as ``CC_RATE``.
@@ -111,6 +122,9 @@ class AxiLiteRegs(wiring.Component):
         self.settings = settings
         #: The block drives the endpoint's DCQCN ports (``settings`` and a core with DCQCN).
         self.cc = settings and bool(config.get("dcqcn"))
+        #: The block drives the IB CM's connects and disconnects (``settings`` and a core with
+        #: ``rdma_cm_ports``).
+        self.rdma_cm = settings and bool(config.get("rdma_cm_ports"))
         self.values = register_values(config, mac, ip)
         self.tc_init, self.cc_init = settings_reset(config)
         members = {
@@ -131,6 +145,10 @@ class AxiLiteRegs(wiring.Component):
         if self.cc:
             members.update({"cc_cfg": Out(stream.Signature(DCQCN_CONFIG)),
                             "cc_qp": Out(range(num_qps)), "cc_rate": In(RATE_BITS)})
+        if self.rdma_cm:
+            members.update({"rdma_cm_connect": Out(stream.Signature(CONNECT)),
+                            "rdma_cm_disconnect": Out(stream.Signature(8)),
+                            "rdma_cm_event": In(stream.Signature(CM_EVENT))})
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -143,6 +161,8 @@ class AxiLiteRegs(wiring.Component):
             busy.append(self._traffic_class(m, writes, reads))
         if self.cc:
             busy.append(self._congestion(m, writes, reads))
+        if self.rdma_cm:
+            busy += self._rdma_cm(m, writes, reads)
         self._write_port(m, writes, busy)
         self._read_port(m, reads)
         return m
@@ -249,6 +269,44 @@ class AxiLiteRegs(wiring.Component):
             else:
                 reads[base + k] = self.cc_rate
         return pending
+
+    def _rdma_cm(self, m, writes, reads):
+        """The ``RDMA_CM`` window: the connect's address and ports, the connect and the
+        disconnect (each offered until the endpoint takes it), the events counted and the last
+        one kept. Returns the pending flags."""
+        base = next(w.base for w, _ in windows_for(self.config) if w.name == "RDMA_CM") >> 2
+        word = {name: base + k for k, (name, _, _, _) in enumerate(RDMA_CM_WORDS)}
+        dst_ip, ports = Signal(32), Signal(32)
+        count, last = Signal(32), Signal(32)
+        conn, dis = self.rdma_cm_connect, self.rdma_cm_disconnect
+        for o in (conn, dis):
+            with m.If(o.ready):
+                m.d.sync += o.valid.eq(0)
+        m.d.comb += [conn.payload.dst_ip.eq(dst_ip), conn.payload.port.eq(ports[:16]),
+                     conn.payload.src_port.eq(ports[16:])]
+        for name, reg in (("RDMA_CM_DST_IP", dst_ip), ("RDMA_CM_PORTS", ports)):
+            writes[word[name]], reads[word[name]] = self._store(reg), reg
+
+        def connect(m, data, strb, refuse):
+            m.d.sync += conn.valid.eq(1)
+
+        def disconnect(m, data, strb, refuse):
+            with m.If(data[:8] < self.num_qps):
+                m.d.sync += [dis.valid.eq(1), dis.payload.eq(data[:8])]
+            with m.Else():
+                refuse()
+
+        writes[word["RDMA_CM_CONNECT"]], reads[word["RDMA_CM_CONNECT"]] = connect, Const(0, 32)
+        writes[word["RDMA_CM_DISCONNECT"]] = disconnect
+        reads[word["RDMA_CM_DISCONNECT"]] = Const(0, 32)
+        ev = self.rdma_cm_event
+        m.d.comb += ev.ready.eq(1)
+        with m.If(ev.valid):
+            m.d.sync += [count.eq(count + 1),
+                         last.eq(Cat((ev.payload.qpn - QPN_BASE)[:8], ev.payload.reason,
+                                     Const(0, 7), ev.payload.ok))]
+        reads[word["RDMA_CM_EVENTS"]], reads[word["RDMA_CM_EVENT"]] = count, last
+        return [conn.valid, dis.valid]
 
     def _write_port(self, m, writes, busy):
         """The write channels: each write is decoded by word address to its handler; a write

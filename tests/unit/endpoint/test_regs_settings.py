@@ -11,10 +11,12 @@ from amaranth.hdl import Fragment, UnusedElaboratable
 from amaranth.lib import data
 
 from rocegen.gateware.core import CoreTop
+from rocegen.gateware.lib.records import pack, unpack
 from rocegen.gateware.roce.cc.dcqcn_layouts import DCQCN_CONFIG, dcqcn_config, rate_units
 from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint
 from rocegen.gateware.roce.endpoint.regmap import python_accessor
 from rocegen.gateware.roce.endpoint.regs import OKAY, SLVERR, AxiLiteRegs
+from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
 from rocegen.sim.testing.harness import raises, run_sim
 
 # addresses as the register map documents them (docs/registers.md), written out here
@@ -421,3 +423,107 @@ def _flat_members():
         members = set(CoreTop(64, 2, dcqcn=True).signature.members)
         gc.collect()
     return members
+
+
+# the RDMA_CM window, as the register map documents it
+CM_DST_IP, CM_PORTS, CM_CONNECT, CM_DISCONNECT, CM_EVENTS, CM_LAST = range(0x0E0, 0x0F8, 4)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rdma_cm_window_connects_disconnects_and_keeps_the_events(seed):
+    """With the IB CM: a write of RDMA_CM_CONNECT offers a connect of the address and ports
+    written before, held until taken (the next write waits); RDMA_CM_DISCONNECT a QP index,
+    refused beyond the QPs; each event is counted and the last kept. Without: the window
+    answers SLVERR and the block has none of these ports."""
+    rng = random.Random(seed)
+    dut = AxiLiteRegs(_config(64, 3, rdma_cm_ports=(7174,)), mac=0, ip=0, settings=True)
+    conns, dis, out = [], [], {}
+    stall = [0]
+
+    async def take(ctx):
+        tick = 0
+        async for _, _, cv, cr, cp, dv, dr, dp in ctx.tick().sample(
+                dut.rdma_cm_connect.valid, dut.rdma_cm_connect.ready,
+                dut.rdma_cm_connect.payload.as_value(), dut.rdma_cm_disconnect.valid,
+                dut.rdma_cm_disconnect.ready, dut.rdma_cm_disconnect.payload):
+            ready = tick >= stall[0]
+            if cv and cr:
+                conns.append(cp)
+            if dv and dr:
+                dis.append(dp)
+            ctx.set(dut.rdma_cm_connect.ready, ready and rng.random() < 0.5)
+            ctx.set(dut.rdma_cm_disconnect.ready, ready and rng.random() < 0.5)
+            tick += 1
+
+    async def event(ctx, ok, qpn, reason):
+        ctx.set(dut.rdma_cm_event.payload.as_value(),
+                pack(CM_EVENT, {"ok": ok, "qpn": qpn, "dst_ip": 1, "port": 2, "reason": reason}))
+        ctx.set(dut.rdma_cm_event.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.rdma_cm_event.valid, 0)
+
+    async def bench(ctx):
+        axil = Master(ctx, dut, rng)
+        out["w"] = [await axil.write(CM_DST_IP, 0x0A00_0001),
+                    await axil.write(CM_PORTS, 7174 | 0xC001 << 16),
+                    await axil.write(CM_CONNECT, 1), await axil.write(CM_DST_IP, 0x0A00_0002),
+                    await axil.write(CM_CONNECT, 0), await axil.write(CM_DISCONNECT, 2),
+                    await axil.write(CM_DISCONNECT, 3)]
+        out["r"] = [await axil.read(a) for a in (CM_DST_IP, CM_PORTS, CM_CONNECT)]
+        out["e0"] = [await axil.read(a) for a in (CM_EVENTS, CM_LAST)]
+        await event(ctx, 1, 257, 0)
+        out["e1"] = [await axil.read(a) for a in (CM_EVENTS, CM_LAST)]
+        await event(ctx, 0, 0, 8)
+        out["e2"] = [await axil.read(a) for a in (CM_EVENTS, CM_LAST)]
+
+    stall[0] = 30
+    run_sim(dut, testbenches=[bench], processes=[take])
+    assert out["w"] == [OKAY] * 6 + [SLVERR]
+    assert out["r"] == [(0x0A00_0002, OKAY), (7174 | 0xC001 << 16, OKAY), (0, OKAY)]
+    assert [unpack(CONNECT, c) for c in conns] == [
+        {"dst_ip": 0x0A00_0001, "port": 7174, "src_port": 0xC001},
+        {"dst_ip": 0x0A00_0002, "port": 7174, "src_port": 0xC001}]
+    assert dis == [2]
+    assert out["e0"] == [(0, OKAY), (0, OKAY)]
+    assert out["e1"] == [(1, OKAY), (1 << 31 | 1, OKAY)]
+    assert out["e2"] == [(2, OKAY), (8 << 8, OKAY)]
+
+    plain = AxiLiteRegs(_config(64, 3), mac=0, ip=0, settings=True)
+    assert not set(plain.signature.members) & {"rdma_cm_connect", "rdma_cm_disconnect",
+                                                "rdma_cm_event"}
+    got = {}
+
+    async def unmapped(ctx):
+        axil = Master(ctx, plain, rng)
+        got["r"] = await axil.read(CM_EVENTS)
+        got["w"] = await axil.write(CM_CONNECT, 1)
+
+    run_sim(plain, testbenches=[unmapped])
+    assert got == {"r": (0, SLVERR), "w": SLVERR}
+
+
+def test_accessor_reaches_the_rdma_cm_window():
+    """The generated accessor's IB CM methods write and read the RDMA_CM words (a bus that
+    records the writes and answers reads from them); a core without the IB CM refuses."""
+    class Bus:
+        def __init__(self):
+            self.words, self.log = {CM_EVENTS: 4, CM_LAST: 1 << 31 | 3}, []
+
+        def write(self, addr, value):
+            self.log.append((addr, value))
+
+        def read(self, addr):
+            return self.words.get(addr, 0)
+
+    ns = {}
+    exec(python_accessor(_config(64, 3, rdma_cm_ports=(7174,)), 0, 0), ns)
+    bus = Bus()
+    regs = ns["Registers"](bus)
+    regs.rdma_cm_connect(0x0A00_0001, 7174, 0xC002)
+    regs.rdma_cm_disconnect(2)
+    assert bus.log == [(CM_DST_IP, 0x0A00_0001), (CM_PORTS, 7174 | 0xC002 << 16),
+                       (CM_CONNECT, 1), (CM_DISCONNECT, 2)]
+    assert regs.rdma_cm_event() == {"count": 4, "ok": 1, "qp": 3, "reason": 0}
+    ns = {}
+    exec(python_accessor(_config(64, 3), 0, 0), ns)
+    raises(RuntimeError, "without the IB CM", lambda: ns["Registers"](Bus()).rdma_cm_disconnect(1))
