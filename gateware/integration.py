@@ -74,7 +74,8 @@ PORT_DOCS = {
                        "`rdma_connect`: to TCP port `port` of `dst_ip` (the host listens with "
                        "`rdma_listen`), `src_port` ours in the REQ. The core takes a QP, sends "
                        "the REQ (again after 4.3 s, up to 15 times) and answers the host's REP "
-                       "with the RTU; the QP then sends from its own PSN, expects the host's, "
+                       "with the RTU; the QP then sends from the PSN the REP states, expects "
+                       "the one the REQ stated, "
                        "and its WRITEs and READs name the region the REP's private data states "
                        "(address, R_Key, length: `docs/rdma-cm.md`).",
     "rdma_cm_event": "With `--rdma-cm-port`: one event per `rdma_cm_connect`: `ok` and the "

@@ -36,8 +36,8 @@ pytestmark = pytest.mark.xdist_group("rxe")
 COUNT, SIZE = 2, 2500
 STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "fpga:FETCH_ADD", "host:WRITE",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "stop",
-         "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:connect", "host:WRITE", "host:READ",
-         "stop")
+         "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server", "cm:connect",
+         "host:WRITE", "host:READ", "stop")
 #: the TCP port the FPGA's IB CM listens on for the agent and cmtime (rping's, 7174, is the
 #: FPGA's rping server's; rdma_client's, 7471, its SEND echo's)
 RDMA_CM_PORT = 7470
@@ -123,6 +123,16 @@ def test_rdma_client_reaches_the_fpgas_send_echo(lossy):
     (it ended ``rdma_client: end 0``), and the FPGA counted the echo."""
     (rc,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_client"]
     assert rc["ok"] and rc["rdma_client"]["fpga_echoes"] == 1, rc
+
+
+def test_the_fpga_connects_to_rdma_server(lossy):
+    """The FPGA as librdmacm's client: it connects (``rdma_cm_connect``) to the ``rdma_server``
+    example listening in the guest (Linux's CM takes its REQ, answers with a REP, gets the
+    RTU), SENDs its 16 bytes; rdma_server SENDs 16 back (the FPGA's receive completion) and
+    disconnects; it ended ``rdma_server: end 0``."""
+    (sv,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_server"]
+    r = sv.get("rdma_server", {})
+    assert sv["ok"] and r["fpga_established"] >= 1 and r["fpga"].get("ok"), sv
 
 
 def test_frames_were_lost_both_ways_and_recovered(lossy):

@@ -32,20 +32,24 @@ HOST = ["rocegen-host"]
 #: once, checked by the host), ``connect``, ``close``, ``stop``; with the FPGA's IB CM
 #: (``rdma_cm_port``), ``cm:connect`` (the agent's QPs opened through librdmacm, ``connect
 #: --rdma-cm``), ``cm:cmtime`` (librdmacm's own ``cmtime``: ``qps`` connections made and torn
-#: down at once), ``cm:rping`` (librdmacm's ``rping -c`` against the FPGA's rping server) and
-#: ``cm:rdma_client`` (librdmacm's ``rdma_client`` example against the FPGA's SEND echo).
+#: down at once), ``cm:rping`` (librdmacm's ``rping -c`` against the FPGA's rping server),
+#: ``cm:rdma_client`` (librdmacm's ``rdma_client`` example against the FPGA's SEND echo) and
+#: ``cm:rdma_server`` (librdmacm's ``rdma_server`` example in the guest, the FPGA connecting to
+#: it: the FPGA's active side against Linux's CM).
 STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
          "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE", "host:WRITE_IMM", "host:SEND",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop",
-         "cm:connect", "cm:cmtime", "cm:rping", "cm:rdma_client")
+         "cm:connect", "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server")
 #: The steps that start the host agent, and those that need none.
 STARTS = ("connect", "cm:connect")
-STANDALONE = ("cm:cmtime", "cm:rping", "cm:rdma_client")
+STANDALONE = ("cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server")
 #: The FPGA's rping server's port (rping's own default) and what ``cm:rping`` runs against it.
 RPING_PORT = 7174
 RPING_ARGS = ("-C", "10", "-S", "4096", "-V", "-v")
 #: The FPGA's SEND echo's port (``rdma_client``'s own default).
 ECHO_PORT = 7471
+#: The port ``rdma_server`` listens on in the guest for the FPGA's connection.
+SERVER_PORT = 7472
 #: cmtime's steps (its table's rows)
 CMTIME_STEPS = ("create id", "resolve addr", "resolve route", "create qp", "connect",
                 "disconnect", "destroy")
@@ -129,6 +133,8 @@ def play(job, name):
         return [rping(job)]
     if name == "cm:rdma_client":
         return [rdma_client(job)]
+    if name == "cm:rdma_server":
+        return [rdma_server(job)]
     if name in ("close", "stop"):
         r = host(name, *(["--json"] if name == "close" else []))
         r["ok"] = r["rc"] == 0
@@ -225,6 +231,38 @@ def rping(job):
             "pings": pings, "fpga_pings": done, "output": out[:300] + out[-300:]},
             "stderr": (err + out)[-2000:],
             "ok": rc == 0 and pings == count and done == count}
+
+
+def rdma_server(job):
+    """``cm:rdma_server``: librdmacm's ``rdma_server -p 7472`` listens in the guest; the FPGA is
+    told to connect to it (the file ``serve.json.connect`` in the run folder, holding the port:
+    the simulation's user logic connects through the IB CM's ``rdma_cm_connect``, again while it
+    is refused, and SENDs 16 bytes once established). ``rdma_server`` accepts, takes the
+    message, SENDs its own 16 bytes back and disconnects. Passes when it ends with
+    ``rdma_server: end 0``, and the FPGA counted its connect established, a receive completion
+    and the host's DREQ answered."""
+    cmd = ["rdma_server", "-p", str(SERVER_PORT)]
+    before = fpga_status(time.time() + 1).get("stats", {})
+    t = time.monotonic()
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)                 # (listening by then; a REQ before is refused and tried again)
+    (OUT / "serve.json.connect").write_text(f"{SERVER_PORT}\n")
+    try:
+        out, err = server.communicate(timeout=300)
+        rc = server.returncode
+    except subprocess.TimeoutExpired:
+        server.kill()
+        out, err = server.communicate()
+        rc, err = -1, err + "rdma_server did not finish in 300 s"
+    made = fpga_count("ibcm_connects", before.get("ibcm_connects", 0), 1)
+    est = fpga_count("ibcm_established", before.get("ibcm_established", 0), 1)
+    status = fpga_status(time.time())
+    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t,
+            "json": {"output": out[-300:], "fpga_connects": made, "fpga_established": est,
+                     "fpga": status.get("fpga_connect", {}),
+                     "fpga_recv_completions": status.get("recv_completions")},
+            "stderr": (err + out)[-2000:],
+            "ok": rc == 0 and "rdma_server: end 0" in out and made >= 1 and est >= 1}
 
 
 def rdma_client(job):

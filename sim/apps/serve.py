@@ -231,7 +231,9 @@ def _simulate(args, cfg, conf):
         Path(tempfile.mkdtemp(prefix="rocegen-serve-")) / "status.json"
     conf["status"] = str(status)
     conf["stop_file"] = str(status) + ".stop"
+    conf["connect_file"] = str(status) + ".connect"
     Path(conf["stop_file"]).unlink(missing_ok=True)
+    Path(conf["connect_file"]).unlink(missing_ok=True)
     status.unlink(missing_ok=True)
     print(f"building the simulator (Verilator; the first build of a configuration takes a few "
           f"minutes, then it is cached under {SIM_CACHE})", flush=True)

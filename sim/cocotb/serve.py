@@ -9,7 +9,9 @@ the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process
 stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
 interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the default, or
 ``"wire"``, where RoCEv2 frames go), ``vlan`` (the FPGA port's VLAN ID, None for untagged),
-``stop_file`` (the testbench stops once this file exists), ``loss`` (optional: ``to_fpga`` and
+``stop_file`` (the testbench stops once this file exists), ``connect_file`` (with the IB CM:
+once this file exists, holding a TCP port, the user logic connects to the host's port,
+:func:`connect_to_host`), ``loss`` (optional: ``to_fpga`` and
 ``from_fpga``, the probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is
 a :class:`~rocegen.sim.models.fabric.link.Link` of its own, other frames are never lost; the status
 file counts its frames in ``loss``), ``responder`` (with the RC responder:
@@ -48,12 +50,16 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import cocotb
-from cocotb.triggers import First, Timer, ValueChange
+from cocotb.triggers import ClockCycles, FallingEdge, First, RisingEdge, Timer, ValueChange
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 
+from rocegen.gateware.lib.records import unpack
 from rocegen.gateware.roce.endpoint.endpoint import STATS
+from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
+from rocegen.gateware.roce.layouts import WORK_REQUEST, WrOpcode
 from rocegen.gateware.roce.responder.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
 from rocegen.sim.apps.bridge import HostSide
 from rocegen.sim.models.fabric.link import Link
@@ -71,6 +77,7 @@ from rocegen.sim.testing.roce_env import (
     period_ps,
     start_clock,
 )
+from rocegen.wire.addr import parse_ip
 from rocegen.wire.cm import (
     READ_DEPTH_MAX,
     READ_DEPTHS,
@@ -88,6 +95,7 @@ W = PARAMS["width"]
 QUIET_STEP = 2048               # cycles run at once while the port is quiet
 BUSY_STEP = 64                  # cycles between looks at the sockets while frames move
 DEEP_IDLE = 1 << 20             # quiet cycles before the testbench also waits on the sockets
+CONNECT_TRIES = 120             # refusals before the FPGA's connect gives up
 STATUS_EVERY = 1.0              # seconds between status file updates
 
 
@@ -181,6 +189,44 @@ async def keep_receive_buffers(dut, resp, counters):
             wr_id = (wr_id + 1) & 0xFFFF_FFFF
 
 
+async def connect_to_host(dut, conf, port, counters, log):
+    """User logic of an endpoint with the IB CM: connect to the host's TCP ``port`` (its
+    librdmacm listener, e.g. ``rdma_server``) through ``rdma_cm_connect``, until it is
+    established (a refusal, e.g. while nobody listens yet, is tried again half a second of wall
+    time later, at most :data:`CONNECT_TRIES` times); then SEND 16 bytes on the QP (the local
+    memory's first word) and count what comes back on it (:func:`keep_receive_buffers` posts
+    its buffers). ``counters["fpga_connect"]``: the tries, the last event, the QP, the SEND
+    posted."""
+    conn = RecordDriver(dut, "cmconn", CONNECT)
+    wr = RecordDriver(dut, "wr", WORK_REQUEST)
+    state = counters["fpga_connect"] = {"port": port, "tries": 0, "refused": 0, "ok": False}
+    for attempt in range(CONNECT_TRIES):
+        state["tries"] += 1
+        await conn.send({"dst_ip": parse_ip(conf["host_ip"]), "port": port,
+                         "src_port": 0xC000 + attempt})
+        while not int(dut.cmev_valid.value):
+            await ValueChange(dut.cmev_valid)
+        await FallingEdge(dut.clk)
+        ev = unpack(CM_EVENT, int(dut.cmev_data.value))
+        await RisingEdge(dut.clk)               # (taken: cmev_ready is high)
+        state["event"] = ev
+        if ev["ok"]:
+            break
+        state["refused"] += 1
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            await ClockCycles(dut.clk, QUIET_STEP)
+    else:
+        log(f"the FPGA's connection to port {port} was refused {state['refused']} times")
+        return
+    k = ev["qpn"] - 256
+    state.update(ok=True, qp=k)
+    log(f"the FPGA connected to the host's port {port} on QP {k}")
+    await wr.send({"wr_id": 0xC0DE, "qp": k, "opcode": WrOpcode.SEND, "local_addr": 0,
+                   "length": 16, "remote_offset": 0, "imm": 0})
+    state["sent"] = True
+
+
 def _write_status(path, status):
     if not path:
         return
@@ -195,6 +241,10 @@ async def serve(dut):
     for name in ("wr_valid", "qpctl_valid", "qppsn_valid", "gen_valid", "s_msg_axis_tvalid",
                  "cpl_bp_threshold"):
         getattr(dut, name).value = 0        # completions: always taken by the capture ring
+    if hasattr(dut, "cmconn_valid"):        # (the IB CM's connects: none until asked for)
+        dut.cmconn_valid.value = 0
+        dut.cmdis_valid.value = 0
+        dut.cmev_ready.value = 1
     dut.stats_addr.value = 0
     dut.mac_bp_threshold.value = 0
     resp = CONF.get("responder")
@@ -325,6 +375,11 @@ async def serve(dut):
                 stop["why"] = "parent gone"
             if CONF.get("stop_file") and os.path.exists(CONF["stop_file"]):
                 stop["why"] = "stopped"
+            ask = CONF.get("connect_file")
+            if ask and os.path.exists(ask) and "fpga_connect" not in tx:
+                port = int(Path(ask).read_text().strip() or 0)
+                tx["fpga_connect"] = {"port": port}
+                cocotb.start_soon(connect_to_host(dut, CONF, port, tx, log))
             cycles = now_cycle(W) - start_cycle
             _write_status(status_path, {**ready, "cycles": cycles, **tx, **host.counters,
                                         "loss": {w: dict(k.counters) for w, k in links.items()},

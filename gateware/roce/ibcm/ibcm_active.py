@@ -94,7 +94,9 @@ class ActiveDecisions:
             st = s.set
             m.d.sync += [s.set_valid.eq(1), st.open.eq(1), st.qpn.eq(e.qpn),
                          st.peer_ip.eq(e.peer_ip), st.peer_qpn.eq(rec.rep_local_qpn),
-                         st.psn.eq(e.psn), st.epsn.eq(rec.rep_starting_psn),
+                         # (each message states the PSN its sender expects: the QP sends
+                         # from the REP's, expects our REQ's, as Linux's CM sets them)
+                         st.psn.eq(rec.rep_starting_psn), st.epsn.eq(e.psn),
                          st.path_mtu.eq(I.mtu_code(self.max_mtu)),
                          st.ack_timeout.eq(self.local_ack_timeout),
                          st.retry_count.eq(self.retry_count),

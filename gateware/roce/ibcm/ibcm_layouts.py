@@ -123,7 +123,8 @@ QP_GRANT = data.StructLayout({"ok": 1, "qpn": 24})
 #: connection of QP ``qpn`` ended (a DREQ or REJ moved it to time-wait): the QP goes to the
 #: error state (its work flushed); it is given back on ``qp_free`` at the end of the time-wait.
 #: ``psn`` is the PSN the QP sends from, ``epsn`` the one it expects (the same for a connection
-#: the peer asked for: one PSN for both directions; the peer's REP's for one we asked for);
+#: the peer asked for: one PSN for both directions; for one we asked for, the REP's and our
+#: REQ's: each message states the PSN its sender expects);
 #: ``rkey`` and ``base``: the peer's region its REP stated (zero for one the peer asked for).
 QP_SET = data.StructLayout({
     "open": 1, "qpn": 24, "peer_ip": 32, "peer_qpn": 24, "psn": 24, "path_mtu": 4,

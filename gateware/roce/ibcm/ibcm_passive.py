@@ -246,7 +246,8 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
     as a REP's (2^``cm_response_timeout`` ticks, ``max_cm_retries`` times again, then REJ
     ``TIMEOUT``, the QP given back, ``connected`` says ``TIMEOUT``; an MRA of the REQ makes it
     wait its service timeout). The REP of a connection in REQ_SENT opens the QP (``qp_set``:
-    the REP's QPN, our PSN to send from and the REP's to expect, the REP's RNR retry count,
+    the REP's QPN, the REP's PSN to send from and our REQ's to expect (each message states the
+    PSN its sender expects, as Linux's CM reads them), the REP's RNR retry count,
     the READ depths negotiated, the region its private data states as ``rkey`` and ``base``)
     and is answered with the RTU: established, ``connected`` says so. A REP again gets the RTU
     again; a REJ of a connection in REQ_SENT frees it and its QP (``connected``: the reason).

@@ -105,7 +105,10 @@ class ConnectRequest:
 @dataclass
 class Connection:
     """One connection as a node holds it. ``local_comm_id`` names it; ``qpn`` is our QP (from
-    the pool), ``peer_*`` the other side's; ``responder_resources`` are the RDMA READs we serve
+    the pool), ``peer_*`` the other side's; ``psn`` the starting PSN our REQ or REP states,
+    ``peer_psn`` the one the peer's states: each message states the PSN its sender expects, so
+    the QP expects ``psn`` and sends from ``peer_psn`` (Linux's CM: ``rq_psn`` from our message,
+    ``sq_psn`` from the peer's); ``responder_resources`` are the RDMA READs we serve
     at once, ``initiator_depth`` those we may have outstanding; ``path_mtu`` an IB MTU code;
     ``peer_region`` the region the peer's REP advertised (active side); ``private_data`` the
     application's private data of the REQ (ours or the peer's); ``history`` the names of the

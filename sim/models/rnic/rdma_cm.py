@@ -138,7 +138,9 @@ class CmPeer:
     def _create(self, cid, conn):
         options = dict(
             peer_qpn=conn.peer_qpn, peer_ip=format_ip(conn.peer_ip),
-            peer_mac=format_mac(self._macs[conn.peer_ip]), epsn=conn.peer_psn, sq_psn=conn.psn,
+            # (each side's message states the PSN it expects: we send from the peer's, as
+            # Linux's CM sets a QP's sq_psn and rq_psn)
+            peer_mac=format_mac(self._macs[conn.peer_ip]), epsn=conn.psn, sq_psn=conn.peer_psn,
             pmtu=I.mtu_bytes(conn.path_mtu), timeout=conn.local_ack_timeout,
             retry_cnt=conn.retry_count, rnr_retry=conn.rnr_retry_count, access=ACCESS,
             max_rd_atomic=max(1, conn.initiator_depth),

@@ -53,7 +53,7 @@ def opened_active(conn):
     the REP comes."""
     r = conn.peer_region
     return {"open": 1, "qpn": conn.qpn, "peer_ip": conn.peer_ip, "peer_qpn": conn.peer_qpn,
-            "psn": conn.psn, "epsn": conn.peer_psn, "path_mtu": conn.path_mtu,
+            "psn": conn.peer_psn, "epsn": conn.psn, "path_mtu": conn.path_mtu,
             "ack_timeout": conn.local_ack_timeout, "retry_count": conn.retry_count,
             "rnr_retry_count": conn.rnr_retry_count,
             "responder_resources": conn.responder_resources,
