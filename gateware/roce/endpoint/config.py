@@ -164,8 +164,9 @@ class EndpointConfig:
     mem_bytes: int = _p(None, "local memory size, a power of two (default 256 KiB on chip, "
                         "4 GiB of AXI4 address space)", lo=1, hi=1 << 32, power_of_two=True,
                         what="a power of two from 16 words to 2^32")
-    wr_depth: int = _p(64, "work requests held per QP until they complete, in block RAM "
-                       "(default 64)",
+    wr_depth: int = _p(128, "work requests held per QP until they complete, in block RAM "
+                       "(default 128: one QP keeps a 100 Gb/s line busy with 64-byte messages "
+                       "while its peer's ACKs come back up to some 1.5 us after the packet)",
                        lo=1, hi=MAX_WR_DEPTH, power_of_two=True,
                        what=f"a power of two from 1 to {MAX_WR_DEPTH}", cli="--wr-depth",
                        aliases=("depth",))
