@@ -8,7 +8,7 @@ from rocegen.wire import verbs
 from rocegen.wire.cm import QPN_BASE
 from rocegen.wire.headers import CM
 
-__all__ = ["check_num_qps", "qp_index",
+__all__ = ["check_num_qps", "check_wr_depth", "qp_index", "MAX_WR_DEPTH",
            "WrOpcode", "WORK_REQUEST", "QP_SEGMENT", "PACKET_DESC", "QpState", "QPN_BASE",
            "QP_CONTEXT", "WrSource", "CplStatus", "WR_TAGGED", "COMPLETION", "POST", "ACK_EVENT",
            "MAX_QPS", "CONTEXT_WRITE", "PSN_WRITE", "PSN_SET", "RKEY_WRITE", "QP_SERVICE", "SENT",
@@ -30,6 +30,22 @@ def check_num_qps(num_qps):
     if not 1 <= num_qps <= MAX_QPS:
         raise ValueError(f"num_qps must be 1..{MAX_QPS}, not {num_qps}")
     return num_qps
+
+
+#: Most work requests a QP of the requester holds (the scheduler's ring and the completion
+#: tracker's queue of each QP, both in block RAM).
+MAX_WR_DEPTH = 1024
+
+
+def check_wr_depth(depth, name="depth"):
+    """``depth`` if it is a work-request ring size the requester's blocks take (a power of two
+    1..:data:`MAX_WR_DEPTH`); else ``TypeError`` (not an integer) or ``ValueError`` (out of
+    range), naming the parameter ``name``."""
+    if not isinstance(depth, int) or isinstance(depth, bool):
+        raise TypeError(f"{name} must be an integer number of work requests, not {depth!r}")
+    if depth & (depth - 1) or not 1 <= depth <= MAX_WR_DEPTH:
+        raise ValueError(f"{name} must be a power of two from 1 to {MAX_WR_DEPTH}, not {depth}")
+    return depth
 
 
 def qp_index(qpn, num_qps):

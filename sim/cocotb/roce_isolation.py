@@ -51,6 +51,7 @@ import os
 import cocotb
 from cocotbext.axi import AxiStreamFrame
 
+from rocegen.gateware.roce.endpoint.config import EndpointConfig
 from rocegen.gateware.roce.layouts import CplStatus, QpState, WrOpcode
 from rocegen.gateware.roce.responder.resp_layouts import RecvStatus
 from rocegen.sim.cocotb.roce_resp import (
@@ -58,6 +59,7 @@ from rocegen.sim.cocotb.roce_resp import (
     HOST_QPN,
     MEM,
     MEMORY,
+    PARAMS,
     RQ_DEPTH,
     B,
     RespEnv,
@@ -99,8 +101,8 @@ RECV_BYTES = 512
 KEPT = 8
 #: the goodput B keeps while A fails, against the baseline
 KEEP = 0.99
-#: requests of A beyond its work-request queue (the endpoint's default ``wr_depth``) in ``full``
-WR_DEPTH = 64
+#: A's work-request queue (the build's ``wr_depth``); ``full`` posts :data:`GEN_MORE` more
+WR_DEPTH = PARAMS.get("wr_depth") or EndpointConfig().wr_depth
 GEN_MORE = 16
 #: retransmit timeout code of A and B (8.2 us: A's retries run out within B's work)
 TIMEOUT = 1

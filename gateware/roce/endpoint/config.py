@@ -20,13 +20,15 @@ from rocegen.wire.headers import UDP_PORT_ROCEV2
 from rocegen.wire.roce import PMTUS
 
 __all__ = ["EndpointConfig", "Param", "params", "check_field", "markdown_table", "default_clk_hz",
-           "default_line_gbps", "WIDTHS", "MAX_QPS", "MEMORIES", "PFC_MODES", "MAX_RD_ATOMIC",
-           "RD_HOLE_WAIT"]
+           "default_line_gbps", "WIDTHS", "MAX_QPS", "MAX_WR_DEPTH", "MEMORIES", "PFC_MODES",
+           "MAX_RD_ATOMIC", "RD_HOLE_WAIT"]
 
 #: Data widths of the endpoint's streams.
 WIDTHS = (64, 128, 256, 512)
 #: Most QPs of an endpoint.
 MAX_QPS = 256
+#: Most work requests a QP holds (``wr_depth``).
+MAX_WR_DEPTH = 1024
 #: Where payloads live.
 MEMORIES = ("onchip", "axi4")
 #: Where PFC's pause frames are decoded and sent.
@@ -162,9 +164,12 @@ class EndpointConfig:
     mem_bytes: int = _p(None, "local memory size, a power of two (default 256 KiB on chip, "
                         "4 GiB of AXI4 address space)", lo=1, hi=1 << 32, power_of_two=True,
                         what="a power of two from 16 words to 2^32")
-    wr_depth: int = _p(64, "work requests held per QP until they complete (default 64)",
-                       lo=1, hi=64, power_of_two=True, what="a power of two from 1 to 64",
-                       cli="--wr-depth", aliases=("depth",))
+    wr_depth: int = _p(128, "work requests held per QP until they complete, in block RAM "
+                       "(default 128: one QP keeps a 100 Gb/s line busy with 64-byte messages "
+                       "while its peer's ACKs come back up to some 1.5 us after the packet)",
+                       lo=1, hi=MAX_WR_DEPTH, power_of_two=True,
+                       what=f"a power of two from 1 to {MAX_WR_DEPTH}", cli="--wr-depth",
+                       aliases=("depth",))
     window: int = _p(1024, "unacknowledged PSNs per QP (default 1024)", lo=1, hi=(1 << 23) - 1,
                      what="1..2^23-1 packets", cli="--window")
     clk_hz: float = _p(None, "the clock the retransmit, RNR and READ timers count (default "

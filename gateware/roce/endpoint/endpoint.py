@@ -63,7 +63,9 @@ class RoceEndpoint(wiring.Component):
         Local memory size (power of two); with ``axi4``, the size of the address space used.
     wr_depth : int
         Work requests held per QP until they complete: waiting, being sent and sent but not
-        yet acknowledged (a power of two, 1..64; the completion tracker has as many).
+        yet acknowledged (a power of two, 1..1024; the completion tracker has as many). Both
+        rings are block RAM; one QP sending small messages needs more than its peer's ACK
+        delay in messages (about 1.3 us against a ConnectX that coalesces its ACKs).
     window : int
         PSNs a QP may have outstanding (sent, not acknowledged), 1..2^23-1: a QP stalls when
         its window is full, and the packet that fills it asks for an acknowledgement.

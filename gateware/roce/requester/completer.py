@@ -11,12 +11,16 @@ from rocegen.gateware.roce.layouts import (
     CplStatus,
     WrSource,
     check_num_qps,
+    check_wr_depth,
 )
 from rocegen.gateware.roce.requester.completer_acks import CplAckState
 from rocegen.gateware.roce.requester.completer_out import OUT_DEPTH, CplOutput
 from rocegen.gateware.roce.requester.completer_pick import CplPick
 
-__all__ = ["Completer", "QUEUE_ENTRY", "OUT_DEPTH"]
+__all__ = ["Completer", "QUEUE_ENTRY", "OUT_DEPTH", "BAD_DEPTH"]
+
+#: Most entries of the queue of completions of work requests that name no QP.
+BAD_DEPTH = 64
 
 #: What a queue entry keeps of a post (the QP is where it is stored).
 QUEUE_ENTRY = data.StructLayout({
@@ -44,7 +48,8 @@ class Completer(wiring.Component):
     num_qps : int
         QPs in the table (1..256), QP index ``0 .. num_qps - 1``.
     depth : int
-        Entries per QP queue, a power of two (1..1024). The queues share one memory of
+        Entries per QP queue, a power of two (1..1024,
+        :data:`~rocegen.gateware.roce.layouts.MAX_WR_DEPTH`). The queues share one memory of
         ``num_qps * depth`` entries (:data:`QUEUE_ENTRY`, 62 bits).
 
     Ports
@@ -53,8 +58,8 @@ class Completer(wiring.Component):
         Always ready. An entry for a QP inside the table is appended to its queue (the poster
         must not post to a queue whose ``full`` bit is high: such a post is discarded and pulses
         ``overflow``). An entry with ``qp >= num_qps`` completes at once with status BAD_QP,
-        through a queue of ``depth`` entries of its own (``bad_full`` high when it has no room:
-        a bad post then is discarded and pulses ``overflow``).
+        through a queue of ``min(depth, BAD_DEPTH)`` entries of its own (``bad_full`` high when
+        it has no room: a bad post then is discarded and pulses ``overflow``).
     ack : In(stream.Signature(ACK_EVENT, always_ready=True))
         Every event is registered in the cycle it arrives, together with the QP's
         acknowledged PSN, and applied in the next cycle, after that cycle's post (so the
@@ -111,10 +116,7 @@ class Completer(wiring.Component):
 
     def __init__(self, num_qps, depth=16):
         check_num_qps(num_qps)
-        if not isinstance(depth, int) or isinstance(depth, bool):
-            raise TypeError(f"depth must be an integer, not {depth!r}")
-        if not 1 <= depth <= 1024 or depth & (depth - 1):
-            raise ValueError(f"depth must be a power of two from 1 to 1024, not {depth}")
+        check_wr_depth(depth)
         self.num_qps = num_qps
         self.depth = depth
         super().__init__({
@@ -156,7 +158,7 @@ class Completer(wiring.Component):
         tail_pick = tails.read_port(domain="comb")
         tail_post = tails.read_port(domain="comb")
         acks = m.submodules.acks = CplAckState(n)
-        out = m.submodules.out = CplOutput(self.depth)
+        out = m.submodules.out = CplOutput(min(self.depth, BAD_DEPTH))
 
         dirty = Signal(n)
         full = Signal(n)

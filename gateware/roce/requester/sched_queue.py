@@ -14,6 +14,7 @@ from rocegen.gateware.roce.layouts import (
     WrOpcode,
     WrSource,
     check_num_qps,
+    check_wr_depth,
 )
 from rocegen.gateware.roce.requester.sched_tree import kept, mux_tree
 from rocegen.wire.atomics import ATOMIC_OPERAND_BYTES
@@ -34,7 +35,8 @@ class SchedQueue(wiring.Component):
     mem_bytes : int
         Size of the local memory in bytes.
     depth : int
-        Work requests each QP holds, a power of two 1..64.
+        Work requests each QP holds, a power of two 1..1024
+        (:data:`~rocegen.gateware.roce.layouts.MAX_WR_DEPTH`).
     reads : bool
         READ work requests are taken (else refused with UNSUPPORTED).
 
@@ -94,9 +96,7 @@ class SchedQueue(wiring.Component):
                 mem_bytes & (mem_bytes - 1) or not width // 8 <= mem_bytes <= 1 << 32:
             raise ValueError(f"mem_bytes must be a power of two from {width // 8} to 2^32, "
                              f"not {mem_bytes!r}")
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth & (depth - 1) or \
-                not 1 <= depth <= 64:
-            raise ValueError(f"depth must be a power of two from 1 to 64, not {depth!r}")
+        check_wr_depth(depth)
         if not isinstance(reads, bool):
             raise TypeError(f"reads must be a bool, not {reads!r}")
         self.num_qps, self.width, self.mem_bytes, self.depth = num_qps, width, mem_bytes, depth

@@ -2,7 +2,12 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.roce.layouts import SCHED_EVENT, SchedKind, check_num_qps
+from rocegen.gateware.roce.layouts import (
+    SCHED_EVENT,
+    SchedKind,
+    check_num_qps,
+    check_wr_depth,
+)
 from rocegen.gateware.roce.requester.sched_tree import first_one, kept
 
 __all__ = ["SchedSelect"]
@@ -17,7 +22,8 @@ class SchedSelect(wiring.Component):
     num_qps : int
         QPs, 1..256.
     depth : int
-        Work requests each QP holds, a power of two 1..64.
+        Work requests each QP holds, a power of two 1..1024
+        (:data:`~rocegen.gateware.roce.layouts.MAX_WR_DEPTH`).
 
     Ports
     -----
@@ -64,9 +70,7 @@ class SchedSelect(wiring.Component):
 
     def __init__(self, num_qps, depth):
         check_num_qps(num_qps)
-        if not isinstance(depth, int) or isinstance(depth, bool) or depth & (depth - 1) or \
-                not 1 <= depth <= 64:
-            raise ValueError(f"depth must be a power of two from 1 to 64, not {depth!r}")
+        check_wr_depth(depth)
         self.num_qps, self.depth = num_qps, depth
         ptrs = data.ArrayLayout(depth.bit_length(), num_qps)
         abits = max(1, (num_qps * depth - 1).bit_length())

@@ -17,6 +17,7 @@ from rocegen.gateware.roce.layouts import (
     SLOT_PSNS,
     WR_TAGGED,
     check_num_qps,
+    check_wr_depth,
 )
 from rocegen.gateware.roce.read.read_layouts import READ_ISSUE
 from rocegen.gateware.roce.requester.sched_build import SchedBuild
@@ -41,8 +42,11 @@ class Scheduler(wiring.Component):
     mem_bytes : int
         Size of the local memory in bytes, a power of two from W/8 to 2^32.
     depth : int
-        Work requests each QP holds, a power of two 1..64: from the moment they are queued until
-        they complete (waiting, being sent, sent and not yet acknowledged).
+        Work requests each QP holds, a power of two 1..1024
+        (:data:`~rocegen.gateware.roce.layouts.MAX_WR_DEPTH`): from the moment they are queued
+        until they complete (waiting, being sent, sent and not yet acknowledged). The requests
+        live in block RAM (``num_qps * depth`` slots); only the four ring pointers per QP, of
+        log2(depth) + 1 bits each, are registers.
     window : int
         PSNs a QP may have outstanding: a packet whose PSN is more than ``window`` after the
         QP's acknowledged PSN waits (1..2^23-1). A READ request is checked on its own PSN (the
@@ -221,10 +225,7 @@ class Scheduler(wiring.Component):
         if mem_bytes & (mem_bytes - 1) or not width // 8 <= mem_bytes <= 1 << 32:
             raise ValueError(f"mem_bytes must be a power of two from {width // 8} (one memory word) "
                              f"to 2^32, not {mem_bytes}")
-        if not isinstance(depth, int) or isinstance(depth, bool):
-            raise TypeError(f"depth must be an integer number of work requests, not {depth!r}")
-        if depth & (depth - 1) or not 1 <= depth <= 64:
-            raise ValueError(f"depth must be a power of two from 1 to 64, not {depth}")
+        check_wr_depth(depth)
         if not isinstance(window, int) or isinstance(window, bool):
             raise TypeError(f"window must be an integer number of packets, not {window!r}")
         if not 1 <= window < 1 << 23:

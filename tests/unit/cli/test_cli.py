@@ -119,7 +119,7 @@ def test_verilog_endpoint_xgmii_axi4(tmp_path):
     (["--allow-net", "10.0.0.0/33"], "--allow-net: cm_allow_net prefix length must be 0..32"),
     (["--allow-net", "10.0.0.1/24"], "has host bits set"),
     (["--window", "0"], "--window: window must be 1..2^23-1 packets, not 0"),
-    (["--wr-depth", "3"], "--wr-depth: wr_depth must be a power of two from 1 to 64, not 3"),
+    (["--wr-depth", "3"], "--wr-depth: wr_depth must be a power of two from 1 to 1024, not 3"),
     (["--cm-port", "70000"], "--cm-port: cm_port must be 1..65535, not 70000"),
     (["--cm-port", "4791"], "--cm-port: cm_port must not be 4791, the RoCEv2 port"),
     (["--clk-mhz", "0"], "--clk-mhz must be a clock frequency"),

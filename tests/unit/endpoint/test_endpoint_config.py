@@ -11,6 +11,7 @@ import pytest
 from rocegen.gateware.roce.endpoint.config import (
     MAX_QPS,
     MAX_RD_ATOMIC,
+    MAX_WR_DEPTH,
     MEMORIES,
     PFC_MODES,
     WIDTHS,
@@ -47,7 +48,8 @@ def dataclasses_error():
     (dict(memory="ddr4"), ValueError, "memory must be one of onchip, axi4, not 'ddr4'"),
     (dict(mem_bytes=3000), ValueError, "mem_bytes must be a power of two"),
     (dict(mem_bytes=512), ValueError, "mem_bytes must be a power of two from 1024 to 2^32"),
-    (dict(wr_depth=3), ValueError, "wr_depth must be a power of two from 1 to 64, not 3"),
+    (dict(wr_depth=3), ValueError, "wr_depth must be a power of two from 1 to 1024, not 3"),
+    (dict(wr_depth=2048), ValueError, "wr_depth must be a power of two from 1 to 1024, not 2048"),
     (dict(pmtu=300), ValueError, "pmtu must be one of 256, 512, 1024, 2048, 4096, not 300"),
     (dict(cm_port=4791), ValueError, "cm_port must not be 4791"),
     (dict(cm_allow_net=("10.0.0.0", 33)), ValueError, "cm_allow_net prefix length"),
@@ -73,11 +75,12 @@ def test_limits_are_the_gateware_ones():
     from rocegen.gateware.lib.stream import WIDTHS as STREAM_WIDTHS
     from rocegen.gateware.mac.pfc import PFC_MODES as GW_PFC_MODES
     from rocegen.gateware.roce.layouts import MAX_QPS as GW_MAX_QPS
+    from rocegen.gateware.roce.layouts import MAX_WR_DEPTH as GW_MAX_WR_DEPTH
     from rocegen.gateware.roce.memory.payload_memory import MEMORIES as GW_MEMORIES
     from rocegen.gateware.roce.read.read_layouts import MAX_RD_ATOMIC as GW_MAX_RD
     from rocegen.gateware.roce.responder.resp_layouts import CNP_INTERVAL_BITS, UNACKED_BITS
-    assert (WIDTHS, MAX_QPS, MEMORIES, PFC_MODES, MAX_RD_ATOMIC) == \
-        (STREAM_WIDTHS, GW_MAX_QPS, GW_MEMORIES, GW_PFC_MODES, GW_MAX_RD)
+    assert (WIDTHS, MAX_QPS, MAX_WR_DEPTH, MEMORIES, PFC_MODES, MAX_RD_ATOMIC) == \
+        (STREAM_WIDTHS, GW_MAX_QPS, GW_MAX_WR_DEPTH, GW_MEMORIES, GW_PFC_MODES, GW_MAX_RD)
     fields = params()
     assert fields["cnp_interval"][1].hi == (1 << CNP_INTERVAL_BITS) - 1
     assert fields["resp_ack_every"][1].hi == (1 << UNACKED_BITS) - 1

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from rocegen.gateware.roce.layouts import CplStatus, WrSource
-from rocegen.gateware.roce.requester.completer import OUT_DEPTH, Completer
+from rocegen.gateware.roce.requester.completer import BAD_DEPTH, OUT_DEPTH, Completer
 from rocegen.sim.models.requester import completer as model_mod
 from rocegen.sim.models.requester.completer import COUNTERS, CompleterModel
 from rocegen.sim.testing.harness import raises, run_sim
@@ -308,6 +308,57 @@ def test_latency_full_and_single_qp_rate():
     assert [c for _, c in log] == [
         (99, 200, CplStatus.BAD_QP.value, 0), *((k, 0, 0, 0) for k in range(4)),
         (7, 1, CplStatus.LOCAL_ALIGN.value, 0)]
+
+
+def test_deep_queue_and_bad_qp_queue():
+    """A QP's queue of 128 entries (more than 64) fills at its 128th post, and one ACK completes
+    them all, in order; the queue of bad-QP completions keeps :data:`BAD_DEPTH` entries whatever
+    ``depth`` is (with ``cpl`` held, ``bad_full`` rises once it and the output FIFO hold theirs)."""
+    depth = 128
+    dut = Completer(1, depth)
+    seen = {}
+
+    async def tb(ctx):
+        ctx.set(dut.cpl.ready, 0)
+        ctx.set(dut.post.valid, 1)
+        fulls = []
+        for k in range(depth):
+            ctx.set(dut.post.payload, {"wr_id": k, "qp": 0, "src": WrSource.USER,
+                                       "status": CplStatus.OK, "last_psn": k})
+            await ctx.tick()
+            fulls.append(ctx.get(dut.full))
+        ctx.set(dut.post.valid, 0)
+        seen["fulls"] = fulls
+        taken = 0                   # bad-QP posts before bad_full
+        while not ctx.get(dut.bad_full):
+            ctx.set(dut.post.payload, {"wr_id": 1000 + taken, "qp": 3, "src": WrSource.USER,
+                                       "status": CplStatus.BAD_QP, "last_psn": 0})
+            ctx.set(dut.post.valid, 1)
+            assert not ctx.get(dut.overflow)    # (taken at the coming edge)
+            await ctx.tick()
+            taken += 1
+            assert taken <= 2 * BAD_DEPTH
+        ctx.set(dut.post.valid, 0)
+        seen["bad"] = taken
+        ctx.set(dut.ack.payload, {"qp": 0, "syndrome": 0x1F, "psn": depth - 1, "msn": 1})
+        ctx.set(dut.ack.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.ack.valid, 0)
+        ctx.set(dut.cpl.ready, 1)
+        got = []
+        for _ in range(4 * depth + 4 * BAD_DEPTH):
+            if ctx.get(dut.cpl.valid):      # (taken at the coming edge)
+                got.append(ctx.get(dut.cpl.payload.wr_id))
+            await ctx.tick()
+        seen["got"] = got
+        seen["full_end"] = ctx.get(dut.full)
+
+    run_sim(dut, testbenches=[tb])
+    assert seen["fulls"] == [0] * (depth - 1) + [1]
+    assert BAD_DEPTH <= seen["bad"] <= BAD_DEPTH + OUT_DEPTH
+    assert sorted(seen["got"]) == sorted(list(range(depth)) + [1000 + k for k in range(seen["bad"])])
+    assert [w for w in seen["got"] if w < depth] == list(range(depth))
+    assert seen["full_end"] == 0
 
 
 def test_one_completion_per_cycle_over_qps():

@@ -14,6 +14,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.roce.layouts import (
+    FREED,
     PACKET_DESC,
     POST,
     WR_TAGGED,
@@ -36,11 +37,13 @@ DEADLINE = 50_000
 
 class SchedulerTop(wiring.Component):
     """A scheduler reading and advancing a QP table, as in the requester. Each work request's
-    slot is freed in the cycle after its post leaves (as if it completed at once); nothing is
-    ever acknowledged and the window is as large as it can be, so it never closes."""
+    slot is freed in the cycle after its post leaves (as if it completed at once), or, without
+    ``free_on_post``, when the bench pulses ``freed``; nothing is ever acknowledged and the
+    window is as large as it can be, so it never closes."""
 
-    def __init__(self, num_qps, width, mem_bytes, depth):
+    def __init__(self, num_qps, width, mem_bytes, depth, *, free_on_post=True):
         self.num_qps = num_qps
+        self.free_on_post = free_on_post
         self.sched = Scheduler(num_qps, width, mem_bytes, depth, window=(1 << 23) - 1)
         self.table = QpTable(num_qps)
         super().__init__({
@@ -52,12 +55,14 @@ class SchedulerTop(wiring.Component):
             "ctl_psn": In(stream.Signature(PSN_WRITE)),
             "room": Out(num_qps),
             "room_next": Out(num_qps),
+            "busy": Out(num_qps),
+            **({} if free_on_post else {"freed": In(stream.Signature(FREED, always_ready=True))}),
         })
 
     def elaborate(self, platform):
         m = Module()
         s = m.submodules.sched = self.sched
-        m.d.comb += [self.room.eq(s.room), self.room_next.eq(s.room_next)]
+        m.d.comb += [self.room.eq(s.room), self.room_next.eq(s.room_next), self.busy.eq(s.busy)]
         t = m.submodules.table = self.table
         wiring.connect(m, wiring.flipped(self.wr), s.wr)
         wiring.connect(m, s.desc, wiring.flipped(self.desc))
@@ -68,6 +73,9 @@ class SchedulerTop(wiring.Component):
         m.d.comb += [t.rd_qp.eq(s.rd_qp), s.rd_context.eq(t.rd_context),
                      s.rd_psn.eq(t.rd_psn), s.full.eq(self.full)]
         m.d.comb += s.sent.ready.eq(1)
+        if not self.free_on_post:
+            wiring.connect(m, wiring.flipped(self.freed), s.freed)
+            return m
         m.d.sync += [s.freed.valid.eq(s.post.valid & s.post.ready &
                                       (s.post.payload.qp < self.num_qps)),
                      s.freed.payload.eq(s.post.payload.qp)]
@@ -671,6 +679,57 @@ def test_throughput_one_qp(width):
     assert long_cycles[-1] - long_cycles[0] == 3 * 150           # 3 cycles per descriptor
     short_cycles = [c for c, _ in bench.descs[marks["long"]:]]
     assert (short_cycles[-1] - short_cycles[0]) / (len(short_cycles) - 1) <= 3
+
+
+@pytest.mark.parametrize("width", [64, full(512)])
+def test_holds_more_than_64_requests(width):
+    """One QP of a scheduler of ``depth`` 128 (more than the 64 a QP once held at most) takes
+    and sends 128 requests while none completes, then holds the 129th (``wr.ready`` and
+    ``room`` low, the QP busy) until one completes, and takes it one cycle after the slot is
+    freed; with random idle input and backpressure on the descriptors and posts."""
+    depth = 128
+    rng = random.Random(128 + width)
+    dut = SchedulerTop(1, width, 1 << 16, depth, free_on_post=False)
+    qp = random_qp(rng, pmtu=256)
+    wrs = [Wr(0, WorkRequest(wr_id=k, opcode=WrOpcode(k % 4), length=rng.randrange(0, 600),
+                             local_addr=rng.randrange(0, 32) * (width // 8)))
+           for k in range(depth + 1)]
+    exp = Expected()
+    model_qps = [Qp(**vars(qp))]
+    for w in wrs:
+        exp.add(w, model_qps, width, 1 << 16)
+    first_descs = sum(d["wr_id"] < depth for d in exp.descs[0])     # those of the first 128
+    bench = Bench(dut, width, room=2 * depth, release=0)
+    seen = {}
+
+    async def tb(ctx):
+        await bench.configure(ctx, 0, qp)
+        await bench.feed(ctx, wrs[:depth])
+        while len(bench.descs) < first_descs or len(bench.posts) < depth:
+            await ctx.tick()
+        ctx.set(dut.wr.payload, wrs[depth].payload())
+        ctx.set(dut.wr.valid, 1)
+        for _ in range(50):                 # nothing completes: the 129th waits
+            await ctx.tick()
+            assert not ctx.get(dut.wr.ready) and not ctx.get(dut.room)
+        seen["busy"] = ctx.get(dut.busy)
+        seen["before"] = (len(bench.descs), len(bench.posts))
+        ctx.set(dut.freed.payload, 0)       # the oldest completes: its slot is free
+        ctx.set(dut.freed.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.freed.valid, 0)
+        assert not ctx.get(dut.wr.ready)    # (a slot freed counts one cycle later)
+        await ctx.tick()
+        assert ctx.get(dut.wr.ready)
+        await ctx.tick()
+        ctx.set(dut.wr.valid, 0)
+        await bench.wait_for(ctx, *exp.count())
+
+    run_sim(dut, testbenches=[tb], processes=[bench.outputs], deadline_cycles=DEADLINE)
+    bench.check(exp)
+    assert seen["busy"] == 1
+    assert seen["before"] == (first_descs, depth)
+    assert exp.count()[0] > first_descs                 # the 129th sent something after
 
 
 def test_full_holds_starts_only():

@@ -519,7 +519,7 @@ def test_issue_against_model(num_qps, seed):
 
 
 def test_parameters_are_validated():
-    for bad in (lambda: SchedSelect(0, 4), lambda: SchedSelect(2, 3), lambda: SchedSelect(2, 128),
+    for bad in (lambda: SchedSelect(0, 4), lambda: SchedSelect(2, 3), lambda: SchedSelect(2, 2048),
                 lambda: SchedBuild(257, 4, 16), lambda: SchedBuild(2, 0, 16),
                 lambda: SchedBuild(2, 4, 0), lambda: SchedBuild(2, 4, 1 << 23),
                 lambda: SchedIssue(2, 15),
