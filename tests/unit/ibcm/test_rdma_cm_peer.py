@@ -83,7 +83,9 @@ def test_connect_move_data_and_disconnect():
     assert conn_a.peer_region == REGION
     qa, qb = a.nic.qps[a.qps[cid]], b.nic.qps[conn_b.qpn]
     assert (qa.peer_qpn, qb.peer_qpn) == (conn_b.qpn, conn_a.qpn)
-    assert (qa.epsn, qb.epsn) == (conn_b.psn, conn_a.psn)
+    # (each side's REQ or REP states the PSN it expects; each sends from the other's, as
+    # Linux's CM sets rq_psn and sq_psn)
+    assert (qa.epsn, qb.epsn) == (conn_a.psn, conn_b.psn) and conn_a.psn != conn_b.psn
     write_and_check(a, b, wire, cid, bytes(range(200)))
     # a SEND the other way, into a posted receive buffer
     b.nic.register_mr(0x40000, 4096, 0x77, ACCESS)
