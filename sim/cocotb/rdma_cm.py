@@ -305,12 +305,7 @@ async def fpga_connects(env, rng):
     at = share(k, NUM_QPS)[0]
     env.shadow[at:at + len(data)] = data
     await env.store(at, len(data))
-    first = len(env.cpl.items)
-    await env.wr.send({"wr_id": 0x6000, "qp": k, "opcode": WrOpcode.WRITE, "local_addr": at,
-                       "length": len(data), "remote_offset": 0x100, "imm": 0})
-    cpl = (await env.cpl.wait_for(first + 1, max_cycles=MAX_CYCLES))[first]
-    assert cpl["status"] == CplStatus.OK.value, cpl
-    assert env.peer.read_mem(HOST_REGION.addr + 0x100, len(data)) == data
+    await write_to_host(env, k, at, data, 0x100)
     # the host SENDs to the FPGA, which WRITEs what came back to the host
     back = rng.randbytes(1800)
     land = at + 4096
@@ -321,15 +316,21 @@ async def fpga_connects(env, rng):
     rc = (await env.rcpl.wait_for(got + 1, max_cycles=MAX_CYCLES))[got]
     assert rc["status"] == RecvStatus.OK.value and rc["length"] == len(back), rc
     env.shadow[land:land + len(back)] = back
-    first = len(env.cpl.items)
-    await env.wr.send({"wr_id": 0x6001, "qp": k, "opcode": WrOpcode.WRITE, "local_addr": land,
-                       "length": len(back), "remote_offset": 0x4000, "imm": 0})
-    cpl = (await env.cpl.wait_for(first + 1, max_cycles=MAX_CYCLES))[first]
-    assert cpl["status"] == CplStatus.OK.value, cpl
-    assert env.peer.read_mem(HOST_REGION.addr + 0x4000, len(back)) == back
+    await write_to_host(env, k, land, back, 0x4000)
     await fpga_disconnect(env, k)
     await env.settle(lambda: conn.state is State.TIMEWAIT, "no DREQ from the FPGA")
     await env.settle(lambda: not int(dut.qp_open.value) >> k & 1, "the QP stays open")
+
+
+async def write_to_host(env, k, at, data, offset):
+    """QP k WRITEs ``data`` (at local address ``at``) to ``offset`` in the region the host's
+    REP stated; its completion OK, the bytes in the host's memory."""
+    first = len(env.cpl.items)
+    await env.wr.send({"wr_id": 0x6000 + offset, "qp": k, "opcode": WrOpcode.WRITE,
+                       "local_addr": at, "length": len(data), "remote_offset": offset, "imm": 0})
+    cpl = (await env.cpl.wait_for(first + 1, max_cycles=MAX_CYCLES))[first]
+    assert cpl["status"] == CplStatus.OK.value, cpl
+    assert env.peer.read_mem(HOST_REGION.addr + offset, len(data)) == data
 
 
 async def fpga_disconnect(env, qp):
