@@ -96,6 +96,10 @@ class Param:
         return f"a power of two {rng}" if self.power_of_two else rng
 
 
+#: Work-request slots of all QPs together, at most (the scheduler's ring addresses 14 bits).
+WR_SLOTS = 1 << 14
+
+
 def _p(default, help, **kw):
     return field(default=default, metadata={"param": Param(help, **kw)})
 
@@ -164,9 +168,10 @@ class EndpointConfig:
     mem_bytes: int = _p(None, "local memory size, a power of two (default 256 KiB on chip, "
                         "4 GiB of AXI4 address space)", lo=1, hi=1 << 32, power_of_two=True,
                         what="a power of two from 16 words to 2^32")
-    wr_depth: int = _p(128, "work requests held per QP until they complete, in block RAM "
-                       "(default 128: one QP keeps a 100 Gb/s line busy with 64-byte messages "
-                       "while its peer's ACKs come back up to some 1.5 us after the packet)",
+    wr_depth: int = _p(None, "work requests held per QP until they complete, in block RAM; "
+                       "num_qps x wr_depth at most 16384 (default 128: one QP keeps a 100 Gb/s "
+                       "line busy with 64-byte messages while its peer's ACKs come back up to "
+                       "some 1.5 us after the packet; 64 with more than 128 QPs)",
                        lo=1, hi=MAX_WR_DEPTH, power_of_two=True,
                        what=f"a power of two from 1 to {MAX_WR_DEPTH}", cli="--wr-depth",
                        aliases=("depth",))
@@ -317,6 +322,11 @@ class EndpointConfig:
         if self.cm_port == UDP_PORT_ROCEV2:
             raise ConfigError("cm_port", f"cm_port must not be {UDP_PORT_ROCEV2}, the RoCEv2 "
                               f"port")
+        if self.wr_depth is None:
+            set_("wr_depth", 128 if self.num_qps <= 128 else 64)
+        if self.num_qps * self.wr_depth > WR_SLOTS:
+            raise ConfigError("wr_depth", f"num_qps x wr_depth must be at most {WR_SLOTS} (the "
+                              f"scheduler's ring), not {self.num_qps} x {self.wr_depth}")
         if self.clk_hz is None:
             set_("clk_hz", default_clk_hz(self.width))
         if self.line_gbps is None:

@@ -149,3 +149,13 @@ def test_params_command(capsys, tmp_path):
     readme.write_text(f"# x\n{README_TABLE[0]}\nold\n{README_TABLE[1]}\nrest\n")
     assert main(["params", "--readme", str(readme)]) == 0
     assert readme.read_text() == f"# x\n{README_TABLE[0]}\n{markdown_table()}{README_TABLE[1]}\nrest\n"
+
+
+def test_wr_depth_default_and_the_rings_bound():
+    """128 work requests per QP by default, 64 with more than 128 QPs: the scheduler's ring
+    holds 16384 in all; more is refused, naming wr_depth."""
+    assert EndpointConfig(64, 128).wr_depth == 128
+    assert EndpointConfig(64, 129).wr_depth == EndpointConfig(64, 256).wr_depth == 64
+    assert EndpointConfig(64, 16, wr_depth=1024).wr_depth == 1024
+    with pytest.raises(ValueError, match="wr_depth"):
+        EndpointConfig(64, 256, wr_depth=128)
