@@ -17,9 +17,13 @@ class ActiveDecisions:
 
     def _event(self, m, e, reason, ok=0):
         """``connected``: how connection ``e`` (a view of :data:`CONNECTION`, ours) went."""
+        self._say(m, ok, e.qpn, e.peer_ip, e.port, reason)
+
+    def _say(self, m, ok, qpn, dst_ip, port, reason):
+        """The ``connected`` register, offered from the next cycle."""
         ev = self.connected.payload
-        m.d.sync += [self.connected.valid.eq(1), ev.ok.eq(ok), ev.qpn.eq(e.qpn),
-                     ev.dst_ip.eq(e.peer_ip), ev.port.eq(e.port), ev.reason.eq(reason)]
+        m.d.sync += [self.connected.valid.eq(1), ev.ok.eq(ok), ev.qpn.eq(qpn),
+                     ev.dst_ip.eq(dst_ip), ev.port.eq(port), ev.reason.eq(reason)]
 
     def _req_out(self, s, e):
         """The reply register: the REQ of connection ``e`` (REQ_SENT), to the peer's QP1."""
@@ -41,10 +45,7 @@ class ActiveDecisions:
             self._no_qp(m, c)
 
     def _no_qp(self, m, c):
-        ev = self.connected.payload
-        m.d.sync += [self.connected.valid.eq(1), ev.ok.eq(0), ev.qpn.eq(0),
-                     ev.dst_ip.eq(c.dst_ip), ev.port.eq(c.port),
-                     ev.reason.eq(I.RejReason.NO_QP)]
+        self._say(m, 0, 0, c.dst_ip, c.port, I.RejReason.NO_QP)
         self._count(m, "connect_no_qp")
         m.next = "DONE"
 
