@@ -103,7 +103,8 @@ class ActiveDecisions:
                          st.retry_count.eq(self.retry_count),
                          st.rnr_retry_count.eq(rec.rep_rnr_retry_count),
                          st.responder_resources.eq(rr), st.initiator_depth.eq(idp),
-                         st.port.eq(e.port), st.rkey.eq(rec.rep_rkey), st.base.eq(rec.rep_addr)]
+                         st.port.eq(e.port), st.rkey.eq(rec.rep_rkey), st.base.eq(rec.rep_addr),
+                         st.active.eq(1)]
             self._count(m, "established")
             self._event(m, e, 0, ok=1)
         with m.Elif(ours & (e.state == ConnState.ESTABLISHED)):

@@ -305,6 +305,6 @@ class PassiveDecisions:
                 s.set.responder_resources.eq(new.responder_resources),
                 s.set.initiator_depth.eq(new.initiator_depth),
                 s.set.port.eq(rec.service_id[:16]), s.set.epsn.eq(new.psn), s.set.rkey.eq(0),
-                s.set.base.eq(0)]
+                s.set.base.eq(0), s.set.active.eq(0)]
 
 

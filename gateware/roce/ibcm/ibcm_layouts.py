@@ -125,12 +125,13 @@ QP_GRANT = data.StructLayout({"ok": 1, "qpn": 24})
 #: ``psn`` is the PSN the QP sends from, ``epsn`` the one it expects (the same for a connection
 #: the peer asked for: one PSN for both directions; for one we asked for, the REP's and our
 #: REQ's: each message states the PSN its sender expects);
-#: ``rkey`` and ``base``: the peer's region its REP stated (zero for one the peer asked for).
+#: ``rkey`` and ``base``: the peer's region its REP stated (zero for one the peer asked for);
+#: ``active``: the connection is one we asked for (``port`` then the peer's port).
 QP_SET = data.StructLayout({
     "open": 1, "qpn": 24, "peer_ip": 32, "peer_qpn": 24, "psn": 24, "path_mtu": 4,
     "ack_timeout": 5, "retry_count": 3, "rnr_retry_count": 3,
     "responder_resources": 8, "initiator_depth": 8, "port": 16,
-    "epsn": 24, "rkey": 32, "base": 64,
+    "epsn": 24, "rkey": 32, "base": 64, "active": 1,
 })
 
 #: A connection the FPGA asks for: to TCP port ``port`` of ``dst_ip`` (librdmacm's

@@ -48,8 +48,12 @@ class IbCmQps(wiring.Component):
         a REQ's longer one (or its 0, never) is cut to this, as the path MTU is.
     service_ports : tuple of int
         The TCP ports (0..65535, distinct) whose connections gateware services serve (the rping
-        server, the SEND echo), service ``j`` those of ``service_ports[j]``: their QPs are told
-        on ``service[j]`` and marked in ``served[j]``. Default none.
+        server, the SEND echo, the rping client), service ``j`` those of ``service_ports[j]``:
+        their QPs are told on ``service[j]`` and marked in ``served[j]``. Default none.
+    service_active : tuple of bool
+        For each of ``service_ports``: True when its connections are those the FPGA asks for
+        (to that port of the peer: the rping client), False (default) for those the peers ask
+        for (on our port).
 
     Ports
     -----
@@ -113,7 +117,7 @@ class IbCmQps(wiring.Component):
     """
 
     def __init__(self, num_qps, *, ack_every_log2=4, reads=False, max_rd_atomic=16,
-                 max_timeout=0, service_ports=()):
+                 max_timeout=0, service_ports=(), service_active=None):
         check_num_qps(num_qps)
         self.num_qps = num_qps
         self.ack_every_log2 = int_param("ack_every_log2", ack_every_log2, 0, 7)
@@ -125,8 +129,15 @@ class IbCmQps(wiring.Component):
         self.service_ports = tuple(service_ports)
         for p in self.service_ports:
             int_param("each service port", p, 0, 0xFFFF)
-        if len(set(self.service_ports)) != len(self.service_ports):
-            raise ValueError(f"service_ports must be distinct, not {self.service_ports}")
+        self.service_active = tuple(service_active or (False,) * len(self.service_ports))
+        if len(self.service_active) != len(self.service_ports) or \
+                not all(isinstance(a, bool) for a in self.service_active):
+            raise ValueError(f"service_active must be {len(self.service_ports)} bools, not "
+                             f"{service_active!r}")
+        sides = list(zip(self.service_ports, self.service_active, strict=True))
+        if len(set(sides)) != len(sides):
+            raise ValueError(f"service_ports must be distinct on each side, not "
+                             f"{self.service_ports}")
         members = {
             "qp_req": In(stream.Signature(0)),
             "qp_grant": Out(stream.Signature(QP_GRANT)),
@@ -164,12 +175,12 @@ class IbCmQps(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.qp_set.valid):
                     self._set_writes(m, st)
-                    self._service(m, st.qpn, st.open, st.port)
+                    self._service(m, st.qpn, st.open, st.port, st.active)
                     m.d.sync += live.bit_select(self._index(st.qpn), 1).eq(st.open)
                     m.next = "SET"
                 with m.Elif(self.qp_free.valid):
                     m.d.sync += self._context(self.qp_free.payload, QpState.RESET)
-                    self._service(m, self.qp_free.payload, C(0, 1), None)
+                    self._service(m, self.qp_free.payload, C(0, 1), None, None)
                     m.d.sync += live.bit_select(self._index(self.qp_free.payload), 1).eq(0)
                     m.next = "FREE"
                 with m.Elif(self.qp_req.valid & self.pool_idle):
@@ -264,17 +275,18 @@ class IbCmQps(wiring.Component):
         for served, serve in zip(self.served, self._serve, strict=True):
             m.d.sync += served.eq((served & ~self._unserve & ~self.others) | serve)
 
-    def _service(self, m, qpn, is_open, port):
+    def _service(self, m, qpn, is_open, port, active):
         """With ``service_ports``: the ``service`` (and ``rq_flush``) offers of an open for a
-        service's ``port`` or of a close or give-back (``is_open`` low) of a served QP."""
+        service's ``port`` (on its side, ``active``) or of a close or give-back (``is_open``
+        low) of a served QP."""
         if not self.service_ports:
             return
         idx = self._index(qpn)
         flush = [self.rq_flush.valid.eq(1), self.rq_flush.payload.eq(idx)]
-        for j, p in enumerate(self.service_ports):
+        for j, (p, side) in enumerate(zip(self.service_ports, self.service_active, strict=True)):
             svc = self.service[j]
             tell = [*flush, self._svc_pend[j].eq(1), svc.payload.qp.eq(idx)]
-            with m.If(is_open & (port == p) if port is not None else 0):
+            with m.If(is_open & (port == p) & (active == side) if port is not None else 0):
                 m.d.comb += self._serve[j].bit_select(idx, 1).eq(1)
                 m.d.sync += [*tell, svc.payload.open.eq(1)]
             with m.If(~is_open & self.served[j].bit_select(idx, 1)):

@@ -58,7 +58,7 @@ def opened_active(conn):
             "rnr_retry_count": conn.rnr_retry_count,
             "responder_resources": conn.responder_resources,
             "initiator_depth": conn.initiator_depth, "port": conn.port, "rkey": r.rkey,
-            "base": r.addr}
+            "base": r.addr, "active": 1}
 
 
 def opened(conn, req_mad, max_mtu):
@@ -72,7 +72,7 @@ def opened(conn, req_mad, max_mtu):
             "rnr_retry_count": conn.rnr_retry_count,
             "responder_resources": conn.responder_resources,
             "initiator_depth": conn.initiator_depth, "port": f["service_id"] & 0xFFFF,
-            "epsn": conn.psn, "rkey": 0, "base": 0}
+            "epsn": conn.psn, "rkey": 0, "base": 0, "active": 0}
 
 
 class Scenario:

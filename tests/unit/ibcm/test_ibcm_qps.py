@@ -18,7 +18,7 @@ from tests.tiers import full
 
 #: The outputs of writes, and the model's names for them.
 WRITES = {"ctl": "qp_ctl", "psn": "qp_psn", "lim": "rd_limit", "svc0": ("service", 0),
-          "svc1": ("service", 1), "flush": "rq_flush"}
+          "svc1": ("service", 1), "svc2": ("service", 2), "flush": "rq_flush"}
 
 #: The services' ports in the runs with them, and another port.
 SERVICE_PORTS, OTHER_PORT = (7174, 7471), 7175
@@ -44,10 +44,11 @@ class QpsModel:
     inputs of a cycle and returns the outputs the block must show in it."""
 
     def __init__(self, n, *, ack_every_log2, reads, max_rd_atomic, service_ports=(),
-                 max_timeout=0):
+                 service_active=None, max_timeout=0):
         self.n, self.ack_every_log2 = n, ack_every_log2
         self.reads, self.max_rd_atomic = reads, max_rd_atomic
         self.service_ports = tuple(service_ports)
+        self.service_active = service_active or (False,) * len(self.service_ports)
         self.max_timeout = max_timeout
         self.held = set()
         # with service_ports: the QPs whose work is service j's
@@ -92,7 +93,7 @@ class QpsModel:
             self.offered = (self.open_writes(st, inp["tclass"]) if st["open"] else
                             {"ctl": {"qp": self.index(st["qpn"]),
                                      "context": zero_context(QpState.ERROR)}})
-            self.service(st["qpn"], st["open"], st.get("port"), "close")
+            self.service(st["qpn"], st["open"], (st.get("port"), st.get("active")), "close")
             self.mode = "set"
         elif inp["free"] is not None:
             self.seen["precedence"] += inp["req"]
@@ -115,12 +116,12 @@ class QpsModel:
             self.mode = "grant"
 
     def service(self, qpn, is_open, port, why):
-        """With ``service_ports``: an open for one is told (``svcJ``) and the QP served from
-        the next cycle; a close or give-back of a served QP is told and its receive queue
-        flushed."""
+        """With ``service_ports``: an open for one (``port``: the port and side) is told
+        (``svcJ``) and the QP served from the next cycle; a close or give-back of a served QP
+        is told and its receive queue flushed."""
         k = self.index(qpn)
-        for j, p in enumerate(self.service_ports):
-            if is_open and port == p:
+        for j, p in enumerate(zip(self.service_ports, self.service_active, strict=True)):
+            if is_open and port == (p[0], bool(p[1])):
                 self.offered.update({f"svc{j}": {"qp": k, "open": 1}, "flush": k})
                 self.serving.add((j, k))
                 self.seen["served_open"] += 1
@@ -185,7 +186,8 @@ class Stimulus:
                 "rnr_retry_count": rng.getrandbits(3), "responder_resources": rng.getrandbits(8),
                 "initiator_depth": rng.choice([0, 1, 4, 16, 17, rng.getrandbits(8)]),
                 "port": rng.choice([*SERVICE_PORTS, OTHER_PORT]), "epsn": rng.getrandbits(24),
-                "rkey": rng.getrandbits(32) * (rng.random() < 0.5), "base": rng.getrandbits(64)}
+                "rkey": rng.getrandbits(32) * (rng.random() < 0.5), "base": rng.getrandbits(64),
+                "active": rng.getrandbits(1)}
 
     def random_others(self):
         rng, n = self.rng, self.n
@@ -257,13 +259,15 @@ def observe(ctx, dut):
 
 
 def run_random(n, cycles, seed, *, reads, max_rd_atomic=16, ack_every_log2=4,
-               backpressure=0.4, service_ports=(), max_timeout=0):
+               backpressure=0.4, service_ports=(), service_active=None, max_timeout=0):
     """``cycles`` cycles of random inputs; the block's outputs must be the model's in each.
     Returns the model (what it saw)."""
     dut = IbCmQps(n, reads=reads, max_rd_atomic=max_rd_atomic, ack_every_log2=ack_every_log2,
-                  service_ports=service_ports, max_timeout=max_timeout)
+                  service_ports=service_ports, service_active=service_active,
+                  max_timeout=max_timeout)
     model = QpsModel(n, ack_every_log2=ack_every_log2, reads=reads, max_rd_atomic=max_rd_atomic,
-                     service_ports=service_ports, max_timeout=max_timeout)
+                     service_ports=service_ports, service_active=service_active,
+                     max_timeout=max_timeout)
     stim = Stimulus(random.Random(seed), n, backpressure=backpressure)
 
     async def tb(ctx):
@@ -280,9 +284,14 @@ def run_random(n, cycles, seed, *, reads, max_rd_atomic=16, ack_every_log2=4,
     return model
 
 
+#: services on both sides: rping's port served as the peer's (the rping server) and as ours
+#: (the rping client: connections the FPGA asked for, to the peer's rping port)
+BOTH = ((*SERVICE_PORTS, SERVICE_PORTS[0]), (False, False, True))
+
+
 @pytest.mark.parametrize("n, reads, max_rd, ack, cycles, service, max_timeout", [
     (1, False, 16, 0, 3000, SERVICE_PORTS[:1], 14),
-    (5, True, 4, 4, 4000, SERVICE_PORTS, 14),
+    (5, True, 4, 4, 4000, BOTH, 14),
     (256, True, 16, 7, 1500, (), 10),
     full(5, False, 16, 2, 20000, SERVICE_PORTS[:1], 31),
     full(256, True, 1, 5, 8000, SERVICE_PORTS, 0),
@@ -292,9 +301,12 @@ def test_random_requests_match_the_model(n, reads, max_rd, ack, cycles, service,
     low), opens (context, PSN, READ limit), closes (ERROR), frees (RESET, the QP free again,
     only with ``pool_idle``),
     the precedence ``qp_set`` > ``qp_free`` > ``qp_req``, ``ready`` only once the writes are
-    taken, and ``held`` as the model has them, cycle by cycle; the run covers each case."""
+    taken, and ``held`` as the model has them, cycle by cycle; the run covers each case. A
+    service's QPs are those opened for its port on its side."""
+    ports, active = service if service is BOTH else (service, None)
     model = run_random(n, cycles, seed=n + cycles, reads=reads, max_rd_atomic=max_rd,
-                       ack_every_log2=ack, service_ports=service, max_timeout=max_timeout)
+                       ack_every_log2=ack, service_ports=ports, service_active=active,
+                       max_timeout=max_timeout)
     seen = model.seen
     assert all(v > 0 for k, v in seen.items() if n > 1 or k != "passed_by"), seen
     assert seen["grant"] >= (n if n < 256 else 20), seen
@@ -345,6 +357,10 @@ def test_parameters_are_validated():
     raises(TypeError, "reads", lambda: IbCmQps(4, reads=1))
     raises(ValueError, "max_timeout", lambda: IbCmQps(4, max_timeout=32))
     raises(ValueError, "distinct", lambda: IbCmQps(4, service_ports=(1, 1)))
+    raises(ValueError, "distinct", lambda: IbCmQps(4, service_ports=(1, 1),
+                                                   service_active=(True, True)))
+    raises(ValueError, "service_active must be 2 bools",
+           lambda: IbCmQps(4, service_ports=(1, 2), service_active=(True,)))
     raises(ValueError, "each service port", lambda: IbCmQps(4, service_ports=(70000,)))
     raises(ValueError, "max_rd_atomic", lambda: IbCmQps(4, reads=True, max_rd_atomic=0))
     raises(ValueError, "max_rd_atomic", lambda: IbCmQps(4, reads=True, max_rd_atomic=17))
