@@ -3,7 +3,9 @@ model as a librdmacm peer connects over QP1, moves data both ways on the QP the 
 CM opened, disconnects and connects again, beside the UDP 17185 manager on the same QP pool; a
 REQ for a port nobody listens on is refused. On the same build, the gateware services
 (sim/cocotb/services.py): two ``rping -c`` clients at once, then one more after a disconnect,
-beside the user's traffic; two ``rdma_client``-like clients of the SEND echo. The gate runs all
+beside the user's traffic; two ``rdma_client``-like clients of the SEND echo; the FPGA's rping
+client against the host's ``rping -s`` (sim/cocotb/rping_client.py), its ``-V`` catching a
+changed byte. The gate runs all
 on the responder's build at W = 64 with 4 QPs; the full tier at W = 512."""
 
 import pytest
@@ -12,12 +14,18 @@ from rocegen.sim.testing.cocotb_runner import responder_sim_config, run_cocotb
 from tests.tiers import full
 
 PORT, RPING_PORT, ECHO_PORT = 7471, 7174, 7475
-ENV = {"RDMA_CM_PORT": PORT, "RPING_PORT": RPING_PORT, "ECHO_PORT": ECHO_PORT}
+#: the rping client: the host's rping port (rping's, the same number as the FPGA's own rping
+#: server listens on: the side tells them apart), its pings' size and count
+CLIENT = {"RPING_CLIENT_PORT": 7174, "RPING_CLIENT_SIZE": 1000, "RPING_CLIENT_COUNT": 4}
+ENV = {"RDMA_CM_PORT": PORT, "RPING_PORT": RPING_PORT, "ECHO_PORT": ECHO_PORT, **CLIENT}
 
 
 def build(width):
     return responder_sim_config(width, num_qps=4, rdma_cm_ports=(PORT, RPING_PORT, ECHO_PORT),
                                 rping_port=RPING_PORT, echo_port=ECHO_PORT,
+                                rping_client_port=CLIENT["RPING_CLIENT_PORT"],
+                                rping_client_size=CLIENT["RPING_CLIENT_SIZE"],
+                                rping_client_count=CLIENT["RPING_CLIENT_COUNT"],
                                 rdma_cm_time_wait_us=20)
 
 
@@ -31,6 +39,12 @@ def test_connections(width):
 def test_rping(width):
     assert run_cocotb(build(width), "rocegen.sim.cocotb.services", "rping",
                       label=f"rping-{width}", env=ENV) == 1
+
+
+@pytest.mark.parametrize("width", [64, full(512)])
+def test_rping_client(width):
+    assert run_cocotb(build(width), "rocegen.sim.cocotb.rping_client", "rping_client",
+                      label=f"rping-client-{width}", env=ENV) == 1
 
 
 @pytest.mark.parametrize("width", [64, full(512)])

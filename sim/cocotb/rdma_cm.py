@@ -86,11 +86,14 @@ def _is_mad(frame):
 class CmEnv(RespEnv):
     """:class:`RespEnv` whose host NIC model is a librdmacm peer; counts the MADs each way."""
 
+    #: the TCP ports the host listens on
+    LISTEN = (HOST_LISTEN,)
+
     def __init__(self, dut):
         super().__init__(dut, seed=SEED)
         self.nic.udp_ports = (CM_LISTEN,)       # (the 17185 manager's replies)
         # (the host also listens, for the FPGA's connections: its REPs state HOST_REGION)
-        self.peer = self.nic = CmPeer(self.nic, qpns=HOST_QPNS, ports=(HOST_LISTEN,),
+        self.peer = self.nic = CmPeer(self.nic, qpns=HOST_QPNS, ports=self.LISTEN,
                                       region=HOST_REGION)
         self.nic.register_mr(HOST_BUF, 1 << 16, 0x7700, Access.LOCAL_WRITE)
         self.nic.register_mr(HOST_REGION.addr, HOST_REGION.length, HOST_REGION.rkey,

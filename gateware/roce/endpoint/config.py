@@ -217,7 +217,20 @@ class EndpointConfig:
                         "message SENT back, as librdmacm's rdma_server answers rdma_client "
                         "(whose default port is 7471); default none", lo=0, hi=65535,
                         cli="--send-echo", metavar="PORT")
-    service_region: tuple = _p(None, "with rping_port or echo_port: the local memory the "
+    rping_client_port: int = _p(None, "with rdma_cm_ports, the responder and on-chip memory: "
+                                "the host's port (its `rping -s -p PORT`; rping's default is "
+                                "7174) whose connections the FPGA opens (rdma_cm_connect, or "
+                                "the RDMA_CM registers) the gateware rping client serves, as "
+                                "`rping -c -V` does, one connection at a time; default none",
+                                lo=0, hi=65535, cli="--rping-client", metavar="PORT")
+    rping_client_size: int = _p(64, "with rping_client_port: the client's ping size in bytes, "
+                                "rping's -S (26..65535, default 64, rping's)", lo=26, hi=65535,
+                                cli="--rping-client-size", metavar="BYTES")
+    rping_client_count: int = _p(10, "with rping_client_port: pings a connection runs before "
+                                 "the client disconnects, rping's -C (1..99999, default 10)",
+                                 lo=1, hi=99999, cli="--rping-client-count", metavar="N")
+    service_region: tuple = _p(None, "with rping_port, echo_port or rping_client_port: the "
+                               "local memory the "
                                "gateware services' buffers take, an equal slice of a power of "
                                "two bytes per QP (default the upper num_qps x 8 KiB of "
                                "resp_region)", kind="region", cli="--service-region",
@@ -356,13 +369,17 @@ class EndpointConfig:
             raise ConfigError("dcqcn_params", "dcqcn_params needs dcqcn=True")
 
     def _check_services(self, set_):
-        """``rping_port``, ``echo_port`` and ``service_region`` (its default made)."""
+        """``rping_port``, ``echo_port``, ``rping_client_port`` and ``service_region`` (its
+        default made)."""
         ports = {"rping_port": self.rping_port, "echo_port": self.echo_port}
-        if all(p is None for p in ports.values()):
+        client = self.rping_client_port is not None
+        if all(p is None for p in ports.values()) and not client:
             if self.service_region is not None:
-                raise ConfigError("service_region", "service_region needs rping_port or "
-                                  "echo_port")
+                raise ConfigError("service_region", "service_region needs rping_port, "
+                                  "echo_port or rping_client_port")
             return
+        if client:
+            self._check_client()
         for name, port in ports.items():
             if port is not None and port not in self.rdma_cm_ports:
                 raise ConfigError(name, f"{name} {port} must be one of rdma_cm_ports "
@@ -394,11 +411,37 @@ class EndpointConfig:
             raise ConfigError("service_region", f"service_region must start at a multiple of "
                               f"{align} bytes and give each of the {self.num_qps} QPs more "
                               f"than {2 * align} bytes, not [{base:#x}, +{length:#x})")
+        need = 3 * align + 2 * -(-self.rping_client_size // align) * align
+        if client and self.service_slices[1] < need:
+            raise ConfigError("service_region", f"the rping client's pings of "
+                              f"{self.rping_client_size} bytes need {need} bytes a QP, "
+                              f"service_region gives {self.service_slices[1]}")
+
+    def _check_client(self):
+        if not self.rdma_cm_ports:
+            raise ConfigError("rping_client_port", "the rping client's connections are the IB "
+                              "CM's: rping_client_port needs rdma_cm_ports")
+        if not self.responder:
+            raise ConfigError("rping_client_port", "the host's rping server READs and WRITEs "
+                              "the client's buffers: rping_client_port needs responder=True")
+        if self.memory != "onchip":
+            raise ConfigError("rping_client_port", "the rping client writes its buffers "
+                              "through the on-chip memory's write port: rping_client_port "
+                              "needs memory='onchip'")
+
+    @property
+    def service_sides(self):
+        """The gateware services present, in their order (the rping server, the SEND echo,
+        the rping client): (port, whether its connections are those the FPGA asks for)."""
+        return tuple((p, active) for p, active in ((self.rping_port, False),
+                                                  (self.echo_port, False),
+                                                  (self.rping_client_port, True))
+                     if p is not None)
 
     @property
     def service_ports(self):
-        """The ports of the gateware services present: (rping's, the echo's), as given."""
-        return tuple(p for p in (self.rping_port, self.echo_port) if p is not None)
+        """The ports of the gateware services present (:attr:`service_sides`' ports)."""
+        return tuple(p for p, _ in self.service_sides)
 
     @property
     def service_slices(self):

@@ -9,6 +9,7 @@ from rocegen.gateware.roce.ibcm.ibcm_service import COUNTERS as IBCM_COUNTERS
 from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
 from rocegen.gateware.roce.responder.responder import ATOMIC_COUNTERS, RESP_COUNTERS
+from rocegen.gateware.roce.services.rping_client import CLIENT_COUNTERS
 from rocegen.gateware.roce.services.rping_server import COUNTERS as RPING_COUNTERS
 from rocegen.gateware.roce.services.send_echo import COUNTERS as ECHO_COUNTERS
 
@@ -45,7 +46,8 @@ ROCE_STATS = [
     "roce_rx_mads"] + [f"ibcm_{name}" for name in IBCM_COUNTERS] + [
     # (the gateware services': zero without them)
     f"rping_{name}" for name in RPING_COUNTERS] + [
-    f"echo_{name}" for name in ECHO_COUNTERS] + list(WIDE_COUNTERS)
+    f"echo_{name}" for name in ECHO_COUNTERS] + [
+    f"rping_client_{name}" for name in CLIENT_COUNTERS] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

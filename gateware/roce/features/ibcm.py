@@ -5,6 +5,7 @@ from amaranth.hdl import Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from rocegen.gateware.lib.stream_arbiter import StreamArbiter
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.ibcm.ibcm_closer import IbCmCloser
 from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
@@ -83,8 +84,11 @@ class IbCmFeature(Feature):
         self.service = IbCmService(cfg.width, **ibcm_params(cfg))
         self.qps = IbCmQps(cfg.num_qps, reads=cfg.reads, max_rd_atomic=cfg.max_rd_atomic,
                            max_timeout=cfg.cm_timeout,
-                           service_ports=cfg.service_ports)
+                           service_ports=cfg.service_ports,
+                           service_active=tuple(a for _, a in cfg.service_sides))
         self.closer = IbCmCloser(cfg.num_qps)
+        #: with the rping client: its disconnects beside the user's (its input 1)
+        self.disconnects = None if cfg.rping_client_port is None else StreamArbiter(8, 2)
 
     def members(self):
         return {"rdma_cm_disconnect": In(stream.Signature(8)),
@@ -106,7 +110,12 @@ class IbCmFeature(Feature):
             wiring.connect(m, getattr(svc, name), getattr(qps, name))
         wiring.connect(m, qps.qp_grant, svc.qp_grant)
         closer = m.submodules.ibcm_closer = self.closer
-        wiring.connect(m, wiring.flipped(ep.rdma_cm_disconnect), closer.user)
+        if self.disconnects is None:
+            wiring.connect(m, wiring.flipped(ep.rdma_cm_disconnect), closer.user)
+        else:
+            arb = m.submodules.ibcm_disconnects = self.disconnects
+            wiring.connect(m, wiring.flipped(ep.rdma_cm_disconnect), arb.i[0])
+            wiring.connect(m, arb.o, closer.user)
         wiring.connect(m, closer.o, svc.disconnect)
         wiring.connect(m, wiring.flipped(ep.rdma_cm_connect), svc.connect)
         wiring.connect(m, svc.connected, wiring.flipped(ep.rdma_cm_event))

@@ -3,6 +3,8 @@ reader."""
 
 from amaranth.lib import wiring
 
+from rocegen.gateware.lib.memport import mem_write_layout
+from rocegen.gateware.lib.stream_arbiter import StreamArbiter
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.memory.payload_memory import PayloadMemory
 
@@ -21,6 +23,8 @@ class MemoryFeature(Feature):
     Ports
     -----
     ``mem_w`` (on-chip memory: word writes into the payload buffer) or ``axi`` (AXI4 memory).
+    With the rping client, its writes (``writes.i[1]``) take turns with ``mem_w``'s
+    (round-robin, one write a cycle).
 
     Behaviour
     ---------
@@ -34,6 +38,10 @@ class MemoryFeature(Feature):
         super().__init__(cfg)
         self.mem = PayloadMemory(cfg.width, cfg.memory, cfg.mem_bytes, responder=cfg.responder,
                                  reads=cfg.reads, atomics=cfg.atomics)
+        #: with the rping client: its writes beside the user's (on-chip; its input 1)
+        self.writes = None
+        if cfg.rping_client_port is not None:
+            self.writes = StreamArbiter(mem_write_layout(cfg.width, self.mem.word_addr_bits), 2)
 
     @property
     def port_name(self):
@@ -52,4 +60,9 @@ class MemoryFeature(Feature):
         if not self.cfg.reads:
             wiring.connect(m, mem.o, req.rd_reg.i)
         ext = self.port_name
-        wiring.connect(m, wiring.flipped(getattr(ep, ext)), getattr(mem, ext))
+        if self.writes is None:
+            wiring.connect(m, wiring.flipped(getattr(ep, ext)), getattr(mem, ext))
+        else:
+            arb = m.submodules.mem_writes = self.writes
+            wiring.connect(m, wiring.flipped(ep.mem_w), arb.i[0])
+            wiring.connect(m, arb.o, mem.mem_w)

@@ -13,6 +13,7 @@ from rocegen.gateware.roce.layouts import CplStatus, WrSource
 from rocegen.gateware.roce.read.read_ingress import READ_INGRESS_COUNTERS
 from rocegen.gateware.roce.read.read_layouts import READ_COUNTERS
 from rocegen.gateware.roce.responder.responder import ATOMIC_COUNTERS, RESP_COUNTERS
+from rocegen.gateware.roce.services.rping_client import CLIENT_COUNTERS
 from rocegen.gateware.roce.services.rping_server import COUNTERS as RPING_COUNTERS
 from rocegen.gateware.roce.services.send_echo import COUNTERS as ECHO_COUNTERS
 
@@ -92,6 +93,9 @@ def _feature_events(f):
                    for name in RPING_COUNTERS})
     events.update({f"echo_{name}": getattr(echo, name) if echo else _ZERO
                    for name in ECHO_COUNTERS})
+    client = f.services.client if f.services else None
+    events.update({f"rping_client_{name}": getattr(client, name) if client else _ZERO
+                   for name in CLIENT_COUNTERS})
     return events
 
 
