@@ -10,7 +10,8 @@ read per QP) at W = 64 (156.25 MHz) and W = 512 (322.265625 MHz), 8 and 256 QPs:
 * size: Yosys figures (:func:`rocegen.tools.synth.synthesize`, ``synth_xilinx -family xcup``,
   mapped for area, as ``bench_synth`` and ``bench_atomics`` map their blocks; LUTs,
   flip-flops, block RAM, LUT levels) of ``IbCmService`` at each point, of ``IbCmQps`` at 8
-  and 256 QPs, and of the services at 8 QPs (``RpingServer`` at W = 64 and 512, ``SendEcho``,
+  and 256 QPs, and of the services at 8 QPs (``RpingServer`` and ``RpingClient`` at W = 64
+  and 512, ``SendEcho``,
   ``ServicePorts`` for two services). Results come from the synthesis result cache when an
   earlier run synthesized the same netlist. What the IB CM adds to a whole endpoint is not
   measured here: a core's Yosys run takes 3 to 6 minutes (``docs/resources.md``), two per
@@ -89,6 +90,13 @@ def rping_config(width, num_qps, echo=False):
                           echo_port=PORT if echo else None)
 
 
+def rping_client_config(width, num_qps):
+    """An endpoint with the rping client of a host's :data:`RPING_PORT` (pings of 3968
+    bytes, the largest the default slices hold at W = 512)."""
+    return EndpointConfig(width=width, num_qps=num_qps, responder=True, rdma_cm_ports=(PORT,),
+                          rping_client_port=RPING_PORT, rping_client_size=3968)
+
+
 def endpoint_config(width, num_qps, time_wait_us=None):
     """The endpoint configuration of a point: a responder build listening on :data:`PORT`."""
     return EndpointConfig(width=width, num_qps=num_qps, responder=True, rdma_cm_ports=(PORT,),
@@ -129,6 +137,11 @@ def designs(quick=False):
     for width in (64, 512):
         out.append((f"rping_server_w{width}_8qp", f"RpingServer, W = {width}, 8 QPs",
                     lambda w=width: rping_server(rping_config(w, 8))))
+    for width in (64, 512):
+        out.append((f"rping_client_w{width}_8qp",
+                     f"RpingClient, W = {width}, 8 QPs, pings of 3968 bytes",
+                     lambda w=width: ServicesFeature(rping_client_config(w, 8),
+                                                     32 - (w // 8).bit_length() + 1).client))
     out.append(("send_echo_w512_8qp", "SendEcho, W = 512, 8 QPs",
                 lambda: ServicesFeature(rping_config(512, 8, echo=True), 26).echo))
     out.append(("service_ports_8qp", "ServicePorts, 8 QPs, two services",
