@@ -23,8 +23,8 @@ def ibcm_params(cfg):
     of the READ requester (none without READs), the path MTU at most ``pmtu``, one PSN per QP
     (the REQ's), the time-wait ``rdma_cm_time_wait_us``, QP1's queue of ``rdma_cm_queue``
     MADs, the ACK timeout of the QPs we connect ``cm_timeout`` (librdmacm's CM response timeout,
-    CM retries and QP retry count: 20, 15 and 7), the wait for a host's answer to our REP or
-    DREQ at most ``rdma_cm_max_response_timeout``."""
+    CM retries and QP retry count: 20, 15 and 7), the wait for a host's answer to our REQ, REP
+    or DREQ at most ``rdma_cm_max_response_timeout``."""
     wait = DEFAULT_TIME_WAIT_NS if cfg.rdma_cm_time_wait_us is None else \
         round(cfg.rdma_cm_time_wait_us * 1000)
     return {"ports": cfg.rdma_cm_ports, "clk_hz": cfg.clk_hz, "connections": cfg.num_qps,

@@ -125,10 +125,11 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
         The ACK timeout (0..31) and retry count (0..7) of the QPs of connections we asked
         for (our REQs state them).
     max_peer_response_timeout : int
-        The longest wait for the peer's answer to our REP or DREQ of a connection it asked
-        for (0..31; default 31: none cut): its REQ's local CM response timeout, when longer,
-        is cut to this (Linux's REQs state 20, 4.3 s, sent again 15 times: a minute before
-        the QP of a host that vanished is free again).
+        The longest wait for the peer's answer to our REQ, REP or DREQ (0..31; default 31:
+        none cut): the CM response timeout a REQ states (the peer's REQ, or ours:
+        ``cm_response_timeout``, which our REQs still state), when longer, is cut to this for
+        our timers (Linux's REQs state 20, 4.3 s, sent again 15 times: a minute before the
+        QP of a host that vanished is free again).
 
     Ports
     -----
@@ -249,7 +250,8 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
     ``connected`` says ``NO_QP``: nothing is sent) and sends the REQ (our next communication
     ID, starting PSN from the LFSR, transaction ID; our READ depths, ``max_mtu``, the port's
     service ID, ``src_port`` and the addresses in its ``cma_hdr``): REQ_SENT, its timer armed
-    as a REP's (2^``cm_response_timeout`` ticks, ``max_cm_retries`` times again, then REJ
+    as a REP's (2^``cm_response_timeout`` ticks, at most 2^``max_peer_response_timeout``,
+    ``max_cm_retries`` times again, then REJ
     ``TIMEOUT``, the QP given back, ``connected`` says ``TIMEOUT``; an MRA of the REQ makes it
     wait its service timeout). The REP of a connection in REQ_SENT opens the QP (``qp_set``:
     the REP's QPN, the REP's PSN to send from and our REQ's to expect (each message states the

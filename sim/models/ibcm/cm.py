@@ -190,8 +190,9 @@ class IbCm:
     ``rnr_retry_count``: what our REQ states for the QP (and the REP's RNR retry count).
     ``time_wait_ns``: the time-wait (default: the local ACK timeout's 4.096 us x 2^t).
     ``max_peer_response_timeout`` (0..31, default 31: none cut): the longest wait for the
-    peer's answer to our REP or DREQ of a connection it asked for, its REQ's local CM response
-    timeout cut to it when longer. ``accept``: a function of a :class:`ConnectRequest`
+    peer's answer to our REQ, REP or DREQ: the CM response timeout a REQ states (the peer's,
+    or ours in our REQ) cut to it when longer, for our timers only (our REQ still states
+    ``cm_response_timeout``). ``accept``: a function of a :class:`ConnectRequest`
     returning whether to take it (None: take all). ``seed``: of the starting PSNs,
     communication IDs and transaction IDs. ``first_comm_id`` (1..2^32-1): the first
     communication ID handed out, instead of one drawn from ``seed`` (the next ones count up
@@ -361,7 +362,8 @@ class IbCm:
                           retry_count=self.retry_count, rnr_retry_count=self.rnr_retry_count,
                           responder_resources=self.responder_resources,
                           initiator_depth=self.initiator_depth, private_data=private_data,
-                          peer_timeout_ns=I.cm_timeout_ns(self.cm_response_timeout),
+                          peer_timeout_ns=I.cm_timeout_ns(min(
+                              self.cm_response_timeout, self.max_peer_response_timeout)),
                           max_retries=self.max_cm_retries)
         self.connections[conn.local_comm_id] = conn
         self.counters["connects"] += 1

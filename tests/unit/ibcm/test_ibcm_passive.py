@@ -958,6 +958,22 @@ def test_peer_response_timeout_cut(width):
     assert node.connections == {} and len(watch.frees) == 3
 
 
+@pytest.mark.parametrize("width", [64])
+def test_our_req_waits_at_most_the_cut(width):
+    """Our REQ states our CM response timeout (2^6 ticks) and waits at most
+    ``max_peer_response_timeout``'s 2^2 ticks for the REP: sent again at 128 and 256 cycles,
+    REJ TIMEOUT at 384, as a REQ of 2^2 would. A tick is 32 cycles here."""
+    sc = Timed(clk_hz=7_812_500, cm_response_timeout=6, max_cm_retries=2,
+               max_peer_response_timeout=2)
+    A = HOST
+    sc.host(A, ports=[PORT])
+    sc.at(0).fpga_connect(A)                       # REQ at 0, 128, 256; REJ at 384
+    watch, node, story = check_timed(sc, width, end=600, seed=8)
+    assert [(n, c is None) for n, c in story[A]] == [("REQ", True), ("REQ", False),
+                                                      ("REQ", False), ("REJ", False)]
+    assert node.counters["req_timeouts"] == 1 and len(watch.frees) == 1
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_req_sent_again_then_rej_timeout(width):
     """Our REQ not answered is sent again each 2^t ticks of our CM response timeout, as often
