@@ -156,16 +156,17 @@ def test_a_host_that_vanishes_gives_its_qp_back(lossy):
 
 def test_qps_opened_and_closed_in_a_loop_all_come_back(lossy):
     """``cm:loop``: cmtime on every QP of the FPGA at once, round after round: each round
-    ended well, the FPGA counted every connection established and every time-wait ended, and
-    every QP was free after each round and at the step's end."""
+    ended well, the FPGA counted every connection's time-wait ended, and every QP was free
+    after each round and at the step's end."""
     rep = lossy["report"]
     (lo,) = [s for s in rep["steps"] if s["step"] == "cm:loop"]
     x = lo["loop"]
     assert lo["ok"] and x["qps"] == FPGA_QPS and x["free_at_start"], lo
     assert [(r["rc"], r["table"], r["free_after"], r["qp_open"]) for r in x["rounds"]] == \
         [(0, True, True, 0)] * LOOPS, lo
-    assert x["fpga"]["ibcm_established"] == x["fpga"]["ibcm_timewait_exits"] == \
-        LOOPS * FPGA_QPS, lo
+    # (a lost RTU: the connection reaches its time-wait by the DREQ, never counted established)
+    assert x["fpga"]["ibcm_timewait_exits"] == LOOPS * FPGA_QPS, lo
+    assert 0 < x["fpga"]["ibcm_established"] <= LOOPS * FPGA_QPS, lo
     assert x["qp_open"] == 0, lo
 
 

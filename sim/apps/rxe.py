@@ -77,10 +77,10 @@ SIM_FPGA_TIMEOUT = 10
 #: W = 64): long enough for every DREQ sent again to meet it, short enough that the QPs are
 #: free again within a step.
 CM_TIME_WAIT_US = 500
-#: The longest wait of the IB CM for the host's answer to its REP or DREQ in a co-simulation,
-#: a CM time code (4.096 us x 2^7 = 0.52 ms of the FPGA's time, about a second of wall time at
-#: W = 64, far more than rxe takes to answer): Linux's REQs ask for 20 (4.3 s, each sent again
-#: 15 times), a DREQ no host answers would hold its QP for hours of wall time.
+#: The longest wait of the IB CM for the host's answer to its REQ, REP or DREQ in a
+#: co-simulation, a CM time code (4.096 us x 2^7 = 0.52 ms of the FPGA's time, about a second of
+#: wall time at W = 64, far more than rxe takes to answer): Linux's REQs ask for 20 (4.3 s, each
+#: sent again 15 times), a DREQ no host answers would hold its QP for hours of wall time.
 CM_RESPONSE_TIMEOUT = 7
 #: The retransmit timeout code of the IB CM's QPs in a co-simulation, in the FPGA's time (4.096
 #: us x 2^8 = 1 ms, one to two seconds of wall time at W = 64; the REQ's longer one is cut to
@@ -139,7 +139,7 @@ def add_parser(subparsers):
     r.add_argument("--rdma-cm-port", type=int, default=None, metavar="PORT",
                    help="build the endpoint with the standard RDMA connection manager listening "
                    "on TCP port PORT (IB CM over QP1, a time-wait of "
-                   f"{CM_TIME_WAIT_US} us, its wait for a host's answer to its REP or DREQ cut "
+                   f"{CM_TIME_WAIT_US} us, its wait for a host's answer to its REQ, REP or DREQ cut "
                    f"to 2^{CM_RESPONSE_TIMEOUT} x 4.096 us), its rping server on port "
                    f"{rxe_story.RPING_PORT} and "
                    f"its SEND echo on {rxe_story.ECHO_PORT}: the steps cm:connect (the host "
@@ -384,7 +384,8 @@ def report(story, final, pcap, guest_manifest):
                "rxe": _delta(s["counters"], prev_rxe, RXE_SHOWN),
                "fpga": _delta(fpga, prev_fpga, FPGA_SHOWN) if fpga else {},
                "atomic": next((c["atomic"] for c in s["commands"] if c.get("atomic")), None)}
-        cm = next((c["json"] for c in s["commands"] if c["cmd"][0] == "cmtime"), None)
+        cm = next((c["json"] for c in s["commands"] if c["cmd"][0] == "cmtime"), None) \
+            if s["step"] == "cm:cmtime" else None
         if cm is not None:      # librdmacm's cmtime: its table, the connections the FPGA made
             row.update(cmtime=cm["table"], fpga_established=cm["fpga_established"])
         rp = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rping"), None)

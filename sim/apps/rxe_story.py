@@ -365,8 +365,11 @@ def loop(job):
     Once every QP is free (``qp_open`` 0: the time-waits of earlier steps over), ``loops``
     times ``cmtime -c N`` (N the FPGA's QPs, all of them at once), each time waiting until
     every QP is free again. Passes when every cmtime ended well with its table whole, the FPGA
-    counted N connections established and N time-waits ended per round, and every QP was free
-    after each round: none leaked (a QP kept would make the next round's last REQ refused)."""
+    counted N time-waits ended per round (connections established: as many at most), and
+    every QP was free
+    after each round: none leaked (a QP kept would make the next round's last REQ refused).
+    (A connection whose RTU was lost and that cmtime closed at once reaches its time-wait
+    without the FPGA counting it established: the time-waits ended are the connections.)"""
     start, free = fpga_wait(qps_free)
     n = start.get("num_qps", job["qps"])
     before = start.get("stats", {})
@@ -392,7 +395,7 @@ def loop(job):
                      "free_at_start": free, "qp_open": end.get("qp_open")},
             "stderr": "; ".join(r["stderr"] for r in rounds if r["stderr"]),
             "ok": ok and len(rounds) == job.get("loops", 3) and
-            d["ibcm_established"] == want and d["ibcm_timewait_exits"] == want and
+            0 < d["ibcm_established"] <= want and d["ibcm_timewait_exits"] == want and
             qps_free(end)}
 
 
