@@ -224,6 +224,15 @@ def fpga_wait(ok, wait=FPGA_WAIT):
             return st, bool(ok(st))
 
 
+def fpga_settled(wait=30):
+    """The FPGA's status once its counters (``stats``, read beside the simulation about once a
+    second) were read after everything up to now: so the step's counters hold all it did,
+    rdma_server's reply to the pattern sink included (its bytes are not the test pattern:
+    they must not fall into the next step)."""
+    now = fpga_status(time.time()).get("cycles", 0)
+    return fpga_wait(lambda st: (st.get("stats_at") or 0) >= now, wait)[0]
+
+
 def qps_free(st):
     """Whether the FPGA's status shows every QP free (``qp_open`` 0: none held by either
     connection manager, none in time-wait)."""
@@ -464,7 +473,7 @@ def rdma_server(job):
         rc, err = -1, err + "rdma_server did not finish in 300 s"
     made = fpga_count("ibcm_connects", before.get("ibcm_connects", 0), 1)
     est = fpga_count("ibcm_established", before.get("ibcm_established", 0), 1)
-    status = fpga_status(time.time())
+    status = fpga_settled()
     mine = status.get("fpga_connect", {})
     return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t,
             "json": {"output": out[-300:], "fpga_connects": made, "fpga_established": est,
