@@ -9,8 +9,15 @@ then, through the FPGA's standard RDMA connection manager (the IB CM over QP1, b
 ``rping -c -C 10 -S 4096 -V`` pings the FPGA's rping server, librdmacm's ``rdma_client``
 example gets its message back from the FPGA's SEND echo, and the host agent connects
 through librdmacm (``connect --rdma-cm``), WRITEs into the region the
-FPGA's REP stated and READs it back; a tenth of the RoCEv2 frames (the CM's MADs too) is lost
-each way. Every byte is checked (by the host agent against
+FPGA's REP stated and READs it back. The IB CM's own proofs: while the agent's QP of UDP 17185
+is open, ``rping`` through the IB CM takes the pool's other QP and both carry checked traffic
+(``cm:mixed``); rping's host vanishes (the link cut both ways under a busy connection): the
+FPGA's QP runs out of retries, its IB CM sends its DREQ and sends it again as often as Linux's
+REQ allows, unanswered, waits out the time-wait and gives the QP back, and rping connects
+again (``cm:vanish``); the FPGA connects to ``rdma_server`` a second time in the run; cmtime
+takes every QP of the FPGA at once, twice, each QP free again after each round
+(``cm:loop``), no QP held after it. A tenth of the RoCEv2 frames (the CM's MADs too)
+is lost each way. Every byte is checked (by the host agent against
 the test pattern, by the FPGA's pattern sink), every atomic's original value by the agent (the
 counter rose by the atomics' number, each value came back once), every frame the FPGA sent
 passed the independent frame check, and Wireshark's dissector (when tshark is here) decodes
@@ -35,9 +42,16 @@ pytestmark = pytest.mark.xdist_group("rxe")
 
 COUNT, SIZE = 2, 2500
 STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "fpga:FETCH_ADD", "host:WRITE",
-         "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "stop",
-         "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server", "cm:connect",
-         "host:WRITE", "host:READ", "stop")
+         "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "cm:mixed", "stop",
+         "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server", "cm:vanish",
+         "cm:rdma_server", "cm:loop", "cm:connect", "host:WRITE", "host:READ", "stop")
+#: cm:loop's rounds in the gate (each: cmtime on every QP of the FPGA)
+LOOPS = 2
+#: the FPGA's QPs (``rocegen sim rxe`` builds at least 2: the agent's one and the IB CM's)
+FPGA_QPS = 2
+#: the max CM retries of the REQs of Linux's rdma_cm (``CMA_MAX_CM_RETRIES``): the FPGA's DREQ
+#: to a host that vanished is sent again as often
+LINUX_MAX_CM_RETRIES = 15
 #: the TCP port the FPGA's IB CM listens on for the agent and cmtime (rping's, 7174, is the
 #: FPGA's rping server's; rdma_client's, 7471, its SEND echo's)
 RDMA_CM_PORT = 7470
@@ -51,23 +65,31 @@ ATOMIC_CHECKS = ("host:FETCH_ADD", "host:COMPARE_SWAP")
 FPGA_ATOMIC_CHECKS = ("fpga:FETCH_ADD",)
 
 
-@pytest.fixture(scope="module")
-def lossy(tmp_path_factory):
+def _can_run():
     why = missing_tools()
     if why:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"rocegen sim rxe cannot run in CI: {why}")
         pytest.skip(f"rocegen sim rxe cannot run here: {why}")
+
+
+def _report(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    lines = r.stdout.strip().splitlines()
+    assert lines, f"rocegen sim rxe printed nothing (status {r.returncode}):\n{r.stderr[-4000:]}"
+    return {"rc": r.returncode, "report": json.loads(lines[-1]), "stderr": r.stderr}
+
+
+@pytest.fixture(scope="module")
+def lossy(tmp_path_factory):
+    _can_run()
     out = tmp_path_factory.mktemp("rxe")
     cmd = [sys.executable, "-m", "rocegen.cli", "sim", "rxe", "--width", "64", "--qps", "1",
            "--count", str(COUNT), "--size", str(SIZE), "--steps", ",".join(STEPS),
            "--loss-to-fpga", "0.1", "--loss-from-fpga", "0.1", "--loss-seed", "3",
-           "--rdma-cm-port", str(RDMA_CM_PORT),
+           "--rdma-cm-port", str(RDMA_CM_PORT), "--cm-loops", str(LOOPS),
            "--output", str(out), "--json"]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    lines = r.stdout.strip().splitlines()
-    assert lines, f"rocegen sim rxe printed nothing (status {r.returncode}):\n{r.stderr[-4000:]}"
-    return {"rc": r.returncode, "report": json.loads(lines[-1]), "stderr": r.stderr, "out": out}
+    return {**_report(cmd), "out": out}
 
 
 def test_every_step_passes_with_every_byte_checked(lossy):
@@ -100,6 +122,54 @@ def test_every_step_passes_with_every_byte_checked(lossy):
             (COUNT, COUNT, COUNT, COUNT, []), s
 
 
+def test_qps_of_both_managers_carry_checked_traffic_at_once(lossy):
+    """``cm:mixed``: the agent's QP of UDP 17185 open, rping through the IB CM took the other QP
+    of the pool (both seen held at once), the agent's WRITE into the FPGA checked by its
+    pattern sink meanwhile, and rping's ten pings, each compared by rping (``-V``), went on."""
+    (mx,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:mixed"]
+    assert (mx["checked_by"], mx["checked"], mx["wrong"], mx["messages"]) == \
+        ("fpga", COUNT * SIZE, 0, COUNT), mx
+    m = mx["mixed"]
+    assert m["both_seen"] and m["qp_open_both"] == (1 << FPGA_QPS) - 1, mx
+    assert m["pings"] == 10 and m["fpga_pings"] == 10, mx
+
+
+def test_a_host_that_vanishes_gives_its_qp_back(lossy):
+    """``cm:vanish``: the link cut both ways under rping's busy connection. The FPGA's request
+    went unanswered until its retries ran out; its IB CM began one disconnect, whose DREQ it
+    sent once and again as often as Linux's REQ allows (the capture holds them all: the cut
+    drops the FPGA's frames after the capture), none answered; the time-wait ended and every
+    QP was free while the link was still cut; then rping connected again, its pings checked."""
+    rep = lossy["report"]
+    (v,) = [s for s in rep["steps"] if s["step"] == "cm:vanish"]
+    x, f = v["vanish"], v["vanish"]["fpga"]
+    assert v["ok"] and x["busy"] and x["pings_before_cut"] >= 2, v
+    assert f["roce_timeouts"] >= 1 and f["ibcm_disconnects"] == 1, v
+    assert f["ibcm_dreq_timeouts"] == 1 and f["ibcm_timewait_exits"] >= 1, v
+    assert f["ibcm_retransmits"] >= LINUX_MAX_CM_RETRIES and x["qp_open_cut"] == 0, v
+    assert x["cut"]["cuts"] == 1 and x["cut"]["dropped_from_fpga"] >= 1 + LINUX_MAX_CM_RETRIES
+    # the capture holds the DREQs the port sent, those the cut dropped too
+    assert rep["frames"]["from_fpga"]["CM DREQ"] >= 1 + LINUX_MAX_CM_RETRIES, rep["frames"]
+    assert rep["cut"]["cuts"] == 1 and not rep["cut"]["active"], rep["cut"]
+    assert x["again_ok"] and x["again"]["pings"] == 2 and x["again"]["fpga_pings"] == 2, v
+
+
+def test_qps_opened_and_closed_in_a_loop_all_come_back(lossy):
+    """``cm:loop``: cmtime on every QP of the FPGA at once, round after round: each round
+    ended well, the FPGA counted every connection's time-wait ended, and every QP was free
+    after each round and at the step's end."""
+    rep = lossy["report"]
+    (lo,) = [s for s in rep["steps"] if s["step"] == "cm:loop"]
+    x = lo["loop"]
+    assert lo["ok"] and x["qps"] == FPGA_QPS and x["free_at_start"], lo
+    assert [(r["rc"], r["table"], r["free_after"], r["qp_open"]) for r in x["rounds"]] == \
+        [(0, True, True, 0)] * LOOPS, lo
+    # (a lost RTU: the connection reaches its time-wait by the DREQ, never counted established)
+    assert x["fpga"]["ibcm_timewait_exits"] == LOOPS * FPGA_QPS, lo
+    assert 0 < x["fpga"]["ibcm_established"] <= LOOPS * FPGA_QPS, lo
+    assert x["qp_open"] == 0, lo
+
+
 def test_librdmacm_connects_through_the_fpgas_cm(lossy):
     """cmtime's every step ended (its table whole) with the FPGA counting the connection
     established; the agent's connection through librdmacm moved the bytes checked above; the
@@ -129,10 +199,14 @@ def test_the_fpga_connects_to_rdma_server(lossy):
     """The FPGA as librdmacm's client: it connects (``rdma_cm_connect``) to the ``rdma_server``
     example listening in the guest (Linux's CM takes its REQ, answers with a REP, gets the
     RTU), SENDs its 16 bytes; rdma_server SENDs 16 back (the FPGA's receive completion) and
-    disconnects; it ended ``rdma_server: end 0``."""
-    (sv,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_server"]
-    r = sv.get("rdma_server", {})
-    assert sv["ok"] and r["fpga_established"] >= 1 and r["fpga"].get("ok"), sv
+    disconnects; it ended ``rdma_server: end 0``. Twice in the run, each a connect of its
+    own."""
+    servers = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_server"]
+    # (twice in the run: the FPGA connects again for the connect file's new content)
+    assert [(s["ok"], s["rdma_server"]["seq"], s["rdma_server"]["fpga"].get("seq"),
+             s["rdma_server"]["fpga"].get("ok")) for s in servers] == \
+        [(True, "1", "1", True), (True, "2", "2", True)], servers
+    assert all(s["rdma_server"]["fpga_established"] >= 1 for s in servers), servers
 
 
 def test_frames_were_lost_both_ways_and_recovered(lossy):
@@ -154,3 +228,31 @@ def test_wireshark_decodes_every_frame(lossy):
         pytest.skip("tshark is not installed (as root: make tshark)")
     report, problems = check_pcap(lossy["out"] / "serve.pcap", tshark)
     assert problems == [] and report["roce"] > 0, problems
+
+
+#: the full tier's loop: rounds of cmtime per cm:loop step, its steps
+LONG_LOOPS = 10
+LONG_STEPS = ("cm:loop", "cm:rdma_server", "cm:rdma_server", "cm:loop")
+
+
+@pytest.mark.full
+def test_many_connections_in_a_loop_leave_no_qp_taken(tmp_path):
+    """The long loop (full tier): twice ``LONG_LOOPS`` rounds of cmtime on every QP of the FPGA,
+    with two connects of the FPGA to rdma_server between them: every round ended well, the
+    FPGA counted each connection established and each time-wait ended, every QP was free
+    after each round, and none is held at the end."""
+    _can_run()
+    run = _report([sys.executable, "-m", "rocegen.cli", "sim", "rxe", "--width", "64", "--qps",
+                   "1", "--steps", ",".join(LONG_STEPS), "--rdma-cm-port", str(RDMA_CM_PORT),
+                   "--cm-loops", str(LONG_LOOPS), "--output", str(tmp_path), "--json"])
+    rep = run["report"]
+    assert [(s["step"], s["ok"]) for s in rep["steps"]] == [(s, True) for s in LONG_STEPS], \
+        run["stderr"][-4000:]
+    assert rep["ok"] and run["rc"] == 0
+    for lo in (s["loop"] for s in rep["steps"] if s["step"] == "cm:loop"):
+        assert [(r["rc"], r["free_after"]) for r in lo["rounds"]] == [(0, True)] * LONG_LOOPS
+        assert lo["fpga"]["ibcm_established"] == lo["fpga"]["ibcm_timewait_exits"] == \
+            LONG_LOOPS * FPGA_QPS, lo
+    assert [s["rdma_server"]["fpga"]["seq"] for s in rep["steps"]
+            if s["step"] == "cm:rdma_server"] == ["1", "2"]
+    assert rep["qp_open"] == 0

@@ -25,6 +25,16 @@
    the FPGA's port saw), ``report.json``, ``serve.log``, ``guest/`` (the job, the story's
    ``story.json``, the agent's log, the guest's console).
 
+With ``--rdma-cm-port`` the endpoint has the standard RDMA connection manager (the IB CM), and
+the story's ``cm:`` steps play librdmacm's own tools against it (:data:`rxe_story.STEPS`):
+cmtime, rping, rdma_client, rdma_server (the FPGA connecting), the agent through librdmacm, a
+host that vanishes under a busy connection (``cm:vanish``: the simulation's link cut both
+ways, the FPGA's DREQs unanswered, its time-wait, the QP back), connections opened and closed
+in a loop on every QP (``cm:loop``, ``--cm-loops``), and both connection managers' QPs open at
+once (``cm:mixed``). The IB CM's timers are shortened for the co-simulation (its QPs'
+retransmit timeout ``--cm-timeout``, its wait for the host's answer to a REP or DREQ, the
+time-wait): docs/rxe.md says why and by how much.
+
 Faults: ``--loss-to-fpga`` / ``--loss-from-fpga`` (lossy links), ``--recv-depth N`` (few
 receive buffers on the host: the FPGA's SENDs meet RNR NAKs), ``--host-timeout 8`` (rxe
 retransmits spuriously: its timer is far shorter than the simulated FPGA needs to answer).
@@ -49,6 +59,7 @@ from rocegen.sim.apps.serve import stop_server
 from rocegen.sim.apps.tap import TAP_NAME
 from rocegen.sim.testing.pcap import read_pcap
 from rocegen.wire import headers as H
+from rocegen.wire import ibcm as I
 from rocegen.wire import opcodes as opc
 from rocegen.wire import roce as R
 from rocegen.wire.addr import parse_mac
@@ -66,6 +77,18 @@ SIM_FPGA_TIMEOUT = 10
 #: W = 64): long enough for every DREQ sent again to meet it, short enough that the QPs are
 #: free again within a step.
 CM_TIME_WAIT_US = 500
+#: The longest wait of the IB CM for the host's answer to its REQ, REP or DREQ in a
+#: co-simulation, a CM time code (4.096 us x 2^7 = 0.52 ms of the FPGA's time, about a second of
+#: wall time at W = 64, far more than rxe takes to answer): Linux's REQs ask for 20 (4.3 s, each
+#: sent again 15 times), a DREQ no host answers would hold its QP for hours of wall time.
+CM_RESPONSE_TIMEOUT = 7
+#: The retransmit timeout code of the IB CM's QPs in a co-simulation, in the FPGA's time (4.096
+#: us x 2^8 = 1 ms, one to two seconds of wall time at W = 64; the REQ's longer one is cut to
+#: it): a QP whose host vanished runs out of its 7 retries in some 30 s of wall time, not the
+#: 80 s of ``--fpga-timeout``'s 10.
+SIM_CM_TIMEOUT = 8
+#: ``cm:loop``'s rounds by default.
+CM_LOOPS = 3
 BRIDGE, QEMU_TAP = "rgbr0", "rgqemu0"
 PORT_MAC = "02:00:00:00:00:fe"          # serve's TAP, once on the bridge
 DEFAULT_STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM",
@@ -110,16 +133,28 @@ def add_parser(subparsers):
     r.add_argument("--fpga-timeout", type=int, default=SIM_FPGA_TIMEOUT,
                    help=f"the FPGA QP's retransmit timeout code, in the FPGA's time (default "
                    f"{SIM_FPGA_TIMEOUT}: 4.2 ms)")
+    r.add_argument("--cm-timeout", type=int, default=SIM_CM_TIMEOUT, metavar="CODE",
+                   help=f"the retransmit timeout code of the IB CM's QPs, in the FPGA's time "
+                   f"(a REQ's longer one is cut to it; default {SIM_CM_TIMEOUT}: 1 ms)")
     r.add_argument("--rdma-cm-port", type=int, default=None, metavar="PORT",
                    help="build the endpoint with the standard RDMA connection manager listening "
                    "on TCP port PORT (IB CM over QP1, a time-wait of "
-                   f"{CM_TIME_WAIT_US} us), its rping server on port {rxe_story.RPING_PORT} and "
+                   f"{CM_TIME_WAIT_US} us, its wait for a host's answer to its REQ, REP or DREQ cut "
+                   f"to 2^{CM_RESPONSE_TIMEOUT} x 4.096 us), its rping server on port "
+                   f"{rxe_story.RPING_PORT} and "
                    f"its SEND echo on {rxe_story.ECHO_PORT}: the steps cm:connect (the host "
                    "agent's QPs through librdmacm), cm:cmtime (librdmacm's cmtime, --qps "
                    "connections at once), cm:rping (rping -c against the FPGA), "
-                   "cm:rdma_client (librdmacm's rdma_client against the echo) and "
+                   "cm:rdma_client (librdmacm's rdma_client against the echo), "
                    "cm:rdma_server (the FPGA connects to librdmacm's rdma_server in the guest, "
-                   f"port {rxe_story.SERVER_PORT})")
+                   f"port {rxe_story.SERVER_PORT}), cm:vanish (rping's host vanishes: the link "
+                   "cut under the connection, the FPGA's DREQs unanswered, its time-wait, the "
+                   "QP free again, rping again), cm:loop (cmtime on every QP of the FPGA, "
+                   "--cm-loops times, every QP free after each) and cm:mixed (after connect: "
+                   "rping through the IB CM while the agent's QPs of UDP 17185 are open and "
+                   "WRITE, both checked)")
+    r.add_argument("--cm-loops", type=int, default=CM_LOOPS, metavar="N",
+                   help=f"cm:loop's rounds of cmtime (default {CM_LOOPS})")
     r.add_argument("--host-retry-cnt", type=int, default=7)
     r.add_argument("--host-rnr-retry", type=int, default=7)
     r.add_argument("--output", default="build/rxe", help="folder of the run's files "
@@ -143,8 +178,10 @@ def _validate(args):
     if bad:
         raise ValueError(f"--steps: unknown {bad}; steps are {', '.join(rxe_story.STEPS)}")
     if not steps or steps[0] not in rxe_story.STARTS + rxe_story.STANDALONE:
-        raise ValueError("--steps must begin with connect, cm:connect, cm:cmtime, cm:rping, "
-                         "cm:rdma_client or cm:rdma_server")
+        first = rxe_story.STARTS + rxe_story.STANDALONE
+        raise ValueError(f"--steps must begin with {', '.join(first[:-1])} or {first[-1]}")
+    if not 1 <= args.cm_loops <= 1000:
+        raise ValueError(f"--cm-loops must be 1..1000, not {args.cm_loops}")
     if args.rdma_cm_port is None and any(s.startswith("cm:") for s in steps):
         raise ValueError("the cm: steps need --rdma-cm-port")
     if args.rdma_cm_port is not None and not 0 <= args.rdma_cm_port <= 65535:
@@ -163,6 +200,8 @@ def _validate(args):
         raise ValueError(f"--host-timeout must be 0..31, not {args.host_timeout}")
     if not 1 <= args.fpga_timeout <= 31:
         raise ValueError(f"--fpga-timeout must be 1..31, not {args.fpga_timeout}")
+    if not 1 <= args.cm_timeout <= 31:
+        raise ValueError(f"--cm-timeout must be 1..31, not {args.cm_timeout}")
     for option, v in (("--host-retry-cnt", args.host_retry_cnt),
                       ("--host-rnr-retry", args.host_rnr_retry)):
         if not 0 <= v <= 7:
@@ -264,14 +303,37 @@ def frame_kinds(path, host_mac=HOST_MAC):
         yield way, kind, frame
 
 
+#: The IB CM's MADs by attribute ID, as :func:`classify_pcap` names them.
+CM_MADS = {I.ATTR_REQ: "REQ", I.ATTR_MRA: "MRA", I.ATTR_REJ: "REJ", I.ATTR_REP: "REP",
+           I.ATTR_RTU: "RTU", I.ATTR_DREQ: "DREQ", I.ATTR_DREP: "DREP"}
+
+
+def cm_mad(frame):
+    """The IB CM message a RoCEv2 frame carries (a UD SEND_ONLY to QP1 of the CM's class:
+    ``"REQ"``, ``"DREQ"``, ... by :data:`CM_MADS`), else None."""
+    at = H.ETH.length + H.IPV4.length + H.UDP.length
+    bth = H.BTH.unpack(frame[at:at + H.BTH.length])
+    mad = at + H.BTH.length + H.DETH.length
+    if bth["opcode"] != opc.OP_UD_SEND_ONLY or bth["dest_qp"] != I.QP1 or \
+            len(frame) < mad + I.MAD_HDR_LENGTH:
+        return None
+    hdr = I.MAD_HDR.unpack(frame[mad:mad + I.MAD_HDR_LENGTH])
+    if hdr["mgmt_class"] != I.MGMT_CLASS_CM:
+        return None
+    return CM_MADS.get(hdr["attribute_id"])
+
+
 def classify_pcap(path, host_mac=HOST_MAC):
     """``{direction: Counter of kinds}`` of the capture's RoCEv2 frames (:func:`frame_kinds`;
-    duplicates also counted together as ``duplicate``)."""
+    duplicates also counted together as ``duplicate``, and the IB CM's MADs, UD SEND_ONLYs,
+    also by message as ``CM REQ``, ``CM DREQ``, ...: :func:`cm_mad`)."""
     out = {"to_fpga": Counter(), "from_fpga": Counter()}
-    for way, kind, _ in frame_kinds(path, host_mac):
+    for way, kind, frame in frame_kinds(path, host_mac):
         out[way][kind] += 1
         if kind.startswith("duplicate "):
             out[way]["duplicate"] += 1
+        elif kind == "UD_SEND_ONLY" and (msg := cm_mad(frame)):
+            out[way][f"CM {msg}"] += 1
     return out
 
 
@@ -322,7 +384,8 @@ def report(story, final, pcap, guest_manifest):
                "rxe": _delta(s["counters"], prev_rxe, RXE_SHOWN),
                "fpga": _delta(fpga, prev_fpga, FPGA_SHOWN) if fpga else {},
                "atomic": next((c["atomic"] for c in s["commands"] if c.get("atomic")), None)}
-        cm = next((c["json"] for c in s["commands"] if c["cmd"][0] == "cmtime"), None)
+        cm = next((c["json"] for c in s["commands"] if c["cmd"][0] == "cmtime"), None) \
+            if s["step"] == "cm:cmtime" else None
         if cm is not None:      # librdmacm's cmtime: its table, the connections the FPGA made
             row.update(cmtime=cm["table"], fpga_established=cm["fpga_established"])
         rp = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rping"), None)
@@ -334,6 +397,12 @@ def report(story, final, pcap, guest_manifest):
         sv = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rdma_server"), None)
         if sv is not None:      # rdma_server: its output, the FPGA's connect
             row.update(rdma_server=sv)
+        if s["step"] == "cm:vanish" and s["commands"]:
+            row.update(vanish=s["commands"][0]["json"])
+        if s["step"] == "cm:loop" and s["commands"]:
+            row.update(loop=s["commands"][0]["json"])
+        if s["step"] == "cm:mixed" and len(s["commands"]) > 1:
+            row.update(mixed=s["commands"][1]["json"])
         prev_rxe, prev_fpga = s["counters"], fpga or prev_fpga
         steps.append(row)
     cycles = final.get("cycles", 0)
@@ -345,6 +414,8 @@ def report(story, final, pcap, guest_manifest):
             else {},
             "fpga": {k: stats.get(k, 0) for k in FPGA_SHOWN},
             "framecheck": final.get("framecheck", {}), "why_stopped": final.get("why"),
+            "cut": final.get("cut", {}), "qp_open": final.get("qp_open"),
+            "ibcm": {k[5:]: v for k, v in stats.items() if k.startswith("ibcm_")},
             "sim_us": cycles / mhz, "wall_s": final.get("wall_s"), "cycles": cycles,
             "guest": guest_manifest,
             "ok": bool(steps) and all(r["ok"] for r in steps) and
@@ -357,6 +428,37 @@ def report(story, final, pcap, guest_manifest):
 #: Steps whose messages into the FPGA are not the test pattern its sink checks (rdma_server's
 #: reply: 16 bytes of its own), so the bytes the sink finds wrong then do not count.
 FOREIGN = ("cm:rdma_server",)
+
+
+def _cm_lines(r):
+    """The lines under a step of ``cm:vanish``, ``cm:loop`` or ``cm:mixed`` in the table."""
+    lines = []
+    v = r.get("vanish")
+    if v:
+        f, c = v.get("fpga") or {}, v.get("cut") or {}
+        again = v.get("again") or {}
+        lines.append(f"  the host vanished after {v['pings_before_cut']} pings: the FPGA's QP "
+                     f"failed ({f.get('roce_timeouts', 0)} timeouts), its IB CM disconnected "
+                     f"({f.get('ibcm_disconnects', 0)} DREQ begun, {f.get('ibcm_retransmits', 0)}"
+                     f" sent again, {f.get('ibcm_dreq_timeouts', 0)} unanswered), time-wait "
+                     f"over ({f.get('ibcm_timewait_exits', 0)}), QPs held {v.get('qp_open_cut')}"
+                     f"; the cut dropped {c.get('dropped_from_fpga', 0)} frames from the FPGA, "
+                     f"{c.get('dropped_to_fpga', 0)} to it in {v.get('cut_s')} s; rping again: "
+                     f"{again.get('pings')} pings")
+    lo = r.get("loop")
+    if lo:
+        f = lo.get("fpga") or {}
+        free = sum(x["free_after"] for x in lo.get("rounds", []))
+        lines.append(f"  cmtime -c {lo['qps']}, {len(lo.get('rounds', []))} of {lo['loops']} "
+                     f"rounds: {f.get('ibcm_established', 0)} established, "
+                     f"{f.get('ibcm_timewait_exits', 0)} time-waits over, every QP free after "
+                     f"{free} rounds; QPs held at the end {lo.get('qp_open')}")
+    mx = r.get("mixed")
+    if mx:
+        lines.append(f"  QPs held together {mx.get('qp_open_both')} (both managers: "
+                     f"{mx.get('both_seen')}); rping: {mx.get('pings')} pings checked, "
+                     f"{mx.get('fpga_pings')} counted by the FPGA")
+    return lines
 
 
 def table(rep):
@@ -376,6 +478,7 @@ def table(rep):
             f"{f.get('roce_seq_naks', 0)}/{f.get('roce_rnr_naks', 0)}, "
             f"{f.get('resp_seq_nak', 0)}/{f.get('resp_rnr', 0)}; "
             f"{x.get('completer_retry_err', 0)}")
+        lines += _cm_lines(r)
         a = r.get("atomic")
         for t in (a or {}).get("targets", []):
             final = "not READ" if t["final"] is None else f"{t['final']:#x}"
@@ -397,6 +500,12 @@ def table(rep):
                      ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
     for way, c in rep["loss"].items():
         lines.append(f"lossy link {way.replace('_', ' ')}: {c['dropped']} of {c['sent']} lost")
+    if rep.get("cut", {}).get("cuts"):
+        c = rep["cut"]
+        lines.append(f"link cut {c['cuts']} times: {c['dropped_from_fpga']} frames from the "
+                     f"FPGA dropped, {c['dropped_to_fpga']} to it")
+    if rep.get("qp_open") is not None:
+        lines.append(f"QPs held by the connection managers at the end: {rep['qp_open']:#x}")
     lines.append(f"simulated {rep['sim_us']:.0f} us of FPGA time in {rep['wall_s'] or 0:.0f} s "
                  f"({rep['cycles']} cycles); frame check: " +
                  ", ".join(f"{k} {v}" for k, v in sorted(rep["framecheck"].items())))
@@ -437,8 +546,11 @@ def run(args):
                       "--send-echo", str(rxe_story.ECHO_PORT), "--rdma-cm-time-wait",
                       str(CM_TIME_WAIT_US)]
         if "--timeout" not in extra:
-            # (the IB CM's QPs: librdmacm's REQs ask for 2 s, in the FPGA's simulated time)
-            serve_cmd += ["--timeout", str(args.fpga_timeout)]
+            # (the IB CM's QPs: librdmacm's REQs ask for 2 s, in the FPGA's simulated time; the
+            # agent's QPs of UDP 17185 name their own, --fpga-timeout, in their OPEN_QP)
+            serve_cmd += ["--timeout", str(args.cm_timeout)]
+        if "--rdma-cm-max-response-timeout" not in extra:
+            serve_cmd += ["--rdma-cm-max-response-timeout", str(CM_RESPONSE_TIMEOUT)]
     host = ["--host-timeout", str(args.host_timeout), "--host-retry-cnt",
             str(args.host_retry_cnt), "--host-rnr-retry", str(args.host_rnr_retry)]
     if args.recv_depth is not None:
@@ -446,7 +558,7 @@ def run(args):
     connect = ["--timeout", str(args.fpga_timeout), *host]
     job = {"fpga_ip": FPGA_IP, "qps": args.qps, "pmtu": args.pmtu, "count": args.count,
            "size": args.size, "connect": connect, "steps": steps,
-           "rdma_cm_port": args.rdma_cm_port,
+           "rdma_cm_port": args.rdma_cm_port, "loops": args.cm_loops,
            # (through the IB CM the REQ states the QPs' ACK timeouts: the host's own only)
            "cm_connect": host}
     (gout / "job.json").write_text(json.dumps(job, indent=1))

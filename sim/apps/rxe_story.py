@@ -12,12 +12,21 @@ status and wall time, and rxe's counters after it (``rdma statistic`` of ``rxe0/
 ``hw_counters``) go to ``/mnt/out/story.json``, rewritten after every step so a run stopped
 half-way still tells how far it came. A step fails on a non-zero exit status or on any byte
 found wrong; the story goes on with the next step unless the agent is gone.
+
+The ``cm:`` steps run librdmacm's tools (cmtime, rping, rdma_client, rdma_server) against the
+FPGA's IB CM and judge them with the FPGA's counters and ``qp_open`` (the QPs its connection
+managers hold) from the status file; they talk to the simulation through files beside it:
+``serve.json.connect`` (the FPGA connects to a port of the guest, ``cm:rdma_server``) and
+``serve.json.cut`` (the link cut both ways while it exists, ``cm:vanish``). The job's
+``loops`` gives ``cm:loop``'s rounds.
 """
 
+import itertools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,14 +44,20 @@ HOST = ["rocegen-host"]
 #: down at once), ``cm:rping`` (librdmacm's ``rping -c`` against the FPGA's rping server),
 #: ``cm:rdma_client`` (librdmacm's ``rdma_client`` example against the FPGA's SEND echo) and
 #: ``cm:rdma_server`` (librdmacm's ``rdma_server`` example in the guest, the FPGA connecting to
-#: it: the FPGA's active side against Linux's CM).
+#: it: the FPGA's active side against Linux's CM), ``cm:vanish`` (rping's host vanishes: the
+#: link cut under a busy connection, the FPGA's DREQs unanswered, its time-wait, the QP back,
+#: rping again), ``cm:loop`` (``cmtime`` on every QP of the FPGA, ``loops`` times, every QP
+#: back after each) and ``cm:mixed`` (with the agent's QPs of UDP 17185 open: rping through
+#: the IB CM on another QP while the agent WRITEs, both checked).
 STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
          "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE", "host:WRITE_IMM", "host:SEND",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop",
-         "cm:connect", "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server")
+         "cm:connect", "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server",
+         "cm:vanish", "cm:loop", "cm:mixed")
 #: The steps that start the host agent, and those that need none.
 STARTS = ("connect", "cm:connect")
-STANDALONE = ("cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server")
+STANDALONE = ("cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server", "cm:vanish",
+              "cm:loop")
 #: The FPGA's rping server's port (rping's own default) and what ``cm:rping`` runs against it.
 RPING_PORT = 7174
 RPING_ARGS = ("-C", "10", "-S", "4096", "-V", "-v")
@@ -53,6 +68,14 @@ SERVER_PORT = 7472
 #: cmtime's steps (its table's rows)
 CMTIME_STEPS = ("create id", "resolve addr", "resolve route", "create qp", "connect",
                 "disconnect", "destroy")
+#: How long (wall seconds) the story waits for the FPGA's side of a ``cm:`` step: its QPs
+#: back after a time-wait, its retries and DREQs run out behind a cut link.
+FPGA_WAIT = 300
+#: ``rping`` with its output line by line (it is stopped, not ended, in ``cm:vanish`` and
+#: ``cm:mixed``: nothing it printed may stay in its buffer).
+RPING = ("stdbuf", "-oL", "rping")
+#: The FPGA's connects asked for (``cm:rdma_server``): their numbers, in the connect file.
+_CONNECTS = itertools.count(1)
 #: The host's atomic steps' ops (``rocegen-host atomic --op``).
 ATOMICS = ("FETCH_ADD", "COMPARE_SWAP")
 
@@ -135,6 +158,12 @@ def play(job, name):
         return [rdma_client(job)]
     if name == "cm:rdma_server":
         return [rdma_server(job)]
+    if name == "cm:vanish":
+        return [vanish(job)]
+    if name == "cm:loop":
+        return [loop(job)]
+    if name == "cm:mixed":
+        return mixed(job)
     if name in ("close", "stop"):
         r = host(name, *(["--json"] if name == "close" else []))
         r["ok"] = r["rc"] == 0
@@ -185,6 +214,56 @@ def fpga_count(name, base, want, wait=30.0):
             return got
 
 
+def fpga_wait(ok, wait=FPGA_WAIT):
+    """The FPGA's status once ``ok(status)`` holds (each rewrite looked at), or after ``wait``
+    seconds the last one; and whether ``ok`` held."""
+    end = time.time() + wait
+    while True:
+        st = fpga_status(time.time())
+        if ok(st) or time.time() > end:
+            return st, bool(ok(st))
+
+
+def fpga_settled(wait=30):
+    """The FPGA's status once its counters (``stats``, read beside the simulation about once a
+    second) were read after everything up to now: so the step's counters hold all it did,
+    rdma_server's reply to the pattern sink included (its bytes are not the test pattern:
+    they must not fall into the next step)."""
+    now = fpga_status(time.time()).get("cycles", 0)
+    return fpga_wait(lambda st: (st.get("stats_at") or 0) >= now, wait)[0]
+
+
+def qps_free(st):
+    """Whether the FPGA's status shows every QP free (``qp_open`` 0: none held by either
+    connection manager, none in time-wait)."""
+    return st.get("qp_open") == 0
+
+
+def start_tool(cmd):
+    """Starts the librdmacm tool ``cmd`` in the background, its output into a file (a pipe
+    nobody reads while it runs would stop it once full: ``rping -v`` prints each ping)."""
+    out = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
+    proc.output = out
+    return proc
+
+
+def stop_tool(proc):
+    """Stops a tool of :func:`start_tool` still running (SIGINT, then SIGKILL): its status and
+    output."""
+    if proc.poll() is None:
+        proc.send_signal(2)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    proc.output.seek(0)
+    out = proc.output.read()
+    proc.output.close()
+    return proc.returncode, out
+
+
 def run_tool(cmd):
     """Runs the librdmacm tool ``cmd`` (at most 600 s): the FPGA's counters before it, its
     status, output and error output, the seconds it took."""
@@ -218,12 +297,16 @@ def cmtime(job):
             "ok": rc == 0 and set(table) == set(CMTIME_STEPS) and made == job["qps"]}
 
 
-def rping(job):
+def rping(job, count=None):
     """``cm:rping``: ``rping -c -a FPGA -p 7174 -C 10 -S 4096 -V -v`` against the FPGA's rping
-    server (each ping's bytes READ by the FPGA, WRITten back and compared by rping: ``-V``).
-    Passes when rping ends well, printed each ping's data, and the FPGA counted the pings."""
-    count = int(RPING_ARGS[RPING_ARGS.index("-C") + 1])
-    cmd = ["rping", "-c", "-a", job["fpga_ip"], "-p", str(RPING_PORT), *RPING_ARGS]
+    server (each ping's bytes READ by the FPGA, WRITten back and compared by rping: ``-V``);
+    ``count`` pings instead of 10 when given. Passes when rping ends well, printed each ping's
+    data, and the FPGA counted the pings."""
+    args = list(RPING_ARGS)
+    if count is not None:
+        args[args.index("-C") + 1] = str(count)
+    count = int(args[args.index("-C") + 1])
+    cmd = ["rping", "-c", "-a", job["fpga_ip"], "-p", str(RPING_PORT), *args]
     before, rc, out, err, secs = run_tool(cmd)
     pings = sum(line.startswith("ping data: ") for line in out.splitlines())
     done = fpga_count("rping_pings", before.get("rping_pings", 0), count)
@@ -233,20 +316,154 @@ def rping(job):
             "ok": rc == 0 and pings == count and done == count}
 
 
+def vanish(job):
+    """``cm:vanish``: a host that vanishes under a busy connection of the FPGA's IB CM.
+    ``rping -c -C 0`` (for ever) against the FPGA's rping server; once the FPGA counted two
+    pings, the link is cut both ways (the file ``serve.json.cut``: the simulation drops every
+    frame from the FPGA's next request on, :class:`rocegen.sim.cocotb.serve.Cut`). The FPGA's
+    request goes unanswered, its QP's retries run out, its IB CM sends the DREQ and sends it
+    again as the REQ's max CM retries allow, unanswered, then the time-wait, then the QP is
+    free (``qp_open`` as before the step). Then the cut is lifted, rping (waiting for ever, or ended in error
+    by rxe's own retries: neither is the step's failure) is stopped, and ``rping -C 2``
+    connects again. Passes when the FPGA counted a DREQ timeout, a disconnect it began and a
+    time-wait ended, every QP came back while the link was cut, and the second rping ended
+    well with its two pings checked (by rping, ``-V``, and counted by the FPGA)."""
+    cut = OUT / "serve.json.cut"
+    cut.unlink(missing_ok=True)
+    start = fpga_status(time.time() + 1)
+    before, held = start.get("stats", {}), start.get("qp_open")
+    t = time.monotonic()
+    cmd = [*RPING, "-c", "-a", job["fpga_ip"], "-p", str(RPING_PORT), "-C", "0", "-S", "4096",
+           "-V", "-v"]
+    proc = start_tool(cmd)
+    base = before.get("rping_pings", 0)
+    _, busy = fpga_wait(lambda st: st.get("stats", {}).get("rping_pings", 0) - base >= 2 or
+                        proc.poll() is not None, 120)
+    busy = busy and proc.poll() is None
+    cut.write_text("the host is gone\n")
+    names = ("ibcm_dreq_timeouts", "ibcm_disconnects", "ibcm_timewait_exits",
+             "ibcm_retransmits", "roce_timeouts", "rping_pings")
+
+    def delta(st):
+        return {n: st.get("stats", {}).get(n, 0) - before.get(n, 0) for n in names}
+
+    def gone(st):
+        d = delta(st)
+        return (st.get("cut") or {}).get("active") == 1 and d["ibcm_dreq_timeouts"] >= 1 and \
+            d["ibcm_timewait_exits"] >= 1 and st.get("qp_open") == held
+
+    during, back = fpga_wait(gone) if busy else (fpga_status(time.time()), False)
+    cut_secs = time.monotonic() - t
+    cut.unlink(missing_ok=True)
+    lifted, _ = fpga_wait(lambda st: not (st.get("cut") or {}).get("active"), 30)
+    rc, out = stop_tool(proc)
+    again = rping(job, count=2)
+    gave = delta(during)
+    return {"cmd": cmd, "rc": again["rc"], "wall_s": time.monotonic() - t, "json": {
+            "pings_before_cut": sum(x.startswith("ping data: ") for x in out.splitlines()),
+            "busy": busy, "first_rc": rc, "first_output": out[-300:], "fpga": gave,
+            "cut": during.get("cut"), "qp_open_cut": during.get("qp_open"),
+            "cut_s": round(cut_secs, 1), "lifted": lifted.get("cut"),
+            "again": again["json"], "again_ok": again["ok"]},
+            "stderr": (out[-1000:] + again["stderr"])[-2000:],
+            "ok": busy and back and again["ok"] and gave["ibcm_disconnects"] >= 1}
+
+
+def loop(job):
+    """``cm:loop``: connections opened and closed in a loop, every QP of the FPGA each time.
+    Once every QP is free (``qp_open`` 0: the time-waits of earlier steps over), ``loops``
+    times ``cmtime -c N`` (N the FPGA's QPs, all of them at once), each time waiting until
+    every QP is free again. Passes when every cmtime ended well with its table whole, the FPGA
+    counted N time-waits ended per round (connections established: as many at most), and
+    every QP was free
+    after each round: none leaked (a QP kept would make the next round's last REQ refused).
+    (A connection whose RTU was lost and that cmtime closed at once reaches its time-wait
+    without the FPGA counting it established: the time-waits ended are the connections.)"""
+    start, free = fpga_wait(qps_free)
+    n = start.get("num_qps", job["qps"])
+    before = start.get("stats", {})
+    cmd = ["cmtime", "-s", job["fpga_ip"], "-p", str(job["rdma_cm_port"]), "-c", str(n)]
+    rounds, t, ok = [], time.monotonic(), free
+    for _ in range(job.get("loops", 3)):
+        if not ok:
+            break
+        _, rc, out, err, secs = run_tool(cmd)
+        steps = {line.partition(":")[0].strip() for line in out.splitlines()}
+        st, back = fpga_wait(qps_free)
+        rounds.append({"rc": rc, "wall_s": round(secs, 1), "table": set(CMTIME_STEPS) <= steps,
+                       "free_after": back, "qp_open": st.get("qp_open"),
+                       "stderr": (err + out)[-300:] if rc else ""})
+        ok = rc == 0 and set(CMTIME_STEPS) <= steps and back
+    end = fpga_status(time.time())
+    d = {k: end.get("stats", {}).get(k, 0) - before.get(k, 0)
+         for k in ("ibcm_established", "ibcm_timewait_exits", "ibcm_rejected",
+                   "ibcm_connect_no_qp")}
+    want = job.get("loops", 3) * n
+    return {"cmd": cmd, "rc": 0 if ok else 1, "wall_s": time.monotonic() - t,
+            "json": {"qps": n, "loops": job.get("loops", 3), "rounds": rounds, "fpga": d,
+                     "free_at_start": free, "qp_open": end.get("qp_open")},
+            "stderr": "; ".join(r["stderr"] for r in rounds if r["stderr"]),
+            "ok": ok and len(rounds) == job.get("loops", 3) and
+            0 < d["ibcm_established"] <= want and d["ibcm_timewait_exits"] == want and
+            qps_free(end)}
+
+
+def mixed(job):
+    """``cm:mixed``: QPs of both connection managers open at once, each carrying checked
+    traffic. With the agent's QPs of UDP 17185 open (``connect`` before), ``rping -c -C 10
+    -S 4096 -V -v`` through the IB CM takes another QP of the same pool; once the FPGA shows
+    both held (``qp_open``: more QPs than the agent's), the agent WRITEs into the FPGA on its
+    QPs (``rocegen-host write``, checked by the FPGA's pattern sink) while rping goes on. Passes
+    when the write checked every byte, rping ended well with its pings checked (``-V``) and
+    counted by the FPGA, and both managers' QPs were seen held together with rping still
+    running when the write began. (rping ends by itself: its ``rdma_disconnect`` sends the
+    DREQ again until the DREP. A tool stopped by a signal sends it once, and a lost one would
+    leave the FPGA's idle QP held.)"""
+    before = fpga_status(time.time() + 1).get("stats", {})
+    t = time.monotonic()
+    count = int(RPING_ARGS[RPING_ARGS.index("-C") + 1])
+    cmd = ["rping", "-c", "-a", job["fpga_ip"], "-p", str(RPING_PORT), *RPING_ARGS]
+    proc = start_tool(cmd)
+    both, seen = fpga_wait(lambda st: bin(st.get("qp_open") or 0).count("1") > job["qps"] or
+                           proc.poll() is not None, 120)
+    seen = seen and proc.poll() is None
+    w = host("write", "--count", str(job["count"]), "--size", str(job["size"]), "--json")
+    res = w["json"] or {}
+    tally(w, "fpga", res.get("checked"), res.get("wrong"),
+          sum(q.get("messages", 0) for q in res.get("qps", [])))
+    w["ok"] = w["rc"] == 0 and bool(res.get("ok")) and w["wrong"] == 0 and \
+        w["checked"] == job["count"] * job["size"] * job["qps"]
+    try:
+        proc.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        pass
+    rc, out = stop_tool(proc)
+    printed = sum(x.startswith("ping data: ") for x in out.splitlines())
+    counted = fpga_count("rping_pings", before.get("rping_pings", 0), count)
+    r = {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t, "json": {
+         "qp_open_both": both.get("qp_open"), "both_seen": seen, "pings": printed,
+         "fpga_pings": counted, "output": out[:300] + out[-300:]},
+         "stderr": out[-2000:],
+         "ok": rc == 0 and seen and printed == count and counted == count}
+    return [w, r]
+
+
 def rdma_server(job):
     """``cm:rdma_server``: librdmacm's ``rdma_server -p 7472`` listens in the guest; the FPGA is
-    told to connect to it (the file ``serve.json.connect`` in the run folder, holding the port:
-    the simulation's user logic connects through the IB CM's ``rdma_cm_connect``, again while it
-    is refused, and SENDs 16 bytes once established). ``rdma_server`` accepts, takes the
-    message, SENDs its own 16 bytes back and disconnects. Passes when it ends with
-    ``rdma_server: end 0``, and the FPGA counted its connect established, a receive completion
-    and the host's DREQ answered."""
+    told to connect to it (the file ``serve.json.connect`` in the run folder, holding the port
+    and this connect's number in the story, so that each time the step is played the FPGA
+    connects again: the simulation's user logic connects through the IB CM's
+    ``rdma_cm_connect``, again while it is refused, and SENDs 16 bytes once established).
+    ``rdma_server`` accepts, takes the message, SENDs its own 16 bytes back and disconnects.
+    Passes when it ends with ``rdma_server: end 0``, and the FPGA counted its connect
+    established, and the simulation's last connect is this one's, established."""
     cmd = ["rdma_server", "-p", str(SERVER_PORT)]
     before = fpga_status(time.time() + 1).get("stats", {})
     t = time.monotonic()
+    seq = next(_CONNECTS)
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(1.0)                 # (listening by then; a REQ before is refused and tried again)
-    (OUT / "serve.json.connect").write_text(f"{SERVER_PORT}\n")
+    (OUT / "serve.json.connect").write_text(f"{SERVER_PORT} {seq}\n")
     try:
         out, err = server.communicate(timeout=300)
         rc = server.returncode
@@ -256,13 +473,15 @@ def rdma_server(job):
         rc, err = -1, err + "rdma_server did not finish in 300 s"
     made = fpga_count("ibcm_connects", before.get("ibcm_connects", 0), 1)
     est = fpga_count("ibcm_established", before.get("ibcm_established", 0), 1)
-    status = fpga_status(time.time())
+    status = fpga_settled()
+    mine = status.get("fpga_connect", {})
     return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t,
             "json": {"output": out[-300:], "fpga_connects": made, "fpga_established": est,
-                     "fpga": status.get("fpga_connect", {}),
+                     "fpga": mine, "seq": str(seq),
                      "fpga_recv_completions": status.get("recv_completions")},
             "stderr": (err + out)[-2000:],
-            "ok": rc == 0 and "rdma_server: end 0" in out and made >= 1 and est >= 1}
+            "ok": rc == 0 and "rdma_server: end 0" in out and made >= 1 and est >= 1 and
+            mine.get("seq") == str(seq) and bool(mine.get("ok"))}
 
 
 def rdma_client(job):

@@ -34,6 +34,12 @@ frames of it; the host side is an untagged access port of the VLAN (:mod:`rocege
 the tunnel, the TAP and the wire see untagged frames, the FPGA tagged ones (the pcap holds them
 as the FPGA's port sees them).
 
+Beside the status file (``--status``), the run looks about once a second at three files named
+after it: ``STATUS.stop`` (it stops), ``STATUS.connect`` (with the IB CM: ``PORT`` or ``PORT
+SEQ``, the FPGA connects to the host's TCP port, again each time the file holds something
+new) and ``STATUS.cut`` (while it exists the link is cut both ways, every frame dropped from the
+FPGA's next request on: a host that vanishes; the status file counts them in ``cut``).
+
 The cocotb side is :mod:`rocegen.sim.cocotb.serve`; the design is the endpoint's Verilator build
 shared with the tests and ``rocegen sim demo``
 (:func:`rocegen.sim.testing.cocotb_runner.endpoint_sim_config`).
@@ -101,7 +107,8 @@ def add_parser(subparsers):
     s.add_argument("--pcap", default=None, help="write every frame both ways to this file")
     s.add_argument("--status", default=None,
                    help="JSON file rewritten with the ports once ready, counters while running "
-                   "and the final figures")
+                   "and the final figures (STATUS.stop, STATUS.connect and STATUS.cut beside it "
+                   "stop the run, make the FPGA connect to a host's port, cut the link)")
     s.add_argument("--max-cycles", type=int, default=None,
                    help="stop after this many simulated cycles (default: run until stopped)")
     return s
@@ -232,8 +239,9 @@ def _simulate(args, cfg, conf):
     conf["status"] = str(status)
     conf["stop_file"] = str(status) + ".stop"
     conf["connect_file"] = str(status) + ".connect"
-    Path(conf["stop_file"]).unlink(missing_ok=True)
-    Path(conf["connect_file"]).unlink(missing_ok=True)
+    conf["cut_file"] = str(status) + ".cut"
+    for name in ("stop_file", "connect_file", "cut_file"):
+        Path(conf[name]).unlink(missing_ok=True)
     status.unlink(missing_ok=True)
     print(f"building the simulator (Verilator; the first build of a configuration takes a few "
           f"minutes, then it is cached under {SIM_CACHE})", flush=True)

@@ -10,14 +10,19 @@ stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (opti
 interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the default, or
 ``"wire"``, where RoCEv2 frames go), ``vlan`` (the FPGA port's VLAN ID, None for untagged),
 ``stop_file`` (the testbench stops once this file exists), ``connect_file`` (with the IB CM:
-once this file exists, holding a TCP port, the user logic connects to the host's port,
-:func:`connect_to_host`), ``loss`` (optional: ``to_fpga`` and
+each time this file holds something new, ``PORT`` or ``PORT SEQ`` (SEQ any word, so the same
+port can be asked for again), the user logic connects to the host's TCP port,
+:func:`connect_to_host`, one connect after the other; the status file's ``fpga_connect`` is
+the last one's, with its ``seq``, and ``fpga_connects`` counts them), ``cut_file`` (while this
+file exists the link is cut both ways, :class:`Cut`), ``loss`` (optional: ``to_fpga`` and
 ``from_fpga``, the probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is
 a :class:`~rocegen.sim.models.fabric.link.Link` of its own, other frames are never lost; the status
 file counts its frames in ``loss``), ``responder`` (with the RC responder:
 ``regions``, each QP's ``[rkey, base, length]`` as built, and ``rq_depth``; else None). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
-once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``).
+once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``), and
+``qp_open``: the QPs the connection managers hold then (bit k: QP k; the UDP 17185 manager's
+and the IB CM's, a connection in time-wait included), as an integer.
 
 With the responder, the testbench is the user logic that posts receive buffers
 (:func:`keep_receive_buffers`): every QP keeps ``rq_depth`` buffers posted, each the QP's whole
@@ -77,6 +82,7 @@ from rocegen.sim.testing.roce_env import (
     period_ps,
     start_clock,
 )
+from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.cm import (
     READ_DEPTH_MAX,
@@ -86,7 +92,7 @@ from rocegen.wire.cm import (
     REQ_QUERY,
     REQ_SEND_QP_INFO,
 )
-from rocegen.wire.headers import CM, UDP_PORT_ROCEV2
+from rocegen.wire.headers import BTH, CM, ETH, IPV4, UDP, UDP_PORT_ROCEV2
 from rocegen.wire.simwire import udp_dst_port
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
@@ -189,17 +195,51 @@ async def keep_receive_buffers(dut, resp, counters):
             wr_id = (wr_id + 1) & 0xFFFF_FFFF
 
 
-async def connect_to_host(dut, conf, port, counters, log):
+def _connect_asked(path, connects):
+    """``(port, seq)`` when the connect file ``path`` holds something it did not hold at the
+    last look (``connects["last"]``), else None."""
+    if not path or not os.path.exists(path):
+        return None
+    try:
+        text = Path(path).read_text().strip()
+    except OSError:
+        return None
+    if not text or text == connects["last"]:
+        return None
+    connects["last"] = text
+    port, _, seq = text.partition(" ")
+    return int(port), seq.strip() or None
+
+
+async def connect_in_turn(dut, conf, queue, counters, log):
+    """The connects asked for (``queue``: ``(port, seq)``), one after the other
+    (:func:`connect_to_host`), until none is left."""
+    while queue:
+        port, seq = queue.pop(0)
+        await connect_to_host(dut, conf, port, counters, log, seq=seq)
+
+
+def _qp_open(dut):
+    """The QPs the connection managers hold (``qp_open``), an integer; None without it."""
+    sig = getattr(dut, "qp_open", None)
+    try:
+        return int(sig.value) if sig is not None else None
+    except ValueError:          # (X or Z bits)
+        return None
+
+
+async def connect_to_host(dut, conf, port, counters, log, seq=None):
     """User logic of an endpoint with the IB CM: connect to the host's TCP ``port`` (its
     librdmacm listener, e.g. ``rdma_server``) through ``rdma_cm_connect``, until it is
     established (a refusal, e.g. while nobody listens yet, is tried again half a second of wall
     time later, at most :data:`CONNECT_TRIES` times); then SEND 16 bytes on the QP (the local
     memory's first word) and count what comes back on it (:func:`keep_receive_buffers` posts
-    its buffers). ``counters["fpga_connect"]``: the tries, the last event, the QP, the SEND
-    posted."""
+    its buffers). ``counters["fpga_connect"]``: the port, ``seq`` (the connect file's word
+    beside it), the tries, the last event, the QP, the SEND posted."""
     conn = RecordDriver(dut, "cmconn", CONNECT)
     wr = RecordDriver(dut, "wr", WORK_REQUEST)
-    state = counters["fpga_connect"] = {"port": port, "tries": 0, "refused": 0, "ok": False}
+    state = counters["fpga_connect"] = {"port": port, "seq": seq, "tries": 0, "refused": 0,
+                                        "ok": False}
     for attempt in range(CONNECT_TRIES):
         state["tries"] += 1
         await conn.send({"dst_ip": parse_ip(conf["host_ip"]), "port": port,
@@ -225,6 +265,61 @@ async def connect_to_host(dut, conf, port, counters, log):
     await wr.send({"wr_id": 0xC0DE, "qp": k, "opcode": WrOpcode.SEND, "local_addr": 0,
                    "length": 16, "remote_offset": 0, "imm": 0})
     state["sent"] = True
+
+
+class Cut:
+    """The link cut both ways while ``path`` exists (looked at with the status, about once a
+    second of wall time): a host that vanishes. It begins at the first RoCEv2 request on an RC
+    QP that the FPGA sends once the file is seen (that request is lost, so the FPGA always has
+    one outstanding when the host goes: its QP's retries run out), and ends when the file is
+    gone. Meanwhile every frame is dropped both ways, ARP and the connection managers' too (a
+    host that is gone answers nothing): those from the FPGA after its capture (the capture
+    shows what the port sent), those to it before. ``counters`` (the status file's ``cut``):
+    ``armed`` and ``active`` (0 or 1), ``cuts`` begun, frames ``dropped_to_fpga`` and
+    ``dropped_from_fpga``, the cycles (counted as ``cycles``) the last cut began and ended."""
+
+    def __init__(self, path):
+        self.path = path
+        self.counters = {"armed": 0, "active": 0, "cuts": 0, "dropped_to_fpga": 0,
+                         "dropped_from_fpga": 0, "began": None, "ended": None}
+
+    def look(self, cycle):
+        """The file looked at again in cycle ``cycle``."""
+        c = self.counters
+        there = bool(self.path) and os.path.exists(self.path)
+        if there and not c["active"]:
+            c["armed"] = 1
+        elif not there and (c["active"] or c["armed"]):
+            if c["active"]:
+                c["ended"] = cycle
+            c["armed"] = c["active"] = 0
+
+    def from_fpga(self, frame, cycle):
+        """Whether ``frame`` from the FPGA is dropped (the cut begins at an armed request)."""
+        c = self.counters
+        if c["armed"] and _rc_request(frame):
+            c.update(armed=0, active=1, began=cycle, cuts=c["cuts"] + 1)
+        if c["active"]:
+            c["dropped_from_fpga"] += 1
+        return bool(c["active"])
+
+    def to_fpga(self):
+        """Whether a frame to the FPGA is dropped."""
+        if self.counters["active"]:
+            self.counters["dropped_to_fpga"] += 1
+        return bool(self.counters["active"])
+
+
+def _rc_request(frame):
+    """Whether ``frame`` is a RoCEv2 request (not an acknowledge) on an RC QP (not QP1's
+    MADs)."""
+    if udp_dst_port(frame) != UDP_PORT_ROCEV2:
+        return False
+    at = ETH.length + IPV4.length + UDP.length
+    if len(frame) < at + BTH.length:
+        return False
+    bth = BTH.unpack(frame[at:at + BTH.length])
+    return bth["dest_qp"] != 1 and opc.is_request(bth["opcode"])
 
 
 def _write_status(path, status):
@@ -317,9 +412,11 @@ async def serve(dut):
         link.send(frame, now)
         return not link.due(now)
 
+    cut = Cut(CONF.get("cut_file"))
+
     def to_fpga(frames):
         for f in frames:
-            if lost("to_fpga", f):
+            if cut.to_fpga() or lost("to_fpga", f):
                 continue
             check.request(f)
             if pcap:
@@ -335,6 +432,7 @@ async def serve(dut):
         stats["last"] = await read_stats(dut, STATS)
         stats["at"] = at
 
+    connects = {"last": None, "queue": [], "task": None}
     quiet = 0
     busy = False
     last_status = time.monotonic()
@@ -358,7 +456,7 @@ async def serve(dut):
                 stop["why"] = "frame check failed"
             if pcap:
                 pcap.write(frame, cocotb.utils.get_sim_time("ns"))
-            if lost("from_fpga", frame):
+            if cut.from_fpga(frame, now_cycle(W) - start_cycle) or lost("from_fpga", frame):
                 continue
             to_fpga(host.from_fpga(frame, (first + offset, last + offset, clock_hz)))
         if busy or not source.idle():
@@ -366,7 +464,9 @@ async def serve(dut):
             to_fpga(host.poll(0))
         else:
             quiet += now_cycle(W) - before
-            deep = quiet >= DEEP_IDLE and not int(dut.gen_busy.value)
+            # (not while the link is cut: the FPGA's timers are what the run waits for then)
+            deep = quiet >= DEEP_IDLE and not int(dut.gen_busy.value) and \
+                not cut.counters["active"]
             to_fpga(host.poll(0.02 if deep else 0))
         now = time.monotonic()
         if now - last_status >= STATUS_EVERY:
@@ -375,14 +475,18 @@ async def serve(dut):
                 stop["why"] = "parent gone"
             if CONF.get("stop_file") and os.path.exists(CONF["stop_file"]):
                 stop["why"] = "stopped"
-            ask = CONF.get("connect_file")
-            if ask and os.path.exists(ask) and "fpga_connect" not in tx:
-                port = int(Path(ask).read_text().strip() or 0)
-                tx["fpga_connect"] = {"port": port}
-                cocotb.start_soon(connect_to_host(dut, CONF, port, tx, log))
+            ask = _connect_asked(CONF.get("connect_file"), connects)
+            if ask is not None:
+                connects["queue"].append(ask)
+                tx["fpga_connects"] = tx.get("fpga_connects", 0) + 1
+                if connects["task"] is None or connects["task"].done():
+                    connects["task"] = cocotb.start_soon(
+                        connect_in_turn(dut, CONF, connects["queue"], tx, log))
             cycles = now_cycle(W) - start_cycle
+            cut.look(cycles)
             _write_status(status_path, {**ready, "cycles": cycles, **tx, **host.counters,
                                         "loss": {w: dict(k.counters) for w, k in links.items()},
+                                        "cut": dict(cut.counters), "qp_open": _qp_open(dut),
                                         "stats": stats["last"], "stats_at": stats["at"]})
             if stats["task"] is None or stats["task"].done():
                 stats["task"] = cocotb.start_soon(refresh_stats())
@@ -400,7 +504,8 @@ async def serve(dut):
     final = {**ready, "state": "stopped", "why": stop["why"], "cycles": cycles,
              "sim_us": cycles / mhz, "wall_s": wall, "cycles_per_s": cycles / wall if wall else 0,
              **tx, **host.counters, "stats": final_stats, "framecheck": dict(check.counts),
-             "loss": {w: dict(k.counters) for w, k in links.items()}}
+             "loss": {w: dict(k.counters) for w, k in links.items()},
+             "cut": dict(cut.counters), "qp_open": _qp_open(dut)}
     _write_status(status_path, final)
     log(f"stopped ({stop['why']}) after {cycles} cycles ({cycles / mhz:.1f} us simulated) in "
         f"{wall:.1f} s: {tx['frames']} frames from the FPGA, {tx['rx_frames']} to it; "

@@ -208,6 +208,15 @@ class EndpointConfig:
                             "(many REQs or DREQs at once) loses the last ones until the peer's "
                             "CM sends them again", lo=1, hi=16, what="1..16 MADs",
                             cli="--rdma-cm-queue", metavar="MADS")
+    rdma_cm_max_response_timeout: int = _p(31, "with rdma_cm_ports: the longest wait for a "
+                                           "host's answer to the IB CM's REQ, REP or DREQ, as "
+                                           "a CM time code (4.096 us x 2^CODE): a longer CM "
+                                           "response timeout of a REQ (the host's: Linux "
+                                           "states 20, 4.3 s, each sent again 15 times; or "
+                                           "the 20 ours state) is cut to this for the FPGA's "
+                                           "timers; default 31: none cut", lo=0, hi=31,
+                                           cli="--rdma-cm-max-response-timeout",
+                                           metavar="CODE")
     rping_port: int = _p(None, "with rdma_cm_ports and reads: the port (one of "
                          "rdma_cm_ports) whose connections the gateware rping server serves, "
                          "as `rping -s` does (rping's default port is 7174); default none",

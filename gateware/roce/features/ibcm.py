@@ -24,7 +24,8 @@ def ibcm_params(cfg):
     of the READ requester (none without READs), the path MTU at most ``pmtu``, one PSN per QP
     (the REQ's), the time-wait ``rdma_cm_time_wait_us``, QP1's queue of ``rdma_cm_queue``
     MADs, the ACK timeout of the QPs we connect ``cm_timeout`` (librdmacm's CM response timeout,
-    CM retries and QP retry count: 20, 15 and 7)."""
+    CM retries and QP retry count: 20, 15 and 7), the wait for a host's answer to our REQ, REP
+    or DREQ at most ``rdma_cm_max_response_timeout``."""
     wait = DEFAULT_TIME_WAIT_NS if cfg.rdma_cm_time_wait_us is None else \
         round(cfg.rdma_cm_time_wait_us * 1000)
     return {"ports": cfg.rdma_cm_ports, "clk_hz": cfg.clk_hz, "connections": cfg.num_qps,
@@ -34,7 +35,8 @@ def ibcm_params(cfg):
             "psn_from_req": True, "max_mtu": cfg.pmtu, "time_wait_ns": wait,
             "region_port": cfg.responder, "rnr_retry_count": cfg.cm_rnr_retry,
             "local_ack_timeout": cfg.cm_timeout,
-            "queue": cfg.rdma_cm_queue}
+            "queue": cfg.rdma_cm_queue,
+            "max_peer_response_timeout": cfg.rdma_cm_max_response_timeout}
 
 
 class IbCmFeature(Feature):

@@ -52,10 +52,11 @@ class ActiveDecisions:
     def _take_connect(self, m, s, wr, grant):
         """The pool's answer to a connection asked for: the new entry (REQ_SENT, our next
         communication ID, starting PSN and transaction ID, our READ depths), its REQ and its
-        timer (2^``cm_response_timeout`` ticks, ``max_cm_retries`` times again)."""
+        timer (2^``cm_response_timeout`` ticks, at most 2^``max_peer_response_timeout``,
+        ``max_cm_retries`` times again)."""
         c = self.connect.payload
         new = Signal(CONNECTION)
-        t = self.cm_response_timeout
+        t = min(self.cm_response_timeout, self.max_peer_response_timeout)
         m.d.comb += [new.state.eq(ConnState.REQ_SENT), new.active.eq(1),
                      new.local_comm_id.eq(s.next_cid), new.peer_ip.eq(c.dst_ip),
                      new.qpn.eq(grant.qpn), new.psn.eq(s.psn), new.tid.eq(s.tid),

@@ -268,6 +268,9 @@ class PassiveDecisions:
         (the QP's packet flip-flop cleared), or REJ ``NO_QP``."""
         new = Signal(CONNECTION)
         timeout = rec.local_cm_response_timeout
+        cap = self.max_peer_response_timeout
+        if cap < 31:
+            timeout = Mux(timeout > cap, cap, timeout)
         m.d.comb += [new.state.eq(ConnState.REP_SENT), new.local_comm_id.eq(s.next_cid),
                      new.remote_comm_id.eq(rec.local_comm_id), new.peer_ip.eq(rec.src_ip),
                      new.peer_qpn.eq(rec.local_qpn), new.qpn.eq(grant.qpn),

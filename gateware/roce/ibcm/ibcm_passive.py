@@ -124,6 +124,12 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
     local_ack_timeout, retry_count : int
         The ACK timeout (0..31) and retry count (0..7) of the QPs of connections we asked
         for (our REQs state them).
+    max_peer_response_timeout : int
+        The longest wait for the peer's answer to our REQ, REP or DREQ (0..31; default 31:
+        none cut): the CM response timeout a REQ states (the peer's REQ, or ours:
+        ``cm_response_timeout``, which our REQs still state), when longer, is cut to this for
+        our timers (Linux's REQs state 20, 4.3 s, sent again 15 times: a minute before the
+        QP of a host that vanished is free again).
 
     Ports
     -----
@@ -208,15 +214,16 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
     tick comes at most a cycle after its time, never before. A MAD's timer counts from
     ``t0``, the tick in which the passive side took the MAD up: a wait of d ticks is due at
     tick ``t0 + d + 1``, between d and d + 1 ticks (and a cycle) after the MAD came (the
-    model's time), never before. A REQ taken arms its REP's timer: d = 2^t, t its
-    local CM response timeout; when due, the REP is sent again (as for a duplicate REQ), due
-    again 2^t ticks after the last due tick, at most its max CM retries times; due after
-    those, REJ ``TIMEOUT`` (message OTHER, our CA GUID as ARI), the QP given back and the entry
-    freed (the model forgets the connection). An MRA of the REP sets it due its service
-    timeout's 2^t ticks from the MRA's ``t0`` (the retries stay). A DREQ or REJ that moves a
-    connection to time-wait arms its end, d = ``time_wait_ns`` rounded up to ticks (so up to a
-    tick more than the model waits): then the entry is freed and its QP given back. A DREQ
-    taken up arms its timer as a REP's, d = 2^t (t the REQ's local CM response timeout): sent
+    model's time), never before. A REQ taken arms its REP's timer: d = 2^t, t its local CM
+    response timeout (at most ``max_peer_response_timeout``); when due, the REP is sent again
+    (as for a duplicate REQ), due again 2^t ticks after the last due tick, at most its max CM
+    retries times; due after those, REJ ``TIMEOUT`` (message OTHER, our CA GUID as ARI), the
+    QP given back and the entry freed (the model forgets the connection). An MRA of the REP
+    sets it due its service timeout's 2^t ticks from the MRA's ``t0`` (the retries stay). A
+    DREQ or REJ that moves a connection to time-wait arms its end, d = ``time_wait_ns`` rounded
+    up to ticks (so up to a tick more than the model waits): then the entry is freed and its
+    QP given back. A DREQ taken up arms its timer as a REP's, d = 2^t (t as for the REP: the
+    REQ's, at most ``max_peer_response_timeout``; ours for a connection we asked for): sent
     again as often as the REQ's max CM retries; due after those, the connection enters
     time-wait (``dreq_timeouts``), its end counted from the DREQ's last due tick.
 
@@ -243,7 +250,8 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
     ``connected`` says ``NO_QP``: nothing is sent) and sends the REQ (our next communication
     ID, starting PSN from the LFSR, transaction ID; our READ depths, ``max_mtu``, the port's
     service ID, ``src_port`` and the addresses in its ``cma_hdr``): REQ_SENT, its timer armed
-    as a REP's (2^``cm_response_timeout`` ticks, ``max_cm_retries`` times again, then REJ
+    as a REP's (2^``cm_response_timeout`` ticks, at most 2^``max_peer_response_timeout``,
+    ``max_cm_retries`` times again, then REJ
     ``TIMEOUT``, the QP given back, ``connected`` says ``TIMEOUT``; an MRA of the REQ makes it
     wait its service timeout). The REP of a connection in REQ_SENT opens the QP (``qp_set``:
     the REP's QPN, the REP's PSN to send from and our REQ's to expect (each message states the
@@ -273,7 +281,7 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
                  responder_resources=1, initiator_depth=1, first_comm_id=1, psn_seed=1,
                  time_wait_ns=DEFAULT_TIME_WAIT_NS, psn_from_req=False, max_mtu=4096,
                  first_tid=1, cm_response_timeout=20, max_cm_retries=15, local_ack_timeout=14,
-                 retry_count=7):
+                 retry_count=7, max_peer_response_timeout=31):
         ports = list(ports)
         for p in ports:
             int_param("each port", p, 0, 0xFFFF)
@@ -291,6 +299,8 @@ class IbCmPassive(ActiveDecisions, PassiveDecisions, wiring.Component):
         self.max_cm_retries = int_param("max_cm_retries", max_cm_retries, 0, 15)
         self.local_ack_timeout = int_param("local_ack_timeout", local_ack_timeout, 0, 31)
         self.retry_count = int_param("retry_count", retry_count, 0, 7)
+        self.max_peer_response_timeout = int_param(
+            "max_peer_response_timeout", max_peer_response_timeout, 0, 31)
         self.time_wait_ns = int_param("time_wait_ns", time_wait_ns, 0, TICK_NS << 31)
         self.time_wait_ticks = -(-self.time_wait_ns // TICK_NS)
         if not isinstance(psn_from_req, bool):

@@ -189,11 +189,15 @@ class IbCm:
     (0..15): how many times our REQ is sent again. ``local_ack_timeout``, ``retry_count``,
     ``rnr_retry_count``: what our REQ states for the QP (and the REP's RNR retry count).
     ``time_wait_ns``: the time-wait (default: the local ACK timeout's 4.096 us x 2^t).
-    ``accept``: a function of a :class:`ConnectRequest` returning whether to take it (None:
-    take all). ``seed``: of the starting PSNs, communication IDs and transaction IDs.
-    ``first_comm_id`` (1..2^32-1): the first communication ID handed out, instead of one drawn
-    from ``seed`` (the next ones count up from it as usual). ``psn``: a function of no argument
-    returning each new connection's starting PSN (24 bits), instead of drawing it from ``seed``;
+    ``max_peer_response_timeout`` (0..31, default 31: none cut): the longest wait for the
+    peer's answer to our REQ, REP or DREQ: the CM response timeout a REQ states (the peer's,
+    or ours in our REQ) cut to it when longer, for our timers only (our REQ still states
+    ``cm_response_timeout``). ``accept``: a function of a :class:`ConnectRequest`
+    returning whether to take it (None: take all). ``seed``: of the starting PSNs,
+    communication IDs and transaction IDs. ``first_comm_id`` (1..2^32-1): the first
+    communication ID handed out, instead of one drawn from ``seed`` (the next ones count up
+    from it as usual). ``psn``: a function of no argument returning each new connection's
+    starting PSN (24 bits), instead of drawing it from ``seed``;
     or ``"req"``: a passive connection starts at its REQ's starting PSN (a node whose QPs count
     one PSN for both directions; an active one still draws its own).
     The two make the model's choices those of a node that counts its IDs and draws its PSNs
@@ -211,7 +215,7 @@ class IbCm:
                  responder_resources=1, initiator_depth=1, max_mtu=4096,
                  cm_response_timeout=20, max_cm_retries=15, local_ack_timeout=14,
                  retry_count=7, rnr_retry_count=7, time_wait_ns=None, accept=None, seed=0,
-                 first_comm_id=None, psn=None, first_tid=None):
+                 first_comm_id=None, psn=None, first_tid=None, max_peer_response_timeout=31):
         if not callable(getattr(pool, "allocate", None)) or not callable(getattr(pool, "free",
                                                                                    None)):
             raise ValueError(f"pool must have allocate() and free(qpn), not {pool!r}")
@@ -229,6 +233,8 @@ class IbCm:
         self.local_ack_timeout = _check_int("local_ack_timeout", local_ack_timeout, 0, 31)
         self.retry_count = _check_int("retry_count", retry_count, 0, 7)
         self.rnr_retry_count = _check_int("rnr_retry_count", rnr_retry_count, 0, 7)
+        self.max_peer_response_timeout = _check_int(
+            "max_peer_response_timeout", max_peer_response_timeout, 0, 31)
         if time_wait_ns is None:
             time_wait_ns = I.cm_timeout_ns(local_ack_timeout)
         self.time_wait_ns = _check_int("time_wait_ns", time_wait_ns, 0, 1 << 63)
@@ -356,7 +362,8 @@ class IbCm:
                           retry_count=self.retry_count, rnr_retry_count=self.rnr_retry_count,
                           responder_resources=self.responder_resources,
                           initiator_depth=self.initiator_depth, private_data=private_data,
-                          peer_timeout_ns=I.cm_timeout_ns(self.cm_response_timeout),
+                          peer_timeout_ns=I.cm_timeout_ns(min(
+                              self.cm_response_timeout, self.max_peer_response_timeout)),
                           max_retries=self.max_cm_retries)
         self.connections[conn.local_comm_id] = conn
         self.counters["connects"] += 1
@@ -610,7 +617,8 @@ class IbCm:
             initiator_depth=min(self.initiator_depth, f["responder_resources"]),
             local_ack_timeout=f["primary_local_ack_timeout"], retry_count=f["retry_count"],
             rnr_retry_count=f["rnr_retry_count"], private_data=app_data,
-            peer_timeout_ns=I.cm_timeout_ns(f["local_cm_response_timeout"]),
+            peer_timeout_ns=I.cm_timeout_ns(min(f["local_cm_response_timeout"],
+                                                self.max_peer_response_timeout)),
             max_retries=f["max_cm_retries"])
         self.connections[conn.local_comm_id] = conn
         region = self.region or Region(0, 0, 0)

@@ -681,7 +681,8 @@ def run_timed(sc, width, *, end, connections, idle=0.3, backpressure=0.3, seed=0
     """The scenario's MADs (each sent from its cycle on, after the one before) and packets
     through the blocks until cycle ``end``; returns the chain, the watch, ``[(dst_ip, mad)]``
     sent and the blocks' QP pool."""
-    ours = {k: sc.model[k] for k in ("cm_response_timeout", "max_cm_retries") if k in sc.model}
+    ours = {k: sc.model[k] for k in ("cm_response_timeout", "max_cm_retries",
+                                     "max_peer_response_timeout") if k in sc.model}
     dut = Chain(width, ca_guid=GUID, rnr_retry_count=RNR,
                 **({"cm_response_timeout": RESP_TIME} | ours),
                 ports=[PORT, PORT2], connections=connections, first_comm_id=FIRST_CID,
@@ -928,6 +929,49 @@ def test_dreq_sent_again_then_time_wait(width):
     assert {k: node.counters[k] for k in ("retransmits", "dreq_timeouts", "timewait_exits")} \
         == {"retransmits": 3, "dreq_timeouts": 1, "timewait_exits": 2}
     assert node.connections == {} and len(watch.frees) == 2
+
+
+@pytest.mark.parametrize("width", [64])
+def test_peer_response_timeout_cut(width):
+    """``max_peer_response_timeout`` cuts a REQ's longer local CM response timeout (a host
+    that asks for 2^6 ticks gets its DREQs 2^2 ticks apart, as a REQ asking for 2^2 would) and
+    leaves a shorter one (2^1); the REP's wait likewise. A tick is 32 cycles here."""
+    sc = Timed(clk_hz=7_812_500, max_peer_response_timeout=2)
+    A, B, C = HOST, HOST2, HOST + 7
+    sc.host(A, **_host_timers(6, 2))
+    sc.host(B, **_host_timers(1, 1))
+    sc.host(C, **_host_timers(9, 1))
+    sc.at(0).connect(A)
+    sc.at(20).connect(B)
+    sc.at(40).lost_rep(C)                                   # REP at 40, 168; REJ at 296
+    sc.at(300).close(sc.fpga.connections[FIRST_CID].qpn)     # DREQ at 300, 428, 556; 684
+    sc.at(320).close(sc.fpga.connections[FIRST_CID + 1].qpn)  # DREQ at 320, 384; 448
+    watch, node, story = check_timed(sc, width, end=1100, seed=4)
+    assert [(n, c is None) for n, c in story[A]] == [("REP", True), ("DREQ", True),
+                                                      ("DREQ", False), ("DREQ", False)]
+    assert [(n, c is None) for n, c in story[B]] == [("REP", True), ("DREQ", True),
+                                                      ("DREQ", False)]
+    assert [(n, c is None) for n, c in story[C]] == [("REP", True), ("REP", False),
+                                                      ("REJ", False)]
+    assert {k: node.counters[k] for k in ("dreq_timeouts", "rep_timeouts", "timewait_exits")} \
+        == {"dreq_timeouts": 2, "rep_timeouts": 1, "timewait_exits": 2}
+    assert node.connections == {} and len(watch.frees) == 3
+
+
+@pytest.mark.parametrize("width", [64])
+def test_our_req_waits_at_most_the_cut(width):
+    """Our REQ states our CM response timeout (2^6 ticks) and waits at most
+    ``max_peer_response_timeout``'s 2^2 ticks for the REP: sent again at 128 and 256 cycles,
+    REJ TIMEOUT at 384, as a REQ of 2^2 would. A tick is 32 cycles here."""
+    sc = Timed(clk_hz=7_812_500, cm_response_timeout=6, max_cm_retries=2,
+               max_peer_response_timeout=2)
+    A = HOST
+    sc.host(A, ports=[PORT])
+    sc.at(0).fpga_connect(A)                       # REQ at 0, 128, 256; REJ at 384
+    watch, node, story = check_timed(sc, width, end=600, seed=8)
+    assert [(n, c is None) for n, c in story[A]] == [("REQ", True), ("REQ", False),
+                                                      ("REQ", False), ("REJ", False)]
+    assert node.counters["req_timeouts"] == 1 and len(watch.frees) == 1
 
 
 @pytest.mark.parametrize("width", [64, 512])

@@ -16,6 +16,8 @@ from rocegen.sim.apps import rxe, rxe_guest, rxe_story, serve
 from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.sim.testing.vectors import read_vectors
+from rocegen.wire import headers as H
+from rocegen.wire import ibcm as I
 
 
 def _frame(bth, payload=b"", *, from_host=True):
@@ -51,6 +53,26 @@ def test_frames_by_direction_and_kind(tmp_path):
                      ("from_fpga", "NAK remote access"), ("from_fpga", "RDMA_READ_REQUEST")]
     counts = rxe.classify_pcap(path)
     assert counts["to_fpga"]["duplicate"] == 1 and counts["from_fpga"]["duplicate"] == 0
+
+
+def _mad(attribute_id, *, from_host=True, mgmt_class=I.MGMT_CLASS_CM):
+    """A MAD of the IB CM's class to QP1 (a UD SEND_ONLY), its attribute ``attribute_id``."""
+    hdr = I.MAD_HDR.pack(base_version=1, mgmt_class=mgmt_class, class_version=2, method=3,
+                         status=0, class_specific=0, transaction_id=9,
+                         attribute_id=attribute_id, reserved=0, attribute_modifier=0)
+    deth = H.DETH.pack(qkey=I.QP1_QKEY, reserved=0, src_qp=1)
+    return _frame(BTH(opcode=0x64, dqpn=1, psn=0), deth + hdr + bytes(232), from_host=from_host)
+
+
+def test_the_cms_mads_counted_by_message(tmp_path):
+    """A UD SEND_ONLY to QP1 of the CM's class is also counted by its message (``CM DREQ``,
+    ...); another class's, or a SEND to another QP, only as a UD SEND_ONLY."""
+    frames = [_mad(I.ATTR_REQ), _mad(I.ATTR_REP, from_host=False),
+              _mad(I.ATTR_DREQ, from_host=False), _mad(I.ATTR_DREQ, from_host=False),
+              _mad(I.ATTR_DREP), _mad(I.ATTR_DREQ, mgmt_class=4)]
+    counts = rxe.classify_pcap(_pcap(tmp_path / "c.pcap", frames))
+    assert counts["to_fpga"] == {"UD_SEND_ONLY": 3, "CM REQ": 1, "CM DREP": 1}
+    assert counts["from_fpga"] == {"UD_SEND_ONLY": 3, "CM REP": 1, "CM DREQ": 2}
 
 
 def test_vectors_one_of_each_kind_round_trip(tmp_path):
@@ -128,6 +150,49 @@ def test_the_story_judges_what_the_agent_answers(monkeypatch, step, answers, ver
                                    "atomics; 2 originals READ back from the FPGA, 2 distinct")
 
 
+class _Fpga:
+    """The FPGA's status as ``cm:loop`` sees it: each cmtime round establishes ``qps``
+    connections; each ends its time-wait and frees its QP, but for the ``leak`` first ones."""
+
+    def __init__(self, qps=2, leak=0):
+        self.qps, self.leak = qps, leak
+        self.st = {"num_qps": qps, "qp_open": 0,
+                   "stats": {"ibcm_established": 5, "ibcm_timewait_exits": 5}}
+
+    def status(self, *_):
+        return json.loads(json.dumps(self.st))
+
+    def wait(self, ok, wait=0):
+        st = self.status()
+        return st, bool(ok(st))
+
+    def cmtime(self, cmd):
+        s = self.st["stats"]
+        s["ibcm_established"] += self.qps
+        kept = min(self.leak, self.qps)
+        self.leak -= kept
+        s["ibcm_timewait_exits"] += self.qps - kept
+        self.st["qp_open"] |= (1 << kept) - 1
+        table = "".join(f"{name}: 1 1 1 1\n" for name in rxe_story.CMTIME_STEPS)
+        return {}, 0, table, "", 1.0
+
+
+@pytest.mark.parametrize("leak, ok, rounds", [(0, True, 3), (1, False, 1)])
+def test_the_loop_step_finds_a_qp_that_leaked(monkeypatch, leak, ok, rounds):
+    """``cm:loop`` passes when every round's QPs came back; a QP kept after a round fails it
+    there (the next round would find one QP short)."""
+    fpga = _Fpga(leak=leak)
+    monkeypatch.setattr(rxe_story, "fpga_status", fpga.status)
+    monkeypatch.setattr(rxe_story, "fpga_wait", fpga.wait)
+    monkeypatch.setattr(rxe_story, "run_tool", fpga.cmtime)
+    job = {"fpga_ip": FPGA_IP, "qps": 1, "count": 2, "size": 100, "rdma_cm_port": 7470,
+           "loops": 3}
+    (r,) = rxe_story.play(job, "cm:loop")
+    assert r["ok"] is ok and len(r["json"]["rounds"]) == rounds
+    assert r["cmd"][-2:] == ["-c", "2"] and r["json"]["fpga"]["ibcm_established"] == 2 * rounds
+    assert [x["free_after"] for x in r["json"]["rounds"]] == [True] * (rounds - 1) + [ok]
+
+
 def _rxe_args(*argv):
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="cmd")
@@ -142,6 +207,9 @@ def _rxe_args(*argv):
     (["--host-timeout", "32"], "--host-timeout must be 0..31"),
     (["--host-rnr-retry", "8"], "--host-rnr-retry must be 0..7"),
     (["--fpga-timeout", "0"], "--fpga-timeout must be 1..31"),
+    (["--cm-timeout", "32"], "--cm-timeout must be 1..31"),
+    (["--cm-loops", "0"], "--cm-loops must be 1..1000"),
+    (["--steps", "cm:mixed"], "must begin with connect"),
     (["--recv-depth", "0"], "--recv-depth must be 1..4096"),
     (["--", "--tap"], "--tap is set by rocegen sim rxe"),
 ])
