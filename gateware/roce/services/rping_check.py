@@ -38,7 +38,8 @@ class RpingCheck(wiring.Component):
     Ports
     -----
     arm : In(stream.Signature(check_arm_layout(addr_width), always_ready=True))
-        A new check: of the buffer from word ``rdma``, for the ping of ``text``.
+        A new check: of the buffer from word ``rdma``, for the ping of ``text`` (``rdma``
+        should come from a register: the block adds the buffer's words to it).
     snoop : In(stream.Signature(mem_write_layout(width, addr_width), always_ready=True))
         Every word the responder writes into local memory (its write port's handshakes).
     ok : Out(1)
@@ -72,23 +73,24 @@ class RpingCheck(wiring.Component):
         pat = m.submodules.pattern = self.pattern
         nbytes, words = self.width // 8, pat.words
         rdma, text = Signal(self.addr_width), Signal(RPING_TEXT)
+        end, expect = Signal(self.addr_width + 1), Signal(self.addr_width + 1)
         nxt, letter, bad = Signal(range(words + 1)), Signal(6), Signal()
         # 1: the write, registered
         s1 = Signal(mem_write_layout(self.width, self.addr_width))
         v1 = Signal()
         m.d.sync += [v1.eq(self.snoop.valid), s1.eq(self.snoop.payload)]
         # 2: inside the buffer? the next word? its expected bytes
-        idx = Signal(self.addr_width)
-        m.d.comb += [idx.eq(s1.addr - rdma), pat.text.eq(text), pat.word.eq(nxt),
-                     pat.letter.eq(letter)]
-        hit = v1 & (s1.addr >= rdma) & (idx < words)
+        m.d.comb += [pat.text.eq(text), pat.word.eq(nxt), pat.letter.eq(letter)]
+        hit = v1 & (s1.addr >= rdma) & (s1.addr < end)
+        in_order = s1.addr == expect
         v2, out_of_order = Signal(), Signal()
         exp, exp_be, got, got_be = (Signal(self.width), Signal(nbytes), Signal(self.width),
                                     Signal(nbytes))
-        m.d.sync += [v2.eq(hit), out_of_order.eq(hit & (idx != nxt)), exp.eq(pat.data),
+        m.d.sync += [v2.eq(hit), out_of_order.eq(hit & ~in_order), exp.eq(pat.data),
                      exp_be.eq(pat.be), got.eq(s1.data), got_be.eq(s1.be)]
-        with m.If(hit & (idx == nxt)):
-            m.d.sync += [nxt.eq(nxt + 1), letter.eq(next_letter(letter, self.width))]
+        with m.If(hit & in_order):
+            m.d.sync += [nxt.eq(nxt + 1), expect.eq(expect + 1),
+                         letter.eq(next_letter(letter, self.width))]
         # 3: the bytes compared
         diff = Signal(nbytes)
         m.d.sync += diff.eq(0)
@@ -102,7 +104,8 @@ class RpingCheck(wiring.Component):
         m.d.comb += self.ok.eq((nxt == words) & ~bad)
         with m.If(self.arm.valid):
             a = self.arm.payload
-            m.d.sync += [rdma.eq(a.rdma), text.eq(a.text), nxt.eq(0), bad.eq(0),
+            m.d.sync += [rdma.eq(a.rdma), end.eq(a.rdma + words), expect.eq(a.rdma),
+                         text.eq(a.text), nxt.eq(0), bad.eq(0),
                          letter.eq(first_letter(m, a.text)), v1.eq(0), v2.eq(0), diff.eq(0)]
         return m
 

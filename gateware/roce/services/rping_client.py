@@ -1,6 +1,6 @@
 """An rping client in gateware: the FPGA pings a host's ``rping -s``."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.memport import MemWriteSignature, check_addr_width, mem_write_layout
 from rocegen.gateware.lib.stream import check_width
 from rocegen.gateware.roce.layouts import WORK_REQUEST, WrOpcode, check_num_qps
-from rocegen.gateware.roce.responder.resp_layouts import RECV_POST, RESP_CONFIG_WRITE
+from rocegen.gateware.roce.responder.resp_layouts import RECV_POST, RESP_CONFIG_WRITE, RecvOpcode
 from rocegen.gateware.roce.services.rping_check import RpingCheck
 from rocegen.gateware.roce.services.rping_fill import RpingFill
 from rocegen.gateware.roce.services.rping_layouts import (
@@ -93,7 +93,8 @@ class RpingClient(wiring.Component):
     Behaviour
     ---------
     One event at a time, ``opened`` first, then ``cpl``, then ``recv_cpl``. An event taken in
-    cycle t is decided in t + 1 (the state is in registers, the R_Key read from the copy);
+    cycle t is decided in t + 1 (the state is in registers, the R_Key read from the copy, the
+    event's QP compared and a receive's length checked as it is taken);
     the fill it asks for runs from t + 2 (two advertisements and the ping's words, one a
     cycle), then its receive buffer, SEND and disconnect are offered from registers; the next
     event is taken the cycle after the last is taken. The check's verdict holds the writes
@@ -156,6 +157,7 @@ class RpingClient(wiring.Component):
         m.d.sync += [getattr(self, name).eq(s) for name, s in strobes.items()]
         with m.FSM():
             with m.State("TAKE"):
+                d.precompute()
                 with m.If(take_event(m, self, ev, (rk_r,))):
                     m.next = "DECIDE"
             with m.State("DECIDE"):
@@ -205,18 +207,40 @@ class _Decision:
             "do_recv", "do_wr", "do_disc", "do_fill"))
         self.recv, self.wr, self.disc_qp = Signal(RECV_POST), Signal(WORK_REQUEST), Signal(8)
         self.count = {name: Signal(name=f"decide_{name}") for name in CLIENT_COUNTERS}
+        self.mine, self.bogus, self.last = Signal(), Signal(), Signal()
 
-    def _slice(self, qp):
+    def _addresses(self, qp):
+        """The connection's addresses for QP ``qp``, one adder each: the slice's byte address,
+        the advertisements' (by :class:`ClientKind`), the slice's and ``rdma_buf``'s word
+        addresses."""
         c = self.c
-        return c.base + (qp << (c.bytes_per_qp.bit_length() - 1))
+        s, b = c.bytes_per_qp.bit_length() - 1, _log2(c.width // 8)
+        a, buf = c.fill.align, c.fill.buf_bytes
+        return {"slice": c.base + (qp << s),
+                ClientKind.READ_ADV: c.base + a + (qp << s),
+                ClientKind.WRITE_ADV: c.base + 2 * a + (qp << s),
+                "slice_w": (c.base >> b) + (qp << (s - b)),
+                "rdma_w": ((c.base + 3 * a + buf) >> b) + (qp << (s - b))}
+
+    def precompute(self):
+        """In the cycle an event is taken: whether it is the connection's QP's (``mine``) and,
+        for a receive completion, whether it is bogus (another length, not a SEND, not the
+        receive slot's), registered beside the event (the decision then needs fewer levels)."""
+        m, c = self.m, self.c
+        o, cp, r = c.opened.payload, c.cpl.payload, c.recv_cpl.payload
+        qp = Mux(c.opened.valid, o.qp, Mux(c.cpl.valid, cp.qp, r.qp))
+        m.d.sync += [self.mine.eq((self.phase != ClientPhase.OFF) & (qp == self.qp)),
+                     self.bogus.eq((r.wr_id != ClientKind.RECV.value) |
+                                   (r.opcode != RecvOpcode.SEND) | (r.length != ADV_BYTES))]
 
     def decide(self, rkey):
         m, ev = self.m, self.ev
-        mine = (self.phase != ClientPhase.OFF) & (ev.qp == self.qp)
-        slice_addr = Signal(32)
-        m.d.comb += [slice_addr.eq(self._slice(self.qp)), self.disc_qp.eq(self.qp),
+        mine = self.mine
+        regs = self.regs = {k: Signal(32, name=f"conn_{getattr(k, 'name', k)}")
+                            for k in self._addresses(ev.qp)}
+        m.d.comb += [self.disc_qp.eq(self.qp),
                      self.recv.qp.eq(self.qp), self.recv.wr_id.eq(ClientKind.RECV.value),
-                     self.recv.addr.eq(slice_addr), self.recv.length.eq(ADV_BYTES),
+                     self.recv.addr.eq(regs["slice"]), self.recv.length.eq(ADV_BYTES),
                      self.wr.qp.eq(self.qp), self.wr.opcode.eq(WrOpcode.SEND),
                      self.wr.length.eq(ADV_BYTES)]
         with m.Switch(ev.kind):
@@ -238,20 +262,23 @@ class _Decision:
         with m.If(self.phase != ClientPhase.OFF):
             m.d.comb += [self.count["busy"].eq(1), self.do_disc.eq(1), self.disc_qp.eq(ev.qp)]
         with m.Else():
+            new = self._addresses(ev.qp)
             start = RPING_TEXT.const({"digits": [0] * 5, "nd": 1, "start": 0})
             m.d.sync += [self.qp.eq(ev.qp), self.phase.eq(ClientPhase.READ_ADV),
-                         self.ping.eq(0), self.text.eq(start),
-                         job.slice.eq(self._slice(ev.qp) >> _log2(c.width // 8)),
-                         job.rkey.eq(rkey), job.adverts.eq(1), job.text.eq(start)]
+                         self.ping.eq(0), self.last.eq(c.count == 1), self.text.eq(start),
+                         *(self.regs[k].eq(v) for k, v in new.items()),
+                         job.slice.eq(new["slice_w"]), job.rkey.eq(rkey), job.adverts.eq(1),
+                         job.text.eq(start)]
             m.d.comb += [self.do_fill.eq(1), self.do_recv.eq(1),
-                         self.recv.qp.eq(ev.qp), self.recv.addr.eq(self._slice(ev.qp)),
-                         self.wr.qp.eq(ev.qp)]
-            self._send(ClientKind.READ_ADV, ev.qp)
+                         self.recv.qp.eq(ev.qp), self.recv.addr.eq(new["slice"]),
+                         self.wr.qp.eq(ev.qp), self.do_wr.eq(1),
+                         self.wr.wr_id.eq(ClientKind.READ_ADV.value),
+                         self.wr.local_addr.eq(new[ClientKind.READ_ADV])]
 
-    def _send(self, kind, qp):
-        a = self.c.fill.align
+    def _send(self, kind):
+        """The SEND of the connection's advertisement ``kind``."""
         self.m.d.comb += [self.do_wr.eq(1), self.wr.wr_id.eq(kind.value),
-                          self.wr.local_addr.eq(self._slice(qp) + kind.value * a)]
+                          self.wr.local_addr.eq(self.regs[kind])]
 
     def _end(self, counter, disconnect=True):
         m = self.m
@@ -269,30 +296,29 @@ class _Decision:
         check, job = c.check.arm, c.fill.job.payload
         with m.If(~ev.ok):
             self._status()
-        with m.Elif((ev.wr_id != ClientKind.RECV.value) | ~ev.is_send |
-                    (ev.length != ADV_BYTES)):
+        with m.Elif(self.bogus):
             self._end("bogus")
         with m.Elif(self.phase == ClientPhase.READ_ADV):
             m.d.comb += [self.do_recv.eq(1), check.valid.eq(1),
-                         check.payload.rdma.eq((self._slice(self.qp) + 3 * c.fill.align +
-                                                c.fill.buf_bytes) >> _log2(c.width // 8)),
+                         check.payload.rdma.eq(self.regs["rdma_w"]),
                          check.payload.text.eq(self.text)]
             m.d.sync += self.phase.eq(ClientPhase.WRITE_ADV)
-            self._send(ClientKind.WRITE_ADV, self.qp)
+            self._send(ClientKind.WRITE_ADV)
         with m.Elif(~c.check.ok):
             self._end("mismatch")
-        with m.Elif(self.ping == c.count - 1):
+        with m.Elif(self.last):
             m.d.comb += self.count["pings"].eq(1)
             self._end("done")
         with m.Else():
             new = Signal(RPING_TEXT)
             next_text(m, self.text, new)
             m.d.comb += [self.count["pings"].eq(1), self.do_recv.eq(1), self.do_fill.eq(1)]
-            m.d.sync += [self.ping.eq(self.ping + 1), self.text.eq(new),
+            m.d.sync += [self.ping.eq(self.ping + 1), self.last.eq(self.ping + 2 == c.count),
+                         self.text.eq(new),
                          self.phase.eq(ClientPhase.READ_ADV),
-                         job.slice.eq(self._slice(self.qp) >> _log2(c.width // 8)),
-                         job.adverts.eq(0), job.text.eq(new)]
-            self._send(ClientKind.READ_ADV, self.qp)
+                         job.slice.eq(self.regs["slice_w"]), job.adverts.eq(0),
+                         job.text.eq(new)]
+            self._send(ClientKind.READ_ADV)
 
 
 def _log2(n):

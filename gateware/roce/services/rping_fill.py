@@ -48,9 +48,10 @@ class RpingFill(wiring.Component):
 
     Behaviour
     ---------
-    A job is started the cycle after its ``valid`` is first seen; its writes leave from a
-    register, one a cycle while ``w.ready`` is high (backpressure holds them), the first
-    offered two cycles after ``valid`` rose.
+    A job is started the cycle after its ``valid`` is first seen (its addresses computed
+    into registers then); its writes leave from a register, one a cycle while ``w.ready`` is
+    high (backpressure holds them), the first offered two cycles after ``valid`` rose. The
+    buffers' byte addresses are below 2^32 (the advertisements' top four bytes are 0).
     """
 
     def __init__(self, width, addr_width, size):
@@ -72,47 +73,49 @@ class RpingFill(wiring.Component):
         m = Module()
         pat = m.submodules.pattern = self.pattern
         nbytes, j = self.width // 8, self.job.payload
-        advs = 2 * self.adv_words
+        advs, a_words = 2 * self.adv_words, self.align // nbytes
         total = advs + pat.words
+        shift = (nbytes - 1).bit_length()
         k = Signal(range(total + 1))         # the next write's index
-        running, letter = Signal(), Signal(6)
-        in_buf = Signal()
-        m.d.comb += in_buf.eq(k >= advs)
-        m.d.comb += [pat.text.eq(j.text), pat.letter.eq(letter),
-                     pat.word.eq(Mux(in_buf, k - advs, 0))]
-        first = Signal(self.addr_width)
-        m.d.comb += first.eq(Mux(j.adverts, 0, advs))
-        word, be = self._adverts(m, k)
+        addr = Signal(self.addr_width)       # ... and its word address
+        word_k = Signal(range(pat.words))    # the next buffer word
+        running, letter, in_buf = Signal(), Signal(6), Signal()
+        start, rdma = Signal(32), Signal(32)  # the buffers' byte addresses
+        m.d.comb += [in_buf.eq(k >= advs), pat.text.eq(j.text), pat.letter.eq(letter),
+                     pat.word.eq(word_k)]
+        word, be = self._adverts(m, k, start, rdma)
         with m.If(in_buf):
             m.d.comb += [word.eq(pat.data), be.eq(pat.be)]
-        addr = Signal(self.addr_width)
-        a_words = self.align // nbytes
-        m.d.comb += addr.eq(j.slice + a_words + Mux(in_buf, 2 * a_words + k - advs, k))
         more = running & (k < total)
         with m.If(~self.w.valid | self.w.ready):
             m.d.sync += [self.w.valid.eq(more), self.w.payload.addr.eq(addr),
                          self.w.payload.data.eq(word), self.w.payload.be.eq(be)]
             with m.If(more):
-                m.d.sync += k.eq(k + 1)
+                m.d.sync += [k.eq(k + 1), addr.eq(addr + 1)]
                 with m.If(in_buf):
-                    m.d.sync += letter.eq(next_letter(letter, self.width))
+                    m.d.sync += [word_k.eq(word_k + 1),
+                                 letter.eq(next_letter(letter, self.width))]
         with m.If(self.job.valid & ~running):
-            m.d.sync += [running.eq(1), k.eq(first), letter.eq(first_letter(m, j.text))]
+            # (each address one adder from the job's slice)
+            m.d.sync += [running.eq(1), word_k.eq(0), letter.eq(first_letter(m, j.text)),
+                         k.eq(Mux(j.adverts, 0, advs)),
+                         addr.eq(Mux(j.adverts, j.slice + a_words, j.slice + 3 * a_words)),
+                         start.eq((j.slice << shift) + 3 * self.align),
+                         rdma.eq((j.slice << shift) + 3 * self.align + self.buf_bytes)]
         with m.If(running & (k == total) & self.w.valid & self.w.ready):
             m.d.comb += self.job.ready.eq(1)
             m.d.sync += running.eq(0)
         return m
 
-    def _adverts(self, m, k):
-        """The word and byte enables of write ``k`` while it is an advertisement's."""
+    def _adverts(self, m, k, start, rdma):
+        """The word and byte enables of write ``k`` while it is an advertisement's (the
+        buffers' byte addresses ``start`` and ``rdma``, below 2^32)."""
         nbytes, j = self.width // 8, self.job.payload
         word, be = Signal(self.width), Signal(nbytes)
-        start = Signal(64)
-        m.d.comb += start.eq(j.slice * nbytes + 3 * self.align)
         advs = []
-        for buf in (start, start + self.buf_bytes):
+        for buf in (start, rdma):
             # (buf u64, rkey u32, size u32), big-endian: byte 0 in lane 0
-            advs.append(Cat(_big_endian(buf, 8), _big_endian(j.rkey, 4),
+            advs.append(Cat(C(0, 32), _big_endian(buf, 4), _big_endian(j.rkey, 4),
                             _big_endian(C(self.size, 32), 4)))
         if self.adv_words == 1:
             m.d.comb += [word.eq(Mux(k[0], advs[1], advs[0])), be.eq((1 << ADV_BYTES) - 1)]

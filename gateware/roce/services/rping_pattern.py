@@ -1,6 +1,6 @@
 """One word of an rping ping's buffer, made from the ping's text: rping's ``start_buf``."""
 
-from amaranth.hdl import Array, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -78,7 +78,7 @@ class RpingPattern(wiring.Component):
     Behaviour
     ---------
     Combinational. A lane's letter is (``letter`` + ``j``) mod 58, so ``letter`` must be below
-    58.
+    58 (a table of ``letter`` per lane).
     """
 
     def __init__(self, width, size):
@@ -101,12 +101,12 @@ class RpingPattern(wiring.Component):
         prefix = Array(Const(b, 8) for b in _PREFIX)
         for j in range(nbytes):
             pos = Signal(range(self.words * nbytes), name=f"pos{j}")
-            m.d.comb += pos.eq(self.word * nbytes + j)
+            m.d.comb += pos.eq(Cat(Const(j, (nbytes - 1).bit_length()), self.word)
+                               if nbytes > 1 else self.word)
             lane = self.data.word_select(j, 8)
-            v = Signal(7, name=f"letter{j}")
-            m.d.comb += v.eq(self.letter + j % LETTERS)
-            wrapped = Mux(v >= LETTERS, v - LETTERS, v)[:6]      # (v below 2 * 58)
-            m.d.comb += [lane.eq(_FIRST + wrapped), self.be[j].eq(pos < self.size)]
+            # (the lane's letter: a table of the word's first letter, one LUT level a bit)
+            letters = Array(Const(_FIRST + (v + j) % LETTERS, 8) for v in range(LETTERS))
+            m.d.comb += [lane.eq(letters[self.letter]), self.be[j].eq(pos < self.size)]
             if j < TEXT_MAX:
                 self._text(m, lane, pos, j, text_words, prefix, digits)
             with m.If(pos >= self.size - 1):
