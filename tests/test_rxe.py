@@ -14,7 +14,9 @@ is open, ``rping`` through the IB CM takes the pool's other QP and both carry ch
 (``cm:mixed``); rping's host vanishes (the link cut both ways under a busy connection): the
 FPGA's QP runs out of retries, its IB CM sends its DREQ and sends it again as often as Linux's
 REQ allows, unanswered, waits out the time-wait and gives the QP back, and rping connects
-again (``cm:vanish``); the FPGA connects to ``rdma_server`` a second time in the run; cmtime
+again (``cm:vanish``); the FPGA connects a second time in the run, as rping's client, to
+stock ``rping -s`` in the guest (``cm:rping_server``: ten pings, each printed by rping as
+rping's own client makes it, each compared by the FPGA); cmtime
 takes every QP of the FPGA at once, twice, each QP free again after each round
 (``cm:loop``), no QP held after it. A tenth of the RoCEv2 frames (the CM's MADs too)
 is lost each way. Every byte is checked (by the host agent against
@@ -44,7 +46,7 @@ COUNT, SIZE = 2, 2500
 STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "fpga:FETCH_ADD", "host:WRITE",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "cm:mixed", "stop",
          "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server", "cm:vanish",
-         "cm:rdma_server", "cm:loop", "cm:connect", "host:WRITE", "host:READ", "stop")
+         "cm:rping_server", "cm:loop", "cm:connect", "host:WRITE", "host:READ", "stop")
 #: cm:loop's rounds in the gate (each: cmtime on every QP of the FPGA)
 LOOPS = 2
 #: the FPGA's QPs (``rocegen sim rxe`` builds at least 2: the agent's one and the IB CM's)
@@ -199,14 +201,25 @@ def test_the_fpga_connects_to_rdma_server(lossy):
     """The FPGA as librdmacm's client: it connects (``rdma_cm_connect``) to the ``rdma_server``
     example listening in the guest (Linux's CM takes its REQ, answers with a REP, gets the
     RTU), SENDs its 16 bytes; rdma_server SENDs 16 back (the FPGA's receive completion) and
-    disconnects; it ended ``rdma_server: end 0``. Twice in the run, each a connect of its
-    own."""
-    servers = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_server"]
-    # (twice in the run: the FPGA connects again for the connect file's new content)
-    assert [(s["ok"], s["rdma_server"]["seq"], s["rdma_server"]["fpga"].get("seq"),
-             s["rdma_server"]["fpga"].get("ok")) for s in servers] == \
-        [(True, "1", "1", True), (True, "2", "2", True)], servers
-    assert all(s["rdma_server"]["fpga_established"] >= 1 for s in servers), servers
+    disconnects; it ended ``rdma_server: end 0``. The first of the FPGA's two connects in the
+    run (the second: cm:rping_server)."""
+    (s,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_server"]
+    r = s["rdma_server"]
+    assert (s["ok"], r["seq"], r["fpga"].get("seq"), r["fpga"].get("ok")) == \
+        (True, "1", "1", True), s
+    assert r["fpga_established"] >= 1, s
+
+
+def test_the_fpgas_rping_client_pings_rping_s(lossy):
+    """The FPGA as rping's client: it connects to stock ``rping -s -v`` in the guest (the
+    run's second connect of the FPGA, the connect file's new content), runs its ten pings of
+    3000 bytes (rping READs each from the FPGA's memory and prints it: each is the ping rping's
+    own client makes; it WRITEs it back, the FPGA compares), disconnects, and ``rping -s``
+    ends with status 0; the FPGA counted ten pings, one connection done, no mismatch."""
+    (s,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rping_server"]
+    r = s["rping_server"]
+    assert s["ok"] and r["seq"] == "2" and r["pings"] == 10 and r["pings_right"], s
+    assert r["fpga"] == {"pings": 10, "done": 1, "mismatch": 0}, s
 
 
 def test_frames_were_lost_both_ways_and_recovered(lossy):

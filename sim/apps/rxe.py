@@ -147,7 +147,10 @@ def add_parser(subparsers):
                    "connections at once), cm:rping (rping -c against the FPGA), "
                    "cm:rdma_client (librdmacm's rdma_client against the echo), "
                    "cm:rdma_server (the FPGA connects to librdmacm's rdma_server in the guest, "
-                   f"port {rxe_story.SERVER_PORT}), cm:vanish (rping's host vanishes: the link "
+                   f"port {rxe_story.SERVER_PORT}), cm:rping_server (the FPGA's rping client, "
+                   f"{rxe_story.CLIENT_COUNT} pings of {rxe_story.CLIENT_SIZE} bytes, against "
+                   f"rping -s in the guest, port {rxe_story.CLIENT_PORT}), cm:vanish (rping's "
+                   "host vanishes: the link "
                    "cut under the connection, the FPGA's DREQs unanswered, its time-wait, the "
                    "QP free again, rping again), cm:loop (cmtime on every QP of the FPGA, "
                    "--cm-loops times, every QP free after each) and cm:mixed (after connect: "
@@ -211,7 +214,8 @@ def _validate(args):
         extra = extra[1:]
     for own in ("--tap", "--netns", "--status", "--pcap", "--width", "--qps", "--host-ip",
                 "--host-mac", "--ip", "--rdma-cm-port", "--rdma-cm-time-wait",
-                "--rping-server", "--send-echo"):
+                "--rping-server", "--send-echo", "--rping-client", "--rping-client-size",
+                "--rping-client-count"):
         if own in extra:
             raise ValueError(f"{own} is set by rocegen sim rxe, not after --")
     return steps, extra
@@ -389,7 +393,10 @@ def report(story, final, pcap, guest_manifest):
         if cm is not None:      # librdmacm's cmtime: its table, the connections the FPGA made
             row.update(cmtime=cm["table"], fpga_established=cm["fpga_established"])
         rp = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rping"), None)
-        if rp is not None:      # rping -c: the pings it printed, those the FPGA counted
+        if s["step"] == "cm:rping_server" and s["commands"]:
+            # rping -s against the FPGA's rping client: its pings, the FPGA's counts
+            row.update(rping_server=s["commands"][0]["json"])
+        elif rp is not None:    # rping -c: the pings it printed, those the FPGA counted
             row.update(rping=rp)
         rc = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rdma_client"), None)
         if rc is not None:      # rdma_client: its output, the echoes the FPGA counted
@@ -426,8 +433,9 @@ def report(story, final, pcap, guest_manifest):
 
 
 #: Steps whose messages into the FPGA are not the test pattern its sink checks (rdma_server's
-#: reply: 16 bytes of its own), so the bytes the sink finds wrong then do not count.
-FOREIGN = ("cm:rdma_server",)
+#: reply: 16 bytes of its own; rping -s's WRITEs back into the rping client's buffer), so the
+#: bytes the sink finds wrong then do not count.
+FOREIGN = ("cm:rdma_server", "cm:rping_server")
 
 
 def _cm_lines(r):
@@ -544,7 +552,9 @@ def run(args):
         serve_cmd += ["--rdma-cm-port", f"{args.rdma_cm_port},{rxe_story.RPING_PORT},"
                       f"{rxe_story.ECHO_PORT}", "--rping-server", str(rxe_story.RPING_PORT),
                       "--send-echo", str(rxe_story.ECHO_PORT), "--rdma-cm-time-wait",
-                      str(CM_TIME_WAIT_US)]
+                      str(CM_TIME_WAIT_US), "--rping-client", str(rxe_story.CLIENT_PORT),
+                      "--rping-client-size", str(rxe_story.CLIENT_SIZE),
+                      "--rping-client-count", str(rxe_story.CLIENT_COUNT)]
         if "--timeout" not in extra:
             # (the IB CM's QPs: librdmacm's REQs ask for 2 s, in the FPGA's simulated time; the
             # agent's QPs of UDP 17185 name their own, --fpga-timeout, in their OPEN_QP)

@@ -53,11 +53,12 @@ STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM"
          "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE", "host:WRITE_IMM", "host:SEND",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop",
          "cm:connect", "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server",
+         "cm:rping_server",
          "cm:vanish", "cm:loop", "cm:mixed")
 #: The steps that start the host agent, and those that need none.
 STARTS = ("connect", "cm:connect")
 STANDALONE = ("cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server", "cm:vanish",
-              "cm:loop")
+              "cm:loop", "cm:rping_server")
 #: The FPGA's rping server's port (rping's own default) and what ``cm:rping`` runs against it.
 RPING_PORT = 7174
 RPING_ARGS = ("-C", "10", "-S", "4096", "-V", "-v")
@@ -65,6 +66,11 @@ RPING_ARGS = ("-C", "10", "-S", "4096", "-V", "-v")
 ECHO_PORT = 7471
 #: The port ``rdma_server`` listens on in the guest for the FPGA's connection.
 SERVER_PORT = 7472
+#: ``cm:rping_server``: the FPGA's rping client (built with ``--rping-client`` of the guest's
+#: rping port, rping's own default) runs CLIENT_COUNT pings of CLIENT_SIZE bytes against
+#: ``rping -s`` in the guest (whose buffer, ``-S``, must hold them)
+CLIENT_PORT, CLIENT_SIZE, CLIENT_COUNT = 7174, 3000, 10
+RPING_SERVER_ARGS = ("-S", "4096", "-v")
 #: cmtime's steps (its table's rows)
 CMTIME_STEPS = ("create id", "resolve addr", "resolve route", "create qp", "connect",
                 "disconnect", "destroy")
@@ -158,6 +164,8 @@ def play(job, name):
         return [rdma_client(job)]
     if name == "cm:rdma_server":
         return [rdma_server(job)]
+    if name == "cm:rping_server":
+        return [rping_server(job)]
     if name == "cm:vanish":
         return [vanish(job)]
     if name == "cm:loop":
@@ -448,6 +456,24 @@ def mixed(job):
     return [w, r]
 
 
+def serve_fpga(cmd, port):
+    """Starts ``cmd`` (a server in the guest listening on ``port``), tells the FPGA to connect
+    to it (the connect file: ``PORT SEQ``, SEQ this connect's number in the story) and waits
+    for it to end (at most 300 s). Returns its status, output, error output and SEQ."""
+    seq = next(_CONNECTS)
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)                 # (listening by then; a REQ before is refused and tried again)
+    (OUT / "serve.json.connect").write_text(f"{port} {seq}\n")
+    try:
+        out, err = server.communicate(timeout=300)
+        rc = server.returncode
+    except subprocess.TimeoutExpired:
+        server.kill()
+        out, err = server.communicate()
+        rc, err = -1, err + f"{cmd[0]} did not finish in 300 s"
+    return rc, out, err, seq
+
+
 def rdma_server(job):
     """``cm:rdma_server``: librdmacm's ``rdma_server -p 7472`` listens in the guest; the FPGA is
     told to connect to it (the file ``serve.json.connect`` in the run folder, holding the port
@@ -460,17 +486,7 @@ def rdma_server(job):
     cmd = ["rdma_server", "-p", str(SERVER_PORT)]
     before = fpga_status(time.time() + 1).get("stats", {})
     t = time.monotonic()
-    seq = next(_CONNECTS)
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)                 # (listening by then; a REQ before is refused and tried again)
-    (OUT / "serve.json.connect").write_text(f"{SERVER_PORT} {seq}\n")
-    try:
-        out, err = server.communicate(timeout=300)
-        rc = server.returncode
-    except subprocess.TimeoutExpired:
-        server.kill()
-        out, err = server.communicate()
-        rc, err = -1, err + "rdma_server did not finish in 300 s"
+    rc, out, err, seq = serve_fpga(cmd, SERVER_PORT)
     made = fpga_count("ibcm_connects", before.get("ibcm_connects", 0), 1)
     est = fpga_count("ibcm_established", before.get("ibcm_established", 0), 1)
     status = fpga_settled()
@@ -482,6 +498,44 @@ def rdma_server(job):
             "stderr": (err + out)[-2000:],
             "ok": rc == 0 and "rdma_server: end 0" in out and made >= 1 and est >= 1 and
             mine.get("seq") == str(seq) and bool(mine.get("ok"))}
+
+
+def ping_text(ping, size):
+    """What ``rping -s -v`` prints of ping ``ping`` (its ``start_buf``: ``"rdma-ping-%d: "``,
+    letters from ``A`` on, one more each ping, the last byte 0)."""
+    text = f"rdma-ping-{ping}: "
+    c, out = 65 + ping % 58, [text]
+    for _ in range(len(text), size - 1):
+        out.append(chr(c))
+        c = 65 if c == 122 else c + 1
+    return "".join(out)
+
+
+def rping_server(job):
+    """``cm:rping_server``: stock ``rping -s -p 7174 -S 4096 -v`` listens in the guest; the
+    FPGA is told to connect to it (the connect file, as for ``cm:rdma_server``), and the
+    connection is the FPGA's rping client's: ``CLIENT_COUNT`` pings of ``CLIENT_SIZE`` bytes
+    (the server READs each from the FPGA's memory, WRITEs it back, the FPGA compares), then the
+    FPGA disconnects and ``rping -s`` ends. Passes when rping ends well, printed every ping the
+    FPGA sent as rping's client makes it, and the FPGA counted the pings and one connection
+    done, no mismatch."""
+    cmd = ["rping", "-s", "-a", "0.0.0.0", "-p", str(CLIENT_PORT), *RPING_SERVER_ARGS]
+    before = fpga_status(time.time() + 1).get("stats", {})
+    t = time.monotonic()
+    rc, out, err, seq = serve_fpga(cmd, CLIENT_PORT)
+    pings = [line[len("server ping data: "):] for line in out.splitlines()
+             if line.startswith("server ping data: ")]
+    done = fpga_count("rping_client_done", before.get("rping_client_done", 0), 1)
+    status = fpga_settled()
+    got = {k: status.get("stats", {}).get(f"rping_client_{k}", 0) -
+           before.get(f"rping_client_{k}", 0) for k in ("pings", "done", "mismatch")}
+    right = pings == [ping_text(p, CLIENT_SIZE) for p in range(CLIENT_COUNT)]
+    return {"cmd": cmd, "rc": rc, "wall_s": time.monotonic() - t,
+            "json": {"pings": len(pings), "pings_right": right, "fpga": got,
+                     "fpga_done": done, "seq": str(seq), "output": out[:300] + out[-300:]},
+            "stderr": (err + out)[-2000:],
+            "ok": rc == 0 and right and got == {"pings": CLIENT_COUNT, "done": 1,
+                                                 "mismatch": 0}}
 
 
 def rdma_client(job):

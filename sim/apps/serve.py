@@ -183,6 +183,7 @@ def serve_config(args):
             "pcap": str(Path(args.pcap).resolve()) if args.pcap else None,
             "max_cycles": args.max_cycles, "clock_mhz": board_clock_mhz(args.width),
             "roce_to": args.roce_to, "vlan": args.vlan, "responder": resp,
+            "rping_client_port": params.get("rping_client_port"),
             "loss": {"to_fpga": args.loss_to_fpga, "from_fpga": args.loss_from_fpga,
                      "seed": args.loss_seed}}
     return cfg, conf

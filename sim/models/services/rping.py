@@ -104,7 +104,8 @@ from rocegen.sim.models.responder.responder import RecvStatus
 from rocegen.wire.verbs import CplStatus, WrOpcode
 
 __all__ = ["ADV_BYTES", "RPING_MIN_SIZE", "RPING_MAX_SIZE", "WrKind", "Phase", "COUNTERS",
-           "pack_adv", "unpack_adv", "ping_data", "check_qps_and_width", "RpingMemory",
+           "pack_adv", "unpack_adv", "ping_data", "check_qps_and_width", "check_slices",
+           "RpingMemory",
            "RecvPost", "RkeyWrite", "WorkRequest", "Actions", "RpingServer", "MemoryRegion",
            "RpingClient"]
 
@@ -176,6 +177,16 @@ def check_qps_and_width(num_qps, width):
         raise ValueError(f"width must be 64, 128, 256 or 512, not {width}")
 
 
+def check_slices(num_qps, width, base):
+    """:func:`check_qps_and_width`, and ``base`` a multiple of the slices' alignment
+    max(16, W/8), which it returns."""
+    check_qps_and_width(num_qps, width)
+    a = max(ADV_BYTES, width // 8)
+    if base < 0 or base % a:
+        raise ValueError(f"base must be a multiple of {a}, not {base}")
+    return a
+
+
 @dataclass(frozen=True)
 class RpingMemory:
     """The slices of local memory the server's QPs own: ``num_qps`` slices of ``bytes_per_qp``
@@ -188,10 +199,7 @@ class RpingMemory:
     width: int
 
     def __post_init__(self):
-        check_qps_and_width(self.num_qps, self.width)
-        a = self.align
-        if self.base < 0 or self.base % a:
-            raise ValueError(f"base must be a multiple of {a}, not {self.base}")
+        a = check_slices(self.num_qps, self.width, self.base)
         if self.bytes_per_qp <= 2 * a or self.bytes_per_qp & (self.bytes_per_qp - 1):
             raise ValueError(f"bytes_per_qp must be a power of two above {2 * a}, "
                              f"not {self.bytes_per_qp}")

@@ -47,7 +47,7 @@ from rocegen.sim.models.services.rping import (
     RPING_MIN_SIZE,
     RecvPost,
     WorkRequest,
-    check_qps_and_width,
+    check_slices,
     pack_adv,
     ping_data,
 )
@@ -87,10 +87,7 @@ class ClientMemory:
     width: int
 
     def __post_init__(self):
-        check_qps_and_width(self.num_qps, self.width)
-        a = self.align
-        if self.base < 0 or self.base % a:
-            raise ValueError(f"base must be a multiple of {a}, not {self.base}")
+        check_slices(self.num_qps, self.width, self.base)
         if self.bytes_per_qp < 1 or self.bytes_per_qp & (self.bytes_per_qp - 1):
             raise ValueError(f"bytes_per_qp must be a power of two, not {self.bytes_per_qp}")
         if not RPING_MIN_SIZE <= self.size <= RPING_MAX_SIZE:
