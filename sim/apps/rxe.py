@@ -555,6 +555,10 @@ def run(args):
                       str(CM_TIME_WAIT_US), "--rping-client", str(rxe_story.CLIENT_PORT),
                       "--rping-client-size", str(rxe_story.CLIENT_SIZE),
                       "--rping-client-count", str(rxe_story.CLIENT_COUNT)]
+        if "--pmtu" not in extra:
+            # (the path MTU of the connections the FPGA opens, which its REQs state: the
+            # guest's, as Linux's CM takes it from the route; a REQ of the guest states its own)
+            serve_cmd += ["--pmtu", str(args.pmtu)]
         if "--timeout" not in extra:
             # (the IB CM's QPs: librdmacm's REQs ask for 2 s, in the FPGA's simulated time; the
             # agent's QPs of UDP 17185 name their own, --fpga-timeout, in their OPEN_QP)
