@@ -16,7 +16,7 @@ from rocegen.sim.models.responder.responder import RecvStatus
 from rocegen.sim.models.services.rping import ADV_BYTES, MemoryRegion, RpingClient, pack_adv
 from rocegen.wire.verbs import CplStatus, WrOpcode
 
-__all__ = ["ClientSpec", "Endpoint"]
+__all__ = ["ClientSpec", "Endpoint", "StreamBench"]
 
 
 @dataclass(frozen=True)
@@ -290,3 +290,43 @@ def expected_end(spec, max_size):
             not read_size <= write_size <= max_size:
         return "Received bogus data, size 0", "bad_adv"
     return "ok", "ended"
+
+
+class StreamBench:
+    """The stream side of a service's closed-loop bench: :meth:`drive` offers the items of a
+    queue on an input (random idle cycles, ``idle``; an item only when :meth:`offerable`
+    says so), each taken item to ``took(kind, item)``; :meth:`collect` takes an output (random
+    backpressure, ``backpressure``), each offer compared with the next of ``expect[name]``
+    and handed to ``act``. The bench sets ``rng``, ``idle``, ``backpressure``, ``expect`` and
+    ``took``."""
+
+    def offerable(self, kind, item):
+        """Whether ``item`` (the head of input ``kind``'s queue) may be offered now."""
+        return True
+
+    async def drive(self, ctx, port, kind, queue, payload):
+        while True:
+            if not queue or self.rng.random() < self.idle or not self.offerable(kind, queue[0]):
+                ctx.set(port.valid, 0)
+                await ctx.tick()
+                continue
+            item = queue[0]
+            ctx.set(port.payload, payload(item))
+            ctx.set(port.valid, 1)
+            while not (await ctx.tick().sample(port.ready))[2]:
+                pass
+            queue.popleft()
+            self.took(kind, item)
+            ctx.set(port.valid, 0)
+
+    async def collect(self, ctx, port, name, convert, act):
+        while True:
+            ready = self.rng.random() >= self.backpressure
+            ctx.set(port.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(port.valid, port.payload)
+            if valid and ready:
+                got = convert(payload)
+                assert self.expect[name], f"the block offers {got} on {name}, the model nothing"
+                want = self.expect[name].popleft()
+                assert got == want, (name, got, want)
+                act(want)

@@ -31,6 +31,7 @@ from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import raises, run_sim, shared
 from rocegen.wire.verbs import CplStatus, WrOpcode
 from tests.tiers import full
+from tests.unit.services.standin import StreamBench
 
 
 @dataclass(frozen=True)
@@ -133,7 +134,7 @@ class Host:
         self._close(qp)
 
 
-class Bench:
+class Bench(StreamBench):
     def __init__(self, dut, layout, count, script, seed, idle=0.3, backpressure=0.3):
         self.dut, self.lay, self.script = dut, layout, deque(script)
         self.rng = random.Random(seed)
@@ -161,38 +162,14 @@ class Bench:
         self.expect["wr"].extend([a.wr] if a.wr else [])
         self.expect["disconnect"].extend([a.disconnect] if a.disconnect is not None else [])
 
-    async def drive(self, ctx, port, kind, queue, payload, ready=lambda item: True):
-        while True:
-            if not queue or not ready(queue[0]) or self.rng.random() < self.idle:
-                ctx.set(port.valid, 0)
-                await ctx.tick()
-                continue
-            item = queue[0]
-            ctx.set(port.payload, payload(item))
-            ctx.set(port.valid, 1)
-            while not (await ctx.tick().sample(port.ready))[2]:
-                pass
-            queue.popleft()
-            self.took(kind, item)
-            ctx.set(port.valid, 0)
+    def offerable(self, kind, item):
+        return kind != "recv" or self._recv_ready(item)
 
     def _recv_ready(self, item):
         # a completion needs a buffer posted (not a FLUSHED one), and its payload's writes
         # seen LATENCY cycles before
         return (item["status"] != RecvStatus.OK or self.host.posted[item["qp"]] > 0) and \
             self.snooped >= item["after"] and self.quiet >= LATENCY + 2
-
-    async def collect(self, ctx, port, name, convert, act):
-        while True:
-            ready = self.rng.random() >= self.backpressure
-            ctx.set(port.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(port.valid, port.payload)
-            if valid and ready:
-                got = convert(payload)
-                assert self.expect[name], f"the block offers {got}, the model nothing"
-                want = self.expect[name].popleft()
-                assert got == want, (name, got, want)
-                act(want)
 
     async def inputs(self, ctx):
         """The responder's writes (the server's WRITEs) and the table's R_Key writes."""
@@ -251,12 +228,11 @@ class Bench:
     def run(self):
         d, h = self.dut, self.host
         w = self.lay.word
-        drives = ((d.opened, "event", h.events, lambda e: {"qp": e[0], "open": e[1]}, None),
+        drives = ((d.opened, "event", h.events, lambda e: {"qp": e[0], "open": e[1]}),
                   (d.cpl, "cpl", h.cpls,
-                   lambda c: {"qp": c[0], "wr_id": c[1], "status": c[2].value}, None),
+                   lambda c: {"qp": c[0], "wr_id": c[1], "status": c[2].value}),
                   (d.recv_cpl, "recv", h.recv_cpls,
-                   lambda c: {k: int(v) for k, v in c.items() if k != "after"},
-                   self._recv_ready))
+                   lambda c: {k: int(v) for k, v in c.items() if k != "after"}))
         collects = (
             (d.recv, "recv", lambda p: RecvPost(**meta_dict(p)), h.post_recv),
             (d.mem_w, "mem_w", lambda p: MemWrite(int(p.addr), int(p.data).to_bytes(w, "little"),
@@ -264,8 +240,7 @@ class Bench:
             (d.wr, "wr", _wr, h.post_wr),
             (d.disconnect, "disconnect", int, h.disconnect))
         run_sim(d, testbenches=[self.main], processes=[
-            *(partial(self.drive, port=p, kind=k, queue=q, payload=f,
-                      **({"ready": r} if r else {})) for p, k, q, f, r in drives),
+            *(partial(self.drive, port=p, kind=k, queue=q, payload=f) for p, k, q, f in drives),
             *(partial(self.collect, port=p, name=n, convert=c, act=a) for p, n, c, a in collects),
             self.inputs, self.count])
         assert self.strobes == self.model.counters

@@ -30,7 +30,7 @@ from rocegen.sim.testing.amaranth_streams import meta_dict
 from rocegen.sim.testing.harness import raises, run_sim, shared
 from rocegen.wire.verbs import CplStatus, WrOpcode
 from tests.tiers import full
-from tests.unit.services.standin import ClientSpec, Endpoint, model_event
+from tests.unit.services.standin import ClientSpec, Endpoint, StreamBench, model_event
 from tests.unit.services.test_rping_model import check_outcomes
 
 
@@ -48,7 +48,7 @@ def _wr(p):
                        p["remote_offset"])
 
 
-class Bench:
+class Bench(StreamBench):
     """The block in the stand-in's place of the model (see the module's docstring)."""
 
     def __init__(self, dut, layout, scripts, seed, *, idle=0.3, backpressure=0.3, noise=0.05):
@@ -73,37 +73,8 @@ class Bench:
             if out is not None:
                 self.expect[name].append(out)
 
-    def _offerable(self, kind, queue):
-        if not queue or self.rng.random() < self.idle:
-            return False
-        return kind != "recv" or queue[0]["after"] <= self.snooped
-
-    async def drive(self, ctx, port, kind, queue, payload):
-        while True:
-            if not self._offerable(kind, queue):
-                ctx.set(port.valid, 0)
-                await ctx.tick()
-                continue
-            item = queue[0]
-            ctx.set(port.payload, payload(item))
-            ctx.set(port.valid, 1)
-            while not (await ctx.tick().sample(port.ready))[2]:
-                pass
-            queue.popleft()
-            self.took(kind, item)
-            ctx.set(port.valid, 0)
-
-    async def collect(self, ctx, port, name, convert, act):
-        while True:
-            ready = self.rng.random() >= self.backpressure
-            ctx.set(port.ready, ready)
-            _, _, valid, payload = await ctx.tick().sample(port.valid, port.payload)
-            if valid and ready:
-                got = convert(meta_dict(payload))
-                assert self.expect[name], f"the block offers {got}, the model nothing"
-                want = self.expect[name].popleft()
-                assert got == want
-                act(want)
+    def offerable(self, kind, item):
+        return kind != "recv" or item["after"] <= self.snooped
 
     async def snoop(self, ctx):
         """The responder's writes, and the stand-in's own moves, a cycle at a time."""
@@ -154,7 +125,8 @@ class Bench:
                     (d.wr, "wr", _wr, ep.post_wr))
         run_sim(d, testbenches=[self.main], processes=[
             *(partial(self.drive, port=p, kind=k, queue=q, payload=f) for p, k, q, f in drives),
-            *(partial(self.collect, port=p, name=n, convert=c, act=a) for p, n, c, a in collects),
+            *(partial(self.collect, port=p, name=n, convert=lambda v, c=c: c(meta_dict(v)), act=a)
+              for p, n, c, a in collects),
             self.snoop, self.count])
         assert self.strobes == self.model.counters
         return self.model.counters
