@@ -246,7 +246,11 @@ def record_ports(top):
         member = top.endpoint.signature.members[name]
         sink = member.flow.name == "In"
         if kind == "record":
-            out.append((f"{flat}_data", name, member.signature.members["payload"].shape, sink))
+            shape = member.signature.members["payload"].shape
+            if isinstance(shape, data.Layout) or (isinstance(shape, type) and
+                                                  issubclass(shape, data.Struct)):
+                out.append((f"{flat}_data", name, shape, sink))
+            # (else a plain value, e.g. a QP index: a vector with no type of its own)
         elif kind == "packet":
             meta = data.Layout.cast(member.signature.members["payload"].shape).members["meta"]
             if data.Layout.cast(meta).size:

@@ -7,6 +7,7 @@ and cocotb testbenches see plain vectors. :func:`pack` / :func:`unpack` convert 
 and those bits on the Python side.
 """
 
+from amaranth.hdl import Shape, Value
 from amaranth.lib import data
 from amaranth.lib.wiring import In, Out
 
@@ -16,7 +17,7 @@ __all__ = ["record_members", "connect_record", "pack", "unpack"]
 def record_members(prefix, layout, *, sink):
     """Members ``<prefix>_data/_valid/_ready``; ``sink=True`` for a stream into the design."""
     d_in, d_out = (In, Out) if sink else (Out, In)
-    size = data.Layout.cast(layout).size
+    size = Shape.cast(layout).width         # (a layout, or a plain shape such as a QP index)
     return {f"{prefix}_data": d_in(size), f"{prefix}_valid": d_in(1), f"{prefix}_ready": d_out(1)}
 
 
@@ -24,9 +25,9 @@ def connect_record(m, top, prefix, stream, *, sink):
     """Tie the ``<prefix>_*`` members of ``top`` to ``stream``."""
     d, v, r = (getattr(top, f"{prefix}_{n}") for n in ("data", "valid", "ready"))
     if sink:
-        m.d.comb += [stream.payload.as_value().eq(d), stream.valid.eq(v), r.eq(stream.ready)]
+        m.d.comb += [Value.cast(stream.payload).eq(d), stream.valid.eq(v), r.eq(stream.ready)]
     else:
-        m.d.comb += [d.eq(stream.payload.as_value()), v.eq(stream.valid), stream.ready.eq(r)]
+        m.d.comb += [d.eq(Value.cast(stream.payload)), v.eq(stream.valid), stream.ready.eq(r)]
 
 
 def pack(layout, fields):

@@ -130,5 +130,10 @@ def _is_packet_layout(layout):
 
 def is_packet_stream(member):
     """Whether ``member`` (a signature member) is a packet stream (:func:`PacketSignature`)."""
-    return (member.is_signature and isinstance(member.signature, stream.Signature)
-            and _is_packet_layout(data.Layout.cast(member.signature.members["payload"].shape)))
+    if not (member.is_signature and isinstance(member.signature, stream.Signature)):
+        return False
+    try:
+        layout = data.Layout.cast(member.signature.members["payload"].shape)
+    except TypeError:
+        return False                # (a plain shape, e.g. a QP index: a record stream)
+    return _is_packet_layout(layout)

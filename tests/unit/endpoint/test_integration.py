@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from amaranth.hdl import Shape
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
@@ -277,3 +278,20 @@ def test_regs_block_in_simulation():
     assert results["peer_ip"] == (2, OKAY) and results["state"] == (3, OKAY)
     assert results["psn"] == (14, OKAY) and results["qp_open"] == (0b101, OKAY)
     assert results["bad_r"] == (2, OKAY)
+
+
+def test_core_top_takes_the_ib_cms_ports():
+    """The core with the IB CM and its services: its record ports come out whole, the plain
+    ones too (``rdma_cm_disconnect`` carries a QP index, 8 bits, not a layout), in the
+    integration kit as well (a vector with no type of its own, documented)."""
+    from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
+    top = CoreTop(64, 2, memory="onchip", phy="axis", responder=True, reads=True,
+                  rdma_cm_ports=(7470, 7174), rping_port=7174, rping_client_port=7174,
+                  rping_client_size=100)
+    widths = {name: Shape.cast(top.signature.members[f"{name}_data"].shape).width
+              for name in ("rdma_cm_disconnect", "rdma_cm_connect", "rdma_cm_event")}
+    assert widths == {"rdma_cm_disconnect": 8, "rdma_cm_connect": data.Layout.cast(CONNECT).size,
+                      "rdma_cm_event": data.Layout.cast(CM_EVENT).size}
+    assert "logic [7:0] rdma_cm_disconnect_data;" in integration.instantiation(top, "ep")
+    assert "| `rdma_cm_disconnect_data` | input | 8 |" in integration.port_table(top, "ep")
+    integration.sv_package(top, "ep")
