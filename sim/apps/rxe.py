@@ -391,7 +391,8 @@ def report(story, final, pcap, guest_manifest):
         cm = next((c["json"] for c in s["commands"] if c["cmd"][0] == "cmtime"), None) \
             if s["step"] == "cm:cmtime" else None
         if cm is not None:      # librdmacm's cmtime: its table, the connections the FPGA made
-            row.update(cmtime=cm["table"], fpga_established=cm["fpga_established"])
+            row.update(cmtime=cm["table"], fpga_established=cm["fpga_established"],
+                       fpga_timewait_exits=cm["fpga_timewait_exits"])
         rp = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rping"), None)
         if s["step"] == "cm:rping_server" and s["commands"]:
             # rping -s against the FPGA's rping client: its pings, the FPGA's counts
