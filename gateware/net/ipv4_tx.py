@@ -40,7 +40,9 @@ class Ipv4Tx(wiring.Component):
     again every cycle (``lookup.wait_ip``, answered a cycle later, the answer registered) and
     asks ARP to resolve (``lookup.resolve``) from the second cycle after it arrived, so a miss
     costs two cycles more than ARP's answer. Backpressure: from ``o`` through the packetizer
-    and the two stages; one beat per cycle sustained, packets back to back.
+    and the two stages; one beat per cycle sustained, packets back to back, and no idle cycle
+    inside a packet whose input has none (a packet that waited for ARP included), so a
+    cut-through transmit FIFO behind never starves.
     """
 
     def __init__(self, width, *, ttl=64):
@@ -138,6 +140,10 @@ class Ipv4Tx(wiring.Component):
                     m.d.comb += forward.eq(1)
                     with m.If(pk.i.ready & ~i.payload.last):
                         m.d.sync += [passing.eq(1), mac_reg.eq(mac_now)]
+                    with m.If(~pk.i.ready):
+                        # (the packetizer is sending the header beats: a packet that waited
+                        # stays settled, so the header leaves a beat a cycle)
+                        m.d.sync += [waiting.eq(waiting), waited.eq(waited)]
                 with m.Else():
                     # ARP is asked once the registered answer for this packet is in
                     m.d.comb += self.lookup.resolve.eq(waited)

@@ -64,6 +64,16 @@ class NetStack(wiring.Component):
         (:class:`~rocegen.gateware.net.udp_rx.UdpRx`).
     arp_entries, arp_retry_cycles, arp_retries
         ARP cache size, request repeat interval in cycles and number of repeats.
+    tx_cut_through : bool
+        ``False`` (default): the transmit FIFO stores each frame whole before its first beat
+        leaves. ``True``: it passes beats on as they come (cut-through), which saves a beat of
+        latency per beat of the frame. Only for a stack whose every transmit source is
+        *steady*: once a frame's first beat is offered, its next beat is offered in every
+        cycle the path takes one, until the last (no idle cycle inside a frame). The stack's
+        own sources are (ARP, the ICMP store, the header stages, the ICRC stage), so the
+        condition is on ``udp_tx``: a UDP port whose frames can pause inside (a payload read
+        from a memory with a variable latency, a user's stream) needs ``False``, because the
+        MAC must see no gap inside a frame.
 
     Ports
     -----
@@ -75,10 +85,10 @@ class NetStack(wiring.Component):
     UDP's ``*_drop_error``, a cut-through port's consumer), after any header check that drops it
     first. A frame that meets a full FIFO is counted (``rx_overflow``) and dropped whole, or, if
     it had started, cut short and marked ``error`` (then dropped and counted as above).
-    ``mac_tx``: frames to the MAC without FCS, padded to 60 bytes, each sent whole from a
-    store-and-forward FIFO so that ``valid`` never drops inside a frame (the CMAC and the XGMII
-    MAC both require this); ``error`` on the last beat
-    asks the MAC to abort the frame.
+    ``mac_tx``: frames to the MAC without FCS, padded to 60 bytes; ``valid`` never drops inside
+    a frame (the CMAC and the XGMII MAC both require this): each frame is sent whole from a
+    store-and-forward FIFO, or with ``tx_cut_through`` as its beats come from steady sources;
+    ``error`` on the last beat asks the MAC to abort the frame.
     ``udp_rx[k]``: datagram payloads with ``meta.eth``, ``meta.ipv4`` and ``meta.udp``.
     ``udp_tx[k]``: datagram payloads with ``meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`).
     ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS` (an event
@@ -87,8 +97,11 @@ class NetStack(wiring.Component):
 
     def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, pcp=0,
                  rx_fifo_beats=None, arp_entries=4, arp_retry_cycles=100_000, arp_retries=3,
-                 cut_through_ports=()):
+                 cut_through_ports=(), tx_cut_through=False):
         check_width(width)
+        if not isinstance(tx_cut_through, bool):
+            raise TypeError(f"tx_cut_through must be a bool, not {tx_cut_through!r}")
+        self.tx_cut_through = tx_cut_through
         if rx_fifo_beats is None:
             rx_fifo_beats = fifo_depth(mtu + MAX_L2_HEADER, width, packets=2)
         self.width = width
@@ -111,8 +124,9 @@ class NetStack(wiring.Component):
         # cut-through: a frame goes on before its FCS verdict (its last beat's ``error``)
         self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=False,
                                    drop_errors=False, overflow="drop")
-        self._tx_fifo = PacketFifo(width, self.tx_fifo_beats, store_and_forward=True,
-                                   drop_errors=False, overflow="wait")
+        self._tx_fifo = PacketFifo(width, self.tx_fifo_beats,
+                                   store_and_forward=not tx_cut_through, drop_errors=False,
+                                   overflow="wait")
         self._icmp = IcmpEcho(width, mtu=mtu)
         self._udp_tx = UdpTx(width, n)
         self._ip_tx = Ipv4Tx(width)

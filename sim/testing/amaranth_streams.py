@@ -55,8 +55,10 @@ class StreamDriver:
 
 class StreamCollector:
     """Receives packets from a packet stream; ``backpressure`` is the chance that ``ready`` is
-    low in a cycle. Records the cycle of every accepted beat in ``beat_cycles`` and, per packet,
-    the cycles of its first and last beats in ``spans``."""
+    low in a cycle. Records the cycle of every accepted beat in ``beat_cycles``, per packet the
+    cycles of its first and last beats in ``spans``, and in ``starved`` the cycles it was
+    ready inside a packet (after its first beat, before its last) without a beat: what a MAC
+    that must send a frame without a pause would have underrun on."""
 
     def __init__(self, stream, width, *, backpressure=0.0, seed=1):
         self.stream = stream
@@ -66,6 +68,7 @@ class StreamCollector:
         self.packets = []
         self.beat_cycles = []
         self.spans = []
+        self.starved = 0
         self.cycle = 0
         self._first = None
         self._beats = []
@@ -79,6 +82,7 @@ class StreamCollector:
             _, _, valid, payload = await ctx.tick().sample(s.valid, s.payload)
             self.cycle += 1
             if not (valid and ready):
+                self.starved += bool(ready and self._beats)
                 continue
             self.beat_cycles.append(self.cycle)
             if not self._beats:

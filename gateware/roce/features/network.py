@@ -33,6 +33,13 @@ class NetworkFeature(Feature):
     MAC directly, or through PFC's pause gate
     (:class:`~rocegen.gateware.roce.features.pfc.PfcFeature`). Its UDP port 0 is RoCEv2
     (4791), port 1 the connection manager's.
+
+    With on-chip memory the transmit FIFO passes frames cut-through: every frame the endpoint
+    sends is steady then (its payload is read from on-chip memory a word a cycle at a fixed
+    latency into the reader's queue, or generated, or built from registers: ACKs, CNPs,
+    atomic answers, the connection managers' replies), so no frame can pause inside and the
+    MAC cannot underrun. With AXI4 memory a payload's words come at the memory's pace, so the
+    FIFO stores each frame whole.
     """
 
     def __init__(self, cfg):
@@ -43,7 +50,8 @@ class NetworkFeature(Feature):
                               arp_retries=cfg.arp_retries, rx_fifo_beats=pfc_rx_fifo_beats(cfg),
                               # RoceRx (its ICRC check) and the connection manager drop a
                               # damaged datagram themselves
-                              cut_through_ports=(UDP_PORT_ROCEV2, cfg.cm_port))
+                              cut_through_ports=(UDP_PORT_ROCEV2, cfg.cm_port),
+                              tx_cut_through=cfg.memory == "onchip")
 
     def members(self):
         w = self.cfg.width
