@@ -164,7 +164,14 @@ class Ipv4Tx(wiring.Component):
             with m.If(i.valid & pk.i.ready & i.payload.last):
                 m.d.sync += ident.eq(Mux(ident == 0xFFFF, 1, ident + 1))
 
-        # ---- headers ----
+        self._headers(m, i, pk, mac, ident)
+        return m
+
+    def _headers(self, m, i, pk, mac, ident):
+        """The Ethernet header's fields and the IPv4 header (``ident`` its identification, the
+        checksum from the sum worked out a stage earlier) on the packetizer's input, beside
+        the beat ``i`` it takes."""
+        ip = i.payload.meta.ip
         pm = pk.i.payload.meta
         m.d.comb += [
             pk.i.payload.data.eq(i.payload.data), pk.i.payload.keep.eq(i.payload.keep),
@@ -182,4 +189,3 @@ class Ipv4Tx(wiring.Component):
         ]
         m.d.comb += pm.ipv4.eq(hdr)
         m.d.comb += pm.ipv4.checksum.eq(~ones_complement_sum([i.payload.meta.sum, ident]))
-        return m
