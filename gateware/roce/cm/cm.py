@@ -139,9 +139,10 @@ class ConnectionManager(wiring.Component):
 
     Latency and throughput: one datagram at a time. If its last beat moves in cycle t, the QP
     table and generator writes are offered (from registers) in cycle t + 3 (``rd_limit`` pulses in
-    that cycle), the reply's first beat in t + 25 (the checksum is summed two words per cycle)
-    and, once the reply has left and the QP table writes are taken, the next datagram is taken 2
-    cycles after the reply's last beat: at most one request per 25 + 2 * 512/W cycles.
+    that cycle), the reply's first beat in t + 7 (the checksum is summed by a tree of adders in
+    three stages and folded in a fourth) and, once the reply has left and the QP table writes
+    are taken, the next datagram is taken 2 cycles after the reply's last beat: at most one
+    request per 7 + 2 * 512/W cycles.
     Backpressure: ``i`` is held while a datagram is processed; ``o``, ``qp_ctl`` and ``qp_psn``
     may stall for any time; ``gen`` may stall without holding anything up. Byte order: as every
     packet stream (byte 0 of the datagram in lane 0 of the first beat).

@@ -1,6 +1,6 @@
 """The connection manager's reply sender: a 64-byte reply and its UDP checksum."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -12,6 +12,15 @@ from rocegen.gateware.roce.layouts import CM_REPLY
 from rocegen.wire.headers import CM, IP_PROTO_UDP, UDP
 
 __all__ = ["CmReplySender"]
+
+
+def _tree(values):
+    """The sum of up to four values, two adders deep, every carry kept."""
+    values = [Value.cast(v) for v in values]
+    while len(values) > 1:
+        values = [values[k] + values[k + 1] if k + 1 < len(values) else values[k]
+                  for k in range(0, len(values), 2)]
+    return values[0]
 
 
 class CmReplySender(wiring.Component):
@@ -40,9 +49,11 @@ class CmReplySender(wiring.Component):
 
     Behaviour
     ---------
-    The checksum is summed two 16-bit words per cycle from registers (21 cycles), then folded:
-    if a reply is taken in cycle t, its first beat is offered in cycle t + 23, and ``busy`` is low
-    again in the cycle after its last beat leaves. Backpressure: ``o`` may stall for any time.
+    The checksum's 42 16-bit words (pseudo-header, UDP header, payload) are summed from
+    registers by a tree of adders in three registered stages (four words, four of those sums,
+    the rest: two adders deep each), then folded: if a reply is taken in cycle t, its first
+    beat is offered in cycle t + 5, and ``busy`` is low again in the cycle after its last beat
+    leaves. Backpressure: ``o`` may stall for any time.
     """
 
     def __init__(self, width):
@@ -67,47 +78,39 @@ class CmReplySender(wiring.Component):
         cksum = Signal(16)
         obeat = Signal(range(NB))
 
-        # the pseudo-header, UDP header and payload as big-endian words, summed two per cycle:
-        # pairs 0 and 1 straight from the registers, the others from a copy shifted down by a
-        # pair per cycle (zeros behind them); what is read in one cycle is summed, and
-        # accumulated in the next: after npairs cycles the accumulator has it all
+        # the pseudo-header, UDP header and payload as big-endian words, summed by a tree of
+        # adders in three registered stages (sums of up to four words, of up to four of those,
+        # then all), and folded in a fourth: the registers above hold still meanwhile
         lanes = CM.to_lanes(rep)
         udp_len = Const(UDP.length + CM.length, 16)
         hdr_words = [lip[16:], lip[:16], rep_ip[16:], rep_ip[:16], Const(IP_PROTO_UDP, 16),
                      udp_len, Const(REPLY_PORT, 16), rep_port, udp_len, Const(0, 16)]
         words = be_words(lanes) + hdr_words          # 32 + 10 = 42 words
-        npairs = len(words) // 2
-        pairs = Cat(*words)
-        scnt = Signal(range(npairs))
-        acc = Signal(22)
-        psum = Signal(18)                   # the words read in the previous cycle, summed
-        sum_first = Signal()                # the first cycle of SUM
-        rest = Signal(len(pairs) - 64)      # the pairs after the ones read now
+        sums, stages = words, 0
+        while len(sums) > 1:
+            n, stages = stages, stages + 1
+            groups = [sums[k:k + 4] for k in range(0, len(sums), 4)]
+            regs = [Signal(16 + 2 * (n + 1), name=f"sum{n}_{k}") for k in range(len(groups))]
+            m.d.sync += [r.eq(_tree(g)) for r, g in zip(regs, groups, strict=True)]
+            sums = regs
+        (total,) = sums
+        folded = ones_complement_sum([total[:16], total[16:]])
+        m.d.sync += cksum.eq(Mux(folded == 0xFFFF, 0xFFFF, ~folded))
+        scnt = Signal(range(stages + 1))
 
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.i.valid):
                     r = self.i.payload
                     m.d.sync += [rep.eq(r.fields), lip.eq(r.src_ip), rep_ip.eq(r.dst_ip),
-                                 rep_port.eq(r.dst_port), acc.eq(0), psum.eq(0), scnt.eq(0),
-                                 obeat.eq(0), sum_first.eq(1)]
+                                 rep_port.eq(r.dst_port), scnt.eq(0), obeat.eq(0)]
                     m.next = "SUM"
 
             with m.State("SUM"):
                 m.d.comb += self.busy.eq(1)
-                w = [pairs[16 * k:16 * (k + 1)] for k in range(4)]
-                m.d.sync += [psum.eq(Mux(sum_first, (w[0] + w[1]) + (w[2] + w[3]),
-                                         rest[:16] + rest[16:32])),
-                             acc.eq(acc + psum), scnt.eq(scnt + 1), sum_first.eq(0),
-                             rest.eq(Mux(sum_first, pairs[64:], rest[32:]))]
-                with m.If(scnt == npairs - 1):
-                    m.next = "FOLD"
-
-            with m.State("FOLD"):
-                m.d.comb += self.busy.eq(1)
-                total = ones_complement_sum([acc[:16], acc[16:]])
-                m.d.sync += cksum.eq(Mux(total == 0xFFFF, 0xFFFF, ~total))
-                m.next = "SEND"
+                m.d.sync += scnt.eq(scnt + 1)
+                with m.If(scnt == stages):
+                    m.next = "SEND"
 
             with m.State("SEND"):
                 m.d.comb += self.busy.eq(1)

@@ -646,7 +646,7 @@ def test_parameters_are_validated():
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_latency(width):
-    """Without idle cycles or backpressure: QP table writes 3 cycles and the reply 25 cycles
+    """Without idle cycles or backpressure: QP table writes 3 cycles and the reply 7 cycles
     after the request's last beat; the next request is taken 2 cycles after the reply."""
     a = INSIDE[0]
     pkts = [datagram(M.request(M.REQ_OPEN_QP, loc_ip=ip(a), listening_port=1), a)[0]
@@ -670,7 +670,7 @@ def test_latency(width):
     beats = 512 // width
     last_in = taken.cycles[beats - 1]
     assert ctl.cycles[0] == psn.cycles[0] == last_in + 3
-    assert col.spans[0] == (last_in + 25, last_in + 25 + beats - 1)
+    assert col.spans[0] == (last_in + 7, last_in + 7 + beats - 1)
     assert taken.cycles[beats] == col.spans[0][1] + 2
 
 

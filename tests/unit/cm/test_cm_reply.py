@@ -93,14 +93,14 @@ def test_replies_and_checksums(width):
 
 @pytest.mark.parametrize("width", [64, 512])
 def test_latency(width):
-    """Without backpressure: first beat 23 cycles after the reply is taken; busy until the
-    last beat has left."""
+    """Without backpressure: first beat 5 cycles after the reply is taken (the checksum's
+    adder tree and its fold); busy until the last beat has left."""
     rng = random.Random(5)
     replies = [random_reply(rng) for _ in range(3)]
     col, offered, _ = run(width, replies, backpressure=0, gap=0, seed=2)
     beats = 512 // width
     for t, (first, last) in zip(offered, col.spans):
-        assert (first, last) == (t + 23, t + 23 + beats - 1)
+        assert (first, last) == (t + 5, t + 5 + beats - 1)
     # the next reply is taken as soon as busy is low: the cycle after the last beat
     assert [b - a for a, b in zip([s[1] for s in col.spans], offered[1:])] == [1, 1]
 
