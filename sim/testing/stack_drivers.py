@@ -1,6 +1,23 @@
 """Testbench pieces for the network stack in Amaranth's simulator."""
 
-__all__ = ["echo_meta", "udp_echo"]
+from rocegen.sim.models.packets import Packet
+from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.wire.addr import parse_ip, parse_mac
+
+__all__ = ["echo_meta", "udp_echo", "introduce_host"]
+
+
+async def introduce_host(ctx, dut, rx, col):
+    """Give the stack ``dut`` its addresses (``FPGA_MAC``, ``FPGA_IP``), send it the host's
+    ARP request through the driver ``rx`` (on ``mac_rx``) and wait until the collector ``col``
+    (on ``mac_tx``) has its reply: from then on the stack knows ``HOST_IP``'s MAC."""
+    from scapy.layers.l2 import ARP, Ether
+    ctx.set(dut.local_mac, parse_mac(FPGA_MAC))
+    ctx.set(dut.local_ip, parse_ip(FPGA_IP))
+    await rx.send(ctx, [Packet(bytes(Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(
+        op=1, hwsrc=HOST_MAC, psrc=HOST_IP, pdst=FPGA_IP)))])
+    while len(col.packets) < 1:
+        await ctx.tick()
 
 
 def echo_meta(meta):

@@ -4,7 +4,6 @@ the final IPv4 header, and the host NIC model (strict) accepts the frames and wr
 import random
 
 import pytest
-from scapy.layers.l2 import ARP, Ether
 
 from rocegen.gateware.net.stack import NetStack
 from rocegen.sim.models import icrc as icrc_model
@@ -14,6 +13,7 @@ from rocegen.sim.models.rnic import Rnic
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing.stack_drivers import introduce_host
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.headers import UDP_PORT_ROCEV2
 
@@ -40,18 +40,12 @@ def test_roce_packets_get_their_icrc(width):
                  for p, data in pkts]
 
     dut = NetStack(width, (7, UDP_PORT_ROCEV2), mtu=1500)
-    arp = bytes(Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(
-        op=1, hwsrc=HOST_MAC, psrc=HOST_IP, pdst=FPGA_IP))
     rx = StreamDriver(dut.mac_rx, width)
     tx = StreamDriver(dut.udp_tx[1], width, idle=0.3, seed=3)
     col = StreamCollector(dut.mac_tx, width, backpressure=0.3, seed=4)
 
     async def tb(ctx):
-        ctx.set(dut.local_mac, parse_mac(FPGA_MAC))
-        ctx.set(dut.local_ip, parse_ip(FPGA_IP))
-        await rx.send(ctx, [Packet(arp)])             # the stack learns the host's MAC
-        while len(col.packets) < 1:
-            await ctx.tick()
+        await introduce_host(ctx, dut, rx, col)
         await tx.send(ctx, [Packet(d, {"udp": {
             "dst_ip": parse_ip(HOST_IP), "src_port": sport, "dst_port": UDP_PORT_ROCEV2,
             "length": len(d) + 4, "dscp": 0, "ecn": 0, "icrc": 1}}) for d in datagrams])

@@ -15,6 +15,7 @@ from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
+from rocegen.sim.testing.stack_drivers import introduce_host
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.headers import UDP_PORT_ROCEV2
 
@@ -63,15 +64,9 @@ def _run(width, cut, datagrams, *, gaps, seed, one_by_one=False):
                for k in range(len(PORTS))]
     monitors = [HandshakeMonitor(dut.udp_tx[k]) for k in range(len(PORTS))]
     col = StreamCollector(dut.mac_tx, width, backpressure=0.3, seed=seed + 9)
-    arp = bytes(Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(
-        op=1, hwsrc=HOST_MAC, psrc=HOST_IP, pdst=FPGA_IP))
 
     async def tb(ctx):
-        ctx.set(dut.local_mac, parse_mac(FPGA_MAC))
-        ctx.set(dut.local_ip, parse_ip(FPGA_IP))
-        await rx.send(ctx, [Packet(arp)])             # the stack learns the host's MAC
-        while len(col.packets) < 1:
-            await ctx.tick()
+        await introduce_host(ctx, dut, rx, col)
         for n, (k, payload) in enumerate(datagrams):
             while one_by_one and len(col.packets) < 1 + n:
                 await ctx.tick()
