@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import check_width, packet_layout
 
-__all__ = ["be_words", "ones_complement_sum", "PacketChecksum"]
+__all__ = ["be_words", "ones_complement_sum", "sum_by_four", "fold", "PacketChecksum"]
 
 
 def be_words(lanes):
@@ -35,7 +35,7 @@ def _check_word_width(width):
         raise ValueError(f"word width must be a positive integer number of bits, not {width!r}")
 
 
-def _fold(value, bound, width):
+def fold(value, bound, width=16):
     """End-around fold of ``value`` (an unsigned Value known to be at most ``bound``) to
     ``width`` bits, keeping it congruent modulo ``2**width - 1`` and zero only when zero."""
     top = (1 << width) - 1
@@ -77,7 +77,21 @@ def ones_complement_sum(values, width=16):
         return Const(0, width)
     top = (1 << width) - 1
     value, bound = _sum_bounded([(v, top) for v in vals])
-    return _fold(value, bound, width)
+    return fold(value, bound, width)
+
+
+def sum_by_four(m, ops, name="sum"):
+    """One registered reduction stage of an adder tree: the ``(value, bound)`` pairs ``ops``
+    (``bound`` the largest the value can be) summed in groups of up to four, two adders deep,
+    each group's sum in a register just wide enough for its bound. Returns the registers as
+    ``(value, bound)`` pairs (a quarter as many, rounded up), a cycle later than ``ops``."""
+    out = []
+    for g in range(0, len(ops), 4):
+        value, bound = _sum_bounded(ops[g:g + 4])
+        reg = Signal(range(bound + 1), name=f"{name}_{g // 4}")
+        m.d.sync += reg.eq(value)
+        out.append((reg, bound))
+    return out
 
 
 def _sum_bounded(ops):
@@ -190,14 +204,8 @@ class PacketChecksum(wiring.Component):
         ops = [(w, top) for w in be_words(masked)]
 
         # 4-to-1 reduction stages, each two adders deep
-        for _ in range(self._stages):
-            nxt = []
-            for g in range(0, len(ops), 4):
-                value, bound = _sum_bounded(ops[g:g + 4])
-                reg = Signal(range(bound + 1))
-                m.d.sync += reg.eq(value)
-                nxt.append((reg, bound))
-            ops = nxt
+        for n in range(self._stages):
+            ops = sum_by_four(m, ops, f"part{n}")
             regs = [Signal.like(x) for x in (v, last, fst, seed)]
             m.d.sync += [r.eq(x) for r, x in zip(regs, (v, last, fst, seed), strict=True)]
             v, last, fst, seed = regs
@@ -222,6 +230,6 @@ class PacketChecksum(wiring.Component):
         # fold and output register
         result = Signal(16)
         out_valid = Signal()
-        m.d.sync += [result.eq(_fold(acc, (1 << acc_bits) - 1, 16)), out_valid.eq(done)]
+        m.d.sync += [result.eq(fold(acc, (1 << acc_bits) - 1, 16)), out_valid.eq(done)]
         m.d.comb += [self.done.eq(out_valid), self.sum.eq(result)]
         return m

@@ -1,10 +1,10 @@
 """The connection manager's reply sender: a 64-byte reply and its UDP checksum."""
 
-from amaranth.hdl import Const, Module, Mux, Signal, Value
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
+from rocegen.gateware.lib.checksum import be_words, fold, sum_by_four
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.net.udp_tx import UDP_TX_META
 from rocegen.gateware.roce.cm.cm_defs import REPLY_PORT
@@ -12,15 +12,6 @@ from rocegen.gateware.roce.layouts import CM_REPLY
 from rocegen.wire.headers import CM, IP_PROTO_UDP, UDP
 
 __all__ = ["CmReplySender"]
-
-
-def _tree(values):
-    """The sum of up to four values, two adders deep, every carry kept."""
-    values = [Value.cast(v) for v in values]
-    while len(values) > 1:
-        values = [values[k] + values[k + 1] if k + 1 < len(values) else values[k]
-                  for k in range(0, len(values), 2)]
-    return values[0]
 
 
 class CmReplySender(wiring.Component):
@@ -86,15 +77,12 @@ class CmReplySender(wiring.Component):
         hdr_words = [lip[16:], lip[:16], rep_ip[16:], rep_ip[:16], Const(IP_PROTO_UDP, 16),
                      udp_len, Const(REPLY_PORT, 16), rep_port, udp_len, Const(0, 16)]
         words = be_words(lanes) + hdr_words          # 32 + 10 = 42 words
-        sums, stages = words, 0
+        top = (1 << 16) - 1
+        sums, stages = [(w, top) for w in words], 0
         while len(sums) > 1:
-            n, stages = stages, stages + 1
-            groups = [sums[k:k + 4] for k in range(0, len(sums), 4)]
-            regs = [Signal(16 + 2 * (n + 1), name=f"sum{n}_{k}") for k in range(len(groups))]
-            m.d.sync += [r.eq(_tree(g)) for r, g in zip(regs, groups, strict=True)]
-            sums = regs
-        (total,) = sums
-        folded = ones_complement_sum([total[:16], total[16:]])
+            sums, stages = sum_by_four(m, sums, f"sum{stages}"), stages + 1
+        ((total, bound),) = sums
+        folded = fold(total, bound)
         m.d.sync += cksum.eq(Mux(folded == 0xFFFF, 0xFFFF, ~folded))
         scnt = Signal(range(stages + 1))
 
