@@ -7,8 +7,10 @@
   ``latency`` attribute the blocks declare.
 * Verilog generation time and size per width (:func:`rocegen.gateware.emit.to_verilog`).
 * The estimated LUT depth of every pipeline stage (``logic_levels``).
+* Size and depth (``--synth``): Yosys figures of each block at 64 and 512 bits, mapped for area
+  and for 8 LUT levels (as ``bench_synth`` maps the cores).
 
-Run: python -m bench.bench_icrc [--frames N]
+Run: python -m bench.bench_icrc [--frames N] [--synth]
 """
 
 import argparse
@@ -18,12 +20,14 @@ import warnings
 
 from amaranth.hdl import UnusedElaboratable
 
+from bench.bench_synth import LEVEL_GOAL
 from rocegen.gateware.emit import to_verilog
 from rocegen.gateware.roce.icrc import IcrcCheck, IcrcInsert
 from rocegen.sim.models import icrc as model
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
+from rocegen.tools.synth import synthesize
 
 
 def frames(rng, count):
@@ -73,9 +77,25 @@ def measure(cls, width, data):
     }
 
 
+def synth_figures():
+    """Yosys (``synth_xilinx``, UltraScale+) figures of each block at 64 and 512 bits, mapped for
+    area and for :data:`LEVEL_GOAL` LUT levels."""
+    print(f"{'block':<11}{'W':>5}{'mapped for':>12}{'LUTs':>8}{'FF':>8}{'RAMB18':>8}"
+          f"{'RAMB36':>8}{'LUT levels':>12}")
+    for cls in (IcrcInsert, IcrcCheck):
+        for width in (64, 512):
+            for depth in (None, LEVEL_GOAL):
+                r = synthesize(cls(width), top="top", depth_target=depth, cache=True,
+                               workdir=f"build/synth/icrc_{cls.__name__}_{width}_{depth or 'area'}")
+                how = f"{depth} levels" if depth else "area"
+                print(f"{cls.__name__:<11}{width:>5}{how:>12}{r['lut_total']:>8,}{r['ff']:>8,}"
+                      f"{r['bram18']:>8}{r['bram36']:>8}{r['lut_levels']:>12}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--frames", type=int, default=300)
+    ap.add_argument("--synth", action="store_true", help="also synthesize the blocks (Yosys)")
     args = ap.parse_args()
     rng = random.Random(1)
     data = frames(rng, args.frames)
@@ -108,6 +128,9 @@ def main():
     for cls in (IcrcInsert, IcrcCheck):
         levels = cls(512).logic_levels
         print(f"  {cls.__name__}: " + ", ".join(f"{k} {v}" for k, v in levels.items()))
+    if args.synth:
+        print()
+        synth_figures()
 
 
 if __name__ == "__main__":

@@ -37,15 +37,17 @@ also enter as zeros, so the state after the last beat is the state after the pac
 over ``z = (B - n) mod B`` zero bytes (``n`` bytes in the last beat):
 
 * :class:`IcrcInsert` rewinds it by ``z`` bytes with ``A**-z``, a 32x32 matrix chosen by ``z``
-  and registered a cycle early, so the rewind is one AND-XOR stage;
+  two cycles early, so the rewind is one AND-XOR tree behind the state loop, in its cycle;
 * :class:`IcrcCheck` compares it with the CRC residue advanced over ``z`` zero bytes, one of
   ``B`` constants chosen by ``z`` a cycle early.
 
-Every stage's estimated depth in 6-input LUTs is in ``logic_levels`` (at 512 bits: input mask 1,
-XOR tree 2, state loop 2, rewind or compare 3, merge 2), for 322 MHz on UltraScale+. Mapped by
-yosys 0.23 (``synth; abc -lut 6``), no path between registers and ports of either block is
-longer than 3 LUTs at 64 or 512 bits (abc puts the state loop, 29 XOR inputs plus the restart
-select, in 3 rather than 2).
+The pipeline has three stages at every width from 64 to 512 bits: the input mask and the first
+XOR tree; the state loop (and the rewind, on transmit); the back end (the ICRC's merge into the
+last beat, or the compare and the stripping of the ICRC). Every stage's estimated depth in
+6-input LUTs is in ``logic_levels`` (at 512 bits: input mask and XOR tree 3, state loop 2, then
+on transmit the rewind 3 in the loop's stage and the merge 2, on receive the compare and strip
+5), within the cores' budget of 8 levels at 322 MHz on UltraScale+; the depth Yosys maps is in
+``docs/performance.md`` ("ICRC").
 
 Flow control
 ------------
@@ -181,11 +183,15 @@ class _IcrcPipeline(wiring.Component):
         state_max = max(len(s) for s, _ in eqs)
         partials = max(len(d) for _, d in eqs)
         self._xor_stages = 0
-        levels = {"input mask": lut_levels(2 + (self._idx_top).bit_length()),
-                  "keep count (beside the XOR tree)": 1 + lut_levels(B // 2)}
+        mask = lut_levels(2 + (self._idx_top).bit_length())
+        levels = {"keep count (beside the first XOR tree)": 1 + lut_levels(B // 2)}
         while self._xor_stages == 0 or state_max + partials > XOR_GROUP:
             self._xor_stages += 1
-            levels[f"data XOR tree {self._xor_stages}"] = lut_levels(min(partials, XOR_GROUP))
+            tree = lut_levels(min(partials, XOR_GROUP))
+            if self._xor_stages == 1:
+                levels["input mask and data XOR tree 1"] = mask + tree
+            else:
+                levels[f"data XOR tree {self._xor_stages}"] = tree
             partials = -(-partials // XOR_GROUP)
         # (+1: the restart select after a last beat)
         levels["state loop (A^B s + partials)"] = lut_levels(state_max + partials + 1)
@@ -193,7 +199,7 @@ class _IcrcPipeline(wiring.Component):
         #: Estimated depth in 6-input LUTs of each pipeline stage's logic (registers between).
         self.logic_levels = levels
         #: Pipeline registers from the input to the output queue.
-        self.stages = 1 + self._xor_stages + 1 + self._back_stages()
+        self.stages = self._xor_stages + 1 + self._back_stages()
         # in flight: the pipeline, the queue's two-cycle latency and one spare beat per input
         depth = 2
         while depth < self.stages + 3 + 2 * self._MAX_INC:
@@ -254,7 +260,7 @@ class _IcrcPipeline(wiring.Component):
         # every cycle with the input and read so that each beat's data meet it again at the
         # accumulator stage (W bits of shift-register LUTs saved; the pipeline never stalls, so
         # the delay is fixed)
-        lag = self._xor_stages + 1      # read address = write address - lag
+        lag = self._xor_stages          # read address = write address - lag
         ddepth = 4
         while ddepth < lag + 2:
             ddepth *= 2
@@ -267,16 +273,17 @@ class _IcrcPipeline(wiring.Component):
         m.d.comb += [dw.addr.eq(wptr), dw.data.eq(p.data), dw.en.eq(1),
                      dr.addr.eq((wptr - lag)[:len(wptr)]), dr.en.eq(1)]
 
-        # stage 1: the beat (without its data) and the CRC's copy of it
-        s = _advance(m, {
-            "v": accept, "keep": p.keep, "last": p.last, "err": p.error,
-            "meta": p.meta, "short": self._short(p.last, p.keep, idx),
-            "cd": self._crc_copy(m, p.data, p.keep, idx),
-        }, "s1")
-
-        # XOR stages over the data terms
+        # the XOR stages over the data terms; the first takes the CRC's copy of the input beat
+        # (the mask is one LUT level in front of its tree)
+        gaps = Signal(B, name="in_gaps")        # bytes missing from the beat, top lane first
+        m.d.comb += gaps.eq(Cat(*(~p.keep[j] for j in reversed(range(B)))))
+        s = {"v": accept, "keep": p.keep, "last": p.last, "err": p.error, "meta": p.meta,
+             "short": self._short(p.last, p.keep, idx),
+             "z": keep_count(gaps)[:(B - 1).bit_length()]}
+        cd = Signal(self.width, name="in_crc_copy")
+        m.d.comb += cd.eq(self._crc_copy(m, p.data, p.keep, idx))
         eqs = Crc32.equations(B)
-        terms = [[s["cd"][j] for j in d_taps] for _, d_taps in eqs]
+        terms = [[cd[j] for j in d_taps] for _, d_taps in eqs]
         for n in range(self._xor_stages):
             regs = []
             per_bit = []
@@ -290,14 +297,10 @@ class _IcrcPipeline(wiring.Component):
             for count in per_bit:
                 terms.append([part[pos + k] for k in range(count)])
                 pos += count
-            nxt = {k: v for k, v in s.items() if k != "cd"}
-            if n == 0:
-                # bytes missing from the last beat, mod B: zeros of keep, counted from the top
-                gaps = Signal(B, name="s1_gaps")                # ~keep, top lane first
-                m.d.comb += gaps.eq(Cat(*(~s["keep"][j] for j in reversed(range(B)))))
-                nxt["z"] = keep_count(gaps)[:(B - 1).bit_length()]
-            s = _advance(m, nxt, f"x{n + 1}")
+            prev = s
+            s = _advance(m, s, f"x{n + 1}")
         pre = s
+        z_early = prev["z"]         # the z of the beat that reaches ``pre`` in the next cycle
 
         # the state loop: state after each beat; reset to the start state after a last beat
         start = Crc32.zeros_int(ICRC_SEED, -self.offset)
@@ -309,11 +312,12 @@ class _IcrcPipeline(wiring.Component):
                 m.d.sync += acc.eq(start)
             with m.Else():
                 m.d.sync += acc.eq(nxt)
-        s = _advance(m, pre, "acc")
+        pre["nxt"] = nxt
+        s = _advance(m, pre, "acc", skip=("nxt",))
         s["fin"] = _reg(m, nxt, "acc_fin")
         s["d"] = dr.data                # the data of the beat at this stage (see above)
 
-        w, absorbed, straddle = self._back(m, pre, s, accept)
+        w, absorbed, straddle = self._back(m, pre, s, accept, z_early)
 
         # output queue and flow control
         # (block RAM from W = 256 on: a few beats of W bits would take W/14 * 8 LUTs of
@@ -379,7 +383,7 @@ class IcrcInsert(_IcrcPipeline):
     * Byte order: lane order as on the wire (byte 0 in lane 0). The ICRC ends at any byte: it
       fills lanes ``n .. n+3`` of the last beat (``n`` bytes), or, when ``n > W/8 - 4``, the
       lanes left in it and the start of one extra beat.
-    * Latency: :attr:`latency` cycles (6 + the XOR stages: 7 at every width 64..512) from the
+    * Latency: :attr:`latency` cycles (4 + the XOR stages: 5 at every width 64..512) from the
       cycle the last beat of a packet is accepted to the cycle its last output beat is first
       offered, when the output is not held off; one more when the ICRC needs an extra beat.
     * Throughput: one beat per cycle sustained over back-to-back packets while ``o.ready`` is
@@ -405,24 +409,28 @@ class IcrcInsert(_IcrcPipeline):
         self.latency = self.stages + 2
 
     def _back_stages(self):
-        return 2           # rewind, merge
+        return 1           # rewind and merge
 
     @staticmethod
     def _back_levels(B):
         return {
-            "rewind matrix select (beside the loop)": lut_levels((B - 1).bit_length()),
-            "rewind (32 AND-XOR pairs)": 1 + lut_levels(-(-32 // 3)),
+            "rewind matrix select (beside the XOR tree)": lut_levels((B - 1).bit_length()),
+            # 32 AND-XOR pairs, after the state loop in the accumulator's cycle: that stage's
+            # depth is the two added
+            "rewind (after the state loop)": 1 + lut_levels(-(-32 // 3)),
             # lane byte = kept data, or ICRC byte k where lane == n + k: two 6-input halves
-            "merge ICRC into the last beat": 2,
+            "merge the ICRC into the last beat": 2,
         }
 
-    def _back(self, m, pre, s, accept):
+    def _back(self, m, pre, s, accept, z_early):
         B = self.width // 8
         p = self.i.payload
         straddle_in = Signal()
         m.d.comb += straddle_in.eq(accept & p.last & p.keep[B - ICRC_BYTES])
 
-        # rewind matrix A**-z, chosen in the accumulator's cycle
+        # rewind matrix A**-z, chosen a cycle before the accumulator's (from the z of the beat
+        # that reaches it next), so that the rewind runs on the loop's next state in the
+        # accumulator's cycle and the ICRC is a register beside the last beat
         mats = []
         for z in range(B):
             value = 0
@@ -437,17 +445,18 @@ class IcrcInsert(_IcrcPipeline):
             rom = m.submodules.rewind_rom = Memory(shape=32 * 32, depth=B, init=mats,
                                                    attrs={"ram_style": "block"})
             rp = rom.read_port(domain="sync")
-            m.d.comb += [rp.addr.eq(pre["z"]), rp.en.eq(1)]
+            m.d.comb += [rp.addr.eq(z_early), rp.en.eq(1)]
             mat = rp.data
         else:
             mat = Signal(32 * 32, name="rewind_matrix", reset_less=True)
-            m.d.sync += mat.eq(Cat(*(_rom([(v >> bit) & 1 for v in mats], pre["z"])
+            m.d.sync += mat.eq(Cat(*(_rom([(v >> bit) & 1 for v in mats], z_early)
                                      for bit in range(32 * 32))))
 
-        # rewind: the state after the packet's last byte
-        fin = s["fin"]
-        rewound = Cat(*((mat[32 * row:32 * row + 32] & fin).xor() for row in range(32)))
-        u = _advance(m, s, "rw", skip=("fin",))
+        # rewind: the state after the packet's last byte (from the loop's next state, in the
+        # accumulator's cycle)
+        nxt = pre["nxt"]
+        rewound = Cat(*((mat[32 * row:32 * row + 32] & nxt).xor() for row in range(32)))
+        u = s
         crc = _reg(m, ~rewound, "rw_icrc")       # the ICRC, byte 0 first on the wire
 
         # merge: ICRC bytes into lanes n .. n+3 of the last beat, spilling into lanes B..B+3
@@ -539,8 +548,8 @@ class IcrcCheck(_IcrcPipeline):
 
     Behaviour
     ---------
-    * Latency: the last output beat of a packet is first offered :attr:`latency` cycles (7 + the
-      XOR stages: 8 at every width 64..512) after its last input beat is accepted, if the output
+    * Latency: the last output beat of a packet is first offered :attr:`latency` cycles (4 + the
+      XOR stages: 5 at every width 64..512) after its last input beat is accepted, if the output
       is not held off; one cycle less when that last beat holds nothing but ICRC bytes (the beat
       before it then becomes the last).
     * Throughput: one beat per cycle sustained over back-to-back packets; the block never idles
@@ -558,28 +567,30 @@ class IcrcCheck(_IcrcPipeline):
         #: Cycles from a packet's last input beat to its last output beat.
         self.latency = self.stages + 2
         #: Cycles from a packet's last input beat to its ``icrc_bad`` strobe.
-        self.bad_latency = self.stages - 2
+        self.bad_latency = self.stages - 1
 
     def _back_stages(self):
-        return 3           # compare, hold, emit
+        return 1           # compare and hold (the emit is combinational, into the queue)
 
     @staticmethod
     def _back_levels(B):
         return {
             "residue select (beside the loop)": lut_levels((B - 1).bit_length()),
-            "compare (32 XOR pairs)": 1 + lut_levels(-(-32 // 3)),
-            "strip ICRC (hold, emit)": 2,
+            # the compare, 32 XOR pairs and the short flag; then hold it, or emit it merged
+            # into the held beat
+            "compare and strip the ICRC (hold, emit)": 1 + lut_levels(-(-33 // 3)) + 2,
         }
 
-    def _back(self, m, pre, s, accept):
+    def _back(self, m, pre, s, accept, z_early):
         B = self.width // 8
         # the residue advanced over the z zero bytes that followed the packet in its last beat
         table = [Crc32.zeros_int(Crc32.RESIDUE, z) for z in range(B)]
         expect = _reg(m, Cat(*(_rom([(v >> bit) & 1 for v in table], pre["z"])
                                for bit in range(32))), "expect")
-        x = _advance(m, s, "cmp", skip=("fin", "short"))
-        x["bad"] = _reg(m, (s["fin"] != expect) | s["short"], "cmp_bad")
-        m.d.comb += self.icrc_bad.eq(x["v"] & x["last"] & x["bad"])
+        x = s
+        bad = Signal(name="cmp_bad")
+        m.d.comb += [bad.eq((s["fin"] != expect) | s["short"]),
+                     self.icrc_bad.eq(x["v"] & x["last"] & bad)]
 
         # hold one beat back: when the next beat holds only ICRC bytes (n <= 4), the held beat
         # becomes the last one and loses the ICRC bytes it carries
@@ -591,15 +602,14 @@ class IcrcCheck(_IcrcPipeline):
             "err": Signal(name="hold_err", reset_less=True),
             "meta": Signal(self.meta, name="hold_meta", reset_less=True),
         }
-        w = {k: (Signal(name="out_v") if k == "v" else
-                 Signal(v.shape(), name=f"out_{k}", reset_less=True))
+        w = {k: (Signal(name="out_v") if k == "v" else Signal(v.shape(), name=f"out_{k}"))
              for k, v in h.items()}
-        x_fail = x["err"] | x["bad"]
+        x_fail = x["err"] | bad
         only_icrc = ~x["keep"][ICRC_BYTES]                 # n <= 4
         emit = h["v"] & (h["last"] | x["v"])
         merge = Signal()
         m.d.comb += merge.eq(x["v"] & x["last"] & only_icrc & h["v"] & ~h["last"])
-        m.d.sync += [
+        m.d.comb += [
             w["v"].eq(emit),
             w["d"].eq(h["d"]),
             w["meta"].eq(h["meta"]),

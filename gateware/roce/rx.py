@@ -143,9 +143,9 @@ class RoceRx(wiring.Component):
       is consumed whole, whatever its length or contents: nothing malformed can stop the
       input.
     * Latency: the ``ack`` event is offered 3 cycles after the last beat of the datagram leaves
-      the ICRC check, which is :attr:`IcrcCheck.latency` cycles (8) after the input's last beat
-      when no header beat has to be added at its end: :attr:`ack_latency` (11 cycles at 64, 128
-      and 512 bits, 12 at 256) is the total for a 20-byte ACKNOWLEDGE, :meth:`event_latency`
+      the ICRC check, which is :attr:`IcrcCheck.latency` cycles (5) after the input's last beat
+      when no header beat has to be added at its end: :attr:`ack_latency` (8 cycles at 64, 128
+      and 512 bits, 9 at 256) is the total for a 20-byte ACKNOWLEDGE, :meth:`event_latency`
       for any length. The verdict pulse comes 2 cycles after the datagram's last beat leaves
       the ICRC check (for a good ACK, in the cycle its event is loaded into the ``ack``
       register, one cycle before it is offered).
