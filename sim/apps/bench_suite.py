@@ -34,7 +34,8 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   W = 512, 2 MiB of on-chip memory; the cocotb testbench :mod:`rocegen.sim.cocotb.roce_resp`): one QP's
   goodput at PMTU 1024 and 4096, 64 B .. 1 MiB, the host's line paced at 100 Gb/s (against
   :func:`limit_gbps`: the host's requests have the wire format of the endpoint's), payload over
-  the time from the first request's start on the line to the endpoint's last ACK (runs of 1024
+  the time from the first request's start on the line to the endpoint's last ACK, or to the
+  end of the last request's line time if that is later (runs of 1024
   messages or 1 MiB, :data:`RESP_RUN_MESSAGES`, so that the one ACK latency after the last
   request weighs under 1 %); the message rate of 64 B WRITEs; the cycles from a request's last beat
   in to its ACK's first beat out; and both directions at once on one QP (the traffic generator
@@ -266,8 +267,8 @@ RESP_FUZZ_FRAMES = 100_000
 
 #: a responder goodput run: this many messages, at most :data:`RESP_RUN_BYTES`, at least one
 #: message and 64 KiB (quick: a quarter of each). Its figure counts the time from its first
-#: request on the line to the endpoint's last ACK, one ACK latency (50 to 140 cycles) more than
-#: the requests' line time: 1024 messages or 1 MiB (27,700 cycles at 100 Gb/s) keep that under
+#: request on the line to the endpoint's last ACK, at most one ACK latency (40 to 140 cycles)
+#: more than the requests' line time: 1024 messages or 1 MiB (27,700 cycles at 100 Gb/s) keep that under
 #: 1 % (0.5 % from 4 KiB messages up), and the run fits the QP's region (1 MiB), written and
 #: read back in one round
 RESP_RUN_MESSAGES = 1024

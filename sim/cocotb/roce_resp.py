@@ -435,13 +435,19 @@ async def send_round(env, msgs, *, max_cycles=MAX_CYCLES):
 
 def round_figures(env, marks, payload):
     """Goodput of a round: ``payload`` bytes over the time from its first request's start on
-    the host's line to the first beat of the endpoint's last ACK."""
+    the host's line to the first beat of the endpoint's last ACK, or to the end of the last
+    request's time on the line if that is later.
+
+    (The MAC model hands each frame to the endpoint a beat a cycle from the start of its time on
+    the line, faster than a line brings it: a 4 KiB request's last beat is in some 40 cycles
+    before its line time ends at W = 512, so an endpoint that answers in fewer would otherwise
+    seem to take the requests faster than the line.)"""
     first_req, first_frame = marks
     reqs = env.mac.requests[first_req:]
     acks = [f for f, _, fr in env.mac.frames[first_frame:] if roce_opcode(fr) == OP_RC_ACKNOWLEDGE]
     if not reqs or not acks:
         return {"line_cycles": 0, "host_frames": len(reqs)}
-    return {"line_cycles": acks[-1] - reqs[0][0], "host_frames": len(reqs)}
+    return {"line_cycles": max(acks[-1], reqs[-1][1]) - reqs[0][0], "host_frames": len(reqs)}
 
 
 def share(k, qps, region=REGION):

@@ -26,7 +26,9 @@ READ runs, :func:`atomic_run` the atomics' runs and
     ``resp_fuzz``: hostile frames sent.
 
 A result adds ``goodput_gbps`` (payload over the time from the first request's start on the
-host's line to the first beat of the endpoint's last ACK), ``line_cycles`` (that time),
+host's line to the first beat of the endpoint's last ACK, or to the end of the last request's
+line time if that is later: see :func:`~rocegen.sim.cocotb.roce_resp.round_figures`),
+``line_cycles`` (that time),
 ``messages``, ``packets``, ``checked_bytes`` (bytes read back and compared), ``host_frames``,
 ``retransmitted`` (requests the host sent again), ``rnr_naks`` and ``seq_naks`` (the NAKs it
 received: a request the responder's ingress had no room for is dropped, and resent after the
