@@ -1000,7 +1000,13 @@ def _roundtrip_markdown(results):
            "",
            "Every sample compares the bytes (both ways for the SEND). The host model answers in "
            "no time and the link has no length: these are the endpoint's share of a round trip "
-           "and the frames' time on the line, not two NICs' and their hosts'.", ""]
+           "and the frames' time on the line, not two NICs' and their hosts'. One reservation "
+           "for the frames into the endpoint at W = 512: the MAC model hands a frame over a beat "
+           "a cycle from the start of its time on the line (64 bytes a cycle, where 100 Gb/s "
+           "brings 38.8), so a long frame is in before its line time ends, and the endpoint's "
+           "part after it starts early: a 4 KiB WRITE's comes out negative. The endpoint's own "
+           "time from a request's last beat in to its answer's first beat out does not depend "
+           "on the size (the responder's latency rows).", ""]
     table = []
     for b in builds:
         for test in ROUNDTRIP_PARTS:
