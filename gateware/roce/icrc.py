@@ -312,12 +312,10 @@ class _IcrcPipeline(wiring.Component):
                 m.d.sync += acc.eq(start)
             with m.Else():
                 m.d.sync += acc.eq(nxt)
-        pre["nxt"] = nxt
-        s = _advance(m, pre, "acc", skip=("nxt",))
-        s["fin"] = _reg(m, nxt, "acc_fin")
+        s = _advance(m, pre, "acc")
         s["d"] = dr.data                # the data of the beat at this stage (see above)
 
-        w, absorbed, straddle = self._back(m, pre, s, accept, z_early)
+        w, absorbed, straddle = self._back(m, pre, s, accept, z_early, nxt)
 
         # output queue and flow control
         # (block RAM from W = 256 on: a few beats of W bits would take W/14 * 8 LUTs of
@@ -422,7 +420,7 @@ class IcrcInsert(_IcrcPipeline):
             "merge the ICRC into the last beat": 2,
         }
 
-    def _back(self, m, pre, s, accept, z_early):
+    def _back(self, m, pre, s, accept, z_early, nxt):
         B = self.width // 8
         p = self.i.payload
         straddle_in = Signal()
@@ -454,7 +452,6 @@ class IcrcInsert(_IcrcPipeline):
 
         # rewind: the state after the packet's last byte (from the loop's next state, in the
         # accumulator's cycle)
-        nxt = pre["nxt"]
         rewound = Cat(*((mat[32 * row:32 * row + 32] & nxt).xor() for row in range(32)))
         u = s
         crc = _reg(m, ~rewound, "rw_icrc")       # the ICRC, byte 0 first on the wire
@@ -581,15 +578,16 @@ class IcrcCheck(_IcrcPipeline):
             "compare and strip the ICRC (hold, emit)": 1 + lut_levels(-(-33 // 3)) + 2,
         }
 
-    def _back(self, m, pre, s, accept, z_early):
+    def _back(self, m, pre, s, accept, z_early, nxt):
         B = self.width // 8
+        fin = _reg(m, nxt, "acc_fin")       # the state after the beat at this stage
         # the residue advanced over the z zero bytes that followed the packet in its last beat
         table = [Crc32.zeros_int(Crc32.RESIDUE, z) for z in range(B)]
         expect = _reg(m, Cat(*(_rom([(v >> bit) & 1 for v in table], pre["z"])
                                for bit in range(32))), "expect")
         x = s
         bad = Signal(name="cmp_bad")
-        m.d.comb += [bad.eq((s["fin"] != expect) | s["short"]),
+        m.d.comb += [bad.eq((fin != expect) | s["short"]),
                      self.icrc_bad.eq(x["v"] & x["last"] & bad)]
 
         # hold one beat back: when the next beat holds only ICRC bytes (n <= 4), the held beat
