@@ -66,8 +66,10 @@ class NetStack(wiring.Component):
         ARP cache size, request repeat interval in cycles and number of repeats.
     tx_cut_through : bool
         ``False`` (default): the transmit FIFO stores each frame whole before its first beat
-        leaves. ``True``: it passes beats on as they come (cut-through), which saves a beat of
-        latency per beat of the frame. Only for a stack whose every transmit source is
+        leaves. ``True``: there is no transmit FIFO, and beats pass to the MAC as they come
+        from the Ethernet transmitter's forward register (cut-through), which saves a beat of
+        latency per beat of the frame and the FIFO's two cycles; the MAC's ``ready`` then
+        reaches the transmitter through that register. Only for a stack whose every transmit source is
         *steady*: once a frame's first beat is offered, its next beat is offered in every
         cycle the path takes one, until the last (no idle cycle inside a frame). The stack's
         own sources are (ARP, the ICMP store, the header stages, the ICRC stage), so the
@@ -87,7 +89,8 @@ class NetStack(wiring.Component):
     it had started, cut short and marked ``error`` (then dropped and counted as above).
     ``mac_tx``: frames to the MAC without FCS, padded to 60 bytes; ``valid`` never drops inside
     a frame (the CMAC and the XGMII MAC both require this): each frame is sent whole from a
-    store-and-forward FIFO, or with ``tx_cut_through`` as its beats come from steady sources;
+    store-and-forward FIFO, or with ``tx_cut_through`` as its beats come from steady sources
+    (from a forward register; ``ready`` passes combinationally to the transmitter's);
     ``error`` on the last beat asks the MAC to abort the frame.
     ``udp_rx[k]``: datagram payloads with ``meta.eth``, ``meta.ipv4`` and ``meta.udp``.
     ``udp_tx[k]``: datagram payloads with ``meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`).
@@ -124,9 +127,10 @@ class NetStack(wiring.Component):
         # cut-through: a frame goes on before its FCS verdict (its last beat's ``error``)
         self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=False,
                                    drop_errors=False, overflow="drop")
-        self._tx_fifo = PacketFifo(width, self.tx_fifo_beats,
-                                   store_and_forward=not tx_cut_through, drop_errors=False,
-                                   overflow="wait")
+        # (cut-through needs no FIFO: a steady source's frame goes on as it comes)
+        self._tx_fifo = None if tx_cut_through else PacketFifo(
+            width, self.tx_fifo_beats, store_and_forward=True, drop_errors=False,
+            overflow="wait")
         self._icmp = IcmpEcho(width, mtu=mtu)
         self._udp_tx = UdpTx(width, n)
         self._ip_tx = Ipv4Tx(width)
@@ -154,7 +158,7 @@ class NetStack(wiring.Component):
             "eth_rx.arp": self._eth_rx.arp,
             "ip_rx.udp": self._ip_rx.udp,
             "ip_rx.icmp": self._ip_rx.icmp,
-            "udp_rx.o0": self._udp_rx.o[0],
+            **{f"udp_rx.o{k}": o for k, o in enumerate(self._udp_rx.o)},
             "udp_tx.i0": self._udp_tx.i[0],
             "udp_tx.o": self._udp_tx.o,
             "icmp.o": self._icmp.o,
@@ -224,10 +228,10 @@ class NetStack(wiring.Component):
         ip_arb = m.submodules.ip_arbiter = PacketArbiter(W, ip_meta, 2)
         # registers where the transmit path's chains would grow too long: a register slice in
         # front of the ICRC stage (the demux selects by metadata; it also splits the ready chain
-        # from the transmit FIFO) and a forward register in front of the transmit FIFO (whose
-        # ready is worked out from registers). (The ICMP reply comes from the ICMP store's
-        # output register through the in-place header rewrite alone, and the arbiter's
-        # registered grant keeps its ready short.)
+        # from the transmit FIFO or the MAC) and a forward register behind the Ethernet
+        # transmitter (whose ready is the FIFO's registered "full" or the MAC's). (The ICMP
+        # reply comes from the ICMP store's output register through the in-place header
+        # rewrite alone, and the arbiter's registered grant keeps its ready short.)
         wiring.connect(m, icmp.o, ip_arb.i[0])
         wiring.connect(m, udp_tx.o, ip_arb.i[1])
         ip_tx = m.submodules.ip_tx = self._ip_tx
@@ -246,16 +250,22 @@ class NetStack(wiring.Component):
         eth_tx = m.submodules.eth_tx = self._eth_tx
         # a forward register between the Ethernet arbiter and transmitter: the ARP and ICRC
         # stages' outputs end in it (the transmitter's ready is a few LUTs from the transmit
-        # FIFO's registered "full", so its own register needs no skid buffer)
+        # FIFO's registered "full" or the MAC's ready, so its own register needs no skid buffer)
         eth_slice = m.submodules.eth_slice = ForwardRegister(W, ETH_META)
         wiring.connect(m, eth_arb.o, eth_slice.i)
         wiring.connect(m, eth_slice.o, eth_tx.i)
         m.d.comb += eth_tx.pcp.eq(self.pcp)
-        tx_fifo = m.submodules.tx_fifo = self._tx_fifo
+        # a forward register behind the transmitter: the frame leaves from registers, into the
+        # store-and-forward FIFO (whose "full" keeps the ready short) or, cut-through, to the
+        # MAC (whose ready is an input)
         fifo_slice = m.submodules.fifo_slice = ForwardRegister(W)
         wiring.connect(m, eth_tx.o, fifo_slice.i)
-        wiring.connect(m, fifo_slice.o, tx_fifo.i)
-        wiring.connect(m, tx_fifo.o, wiring.flipped(self.mac_tx))
+        if self._tx_fifo is None:
+            wiring.connect(m, fifo_slice.o, wiring.flipped(self.mac_tx))
+        else:
+            tx_fifo = m.submodules.tx_fifo = self._tx_fifo
+            wiring.connect(m, fifo_slice.o, tx_fifo.i)
+            wiring.connect(m, tx_fifo.o, wiring.flipped(self.mac_tx))
         ev["tx_frames"] = self.mac_tx.valid & self.mac_tx.ready & self.mac_tx.payload.last
 
         # ---- statistics ----

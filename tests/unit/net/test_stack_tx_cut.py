@@ -1,7 +1,8 @@
-"""The stack's transmit FIFO, store-and-forward and cut-through (``tx_cut_through``): the same
-frames either way (the reference model's, ICRC appended on the RoCEv2 port), no idle cycle
-inside a frame to the MAC under random MAC backpressure as long as the sources are steady, and
-a frame's first beat at the MAC before its last beat has come in only with cut-through."""
+"""The stack's transmit path, through its store-and-forward FIFO or cut-through without one
+(``tx_cut_through``): the same frames either way (the reference model's, ICRC appended on the
+RoCEv2 port), no idle cycle inside a frame to the MAC under random MAC backpressure as long as
+the sources are steady, and a frame's first beat at the MAC before its last beat has come in
+only with cut-through."""
 
 import random
 
@@ -102,7 +103,7 @@ def _check_frames(col, datagrams):
 @pytest.mark.parametrize("cut", [False, True], ids=["stored", "cut"])
 def test_steady_sources_never_starve_the_mac(width, cut):
     """Sources that pause only between datagrams, the MAC stalling at random: every frame is
-    the model's and the MAC never waits inside one, with the FIFO storing frames or not. Then
+    the model's and the MAC never waits inside one, stored in the FIFO or cut-through. Then
     the same datagrams each offered to an idle stack: with cut-through, a long frame starts at
     the MAC before its datagram has all come in; stored, never."""
     datagrams = _datagrams(random.Random(width), 12, width)
@@ -135,7 +136,7 @@ def _last_beats(cycles, datagrams, k, width):
 
 
 @pytest.mark.parametrize("width", [64, 512])
-def test_a_source_that_pauses_inside_a_frame_starves_the_cut_through_fifo(width):
+def test_a_source_that_pauses_inside_a_frame_starves_the_cut_through_path(width):
     """The condition ``tx_cut_through`` states is needed: a source idle inside its datagrams
     leaves the MAC waiting inside frames (the frames themselves still right); the same source
     through the store-and-forward FIFO never does."""
