@@ -1,4 +1,4 @@
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,7 +36,10 @@ class ChecksumCheckedFifo(wiring.Component):
     ``seed``) passes cut-through instead: its beats leave as they come, behind the packets
     before it, without a verdict (its checksum is not checked: a parent sets ``cut`` only for a
     packet with nothing to check, such as UDP's checksum 0), and a damaged one leaves with
-    ``error`` on its last beat, for the consumer to drop (it pulses no ``drop_error``).
+    ``error`` on its last beat, for the consumer to drop (it pulses no ``drop_error``). When
+    the store is empty as its first beat comes out of the input register, the packet passes
+    beside the store, from the input register straight to the output (the store's two
+    cycles saved); packets that come while it passes are stored behind it, so the order holds.
 
     Parameters: ``width`` (W bits), ``depth`` (beats, a power of two of at least 2), ``meta``
     (the packets' metadata layout or None), ``cut_input`` (bool) and ``output_slice``: True
@@ -52,8 +55,8 @@ class ChecksumCheckedFifo(wiring.Component):
     then a packet can leave once its last beat is stored and its verdict is known,
     ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest, and goes out
     through the output slice (one cycle more; none without it). A cut-through packet's first
-    beat leaves 3 cycles after it enters (4 with the output slice). Throughput: one beat per
-    cycle in and out.
+    beat leaves 3 cycles after it enters (4 with the output slice), or 1 (2) when it passes
+    beside an empty store. Throughput: one beat per cycle in and out.
     """
 
     def __init__(self, width, depth, meta=None, *, output_slice=True, cut_input=False):
@@ -103,10 +106,26 @@ class ChecksumCheckedFifo(wiring.Component):
             sl.i.payload.beat.eq(self.i.payload),
             sl.i.payload.seed.eq(self.seed), sl.i.payload.skip.eq(self.skip),
             sl.i.payload.cut.eq(self.cut if self.cut_input else 0),
-            store.i.valid.eq(sl.o.valid), sl.o.ready.eq(store.i.ready),
             store.i.payload.data.eq(src.data), store.i.payload.keep.eq(src.keep),
             store.i.payload.last.eq(src.last), store.i.payload.error.eq(src.error),
             store.i.payload.meta.m.eq(src.meta),
+        ]
+        # ``beside``: the beat in the input register passes beside the store (a cut-through
+        # packet that found the store empty at its first beat; the store stays empty while it
+        # passes, since every beat goes beside it)
+        beside = Signal()
+        out_ready = Signal()            # the output stage takes a beat
+        if self.cut_input:
+            sl_first = Signal(init=1)
+            with m.If(sl.o.valid & sl.o.ready):
+                m.d.sync += sl_first.eq(src.last)
+            passing = Signal()
+            m.d.comb += beside.eq(Mux(sl_first, sl.o.payload.cut & store.empty, passing))
+            with m.If(sl.o.valid & sl.o.ready):
+                m.d.sync += passing.eq(beside & ~src.last)
+        m.d.comb += [
+            store.i.valid.eq(sl.o.valid & ~beside),
+            sl.o.ready.eq(Mux(beside, out_ready, store.i.ready)),
         ]
         seed, skip = sl.o.payload.seed, sl.o.payload.skip
         m.d.comb += [self.drop_error.eq(store.drop_error),
@@ -170,8 +189,15 @@ class ChecksumCheckedFifo(wiring.Component):
         # and ``o.ready`` does not reach the read side
         if self.output_slice:
             out = m.submodules.output = RegisterSlice(W, self.meta)
-            wiring.connect(m, gate.o, out.i)
             wiring.connect(m, out.o, wiring.flipped(self.o))
+            dst = out.i
         else:
-            wiring.connect(m, gate.o, wiring.flipped(self.o))
+            dst = self.o
+        # the gate's packets, or the one passing beside the (then empty) store
+        m.d.comb += [
+            out_ready.eq(dst.ready),
+            gate.o.ready.eq(dst.ready),
+            dst.valid.eq(gate.o.valid | beside & sl.o.valid),
+            dst.payload.eq(Mux(beside, src, gate.o.payload)),
+        ]
         return m

@@ -79,6 +79,8 @@ class PacketFifo(wiring.Component):
     level : Out(range(depth + 1))
         Beats stored: those of complete packets not yet sent on ``o`` (including the one in the
         output register) plus those of the packet being written.
+    empty : Out(1)
+        ``level`` is 0: no beat is stored, being written or offered on ``o``. A register.
 
     Behaviour
     ---------
@@ -164,6 +166,7 @@ class PacketFifo(wiring.Component):
             "drop_error": Out(1),
             "drop_overflow": Out(1),
             "level": Out(range(depth + 1)),
+            "empty": Out(1, init=1),
         }
         if cut_input:
             ports["cut"] = In(1)
@@ -210,7 +213,8 @@ class PacketFifo(wiring.Component):
         m.d.comb += [wr_next.eq(wr_ptr), rd_next.eq(rd_ptr),
                      full_next.eq((wr_next - rd_next)[AW])]
         m.d.sync += [wr_ptr.eq(wr_next), rd_ptr.eq(rd_next), full.eq(full_next),
-                     spare.eq((wr_next - rd_next)[:AW + 1] < depth - 1)]
+                     spare.eq((wr_next - rd_next)[:AW + 1] < depth - 1),
+                     self.empty.eq(wr_next == rd_next)]
         ptrs = dict(fetch=fetch, rd_next=rd_next, rd_ptr=rd_ptr, wr_commit=wr_commit,
                     wr_next=wr_next, wr_ptr=wr_ptr, full=full, full_next=full_next, spare=spare)
         self._elaborate_write(m, AW, B, ptrs, rp, wp, committed)

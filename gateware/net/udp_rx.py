@@ -36,12 +36,17 @@ class UdpRx(wiring.Component):
     (the length and port checks go with it through a
     :class:`~rocegen.gateware.lib.pipe.ForwardRegister` before the dispatch, one of those cycles;
     the store has a forward register at its input, another); a cut-through datagram's first
-    beat leaves 6 cycles after it enters (the store's 4, the depacketizer's and the forward
-    register's).
+    beat leaves :attr:`CUT_LATENCY` (4) cycles after it enters when the store is empty (it
+    passes beside the store: the store's input register and output slice, the depacketizer's
+    cycle and the forward register's), and 2 cycles later behind datagrams still in the store.
     Backpressure: from the addressed port (``ready`` of the ports passes the forward register
     and the depacketizer and ends in the store's output register slice); the input is held
     while the store is full.
     """
+
+    #: Cycles from a cut-through datagram's first beat in to its first beat out, when it
+    #: finds the store empty.
+    CUT_LATENCY = 4
 
     def __init__(self, width, ports, *, mtu=1500, cut_ports=()):
         check_width(width)

@@ -12,6 +12,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from rocegen.gateware.net.stack import STATS, NetStack
+from rocegen.gateware.net.udp_rx import UdpRx
 from rocegen.sim.models.net.netstack import NetStackModel
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver
@@ -124,3 +125,55 @@ def test_checksum_zero_leaves_before_its_end(width):
         assert col.packets[0].data == payload
         firsts[checksum] = col.beat_cycles[0] - mon.cycles[-1]
     assert firsts[0] < 0 < firsts["good"], firsts
+
+
+def _firsts(stream):
+    """A process that records the cycle of every packet's first beat moved on ``stream``
+    (counted like :class:`HandshakeMonitor` counts), and the list it fills."""
+    firsts = []
+
+    async def run(ctx):
+        cycle, first = 0, True
+        async for _, _, v, r, last in ctx.tick().sample(stream.valid, stream.ready,
+                                                          stream.payload.last):
+            cycle += 1
+            if v and r:
+                if first:
+                    firsts.append(cycle)
+                first = bool(last)
+    return run, firsts
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_a_cut_through_datagram_passes_beside_an_empty_store(width):
+    """A datagram with checksum 0 that finds the UDP store empty leaves
+    ``UdpRx.CUT_LATENCY`` cycles after its first beat came into UDP receive (it passes beside
+    the store); one that comes right behind a stored datagram (a checksum to verify) waits in
+    the store behind it and leaves after it, later. All three arrive whole and in order, under
+    backpressure at the port."""
+    rng = random.Random(width + 5)
+    lone, stored, behind = rng.randbytes(100), rng.randbytes(700), rng.randbytes(100)
+    dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(CUT,))
+    drv = StreamDriver(dut.mac_rx, width)
+    col = StreamCollector(dut.udp_rx[1], width, backpressure=0.3, seed=width)
+    probes = dut.probes()
+    run_in, ins = _firsts(probes["ip_rx.udp"])
+    run_out, outs = _firsts(probes["udp_rx.o1"])
+
+    async def tb(ctx):
+        ctx.set(dut.local_mac, parse_mac(FPGA_MAC))
+        ctx.set(dut.local_ip, parse_ip(FPGA_IP))
+        await drv.send(ctx, [Packet(datagram(lone, checksum=0))])
+        while not col.packets:
+            await ctx.tick()
+        await drv.send(ctx, [Packet(datagram(stored, checksum="good")),
+                             Packet(datagram(behind, checksum=0))])
+        while len(col.packets) < 3:
+            await ctx.tick()
+
+    run_sim(dut, testbenches=[tb], processes=[col.run, run_in, run_out], deadline_cycles=5_000)
+    assert [p.data for p in col.packets] == [lone, stored, behind]
+    assert not any(p.error for p in col.packets)
+    waits = [o - i for i, o in zip(ins, outs, strict=True)]
+    assert waits[0] == UdpRx.CUT_LATENCY
+    assert outs[2] > outs[1] and waits[2] > UdpRx.CUT_LATENCY
