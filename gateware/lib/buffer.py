@@ -1,6 +1,6 @@
 """Register slices: break the combinational paths of a stream at full throughput."""
 
-from amaranth.hdl import Module, Shape, ShapeCastable, Signal
+from amaranth.hdl import Module, Mux, Shape, ShapeCastable, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -53,16 +53,19 @@ class StreamRegisterSlice(wiring.Component):
         skid = Signal(self.shape)
         skid_empty = Signal(init=1)
         m.d.comb += i.ready.eq(skid_empty)
+        # the beat next in line: the skid entry's, else the input's. Both registers load it (the
+        # skid entry only while empty, when it is the input's), so that one multiplexer per bit
+        # feeds both, with whatever logic drives ``i.payload`` merged into it
+        nxt = Signal(self.shape)
+        m.d.comb += nxt.eq(Mux(skid_empty, Value.cast(i.payload), Value.cast(skid)))
 
         with m.If(~o.valid | o.ready):
             # the output register is free (empty, or its beat leaves in this cycle)
-            with m.If(~skid_empty):
-                m.d.sync += [o.payload.eq(skid), o.valid.eq(1), skid_empty.eq(1)]
-            with m.Else():
-                m.d.sync += [o.payload.eq(i.payload), o.valid.eq(i.valid)]
+            m.d.sync += [o.payload.eq(nxt), o.valid.eq(~skid_empty | i.valid),
+                         skid_empty.eq(1)]
         with m.Elif(i.valid & skid_empty):
             # output stalled: the beat that was in flight goes to the skid entry
-            m.d.sync += [skid.eq(i.payload), skid_empty.eq(0)]
+            m.d.sync += [skid.eq(nxt), skid_empty.eq(0)]
         return m
 
 
