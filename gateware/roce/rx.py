@@ -1,5 +1,6 @@
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.mapmeta import MapMeta
@@ -66,6 +67,11 @@ _LANES = _IP_UDP + H.BTH.length + H.AETH.length
 _BTH_AT = 8 * _IP_UDP
 _AETH_AT = _BTH_AT + 8 * H.BTH.length
 _ICRC_META = data.StructLayout({"ipv4": H.IPV4.layout, "udp": H.UDP.layout})
+
+
+#: What the header checks found for a datagram, queued until its ICRC verdict: the verdict
+#: (every check but the ICRC's), the BTH DestQP and the event (whose ``qp`` is the QP index).
+_RECORD = data.StructLayout({"verdict": Verdict, "dest": 24, "ev": ACK_EVENT})
 
 
 def _map_meta(m, src, dst):
@@ -137,26 +143,33 @@ class RoceRx(wiring.Component):
     * Path: the UDP and then the IPv4 header are put back in front of the UDP payload from
       ``meta`` (two :class:`~rocegen.gateware.lib.packetizer.Packetizer` s: the UDP header first, so
       that the IPv4 header ends up in front of it), since the ICRC covers them;
-      :class:`~rocegen.gateware.roce.icrc.IcrcCheck` (``offset=0``) checks and strips the ICRC; the
-      first 44 bytes of each datagram (IPv4, UDP, BTH, AETH) are kept and read through the
-      header table, and its length is compared with the minimum of each kind. Every datagram
-      is consumed whole, whatever its length or contents: nothing malformed can stop the
-      input.
-    * Latency: the ``ack`` event is offered 3 cycles after the last beat of the datagram leaves
+      :class:`~rocegen.gateware.roce.icrc.IcrcCheck` (``offset=0``) checks and strips the ICRC.
+      The headers are checked while the ICRC check runs: as a datagram goes into it, its first
+      44 bytes (IPv4, UDP, BTH, AETH) are kept and read through the header table, its length is
+      compared with the minimum of each kind, its QP is looked up and its context read, and
+      the outcome of every check but the ICRC's waits in a queue of records (LUT RAM). When the
+      datagram's last beat leaves the ICRC check, its verdict is its record's, or ``icrc_bad``
+      if the ICRC was bad (after the length check, as before). Every datagram is consumed
+      whole, whatever its length or contents: nothing malformed can stop the input. (A QP's
+      context is read as its datagram goes into the ICRC check, a few cycles before the
+      verdict: the QP state the datagram met when it came in.)
+    * Latency: the ``ack`` event is offered 1 cycle after the last beat of the datagram leaves
       the ICRC check, which is :attr:`IcrcCheck.latency` cycles (5) after the input's last beat
-      when no header beat has to be added at its end: :attr:`ack_latency` (8 cycles at 64, 128
-      and 512 bits, 9 at 256) is the total for a 20-byte ACKNOWLEDGE, :meth:`event_latency`
-      for any length. The verdict pulse comes 2 cycles after the datagram's last beat leaves
-      the ICRC check (for a good ACK, in the cycle its event is loaded into the ``ack``
-      register, one cycle before it is offered).
+      when no header beat has to be added at its end: :attr:`ack_latency` (6 cycles at 64, 128
+      and 512 bits, 7 at 256) is the total for a 20-byte ACKNOWLEDGE, :meth:`event_latency`
+      for any length. The verdict pulse comes in the cycle the datagram's last beat leaves the
+      ICRC check (for a good ACK, in the cycle its event is loaded into the ``ack`` register,
+      one cycle before it is offered). A datagram's record is queued 2 cycles after its last
+      beat goes into the ICRC check, before that beat can leave it.
     * Throughput: one beat per cycle after the header insertion. A UDP payload of ``n`` bytes
       becomes ``ceil((28 + n) / (W/8))`` beats there, so the input is held for the beats added
       (3 cycles per 20-byte ACK at 64 bits, 1 at 128 and 256; none at 512 bits, where every ACK
       is one beat and one datagram per cycle is taken).
     * Backpressure: only ``ack.ready`` low holds anything. While an event waits in the ``ack``
-      register, the datagram behind it waits in the check stage and one more is captured; then
-      the ICRC check's output is held, and ``i`` once the ICRC check's queue is full. Verdicts
-      resume in order when ``ack.ready`` rises; nothing is lost.
+      register, the next datagram's last beat waits at the ICRC check's output; then the check's
+      queue fills and ``i`` is held. Verdicts resume in order when ``ack.ready`` rises; nothing
+      is lost. The record queue never fills: it has room for a record per beat the ICRC check
+      can hold (every datagram in it has a beat there) and for those in the header stages.
     """
 
     def __init__(self, width, num_qps, *, reads=False, ibcm=False):
@@ -170,6 +183,10 @@ class RoceRx(wiring.Component):
         self.reads = reads
         self.ibcm = ibcm
         self._icrc = IcrcCheck(width, None, offset=0, ip_version=4)
+        # records queued: one per datagram whose last beat is in the ICRC check (at most one per
+        # beat it holds: its pipeline and its queue) or in the two header stages, and one spare
+        need = self._icrc.stages + self._icrc.queue_depth + 3
+        self._records = 1 << (need - 1).bit_length()
         #: Cycles from the last input beat of a 20-byte ACKNOWLEDGE to its ``ack`` event.
         self.ack_latency = self.event_latency(ACK_MIN)
         super().__init__({
@@ -189,7 +206,7 @@ class RoceRx(wiring.Component):
     def event_latency(self, length):
         """Cycles from the last input beat of an ACKNOWLEDGE with a ``length``-byte UDP payload
         to its ``ack`` event, without backpressure: the ICRC check's latency, one cycle for each
-        header insertion that needs a beat after the input's last one, and 3."""
+        header insertion that needs a beat after the input's last one, and 1."""
         B = self.width // 8
 
         def spills(header, n):          # the n bytes' last beat does not fit after the header
@@ -197,13 +214,12 @@ class RoceRx(wiring.Component):
 
         total = _IP_UDP + length
         only_icrc = total > B and (total - 1) % B + 1 <= ICRC_BYTES
-        return (self._icrc.latency - only_icrc + 3 + spills(H.UDP.length, length) +
+        return (self._icrc.latency - only_icrc + 1 + spills(H.UDP.length, length) +
                 spills(H.IPV4.length, H.UDP.length + length))
 
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        B = W // 8
 
         # ---- put the IPv4 and UDP headers back, check and strip the ICRC
         keep_hdrs = m.submodules.meta = MapMeta(W, UDP_RX_META, _ICRC_META, _map_meta)
@@ -221,65 +237,42 @@ class RoceRx(wiring.Component):
             icrc.i.payload.error.eq(ins_ip.o.payload.error),
             ins_ip.o.ready.eq(icrc.i.ready),
         ]
-        s = icrc.o
+        # ---- the headers are read as the datagram goes into the ICRC check (they are checked
+        # while the check runs); the verdict is made when its last beat comes out
+        records = m.submodules.records = SyncFIFO(width=_RECORD.size, depth=self._records)
+        self._elaborate_headers(m, W, icrc.i, records)
+        self._elaborate_verdict(m, icrc.o, records)
+        return m
 
-        # ---- capture: the first _LANES bytes and the length of each datagram
+    def _elaborate_headers(self, m, W, s, records):
+        """Stages H -> C -> record: each datagram's first :data:`_LANES` bytes and length
+        captured at its last beat into the ICRC check (``s``), the header checks and the DestQP
+        lookup, then the context checks, into the record queue. They never stall: the queue
+        holds a record for every datagram inside the ICRC check (see ``_records``)."""
+        B = W // 8
+
         def length_at_least(idx, keep, n):
             """The datagram ending with this beat (beat ``idx``) has at least ``n`` bytes."""
             k, lane = divmod(n - 1, B)
             return (idx > k) | ((idx == k) & keep[lane])
 
-        lengths = {"bth": _IP_UDP + H.BTH.length,
-                   "ack": _IP_UDP + H.BTH.length + H.AETH.length,
-                   "cnp": _IP_UDP + H.BTH.length + H.CNP_PAYLOAD.length}
+        # (the datagram still holds its ICRC here)
+        lengths = {"bth": _IP_UDP + H.BTH.length + ICRC_BYTES,
+                   "ack": _IP_UDP + H.BTH.length + H.AETH.length + ICRC_BYTES,
+                   "cnp": _IP_UDP + H.BTH.length + H.CNP_PAYLOAD.length + ICRC_BYTES}
         top = -(-max(lengths.values()) // B)
 
         # stage H: a datagram's headers and length flags
         h_valid = Signal()
         h_lanes = Signal(8 * _LANES)
-        h_err = Signal()
         h_len = {name: Signal(name=f"h_len_{name}") for name in lengths}
-
-        # stage C: verdict of the header checks, context read
-        c_valid = Signal()
-        return self._elaborate_verdict(m, W, c_valid, h_err, h_lanes, h_len, h_valid, length_at_least,
-                                       lengths, s, top)
-
-    def _elaborate_verdict(self, m, W, c_valid, h_err, h_lanes, h_len, h_valid, length_at_least, lengths,
-                           s, top):
-        """Stages H -> C -> D: the header checks, the DestQP lookup and the context read, then each
-        packet's verdict, its event registers and the counters."""
-        c_verdict = Signal(Verdict)
-        c_qp = Signal(8)
-        c_dest = Signal(24)
-        c_src = Signal(32)
-        c_ev = Signal(ACK_EVENT)
-        c_is_ack = Signal()
-
-        # stage D: the ack event register
-        d_valid = Signal()
-        d_ev = Signal(ACK_EVENT)
-        stall = Signal()
-        m.d.comb += [
-            stall.eq(d_valid & ~self.ack.ready),
-            self.ack.valid.eq(d_valid),
-            self.ack.payload.eq(d_ev),
-        ]
-        with m.If(self.ack.ready):
-            m.d.sync += d_valid.eq(0)
-
-        m.d.comb += s.ready.eq(~h_valid | ~stall)
         take = s.valid & s.ready
         beat = s.payload
-        m.d.comb += [self.req.valid.eq(take), self.req.payload.data.eq(beat.data),
-                     self.req.payload.keep.eq(beat.keep), self.req.payload.last.eq(beat.last),
-                     self.req.payload.error.eq(beat.error)]
         lanes, idx = leading_lanes(m, beat, take, W, _LANES, count_to=top)
+        m.d.sync += h_valid.eq(take & beat.last)
         with m.If(take & beat.last):
             m.d.sync += [
-                h_valid.eq(1),
                 h_lanes.eq(lanes[:8 * _LANES]),
-                h_err.eq(beat.error),
                 *(h_len[name].eq(length_at_least(idx, beat.keep, n))
                   for name, n in lengths.items()),
             ]
@@ -289,8 +282,6 @@ class RoceRx(wiring.Component):
             op = H.BTH.from_lanes(lanes[_BTH_AT:_BTH_AT + 8 * H.BTH.length]).opcode
             with m.If(take & beat.last):
                 m.d.sync += [h_rr.eq(is_read_response(op)), h_aeth.eq(has_aeth(op))]
-        with m.Elif(~stall):
-            m.d.sync += h_valid.eq(0)
 
         # ---- stage H -> C: header checks, DestQP lookup, context read
         ip = H.IPV4.from_lanes(h_lanes[:8 * H.IPV4.length])
@@ -304,8 +295,6 @@ class RoceRx(wiring.Component):
             short = short | (h_aeth & ~h_len["ack"])
         with m.If(short):
             m.d.comb += verdict.eq(Verdict.SHORT)
-        with m.Elif(h_err):
-            m.d.comb += verdict.eq(Verdict.ICRC)
         with m.Elif(is_request(bth.opcode)):
             m.d.comb += verdict.eq(Verdict.REQUEST)
         with m.Elif(self.ibcm & (bth.opcode == opc.OP_UD_SEND_ONLY) & (bth.dest_qp == QP1)):
@@ -321,43 +310,74 @@ class RoceRx(wiring.Component):
             m.d.comb += verdict.eq(Verdict.QP)
         with m.Else():
             m.d.comb += verdict.eq(Verdict.PENDING)
-        m.d.comb += [
-            self.lookup_qpn.eq(bth.dest_qp),
-            self.rx_qp.eq(Mux(stall, c_qp, self.lookup_index)),
+        m.d.comb += [self.lookup_qpn.eq(bth.dest_qp), self.rx_qp.eq(self.lookup_index)]
+        c_valid = Signal()
+        c = Signal(_RECORD)
+        c_src = Signal(32)
+        c_is_ack = Signal()
+        m.d.sync += [
+            c_valid.eq(h_valid),
+            c.verdict.eq(verdict),
+            c.dest.eq(bth.dest_qp),
+            c.ev.qp.eq(self.lookup_index),
+            c.ev.syndrome.eq(aeth.syndrome),
+            c.ev.psn.eq(bth.psn),
+            c.ev.msn.eq(aeth.msn),
+            c_src.eq(ip.src),
+            c_is_ack.eq(is_ack),
         ]
-        with m.If(~stall):
-            m.d.sync += [
-                c_valid.eq(h_valid),
-                c_verdict.eq(verdict),
-                c_qp.eq(self.lookup_index),
-                c_dest.eq(bth.dest_qp),
-                c_src.eq(ip.src),
-                c_is_ack.eq(is_ack),
-                c_ev.qp.eq(self.lookup_index),
-                c_ev.syndrome.eq(aeth.syndrome),
-                c_ev.psn.eq(bth.psn),
-                c_ev.msn.eq(aeth.msn),
-            ]
 
-        # ---- stage C -> D: context checks, the event, the verdict pulses
+        # ---- stage C -> record: the context checks
         context = self.rx_context
-        final = Signal(Verdict)
-        with m.If(c_verdict != Verdict.PENDING):
-            m.d.comb += final.eq(c_verdict)
+        rec = Signal(_RECORD)
+        m.d.comb += rec.eq(c)
+        with m.If(c.verdict != Verdict.PENDING):
+            pass
         with m.Elif((context.state != QpState.RTR) & (context.state != QpState.RTS)):
-            m.d.comb += final.eq(Verdict.STATE)
+            m.d.comb += rec.verdict.eq(Verdict.STATE)
         with m.Elif(context.peer_ip != c_src):
-            m.d.comb += final.eq(Verdict.PEER)
+            m.d.comb += rec.verdict.eq(Verdict.PEER)
         with m.Elif(c_is_ack):
-            m.d.comb += final.eq(Verdict.ACK)
+            m.d.comb += rec.verdict.eq(Verdict.ACK)
         with m.Else():
-            m.d.comb += final.eq(Verdict.CNP)
-        decided = c_valid & ~stall
+            m.d.comb += rec.verdict.eq(Verdict.CNP)
+        m.d.comb += [records.w_en.eq(c_valid), records.w_data.eq(rec)]
+
+    def _elaborate_verdict(self, m, s, records):
+        """Stage F -> D: the ICRC check's output, each datagram's verdict when its last beat
+        leaves (its record's, unless the ICRC is bad), the verdict pulses and the event
+        register."""
+        d_valid = Signal()
+        d_ev = Signal(ACK_EVENT)
+        stall = Signal()
+        m.d.comb += [
+            stall.eq(d_valid & ~self.ack.ready),
+            self.ack.valid.eq(d_valid),
+            self.ack.payload.eq(d_ev),
+        ]
+        with m.If(self.ack.ready):
+            m.d.sync += d_valid.eq(0)
+
+        beat = s.payload
+        # a last beat waits for its record (always there in time) and, while an event waits in
+        # the ack register, for it to be taken
+        m.d.comb += s.ready.eq(~beat.last | (~stall & records.r_rdy))
+        take = s.valid & s.ready
+        m.d.comb += [self.req.valid.eq(take), self.req.payload.data.eq(beat.data),
+                     self.req.payload.keep.eq(beat.keep), self.req.payload.last.eq(beat.last),
+                     self.req.payload.error.eq(beat.error)]
+        decided = take & beat.last
+        rec = Signal(_RECORD)
+        m.d.comb += [rec.eq(records.r_data), records.r_en.eq(decided)]
+        final = Signal(Verdict)
+        with m.If((rec.verdict != Verdict.SHORT) & beat.error):
+            m.d.comb += final.eq(Verdict.ICRC)
+        with m.Else():
+            m.d.comb += final.eq(rec.verdict)
         for name, v in _COUNTER_VERDICTS.items():
             if (name != "read_responses" or self.reads) and (name != "mads" or self.ibcm):
                 m.d.comb += getattr(self, name).eq(decided & (final == v))
-        m.d.comb += [self.cnp_qp.eq(c_qp), self.data_seen.payload.eq(c_dest),
+        m.d.comb += [self.cnp_qp.eq(rec.ev.qp), self.data_seen.payload.eq(rec.dest),
                      self.data_seen.valid.eq(decided & (final == Verdict.REQUEST))]
         with m.If(decided & (final == Verdict.ACK)):
-            m.d.sync += [d_valid.eq(1), d_ev.eq(c_ev)]
-        return m
+            m.d.sync += [d_valid.eq(1), d_ev.eq(rec.ev)]
