@@ -5,7 +5,6 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.arbiter import PacketArbiter
 from rocegen.gateware.lib.demux import PacketDemux
 from rocegen.gateware.lib.mapmeta import MapMeta
-from rocegen.gateware.lib.pipe import ForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.net.layouts import ETH_META, IP_OUT_META
 from rocegen.gateware.roce.icrc import IcrcInsert
@@ -21,8 +20,10 @@ class IcrcTx(wiring.Component):
     Marked packets go through :class:`~rocegen.gateware.roce.icrc.IcrcInsert` (stream starting at the
     IP header); the others bypass it. The two paths merge round robin, so an unmarked packet may
     overtake a marked one; packets of one kind stay in order. Latency: that of ``IcrcInsert``
-    for marked packets, 0 for the others, plus one cycle in a
-    :class:`~rocegen.gateware.lib.pipe.ForwardRegister` at the output. Backpressure from ``o``.
+    for marked packets, 0 for the others; ``o`` is combinational from the insertion's queue
+    and the input (through the merge), for a parent that registers it (the network stack's
+    forward register behind its Ethernet arbiter). Backpressure from ``o``: ``o.ready`` reaches
+    the insertion queue's read side and ``i.ready`` of unmarked packets.
     """
 
     def __init__(self, width):
@@ -46,10 +47,7 @@ class IcrcTx(wiring.Component):
         wiring.connect(m, ins.o, arb.i[1])
         mm = m.submodules.meta = MapMeta(W, IP_OUT_META, ETH_META, _keep_eth)
         wiring.connect(m, arb.o, mm.i)
-        # the ICRC placement and the merge end in a register
-        out = m.submodules.output = ForwardRegister(W, ETH_META)
-        wiring.connect(m, mm.o, out.i)
-        wiring.connect(m, out.o, wiring.flipped(self.o))
+        wiring.connect(m, mm.o, wiring.flipped(self.o))
         return m
 
 
