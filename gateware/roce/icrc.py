@@ -53,7 +53,12 @@ Flow control
 ------------
 The pipeline never stalls: ``i.ready`` is a register, high while the beats in flight plus those
 queued in an output :class:`~rocegen.gateware.lib.fifo.PacketFifo` (``queue_depth`` beats,
-cut-through) leave room for more. So ``i.ready`` does not depend on ``o.ready`` and no enable
+cut-through; and, in :class:`IcrcCheck`, the output register slice) leave room for more.
+:class:`IcrcInsert`'s ``o`` is the queue's read port, so a packet leaves a beat a cycle (the
+transmit side needs steady frames). :class:`IcrcCheck`'s ``o`` is an output register slice that
+takes a beat from the pipeline directly while the queue is empty (a packet may leave that way
+from its first beat, or switch to the queue and stay on it), one cycle after the pipeline's
+last stage instead of the queue's two. So ``i.ready`` does not depend on ``o.ready`` and no enable
 fans out to the pipeline registers (the beats' data wait in a block-RAM delay line written and
 read every cycle; the other pipeline fields have neither reset nor enable, so they can map to
 shift-register LUTs).
@@ -64,6 +69,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from rocegen.gateware.lib.buffer import RegisterSlice
 from rocegen.gateware.lib.crc import Crc32
 from rocegen.gateware.lib.fifo import PacketFifo
 from rocegen.gateware.lib.stream import PacketSignature, check_width, empty_meta, keep_count
@@ -152,6 +158,11 @@ class _IcrcPipeline(wiring.Component):
 
     #: Most beats one accepted input beat can add to the queue.
     _MAX_INC = 1
+    #: ``o`` is an output register slice that the pipeline feeds directly while the queue is
+    #: empty (one cycle less), rather than the queue's read port. Not for a block whose output
+    #: must stay steady (a beat a cycle inside a packet, the transmit side's promise): a packet
+    #: that meets a full slice goes on through the queue, two cycles behind.
+    _OUTPUT_BYPASS = False
     #: Bytes beyond the IP + UDP + BTH headers that a packet must have.
     _EXTRA_MIN = 0
 
@@ -325,14 +336,16 @@ class _IcrcPipeline(wiring.Component):
                                             overflow="wait",
                                             ram_style="block" if self.width >= 256 else None)
         m.d.comb += [
-            q.i.valid.eq(w["v"]),
             q.i.payload.data.eq(w["d"]),
             q.i.payload.keep.eq(w["keep"]),
             q.i.payload.last.eq(w["last"]),
             q.i.payload.error.eq(w["err"]),
-            q.i.payload.meta.eq(w["meta"]),
         ]
-        wiring.connect(m, q.o, wiring.flipped(self.o))
+        if self._OUTPUT_BYPASS:
+            self._output_slice(m, q, w)
+        else:
+            m.d.comb += [q.i.valid.eq(w["v"]), q.i.payload.meta.eq(w["meta"])]
+            wiring.connect(m, q.o, wiring.flipped(self.o))
 
         # beats accepted (plus ICRC beats to come) and not yet sent on ``o``
         top = self.queue_depth + 2 * self._MAX_INC
@@ -346,6 +359,35 @@ class _IcrcPipeline(wiring.Component):
             ready.eq((after + self._MAX_INC <= self.queue_depth) & ~straddle),
         ]
         return m
+
+    def _output_slice(self, m, q, w):
+        """``o`` from an output register slice fed by the pipeline while the queue is empty."""
+        # the output register slice: a beat goes into it straight from the pipeline while the
+        # queue is empty and the slice takes it, else through the queue behind the beats before
+        # it (the queue's read data and the pipeline's beat meet in the slice's one multiplexer
+        # per bit)
+        # (per packet: a packet's beats may go beside the queue from its first on, or from any
+        # on through the queue, never back; the metadata are its first beat's)
+        out = m.submodules.output = RegisterSlice(self.width, self.meta)
+        beside = Signal()
+        w_first = Signal(init=1)
+        was_beside = Signal()
+        meta_hold = Signal(self.meta)
+        m.d.comb += [
+            beside.eq(Mux(w_first, q.empty, was_beside) & out.i.ready),
+            q.i.payload.meta.eq(Mux(w_first, w["meta"].as_value(), meta_hold.as_value())),
+        ]
+        with m.If(w["v"]):
+            m.d.sync += [w_first.eq(w["last"]), was_beside.eq(beside)]
+            with m.If(w_first):
+                m.d.sync += meta_hold.eq(w["meta"])
+        m.d.comb += [
+            q.i.valid.eq(w["v"] & ~beside),
+            out.i.valid.eq(Mux(beside, w["v"], q.o.valid)),
+            out.i.payload.eq(Mux(beside, q.i.payload.as_value(), q.o.payload.as_value())),
+            q.o.ready.eq(out.i.ready),
+        ]
+        wiring.connect(m, out.o, wiring.flipped(self.o))
 
 
 class IcrcInsert(_IcrcPipeline):
@@ -391,8 +433,9 @@ class IcrcInsert(_IcrcPipeline):
       freely into a cut-through queue of :attr:`queue_depth` beats, and ``i.ready`` drops when
       the beats in flight and queued would not leave room for one more beat and its ICRC beat.
       ``o`` comes from the queue's read port (``o.ready`` drives its read enable
-      combinationally); put a :class:`~rocegen.gateware.lib.buffer.RegisterSlice` behind it to
-      register both.
+      combinationally), so that a packet leaves steadily (a beat in every cycle ``o`` takes
+      one); put a :class:`~rocegen.gateware.lib.buffer.RegisterSlice` behind it to register
+      both.
     * ``error`` of the input's last beat goes to the output's last beat. A packet shorter than
       :attr:`min_length` (``offset`` + IP + UDP + BTH headers) is not a RoCEv2 packet: it still
       gets 4 bytes appended but leaves with ``error`` set.
@@ -545,24 +588,29 @@ class IcrcCheck(_IcrcPipeline):
 
     Behaviour
     ---------
-    * Latency: the last output beat of a packet is first offered :attr:`latency` cycles (4 + the
-      XOR stages: 5 at every width 64..512) after its last input beat is accepted, if the output
+    * Latency: the last output beat of a packet is first offered :attr:`latency` cycles (3 + the
+      XOR stages: 4 at every width 64..512) after its last input beat is accepted, if the output
       is not held off; one cycle less when that last beat holds nothing but ICRC bytes (the beat
       before it then becomes the last).
     * Throughput: one beat per cycle sustained over back-to-back packets; the block never idles
       its input while ``o.ready`` is high. A packet whose last beat holds only ICRC bytes leaves
       one beat shorter.
-    * Backpressure: as for :class:`IcrcInsert` (``i.ready`` is a register; ``o`` comes from a
-      cut-through queue of :attr:`queue_depth` beats).
+    * Backpressure: as for :class:`IcrcInsert` (``i.ready`` is a register), but ``o`` is an
+      output :class:`~rocegen.gateware.lib.buffer.RegisterSlice` (every output a register,
+      ``o.ready`` ends in it), fed by the pipeline directly while the cut-through queue of
+      :attr:`queue_depth` beats is empty and the slice takes the beat: a packet may leave that
+      way from its first beat, or go on through the queue (and stay on it) when the slice is
+      full. So a packet may pause inside when ``o`` has been held.
     * Byte order: lane order as on the wire; bytes other than the ICRC leave unchanged.
     """
 
     _EXTRA_MIN = ICRC_BYTES
+    _OUTPUT_BYPASS = True
 
     def __init__(self, width, meta=None, *, offset=14, ip_version=4):
         super().__init__(width, meta, offset, ip_version, {"icrc_bad": Out(1)})
         #: Cycles from a packet's last input beat to its last output beat.
-        self.latency = self.stages + 2
+        self.latency = self.stages + 1
         #: Cycles from a packet's last input beat to its ``icrc_bad`` strobe.
         self.bad_latency = self.stages - 1
 

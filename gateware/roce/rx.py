@@ -154,9 +154,9 @@ class RoceRx(wiring.Component):
       context is read as its datagram goes into the ICRC check, a few cycles before the
       verdict: the QP state the datagram met when it came in.)
     * Latency: the ``ack`` event is offered 1 cycle after the last beat of the datagram leaves
-      the ICRC check, which is :attr:`IcrcCheck.latency` cycles (5) after the input's last beat
-      when no header beat has to be added at its end: :attr:`ack_latency` (6 cycles at 64, 128
-      and 512 bits, 7 at 256) is the total for a 20-byte ACKNOWLEDGE, :meth:`event_latency`
+      the ICRC check, which is :attr:`IcrcCheck.latency` cycles (4) after the input's last beat
+      when no header beat has to be added at its end: :attr:`ack_latency` (5 cycles at 64, 128
+      and 512 bits, 6 at 256) is the total for a 20-byte ACKNOWLEDGE, :meth:`event_latency`
       for any length. The verdict pulse comes in the cycle the datagram's last beat leaves the
       ICRC check (for a good ACK, in the cycle its event is loaded into the ``ack`` register,
       one cycle before it is offered). A datagram's record is queued 2 cycles after its last
