@@ -631,7 +631,7 @@ def _responder_markdown(results):
            "hands a frame to the endpoint a beat a cycle from the start of its line time, "
            "faster than a line would) "
            "(1024 messages or 1 MiB per run, whichever is less: the one ACK latency after the "
-           "last request, 40 to 140 cycles, weighs under 1 %); "
+           "last request, 34 to 140 cycles, weighs under 1 %); "
            "the limit is the same formula as above (the host's requests have the endpoint's "
            "wire format). Every byte is read back through the endpoint's own RDMA WRITEs and "
            "compared; every receive completion is checked.", ""]

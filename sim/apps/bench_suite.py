@@ -267,7 +267,7 @@ RESP_FUZZ_FRAMES = 100_000
 
 #: a responder goodput run: this many messages, at most :data:`RESP_RUN_BYTES`, at least one
 #: message and 64 KiB (quick: a quarter of each). Its figure counts the time from its first
-#: request on the line to the endpoint's last ACK, at most one ACK latency (40 to 140 cycles)
+#: request on the line to the endpoint's last ACK, at most one ACK latency (34 to 140 cycles)
 #: more than the requests' line time: 1024 messages or 1 MiB (27,700 cycles at 100 Gb/s) keep that under
 #: 1 % (0.5 % from 4 KiB messages up), and the run fits the QP's region (1 MiB), written and
 #: read back in one round
