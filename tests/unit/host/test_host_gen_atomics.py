@@ -59,9 +59,12 @@ class GenFpga:
         self.runs = queue.Queue()
         self.server = socket.create_server(("127.0.0.1", 0))
         self.conn = None
+        self.connected = threading.Event()
         threading.Thread(target=self._wire, daemon=True).start()
         threading.Thread(target=self._generator, daemon=True).start()
         self.nic = SimNic(("127.0.0.1", self.server.getsockname()[1]), mac=HOST_MAC, ip=HOST_IP)
+        # (the wire's end is ours once accepted: frames sent before would be lost)
+        assert self.connected.wait(10), "the host NIC did not connect to the FPGA's wire"
 
     def _send(self, frames):
         if frames and self.conn is not None:
@@ -69,6 +72,7 @@ class GenFpga:
 
     def _wire(self):
         self.conn, _ = self.server.accept()
+        self.connected.set()
         reader = FrameReader(times=False)
         while True:
             try:
