@@ -117,12 +117,10 @@ class ChecksumCheckedFifo(wiring.Component):
         out_ready = Signal()            # the output stage takes a beat
         if self.cut_input:
             sl_first = Signal(init=1)
-            with m.If(sl.o.valid & sl.o.ready):
-                m.d.sync += sl_first.eq(src.last)
             passing = Signal()
             m.d.comb += beside.eq(Mux(sl_first, sl.o.payload.cut & store.empty, passing))
             with m.If(sl.o.valid & sl.o.ready):
-                m.d.sync += passing.eq(beside & ~src.last)
+                m.d.sync += [sl_first.eq(src.last), passing.eq(beside & ~src.last)]
         m.d.comb += [
             store.i.valid.eq(sl.o.valid & ~beside),
             sl.o.ready.eq(Mux(beside, out_ready, store.i.ready)),

@@ -331,16 +331,15 @@ class RoceRx(wiring.Component):
         context = self.rx_context
         rec = Signal(_RECORD)
         m.d.comb += rec.eq(c)
-        with m.If(c.verdict != Verdict.PENDING):
-            pass
-        with m.Elif((context.state != QpState.RTR) & (context.state != QpState.RTS)):
-            m.d.comb += rec.verdict.eq(Verdict.STATE)
-        with m.Elif(context.peer_ip != c_src):
-            m.d.comb += rec.verdict.eq(Verdict.PEER)
-        with m.Elif(c_is_ack):
-            m.d.comb += rec.verdict.eq(Verdict.ACK)
-        with m.Else():
-            m.d.comb += rec.verdict.eq(Verdict.CNP)
+        with m.If(c.verdict == Verdict.PENDING):
+            with m.If((context.state != QpState.RTR) & (context.state != QpState.RTS)):
+                m.d.comb += rec.verdict.eq(Verdict.STATE)
+            with m.Elif(context.peer_ip != c_src):
+                m.d.comb += rec.verdict.eq(Verdict.PEER)
+            with m.Elif(c_is_ack):
+                m.d.comb += rec.verdict.eq(Verdict.ACK)
+            with m.Else():
+                m.d.comb += rec.verdict.eq(Verdict.CNP)
         m.d.comb += [records.w_en.eq(c_valid), records.w_data.eq(rec)]
 
     def _elaborate_verdict(self, m, s, records):
