@@ -54,6 +54,16 @@ class PacketFifo(wiring.Component):
         cut-through (visible beat by beat, kept whatever its ``error``, truncated on overflow
         in ``"drop"`` mode), the others are stored and forwarded. Packets of both kinds leave
         in arrival order.
+    bypass : bool
+        Cut-through without metadata only (``store_and_forward=False``, ``meta=None``).
+        ``True``: while the FIFO is empty (and not discarding the rest of a truncated
+        packet), a beat on ``i`` is offered on ``o`` in the cycle it comes (latency 0); if
+        ``o`` does not take it there, it stays on ``o`` from the read port (which is
+        transparent to the write port for this) and the beats after it are queued as usual.
+        Every beat is written to the memory either way, so the level, the overflow rules and
+        the order are those without the bypass. A bypassed beat's ``keep`` is the input's as
+        it came (the memory holds a byte count, so only a beat read back from it has its
+        ``keep`` rebuilt): the source must give thermometer codes, as a MAC does.
     ram_style : None, ``"block"`` or ``"distributed"``
         The ``ram_style`` attribute of the beats' memory, for synthesis (``None``: none, the
         tool chooses by size; ``"block"`` suits a shallow queue of wide beats where LUTs are
@@ -88,7 +98,8 @@ class PacketFifo(wiring.Component):
       without idle beats whenever their beats are available. (In ``"wait"`` mode a FIFO that was
       full accepts again in the cycle after a beat leaves.)
     * Latency: two cycles. The first beat of a packet is offered on ``o`` two cycles after its
-      last beat (store-and-forward) or itself (cut-through) is accepted, if the output was idle.
+      last beat (store-and-forward) or itself (cut-through) is accepted, if the output was idle;
+      with ``bypass``, zero cycles for a beat that finds the FIFO empty.
       A cut-through packet behind a stored one waits for that one's last beat.
     * Backpressure: ``i.ready`` is 1 (``"drop"``) or depends on registers only (``"wait"``:
       "full" and, store-and-forward, "full of one unfinished packet" are registers worked out
@@ -118,7 +129,8 @@ class PacketFifo(wiring.Component):
     """
 
     def __init__(self, width, depth, meta=None, *, store_and_forward=True, drop_errors=True,
-                 overflow="drop", meta_depth=None, ram_style=None, cut_input=False):
+                 overflow="drop", meta_depth=None, ram_style=None, cut_input=False,
+                 bypass=False):
         check_width(width)
         if not isinstance(depth, int) or isinstance(depth, bool):
             raise TypeError(f"depth must be an integer number of beats, not {depth!r}")
@@ -148,6 +160,11 @@ class PacketFifo(wiring.Component):
                              f"not {meta_depth}")
         if ram_style not in (None, "block", "distributed"):
             raise ValueError(f"ram_style must be None, 'block' or 'distributed', not {ram_style!r}")
+        if not isinstance(bypass, bool):
+            raise TypeError(f"bypass must be a bool, not {bypass!r}")
+        if bypass and (store_and_forward or meta is not None):
+            raise ValueError("bypass passes beats as they come, so it needs a cut-through FIFO "
+                             "(store_and_forward=False) without metadata (meta=None)")
         meta = empty_meta() if meta is None else meta
         if not isinstance(meta, data.Layout):
             raise TypeError(f"meta must be a data.Layout or None, not {meta!r}")
@@ -160,6 +177,7 @@ class PacketFifo(wiring.Component):
         self.meta_depth = meta_depth
         self.ram_style = ram_style
         self.cut_input = cut_input
+        self.bypass = bypass
         ports = {
             "i": In(PacketSignature(width, meta)),
             "o": Out(PacketSignature(width, meta)),
@@ -186,7 +204,9 @@ class PacketFifo(wiring.Component):
         m.submodules.mem = mem = Memory(shape=beat, depth=depth, init=[], attrs=(
             {"ram_style": self.ram_style} if self.ram_style else {}))
         wp = mem.write_port()
-        rp = mem.read_port(domain="sync")
+        # with the bypass, a beat offered as it came and not taken is read in the cycle it is
+        # written, so the read port must see the write
+        rp = mem.read_port(domain="sync", transparent_for=(wp,) if self.bypass else ())
 
         wr_ptr = Signal(AW + 1)             # next slot to write (speculative in S&F)
         fetch = Signal(AW + 1)              # next slot to read into the read port
@@ -216,6 +236,7 @@ class PacketFifo(wiring.Component):
                      spare.eq((wr_next - rd_next)[:AW + 1] < depth - 1),
                      self.empty.eq(wr_next == rd_next)]
         ptrs = dict(fetch=fetch, rd_next=rd_next, rd_ptr=rd_ptr, wr_commit=wr_commit,
+                    dropping=Const(0, 1),
                     wr_next=wr_next, wr_ptr=wr_ptr, full=full, full_next=full_next, spare=spare)
         self._elaborate_write(m, AW, B, ptrs, rp, wp, committed)
         return m
@@ -277,7 +298,7 @@ class PacketFifo(wiring.Component):
             m.d.comb += i.ready.eq(~full & (~first | meta_ok))
             with m.If(accept):
                 m.d.comb += [wp.en.eq(1), meta_push.eq(first), wr_next.eq(wr_ptr + 1)]
-        self._elaborate_read(m, ptrs, rp, B, meta_rdy, meta_pop)
+        self._elaborate_read(m, ptrs, rp, wp, B, meta_rdy, meta_pop)
 
     def _committed_write(self, m, ptrs, wp, meta_ok, meta_push, commit_next, accept, first,
                          force_end):
@@ -298,7 +319,7 @@ class PacketFifo(wiring.Component):
         else:
             cut = Const(int(not self.store_and_forward), 1)
 
-        dropping = Signal()             # discarding the rest of a dropped packet
+        dropping = ptrs["dropping"] = Signal()   # discarding the rest of a dropped packet
         if self.overflow == "drop":
             m.d.comb += i.ready.eq(1)
         else:
@@ -348,8 +369,9 @@ class PacketFifo(wiring.Component):
                 with m.If(~last):
                     m.d.sync += dropping.eq(1)
 
-    def _elaborate_read(self, m, ptrs, rp, B, meta_rdy, meta_pop):
-        """The read side: the read port's output register is the output stage."""
+    def _elaborate_read(self, m, ptrs, rp, wp, B, meta_rdy, meta_pop):
+        """The read side: the read port's output register is the output stage (or, with the
+        bypass and an empty FIFO, the input itself)."""
         o = self.o
         fetch, wr_commit = ptrs["fetch"], ptrs["wr_commit"]
         AW = len(fetch) - 1
@@ -359,22 +381,35 @@ class PacketFifo(wiring.Component):
         load = Signal()
         avail = Signal()
         m.d.comb += [
-            o.valid.eq(rv & meta_rdy),
             take.eq(o.valid & o.ready),
             load.eq(~rv | take),
             avail.eq(fetch != wr_commit),
             rp.addr.eq(fetch[:AW]),
-            rp.en.eq(load & avail),
-            o.payload.data.eq(rp.data.data),
-            o.payload.keep.eq(keep_mask(rp.data.count, B)),
-            o.payload.last.eq(rp.data.last),
-            o.payload.error.eq(rp.data.error),
             meta_pop.eq(take & rp.data.last),
         ]
-        with m.If(load):
-            m.d.sync += rv.eq(avail)
-            with m.If(avail):
-                m.d.sync += fetch.eq(fetch + 1)
+        stored = [o.payload.data.eq(rp.data.data), o.payload.keep.eq(keep_mask(rp.data.count, B)),
+                  o.payload.last.eq(rp.data.last), o.payload.error.eq(rp.data.error)]
+        through = Signal()
+        if self.bypass:
+            # empty (nothing stored, being written or offered) and not discarding a packet's
+            # rest: the beat being written this cycle is offered as it comes. ``fetch`` then
+            # equals the write pointer, so the beat's slot is the one the read port addresses.
+            m.d.comb += through.eq(self.empty & ~ptrs["dropping"])
+        with m.If(through):
+            m.d.comb += [o.valid.eq(wp.en), o.payload.data.eq(self.i.payload.data),
+                         o.payload.keep.eq(self.i.payload.keep),
+                         o.payload.last.eq(wp.data.last), o.payload.error.eq(wp.data.error)]
+            # not taken: the read port loads it (through the transparent port), so it stays
+            # on ``o``; taken: its slot is skipped
+            m.d.comb += rp.en.eq(wp.en & ~o.ready)
+            with m.If(wp.en):
+                m.d.sync += [fetch.eq(fetch + 1), rv.eq(~o.ready)]
+        with m.Else():
+            m.d.comb += [o.valid.eq(rv & meta_rdy), rp.en.eq(load & avail), *stored]
+            with m.If(load):
+                m.d.sync += rv.eq(avail)
+                with m.If(avail):
+                    m.d.sync += fetch.eq(fetch + 1)
         with m.If(take):
             m.d.comb += ptrs["rd_next"].eq(ptrs["rd_ptr"] + 1)
 

@@ -81,7 +81,10 @@ class NetStack(wiring.Component):
     -----
     ``local_mac``, ``local_ip``: our addresses (tie to constants or registers).
     ``mac_rx``: frames from the MAC without FCS, ``error`` set on a frame with a bad FCS; the
-    stack never stalls it (``ready`` is always 1). The receive FIFO passes frames cut-through:
+    stack never stalls it (``ready`` is always 1); its ``keep`` must be a thermometer code (as
+    every MAC's is). The receive FIFO passes frames cut-through, and while it is empty a beat
+    goes on to the Ethernet receiver in the cycle it comes (its bypass, no cycle of latency;
+    beats queue in the FIFO from the first one the receiver does not take until it is empty):
     a frame marked ``error`` is counted (``rx_bad_frame``) and goes on with its mark, and the
     layer that would act on it drops it and counts it too (ARP's ``arp_drop_bad``, ICMP's and
     UDP's ``*_drop_error``, a cut-through port's consumer), after any header check that drops it
@@ -125,8 +128,9 @@ class NetStack(wiring.Component):
         self._stats = StatsBlock(STATS)
         n = len(self.udp_ports)
         # cut-through: a frame goes on before its FCS verdict (its last beat's ``error``)
+        # (and while it is empty, a beat passes beside it in the cycle it comes: the bypass)
         self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=False,
-                                   drop_errors=False, overflow="drop")
+                                   drop_errors=False, overflow="drop", bypass=True)
         # (cut-through needs no FIFO: a steady source's frame goes on as it comes)
         self._tx_fifo = None if tx_cut_through else PacketFifo(
             width, self.tx_fifo_beats, store_and_forward=True, drop_errors=False,

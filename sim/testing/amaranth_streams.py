@@ -8,7 +8,8 @@ from amaranth.lib import data
 
 from rocegen.sim.models.packets import Packet, from_beats, to_beats
 
-__all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "meta_dict", "send_records",
+__all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "OfferMonitor", "meta_dict",
+           "send_records",
            "write_word", "mem_write_watcher"]
 
 
@@ -113,6 +114,36 @@ class HandshakeMonitor:
             cycle += 1
             if v and r:
                 self.cycles.append(cycle)
+
+
+class OfferMonitor:
+    """Checks the stream rule on packet stream ``stream``: a beat offered (``valid``) and not
+    taken (``ready`` low) is offered again in the next cycle, its data, ``keep``, ``last`` and
+    ``error`` unchanged. Raises on the first cycle that breaks it; ``held`` counts the cycles
+    a beat was held over, so that a test can show the rule was exercised."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.held = 0
+
+    async def run(self, ctx):
+        s = self.stream
+        pending = None
+        cycle = 0
+        while True:
+            # (awaited one tick at a time: an assertion raised inside ``async for`` over
+            # ``sample`` would surface as the generator's error, not as this one)
+            _, _, v, r, d, k, last, err = await ctx.tick().sample(
+                s.valid, s.ready, s.payload.data, s.payload.keep, s.payload.last,
+                s.payload.error)
+            cycle += 1
+            beat = (d, k, last, err)
+            if pending is not None:
+                if not v or beat != pending:
+                    raise AssertionError(f"cycle {cycle}: a beat offered and not taken was "
+                                         f"{'withdrawn' if not v else 'changed'}")
+                self.held += 1
+            pending = beat if v and not r else None
 
 
 async def send_records(ctx, port, records, rng=None, idle=0.0):

@@ -8,7 +8,13 @@ from amaranth.lib import data
 from rocegen.gateware.lib.fifo import PacketFifo
 from rocegen.sim.models.lib.fifo import beat_count, check_fifo_invariants, packet_fifo
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.testing.amaranth_streams import (
+    HandshakeMonitor,
+    OfferMonitor,
+    StreamCollector,
+    StreamDriver,
+    meta_dict,
+)
 from rocegen.sim.testing.harness import run_sim
 
 META = data.StructLayout({"tag": 16, "kind": 3})
@@ -49,6 +55,7 @@ class Run:
 
     def __init__(self, dut, packets, *, idle=0.0, backpressure=0.0, seed=0, stall_input=False):
         w = dut.width
+        self.offers = OfferMonitor(dut.o)
         # generous bound: every beat delayed by idle cycles and backpressure, plus draining
         max_cycles = 2000 + 20 * sum(beat_count(p, w) for p in packets)
         self.drv = StreamDriver(dut.i, w, idle=idle, seed=seed)
@@ -77,7 +84,8 @@ class Run:
             await ctx.tick().repeat(3 * dut.depth + 10)
 
         self.out = self.col.packets
-        run_sim(dut, testbenches=[tb], processes=[self.col.run, monitor, watchdog(max_cycles)])
+        run_sim(dut, testbenches=[tb], processes=[self.col.run, monitor, self.offers.run,
+                                                  watchdog(max_cycles)])
         self.out = self.col.packets
 
 
@@ -362,6 +370,102 @@ def test_cut_through_drop_mode_random_timing(width):
     assert run.drop_error == 0 and run.ready_low == 0 and run.max_level <= 16
 
 
+# --- bypass: an empty cut-through FIFO passes a beat in the cycle it comes ------------------
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("depth", [16, 2])
+def test_bypass_stalled_matches_model(width, depth):
+    """Output stalled while packets arrive: nothing can pass, so the outcome is exactly the
+    cut-through FIFO's without the bypass (the model's)."""
+    B = width // 8
+    rng = random.Random(depth * width + 6)
+    lengths = [rng.choice([0, 1, B - 1, B, B + 1, 3 * B + 1, 4 * B, rng.randrange(0, 5 * B)])
+               for _ in range(30)]
+    packets = make_packets(rng, lengths, error_rate=0.2, meta=False)
+    if depth > 2:
+        packets[:0] = make_packets(rng, [(depth - 3) * B, 5 * B], meta=False)
+    dut = PacketFifo(width, depth, store_and_forward=False, overflow="drop", drop_errors=False,
+                     bypass=True)
+    run = Run(dut, packets, idle=0.3, backpressure=0.3, seed=depth, stall_input=True)
+    model = packet_fifo(packets, width, depth, store_and_forward=False, drop_errors=False)
+    assert model.drop_overflow >= 3
+    check_model(run, model)
+    assert run.level_after_input == model.level
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("overflow", ["drop", "wait"])
+def test_bypass_random_timing(width, overflow):
+    """Under random idle cycles and backpressure, beats pass beside the memory whenever it is
+    empty and through it otherwise: packets whole or (``"drop"``) truncated heads, in order,
+    every overflow counted; a beat offered and not taken stays offered, unchanged (the switch
+    from the input to the read port keeps it)."""
+    B = width // 8
+    rng = random.Random(width * 7 + len(overflow))
+    lengths = every_length(width) + [rng.randrange(0, 12 * B) for _ in range(40)]
+    rng.shuffle(lengths)
+    packets = make_packets(rng, lengths, error_rate=0.15, meta=False)
+    dut = PacketFifo(width, 16, store_and_forward=False, overflow=overflow, drop_errors=False,
+                     bypass=True)
+    run = Run(dut, packets, idle=0.3, backpressure=0.5, seed=13)
+    assert run.offers.held > 20
+    if overflow == "wait":
+        assert run.out == packets and run.drop_overflow == 0
+    else:
+        truncated = check_truncating_invariants(packets, run.out, run.drop_overflow, width)
+        assert truncated > 0 and run.drop_overflow > truncated
+        assert run.ready_low == 0
+    assert any(p.error for p in run.out if p in packets)
+    assert run.drop_error == 0 and run.max_level <= 16
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_bypass_latency(width):
+    """Into an empty FIFO whose output takes every beat, each beat leaves in the cycle it
+    comes; with the output stalled for one cycle at a packet's second beat, that beat stays
+    offered and the rest follow from the memory two cycles behind their input, until the FIFO
+    is empty again; the next packet passes beside it again."""
+    B = width // 8
+    rng = random.Random(width + 2)
+    packets = make_packets(rng, [4 * B, 3 * B], meta=False)
+    dut = PacketFifo(width, 16, store_and_forward=False, overflow="drop", drop_errors=False,
+                     bypass=True)
+    in_cycles, out_cycles, col = run_full_rate(dut, packets, prefill=0)
+    assert col.packets == packets
+    assert out_cycles == in_cycles
+
+    mon_i, mon_o = HandshakeMonitor(dut.i), HandshakeMonitor(dut.o)
+    offers = OfferMonitor(dut.o)
+    got = []
+
+    async def tb(ctx):
+        drv = StreamDriver(dut.i, width)
+        await drv.send(ctx, packets[:1])
+        await ctx.tick().repeat(8)
+        await drv.send(ctx, packets[1:])
+
+    async def sink(ctx):
+        # ready low in the cycle of the first packet's second beat only
+        cycle = 0
+        while True:
+            cycle += 1
+            ctx.set(dut.o.ready, cycle != 2)
+            _, _, v, r, last = await ctx.tick().sample(dut.o.valid, dut.o.ready,
+                                                        dut.o.payload.last)
+            if v and r:
+                got.append(last)
+
+    run_sim(dut, testbenches=[tb], processes=[sink, mon_i.run, mon_o.run, offers.run,
+                                             watchdog(2000)])
+    i1, o1 = mon_i.cycles[:4], mon_o.cycles[:4]
+    assert o1[0] == i1[0] and offers.held == 1
+    # the held beat leaves one cycle late, from the read port; the two behind it come from
+    # the memory, two cycles after they came in
+    assert o1[1:] == [i1[1] + 1, i1[2] + 2, i1[3] + 2]
+    assert mon_o.cycles[4:] == mon_i.cycles[4:]
+    assert got.count(1) == 2
+
+
 def test_truncating_checker_rejects_violations():
     """The check above is not vacuous."""
     a, b = Packet(bytes(range(20)), {"tag": 1}), Packet(b"bb")
@@ -531,14 +635,13 @@ def drive_raw(ctx, dut, rng, n, lanes):
     async def go():
         for _ in range(n):
             ctx.set(dut.i.valid, rng.random() < 0.8)
-            ctx.set(dut.i.payload, {
-                "data": rng.getrandbits(dut.width), "keep": rng.getrandbits(lanes),
-                "last": rng.random() < 0.1, "error": rng.random() < 0.2,
-                "meta": {"tag": rng.getrandbits(16), "kind": rng.getrandbits(3)},
-            })
+            beat = {"data": rng.getrandbits(dut.width), "keep": rng.getrandbits(lanes),
+                    "last": rng.random() < 0.1, "error": rng.random() < 0.2}
+            meta = {"tag": rng.getrandbits(16), "kind": rng.getrandbits(3)}
+            ctx.set(dut.i.payload, {**beat, "meta": meta} if dut.meta.size else beat)
             await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.payload, {"data": 0, "keep": 0, "last": 1, "error": 0,
-                                "meta": {"tag": 0, "kind": 0}})
+        end = {"data": 0, "keep": 0, "last": 1, "error": 0}
+        ctx.set(dut.i.payload, {**end, "meta": {"tag": 0, "kind": 0}} if dut.meta.size else end)
         ctx.set(dut.i.valid, 1)
         await ctx.tick().until(dut.i.ready)
         ctx.set(dut.i.valid, 0)
@@ -546,15 +649,19 @@ def drive_raw(ctx, dut, rng, n, lanes):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("mode", ["drop", "wait", "cut", "cut-drop"])
+@pytest.mark.parametrize("mode", ["drop", "wait", "cut", "cut-drop", "bypass"])
 def test_malformed_input_then_recovers(width, mode):
     """Garbage (non-thermometer keep, partial middle beats, error on any beat, meta changing
     inside packets, packets longer than the memory) never hangs the FIFO, every beat that leaves
-    has a thermometer keep and constant meta within its packet, and well-formed packets sent
-    afterwards come out exactly."""
+    has constant meta within its packet and (except a bypassed beat, whose ``keep`` passes as
+    it came, as documented) a thermometer keep, and well-formed packets sent afterwards come
+    out exactly."""
     B = width // 8
     depth = 8
-    if mode == "cut":
+    if mode == "bypass":
+        dut = PacketFifo(width, depth, store_and_forward=False, overflow="drop",
+                         drop_errors=False, bypass=True)
+    elif mode == "cut":
         dut = PacketFifo(width, depth, META, store_and_forward=False, overflow="wait",
                          drop_errors=False)
     elif mode == "cut-drop":
@@ -563,7 +670,7 @@ def test_malformed_input_then_recovers(width, mode):
     else:
         dut = PacketFifo(width, depth, META, overflow=mode)
     rng = random.Random(width + len(mode))
-    good = make_packets(rng, [0, 1, B, B + 1, 3 * B - 1])
+    good = make_packets(rng, [0, 1, B, B + 1, 3 * B - 1], meta=mode != "bypass")
     beats = []
     overflows = []
 
@@ -601,11 +708,11 @@ def test_malformed_input_then_recovers(width, mode):
     assert split_packets(beats, width)[-len(good):] == good
     assert long_dropped == [0 if mode == "cut" else 1]
     for _, keep, *_ in beats:
-        assert keep & (keep + 1) == 0, f"keep {keep:#x} not a thermometer code"
+        assert mode == "bypass" or keep & (keep + 1) == 0, f"keep {keep:#x} not a thermometer"
     if mode in ("drop", "wait"):
         # the long packet and the garbage packets longer than the memory never come out whole
         assert all(len(p.data) <= depth * B for p in split_packets(beats, width))
-    if mode == "cut-drop":
+    if mode in ("cut-drop", "bypass"):
         # the long packet is cut short (its head leaves, marked damaged) and counted
         assert long_dropped == [1]
         assert split_packets(beats, width)[0].error
@@ -643,6 +750,10 @@ def split_packets(beats, width):
     ({"width": 64, "depth": 8, "meta_depth": 0}, ValueError, "meta_depth"),
     ({"width": 64, "depth": 8, "meta": 5}, TypeError, "meta"),
     ({"width": 64, "depth": 8, "ram_style": "ultra"}, ValueError, "ram_style must be None"),
+    ({"width": 64, "depth": 8, "bypass": 1}, TypeError, "bypass must be a bool"),
+    ({"width": 64, "depth": 8, "bypass": True}, ValueError, "needs a cut-through FIFO"),
+    ({"width": 64, "depth": 8, "store_and_forward": False, "drop_errors": False,
+      "meta": META, "bypass": True}, ValueError, "without metadata"),
 ])
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_parameter_errors(kwargs, exc, msg):

@@ -149,13 +149,13 @@ def test_a_cut_through_datagram_passes_beside_an_empty_store(width):
     """A datagram with checksum 0 that finds the UDP store empty leaves
     ``UdpRx.CUT_LATENCY`` cycles after its first beat came into UDP receive (it passes beside
     the store); one that comes right behind a stored datagram (a checksum to verify) waits in
-    the store behind it and leaves after it, later. All three arrive whole and in order, under
-    backpressure at the port."""
+    the store behind it and leaves after it, later. All three arrive whole and in order (the
+    lone one with the port ready, the two after it under backpressure at the port)."""
     rng = random.Random(width + 5)
     lone, stored, behind = rng.randbytes(100), rng.randbytes(700), rng.randbytes(100)
     dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(CUT,))
     drv = StreamDriver(dut.mac_rx, width)
-    col = StreamCollector(dut.udp_rx[1], width, backpressure=0.3, seed=width)
+    col = StreamCollector(dut.udp_rx[1], width, seed=width)
     probes = dut.probes()
     run_in, ins = _firsts(probes["ip_rx.udp"])
     run_out, outs = _firsts(probes["udp_rx.o1"])
@@ -166,6 +166,7 @@ def test_a_cut_through_datagram_passes_beside_an_empty_store(width):
         await drv.send(ctx, [Packet(datagram(lone, checksum=0))])
         while not col.packets:
             await ctx.tick()
+        col.backpressure = 0.3
         await drv.send(ctx, [Packet(datagram(stored, checksum="good")),
                              Packet(datagram(behind, checksum=0))])
         while len(col.packets) < 3:
