@@ -59,7 +59,9 @@ class PacketFifo(wiring.Component):
         ``True``: while the FIFO is empty (and not discarding the rest of a truncated
         packet), a beat on ``i`` is offered on ``o`` in the cycle it comes (latency 0); if
         ``o`` does not take it there, it stays on ``o`` from the read port (which is
-        transparent to the write port for this) and the beats after it are queued as usual.
+        transparent to the write port for this) and the beats after it are queued as usual,
+        except that a beat written while the read side waits for it is read in the same cycle
+        (latency 1 instead of 2, until the FIFO is empty again).
         Every beat is written to the memory either way, so the level, the overflow rules and
         the order are those without the bypass. A bypassed beat's ``keep`` is the input's as
         it came (the memory holds a byte count, so only a beat read back from it has its
@@ -99,7 +101,8 @@ class PacketFifo(wiring.Component):
       full accepts again in the cycle after a beat leaves.)
     * Latency: two cycles. The first beat of a packet is offered on ``o`` two cycles after its
       last beat (store-and-forward) or itself (cut-through) is accepted, if the output was idle;
-      with ``bypass``, zero cycles for a beat that finds the FIFO empty.
+      with ``bypass``, zero cycles for a beat that finds the FIFO empty and one for a beat
+      the read side waits for.
       A cut-through packet behind a stored one waits for that one's last beat.
     * Backpressure: ``i.ready`` is 1 (``"drop"``) or depends on registers only (``"wait"``:
       "full" and, store-and-forward, "full of one unfinished packet" are registers worked out
@@ -405,10 +408,16 @@ class PacketFifo(wiring.Component):
             with m.If(wp.en):
                 m.d.sync += [fetch.eq(fetch + 1), rv.eq(~o.ready)]
         with m.Else():
-            m.d.comb += [o.valid.eq(rv & meta_rdy), rp.en.eq(load & avail), *stored]
+            # with the bypass, the beat being written is also read in its cycle when it is the
+            # next one to read (the port is transparent), so the queue behind a held beat
+            # follows one cycle behind its input, not two
+            fresh = Signal()
+            if self.bypass:
+                m.d.comb += fresh.eq(wp.en & (fetch == ptrs["wr_ptr"]))
+            m.d.comb += [o.valid.eq(rv & meta_rdy), rp.en.eq(load & (avail | fresh)), *stored]
             with m.If(load):
-                m.d.sync += rv.eq(avail)
-                with m.If(avail):
+                m.d.sync += rv.eq(avail | fresh)
+                with m.If(avail | fresh):
                     m.d.sync += fetch.eq(fetch + 1)
         with m.If(take):
             m.d.comb += ptrs["rd_next"].eq(ptrs["rd_ptr"] + 1)

@@ -423,8 +423,9 @@ def test_bypass_random_timing(width, overflow):
 def test_bypass_latency(width):
     """Into an empty FIFO whose output takes every beat, each beat leaves in the cycle it
     comes; with the output stalled for one cycle at a packet's second beat, that beat stays
-    offered and the rest follow from the memory two cycles behind their input, until the FIFO
-    is empty again; the next packet passes beside it again."""
+    offered and the rest follow from the memory one cycle behind their input (each read in
+    the cycle it is written), until the FIFO is empty again; the next packet passes beside it
+    again."""
     B = width // 8
     rng = random.Random(width + 2)
     packets = make_packets(rng, [4 * B, 3 * B], meta=False)
@@ -460,8 +461,8 @@ def test_bypass_latency(width):
     i1, o1 = mon_i.cycles[:4], mon_o.cycles[:4]
     assert o1[0] == i1[0] and offers.held == 1
     # the held beat leaves one cycle late, from the read port; the two behind it come from
-    # the memory, two cycles after they came in
-    assert o1[1:] == [i1[1] + 1, i1[2] + 2, i1[3] + 2]
+    # the memory, one cycle after they came in
+    assert o1[1:] == [i1[1] + 1, i1[2] + 1, i1[3] + 1]
     assert mon_o.cycles[4:] == mon_i.cycles[4:]
     assert got.count(1) == 2
 
@@ -689,7 +690,9 @@ def test_malformed_input_then_recovers(width, mode):
         # a packet far longer than the memory, with no last for a long time
         ctx.set(dut.i.valid, 1)
         ctx.set(dut.i.payload.keep, (1 << B) - 1)
-        for _ in range(3 * depth):
+        # (the bypass drains a beat more often than the read port alone: it needs a longer
+        # packet to fill up at the output's 70 %)
+        for _ in range((6 if mode == "bypass" else 3) * depth):
             await ctx.tick().until(dut.i.ready)
         ctx.set(dut.i.payload.last, 1)
         await ctx.tick().until(dut.i.ready)
@@ -697,6 +700,9 @@ def test_malformed_input_then_recovers(width, mode):
         await ctx.tick().repeat(2)
         long_dropped.append(sum(overflows))
         await drive_raw(ctx, dut, rng, 300, B)
+        # the garbage drained (else a good packet could meet a full FIFO, by timing alone)
+        while ctx.get(dut.level):
+            await ctx.tick()
         await StreamDriver(dut.i, width, idle=0.2, seed=4).send(ctx, good)
         # the good packets come out last, in order
         while split_packets(beats, width)[-len(good):] != good:
