@@ -390,35 +390,41 @@ class PacketFifo(wiring.Component):
             rp.addr.eq(fetch[:AW]),
             meta_pop.eq(take & rp.data.last),
         ]
-        stored = [o.payload.data.eq(rp.data.data), o.payload.keep.eq(keep_mask(rp.data.count, B)),
-                  o.payload.last.eq(rp.data.last), o.payload.error.eq(rp.data.error)]
-        through = Signal()
-        if self.bypass:
-            # empty (nothing stored, being written or offered) and not discarding a packet's
-            # rest: the beat being written this cycle is offered as it comes. ``fetch`` then
-            # equals the write pointer, so the beat's slot is the one the read port addresses.
-            m.d.comb += through.eq(self.empty & ~ptrs["dropping"])
-        with m.If(through):
-            m.d.comb += [o.valid.eq(wp.en), o.payload.data.eq(self.i.payload.data),
-                         o.payload.keep.eq(self.i.payload.keep),
-                         o.payload.last.eq(wp.data.last), o.payload.error.eq(wp.data.error)]
-            # not taken: the read port loads it (through the transparent port), so it stays
-            # on ``o``; taken: its slot is skipped
-            m.d.comb += rp.en.eq(wp.en & ~o.ready)
-            with m.If(wp.en):
-                m.d.sync += [fetch.eq(fetch + 1), rv.eq(~o.ready)]
-        with m.Else():
-            # with the bypass, the beat being written is also read in its cycle when it is the
-            # next one to read (the port is transparent), so the queue behind a held beat
-            # follows one cycle behind its input, not two
-            fresh = Signal()
-            if self.bypass:
-                m.d.comb += fresh.eq(wp.en & (fetch == ptrs["wr_ptr"]))
-            m.d.comb += [o.valid.eq(rv & meta_rdy), rp.en.eq(load & (avail | fresh)), *stored]
+
+        def from_memory(fresh):
+            # the read port's register is the output; ``fresh``: the beat being written is
+            # also the next one to read (read in its cycle through the transparent port)
+            m.d.comb += [
+                o.valid.eq(rv & meta_rdy),
+                rp.en.eq(load & (avail | fresh)),
+                o.payload.data.eq(rp.data.data),
+                o.payload.keep.eq(keep_mask(rp.data.count, B)),
+                o.payload.last.eq(rp.data.last),
+                o.payload.error.eq(rp.data.error),
+            ]
             with m.If(load):
                 m.d.sync += rv.eq(avail | fresh)
                 with m.If(avail | fresh):
                     m.d.sync += fetch.eq(fetch + 1)
+
+        if not self.bypass:
+            from_memory(Const(0, 1))
+        else:
+            # empty (nothing stored, being written or offered) and not discarding a packet's
+            # rest: the beat being written this cycle is offered as it comes. ``fetch`` then
+            # equals the write pointer, so the beat's slot is the one the read port addresses.
+            with m.If(self.empty & ~ptrs["dropping"]):
+                m.d.comb += [o.valid.eq(wp.en), o.payload.data.eq(self.i.payload.data),
+                             o.payload.keep.eq(self.i.payload.keep),
+                             o.payload.last.eq(wp.data.last), o.payload.error.eq(wp.data.error)]
+                # not taken: the read port loads it (through the transparent port), so it
+                # stays on ``o``; taken: its slot is skipped
+                m.d.comb += rp.en.eq(wp.en & ~o.ready)
+                with m.If(wp.en):
+                    m.d.sync += [fetch.eq(fetch + 1), rv.eq(~o.ready)]
+            with m.Else():
+                # the queue behind a held beat follows one cycle behind its input, not two
+                from_memory(wp.en & (fetch == ptrs["wr_ptr"]))
         with m.If(take):
             m.d.comb += ptrs["rd_next"].eq(ptrs["rd_ptr"] + 1)
 
