@@ -55,8 +55,7 @@ class PacketFifo(wiring.Component):
         in ``"drop"`` mode), the others are stored and forwarded. Packets of both kinds leave
         in arrival order.
     bypass : bool
-        Cut-through without metadata only (``store_and_forward=False``, ``meta=None``).
-        ``True``: while the FIFO is empty (and not discarding the rest of a truncated
+        Cut-through only (``store_and_forward=False``). ``True``: while the FIFO is empty (and not discarding the rest of a truncated
         packet), a beat on ``i`` is offered on ``o`` in the cycle it comes (latency 0); if
         ``o`` does not take it there, it stays on ``o`` from the read port (which is
         transparent to the write port for this) and the beats after it are queued as usual,
@@ -65,7 +64,9 @@ class PacketFifo(wiring.Component):
         Every beat is written to the memory either way, so the level, the overflow rules and
         the order are those without the bypass. A bypassed beat's ``keep`` is the input's as
         it came (the memory holds a byte count, so only a beat read back from it has its
-        ``keep`` rebuilt): the source must give thermometer codes, as a MAC does.
+        ``keep`` rebuilt): the source must give thermometer codes, as a MAC does. With the
+        bypass, metadata (the packet's first beat's) are stored with every beat instead of in
+        a metadata queue, so that a beat read back carries them as a bypassed one does.
     ram_style : None, ``"block"`` or ``"distributed"``
         The ``ram_style`` attribute of the beats' memory, for synthesis (``None``: none, the
         tool chooses by size; ``"block"`` suits a shallow queue of wide beats where LUTs are
@@ -74,7 +75,8 @@ class PacketFifo(wiring.Component):
         Packets the metadata queue holds (1..``depth``; default ``depth``, which never limits
         the FIFO since every queued packet has at least one beat stored). A smaller queue saves
         memory when packets are long; when it is full a completing packet is dropped as an
-        overflow (``"drop"``) or the input waits (``"wait"``). Unused when ``meta`` is empty.
+        overflow (``"drop"``) or the input waits (``"wait"``). Unused when ``meta`` is empty;
+        with ``bypass`` there is no metadata queue, so it must be left at ``depth``.
 
     Ports
     -----
@@ -127,7 +129,7 @@ class PacketFifo(wiring.Component):
     synchronous read port; the pointers are our own, not :mod:`amaranth.lib.fifo`, because
     dropping a packet rewinds the write pointer to the last committed packet end, and because a
     slot is freed only when its beat leaves ``o`` (so the level is exact). The metadata queue is
-    an :class:`amaranth.lib.fifo.SyncFIFOBuffered` written when a packet is committed
+    (without the bypass) an :class:`amaranth.lib.fifo.SyncFIFOBuffered` written when a packet is committed
     (store-and-forward) or started (cut-through) and read when its last beat leaves.
     """
 
@@ -165,9 +167,12 @@ class PacketFifo(wiring.Component):
             raise ValueError(f"ram_style must be None, 'block' or 'distributed', not {ram_style!r}")
         if not isinstance(bypass, bool):
             raise TypeError(f"bypass must be a bool, not {bypass!r}")
-        if bypass and (store_and_forward or meta is not None):
+        if bypass and store_and_forward:
             raise ValueError("bypass passes beats as they come, so it needs a cut-through FIFO "
-                             "(store_and_forward=False) without metadata (meta=None)")
+                             "(store_and_forward=False)")
+        if bypass and meta is not None and meta_depth != depth:
+            raise ValueError(f"with bypass the metadata are stored with every beat (no metadata "
+                             f"queue), so meta_depth must be depth ({depth}), not {meta_depth}")
         meta = empty_meta() if meta is None else meta
         if not isinstance(meta, data.Layout):
             raise TypeError(f"meta must be a data.Layout or None, not {meta!r}")
@@ -193,6 +198,10 @@ class PacketFifo(wiring.Component):
             ports["cut"] = In(1)
         super().__init__(ports)
 
+    @property
+    def _meta_per_beat(self):
+        return self.bypass and self.meta.size > 0
+
     def elaborate(self, platform):
         m = Module()
         W, B, depth = self.width, self.width // 8, self.depth
@@ -203,6 +212,8 @@ class PacketFifo(wiring.Component):
             "count": range(B + 1),
             "last": 1,
             "error": 1,
+            # with the bypass, each beat carries its packet's metadata (no metadata queue)
+            **({"meta": self.meta} if self._meta_per_beat else {}),
         })
         m.submodules.mem = mem = Memory(shape=beat, depth=depth, init=[], attrs=(
             {"ram_style": self.ram_style} if self.ram_style else {}))
@@ -247,7 +258,7 @@ class PacketFifo(wiring.Component):
     def _meta_queue(self, m):
         """The metadata queue: (room for one more packet, entry ready, push, pop)."""
         i, o, depth = self.i, self.o, self.depth
-        if not self.meta.size:
+        if not self.meta.size or self._meta_per_beat:
             return Const(1, 1), Const(1, 1), Signal(), Signal()
         m.submodules.meta_fifo = mf = SyncFIFOBuffered(width=self.meta.size,
                                                        depth=self.meta_depth + 1)
@@ -293,6 +304,13 @@ class PacketFifo(wiring.Component):
         first = Signal(init=1)              # the next beat starts a packet
         with m.If(accept):
             m.d.sync += first.eq(i.payload.last)
+        if self._meta_per_beat:
+            # every beat is written with its packet's first beat's metadata
+            meta_hold = Signal(self.meta)
+            with m.If(accept & first):
+                m.d.sync += meta_hold.eq(i.payload.meta)
+            m.d.comb += wp.data.meta.eq(Mux(first, i.payload.meta.as_value(),
+                                            meta_hold.as_value()))
 
         if committed:
             self._committed_write(m, ptrs, wp, meta_ok, meta_push, commit_next, accept, first,
@@ -402,6 +420,8 @@ class PacketFifo(wiring.Component):
                 o.payload.last.eq(rp.data.last),
                 o.payload.error.eq(rp.data.error),
             ]
+            if self._meta_per_beat:
+                m.d.comb += o.payload.meta.eq(rp.data.meta)
             with m.If(load):
                 m.d.sync += rv.eq(avail | fresh)
                 with m.If(avail | fresh):
@@ -417,6 +437,8 @@ class PacketFifo(wiring.Component):
                 m.d.comb += [o.valid.eq(wp.en), o.payload.data.eq(self.i.payload.data),
                              o.payload.keep.eq(self.i.payload.keep),
                              o.payload.last.eq(wp.data.last), o.payload.error.eq(wp.data.error)]
+                if self._meta_per_beat:
+                    m.d.comb += o.payload.meta.eq(wp.data.meta)
                 # not taken: the read port loads it (through the transparent port), so it
                 # stays on ``o``; taken: its slot is skipped
                 m.d.comb += rp.en.eq(wp.en & ~o.ready)

@@ -54,8 +54,11 @@ Flow control
 The pipeline never stalls: ``i.ready`` is a register, high while the beats in flight plus those
 queued in an output :class:`~rocegen.gateware.lib.fifo.PacketFifo` (``queue_depth`` beats,
 cut-through; and, in :class:`IcrcCheck`, the output register slice) leave room for more.
-:class:`IcrcInsert`'s ``o`` is the queue's read port, so a packet leaves a beat a cycle (the
-transmit side needs steady frames). :class:`IcrcCheck`'s ``o`` is an output register slice that
+:class:`IcrcInsert`'s ``o`` is its queue's output with the queue's bypass: while the queue is
+empty, the pipeline's last stage offers its beat on ``o`` in its cycle; a beat not taken stays
+offered from the queue's read port, and the beats behind it are read in the cycle they are
+written, so a packet leaves a beat a cycle either way (the transmit side needs steady frames).
+:class:`IcrcCheck`'s ``o`` is an output register slice that
 takes a beat from the pipeline directly while the queue is empty (a packet may leave that way
 from its first beat, or switch to the queue and stay on it), one cycle after the pipeline's
 last stage instead of the queue's two. So ``i.ready`` does not depend on ``o.ready`` and no enable
@@ -163,6 +166,11 @@ class _IcrcPipeline(wiring.Component):
     #: must stay steady (a beat a cycle inside a packet, the transmit side's promise): a packet
     #: that meets a full slice goes on through the queue, two cycles behind.
     _OUTPUT_BYPASS = False
+    #: The output queue's bypass (:class:`~rocegen.gateware.lib.fifo.PacketFifo`): while the
+    #: queue is empty, a beat leaves in the cycle the pipeline's last stage gives it (two
+    #: cycles less); a beat not taken stays offered from the queue's read port and the beats
+    #: behind it follow one cycle behind the pipeline, so a packet still leaves steadily.
+    _QUEUE_BYPASS = False
     #: Bytes beyond the IP + UDP + BTH headers that a packet must have.
     _EXTRA_MIN = 0
 
@@ -333,7 +341,7 @@ class _IcrcPipeline(wiring.Component):
         # distributed RAM)
         q = m.submodules.queue = PacketFifo(self.width, self.queue_depth, self.meta,
                                             store_and_forward=False, drop_errors=False,
-                                            overflow="wait",
+                                            overflow="wait", bypass=self._QUEUE_BYPASS,
                                             ram_style="block" if self.width >= 256 else None)
         m.d.comb += [
             q.i.payload.data.eq(w["d"]),
@@ -423,19 +431,21 @@ class IcrcInsert(_IcrcPipeline):
     * Byte order: lane order as on the wire (byte 0 in lane 0). The ICRC ends at any byte: it
       fills lanes ``n .. n+3`` of the last beat (``n`` bytes), or, when ``n > W/8 - 4``, the
       lanes left in it and the start of one extra beat.
-    * Latency: :attr:`latency` cycles (4 + the XOR stages: 5 at every width 64..512) from the
+    * Latency: :attr:`latency` cycles (2 + the XOR stages: 3 at every width 64..512) from the
       cycle the last beat of a packet is accepted to the cycle its last output beat is first
-      offered, when the output is not held off; one more when the ICRC needs an extra beat.
+      offered, when the output is not held off (its queue is empty, so the beats pass beside
+      it); one more when the ICRC needs an extra beat. After a beat ``o`` did not take, the
+      beats follow one cycle later until the queue is empty again.
     * Throughput: one beat per cycle sustained over back-to-back packets while ``o.ready`` is
       high; the only idle input cycle is the one right after a last beat whose ICRC needs an
       extra beat (that cycle carries the extra beat).
     * Backpressure: ``i.ready`` is a register (see the module documentation): the pipeline runs
       freely into a cut-through queue of :attr:`queue_depth` beats, and ``i.ready`` drops when
       the beats in flight and queued would not leave room for one more beat and its ICRC beat.
-      ``o`` comes from the queue's read port (``o.ready`` drives its read enable
-      combinationally), so that a packet leaves steadily (a beat in every cycle ``o`` takes
-      one); put a :class:`~rocegen.gateware.lib.buffer.RegisterSlice` behind it to register
-      both.
+      ``o`` comes from the pipeline's last stage (registers) while the queue is empty, else
+      from the queue's read port (``o.ready`` drives its read enable combinationally), so that
+      a packet leaves steadily (a beat in every cycle ``o`` takes one); put a
+      :class:`~rocegen.gateware.lib.buffer.RegisterSlice` behind it to register both.
     * ``error`` of the input's last beat goes to the output's last beat. A packet shorter than
       :attr:`min_length` (``offset`` + IP + UDP + BTH headers) is not a RoCEv2 packet: it still
       gets 4 bytes appended but leaves with ``error`` set.
@@ -443,11 +453,12 @@ class IcrcInsert(_IcrcPipeline):
     """
 
     _MAX_INC = 2
+    _QUEUE_BYPASS = True
 
     def __init__(self, width, meta=None, *, offset=14, ip_version=4):
         super().__init__(width, meta, offset, ip_version, {})
         #: Cycles from a packet's last input beat to its last output beat (no extra beat).
-        self.latency = self.stages + 2
+        self.latency = self.stages
 
     def _back_stages(self):
         return 1           # rewind and merge

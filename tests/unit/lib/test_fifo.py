@@ -373,19 +373,20 @@ def test_cut_through_drop_mode_random_timing(width):
 # --- bypass: an empty cut-through FIFO passes a beat in the cycle it comes ------------------
 
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("depth", [16, 2])
-def test_bypass_stalled_matches_model(width, depth):
+@pytest.mark.parametrize("depth, meta", [(16, None), (2, None), (16, META)])
+def test_bypass_stalled_matches_model(width, depth, meta):
     """Output stalled while packets arrive: nothing can pass, so the outcome is exactly the
-    cut-through FIFO's without the bypass (the model's)."""
+    cut-through FIFO's without the bypass (the model's), metadata included (stored with every
+    beat)."""
     B = width // 8
     rng = random.Random(depth * width + 6)
     lengths = [rng.choice([0, 1, B - 1, B, B + 1, 3 * B + 1, 4 * B, rng.randrange(0, 5 * B)])
                for _ in range(30)]
-    packets = make_packets(rng, lengths, error_rate=0.2, meta=False)
+    packets = make_packets(rng, lengths, error_rate=0.2, meta=meta is not None)
     if depth > 2:
-        packets[:0] = make_packets(rng, [(depth - 3) * B, 5 * B], meta=False)
-    dut = PacketFifo(width, depth, store_and_forward=False, overflow="drop", drop_errors=False,
-                     bypass=True)
+        packets[:0] = make_packets(rng, [(depth - 3) * B, 5 * B], meta=meta is not None)
+    dut = PacketFifo(width, depth, meta, store_and_forward=False, overflow="drop",
+                     drop_errors=False, bypass=True)
     run = Run(dut, packets, idle=0.3, backpressure=0.3, seed=depth, stall_input=True)
     model = packet_fifo(packets, width, depth, store_and_forward=False, drop_errors=False)
     assert model.drop_overflow >= 3
@@ -395,18 +396,19 @@ def test_bypass_stalled_matches_model(width, depth):
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("overflow", ["drop", "wait"])
-def test_bypass_random_timing(width, overflow):
+@pytest.mark.parametrize("meta", [None, META], ids=["no-meta", "meta"])
+def test_bypass_random_timing(width, overflow, meta):
     """Under random idle cycles and backpressure, beats pass beside the memory whenever it is
     empty and through it otherwise: packets whole or (``"drop"``) truncated heads, in order,
-    every overflow counted; a beat offered and not taken stays offered, unchanged (the switch
-    from the input to the read port keeps it)."""
+    each with its metadata, every overflow counted; a beat offered and not taken stays
+    offered, unchanged (the switch from the input to the read port keeps it)."""
     B = width // 8
     rng = random.Random(width * 7 + len(overflow))
     lengths = every_length(width) + [rng.randrange(0, 12 * B) for _ in range(40)]
     rng.shuffle(lengths)
-    packets = make_packets(rng, lengths, error_rate=0.15, meta=False)
-    dut = PacketFifo(width, 16, store_and_forward=False, overflow=overflow, drop_errors=False,
-                     bypass=True)
+    packets = make_packets(rng, lengths, error_rate=0.15, meta=meta is not None)
+    dut = PacketFifo(width, 16, meta, store_and_forward=False, overflow=overflow,
+                     drop_errors=False, bypass=True)
     run = Run(dut, packets, idle=0.3, backpressure=0.5, seed=13)
     assert run.offers.held > 20
     if overflow == "wait":
@@ -420,7 +422,8 @@ def test_bypass_random_timing(width, overflow):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_bypass_latency(width):
+@pytest.mark.parametrize("meta", [None, META], ids=["no-meta", "meta"])
+def test_bypass_latency(width, meta):
     """Into an empty FIFO whose output takes every beat, each beat leaves in the cycle it
     comes; with the output stalled for one cycle at a packet's second beat, that beat stays
     offered and the rest follow from the memory one cycle behind their input (each read in
@@ -428,9 +431,9 @@ def test_bypass_latency(width):
     again."""
     B = width // 8
     rng = random.Random(width + 2)
-    packets = make_packets(rng, [4 * B, 3 * B], meta=False)
-    dut = PacketFifo(width, 16, store_and_forward=False, overflow="drop", drop_errors=False,
-                     bypass=True)
+    packets = make_packets(rng, [4 * B, 3 * B], meta=meta is not None)
+    dut = PacketFifo(width, 16, meta, store_and_forward=False, overflow="drop",
+                     drop_errors=False, bypass=True)
     in_cycles, out_cycles, col = run_full_rate(dut, packets, prefill=0)
     assert col.packets == packets
     assert out_cycles == in_cycles
@@ -650,7 +653,7 @@ def drive_raw(ctx, dut, rng, n, lanes):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-@pytest.mark.parametrize("mode", ["drop", "wait", "cut", "cut-drop", "bypass"])
+@pytest.mark.parametrize("mode", ["drop", "wait", "cut", "cut-drop", "bypass", "bypass-meta"])
 def test_malformed_input_then_recovers(width, mode):
     """Garbage (non-thermometer keep, partial middle beats, error on any beat, meta changing
     inside packets, packets longer than the memory) never hangs the FIFO, every beat that leaves
@@ -659,9 +662,10 @@ def test_malformed_input_then_recovers(width, mode):
     out exactly."""
     B = width // 8
     depth = 8
-    if mode == "bypass":
-        dut = PacketFifo(width, depth, store_and_forward=False, overflow="drop",
-                         drop_errors=False, bypass=True)
+    if mode.startswith("bypass"):
+        dut = PacketFifo(width, depth, META if mode == "bypass-meta" else None,
+                         store_and_forward=False, overflow="drop", drop_errors=False,
+                         bypass=True)
     elif mode == "cut":
         dut = PacketFifo(width, depth, META, store_and_forward=False, overflow="wait",
                          drop_errors=False)
@@ -692,7 +696,7 @@ def test_malformed_input_then_recovers(width, mode):
         ctx.set(dut.i.payload.keep, (1 << B) - 1)
         # (the bypass drains a beat more often than the read port alone: it needs a longer
         # packet to fill up at the output's 70 %)
-        for _ in range((6 if mode == "bypass" else 3) * depth):
+        for _ in range((6 if mode.startswith("bypass") else 3) * depth):
             await ctx.tick().until(dut.i.ready)
         ctx.set(dut.i.payload.last, 1)
         await ctx.tick().until(dut.i.ready)
@@ -714,11 +718,12 @@ def test_malformed_input_then_recovers(width, mode):
     assert split_packets(beats, width)[-len(good):] == good
     assert long_dropped == [0 if mode == "cut" else 1]
     for _, keep, *_ in beats:
-        assert mode == "bypass" or keep & (keep + 1) == 0, f"keep {keep:#x} not a thermometer"
+        assert mode.startswith("bypass") or keep & (keep + 1) == 0, \
+            f"keep {keep:#x} not a thermometer"
     if mode in ("drop", "wait"):
         # the long packet and the garbage packets longer than the memory never come out whole
         assert all(len(p.data) <= depth * B for p in split_packets(beats, width))
-    if mode in ("cut-drop", "bypass"):
+    if mode in ("cut-drop", "bypass", "bypass-meta"):
         # the long packet is cut short (its head leaves, marked damaged) and counted
         assert long_dropped == [1]
         assert split_packets(beats, width)[0].error
@@ -759,7 +764,7 @@ def split_packets(beats, width):
     ({"width": 64, "depth": 8, "bypass": 1}, TypeError, "bypass must be a bool"),
     ({"width": 64, "depth": 8, "bypass": True}, ValueError, "needs a cut-through FIFO"),
     ({"width": 64, "depth": 8, "store_and_forward": False, "drop_errors": False,
-      "meta": META, "bypass": True}, ValueError, "without metadata"),
+      "meta": META, "meta_depth": 4, "bypass": True}, ValueError, "meta_depth must be depth"),
 ])
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_parameter_errors(kwargs, exc, msg):
