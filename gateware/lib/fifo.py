@@ -55,8 +55,9 @@ class PacketFifo(wiring.Component):
         in ``"drop"`` mode), the others are stored and forwarded. Packets of both kinds leave
         in arrival order.
     bypass : bool
-        Cut-through only (``store_and_forward=False``). ``True``: while the FIFO is empty (and not discarding the rest of a truncated
-        packet), a beat on ``i`` is offered on ``o`` in the cycle it comes (latency 0); if
+        Cut-through only (``store_and_forward=False``). ``True``: while the FIFO is empty
+        (and not discarding the rest of a truncated packet), a beat on ``i`` is offered on
+        ``o`` in the cycle it comes (latency 0); if
         ``o`` does not take it there, it stays on ``o`` from the read port (which is
         transparent to the write port for this) and the beats after it are queued as usual,
         except that a beat written while the read side waits for it is read in the same cycle
