@@ -86,8 +86,9 @@ class PayloadMemory(wiring.Component):
         descriptor), sampled with it (the reader's ``atomic``).
     atomic_done : Out(stream.Signature(ATOMIC_RESULT, always_ready=True)), with ``atomics`` only
         One record per atomic executed and per REPLAY, in descriptor order (the reader's
-        ``done``): on chip two cycles after the atomic's word is read, before its packet leaves
-        ``o``; on AXI4 the cycle after its word came back on R.
+        ``done``): on chip two cycles after the atomic's word is read (a cycle after its
+        packet's beat is first offered on ``o``, when the reader's queue was empty); on AXI4
+        the cycle after its word came back on R.
 
     Behaviour, latency and backpressure: those of the reader and writer; this block only
     selects them and joins the write sources (combinationally: on chip, into the buffer's one

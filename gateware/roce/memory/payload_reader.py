@@ -129,20 +129,25 @@ class PayloadReader(wiring.Component):
       (:func:`pattern_beat`). Neither do 0-byte descriptors.
     * Throughput: one beat per cycle, across descriptors too (no idle beat between packets),
       whenever ``desc`` offers descriptors and ``o`` is ready.
-    * Latency: four cycles. A descriptor offered on ``desc`` in cycle t (with the reader idle
-      and the output queue not full) is taken at the end of cycle t into the reader's own
+    * Latency: two cycles. A descriptor offered on ``desc`` in cycle t (with the reader idle
+      and the output queue empty) is taken at the end of cycle t into the reader's own
       register, its first word is read in cycle t+1 and its first beat offered on ``o`` in
-      cycle t+4. ``desc`` is taken when the reader holds no descriptor or in the cycle the held
-      descriptor's last word is read.
+      cycle t+2, beside the queue (its bypass). A beat ``o`` does not take stays offered from
+      the queue, and the beats behind it follow one cycle after they come back, until the
+      queue is empty again. ``desc`` is taken when the reader holds no descriptor or in the
+      cycle the held descriptor's last word is read.
     * Backpressure: a read is issued only when the eight-beat output queue (a cut-through
-      :class:`~rocegen.gateware.lib.fifo.PacketFifo`, the descriptor kept once per packet, the
-      beats in block RAM from W = 256 on) has room for its data, counting the read in flight,
+      :class:`~rocegen.gateware.lib.fifo.PacketFifo` with its bypass, the descriptor stored
+      with every beat, in block RAM from W = 256 on) has room for its data, counting the read
+      in flight (a beat that passes beside the queue counts as in it for its cycle),
       so ``o.ready`` is never needed to take a word coming back from memory and nothing is
       lost or repeated. The room is a register worked out a cycle ahead (a beat leaving the
       queue makes room a cycle later). ``desc.ready`` and ``mem.en`` depend only on
       registers: the descriptor's word count, last-word flag and addresses are worked out
-      when it is taken. ``o`` is the queue's output: ``o.payload`` comes from its memory's
-      read port, ``o.ready`` drives its read enable.
+      when it is taken. ``o`` is the queue's output: ``o.payload`` comes from the word back
+      from memory while the queue is empty, else from its memory's read port; ``o.ready``
+      drives its read enable. So a packet leaves a beat in every cycle ``o`` takes one, from
+      its first beat to its last (the transmit path's steady source).
 
     Atomics (with ``atomics``)
     --------------------------
@@ -164,8 +169,9 @@ class PayloadReader(wiring.Component):
       ``done``.
     * Timing: the word read in cycle t (``mem.en``) -> ``lock`` high in t and t+1; the beat into
       the output queue and the word into the ALU in t+1; the write back on ``aw`` and the
-      result on ``done`` in t+2; the beat on ``o`` from t+3 (the result is out before its
-      packet). The write back is in memory for reads from t+3 on.
+      result on ``done`` in t+2; the beat on ``o`` from t+1 (while the queue is empty: the
+      result follows its packet's beat by a cycle). The write back is in memory for reads from
+      t+3 on.
     * Atomicity: an atomic's word is not read while an earlier atomic's write back is still to
       come or in that same cycle (a read then would see the value before it), so atomics on
       one word apply each to the previous one's result: one atomic every three cycles (two
@@ -211,11 +217,12 @@ class PayloadReader(wiring.Component):
         d = desc.payload
 
         depth = self.QUEUE_DEPTH
-        # the output queue: a cut-through packet FIFO, which keeps the descriptor once per packet
-        # (not beside every beat) and the beats in block RAM from W = 256 on (a few beats of W
-        # bits would take W/14 * 8 LUTs of distributed RAM)
+        # the output queue: a cut-through packet FIFO, the beats in block RAM from W = 256 on
+        # (a few beats of W bits would take W/14 * 8 LUTs of distributed RAM)
+        # (with its bypass: while it is empty, a word goes on to ``o`` in the cycle it comes
+        # back, its descriptor stored with every beat)
         m.submodules.queue = q = PacketFifo(W, depth, PACKET_DESC, store_and_forward=False,
-                                            drop_errors=False, overflow="wait",
+                                            drop_errors=False, overflow="wait", bypass=True,
                                             ram_style="block" if W >= 256 else None)
 
         # --- hold: the descriptor being read, with what its reads need worked out in advance ----
