@@ -2,7 +2,7 @@
 
 from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -65,9 +65,10 @@ class PacketFifo(wiring.Component):
         Every beat is written to the memory either way, so the level, the overflow rules and
         the order are those without the bypass. A bypassed beat's ``keep`` is the input's as
         it came (the memory holds a byte count, so only a beat read back from it has its
-        ``keep`` rebuilt): the source must give thermometer codes, as a MAC does. With the
-        bypass, metadata (the packet's first beat's) are stored with every beat instead of in
-        a metadata queue, so that a beat read back carries them as a bypassed one does.
+        ``keep`` rebuilt): the source must give thermometer codes, as a MAC does. A packet's
+        first beat passed beside the FIFO carries the input's metadata; every other beat its
+        packet's entry of the metadata queue (unbuffered with the bypass, so that an entry is
+        read in the cycle after it is written).
     ram_style : None, ``"block"`` or ``"distributed"``
         The ``ram_style`` attribute of the beats' memory, for synthesis (``None``: none, the
         tool chooses by size; ``"block"`` suits a shallow queue of wide beats where LUTs are
@@ -76,8 +77,7 @@ class PacketFifo(wiring.Component):
         Packets the metadata queue holds (1..``depth``; default ``depth``, which never limits
         the FIFO since every queued packet has at least one beat stored). A smaller queue saves
         memory when packets are long; when it is full a completing packet is dropped as an
-        overflow (``"drop"``) or the input waits (``"wait"``). Unused when ``meta`` is empty;
-        with ``bypass`` there is no metadata queue, so it must be left at ``depth``.
+        overflow (``"drop"``) or the input waits (``"wait"``). Unused when ``meta`` is empty.
 
     Ports
     -----
@@ -171,9 +171,6 @@ class PacketFifo(wiring.Component):
         if bypass and store_and_forward:
             raise ValueError("bypass passes beats as they come, so it needs a cut-through FIFO "
                              "(store_and_forward=False)")
-        if bypass and meta is not None and meta_depth != depth:
-            raise ValueError(f"with bypass the metadata are stored with every beat (no metadata "
-                             f"queue), so meta_depth must be depth ({depth}), not {meta_depth}")
         meta = empty_meta() if meta is None else meta
         if not isinstance(meta, data.Layout):
             raise TypeError(f"meta must be a data.Layout or None, not {meta!r}")
@@ -199,10 +196,6 @@ class PacketFifo(wiring.Component):
             ports["cut"] = In(1)
         super().__init__(ports)
 
-    @property
-    def _meta_per_beat(self):
-        return self.bypass and self.meta.size > 0
-
     def elaborate(self, platform):
         m = Module()
         W, B, depth = self.width, self.width // 8, self.depth
@@ -213,8 +206,6 @@ class PacketFifo(wiring.Component):
             "count": range(B + 1),
             "last": 1,
             "error": 1,
-            # with the bypass, each beat carries its packet's metadata (no metadata queue)
-            **({"meta": self.meta} if self._meta_per_beat else {}),
         })
         m.submodules.mem = mem = Memory(shape=beat, depth=depth, init=[], attrs=(
             {"ram_style": self.ram_style} if self.ram_style else {}))
@@ -256,13 +247,24 @@ class PacketFifo(wiring.Component):
         self._elaborate_write(m, AW, B, ptrs, rp, wp, committed)
         return m
 
-    def _meta_queue(self, m):
-        """The metadata queue: (room for one more packet, entry ready, push, pop)."""
+    def _meta_queue(self, m, gone):
+        """The metadata queue: (room for one more packet, entry ready, push, pop, head entry).
+        ``gone``: a one-beat packet passes beside the FIFO whole in this cycle (its entry is
+        neither pushed nor popped)."""
         i, o, depth = self.i, self.o, self.depth
-        if not self.meta.size or self._meta_per_beat:
-            return Const(1, 1), Const(1, 1), Signal(), Signal()
-        m.submodules.meta_fifo = mf = SyncFIFOBuffered(width=self.meta.size,
-                                                       depth=self.meta_depth + 1)
+        if not self.meta.size:
+            return Const(1, 1), Const(1, 1), Signal(), Signal(), None
+        push, pop = Signal(), Signal()
+        if self.bypass:
+            # (with the bypass, an entry written in cycle t must be readable in t + 1: the
+            # packet's first beat, offered as it came and not taken, is offered from the read
+            # port then. The unbuffered queue reads its LUT RAM combinationally.)
+            m.submodules.meta_fifo = mf = SyncFIFO(width=self.meta.size,
+                                                   depth=self.meta_depth + 1)
+        else:
+            m.submodules.meta_fifo = mf = SyncFIFOBuffered(width=self.meta.size,
+                                                           depth=self.meta_depth + 1)
+        m.d.comb += [mf.w_en.eq(push & ~gone), mf.r_en.eq(pop & ~gone)]
         meta_ok = Signal()              # room for one more packet's metadata
         # ``level`` of SyncFIFOBuffered counts every queued entry exactly; one spare entry
         # keeps its inner memory from ever being full when we write (w_rdy stays high).
@@ -277,7 +279,7 @@ class PacketFifo(wiring.Component):
             mf.w_data.eq(i.payload.meta.as_value()),
             o.payload.meta.as_value().eq(mf.r_data),
         ]
-        return meta_ok, mf.r_rdy, mf.w_en, mf.r_en
+        return meta_ok, mf.r_rdy, push, pop, mf.r_data
 
     def _elaborate_write(self, m, AW, B, ptrs, rp, wp, committed):
         """The commit pointer, the metadata queue, the write side (committed per packet in
@@ -289,7 +291,9 @@ class PacketFifo(wiring.Component):
             commit_next = Signal(AW + 1)
             m.d.comb += commit_next.eq(wr_commit)
             m.d.sync += wr_commit.eq(commit_next)
-        meta_ok, meta_rdy, meta_push, meta_pop = self._meta_queue(m)
+        # a one-beat packet passes beside the FIFO whole (only with the bypass)
+        gone = Signal() if self.bypass else Const(0, 1)
+        meta_ok, meta_rdy, meta_push, meta_pop, meta_head = self._meta_queue(m, gone)
 
         # a beat cut short on overflow is written as the packet's last, marked ``error``
         force_end = Signal()
@@ -305,13 +309,7 @@ class PacketFifo(wiring.Component):
         first = Signal(init=1)              # the next beat starts a packet
         with m.If(accept):
             m.d.sync += first.eq(i.payload.last)
-        if self._meta_per_beat:
-            # every beat is written with its packet's first beat's metadata
-            meta_hold = Signal(self.meta)
-            with m.If(accept & first):
-                m.d.sync += meta_hold.eq(i.payload.meta)
-            m.d.comb += wp.data.meta.eq(Mux(first, i.payload.meta.as_value(),
-                                            meta_hold.as_value()))
+        ptrs.update(first=first, gone=gone, meta_head=meta_head)
 
         if committed:
             self._committed_write(m, ptrs, wp, meta_ok, meta_push, commit_next, accept, first,
@@ -421,8 +419,6 @@ class PacketFifo(wiring.Component):
                 o.payload.last.eq(rp.data.last),
                 o.payload.error.eq(rp.data.error),
             ]
-            if self._meta_per_beat:
-                m.d.comb += o.payload.meta.eq(rp.data.meta)
             with m.If(load):
                 m.d.sync += rv.eq(avail | fresh)
                 with m.If(avail | fresh):
@@ -438,8 +434,17 @@ class PacketFifo(wiring.Component):
                 m.d.comb += [o.valid.eq(wp.en), o.payload.data.eq(self.i.payload.data),
                              o.payload.keep.eq(self.i.payload.keep),
                              o.payload.last.eq(wp.data.last), o.payload.error.eq(wp.data.error)]
-                if self._meta_per_beat:
-                    m.d.comb += o.payload.meta.eq(wp.data.meta)
+                if ptrs["meta_head"] is not None:
+                    # a packet's first beat: its metadata as they come (its entry is pushed
+                    # now); a later beat's: its packet's entry, at the queue's head since the
+                    # cycle after its first beat
+                    first = ptrs["first"]
+                    m.d.comb += [
+                        o.payload.meta.eq(Mux(first, self.i.payload.meta.as_value(),
+                                              ptrs["meta_head"])),
+                        ptrs["gone"].eq(first & wp.en & o.ready & wp.data.last),
+                        meta_pop.eq(take & wp.data.last),
+                    ]
                 # not taken: the read port loads it (through the transparent port), so it
                 # stays on ``o``; taken: its slot is skipped
                 m.d.comb += rp.en.eq(wp.en & ~o.ready)

@@ -763,8 +763,6 @@ def split_packets(beats, width):
     ({"width": 64, "depth": 8, "ram_style": "ultra"}, ValueError, "ram_style must be None"),
     ({"width": 64, "depth": 8, "bypass": 1}, TypeError, "bypass must be a bool"),
     ({"width": 64, "depth": 8, "bypass": True}, ValueError, "needs a cut-through FIFO"),
-    ({"width": 64, "depth": 8, "store_and_forward": False, "drop_errors": False,
-      "meta": META, "meta_depth": 4, "bypass": True}, ValueError, "meta_depth must be depth"),
 ])
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_parameter_errors(kwargs, exc, msg):
