@@ -137,8 +137,8 @@ class PayloadReader(wiring.Component):
       queue is empty again. ``desc`` is taken when the reader holds no descriptor or in the
       cycle the held descriptor's last word is read.
     * Backpressure: a read is issued only when the eight-beat output queue (a cut-through
-      :class:`~rocegen.gateware.lib.fifo.PacketFifo` with its bypass, the descriptor stored
-      with every beat, in block RAM from W = 256 on) has room for its data, counting the read
+      :class:`~rocegen.gateware.lib.fifo.PacketFifo` with its bypass, the descriptor kept once
+      per packet, the beats in block RAM from W = 256 on) has room for its data, counting the read
       in flight (a beat that passes beside the queue counts as in it for its cycle),
       so ``o.ready`` is never needed to take a word coming back from memory and nothing is
       lost or repeated. The room is a register worked out a cycle ahead (a beat leaving the
@@ -220,7 +220,7 @@ class PayloadReader(wiring.Component):
         # the output queue: a cut-through packet FIFO, the beats in block RAM from W = 256 on
         # (a few beats of W bits would take W/14 * 8 LUTs of distributed RAM)
         # (with its bypass: while it is empty, a word goes on to ``o`` in the cycle it comes
-        # back, its descriptor stored with every beat)
+        # back; the descriptor is kept once per packet, not beside every beat)
         m.submodules.queue = q = PacketFifo(W, depth, PACKET_DESC, store_and_forward=False,
                                             drop_errors=False, overflow="wait", bypass=True,
                                             ram_style="block" if W >= 256 else None)
