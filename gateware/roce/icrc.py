@@ -236,15 +236,24 @@ class _IcrcPipeline(wiring.Component):
         outside ``keep`` zero."""
         B = self.width // 8
         out = []
+        # (a sum of products over the beat indices, which exclude each other, rather than a
+        # chain of multiplexers: each bit is a function of its data and keep bits and the
+        # index alone, one LUT, whatever the number of beats the masks cover)
+        at = [idx == k for k in range(self._idx_top)]
         for j in range(B):
-            byte = data_[8 * j:8 * j + 8] & keep[j].replicate(8)
-            for k in range(self._idx_top):
-                pos = k * B + j - self.offset
-                if pos < 0:
-                    byte = Mux(idx == k, 0, byte)
-                elif pos < len(self._mask) and self._mask[pos]:
-                    byte = Mux(idx == k, byte | (self._mask[pos] & keep[j].replicate(8)), byte)
-            out.append(byte)
+            zero = [at[k] for k in range(self._idx_top) if k * B + j < self.offset]
+            bits = []
+            for b in range(8):
+                ones = [at[k] for k in range(self._idx_top)
+                        if 0 <= k * B + j - self.offset < len(self._mask)
+                        and (self._mask[k * B + j - self.offset] >> b) & 1]
+                d = data_[8 * j + b] & keep[j]
+                if zero:
+                    d = d & ~Cat(*zero).any()
+                if ones:
+                    d = d | (keep[j] & Cat(*ones).any())
+                bits.append(d)
+            out.append(Cat(*bits))
         return Cat(*out)
 
     def _short(self, last, keep, idx):
