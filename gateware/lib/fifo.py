@@ -130,8 +130,10 @@ class PacketFifo(wiring.Component):
     synchronous read port; the pointers are our own, not :mod:`amaranth.lib.fifo`, because
     dropping a packet rewinds the write pointer to the last committed packet end, and because a
     slot is freed only when its beat leaves ``o`` (so the level is exact). The metadata queue is
-    (without the bypass) an :class:`amaranth.lib.fifo.SyncFIFOBuffered` written when a packet is committed
-    (store-and-forward) or started (cut-through) and read when its last beat leaves.
+    an :class:`amaranth.lib.fifo.SyncFIFOBuffered` (with the bypass an unbuffered
+    :class:`amaranth.lib.fifo.SyncFIFO`, read in the cycle after an entry is written) written
+    when a packet is committed (store-and-forward) or started (cut-through) and read when its
+    last beat leaves.
     """
 
     def __init__(self, width, depth, meta=None, *, store_and_forward=True, drop_errors=True,
@@ -266,8 +268,10 @@ class PacketFifo(wiring.Component):
                                                            depth=self.meta_depth + 1)
         m.d.comb += [mf.w_en.eq(push & ~gone), mf.r_en.eq(pop & ~gone)]
         meta_ok = Signal()              # room for one more packet's metadata
-        # ``level`` of SyncFIFOBuffered counts every queued entry exactly; one spare entry
-        # keeps its inner memory from ever being full when we write (w_rdy stays high).
+        # ``level`` of the queue counts every queued entry exactly; one spare entry keeps its
+        # memory from ever being full when we write (w_rdy stays high). (With the bypass, the
+        # packet leaving ``o`` may hold an entry with none of its beats stored, but only while
+        # the FIFO is empty: still at most ``depth`` entries.)
         if self.meta_depth >= depth:
             # every queued packet has a beat stored (its last, until it leaves), so the
             # queue holds fewer than ``depth`` entries whenever the memory is not full: the

@@ -20,8 +20,9 @@ class IcrcTx(wiring.Component):
     Marked packets go through :class:`~rocegen.gateware.roce.icrc.IcrcInsert` (stream starting at the
     IP header); the others bypass it. The two paths merge round robin, so an unmarked packet may
     overtake a marked one; packets of one kind stay in order. Latency: that of ``IcrcInsert``
-    for marked packets, 0 for the others; ``o`` is combinational from the insertion's queue
-    and the input (through the merge), for a parent that registers it (the network stack's
+    for marked packets, 0 for the others; ``o`` is combinational from the insertion's output
+    (its pipeline's last stage while its queue is empty, else the queue) and the input
+    (through the merge), for a parent that registers it (the network stack's
     forward register behind its Ethernet arbiter). Backpressure from ``o``: ``o.ready`` reaches
     the insertion queue's read side and ``i.ready`` of unmarked packets.
     """
