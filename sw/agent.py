@@ -1499,7 +1499,21 @@ class _Handler(socketserver.StreamRequestHandler):
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
+    """Binds to a temporary name beside the path and renames it there once listening, so a
+    client that sees the path never meets a socket that refuses it."""
     daemon_threads = True
+
+    def server_bind(self):
+        self.final_path = self.server_address
+        self.server_address = f"{self.final_path}.{os.getpid()}.tmp"
+        if os.path.exists(self.server_address):
+            os.unlink(self.server_address)
+        super().server_bind()
+
+    def server_activate(self):
+        super().server_activate()
+        os.rename(self.server_address, self.final_path)
+        self.server_address = self.final_path
 
     def stop(self):
         threading.Thread(target=self.shutdown, daemon=True).start()

@@ -274,6 +274,43 @@ def test_agent_control_socket_refuses_malformed_requests(tmp_path):
     fpga.close()
 
 
+def test_agent_socket_appears_only_once_it_listens(tmp_path, monkeypatch):
+    """A client that sees the control socket's path is answered, even when the agent is slow
+    between binding and listening: the path is put in place after ``listen``."""
+    import socketserver
+
+    listen = socketserver.TCPServer.server_activate
+
+    def slow_activate(self):
+        time.sleep(0.3)
+        listen(self)
+
+    monkeypatch.setattr(socketserver.TCPServer, "server_activate", slow_activate)
+
+    class NoNic:
+        local_ip = HOST_IP
+
+        def poll(self, max_entries=64, timeout=0.0):
+            threading.Event().wait(timeout)
+            return []
+
+        def counters(self):
+            return {}
+
+    fpga = ModelFpga()
+    cm = client(fpga)
+    sock = tmp_path / "agent.sock"
+    server = serving(Agent(NoNic(), cm, FPGA_IP), sock, keep=True)
+    assert sock.exists()
+    assert request(sock, {"cmd": "status"})["result"]["qps"] == []
+    assert request(sock, {"cmd": "shutdown"})["ok"]
+    server.join(timeout=10)
+    assert not server.is_alive() and not sock.exists()
+    assert not list(tmp_path.glob("*.tmp"))
+    cm.close()
+    fpga.close()
+
+
 def test_agent_sends_one_run_at_a_time():
     """The FPGA's generator holds one run besides the one going: the agent sends a run's
     datagram only once the runs sent before are complete here."""
