@@ -211,7 +211,7 @@ def lost_hole_request_asked_again(lost):
         assert stats["rd_done"] == 16, stats
         assert r.host["read_dup"] == (2 if lost == "response" else 1)
     return dict(wrs=wrs, pmtu=256, faults=faults, timeout=5,
-                drop_requests=[16] if lost == "request" else [],
+                drop_repeats=[0] if lost == "request" else [],
                 stats=("rd_hole", "rd_reask", "rd_stall", "rd_reissues", "roce_rewinds",
                        "roce_timeouts", "rd_done")), check
 

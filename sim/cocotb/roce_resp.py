@@ -109,14 +109,20 @@ def rkey_of(k):
     return 0x5100_0000 | (k * 0x10101 & 0xFFFFFF)
 
 
-def roce_opcode(frame):
-    """The BTH opcode of a RoCEv2 frame (untagged or with one 802.1Q tag), else None."""
+def roce_bth(frame):
+    """The BTH fields (a dict) of a RoCEv2 frame (untagged or with one 802.1Q tag), else None."""
     at = l2_length(frame) + IPV4.length + UDP.length
     if len(frame) < at + BTH.length or not is_ipv4(frame):
         return None
     if UDP.unpack(frame[at - UDP.length:at])["dst_port"] != UDP_PORT_ROCEV2:
         return None
-    return BTH.unpack(frame[at:at + BTH.length])["opcode"]
+    return BTH.unpack(frame[at:at + BTH.length])
+
+
+def roce_opcode(frame):
+    """The BTH opcode of a RoCEv2 frame (untagged or with one 802.1Q tag), else None."""
+    bth = roce_bth(frame)
+    return None if bth is None else bth["opcode"]
 
 
 class RespEnv:

@@ -21,6 +21,11 @@ dict:
     ``[kind, kwargs]`` pairs for :meth:`Rnic.read_fault`, in order.
 ``drop_requests``
     The numbers (from 0) of the endpoint's READ request frames lost on the way to the host.
+``drop_repeats``
+    The numbers (from 0) of the endpoint's repeated READ request frames (a PSN not beyond the
+    highest one sent before: a hole's request, or a request sent again) lost on the way to the
+    host; unlike ``drop_requests``, these numbers do not depend on when a repeat leaves among
+    the first requests.
 ``loss``, ``seed``
     Every frame is lost with probability ``loss``, each way; ``seed`` seeds the host's region,
     the pauses and the links.
@@ -72,7 +77,7 @@ from rocegen.gateware.lib.records import pack
 from rocegen.gateware.roce.endpoint.endpoint import STATS
 from rocegen.gateware.roce.frontend.stream_in import STREAM_META
 from rocegen.gateware.roce.layouts import WrOpcode
-from rocegen.sim.cocotb.roce_resp import MEM, MEMORY, RespEnv, W, roce_opcode, share
+from rocegen.sim.cocotb.roce_resp import MEM, MEMORY, RespEnv, W, roce_bth, share
 from rocegen.sim.models.cm.cm import (
     ACK_ACK,
     CM_PORT,
@@ -221,13 +226,20 @@ async def scenario(env, sc, n):
     to_nic = Link(loss=loss, seed=2 * seed + 1, name="to NIC")
     from_nic = Link(loss=loss, seed=2 * seed + 2, name="from NIC")
     drop = set(sc.get("drop_requests", ()))
-    requests = [0]
+    drop_repeats = set(sc.get("drop_repeats", ()))
+    requests = {"all": 0, "repeats": 0, "highest": None}
 
     def lost_request(frame):
-        if roce_opcode(frame) != OP_RC_RDMA_READ_REQUEST:
+        bth = roce_bth(frame)
+        if bth is None or bth["opcode"] != OP_RC_RDMA_READ_REQUEST:
             return False
-        requests[0] += 1
-        return requests[0] - 1 in drop
+        n, high = requests["all"], requests["highest"]
+        requests["all"] += 1
+        if high is None or 0 < (bth["psn"] - high) % (1 << 24) < 1 << 23:
+            requests["highest"] = bth["psn"]
+            return n in drop
+        requests["repeats"] += 1
+        return n in drop or requests["repeats"] - 1 in drop_repeats
     to_nic.drop_matching(lost_request)
     env.mac.to_nic, env.mac.from_nic = to_nic, from_nic
     await fill_pattern(env, getattr(env, "image", None))
