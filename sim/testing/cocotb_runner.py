@@ -228,6 +228,13 @@ class SimConfig:
         # from here the build is not the stamped one until it completes (an interrupted build
         # must not pass for the old one)
         stamp.unlink(missing_ok=True)
+        # cocotb's main is compiled again with this cocotb: a build of another checkout that was
+        # interrupted after its make had run leaves objects whose dependencies name that
+        # checkout's files, which need not exist any more (make would stop at them), under a
+        # record that may still name ours
+        libs_stamp.unlink(missing_ok=True)
+        for name in ("verilator.o", "verilator.d"):
+            (self.build_dir / name).unlink(missing_ok=True)
         src = self.build_dir / f"{self.toplevel}.v"
         _write_atomic(src, text)
         control = self.build_dir / "public.vlt"

@@ -30,7 +30,9 @@ ROOT = cocotb_runner.ROOT
 
 # A stand-in for Verilator: prints its version; asked to build (-Mdir DIR ... -o NAME), it writes
 # DIR/Vtop.mk whose first target makes DIR/NAME (a new file each time, as a linker does) saying
-# which build it is ($FAKE_BUILD at make time), or fails when $FAKE_FAIL is set.
+# which build it is ($FAKE_BUILD at make time), or fails when $FAKE_FAIL is set. Like
+# Verilator's, the makefile makes verilator.o (cocotb's main) first and includes the make
+# dependencies verilator.d of an earlier build: one naming a file gone stops make.
 FAKE = r"""#!/bin/sh
 if [ "$1" = "--version" ]; then echo "Verilator VERSION 2025-01-01 rev vVERSION"; exit 0; fi
 [ -n "$FAKE_FAIL" ] && { echo "fake verilator: failing as asked" >&2; exit 3; }
@@ -40,7 +42,8 @@ done
 echo "rm -f $out" > "$dir/mk.sh"
 echo "printf '#!/bin/sh\\necho build %s\\n' \"\$FAKE_BUILD\" > $out" >> "$dir/mk.sh"
 echo "chmod +x $out" >> "$dir/mk.sh"
-printf 'all:\n\tsh mk.sh\n' > "$dir/Vtop.mk"
+printf 'all: verilator.o\n\tsh mk.sh\n' > "$dir/Vtop.mk"
+printf 'verilator.o:\n\ttouch verilator.o\n-include verilator.d\n' >> "$dir/Vtop.mk"
 """
 
 
@@ -254,6 +257,26 @@ def test_a_build_linked_with_a_cocotb_gone_is_built_again(build_env, monkeypatch
         cfg.build()
         assert (cfg.build_dir / "top").read_text().endswith(
             "echo build two\n" if rebuilt else "echo build one\n"), deps
+
+
+def test_a_build_interrupted_in_another_checkout_is_built_again(build_env, monkeypatch,
+                                                                tmp_path):
+    """A build that another checkout started and that was stopped after its make had run: no
+    stamp of a complete build, the cocotb record still ours, cocotb's main compiled with make
+    dependencies on that checkout's files, since removed. The next build compiles it again."""
+    monkeypatch.setenv("FAKE_BUILD", "one")
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
+    cfg.build()
+    here = cocotb_runner._cocotb_libs()
+    (cfg.build_dir / ".built").unlink()
+    (cfg.build_dir / "verilator.o").write_text("")
+    gone = tmp_path / "gone" / "cocotb" / "share" / "lib" / "verilator" / "verilator.cpp"
+    (cfg.build_dir / "verilator.d").write_text(f"verilator.o: \\\n {gone}\n")
+    monkeypatch.setenv("FAKE_BUILD", "two")
+    cfg.build()
+    assert (cfg.build_dir / "top").read_text().endswith("echo build two\n")
+    assert (cfg.build_dir / ".cocotb").read_text() == here
+    assert (cfg.build_dir / ".built").exists()
 
 
 def test_no_verilator_is_a_clear_error_of_the_build(tmp_path, monkeypatch):
