@@ -265,6 +265,7 @@ class RoceEndpoint(wiring.Component):
         self._stack, self._sched = f.network.stack, f.requester.sched
         self._completer, self._retry = f.requester.completer, f.requester.retry
         self._rx, self._builder, self._rp = f.requester.rx, f.requester.builder, f.congestion.rp
+        self._reader = f.memory.mem._reader
         #: The configuration as built (for status registers and generated documentation).
         self.config = self._config_dict()
         members = {}

@@ -44,3 +44,22 @@ def test_a_failed_netlist_is_named_and_does_not_count():
     misses = goal_misses([_design("endpoint_w512", LUT_GOAL - 1, LEVEL_GOAL + 3, "W512"), failed])
     assert misses[0] == "endpoint_w512_depth: not synthesized (Yosys exited with status 1)"
     assert f"{LEVEL_GOAL + 3} LUT levels" in misses[1] and len(misses) == 2
+
+
+def test_every_design_of_the_report_is_built():
+    """Each design ``make synth`` maps is the block its description names (the blocks are
+    taken from inside an endpoint, whose layout changes)."""
+    import warnings
+
+    from bench.bench_synth import DESIGNS
+    from rocegen.gateware.roce.endpoint.endpoint import RoceEndpoint
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, description, _, factory, kind, _ in DESIGNS:
+            design = factory()
+            expected = RoceEndpoint if kind != "block" else None
+            if expected is not None:
+                assert isinstance(design, expected), name
+            else:
+                assert type(design).__name__ == description.split()[0], (name, design)
