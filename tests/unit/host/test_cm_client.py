@@ -3,6 +3,7 @@ a real UDP socket (and against silence), and the host command's errors."""
 
 import json
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -240,18 +241,20 @@ def test_host_command_errors(tmp_path):
     assert r.returncode == 1 and ("pyverbs" in r.stderr or "RDMA device" in r.stderr)
 
 
+class NoNic:
+    """A NIC with nothing to do: the agent's control socket needs no NIC work."""
+    local_ip = HOST_IP
+
+    def poll(self, max_entries=64, timeout=0.0):
+        threading.Event().wait(timeout)
+        return []
+
+    def counters(self):
+        return {}
+
+
 def test_agent_control_socket_refuses_malformed_requests(tmp_path):
     """The agent answers bad requests with an error and keeps serving (no NIC work involved)."""
-    class NoNic:
-        local_ip = HOST_IP
-
-        def poll(self, max_entries=64, timeout=0.0):
-            threading.Event().wait(timeout)
-            return []
-
-        def counters(self):
-            return {}
-
     fpga = ModelFpga()
     cm = client(fpga)
     agent = Agent(NoNic(), cm, FPGA_IP)
@@ -277,8 +280,6 @@ def test_agent_control_socket_refuses_malformed_requests(tmp_path):
 def test_agent_socket_appears_only_once_it_listens(tmp_path, monkeypatch):
     """A client that sees the control socket's path is answered, even when the agent is slow
     between binding and listening: the path is put in place after ``listen``."""
-    import socketserver
-
     listen = socketserver.TCPServer.server_activate
 
     def slow_activate(self):
@@ -286,16 +287,6 @@ def test_agent_socket_appears_only_once_it_listens(tmp_path, monkeypatch):
         listen(self)
 
     monkeypatch.setattr(socketserver.TCPServer, "server_activate", slow_activate)
-
-    class NoNic:
-        local_ip = HOST_IP
-
-        def poll(self, max_entries=64, timeout=0.0):
-            threading.Event().wait(timeout)
-            return []
-
-        def counters(self):
-            return {}
 
     fpga = ModelFpga()
     cm = client(fpga)
