@@ -57,11 +57,11 @@ class PacketFifo(wiring.Component):
     bypass : bool
         Cut-through only (``store_and_forward=False``). ``True``: while the FIFO is empty
         (and not discarding the rest of a truncated packet), a beat on ``i`` is offered on
-        ``o`` in the cycle it comes (latency 0); if
-        ``o`` does not take it there, it stays on ``o`` from the read port (which is
-        transparent to the write port for this) and the beats after it are queued as usual,
-        except that a beat written while the read side waits for it is read in the same cycle
-        (latency 1 instead of 2, until the FIFO is empty again).
+        ``o`` in the cycle it comes (latency 0); if ``o`` does not take it there, it stays on
+        ``o`` from the read port (which is transparent to the write port for this) and the
+        beats after it are queued as usual, except that a beat written while the read side
+        waits for it is read in the same cycle (latency 1 instead of 2, until the FIFO is
+        empty again).
         Every beat is written to the memory either way, so the level, the overflow rules and
         the order are those without the bypass. A bypassed beat's ``keep`` is the input's as
         it came (the memory holds a byte count, so only a beat read back from it has its
