@@ -49,6 +49,7 @@ from rocegen.sim.testing.verilator import cache_root, verilator_on_path
 
 __all__ = ["ROOT", "BUILD", "SIM_CACHE", "SimConfig", "run_cocotb", "waves_requested", "endpoint_sim_config",
            "responder_sim_config", "RESPONDER_MEM_BYTES", "responder_share", "source_digest",
+           "loaded_digest",
            "DESIGN_SOURCES", "kept_verilog", "run_scenarios"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,6 +116,20 @@ def source_digest(patterns=DESIGN_SOURCES):
         h.update(str(path.relative_to(ROOT)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def loaded_digest():
+    """:func:`source_digest` as the sources were when this module was imported, once per
+    process: what a build or a kept Verilog is stamped with and checked against. A process
+    elaborates the sources it loaded, so a source edited while it runs must not be recorded as
+    built by it (its design would then pass for the edited one's). A design module first
+    imported after such an edit is built under the older digest: the next process elaborates
+    it again and finds its Verilog unchanged, which costs an elaboration, never a stale
+    simulator."""
+    return _LOADED_DIGEST
+
+
+_LOADED_DIGEST = source_digest()
 
 
 def _cocotb_libs():
@@ -205,7 +220,7 @@ class SimConfig:
     def _build(self):
         """:meth:`build`, with the lock held; returns how the simulator was obtained:
         ``"reused"``, ``"verilog-unchanged"`` or ``"compiled"``."""
-        sources = source_digest()
+        sources = loaded_digest()
         source_stamp = self.build_dir / ".sources"
         stamp = self.build_dir / ".built"
         libs = _cocotb_libs()
@@ -345,7 +360,7 @@ def kept_verilog(factory, name, **params):
     key = json.dumps({"f": factory, "p": params, "n": name}, sort_keys=True, default=str)
     base = SIM_CACHE / "verilog" / f"{name}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     text_path, stamp = base.with_suffix(".v"), base.with_suffix(".sources")
-    sources = source_digest()
+    sources = loaded_digest()
     if stamp.exists() and stamp.read_text() == sources and text_path.exists():
         return text_path.read_text(), "kept"
     text = to_verilog(_factory(factory)(**params), name=name)

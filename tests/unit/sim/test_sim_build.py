@@ -279,6 +279,27 @@ def test_a_build_interrupted_in_another_checkout_is_built_again(build_env, monke
     assert (cfg.build_dir / ".built").exists()
 
 
+def test_sources_edited_while_a_process_runs_are_not_recorded_as_built(build_env, monkeypatch,
+                                                                       tmp_path):
+    """A process elaborates the sources it loaded: a build it checks again after they were
+    edited on disk is stamped with their digest as it loaded them, not with the edited one's
+    (a later process then elaborates the edited sources instead of taking this build for
+    theirs). The same for a kept Verilog."""
+    cfg = cocotb_runner.SimConfig("const", "rocegen.sim.testing.tops:ConstSliceTop")
+    cfg.build()
+    loaded = cocotb_runner.loaded_digest()
+    assert (cfg.build_dir / ".sources").read_text() == loaded
+    monkeypatch.setattr(cocotb_runner, "source_digest", lambda: "edited on disk")
+    (cfg.build_dir / ".sources").write_text("another source tree")
+    cfg.build()                                     # elaborated again, Verilog unchanged
+    assert (cfg.build_dir / ".sources").read_text() == loaded
+    monkeypatch.setattr(cocotb_runner, "SIM_CACHE", tmp_path / "kept")
+    spec = "tests.unit.sim.test_sim_build:Tiny"
+    assert cocotb_runner.kept_verilog(spec, "tiny", width=3)[1] == "elaborated"
+    assert cocotb_runner.kept_verilog(spec, "tiny", width=3)[1] == "kept"
+    assert [p.read_text() for p in (tmp_path / "kept").rglob("*.sources")] == [loaded]
+
+
 def test_no_verilator_is_a_clear_error_of_the_build(tmp_path, monkeypatch):
     monkeypatch.delenv("ROCEGEN_VERILATOR", raising=False)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
@@ -373,7 +394,7 @@ def test_kept_verilog_while_no_source_changed(tmp_path, monkeypatch):
     """The demo's Verilog: elaborated once per configuration and sources, then kept."""
     monkeypatch.setattr(cocotb_runner, "SIM_CACHE", tmp_path)
     digest = ["one"]
-    monkeypatch.setattr(cocotb_runner, "source_digest", lambda: digest[0])
+    monkeypatch.setattr(cocotb_runner, "loaded_digest", lambda: digest[0])
     spec = "tests.unit.sim.test_sim_build:Tiny"
     text, how = cocotb_runner.kept_verilog(spec, "tiny", width=3)
     assert how == "elaborated" and "module tiny" in text and "[2:0] a" in text
