@@ -148,9 +148,11 @@ class RequesterFeature(Feature):
         wiring.connect(m, f.network.stack.udp_rx[0], rx.i)
         # (the retry engine's inputs behind register slices: its arbitration between them, and
         # the per-QP spacing of its events, does not reach the receive pipeline's enables nor the
-        # scheduler's issue decision)
+        # scheduler's issue decision. The acknowledgements' slice passes an event on in the
+        # cycle it comes while it holds none: the engine registers its event anyway, so a
+        # registered slice would only add a cycle to every acknowledgement)
         ack_slice = self.ack_slice = m.submodules.ack_slice = StreamRegisterSlice(
-            rx.ack.payload.shape())
+            rx.ack.payload.shape(), bypass=True)
         if not self.cfg.reads:
             wiring.connect(m, rx.ack, ack_slice.i)
         wiring.connect(m, ack_slice.o, retry.ack)

@@ -62,8 +62,9 @@ class RetryEngine(wiring.Component):
         Packets issued by the scheduler.
     cpl_ack : Out(stream.Signature(ACK_EVENT, always_ready=True))
         The new acknowledged PSN of a QP (syndrome 0), to the completion tracker, whenever it
-        changes (and on ``psn_set``). A one-cycle pulse from registers. At most one every other
-        cycle for one QP.
+        changes (and on ``psn_set``). A one-cycle pulse in the cycle the state is written (a
+        multiplexer on the decided event's registers). At most one every other cycle for one
+        QP.
     sched : Out(stream.Signature(SCHED_EVENT, always_ready=True))
         ADVANCE, REWIND or RESET of a QP, to the scheduler. A one-cycle pulse from registers,
         in the cycle after the state it reports is written.
@@ -126,9 +127,10 @@ class RetryEngine(wiring.Component):
       counted), until ``psn_set`` clears the error state (RESET to the scheduler).
 
     Latency: an event accepted in cycle t has its state read in t + 1 and written at the end of
-    t + 2; its outputs (``cpl_ack``, ``sched``, the pulses) are in cycle t + 3, ``errored`` and
-    ``held`` change at the start of t + 3, ``acked_psn``/``err_status`` of the QP read the new
-    state from t + 3 on, and its per-QP counters are written at the end of t + 3. Throughput:
+    t + 2, where ``cpl_ack`` reports it; its other outputs (``sched``, the pulses) are in cycle
+    t + 3, ``errored`` and ``held`` change at the start of t + 3, ``acked_psn``/``err_status``
+    of the QP read the new state from t + 3 on, and its per-QP counters are written at the end
+    of t + 3. Throughput:
     one event per cycle, over QPs; one every other cycle for a single QP. ``ack`` and ``sent``
     are held while a higher-priority event is served, while an event of their QP was taken in
     the cycle before, and while an expired timer waits for the events of its QP in flight (two

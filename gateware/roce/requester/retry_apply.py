@@ -45,8 +45,11 @@ class RetryApply(wiring.Component):
     errored, held : Out(num_qps)
         QPs in the error state, QPs held by an RNR wait (registers).
     cpl_ack : Out(stream.Signature(ACK_EVENT, always_ready=True))
+        As the engine's port: in the cycle of ``decided`` (a multiplexer on its registers, so
+        that the completion tracker, which registers it, hears of an acknowledgement a cycle
+        sooner).
     sched : Out(stream.Signature(SCHED_EVENT, always_ready=True))
-        As the engine's ports: one cycle after ``decided`` (registers).
+        As the engine's port: one cycle after ``decided`` (registers).
     acks ... qp_errors : Out(1)
         The pulses of :data:`COUNTERS`, one cycle after ``decided`` (registers).
     cnt_qp / cnt_inc
@@ -153,16 +156,19 @@ class RetryApply(wiring.Component):
             errored.eq((errored & ~Mux(F.psn, a_qvec, 0)) | Mux(fail, a_qvec, 0)),
         ]
 
-        # the outputs, registered: in the cycle after the state is written
+        # the new acknowledged PSN to the completion tracker in the cycle the state is written
+        # (the tracker registers it); the other outputs registered, in the cycle after
+        m.d.comb += [
+            self.cpl_ack.valid.eq(self.decided.valid & (F.psn | prog)),
+            self.cpl_ack.payload.qp.eq(a.qp),
+            self.cpl_ack.payload.psn.eq(Mux(F.psn, a.pm1, prog_to)),
+        ]
         with m.If(F.psn):
-            m.d.sync += [self.cpl_ack.payload.psn.eq(a.pm1),
-                         self.sched.payload.kind.eq(SchedKind.RESET)]
+            m.d.sync += self.sched.payload.kind.eq(SchedKind.RESET)
         with m.Else():
-            m.d.sync += [self.cpl_ack.payload.psn.eq(prog_to),
-                         self.sched.payload.kind.eq(Mux(rewind, SchedKind.REWIND,
-                                                        SchedKind.ADVANCE))]
+            m.d.sync += self.sched.payload.kind.eq(Mux(rewind, SchedKind.REWIND,
+                                                       SchedKind.ADVANCE))
         m.d.sync += [
-            self.cpl_ack.valid.eq(F.psn | prog), self.cpl_ack.payload.qp.eq(a.qp),
             self.sched.valid.eq(F.psn | prog | rewind), self.sched.payload.qp.eq(a.qp),
         ]
         pulse = {"acks": F.acks, "stale_acks": F.stale, "seq_naks": F.seq,

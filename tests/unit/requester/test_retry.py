@@ -2,13 +2,13 @@
 
 Events back to back (PSN writes, context writes, acknowledgements, packets sent), with random
 idle cycles, over several QPs, with the time base ticking every cycle and every third cycle. The
-outputs of every accepted event (``cpl_ack``, ``sched``, the pulses, ``errored``/``held``,
-``err_status`` and ``acked_psn`` of the QP), :data:`LATENCY` cycles after it, are compared with
-the model; a cycle with outputs but no accepted event that long before is a timer expiry, checked
-against the model's deadline. An event held back needs a reason (an event of its QP taken just
-before, a timer due). The per-QP counters are compared at the end. Plus exact timer timing, the
-input priorities, the wait of an event behind one of its QP, the RNR-wait corner cases and the
-parameter checks."""
+outputs of every accepted event (``sched``, the pulses, ``errored``/``held``, ``err_status`` and
+``acked_psn`` of the QP, :data:`LATENCY` cycles after it; ``cpl_ack``, :data:`CPL_LATENCY`
+cycles after it) are compared with the model; a cycle with outputs but no accepted event that long
+before is a timer expiry, checked against the model's deadline. An event held back needs a
+reason (an event of its QP taken just before, a timer due). The per-QP counters are compared at
+the end. Plus exact timer timing, the input priorities, the wait of an event behind one of its
+QP, the RNR-wait corner cases and the parameter checks."""
 
 import gc
 import random
@@ -29,8 +29,10 @@ from tests.tiers import full
 
 #: Clock frequencies for a time base that ticks every cycle / every third cycle.
 CLK_HZ = {1: 1e9 / 1024, 3: 3e9 / 1024}
-#: Cycles from an event taken to its outputs (``cpl_ack``, ``sched``, pulses, ``errored``).
+#: Cycles from an event taken to its outputs (``sched``, pulses, ``errored``).
 LATENCY = 3
+#: ... and to ``cpl_ack``, a cycle sooner (it reports the state in the cycle it is written).
+CPL_LATENCY = 2
 
 
 def name_of(value, enum_cls):
@@ -38,16 +40,15 @@ def name_of(value, enum_cls):
 
 
 class Bench:
-    """Drives a :class:`RetryEngine` and checks every cycle against a :class:`RetryModel`.
-    ``now`` is counted from reset: the time base starts at 0 and advances every ``tick_cycles``
-    cycles.
-
-    The engine answers an event accepted in cycle t in cycle t + :data:`LATENCY` (``cpl_ack``,
-    ``sched``, the pulses, ``errored``/``held``; the QP's ``err_status``/``acked_psn`` from then
-    on): the bench keeps a record of every cycle (the event taken or the one held back) and
-    checks it against the outputs seen ``LATENCY`` cycles later, applying the event to the model
-    with the tick it was accepted in. ``event`` waits until the event is checked unless
-    ``drain=False`` (back-to-back events)."""
+    """Drives a :class:`RetryEngine` and checks every cycle against a :class:`RetryModel`. ``now`` is
+    counted from reset: the time base starts at 0 and advances every ``tick_cycles`` cycles. The
+    engine answers an event accepted in cycle t in cycle t + :data:`LATENCY` (``sched``, the
+    pulses, ``errored``/``held``; the QP's ``err_status``/``acked_psn`` from then on) and in t +
+    :data:`CPL_LATENCY` on ``cpl_ack`` (held here for the cycles between): the bench keeps a
+    record of every cycle (the event taken or the one held back) and checks it against the
+    outputs seen ``LATENCY`` cycles later, applying the event to the model with the tick it was
+    accepted in. ``event`` waits until the event is checked unless ``drain=False`` (back-to-back
+    events)."""
 
     def __init__(self, num_qps, tick_cycles):
         self.dut = RetryEngine(num_qps, clk_hz=CLK_HZ[tick_cycles])
@@ -76,6 +77,8 @@ class Bench:
         self._outs = [d.cpl_ack.valid, d.cpl_ack.payload, d.sched.valid, d.sched.payload,
                       d.errored, d.held, *pulses]
         self._errored = 0
+        # cpl_ack as seen in the last LATENCY - CPL_LATENCY cycles, checked with the outputs
+        self._cpl_seen = deque([None] * (LATENCY - CPL_LATENCY))
 
     @property
     def now(self):
@@ -101,7 +104,7 @@ class Bench:
         self.cycle += 1
         self.records.append(rec)
         obs = {
-            "cpl": (cpl_p.qp, cpl_p.psn) if cpl_v else None,
+            "cpl": self._cpl_seen.popleft(),
             "sched": (sch_p.qp, name_of(sch_p.kind, SchedKind)) if sch_v else None,
             "pulses": frozenset(n for n, v in zip(COUNTERS, pulses) if v),
             "rose": errored & ~self._errored,
@@ -109,6 +112,7 @@ class Bench:
             "held": held,
         }
         self._errored = errored
+        self._cpl_seen.append((cpl_p.qp, cpl_p.psn) if cpl_v else None)
         self._check(ctx, self.records.popleft(), obs)
         return rec
 
