@@ -180,9 +180,10 @@ class Completer(wiring.Component):
         s1_head1 = Signal(ptr_w)        # the head pointer + 1
         entry = ent_r.data
         s1_acked = Signal(24)           # the QP's acknowledged PSN, read when it was picked
+        s1_has = Signal()               # ... and whether it had one then
         since = Signal(24)
         m.d.comb += since.eq(s1_acked - entry.last_psn)
-        covered = acks.has.bit_select(s1_qp, 1) & ~since[23]
+        covered = s1_has & ~since[23]
         failed = self.errored.bit_select(s1_qp, 1)
         err_used = Signal(n)            # the QP's error status went to a completion already
         s1_done = Signal()
@@ -227,9 +228,11 @@ class Completer(wiring.Component):
         m.d.sync += [
             s1_valid.eq(pick),
             s1_qp.eq(pick_qp),
-            # (an acknowledgement of the QP applied in the pick cycle is not seen here: it marks
-            # the QP dirty again, so the QP is examined once more)
+            # (the PSN and whether the QP has one, both as they are in the pick cycle: an
+            # acknowledgement of the QP applied in that cycle, or a forget, is not seen here; the
+            # acknowledgement marks the QP dirty again, so the QP is examined once more)
             s1_acked.eq(acks.scan_acked),
+            s1_has.eq(acks.has.bit_select(pick_qp, 1)),
             s1_vec.eq(Mux(pick, chosen, 0)),
             s1_head1.eq(head_pick.data + 1),
         ]

@@ -268,6 +268,40 @@ def _bench(dut, body):
     return log
 
 
+@pytest.mark.parametrize("gap", [None, 0, 1, 2, 3])
+def test_a_forgotten_psn_never_completes_a_request(gap):
+    """A QP set up again: its first post is covered by the acknowledged PSN of its old
+    connection, which it forgets; the new connection's first acknowledgement (with the post,
+    ``None``, or ``gap`` cycles behind it: so also in the cycle the scan picks the QP's entry)
+    must not let the old PSN complete it. It completes once an acknowledgement covers it."""
+    dut = Completer(2, 4)
+    marks = {}
+    ack = {"qp": 0, "syndrome": 0x1F, "msn": 0}
+
+    async def body(ctx, step, cycle):
+        await step(ctx, ack={**ack, "psn": 100})
+        for _ in range(3):
+            await step(ctx)
+        post = {"wr_id": 1, "qp": 0, "status": CplStatus.OK, "last_psn": 90}
+        if gap is None:
+            await step(ctx, post=post, ack={**ack, "psn": 5})
+        else:
+            await step(ctx, post=post)
+            for _ in range(gap):
+                await step(ctx)
+            await step(ctx, ack={**ack, "psn": 5})
+        for _ in range(8):
+            await step(ctx)
+        marks["covering"] = cycle[0]
+        await step(ctx, ack={**ack, "psn": 90})
+        for _ in range(8):
+            await step(ctx)
+
+    log = _bench(dut, body)
+    assert [c for _, c in log] == [(1, 0, CplStatus.OK.value, 0)]
+    assert log[0][0] > marks["covering"]
+
+
 def test_latency_full_and_single_qp_rate():
     dut = Completer(2, 4)
     marks = {}
