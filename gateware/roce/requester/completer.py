@@ -61,10 +61,9 @@ class Completer(wiring.Component):
         through a queue of ``min(depth, BAD_DEPTH)`` entries of its own (``bad_full`` high when
         it has no room: a bad post then is discarded and pulses ``overflow``).
     ack : In(stream.Signature(ACK_EVENT, always_ready=True))
-        Every event is registered in the cycle it arrives, together with the QP's
-        acknowledged PSN, and applied in the next cycle, after that cycle's post (so the
-        acknowledged PSN read needs no cycle of its own). Events naming a QP outside the table
-        are ignored.
+        Every event is applied in the cycle it arrives, against the QP's acknowledged PSN read
+        then, after that cycle's post (:class:`~rocegen.gateware.roce.requester.completer_acks.CplAckState`;
+        ``ack`` from registers). Events naming a QP outside the table are ignored.
     cpl : Out(stream.Signature(COMPLETION))
         Completions, in posting order per QP (QPs interleave in any order). Comes from a
         :data:`OUT_DEPTH`-entry FIFO; ``payload`` is stable while ``valid`` waits for ``ready``.
@@ -105,7 +104,7 @@ class Completer(wiring.Component):
       being taken and the engine resumes when ``cpl`` drains. While bad-QP completions wait,
       the engine gives every other cycle to them.
     * Latency: an acknowledgement accepted in cycle t makes the completion available on ``cpl``
-      in cycle t + 4 when the engine is otherwise idle and the output FIFO empty; a post with a
+      in cycle t + 3 when the engine is otherwise idle and the output FIFO empty; a post with a
       non-OK status reaching an empty queue, in cycle t + 3; a bad-QP post, in cycle t + 2.
     * Storage: the entries in one synchronous-read memory (block RAM); per QP, the head and
       tail pointers and the acknowledged PSN in small asynchronous-read memories (distributed

@@ -37,7 +37,7 @@ class CplAckState(wiring.Component):
         One-hot of the QP whose acknowledged PSN moves in this cycle (written at the clock
         edge), zero when none.
     busy : Out(1)
-        An event is registered, to be applied in this cycle.
+        An event is applied in this cycle.
     acks, stale_acks, seq_naks, rnr_naks, naks : Out(1)
         One-cycle pulses in the cycle an event is applied: an ACK-class event (``stale_acks``
         besides when it does not move the acknowledged PSN), a NAK PSN sequence error, an RNR
@@ -45,14 +45,16 @@ class CplAckState(wiring.Component):
 
     Behaviour
     ---------
-    An event is registered in the cycle it arrives, together with its QP's acknowledged PSN
-    (read then, with the write of the event applied in that cycle forwarded), and applied in
-    the next cycle. An ACK of PSN p moves the acknowledged PSN to p, a NAK PSN sequence error
-    to p - 1, when the QP has none or when that PSN is ahead of it (modulo 2^24, serial
-    arithmetic); other NAKs move nothing. Latency: an event accepted in cycle t pulses and
-    moves in cycle t + 1; ``post_acked``/``scan_acked`` read the new PSN from t + 2, ``has``
-    from t + 2. Storage: the PSNs in a distributed RAM with three asynchronous read ports, the
-    ``has`` bits in registers.
+    An event is applied in the cycle it arrives: its QP's acknowledged PSN is read then
+    (written by the event before it at the last clock edge), compared with the event's and
+    written at the clock edge. An ACK of PSN p moves the acknowledged PSN to p, a NAK PSN
+    sequence error to p - 1, when the QP has none or when that PSN is ahead of it (modulo
+    2^24, serial arithmetic); other NAKs move nothing. Latency: an event accepted in cycle t
+    pulses and moves in cycle t; ``post_acked``/``scan_acked`` read the new PSN from t + 1,
+    ``has`` from t + 1. ``ack`` should come from registers (the retry engine's decided event,
+    through a multiplexer): the read, the comparison and the write follow it in one cycle.
+    Storage: the PSNs in a distributed RAM with three asynchronous read ports, the ``has``
+    bits in registers.
     """
 
     def __init__(self, num_qps):
@@ -93,22 +95,15 @@ class CplAckState(wiring.Component):
         acked_valid = Signal(n)             # the QP has an acknowledged PSN
         m.d.comb += self.has.eq(acked_valid)
 
-        # the event registered with the QP's acknowledged PSN read in its arrival cycle (the
-        # write of the event before it forwarded), applied in the next cycle
-        a = Signal(ACK_EVENT)
+        # the event applied in its arrival cycle, against the QP's acknowledged PSN read then
+        a = self.ack.payload
         a_valid = Signal()
-        a_acked = Signal(24)                # the QP's acknowledged PSN as it was read
+        a_acked = Signal(24)                # the QP's acknowledged PSN
         ack_qp = Signal(q_w)
-        m.d.comb += ack_qp.eq(a.qp[:q_w])
-        m.d.comb += acked_ack.addr.eq(self.ack.payload.qp[:q_w])
+        m.d.comb += [ack_qp.eq(a.qp[:q_w]), acked_ack.addr.eq(ack_qp),
+                     a_valid.eq(self.ack.valid & (a.qp < n)), a_acked.eq(acked_ack.data)]
         psn = Signal(24)
         moves = Signal()
-        m.d.sync += [
-            a.eq(self.ack.payload),
-            a_valid.eq(self.ack.valid & (self.ack.payload.qp < n)),
-            a_acked.eq(Mux(moves & (ack_qp == self.ack.payload.qp[:q_w]), psn,
-                           acked_ack.data)),
-        ]
         cls = a.syndrome[5:8]
         is_ack = cls == 0b000
         is_seq = a.syndrome == _NAK_PSN_SEQ

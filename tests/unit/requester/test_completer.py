@@ -152,7 +152,6 @@ def test_against_model(num_qps, depth, cycles, seed):
 
     async def driver(ctx):
         wr_id = 0
-        pending_ack = None
         for cycle in range(cycles):
             full = ctx.get(dut.full)
             for q in range(num_qps):
@@ -205,17 +204,14 @@ def test_against_model(num_qps, depth, cycles, seed):
                 model.post(post[0], post[1], post[2], post[3].value, post[4])
                 if post[1] < num_qps:
                     posted[post[1]] += 1
-            # an acknowledgement is applied in the cycle after it arrives, after that cycle's post
-            if pending_ack:
-                model.ack(*pending_ack)
-            pending_ack = ack if ack and ack[0] < num_qps else None
+            # an acknowledgement is applied in the cycle it arrives, after that cycle's post
+            if ack and ack[0] < num_qps:
+                model.ack(*ack)
         ctx.set(dut.post.valid, 0)
         ctx.set(dut.ack.valid, 0)
         sampled = await ctx.tick().sample(*(getattr(dut, c) for c in COUNTERS))
         for c, v in zip(COUNTERS, sampled[2:]):
             counts[c] += v
-        if pending_ack:
-            model.ack(*pending_ack)
         # drain: everything the model completed must come out, and nothing else
         for _ in range(20 * len(model.completions) + 400):
             if len(received) >= len(model.completions) and not ctx.get(dut.busy):
@@ -336,7 +332,7 @@ def test_latency_full_and_single_qp_rate():
     log = _bench(dut, body)
     at = {c[0]: cyc for cyc, c in log}
     assert at[99] - marks["bad"] == 2
-    assert at[0] - marks["ack"] == 4
+    assert at[0] - marks["ack"] == 3
     assert [at[k] - at[0] for k in range(4)] == [0, 2, 4, 6]      # one every two cycles
     assert at[7] - marks["err"] == 3
     assert [c for _, c in log] == [

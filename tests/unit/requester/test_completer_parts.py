@@ -19,18 +19,18 @@ PULSES = ("acks", "stale_acks", "seq_naks", "rnr_naks", "naks")
 
 class AckModel:
     """The acknowledged PSN of each QP, one cycle at a time: an event offered in cycle t is
-    applied in cycle t + 1 (its pulses then), after a ``forget`` of the same cycle."""
+    applied in cycle t (its pulses then; its PSN read from t + 1), after a ``forget`` of the
+    same cycle."""
 
     def __init__(self, n):
         self.n = n
         self.acked = [0] * n
         self.has = [False] * n
-        self.pending = None
 
     def cycle(self, offer, forget_qp):
         """One cycle: returns (pulses, moved QP or None) of the event applied in it."""
         pulses, moved = set(), None
-        ev, self.pending = self.pending, (offer if offer and offer[0] < self.n else None)
+        ev = offer if offer and offer[0] < self.n else None
         if forget_qp is not None:
             self.has[forget_qp] = False
         if ev is not None:
@@ -85,7 +85,7 @@ def test_ack_state_against_model(num_qps, seed):
             for port, qp in ((dut.post_acked, post_qp), (dut.scan_acked, scan_qp)):
                 if model.has[qp]:
                     assert ctx.get(port) == model.acked[qp]
-            assert ctx.get(dut.busy) == (model.pending is not None)
+            assert ctx.get(dut.busy) == (offer is not None and offer[0] < num_qps)
             pulses, moved = model.cycle(offer, forget)
             got = {name for name in PULSES if ctx.get(getattr(dut, name))}
             assert got == pulses
