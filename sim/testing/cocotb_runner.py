@@ -4,17 +4,17 @@ test modules against them from pytest.
 A *configuration* is a factory (an importable ``"module:callable"`` returning an Amaranth
 component) plus its keyword arguments. Its Verilog and Verilator build live in the per-user cache,
 ``~/.cache/rocegen/sim/<name>-<hash>/`` (:data:`SIM_CACHE`), which every checkout on the machine
-shares, and its runs in the checkout's ``build/cocotb/<name>-<hash>/runs/``. The design is not
-even elaborated again while no Python source it can import changed (:data:`DESIGN_SOURCES`: the
-wire constants, the gateware, the boards and the simulation tops, not the models or the
-testbenches), the Verilator build is skipped when the generated Verilog is unchanged (so a
-checkout at another revision costs one elaboration, and a compile only if its Verilog differs),
-and a file lock lets parallel pytest workers and checkouts share it: one
-builds while the others wait, the stamps are replaced atomically and only once the build is
-complete, and every run executes its own hard link of the simulator taken under the lock (a
-later rebuild links a new file and cannot change a binary that runs or is about to start).
-A simulator is linked against the cocotb libraries of the virtual environment that built it:
-another checkout reuses it while that environment exists with the same cocotb version, and
+shares, and its runs in the checkout's ``build/cocotb/<name>-<hash>/runs/``. The design is not even
+elaborated again while no Python source it can import changed (:data:`DESIGN_SOURCES`: the wire
+constants, the gateware, the boards and the simulation tops, not the models or the testbenches;
+their digest as the process loaded them, :func:`loaded_digest`), the Verilator build is skipped
+when the generated Verilog is unchanged (so a checkout at another revision costs one elaboration,
+and a compile only if its Verilog differs), and a file lock lets parallel pytest workers and
+checkouts share it: one builds while the others wait, the stamps are replaced atomically and only
+once the build is complete, and every run executes its own hard link of the simulator taken under
+the lock (a later rebuild links a new file and cannot change a binary that runs or is about to
+start). A simulator is linked against the cocotb libraries of the virtual environment that built
+it: another checkout reuses it while that environment exists with the same cocotb version, and
 builds it again otherwise.
 Verilator is :func:`rocegen.sim.testing.verilator.verilator_bin_dir`'s, whatever ``PATH`` holds; its
 make uses ccache when it is installed. ``WAVES=1`` in the environment builds a tracing variant
