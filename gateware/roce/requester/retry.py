@@ -130,12 +130,11 @@ class RetryEngine(wiring.Component):
     t + 2, where ``cpl_ack`` reports it; its other outputs (``sched``, the pulses) are in cycle
     t + 3, ``errored`` and ``held`` change at the start of t + 3, ``acked_psn``/``err_status``
     of the QP read the new state from t + 3 on, and its per-QP counters are written at the end
-    of t + 3. Throughput:
-    one event per cycle, over QPs; one every other cycle for a single QP. ``ack`` and ``sent``
-    are held while a higher-priority event is served, while an event of their QP was taken in
-    the cycle before, and while an expired timer waits for the events of its QP in flight (two
-    cycles at most). ``psn_set`` is held only while an event of its QP was taken in the
-    cycle before; ``ctx_set`` also while ``psn_set`` goes first.
+    of t + 3. Throughput: one event per cycle, over QPs; one every other cycle for a single QP.
+    ``ack`` and ``sent`` are held while a higher-priority event is served, while an event of
+    their QP was taken in the cycle before, and while an expired timer waits for the events of
+    its QP in flight (two cycles at most). ``psn_set`` is held only while an event of its QP
+    was taken in the cycle before; ``ctx_set`` also while ``psn_set`` goes first.
 
     Implementation: the intake (the timer scan and the choice of the event, registered) is
     here; the time base is a :class:`~rocegen.gateware.roce.requester.retry_time.RetryTimeBase`, stage A

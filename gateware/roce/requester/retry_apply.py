@@ -45,9 +45,9 @@ class RetryApply(wiring.Component):
     errored, held : Out(num_qps)
         QPs in the error state, QPs held by an RNR wait (registers).
     cpl_ack : Out(stream.Signature(ACK_EVENT, always_ready=True))
-        As the engine's port: in the cycle of ``decided`` (a multiplexer on its registers, so
-        that the completion tracker, which registers it, hears of an acknowledgement a cycle
-        sooner).
+        As the engine's port: in the cycle of ``decided`` (a multiplexer on its registers), so
+        that the completion tracker hears of an acknowledgement in the cycle the state is
+        written.
     sched : Out(stream.Signature(SCHED_EVENT, always_ready=True))
         As the engine's port: one cycle after ``decided`` (registers).
     acks ... qp_errors : Out(1)
