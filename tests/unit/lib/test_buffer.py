@@ -57,33 +57,26 @@ def test_register_slice_passes_packets(width, idle, backpressure, bypass):
     assert col.packets == packets
 
 
+@pytest.mark.parametrize("bypass, latency", [(False, 1), (True, 0)])
 @pytest.mark.parametrize("width", WIDTHS)
-def test_register_slice_full_rate_latency_one(width):
-    packets = make_packets(width, width + 1)
-    dut = RegisterSlice(width, META)
+def test_register_slice_full_rate_latency(width, bypass, latency):
+    """One beat per cycle in and out, each leaving ``latency`` cycles after it came (the
+    bypass: in the cycle it comes)."""
+    packets = make_packets(width, width + 1 + bypass)
+    dut = RegisterSlice(width, META, bypass=bypass)
     col, in_cycles = run_slice(dut, packets, idle=0.0, backpressure=0.0, seed=0)
     assert col.packets == packets
     total = sum(len(to_beats(p.data, width)) for p in packets)
     assert in_cycles == list(range(in_cycles[0], in_cycles[0] + total))
-    assert col.beat_cycles == [c + 1 for c in in_cycles]
+    assert col.beat_cycles == [c + latency for c in in_cycles]
 
 
-@pytest.mark.parametrize("width", WIDTHS)
-def test_bypass_slice_full_rate_latency_zero(width):
-    """With the bypass a beat leaves in the cycle it comes, one per cycle."""
-    packets = make_packets(width, width + 2)
-    dut = RegisterSlice(width, META, bypass=True)
-    col, in_cycles = run_slice(dut, packets, idle=0.0, backpressure=0.0, seed=0)
-    assert col.packets == packets
-    total = sum(len(to_beats(p.data, width)) for p in packets)
-    assert in_cycles == list(range(in_cycles[0], in_cycles[0] + total))
-    assert col.beat_cycles == in_cycles
-
-
-def check_no_comb_paths(dut, values, cycles=300, seed=0):
-    """Each cycle: set random inputs, read every output, change every input, read again; the
-    outputs must not have moved (no combinational path from o.ready or from i). Also checks
-    that payloads come out in order, none lost or duplicated."""
+def check_paths(dut, values, *, bypass, cycles=400, seed=0):
+    """Each cycle: set random inputs, read every output, change every input, read again.
+    Without the bypass no output may have moved (no combinational path from ``o.ready`` or
+    from ``i``); with it ``i.ready`` may not have moved (a register, low only while two beats
+    are held), and while the slice holds nothing ``o`` is the input itself. Also checks that
+    payloads come out in order, none lost or duplicated."""
     rng = random.Random(seed)
     sent, got = [], []
 
@@ -96,84 +89,21 @@ def check_no_comb_paths(dut, values, cycles=300, seed=0):
             ctx.set(dut.i.payload, pending)
             ctx.set(dut.o.ready, ready)
             before = (ctx.get(dut.i.ready), ctx.get(dut.o.valid), ctx.get(dut.o.payload))
+            i_ready, o_valid, o_payload = before
+            held = len(sent) - len(got)
+            if bypass:
+                assert i_ready == (held < 2), f"ready {i_ready} with {held} held"
+                if held == 0:
+                    assert o_valid == valid
+                    assert not valid or o_payload == ctx.get(dut.i.payload)
             ctx.set(dut.i.valid, not valid)
             ctx.set(dut.i.payload, values(rng))
             ctx.set(dut.o.ready, not ready)
             after = (ctx.get(dut.i.ready), ctx.get(dut.o.valid), ctx.get(dut.o.payload))
-            assert before == after, "combinational path to an output"
-            ctx.set(dut.i.valid, valid)
-            ctx.set(dut.i.payload, pending)
-            ctx.set(dut.o.ready, ready)
-            i_ready, o_valid, o_payload = before
-            if valid and i_ready:
-                sent.append(pending)
-                pending = values(rng)
-            if o_valid and ready:
-                got.append(o_payload)
-            await ctx.tick()
-
-    run_sim(dut, testbenches=[tb])
-    return sent, got
-
-
-@pytest.mark.parametrize("width", WIDTHS)
-def test_register_slice_no_combinational_path(width):
-    dut = RegisterSlice(width, META)
-
-    def beat(rng):
-        return {"data": rng.getrandbits(width), "keep": rng.getrandbits(width // 8),
-                "last": rng.getrandbits(1), "error": rng.getrandbits(1),
-                "meta": {"tag": rng.getrandbits(16), "kind": rng.getrandbits(3)}}
-
-    sent, got = check_no_comb_paths(dut, beat)
-    layout = dut.shape
-    sent = [layout.const(b) for b in sent]
-    assert len(sent) > 100
-    assert got == sent[:len(got)] and len(sent) - len(got) <= 2
-
-
-@pytest.mark.parametrize("shape", [unsigned(16), data.StructLayout({"a": 5, "b": 1})])
-def test_stream_register_slice_any_shape(shape):
-    dut = StreamRegisterSlice(shape)
-    bits = data.Layout.cast(shape).size if isinstance(shape, data.Layout) else shape.width
-
-    def value(rng):
-        v = rng.getrandbits(bits)
-        return shape.from_bits(v) if isinstance(shape, data.Layout) else v
-
-    sent, got = check_no_comb_paths(dut, value, seed=bits)
-    assert len(sent) > 100
-    assert got == sent[:len(got)] and len(sent) - len(got) <= 2
-
-
-def check_bypass(dut, values, cycles=400, seed=0):
-    """Each cycle: random inputs; ``i.ready`` must not move when every input changes (it is a
-    register); while the slice holds nothing, ``o`` must be the input itself. Also checks
-    that payloads come out in order, none lost or duplicated, and that ``i.ready`` is low only
-    while two are held."""
-    rng = random.Random(seed)
-    sent, got = [], []
-
-    async def tb(ctx):
-        pending = values(rng)
-        for _ in range(cycles):
-            valid = rng.random() < 0.7
-            ready = rng.random() < 0.6
-            ctx.set(dut.i.valid, valid)
-            ctx.set(dut.i.payload, pending)
-            ctx.set(dut.o.ready, ready)
-            i_ready = ctx.get(dut.i.ready)
-            o_valid, o_payload = ctx.get(dut.o.valid), ctx.get(dut.o.payload)
-            held = len(sent) - len(got)
-            assert i_ready == (held < 2), f"ready {i_ready} with {held} held"
-            if held == 0:
-                assert o_valid == valid
-                if valid:
-                    assert o_payload == ctx.get(dut.i.payload)
-            ctx.set(dut.i.valid, not valid)
-            ctx.set(dut.i.payload, values(rng))
-            ctx.set(dut.o.ready, not ready)
-            assert ctx.get(dut.i.ready) == i_ready, "combinational path to i.ready"
+            if bypass:
+                assert after[0] == i_ready, "combinational path to i.ready"
+            else:
+                assert before == after, "combinational path to an output"
             ctx.set(dut.i.valid, valid)
             ctx.set(dut.i.payload, pending)
             ctx.set(dut.o.ready, ready)
@@ -188,89 +118,70 @@ def check_bypass(dut, values, cycles=400, seed=0):
     return sent, got
 
 
+@pytest.mark.parametrize("bypass", [False, True])
 @pytest.mark.parametrize("width", WIDTHS)
-def test_bypass_slice_ready_registered_and_passes_when_empty(width):
-    dut = RegisterSlice(width, META, bypass=True)
+def test_register_slice_paths(width, bypass):
+    dut = RegisterSlice(width, META, bypass=bypass)
 
     def beat(rng):
         return {"data": rng.getrandbits(width), "keep": rng.getrandbits(width // 8),
                 "last": rng.getrandbits(1), "error": rng.getrandbits(1),
                 "meta": {"tag": rng.getrandbits(16), "kind": rng.getrandbits(3)}}
 
-    sent, got = check_bypass(dut, beat, seed=width)
+    sent, got = check_paths(dut, beat, bypass=bypass, seed=width)
     assert len(sent) > 150
     assert got == sent[:len(got)] and len(sent) - len(got) <= 2
 
 
+@pytest.mark.parametrize("bypass", [False, True])
 @pytest.mark.parametrize("shape", [unsigned(16), data.StructLayout({"a": 5, "b": 1})])
-def test_bypass_stream_slice_any_shape(shape):
-    dut = StreamRegisterSlice(shape, bypass=True)
+def test_stream_register_slice_any_shape(shape, bypass):
+    dut = StreamRegisterSlice(shape, bypass=bypass)
     bits = data.Layout.cast(shape).size if isinstance(shape, data.Layout) else shape.width
 
     def value(rng):
         v = rng.getrandbits(bits)
         return shape.from_bits(v) if isinstance(shape, data.Layout) else v
 
-    sent, got = check_bypass(dut, value, seed=bits)
+    sent, got = check_paths(dut, value, bypass=bypass, seed=bits)
     assert len(sent) > 150
     assert got == sent[:len(got)] and len(sent) - len(got) <= 2
 
 
-def test_bypass_slice_backpressure_timing():
-    """With the output stalled the bypass slice offers the first beat as it comes, takes two
-    and then holds ``i.ready`` low; released, the two leave on consecutive cycles and the
-    input's next beat right behind them."""
-    dut = RegisterSlice(64, bypass=True)
-    trace = []
-
-    async def tb(ctx):
-        ctx.set(dut.o.ready, 0)
-        ctx.set(dut.i.valid, 1)
-        for n in range(3):
-            ctx.set(dut.i.payload.data, n)
-            trace.append(("in", ctx.get(dut.i.ready), ctx.get(dut.o.valid),
-                          ctx.get(dut.o.payload.data)))
-            await ctx.tick()
-        ctx.set(dut.i.payload.data, 7)
-        ctx.set(dut.o.ready, 1)
-        for _ in range(3):
-            trace.append(("out", ctx.get(dut.i.ready), ctx.get(dut.o.valid),
-                          ctx.get(dut.o.payload.data)))
-            taken = ctx.get(dut.i.ready)
-            await ctx.tick()
-            if taken:
-                ctx.set(dut.i.valid, 0)
-        trace.append(("end", ctx.get(dut.i.ready), ctx.get(dut.o.valid)))
-
-    run_sim(dut, testbenches=[tb])
-    assert trace == [("in", 1, 1, 0), ("in", 1, 1, 0), ("in", 0, 1, 0),
-                     ("out", 0, 1, 0), ("out", 1, 1, 1), ("out", 1, 1, 7), ("end", 1, 0)]
-
-
-def test_register_slice_backpressure_timing():
+@pytest.mark.parametrize("bypass", [False, True])
+def test_register_slice_backpressure_timing(bypass):
     """With the output stalled the slice takes exactly two beats (output register and skid
-    entry) and then holds ``i.ready`` low; when released, the two stored beats leave on
-    consecutive cycles, the skid entry first refilling the output register."""
-    dut = RegisterSlice(64)
+    entry; with the bypass the first is offered as it comes) and then holds ``i.ready`` low;
+    released, the two stored beats leave on consecutive cycles and the input's next beat,
+    taken as the second leaves, right behind them."""
+    dut = RegisterSlice(64, bypass=bypass)
     trace = []
+
+    def look(ctx, phase):
+        valid = ctx.get(dut.o.valid)
+        trace.append((phase, ctx.get(dut.i.ready), valid,
+                      ctx.get(dut.o.payload.data) if valid else None))
 
     async def tb(ctx):
         ctx.set(dut.o.ready, 0)
         ctx.set(dut.i.valid, 1)
         for n in range(4):
             ctx.set(dut.i.payload.data, n)
-            trace.append(("in", ctx.get(dut.i.ready), ctx.get(dut.o.valid)))
+            look(ctx, "in")
             await ctx.tick()
-        ctx.set(dut.i.valid, 0)
+        ctx.set(dut.i.payload.data, 7)
         ctx.set(dut.o.ready, 1)
         for _ in range(4):
-            valid = ctx.get(dut.o.valid)
-            trace.append(("out", valid, ctx.get(dut.o.payload.data) if valid else None))
+            look(ctx, "out")
+            taken = ctx.get(dut.i.valid) and ctx.get(dut.i.ready)
             await ctx.tick()
+            if taken:
+                ctx.set(dut.i.valid, 0)
 
     run_sim(dut, testbenches=[tb])
-    assert trace == [("in", 1, 0), ("in", 1, 1), ("in", 0, 1), ("in", 0, 1),
-                     ("out", 1, 0), ("out", 1, 1), ("out", 0, None), ("out", 0, None)]
+    first = ("in", 1, 1, 0) if bypass else ("in", 1, 0, None)
+    assert trace == [first, ("in", 1, 1, 0), ("in", 0, 1, 0), ("in", 0, 1, 0),
+                     ("out", 0, 1, 0), ("out", 1, 1, 1), ("out", 1, 1, 7), ("out", 1, 0, None)]
 
 
 @pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
