@@ -30,16 +30,13 @@ class UdpTx(wiring.Component):
     ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
     IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
-    Latency: three cycles: one in a :class:`~rocegen.gateware.lib.pipe.ForwardRegister` behind
-    the arbiter (the payload length to check and the UDP length are computed ahead of it), one
-    in the input stage of the registered :class:`~rocegen.gateware.lib.trim.Trim` (which compares
-    the length with the lanes of each beat before its register) and one in a
-    :class:`~rocegen.gateware.lib.pipe.ForwardRegister` between the trimmer and the packetizer
-    (which is combinational). Backpressure from
-    ``o``; ``i[k].ready`` is the trimmer's registered ready through the forward register, gated
-    by the arbiter's registered grant.
-    One beat per cycle
-    sustained, packets back to back.
+    Latency: two cycles: one in the input stage of the registered
+    :class:`~rocegen.gateware.lib.trim.Trim`, which takes the arbiter's beat with the payload's
+    length (the UDP length less the ICRC's 4 bytes: a carry chain beside the lane compares), and
+    one in a :class:`~rocegen.gateware.lib.pipe.ForwardRegister` between the trimmer and the
+    packetizer (which is combinational), where the UDP length with the header is added.
+    Backpressure from ``o``; ``i[k].ready`` is the trimmer's registered ready gated by the
+    arbiter's registered grant. One beat per cycle sustained, packets back to back.
     """
 
     def __init__(self, width, n):
@@ -60,36 +57,29 @@ class UdpTx(wiring.Component):
         arb = m.submodules.arbiter = PacketArbiter(W, UDP_TX_META, self.n)
         for k in range(self.n):
             wiring.connect(m, wiring.flipped(self.i[k]), arb.i[k])
-        # the slice carries the lengths, computed before it
-        inner = data.StructLayout({"udp": UDP_TX, "payload_length": 16, "udp_length": 16})
-        sl = m.submodules.slice = ForwardRegister(W, inner)
-        ai, si = arb.o.payload, sl.i.payload
-        u_arb = ai.meta.udp
-        m.d.comb += [
-            sl.i.valid.eq(arb.o.valid), arb.o.ready.eq(sl.i.ready),
-            si.data.eq(ai.data), si.keep.eq(ai.keep), si.last.eq(ai.last), si.error.eq(ai.error),
-            si.meta.udp.eq(u_arb),
-            si.meta.payload_length.eq(u_arb.length - Mux(u_arb.icrc, ICRC_BYTES, 0)),
-            si.meta.udp_length.eq(u_arb.length + UDP.length),
-        ]
-        trim = m.submodules.trim = Trim(W, inner, registered=True)
-        wiring.connect(m, sl.o, trim.i)
-        m.d.comb += [trim.length.eq(trim.i.payload.meta.payload_length),
+        # the trimmer takes the arbiter's beat (its grant is a register) with the payload's
+        # length, the UDP length less the ICRC the stack appends later (a carry chain beside
+        # the lane compares); the UDP length with the header is added behind its register
+        trim = m.submodules.trim = Trim(W, UDP_TX_META, registered=True)
+        wiring.connect(m, arb.o, trim.i)
+        u_arb = arb.o.payload.meta.udp
+        m.d.comb += [trim.length.eq(u_arb.length - Mux(u_arb.icrc, ICRC_BYTES, 0)),
                      self.length_mismatch.eq(trim.short | trim.long)]
 
         hdr_meta = data.StructLayout({"ip": IP_TX, "udp": UDP.layout})
 
         def headers(m_, src, dst):
             u = src.udp
+            udp_length = u.length + UDP.length
             m_.d.comb += [
                 dst.ip.dst.eq(u.dst_ip), dst.ip.protocol.eq(IP_PROTO_UDP),
                 dst.ip.dscp.eq(u.dscp), dst.ip.ecn.eq(u.ecn),
-                dst.ip.length.eq(src.udp_length), dst.ip.mac_known.eq(0),
+                dst.ip.length.eq(udp_length), dst.ip.mac_known.eq(0),
                 dst.ip.icrc.eq(u.icrc),
                 dst.udp.src_port.eq(u.src_port), dst.udp.dst_port.eq(u.dst_port),
-                dst.udp.length.eq(src.udp_length), dst.udp.checksum.eq(u.checksum),
+                dst.udp.length.eq(udp_length), dst.udp.checksum.eq(u.checksum),
             ]
-        mm = m.submodules.headers = MapMeta(W, inner, hdr_meta, headers)
+        mm = m.submodules.headers = MapMeta(W, UDP_TX_META, hdr_meta, headers)
         wiring.connect(m, trim.o, mm.i)
         # the trimmer's cut ends in a register before the packetizer
         reg = m.submodules.register = ForwardRegister(W, hdr_meta)
