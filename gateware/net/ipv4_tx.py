@@ -5,7 +5,6 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.buffer import RegisterSlice
 from rocegen.gateware.lib.checksum import ones_complement_sum
 from rocegen.gateware.lib.packetizer import Packetizer
-from rocegen.gateware.lib.pipe import ForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.net.layouts import ARP_LOOKUP, IP_OUT_META, IP_TX
 from rocegen.wire.headers import ETH, ETHERTYPE_IPV4, IPV4
@@ -31,16 +30,15 @@ class Ipv4Tx(wiring.Component):
     gives up.
     Packets behind it wait (no reordering).
 
-    Latency: two cycles when the MAC is known or cached. The input goes through a
-    :class:`~rocegen.gateware.lib.buffer.RegisterSlice`, so ``i.ready`` is a register; the header
-    checksum is summed after it but for the identification. Every beat then
-    enters a :class:`~rocegen.gateware.lib.pipe.ForwardRegister` with the ARP cache's answer for
-    its destination (``lookup.ip``, looked up on the slice's registered metadata), and the
-    next hop is decided after it, on registers: a packet that missed waits there, is looked up
+    Latency: one cycle when the MAC is known or cached. Every beat enters a
+    :class:`~rocegen.gateware.lib.buffer.RegisterSlice` (so ``i.ready`` is a register) with the
+    ARP cache's answer for its destination (``lookup.ip``, looked up on the input's metadata), the
+    total length and the header checksum summed but for the identification; the next hop is
+    decided after it, on registers: a packet that missed waits there, is looked up
     again every cycle (``lookup.wait_ip``, answered a cycle later, the answer registered) and
     asks ARP to resolve (``lookup.resolve``) from the second cycle after it arrived, so a miss
     costs two cycles more than ARP's answer. Backpressure: from ``o`` through the packetizer
-    and the two stages; one beat per cycle sustained, packets back to back, and no idle cycle
+    and the next-hop decision to the slice, whose ``i.ready`` is registered; one beat per cycle sustained, packets back to back, and no idle cycle
     inside a packet whose input has none (a packet that waited for ARP included), so a
     cut-through transmit FIFO behind never starves.
     """
@@ -64,21 +62,11 @@ class Ipv4Tx(wiring.Component):
         m = Module()
         W = self.width
 
-        # ---- input slice ----
-        inner = data.StructLayout({"ip": IP_TX})
-        sl = m.submodules.slice = RegisterSlice(W, inner)
-        si = self.i.payload
-        m.d.comb += [
-            sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
-            sl.i.payload.data.eq(si.data), sl.i.payload.keep.eq(si.keep),
-            sl.i.payload.last.eq(si.last), sl.i.payload.error.eq(si.error),
-            sl.i.payload.meta.ip.eq(si.meta.ip),
-        ]
-        # ---- stage 2: every beat moves on with the ARP answer for its destination, looked up
-        # on the slice's registered metadata (port ``lookup.ip``), with the total length and
-        # the header sum but for the identification (from the same registers); the next hop is
-        # decided on registers after it, so the cache's match never reaches a ``ready``
-        s1 = sl.o
+        # ---- input stage: every beat enters a register slice with the ARP answer for its
+        # destination (port ``lookup.ip``, looked up on the input's metadata), the total length
+        # and the header sum but for the identification; the next hop is decided on the
+        # slice's registers, so the cache's match never reaches a ``ready``
+        s1 = self.i
         ip1 = s1.payload.meta.ip
         # the words of the header but the identification and the checksum; the constant parts
         # of the flags, TTL and total length are summed here, in Python
@@ -89,7 +77,7 @@ class Ipv4Tx(wiring.Component):
                  src[16:], src[:16], dst[16:], dst[:16], ip1.length,
                  Const(const, 16)]
         st = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16, "hit": 1, "mac": 48})
-        fr = m.submodules.lookup = ForwardRegister(W, st)
+        fr = m.submodules.lookup = RegisterSlice(W, st)
         fp = fr.i.payload
         m.d.comb += [
             fr.i.valid.eq(s1.valid), s1.ready.eq(fr.i.ready),
