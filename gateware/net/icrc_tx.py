@@ -22,8 +22,8 @@ class IcrcTx(wiring.Component):
     overtake a marked one; packets of one kind stay in order. Latency: that of ``IcrcInsert``
     for marked packets, 0 for the others; ``o`` is combinational from the insertion's output
     (its pipeline's last stage while its queue is empty, else the queue) and the input
-    (through the merge), for a parent that registers it (the network stack's
-    forward register behind its Ethernet arbiter). Backpressure from ``o``: ``o.ready`` reaches
+    (through the merge), for a parent that registers it (the network stack's forward register
+    behind its Ethernet arbiter and transmitter). Backpressure from ``o``: ``o.ready`` reaches
     the insertion queue's read side and ``i.ready`` of unmarked packets.
     """
 

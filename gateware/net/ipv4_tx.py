@@ -32,15 +32,15 @@ class Ipv4Tx(wiring.Component):
 
     Latency: one cycle when the MAC is known or cached. Every beat enters a
     :class:`~rocegen.gateware.lib.buffer.RegisterSlice` (so ``i.ready`` is a register) with the
-    ARP cache's answer for its destination (``lookup.ip``, looked up on the input's metadata), the
-    total length and the header checksum summed but for the identification; the next hop is
-    decided after it, on registers: a packet that missed waits there, is looked up
-    again every cycle (``lookup.wait_ip``, answered a cycle later, the answer registered) and
-    asks ARP to resolve (``lookup.resolve``) from the second cycle after it arrived, so a miss
-    costs two cycles more than ARP's answer. Backpressure: from ``o`` through the packetizer
-    and the next-hop decision to the slice, whose ``i.ready`` is registered; one beat per cycle sustained, packets back to back, and no idle cycle
-    inside a packet whose input has none (a packet that waited for ARP included), so a
-    cut-through transmit FIFO behind never starves.
+    ARP cache's answer for its destination (``lookup.ip``, looked up on the input's metadata),
+    the total length and the header checksum summed but for the identification; the next hop
+    is decided after it, on registers: a packet that missed waits there, is looked up again
+    every cycle (``lookup.wait_ip``, answered a cycle later, the answer registered) and asks ARP
+    to resolve (``lookup.resolve``) from the second cycle after it arrived, so a miss costs two
+    cycles more than ARP's answer. Backpressure: from ``o`` through the packetizer and the
+    next-hop decision to the slice, whose ``i.ready`` is registered; one beat per cycle
+    sustained, packets back to back, and no idle cycle inside a packet whose input has none (a
+    packet that waited for ARP included), so a cut-through transmit FIFO behind never starves.
     """
 
     def __init__(self, width, *, ttl=64):

@@ -252,12 +252,9 @@ class NetStack(wiring.Component):
         wiring.connect(m, icrc_slice.o, icrc_tx.i)
         wiring.connect(m, icrc_tx.o, eth_arb.i[1])
         eth_tx = m.submodules.eth_tx = self._eth_tx
-        # a forward register between the Ethernet arbiter and transmitter: the ARP and ICRC
-        # stages' outputs end in it (the transmitter's ready is a few LUTs from the transmit
-        # FIFO's registered "full" or the MAC's ready, so its own register needs no skid buffer)
-        eth_slice = m.submodules.eth_slice = ForwardRegister(W, ETH_META)
-        wiring.connect(m, eth_arb.o, eth_slice.i)
-        wiring.connect(m, eth_slice.o, eth_tx.i)
+        # the ARP and ICRC stages' outputs go through the arbiter (its grant a register) and the
+        # combinational transmitter into the forward register behind it
+        wiring.connect(m, eth_arb.o, eth_tx.i)
         m.d.comb += eth_tx.pcp.eq(self.pcp)
         # a forward register behind the transmitter: the frame leaves from registers, into the
         # store-and-forward FIFO (whose "full" keeps the ready short) or, cut-through, to the
