@@ -5,7 +5,6 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.arbiter import PacketArbiter
 from rocegen.gateware.lib.mapmeta import MapMeta
 from rocegen.gateware.lib.packetizer import Packetizer
-from rocegen.gateware.lib.pipe import ForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.lib.trim import Trim
 from rocegen.gateware.net.layouts import IP_TX, UDP_TX
@@ -30,13 +29,13 @@ class UdpTx(wiring.Component):
     ``length_mismatch``. The UDP checksum is ``meta.udp.checksum`` as given (0: none, allowed for
     IPv4; a sender whose datagram is known in advance, such as the connection manager, computes it).
 
-    Latency: two cycles: one in the input stage of the registered
-    :class:`~rocegen.gateware.lib.trim.Trim`, which takes the arbiter's beat with the payload's
-    length (the UDP length less the ICRC's 4 bytes: a carry chain beside the lane compares), and
-    one in a :class:`~rocegen.gateware.lib.pipe.ForwardRegister` between the trimmer and the
-    packetizer (which is combinational), where the UDP length with the header is added.
-    Backpressure from ``o``; ``i[k].ready`` is the trimmer's registered ready gated by the
-    arbiter's registered grant. One beat per cycle sustained, packets back to back.
+    Latency: one cycle, in the input stage of the registered
+    :class:`~rocegen.gateware.lib.trim.Trim`: it takes the arbiter's beat with the headers'
+    fields (the UDP length with the header's 8 bytes) and the payload's length to check (the UDP
+    length less the ICRC's 4 bytes), carry chains beside its lane compares; the packetizer
+    behind it is combinational. Backpressure from ``o``; ``i[k].ready`` is the trimmer's
+    registered ready gated by the arbiter's registered grant. One beat per cycle sustained,
+    packets back to back.
     """
 
     def __init__(self, width, n):
@@ -57,15 +56,10 @@ class UdpTx(wiring.Component):
         arb = m.submodules.arbiter = PacketArbiter(W, UDP_TX_META, self.n)
         for k in range(self.n):
             wiring.connect(m, wiring.flipped(self.i[k]), arb.i[k])
-        # the trimmer takes the arbiter's beat (its grant is a register) with the payload's
-        # length, the UDP length less the ICRC the stack appends later (a carry chain beside
-        # the lane compares); the UDP length with the header is added behind its register
-        trim = m.submodules.trim = Trim(W, UDP_TX_META, registered=True)
-        wiring.connect(m, arb.o, trim.i)
-        u_arb = arb.o.payload.meta.udp
-        m.d.comb += [trim.length.eq(u_arb.length - Mux(u_arb.icrc, ICRC_BYTES, 0)),
-                     self.length_mismatch.eq(trim.short | trim.long)]
-
+        # the arbiter's beat (its grant is a register) goes into the trimmer's input stage with
+        # the IP and UDP headers' fields (the UDP length with the header's 8 bytes) and the
+        # payload's length to check (the UDP length less the ICRC the stack appends later):
+        # carry chains beside the lane compares. The packetizer takes the trimmer's output.
         hdr_meta = data.StructLayout({"ip": IP_TX, "udp": UDP.layout})
 
         def headers(m_, src, dst):
@@ -80,11 +74,13 @@ class UdpTx(wiring.Component):
                 dst.udp.length.eq(udp_length), dst.udp.checksum.eq(u.checksum),
             ]
         mm = m.submodules.headers = MapMeta(W, UDP_TX_META, hdr_meta, headers)
-        wiring.connect(m, trim.o, mm.i)
-        # the trimmer's cut ends in a register before the packetizer
-        reg = m.submodules.register = ForwardRegister(W, hdr_meta)
-        wiring.connect(m, mm.o, reg.i)
+        wiring.connect(m, arb.o, mm.i)
+        trim = m.submodules.trim = Trim(W, hdr_meta, registered=True)
+        wiring.connect(m, mm.o, trim.i)
+        u_arb = arb.o.payload.meta.udp
+        m.d.comb += [trim.length.eq(u_arb.length - Mux(u_arb.icrc, ICRC_BYTES, 0)),
+                     self.length_mismatch.eq(trim.short | trim.long)]
         pk = m.submodules.packetizer = Packetizer(UDP, W, hdr_meta)
-        wiring.connect(m, reg.o, pk.i)
+        wiring.connect(m, trim.o, pk.i)
         wiring.connect(m, pk.o, wiring.flipped(self.o))
         return m
