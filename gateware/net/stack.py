@@ -231,9 +231,11 @@ class NetStack(wiring.Component):
         ip_meta = data.StructLayout({"ip": IP_TX})
         ip_arb = m.submodules.ip_arbiter = PacketArbiter(W, ip_meta, 2)
         # registers where the transmit path's chains would grow too long: a register slice in
-        # front of the ICRC stage (the demux selects by metadata; it also splits the ready chain
-        # from the transmit FIFO or the MAC) and a forward register behind the Ethernet
-        # transmitter (whose ready is the FIFO's registered "full" or the MAC's). (The ICMP
+        # front of the ICRC stage, whose ``ready`` is a register (it splits the ready chain from
+        # the transmit FIFO or the MAC) and which passes a beat on in the cycle it comes while it
+        # is empty (into the ICRC stage's input registers or, for a packet without an ICRC,
+        # through the merge into the forward register behind the Ethernet transmitter), and that
+        # forward register (whose ready is the FIFO's registered "full" or the MAC's). (The ICMP
         # reply comes from the ICMP store's output register through the in-place header
         # rewrite alone, and the arbiter's registered grant keeps its ready short.)
         wiring.connect(m, icmp.o, ip_arb.i[0])
@@ -247,7 +249,7 @@ class NetStack(wiring.Component):
         eth_arb = m.submodules.eth_arbiter = PacketArbiter(W, ETH_META, 2)
         wiring.connect(m, arp.o, eth_arb.i[0])
         icrc_tx = m.submodules.icrc_tx = self._icrc_tx
-        icrc_slice = m.submodules.icrc_slice = RegisterSlice(W, IP_OUT_META)
+        icrc_slice = m.submodules.icrc_slice = RegisterSlice(W, IP_OUT_META, bypass=True)
         wiring.connect(m, ip_tx.o, icrc_slice.i)
         wiring.connect(m, icrc_slice.o, icrc_tx.i)
         wiring.connect(m, icrc_tx.o, eth_arb.i[1])
