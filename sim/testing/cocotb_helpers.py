@@ -7,7 +7,7 @@ from scapy.layers.l2 import Ether
 from rocegen.gateware.net.stack import STATS
 from rocegen.sim.models.net.netstack import normalise
 
-__all__ = ["pauses", "frame_bytes", "read_stats", "compare_responses"]
+__all__ = ["pauses", "frame_bytes", "read_stats", "read_settled_stats", "compare_responses"]
 
 
 def pauses(rng, p):
@@ -37,6 +37,22 @@ async def read_stats(dut, names=STATS, *, block=None):
         await RisingEdge(dut.clk)
         values[name] = int(dut.stats_data.value)
     return values
+
+
+async def read_settled_stats(dut, names=STATS, *, block=None, max_reads=1000):
+    """:func:`read_stats` once the counters have stopped moving: read again until two
+    reads in a row agree. The counters are read one after another, so a request still on its
+    way through the endpoint could be counted in one counter read late and not in another read
+    early; two equal reads in a row are the values of one moment (each counter held still from
+    its first read to its second, and those intervals overlap). Raises ``AssertionError`` after
+    ``max_reads`` reads without two equal ones."""
+    last = await read_stats(dut, names, block=block)
+    for _ in range(max_reads):
+        now = await read_stats(dut, names, block=block)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"the counters {list(names)} kept moving over {max_reads} reads")
 
 
 def _kind(frame):

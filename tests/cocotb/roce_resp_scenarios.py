@@ -112,7 +112,7 @@ from rocegen.sim.models.cm.cm import (
 )
 from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.models.rnic import IDEAL, Access, Rnic, WcOpcode
-from rocegen.sim.testing.cocotb_helpers import pauses, read_stats
+from rocegen.sim.testing.cocotb_helpers import pauses, read_settled_stats, read_stats
 from rocegen.sim.testing.roce_env import now_cycle, open_qp, qpn, wait_cycles, write_onchip
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip
@@ -339,7 +339,8 @@ async def scenario(env, sc):
         links = {"to_nic": dict(env.mac.to_nic.counters),
                  "from_nic": dict(env.mac.from_nic.counters)}
         env.mac.to_nic = env.mac.from_nic = None
-    after = await read_stats(dut, names, block=STATS)
+    # (a frame the link delivered last may still be on its way through the endpoint)
+    after = await read_settled_stats(dut, names, block=STATS)
     bits = len(dut.stats_data)
     stats = {k: (after[k] - before[k]) % (1 << bits) for k in names}
     if cm:
