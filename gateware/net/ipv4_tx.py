@@ -66,8 +66,7 @@ class Ipv4Tx(wiring.Component):
         # destination (port ``lookup.ip``, looked up on the input's metadata), the total length
         # and the header sum but for the identification; the next hop is decided on the
         # slice's registers, so the cache's match never reaches a ``ready``
-        s1 = self.i
-        ip1 = s1.payload.meta.ip
+        ip1 = self.i.payload.meta.ip
         # the words of the header but the identification and the checksum; the constant parts
         # of the flags, TTL and total length are summed here, in Python
         src, dst = self.local_ip, ip1.dst
@@ -77,19 +76,19 @@ class Ipv4Tx(wiring.Component):
                  src[16:], src[:16], dst[16:], dst[:16], ip1.length,
                  Const(const, 16)]
         st = data.StructLayout({"ip": IP_TX, "total_length": 16, "sum": 16, "hit": 1, "mac": 48})
-        fr = m.submodules.lookup = RegisterSlice(W, st)
-        fp = fr.i.payload
+        sl = m.submodules.lookup = RegisterSlice(W, st)
+        sp = sl.i.payload
         m.d.comb += [
-            fr.i.valid.eq(s1.valid), s1.ready.eq(fr.i.ready),
-            fp.data.eq(s1.payload.data), fp.keep.eq(s1.payload.keep),
-            fp.last.eq(s1.payload.last), fp.error.eq(s1.payload.error),
-            fp.meta.ip.eq(ip1), fp.meta.total_length.eq(ip1.length + IPV4.length),
-            fp.meta.sum.eq(ones_complement_sum(words)),
+            sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
+            sp.data.eq(self.i.payload.data), sp.keep.eq(self.i.payload.keep),
+            sp.last.eq(self.i.payload.last), sp.error.eq(self.i.payload.error),
+            sp.meta.ip.eq(ip1), sp.meta.total_length.eq(ip1.length + IPV4.length),
+            sp.meta.sum.eq(ones_complement_sum(words)),
             self.lookup.ip.eq(ip1.dst),
-            fp.meta.hit.eq(self.lookup.hit), fp.meta.mac.eq(self.lookup.mac),
+            sp.meta.hit.eq(self.lookup.hit), sp.meta.mac.eq(self.lookup.mac),
         ]
 
-        i = fr.o
+        i = sl.o
         ip = i.payload.meta.ip
         hdr_meta = data.StructLayout({"eth": ETH.layout, "ipv4": IPV4.layout, "icrc": 1})
         pk = m.submodules.packetizer = Packetizer(IPV4, W, hdr_meta)
