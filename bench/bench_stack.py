@@ -3,13 +3,15 @@
 A host ARPs for the endpoint, then sends a UDP datagram to an echo service (a testbench process
 that turns each datagram around as soon as it arrives) and a ping. With ``--cut`` the echo's port
 is a cut-through port (``NetStack(cut_through_ports=...)``) and the datagram carries UDP
-checksum 0, as RoCEv2 packets do: it passes UDP receive without being stored. For each internal
+checksum 0, as RoCEv2 packets do: it passes UDP receive without being stored; with ``--cut
+--checksum`` it carries a checksum, as the connection manager's requests do, and passes the same
+way, its last beat waiting for the checksum's verdict. For each internal
 stream of
 the stack (see ``NetStack.probes``) the cycle in which the packet's first and last beats move is
 recorded; the table gives, per hop, the cycles from the previous stream's first (last) beat to
 this one's. No idle cycles, no backpressure.
 
-Run: python -m bench.bench_stack [--width 64 512] [--size N] [--cut]
+Run: python -m bench.bench_stack [--width 64 512] [--size N] [--cut [--checksum]]
 """
 
 import argparse
@@ -32,7 +34,10 @@ ICMP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.ipv4", "ip_rx.icmp", "icmp.o", "ip_t
 ARP_PATH = ["mac_rx", "rx_fifo.o", "eth_rx.arp", "arp.o", "eth_tx.o", "mac_tx"]
 
 
-def measure(width, size, cut=False):
+def measure(width, size, cut=False, checksum=None):
+    """``checksum``: the datagram carries a UDP checksum (default: unless ``cut``)."""
+    if checksum is None:
+        checksum = not cut
     dut = NetStack(width, (7,), cut_through_ports=(7,) if cut else ())
     probes = dut.probes()
     events = {name: [] for name in probes}      # (cycle, first, last) per moved beat
@@ -40,7 +45,8 @@ def measure(width, size, cut=False):
     frames = [
         Ether(src=HOST_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=HOST_MAC, psrc=HOST_IP,
                                                           pdst=FPGA_IP),
-        eth / IP(src=HOST_IP, dst=FPGA_IP) / UDP(sport=5000, dport=7, chksum=0 if cut else None)
+        eth / IP(src=HOST_IP, dst=FPGA_IP) / UDP(sport=5000, dport=7,
+                                                  chksum=None if checksum else 0)
         / Raw(bytes(size)),
         eth / IP(src=HOST_IP, dst=FPGA_IP) / ICMP() / Raw(bytes(size)),
     ]
@@ -122,10 +128,15 @@ def main():
     ap.add_argument("--size", type=int, default=256)
     ap.add_argument("--cut", action="store_true",
                     help="the echo's port cut-through, the datagram with UDP checksum 0")
+    ap.add_argument("--checksum", action="store_true",
+                    help="with --cut: the datagram carries a UDP checksum")
     args = ap.parse_args()
+    if args.checksum and not args.cut:
+        ap.error("--checksum goes with --cut (without it the datagram carries one anyway)")
     for width in args.width:
         print(f"\nW = {width} bits")
-        for path, rows in measure(width, args.size, args.cut).items():
+        for path, rows in measure(width, args.size, args.cut,
+                                         args.cut and args.checksum or None).items():
             print(f"  {path}")
             print(f"    {'hop':<30}{'first beat':>12}{'last beat':>12}")
             for hop, f, l in rows:

@@ -1,5 +1,5 @@
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import data, fifo, wiring
+from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.buffer import RegisterSlice
@@ -22,9 +22,9 @@ class ChecksumCheckedFifo(wiring.Component):
     """Store-and-forward FIFO that releases only packets whose Internet checksum is right.
 
     The one's complement sum of each packet (plus ``seed``, e.g. a pseudo-header) is computed
-    while the packet is written (:class:`~rocegen.gateware.lib.checksum.PacketChecksum`); a packet is
-    good when the sum is 0xFFFF or when ``skip`` was high with its first beat (UDP's "no
-    checksum"). Packets with ``error`` set are discarded by the FIFO; bad checksums are
+    while the packet comes in (:class:`~rocegen.gateware.lib.checksum.PacketChecksum`, on ``i``);
+    a packet is good when the sum is 0xFFFF or when ``skip`` was high with its first beat (UDP's
+    "no checksum"). Packets with ``error`` set are discarded by the FIFO; bad checksums are
     discarded at the output (:class:`~rocegen.gateware.lib.gate.PacketGate`) and pulse
     ``drop_checksum``.
 
@@ -34,12 +34,14 @@ class ChecksumCheckedFifo(wiring.Component):
 
     With ``cut_input``, a packet whose input ``cut`` is high with its first beat (driven like
     ``seed``) passes cut-through instead: its beats leave as they come, behind the packets
-    before it, without a verdict (its checksum is not checked: a parent sets ``cut`` only for a
-    packet with nothing to check, such as UDP's checksum 0), and a damaged one leaves with
-    ``error`` on its last beat, for the consumer to drop (it pulses no ``drop_error``). When
-    the store is empty as its first beat comes out of the input register, the packet passes
-    beside the store, from the input register straight to the output (the store's two
-    cycles saved); packets that come while it passes are stored behind it, so the order holds.
+    before it, and a damaged one leaves with ``error`` on its last beat, for the consumer to
+    drop (it pulses no ``drop_error``). When the store is empty as its first beat comes out of
+    the input register, the packet passes beside the store, from the input register straight
+    to the output (the store's two cycles saved); packets that come while it passes are stored
+    behind it, so the order holds. A cut-through packet with a sum to check (``skip`` low) is
+    not held for it: its verdict (1 = good) is offered on ``cut_verdict``, in packet order, for
+    the parent to apply to the packet's last beat after it has left (it is queued until taken;
+    the parent takes exactly one per such packet). One with ``skip`` high has none.
 
     Parameters: ``width`` (W bits), ``depth`` (beats, a power of two of at least 2), ``meta``
     (the packets' metadata layout or None), ``cut_input`` (bool) and ``output_slice``: True
@@ -51,12 +53,14 @@ class ChecksumCheckedFifo(wiring.Component):
     when its consumer's ``ready`` is short).
 
     Latency: the input goes through a :class:`~rocegen.gateware.lib.pipe.StreamForwardRegister`
-    (``seed`` and ``skip`` with each beat; ``i.ready`` a few LUTs from registers), one cycle;
-    then a packet can leave once its last beat is stored and its verdict is known,
-    ``PacketChecksum.latency`` + 1 cycles after its last beat at the earliest, and goes out
-    through the output slice (one cycle more; none without it). A cut-through packet's first
-    beat leaves 3 cycles after it enters (4 with the output slice), or 1 (2) when it passes
-    beside an empty store. Throughput: one beat per cycle in and out.
+    (``cut`` with each beat; ``i.ready`` a few LUTs from registers), one cycle; then a packet can
+    leave once its last beat is stored and its verdict is known, ``PacketChecksum.latency``
+    cycles after its last beat came in at the earliest (the verdict queue adds one more), and
+    goes out through the output slice (one cycle more; none without it). A cut-through packet's
+    first beat leaves 3 cycles after it enters (4 with the output slice), or 1 (2) when it
+    passes beside an empty store; its verdict is offered ``PacketChecksum.latency`` cycles
+    after its last beat came in (from the sum's register through a 16-bit compare), or later
+    when an earlier one is still queued. Throughput: one beat per cycle in and out.
     """
 
     def __init__(self, width, depth, meta=None, *, output_slice=True, cut_input=False):
@@ -81,6 +85,7 @@ class ChecksumCheckedFifo(wiring.Component):
         }
         if cut_input:
             ports["cut"] = In(1)
+            ports["cut_verdict"] = Out(stream.Signature(1))
         super().__init__(ports)
 
     def elaborate(self, platform):
@@ -94,17 +99,16 @@ class ChecksumCheckedFifo(wiring.Component):
         store = m.submodules.store = PacketFifo(W, self.depth, inner, store_and_forward=True,
                                                 drop_errors=True, overflow="wait",
                                                 cut_input=self.cut_input)
-        # an input forward register, with ``seed``, ``skip`` and ``cut`` beside each beat: the
-        # store's write side starts in registers; the store's ``ready`` is worked out from
+        # an input forward register, with ``cut`` beside each beat: the store's write side
+        # starts in registers; the store's ``ready`` is worked out from
         # registers (its ``full`` is one), so ``i.ready`` is a few LUTs from registers, and the
         # register costs no LUT per bit
         sl = m.submodules.input = StreamForwardRegister(data.StructLayout({
-            "beat": packet_layout(W, self.meta), "seed": 16, "skip": 1, "cut": 1}))
+            "beat": packet_layout(W, self.meta), "cut": 1}))
         src = sl.o.payload.beat
         m.d.comb += [
             sl.i.valid.eq(self.i.valid), self.i.ready.eq(sl.i.ready),
             sl.i.payload.beat.eq(self.i.payload),
-            sl.i.payload.seed.eq(self.seed), sl.i.payload.skip.eq(self.skip),
             sl.i.payload.cut.eq(self.cut if self.cut_input else 0),
             store.i.payload.data.eq(src.data), store.i.payload.keep.eq(src.keep),
             store.i.payload.last.eq(src.last), store.i.payload.error.eq(src.error),
@@ -125,50 +129,22 @@ class ChecksumCheckedFifo(wiring.Component):
             store.i.valid.eq(sl.o.valid & ~beside),
             sl.o.ready.eq(Mux(beside, out_ready, store.i.ready)),
         ]
-        seed, skip = sl.o.payload.seed, sl.o.payload.skip
         m.d.comb += [self.drop_error.eq(store.drop_error),
                      self.drop_overflow.eq(store.drop_overflow)]
 
-        cs = m.submodules.checksum = PacketChecksum(W, self.meta)
-        m.d.comb += cs.observe(store.i)
-        m.d.comb += cs.seed.eq(seed)
-
-        # the per-packet skip flag and "will the FIFO keep it" travel beside the checksum
-        # pipeline, so that they meet the packet's sum exactly `latency` cycles after its end
+        # the store's metadata ``cut``: sampled with a stored packet's first beat into the store
         i = store.i
         first = first_beat(m, i)
-        skip_reg = Signal()
         cut_reg = Signal()
         with m.If(i.valid & i.ready & first):
-            m.d.sync += [skip_reg.eq(skip), cut_reg.eq(sl.o.payload.cut)]
-        skip_now = Signal()
+            m.d.sync += cut_reg.eq(sl.o.payload.cut)
         cut_now = Signal()
-        m.d.comb += [skip_now.eq(first & skip | ~first & skip_reg),
-                     cut_now.eq(first & sl.o.payload.cut | ~first & cut_reg),
+        m.d.comb += [cut_now.eq(first & sl.o.payload.cut | ~first & cut_reg),
                      i.payload.meta.cut.eq(cut_now)]
         if self.cut_input:
             m.d.comb += store.cut.eq(sl.o.payload.cut)
-        ends = i.valid & i.ready & i.payload.last
-        # in "wait" mode the FIFO drops exactly the packets longer than its memory
-        beats = Signal(range(self.depth + 2))
-        with m.If(i.valid & i.ready):
-            with m.If(i.payload.last):
-                m.d.sync += beats.eq(0)
-            with m.Elif(beats <= self.depth):
-                m.d.sync += beats.eq(beats + 1)
-        # (a cut-through packet has no verdict: it is always kept and never checked)
-        kept = ends & ~i.payload.error & (beats < self.depth) & ~cut_now
-        pipe_kept = Signal(cs.latency)
-        pipe_skip = Signal(cs.latency)
-        m.d.sync += [
-            pipe_kept.eq(Cat(kept, pipe_kept)),
-            pipe_skip.eq(Cat(skip_now, pipe_skip)),
-        ]
-        verdicts = m.submodules.verdicts = fifo.SyncFIFOBuffered(width=1, depth=self.depth + 2)
-        m.d.comb += [
-            verdicts.w_en.eq(cs.done & pipe_kept[-1]),
-            verdicts.w_data.eq(pipe_skip[-1] | (cs.sum == 0xFFFF)),
-        ]
+
+        verdicts = self._verdicts(m)
 
         gate = m.submodules.gate = PacketGate(W, self.meta)
         so, gi = store.o.payload, gate.i.payload
@@ -199,3 +175,66 @@ class ChecksumCheckedFifo(wiring.Component):
             dst.payload.eq(Mux(beside, src, gate.o.payload)),
         ]
         return m
+
+    def _verdicts(self, m):
+        """The checksum of every packet as it comes in, and its verdict: the stored packets'
+        queue for the gate (returned), the cut-through packets' on ``cut_verdict``."""
+        W = self.width
+        # the sum is taken at the input, in front of the input register: a packet's sum is known
+        # ``latency`` cycles after its last beat came in, whichever way the packet goes on
+        cs = m.submodules.checksum = PacketChecksum(W, self.meta)
+        m.d.comb += [*cs.observe(self.i), cs.seed.eq(self.seed)]
+        # the per-packet flags travel beside the checksum pipeline, so that they meet the
+        # packet's sum exactly ``latency`` cycles after its end
+        src_in = self.i
+        first_in = first_beat(m, src_in)
+        cut_in = self.cut if self.cut_input else 0
+        skip_reg, cut_in_reg = Signal(), Signal()
+        with m.If(src_in.valid & src_in.ready & first_in):
+            m.d.sync += [skip_reg.eq(self.skip), cut_in_reg.eq(cut_in)]
+        skip_now, cut_in_now = Signal(), Signal()
+        m.d.comb += [skip_now.eq(first_in & self.skip | ~first_in & skip_reg),
+                     cut_in_now.eq(first_in & cut_in | ~first_in & cut_in_reg)]
+        ends = src_in.valid & src_in.ready & src_in.payload.last
+        # in "wait" mode the FIFO drops exactly the stored packets longer than its memory
+        beats = Signal(range(self.depth + 2))
+        with m.If(src_in.valid & src_in.ready):
+            with m.If(src_in.payload.last):
+                m.d.sync += beats.eq(0)
+            with m.Elif(beats <= self.depth):
+                m.d.sync += beats.eq(beats + 1)
+        # a stored packet's verdict, for the gate; a cut-through packet with a sum to check
+        # has its verdict on ``cut_verdict``
+        kept = ends & ~src_in.payload.error & (beats < self.depth) & ~cut_in_now
+        checked = ends & cut_in_now & ~skip_now
+        pipe_kept = Signal(cs.latency)
+        pipe_skip = Signal(cs.latency)
+        pipe_checked = Signal(cs.latency)
+        m.d.sync += [
+            pipe_kept.eq(Cat(kept, pipe_kept)),
+            pipe_skip.eq(Cat(skip_now, pipe_skip)),
+            pipe_checked.eq(Cat(checked, pipe_checked)),
+        ]
+        good = Signal()
+        m.d.comb += good.eq(pipe_skip[-1] | (cs.sum == 0xFFFF))
+        verdicts = m.submodules.verdicts = fifo.SyncFIFOBuffered(width=1, depth=self.depth + 2)
+        m.d.comb += [verdicts.w_en.eq(cs.done & pipe_kept[-1]), verdicts.w_data.eq(good)]
+        if self.cut_input:
+            # the cut-through packets' verdicts: offered in the cycle the sum is known and
+            # queued when not taken then (at most one per packet between the input and the
+            # parent's point of use: the store's beats, its input and output registers and a
+            # few of the parent's). The queue's output is a register (its valid and data), so
+            # ``cut_verdict.valid`` is a LUT from registers; a queued verdict is offered two
+            # cycles after it was written
+            cv = self.cut_verdict
+            queue = m.submodules.cut_verdicts = fifo.SyncFIFOBuffered(width=1,
+                                                                      depth=self.depth + 8)
+            direct = cs.done & pipe_checked[-1]
+            m.d.comb += [
+                cv.valid.eq(queue.r_rdy | direct),
+                cv.payload.eq(Mux(queue.r_rdy, queue.r_data, good)),
+                queue.r_en.eq(cv.ready),
+                queue.w_en.eq(direct & (queue.r_rdy | ~cv.ready)),
+                queue.w_data.eq(good),
+            ]
+        return verdicts

@@ -59,9 +59,10 @@ class NetStack(wiring.Component):
         Depth of the receive FIFO behind the MAC (a power of two; default: two maximum frames).
         Its fill level in beats is output ``rx_level`` (for PFC's XOFF).
     cut_through_ports : sequence of int
-        Ports of ``udp_ports`` whose consumers drop a datagram marked ``error`` (damaged on the
-        way in) themselves: their datagrams with UDP checksum 0 pass UDP receive cut-through
-        (:class:`~rocegen.gateware.net.udp_rx.UdpRx`).
+        Ports of ``udp_ports`` whose consumers drop a datagram marked ``error`` themselves: their
+        datagrams pass UDP receive cut-through, those damaged on the way in or with a wrong UDP
+        checksum marked (the checksum is verified as the datagram passes, and its last beat
+        waits for the verdict; :class:`~rocegen.gateware.net.udp_rx.UdpRx`).
     arp_entries, arp_retry_cycles, arp_retries
         ARP cache size, request repeat interval in cycles and number of repeats.
     tx_cut_through : bool

@@ -1,4 +1,4 @@
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,10 +27,14 @@ class UdpRx(wiring.Component):
     (no such port), ``drop_error`` (damaged on the way in, or longer than the store).
 
     ``cut_ports`` (a subset of ``ports``) names the ports whose consumers drop a datagram marked
-    ``error`` themselves. A datagram for one of them with checksum 0 (nothing to verify) passes
-    the store cut-through: it leaves as it comes, and one damaged on the way in leaves with
-    ``error`` on its last beat (not counted here). RoCEv2, whose senders send checksum 0 and
-    whose ICRC check drops damaged packets, is the case for it.
+    ``error`` themselves. A datagram for one of them passes the store cut-through: it leaves as
+    it comes, and one damaged on the way in leaves with ``error`` on its last beat (not counted
+    here). Its checksum, when it has one, is verified as it passes: its last beat waits at the
+    dispatch for the verdict, and one whose checksum is wrong leaves with ``error`` on its last
+    beat and pulses ``drop_checksum`` (as a stored one would; one that is dropped for its length
+    is counted as ``drop_length`` only). RoCEv2 (whose senders send checksum 0 and whose ICRC
+    check drops damaged packets) and the connection manager (whose host tools send a checksum,
+    and whose requests are acted on after their last beat) are the cases for it.
 
     Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat
     (the length and port checks go with it through a
@@ -39,6 +43,9 @@ class UdpRx(wiring.Component):
     beat leaves :attr:`CUT_LATENCY` (4) cycles after it enters when the store is empty (it
     passes beside the store: the store's input register and output slice, the depacketizer's
     cycle and the forward register's), and 2 cycles later behind datagrams still in the store.
+    The last beat of one with a checksum leaves ``PacketChecksum.latency`` cycles after it
+    entered (5 at 256 and 512 bits, 4 below) when it finds the store empty, where one with
+    checksum 0 leaves 3 cycles after it entered.
     Backpressure: from the addressed port (``ready`` of the ports passes the forward register
     and the depacketizer and ends in the store's output register slice); the input is held
     while the store is full.
@@ -91,7 +98,6 @@ class UdpRx(wiring.Component):
         m.d.comb += [
             store.seed.eq(ones_complement_sum(pseudo + [ip.total_length, const])),
             store.skip.eq(first_hdr.checksum == 0),
-            self.drop_checksum.eq(store.drop_checksum),
             self.drop_error.eq(store.drop_error | store.drop_overflow),
         ]
         if self.cut_ports:
@@ -100,8 +106,7 @@ class UdpRx(wiring.Component):
             to_cut = first_hdr.dst_port == self.cut_ports[0]
             for p in self.cut_ports[1:]:
                 to_cut = to_cut | (first_hdr.dst_port == p)
-            m.d.comb += store.cut.eq(self.i.payload.keep[UDP.length - 1]
-                                     & (first_hdr.checksum == 0) & to_cut)
+            m.d.comb += store.cut.eq(self.i.payload.keep[UDP.length - 1] & to_cut)
 
         dp = m.submodules.depacketizer = Depacketizer(UDP, W, IP_RX_META)
         wiring.connect(m, store.o, dp.i)
@@ -110,7 +115,7 @@ class UdpRx(wiring.Component):
         # the checks travel with the datagram through a forward register, so the dispatch's
         # routing depends on registers only (the ports' ready reaches the depacketizer and the
         # store's output slice through it)
-        verdict = data.StructLayout({"length_ok": 1, "known": 1, "port": range(n)})
+        verdict = data.StructLayout({"length_ok": 1, "known": 1, "port": range(n), "checked": 1})
         inner = data.StructLayout({**UDP_RX_META.members, "verdict": verdict})
         fr = m.submodules.register = ForwardRegister(W, inner)
         src, fi = dp.o.payload, fr.i.payload
@@ -132,22 +137,43 @@ class UdpRx(wiring.Component):
             fi.meta.verdict.known.eq(known),
             fi.meta.verdict.port.eq(port),
         ]
+        # a cut-through datagram with a checksum (every datagram for a cut-through port that
+        # passes the depacketizer went cut-through: only runts are stored, and they stop there)
+        cut_hits = [h for p, h in zip(self.ports, hits, strict=True) if p in self.cut_ports]
+        if cut_hits:
+            m.d.comb += fi.meta.verdict.checked.eq(Cat(*cut_hits).any()
+                                                   & (meta.udp.checksum != 0))
         dm = m.submodules.demux = PacketDemux(W, UDP_RX_META, n)
         fo = fr.o.payload
+        v = fo.meta.verdict
+        # the last beat of a cut-through datagram with a checksum waits here for its verdict
+        # and carries ``error`` when the checksum is wrong
+        wait = Signal()
+        bad = Signal()
+        if self.cut_ports:
+            cv = store.cut_verdict
+            hold = v.checked & fo.last
+            m.d.comb += [
+                wait.eq(hold & ~cv.valid),
+                bad.eq(hold & ~cv.payload),
+                cv.ready.eq(fr.o.valid & hold & dm.i.ready),
+            ]
         m.d.comb += [
-            dm.i.valid.eq(fr.o.valid), fr.o.ready.eq(dm.i.ready),
+            dm.i.valid.eq(fr.o.valid & ~wait), fr.o.ready.eq(dm.i.ready & ~wait),
             dm.i.payload.data.eq(fo.data), dm.i.payload.keep.eq(fo.keep),
-            dm.i.payload.last.eq(fo.last), dm.i.payload.error.eq(fo.error),
+            dm.i.payload.last.eq(fo.last), dm.i.payload.error.eq(fo.error | bad),
             dm.i.payload.meta.eth.eq(fo.meta.eth), dm.i.payload.meta.ipv4.eq(fo.meta.ipv4),
             dm.i.payload.meta.udp.eq(fo.meta.udp),
         ]
-        v = fo.meta.verdict
         length_ok, known = v.length_ok, v.known
         m.d.comb += [dm.select.eq(v.port), dm.drop.eq(~length_ok | ~known)]
         # (a dropped packet's first beat is always taken: the strobes need no ``ready``)
         first = dm.i.valid & first_beat(m, dm.i)
         m.d.comb += [self.drop_length.eq(first & ~length_ok),
-                     self.drop_port.eq(first & length_ok & ~known)]
+                     self.drop_port.eq(first & length_ok & ~known),
+                     # a stored datagram dropped, or a cut-through one delivered marked
+                     self.drop_checksum.eq(store.drop_checksum | fr.o.valid & fr.o.ready & bad
+                                           & ~fo.error & length_ok)]
         for k in range(n):
             wiring.connect(m, dm.o[k], wiring.flipped(self.o[k]))
         return m

@@ -29,12 +29,12 @@ Model of the receive path, written from the gateware's documented checks (networ
   broadcast, carry EtherType IPv4 (untagged; with ``vlan``, one 802.1Q tag of that VLAN ID), an
   IPv4 header of version 4 and IHL 5 with a correct header checksum, a total length of 20 to
   ``mtu`` bytes, no fragment bits (MF clear, offset 0), our IPv4 address as destination and
-  protocol UDP; then a UDP length equal to the IPv4 total length less 20 (at least 8), a UDP
-  checksum of 0 or one that verifies, and destination port 4791. Ethernet padding after the
-  IPv4 total length is ignored, as are the IPv4 TOS, TTL, identification, DF and reserved flag
-  bits. Port 4791 takes datagrams with checksum 0 cut-through: one whose frame ends before its
-  IPv4 total length (at least its UDP header there) still arrives, *damaged* (marked
-  ``error``); one with a checksum does not (it cannot be verified).
+  protocol UDP; then a UDP length equal to the IPv4 total length less 20 (at least 8) and
+  destination port 4791. Ethernet padding after the IPv4 total length is ignored, as are the
+  IPv4 TOS, TTL, identification, DF and reserved flag bits. Port 4791 takes its datagrams
+  cut-through: one whose frame ends before its IPv4 total length (at least its UDP header
+  there) still arrives, *damaged* (marked ``error``), and so does one whose UDP checksum is
+  neither 0 nor one that verifies.
 * :func:`roce_verdict`: which of the RoCE receive counters (:data:`VERDICT_COUNTERS`) such a
   datagram increments (exactly one), in the order the endpoint checks: length, ICRC (a damaged
   datagram fails it), opcode (ACKNOWLEDGE and CNP taken), P_Key, DestQP in the QP table, QP
@@ -738,8 +738,9 @@ class Datagram(NamedTuple):
     udp: dict
     #: the UDP payload as it arrives (a damaged one: what the frame holds of it)
     payload: bytes
-    #: the frame ends before the IPv4 total length: port 4791 takes datagrams cut-through, so
-    #: such a datagram arrives marked ``error`` and RoCE drops it
+    #: the frame ends before the IPv4 total length, or the UDP checksum is wrong: port 4791
+    #: takes datagrams cut-through, so such a datagram arrives marked ``error`` and RoCE drops
+    #: it
     damaged: bool
 
 
@@ -777,13 +778,10 @@ def roce_datagram(frame, our_mac, our_ip, *, vlan=None, mtu=IP_MTU):
     if len(dgram) < H.UDP.length:
         return None
     udp = H.UDP.unpack(dgram)
-    if damaged and udp["checksum"]:
-        return None
-    if udp["checksum"] and data_sum(dgram, _pseudo_sum(ip, len(dgram))) != 0xFFFF:
-        return None
     if udp["length"] != total - H.IPV4.length or udp["dst_port"] != H.UDP_PORT_ROCEV2:
         return None
-    return Datagram(ip, udp, dgram[H.UDP.length:], damaged)
+    wrong = udp["checksum"] != 0 and data_sum(dgram, _pseudo_sum(ip, len(dgram))) != 0xFFFF
+    return Datagram(ip, udp, dgram[H.UDP.length:], damaged or wrong)
 
 
 def _pseudo_sum(ip, length):

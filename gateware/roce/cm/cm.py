@@ -126,7 +126,8 @@ class ConnectionManager(wiring.Component):
     CLOSE_QP sets the QP's limit back to ``max_rd_atomic`` (the limit of a QP opened through the
     QP table's own port). Other replies, and every reply without ``reads``, carry zero there.
 
-    Malformed datagrams are dropped and counted: damaged (``error``) or not exactly 64 bytes
+    Malformed datagrams are dropped and counted: damaged (``error``: on the way in, or with a UDP
+    checksum that the network stack found wrong as the datagram passed) or not exactly 64 bytes
     (``drop_length``); not for ``local_ip`` and ``port`` (``drop_ip``); ``ack_valid`` set (a
     reply, not a request), an unknown request code, or neither ``info_valid`` nor
     ``txmeta_valid`` (``drop_unknown``).

@@ -12,14 +12,15 @@ malformed, is a valid input. Responses are built with scapy.
 Options that follow the gateware's parameters: ``vlan``/``pcp`` (802.1Q: only frames tagged
 with that VLAN ID are taken, responses are tagged with it and priority ``pcp``),
 ``arp_entries`` (ARP cache size, replaced round robin as in the gateware; ``None``: unbounded)
-and ``cut_ports`` (the UDP ports that take datagrams with checksum 0 cut-through).
+and ``cut_ports`` (the UDP ports that take their datagrams cut-through: one whose checksum is
+wrong reaches the port marked damaged and counts ``udp_drop_checksum``).
 
 A frame the MAC marks bad (``fcs_ok=False``) is counted in ``rx_bad_frame`` and then goes
 through the layers as the gateware passes it on (cut-through, marked damaged): each layer's
 header checks still drop and count it, and the layer that would act on it drops it and counts
 it as damaged (``arp_drop_bad``, ``icmp_drop_error``, ``udp_drop_error``). A damaged datagram
-for a cut-through port with checksum 0 reaches that port marked damaged (no stack counter:
-its consumer drops it). A damaged frame changes no state (the ARP cache) and is never
+for a cut-through port reaches that port marked damaged (no stack counter: its consumer drops
+it). A damaged frame changes no state (the ARP cache) and is never
 answered.
 """
 
@@ -214,17 +215,23 @@ class NetStackModel:
             return [], ["udp_drop_error" if damaged else "udp_runt"]
         ck = int.from_bytes(dgram[6:8], "big")
         dport = int.from_bytes(dgram[2:4], "big")
-        through = ck == 0 and dport in self.cut_ports
+        through = dport in self.cut_ports
         if damaged and not through:
             return [], ["udp_drop_error"]
+        wrong = False
         if ck:
             pseudo = (bytes(map(int, ip.src.split("."))) + bytes(map(int, ip.dst.split(".")))
                       + bytes([0, 17]) + len(dgram).to_bytes(2, "big"))
-            if checksum(pseudo + dgram) != 0:
+            wrong = checksum(pseudo + dgram) != 0
+            if wrong and not through:
                 return [], ["udp_drop_checksum"]
         sport, dport, ulen = struct.unpack(">HHH", dgram[:6])
         if ulen != ip.len - 20:          # (the IPv4 header's length: a truncated one is longer)
             return [], ["udp_drop_length"]
+        if through and wrong:
+            # delivered marked, for the port's consumer to drop; counted unless damaged
+            self.delivered.append((dport, dgram[8:], True))
+            return [], [] if damaged else ["udp_drop_checksum"]
         if dport not in self.ports:
             return [], ["udp_drop_port"]
         if damaged or dport != self.echo_port:

@@ -1,7 +1,8 @@
 """The receive path without store-and-forward where nothing needs it: the receive FIFO passes
-frames before their FCS verdict, and a cut-through UDP port takes datagrams with checksum 0
-before their last beat is in; a damaged one reaches the port marked ``error`` on its last beat.
-Datagrams with a checksum are still stored and verified. Everything against the reference
+frames before their FCS verdict, and a cut-through UDP port takes its datagrams before their
+last beat is in; a damaged one reaches the port marked ``error`` on its last beat, and so does
+one whose checksum is wrong (the last beat of one with a checksum waits for the verdict).
+Datagrams for the other ports are still stored and verified. Everything against the reference
 model (``NetStackModel(cut_ports=...)``), under random idle cycles and backpressure."""
 
 import random
@@ -50,7 +51,10 @@ def mix(rng, B):
         p = rng.randbytes(n)
         out += [(datagram(p, checksum=0), True), (datagram(p, checksum=0), False),
                 (datagram(p, checksum="good"), True), (datagram(p, checksum="bad"), True),
-                (datagram(p, checksum="good"), False)]
+                (datagram(p, checksum="good"), False),
+                # stored ones (the echo's port) between them: damaged, a wrong checksum
+                (datagram(p, checksum="good", dport=ECHO), False),
+                (datagram(p, checksum="bad", dport=ECHO), True)]
     out += [(datagram(rng.randbytes(40), checksum=0, total_extra=30), True),
             (datagram(rng.randbytes(40), checksum="good", total_extra=30), True),
             (datagram(rng.randbytes(40), checksum=0, dport=999), True),
@@ -72,8 +76,10 @@ def test_cut_through_port_against_model(width):
             counts[name] = counts.get(name, 0) + 1
     expected = [Packet(p, error=d) for port, p, d in model.delivered if port == CUT]
     assert any(p.error for p in expected) and sum(not p.error for p in expected) >= 14
-    # the mix exercises every path: bad checksums, damaged stored datagrams, a wrong port
-    assert counts["udp_drop_checksum"] == 7 and counts["udp_drop_error"] >= 8
+    # the mix exercises every path: wrong checksums delivered marked (7) and stored (7), damaged
+    # stored datagrams, a wrong port
+    assert sum(p.error for p in expected) >= 14
+    assert counts["udp_drop_checksum"] == 14 and counts["udp_drop_error"] >= 8
     assert counts["udp_drop_port"] == 1 and counts["ip_truncated"] == 2
 
     dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(CUT,))
@@ -102,13 +108,14 @@ def test_cut_through_port_against_model(width):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_checksum_zero_leaves_before_its_end(width):
-    """With no idle and no backpressure, a 1400-byte datagram with checksum 0 starts leaving the
-    cut-through port before its frame's last beat has entered; the same datagram with a
-    checksum waits for its verdict, after its last beat."""
+def test_a_datagram_leaves_before_its_end(width):
+    """With no idle and no backpressure, a 1400-byte datagram for the cut-through port starts
+    leaving it before its frame's last beat has entered, with checksum 0, a right checksum or a
+    wrong one; the last beat of one with a checksum leaves later than with checksum 0 (it waits
+    for the verdict), and with a wrong one it is marked ``error``."""
     payload = random.Random(1).randbytes(1400)
-    firsts = {}
-    for checksum in (0, "good"):
+    firsts, lasts = {}, {}
+    for checksum in (0, "good", "bad"):
         dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(CUT,))
         drv = StreamDriver(dut.mac_rx, width)
         col = StreamCollector(dut.udp_rx[1], width)
@@ -123,8 +130,11 @@ def test_checksum_zero_leaves_before_its_end(width):
 
         run_sim(dut, testbenches=[tb], processes=[col.run, mon.run], deadline_cycles=5_000)
         assert col.packets[0].data == payload
+        assert col.packets[0].error == (checksum == "bad")
         firsts[checksum] = col.beat_cycles[0] - mon.cycles[-1]
-    assert firsts[0] < 0 < firsts["good"], firsts
+        lasts[checksum] = col.beat_cycles[-1] - mon.cycles[-1]
+    assert max(firsts.values()) < 0, firsts
+    assert lasts[0] < lasts["good"] == lasts["bad"], lasts
 
 
 def _firsts(stream):
@@ -146,11 +156,11 @@ def _firsts(stream):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_a_cut_through_datagram_passes_beside_an_empty_store(width):
-    """A datagram with checksum 0 that finds the UDP store empty leaves
+    """A datagram for the cut-through port that finds the UDP store empty leaves
     ``UdpRx.CUT_LATENCY`` cycles after its first beat came into UDP receive (it passes beside
-    the store); one that comes right behind a stored datagram (a checksum to verify) waits in
+    the store); one that comes right behind a stored datagram (for the echo's port) waits in
     the store behind it and leaves after it, later. All three arrive whole and in order (the
-    lone one with the port ready, the two after it under backpressure at the port)."""
+    lone one with the port ready, the two after it under backpressure at the ports)."""
     rng = random.Random(width + 5)
     lone, stored, behind = rng.randbytes(100), rng.randbytes(700), rng.randbytes(100)
     dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(CUT,))
@@ -159,22 +169,24 @@ def test_a_cut_through_datagram_passes_beside_an_empty_store(width):
     probes = dut.probes()
     run_in, ins = _firsts(probes["ip_rx.udp"])
     run_out, outs = _firsts(probes["udp_rx.o1"])
+    run_echo, echoed = _firsts(probes["udp_rx.o0"])
 
     async def tb(ctx):
         ctx.set(dut.local_mac, parse_mac(FPGA_MAC))
         ctx.set(dut.local_ip, parse_ip(FPGA_IP))
-        await drv.send(ctx, [Packet(datagram(lone, checksum=0))])
+        await drv.send(ctx, [Packet(datagram(lone, checksum="good"))])
         while not col.packets:
             await ctx.tick()
         col.backpressure = 0.3
-        await drv.send(ctx, [Packet(datagram(stored, checksum="good")),
+        await drv.send(ctx, [Packet(datagram(stored, checksum="good", dport=ECHO)),
                              Packet(datagram(behind, checksum=0))])
-        while len(col.packets) < 3:
+        while len(col.packets) < 2:
             await ctx.tick()
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, run_in, run_out], deadline_cycles=5_000)
-    assert [p.data for p in col.packets] == [lone, stored, behind]
+    run_sim(dut, testbenches=[tb], processes=[col.run, run_in, run_out, run_echo,
+                                              udp_echo(dut)], deadline_cycles=5_000)
+    assert [p.data for p in col.packets] == [lone, behind]
     assert not any(p.error for p in col.packets)
-    waits = [o - i for i, o in zip(ins, outs, strict=True)]
-    assert waits[0] == UdpRx.CUT_LATENCY
-    assert outs[2] > outs[1] and waits[2] > UdpRx.CUT_LATENCY
+    assert outs[0] - ins[0] == UdpRx.CUT_LATENCY
+    assert len(echoed) == 1 and outs[1] > echoed[0]
+    assert outs[1] - ins[2] > UdpRx.CUT_LATENCY

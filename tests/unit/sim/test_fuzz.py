@@ -93,7 +93,8 @@ def test_read_response_verdicts():
 
 
 #: What each mutation of a good ACK to a live QP becomes: a RoCE verdict, or None (dropped by
-#: the network stack), or a set of possible outcomes.
+#: the network stack), or a set of possible outcomes (a wrong UDP checksum reaches RoCE marked
+#: damaged and fails its ICRC check).
 EXPECT = {
     "udp_port": None, "dst_ip": None, "dst_mac": None, "ip_options": None, "fragment": None,
     "vlan": None, "ethertype": None, "ip_checksum": None, "ip_version": None, "ihl": None,
@@ -104,7 +105,7 @@ EXPECT = {
     "cnp": {"roce_rx_cnp", "roce_rx_drop_short"}, "icrc": "roce_rx_icrc_bad",
     "grow": "roce_rx_icrc_bad", "shrink": "roce_rx_drop_short", "broadcast": "roce_rx_acks",
     "trailing": "roce_rx_acks", "masked": "roce_rx_acks", "bth_fields": "roce_rx_acks",
-    "udp_checksum": {None, "roce_rx_acks"},
+    "udp_checksum": {"roce_rx_icrc_bad", "roce_rx_acks"},
     "truncate": {None, "roce_rx_drop_short"}, "flip": {None, "roce_rx_icrc_bad", "roce_rx_acks"},
     "flips": {None, "roce_rx_icrc_bad", "roce_rx_acks"},
     "flip_field": {None, "roce_rx_icrc_bad", "roce_rx_acks"},
@@ -227,13 +228,13 @@ def test_candidate_rules():
     ]
     p = Ether(ok)
     p[UDP].chksum = None
-    cases.append((bytes(p)[:-1], False))              # truncated, with a checksum to verify
+    cases.append((bytes(p)[:-1], True))       # truncated, with a checksum: arrives damaged
     p = Ether(ok)
     p[UDP].chksum = None                                               # a correct checksum
     cases.append((bytes(p), True))
     p = Ether(ok)
     p[UDP].chksum = 0x1234
-    cases.append((bytes(p), False))
+    cases.append((bytes(p), True))                                  # arrives marked damaged
     p = Ether(ok)
     p[IP].flags = "evil+DF"                                             # reserved bit ignored
     p[IP].chksum = None
