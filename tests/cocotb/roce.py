@@ -384,7 +384,9 @@ async def refused_requests(dut):
 async def connection_manager(dut):
     """A host opens a QP over UDP 17185 with the existing 64-byte format, starts the traffic
     generator with a test-traffic datagram, and closes the QP; the replies carry a correct UDP
-    checksum and the data lands in the host's memory."""
+    checksum and the data lands in the host's memory. A request whose UDP checksum is wrong
+    (it passes UDP receive cut-through, its last beat marked) is dropped and counted, with no
+    reply and no QP opened."""
     b = Testbench(dut, backpressure=0.2)
     b.nic = Rnic(HOST_MAC, HOST_IP, strict=True, udp_ports=(50001,), behaviour=b.nic.behaviour)
     await b.start()
@@ -401,9 +403,21 @@ async def connection_manager(dut):
         assert (src_ip, sport, dport) == (FPGA_IP, REPLY_PORT, 50001)
         return cm_unpack(reply)
 
-    reply = await exchange(cm_request(REQ_OPEN_QP, loc_qpn=host_qpn, loc_psn=host_psn,
-                                      loc_rkey=rkey, loc_vaddr=base, loc_ip=parse_ip(HOST_IP),
-                                      listening_port=50001, pmtu_code=pmtu_code(1024)))
+    open_qp = cm_request(REQ_OPEN_QP, loc_qpn=host_qpn, loc_psn=host_psn, loc_rkey=rkey,
+                         loc_vaddr=base, loc_ip=parse_ip(HOST_IP), listening_port=50001,
+                         pmtu_code=pmtu_code(1024))
+    wrong = bytearray(b.nic.udp_frame(FPGA_IP, 50000, CM_PORT, open_qp, dst_mac=FPGA_MAC))
+    wrong[14 + 20 + 6] ^= 0x40                  # the UDP checksum (not 0 after it)
+    assert wrong[40:42] != b"\0\0"
+    counted = ("udp_drop_checksum", "cm_drop_length", "cm_rx_requests")
+    before = await read_stats(dut, counted, block=STATS)
+    b.mac.to_endpoint(bytes(wrong))
+    await ClockCycles(dut.clk, 2_000)
+    after = await read_stats(dut, counted, block=STATS)
+    assert {k: after[k] - before[k] for k in after} == {
+        "udp_drop_checksum": 1, "cm_drop_length": 1, "cm_rx_requests": 1}
+    assert not b.nic.udp_rx and int(dut.qp_open.value) == 0
+    reply = await exchange(open_qp)
     assert reply["ack_valid"] == 1 and reply["ack_type"] == ACK_ACK
     fpga_qpn = reply["loc_qpn"]
     assert fpga_qpn == qpn(0) and reply["rem_qpn"] == host_qpn
