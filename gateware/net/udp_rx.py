@@ -18,13 +18,14 @@ __all__ = ["UdpRx"]
 class UdpRx(wiring.Component):
     """UDP receive: checksum verification, header removal and dispatch by destination port.
 
-    ``i`` carries UDP datagrams (IPv4 payloads). Each is stored whole while its checksum over
-    the pseudo-header and datagram is computed; a datagram with a non-zero checksum field that
-    does not verify pulses ``drop_checksum`` (checksum 0 means "none" and is accepted). Then the
-    header is removed and the datagram leaves on ``o[k]`` where ``ports[k]`` is its destination
-    port, with ``meta.eth``/``meta.ipv4``/``meta.udp``. Drops: ``runt`` (shorter than 8 bytes),
-    ``drop_length`` (UDP length disagrees with the IP payload length), ``drop_port``
-    (no such port), ``drop_error`` (damaged on the way in, or longer than the store).
+    ``i`` carries UDP datagrams (IPv4 payloads). Each (but those for ``cut_ports``, below) is
+    stored whole while its checksum over the pseudo-header and datagram is computed; a datagram
+    with a non-zero checksum field that does not verify pulses ``drop_checksum`` (checksum 0
+    means "none" and is accepted). Then the header is removed and the datagram leaves on
+    ``o[k]`` where ``ports[k]`` is its destination port, with ``meta.eth``/``meta.ipv4``/
+    ``meta.udp``. Drops: ``runt`` (shorter than 8 bytes), ``drop_length`` (UDP length disagrees
+    with the IP payload length), ``drop_port`` (no such port), ``drop_error`` (damaged on the
+    way in, or longer than the store).
 
     ``cut_ports`` (a subset of ``ports``) names the ports whose consumers drop a datagram marked
     ``error`` themselves. A datagram for one of them passes the store cut-through: it leaves as
