@@ -26,10 +26,13 @@ WIDTHS = [64, 512]
 ECHO, CUT = 7, 4791
 
 
-def datagram(payload, *, checksum, dport=CUT, total_extra=0):
+def datagram(payload, *, checksum, dport=CUT, total_extra=0, length_extra=0):
     """A host's datagram to the endpoint; ``checksum``: 0, "good" or "bad"; ``total_extra``:
-    bytes the IPv4 total length claims beyond the frame (a truncated packet)."""
+    bytes the IPv4 total length claims beyond the frame (a truncated packet); ``length_extra``:
+    bytes the UDP length claims beyond the datagram."""
     udp = UDP(sport=49152, dport=dport, chksum=0 if checksum == 0 else None)
+    if length_extra:
+        udp.len = 8 + len(payload) + length_extra
     pkt = IP(src=HOST_IP, dst=FPGA_IP, flags="DF") / udp / Raw(payload)
     raw = bytearray(bytes(pkt))
     if checksum == "bad":
@@ -40,7 +43,16 @@ def datagram(payload, *, checksum, dport=CUT, total_extra=0):
         ip.len += total_extra
         del ip.chksum
         raw = bytearray(bytes(ip))[:len(raw)]
-    return bytes(Ether(src=HOST_MAC, dst=FPGA_MAC, type=0x0800) / Raw(bytes(raw))).ljust(60, b"\0")
+    return _frame(raw)
+
+
+def _frame(ip):
+    return bytes(Ether(src=HOST_MAC, dst=FPGA_MAC, type=0x0800) / Raw(bytes(ip))).ljust(60, b"\0")
+
+
+def runt():
+    """An IPv4 packet of protocol UDP with 4 bytes of payload: shorter than a UDP header."""
+    return _frame(IP(src=HOST_IP, dst=FPGA_IP, proto=17) / Raw(b"\x12\x34\x56\x78"))
 
 
 def mix(rng, B):
@@ -57,14 +69,24 @@ def mix(rng, B):
                 (datagram(p, checksum="bad", dport=ECHO), True)]
     out += [(datagram(rng.randbytes(40), checksum=0, total_extra=30), True),
             (datagram(rng.randbytes(40), checksum="good", total_extra=30), True),
-            (datagram(rng.randbytes(40), checksum=0, dport=999), True),
-            (datagram(rng.randbytes(40), checksum=0, dport=ECHO), False)]
+            (datagram(rng.randbytes(40), checksum=0, dport=ECHO), False),
+            (datagram(rng.randbytes(40), checksum=0, length_extra=4), True),
+            (runt(), True), (runt(), False)]
+    # for no port: clean, damaged, a wrong checksum, a wrong length, both
+    for dport in (999, 5000):
+        p = rng.randbytes(3 * B)
+        out += [(datagram(p, checksum=0, dport=dport), True),
+                (datagram(p, checksum="good", dport=dport), False),
+                (datagram(p, checksum="bad", dport=dport), True),
+                (datagram(p, checksum=0, dport=dport, length_extra=4), True),
+                (datagram(p, checksum="bad", dport=dport, length_extra=4), True)]
     rng.shuffle(out)
     return out
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_cut_through_port_against_model(width):
+    """The mix through the stack, one cut-through port beside a stored one (the echo's)."""
     rng = random.Random(width + 77)
     frames = mix(rng, width // 8)
     model = NetStackModel(FPGA_MAC, FPGA_IP, echo_port=ECHO, udp_ports=(CUT,), cut_ports=(CUT,))
@@ -75,12 +97,14 @@ def test_cut_through_port_against_model(width):
         for name in moved:
             counts[name] = counts.get(name, 0) + 1
     expected = [Packet(p, error=d) for port, p, d in model.delivered if port == CUT]
-    assert any(p.error for p in expected) and sum(not p.error for p in expected) >= 14
-    # the mix exercises every path: wrong checksums delivered marked (7) and stored (7), damaged
-    # stored datagrams, a wrong port
-    assert sum(p.error for p in expected) >= 14
-    assert counts["udp_drop_checksum"] == 14 and counts["udp_drop_error"] >= 8
-    assert counts["udp_drop_port"] == 1 and counts["ip_truncated"] == 2
+    # the mix exercises every path: delivered clean and marked (for a wrong checksum or
+    # damaged), each drop of the stack (stored datagrams among them: the echo's port's, damaged
+    # or with a wrong checksum, and those for no port)
+    assert sum(not p.error for p in expected) >= 14 and sum(p.error for p in expected) >= 14
+    for name, least in (("udp_runt", 1), ("udp_drop_length", 3), ("udp_drop_port", 2),
+                        ("ip_truncated", 2)):
+        assert counts[name] >= least, name
+    assert counts["udp_drop_checksum"] >= 16 and counts["udp_drop_error"] >= 3
 
     dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(CUT,))
     drv = StreamDriver(dut.mac_rx, width, idle=0.2, seed=width)
@@ -101,7 +125,7 @@ def test_cut_through_port_against_model(width):
             await ctx.tick().repeat(2)
             stats[name] = ctx.get(dut.stats_data)
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, udp_echo(dut)], deadline_cycles=60_000)
+    run_sim(dut, testbenches=[tb], processes=[col.run, udp_echo(dut)], deadline_cycles=80_000)
     got = [Packet(p.data, error=p.error) for p in col.packets]
     assert got == expected
     assert stats == {name: counts.get(name, 0) for name in STATS}
