@@ -3,7 +3,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.buffer import RegisterSlice
-from rocegen.gateware.lib.checksum import PacketChecksum
+from rocegen.gateware.lib.checksum_verdicts import ChecksumVerdicts
 from rocegen.gateware.lib.fifo import PacketFifo
 from rocegen.gateware.lib.gate import PacketGate
 from rocegen.gateware.lib.pipe import StreamForwardRegister
@@ -179,23 +179,16 @@ class ChecksumCheckedFifo(wiring.Component):
     def _verdicts(self, m):
         """The checksum of every packet as it comes in, and its verdict: the stored packets'
         queue for the gate (returned), the cut-through packets' on ``cut_verdict``."""
-        W = self.width
         # the sum is taken at the input, in front of the input register: a packet's sum is known
-        # ``latency`` cycles after its last beat came in, whichever way the packet goes on
-        cs = m.submodules.checksum = PacketChecksum(W, self.meta)
-        m.d.comb += [*cs.observe(self.i), cs.seed.eq(self.seed)]
-        # the per-packet flags travel beside the checksum pipeline, so that they meet the
-        # packet's sum exactly ``latency`` cycles after its end
+        # ``latency`` cycles after its last beat came in, whichever way the packet goes on.
+        # The cut-through packets' verdicts are queued (at most one per packet between the
+        # input and the parent's point of use: the store's beats, its input and output
+        # registers and a few of the parent's)
+        cv = m.submodules.checksum = ChecksumVerdicts(self.width, self.meta,
+                                                      depth=self.depth + 8)
         src_in = self.i
-        first_in = first_beat(m, src_in)
-        cut_in = self.cut if self.cut_input else 0
-        skip_reg, cut_in_reg = Signal(), Signal()
-        with m.If(src_in.valid & src_in.ready & first_in):
-            m.d.sync += [skip_reg.eq(self.skip), cut_in_reg.eq(cut_in)]
-        skip_now, cut_in_now = Signal(), Signal()
-        m.d.comb += [skip_now.eq(first_in & self.skip | ~first_in & skip_reg),
-                     cut_in_now.eq(first_in & cut_in | ~first_in & cut_in_reg)]
-        ends = src_in.valid & src_in.ready & src_in.payload.last
+        m.d.comb += [*cv.observe(src_in), cv.seed.eq(self.seed), cv.skip.eq(self.skip),
+                     cv.select.eq(self.cut if self.cut_input else 0)]
         # in "wait" mode the FIFO drops exactly the stored packets longer than its memory
         beats = Signal(range(self.depth + 2))
         with m.If(src_in.valid & src_in.ready):
@@ -203,38 +196,16 @@ class ChecksumCheckedFifo(wiring.Component):
                 m.d.sync += beats.eq(0)
             with m.Elif(beats <= self.depth):
                 m.d.sync += beats.eq(beats + 1)
-        # a stored packet's verdict, for the gate; a cut-through packet with a sum to check
-        # has its verdict on ``cut_verdict``
-        kept = ends & ~src_in.payload.error & (beats < self.depth) & ~cut_in_now
-        checked = ends & cut_in_now & ~skip_now
-        pipe_kept = Signal(cs.latency)
-        pipe_skip = Signal(cs.latency)
-        pipe_checked = Signal(cs.latency)
-        m.d.sync += [
-            pipe_kept.eq(Cat(kept, pipe_kept)),
-            pipe_skip.eq(Cat(skip_now, pipe_skip)),
-            pipe_checked.eq(Cat(checked, pipe_checked)),
-        ]
-        good = Signal()
-        m.d.comb += good.eq(pipe_skip[-1] | (cs.sum == 0xFFFF))
+        # a stored packet's verdict, for the gate (a cut-through one has none there)
+        ends = src_in.valid & src_in.ready & src_in.payload.last
+        fits = ends & ~src_in.payload.error & (beats < self.depth)
+        pipe_fits = Signal(cv.latency)
+        m.d.sync += pipe_fits.eq(Cat(fits, pipe_fits))
         verdicts = m.submodules.verdicts = fifo.SyncFIFOBuffered(width=1, depth=self.depth + 2)
-        m.d.comb += [verdicts.w_en.eq(cs.done & pipe_kept[-1]), verdicts.w_data.eq(good)]
+        m.d.comb += [verdicts.w_en.eq(cv.done & pipe_fits[-1] & ~cv.selected),
+                     verdicts.w_data.eq(cv.good)]
         if self.cut_input:
-            # the cut-through packets' verdicts: offered in the cycle the sum is known and
-            # queued when not taken then (at most one per packet between the input and the
-            # parent's point of use: the store's beats, its input and output registers and a
-            # few of the parent's). The queue's output is a register (its valid and data), so
-            # ``cut_verdict.valid`` is a LUT from registers; a queued verdict is offered two
-            # cycles after it was written
-            cv = self.cut_verdict
-            queue = m.submodules.cut_verdicts = fifo.SyncFIFOBuffered(width=1,
-                                                                      depth=self.depth + 8)
-            direct = cs.done & pipe_checked[-1]
-            m.d.comb += [
-                cv.valid.eq(queue.r_rdy | direct),
-                cv.payload.eq(Mux(queue.r_rdy, queue.r_data, good)),
-                queue.r_en.eq(cv.ready),
-                queue.w_en.eq(direct & (queue.r_rdy | ~cv.ready)),
-                queue.w_data.eq(good),
-            ]
+            wiring.connect(m, cv.verdict, wiring.flipped(self.cut_verdict))
+        else:
+            m.d.comb += cv.verdict.ready.eq(1)
         return verdicts

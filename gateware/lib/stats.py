@@ -2,7 +2,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["StatsBlock"]
+__all__ = ["StatsBlock", "merge_events"]
 
 
 class StatsBlock(wiring.Component):
@@ -65,3 +65,22 @@ class StatsBlock(wiring.Component):
                 with m.Case(k):
                     m.d.sync += self.data.eq(c)
         return m
+
+
+def merge_events(m, events, *, backlog):
+    """One event strobe for several that may pulse in the same cycle (a counter's ``inc`` counts
+    one event a cycle): it pulses once for every pulse of ``events`` (1-bit signals), those that
+    come together in the cycles that follow. ``backlog`` is the most pulses that can be owed at
+    once (the caller's bound; a pulse owed beyond it would be lost). Adds a register of
+    ``range(backlog + 1)`` in module ``m``'s sync domain; the strobe is a LUT from it and the
+    events."""
+    if not isinstance(backlog, int) or backlog < 1:
+        raise ValueError(f"backlog must be a positive integer, not {backlog!r}")
+    owed = Signal(range(backlog + 1))
+    total = owed
+    for e in events:
+        total = total + e
+    out = Signal()
+    m.d.comb += out.eq(total != 0)
+    m.d.sync += owed.eq(Mux(total > backlog + 1, backlog, total - out))
+    return out

@@ -1,13 +1,15 @@
-from amaranth.hdl import Cat, Module, Signal
-from amaranth.lib import data, wiring
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.checked_fifo import ChecksumCheckedFifo
 from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
+from rocegen.gateware.lib.checksum_verdicts import ChecksumVerdicts
 from rocegen.gateware.lib.demux import PacketDemux
 from rocegen.gateware.lib.depacketizer import Depacketizer
 from rocegen.gateware.lib.fifo import fifo_depth
 from rocegen.gateware.lib.pipe import ForwardRegister
+from rocegen.gateware.lib.stats import merge_events
 from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat
 from rocegen.gateware.net.layouts import IP_RX_META, UDP_RX_META
 from rocegen.wire.headers import IP_PROTO_UDP, IPV4, UDP
@@ -37,6 +39,12 @@ class UdpRx(wiring.Component):
     check drops damaged packets) and the connection manager (whose host tools send a checksum,
     and whose requests are acted on after their last beat) are the cases for it.
 
+    When every port is cut-through (``cut_ports`` is all of ``ports``) there is no store: every
+    datagram's checksum is summed as it passes, and a datagram for no port is dropped at the
+    dispatch and counted on its last beat (once its verdict is in) as the store would have
+    counted it: ``drop_error`` if damaged, else ``drop_checksum`` if its checksum is wrong, else
+    ``drop_length``, else ``drop_port``; a damaged runt counts ``drop_error``.
+
     Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat
     (the length and port checks go with it through a
     :class:`~rocegen.gateware.lib.pipe.ForwardRegister` before the dispatch, one of those cycles;
@@ -46,15 +54,21 @@ class UdpRx(wiring.Component):
     cycle and the forward register's), and 2 cycles later behind datagrams still in the store.
     The last beat of one with a checksum leaves ``PacketChecksum.latency`` cycles after it
     entered (5 at 256 and 512 bits, 4 below) when it finds the store empty, where one with
-    checksum 0 leaves 3 cycles after it entered.
+    checksum 0 leaves 3 cycles after it entered. Without a store, a datagram's first beat
+    leaves :attr:`NO_STORE_LATENCY` (2) cycles after it enters (the depacketizer's register and
+    the forward register), its last beat 1 or 2 cycles after it entered (2 when the header's
+    removal leaves a beat to finish), and the last beat of one with a checksum
+    ``PacketChecksum.latency`` cycles after it entered.
     Backpressure: from the addressed port (``ready`` of the ports passes the forward register
-    and the depacketizer and ends in the store's output register slice); the input is held
-    while the store is full.
+    and the depacketizer and ends in the store's output register slice, or without a store
+    reaches ``i.ready``); the input is held while the store is full.
     """
 
     #: Cycles from a cut-through datagram's first beat in to its first beat out, when it
     #: finds the store empty.
     CUT_LATENCY = 4
+    #: The same without a store (every port cut-through).
+    NO_STORE_LATENCY = 2
 
     def __init__(self, width, ports, *, mtu=1500, cut_ports=()):
         check_width(width)
@@ -74,6 +88,8 @@ class UdpRx(wiring.Component):
         self.ports = ports
         self.cut_ports = cut_ports
         self.depth = fifo_depth(mtu - IPV4.length, width)
+        #: whether datagrams are stored: not when every port is cut-through
+        self.stored = set(cut_ports) != set(ports)
         super().__init__({
             "i": In(PacketSignature(width, IP_RX_META)),
             "o": Out(PacketSignature(width, UDP_RX_META)).array(len(ports)),
@@ -87,44 +103,22 @@ class UdpRx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META,
-                                                         cut_input=bool(self.cut_ports))
-        wiring.connect(m, wiring.flipped(self.i), store.i)
-        ip = self.i.payload.meta.ipv4
-        pseudo = be_words(IPV4.to_lanes(ip))[6:10]            # source and destination address
-        first_hdr = UDP.from_lanes(self.i.payload.data[:8 * UDP.length])
-        # protocol + UDP length = protocol + total length - 20: the constants are summed here
-        # (subtracting 20 is adding its one's complement, 0xFFEB; 17 + 0xFFEB = 0xFFFC)
-        const = (IP_PROTO_UDP + (0xFFFF ^ IPV4.length)) % 0xFFFF
-        m.d.comb += [
-            store.seed.eq(ones_complement_sum(pseudo + [ip.total_length, const])),
-            store.skip.eq(first_hdr.checksum == 0),
-            self.drop_error.eq(store.drop_error | store.drop_overflow),
-        ]
-        if self.cut_ports:
-            # the first beat holds the whole header (keep's 8th byte): a runt is stored, so that
-            # the depacketizer sees it whole and counts it
-            to_cut = first_hdr.dst_port == self.cut_ports[0]
-            for p in self.cut_ports[1:]:
-                to_cut = to_cut | (first_hdr.dst_port == p)
-            m.d.comb += store.cut.eq(self.i.payload.keep[UDP.length - 1] & to_cut)
-
+        into, cut_verdict, front_drops = self._front(m)
         dp = m.submodules.depacketizer = Depacketizer(UDP, W, IP_RX_META)
-        wiring.connect(m, store.o, dp.i)
-        m.d.comb += self.runt.eq(dp.runt)
+        wiring.connect(m, into, dp.i)
         n = len(self.ports)
         # the checks travel with the datagram through a forward register, so the dispatch's
         # routing depends on registers only (the ports' ready reaches the depacketizer and the
-        # store's output slice through it)
-        verdict = data.StructLayout({"length_ok": 1, "known": 1, "port": range(n), "checked": 1})
+        # store's output slice, or without a store the input, through it)
+        verdict = data.StructLayout({"length_ok": 1, "known": 1, "port": range(n), "checked": 1,
+                                     "drop": 1, "waits": 1})
         inner = data.StructLayout({**UDP_RX_META.members, "verdict": verdict})
         fr = m.submodules.register = ForwardRegister(W, inner)
         src, fi = dp.o.payload, fr.i.payload
         meta = src.meta
         hits = [meta.udp.dst_port == p for p in self.ports]
-        known = hits[0]
-        for h in hits[1:]:
-            known = known | h
+        known = Cat(*hits).any()
+        length_ok = meta.udp.length == meta.ipv4.total_length - IPV4.length
         port = Signal(range(n))
         for k in reversed(range(n)):
             with m.If(hits[k]):
@@ -134,31 +128,83 @@ class UdpRx(wiring.Component):
             fi.data.eq(src.data), fi.keep.eq(src.keep), fi.last.eq(src.last),
             fi.error.eq(src.error), fi.meta.eth.eq(meta.eth), fi.meta.ipv4.eq(meta.ipv4),
             fi.meta.udp.eq(meta.udp),
-            fi.meta.verdict.length_ok.eq(meta.udp.length == meta.ipv4.total_length - IPV4.length),
-            fi.meta.verdict.known.eq(known),
-            fi.meta.verdict.port.eq(port),
+            fi.meta.verdict.length_ok.eq(length_ok), fi.meta.verdict.known.eq(known),
+            fi.meta.verdict.port.eq(port), fi.meta.verdict.drop.eq(~length_ok | ~known),
         ]
-        # a cut-through datagram with a checksum (every datagram for a cut-through port that
-        # passes the depacketizer went cut-through: only runts are stored, and they stop there)
-        cut_hits = [h for p, h in zip(self.ports, hits, strict=True) if p in self.cut_ports]
-        if cut_hits:
-            m.d.comb += fi.meta.verdict.checked.eq(Cat(*cut_hits).any()
-                                                   & (meta.udp.checksum != 0))
+        # a datagram with a verdict to wait for: with a store, one for a cut-through port with
+        # a checksum (every datagram for such a port that passes the depacketizer went
+        # cut-through: only runts are stored, and they stop there); without, every one with a
+        # checksum (only runts, which have no verdict, stop at the depacketizer)
+        if not self.stored:
+            # (``waits``: the last beat of one delivered with a checksum, which waits)
+            checked = meta.udp.checksum != 0
+            m.d.comb += [fi.meta.verdict.checked.eq(checked),
+                         fi.meta.verdict.waits.eq(checked & length_ok & known & src.last)]
+        elif self.cut_ports:
+            cut = [h for p, h in zip(self.ports, hits, strict=True) if p in self.cut_ports]
+            m.d.comb += fi.meta.verdict.checked.eq(Cat(*cut).any() & (meta.udp.checksum != 0))
+        self._dispatch(m, fr, cut_verdict, dp, front_drops)
+        return m
+
+    def _front(self, m):
+        """The store (or, with every port cut-through, only the checksum's verdicts) in front of
+        the depacketizer: ``(stream into the depacketizer, verdict stream or None, (stored
+        datagrams dropped for their checksum, dropped damaged or too long))``."""
+        W = self.width
+        ip = self.i.payload.meta.ipv4
+        pseudo = be_words(IPV4.to_lanes(ip))[6:10]            # source and destination address
+        first_hdr = UDP.from_lanes(self.i.payload.data[:8 * UDP.length])
+        # protocol + UDP length = protocol + total length - 20: the constants are summed here
+        # (subtracting 20 is adding its one's complement, 0xFFEB; 17 + 0xFFEB = 0xFFFC)
+        const = (IP_PROTO_UDP + (0xFFFF ^ IPV4.length)) % 0xFFFF
+        seed = ones_complement_sum(pseudo + [ip.total_length, const])
+        skip = first_hdr.checksum == 0
+        # the first beat holds the whole header (keep's 8th byte): not a runt
+        whole = self.i.payload.keep[UDP.length - 1]
+        if not self.stored:
+            # every datagram's checksum is summed as it passes, and every one with a checksum
+            # (but a runt, which the depacketizer drops) has its verdict queued for the
+            # dispatch. Queued at most: the datagrams whose last beat is in the depacketizer's
+            # register or the forward register (the input is held while they wait), 2
+            cv = m.submodules.checksum = ChecksumVerdicts(W, IP_RX_META, depth=4)
+            m.d.comb += [*cv.observe(self.i), cv.seed.eq(seed), cv.skip.eq(skip),
+                         cv.select.eq(whole)]
+            return wiring.flipped(self.i), cv.verdict, (0, 0)
+        store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META,
+                                                         cut_input=bool(self.cut_ports))
+        wiring.connect(m, wiring.flipped(self.i), store.i)
+        m.d.comb += [store.seed.eq(seed), store.skip.eq(skip)]
+        if not self.cut_ports:
+            return store.o, None, (store.drop_checksum, store.drop_error | store.drop_overflow)
+        # a runt is stored, so that the depacketizer sees it whole and counts it
+        to_cut = first_hdr.dst_port == self.cut_ports[0]
+        for p in self.cut_ports[1:]:
+            to_cut = to_cut | (first_hdr.dst_port == p)
+        m.d.comb += store.cut.eq(whole & to_cut)
+        return (store.o, store.cut_verdict,
+                (store.drop_checksum, store.drop_error | store.drop_overflow))
+
+    def _dispatch(self, m, fr, cut_verdict, dp, front_drops):
+        """The dispatch behind the forward register ``fr``, and the drop strobes."""
+        W, n = self.width, len(self.ports)
         dm = m.submodules.demux = PacketDemux(W, UDP_RX_META, n)
         fo = fr.o.payload
         v = fo.meta.verdict
-        # the last beat of a cut-through datagram with a checksum waits here for its verdict
-        # and carries ``error`` when the checksum is wrong
+        length_ok, known = v.length_ok, v.known
+        # the last beat of a datagram with a verdict to wait for waits here for it and carries
+        # ``error`` when the checksum is wrong
         wait = Signal()
         bad = Signal()
-        if self.cut_ports:
-            cv = store.cut_verdict
+        resolved = None
+        if self.stored and cut_verdict is not None:
             hold = v.checked & fo.last
             m.d.comb += [
-                wait.eq(hold & ~cv.valid),
-                bad.eq(hold & ~cv.payload),
-                cv.ready.eq(fr.o.valid & hold & dm.i.ready),
+                wait.eq(hold & ~cut_verdict.valid),
+                bad.eq(hold & ~cut_verdict.payload),
+                cut_verdict.ready.eq(fr.o.valid & hold & dm.i.ready),
             ]
+        elif not self.stored:
+            resolved = self._pending(m, fr, cut_verdict, wait, bad)
         m.d.comb += [
             dm.i.valid.eq(fr.o.valid & ~wait), fr.o.ready.eq(dm.i.ready & ~wait),
             dm.i.payload.data.eq(fo.data), dm.i.payload.keep.eq(fo.keep),
@@ -166,15 +212,83 @@ class UdpRx(wiring.Component):
             dm.i.payload.meta.eth.eq(fo.meta.eth), dm.i.payload.meta.ipv4.eq(fo.meta.ipv4),
             dm.i.payload.meta.udp.eq(fo.meta.udp),
         ]
-        length_ok, known = v.length_ok, v.known
-        m.d.comb += [dm.select.eq(v.port), dm.drop.eq(~length_ok | ~known)]
+        m.d.comb += [dm.select.eq(v.port), dm.drop.eq(v.drop)]
         # (a dropped packet's first beat is always taken: the strobes need no ``ready``)
         first = dm.i.valid & first_beat(m, dm.i)
-        m.d.comb += [self.drop_length.eq(first & ~length_ok),
-                     self.drop_port.eq(first & length_ok & ~known),
-                     # a stored datagram dropped, or a cut-through one delivered marked
-                     self.drop_checksum.eq(store.drop_checksum | fr.o.valid & fr.o.ready & bad
-                                           & ~fo.error & length_ok)]
         for k in range(n):
             wiring.connect(m, dm.o[k], wiring.flipped(self.o[k]))
-        return m
+        moves = fr.o.valid & fr.o.ready
+        # a datagram for a port is delivered, marked if its checksum is wrong (counted), or
+        # dropped on its first beat for its length
+        marked = moves & known & bad & ~fo.error & length_ok
+        too_long = first & known & ~length_ok
+        if self.stored:
+            stored_checksum, stored_error = front_drops
+            # a stored datagram for no port (its checksum and damage checked by the store) is
+            # dropped on its first beat. (A stored datagram's drop and a cut-through one's mark
+            # can come in one cycle; one of them is counted a cycle later: at most the
+            # datagrams between the store's output and the dispatch, 3, are owed)
+            m.d.comb += [
+                self.runt.eq(dp.runt),
+                self.drop_error.eq(stored_error),
+                self.drop_checksum.eq(merge_events(m, [stored_checksum, marked], backlog=4)),
+                self.drop_length.eq(first & ~length_ok),
+                self.drop_port.eq(first & length_ok & ~known),
+            ]
+            return
+        # without a store, a datagram for no port is counted once its verdict is known (as it
+        # leaves, or later from the pending queue), as the store would have counted it; so is
+        # a runt (the depacketizer drops it on its only beat). Events of one counter can come
+        # together from the three points; the owed ones are bounded by the datagrams between
+        # the input and the verdicts' point, at most 8
+        runt_damaged = self.i.payload.error
+        events = {"drop_error": [dp.runt & runt_damaged], "drop_checksum": [marked],
+                  "drop_length": [too_long], "drop_port": []}
+        for strobes in resolved:
+            for name, strobe in strobes.items():
+                events[name].append(strobe)
+        m.d.comb += self.runt.eq(dp.runt & ~runt_damaged)
+        for name, strobes in events.items():
+            m.d.comb += getattr(self, name).eq(merge_events(m, strobes, backlog=8))
+
+    def _pending(self, m, fr, verdicts, wait, bad):
+        """Without a store: the verdicts' use at the dispatch. A datagram for a port waits with
+        its last beat for its verdict; one that is dropped does not: its verdict is taken as it
+        leaves, or, when it is not there yet, later from a queue of the dropped datagrams
+        (``pending``), which takes the verdicts before any datagram behind them. Returns the
+        drop strobes of the datagrams for no port, as they leave and as they are resolved."""
+        fo = fr.o.payload
+        v = fo.meta.verdict
+        entry = data.StructLayout({"unknown": 1, "error": 1, "length_ok": 1})
+        # Queued at most: the dropped datagrams whose verdict is not out yet, those that ended at
+        # the input in the checksum's last ``latency`` (5) cycles (a verdict that is out is
+        # taken at once), so the queue never fills
+        pending = m.submodules.pending = fifo.SyncFIFO(width=entry.size, depth=8)
+        head = entry(pending.r_data)
+        count = Signal(range(9))
+        queued = Signal()                        # ``pending`` is not empty (a register)
+        hold = fr.o.valid & v.checked & fo.last
+        now = hold & ~queued & verdicts.valid    # the verdict is there as the beat leaves
+        push = hold & ~(v.length_ok & v.known) & ~now
+        resolve = queued & verdicts.valid
+        m.d.comb += [
+            # (a LUT of three registers: ``verdicts.valid`` is one)
+            wait.eq(v.waits & (queued | ~verdicts.valid)),
+            bad.eq(now & ~verdicts.payload),
+            verdicts.ready.eq(Mux(queued, 1, now & fr.o.ready)),
+            pending.r_en.eq(resolve),
+            pending.w_en.eq(push),
+            pending.w_data.eq(Cat(~v.known, fo.error, v.length_ok)),
+        ]
+        nxt = count + push - resolve
+        m.d.sync += [count.eq(nxt), queued.eq(nxt != 0)]
+
+        def counts(unknown, error, wrong, length_ok):
+            return {"drop_error": unknown & error,
+                    "drop_checksum": unknown & ~error & wrong,
+                    "drop_length": unknown & ~error & ~wrong & ~length_ok,
+                    "drop_port": unknown & ~error & ~wrong & length_ok}
+
+        leaves = fr.o.valid & fr.o.ready & fo.last & ~v.known & ~push
+        return [counts(leaves, fo.error, bad, v.length_ok),
+                counts(resolve & head.unknown, head.error, ~verdicts.payload, head.length_ok)]

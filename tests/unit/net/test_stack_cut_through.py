@@ -2,8 +2,10 @@
 frames before their FCS verdict, and a cut-through UDP port takes its datagrams before their
 last beat is in; a damaged one reaches the port marked ``error`` on its last beat, and so does
 one whose checksum is wrong (the last beat of one with a checksum waits for the verdict).
-Datagrams for the other ports are still stored and verified. Everything against the reference
-model (``NetStackModel(cut_ports=...)``), under random idle cycles and backpressure."""
+Datagrams for the other ports are still stored and verified; with every port cut-through there
+is no store, and a datagram for no port is counted as the store would have counted it.
+Everything against the reference model (``NetStackModel(cut_ports=...)``), under random idle
+cycles and backpressure."""
 
 import random
 
@@ -85,30 +87,40 @@ def mix(rng, B):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_cut_through_port_against_model(width):
-    """The mix through the stack, one cut-through port beside a stored one (the echo's)."""
+@pytest.mark.parametrize("every", [False, True], ids=["stored-echo", "no-store"])
+def test_cut_through_port_against_model(width, every):
+    """The mix through the stack, one cut-through port beside a stored one (the echo's), or
+    both ports cut-through (no store)."""
     rng = random.Random(width + 77)
     frames = mix(rng, width // 8)
-    model = NetStackModel(FPGA_MAC, FPGA_IP, echo_port=ECHO, udp_ports=(CUT,), cut_ports=(CUT,))
+    cut = (ECHO, CUT) if every else (CUT,)
+    model = NetStackModel(FPGA_MAC, FPGA_IP, echo_port=ECHO, udp_ports=(CUT,), cut_ports=cut)
     counts = {"rx_frames": len(frames)}
     for f, ok in frames:
         out, moved = model.handle_all(f, fcs_ok=ok)
         assert out == []
         for name in moved:
             counts[name] = counts.get(name, 0) + 1
-    expected = [Packet(p, error=d) for port, p, d in model.delivered if port == CUT]
+    expected = {port: [Packet(p, error=d) for q, p, d in model.delivered if q == port]
+                for port in (ECHO, CUT)}
     # the mix exercises every path: delivered clean and marked (for a wrong checksum or
-    # damaged), each drop of the stack (stored datagrams among them: the echo's port's, damaged
-    # or with a wrong checksum, and those for no port)
-    assert sum(not p.error for p in expected) >= 14 and sum(p.error for p in expected) >= 14
+    # damaged), each drop of the stack, and (stored or not) each of the echo's port
+    assert sum(not p.error for p in expected[CUT]) >= 14 and sum(p.error for p in
+                                                                  expected[CUT]) >= 14
+    assert (len(expected[ECHO]) >= 14) == every
     for name, least in (("udp_runt", 1), ("udp_drop_length", 3), ("udp_drop_port", 2),
                         ("ip_truncated", 2)):
         assert counts[name] >= least, name
     assert counts["udp_drop_checksum"] >= 16 and counts["udp_drop_error"] >= 3
 
-    dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(CUT,))
-    drv = StreamDriver(dut.mac_rx, width, idle=0.2, seed=width)
-    col = StreamCollector(dut.udp_rx[1], width, backpressure=0.4, seed=width + 1)
+    dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=cut)
+    # (without a store the receive FIFO is the only buffer: the frames come more slowly than
+    # the ports take them on average, so that it never overflows, which the model would not
+    # know; the stats below include ``rx_overflow``)
+    idle, backpressure = (0.5, 0.3) if every else (0.2, 0.4)
+    drv = StreamDriver(dut.mac_rx, width, idle=idle, seed=width)
+    cols = [StreamCollector(dut.udp_rx[k], width, backpressure=backpressure, seed=width + 1 + k)
+            for k in range(2)]
     stats = {}
 
     async def tb(ctx):
@@ -117,30 +129,36 @@ def test_cut_through_port_against_model(width):
         await drv.send(ctx, [Packet(f, error=not ok) for f, ok in frames])
         quiet = 0
         while quiet < 300:
-            n = len(col.packets)
+            n = sum(len(c.packets) for c in cols)
             await ctx.tick()
-            quiet = quiet + 1 if len(col.packets) == n else 0
+            quiet = quiet + 1 if sum(len(c.packets) for c in cols) == n else 0
         for k, name in enumerate(STATS):
             ctx.set(dut.stats_addr, k)
             await ctx.tick().repeat(2)
             stats[name] = ctx.get(dut.stats_data)
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, udp_echo(dut)], deadline_cycles=80_000)
-    got = [Packet(p.data, error=p.error) for p in col.packets]
-    assert got == expected
+    # the echo's port: collected when it is cut-through, echoed when stored
+    processes = [cols[1].run, cols[0].run if every else udp_echo(dut)]
+    run_sim(dut, testbenches=[tb], processes=processes, deadline_cycles=80_000)
+    for k, port in enumerate((ECHO, CUT)):
+        got = [Packet(p.data, error=p.error) for p in cols[k].packets]
+        assert got == expected[port], port
     assert stats == {name: counts.get(name, 0) for name in STATS}
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_a_datagram_leaves_before_its_end(width):
+@pytest.mark.parametrize("every", [False, True], ids=["stored-echo", "no-store"])
+def test_a_datagram_leaves_before_its_end(width, every):
     """With no idle and no backpressure, a 1400-byte datagram for the cut-through port starts
     leaving it before its frame's last beat has entered, with checksum 0, a right checksum or a
     wrong one; the last beat of one with a checksum leaves later than with checksum 0 (it waits
-    for the verdict), and with a wrong one it is marked ``error``."""
+    for the verdict), and with a wrong one it is marked ``error``. So with a store for the
+    other port and without one."""
     payload = random.Random(1).randbytes(1400)
     firsts, lasts = {}, {}
+    cut = (ECHO, CUT) if every else (CUT,)
     for checksum in (0, "good", "bad"):
-        dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(CUT,))
+        dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=cut)
         drv = StreamDriver(dut.mac_rx, width)
         col = StreamCollector(dut.udp_rx[1], width)
         mon = HandshakeMonitor(dut.mac_rx)
@@ -214,3 +232,45 @@ def test_a_cut_through_datagram_passes_beside_an_empty_store(width):
     assert outs[0] - ins[0] == UdpRx.CUT_LATENCY
     assert len(echoed) == 1 and outs[1] > echoed[0]
     assert outs[1] - ins[2] > UdpRx.CUT_LATENCY
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_without_a_store_nothing_waits_for_a_dropped_datagram(width):
+    """With every port cut-through (no store), a datagram's first beat leaves
+    ``UdpRx.NO_STORE_LATENCY`` cycles after it came into UDP receive, also right behind a
+    datagram for no port whose checksum is still being verified (that one is dropped without
+    waiting for its verdict, and counted once the verdict is in), and behind one with a wrong
+    checksum."""
+    rng = random.Random(width + 9)
+    first, second = rng.randbytes(100), rng.randbytes(100)
+    dut = NetStack(width, (ECHO, CUT), arp_retry_cycles=500, cut_through_ports=(ECHO, CUT))
+    drv = StreamDriver(dut.mac_rx, width)
+    col = StreamCollector(dut.udp_rx[1], width)
+    probes = dut.probes()
+    run_in, ins = _firsts(probes["ip_rx.udp"])
+    run_out, outs = _firsts(probes["udp_rx.o1"])
+    stats = {}
+
+    async def tb(ctx):
+        ctx.set(dut.local_mac, parse_mac(FPGA_MAC))
+        ctx.set(dut.local_ip, parse_ip(FPGA_IP))
+        await drv.send(ctx, [Packet(datagram(first, checksum=0)),
+                             Packet(datagram(rng.randbytes(100), checksum="good", dport=999)),
+                             Packet(datagram(second, checksum=0)),
+                             Packet(datagram(rng.randbytes(100), checksum="bad", dport=999)),
+                             Packet(datagram(first, checksum=0))])
+        while len(col.packets) < 3:
+            await ctx.tick()
+        await ctx.tick().repeat(20)
+        for k, name in enumerate(STATS):
+            ctx.set(dut.stats_addr, k)
+            await ctx.tick().repeat(2)
+            stats[name] = ctx.get(dut.stats_data)
+
+    run_sim(dut, testbenches=[tb], processes=[col.run, run_in, run_out],
+            deadline_cycles=5_000)
+    assert [p.data for p in col.packets] == [first, second, first]
+    assert not any(p.error for p in col.packets)
+    assert len(ins) == 5
+    assert [o - i for o, i in zip(outs, ins[0::2], strict=True)] == [UdpRx.NO_STORE_LATENCY] * 3
+    assert stats["udp_drop_port"] == 1 and stats["udp_drop_checksum"] == 1
