@@ -37,6 +37,9 @@ class ChecksumVerdicts(wiring.Component):
     verdict : ``Out(stream.Signature(1))``
         The verdicts (1 = good) of the packets with ``select`` high and ``skip`` low, in packet
         order, each taken once.
+    valid_next : ``Out(1)``
+        ``verdict.valid`` of the next cycle, given this cycle's ``verdict.ready`` (for a parent
+        that keeps a register of its own from it).
 
     Behaviour
     ---------
@@ -74,6 +77,7 @@ class ChecksumVerdicts(wiring.Component):
             "good": Out(1),
             "selected": Out(1),
             "verdict": Out(stream.Signature(1)),
+            "valid_next": Out(1),
         })
 
     def observe(self, stream):
@@ -132,5 +136,6 @@ class ChecksumVerdicts(wiring.Component):
             queue.w_en.eq(put), queue.w_data.eq(good), queue.r_en.eq(take),
         ]
         nxt = count + put - take
-        m.d.sync += [count.eq(nxt), held.eq(nxt != 0), avail.eq((nxt != 0) | pipe_want[-2])]
+        m.d.comb += self.valid_next.eq((nxt != 0) | pipe_want[-2])
+        m.d.sync += [count.eq(nxt), held.eq(nxt != 0), avail.eq(self.valid_next)]
         return m

@@ -103,7 +103,7 @@ class UdpRx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        into, cut_verdict, front_drops = self._front(m)
+        into, verdicts, front_drops = self._front(m)
         dp = m.submodules.depacketizer = Depacketizer(UDP, W, IP_RX_META)
         wiring.connect(m, into, dp.i)
         n = len(self.ports)
@@ -143,13 +143,14 @@ class UdpRx(wiring.Component):
         elif self.cut_ports:
             cut = [h for p, h in zip(self.ports, hits, strict=True) if p in self.cut_ports]
             m.d.comb += fi.meta.verdict.checked.eq(Cat(*cut).any() & (meta.udp.checksum != 0))
-        self._dispatch(m, fr, cut_verdict, dp, front_drops)
+        self._dispatch(m, fr, verdicts, dp, front_drops)
         return m
 
     def _front(self, m):
         """The store (or, with every port cut-through, only the checksum's verdicts) in front of
-        the depacketizer: ``(stream into the depacketizer, verdict stream or None, (stored
-        datagrams dropped for their checksum, dropped damaged or too long))``."""
+        the depacketizer: ``(stream into the depacketizer, the store's verdict stream for the
+        cut-through datagrams or None (without a store, the verdicts' block), (stored datagrams
+        dropped for their checksum, dropped damaged or too long))``."""
         W = self.width
         ip = self.i.payload.meta.ipv4
         pseudo = be_words(IPV4.to_lanes(ip))[6:10]            # source and destination address
@@ -169,7 +170,7 @@ class UdpRx(wiring.Component):
             cv = m.submodules.checksum = ChecksumVerdicts(W, IP_RX_META, depth=4)
             m.d.comb += [*cv.observe(self.i), cv.seed.eq(seed), cv.skip.eq(skip),
                          cv.select.eq(whole)]
-            return wiring.flipped(self.i), cv.verdict, (0, 0)
+            return wiring.flipped(self.i), cv, (0, 0)
         store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META,
                                                          cut_input=bool(self.cut_ports))
         wiring.connect(m, wiring.flipped(self.i), store.i)
@@ -185,7 +186,9 @@ class UdpRx(wiring.Component):
                 (store.drop_checksum, store.drop_error | store.drop_overflow))
 
     def _dispatch(self, m, fr, cut_verdict, dp, front_drops):
-        """The dispatch behind the forward register ``fr``, and the drop strobes."""
+        """The dispatch behind the forward register ``fr``, and the drop strobes. ``cut_verdict``:
+        with a store, its verdict stream for the cut-through datagrams (or None); without, the
+        :class:`~rocegen.gateware.lib.checksum_verdicts.ChecksumVerdicts` of every datagram."""
         W, n = self.width, len(self.ports)
         dm = m.submodules.demux = PacketDemux(W, UDP_RX_META, n)
         fo = fr.o.payload
@@ -251,12 +254,13 @@ class UdpRx(wiring.Component):
         for name, strobes in events.items():
             m.d.comb += getattr(self, name).eq(merge_events(m, strobes, backlog=8))
 
-    def _pending(self, m, fr, verdicts, wait, bad):
+    def _pending(self, m, fr, checksum, wait, bad):
         """Without a store: the verdicts' use at the dispatch. A datagram for a port waits with
         its last beat for its verdict; one that is dropped does not: its verdict is taken as it
         leaves, or, when it is not there yet, later from a queue of the dropped datagrams
         (``pending``), which takes the verdicts before any datagram behind them. Returns the
         drop strobes of the datagrams for no port, as they leave and as they are resolved."""
+        verdicts, verdicts_valid_next = checksum.verdict, checksum.valid_next
         fo = fr.o.payload
         v = fo.meta.verdict
         entry = data.StructLayout({"unknown": 1, "error": 1, "length_ok": 1})
@@ -267,13 +271,15 @@ class UdpRx(wiring.Component):
         head = entry(pending.r_data)
         count = Signal(range(9))
         queued = Signal()                        # ``pending`` is not empty (a register)
+        # ``queued | ~verdicts.valid``, a register of its own (from both's next values), so
+        # that the dispatch's ``valid`` is a LUT of three registers
+        blocked = Signal(init=1)
         hold = fr.o.valid & v.checked & fo.last
         now = hold & ~queued & verdicts.valid    # the verdict is there as the beat leaves
         push = hold & ~(v.length_ok & v.known) & ~now
         resolve = queued & verdicts.valid
         m.d.comb += [
-            # (a LUT of three registers: ``verdicts.valid`` is one)
-            wait.eq(v.waits & (queued | ~verdicts.valid)),
+            wait.eq(v.waits & blocked),
             bad.eq(now & ~verdicts.payload),
             verdicts.ready.eq(Mux(queued, 1, now & fr.o.ready)),
             pending.r_en.eq(resolve),
@@ -281,7 +287,8 @@ class UdpRx(wiring.Component):
             pending.w_data.eq(Cat(~v.known, fo.error, v.length_ok)),
         ]
         nxt = count + push - resolve
-        m.d.sync += [count.eq(nxt), queued.eq(nxt != 0)]
+        m.d.sync += [count.eq(nxt), queued.eq(nxt != 0),
+                     blocked.eq((nxt != 0) | ~verdicts_valid_next)]
 
         def counts(unknown, error, wrong, length_ok):
             return {"drop_error": unknown & error,
