@@ -2,8 +2,9 @@
 
 A host ARPs for the endpoint, then sends a UDP datagram to an echo service (a testbench process
 that turns each datagram around as soon as it arrives) and a ping. With ``--cut`` the echo's port
-is a cut-through port (``NetStack(cut_through_ports=...)``) and the datagram carries UDP
-checksum 0, as RoCEv2 packets do: it passes UDP receive without being stored; with ``--cut
+is a cut-through port (``NetStack(cut_through_ports=...)``; the stack's only port, so UDP
+receive has no store, as in the endpoint) and the datagram carries UDP checksum 0, as RoCEv2
+packets do: it passes UDP receive without being stored; with ``--cut
 --checksum`` it carries a checksum, as the connection manager's requests do, and passes the same
 way, its last beat waiting for the checksum's verdict. For each internal
 stream of

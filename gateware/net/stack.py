@@ -62,7 +62,9 @@ class NetStack(wiring.Component):
         Ports of ``udp_ports`` whose consumers drop a datagram marked ``error`` themselves: their
         datagrams pass UDP receive cut-through, those damaged on the way in or with a wrong UDP
         checksum marked (the checksum is verified as the datagram passes, and its last beat
-        waits for the verdict; :class:`~rocegen.gateware.net.udp_rx.UdpRx`).
+        waits for the verdict; :class:`~rocegen.gateware.net.udp_rx.UdpRx`). When they are all
+        of ``udp_ports``, UDP receive has no store at all, and the receive FIFO is the only
+        buffer on the receive side.
     arp_entries, arp_retry_cycles, arp_retries
         ARP cache size, request repeat interval in cycles and number of repeats.
     tx_cut_through : bool
