@@ -63,8 +63,8 @@ class NetStack(wiring.Component):
         datagrams pass UDP receive cut-through, those damaged on the way in or with a wrong UDP
         checksum marked (the checksum is verified as the datagram passes, and its last beat
         waits for the verdict; :class:`~rocegen.gateware.net.udp_rx.UdpRx`). When they are all
-        of ``udp_ports``, UDP receive has no store at all, and the receive FIFO is the only
-        buffer on the receive side.
+        of ``udp_ports``, UDP receive has no store at all (only a small FIFO, passed beside
+        while it is empty, for the datagrams behind one whose last beat waits for its verdict).
     arp_entries, arp_retry_cycles, arp_retries
         ARP cache size, request repeat interval in cycles and number of repeats.
     tx_cut_through : bool

@@ -7,7 +7,7 @@ from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
 from rocegen.gateware.lib.checksum_verdicts import ChecksumVerdicts
 from rocegen.gateware.lib.demux import PacketDemux
 from rocegen.gateware.lib.depacketizer import Depacketizer
-from rocegen.gateware.lib.fifo import fifo_depth
+from rocegen.gateware.lib.fifo import PacketFifo, fifo_depth
 from rocegen.gateware.lib.pipe import ForwardRegister
 from rocegen.gateware.lib.stats import merge_events
 from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat
@@ -43,7 +43,11 @@ class UdpRx(wiring.Component):
     datagram's checksum is summed as it passes, and a datagram for no port is dropped at the
     dispatch and counted on its last beat (once its verdict is in) as the store would have
     counted it: ``drop_error`` if damaged, else ``drop_checksum`` if its checksum is wrong, else
-    ``drop_length``, else ``drop_port``; a damaged runt counts ``drop_error``.
+    ``drop_length``, else ``drop_port``; a damaged runt counts ``drop_error``. The datagrams
+    then pass a cut-through :class:`~rocegen.gateware.lib.fifo.PacketFifo` of
+    :attr:`BYPASS_BEATS` beats, beside it while it is empty: while a last beat waits at the
+    dispatch for its verdict, the datagrams behind it come in and are summed, so under a flood
+    of datagrams with a checksum the verdicts keep pace and the input is not held.
 
     Latency: store-and-forward, the datagram starts leaving a few cycles after its last beat
     (the length and port checks go with it through a
@@ -56,12 +60,13 @@ class UdpRx(wiring.Component):
     entered (5 at 256 and 512 bits, 4 below) when it finds the store empty, where one with
     checksum 0 leaves 3 cycles after it entered. Without a store, a datagram's first beat
     leaves :attr:`NO_STORE_LATENCY` (2) cycles after it enters (the depacketizer's register and
-    the forward register), its last beat 1 or 2 cycles after it entered (2 when the header's
-    removal leaves a beat to finish), and the last beat of one with a checksum
-    ``PacketChecksum.latency`` cycles after it entered.
+    the forward register) when it finds the FIFO empty, its last beat 1 or 2 cycles after it
+    entered (2 when the header's removal leaves a beat to finish), and the last beat of one
+    with a checksum ``PacketChecksum.latency`` cycles after it entered; a datagram that finds
+    beats in the FIFO leaves behind them.
     Backpressure: from the addressed port (``ready`` of the ports passes the forward register
-    and the depacketizer and ends in the store's output register slice, or without a store
-    reaches ``i.ready``); the input is held while the store is full.
+    and the depacketizer and ends in the store's output register slice, or without a store in
+    the FIFO's read side); the input is held while the store (or the FIFO) is full.
     """
 
     #: Cycles from a cut-through datagram's first beat in to its first beat out, when it
@@ -69,6 +74,9 @@ class UdpRx(wiring.Component):
     CUT_LATENCY = 4
     #: The same without a store (every port cut-through).
     NO_STORE_LATENCY = 2
+    #: Without a store, the beats of the FIFO between the checksum's tap and the dispatch: more
+    #: than the cycles a last beat can wait there for its verdict, so that the input goes on.
+    BYPASS_BEATS = 8
 
     def __init__(self, width, ports, *, mtu=1500, cut_ports=()):
         check_width(width)
@@ -163,14 +171,23 @@ class UdpRx(wiring.Component):
         # the first beat holds the whole header (keep's 8th byte): not a runt
         whole = self.i.payload.keep[UDP.length - 1]
         if not self.stored:
-            # every datagram's checksum is summed as it passes, and every one with a checksum
+            # every datagram's checksum is summed as it comes in, and every one with a checksum
             # (but a runt, which the depacketizer drops) has its verdict queued for the
-            # dispatch. Queued at most: the datagrams whose last beat is in the depacketizer's
-            # register or the forward register (the input is held while they wait), 2
-            cv = m.submodules.checksum = ChecksumVerdicts(W, IP_RX_META, depth=4)
+            # dispatch. The datagrams then go through a small cut-through FIFO, passed beside
+            # while it is empty: while a last beat waits at the dispatch for its verdict, the
+            # datagrams behind it come in and are summed, so the verdicts are pipelined under
+            # a flood and a datagram that finds the path idle loses no cycle. Queued verdicts
+            # at most: one per datagram between the input and the dispatch, the FIFO's beats
+            # and the depacketizer's and forward registers'
+            byp = m.submodules.bypass = PacketFifo(
+                W, self.BYPASS_BEATS, IP_RX_META, store_and_forward=False, drop_errors=False,
+                overflow="wait", bypass=True)
+            wiring.connect(m, wiring.flipped(self.i), byp.i)
+            cv = m.submodules.checksum = ChecksumVerdicts(W, IP_RX_META,
+                                                          depth=self.BYPASS_BEATS + 4)
             m.d.comb += [*cv.observe(self.i), cv.seed.eq(seed), cv.skip.eq(skip),
                          cv.select.eq(whole)]
-            return wiring.flipped(self.i), cv, (0, 0)
+            return byp.o, cv, (0, 0)
         store = m.submodules.store = ChecksumCheckedFifo(W, self.depth, IP_RX_META,
                                                          cut_input=bool(self.cut_ports))
         wiring.connect(m, wiring.flipped(self.i), store.i)
@@ -243,8 +260,8 @@ class UdpRx(wiring.Component):
         # leaves, or later from the pending queue), as the store would have counted it; so is
         # a runt (the depacketizer drops it on its only beat). Events of one counter can come
         # together from the three points; the owed ones are bounded by the datagrams between
-        # the input and the verdicts' point, at most 8
-        runt_damaged = self.i.payload.error
+        # the input and the verdicts' point, at most the bypass FIFO's beats and 4
+        runt_damaged = dp.i.payload.error
         events = {"drop_error": [dp.runt & runt_damaged], "drop_checksum": [marked],
                   "drop_length": [too_long], "drop_port": []}
         for strobes in resolved:
@@ -252,7 +269,8 @@ class UdpRx(wiring.Component):
                 events[name].append(strobe)
         m.d.comb += self.runt.eq(dp.runt & ~runt_damaged)
         for name, strobes in events.items():
-            m.d.comb += getattr(self, name).eq(merge_events(m, strobes, backlog=8))
+            m.d.comb += getattr(self, name).eq(merge_events(m, strobes,
+                                                               backlog=self.BYPASS_BEATS + 4))
 
     def _pending(self, m, fr, checksum, wait, bad):
         """Without a store: the verdicts' use at the dispatch. A datagram for a port waits with
