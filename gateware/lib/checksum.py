@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import check_width, packet_layout
 
-__all__ = ["be_words", "ones_complement_sum", "sum_by_four", "fold", "PacketChecksum"]
+__all__ = ["be_words", "ones_complement_sum", "sum_by_four", "fold", "tap", "PacketChecksum"]
 
 
 def be_words(lanes):
@@ -108,6 +108,18 @@ def _sum_bounded(ops):
     return ops[0]
 
 
+def tap(block, stream):
+    """Statements that make ``block`` (with the ports ``valid``, ``ready`` and ``payload`` of a
+    packet layout, all inputs) observe the packet stream ``stream``, of any metadata."""
+    return [
+        block.valid.eq(stream.valid),
+        block.ready.eq(stream.ready),
+        block.payload.data.eq(stream.payload.data),
+        block.payload.keep.eq(stream.payload.keep),
+        block.payload.last.eq(stream.payload.last),
+    ]
+
+
 class PacketChecksum(wiring.Component):
     """Internet checksum: the one's complement sum of every packet of a stream, observed
     without touching it.
@@ -173,13 +185,7 @@ class PacketChecksum(wiring.Component):
     def observe(self, stream):
         """Statements that make this block observe the packet stream ``stream`` (of any
         metadata): ``m.d.comb += ck.observe(s)``."""
-        return [
-            self.valid.eq(stream.valid),
-            self.ready.eq(stream.ready),
-            self.payload.data.eq(stream.payload.data),
-            self.payload.keep.eq(stream.payload.keep),
-            self.payload.last.eq(stream.payload.last),
-        ]
+        return tap(self, stream)
 
     def elaborate(self, platform):
         m = Module()

@@ -2,7 +2,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.lib.checksum import PacketChecksum
+from rocegen.gateware.lib.checksum import PacketChecksum, tap
 from rocegen.gateware.lib.stream import check_width, first_beat, packet_layout
 
 __all__ = ["ChecksumVerdicts"]
@@ -83,13 +83,7 @@ class ChecksumVerdicts(wiring.Component):
     def observe(self, stream):
         """Statements that make this block observe the packet stream ``stream`` (of any
         metadata): ``m.d.comb += cv.observe(s)``."""
-        return [
-            self.valid.eq(stream.valid),
-            self.ready.eq(stream.ready),
-            self.payload.data.eq(stream.payload.data),
-            self.payload.keep.eq(stream.payload.keep),
-            self.payload.last.eq(stream.payload.last),
-        ]
+        return tap(self, stream)
 
     def elaborate(self, platform):
         m = Module()
