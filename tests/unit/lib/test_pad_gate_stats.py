@@ -1,11 +1,13 @@
 import random
 
 import pytest
-from amaranth.lib import data
+from amaranth.hdl import Module, Signal
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.gate import PacketGate
 from rocegen.gateware.lib.pad import Pad
-from rocegen.gateware.lib.stats import StatsBlock
+from rocegen.gateware.lib.stats import StatsBlock, merge_events
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
 from rocegen.sim.testing.harness import run_sim
@@ -110,3 +112,49 @@ def test_stats_event_latency():
         assert ctx.get(dut.data) == 1
 
     run_sim(dut, testbenches=[tb])
+
+
+class _Merged(wiring.Component):
+    """``merge_events`` of three strobes, for the test."""
+
+    def __init__(self, backlog):
+        self.backlog = backlog
+        super().__init__({"events": In(3), "out": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.out.eq(merge_events(m, list(self.events), backlog=self.backlog))
+        return m
+
+
+def test_merge_events_counts_every_coincident_event():
+    """Three strobes that often pulse together (0.75 a cycle on average) give one strobe that
+    pulses once for every one of their pulses: a lone pulse in its own cycle, those that come
+    together in the cycles after, none lost while the owed ones stay within the backlog."""
+    rng = random.Random(4)
+    dut = _Merged(backlog=8)
+    pattern = [[int(rng.random() < 0.25) for _ in range(3)] for _ in range(2_000)]
+    sent, seen, lone_immediate = 0, 0, []
+
+    async def tb(ctx):
+        nonlocal sent, seen
+        owed = 0
+        for bits in pattern + [[0, 0, 0]] * 20:
+            ctx.set(dut.events, bits[0] | bits[1] << 1 | bits[2] << 2)
+            out = ctx.get(dut.out)
+            if sum(bits) == 1 and owed == 0:
+                lone_immediate.append(out)
+            owed += sum(bits) - out
+            sent += sum(bits)
+            seen += out
+            await ctx.tick()
+
+    run_sim(dut, testbenches=[tb])
+    assert sent > 1_000 and seen == sent
+    assert lone_immediate and all(lone_immediate)
+
+
+@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
+def test_merge_events_needs_a_backlog():
+    with pytest.raises(ValueError, match="backlog"):
+        merge_events(Module(), [Signal()], backlog=0)
