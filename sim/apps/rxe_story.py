@@ -24,10 +24,12 @@ managers hold) from the status file; they talk to the simulation through files b
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 OUT = Path("/mnt/out")
@@ -123,6 +125,14 @@ def fpga_status(after):
             if time.time() > end:
                 return {}
         time.sleep(0.2)
+
+
+def counters_moved(before, after):
+    """The FPGA's statistics counters that changed between two readings, ``name=+delta``
+    (modulo 2^32), in the order of ``after``: a failed step's account of what the FPGA saw."""
+    moved = ((k, (v - before.get(k, 0)) % (1 << 32)) for k, v in after.items()
+             if isinstance(v, int))
+    return " ".join(f"{k}=+{d}" for k, d in moved if d) or "none"
 
 
 def host(*args):
@@ -286,6 +296,28 @@ def run_tool(cmd):
     return before, rc, out, err, time.monotonic() - t
 
 
+#: cmtime's "min us" of a step that no connection timed: its starting value, 999999999 as a
+#: C float (``show_perf``).
+CMTIME_UNTIMED = 1e9
+
+
+def cmtime_table(out):
+    """cmtime's table in ``out``: each step of :data:`CMTIME_STEPS` it printed, with its four
+    figures (total ms, max ms, min us, us per connection). cmtime prints each in ``%11.2f``, so
+    a figure of more than 11 characters runs into the one before it (``0.001000000000.00``);
+    each figure has two decimals, which is what splits them. A step no connection timed has
+    its min as None (cmtime prints its starting value)."""
+    table = {}
+    for line in out.splitlines():
+        name, sep, figures = line.partition(":")
+        if sep and name.strip() in CMTIME_STEPS:
+            row = [float(x) for x in re.findall(r"-?\d+\.\d\d", figures)]
+            if len(row) == 4 and row[2] >= CMTIME_UNTIMED:
+                row[2] = None
+            table[name.strip()] = row
+    return table
+
+
 def cmtime(job):
     """``cm:cmtime``: librdmacm's ``cmtime`` connects ``qps`` QPs to the FPGA's port at once and
     disconnects them; its table (per step: total ms, max ms, min us, us per connection) in
@@ -298,11 +330,7 @@ def cmtime(job):
     cmd = ["cmtime", "-s", job["fpga_ip"], "-p", str(job["rdma_cm_port"]), "-c",
            str(job["qps"])]
     before, rc, out, err, secs = run_tool(cmd)
-    table = {}
-    for line in out.splitlines():
-        name, sep, figures = line.partition(":")
-        if sep and name.strip() in CMTIME_STEPS:
-            table[name.strip()] = [float(x) for x in figures.split()]
+    table = cmtime_table(out)
     ended = fpga_count("ibcm_timewait_exits", before.get("ibcm_timewait_exits", 0), job["qps"])
     end, free = fpga_wait(qps_free)
     made = end.get("stats", {}).get("ibcm_established", 0) - before.get("ibcm_established", 0)
@@ -404,7 +432,7 @@ def loop(job):
         if not ok:
             break
         _, rc, out, err, secs = run_tool(cmd)
-        steps = {line.partition(":")[0].strip() for line in out.splitlines()}
+        steps = set(cmtime_table(out))
         st, back = fpga_wait(qps_free)
         rounds.append({"rc": rc, "wall_s": round(secs, 1), "table": set(CMTIME_STEPS) <= steps,
                        "free_after": back, "qp_open": st.get("qp_open"),
@@ -624,7 +652,11 @@ def main(path):
                                    "counters": story["counters_start"]})
             continue
         t = time.monotonic()
-        cmds = play(job, name)
+        before = fpga_status(0).get("stats", {})
+        try:
+            cmds = play(job, name)
+        except Exception:           # (a step that breaks fails alone; the story goes on)
+            cmds = [{"cmd": [name], "rc": -1, "ok": False, "stderr": traceback.format_exc()}]
         step = {"step": name, "ok": all(c["ok"] for c in cmds), "wall_s": time.monotonic() - t,
                 "commands": cmds, "counters": rxe_counters(), "fpga": fpga_status(time.time())}
         story["steps"].append(step)
@@ -634,6 +666,8 @@ def main(path):
         if not step["ok"]:
             for c in cmds:
                 print(f"  {' '.join(c['cmd'])}: status {c['rc']}\n  {c['stderr']}", flush=True)
+            print(f"  the FPGA's counters that moved: "
+                  f"{counters_moved(before, step['fpga'].get('stats', {}))}", flush=True)
     log = Path(os.environ["ROCEGEN_HOST_STATE"]) / "agent.log"
     if log.exists():
         (OUT / "agent.log").write_text(log.read_text()[-20000:])

@@ -5,6 +5,7 @@ answers, the options refused, and ``sim serve``'s lossy links refused out of ran
 import argparse
 import json
 import os
+import struct
 
 import pytest
 from scapy.contrib.roce import AETH, BTH
@@ -288,3 +289,48 @@ def test_kvm_counts_only_when_the_kernel_boots(monkeypatch, tmp_path, console, w
     assert f"-kernel {tmp_path / 'vmlinuz'} " in (tmp_path / "calls").read_text()  # its own
     assert ("kvm" in cmd) is works and ("tcg" in cmd) is not works
     rxe_guest._kvm_boots.cache_clear()
+
+
+def test_cmtimes_table_read_when_a_figure_overflows_its_column():
+    """cmtime prints each figure in ``%11.2f``; a step that no connection timed has the min's
+    starting value, 999999999 as a float, 13 characters, which runs into the max before it. The
+    table keeps the four figures apart, that min as None, and only the steps it printed."""
+    figures = {"create id": (0.52, 0.11, 12.5, 26.0), "resolve addr": (1.0, 0.5, 400.25, 500.0),
+               "resolve route": (0.3, 0.1, 20.0, 150.0), "create qp": (2.0, 1.0, 900.0, 1000.0),
+               "connect": (31.5, 30.25, 29000.0, 15750.0), "disconnect": (12.0, 0.0, None, 6000.0)}
+    untimed = struct.unpack("f", struct.pack("f", 999999999.0))[0]     # as a C float
+    out = "step              total ms     max ms     min us  us / conn\n" + "".join(
+        f"{name:<13s}: {t:11.2f}{mx:11.2f}{untimed if mn is None else mn:11.2f}{per:11.2f}\n"
+        for name, (t, mx, mn, per) in figures.items())      # cmtime's "%-13s: %11.2f..."
+    assert "0.001000000000.00" in out
+    table = rxe_story.cmtime_table(out + "unrelated: 1.00\n")
+    assert table == {name: list(f) for name, f in figures.items()}
+
+
+def test_a_step_that_breaks_fails_alone_with_the_fpgas_counters(monkeypatch, tmp_path, capsys):
+    """A step whose play raises is recorded failed with the traceback, the story goes on to
+    the next step, and a failed step prints the FPGA's counters that moved meanwhile."""
+    readings = iter([{"stats": {"rx_frames": 10, "roce_timeouts": 2, "ibcm_dreqs": 1}},
+                     {"stats": {"rx_frames": 30, "roce_timeouts": 9, "ibcm_dreqs": 1}},
+                     {"stats": {"rx_frames": 30}}, {"stats": {"rx_frames": 31}}])
+
+    def play(job, name):
+        if name == "cm:cmtime":
+            raise ValueError("could not convert string to float: '0.001000000000.00'")
+        return [{"cmd": [name], "rc": 0, "ok": True, "stderr": ""}]
+
+    monkeypatch.setattr(rxe_story, "OUT", tmp_path)
+    monkeypatch.setattr(rxe_story, "play", play)
+    monkeypatch.setattr(rxe_story, "rxe_counters", dict)
+    monkeypatch.setattr(rxe_story, "fpga_status", lambda after: next(readings))
+    monkeypatch.setenv("ROCEGEN_HOST_STATE", str(tmp_path))
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"steps": ["cm:cmtime", "cm:rping"]}))
+    assert rxe_story.main(job) == 1
+    story = json.loads((tmp_path / "story.json").read_text())
+    assert [(s["step"], s["ok"]) for s in story["steps"]] == [("cm:cmtime", False),
+                                                               ("cm:rping", True)]
+    assert "ValueError: could not convert" in story["steps"][0]["commands"][0]["stderr"]
+    out = capsys.readouterr().out
+    assert "the FPGA's counters that moved: rx_frames=+20 roce_timeouts=+7\n" in out
+    assert out.count("counters that moved") == 1
