@@ -108,7 +108,8 @@ Decisions where the spec is silent (and which follow rxe / the IBTA as noted):
 * A duplicate READ (PSN behind ePSN) is executed again from its own PSN, with the VA and length
   it carries, if one of the last ``max_dest_rd_atomic`` READs holds that PSN and the request
   reads a part of what that READ read with its R_Key (rxe); else it is dropped
-  (``read_dup_drop``). Its responses read the memory again.
+  (``read_dup_drop``). Its responses read the memory again. As rxe, the READ kept then starts
+  at the duplicate's VA (its length kept): a later duplicate that starts before it is dropped.
 * Atomics (COMPARE_SWAP, FETCH_ADD; :mod:`~rocegen.sim.models.rnic.atomic_responder`) are
   executed on a QP whose ``access`` holds REMOTE_ATOMIC (else an unsupported opcode: NAK
   invalid request), in rxe's order: opcode sequence, ``max_dest_rd_atomic`` (shared with the

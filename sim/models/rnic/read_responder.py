@@ -196,6 +196,9 @@ class ReadResponder:
                               f"{res.first:#08x}")
         mr = self.check(va, rkey, dlen)
         nic.counters["read_dup"] += 1
+        # (rxe's duplicate_request: the kept READ now starts where this one does, its length
+        # kept: a later duplicate that starts before it is dropped)
+        res.va = va
         return self.job(qp, psn, va, dlen, mr, src_mac, False)
 
     def ready(self, qp, now):
