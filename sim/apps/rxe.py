@@ -625,7 +625,10 @@ def run(args):
         print(f"guest ran {guest_s:.0f} s (boot included), all in {rep['total_s']:.0f} s; files in "
               f"{out} (serve.pcap: every frame; guest/story.json, guest/console.log, "
               f"guest/agent.log)")
-    if not rep["ok"] and (gout / "job.log").exists():
-        print((gout / "job.log").read_text()[-3000:], file=sys.stderr)
+    if not rep["ok"]:
+        if (gout / "job.log").exists():
+            print((gout / "job.log").read_text()[-3000:], file=sys.stderr)
+        # (last: how the simulated FPGA ended, e.g. stopped by the frame check)
+        print("serve.log: " + (out / "serve.log").read_text()[-1200:], file=sys.stderr)
     return 0 if rep["ok"] else 1
 
