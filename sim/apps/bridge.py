@@ -40,6 +40,7 @@ import os
 import selectors
 import socket
 import struct
+import time
 
 from rocegen.sim.models.net.checksum import internet_checksum, udp_checksum
 from rocegen.wire.addr import parse_ip, parse_mac
@@ -68,7 +69,7 @@ from rocegen.wire.simwire import (
 
 __all__ = ["HostSide", "FrameReader", "FpgaTime", "encode_frame", "encode_time", "udp_frame",
            "open_tap", "vlan_tag", "vlan_untag", "MAX_FRAME", "COUNTERS", "TIME_RECORD",
-           "ROCE_PATHS"]
+           "ROCE_PATHS", "Pace"]
 
 #: Seconds a wire connection may refuse to take a frame before it is closed.
 SEND_TIMEOUT = 10.0
@@ -80,6 +81,33 @@ COUNTERS = ("tunnel_rx", "tunnel_tx", "tunnel_tx_failed", "arp_answered", "wire_
 ROCE_PATHS = ("tap", "wire")
 _TUNSETIFF = 0x400454CA
 _IFF_TAP, _IFF_NO_PI = 0x0002, 0x1000
+
+
+class Pace:
+    """Keeps a simulation's clock from running ahead of the wall clock: at most ``us_per_s``
+    microseconds of simulated time per second of wall time, the simulated clock at ``mhz``.
+    A host in a virtual machine that is slow to answer (or that another process starves) then
+    has at least that much wall time before the FPGA's timers run out, however fast the
+    simulator runs while it waits.
+
+    :meth:`wait` is told the cycles just simulated and returns the seconds to wait (for the host,
+    say) before simulating more: 0 while the simulation is behind the pace. What a simulation
+    slower than the pace saves does not pile up: it may then run ahead by at most ``slack``
+    seconds' worth of cycles. ``clock`` is the wall clock (``time.monotonic``)."""
+
+    def __init__(self, us_per_s, mhz, *, slack=0.05, clock=time.monotonic):
+        if not us_per_s > 0 or not mhz > 0:
+            raise ValueError(f"a pace needs positive microseconds per second and MHz, not "
+                             f"{us_per_s!r} and {mhz!r}")
+        self.rate = us_per_s * mhz              # simulated cycles per wall second, at most
+        self.slack = slack
+        self.clock = clock
+        self.due = clock()                      # wall time the cycles so far may end at
+
+    def wait(self, cycles):
+        now = self.clock()
+        self.due = max(self.due + cycles / self.rate, now - self.slack)
+        return max(0.0, self.due - now)
 
 
 def open_tap(name):

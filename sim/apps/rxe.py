@@ -87,6 +87,12 @@ CM_RESPONSE_TIMEOUT = 7
 #: it): a QP whose host vanished runs out of its 7 retries in some 30 s of wall time, not the
 #: 80 s of ``--fpga-timeout``'s 10.
 SIM_CM_TIMEOUT = 8
+#: The co-simulation's pace by default: at most this many microseconds of the FPGA's time per
+#: second of wall time (``rocegen sim serve --pace``). The timeouts above assume a millisecond
+#: of the FPGA's time to be a second or two of wall time; a simulator waiting alone runs
+#: several times faster, and would then time out the guest (QEMU without KVM, and slower still
+#: when another job takes the CPU) after a fraction of a second.
+SIM_PACE_US = 1000
 #: ``cm:loop``'s rounds by default.
 CM_LOOPS = 3
 BRIDGE, QEMU_TAP = "rgbr0", "rgqemu0"
@@ -156,6 +162,10 @@ def add_parser(subparsers):
                    "--cm-loops times, every QP free after each) and cm:mixed (after connect: "
                    "rping through the IB CM while the agent's QPs of UDP 17185 are open and "
                    "WRITE, both checked)")
+    r.add_argument("--pace", type=float, default=SIM_PACE_US, metavar="US",
+                   help=f"at most US microseconds of the FPGA's time per second of wall time "
+                   f"(default {SIM_PACE_US}: the FPGA's timeouts leave the guest at least a "
+                   f"second per millisecond)")
     r.add_argument("--cm-loops", type=int, default=CM_LOOPS, metavar="N",
                    help=f"cm:loop's rounds of cmtime (default {CM_LOOPS})")
     r.add_argument("--host-retry-cnt", type=int, default=7)
@@ -183,6 +193,8 @@ def _validate(args):
     if not steps or steps[0] not in rxe_story.STARTS + rxe_story.STANDALONE:
         first = rxe_story.STARTS + rxe_story.STANDALONE
         raise ValueError(f"--steps must begin with {', '.join(first[:-1])} or {first[-1]}")
+    if not 1 <= args.pace <= 1e6:
+        raise ValueError(f"--pace must be 1..1000000 microseconds per second, not {args.pace}")
     if not 1 <= args.cm_loops <= 1000:
         raise ValueError(f"--cm-loops must be 1..1000, not {args.cm_loops}")
     if args.rdma_cm_port is None and any(s.startswith("cm:") for s in steps):
@@ -548,7 +560,8 @@ def run(args):
     serve_cmd = [*rocegen, "sim", "serve", "--tap", "--netns", netns, "--width", str(args.width),
                  "--qps", str(max(args.qps, 2)), "--status", str(status), "--pcap", str(pcap),
                  "--loss-to-fpga", str(args.loss_to_fpga), "--loss-from-fpga",
-                 str(args.loss_from_fpga), "--loss-seed", str(args.loss_seed), *extra]
+                 str(args.loss_from_fpga), "--loss-seed", str(args.loss_seed),
+                 "--pace", str(args.pace), *extra]
     if args.rdma_cm_port is not None:
         serve_cmd += ["--rdma-cm-port", f"{args.rdma_cm_port},{rxe_story.RPING_PORT},"
                       f"{rxe_story.ECHO_PORT}", "--rping-server", str(rxe_story.RPING_PORT),

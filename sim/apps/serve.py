@@ -111,6 +111,10 @@ def add_parser(subparsers):
                    "stop the run, make the FPGA connect to a host's port, cut the link)")
     s.add_argument("--max-cycles", type=int, default=None,
                    help="stop after this many simulated cycles (default: run until stopped)")
+    s.add_argument("--pace", type=float, default=None, metavar="US",
+                   help="at most US microseconds of the FPGA's time per second of wall time, "
+                   "so that the FPGA's timers leave a slow host (a virtual machine) that much "
+                   "wall time to answer (default: as fast as the simulator runs)")
     return s
 
 
@@ -156,6 +160,8 @@ def serve_config(args):
         raise ValueError(f"--line-gbps must be 0..1000, not {args.line_gbps}")
     if args.max_cycles is not None and args.max_cycles <= 0:
         raise ValueError(f"--max-cycles must be > 0, not {args.max_cycles}")
+    if args.pace is not None and not 1 <= args.pace <= 1e6:
+        raise ValueError(f"--pace must be 1..1000000 microseconds per second, not {args.pace}")
     if args.roce_to != "tap" and not args.tap:
         raise ValueError("--roce-to applies to --tap only (without a TAP, RoCEv2 frames take "
                          "the wire)")
@@ -181,7 +187,8 @@ def serve_config(args):
             "host_ip": args.host_ip, "fpga_mac": args.mac, "fpga_ip": args.ip,
             "fpga_cm_port": fpga_cm_port, "line_gbps": line, "parent": os.getpid(),
             "pcap": str(Path(args.pcap).resolve()) if args.pcap else None,
-            "max_cycles": args.max_cycles, "clock_mhz": board_clock_mhz(args.width),
+            "max_cycles": args.max_cycles, "pace_us": args.pace,
+            "clock_mhz": board_clock_mhz(args.width),
             "roce_to": args.roce_to, "vlan": args.vlan, "responder": resp,
             "rping_client_port": params.get("rping_client_port"),
             "loss": {"to_fpga": args.loss_to_fpga, "from_fpga": args.loss_from_fpga,

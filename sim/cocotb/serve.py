@@ -9,7 +9,9 @@ the counters), ``pcap`` (optional: every frame both ways), ``parent`` (a process
 stops when that process is gone), ``max_cycles`` (optional bound), ``tap`` (optional: a TAP
 interface instead of the tunnel), ``roce_to`` (with ``tap``: ``"tap"``, the default, or
 ``"wire"``, where RoCEv2 frames go), ``vlan`` (the FPGA port's VLAN ID, None for untagged),
-``stop_file`` (the testbench stops once this file exists), ``connect_file`` (with the IB CM:
+``stop_file`` (the testbench stops once this file exists), ``pace_us`` (optional: at most this
+many microseconds of simulated time per second of wall time, :class:`~rocegen.sim.apps.bridge.Pace`;
+the testbench waits on the sockets for the rest), ``connect_file`` (with the IB CM:
 each time this file holds something new, ``PORT`` or ``PORT SEQ`` (SEQ any word, so the same
 port can be asked for again), the user logic connects to the host's TCP port,
 :func:`connect_to_host`, one connect after the other; the status file's ``fpga_connect`` is
@@ -66,7 +68,7 @@ from rocegen.gateware.roce.endpoint.endpoint import STATS
 from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
 from rocegen.gateware.roce.layouts import WORK_REQUEST, WrOpcode
 from rocegen.gateware.roce.responder.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
-from rocegen.sim.apps.bridge import HostSide
+from rocegen.sim.apps.bridge import HostSide, Pace
 from rocegen.sim.models.fabric.link import Link
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
@@ -435,6 +437,7 @@ async def serve(dut):
         stats["at"] = at
 
     connects = {"last": None, "queue": [], "task": None}
+    pace = Pace(CONF["pace_us"], mhz) if CONF.get("pace_us") else None
     quiet = 0
     busy = False
     last_status = time.monotonic()
@@ -461,15 +464,17 @@ async def serve(dut):
             if cut.from_fpga(frame, now_cycle(W) - start_cycle) or lost("from_fpga", frame):
                 continue
             to_fpga(host.from_fpga(frame, (first + offset, last + offset, clock_hz)))
+        # (with a pace, the host has the wall time the cycles just simulated may take at least)
+        hold = pace.wait(now_cycle(W) - before) if pace else 0.0
         if busy or not source.idle():
             quiet = 0
-            to_fpga(host.poll(0))
+            to_fpga(host.poll(hold))
         else:
             quiet += now_cycle(W) - before
             # (not while the link is cut: the FPGA's timers are what the run waits for then)
             deep = quiet >= DEEP_IDLE and not int(dut.gen_busy.value) and \
                 not cut.counters["active"]
-            to_fpga(host.poll(0.02 if deep else 0))
+            to_fpga(host.poll(max(hold, 0.02 if deep else 0)))
         now = time.monotonic()
         if now - last_status >= STATUS_EVERY:
             last_status = now

@@ -13,7 +13,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from rocegen.sim.apps import rxe, rxe_guest, rxe_story, serve
+from rocegen.sim.apps import bridge, rxe, rxe_guest, rxe_story, serve
 from rocegen.sim.testing.pcap import PcapWriter
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.sim.testing.vectors import read_vectors
@@ -210,6 +210,7 @@ def _rxe_args(*argv):
     (["--fpga-timeout", "0"], "--fpga-timeout must be 1..31"),
     (["--cm-timeout", "32"], "--cm-timeout must be 1..31"),
     (["--cm-loops", "0"], "--cm-loops must be 1..1000"),
+    (["--pace", "0"], "--pace must be 1..1000000"),
     (["--steps", "cm:mixed"], "must begin with connect"),
     (["--recv-depth", "0"], "--recv-depth must be 1..4096"),
     (["--", "--tap"], "--tap is set by rocegen sim rxe"),
@@ -232,6 +233,41 @@ def test_serve_refuses_a_loss_out_of_range(option):
     args = p.parse_args(["serve", "--width", "64", option, "0.9"])
     with pytest.raises(ValueError, match=f"{option} must be a probability 0..0.5"):
         serve.serve_config(args)
+
+
+@pytest.mark.parametrize("pace, refused", [("0", True), ("2e6", True), ("1000", False)])
+def test_serve_takes_a_pace(pace, refused):
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd")
+    serve.add_parser(sub)
+    args = p.parse_args(["serve", "--width", "64", "--pace", pace])
+    if refused:
+        with pytest.raises(ValueError, match="--pace must be 1..1000000 microseconds"):
+            serve.serve_config(args)
+    else:
+        assert serve.serve_config(args)[1]["pace_us"] == 1000
+
+
+def test_a_pace_holds_the_simulation_to_the_wall_clock():
+    """At 1000 us per second and 100 MHz, 100k cycles may take no less than 1 s of wall time:
+    a simulator faster than that waits the rest; one slower waits nothing and saves at most
+    the slack for later."""
+    now = [10.0]
+    pace = bridge.Pace(1000, 100, slack=0.05, clock=lambda: now[0])
+    now[0] += 0.25                          # 100k cycles simulated in 0.25 s: wait 0.75 s
+    assert pace.wait(100_000) == pytest.approx(0.75)
+    now[0] += 0.75
+    now[0] += 3.0                           # then 100k cycles in 3 s: behind, no wait
+    assert pace.wait(100_000) == 0.0
+    now[0] += 0.01                          # what it saved is the slack only, 0.05 s: 10k
+    assert pace.wait(10_000) == pytest.approx(0.1 - 0.05 - 0.01)     # cycles wait 0.04 s
+    with pytest.raises(ValueError, match="positive"):
+        bridge.Pace(0, 100)
+
+
+def test_rxe_passes_its_pace_to_serve():
+    args = _rxe_args()
+    assert args.pace == rxe.SIM_PACE_US == 1000
 
 
 def test_the_guest_key_follows_what_builds_it(monkeypatch):
