@@ -534,28 +534,11 @@ def table(rep):
     return lines
 
 
-def run(args):
-    """``rocegen sim rxe``: returns the exit code."""
-    steps, extra = _validate(args)
-    why = rxe_guest.missing_tools()
-    if why:
-        print(f"rocegen sim rxe cannot run here: {why}", file=sys.stderr)
-        return 2
-    t0 = time.monotonic()
-    gdir = rxe_guest.build_guest()
-    manifest = json.loads((gdir / "manifest.json").read_text())
-    out = Path(args.output).resolve()
-    gout = out / "guest"
-    gout.mkdir(parents=True, exist_ok=True)
-    for old in gout.iterdir():
-        old.unlink()
-    status, pcap = gout / "serve.json", out / "serve.pcap"
-    status.unlink(missing_ok=True)
-    mtu = 9000 if args.pmtu == 4096 else 1500
-    netns = f"rgrxe{os.getpid()}"
-    bindir = Path(sys.executable).parent
-    rocegen = [str(bindir / "rocegen")] if (bindir / "rocegen").exists() else \
-        [sys.executable, "-m", "rocegen.cli"]
+def serve_command(args, extra, *, rocegen, netns, status, pcap):
+    """The ``rocegen sim serve`` command of a run (``rocegen``: the command's start): the
+    endpoint's build, the lossy links and the pace, then ``extra`` (serve's options after
+    ``--``, which so win), then with ``--rdma-cm-port`` the IB CM's services and the defaults of
+    the co-simulation that ``extra`` does not name."""
     # an endpoint of at least 2 QPs: a run of one QP shares the Verilator build of two
     serve_cmd = [*rocegen, "sim", "serve", "--tap", "--netns", netns, "--width", str(args.width),
                  "--qps", str(max(args.qps, 2)), "--status", str(status), "--pcap", str(pcap),
@@ -579,6 +562,33 @@ def run(args):
             serve_cmd += ["--timeout", str(args.cm_timeout)]
         if "--rdma-cm-max-response-timeout" not in extra:
             serve_cmd += ["--rdma-cm-max-response-timeout", str(CM_RESPONSE_TIMEOUT)]
+    return serve_cmd
+
+
+def run(args):
+    """``rocegen sim rxe``: returns the exit code."""
+    steps, extra = _validate(args)
+    why = rxe_guest.missing_tools()
+    if why:
+        print(f"rocegen sim rxe cannot run here: {why}", file=sys.stderr)
+        return 2
+    t0 = time.monotonic()
+    gdir = rxe_guest.build_guest()
+    manifest = json.loads((gdir / "manifest.json").read_text())
+    out = Path(args.output).resolve()
+    gout = out / "guest"
+    gout.mkdir(parents=True, exist_ok=True)
+    for old in gout.iterdir():
+        old.unlink()
+    status, pcap = gout / "serve.json", out / "serve.pcap"
+    status.unlink(missing_ok=True)
+    mtu = 9000 if args.pmtu == 4096 else 1500
+    netns = f"rgrxe{os.getpid()}"
+    bindir = Path(sys.executable).parent
+    rocegen = [str(bindir / "rocegen")] if (bindir / "rocegen").exists() else \
+        [sys.executable, "-m", "rocegen.cli"]
+    serve_cmd = serve_command(args, extra, rocegen=rocegen, netns=netns, status=status,
+                              pcap=pcap)
     host = ["--host-timeout", str(args.host_timeout), "--host-retry-cnt",
             str(args.host_retry_cnt), "--host-rnr-retry", str(args.host_rnr_retry)]
     if args.recv_depth is not None:

@@ -265,9 +265,20 @@ def test_a_pace_holds_the_simulation_to_the_wall_clock():
         bridge.Pace(0, 100)
 
 
-def test_rxe_passes_its_pace_to_serve():
-    args = _rxe_args()
-    assert args.pace == rxe.SIM_PACE_US == 1000
+@pytest.mark.parametrize("argv, pace", [((), 1000), (("--pace", "250"), 250),
+                                         (("--", "--pace", "40"), 40)])
+def test_rxe_gives_serve_its_pace(argv, pace):
+    """The serve command of a run, read by serve's own parser: the pace of ``--pace`` (1000 us
+    per second by default), or of serve's options after ``--``."""
+    args = _rxe_args("--rdma-cm-port", "7470", *argv)
+    _, extra = rxe._validate(args)
+    cmd = rxe.serve_command(args, extra, rocegen=["rocegen"], netns="ns", status="s.json",
+                            pcap="p.pcap")
+    assert cmd[:3] == ["rocegen", "sim", "serve"]
+    p = argparse.ArgumentParser()
+    serve.add_parser(p.add_subparsers(dest="cmd"))
+    parsed = p.parse_args(cmd[2:])
+    assert parsed.pace == pace and parsed.rdma_cm_port == (7470, 7174, 7471)
 
 
 def test_the_guest_key_follows_what_builds_it(monkeypatch):
