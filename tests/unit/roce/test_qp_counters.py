@@ -47,16 +47,18 @@ def test_counts_match_model(num_qps, bits, step_bits):
     assert sum(map(sum, model)) > 1000
 
 
-@pytest.mark.parametrize("kwargs,error", [
-    ({"num_qps": 0, "names": NAMES}, ValueError),
-    ({"num_qps": 257, "names": NAMES}, ValueError),
-    ({"num_qps": 2.0, "names": NAMES}, TypeError),
-    ({"num_qps": 2, "names": ()}, ValueError),
-    ({"num_qps": 2, "names": ("a", "a")}, ValueError),
-    ({"num_qps": 2, "names": NAMES, "bits": 0}, ValueError),
-    ({"num_qps": 2, "names": NAMES, "bits": 65}, ValueError),
-    ({"num_qps": 2, "names": NAMES, "step_bits": 0}, ValueError),
-    ({"num_qps": 2, "names": NAMES, "bits": 4, "step_bits": 5}, ValueError),
+@pytest.mark.parametrize("kwargs,error,message", [
+    ({"num_qps": 0, "names": NAMES}, ValueError, "num_qps must be 1..256, not 0"),
+    ({"num_qps": 257, "names": NAMES}, ValueError, "num_qps must be 1..256, not 257"),
+    ({"num_qps": 2.0, "names": NAMES}, TypeError, "num_qps must be an integer, not 2.0"),
+    ({"num_qps": 2, "names": ()}, ValueError, "names must be 1..32 distinct non-empty strings"),
+    ({"num_qps": 2, "names": ("a", "a")}, ValueError, "names must be 1..32 distinct"),
+    ({"num_qps": 2, "names": NAMES, "bits": 0}, ValueError, "bits must be an integer 1..64, not 0"),
+    ({"num_qps": 2, "names": NAMES, "bits": 65}, ValueError, "bits must be an integer 1..64"),
+    ({"num_qps": 2, "names": NAMES, "step_bits": 0}, ValueError,
+     r"step_bits must be an integer 1\.\.\d+, not 0"),
+    ({"num_qps": 2, "names": NAMES, "bits": 4, "step_bits": 5}, ValueError,
+     "step_bits must be an integer 1..4, not 5"),
 ])
-def test_bad_parameters(kwargs, error):
-    raises(error, "", lambda: QpCounters(**kwargs))
+def test_bad_parameters(kwargs, error, message):
+    raises(error, message, lambda: QpCounters(**kwargs))
