@@ -47,7 +47,7 @@ def test_counts_match_model(num_qps, bits, step_bits):
     assert sum(map(sum, model)) > 1000
 
 
-@pytest.mark.parametrize("kwargs,error,message", [
+BAD = [
     ({"num_qps": 0, "names": NAMES}, ValueError, "num_qps must be 1..256, not 0"),
     ({"num_qps": 257, "names": NAMES}, ValueError, "num_qps must be 1..256, not 257"),
     ({"num_qps": 2.0, "names": NAMES}, TypeError, "num_qps must be an integer, not 2.0"),
@@ -59,6 +59,11 @@ def test_counts_match_model(num_qps, bits, step_bits):
      r"step_bits must be an integer 1\.\.\d+, not 0"),
     ({"num_qps": 2, "names": NAMES, "bits": 4, "step_bits": 5}, ValueError,
      "step_bits must be an integer 1..4, not 5"),
-])
+]
+
+
+# (the ids name the case by its index and error alone: tests/full_tier.txt lists some of them)
+@pytest.mark.parametrize("kwargs,error,message", BAD,
+                         ids=[f"kwargs{k}-{e.__name__}" for k, (_, e, _) in enumerate(BAD)])
 def test_bad_parameters(kwargs, error, message):
     raises(error, message, lambda: QpCounters(**kwargs))
