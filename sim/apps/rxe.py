@@ -55,7 +55,7 @@ from collections import Counter
 from pathlib import Path
 
 from rocegen.sim.apps import rxe_guest, rxe_story
-from rocegen.sim.apps.serve import stop_server
+from rocegen.sim.apps.serve import check_pace, stop_server
 from rocegen.sim.apps.tap import TAP_NAME
 from rocegen.sim.testing.pcap import read_pcap
 from rocegen.wire import headers as H
@@ -193,8 +193,7 @@ def _validate(args):
     if not steps or steps[0] not in rxe_story.STARTS + rxe_story.STANDALONE:
         first = rxe_story.STARTS + rxe_story.STANDALONE
         raise ValueError(f"--steps must begin with {', '.join(first[:-1])} or {first[-1]}")
-    if not 1 <= args.pace <= 1e6:
-        raise ValueError(f"--pace must be 1..1000000 microseconds per second, not {args.pace}")
+    check_pace(args.pace)
     if not 1 <= args.cm_loops <= 1000:
         raise ValueError(f"--cm-loops must be 1..1000, not {args.cm_loops}")
     if args.rdma_cm_port is None and any(s.startswith("cm:") for s in steps):

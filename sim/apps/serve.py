@@ -118,6 +118,13 @@ def add_parser(subparsers):
     return s
 
 
+def check_pace(pace):
+    """``--pace`` (``rocegen sim serve``'s, and ``sim rxe``'s, which passes it on): microseconds
+    of the FPGA's time per second of wall time, 1..1000000; else ValueError."""
+    if not 1 <= pace <= 1e6:
+        raise ValueError(f"--pace must be 1..1000000 microseconds per second, not {pace}")
+
+
 def _loopback(text):
     try:
         addr = ipaddress.IPv4Address(text)
@@ -160,8 +167,8 @@ def serve_config(args):
         raise ValueError(f"--line-gbps must be 0..1000, not {args.line_gbps}")
     if args.max_cycles is not None and args.max_cycles <= 0:
         raise ValueError(f"--max-cycles must be > 0, not {args.max_cycles}")
-    if args.pace is not None and not 1 <= args.pace <= 1e6:
-        raise ValueError(f"--pace must be 1..1000000 microseconds per second, not {args.pace}")
+    if args.pace is not None:
+        check_pace(args.pace)
     if args.roce_to != "tap" and not args.tap:
         raise ValueError("--roce-to applies to --tap only (without a TAP, RoCEv2 frames take "
                          "the wire)")
