@@ -438,11 +438,15 @@ def loop(job):
                        "free_after": back, "qp_open": st.get("qp_open"),
                        "stderr": (err + out)[-300:] if rc else ""})
         ok = rc == 0 and set(CMTIME_STEPS) <= steps and back
+    want = job.get("loops", 3) * n
+    # (``qp_open`` is read as the status file is written, its counters up to a second or two
+    # before: the last time-waits may have ended, their QPs free, and not be counted there yet)
+    if ok:
+        fpga_count("ibcm_timewait_exits", before.get("ibcm_timewait_exits", 0), want)
     end = fpga_status(time.time())
     d = {k: end.get("stats", {}).get(k, 0) - before.get(k, 0)
          for k in ("ibcm_established", "ibcm_timewait_exits", "ibcm_rejected",
                    "ibcm_connect_no_qp")}
-    want = job.get("loops", 3) * n
     return {"cmd": cmd, "rc": 0 if ok else 1, "wall_s": time.monotonic() - t,
             "json": {"qps": n, "loops": job.get("loops", 3), "rounds": rounds, "fpga": d,
                      "free_at_start": free, "qp_open": end.get("qp_open")},

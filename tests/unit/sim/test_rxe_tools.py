@@ -155,13 +155,22 @@ class _Fpga:
     """The FPGA's status as ``cm:loop`` sees it: each cmtime round establishes ``qps``
     connections; each ends its time-wait and frees its QP, but for the ``leak`` first ones."""
 
-    def __init__(self, qps=2, leak=0):
-        self.qps, self.leak = qps, leak
+    def __init__(self, qps=2, leak=0, lag=0):
+        self.qps, self.leak, self.lag = qps, leak, lag
         self.st = {"num_qps": qps, "qp_open": 0,
                    "stats": {"ibcm_established": 5, "ibcm_timewait_exits": 5}}
+        self.late = 0           # time-waits ended but not in the status file's counters yet
+        self.reads = 0
 
     def status(self, *_):
-        return json.loads(json.dumps(self.st))
+        # (the counters trail ``qp_open``: the last round's time-waits show ``lag`` reads late)
+        st = json.loads(json.dumps(self.st))
+        self.reads += 1
+        if self.late and self.reads <= self.lag:
+            st["stats"]["ibcm_timewait_exits"] -= self.late
+        else:
+            self.late = 0
+        return st
 
     def wait(self, ok, wait=0):
         st = self.status()
@@ -173,16 +182,19 @@ class _Fpga:
         kept = min(self.leak, self.qps)
         self.leak -= kept
         s["ibcm_timewait_exits"] += self.qps - kept
+        self.late, self.reads = self.qps - kept, 0
         self.st["qp_open"] |= (1 << kept) - 1
         table = "".join(f"{name}: 1 1 1 1\n" for name in rxe_story.CMTIME_STEPS)
         return {}, 0, table, "", 1.0
 
 
-@pytest.mark.parametrize("leak, ok, rounds", [(0, True, 3), (1, False, 1)])
-def test_the_loop_step_finds_a_qp_that_leaked(monkeypatch, leak, ok, rounds):
+@pytest.mark.parametrize("leak, lag, ok, rounds", [(0, 0, True, 3), (1, 0, False, 1),
+                                                   (0, 3, True, 3)])
+def test_the_loop_step_finds_a_qp_that_leaked(monkeypatch, leak, lag, ok, rounds):
     """``cm:loop`` passes when every round's QPs came back; a QP kept after a round fails it
-    there (the next round would find one QP short)."""
-    fpga = _Fpga(leak=leak)
+    there (the next round would find one QP short). The status file's counters trail its
+    ``qp_open``: the step waits for the last round's time-waits to be counted (``lag``)."""
+    fpga = _Fpga(leak=leak, lag=lag)
     monkeypatch.setattr(rxe_story, "fpga_status", fpga.status)
     monkeypatch.setattr(rxe_story, "fpga_wait", fpga.wait)
     monkeypatch.setattr(rxe_story, "run_tool", fpga.cmtime)
