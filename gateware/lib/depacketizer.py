@@ -31,6 +31,10 @@ class Depacketizer(wiring.Component):
         Data width W in bits (64..512, power of two).
     meta : StructLayout or None
         Metadata of the input stream, passed through.
+    pass_short : bool
+        A packet whose header ends in its last beat leaves in that beat's cycle (below). For
+        inputs that carry such packets (at W = 512 an Ethernet frame of up to 64 bytes); it
+        costs a multiplexer on every output bit the header's tail feeds.
 
     Behaviour
     ---------
@@ -40,7 +44,11 @@ class Depacketizer(wiring.Component):
       the tail of one input beat (held in a register) and the head of the next, so it leaves in
       the cycle the next beat is accepted (combinational path from ``i`` to ``o``); a packet's
       final output beat leaves one cycle after its last input beat when its bytes do not fit in
-      the beat before. When H is a multiple of W/8, body beats pass straight through.
+      the beat before. With ``pass_short``, a packet whose header ends in its last beat leaves
+      in the cycle that beat is taken when the output is free, its header parsed from the input
+      (a combinational path from ``i`` to ``o.meta``); it is latched as well, so that when
+      ``o.ready`` is low the same beat is offered from the next cycle on. When H is a multiple
+      of W/8, body beats pass straight through (``pass_short`` changes nothing).
     * Backpressure: ``i.ready`` follows ``o.ready`` combinationally (plus header beats, which are
       always taken). Put a :class:`~rocegen.gateware.lib.buffer.RegisterSlice` behind it to break the
       path.
@@ -52,10 +60,13 @@ class Depacketizer(wiring.Component):
       field order and endianness.
     """
 
-    def __init__(self, header, width, meta=None):
+    def __init__(self, header, width, meta=None, *, pass_short=False):
         if not isinstance(header, Header):
             raise TypeError(f"header must be a Header, not {header!r}")
         check_width(width)
+        if not isinstance(pass_short, bool):
+            raise TypeError(f"pass_short must be a bool, not {pass_short!r}")
+        self.pass_short = pass_short
         self.header = header
         self.width = width
         self.meta_in = empty_meta() if meta is None else meta
@@ -77,20 +88,24 @@ class Depacketizer(wiring.Component):
         hdr_buf = Signal(max(1, 8 * B * q))  # full header beats, beat 0 lowest
         meta = Signal(self.meta_out)
 
-        def latch_meta(lanes):
+        def meta_of(target, lanes):
             parsed = self.header.from_lanes(lanes)
-            stmts = [getattr(meta, self.header.name).eq(parsed)]
+            stmts = [getattr(target, self.header.name).eq(parsed)]
             for name in self.meta_in.members:
-                stmts.append(getattr(meta, name).eq(getattr(i.payload.meta, name)))
+                stmts.append(getattr(target, name).eq(getattr(i.payload.meta, name)))
             return stmts
 
+        # (a packet that leaves in the cycle its last beat comes in overrides it, below)
         m.d.comb += o.payload.meta.eq(meta)
 
-        return self._elaborate_lanes(m, B, hdr_buf, i, idx, latch_meta, o, q, r)
+        return self._elaborate_lanes(m, B, hdr_buf, i, idx, meta, meta_of, o, q, r)
 
-    def _elaborate_lanes(self, m, B, hdr_buf, i, idx, latch_meta, o, q, r):
+    def _elaborate_lanes(self, m, B, hdr_buf, i, idx, meta, meta_of, o, q, r):
         """The lanes: the held beat and the current one shifted into the output beat, the header
         latched."""
+        def latch_meta(lanes):
+            return meta_of(meta, lanes)
+
         if r:
             # R holds the previous beat of this packet; it contributes its lanes r..B-1.
             r_data = Signal(self.width)
@@ -100,7 +115,24 @@ class Depacketizer(wiring.Component):
             r_valid = Signal()
 
             can_start = ~r_valid | (r_last & o.ready)
-            with m.If(r_valid & r_last):
+            # a packet whose header ends in its last beat, coming in while the output is free,
+            # leaves in that cycle (it is latched into R as well, in case ``o.ready`` is low:
+            # then R offers the same beat from the next cycle)
+            lanes_now = Cat(hdr_buf, i.payload.data[:8 * r]) if q else i.payload.data[:8 * r]
+            at_once = Signal()
+            if self.pass_short:
+                m.d.comb += at_once.eq(~r_valid & i.valid & (idx == q) & i.payload.last &
+                                       i.payload.keep[r - 1])
+            with m.If(at_once):
+                m.d.comb += [
+                    o.valid.eq(1),
+                    o.payload.data.eq(i.payload.data[8 * r:]),
+                    o.payload.keep.eq(i.payload.keep[r:]),
+                    o.payload.last.eq(1),
+                    o.payload.error.eq(i.payload.error),
+                ]
+                m.d.comb += meta_of(o.payload.meta, lanes_now)
+            with m.Elif(r_valid & r_last):
                 # final output beat of the packet: R's remaining lanes
                 m.d.comb += [
                     o.valid.eq(1),
@@ -144,10 +176,8 @@ class Depacketizer(wiring.Component):
                         with m.If(i.payload.last & ~i.payload.keep[r - 1]):
                             m.d.comb += self.runt.eq(1)
                         with m.Else():
-                            lanes = Cat(hdr_buf, i.payload.data[:8 * r]) if q else \
-                                i.payload.data[:8 * r]
-                            m.d.sync += latch_meta(lanes)
-                            m.d.sync += [r_valid.eq(1),
+                            m.d.sync += latch_meta(lanes_now)
+                            m.d.sync += [r_valid.eq(~(at_once & o.ready)),
                                          r_data.eq(i.payload.data), r_keep.eq(i.payload.keep),
                                          r_last.eq(i.payload.last), r_error.eq(i.payload.error)]
         else:

@@ -7,7 +7,13 @@ from rocegen.gateware.lib.depacketizer import Depacketizer
 from rocegen.gateware.lib.packetizer import Packetizer
 from rocegen.sim.models.lib.framing import depacketize, packetize
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.amaranth_streams import (
+    HandshakeMonitor,
+    OfferMonitor,
+    StreamCollector,
+    StreamDriver,
+    meta_dict,
+)
 from rocegen.sim.testing.harness import run_sim
 from rocegen.wire.headers import Header
 
@@ -178,3 +184,68 @@ def test_depacketizer_never_holds_the_input_while_the_output_is_ready(width, hea
     assert not any(held)
     assert [p.data for p in col.packets] == [depacketize(header, f.data)[1] for f in frames]
     assert [p.meta["h"] for p in col.packets] == [depacketize(header, f.data)[0] for f in frames]
+
+
+@pytest.mark.parametrize("pass_short", [True, False])
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("header_len", [14, 20, 42])
+def test_depacketizer_passes_a_one_beat_packet_in_its_cycle(width, header_len, pass_short):
+    """With ``pass_short``, a packet whose header ends in its last beat leaves in the cycle
+    that beat is taken when the output is free (without, a cycle later); under backpressure the
+    beat offered and not taken stays offered, its parsed header included, until it is taken."""
+    rng = random.Random(width + header_len)
+    header = synthetic_header(header_len)
+    B = width // 8
+    ends_header = (header_len // B + 1) * B        # the packets whose header ends in their last beat
+    frames = [Packet(rng.randbytes(rng.randrange(header_len, ends_header + 1)),
+                     error=rng.random() < 0.2) for _ in range(40)]
+    frames += [Packet(rng.randbytes(rng.randrange(ends_header + 1, ends_header + 3 * B)))
+               for _ in range(10)]
+    rng.shuffle(frames)
+    for backpressure in (0.0, 0.5):
+        dut = Depacketizer(header, width, pass_short=pass_short)
+        drv = StreamDriver(dut.i, width, idle=0.5, seed=width)
+        col = StreamCollector(dut.o, width, backpressure=backpressure, seed=header_len)
+        taken = HandshakeMonitor(dut.i)
+        offers = OfferMonitor(dut.o)
+        metas = []
+
+        async def watch_meta(ctx, dut=dut, metas=metas):
+            pending = None
+            async for _, _, v, r, meta in ctx.tick().sample(dut.o.valid, dut.o.ready,
+                                                           dut.o.payload.meta):
+                if pending is not None:
+                    assert v and meta_dict(meta) == pending, "held beat's header changed"
+                    metas.append(pending)
+                pending = meta_dict(meta) if v and not r else None
+
+        async def tb(ctx, drv=drv, col=col):
+            await drv.send(ctx, frames)
+            while len(col.packets) < len(frames):
+                await ctx.tick()
+
+        run_sim(dut, testbenches=[tb], processes=[col.run, taken.run, offers.run, watch_meta])
+        expected = [depacketize(header, f.data) for f in frames]
+        assert [p.data for p in col.packets] == [payload for _, payload in expected]
+        assert [p.meta["h"] for p in col.packets] == [values for values, _ in expected]
+        assert [p.error for p in col.packets] == [f.error for f in frames]
+        # the input beat that ends each packet, and the output beat that ends it
+        ends, k = [], 0
+        for f in frames:
+            k += -(-len(f.data) // B)
+            ends.append(taken.cycles[k - 1])
+        one_beat = [len(f.data) <= ends_header for f in frames]
+        if backpressure:
+            assert offers.held and metas      # (the rule was exercised)
+        else:
+            lags = [last - end for (_, last), end in zip(col.spans, ends)]
+            assert all(lag >= 0 for lag in lags)
+            # (a one-beat packet that comes while the packet before still leaves waits for it)
+            free = [True] + [before[1] < end for before, end in zip(col.spans, ends[1:])]
+            at_once = [lag for lag, one, f in zip(lags, one_beat, free) if one and f]
+            assert len(at_once) > 10 and at_once == [0 if pass_short else 1] * len(at_once)
+
+
+def test_depacketizer_pass_short_must_be_a_bool():
+    with pytest.raises(TypeError, match="pass_short must be a bool, not 1"):
+        Depacketizer(synthetic_header(14), 512, pass_short=1)
