@@ -57,7 +57,8 @@ class EthRx(wiring.Component):
         m = Module()
         W = self.width
         header = ETH_VLAN if self.vlan is not None else ETH
-        dp = m.submodules.depacketizer = Depacketizer(header, W)
+        # (at 512 bits a frame of up to 64 bytes, an ACK, is one beat: it leaves in its cycle)
+        dp = m.submodules.depacketizer = Depacketizer(header, W, pass_short=W >= 512)
         wiring.connect(m, wiring.flipped(self.i), dp.i)
         m.d.comb += self.runt.eq(dp.runt)
 

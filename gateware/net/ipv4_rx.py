@@ -63,7 +63,9 @@ class Ipv4Rx(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W = self.width
-        dp = m.submodules.depacketizer = Depacketizer(IPV4, W, ETH_META)
+        # (at 512 bits an Ethernet payload of up to 64 bytes, an ACK's, is one beat: it leaves in
+        # its cycle)
+        dp = m.submodules.depacketizer = Depacketizer(IPV4, W, ETH_META, pass_short=W >= 512)
         wiring.connect(m, wiring.flipped(self.i), dp.i)
         m.d.comb += self.runt.eq(dp.runt)
 

@@ -112,7 +112,8 @@ class UdpRx(wiring.Component):
         m = Module()
         W = self.width
         into, verdicts, front_drops = self._front(m)
-        dp = m.submodules.depacketizer = Depacketizer(UDP, W, IP_RX_META)
+        # (from 256 bits an ACK's datagram, 28 bytes, is one beat: it leaves in its cycle)
+        dp = m.submodules.depacketizer = Depacketizer(UDP, W, IP_RX_META, pass_short=W >= 256)
         wiring.connect(m, into, dp.i)
         n = len(self.ports)
         # the checks travel with the datagram through a forward register, so the dispatch's
