@@ -61,7 +61,10 @@ written, so a packet leaves a beat a cycle either way (the transmit side needs s
 :class:`IcrcCheck`'s ``o`` is an output register slice that
 takes a beat from the pipeline directly while the queue is empty (a packet may leave that way
 from its first beat, or switch to the queue and stay on it), one cycle after the pipeline's
-last stage instead of the queue's two. So ``i.ready`` does not depend on ``o.ready`` and no enable
+last stage instead of the queue's two. In :class:`IcrcCheck`, ``i.ready``'s next value counts a
+beat as taken in every cycle ``i.ready`` is high (a bound: it may fall a cycle early when the
+input idles), so that ``i.valid``, at the end of the receive layers' logic, does not reach it.
+So ``i.ready`` does not depend on ``o.ready`` and no enable
 fans out to the pipeline registers (the beats' data wait in a block-RAM delay line written and
 read every cycle; the other pipeline fields have neither reset nor enable, so they can map to
 shift-register LUTs).
@@ -173,6 +176,10 @@ class _IcrcPipeline(wiring.Component):
     _QUEUE_BYPASS = False
     #: Bytes beyond the IP + UDP + BTH headers that a packet must have.
     _EXTRA_MIN = 0
+    #: ``i.ready``'s next value counts a beat in every cycle ``i.ready`` is high, not only in
+    #: those a beat is taken: not from ``i.valid`` (for a back end whose input never adds a
+    #: beat, ``straddle`` constant 0).
+    _READY_FROM_BOUND = False
 
     def __init__(self, width, meta, offset, ip_version, ports):
         check_width(width)
@@ -371,10 +378,15 @@ class _IcrcPipeline(wiring.Component):
         dec = (self.o.valid & self.o.ready) + absorbed
         after = Signal(range(top + 1))
         m.d.comb += after.eq(outstanding + inc - dec)
-        m.d.sync += [
-            outstanding.eq(after),
-            ready.eq((after + self._MAX_INC <= self.queue_depth) & ~straddle),
-        ]
+        m.d.sync += outstanding.eq(after)
+        if self._READY_FROM_BOUND:
+            # (at least ``after``, so the queue still never overflows; exact while ``i.ready`` is
+            # low, so it rises again as soon as there is room)
+            bound = Signal(range(top + 1))
+            m.d.comb += bound.eq(outstanding + ready - dec)
+            m.d.sync += ready.eq(bound + self._MAX_INC <= self.queue_depth)
+        else:
+            m.d.sync += ready.eq((after + self._MAX_INC <= self.queue_depth) & ~straddle)
         return m
 
     def _output_slice(self, m, q, w):
@@ -626,6 +638,7 @@ class IcrcCheck(_IcrcPipeline):
 
     _EXTRA_MIN = ICRC_BYTES
     _OUTPUT_BYPASS = True
+    _READY_FROM_BOUND = True
 
     def __init__(self, width, meta=None, *, offset=14, ip_version=4):
         super().__init__(width, meta, offset, ip_version, {"icrc_bad": Out(1)})
