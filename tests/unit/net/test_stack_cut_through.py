@@ -92,7 +92,9 @@ def mix(rng, B):
     return out
 
 
-@pytest.mark.parametrize("width", WIDTHS)
+# (256 bits too: UDP receive passes a one-beat datagram on in its cycle from 256 bits, the
+# layers in front of it only from 512)
+@pytest.mark.parametrize("width", [64, 256, 512])
 @pytest.mark.parametrize("every", [False, True], ids=["stored-echo", "no-store"])
 def test_cut_through_port_against_model(width, every):
     """The mix through the stack, one cut-through port beside a stored one (the echo's), or
