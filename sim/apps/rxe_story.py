@@ -464,9 +464,9 @@ def mixed(job):
     QPs (``rocegen-host write``, checked by the FPGA's pattern sink) while rping goes on. Passes
     when the write checked every byte, rping ended well with its pings checked (``-V``) and
     counted by the FPGA, and both managers' QPs were seen held together with rping still
-    running when the write began. (rping ends by itself: its ``rdma_disconnect`` sends the
-    DREQ again until the DREP. A tool stopped by a signal sends it once, and a lost one would
-    leave the FPGA's idle QP held.)"""
+    running when the write began. (rping's DREQ goes once: it destroys its id right after
+    ``rdma_disconnect``, and Linux's CM cancels a DREQ's retransmission when its id is
+    destroyed. A lost one leaves the FPGA's idle QP held.)"""
     before = fpga_status(time.time() + 1).get("stats", {})
     t = time.monotonic()
     count = int(RPING_ARGS[RPING_ARGS.index("-C") + 1])
