@@ -416,6 +416,21 @@ class _IcrcPipeline(wiring.Component):
             out.i.payload.eq(Mux(beside, q.i.payload.as_value(), q.o.payload.as_value())),
             q.o.ready.eq(out.i.ready),
         ]
+        direct = w.get("direct")
+        if direct is not None:
+            # a one-beat packet straight from the compare stage, in a cycle nothing is held
+            # (so ``w`` offers nothing and the packet before has left): the queue is empty and
+            # the slice takes it (``w_first`` is 1, so ``beside`` is high too)
+            m.d.comb += direct["room"].eq(q.empty & out.i.ready)
+            with m.If(direct["v"]):
+                m.d.comb += [
+                    out.i.valid.eq(1),
+                    out.i.payload.data.eq(direct["d"]),
+                    out.i.payload.keep.eq(direct["keep"]),
+                    out.i.payload.last.eq(1),
+                    out.i.payload.error.eq(direct["err"]),
+                    out.i.payload.meta.eq(direct["meta"]),
+                ]
         wiring.connect(m, out.o, wiring.flipped(self.o))
 
 
@@ -623,7 +638,10 @@ class IcrcCheck(_IcrcPipeline):
     * Latency: the last output beat of a packet is first offered :attr:`latency` cycles (3 + the
       XOR stages: 4 at every width 64..512) after its last input beat is accepted, if the output
       is not held off; one cycle less when that last beat holds nothing but ICRC bytes (the beat
-      before it then becomes the last).
+      before it then becomes the last), and one cycle less for a packet of one beat (at
+      W = 512 an ACK with its IPv4 and UDP headers, or a READ request): with no beat held,
+      it goes from the compare straight into the output slice when the queue is empty and the
+      slice takes it (else it is held like any other).
     * Throughput: one beat per cycle sustained over back-to-back packets; the block never idles
       its input while ``o.ready`` is high. A packet whose last beat holds only ICRC bytes leaves
       one beat shorter.
@@ -642,7 +660,8 @@ class IcrcCheck(_IcrcPipeline):
 
     def __init__(self, width, meta=None, *, offset=14, ip_version=4):
         super().__init__(width, meta, offset, ip_version, {"icrc_bad": Out(1)})
-        #: Cycles from a packet's last input beat to its last output beat.
+        #: Cycles from a packet's last input beat to its last output beat (one less for a packet
+        #: of one beat).
         self.latency = self.stages + 1
         #: Cycles from a packet's last input beat to its ``icrc_bad`` strobe.
         self.bad_latency = self.stages - 1
@@ -685,6 +704,12 @@ class IcrcCheck(_IcrcPipeline):
              for k, v in h.items()}
         x_fail = x["err"] | bad
         only_icrc = ~x["keep"][ICRC_BYTES]                 # n <= 4
+        # a packet of one beat (none held, so this one is a first beat) leaves at once when it
+        # can go beside the queue into the output slice (``room``, from ``_output_slice``): it
+        # has nothing to hold back for
+        room = Signal(name="direct_room")
+        direct = Signal(name="direct")
+        m.d.comb += direct.eq(x["v"] & x["last"] & ~h["v"] & room)
         emit = h["v"] & (h["last"] | x["v"])
         merge = Signal()
         m.d.comb += merge.eq(x["v"] & x["last"] & only_icrc & h["v"] & ~h["last"])
@@ -697,7 +722,7 @@ class IcrcCheck(_IcrcPipeline):
             w["last"].eq(h["last"] | merge),
             w["err"].eq(Mux(merge, x_fail, h["err"])),
         ]
-        with m.If(x["v"] & ~merge):
+        with m.If(x["v"] & ~merge & ~direct):
             m.d.sync += [
                 h["v"].eq(1),
                 h["d"].eq(x["d"]),
@@ -709,4 +734,6 @@ class IcrcCheck(_IcrcPipeline):
         with m.Elif(emit):
             m.d.sync += h["v"].eq(0)
 
+        w["direct"] = {"room": room, "v": direct, "d": x["d"], "keep": x["keep"][ICRC_BYTES:],
+                       "err": x_fail, "meta": x["meta"]}
         return w, merge, Const(0, 1)

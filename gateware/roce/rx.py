@@ -155,12 +155,14 @@ class RoceRx(wiring.Component):
       verdict: the QP state the datagram met when it came in.)
     * Latency: the ``ack`` event is offered 1 cycle after the last beat of the datagram leaves
       the ICRC check, which is :attr:`IcrcCheck.latency` cycles (4) after the input's last beat
-      when no header beat has to be added at its end: :attr:`ack_latency` (5 cycles at 64, 128
-      and 512 bits, 6 at 256) is the total for a 20-byte ACKNOWLEDGE, :meth:`event_latency`
-      for any length. The verdict pulse comes in the cycle the datagram's last beat leaves the
-      ICRC check (for a good ACK, in the cycle its event is loaded into the ``ack`` register,
-      one cycle before it is offered). A datagram's record is queued 2 cycles after its last
-      beat goes into the ICRC check, before that beat can leave it.
+      when no header beat has to be added at its end, 3 for a datagram of one beat with its
+      IPv4 and UDP headers: :attr:`ack_latency` (5 cycles at 64 and 128 bits, 6 at 256, 4 at
+      512, where an ACKNOWLEDGE is one beat) is the total for a 20-byte ACKNOWLEDGE,
+      :meth:`event_latency` for any length. The verdict pulse comes in the cycle the
+      datagram's last beat leaves the ICRC check (for a good ACK, in the cycle its event is
+      loaded into the ``ack`` register, one cycle before it is offered). A datagram's record is
+      queued 2 cycles after its last beat goes into the ICRC check, before that beat can leave
+      it (3 cycles after, at the earliest).
     * Throughput: one beat per cycle after the header insertion. A UDP payload of ``n`` bytes
       becomes ``ceil((28 + n) / (W/8))`` beats there, so the input is held for the beats added
       (3 cycles per 20-byte ACK at 64 bits, 1 at 128 and 256; none at 512 bits, where every ACK
@@ -214,7 +216,8 @@ class RoceRx(wiring.Component):
 
         total = _IP_UDP + length
         only_icrc = total > B and (total - 1) % B + 1 <= ICRC_BYTES
-        return (self._icrc.latency - only_icrc + 1 + spills(H.UDP.length, length) +
+        one_beat = total <= B
+        return (self._icrc.latency - only_icrc - one_beat + 1 + spills(H.UDP.length, length) +
                 spills(H.IPV4.length, H.UDP.length + length))
 
     def elaborate(self, platform):
