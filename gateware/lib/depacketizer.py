@@ -103,125 +103,136 @@ class Depacketizer(wiring.Component):
     def _elaborate_lanes(self, m, B, hdr_buf, i, idx, meta, meta_of, o, q, r):
         """The lanes: the held beat and the current one shifted into the output beat, the header
         latched."""
+        if r:
+            self._lanes_unaligned(m, B, hdr_buf, i, idx, meta, meta_of, o, q, r)
+        else:
+            self._lanes_aligned(m, B, hdr_buf, i, idx, meta, meta_of, o, q)
+        return m
+
+    def _lanes_unaligned(self, m, B, hdr_buf, i, idx, meta, meta_of, o, q, r):
+        """H is not a multiple of W/8: a held beat R gives its lanes r..B-1 to each output beat."""
         def latch_meta(lanes):
             return meta_of(meta, lanes)
 
-        if r:
-            # R holds the previous beat of this packet; it contributes its lanes r..B-1.
-            r_data = Signal(self.width)
-            r_keep = Signal(B)
-            r_last = Signal()
-            r_error = Signal()
-            r_valid = Signal()
+        # R holds the previous beat of this packet; it contributes its lanes r..B-1.
+        r_data = Signal(self.width)
+        r_keep = Signal(B)
+        r_last = Signal()
+        r_error = Signal()
+        r_valid = Signal()
 
-            can_start = ~r_valid | (r_last & o.ready)
-            # a packet whose header ends in its last beat, coming in while the output is free,
-            # leaves in that cycle (it is latched into R as well, in case ``o.ready`` is low:
-            # then R offers the same beat from the next cycle)
-            lanes_now = Cat(hdr_buf, i.payload.data[:8 * r]) if q else i.payload.data[:8 * r]
-            at_once = Signal()
-            if self.pass_short:
-                m.d.comb += at_once.eq(~r_valid & i.valid & (idx == q) & i.payload.last &
-                                       i.payload.keep[r - 1])
-            with m.If(at_once):
-                m.d.comb += [
-                    o.valid.eq(1),
-                    o.payload.data.eq(i.payload.data[8 * r:]),
-                    o.payload.keep.eq(i.payload.keep[r:]),
-                    o.payload.last.eq(1),
-                    o.payload.error.eq(i.payload.error),
-                ]
-                m.d.comb += meta_of(o.payload.meta, lanes_now)
-            with m.Elif(r_valid & r_last):
-                # final output beat of the packet: R's remaining lanes
-                m.d.comb += [
-                    o.valid.eq(1),
-                    o.payload.data.eq(r_data[8 * r:]),
-                    o.payload.keep.eq(r_keep[r:]),
-                    o.payload.last.eq(1),
-                    o.payload.error.eq(r_error),
-                ]
-                with m.If(o.ready):
+        can_start = ~r_valid | (r_last & o.ready)
+        # a packet whose header ends in its last beat, coming in while the output is free,
+        # leaves in that cycle (it is latched into R as well, in case ``o.ready`` is low:
+        # then R offers the same beat from the next cycle)
+        lanes_now = Cat(hdr_buf, i.payload.data[:8 * r]) if q else i.payload.data[:8 * r]
+        at_once = Signal()
+        if self.pass_short:
+            m.d.comb += at_once.eq(~r_valid & i.valid & (idx == q) & i.payload.last &
+                                   i.payload.keep[r - 1])
+        with m.If(at_once):
+            m.d.comb += [
+                o.valid.eq(1),
+                o.payload.data.eq(i.payload.data[8 * r:]),
+                o.payload.keep.eq(i.payload.keep[r:]),
+                o.payload.last.eq(1),
+                o.payload.error.eq(i.payload.error),
+            ]
+            m.d.comb += meta_of(o.payload.meta, lanes_now)
+        with m.Elif(r_valid & r_last):
+            # final output beat of the packet: R's remaining lanes
+            m.d.comb += [
+                o.valid.eq(1),
+                o.payload.data.eq(r_data[8 * r:]),
+                o.payload.keep.eq(r_keep[r:]),
+                o.payload.last.eq(1),
+                o.payload.error.eq(r_error),
+            ]
+            with m.If(o.ready):
+                m.d.sync += r_valid.eq(0)
+        with m.Elif(r_valid):
+            ends = i.payload.last & ~i.payload.keep[r]
+            m.d.comb += [
+                o.valid.eq(i.valid),
+                o.payload.data.eq(Cat(r_data[8 * r:], i.payload.data[:8 * r])),
+                o.payload.keep.eq(Cat(r_keep[r:], i.payload.keep[:r])),
+                o.payload.last.eq(ends),
+                o.payload.error.eq(ends & i.payload.error),
+                i.ready.eq(o.ready),
+            ]
+            with m.If(i.valid & o.ready):
+                with m.If(ends):
                     m.d.sync += r_valid.eq(0)
-            with m.Elif(r_valid):
-                ends = i.payload.last & ~i.payload.keep[r]
-                m.d.comb += [
-                    o.valid.eq(i.valid),
-                    o.payload.data.eq(Cat(r_data[8 * r:], i.payload.data[:8 * r])),
-                    o.payload.keep.eq(Cat(r_keep[r:], i.payload.keep[:r])),
-                    o.payload.last.eq(ends),
-                    o.payload.error.eq(ends & i.payload.error),
-                    i.ready.eq(o.ready),
-                ]
-                with m.If(i.valid & o.ready):
-                    with m.If(ends):
-                        m.d.sync += r_valid.eq(0)
+                with m.Else():
+                    m.d.sync += [r_data.eq(i.payload.data), r_keep.eq(i.payload.keep),
+                                 r_last.eq(i.payload.last), r_error.eq(i.payload.error)]
+
+        with m.If(can_start):
+            m.d.comb += i.ready.eq(1)
+            with m.If(i.valid):
+                with m.If(idx < q):
+                    if q:
+                        m.d.sync += hdr_buf.eq(Cat(hdr_buf[8 * B:], i.payload.data))
+                    with m.If(i.payload.last):
+                        m.d.sync += idx.eq(0)
+                        m.d.comb += self.runt.eq(1)
                     with m.Else():
-                        m.d.sync += [r_data.eq(i.payload.data), r_keep.eq(i.payload.keep),
+                        m.d.sync += idx.eq(idx + 1)
+                with m.Else():
+                    m.d.sync += idx.eq(0)
+                    with m.If(i.payload.last & ~i.payload.keep[r - 1]):
+                        m.d.comb += self.runt.eq(1)
+                    with m.Else():
+                        m.d.sync += latch_meta(lanes_now)
+                        m.d.sync += [r_valid.eq(~(at_once & o.ready)),
+                                     r_data.eq(i.payload.data), r_keep.eq(i.payload.keep),
                                      r_last.eq(i.payload.last), r_error.eq(i.payload.error)]
 
-            with m.If(can_start):
-                m.d.comb += i.ready.eq(1)
-                with m.If(i.valid):
-                    with m.If(idx < q):
-                        if q:
-                            m.d.sync += hdr_buf.eq(Cat(hdr_buf[8 * B:], i.payload.data))
-                        with m.If(i.payload.last):
-                            m.d.sync += idx.eq(0)
-                            m.d.comb += self.runt.eq(1)
-                        with m.Else():
-                            m.d.sync += idx.eq(idx + 1)
-                    with m.Else():
+    def _lanes_aligned(self, m, B, hdr_buf, i, idx, meta, meta_of, o, q):
+        """H is a multiple of W/8: body beats pass straight through."""
+        def latch_meta(lanes):
+            return meta_of(meta, lanes)
+
+        # Header ends on a beat boundary: body beats pass straight through.
+        empty = Signal()                # a header-only packet owes one empty beat
+        empty_error = Signal()
+        with m.If(empty):
+            m.d.comb += [o.valid.eq(1), o.payload.last.eq(1),
+                         o.payload.error.eq(empty_error)]
+            with m.If(o.ready):
+                m.d.sync += empty.eq(0)
+        # (never while ``empty``: it follows a packet's last beat) the body
+        with m.If(idx == q):
+            m.d.comb += [
+                o.valid.eq(i.valid),
+                o.payload.data.eq(i.payload.data),
+                o.payload.keep.eq(i.payload.keep),
+                o.payload.last.eq(i.payload.last),
+                o.payload.error.eq(i.payload.error),
+                i.ready.eq(o.ready),
+            ]
+            with m.If(i.valid & o.ready & i.payload.last):
+                m.d.sync += idx.eq(0)
+        # the header: taken while an owed empty beat leaves too, so that the input is never
+        # held while ``o.ready`` is high (the latch below takes effect after that beat)
+        with m.Elif(~empty | o.ready):
+            m.d.comb += i.ready.eq(1)
+            with m.If(i.valid):
+                m.d.sync += hdr_buf.eq(Cat(hdr_buf[8 * B:], i.payload.data))
+                with m.If(idx == q - 1):
+                    lanes = Cat(hdr_buf[8 * B:], i.payload.data) if q > 1 else i.payload.data
+                    m.d.sync += latch_meta(lanes)
+                    with m.If(i.payload.last):
                         m.d.sync += idx.eq(0)
-                        with m.If(i.payload.last & ~i.payload.keep[r - 1]):
+                        with m.If(i.payload.keep[B - 1]):
+                            m.d.sync += [empty.eq(1), empty_error.eq(i.payload.error)]
+                        with m.Else():
                             m.d.comb += self.runt.eq(1)
-                        with m.Else():
-                            m.d.sync += latch_meta(lanes_now)
-                            m.d.sync += [r_valid.eq(~(at_once & o.ready)),
-                                         r_data.eq(i.payload.data), r_keep.eq(i.payload.keep),
-                                         r_last.eq(i.payload.last), r_error.eq(i.payload.error)]
-        else:
-            # Header ends on a beat boundary: body beats pass straight through.
-            empty = Signal()                # a header-only packet owes one empty beat
-            empty_error = Signal()
-            with m.If(empty):
-                m.d.comb += [o.valid.eq(1), o.payload.last.eq(1),
-                             o.payload.error.eq(empty_error)]
-                with m.If(o.ready):
-                    m.d.sync += empty.eq(0)
-            # (never while ``empty``: it follows a packet's last beat) the body
-            with m.If(idx == q):
-                m.d.comb += [
-                    o.valid.eq(i.valid),
-                    o.payload.data.eq(i.payload.data),
-                    o.payload.keep.eq(i.payload.keep),
-                    o.payload.last.eq(i.payload.last),
-                    o.payload.error.eq(i.payload.error),
-                    i.ready.eq(o.ready),
-                ]
-                with m.If(i.valid & o.ready & i.payload.last):
-                    m.d.sync += idx.eq(0)
-            # the header: taken while an owed empty beat leaves too, so that the input is never
-            # held while ``o.ready`` is high (the latch below takes effect after that beat)
-            with m.Elif(~empty | o.ready):
-                m.d.comb += i.ready.eq(1)
-                with m.If(i.valid):
-                    m.d.sync += hdr_buf.eq(Cat(hdr_buf[8 * B:], i.payload.data))
-                    with m.If(idx == q - 1):
-                        lanes = Cat(hdr_buf[8 * B:], i.payload.data) if q > 1 else i.payload.data
-                        m.d.sync += latch_meta(lanes)
-                        with m.If(i.payload.last):
-                            m.d.sync += idx.eq(0)
-                            with m.If(i.payload.keep[B - 1]):
-                                m.d.sync += [empty.eq(1), empty_error.eq(i.payload.error)]
-                            with m.Else():
-                                m.d.comb += self.runt.eq(1)
-                        with m.Else():
-                            m.d.sync += idx.eq(q)
                     with m.Else():
-                        with m.If(i.payload.last):
-                            m.d.sync += idx.eq(0)
-                            m.d.comb += self.runt.eq(1)
-                        with m.Else():
-                            m.d.sync += idx.eq(idx + 1)
-        return m
+                        m.d.sync += idx.eq(q)
+                with m.Else():
+                    with m.If(i.payload.last):
+                        m.d.sync += idx.eq(0)
+                        m.d.comb += self.runt.eq(1)
+                    with m.Else():
+                        m.d.sync += idx.eq(idx + 1)
