@@ -111,9 +111,6 @@ class Depacketizer(wiring.Component):
 
     def _lanes_unaligned(self, m, B, hdr_buf, i, idx, meta, meta_of, o, q, r):
         """H is not a multiple of W/8: a held beat R gives its lanes r..B-1 to each output beat."""
-        def latch_meta(lanes):
-            return meta_of(meta, lanes)
-
         # R holds the previous beat of this packet; it contributes its lanes r..B-1.
         r_data = Signal(self.width)
         r_keep = Signal(B)
@@ -183,16 +180,13 @@ class Depacketizer(wiring.Component):
                     with m.If(i.payload.last & ~i.payload.keep[r - 1]):
                         m.d.comb += self.runt.eq(1)
                     with m.Else():
-                        m.d.sync += latch_meta(lanes_now)
+                        m.d.sync += meta_of(meta, lanes_now)
                         m.d.sync += [r_valid.eq(~(at_once & o.ready)),
                                      r_data.eq(i.payload.data), r_keep.eq(i.payload.keep),
                                      r_last.eq(i.payload.last), r_error.eq(i.payload.error)]
 
     def _lanes_aligned(self, m, B, hdr_buf, i, idx, meta, meta_of, o, q):
         """H is a multiple of W/8: body beats pass straight through."""
-        def latch_meta(lanes):
-            return meta_of(meta, lanes)
-
         # Header ends on a beat boundary: body beats pass straight through.
         empty = Signal()                # a header-only packet owes one empty beat
         empty_error = Signal()
@@ -221,7 +215,7 @@ class Depacketizer(wiring.Component):
                 m.d.sync += hdr_buf.eq(Cat(hdr_buf[8 * B:], i.payload.data))
                 with m.If(idx == q - 1):
                     lanes = Cat(hdr_buf[8 * B:], i.payload.data) if q > 1 else i.payload.data
-                    m.d.sync += latch_meta(lanes)
+                    m.d.sync += meta_of(meta, lanes)
                     with m.If(i.payload.last):
                         m.d.sync += idx.eq(0)
                         with m.If(i.payload.keep[B - 1]):
