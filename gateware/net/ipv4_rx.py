@@ -5,13 +5,16 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
 from rocegen.gateware.lib.demux import PacketDemux
 from rocegen.gateware.lib.depacketizer import Depacketizer
-from rocegen.gateware.lib.pipe import ForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat
 from rocegen.gateware.lib.trim import Trim
 from rocegen.gateware.net.layouts import ETH_META, IP_RX_META
 from rocegen.wire.headers import IP_PROTO_ICMP, IP_PROTO_UDP, IPV4
 
 __all__ = ["Ipv4Rx"]
+
+
+def _dropped(x):
+    return ~x.header_ok | x.options | x.fragment | ~x.addr_ok | ~(x.is_icmp | x.is_udp)
 
 
 class Ipv4Rx(wiring.Component):
@@ -30,14 +33,14 @@ class Ipv4Rx(wiring.Component):
     ``drop_protocol`` (neither ICMP nor UDP).
 
     Latency: the depacketizer's (see :class:`~rocegen.gateware.lib.depacketizer.Depacketizer`) plus
-    two cycles: the header checks (the checksum summed in two halves) are made on the
-    depacketizer's registered header and go with the packet through the input stage of a
-    registered :class:`~rocegen.gateware.lib.trim.Trim`; the checksum is completed on the trimmer's
-    output and the verdict enters a :class:`~rocegen.gateware.lib.pipe.ForwardRegister` with the
-    packet, so the routing and the strobes depend on registers only; ``i.ready`` is a register
-    (the trimmer's stage). ``truncated`` pulses when the short
-    packet's last beat leaves the forward register. Backpressure from the selected output;
-    dropped packets are consumed at full rate.
+    one cycle: the header checks and the header checksum summed in two halves are made on the
+    depacketizer's header and go with the packet through the input stage of a registered
+    :class:`~rocegen.gateware.lib.trim.Trim`; on the trimmer's output the halves are compared
+    (their one's complement sum is 0xFFFF when they are each other's complement or both 0xFFFF,
+    so no adder lies there) and the routing and the strobes follow from that and registers.
+    ``i.ready`` is a register (the trimmer's stage). ``truncated`` pulses when the short
+    packet's last beat leaves the trimmer. Backpressure from the selected output; dropped
+    packets are consumed at full rate.
     """
 
     def __init__(self, width, *, mtu=1500):
@@ -69,12 +72,12 @@ class Ipv4Rx(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), dp.i)
         m.d.comb += self.runt.eq(dp.runt)
 
-        # the header checks but the checksum's end, and the checksum summed in two halves,
-        # are made on the depacketizer's (registered) header and go with the packet through the
-        # trimmer's input stage; the checksum is completed on the trimmer's output and the
-        # verdict enters a forward register with the packet
+        # the header checks and the checksum summed in two halves are made on the
+        # depacketizer's header and go with the packet through the trimmer's input stage; the
+        # two halves are compared on the trimmer's output (no adder there) and the dispatch
+        # decides from that
         pre = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
-                                 "is_icmp": 1, "is_udp": 1, "sum0": 16, "sum1": 16})
+                                 "is_icmp": 1, "is_udp": 1, "drop": 1, "sum0": 16, "sum1": 16})
         tmeta = data.StructLayout({**IP_RX_META.members, "pre": pre})
         trim = m.submodules.trim = Trim(W, tmeta, registered=True, bias=IPV4.length)
         dpp, tip = dp.o.payload, trim.i.payload
@@ -93,54 +96,40 @@ class Ipv4Rx(wiring.Component):
             pv.addr_ok.eq(ip.dst == self.local_ip),
             pv.is_icmp.eq(ip.protocol == IP_PROTO_ICMP),
             pv.is_udp.eq(ip.protocol == IP_PROTO_UDP),
+            pv.drop.eq(_dropped(pv)),                   # for every reason but the checksum
             pv.sum0.eq(ones_complement_sum(words[:5])),
             pv.sum1.eq(ones_complement_sum(words[5:])),
         ]
 
-        verdict = data.StructLayout({"header_ok": 1, "options": 1, "fragment": 1, "addr_ok": 1,
-                                     "is_icmp": 1, "is_udp": 1})
-        inner = data.StructLayout({**IP_RX_META.members, "verdict": verdict, "short": 1})
-        sl = m.submodules.slice = ForwardRegister(W, inner)
-        tv = trim.o.payload.meta.pre
-        checksum_ok = ones_complement_sum([tv.sum0, tv.sum1]) == 0xFFFF
-        v = Signal(verdict)
-        # with options the checksum also covers them, which are not kept: it cannot be checked,
-        # and the packet is dropped as one with options
+        to = trim.o.payload
+        r = to.meta.pre
+        # the one's complement sum of the halves is 0xFFFF exactly when they are each other's
+        # complement or both 0xFFFF (0xFFFF + 0xFFFF = 0x1FFFE folds to 0xFFFF): compares, no
+        # adder. With options the checksum also covers them, which are not kept: it cannot be
+        # checked, and the packet is dropped as one with options.
+        checksum_ok = (r.sum0 == ~r.sum1) | ((r.sum0 & r.sum1) == 0xFFFF)
+        header_ok = Signal()
+        drop = Signal()
         m.d.comb += [
-            v.options.eq(tv.options),
-            v.header_ok.eq(tv.header_ok & (checksum_ok | tv.options)),
-            v.fragment.eq(tv.fragment), v.addr_ok.eq(tv.addr_ok),
-            v.is_icmp.eq(tv.is_icmp), v.is_udp.eq(tv.is_udp),
+            header_ok.eq(r.header_ok & (checksum_ok | r.options)),
+            drop.eq(r.drop | ~(checksum_ok | r.options)),
         ]
-
-        def dropped(x):
-            return ~x.header_ok | x.options | x.fragment | ~x.addr_ok | ~(x.is_icmp | x.is_udp)
-
-        tp, sp = trim.o.payload, sl.i.payload
-        m.d.comb += [
-            sl.i.valid.eq(trim.o.valid), trim.o.ready.eq(sl.i.ready),
-            sp.data.eq(tp.data), sp.keep.eq(tp.keep), sp.last.eq(tp.last), sp.error.eq(tp.error),
-            sp.meta.eth.eq(tp.meta.eth), sp.meta.ipv4.eq(tp.meta.ipv4), sp.meta.verdict.eq(v),
-            sp.meta.short.eq(trim.short),
-        ]
-
         dm = m.submodules.demux = PacketDemux(W, IP_RX_META, 2)
-        so, dp_ = sl.o.payload, dm.i.payload
+        di = dm.i.payload
         m.d.comb += [
-            dm.i.valid.eq(sl.o.valid), sl.o.ready.eq(dm.i.ready),
-            dp_.data.eq(so.data), dp_.keep.eq(so.keep), dp_.last.eq(so.last),
-            dp_.error.eq(so.error), dp_.meta.eth.eq(so.meta.eth), dp_.meta.ipv4.eq(so.meta.ipv4),
+            dm.i.valid.eq(trim.o.valid), trim.o.ready.eq(dm.i.ready),
+            di.data.eq(to.data), di.keep.eq(to.keep), di.last.eq(to.last),
+            di.error.eq(to.error), di.meta.eth.eq(to.meta.eth), di.meta.ipv4.eq(to.meta.ipv4),
+            dm.select.eq(r.is_udp), dm.drop.eq(drop),
         ]
-        r = so.meta.verdict
-        header_ok, options, fragment, addr_ok = r.header_ok, r.options, r.fragment, r.addr_ok
-        is_icmp, is_udp = r.is_icmp, r.is_udp
-        m.d.comb += [dm.select.eq(is_udp), dm.drop.eq(dropped(r))]
-        moves = dm.i.valid & dm.i.ready
+        options, fragment, addr_ok, is_icmp, is_udp = (r.options, r.fragment, r.addr_ok,
+                                                       r.is_icmp, r.is_udp)
         # (a dropped packet's first beat is always taken: the drop strobes need no ``ready``)
         first = dm.i.valid & first_beat(m, dm.i)
         # a short packet is counted as truncated only if it is not dropped for another reason
-        # (metadata, and so the verdict, is constant over the packet)
-        m.d.comb += self.truncated.eq(moves & so.meta.short & ~dropped(r))
+        # (metadata, and so the verdict, is constant over the packet; ``short`` pulses as the
+        # last beat moves)
+        m.d.comb += self.truncated.eq(trim.short & ~drop)
         m.d.comb += [
             self.drop_header.eq(first & ~header_ok),
             self.drop_options.eq(first & header_ok & options),

@@ -57,12 +57,37 @@ def host_frames(rng):
     ]
     frames += bad
     raw = [bytes(f) for f in frames]
+    # a ping whose header's first half (version to protocol) sums to 0xFFFF, so that its right
+    # checksum makes the second half 0xFFFF too (0xFFFF + 0xFFFF folds to 0xFFFF), and the same
+    # ping with two wrong checksums
+    edge = halves_ffff(eth / IP(src=HOST_IP, dst=FPGA_IP) / ICMP(seq=9) / Raw(b"halves"))
+    raw += [edge] + [edge[:24] + struct.pack("!H", c) + edge[26:]
+                     for c in (edge_checksum(edge) ^ 1, 0xFFFF - edge_checksum(edge))]
     # truncations of a good datagram: IP says more than the frame holds
     good = bytes(eth / IP(src=HOST_IP, dst=FPGA_IP) / UDP(dport=7) / Raw(bytes(100)))
     raw += [good[:n] for n in (10, 20, 40, 80)]
     first, rest = raw[0], raw[1:]
     rng.shuffle(rest)
     return [first] + rest
+
+
+def edge_checksum(frame):
+    """The IPv4 header checksum field of an untagged Ethernet ``frame``."""
+    return struct.unpack_from("!H", frame, 24)[0]
+
+
+def halves_ffff(pkt):
+    """``pkt`` (scapy, Ethernet / IP / ...) as bytes, its IPv4 identification chosen so that the
+    one's complement sum of the header's first five 16-bit words is 0xFFFF; the checksum is
+    recomputed and right."""
+    pkt = pkt.copy()
+    pkt[IP].id = 0
+    base = checksum(bytes(pkt[IP])[:10]) ^ 0xFFFF      # the sum of those words, id 0
+    pkt[IP].id = 0xFFFF - base
+    del pkt[IP].chksum
+    frame = bytes(pkt)
+    assert checksum(frame[14:24]) == 0                 # (scapy's checksum is the complement)
+    return frame
 
 
 def host_requests(rng, n, *, vlan=None, max_payload=150):
