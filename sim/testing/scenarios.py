@@ -60,9 +60,10 @@ def host_frames(rng):
     # a ping whose header's first half (version to protocol) sums to 0xFFFF, so that its right
     # checksum makes the second half 0xFFFF too (0xFFFF + 0xFFFF folds to 0xFFFF), and the same
     # ping with two wrong checksums
-    edge = halves_ffff(eth / IP(src=HOST_IP, dst=FPGA_IP) / ICMP(seq=9) / Raw(b"halves"))
+    edge = _halves_ffff(eth / IP(src=HOST_IP, dst=FPGA_IP) / ICMP(seq=9) / Raw(b"halves"))
+    right = _ipv4_checksum_field(edge)
     raw += [edge] + [edge[:24] + struct.pack("!H", c) + edge[26:]
-                     for c in (edge_checksum(edge) ^ 1, 0xFFFF - edge_checksum(edge))]
+                     for c in (right ^ 1, 0xFFFF - right)]
     # truncations of a good datagram: IP says more than the frame holds
     good = bytes(eth / IP(src=HOST_IP, dst=FPGA_IP) / UDP(dport=7) / Raw(bytes(100)))
     raw += [good[:n] for n in (10, 20, 40, 80)]
@@ -71,12 +72,12 @@ def host_frames(rng):
     return [first] + rest
 
 
-def edge_checksum(frame):
+def _ipv4_checksum_field(frame):
     """The IPv4 header checksum field of an untagged Ethernet ``frame``."""
     return struct.unpack_from("!H", frame, 24)[0]
 
 
-def halves_ffff(pkt):
+def _halves_ffff(pkt):
     """``pkt`` (scapy, Ethernet / IP / ...) as bytes, its IPv4 identification chosen so that the
     one's complement sum of the header's first five 16-bit words is 0xFFFF; the checksum is
     recomputed and right."""
