@@ -145,7 +145,10 @@ def test_a_host_that_vanishes_gives_its_qp_back(lossy):
     rep = lossy["report"]
     (v,) = [s for s in rep["steps"] if s["step"] == "cm:vanish"]
     x, f = v["vanish"], v["vanish"]["fpga"]
-    assert v["ok"] and x["busy"] and x["pings_before_cut"] >= 2, v
+    # (the cut follows the FPGA's count of the second ping; rping's check of that ping may
+    # need frames the cut drops, so rping has checked one at least)
+    assert v["ok"] and x["busy"] and x["fpga_pings_before_cut"] >= 2, v
+    assert x["pings_before_cut"] >= 1, v
     assert f["roce_timeouts"] >= 1 and f["ibcm_disconnects"] == 1, v
     assert f["ibcm_dreq_timeouts"] == 1 and f["ibcm_timewait_exits"] >= 1, v
     assert f["ibcm_retransmits"] >= LINUX_MAX_CM_RETRIES and x["qp_open_cut"] == 0, v

@@ -457,7 +457,8 @@ def _cm_lines(r):
     if v:
         f, c = v.get("fpga") or {}, v.get("cut") or {}
         again = v.get("again") or {}
-        lines.append(f"  the host vanished after {v['pings_before_cut']} pings: the FPGA's QP "
+        lines.append(f"  the host vanished after {v.get('fpga_pings_before_cut')} pings counted "
+                     f"by the FPGA ({v['pings_before_cut']} checked by rping): the FPGA's QP "
                      f"failed ({f.get('roce_timeouts', 0)} timeouts), its IB CM disconnected "
                      f"({f.get('ibcm_disconnects', 0)} DREQ begun, {f.get('ibcm_retransmits', 0)}"
                      f" sent again, {f.get('ibcm_dreq_timeouts', 0)} unanswered), time-wait "

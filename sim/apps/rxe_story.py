@@ -363,15 +363,17 @@ def rping(job, count=None):
 def vanish(job):
     """``cm:vanish``: a host that vanishes under a busy connection of the FPGA's IB CM.
     ``rping -c -C 0`` (for ever) against the FPGA's rping server; once the FPGA counted two
-    pings, the link is cut both ways (the file ``serve.json.cut``: the simulation drops every
-    frame from the FPGA's next request on, :class:`rocegen.sim.cocotb.serve.Cut`). The FPGA's
-    request goes unanswered, its QP's retries run out, its IB CM sends the DREQ and sends it
-    again as the REQ's max CM retries allow, unanswered, then the time-wait, then the QP is
-    free (``qp_open`` as before the step). Then the cut is lifted, rping (waiting for ever, or ended in error
-    by rxe's own retries: neither is the step's failure) is stopped, and ``rping -C 2``
-    connects again. Passes when the FPGA counted a DREQ timeout, a disconnect it began and a
-    time-wait ended, every QP came back while the link was cut, and the second rping ended
-    well with its two pings checked (by rping, ``-V``, and counted by the FPGA)."""
+    pings (rping has then checked one at least: it starts a ping once it has checked the one
+    before; the second's check may need frames the cut drops), the link is cut both ways (the file
+    ``serve.json.cut``: the simulation drops every frame from the FPGA's next request on,
+    :class:`rocegen.sim.cocotb.serve.Cut`). The FPGA's request goes unanswered, its QP's retries
+    run out, its IB CM sends the DREQ and sends it again as the REQ's max CM retries allow,
+    unanswered, then the time-wait, then the QP is free (``qp_open`` as before the step). Then
+    the cut is lifted, rping (waiting for ever, or ended in error by rxe's own retries: neither
+    is the step's failure) is stopped, and ``rping -C 2`` connects again. Passes when the FPGA
+    counted a DREQ timeout, a disconnect it began and a time-wait ended, every QP came back
+    while the link was cut, and the second rping ended well with its two pings checked (by
+    rping, ``-V``, and counted by the FPGA)."""
     cut = OUT / "serve.json.cut"
     cut.unlink(missing_ok=True)
     start = fpga_status(time.time() + 1)
@@ -381,8 +383,8 @@ def vanish(job):
            "-V", "-v"]
     proc = start_tool(cmd)
     base = before.get("rping_pings", 0)
-    _, busy = fpga_wait(lambda st: st.get("stats", {}).get("rping_pings", 0) - base >= 2 or
-                        proc.poll() is not None, 120)
+    at_cut, busy = fpga_wait(lambda st: st.get("stats", {}).get("rping_pings", 0) - base >= 2 or
+                             proc.poll() is not None, 120)
     busy = busy and proc.poll() is None
     cut.write_text("the host is gone\n")
     names = ("ibcm_dreq_timeouts", "ibcm_disconnects", "ibcm_timewait_exits",
@@ -405,6 +407,7 @@ def vanish(job):
     gave = delta(during)
     return {"cmd": cmd, "rc": again["rc"], "wall_s": time.monotonic() - t, "json": {
             "pings_before_cut": sum(x.startswith("ping data: ") for x in out.splitlines()),
+            "fpga_pings_before_cut": at_cut.get("stats", {}).get("rping_pings", 0) - base,
             "busy": busy, "first_rc": rc, "first_output": out[-300:], "fpga": gave,
             "cut": during.get("cut"), "qp_open_cut": during.get("qp_open"),
             "cut_s": round(cut_secs, 1), "lifted": lifted.get("cut"),
