@@ -61,6 +61,17 @@ PROOFS = (
     "tests/test_board_lint.py::test_verilator_lint[vcu118]",
     # the 10/25G stack (XGMII MAC) with a host conversation
     "tests/test_cocotb_xgmii_stack.py::test_xgmii_stack_host_conversation[1]",
+    # the architecture: the gateware and the wire constants import downwards only (a second
+    # or so each)
+    "tests/unit/test_layers.py::test_layers_import_downwards_only[gateware]",
+    "tests/unit/test_layers.py::test_layers_import_downwards_only[wire]",
+    # the stack's cut-through paths, one case each: receive against the model (at 256 bits,
+    # where UDP receive passes one-beat datagrams in their cycle), receive without a store (the
+    # endpoint's), and the transmit path's invariant (steady sources never starve the MAC)
+    "tests/unit/net/test_stack_cut_through.py::test_cut_through_port_against_model[no-store-256]",
+    "tests/unit/net/test_stack_cut_through.py::"
+    "test_without_a_store_nothing_waits_for_a_dropped_datagram[64]",
+    "tests/unit/net/test_stack_tx_cut.py::test_steady_sources_never_starve_the_mac[cut-64]",
 )
 #: test functions whose name holds one of these keep their cheapest case whatever it costs: the
 #: checks of every parameter's precise error
