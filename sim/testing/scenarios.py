@@ -61,9 +61,12 @@ def host_frames(rng):
     # checksum makes the second half 0xFFFF too (0xFFFF + 0xFFFF folds to 0xFFFF), and the same
     # ping with two wrong checksums
     edge = _halves_ffff(eth / IP(src=HOST_IP, dst=FPGA_IP) / ICMP(seq=9) / Raw(b"halves"))
-    right = _ipv4_checksum_field(edge)
-    raw += [edge] + [edge[:24] + struct.pack("!H", c) + edge[26:]
-                     for c in (right ^ 1, 0xFFFF - right)]
+    right = edge[IP].chksum
+    raw.append(bytes(edge))
+    for wrong in (right ^ 1, 0xFFFF - right):
+        bad = edge.copy()
+        bad[IP].chksum = wrong
+        raw.append(bytes(bad))
     # truncations of a good datagram: IP says more than the frame holds
     good = bytes(eth / IP(src=HOST_IP, dst=FPGA_IP) / UDP(dport=7) / Raw(bytes(100)))
     raw += [good[:n] for n in (10, 20, 40, 80)]
@@ -72,23 +75,18 @@ def host_frames(rng):
     return [first] + rest
 
 
-def _ipv4_checksum_field(frame):
-    """The IPv4 header checksum field of an untagged Ethernet ``frame``."""
-    return struct.unpack_from("!H", frame, 24)[0]
-
-
 def _halves_ffff(pkt):
-    """``pkt`` (scapy, Ethernet / IP / ...) as bytes, its IPv4 identification chosen so that the
-    one's complement sum of the header's first five 16-bit words is 0xFFFF; the checksum is
-    recomputed and right."""
+    """``pkt`` (scapy, Ethernet / IP / ...) with its IPv4 identification chosen so that the one's
+    complement sum of the header's first five 16-bit words is 0xFFFF, parsed again from its
+    bytes (its checksum computed, right)."""
     pkt = pkt.copy()
     pkt[IP].id = 0
     base = checksum(bytes(pkt[IP])[:10]) ^ 0xFFFF      # the sum of those words, id 0
     pkt[IP].id = 0xFFFF - base
     del pkt[IP].chksum
-    frame = bytes(pkt)
-    assert checksum(frame[14:24]) == 0                 # (scapy's checksum is the complement)
-    return frame
+    pkt = Ether(bytes(pkt))
+    assert checksum(bytes(pkt[IP])[:10]) == 0          # (scapy's checksum is the complement)
+    return pkt
 
 
 def host_requests(rng, n, *, vlan=None, max_payload=150):
