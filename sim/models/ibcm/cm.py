@@ -411,6 +411,22 @@ class IbCm:
         self._arm(conn, mad, now, conn.peer_timeout_ns, conn.max_retries)
         return out
 
+    def destroy(self, now, local_comm_id):
+        """Forget a connection being closed, as Linux's ``rdma_destroy_id`` right after
+        ``rdma_disconnect`` does (rping and rdma_client): a connection in DREQ_SENT stops
+        sending its DREQ again and goes to time-wait; an established one sends its DREQ once and
+        goes to time-wait. Returns the MADs to send. ``ValueError`` in any other state."""
+        self._advance(now)
+        conn = self.connections.get(local_comm_id)
+        state = None if conn is None else conn.state
+        if state not in (State.ESTABLISHED, State.DREQ_SENT):
+            name = None if state is None else state.name
+            raise ValueError(f"connection {local_comm_id!r} is neither established nor "
+                             f"disconnecting (state {name})")
+        out = self.disconnect(now, local_comm_id) if state is State.ESTABLISHED else []
+        self._timewait(conn, now)
+        return out
+
     def disconnect_qp(self, now, qpn):
         """:meth:`disconnect` the established connection on our QP ``qpn``; a QP with none
         (not ours, not yet established, already closing) is counted as

@@ -63,6 +63,11 @@ class CmPeer:
         """``rdma_disconnect``: the frames of the DREQ."""
         return self._frames(self.cm.disconnect(int(now), local_comm_id))
 
+    def destroy(self, now, local_comm_id):
+        """``rdma_destroy_id`` of a connection being closed (the CM's
+        :meth:`~rocegen.sim.models.ibcm.IbCm.destroy`): the frames it sends."""
+        return self._frames(self.cm.destroy(int(now), local_comm_id))
+
     def receive(self, frame, now):
         """One frame from the wire: the frames sent in answer (the CM's, or the NIC's)."""
         frame = bytes(frame)

@@ -255,6 +255,36 @@ def test_dreq_crossing_retransmit_and_timeout():
     assert full(host.pool, fpga.pool)
 
 
+def test_destroy_after_disconnect_sends_the_dreq_once():
+    """``rdma_destroy_id`` right after ``rdma_disconnect`` (rping, rdma_client): the DREQ is not
+    sent again. Lost, it leaves the passive side's connection established; the passive side's
+    own DREQ later meets the host in time-wait (answered) or after it (answered as unknown)."""
+    host, fpga, link = nodes(drop=lambda s, d, m: parse(m)[0] == "DREQ" and s == HOST)
+    cid = connect(host, link)
+    p = only(fpga)
+    link.post(HOST, host.disconnect(10, cid))
+    assert host.destroy(11, cid) == []
+    link.run(11)
+    for k in range(1, 5):
+        link.poll(k * T10)
+    assert len(link.sent("DREQ", HOST)) == 1 and host.counters["retransmits"] == 0
+    assert host.connections[cid].state is State.TIMEWAIT and p.state is State.ESTABLISHED
+    link.post(FPGA, fpga.disconnect(5 * T10, p.local_comm_id))
+    link.run(5 * T10)
+    assert host.counters["dreq_duplicate"] == 1 and p.state is State.TIMEWAIT
+    link.poll(5 * T10 + max(host.time_wait_ns, fpga.time_wait_ns))
+    assert full(host.pool, fpga.pool)
+    # destroyed while established: its one DREQ, then time-wait; any other state is refused
+    host, fpga, link = nodes()
+    cid = connect(host, link)
+    link.post(HOST, host.destroy(10, cid))
+    link.run(10)
+    assert len(link.sent("DREQ", HOST)) == 1 and only(fpga).state is State.TIMEWAIT
+    assert host.connections[cid].state is State.TIMEWAIT
+    with pytest.raises(ValueError, match="neither established nor disconnecting"):
+        host.destroy(11, cid)
+
+
 def test_stale_and_unknown_ids():
     host, fpga, link = nodes()
     cid = connect(host, link)
