@@ -17,6 +17,14 @@ NIC model's memory, which the endpoint READs and WRITEs):
   service starts afresh) and runs ``-C 3 -S 26 -V``;
 * the server's counters: the pings done, and no service ended by an error.
 
+The cocotb test ``quiet``: an ``rdma_client``-like client of the echo whose DREQ is lost and
+which then destroys its id (as ``rdma_client`` does; Linux sends that DREQ once): the endpoint
+closes the connection itself (its DREQ, the host's DREP, the time-wait) after between
+``service_idle_us`` and twice that without a request on it, and the QP serves a new client;
+meanwhile a client that SENDs a message every quarter of that time keeps its connection, and the
+user's connection on the other port, quiet all along, keeps its own (only the services'
+connections are watched).
+
 The cocotb test ``send_echo``: two clients of the echo's port at once, as librdmacm's
 ``rdma_client`` (a receive posted, a SEND, its echo received) with messages of 16 bytes (the
 example's), 0 bytes, one packet and several packets (up to a QP's slice), every echo byte for
@@ -42,7 +50,7 @@ from rocegen.sim.models.rnic.cq import WcOpcode
 from rocegen.sim.models.rnic.memory import Access
 from rocegen.sim.models.services.rping import ADV_BYTES, MemoryRegion, RpingClient, ping_data
 from rocegen.sim.testing.cocotb_helpers import read_stats
-from rocegen.sim.testing.roce_env import wait_cycles
+from rocegen.sim.testing.roce_env import period_ps, wait_cycles
 
 #: rping's port and the echo's in the build (``rping_port``, ``echo_port``)
 RPING_PORT = int(os.environ.get("RPING_PORT", "7174"))
@@ -212,15 +220,18 @@ def _echoed(env, hq, seen):
     return bool(seen)
 
 
-async def echo_client(env, rng, sizes, slot):
+async def echo_client(env, rng, sizes, slot, *, gap=0, lose_dreq=False):
     """One client of the echo: connects, and for each size SENDs a message of random bytes
-    into its posted receive buffer's echo; returns the echoes' bytes and the messages."""
+    into its posted receive buffer's echo (``gap`` cycles after the echo before), then
+    disconnects; returns the messages, the echoes' bytes and the connection. ``lose_dreq``: its
+    DREQ is lost and the client destroys its id at once, as ``rdma_client`` does."""
     _, conn = await env.connect(ECHO_PORT)
     assert conn.state is State.ESTABLISHED, conn
     hq, buf = conn.qpn, CLIENT_BASE + slot * CLIENT_SLOT
     env.peer.register_mr(buf, CLIENT_SLOT, 0x5000 + slot, Access.LOCAL_WRITE)
     sent, got = [], []
     for n in sizes:
+        await wait_cycles(W, gap)
         msg = rng.randbytes(n)
         env.peer.post_recv(hq, CLIENT_SLOT, n, addr=buf)
         env.peer.post_send(hq, "SEND", data=msg, wr_id=n)
@@ -232,9 +243,13 @@ async def echo_client(env, rng, sizes, slot):
         (c,) = seen
         assert c.status == WcStatus.SUCCESS and c.byte_len == n, c
         got.append(env.peer.read_mem(buf, n))
-    env.send(env.peer.disconnect(_now_ns(), conn.local_comm_id))
+    dreq = env.peer.disconnect(_now_ns(), conn.local_comm_id)
+    if lose_dreq:
+        env.send(env.peer.destroy(_now_ns(), conn.local_comm_id))
+    else:
+        env.send(dreq)
     await env.settle(lambda: conn.state is State.TIMEWAIT, "no DREP")
-    return sent, got
+    return sent, got, conn
 
 
 @cocotb.test()
@@ -248,7 +263,7 @@ async def send_echo(dut):
     runs = [cocotb.start_soon(echo_client(env, random.Random(rng.getrandbits(32)), s, 8 + k))
             for k, s in enumerate(sizes)]
     for r in runs:
-        sent, got = await r
+        sent, got, _ = await r
         assert got == sent, "an echo differs from its message"
     await wait_cycles(W, 2000)
     after = await read_stats(dut, STATS)
@@ -259,3 +274,49 @@ async def send_echo(dut):
     # posted yet and answers RNR, as documented; anything else is a problem)
     problems = [p for p in env.host_problems() if not p.startswith("req_rnr_rx")]
     assert not problems, problems
+
+
+@cocotb.test()
+async def quiet(dut):
+    rng = random.Random(SEED)
+    env = RpingEnv(dut)
+    await env.start()
+    before = await read_stats(dut, STATS)
+    idle_ns = PARAMS["service_idle_us"] * 1000
+    idle = round(idle_ns * 1000 / period_ps(W))
+    _, user = await env.connect(PORT)
+    assert user.state is State.ESTABLISHED
+    gone_at = {}
+
+    async def gone():
+        sent, got, conn = await echo_client(env, rng, [16, 100], 8, lose_dreq=True)
+        gone_at["ns"] = _now_ns()       # (after its last echo: no request of it from here)
+        assert got == sent
+        return conn
+
+    # a client SENDing every quarter of the idle time, through three of them
+    live = cocotb.start_soon(echo_client(env, random.Random(rng.getrandbits(32)), [16] * 12, 9,
+                                         gap=idle // 4))
+    conn = await gone()
+    k = conn.peer_qpn - 256
+    await env.settle(lambda: not int(dut.qp_open.value) >> k & 1,
+                     "the quiet connection's QP is still taken", max_cycles=4 * idle + MAX_CYCLES)
+    closed_ns = _now_ns() - gone_at["ns"]
+    sent, got, kept = await live
+    assert got == sent and kept.state is State.TIMEWAIT
+    # the QP serves again
+    sent, got, again = await echo_client(env, rng, [16], 10)
+    assert got == sent and again.peer_qpn == conn.peer_qpn
+    await wait_cycles(W, 2000)
+    after = await read_stats(dut, STATS)
+    got = {k: after[k] - before[k] for k in ("ibcm_idle_closes", "ibcm_disconnects",
+                                             "echo_ended", "echo_bad_event")}
+    assert got == {"ibcm_idle_closes": 1, "ibcm_disconnects": 1, "echo_ended": 3,
+                   "echo_bad_event": 0}, got
+    # closed after a quiet window at least (it also waited out the time-wait), and within two
+    # windows and the time-wait
+    wait_ns = PARAMS["rdma_cm_time_wait_us"] * 1000
+    assert idle_ns <= closed_ns <= 2 * idle_ns + wait_ns + 10_000, (closed_ns, idle_ns)
+    # the user's connection, quiet all along, is open on both sides
+    assert user.state is State.ESTABLISHED and int(dut.qp_open.value) >> (user.peer_qpn - 256) & 1
+    assert not [p for p in env.host_problems() if not p.startswith("req_rnr_rx")]

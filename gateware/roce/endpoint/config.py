@@ -238,6 +238,12 @@ class EndpointConfig:
     rping_client_count: int = _p(10, "with rping_client_port: pings a connection runs before "
                                  "the client disconnects, rping's -C (1..99999, default 10)",
                                  lo=1, hi=99999, cli="--rping-client-count", metavar="N")
+    service_idle_us: float = _p(10_000_000, "with rping_port or echo_port: a connection of the "
+                                "rping server or the SEND echo on which no request arrives for "
+                                "this long (up to twice as long) is closed by the FPGA (a DREQ), "
+                                "so that a client whose DREQ was lost does not keep its QP; in "
+                                "microseconds (default 10 s; 0: never)", kind="number", lo=0,
+                                hi=10_000_000, cli="--service-idle", metavar="US")
     service_region: tuple = _p(None, "with rping_port, echo_port or rping_client_port: the "
                                "local memory the "
                                "gateware services' buffers take, an equal slice of a power of "

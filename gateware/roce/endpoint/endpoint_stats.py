@@ -47,7 +47,9 @@ ROCE_STATS = [
     # (the gateware services': zero without them)
     f"rping_{name}" for name in RPING_COUNTERS] + [
     f"echo_{name}" for name in ECHO_COUNTERS] + [
-    f"rping_client_{name}" for name in CLIENT_COUNTERS] + list(WIDE_COUNTERS)
+    f"rping_client_{name}" for name in CLIENT_COUNTERS] + [
+    # (the IB CM's services' connections closed for quiet: zero without them)
+    "ibcm_idle_closes"] + list(WIDE_COUNTERS)
 #: Every counter, in address order.
 STATS = NET_STATS + ROCE_STATS
 #: Counters of :data:`ROCE_STATS` fed by another block's 32-bit event counter (each move of it

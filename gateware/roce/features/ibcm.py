@@ -8,6 +8,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
 from rocegen.gateware.roce.features.feature import Feature
 from rocegen.gateware.roce.ibcm.ibcm_closer import IbCmCloser
+from rocegen.gateware.roce.ibcm.ibcm_idle import IbCmIdle
 from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
 from rocegen.gateware.roce.ibcm.ibcm_passive import DEFAULT_TIME_WAIT_NS
 from rocegen.gateware.roce.ibcm.ibcm_qps import IbCmQps
@@ -50,7 +51,8 @@ class IbCmFeature(Feature):
         ``rdma_cm_ports`` (not empty), ``rdma_cm_time_wait_us``, ``num_qps``, ``clk_hz``,
         ``pmtu``, ``cm_timeout`` (the longest ACK timeout a QP gets), ``cm_rnr_retry`` (the RNR
         retry count our REPs state), ``responder`` (the
-        REPs' regions), ``reads``, ``rd_depth``, ``max_rd_atomic``.
+        REPs' regions), ``reads``, ``rd_depth``, ``max_rd_atomic``, ``service_idle_us`` (with
+        the rping server or the SEND echo).
 
     Ports
     -----
@@ -78,7 +80,12 @@ class IbCmFeature(Feature):
     the time-wait (or a REJ) gives it back to the pool, reset. The FPGA disconnects (DREQ,
     sent again until a DREP or the REQ's retries run out, then time-wait) a connection the
     user's logic names on ``rdma_cm_disconnect`` and one whose QP fails (the retry engine's
-    ``errored``: a peer that vanished), so no QP stays taken by a host that is gone.
+    ``errored``: a peer that vanished), so no QP stays taken by a host that is gone. With the
+    rping server or the SEND echo and ``service_idle_us``, it also disconnects their
+    connections that went quiet (:class:`~rocegen.gateware.roce.ibcm.ibcm_idle.IbCmIdle`: no
+    request from the peer for ``service_idle_us`` to twice that): the peer closed its side and
+    its one DREQ was lost (rping and rdma_client destroy their ids at once, and Linux does not
+    send that DREQ again).
     """
 
     def __init__(self, cfg):
@@ -89,6 +96,12 @@ class IbCmFeature(Feature):
                            service_ports=cfg.service_ports,
                            service_active=tuple(a for _, a in cfg.service_sides))
         self.closer = IbCmCloser(cfg.num_qps)
+        #: the services' connections the peers asked for, watched for quiet ones
+        self.watched = [j for j, (_, active) in enumerate(cfg.service_sides) if not active]
+        self.idle = None
+        if self.watched and cfg.service_idle_us:
+            window = max(1, round(cfg.service_idle_us * cfg.clk_hz / 1e6))
+            self.idle = IbCmIdle(cfg.num_qps, window=window)
         #: with the rping client: its disconnects beside the user's (its input 1)
         self.disconnects = None if cfg.rping_client_port is None else StreamArbiter(8, 2)
 
@@ -122,6 +135,13 @@ class IbCmFeature(Feature):
         wiring.connect(m, wiring.flipped(ep.rdma_cm_connect), svc.connect)
         wiring.connect(m, svc.connected, wiring.flipped(ep.rdma_cm_event))
         m.d.comb += [closer.errored.eq(f.requester.retry.errored), closer.held.eq(qps.live)]
+        if self.idle is not None:
+            idle = m.submodules.ibcm_idle = self.idle
+            served = 0
+            for j in self.watched:
+                served |= qps.served[j]
+            wiring.connect(m, rx.data_seen, idle.seen)
+            m.d.comb += [idle.watched.eq(qps.live & served), closer.idle.eq(idle.expired)]
         m.d.comb += [qps.others.eq(cm.qp_open), qps.pool_idle.eq(cm.pool_idle),
                      cm.reserved.eq(qps.held), qps.tclass.eq(cm.tclass)]
         ctl = f.connection.ctl

@@ -93,6 +93,8 @@ def _feature_events(f):
                    for name in RPING_COUNTERS})
     events.update({f"echo_{name}": getattr(echo, name) if echo else _ZERO
                    for name in ECHO_COUNTERS})
+    idle = f.ibcm is not None and f.ibcm.idle is not None
+    events["ibcm_idle_closes"] = f.ibcm.closer.idle_closes if idle else _ZERO
     client = f.services.client if f.services else None
     events.update({f"rping_client_{name}": getattr(client, name) if client else _ZERO
                    for name in CLIENT_COUNTERS})

@@ -1,4 +1,5 @@
-"""Which IB CM connections to close: the user's disconnects and the QPs that failed."""
+"""Which IB CM connections to close: the user's disconnects, the QPs that failed and those that
+went quiet."""
 
 from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -13,9 +14,10 @@ __all__ = ["IbCmCloser"]
 class IbCmCloser(wiring.Component):
     """The QPs whose IB CM connections are to be closed (with a DREQ, by
     :class:`~rocegen.gateware.roce.ibcm.ibcm_passive.IbCmPassive`'s ``disconnect``): those the
-    user's logic names, and those of the IB CM that failed (retries or RNR retries exhausted,
-    an error NAK: the peer is gone or broken), so that a host that vanished does not keep its
-    QP for ever.
+    user's logic names, those of the IB CM that failed (retries or RNR retries exhausted,
+    an error NAK: the peer is gone or broken) and those that went quiet
+    (:class:`~rocegen.gateware.roce.ibcm.ibcm_idle.IbCmIdle`: the peer closed its side and its
+    DREQ was lost), so that a host that vanished does not keep its QP for ever.
 
     Parameters
     ----------
@@ -30,21 +32,27 @@ class IbCmCloser(wiring.Component):
         dropped.
     errored : In(num_qps)
         Bit k: QP k is in the error state (the retry engine's ``errored``).
+    idle : In(num_qps)
+        Bit k high for a cycle: QP k went quiet (``IbCmIdle``'s ``expired``).
     held : In(num_qps)
         Bit k: QP k is an open connection of the IB CM
         (:class:`~rocegen.gateware.roce.ibcm.ibcm_qps.IbCmQps`'s ``live``: not one it closed,
         whose error state is its own doing).
     o : Out(stream.Signature(24))
         The QP numbers to close, one at a time (a register, held until ``o.ready``).
+    idle_closes : Out(1)
+        High for one cycle (a register) with each QP offered on ``o`` because it went quiet
+        (and not also because it failed).
 
     Behaviour
     ---------
-    A QP of ``held`` whose ``errored`` bit rises is noted (a flip-flop per QP) and offered on
-    ``o`` once, the lowest index first; a note of a QP no longer in ``held`` is dropped.
+    A QP of ``held`` whose ``errored`` bit rises or whose ``idle`` bit is high is noted (a
+    flip-flop per QP, and one more per QP for why) and offered on ``o`` once, the lowest index
+    first; a note of a QP no longer in ``held`` is dropped.
     The user's requests and the noted QPs take turns when both wait. Latency (``o`` free): a
-    request is offered on ``o`` in the cycle after it is taken, a QP whose bit rises two
-    cycles after the bit. Backpressure: ``o.ready`` low holds the offer, then ``user`` (its
-    ``ready`` low) and the notes (kept).
+    request is offered on ``o`` in the cycle after it is taken, a QP whose ``errored`` bit
+    rises or whose ``idle`` bit pulses two cycles after the bit. Backpressure: ``o.ready`` low
+    holds the offer, then ``user`` (its ``ready`` low) and the notes (kept).
     """
 
     def __init__(self, num_qps):
@@ -53,8 +61,10 @@ class IbCmCloser(wiring.Component):
         super().__init__({
             "user": In(stream.Signature(8)),
             "errored": In(num_qps),
+            "idle": In(num_qps),
             "held": In(num_qps),
             "o": Out(stream.Signature(24)),
+            "idle_closes": Out(1),
         })
 
     def elaborate(self, platform):
@@ -62,6 +72,7 @@ class IbCmCloser(wiring.Component):
         n = self.num_qps
         prev = Signal(n)
         noted = Signal(n)
+        failed = Signal(n)          # noted because the QP failed (not only because it was quiet)
         last_user = Signal()
         m.d.sync += prev.eq(self.errored)
         found, idx = lowest_one(m, noted, "close")
@@ -79,5 +90,9 @@ class IbCmCloser(wiring.Component):
                          self.o.payload.eq(QPN_BASE + idx)]
         taken = Signal(n)
         m.d.comb += taken.eq(Mux(take_note, 1 << idx, 0))
-        m.d.sync += noted.eq(((noted & ~taken) | (self.errored & ~prev)) & self.held)
+        rose = Signal(n)
+        m.d.comb += rose.eq(self.errored & ~prev)
+        m.d.sync += [noted.eq(((noted & ~taken) | rose | self.idle) & self.held),
+                     failed.eq(((failed & ~taken) | rose) & self.held),
+                     self.idle_closes.eq(take_note & ~failed.bit_select(idx, 1))]
         return m
