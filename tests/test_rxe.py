@@ -14,7 +14,10 @@ is open, ``rping`` through the IB CM takes the pool's other QP and both carry ch
 (``cm:mixed``); rping's host vanishes (the link cut both ways under a busy connection): the
 FPGA's QP runs out of retries, its IB CM sends its DREQ and sends it again as often as Linux's
 REQ allows, unanswered, waits out the time-wait and gives the QP back, and rping connects
-again (``cm:vanish``); the FPGA connects a second time in the run, as rping's client, to
+again (``cm:vanish``); rping's one DREQ is lost (rping destroys its id at once, so Linux does
+not send it again), and the FPGA closes the connection left open once it was quiet, its DREQ
+answered by Linux, the QP given back (``cm:quiet``); the FPGA connects a second time in the
+run, as rping's client, to
 stock ``rping -s`` in the guest (``cm:rping_server``: ten pings, each printed by rping as
 rping's own client makes it, each compared by the FPGA); cmtime
 takes every QP of the FPGA at once, twice, each QP free again after each round
@@ -46,7 +49,7 @@ COUNT, SIZE = 2, 2500
 STEPS = ("connect", "fpga:WRITE_IMM", "fpga:SEND", "fpga:READ", "fpga:FETCH_ADD", "host:WRITE",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "cm:mixed", "stop",
          "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server", "cm:vanish",
-         "cm:rping_server", "cm:loop", "cm:connect", "host:WRITE", "host:READ", "stop")
+         "cm:quiet", "cm:rping_server", "cm:loop", "cm:connect", "host:WRITE", "host:READ", "stop")
 #: cm:loop's rounds in the gate (each: cmtime on every QP of the FPGA)
 LOOPS = 2
 #: the FPGA's QPs (``rocegen sim rxe`` builds at least 2: the agent's one and the IB CM's)
@@ -157,6 +160,24 @@ def test_a_host_that_vanishes_gives_its_qp_back(lossy):
     assert rep["frames"]["from_fpga"]["CM DREQ"] >= 1 + LINUX_MAX_CM_RETRIES, rep["frames"]
     assert rep["cut"]["cuts"] == 1 and not rep["cut"]["active"], rep["cut"]
     assert x["again_ok"] and x["again"]["pings"] == 2 and x["again"]["fpga_pings"] == 2, v
+
+
+def test_a_client_whose_dreq_is_lost_gives_its_qp_back(lossy):
+    """``cm:quiet``: stock ``rping -C 2`` whose one DREQ the simulation dropped ended well with
+    its pings checked; the FPGA closed the connection once quiet (one close for quiet, one DREQ
+    of its own, answered: none timed out) and gave the QP back (a time-wait ended, the QPs held
+    before the step held again, none other). And every step without the host agent began with
+    every QP free (a connection left open by a DREQ the lossy link lost elsewhere is closed in
+    the same way)."""
+    rep = lossy["report"]
+    (q,) = [s for s in rep["steps"] if s["step"] == "cm:quiet"]
+    x, f = q["quiet"], q["quiet"]["fpga"]
+    assert q["ok"] and x["rping"]["pings"] == 2 and x["rping"]["fpga_pings"] == 2, q
+    assert x["dreqs_dropped"] == 1 and f["ibcm_idle_closes"] == 1, q
+    assert f["ibcm_disconnects"] == 1 and f["ibcm_dreq_timeouts"] == 0, q
+    assert f["ibcm_timewait_exits"] >= 1 and x["qp_open_after"] == x["qp_open_before"], q
+    assert all(s["free_at_start"] is not False for s in rep["steps"]), \
+        [(s["step"], s["free_at_start"]) for s in rep["steps"]]
 
 
 def test_qps_opened_and_closed_in_a_loop_all_come_back(lossy):

@@ -87,6 +87,12 @@ CM_RESPONSE_TIMEOUT = 7
 #: it): a QP whose host vanished runs out of its 7 retries in some 30 s of wall time, not the
 #: 80 s of ``--fpga-timeout``'s 10.
 SIM_CM_TIMEOUT = 8
+#: The gateware services' quiet time in a co-simulation (``--service-idle``), in the FPGA's
+#: time: a live rping client's requests are never further apart than the FPGA's retries of the
+#: request it waits on (8 x 1 ms of ``SIM_CM_TIMEOUT``, then the QP fails anyway); a connection
+#: whose DREQ was lost is closed 10 to 20 ms of the FPGA's time later, some 10 to 40 s of wall
+#: time.
+SERVICE_IDLE_US = 10_000
 #: The co-simulation's pace by default: at most this many microseconds of the FPGA's time per
 #: second of wall time (``rocegen sim serve --pace``). The timeouts above assume a millisecond
 #: of the FPGA's time to be a second or two of wall time; a simulator waiting alone runs
@@ -146,7 +152,8 @@ def add_parser(subparsers):
                    help="build the endpoint with the standard RDMA connection manager listening "
                    "on TCP port PORT (IB CM over QP1, a time-wait of "
                    f"{CM_TIME_WAIT_US} us, its wait for a host's answer to its REQ, REP or DREQ cut "
-                   f"to 2^{CM_RESPONSE_TIMEOUT} x 4.096 us), its rping server on port "
+                   f"to 2^{CM_RESPONSE_TIMEOUT} x 4.096 us, its services' connections closed "
+                   f"once quiet for {SERVICE_IDLE_US} us), its rping server on port "
                    f"{rxe_story.RPING_PORT} and "
                    f"its SEND echo on {rxe_story.ECHO_PORT}: the steps cm:connect (the host "
                    "agent's QPs through librdmacm), cm:cmtime (librdmacm's cmtime, --qps "
@@ -158,7 +165,8 @@ def add_parser(subparsers):
                    f"rping -s in the guest, port {rxe_story.CLIENT_PORT}), cm:vanish (rping's "
                    "host vanishes: the link "
                    "cut under the connection, the FPGA's DREQs unanswered, its time-wait, the "
-                   "QP free again, rping again), cm:loop (cmtime on every QP of the FPGA, "
+                   "QP free again, rping again), cm:quiet (rping's DREQ lost: the FPGA "
+                   "closes the quiet connection), cm:loop (cmtime on every QP of the FPGA, "
                    "--cm-loops times, every QP free after each) and cm:mixed (after connect: "
                    "rping through the IB CM while the agent's QPs of UDP 17185 are open and "
                    "WRITE, both checked)")
@@ -225,8 +233,8 @@ def _validate(args):
         extra = extra[1:]
     for own in ("--tap", "--netns", "--status", "--pcap", "--width", "--qps", "--host-ip",
                 "--host-mac", "--ip", "--rdma-cm-port", "--rdma-cm-time-wait",
-                "--rping-server", "--send-echo", "--rping-client", "--rping-client-size",
-                "--rping-client-count"):
+                "--service-idle", "--rping-server", "--send-echo", "--rping-client",
+                "--rping-client-size", "--rping-client-count"):
         if own in extra:
             raise ValueError(f"{own} is set by rocegen sim rxe, not after --")
     return steps, extra
@@ -392,6 +400,7 @@ def report(story, final, pcap, guest_manifest):
         fpga = (s.get("fpga") or {}).get("stats", {})
         tallied = [c for c in s["commands"] if "checked_by" in c]
         row = {"step": s["step"], "ok": s["ok"], "wall_s": round(s["wall_s"], 1),
+               "free_at_start": s.get("free_at_start"),
                "checked_by": tallied[0]["checked_by"] if tallied else None,
                "checked": sum(c["checked"] for c in tallied),
                "wrong": sum(c["wrong"] for c in tallied),
@@ -408,6 +417,9 @@ def report(story, final, pcap, guest_manifest):
         if s["step"] == "cm:rping_server" and s["commands"]:
             # rping -s against the FPGA's rping client: its pings, the FPGA's counts
             row.update(rping_server=s["commands"][0]["json"])
+        elif s["step"] == "cm:quiet" and s["commands"]:
+            # rping whose DREQ was lost: the FPGA's close of the quiet connection
+            row.update(quiet=s["commands"][0]["json"])
         elif rp is not None:    # rping -c: the pings it printed, those the FPGA counted
             row.update(rping=rp)
         rc = next((c["json"] for c in s["commands"] if c["cmd"][0] == "rdma_client"), None)
@@ -451,7 +463,8 @@ FOREIGN = ("cm:rdma_server", "cm:rping_server")
 
 
 def _cm_lines(r):
-    """The lines under a step of ``cm:vanish``, ``cm:loop`` or ``cm:mixed`` in the table."""
+    """The lines under a step of ``cm:vanish``, ``cm:quiet``, ``cm:loop`` or ``cm:mixed`` in the
+    table."""
     lines = []
     v = r.get("vanish")
     if v:
@@ -466,6 +479,17 @@ def _cm_lines(r):
                      f"; the cut dropped {c.get('dropped_from_fpga', 0)} frames from the FPGA, "
                      f"{c.get('dropped_to_fpga', 0)} to it in {v.get('cut_s')} s; rping again: "
                      f"{again.get('pings')} pings")
+    q = r.get("quiet")
+    if q:
+        f, p = q.get("fpga") or {}, q.get("rping") or {}
+        lines.append(f"  rping: {p.get('pings')} pings checked, its DREQ lost "
+                     f"({q.get('dreqs_dropped')} dropped); the FPGA closed the quiet connection "
+                     f"{q.get('quiet_s')} s of wall time later "
+                     f"({f.get('ibcm_idle_closes', 0)} closed for "
+                     f"quiet, {f.get('ibcm_disconnects', 0)} DREQ begun, "
+                     f"{f.get('ibcm_dreq_timeouts', 0)} unanswered, "
+                     f"{f.get('ibcm_timewait_exits', 0)} time-wait over); QPs held "
+                     f"{q.get('qp_open_before')} before, {q.get('qp_open_after')} after")
     lo = r.get("loop")
     if lo:
         f = lo.get("fpga") or {}
@@ -549,7 +573,8 @@ def serve_command(args, extra, *, rocegen, netns, status, pcap):
         serve_cmd += ["--rdma-cm-port", f"{args.rdma_cm_port},{rxe_story.RPING_PORT},"
                       f"{rxe_story.ECHO_PORT}", "--rping-server", str(rxe_story.RPING_PORT),
                       "--send-echo", str(rxe_story.ECHO_PORT), "--rdma-cm-time-wait",
-                      str(CM_TIME_WAIT_US), "--rping-client", str(rxe_story.CLIENT_PORT),
+                      str(CM_TIME_WAIT_US), "--service-idle", str(SERVICE_IDLE_US),
+                      "--rping-client", str(rxe_story.CLIENT_PORT),
                       "--rping-client-size", str(rxe_story.CLIENT_SIZE),
                       "--rping-client-count", str(rxe_story.CLIENT_COUNT)]
         if "--pmtu" not in extra:

@@ -17,8 +17,11 @@ The ``cm:`` steps run librdmacm's tools (cmtime, rping, rdma_client, rdma_server
 FPGA's IB CM and judge them with the FPGA's counters and ``qp_open`` (the QPs its connection
 managers hold) from the status file; they talk to the simulation through files beside it:
 ``serve.json.connect`` (the FPGA connects to a port of the guest, ``cm:rdma_server``) and
-``serve.json.cut`` (the link cut both ways while it exists, ``cm:vanish``). The job's
-``loops`` gives ``cm:loop``'s rounds.
+``serve.json.cut`` (the link cut both ways while it exists, ``cm:vanish``; only the DREQs to
+the FPGA dropped while it says ``dreq``, ``cm:quiet``). The job's ``loops`` gives ``cm:loop``'s
+rounds. Without the host agent, each of these steps begins once every QP of the FPGA is free
+(a connection a host left without its DREQ reaching the FPGA is closed by the FPGA once quiet),
+so that its counters are its own.
 """
 
 import itertools
@@ -48,19 +51,20 @@ HOST = ["rocegen-host"]
 #: ``cm:rdma_server`` (librdmacm's ``rdma_server`` example in the guest, the FPGA connecting to
 #: it: the FPGA's active side against Linux's CM), ``cm:vanish`` (rping's host vanishes: the
 #: link cut under a busy connection, the FPGA's DREQs unanswered, its time-wait, the QP back,
-#: rping again), ``cm:loop`` (``cmtime`` on every QP of the FPGA, ``loops`` times, every QP
-#: back after each) and ``cm:mixed`` (with the agent's QPs of UDP 17185 open: rping through
+#: rping again), ``cm:quiet`` (rping's one DREQ lost: the FPGA closes the connection once
+#: quiet, ``--service-idle``), ``cm:loop`` (``cmtime`` on every QP of the FPGA, ``loops`` times,
+#: every QP back after each) and ``cm:mixed`` (with the agent's QPs of UDP 17185 open: rping through
 #: the IB CM on another QP while the agent WRITEs, both checked).
 STEPS = ("connect", "fpga:WRITE", "fpga:WRITE_IMM", "fpga:SEND", "fpga:SEND_IMM", "fpga:READ",
          "fpga:FETCH_ADD", "fpga:COMPARE_SWAP", "host:WRITE", "host:WRITE_IMM", "host:SEND",
          "host:SEND_IMM", "host:READ", "host:FETCH_ADD", "host:COMPARE_SWAP", "close", "stop",
          "cm:connect", "cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server",
          "cm:rping_server",
-         "cm:vanish", "cm:loop", "cm:mixed")
+         "cm:vanish", "cm:quiet", "cm:loop", "cm:mixed")
 #: The steps that start the host agent, and those that need none.
 STARTS = ("connect", "cm:connect")
 STANDALONE = ("cm:cmtime", "cm:rping", "cm:rdma_client", "cm:rdma_server", "cm:vanish",
-              "cm:loop", "cm:rping_server")
+              "cm:quiet", "cm:loop", "cm:rping_server")
 #: The FPGA's rping server's port (rping's own default) and what ``cm:rping`` runs against it.
 RPING_PORT = 7174
 RPING_ARGS = ("-C", "10", "-S", "4096", "-V", "-v")
@@ -178,6 +182,8 @@ def play(job, name):
         return [rping_server(job)]
     if name == "cm:vanish":
         return [vanish(job)]
+    if name == "cm:quiet":
+        return [quiet(job)]
     if name == "cm:loop":
         return [loop(job)]
     if name == "cm:mixed":
@@ -414,6 +420,47 @@ def vanish(job):
             "again": again["json"], "again_ok": again["ok"]},
             "stderr": (out[-1000:] + again["stderr"])[-2000:],
             "ok": busy and back and again["ok"] and gave["ibcm_disconnects"] >= 1}
+
+
+def quiet(job):
+    """``cm:quiet``: rping's one DREQ lost. While the file ``serve.json.cut`` says ``dreq`` (the
+    simulation drops the CM's DREQs to the FPGA, nothing else), ``rping -c -C 2`` runs against
+    the FPGA's rping server: it ends well, and its DREQ is lost (rping destroys its id right
+    after ``rdma_disconnect``, and Linux does not send that DREQ again), so the FPGA's
+    connection stays open with nobody behind it. The file goes; once the connection was quiet
+    for the FPGA's ``--service-idle`` (up to twice that), the FPGA closes it: its DREQ, which
+    Linux answers (the id in its time-wait, or gone: Linux answers a DREQ it cannot match), the
+    time-wait, the QP free. Passes when rping ended well with its two pings checked (``-V``),
+    the simulation dropped a DREQ, the FPGA counted one connection closed for quiet and one
+    disconnect it began, none of its DREQs went unanswered, a time-wait ended, and the QPs held
+    are those held before the step."""
+    cut = OUT / "serve.json.cut"
+    start = fpga_status(time.time() + 1)
+    before, held = start.get("stats", {}), start.get("qp_open")
+    base = (start.get("cut") or {}).get("dropped_dreqs", 0)
+    cut.write_text("dreq\n")
+    armed, _ = fpga_wait(lambda st: (st.get("cut") or {}).get("dreq") == 1, 30)
+    t = time.monotonic()
+    ping = rping(job, count=2)
+    lost, _ = fpga_wait(lambda st: (st.get("cut") or {}).get("dropped_dreqs", 0) > base, 30)
+    cut.unlink(missing_ok=True)
+    names = ("ibcm_idle_closes", "ibcm_disconnects", "ibcm_dreq_timeouts",
+             "ibcm_timewait_exits", "rping_pings", "rping_ended")
+
+    def delta(st):
+        return {n: st.get("stats", {}).get(n, 0) - before.get(n, 0) for n in names}
+
+    end, closed = fpga_wait(lambda st: delta(st)["ibcm_idle_closes"] >= 1 and
+                            delta(st)["ibcm_timewait_exits"] >= 1 and st.get("qp_open") == held)
+    d = delta(end)
+    dropped = (lost.get("cut") or {}).get("dropped_dreqs", 0) - base
+    return {"cmd": ping["cmd"], "rc": ping["rc"], "wall_s": time.monotonic() - t, "json": {
+            "rping": ping["json"], "dreqs_dropped": dropped, "fpga": d,
+            "qp_open_before": held, "qp_open_after": end.get("qp_open"),
+            "quiet_s": round(time.monotonic() - t - ping["wall_s"], 1)},
+            "stderr": ping["stderr"],
+            "ok": ping["ok"] and dropped == 1 and closed and d["ibcm_idle_closes"] == 1 and
+            d["ibcm_disconnects"] == 1 and d["ibcm_dreq_timeouts"] == 0}
 
 
 def loop(job):
@@ -659,13 +706,18 @@ def main(path):
                                    "counters": story["counters_start"]})
             continue
         t = time.monotonic()
+        settled = None
+        if not agent and name in STANDALONE:
+            settled = fpga_wait(qps_free)[1]
         before = fpga_status(0).get("stats", {})
         try:
             cmds = play(job, name)
         except Exception:           # (a step that breaks fails alone; the story goes on)
             cmds = [{"cmd": [name], "rc": -1, "ok": False, "stderr": traceback.format_exc()}]
-        step = {"step": name, "ok": all(c["ok"] for c in cmds), "wall_s": time.monotonic() - t,
-                "commands": cmds, "counters": rxe_counters(), "fpga": fpga_status(time.time())}
+        # (a step without the agent fails too when some QP stayed held for FPGA_WAIT before it)
+        step = {"step": name, "ok": all(c["ok"] for c in cmds) and settled is not False,
+                "wall_s": time.monotonic() - t, "free_at_start": settled, "commands": cmds,
+                "counters": rxe_counters(), "fpga": fpga_status(time.time())}
         story["steps"].append(step)
         agent = (agent or name in STARTS and step["ok"]) and name != "stop"
         (OUT / "story.json").write_text(json.dumps(story, indent=1))

@@ -16,11 +16,12 @@ each time this file holds something new, ``PORT`` or ``PORT SEQ`` (SEQ any word,
 port can be asked for again), the user logic connects to the host's TCP port,
 :func:`connect_to_host`, one connect after the other; the status file's ``fpga_connect`` is
 the last one's, with its ``seq``, and ``fpga_connects`` counts them), ``cut_file`` (while this
-file exists the link is cut both ways, :class:`Cut`), ``loss`` (optional: ``to_fpga`` and
-``from_fpga``, the probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is
-a :class:`~rocegen.sim.models.fabric.link.Link` of its own, other frames are never lost; the status
-file counts its frames in ``loss``), ``responder`` (with the RC responder:
-``regions``, each QP's ``[rkey, base, length]`` as built, and ``rq_depth``; else None). While
+file exists the link is cut both ways, or only the DREQs to the FPGA dropped, :class:`Cut`),
+``loss`` (optional: ``to_fpga`` and ``from_fpga``, the probability that a RoCEv2 frame is lost
+on its way, and ``seed``; each way is a :class:`~rocegen.sim.models.fabric.link.Link` of its
+own, other frames are never lost; the status file counts its frames in ``loss``),
+``responder`` (with the RC responder: ``regions``, each QP's ``[rkey, base, length]`` as built,
+and ``rq_depth``; else None). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``), and
 ``qp_open``: the QPs the connection managers hold then (bit k: QP k; the UDP 17185 manager's
@@ -70,6 +71,7 @@ from rocegen.gateware.roce.layouts import WORK_REQUEST, WrOpcode
 from rocegen.gateware.roce.responder.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
 from rocegen.sim.apps.bridge import HostSide, Pace
 from rocegen.sim.models.fabric.link import Link
+from rocegen.sim.models.ibcm.frames import unwrap
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
 from rocegen.sim.testing.pcap import PcapWriter
@@ -84,6 +86,7 @@ from rocegen.sim.testing.roce_env import (
     period_ps,
     start_clock,
 )
+from rocegen.wire import ibcm as I
 from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.cm import (
@@ -278,20 +281,28 @@ class Cut:
     one outstanding when the host goes: its QP's retries run out), and ends when the file is
     gone. Meanwhile every frame is dropped both ways, ARP and the connection managers' too (a
     host that is gone answers nothing): those from the FPGA after its capture (the capture
-    shows what the port sent), those to it before. ``counters`` (the status file's ``cut``):
-    ``armed`` and ``active`` (0 or 1), ``cuts`` begun, frames ``dropped_to_fpga`` and
-    ``dropped_from_fpga``, the cycles (counted as ``cycles``) the last cut began and ended."""
+    shows what the port sent), those to it before. A file whose first word is ``dreq`` cuts
+    less: while it exists, only the CM's DREQs to the FPGA are dropped (a host whose one DREQ is
+    lost). ``counters`` (the status file's ``cut``): ``armed`` and ``active`` (0 or 1), ``cuts``
+    begun, frames ``dropped_to_fpga`` and ``dropped_from_fpga``, the cycles (counted as
+    ``cycles``) the last cut began and ended; ``dreq`` (0 or 1) and ``dropped_dreqs``."""
 
     def __init__(self, path):
         self.path = path
         self.counters = {"armed": 0, "active": 0, "cuts": 0, "dropped_to_fpga": 0,
-                         "dropped_from_fpga": 0, "began": None, "ended": None}
+                         "dropped_from_fpga": 0, "began": None, "ended": None, "dreq": 0,
+                         "dropped_dreqs": 0}
 
     def look(self, cycle):
         """The file looked at again in cycle ``cycle``."""
         c = self.counters
-        there = bool(self.path) and os.path.exists(self.path)
-        if there and not c["active"]:
+        try:
+            words = Path(self.path).read_text().split()[:1] if self.path else None
+        except FileNotFoundError:
+            words = None
+        there = words is not None
+        c["dreq"] = int(words == ["dreq"])
+        if there and not c["dreq"] and not c["active"]:
             c["armed"] = 1
         elif not there and (c["active"] or c["armed"]):
             if c["active"]:
@@ -307,11 +318,25 @@ class Cut:
             c["dropped_from_fpga"] += 1
         return bool(c["active"])
 
-    def to_fpga(self):
-        """Whether a frame to the FPGA is dropped."""
-        if self.counters["active"]:
-            self.counters["dropped_to_fpga"] += 1
-        return bool(self.counters["active"])
+    def to_fpga(self, frame):
+        """Whether ``frame``, to the FPGA, is dropped."""
+        c = self.counters
+        if c["active"]:
+            c["dropped_to_fpga"] += 1
+            return True
+        if c["dreq"] and _is_dreq(frame):
+            c["dropped_dreqs"] += 1
+            return True
+        return False
+
+
+def _is_dreq(frame):
+    """Whether ``frame`` carries a CM DREQ to QP1."""
+    try:
+        mad = unwrap(frame).mad
+    except ValueError:
+        return False
+    return I.MAD_HDR.unpack(mad)["attribute_id"] == I.ATTR_DREQ
 
 
 def _rc_request(frame):
@@ -420,7 +445,7 @@ async def serve(dut):
 
     def to_fpga(frames):
         for f in frames:
-            if cut.to_fpga() or lost("to_fpga", f):
+            if cut.to_fpga(f) or lost("to_fpga", f):
                 continue
             check.request(f)
             if pcap:
