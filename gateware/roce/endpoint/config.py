@@ -148,6 +148,9 @@ def _check(name, p, value):
         raise ConfigError(name, f"{name} must be {p.describe()}, not {value!r}")
 
 
+#: How long a connection of the rping server or the SEND echo may go without a request by
+#: default, in microseconds (``service_idle_us``).
+SERVICE_IDLE_US = 10_000_000
 #: The gateware services' bytes per QP by default: rping's ``-S 4096`` and more, at every width.
 SERVICE_BYTES_PER_QP = 8192
 
@@ -238,12 +241,12 @@ class EndpointConfig:
     rping_client_count: int = _p(10, "with rping_client_port: pings a connection runs before "
                                  "the client disconnects, rping's -C (1..99999, default 10)",
                                  lo=1, hi=99999, cli="--rping-client-count", metavar="N")
-    service_idle_us: float = _p(10_000_000, "with rping_port or echo_port: a connection of the "
-                                "rping server or the SEND echo on which no request arrives for "
-                                "this long (up to twice as long) is closed by the FPGA (a DREQ), "
-                                "so that a client whose DREQ was lost does not keep its QP; in "
-                                "microseconds (default 10 s; 0: never)", kind="number", lo=0,
-                                hi=10_000_000, cli="--service-idle", metavar="US")
+    service_idle_us: float = _p(None, "with rping_port or echo_port: a connection of the rping "
+                                "server or the SEND echo on which no request arrives for this "
+                                "long (up to twice as long) is closed by the FPGA (a DREQ), so "
+                                "that a client whose DREQ was lost does not keep its QP; in "
+                                "microseconds (default 10000000: 10 s; 0: never)", kind="number",
+                                lo=0, hi=1_000_000_000, cli="--service-idle", metavar="US")
     service_region: tuple = _p(None, "with rping_port, echo_port or rping_client_port: the "
                                "local memory the "
                                "gateware services' buffers take, an equal slice of a power of "
@@ -388,6 +391,12 @@ class EndpointConfig:
         default made)."""
         ports = {"rping_port": self.rping_port, "echo_port": self.echo_port}
         client = self.rping_client_port is not None
+        served = self.rping_port is not None or self.echo_port is not None
+        if self.service_idle_us is not None and not served:
+            raise ConfigError("service_idle_us", "service_idle_us needs rping_port or echo_port "
+                              "(it closes their quiet connections)")
+        if self.service_idle_us is None and served:
+            set_("service_idle_us", SERVICE_IDLE_US)
         if all(p is None for p in ports.values()) and not client:
             if self.service_region is not None:
                 raise ConfigError("service_region", "service_region needs rping_port, "

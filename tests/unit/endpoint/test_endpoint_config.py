@@ -34,6 +34,9 @@ def test_defaults_are_resolved():
     assert (r.clk_hz, r.line_gbps) == (156_250_000, 10)
     with pytest.raises(dataclasses_error()):
         r.width = 128
+    # the services' quiet time: 10 s with a service of the peers' connections, none without
+    e = EndpointConfig(width=64, responder=True, rdma_cm_ports=(7471,), echo_port=7471)
+    assert (e.service_idle_us, r.service_idle_us) == (10_000_000, None)
 
 
 def dataclasses_error():
@@ -63,6 +66,9 @@ def dataclasses_error():
     (dict(resp_region=(0, 1 << 20)), ValueError, "resp_region [0x0, +0x100000) is not inside"),
     (dict(ring_bytes=1 << 20), ValueError, "the ring [-0xc0000, +0x100000) is not inside"),
     (dict(rd_hole_wait=-1), ValueError, "rd_hole_wait must be a non-negative number"),
+    (dict(service_idle_us=1000), ValueError, "service_idle_us needs rping_port or echo_port"),
+    (dict(responder=True, rdma_cm_ports=(7471,), echo_port=7471, service_idle_us=-1),
+     ValueError, "service_idle_us must be"),
 ])
 def test_errors_name_the_field(kw, exc, message):
     with pytest.raises(exc) as info:
