@@ -51,8 +51,9 @@ from pathlib import Path
 
 from bench.bench_synth import git_revision, write_rows
 from rocegen.gateware.roce.endpoint.config import EndpointConfig
-from rocegen.gateware.roce.features.ibcm import ibcm_params
+from rocegen.gateware.roce.features.ibcm import IbCmFeature, ibcm_params
 from rocegen.gateware.roce.features.services import ServicesFeature
+from rocegen.gateware.roce.ibcm.ibcm_closer import IbCmCloser
 from rocegen.gateware.roce.ibcm.ibcm_layouts import TICK_NS
 from rocegen.gateware.roce.ibcm.ibcm_qps import IbCmQps
 from rocegen.gateware.roce.ibcm.ibcm_service import COUNTERS, IbCmService
@@ -119,6 +120,15 @@ def qp_block(cfg):
     return IbCmQps(cfg.num_qps, reads=cfg.reads, max_rd_atomic=cfg.max_rd_atomic)
 
 
+def idle_block(width, num_qps):
+    """``IbCmIdle`` as :class:`~rocegen.gateware.roce.features.ibcm.IbCmFeature` builds it with
+    the SEND echo on :data:`PORT` (the default ``service_idle_us``; 16 MiB of memory, so that
+    the services' slices of 256 QPs fit)."""
+    cfg = EndpointConfig(width=width, num_qps=num_qps, responder=True, mem_bytes=1 << 24,
+                         rdma_cm_ports=(PORT,), echo_port=PORT)
+    return IbCmFeature(cfg).idle
+
+
 # ---- size
 
 
@@ -133,6 +143,13 @@ def designs(quick=False):
         if not (quick and qps > 8):
             out.append((f"ibcm_qps_{qps}qp", f"IbCmQps, {qps} QPs, READs",
                         lambda q=qps: qp_block(endpoint_config(64, q))))
+    # the connections it closes (the user's, the failed, the quiet ones) and the quiet watch
+    for qps in (8, 256):
+        if not (quick and qps > 8):
+            out.append((f"ibcm_closer_{qps}qp", f"IbCmCloser, {qps} QPs",
+                        lambda q=qps: IbCmCloser(q)))
+            out.append((f"ibcm_idle_{qps}qp", f"IbCmIdle, {qps} QPs, a window of 10 s at "
+                        f"322 MHz", lambda q=qps: idle_block(512, q)))
     # the rping server and the ports it shares with the user's logic
     for width in (64, 512):
         out.append((f"rping_server_w{width}_8qp", f"RpingServer, W = {width}, 8 QPs",

@@ -369,9 +369,11 @@ def test_cmtimes_table_read_when_a_figure_overflows_its_column():
 def test_a_step_that_breaks_fails_alone_with_the_fpgas_counters(monkeypatch, tmp_path, capsys):
     """A step whose play raises is recorded failed with the traceback, the story goes on to
     the next step, and a failed step prints the FPGA's counters that moved meanwhile."""
-    readings = iter([{"stats": {"rx_frames": 10, "roce_timeouts": 2, "ibcm_dreqs": 1}},
+    # (each step: every QP free at its start, its counters before, after)
+    free = {"qp_open": 0}
+    readings = iter([free, {"stats": {"rx_frames": 10, "roce_timeouts": 2, "ibcm_dreqs": 1}},
                      {"stats": {"rx_frames": 30, "roce_timeouts": 9, "ibcm_dreqs": 1}},
-                     {"stats": {"rx_frames": 30}}, {"stats": {"rx_frames": 31}}])
+                     free, {"stats": {"rx_frames": 30}}, {"stats": {"rx_frames": 31}}])
 
     def play(job, name):
         if name == "cm:cmtime":
@@ -390,6 +392,35 @@ def test_a_step_that_breaks_fails_alone_with_the_fpgas_counters(monkeypatch, tmp
     assert [(s["step"], s["ok"]) for s in story["steps"]] == [("cm:cmtime", False),
                                                                ("cm:rping", True)]
     assert "ValueError: could not convert" in story["steps"][0]["commands"][0]["stderr"]
+    assert [s["free_at_start"] for s in story["steps"]] == [True, True]
     out = capsys.readouterr().out
     assert "the FPGA's counters that moved: rx_frames=+20 roce_timeouts=+7\n" in out
     assert out.count("counters that moved") == 1
+
+
+def test_a_step_without_the_agent_waits_for_every_qp_free(monkeypatch, tmp_path):
+    """Without the host agent, a cm: step begins once the FPGA holds no QP (a connection a lossy
+    link left open is closed meanwhile), and fails when one stays held for FPGA_WAIT; a step
+    that starts the agent, and any after it, does not wait."""
+    waited = []
+
+    def fpga_wait(ok, wait=rxe_story.FPGA_WAIT):
+        waited.append(wait)
+        st = {"qp_open": 1 if len(waited) == 1 else 0}
+        return st, ok(st)
+
+    monkeypatch.setattr(rxe_story, "OUT", tmp_path)
+    monkeypatch.setattr(rxe_story, "play",
+                        lambda job, name: [{"cmd": [name], "rc": 0, "ok": True, "stderr": ""}])
+    monkeypatch.setattr(rxe_story, "rxe_counters", dict)
+    monkeypatch.setattr(rxe_story, "fpga_status", lambda after: {"stats": {}})
+    monkeypatch.setattr(rxe_story, "fpga_wait", fpga_wait)
+    monkeypatch.setenv("ROCEGEN_HOST_STATE", str(tmp_path))
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"steps": ["cm:rping", "cm:rping", "cm:connect", "cm:rping"]}))
+    assert rxe_story.main(job) == 1
+    story = json.loads((tmp_path / "story.json").read_text())
+    assert [(s["step"], s["ok"], s["free_at_start"]) for s in story["steps"]] == \
+        [("cm:rping", False, False), ("cm:rping", True, True), ("cm:connect", True, None),
+         ("cm:rping", True, None)]
+    assert waited == [rxe_story.FPGA_WAIT] * 2
