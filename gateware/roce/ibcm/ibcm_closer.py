@@ -41,8 +41,8 @@ class IbCmCloser(wiring.Component):
     o : Out(stream.Signature(24))
         The QP numbers to close, one at a time (a register, held until ``o.ready``).
     idle_closes : Out(1)
-        High for one cycle (a register) with each QP offered on ``o`` because it went quiet
-        (and not also because it failed).
+        High for one cycle (a register), one cycle after a QP is offered on ``o`` because it
+        went quiet (and not also because it failed).
 
     Behaviour
     ---------
@@ -93,6 +93,9 @@ class IbCmCloser(wiring.Component):
         rose = Signal(n)
         m.d.comb += rose.eq(self.errored & ~prev)
         m.d.sync += [noted.eq(((noted & ~taken) | rose | self.idle) & self.held),
-                     failed.eq(((failed & ~taken) | rose) & self.held),
-                     self.idle_closes.eq(take_note & ~failed.bit_select(idx, 1))]
+                     failed.eq(((failed & ~taken) | rose) & self.held)]
+        # why a note was taken, looked up a cycle later from registers (off the offer's path)
+        was_failed, took, took_idx = Signal(n), Signal(), Signal.like(idx)
+        m.d.sync += [was_failed.eq(failed), took.eq(take_note), took_idx.eq(idx),
+                     self.idle_closes.eq(took & ~was_failed.bit_select(took_idx, 1))]
         return m

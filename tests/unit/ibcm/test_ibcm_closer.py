@@ -117,6 +117,25 @@ def test_latency():
         ctx.set(dut.held, 0xFF & ~(1 << 6))
         await ctx.tick().repeat(4)
         assert not ctx.get(dut.o.valid)
+        ctx.set(dut.idle, 1 << 2)                # QP 2 went quiet: offered, counted
+        await ctx.tick()
+        ctx.set(dut.idle, 0)
+        await ctx.tick()
+        assert ctx.get(dut.o.valid) and ctx.get(dut.o.payload) == QPN_BASE + 2
+        assert not ctx.get(dut.idle_closes)
+        await ctx.tick()
+        assert ctx.get(dut.idle_closes) and not ctx.get(dut.o.valid)
+        await ctx.tick()
+        assert not ctx.get(dut.idle_closes)
+        ctx.set(dut.errored, (1 << 5) | (1 << 1))     # QP 1 fails as it goes quiet: not counted
+        ctx.set(dut.idle, 1 << 1)
+        await ctx.tick()
+        ctx.set(dut.idle, 0)
+        closes = 0
+        for _ in range(5):
+            await ctx.tick()
+            closes += ctx.get(dut.idle_closes)
+        assert closes == 0
         seen["done"] = True
 
     run_sim(dut, testbenches=[tb])
