@@ -16,12 +16,12 @@ each time this file holds something new, ``PORT`` or ``PORT SEQ`` (SEQ any word,
 port can be asked for again), the user logic connects to the host's TCP port,
 :func:`connect_to_host`, one connect after the other; the status file's ``fpga_connect`` is
 the last one's, with its ``seq``, and ``fpga_connects`` counts them), ``cut_file`` (while this
-file exists the link is cut both ways, or only the DREQs to the FPGA dropped, :class:`Cut`),
-``loss`` (optional: ``to_fpga`` and ``from_fpga``, the probability that a RoCEv2 frame is lost
-on its way, and ``seed``; each way is a :class:`~rocegen.sim.models.fabric.link.Link` of its
-own, other frames are never lost; the status file counts its frames in ``loss``),
-``responder`` (with the RC responder: ``regions``, each QP's ``[rkey, base, length]`` as built,
-and ``rq_depth``; else None). While
+file exists the link is cut both ways, or only the DREQs to the FPGA dropped:
+:class:`~rocegen.sim.apps.cut.Cut`), ``loss`` (optional: ``to_fpga`` and ``from_fpga``, the
+probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is a
+:class:`~rocegen.sim.models.fabric.link.Link` of its own, other frames are never lost; the
+status file counts its frames in ``loss``), ``responder`` (with the RC responder:
+``regions``, each QP's ``[rkey, base, length]`` as built, and ``rq_depth``; else None). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``), and
 ``qp_open``: the QPs the connection managers hold then (bit k: QP k; the UDP 17185 manager's
@@ -70,8 +70,8 @@ from rocegen.gateware.roce.ibcm.ibcm_layouts import CM_EVENT, CONNECT
 from rocegen.gateware.roce.layouts import WORK_REQUEST, WrOpcode
 from rocegen.gateware.roce.responder.resp_layouts import RECV_COMPLETION, RECV_POST, RecvStatus
 from rocegen.sim.apps.bridge import HostSide, Pace
+from rocegen.sim.apps.cut import Cut
 from rocegen.sim.models.fabric.link import Link
-from rocegen.sim.models.ibcm.frames import unwrap
 from rocegen.sim.testing.cocotb_helpers import read_stats
 from rocegen.sim.testing.framecheck import FrameChecker, FrameCheckError
 from rocegen.sim.testing.pcap import PcapWriter
@@ -86,8 +86,6 @@ from rocegen.sim.testing.roce_env import (
     period_ps,
     start_clock,
 )
-from rocegen.wire import ibcm as I
-from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip
 from rocegen.wire.cm import (
     READ_DEPTH_MAX,
@@ -97,7 +95,7 @@ from rocegen.wire.cm import (
     REQ_QUERY,
     REQ_SEND_QP_INFO,
 )
-from rocegen.wire.headers import BTH, CM, ETH, IPV4, UDP, UDP_PORT_ROCEV2
+from rocegen.wire.headers import CM, UDP_PORT_ROCEV2
 from rocegen.wire.simwire import udp_dst_port
 
 PARAMS = json.loads(os.environ["ROCEGEN_PARAMS"])
@@ -272,83 +270,6 @@ async def connect_to_host(dut, conf, port, counters, log, seq=None):
     await wr.send({"wr_id": 0xC0DE, "qp": k, "opcode": WrOpcode.SEND, "local_addr": 0,
                    "length": 16, "remote_offset": 0, "imm": 0})
     state["sent"] = True
-
-
-class Cut:
-    """The link cut both ways while ``path`` exists (looked at with the status, about once a
-    second of wall time): a host that vanishes. It begins at the first RoCEv2 request on an RC
-    QP that the FPGA sends once the file is seen (that request is lost, so the FPGA always has
-    one outstanding when the host goes: its QP's retries run out), and ends when the file is
-    gone. Meanwhile every frame is dropped both ways, ARP and the connection managers' too (a
-    host that is gone answers nothing): those from the FPGA after its capture (the capture
-    shows what the port sent), those to it before. A file whose first word is ``dreq`` cuts
-    less: while it exists, only the CM's DREQs to the FPGA are dropped (a host whose one DREQ is
-    lost). ``counters`` (the status file's ``cut``): ``armed`` and ``active`` (0 or 1), ``cuts``
-    begun, frames ``dropped_to_fpga`` and ``dropped_from_fpga``, the cycles (counted as
-    ``cycles``) the last cut began and ended; ``dreq`` (0 or 1) and ``dropped_dreqs``."""
-
-    def __init__(self, path):
-        self.path = path
-        self.counters = {"armed": 0, "active": 0, "cuts": 0, "dropped_to_fpga": 0,
-                         "dropped_from_fpga": 0, "began": None, "ended": None, "dreq": 0,
-                         "dropped_dreqs": 0}
-
-    def look(self, cycle):
-        """The file looked at again in cycle ``cycle``."""
-        c = self.counters
-        try:
-            words = Path(self.path).read_text().split()[:1] if self.path else None
-        except FileNotFoundError:
-            words = None
-        there = words is not None
-        c["dreq"] = int(words == ["dreq"])
-        if there and not c["dreq"] and not c["active"]:
-            c["armed"] = 1
-        elif not there and (c["active"] or c["armed"]):
-            if c["active"]:
-                c["ended"] = cycle
-            c["armed"] = c["active"] = 0
-
-    def from_fpga(self, frame, cycle):
-        """Whether ``frame`` from the FPGA is dropped (the cut begins at an armed request)."""
-        c = self.counters
-        if c["armed"] and _rc_request(frame):
-            c.update(armed=0, active=1, began=cycle, cuts=c["cuts"] + 1)
-        if c["active"]:
-            c["dropped_from_fpga"] += 1
-        return bool(c["active"])
-
-    def to_fpga(self, frame):
-        """Whether ``frame``, to the FPGA, is dropped."""
-        c = self.counters
-        if c["active"]:
-            c["dropped_to_fpga"] += 1
-            return True
-        if c["dreq"] and _is_dreq(frame):
-            c["dropped_dreqs"] += 1
-            return True
-        return False
-
-
-def _is_dreq(frame):
-    """Whether ``frame`` carries a CM DREQ to QP1."""
-    try:
-        mad = unwrap(frame).mad
-    except ValueError:
-        return False
-    return I.MAD_HDR.unpack(mad)["attribute_id"] == I.ATTR_DREQ
-
-
-def _rc_request(frame):
-    """Whether ``frame`` is a RoCEv2 request (not an acknowledge) on an RC QP (not QP1's
-    MADs)."""
-    if udp_dst_port(frame) != UDP_PORT_ROCEV2:
-        return False
-    at = ETH.length + IPV4.length + UDP.length
-    if len(frame) < at + BTH.length:
-        return False
-    bth = BTH.unpack(frame[at:at + BTH.length])
-    return bth["dest_qp"] != 1 and opc.is_request(bth["opcode"])
 
 
 def _write_status(path, status):
