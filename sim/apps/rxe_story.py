@@ -439,11 +439,13 @@ def quiet(job):
     before, held = start.get("stats", {}), start.get("qp_open")
     base = (start.get("cut") or {}).get("dropped_dreqs", 0)
     cut.write_text("dreq\n")
-    armed, _ = fpga_wait(lambda st: (st.get("cut") or {}).get("dreq") == 1, 30)
-    t = time.monotonic()
-    ping = rping(job, count=2)
-    lost, _ = fpga_wait(lambda st: (st.get("cut") or {}).get("dropped_dreqs", 0) > base, 30)
-    cut.unlink(missing_ok=True)
+    try:            # (the DREQs of the steps after this one must pass)
+        _, armed = fpga_wait(lambda st: (st.get("cut") or {}).get("dreq") == 1, 30)
+        t = time.monotonic()
+        ping = rping(job, count=2)
+        lost, _ = fpga_wait(lambda st: (st.get("cut") or {}).get("dropped_dreqs", 0) > base, 30)
+    finally:
+        cut.unlink(missing_ok=True)
     names = ("ibcm_idle_closes", "ibcm_disconnects", "ibcm_dreq_timeouts",
              "ibcm_timewait_exits", "rping_pings", "rping_ended")
 
@@ -455,11 +457,11 @@ def quiet(job):
     d = delta(end)
     dropped = (lost.get("cut") or {}).get("dropped_dreqs", 0) - base
     return {"cmd": ping["cmd"], "rc": ping["rc"], "wall_s": time.monotonic() - t, "json": {
-            "rping": ping["json"], "dreqs_dropped": dropped, "fpga": d,
+            "rping": ping["json"], "armed": armed, "dreqs_dropped": dropped, "fpga": d,
             "qp_open_before": held, "qp_open_after": end.get("qp_open"),
             "quiet_s": round(time.monotonic() - t - ping["wall_s"], 1)},
             "stderr": ping["stderr"],
-            "ok": ping["ok"] and dropped == 1 and closed and d["ibcm_idle_closes"] == 1 and
+            "ok": ping["ok"] and armed and dropped == 1 and closed and d["ibcm_idle_closes"] == 1 and
             d["ibcm_disconnects"] == 1 and d["ibcm_dreq_timeouts"] == 0}
 
 
