@@ -252,12 +252,17 @@ async def echo_client(env, rng, sizes, slot, *, gap=0, lose_dreq=False):
     return sent, got, conn
 
 
-@cocotb.test()
-async def send_echo(dut):
-    rng = random.Random(SEED)
+async def echo_env(dut):
+    """The echo tests' start: their random numbers, the started :class:`RpingEnv` and the
+    counters before."""
     env = RpingEnv(dut)
     await env.start()
-    before = await read_stats(dut, STATS)
+    return random.Random(SEED), env, await read_stats(dut, STATS)
+
+
+@cocotb.test()
+async def send_echo(dut):
+    rng, env, before = await echo_env(dut)
     _, per_qp = SLICES
     sizes = ([16, 0, 1, 1000, 4096, per_qp], [16, 3000, 16])
     runs = [cocotb.start_soon(echo_client(env, random.Random(rng.getrandbits(32)), s, 8 + k))
@@ -278,10 +283,7 @@ async def send_echo(dut):
 
 @cocotb.test()
 async def quiet(dut):
-    rng = random.Random(SEED)
-    env = RpingEnv(dut)
-    await env.start()
-    before = await read_stats(dut, STATS)
+    rng, env, before = await echo_env(dut)
     idle_ns = PARAMS["service_idle_us"] * 1000
     idle = round(idle_ns * 1000 / period_ps(W))
     _, user = await env.connect(PORT)
