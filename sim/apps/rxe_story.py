@@ -226,6 +226,12 @@ def play(job, name):
     return [r]
 
 
+def fpga_moved(status, before, names):
+    """How far each FPGA counter of ``names`` moved from ``before`` (counters) to ``status``
+    (the status file's)."""
+    return {n: status.get("stats", {}).get(n, 0) - before.get(n, 0) for n in names}
+
+
 def fpga_count(name, base, want, wait=30.0):
     """FPGA counter ``name`` less ``base`` once it reached ``want`` in the status file's
     counters (read about once a second, so a while after the fact), or after ``wait`` seconds
@@ -397,7 +403,7 @@ def vanish(job):
              "ibcm_retransmits", "roce_timeouts", "rping_pings")
 
     def delta(st):
-        return {n: st.get("stats", {}).get(n, 0) - before.get(n, 0) for n in names}
+        return fpga_moved(st, before, names)
 
     def gone(st):
         d = delta(st)
@@ -450,7 +456,7 @@ def quiet(job):
              "ibcm_timewait_exits", "rping_pings", "rping_ended")
 
     def delta(st):
-        return {n: st.get("stats", {}).get(n, 0) - before.get(n, 0) for n in names}
+        return fpga_moved(st, before, names)
 
     end, closed = fpga_wait(lambda st: delta(st)["ibcm_idle_closes"] >= 1 and
                             delta(st)["ibcm_timewait_exits"] >= 1 and st.get("qp_open") == held)
@@ -496,9 +502,8 @@ def loop(job):
     if ok:
         fpga_count("ibcm_timewait_exits", before.get("ibcm_timewait_exits", 0), want)
     end = fpga_status(time.time())
-    d = {k: end.get("stats", {}).get(k, 0) - before.get(k, 0)
-         for k in ("ibcm_established", "ibcm_timewait_exits", "ibcm_rejected",
-                   "ibcm_connect_no_qp")}
+    d = fpga_moved(end, before, ("ibcm_established", "ibcm_timewait_exits", "ibcm_rejected",
+                                 "ibcm_connect_no_qp"))
     return {"cmd": cmd, "rc": 0 if ok else 1, "wall_s": time.monotonic() - t,
             "json": {"qps": n, "loops": job.get("loops", 3), "rounds": rounds, "fpga": d,
                      "free_at_start": free, "qp_open": end.get("qp_open")},
