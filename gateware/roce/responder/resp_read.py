@@ -50,8 +50,8 @@ class RespRead(wiring.Component):
 
     Behaviour
     ---------
-    A READ pushed into empty queues in cycle t has its first packet offered in cycle t + 5.
-    A turn of ``burst`` packets takes ``burst + 2`` cycles (a descriptor every 1.5 cycles at
+    A READ pushed into empty queues in cycle t has its first packet offered in cycle t + 3.
+    A turn of ``burst`` packets takes ``burst + 1`` cycles (a descriptor every 1.25 cycles at
     the default 4), far ahead of the packets' payload (a 4096-byte payload is 64 words at
     W = 512), so the generator runs ahead of the reads by whatever its consumer queues.
     """

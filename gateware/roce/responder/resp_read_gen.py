@@ -69,11 +69,15 @@ class RespReadGen(wiring.Component):
 
     Behaviour
     ---------
-    * A packet a cycle into the output queue (a ``SyncFIFOBuffered``) while it has room; a turn
-      is taken in the cycle after the last one ends, so with
+    * A packet a cycle into the output queue (an ``amaranth.lib.fifo.SyncFIFO``: LUT RAM read
+      at its head, an entry offered in the cycle after it is written) while it has room. A
+      turn's first packet goes in in the cycle the turn is taken, from ``turn`` itself; the
+      next turn is taken in the cycle after the last one ends, so with
       :class:`~rocegen.gateware.roce.responder.resp_read_queue.RespReadQueue` a turn of ``burst`` packets
-      takes ``burst + 2`` cycles.
-    * Latency: a turn taken in cycle t has its first packet offered on ``o`` in cycle t + 2.
+      takes ``burst + 1`` cycles (a single-packet READ 2).
+    * Latency: a turn taken in cycle t has its first packet offered on ``o`` in cycle t + 1;
+      a turn whose READ ends (or whose burst is one packet) is returned on ``ret`` in the cycle
+      it is taken.
     * Backpressure: ``o.ready`` low fills the output queue, then holds the turn; nothing is
       lost. The packets run ahead of their payload's reads by the output queue and whatever
       queues the consumer has (the payload reader's descriptor queue).
@@ -95,20 +99,25 @@ class RespReadGen(wiring.Component):
         m = Module()
         B = self.width // 8
         lb = B.bit_length() - 1
-        q = m.submodules.queue = fifo.SyncFIFOBuffered(width=RESP_READ_PACKET.size,
-                                                      depth=self.out_depth)
+        q = m.submodules.queue = fifo.SyncFIFO(width=RESP_READ_PACKET.size, depth=self.out_depth)
         m.d.comb += [self.o.valid.eq(q.r_rdy), self.o.payload.eq(q.r_data),
                      q.r_en.eq(self.o.ready)]
 
-        # the turn under way
+        # the turn under way (``active``: its state in ``t``), or the turn offered while none
+        # is: its first packet is made from ``turn`` itself, in the cycle it is taken
         active = Signal()
+        t_reg = Signal(READ_TURN)
+        pmtu_reg = Signal(13)
+        count = Signal(range(self.burst))
+        taking = self.turn.valid & ~active
+        m.d.comb += self.turn.ready.eq(~active)
         t = Signal(READ_TURN)
         pmtu = Signal(13)
-        count = Signal(range(self.burst))
-        m.d.comb += self.turn.ready.eq(~active)
-        with m.If(self.turn.valid & ~active):
-            m.d.sync += [active.eq(1), t.eq(self.turn.payload), count.eq(0),
-                         pmtu.eq((Const(1, 13) << self.turn.payload.pmtu_log2)[:13])]
+        m.d.comb += [t.eq(Mux(active, t_reg, self.turn.payload)),
+                     pmtu.eq(Mux(active, pmtu_reg,
+                                 (Const(1, 13) << self.turn.payload.pmtu_log2)[:13]))]
+        place = Signal(range(self.burst))       # the packet's place in the turn
+        m.d.comb += place.eq(Mux(active, count, 0))
 
         # the next packet
         p = t.prog
@@ -137,15 +146,22 @@ class RespReadGen(wiring.Component):
                      nxt.started.eq(1)]
 
         # a packet a cycle while the queue has room; the turn ends with the READ's last
-        # packet, the turn's last one, or a cancel
-        emit = active & ~self.cancel & q.w_rdy
-        ends = emit & (last | (count == self.burst - 1))
+        # packet, the turn's last one, or a cancel (``cancel`` names a turn under way: none
+        # is while one is being taken)
+        emit = (active & ~self.cancel | taking) & q.w_rdy
+        ends = emit & (last | (place == self.burst - 1))
         m.d.comb += [q.w_data.eq(pkt), q.w_en.eq(emit),
                      self.ret.valid.eq(ends | (active & self.cancel)),
                      self.ret.payload.qp.eq(t.qp), self.ret.payload.done.eq(emit & last),
                      self.ret.payload.prog.eq(nxt)]
-        with m.If(emit):
-            m.d.sync += [p.eq(nxt), count.eq(count + 1)]
-        with m.If(self.ret.valid):
+        # a turn taken and not ended goes on from the registers
+        with m.If(taking & ~ends):
+            m.d.sync += [active.eq(1), t_reg.eq(self.turn.payload), pmtu_reg.eq(pmtu),
+                         count.eq(emit)]
+            with m.If(emit):
+                m.d.sync += t_reg.prog.eq(nxt)
+        with m.If(active & emit):
+            m.d.sync += [t_reg.prog.eq(nxt), count.eq(count + 1)]
+        with m.If(active & self.ret.valid):
             m.d.sync += active.eq(0)
         return m

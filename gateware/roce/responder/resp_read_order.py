@@ -59,7 +59,7 @@ class RespReadOrder(wiring.Component):
     idle : In(1)
         The answer queue holds no record, and sends none.
     written : In(1)
-        The payload of every request up to the newest READ pushed is in memory.
+        The payload of every request before the newest READ pushed is in memory.
 
     Behaviour
     ---------

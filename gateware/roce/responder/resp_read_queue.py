@@ -84,8 +84,9 @@ class RespReadQueue(wiring.Component):
       tail pointers of each QP, and whether its oldest READ starts afresh, in registers.
     * Turns: a QP with READs queued is picked in round robin (the first after the last one
       picked, found by a tree of 4-input nodes), its memories read (one cycle), the turn
-      offered from the next cycle until taken, then returned: the next pick is in the cycle
-      after the return (a turn every three cycles at best).
+      offered from the next cycle until taken, then returned (in the cycle it is taken, or
+      later): the next pick is in the cycle after the return (a turn every two cycles at
+      best).
     * Latency: a READ pushed into empty queues in cycle t is offered in cycle t + 2.
     * Flush timing: a flush that comes in cycle t has emptied the QP's queue by cycle t + 2,
       and from t + 2 on the generator makes no packet of the READs it dropped (a turn of the
@@ -184,21 +185,24 @@ class RespReadQueue(wiring.Component):
             m.d.comb += t.prog.eq(p_r.data)
         m.d.comb += [t.qp.eq(q), t.msn.eq(job.msn), t.pmtu_log2.eq(job.pmtu_log2),
                      t.route.eq(r_r.data), self.turn.valid.eq(offering & ~hit)]
+        taken = self.turn.valid & self.turn.ready
         with m.If(offering & hit):
             m.d.sync += [offering.eq(0), picking.eq(1)]
-        with m.Elif(self.turn.valid & self.turn.ready):
+        with m.Elif(taken):
             m.d.sync += [offering.eq(0), out.eq(1)]
 
         # ---- the return: the READ leaves, or its progress is kept (unless cancelled)
+        # (returned in the cycle it is taken, or later: ``out``)
         cancelled = Signal()
         m.d.comb += self.cancel.eq(cancelled)
         with m.If(out & hit):
             m.d.sync += cancelled.eq(1)
         r = self.ret.payload
         rq = r.qp[:qb] if n > 1 else 0
-        keep = self.ret.valid & out & ~cancelled & ~hit
+        returned = self.ret.valid & (out | taken)
+        keep = returned & ~cancelled & ~hit
         m.d.comb += [p_w.addr.eq(r.qp), p_w.data.eq(r.prog), p_w.en.eq(keep & ~r.done)]
-        with m.If(self.ret.valid & out):
+        with m.If(returned):
             m.d.sync += [out.eq(0), picking.eq(1), cancelled.eq(0)]
         with m.If(keep):
             m.d.sync += fresh.bit_select(rq, 1).eq(r.done)

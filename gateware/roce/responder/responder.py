@@ -401,13 +401,14 @@ class Responder(wiring.Component):
         m.d.sync += held.eq(held + came - went)
         # (an answer taking its place in this cycle is of a request after every READ pushed)
         m.d.comb += order.idle.eq(held == 0)
-        # the newest READ's sequence number (the engine's, in the cycle after the push): its
-        # responses read memory once every request up to it is placed
-        pushed, newest = Signal(), Signal(SEQ_BITS)
+        # the sequence number of the request before the newest READ (the engine's, in the
+        # cycle after the push, is the READ's): its responses read memory once every request
+        # before it is placed (not the READ itself, which writes nothing)
+        pushed, before = Signal(), Signal(SEQ_BITS)
         m.d.sync += pushed.eq(eng.rd_push.valid)
         with m.If(pushed):
-            m.d.sync += newest.eq(eng.seq)
-        m.d.comb += order.written.eq(~(placed - newest)[SEQ_BITS - 1])
+            m.d.sync += before.eq(eng.seq - 1)
+        m.d.comb += order.written.eq(~(placed - before)[SEQ_BITS - 1])
 
     def _connect_placement(self, m, act, place):
         """The placement records (``act``) to the placement stage; with ``acked_writes``, through

@@ -250,13 +250,13 @@ def test_flush():
 
 
 @pytest.mark.parametrize("pmtu_log2, length, qps, burst, cycles", [
-    (12, 4096, 1, 4, 3),            # single-packet READs of one QP: a turn each
-    (12, 4096, 4, 4, 3),
-    (12, 1 << 16, 1, 4, 1.5),       # 16-packet READs: turns of 4 packets in 6 cycles
-    full(8, 1 << 16, 3, 4, 1.5),
-    (8, 1 << 16, 2, 1, 3)])
+    (12, 4096, 1, 4, 2),            # single-packet READs of one QP: a turn each
+    (12, 4096, 4, 4, 2),
+    (12, 1 << 16, 1, 4, 1.25),      # 16-packet READs: turns of 4 packets in 5 cycles
+    full(8, 1 << 16, 3, 4, 1.25),
+    (8, 1 << 16, 2, 1, 2)])
 def test_rate(pmtu_log2, length, qps, burst, cycles):
-    """Packets come at a turn of ``burst`` packets every ``burst + 2`` cycles (3 cycles a
+    """Packets come at a turn of ``burst`` packets every ``burst + 1`` cycles (2 cycles a
     single-packet READ) with the output always taken; paced by a consumer that takes a packet
     and then spends its packet time (its beats at 512 bits: 65 at PMTU 4096), the generator
     never keeps it waiting."""
@@ -268,6 +268,37 @@ def test_rate(pmtu_log2, length, qps, burst, cycles):
     assert span == pytest.approx(cycles * (total - 1), abs=3), (span, total)
     taken, starved = paced_run(reads, total, burst, paced=True)
     assert len(taken) == total and starved == [], starved[:10]
+
+
+@pytest.mark.parametrize("length, done_at", [(64, 2), (3 * 4096, 4)])
+def test_latency(length, done_at):
+    """A READ pushed into empty queues in cycle 0 has its first packet offered in cycle 3 (the
+    queue's tail in 1, its turn in 2, taken and made into a packet in that cycle); it is done
+    (``done``) in the cycle its last packet goes into the output queue: 2 for one packet, 4 for
+    three (a packet a cycle within the turn)."""
+    dut = RespRead(512, 4)
+    j = job(random.Random(length), length, 12)
+    seen = {"o": None, "done": None}
+
+    async def tb(ctx):
+        await push(ctx, dut, 1, j)
+        await ctx.tick().repeat(8)
+
+    async def watch(ctx):
+        ctx.set(dut.o.ready, 1)
+        cycle = 0
+        async for _, _, pv, v, dv in ctx.tick().sample(dut.push.valid, dut.o.valid,
+                                                      dut.done.valid):
+            if pv:
+                cycle = 0
+            if v and seen["o"] is None:
+                seen["o"] = cycle
+            if dv and seen["done"] is None:
+                seen["done"] = cycle
+            cycle += 1
+
+    run_sim(dut, testbenches=[tb], processes=[watch])
+    assert seen == {"o": 3, "done": done_at}
 
 
 def paced_run(reads, total, burst, *, paced):
