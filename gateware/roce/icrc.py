@@ -61,7 +61,8 @@ written, so a packet leaves a beat a cycle either way (the transmit side needs s
 :class:`IcrcCheck`'s ``o`` is an output register slice that
 takes a beat from the pipeline directly while the queue is empty (a packet may leave that way
 from its first beat, or switch to the queue and stay on it), one cycle after the pipeline's
-last stage instead of the queue's two. In :class:`IcrcCheck`, ``i.ready``'s next value counts a
+last stage instead of the queue's two; a beat whose successor is already in the stage before
+(and is not a beat of ICRC bytes only) goes there from the compare without being held back. In :class:`IcrcCheck`, ``i.ready``'s next value counts a
 beat as taken in every cycle ``i.ready`` is high (a bound: it may fall a cycle early when the
 input idles), so that ``i.valid``, at the end of the receive layers' logic, does not reach it.
 So ``i.ready`` does not depend on ``o.ready`` and no enable
@@ -418,18 +419,22 @@ class _IcrcPipeline(wiring.Component):
         ]
         direct = w.get("direct")
         if direct is not None:
-            # a one-beat packet straight from the compare stage, in a cycle nothing is held
-            # (so ``w`` offers nothing and the packet before has left): the queue is empty and
-            # the slice takes it (``w_first`` is 1, so ``beside`` is high too)
-            m.d.comb += direct["room"].eq(q.empty & out.i.ready)
+            # a beat straight from the compare stage, in a cycle nothing is held (so ``w``
+            # offers nothing and the beats before it have left it): the queue is empty and the
+            # slice takes it, and the packet's beats before it (if any) went beside the queue
+            m.d.comb += direct["room"].eq(q.empty & out.i.ready & (w_first | was_beside))
             with m.If(direct["v"]):
+                m.d.sync += [w_first.eq(direct["last"]), was_beside.eq(1)]
+                with m.If(w_first):
+                    m.d.sync += meta_hold.eq(direct["meta"])
                 m.d.comb += [
                     out.i.valid.eq(1),
                     out.i.payload.data.eq(direct["d"]),
                     out.i.payload.keep.eq(direct["keep"]),
-                    out.i.payload.last.eq(1),
+                    out.i.payload.last.eq(direct["last"]),
                     out.i.payload.error.eq(direct["err"]),
-                    out.i.payload.meta.eq(direct["meta"]),
+                    out.i.payload.meta.eq(Mux(w_first, direct["meta"].as_value(),
+                                              meta_hold.as_value())),
                 ]
         wiring.connect(m, out.o, wiring.flipped(self.o))
 
@@ -637,11 +642,16 @@ class IcrcCheck(_IcrcPipeline):
     ---------
     * Latency: the last output beat of a packet is first offered :attr:`latency` cycles (3 + the
       XOR stages: 4 at every width 64..512) after its last input beat is accepted, if the output
-      is not held off; one cycle less when that last beat holds nothing but ICRC bytes (the beat
-      before it then becomes the last), and one cycle less for a packet of one beat (at
-      W = 512 an ACK with its IPv4 and UDP headers, or a READ request): with no beat held,
-      it goes from the compare straight into the output slice when the queue is empty and the
-      slice takes it (else it is held like any other).
+      is not held off, when a beat of it had to be held back. A beat is held back at the
+      compare in case the next one holds nothing but ICRC bytes (then the held beat becomes the
+      last, and leaves merged with it, one cycle less), unless that next beat is already in the
+      stage before (the pipeline never stalls, so it comes next) and is not such a beat, or
+      it is a last beat itself: then, with no beat held, it goes from the compare straight
+      into the output slice when the queue is empty, the slice takes it, and the packet's beats
+      before it went that way too (else it is held like any other). So a packet whose beats
+      come back to back, or of one beat (at W = 512 an ACK with its IPv4 and UDP headers, or a
+      READ request), leaves ``latency - 1`` cycles after its last beat, when the output takes
+      it.
     * Throughput: one beat per cycle sustained over back-to-back packets; the block never idles
       its input while ``o.ready`` is high. A packet whose last beat holds only ICRC bytes leaves
       one beat shorter.
@@ -660,8 +670,8 @@ class IcrcCheck(_IcrcPipeline):
 
     def __init__(self, width, meta=None, *, offset=14, ip_version=4):
         super().__init__(width, meta, offset, ip_version, {"icrc_bad": Out(1)})
-        #: Cycles from a packet's last input beat to its last output beat (one less for a packet
-        #: of one beat).
+        #: Cycles from a packet's last input beat to its last output beat (one less when none of
+        #: its beats is held back: back to back, or of one beat).
         self.latency = self.stages + 1
         #: Cycles from a packet's last input beat to its ``icrc_bad`` strobe.
         self.bad_latency = self.stages - 1
@@ -704,12 +714,14 @@ class IcrcCheck(_IcrcPipeline):
              for k, v in h.items()}
         x_fail = x["err"] | bad
         only_icrc = ~x["keep"][ICRC_BYTES]                 # n <= 4
-        # a packet of one beat (none held, so this one is a first beat) leaves at once when it
-        # can go beside the queue into the output slice (``room``, from ``_output_slice``): it
-        # has nothing to hold back for
+        # a beat leaves at once, when nothing is held and it can go beside the queue into the
+        # output slice (``room``, from ``_output_slice``), if it has nothing to be held back
+        # for: it is a last beat, or the next beat is already in the stage before (``pre``:
+        # the pipeline never stalls, so it comes next) and is not a last beat of ICRC bytes only
         room = Signal(name="direct_room")
         direct = Signal(name="direct")
-        m.d.comb += direct.eq(x["v"] & x["last"] & ~h["v"] & room)
+        next_known = pre["v"] & ~(pre["last"] & ~pre["keep"][ICRC_BYTES])
+        m.d.comb += direct.eq(x["v"] & (x["last"] | next_known) & ~h["v"] & room)
         emit = h["v"] & (h["last"] | x["v"])
         merge = Signal()
         m.d.comb += merge.eq(x["v"] & x["last"] & only_icrc & h["v"] & ~h["last"])
@@ -734,6 +746,7 @@ class IcrcCheck(_IcrcPipeline):
         with m.Elif(emit):
             m.d.sync += h["v"].eq(0)
 
-        w["direct"] = {"room": room, "v": direct, "d": x["d"], "keep": x["keep"][ICRC_BYTES:],
-                       "err": x_fail, "meta": x["meta"]}
+        w["direct"] = {"room": room, "v": direct, "d": x["d"],
+                       "keep": Mux(x["last"], x["keep"][ICRC_BYTES:], x["keep"]),
+                       "last": x["last"], "err": x["last"] & x_fail, "meta": x["meta"]}
         return w, merge, Const(0, 1)

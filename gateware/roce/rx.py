@@ -154,10 +154,10 @@ class RoceRx(wiring.Component):
       context is read as its datagram goes into the ICRC check, a few cycles before the
       verdict: the QP state the datagram met when it came in.)
     * Latency: the ``ack`` event is offered 1 cycle after the last beat of the datagram leaves
-      the ICRC check, which is :attr:`IcrcCheck.latency` cycles (4) after the input's last beat
-      when no header beat has to be added at its end, 3 for a datagram of one beat with its
-      IPv4 and UDP headers: :attr:`ack_latency` (5 cycles at 64 and 128 bits, 6 at 256, 4 at
-      512, where an ACKNOWLEDGE is one beat) is the total for a 20-byte ACKNOWLEDGE,
+      the ICRC check, which is ``IcrcCheck.latency - 1`` cycles (3) after the input's last beat
+      when no header beat has to be added at its end (the header insertion hands the check a
+      datagram's beats back to back, so none waits there): :attr:`ack_latency` (4 cycles at
+      64, 128 and 512 bits, 5 at 256) is the total for a 20-byte ACKNOWLEDGE,
       :meth:`event_latency` for any length. The verdict pulse comes in the cycle the
       datagram's last beat leaves the ICRC check (for a good ACK, in the cycle its event is
       loaded into the ``ack`` register, one cycle before it is offered). A datagram's record is
@@ -214,10 +214,9 @@ class RoceRx(wiring.Component):
         def spills(header, n):          # the n bytes' last beat does not fit after the header
             return n > 0 and header % B + (n - 1) % B + 1 > B
 
-        total = _IP_UDP + length
-        only_icrc = total > B and (total - 1) % B + 1 <= ICRC_BYTES
-        one_beat = total <= B
-        return (self._icrc.latency - only_icrc - one_beat + 1 + spills(H.UDP.length, length) +
+        # (the header insertion hands the ICRC check a datagram's beats back to back, so none
+        # is held there: its last beat leaves one cycle sooner than the check's latency)
+        return (self._icrc.latency - 1 + 1 + spills(H.UDP.length, length) +
                 spills(H.IPV4.length, H.UDP.length + length))
 
     def elaborate(self, platform):
