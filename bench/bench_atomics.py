@@ -22,7 +22,7 @@ adds:
   back to back into ``mac_rx``, a beat a cycle, ``mac_tx`` always ready: when the atomics were queued
   (``RespRead.push``) and when the answers left (their first beats on ``mac_tx``, and the
   cycles between them), and how many cycles the READ generator's output
-  (``RespReadOrder.rd_i``) waited for ``written`` (every request up to the newest READ or
+  (``RespReadOrder.rd_i``) waited for ``written`` (every request before the newest READ or
   atomic queued placed), in all and while requests were still being queued.
 
 Run: python -m bench.bench_atomics [--json FILE] [--quick] [--burst] [--no-synth]
