@@ -62,9 +62,10 @@ written, so a packet leaves a beat a cycle either way (the transmit side needs s
 takes a beat from the pipeline directly while the queue is empty (a packet may leave that way
 from its first beat, or switch to the queue and stay on it), one cycle after the pipeline's
 last stage instead of the queue's two; a beat whose successor is already in the stage before
-(and is not a beat of ICRC bytes only) goes there from the compare without being held back. In :class:`IcrcCheck`, ``i.ready``'s next value counts a
-beat as taken in every cycle ``i.ready`` is high (a bound: it may fall a cycle early when the
-input idles), so that ``i.valid``, at the end of the receive layers' logic, does not reach it.
+(and is not a beat of ICRC bytes only) goes there from the compare without being held back.
+In :class:`IcrcCheck`, ``i.ready``'s next value counts a beat as taken in every cycle
+``i.ready`` is high (a bound: it may fall a cycle early when the input idles), so that
+``i.valid``, at the end of the receive layers' logic, does not reach it.
 So ``i.ready`` does not depend on ``o.ready`` and no enable
 fans out to the pipeline registers (the beats' data wait in a block-RAM delay line written and
 read every cycle; the other pipeline fields have neither reset nor enable, so they can map to
