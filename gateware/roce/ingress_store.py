@@ -4,7 +4,7 @@ ingresses (:class:`~rocegen.gateware.roce.responder.resp_ingress.RespIngress`,
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.fifo import PacketFifo
@@ -64,12 +64,19 @@ class IngressStore(wiring.Component):
     rec_only : In(1)
         With an unmarked last beat: only the record is kept (in order with the others), the
         datagram's beats are dropped.
+    early : In(1)
+        The record on ``rec`` in this cycle is already that of the datagram whose last beat
+        comes on ``i`` in the next cycle (and ``rec`` will be the same then): it is written at
+        the queue's tail now, so that, while the queue is empty, it can be offered on ``hdr`` in
+        the cycle its datagram is committed. Tie to 0 where ``rec`` is known only with the last
+        beat.
     o : Out(PacketSignature(width))
         The datagrams stored, in order, lanes and ``last`` untouched, ``error`` 0.
     hdr : Out(stream.Signature(record))
         Their records, in the same order (LUT RAM read combinationally at the queue's head),
         offered in the cycle after the datagram's last beat is committed, independent of
-        ``o``.
+        ``o``; with ``early`` before that last beat and the queue empty, in the cycle it is
+        committed.
     overflow : Out(1)
         Registered: pulses in the cycle after the FIFO dropped a datagram for want of room
         (marked or not) or a last beat found the record queue full.
@@ -82,8 +89,9 @@ class IngressStore(wiring.Component):
 
     Behaviour
     ---------
-    * Latency: the record is offered on ``hdr`` one cycle after the last beat is on ``i``, the
-      first beat on ``o`` two cycles after, when the outputs were idle
+    * Latency: the record is offered on ``hdr`` one cycle after the last beat is on ``i`` (in
+      its cycle with ``early`` in the cycle before and the queue empty), the first beat on ``o``
+      two cycles after, when the outputs were idle
       (:class:`~rocegen.gateware.lib.fifo.PacketFifo`, store and forward).
     * How the two stay in step: a beat is stored when the FIFO is not full, a datagram one of
       whose beats was not is dropped whole by the FIFO, which is followed here from its level;
@@ -106,6 +114,7 @@ class IngressStore(wiring.Component):
             "i": In(PacketSignature(width)),
             "rec": In(record),
             "rec_only": In(1),
+            "early": In(1),
             "o": Out(PacketSignature(width)),
             "hdr": Out(stream.Signature(record)),
             "overflow": Out(1),
@@ -116,11 +125,8 @@ class IngressStore(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         fifo = m.submodules.fifo = self._fifo
-        hq = m.submodules.headers = SyncFIFO(width=self.record.size, depth=self.headers)
         wiring.connect(m, fifo.o, wiring.flipped(self.o))
-        m.d.comb += [self.level.eq(fifo.level), self.i.ready.eq(1),
-                     self.hdr.valid.eq(hq.r_rdy), self.hdr.payload.eq(hq.r_data),
-                     hq.r_en.eq(self.hdr.ready)]
+        m.d.comb += [self.level.eq(fifo.level), self.i.ready.eq(1)]
         fi, beat = fifo.i, self.i.payload
         m.d.comb += [fi.valid.eq(self.i.valid), fi.payload.data.eq(beat.data),
                      fi.payload.keep.eq(beat.keep), fi.payload.last.eq(beat.last)]
@@ -136,12 +142,42 @@ class IngressStore(wiring.Component):
         ends = fi.valid & beat.last & ~beat.error
         whole = ends & ~lost & ~full
         alone = ends & self.rec_only            # a record without its beats
+        wants = (whole & ~self.rec_only) | alone
+        w_rdy = Signal()
         no_room = Signal()
         m.d.comb += [
-            hq.w_data.eq(self.rec), hq.w_en.eq((whole & ~self.rec_only) | alone),
-            fi.payload.error.eq(beat.error | (beat.last & (~hq.w_rdy | self.rec_only))),
-            self.refused.eq(ends & ~(((whole & ~self.rec_only) | alone) & hq.w_rdy)),
+            fi.payload.error.eq(beat.error | (beat.last & (~w_rdy | self.rec_only))),
+            self.refused.eq(ends & ~(wants & w_rdy)),
         ]
-        m.d.sync += no_room.eq(((whole & ~self.rec_only) | alone) & ~hq.w_rdy)
+        m.d.sync += no_room.eq(wants & ~w_rdy)
         m.d.comb += self.overflow.eq(fifo.drop_overflow | no_room)
+        self._record_queue(m, wants, w_rdy)
         return m
+
+    def _record_queue(self, m, wants, w_rdy):
+        """The records' queue (LUT RAM, read combinationally at its head): ``wants`` a record
+        written in this cycle, ``w_rdy`` there is room."""
+        n = self.headers
+        mem = m.submodules.headers = Memory(shape=self.record, depth=n, init=[])
+        wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        head, tail = Signal(range(n)), Signal(range(n))
+        level = Signal(range(n + 1))
+        write = wants & w_rdy
+        # an early record, written at the tail while no record is (there is room: none is
+        # written until its datagram commits); offered beside the empty queue when it commits
+        early_w = self.early & ~wants & (level != n)
+        early_r = Signal()
+        m.d.sync += early_r.eq(early_w)
+        hdr = self.hdr
+        read = hdr.valid & hdr.ready
+        m.d.comb += [
+            w_rdy.eq(level != n),
+            wp.addr.eq(tail), wp.data.eq(self.rec), wp.en.eq(write | early_w),
+            rp.addr.eq(head),
+            hdr.valid.eq((level != 0) | (write & early_r)), hdr.payload.eq(rp.data),
+        ]
+        with m.If(write):
+            m.d.sync += tail.eq(tail + 1)         # (n a power of two: it wraps)
+        with m.If(read):
+            m.d.sync += head.eq(head + 1)
+        m.d.sync += level.eq(level + write - read)

@@ -93,7 +93,12 @@ class RespIngress(wiring.Component):
       :class:`~rocegen.gateware.lib.fifo.PacketFifo` and the record queue): a datagram's record
       is offered on ``hdr`` 2 cycles after its last beat is taken (in the cycle after the
       datagram is committed to the FIFO), its first beat on ``o`` 3 cycles after, when the
-      outputs were idle.
+      outputs were idle. A datagram longer than the beats its headers' lanes take
+      (``ceil(REQ_HDR_MAX / (W/8))`` beats, 64 bytes from the IPv4 header on at every width, 72
+      with atomics at W = 64: a WRITE or SEND of more than 4 bytes of payload, not a READ
+      request) has its record offered a cycle sooner while no record waits: its record, worked
+      out from the headers as they were at the beat before, is written into the queue as its
+      last beat is taken (``IngressStore.early``).
     * Throughput: one beat per cycle in and out; one record per cycle on ``hdr``.
     * Backpressure: ``o.ready`` low holds the FIFO's output, ``hdr.ready`` low the queue of
       records (LUT RAM read combinationally at its head); the input is never held (a datagram
@@ -136,8 +141,11 @@ class RespIngress(wiring.Component):
         # beat by beat
         beat = self.i.payload
         take = self.i.valid
-        lanes, _ = leading_lanes(m, beat, take, W,
-                                 max(REQ_HDR_MAX, REQ_HDR_ATOMIC) if self.atomics else REQ_HDR_MAX)
+        hdr_bytes = max(REQ_HDR_MAX, REQ_HDR_ATOMIC) if self.atomics else REQ_HDR_MAX
+        lanes, idx = leading_lanes(m, beat, take, W, hdr_bytes)
+        # the headers were whole at the beat before this one: a beat at index
+        # ceil(hdr_bytes / (W/8)) or later (``idx`` stays there)
+        after_headers = idx == -(-hdr_bytes // (W // 8))
 
         # the headers, read at the last beat (fields beyond a short datagram are don't-cares:
         # such a datagram is malformed)
@@ -193,4 +201,7 @@ class RespIngress(wiring.Component):
         pre = m.submodules.precheck = RespPrecheck(atomics=self.atomics)
         m.d.comb += [pre.h.eq(hd), store.rec.h.eq(hd), store.rec.f.eq(pre.facts),
                      fi.payload.error.eq(err), self.overflow.eq(store.overflow)]
+        # a last beat after the headers: the record in the register stage now (the headers of
+        # the beat before, the same) is already its record
+        m.d.comb += store.early.eq(take & beat.last & after_headers)
         return m
