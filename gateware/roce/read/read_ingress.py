@@ -182,6 +182,7 @@ class ReadIngress(wiring.Component):
         m.d.comb += [si.valid.eq(b_valid), si.payload.data.eq(b_beat.data),
                      si.payload.keep.eq(b_beat.keep), si.payload.last.eq(b_beat.last),
                      si.payload.error.eq(b_beat.last & ~b_pass), store.rec.eq(b_rec),
-                     store.rec_only.eq(b_ack)]
+                     store.rec_only.eq(b_ack),
+                     store.early.eq(0)]     # (the record is known only with the last beat)
         m.d.sync += self.overflow.eq(b_pass & ~b_ack & store.refused)
         return m
