@@ -207,16 +207,19 @@ class RoceRx(wiring.Component):
 
     def event_latency(self, length):
         """Cycles from the last input beat of an ACKNOWLEDGE with a ``length``-byte UDP payload
-        to its ``ack`` event, without backpressure: the ICRC check's latency, one cycle for each
-        header insertion that needs a beat after the input's last one, and 1."""
+        to its ``ack`` event, without backpressure: the ICRC check's latency less one (no beat
+        waits there), one cycle for each header insertion that needs a beat after the input's
+        last one, and 1."""
         B = self.width // 8
 
         def spills(header, n):          # the n bytes' last beat does not fit after the header
             return n > 0 and header % B + (n - 1) % B + 1 > B
 
         # (the header insertion hands the ICRC check a datagram's beats back to back, so none
-        # is held there: its last beat leaves one cycle sooner than the check's latency)
-        return (self._icrc.latency - 1 + 1 + spills(H.UDP.length, length) +
+        # is held there: its last beat leaves after ``latency - 1`` cycles, and the event
+        # follows a cycle later)
+        check = self._icrc.latency - 1
+        return (check + 1 + spills(H.UDP.length, length) +
                 spills(H.IPV4.length, H.UDP.length + length))
 
     def elaborate(self, platform):
