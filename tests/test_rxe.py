@@ -21,11 +21,11 @@ run, as rping's client, to
 stock ``rping -s`` in the guest (``cm:rping_server``: ten pings, each printed by rping as
 rping's own client makes it, each compared by the FPGA); cmtime
 takes every QP of the FPGA at once, twice, each QP free again after each round
-(``cm:loop``), no QP held after it. A tenth of the RoCEv2 frames (the CM's MADs too)
-is lost each way. Every byte is checked (by the host agent against
-the test pattern, by the FPGA's pattern sink), every atomic's original value by the agent (the
-counter rose by the atomics' number, each value came back once), every frame the FPGA sent
-passed the independent frame check, and Wireshark's dissector (when tshark is here) decodes
+(``cm:loop``), no QP held after it. A tenth of the RoCEv2 frames (the CM's MADs too) is lost
+each way (none while ``cm:quiet`` drops rping's DREQ). Every byte is checked (by the host agent
+against the test pattern, by the FPGA's pattern sink), every atomic's original value by the
+agent (the counter rose by the atomics' number, each value came back once), every frame the FPGA
+sent passed the independent frame check, and Wireshark's dissector (when tshark is here) decodes
 every frame of the capture, rxe's and the FPGA's.
 
 Needs root, ``/dev/net/tun``, QEMU, debootstrap and cpio (``make setup`` installs them as root
@@ -97,34 +97,47 @@ def lossy(tmp_path_factory):
     return {**_report(cmd), "out": out}
 
 
+#: the run's readings shown beside a failing step: the IB CM's counters, the cut, the QPs held,
+#: the frames each way, the losses, the FPGA's counters
+WHOLE_RUN = ("ibcm", "cut", "qp_open", "frames", "loss", "fpga")
+
+
+def _shown(step):
+    """A step's readings as the failure message: a string, which pytest prints whole (a dict or
+    a tuple it cuts to a line)."""
+    return "\n" + json.dumps(step, indent=1, default=str)
+
+
 def test_every_step_passes_with_every_byte_checked(lossy):
     rep = lossy["report"]
     assert [s["step"] for s in rep["steps"]] == list(STEPS), lossy["stderr"][-4000:]
     failed = [s for s in rep["steps"] if not s["ok"]]
-    assert not failed and lossy["rc"] == 0 and rep["ok"], (failed, lossy["stderr"][-4000:])
+    assert not failed and lossy["rc"] == 0 and rep["ok"], \
+        "".join(map(_shown, failed)) + _shown({k: rep.get(k) for k in WHOLE_RUN}) + "\n" + \
+        lossy["stderr"][-4000:]
     by = {s["step"]: s for s in rep["steps"]}
     for who, steps in (("host", HOST_CHECKS), ("fpga", FPGA_CHECKS)):
         # (host:WRITE and host:READ run twice: on the QP of UDP 17185, then of the IB CM)
         for s in (s for s in rep["steps"] if s["step"] in steps):
             assert (s["checked_by"], s["checked"], s["wrong"], s["messages"]) == \
-                (who, COUNT * SIZE, 0, COUNT), s
+                (who, COUNT * SIZE, 0, COUNT), _shown(s)
     for step in ATOMIC_CHECKS:
         # one QP: every COMPARE_SWAP takes (the agent guesses from the value it READ)
         s = by[step]
         assert (s["checked_by"], s["checked"], s["wrong"], s["messages"]) == \
-            ("host", COUNT, 0, COUNT), s
+            ("host", COUNT, 0, COUNT), _shown(s)
         (t,) = s["atomic"]["targets"]
-        assert (t["final"] - t["initial"]) % 2**64 == COUNT and t["distinct"] == COUNT, s
-        assert t["consecutive"] and t["problems"] == [], s
+        assert (t["final"] - t["initial"]) % 2**64 == COUNT and t["distinct"] == COUNT, _shown(s)
+        assert t["consecutive"] and t["problems"] == [], _shown(s)
     for step in FPGA_ATOMIC_CHECKS:
         # one QP, one run: the counter in rxe's memory ends at COUNT, and the run's originals,
         # READ back from the FPGA's memory, are the model's (0 .. COUNT - 1), each once
         s = by[step]
         assert (s["checked_by"], s["checked"], s["wrong"], s["messages"]) == \
-            ("host", COUNT, 0, COUNT), s
+            ("host", COUNT, 0, COUNT), _shown(s)
         (t,) = s["atomic"]["targets"]
         assert (t["final"], t["expected"], t["originals"], t["distinct"], t["problems"]) == \
-            (COUNT, COUNT, COUNT, COUNT, []), s
+            (COUNT, COUNT, COUNT, COUNT, []), _shown(s)
 
 
 def test_qps_of_both_managers_carry_checked_traffic_at_once(lossy):
@@ -133,10 +146,10 @@ def test_qps_of_both_managers_carry_checked_traffic_at_once(lossy):
     pattern sink meanwhile, and rping's ten pings, each compared by rping (``-V``), went on."""
     (mx,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:mixed"]
     assert (mx["checked_by"], mx["checked"], mx["wrong"], mx["messages"]) == \
-        ("fpga", COUNT * SIZE, 0, COUNT), mx
+        ("fpga", COUNT * SIZE, 0, COUNT), _shown(mx)
     m = mx["mixed"]
-    assert m["both_seen"] and m["qp_open_both"] == (1 << FPGA_QPS) - 1, mx
-    assert m["pings"] == 10 and m["fpga_pings"] == 10, mx
+    assert m["both_seen"] and m["qp_open_both"] == (1 << FPGA_QPS) - 1, _shown(mx)
+    assert m["pings"] == 10 and m["fpga_pings"] == 10, _shown(mx)
 
 
 def test_a_host_that_vanishes_gives_its_qp_back(lossy):
@@ -150,16 +163,16 @@ def test_a_host_that_vanishes_gives_its_qp_back(lossy):
     x, f = v["vanish"], v["vanish"]["fpga"]
     # (the cut follows the FPGA's count of the second ping; rping's check of that ping may
     # need frames the cut drops, so rping has checked one at least)
-    assert v["ok"] and x["busy"] and x["fpga_pings_before_cut"] >= 2, v
-    assert x["pings_before_cut"] >= 1, v
-    assert f["roce_timeouts"] >= 1 and f["ibcm_disconnects"] == 1, v
-    assert f["ibcm_dreq_timeouts"] == 1 and f["ibcm_timewait_exits"] >= 1, v
-    assert f["ibcm_retransmits"] >= LINUX_MAX_CM_RETRIES and x["qp_open_cut"] == 0, v
+    assert v["ok"] and x["busy"] and x["fpga_pings_before_cut"] >= 2, _shown(v)
+    assert x["pings_before_cut"] >= 1, _shown(v)
+    assert f["roce_timeouts"] >= 1 and f["ibcm_disconnects"] == 1, _shown(v)
+    assert f["ibcm_dreq_timeouts"] == 1 and f["ibcm_timewait_exits"] >= 1, _shown(v)
+    assert f["ibcm_retransmits"] >= LINUX_MAX_CM_RETRIES and x["qp_open_cut"] == 0, _shown(v)
     assert x["cut"]["cuts"] == 1 and x["cut"]["dropped_from_fpga"] >= 1 + LINUX_MAX_CM_RETRIES
     # the capture holds the DREQs the port sent, those the cut dropped too
     assert rep["frames"]["from_fpga"]["CM DREQ"] >= 1 + LINUX_MAX_CM_RETRIES, rep["frames"]
     assert rep["cut"]["cuts"] == 1 and not rep["cut"]["active"], rep["cut"]
-    assert x["again_ok"] and x["again"]["pings"] == 2 and x["again"]["fpga_pings"] == 2, v
+    assert x["again_ok"] and x["again"]["pings"] == 2 and x["again"]["fpga_pings"] == 2, _shown(v)
 
 
 def test_a_client_whose_dreq_is_lost_gives_its_qp_back(lossy):
@@ -172,10 +185,10 @@ def test_a_client_whose_dreq_is_lost_gives_its_qp_back(lossy):
     rep = lossy["report"]
     (q,) = [s for s in rep["steps"] if s["step"] == "cm:quiet"]
     x, f = q["quiet"], q["quiet"]["fpga"]
-    assert q["ok"] and x["rping"]["pings"] == 2 and x["rping"]["fpga_pings"] == 2, q
-    assert x["dreqs_dropped"] == 1 and f["ibcm_idle_closes"] == 1, q
-    assert f["ibcm_disconnects"] == 1 and f["ibcm_dreq_timeouts"] == 0, q
-    assert f["ibcm_timewait_exits"] >= 1 and x["qp_open_after"] == x["qp_open_before"], q
+    assert q["ok"] and x["rping"]["pings"] == 2 and x["rping"]["fpga_pings"] == 2, _shown(q)
+    assert x["dreqs_dropped"] == 1 and f["ibcm_idle_closes"] == 1, _shown(q)
+    assert f["ibcm_disconnects"] == 1 and f["ibcm_dreq_timeouts"] == 0, _shown(q)
+    assert f["ibcm_timewait_exits"] >= 1 and x["qp_open_after"] == x["qp_open_before"], _shown(q)
     assert all(s["free_at_start"] is not False for s in rep["steps"]), \
         [(s["step"], s["free_at_start"]) for s in rep["steps"]]
 
@@ -187,13 +200,13 @@ def test_qps_opened_and_closed_in_a_loop_all_come_back(lossy):
     rep = lossy["report"]
     (lo,) = [s for s in rep["steps"] if s["step"] == "cm:loop"]
     x = lo["loop"]
-    assert lo["ok"] and x["qps"] == FPGA_QPS and x["free_at_start"], lo
+    assert lo["ok"] and x["qps"] == FPGA_QPS and x["free_at_start"], _shown(lo)
     assert [(r["rc"], r["table"], r["free_after"], r["qp_open"]) for r in x["rounds"]] == \
-        [(0, True, True, 0)] * LOOPS, lo
+        [(0, True, True, 0)] * LOOPS, _shown(lo)
     # (a lost RTU: the connection reaches its time-wait by the DREQ, never counted established)
-    assert x["fpga"]["ibcm_timewait_exits"] == LOOPS * FPGA_QPS, lo
-    assert 0 < x["fpga"]["ibcm_established"] <= LOOPS * FPGA_QPS, lo
-    assert x["qp_open"] == 0, lo
+    assert x["fpga"]["ibcm_timewait_exits"] == LOOPS * FPGA_QPS, _shown(lo)
+    assert 0 < x["fpga"]["ibcm_established"] <= LOOPS * FPGA_QPS, _shown(lo)
+    assert x["qp_open"] == 0, _shown(lo)
 
 
 def test_librdmacm_connects_through_the_fpgas_cm(lossy):
@@ -203,8 +216,8 @@ def test_librdmacm_connects_through_the_fpgas_cm(lossy):
     CM's MADs went both ways (UD SEND_ONLY to QP1)."""
     rep = lossy["report"]
     (cmtime,) = [s for s in rep["steps"] if s["step"] == "cm:cmtime"]
-    assert cmtime["ok"] and set(cmtime["cmtime"]) >= {"connect", "disconnect"}, cmtime
-    assert cmtime["fpga_timewait_exits"] == 1 and cmtime["fpga_established"] <= 1, cmtime
+    assert cmtime["ok"] and set(cmtime["cmtime"]) >= {"connect", "disconnect"}, _shown(cmtime)
+    assert cmtime["fpga_timewait_exits"] == 1 and cmtime["fpga_established"] <= 1, _shown(cmtime)
     assert all(rep["frames"][w].get("UD_SEND_ONLY", 0) >= 4 for w in rep["frames"]), rep["frames"]
 
 
@@ -212,14 +225,14 @@ def test_rping_reaches_the_fpgas_rping_server(lossy):
     """Stock ``rping -c -C 10 -S 4096 -V -v`` against the FPGA's rping server: it ended well,
     printed its ten pings (each compared by rping itself, ``-V``), and the FPGA counted them."""
     (rp,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rping"]
-    assert rp["ok"] and rp["rping"]["pings"] == 10 and rp["rping"]["fpga_pings"] == 10, rp
+    assert rp["ok"] and rp["rping"]["pings"] == 10 and rp["rping"]["fpga_pings"] == 10, _shown(rp)
 
 
 def test_rdma_client_reaches_the_fpgas_send_echo(lossy):
     """librdmacm's ``rdma_client`` example against the FPGA's SEND echo: its 16 bytes came back
     (it ended ``rdma_client: end 0``), and the FPGA counted the echo."""
     (rc,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_client"]
-    assert rc["ok"] and rc["rdma_client"]["fpga_echoes"] == 1, rc
+    assert rc["ok"] and rc["rdma_client"]["fpga_echoes"] == 1, _shown(rc)
 
 
 def test_the_fpga_connects_to_rdma_server(lossy):
@@ -231,8 +244,8 @@ def test_the_fpga_connects_to_rdma_server(lossy):
     (s,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rdma_server"]
     r = s["rdma_server"]
     assert (s["ok"], r["seq"], r["fpga"].get("seq"), r["fpga"].get("ok")) == \
-        (True, "1", "1", True), s
-    assert r["fpga_established"] >= 1, s
+        (True, "1", "1", True), _shown(s)
+    assert r["fpga_established"] >= 1, _shown(s)
 
 
 def test_the_fpgas_rping_client_pings_rping_s(lossy):
@@ -243,8 +256,8 @@ def test_the_fpgas_rping_client_pings_rping_s(lossy):
     ends with status 0; the FPGA counted ten pings, one connection done, no mismatch."""
     (s,) = [s for s in lossy["report"]["steps"] if s["step"] == "cm:rping_server"]
     r = s["rping_server"]
-    assert s["ok"] and r["seq"] == "2" and r["pings"] == 10 and r["pings_right"], s
-    assert r["fpga"] == {"pings": 10, "done": 1, "mismatch": 0}, s
+    assert s["ok"] and r["seq"] == "2" and r["pings"] == 10 and r["pings_right"], _shown(s)
+    assert r["fpga"] == {"pings": 10, "done": 1, "mismatch": 0}, _shown(s)
 
 
 def test_frames_were_lost_both_ways_and_recovered(lossy):
@@ -290,7 +303,7 @@ def test_many_connections_in_a_loop_leave_no_qp_taken(tmp_path):
     for lo in (s["loop"] for s in rep["steps"] if s["step"] == "cm:loop"):
         assert [(r["rc"], r["free_after"]) for r in lo["rounds"]] == [(0, True)] * LONG_LOOPS
         assert lo["fpga"]["ibcm_established"] == lo["fpga"]["ibcm_timewait_exits"] == \
-            LONG_LOOPS * FPGA_QPS, lo
+            LONG_LOOPS * FPGA_QPS, _shown(lo)
     assert [s["rdma_server"]["fpga"]["seq"] for s in rep["steps"]
             if s["step"] == "cm:rdma_server"] == ["1", "2"]
     assert rep["qp_open"] == 0
