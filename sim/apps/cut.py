@@ -18,12 +18,15 @@ class Cut:
     QP that the FPGA sends once the file is seen (that request is lost, so the FPGA always has
     one outstanding when the host goes: its QP's retries run out), and ends when the file is
     gone. Meanwhile every frame is dropped both ways, ARP and the connection managers' too (a
-    host that is gone answers nothing): those from the FPGA after its capture (the capture
-    shows what the port sent), those to it before. A file whose first word is ``dreq`` cuts
-    less: while it exists, only the CM's DREQs to the FPGA are dropped (a host whose one DREQ is
-    lost). ``counters`` (the status file's ``cut``): ``armed`` and ``active`` (0 or 1), ``cuts``
-    begun, frames ``dropped_to_fpga`` and ``dropped_from_fpga``, the cycles (counted as
-    ``cycles``) the last cut began and ended; ``dreq`` (0 or 1) and ``dropped_dreqs``."""
+    host that is gone answers nothing): those from the FPGA after its capture (the capture shows
+    what the port sent), those to it before. A file whose first word is ``dreq`` cuts less:
+    while it exists, only the CM's DREQs to the FPGA are dropped (a host whose one DREQ is
+    lost), and ``rocegen sim serve``'s lossy links lose nothing (:meth:`lossless`): with a lost
+    frame the host's last ACK could be lost too, and the FPGA's QP would then fail on its
+    unanswered request (the peer's QP is gone) instead of going quiet. ``counters`` (the status
+    file's ``cut``): ``armed`` and ``active`` (0 or 1), ``cuts`` begun, frames
+    ``dropped_to_fpga`` and ``dropped_from_fpga``, the cycles (counted as ``cycles``) the last
+    cut began and ended; ``dreq`` (0 or 1) and ``dropped_dreqs``."""
 
     def __init__(self, path):
         self.path = path
@@ -46,6 +49,10 @@ class Cut:
             if c["active"]:
                 c["ended"] = cycle
             c["armed"] = c["active"] = 0
+
+    def lossless(self):
+        """Whether the lossy links must lose nothing now: while the file says ``dreq``."""
+        return bool(self.counters["dreq"])
 
     def from_fpga(self, frame, cycle):
         """Whether ``frame`` from the FPGA is dropped (the cut begins at an armed request)."""

@@ -39,8 +39,8 @@ after it: ``STATUS.stop`` (it stops), ``STATUS.connect`` (with the IB CM: ``PORT
 SEQ``, the FPGA connects to the host's TCP port, again each time the file holds something
 new) and ``STATUS.cut`` (while it exists the link is cut both ways, every frame dropped from the
 FPGA's next request on: a host that vanishes; or, when its first word is ``dreq``, only the
-CM's DREQs to the FPGA are dropped: a host whose one DREQ is lost; the status file counts them
-in ``cut``).
+CM's DREQs to the FPGA are dropped, the lossy links losing nothing meanwhile: a host whose one
+DREQ is lost; the status file counts them in ``cut``).
 
 The cocotb side is :mod:`rocegen.sim.cocotb.serve`; the design is the endpoint's Verilator build
 shared with the tests and ``rocegen sim demo``

@@ -19,7 +19,8 @@ the last one's, with its ``seq``, and ``fpga_connects`` counts them), ``cut_file
 file exists the link is cut both ways, or only the DREQs to the FPGA dropped:
 :class:`~rocegen.sim.apps.cut.Cut`), ``loss`` (optional: ``to_fpga`` and ``from_fpga``, the
 probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is a
-:class:`~rocegen.sim.models.fabric.link.Link` of its own, other frames are never lost; the
+:class:`~rocegen.sim.models.fabric.link.Link` of its own, other frames are never lost, and
+none while the cut drops only DREQs; the
 status file counts its frames in ``loss``), ``responder`` (with the RC responder:
 ``regions``, each QP's ``[rkey, base, length]`` as built, and ``rq_depth``; else None). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
@@ -354,9 +355,10 @@ async def serve(dut):
              for i, way in enumerate(("to_fpga", "from_fpga")) if loss.get(way)}
 
     def lost(way, frame):
-        """Whether the lossy link of ``way`` loses ``frame`` (RoCEv2 frames only)."""
+        """Whether the lossy link of ``way`` loses ``frame`` (RoCEv2 frames only; none while
+        the cut drops DREQs, :meth:`~rocegen.sim.apps.cut.Cut.lossless`)."""
         link = links.get(way)
-        if link is None or udp_dst_port(frame) != UDP_PORT_ROCEV2:
+        if link is None or cut.lossless() or udp_dst_port(frame) != UDP_PORT_ROCEV2:
             return False
         now = now_cycle(W)
         link.send(frame, now)

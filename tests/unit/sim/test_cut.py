@@ -1,6 +1,6 @@
 """The cut link of ``rocegen sim serve`` (``Cut``): the whole cut begins at the FPGA's next RC
 request and drops every frame both ways until the file is gone; a file that says ``dreq``
-drops the CM's DREQs to the FPGA and nothing else."""
+drops the CM's DREQs to the FPGA and nothing else, the lossy links losing nothing meanwhile."""
 
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
@@ -40,17 +40,19 @@ def test_dreq_mode_drops_only_the_dreqs_to_the_fpga(tmp_path):
     dreq, req, rtu = mad(I.ATTR_DREQ), mad(I.ATTR_REQ), mad(I.ATTR_RTU)
     send = rc(opc.OP_RC_SEND_ONLY)
     cut.look(0)
-    assert not any(cut.to_fpga(f) for f in (dreq, req, send))
+    assert not any(cut.to_fpga(f) for f in (dreq, req, send)) and not cut.lossless()
     path.write_text("dreq\n")
     cut.look(10)
     assert cut.counters["dreq"] == 1 and not cut.counters["armed"]
+    # (the lossy links lose nothing meanwhile: the host's last ACK must not be lost)
+    assert cut.lossless()
     assert [cut.to_fpga(f) for f in (req, rtu, send, dreq, dreq)] == \
         [False, False, False, True, True]
     # (nothing from the FPGA is dropped, its RC requests start no cut)
     assert not cut.from_fpga(rc(opc.OP_RC_SEND_ONLY, FPGA_IP, HOST_IP), 11)
     path.unlink()
     cut.look(20)
-    assert not cut.to_fpga(dreq)
+    assert not cut.to_fpga(dreq) and not cut.lossless()
     c = cut.counters
     assert (c["dreq"], c["dropped_dreqs"], c["cuts"], c["dropped_to_fpga"]) == (0, 2, 0, 0)
 
@@ -64,6 +66,7 @@ def test_whole_cut_from_the_fpgas_next_request(tmp_path):
     assert cut.counters["armed"] and not cut.from_fpga(ack, 6) and not cut.to_fpga(mad(I.ATTR_REQ))
     assert cut.from_fpga(rc(opc.OP_RC_SEND_ONLY, FPGA_IP, HOST_IP), 7)
     assert cut.to_fpga(mad(I.ATTR_DREQ)) and cut.to_fpga(rc(opc.OP_RC_ACKNOWLEDGE))
+    assert not cut.lossless()         # (a host that vanished: the cut drops all it must)
     path.unlink()
     cut.look(9)
     c = cut.counters
