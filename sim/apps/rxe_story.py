@@ -429,12 +429,12 @@ def vanish(job):
 
 
 def quiet(job):
-    """``cm:quiet``: rping's one DREQ lost. While the file ``serve.json.cut`` says ``dreq`` (the
-    simulation drops the CM's DREQs to the FPGA, nothing else: its lossy links lose nothing
-    then, so the ACK of the FPGA's last SEND arrives; lost, the FPGA's QP would fail on the
-    SEND sent again to rping's QP, gone, and be closed as failed, not quiet), ``rping -c -C
-    2`` runs against the FPGA's rping server: it ends well, and its DREQ is lost (rping destroys its id right
-    after ``rdma_disconnect``, and Linux does not send that DREQ again), so the FPGA's
+    """``cm:quiet``: rping's one DREQ lost. While the file ``serve.json.cut`` says ``dreq``, the
+    simulation drops the CM's DREQs to the FPGA and nothing else: its lossy links lose nothing
+    then (were the ACK of the FPGA's last SEND lost, the FPGA would send it again to rping's QP,
+    gone, and close the connection as failed, not as quiet). Meanwhile ``rping -c -C 2`` runs
+    against the FPGA's rping server: it ends well, and its DREQ is lost (rping destroys its id
+    right after ``rdma_disconnect``, and Linux does not send that DREQ again), so the FPGA's
     connection stays open with nobody behind it. The file goes; once the connection was quiet
     for the FPGA's ``--service-idle`` (up to twice that), the FPGA closes it: its DREQ, which
     Linux answers (the id in its time-wait, or gone: Linux answers a DREQ it cannot match), the

@@ -20,9 +20,9 @@ file exists the link is cut both ways, or only the DREQs to the FPGA dropped:
 :class:`~rocegen.sim.apps.cut.Cut`), ``loss`` (optional: ``to_fpga`` and ``from_fpga``, the
 probability that a RoCEv2 frame is lost on its way, and ``seed``; each way is a
 :class:`~rocegen.sim.models.fabric.link.Link` of its own, other frames are never lost, and
-none while the cut drops only DREQs; the
-status file counts its frames in ``loss``), ``responder`` (with the RC responder:
-``regions``, each QP's ``[rkey, base, length]`` as built, and ``rq_depth``; else None). While
+none while the cut drops only DREQs; the status file counts its frames in ``loss``),
+``responder`` (with the RC responder: ``regions``, each QP's ``[rkey, base, length]`` as
+built, and ``rq_depth``; else None). While
 it runs, the status file also holds the endpoint's statistics counters (``stats``), read about
 once a second, and the cycle their reading began (``stats_at``, counted like ``cycles``), and
 ``qp_open``: the QPs the connection managers hold then (bit k: QP k; the UDP 17185 manager's
