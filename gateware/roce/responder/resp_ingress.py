@@ -93,12 +93,14 @@ class RespIngress(wiring.Component):
       :class:`~rocegen.gateware.lib.fifo.PacketFifo` and the record queue): a datagram's record
       is offered on ``hdr`` 2 cycles after its last beat is taken (in the cycle after the
       datagram is committed to the FIFO), its first beat on ``o`` 3 cycles after, when the
-      outputs were idle. A datagram longer than the beats its headers' lanes take
-      (``ceil(REQ_HDR_MAX / (W/8))`` beats, 64 bytes from the IPv4 header on at every width, 72
-      with atomics at W = 64: a WRITE or SEND of more than 4 bytes of payload, not a READ
-      request) has its record offered a cycle sooner while no record waits: its record, worked
-      out from the headers as they were at the beat before, is written into the queue as its
-      last beat is taken (``IngressStore.early``).
+      outputs were idle. A datagram longer than the beats its headers' lanes take has its
+      record offered a cycle sooner while no record waits: its record, worked out from the
+      headers as they were at the beat before, is written into the queue as its last beat is
+      taken (``IngressStore.early``). Those lanes are ``ceil(REQ_HDR_MAX / (W/8))`` beats, 64
+      bytes from the IPv4 header on at every width, for every request but an atomic (with
+      ``atomics`` too: the AtomicETH's bytes beyond them are only read for an atomic): a WRITE
+      or SEND of more than 4 bytes of payload, not a READ request. An atomic request (68
+      bytes) is never longer than its lanes.
     * Throughput: one beat per cycle in and out; one record per cycle on ``hdr``.
     * Backpressure: ``o.ready`` low holds the FIFO's output, ``hdr.ready`` low the queue of
       records (LUT RAM read combinationally at its head); the input is never held (a datagram
@@ -144,8 +146,9 @@ class RespIngress(wiring.Component):
         hdr_bytes = max(REQ_HDR_MAX, REQ_HDR_ATOMIC) if self.atomics else REQ_HDR_MAX
         lanes, idx = leading_lanes(m, beat, take, W, hdr_bytes)
         # the headers were whole at the beat before this one: a beat at index
-        # ceil(hdr_bytes / (W/8)) or later (``idx`` stays there)
-        after_headers = idx == -(-hdr_bytes // (W // 8))
+        # ceil(bytes / (W/8)) or later (``idx`` stays at ceil(hdr_bytes / (W/8)))
+        def after(n):
+            return idx >= -(-n // (W // 8))
 
         # the headers, read at the last beat (fields beyond a short datagram are don't-cares:
         # such a datagram is malformed)
@@ -202,6 +205,10 @@ class RespIngress(wiring.Component):
         m.d.comb += [pre.h.eq(hd), store.rec.h.eq(hd), store.rec.f.eq(pre.facts),
                      fi.payload.error.eq(err), self.overflow.eq(store.overflow)]
         # a last beat after the headers: the record in the register stage now (the headers of
-        # the beat before, the same) is already its record
+        # the beat before, the same) is already its record. A request other than an atomic
+        # has every field in its first REQ_HDR_MAX bytes (the AtomicETH's lanes beyond feed
+        # only an atomic's fields; ``atomic`` is known from the BTH by then)
+        after_headers = Mux(atomic, after(hdr_bytes), after(REQ_HDR_MAX)) if self.atomics \
+            else after(hdr_bytes)
         m.d.comb += store.early.eq(take & beat.last & after_headers)
         return m

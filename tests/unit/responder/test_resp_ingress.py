@@ -13,25 +13,28 @@ from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 
 from rocegen.gateware.roce.responder.resp_ingress import RespIngress
-from rocegen.gateware.roce.responder.resp_layouts import REQ_HDR_MAX
+from rocegen.gateware.roce.responder.resp_layouts import REQ_HDR_ATOMIC, REQ_HDR_MAX
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict
 from rocegen.sim.testing.framecheck import RETH, ImmDt
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
+from rocegen.wire.atomics import ATOMIC_BYTES
 from tests.tiers import full
 
 REQUESTS = list(range(0x00, 0x0D)) + [0x13, 0x14, 0x17]
+ATOMIC_OPS = (opc.OP_RC_COMPARE_SWAP, opc.OP_RC_FETCH_ADD)
 OTHERS = [0x0D, 0x10, 0x11, 0x12, 0x81, 0x24, 0x64]
 RETH_OPS = {0x06, 0x0A, 0x0B, 0x0C}
 IMM_OPS = {0x03, 0x05, 0x09, 0x0B}
 
 
-def datagram(rng, opcode, *, malformed=False):
-    """An IPv4 datagram without ICRC, and the header fields a parser must find (or None when
-    it must be dropped)."""
-    n = rng.choice([0, 1, 3, 4, 17, 64, rng.randrange(300)])
+def datagram(rng, opcode, *, malformed=False, n=None):
+    """An IPv4 datagram without ICRC (``n`` bytes of payload, else a random length), and the
+    header fields a parser must find (or None when it must be dropped)."""
+    if n is None:
+        n = rng.choice([0, 1, 3, 4, 17, 64, rng.randrange(300)])
     pad = -n % 4
     bth = BTH(opcode=opcode, solicited=rng.getrandbits(1), padcount=pad, pkey=0xFFFF,
               dqpn=rng.getrandbits(24), ackreq=rng.getrandbits(1), psn=rng.getrandbits(24),
@@ -70,6 +73,19 @@ def datagram(rng, opcode, *, malformed=False):
         "payload": payload[:n],
     }
     return dgram, want
+
+
+def atomic_datagram(rng, opcode):
+    """An atomic request's IPv4 datagram without ICRC (its AtomicETH packed from the header
+    table: scapy has none), and the operands its record must hold."""
+    bth = BTH(opcode=opcode, padcount=0, pkey=0xFFFF, dqpn=rng.getrandbits(24), ackreq=1,
+              psn=rng.getrandbits(24), icrc=0)
+    ops = dict(va=rng.getrandbits(61) << 3, rkey=rng.getrandbits(32),
+               swap_add=rng.getrandbits(64), compare=rng.getrandbits(64))
+    l4 = bytes(bth)[:H.BTH.length] + H.ATOMIC_ETH.pack(**ops)
+    pkt = IP(src="10.0.0.9", dst="10.0.0.1") / UDP(sport=0xC001, dport=4791, chksum=0) / \
+        (l4 + bytes(4))
+    return bytes(pkt)[:-4], dict(ops, opcode=opcode, psn=bth.psn)
 
 
 def make_case(seed, count):
@@ -198,6 +214,65 @@ def test_records_run_ahead(width):
     lanes = -(-REQ_HDR_MAX // B) * B
     want = [1 if len(d) > lanes else 2 for d, _ in reqs]
     assert set(want) == {1, 2}
+    assert [c - t for c, t in zip(recs.cycles, last_in)] == want
+
+
+@pytest.mark.parametrize("width", [64, 512])
+def test_records_run_ahead_with_atomics(width):
+    """Built with atomics, whose AtomicETH makes the headers' lanes longer
+    (``REQ_HDR_ATOMIC``): a request other than an atomic still has its record offered a cycle
+    after its last beat when it is longer than ``REQ_HDR_MAX``'s lanes (at W = 512 a 64 B
+    WRITE, two beats), two cycles otherwise; an atomic (68 bytes) always two, its operands in
+    its record."""
+    rng = random.Random(9)
+    reqs = []
+    for k in range(12):
+        if k % 3 == 2:
+            reqs.append((*atomic_datagram(rng, rng.choice(ATOMIC_OPS)), True))
+        else:
+            # (payloads of 0..128 bytes: at W = 512 those of 5..64 are two beats)
+            reqs.append((*datagram(rng, rng.choice([0x0A, 0x04, 0x0B]), n=8 * k), False))
+    dut = RespIngress(width, atomics=True)
+    drv = StreamDriver(dut.i, width)
+    recs = Records(dut.hdr)
+    last_in = []
+
+    async def watch(ctx):
+        cycle = 0
+        async for _, _, v, last in ctx.tick().sample(dut.i.valid, dut.i.payload.last):
+            cycle += 1
+            if v and last:
+                last_in.append(cycle)
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 0)
+        await drv.send(ctx, [Packet(d) for d, _, _ in reqs])
+        await ctx.tick().repeat(10)
+
+    run_sim(dut, testbenches=[tb], processes=[recs.run, watch])
+    assert len(recs.records) == len(reqs)
+    for rec, (dgram, want, atomic) in zip(recs.records, reqs):
+        if not atomic:
+            check_record(rec, dgram, want)
+            continue
+        h = rec["h"]
+        assert (h["bth"]["opcode"], h["bth"]["psn"], h["hdr_len"], h["length"]) == \
+            (want["opcode"], want["psn"], REQ_HDR_ATOMIC, 0)
+        assert (h["reth"]["va"], h["reth"]["rkey"], h["reth"]["dma_len"]) == \
+            (want["va"], want["rkey"], ATOMIC_BYTES)
+        assert (h["atomic"]["swap_add"], h["atomic"]["compare"]) == \
+            (want["swap_add"], want["compare"])
+    B = width // 8
+
+    def lanes(n):
+        return -(-n // B) * B
+    want = [1 if len(d) > lanes(REQ_HDR_ATOMIC if atomic else REQ_HDR_MAX) else 2
+            for d, _, atomic in reqs]
+    # (some requests are longer than REQ_HDR_MAX's lanes and not than the atomics' lanes:
+    # the ones the atomics' longer lanes used to hold back)
+    assert 1 in want and 2 in want
+    assert any(lanes(REQ_HDR_MAX) < len(d) <= lanes(REQ_HDR_ATOMIC)
+               for d, _, atomic in reqs if not atomic)
     assert [c - t for c, t in zip(recs.cycles, last_in)] == want
 
 
