@@ -102,17 +102,21 @@ class StreamCollector:
 
 class HandshakeMonitor:
     """Records the cycle of every beat that moves on ``stream`` (``valid`` and ``ready`` high),
-    counted like :class:`StreamCollector` counts its cycles, so the two can be compared."""
+    counted like :class:`StreamCollector` counts its cycles, so the two can be compared;
+    ``last_only``: of a packet stream's last beats only."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, *, last_only=False):
         self.stream = stream
+        self.last_only = last_only
         self.cycles = []
 
     async def run(self, ctx):
+        s = self.stream
         cycle = 0
-        async for _, _, v, r in ctx.tick().sample(self.stream.valid, self.stream.ready):
+        last = s.payload.last if self.last_only else s.valid
+        async for _, _, v, r, end in ctx.tick().sample(s.valid, s.ready, last):
             cycle += 1
-            if v and r:
+            if v and r and end:
                 self.cycles.append(cycle)
 
 

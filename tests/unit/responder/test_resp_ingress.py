@@ -15,7 +15,12 @@ from scapy.layers.inet import IP, UDP
 from rocegen.gateware.roce.responder.resp_ingress import RespIngress
 from rocegen.gateware.roce.responder.resp_layouts import REQ_HDR_ATOMIC, REQ_HDR_MAX
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, meta_dict
+from rocegen.sim.testing.amaranth_streams import (
+    HandshakeMonitor,
+    StreamCollector,
+    StreamDriver,
+    meta_dict,
+)
 from rocegen.sim.testing.framecheck import RETH, ImmDt
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire import headers as H
@@ -181,6 +186,23 @@ def test_requests_parsed_others_dropped(width, idle, backpressure, seed):
         check_record(meta, dgram, want)
 
 
+def records_behind_held_beats(dut, datagrams):
+    """``datagrams`` sent into ``dut`` back to back, its beats held (``o.ready`` low): the
+    records offered, and the cycles from each datagram's last beat in to its record."""
+    drv = StreamDriver(dut.i, dut.width)
+    recs = Records(dut.hdr)
+    last_in = HandshakeMonitor(dut.i, last_only=True)
+
+    async def tb(ctx):
+        ctx.set(dut.o.ready, 0)
+        await drv.send(ctx, [Packet(d) for d in datagrams])
+        await ctx.tick().repeat(10)
+        assert ctx.get(dut.o.valid)
+
+    run_sim(dut, testbenches=[tb], processes=[recs.run, last_in.run])
+    return recs, [c - t for c, t in zip(recs.cycles, last_in.cycles)]
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_records_run_ahead(width):
     """With the beats held, the records of the requests stored behind the first are offered
@@ -188,25 +210,7 @@ def test_records_run_ahead(width):
     than the beats its headers' lanes take (its record known at the beat before its last)."""
     rng = random.Random(8)
     reqs = [datagram(rng, 0x0A) for _ in range(6)]
-    dut = RespIngress(width)
-    drv = StreamDriver(dut.i, width)
-    recs = Records(dut.hdr)
-    last_in = []
-
-    async def watch(ctx):
-        cycle = 0
-        async for _, _, v, last in ctx.tick().sample(dut.i.valid, dut.i.payload.last):
-            cycle += 1
-            if v and last:
-                last_in.append(cycle)
-
-    async def tb(ctx):
-        ctx.set(dut.o.ready, 0)
-        await drv.send(ctx, [Packet(d) for d, _ in reqs])
-        await ctx.tick().repeat(10)
-        assert ctx.get(dut.o.valid)
-
-    run_sim(dut, testbenches=[tb], processes=[recs.run, watch])
+    recs, delays = records_behind_held_beats(RespIngress(width), [d for d, _ in reqs])
     assert len(recs.records) == len(reqs)
     for meta, (dgram, want) in zip(recs.records, reqs):
         check_record(meta, dgram, want)
@@ -214,7 +218,7 @@ def test_records_run_ahead(width):
     lanes = -(-REQ_HDR_MAX // B) * B
     want = [1 if len(d) > lanes else 2 for d, _ in reqs]
     assert set(want) == {1, 2}
-    assert [c - t for c, t in zip(recs.cycles, last_in)] == want
+    assert delays == want
 
 
 @pytest.mark.parametrize("width", [64, 512])
@@ -232,24 +236,8 @@ def test_records_run_ahead_with_atomics(width):
         else:
             # (payloads of 0..128 bytes: at W = 512 those of 5..64 are two beats)
             reqs.append((*datagram(rng, rng.choice([0x0A, 0x04, 0x0B]), n=8 * k), False))
-    dut = RespIngress(width, atomics=True)
-    drv = StreamDriver(dut.i, width)
-    recs = Records(dut.hdr)
-    last_in = []
-
-    async def watch(ctx):
-        cycle = 0
-        async for _, _, v, last in ctx.tick().sample(dut.i.valid, dut.i.payload.last):
-            cycle += 1
-            if v and last:
-                last_in.append(cycle)
-
-    async def tb(ctx):
-        ctx.set(dut.o.ready, 0)
-        await drv.send(ctx, [Packet(d) for d, _, _ in reqs])
-        await ctx.tick().repeat(10)
-
-    run_sim(dut, testbenches=[tb], processes=[recs.run, watch])
+    recs, delays = records_behind_held_beats(RespIngress(width, atomics=True),
+                                             [d for d, _, _ in reqs])
     assert len(recs.records) == len(reqs)
     for rec, (dgram, want, atomic) in zip(recs.records, reqs):
         if not atomic:
@@ -273,7 +261,7 @@ def test_records_run_ahead_with_atomics(width):
     assert 1 in want and 2 in want
     assert any(lanes(REQ_HDR_MAX) < len(d) <= lanes(REQ_HDR_ATOMIC)
                for d, _, atomic in reqs if not atomic)
-    assert [c - t for c, t in zip(recs.cycles, last_in)] == want
+    assert delays == want
 
 
 @pytest.mark.parametrize("width, seed", [(64, 11), (512, 12)])
