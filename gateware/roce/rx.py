@@ -217,9 +217,8 @@ class RoceRx(wiring.Component):
 
         # (the header insertion hands the ICRC check a datagram's beats back to back, so none
         # is held there: its last beat leaves after ``latency - 1`` cycles, and the event
-        # follows a cycle later)
-        check = self._icrc.latency - 1
-        return (check + 1 + spills(H.UDP.length, length) +
+        # follows a cycle later: ``latency`` in all)
+        return (self._icrc.latency + spills(H.UDP.length, length) +
                 spills(H.IPV4.length, H.UDP.length + length))
 
     def elaborate(self, platform):
