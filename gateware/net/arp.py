@@ -6,7 +6,7 @@ from rocegen.gateware.lib.depacketizer import Depacketizer
 from rocegen.gateware.lib.stream import PacketSignature, check_width
 from rocegen.gateware.net.arp_resolve import ArpResolver
 from rocegen.gateware.net.arp_tx import OPER_REPLY, OPER_REQUEST, ArpTransmitter
-from rocegen.gateware.net.layouts import ARP_LOOKUP, ETH_META
+from rocegen.gateware.net.layouts import ARP_LOOKUP, ARP_PEEK, ETH_META
 from rocegen.wire.headers import ARP, ETHERTYPE_IPV4
 
 __all__ = ["Arp"]
@@ -38,6 +38,11 @@ class Arp(wiring.Component):
     ``failed`` pulses for one cycle, from a register (the cycle after the last wait ended; the
     transmitter drops its packet), and the resolver is free again from the cycle after it.
 
+    Peek (with ``peek=True``, port ``peek`` of :data:`~rocegen.gateware.net.layouts.ARP_PEEK`):
+    ``ip`` -> ``hit`` / ``mac`` combinationally, from the cache's current contents, as
+    ``lookup.ip`` is answered; a miss starts no resolution (for a block that builds whole
+    frames and needs only the MAC of a peer the cache already knows).
+
     Transmit (``o``): replies and requests as 28-byte ARP payloads with ``meta.eth`` set; the
     Ethernet transmitter pads them. Replies go first.
 
@@ -56,8 +61,10 @@ class Arp(wiring.Component):
     waits for its reply to be queued, and while a reply is queued.
     """
 
-    def __init__(self, width, *, entries=4, retry_cycles=100_000, retries=3):
+    def __init__(self, width, *, entries=4, retry_cycles=100_000, retries=3, peek=False):
         check_width(width)
+        if not isinstance(peek, bool):
+            raise TypeError(f"peek must be a bool, not {peek!r}")
         if not isinstance(entries, int) or not 1 <= entries <= 64:
             raise ValueError(f"ARP cache entries must be 1..64, not {entries!r}")
         if not isinstance(retry_cycles, int) or retry_cycles < 16:
@@ -68,6 +75,8 @@ class Arp(wiring.Component):
         self.entries = entries
         self.retry_cycles = retry_cycles
         self.retries = retries
+        self.peek_port = peek
+        ports = {"peek": In(ARP_PEEK)} if peek else {}
         super().__init__({
             "local_mac": In(48),
             "local_ip": In(32),
@@ -79,6 +88,7 @@ class Arp(wiring.Component):
             "rx_reply": Out(1),
             "tx_reply": Out(1),
             "tx_request": Out(1),
+            **ports,
         })
 
     def elaborate(self, platform):
@@ -112,6 +122,8 @@ class Arp(wiring.Component):
             return hit
 
         answer(self.lookup.ip, self.lookup.hit, self.lookup.mac)
+        if self.peek_port:
+            answer(self.peek.ip, self.peek.hit, self.peek.mac)
         return self._elaborate_receive(m, W, ips, macs, match, valid, victim)
 
     def _elaborate_receive(self, m, W, ips, macs, match, valid, victim):

@@ -7,7 +7,7 @@ from amaranth.lib.wiring import In, Out
 from rocegen.wire.headers import ETH, IPV4, UDP
 
 __all__ = ["IP_TX", "UDP_TX", "ETH_META", "IP_OUT_META", "IP_RX_META", "UDP_RX_META",
-           "ARP_LOOKUP", "ARP_REPLY"]
+           "ARP_LOOKUP", "ARP_PEEK", "ARP_REPLY"]
 
 #: A packet handed to the IPv4 transmitter: its payload is the IP payload.
 IP_TX = data.StructLayout({
@@ -56,6 +56,14 @@ ARP_LOOKUP = wiring.Signature({
     "wait_mac": In(48),
     "resolve": Out(1),
     "failed": In(1),
+})
+
+#: A look at the ARP cache (seen from the asker): ``ip`` -> ``hit`` / ``mac`` combinationally,
+#: from the cache's current contents; no resolution is started on a miss.
+ARP_PEEK = wiring.Signature({
+    "ip": Out(32),
+    "hit": In(1),
+    "mac": In(48),
 })
 
 #: An ARP reply to send: to the hardware and protocol address of the host that asked.
