@@ -7,7 +7,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
+from rocegen.gateware.net.layouts import ARP_PEEK
 from rocegen.gateware.net.udp_tx import ICRC_BYTES, UDP_TX_META
+from rocegen.gateware.roce.responder.resp_ack_frame import ACK_FRAME_IN
 from rocegen.gateware.roce.responder.resp_layouts import ACK_PAYLOAD, CNP_PAYLOAD_BYTES, RESP_RESPONSE
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
@@ -32,6 +34,10 @@ class RespAck(wiring.Component):
     depth : int
         Records the queue holds (a power of two from 2 to 64; default 8), besides the one
         being sent on ``o``.
+    fast : bool
+        ACKNOWLEDGE packets may leave whole on ``fast`` (to a
+        :class:`~rocegen.gateware.roce.responder.resp_ack_frame.RespAckFrame`, for the network
+        stack's ``ip_out``) instead of as UDP payloads on ``o`` (below).
 
     Ports
     -----
@@ -54,6 +60,15 @@ class RespAck(wiring.Component):
     coalesced : Out(1)
         One-cycle pulse when an ACK record is taken on ``i`` by replacing the newest queued
         record instead of adding one.
+    fast : Out(stream.Signature(ACK_FRAME_IN))
+        (``fast`` only) ACKNOWLEDGE records (``ack``) with their next hop's MAC (``mac``, from
+        ``peek``), for :class:`~rocegen.gateware.roce.responder.resp_ack_frame.RespAckFrame`.
+    peek : Out(ARP_PEEK)
+        (``fast`` only) To the network stack's ARP peek: the next record's ``dst_ip`` in,
+        whether the ARP cache holds its MAC (and the MAC) out, combinationally.
+    fast_ok : In(1)
+        (``fast`` only) High while a record may take ``fast``: the network stack's ``tx_idle``
+        (no packet sent on ``o`` is still on its way to the Ethernet arbiter).
 
     Behaviour
     ---------
@@ -71,20 +86,30 @@ class RespAck(wiring.Component):
     * Byte order: byte 0 of the UDP payload (the BTH opcode) in lane 0 (bits 7:0) of the first
       beat; every beat full but the last, ``keep`` a thermometer code. An ACKNOWLEDGE is 2
       beats at 64 bits and 1 from 128 up; a CNP 4 beats at 64, 2 at 128, 1 at 256 and 512.
+    * The fast path (``fast``): the record to load next, while the output register is empty
+      (not merely finishing a packet), is offered on ``fast`` instead when it is an
+      ACKNOWLEDGE, ``peek`` finds its next hop and ``fast_ok`` is high; taken, it leaves the
+      queue as if loaded (``sent_*`` pulse in that cycle). While ``fast.ready`` is low (a frame
+      handed on is still being built or sent) no record is loaded at all, so no packet on ``o``
+      can overtake it; and since ``fast_ok`` is the stack's ``tx_idle``, it overtakes no packet
+      sent on ``o`` before it. So every packet leaves in the order of its record.
     * Backpressure: ``o.ready`` low holds the beat offered (``o.payload`` and ``o.valid`` come
       from the output register through the lane multiplexer); records queue up until
       ``depth`` are waiting, then ``i.ready`` drops (except for a record that merges). The
       queue is LUT RAM read combinationally at its head.
     """
 
-    def __init__(self, width, depth=8):
+    def __init__(self, width, depth=8, *, fast=False):
         check_width(width)
+        if not isinstance(fast, bool):
+            raise TypeError(f"fast must be a bool, not {fast!r}")
         if not isinstance(depth, int) or isinstance(depth, bool):
             raise TypeError(f"depth must be an integer number of records, not {depth!r}")
         if not 2 <= depth <= 64 or depth & (depth - 1):
             raise ValueError(f"depth must be a power of two from 2 to 64 records, not {depth}")
         self.width = width
         self.depth = depth
+        self.fast_path = fast
         super().__init__({
             "i": In(stream.Signature(RESP_RESPONSE)),
             "o": Out(PacketSignature(width, UDP_TX_META)),
@@ -92,6 +117,8 @@ class RespAck(wiring.Component):
             "sent_nak": Out(1),
             "sent_cnp": Out(1),
             "coalesced": Out(1),
+            **({"fast": Out(stream.Signature(ACK_FRAME_IN)), "peek": Out(ARP_PEEK),
+                "fast_ok": In(1)} if fast else {}),
         })
 
     def elaborate(self, platform):
@@ -111,6 +138,19 @@ class RespAck(wiring.Component):
         last = beat == Mux(cur.cnp, nb_cnp - 1, nb_ack - 1)
 
         free = ~busy | (o.ready & last)             # the output register is loaded this cycle
+        go_fast = Const(0)
+        if self.fast_path:
+            # (nothing is loaded while a frame handed on is in flight; a record goes fast only
+            # while the output register is empty)
+            nxt = Signal(RESP_RESPONSE)
+            m.d.comb += [nxt.eq(Mux(count != 0, rp.data, i.payload)),
+                         self.peek.ip.eq(nxt.dst_ip)]
+            f = self.fast
+            m.d.comb += [f.valid.eq(~busy & ((count != 0) | i.valid) & ~nxt.cnp &
+                                    self.peek.hit & self.fast_ok),
+                         f.payload.ack.eq(nxt), f.payload.mac.eq(self.peek.mac)]
+            go_fast = f.valid & f.ready
+            free = free & f.ready
         pop = free & (count != 0)
         bypass = free & (count == 0) & i.valid
         joins = tail_ack & (tail_qp == i.payload.qp) & is_plain_ack(i.payload)
@@ -131,7 +171,7 @@ class RespAck(wiring.Component):
         with m.If(pop):
             m.d.sync += rd.eq(rd + 1)
         with m.If(free):
-            m.d.sync += [busy.eq(pop | bypass), beat.eq(0),
+            m.d.sync += [busy.eq((pop | bypass) & ~go_fast), beat.eq(0),
                          cur.eq(Mux(pop, rp.data, i.payload))]
         with m.Elif(o.ready):
             m.d.sync += beat.eq(beat + 1)
@@ -160,4 +200,8 @@ class RespAck(wiring.Component):
         done = busy & o.ready & last
         m.d.comb += [self.sent_ack.eq(done & is_plain_ack(cur)), self.sent_cnp.eq(done & cur.cnp),
                      self.sent_nak.eq(done & ~cur.cnp & ~is_plain_ack(cur))]
+        if self.fast_path:
+            fa = self.fast.payload.ack
+            with m.If(go_fast):
+                m.d.comb += [self.sent_ack.eq(is_plain_ack(fa)), self.sent_nak.eq(~is_plain_ack(fa))]
         return m

@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.memport import MemWriteSignature
 from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.net.layouts import ARP_PEEK, ETH_META
 from rocegen.gateware.net.udp_tx import UDP_TX_META
 from rocegen.gateware.roce.frontend.stream_post import DURABLE_WIDTH
 from rocegen.gateware.roce.layouts import (
@@ -19,6 +20,7 @@ from rocegen.gateware.roce.layouts import (
 )
 from rocegen.gateware.roce.responder.recv_queue import RecvQueue
 from rocegen.gateware.roce.responder.resp_ack import RespAck
+from rocegen.gateware.roce.responder.resp_ack_frame import RespAckFrame
 from rocegen.gateware.roce.responder.resp_cnp import DEFAULT_CNP_INTERVAL, RespCnp
 from rocegen.gateware.roce.responder.resp_durable import RespDurable
 from rocegen.gateware.roce.responder.resp_engine import SEQ_BITS, TAGGED_COMPLETION, RespEngine
@@ -116,6 +118,10 @@ class Responder(wiring.Component):
         executes them (port ``atomic_done``). Default False: refused, NAK invalid request.
     flush_port : bool
         With port ``rq_flush``: receive queues flushed from outside (default False).
+    ack_frames : bool
+        ACKNOWLEDGE packets leave whole, while the network stack's transmit path is idle and
+        ARP knows the peer, on ``ack_frame`` (for the stack's ``ip_out``) instead of on ``tx``
+        (:class:`~rocegen.gateware.roce.responder.resp_ack_frame.RespAckFrame`; default False).
     cnp_interval, cnp_dscp : int
         The notification point (:class:`~rocegen.gateware.roce.responder.resp_cnp.RespCnp`): cycles
         between two CNPs of a QP after reset (0: a CNP for every request marked CE; default
@@ -156,6 +162,16 @@ class Responder(wiring.Component):
         ACKNOWLEDGE packets and CNPs for the UDP transmit port (the stack appends the ICRC).
     cnp_cfg : In(stream.Signature(CNP_CONFIG, always_ready=True))
         The CNP interval at run time.
+    ack_frame : Out(PacketSignature(width, ETH_META)), with ``ack_frames`` only
+        ACKNOWLEDGE packets as whole IPv4 datagrams with their ICRC, ``meta.eth`` the Ethernet
+        header, for the network stack's ``ip_out``.
+    peek : Out(ARP_PEEK), with ``ack_frames`` only
+        To the network stack's ``arp_peek``.
+    tx_idle : In(1), with ``ack_frames`` only
+        The network stack's ``tx_idle``: an ACKNOWLEDGE goes on ``ack_frame`` only while it is
+        high, so it never overtakes a packet sent on ``tx`` before it.
+    local_mac, local_ip : In(48), In(32), with ``ack_frames`` only
+        Our addresses, the sources of the frames on ``ack_frame``.
     rd : Out(stream.Signature(RESP_READ_PACKET)), with ``reads`` only
         The READ response packets (:class:`~rocegen.gateware.roce.responder.resp_read_gen.RespReadGen`),
         each a descriptor for the packet builder (``src`` RESPONDER) and its memory read.
@@ -200,7 +216,7 @@ class Responder(wiring.Component):
     def __init__(self, width, num_qps, addr_width, *, rq_depth=16, config_init=None,
                  cpl_depth=32, ack_every=0, cnp_interval=DEFAULT_CNP_INTERVAL,
                  cnp_dscp=CNP_DSCP, acked_writes=False, ingress_beats=None, reads=False,
-                 rd_depth=16, atomics=False, flush_port=False):
+                 rd_depth=16, atomics=False, flush_port=False, ack_frames=False):
         check_width(width)
         check_num_qps(num_qps)
         self.width, self.num_qps = width, num_qps
@@ -218,7 +234,11 @@ class Responder(wiring.Component):
         self._engine = RespEngine(num_qps, config_init=config_init, ack_every=ack_every)
         self._cnp = RespCnp(num_qps, interval=cnp_interval, dscp=cnp_dscp)
         self._place = RespPlace(width, addr_width)
-        self._ack = RespAck(width)
+        if not isinstance(ack_frames, bool):
+            raise TypeError(f"ack_frames must be a bool, not {ack_frames!r}")
+        self.ack_frames = ack_frames
+        self._ack = RespAck(width, fast=ack_frames)
+        self._frame = RespAckFrame(width) if ack_frames else None
         self._rq = RecvQueue(num_qps, rq_depth)
         self.cpl_depth = cpl_depth
         self.acked_writes = bool(acked_writes)
@@ -244,6 +264,9 @@ class Responder(wiring.Component):
             **({"mem_durable": In(DURABLE_WIDTH)} if acked_writes else {}),
             "tx": Out(PacketSignature(width, UDP_TX_META)),
             "cnp_cfg": In(stream.Signature(CNP_CONFIG, always_ready=True)),
+            **({"ack_frame": Out(PacketSignature(width, ETH_META)), "peek": Out(ARP_PEEK),
+                "tx_idle": In(1), "local_mac": In(48), "local_ip": In(32)}
+               if ack_frames else {}),
             **({"rd": Out(stream.Signature(RESP_READ_PACKET)),
                 "rd_sent": In(stream.Signature(unsigned(8), always_ready=True)),
                 "ctx_set": In(stream.Signature(CONTEXT_WRITE, always_ready=True))}
@@ -299,6 +322,13 @@ class Responder(wiring.Component):
         wiring.connect(m, wiring.flipped(self.cnp_cfg), cnp.cfg)
         wiring.connect(m, cnp.o, ack.i)
         wiring.connect(m, ack.o, wiring.flipped(self.tx))
+        if self._frame is not None:
+            frame = m.submodules.ack_frame = self._frame
+            wiring.connect(m, ack.fast, frame.i)
+            wiring.connect(m, frame.o, wiring.flipped(self.ack_frame))
+            wiring.connect(m, ack.peek, wiring.flipped(self.peek))
+            m.d.comb += [ack.fast_ok.eq(self.tx_idle), frame.local_mac.eq(self.local_mac),
+                         frame.local_ip.eq(self.local_ip)]
 
         # receive queues
         wiring.connect(m, wiring.flipped(self.recv), rq.post)
@@ -398,6 +428,10 @@ class Responder(wiring.Component):
         held = Signal(8)
         came = ack.i.valid & ack.i.ready & ~ack.coalesced
         went = ack.o.valid & ack.o.ready & ack.o.payload.last
+        if self._frame is not None:
+            # (a frame built whole: once its last beat is in the Ethernet arbiter)
+            fo = self._frame.o
+            went = went | (fo.valid & fo.ready & fo.payload.last)
         m.d.sync += held.eq(held + came - went)
         # (an answer taking its place in this cycle is of a request after every READ pushed)
         m.d.comb += order.idle.eq(held == 0)

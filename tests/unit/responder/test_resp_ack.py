@@ -6,11 +6,17 @@ need no timing model; exact sequences under held backpressure; latency and throu
 import random
 
 import pytest
+from amaranth.hdl import Cat, Elaboratable, Module
+from amaranth.lib import wiring
 from scapy.contrib.roce import AETH, BTH, CNPPadding
 
 from rocegen.gateware.roce.responder.resp_ack import RespAck
+from rocegen.gateware.roce.responder.resp_ack_frame import RespAckFrame
+from rocegen.sim.models import icrc as icrc_model
 from rocegen.sim.testing.amaranth_streams import StreamCollector, meta_dict, send_records
 from rocegen.sim.testing.harness import raises, run_sim
+from rocegen.wire.addr import parse_ip, parse_mac
+from tests.unit.responder.test_resp_ack_frame import LOCAL_IP, LOCAL_MAC, expected_frame, frame_of
 
 ROCE_PORT = 4791
 
@@ -312,3 +318,129 @@ def test_parameters_are_checked():
     for depth in (0, 1, 3, 12, 128):
         raises(ValueError, f"depth must be a power of two from 2 to 64 records, not {depth}",
                lambda depth=depth: RespAck(64, depth))
+
+
+# ---- the fast path: ACKNOWLEDGEs built whole (RespAck(fast=True) and RespAckFrame) ----
+
+class FastTop(Elaboratable):
+    """RespAck with its fast path into a RespAckFrame, and an ARP cache stand-in that knows
+    every peer whose address is even (its MAC: the address twice, cut to 48 bits)."""
+
+    def __init__(self, width):
+        self.ack = RespAck(width, fast=True)
+        self.frame = RespAckFrame(width)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.ack, m.submodules.frame = self.ack, self.frame
+        wiring.connect(m, self.ack.fast, self.frame.i)
+        ip = self.ack.peek.ip
+        m.d.comb += [self.ack.peek.hit.eq(~ip[0]), self.ack.peek.mac.eq(Cat(ip, ip)[:48])]
+        return m
+
+
+def known(r):
+    return r["dst_ip"] % 2 == 0
+
+
+@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("backpressure", [0.0, 0.4])
+def test_fast_path_order_and_frames(width, backpressure):
+    """Random answers with ``fast_ok`` (the stack's ``tx_idle``) toggling at random and both
+    outputs under backpressure: every record leaves once, in the order taken (coalescing as
+    without the fast path), on ``o`` or whole on the frame builder's output; only an
+    ACKNOWLEDGE whose peer ARP knows takes the fast path, in a cycle ``fast_ok`` is high and
+    the output register is empty; no packet starts on ``o`` while a frame is in flight; each
+    frame is the one scapy builds; the ``sent_*`` pulses count both ways."""
+    seed = width + int(10 * backpressure)
+    rng = random.Random(seed)
+    records = random_records(rng, 200)
+    for r in records:               # (ARP knows the peers of the even QPs)
+        r["dst_ip"] = (r["dst_ip"] & ~1) | (r["qp"] & 1)
+    top = FastTop(width)
+    d = top.ack
+    col = StreamCollector(d.o, width, backpressure=backpressure, seed=seed)
+    frames = StreamCollector(top.frame.o, width, backpressure=backpressure, seed=seed + 1)
+    log = []            # ("o" | "fast", record or None) in the order they leave
+    seq, merges = [], [0]
+    pulses = {"ack": 0, "nak": 0, "cnp": 0}
+
+    async def watch(ctx):
+        in_pkt = in_frame = False
+        async for _, _, iv, ir, ip, co, ov, orr, olast, fv, fr, fp, ok, busy, fov, fordy, flast, \
+                sa, sn, sc in ctx.tick().sample(
+                d.i.valid, d.i.ready, d.i.payload, d.coalesced, d.o.valid, d.o.ready,
+                d.o.payload.last, d.fast.valid, d.fast.ready, d.fast.payload, d.fast_ok,
+                top.frame.i.ready, top.frame.o.valid, top.frame.o.ready,
+                top.frame.o.payload.last, d.sent_ack, d.sent_nak, d.sent_cnp):
+            went_fast = fv and fr
+            if went_fast:
+                r = meta_dict(fp)["ack"]
+                assert ok and not r["cnp"] and known(r) and not in_pkt and not ov, r
+                assert meta_dict(fp)["mac"] == ((r["dst_ip"] << 32) | r["dst_ip"]) & (2**48 - 1)
+                log.append(("fast", r))
+                in_frame = True
+            if ov and orr:
+                assert not in_frame and busy, "a packet on o while a frame is in flight"
+                if not in_pkt:
+                    log.append(("o", None))
+                in_pkt = not olast
+            if fov and fordy and flast:
+                in_frame = False
+            for kind, pulse in (("ack", sa), ("nak", sn), ("cnp", sc)):
+                pulses[kind] += pulse
+            if iv and ir:
+                r = meta_dict(ip)
+                if co:
+                    merges[0] += 1
+                    seq[-1] = r
+                else:
+                    seq.append(r)
+
+    async def tb(ctx):
+        ctx.set(top.frame.local_mac, parse_mac(LOCAL_MAC))
+        ctx.set(top.frame.local_ip, parse_ip(LOCAL_IP))
+        for n, r in enumerate(records):
+            # (bursts, and gaps in which the queue empties)
+            while rng.random() < (0.1 if n % 40 < 20 else 0.9):
+                ctx.set(d.i.valid, 0)
+                ctx.set(d.fast_ok, rng.random() < 0.7)
+                await ctx.tick()
+            ctx.set(d.i.payload, r)
+            ctx.set(d.i.valid, 1)
+            ctx.set(d.fast_ok, rng.random() < 0.7)
+            await ctx.tick().until(d.i.ready)
+        ctx.set(d.i.valid, 0)
+        ctx.set(d.fast_ok, 1)
+        while len(col.packets) + len(frames.packets) + merges[0] < len(records):
+            await ctx.tick()
+        await ctx.tick().repeat(20)
+
+    run_sim(top, testbenches=[tb], processes=[col.run, frames.run, watch],
+            deadline_cycles=200_000)
+    assert len(log) == len(seq) == len(col.packets) + len(frames.packets)
+    pkts, frms = iter(col.packets), iter(frames.packets)
+    outputs = []
+    ids = 0
+    for n, ((way, r_fast), r) in enumerate(zip(log, seq)):
+        if way == "fast":
+            assert r_fast == r, n
+            ids += 1
+            frame = frame_of(next(frms))
+            assert icrc_model.check(frame), n
+            mac = ((r["dst_ip"] << 32) | r["dst_ip"]) & (2**48 - 1)
+            assert frame == expected_frame({"ack": r, "mac": mac}, ids), n
+        else:
+            check_packet(next(pkts), r, n)
+        outputs.append(r)
+    # (the outputs as the records taken: they leave in the order taken)
+    mapped, k = [], 0
+    for r in outputs:
+        while records[k] != r:
+            k += 1
+        mapped.append(records[k])
+        k += 1
+    check_invariants(records, mapped, merges[0])
+    assert pulses == {"ack": sum(map(is_ack, outputs)), "cnp": sum(r["cnp"] for r in outputs),
+                      "nak": sum(not r["cnp"] and not is_ack(r) for r in outputs)}
+    assert ids > 10 and len(col.packets) > 10       # both ways were taken
