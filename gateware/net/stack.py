@@ -7,7 +7,7 @@ from rocegen.gateware.lib.buffer import RegisterSlice
 from rocegen.gateware.lib.fifo import PacketFifo, fifo_depth
 from rocegen.gateware.lib.pipe import ForwardRegister
 from rocegen.gateware.lib.stats import StatsBlock
-from rocegen.gateware.lib.stream import PacketSignature, check_width
+from rocegen.gateware.lib.stream import PacketSignature, check_width, first_beat
 from rocegen.gateware.net.arp import Arp
 from rocegen.gateware.net.eth_rx import EthRx
 from rocegen.gateware.net.eth_tx import EthTx
@@ -15,7 +15,7 @@ from rocegen.gateware.net.icmp import IcmpEcho
 from rocegen.gateware.net.icrc_tx import IcrcTx
 from rocegen.gateware.net.ipv4_rx import Ipv4Rx
 from rocegen.gateware.net.ipv4_tx import Ipv4Tx
-from rocegen.gateware.net.layouts import ETH_META, IP_OUT_META, IP_TX, UDP_RX_META
+from rocegen.gateware.net.layouts import ARP_PEEK, ETH_META, IP_OUT_META, IP_TX, UDP_RX_META
 from rocegen.gateware.net.udp_rx import UdpRx
 from rocegen.gateware.net.udp_tx import UDP_TX_META, UdpTx
 
@@ -79,6 +79,10 @@ class NetStack(wiring.Component):
         condition is on ``udp_tx``: a UDP port whose frames can pause inside (a payload read
         from a memory with a variable latency, a user's stream) needs ``False``, because the
         MAC must see no gap inside a frame.
+    ip_out : bool
+        ``True``: a transmit fast path for complete IPv4 datagrams, ports ``ip_out``,
+        ``arp_peek`` and ``tx_idle`` (below). ``False`` (default): none of them, and none of
+        their logic.
 
     Ports
     -----
@@ -100,17 +104,43 @@ class NetStack(wiring.Component):
     ``error`` on the last beat asks the MAC to abort the frame.
     ``udp_rx[k]``: datagram payloads with ``meta.eth``, ``meta.ipv4`` and ``meta.udp``.
     ``udp_tx[k]``: datagram payloads with ``meta.udp`` (:data:`~rocegen.gateware.net.layouts.UDP_TX`).
+    ``ip_out`` (with ``ip_out``): complete IPv4 datagrams (the header with its checksum, the
+    payload and, for RoCEv2, the ICRC), with ``meta.eth`` the Ethernet header to build (dst, src,
+    ethertype): a third input of the Ethernet arbiter, beside ARP and the ICRC stage. They pass
+    neither UDP nor IPv4 transmit nor the ICRC stage (no ICRC is appended): the Ethernet
+    transmitter adds the header (and the 802.1Q tag with ``vlan``) and pads the frame to 60
+    bytes, the datagram's bytes unchanged. Like ``udp_tx``, a steady source with
+    ``tx_cut_through`` (its frame's beats back to back once its first is offered).
+    ``arp_peek`` (with ``ip_out``): the ARP cache's entry for an address
+    (:data:`~rocegen.gateware.net.layouts.ARP_PEEK`: ``ip`` -> ``hit`` / ``mac``
+    combinationally; a miss asks nothing), for the source of ``ip_out`` to address its frames.
+    ``tx_idle`` (with ``ip_out``): high while no packet is inside the transmit path before the
+    Ethernet arbiter (UDP transmit, the IPv4 arbiter, IPv4 transmit, the ICRC stage and the
+    slice before it), from a register: a packet counts from the cycle after its first beat is
+    taken on ``udp_tx[k]`` or from the ICMP responder, until the cycle after its last beat
+    leaves the ICRC stage into the Ethernet arbiter, or after IPv4 transmit drops it
+    (``ip_tx_unresolved``; the rest of that packet is discarded and never leaves). Frames on
+    ``ip_out`` are not counted. A frame whose first beat is offered on ``ip_out`` in a cycle
+    ``tx_idle`` is high (and held, as the stream rule requires) leaves behind every packet whose
+    first beat was taken on ``udp_tx`` (or from the ICMP responder) before that cycle; a packet
+    taken in that very cycle or later may go before or after it. So a source that builds whole
+    datagrams (such as a RoCEv2 responder's acknowledgements) may send on ``ip_out`` while
+    ``tx_idle`` is high, and its frame never overtakes a packet it sent earlier through
+    ``udp_tx``.
     ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS` (an event
     is counted one cycle after its pulse: the pulses are registered before the counters).
     """
 
     def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, pcp=0,
                  rx_fifo_beats=None, arp_entries=4, arp_retry_cycles=100_000, arp_retries=3,
-                 cut_through_ports=(), tx_cut_through=False):
+                 cut_through_ports=(), tx_cut_through=False, ip_out=False):
         check_width(width)
         if not isinstance(tx_cut_through, bool):
             raise TypeError(f"tx_cut_through must be a bool, not {tx_cut_through!r}")
+        if not isinstance(ip_out, bool):
+            raise TypeError(f"ip_out must be a bool, not {ip_out!r}")
         self.tx_cut_through = tx_cut_through
+        self.ip_out_port = ip_out
         if rx_fifo_beats is None:
             rx_fifo_beats = fifo_depth(mtu + MAX_L2_HEADER, width, packets=2)
         self.width = width
@@ -125,11 +155,16 @@ class NetStack(wiring.Component):
         # validate here so that errors name the stack's parameters
         self._udp_rx = UdpRx(width, self.udp_ports, mtu=mtu, cut_ports=cut_through_ports)
         self._ip_rx = Ipv4Rx(width, mtu=mtu)
-        self._arp = Arp(width, **self.arp_args)
+        self._arp = Arp(width, **self.arp_args, peek=ip_out)
         self._eth_rx = EthRx(width, vlan=vlan)
         self._eth_tx = EthTx(width, vlan=vlan, pcp=pcp)
         self._stats = StatsBlock(STATS)
         n = len(self.udp_ports)
+        ip_out_ports = {
+            "ip_out": In(PacketSignature(width, ETH_META)),
+            "arp_peek": In(ARP_PEEK),
+            "tx_idle": Out(1),
+        } if ip_out else {}
         # cut-through: a frame goes on before its FCS verdict (its last beat's ``error``)
         # (and while it is empty, a beat passes beside it in the cycle it comes: the bypass)
         self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=False,
@@ -153,11 +188,13 @@ class NetStack(wiring.Component):
             "stats_data": Out(32),
             "pcp": In(3, init=pcp),
             "rx_level": Out(range(rx_fifo_beats + 1)),
+            **ip_out_ports,
         })
 
     def probes(self):
         """The internal streams between the layers, by name, in receive then transmit order:
         for benches and tests that observe the stack (read-only use)."""
+        ip_out = {"ip_out": self.ip_out} if self.ip_out_port else {}
         return {
             "mac_rx": self.mac_rx,
             "rx_fifo.o": self._rx_fifo.o,
@@ -172,9 +209,32 @@ class NetStack(wiring.Component):
             "ip_tx.o": self._ip_tx.o,
             "icrc_tx.o": self._icrc_tx.o,
             "arp.o": self._arp.o,
+            **ip_out,
             "eth_tx.o": self._eth_tx.o,
             "mac_tx": self.mac_tx,
         }
+
+    def _tx_idle(self, m, udp_tx, ip_arb, ip_tx, icrc_tx):
+        """``tx_idle``: a count of the packets inside the transmit path before the Ethernet
+        arbiter, up by those whose first beat is taken on a ``udp_tx`` port or from the ICMP
+        responder, down by those whose last beat leaves the ICRC stage and by those IPv4
+        transmit drops (``drop_unresolved`` pulses once per packet, with the packet's first
+        beat, which it takes with the rest and hands on to nothing)."""
+        starts = []
+        for k in range(len(self.udp_ports)):
+            s = self.udp_tx[k]
+            starts.append(s.valid & s.ready & first_beat(m, s))
+        s = ip_arb.i[0]
+        starts.append(s.valid & s.ready & first_beat(m, s))
+        o = icrc_tx.o
+        ends = [o.valid & o.ready & o.payload.last, ip_tx.drop_unresolved]
+        # 8 bits never wrap: every packet counted but one (passing through as it comes) has a
+        # beat of its own in the path's registers (UDP transmit's trimmer, IPv4 transmit's
+        # slice, the ICRC slice, the ICRC stage's pipeline and its 16-beat queue), a few dozen
+        # beats in all
+        count = Signal(8)
+        m.d.sync += count.eq(count + sum(starts) - sum(ends))
+        m.d.comb += self.tx_idle.eq(count == 0)
 
     def elaborate(self, platform):
         m = Module()
@@ -249,13 +309,19 @@ class NetStack(wiring.Component):
         wiring.connect(m, ip_tx.lookup, arp.lookup)
         ev["ip_tx_unresolved"] = ip_tx.drop_unresolved
 
-        eth_arb = m.submodules.eth_arbiter = PacketArbiter(W, ETH_META, 2)
+        eth_arb = m.submodules.eth_arbiter = PacketArbiter(W, ETH_META,
+                                                           3 if self.ip_out_port else 2)
         wiring.connect(m, arp.o, eth_arb.i[0])
         icrc_tx = m.submodules.icrc_tx = self._icrc_tx
         icrc_slice = m.submodules.icrc_slice = RegisterSlice(W, IP_OUT_META, bypass=True)
         wiring.connect(m, ip_tx.o, icrc_slice.i)
         wiring.connect(m, icrc_slice.o, icrc_tx.i)
         wiring.connect(m, icrc_tx.o, eth_arb.i[1])
+        if self.ip_out_port:
+            # complete datagrams: straight to the Ethernet arbiter
+            wiring.connect(m, wiring.flipped(self.ip_out), eth_arb.i[2])
+            wiring.connect(m, wiring.flipped(self.arp_peek), arp.peek)
+            self._tx_idle(m, udp_tx, ip_arb, ip_tx, icrc_tx)
         eth_tx = m.submodules.eth_tx = self._eth_tx
         # the ARP and ICRC stages' outputs go through the arbiter (its grant a register) and the
         # combinational transmitter into the forward register behind it
