@@ -51,7 +51,9 @@ class NetworkFeature(Feature):
                               # RoceRx (its ICRC check) and the connection manager drop a
                               # damaged datagram themselves
                               cut_through_ports=(UDP_PORT_ROCEV2, cfg.cm_port),
-                              tx_cut_through=cfg.memory == "onchip")
+                              tx_cut_through=cfg.memory == "onchip",
+                              # the responder's ACKNOWLEDGEs built whole
+                              ip_out=cfg.responder)
 
     def members(self):
         w = self.cfg.width

@@ -53,7 +53,10 @@ class ResponderFeature(Feature):
     The peers WRITE and SEND into local memory (and with ``reads`` READ from it); the
     responder takes the receive path's requests and the QP table's contexts, sees every PSN
     and context the QP control writes, and its ACKs, NAKs and CNPs take turns with the
-    requester's packets at UDP port 4791. Its READ responses' descriptors take turns with the
+    requester's packets at UDP port 4791; while the stack's transmit path is idle (its
+    ``tx_idle``) and ARP knows the peer, an ACK, NAK or RNR NAK is built whole instead and goes
+    to the stack's ``ip_out``, past UDP and IPv4 transmit and the ICRC stage (four cycles
+    sooner on the MAC). Its READ responses' descriptors take turns with the
     scheduler's at the payload reader, per packet, and their payloads are realigned before the
     builder. The connection manager names each QP's region from its configuration.
     """
@@ -73,7 +76,7 @@ class ResponderFeature(Feature):
                               acked_writes=cfg.memory == "axi4",
                               ingress_beats=pfc_ingress_beats(cfg), reads=cfg.reads,
                               rd_depth=cfg.rd_depth, atomics=cfg.atomics is not None,
-                              flush_port=bool(cfg.service_ports))
+                              flush_port=bool(cfg.service_ports), ack_frames=True)
         self.sink = PatternSink(cfg.width, word_addr_bits) if cfg.pattern_sink else None
 
     def members(self):
@@ -156,6 +159,13 @@ class ResponderFeature(Feature):
             resp.cnp_cfg.payload.eq(ep.resp_cnp_cfg.payload), ep.resp_cnp_cfg.ready.eq(1),
         ]
         wiring.connect(m, resp.mem, mem.resp_w)
+        # ACKNOWLEDGEs built whole go to the Ethernet arbiter while the stack's transmit path is
+        # idle (past UDP and IPv4 transmit and the ICRC stage)
+        st = f.network.stack
+        wiring.connect(m, resp.ack_frame, st.ip_out)
+        wiring.connect(m, resp.peek, st.arp_peek)
+        m.d.comb += [resp.tx_idle.eq(st.tx_idle), resp.local_mac.eq(ep.local_mac),
+                     resp.local_ip.eq(ep.local_ip)]
         if resp.atomics:
             wiring.connect(m, mem.atomic_done, resp.atomic_done)
         if resp.acked_writes:

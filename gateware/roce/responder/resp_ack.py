@@ -2,7 +2,7 @@
 ACKs of a QP coalesced while they wait."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -64,8 +64,9 @@ class RespAck(wiring.Component):
         (``fast`` only) ACKNOWLEDGE records (``ack``) with their next hop's MAC (``mac``, from
         ``peek``), for :class:`~rocegen.gateware.roce.responder.resp_ack_frame.RespAckFrame`.
     peek : Out(ARP_PEEK)
-        (``fast`` only) To the network stack's ARP peek: the next record's ``dst_ip`` in,
-        whether the ARP cache holds its MAC (and the MAC) out, combinationally.
+        (``fast`` only) To the network stack's ARP peek: the ``dst_ip`` of the record offered
+        on ``i`` in, whether the ARP cache holds its MAC (and the MAC) out, combinationally;
+        a record queued keeps the answer it got when it was taken (or merged).
     fast_ok : In(1)
         (``fast`` only) High while a record may take ``fast``: the network stack's ``tx_idle``
         (no packet sent on ``o`` is still on its way to the Ethernet arbiter).
@@ -88,7 +89,8 @@ class RespAck(wiring.Component):
       beats at 64 bits and 1 from 128 up; a CNP 4 beats at 64, 2 at 128, 1 at 256 and 512.
     * The fast path (``fast``): the record to load next, while the output register is empty
       (not merely finishing a packet), is offered on ``fast`` instead when it is an
-      ACKNOWLEDGE, ``peek`` finds its next hop and ``fast_ok`` is high; taken, it leaves the
+      ACKNOWLEDGE, ARP knew its next hop (``peek``, as the record was taken) and ``fast_ok``
+      is high; taken, it leaves the
       queue as if loaded (``sent_*`` pulse in that cycle). While ``fast.ready`` is low (a frame
       handed on is still being built or sent) no record is loaded at all, so no packet on ``o``
       can overtake it; and since ``fast_ok`` is the stack's ``tx_idle``, it overtakes no packet
@@ -128,8 +130,12 @@ class RespAck(wiring.Component):
         nb_ack, nb_cnp = -(-ACK_PAYLOAD // B), -(-CNP_PAYLOAD_BYTES // B)
 
         # the queue: records in LUT RAM; the kind and QP of the newest one in registers
-        mem = m.submodules.mem = Memory(shape=RESP_RESPONSE, depth=D, init=[])
+        # (with the fast path each entry keeps what ARP answered for its peer when it was taken)
+        entry = data.StructLayout({"r": RESP_RESPONSE, "hit": 1, "mac": 48}) if self.fast_path \
+            else RESP_RESPONSE
+        mem = m.submodules.mem = Memory(shape=entry, depth=D, init=[])
         wp, rp = mem.write_port(), mem.read_port(domain="comb")
+        head = rp.data.r if self.fast_path else rp.data
         rd, wr = Signal(range(D)), Signal(range(D))
         count = Signal(range(D + 1))
         tail_ack, tail_qp = Signal(), Signal(8)
@@ -143,12 +149,13 @@ class RespAck(wiring.Component):
             # (nothing is loaded while a frame handed on is in flight; a record goes fast only
             # while the output register is empty)
             nxt = Signal(RESP_RESPONSE)
-            m.d.comb += [nxt.eq(Mux(count != 0, rp.data, i.payload)),
-                         self.peek.ip.eq(nxt.dst_ip)]
+            queued = count != 0
+            m.d.comb += [nxt.eq(Mux(queued, head, i.payload)), self.peek.ip.eq(i.payload.dst_ip)]
+            hit = Mux(queued, rp.data.hit, self.peek.hit)
             f = self.fast
-            m.d.comb += [f.valid.eq(~busy & ((count != 0) | i.valid) & ~nxt.cnp &
-                                    self.peek.hit & self.fast_ok),
-                         f.payload.ack.eq(nxt), f.payload.mac.eq(self.peek.mac)]
+            m.d.comb += [f.valid.eq(~busy & (queued | i.valid) & ~nxt.cnp & hit & self.fast_ok),
+                         f.payload.ack.eq(nxt),
+                         f.payload.mac.eq(Mux(queued, rp.data.mac, self.peek.mac))]
             go_fast = f.valid & f.ready
             free = free & f.ready
         pop = free & (count != 0)
@@ -160,7 +167,8 @@ class RespAck(wiring.Component):
             i.ready.eq((count != D) | joins),
             rp.addr.eq(rd),
             wp.addr.eq(Mux(merge, wr - 1, wr)),
-            wp.data.eq(i.payload),
+            *([wp.data.r.eq(i.payload), wp.data.hit.eq(self.peek.hit),
+               wp.data.mac.eq(self.peek.mac)] if self.fast_path else [wp.data.eq(i.payload)]),
             wp.en.eq(push | (i.valid & merge)),
             self.coalesced.eq(i.valid & merge),
         ]
@@ -172,7 +180,7 @@ class RespAck(wiring.Component):
             m.d.sync += rd.eq(rd + 1)
         with m.If(free):
             m.d.sync += [busy.eq((pop | bypass) & ~go_fast), beat.eq(0),
-                         cur.eq(Mux(pop, rp.data, i.payload))]
+                         cur.eq(Mux(pop, head, i.payload))]
         with m.Elif(o.ready):
             m.d.sync += beat.eq(beat + 1)
 

@@ -102,7 +102,9 @@ class RespAckFrame(wiring.Component):
     * The ICRC is the datagram's affine function of its varying fields
       (:func:`ack_icrc_terms`): a constant XOR, per ICRC bit, a tree of the field bits that
       reach it (176 field bits, at most 3 LUT levels), instead of a CRC over the bytes. The IPv4
-      checksum is a one's complement sum of the header's words (the constant ones folded in).
+      checksum is a one's complement sum of the header's words: those of the fixed fields, the
+      source and the identification summed in stage 1 (from registers), the TOS and the
+      destination added in stage 2.
     * Byte order: byte 0 of the IPv4 header in lane 0 (bits 7:0) of the first beat; the ICRC
       least significant byte first in the last 4 bytes; every beat full but the last (``keep``
       a thermometer code). 6 beats at 64 bits, 3 at 128, 2 at 256, 1 at 512.
@@ -130,35 +132,40 @@ class RespAckFrame(wiring.Component):
         m = Module()
         W, B, nb = self.width, self.width // 8, self.beats
 
-        # stage 1: the response, its next hop and its identification
+        # stage 1: the response, its next hop and its identification, and the IPv4 checksum's
+        # sum of the header's words but the TOS and destination (from registers: the fixed
+        # fields, the source address, the identification)
         s1_valid, s1 = Signal(), Signal(ACK_FRAME_IN)
         ident = Signal(16, init=1)
         busy = Signal()
         take = self.i.valid & self.i.ready
         m.d.comb += self.i.ready.eq(~busy)
         m.d.sync += s1_valid.eq(take)
-        s1_id = Signal(16)
+        fixed = _fixed(self.ttl)
+        pre = Signal(H.IPV4.layout)
+        for name, value in fixed.items():
+            if name.startswith("ipv4_"):
+                m.d.comb += getattr(pre, name[len("ipv4_"):]).eq(value)
+        m.d.comb += [pre.identification.eq(ident), pre.src.eq(self.local_ip)]
+        s1_id, s1_sum, s1_src = Signal(16), Signal(16), Signal(32)
         with m.If(take):
-            m.d.sync += [busy.eq(1), s1.eq(self.i.payload), s1_id.eq(ident),
+            m.d.sync += [busy.eq(1), s1.eq(self.i.payload), s1_id.eq(ident), s1_src.eq(self.local_ip),
+                         s1_sum.eq(ones_complement_sum(be_words(H.IPV4.to_lanes(pre)))),
                          ident.eq(ident + 1 + (ident == 0xFFFF))]      # (1..65535)
 
         # stage 2: the datagram, its checksum and its ICRC
         a = s1.ack
         dg = Signal(ACK_DATAGRAM.layout)
-        fixed = _fixed(self.ttl)
         for name, value in fixed.items():
             m.d.comb += getattr(dg, name).eq(value)
-        varying = {"ipv4_dscp": a.dscp, "ipv4_identification": s1_id, "ipv4_src": self.local_ip,
+        varying = {"ipv4_dscp": a.dscp, "ipv4_identification": s1_id, "ipv4_src": s1_src,
                    "ipv4_dst": a.dst_ip, "udp_src_port": a.src_port, "bth_dest_qp": a.dest_qpn,
                    "bth_psn": a.psn, "aeth_syndrome": a.syndrome, "aeth_msn": a.msn}
         for name, value in varying.items():
             m.d.comb += getattr(dg, name).eq(value)
-        # the checksum over the IPv4 header's fields (a copy with the checksum field 0)
-        ip = Signal(H.IPV4.layout)
-        for name, value in {**fixed, **varying}.items():
-            if name.startswith("ipv4_"):
-                m.d.comb += getattr(ip, name[len("ipv4_"):]).eq(value)
-        m.d.comb += dg.ipv4_checksum.eq(~ones_complement_sum(be_words(H.IPV4.to_lanes(ip))))
+        # (the TOS is the low byte of the header's first word, ECN 0)
+        m.d.comb += dg.ipv4_checksum.eq(~ones_complement_sum(
+            [s1_sum, a.dscp << 2, a.dst_ip[16:], a.dst_ip[:16]]))
         base, terms = ack_icrc_terms(self.ttl)
         icrc = []
         for k in range(8 * ICRC_BYTES):
