@@ -89,12 +89,12 @@ class RespAck(wiring.Component):
       beats at 64 bits and 1 from 128 up; a CNP 4 beats at 64, 2 at 128, 1 at 256 and 512.
     * The fast path (``fast``): the record to load next, while the output register is empty
       (not merely finishing a packet), is offered on ``fast`` instead when it is an
-      ACKNOWLEDGE, ARP knew its next hop (``peek``, as the record was taken) and ``fast_ok``
-      is high; taken, it leaves the
-      queue as if loaded (``sent_*`` pulse in that cycle). While ``fast.ready`` is low (a frame
-      handed on is still being built or sent) no record is loaded at all, so no packet on ``o``
-      can overtake it; and since ``fast_ok`` is the stack's ``tx_idle``, it overtakes no packet
-      sent on ``o`` before it. So every packet leaves in the order of its record.
+      ACKNOWLEDGE, ARP knew its next hop (``peek``, as the record was taken) and ``fast_ok`` is
+      high; taken, it leaves the queue as if loaded (``sent_*`` pulse in that cycle). While
+      ``fast.ready`` is low (a frame handed on is still being built or sent) no record is
+      loaded at all, so no packet on ``o`` can overtake it; and since ``fast_ok`` is the
+      stack's ``tx_idle``, it overtakes no packet sent on ``o`` before it. So every packet
+      leaves in the order of its record.
     * Backpressure: ``o.ready`` low holds the beat offered (``o.payload`` and ``o.valid`` come
       from the output register through the lane multiplexer); records queue up until
       ``depth`` are waiting, then ``i.ready`` drops (except for a record that merges). The
