@@ -1,10 +1,29 @@
 """Testbench pieces for the network stack in Amaranth's simulator."""
 
+from rocegen.sim.models import icrc as icrc_model
+from rocegen.sim.models.net.netstack import NetStackModel, normalise
 from rocegen.sim.models.packets import Packet
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
 
-__all__ = ["echo_meta", "udp_echo", "introduce_host"]
+__all__ = ["echo_meta", "udp_echo", "introduce_host", "check_udp_frame"]
+
+
+def check_udp_frame(frame, payload, src_port, dst_port, *, icrc):
+    """Assert that ``frame`` is the stack's frame to the host (``FPGA_*`` to ``HOST_*``) for
+    ``payload`` sent on a UDP transmit port, as the network model builds it (the IPv4
+    identification and checksum aside, :func:`normalise`); with ``icrc`` (a RoCEv2 packet) its
+    ICRC checked by the ICRC model, the model's datagram carrying 4 zero bytes there (the IPv4
+    total length and the UDP length count it)."""
+    model = NetStackModel(FPGA_MAC, FPGA_IP)
+    if icrc:
+        assert icrc_model.check(frame), "bad ICRC"
+        want = model.udp_frame(HOST_MAC, HOST_IP, src_port, dst_port, payload + bytes(4))
+        at = 42 + len(payload)
+        frame = frame[:at] + bytes(4) + frame[at + 4:]
+    else:
+        want = model.udp_frame(HOST_MAC, HOST_IP, src_port, dst_port, payload)
+    assert normalise(frame) == normalise(want)
 
 
 async def introduce_host(ctx, dut, rx, col):

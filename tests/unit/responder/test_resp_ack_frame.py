@@ -12,7 +12,7 @@ from scapy.layers.l2 import Ether
 
 from rocegen.gateware.roce.responder.resp_ack_frame import ACK_DATAGRAM_BYTES, RespAckFrame
 from rocegen.sim.models import icrc as icrc_model
-from rocegen.sim.testing.amaranth_streams import StreamCollector, send_records
+from rocegen.sim.testing.amaranth_streams import HandshakeMonitor, StreamCollector, send_records
 from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.wire.addr import format_ip, format_mac, parse_ip, parse_mac
 
@@ -47,14 +47,7 @@ def run(width, records, *, backpressure=0.0, idle=0.0, seed=1, ttl=64):
     dut = RespAckFrame(width, ttl=ttl)
     rng = random.Random(seed)
     col = StreamCollector(dut.o, width, backpressure=backpressure, seed=seed)
-    taken = []
-
-    async def watch(ctx):
-        cycle = 0
-        async for _, _, v, r in ctx.tick().sample(dut.i.valid, dut.i.ready):
-            cycle += 1
-            if v and r:
-                taken.append(cycle)
+    taken = HandshakeMonitor(dut.i)
 
     async def tb(ctx):
         ctx.set(dut.local_mac, parse_mac(LOCAL_MAC))
@@ -64,9 +57,9 @@ def run(width, records, *, backpressure=0.0, idle=0.0, seed=1, ttl=64):
             await ctx.tick()
         await ctx.tick().repeat(10)         # nothing more comes out
 
-    run_sim(dut, testbenches=[tb], processes=[col.run, watch], deadline_cycles=100_000)
+    run_sim(dut, testbenches=[tb], processes=[col.run, taken.run], deadline_cycles=100_000)
     assert len(col.packets) == len(records)
-    return dut, col, taken
+    return dut, col, taken.cycles
 
 
 def frame_of(pkt):
