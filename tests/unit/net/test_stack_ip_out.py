@@ -20,6 +20,7 @@ from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.sim.testing.stack_drivers import check_udp_frame, introduce_host
 from rocegen.wire.addr import parse_ip, parse_mac
 from rocegen.wire.headers import UDP_PORT_ROCEV2
+from tests.tiers import full
 
 PORTS = (7, UDP_PORT_ROCEV2)
 #: UDP source port of the datagrams sent through ``udp_tx``, and of those built whole.
@@ -111,7 +112,7 @@ class IdleMonitor:
             self.most = max(self.most, self.count)
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, full(512)])
 def test_ip_out_frames_leave_as_given_among_udp_frames(width):
     """Complete datagrams on ``ip_out`` (RoCEv2 ACKs with their ICRC, short ones the
     Ethernet transmitter pads, long ones) while both UDP ports send, every source with idle
@@ -180,7 +181,7 @@ def test_ip_out_frames_leave_as_given_among_udp_frames(width):
             check_udp_frame(frame, payload, SPORT, PORTS[k], icrc=bool(k))
 
 
-@pytest.mark.parametrize("width", [64, 512])
+@pytest.mark.parametrize("width", [64, full(512)])
 def test_tx_idle_counts_the_packets_inside_the_transmit_path(width):
     """``tx_idle`` in every cycle against a count kept beside the stack: UDP packets on both
     ports (some to an address ARP never resolves: IPv4 transmit drops them whole, and the
@@ -240,8 +241,8 @@ def test_tx_idle_counts_the_packets_inside_the_transmit_path(width):
             check_udp_frame(frame, payload, SPORT, PORTS[k], icrc=bool(k))
 
 
-@pytest.mark.parametrize("width", [64, 512])
-@pytest.mark.parametrize("wait", [True, False], ids=["tx_idle", "at_once"])
+@pytest.mark.parametrize("width", [64, full(512)])
+@pytest.mark.parametrize("wait", [True, full(False, id="at_once")], ids=["tx_idle", "at_once"])
 def test_a_frame_handed_while_tx_idle_is_high_follows_earlier_packets(width, wait):
     """A source that sends a datagram through ``udp_tx`` and then its acknowledgement, built
     whole, on ``ip_out`` (the MAC from ``arp_peek``): handed once ``tx_idle`` is high, each
