@@ -2,16 +2,15 @@
 stages, for the network stack's ``ip_out`` port (past UDP and IPv4 transmit and the ICRC
 stage)."""
 
-import zlib
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
+from rocegen.gateware.lib.crc import Crc32
 from rocegen.gateware.lib.stream import PacketSignature, check_width, keep_mask
 from rocegen.gateware.net.layouts import ETH_META
-from rocegen.gateware.roce.icrc import ICRC_BYTES, icrc_mask
+from rocegen.gateware.roce.icrc import ICRC_BYTES, ICRC_SEED, icrc_mask
 from rocegen.gateware.roce.responder.resp_layouts import RESP_RESPONSE
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
@@ -45,8 +44,7 @@ def _icrc_int(lanes):
     """The ICRC (its 4 bytes in lane order) of the datagram whose bytes are ``lanes`` (an
     integer, byte 0 lowest)."""
     masked = lanes | int.from_bytes(icrc_mask(4), "little")
-    body = masked.to_bytes(ACK_DATAGRAM.length, "little")
-    return zlib.crc32(b"\xff" * 8 + body)
+    return ~Crc32.step_int(ICRC_SEED, masked, ACK_DATAGRAM.length) & Crc32.MASK
 
 
 def ack_icrc_terms(ttl=64):
@@ -151,7 +149,7 @@ class RespAckFrame(wiring.Component):
         with m.If(take):
             m.d.sync += [busy.eq(1), s1.eq(self.i.payload), s1_id.eq(ident), s1_src.eq(self.local_ip),
                          s1_sum.eq(ones_complement_sum(be_words(H.IPV4.to_lanes(pre)))),
-                         ident.eq(ident + 1 + (ident == 0xFFFF))]      # (1..65535)
+                         ident.eq(Mux(ident == 0xFFFF, 1, ident + 1))]      # (1..65535)
 
         # stage 2: the datagram, its checksum and its ICRC
         a = s1.ack
