@@ -83,6 +83,10 @@ class NetStack(wiring.Component):
         ``True``: a transmit fast path for complete IPv4 datagrams, ports ``ip_out``,
         ``arp_peek`` and ``tx_idle`` (below). ``False`` (default): none of them, and none of
         their logic.
+    ip_in : bool
+        ``True``: port ``ip_in`` (below), every IPv4 datagram as the Ethernet layer hands it on,
+        for a receiver that reads its datagrams with their headers in place. ``False``
+        (default): no such port, and no logic for it.
 
     Ports
     -----
@@ -127,14 +131,26 @@ class NetStack(wiring.Component):
     datagrams (such as a RoCEv2 responder's acknowledgements) may send on ``ip_out`` while
     ``tx_idle`` is high, and its frame never overtakes a packet it sent earlier through
     ``udp_tx``.
+    ``ip_in`` (with ``ip_in``): every datagram the Ethernet receiver hands to IPv4 receive,
+    beside it: the IPv4 header first in lane 0, Ethernet padding included, ``meta.eth``, and
+    ``error`` on the last beat of a damaged frame; no IPv4 or UDP check has been made. A beat
+    moves on ``ip_in`` and into IPv4 receive in the same cycle: ``ip_in.valid`` waits for IPv4
+    receive's ``ready`` and IPv4 receive's input for ``ip_in.ready``, so ``ip_in.ready`` low
+    holds the stack's receive side (as a UDP port's consumer does). The datagrams go on through
+    IPv4 and UDP receive as well and are counted there: a receiver that takes a UDP port's
+    datagrams from ``ip_in`` (a RoCEv2 receive path, whose ICRC covers the headers) leaves that
+    port's ``udp_rx`` always ready.
     ``stats_addr`` / ``stats_data``: read port of the counters named in :data:`STATS` (an event
     is counted one cycle after its pulse: the pulses are registered before the counters).
     """
 
     def __init__(self, width, udp_ports=(17185,), *, mtu=1500, vlan=None, pcp=0,
                  rx_fifo_beats=None, arp_entries=4, arp_retry_cycles=100_000, arp_retries=3,
-                 cut_through_ports=(), tx_cut_through=False, ip_out=False):
+                 cut_through_ports=(), tx_cut_through=False, ip_out=False, ip_in=False):
         check_width(width)
+        if not isinstance(ip_in, bool):
+            raise TypeError(f"ip_in must be a bool, not {ip_in!r}")
+        self.ip_in_port = ip_in
         if not isinstance(tx_cut_through, bool):
             raise TypeError(f"tx_cut_through must be a bool, not {tx_cut_through!r}")
         if not isinstance(ip_out, bool):
@@ -160,11 +176,13 @@ class NetStack(wiring.Component):
         self._eth_tx = EthTx(width, vlan=vlan, pcp=pcp)
         self._stats = StatsBlock(STATS)
         n = len(self.udp_ports)
-        ip_out_ports = {
+        option_ports = {
             "ip_out": In(PacketSignature(width, ETH_META)),
             "arp_peek": In(ARP_PEEK),
             "tx_idle": Out(1),
         } if ip_out else {}
+        if ip_in:
+            option_ports["ip_in"] = Out(PacketSignature(width, ETH_META))
         # cut-through: a frame goes on before its FCS verdict (its last beat's ``error``)
         # (and while it is empty, a beat passes beside it in the cycle it comes: the bypass)
         self._rx_fifo = PacketFifo(width, rx_fifo_beats, store_and_forward=False,
@@ -188,18 +206,20 @@ class NetStack(wiring.Component):
             "stats_data": Out(32),
             "pcp": In(3, init=pcp),
             "rx_level": Out(range(rx_fifo_beats + 1)),
-            **ip_out_ports,
+            **option_ports,
         })
 
     def probes(self):
         """The internal streams between the layers, by name, in receive then transmit order:
         for benches and tests that observe the stack (read-only use)."""
         ip_out = {"ip_out": self.ip_out} if self.ip_out_port else {}
+        ip_in = {"ip_in": self.ip_in} if self.ip_in_port else {}
         return {
             "mac_rx": self.mac_rx,
             "rx_fifo.o": self._rx_fifo.o,
             "eth_rx.ipv4": self._eth_rx.ipv4,
             "eth_rx.arp": self._eth_rx.arp,
+            **ip_in,
             "ip_rx.udp": self._ip_rx.udp,
             "ip_rx.icmp": self._ip_rx.icmp,
             **{f"udp_rx.o{k}": o for k, o in enumerate(self._udp_rx.o)},
@@ -236,13 +256,10 @@ class NetStack(wiring.Component):
         m.d.sync += count.eq(count + sum(starts) - sum(ends))
         m.d.comb += self.tx_idle.eq(count == 0)
 
-    def elaborate(self, platform):
-        m = Module()
-        W = self.width
+    def _elaborate_receive(self, m, ev):
+        """The receive side: FIFO, Ethernet, ARP, IPv4 (and ``ip_in``), ICMP, UDP; their events
+        into ``ev``."""
         n = len(self.udp_ports)
-        ev = {}
-
-        # ---- receive ----
         rx_fifo = m.submodules.rx_fifo = self._rx_fifo
         wiring.connect(m, wiring.flipped(self.mac_rx), rx_fifo.i)
         m.d.comb += self.rx_level.eq(rx_fifo.level)
@@ -266,7 +283,16 @@ class NetStack(wiring.Component):
 
         ip_rx = m.submodules.ip_rx = self._ip_rx
         m.d.comb += ip_rx.local_ip.eq(self.local_ip)
-        wiring.connect(m, eth_rx.ipv4, ip_rx.i)
+        if self.ip_in_port:
+            # every datagram both ways: a beat moves on both in one cycle
+            src, tap = eth_rx.ipv4, self.ip_in
+            m.d.comb += [
+                ip_rx.i.valid.eq(src.valid & tap.ready), ip_rx.i.payload.eq(src.payload),
+                tap.valid.eq(src.valid & ip_rx.i.ready), tap.payload.eq(src.payload),
+                src.ready.eq(ip_rx.i.ready & tap.ready),
+            ]
+        else:
+            wiring.connect(m, eth_rx.ipv4, ip_rx.i)
         ev.update(ip_runt=ip_rx.runt, ip_truncated=ip_rx.truncated,
                   ip_drop_header=ip_rx.drop_header, ip_drop_options=ip_rx.drop_options,
                   ip_drop_fragment=ip_rx.drop_fragment, ip_drop_addr=ip_rx.drop_addr,
@@ -284,6 +310,15 @@ class NetStack(wiring.Component):
         ev.update(udp_runt=udp_rx.runt, udp_drop_checksum=udp_rx.drop_checksum,
                   udp_drop_length=udp_rx.drop_length, udp_drop_port=udp_rx.drop_port,
                   udp_drop_error=udp_rx.drop_error)
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.width
+        n = len(self.udp_ports)
+        ev = {}
+
+        self._elaborate_receive(m, ev)
+        arp, icmp = self._arp, self._icmp
 
         # ---- transmit ----
         udp_tx = m.submodules.udp_tx = self._udp_tx

@@ -1,17 +1,19 @@
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
-from rocegen.gateware.lib.mapmeta import MapMeta
-from rocegen.gateware.lib.packetizer import Packetizer
+from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
+from rocegen.gateware.lib.checksum_verdicts import ChecksumVerdicts
 from rocegen.gateware.lib.stream import PacketSignature, check_width, leading_lanes
-from rocegen.gateware.net.layouts import UDP_RX_META
+from rocegen.gateware.lib.trim import Trim
+from rocegen.gateware.net.layouts import ETH_META
 from rocegen.gateware.roce.icrc import ICRC_BYTES, IcrcCheck
 from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_num_qps
 from rocegen.gateware.roce.responder.resp_ingress import is_request
 from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
+from rocegen.wire.headers import IP_PROTO_UDP, UDP_PORT_ROCEV2
 from rocegen.wire.ibcm import QP1
 
 __all__ = ["RoceRx", "Verdict", "COUNTERS", "ACK_MIN", "CNP_MIN", "BTH_MIN", "READ_AETH_MIN",
@@ -44,13 +46,16 @@ class Verdict(enum.Enum, shape=4):
     PENDING = 10    # (internal: the context checks are still to be made)
     READ_RESPONSE = 11  # (``reads`` only) a READ response: handed to the READ requester on ``req``
     MAD = 12        # (``ibcm`` only) a UD SEND_ONLY to QP1: handed to the IB CM on ``req``
+    FOREIGN = 13    # not a datagram the network stack delivers on UDP port 4791: not counted
 
 
 #: Pulse outputs, one per verdict (in :class:`Verdict` order, PENDING left out).
 COUNTERS = ("drop_short", "icrc_bad", "drop_opcode", "drop_pkey", "drop_qp", "drop_state",
             "drop_peer", "acks", "cnp", "requests", "read_responses", "mads")
 #: The verdict each pulse output counts.
-_COUNTER_VERDICTS = dict(zip(COUNTERS, (v for v in Verdict if v != Verdict.PENDING)))
+_COUNTER_VERDICTS = dict(zip(COUNTERS, (v for v in Verdict
+                                          if v not in (Verdict.PENDING, Verdict.FOREIGN)),
+                             strict=True))
 
 
 def is_read_response(opcode):
@@ -66,21 +71,16 @@ def has_aeth(opcode):
 _LANES = _IP_UDP + H.BTH.length + H.AETH.length
 _BTH_AT = 8 * _IP_UDP
 _AETH_AT = _BTH_AT + 8 * H.BTH.length
-_ICRC_META = data.StructLayout({"ipv4": H.IPV4.layout, "udp": H.UDP.layout})
-
 
 #: What the header checks found for a datagram, queued until its ICRC verdict: the verdict
-#: (every check but the ICRC's), the BTH DestQP and the event (whose ``qp`` is the QP index).
-_RECORD = data.StructLayout({"verdict": Verdict, "dest": 24, "ev": ACK_EVENT})
-
-
-def _map_meta(m, src, dst):
-    m.d.comb += [dst.ipv4.eq(src.ipv4), dst.udp.eq(src.udp)]
+#: (every check but the ICRC's and the UDP checksum's), the BTH DestQP, the event (whose
+#: ``qp`` is the QP index) and whether a UDP checksum verdict is queued for it.
+_RECORD = data.StructLayout({"verdict": Verdict, "dest": 24, "ev": ACK_EVENT, "checked": 1})
 
 
 class RoceRx(wiring.Component):
-    """RoCEv2 receive side of the requester: acknowledgements out of the datagrams of UDP port
-    4791.
+    """RoCEv2 receive: the datagrams of UDP port 4791 picked out of the IPv4 datagrams as the
+    Ethernet layer hands them on (headers in place), their ICRC checked, acknowledgements out.
 
     Parameters
     ----------
@@ -94,12 +94,17 @@ class RoceRx(wiring.Component):
     ibcm : bool
         The endpoint has the IB CM: UD SEND_ONLY packets to QP1 get a verdict of their own
         (``mads``) instead of ``drop_opcode``.
+    mtu : int
+        The network stack's IPv4 MTU (576..9000): a longer total length is not delivered.
 
     Ports
     -----
-    i : In(PacketSignature(width, UDP_RX_META))
-        UDP payloads (BTH ... ICRC) with the parsed Ethernet, IPv4 and UDP headers in ``meta``,
-        as the network stack's ``udp_rx`` ports deliver them (cut to the UDP length).
+    i : In(PacketSignature(width, ETH_META))
+        Every IPv4 datagram, header first in lane 0, as the Ethernet layer hands it to IPv4
+        receive (the network stack's ``ip_in``): Ethernet padding included, ``error`` on the
+        last beat of a damaged frame. ``meta`` is not read.
+    local_ip : In(32)
+        Our IPv4 address, as the network stack's.
     ack : Out(stream.Signature(ACK_EVENT))
         One event per acknowledgement that passes every check: QP index, AETH syndrome and MSN,
         BTH PSN. A register; ``payload`` is stable while ``valid`` waits for ``ready``.
@@ -109,11 +114,13 @@ class RoceRx(wiring.Component):
         To the QP table's receive-side context read (``rx_context`` one cycle after ``rx_qp``).
     drop_short, icrc_bad, drop_opcode, drop_pkey, drop_qp, drop_state, drop_peer, acks, cnp,
     requests, read_responses, mads
-        Exactly one of these pulses for one cycle per datagram (:class:`Verdict`), in the order
-        the checks are made: length (shorter than :data:`BTH_MIN` bytes, or an ACKNOWLEDGE
+        Exactly one of these pulses for one cycle per datagram of UDP port 4791
+        (:class:`Verdict`; a foreign datagram pulses none), in the order the checks are made:
+        length (shorter than :data:`BTH_MIN` bytes, or an ACKNOWLEDGE
         shorter than :data:`ACK_MIN`, or a CNP shorter than :data:`CNP_MIN`, or, with
         ``reads``, a READ response FIRST, LAST or ONLY shorter than :data:`READ_AETH_MIN`), ICRC
-        (or the datagram arrived with ``error``), opcode (ACKNOWLEDGE 0x11 and CNP 0x81 are
+        (or the datagram arrived with ``error``, or shorter than its IPv4 total length, or with
+        a UDP checksum that is not 0 and wrong), opcode (ACKNOWLEDGE 0x11 and CNP 0x81 are
         taken), P_Key (0xFFFF, or any with the low 15 bits all ones), DestQP in the table, QP
         state RTR or RTS, IPv4 source equal to the context's ``peer_ip``. ``acks`` pulses in the
         cycle the event is loaded into the ``ack`` register.
@@ -122,7 +129,8 @@ class RoceRx(wiring.Component):
         (the verdicts made after the QP is known).
     req : Out(PacketSignature(width))
         Every datagram as the ICRC check leaves it (IPv4 header first, ICRC removed, ``error``
-        on the last beat when it was bad), beat by beat in the cycle it is taken, for the
+        on the last beat when it was bad, and on a foreign datagram's, so that every consumer
+        drops it as one with a bad ICRC), beat by beat in the cycle it is taken, for the
         responder, whose ingress is always ready (``req.ready`` is not looked at). Requests (BTH
         opcode :func:`~rocegen.gateware.roce.responder.resp_ingress.is_request`) get the ``requests``
         verdict after the length and ICRC checks: the responder makes the others. With
@@ -140,33 +148,41 @@ class RoceRx(wiring.Component):
 
     Behaviour
     ---------
-    * Path: the UDP and then the IPv4 header are put back in front of the UDP payload from
-      ``meta`` (two :class:`~rocegen.gateware.lib.packetizer.Packetizer` s: the UDP header first, so
-      that the IPv4 header ends up in front of it), since the ICRC covers them;
-      :class:`~rocegen.gateware.roce.icrc.IcrcCheck` (``offset=0``) checks and strips the ICRC.
-      The headers are checked while the ICRC check runs: as a datagram goes into it, its first
-      44 bytes (IPv4, UDP, BTH, AETH) are kept and read through the header table, its length is
-      compared with the minimum of each kind, its QP is looked up and its context read, and
-      the outcome of every check but the ICRC's waits in a queue of records (LUT RAM). When the
-      datagram's last beat leaves the ICRC check, its verdict is its record's, or ``icrc_bad``
-      if the ICRC was bad (after the length check, as before). Every datagram is consumed
+    * Path: each datagram is cut to its IPv4 total length
+      (:class:`~rocegen.gateware.lib.trim.Trim`, combinational; one shorter than it is marked
+      ``error``) and goes into :class:`~rocegen.gateware.roce.icrc.IcrcCheck` (``offset=0``),
+      which checks and strips the ICRC; its headers are still in place, and the ICRC covers
+      them. The headers are checked while the ICRC check runs: as a datagram goes into it,
+      its first 44 bytes (IPv4, UDP, BTH, AETH) are kept and read through the header table,
+      its length is compared with the minimum of each kind, its QP is looked up and its context
+      read, and the outcome of every check but the ICRC's waits in a queue of records (LUT
+      RAM). When the datagram's last beat leaves the ICRC check, its verdict is its record's,
+      or ``icrc_bad`` if the ICRC was bad (after the length check). Every datagram is consumed
       whole, whatever its length or contents: nothing malformed can stop the input. (A QP's
       context is read as its datagram goes into the ICRC check, a few cycles before the
       verdict: the QP state the datagram met when it came in.)
+    * Which datagrams are RoCEv2: those the network stack's IPv4 and UDP receive layers
+      deliver on UDP port 4791, the same checks made here on the datagram's own headers:
+      version 4, IHL 5, the header checksum, a total length of 20 to ``mtu`` bytes, not a
+      fragment, destination ``local_ip``, protocol UDP, at least the 28 bytes of both headers,
+      destination port 4791 and a UDP length of the total length less 20. Any other datagram
+      is foreign: no verdict pulse, and ``error`` on its last beat on ``req``. The stack takes
+      the same datagrams apart in parallel and counts its own drops; its port 4791 is not
+      read. A UDP checksum that is not 0 is summed as the datagram goes into the ICRC check
+      (:class:`~rocegen.gateware.lib.checksum_verdicts.ChecksumVerdicts`); a datagram with one
+      waits at the ICRC check's output for its verdict, 1 (64, 128 bits) or 2 (256, 512 bits)
+      cycles after the ICRC's, and a wrong one is treated as a bad ICRC (as the stack marks it
+      ``error``).
     * Latency: the ``ack`` event is offered 1 cycle after the last beat of the datagram leaves
-      the ICRC check, which is ``IcrcCheck.latency - 1`` cycles (3) after the input's last beat
-      when no header beat has to be added at its end (the header insertion hands the check a
-      datagram's beats back to back, so none waits there): :attr:`ack_latency` (4 cycles at
-      64, 128 and 512 bits, 5 at 256) is the total for a 20-byte ACKNOWLEDGE,
-      :meth:`event_latency` for any length. The verdict pulse comes in the cycle the
+      the ICRC check, which is ``IcrcCheck.latency - 1`` cycles (3) after the input's last beat:
+      :attr:`ack_latency` (4 cycles at 64, 128 and 512 bits, 5 at 256; :meth:`event_latency`)
+      for an ACKNOWLEDGE with UDP checksum 0. The verdict pulse comes in the cycle the
       datagram's last beat leaves the ICRC check (for a good ACK, in the cycle its event is
       loaded into the ``ack`` register, one cycle before it is offered). A datagram's record is
       queued 2 cycles after its last beat goes into the ICRC check, before that beat can leave
       it (3 cycles after, at the earliest).
-    * Throughput: one beat per cycle after the header insertion. A UDP payload of ``n`` bytes
-      becomes ``ceil((28 + n) / (W/8))`` beats there, so the input is held for the beats added
-      (3 cycles per 20-byte ACK at 64 bits, 1 at 128 and 256; none at 512 bits, where every ACK
-      is one beat and one datagram per cycle is taken).
+    * Throughput: one beat per cycle, one datagram per cycle at 512 bits (an ACK's 48 bytes
+      are one beat).
     * Backpressure: only ``ack.ready`` low holds anything. While an event waits in the ``ack``
       register, the next datagram's last beat waits at the ICRC check's output; then the check's
       queue fills and ``i`` is held. Verdicts resume in order when ``ack.ready`` rises; nothing
@@ -174,12 +190,15 @@ class RoceRx(wiring.Component):
       can hold (every datagram in it has a beat there) and for those in the header stages.
     """
 
-    def __init__(self, width, num_qps, *, reads=False, ibcm=False):
+    def __init__(self, width, num_qps, *, reads=False, ibcm=False, mtu=1500):
         check_width(width)
         check_num_qps(num_qps)
         for name, value in (("reads", reads), ("ibcm", ibcm)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, not {value!r}")
+        if not isinstance(mtu, int) or isinstance(mtu, bool) or not 576 <= mtu <= 9000:
+            raise ValueError(f"IPv4 MTU must be 576..9000 bytes, not {mtu!r}")
+        self.mtu = mtu
         self.width = width
         self.num_qps = num_qps
         self.reads = reads
@@ -189,10 +208,11 @@ class RoceRx(wiring.Component):
         # beat it holds: its pipeline and its queue) or in the two header stages, and one spare
         need = self._icrc.stages + self._icrc.queue_depth + 3
         self._records = 1 << (need - 1).bit_length()
-        #: Cycles from the last input beat of a 20-byte ACKNOWLEDGE to its ``ack`` event.
-        self.ack_latency = self.event_latency(ACK_MIN)
+        #: Cycles from the last input beat of an ACKNOWLEDGE to its ``ack`` event.
+        self.ack_latency = self.event_latency()
         super().__init__({
-            "i": In(PacketSignature(width, UDP_RX_META)),
+            "i": In(PacketSignature(width, ETH_META)),
+            "local_ip": In(32),
             "ack": Out(stream.Signature(ACK_EVENT)),
             "lookup_qpn": Out(24),
             "lookup_index": In(8),
@@ -205,54 +225,55 @@ class RoceRx(wiring.Component):
             "data_seen": Out(stream.Signature(24, always_ready=True)),
         })
 
-    def event_latency(self, length):
-        """Cycles from the last input beat of an ACKNOWLEDGE with a ``length``-byte UDP payload
-        to its ``ack`` event, without backpressure: the ICRC check's latency less one (no beat
-        waits there), one cycle for each header insertion that needs a beat after the input's
-        last one, and 1."""
-        B = self.width // 8
-
-        def spills(header, n):          # the n bytes' last beat does not fit after the header
-            return n > 0 and header % B + (n - 1) % B + 1 > B
-
-        # (the header insertion hands the ICRC check a datagram's beats back to back, so none
-        # is held there: its last beat leaves after ``latency - 1`` cycles, and the event
-        # follows a cycle later: ``latency`` in all)
-        return (self._icrc.latency + spills(H.UDP.length, length) +
-                spills(H.IPV4.length, H.UDP.length + length))
+    def event_latency(self, length=ACK_MIN):
+        """Cycles from the last input beat of an ACKNOWLEDGE (a datagram of ``length`` bytes
+        of UDP payload, without Ethernet padding and with UDP checksum 0) to its ``ack``
+        event, without backpressure: the ICRC check's latency less one (the datagram goes into
+        it as it comes), and 1. The same at every length."""
+        if not isinstance(length, int) or length < ACK_MIN:
+            raise ValueError(f"an ACKNOWLEDGE's UDP payload has at least {ACK_MIN} bytes, "
+                             f"not {length!r}")
+        return self._icrc.latency
 
     def elaborate(self, platform):
         m = Module()
         W = self.width
 
-        # ---- put the IPv4 and UDP headers back, check and strip the ICRC
-        keep_hdrs = m.submodules.meta = MapMeta(W, UDP_RX_META, _ICRC_META, _map_meta)
-        ins_udp = m.submodules.ins_udp = Packetizer(H.UDP, W, _ICRC_META)
-        ins_ip = m.submodules.ins_ip = Packetizer(H.IPV4, W, ins_udp.meta_out)
+        # ---- cut each datagram to its IPv4 total length (Ethernet padding off), check and
+        # strip the ICRC
+        trim = m.submodules.trim = Trim(W, ETH_META)
+        wiring.connect(m, wiring.flipped(self.i), trim.i)
+        # (the total length is in the first 4 bytes, in the first beat at every width; Trim
+        # samples it with the first beat)
+        first_lanes = Cat(self.i.payload.data, Const(0, max(0, 8 * H.IPV4.length - W)))
+        m.d.comb += trim.length.eq(H.IPV4.from_lanes(first_lanes[:8 * H.IPV4.length])
+                                   .total_length)
         icrc = m.submodules.icrc = self._icrc
-        wiring.connect(m, wiring.flipped(self.i), keep_hdrs.i)
-        wiring.connect(m, keep_hdrs.o, ins_udp.i)
-        wiring.connect(m, ins_udp.o, ins_ip.i)
         m.d.comb += [
-            icrc.i.valid.eq(ins_ip.o.valid),
-            icrc.i.payload.data.eq(ins_ip.o.payload.data),
-            icrc.i.payload.keep.eq(ins_ip.o.payload.keep),
-            icrc.i.payload.last.eq(ins_ip.o.payload.last),
-            icrc.i.payload.error.eq(ins_ip.o.payload.error),
-            ins_ip.o.ready.eq(icrc.i.ready),
+            icrc.i.valid.eq(trim.o.valid),
+            icrc.i.payload.data.eq(trim.o.payload.data),
+            icrc.i.payload.keep.eq(trim.o.payload.keep),
+            icrc.i.payload.last.eq(trim.o.payload.last),
+            icrc.i.payload.error.eq(trim.o.payload.error),
+            trim.o.ready.eq(icrc.i.ready),
         ]
         # ---- the headers are read as the datagram goes into the ICRC check (they are checked
-        # while the check runs); the verdict is made when its last beat comes out
+        # while the check runs), and the UDP checksum, when there is one, is summed beside it;
+        # the verdict is made when its last beat comes out
         records = m.submodules.records = SyncFIFO(width=_RECORD.size, depth=self._records)
-        self._elaborate_headers(m, W, icrc.i, records)
-        self._elaborate_verdict(m, icrc.o, records)
+        checksum = m.submodules.checksum = ChecksumVerdicts(W, depth=self._records,
+                                                            flags_at_last=True)
+        self._elaborate_headers(m, W, icrc.i, records, checksum)
+        self._elaborate_verdict(m, icrc.o, records, checksum)
         return m
 
-    def _elaborate_headers(self, m, W, s, records):
+    def _elaborate_headers(self, m, W, s, records, checksum):
         """Stages H -> C -> record: each datagram's first :data:`_LANES` bytes and length
-        captured at its last beat into the ICRC check (``s``), the header checks and the DestQP
-        lookup, then the context checks, into the record queue. They never stall: the queue
-        holds a record for every datagram inside the ICRC check (see ``_records``)."""
+        captured at its last beat into the ICRC check (``s``), the IPv4 and UDP checks (those
+        of the network stack's receive layers), the BTH checks and the DestQP lookup, then the
+        context checks and the IPv4 header checksum's compare, into the record queue. They
+        never stall: the queue holds a record for every datagram inside the ICRC check (see
+        ``_records``). The UDP checksum's sum (``checksum``) observes ``s``."""
         B = W // 8
 
         def length_at_least(idx, keep, n):
@@ -261,7 +282,8 @@ class RoceRx(wiring.Component):
             return (idx > k) | ((idx == k) & keep[lane])
 
         # (the datagram still holds its ICRC here)
-        lengths = {"bth": _IP_UDP + H.BTH.length + ICRC_BYTES,
+        lengths = {"udp": _IP_UDP,
+                   "bth": _IP_UDP + H.BTH.length + ICRC_BYTES,
                    "ack": _IP_UDP + H.BTH.length + H.AETH.length + ICRC_BYTES,
                    "cnp": _IP_UDP + H.BTH.length + H.CNP_PAYLOAD.length + ICRC_BYTES}
         top = -(-max(lengths.values()) // B)
@@ -273,10 +295,13 @@ class RoceRx(wiring.Component):
         take = s.valid & s.ready
         beat = s.payload
         lanes, idx = leading_lanes(m, beat, take, W, _LANES, count_to=top)
+        checked_now = self._udp_checksum(m, W, s, lanes, idx, checksum)
+        h_checked = Signal()
         m.d.sync += h_valid.eq(take & beat.last)
         with m.If(take & beat.last):
             m.d.sync += [
                 h_lanes.eq(lanes[:8 * _LANES]),
+                h_checked.eq(checked_now),
                 *(h_len[name].eq(length_at_least(idx, beat.keep, n))
                   for name, n in lengths.items()),
             ]
@@ -287,10 +312,15 @@ class RoceRx(wiring.Component):
             with m.If(take & beat.last):
                 m.d.sync += [h_rr.eq(is_read_response(op)), h_aeth.eq(has_aeth(op))]
 
-        # ---- stage H -> C: header checks, DestQP lookup, context read
+        # ---- stage H -> C: IPv4 and UDP checks, header checks, DestQP lookup, context read
         ip = H.IPV4.from_lanes(h_lanes[:8 * H.IPV4.length])
+        udp = H.UDP.from_lanes(h_lanes[8 * H.IPV4.length:8 * _IP_UDP])
         bth = H.BTH.from_lanes(h_lanes[_BTH_AT:_BTH_AT + 8 * H.BTH.length])
         aeth = H.AETH.from_lanes(h_lanes[_AETH_AT:_AETH_AT + 8 * H.AETH.length])
+        # (what the stack's receive layers deliver on port 4791; the header's checksum is
+        # compared in the next stage)
+        ours = self._ip_udp_checks(ip, udp, h_len["udp"])
+        words = be_words(h_lanes[:8 * H.IPV4.length])
         is_ack = bth.opcode == opc.OP_RC_ACKNOWLEDGE
         is_cnp = bth.opcode == opc.OP_CNP
         verdict = Signal(Verdict)
@@ -319,23 +349,38 @@ class RoceRx(wiring.Component):
         c = Signal(_RECORD)
         c_src = Signal(32)
         c_is_ack = Signal()
+        c_ours = Signal()
+        c_sum0, c_sum1 = Signal(16), Signal(16)
         m.d.sync += [
             c_valid.eq(h_valid),
             c.verdict.eq(verdict),
             c.dest.eq(bth.dest_qp),
+            c.checked.eq(h_checked),
             c.ev.qp.eq(self.lookup_index),
             c.ev.syndrome.eq(aeth.syndrome),
             c.ev.psn.eq(bth.psn),
             c.ev.msn.eq(aeth.msn),
             c_src.eq(ip.src),
             c_is_ack.eq(is_ack),
+            c_ours.eq(ours),
+            c_sum0.eq(ones_complement_sum(words[:5])),
+            c_sum1.eq(ones_complement_sum(words[5:])),
         ]
 
-        # ---- stage C -> record: the context checks
+        self._elaborate_context(m, c_valid, c, c_src, c_is_ack, c_ours, c_sum0, c_sum1, records)
+
+    def _elaborate_context(self, m, c_valid, c, c_src, c_is_ack, c_ours, c_sum0, c_sum1,
+                           records):
+        """Stage C -> record: the IPv4 header checksum (its halves' one's complement sum is
+        0xFFFF exactly when they are each other's complement or both 0xFFFF: compares, no
+        adder), the foreign datagrams, and the context checks."""
+        checksum_ok = (c_sum0 == ~c_sum1) | ((c_sum0 & c_sum1) == 0xFFFF)
         context = self.rx_context
         rec = Signal(_RECORD)
         m.d.comb += rec.eq(c)
-        with m.If(c.verdict == Verdict.PENDING):
+        with m.If(~c_ours | ~checksum_ok):
+            m.d.comb += rec.verdict.eq(Verdict.FOREIGN)
+        with m.Elif(c.verdict == Verdict.PENDING):
             with m.If((context.state != QpState.RTR) & (context.state != QpState.RTS)):
                 m.d.comb += rec.verdict.eq(Verdict.STATE)
             with m.Elif(context.peer_ip != c_src):
@@ -346,10 +391,46 @@ class RoceRx(wiring.Component):
                 m.d.comb += rec.verdict.eq(Verdict.CNP)
         m.d.comb += [records.w_en.eq(c_valid), records.w_data.eq(rec)]
 
-    def _elaborate_verdict(self, m, s, records):
+    def _udp_checksum(self, m, W, s, lanes, idx, checksum):
+        """The UDP checksum, summed over the datagrams going into the ICRC check (``s``; its
+        first bytes ``lanes``, beat index ``idx``) with the IPv4 header's words but the
+        addresses zeroed (the addresses are the pseudo-header's; a datagram whose IPv4 header
+        is not its own checksum's is foreign anyway), from a seed of the pseudo-header's
+        protocol and UDP length (the total length less 20: a datagram whose UDP length differs
+        is foreign). Its verdict is queued when the field is not 0, decided at the last beat:
+        returns that flag, from the same lanes as the record's ``checked``."""
+        B = W // 8
+        beat = s.payload
+        addr_at, _ = H.IPV4.offset("src")
+        zeroed = Cat(*(Mux(idx * B + lane < addr_at, 0, beat.data[8 * lane:8 * lane + 8])
+                       for lane in range(B)))
+        ip = H.IPV4.from_lanes(lanes[:8 * H.IPV4.length])
+        udp = H.UDP.from_lanes(lanes[8 * H.IPV4.length:8 * _IP_UDP])
+        const = (IP_PROTO_UDP + (0xFFFF ^ H.IPV4.length)) % 0xFFFF
+        checked = udp.checksum != 0
+        m.d.comb += [
+            checksum.valid.eq(s.valid), checksum.ready.eq(s.ready),
+            checksum.payload.data.eq(zeroed), checksum.payload.keep.eq(beat.keep),
+            checksum.payload.last.eq(beat.last),
+            checksum.seed.eq(ones_complement_sum([ip.total_length, const])),
+            checksum.skip.eq(0), checksum.select.eq(checked),
+        ]
+        return checked
+
+    def _ip_udp_checks(self, ip, udp, whole):
+        """Whether the stack's IPv4 and UDP receive layers deliver the datagram with the
+        headers ``ip`` and ``udp`` (at least their 28 bytes: ``whole``) on port 4791, the
+        header checksum aside (compared a stage later)."""
+        return ((ip.version == 4) & (ip.ihl == 5) & (ip.total_length >= H.IPV4.length) &
+                (ip.total_length <= self.mtu) & ~ip.mf & (ip.frag_offset == 0) &
+                (ip.dst == self.local_ip) & (ip.protocol == IP_PROTO_UDP) & whole &
+                (udp.dst_port == UDP_PORT_ROCEV2) &
+                (udp.length + H.IPV4.length == ip.total_length))
+
+    def _elaborate_verdict(self, m, s, records, checksum):
         """Stage F -> D: the ICRC check's output, each datagram's verdict when its last beat
-        leaves (its record's, unless the ICRC is bad), the verdict pulses and the event
-        register."""
+        leaves (its record's, unless the ICRC or the UDP checksum is bad), the verdict pulses
+        and the event register."""
         d_valid = Signal()
         d_ev = Signal(ACK_EVENT)
         stall = Signal()
@@ -362,18 +443,24 @@ class RoceRx(wiring.Component):
             m.d.sync += d_valid.eq(0)
 
         beat = s.payload
-        # a last beat waits for its record (always there in time) and, while an event waits in
-        # the ack register, for it to be taken
-        m.d.comb += s.ready.eq(~beat.last | (~stall & records.r_rdy))
+        rec = Signal(_RECORD)
+        m.d.comb += rec.eq(records.r_data)
+        # a last beat waits for its record (always there in time), for its UDP checksum's
+        # verdict when it has one (a cycle or two after the ICRC's) and, while an event waits
+        # in the ack register, for it to be taken
+        ck = checksum.verdict
+        m.d.comb += s.ready.eq(~beat.last | (~stall & records.r_rdy & (~rec.checked | ck.valid)))
         take = s.valid & s.ready
+        decided = take & beat.last
+        foreign = rec.verdict == Verdict.FOREIGN
+        bad = Signal()
+        m.d.comb += [bad.eq(beat.error | (rec.checked & ~ck.payload)),
+                     records.r_en.eq(decided), ck.ready.eq(decided & rec.checked)]
         m.d.comb += [self.req.valid.eq(take), self.req.payload.data.eq(beat.data),
                      self.req.payload.keep.eq(beat.keep), self.req.payload.last.eq(beat.last),
-                     self.req.payload.error.eq(beat.error)]
-        decided = take & beat.last
-        rec = Signal(_RECORD)
-        m.d.comb += [rec.eq(records.r_data), records.r_en.eq(decided)]
+                     self.req.payload.error.eq(beat.last & (bad | foreign))]
         final = Signal(Verdict)
-        with m.If((rec.verdict != Verdict.SHORT) & beat.error):
+        with m.If(~foreign & (rec.verdict != Verdict.SHORT) & bad):
             m.d.comb += final.eq(Verdict.ICRC)
         with m.Else():
             m.d.comb += final.eq(rec.verdict)

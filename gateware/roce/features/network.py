@@ -53,7 +53,9 @@ class NetworkFeature(Feature):
                               cut_through_ports=(UDP_PORT_ROCEV2, cfg.cm_port),
                               tx_cut_through=cfg.memory == "onchip",
                               # the responder's ACKNOWLEDGEs built whole
-                              ip_out=cfg.responder)
+                              ip_out=cfg.responder,
+                              # RoCEv2 receive reads the datagrams with their headers in place
+                              ip_in=True)
 
     def members(self):
         w = self.cfg.width

@@ -10,6 +10,7 @@ from rocegen.gateware.lib.pipe import ForwardRegister, StreamForwardRegister
 from rocegen.gateware.lib.stream import PacketSignature
 from rocegen.gateware.lib.stream_arbiter import StreamArbiter
 from rocegen.gateware.roce.features.feature import Feature
+from rocegen.gateware.roce.features.pfc import IP_MTU
 from rocegen.gateware.roce.frontend.cpl_dispatch import CplDispatch
 from rocegen.gateware.roce.frontend.stream_in import STREAM_META, StreamFrontEnd
 from rocegen.gateware.roce.frontend.traffic_gen import GEN_CONFIG, TrafficGen
@@ -65,7 +66,7 @@ class RequesterFeature(Feature):
         self.completer = Completer(n, depth=cfg.wr_depth)
         self.retry = RetryEngine(n, cfg.clk_hz)
         self.builder = RocePacketBuilder(w, atomics=cfg.atomics)
-        self.rx = RoceRx(w, n, reads=cfg.reads, ibcm=bool(cfg.rdma_cm_ports))
+        self.rx = RoceRx(w, n, reads=cfg.reads, ibcm=bool(cfg.rdma_cm_ports), mtu=IP_MTU)
         self.gen = TrafficGen(reads=cfg.reads, atomics=cfg.atomics is not None)
         self.wr_merge = WrMerge(n)
         self.front = StreamFrontEnd(w, ring_base=cfg.ring_base, ring_bytes=cfg.ring_bytes,
@@ -140,12 +141,17 @@ class RequesterFeature(Feature):
             wiring.connect(m, tx_arb.o, st.udp_tx[0])
 
     def connect_receive(self, m, ep):
-        """Receive (UDP port 4791 -> ICRC and ACK checks -> retry engine), reliability
+        """Receive (the stack's IPv4 datagrams, headers in place -> UDP port 4791's, ICRC and
+        ACK checks -> retry engine), reliability
         (acknowledgements, rewinds, timers and errors: always-ready pulses) and completions
         back to whoever posted the work request."""
         f = ep.features
         rx, sched, comp, retry = self.rx, self.sched, self.completer, self.retry
-        wiring.connect(m, f.network.stack.udp_rx[0], rx.i)
+        # (RoceRx picks port 4791's datagrams out of the stack's IPv4 datagrams, headers in
+        # place, by the stack's own checks; the stack's port 4791 goes to nothing)
+        st = f.network.stack
+        wiring.connect(m, st.ip_in, rx.i)
+        m.d.comb += [rx.local_ip.eq(ep.local_ip), st.udp_rx[0].ready.eq(1)]
         # (the retry engine's inputs behind register slices: its arbitration between them, and
         # the per-QP spacing of its events, does not reach the receive pipeline's enables nor the
         # scheduler's issue decision. The acknowledgements' slice passes an event on in the

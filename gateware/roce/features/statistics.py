@@ -27,6 +27,7 @@ def _requester_events(f, reads):
     events."""
     req = f.requester
     rx, retry, cm = req.rx, req.retry, f.connection.cm
+    port = f.network.stack.udp_rx[0]        # (UDP port 4791's datagrams, as the stack counts)
     c, tx, wr = req.completer.cpl, req.builder.o, req.sched.wr
     tx_packet = tx.valid & tx.ready & tx.payload.last
     if reads:
@@ -35,7 +36,7 @@ def _requester_events(f, reads):
         tx_packet = bi.valid & bi.ready & bi.payload.last & \
             (bi.payload.meta.src != WrSource.RESPONDER)
     events = {
-        "roce_rx_packets": rx.i.valid & rx.i.ready & rx.i.payload.last,
+        "roce_rx_packets": port.valid & port.ready & port.payload.last,
         "roce_rx_naks": retry.seq_naks | retry.rnr_naks | retry.error_naks,
         "roce_tx_packets": tx_packet,
         "roce_wr_posted": wr.valid & wr.ready,
