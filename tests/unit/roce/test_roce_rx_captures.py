@@ -1,14 +1,18 @@
 """RoCEv2 frames captured from real NICs (tests/vectors/roce-captures.txt, each with its public
 source) and from Linux's soft-RoCE talking to the endpoint (tests/vectors/rxe-captures.txt,
 ``rocegen sim rxe``: ACKs, NAKs, requests of every kind, duplicates, READ responses) through the
-receive path (rocegen.gateware.roce.rx, with the READ requester's verdict): read with ``struct``
-as the wire spec lays them out, an ACKNOWLEDGE must leave as the event the spec says (QP,
-syndrome, PSN, MSN) and a CNP as a CNP of its QP, when the QP is open to that peer; the same
-frames to a closed QP, from another peer, to a QP number outside the table or with one bit
-flipped are dropped, each counted by its reason; requests and READ responses pass the length and
-ICRC checks to the responder's and the READ requester's ingress (``requests``,
-``read_responses``), and with one bit flipped are dropped by the ICRC check. Random idle cycles
-and backpressure, at 64 and 512 bits."""
+receive path (rocegen.gateware.roce.rx, with the READ requester's verdict), each IPv4 datagram as
+the Ethernet layer hands it on, with the receive path's address the frame's destination: read
+with ``struct`` as the wire spec lays them out, an ACKNOWLEDGE must leave as the event the spec
+says (QP, syndrome, PSN, MSN) and a CNP as a CNP of its QP, when the QP is open to that peer; the
+same frames to a closed QP, from another peer, to a QP number outside the table, with one bit
+flipped or with a wrong UDP checksum are dropped, each counted by its reason, and with a right
+one taken as they are; requests and READ responses pass the length and ICRC checks to the
+responder's and the READ requester's ingress (``requests``, ``read_responses``), and with one
+bit flipped are dropped by the ICRC check. Every frame to another address, or made one the
+network stack would not deliver on UDP port 4791 (another port or protocol, a fragment, a bad
+IPv4 header checksum, an inconsistent UDP length), is foreign: counted by none, marked ``error``
+on ``req``. Random idle cycles and backpressure, at 64 and 512 bits."""
 
 import ipaddress
 import random
@@ -54,7 +58,7 @@ def spec_fields(frame):
         at = 18
     assert ethertype == 0x0800, "IPv4 captures only"
     ihl = frame[at] & 0x0F
-    total, proto, src = struct.unpack_from(">H5xB2x4s", frame, at + 2)
+    total, proto, src, dst = struct.unpack_from(">H5xB2x4s4s", frame, at + 2)
     assert proto == 17
     udp = at + 4 * ihl
     sport, dport, ulen = struct.unpack_from(">HHH", frame, udp)
@@ -62,7 +66,8 @@ def spec_fields(frame):
     bth = udp + 8
     opcode, _, pkey, qp, a_psn = struct.unpack_from(">BBHII", frame, bth)
     f = {"opcode": opcode, "pkey": pkey, "dest_qp": qp & 0xFFFFFF, "psn": a_psn & 0xFFFFFF,
-         "src": str(ipaddress.IPv4Address(src)), "udp_payload": frame[bth:udp + ulen],
+         "src": str(ipaddress.IPv4Address(src)), "dst": str(ipaddress.IPv4Address(dst)),
+         "udp_payload": frame[bth:udp + ulen],
          "ip_end": at + total}
     if opcode == 0x11:
         (aeth,) = struct.unpack_from(">I", frame, bth + 12)
@@ -70,13 +75,47 @@ def spec_fields(frame):
     return f
 
 
-def udp_rx(frame):
-    """A frame -> the UDP payload and the parsed headers the stack's ``udp_rx`` port gives."""
+def ip_rx(frame):
+    """A frame -> its IPv4 datagram (from the IPv4 header to the frame's end) and the Ethernet
+    metadata, as the Ethernet layer hands them on."""
     at = 18 if frame[12:14] == b"\x81\x00" else 14
-    eth = H.ETH.unpack(frame[:12] + frame[at - 2:at])
-    ip = H.IPV4.unpack(frame[at:at + 20])
-    udp = H.UDP.unpack(frame[at + 20:at + 28])
-    return frame[at + 28:at + ip["total_length"]], {"eth": eth, "ipv4": ip, "udp": udp}
+    return frame[at:], {"eth": H.ETH.unpack(frame[:12] + frame[at - 2:at])}
+
+
+def sum16(data):
+    """One's complement sum of ``data`` as big-endian 16-bit words (RFC 1071)."""
+    data = bytes(data) + bytes(len(data) % 2)
+    total = sum(struct.unpack(f">{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def udp_sum(dgram):
+    """The one's complement sum of the pseudo-header and the UDP datagram of ``dgram`` (IPv4
+    without options): 0xFFFF when its UDP checksum field is right."""
+    src_dst = dgram[12:20]
+    return sum16(src_dst + struct.pack(">BBH", 0, 17, len(dgram) - 20) + dgram[20:])
+
+
+def edited(dgram, edits=(), *, udp_checksum=None):
+    """``dgram`` (IPv4 without options, then UDP and a RoCEv2 packet) with ``edits``
+    (``(offset, bytes)``) made and what covers them made right again from the specs: the IPv4
+    header checksum (RFC 791), the ICRC (zlib, as :func:`_with_icrc`) and, when not 0, the UDP
+    checksum (RFC 768); ``udp_checksum``: ``"right"`` or ``"wrong"`` to set one."""
+    d = bytearray(dgram)
+    for at, new in edits:
+        d[at:at + len(new)] = new
+    d[10:12] = b"\0\0"
+    d[10:12] = struct.pack(">H", 0xFFFF ^ sum16(d[:20]))
+    d = bytearray(_with_icrc(bytes(d)))
+    if udp_checksum or d[26:28] != b"\0\0":
+        d[26:28] = b"\0\0"
+        right = (0xFFFF ^ udp_sum(d)) or 0xFFFF
+        if udp_checksum == "wrong":
+            right = right ^ 0x0100 or 0x0200                # (not 0: that is none)
+        d[26:28] = struct.pack(">H", right)
+    return bytes(d)
 
 
 def context(state, peer):
@@ -85,23 +124,28 @@ def context(state, peer):
             "ack_every_log2": 6, "timeout": 14, "retry_cnt": 7, "rnr_retry": 7}
 
 
-def run(width, datagrams, qps, *, seed):
-    """Send ``(payload, meta)`` datagrams with the QP table set to ``qps`` (index -> (state,
-    peer)); returns the counts per counter, the ACK events and the QPs of the CNPs."""
+def run(width, groups, qps, *, seed):
+    """Send ``(datagram, meta)`` datagrams, group by group (``(local_ip, datagrams)``: the
+    receive path's address set to ``local_ip`` while its group goes through), with the QP table
+    set to ``qps`` (index -> (state, peer)); returns the counts per counter, the ACK events, the
+    QPs of the CNPs and the ``error`` flag of each datagram's last beat on ``req``."""
     dut = Top(width)
     rx = dut.rx
     drv = StreamDriver(rx.i, width, idle=0.3, seed=seed)
     rng = random.Random(seed)
     counts = dict.fromkeys(COUNTERS, 0)
-    events, cnps = [], []
+    events, cnps, req = [], [], []
 
     async def monitor(ctx):
-        async for _, _, cnp_qp, *pulses in ctx.tick().sample(rx.cnp_qp,
-                                                             *[getattr(rx, c) for c in COUNTERS]):
+        async for _, _, cnp_qp, valid, last, error, *pulses in ctx.tick().sample(
+                rx.cnp_qp, rx.req.valid, rx.req.payload.last, rx.req.payload.error,
+                *[getattr(rx, c) for c in COUNTERS]):
             for c, v in zip(COUNTERS, pulses):
                 counts[c] += v
             if pulses[COUNTERS.index("cnp")]:
                 cnps.append(cnp_qp)
+            if valid and last:
+                req.append(error)
 
     async def sink(ctx):
         while True:
@@ -117,14 +161,18 @@ def run(width, datagrams, qps, *, seed):
             ctx.set(dut.table.ctl.valid, 1)
             await ctx.tick()
         ctx.set(dut.table.ctl.valid, 0)
-        await drv.send(ctx, [Packet(p, m) for p, m in datagrams])
-        for _ in range(200 * len(datagrams) + 200):
-            if sum(counts.values()) >= len(datagrams) and len(events) >= counts["acks"]:
-                break
-            await ctx.tick()
+        sent = 0
+        for local_ip, datagrams in groups:
+            ctx.set(rx.local_ip, int(ipaddress.IPv4Address(local_ip)))
+            await drv.send(ctx, [Packet(d, m) for d, m in datagrams])
+            sent += len(datagrams)
+            for _ in range(200 * len(datagrams) + 200):     # all through before the address
+                if len(req) >= sent and len(events) >= counts["acks"]:       # changes
+                    break
+                await ctx.tick()
 
     run_sim(dut, testbenches=[tb], processes=[monitor, sink])
-    return counts, events, cnps
+    return counts, events, cnps, req
 
 
 CAPTURES = read_vectors(CAPTURE_VECTORS) + read_vectors(RXE_VECTORS)
@@ -174,73 +222,113 @@ def test_the_captures_are_what_their_source_says():
             frame[f["ip_end"] - 4:f["ip_end"]], name
 
 
+#: ways to make a captured datagram one the network stack does not deliver on UDP port 4791
+#: (``(offset, bytes)`` edits, the checksums and the ICRC made right again): another UDP
+#: destination port, another protocol (ICMP), a fragment (MF), a later fragment, a UDP length
+#: one more than the datagram's
+FOREIGN = (lambda d: [(22, struct.pack(">H", 17185))],
+           lambda d: [(9, bytes([1]))],
+           lambda d: [(6, bytes([d[6] | 0x20]))],
+           lambda d: [(6, struct.pack(">H", 0x4000 | 185))],
+           lambda d: [(24, struct.pack(">H", len(d) - 19))])
+
+
 @pytest.mark.parametrize("width", [64, 512])
 def test_captured_frames_through_the_receive_path(width):
-    want = dict.fromkeys(COUNTERS, 0)
-    want_events, want_cnps, datagrams = [], [], []
+    groups = {}                     # our address -> the datagrams sent while it is
     qps = {}
-    for name, frame in CAPTURES:
+    addresses = sorted({spec_fields(frame)["dst"] for _, frame in CAPTURES})
+    assert len(addresses) > 1, "the captures go to one address: a frame to another is made up"
+
+    def send(local_ip, dgram, meta, expect, event=None):
+        """Send ``dgram`` while the receive path's address is ``local_ip``: ``expect`` its
+        counter (None: foreign), ``event`` its ACK event or its CNP's QP."""
+        groups.setdefault(local_ip, []).append((dgram, meta, expect, event))
+
+    for n, (name, frame) in enumerate(CAPTURES):
         f = spec_fields(frame)
-        payload, meta = udp_rx(frame)
+        dgram, meta = ip_rx(frame)
+        ours = f["dst"]
         qp = f["dest_qp"] - 256
         assert 0 <= qp < NUM_QPS - 1, f"{name}: DestQP {f['dest_qp']:#x} outside the test's table"
         qps[qp] = (QpState.RTS, f["src"])                   # open to the frame's source
         qps[qp + 1] = (QpState.RESET, f["src"])             # closed
+        event = None
         if f["opcode"] == 0x81:
-            want["cnp"] += 1
-            want_cnps.append(qp)
+            verdict, event = "cnp", qp
         elif f["opcode"] == 0x11:
-            want["acks"] += 1
-            want_events.append({"qp": qp, "syndrome": f["syndrome"], "psn": f["psn"],
-                                "msn": f["msn"]})
+            verdict = "acks"
+            event = {"qp": qp, "syndrome": f["syndrome"], "psn": f["psn"], "msn": f["msn"]}
         elif f["opcode"] in READ_RESPONSES:
-            want["read_responses"] += 1
+            verdict = "read_responses"
         elif f["opcode"] < 0x0D:
-            want["requests"] += 1
+            verdict = "requests"
         else:
-            want["drop_opcode"] += 1
-        datagrams.append((payload, meta))
+            verdict = "drop_opcode"
+        # as captured; with a right UDP checksum (the ICRC does not cover it); with a wrong
+        # one; foreign: to another of the captures' addresses, made foreign in one of the other
+        # ways, its header checksum made wrong (the TTL changed); the long frames (the
+        # requests and READ responses with data) one of these each, in turn
+        send(ours, dgram, meta, verdict, event)
+        others = [a for a in addresses if a != ours]
+        variants = [
+            (ours, edited(dgram, udp_checksum="right"), verdict, event),
+            (ours, edited(dgram, udp_checksum="wrong"), "icrc_bad", None),
+            (others[n % len(others)], dgram, None, None),
+            (ours, edited(dgram, FOREIGN[n % len(FOREIGN)](dgram)), None, None),
+            (ours, dgram[:8] + bytes([dgram[8] ^ 0x40]) + dgram[9:], None, None),
+        ]
+        for k, (to, variant, expect, ev) in enumerate(variants):
+            if len(dgram) < 100 or k == n % len(variants):
+                send(to, variant, meta, expect, ev)
         if f["opcode"] not in (0x11, 0x81):
             if f["opcode"] <= 0x10:                         # one bit flipped: ICRC check
-                bad = bytearray(payload)
-                bad[len(payload) // 2] ^= 0x10
-                datagrams.append((bytes(bad), meta))
-                want["icrc_bad"] += 1
+                bad = bytearray(dgram)
+                bad[28 + len(f["udp_payload"]) // 2] ^= 0x10
+                send(ours, bytes(bad), meta, "icrc_bad")
             continue                                        # the other checks come after it
-        # the same frame from another peer, to the closed QP, to a QP outside the table
-        other = dict(meta, ipv4=dict(meta["ipv4"], src=int(ipaddress.IPv4Address(OTHER_PEER))))
-        datagrams.append((_with_icrc(payload, other), other))  # the source is under the ICRC
-        want["drop_peer"] += 1
-        to = bytearray(payload)
-        to[5:8] = (f["dest_qp"] + 1).to_bytes(3, "big")     # DestQP is under the ICRC:
-        datagrams.append((_with_icrc(to, meta), meta))      # computed again per the spec
-        want["drop_state"] += 1
-        to[5:8] = (256 + NUM_QPS).to_bytes(3, "big")
-        datagrams.append((_with_icrc(to, meta), meta))
-        want["drop_qp"] += 1
-        for bit in (0, 8 * len(payload) - 1, 8 * min(20, len(payload) - 2) + 3):  # ICRC check
-            bad = bytearray(payload)
+        # the same frame from another peer, to the closed QP, to a QP outside the table (the
+        # source and DestQP are under the ICRC, the source under the IPv4 header checksum:
+        # computed again)
+        send(ours, edited(dgram, [(12, ipaddress.IPv4Address(OTHER_PEER).packed)]), meta,
+             "drop_peer")
+        send(ours, edited(dgram, [(33, (f["dest_qp"] + 1).to_bytes(3, "big"))]), meta,
+             "drop_state")
+        send(ours, edited(dgram, [(33, (256 + NUM_QPS).to_bytes(3, "big"))]), meta, "drop_qp")
+        for bit in (8 * 28, 8 * len(dgram) - 1, 8 * (28 + min(20, len(dgram) - 30)) + 3):
+            bad = bytearray(dgram)                          # ICRC check
             bad[bit // 8] ^= 1 << (bit % 8)
-            datagrams.append((bytes(bad), meta))
-            want["icrc_bad"] += 1
-        datagrams.append((payload[:11], meta))              # cut inside the BTH
-        want["drop_short"] += 1
-    counts, events, cnps = run(width, datagrams, qps, seed=width)
+            send(ours, bytes(bad), meta, "icrc_bad")
+        # cut inside the BTH: 11 bytes of UDP payload, the lengths saying so (Ethernet's
+        # padding after it), or the frame cut short of its total length (padded)
+        cut = edited(dgram[:39], [(2, struct.pack(">H", 39)), (24, struct.pack(">H", 19))])
+        send(ours, cut + bytes(7), meta, "drop_short")
+        send(ours, dgram[:39] + bytes(7), meta, "drop_short")
+    sent = [t for group in groups.values() for t in group]
+    want = dict.fromkeys(COUNTERS, 0)
+    for *_, expect, _ in sent:
+        if expect:
+            want[expect] += 1
+    foreign = sum(expect is None for *_, expect, _ in sent)
+    assert foreign >= len(CAPTURES)
+    counts, events, cnps, req = run(width, [(a, [(d, m) for d, m, *_ in g])
+                                            for a, g in groups.items()], qps, seed=width)
     assert counts == want
-    assert events == want_events
-    assert cnps == want_cnps
+    assert events == [e for *_, expect, e in sent if expect == "acks"]
+    assert cnps == [e for *_, expect, e in sent if expect == "cnp"]
+    # every datagram on req, marked error when foreign or bad, not when it passed the checks
+    assert len(req) == len(sent)
+    for (dgram, _, expect, _), error in zip(sent, req):
+        if expect != "drop_short":
+            assert error == (expect in (None, "icrc_bad")), (expect, dgram.hex())
 
 
-def _with_icrc(transport, meta):
-    """``transport`` (BTH ... ICRC) with its ICRC computed again from the spec (zlib), for the
-    headers in ``meta``."""
+def _with_icrc(dgram):
+    """The IPv4 datagram ``dgram`` (IHL 5, from the IPv4 header to the ICRC) with its ICRC
+    computed again from the spec (zlib): the CRC-32 of eight 0xFF bytes and the datagram but
+    the ICRC, with TOS, TTL, the IPv4 and UDP checksums and BTH byte 4 set to ones."""
     import zlib
-    ip = bytearray(H.IPV4.pack(**meta["ipv4"]))
-    udp = bytearray(H.UDP.pack(**meta["udp"]))
-    ip[1] = ip[8] = 0xFF
-    ip[10:12] = b"\xff\xff"
-    udp[6:8] = b"\xff\xff"
-    body = bytearray(transport[:-4])
-    body[4] = 0xFF
-    crc = zlib.crc32(b"\xff" * 8 + bytes(ip) + bytes(udp) + bytes(body))
-    return bytes(transport[:-4]) + crc.to_bytes(4, "little")
+    covered = bytearray(dgram[:-4])
+    covered[1] = covered[8] = covered[32] = 0xFF
+    covered[10:12] = covered[26:28] = b"\xff\xff"
+    return bytes(dgram[:-4]) + zlib.crc32(b"\xff" * 8 + bytes(covered)).to_bytes(4, "little")
