@@ -22,20 +22,15 @@ class ChecksumVerdicts(wiring.Component):
     depth : int
         Verdicts the queue behind ``verdict`` holds (at least 1): at least the selected packets
         that can end at the tap before their verdict is taken.
-    flags_at_last : bool
-        ``False`` (default): ``skip`` and ``select`` are sampled with each packet's first beat.
-        ``True``: with its last beat, for a parent that learns them from the packet's header
-        only after its first beat (a header longer than a beat).
 
     Ports
     -----
     valid, ready : ``In(1)``; payload : ``In(packet_layout(width, meta))``
         The tap (:meth:`observe`); a beat counts when ``valid`` and ``ready`` are both high.
     seed : ``In(16)``; skip : ``In(1)``; select : ``In(1)``
-        Sampled with the first beat of each packet (in the cycle it moves; ``skip`` and
-        ``select`` with its last beat with ``flags_at_last``): the sum's initial value (a
-        pseudo-header's sum), "nothing to check" (UDP's checksum 0) and whether the packet's
-        verdict goes to ``verdict``.
+        Sampled with the first beat of each packet (in the cycle it moves): the sum's initial
+        value (a pseudo-header's sum), "nothing to check" (UDP's checksum 0) and whether the
+        packet's verdict goes to ``verdict``.
     done : ``Out(1)``; good : ``Out(1)``; selected : ``Out(1)``
         Every packet's verdict: ``done`` is high for one cycle with ``good`` (``skip`` was high,
         or the sum is 0xFFFF) and ``selected`` (the packet's ``select``). Cannot be held off.
@@ -61,13 +56,10 @@ class ChecksumVerdicts(wiring.Component):
       that finds the queue full is lost, so ``depth`` must cover the parent's worst case.
     """
 
-    def __init__(self, width, meta=None, *, depth, flags_at_last=False):
+    def __init__(self, width, meta=None, *, depth):
         check_width(width)
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"verdict queue depth must be a positive integer, not {depth!r}")
-        if not isinstance(flags_at_last, bool):
-            raise TypeError(f"flags_at_last must be a bool, not {flags_at_last!r}")
-        self.flags_at_last = flags_at_last
         self.width = width
         self.meta = meta
         self.depth = depth
@@ -98,21 +90,15 @@ class ChecksumVerdicts(wiring.Component):
         cs = m.submodules.checksum = self._checksum
         m.d.comb += [cs.valid.eq(self.valid), cs.ready.eq(self.ready),
                      cs.payload.eq(self.payload), cs.seed.eq(self.seed)]
-        # the per-packet flags, sampled with the first beat (or the last), travel beside the
-        # checksum's pipeline so that they meet the packet's sum ``latency`` cycles after its
-        # last beat
+        # the per-packet flags, sampled with the first beat, travel beside the checksum's
+        # pipeline so that they meet the packet's sum ``latency`` cycles after its last beat
+        first = first_beat(m, self)
+        skip_reg, select_reg = Signal(), Signal()
+        with m.If(self.valid & self.ready & first):
+            m.d.sync += [skip_reg.eq(self.skip), select_reg.eq(self.select)]
         skip_now, select_now = Signal(), Signal()
-        if self.flags_at_last:
-            # (only their values with the last beat reach ``pipe_want``; ``pipe_skip`` and
-            # ``pipe_select`` are read ``latency`` cycles after a last beat too)
-            m.d.comb += [skip_now.eq(self.skip), select_now.eq(self.select)]
-        else:
-            first = first_beat(m, self)
-            skip_reg, select_reg = Signal(), Signal()
-            with m.If(self.valid & self.ready & first):
-                m.d.sync += [skip_reg.eq(self.skip), select_reg.eq(self.select)]
-            m.d.comb += [skip_now.eq(first & self.skip | ~first & skip_reg),
-                         select_now.eq(first & self.select | ~first & select_reg)]
+        m.d.comb += [skip_now.eq(first & self.skip | ~first & skip_reg),
+                     select_now.eq(first & self.select | ~first & select_reg)]
         pipe_skip = Signal(self.latency)
         pipe_select = Signal(self.latency)
         # a selected packet with a sum to check ended ``latency`` cycles ago: its sum is out now

@@ -1,12 +1,11 @@
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from rocegen.gateware.lib.checksum import be_words, ones_complement_sum
-from rocegen.gateware.lib.checksum_verdicts import ChecksumVerdicts
+from rocegen.gateware.lib.length_cut import LengthCut
 from rocegen.gateware.lib.stream import PacketSignature, check_width, leading_lanes
-from rocegen.gateware.lib.trim import Trim
 from rocegen.gateware.net.layouts import ETH_META
 from rocegen.gateware.roce.icrc import ICRC_BYTES, IcrcCheck
 from rocegen.gateware.roce.layouts import ACK_EVENT, QP_CONTEXT, QpState, check_num_qps
@@ -105,6 +104,11 @@ class RoceRx(wiring.Component):
         last beat of a damaged frame. ``meta`` is not read.
     local_ip : In(32)
         Our IPv4 address, as the network stack's.
+    udp_checksum : In(stream.Signature(1, always_ready=True))
+        The network stack's verdict (1: good) on each datagram it delivers on UDP port 4791
+        with a UDP checksum other than 0, in order: the ``error`` of its last beat there,
+        negated. Queued (room for one per datagram inside this block, which is all the stack
+        can deliver ahead of it, both taking the datagrams from one fork).
     ack : Out(stream.Signature(ACK_EVENT))
         One event per acknowledgement that passes every check: QP index, AETH syndrome and MSN,
         BTH PSN. A register; ``payload`` is stable while ``valid`` waits for ``ready``.
@@ -149,9 +153,10 @@ class RoceRx(wiring.Component):
     Behaviour
     ---------
     * Path: each datagram is cut to its IPv4 total length
-      (:class:`~rocegen.gateware.lib.trim.Trim`, combinational; one shorter than it is marked
-      ``error``) and goes into :class:`~rocegen.gateware.roce.icrc.IcrcCheck` (``offset=0``),
-      which checks and strips the ICRC; its headers are still in place, and the ICRC covers
+      (:class:`~rocegen.gateware.lib.length_cut.LengthCut`, combinational; one shorter than it
+      is marked ``error``; a frame's FCS verdict on bytes beyond it is not waited for, the ICRC
+      covering the datagram) and goes into :class:`~rocegen.gateware.roce.icrc.IcrcCheck`
+      (``offset=0``), which checks and strips the ICRC; its headers are still in place, and the ICRC covers
       them. The headers are checked while the ICRC check runs: as a datagram goes into it,
       its first 44 bytes (IPv4, UDP, BTH, AETH) are kept and read through the header table,
       its length is compared with the minimum of each kind, its QP is looked up and its context
@@ -167,12 +172,13 @@ class RoceRx(wiring.Component):
       fragment, destination ``local_ip``, protocol UDP, at least the 28 bytes of both headers,
       destination port 4791 and a UDP length of the total length less 20. Any other datagram
       is foreign: no verdict pulse, and ``error`` on its last beat on ``req``. The stack takes
-      the same datagrams apart in parallel and counts its own drops; its port 4791 is not
-      read. A UDP checksum that is not 0 is summed as the datagram goes into the ICRC check
-      (:class:`~rocegen.gateware.lib.checksum_verdicts.ChecksumVerdicts`); a datagram with one
-      waits at the ICRC check's output for its verdict, 1 (64, 128 bits) or 2 (256, 512 bits)
-      cycles after the ICRC's, and a wrong one is treated as a bad ICRC (as the stack marks it
-      ``error``).
+      the same datagrams apart in parallel and counts its own drops; its port 4791 is read
+      only for the UDP checksum's verdicts: a datagram of port 4791 with a UDP checksum other
+      than 0 waits at the ICRC check's output for the stack's verdict on it
+      (``udp_checksum``), and a wrong one is treated as a bad ICRC. (Both sides make the same
+      checks on the same datagrams, so each such datagram here has exactly one verdict there:
+      the tests hold the two against each other.) RoCEv2's senders send checksum 0, which
+      waits for nothing.
     * Latency: the ``ack`` event is offered 1 cycle after the last beat of the datagram leaves
       the ICRC check, which is ``IcrcCheck.latency - 1`` cycles (3) after the input's last beat:
       :attr:`ack_latency` (4 cycles at 64, 128 and 512 bits, 5 at 256; :meth:`event_latency`)
@@ -213,6 +219,7 @@ class RoceRx(wiring.Component):
         super().__init__({
             "i": In(PacketSignature(width, ETH_META)),
             "local_ip": In(32),
+            "udp_checksum": In(stream.Signature(1, always_ready=True)),
             "ack": Out(stream.Signature(ACK_EVENT)),
             "lookup_qpn": Out(24),
             "lookup_index": In(8),
@@ -241,39 +248,37 @@ class RoceRx(wiring.Component):
 
         # ---- cut each datagram to its IPv4 total length (Ethernet padding off), check and
         # strip the ICRC
-        trim = m.submodules.trim = Trim(W, ETH_META)
-        wiring.connect(m, wiring.flipped(self.i), trim.i)
-        # (the total length is in the first 4 bytes, in the first beat at every width; Trim
-        # samples it with the first beat)
-        first_lanes = Cat(self.i.payload.data, Const(0, max(0, 8 * H.IPV4.length - W)))
-        m.d.comb += trim.length.eq(H.IPV4.from_lanes(first_lanes[:8 * H.IPV4.length])
-                                   .total_length)
+        cut = m.submodules.cut = LengthCut(W, ETH_META,
+                                           field_at=H.IPV4.offset("total_length")[0])
+        wiring.connect(m, wiring.flipped(self.i), cut.i)
         icrc = m.submodules.icrc = self._icrc
         m.d.comb += [
-            icrc.i.valid.eq(trim.o.valid),
-            icrc.i.payload.data.eq(trim.o.payload.data),
-            icrc.i.payload.keep.eq(trim.o.payload.keep),
-            icrc.i.payload.last.eq(trim.o.payload.last),
-            icrc.i.payload.error.eq(trim.o.payload.error),
-            trim.o.ready.eq(icrc.i.ready),
+            icrc.i.valid.eq(cut.o.valid),
+            icrc.i.payload.data.eq(cut.o.payload.data),
+            icrc.i.payload.keep.eq(cut.o.payload.keep),
+            icrc.i.payload.last.eq(cut.o.payload.last),
+            icrc.i.payload.error.eq(cut.o.payload.error),
+            cut.o.ready.eq(icrc.i.ready),
         ]
         # ---- the headers are read as the datagram goes into the ICRC check (they are checked
-        # while the check runs), and the UDP checksum, when there is one, is summed beside it;
-        # the verdict is made when its last beat comes out
+        # while the check runs); the verdict is made when its last beat comes out. The stack's
+        # UDP checksum verdicts wait in a queue of their own (one per datagram with a record,
+        # at most)
         records = m.submodules.records = SyncFIFO(width=_RECORD.size, depth=self._records)
-        checksum = m.submodules.checksum = ChecksumVerdicts(W, depth=self._records,
-                                                            flags_at_last=True)
-        self._elaborate_headers(m, W, icrc.i, records, checksum)
+        checksum = m.submodules.checksum = SyncFIFO(width=1, depth=self._records)
+        m.d.comb += [checksum.w_en.eq(self.udp_checksum.valid),
+                     checksum.w_data.eq(self.udp_checksum.payload)]
+        self._elaborate_headers(m, W, icrc.i, records)
         self._elaborate_verdict(m, icrc.o, records, checksum)
         return m
 
-    def _elaborate_headers(self, m, W, s, records, checksum):
+    def _elaborate_headers(self, m, W, s, records):
         """Stages H -> C -> record: each datagram's first :data:`_LANES` bytes and length
         captured at its last beat into the ICRC check (``s``), the IPv4 and UDP checks (those
         of the network stack's receive layers), the BTH checks and the DestQP lookup, then the
         context checks and the IPv4 header checksum's compare, into the record queue. They
         never stall: the queue holds a record for every datagram inside the ICRC check (see
-        ``_records``). The UDP checksum's sum (``checksum``) observes ``s``."""
+        ``_records``)."""
         B = W // 8
 
         def length_at_least(idx, keep, n):
@@ -295,13 +300,13 @@ class RoceRx(wiring.Component):
         take = s.valid & s.ready
         beat = s.payload
         lanes, idx = leading_lanes(m, beat, take, W, _LANES, count_to=top)
-        checked_now = self._udp_checksum(m, W, s, lanes, idx, checksum)
+        udp_now = H.UDP.from_lanes(lanes[8 * H.IPV4.length:8 * _IP_UDP])
         h_checked = Signal()
         m.d.sync += h_valid.eq(take & beat.last)
         with m.If(take & beat.last):
             m.d.sync += [
                 h_lanes.eq(lanes[:8 * _LANES]),
-                h_checked.eq(checked_now),
+                h_checked.eq(udp_now.checksum != 0),
                 *(h_len[name].eq(length_at_least(idx, beat.keep, n))
                   for name, n in lengths.items()),
             ]
@@ -378,6 +383,8 @@ class RoceRx(wiring.Component):
         context = self.rx_context
         rec = Signal(_RECORD)
         m.d.comb += rec.eq(c)
+        # (a verdict comes from the stack only for a datagram it delivers on port 4791)
+        m.d.comb += rec.checked.eq(c.checked & c_ours & checksum_ok)
         with m.If(~c_ours | ~checksum_ok):
             m.d.comb += rec.verdict.eq(Verdict.FOREIGN)
         with m.Elif(c.verdict == Verdict.PENDING):
@@ -390,32 +397,6 @@ class RoceRx(wiring.Component):
             with m.Else():
                 m.d.comb += rec.verdict.eq(Verdict.CNP)
         m.d.comb += [records.w_en.eq(c_valid), records.w_data.eq(rec)]
-
-    def _udp_checksum(self, m, W, s, lanes, idx, checksum):
-        """The UDP checksum, summed over the datagrams going into the ICRC check (``s``; its
-        first bytes ``lanes``, beat index ``idx``) with the IPv4 header's words but the
-        addresses zeroed (the addresses are the pseudo-header's; a datagram whose IPv4 header
-        is not its own checksum's is foreign anyway), from a seed of the pseudo-header's
-        protocol and UDP length (the total length less 20: a datagram whose UDP length differs
-        is foreign). Its verdict is queued when the field is not 0, decided at the last beat:
-        returns that flag, from the same lanes as the record's ``checked``."""
-        B = W // 8
-        beat = s.payload
-        addr_at, _ = H.IPV4.offset("src")
-        zeroed = Cat(*(Mux(idx * B + lane < addr_at, 0, beat.data[8 * lane:8 * lane + 8])
-                       for lane in range(B)))
-        ip = H.IPV4.from_lanes(lanes[:8 * H.IPV4.length])
-        udp = H.UDP.from_lanes(lanes[8 * H.IPV4.length:8 * _IP_UDP])
-        const = (IP_PROTO_UDP + (0xFFFF ^ H.IPV4.length)) % 0xFFFF
-        checked = udp.checksum != 0
-        m.d.comb += [
-            checksum.valid.eq(s.valid), checksum.ready.eq(s.ready),
-            checksum.payload.data.eq(zeroed), checksum.payload.keep.eq(beat.keep),
-            checksum.payload.last.eq(beat.last),
-            checksum.seed.eq(ones_complement_sum([ip.total_length, const])),
-            checksum.skip.eq(0), checksum.select.eq(checked),
-        ]
-        return checked
 
     def _ip_udp_checks(self, ip, udp, whole):
         """Whether the stack's IPv4 and UDP receive layers deliver the datagram with the
@@ -448,14 +429,14 @@ class RoceRx(wiring.Component):
         # a last beat waits for its record (always there in time), for its UDP checksum's
         # verdict when it has one (a cycle or two after the ICRC's) and, while an event waits
         # in the ack register, for it to be taken
-        ck = checksum.verdict
-        m.d.comb += s.ready.eq(~beat.last | (~stall & records.r_rdy & (~rec.checked | ck.valid)))
+        m.d.comb += s.ready.eq(~beat.last | (~stall & records.r_rdy &
+                                             (~rec.checked | checksum.r_rdy)))
         take = s.valid & s.ready
         decided = take & beat.last
         foreign = rec.verdict == Verdict.FOREIGN
         bad = Signal()
-        m.d.comb += [bad.eq(beat.error | (rec.checked & ~ck.payload)),
-                     records.r_en.eq(decided), ck.ready.eq(decided & rec.checked)]
+        m.d.comb += [bad.eq(beat.error | (rec.checked & ~checksum.r_data)),
+                     records.r_en.eq(decided), checksum.r_en.eq(decided & rec.checked)]
         m.d.comb += [self.req.valid.eq(take), self.req.payload.data.eq(beat.data),
                      self.req.payload.keep.eq(beat.keep), self.req.payload.last.eq(beat.last),
                      self.req.payload.error.eq(beat.last & (bad | foreign))]

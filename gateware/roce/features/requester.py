@@ -148,10 +148,18 @@ class RequesterFeature(Feature):
         f = ep.features
         rx, sched, comp, retry = self.rx, self.sched, self.completer, self.retry
         # (RoceRx picks port 4791's datagrams out of the stack's IPv4 datagrams, headers in
-        # place, by the stack's own checks; the stack's port 4791 goes to nothing)
+        # place, by the stack's own checks; the stack's port 4791 gives it only the UDP
+        # checksums' verdicts)
         st = f.network.stack
         wiring.connect(m, st.ip_in, rx.i)
-        m.d.comb += [rx.local_ip.eq(ep.local_ip), st.udp_rx[0].ready.eq(1)]
+        port = st.udp_rx[0]
+        m.d.comb += [
+            rx.local_ip.eq(ep.local_ip), port.ready.eq(1),
+            # (the stack's verdict on each datagram of port 4791 with a UDP checksum)
+            rx.udp_checksum.valid.eq(port.valid & port.payload.last &
+                                     (port.payload.meta.udp.checksum != 0)),
+            rx.udp_checksum.payload.eq(~port.payload.error),
+        ]
         # (the retry engine's inputs behind register slices: its arbitration between them, and
         # the per-QP spacing of its events, does not reach the receive pipeline's enables nor the
         # scheduler's issue decision. The acknowledgements' slice passes an event on in the
