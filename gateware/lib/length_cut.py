@@ -91,7 +91,10 @@ class LengthCut(wiring.Component):
         ends = Signal()
         m.d.comb += ends.eq((hi == 0) | ((hi == 1) & (lo == 0)))
         cut = Cat(*((hi != 0) | (lo > k) for k in range(B)))
-        short = beat.last & ~ends
+        # the beat holds the bytes left (``keep`` a thermometer: its lane ``now - 1`` is set)
+        held = Cat(1, beat.keep[:B - 1]).bit_select(lo, 1)
+        covered = ends & Mux(hi == 0, held, beat.keep[B - 1])
+        short = beat.last & ~covered
         m.d.comb += [
             o.valid.eq(i.valid & ~dropping),
             i.ready.eq(o.ready | dropping),
