@@ -73,8 +73,10 @@ _AETH_AT = _BTH_AT + 8 * H.BTH.length
 
 #: What the header checks found for a datagram, queued until its ICRC verdict: the verdict
 #: (every check but the ICRC's and the UDP checksum's), the BTH DestQP, the event (whose
-#: ``qp`` is the QP index) and whether a UDP checksum verdict is queued for it.
-_RECORD = data.StructLayout({"verdict": Verdict, "dest": 24, "ev": ACK_EVENT, "checked": 1})
+#: ``qp`` is the QP index), whether a UDP checksum verdict is queued for it and whether the
+#: verdict is ACK (so that the event register's enable needs no compare of the verdict).
+_RECORD = data.StructLayout({"verdict": Verdict, "dest": 24, "ev": ACK_EVENT, "checked": 1,
+                              "ack": 1})
 
 
 class RoceRx(wiring.Component):
@@ -393,7 +395,7 @@ class RoceRx(wiring.Component):
             with m.Elif(context.peer_ip != c_src):
                 m.d.comb += rec.verdict.eq(Verdict.PEER)
             with m.Elif(c_is_ack):
-                m.d.comb += rec.verdict.eq(Verdict.ACK)
+                m.d.comb += [rec.verdict.eq(Verdict.ACK), rec.ack.eq(1)]
             with m.Else():
                 m.d.comb += rec.verdict.eq(Verdict.CNP)
         m.d.comb += [records.w_en.eq(c_valid), records.w_data.eq(rec)]
@@ -450,5 +452,6 @@ class RoceRx(wiring.Component):
                 m.d.comb += getattr(self, name).eq(decided & (final == v))
         m.d.comb += [self.cnp_qp.eq(rec.ev.qp), self.data_seen.payload.eq(rec.dest),
                      self.data_seen.valid.eq(decided & (final == Verdict.REQUEST))]
-        with m.If(decided & (final == Verdict.ACK)):
+        # (``rec.ack``: the record's verdict is ACK, so the final one is unless ``bad``)
+        with m.If(decided & rec.ack & ~bad):
             m.d.sync += [d_valid.eq(1), d_ev.eq(rec.ev)]
