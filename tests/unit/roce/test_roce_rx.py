@@ -30,6 +30,7 @@ from rocegen.wire import headers as H
 from rocegen.wire import opcodes as opc
 from rocegen.wire.addr import parse_ip, parse_mac
 from tests.tiers import full
+from tests.unit.roce.udp_verdicts import UdpVerdicts
 
 OTHER_IP = "10.0.0.77"          # a host that is the peer of no QP but QP 3
 NUM_QPS = 5
@@ -191,6 +192,16 @@ def trimmed(dgram):
     return d[:total], len(d) < total
 
 
+def error_counts(dgram, width):
+    """Whether the ``error`` of a frame (``dgram``, its datagram and whatever followed it) reaches
+    the datagram at ``width`` bits: only when the frame's last beat holds the datagram's end (the
+    cut does not wait for the FCS verdict of beats after it)."""
+    d = bytes(dgram)
+    total = int.from_bytes(d[2:4], "big") if len(d) >= 4 else 0
+    B = width // 8
+    return len(d) <= total or (max(total, 1) - 1) // B == (len(d) - 1) // B
+
+
 def foreign_to(d, mtu):
     """The reason the network stack would not deliver the (trimmed) datagram ``d`` on UDP port
     4791 of our address, or None: the IPv4 receive layer's checks, then UDP's."""
@@ -211,6 +222,15 @@ def foreign_to(d, mtu):
     return None
 
 
+def udp_verdict(dgram, verdict):
+    """The network stack's verdict on the UDP checksum of a frame's datagram of ``verdict``:
+    None when it gives none (foreign, or checksum 0), else whether the checksum is right."""
+    d, _ = trimmed(dgram)
+    if verdict == Verdict.FOREIGN or d[26:28] == b"\0\0":
+        return None
+    return not udp_checksum_bad(d)
+
+
 def udp_checksum_bad(d):
     """The UDP checksum of the datagram ``d`` is not 0 and wrong: the one's complement sum of
     the pseudo-header (addresses, protocol 17, UDP length) and the UDP datagram is not 0xFFFF."""
@@ -220,12 +240,15 @@ def udp_checksum_bad(d):
     return ones_sum(pseudo + d[20:]) != 0xFFFF
 
 
-def classify(dgram, error=False, reads=False, mads=False, mtu=1500):
-    """Reference verdict of a datagram as Ethernet hands it on, and its event when it is a good
-    ACK (``reads``: the READ responses have a verdict of their own; FIRST, LAST and ONLY need an
-    AETH; ``mads``: so have UD SEND_ONLY packets to QP1). The datagram is cut to its IPv4 total
-    length (padding off; a frame shorter than it is damaged) and must be one the stack delivers
-    on UDP port 4791 (else FOREIGN); a UDP checksum that is not 0 and wrong is a bad ICRC."""
+def classify(dgram, error=False, reads=False, mads=False, mtu=1500, *, width):
+    """Reference verdict of a datagram as Ethernet hands it on at ``width`` bits, and its event
+    when it is a good ACK (``reads``: the READ responses have a verdict of their own; FIRST, LAST
+    and ONLY need an AETH; ``mads``: so have UD SEND_ONLY packets to QP1). The datagram is cut to
+    its IPv4 total length (padding off; a frame shorter than it is damaged; the frame's
+    ``error`` counts only when its last beat holds the datagram's end) and must be one the stack
+    delivers on UDP port 4791 (else FOREIGN); a UDP checksum that is not 0 and wrong is a bad
+    ICRC."""
+    error = error and error_counts(dgram, width)
     d, cut_short = trimmed(dgram)
     if foreign_to(d, mtu):
         return Verdict.FOREIGN, None
@@ -423,8 +446,8 @@ def random_case(rng, cases, reads=False, mtu=1500, kinds=None):
             kind = "udp_bad"
             d = with_udp_checksum(rng, d, "bad")
     d = ethernet(rng, d)
-    if rng.random() < 0.03:                              # more than padding after it
-        d += rng.randbytes(rng.randrange(1, 20))
+    if rng.random() < (0.3 if err else 0.03):            # more than padding after it (the
+        d += rng.randbytes(rng.randrange(1, 20))         # error of a damaged frame there)
     return d, err, kind
 
 
@@ -436,10 +459,14 @@ def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0, 
     returns the counts per counter, the events, the input last-beat cycles, the event cycles,
     the cycles with ``i`` held, the QPs of the CNPs and the packets on ``req`` (bytes, ``error``
     of the last beat). With ``seen`` (a list), the IB CM's verdict too (``mads``), and the QPs
-    of ``data_seen`` appended to it."""
+    of ``data_seen`` appended to it. The UDP checksums' verdicts come as the stack's would
+    (:class:`UdpVerdicts`), for the datagrams :func:`classify` finds ours."""
     dut = Top(width, reads, mads=seen is not None, mtu=mtu)
     rx = dut.rx
     drv = StreamDriver(rx.i, width, idle=idle, seed=seed)
+    stack = UdpVerdicts(rx, [udp_verdict(d, classify(d, e, reads, seen is not None, mtu,
+                                                     width=width)[0])
+                             for d, e in datagrams], seed=seed + 200)
     rng = random.Random(seed + 100)
     r = SimpleNamespace(counts=dict.fromkeys(COUNTERS, 0), events=[], ev_cycles=[],
                         last_cycles=[], held=0, cnp_qps=[], req=[])
@@ -499,7 +526,8 @@ def run(width, datagrams, *, idle=0.0, backpressure=0.0, seed=0, stall_first=0, 
         for _ in range(40):
             await ctx.tick()
 
-    run_sim(dut, testbenches=[tb], processes=[monitor, sink])
+    run_sim(dut, testbenches=[tb], processes=[monitor, sink, stack.run])
+    assert stack.sent == stack.want
     return r
 
 
@@ -536,7 +564,7 @@ def test_random_datagrams(width, count, reads):
     datagrams = [(d, err) for d, err, _ in made]
     want_events, want_cnps, want_seen, verdicts = [], [], [], []
     for d, err, kind in made:
-        verdict, ev = classify(d, err, reads, mads=reads, mtu=mtu)
+        verdict, ev = classify(d, err, reads, mads=reads, mtu=mtu, width=width)
         verdicts.append(verdict)
         # (the generator made what it meant)
         if kind not in ("truncated", "flipped"):
@@ -671,7 +699,11 @@ def test_each_reason(width):
          Verdict.REQUEST),
         (ethernet(rng, datagram(rng, p[28:38], icrc=False), zeros=False), False, Verdict.SHORT),
         (p + rng.randbytes(30), False, Verdict.ACK),       # more than padding after it
-        (p + rng.randbytes(30), True, Verdict.ICRC),       # (the frame damaged)
+        # the frame damaged: its error counts when its last beat holds the datagram's end (the
+        # padding in the same beat), not when beats follow it (the ICRC judges the datagram)
+        (p + rng.randbytes(30), True, Verdict.ACK),
+        (p + rng.randbytes(3), True, Verdict.ICRC if width == 512 else Verdict.ACK),
+        (flipped + rng.randbytes(30), True, Verdict.ICRC),
         (ethernet(rng, short_req), True, Verdict.ICRC),
         # an odd length, a UDP checksum and bytes after it (summed as if zero)
         (datagram(rng, bth(rng, 0x04, QPN_BASE) + b"\xab", checksum="good") + b"\xff", False,
@@ -718,11 +750,12 @@ def test_each_reason(width):
          Verdict.FOREIGN),
     ]
     for n, (d, err, verdict) in enumerate(table):
-        assert classify(d, err, mtu=mtu)[0] == verdict, n
+        assert classify(d, err, mtu=mtu, width=width)[0] == verdict, n
     datagrams = [(d, err) for d, err, _ in table]
     r = run(width, datagrams, idle=0.2, backpressure=0.3, seed=5, mtu=mtu)
     check(r, datagrams, [v for *_, v in table])
-    assert r.events == [classify(d, e)[1] for d, e, v in table if v == Verdict.ACK]
+    assert r.events == [classify(d, e, width=width)[1] for d, e, v in table
+                        if v == Verdict.ACK]
     assert r.events[0] == {"qp": 0, "syndrome": 0x1F, "psn": 0xFFFFFF, "msn": 0x123456}
 
 
@@ -744,7 +777,7 @@ def test_mtu(mtu):
     if mtu > 576:
         table.append((datagram(rng, send + rng.randbytes(576 - 44)), Verdict.REQUEST))
     for d, verdict in table:
-        assert classify(d, mtu=mtu)[0] == verdict
+        assert classify(d, mtu=mtu, width=512)[0] == verdict
     datagrams = [(d, False) for d, _ in table]
     r = run(512, datagrams, idle=0.2, seed=7, mtu=mtu)
     check(r, datagrams, [v for _, v in table])
@@ -770,7 +803,7 @@ def test_read_responses(width):
         table += [datagram(rng, bth(rng, op, QPN_BASE) + aeth[:k]) for k in range(4)]
     table = [t if isinstance(t, tuple) else (ethernet(rng, t), False) for t in table]
     for reads in (False, True):
-        verdicts = [classify(d, e, reads)[0] for d, e in table]
+        verdicts = [classify(d, e, reads, width=width)[0] for d, e in table]
         r = run(width, table, idle=0.2, backpressure=0.3, seed=6, reads=reads)
         check(r, table, verdicts)
         assert r.events == []
@@ -803,7 +836,7 @@ def test_latency_and_backpressure(width):
     r = run(width, more, stall_first=300)
     assert [e["psn"] for e in r.events[:24]] == list(range(24))
     assert r.held > 100
-    check(r, more, [classify(d, e)[0] for d, e in more])
+    check(r, more, [classify(d, e, width=width)[0] for d, e in more])
 
 
 def test_parameters_are_validated():
