@@ -34,6 +34,7 @@ from rocegen.sim.testing.harness import raises, run_sim
 from rocegen.sim.testing.scenarios import FPGA_IP, FPGA_MAC, HOST_IP, HOST_MAC
 from rocegen.wire.addr import parse_ip, parse_mac
 from tests.tiers import full
+from tests.unit.roce.udp_verdicts import UdpVerdicts
 
 OTHER_IP = "10.0.0.77"
 MTU = 1500
@@ -139,9 +140,9 @@ def ones_sum(data, start=0):
 
 def delivered(received):
     """What the stack's IPv4 and UDP receive layers make of the bytes of an IPv4 datagram the
-    Ethernet layer hands on: ``(datagram cut to its total length, damaged)`` when they deliver it
-    on UDP port 4791 (damaged: the frame ended before the total length, or a UDP checksum that
-    is not 0 and wrong), None for a foreign one."""
+    Ethernet layer hands on: ``(datagram cut to its total length, cut short, UDP checksum)``
+    when they deliver it on UDP port 4791 (cut short: the frame ended before the total length;
+    UDP checksum: None when 0, else whether it is right), None for a foreign one."""
     if len(received) < 20:
         return None
     vihl, _, total, _, frag, _, proto, _, _, dst = struct.unpack_from(">BBHHHBBH4s4s", received)
@@ -155,19 +156,35 @@ def delivered(received):
     if dport != 4791 or length != total - 20:
         return None
     pseudo = ones_sum(dgram[12:20] + struct.pack(">HH", 17, length))
-    wrong = checksum != 0 and ones_sum(dgram[20:], pseudo) != 0xFFFF
-    return dgram, len(dgram) < total or wrong
+    right = None if checksum == 0 else ones_sum(dgram[20:], pseudo) == 0xFFFF
+    return dgram, len(dgram) < total, right
 
 
-def reference(received, error=False):
+def udp_verdict(received):
+    """The stack's verdict on the UDP checksum of a datagram (None: it gives none)."""
+    got = delivered(received)
+    return None if got is None else got[2]
+
+
+def frame_error(received, error, width):
+    """Whether the ``error`` of a frame reaches its datagram at ``width`` bits: only when the
+    frame's last beat holds the datagram's end (the FCS verdict of beats after it is not
+    waited for)."""
+    total = int.from_bytes(received[2:4], "big")
+    B = width // 8
+    return error and (len(received) <= total or
+                      (max(total, 1) - 1) // B == (len(received) - 1) // B)
+
+
+def reference(received, error=False, *, width):
     """The RoceRx counter a datagram pulses (None: foreign), the ReadIngress outcome of a READ
     response (a counter name or ``"out"``) and, when it passes, its record. Read with struct as
     the wire spec lays the headers out."""
     got = delivered(received)
     if got is None:
         return None, None, None
-    dgram, damaged = got
-    error = error or damaged
+    dgram, short, right = got
+    error = frame_error(received, error, width) or short or right is False
     l4 = dgram[28:]
     if len(l4) < 16:
         return "drop_short", None, None
@@ -251,6 +268,7 @@ def each_kind(rng):
     cases += [bytes(bad_icrc), (good, True), checked, bad_udp_checksum(rng, checked),
               read_response(rng, FIRST, 1, n=6, udp_checksum=True),
               good + rng.randbytes(rng.randrange(1, 40)),     # bytes after the datagram
+              (good + bytes(64), True),           # damaged only beyond it: its ICRC judges
               good[:rng.randrange(28, len(good))],           # the frame cut short
               good[:27],                    # cut in the UDP header (the padding after it)
               bytes(IP(src=HOST_IP, dst=FPGA_IP) / UDP(sport=4791, dport=4791)),  # nothing
@@ -298,6 +316,7 @@ def run(width, cases, *, idle=0.0, backpressure=0.0, seed=0, **ingress):
     dut = Top(width, **ingress)
     rx, ing = dut.rx, dut.ing
     drv = StreamDriver(rx.i, width, idle=idle, seed=seed)
+    stack = UdpVerdicts(rx, [udp_verdict(received) for received, _ in cases], seed=seed + 3)
     col = StreamCollector(ing.o, width, backpressure=backpressure, seed=seed + 1)
     rng = random.Random(seed + 2)
     rx_counts = dict.fromkeys(COUNTERS, 0)
@@ -333,18 +352,20 @@ def run(width, cases, *, idle=0.0, backpressure=0.0, seed=0, **ingress):
         await drv.send(ctx, [Packet(received, {"eth": eth}, err) for received, err in cases])
         await ctx.tick().repeat(3000 if backpressure else 200)
 
-    run_sim(dut, testbenches=[tb], processes=[monitor, sinks, col.run])
+    run_sim(dut, testbenches=[tb], processes=[monitor, sinks, col.run, stack.run])
+    assert stack.sent == stack.want
     return rx_counts, ing_counts, col.packets, records
 
 
-def expected(cases):
-    """RoceRx counts, ReadIngress counts, (datagram out, record) in order, foreign datagrams."""
+def expected(cases, width):
+    """RoceRx counts, ReadIngress counts, (datagram out, record) in order, foreign datagrams, at
+    ``width`` bits."""
     rx_counts = dict.fromkeys(COUNTERS, 0)
     ing_counts = dict.fromkeys(READ_INGRESS_COUNTERS, 0)
     out = []
     foreign_count = 0
     for received, err in cases:
-        rx, outcome, rec = reference(received, err)
+        rx, outcome, rec = reference(received, err, width=width)
         if rx is None:
             foreign_count += 1
             continue
@@ -359,7 +380,7 @@ def expected(cases):
 
 
 def check(width, cases, **kw):
-    want_rx, want_ing, want_out, foreign_count = expected(cases)
+    want_rx, want_ing, want_out, foreign_count = expected(cases, width)
     rx_counts, ing_counts, packets, records = run(width, cases, **kw)
     assert rx_counts == want_rx
     assert ing_counts == want_ing
@@ -405,7 +426,7 @@ def test_overflow(width, seed):
     rng = random.Random(seed)
     cases = [(on_ethernet(rng, read_response(rng, rng.choice(READ_OPS), rng.choice([0, 0, 0, 2]),
                                              n=rng.randrange(200))), False) for _ in range(100)]
-    want_rx, want_ing, want_out, _ = expected(cases)
+    want_rx, want_ing, want_out, _ = expected(cases, width)
     rx_counts, ing_counts, packets, records = run(width, cases, backpressure=0.8, seed=seed,
                                                   depth=32, headers=2)
     assert rx_counts == want_rx

@@ -29,6 +29,7 @@ from rocegen.sim.testing.amaranth_streams import StreamDriver, meta_dict
 from rocegen.sim.testing.harness import run_sim
 from rocegen.sim.testing.vectors import CAPTURE_VECTORS, RXE_VECTORS, read_vectors
 from rocegen.wire import headers as H
+from tests.unit.roce.udp_verdicts import UdpVerdicts
 
 NUM_QPS = 32                    # room for the captured DestQPs (QP numbers from 256)
 OTHER_PEER = "192.0.2.99"
@@ -124,14 +125,29 @@ def context(state, peer):
             "ack_every_log2": 6, "timeout": 14, "retry_cnt": 7, "rnr_retry": 7}
 
 
+def udp_verdict(dgram, ours):
+    """The network stack's verdict on the UDP checksum of ``dgram`` (cut to its IPv4 total
+    length), delivered on UDP port 4791 when ``ours``: None when it gives none (foreign, or
+    checksum 0), else whether the checksum is right."""
+    (total,) = struct.unpack_from(">H", dgram, 2)
+    d = dgram[:total]
+    if not ours or d[26:28] == b"\0\0":
+        return None
+    return udp_sum(d) == 0xFFFF
+
+
 def run(width, groups, qps, *, seed):
-    """Send ``(datagram, meta)`` datagrams, group by group (``(local_ip, datagrams)``: the
-    receive path's address set to ``local_ip`` while its group goes through), with the QP table
-    set to ``qps`` (index -> (state, peer)); returns the counts per counter, the ACK events, the
-    QPs of the CNPs and the ``error`` flag of each datagram's last beat on ``req``."""
+    """Send ``(datagram, meta, ours)`` datagrams, group by group (``(local_ip, datagrams)``:
+    the receive path's address set to ``local_ip`` while its group goes through; ``ours``: the
+    stack delivers it on UDP port 4791, and gives its UDP checksum's verdict when not 0), with
+    the QP table set to ``qps`` (index -> (state, peer)); returns the counts per counter, the ACK
+    events, the QPs of the CNPs and the ``error`` flag of each datagram's last beat on
+    ``req``."""
     dut = Top(width)
     rx = dut.rx
     drv = StreamDriver(rx.i, width, idle=0.3, seed=seed)
+    stack = UdpVerdicts(rx, [udp_verdict(d, ours) for _, g in groups for d, _, ours in g],
+                        seed=seed + 1)
     rng = random.Random(seed)
     counts = dict.fromkeys(COUNTERS, 0)
     events, cnps, req = [], [], []
@@ -164,14 +180,15 @@ def run(width, groups, qps, *, seed):
         sent = 0
         for local_ip, datagrams in groups:
             ctx.set(rx.local_ip, int(ipaddress.IPv4Address(local_ip)))
-            await drv.send(ctx, [Packet(d, m) for d, m in datagrams])
+            await drv.send(ctx, [Packet(d, m) for d, m, _ in datagrams])
             sent += len(datagrams)
             for _ in range(200 * len(datagrams) + 200):     # all through before the address
                 if len(req) >= sent and len(events) >= counts["acks"]:       # changes
                     break
                 await ctx.tick()
 
-    run_sim(dut, testbenches=[tb], processes=[monitor, sink])
+    run_sim(dut, testbenches=[tb], processes=[monitor, sink, stack.run])
+    assert stack.sent == stack.want
     return counts, events, cnps, req
 
 
@@ -311,7 +328,7 @@ def test_captured_frames_through_the_receive_path(width):
             want[expect] += 1
     foreign = sum(expect is None for *_, expect, _ in sent)
     assert foreign >= len(CAPTURES)
-    counts, events, cnps, req = run(width, [(a, [(d, m) for d, m, *_ in g])
+    counts, events, cnps, req = run(width, [(a, [(d, m, e is not None) for d, m, e, _ in g])
                                             for a, g in groups.items()], qps, seed=width)
     assert counts == want
     assert events == [e for *_, expect, e in sent if expect == "acks"]
