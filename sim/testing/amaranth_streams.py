@@ -9,6 +9,7 @@ from amaranth.lib import data
 from rocegen.sim.models.packets import Packet, from_beats, to_beats
 
 __all__ = ["StreamDriver", "StreamCollector", "HandshakeMonitor", "OfferMonitor", "meta_dict",
+           "delivery_watchdog",
            "send_records",
            "write_word", "mem_write_watcher"]
 
@@ -148,6 +149,23 @@ class OfferMonitor:
                                          f"{'withdrawn' if not v else 'changed'}")
                 self.held += 1
             pending = beat if v and not r else None
+
+
+def delivery_watchdog(col, count, sent, deadline):
+    """A testbench that waits until ``col`` (a :class:`StreamCollector`) holds ``count``
+    packets and ``sent()`` (the packets the input has taken) is ``count``, then 5 cycles more;
+    an ``AssertionError`` after ``deadline`` cycles. For a block that may drop packets or parts
+    of them, whose input's progress the caller counts."""
+    async def watchdog(ctx):
+        for _ in range(deadline):
+            if len(col.packets) >= count and sent() == count:
+                break
+            await ctx.tick()
+        else:
+            raise AssertionError(f"{sent()} of {count} sent, {len(col.packets)} received "
+                                 f"after {deadline} cycles")
+        await ctx.tick().repeat(5)
+    return watchdog
 
 
 async def send_records(ctx, port, records, rng=None, idle=0.0):

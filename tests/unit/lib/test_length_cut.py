@@ -8,7 +8,7 @@ from amaranth.lib import data
 
 from rocegen.gateware.lib.length_cut import LengthCut
 from rocegen.sim.models.packets import Packet, to_beats
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, delivery_watchdog
 from rocegen.sim.testing.harness import run_sim
 
 META = data.StructLayout({"seq": 16})
@@ -126,17 +126,7 @@ def run_cut(width, packets, *, idle, backpressure, seed, at=AT, junk_error=True)
     async def send(ctx):
         await drv.send(ctx, packets)
 
-    async def watchdog(ctx):
-        for _ in range(deadline):
-            if len(col.packets) >= len(packets) and sent[0] == len(packets):
-                break
-            await ctx.tick()
-        else:
-            raise AssertionError(f"{sent[0]} of {len(packets)} sent, {len(col.packets)} "
-                                 f"received after {deadline} cycles")
-        for _ in range(5):
-            await ctx.tick()
-
+    watchdog = delivery_watchdog(col, len(packets), lambda: sent[0], deadline)
     run_sim(dut, testbenches=[send, watchdog], processes=[col.run, monitor])
     assert lonely == []
     assert held == []                   # beats past the cut are dropped whatever o.ready

@@ -9,7 +9,7 @@ from amaranth.lib import data
 from rocegen.gateware.lib.trim import Trim
 from rocegen.sim.models.lib.trim import trim
 from rocegen.sim.models.packets import Packet
-from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver
+from rocegen.sim.testing.amaranth_streams import StreamCollector, StreamDriver, delivery_watchdog
 from rocegen.sim.testing.harness import run_sim
 from rocegen.wire.headers import ETH, ETHERTYPE_IPV4, IPV4
 
@@ -73,17 +73,7 @@ def run_trim(width, packets, *, idle, backpressure, seed, offset=0, registered=F
     async def send(ctx):
         await drv.send(ctx, packets)
 
-    async def watchdog(ctx):
-        for _ in range(deadline):
-            if len(col.packets) >= len(packets) and sent[0] == len(packets):
-                break
-            await ctx.tick()
-        else:
-            raise AssertionError(f"{sent[0]} of {len(packets)} sent, {len(col.packets)} "
-                                 f"received after {deadline} cycles")
-        for _ in range(5):
-            await ctx.tick()
-
+    watchdog = delivery_watchdog(col, len(packets), lambda: sent[0], deadline)
     run_sim(m, testbenches=[send, watchdog], processes=[col.run, monitor])
     assert discard_stalls == []
     return col, shorts, longs, stalls, lonely
