@@ -499,7 +499,9 @@ def markdown(results):
             "Single messages on an idle endpoint (payload from on-chip memory), minimum .. maximum "
             "over the samples: from a work request's acceptance to its first beat on the MAC, and "
             "from the last beat of the acknowledgement into the MAC receive port to the completion "
-            "it causes. Connection manager: from the last beat of an OPEN_QP request (a 64-byte "
+            "it causes. A run's first work request on a new endpoint also waits for ARP to "
+            "resolve the host's address: that is the 64 B row's maximum. Connection manager: "
+            "from the last beat of an OPEN_QP request (a 64-byte "
             "datagram on UDP 17185) into the receive port to the first beat of its reply on the "
             "transmit port (each followed by a CLOSE_QP).", ""]
     table = []
