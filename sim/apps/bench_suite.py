@@ -505,12 +505,22 @@ LATENCY_BATCHES = {"latency": (512, "onchip"), "latency-w64": (64, "onchip"),
 ENDPOINT_AXI4_BYTES = 16 << 20
 
 
+#: the line of each latency batch's message-rate run (the main build's is batch ``message-rate``)
+LATENCY_RATE_LINES = {"latency-w64": 10, "latency-axi4": LINE_GBPS}
+
+
 def latency_runs(name):
     """The runs of latency batch ``name``: single WRITEs of 64 B (and at W = 512 on chip 1 KiB
-    and 4 KiB), then the connection manager's OPEN_QP exchanges."""
+    and 4 KiB), then the connection manager's OPEN_QP exchanges; in the other builds also one
+    QP's 64 B WRITEs back to back at their line's rate (W = 64: 10 Gb/s; AXI4: from the AXI4
+    memory through the user port, not the traffic generator's pattern)."""
     sizes = ((64, 8), (1024, 4), (4096, 4)) if name == "latency" else ((64, 8),)
-    return [_latency(s, n) for s, n in sizes] + [{"kind": "cm", "qps": 1, "pmtu": 4096,
+    runs = [_latency(s, n) for s, n in sizes] + [{"kind": "cm", "qps": 1, "pmtu": 4096,
                                                   "bytes": 0, "cm": 8}]
+    if name in LATENCY_RATE_LINES:
+        rate = _rate(64, 1, LATENCY_RATE_LINES[name], False)
+        runs.append({**rate, "source": "memory"} if name.endswith("axi4") else rate)
+    return runs
 
 
 #: the width of each batch whose build is not at :data:`WIDTH`
@@ -692,11 +702,16 @@ def _figures(results):
     keep = ("batch", "qps", "pmtu", "bytes", "size", "opcode", "source", "line_gbps", "loss", "rtt_us",
             "seed", "timeout", "drop_psns", "where", "messages", "frames", "sim_cycles",
             "wall_seconds")
-    period_us = 1 / CLOCK_MHZ
     for r in results:
         kind = r["kind"]
         row = {k: r[k] for k in keep if k in r}
         if kind in ("goodput", "rate"):
+            # the build's clock and width (the main build's for rows written before runs named
+            # their build); only the other builds' rows name theirs
+            clock, width = r.get("clock_mhz", CLOCK_MHZ), r.get("width", WIDTH)
+            if width != WIDTH or r.get("memory", "onchip") != "onchip":
+                _build(r, row)
+            period_us = 1 / clock
             line = r["line_gbps"]
             msgs = r["messages"]
             row["goodput_gbps"] = r["goodput_gbps"]
@@ -704,7 +719,8 @@ def _figures(results):
             row["cycles"] = r["line_cycles"]
             row["beats_span"] = r["beats_span"]
             row["beats_ideal"] = r["beats_ideal"]
-            row["beats_ideal_formula"] = ideal_beats(r["size"], r["pmtu"], r["opcode"]) * msgs
+            row["beats_ideal_formula"] = ideal_beats(r["size"], r["pmtu"], r["opcode"],
+                                                     width) * msgs
             row["idle_beats"] = r["idle_beats"]
             per_msg_beats = row["beats_ideal_formula"]
             if line:
@@ -715,11 +731,11 @@ def _figures(results):
                 ideal_cycles = per_msg_beats
                 row["limit_gbps"] = (r["bytes"] * r["qps"] * 8 / (ideal_cycles * period_us) / 1e3)
                 row["percent_of_limit"] = 100 * row["beats_ideal_formula"] / r["beats_span"]
-            row["mmsgs"] = msgs * CLOCK_MHZ / r["line_cycles"] if r["line_cycles"] else 0.0
+            row["mmsgs"] = msgs * clock / r["line_cycles"] if r["line_cycles"] else 0.0
             if line:
                 row["limit_mmsgs"] = rate_limit_mmsgs(r["size"], r["pmtu"], line, r["opcode"])
             else:
-                row["limit_mmsgs"] = msgs * CLOCK_MHZ / per_msg_beats
+                row["limit_mmsgs"] = msgs * clock / per_msg_beats
             out["goodput" if kind == "goodput" else "message_rate"].append(row)
         elif kind == "latency":
             w, a = _stats(r["latency_cycles"]), _stats(r["ack_to_cpl_cycles"])
@@ -927,8 +943,10 @@ def _headline(fig):
         if r:
             h[key] = {"goodput_gbps": r["goodput_gbps"], "limit_gbps": r["limit_gbps"],
                       "percent_of_limit": r["percent_of_limit"]}
+    main_rate = [r for r in fig["message_rate"] if r.get("width", WIDTH) == WIDTH
+                 and r.get("memory", "onchip") == "onchip"]
     for line, key in ((LINE_GBPS, "rate_64b"), (0, "rate_64b_unthrottled")):
-        r = pick(fig["message_rate"], qps=1, size=64, line_gbps=line)
+        r = pick(main_rate, qps=1, size=64, line_gbps=line)
         if r:
             h[key] = {"mmsgs": r["mmsgs"], "limit_mmsgs": r["limit_mmsgs"]}
     main = [r for r in fig["latency"] if r.get("width", WIDTH) == WIDTH
@@ -973,7 +991,9 @@ def batch_of(row, key):
             return "latency-axi4"
         return "latency-w64" if row.get("width") == 64 else "latency"
     if key == "message_rate":
-        return "message-rate"
+        if row.get("memory") == "axi4":
+            return "latency-axi4"
+        return "latency-w64" if row.get("width") == 64 else "message-rate"
     if row["qps"] == 8:
         return "goodput-8qp"
     return "goodput-1qp-write" if row["opcode"] == "WRITE" else "goodput-1qp-imm-send"
