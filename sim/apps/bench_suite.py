@@ -17,7 +17,9 @@ through the cocotb testbench :mod:`rocegen.sim.cocotb.roce_demo`, at the board c
   to its completion (single messages on an idle endpoint), and a connection-manager OPEN_QP
   request's last beat into the MAC receive port to its reply's first beat out (batch
   ``latency``; ``latency-w64`` and ``latency-axi4`` the 64-byte WRITE and the connection manager
-  again at W = 64 and with AXI4 memory, for the latency goals).
+  again at W = 64 and with AXI4 memory, for the latency goals, and one QP's 64-byte WRITE rate:
+  at W = 64 on its 10 Gb/s line at 156.25 MHz, with AXI4 from that memory through the user
+  port, :data:`LATENCY_RATE_LINES`).
 * **Loss**: one QP of 4 KiB WRITEs at 0, 0.1 % and 1 % random loss each way with a 2 us and a
   20 us round trip (goodput up to the last completion), and the recovery after one lost packet.
 * **Resources**: read from the last Yosys report of ``python -m bench.bench_synth``
