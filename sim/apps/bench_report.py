@@ -17,6 +17,7 @@ from rocegen.sim.apps.bench_suite import (
     ROUNDTRIP_BATCHES,
     atomic_frames,
     limit_gbps,
+    main_build,
     rate_limit_mmsgs,
 )
 
@@ -320,7 +321,7 @@ def plots(results, folder):
     written.append(save(fig, "goodput_unthrottled.png"))
 
     # message rate
-    rate = _main_build(results["message_rate"])
+    rate = main_build(results["message_rate"])
     if rate:
         fig, ax = plt.subplots(figsize=(8, 4.8))
         for qps, line, style, colour in ((1, 100, "o-", "tab:blue"), (8, 100, "s:", "tab:cyan"),
@@ -474,7 +475,7 @@ def markdown(results):
             "messages and 16 KiB, up to 4 messages or 256 KiB. WRITE_IMM and SEND are measured at "
             "fewer sizes than WRITE, and unthrottled at PMTU 4096 only.", ""]
 
-    rate = _main_build(results["message_rate"])
+    rate = main_build(results["message_rate"])
     if rate:
         out += ["### Message rate", "", "![message rate](img/message_rate.png)", "",
                 "RDMA WRITEs of 1..256 bytes back to back (one QP: the traffic generator; 8 QPs: "
@@ -506,13 +507,13 @@ def markdown(results):
             "datagram on UDP 17185) into the receive port to the first beat of its reply on the "
             "transmit port (each followed by a CLOSE_QP).", ""]
     table = []
-    for r in _main_build(results["latency"]):
+    for r in main_build(results["latency"]):
         w, a = r["wr_to_wire_cycles"], r["ack_to_cpl_cycles"]
         table.append([f"{size_text(r['size'])} WRITE ({r['frame_bytes']}-byte frame)",
                       f"{w['min']}..{w['max']} cycles ({w['min'] * ns:.1f} ns)",
                       f"{a['min']}..{a['max']} cycles ({a['min'] * ns:.1f} ns)"])
     out += _table(["message", "work request to wire", "ACK to completion"], table) + [""]
-    for r in _main_build(results["cm"]):
+    for r in main_build(results["cm"]):
         c = r["cm_cycles"]
         out += [f"Connection manager, OPEN_QP request to reply: **{c['min']}..{c['max']} cycles "
                 f"({c['min'] * ns:.1f}..{c['max'] * ns:.1f} ns)** over {len(c['samples'])} "
@@ -896,11 +897,6 @@ ROUNDTRIP_PARTS = {
 }
 #: the round trips' names, by test
 ROUNDTRIP_NAMES = {"send": "SEND ping-pong", "write": "WRITE to ACK", "read": "READ"}
-
-
-def _main_build(rows):
-    """The rows of the suite's main build (W = 512, on-chip memory)."""
-    return [r for r in rows if r.get("width", 512) == 512 and r.get("memory", "onchip") == "onchip"]
 
 
 #: the latency goals: (figure, what, goal in cycles or, for the message rate, % of the line)

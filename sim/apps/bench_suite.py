@@ -118,7 +118,7 @@ from rocegen.wire.verbs import VERBS
 __all__ = ["limit_gbps", "rate_limit_mmsgs", "wire_bytes", "packet_frames", "ideal_beats",
            "read_bound_gbps", "read_runs", "read_timeout", "atomic_frames", "atomic_limit_mops",
            "atomic_runs", "roundtrip_runs", "latency_runs", "suite_runs", "run_suite",
-           "batch_of", "resources", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
+           "batch_of", "main_build", "resources", "WIDTH", "CLOCK_MHZ", "LINE_GBPS"]
 
 WIDTH = 512
 NUM_QPS = 8
@@ -933,6 +933,13 @@ def resources():
             **({} if rows else {"note": f"{path} holds no whole-core design"})}
 
 
+def main_build(rows):
+    """The rows of the suite's main build (W = :data:`WIDTH`, on-chip memory; rows that name
+    no build are its)."""
+    return [r for r in rows if r.get("width", WIDTH) == WIDTH
+            and r.get("memory", "onchip") == "onchip"]
+
+
 def _headline(fig):
     def pick(rows, **want):
         for r in rows:
@@ -945,20 +952,15 @@ def _headline(fig):
         if r:
             h[key] = {"goodput_gbps": r["goodput_gbps"], "limit_gbps": r["limit_gbps"],
                       "percent_of_limit": r["percent_of_limit"]}
-    main_rate = [r for r in fig["message_rate"] if r.get("width", WIDTH) == WIDTH
-                 and r.get("memory", "onchip") == "onchip"]
     for line, key in ((LINE_GBPS, "rate_64b"), (0, "rate_64b_unthrottled")):
-        r = pick(main_rate, qps=1, size=64, line_gbps=line)
+        r = pick(main_build(fig["message_rate"]), qps=1, size=64, line_gbps=line)
         if r:
             h[key] = {"mmsgs": r["mmsgs"], "limit_mmsgs": r["limit_mmsgs"]}
-    main = [r for r in fig["latency"] if r.get("width", WIDTH) == WIDTH
-            and r.get("memory", "onchip") == "onchip"]
-    r = pick(main, size=64)
+    r = pick(main_build(fig["latency"]), size=64)
     if r:
         h["wr_to_wire"] = {"cycles": r["wr_to_wire_cycles"]["min"], "ns": r["wr_to_wire_ns"]}
         h["ack_to_cpl"] = {"cycles": r["ack_to_cpl_cycles"]["min"], "ns": r["ack_to_cpl_ns"]}
-    cm = [r for r in fig["cm"] if r.get("width", WIDTH) == WIDTH
-          and r.get("memory", "onchip") == "onchip"]
+    cm = main_build(fig["cm"])
     if cm:
         c = cm[0]
         h["cm_request_to_reply"] = {"cycles": c["cm_cycles"]["min"], "ns": c["cm_ns"]}
